@@ -1,0 +1,55 @@
+//! The `flashlane` command: one subcommand per job, each in its own module.
+
+mod plan;
+mod sizing;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "flashlane", version, about = "LLM inference server with sessions sized to the traffic")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the sessions that would open under the memory cap, without serving.
+    Plan(plan::PlanArgs),
+}
+
+/// An error with the exit status it deserves: 2 for bad input (as clap does), 1 otherwise.
+pub struct Failure {
+    pub status: u8,
+    pub error: anyhow::Error,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        Failure { status: 1, error }
+    }
+}
+
+impl Failure {
+    pub fn bad_input(error: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            status: 2,
+            error: error.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Plan(args) => plan::run(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {:#}", failure.error);
+            ExitCode::from(failure.status)
+        }
+    }
+}

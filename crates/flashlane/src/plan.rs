@@ -1,0 +1,122 @@
+//! `flashlane plan`: the session table under the memory cap, without loading or serving.
+
+use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
+use crate::Failure;
+use anyhow::anyhow;
+use clap::Args;
+use serde::Serialize;
+use slots::{plan, Plan, PlanInput};
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub sizing: SizingArgs,
+    /// KV bytes per token of a session (instead of reading them from a model)
+    #[arg(long)]
+    pub bytes_per_token: Option<u64>,
+    /// Bytes per session whatever its size: recurrent and conv states, MTP rows
+    #[arg(long, default_value_t = 0)]
+    pub fixed_bytes: u64,
+    /// Bytes already taken before sessions (weights, scratch)
+    #[arg(long, default_value_t = 0)]
+    pub ready_bytes: u64,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct PlanJson {
+    sessions: Vec<SessionJson>,
+    total_bytes: u64,
+    dropped: Vec<SessionJson>,
+    cap_bytes: u64,
+    room_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct SessionJson {
+    capacity: u64,
+    bytes: u64,
+}
+
+pub fn run(args: &PlanArgs) -> Result<(), Failure> {
+    let bytes_per_token = args.bytes_per_token.ok_or_else(|| {
+        Failure::bad_input(anyhow!("give --bytes-per-token (and --fixed-bytes) to size the sessions"))
+    })?;
+    let spec = args.sizing.spec(u64::MAX)?;
+    let input = PlanInput {
+        context_tokens: args.sizing.context.unwrap_or(DEFAULT_CONTEXT),
+        parallel: args.sizing.parallel,
+        spec: spec.as_ref(),
+        bytes_per_token,
+        fixed_state_bytes: args.fixed_bytes,
+        cap_bytes: args.sizing.cap_bytes()?,
+        ready_bytes: args.ready_bytes,
+        margin_bytes: MEMORY_MARGIN_BYTES,
+        reserved_bytes: 0,
+    };
+    let plan = plan(&input).map_err(|e| Failure::from(anyhow!(e)))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&to_json(&plan)).expect("plain data serialises"));
+    } else {
+        print!("{}", table(&plan));
+    }
+    if let Some(warning) = plan.dropped_warning() {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
+fn to_json(plan: &Plan) -> PlanJson {
+    PlanJson {
+        sessions: plan
+            .sessions
+            .iter()
+            .map(|s| SessionJson { capacity: s.capacity, bytes: s.bytes })
+            .collect(),
+        total_bytes: plan.total_bytes,
+        dropped: plan
+            .dropped
+            .iter()
+            .map(|d| SessionJson { capacity: d.capacity, bytes: d.bytes })
+            .collect(),
+        cap_bytes: plan.cap_bytes,
+        room_bytes: plan.room_bytes,
+    }
+}
+
+/// The human-readable table, also printed by `serve` at start-up.
+pub fn table(plan: &Plan) -> String {
+    let mut out = format!(
+        "{:>3}  {:>10}  {:>12}\n",
+        "#", "capacity", "memory"
+    );
+    for (idx, session) in plan.sessions.iter().enumerate() {
+        let role = if idx == 0 { "  (engine's session)" } else { "" };
+        out += &format!("{idx:>3}  {:>10}  {:>12}{role}\n", session.capacity, human_bytes(session.bytes));
+    }
+    out += &format!(
+        "{} sessions, {} of {} room under a cap of {}\n",
+        plan.sessions.len(),
+        human_bytes(plan.total_bytes),
+        human_bytes(plan.room_bytes),
+        human_bytes(plan.cap_bytes)
+    );
+    out
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}

@@ -1,0 +1,72 @@
+//! The session-sizing flags and environment variables of SPEC §2, shared by `plan` and `serve`.
+//! Flags win over environment variables (clap reads the variable only when the flag is absent).
+
+use crate::Failure;
+use clap::Args;
+use slots::{SessionSpec, MARGIN};
+
+/// The engine's session when neither `--context` nor the model says otherwise.
+pub const DEFAULT_CONTEXT: u64 = 8192;
+
+/// Share of the machine's memory the sessions and weights may take by default.
+pub const DEFAULT_LOAD_SHARE: f64 = 0.70;
+
+/// Kept free under the cap for allocations we do not plan (scratch growth, the allocator's own).
+pub const MEMORY_MARGIN_BYTES: u64 = 256 << 20;
+
+#[derive(Args, Clone, Debug)]
+pub struct SizingArgs {
+    /// Engine's session size in tokens [default: the model's maximum, or 8192]
+    #[arg(long)]
+    pub context: Option<u64>,
+    /// Most concurrent streams [default: 1 + extra sessions, or 4 without --slot-contexts]
+    #[arg(long)]
+    pub parallel: Option<usize>,
+    /// Extra sessions, e.g. `16384,4096x6` (items TOKENS or TOKENSxN)
+    #[arg(long, env = "FLASHNEXT_SLOT_CONTEXTS")]
+    pub slot_contexts: Option<String>,
+    /// Growth allowance at admission, in tokens
+    #[arg(long, env = "FLASHNEXT_SLOT_GROW", default_value_t = slots::DEFAULT_SLOT_GROW)]
+    pub slot_grow: u64,
+    /// Memory cap in GiB for weights and sessions [default: 70% of RAM]
+    #[arg(long, env = "FLASHNEXT_LOAD_LIMIT_GB")]
+    pub load_limit_gb: Option<f64>,
+}
+
+impl SizingArgs {
+    /// Parses `--slot-contexts`; `max_tokens` is what the model can address.
+    pub fn spec(&self, max_tokens: u64) -> Result<Option<SessionSpec>, Failure> {
+        match &self.slot_contexts {
+            None => Ok(None),
+            Some(text) => SessionSpec::parse(text, max_tokens.min(u64::MAX - MARGIN))
+                .map(Some)
+                .map_err(Failure::bad_input),
+        }
+    }
+
+    /// The memory cap in bytes: `--load-limit-gb`, or 70% of the machine's memory.
+    pub fn cap_bytes(&self) -> Result<u64, Failure> {
+        match self.load_limit_gb {
+            Some(gb) if gb.is_finite() && gb > 0.0 && gb < 1e9 => Ok((gb * (1u64 << 30) as f64) as u64),
+            Some(gb) => Err(Failure::bad_input(anyhow::anyhow!(
+                "--load-limit-gb must be a positive number of GiB, got {gb}"
+            ))),
+            None => {
+                let total = total_memory_bytes().map_err(Failure::from)?;
+                Ok((total as f64 * DEFAULT_LOAD_SHARE) as u64)
+            }
+        }
+    }
+}
+
+/// The machine's memory, from `/proc/meminfo`.
+pub fn total_memory_bytes() -> anyhow::Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| anyhow::anyhow!("cannot read /proc/meminfo ({e}); pass --load-limit-gb"))?;
+    let kib = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("no MemTotal in /proc/meminfo; pass --load-limit-gb"))?;
+    Ok(kib * 1024)
+}

@@ -1,0 +1,77 @@
+//! The engine's view of a model: sessions of model state on a device, a round that computes a
+//! batch of windows in one call, and a move that copies everything a stream owns in one call.
+//!
+//! The target owns the session buffers (allocated once, at construction, from the plan); the
+//! engine refers to them only by [`SessionId`]. A window is "n tokens to compute" whatever the
+//! phase: a chunk of prompt, or the last sampled token followed by drafts. The arithmetic of one
+//! window's rows must not depend on the other windows in the batch (batch invariance, SPEC §9).
+
+use slots::{MoveFault, SessionId};
+
+/// Tokens for one session to compute in a round.
+#[derive(Clone, Copy, Debug)]
+pub struct Window<'a> {
+    pub session: SessionId,
+    /// Positions already in the session; `tokens[0]` is written at this position.
+    pub start: u64,
+    pub tokens: &'a [u32],
+    /// Logits wanted for the last `num_logits` positions of the window (0 for a prompt chunk that
+    /// is not the last, 1 for the last prompt chunk, `tokens.len()` to verify drafts).
+    pub num_logits: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("device error: {0}")]
+    Device(String),
+    #[error("{session} cannot hold {needed} positions (capacity {capacity})")]
+    Overflow {
+        session: SessionId,
+        needed: u64,
+        capacity: u64,
+    },
+    #[error("invalid request to the target: {0}")]
+    Invalid(String),
+}
+
+/// A model with per-session state, as the engine drives it.
+pub trait Target {
+    /// Length of every logits row.
+    fn vocab_size(&self) -> usize;
+
+    /// Capacity in tokens of each session this target allocated; index `i` is `SessionId(i)`.
+    fn session_capacities(&self) -> Vec<u64>;
+
+    /// Computes every window of a round and returns, per window in order, its logits rows
+    /// flattened (`num_logits × vocab_size` floats). Each window's positions are appended to its
+    /// session's state.
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError>;
+
+    /// Keeps the first `len` positions of `session` and forgets the rest: rejected drafts are
+    /// rolled back, KV rows truncated and linear-attention state restored as of position `len`.
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError>;
+
+    /// Whether [`Target::draft`] proposes anything (a model with an MTP head).
+    fn has_drafter(&self) -> bool {
+        false
+    }
+
+    /// Proposes up to `num_drafts` tokens to follow `next_token`, the token just sampled after the
+    /// session's last accepted position. The drafter's own state lives in the session.
+    fn draft(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        let _ = (session, next_token, num_drafts);
+        Ok(Vec::new())
+    }
+
+    /// Copies all of `from`'s state into the free, larger session `to`, bit for bit, once all
+    /// work on it has settled. `to` then holds the stream; `from` is left as released.
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault>;
+
+    /// Forgets `session`'s state so that the next stream starts from position 0.
+    fn release(&mut self, session: SessionId);
+}
