@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "flashlane", version, about = "LLM inference server with sessions sized to the traffic")]
+#[command(
+    name = "flashlane",
+    version,
+    about = "LLM inference server with sessions sized to the traffic"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -42,7 +42,9 @@ struct SessionJson {
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     let bytes_per_token = args.bytes_per_token.ok_or_else(|| {
-        Failure::bad_input(anyhow!("give --bytes-per-token (and --fixed-bytes) to size the sessions"))
+        Failure::bad_input(anyhow!(
+            "give --bytes-per-token (and --fixed-bytes) to size the sessions"
+        ))
     })?;
     let spec = args.sizing.spec(u64::MAX)?;
     let input = PlanInput {
@@ -58,7 +60,10 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     };
     let plan = plan(&input).map_err(|e| Failure::from(anyhow!(e)))?;
     if args.json {
-        println!("{}", serde_json::to_string(&to_json(&plan)).expect("plain data serialises"));
+        println!(
+            "{}",
+            serde_json::to_string(&to_json(&plan)).expect("plain data serialises")
+        );
     } else {
         print!("{}", table(&plan));
     }
@@ -73,13 +78,19 @@ fn to_json(plan: &Plan) -> PlanJson {
         sessions: plan
             .sessions
             .iter()
-            .map(|s| SessionJson { capacity: s.capacity, bytes: s.bytes })
+            .map(|s| SessionJson {
+                capacity: s.capacity,
+                bytes: s.bytes,
+            })
             .collect(),
         total_bytes: plan.total_bytes,
         dropped: plan
             .dropped
             .iter()
-            .map(|d| SessionJson { capacity: d.capacity, bytes: d.bytes })
+            .map(|d| SessionJson {
+                capacity: d.capacity,
+                bytes: d.bytes,
+            })
             .collect(),
         cap_bytes: plan.cap_bytes,
         room_bytes: plan.room_bytes,
@@ -88,13 +99,14 @@ fn to_json(plan: &Plan) -> PlanJson {
 
 /// The human-readable table, also printed by `serve` at start-up.
 pub fn table(plan: &Plan) -> String {
-    let mut out = format!(
-        "{:>3}  {:>10}  {:>12}\n",
-        "#", "capacity", "memory"
-    );
+    let mut out = format!("{:>3}  {:>10}  {:>12}\n", "#", "capacity", "memory");
     for (idx, session) in plan.sessions.iter().enumerate() {
         let role = if idx == 0 { "  (engine's session)" } else { "" };
-        out += &format!("{idx:>3}  {:>10}  {:>12}{role}\n", session.capacity, human_bytes(session.bytes));
+        out += &format!(
+            "{idx:>3}  {:>10}  {:>12}{role}\n",
+            session.capacity,
+            human_bytes(session.bytes)
+        );
     }
     out += &format!(
         "{} sessions, {} of {} room under a cap of {}\n",

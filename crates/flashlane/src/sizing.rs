@@ -47,7 +47,9 @@ impl SizingArgs {
     /// The memory cap in bytes: `--load-limit-gb`, or 70% of the machine's memory.
     pub fn cap_bytes(&self) -> Result<u64, Failure> {
         match self.load_limit_gb {
-            Some(gb) if gb.is_finite() && gb > 0.0 && gb < 1e9 => Ok((gb * (1u64 << 30) as f64) as u64),
+            Some(gb) if gb.is_finite() && gb > 0.0 && gb < 1e9 => {
+                Ok((gb * (1u64 << 30) as f64) as u64)
+            }
             Some(gb) => Err(Failure::bad_input(anyhow::anyhow!(
                 "--load-limit-gb must be a positive number of GiB, got {gb}"
             ))),
@@ -66,7 +68,13 @@ pub fn total_memory_bytes() -> anyhow::Result<u64> {
     let kib = meminfo
         .lines()
         .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .ok_or_else(|| anyhow::anyhow!("no MemTotal in /proc/meminfo; pass --load-limit-gb"))?;
     Ok(kib * 1024)
 }

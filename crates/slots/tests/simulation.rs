@@ -89,7 +89,10 @@ fn simulate(
     let mut sorted = requests.to_vec();
     sorted.sort_by_key(|r| r.arrival_round);
     while next_request < sorted.len() || !queue.is_empty() || !active.is_empty() {
-        assert!(round < MAX_ROUNDS, "stranded: queue {queue:?} active {active:?}");
+        assert!(
+            round < MAX_ROUNDS,
+            "stranded: queue {queue:?} active {active:?}"
+        );
         // 1. Arrivals.
         while next_request < sorted.len() && sorted[next_request].arrival_round <= round {
             let r = &sorted[next_request];
@@ -115,13 +118,22 @@ fn simulate(
                     let (id, need) = queue.remove(queue_idx);
                     assert!(table.capacity(session) >= need.admission_tokens(policy).unwrap());
                     table.take(session, id);
-                    active.push(Stream { id, session, need, generated: 0, paused: false });
+                    active.push(Stream {
+                        id,
+                        session,
+                        need,
+                        generated: 0,
+                        paused: false,
+                    });
                 }
             }
         }
         // 3. Room: paused streams first, smallest session first; then the running ones.
-        let mut paused: Vec<RoundStream> =
-            active.iter().filter(|s| s.paused).map(Stream::round_view).collect();
+        let mut paused: Vec<RoundStream> = active
+            .iter()
+            .filter(|s| s.paused)
+            .map(Stream::round_view)
+            .collect();
         resume_order(table.views(), &mut paused);
         let running = active.iter().filter(|s| !s.paused).map(Stream::round_view);
         let order: Vec<RoundStream> = paused.into_iter().chain(running).collect();
@@ -207,9 +219,13 @@ fn simulate(
 }
 
 fn request() -> impl Strategy<Value = Request> {
-    (0u64..40, 1u64..3000, 1u64..12000).prop_map(|(arrival_round, prompt_tokens, max_new_tokens)| {
-        Request { arrival_round, prompt_tokens, max_new_tokens }
-    })
+    (0u64..40, 1u64..3000, 1u64..12000).prop_map(
+        |(arrival_round, prompt_tokens, max_new_tokens)| Request {
+            arrival_round,
+            prompt_tokens,
+            max_new_tokens,
+        },
+    )
 }
 
 const SPECS: [&str; 4] = ["2048,512x3", "16384,4096x6", "4096x3", "8192,1024x4,256x8"];
@@ -279,8 +295,19 @@ proptest! {
 #[test]
 fn seed_growing_reply_moves_twice_4k_16k_32k() {
     let capacities = [32800, 16416, 4128, 4128];
-    let requests = [Request { arrival_round: 0, prompt_tokens: 30, max_new_tokens: 18893 }];
-    let tally = simulate(&capacities, Policy::SmallestFit { grow: 2048 }, 1, &requests, 7, 0);
+    let requests = [Request {
+        arrival_round: 0,
+        prompt_tokens: 30,
+        max_new_tokens: 18893,
+    }];
+    let tally = simulate(
+        &capacities,
+        Policy::SmallestFit { grow: 2048 },
+        1,
+        &requests,
+        7,
+        0,
+    );
     assert_eq!(tally.moves, 2);
     assert_eq!(tally.finished, 1);
 }
@@ -289,10 +316,25 @@ fn seed_growing_reply_moves_twice_4k_16k_32k() {
 fn two_growing_at_once_one_moves_the_other_waits_then_moves() {
     let capacities = [4128 + 8192, 4128, 4128, 4128];
     let requests = [
-        Request { arrival_round: 0, prompt_tokens: 30, max_new_tokens: 6000 },
-        Request { arrival_round: 0, prompt_tokens: 30, max_new_tokens: 6000 },
+        Request {
+            arrival_round: 0,
+            prompt_tokens: 30,
+            max_new_tokens: 6000,
+        },
+        Request {
+            arrival_round: 0,
+            prompt_tokens: 30,
+            max_new_tokens: 6000,
+        },
     ];
-    let tally = simulate(&capacities, Policy::SmallestFit { grow: 2048 }, 1, &requests, 7, 0);
+    let tally = simulate(
+        &capacities,
+        Policy::SmallestFit { grow: 2048 },
+        1,
+        &requests,
+        7,
+        0,
+    );
     assert_eq!(tally.moves, 2);
     assert_eq!(tally.pauses, 1);
     assert_eq!(tally.finished, 2);
