@@ -1,0 +1,131 @@
+//! OpenAI-style errors: `{"error":{"message","type","param","code"}}` with the right status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error a client sees. Every failure of a request becomes one of these; none panics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    /// Seconds after which a retry may succeed (429/503).
+    pub retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    /// 400 naming the parameter that was wrong.
+    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_string()),
+            code: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// 400 for a body that is not the JSON we expect at all.
+    pub fn malformed(message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: None,
+            ..ApiError::invalid("", message)
+        }
+    }
+
+    /// 400 `context_full`: the reply cannot fit the largest session.
+    pub fn context_full(reply_end: u64, largest: u64) -> ApiError {
+        ApiError {
+            code: Some("context_full"),
+            ..ApiError::invalid(
+                "max_tokens",
+                format!(
+                    "this request needs {reply_end} tokens (prompt + max_tokens + draft window) but the \
+                     largest session holds {largest}; shorten the prompt or lower max_tokens"
+                ),
+            )
+        }
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "missing or wrong API key (send `Authorization: Bearer KEY`)".into(),
+            kind: "authentication_error",
+            param: None,
+            code: Some("invalid_api_key"),
+            retry_after_s: None,
+        }
+    }
+
+    pub fn overloaded(retry_after_s: u64) -> ApiError {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: "the admission queue is full; retry later".into(),
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("queue_full"),
+            retry_after_s: Some(retry_after_s),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("unavailable"),
+            retry_after_s: Some(1),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+            retry_after_s: None,
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("not_found"),
+            retry_after_s: None,
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

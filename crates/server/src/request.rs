@@ -1,0 +1,587 @@
+//! The body of `/v1/completions` and `/v1/chat/completions`, checked field by field.
+//!
+//! Bodies are parsed as JSON values and read one field at a time, so that every wrong type or
+//! out-of-range number is answered with a 400 that names its `param`. Fields we ignore are listed;
+//! fields that would change the answer and that we do not implement are refused, never ignored.
+
+use crate::error::ApiError;
+use serde_json::{Map, Value};
+
+/// Most stop strings per request: each is matched against the text after every round.
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Longest stop string in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+/// Most alternatives per position in `logprobs`.
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+/// Most stop token ids per request.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    Prompt(Prompt),
+    Messages(Vec<ChatMessage>),
+}
+
+/// Sampling as the client asked; temperature 0 is greedy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingRequest {
+    pub temperature: f32,
+    pub top_p: f32,
+    /// 0: no top-k cut.
+    pub top_k: u32,
+    pub min_p: f32,
+    pub seed: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateRequest {
+    pub model: Option<String>,
+    pub input: Input,
+    /// `None`: as long as the largest session allows.
+    pub max_tokens: Option<u64>,
+    pub sampling: SamplingRequest,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `Some(n)`: return each token's logprob and its `n` most likely alternatives.
+    pub logprobs: Option<u32>,
+    /// Thinking tokens after which `</think>` is forced (chat templates with `<think>`).
+    pub thinking_budget: Option<u64>,
+}
+
+/// Parses a `/v1/completions` body.
+pub fn parse_completion(body: &[u8]) -> Result<GenerateRequest, ApiError> {
+    let fields = object(body)?;
+    let prompt = match fields.get("prompt") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("prompt", "`prompt` is required"))
+        }
+        Some(value) => prompt(value)?,
+    };
+    refuse_unsupported(&fields, &["echo", "suffix", "best_of"])?;
+    let logprobs = match fields.get("logprobs") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(bounded_u32(value, "logprobs", 0, MAX_TOP_LOGPROBS)?),
+    };
+    common(&fields, Input::Prompt(prompt), logprobs)
+}
+
+/// Parses a `/v1/chat/completions` body.
+pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
+    let fields = object(body)?;
+    let messages = match fields.get("messages") {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .enumerate()
+            .map(|(idx, item)| message(idx, item))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                "messages",
+                "`messages` must not be empty",
+            ))
+        }
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("messages", "`messages` is required"))
+        }
+        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be an array")),
+    };
+    refuse_unsupported(
+        &fields,
+        &[
+            "tools",
+            "tool_choice",
+            "functions",
+            "function_call",
+            "audio",
+        ],
+    )?;
+    if let Some(format) = fields.get("response_format").filter(|v| !v.is_null()) {
+        if format.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(ApiError::invalid(
+                "response_format",
+                "only `{\"type\": \"text\"}` is supported",
+            ));
+        }
+    }
+    let wants_logprobs = optional_bool(&fields, "logprobs")?.unwrap_or(false);
+    let top_logprobs = match fields.get("top_logprobs") {
+        None | Some(Value::Null) => 0,
+        Some(value) => bounded_u32(value, "top_logprobs", 0, MAX_TOP_LOGPROBS)?,
+    };
+    if top_logprobs > 0 && !wants_logprobs {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs` needs `logprobs: true`",
+        ));
+    }
+    let logprobs = wants_logprobs.then_some(top_logprobs);
+    common(&fields, Input::Messages(messages), logprobs)
+}
+
+fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(ApiError::malformed(
+            "the request body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::malformed(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+fn common(
+    fields: &Map<String, Value>,
+    input: Input,
+    logprobs: Option<u32>,
+) -> Result<GenerateRequest, ApiError> {
+    if let Some(n) = fields.get("n").filter(|v| !v.is_null()) {
+        if n.as_u64() != Some(1) {
+            return Err(ApiError::invalid(
+                "n",
+                "only `n: 1` is supported; send several requests",
+            ));
+        }
+    }
+    for penalty in [
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    ] {
+        if let Some(value) = optional_f64(fields, penalty)? {
+            if value != 0.0 && !(penalty == "repetition_penalty" && value == 1.0) {
+                return Err(ApiError::invalid(
+                    penalty,
+                    format!("`{penalty}` is not supported"),
+                ));
+            }
+        }
+    }
+    if let Some(bias) = fields.get("logit_bias").filter(|v| !v.is_null()) {
+        if bias.as_object().is_none_or(|b| !b.is_empty()) {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                "`logit_bias` is not supported",
+            ));
+        }
+    }
+    let model = match fields.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.clone()),
+        Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
+    };
+    let max_tokens = match (
+        fields.get("max_completion_tokens"),
+        fields.get("max_tokens"),
+    ) {
+        (Some(value), _) if !value.is_null() => Some(positive_u64(value, "max_completion_tokens")?),
+        (_, Some(value)) if !value.is_null() => Some(positive_u64(value, "max_tokens")?),
+        _ => None,
+    };
+    let stream = optional_bool(fields, "stream")?.unwrap_or(false);
+    let include_usage = match fields.get("stream_options").filter(|v| !v.is_null()) {
+        None => false,
+        Some(Value::Object(options)) => optional_bool(options, "include_usage")
+            .map_err(|_| ApiError::invalid("stream_options", "`include_usage` must be a boolean"))?
+            .unwrap_or(false),
+        Some(_) => return Err(ApiError::invalid("stream_options", "must be an object")),
+    };
+    Ok(GenerateRequest {
+        model,
+        input,
+        max_tokens,
+        sampling: sampling(fields)?,
+        stop: stop(fields)?,
+        stop_token_ids: stop_token_ids(fields)?,
+        stream,
+        include_usage,
+        logprobs,
+        thinking_budget: match fields.get("thinking_budget") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(non_negative_u64(value, "thinking_budget")?),
+        },
+    })
+}
+
+fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
+    let temperature = optional_f64(fields, "temperature")?.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::invalid(
+            "temperature",
+            "`temperature` must be between 0 and 2",
+        ));
+    }
+    let top_p = optional_f64(fields, "top_p")?.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
+    }
+    let min_p = optional_f64(fields, "min_p")?.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::invalid(
+            "min_p",
+            "`min_p` must be between 0 and 1",
+        ));
+    }
+    let top_k = match fields.get("top_k") {
+        None | Some(Value::Null) => 0,
+        Some(value) => match value.as_i64() {
+            Some(-1) | Some(0) => 0,
+            Some(k) if k > 0 && k <= u32::MAX as i64 => k as u32,
+            _ => {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    "`top_k` must be -1, 0 or a positive integer",
+                ))
+            }
+        },
+    };
+    let seed = match fields.get("seed") {
+        None | Some(Value::Null) => None,
+        // Any JSON integer is a seed; negative ones are reinterpreted as their two's complement.
+        Some(value) => Some(
+            value
+                .as_u64()
+                .or_else(|| value.as_i64().map(|s| s as u64))
+                .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
+        ),
+    };
+    Ok(SamplingRequest {
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        top_k,
+        min_p: min_p as f32,
+        seed,
+    })
+}
+
+fn stop(fields: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let stops: Vec<String> = match fields.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => vec![text.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                ApiError::invalid("stop", "`stop` must be a string or an array of strings")
+            })?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop",
+                "`stop` must be a string or an array of strings",
+            ))
+        }
+    };
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("at most {MAX_STOP_STRINGS} stop strings"),
+        ));
+    }
+    if stops
+        .iter()
+        .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("stop strings must be 1 to {MAX_STOP_BYTES} bytes long"),
+        ));
+    }
+    Ok(stops)
+}
+
+fn stop_token_ids(fields: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
+    match fields.get("stop_token_ids") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_STOP_TOKEN_IDS => items
+            .iter()
+            .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                ApiError::invalid("stop_token_ids", "token ids are non-negative integers")
+            }),
+        Some(_) => Err(ApiError::invalid(
+            "stop_token_ids",
+            format!("`stop_token_ids` must be an array of at most {MAX_STOP_TOKEN_IDS} token ids"),
+        )),
+    }
+}
+
+fn prompt(value: &Value) -> Result<Prompt, ApiError> {
+    match value {
+        Value::String(text) => Ok(Prompt::Text(text.clone())),
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => Ok(Prompt::Text(
+            items[0].as_str().unwrap_or_default().to_string(),
+        )),
+        Value::Array(items) if items.len() == 1 && items[0].is_array() => prompt(&items[0]),
+        Value::Array(items) if items.iter().all(Value::is_number) && !items.is_empty() => items
+            .iter()
+            .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .map(Prompt::Tokens)
+            .ok_or_else(|| ApiError::invalid("prompt", "token ids are non-negative integers")),
+        Value::Array(items) if items.len() > 1 => Err(ApiError::invalid(
+            "prompt",
+            "one prompt per request is supported; send several requests",
+        )),
+        _ => Err(ApiError::invalid(
+            "prompt",
+            "`prompt` must be a string or an array of token ids",
+        )),
+    }
+}
+
+fn message(idx: usize, item: &Value) -> Result<ChatMessage, ApiError> {
+    let param = format!("messages[{idx}]");
+    let fields = item
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(&param, "each message must be an object"))?;
+    let role = match fields.get("role").and_then(Value::as_str) {
+        Some(role @ ("system" | "developer" | "user" | "assistant" | "tool")) => role.to_string(),
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                "role must be one of system, developer, user, assistant, tool",
+            ))
+        }
+    };
+    let content = match fields.get("content") {
+        None | Some(Value::Null) if role == "assistant" => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(
+                |part| match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                    (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
+                    _ => Err(ApiError::invalid(
+                        &format!("{param}.content"),
+                        "only text content parts are supported",
+                    )),
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()?
+            .concat(),
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{param}.content"),
+                "content must be a string or an array of text parts",
+            ))
+        }
+    };
+    Ok(ChatMessage { role, content })
+}
+
+fn refuse_unsupported(fields: &Map<String, Value>, names: &[&str]) -> Result<(), ApiError> {
+    for name in names {
+        match fields.get(*name) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Array(items)) if items.is_empty() => {}
+            Some(Value::Number(n)) if *name == "best_of" && n.as_u64() == Some(1) => {}
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` is not supported"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn optional_bool(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be a boolean"),
+        )),
+    }
+}
+
+fn optional_f64(fields: &Map<String, Value>, name: &str) -> Result<Option<f64>, ApiError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(_) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be a number"),
+        )),
+    }
+}
+
+fn positive_u64(value: &Value, name: &str) -> Result<u64, ApiError> {
+    match value.as_u64() {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be a positive integer"),
+        )),
+    }
+}
+
+fn non_negative_u64(value: &Value, name: &str) -> Result<u64, ApiError> {
+    value
+        .as_u64()
+        .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be a non-negative integer")))
+}
+
+fn bounded_u32(value: &Value, name: &str, low: u32, high: u32) -> Result<u32, ApiError> {
+    match value.as_u64() {
+        Some(n) if (low as u64..=high as u64).contains(&n) => Ok(n as u32),
+        _ => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be an integer from {low} to {high}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param_of(result: Result<GenerateRequest, ApiError>) -> Option<String> {
+        result.unwrap_err().param
+    }
+
+    #[test]
+    fn a_plain_completion_parses_with_defaults() {
+        let req = parse_completion(br#"{"model":"m","prompt":"hi"}"#).unwrap();
+        assert_eq!(req.input, Input::Prompt(Prompt::Text("hi".into())));
+        assert_eq!(req.max_tokens, None);
+        assert_eq!(req.sampling.temperature, 1.0);
+        assert!(!req.stream);
+    }
+
+    #[test]
+    fn chat_reads_messages_text_parts_and_max_completion_tokens() {
+        let body = br#"{"messages":[{"role":"system","content":"be brief"},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+            "max_completion_tokens":7,"max_tokens":99,"logprobs":true,"top_logprobs":3,
+            "stream":true,"stream_options":{"include_usage":true},"seed":-1,"stop":"END"}"#;
+        let req = parse_chat(body).unwrap();
+        let Input::Messages(messages) = &req.input else {
+            panic!()
+        };
+        assert_eq!(messages[1].content, "ab");
+        assert_eq!(req.max_tokens, Some(7));
+        assert_eq!(req.logprobs, Some(3));
+        assert!(req.stream && req.include_usage);
+        assert_eq!(req.sampling.seed, Some(u64::MAX));
+        assert_eq!(req.stop, vec!["END".to_string()]);
+    }
+
+    #[test]
+    fn malformed_bodies_are_400_without_param() {
+        for body in [
+            &b"{"[..],
+            b"[]",
+            b"\"x\"",
+            b"",
+            b"{\"prompt\":\"a\"} trailing",
+        ] {
+            let err = parse_completion(body).unwrap_err();
+            assert_eq!(err.status, 400);
+            assert_eq!(err.param, None);
+        }
+    }
+
+    #[test]
+    fn wrong_types_and_ranges_name_their_param() {
+        let cases: [(&[u8], &str); 14] = [
+            (br#"{"prompt":"a","max_tokens":-5}"#, "max_tokens"),
+            (br#"{"prompt":"a","max_tokens":0}"#, "max_tokens"),
+            (br#"{"prompt":"a","max_tokens":"ten"}"#, "max_tokens"),
+            (br#"{"prompt":"a","max_tokens":1.5}"#, "max_tokens"),
+            (br#"{"prompt":"a","temperature":3}"#, "temperature"),
+            (br#"{"prompt":"a","temperature":"hot"}"#, "temperature"),
+            (br#"{"prompt":"a","top_p":0}"#, "top_p"),
+            (br#"{"prompt":"a","top_k":-2}"#, "top_k"),
+            (br#"{"prompt":"a","n":2}"#, "n"),
+            (br#"{"prompt":"a","stop":[1]}"#, "stop"),
+            (br#"{"prompt":"a","logprobs":99}"#, "logprobs"),
+            (br#"{"prompt":["a","b"]}"#, "prompt"),
+            (br#"{"prompt":[-1]}"#, "prompt"),
+            (br#"{"prompt":"a","stream":"yes"}"#, "stream"),
+        ];
+        for (body, param) in cases {
+            assert_eq!(
+                param_of(parse_completion(body)).as_deref(),
+                Some(param),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn chat_refusals_name_their_param() {
+        assert_eq!(
+            param_of(parse_chat(br#"{"messages":[]}"#)).as_deref(),
+            Some("messages")
+        );
+        assert_eq!(param_of(parse_chat(br#"{}"#)).as_deref(), Some("messages"));
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"wizard","content":"x"}]}"#
+            ))
+            .as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#
+            ))
+            .as_deref(),
+            Some("messages[0].content")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"tools":[{}]}"#
+            ))
+            .as_deref(),
+            Some("tools")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#
+            ))
+            .as_deref(),
+            Some("top_logprobs")
+        );
+    }
+
+    #[test]
+    fn token_prompts_and_unsupported_penalties() {
+        let req = parse_completion(br#"{"prompt":[3,17,42]}"#).unwrap();
+        assert_eq!(req.input, Input::Prompt(Prompt::Tokens(vec![3, 17, 42])));
+        let req = parse_completion(br#"{"prompt":[[3,17]]}"#).unwrap();
+        assert_eq!(req.input, Input::Prompt(Prompt::Tokens(vec![3, 17])));
+        assert!(parse_completion(br#"{"prompt":"a","presence_penalty":0}"#).is_ok());
+        assert_eq!(
+            param_of(parse_completion(
+                br#"{"prompt":"a","presence_penalty":0.5}"#
+            ))
+            .as_deref(),
+            Some("presence_penalty")
+        );
+        assert_eq!(
+            param_of(parse_completion(br#"{"prompt":"a","echo":true}"#)).as_deref(),
+            Some("echo")
+        );
+    }
+}
