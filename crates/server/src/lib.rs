@@ -6,3 +6,4 @@
 
 pub mod error;
 pub mod request;
+pub mod text;
