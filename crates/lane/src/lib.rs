@@ -1,9 +1,35 @@
 //! # lane — the engine that owns every stream
 //!
 //! One [`Target`] (a model on a device, or the fake target in tests) holds the per-session model
-//! state; the engine owns the streams, the admission queue and the rounds, and applies the pure
-//! session decisions of the `slots` crate.
+//! state; the [`Engine`] owns the streams, the admission queue and the rounds, and applies the
+//! pure session decisions of the `slots` crate.
+//!
+//! | question | where |
+//! |---|---|
+//! | what does a round do, who is admitted, who moves or pauses? | [`engine`](Engine) |
+//! | what is a stream? (tokens known, tokens computed) | `stream.rs` |
+//! | how is a token drawn, how are drafts verified? | [`sampling`] |
+//! | where do n-gram drafts come from? | [`ngram_draft`] |
+//! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
+//! | what does `/slots` and `/metrics` show? | [`SlotView`], [`Counters`] |
+//! | what must a model backend implement? | [`Target`] |
+//! | how is the engine tested without a model? | `testing::FakeTarget` (feature `testing`) |
 
+mod engine;
+mod event;
+mod ngram;
+mod request;
+pub mod sampling;
+mod stream;
 mod target;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod views;
 
+pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
+pub use event::{Event, FinishReason};
+pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
+pub use request::{DraftMode, Refusal, Request, SamplingParams, MAX_TOP_LOGPROBS};
+pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{Target, TargetError, Window};
+pub use views::{Counters, SlotState, SlotView};

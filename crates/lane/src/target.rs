@@ -75,3 +75,44 @@ pub trait Target {
     /// Forgets `session`'s state so that the next stream starts from position 0.
     fn release(&mut self, session: SessionId);
 }
+
+/// A boxed target is a target, so the host can pick a backend at run time
+/// (`Engine<Box<dyn Target + Send>>`).
+impl<T: Target + ?Sized> Target for Box<T> {
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        (**self).session_capacities()
+    }
+
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        (**self).forward(windows)
+    }
+
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+        (**self).truncate(session, len)
+    }
+
+    fn has_drafter(&self) -> bool {
+        (**self).has_drafter()
+    }
+
+    fn draft(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        (**self).draft(session, next_token, num_drafts)
+    }
+
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+        (**self).move_state(from, to)
+    }
+
+    fn release(&mut self, session: SessionId) {
+        (**self).release(session)
+    }
+}

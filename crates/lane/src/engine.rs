@@ -1,0 +1,832 @@
+//! The engine: the single owner of every stream, the admission queue and the rounds.
+//!
+//! The host (the HTTP server's engine thread) drives it with [`Engine::submit`], [`Engine::step`],
+//! [`Engine::cancel`], [`Engine::discard`] and [`Engine::fail_all`]. One `step` is one round:
+//!
+//! 1. **admit** waiting requests ([`slots::admission::pick`]: smallest fit with a bounded head
+//!    pass when a spec is set, first free in order otherwise);
+//! 2. **room** (spec set only): for paused streams first, then running ones, [`slots::room`]
+//!    decides hold / continue / move / pause / full, applied at once. A move here happens between
+//!    two rounds, i.e. at the end of the previous one, after its work settled; a failed move keeps
+//!    the stream waiting only on `LaneMemory` and ends it with an error otherwise;
+//! 3. **compute**: one [`Target::forward`] for the windows of every running stream (a prompt
+//!    chunk, or the last token and its drafts), then per stream on the host: verify the drafts,
+//!    roll back the rejected ones, draw the next token from its own logits with its own RNG, and
+//!    apply the stop rules;
+//! 4. **sweep**: release finished streams until none is left. A release lets paused streams
+//!    retry their moves, and a failed retry ends that stream too, so a single pass is not enough.
+//!
+//! Every public method leaves the engine with no finished stream holding a session.
+
+use crate::event::{Event, FinishReason};
+use crate::ngram::ngram_draft;
+use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
+use crate::sampling::{logprob, top_logprobs, verify, Rng};
+use crate::stream::{State, Stream};
+use crate::target::{Target, Window};
+use crate::views::{Counters, SlotState, SlotView};
+use slots::admission::{pick, Pick};
+use slots::{
+    after_failed_move, resume_order, room, AfterMove, Need, Policy, Room, SessionId, SessionTable,
+    StreamId, MAX_WINDOW,
+};
+use std::collections::VecDeque;
+
+/// Prompt tokens one stream computes per round. A function of nothing but this constant and the
+/// stream's own prompt, so chunking never depends on the batch (SPEC §9). 512 keeps a long prompt
+/// from stalling the other streams' rounds for long while still reading it in large blocks.
+pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
+
+/// Requests the admission queue holds before `submit` answers `QueueFull`. Bounded so a burst
+/// cannot grow the engine's memory without limit; 1024 is minutes of work for any session count
+/// we target, far beyond what a client would wait for.
+pub const DEFAULT_QUEUE_LIMIT: usize = 1024;
+
+/// How the engine runs, fixed at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// `FirstFree` when no slot-contexts spec is set, `SmallestFit` otherwise (SPEC §4).
+    pub policy: Policy,
+    /// The draft mode of requests that do not choose one.
+    pub draft: DraftMode,
+    /// Drafts per window for streams that draft; the window is `1 + draft_tokens`.
+    pub draft_tokens: u64,
+    pub queue_limit: usize,
+    pub prefill_chunk: u64,
+}
+
+impl EngineConfig {
+    /// No drafts, the default queue limit and prefill chunk.
+    pub fn new(policy: Policy) -> EngineConfig {
+        EngineConfig {
+            policy,
+            draft: DraftMode::None,
+            draft_tokens: 0,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        }
+    }
+}
+
+/// A configuration the engine cannot run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the target opened no sessions")]
+    NoSessions,
+    #[error("--draft-tokens {draft_tokens} makes a window of {} positions; at most {} (MAX_WINDOW) fit the session margin", draft_tokens + 1, MAX_WINDOW)]
+    WindowTooWide { draft_tokens: u64 },
+    #[error("--draft mtp needs a model with an MTP head; use --draft ngram or --draft none")]
+    NoDrafter,
+    #[error("the prefill chunk must be at least 1 token")]
+    ZeroPrefillChunk,
+    #[error("the admission queue must hold at least 1 request")]
+    ZeroQueue,
+}
+
+/// A request waiting for a session.
+#[derive(Debug)]
+struct Waiting {
+    id: StreamId,
+    request: Request,
+    draft: DraftMode,
+    need: Need,
+    /// Counted once in `admission_waits`.
+    waited: bool,
+}
+
+/// One stream's share of a round.
+struct Planned {
+    idx: usize,
+    session: SessionId,
+    start: u64,
+    tokens: Vec<u32>,
+    /// The last `drafts` of `tokens` are drafts to verify.
+    drafts: usize,
+    num_logits: usize,
+}
+
+/// The engine over one target. See the module docs for the round.
+pub struct Engine<T: Target> {
+    target: T,
+    config: EngineConfig,
+    vocab: usize,
+    table: SessionTable,
+    queue: VecDeque<Waiting>,
+    /// Requests admitted ahead of the current queue head ([`slots::admission::HEAD_PASS_LIMIT`]).
+    head_passes: u32,
+    /// Streams holding a session, in admission order.
+    live: Vec<Stream>,
+    next_id: u64,
+    /// Events not yet handed to the host.
+    out: Vec<Event>,
+    counters: Counters,
+}
+
+impl<T: Target> Engine<T> {
+    pub fn new(target: T, config: EngineConfig) -> Result<Engine<T>, ConfigError> {
+        let capacities = target.session_capacities();
+        if capacities.is_empty() {
+            return Err(ConfigError::NoSessions);
+        }
+        if config
+            .draft_tokens
+            .checked_add(1)
+            .is_none_or(|w| w > MAX_WINDOW)
+        {
+            return Err(ConfigError::WindowTooWide {
+                draft_tokens: config.draft_tokens,
+            });
+        }
+        if config.draft == DraftMode::Mtp && !target.has_drafter() {
+            return Err(ConfigError::NoDrafter);
+        }
+        if config.prefill_chunk == 0 {
+            return Err(ConfigError::ZeroPrefillChunk);
+        }
+        if config.queue_limit == 0 {
+            return Err(ConfigError::ZeroQueue);
+        }
+        Ok(Engine {
+            vocab: target.vocab_size(),
+            target,
+            config,
+            table: SessionTable::new(&capacities),
+            queue: VecDeque::new(),
+            head_passes: 0,
+            live: Vec::new(),
+            next_id: 0,
+            out: Vec::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Queues a request; it starts in a later `step`. Refused at once, with nothing queued, when
+    /// no session could ever hold its reply, when the queue is full, or when a field is invalid.
+    pub fn submit(&mut self, request: Request) -> Result<StreamId, Refusal> {
+        let draft = request.draft.unwrap_or(self.config.draft);
+        validate(&request, &self.target, draft, self.config.draft_tokens)?;
+        let need = Need {
+            prompt_tokens: request.prompt.len() as u64,
+            max_new_tokens: request.max_new_tokens,
+            window: 1 + self.drafts_for(draft),
+        };
+        let largest = self.table.largest_capacity();
+        match need.reply_end() {
+            Some(end) if end <= largest => {}
+            end => {
+                return Err(Refusal::ContextFull {
+                    reply_end: end.unwrap_or(u64::MAX),
+                    largest,
+                })
+            }
+        }
+        if self.queue.len() >= self.config.queue_limit {
+            return Err(Refusal::QueueFull {
+                limit: self.config.queue_limit,
+            });
+        }
+        let id = StreamId(self.next_id);
+        self.next_id += 1;
+        self.queue.push_back(Waiting {
+            id,
+            request,
+            draft,
+            need,
+            waited: false,
+        });
+        Ok(id)
+    }
+
+    /// One round (see the module docs). Returns every event since the last call, in order.
+    pub fn step(&mut self) -> Vec<Event> {
+        self.counters.rounds += 1;
+        self.admit();
+        if self.config.policy != Policy::FirstFree {
+            self.make_room();
+        }
+        self.compute();
+        self.sweep();
+        #[cfg(debug_assertions)]
+        if let Err(broken) = self.check_invariants() {
+            panic!("after round {}: {broken}", self.counters.rounds);
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    /// The client is gone: ends the stream (reason `cancelled`, reported by the next `step`) and
+    /// frees its session now, with a sweep. Returns whether the stream was waiting or running.
+    pub fn cancel(&mut self, id: StreamId) -> bool {
+        if let Some(waiting) = self.unqueue(id) {
+            self.out.push(Event::Finished {
+                stream: id,
+                reason: FinishReason::Cancelled,
+                prompt_tokens: waiting.need.prompt_tokens,
+                completion_tokens: 0,
+            });
+            return true;
+        }
+        let Some(idx) = self.index_of(id) else {
+            return false;
+        };
+        self.finish(idx, FinishReason::Cancelled);
+        self.sweep();
+        true
+    }
+
+    /// The host ended the stream itself (a stop string matched, or it dropped the job): the
+    /// stream leaves now, with no further event, and its session is released at once (with a
+    /// sweep, since that release may end another stream). Returns whether it was known.
+    pub fn discard(&mut self, id: StreamId) -> bool {
+        if self.unqueue(id).is_some() {
+            return true;
+        }
+        let Some(idx) = self.index_of(id) else {
+            return false;
+        };
+        self.live[idx].state = State::Finished;
+        self.counters.streams_finished += 1;
+        self.sweep();
+        true
+    }
+
+    /// Ends every waiting and running stream with an error (the device is gone, the server shuts
+    /// down) and releases every session. Returns every pending event.
+    pub fn fail_all(&mut self, message: &str) -> Vec<Event> {
+        while let Some(waiting) = self.queue.pop_front() {
+            self.out.push(Event::Finished {
+                stream: waiting.id,
+                reason: FinishReason::Error(message.to_string()),
+                prompt_tokens: waiting.need.prompt_tokens,
+                completion_tokens: 0,
+            });
+        }
+        self.head_passes = 0;
+        for idx in 0..self.live.len() {
+            if !self.live[idx].is_finished() {
+                self.finish(idx, FinishReason::Error(message.to_string()));
+            }
+        }
+        self.sweep();
+        debug_assert!(self.live.is_empty(), "fail_all left {:?}", self.live_ids());
+        std::mem::take(&mut self.out)
+    }
+
+    /// Every session, for `GET /slots`.
+    pub fn slots(&self) -> Vec<SlotView> {
+        self.table
+            .views()
+            .iter()
+            .map(|view| {
+                let stream = view.holder.and_then(|h| self.stream(h));
+                SlotView {
+                    session: view.id,
+                    capacity: view.capacity,
+                    holder: view.holder,
+                    used_tokens: stream.map_or(0, |s| s.computed),
+                    state: match stream {
+                        None => SlotState::Free,
+                        Some(s) => match s.state {
+                            State::Finished => unreachable!("swept before any view"),
+                            State::Paused => SlotState::Paused,
+                            State::Running if s.in_prompt() => SlotState::Prompt,
+                            State::Running => SlotState::Reply,
+                        },
+                    },
+                }
+            })
+            .collect()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Requests waiting for a session.
+    pub fn queue_depth(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Streams holding a session (paused ones included).
+    pub fn live_streams(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn paused_streams(&self) -> usize {
+        self.live
+            .iter()
+            .filter(|s| s.state == State::Paused)
+            .count()
+    }
+
+    /// Whether the stream holds a session now.
+    pub fn is_live(&self, id: StreamId) -> bool {
+        self.index_of(id).is_some()
+    }
+
+    /// Nothing waiting, nothing running, no event pending: the host may block on its channel.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.live.is_empty() && self.out.is_empty()
+    }
+
+    pub fn target(&self) -> &T {
+        &self.target
+    }
+
+    /// For tests and diagnostics (fault injection on the fake target). Changing session state
+    /// behind the engine's back breaks its replies.
+    pub fn target_mut(&mut self) -> &mut T {
+        &mut self.target
+    }
+
+    /// Checks every invariant the engine keeps between calls; `step` asserts it in debug builds.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for s in &self.live {
+            let holder = self.table.holder(s.session);
+            if holder != Some(s.id) {
+                return Err(format!(
+                    "{} is live in {} held by {holder:?}",
+                    s.id, s.session
+                ));
+            }
+            if s.is_finished() {
+                return Err(format!("{} is finished but still live", s.id));
+            }
+            let capacity = self.table.capacity(s.session);
+            if s.computed > capacity {
+                return Err(format!(
+                    "{} computed {} positions in {} of capacity {capacity}",
+                    s.id, s.computed, s.session
+                ));
+            }
+            if !s.in_prompt() && s.tokens.len() as u64 != s.computed + 1 {
+                return Err(format!(
+                    "{} knows {} tokens but computed {}",
+                    s.id,
+                    s.tokens.len(),
+                    s.computed
+                ));
+            }
+            if s.generated() > s.max_new_tokens {
+                return Err(format!("{} drew more than max_new_tokens", s.id));
+            }
+            if s.state == State::Paused {
+                let larger = self.table.views().iter().any(|v| v.capacity > capacity);
+                if capacity >= s.reply_end || !larger {
+                    return Err(format!(
+                        "{} paused in {} ({capacity}) with reply end {} and larger session: {larger}",
+                        s.id, s.session, s.reply_end
+                    ));
+                }
+            }
+        }
+        for view in self.table.views() {
+            if let Some(holder) = view.holder {
+                if self.index_of(holder).is_none() {
+                    return Err(format!(
+                        "{} is held by {holder}, which is not live",
+                        view.id
+                    ));
+                }
+            }
+        }
+        if self.queue.len() > self.config.queue_limit {
+            return Err(format!("{} queued over the limit", self.queue.len()));
+        }
+        Ok(())
+    }
+
+    // ----- admission -----
+
+    fn admit(&mut self) {
+        // Bounded: every Admit or Refuse removes a request from the queue.
+        while !self.queue.is_empty() {
+            let needs: Vec<Need> = self.queue.iter().map(|w| w.need).collect();
+            match pick(
+                self.table.views(),
+                self.config.policy,
+                &needs,
+                self.head_passes,
+            ) {
+                Pick::Admit { queue_idx, session } => {
+                    let waiting = self.remove_queued(queue_idx);
+                    self.start(waiting, session);
+                }
+                Pick::Refuse {
+                    queue_idx,
+                    reply_end,
+                    largest,
+                } => {
+                    let waiting = self.remove_queued(queue_idx);
+                    self.counters.refused_at_admission += 1;
+                    self.out.push(Event::Finished {
+                        stream: waiting.id,
+                        reason: FinishReason::ContextFull { reply_end, largest },
+                        prompt_tokens: waiting.need.prompt_tokens,
+                        completion_tokens: 0,
+                    });
+                }
+                Pick::Nothing => break,
+            }
+        }
+        if self.table.num_free() > 0 {
+            for waiting in self.queue.iter_mut().filter(|w| !w.waited) {
+                waiting.waited = true;
+                self.counters.admission_waits += 1;
+            }
+        }
+    }
+
+    /// Takes the request at `queue_idx` out of the queue, keeping the head-pass count right: a
+    /// pass is counted when a later request starts, and the count restarts with each new head.
+    fn remove_queued(&mut self, queue_idx: usize) -> Waiting {
+        let waiting = self
+            .queue
+            .remove(queue_idx)
+            .expect("pick returns a queued index");
+        if queue_idx == 0 {
+            self.head_passes = 0;
+        } else {
+            self.head_passes += 1;
+        }
+        waiting
+    }
+
+    fn unqueue(&mut self, id: StreamId) -> Option<Waiting> {
+        let pos = self.queue.iter().position(|w| w.id == id)?;
+        if pos == 0 {
+            self.head_passes = 0;
+        }
+        self.queue.remove(pos)
+    }
+
+    fn start(&mut self, waiting: Waiting, session: SessionId) {
+        let Waiting {
+            id,
+            request,
+            draft,
+            need,
+            ..
+        } = waiting;
+        self.table.take(session, id);
+        let reply_end = need.reply_end().expect("checked by submit");
+        debug_assert!(
+            self.config.policy != Policy::FirstFree || self.table.capacity(session) >= reply_end,
+            "{id} took {session} on the first-free path without room for its reply end {reply_end}"
+        );
+        let seed = request.sampling.seed.unwrap_or_else(|| default_seed(id));
+        self.live.push(Stream {
+            id,
+            session,
+            state: State::Running,
+            prompt_len: request.prompt.len(),
+            tokens: request.prompt,
+            computed: 0,
+            max_new_tokens: request.max_new_tokens,
+            sampling: request.sampling,
+            rng: Rng::new(seed),
+            stop_tokens: request.stop_tokens,
+            draft,
+            draft_tokens: need.window - 1,
+            top_logprobs: request.top_logprobs,
+            reply_end,
+        });
+        self.counters.streams_admitted += 1;
+    }
+
+    fn drafts_for(&self, draft: DraftMode) -> u64 {
+        match draft {
+            DraftMode::None => 0,
+            DraftMode::Ngram | DraftMode::Mtp => self.config.draft_tokens,
+        }
+    }
+
+    // ----- room, moves and pauses -----
+
+    /// Decides room for every stream before the round: paused ones first, in resume order, then
+    /// running ones in admission order. Each decision sees the moves applied before it.
+    fn make_room(&mut self) {
+        let chunk = self.config.prefill_chunk;
+        let mut paused: Vec<_> = self
+            .live
+            .iter()
+            .filter(|s| s.state == State::Paused)
+            .map(|s| s.round_view(chunk))
+            .collect();
+        resume_order(self.table.views(), &mut paused);
+        let running = self
+            .live
+            .iter()
+            .filter(|s| s.state == State::Running)
+            .map(|s| s.id);
+        let order: Vec<StreamId> = paused.iter().map(|s| s.stream).chain(running).collect();
+        for id in order {
+            self.place(id);
+        }
+    }
+
+    /// After a release: paused streams retry their moves, smallest session first.
+    fn resume_paused(&mut self) {
+        let chunk = self.config.prefill_chunk;
+        let mut paused: Vec<_> = self
+            .live
+            .iter()
+            .filter(|s| s.state == State::Paused)
+            .map(|s| s.round_view(chunk))
+            .collect();
+        resume_order(self.table.views(), &mut paused);
+        for view in paused {
+            self.place(view.stream);
+        }
+    }
+
+    /// Applies `room()` to one stream that is running or paused.
+    fn place(&mut self, id: StreamId) {
+        let Some(idx) = self.index_of(id) else { return };
+        if self.live[idx].is_finished() {
+            return;
+        }
+        let view = self.live[idx].round_view(self.config.prefill_chunk);
+        match room(self.table.views(), &view) {
+            Room::Hold | Room::Continue => self.live[idx].state = State::Running,
+            Room::Move(to) => self.move_stream(idx, to),
+            Room::Pause => self.pause(idx),
+            Room::Full => {
+                let capacity = self.table.capacity(view.session);
+                self.finish(
+                    idx,
+                    FinishReason::Error(format!(
+                        "{id} outgrew {} ({capacity} tokens) and no larger session exists for its \
+                         reply end {}",
+                        view.session, view.reply_end
+                    )),
+                );
+            }
+        }
+    }
+
+    fn move_stream(&mut self, idx: usize, to: SessionId) {
+        let (id, from) = (self.live[idx].id, self.live[idx].session);
+        match self.target.move_state(from, to) {
+            Ok(()) => {
+                self.table.transfer(from, to, id);
+                let stream = &mut self.live[idx];
+                stream.session = to;
+                stream.state = State::Running;
+                self.counters.moves += 1;
+            }
+            Err(fault) => {
+                self.counters.move_faults += 1;
+                match after_failed_move(&fault) {
+                    AfterMove::KeepWaiting => self.pause(idx),
+                    AfterMove::EndStream => self.finish(
+                        idx,
+                        FinishReason::Error(format!(
+                            "{id} could not move from {from} to {to}: {fault}"
+                        )),
+                    ),
+                }
+            }
+        }
+    }
+
+    fn pause(&mut self, idx: usize) {
+        let stream = &mut self.live[idx];
+        if stream.state != State::Paused {
+            stream.state = State::Paused;
+            self.counters.pauses += 1;
+        }
+    }
+
+    // ----- the round -----
+
+    fn compute(&mut self) {
+        let plans = self.plan_windows();
+        if plans.is_empty() {
+            return;
+        }
+        let windows: Vec<Window<'_>> = plans
+            .iter()
+            .map(|p| Window {
+                session: p.session,
+                start: p.start,
+                tokens: &p.tokens,
+                num_logits: p.num_logits,
+            })
+            .collect();
+        self.counters.forward_calls += 1;
+        let result = self.target.forward(&windows);
+        drop(windows);
+        let outputs = match result {
+            Ok(outputs) => outputs,
+            Err(error) => {
+                for plan in &plans {
+                    self.finish(
+                        plan.idx,
+                        FinishReason::Error(format!("the round failed: {error}")),
+                    );
+                }
+                return;
+            }
+        };
+        let well_formed = outputs.len() == plans.len()
+            && plans
+                .iter()
+                .zip(&outputs)
+                .all(|(p, o)| o.len() == p.num_logits * self.vocab);
+        if !well_formed {
+            for plan in &plans {
+                self.finish(
+                    plan.idx,
+                    FinishReason::Error("the model returned logits of the wrong shape".into()),
+                );
+            }
+            return;
+        }
+        for (plan, logits) in plans.into_iter().zip(outputs) {
+            self.absorb(plan, &logits);
+        }
+    }
+
+    /// The windows of this round: every running stream's next prompt chunk, or its last token
+    /// followed by its drafts.
+    fn plan_windows(&mut self) -> Vec<Planned> {
+        let chunk = self.config.prefill_chunk;
+        let mut plans = Vec::with_capacity(self.live.len());
+        for idx in 0..self.live.len() {
+            let stream = &self.live[idx];
+            if stream.state != State::Running {
+                continue;
+            }
+            let start = stream.computed;
+            let session = stream.session;
+            debug_assert!(
+                start + stream.next_width(chunk) <= self.table.capacity(session),
+                "{} would write past {} (start {start}, width {})",
+                stream.id,
+                session,
+                stream.next_width(chunk)
+            );
+            if stream.in_prompt() {
+                let width = stream.next_width(chunk) as usize;
+                let from = start as usize;
+                let last_chunk = from + width == stream.prompt_len;
+                plans.push(Planned {
+                    idx,
+                    session,
+                    start,
+                    tokens: stream.tokens[from..from + width].to_vec(),
+                    drafts: 0,
+                    num_logits: usize::from(last_chunk),
+                });
+                continue;
+            }
+            let max_drafts = stream.max_drafts() as usize;
+            let last = *stream.tokens.last().expect("a reply has a token");
+            let proposed = match stream.draft {
+                DraftMode::None => Vec::new(),
+                DraftMode::Ngram => ngram_draft(&stream.tokens, max_drafts),
+                DraftMode::Mtp if max_drafts == 0 => Vec::new(),
+                DraftMode::Mtp => match self.target.draft(session, last, max_drafts) {
+                    Ok(drafts) => drafts,
+                    Err(error) => {
+                        let id = self.live[idx].id;
+                        self.finish(
+                            idx,
+                            FinishReason::Error(format!("drafting for {id} failed: {error}")),
+                        );
+                        continue;
+                    }
+                },
+            };
+            // Keep what the window can verify: at most `max_drafts`, cut at any id outside the
+            // vocabulary (a drafter bug must not reach the target).
+            let vocab = self.vocab;
+            let drafts: Vec<u32> = proposed
+                .into_iter()
+                .take(max_drafts)
+                .take_while(|&t| (t as usize) < vocab)
+                .collect();
+            self.counters.draft_proposed += drafts.len() as u64;
+            let mut tokens = Vec::with_capacity(1 + drafts.len());
+            tokens.push(last);
+            tokens.extend_from_slice(&drafts);
+            plans.push(Planned {
+                idx,
+                session,
+                start,
+                num_logits: tokens.len(),
+                drafts: drafts.len(),
+                tokens,
+            });
+        }
+        plans
+    }
+
+    /// Takes one stream's logits: advances its computed positions, verifies its drafts, rolls
+    /// back the rejected ones, draws its next token and applies the stop rules.
+    fn absorb(&mut self, plan: Planned, logits: &[f32]) {
+        let stream = &mut self.live[plan.idx];
+        let width = plan.tokens.len() as u64;
+        if stream.in_prompt() {
+            self.counters.prompt_tokens += width;
+        }
+        stream.computed = plan.start + width;
+        if plan.num_logits == 0 {
+            return;
+        }
+        let rows: Vec<&[f32]> = logits.chunks_exact(self.vocab).collect();
+        let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
+        let verdict = match verify(&rows, drafts, &stream.sampling, &mut stream.rng) {
+            Ok(verdict) => verdict,
+            Err(error) => {
+                let message = format!("sampling {} failed: {error}", stream.id);
+                self.finish(plan.idx, FinishReason::Error(message));
+                return;
+            }
+        };
+        self.counters.draft_accepted += verdict.accepted as u64;
+        let rejected = (plan.drafts - verdict.accepted) as u64;
+        if rejected > 0 {
+            stream.computed -= rejected;
+            if let Err(error) = self.target.truncate(plan.session, stream.computed) {
+                let message = format!("rolling back {}'s drafts failed: {error}", stream.id);
+                self.finish(plan.idx, FinishReason::Error(message));
+                return;
+            }
+        }
+        let drawn = drafts[..verdict.accepted]
+            .iter()
+            .copied()
+            .chain(std::iter::once(verdict.next));
+        for (token, row) in drawn.zip(&rows) {
+            let stream = &mut self.live[plan.idx];
+            if stream.stop_tokens.contains(&token) {
+                self.finish(plan.idx, FinishReason::Stop);
+                return;
+            }
+            stream.tokens.push(token);
+            self.counters.tokens_generated += 1;
+            self.out.push(Event::Token {
+                stream: stream.id,
+                token,
+                logprob: logprob(row, token),
+                top_logprobs: top_logprobs(row, stream.top_logprobs as usize),
+            });
+            if stream.generated() >= stream.max_new_tokens {
+                self.finish(plan.idx, FinishReason::Length);
+                return;
+            }
+        }
+    }
+
+    // ----- endings -----
+
+    /// Ends a live stream's reply. It keeps its session until the next sweep.
+    fn finish(&mut self, idx: usize, reason: FinishReason) {
+        let stream = &mut self.live[idx];
+        debug_assert!(!stream.is_finished(), "{} finished twice", stream.id);
+        stream.state = State::Finished;
+        let (prompt_tokens, completion_tokens) = stream.usage();
+        self.counters.streams_finished += 1;
+        if matches!(reason, FinishReason::Error(_)) {
+            self.counters.streams_failed += 1;
+        }
+        self.out.push(Event::Finished {
+            stream: stream.id,
+            reason,
+            prompt_tokens,
+            completion_tokens,
+        });
+    }
+
+    /// Releases finished streams until none is left. Each release lets paused streams retry
+    /// their moves, and a retry that fails ends that stream, which then needs its own release:
+    /// a single pass over the streams finished beforehand would leave it holding its session.
+    fn sweep(&mut self) {
+        // Bounded: every pass removes one stream from `live`, and nothing adds to it here.
+        while let Some(idx) = self.live.iter().position(Stream::is_finished) {
+            let stream = self.live.remove(idx);
+            self.table.release(stream.session, stream.id);
+            self.target.release(stream.session);
+            self.resume_paused();
+        }
+    }
+
+    // ----- lookups -----
+
+    fn index_of(&self, id: StreamId) -> Option<usize> {
+        self.live.iter().position(|s| s.id == id)
+    }
+
+    fn stream(&self, id: StreamId) -> Option<&Stream> {
+        self.live.iter().find(|s| s.id == id)
+    }
+
+    fn live_ids(&self) -> Vec<StreamId> {
+        self.live.iter().map(|s| s.id).collect()
+    }
+}

@@ -1,0 +1,167 @@
+//! What the host asks of the engine, and why the engine may refuse at once.
+
+use crate::target::Target;
+use slots::{StreamId, MAX_WINDOW};
+
+/// The most alternatives a token event carries (OpenAI allows up to 20 `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: u8 = 20;
+
+/// How a stream proposes drafts for its windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DraftMode {
+    /// Windows of one token.
+    #[default]
+    None,
+    /// Prompt lookup: the tokens that followed the latest earlier occurrence of the stream's last
+    /// few tokens ([`crate::ngram_draft`]).
+    Ngram,
+    /// The model's own multi-token-prediction head ([`Target::draft`]).
+    Mtp,
+}
+
+/// How tokens are drawn from a stream's logits. `temperature == 0` is greedy and ignores the rest.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens; 0 keeps all.
+    pub top_k: u32,
+    /// Keep the smallest most-likely-first set whose mass reaches `top_p`; 1 keeps all.
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p ×` the most likely; 0 keeps all.
+    pub min_p: f32,
+    /// Seed of the stream's own RNG; `None` derives one from the stream id.
+    pub seed: Option<u64>,
+}
+
+impl SamplingParams {
+    pub fn greedy() -> SamplingParams {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: None,
+        }
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+impl Default for SamplingParams {
+    fn default() -> SamplingParams {
+        SamplingParams::greedy()
+    }
+}
+
+/// One request: a prompt to continue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    pub max_new_tokens: u64,
+    pub sampling: SamplingParams,
+    /// Token ids that end the reply (reason `stop`); the stop token itself is not emitted.
+    pub stop_tokens: Vec<u32>,
+    /// `None` uses the engine's [`crate::EngineConfig::draft`].
+    pub draft: Option<DraftMode>,
+    /// How many alternatives each token event carries (0 ..= [`MAX_TOP_LOGPROBS`]).
+    pub top_logprobs: u8,
+}
+
+impl Request {
+    /// A greedy request with no stop tokens, the engine's draft mode and no alternatives.
+    pub fn new(prompt: Vec<u32>, max_new_tokens: u64) -> Request {
+        Request {
+            prompt,
+            max_new_tokens,
+            sampling: SamplingParams::greedy(),
+            stop_tokens: Vec::new(),
+            draft: None,
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// Why `submit` refused a request at once. Nothing was queued and no session was touched.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The reply end (prompt + max_new + window) does not fit the largest session (HTTP 400
+    /// `context_full`). `reply_end` is `u64::MAX` when the sum itself overflowed.
+    #[error("the reply needs {reply_end} tokens of context but the largest session holds {largest}; shorten the prompt or lower max_tokens")]
+    ContextFull { reply_end: u64, largest: u64 },
+    /// The admission queue holds its limit already (HTTP 429/503): retry later.
+    #[error("the admission queue is full ({limit} requests waiting); retry later")]
+    QueueFull { limit: usize },
+    /// A parameter is out of range (HTTP 400 naming `param`).
+    #[error("`{param}`: {message}")]
+    Invalid {
+        param: &'static str,
+        message: String,
+    },
+}
+
+fn invalid(param: &'static str, message: String) -> Refusal {
+    Refusal::Invalid { param, message }
+}
+
+/// Checks every field that the engine would otherwise have to trust.
+pub(crate) fn validate<T: Target>(
+    request: &Request,
+    target: &T,
+    draft: DraftMode,
+    draft_tokens: u64,
+) -> Result<(), Refusal> {
+    let vocab = target.vocab_size() as u64;
+    if request.prompt.is_empty() {
+        return Err(invalid("prompt", "the prompt has no tokens".into()));
+    }
+    if let Some(bad) = request.prompt.iter().find(|&&t| t as u64 >= vocab) {
+        return Err(invalid(
+            "prompt",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    if request.max_new_tokens == 0 {
+        return Err(invalid("max_tokens", "must be at least 1".into()));
+    }
+    let s = &request.sampling;
+    if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+        return Err(invalid(
+            "temperature",
+            format!("must be a finite number ≥ 0, got {}", s.temperature),
+        ));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return Err(invalid(
+            "top_p",
+            format!("must be in (0, 1], got {}", s.top_p),
+        ));
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return Err(invalid(
+            "min_p",
+            format!("must be in [0, 1], got {}", s.min_p),
+        ));
+    }
+    if request.top_logprobs > MAX_TOP_LOGPROBS {
+        return Err(invalid(
+            "top_logprobs",
+            format!("at most {MAX_TOP_LOGPROBS}, got {}", request.top_logprobs),
+        ));
+    }
+    if draft == DraftMode::Mtp && !target.has_drafter() {
+        return Err(invalid(
+            "draft",
+            "this model has no MTP head; use `ngram` or `none`".into(),
+        ));
+    }
+    debug_assert!(draft_tokens < MAX_WINDOW, "checked by Engine::new");
+    Ok(())
+}
+
+/// The seed of a stream that did not give one: a fixed function of its id, so an unseeded run is
+/// still reproducible on the same engine.
+pub(crate) fn default_seed(stream: StreamId) -> u64 {
+    crate::sampling::mix64(stream.0 ^ 0x6C61_6E65_5F73_6565) // "lane_see"
+}

@@ -1,0 +1,436 @@
+//! Drawing tokens on the host from one stream's own logits.
+//!
+//! Everything here is a pure function of a logits row, the stream's sampling parameters and the
+//! stream's own [`Rng`], so a stream's reply never depends on what else runs beside it (SPEC §9).
+//!
+//! The order of operations is fixed and documented, because it is part of the output:
+//! 1. greedy (`temperature == 0`): the largest logit, the lowest token id on ties;
+//! 2. otherwise weights `exp((logit − max) / temperature)` in `f64`, then
+//!    top-k (the `k` heaviest), then top-p (the smallest heaviest-first prefix whose mass reaches
+//!    `p`), then min-p (drop weights below `min_p × heaviest`), then one draw from what is left,
+//!    walking the candidates heaviest first (ties: lowest id) when top-k or top-p sorted them, in
+//!    token-id order otherwise.
+//!
+//! Drafts are verified here too ([`verify`]): greedy accepts exactly the matching prefix; sampled
+//! verification is standard speculative acceptance for a deterministic (one-hot) proposal: accept
+//! draft `d` with probability `p(d)`, else draw from `p` with `d` removed and renormalised. The
+//! output distribution is then exactly that of plain sampling.
+
+use crate::request::SamplingParams;
+use std::cmp::Ordering;
+
+/// A stream's random number generator: SplitMix64 (Steele, Lea and Flood, 2014).
+///
+/// Why our own and not a crate: the sequence is part of the product (a seeded reply must be the
+/// same tomorrow as today), so it must never change under a dependency upgrade; SplitMix64 is
+/// eight lines, passes BigCrush, and its 64-bit state makes a stream's RNG trivially cheap to own.
+/// It advances only when its own stream draws a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rng {
+    state: u64,
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng { state: seed }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix64(self.state)
+    }
+
+    /// Uniform in `[0, 1)` with 53 bits of precision.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// SplitMix64's finaliser: a bijective 64-bit mix. Also used to derive seeds.
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A row the sampler cannot use.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SampleError {
+    #[error("the model returned a logits row with no finite value")]
+    NoFiniteLogit,
+}
+
+/// The token with the largest logit; the lowest id on ties. NaN counts as −∞.
+pub fn argmax(row: &[f32]) -> Result<u32, SampleError> {
+    let mut best: Option<(usize, f32)> = None;
+    for (id, &logit) in row.iter().enumerate() {
+        if !logit.is_finite() && logit != f32::INFINITY {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| logit > b) {
+            best = Some((id, logit));
+        }
+    }
+    best.map(|(id, _)| id as u32)
+        .ok_or(SampleError::NoFiniteLogit)
+}
+
+/// `log p(token)` under the model's own distribution (the raw row, before temperature or any
+/// truncation), as OpenAI's `logprobs` report it.
+pub fn logprob(row: &[f32], token: u32) -> f32 {
+    let lse = log_sum_exp(row);
+    (row[token as usize] as f64 - lse) as f32
+}
+
+/// The `n` most likely tokens of the raw row with their log-probabilities, most likely first
+/// (ties: lowest id).
+pub fn top_logprobs(row: &[f32], n: usize) -> Vec<(u32, f32)> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let lse = log_sum_exp(row);
+    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| {
+        let (la, lb) = (
+            finite_or_min(row[*a as usize]),
+            finite_or_min(row[*b as usize]),
+        );
+        lb.partial_cmp(&la)
+            .unwrap_or(Ordering::Equal)
+            .then(a.cmp(b))
+    };
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_logit);
+        ids.truncate(n);
+    }
+    ids.sort_by(by_logit);
+    ids.into_iter()
+        .map(|id| (id, (row[id as usize] as f64 - lse) as f32))
+        .collect()
+}
+
+fn finite_or_min(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        x
+    }
+}
+
+fn log_sum_exp(row: &[f32]) -> f64 {
+    let max = row
+        .iter()
+        .copied()
+        .map(finite_or_min)
+        .fold(f32::NEG_INFINITY, f32::max) as f64;
+    if !max.is_finite() {
+        return max;
+    }
+    let sum: f64 = row
+        .iter()
+        .map(|&l| (finite_or_min(l) as f64 - max).exp())
+        .sum();
+    max + sum.ln()
+}
+
+/// The distribution a sampled stream draws from: candidate tokens with weights, in draw order.
+#[derive(Clone, Debug)]
+pub struct Distribution {
+    candidates: Vec<(u32, f64)>,
+    total: f64,
+}
+
+impl Distribution {
+    /// Applies temperature, top-k, top-p and min-p to `row` (see the module docs for the order).
+    pub fn new(row: &[f32], params: &SamplingParams) -> Result<Distribution, SampleError> {
+        debug_assert!(
+            params.temperature > 0.0,
+            "a greedy stream has no distribution"
+        );
+        let max = row
+            .iter()
+            .copied()
+            .map(finite_or_min)
+            .fold(f32::NEG_INFINITY, f32::max);
+        if !max.is_finite() {
+            return Err(SampleError::NoFiniteLogit);
+        }
+        let temperature = params.temperature as f64;
+        let mut candidates: Vec<(u32, f64)> = row
+            .iter()
+            .enumerate()
+            .map(|(id, &l)| {
+                (
+                    id as u32,
+                    ((finite_or_min(l) - max) as f64 / temperature).exp(),
+                )
+            })
+            .filter(|&(_, w)| w > 0.0)
+            .collect();
+        // The heaviest always survives (its weight is exp(0) = 1), so `candidates` is never empty.
+        let heaviest_first = |a: &(u32, f64), b: &(u32, f64)| {
+            b.1.partial_cmp(&a.1)
+                .unwrap_or(Ordering::Equal)
+                .then(a.0.cmp(&b.0))
+        };
+        let top_k = params.top_k as usize;
+        if top_k > 0 && top_k < candidates.len() {
+            candidates.select_nth_unstable_by(top_k - 1, heaviest_first);
+            candidates.truncate(top_k);
+            candidates.sort_by(heaviest_first);
+        }
+        if params.top_p < 1.0 {
+            if top_k == 0 || top_k >= row.len() {
+                candidates.sort_by(heaviest_first);
+            }
+            let total: f64 = candidates.iter().map(|c| c.1).sum();
+            let goal = params.top_p as f64 * total;
+            let mut mass = 0.0;
+            let keep = candidates
+                .iter()
+                .position(|c| {
+                    mass += c.1;
+                    mass >= goal
+                })
+                .map_or(candidates.len(), |last| last + 1);
+            candidates.truncate(keep);
+        }
+        if params.min_p > 0.0 {
+            // The heaviest has weight 1 (it is the maximum logit), so the floor is min_p itself.
+            let floor = params.min_p as f64;
+            candidates.retain(|c| c.1 >= floor);
+        }
+        let total = candidates.iter().map(|c| c.1).sum();
+        Ok(Distribution { candidates, total })
+    }
+
+    /// The probability of drawing `token`.
+    pub fn prob(&self, token: u32) -> f64 {
+        self.candidates
+            .iter()
+            .find(|c| c.0 == token)
+            .map_or(0.0, |c| c.1 / self.total)
+    }
+
+    /// One draw: walks the candidates in order until the mass passes `u × total`.
+    pub fn sample(&self, rng: &mut Rng) -> u32 {
+        let goal = rng.next_f64() * self.total;
+        let mut mass = 0.0;
+        for &(id, w) in &self.candidates {
+            mass += w;
+            if mass > goal {
+                return id;
+            }
+        }
+        // Rounding can leave `goal` a hair above the running sum: the last candidate.
+        self.candidates.last().expect("never empty").0
+    }
+
+    /// The same distribution with `token` removed and the rest renormalised; `None` when nothing
+    /// is left (then `token` had probability 1 and could not have been rejected).
+    pub fn without(mut self, token: u32) -> Option<Distribution> {
+        self.candidates.retain(|c| c.0 != token);
+        self.total = self.candidates.iter().map(|c| c.1).sum();
+        (!self.candidates.is_empty() && self.total > 0.0).then_some(self)
+    }
+}
+
+/// Draws the next token from one row.
+pub fn sample(row: &[f32], params: &SamplingParams, rng: &mut Rng) -> Result<u32, SampleError> {
+    if params.is_greedy() {
+        argmax(row)
+    } else {
+        Ok(Distribution::new(row, params)?.sample(rng))
+    }
+}
+
+/// What the target's rows say about a window's drafts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// How many drafts, from the first, are accepted.
+    pub accepted: usize,
+    /// The token drawn after the accepted drafts: a correction, or a bonus when all were accepted.
+    pub next: u32,
+}
+
+/// Verifies `drafts` against `rows`: `rows[i]` is the target's distribution for the position of
+/// `drafts[i]`, and `rows[drafts.len()]` the one after the last draft.
+pub fn verify(
+    rows: &[&[f32]],
+    drafts: &[u32],
+    params: &SamplingParams,
+    rng: &mut Rng,
+) -> Result<Verdict, SampleError> {
+    assert_eq!(
+        rows.len(),
+        drafts.len() + 1,
+        "verify needs one row per draft plus one"
+    );
+    for (i, &draft) in drafts.iter().enumerate() {
+        if params.is_greedy() {
+            let best = argmax(rows[i])?;
+            if best != draft {
+                return Ok(Verdict {
+                    accepted: i,
+                    next: best,
+                });
+            }
+        } else {
+            let dist = Distribution::new(rows[i], params)?;
+            if rng.next_f64() >= dist.prob(draft) {
+                let next = match dist.without(draft) {
+                    Some(rest) => rest.sample(rng),
+                    None => draft, // p(draft) = 1 cannot be rejected; kept total for safety.
+                };
+                return Ok(Verdict { accepted: i, next });
+            }
+        }
+    }
+    let next = sample(rows[drafts.len()], params, rng)?;
+    Ok(Verdict {
+        accepted: drafts.len(),
+        next,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampled(temperature: f32) -> SamplingParams {
+        SamplingParams {
+            temperature,
+            ..SamplingParams::greedy()
+        }
+    }
+
+    #[test]
+    fn splitmix64_matches_its_published_sequence() {
+        // Reference values of SplitMix64 seeded with 1234567 (from the public-domain C code).
+        let mut rng = Rng::new(1234567);
+        assert_eq!(rng.next_u64(), 6457827717110365317);
+        assert_eq!(rng.next_u64(), 3203168211198807973);
+        assert_eq!(rng.next_u64(), 9817491932198370423);
+    }
+
+    #[test]
+    fn greedy_takes_the_lowest_id_on_ties_and_skips_nan() {
+        assert_eq!(argmax(&[0.5, 2.0, 2.0, 1.0]), Ok(1));
+        assert_eq!(argmax(&[f32::NAN, -1.0, -3.0]), Ok(1));
+        assert_eq!(
+            argmax(&[f32::NAN, f32::NAN]),
+            Err(SampleError::NoFiniteLogit)
+        );
+        assert_eq!(argmax(&[]), Err(SampleError::NoFiniteLogit));
+    }
+
+    #[test]
+    fn logprobs_are_the_raw_log_softmax() {
+        let row = [0.0f32, (2.0f32).ln(), (5.0f32).ln()];
+        assert!((logprob(&row, 2) - (5.0f32 / 8.0).ln()).abs() < 1e-6);
+        let top = top_logprobs(&row, 2);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
+        assert!((top[1].1 - (2.0f32 / 8.0).ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_top_p_and_min_p_cut_the_tail() {
+        // Probabilities 0.5, 0.25, 0.125, 0.125 at temperature 1.
+        let row = [2f32.ln() * 2.0, 2f32.ln(), 0.0, 0.0];
+        let all = Distribution::new(&row, &sampled(1.0)).unwrap();
+        assert!((all.prob(0) - 0.5).abs() < 1e-9);
+        let k2 = Distribution::new(
+            &row,
+            &SamplingParams {
+                top_k: 2,
+                ..sampled(1.0)
+            },
+        )
+        .unwrap();
+        assert!((k2.prob(0) - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(k2.prob(2), 0.0);
+        let p = Distribution::new(
+            &row,
+            &SamplingParams {
+                top_p: 0.7,
+                ..sampled(1.0)
+            },
+        )
+        .unwrap();
+        assert!((p.prob(1) - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(p.prob(3), 0.0);
+        let m = Distribution::new(
+            &row,
+            &SamplingParams {
+                min_p: 0.3,
+                ..sampled(1.0)
+            },
+        )
+        .unwrap();
+        assert!(m.prob(1) > 0.0);
+        assert_eq!(m.prob(2), 0.0);
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution() {
+        let row = [2f32.ln() * 2.0, 2f32.ln(), 0.0, 0.0];
+        let mut rng = Rng::new(7);
+        let mut counts = [0u32; 4];
+        for _ in 0..40_000 {
+            counts[sample(&row, &sampled(1.0), &mut rng).unwrap() as usize] += 1;
+        }
+        let freq0 = counts[0] as f64 / 40_000.0;
+        assert!((freq0 - 0.5).abs() < 0.01, "{counts:?}");
+        let freq2 = counts[2] as f64 / 40_000.0;
+        assert!((freq2 - 0.125).abs() < 0.01, "{counts:?}");
+    }
+
+    #[test]
+    fn greedy_verification_accepts_exactly_the_matching_prefix() {
+        let a = [0.0f32, 1.0, 0.0];
+        let b = [1.0f32, 0.0, 0.0];
+        let c = [0.0f32, 0.0, 1.0];
+        let rows: [&[f32]; 4] = [&a, &b, &c, &a];
+        let mut rng = Rng::new(0);
+        let greedy = SamplingParams::greedy();
+        assert_eq!(
+            verify(&rows, &[1, 0, 2], &greedy, &mut rng).unwrap(),
+            Verdict {
+                accepted: 3,
+                next: 1
+            }
+        );
+        assert_eq!(
+            verify(&rows, &[1, 2, 2], &greedy, &mut rng).unwrap(),
+            Verdict {
+                accepted: 1,
+                next: 0
+            }
+        );
+        // Greedy verification never draws from the RNG.
+        assert_eq!(rng, Rng::new(0));
+    }
+
+    #[test]
+    fn speculative_acceptance_keeps_the_output_distribution() {
+        // One draft, always token 1 (p = 0.25): the first token drawn through verification must
+        // still be distributed as p.
+        let row = [2f32.ln() * 2.0, 2f32.ln(), 0.0, 0.0];
+        let rows: [&[f32]; 2] = [&row, &row];
+        let mut rng = Rng::new(99);
+        let mut counts = [0u32; 4];
+        let n = 40_000;
+        for _ in 0..n {
+            let v = verify(&rows, &[1], &sampled(1.0), &mut rng).unwrap();
+            let first = if v.accepted == 1 { 1 } else { v.next };
+            counts[first as usize] += 1;
+        }
+        let expect = [0.5, 0.25, 0.125, 0.125];
+        for (count, p) in counts.iter().zip(expect) {
+            assert!(
+                (*count as f64 / n as f64 - p).abs() < 0.01,
+                "{counts:?} against {expect:?}"
+            );
+        }
+    }
+}

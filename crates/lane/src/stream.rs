@@ -1,0 +1,86 @@
+//! A stream: tokens known, tokens computed.
+//!
+//! `tokens` holds the prompt and every token drawn so far; `computed` counts the positions the
+//! target holds in the stream's session. While `computed < tokens.len() - 1` the stream is still
+//! reading its prompt; afterwards exactly one token (the last drawn) is known but not computed,
+//! and it heads the next window. There is no separate prefill or decode phase beyond that.
+
+use crate::request::{DraftMode, SamplingParams};
+use crate::sampling::Rng;
+use slots::{RoundStream, SessionId, StreamId};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Computes a window each round.
+    Running,
+    /// Outgrew its session with no larger one free: skipped by rounds until a move succeeds.
+    Paused,
+    /// Its reply is over; it still holds its session until the next sweep releases it.
+    Finished,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Stream {
+    pub id: StreamId,
+    pub session: SessionId,
+    pub state: State,
+    pub prompt_len: usize,
+    pub tokens: Vec<u32>,
+    pub computed: u64,
+    pub max_new_tokens: u64,
+    pub sampling: SamplingParams,
+    pub rng: Rng,
+    pub stop_tokens: Vec<u32>,
+    pub draft: DraftMode,
+    /// Drafts per window (0 when `draft` is `None`).
+    pub draft_tokens: u64,
+    pub top_logprobs: u8,
+    /// `prompt + max_new + window`, fixed at admission.
+    pub reply_end: u64,
+}
+
+impl Stream {
+    /// Tokens drawn so far.
+    pub fn generated(&self) -> u64 {
+        (self.tokens.len() - self.prompt_len) as u64
+    }
+
+    /// Still reading its prompt: no token drawn yet.
+    pub fn in_prompt(&self) -> bool {
+        self.generated() == 0
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.state == State::Finished
+    }
+
+    /// Drafts the next window may carry: no more than would let the reply pass `max_new_tokens`
+    /// (a window accepting every draft draws `drafts + 1` tokens).
+    pub fn max_drafts(&self) -> u64 {
+        let remaining = self.max_new_tokens.saturating_sub(self.generated());
+        self.draft_tokens.min(remaining.saturating_sub(1))
+    }
+
+    /// Positions the next round may write: a prompt chunk, or the last token and its drafts.
+    pub fn next_width(&self, prefill_chunk: u64) -> u64 {
+        if self.in_prompt() {
+            (self.prompt_len as u64 - self.computed).min(prefill_chunk)
+        } else {
+            1 + self.max_drafts()
+        }
+    }
+
+    pub fn round_view(&self, prefill_chunk: u64) -> RoundStream {
+        RoundStream {
+            stream: self.id,
+            session: self.session,
+            used_tokens: self.computed,
+            reply_end: self.reply_end,
+            window: self.next_width(prefill_chunk),
+        }
+    }
+
+    pub fn usage(&self) -> (u64, u64) {
+        (self.prompt_len as u64, self.generated())
+    }
+}

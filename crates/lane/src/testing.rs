@@ -1,0 +1,499 @@
+//! A deterministic fake model for the engine's tests (feature `testing`).
+//!
+//! Its session state is the whole token history written to the session, kept as a chain of
+//! hashes: the logits of a position are a fixed function of the hash of *every* token before it.
+//! So any mistake the engine could make with model state shows up in the reply: a lost or
+//! duplicated row, a window written at the wrong position, a rejected draft not rolled back, a
+//! move to the wrong session or a move that loses rows all change every later token.
+//!
+//! It is strict about the contract of [`Target`]: a window must start where its session ends and
+//! fit its capacity, a move must go to a free, strictly larger session, and two windows of one
+//! round must not share a session; a violation is an error the engine turns into a failed reply.
+//!
+//! Faults are injected through [`FakeFaults`]: the next moves fail with any [`MoveFault`], the next
+//! rounds fail with a device error. A release hook runs while a session is released and may
+//! inject faults then (how the tests make "a release ends another stream" happen).
+
+use crate::sampling::{mix64, Rng};
+use crate::target::{Target, TargetError, Window};
+use slots::{MoveFault, SessionId};
+use std::collections::VecDeque;
+
+/// How the fake behaves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FakeConfig {
+    pub vocab_size: usize,
+    /// Changes every logit and every draft: two seeds are two different models.
+    pub seed: u64,
+    /// Probability that an MTP draft proposes the greedy token (otherwise a wrong one). Decided by
+    /// a hash of the session's history, so the same history always gets the same drafts.
+    pub draft_accept: f64,
+    /// Whether [`Target::draft`] proposes anything.
+    pub has_drafter: bool,
+}
+
+impl Default for FakeConfig {
+    fn default() -> FakeConfig {
+        FakeConfig {
+            vocab_size: 48,
+            seed: 0x5EED,
+            draft_accept: 0.7,
+            has_drafter: true,
+        }
+    }
+}
+
+/// Faults waiting to happen, consumed in order.
+#[derive(Debug, Default)]
+pub struct FakeFaults {
+    moves: VecDeque<MoveFault>,
+    forwards: VecDeque<String>,
+}
+
+impl FakeFaults {
+    /// The next call to `move_state` fails with `fault` (and changes nothing).
+    pub fn fail_next_move(&mut self, fault: MoveFault) {
+        self.moves.push_back(fault);
+    }
+
+    /// The next call to `forward` fails with a device error (and computes nothing).
+    pub fn fail_next_forward(&mut self, message: &str) {
+        self.forwards.push_back(message.to_string());
+    }
+
+    pub fn pending_move_faults(&self) -> usize {
+        self.moves.len()
+    }
+}
+
+/// A move the fake performed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveRecord {
+    pub from: SessionId,
+    pub to: SessionId,
+    /// Positions copied.
+    pub len: u64,
+}
+
+/// Code run while a session is released, with the faults to come.
+pub type ReleaseHook = Box<dyn FnMut(SessionId, &mut FakeFaults) + Send>;
+
+#[derive(Clone, Debug)]
+struct FakeSession {
+    capacity: u64,
+    tokens: Vec<u32>,
+    /// `hashes[i]`: the state after `tokens[..=i]`.
+    hashes: Vec<u64>,
+}
+
+/// The fake model. See the module docs.
+pub struct FakeTarget {
+    config: FakeConfig,
+    /// One salt per vocabulary entry, derived from the seed.
+    salts: Vec<u64>,
+    sessions: Vec<FakeSession>,
+    pub faults: FakeFaults,
+    release_hook: Option<ReleaseHook>,
+    moves: Vec<MoveRecord>,
+    releases: Vec<SessionId>,
+    forward_calls: u64,
+    truncations: u64,
+}
+
+/// The spread of the fake's logits: wide enough that greedy has a clear winner most of the time
+/// and temperature-1 sampling still picks among a handful of tokens.
+const LOGIT_SPREAD: f32 = 8.0;
+
+impl FakeTarget {
+    /// Sessions of these capacities (tokens, margin included), all empty.
+    pub fn new(capacities: &[u64], config: FakeConfig) -> FakeTarget {
+        assert!(config.vocab_size >= 2, "the fake needs two tokens at least");
+        let salts = (0..config.vocab_size as u64)
+            .map(|v| mix64(config.seed ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        FakeTarget {
+            config,
+            salts,
+            sessions: capacities
+                .iter()
+                .map(|&capacity| FakeSession {
+                    capacity,
+                    tokens: Vec::new(),
+                    hashes: Vec::new(),
+                })
+                .collect(),
+            faults: FakeFaults::default(),
+            release_hook: None,
+            moves: Vec::new(),
+            releases: Vec::new(),
+            forward_calls: 0,
+            truncations: 0,
+        }
+    }
+
+    /// Runs `hook` every time a session is released, after its state is cleared.
+    pub fn on_release(&mut self, hook: ReleaseHook) {
+        self.release_hook = Some(hook);
+    }
+
+    /// The tokens written to `session`.
+    pub fn history(&self, session: SessionId) -> &[u32] {
+        &self.sessions[session.0].tokens
+    }
+
+    pub fn moves(&self) -> &[MoveRecord] {
+        &self.moves
+    }
+
+    pub fn releases(&self) -> &[SessionId] {
+        &self.releases
+    }
+
+    pub fn forward_calls(&self) -> u64 {
+        self.forward_calls
+    }
+
+    /// Calls to `truncate` that dropped at least one position (rolled-back drafts).
+    pub fn truncations(&self) -> u64 {
+        self.truncations
+    }
+
+    /// The greedy reply the model gives `prompt`, computed directly from the hash chain: what a
+    /// correct engine must produce for a greedy request (stop tokens end it, not included).
+    pub fn greedy_reply(&self, prompt: &[u32], max_new: u64, stop: &[u32]) -> Vec<u32> {
+        let mut state = prompt.iter().fold(self.root(), |h, &t| chain(h, t));
+        let mut reply = Vec::new();
+        while (reply.len() as u64) < max_new {
+            let token = self.greedy_at(state);
+            if stop.contains(&token) {
+                break;
+            }
+            reply.push(token);
+            state = chain(state, token);
+        }
+        reply
+    }
+
+    /// The state of an empty session.
+    fn root(&self) -> u64 {
+        mix64(self.config.seed ^ 0x726F_6F74) // "root"
+    }
+
+    fn state_of(&self, session: SessionId) -> u64 {
+        self.sessions[session.0]
+            .hashes
+            .last()
+            .copied()
+            .unwrap_or_else(|| self.root())
+    }
+
+    fn logits_at(&self, state: u64, out: &mut Vec<f32>) {
+        out.extend(self.salts.iter().map(|&salt| {
+            let bits = mix64(state ^ salt) >> 40; // 24 bits: exact in f32
+            bits as f32 / (1u32 << 24) as f32 * LOGIT_SPREAD
+        }));
+    }
+
+    fn greedy_at(&self, state: u64) -> u32 {
+        let mut row = Vec::with_capacity(self.config.vocab_size);
+        self.logits_at(state, &mut row);
+        crate::sampling::argmax(&row).expect("the fake's logits are finite")
+    }
+
+    fn check_window(&self, window: &Window<'_>) -> Result<(), TargetError> {
+        let session = self
+            .sessions
+            .get(window.session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{} does not exist", window.session)))?;
+        let len = session.tokens.len() as u64;
+        if window.start != len {
+            return Err(TargetError::Invalid(format!(
+                "a window for {} starts at {} but the session holds {len} positions",
+                window.session, window.start
+            )));
+        }
+        let needed = len + window.tokens.len() as u64;
+        if needed > session.capacity {
+            return Err(TargetError::Overflow {
+                session: window.session,
+                needed,
+                capacity: session.capacity,
+            });
+        }
+        if window.tokens.is_empty() || window.num_logits > window.tokens.len() {
+            return Err(TargetError::Invalid(format!(
+                "a window of {} tokens asks for {} logits rows",
+                window.tokens.len(),
+                window.num_logits
+            )));
+        }
+        if let Some(bad) = window
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
+            return Err(TargetError::Invalid(format!(
+                "token {bad} outside the vocabulary"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The state after `token` follows `state`.
+fn chain(state: u64, token: u32) -> u64 {
+    mix64(state.rotate_left(17) ^ (token as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93))
+}
+
+impl Target for FakeTarget {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        self.sessions.iter().map(|s| s.capacity).collect()
+    }
+
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        self.forward_calls += 1;
+        if let Some(message) = self.faults.forwards.pop_front() {
+            return Err(TargetError::Device(message));
+        }
+        for (i, window) in windows.iter().enumerate() {
+            self.check_window(window)?;
+            if windows[..i].iter().any(|w| w.session == window.session) {
+                return Err(TargetError::Invalid(format!(
+                    "two windows of one round write {}",
+                    window.session
+                )));
+            }
+        }
+        let mut out = Vec::with_capacity(windows.len());
+        for window in windows {
+            let mut state = self.state_of(window.session);
+            let session = &mut self.sessions[window.session.0];
+            for &token in window.tokens {
+                state = chain(state, token);
+                session.tokens.push(token);
+                session.hashes.push(state);
+            }
+            let hashes = &self.sessions[window.session.0].hashes;
+            let first_row = hashes.len() - window.num_logits;
+            let mut logits = Vec::with_capacity(window.num_logits * self.config.vocab_size);
+            for &state in &hashes[first_row..] {
+                self.logits_at(state, &mut logits);
+            }
+            out.push(logits);
+        }
+        Ok(out)
+    }
+
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+        let s = &mut self.sessions[session.0];
+        if len > s.tokens.len() as u64 {
+            return Err(TargetError::Invalid(format!(
+                "truncating {session} to {len} positions, it holds {}",
+                s.tokens.len()
+            )));
+        }
+        if len < s.tokens.len() as u64 {
+            self.truncations += 1;
+        }
+        s.tokens.truncate(len as usize);
+        s.hashes.truncate(len as usize);
+        Ok(())
+    }
+
+    fn has_drafter(&self) -> bool {
+        self.config.has_drafter
+    }
+
+    /// Follows the greedy path from `next_token`, proposing the greedy token with probability
+    /// `draft_accept` and a different one otherwise; every choice is a hash of the history.
+    fn draft(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        if !self.config.has_drafter {
+            return Ok(Vec::new());
+        }
+        let vocab = self.config.vocab_size as u64;
+        let mut state = chain(self.state_of(session), next_token);
+        let mut drafts = Vec::with_capacity(num_drafts);
+        for _ in 0..num_drafts {
+            let greedy = self.greedy_at(state);
+            let mut coin = Rng::new(state ^ self.config.seed ^ 0x64_7261_6674); // "draft"
+            let draft = if coin.next_f64() < self.config.draft_accept {
+                greedy
+            } else {
+                ((greedy as u64 + 1 + coin.next_u64() % (vocab - 1)) % vocab) as u32
+            };
+            drafts.push(draft);
+            state = chain(state, draft);
+        }
+        Ok(drafts)
+    }
+
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+        if let Some(fault) = self.faults.moves.pop_front() {
+            return Err(fault);
+        }
+        let (source, target) = (&self.sessions[from.0], &self.sessions[to.0]);
+        if from == to || !target.tokens.is_empty() || target.capacity <= source.capacity {
+            return Err(MoveFault::Device(format!(
+                "fake target: a move must go to a free, larger session ({from} of {} with {} \
+                 positions to {to} of {} with {})",
+                source.capacity,
+                source.tokens.len(),
+                target.capacity,
+                target.tokens.len()
+            )));
+        }
+        let source = &mut self.sessions[from.0];
+        let moved = FakeSession {
+            capacity: source.capacity,
+            tokens: std::mem::take(&mut source.tokens),
+            hashes: std::mem::take(&mut source.hashes),
+        };
+        self.moves.push(MoveRecord {
+            from,
+            to,
+            len: moved.tokens.len() as u64,
+        });
+        let target = &mut self.sessions[to.0];
+        target.tokens = moved.tokens;
+        target.hashes = moved.hashes;
+        Ok(())
+    }
+
+    fn release(&mut self, session: SessionId) {
+        let s = &mut self.sessions[session.0];
+        s.tokens.clear();
+        s.hashes.clear();
+        self.releases.push(session);
+        if let Some(hook) = self.release_hook.as_mut() {
+            hook(session, &mut self.faults);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake() -> FakeTarget {
+        FakeTarget::new(&[64, 64], FakeConfig::default())
+    }
+
+    fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
+        Window {
+            session: SessionId(session),
+            start,
+            tokens,
+            num_logits,
+        }
+    }
+
+    #[test]
+    fn logits_depend_on_the_whole_history_not_just_the_last_token() {
+        let mut t = fake();
+        let a = t.forward(&[window(0, 0, &[1, 2, 3], 1)]).unwrap();
+        let b = t.forward(&[window(1, 0, &[9, 2, 3], 1)]).unwrap();
+        assert_ne!(a, b, "the first token must matter");
+    }
+
+    #[test]
+    fn a_window_computes_the_same_rows_as_one_token_at_a_time() {
+        let mut t = fake();
+        let whole = t.forward(&[window(0, 0, &[4, 5, 6], 3)]).unwrap();
+        let mut rows = Vec::new();
+        for (i, tok) in [4u32, 5, 6].iter().enumerate() {
+            rows.extend(
+                t.forward(&[window(1, i as u64, &[*tok], 1)])
+                    .unwrap()
+                    .remove(0),
+            );
+        }
+        assert_eq!(whole[0], rows);
+    }
+
+    #[test]
+    fn a_skipped_rollback_changes_the_next_rows() {
+        let mut t = fake();
+        t.forward(&[window(0, 0, &[1, 2, 7, 7], 0)]).unwrap();
+        t.forward(&[window(1, 0, &[1, 2, 7, 7], 0)]).unwrap();
+        t.truncate(SessionId(0), 2).unwrap();
+        let rolled = t.forward(&[window(0, 2, &[3], 1)]).unwrap();
+        let kept = t.forward(&[window(1, 4, &[3], 1)]).unwrap();
+        assert_ne!(rolled, kept);
+    }
+
+    #[test]
+    fn a_window_at_the_wrong_position_or_past_the_capacity_is_refused() {
+        let mut t = fake();
+        assert!(matches!(
+            t.forward(&[window(0, 1, &[1], 1)]),
+            Err(TargetError::Invalid(_))
+        ));
+        let long = vec![1u32; 65];
+        assert!(matches!(
+            t.forward(&[window(0, 0, &long, 1)]),
+            Err(TargetError::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn greedy_reply_matches_stepping_the_target() {
+        let mut t = fake();
+        let reply = t.greedy_reply(&[3, 1, 4], 5, &[]);
+        let mut last = t.forward(&[window(0, 0, &[3, 1, 4], 1)]).unwrap().remove(0);
+        for (i, &expected) in reply.iter().enumerate() {
+            let token = crate::sampling::argmax(&last).unwrap();
+            assert_eq!(token, expected, "token {i}");
+            last = t
+                .forward(&[window(0, 3 + i as u64, &[token], 1)])
+                .unwrap()
+                .remove(0);
+        }
+    }
+
+    #[test]
+    fn drafts_depend_on_history_only_and_respect_the_accept_rate() {
+        let config = FakeConfig {
+            draft_accept: 0.0,
+            ..FakeConfig::default()
+        };
+        let mut t = FakeTarget::new(&[64, 64], config);
+        t.forward(&[window(0, 0, &[1, 2], 1), window(1, 0, &[1, 2], 1)])
+            .unwrap();
+        let a = t.draft(SessionId(0), 5, 4).unwrap();
+        assert_eq!(a, t.draft(SessionId(1), 5, 4).unwrap());
+        let greedy = t.greedy_reply(&[1, 2, 5], 1, &[]);
+        assert_ne!(
+            a[0], greedy[0],
+            "accept rate 0 never proposes the greedy token"
+        );
+    }
+
+    #[test]
+    fn injected_move_faults_come_first_then_moves_copy_everything() {
+        let mut t = FakeTarget::new(&[64, 128], FakeConfig::default());
+        t.forward(&[window(0, 0, &[1, 2, 3], 0)]).unwrap();
+        t.faults.fail_next_move(MoveFault::NotSettled);
+        assert_eq!(
+            t.move_state(SessionId(0), SessionId(1)),
+            Err(MoveFault::NotSettled)
+        );
+        assert_eq!(t.history(SessionId(0)), &[1, 2, 3]);
+        t.move_state(SessionId(0), SessionId(1)).unwrap();
+        assert_eq!(t.history(SessionId(1)), &[1, 2, 3]);
+        assert!(t.history(SessionId(0)).is_empty());
+        // Back into the smaller one is refused.
+        assert!(matches!(
+            t.move_state(SessionId(1), SessionId(0)),
+            Err(MoveFault::Device(_))
+        ));
+    }
+}
