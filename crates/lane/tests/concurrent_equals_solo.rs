@@ -1,0 +1,177 @@
+//! SPEC §9: a stream's reply never depends on what runs beside it, and drafts never change a
+//! greedy reply.
+
+mod common;
+
+use common::*;
+use lane::{DraftMode, FinishReason, Request};
+
+/// The seed's eight sessions, scaled down: an engine's session, one medium and six small.
+fn eight_sessions() -> Vec<u64> {
+    let mut capacities = vec![cap(1024), cap(512)];
+    capacities.extend([cap(128); 6]);
+    capacities
+}
+
+fn three_sessions() -> Vec<u64> {
+    vec![cap(1024), cap(128), cap(128)]
+}
+
+/// Requests of different prompt lengths (some longer than the prefill chunk) and reply lengths,
+/// several of which outgrow the small sessions and move while the others run.
+fn requests(n: usize, make: impl Fn(Vec<u32>, u64, u64) -> Request) -> Vec<Request> {
+    (0..n)
+        .map(|i| {
+            let prompt_len = [7, 150, 33, 90, 3, 61, 200, 12][i % 8];
+            let max_new = [300, 80, 420, 150, 600, 40, 250, 500][i % 8];
+            make(prompt(prompt_len, i as u64), max_new, 1000 + i as u64)
+        })
+        .collect()
+}
+
+/// Runs all requests together and checks each reply against its solo reply.
+fn together_equals_solo(setup: &Setup, requests: Vec<Request>) {
+    let mut engine = setup.build();
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| engine.submit(r.clone()).unwrap())
+        .collect();
+    let mut replies = Replies::default();
+    run_until_idle(&mut engine, &mut replies, 10_000);
+    for (id, request) in ids.iter().zip(requests) {
+        let alone = solo(setup, request.clone());
+        assert_eq!(replies.reason(*id), Some(&FinishReason::Length), "{id}");
+        assert_eq!(replies.reply(*id).len() as u64, request.max_new_tokens);
+        assert_eq!(replies.reply(*id), alone, "{id} together differs from solo");
+        if request.sampling.is_greedy() {
+            let truth = engine
+                .target()
+                .greedy_reply(&request.prompt, request.max_new_tokens, &[]);
+            assert_eq!(
+                replies.reply(*id),
+                truth,
+                "{id} differs from the model's reply"
+            );
+        }
+    }
+    assert!(
+        engine.counters().moves > 0,
+        "the test should exercise moves"
+    );
+}
+
+fn with_drafts() -> Setup {
+    Setup::spec(&eight_sessions(), 64)
+        .drafts(DraftMode::Mtp, 3)
+        .draft_accept(0.6)
+        .prefill_chunk(64)
+}
+
+#[test]
+fn three_greedy_streams_together_give_their_solo_replies() {
+    let setup = Setup::spec(&three_sessions(), 64).prefill_chunk(64);
+    together_equals_solo(&setup, requests(3, |p, n, _| greedy(p, n)));
+}
+
+#[test]
+fn eight_greedy_streams_together_give_their_solo_replies() {
+    together_equals_solo(&with_drafts(), requests(8, |p, n, _| greedy(p, n)));
+}
+
+#[test]
+fn three_seeded_sampled_streams_together_give_their_solo_replies() {
+    let setup = Setup::spec(&three_sessions(), 64)
+        .drafts(DraftMode::Mtp, 3)
+        .prefill_chunk(64);
+    together_equals_solo(&setup, requests(3, sampled));
+}
+
+#[test]
+fn eight_seeded_sampled_streams_together_give_their_solo_replies() {
+    together_equals_solo(&with_drafts(), requests(8, sampled));
+}
+
+#[test]
+fn mixed_greedy_sampled_and_ngram_streams_together_give_their_solo_replies() {
+    let setup = Setup::spec(&eight_sessions(), 64)
+        .drafts(DraftMode::Ngram, 4)
+        .prefill_chunk(64);
+    let reqs = requests(8, |p, n, seed| {
+        let mut r = if seed % 2 == 0 {
+            greedy(p, n)
+        } else {
+            sampled(p, n, seed)
+        };
+        r.draft = Some([DraftMode::Ngram, DraftMode::None, DraftMode::Mtp][seed as usize % 3]);
+        r
+    });
+    together_equals_solo(&setup, reqs);
+}
+
+#[test]
+fn greedy_replies_with_drafts_equal_plain_greedy_replies() {
+    let plain = Setup::spec(&eight_sessions(), 64);
+    for (mode, accept) in [
+        (DraftMode::Mtp, 0.9),
+        (DraftMode::Mtp, 0.1),
+        (DraftMode::Ngram, 0.0),
+    ] {
+        let speculative = plain.clone().drafts(mode, 5).draft_accept(accept);
+        for (i, request) in requests(4, |p, n, _| greedy(p, n)).into_iter().enumerate() {
+            assert_eq!(
+                solo(&speculative, request.clone()),
+                solo(&plain, request),
+                "{mode:?} at accept {accept}, request {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn drafts_are_accepted_and_rolled_back() {
+    let setup = Setup::spec(&eight_sessions(), 64)
+        .drafts(DraftMode::Mtp, 4)
+        .draft_accept(0.5);
+    let mut engine = setup.build();
+    engine.submit(greedy(prompt(10, 1), 400)).unwrap();
+    let mut replies = Replies::default();
+    let rounds = run_until_idle(&mut engine, &mut replies, 1000);
+    let c = engine.counters();
+    assert!(
+        c.draft_accepted > 0 && c.draft_accepted < c.draft_proposed,
+        "{c:?}"
+    );
+    assert!(engine.target().truncations() > 0);
+    // Accepted drafts save rounds: 400 tokens in fewer than 400 decode rounds.
+    assert!(rounds < 400, "{rounds} rounds");
+}
+
+#[test]
+fn a_sampled_reply_depends_on_its_seed_and_a_greedy_one_does_not() {
+    let setup = Setup::spec(&three_sessions(), 64);
+    let p = prompt(9, 4);
+    let a = solo(&setup, sampled(p.clone(), 200, 1));
+    let b = solo(&setup, sampled(p.clone(), 200, 2));
+    assert_ne!(a, b);
+    assert_eq!(a, solo(&setup, sampled(p.clone(), 200, 1)));
+}
+
+#[test]
+fn a_stop_token_ends_the_reply_and_is_not_emitted() {
+    let setup = Setup::spec(&three_sessions(), 64).drafts(DraftMode::Mtp, 3);
+    let p = prompt(12, 8);
+    let full = solo(&setup, greedy(p.clone(), 100));
+    let stop = full[40];
+    let first = full.iter().position(|&t| t == stop).unwrap();
+    let mut engine = setup.build();
+    let id = engine
+        .submit(Request {
+            stop_tokens: vec![stop],
+            ..greedy(p, 100)
+        })
+        .unwrap();
+    let mut replies = Replies::default();
+    run_until_idle(&mut engine, &mut replies, 1000);
+    assert_eq!(replies.reason(id), Some(&FinishReason::Stop));
+    assert_eq!(replies.reply(id), full[..first]);
+}
