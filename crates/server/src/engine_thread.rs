@@ -1,0 +1,359 @@
+//! The engine thread: the single owner of the engine and every stream.
+//!
+//! HTTP handlers send it [`Command`]s over one bounded channel and receive each stream's events
+//! over a bounded channel of their own, one message per round. The thread runs rounds while there
+//! is work and blocks on its channel when idle. A stream whose receiver is gone (the client
+//! disconnected) or cannot keep up is cancelled before the next round, so its session frees
+//! within one round.
+
+use lane::{Counters, Engine, Event, FinishReason, Refusal, Request, SlotView, StreamId, Target};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Commands waiting for the engine thread. Bounded so that a flood of requests is pushed back to
+/// the HTTP layer (which answers 503) instead of growing memory; the engine drains the whole
+/// channel before every round, so 1024 is far more than one round ever sees.
+pub const COMMAND_QUEUE_MAX: usize = 1024;
+
+/// Rounds of events a stream's receiver may fall behind before the stream is cancelled as a
+/// client that does not read. Each round is one message, so this is thousands of tokens.
+pub const STREAM_BACKLOG_MAX: usize = 4096;
+
+/// How long the thread keeps running streams after shutdown was asked before failing them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// One token of a reply as the HTTP layer needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenOut {
+    pub token: u32,
+    pub logprob: f32,
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// What a stream's receiver gets: every round's tokens, then its end.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    Tokens(Vec<TokenOut>),
+    Finished {
+        reason: FinishReason,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    },
+}
+
+/// Everything `/slots` and `/metrics` show, taken between two rounds.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub slots: Vec<SlotView>,
+    pub counters: Counters,
+    pub queue_depth: usize,
+    pub live_streams: usize,
+    pub paused_streams: usize,
+    /// Tokens generated per second over the last few seconds.
+    pub tokens_per_second: f64,
+}
+
+pub enum Command {
+    Submit {
+        request: Request,
+        events: mpsc::Sender<StreamEvent>,
+        reply: oneshot::Sender<Result<StreamId, Refusal>>,
+    },
+    /// The host is done with a stream (client gone, or a stop string matched).
+    Cancel(StreamId),
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// Stop admitting; finish or fail the running streams within [`SHUTDOWN_GRACE`]; exit.
+    Shutdown,
+}
+
+/// The HTTP side's handle on the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    /// Largest session capacity and the window, fixed at start-up, for defaults of `max_tokens`.
+    pub largest_capacity: u64,
+    pub window: u64,
+}
+
+/// Why the engine could not take a command.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("the engine is busy: its command queue is full")]
+    Busy,
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+impl EngineHandle {
+    pub async fn submit(
+        &self,
+        request: Request,
+    ) -> Result<(Result<StreamId, Refusal>, mpsc::Receiver<StreamEvent>), SendError> {
+        let (events, receiver) = mpsc::channel(STREAM_BACKLOG_MAX);
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Submit {
+            request,
+            events,
+            reply,
+        })?;
+        let outcome = answer.await.map_err(|_| SendError::Stopped)?;
+        Ok((outcome, receiver))
+    }
+
+    pub fn cancel(&self, stream: StreamId) {
+        // Best effort: if the queue is full or the engine stopped, the closed receiver is noticed
+        // before the next round anyway.
+        let _ = self.commands.try_send(Command::Cancel(stream));
+    }
+
+    pub async fn snapshot(&self) -> Result<Snapshot, SendError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Snapshot(reply))?;
+        answer.await.map_err(|_| SendError::Stopped)
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.commands.try_send(Command::Shutdown);
+    }
+
+    fn send(&self, command: Command) -> Result<(), SendError> {
+        self.commands.try_send(command).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Busy,
+            mpsc::error::TrySendError::Closed(_) => SendError::Stopped,
+        })
+    }
+}
+
+/// Starts the engine thread. `make` builds the engine on that thread (so a device context never
+/// crosses threads); its error is returned here.
+pub fn spawn<T, F>(make: F) -> anyhow::Result<(EngineHandle, std::thread::JoinHandle<()>)>
+where
+    T: Target + 'static,
+    F: FnOnce() -> anyhow::Result<Engine<T>> + Send + 'static,
+{
+    let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
+    let (ready, started) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || match make() {
+            Err(e) => {
+                let _ = ready.send(Err(e));
+            }
+            Ok(engine) => {
+                let largest = engine.slots().iter().map(|s| s.capacity).max().unwrap_or(0);
+                let window = 1 + engine.config().draft_tokens;
+                let _ = ready.send(Ok((largest, window)));
+                EngineLoop::new(engine).run(receiver);
+            }
+        })?;
+    let (largest_capacity, window) = started
+        .recv()
+        .map_err(|_| anyhow::anyhow!("the engine thread died while starting"))??;
+    Ok((
+        EngineHandle {
+            commands,
+            largest_capacity,
+            window,
+        },
+        thread,
+    ))
+}
+
+struct EngineLoop<T: Target> {
+    engine: Engine<T>,
+    senders: HashMap<StreamId, mpsc::Sender<StreamEvent>>,
+    shutdown_since: Option<Instant>,
+    rate: TokenRate,
+}
+
+impl<T: Target> EngineLoop<T> {
+    fn new(engine: Engine<T>) -> Self {
+        EngineLoop {
+            engine,
+            senders: HashMap::new(),
+            shutdown_since: None,
+            rate: TokenRate::default(),
+        }
+    }
+
+    fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        loop {
+            if self.engine.is_idle() {
+                if self.shutdown_since.is_some() {
+                    return;
+                }
+                match commands.blocking_recv() {
+                    Some(command) => self.apply(command),
+                    None => return,
+                }
+            }
+            while let Ok(command) = commands.try_recv() {
+                self.apply(command);
+            }
+            self.cancel_abandoned();
+            if self
+                .shutdown_since
+                .is_some_and(|since| since.elapsed() > SHUTDOWN_GRACE)
+            {
+                let events = self.engine.fail_all("the server is shutting down");
+                self.dispatch(events);
+                return;
+            }
+            let events = self.engine.step();
+            self.dispatch(events);
+            self.rate.record(self.engine.counters().tokens_generated);
+        }
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Submit {
+                request,
+                events,
+                reply,
+            } => {
+                let outcome = if self.shutdown_since.is_some() {
+                    Err(Refusal::QueueFull { limit: 0 })
+                } else {
+                    self.engine.submit(request)
+                };
+                if let Ok(stream) = outcome {
+                    self.senders.insert(stream, events);
+                }
+                if reply.send(outcome.clone()).is_err() {
+                    // The handler is gone already: drop the stream before it takes a session.
+                    if let Ok(stream) = outcome {
+                        self.engine.discard(stream);
+                        self.senders.remove(&stream);
+                    }
+                }
+            }
+            Command::Cancel(stream) => {
+                self.engine.discard(stream);
+                self.senders.remove(&stream);
+            }
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Command::Shutdown => {
+                self.shutdown_since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// Cancels every stream whose client stopped listening.
+    fn cancel_abandoned(&mut self) {
+        let gone: Vec<StreamId> = self
+            .senders
+            .iter()
+            .filter(|(_, sender)| sender.is_closed())
+            .map(|(stream, _)| *stream)
+            .collect();
+        for stream in gone {
+            self.engine.discard(stream);
+            self.senders.remove(&stream);
+        }
+    }
+
+    /// Sends each stream its round's tokens in one message, then its end.
+    fn dispatch(&mut self, events: Vec<Event>) {
+        let mut tokens: HashMap<StreamId, Vec<TokenOut>> = HashMap::new();
+        let mut order: Vec<StreamId> = Vec::new();
+        let mut finished: Vec<(StreamId, StreamEvent)> = Vec::new();
+        for event in events {
+            match event {
+                Event::Token {
+                    stream,
+                    token,
+                    logprob,
+                    top_logprobs,
+                } => {
+                    let list = tokens.entry(stream).or_default();
+                    if list.is_empty() {
+                        order.push(stream);
+                    }
+                    list.push(TokenOut {
+                        token,
+                        logprob,
+                        top_logprobs,
+                    });
+                }
+                Event::Finished {
+                    stream,
+                    reason,
+                    prompt_tokens,
+                    completion_tokens,
+                } => {
+                    finished.push((
+                        stream,
+                        StreamEvent::Finished {
+                            reason,
+                            prompt_tokens,
+                            completion_tokens,
+                        },
+                    ));
+                }
+            }
+        }
+        for stream in order {
+            let batch = tokens.remove(&stream).unwrap_or_default();
+            let delivered = self
+                .senders
+                .get(&stream)
+                .is_some_and(|sender| sender.try_send(StreamEvent::Tokens(batch)).is_ok());
+            if !delivered {
+                self.engine.discard(stream);
+                self.senders.remove(&stream);
+            }
+        }
+        for (stream, event) in finished {
+            if let Some(sender) = self.senders.remove(&stream) {
+                let _ = sender.try_send(event);
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            slots: self.engine.slots(),
+            counters: self.engine.counters(),
+            queue_depth: self.engine.queue_depth(),
+            live_streams: self.engine.live_streams(),
+            paused_streams: self.engine.paused_streams(),
+            tokens_per_second: self.rate.per_second(),
+        }
+    }
+}
+
+/// Tokens per second over a sliding window of recent rounds.
+#[derive(Default)]
+struct TokenRate {
+    samples: std::collections::VecDeque<(Instant, u64)>,
+}
+
+/// The window over which `/metrics` reports tokens per second.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+impl TokenRate {
+    fn record(&mut self, total_tokens: u64) {
+        let now = Instant::now();
+        self.samples.push_back((now, total_tokens));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    fn per_second(&self) -> f64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => {
+                (n1 - n0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! `POST /v1/completions` and `POST /v1/chat/completions`, streaming (SSE) and not.
+
+use crate::engine_thread::{SendError, StreamEvent};
+use crate::error::ApiError;
+use crate::reply::{Delta, Ending, LogprobEntry, Reply};
+use crate::request::{self, GenerateRequest, Input, Prompt};
+use crate::routes::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use lane::{Refusal, SamplingParams, StreamId};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+
+/// SSE frames a slow client may leave unread before the writer waits; the engine side has its
+/// own bound ([`crate::engine_thread::STREAM_BACKLOG_MAX`]).
+const SSE_FRAMES_MAX: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Completion,
+    Chat,
+}
+
+pub async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
+    match request::parse_completion(&body) {
+        Ok(req) => generate(app, Shape::Completion, req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
+    match request::parse_chat(&body) {
+        Ok(req) => generate(app, Shape::Chat, req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn generate(app: AppState, shape: Shape, req: GenerateRequest) -> Response {
+    let prompt = match prompt_tokens(&app, &req) {
+        Ok(prompt) => prompt,
+        Err(e) => return e.into_response(),
+    };
+    let prompt_len = prompt.len() as u64;
+    let max_new_tokens = match req.max_tokens {
+        Some(n) => n,
+        None => match app
+            .engine
+            .largest_capacity
+            .checked_sub(prompt_len + app.engine.window)
+            .filter(|&n| n > 0)
+        {
+            Some(n) => n,
+            None => {
+                return ApiError::context_full(
+                    prompt_len + app.engine.window + 1,
+                    app.engine.largest_capacity,
+                )
+                .into_response()
+            }
+        },
+    };
+    let mut stop_tokens = app.text.stop_token_ids();
+    stop_tokens.extend(&req.stop_token_ids);
+    let lane_request = lane::Request {
+        prompt,
+        max_new_tokens,
+        sampling: SamplingParams {
+            temperature: req.sampling.temperature,
+            top_k: req.sampling.top_k,
+            top_p: req.sampling.top_p,
+            min_p: req.sampling.min_p,
+            seed: req.sampling.seed,
+        },
+        stop_tokens,
+        draft: None,
+        top_logprobs: req.logprobs.unwrap_or(0) as u8,
+    };
+    let (outcome, events) = match app.engine.submit(lane_request).await {
+        Ok(submitted) => submitted,
+        Err(SendError::Busy) => return ApiError::overloaded(1).into_response(),
+        Err(SendError::Stopped) => {
+            return ApiError::unavailable("the server is shutting down").into_response()
+        }
+    };
+    let stream_id = match outcome {
+        Ok(id) => id,
+        Err(refusal) => return refusal_error(refusal).into_response(),
+    };
+    let reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
+    let meta = Meta::new(&app, shape, stream_id);
+    if req.stream {
+        stream_reply(app, meta, reply, events, req.include_usage)
+    } else {
+        whole_reply(app, meta, reply, events).await
+    }
+}
+
+fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiError> {
+    let tokens = match &req.input {
+        Input::Prompt(Prompt::Tokens(ids)) => ids.clone(),
+        Input::Prompt(Prompt::Text(text)) => app
+            .text
+            .encode(text)
+            .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))?,
+        Input::Messages(messages) => {
+            let text = app
+                .text
+                .chat_prompt(messages)
+                .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))?;
+            app.text
+                .encode(&text)
+                .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?
+        }
+    };
+    if tokens.is_empty() {
+        let param = if matches!(req.input, Input::Messages(_)) {
+            "messages"
+        } else {
+            "prompt"
+        };
+        return Err(ApiError::invalid(param, "the prompt is empty"));
+    }
+    Ok(tokens)
+}
+
+fn refusal_error(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::ContextFull { reply_end, largest } => ApiError::context_full(reply_end, largest),
+        Refusal::QueueFull { limit: 0 } => ApiError::unavailable("the server is shutting down"),
+        Refusal::QueueFull { .. } => ApiError::overloaded(1),
+        Refusal::Invalid { param, message } => ApiError::invalid(param, message),
+    }
+}
+
+fn ending_error(ending: &Ending) -> Option<ApiError> {
+    match ending {
+        Ending::Stop | Ending::Length => None,
+        Ending::Failed(message) => {
+            Some(ApiError::internal(format!("generation failed: {message}")))
+        }
+        Ending::ContextFull { reply_end, largest } => {
+            Some(ApiError::context_full(*reply_end, *largest))
+        }
+        Ending::Cancelled => Some(ApiError::unavailable("the request was cancelled")),
+    }
+}
+
+/// The fixed parts of every response object of one request.
+struct Meta {
+    shape: Shape,
+    id: String,
+    created: u64,
+    model: String,
+    stream: StreamId,
+}
+
+impl Meta {
+    fn new(app: &AppState, shape: Shape, stream: StreamId) -> Meta {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let prefix = match shape {
+            Shape::Completion => "cmpl",
+            Shape::Chat => "chatcmpl",
+        };
+        Meta {
+            shape,
+            id: format!("{prefix}-{created:x}{:08x}", stream.0),
+            created,
+            model: app.text.model_id().to_string(),
+            stream,
+        }
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.shape, chunk) {
+            (Shape::Completion, _) => "text_completion",
+            (Shape::Chat, false) => "chat.completion",
+            (Shape::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn envelope(&self, chunk: bool, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(chunk),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+}
+
+fn usage(reply: &Reply) -> Value {
+    json!({
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    })
+}
+
+fn logprobs_json(shape: Shape, entries: &[LogprobEntry], want: bool) -> Value {
+    if !want {
+        return Value::Null;
+    }
+    match shape {
+        Shape::Chat => json!({
+            "content": entries.iter().map(|e| json!({
+                "token": e.token,
+                "logprob": e.logprob,
+                "bytes": e.token.as_bytes(),
+                "top_logprobs": e.top.iter().map(|(t, lp)| json!({
+                    "token": t, "logprob": lp, "bytes": t.as_bytes(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>()
+        }),
+        Shape::Completion => json!({
+            "tokens": entries.iter().map(|e| &e.token).collect::<Vec<_>>(),
+            "token_logprobs": entries.iter().map(|e| e.logprob).collect::<Vec<_>>(),
+            "top_logprobs": entries.iter().map(|e| {
+                e.top.iter().map(|(t, lp)| (t.clone(), json!(lp))).collect::<serde_json::Map<_, _>>()
+            }).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+async fn whole_reply(
+    app: AppState,
+    meta: Meta,
+    mut reply: Reply,
+    mut events: mpsc::Receiver<StreamEvent>,
+) -> Response {
+    let mut text = String::new();
+    let mut entries: Vec<LogprobEntry> = Vec::new();
+    let want_logprobs = reply.wants_logprobs();
+    let ending = loop {
+        match events.recv().await {
+            Some(StreamEvent::Tokens(tokens)) => {
+                let Delta {
+                    text: piece,
+                    logprobs,
+                } = reply.on_tokens(app.text.as_ref(), &tokens);
+                text.push_str(&piece);
+                entries.extend(logprobs);
+                if reply.stopped() {
+                    app.engine.cancel(meta.stream);
+                    break Ending::Stop;
+                }
+            }
+            Some(StreamEvent::Finished { reason, .. }) => {
+                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
+                text.push_str(&tail);
+                break ending;
+            }
+            None => break Ending::Failed("the engine stopped".into()),
+        }
+    };
+    if let Some(error) = ending_error(&ending) {
+        return error.into_response();
+    }
+    let choice = match meta.shape {
+        Shape::Completion => json!({
+            "index": 0,
+            "text": text,
+            "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
+            "finish_reason": ending.finish_reason(),
+        }),
+        Shape::Chat => json!({
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
+            "finish_reason": ending.finish_reason(),
+        }),
+    };
+    let mut body = meta.envelope(false, json!([choice]));
+    body["usage"] = usage(&reply);
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+fn stream_reply(
+    app: AppState,
+    meta: Meta,
+    reply: Reply,
+    events: mpsc::Receiver<StreamEvent>,
+    include_usage: bool,
+) -> Response {
+    let (frames, body) = mpsc::channel::<Result<Bytes, Infallible>>(SSE_FRAMES_MAX);
+    tokio::spawn(write_sse(app, meta, reply, events, include_usage, frames));
+    let stream = tokio_stream::wrappers::ReceiverStream::new(body);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("static headers are valid")
+}
+
+fn frame(value: &Value) -> Result<Bytes, Infallible> {
+    Ok(Bytes::from(format!("data: {value}\n\n")))
+}
+
+fn chunk(
+    meta: &Meta,
+    delta: &Delta,
+    want_logprobs: bool,
+    finish: Option<&str>,
+    first: bool,
+) -> Value {
+    let logprobs = logprobs_json(meta.shape, &delta.logprobs, want_logprobs);
+    let choice = match meta.shape {
+        Shape::Completion => json!({
+            "index": 0, "text": delta.text, "logprobs": logprobs, "finish_reason": finish,
+        }),
+        Shape::Chat => {
+            let mut message = json!({});
+            if first {
+                message["role"] = json!("assistant");
+            }
+            if !delta.text.is_empty() || (first && finish.is_none()) {
+                message["content"] = json!(delta.text);
+            }
+            json!({"index": 0, "delta": message, "logprobs": logprobs, "finish_reason": finish})
+        }
+    };
+    meta.envelope(true, json!([choice]))
+}
+
+/// Writes one SSE frame per round. If the client goes away, sending fails, this task ends and
+/// drops the event receiver, and the engine thread cancels the stream before its next round.
+async fn write_sse(
+    app: AppState,
+    meta: Meta,
+    mut reply: Reply,
+    mut events: mpsc::Receiver<StreamEvent>,
+    include_usage: bool,
+    frames: mpsc::Sender<Result<Bytes, Infallible>>,
+) {
+    let want_logprobs = reply.wants_logprobs();
+    let mut first = true;
+    let ending = loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            _ = frames.closed() => return,
+        };
+        match event {
+            Some(StreamEvent::Tokens(tokens)) => {
+                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
+                if !delta.text.is_empty() || !delta.logprobs.is_empty() || first {
+                    let value = chunk(&meta, &delta, want_logprobs, None, first);
+                    first = false;
+                    if frames.send(frame(&value)).await.is_err() {
+                        return;
+                    }
+                }
+                if reply.stopped() {
+                    app.engine.cancel(meta.stream);
+                    break Ending::Stop;
+                }
+            }
+            Some(StreamEvent::Finished { reason, .. }) => {
+                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
+                if !tail.is_empty() {
+                    let delta = Delta {
+                        text: tail,
+                        logprobs: Vec::new(),
+                    };
+                    let _ = frames
+                        .send(frame(&chunk(&meta, &delta, want_logprobs, None, first)))
+                        .await;
+                    first = false;
+                }
+                break ending;
+            }
+            None => break Ending::Failed("the engine stopped".into()),
+        }
+    };
+    if let Some(error) = ending_error(&ending) {
+        let _ = frames.send(frame(&error.body())).await;
+    } else {
+        let last = chunk(
+            &meta,
+            &Delta::default(),
+            false,
+            Some(ending.finish_reason()),
+            first,
+        );
+        let _ = frames.send(frame(&last)).await;
+        if include_usage {
+            let mut usage_chunk = meta.envelope(true, json!([]));
+            usage_chunk["usage"] = usage(&reply);
+            let _ = frames.send(frame(&usage_chunk)).await;
+        }
+    }
+    let _ = frames
+        .send(Ok(Bytes::from_static(b"data: [DONE]\n\n")))
+        .await;
+}

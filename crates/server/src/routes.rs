@@ -1,0 +1,150 @@
+//! The router: endpoints, the API key check, the body limit, and the JSON 404.
+
+use crate::engine_thread::EngineHandle;
+use crate::error::ApiError;
+use crate::generate::{chat_completions, completions};
+use crate::metrics;
+use crate::text_model::TextModel;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Largest request body: a prompt of a few hundred thousand tokens of text fits, a runaway upload
+/// does not.
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub text: Arc<dyn TextModel>,
+    /// `--api-key`: when set, every `/v1` request must carry `Authorization: Bearer KEY`.
+    pub api_key: Option<Arc<str>>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/slots", get(slots))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn require_key(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(key) = &app.api_key {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit on the first differing byte, so response time does not reveal
+/// how much of a guessed key was right (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn models(State(app): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.text.model_id(),
+            "object": "model",
+            "created": 0,
+            "owned_by": "flashlane",
+        }],
+    }))
+}
+
+/// Ready once the model is loaded: the router only exists after loading.
+async fn health(State(app): State<AppState>) -> Response {
+    match app.engine.snapshot().await {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => ApiError::unavailable(e.to_string()).into_response(),
+    }
+}
+
+async fn metrics_text(State(app): State<AppState>) -> Response {
+    match app.engine.snapshot().await {
+        Ok(snapshot) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            metrics::render(&snapshot),
+        )
+            .into_response(),
+        Err(e) => ApiError::unavailable(e.to_string()).into_response(),
+    }
+}
+
+async fn slots(State(app): State<AppState>) -> Response {
+    let snapshot = match app.engine.snapshot().await {
+        Ok(snapshot) => snapshot,
+        Err(e) => return ApiError::unavailable(e.to_string()).into_response(),
+    };
+    let sessions: Vec<_> = snapshot
+        .slots
+        .iter()
+        .map(|slot| {
+            json!({
+                "id": slot.session.0,
+                "capacity": slot.capacity,
+                "holder": slot.holder.map(|s| s.0),
+                "used_tokens": slot.used_tokens,
+                "state": format!("{:?}", slot.state).to_lowercase(),
+            })
+        })
+        .collect();
+    Json(json!({
+        "sessions": sessions,
+        "queue_depth": snapshot.queue_depth,
+        "paused_streams": snapshot.paused_streams,
+    }))
+    .into_response()
+}
+
+async fn not_found(request: Request) -> Response {
+    let mut error = ApiError::not_found(format!(
+        "no route for {} {}",
+        request.method(),
+        request.uri().path()
+    ));
+    error.status = StatusCode::NOT_FOUND;
+    error.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn keys_compare_equal_only_when_identical() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}

@@ -1,0 +1,211 @@
+//! From token ids to the text a client sees: incremental decoding that never splits a UTF-8
+//! character, and stop strings matched across token boundaries and never emitted.
+
+/// Turns token ids into text (the model's tokenizer).
+pub trait Detokenizer {
+    fn decode(&self, ids: &[u32]) -> String;
+}
+
+/// Decodes a growing list of tokens piece by piece. Text is re-decoded from a few tokens back
+/// (`prefix_idx`) because tokenizers merge bytes and spaces across token boundaries; a piece that
+/// ends inside a multi-byte character (decoded as U+FFFD) is held until the next token completes it.
+#[derive(Debug, Default)]
+pub struct IncrementalDecoder {
+    tokens: Vec<u32>,
+    prefix_idx: usize,
+    read_idx: usize,
+}
+
+impl IncrementalDecoder {
+    /// Adds one token and returns the new text it completes (possibly empty).
+    pub fn push(&mut self, detok: &dyn Detokenizer, token: u32) -> String {
+        self.tokens.push(token);
+        let prefix = detok.decode(&self.tokens[self.prefix_idx..self.read_idx]);
+        let full = detok.decode(&self.tokens[self.prefix_idx..]);
+        if full.len() <= prefix.len() || full.ends_with('\u{FFFD}') || !full.starts_with(&prefix) {
+            return String::new();
+        }
+        let piece = full[prefix.len()..].to_string();
+        self.prefix_idx = self.read_idx;
+        self.read_idx = self.tokens.len();
+        piece
+    }
+
+    /// The text held back at the end of the reply (an incomplete character is shown as U+FFFD).
+    pub fn finish(&mut self, detok: &dyn Detokenizer) -> String {
+        let prefix = detok.decode(&self.tokens[self.prefix_idx..self.read_idx]);
+        let full = detok.decode(&self.tokens[self.prefix_idx..]);
+        self.prefix_idx = self.tokens.len();
+        self.read_idx = self.tokens.len();
+        full.strip_prefix(&prefix)
+            .map(str::to_string)
+            .unwrap_or_default()
+    }
+}
+
+/// What [`StopMatcher::push`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Matched {
+    /// Text safe to send now.
+    pub emit: String,
+    /// A stop string was found: the reply ends here, the stop string itself is not sent.
+    pub stopped: bool,
+}
+
+/// Finds stop strings in a text that arrives in pieces. Text that could still be the start of a
+/// stop string is held back until the next piece decides it.
+#[derive(Debug)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+}
+
+impl StopMatcher {
+    pub fn new(stops: Vec<String>) -> StopMatcher {
+        StopMatcher {
+            stops,
+            held: String::new(),
+        }
+    }
+
+    pub fn push(&mut self, piece: &str) -> Matched {
+        self.held.push_str(piece);
+        let first_stop = self
+            .stops
+            .iter()
+            .filter_map(|stop| self.held.find(stop.as_str()))
+            .min();
+        if let Some(at) = first_stop {
+            let emit = self.held[..at].to_string();
+            self.held.clear();
+            return Matched {
+                emit,
+                stopped: true,
+            };
+        }
+        let keep = self.longest_stop_prefix_suffix();
+        let split = self.held.len() - keep;
+        let emit = self.held[..split].to_string();
+        self.held.drain(..split);
+        Matched {
+            emit,
+            stopped: false,
+        }
+    }
+
+    /// Whatever is held back when the reply ends without a stop.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Bytes at the end of `held` that are a proper prefix of some stop string.
+    fn longest_stop_prefix_suffix(&self) -> usize {
+        let held = &self.held;
+        (1..=held.len())
+            .rev()
+            .filter(|&n| held.is_char_boundary(held.len() - n))
+            .find(|&n| {
+                let tail = &held[held.len() - n..];
+                self.stops
+                    .iter()
+                    .any(|stop| stop.len() > n && stop.starts_with(tail))
+            })
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each id is one byte; ids ≥ 256 are multi-byte pieces of "é" (0xC3 0xA9) split in two.
+    struct Bytes;
+
+    impl Detokenizer for Bytes {
+        fn decode(&self, ids: &[u32]) -> String {
+            let bytes: Vec<u8> = ids
+                .iter()
+                .map(|&id| match id {
+                    256 => 0xC3,
+                    257 => 0xA9,
+                    id => id as u8,
+                })
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+
+    #[test]
+    fn a_character_split_across_tokens_is_sent_whole() {
+        let mut decoder = IncrementalDecoder::default();
+        assert_eq!(decoder.push(&Bytes, b'a' as u32), "a");
+        assert_eq!(decoder.push(&Bytes, 256), "");
+        assert_eq!(decoder.push(&Bytes, 257), "é");
+        assert_eq!(decoder.push(&Bytes, b'!' as u32), "!");
+        assert_eq!(decoder.finish(&Bytes), "");
+    }
+
+    #[test]
+    fn an_incomplete_character_at_the_end_is_flushed_on_finish() {
+        let mut decoder = IncrementalDecoder::default();
+        decoder.push(&Bytes, b'a' as u32);
+        assert_eq!(decoder.push(&Bytes, 256), "");
+        assert_eq!(decoder.finish(&Bytes), "\u{FFFD}");
+    }
+
+    #[test]
+    fn a_stop_string_across_pieces_is_found_and_not_sent() {
+        let mut matcher = StopMatcher::new(vec!["END".into()]);
+        assert_eq!(
+            matcher.push("hello E"),
+            Matched {
+                emit: "hello ".into(),
+                stopped: false
+            }
+        );
+        assert_eq!(
+            matcher.push("N"),
+            Matched {
+                emit: String::new(),
+                stopped: false
+            }
+        );
+        assert_eq!(
+            matcher.push("Dgame"),
+            Matched {
+                emit: String::new(),
+                stopped: true
+            }
+        );
+    }
+
+    #[test]
+    fn held_text_that_does_not_become_a_stop_is_released() {
+        let mut matcher = StopMatcher::new(vec!["END".into(), "\n\n".into()]);
+        assert_eq!(matcher.push("E").emit, "");
+        assert_eq!(matcher.push("Nx").emit, "ENx");
+        assert_eq!(matcher.push("a\n").emit, "a");
+        assert_eq!(matcher.push("b").emit, "\nb");
+        assert_eq!(matcher.push("tail E").emit, "tail ");
+        assert_eq!(matcher.finish(), "E");
+    }
+
+    #[test]
+    fn the_earliest_of_several_stops_wins() {
+        let mut matcher = StopMatcher::new(vec!["cd".into(), "b".into()]);
+        assert_eq!(
+            matcher.push("abcd"),
+            Matched {
+                emit: "a".into(),
+                stopped: true
+            }
+        );
+    }
+
+    #[test]
+    fn multibyte_text_is_never_split_mid_character() {
+        let mut matcher = StopMatcher::new(vec!["éx".into()]);
+        assert_eq!(matcher.push("aé").emit, "a");
+        assert_eq!(matcher.push("y").emit, "éy");
+    }
+}

@@ -1,0 +1,28 @@
+//! What the HTTP layer needs of a model's text side: tokenizer, chat template, end tokens.
+
+use crate::request::ChatMessage;
+use crate::text::Detokenizer;
+
+pub trait TextModel: Send + Sync + 'static {
+    /// The name `/v1/models` lists and responses carry.
+    fn model_id(&self) -> &str;
+    /// Tokens of a prompt as the model's tokenizer splits it (special tokens in the text honoured).
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    /// Text of tokens, special tokens left out.
+    fn decode(&self, ids: &[u32]) -> String;
+    /// The text of one token, for `logprobs` (special tokens included).
+    fn token_text(&self, id: u32) -> String;
+    /// The chat template applied to `messages`, with the assistant's turn opened.
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String>;
+    /// Tokens that end a reply (end of text, end of turn).
+    fn stop_token_ids(&self) -> Vec<u32>;
+}
+
+/// Adapter so the incremental decoder can use any text model.
+pub struct ModelDetokenizer<'a>(pub &'a dyn TextModel);
+
+impl Detokenizer for ModelDetokenizer<'_> {
+    fn decode(&self, ids: &[u32]) -> String {
+        self.0.decode(ids)
+    }
+}

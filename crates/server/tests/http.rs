@@ -1,0 +1,597 @@
+//! The HTTP API on the fake target, through real sockets on 127.0.0.1 with an ephemeral port:
+//! replies, streaming, concurrency, errors, disconnects, `/slots` and `/metrics`.
+
+use lane::testing::{FakeConfig, FakeTarget};
+use lane::{Engine, EngineConfig, Policy};
+use serde_json::{json, Value};
+use server::request::ChatMessage;
+use server::{AppState, TextModel};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Bytes are tokens: ids below 256 decode to themselves.
+struct ByteText;
+
+impl TextModel for ByteText {
+    fn model_id(&self) -> &str {
+        "fake"
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids.iter().map(|&id| id as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+    fn token_text(&self, id: u32) -> String {
+        self.decode(&[id])
+    }
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String> {
+        Ok(messages
+            .iter()
+            .map(|m| format!("{}: {}\n", m.role, m.content))
+            .collect())
+    }
+    fn stop_token_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+}
+
+const VOCAB: usize = 128; // ASCII: the fake's replies decode to plain text
+
+fn fake_config() -> FakeConfig {
+    FakeConfig {
+        vocab_size: VOCAB,
+        ..FakeConfig::default()
+    }
+}
+
+struct Server {
+    addr: std::net::SocketAddr,
+    /// A second fake with the same seed, for the replies a correct server must give.
+    oracle: FakeTarget,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start(
+    capacities: &[u64],
+    policy: Policy,
+    queue_limit: usize,
+    api_key: Option<&str>,
+) -> Server {
+    let caps = capacities.to_vec();
+    let (engine, _thread) = server::spawn_engine(move || {
+        let mut config = EngineConfig::new(policy);
+        config.queue_limit = queue_limit;
+        Ok(Engine::new(FakeTarget::new(&caps, fake_config()), config)?)
+    })
+    .unwrap();
+    let state = AppState {
+        engine,
+        text: Arc::new(ByteText),
+        api_key: api_key.map(Arc::from),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server::serve(listener, state, async {
+        let _ = rx.await;
+    }));
+    Server {
+        addr,
+        oracle: FakeTarget::new(capacities, fake_config()),
+        _shutdown: tx,
+    }
+}
+
+struct HttpReply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+impl HttpReply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+async fn send_raw(addr: std::net::SocketAddr, raw: &[u8]) -> HttpReply {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket.write_all(raw).await.unwrap();
+    let mut bytes = Vec::new();
+    socket.read_to_end(&mut bytes).await.unwrap();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    HttpReply {
+        status,
+        headers: head.to_string(),
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    key: Option<&str>,
+) -> HttpReply {
+    let auth = key
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes()).await
+}
+
+async fn post(addr: std::net::SocketAddr, path: &str, body: Value) -> HttpReply {
+    request(addr, "POST", path, &body.to_string(), None).await
+}
+
+fn sse_texts(body: &str) -> (Vec<Value>, bool) {
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if line == "[DONE]" {
+            done = true;
+        } else {
+            chunks.push(serde_json::from_str(line).unwrap());
+        }
+    }
+    (chunks, done)
+}
+
+fn expected_text(server: &Server, prompt: &str, max_tokens: u64) -> String {
+    let ids = ByteText.encode(prompt).unwrap();
+    ByteText.decode(&server.oracle.greedy_reply(&ids, max_tokens, &[]))
+}
+
+const EQUAL: Policy = Policy::FirstFree;
+
+#[tokio::test]
+async fn a_greedy_completion_returns_the_models_reply_and_usage() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let reply = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 20, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(
+        body["choices"][0]["text"],
+        expected_text(&server, "hello", 20)
+    );
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert_eq!(body["usage"]["prompt_tokens"], 5);
+    assert_eq!(body["usage"]["completion_tokens"], 20);
+    assert_eq!(body["usage"]["total_tokens"], 25);
+}
+
+#[tokio::test]
+async fn eight_concurrent_greedy_requests_equal_their_solo_replies() {
+    let server = start(&[1056; 8], EQUAL, 64, None).await;
+    let prompts: Vec<String> = (0..8).map(|i| format!("prompt number {i}")).collect();
+    let replies = futures_util::future::join_all(prompts.iter().map(|p| {
+        post(
+            server.addr,
+            "/v1/completions",
+            json!({"prompt": p, "max_tokens": 40, "temperature": 0}),
+        )
+    }))
+    .await;
+    for (prompt, reply) in prompts.iter().zip(replies) {
+        assert_eq!(
+            reply.json()["choices"][0]["text"],
+            expected_text(&server, prompt, 40)
+        );
+    }
+}
+
+#[tokio::test]
+async fn streaming_sends_the_same_text_in_chunks_and_ends_with_done() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let body = json!({"prompt": "stream me", "max_tokens": 30, "temperature": 0, "stream": true,
+                      "stream_options": {"include_usage": true}});
+    let reply = post(server.addr, "/v1/completions", body).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply
+        .headers
+        .to_ascii_lowercase()
+        .contains("content-type: text/event-stream"));
+    let (chunks, done) = sse_texts(&reply.body);
+    assert!(done, "ends with [DONE]: {}", reply.body);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, expected_text(&server, "stream me", 30));
+    let finish = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+        .last();
+    assert_eq!(finish, Some("length"));
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 30);
+}
+
+#[tokio::test]
+async fn chat_streams_a_role_then_content_and_matches_the_whole_reply() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let messages = json!([{"role": "user", "content": "hi there"}]);
+    let whole = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 25, "temperature": 0}),
+    )
+    .await
+    .json();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    let streamed = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 25, "temperature": 0, "stream": true}),
+    )
+    .await;
+    let (chunks, done) = sse_texts(&streamed.body);
+    assert!(done);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(
+        text,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_stop_string_ends_the_reply_and_is_not_sent() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let full = expected_text(&server, "stop test", 60);
+    // A stop string from the middle of the reply the model will give.
+    let stop: String = full.chars().skip(20).take(3).collect();
+    let cut = &full[..full.find(&stop).unwrap()];
+    for stream in [false, true] {
+        let reply = post(server.addr, "/v1/completions",
+            json!({"prompt": "stop test", "max_tokens": 60, "temperature": 0, "stop": [stop], "stream": stream})).await;
+        let (text, finish) = if stream {
+            let (chunks, _) = sse_texts(&reply.body);
+            let text: String = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["text"].as_str())
+                .collect();
+            (
+                text,
+                chunks
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+                    .last()
+                    .map(str::to_string),
+            )
+        } else {
+            let body = reply.json();
+            (
+                body["choices"][0]["text"].as_str().unwrap().to_string(),
+                body["choices"][0]["finish_reason"]
+                    .as_str()
+                    .map(str::to_string),
+            )
+        };
+        assert_eq!(text, cut, "stream {stream}");
+        assert_eq!(finish.as_deref(), Some("stop"));
+    }
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_sampled_text() {
+    let server = start(&[1056; 4], EQUAL, 64, None).await;
+    let body = json!({"prompt": "sample", "max_tokens": 30, "temperature": 1.0, "seed": 42});
+    let a = post(server.addr, "/v1/completions", body.clone())
+        .await
+        .json();
+    let b = post(server.addr, "/v1/completions", body).await.json();
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    let other = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "sample", "max_tokens": 30, "temperature": 1.0, "seed": 43}),
+    )
+    .await
+    .json();
+    assert_ne!(a["choices"][0]["text"], other["choices"][0]["text"]);
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let cases: Vec<(&str, &str, u16, Option<&str>)> = vec![
+        ("/v1/completions", "{not json", 400, None),
+        (
+            "/v1/completions",
+            r#"{"prompt":"a","max_tokens":-1}"#,
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt":"a","max_tokens":99999999999}"#,
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt":"a","temperature":"hot"}"#,
+            400,
+            Some("temperature"),
+        ),
+        ("/v1/completions", r#"{"prompt":""}"#, 400, Some("prompt")),
+        (
+            "/v1/completions",
+            r#"{"prompt":[99999]}"#,
+            400,
+            Some("prompt"),
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":[]}"#,
+            400,
+            Some("messages"),
+        ),
+        ("/v1/nothing", "{}", 404, None),
+    ];
+    for (path, body, status, param) in cases {
+        let reply = request(server.addr, "POST", path, body, None).await;
+        assert_eq!(reply.status, status, "{path} {body}: {}", reply.body);
+        let error = &reply.json()["error"];
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}",
+            reply.body
+        );
+        assert_eq!(error["param"].as_str(), param, "{body}");
+    }
+    let long_prompt = "x".repeat(2000);
+    let full = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": long_prompt, "max_tokens": 10}),
+    )
+    .await;
+    assert_eq!(full.status, 400);
+    assert_eq!(full.json()["error"]["code"], "context_full");
+    let fine = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "ok", "max_tokens": 3}),
+    )
+    .await;
+    assert_eq!(fine.status, 200);
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused() {
+    let server = start(&[1056], EQUAL, 64, None).await;
+    let huge = format!(
+        r#"{{"prompt":"{}"}}"#,
+        "x".repeat(server::MAX_BODY_BYTES + 10)
+    );
+    let reply = request(server.addr, "POST", "/v1/completions", &huge, None).await;
+    assert_eq!(reply.status, 413);
+}
+
+#[tokio::test]
+async fn the_api_key_is_required_when_set() {
+    let server = start(&[1056], EQUAL, 64, Some("sesame")).await;
+    let body = r#"{"prompt":"a","max_tokens":2}"#;
+    assert_eq!(
+        request(server.addr, "POST", "/v1/completions", body, None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        request(server.addr, "POST", "/v1/completions", body, Some("wrong"))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        request(server.addr, "POST", "/v1/completions", body, Some("sesame"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        request(server.addr, "GET", "/v1/models", "", None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        request(server.addr, "GET", "/health", "", None)
+            .await
+            .status,
+        200
+    );
+}
+
+async fn slots(addr: std::net::SocketAddr) -> Value {
+    request(addr, "GET", "/slots", "", None).await.json()
+}
+
+async fn wait_all_free(addr: std::net::SocketAddr) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let view = slots(addr).await;
+        if view["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "free")
+        {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "sessions still held: {view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_frees_its_session() {
+    let server = start(&[200_032], EQUAL, 64, None).await;
+    let body = json!({"prompt": "long", "max_tokens": 200_000, "stream": true}).to_string();
+    let raw = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    socket.write_all(raw.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = socket.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+    drop(socket);
+    wait_all_free(server.addr).await;
+    let metrics = request(server.addr, "GET", "/metrics", "", None).await.body;
+    let generated: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flashlane_generated_tokens_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        generated < 200_000.0,
+        "the reply was cut short, not run to its end ({generated})"
+    );
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_and_show_moves() {
+    let server = start(
+        &[2080, 288, 288],
+        Policy::SmallestFit { grow: 64 },
+        64,
+        None,
+    )
+    .await;
+    let grown = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "grow", "max_tokens": 1000, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(
+        grown.json()["choices"][0]["text"],
+        expected_text(&server, "grow", 1000)
+    );
+    let reply = request(server.addr, "GET", "/metrics", "", None).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.headers.contains("text/plain; version=0.0.4"));
+    let mut families = 0;
+    for line in reply.body.lines() {
+        if line.starts_with("# TYPE ") {
+            families += 1;
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        let (name, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad line {line}"));
+        assert!(name.starts_with("flashlane_"), "{line}");
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("bad value in {line}"));
+    }
+    assert!(families >= 15);
+    assert!(
+        reply.body.contains("flashlane_moves_total 1"),
+        "{}",
+        reply.body
+    );
+    assert!(reply
+        .body
+        .contains("flashlane_sessions{capacity=\"288\",state=\"free\"} 2"));
+    let view = wait_all_free(server.addr).await;
+    assert_eq!(view["sessions"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_with_retry_after() {
+    let server = start(&[100_032], EQUAL, 1, None).await;
+    let body = json!({"prompt": "busy", "max_tokens": 50_000, "stream": true}).to_string();
+    let raw = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // One stream runs, one waits in the queue; the third finds the queue full.
+    let mut running = TcpStream::connect(server.addr).await.unwrap();
+    running.write_all(raw.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    running.read(&mut buf).await.unwrap();
+    let mut waiting = TcpStream::connect(server.addr).await.unwrap();
+    waiting.write_all(raw.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let third = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "x", "max_tokens": 5}),
+    )
+    .await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert!(third
+        .headers
+        .to_ascii_lowercase()
+        .contains("retry-after: 1"));
+    drop(running);
+    drop(waiting);
+    wait_all_free(server.addr).await;
+}
+
+#[tokio::test]
+async fn models_lists_the_served_model() {
+    let server = start(&[1056], EQUAL, 64, None).await;
+    let models = request(server.addr, "GET", "/v1/models", "", None)
+        .await
+        .json();
+    assert_eq!(models["data"][0]["id"], "fake");
+    assert_eq!(models["object"], "list");
+}
