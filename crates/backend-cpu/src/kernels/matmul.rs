@@ -1,0 +1,251 @@
+//! `y = x · Wᵀ` with W `[out, in]` in f32 or bf16 (widened on the fly), f32 accumulation.
+//!
+//! Batch invariance: every output element `y[r, o]` is one dot product of `x[r]` and `W[o]`,
+//! computed by the same code in the same order (16 interleaved partial sums over `in`, then a
+//! fixed pairwise reduction) whether `x` has 1 row or 64. Threads split the **output columns**,
+//! never `in`. Several rows may share one pass over a weight row (register blocking), but each
+//! row keeps its own partial sums, so its result is bit-identical to computing it alone.
+//!
+//! Rust never contracts `a * b + c` into an FMA on its own, so the AVX2 build of the same source
+//! (chosen at run time) gives the same bits as the portable one.
+
+use half::bf16;
+use model::TensorData;
+use rayon::prelude::*;
+
+/// Partial sums per dot product: a multiple of the widest vector (AVX-512: 16 lanes of f32).
+const LANES: usize = 16;
+/// Output columns per rayon task: enough work per task to amortise scheduling, and enough tasks
+/// (out / 32) to balance threads even for narrow projections.
+const COL_BLOCK: usize = 32;
+/// Rows sharing one pass over a weight row.
+const ROW_BLOCK: usize = 4;
+
+#[inline(always)]
+fn widen(w: bf16) -> f32 {
+    // Exact: bf16 is the top half of an f32.
+    f32::from_bits((w.to_bits() as u32) << 16)
+}
+
+#[inline(always)]
+fn reduce(acc: &[f32; LANES]) -> f32 {
+    let mut h = [0.0f32; 8];
+    for i in 0..8 {
+        h[i] = acc[i] + acc[i + 8];
+    }
+    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
+/// Dot product of one activation row and one f32 weight row, in the fixed order.
+#[inline(always)]
+pub fn dot(x: &[f32], w: &[f32]) -> f32 {
+    debug_assert_eq!(x.len(), w.len());
+    let mut acc = [0.0f32; LANES];
+    let n = x.len() / LANES * LANES;
+    for (xc, wc) in x[..n].chunks_exact(LANES).zip(w[..n].chunks_exact(LANES)) {
+        for i in 0..LANES {
+            acc[i] += xc[i] * wc[i];
+        }
+    }
+    for i in n..x.len() {
+        acc[i - n] += x[i] * w[i];
+    }
+    reduce(&acc)
+}
+
+/// [`dot`] with a bf16 weight row widened on the fly (the same bits as widening first).
+#[inline(always)]
+pub fn dot_bf16(x: &[f32], w: &[bf16]) -> f32 {
+    debug_assert_eq!(x.len(), w.len());
+    let mut acc = [0.0f32; LANES];
+    let n = x.len() / LANES * LANES;
+    for (xc, wc) in x[..n].chunks_exact(LANES).zip(w[..n].chunks_exact(LANES)) {
+        for i in 0..LANES {
+            acc[i] += xc[i] * widen(wc[i]);
+        }
+    }
+    for i in n..x.len() {
+        acc[i - n] += x[i] * widen(w[i]);
+    }
+    reduce(&acc)
+}
+
+/// [`dot`] of `ROW_BLOCK` rows against one weight row: each row has its own partial sums.
+#[inline(always)]
+fn dot_rows(x: [&[f32]; ROW_BLOCK], w: &[f32]) -> [f32; ROW_BLOCK] {
+    let mut acc = [[0.0f32; LANES]; ROW_BLOCK];
+    let k = w.len();
+    let n = k / LANES * LANES;
+    let mut j = 0;
+    while j < n {
+        let wc = &w[j..j + LANES];
+        for r in 0..ROW_BLOCK {
+            let xc = &x[r][j..j + LANES];
+            for i in 0..LANES {
+                acc[r][i] += xc[i] * wc[i];
+            }
+        }
+        j += LANES;
+    }
+    for r in 0..ROW_BLOCK {
+        for i in n..k {
+            acc[r][i - n] += x[r][i] * w[i];
+        }
+    }
+    [reduce(&acc[0]), reduce(&acc[1]), reduce(&acc[2]), reduce(&acc[3])]
+}
+
+/// One column block: `yt[c, r]` for the columns `cols` (yt is column-major, `rows` per column).
+#[inline(always)]
+fn block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, yt: &mut [f32]) {
+    let rows = x.len() / k;
+    let mut wide: Vec<f32> = Vec::new();
+    for (c, out) in cols.zip(yt.chunks_exact_mut(rows)) {
+        let wrow: &[f32] = match w {
+            TensorData::F32(s) => &s[c * k..(c + 1) * k],
+            TensorData::Bf16(s) => {
+                let s = &s[c * k..(c + 1) * k];
+                if rows == 1 {
+                    out[0] = dot_bf16(x, s);
+                    continue;
+                }
+                wide.clear();
+                wide.extend(s.iter().map(|v| widen(*v)));
+                &wide
+            }
+        };
+        let mut r = 0;
+        while r + ROW_BLOCK <= rows {
+            let xs = [
+                &x[r * k..(r + 1) * k],
+                &x[(r + 1) * k..(r + 2) * k],
+                &x[(r + 2) * k..(r + 3) * k],
+                &x[(r + 3) * k..(r + 4) * k],
+            ];
+            out[r..r + ROW_BLOCK].copy_from_slice(&dot_rows(xs, wrow));
+            r += ROW_BLOCK;
+        }
+        while r < rows {
+            out[r] = dot(&x[r * k..(r + 1) * k], wrow);
+            r += 1;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn block_avx2(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, yt: &mut [f32]) {
+    block(x, k, w, cols, yt)
+}
+
+fn run_block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, yt: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { block_avx2(x, k, w, cols, yt) };
+        }
+    }
+    block(x, k, w, cols, yt)
+}
+
+/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`.
+pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
+    assert!(k > 0 && x.len() % k == 0, "matmul: x is not whole rows of {k}");
+    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
+    let rows = x.len() / k;
+    let out = w.len() / k;
+    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    if rows == 0 {
+        return;
+    }
+    let fill = |yt: &mut [f32]| {
+        yt.par_chunks_mut(COL_BLOCK * rows).enumerate().for_each(|(b, chunk)| {
+            let start = b * COL_BLOCK;
+            let cols = start..start + chunk.len() / rows;
+            run_block(x, k, w, cols, chunk);
+        });
+    };
+    if rows == 1 {
+        fill(y);
+    } else {
+        let mut yt = vec![0.0f32; rows * out];
+        fill(&mut yt);
+        for (c, col) in yt.chunks_exact(rows).enumerate() {
+            for (r, v) in col.iter().enumerate() {
+                y[r * out + c] = *v;
+            }
+        }
+    }
+}
+
+/// Like [`matmul`] on the weight rows `rows_of_w` only (an expert's slice of a fused tensor, or
+/// the vocabulary rows of an embedding used as lm_head): `y[rows, rows_of_w.len()]`.
+pub fn matmul_rows(x: &[f32], w: TensorData<'_>, k: usize, rows_of_w: std::ops::Range<usize>, y: &mut [f32]) {
+    let sub = match w {
+        TensorData::F32(s) => TensorData::F32(&s[rows_of_w.start * k..rows_of_w.end * k]),
+        TensorData::Bf16(s) => TensorData::Bf16(&s[rows_of_w.start * k..rows_of_w.end * k]),
+    };
+    matmul(x, sub, k, y)
+}
+
+/// The plain definition in f64, for tests.
+pub fn matmul_reference(x: &[f32], w: TensorData<'_>, k: usize) -> Vec<f32> {
+    let rows = x.len() / k;
+    let out = w.len() / k;
+    let mut y = vec![0.0f32; rows * out];
+    for r in 0..rows {
+        for c in 0..out {
+            let mut s = 0.0f64;
+            for j in 0..k {
+                s += x[r * k + j] as f64 * w.get(c * k + j) as f64;
+            }
+            y[r * out + c] = s as f32;
+        }
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::{max_abs_diff, Rng};
+
+    #[test]
+    fn matmul_matches_reference_for_f32_and_bf16_weights() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for (rows, k, out) in [(1, 64, 40), (3, 100, 70), (9, 37, 33), (5, 256, 130)] {
+            let x = rng.vec(rows * k);
+            let wf = rng.vec(out * k);
+            let wb: Vec<bf16> = wf.iter().map(|v| bf16::from_f32(*v)).collect();
+            for w in [TensorData::F32(&wf), TensorData::Bf16(&wb)] {
+                let mut y = vec![0.0; rows * out];
+                matmul(&x, w, k, &mut y);
+                let d = max_abs_diff(&y, &matmul_reference(&x, w, k));
+                assert!(d < 1e-4 * (k as f32).sqrt(), "seed {seed} {rows}x{k}x{out}: diff {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_row_is_bit_identical_alone_or_in_a_batch() {
+        let mut rng = Rng::fresh();
+        let (k, out) = (200, 75);
+        let wf = rng.vec(out * k);
+        let wb: Vec<bf16> = wf.iter().map(|v| bf16::from_f32(*v)).collect();
+        for w in [TensorData::F32(&wf), TensorData::Bf16(&wb)] {
+            for rows in [2, 4, 7, 13] {
+                let x = rng.vec(rows * k);
+                let mut all = vec![0.0; rows * out];
+                matmul(&x, w, k, &mut all);
+                for r in 0..rows {
+                    let mut one = vec![0.0; out];
+                    matmul(&x[r * k..(r + 1) * k], w, k, &mut one);
+                    assert_eq!(one, all[r * out..(r + 1) * out], "row {r} of {rows}");
+                }
+            }
+        }
+    }
+}

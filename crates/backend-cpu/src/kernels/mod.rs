@@ -1,0 +1,54 @@
+//! CPU kernels as plain functions over slices. Every one is **batch-invariant**: the arithmetic
+//! of one row (one token) is a fixed sequence of operations that does not depend on how many
+//! other rows are computed with it. Parallelism (rayon) is over rows, heads or output columns,
+//! never over a reduction. Each kernel has a plain reference implementation (`*_reference`) and a
+//! test comparing the two on fresh random inputs.
+//!
+//! Layouts are row-major: activations `[rows, features]` in f32, weights `[out, in]` as stored in
+//! the checkpoint (f32 or bf16, converted on the fly; accumulation is always f32).
+
+pub mod activation;
+pub mod attention;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// A tiny deterministic generator seeded from the clock, so every run draws fresh inputs
+    /// (printed on failure through the seed in the assertion messages).
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn fresh() -> Rng {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1);
+            Rng(nanos | 1)
+        }
+
+        pub fn next_u64(&mut self) -> u64 {
+            // splitmix64
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in [-1, 1).
+        pub fn uniform(&mut self) -> f32 {
+            (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+
+        pub fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.uniform()).collect()
+        }
+    }
+
+    pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    }
+}

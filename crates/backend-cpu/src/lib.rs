@@ -1,0 +1,27 @@
+//! # backend-cpu — flashlane's models on the CPU
+//!
+//! - [`kernels`]: batch-invariant kernels over slices (matmul with bf16/f32 weights and f32
+//!   accumulation, RMSNorm, RoPE, causal GQA attention, activations).
+//! - [`state`]: per-session buffers (KV rows, linear-attention states, MTP rows), allocated once.
+//! - [`layers`]: the `Mixer` / `Mlp` traits a decoder is built from, and `Segment` (one window).
+//! - [`qwen3`]: dense Qwen3 blocks. `qwen3_next/`: Qwen3-Next blocks (being wired in).
+//! - [`model`]: [`CpuModel`], the decoder stack over a batch of windows.
+//! - [`target`]: [`CpuTarget`], `lane::Target` for a model and its sessions.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! let model = Arc::new(backend_cpu::CpuModel::load(std::path::Path::new("model-dir"), true)?);
+//! let target = backend_cpu::CpuTarget::new(model, &[4128, 4128, 16416]);
+//! # Ok::<(), model::LoadError>(())
+//! ```
+
+pub mod kernels;
+pub mod layers;
+pub mod model;
+pub mod qwen3;
+pub mod state;
+pub mod target;
+
+pub use crate::model::{plan_bytes, CpuModel};
+pub use state::{SessionState, StateBytes};
+pub use target::CpuTarget;

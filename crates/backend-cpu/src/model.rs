@@ -1,0 +1,196 @@
+//! A loaded model as a stack of decoder layers, computed over a batch of windows.
+//!
+//! `x = embed[ids]`; per layer `h = x + mixer(norm₁(x))`, `x = h + mlp(norm₂(h))`; final norm;
+//! `lm_head` (or the embedding when tied) for the rows whose logits are wanted. The model owns
+//! no per-session state: each [`Segment`] carries its session's.
+
+use crate::kernels::matmul::matmul;
+use crate::kernels::norm::{rmsnorm, NormKind};
+use crate::layers::{Mixer, Mlp, Segment};
+use crate::qwen3::{load_norm, Attention, DenseMlp};
+use crate::state::{SessionState, StateBytes};
+use crate::state;
+use model::{Arch, Config, LayerKind, LoadError, Tensor, TensorData, Weights};
+use std::path::Path;
+
+/// The name of a tensor that only checkpoints with an MTP head have.
+pub const MTP_MARKER: &str = "mtp.fc.weight";
+
+/// One decoder layer: norms, token mixer, feed-forward.
+pub struct DecoderLayer {
+    pub input_norm: Vec<f32>,
+    pub post_norm: Vec<f32>,
+    pub mixer: Box<dyn Mixer>,
+    pub mlp: Box<dyn Mlp>,
+}
+
+/// A model ready to compute on the CPU.
+pub struct CpuModel {
+    pub config: Config,
+    /// `model.embed_tokens.weight` `[vocab, hidden]`.
+    pub embed: Tensor,
+    pub layers: Vec<DecoderLayer>,
+    /// `model.norm.weight`.
+    pub norm: Vec<f32>,
+    /// `lm_head.weight`, or `None` when tied to the embedding.
+    pub lm_head: Option<Tensor>,
+    /// Plain for Qwen3, zero-centred for Qwen3-Next.
+    pub norm_kind: NormKind,
+    /// Whether the checkpoint has an MTP head (`mtp.*`); sessions then hold its state.
+    pub has_mtp: bool,
+    /// Bytes of the checkpoint's tensors (what the weights take in memory).
+    pub weight_bytes: u64,
+}
+
+impl CpuModel {
+    /// Loads `dir` (config.json and safetensors), with a progress bar when `progress`.
+    pub fn load(dir: &Path, progress: bool) -> Result<CpuModel, LoadError> {
+        let config = Config::from_dir(dir)?;
+        let weights = Weights::open(dir)?.with_progress(progress);
+        let model = CpuModel::from_weights(config, &weights);
+        weights.finish_progress();
+        model
+    }
+
+    /// Builds every layer from `weights`, checking each tensor's shape against `config`.
+    pub fn from_weights(config: Config, w: &Weights) -> Result<CpuModel, LoadError> {
+        let (v, h) = (config.vocab_size, config.hidden_size);
+        let norm_kind = match config.arch {
+            Arch::Qwen3 => NormKind::Plain,
+            Arch::Qwen3Next => NormKind::ZeroCentred,
+        };
+        let embed = w.tensor("model.embed_tokens.weight", &[v, h])?;
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for i in 0..config.num_layers {
+            let p = format!("model.layers.{i}");
+            let mixer: Box<dyn Mixer> = match (config.arch, config.layer_types[i]) {
+                (Arch::Qwen3, LayerKind::FullAttention) => {
+                    Box::new(Attention::load(w, &format!("{p}.self_attn"), &config)?)
+                }
+                (Arch::Qwen3Next, _) => return Err(not_wired(i)),
+                (Arch::Qwen3, LayerKind::LinearAttention) => unreachable!("config refuses linear layers for qwen3"),
+            };
+            let mlp: Box<dyn Mlp> = if config.moe_layers[i] {
+                return Err(not_wired(i));
+            } else {
+                Box::new(DenseMlp::load(w, &format!("{p}.mlp"), h, config.intermediate_size)?)
+            };
+            layers.push(DecoderLayer {
+                input_norm: load_norm(w, &format!("{p}.input_layernorm.weight"), h)?,
+                post_norm: load_norm(w, &format!("{p}.post_attention_layernorm.weight"), h)?,
+                mixer,
+                mlp,
+            });
+        }
+        let norm = load_norm(w, "model.norm.weight", h)?;
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(w.tensor("lm_head.weight", &[v, h])?)
+        };
+        Ok(CpuModel {
+            has_mtp: w.contains(MTP_MARKER),
+            weight_bytes: w.total_bytes(),
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            norm_kind,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    /// Bytes one session costs (for the plan).
+    pub fn state_bytes(&self) -> StateBytes {
+        StateBytes::of(&self.config, self.has_mtp)
+    }
+
+    /// A fresh session of `capacity` positions.
+    pub fn new_session(&self, capacity: usize) -> SessionState {
+        SessionState::new(&self.config, capacity, self.has_mtp)
+    }
+
+    /// Embedding rows of `tokens`, `[T, hidden]` f32.
+    pub fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let mut x = vec![0.0f32; tokens.len() * h];
+        for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
+            let t = t as usize;
+            match self.embed.data() {
+                TensorData::F32(s) => row.copy_from_slice(&s[t * h..(t + 1) * h]),
+                TensorData::Bf16(s) => {
+                    for (o, v) in row.iter_mut().zip(&s[t * h..(t + 1) * h]) {
+                        *o = v.to_f32();
+                    }
+                }
+            }
+        }
+        x
+    }
+
+    /// Runs every layer over the batch (`tokens` are the segments' rows concatenated) and returns
+    /// the final-normed hidden rows `[T, hidden]`. Each segment's session advances to
+    /// `start + rows`.
+    pub fn forward_hidden(&self, tokens: &[u32], segments: &mut [Segment<'_>]) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let eps = self.config.rms_norm_eps as f32;
+        debug_assert_eq!(segments.iter().map(|s| s.rows.len()).sum::<usize>(), tokens.len());
+        // 1. embeddings [T, H]
+        let mut x = self.embed(tokens);
+        let mut xn = vec![0.0f32; x.len()];
+        let mut delta = vec![0.0f32; x.len()];
+        for (i, layer) in self.layers.iter().enumerate() {
+            // 2. token mixing with the sessions' state
+            rmsnorm(&x, &layer.input_norm, eps, self.norm_kind, &mut xn);
+            layer.mixer.forward(i, &xn, segments, &mut delta);
+            add_in_place(&mut x, &delta);
+            // 3. feed-forward, per row
+            rmsnorm(&x, &layer.post_norm, eps, self.norm_kind, &mut xn);
+            layer.mlp.forward(&xn, &mut delta);
+            add_in_place(&mut x, &delta);
+        }
+        for seg in segments.iter_mut() {
+            seg.state.len = seg.start + seg.rows.len();
+        }
+        // 4. final norm
+        let _ = h;
+        rmsnorm(&x, &self.norm, eps, self.norm_kind, &mut xn);
+        xn
+    }
+
+    /// Logits `[rows, vocab]` of final-normed hidden rows `[rows, hidden]`.
+    pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let (v, h) = (self.config.vocab_size, self.config.hidden_size);
+        let mut out = vec![0.0f32; hidden.len() / h * v];
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        matmul(hidden, head.data(), h, &mut out);
+        out
+    }
+}
+
+/// Qwen3-Next's blocks (`qwen3_next/`) are not plugged into this decoder yet.
+fn not_wired(layer: usize) -> LoadError {
+    LoadError::Inconsistent {
+        file: std::path::PathBuf::from("config.json"),
+        reason: format!("layer {layer}: qwen3_next blocks are not wired into the CPU decoder yet"),
+    }
+}
+
+fn add_in_place(x: &mut [f32], delta: &[f32]) {
+    for (a, b) in x.iter_mut().zip(delta) {
+        *a += b;
+    }
+}
+
+/// What `flashlane plan --model DIR` needs without building the graph: the session costs from
+/// `config.json` and the weight bytes from the safetensors headers.
+pub fn plan_bytes(dir: &Path) -> Result<(StateBytes, u64), LoadError> {
+    let config = Config::from_dir(dir)?;
+    let weights = Weights::open(dir)?;
+    let with_mtp = weights.contains(MTP_MARKER);
+    Ok((state::StateBytes::of(&config, with_mtp), weights.total_bytes()))
+}

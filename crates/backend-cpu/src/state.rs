@@ -1,0 +1,240 @@
+//! Per-session model state (SPEC §1), allocated once when the target is built and never
+//! resized: KV rows of every full-attention layer up to the session's capacity, conv tail and
+//! f32 recurrent state of every linear-attention layer, and the MTP head's rows.
+//!
+//! A [`SessionState`] is plain data: the graphs read and append to it, [`SessionState::copy_from`]
+//! is the whole of a move, [`SessionState::truncate`] the whole of a rollback.
+
+use model::{Config, LayerKind};
+
+/// KV rows of one full-attention layer: `[capacity, kv_heads · head_dim]` each, f32.
+#[derive(Clone, Debug, Default)]
+pub struct KvRows {
+    /// Floats per position (`kv_heads · head_dim`).
+    pub row: usize,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+impl KvRows {
+    pub fn new(capacity: usize, row: usize) -> KvRows {
+        // `vec![0.0; n]` asks the allocator for zeroed pages: untouched capacity costs no RAM.
+        KvRows { row, k: vec![0.0; capacity * row], v: vec![0.0; capacity * row] }
+    }
+
+    /// Writes `k`, `v` (whole rows) at positions `start..`.
+    pub fn write(&mut self, start: usize, k: &[f32], v: &[f32]) {
+        debug_assert_eq!(k.len(), v.len());
+        let at = start * self.row;
+        assert!(at + k.len() <= self.k.len(), "KV write past capacity: start {start}, {} rows", k.len() / self.row);
+        self.k[at..at + k.len()].copy_from_slice(k);
+        self.v[at..at + v.len()].copy_from_slice(v);
+    }
+
+    /// Copies the first `len` positions of `other`.
+    pub fn copy_prefix(&mut self, other: &KvRows, len: usize) {
+        assert_eq!(self.row, other.row, "KV layouts differ");
+        let n = len * self.row;
+        self.k[..n].copy_from_slice(&other.k[..n]);
+        self.v[..n].copy_from_slice(&other.v[..n]);
+    }
+}
+
+/// State of one Gated DeltaNet layer (Qwen3-Next). Sizes are fixed by the config; the rollback
+/// scheme (snapshots taken by the layer's forward, see `qwen3_next`) lives in `snapshots`.
+#[derive(Clone, Debug, Default)]
+pub struct LinearState {
+    /// The last `conv_kernel − 1` conv inputs, `[conv_kernel − 1, conv_channels]`, oldest first.
+    pub conv: Vec<f32>,
+    /// `S` per value head, `[value_heads, key_head_dim, value_head_dim]`, f32.
+    pub recurrent: Vec<f32>,
+    /// States as of earlier positions of the current window, for [`SessionState::truncate`].
+    pub snapshots: Vec<LinearSnapshot>,
+}
+
+/// `conv` and `recurrent` as they were after `pos` positions.
+#[derive(Clone, Debug, Default)]
+pub struct LinearSnapshot {
+    pub pos: usize,
+    pub conv: Vec<f32>,
+    pub recurrent: Vec<f32>,
+}
+
+impl LinearState {
+    pub fn new(config: &model::LinearAttentionConfig) -> LinearState {
+        LinearState {
+            conv: vec![0.0; (config.conv_kernel - 1) * config.conv_channels()],
+            recurrent: vec![0.0; config.num_value_heads * config.key_head_dim * config.value_head_dim],
+            snapshots: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.conv.fill(0.0);
+        self.recurrent.fill(0.0);
+        self.snapshots.clear();
+    }
+
+    /// Restores the state as of `len` positions from a snapshot; false when none was kept.
+    fn restore(&mut self, len: usize) -> bool {
+        match self.snapshots.iter().position(|s| s.pos == len) {
+            Some(i) => {
+                let snap = &self.snapshots[i];
+                self.conv.copy_from_slice(&snap.conv);
+                self.recurrent.copy_from_slice(&snap.recurrent);
+                self.snapshots.retain(|s| s.pos <= len);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One layer's part of a session.
+#[derive(Clone, Debug)]
+pub enum LayerState {
+    Attention(KvRows),
+    Linear(LinearState),
+}
+
+/// The MTP head's part of a session (Qwen3-Next).
+#[derive(Clone, Debug, Default)]
+pub struct MtpState {
+    pub kv: KvRows,
+    /// Positions whose MTP KV rows are written.
+    pub len: usize,
+    /// The main model's final-normed hidden row of the last accepted position.
+    pub last_hidden: Vec<f32>,
+}
+
+/// Everything one stream's model state holds, up to `capacity` positions.
+#[derive(Clone, Debug, Default)]
+pub struct SessionState {
+    pub capacity: usize,
+    /// Positions computed (and valid) in every layer.
+    pub len: usize,
+    pub layers: Vec<LayerState>,
+    pub mtp: Option<MtpState>,
+}
+
+/// Bytes a session costs, as `slots::plan` wants them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateBytes {
+    /// Per position: KV rows of every full-attention layer (and the MTP layer).
+    pub per_token: u64,
+    /// Whatever the capacity: conv tails and recurrent states (plus one snapshot of each for
+    /// rollback) and the MTP hidden row.
+    pub fixed: u64,
+}
+
+/// Snapshots of linear state kept per layer, counted in [`StateBytes::fixed`].
+pub const LINEAR_SNAPSHOTS: u64 = 1;
+
+const F32: u64 = 4;
+
+impl StateBytes {
+    pub fn of(config: &Config, with_mtp: bool) -> StateBytes {
+        let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
+        let mtp_layers = if with_mtp { config.mtp_layers as u64 } else { 0 };
+        let per_token = (config.num_attention_layers() as u64 + mtp_layers) * kv_row;
+        let linear = config.linear.as_ref().map_or(0, |l| {
+            ((l.conv_kernel - 1) * l.conv_channels() + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
+                * F32
+        });
+        let fixed = config.num_linear_layers() as u64 * linear * (1 + LINEAR_SNAPSHOTS)
+            + mtp_layers * config.hidden_size as u64 * F32;
+        StateBytes { per_token, fixed }
+    }
+}
+
+impl SessionState {
+    /// All buffers of a session of `capacity` positions for `config`.
+    pub fn new(config: &Config, capacity: usize, with_mtp: bool) -> SessionState {
+        let row = config.num_kv_heads * config.head_dim;
+        let layers = config
+            .layer_types
+            .iter()
+            .map(|kind| match kind {
+                LayerKind::FullAttention => LayerState::Attention(KvRows::new(capacity, row)),
+                LayerKind::LinearAttention => LayerState::Linear(LinearState::new(
+                    config.linear.as_ref().expect("a linear layer implies a linear config"),
+                )),
+            })
+            .collect();
+        let mtp = (with_mtp && config.mtp_layers > 0).then(|| MtpState {
+            kv: KvRows::new(capacity, row),
+            len: 0,
+            last_hidden: vec![0.0; config.hidden_size],
+        });
+        SessionState { capacity, len: 0, layers, mtp }
+    }
+
+    /// Forgets everything: the next stream starts at position 0.
+    pub fn reset(&mut self) {
+        self.len = 0;
+        for layer in &mut self.layers {
+            if let LayerState::Linear(l) = layer {
+                l.reset();
+            }
+        }
+        if let Some(mtp) = &mut self.mtp {
+            mtp.len = 0;
+            mtp.last_hidden.fill(0.0);
+        }
+    }
+
+    /// Keeps the first `len` positions. KV rows past `len` are simply ignored from now on; each
+    /// linear layer restores its snapshot as of `len`. Errors when `len` is past the state or a
+    /// linear layer kept no snapshot at `len`.
+    pub fn truncate(&mut self, len: usize) -> Result<(), String> {
+        if len > self.len {
+            return Err(format!("cannot truncate to {len}: only {} positions computed", self.len));
+        }
+        if len == self.len {
+            return Ok(());
+        }
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            if let LayerState::Linear(l) = layer {
+                if !l.restore(len) {
+                    return Err(format!(
+                        "layer {i}: no linear-attention snapshot at position {len} (state is at {})",
+                        self.len
+                    ));
+                }
+            }
+        }
+        self.len = len;
+        if let Some(mtp) = &mut self.mtp {
+            mtp.len = mtp.len.min(len);
+        }
+        Ok(())
+    }
+
+    /// Makes `self` (a session at least as large) hold exactly `other`'s state, bit for bit.
+    pub fn copy_from(&mut self, other: &SessionState) -> Result<(), String> {
+        if self.capacity < other.len {
+            return Err(format!("{} positions do not fit a session of {}", other.len, self.capacity));
+        }
+        if self.layers.len() != other.layers.len() {
+            return Err("sessions of different models".into());
+        }
+        for (mine, theirs) in self.layers.iter_mut().zip(&other.layers) {
+            match (mine, theirs) {
+                (LayerState::Attention(a), LayerState::Attention(b)) => a.copy_prefix(b, other.len),
+                (LayerState::Linear(a), LayerState::Linear(b)) => a.clone_from(b),
+                _ => return Err("sessions of different layer layouts".into()),
+            }
+        }
+        match (&mut self.mtp, &other.mtp) {
+            (Some(a), Some(b)) => {
+                a.kv.copy_prefix(&b.kv, b.len);
+                a.len = b.len;
+                a.last_hidden.copy_from_slice(&b.last_hidden);
+            }
+            (None, None) => {}
+            _ => return Err("sessions differ in having an MTP head".into()),
+        }
+        self.len = other.len;
+        Ok(())
+    }
+}

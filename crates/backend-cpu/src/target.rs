@@ -1,0 +1,146 @@
+//! [`CpuTarget`]: `lane::Target` over a [`CpuModel`] and its sessions, allocated once at
+//! construction from the plan's capacities.
+
+use crate::layers::Segment;
+use crate::model::CpuModel;
+use crate::state::SessionState;
+use lane::{Target, TargetError, Window};
+use slots::{MoveFault, SessionId};
+use std::sync::Arc;
+
+/// The CPU target: one model, many sessions.
+pub struct CpuTarget {
+    model: Arc<CpuModel>,
+    sessions: Vec<SessionState>,
+}
+
+impl CpuTarget {
+    /// Allocates one session per capacity (index `i` is `SessionId(i)`).
+    pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
+        let sessions = capacities.iter().map(|&c| model.new_session(c as usize)).collect();
+        CpuTarget { model, sessions }
+    }
+
+    pub fn model(&self) -> &CpuModel {
+        &self.model
+    }
+
+    /// Positions computed in `session`.
+    pub fn session_len(&self, session: SessionId) -> u64 {
+        self.sessions[session.0].len as u64
+    }
+
+    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
+        let mut seen = vec![false; self.sessions.len()];
+        for w in windows {
+            let Some(state) = self.sessions.get(w.session.0) else {
+                return Err(TargetError::Invalid(format!("{} does not exist", w.session)));
+            };
+            if std::mem::replace(&mut seen[w.session.0], true) {
+                return Err(TargetError::Invalid(format!("{} appears twice in one round", w.session)));
+            }
+            if w.start != state.len as u64 {
+                return Err(TargetError::Invalid(format!(
+                    "{} window starts at {} but the session holds {} positions",
+                    w.session, w.start, state.len
+                )));
+            }
+            let needed = w.start + w.tokens.len() as u64;
+            if needed > state.capacity as u64 {
+                return Err(TargetError::Overflow { session: w.session, needed, capacity: state.capacity as u64 });
+            }
+            if w.num_logits > w.tokens.len() {
+                return Err(TargetError::Invalid(format!(
+                    "{} asks logits for {} of {} positions",
+                    w.session,
+                    w.num_logits,
+                    w.tokens.len()
+                )));
+            }
+            if let Some(t) = w.tokens.iter().find(|&&t| t as usize >= self.model.vocab_size()) {
+                return Err(TargetError::Invalid(format!(
+                    "{}: token id {t} is outside the vocabulary of {}",
+                    w.session,
+                    self.model.vocab_size()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Target for CpuTarget {
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        self.sessions.iter().map(|s| s.capacity as u64).collect()
+    }
+
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        self.check(windows)?;
+        let live: Vec<&Window<'_>> = windows.iter().filter(|w| !w.tokens.is_empty()).collect();
+        // 1. the batch: every window's tokens, and its session's state taken out for the call
+        let tokens: Vec<u32> = live.iter().flat_map(|w| w.tokens.iter().copied()).collect();
+        let mut states: Vec<SessionState> =
+            live.iter().map(|w| std::mem::take(&mut self.sessions[w.session.0])).collect();
+        let mut segments = Vec::with_capacity(live.len());
+        let mut row = 0;
+        for (w, state) in live.iter().zip(states.iter_mut()) {
+            segments.push(Segment { rows: row..row + w.tokens.len(), start: w.start as usize, state });
+            row += w.tokens.len();
+        }
+        // 2. all layers, then logits for the wanted rows only
+        let hidden = self.model.forward_hidden(&tokens, &mut segments);
+        let h = self.model.config.hidden_size;
+        let mut wanted = Vec::new();
+        for (w, seg) in live.iter().zip(&segments) {
+            let first = seg.rows.end - w.num_logits;
+            wanted.extend_from_slice(&hidden[first * h..seg.rows.end * h]);
+        }
+        drop(segments);
+        for (w, state) in live.iter().zip(states) {
+            self.sessions[w.session.0] = state;
+        }
+        let logits = self.model.logits(&wanted);
+        // 3. split per window, in the order asked
+        let v = self.model.vocab_size();
+        let mut at = 0;
+        Ok(windows
+            .iter()
+            .map(|w| {
+                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+                let rows = logits[at * v..(at + n) * v].to_vec();
+                at += n;
+                rows
+            })
+            .collect())
+    }
+
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+        let state = self
+            .sessions
+            .get_mut(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        state.truncate(len as usize).map_err(|e| TargetError::Invalid(format!("{session}: {e}")))
+    }
+
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+        if from == to || from.0 >= self.sessions.len() || to.0 >= self.sessions.len() {
+            return Err(MoveFault::Device(format!("cannot move {from} to {to}")));
+        }
+        let source = std::mem::take(&mut self.sessions[from.0]);
+        let result = self.sessions[to.0].copy_from(&source);
+        self.sessions[from.0] = source;
+        result.map_err(|e| MoveFault::Device(format!("{from} → {to}: {e}")))?;
+        self.sessions[from.0].reset();
+        Ok(())
+    }
+
+    fn release(&mut self, session: SessionId) {
+        if let Some(state) = self.sessions.get_mut(session.0) {
+            state.reset();
+        }
+    }
+}

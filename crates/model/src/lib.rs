@@ -1,0 +1,51 @@
+//! # model — the files of a Hugging Face checkpoint
+//!
+//! - [`config`]: `config.json` for `qwen3` and `qwen3_next`, resolved into a checked [`Config`].
+//! - [`weights`]: memory-mapped safetensors (single or sharded), tensors fetched by name with a
+//!   shape check; bf16 stays bf16.
+//! - [`tokenizer`]: `tokenizer.json` through the HF `tokenizers` crate.
+//! - [`chat`]: `tokenizer_config.json`'s chat template through minijinja with HF conventions.
+//!
+//! The graphs (what to compute with the weights) live in the backends (`backend-cpu`), which own
+//! the per-session state; this crate only reads files and says clearly what is wrong with them.
+
+pub mod chat;
+pub mod config;
+pub mod tokenizer;
+pub mod weights;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
+pub use tokenizer::Tokenizer;
+pub use weights::{Tensor, TensorData, Weights};
+
+use std::path::{Path, PathBuf};
+
+/// Why a model directory could not be loaded; every variant names the file (and the tensor).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{file}: {source}")]
+    Io { file: PathBuf, source: std::io::Error },
+    #[error("{file}: {reason}")]
+    Config { file: PathBuf, reason: String },
+    #[error("{file}: not a valid safetensors file ({reason}); is it truncated? re-download it")]
+    Safetensors { file: PathBuf, reason: String },
+    #[error("no *.safetensors file in {dir}")]
+    NoWeights { dir: PathBuf },
+    #[error("{file}: tensor `{name}` is missing")]
+    MissingTensor { name: String, file: PathBuf },
+    #[error("{file}: tensor `{name}` has shape {found:?}, expected {expected:?} from config.json")]
+    Shape { file: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
+    #[error("{file}: tensor `{name}` has dtype {dtype}; flashlane reads F32, BF16 and F16")]
+    Dtype { file: PathBuf, name: String, dtype: String },
+    #[error("{file}: {reason}")]
+    Inconsistent { file: PathBuf, reason: String },
+    #[error("{file}: {reason}")]
+    Tokenizer { file: PathBuf, reason: String },
+}
+
+impl LoadError {
+    pub fn io(file: &Path, source: std::io::Error) -> LoadError {
+        LoadError::Io { file: file.to_path_buf(), source }
+    }
+}

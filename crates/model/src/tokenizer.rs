@@ -1,0 +1,58 @@
+//! `tokenizer.json` through the Hugging Face `tokenizers` crate.
+
+use crate::LoadError;
+use std::path::{Path, PathBuf};
+
+/// A loaded tokenizer; text in, ids out, and back.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    file: PathBuf,
+}
+
+impl Tokenizer {
+    /// Reads `dir/tokenizer.json`.
+    pub fn from_dir(dir: &Path) -> Result<Tokenizer, LoadError> {
+        Tokenizer::from_file(&dir.join("tokenizer.json"))
+    }
+
+    pub fn from_file(file: &Path) -> Result<Tokenizer, LoadError> {
+        if !file.exists() {
+            return Err(LoadError::Tokenizer {
+                file: file.to_path_buf(),
+                reason: "missing; the model directory needs its tokenizer.json".into(),
+            });
+        }
+        let inner = tokenizers::Tokenizer::from_file(file).map_err(|e| LoadError::Tokenizer {
+            file: file.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Ok(Tokenizer { inner, file: file.to_path_buf() })
+    }
+
+    /// Ids of `text`. Special tokens written in the text (`<|im_start|>`) are recognised; no
+    /// BOS/EOS is added (chat templates write them themselves, as transformers does).
+    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> anyhow::Result<String> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| anyhow::anyhow!("{}: cannot decode: {e}", self.file.display()))
+    }
+
+    /// The id of a token written as text (`<|im_end|>`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Number of ids the tokenizer knows, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}

@@ -1,0 +1,492 @@
+//! Safetensors weights, memory-mapped: one `model.safetensors`, or shards listed by
+//! `model.safetensors.index.json`.
+//!
+//! Every file's header is read and checked at [`Weights::open`] (a truncated file fails there,
+//! naming the file). A tensor is fetched by name with the shape the graph expects
+//! ([`Weights::tensor`]); a missing tensor, a shape mismatch or an unsupported dtype fails naming
+//! the file and the tensor. bf16 and f32 tensors stay in the mapping (zero copy, bf16 stays
+//! bf16); f16 tensors are widened to f32 once at load.
+
+use crate::LoadError;
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The index file of a sharded checkpoint.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// The file of an unsharded checkpoint.
+pub const SINGLE_FILE: &str = "model.safetensors";
+
+/// Bytes between two touches when paging a tensor in: one byte per page is enough.
+const PAGE_BYTES: usize = 4096;
+
+/// Where one tensor lies in its file's mapping.
+#[derive(Clone, Debug)]
+struct Entry {
+    file: Arc<PathBuf>,
+    map: Arc<Mmap>,
+    offset: usize,
+    len: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+}
+
+/// All tensors of a checkpoint, mapped.
+pub struct Weights {
+    entries: HashMap<String, Entry>,
+    total_bytes: u64,
+    progress: Option<Mutex<indicatif::ProgressBar>>,
+}
+
+/// A tensor's elements, borrowed.
+#[derive(Clone, Copy, Debug)]
+pub enum TensorData<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [bf16]),
+}
+
+impl TensorData<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(s) => s.len(),
+            TensorData::Bf16(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` widened to f32.
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            TensorData::F32(s) => s[i],
+            TensorData::Bf16(s) => s[i].to_f32(),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Storage {
+    Mapped { map: Arc<Mmap>, offset: usize, len: usize, bf16: bool },
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+}
+
+/// One weight tensor, row-major, f32 or bf16.
+#[derive(Debug)]
+pub struct Tensor {
+    name: String,
+    shape: Vec<usize>,
+    storage: Storage,
+}
+
+impl Tensor {
+    /// An owned f32 tensor (tests, and weights computed at load).
+    pub fn from_f32(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Tensor {
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "tensor shape vs data length");
+        Tensor { name: name.into(), shape, storage: Storage::F32(data) }
+    }
+
+    /// An owned bf16 tensor.
+    pub fn from_bf16(name: impl Into<String>, shape: Vec<usize>, data: Vec<bf16>) -> Tensor {
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "tensor shape vs data length");
+        Tensor { name: name.into(), shape, storage: Storage::Bf16(data) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_bf16(&self) -> bool {
+        matches!(self.storage, Storage::Bf16(_) | Storage::Mapped { bf16: true, .. })
+    }
+
+    pub fn data(&self) -> TensorData<'_> {
+        match &self.storage {
+            Storage::F32(v) => TensorData::F32(v),
+            Storage::Bf16(v) => TensorData::Bf16(v),
+            Storage::Mapped { map, offset, len, bf16 } => {
+                let bytes = &map[*offset..*offset + *len];
+                // SAFETY: `Weights::tensor` maps a tensor only when its bytes are aligned for the
+                // element type and a whole number of elements; f32 and bf16 have no invalid bit
+                // patterns; the mapping is read-only and lives as long as `self`.
+                unsafe {
+                    if *bf16 {
+                        TensorData::Bf16(std::slice::from_raw_parts(bytes.as_ptr().cast(), len / 2))
+                    } else {
+                        TensorData::F32(std::slice::from_raw_parts(bytes.as_ptr().cast(), len / 4))
+                    }
+                }
+            }
+        }
+    }
+
+    /// All elements widened to f32 (norm weights, biases: small tensors).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self.data() {
+            TensorData::F32(s) => s.to_vec(),
+            TensorData::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
+        }
+    }
+
+    /// Bytes this tensor occupies in memory.
+    pub fn bytes(&self) -> usize {
+        self.numel() * if self.is_bf16() { 2 } else { 4 }
+    }
+}
+
+fn dtype_name(dtype: Dtype) -> String {
+    format!("{dtype:?}")
+}
+
+impl Weights {
+    /// Maps the checkpoint in `dir`: the shards of `model.safetensors.index.json` when present,
+    /// else `model.safetensors`, else every `*.safetensors` file.
+    pub fn open(dir: &Path) -> Result<Weights, LoadError> {
+        let index_path = dir.join(INDEX_FILE);
+        let (files, index) = if index_path.exists() {
+            let (files, index) = read_index(&index_path)?;
+            (files.into_iter().map(|f| dir.join(f)).collect::<Vec<_>>(), Some(index))
+        } else if dir.join(SINGLE_FILE).exists() {
+            (vec![dir.join(SINGLE_FILE)], None)
+        } else {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(|e| LoadError::io(dir, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                return Err(LoadError::NoWeights { dir: dir.to_path_buf() });
+            }
+            (files, None)
+        };
+
+        let mut entries = HashMap::new();
+        let mut total_bytes = 0u64;
+        for path in files {
+            let file = File::open(&path).map_err(|e| LoadError::io(&path, e))?;
+            // SAFETY: the file is mapped read-only; flashlane never writes checkpoint files, and a
+            // checkpoint changed by someone else while serving is outside what we can defend.
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| LoadError::io(&path, e))?;
+            let map = Arc::new(map);
+            let path = Arc::new(path);
+            let st = SafeTensors::deserialize(&map).map_err(|e| LoadError::Safetensors {
+                file: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+            let base = map.as_ptr() as usize;
+            for (name, view) in st.tensors() {
+                let data = view.data();
+                let entry = Entry {
+                    file: path.clone(),
+                    map: map.clone(),
+                    offset: data.as_ptr() as usize - base,
+                    len: data.len(),
+                    dtype: view.dtype(),
+                    shape: view.shape().to_vec(),
+                };
+                total_bytes += data.len() as u64;
+                if let Some(prev) = entries.insert(name.clone(), entry) {
+                    return Err(LoadError::Inconsistent {
+                        file: path.to_path_buf(),
+                        reason: format!("tensor `{name}` is also in {}", prev.file.display()),
+                    });
+                }
+            }
+        }
+        if let Some(index) = index {
+            for (name, file) in &index {
+                match entries.get(name) {
+                    None => {
+                        return Err(LoadError::MissingTensor {
+                            name: name.clone(),
+                            file: dir.join(file),
+                        })
+                    }
+                    Some(e) if e.file.file_name() != Path::new(file).file_name() => {
+                        return Err(LoadError::Inconsistent {
+                            file: index_path.clone(),
+                            reason: format!(
+                                "tensor `{name}` is listed in {file} but found in {}",
+                                e.file.display()
+                            ),
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(Weights { entries, total_bytes, progress: None })
+    }
+
+    /// Shows a progress bar over the checkpoint's bytes while tensors are fetched (and paged in).
+    pub fn with_progress(mut self, enabled: bool) -> Weights {
+        if enabled {
+            let bar = indicatif::ProgressBar::new(self.total_bytes);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "loading weights {bar:40} {bytes}/{total_bytes} ({eta})",
+                )
+                .expect("a valid progress template"),
+            );
+            self.progress = Some(Mutex::new(bar));
+        }
+        self
+    }
+
+    /// Ends the progress bar, if any.
+    pub fn finish_progress(&self) {
+        if let Some(bar) = &self.progress {
+            bar.lock().expect("progress bar lock").finish_and_clear();
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// The shape stored for `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.entries.get(name).map(|e| e.shape.as_slice())
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Total bytes of all tensors in the files.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Fetches `name`, checking that its shape is `shape`.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        let entry = self.entries.get(name).ok_or_else(|| LoadError::MissingTensor {
+            name: name.to_string(),
+            file: self.files_hint(),
+        })?;
+        if entry.shape != shape {
+            return Err(LoadError::Shape {
+                file: entry.file.to_path_buf(),
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: entry.shape.clone(),
+            });
+        }
+        self.fetch(name, entry)
+    }
+
+    /// Fetches `name` whatever its shape (the caller checks it).
+    pub fn tensor_any_shape(&self, name: &str) -> Result<Tensor, LoadError> {
+        let entry = self.entries.get(name).ok_or_else(|| LoadError::MissingTensor {
+            name: name.to_string(),
+            file: self.files_hint(),
+        })?;
+        self.fetch(name, entry)
+    }
+
+    fn files_hint(&self) -> PathBuf {
+        let mut files: Vec<&Path> = self.entries.values().map(|e| e.file.as_path()).collect();
+        files.sort();
+        files.dedup();
+        match files.as_slice() {
+            [one] => one.to_path_buf(),
+            _ => files
+                .first()
+                .and_then(|f| f.parent())
+                .map(|d| d.join("*.safetensors"))
+                .unwrap_or_default(),
+        }
+    }
+
+    fn fetch(&self, name: &str, entry: &Entry) -> Result<Tensor, LoadError> {
+        let numel: usize = entry.shape.iter().product();
+        let elem = match entry.dtype {
+            Dtype::F32 => 4,
+            Dtype::BF16 | Dtype::F16 => 2,
+            other => {
+                return Err(LoadError::Dtype {
+                    file: entry.file.to_path_buf(),
+                    name: name.to_string(),
+                    dtype: dtype_name(other),
+                })
+            }
+        };
+        if numel * elem != entry.len {
+            return Err(LoadError::Inconsistent {
+                file: entry.file.to_path_buf(),
+                reason: format!(
+                    "tensor `{name}` holds {} bytes but shape {:?} needs {}",
+                    entry.len,
+                    entry.shape,
+                    numel * elem
+                ),
+            });
+        }
+        let bytes = &entry.map[entry.offset..entry.offset + entry.len];
+        if let Some(bar) = &self.progress {
+            let touched: u64 = bytes.iter().step_by(PAGE_BYTES).map(|b| *b as u64).sum();
+            std::hint::black_box(touched);
+            bar.lock().expect("progress bar lock").inc(entry.len as u64);
+        }
+        let aligned = (bytes.as_ptr() as usize) % elem == 0;
+        let storage = match entry.dtype {
+            Dtype::F32 if aligned => Storage::Mapped {
+                map: entry.map.clone(),
+                offset: entry.offset,
+                len: entry.len,
+                bf16: false,
+            },
+            Dtype::BF16 if aligned => Storage::Mapped {
+                map: entry.map.clone(),
+                offset: entry.offset,
+                len: entry.len,
+                bf16: true,
+            },
+            Dtype::F32 => Storage::F32(
+                bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+            Dtype::BF16 => Storage::Bf16(
+                bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]])).collect(),
+            ),
+            _ => Storage::F32(
+                bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            ),
+        };
+        Ok(Tensor { name: name.to_string(), shape: entry.shape.clone(), storage })
+    }
+}
+
+/// Reads `model.safetensors.index.json`: the shard files (sorted) and the tensor → file map.
+fn read_index(path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>), LoadError> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: BTreeMap<String, String>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+    let index: Index = serde_json::from_str(&text).map_err(|e| LoadError::Inconsistent {
+        file: path.to_path_buf(),
+        reason: format!("not a valid index: {e}"),
+    })?;
+    let mut files: Vec<String> = index.weight_map.values().cloned().collect();
+    files.sort();
+    files.dedup();
+    Ok((files, index.weight_map))
+}
+
+/// Writes a safetensors file from named f32 tensors stored as `dtype` (tests and tools).
+pub fn write_safetensors(
+    path: &Path,
+    tensors: &[(&str, Vec<usize>, Vec<f32>)],
+    dtype: Dtype,
+) -> std::io::Result<()> {
+    let mut header = serde_json::Map::new();
+    let mut data: Vec<u8> = Vec::new();
+    for (name, shape, values) in tensors {
+        let start = data.len();
+        for v in values {
+            match dtype {
+                Dtype::BF16 => data.extend_from_slice(&bf16::from_f32(*v).to_le_bytes()),
+                Dtype::F16 => data.extend_from_slice(&f16::from_f32(*v).to_le_bytes()),
+                _ => data.extend_from_slice(&v.to_le_bytes()),
+            }
+        }
+        header.insert(
+            name.to_string(),
+            serde_json::json!({
+                "dtype": match dtype { Dtype::BF16 => "BF16", Dtype::F16 => "F16", _ => "F32" },
+                "shape": shape,
+                "data_offsets": [start, data.len()],
+            }),
+        );
+    }
+    let mut header = serde_json::to_vec(&header)?;
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&data);
+    std::fs::write(path, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("flashlane-weights-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn bf16_stays_bf16_and_f16_widens_to_f32() {
+        let dir = tempdir("dtypes");
+        let vals = vec![1.0f32, -2.5, 0.375, 3.0];
+        write_safetensors(&dir.join("a.safetensors"), &[("w", vec![2, 2], vals.clone())], Dtype::BF16).unwrap();
+        write_safetensors(&dir.join("b.safetensors"), &[("h", vec![4], vals.clone())], Dtype::F16).unwrap();
+        let w = Weights::open(&dir).unwrap();
+        let t = w.tensor("w", &[2, 2]).unwrap();
+        assert!(t.is_bf16());
+        assert_eq!(t.to_f32_vec(), vals);
+        let h = w.tensor("h", &[4]).unwrap();
+        assert!(!h.is_bf16());
+        assert_eq!(h.to_f32_vec(), vals);
+    }
+
+    #[test]
+    fn shape_mismatch_and_missing_tensor_name_file_and_tensor() {
+        let dir = tempdir("errors");
+        write_safetensors(&dir.join(SINGLE_FILE), &[("w", vec![2, 2], vec![0.5; 4])], Dtype::F32).unwrap();
+        let w = Weights::open(&dir).unwrap();
+        let err = w.tensor("w", &[4, 1]).unwrap_err().to_string();
+        assert!(err.contains("`w`") && err.contains(SINGLE_FILE), "{err}");
+        let err = w.tensor("nope", &[1]).unwrap_err().to_string();
+        assert!(err.contains("`nope`") && err.contains(SINGLE_FILE), "{err}");
+    }
+
+    #[test]
+    fn truncated_file_fails_at_open_naming_the_file() {
+        let dir = tempdir("truncated");
+        let path = dir.join(SINGLE_FILE);
+        write_safetensors(&path, &[("w", vec![64], vec![0.5; 64])], Dtype::F32).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        let err = Weights::open(&dir).err().unwrap().to_string();
+        assert!(err.contains(SINGLE_FILE), "{err}");
+    }
+
+    #[test]
+    fn sharded_checkpoint_loads_through_its_index_and_checks_it() {
+        let dir = tempdir("sharded");
+        write_safetensors(&dir.join("s1.safetensors"), &[("a", vec![2], vec![1.0, 2.0])], Dtype::F32).unwrap();
+        write_safetensors(&dir.join("s2.safetensors"), &[("b", vec![1], vec![3.0])], Dtype::F32).unwrap();
+        let index = r#"{"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}"#;
+        std::fs::write(dir.join(INDEX_FILE), index).unwrap();
+        let w = Weights::open(&dir).unwrap();
+        assert_eq!(w.tensor("b", &[1]).unwrap().to_f32_vec(), vec![3.0]);
+        let bad = r#"{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s2.safetensors"}}"#;
+        std::fs::write(dir.join(INDEX_FILE), bad).unwrap();
+        let err = Weights::open(&dir).err().unwrap().to_string();
+        assert!(err.contains("`c`") && err.contains("s2.safetensors"), "{err}");
+    }
+}
