@@ -286,7 +286,7 @@ impl<T: Target> Engine<T> {
                     state: match stream {
                         None => SlotState::Free,
                         Some(s) => match s.state {
-                            State::Finished => unreachable!("swept before any view"),
+                            State::Finished => SlotState::Ending,
                             State::Paused => SlotState::Paused,
                             State::Running if s.in_prompt() => SlotState::Prompt,
                             State::Running => SlotState::Reply,
@@ -432,7 +432,9 @@ impl<T: Target> Engine<T> {
                 Pick::Nothing => break,
             }
         }
-        if self.table.num_free() > 0 {
+        // On the first-free path a queued request only waits for any session to free, as on a
+        // server with equal slots; only the spec path waits for a session that holds it.
+        if self.config.policy != Policy::FirstFree {
             for waiting in self.queue.iter_mut().filter(|w| !w.waited) {
                 waiting.waited = true;
                 self.counters.admission_waits += 1;

@@ -12,6 +12,9 @@ pub enum SlotState {
     Reply,
     /// Its stream outgrew it and waits for a larger session to free.
     Paused,
+    /// Its stream's reply is over and the session is being released. Never seen between calls
+    /// (every public method sweeps); kept so that a view can never panic.
+    Ending,
 }
 
 /// One session, as `GET /slots` shows it.
@@ -50,8 +53,8 @@ pub struct Counters {
     pub move_faults: u64,
     /// Times a stream paused (once per pause, not per skipped round).
     pub pauses: u64,
-    /// Requests that waited in the queue while some session was free (it did not hold them, or
-    /// the head-of-line bound held them back).
+    /// Requests that waited in the admission queue for a session that holds them (spec set only;
+    /// on the first-free path the queue is plain first in, first out).
     pub admission_waits: u64,
     /// Draft tokens proposed for verification.
     pub draft_proposed: u64,
