@@ -1,7 +1,11 @@
 //! The `flashlane` command: one subcommand per job, each in its own module.
 
+mod generate;
+mod logits;
 mod plan;
+mod serve;
 mod sizing;
+mod text;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +25,12 @@ struct Cli {
 enum Command {
     /// Print the sessions that would open under the memory cap, without serving.
     Plan(plan::PlanArgs),
+    /// Print the logits of every position of one full forward (for checking against references).
+    Logits(logits::LogitsArgs),
+    /// Generate a reply on the CPU, greedy by default (for checking against references).
+    Generate(generate::GenerateArgs),
+    /// Serve the OpenAI-compatible API (the embedded default model when no --model is given).
+    Serve(serve::ServeArgs),
 }
 
 /// An error with the exit status it deserves: 2 for bad input (as clap does), 1 otherwise.
@@ -48,6 +58,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Plan(args) => plan::run(&args),
+        Command::Logits(args) => logits::run(&args),
+        Command::Generate(args) => generate::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

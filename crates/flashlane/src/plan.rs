@@ -11,13 +11,16 @@ use slots::{plan, Plan, PlanInput};
 pub struct PlanArgs {
     #[command(flatten)]
     pub sizing: SizingArgs,
+    /// Model directory: session costs from its config.json, weight bytes from its safetensors
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
     /// KV bytes per token of a session (instead of reading them from a model)
     #[arg(long)]
     pub bytes_per_token: Option<u64>,
-    /// Bytes per session whatever its size: recurrent and conv states, MTP rows
+    /// Bytes per session whatever its size: recurrent and conv states, MTP rows (added to the model's)
     #[arg(long, default_value_t = 0)]
     pub fixed_bytes: u64,
-    /// Bytes already taken before sessions (weights, scratch)
+    /// Bytes already taken before sessions (weights, scratch; added to the model's weights)
     #[arg(long, default_value_t = 0)]
     pub ready_bytes: u64,
     /// Print JSON instead of a table
@@ -41,20 +44,35 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    let bytes_per_token = args.bytes_per_token.ok_or_else(|| {
-        Failure::bad_input(anyhow!(
-            "give --bytes-per-token (and --fixed-bytes) to size the sessions"
-        ))
-    })?;
+    let (model_bytes, weight_bytes) = match &args.model {
+        Some(dir) => {
+            let (state, weights) =
+                backend_cpu::plan_bytes(dir).map_err(|e| Failure::from(anyhow!(e)))?;
+            (Some(state), weights)
+        }
+        None => (None, 0),
+    };
+    let bytes_per_token = args
+        .bytes_per_token
+        .or(model_bytes.map(|b| b.per_token))
+        .ok_or_else(|| {
+            Failure::bad_input(anyhow!(
+                "give --model DIR, or --bytes-per-token (and --fixed-bytes), to size the sessions"
+            ))
+        })?;
+    let fixed_bytes = args
+        .fixed_bytes
+        .saturating_add(model_bytes.map_or(0, |b| b.fixed));
+    let ready_bytes = args.ready_bytes.saturating_add(weight_bytes);
     let spec = args.sizing.spec(u64::MAX)?;
     let input = PlanInput {
         context_tokens: args.sizing.context.unwrap_or(DEFAULT_CONTEXT),
         parallel: args.sizing.parallel,
         spec: spec.as_ref(),
         bytes_per_token,
-        fixed_state_bytes: args.fixed_bytes,
+        fixed_state_bytes: fixed_bytes,
         cap_bytes: args.sizing.cap_bytes()?,
-        ready_bytes: args.ready_bytes,
+        ready_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
         reserved_bytes: 0,
     };

@@ -3,7 +3,7 @@
 
 use crate::Failure;
 use clap::Args;
-use slots::{SessionSpec, MARGIN};
+use slots::{Policy, SessionSpec, MARGIN};
 
 /// The engine's session when neither `--context` nor the model says otherwise.
 pub const DEFAULT_CONTEXT: u64 = 8192;
@@ -41,6 +41,16 @@ impl SizingArgs {
             Some(text) => SessionSpec::parse(text, max_tokens.min(u64::MAX - MARGIN))
                 .map(Some)
                 .map_err(Failure::bad_input),
+        }
+    }
+
+    /// First free when no spec is set, smallest fit with the growth allowance otherwise.
+    pub fn policy(&self, spec: Option<&SessionSpec>) -> Policy {
+        match spec {
+            None => Policy::FirstFree,
+            Some(_) => Policy::SmallestFit {
+                grow: self.slot_grow,
+            },
         }
     }
 

@@ -349,7 +349,8 @@ async fn write_sse(
         match event {
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                if !delta.text.is_empty() || !delta.logprobs.is_empty() || first {
+                let opens_chat = first && meta.shape == Shape::Chat;
+                if !delta.text.is_empty() || !delta.logprobs.is_empty() || opens_chat {
                     let value = chunk(&meta, &delta, want_logprobs, None, first);
                     first = false;
                     if frames.send(frame(&value)).await.is_err() {

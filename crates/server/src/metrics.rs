@@ -5,12 +5,13 @@ use lane::SlotState;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-fn state_name(state: SlotState) -> &'static str {
+pub(crate) fn state_name(state: SlotState) -> &'static str {
     match state {
         SlotState::Free => "free",
         SlotState::Prompt => "prompt",
         SlotState::Reply => "reply",
         SlotState::Paused => "paused",
+        SlotState::Ending => "ending",
     }
 }
 
@@ -26,7 +27,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     };
     let mut sessions: BTreeMap<(u64, &str), u64> = BTreeMap::new();
     for slot in &snapshot.slots {
-        for state in ["free", "prompt", "reply", "paused"] {
+        for state in ["free", "prompt", "reply", "paused", "ending"] {
             sessions.entry((slot.capacity, state)).or_insert(0);
         }
         *sessions

@@ -114,7 +114,7 @@ async fn slots(State(app): State<AppState>) -> Response {
                 "capacity": slot.capacity,
                 "holder": slot.holder.map(|s| s.0),
                 "used_tokens": slot.used_tokens,
-                "state": format!("{:?}", slot.state).to_lowercase(),
+                "state": crate::metrics::state_name(slot.state),
             })
         })
         .collect();

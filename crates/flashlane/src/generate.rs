@@ -1,0 +1,158 @@
+//! `flashlane generate`: one reply decoded through a session on the CPU, greedy by default, for
+//! checking against reference implementations.
+
+use crate::logits::{load_model, parse_ids};
+use crate::Failure;
+use anyhow::anyhow;
+use backend_cpu::CpuTarget;
+use clap::Args;
+use lane::sampling::{sample, Rng};
+use lane::{SamplingParams, SessionId, Target, Window};
+use model::{ChatMessage, ChatTemplate, Tokenizer};
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Model directory (config.json, *.safetensors, tokenizer.json)
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt text (tokenized with the model's tokenizer.json)
+    #[arg(long, conflicts_with = "ids", required_unless_present = "ids")]
+    pub prompt: Option<String>,
+    /// Prompt token ids, comma-separated, e.g. `3,17,42`
+    #[arg(long)]
+    pub ids: Option<String>,
+    /// Wrap --prompt as a user message in the model's chat template
+    #[arg(long, requires = "prompt")]
+    pub chat: bool,
+    /// Most tokens to generate
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Seed of the sampler (with --temperature > 0)
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep going past end-of-sequence tokens
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print `{"tokens":[...],"text":"..."}`
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// End-of-sequence ids: config.json's, and generation_config.json's when present.
+fn eos_ids(dir: &Path, config_eos: &[u32]) -> Vec<u32> {
+    let mut ids = config_eos.to_vec();
+    if let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            match &value["eos_token_id"] {
+                serde_json::Value::Number(n) => ids.extend(n.as_u64().map(|v| v as u32)),
+                serde_json::Value::Array(a) => {
+                    ids.extend(a.iter().filter_map(|v| v.as_u64().map(|v| v as u32)))
+                }
+                _ => {}
+            }
+        }
+    }
+    ids
+}
+
+pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
+    if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
+        return Err(Failure::bad_input(anyhow!(
+            "--temperature must be ≥ 0, got {}",
+            args.temperature
+        )));
+    }
+    let tokenizer_path = args.model.join("tokenizer.json");
+    let tokenizer = if tokenizer_path.exists() || args.prompt.is_some() {
+        Some(Tokenizer::from_dir(&args.model).map_err(|e| Failure::from(anyhow!(e)))?)
+    } else {
+        None
+    };
+    let prompt: Vec<u32> = match (&args.ids, &args.prompt, &tokenizer) {
+        (Some(ids), _, _) => parse_ids(ids)?,
+        (None, Some(text), Some(tok)) => {
+            let text = if args.chat {
+                let template = ChatTemplate::from_dir(&args.model)
+                    .map_err(|e| Failure::from(anyhow!(e)))?
+                    .ok_or_else(|| {
+                        Failure::bad_input(anyhow!("--chat: the model has no chat template"))
+                    })?;
+                template.render(
+                    &[ChatMessage {
+                        role: "user".into(),
+                        content: text.clone(),
+                    }],
+                    true,
+                )?
+            } else {
+                text.clone()
+            };
+            tok.encode(&text)?
+        }
+        _ => return Err(Failure::bad_input(anyhow!("give --prompt or --ids"))),
+    };
+    if prompt.is_empty() {
+        return Err(Failure::bad_input(anyhow!("the prompt has no tokens")));
+    }
+    let model = load_model(&args.model)?;
+    if let Some(bad) = prompt.iter().find(|&&t| t as usize >= model.vocab_size()) {
+        return Err(Failure::bad_input(anyhow!(
+            "token id {bad} is outside the vocabulary of {}",
+            model.vocab_size()
+        )));
+    }
+    let eos = if args.ignore_eos {
+        Vec::new()
+    } else {
+        eos_ids(&args.model, &model.config.eos_token_ids)
+    };
+    let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
+    let mut target = CpuTarget::new(model, &[capacity as u64]);
+    let params = SamplingParams {
+        temperature: args.temperature,
+        seed: Some(args.seed),
+        ..SamplingParams::greedy()
+    };
+    let mut rng = Rng::new(args.seed);
+    let session = SessionId(0);
+
+    let mut generated = Vec::with_capacity(args.max_tokens);
+    let mut window: Vec<u32> = prompt.clone();
+    let mut start = 0u64;
+    while generated.len() < args.max_tokens {
+        let logits = target
+            .forward(&[Window {
+                session,
+                start,
+                tokens: &window,
+                num_logits: 1,
+            }])
+            .map_err(|e| Failure::from(anyhow!(e)))?
+            .remove(0);
+        start += window.len() as u64;
+        let next =
+            sample(&logits, &params, &mut rng).map_err(|e| Failure::from(anyhow!("{e:?}")))?;
+        generated.push(next);
+        if eos.contains(&next) {
+            break;
+        }
+        window = vec![next];
+    }
+    let text = match &tokenizer {
+        Some(tok) => tok.decode(&generated)?,
+        None => String::new(),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "tokens": generated, "text": text })
+        );
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}

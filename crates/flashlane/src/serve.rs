@@ -1,0 +1,200 @@
+//! `flashlane serve`: load a model, plan its sessions under the cap, and serve the OpenAI API.
+
+use crate::plan::table;
+use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
+use crate::text::ModelText;
+use crate::Failure;
+use anyhow::{anyhow, Context};
+use backend_cpu::{CpuModel, CpuTarget};
+use clap::{Args, ValueEnum};
+use lane::{DraftMode, Engine, EngineConfig, Target};
+use server::AppState;
+use slots::{plan, PlanInput};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Drafts per window when `--draft-tokens` is not given: enough to gain on predictable text,
+/// few enough that a rejection wastes little.
+pub const DEFAULT_DRAFT_TOKENS: u64 = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DraftArg {
+    Mtp,
+    Ngram,
+    None,
+}
+
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    /// Model directory (Hugging Face layout) [default: the embedded flashlane-tiny]
+    #[arg(long, env = "FLASHLANE_MODEL")]
+    pub model: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    pub fn dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.model {
+            Some(dir) => Ok(dir.clone()),
+            None => default_model_dir(),
+        }
+    }
+}
+
+/// The embedded default model: `models/flashlane-tiny` of the checkout this binary was built in,
+/// or `models/flashlane-tiny` beside the binary when installed elsewhere.
+pub fn default_model_dir() -> anyhow::Result<PathBuf> {
+    let in_checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let beside_binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("models/flashlane-tiny")));
+    [Some(in_checkout), beside_binary]
+        .into_iter()
+        .flatten()
+        .find(|dir| dir.join("config.json").exists())
+        .ok_or_else(|| anyhow!("the embedded default model is not found; pass --model DIR"))
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sizing: SizingArgs,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one and prints it)
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 requests
+    #[arg(long, env = "FLASHLANE_API_KEY")]
+    pub api_key: Option<String>,
+    /// Speculative drafts [default: mtp if the model has an MTP head, else none]
+    #[arg(long, value_enum)]
+    pub draft: Option<DraftArg>,
+    /// Drafts per window
+    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
+    pub draft_tokens: u64,
+    /// Name the API reports for the model [default: the directory's name]
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+}
+
+pub fn run(args: &ServeArgs) -> Result<(), Failure> {
+    let dir = args.model.dir()?;
+    let id = args.served_model_name.clone().unwrap_or_else(|| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "model".into())
+    });
+    let (state_bytes, weight_bytes) =
+        backend_cpu::plan_bytes(&dir).with_context(|| format!("loading {}", dir.display()))?;
+    let config = model::Config::from_dir(&dir).map_err(anyhow::Error::from)?;
+    let max_tokens = config.max_position_embeddings as u64;
+    let spec = args.sizing.spec(max_tokens)?;
+    let context = args.sizing.context.unwrap_or_else(|| {
+        if max_tokens > 0 {
+            max_tokens
+        } else {
+            DEFAULT_CONTEXT
+        }
+    });
+    if max_tokens > 0 && context > max_tokens {
+        return Err(Failure::bad_input(anyhow!(
+            "--context {context} is more than the model addresses ({max_tokens} positions)"
+        )));
+    }
+    let plan = plan(&PlanInput {
+        context_tokens: context,
+        parallel: args.sizing.parallel,
+        spec: spec.as_ref(),
+        bytes_per_token: state_bytes.per_token,
+        fixed_state_bytes: state_bytes.fixed,
+        cap_bytes: args.sizing.cap_bytes()?,
+        ready_bytes: weight_bytes,
+        margin_bytes: MEMORY_MARGIN_BYTES,
+        reserved_bytes: 0,
+    })
+    .map_err(|e| anyhow!(e))?;
+    let text = Arc::new(ModelText::load(&dir, id.clone(), &config)?);
+    eprintln!(
+        "flashlane {} serving {id} from {}",
+        env!("CARGO_PKG_VERSION"),
+        dir.display()
+    );
+    eprintln!("device: CPU, {} threads", rayon_threads());
+    eprint!("{}", table(&plan));
+    if let Some(warning) = plan.dropped_warning() {
+        eprintln!("warning: {warning}");
+    }
+    let policy = args.sizing.policy(spec.as_ref());
+    let capacities = plan.capacities();
+    let draft_arg = args.draft;
+    let draft_tokens = args.draft_tokens;
+    let model_dir = dir.clone();
+    let (engine, engine_thread) = server::spawn_engine(move || {
+        let model = Arc::new(CpuModel::load(&model_dir, true)?);
+        let target = CpuTarget::new(model, &capacities);
+        let draft = match draft_arg {
+            Some(DraftArg::Mtp) => DraftMode::Mtp,
+            Some(DraftArg::Ngram) => DraftMode::Ngram,
+            Some(DraftArg::None) => DraftMode::None,
+            None if target.has_drafter() => DraftMode::Mtp,
+            None => DraftMode::None,
+        };
+        let mut config = EngineConfig::new(policy);
+        config.draft = draft;
+        config.draft_tokens = if draft == DraftMode::None {
+            0
+        } else {
+            draft_tokens
+        };
+        Ok(Engine::new(target, config)?)
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let address = listener.local_addr()?;
+        eprintln!("listening on http://{address}");
+        let state = AppState {
+            engine,
+            text,
+            api_key: args.api_key.as_deref().map(Arc::from),
+        };
+        server::serve(listener, state, shutdown_signal()).await?;
+        anyhow::Ok(())
+    })?;
+    engine_thread
+        .join()
+        .map_err(|_| anyhow!("the engine thread panicked"))?;
+    eprintln!("stopped");
+    Ok(())
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    eprintln!("shutting down: no new requests; running replies get a few seconds to finish");
+}

@@ -1,0 +1,87 @@
+//! The served model's text side for the HTTP layer: tokenizer, chat template, end tokens.
+
+use anyhow::Context;
+use model::{ChatTemplate, Config, Tokenizer};
+use server::request::ChatMessage;
+use std::path::Path;
+
+/// Tokens that end a turn in the chat formats our models use, when the vocabulary has them.
+const END_OF_TURN_TOKENS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"];
+
+pub struct ModelText {
+    id: String,
+    tokenizer: Tokenizer,
+    template: Option<ChatTemplate>,
+    stop_ids: Vec<u32>,
+}
+
+impl ModelText {
+    pub fn load(dir: &Path, id: String, config: &Config) -> anyhow::Result<ModelText> {
+        let tokenizer = Tokenizer::from_dir(dir)?;
+        let template = ChatTemplate::from_dir(dir)?;
+        let mut stop_ids = config.eos_token_ids.clone();
+        if let Some(eos) = template.as_ref().and_then(|t| t.eos_token.as_deref()) {
+            stop_ids.extend(tokenizer.token_id(eos));
+        }
+        stop_ids.extend(
+            END_OF_TURN_TOKENS
+                .iter()
+                .filter_map(|t| tokenizer.token_id(t)),
+        );
+        stop_ids.sort_unstable();
+        stop_ids.dedup();
+        let text = ModelText {
+            id,
+            tokenizer,
+            template,
+            stop_ids,
+        };
+        text.encode_check()
+            .context("the tokenizer cannot encode a plain word")?;
+        Ok(text)
+    }
+
+    fn encode_check(&self) -> anyhow::Result<()> {
+        self.tokenizer.encode("hello")?;
+        Ok(())
+    }
+}
+
+impl server::TextModel for ModelText {
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        self.tokenizer.decode(ids).unwrap_or_default()
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.tokenizer.decode(&[id]).unwrap_or_default()
+    }
+
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String> {
+        let template = self
+            .template
+            .as_ref()
+            .ok_or("this model has no chat template; use /v1/completions")?;
+        let messages: Vec<model::ChatMessage> = messages
+            .iter()
+            .map(|m| model::ChatMessage {
+                role: m.role.clone(),
+                content: m.content.clone(),
+            })
+            .collect();
+        template
+            .render(&messages, true)
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    fn stop_token_ids(&self) -> Vec<u32> {
+        self.stop_ids.clone()
+    }
+}
