@@ -1,0 +1,174 @@
+"""End-to-end tests with the official openai client against the real binary."""
+
+import concurrent.futures
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+COUNT_PROMPT = [{"role": "user", "content": "Count from 1 to 60."}]
+
+
+def get(server, path):
+    with urllib.request.urlopen(server.url + path, timeout=30) as reply:
+        return reply.read().decode()
+
+
+def post_raw(server, path, body, headers=None):
+    req = urllib.request.Request(server.url + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def all_free(server, timeout_s=10):
+    deadline = time.time() + timeout_s
+    while True:
+        slots = json.loads(get(server, "/slots"))
+        if all(s["state"] == "free" for s in slots["sessions"]):
+            return slots
+        assert time.time() < deadline, slots
+        time.sleep(0.05)
+
+
+def test_models_and_health(server):
+    assert json.loads(get(server, "/health"))["status"] == "ok"
+    models = server.client().models.list()
+    assert len(models.data) == 1
+
+
+def test_chat_completion_whole_and_streamed_agree(server):
+    client = server.client()
+    whole = client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=40, temperature=0)
+    text = whole.choices[0].message.content
+    assert text and whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage.completion_tokens > 0 and whole.usage.prompt_tokens > 0
+    chunks = list(client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=40,
+                                                 temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completion_whole_and_streamed_agree(server):
+    client = server.client()
+    prompt = "def fibonacci(n):\n"
+    whole = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True))
+    assert streamed == whole.choices[0].text
+    assert whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 24
+
+
+def test_max_tokens_gives_length(server):
+    reply = server.client().chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=3, temperature=0)
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 3
+
+
+def test_stop_string_cuts_the_reply(server):
+    client = server.client()
+    full = client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=40, temperature=0)
+    text = full.choices[0].message.content
+    stop = text[8:11]
+    assert stop and stop in text
+    cut = client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=40, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_the_same_seed_gives_the_same_text(server):
+    client = server.client()
+    args = dict(model="m", messages=[{"role": "user", "content": "Write a word."}], max_tokens=20, temperature=1.0)
+    a = client.chat.completions.create(seed=7, **args).choices[0].message.content
+    b = client.chat.completions.create(seed=7, **args).choices[0].message.content
+    assert a == b
+
+
+def test_logprobs_are_returned(server):
+    reply = server.client().chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=5, temperature=0,
+                                                    logprobs=True, top_logprobs=3)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 5
+    for entry in content:
+        assert entry.logprob <= 0.0
+        assert len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].logprob >= entry.logprob - 1e-4
+
+
+def test_eight_concurrent_greedy_requests_equal_their_solo_replies(server):
+    client = server.client()
+    prompts = [[{"role": "user", "content": f"Count from {i} to {i + 30}."}] for i in range(8)]
+
+    def ask(messages):
+        return client.chat.completions.create(model="m", messages=messages, max_tokens=48, temperature=0).choices[0].message.content
+
+    solo = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, prompts))
+    assert together == solo
+
+
+def test_bad_requests_get_json_errors_and_the_server_keeps_serving(server):
+    cases = [
+        (b"{not json", 400, None),
+        (b'{"messages": []}', 400, "messages"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, "max_tokens"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400, "temperature"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000000}', 400, "max_tokens"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "n": 3}', 400, "n"),
+    ]
+    for body, status, param in cases:
+        code, reply = post_raw(server, "/v1/chat/completions", body)
+        assert code == status, (body, reply)
+        assert reply["error"]["message"]
+        assert reply["error"]["param"] == param
+    code, reply = post_raw(server, "/v1/chat/completions",
+                           b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000000}')
+    assert reply["error"]["code"] == "context_full"
+    with pytest.raises(openai.BadRequestError):
+        server.client().chat.completions.create(model="m", messages=[], max_tokens=3)
+    ok = server.client().chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=2)
+    assert ok.choices[0].finish_reason == "length"
+    all_free(server)
+
+
+def test_a_disconnect_mid_stream_frees_the_session(server):
+    body = json.dumps({"model": "m", "messages": COUNT_PROMPT, "max_tokens": 2000, "stream": True}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert b"200 OK" in sock.recv(4096)
+    sock.close()
+    all_free(server)
+
+
+def test_metrics_parse_as_prometheus_text(server):
+    names = {family.name for family in text_string_to_metric_families(get(server, "/metrics"))}
+    for name in ["flashlane_sessions", "flashlane_moves", "flashlane_queue_depth", "flashlane_streams_paused",
+                 "flashlane_tokens_per_second", "flashlane_draft_acceptance_ratio"]:
+        assert name in names, names
+
+
+def test_a_reply_that_grows_through_sessions_equals_one_never_moved(growing_server, big_server):
+    messages = [{"role": "user", "content": "Count from 1 to 400."}]
+    args = dict(model="m", messages=messages, max_tokens=700, temperature=0)
+    moved = growing_server.client().chat.completions.create(**args)
+    unmoved = big_server.client().chat.completions.create(**args)
+    assert moved.usage.completion_tokens > 256
+    assert moved.choices[0].message.content == unmoved.choices[0].message.content
+    metrics = {s.name: s.value for f in text_string_to_metric_families(get(growing_server, "/metrics"))
+               for s in f.samples}
+    assert metrics["flashlane_moves_total"] >= 1
+    all_free(growing_server)
