@@ -832,3 +832,14 @@ impl<T: Target> Engine<T> {
         self.live.iter().map(|s| s.id).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_over_a_boxed_target_can_move_to_its_own_thread() {
+        fn is_send<E: Send>() {}
+        is_send::<Engine<Box<dyn Target + Send>>>();
+    }
+}

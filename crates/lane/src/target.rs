@@ -5,6 +5,22 @@
 //! engine refers to them only by [`SessionId`]. A window is "n tokens to compute" whatever the
 //! phase: a chunk of prompt, or the last sampled token followed by drafts. The arithmetic of one
 //! window's rows must not depend on the other windows in the batch (batch invariance, SPEC §9).
+//!
+//! ## What the engine guarantees a target (so a backend need not check or handle more)
+//! - The windows of one `forward` call are for distinct sessions; each `start` equals the
+//!   positions its session holds, and `start + tokens.len()` never exceeds its capacity.
+//! - `truncate(session, len)` is called only right after a `forward` that wrote `session`, with
+//!   `start + 1 ≤ len < start + tokens.len()` of that window: only positions of the last window
+//!   (rejected drafts) are ever rolled back, so linear-attention state needs checkpoints for the
+//!   positions of one window only.
+//! - `draft(session, next_token, k)` is called before the `forward` of the round whose window is
+//!   `[next_token, drafts...]`, with `next_token` the token at the session's next position.
+//! - `move_state(from, to)` is called only between rounds (after the last `forward` returned),
+//!   with `to` free and strictly larger than `from`. On `Err` the engine assumes nothing changed.
+//! - `release(session)` is called exactly once when the stream holding `session` ends (or its
+//!   round failed); the next stream in it starts from position 0.
+//! - After `forward` returns `Err`, every stream of that round ends and its session is released:
+//!   a target need not leave the sessions of a failed round in any particular state.
 
 use slots::{MoveFault, SessionId};
 

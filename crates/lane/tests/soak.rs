@@ -20,13 +20,13 @@ fn sessions() -> Vec<u64> {
 fn random_request(rng: &mut Rng) -> Request {
     let prompt_len = 1 + (rng.next_u64() % 150) as usize;
     // Mostly short replies, one in ten long enough to climb the ladder (or be refused).
-    let max_new = if rng.next_u64() % 10 == 0 {
+    let max_new = if rng.next_f64() < 0.1 {
         1 + rng.next_u64() % 1000
     } else {
         1 + rng.next_u64() % 200
     };
     let mut request = Request::new(prompt(prompt_len, rng.next_u64()), max_new);
-    if rng.next_u64() % 2 == 0 {
+    if rng.next_f64() < 0.5 {
         request.sampling = SamplingParams {
             temperature: 0.5 + (rng.next_u64() % 10) as f32 / 10.0,
             top_k: (rng.next_u64() % 30) as u32,
@@ -35,7 +35,7 @@ fn random_request(rng: &mut Rng) -> Request {
             seed: Some(rng.next_u64()),
         };
     }
-    if rng.next_u64() % 4 == 0 {
+    if rng.next_f64() < 0.25 {
         request.stop_tokens = vec![(rng.next_u64() % 48) as u32];
     }
     request.draft =
