@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod layers;
 pub mod model;
 pub mod qwen3;
+pub mod qwen3_next;
 pub mod state;
 pub mod target;
 

@@ -9,7 +9,7 @@ use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, DenseMlp};
 use crate::state::{SessionState, StateBytes};
-use crate::state;
+use crate::{qwen3_next, state};
 use model::{Arch, Config, LayerKind, LoadError, Tensor, TensorData, Weights};
 use std::path::Path;
 
@@ -67,11 +67,11 @@ impl CpuModel {
                 (Arch::Qwen3, LayerKind::FullAttention) => {
                     Box::new(Attention::load(w, &format!("{p}.self_attn"), &config)?)
                 }
-                (Arch::Qwen3Next, _) => return Err(not_wired(i)),
+                (Arch::Qwen3Next, _) => qwen3_next::build_mixer(w, &config, i)?,
                 (Arch::Qwen3, LayerKind::LinearAttention) => unreachable!("config refuses linear layers for qwen3"),
             };
             let mlp: Box<dyn Mlp> = if config.moe_layers[i] {
-                return Err(not_wired(i));
+                qwen3_next::build_mlp(w, &config, i)?
             } else {
                 Box::new(DenseMlp::load(w, &format!("{p}.mlp"), h, config.intermediate_size)?)
             };
@@ -169,14 +169,6 @@ impl CpuModel {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         matmul(hidden, head.data(), h, &mut out);
         out
-    }
-}
-
-/// Qwen3-Next's blocks (`qwen3_next/`) are not plugged into this decoder yet.
-fn not_wired(layer: usize) -> LoadError {
-    LoadError::Inconsistent {
-        file: std::path::PathBuf::from("config.json"),
-        reason: format!("layer {layer}: qwen3_next blocks are not wired into the CPU decoder yet"),
     }
 }
 

@@ -1,0 +1,479 @@
+//! Gated DeltaNet, the linear-attention mixer of Qwen3-Next (QWEN3_NEXT.md "Gated DeltaNet").
+//!
+//! Per token, in the recurrent form (exact; used for windows of any length, token by token
+//! within a stream, value heads in parallel):
+//! 1. split `in_proj_qkvz` / `in_proj_ba` rows grouped by key head;
+//! 2. depthwise causal conv over `[q | k | v]` with the session's conv tail, then SiLU;
+//! 3. `β = sigmoid(b)`, `g = −exp(A_log)·softplus(a + dt_bias)` (f32, g ≤ 0);
+//! 4. L2-normalise q and k per head, `q /= √key_dim`;
+//! 5. per value head h, keys of head `h / (value_heads / key_heads)`, state S `[dk, dv]` in f32:
+//!    `S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + k δᵀ; o = Sᵀq`;
+//! 6. gated RMSNorm of o with z per value head, flatten, `out_proj`.
+//!
+//! Rollback: a window of at most [`MAX_ROLLBACK_WINDOW`] tokens (a sampled token and its drafts)
+//! leaves in `LinearState::snapshots` the state before each of its tokens, which
+//! `SessionState::truncate` restores. Longer windows (prompt chunks) keep none.
+
+use super::norms::{gated_rms_norm, l2_norm};
+use crate::kernels::activation::{sigmoid, silu, softplus};
+use crate::layers::{Mixer, Segment};
+use crate::qwen3::Linear;
+use crate::state::{LayerState, LinearSnapshot, LinearState};
+use model::{Config, LinearAttentionConfig, LoadError, Weights};
+use rayon::prelude::*;
+
+/// Longest window whose positions can be rolled back: `1 + drafts` with room to spare. A
+/// snapshot per token costs a copy of the layer's state, so prompt chunks keep none: nothing
+/// ever rejects part of a prompt.
+pub const MAX_ROLLBACK_WINDOW: usize = 16;
+
+/// Weights of one Gated DeltaNet layer.
+pub struct GatedDeltaNet {
+    pub(crate) dims: LinearAttentionConfig,
+    pub(crate) eps: f32,
+    in_proj_qkvz: Linear,
+    in_proj_ba: Linear,
+    /// `[channels, kernel]` (the checkpoint's `[C, 1, K]` without its unit axis), f32.
+    pub(crate) conv: Vec<f32>,
+    /// `−exp(A_log)` per value head.
+    pub(crate) neg_a: Vec<f32>,
+    pub(crate) dt_bias: Vec<f32>,
+    /// Gated RMSNorm weight `[value_head_dim]`.
+    pub(crate) norm: Vec<f32>,
+    out_proj: Linear,
+}
+
+impl GatedDeltaNet {
+    /// `{prefix}.in_proj_qkvz.weight`, `.in_proj_ba.weight`, `.conv1d.weight`, `.dt_bias`,
+    /// `.A_log`, `.norm.weight`, `.out_proj.weight`.
+    pub fn load(w: &Weights, config: &Config, prefix: &str) -> Result<GatedDeltaNet, LoadError> {
+        let d = config
+            .linear
+            .clone()
+            .expect("a qwen3_next config has linear-attention sizes");
+        let h = config.hidden_size;
+        let (hk, hv, dk, dv) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+        );
+        let c = d.conv_channels();
+        let a_log = w.tensor(&format!("{prefix}.A_log"), &[hv])?.to_f32_vec();
+        Ok(GatedDeltaNet {
+            in_proj_qkvz: Linear::load(
+                w,
+                &format!("{prefix}.in_proj_qkvz"),
+                2 * hk * dk + 2 * hv * dv,
+                h,
+                false,
+            )?,
+            in_proj_ba: Linear::load(w, &format!("{prefix}.in_proj_ba"), 2 * hv, h, false)?,
+            conv: w
+                .tensor(&format!("{prefix}.conv1d.weight"), &[c, 1, d.conv_kernel])?
+                .to_f32_vec(),
+            neg_a: a_log.iter().map(|a| -a.exp()).collect(),
+            dt_bias: w.tensor(&format!("{prefix}.dt_bias"), &[hv])?.to_f32_vec(),
+            norm: w
+                .tensor(&format!("{prefix}.norm.weight"), &[dv])?
+                .to_f32_vec(),
+            out_proj: Linear::load(w, &format!("{prefix}.out_proj"), h, hv * dv, false)?,
+            eps: config.rms_norm_eps as f32,
+            dims: d,
+        })
+    }
+
+    /// Width of the mixer output before `out_proj`.
+    fn value_width(&self) -> usize {
+        self.dims.num_value_heads * self.dims.value_head_dim
+    }
+
+    /// One stream's consecutive tokens (its projected `qkvz` and `ba` rows, positions
+    /// `start..`) through the recurrence; returns the gated-normed rows `[T, value_width]`.
+    pub(crate) fn mix_segment(
+        &self,
+        qkvz: &[f32],
+        ba: &[f32],
+        state: &mut LinearState,
+        start: usize,
+    ) -> Vec<f32> {
+        let d = &self.dims;
+        let (hk, hv, dk, dv) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+        );
+        let r = hv / hk;
+        let group = 2 * dk + 2 * r * dv;
+        let tokens = qkvz.len() / (hk * group);
+        debug_assert_eq!(ba.len(), tokens * 2 * hv, "ba rows vs qkvz rows");
+        if start == 0 {
+            state.conv.fill(0.0);
+            state.recurrent.fill(0.0);
+        }
+        state.snapshots.clear();
+        let keep_snapshots = tokens <= MAX_ROLLBACK_WINDOW;
+        let mut out = vec![0f32; tokens * hv * dv];
+        let mut z = vec![0f32; tokens * hv * dv];
+        let mut mixed = vec![0f32; d.conv_channels()];
+        let (mut beta, mut g) = (vec![0f32; hv], vec![0f32; hv]);
+        for t in 0..tokens {
+            if keep_snapshots {
+                state.snapshots.push(LinearSnapshot {
+                    pos: start + t,
+                    conv: state.conv.clone(),
+                    recurrent: state.recurrent.clone(),
+                });
+            }
+            // 1. Split grouped by key head: [q | k | v (r heads) | z (r heads)] per group; ba
+            //    per group: [b (r heads) | a (r heads)].
+            let row = &qkvz[t * hk * group..(t + 1) * hk * group];
+            let bar = &ba[t * 2 * hv..(t + 1) * 2 * hv];
+            for gi in 0..hk {
+                let src = &row[gi * group..(gi + 1) * group];
+                mixed[gi * dk..(gi + 1) * dk].copy_from_slice(&src[..dk]);
+                mixed[(hk + gi) * dk..(hk + gi + 1) * dk].copy_from_slice(&src[dk..2 * dk]);
+                let vo = 2 * hk * dk + gi * r * dv;
+                mixed[vo..vo + r * dv].copy_from_slice(&src[2 * dk..2 * dk + r * dv]);
+                let zo = t * hv * dv + gi * r * dv;
+                z[zo..zo + r * dv].copy_from_slice(&src[2 * dk + r * dv..]);
+                for i in 0..r {
+                    beta[gi * r + i] = sigmoid(bar[gi * 2 * r + i]);
+                    // 3. log-decay, in f32.
+                    let h = gi * r + i;
+                    g[h] = self.neg_a[h] * softplus(bar[gi * 2 * r + r + i] + self.dt_bias[h]);
+                }
+            }
+            // 2. Depthwise causal conv with the tail, SiLU.
+            self.conv_step(&mut state.conv, &mut mixed);
+            // 4. q, k L2-normalised per head; q scaled by 1/√dk.
+            let (q, rest) = mixed.split_at_mut(hk * dk);
+            let (k, v) = rest.split_at_mut(hk * dk);
+            l2_norm(q, dk);
+            l2_norm(k, dk);
+            let scale = 1.0 / (dk as f32).sqrt();
+            q.iter_mut().for_each(|x| *x *= scale);
+            // 5. The delta rule, one value head per task.
+            let (q, k, v) = (&*q, &*k, &*v);
+            state
+                .recurrent
+                .par_chunks_mut(dk * dv)
+                .zip(out[t * hv * dv..(t + 1) * hv * dv].par_chunks_mut(dv))
+                .enumerate()
+                .for_each(|(h, (s, o))| {
+                    let kh = h / r;
+                    delta_step(
+                        s,
+                        &k[kh * dk..(kh + 1) * dk],
+                        &v[h * dv..(h + 1) * dv],
+                        beta[h],
+                        g[h],
+                    );
+                    read_state(s, &q[kh * dk..(kh + 1) * dk], o);
+                });
+        }
+        // 6. Gated RMSNorm per value head (norm before gate).
+        gated_rms_norm(&mut out, &z, &self.norm, self.eps);
+        out
+    }
+
+    /// The conv of the current row `x` (in place: becomes the activated output) over the tail,
+    /// then the tail shifts by one row and takes `x`'s input. Taps in order, oldest first.
+    fn conv_step(&self, tail: &mut [f32], x: &mut [f32]) {
+        let kernel = self.dims.conv_kernel;
+        let c = x.len();
+        for (ch, xc) in x.iter_mut().enumerate() {
+            let w = &self.conv[ch * kernel..(ch + 1) * kernel];
+            let mut s = 0f32;
+            for j in 0..kernel - 1 {
+                s += w[j] * tail[j * c + ch];
+            }
+            s += w[kernel - 1] * *xc;
+            for j in 0..kernel.saturating_sub(2) {
+                tail[j * c + ch] = tail[(j + 1) * c + ch];
+            }
+            if kernel > 1 {
+                tail[(kernel - 2) * c + ch] = *xc;
+            }
+            *xc = silu(s);
+        }
+    }
+}
+
+impl Mixer for GatedDeltaNet {
+    fn forward(&self, layer: usize, xn: &[f32], segments: &mut [Segment<'_>], out: &mut [f32]) {
+        // Projections over every row of the batch.
+        let qkvz = self.in_proj_qkvz.forward(xn);
+        let ba = self.in_proj_ba.forward(xn);
+        let rows = xn.len() / self.in_proj_qkvz.in_features;
+        let (wq, wb, vw) = (
+            qkvz.len() / rows.max(1),
+            ba.len() / rows.max(1),
+            self.value_width(),
+        );
+        let mut mixed = vec![0f32; rows * vw];
+        // The recurrence per stream, each over its own state.
+        for seg in segments.iter_mut() {
+            let LayerState::Linear(state) = &mut seg.state.layers[layer] else {
+                panic!(
+                    "layer {layer} is linear attention but its session state is not a linear state"
+                );
+            };
+            let r = seg.rows.clone();
+            let o = self.mix_segment(
+                &qkvz[r.start * wq..r.end * wq],
+                &ba[r.start * wb..r.end * wb],
+                state,
+                seg.start,
+            );
+            mixed[r.start * vw..r.end * vw].copy_from_slice(&o);
+        }
+        out.copy_from_slice(&self.out_proj.forward(&mixed));
+    }
+}
+
+/// `S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + k δᵀ` for one head, S `[dk, dv]` row-major.
+fn delta_step(s: &mut [f32], k: &[f32], v: &[f32], beta: f32, g: f32) {
+    let dv = v.len();
+    let decay = g.exp();
+    let mut u = vec![0f32; dv];
+    for (srow, ki) in s.chunks_exact_mut(dv).zip(k) {
+        for (sij, uj) in srow.iter_mut().zip(u.iter_mut()) {
+            *sij *= decay;
+            *uj += *sij * ki;
+        }
+    }
+    for (uj, vj) in u.iter_mut().zip(v) {
+        *uj = beta * (vj - *uj);
+    }
+    for (srow, ki) in s.chunks_exact_mut(dv).zip(k) {
+        for (sij, dj) in srow.iter_mut().zip(&u) {
+            *sij += ki * dj;
+        }
+    }
+}
+
+/// `o = Sᵀq` for one head (read after the update).
+fn read_state(s: &[f32], q: &[f32], o: &mut [f32]) {
+    o.fill(0.0);
+    for (srow, qi) in s.chunks_exact(o.len()).zip(q) {
+        for (oj, sij) in o.iter_mut().zip(srow) {
+            *oj += sij * qi;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::{max_abs_diff, Rng};
+    use model::Tensor;
+
+    fn dims() -> LinearAttentionConfig {
+        LinearAttentionConfig {
+            num_key_heads: 2,
+            num_value_heads: 4,
+            key_head_dim: 8,
+            value_head_dim: 12,
+            conv_kernel: 4,
+        }
+    }
+
+    fn linear(rng: &mut Rng, out: usize, inp: usize, scale: f32) -> Linear {
+        let data = rng.vec(out * inp).iter().map(|v| v * scale).collect();
+        Linear {
+            weight: Tensor::from_f32("w", vec![out, inp], data),
+            bias: None,
+            in_features: inp,
+            out_features: out,
+        }
+    }
+
+    fn random_net(rng: &mut Rng, hidden: usize) -> GatedDeltaNet {
+        let d = dims();
+        let (hk, hv, dk, dv) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+        );
+        GatedDeltaNet {
+            in_proj_qkvz: linear(rng, 2 * hk * dk + 2 * hv * dv, hidden, 0.3),
+            in_proj_ba: linear(rng, 2 * hv, hidden, 0.3),
+            conv: rng
+                .vec(d.conv_channels() * d.conv_kernel)
+                .iter()
+                .map(|v| 0.8 * v)
+                .collect(),
+            neg_a: (0..hv)
+                .map(|_| -(0.05 + 2.0 * (rng.uniform() + 1.0)))
+                .collect(),
+            dt_bias: rng.vec(hv).iter().map(|v| 0.5 * v).collect(),
+            norm: (0..dv).map(|_| 1.0 + 0.2 * rng.uniform()).collect(),
+            out_proj: linear(rng, hidden, hv * dv, 0.3),
+            eps: 1e-6,
+            dims: d,
+        }
+    }
+
+    fn zero_state(d: &LinearAttentionConfig) -> LinearState {
+        LinearState::new(d)
+    }
+
+    /// The plain definition over a whole sequence from zero state, written from QWEN3_NEXT.md
+    /// without sharing code with `mix_segment` (f64 everywhere).
+    fn reference(net: &GatedDeltaNet, qkvz: &[f32], ba: &[f32]) -> Vec<f32> {
+        let d = &net.dims;
+        let (hk, hv, dk, dv, kern) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+            d.conv_kernel,
+        );
+        let r = hv / hk;
+        let group = 2 * dk + 2 * r * dv;
+        let n = qkvz.len() / (hk * group);
+        let c = d.conv_channels();
+        let (mut xin, mut z) = (vec![vec![0f64; c]; n], vec![vec![0f64; hv * dv]; n]);
+        let (mut b, mut a) = (vec![vec![0f64; hv]; n], vec![vec![0f64; hv]; n]);
+        for t in 0..n {
+            for gi in 0..hk {
+                let base = t * hk * group + gi * group;
+                for i in 0..dk {
+                    xin[t][gi * dk + i] = qkvz[base + i] as f64;
+                    xin[t][hk * dk + gi * dk + i] = qkvz[base + dk + i] as f64;
+                }
+                for i in 0..r * dv {
+                    xin[t][2 * hk * dk + gi * r * dv + i] = qkvz[base + 2 * dk + i] as f64;
+                    z[t][gi * r * dv + i] = qkvz[base + 2 * dk + r * dv + i] as f64;
+                }
+                for i in 0..r {
+                    b[t][gi * r + i] = ba[t * 2 * hv + gi * 2 * r + i] as f64;
+                    a[t][gi * r + i] = ba[t * 2 * hv + gi * 2 * r + r + i] as f64;
+                }
+            }
+        }
+        let l2 = |v: &[f64]| {
+            let norm = (v.iter().map(|x| x * x).sum::<f64>() + 1e-6).sqrt();
+            v.iter().map(|x| x / norm).collect::<Vec<f64>>()
+        };
+        let mut s = vec![vec![0f64; dk * dv]; hv];
+        let mut out = vec![0f32; n * hv * dv];
+        for t in 0..n {
+            let y: Vec<f64> = (0..c)
+                .map(|ch| {
+                    let mut acc = 0f64;
+                    for j in 0..kern {
+                        let src = t as isize - (kern as isize - 1) + j as isize;
+                        if src >= 0 {
+                            acc += net.conv[ch * kern + j] as f64 * xin[src as usize][ch];
+                        }
+                    }
+                    acc / (1.0 + (-acc).exp())
+                })
+                .collect();
+            for h in 0..hv {
+                let kh = h / r;
+                let q: Vec<f64> = l2(&y[kh * dk..(kh + 1) * dk])
+                    .iter()
+                    .map(|x| x / (dk as f64).sqrt())
+                    .collect();
+                let k = l2(&y[(hk + kh) * dk..(hk + kh + 1) * dk]);
+                let v = &y[2 * hk * dk + h * dv..2 * hk * dk + (h + 1) * dv];
+                let beta = 1.0 / (1.0 + (-b[t][h]).exp());
+                let x = a[t][h] + net.dt_bias[h] as f64;
+                let g = net.neg_a[h] as f64 * if x > 20.0 { x } else { x.exp().ln_1p() };
+                let sh = &mut s[h];
+                sh.iter_mut().for_each(|e| *e *= g.exp());
+                for j in 0..dv {
+                    let u: f64 = (0..dk).map(|i| sh[i * dv + j] * k[i]).sum();
+                    let delta = beta * (v[j] - u);
+                    for i in 0..dk {
+                        sh[i * dv + j] += k[i] * delta;
+                    }
+                }
+                let o: Vec<f64> = (0..dv)
+                    .map(|j| (0..dk).map(|i| sh[i * dv + j] * q[i]).sum())
+                    .collect();
+                let inv = 1.0
+                    / (o.iter().map(|x| x * x).sum::<f64>() / dv as f64 + net.eps as f64).sqrt();
+                for j in 0..dv {
+                    let zz = z[t][h * dv + j];
+                    out[t * hv * dv + h * dv + j] =
+                        (net.norm[j] as f64 * o[j] * inv * zz / (1.0 + (-zz).exp())) as f32;
+                }
+            }
+        }
+        out
+    }
+
+    fn project(
+        net: &GatedDeltaNet,
+        rng: &mut Rng,
+        hidden: usize,
+        t: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let x = rng.vec(t * hidden);
+        (net.in_proj_qkvz.forward(&x), net.in_proj_ba.forward(&x))
+    }
+
+    #[test]
+    fn recurrent_mix_matches_the_plain_definition_over_a_sequence() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let net = random_net(&mut rng, 16);
+        let t = 1 + (rng.next_u64() % 24) as usize;
+        let (qkvz, ba) = project(&net, &mut rng, 16, t);
+        let fast = net.mix_segment(&qkvz, &ba, &mut zero_state(&net.dims), 0);
+        let diff = max_abs_diff(&fast, &reference(&net, &qkvz, &ba));
+        assert!(diff < 1e-4, "seed {seed}: diff {diff}");
+    }
+
+    #[test]
+    fn windows_through_the_state_equal_one_window_bit_for_bit_and_snapshot_every_prefix() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let net = random_net(&mut rng, 16);
+        let t = 3 + (rng.next_u64() % 10) as usize;
+        let (qkvz, ba) = project(&net, &mut rng, 16, t);
+        let (wq, wb) = (qkvz.len() / t, ba.len() / t);
+        let mut whole = zero_state(&net.dims);
+        let all = net.mix_segment(&qkvz, &ba, &mut whole, 0);
+        // The same tokens in two windows.
+        let cut = 1 + (rng.next_u64() as usize % (t - 1));
+        let mut split = zero_state(&net.dims);
+        let mut parts = net.mix_segment(&qkvz[..cut * wq], &ba[..cut * wb], &mut split, 0);
+        parts.extend(net.mix_segment(&qkvz[cut * wq..], &ba[cut * wb..], &mut split, cut));
+        assert_eq!(all, parts, "seed {seed}");
+        assert_eq!(
+            (&whole.conv, &whole.recurrent),
+            (&split.conv, &split.recurrent),
+            "seed {seed}"
+        );
+        // The second window's snapshots are the states after each prefix.
+        assert_eq!(split.snapshots.len(), t - cut, "seed {seed}");
+        for snap in &split.snapshots {
+            let mut prefix = zero_state(&net.dims);
+            net.mix_segment(&qkvz[..snap.pos * wq], &ba[..snap.pos * wb], &mut prefix, 0);
+            assert_eq!(
+                (&snap.conv, &snap.recurrent),
+                (&prefix.conv, &prefix.recurrent),
+                "seed {seed} pos {}",
+                snap.pos
+            );
+        }
+    }
+
+    #[test]
+    fn long_windows_keep_no_snapshots() {
+        let mut rng = Rng::fresh();
+        let net = random_net(&mut rng, 16);
+        let t = MAX_ROLLBACK_WINDOW + 1;
+        let (qkvz, ba) = project(&net, &mut rng, 16, t);
+        let mut st = zero_state(&net.dims);
+        net.mix_segment(&qkvz, &ba, &mut st, 0);
+        assert!(st.snapshots.is_empty());
+    }
+}

@@ -1,0 +1,310 @@
+//! The MTP draft head (`mtp.*`, QWEN3_NEXT.md "MTP head") and its per-session state.
+//!
+//! `u = fc([pre_fc_norm_embedding(embed(x[i+1])) | pre_fc_norm_hidden(h[i])])`, one gated
+//! full-attention + MoE decoder layer at position `i` over the head's own K/V rows, `norm`; the
+//! main model's `lm_head` on the result predicts `x[i+2]`. `h[i]` is the main model's
+//! final-normed hidden row at `i`.
+//!
+//! How a session uses it:
+//! - after every main forward, [`Mtp::absorb`] feeds the head each pair the window completed,
+//!   `(h[i], x[i+1])` for `i` from the window's start − 1 to its end − 2, writing K/V rows; the
+//!   window's hidden rows stay in [`MtpState`] so that `h[len − 1]` is at hand after a rollback;
+//! - [`MtpState::truncate`] with the session: rows past the accepted length are rewritten by the
+//!   next forward, so only the length moves;
+//! - [`Mtp::draft`] runs step 0 on `(h[len − 1], next_token)` at position `len − 1`, then chains
+//!   step s on the previous draft and the head's own output row at `len − 1 + s`. It writes only
+//!   K/V rows at `len − 1..`, which the next forward rewrites: drafting needs no rollback.
+
+use super::attention::{GatedAttention, KvSpan};
+use super::moe::SparseMoe;
+use crate::kernels::norm::{rmsnorm, rmsnorm_in_place, NormKind};
+use crate::layers::Mlp;
+use crate::model::{CpuModel, MTP_MARKER};
+use crate::qwen3::{load_norm, DenseMlp, Linear};
+use crate::state::KvRows;
+use model::{Config, LoadError, Weights};
+use std::ops::Range;
+
+/// The MTP head's weights (layer 0 of `mtp.layers`; the embedding and lm_head are the main
+/// model's).
+pub struct Mtp {
+    pre_fc_norm_embedding: Vec<f32>,
+    pre_fc_norm_hidden: Vec<f32>,
+    /// `[H, 2H]`: input columns `0..H` take the embedding, `H..2H` the hidden row.
+    fc: Linear,
+    input_norm: Vec<f32>,
+    post_norm: Vec<f32>,
+    attn: GatedAttention,
+    mlp: Box<dyn Mlp>,
+    norm: Vec<f32>,
+    hidden: usize,
+    eps: f32,
+}
+
+/// The MTP head's part of one session: its K/V rows and the main model's hidden rows of the
+/// last window.
+#[derive(Clone, Debug, Default)]
+pub struct MtpState {
+    pub kv: KvRows,
+    /// Positions of the main model this state is in step with (the session's length). The head's
+    /// K/V rows are final for positions `0..len − 1`.
+    pub len: usize,
+    /// Main-model hidden rows `[n, hidden]` for positions `first..first + n`: the row before the
+    /// last window and the window's rows. Always covers `len − 1` when `len > 0`.
+    pub hidden: Vec<f32>,
+    pub first: usize,
+    hidden_size: usize,
+}
+
+/// One drafted token and the logits it was chosen from (for sampled verification).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Draft {
+    pub token: u32,
+    pub logits: Vec<f32>,
+}
+
+/// One window of a batch as [`Mtp::absorb`] sees it.
+pub struct MtpWindow<'a> {
+    /// The window's rows in the batch's tokens and hidden rows.
+    pub rows: Range<usize>,
+    /// Position of the window's first token.
+    pub start: usize,
+    pub state: &'a mut MtpState,
+}
+
+impl MtpState {
+    pub fn new(config: &Config, capacity: usize) -> MtpState {
+        MtpState {
+            kv: KvRows::new(capacity, config.num_kv_heads * config.head_dim),
+            len: 0,
+            hidden: Vec::new(),
+            first: 0,
+            hidden_size: config.hidden_size,
+        }
+    }
+
+    /// `h[pos]`, when this state holds it.
+    fn hidden_row(&self, pos: usize) -> Option<&[f32]> {
+        let h = self.hidden_size;
+        let i = pos.checked_sub(self.first)?;
+        self.hidden.get(i * h..(i + 1) * h)
+    }
+
+    /// Forgets everything (a released session).
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.first = 0;
+        self.hidden.clear();
+    }
+
+    /// Follows the session back to `len` positions (rejected drafts). Only positions of the last
+    /// window can be returned to.
+    pub fn truncate(&mut self, len: usize) -> Result<(), String> {
+        if len == self.len {
+            return Ok(());
+        }
+        if len > self.len || (len > 0 && self.hidden_row(len - 1).is_none()) {
+            return Err(format!(
+                "MTP state at {} cannot go back to {len}: only the last window (from {}) is kept",
+                self.len, self.first
+            ));
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Makes `self` (a session at least as large) hold exactly `other`'s state.
+    pub fn copy_from(&mut self, other: &MtpState) -> Result<(), String> {
+        if self.kv.k.len() < other.len * other.kv.row {
+            return Err(format!(
+                "{} MTP positions do not fit this session",
+                other.len
+            ));
+        }
+        self.kv.copy_prefix(&other.kv, other.len.saturating_sub(1));
+        self.hidden.clone_from(&other.hidden);
+        self.first = other.first;
+        self.len = other.len;
+        self.hidden_size = other.hidden_size;
+        Ok(())
+    }
+}
+
+impl Mtp {
+    /// The head of a checkpoint with `mtp.*` tensors; `None` without them.
+    pub fn load(w: &Weights, config: &Config) -> Result<Option<Mtp>, LoadError> {
+        if !w.contains(MTP_MARKER) {
+            return Ok(None);
+        }
+        let h = config.hidden_size;
+        let mlp: Box<dyn Mlp> = if config.moe.is_some() {
+            Box::new(SparseMoe::load(w, config, "mtp.layers.0.mlp")?)
+        } else {
+            Box::new(DenseMlp::load(
+                w,
+                "mtp.layers.0.mlp",
+                h,
+                config.intermediate_size,
+            )?)
+        };
+        Ok(Some(Mtp {
+            pre_fc_norm_embedding: load_norm(w, "mtp.pre_fc_norm_embedding.weight", h)?,
+            pre_fc_norm_hidden: load_norm(w, "mtp.pre_fc_norm_hidden.weight", h)?,
+            fc: Linear::load(w, "mtp.fc", h, 2 * h, false)?,
+            input_norm: load_norm(w, "mtp.layers.0.input_layernorm.weight", h)?,
+            post_norm: load_norm(w, "mtp.layers.0.post_attention_layernorm.weight", h)?,
+            attn: GatedAttention::load(w, config, "mtp.layers.0.self_attn")?,
+            mlp,
+            norm: load_norm(w, "mtp.norm.weight", h)?,
+            hidden: h,
+            eps: config.rms_norm_eps as f32,
+        }))
+    }
+
+    /// The head over rows `(tokens[r], hidden[r])`, span after span; writes each span's K/V and
+    /// returns the final-normed output rows `[n, hidden]`.
+    fn rows(
+        &self,
+        model: &CpuModel,
+        tokens: &[u32],
+        hidden: &[f32],
+        spans: &mut [KvSpan<'_>],
+    ) -> Vec<f32> {
+        let (h, n, eps) = (self.hidden, tokens.len(), self.eps);
+        // 1. Normed embedding | normed hidden, then fc: [n, 2H] → [n, H].
+        let mut e = model.embed(tokens);
+        rmsnorm_in_place(
+            &mut e,
+            &self.pre_fc_norm_embedding,
+            eps,
+            NormKind::ZeroCentred,
+        );
+        let mut hn = hidden.to_vec();
+        rmsnorm_in_place(
+            &mut hn,
+            &self.pre_fc_norm_hidden,
+            eps,
+            NormKind::ZeroCentred,
+        );
+        let mut cat = Vec::with_capacity(n * 2 * h);
+        for r in 0..n {
+            cat.extend_from_slice(&e[r * h..(r + 1) * h]);
+            cat.extend_from_slice(&hn[r * h..(r + 1) * h]);
+        }
+        let mut x = self.fc.forward(&cat);
+        // 2. The decoder layer: attention over the head's own rows, then the MoE.
+        let mut xn = vec![0f32; x.len()];
+        rmsnorm(&x, &self.input_norm, eps, NormKind::ZeroCentred, &mut xn);
+        add(&mut x, &self.attn.attend(&xn, spans));
+        rmsnorm(&x, &self.post_norm, eps, NormKind::ZeroCentred, &mut xn);
+        let mut delta = vec![0f32; x.len()];
+        self.mlp.forward(&xn, &mut delta);
+        add(&mut x, &delta);
+        // 3. Final norm.
+        rmsnorm(&x, &self.norm, eps, NormKind::ZeroCentred, &mut xn);
+        xn
+    }
+
+    /// Feeds the head every pair a main forward completed. `tokens` and `hidden` (final-normed,
+    /// `[T, hidden]`) are the whole batch's; each window names its rows and its MTP state, which
+    /// must be in step with the session (`state.len == start`).
+    pub fn absorb(
+        &self,
+        model: &CpuModel,
+        tokens: &[u32],
+        hidden: &[f32],
+        windows: &mut [MtpWindow<'_>],
+    ) {
+        let h = self.hidden;
+        let (mut in_tokens, mut in_hidden, mut spans) = (Vec::new(), Vec::new(), Vec::new());
+        for w in windows.iter() {
+            let (r, s) = (w.rows.clone(), w.start);
+            assert_eq!(
+                w.state.len, s,
+                "MTP state at {} but the window starts at {s}",
+                w.state.len
+            );
+            let from = in_tokens.len();
+            if s > 0 {
+                in_hidden
+                    .extend_from_slice(w.state.hidden_row(s - 1).expect("h[start − 1] is kept"));
+                in_tokens.extend_from_slice(&tokens[r.clone()]);
+            } else {
+                in_tokens.extend_from_slice(&tokens[r.start + 1..r.end]);
+            }
+            in_hidden.extend_from_slice(&hidden[r.start * h..(r.end - 1) * h]);
+            spans.push((from..in_tokens.len(), s.saturating_sub(1)));
+        }
+        let mut kv_spans: Vec<KvSpan<'_>> = windows
+            .iter_mut()
+            .zip(&spans)
+            .map(|(w, (rows, start))| KvSpan {
+                rows: rows.clone(),
+                start: *start,
+                kv: &mut w.state.kv,
+            })
+            .collect();
+        if !in_tokens.is_empty() {
+            self.rows(model, &in_tokens, &in_hidden, &mut kv_spans);
+        }
+        drop(kv_spans);
+        // Keep h[start − 1] and the window's rows: h[len − 1] after any rollback in the window.
+        for w in windows.iter_mut() {
+            let (r, s) = (w.rows.clone(), w.start);
+            let before = if s > 0 {
+                w.state.hidden_row(s - 1).map(<[f32]>::to_vec)
+            } else {
+                None
+            };
+            w.state.hidden.clear();
+            if let Some(row) = before {
+                w.state.hidden.extend_from_slice(&row);
+            }
+            w.state
+                .hidden
+                .extend_from_slice(&hidden[r.start * h..r.end * h]);
+            w.state.first = s.saturating_sub(1);
+            w.state.len = s + r.len();
+        }
+    }
+
+    /// Up to `num_drafts` drafts to follow `next_token` (sampled after position `len − 1`), each
+    /// chosen from its logits by `choose` (argmax for greedy). Fewer when the session is full.
+    pub fn draft(
+        &self,
+        model: &CpuModel,
+        state: &mut MtpState,
+        next_token: u32,
+        num_drafts: usize,
+        mut choose: impl FnMut(&[f32]) -> u32,
+    ) -> Vec<Draft> {
+        if state.len == 0 {
+            return Vec::new();
+        }
+        let pos0 = state.len - 1;
+        let capacity = state.kv.k.len() / state.kv.row;
+        let num = num_drafts.min(capacity - pos0);
+        let mut hidden = state.hidden_row(pos0).expect("h[len − 1] is kept").to_vec();
+        let mut token = next_token;
+        let mut drafts = Vec::with_capacity(num);
+        for s in 0..num {
+            let span = KvSpan {
+                rows: 0..1,
+                start: pos0 + s,
+                kv: &mut state.kv,
+            };
+            let out = self.rows(model, &[token], &hidden, &mut [span]);
+            let logits = model.logits(&out);
+            token = choose(&logits);
+            drafts.push(Draft { token, logits });
+            hidden = out;
+        }
+        drafts
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
