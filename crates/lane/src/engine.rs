@@ -3,12 +3,15 @@
 //! The host (the HTTP server's engine thread) drives it with [`Engine::submit`], [`Engine::step`],
 //! [`Engine::cancel`], [`Engine::discard`] and [`Engine::fail_all`]. One `step` is one round:
 //!
-//! 1. **admit** waiting requests ([`slots::admission::pick`]: smallest fit with a bounded head
-//!    pass when a spec is set, first free in order otherwise);
-//! 2. **room** (spec set only): for paused streams first, then running ones, [`slots::room`]
+//! 1. **room** (spec set only): for paused streams first, then running ones, [`slots::room`]
 //!    decides hold / continue / move / pause / full, applied at once. A move here happens between
 //!    two rounds, i.e. at the end of the previous one, after its work settled; a failed move keeps
-//!    the stream waiting only on `LaneMemory` and ends it with an error otherwise;
+//!    the stream waiting only on `LaneMemory` and ends it with an error otherwise. Room comes
+//!    before admission so that streams already running get the first claim on larger sessions;
+//!    paused streams also retry on every release (step 4), ahead of any admission;
+//! 2. **admit** waiting requests ([`slots::admission::pick`]: smallest fit with a bounded head
+//!    pass when a spec is set, first free in order otherwise); each new stream decides its room
+//!    as it starts;
 //! 3. **compute**: one [`Target::forward`] for the windows of every running stream (a prompt
 //!    chunk, or the last token and its drafts), then per stream on the host: verify the drafts,
 //!    roll back the rejected ones, draw the next token from its own logits with its own RNG, and
@@ -200,10 +203,12 @@ impl<T: Target> Engine<T> {
     /// One round (see the module docs). Returns every event since the last call, in order.
     pub fn step(&mut self) -> Vec<Event> {
         self.counters.rounds += 1;
-        self.admit();
+        // Room before admission: a stream already running gets the first claim on a free larger
+        // session; a new stream decides its room as it starts.
         if self.config.policy != Policy::FirstFree {
             self.make_room();
         }
+        self.admit();
         self.compute();
         self.sweep();
         #[cfg(debug_assertions)]
@@ -497,6 +502,9 @@ impl<T: Target> Engine<T> {
             reply_end,
         });
         self.counters.streams_admitted += 1;
+        if self.config.policy != Policy::FirstFree {
+            self.place(id);
+        }
     }
 
     fn drafts_for(&self, draft: DraftMode) -> u64 {

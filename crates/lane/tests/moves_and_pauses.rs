@@ -205,3 +205,28 @@ fn near_the_end_of_a_session_with_the_spec_unset_and_most_drafts_rejected_it_fin
     let engine = runs_to_its_end_without_pausing(&setup, 1);
     assert_eq!(engine.counters().pauses, 0);
 }
+
+#[test]
+fn a_running_stream_claims_a_larger_session_before_a_new_request_does() {
+    let mut engine = Setup::spec(&[cap(1024), cap(128)], 32).build();
+    let running = engine.submit(greedy(prompt(10, 1), 500)).unwrap();
+    let mut replies = Replies::default();
+    // Windows of one token: it must move in the round after it holds 128 positions.
+    while engine.slots()[1].used_tokens < 128 {
+        replies.absorb(engine.step());
+        assert!(engine.counters().rounds < 1000);
+    }
+    assert_eq!(session_of(&engine, running), Some(SessionId(1)));
+    // A new request that only the engine's session can hold arrives in that very round.
+    let newcomer = engine.submit(greedy(prompt(300, 2), 100)).unwrap();
+    replies.absorb(engine.step());
+    assert_eq!(session_of(&engine, running), Some(SessionId(0)));
+    assert_eq!(
+        session_of(&engine, newcomer),
+        None,
+        "it waits for the engine's session"
+    );
+    assert_eq!(engine.counters().pauses, 0);
+    run_until_idle(&mut engine, &mut replies, 5000);
+    assert_eq!(replies.reason(newcomer), Some(&FinishReason::Length));
+}
