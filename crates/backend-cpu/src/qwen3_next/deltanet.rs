@@ -22,10 +22,10 @@ use crate::state::{LayerState, LinearSnapshot, LinearState};
 use model::{Config, LinearAttentionConfig, LoadError, Weights};
 use rayon::prelude::*;
 
-/// Longest window whose positions can be rolled back: `1 + drafts` with room to spare. A
-/// snapshot per token costs a copy of the layer's state, so prompt chunks keep none: nothing
-/// ever rejects part of a prompt.
-pub const MAX_ROLLBACK_WINDOW: usize = 16;
+/// Longest window whose positions can be rolled back: the widest window the engine verifies (a
+/// sampled token and its drafts). A snapshot per token costs a copy of the layer's state, so
+/// longer windows (prompt chunks) keep none: nothing ever rejects part of a prompt.
+pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
 
 /// Weights of one Gated DeltaNet layer.
 pub struct GatedDeltaNet {
@@ -112,19 +112,18 @@ impl GatedDeltaNet {
             state.conv.fill(0.0);
             state.recurrent.fill(0.0);
         }
-        state.snapshots.clear();
+        // Snapshot buffers are reused from the previous window (same sizes every time).
         let keep_snapshots = tokens <= MAX_ROLLBACK_WINDOW;
+        state
+            .snapshots
+            .truncate(if keep_snapshots { tokens } else { 0 });
         let mut out = vec![0f32; tokens * hv * dv];
         let mut z = vec![0f32; tokens * hv * dv];
         let mut mixed = vec![0f32; d.conv_channels()];
         let (mut beta, mut g) = (vec![0f32; hv], vec![0f32; hv]);
         for t in 0..tokens {
             if keep_snapshots {
-                state.snapshots.push(LinearSnapshot {
-                    pos: start + t,
-                    conv: state.conv.clone(),
-                    recurrent: state.recurrent.clone(),
-                });
+                snapshot(state, t, start + t);
             }
             // 1. Split grouped by key head: [q | k | v (r heads) | z (r heads)] per group; ba
             //    per group: [b (r heads) | a (r heads)].
@@ -230,6 +229,23 @@ impl Mixer for GatedDeltaNet {
             mixed[r.start * vw..r.end * vw].copy_from_slice(&o);
         }
         out.copy_from_slice(&self.out_proj.forward(&mixed));
+    }
+}
+
+/// Records the state as of position `pos` in snapshot slot `slot`, reusing its buffers.
+fn snapshot(state: &mut LinearState, slot: usize, pos: usize) {
+    if let Some(snap) = state.snapshots.get_mut(slot) {
+        snap.pos = pos;
+        snap.conv.copy_from_slice(&state.conv);
+        snap.recurrent.copy_from_slice(&state.recurrent);
+    } else {
+        debug_assert_eq!(state.snapshots.len(), slot, "snapshots are taken in order");
+        let snap = LinearSnapshot {
+            pos,
+            conv: state.conv.clone(),
+            recurrent: state.recurrent.clone(),
+        };
+        state.snapshots.push(snap);
     }
 }
 

@@ -409,3 +409,150 @@ fn mtp_drafts_match_the_pytorch_reference() {
         assert!(worst <= tol, "{}: mtp {worst} > {tol}", f["name"]);
     }
 }
+
+/// Through the engine's interface (`CpuTarget`): drafts verified and rolled back with
+/// `Target::truncate`, and a move half way, give the logits of plain decoding bit for bit.
+#[test]
+fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
+    use crate::target::CpuTarget;
+    use lane::{Target, Window};
+    use slots::SessionId;
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    for f in fixtures() {
+        let dir = fixtures_dir().join(f["model_dir"].as_str().unwrap());
+        let model = std::sync::Arc::new(CpuModel::load(&dir, false).expect("model"));
+        let v = model.config.vocab_size;
+        let prompt = ids(&f["prompts"][1]["ids"]);
+        let steps = 16;
+        let mut target = CpuTarget::new(model, &[48, 48, 64]);
+        fn window(s: usize, start: usize, tokens: &[u32], n: usize) -> Window<'_> {
+            Window {
+                session: SessionId(s),
+                start: start as u64,
+                tokens,
+                num_logits: n,
+            }
+        }
+        // Plain, in session 0.
+        let mut row = target
+            .forward(&[window(0, 0, &prompt, 1)])
+            .unwrap()
+            .remove(0);
+        let (mut plain_tokens, mut plain_rows) = (Vec::new(), Vec::new());
+        for i in 0..steps {
+            let t = argmax(&row);
+            plain_tokens.push(t);
+            row = target
+                .forward(&[window(0, prompt.len() + i, &[t], 1)])
+                .unwrap()
+                .remove(0);
+            plain_rows.push(row.clone());
+        }
+        // Speculative, in session 1, moved to session 2 half way.
+        let mut session = 1;
+        let mut last = target
+            .forward(&[window(session, 0, &prompt, 1)])
+            .unwrap()
+            .remove(0);
+        let mut produced = 0;
+        while produced < steps {
+            if session == 1 && produced >= steps / 2 {
+                target.move_state(SessionId(1), SessionId(2)).expect("move");
+                session = 2;
+            }
+            let mut tokens = vec![argmax(&last)];
+            assert_eq!(
+                tokens[0], plain_tokens[produced],
+                "seed {seed} {}: at {produced}",
+                f["name"]
+            );
+            for j in 0..(rng.next_u64() % 4) as usize {
+                match plain_tokens.get(produced + 1 + j) {
+                    Some(&right) if rng.next_u64() % 2 == 0 => tokens.push(right),
+                    _ => tokens.push((rng.next_u64() % v as u64) as u32),
+                }
+            }
+            let start = prompt.len() + produced;
+            let out = target
+                .forward(&[window(session, start, &tokens, tokens.len())])
+                .unwrap()
+                .remove(0);
+            let row = |i: usize| &out[i * v..(i + 1) * v];
+            let mut accepted = 1;
+            while accepted < tokens.len() && argmax(row(accepted - 1)) == tokens[accepted] {
+                accepted += 1;
+            }
+            target
+                .truncate(SessionId(session), (start + accepted) as u64)
+                .expect("truncate");
+            for a in 0..accepted.min(steps - produced) {
+                assert_eq!(
+                    row(a),
+                    &plain_rows[produced + a][..],
+                    "seed {seed} {}: at {}",
+                    f["name"],
+                    produced + a
+                );
+            }
+            last = row(accepted - 1).to_vec();
+            produced += accepted;
+        }
+    }
+}
+
+/// Decode speed of a checkpoint named by `FLASHLANE_BENCH_MODEL` (not a test: run with
+/// `--ignored --nocapture`, ideally in release), 1 and 8 streams, plus MTP drafting.
+#[test]
+#[ignore]
+fn decode_speed_of_a_model_shape() {
+    let Ok(dir) = std::env::var("FLASHLANE_BENCH_MODEL") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let model = CpuModel::load(&dir, false).expect("model");
+    let mtp = Mtp::load(&Weights::open(&dir).expect("weights"), &model.config).expect("mtp");
+    let m = Loaded { model, mtp };
+    let v = m.model.config.vocab_size as u32;
+    for streams in [1usize, 8] {
+        let mut ss: Vec<Stream> = (0..streams).map(|_| m.stream(256)).collect();
+        let prompts: Vec<Vec<u32>> = (0..streams)
+            .map(|i| (0..64).map(|j| (i as u32 * 131 + j * 7) % v).collect())
+            .collect();
+        let t0 = std::time::Instant::now();
+        let mut batch: Vec<(&mut Stream, &[u32], usize)> = ss
+            .iter_mut()
+            .zip(&prompts)
+            .map(|(s, p)| (s, p.as_slice(), 1))
+            .collect();
+        let mut out = m.round(&mut batch);
+        let prefill = t0.elapsed();
+        let steps = 32;
+        let t1 = std::time::Instant::now();
+        for _ in 0..steps {
+            let next: Vec<Vec<u32>> = out.iter().map(|r| vec![argmax(r)]).collect();
+            let mut batch: Vec<(&mut Stream, &[u32], usize)> = ss
+                .iter_mut()
+                .zip(&next)
+                .map(|(s, t)| (s, t.as_slice(), 1))
+                .collect();
+            out = m.round(&mut batch);
+        }
+        let decode = t1.elapsed();
+        eprintln!(
+            "{streams} streams: prefill 64 tok/stream {:.1} ms, decode {:.1} tok/s aggregate ({:.2} ms/round)",
+            prefill.as_secs_f64() * 1e3,
+            (steps * streams) as f64 / decode.as_secs_f64(),
+            decode.as_secs_f64() * 1e3 / steps as f64
+        );
+        if let (Some(mtp), Some(st)) = (&m.mtp, ss[0].mtp.as_mut()) {
+            let t2 = std::time::Instant::now();
+            let d = mtp.draft(&m.model, st, argmax(&out[0]), 4, argmax);
+            eprintln!(
+                "  MTP: 4 drafts in {:.2} ms ({:?})",
+                t2.elapsed().as_secs_f64() * 1e3,
+                d.iter().map(|d| d.token).collect::<Vec<_>>()
+            );
+        }
+    }
+}
