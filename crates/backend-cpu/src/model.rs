@@ -68,12 +68,19 @@ impl CpuModel {
                     Box::new(Attention::load(w, &format!("{p}.self_attn"), &config)?)
                 }
                 (Arch::Qwen3Next, _) => qwen3_next::build_mixer(w, &config, i)?,
-                (Arch::Qwen3, LayerKind::LinearAttention) => unreachable!("config refuses linear layers for qwen3"),
+                (Arch::Qwen3, LayerKind::LinearAttention) => {
+                    unreachable!("config refuses linear layers for qwen3")
+                }
             };
             let mlp: Box<dyn Mlp> = if config.moe_layers[i] {
                 qwen3_next::build_mlp(w, &config, i)?
             } else {
-                Box::new(DenseMlp::load(w, &format!("{p}.mlp"), h, config.intermediate_size)?)
+                Box::new(DenseMlp::load(
+                    w,
+                    &format!("{p}.mlp"),
+                    h,
+                    config.intermediate_size,
+                )?)
             };
             layers.push(DecoderLayer {
                 input_norm: load_norm(w, &format!("{p}.input_layernorm.weight"), h)?,
@@ -138,7 +145,10 @@ impl CpuModel {
     pub fn forward_hidden(&self, tokens: &[u32], segments: &mut [Segment<'_>]) -> Vec<f32> {
         let h = self.config.hidden_size;
         let eps = self.config.rms_norm_eps as f32;
-        debug_assert_eq!(segments.iter().map(|s| s.rows.len()).sum::<usize>(), tokens.len());
+        debug_assert_eq!(
+            segments.iter().map(|s| s.rows.len()).sum::<usize>(),
+            tokens.len()
+        );
         // 1. embeddings [T, H]
         let mut x = self.embed(tokens);
         let mut xn = vec![0.0f32; x.len()];
@@ -184,5 +194,8 @@ pub fn plan_bytes(dir: &Path) -> Result<(StateBytes, u64), LoadError> {
     let config = Config::from_dir(dir)?;
     let weights = Weights::open(dir)?;
     let with_mtp = weights.contains(MTP_MARKER);
-    Ok((state::StateBytes::of(&config, with_mtp), weights.total_bytes()))
+    Ok((
+        state::StateBytes::of(&config, with_mtp),
+        weights.total_bytes(),
+    ))
 }

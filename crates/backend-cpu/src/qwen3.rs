@@ -20,10 +20,25 @@ pub struct Linear {
 
 impl Linear {
     /// `{prefix}.weight` of shape `[out, in]`, and `{prefix}.bias` when `bias`.
-    pub fn load(w: &Weights, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear, LoadError> {
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, LoadError> {
         let weight = w.tensor(&format!("{prefix}.weight"), &[out, inp])?;
-        let bias = if bias { Some(w.tensor(&format!("{prefix}.bias"), &[out])?.to_f32_vec()) } else { None };
-        Ok(Linear { weight, bias, in_features: inp, out_features: out })
+        let bias = if bias {
+            Some(w.tensor(&format!("{prefix}.bias"), &[out])?.to_f32_vec())
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            in_features: inp,
+            out_features: out,
+        })
     }
 
     /// `y[rows, out]` for `x[rows, in]`.
@@ -86,7 +101,12 @@ impl Attention {
 
 impl Mixer for Attention {
     fn forward(&self, layer: usize, xn: &[f32], segments: &mut [Segment<'_>], out: &mut [f32]) {
-        let AttentionShape { heads, kv_heads, head_dim: hd, .. } = self.shape;
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            ..
+        } = self.shape;
         // 1. projections for every row of the batch: q [T, heads·hd], k and v [T, kv_heads·hd]
         let mut q = self.q_proj.forward(xn);
         let mut k = self.k_proj.forward(xn);
@@ -98,8 +118,13 @@ impl Mixer for Attention {
         for seg in segments.iter_mut() {
             for (i, row) in seg.rows.clone().enumerate() {
                 let pos = seg.start + i;
-                self.rope.apply(&mut q[row * heads * hd..(row + 1) * heads * hd], hd, pos);
-                self.rope.apply(&mut k[row * kv_heads * hd..(row + 1) * kv_heads * hd], hd, pos);
+                self.rope
+                    .apply(&mut q[row * heads * hd..(row + 1) * heads * hd], hd, pos);
+                self.rope.apply(
+                    &mut k[row * kv_heads * hd..(row + 1) * kv_heads * hd],
+                    hd,
+                    pos,
+                );
             }
             // 3. append this window's k, v to the session, then attend over all its rows
             let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
@@ -108,7 +133,14 @@ impl Mixer for Attention {
             let kv_span = seg.rows.start * kv_heads * hd..seg.rows.end * kv_heads * hd;
             kv.write(seg.start, &k[kv_span.clone()], &v[kv_span]);
             let q_span = seg.rows.start * heads * hd..seg.rows.end * heads * hd;
-            causal_attention(&q[q_span.clone()], &kv.k, &kv.v, seg.start, self.shape, &mut attn[q_span]);
+            causal_attention(
+                &q[q_span.clone()],
+                &kv.k,
+                &kv.v,
+                seg.start,
+                self.shape,
+                &mut attn[q_span],
+            );
         }
         // 4. output projection
         out.copy_from_slice(&self.o_proj.forward(&attn));
@@ -123,7 +155,12 @@ pub struct DenseMlp {
 }
 
 impl DenseMlp {
-    pub fn load(w: &Weights, prefix: &str, hidden: usize, width: usize) -> Result<DenseMlp, LoadError> {
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        hidden: usize,
+        width: usize,
+    ) -> Result<DenseMlp, LoadError> {
         Ok(DenseMlp {
             gate_proj: Linear::load(w, &format!("{prefix}.gate_proj"), width, hidden, false)?,
             up_proj: Linear::load(w, &format!("{prefix}.up_proj"), width, hidden, false)?,

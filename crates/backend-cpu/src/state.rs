@@ -19,14 +19,22 @@ pub struct KvRows {
 impl KvRows {
     pub fn new(capacity: usize, row: usize) -> KvRows {
         // `vec![0.0; n]` asks the allocator for zeroed pages: untouched capacity costs no RAM.
-        KvRows { row, k: vec![0.0; capacity * row], v: vec![0.0; capacity * row] }
+        KvRows {
+            row,
+            k: vec![0.0; capacity * row],
+            v: vec![0.0; capacity * row],
+        }
     }
 
     /// Writes `k`, `v` (whole rows) at positions `start..`.
     pub fn write(&mut self, start: usize, k: &[f32], v: &[f32]) {
         debug_assert_eq!(k.len(), v.len());
         let at = start * self.row;
-        assert!(at + k.len() <= self.k.len(), "KV write past capacity: start {start}, {} rows", k.len() / self.row);
+        assert!(
+            at + k.len() <= self.k.len(),
+            "KV write past capacity: start {start}, {} rows",
+            k.len() / self.row
+        );
         self.k[at..at + k.len()].copy_from_slice(k);
         self.v[at..at + v.len()].copy_from_slice(v);
     }
@@ -64,7 +72,10 @@ impl LinearState {
     pub fn new(config: &model::LinearAttentionConfig) -> LinearState {
         LinearState {
             conv: vec![0.0; (config.conv_kernel - 1) * config.conv_channels()],
-            recurrent: vec![0.0; config.num_value_heads * config.key_head_dim * config.value_head_dim],
+            recurrent: vec![
+                0.0;
+                config.num_value_heads * config.key_head_dim * config.value_head_dim
+            ],
             snapshots: Vec::new(),
         }
     }
@@ -135,10 +146,15 @@ const F32: u64 = 4;
 impl StateBytes {
     pub fn of(config: &Config, with_mtp: bool) -> StateBytes {
         let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
-        let mtp_layers = if with_mtp { config.mtp_layers as u64 } else { 0 };
+        let mtp_layers = if with_mtp {
+            config.mtp_layers as u64
+        } else {
+            0
+        };
         let per_token = (config.num_attention_layers() as u64 + mtp_layers) * kv_row;
         let linear = config.linear.as_ref().map_or(0, |l| {
-            ((l.conv_kernel - 1) * l.conv_channels() + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
+            ((l.conv_kernel - 1) * l.conv_channels()
+                + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
                 * F32
         });
         let fixed = config.num_linear_layers() as u64 * linear * (1 + LINEAR_SNAPSHOTS)
@@ -157,7 +173,10 @@ impl SessionState {
             .map(|kind| match kind {
                 LayerKind::FullAttention => LayerState::Attention(KvRows::new(capacity, row)),
                 LayerKind::LinearAttention => LayerState::Linear(LinearState::new(
-                    config.linear.as_ref().expect("a linear layer implies a linear config"),
+                    config
+                        .linear
+                        .as_ref()
+                        .expect("a linear layer implies a linear config"),
                 )),
             })
             .collect();
@@ -166,7 +185,12 @@ impl SessionState {
             len: 0,
             last_hidden: vec![0.0; config.hidden_size],
         });
-        SessionState { capacity, len: 0, layers, mtp }
+        SessionState {
+            capacity,
+            len: 0,
+            layers,
+            mtp,
+        }
     }
 
     /// Forgets everything: the next stream starts at position 0.
@@ -188,7 +212,10 @@ impl SessionState {
     /// linear layer kept no snapshot at `len`.
     pub fn truncate(&mut self, len: usize) -> Result<(), String> {
         if len > self.len {
-            return Err(format!("cannot truncate to {len}: only {} positions computed", self.len));
+            return Err(format!(
+                "cannot truncate to {len}: only {} positions computed",
+                self.len
+            ));
         }
         if len == self.len {
             return Ok(());
@@ -213,7 +240,10 @@ impl SessionState {
     /// Makes `self` (a session at least as large) hold exactly `other`'s state, bit for bit.
     pub fn copy_from(&mut self, other: &SessionState) -> Result<(), String> {
         if self.capacity < other.len {
-            return Err(format!("{} positions do not fit a session of {}", other.len, self.capacity));
+            return Err(format!(
+                "{} positions do not fit a session of {}",
+                other.len, self.capacity
+            ));
         }
         if self.layers.len() != other.layers.len() {
             return Err("sessions of different models".into());

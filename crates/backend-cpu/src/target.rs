@@ -17,7 +17,10 @@ pub struct CpuTarget {
 impl CpuTarget {
     /// Allocates one session per capacity (index `i` is `SessionId(i)`).
     pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
-        let sessions = capacities.iter().map(|&c| model.new_session(c as usize)).collect();
+        let sessions = capacities
+            .iter()
+            .map(|&c| model.new_session(c as usize))
+            .collect();
         CpuTarget { model, sessions }
     }
 
@@ -34,10 +37,16 @@ impl CpuTarget {
         let mut seen = vec![false; self.sessions.len()];
         for w in windows {
             let Some(state) = self.sessions.get(w.session.0) else {
-                return Err(TargetError::Invalid(format!("{} does not exist", w.session)));
+                return Err(TargetError::Invalid(format!(
+                    "{} does not exist",
+                    w.session
+                )));
             };
             if std::mem::replace(&mut seen[w.session.0], true) {
-                return Err(TargetError::Invalid(format!("{} appears twice in one round", w.session)));
+                return Err(TargetError::Invalid(format!(
+                    "{} appears twice in one round",
+                    w.session
+                )));
             }
             if w.start != state.len as u64 {
                 return Err(TargetError::Invalid(format!(
@@ -47,7 +56,11 @@ impl CpuTarget {
             }
             let needed = w.start + w.tokens.len() as u64;
             if needed > state.capacity as u64 {
-                return Err(TargetError::Overflow { session: w.session, needed, capacity: state.capacity as u64 });
+                return Err(TargetError::Overflow {
+                    session: w.session,
+                    needed,
+                    capacity: state.capacity as u64,
+                });
             }
             if w.num_logits > w.tokens.len() {
                 return Err(TargetError::Invalid(format!(
@@ -57,7 +70,11 @@ impl CpuTarget {
                     w.tokens.len()
                 )));
             }
-            if let Some(t) = w.tokens.iter().find(|&&t| t as usize >= self.model.vocab_size()) {
+            if let Some(t) = w
+                .tokens
+                .iter()
+                .find(|&&t| t as usize >= self.model.vocab_size())
+            {
                 return Err(TargetError::Invalid(format!(
                     "{}: token id {t} is outside the vocabulary of {}",
                     w.session,
@@ -83,12 +100,18 @@ impl Target for CpuTarget {
         let live: Vec<&Window<'_>> = windows.iter().filter(|w| !w.tokens.is_empty()).collect();
         // 1. the batch: every window's tokens, and its session's state taken out for the call
         let tokens: Vec<u32> = live.iter().flat_map(|w| w.tokens.iter().copied()).collect();
-        let mut states: Vec<SessionState> =
-            live.iter().map(|w| std::mem::take(&mut self.sessions[w.session.0])).collect();
+        let mut states: Vec<SessionState> = live
+            .iter()
+            .map(|w| std::mem::take(&mut self.sessions[w.session.0]))
+            .collect();
         let mut segments = Vec::with_capacity(live.len());
         let mut row = 0;
         for (w, state) in live.iter().zip(states.iter_mut()) {
-            segments.push(Segment { rows: row..row + w.tokens.len(), start: w.start as usize, state });
+            segments.push(Segment {
+                rows: row..row + w.tokens.len(),
+                start: w.start as usize,
+                state,
+            });
             row += w.tokens.len();
         }
         // 2. all layers, then logits for the wanted rows only
@@ -123,7 +146,9 @@ impl Target for CpuTarget {
             .sessions
             .get_mut(session.0)
             .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        state.truncate(len as usize).map_err(|e| TargetError::Invalid(format!("{session}: {e}")))
+        state
+            .truncate(len as usize)
+            .map_err(|e| TargetError::Invalid(format!("{session}: {e}")))
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

@@ -20,39 +20,77 @@ fn qwen3_logits_match_transformers_on_every_fixture_and_prompt() {
     assert!(fixtures.len() >= 3, "expected the committed qwen3 fixtures");
     for fixture in &fixtures {
         let model = load(fixture);
-        let tol = fixture["tolerance"]["max_abs_rel_to_range"].as_f64().unwrap() as f32;
+        let tol = fixture["tolerance"]["max_abs_rel_to_range"]
+            .as_f64()
+            .unwrap() as f32;
         for prompt in fixture["prompts"].as_array().unwrap() {
             let ids = ids(&prompt["ids"]);
             let want = read_f32(prompt["logits"].as_str().unwrap());
             let mut target = CpuTarget::new(model.clone(), &[ids.len() as u64]);
             let got = target
-                .forward(&[Window { session: SessionId(0), start: 0, tokens: &ids, num_logits: ids.len() }])
+                .forward(&[Window {
+                    session: SessionId(0),
+                    start: 0,
+                    tokens: &ids,
+                    num_logits: ids.len(),
+                }])
                 .unwrap()
                 .remove(0);
             assert_eq!(got.len(), want.len());
             let range = prompt["logit_range"].as_f64().unwrap() as f32;
-            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            eprintln!("{} {}: max abs diff {diff:.3e} = {:.3e} of range", fixture["name"], prompt["label"], diff / range);
-            assert!(diff / range <= tol, "{} {}: diff {diff} over range {range} exceeds {tol}", fixture["name"], prompt["label"]);
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            eprintln!(
+                "{} {}: max abs diff {diff:.3e} = {:.3e} of range",
+                fixture["name"],
+                prompt["label"],
+                diff / range
+            );
+            assert!(
+                diff / range <= tol,
+                "{} {}: diff {diff} over range {range} exceeds {tol}",
+                fixture["name"],
+                prompt["label"]
+            );
         }
     }
 }
 
 #[test]
 fn qwen3_greedy_decoding_through_session_state_equals_transformers_generate() {
-    for fixture in fixtures("qwen3").iter().filter(|f| f.get("greedy").is_some()) {
+    for fixture in fixtures("qwen3")
+        .iter()
+        .filter(|f| f.get("greedy").is_some())
+    {
         let model = load(fixture);
         let prompt = ids(&fixture["greedy"]["prompt_ids"]);
         let want = ids(&fixture["greedy"]["tokens"]);
         let mut target = CpuTarget::new(model, &[(prompt.len() + want.len() + 32) as u64]);
         let s = SessionId(0);
-        let mut logits = target.forward(&[Window { session: s, start: 0, tokens: &prompt, num_logits: 1 }]).unwrap();
+        let mut logits = target
+            .forward(&[Window {
+                session: s,
+                start: 0,
+                tokens: &prompt,
+                num_logits: 1,
+            }])
+            .unwrap();
         let mut got = Vec::new();
         while got.len() < want.len() {
             let next = argmax(&logits[0]);
             got.push(next);
             let start = target.session_len(s);
-            logits = target.forward(&[Window { session: s, start, tokens: &[next], num_logits: 1 }]).unwrap();
+            logits = target
+                .forward(&[Window {
+                    session: s,
+                    start,
+                    tokens: &[next],
+                    num_logits: 1,
+                }])
+                .unwrap();
         }
         assert_eq!(got, want, "{}", fixture["name"]);
     }

@@ -12,14 +12,19 @@ use slots::SessionId;
 use std::sync::Arc;
 
 fn model(name: &str) -> Arc<CpuModel> {
-    let fixture = fixtures("qwen3").into_iter().find(|f| f["name"] == name).expect("fixture");
+    let fixture = fixtures("qwen3")
+        .into_iter()
+        .find(|f| f["name"] == name)
+        .expect("fixture");
     let dir = fixtures_dir().join(fixture["model_dir"].as_str().unwrap());
     Arc::new(CpuModel::load(&dir, false).unwrap())
 }
 
 /// A prompt of `len` ids derived from `seed` (any ids below 256 are in the fixtures' vocab).
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| (seed * 37 + i * 11 + 5) % 251).collect()
+    (0..len as u32)
+        .map(|i| (seed * 37 + i * 11 + 5) % 251)
+        .collect()
 }
 
 /// A stream: its prompt, the tokens it decoded, and every logits row it received.
@@ -32,11 +37,21 @@ struct Stream {
 
 impl Stream {
     fn new(session: usize, prompt: Vec<u32>) -> Stream {
-        Stream { session: SessionId(session), tokens: prompt, fed: 0, logits: Vec::new() }
+        Stream {
+            session: SessionId(session),
+            tokens: prompt,
+            fed: 0,
+            logits: Vec::new(),
+        }
     }
 
     fn window(&self) -> Window<'_> {
-        Window { session: self.session, start: self.fed as u64, tokens: &self.tokens[self.fed..], num_logits: 1 }
+        Window {
+            session: self.session,
+            start: self.fed as u64,
+            tokens: &self.tokens[self.fed..],
+            num_logits: 1,
+        }
     }
 
     fn accept(&mut self, logits: Vec<f32>) {
@@ -63,13 +78,21 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
     for name in ["qwen3_f32_untied", "qwen3_bf16"] {
         let model = model(name);
         let prompts: Vec<Vec<u32>> = (0..8).map(|i| prompt(i, 1 + 5 * i as usize)).collect();
-        let solo: Vec<_> = prompts.iter().map(|p| run_solo(&model, p.clone())).collect();
+        let solo: Vec<_> = prompts
+            .iter()
+            .map(|p| run_solo(&model, p.clone()))
+            .collect();
         let mut target = CpuTarget::new(model.clone(), &[256; 8]);
-        let mut streams: Vec<Stream> = prompts.iter().enumerate().map(|(i, p)| Stream::new(i, p.clone())).collect();
+        let mut streams: Vec<Stream> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Stream::new(i, p.clone()))
+            .collect();
         // Stream i joins at round i / 2, so prompts and single-token decodes share rounds.
         for round in 0..STEPS + 4 {
-            let active: Vec<usize> =
-                (0..8).filter(|&i| i / 2 <= round && streams[i].logits.len() < STEPS).collect();
+            let active: Vec<usize> = (0..8)
+                .filter(|&i| i / 2 <= round && streams[i].logits.len() < STEPS)
+                .collect();
             let windows: Vec<Window<'_>> = active.iter().map(|&i| streams[i].window()).collect();
             let outs = target.forward(&windows).unwrap();
             for (i, out) in active.iter().zip(outs) {
@@ -78,7 +101,10 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
         }
         for (i, s) in streams.iter().enumerate() {
             assert_eq!(s.logits.len(), STEPS);
-            assert!(s.logits == solo[i], "{name}: stream {i} differs from its solo run");
+            assert!(
+                s.logits == solo[i],
+                "{name}: stream {i} differs from its solo run"
+            );
         }
     }
 }
@@ -94,7 +120,11 @@ fn moved_state_gives_bit_identical_logits_to_never_moved() {
         if step == 2 {
             target.move_state(SessionId(0), SessionId(1)).unwrap();
             s.session = SessionId(1);
-            assert_eq!(target.session_len(SessionId(0)), 0, "the old session is released");
+            assert_eq!(
+                target.session_len(SessionId(0)),
+                0,
+                "the old session is released"
+            );
         }
         if step == 4 {
             target.move_state(SessionId(1), SessionId(2)).unwrap();
@@ -103,7 +133,10 @@ fn moved_state_gives_bit_identical_logits_to_never_moved() {
         let out = target.forward(&[s.window()]).unwrap().remove(0);
         s.accept(out);
     }
-    assert!(s.logits == solo, "moved stream differs from the unmoved one");
+    assert!(
+        s.logits == solo,
+        "moved stream differs from the unmoved one"
+    );
 }
 
 #[test]
@@ -112,14 +145,24 @@ fn incremental_decode_equals_one_full_forward_bit_for_bit() {
     let ids = prompt(5, 20);
     let mut full = CpuTarget::new(model.clone(), &[64]);
     let all = full
-        .forward(&[Window { session: SessionId(0), start: 0, tokens: &ids, num_logits: ids.len() }])
+        .forward(&[Window {
+            session: SessionId(0),
+            start: 0,
+            tokens: &ids,
+            num_logits: ids.len(),
+        }])
         .unwrap()
         .remove(0);
     let mut inc = CpuTarget::new(model.clone(), &[64]);
     let v = model.vocab_size();
     for (i, t) in ids.iter().enumerate() {
         let row = inc
-            .forward(&[Window { session: SessionId(0), start: i as u64, tokens: &[*t], num_logits: 1 }])
+            .forward(&[Window {
+                session: SessionId(0),
+                start: i as u64,
+                tokens: &[*t],
+                num_logits: 1,
+            }])
             .unwrap()
             .remove(0);
         assert!(row == all[i * v..(i + 1) * v], "position {i}");
@@ -133,18 +176,50 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
     let mut target = CpuTarget::new(model.clone(), &[64, 64]);
     let (a, b) = (SessionId(0), SessionId(1));
     for s in [a, b] {
-        target.forward(&[Window { session: s, start: 0, tokens: &p, num_logits: 1 }]).unwrap();
+        target
+            .forward(&[Window {
+                session: s,
+                start: 0,
+                tokens: &p,
+                num_logits: 1,
+            }])
+            .unwrap();
     }
     // a verifies a window of 4 (sampled token + 3 drafts) and keeps 2; b only ever sees those 2.
-    target.forward(&[Window { session: a, start: 6, tokens: &[10, 20, 30, 40], num_logits: 4 }]).unwrap();
+    target
+        .forward(&[Window {
+            session: a,
+            start: 6,
+            tokens: &[10, 20, 30, 40],
+            num_logits: 4,
+        }])
+        .unwrap();
     target.truncate(a, 8).unwrap();
-    target.forward(&[Window { session: b, start: 6, tokens: &[10, 20], num_logits: 2 }]).unwrap();
+    target
+        .forward(&[Window {
+            session: b,
+            start: 6,
+            tokens: &[10, 20],
+            num_logits: 2,
+        }])
+        .unwrap();
     assert_eq!(target.session_len(a), 8);
-    let next = |t: &mut CpuTarget, s| t.forward(&[Window { session: s, start: 8, tokens: &[99], num_logits: 1 }]).unwrap();
+    let next = |t: &mut CpuTarget, s| {
+        t.forward(&[Window {
+            session: s,
+            start: 8,
+            tokens: &[99],
+            num_logits: 1,
+        }])
+        .unwrap()
+    };
     let la = next(&mut target, a);
     let lb = next(&mut target, b);
     assert!(la == lb, "rolled-back stream differs");
-    assert!(target.truncate(a, 20).is_err(), "cannot truncate past the computed positions");
+    assert!(
+        target.truncate(a, 20).is_err(),
+        "cannot truncate past the computed positions"
+    );
 }
 
 #[test]
@@ -152,10 +227,32 @@ fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
     let model = model("qwen3_f32_untied");
     let mut target = CpuTarget::new(model, &[4]);
     let s = SessionId(0);
-    let err = target.forward(&[Window { session: s, start: 0, tokens: &[1, 2, 3, 4, 5], num_logits: 1 }]);
-    assert!(matches!(err, Err(lane::TargetError::Overflow { needed: 5, capacity: 4, .. })));
-    let err = target.forward(&[Window { session: s, start: 2, tokens: &[1], num_logits: 1 }]);
+    let err = target.forward(&[Window {
+        session: s,
+        start: 0,
+        tokens: &[1, 2, 3, 4, 5],
+        num_logits: 1,
+    }]);
+    assert!(matches!(
+        err,
+        Err(lane::TargetError::Overflow {
+            needed: 5,
+            capacity: 4,
+            ..
+        })
+    ));
+    let err = target.forward(&[Window {
+        session: s,
+        start: 2,
+        tokens: &[1],
+        num_logits: 1,
+    }]);
     assert!(matches!(err, Err(lane::TargetError::Invalid(_))));
-    let err = target.forward(&[Window { session: s, start: 0, tokens: &[1000], num_logits: 1 }]);
+    let err = target.forward(&[Window {
+        session: s,
+        start: 0,
+        tokens: &[1000],
+        num_logits: 1,
+    }]);
     assert!(matches!(err, Err(lane::TargetError::Invalid(_))));
 }

@@ -4,11 +4,16 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
 }
 
 fn flashlane(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flashlane")).args(args).output().expect("run flashlane");
+    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
+        .args(args)
+        .output()
+        .expect("run flashlane");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -21,16 +26,38 @@ fn logits_json_matches_the_transformers_fixture() {
     let dir = fixture("qwen3_f32_untied");
     let model = dir.join("model");
     let ids = "152,196,156,68,70,56,133";
-    let (code, stdout, stderr) = flashlane(&["logits", "--model", model.to_str().unwrap(), "--ids", ids, "--json"]);
+    let (code, stdout, stderr) = flashlane(&[
+        "logits",
+        "--model",
+        model.to_str().unwrap(),
+        "--ids",
+        ids,
+        "--json",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let rows = value["logits"].as_array().unwrap();
     assert_eq!(rows.len(), 7);
     let bytes = std::fs::read(dir.join("logits_few.f32")).unwrap();
-    let want: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    let got: Vec<f32> = rows.iter().flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32)).collect();
+    let want: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let got: Vec<f32> = rows
+        .iter()
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
+        .collect();
     assert_eq!(got.len(), want.len());
-    let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     assert!(diff < 1e-4, "max abs diff {diff}");
 }
 
@@ -38,14 +65,26 @@ fn logits_json_matches_the_transformers_fixture() {
 fn generate_json_greedy_equals_transformers_generate() {
     let model = fixture("qwen3_f32_untied/model");
     let (code, stdout, stderr) = flashlane(&[
-        "generate", "--model", model.to_str().unwrap(), "--ids", "247,31,153,83,81", "--max-tokens", "32", "--json",
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--ids",
+        "247,31,153,83,81",
+        "--max-tokens",
+        "32",
+        "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let tokens: Vec<u64> = value["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let tokens: Vec<u64> = value["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
     let want = [
-        212, 55, 238, 39, 167, 12, 136, 139, 32, 72, 83, 149, 29, 239, 95, 53, 153, 227, 86, 153, 165, 156, 96, 169,
-        196, 118, 167, 12, 240, 156, 96, 19,
+        212, 55, 238, 39, 167, 12, 136, 139, 32, 72, 83, 149, 29, 239, 95, 53, 153, 227, 86, 153,
+        165, 156, 96, 169, 196, 118, 167, 12, 240, 156, 96, 19,
     ];
     assert_eq!(tokens, want);
     assert!(value["text"].is_string());
@@ -54,10 +93,17 @@ fn generate_json_greedy_equals_transformers_generate() {
 #[test]
 fn bad_ids_are_refused_with_the_item_named() {
     let model = fixture("qwen3_f32_untied/model");
-    let (code, _, stderr) = flashlane(&["logits", "--model", model.to_str().unwrap(), "--ids", "3,x"]);
+    let (code, _, stderr) =
+        flashlane(&["logits", "--model", model.to_str().unwrap(), "--ids", "3,x"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("`x`"), "{stderr}");
-    let (code, _, stderr) = flashlane(&["logits", "--model", model.to_str().unwrap(), "--ids", "3,99999"]);
+    let (code, _, stderr) = flashlane(&[
+        "logits",
+        "--model",
+        model.to_str().unwrap(),
+        "--ids",
+        "3,99999",
+    ]);
     assert_eq!(code, 2);
     assert!(stderr.contains("99999"), "{stderr}");
 }
@@ -65,8 +111,16 @@ fn bad_ids_are_refused_with_the_item_named() {
 #[test]
 fn plan_reads_session_costs_from_the_model() {
     let model = fixture("qwen3_f32_untied/model");
-    let (code, stdout, stderr) =
-        flashlane(&["plan", "--model", model.to_str().unwrap(), "--load-limit-gb", "1", "--context", "4096", "--json"]);
+    let (code, stdout, stderr) = flashlane(&[
+        "plan",
+        "--model",
+        model.to_str().unwrap(),
+        "--load-limit-gb",
+        "1",
+        "--context",
+        "4096",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let first = &value["sessions"][0];

@@ -38,7 +38,8 @@ impl ChatTemplate {
     pub fn from_dir(dir: &Path) -> Result<Option<ChatTemplate>, LoadError> {
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
+            let text = std::fs::read_to_string(&config_path)
+                .map_err(|e| LoadError::io(&config_path, e))?;
             serde_json::from_str(&text).map_err(|e| LoadError::Tokenizer {
                 file: config_path.clone(),
                 reason: format!("not valid JSON: {e}"),
@@ -62,18 +63,27 @@ impl ChatTemplate {
                 _ => None,
             }
         };
-        let Some(source) = source else { return Ok(None) };
+        let Some(source) = source else {
+            return Ok(None);
+        };
         ChatTemplate::new(
             &source,
             token_text(config.get("bos_token")),
             token_text(config.get("eos_token")),
         )
         .map(Some)
-        .map_err(|reason| LoadError::Tokenizer { file: config_path, reason })
+        .map_err(|reason| LoadError::Tokenizer {
+            file: config_path,
+            reason,
+        })
     }
 
     /// Compiles `source`; the error says where the template does not parse.
-    pub fn new(source: &str, bos_token: Option<String>, eos_token: Option<String>) -> Result<ChatTemplate, String> {
+    pub fn new(
+        source: &str,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<ChatTemplate, String> {
         let mut env = minijinja::Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         // HF templates rely on Jinja's whitespace control as transformers configures it.
@@ -84,17 +94,31 @@ impl ChatTemplate {
                 .build()
                 .expect("the default delimiters are valid"),
         );
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| format!("chat template does not compile: {e}"))?;
-        Ok(ChatTemplate { env, bos_token, eos_token })
+        Ok(ChatTemplate {
+            env,
+            bos_token,
+            eos_token,
+        })
     }
 
     /// The prompt text for `messages`, ending with the assistant's header when
     /// `add_generation_prompt`.
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> anyhow::Result<String> {
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> anyhow::Result<String> {
         let template = self.env.get_template(TEMPLATE_NAME)?;
         let text = template.render(minijinja::context! {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
@@ -114,13 +138,18 @@ mod tests {
     const CHATML: &str = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content.strip() + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
     fn msg(role: &str, content: &str) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 
     #[test]
     fn chatml_renders_like_transformers() {
         let t = ChatTemplate::new(CHATML, None, Some("<|im_end|>".into())).unwrap();
-        let text = t.render(&[msg("system", "Be brief."), msg("user", " Hi ")], true).unwrap();
+        let text = t
+            .render(&[msg("system", "Be brief."), msg("user", " Hi ")], true)
+            .unwrap();
         assert_eq!(
             text,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -135,9 +164,15 @@ mod tests {
             None,
         )
         .unwrap();
-        let err = t.render(&[msg("system", "x")], false).unwrap_err().to_string();
+        let err = t
+            .render(&[msg("system", "x")], false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("first must be user"), "{err}");
         let ok = t.render(&[msg("user", "x")], false).unwrap();
-        assert!(ok.contains("\"role\": \"user\"") && ok.ends_with("<s>"), "{ok}");
+        assert!(
+            ok.contains("\"role\": \"user\"") && ok.ends_with("<s>"),
+            "{ok}"
+        );
     }
 }

@@ -146,11 +146,17 @@ impl Config {
     }
 
     pub fn num_attention_layers(&self) -> usize {
-        self.layer_types.iter().filter(|k| **k == LayerKind::FullAttention).count()
+        self.layer_types
+            .iter()
+            .filter(|k| **k == LayerKind::FullAttention)
+            .count()
     }
 
     pub fn num_linear_layers(&self) -> usize {
-        self.layer_types.iter().filter(|k| **k == LayerKind::LinearAttention).count()
+        self.layer_types
+            .iter()
+            .filter(|k| **k == LayerKind::LinearAttention)
+            .count()
     }
 }
 
@@ -164,7 +170,9 @@ fn need(value: Option<usize>, field: &str) -> Result<usize, String> {
 
 fn token_ids(value: &Option<serde_json::Value>) -> Vec<u32> {
     match value {
-        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|v| vec![v as u32]).unwrap_or_default()
+        }
         Some(serde_json::Value::Array(items)) => items
             .iter()
             .filter_map(|v| v.as_u64().map(|v| v as u32))
@@ -178,11 +186,9 @@ impl RawConfig {
         let arch = match self.model_type.as_deref() {
             Some("qwen3") => Arch::Qwen3,
             Some("qwen3_next") => Arch::Qwen3Next,
-            Some(other) => {
-                return Err(format!(
-                    "model_type `{other}` is not supported (flashlane runs `qwen3` and `qwen3_next`)"
-                ))
-            }
+            Some(other) => return Err(format!(
+                "model_type `{other}` is not supported (flashlane runs `qwen3` and `qwen3_next`)"
+            )),
             None => return Err("`model_type` is missing".into()),
         };
         let hidden_size = need(self.hidden_size, "hidden_size")?;
@@ -197,12 +203,19 @@ impl RawConfig {
         let head_dim = match self.head_dim {
             Some(d) => d,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => return Err("`head_dim` is missing and hidden_size / num_attention_heads is not whole".into()),
+            None => {
+                return Err(
+                    "`head_dim` is missing and hidden_size / num_attention_heads is not whole"
+                        .into(),
+                )
+            }
         };
         let rope = self.rope_parameters.unwrap_or_default();
         if let Some(kind) = rope.rope_type.as_deref() {
             if kind != "default" {
-                return Err(format!("rope_type `{kind}` is not supported (only `default`)"));
+                return Err(format!(
+                    "rope_type `{kind}` is not supported (only `default`)"
+                ));
             }
         }
         let rope_theta = rope.rope_theta.or(self.rope_theta).unwrap_or(10000.0);
@@ -218,7 +231,7 @@ impl RawConfig {
             return Err(format!("partial_rotary_factor {factor} must be in (0, 1]"));
         }
         let rotary_dim = (head_dim as f64 * factor) as usize;
-        if rotary_dim == 0 || rotary_dim % 2 != 0 {
+        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
             return Err(format!(
                 "head_dim {head_dim} × partial_rotary_factor {factor} = {rotary_dim} rotary dims, which must be even and ≥ 2"
             ));
@@ -236,8 +249,12 @@ impl RawConfig {
                     .iter()
                     .map(|t| match t.as_str() {
                         "full_attention" => Ok(LayerKind::FullAttention),
-                        "linear_attention" if arch == Arch::Qwen3Next => Ok(LayerKind::LinearAttention),
-                        other => Err(format!("layer type `{other}` is not supported for this model_type")),
+                        "linear_attention" if arch == Arch::Qwen3Next => {
+                            Ok(LayerKind::LinearAttention)
+                        }
+                        other => Err(format!(
+                            "layer type `{other}` is not supported for this model_type"
+                        )),
                     })
                     .collect::<Result<Vec<_>, _>>()?
             }
@@ -262,13 +279,28 @@ impl RawConfig {
             Arch::Qwen3 => (None, None, vec![false; num_layers]),
             Arch::Qwen3Next => {
                 let linear = LinearAttentionConfig {
-                    num_key_heads: need(self.linear_num_key_heads.or(Some(16)), "linear_num_key_heads")?,
-                    num_value_heads: need(self.linear_num_value_heads.or(Some(32)), "linear_num_value_heads")?,
-                    key_head_dim: need(self.linear_key_head_dim.or(Some(128)), "linear_key_head_dim")?,
-                    value_head_dim: need(self.linear_value_head_dim.or(Some(128)), "linear_value_head_dim")?,
-                    conv_kernel: need(self.linear_conv_kernel_dim.or(Some(4)), "linear_conv_kernel_dim")?,
+                    num_key_heads: need(
+                        self.linear_num_key_heads.or(Some(16)),
+                        "linear_num_key_heads",
+                    )?,
+                    num_value_heads: need(
+                        self.linear_num_value_heads.or(Some(32)),
+                        "linear_num_value_heads",
+                    )?,
+                    key_head_dim: need(
+                        self.linear_key_head_dim.or(Some(128)),
+                        "linear_key_head_dim",
+                    )?,
+                    value_head_dim: need(
+                        self.linear_value_head_dim.or(Some(128)),
+                        "linear_value_head_dim",
+                    )?,
+                    conv_kernel: need(
+                        self.linear_conv_kernel_dim.or(Some(4)),
+                        "linear_conv_kernel_dim",
+                    )?,
                 };
-                if linear.num_value_heads % linear.num_key_heads != 0 {
+                if !linear.num_value_heads.is_multiple_of(linear.num_key_heads) {
                     return Err(format!(
                         "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
                         linear.num_value_heads, linear.num_key_heads
@@ -290,8 +322,13 @@ impl RawConfig {
                     Some(MoeConfig {
                         num_experts,
                         experts_per_token: top_k,
-                        expert_intermediate: need(self.moe_intermediate_size, "moe_intermediate_size")?,
-                        shared_expert_intermediate: self.shared_expert_intermediate_size.unwrap_or(0),
+                        expert_intermediate: need(
+                            self.moe_intermediate_size,
+                            "moe_intermediate_size",
+                        )?,
+                        shared_expert_intermediate: self
+                            .shared_expert_intermediate_size
+                            .unwrap_or(0),
                         norm_topk_prob: self.norm_topk_prob.unwrap_or(true),
                     })
                 } else {
@@ -369,7 +406,11 @@ mod tests {
         assert_eq!(c.rotary_dim, 8);
         assert_eq!(
             c.layer_types,
-            vec![LayerKind::FullAttention, LayerKind::LinearAttention, LayerKind::FullAttention]
+            vec![
+                LayerKind::FullAttention,
+                LayerKind::LinearAttention,
+                LayerKind::FullAttention
+            ]
         );
         assert_eq!(c.moe_layers, vec![true, false, true]);
         assert_eq!(c.num_linear_layers(), 1);
@@ -381,7 +422,9 @@ mod tests {
             "intermediate_size":128,"num_hidden_layers":8,"num_attention_heads":4,
             "num_key_value_heads":2,"head_dim":16,"full_attention_interval":4}"#;
         let c = Config::from_json(text).unwrap();
-        let full: Vec<usize> = (0..8).filter(|&i| c.layer_types[i] == LayerKind::FullAttention).collect();
+        let full: Vec<usize> = (0..8)
+            .filter(|&i| c.layer_types[i] == LayerKind::FullAttention)
+            .collect();
         assert_eq!(full, vec![3, 7]);
         assert_eq!(c.rotary_dim, 4);
     }
@@ -389,10 +432,14 @@ mod tests {
     #[test]
     fn inconsistent_configs_are_refused_with_the_field_named() {
         let bad_heads = QWEN3.replace("\"num_key_value_heads\":2", "\"num_key_value_heads\":3");
-        assert!(Config::from_json(&bad_heads).unwrap_err().contains("num_key_value_heads"));
+        assert!(Config::from_json(&bad_heads)
+            .unwrap_err()
+            .contains("num_key_value_heads"));
         let bad_type = QWEN3.replace("qwen3", "llama");
         assert!(Config::from_json(&bad_type).unwrap_err().contains("llama"));
         let no_vocab = QWEN3.replace("\"vocab_size\":300,", "");
-        assert!(Config::from_json(&no_vocab).unwrap_err().contains("vocab_size"));
+        assert!(Config::from_json(&no_vocab)
+            .unwrap_err()
+            .contains("vocab_size"));
     }
 }

@@ -25,7 +25,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{file}: {source}")]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{file}: {reason}")]
     Config { file: PathBuf, reason: String },
     #[error("{file}: not a valid safetensors file ({reason}); is it truncated? re-download it")]
@@ -35,9 +38,18 @@ pub enum LoadError {
     #[error("{file}: tensor `{name}` is missing")]
     MissingTensor { name: String, file: PathBuf },
     #[error("{file}: tensor `{name}` has shape {found:?}, expected {expected:?} from config.json")]
-    Shape { file: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
+    Shape {
+        file: PathBuf,
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
     #[error("{file}: tensor `{name}` has dtype {dtype}; flashlane reads F32, BF16 and F16")]
-    Dtype { file: PathBuf, name: String, dtype: String },
+    Dtype {
+        file: PathBuf,
+        name: String,
+        dtype: String,
+    },
     #[error("{file}: {reason}")]
     Inconsistent { file: PathBuf, reason: String },
     #[error("{file}: {reason}")]
@@ -46,6 +58,9 @@ pub enum LoadError {
 
 impl LoadError {
     pub fn io(file: &Path, source: std::io::Error) -> LoadError {
-        LoadError::Io { file: file.to_path_buf(), source }
+        LoadError::Io {
+            file: file.to_path_buf(),
+            source,
+        }
     }
 }

@@ -26,7 +26,10 @@ impl Tokenizer {
             file: file.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Ok(Tokenizer { inner, file: file.to_path_buf() })
+        Ok(Tokenizer {
+            inner,
+            file: file.to_path_buf(),
+        })
     }
 
     /// Ids of `text`. Special tokens written in the text (`<|im_start|>`) are recognised; no

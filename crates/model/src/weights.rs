@@ -72,7 +72,12 @@ impl TensorData<'_> {
 
 #[derive(Debug)]
 enum Storage {
-    Mapped { map: Arc<Mmap>, offset: usize, len: usize, bf16: bool },
+    Mapped {
+        map: Arc<Mmap>,
+        offset: usize,
+        len: usize,
+        bf16: bool,
+    },
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
 }
@@ -88,14 +93,30 @@ pub struct Tensor {
 impl Tensor {
     /// An owned f32 tensor (tests, and weights computed at load).
     pub fn from_f32(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Tensor {
-        assert_eq!(shape.iter().product::<usize>(), data.len(), "tensor shape vs data length");
-        Tensor { name: name.into(), shape, storage: Storage::F32(data) }
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "tensor shape vs data length"
+        );
+        Tensor {
+            name: name.into(),
+            shape,
+            storage: Storage::F32(data),
+        }
     }
 
     /// An owned bf16 tensor.
     pub fn from_bf16(name: impl Into<String>, shape: Vec<usize>, data: Vec<bf16>) -> Tensor {
-        assert_eq!(shape.iter().product::<usize>(), data.len(), "tensor shape vs data length");
-        Tensor { name: name.into(), shape, storage: Storage::Bf16(data) }
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "tensor shape vs data length"
+        );
+        Tensor {
+            name: name.into(),
+            shape,
+            storage: Storage::Bf16(data),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -111,14 +132,22 @@ impl Tensor {
     }
 
     pub fn is_bf16(&self) -> bool {
-        matches!(self.storage, Storage::Bf16(_) | Storage::Mapped { bf16: true, .. })
+        matches!(
+            self.storage,
+            Storage::Bf16(_) | Storage::Mapped { bf16: true, .. }
+        )
     }
 
     pub fn data(&self) -> TensorData<'_> {
         match &self.storage {
             Storage::F32(v) => TensorData::F32(v),
             Storage::Bf16(v) => TensorData::Bf16(v),
-            Storage::Mapped { map, offset, len, bf16 } => {
+            Storage::Mapped {
+                map,
+                offset,
+                len,
+                bf16,
+            } => {
                 let bytes = &map[*offset..*offset + *len];
                 // SAFETY: `Weights::tensor` maps a tensor only when its bytes are aligned for the
                 // element type and a whole number of elements; f32 and bf16 have no invalid bit
@@ -159,7 +188,10 @@ impl Weights {
         let index_path = dir.join(INDEX_FILE);
         let (files, index) = if index_path.exists() {
             let (files, index) = read_index(&index_path)?;
-            (files.into_iter().map(|f| dir.join(f)).collect::<Vec<_>>(), Some(index))
+            (
+                files.into_iter().map(|f| dir.join(f)).collect::<Vec<_>>(),
+                Some(index),
+            )
         } else if dir.join(SINGLE_FILE).exists() {
             (vec![dir.join(SINGLE_FILE)], None)
         } else {
@@ -170,7 +202,9 @@ impl Weights {
                 .collect();
             files.sort();
             if files.is_empty() {
-                return Err(LoadError::NoWeights { dir: dir.to_path_buf() });
+                return Err(LoadError::NoWeights {
+                    dir: dir.to_path_buf(),
+                });
             }
             (files, None)
         };
@@ -230,7 +264,11 @@ impl Weights {
                 }
             }
         }
-        Ok(Weights { entries, total_bytes, progress: None })
+        Ok(Weights {
+            entries,
+            total_bytes,
+            progress: None,
+        })
     }
 
     /// Shows a progress bar over the checkpoint's bytes while tensors are fetched (and paged in).
@@ -278,10 +316,13 @@ impl Weights {
 
     /// Fetches `name`, checking that its shape is `shape`.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        let entry = self.entries.get(name).ok_or_else(|| LoadError::MissingTensor {
-            name: name.to_string(),
-            file: self.files_hint(),
-        })?;
+        let entry = self
+            .entries
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor {
+                name: name.to_string(),
+                file: self.files_hint(),
+            })?;
         if entry.shape != shape {
             return Err(LoadError::Shape {
                 file: entry.file.to_path_buf(),
@@ -295,10 +336,13 @@ impl Weights {
 
     /// Fetches `name` whatever its shape (the caller checks it).
     pub fn tensor_any_shape(&self, name: &str) -> Result<Tensor, LoadError> {
-        let entry = self.entries.get(name).ok_or_else(|| LoadError::MissingTensor {
-            name: name.to_string(),
-            file: self.files_hint(),
-        })?;
+        let entry = self
+            .entries
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor {
+                name: name.to_string(),
+                file: self.files_hint(),
+            })?;
         self.fetch(name, entry)
     }
 
@@ -346,7 +390,7 @@ impl Weights {
             std::hint::black_box(touched);
             bar.lock().expect("progress bar lock").inc(entry.len as u64);
         }
-        let aligned = (bytes.as_ptr() as usize) % elem == 0;
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
         let storage = match entry.dtype {
             Dtype::F32 if aligned => Storage::Mapped {
                 map: entry.map.clone(),
@@ -361,16 +405,29 @@ impl Weights {
                 bf16: true,
             },
             Dtype::F32 => Storage::F32(
-                bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
             ),
             Dtype::BF16 => Storage::Bf16(
-                bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]])).collect(),
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
             ),
             _ => Storage::F32(
-                bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
             ),
         };
-        Ok(Tensor { name: name.to_string(), shape: entry.shape.clone(), storage })
+        Ok(Tensor {
+            name: name.to_string(),
+            shape: entry.shape.clone(),
+            storage,
+        })
     }
 }
 
@@ -432,7 +489,8 @@ mod tests {
     use super::*;
 
     fn tempdir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("flashlane-weights-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("flashlane-weights-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
@@ -442,8 +500,18 @@ mod tests {
     fn bf16_stays_bf16_and_f16_widens_to_f32() {
         let dir = tempdir("dtypes");
         let vals = vec![1.0f32, -2.5, 0.375, 3.0];
-        write_safetensors(&dir.join("a.safetensors"), &[("w", vec![2, 2], vals.clone())], Dtype::BF16).unwrap();
-        write_safetensors(&dir.join("b.safetensors"), &[("h", vec![4], vals.clone())], Dtype::F16).unwrap();
+        write_safetensors(
+            &dir.join("a.safetensors"),
+            &[("w", vec![2, 2], vals.clone())],
+            Dtype::BF16,
+        )
+        .unwrap();
+        write_safetensors(
+            &dir.join("b.safetensors"),
+            &[("h", vec![4], vals.clone())],
+            Dtype::F16,
+        )
+        .unwrap();
         let w = Weights::open(&dir).unwrap();
         let t = w.tensor("w", &[2, 2]).unwrap();
         assert!(t.is_bf16());
@@ -456,7 +524,12 @@ mod tests {
     #[test]
     fn shape_mismatch_and_missing_tensor_name_file_and_tensor() {
         let dir = tempdir("errors");
-        write_safetensors(&dir.join(SINGLE_FILE), &[("w", vec![2, 2], vec![0.5; 4])], Dtype::F32).unwrap();
+        write_safetensors(
+            &dir.join(SINGLE_FILE),
+            &[("w", vec![2, 2], vec![0.5; 4])],
+            Dtype::F32,
+        )
+        .unwrap();
         let w = Weights::open(&dir).unwrap();
         let err = w.tensor("w", &[4, 1]).unwrap_err().to_string();
         assert!(err.contains("`w`") && err.contains(SINGLE_FILE), "{err}");
@@ -478,15 +551,29 @@ mod tests {
     #[test]
     fn sharded_checkpoint_loads_through_its_index_and_checks_it() {
         let dir = tempdir("sharded");
-        write_safetensors(&dir.join("s1.safetensors"), &[("a", vec![2], vec![1.0, 2.0])], Dtype::F32).unwrap();
-        write_safetensors(&dir.join("s2.safetensors"), &[("b", vec![1], vec![3.0])], Dtype::F32).unwrap();
+        write_safetensors(
+            &dir.join("s1.safetensors"),
+            &[("a", vec![2], vec![1.0, 2.0])],
+            Dtype::F32,
+        )
+        .unwrap();
+        write_safetensors(
+            &dir.join("s2.safetensors"),
+            &[("b", vec![1], vec![3.0])],
+            Dtype::F32,
+        )
+        .unwrap();
         let index = r#"{"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}"#;
         std::fs::write(dir.join(INDEX_FILE), index).unwrap();
         let w = Weights::open(&dir).unwrap();
         assert_eq!(w.tensor("b", &[1]).unwrap().to_f32_vec(), vec![3.0]);
-        let bad = r#"{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s2.safetensors"}}"#;
+        let bad =
+            r#"{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s2.safetensors"}}"#;
         std::fs::write(dir.join(INDEX_FILE), bad).unwrap();
         let err = Weights::open(&dir).err().unwrap().to_string();
-        assert!(err.contains("`c`") && err.contains("s2.safetensors"), "{err}");
+        assert!(
+            err.contains("`c`") && err.contains("s2.safetensors"),
+            "{err}"
+        );
     }
 }

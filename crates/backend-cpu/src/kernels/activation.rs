@@ -33,7 +33,10 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 /// holding `silu(gate) · up`.
 pub fn swiglu_fused(gate_up: &[f32], width: usize, out: &mut [f32]) {
     assert_eq!(gate_up.len(), 2 * out.len(), "swiglu_fused: shapes");
-    for (row, o) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
+    for (row, o) in gate_up
+        .chunks_exact(2 * width)
+        .zip(out.chunks_exact_mut(width))
+    {
         let (g, u) = row.split_at(width);
         for i in 0..width {
             o[i] = silu(g[i]) * u[i];

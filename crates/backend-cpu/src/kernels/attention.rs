@@ -20,14 +20,32 @@ pub struct AttentionShape {
 /// `q`: `[n, heads, head_dim]` for positions `start..start+n`; `k`, `v`: the session's rows
 /// `[≥ start+n, kv_heads, head_dim]` (this window's rows already written); `out`: like `q`.
 /// Row `i` sees keys `0..=start+i`.
-pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], start: usize, shape: AttentionShape, out: &mut [f32]) {
-    let AttentionShape { heads, kv_heads, head_dim: hd, scale } = shape;
-    assert!(kv_heads > 0 && heads % kv_heads == 0, "attention: {heads} heads over {kv_heads} KV heads");
+pub fn causal_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    start: usize,
+    shape: AttentionShape,
+    out: &mut [f32],
+) {
+    let AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        scale,
+    } = shape;
+    assert!(
+        kv_heads > 0 && heads % kv_heads == 0,
+        "attention: {heads} heads over {kv_heads} KV heads"
+    );
     assert_eq!(q.len() % (heads * hd), 0, "attention: q is not whole rows");
     assert_eq!(q.len(), out.len(), "attention: out must be shaped like q");
     let n = q.len() / (heads * hd);
     let kv_row = kv_heads * hd;
-    assert!(k.len() >= (start + n) * kv_row && v.len() >= (start + n) * kv_row, "attention: KV rows missing");
+    assert!(
+        k.len() >= (start + n) * kv_row && v.len() >= (start + n) * kv_row,
+        "attention: KV rows missing"
+    );
     let group = heads / kv_heads;
     out.par_chunks_mut(hd).enumerate().for_each(|(task, o)| {
         let (i, h) = (task / heads, task % heads);
@@ -58,8 +76,19 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], start: usize, shape: At
 }
 
 /// The plain definition in f64, for tests.
-pub fn causal_attention_reference(q: &[f32], k: &[f32], v: &[f32], start: usize, shape: AttentionShape) -> Vec<f32> {
-    let AttentionShape { heads, kv_heads, head_dim: hd, scale } = shape;
+pub fn causal_attention_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    start: usize,
+    shape: AttentionShape,
+) -> Vec<f32> {
+    let AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        scale,
+    } = shape;
     let n = q.len() / (heads * hd);
     let kv_row = kv_heads * hd;
     let mut out = vec![0.0f32; q.len()];
@@ -77,7 +106,11 @@ pub fn causal_attention_reference(q: &[f32], k: &[f32], v: &[f32], start: usize,
             let ps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let sum: f64 = ps.iter().sum();
             for d in 0..hd {
-                let acc: f64 = ps.iter().enumerate().map(|(j, p)| p * v[j * kv_row + kvh * hd + d] as f64).sum();
+                let acc: f64 = ps
+                    .iter()
+                    .enumerate()
+                    .map(|(j, p)| p * v[j * kv_row + kvh * hd + d] as f64)
+                    .sum();
                 out[(i * heads + h) * hd + d] = (acc / sum) as f32;
             }
         }
@@ -94,7 +127,12 @@ mod tests {
     fn causal_gqa_attention_matches_reference() {
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        let shape = AttentionShape { heads: 4, kv_heads: 2, head_dim: 8, scale: 8f32.powf(-0.5) };
+        let shape = AttentionShape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            scale: 8f32.powf(-0.5),
+        };
         for (start, n) in [(0, 1), (0, 5), (6, 3), (11, 1)] {
             let q = rng.vec(n * 4 * 8);
             let k = rng.vec((start + n) * 2 * 8);
@@ -109,7 +147,12 @@ mod tests {
     #[test]
     fn a_window_row_equals_the_same_row_computed_as_a_single_token_window() {
         let mut rng = Rng::fresh();
-        let shape = AttentionShape { heads: 4, kv_heads: 1, head_dim: 16, scale: 0.25 };
+        let shape = AttentionShape {
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 16,
+            scale: 0.25,
+        };
         let (start, n) = (3, 4);
         let q = rng.vec(n * 4 * 16);
         let k = rng.vec((start + n) * 16);
@@ -118,7 +161,14 @@ mod tests {
         causal_attention(&q, &k, &v, start, shape, &mut all);
         let row = 2;
         let mut one = vec![0.0; 64];
-        causal_attention(&q[row * 64..(row + 1) * 64], &k, &v, start + row, shape, &mut one);
+        causal_attention(
+            &q[row * 64..(row + 1) * 64],
+            &k,
+            &v,
+            start + row,
+            shape,
+            &mut one,
+        );
         assert_eq!(one, all[row * 64..(row + 1) * 64]);
     }
 }

@@ -93,7 +93,12 @@ fn dot_rows(x: [&[f32]; ROW_BLOCK], w: &[f32]) -> [f32; ROW_BLOCK] {
             acc[r][i - n] += x[r][i] * w[i];
         }
     }
-    [reduce(&acc[0]), reduce(&acc[1]), reduce(&acc[2]), reduce(&acc[3])]
+    [
+        reduce(&acc[0]),
+        reduce(&acc[1]),
+        reduce(&acc[2]),
+        reduce(&acc[3]),
+    ]
 }
 
 /// One column block: `yt[c, r]` for the columns `cols` (yt is column-major, `rows` per column).
@@ -135,7 +140,13 @@ fn block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, y
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn block_avx2(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, yt: &mut [f32]) {
+fn block_avx2(
+    x: &[f32],
+    k: usize,
+    w: TensorData<'_>,
+    cols: std::ops::Range<usize>,
+    yt: &mut [f32],
+) {
     block(x, k, w, cols, yt)
 }
 
@@ -152,7 +163,10 @@ fn run_block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize
 
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`.
 pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
-    assert!(k > 0 && x.len() % k == 0, "matmul: x is not whole rows of {k}");
+    assert!(
+        k > 0 && x.len().is_multiple_of(k),
+        "matmul: x is not whole rows of {k}"
+    );
     assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
     let rows = x.len() / k;
     let out = w.len() / k;
@@ -161,11 +175,13 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
         return;
     }
     let fill = |yt: &mut [f32]| {
-        yt.par_chunks_mut(COL_BLOCK * rows).enumerate().for_each(|(b, chunk)| {
-            let start = b * COL_BLOCK;
-            let cols = start..start + chunk.len() / rows;
-            run_block(x, k, w, cols, chunk);
-        });
+        yt.par_chunks_mut(COL_BLOCK * rows)
+            .enumerate()
+            .for_each(|(b, chunk)| {
+                let start = b * COL_BLOCK;
+                let cols = start..start + chunk.len() / rows;
+                run_block(x, k, w, cols, chunk);
+            });
     };
     if rows == 1 {
         fill(y);
@@ -182,7 +198,13 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
 
 /// Like [`matmul`] on the weight rows `rows_of_w` only (an expert's slice of a fused tensor, or
 /// the vocabulary rows of an embedding used as lm_head): `y[rows, rows_of_w.len()]`.
-pub fn matmul_rows(x: &[f32], w: TensorData<'_>, k: usize, rows_of_w: std::ops::Range<usize>, y: &mut [f32]) {
+pub fn matmul_rows(
+    x: &[f32],
+    w: TensorData<'_>,
+    k: usize,
+    rows_of_w: std::ops::Range<usize>,
+    y: &mut [f32],
+) {
     let sub = match w {
         TensorData::F32(s) => TensorData::F32(&s[rows_of_w.start * k..rows_of_w.end * k]),
         TensorData::Bf16(s) => TensorData::Bf16(&s[rows_of_w.start * k..rows_of_w.end * k]),
@@ -224,7 +246,10 @@ mod tests {
                 let mut y = vec![0.0; rows * out];
                 matmul(&x, w, k, &mut y);
                 let d = max_abs_diff(&y, &matmul_reference(&x, w, k));
-                assert!(d < 1e-4 * (k as f32).sqrt(), "seed {seed} {rows}x{k}x{out}: diff {d}");
+                assert!(
+                    d < 1e-4 * (k as f32).sqrt(),
+                    "seed {seed} {rows}x{k}x{out}: diff {d}"
+                );
             }
         }
     }

@@ -53,8 +53,16 @@ pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32, kind: NormKind, out: &mut [f3
 
 /// Every row of `x` (`[rows, w.len()]`) normalised into `out`.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, kind: NormKind, out: &mut [f32]) {
-    assert_eq!(x.len(), out.len(), "rmsnorm: input and output lengths differ");
-    assert_eq!(x.len() % w.len(), 0, "rmsnorm: input is not whole rows of the weight");
+    assert_eq!(
+        x.len(),
+        out.len(),
+        "rmsnorm: input and output lengths differ"
+    );
+    assert_eq!(
+        x.len() % w.len(),
+        0,
+        "rmsnorm: input is not whole rows of the weight"
+    );
     let n = w.len();
     if x.len() / n >= PARALLEL_ROWS {
         out.par_chunks_mut(n)

@@ -11,12 +11,18 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(theta: f64, rotary_dim: usize) -> Rope {
-        assert!(rotary_dim >= 2 && rotary_dim % 2 == 0, "rotary_dim {rotary_dim} must be even");
+        assert!(
+            rotary_dim >= 2 && rotary_dim.is_multiple_of(2),
+            "rotary_dim {rotary_dim} must be even"
+        );
         let base = theta as f32;
         let inv_freq = (0..rotary_dim / 2)
             .map(|j| 1.0 / base.powf((2 * j) as f32 / rotary_dim as f32))
             .collect();
-        Rope { inv_freq, rotary_dim }
+        Rope {
+            inv_freq,
+            rotary_dim,
+        }
     }
 
     pub fn rotary_dim(&self) -> usize {

@@ -1,0 +1,323 @@
+//! `y = x · Wᵀ` for bf16 weights on x86-64 with AVX2 and FMA (detected at run time): the kernel
+//! behind [`super::matmul::matmul`] when the CPU has them; other CPUs keep the portable kernel.
+//!
+//! Batch invariance: every output element `y[r, o]` is one dot product of `x[r]` and `W[o]` done
+//! the same way whatever the batch: 16 lanes of f32 partial sums (two 8-lane registers, element
+//! `j` into lane `j % 16`), one fused multiply-add per element in increasing `j`, then the same
+//! fixed pairwise reduction as the portable kernel. How rows and columns are grouped into tiles
+//! (which depends on the batch) only decides which dot products share a pass over a weight row,
+//! never the operations of one of them, so a row's result is bit-identical alone or in a batch.
+//! Threads split the output columns, never `in`.
+//!
+//! Memory traffic: a rayon task owns a block of output columns; its weight rows are read from
+//! memory once per call and reused from cache for every row of `x` (in tiles of up to 4 rows ×
+//! 4 columns of weights), so decoding 8 streams reads the weights about as often as decoding 1.
+//! bf16 widens exactly to f32 (a 16-bit shift), in registers.
+
+use half::bf16;
+use rayon::prelude::*;
+
+/// Partial sums per dot product, as in the portable kernel.
+const LANES: usize = 16;
+/// Output columns per rayon task: 32 weight rows of 1024 bf16 are 64 KiB, which stay in the
+/// per-core L2 (≥ 512 KiB on the CPUs we target) while every row of `x` passes over them, and a
+/// 1024-wide projection still makes 32 tasks to balance the threads.
+const COL_BLOCK: usize = 32;
+/// Rows of `x` that go through one column block before the next rows: 16 rows of 3072 f32 are
+/// 192 KiB, so the rows and the block's weights fit L2 together during a long prefill.
+const ROW_SUPER: usize = 16;
+/// Weight rows whose tiles are computed together before the next ones (so they stay in L1).
+const COL_GROUP: usize = 4;
+
+/// Whether this CPU runs the fast kernel (AVX2 and FMA).
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The fixed reduction of the 16 partial sums (the portable kernel's order).
+#[inline(always)]
+fn reduce(acc: &[f32; LANES]) -> f32 {
+    let mut h = [0.0f32; 8];
+    for i in 0..8 {
+        h[i] = acc[i] + acc[i + 8];
+    }
+    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
+/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
+pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
+    assert!(k > 0 && x.len() % k == 0, "matmul: x is not whole rows of {k}");
+    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
+    let rows = x.len() / k;
+    let out = w.len() / k;
+    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    if rows == 0 {
+        return;
+    }
+    let fill = |yt: &mut [f32]| {
+        yt.par_chunks_mut(COL_BLOCK * rows).enumerate().for_each(|(b, chunk)| {
+            let start = b * COL_BLOCK;
+            let cols = chunk.len() / rows;
+            let wb = &w[start * k..(start + cols) * k];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU.
+            unsafe {
+                avx2::block(x, k, rows, wb, cols, chunk)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (wb, cols);
+        });
+    };
+    if rows == 1 {
+        fill(y);
+    } else {
+        // Column-major while computing (each task owns whole columns), then transposed.
+        let mut yt = vec![0.0f32; rows * out];
+        fill(&mut yt);
+        for (c, col) in yt.chunks_exact(rows).enumerate() {
+            for (r, v) in col.iter().enumerate() {
+                y[r * out + c] = *v;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{reduce, COL_GROUP, LANES, ROW_SUPER};
+    use half::bf16;
+    use std::arch::x86_64::*;
+
+    /// 8 bf16 at `p` widened to f32 (exact).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn widen8(p: *const bf16) -> __m256 {
+        let h = _mm_loadu_si128(p as *const __m128i);
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long):
+    /// `out[r][c]`. Each (r, c) has its own 16 lanes; the tile shape never changes its bits.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<const R: usize, const C: usize>(
+        xs: [*const f32; R],
+        ws: [*const bf16; C],
+        k: usize,
+    ) -> [[f32; C]; R] {
+        let zero = _mm256_setzero_ps();
+        let mut acc = [[[zero; 2]; C]; R];
+        let n = k / LANES * LANES;
+        let mut j = 0;
+        while j < n {
+            let mut wv = [[zero; 2]; C];
+            for c in 0..C {
+                wv[c][0] = widen8(ws[c].add(j));
+                wv[c][1] = widen8(ws[c].add(j + 8));
+            }
+            for r in 0..R {
+                let x0 = _mm256_loadu_ps(xs[r].add(j));
+                let x1 = _mm256_loadu_ps(xs[r].add(j + 8));
+                for c in 0..C {
+                    acc[r][c][0] = _mm256_fmadd_ps(x0, wv[c][0], acc[r][c][0]);
+                    acc[r][c][1] = _mm256_fmadd_ps(x1, wv[c][1], acc[r][c][1]);
+                }
+            }
+            j += LANES;
+        }
+        let mut out = [[0.0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                let mut lanes = [0.0f32; LANES];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][c][0]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r][c][1]);
+                for i in n..k {
+                    let w = f32::from_bits((ws[c].add(i).read().to_bits() as u32) << 16);
+                    lanes[i - n] = xs[r].add(i).read().mul_add(w, lanes[i - n]);
+                }
+                out[r][c] = reduce(&lanes);
+            }
+        }
+        out
+    }
+
+    /// Rows `r0..r0+R` against the weight rows `c0..c0+C` of the block, into `yt` (column-major,
+    /// `rows` per column).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn put<const R: usize, const C: usize>(
+        x: &[f32],
+        k: usize,
+        rows: usize,
+        r0: usize,
+        w: &[bf16],
+        c0: usize,
+        yt: &mut [f32],
+    ) {
+        let xs: [*const f32; R] = std::array::from_fn(|r| x.as_ptr().add((r0 + r) * k));
+        let ws: [*const bf16; C] = std::array::from_fn(|c| w.as_ptr().add((c0 + c) * k));
+        let t = tile::<R, C>(xs, ws, k);
+        for (r, row) in t.iter().enumerate() {
+            for (c, v) in row.iter().enumerate() {
+                yt[(c0 + c) * rows + r0 + r] = *v;
+            }
+        }
+    }
+
+    /// Rows `r0..r0+R` (R ≤ 4) against the weight rows `c0..c0+C` (C ≤ [`COL_GROUP`]), in tiles
+    /// of at most 8 accumulator pairs (4×1, 2×2, 1×4) so they stay in registers.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_by_cols(
+        x: &[f32],
+        k: usize,
+        rows: usize,
+        r0: usize,
+        nr: usize,
+        w: &[bf16],
+        c0: usize,
+        nc: usize,
+        yt: &mut [f32],
+    ) {
+        match (nr, nc) {
+            (1, 4) => put::<1, 4>(x, k, rows, r0, w, c0, yt),
+            (2, 4) => {
+                put::<2, 2>(x, k, rows, r0, w, c0, yt);
+                put::<2, 2>(x, k, rows, r0, w, c0 + 2, yt);
+            }
+            _ => {
+                for c in c0..c0 + nc {
+                    match nr {
+                        4 => put::<4, 1>(x, k, rows, r0, w, c, yt),
+                        3 => put::<3, 1>(x, k, rows, r0, w, c, yt),
+                        2 => put::<2, 1>(x, k, rows, r0, w, c, yt),
+                        _ => put::<1, 1>(x, k, rows, r0, w, c, yt),
+                    }
+                }
+            }
+        }
+    }
+
+    /// One column block: `yt[c, r]` for the block's `cols` weight rows `w` and every row of `x`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn block(x: &[f32], k: usize, rows: usize, w: &[bf16], cols: usize, yt: &mut [f32]) {
+        debug_assert!(x.len() == rows * k && w.len() == cols * k && yt.len() == cols * rows);
+        let mut s0 = 0;
+        while s0 < rows {
+            let s1 = (s0 + ROW_SUPER).min(rows);
+            let mut c0 = 0;
+            while c0 < cols {
+                let nc = COL_GROUP.min(cols - c0);
+                let mut r0 = s0;
+                while r0 < s1 {
+                    let nr = 4.min(s1 - r0);
+                    rows_by_cols(x, k, rows, r0, nr, w, c0, nc, yt);
+                    r0 += nr;
+                }
+                c0 += nc;
+            }
+            s0 = s1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::matmul::matmul_reference;
+    use crate::kernels::testutil::{max_abs_diff, Rng};
+    use model::TensorData;
+
+    fn bf16s(v: &[f32]) -> Vec<bf16> {
+        v.iter().map(|x| bf16::from_f32(*x)).collect()
+    }
+
+    #[test]
+    fn fast_bf16_matmul_matches_reference_on_random_inputs() {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Shapes with k not a multiple of 16, columns not a multiple of the group or block, and
+        // more rows than a tile or a super-block.
+        for (rows, k, out) in [
+            (1, 64, 40),
+            (1, 1024, 97),
+            (2, 48, 7),
+            (3, 100, 70),
+            (5, 256, 130),
+            (8, 1024, 64),
+            (9, 37, 33),
+            (17, 160, 45),
+            (40, 33, 70),
+        ] {
+            let x = rng.vec(rows * k);
+            let w = bf16s(&rng.vec(out * k));
+            let mut y = vec![0.0; rows * out];
+            matmul_bf16(&x, &w, k, &mut y);
+            let d = max_abs_diff(&y, &matmul_reference(&x, TensorData::Bf16(&w), k));
+            assert!(d < 1e-4 * (k as f32).sqrt(), "seed {seed} {rows}x{k}x{out}: diff {d}");
+        }
+    }
+
+    #[test]
+    fn fast_bf16_row_is_bit_identical_alone_or_in_a_batch() {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for (k, out) in [(1024, 75), (200, 33), (37, 9)] {
+            let w = bf16s(&rng.vec(out * k));
+            for rows in [2, 3, 4, 5, 7, 8, 13, 17, 33] {
+                let x = rng.vec(rows * k);
+                let mut all = vec![0.0; rows * out];
+                matmul_bf16(&x, &w, k, &mut all);
+                for r in 0..rows {
+                    let mut one = vec![0.0; out];
+                    matmul_bf16(&x[r * k..(r + 1) * k], &w, k, &mut one);
+                    assert_eq!(one, all[r * out..(r + 1) * out], "seed {seed} k {k}: row {r} of {rows}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_bf16_row_of_a_batch_of_8_equals_the_row_alone_at_model_shapes() {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Qwen3-0.6B's projections: hidden 1024 → 2048 (q), 3072 (gate/up); 3072 → 1024 (down).
+        for (k, out) in [(1024, 2048), (1024, 3072), (3072, 1024)] {
+            let w = bf16s(&rng.vec(out * k));
+            let x = rng.vec(8 * k);
+            let mut all = vec![0.0; 8 * out];
+            matmul_bf16(&x, &w, k, &mut all);
+            for r in 0..8 {
+                let mut one = vec![0.0; out];
+                matmul_bf16(&x[r * k..(r + 1) * k], &w, k, &mut one);
+                assert_eq!(one, all[r * out..(r + 1) * out], "seed {seed} {k}→{out}: row {r} of 8");
+            }
+        }
+    }
+}
