@@ -265,7 +265,7 @@ fn rolled_back_drafts_leave_no_trace() {
             let mut window = vec![t];
             for j in 0..(rng.next_u64() % 4) as usize {
                 match plain_tokens.get(produced + 1 + j) {
-                    Some(&right) if rng.next_u64() % 2 == 0 => window.push(right),
+                    Some(&right) if rng.next_u64().is_multiple_of(2) => window.push(right),
                     _ => window.push((rng.next_u64() % v as u64) as u32),
                 }
             }
@@ -469,7 +469,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
             );
             for j in 0..(rng.next_u64() % 4) as usize {
                 match plain_tokens.get(produced + 1 + j) {
-                    Some(&right) if rng.next_u64() % 2 == 0 => tokens.push(right),
+                    Some(&right) if rng.next_u64().is_multiple_of(2) => tokens.push(right),
                     _ => tokens.push((rng.next_u64() % v as u64) as u32),
                 }
             }
