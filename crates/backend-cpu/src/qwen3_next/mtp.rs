@@ -137,16 +137,18 @@ impl Mtp {
             return Ok(None);
         }
         let h = config.hidden_size;
-        let mlp: Box<dyn Mlp> = if config.moe.is_some() {
-            Box::new(SparseMoe::load(w, config, "mtp.layers.0.mlp")?)
-        } else {
-            Box::new(DenseMlp::load(
-                w,
-                "mtp.layers.0.mlp",
-                h,
-                config.intermediate_size,
-            )?)
-        };
+        // The head's layer is a MoE layer when the checkpoint says so (it has a router).
+        let mlp: Box<dyn Mlp> =
+            if w.contains("mtp.layers.0.mlp.gate.weight") && config.moe.is_some() {
+                Box::new(SparseMoe::load(w, config, "mtp.layers.0.mlp")?)
+            } else {
+                Box::new(DenseMlp::load(
+                    w,
+                    "mtp.layers.0.mlp",
+                    h,
+                    config.intermediate_size,
+                )?)
+            };
         Ok(Some(Mtp {
             pre_fc_norm_embedding: load_norm(w, "mtp.pre_fc_norm_embedding.weight", h)?,
             pre_fc_norm_hidden: load_norm(w, "mtp.pre_fc_norm_hidden.weight", h)?,
