@@ -14,6 +14,16 @@
 //! - [`Mtp::draft`] runs step 0 on `(h[len − 1], next_token)` at position `len − 1`, then chains
 //!   step s on the previous draft and the head's own output row at `len − 1 + s`. It writes only
 //!   K/V rows at `len − 1..`, which the next forward rewrites: drafting needs no rollback.
+//!
+//! Wiring into the CPU target (sessions that draft with MTP hold an [`MtpState`]; the others
+//! `None`, and then nothing here runs):
+//! - `CpuModel` holds `Option<Mtp>` from [`Mtp::load`];
+//! - the session's MTP part is an [`MtpState`] ([`MtpState::new`]); `SessionState::reset`,
+//!   `truncate` and `copy_from` call [`MtpState::reset`], [`MtpState::truncate`] and
+//!   [`MtpState::copy_from`];
+//! - `CpuTarget::forward`, after `forward_hidden`, calls [`Mtp::absorb`] with the batch's tokens,
+//!   its final-normed hidden rows and one [`MtpWindow`] per window whose session has MTP rows;
+//! - `Target::draft(session, next, k)` is [`Mtp::draft`] with argmax, keeping the tokens.
 
 use super::attention::{GatedAttention, KvSpan};
 use super::moe::SparseMoe;
@@ -221,6 +231,7 @@ impl Mtp {
         let (mut in_tokens, mut in_hidden, mut spans) = (Vec::new(), Vec::new(), Vec::new());
         for w in windows.iter() {
             let (r, s) = (w.rows.clone(), w.start);
+            assert!(!r.is_empty(), "an MTP window without tokens (position {s})");
             assert_eq!(
                 w.state.len, s,
                 "MTP state at {} but the window starts at {s}",
