@@ -174,6 +174,11 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
     if rows == 0 {
         return;
     }
+    if let TensorData::Bf16(wb) = w {
+        if super::matmul_fast::enabled() {
+            return super::matmul_fast::matmul_bf16(x, wb, k, y);
+        }
+    }
     let fill = |yt: &mut [f32]| {
         yt.par_chunks_mut(COL_BLOCK * rows)
             .enumerate()

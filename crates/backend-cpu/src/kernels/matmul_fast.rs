@@ -1,5 +1,7 @@
 //! `y = x · Wᵀ` for bf16 weights on x86-64 with AVX2 and FMA (detected at run time): the kernel
 //! behind [`super::matmul::matmul`] when the CPU has them; other CPUs keep the portable kernel.
+//! Its bits differ from the portable kernel's (fused multiply-adds), so outputs are reproducible
+//! per kind of CPU, and on one machine never depend on the batch.
 //!
 //! Batch invariance: every output element `y[r, o]` is one dot product of `x[r]` and `W[o]` done
 //! the same way whatever the batch: 16 lanes of f32 partial sums (two 8-lane registers, element
@@ -41,6 +43,19 @@ pub fn supported() -> bool {
     }
 }
 
+/// Set to `portable` to keep the portable kernel on a CPU that has AVX2 and FMA (to compare the
+/// two; read once per process).
+pub const KERNELS_ENV: &str = "FLASHLANE_CPU_KERNELS";
+
+/// Whether [`super::matmul::matmul`] uses this kernel for bf16 weights: [`supported`] and not
+/// turned off through [`KERNELS_ENV`]. Fixed for the life of the process, so every row of every
+/// batch goes through the same kernel.
+pub fn enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED
+        .get_or_init(|| supported() && std::env::var(KERNELS_ENV).map_or(true, |v| v != "portable"))
+}
+
 /// The fixed reduction of the 16 partial sums (the portable kernel's order).
 #[inline(always)]
 fn reduce(acc: &[f32; LANES]) -> f32 {
@@ -55,7 +70,10 @@ fn reduce(acc: &[f32; LANES]) -> f32 {
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
 pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
-    assert!(k > 0 && x.len() % k == 0, "matmul: x is not whole rows of {k}");
+    assert!(
+        k > 0 && x.len().is_multiple_of(k),
+        "matmul: x is not whole rows of {k}"
+    );
     assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
     let rows = x.len() / k;
     let out = w.len() / k;
@@ -64,18 +82,20 @@ pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
         return;
     }
     let fill = |yt: &mut [f32]| {
-        yt.par_chunks_mut(COL_BLOCK * rows).enumerate().for_each(|(b, chunk)| {
-            let start = b * COL_BLOCK;
-            let cols = chunk.len() / rows;
-            let wb = &w[start * k..(start + cols) * k];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU.
-            unsafe {
-                avx2::block(x, k, rows, wb, cols, chunk)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (wb, cols);
-        });
+        yt.par_chunks_mut(COL_BLOCK * rows)
+            .enumerate()
+            .for_each(|(b, chunk)| {
+                let start = b * COL_BLOCK;
+                let cols = chunk.len() / rows;
+                let wb = &w[start * k..(start + cols) * k];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU.
+                unsafe {
+                    avx2::block(x, k, rows, wb, cols, chunk)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (wb, cols);
+            });
     };
     if rows == 1 {
         fill(y);
@@ -272,7 +292,10 @@ mod tests {
             let mut y = vec![0.0; rows * out];
             matmul_bf16(&x, &w, k, &mut y);
             let d = max_abs_diff(&y, &matmul_reference(&x, TensorData::Bf16(&w), k));
-            assert!(d < 1e-4 * (k as f32).sqrt(), "seed {seed} {rows}x{k}x{out}: diff {d}");
+            assert!(
+                d < 1e-4 * (k as f32).sqrt(),
+                "seed {seed} {rows}x{k}x{out}: diff {d}"
+            );
         }
     }
 
@@ -293,7 +316,11 @@ mod tests {
                 for r in 0..rows {
                     let mut one = vec![0.0; out];
                     matmul_bf16(&x[r * k..(r + 1) * k], &w, k, &mut one);
-                    assert_eq!(one, all[r * out..(r + 1) * out], "seed {seed} k {k}: row {r} of {rows}");
+                    assert_eq!(
+                        one,
+                        all[r * out..(r + 1) * out],
+                        "seed {seed} k {k}: row {r} of {rows}"
+                    );
                 }
             }
         }
@@ -316,7 +343,11 @@ mod tests {
             for r in 0..8 {
                 let mut one = vec![0.0; out];
                 matmul_bf16(&x[r * k..(r + 1) * k], &w, k, &mut one);
-                assert_eq!(one, all[r * out..(r + 1) * out], "seed {seed} {k}→{out}: row {r} of 8");
+                assert_eq!(
+                    one,
+                    all[r * out..(r + 1) * out],
+                    "seed {seed} {k}→{out}: row {r} of 8"
+                );
             }
         }
     }

@@ -10,6 +10,7 @@
 pub mod activation;
 pub mod attention;
 pub mod matmul;
+pub mod matmul_fast;
 pub mod norm;
 pub mod rope;
 
