@@ -1,5 +1,6 @@
 //! The `flashlane` command: one subcommand per job, each in its own module.
 
+mod bench;
 mod generate;
 mod logits;
 mod plan;
@@ -31,6 +32,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the OpenAI-compatible API (the embedded default model when no --model is given).
     Serve(serve::ServeArgs),
+    /// Measure prefill and decode tokens/s of N concurrent streams (no HTTP).
+    Bench(bench::BenchArgs),
 }
 
 /// An error with the exit status it deserves: 2 for bad input (as clap does), 1 otherwise.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Logits(args) => logits::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
