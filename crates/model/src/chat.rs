@@ -175,4 +175,52 @@ mod tests {
             "{ok}"
         );
     }
+
+    /// The constructs of Qwen3's template (namespace, reversed slices, `is string`, Python string
+    /// methods, loop variables, `tojson`, `map`); the expected text is what Python's jinja2 renders
+    /// under transformers' settings (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks).
+    const QWEN3_LIKE: &str = r#"{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{{- bos_token }}
+{%- for message in messages %}
+    {%- set content = message.content %}
+    {%- if message.role == "assistant" and '</think>' in content %}
+        {%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+        {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {{- '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content }}
+        {%- else %}
+            {{- '<|im_start|>assistant\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>' + message.role + '\n' + content.strip() + '<|im_end|>\n' }}
+    {%- endif %}
+    {%- if loop.last %}{{ {"n": loop.length, "roles": messages|map(attribute="role")|list} | tojson }}{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+{{- eos_token }}
+"#;
+
+    #[test]
+    fn qwen3_style_template_renders_exactly_as_jinja2_does() {
+        let t = ChatTemplate::new(QWEN3_LIKE, Some("<s>".into()), Some("</s>".into())).unwrap();
+        let messages = [
+            msg("system", " Be brief. "),
+            msg("user", "Hi"),
+            msg("assistant", "<think>\nhmm\n</think>\n\nHello!"),
+            msg("user", "<tool_response>x</tool_response>"),
+            msg("assistant", "<think>\nagain\n</think>\n\nDone."),
+        ];
+        let want = "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nHello!<|im_end|>\n<|im_start|>user\n<tool_response>x</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\nagain\n</think>\n\nDone.<|im_end|>\n{\"n\": 5, \"roles\": [\"system\", \"user\", \"assistant\", \"user\", \"assistant\"]}<|im_start|>assistant\n</s>";
+        assert_eq!(t.render(&messages, true).unwrap(), want);
+    }
 }

@@ -186,9 +186,11 @@ impl RawConfig {
         let arch = match self.model_type.as_deref() {
             Some("qwen3") => Arch::Qwen3,
             Some("qwen3_next") => Arch::Qwen3Next,
-            Some(other) => return Err(format!(
+            Some(other) => {
+                return Err(format!(
                 "model_type `{other}` is not supported (flashlane runs `qwen3` and `qwen3_next`)"
-            )),
+            ))
+            }
             None => return Err("`model_type` is missing".into()),
         };
         let hidden_size = need(self.hidden_size, "hidden_size")?;
