@@ -84,4 +84,11 @@ impl server::TextModel for ModelText {
     fn stop_token_ids(&self) -> Vec<u32> {
         self.stop_ids.clone()
     }
+
+    fn thinking_tags(&self) -> Option<(u32, u32)> {
+        Some((
+            self.tokenizer.token_id("<think>")?,
+            self.tokenizer.token_id("</think>")?,
+        ))
+    }
 }

@@ -27,6 +27,7 @@ use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
 use crate::sampling::{logprob, top_logprobs, verify, Rng};
 use crate::stream::{State, Stream};
 use crate::target::{Target, Window};
+use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
 use slots::admission::{pick, Pick};
 use slots::{
@@ -490,6 +491,9 @@ impl<T: Target> Engine<T> {
             session,
             state: State::Running,
             prompt_len: request.prompt.len(),
+            thinking: request
+                .thinking
+                .map(|budget| Thinking::new(budget, &request.prompt)),
             tokens: request.prompt,
             computed: 0,
             max_new_tokens: request.max_new_tokens,
@@ -750,7 +754,11 @@ impl<T: Target> Engine<T> {
         }
         let rows: Vec<&[f32]> = logits.chunks_exact(self.vocab).collect();
         let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
-        let verdict = match verify(&rows, drafts, &stream.sampling, &mut stream.rng) {
+        let forced = match &stream.thinking {
+            Some(thinking) => thinking.forced_along(drafts),
+            None => vec![None; drafts.len() + 1],
+        };
+        let verdict = match verify(&rows, drafts, &forced, &stream.sampling, &mut stream.rng) {
             Ok(verdict) => verdict,
             Err(error) => {
                 let message = format!("sampling {} failed: {error}", stream.id);
@@ -779,6 +787,9 @@ impl<T: Target> Engine<T> {
                 return;
             }
             stream.tokens.push(token);
+            if let Some(thinking) = &mut stream.thinking {
+                thinking.observe(token);
+            }
             self.counters.tokens_generated += 1;
             self.out.push(Event::Token {
                 stream: stream.id,

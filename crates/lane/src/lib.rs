@@ -24,6 +24,7 @@ mod stream;
 mod target;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod thinking;
 mod views;
 
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
@@ -32,4 +33,5 @@ pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
 pub use request::{DraftMode, Refusal, Request, SamplingParams, MAX_TOP_LOGPROBS};
 pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{Target, TargetError, Window};
+pub use thinking::{Thinking, ThinkingBudget};
 pub use views::{Counters, SlotState, SlotView};

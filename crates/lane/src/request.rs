@@ -1,6 +1,7 @@
 //! What the host asks of the engine, and why the engine may refuse at once.
 
 use crate::target::Target;
+use crate::thinking::ThinkingBudget;
 use slots::{StreamId, MAX_WINDOW};
 
 /// The most alternatives a token event carries (OpenAI allows up to 20 `top_logprobs`).
@@ -67,6 +68,8 @@ pub struct Request {
     pub draft: Option<DraftMode>,
     /// How many alternatives each token event carries (0 ..= [`MAX_TOP_LOGPROBS`]).
     pub top_logprobs: u8,
+    /// Force `</think>` after this many thinking tokens ([`ThinkingBudget`]).
+    pub thinking: Option<ThinkingBudget>,
 }
 
 impl Request {
@@ -79,6 +82,7 @@ impl Request {
             stop_tokens: Vec::new(),
             draft: None,
             top_logprobs: 0,
+            thinking: None,
         }
     }
 }
@@ -149,6 +153,17 @@ pub(crate) fn validate<T: Target>(
             "top_logprobs",
             format!("at most {MAX_TOP_LOGPROBS}, got {}", request.top_logprobs),
         ));
+    }
+    if let Some(budget) = &request.thinking {
+        if [budget.open_token, budget.close_token]
+            .iter()
+            .any(|&t| t as u64 >= vocab)
+        {
+            return Err(invalid(
+                "thinking_budget",
+                "the thinking tags are outside the vocabulary".into(),
+            ));
+        }
     }
     if draft == DraftMode::Mtp && !target.has_drafter() {
         return Err(invalid(

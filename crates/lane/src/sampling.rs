@@ -287,10 +287,13 @@ pub struct Verdict {
 }
 
 /// Verifies `drafts` against `rows`: `rows[i]` is the target's distribution for the position of
-/// `drafts[i]`, and `rows[drafts.len()]` the one after the last draft.
+/// `drafts[i]`, and `rows[drafts.len()]` the one after the last draft. `forced[i]`, when set, is
+/// the token position `i` must be whatever the logits say (a spent thinking budget); drawing it
+/// takes nothing from the RNG.
 pub fn verify(
     rows: &[&[f32]],
     drafts: &[u32],
+    forced: &[Option<u32>],
     params: &SamplingParams,
     rng: &mut Rng,
 ) -> Result<Verdict, SampleError> {
@@ -299,8 +302,20 @@ pub fn verify(
         drafts.len() + 1,
         "verify needs one row per draft plus one"
     );
+    assert_eq!(
+        forced.len(),
+        rows.len(),
+        "verify needs one forced entry per row"
+    );
     for (i, &draft) in drafts.iter().enumerate() {
-        if params.is_greedy() {
+        if let Some(token) = forced[i] {
+            if token != draft {
+                return Ok(Verdict {
+                    accepted: i,
+                    next: token,
+                });
+            }
+        } else if params.is_greedy() {
             let best = argmax(rows[i])?;
             if best != draft {
                 return Ok(Verdict {
@@ -319,7 +334,10 @@ pub fn verify(
             }
         }
     }
-    let next = sample(rows[drafts.len()], params, rng)?;
+    let next = match forced[drafts.len()] {
+        Some(token) => token,
+        None => sample(rows[drafts.len()], params, rng)?,
+    };
     Ok(Verdict {
         accepted: drafts.len(),
         next,
@@ -479,14 +497,14 @@ mod tests {
         let mut rng = Rng::new(0);
         let greedy = SamplingParams::greedy();
         assert_eq!(
-            verify(&rows, &[1, 0, 2], &greedy, &mut rng).unwrap(),
+            verify(&rows, &[1, 0, 2], &[None; 4], &greedy, &mut rng).unwrap(),
             Verdict {
                 accepted: 3,
                 next: 1
             }
         );
         assert_eq!(
-            verify(&rows, &[1, 2, 2], &greedy, &mut rng).unwrap(),
+            verify(&rows, &[1, 2, 2], &[None; 4], &greedy, &mut rng).unwrap(),
             Verdict {
                 accepted: 1,
                 next: 0
@@ -506,7 +524,7 @@ mod tests {
         let mut counts = [0u32; 4];
         let n = 40_000;
         for _ in 0..n {
-            let v = verify(&rows, &[1], &sampled(1.0), &mut rng).unwrap();
+            let v = verify(&rows, &[1], &[None; 2], &sampled(1.0), &mut rng).unwrap();
             let first = if v.accepted == 1 { 1 } else { v.next };
             counts[first as usize] += 1;
         }

@@ -7,6 +7,7 @@
 
 use crate::request::{DraftMode, SamplingParams};
 use crate::sampling::Rng;
+use crate::thinking::Thinking;
 use slots::{RoundStream, SessionId, StreamId};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +38,8 @@ pub(crate) struct Stream {
     pub top_logprobs: u8,
     /// `prompt + max_new + window`, fixed at admission.
     pub reply_end: u64,
+    /// The thinking budget's tracker, over the prompt and every token emitted.
+    pub thinking: Option<Thinking>,
 }
 
 impl Stream {

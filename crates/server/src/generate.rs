@@ -63,6 +63,18 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest) -> Response
             }
         },
     };
+    let thinking = match (req.thinking_budget, app.text.thinking_tags()) {
+        (None, _) => None,
+        (Some(budget), Some((open_token, close_token))) => Some(lane::ThinkingBudget {
+            open_token,
+            close_token,
+            max_thinking_tokens: budget,
+        }),
+        (Some(_), None) => {
+            return ApiError::invalid("thinking_budget", "this model has no <think> tags")
+                .into_response()
+        }
+    };
     let mut stop_tokens = app.text.stop_token_ids();
     stop_tokens.extend(&req.stop_token_ids);
     let lane_request = lane::Request {
@@ -78,6 +90,7 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest) -> Response
         stop_tokens,
         draft: None,
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
+        thinking,
     };
     let (outcome, events) = match app.engine.submit(lane_request).await {
         Ok(submitted) => submitted,

@@ -16,6 +16,10 @@ pub trait TextModel: Send + Sync + 'static {
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String>;
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
+    /// The ids of `<think>` and `</think>`, for models that think.
+    fn thinking_tags(&self) -> Option<(u32, u32)> {
+        None
+    }
 }
 
 /// Adapter so the incremental decoder can use any text model.

@@ -242,7 +242,7 @@ async fn streaming_sends_the_same_text_in_chunks_and_ends_with_done() {
     let finish = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
-        .last();
+        .next_back();
     assert_eq!(finish, Some("length"));
     assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 30);
 }
@@ -303,7 +303,7 @@ async fn a_stop_string_ends_the_reply_and_is_not_sent() {
                 chunks
                     .iter()
                     .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
-                    .last()
+                    .next_back()
                     .map(str::to_string),
             )
         } else {
@@ -566,7 +566,8 @@ async fn a_full_queue_answers_429_with_retry_after() {
     let mut running = TcpStream::connect(server.addr).await.unwrap();
     running.write_all(raw.as_bytes()).await.unwrap();
     let mut buf = vec![0u8; 1024];
-    running.read(&mut buf).await.unwrap();
+    let n = running.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
     let mut waiting = TcpStream::connect(server.addr).await.unwrap();
     waiting.write_all(raw.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
