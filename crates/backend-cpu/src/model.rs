@@ -36,8 +36,8 @@ pub struct CpuModel {
     pub lm_head: Option<Tensor>,
     /// Plain for Qwen3, zero-centred for Qwen3-Next.
     pub norm_kind: NormKind,
-    /// Whether the checkpoint has an MTP head (`mtp.*`); sessions then hold its state.
-    pub has_mtp: bool,
+    /// The MTP draft head, when the checkpoint has one (`mtp.*`); sessions then hold its state.
+    pub mtp: Option<qwen3_next::Mtp>,
     /// Bytes of the checkpoint's tensors (what the weights take in memory).
     pub weight_bytes: u64,
 }
@@ -95,8 +95,9 @@ impl CpuModel {
         } else {
             Some(w.tensor("lm_head.weight", &[v, h])?)
         };
+        let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {
-            has_mtp: w.contains(MTP_MARKER),
+            mtp,
             weight_bytes: w.total_bytes(),
             config,
             embed,
@@ -111,14 +112,19 @@ impl CpuModel {
         self.config.vocab_size
     }
 
+    /// Whether the model has an MTP draft head.
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
     /// Bytes one session costs (for the plan).
     pub fn state_bytes(&self) -> StateBytes {
-        StateBytes::of(&self.config, self.has_mtp)
+        StateBytes::of(&self.config, self.has_mtp())
     }
 
     /// A fresh session of `capacity` positions.
     pub fn new_session(&self, capacity: usize) -> SessionState {
-        SessionState::new(&self.config, capacity, self.has_mtp)
+        SessionState::new(&self.config, capacity, self.has_mtp())
     }
 
     /// Embedding rows of `tokens`, `[T, hidden]` f32.

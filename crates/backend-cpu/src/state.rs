@@ -5,6 +5,7 @@
 //! A [`SessionState`] is plain data: the graphs read and append to it, [`SessionState::copy_from`]
 //! is the whole of a move, [`SessionState::truncate`] the whole of a rollback.
 
+use crate::qwen3_next::{MtpState, MAX_ROLLBACK_WINDOW, MTP_HIDDEN_ROWS};
 use model::{Config, LayerKind};
 
 /// KV rows of one full-attention layer: `[capacity, kv_heads · head_dim]` each, f32.
@@ -76,7 +77,26 @@ impl LinearState {
                 0.0;
                 config.num_value_heads * config.key_head_dim * config.value_head_dim
             ],
-            snapshots: Vec::new(),
+            // A window keeps at most this many (see `qwen3_next::deltanet`); reserved once so
+            // the list never regrows past what the plan counts.
+            snapshots: Vec::with_capacity(MAX_ROLLBACK_WINDOW),
+        }
+    }
+
+    /// Makes `self` hold exactly `other`'s state and snapshots, reusing its buffers.
+    fn copy_from(&mut self, other: &LinearState) {
+        self.conv.copy_from_slice(&other.conv);
+        self.recurrent.copy_from_slice(&other.recurrent);
+        self.snapshots.truncate(other.snapshots.len());
+        for (i, theirs) in other.snapshots.iter().enumerate() {
+            match self.snapshots.get_mut(i) {
+                Some(mine) => {
+                    mine.pos = theirs.pos;
+                    mine.conv.copy_from_slice(&theirs.conv);
+                    mine.recurrent.copy_from_slice(&theirs.recurrent);
+                }
+                None => self.snapshots.push(theirs.clone()),
+            }
         }
     }
 
@@ -108,16 +128,6 @@ pub enum LayerState {
     Linear(LinearState),
 }
 
-/// The MTP head's part of a session (Qwen3-Next).
-#[derive(Clone, Debug, Default)]
-pub struct MtpState {
-    pub kv: KvRows,
-    /// Positions whose MTP KV rows are written.
-    pub len: usize,
-    /// The main model's final-normed hidden row of the last accepted position.
-    pub last_hidden: Vec<f32>,
-}
-
 /// Everything one stream's model state holds, up to `capacity` positions.
 #[derive(Clone, Debug, Default)]
 pub struct SessionState {
@@ -125,41 +135,49 @@ pub struct SessionState {
     /// Positions computed (and valid) in every layer.
     pub len: usize,
     pub layers: Vec<LayerState>,
+    /// The MTP head's K/V and hidden rows, in sessions of a model with an MTP head.
     pub mtp: Option<MtpState>,
 }
 
-/// Bytes a session costs, as `slots::plan` wants them.
+/// Bytes a session costs, as `slots::plan` wants them: what [`SessionState`] allocates at its
+/// peak (see [`SessionState::allocated_bytes`]), never less.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateBytes {
-    /// Per position: KV rows of every full-attention layer (and the MTP layer).
+    /// Per position: KV rows of every full-attention layer (and of the MTP head's layer).
     pub per_token: u64,
-    /// Whatever the capacity: conv tails and recurrent states (plus one snapshot of each for
-    /// rollback) and the MTP hidden row.
+    /// Whatever the capacity: per linear layer its conv tail and recurrent state plus
+    /// [`LINEAR_SNAPSHOTS`] snapshots of both for rollback; the MTP head's hidden rows.
     pub fixed: u64,
 }
 
-/// Snapshots of linear state kept per layer, counted in [`StateBytes::fixed`].
-pub const LINEAR_SNAPSHOTS: u64 = 1;
+/// Snapshots of linear state a layer holds at its peak, counted in [`StateBytes::fixed`]: one
+/// per token of a window of up to [`MAX_ROLLBACK_WINDOW`] tokens (a draft window, or a short
+/// prompt chunk), kept until the next window.
+pub const LINEAR_SNAPSHOTS: u64 = MAX_ROLLBACK_WINDOW as u64;
 
 const F32: u64 = 4;
 
 impl StateBytes {
     pub fn of(config: &Config, with_mtp: bool) -> StateBytes {
         let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
-        let mtp_layers = if with_mtp {
-            config.mtp_layers as u64
-        } else {
-            0
-        };
+        // The head is one decoder layer (`mtp.layers.0`), whatever the config declares.
+        let mtp_layers = u64::from(with_mtp);
         let per_token = (config.num_attention_layers() as u64 + mtp_layers) * kv_row;
         let linear = config.linear.as_ref().map_or(0, |l| {
             ((l.conv_kernel - 1) * l.conv_channels()
                 + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
                 * F32
         });
-        let fixed = config.num_linear_layers() as u64 * linear * (1 + LINEAR_SNAPSHOTS)
-            + mtp_layers * config.hidden_size as u64 * F32;
+        let snapshot_entry = std::mem::size_of::<LinearSnapshot>() as u64;
+        let fixed = config.num_linear_layers() as u64
+            * (linear * (1 + LINEAR_SNAPSHOTS) + snapshot_entry * LINEAR_SNAPSHOTS)
+            + mtp_layers * (MTP_HIDDEN_ROWS * config.hidden_size) as u64 * F32;
         StateBytes { per_token, fixed }
+    }
+
+    /// The plan's bytes for a session of `capacity` positions.
+    pub fn session(&self, capacity: u64) -> u64 {
+        self.per_token * capacity + self.fixed
     }
 }
 
@@ -180,11 +198,7 @@ impl SessionState {
                 )),
             })
             .collect();
-        let mtp = (with_mtp && config.mtp_layers > 0).then(|| MtpState {
-            kv: KvRows::new(capacity, row),
-            len: 0,
-            last_hidden: vec![0.0; config.hidden_size],
-        });
+        let mtp = with_mtp.then(|| MtpState::new(config, capacity));
         SessionState {
             capacity,
             len: 0,
@@ -202,9 +216,34 @@ impl SessionState {
             }
         }
         if let Some(mtp) = &mut self.mtp {
-            mtp.len = 0;
-            mtp.last_hidden.fill(0.0);
+            mtp.reset();
         }
+    }
+
+    /// Bytes this session's buffers hold now (their capacities, not their lengths): at most
+    /// [`StateBytes::session`] of its capacity, whatever it computed.
+    pub fn allocated_bytes(&self) -> u64 {
+        let f32s = |v: &Vec<f32>| v.capacity() as u64 * F32;
+        let kv = |kv: &KvRows| f32s(&kv.k) + f32s(&kv.v);
+        let mut bytes = 0;
+        for layer in &self.layers {
+            bytes += match layer {
+                LayerState::Attention(rows) => kv(rows),
+                LayerState::Linear(l) => {
+                    f32s(&l.conv)
+                        + f32s(&l.recurrent)
+                        + (l.snapshots.capacity() * std::mem::size_of::<LinearSnapshot>()) as u64
+                        + l.snapshots
+                            .iter()
+                            .map(|s| f32s(&s.conv) + f32s(&s.recurrent))
+                            .sum::<u64>()
+                }
+            };
+        }
+        if let Some(mtp) = &self.mtp {
+            bytes += kv(&mtp.kv) + f32s(&mtp.hidden);
+        }
+        bytes
     }
 
     /// Keeps the first `len` positions. KV rows past `len` are simply ignored from now on; each
@@ -230,10 +269,10 @@ impl SessionState {
                 }
             }
         }
-        self.len = len;
         if let Some(mtp) = &mut self.mtp {
-            mtp.len = mtp.len.min(len);
+            mtp.truncate(len)?;
         }
+        self.len = len;
         Ok(())
     }
 
@@ -251,16 +290,12 @@ impl SessionState {
         for (mine, theirs) in self.layers.iter_mut().zip(&other.layers) {
             match (mine, theirs) {
                 (LayerState::Attention(a), LayerState::Attention(b)) => a.copy_prefix(b, other.len),
-                (LayerState::Linear(a), LayerState::Linear(b)) => a.clone_from(b),
+                (LayerState::Linear(a), LayerState::Linear(b)) => a.copy_from(b),
                 _ => return Err("sessions of different layer layouts".into()),
             }
         }
         match (&mut self.mtp, &other.mtp) {
-            (Some(a), Some(b)) => {
-                a.kv.copy_prefix(&b.kv, b.len);
-                a.len = b.len;
-                a.last_hidden.copy_from_slice(&b.last_hidden);
-            }
+            (Some(a), Some(b)) => a.copy_from(b)?,
             (None, None) => {}
             _ => return Err("sessions differ in having an MTP head".into()),
         }

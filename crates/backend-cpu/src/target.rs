@@ -1,8 +1,14 @@
 //! [`CpuTarget`]: `lane::Target` over a [`CpuModel`] and its sessions, allocated once at
 //! construction from the plan's capacities.
+//!
+//! With an MTP head (`mtp.*`) every session also holds the head's state: each `forward` feeds
+//! the head the pairs its windows completed ([`crate::qwen3_next::Mtp::absorb`]), `draft` chains
+//! the head greedily from the session's last position, and truncate, move and release carry
+//! the head's state with the rest of the session.
 
 use crate::layers::Segment;
 use crate::model::CpuModel;
+use crate::qwen3_next::MtpWindow;
 use crate::state::SessionState;
 use lane::{Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
@@ -31,6 +37,11 @@ impl CpuTarget {
     /// Positions computed in `session`.
     pub fn session_len(&self, session: SessionId) -> u64 {
         self.sessions[session.0].len as u64
+    }
+
+    /// The state `session` holds (for inspection: sizes, lengths).
+    pub fn session_state(&self, session: SessionId) -> &SessionState {
+        &self.sessions[session.0]
     }
 
     fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
@@ -122,12 +133,29 @@ impl Target for CpuTarget {
             let first = seg.rows.end - w.num_logits;
             wanted.extend_from_slice(&hidden[first * h..seg.rows.end * h]);
         }
+        let rows: Vec<_> = segments.iter().map(|s| s.rows.clone()).collect();
         drop(segments);
+        // 3. the MTP head takes the pairs each window completed (its K/V and hidden rows)
+        if let Some(mtp) = &self.model.mtp {
+            let mut mtp_windows: Vec<MtpWindow<'_>> = live
+                .iter()
+                .zip(&rows)
+                .zip(states.iter_mut())
+                .filter_map(|((w, r), state)| {
+                    Some(MtpWindow {
+                        rows: r.clone(),
+                        start: w.start as usize,
+                        state: state.mtp.as_mut()?,
+                    })
+                })
+                .collect();
+            mtp.absorb(&self.model, &tokens, &hidden, &mut mtp_windows);
+        }
         for (w, state) in live.iter().zip(states) {
             self.sessions[w.session.0] = state;
         }
         let logits = self.model.logits(&wanted);
-        // 3. split per window, in the order asked
+        // 4. split per window, in the order asked
         let v = self.model.vocab_size();
         let mut at = 0;
         Ok(windows
@@ -149,6 +177,48 @@ impl Target for CpuTarget {
         state
             .truncate(len as usize)
             .map_err(|e| TargetError::Invalid(format!("{session}: {e}")))
+    }
+
+    fn has_drafter(&self) -> bool {
+        self.model.has_mtp()
+    }
+
+    /// Greedy MTP drafts (argmax of each step, lowest id on ties as the engine's greedy
+    /// sampling): step 0 on the session's last hidden row and `next_token`, then chained.
+    fn draft(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        let Some(mtp) = &self.model.mtp else {
+            return Ok(Vec::new());
+        };
+        if next_token as usize >= self.model.vocab_size() {
+            return Err(TargetError::Invalid(format!(
+                "{session}: token id {next_token} is outside the vocabulary of {}",
+                self.model.vocab_size()
+            )));
+        }
+        let state = self
+            .sessions
+            .get_mut(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        let len = state.len;
+        let head = state
+            .mtp
+            .as_mut()
+            .ok_or_else(|| TargetError::Invalid(format!("{session} holds no MTP state")))?;
+        if head.len != len {
+            return Err(TargetError::Invalid(format!(
+                "{session}: MTP state at {} but the session at {len}",
+                head.len
+            )));
+        }
+        let drafts = mtp.draft(&self.model, head, next_token, num_drafts, |row| {
+            lane::sampling::argmax(row).unwrap_or(0)
+        });
+        Ok(drafts.into_iter().map(|d| d.token).collect())
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

@@ -15,8 +15,8 @@
 //!   step s on the previous draft and the head's own output row at `len − 1 + s`. It writes only
 //!   K/V rows at `len − 1..`, which the next forward rewrites: drafting needs no rollback.
 //!
-//! Wiring into the CPU target (sessions that draft with MTP hold an [`MtpState`]; the others
-//! `None`, and then nothing here runs):
+//! Wiring into the CPU target (every session of a model with the head holds an [`MtpState`], so
+//! a stream may draft from its first reply token; sessions of models without it hold `None`):
 //! - `CpuModel` holds `Option<Mtp>` from [`Mtp::load`];
 //! - the session's MTP part is an [`MtpState`] ([`MtpState::new`]); `SessionState::reset`,
 //!   `truncate` and `copy_from` call [`MtpState::reset`], [`MtpState::truncate`] and
@@ -26,6 +26,7 @@
 //! - `Target::draft(session, next, k)` is [`Mtp::draft`] with argmax, keeping the tokens.
 
 use super::attention::{GatedAttention, KvSpan};
+use super::deltanet::MAX_ROLLBACK_WINDOW;
 use super::moe::SparseMoe;
 use crate::kernels::norm::{rmsnorm, rmsnorm_in_place, NormKind};
 use crate::layers::Mlp;
@@ -51,6 +52,11 @@ pub struct Mtp {
     eps: f32,
 }
 
+/// Main-model hidden rows an [`MtpState`] holds at most: the row before a window and the rows
+/// of a window that can be rolled back (one of at most [`MAX_ROLLBACK_WINDOW`] tokens; a longer
+/// one, a prompt chunk, keeps its last row only). Reserved once; the plan counts them.
+pub const MTP_HIDDEN_ROWS: usize = MAX_ROLLBACK_WINDOW + 1;
+
 /// The MTP head's part of one session: its K/V rows and the main model's hidden rows of the
 /// last window.
 #[derive(Clone, Debug, Default)]
@@ -60,7 +66,8 @@ pub struct MtpState {
     /// K/V rows are final for positions `0..len − 1`.
     pub len: usize,
     /// Main-model hidden rows `[n, hidden]` for positions `first..first + n`: the row before the
-    /// last window and the window's rows. Always covers `len − 1` when `len > 0`.
+    /// last window and the window's rows (only its last row after a window longer than
+    /// [`MAX_ROLLBACK_WINDOW`]). Always covers `len − 1` when `len > 0`.
     pub hidden: Vec<f32>,
     pub first: usize,
     hidden_size: usize,
@@ -87,7 +94,7 @@ impl MtpState {
         MtpState {
             kv: KvRows::new(capacity, config.num_kv_heads * config.head_dim),
             len: 0,
-            hidden: Vec::new(),
+            hidden: Vec::with_capacity(MTP_HIDDEN_ROWS * config.hidden_size),
             first: 0,
             hidden_size: config.hidden_size,
         }
@@ -262,22 +269,29 @@ impl Mtp {
         }
         drop(kv_spans);
         // Keep h[start − 1] and the window's rows: h[len − 1] after any rollback in the window.
+        // A window too long to roll back (its linear layers keep no snapshots) keeps its last
+        // row only, so at most MTP_HIDDEN_ROWS rows are ever held.
         for w in windows.iter_mut() {
             let (r, s) = (w.rows.clone(), w.start);
-            let before = if s > 0 {
-                w.state.hidden_row(s - 1).map(<[f32]>::to_vec)
+            let st = &mut *w.state;
+            if r.len() > MAX_ROLLBACK_WINDOW {
+                st.hidden.clear();
+                st.hidden
+                    .extend_from_slice(&hidden[(r.end - 1) * h..r.end * h]);
+                st.first = s + r.len() - 1;
             } else {
-                None
-            };
-            w.state.hidden.clear();
-            if let Some(row) = before {
-                w.state.hidden.extend_from_slice(&row);
+                let before = s.checked_sub(1).and_then(|p| p.checked_sub(st.first));
+                match before {
+                    Some(i) if (i + 1) * h <= st.hidden.len() => {
+                        st.hidden.copy_within(i * h..(i + 1) * h, 0);
+                        st.hidden.truncate(h);
+                    }
+                    _ => st.hidden.clear(),
+                }
+                st.hidden.extend_from_slice(&hidden[r.start * h..r.end * h]);
+                st.first = s.saturating_sub(1);
             }
-            w.state
-                .hidden
-                .extend_from_slice(&hidden[r.start * h..r.end * h]);
-            w.state.first = s.saturating_sub(1);
-            w.state.len = s + r.len();
+            st.len = s + r.len();
         }
     }
 

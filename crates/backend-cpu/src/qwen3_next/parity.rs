@@ -3,12 +3,11 @@
 //! incremental = full forward, rolled-back drafts leave no trace, concurrent = solo,
 //! moved = unmoved, and the MTP head against its PyTorch reference.
 
-use super::{Mtp, MtpState, MtpWindow};
+use super::MtpWindow;
 use crate::kernels::testutil::Rng;
 use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::state::SessionState;
-use model::Weights;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -68,33 +67,26 @@ fn max_abs(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// A model and its MTP head.
+/// A model (with its MTP head when the checkpoint has one).
 struct Loaded {
     model: CpuModel,
-    mtp: Option<Mtp>,
 }
 
 fn load(f: &Value) -> Loaded {
     let dir = fixtures_dir().join(f["model_dir"].as_str().expect("model_dir"));
     let model = CpuModel::load(&dir, false).unwrap_or_else(|e| panic!("{}: {e}", f["name"]));
-    let mtp = Mtp::load(&Weights::open(&dir).expect("weights"), &model.config).expect("mtp");
-    Loaded { model, mtp }
+    Loaded { model }
 }
 
-/// One stream's session: the model's state and the MTP head's.
+/// One stream's session: the model's state, with the MTP head's in `state.mtp`.
 struct Stream {
     state: SessionState,
-    mtp: Option<MtpState>,
 }
 
 impl Loaded {
     fn stream(&self, capacity: usize) -> Stream {
         Stream {
             state: self.model.new_session(capacity),
-            mtp: self
-                .mtp
-                .as_ref()
-                .map(|_| MtpState::new(&self.model.config, capacity)),
         }
     }
 
@@ -121,7 +113,7 @@ impl Loaded {
         let hidden = self.model.forward_hidden(&tokens, &mut segments);
         let ranges: Vec<_> = segments.iter().map(|s| s.rows.clone()).collect();
         drop(segments);
-        if let Some(mtp) = &self.mtp {
+        if let Some(mtp) = &self.model.mtp {
             let mut windows: Vec<MtpWindow<'_>> = batch
                 .iter_mut()
                 .zip(&ranges)
@@ -129,7 +121,7 @@ impl Loaded {
                 .map(|(((s, _, _), r), start)| MtpWindow {
                     rows: r.clone(),
                     start: *start,
-                    state: s.mtp.as_mut().unwrap(),
+                    state: s.state.mtp.as_mut().unwrap(),
                 })
                 .collect();
             mtp.absorb(&self.model, &tokens, &hidden, &mut windows);
@@ -146,10 +138,9 @@ impl Loaded {
     }
 
     fn truncate(&self, s: &mut Stream, len: usize) {
-        s.state.truncate(len).expect("rollback of the model state");
-        if let Some(m) = &mut s.mtp {
-            m.truncate(len).expect("rollback of the MTP state");
-        }
+        s.state
+            .truncate(len)
+            .expect("rollback of the session (MTP state included)");
     }
 }
 
@@ -236,7 +227,7 @@ fn rolled_back_drafts_leave_no_trace() {
             (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..steps {
             let t = argmax(&logits);
-            if let (Some(mtp), Some(st)) = (&m.mtp, plain.mtp.as_mut()) {
+            if let (Some(mtp), Some(st)) = (&m.model.mtp, plain.state.mtp.as_mut()) {
                 plain_drafts.push(mtp.draft(&m.model, st, t, 2, argmax));
             }
             plain_tokens.push(t);
@@ -254,7 +245,7 @@ fn rolled_back_drafts_leave_no_trace() {
                 "seed {seed} {}: diverged at {produced}",
                 f["name"]
             );
-            if let (Some(mtp), Some(st)) = (&m.mtp, spec.mtp.as_mut()) {
+            if let (Some(mtp), Some(st)) = (&m.model.mtp, spec.state.mtp.as_mut()) {
                 let d = mtp.draft(&m.model, st, t, 2, argmax);
                 assert_eq!(
                     d, plain_drafts[produced],
@@ -326,13 +317,10 @@ fn a_stream_beside_seven_others_gets_its_solo_bits_and_moves_unchanged() {
     for step in 0..=steps {
         if step == steps / 2 {
             let mut bigger = m.stream(64);
-            bigger.state.copy_from(&streams[0].state).expect("move");
             bigger
-                .mtp
-                .as_mut()
-                .unwrap()
-                .copy_from(streams[0].mtp.as_ref().unwrap())
-                .expect("move mtp");
+                .state
+                .copy_from(&streams[0].state)
+                .expect("move, MTP state included");
             streams[0] = bigger;
         }
         let mut batch: Vec<(&mut Stream, &[u32], usize)> = streams
@@ -363,7 +351,7 @@ fn mtp_drafts_match_the_pytorch_reference() {
     assert!(!with_mtp.is_empty(), "expected an MTP fixture");
     for f in with_mtp {
         let m = load(&f);
-        let mtp = m.mtp.as_ref().expect("mtp.* present but not loaded");
+        let mtp = m.model.mtp.as_ref().expect("mtp.* present but not loaded");
         let x = &f["mtp"];
         let tol = f["tolerance"]["max_abs_rel_to_range"].as_f64().unwrap() as f32;
         let range = x["logit_range"].as_f64().unwrap() as f32;
@@ -387,7 +375,7 @@ fn mtp_drafts_match_the_pytorch_reference() {
             let x_next = if last { next } else { prompt[i + 1] };
             let drafts = mtp.draft(
                 &m.model,
-                s.mtp.as_mut().unwrap(),
+                s.state.mtp.as_mut().unwrap(),
                 x_next,
                 if last { want_drafts.len() } else { 1 },
                 argmax,
@@ -596,8 +584,7 @@ fn decode_speed_of_a_model_shape() {
     };
     let dir = PathBuf::from(dir);
     let model = CpuModel::load(&dir, false).expect("model");
-    let mtp = Mtp::load(&Weights::open(&dir).expect("weights"), &model.config).expect("mtp");
-    let m = Loaded { model, mtp };
+    let m = Loaded { model };
     let v = m.model.config.vocab_size as u32;
     for streams in [1usize, 8] {
         let mut ss: Vec<Stream> = (0..streams).map(|_| m.stream(256)).collect();
@@ -630,7 +617,7 @@ fn decode_speed_of_a_model_shape() {
             (steps * streams) as f64 / decode.as_secs_f64(),
             decode.as_secs_f64() * 1e3 / steps as f64
         );
-        if let (Some(mtp), Some(st)) = (&m.mtp, ss[0].mtp.as_mut()) {
+        if let (Some(mtp), Some(st)) = (&m.model.mtp, ss[0].state.mtp.as_mut()) {
             let t2 = std::time::Instant::now();
             let d = mtp.draft(&m.model, st, argmax(&out[0]), 4, argmax);
             eprintln!(

@@ -1,0 +1,403 @@
+//! MTP drafting through the CPU target and the engine, on the committed Qwen3-Next fixture with
+//! an MTP head (`qwen3_next_f32_mtp`): the target's drafts are the PyTorch reference's, greedy
+//! replies with MTP drafts (K = 1..4) are the replies without drafts token for token, alone and
+//! among 8 streams with moves, and the plan counts every byte a session allocates.
+//!
+//! The fixture's weights are random, so its MTP head almost never guesses right. For drafts that
+//! are often right (and sometimes wrong), [`predictable`] derives from it a model whose trunk is
+//! mostly a bigram (`lm_head(norm(embed(x)))`, its layers' outputs scaled down) and whose MTP head
+//! is wired to compute that same bigram on the token it is fed: its drafts are the trunk's greedy
+//! continuation up to the scaled-down layers.
+
+mod common;
+
+use backend_cpu::{CpuModel, CpuTarget, StateBytes};
+use common::*;
+use lane::{
+    Counters, DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target, Window,
+};
+use slots::{SessionId, MARGIN};
+use std::sync::Arc;
+
+fn fixture(name: &str) -> serde_json::Value {
+    manifest()["fixtures"]
+        .as_array()
+        .expect("fixtures")
+        .iter()
+        .find(|f| f["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("fixture {name}"))
+}
+
+fn load(name: &str) -> Arc<CpuModel> {
+    let dir = fixtures_dir().join(fixture(name)["model_dir"].as_str().unwrap());
+    Arc::new(CpuModel::load(&dir, false).expect("model"))
+}
+
+const MTP_FIXTURE: &str = "qwen3_next_f32_mtp";
+
+/// How much of each decoder layer's output the predictable model keeps (its mixers', MLPs' and
+/// the MTP layer's output projections scaled by this): enough that the trunk is not a plain
+/// bigram and the MTP head is sometimes wrong.
+const LAYER_SCALE: f32 = 0.15;
+
+/// The MTP fixture rewritten as described in the module header, loaded once.
+fn predictable() -> Arc<CpuModel> {
+    static MODEL: std::sync::OnceLock<Arc<CpuModel>> = std::sync::OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let from = fixtures_dir().join(fixture(MTP_FIXTURE)["model_dir"].as_str().unwrap());
+            let mut bytes = std::fs::read(from.join("model.safetensors")).expect("weights");
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            let header: serde_json::Value =
+                serde_json::from_slice(&bytes[8..8 + n]).expect("safetensors header");
+            let span = |name: &str| {
+                let t = &header[name];
+                assert_eq!(t["dtype"], "F32", "{name}");
+                let o = t["data_offsets"].as_array().expect("offsets");
+                let (a, b) = (o[0].as_u64().unwrap(), o[1].as_u64().unwrap());
+                8 + n + a as usize..8 + n + b as usize
+            };
+            let read = |bytes: &[u8], name: &str| -> Vec<f32> {
+                bytes[span(name)]
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            let write = |bytes: &mut [u8], name: &str, values: &[f32]| {
+                let r = span(name);
+                assert_eq!(r.len(), values.len() * 4, "{name}");
+                for (c, v) in bytes[r].chunks_exact_mut(4).zip(values) {
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+            };
+            let names: Vec<String> = header
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "__metadata__")
+                .cloned()
+                .collect();
+            for name in &names {
+                let output = name.ends_with("out_proj.weight")
+                    || name.ends_with("o_proj.weight")
+                    || name.ends_with("down_proj.weight")
+                    || name.ends_with("experts.down_proj");
+                if output {
+                    let v: Vec<f32> = read(&bytes, name).iter().map(|x| x * LAYER_SCALE).collect();
+                    write(&mut bytes, name, &v);
+                }
+            }
+            // The MTP head: u = normed embedding of the token fed (fc = [I | 0], pre-fc norm
+            // weight 0 in the zero-centred form), final norm as the trunk's.
+            let h = model_hidden(&header);
+            let mut fc = vec![0f32; h * 2 * h];
+            for i in 0..h {
+                fc[i * 2 * h + i] = 1.0;
+            }
+            write(&mut bytes, "mtp.fc.weight", &fc);
+            write(
+                &mut bytes,
+                "mtp.pre_fc_norm_embedding.weight",
+                &vec![0.0; h],
+            );
+            let norm = read(&bytes, "model.norm.weight");
+            write(&mut bytes, "mtp.norm.weight", &norm);
+            let dir = std::env::temp_dir()
+                .join(format!("flashlane-mtp-predictable-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            std::fs::copy(from.join("config.json"), dir.join("config.json")).expect("config");
+            std::fs::write(dir.join("model.safetensors"), &bytes).expect("write weights");
+            let model = CpuModel::load(&dir, false).expect("predictable model");
+            let _ = std::fs::remove_dir_all(&dir);
+            Arc::new(model)
+        })
+        .clone()
+}
+
+fn model_hidden(header: &serde_json::Value) -> usize {
+    header["model.norm.weight"]["shape"][0].as_u64().unwrap() as usize
+}
+
+fn window(session: usize, start: usize, tokens: &[u32], num_logits: usize) -> Window<'_> {
+    Window {
+        session: SessionId(session),
+        start: start as u64,
+        tokens,
+        num_logits,
+    }
+}
+
+/// The fixture's prompt, computed in one window, in pieces, and moved to another session before
+/// drafting: `CpuTarget::draft` proposes the reference's chained drafts every time.
+#[test]
+fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
+    let f = fixture(MTP_FIXTURE);
+    let model = load(MTP_FIXTURE);
+    let x = &f["mtp"];
+    let prompt = ids(&x["prompt_ids"]);
+    let next = x["target_next_token"].as_u64().unwrap() as u32;
+    let want = ids(&x["draft_tokens"]);
+    let n = prompt.len();
+    let mut target = CpuTarget::new(model.clone(), &[n as u64 + 8, n as u64 + 8, 64]);
+    assert!(target.has_drafter(), "the fixture has an MTP head");
+    // Session 0: one window. Session 1: pieces of 3, 1, rest; then moved to session 2.
+    let row = target
+        .forward(&[window(0, 0, &prompt, 1)])
+        .unwrap()
+        .remove(0);
+    assert_eq!(argmax(&row), next, "target's next token");
+    let mut at = 0;
+    for piece in [3, 1, n - 4] {
+        target
+            .forward(&[window(1, at, &prompt[at..at + piece], 1)])
+            .unwrap();
+        at += piece;
+    }
+    target.move_state(SessionId(1), SessionId(2)).expect("move");
+    for session in [0, 2] {
+        let got = target.draft(SessionId(session), next, want.len()).unwrap();
+        assert_eq!(got, want, "session {session}: chained MTP drafts");
+        // Drafting writes nothing the next forward does not rewrite: again, the same drafts.
+        let again = target.draft(SessionId(session), next, want.len()).unwrap();
+        assert_eq!(again, want, "session {session}: drafts twice");
+        // Fewer drafts are a prefix of more.
+        let one = target.draft(SessionId(session), next, 1).unwrap();
+        assert_eq!(one, want[..1], "session {session}: one draft");
+    }
+    // A session that computed nothing has nothing to draft from.
+    assert!(target.draft(SessionId(1), next, 3).unwrap().is_empty());
+}
+
+/// Requests for the engine runs: 8 prompts of different lengths and motifs, replies long enough
+/// that streams starting in the small sessions move.
+fn requests() -> Vec<Request> {
+    (0..8u32)
+        .map(|i| {
+            let motif: Vec<u32> = (0..2 + i % 4)
+                .map(|j| (i * 53 + j * 29 + 11) % 256)
+                .collect();
+            let prompt: Vec<u32> = motif
+                .iter()
+                .cycle()
+                .take(4 + 3 * i as usize)
+                .copied()
+                .collect();
+            Request::new(prompt, 24 + 4 * u64::from(i))
+        })
+        .collect()
+}
+
+/// Sessions: the engine's plus extras; the small ones are outgrown, so streams move.
+fn capacities() -> Vec<u64> {
+    let mut c = vec![128 + MARGIN];
+    c.extend([16 + MARGIN; 5]);
+    c.extend([32 + MARGIN; 3]);
+    c.extend([64 + MARGIN; 3]);
+    c
+}
+
+/// Runs `requests` at once to the end; returns each reply and the engine's counters.
+fn run(
+    model: &Arc<CpuModel>,
+    requests: &[Request],
+    draft: DraftMode,
+    k: u64,
+) -> (Vec<Vec<u32>>, Counters) {
+    let mut config = EngineConfig::new(Policy::SmallestFit { grow: 8 });
+    config.draft = draft;
+    config.draft_tokens = k;
+    config.prefill_chunk = 16;
+    let mut engine =
+        Engine::new(CpuTarget::new(model.clone(), &capacities()), config).expect("engine");
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| engine.submit(r.clone()).expect("submit"))
+        .collect();
+    let mut replies = vec![Vec::new(); ids.len()];
+    let mut finished = 0;
+    for _ in 0..10_000 {
+        for event in engine.step() {
+            let i = ids
+                .iter()
+                .position(|id| *id == event.stream())
+                .expect("known stream");
+            match event {
+                Event::Token { token, .. } => replies[i].push(token),
+                Event::Finished { reason, .. } => {
+                    assert_eq!(
+                        reason,
+                        FinishReason::Length,
+                        "stream {i} ({draft:?}, K {k})"
+                    );
+                    finished += 1;
+                }
+            }
+        }
+        if finished == ids.len() {
+            break;
+        }
+    }
+    assert_eq!(finished, ids.len(), "every stream finishes");
+    (replies, engine.counters())
+}
+
+/// Each request alone without drafts: the replies every MTP run must reproduce.
+fn plain_replies(model: &Arc<CpuModel>, requests: &[Request]) -> Vec<Vec<u32>> {
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let reply = run(model, std::slice::from_ref(r), DraftMode::None, 0)
+                .0
+                .remove(0);
+            assert_eq!(reply.len() as u64, r.max_new_tokens, "plain stream {i}");
+            reply
+        })
+        .collect()
+}
+
+/// Runs the 8 requests at once with MTP drafts, K = 1..4, and checks every reply against the
+/// stream's reply alone without drafts; returns (accepted, proposed) drafts over all runs.
+fn eight_streams_with_mtp_drafts_reply_as_plain(name: &str, model: &Arc<CpuModel>) -> (u64, u64) {
+    let requests = requests();
+    let plain = plain_replies(model, &requests);
+    let (mut accepted, mut proposed) = (0, 0);
+    for k in 1..=4 {
+        let (together, c) = run(model, &requests, DraftMode::Mtp, k);
+        eprintln!(
+            "{name}, K {k}, 8 streams: {} moves, {} of {} drafts accepted",
+            c.moves, c.draft_accepted, c.draft_proposed
+        );
+        assert!(
+            c.moves > 0,
+            "{name} K {k}: the run should move streams mid-reply"
+        );
+        assert!(
+            c.draft_proposed > 0,
+            "{name} K {k}: MTP drafts were proposed"
+        );
+        accepted += c.draft_accepted;
+        proposed += c.draft_proposed;
+        for (i, reply) in together.iter().enumerate() {
+            assert_eq!(
+                reply, &plain[i],
+                "{name} K {k}: stream {i} among 8 with MTP drafts differs from plain solo"
+            );
+        }
+    }
+    eprintln!("{name}: {accepted} of {proposed} MTP drafts accepted");
+    (accepted, proposed)
+}
+
+/// Greedy replies with MTP drafts, K = 1..4, of 8 streams at once (several moving between
+/// sessions mid-reply) equal each stream's reply alone without drafts, token for token, on the
+/// predictable model, whose drafts are both accepted and rejected.
+#[test]
+fn greedy_replies_among_eight_streams_with_mtp_drafts_equal_plain_replies() {
+    let (accepted, proposed) =
+        eight_streams_with_mtp_drafts_reply_as_plain("predictable", &predictable());
+    assert!(
+        accepted > 0 && accepted < proposed,
+        "drafts both accepted and rejected ({accepted} of {proposed})"
+    );
+}
+
+/// The same on the committed fixture itself, whose random MTP head is almost always wrong (so
+/// nearly every window rolls back).
+#[test]
+fn greedy_replies_among_eight_streams_with_mostly_rejected_mtp_drafts_equal_plain_replies() {
+    let (accepted, proposed) =
+        eight_streams_with_mtp_drafts_reply_as_plain(MTP_FIXTURE, &load(MTP_FIXTURE));
+    assert!(
+        accepted < proposed,
+        "drafts rejected ({accepted} of {proposed})"
+    );
+}
+
+/// The same, each stream alone (streams that start in a small session move as they grow), on the
+/// predictable model (drafts accepted and rejected).
+#[test]
+fn greedy_replies_alone_with_mtp_drafts_equal_plain_replies() {
+    {
+        let (name, model) = ("predictable", predictable());
+        let t0 = std::time::Instant::now();
+        let requests = requests();
+        let plain = plain_replies(&model, &requests);
+        let mut moves = 0;
+        for k in 1..=4 {
+            for (i, r) in requests.iter().enumerate() {
+                let (alone, c) = run(&model, std::slice::from_ref(r), DraftMode::Mtp, k);
+                assert_eq!(
+                    alone[0], plain[i],
+                    "{name} K {k}: stream {i} alone with MTP drafts differs from plain solo"
+                );
+                moves += c.moves;
+            }
+        }
+        assert!(moves > 0, "{name}: some stream should move mid-reply");
+        eprintln!("{name}: alone in {:?}", t0.elapsed());
+    }
+}
+
+/// The plan's bytes for a session (`StateBytes`) are never less than what the session's
+/// buffers hold, through its peak (a window of `MAX_ROLLBACK_WINDOW` tokens: a snapshot of every
+/// linear layer per token, and the MTP head's hidden rows), rollbacks, drafts and a move; at
+/// the peak they are exactly what it holds.
+#[test]
+fn planned_session_bytes_cover_what_a_session_allocates() {
+    use backend_cpu::qwen3_next::MAX_ROLLBACK_WINDOW;
+    for name in [
+        MTP_FIXTURE,
+        "qwen3_next_f32_fused_dense_mlp",
+        "qwen3_f32_untied",
+    ] {
+        let model = load(name);
+        let bytes: StateBytes = model.state_bytes();
+        let caps = [96u64, 160];
+        let mut target = CpuTarget::new(model.clone(), &caps);
+        let check = |target: &CpuTarget, what: &str| {
+            for (i, &cap) in caps.iter().enumerate() {
+                let held = target.session_state(SessionId(i)).allocated_bytes();
+                let planned = bytes.session(cap);
+                assert!(
+                    held <= planned,
+                    "{name} {what}: session {i} holds {held} bytes, the plan counts {planned}"
+                );
+            }
+        };
+        check(&target, "fresh");
+        let tokens: Vec<u32> = (0..90u32).map(|i| (i * 37 + 5) % 256).collect();
+        // A long prompt chunk (no snapshots), then the widest window the engine verifies.
+        target.forward(&[window(0, 0, &tokens[..40], 1)]).unwrap();
+        check(&target, "after a long chunk");
+        let w = MAX_ROLLBACK_WINDOW;
+        target
+            .forward(&[window(0, 40, &tokens[40..40 + w], w)])
+            .unwrap();
+        check(&target, "after the widest window");
+        let peak = target.session_state(SessionId(0)).allocated_bytes();
+        assert_eq!(
+            peak,
+            bytes.session(caps[0]),
+            "{name}: at its peak a session holds exactly what the plan counts"
+        );
+        target.truncate(SessionId(0), 45).unwrap();
+        check(&target, "after a rollback");
+        if target.has_drafter() {
+            target.draft(SessionId(0), tokens[45], 4).unwrap();
+            check(&target, "after drafting");
+        }
+        target
+            .forward(&[window(0, 45, &tokens[45..48], 3)])
+            .unwrap();
+        target.move_state(SessionId(0), SessionId(1)).unwrap();
+        check(&target, "after a move");
+        target
+            .forward(&[window(1, 48, &tokens[48..48 + w], w)])
+            .unwrap();
+        check(&target, "after the widest window in the larger session");
+        target.release(SessionId(1));
+        check(&target, "released");
+    }
+}
