@@ -144,7 +144,8 @@ def test_bad_requests_get_json_errors_and_the_server_keeps_serving(server):
 
 
 def test_a_disconnect_mid_stream_frees_the_session(server):
-    body = json.dumps({"model": "m", "messages": COUNT_PROMPT, "max_tokens": 2000, "stream": True}).encode()
+    long_count = [{"role": "user", "content": "Count from 1 to 1000."}]
+    body = json.dumps({"model": "m", "messages": long_count, "max_tokens": 4000, "stream": True}).encode()
     host, port = server.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -152,6 +153,8 @@ def test_a_disconnect_mid_stream_frees_the_session(server):
     assert b"200 OK" in sock.recv(4096)
     sock.close()
     all_free(server)
+    metrics = {s.name: s.value for f in text_string_to_metric_families(get(server, "/metrics")) for s in f.samples}
+    assert metrics["flashlane_generated_tokens_total"] < 4000, "the reply was cut short, not run to its end"
 
 
 def test_metrics_parse_as_prometheus_text(server):
