@@ -93,13 +93,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let config = model::Config::from_dir(&dir).map_err(anyhow::Error::from)?;
     let max_tokens = config.max_position_embeddings as u64;
     let spec = args.sizing.spec(max_tokens)?;
-    let context = args.sizing.context.unwrap_or_else(|| {
-        if max_tokens > 0 {
-            max_tokens
-        } else {
-            DEFAULT_CONTEXT
-        }
-    });
+    let model_context = if max_tokens > 0 {
+        max_tokens
+    } else {
+        DEFAULT_CONTEXT
+    };
+    let context = args.sizing.context.unwrap_or(model_context);
     if max_tokens > 0 && context > max_tokens {
         return Err(Failure::bad_input(anyhow!(
             "--context {context} is more than the model addresses ({max_tokens} positions)"
