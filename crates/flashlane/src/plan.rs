@@ -44,13 +44,19 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    let (model_bytes, weight_bytes) = match &args.model {
+    // With a model: its session costs, its weights, and its maximum context (as `serve` plans).
+    let (model_bytes, weight_bytes, max_tokens) = match &args.model {
         Some(dir) => {
             let (state, weights) =
                 backend_cpu::plan_bytes(dir).map_err(|e| Failure::from(anyhow!(e)))?;
-            (Some(state), weights)
+            let config = model::Config::from_dir(dir).map_err(|e| Failure::from(anyhow!(e)))?;
+            (
+                Some(state),
+                weights,
+                Some(config.max_position_embeddings as u64),
+            )
         }
-        None => (None, 0),
+        None => (None, 0, None),
     };
     let bytes_per_token = args
         .bytes_per_token
@@ -64,9 +70,18 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         .fixed_bytes
         .saturating_add(model_bytes.map_or(0, |b| b.fixed));
     let ready_bytes = args.ready_bytes.saturating_add(weight_bytes);
-    let spec = args.sizing.spec(u64::MAX)?;
+    let spec = args.sizing.spec(max_tokens.unwrap_or(u64::MAX))?;
+    let context = args
+        .sizing
+        .context
+        .unwrap_or(max_tokens.filter(|&m| m > 0).unwrap_or(DEFAULT_CONTEXT));
+    if let Some(max) = max_tokens.filter(|&m| m > 0 && context > m) {
+        return Err(Failure::bad_input(anyhow!(
+            "--context {context} is more than the model addresses ({max} positions)"
+        )));
+    }
     let input = PlanInput {
-        context_tokens: args.sizing.context.unwrap_or(DEFAULT_CONTEXT),
+        context_tokens: context,
         parallel: args.sizing.parallel,
         spec: spec.as_ref(),
         bytes_per_token,

@@ -127,3 +127,29 @@ fn plan_reads_session_costs_from_the_model() {
     assert_eq!(first["capacity"], 4128);
     assert!(first["bytes"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn plan_with_a_model_defaults_to_its_maximum_context_and_refuses_more() {
+    let model = fixture("qwen3_f32_untied/model");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
+    let max = config["max_position_embeddings"].as_u64().unwrap();
+    let m = model.to_str().unwrap();
+    let (code, stdout, stderr) =
+        flashlane(&["plan", "--model", m, "--load-limit-gb", "4", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(value["sessions"][0]["capacity"], max + 32);
+    let too_many = (max + 1).to_string();
+    let (code, _, stderr) = flashlane(&[
+        "plan",
+        "--model",
+        m,
+        "--load-limit-gb",
+        "4",
+        "--context",
+        &too_many,
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("more than the model addresses"), "{stderr}");
+}
