@@ -256,3 +256,36 @@ fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
     }]);
     assert!(matches!(err, Err(lane::TargetError::Invalid(_))));
 }
+
+#[test]
+fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
+    let model = model("qwen3_bf16");
+    let ids = prompt(9, 37);
+    let mut one = CpuTarget::new(model.clone(), &[64]);
+    let whole = one
+        .forward(&[Window {
+            session: SessionId(0),
+            start: 0,
+            tokens: &ids,
+            num_logits: 1,
+        }])
+        .unwrap()
+        .remove(0);
+    let mut chunked = CpuTarget::new(model, &[64]);
+    let mut start = 0;
+    let mut last = Vec::new();
+    for chunk in ids.chunks(8) {
+        let is_last = start + chunk.len() == ids.len();
+        let window = Window {
+            session: SessionId(0),
+            start: start as u64,
+            tokens: chunk,
+            num_logits: usize::from(is_last),
+        };
+        let out = chunked.forward(&[window]).unwrap().remove(0);
+        assert_eq!(out.is_empty(), !is_last, "logits only for the last chunk");
+        last = out;
+        start += chunk.len();
+    }
+    assert!(last == whole, "chunked prefill differs from one window");
+}
