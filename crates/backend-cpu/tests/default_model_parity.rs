@@ -1,0 +1,109 @@
+//! The embedded default model (`models/flashlane-tiny`) against transformers: the last positions'
+//! logits of two chat prompts, and greedy continuations decoded one token at a time through a
+//! session (fixture: `tools/fixtures/default_model.py`).
+
+use backend_cpu::{CpuModel, CpuTarget};
+use lane::{Target, Window};
+use slots::SessionId;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn manifest() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("flashlane_tiny/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn model() -> Arc<CpuModel> {
+    let dir = fixtures().join(manifest()["model_dir"].as_str().unwrap());
+    Arc::new(CpuModel::load(&dir, false).expect("the default model loads"))
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
+}
+
+#[test]
+fn default_model_logits_match_transformers() {
+    let manifest = manifest();
+    let tol = manifest["tolerance"]["max_abs_rel_to_range"]
+        .as_f64()
+        .unwrap() as f32;
+    let model = model();
+    for case in manifest["cases"].as_array().unwrap() {
+        let prompt = ids(&case["ids"]);
+        let last = case["last_positions"].as_u64().unwrap() as usize;
+        let bytes = std::fs::read(fixtures().join(case["logits"].as_str().unwrap())).unwrap();
+        let want: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let mut target = CpuTarget::new(model.clone(), &[prompt.len() as u64]);
+        let window = Window {
+            session: SessionId(0),
+            start: 0,
+            tokens: &prompt,
+            num_logits: last,
+        };
+        let got = target.forward(&[window]).unwrap().remove(0);
+        assert_eq!(got.len(), want.len());
+        let range = case["logit_range"].as_f64().unwrap() as f32;
+        let diff = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        eprintln!(
+            "{}: max abs diff {diff:.3e} = {:.3e} of range",
+            case["name"],
+            diff / range
+        );
+        assert!(
+            diff / range <= tol,
+            "{}: {diff} over range {range} exceeds {tol}",
+            case["name"]
+        );
+    }
+}
+
+#[test]
+fn default_model_greedy_decoding_through_its_session_equals_transformers() {
+    let manifest = manifest();
+    let model = model();
+    for case in manifest["cases"].as_array().unwrap() {
+        let prompt = ids(&case["ids"]);
+        let want = ids(&case["greedy"]);
+        let mut target = CpuTarget::new(model.clone(), &[(prompt.len() + want.len() + 1) as u64]);
+        let mut start = 0u64;
+        let mut window: Vec<u32> = prompt.clone();
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let logits = target
+                .forward(&[Window {
+                    session: SessionId(0),
+                    start,
+                    tokens: &window,
+                    num_logits: 1,
+                }])
+                .unwrap()
+                .remove(0);
+            start += window.len() as u64;
+            let next = argmax(&logits);
+            got.push(next);
+            window = vec![next];
+        }
+        assert_eq!(got, want, "{}", case["name"]);
+    }
+}
