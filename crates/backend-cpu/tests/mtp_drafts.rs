@@ -204,12 +204,23 @@ fn run(
     draft: DraftMode,
     k: u64,
 ) -> (Vec<Vec<u32>>, Counters) {
+    run_in(model, &capacities(), requests, draft, k)
+}
+
+/// [`run`] over sessions of `capacities`.
+fn run_in(
+    model: &Arc<CpuModel>,
+    capacities: &[u64],
+    requests: &[Request],
+    draft: DraftMode,
+    k: u64,
+) -> (Vec<Vec<u32>>, Counters) {
     let mut config = EngineConfig::new(Policy::SmallestFit { grow: 8 });
     config.draft = draft;
     config.draft_tokens = k;
     config.prefill_chunk = 16;
     let mut engine =
-        Engine::new(CpuTarget::new(model.clone(), &capacities()), config).expect("engine");
+        Engine::new(CpuTarget::new(model.clone(), capacities), config).expect("engine");
     let ids: Vec<_> = requests
         .iter()
         .map(|r| engine.submit(r.clone()).expect("submit"))
@@ -225,10 +236,9 @@ fn run(
             match event {
                 Event::Token { token, .. } => replies[i].push(token),
                 Event::Finished { reason, .. } => {
-                    assert_eq!(
-                        reason,
-                        FinishReason::Length,
-                        "stream {i} ({draft:?}, K {k})"
+                    assert!(
+                        matches!(reason, FinishReason::Length | FinishReason::Stop),
+                        "stream {i} ({draft:?}, K {k}): {reason:?}"
                     );
                     finished += 1;
                 }
@@ -399,5 +409,186 @@ fn planned_session_bytes_cover_what_a_session_allocates() {
         check(&target, "after the widest window in the larger session");
         target.release(SessionId(1));
         check(&target, "released");
+    }
+}
+
+/// The trained default model (`models/flashlane-tiny`), loaded once, with its tokenizer and
+/// chat template.
+fn tiny() -> &'static (Arc<CpuModel>, model::Tokenizer, model::ChatTemplate) {
+    static TINY: std::sync::OnceLock<(Arc<CpuModel>, model::Tokenizer, model::ChatTemplate)> =
+        std::sync::OnceLock::new();
+    TINY.get_or_init(|| {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models/flashlane-tiny");
+        let model = Arc::new(CpuModel::load(&dir, false).expect("models/flashlane-tiny"));
+        let tokenizer = model::Tokenizer::from_dir(&dir).expect("tokenizer");
+        let template = model::ChatTemplate::from_dir(&dir)
+            .expect("tokenizer_config.json")
+            .expect("a chat template");
+        (model, tokenizer, template)
+    })
+}
+
+/// "Count from `a` to `b`." as a user message through the model's chat template, stopping at
+/// `<|im_end|>` or `<|endoftext|>`.
+fn count_request(a: u32, b: u32, max_new_tokens: u64) -> Request {
+    let (_, tokenizer, template) = tiny();
+    let text = template
+        .render(
+            &[model::ChatMessage {
+                role: "user".into(),
+                content: format!("Count from {a} to {b}."),
+            }],
+            true,
+        )
+        .expect("chat template");
+    let mut request = Request::new(tokenizer.encode(&text).expect("encode"), max_new_tokens);
+    request.stop_tokens = ["<|im_end|>", "<|endoftext|>"]
+        .iter()
+        .map(|t| tokenizer.token_id(t).expect("special token"))
+        .collect();
+    request
+}
+
+/// Eight counting requests to the trained default model through its chat template, and their
+/// greedy replies without drafts (from one batch: concurrent = solo is checked for stream 0 in
+/// [`tiny_model_counting_alone_with_mtp_drafts_replies_as_plain`]).
+fn tiny_plain() -> &'static (Vec<Request>, Vec<Vec<u32>>) {
+    static PLAIN: std::sync::OnceLock<(Vec<Request>, Vec<Vec<u32>>)> = std::sync::OnceLock::new();
+    PLAIN.get_or_init(|| {
+        let (model, tokenizer, _) = tiny();
+        assert!(model.has_mtp(), "flashlane-tiny has an MTP head");
+        let requests: Vec<Request> = (0..8u32)
+            .map(|i| count_request(1 + 3 * i, 20 + 4 * i, 20 + 2 * u64::from(i)))
+            .collect();
+        let (plain, _) = run_in(model, &tiny_capacities(), &requests, DraftMode::None, 0);
+        let text = tokenizer.decode(&plain[0]).expect("decode");
+        assert!(
+            text.starts_with("1\n2\n3\n4\n"),
+            "the model counts: {text:?}"
+        );
+        (requests, plain)
+    })
+}
+
+/// Sessions for the tiny model's counting replies: small ones (the prompts are ~15 tokens) that
+/// the replies outgrow, so streams move.
+fn tiny_capacities() -> Vec<u64> {
+    let mut c = vec![128 + MARGIN];
+    c.extend([8 + MARGIN; 6]);
+    c.extend([24 + MARGIN; 4]);
+    c.extend([64 + MARGIN; 2]);
+    c
+}
+
+/// The tiny model's 8 counting streams at once with MTP drafts of `k`, moving between sessions,
+/// reply as without drafts, token for token; returns the run's counters.
+fn tiny_eight_streams_with_mtp_drafts(k: u64) -> Counters {
+    let (model, ..) = tiny();
+    let (requests, plain) = tiny_plain();
+    let (together, c) = run_in(model, &tiny_capacities(), requests, DraftMode::Mtp, k);
+    eprintln!(
+        "flashlane-tiny counting, K {k}, 8 streams: {} moves, {} of {} drafts accepted",
+        c.moves, c.draft_accepted, c.draft_proposed
+    );
+    assert!(c.moves > 0, "K {k}: streams should move mid-reply");
+    for (i, reply) in together.iter().enumerate() {
+        assert_eq!(
+            reply, &plain[i],
+            "K {k}: stream {i} among 8 differs from plain"
+        );
+    }
+    c
+}
+
+/// On the trained default model, 8 counting streams with MTP drafts, K = 1 and 2, reply as
+/// without drafts; the trained head's first draft is mostly right on counting.
+#[test]
+fn tiny_model_counting_among_eight_with_one_or_two_mtp_drafts_replies_as_plain() {
+    let c = tiny_eight_streams_with_mtp_drafts(1);
+    assert!(
+        c.draft_accepted * 10 > c.draft_proposed * 8,
+        "the trained head's first draft is mostly right on counting ({} of {})",
+        c.draft_accepted,
+        c.draft_proposed
+    );
+    tiny_eight_streams_with_mtp_drafts(2);
+}
+
+/// The same with K = 3 (the head was trained for one step only, so chained drafts are mostly
+/// rejected: many rollbacks).
+#[test]
+fn tiny_model_counting_among_eight_with_three_mtp_drafts_replies_as_plain() {
+    let c = tiny_eight_streams_with_mtp_drafts(3);
+    assert!(c.draft_accepted < c.draft_proposed, "drafts rejected");
+}
+
+/// The same with K = 4.
+#[test]
+fn tiny_model_counting_among_eight_with_four_mtp_drafts_replies_as_plain() {
+    let c = tiny_eight_streams_with_mtp_drafts(4);
+    assert!(c.draft_accepted < c.draft_proposed, "drafts rejected");
+}
+
+/// One counting stream alone with MTP drafts, K = 1..4, replies as without drafts, alone and
+/// among the 8 plain streams.
+#[test]
+fn tiny_model_counting_alone_with_mtp_drafts_replies_as_plain() {
+    let (model, ..) = tiny();
+    let (requests, plain) = tiny_plain();
+    let (solo, _) = run_in(
+        model,
+        &tiny_capacities(),
+        &requests[..1],
+        DraftMode::None,
+        0,
+    );
+    assert_eq!(
+        solo[0], plain[0],
+        "plain: stream 0 alone differs from among 8"
+    );
+    for k in 1..=4 {
+        let (alone, _) = run_in(model, &tiny_capacities(), &requests[..1], DraftMode::Mtp, k);
+        assert_eq!(
+            alone[0], plain[0],
+            "K {k}: stream 0 alone differs from plain"
+        );
+    }
+}
+
+/// Acceptance of MTP drafts on the trained default model for one long counting reply, K = 1..4
+/// (not a test: `cargo test -p backend-cpu --test mtp_drafts -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn tiny_model_mtp_acceptance_on_counting() {
+    let (model, _, _) = tiny();
+    let request = count_request(1, 1000, 600);
+    let caps = [1024 + MARGIN];
+    let (plain, _) = run_in(
+        model,
+        &caps,
+        std::slice::from_ref(&request),
+        DraftMode::None,
+        0,
+    );
+    for k in 1..=4 {
+        let t = std::time::Instant::now();
+        let (reply, c) = run_in(
+            model,
+            &caps,
+            std::slice::from_ref(&request),
+            DraftMode::Mtp,
+            k,
+        );
+        assert_eq!(reply[0], plain[0], "K {k}");
+        let rounds = c.tokens_generated - c.draft_accepted;
+        eprintln!(
+            "K {k}: {} of {} drafts accepted ({:.1} %), {:.2} tokens per round, {:?}",
+            c.draft_accepted,
+            c.draft_proposed,
+            100.0 * c.draft_accepted as f64 / c.draft_proposed as f64,
+            c.tokens_generated as f64 / rounds as f64,
+            t.elapsed()
+        );
     }
 }
