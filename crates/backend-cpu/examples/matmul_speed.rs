@@ -1,6 +1,7 @@
 //! Speed probe for the bf16 matmul on Qwen3-0.6B shapes (not a test):
 //! `cargo run --release -p backend-cpu --example matmul_speed`.
 
+use backend_cpu::kernels::attention::{causal_attention, AttentionShape};
 use backend_cpu::kernels::matmul::matmul;
 use half::bf16;
 use model::TensorData;
@@ -41,5 +42,31 @@ fn main() {
                 (2 * rows * k * out) as f64 / s / 1e9
             );
         }
+    }
+    // Attention of one decoded token over a session of `ctx` positions (Qwen3-0.6B heads).
+    let shape = AttentionShape {
+        heads: 16,
+        kv_heads: 8,
+        head_dim: 128,
+        scale: 128f32.powf(-0.5),
+    };
+    for ctx in [512usize, 4096] {
+        let q: Vec<f32> = (0..16 * 128)
+            .map(|i| ((i * 13) % 17) as f32 * 1e-2)
+            .collect();
+        let kv: Vec<f32> = (0..ctx * 8 * 128)
+            .map(|i| ((i * 7) % 19) as f32 * 1e-2)
+            .collect();
+        let mut out = vec![0.0f32; q.len()];
+        let reps = 20;
+        let t = Instant::now();
+        for _ in 0..reps {
+            causal_attention(&q, &kv, &kv, ctx - 1, shape, &mut out);
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        println!(
+            "attention 1 row over {ctx:>5} positions: {:>8.3} ms per layer",
+            s * 1e3
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! Causal grouped-query attention of one window's rows over its session's KV rows.
 //!
-//! Each (row, head) is one task: scores against every visible key in key order, softmax in f32
-//! (max-subtracted), then the weighted sum of values in key order. Nothing depends on other
-//! windows; threads split (row, head) pairs only.
+//! Each (row, head) computes scores against every visible key in key order, softmax in f32
+//! (max-subtracted), then the weighted sum of values in key order. A task is one row and one KV
+//! head (the query heads of its group read each K/V row once). Nothing depends on other windows;
+//! threads split (row, KV head) pairs only.
 
 use super::matmul::dot;
 use rayon::prelude::*;
@@ -47,32 +48,52 @@ pub fn causal_attention(
         "attention: KV rows missing"
     );
     let group = heads / kv_heads;
-    out.par_chunks_mut(hd).enumerate().for_each(|(task, o)| {
-        let (i, h) = (task / heads, task % heads);
-        let kvh = h / group;
-        let qh = &q[task * hd..(task + 1) * hd];
-        let visible = start + i + 1;
-        let mut scores: Vec<f32> = (0..visible)
-            .map(|j| dot(qh, &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd]) * scale)
-            .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        o.fill(0.0);
-        for (j, p) in scores.iter().enumerate() {
-            let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
-            for d in 0..hd {
-                o[d] += p * vj[d];
+    // One task per (row, KV head): the query heads sharing that KV head read each K and V row
+    // once. Each head's arithmetic is unchanged by the grouping (its own scores in key order, its
+    // own sum, its own output accumulated in key order).
+    out.par_chunks_mut(group * hd)
+        .enumerate()
+        .for_each(|(task, o)| {
+            let (i, kvh) = (task / kv_heads, task % kv_heads);
+            let visible = start + i + 1;
+            let q0 = (i * heads + kvh * group) * hd;
+            let qg = &q[q0..q0 + group * hd];
+            // 1. scores [group, visible]
+            let mut scores = vec![0.0f32; group * visible];
+            for j in 0..visible {
+                let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                for g in 0..group {
+                    scores[g * visible + j] = dot(&qg[g * hd..(g + 1) * hd], kj) * scale;
+                }
             }
-        }
-        let inv = 1.0 / sum;
-        for x in o.iter_mut() {
-            *x *= inv;
-        }
-    });
+            // 2. softmax weights per head (max-subtracted, unnormalised) and their sums
+            let mut inv = vec![0.0f32; group];
+            for (g, row) in scores.chunks_exact_mut(visible).enumerate() {
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0.0f32;
+                for s in row.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                inv[g] = 1.0 / sum;
+            }
+            // 3. weighted sums of values in key order, then the normalisation
+            o.fill(0.0);
+            for j in 0..visible {
+                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+                    let p = scores[g * visible + j];
+                    for d in 0..hd {
+                        og[d] += p * vj[d];
+                    }
+                }
+            }
+            for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+                for x in og.iter_mut() {
+                    *x *= inv[g];
+                }
+            }
+        });
 }
 
 /// The plain definition in f64, for tests.
@@ -142,6 +163,61 @@ mod tests {
             let d = max_abs_diff(&out, &causal_attention_reference(&q, &k, &v, start, shape));
             assert!(d < 1e-5, "seed {seed} start {start} n {n}: diff {d}");
         }
+    }
+
+    /// The per-(row, head) formulation the grouped kernel replaced, for the bit-identity test.
+    fn per_head(q: &[f32], k: &[f32], v: &[f32], start: usize, shape: AttentionShape) -> Vec<f32> {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale,
+        } = shape;
+        let kv_row = kv_heads * hd;
+        let mut out = vec![0.0f32; q.len()];
+        for (task, o) in out.chunks_mut(hd).enumerate() {
+            let (i, h) = (task / heads, task % heads);
+            let kvh = h / (heads / kv_heads);
+            let qh = &q[task * hd..(task + 1) * hd];
+            let mut scores: Vec<f32> = (0..start + i + 1)
+                .map(|j| dot(qh, &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd]) * scale)
+                .collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            for (j, p) in scores.iter().enumerate() {
+                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                for d in 0..hd {
+                    o[d] += p * vj[d];
+                }
+            }
+            let inv = 1.0 / sum;
+            for x in o.iter_mut() {
+                *x *= inv;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grouped_heads_compute_each_head_exactly_as_alone() {
+        let mut rng = Rng::fresh();
+        let shape = AttentionShape {
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 32,
+            scale: 0.2,
+        };
+        let (start, n) = (9, 4);
+        let q = rng.vec(n * 8 * 32);
+        let k = rng.vec((start + n) * 2 * 32);
+        let v = rng.vec((start + n) * 2 * 32);
+        let mut out = vec![0.0; q.len()];
+        causal_attention(&q, &k, &v, start, shape, &mut out);
+        assert!(out == per_head(&q, &k, &v, start, shape));
     }
 
     #[test]
