@@ -128,8 +128,9 @@ fn window(session: usize, start: usize, tokens: &[u32], num_logits: usize) -> Wi
     }
 }
 
-/// The fixture's prompt, computed in one window, in pieces, and moved to another session before
-/// drafting: `CpuTarget::draft` proposes the reference's chained drafts every time.
+/// The fixture's prompt, computed in one window, in pieces beside another stream's windows (a
+/// first piece of one token, whose window completes no MTP pair), and moved to another session
+/// before drafting: `CpuTarget::draft` proposes the reference's chained drafts every time.
 #[test]
 fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     let f = fixture(MTP_FIXTURE);
@@ -139,18 +140,24 @@ fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     let next = x["target_next_token"].as_u64().unwrap() as u32;
     let want = ids(&x["draft_tokens"]);
     let n = prompt.len();
-    let mut target = CpuTarget::new(model.clone(), &[n as u64 + 8, n as u64 + 8, 64]);
+    let cap = n as u64 + 8;
+    let mut target = CpuTarget::new(model.clone(), &[cap, cap, 64, 64]);
     assert!(target.has_drafter(), "the fixture has an MTP head");
-    // Session 0: one window. Session 1: pieces of 3, 1, rest; then moved to session 2.
+    // Session 0: one window.
     let row = target
         .forward(&[window(0, 0, &prompt, 1)])
         .unwrap()
         .remove(0);
     assert_eq!(argmax(&row), next, "target's next token");
+    // Session 1: pieces of 1, 2, rest, each beside a window of session 3; then moved to 2.
+    let other: Vec<u32> = (0..n as u32 * 2).map(|i| (i * 31 + 7) % 256).collect();
     let mut at = 0;
-    for piece in [3, 1, n - 4] {
+    for piece in [1, 2, n - 3] {
         target
-            .forward(&[window(1, at, &prompt[at..at + piece], 1)])
+            .forward(&[
+                window(3, 2 * at, &other[2 * at..2 * (at + piece)], 1),
+                window(1, at, &prompt[at..at + piece], 1),
+            ])
             .unwrap();
         at += piece;
     }
