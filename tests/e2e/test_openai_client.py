@@ -175,3 +175,30 @@ def test_a_reply_that_grows_through_sessions_equals_one_never_moved(growing_serv
                for s in f.samples}
     assert metrics["flashlane_moves_total"] >= 1
     all_free(growing_server)
+
+
+def test_curl_streams_server_sent_events(server):
+    import subprocess
+
+    body = json.dumps({"model": "m", "messages": COUNT_PROMPT, "max_tokens": 12, "stream": True, "temperature": 0})
+    out = subprocess.run(["curl", "-sN", server.url + "/v1/chat/completions", "-H", "Content-Type: application/json",
+                          "-d", body], capture_output=True, text=True, timeout=60, check=True).stdout
+    frames = [line.removeprefix("data: ") for line in out.splitlines() if line.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+
+
+def test_thinking_budget_forces_the_close_tag(server):
+    client = server.client()
+    args = dict(model="m", messages=[{"role": "user", "content": "What is 12 - 5?"}], max_tokens=40, temperature=0)
+    free = client.chat.completions.create(**args).choices[0].message.content
+    assert free.startswith("<think>\n"), free
+    thought = free.removeprefix("<think>").split("</think>")[0]
+    assert len(thought) > 6, "the model thinks for longer than the budgets below: " + free
+    closed = client.chat.completions.create(extra_body={"thinking_budget": 0}, **args).choices[0].message.content
+    assert closed.startswith("<think></think>"), closed
+    short = client.chat.completions.create(extra_body={"thinking_budget": 2}, **args).choices[0].message.content
+    assert short.startswith("<think>" + thought[:1]) and "</think>" in short[:20], short
