@@ -2,37 +2,22 @@
 //! logits of two chat prompts, and greedy continuations decoded one token at a time through a
 //! session (fixture: `tools/fixtures/default_model.py`).
 
+mod common;
+
 use backend_cpu::{CpuModel, CpuTarget};
+use common::{argmax, fixtures_dir as fixtures, ids, read_f32};
 use lane::{Target, Window};
 use slots::SessionId;
-use std::path::PathBuf;
 use std::sync::Arc;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 fn manifest() -> serde_json::Value {
     let text = std::fs::read_to_string(fixtures().join("flashlane_tiny/manifest.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
-fn ids(value: &serde_json::Value) -> Vec<u32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn model() -> Arc<CpuModel> {
     let dir = fixtures().join(manifest()["model_dir"].as_str().unwrap());
     Arc::new(CpuModel::load(&dir, false).expect("the default model loads"))
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
 }
 
 #[test]
@@ -45,11 +30,7 @@ fn default_model_logits_match_transformers() {
     for case in manifest["cases"].as_array().unwrap() {
         let prompt = ids(&case["ids"]);
         let last = case["last_positions"].as_u64().unwrap() as usize;
-        let bytes = std::fs::read(fixtures().join(case["logits"].as_str().unwrap())).unwrap();
-        let want: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let want = read_f32(case["logits"].as_str().unwrap());
         let mut target = CpuTarget::new(model.clone(), &[prompt.len() as u64]);
         let window = Window {
             session: SessionId(0),
