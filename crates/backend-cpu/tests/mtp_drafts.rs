@@ -508,10 +508,10 @@ fn tiny_eight_streams_with_mtp_drafts(k: u64) -> Counters {
     c
 }
 
-/// On the trained default model, 8 counting streams with MTP drafts, K = 1 and 2, reply as
+/// On the trained default model, 8 counting streams with one MTP draft per window reply as
 /// without drafts; the trained head's first draft is mostly right on counting.
 #[test]
-fn tiny_model_counting_among_eight_with_one_or_two_mtp_drafts_replies_as_plain() {
+fn tiny_model_counting_among_eight_with_one_mtp_draft_replies_as_plain() {
     let c = tiny_eight_streams_with_mtp_drafts(1);
     assert!(
         c.draft_accepted * 10 > c.draft_proposed * 8,
@@ -519,7 +519,13 @@ fn tiny_model_counting_among_eight_with_one_or_two_mtp_drafts_replies_as_plain()
         c.draft_accepted,
         c.draft_proposed
     );
-    tiny_eight_streams_with_mtp_drafts(2);
+}
+
+/// The same with K = 2.
+#[test]
+fn tiny_model_counting_among_eight_with_two_mtp_drafts_replies_as_plain() {
+    let c = tiny_eight_streams_with_mtp_drafts(2);
+    assert!(c.draft_accepted > 0, "drafts accepted");
 }
 
 /// The same with K = 3 (the head was trained for one step only, so chained drafts are mostly
