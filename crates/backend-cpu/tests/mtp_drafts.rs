@@ -569,39 +569,48 @@ fn tiny_model_counting_alone_with_mtp_drafts_replies_as_plain() {
     }
 }
 
-/// Acceptance of MTP drafts on the trained default model for one long counting reply, K = 1..4
-/// (not a test: `cargo test -p backend-cpu --test mtp_drafts -- --ignored --nocapture`).
+/// Acceptance of MTP drafts on the trained default model for one long counting reply and one
+/// code completion, K = 1..4, each equal to its plain reply (not a test: `cargo test -p
+/// backend-cpu --test mtp_drafts -- --ignored --nocapture`).
 #[test]
 #[ignore]
-fn tiny_model_mtp_acceptance_on_counting() {
-    let (model, _, _) = tiny();
-    let request = count_request(1, 1000, 600);
+fn tiny_model_mtp_acceptance_on_counting_and_code() {
+    let (model, tokenizer, template) = tiny();
+    let code = {
+        let text = template
+            .render(
+                &[model::ChatMessage {
+                    role: "user".into(),
+                    content: "Complete this Python function:\ndef fibonacci(n):".into(),
+                }],
+                true,
+            )
+            .expect("chat template");
+        let mut r = Request::new(tokenizer.encode(&text).expect("encode"), 300);
+        r.stop_tokens = count_request(1, 2, 1).stop_tokens;
+        r
+    };
     let caps = [1024 + MARGIN];
-    let (plain, _) = run_in(
-        model,
-        &caps,
-        std::slice::from_ref(&request),
-        DraftMode::None,
-        0,
-    );
-    for k in 1..=4 {
-        let t = std::time::Instant::now();
-        let (reply, c) = run_in(
-            model,
-            &caps,
-            std::slice::from_ref(&request),
-            DraftMode::Mtp,
-            k,
-        );
-        assert_eq!(reply[0], plain[0], "K {k}");
-        let rounds = c.tokens_generated - c.draft_accepted;
-        eprintln!(
-            "K {k}: {} of {} drafts accepted ({:.1} %), {:.2} tokens per round, {:?}",
-            c.draft_accepted,
-            c.draft_proposed,
-            100.0 * c.draft_accepted as f64 / c.draft_proposed as f64,
-            c.tokens_generated as f64 / rounds as f64,
-            t.elapsed()
-        );
+    for (task, request) in [
+        ("counting 1..1000", count_request(1, 1000, 600)),
+        ("code", code),
+    ] {
+        let one = std::slice::from_ref(&request);
+        let (plain, _) = run_in(model, &caps, one, DraftMode::None, 0);
+        eprintln!("{task}: {} tokens", plain[0].len());
+        for k in 1..=4 {
+            let t = std::time::Instant::now();
+            let (reply, c) = run_in(model, &caps, one, DraftMode::Mtp, k);
+            assert_eq!(reply[0], plain[0], "{task} K {k}");
+            let rounds = c.tokens_generated - c.draft_accepted;
+            eprintln!(
+                "{task} K {k}: {} of {} drafts accepted ({:.1} %), {:.2} tokens per round, {:?}",
+                c.draft_accepted,
+                c.draft_proposed,
+                100.0 * c.draft_accepted as f64 / c.draft_proposed as f64,
+                c.tokens_generated as f64 / rounds as f64,
+                t.elapsed()
+            );
+        }
     }
 }
