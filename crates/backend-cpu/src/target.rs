@@ -65,6 +65,12 @@ impl CpuTarget {
                     w.session, w.start, state.len
                 )));
             }
+            if let Some(head) = state.mtp.as_ref().filter(|h| h.len != state.len) {
+                return Err(TargetError::Invalid(format!(
+                    "{}: MTP state at {} but the session at {}",
+                    w.session, head.len, state.len
+                )));
+            }
             let needed = w.start + w.tokens.len() as u64;
             if needed > state.capacity as u64 {
                 return Err(TargetError::Overflow {
