@@ -98,6 +98,8 @@ pub struct RawConfig {
     pub head_dim: Option<usize>,
     pub rope_theta: Option<f64>,
     pub rope_parameters: Option<RopeParameters>,
+    /// transformers 4.x's name for non-default RoPE (`{"rope_type": "yarn", ...}`), or null.
+    pub rope_scaling: Option<serde_json::Value>,
     pub partial_rotary_factor: Option<f64>,
     pub rms_norm_eps: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
@@ -212,6 +214,18 @@ impl RawConfig {
                 )
             }
         };
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            let kind = scaling
+                .get("rope_type")
+                .or_else(|| scaling.get("type"))
+                .and_then(|t| t.as_str())
+                .unwrap_or("unknown");
+            if kind != "default" {
+                return Err(format!(
+                    "rope_scaling of type `{kind}` is not supported (only default RoPE); remove it from config.json to run at the native context"
+                ));
+            }
+        }
         let rope = self.rope_parameters.unwrap_or_default();
         if let Some(kind) = rope.rope_type.as_deref() {
             if kind != "default" {
@@ -439,6 +453,16 @@ mod tests {
             .contains("num_key_value_heads"));
         let bad_type = QWEN3.replace("qwen3", "llama");
         assert!(Config::from_json(&bad_type).unwrap_err().contains("llama"));
+        let yarn = QWEN3.replace(
+            "\"tie_word_embeddings\"",
+            "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0},\"tie_word_embeddings\"",
+        );
+        assert!(Config::from_json(&yarn).unwrap_err().contains("yarn"));
+        let null_scaling = QWEN3.replace(
+            "\"tie_word_embeddings\"",
+            "\"rope_scaling\":null,\"tie_word_embeddings\"",
+        );
+        assert!(Config::from_json(&null_scaling).is_ok());
         let no_vocab = QWEN3.replace("\"vocab_size\":300,", "");
         assert!(Config::from_json(&no_vocab)
             .unwrap_err()
