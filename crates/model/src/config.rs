@@ -100,6 +100,8 @@ pub struct RawConfig {
     pub rope_parameters: Option<RopeParameters>,
     /// transformers 4.x's name for non-default RoPE (`{"rope_type": "yarn", ...}`), or null.
     pub rope_scaling: Option<serde_json::Value>,
+    /// Sliding-window attention (transformers 4.x Qwen configs); flashlane attends fully.
+    pub use_sliding_window: Option<bool>,
     pub partial_rotary_factor: Option<f64>,
     pub rms_norm_eps: Option<f64>,
     pub tie_word_embeddings: Option<bool>,
@@ -225,6 +227,12 @@ impl RawConfig {
                     "rope_scaling of type `{kind}` is not supported (only default RoPE); remove it from config.json to run at the native context"
                 ));
             }
+        }
+        if self.use_sliding_window == Some(true) {
+            return Err(
+                "use_sliding_window is true: sliding-window attention is not supported (set it to false to attend over the whole context)"
+                    .into(),
+            );
         }
         let rope = self.rope_parameters.unwrap_or_default();
         if let Some(kind) = rope.rope_type.as_deref() {
@@ -463,6 +471,13 @@ mod tests {
             "\"rope_scaling\":null,\"tie_word_embeddings\"",
         );
         assert!(Config::from_json(&null_scaling).is_ok());
+        let sliding = QWEN3.replace(
+            "\"tie_word_embeddings\"",
+            "\"use_sliding_window\":true,\"tie_word_embeddings\"",
+        );
+        assert!(Config::from_json(&sliding)
+            .unwrap_err()
+            .contains("use_sliding_window"));
         let no_vocab = QWEN3.replace("\"vocab_size\":300,", "");
         assert!(Config::from_json(&no_vocab)
             .unwrap_err()
