@@ -31,6 +31,10 @@ const ROW_SUPER: usize = 16;
 /// Weight rows whose tiles are computed together before the next ones (so they stay in L1).
 const COL_GROUP: usize = 4;
 
+/// How far ahead (in weight elements) the kernel asks for weight rows: 1 KiB per row stream, about
+/// what one core's memory latency times its share of the bandwidth needs in flight.
+const PREFETCH: usize = 512;
+
 /// Whether this CPU runs the fast kernel (AVX2 and FMA).
 pub fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -81,39 +85,38 @@ pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     if rows == 0 {
         return;
     }
-    let fill = |yt: &mut [f32]| {
-        yt.par_chunks_mut(COL_BLOCK * rows)
-            .enumerate()
-            .for_each(|(b, chunk)| {
-                let start = b * COL_BLOCK;
-                let cols = chunk.len() / rows;
-                let wb = &w[start * k..(start + cols) * k];
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU.
-                unsafe {
-                    avx2::block(x, k, rows, wb, cols, chunk)
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (wb, cols);
-            });
-    };
-    if rows == 1 {
-        fill(y);
-    } else {
-        // Column-major while computing (each task owns whole columns), then transposed.
-        let mut yt = vec![0.0f32; rows * out];
-        fill(&mut yt);
-        for (c, col) in yt.chunks_exact(rows).enumerate() {
-            for (r, v) in col.iter().enumerate() {
-                y[r * out + c] = *v;
-            }
-        }
+    let y = Output(y.as_mut_ptr());
+    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let start = b * COL_BLOCK;
+        let cols = COL_BLOCK.min(out - start);
+        let wb = &w[start * k..(start + cols) * k];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU; `y` holds
+        // `rows × out` floats and this task writes only its columns `start..start + cols` of them.
+        unsafe {
+            avx2::block(x, k, rows, wb, cols, y.at(start), out)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (wb, &y);
+    });
+}
+
+/// `y` shared by the tasks, each writing only its own columns (disjoint elements).
+struct Output(*mut f32);
+// SAFETY: the tasks write disjoint elements, and `matmul_bf16` holds `&mut y` until they end.
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+impl Output {
+    /// Column `c` of row 0 (a method, so closures capture the whole `Output`, which is `Sync`).
+    fn at(&self, c: usize) -> *mut f32 {
+        self.0.wrapping_add(c)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{reduce, COL_GROUP, LANES, ROW_SUPER};
+    use super::{reduce, COL_GROUP, LANES, PREFETCH, ROW_SUPER};
     use half::bf16;
     use std::arch::x86_64::*;
 
@@ -139,6 +142,13 @@ mod avx2 {
         let n = k / LANES * LANES;
         let mut j = 0;
         while j < n {
+            if j % (2 * LANES) == 0 {
+                // One 64-byte line of each weight row, PREFETCH elements ahead (a hint: never
+                // faults, so running past the end of the weights is harmless).
+                for w in ws {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(j + PREFETCH) as *const i8);
+                }
+            }
             let mut wv = [[zero; 2]; C];
             for c in 0..C {
                 wv[c][0] = widen8(ws[c].add(j));
@@ -170,26 +180,25 @@ mod avx2 {
         out
     }
 
-    /// Rows `r0..r0+R` against the weight rows `c0..c0+C` of the block, into `yt` (column-major,
-    /// `rows` per column).
+    /// Rows `r0..r0+R` against the weight rows `c0..c0+C` of the block, into `y[r * ld + c]`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn put<const R: usize, const C: usize>(
         x: &[f32],
         k: usize,
-        rows: usize,
         r0: usize,
         w: &[bf16],
         c0: usize,
-        yt: &mut [f32],
+        y: *mut f32,
+        ld: usize,
     ) {
         let xs: [*const f32; R] = std::array::from_fn(|r| x.as_ptr().add((r0 + r) * k));
         let ws: [*const bf16; C] = std::array::from_fn(|c| w.as_ptr().add((c0 + c) * k));
         let t = tile::<R, C>(xs, ws, k);
         for (r, row) in t.iter().enumerate() {
             for (c, v) in row.iter().enumerate() {
-                yt[(c0 + c) * rows + r0 + r] = *v;
+                *y.add((r0 + r) * ld + c0 + c) = *v;
             }
         }
     }
@@ -202,40 +211,50 @@ mod avx2 {
     unsafe fn rows_by_cols(
         x: &[f32],
         k: usize,
-        rows: usize,
         r0: usize,
         nr: usize,
         w: &[bf16],
         c0: usize,
         nc: usize,
-        yt: &mut [f32],
+        y: *mut f32,
+        ld: usize,
     ) {
         match (nr, nc) {
-            (1, 4) => put::<1, 4>(x, k, rows, r0, w, c0, yt),
+            (1, 4) => put::<1, 4>(x, k, r0, w, c0, y, ld),
             (2, 4) => {
-                put::<2, 2>(x, k, rows, r0, w, c0, yt);
-                put::<2, 2>(x, k, rows, r0, w, c0 + 2, yt);
+                put::<2, 2>(x, k, r0, w, c0, y, ld);
+                put::<2, 2>(x, k, r0, w, c0 + 2, y, ld);
             }
             _ => {
                 for c in c0..c0 + nc {
                     match nr {
-                        4 => put::<4, 1>(x, k, rows, r0, w, c, yt),
-                        3 => put::<3, 1>(x, k, rows, r0, w, c, yt),
-                        2 => put::<2, 1>(x, k, rows, r0, w, c, yt),
-                        _ => put::<1, 1>(x, k, rows, r0, w, c, yt),
+                        4 => put::<4, 1>(x, k, r0, w, c, y, ld),
+                        3 => put::<3, 1>(x, k, r0, w, c, y, ld),
+                        2 => put::<2, 1>(x, k, r0, w, c, y, ld),
+                        _ => put::<1, 1>(x, k, r0, w, c, y, ld),
                     }
                 }
             }
         }
     }
 
-    /// One column block: `yt[c, r]` for the block's `cols` weight rows `w` and every row of `x`.
+    /// One column block: `y[r * ld + c]` for the block's `cols` weight rows `w` (`c < cols`) and
+    /// every row `r` of `x`.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA.
+    /// The CPU must have AVX2 and FMA; `y` must be valid for writes at every `r * ld + c`, and no
+    /// one else may access those elements during the call.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block(x: &[f32], k: usize, rows: usize, w: &[bf16], cols: usize, yt: &mut [f32]) {
-        debug_assert!(x.len() == rows * k && w.len() == cols * k && yt.len() == cols * rows);
+    pub unsafe fn block(
+        x: &[f32],
+        k: usize,
+        rows: usize,
+        w: &[bf16],
+        cols: usize,
+        y: *mut f32,
+        ld: usize,
+    ) {
+        debug_assert!(x.len() == rows * k && w.len() == cols * k && cols <= ld);
         let mut s0 = 0;
         while s0 < rows {
             let s1 = (s0 + ROW_SUPER).min(rows);
@@ -245,7 +264,7 @@ mod avx2 {
                 let mut r0 = s0;
                 while r0 < s1 {
                     let nr = 4.min(s1 - r0);
-                    rows_by_cols(x, k, rows, r0, nr, w, c0, nc, yt);
+                    rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld);
                     r0 += nr;
                 }
                 c0 += nc;
