@@ -252,7 +252,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "device": "cpu",
                 "threads": threads,
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
-                "draft_tokens": drafts.tokens,
+                "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "rows": rows,
             })
         );
@@ -263,6 +263,44 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use backend_cpu::CpuModel;
+    use std::sync::Arc;
+
+    fn fixture_model() -> Arc<CpuModel> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/qwen3_bf16/model");
+        Arc::new(CpuModel::load(&dir, false).expect("fixture model loads"))
+    }
+
+    #[test]
+    fn measure_counts_every_token_after_each_streams_first_as_decode() {
+        let model = fixture_model();
+        let (streams, prompt, new) = (3, 5, 4);
+        let none = BenchDrafts {
+            mode: DraftMode::None,
+            tokens: 0,
+        };
+        let target = CpuTarget::new(model, &vec![64; streams]);
+        let row = measure(target, streams, prompt, new, none).expect("runs");
+        assert_eq!(row.streams, streams);
+        assert_eq!(row.decode_tokens, streams as u64 * (new - 1));
+        // One round prefills every prompt and draws each first token, then one per token.
+        assert_eq!(row.rounds, new);
+        assert!(row.prefill_tokens_per_s > 0.0 && row.decode_tokens_per_s > 0.0);
+    }
+
+    #[test]
+    fn measure_with_ngram_drafts_still_generates_exactly_the_new_tokens() {
+        let model = fixture_model();
+        let drafts = BenchDrafts {
+            mode: DraftMode::Ngram,
+            tokens: 3,
+        };
+        let target = CpuTarget::new(model, &[64, 64]);
+        let row = measure(target, 2, 6, 10, drafts).expect("runs");
+        assert_eq!(row.decode_tokens, 2 * 9);
+        assert!(row.rounds <= 10);
+    }
 
     #[test]
     fn prompts_are_deterministic_in_range_and_differ_per_stream() {
