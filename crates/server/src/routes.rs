@@ -6,7 +6,7 @@ use crate::generate::{chat_completions, completions};
 use crate::metrics;
 use crate::text_model::TextModel;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -127,13 +127,8 @@ async fn slots(State(app): State<AppState>) -> Response {
 }
 
 async fn not_found(request: Request) -> Response {
-    let mut error = ApiError::not_found(format!(
-        "no route for {} {}",
-        request.method(),
-        request.uri().path()
-    ));
-    error.status = StatusCode::NOT_FOUND;
-    error.into_response()
+    let path = request.uri().path();
+    ApiError::not_found(format!("no route for {} {path}", request.method())).into_response()
 }
 
 #[cfg(test)]
