@@ -14,7 +14,7 @@ mod common;
 use backend_cpu::{CpuModel, CpuTarget, StateBytes};
 use common::*;
 use lane::{
-    Counters, DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target, Window,
+    Counters, DraftMode, Engine, EngineConfig, FinishReason, Policy, Request, Target, Window,
 };
 use slots::{SessionId, MARGIN};
 use std::sync::Arc;
@@ -228,34 +228,14 @@ fn run_in(
     config.prefill_chunk = 16;
     let mut engine =
         Engine::new(CpuTarget::new(model.clone(), capacities), config).expect("engine");
-    let ids: Vec<_> = requests
-        .iter()
-        .map(|r| engine.submit(r.clone()).expect("submit"))
-        .collect();
-    let mut replies = vec![Vec::new(); ids.len()];
-    let mut finished = 0;
-    for _ in 0..10_000 {
-        for event in engine.step() {
-            let i = ids
-                .iter()
-                .position(|id| *id == event.stream())
-                .expect("known stream");
-            match event {
-                Event::Token { token, .. } => replies[i].push(token),
-                Event::Finished { reason, .. } => {
-                    assert!(
-                        matches!(reason, FinishReason::Length | FinishReason::Stop),
-                        "stream {i} ({draft:?}, K {k}): {reason:?}"
-                    );
-                    finished += 1;
-                }
-            }
-        }
-        if finished == ids.len() {
-            break;
-        }
+    let mut replies = Vec::with_capacity(requests.len());
+    for (i, (reply, reason)) in run_to_end(&mut engine, requests).into_iter().enumerate() {
+        assert!(
+            matches!(reason, FinishReason::Length | FinishReason::Stop),
+            "stream {i} ({draft:?}, K {k}): {reason:?}"
+        );
+        replies.push(reply);
     }
-    assert_eq!(finished, ids.len(), "every stream finishes");
     (replies, engine.counters())
 }
 
