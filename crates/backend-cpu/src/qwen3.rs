@@ -116,16 +116,9 @@ impl Mixer for Attention {
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::Plain);
         let mut attn = vec![0.0f32; q.len()];
         for seg in segments.iter_mut() {
-            for (i, row) in seg.rows.clone().enumerate() {
-                let pos = seg.start + i;
-                self.rope
-                    .apply(&mut q[row * heads * hd..(row + 1) * heads * hd], hd, pos);
-                self.rope.apply(
-                    &mut k[row * kv_heads * hd..(row + 1) * kv_heads * hd],
-                    hd,
-                    pos,
-                );
-            }
+            let shape = (heads, kv_heads, hd);
+            self.rope
+                .apply_rows(&mut q, &mut k, shape, seg.rows.clone(), seg.start);
             // 3. append this window's k, v to the session, then attend over all its rows
             let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
                 panic!("layer {layer} is attention but its session state is not KV rows");

@@ -523,20 +523,16 @@ impl<T: Target> Engine<T> {
     /// Decides room for every stream before the round: paused ones first, in resume order, then
     /// running ones in admission order. Each decision sees the moves applied before it.
     fn make_room(&mut self) {
-        let chunk = self.config.prefill_chunk;
-        let mut paused: Vec<_> = self
-            .live
-            .iter()
-            .filter(|s| s.state == State::Paused)
-            .map(|s| s.round_view(chunk))
-            .collect();
-        resume_order(self.table.views(), &mut paused);
         let running = self
             .live
             .iter()
             .filter(|s| s.state == State::Running)
             .map(|s| s.id);
-        let order: Vec<StreamId> = paused.iter().map(|s| s.stream).chain(running).collect();
+        let order: Vec<StreamId> = self
+            .paused_in_resume_order()
+            .into_iter()
+            .chain(running)
+            .collect();
         for id in order {
             self.place(id);
         }
@@ -544,6 +540,13 @@ impl<T: Target> Engine<T> {
 
     /// After a release: paused streams retry their moves, smallest session first.
     fn resume_paused(&mut self) {
+        for id in self.paused_in_resume_order() {
+            self.place(id);
+        }
+    }
+
+    /// Paused streams in [`resume_order`]: smallest session first, then the older stream.
+    fn paused_in_resume_order(&self) -> Vec<StreamId> {
         let chunk = self.config.prefill_chunk;
         let mut paused: Vec<_> = self
             .live
@@ -552,9 +555,7 @@ impl<T: Target> Engine<T> {
             .map(|s| s.round_view(chunk))
             .collect();
         resume_order(self.table.views(), &mut paused);
-        for view in paused {
-            self.place(view.stream);
-        }
+        paused.into_iter().map(|s| s.stream).collect()
     }
 
     /// Applies `room()` to one stream that is running or paused.

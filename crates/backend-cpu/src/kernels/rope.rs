@@ -49,6 +49,35 @@ impl Rope {
             rotate_head(head, &cos, &sin);
         }
     }
+
+    /// Rotates the queries and keys of a window's `rows` (row `rows.start + i` is at position
+    /// `start_pos + i`), computing each position's angles once for both. `q` is `[T, heads·hd]`,
+    /// `k` is `[T, kv_heads·hd]`; the arithmetic per head is [`Rope::apply`]'s.
+    pub fn apply_rows(
+        &self,
+        q: &mut [f32],
+        k: &mut [f32],
+        (heads, kv_heads, head_dim): (usize, usize, usize),
+        rows: std::ops::Range<usize>,
+        start_pos: usize,
+    ) {
+        assert!(self.rotary_dim <= head_dim, "rotary_dim exceeds head_dim");
+        let half = self.rotary_dim / 2;
+        let mut cos = vec![0.0f32; half];
+        let mut sin = vec![0.0f32; half];
+        let (q_width, k_width) = (heads * head_dim, kv_heads * head_dim);
+        for (i, row) in rows.enumerate() {
+            self.cos_sin(start_pos + i, &mut cos, &mut sin);
+            let q_row = &mut q[row * q_width..(row + 1) * q_width];
+            let k_row = &mut k[row * k_width..(row + 1) * k_width];
+            for head in q_row
+                .chunks_exact_mut(head_dim)
+                .chain(k_row.chunks_exact_mut(head_dim))
+            {
+                rotate_head(head, &cos, &sin);
+            }
+        }
+    }
 }
 
 /// `x'[d] = x[d]·cos − x[d+h]·sin`, `x'[d+h] = x[d+h]·cos + x[d]·sin` for `d < h = cos.len()`.
@@ -67,6 +96,37 @@ pub fn rotate_head(head: &mut [f32], cos: &[f32], sin: &[f32]) {
 mod tests {
     use super::*;
     use crate::kernels::testutil::Rng;
+
+    #[test]
+    fn a_windows_rows_rotate_exactly_as_one_token_at_a_time() {
+        let mut rng = Rng::fresh();
+        let (heads, kv_heads, hd, rows) = (4, 2, 16, 5);
+        let rope = Rope::new(10000.0, 8);
+        let (q, k) = (rng.vec(rows * heads * hd), rng.vec(rows * kv_heads * hd));
+        let (mut q_rows, mut k_rows) = (q.clone(), k.clone());
+        rope.apply_rows(&mut q_rows, &mut k_rows, (heads, kv_heads, hd), 1..4, 30);
+        let (mut q_one, mut k_one) = (q.clone(), k.clone());
+        for (i, row) in (1..4).enumerate() {
+            rope.apply(
+                &mut q_one[row * heads * hd..(row + 1) * heads * hd],
+                hd,
+                30 + i,
+            );
+            rope.apply(
+                &mut k_one[row * kv_heads * hd..(row + 1) * kv_heads * hd],
+                hd,
+                30 + i,
+            );
+        }
+        assert_eq!(q_rows, q_one);
+        assert_eq!(k_rows, k_one);
+        assert_ne!(q_rows, q, "rows 1..4 were rotated");
+        assert_eq!(
+            q_rows[..heads * hd],
+            q[..heads * hd],
+            "row 0 is outside the window"
+        );
+    }
 
     #[test]
     fn rope_rotates_pairs_by_position_angle_and_keeps_the_rest() {

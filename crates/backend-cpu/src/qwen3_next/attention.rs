@@ -92,16 +92,9 @@ impl GatedAttention {
         let mut attn = vec![0f32; q.len()];
         for span in spans.iter_mut() {
             // 3. Partial RoPE at each row's own position.
-            for (i, row) in span.rows.clone().enumerate() {
-                let pos = span.start + i;
-                self.rope
-                    .apply(&mut q[row * heads * hd..(row + 1) * heads * hd], hd, pos);
-                self.rope.apply(
-                    &mut k[row * kv_heads * hd..(row + 1) * kv_heads * hd],
-                    hd,
-                    pos,
-                );
-            }
+            let shape = (heads, kv_heads, hd);
+            self.rope
+                .apply_rows(&mut q, &mut k, shape, span.rows.clone(), span.start);
             // 4. Append this window's K, V; attend over the session's rows.
             let kv_span = span.rows.start * kv_heads * hd..span.rows.end * kv_heads * hd;
             span.kv.write(span.start, &k[kv_span.clone()], &v[kv_span]);
