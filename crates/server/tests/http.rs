@@ -556,21 +556,35 @@ async fn metrics_are_prometheus_text_and_show_moves() {
 
 #[tokio::test]
 async fn a_full_queue_answers_429_with_retry_after() {
-    let server = start(&[100_032], EQUAL, 1, None).await;
-    let body = json!({"prompt": "busy", "max_tokens": 50_000, "stream": true}).to_string();
+    // A reply far longer than the test, read as it comes, so it holds the only session
+    // throughout (a client that stops reading would be cancelled for falling behind).
+    let server = start(&[1_000_032], EQUAL, 1, None).await;
+    let body = json!({"prompt": "busy", "max_tokens": 1_000_000, "stream": true}).to_string();
     let raw = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
+    let reader = |raw: String| {
+        let addr = server.addr;
+        tokio::spawn(async move {
+            let mut socket = TcpStream::connect(addr).await.unwrap();
+            socket.write_all(raw.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        })
+    };
     // One stream runs, one waits in the queue; the third finds the queue full.
-    let mut running = TcpStream::connect(server.addr).await.unwrap();
-    running.write_all(raw.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 1024];
-    let n = running.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
-    let mut waiting = TcpStream::connect(server.addr).await.unwrap();
-    waiting.write_all(raw.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let running = reader(raw.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while slots(server.addr).await["sessions"][0]["state"] == "free" {
+        assert!(Instant::now() < deadline, "the first request never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiting = reader(raw);
+    while slots(server.addr).await["queue_depth"] != 1 {
+        assert!(Instant::now() < deadline, "the second request never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let third = post(
         server.addr,
         "/v1/completions",
@@ -582,8 +596,8 @@ async fn a_full_queue_answers_429_with_retry_after() {
         .headers
         .to_ascii_lowercase()
         .contains("retry-after: 1"));
-    drop(running);
-    drop(waiting);
+    running.abort();
+    waiting.abort();
     wait_all_free(server.addr).await;
 }
 
