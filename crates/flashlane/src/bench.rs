@@ -2,9 +2,12 @@
 //! `lane::Engine` directly (no HTTP), for comparing with llama.cpp's `llama-bench` and
 //! `llama-batched-bench` on the same weights (`bench/cpu_vs_llamacpp.sh`).
 //!
-//! For each stream count N: a fresh target with N sessions, N requests of `--prompt-tokens`
-//! deterministic pseudo-random ids (different per stream) submitted at once, each asking for
-//! `--new-tokens` tokens with no stop token; then rounds until every stream ends.
+//! For each stream count N: a fresh target with N sessions, N requests submitted at once, each
+//! asking for `--new-tokens` tokens with no stop token; then rounds until every stream ends. The
+//! prompts come from `--task`: `random` is `--prompt-tokens` deterministic pseudo-random ids
+//! (different per stream: the shape llama.cpp's benches use), `counting` and `code` are chat
+//! requests through the model's template (to count, to complete a Python function), where the
+//! speculative drafts of `--draft` have something to predict.
 //! - **prefill**: from the first round until every stream has its first token (the prompt rounds,
 //!   which also draw each stream's first token): `N × prompt / time`.
 //! - **decode**: from the moment the batch's first tokens are out to the end: the tokens generated
@@ -14,13 +17,14 @@
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
 use crate::logits::load_model;
-use crate::serve::{DraftArg, DEFAULT_DRAFT_TOKENS};
+use crate::serve::{DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::CpuTarget;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use lane::{DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target};
-use std::path::PathBuf;
+use model::{ChatMessage, ChatTemplate, Tokenizer};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Prompt and reply of the untimed warm-up run that faults the mapped weights into memory and
@@ -28,15 +32,44 @@ use std::time::{Duration, Instant};
 const WARMUP_PROMPT_TOKENS: usize = 8;
 const WARMUP_NEW_TOKENS: u64 = 4;
 
+/// Where the streams' prompts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchTask {
+    /// `--prompt-tokens` pseudo-random ids per stream (llama.cpp's bench shape)
+    Random,
+    /// "Count from A to 1000." through the chat template (A differs per stream)
+    Counting,
+    /// "Complete this Python function: def NAME(...):" through the chat template
+    Code,
+}
+
+/// The functions the `code` task asks to complete, one per stream in turn.
+const CODE_HEADERS: [&str; 8] = [
+    "def fibonacci(n):",
+    "def parse_args(argv):",
+    "def read_config(path):",
+    "def merge_dicts(a, b):",
+    "def flatten(items):",
+    "def is_prime(n):",
+    "def word_count(text):",
+    "def binary_search(items, target):",
+];
+
+/// Where the `counting` task's streams start: stream `s` counts from `1 + s * COUNT_START_STEP`.
+const COUNT_START_STEP: usize = 100;
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Model directory (config.json, *.safetensors)
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Concurrent stream counts to measure, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
     pub streams: Vec<usize>,
-    /// Prompt length of every stream, in tokens
+    /// Where the prompts come from
+    #[arg(long, value_enum, default_value_t = BenchTask::Random)]
+    pub task: BenchTask,
+    /// Prompt length of every stream, in tokens (with --task random)
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
     /// Tokens every stream generates (no stop token ends it earlier)
@@ -57,6 +90,7 @@ pub struct BenchArgs {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BenchRow {
     pub streams: usize,
+    /// Prompt tokens of all streams together.
     pub prompt_tokens: usize,
     pub new_tokens: u64,
     pub prefill_s: f64,
@@ -67,6 +101,10 @@ pub struct BenchRow {
     /// Aggregate over the streams.
     pub decode_tokens_per_s: f64,
     pub rounds: u64,
+    pub draft_proposed: u64,
+    pub draft_accepted: u64,
+    /// Accepted over proposed drafts (`None` without drafts).
+    pub acceptance: Option<f64>,
 }
 
 /// How the engine drafts during a run.
@@ -91,16 +129,60 @@ pub fn prompt_ids(stream: usize, n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Runs `streams` concurrent greedy streams on `target` (which must have at least `streams`
-/// sessions able to hold a reply) and measures them. Generic over the backend.
-pub fn measure<T: Target>(
-    target: T,
+/// The prompts of `task` for `streams` streams: token ids, one prompt per stream.
+pub fn task_prompts(
+    task: BenchTask,
     streams: usize,
     prompt_tokens: usize,
+    vocab: usize,
+    dir: &Path,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    if task == BenchTask::Random {
+        return Ok((0..streams)
+            .map(|s| prompt_ids(s, prompt_tokens, vocab))
+            .collect());
+    }
+    let tokenizer = Tokenizer::from_dir(dir)?;
+    let template = ChatTemplate::from_dir(dir)?.ok_or_else(|| {
+        anyhow!("--task {task:?} needs a chat template (tokenizer_config.json); use --task random")
+    })?;
+    (0..streams)
+        .map(|s| {
+            let content = match task {
+                BenchTask::Counting => {
+                    format!("Count from {} to 1000.", 1 + s * COUNT_START_STEP)
+                }
+                _ => format!(
+                    "Complete this Python function:\n{}",
+                    CODE_HEADERS[s % CODE_HEADERS.len()]
+                ),
+            };
+            let text = template.render(
+                &[ChatMessage {
+                    role: "user".into(),
+                    content,
+                }],
+                true,
+            )?;
+            let ids = tokenizer.encode(&text)?;
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                anyhow::bail!("the tokenizer gave id {bad}, outside the model's vocabulary");
+            }
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// Runs one concurrent greedy stream per prompt on `target` (which must have a session able to
+/// hold each prompt and its reply) and measures them. Generic over the backend.
+pub fn measure<T: Target>(
+    target: T,
+    prompts: &[Vec<u32>],
     new_tokens: u64,
     drafts: BenchDrafts,
 ) -> anyhow::Result<BenchRow> {
-    let vocab = target.vocab_size();
+    let streams = prompts.len();
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let mut config = EngineConfig::new(Policy::FirstFree);
     config.draft = drafts.mode;
     config.draft_tokens = if drafts.mode == DraftMode::None {
@@ -109,12 +191,9 @@ pub fn measure<T: Target>(
         drafts.tokens
     };
     let mut engine = Engine::new(target, config)?;
-    for s in 0..streams {
+    for (s, prompt) in prompts.iter().enumerate() {
         engine
-            .submit(Request::new(
-                prompt_ids(s, prompt_tokens, vocab),
-                new_tokens,
-            ))
+            .submit(Request::new(prompt.clone(), new_tokens))
             .map_err(|e| anyhow!("stream {s}: {e}"))?;
     }
     let mut first_token = vec![false; streams];
@@ -122,6 +201,7 @@ pub fn measure<T: Target>(
     let mut generated = 0u64;
     let mut finished = 0usize;
     let mut rounds = 0u64;
+    let round_limit = prompt_tokens as u64 + (new_tokens + 1) * streams as u64 + 16;
     let start = Instant::now();
     let mut prefill_done: Option<Instant> = None;
     while finished < streams {
@@ -148,7 +228,7 @@ pub fn measure<T: Target>(
         if prefill_done.is_none() && with_first == streams {
             prefill_done = Some(Instant::now());
         }
-        if rounds > (prompt_tokens as u64 + new_tokens + 1) * streams as u64 + 16 {
+        if rounds > round_limit {
             anyhow::bail!("the engine made no progress after {rounds} rounds");
         }
     }
@@ -157,16 +237,21 @@ pub fn measure<T: Target>(
     let prefill = prefill_done - start;
     let decode = end - prefill_done;
     let decode_tokens = generated - streams as u64;
+    let counters = engine.counters();
     Ok(BenchRow {
         streams,
         prompt_tokens,
         new_tokens,
         prefill_s: prefill.as_secs_f64(),
-        prefill_tokens_per_s: rate((streams * prompt_tokens) as u64, prefill),
+        prefill_tokens_per_s: rate(prompt_tokens as u64, prefill),
         decode_s: decode.as_secs_f64(),
         decode_tokens,
         decode_tokens_per_s: rate(decode_tokens, decode),
         rounds,
+        draft_proposed: counters.draft_proposed,
+        draft_accepted: counters.draft_accepted,
+        acceptance: (counters.draft_proposed > 0)
+            .then(|| counters.draft_accepted as f64 / counters.draft_proposed as f64),
     })
 }
 
@@ -198,49 +283,47 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         },
         tokens: args.draft_tokens,
     };
-    let model = load_model(&args.model)?;
-    let capacity = args.prompt_tokens as u64 + args.new_tokens + slots::MARGIN;
+    let dir = args.model.dir()?;
+    let model = load_model(&dir)?;
+    if drafts.mode == DraftMode::Mtp && !model.has_mtp() {
+        return Err(Failure::bad_input(anyhow!(
+            "--draft mtp: {} has no MTP head (mtp.* tensors)",
+            dir.display()
+        )));
+    }
+    let vocab = model.vocab_size();
+    let most_streams = args.streams.iter().copied().max().unwrap_or(1);
+    let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if !args.json {
         eprintln!(
-            "flashlane bench: {} on the CPU ({threads} threads), prompt {} tokens, {} new tokens, drafts {:?}",
-            args.model.display(),
-            args.prompt_tokens,
+            "flashlane bench: {} on the CPU ({threads} threads), task {:?}, {} new tokens, drafts {:?}",
+            dir.display(),
+            args.task,
             args.new_tokens,
             drafts.mode
         );
     }
     // Untimed warm-up.
-    let warm = CpuTarget::new(model.clone(), &[capacity]);
-    measure(warm, 1, WARMUP_PROMPT_TOKENS, WARMUP_NEW_TOKENS, drafts)?;
+    let warm_prompt = prompt_ids(0, WARMUP_PROMPT_TOKENS, vocab);
+    let warm_capacity = WARMUP_PROMPT_TOKENS as u64 + WARMUP_NEW_TOKENS + slots::MARGIN;
+    let warm = CpuTarget::new(model.clone(), &[warm_capacity]);
+    measure(warm, &[warm_prompt], WARMUP_NEW_TOKENS, drafts)?;
 
     let mut rows = Vec::with_capacity(args.streams.len());
     if !args.json {
-        println!(
-            "{:>7}  {:>6}  {:>6}  {:>14}  {:>18}  {:>16}  {:>7}",
-            "streams",
-            "prompt",
-            "new",
-            "prefill tok/s",
-            "decode tok/s (all)",
-            "per stream tok/s",
-            "rounds"
-        );
+        print_header();
     }
     for &n in &args.streams {
-        let target = CpuTarget::new(model.clone(), &vec![capacity; n]);
-        let row = measure(target, n, args.prompt_tokens, args.new_tokens, drafts)?;
+        let prompts = &prompts[..n];
+        let capacities: Vec<u64> = prompts
+            .iter()
+            .map(|p| p.len() as u64 + args.new_tokens + slots::MARGIN)
+            .collect();
+        let target = CpuTarget::new(model.clone(), &capacities);
+        let row = measure(target, prompts, args.new_tokens, drafts)?;
         if !args.json {
-            println!(
-                "{:>7}  {:>6}  {:>6}  {:>14.1}  {:>18.2}  {:>16.2}  {:>7}",
-                row.streams,
-                row.prompt_tokens,
-                row.new_tokens,
-                row.prefill_tokens_per_s,
-                row.decode_tokens_per_s,
-                row.decode_tokens_per_s / n as f64,
-                row.rounds
-            );
+            print_row(&row);
         }
         rows.push(row);
     }
@@ -248,9 +331,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         println!(
             "{}",
             serde_json::json!({
-                "model": args.model.display().to_string(),
+                "model": dir.display().to_string(),
                 "device": "cpu",
                 "threads": threads,
+                "task": args.task,
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "rows": rows,
@@ -258,6 +342,37 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+fn print_header() {
+    println!(
+        "{:>7}  {:>6}  {:>6}  {:>14}  {:>18}  {:>16}  {:>7}  {:>10}",
+        "streams",
+        "prompt",
+        "new",
+        "prefill tok/s",
+        "decode tok/s (all)",
+        "per stream tok/s",
+        "rounds",
+        "acceptance"
+    );
+}
+
+fn print_row(row: &BenchRow) {
+    let acceptance = row
+        .acceptance
+        .map_or_else(|| "-".to_string(), |a| format!("{:.1} %", 100.0 * a));
+    println!(
+        "{:>7}  {:>6}  {:>6}  {:>14.1}  {:>18.2}  {:>16.2}  {:>7}  {:>10}",
+        row.streams,
+        row.prompt_tokens,
+        row.new_tokens,
+        row.prefill_tokens_per_s,
+        row.decode_tokens_per_s,
+        row.decode_tokens_per_s / row.streams as f64,
+        row.rounds,
+        acceptance
+    );
 }
 
 #[cfg(test)]
@@ -281,8 +396,11 @@ mod tests {
             tokens: 0,
         };
         let target = CpuTarget::new(model, &vec![64; streams]);
-        let row = measure(target, streams, prompt, new, none).expect("runs");
+        let prompts: Vec<Vec<u32>> = (0..streams).map(|s| prompt_ids(s, prompt, 100)).collect();
+        let row = measure(target, &prompts, new, none).expect("runs");
         assert_eq!(row.streams, streams);
+        assert_eq!(row.prompt_tokens, streams * prompt);
+        assert_eq!((row.draft_proposed, row.acceptance), (0, None));
         assert_eq!(row.decode_tokens, streams as u64 * (new - 1));
         // One round prefills every prompt and draws each first token, then one per token.
         assert_eq!(row.rounds, new);
@@ -297,9 +415,47 @@ mod tests {
             tokens: 3,
         };
         let target = CpuTarget::new(model, &[64, 64]);
-        let row = measure(target, 2, 6, 10, drafts).expect("runs");
+        let prompts = [prompt_ids(0, 6, 100), prompt_ids(1, 6, 100)];
+        let row = measure(target, &prompts, 10, drafts).expect("runs");
         assert_eq!(row.decode_tokens, 2 * 9);
         assert!(row.rounds <= 10);
+    }
+
+    #[test]
+    fn mtp_drafts_on_the_counting_task_are_mostly_accepted_and_save_rounds() {
+        let dir = crate::serve::default_model_dir().expect("the embedded model");
+        let model = Arc::new(CpuModel::load(&dir, false).expect("loads"));
+        let prompts = task_prompts(BenchTask::Counting, 1, 0, model.vocab_size(), &dir)
+            .expect("counting prompt");
+        let new = 24;
+        let capacity = prompts[0].len() as u64 + new + slots::MARGIN;
+        let drafts = BenchDrafts {
+            mode: DraftMode::Mtp,
+            tokens: 1,
+        };
+        let target = CpuTarget::new(model, &[capacity]);
+        let row = measure(target, &prompts, new, drafts).expect("runs");
+        assert_eq!(row.decode_tokens, new - 1);
+        let acceptance = row.acceptance.expect("drafts were proposed");
+        assert!(acceptance > 0.8, "acceptance {acceptance} on counting");
+        assert!(row.rounds < new * 3 / 4, "{} rounds for {new} tokens", row.rounds);
+    }
+
+    #[test]
+    fn task_prompts_ask_each_stream_something_different_through_the_chat_template() {
+        let dir = crate::serve::default_model_dir().expect("the embedded model");
+        let tokenizer = Tokenizer::from_dir(&dir).expect("tokenizer");
+        for (task, first) in [
+            (BenchTask::Counting, "Count from 1 to 1000."),
+            (BenchTask::Code, "def fibonacci(n):"),
+        ] {
+            let prompts = task_prompts(task, 3, 0, 8192, &dir).expect("prompts");
+            assert_eq!(prompts.len(), 3);
+            let text = tokenizer.decode(&prompts[0]).expect("decode");
+            assert!(text.contains(first), "{task:?}: {text:?}");
+            assert_ne!(prompts[0], prompts[1], "{task:?}");
+            assert_ne!(prompts[1], prompts[2], "{task:?}");
+        }
     }
 
     #[test]

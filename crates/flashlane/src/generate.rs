@@ -9,13 +9,13 @@ use clap::Args;
 use lane::sampling::{sample, Rng};
 use lane::{SamplingParams, SessionId, Target, Window};
 use model::{ChatMessage, ChatTemplate, Tokenizer};
-use std::path::{Path, PathBuf};
+use crate::serve::ModelArgs;
+use std::path::Path;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Model directory (config.json, *.safetensors, tokenizer.json)
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Prompt text (tokenized with the model's tokenizer.json)
     #[arg(long, conflicts_with = "ids", required_unless_present = "ids")]
     pub prompt: Option<String>,
@@ -66,9 +66,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             args.temperature
         )));
     }
-    let tokenizer_path = args.model.join("tokenizer.json");
+    let dir = args.model.dir()?;
+    let tokenizer_path = dir.join("tokenizer.json");
     let tokenizer = if tokenizer_path.exists() || args.prompt.is_some() {
-        Some(Tokenizer::from_dir(&args.model).map_err(|e| Failure::from(anyhow!(e)))?)
+        Some(Tokenizer::from_dir(&dir).map_err(|e| Failure::from(anyhow!(e)))?)
     } else {
         None
     };
@@ -76,7 +77,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         (Some(ids), _, _) => parse_ids(ids)?,
         (None, Some(text), Some(tok)) => {
             let text = if args.chat {
-                let template = ChatTemplate::from_dir(&args.model)
+                let template = ChatTemplate::from_dir(&dir)
                     .map_err(|e| Failure::from(anyhow!(e)))?
                     .ok_or_else(|| {
                         Failure::bad_input(anyhow!("--chat: the model has no chat template"))
@@ -98,7 +99,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     if prompt.is_empty() {
         return Err(Failure::bad_input(anyhow!("the prompt has no tokens")));
     }
-    let model = load_model(&args.model)?;
+    let model = load_model(&dir)?;
     if let Some(bad) = prompt.iter().find(|&&t| t as usize >= model.vocab_size()) {
         return Err(Failure::bad_input(anyhow!(
             "token id {bad} is outside the vocabulary of {}",
@@ -108,7 +109,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let eos = if args.ignore_eos {
         Vec::new()
     } else {
-        eos_ids(&args.model, &model.config.eos_token_ids)
+        eos_ids(&dir, &model.config.eos_token_ids)
     };
     let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
     let mut target = CpuTarget::new(model, &[capacity as u64]);

@@ -6,14 +6,13 @@ use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget};
 use clap::Args;
 use lane::{SessionId, Target, Window};
-use std::path::PathBuf;
+use crate::serve::ModelArgs;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
-    /// Model directory (config.json, *.safetensors)
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Input token ids, comma-separated, e.g. `3,17,42`
     #[arg(long)]
     pub ids: String,
@@ -52,7 +51,8 @@ pub fn load_model(dir: &std::path::Path) -> Result<Arc<CpuModel>, Failure> {
 
 pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
     let ids = parse_ids(&args.ids)?;
-    let model = load_model(&args.model)?;
+    let dir = args.model.dir()?;
+    let model = load_model(&dir)?;
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= model.vocab_size()) {
         return Err(Failure::bad_input(anyhow!(
             "--ids: token id {bad} is outside the model's vocabulary of {}",

@@ -153,3 +153,20 @@ fn plan_with_a_model_defaults_to_its_maximum_context_and_refuses_more() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("more than the model addresses"), "{stderr}");
 }
+
+#[test]
+fn generate_without_a_model_uses_the_embedded_default_model() {
+    let (code, stdout, stderr) = flashlane(&[
+        "generate",
+        "--prompt",
+        "Count from 1 to 1000.",
+        "--chat",
+        "--max-tokens",
+        "12",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let text = value["text"].as_str().unwrap();
+    assert!(text.starts_with("1\n2\n3\n4\n5"), "{text:?}");
+}
