@@ -438,7 +438,11 @@ mod tests {
         assert_eq!(row.decode_tokens, new - 1);
         let acceptance = row.acceptance.expect("drafts were proposed");
         assert!(acceptance > 0.8, "acceptance {acceptance} on counting");
-        assert!(row.rounds < new * 3 / 4, "{} rounds for {new} tokens", row.rounds);
+        assert!(
+            row.rounds < new * 3 / 4,
+            "{} rounds for {new} tokens",
+            row.rounds
+        );
     }
 
     #[test]

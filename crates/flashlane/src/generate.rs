@@ -2,6 +2,7 @@
 //! checking against reference implementations.
 
 use crate::logits::{load_model, parse_ids};
+use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::CpuTarget;
@@ -9,7 +10,6 @@ use clap::Args;
 use lane::sampling::{sample, Rng};
 use lane::{SamplingParams, SessionId, Target, Window};
 use model::{ChatMessage, ChatTemplate, Tokenizer};
-use crate::serve::ModelArgs;
 use std::path::Path;
 
 #[derive(Args, Debug)]

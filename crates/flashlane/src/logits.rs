@@ -1,12 +1,12 @@
 //! `flashlane logits`: the logits of every position of one full forward, for checking against
 //! reference implementations.
 
+use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget};
 use clap::Args;
 use lane::{SessionId, Target, Window};
-use crate::serve::ModelArgs;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
