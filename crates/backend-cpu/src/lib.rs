@@ -23,6 +23,6 @@ pub mod qwen3_next;
 pub mod state;
 pub mod target;
 
-pub use crate::model::{plan_bytes, CpuModel};
-pub use state::{SessionState, StateBytes};
+pub use crate::model::{CpuModel, ModelCosts};
+pub use state::{SessionState, StateBytes, NO_ROLLBACK};
 pub use target::CpuTarget;

@@ -8,8 +8,8 @@ use crate::kernels::matmul::matmul;
 use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, DenseMlp};
+use crate::qwen3_next;
 use crate::state::{SessionState, StateBytes};
-use crate::{qwen3_next, state};
 use model::{Arch, Config, LayerKind, LoadError, Tensor, TensorData, Weights};
 use std::path::Path;
 
@@ -117,14 +117,16 @@ impl CpuModel {
         self.mtp.is_some()
     }
 
-    /// Bytes one session costs (for the plan).
-    pub fn state_bytes(&self) -> StateBytes {
-        StateBytes::of(&self.config, self.has_mtp())
+    /// Bytes one session costs (for the plan), for sessions that roll back windows of up to
+    /// `rollback_window` tokens (`1 + drafts per window`).
+    pub fn state_bytes(&self, rollback_window: usize) -> StateBytes {
+        StateBytes::of(&self.config, self.has_mtp(), rollback_window)
     }
 
-    /// A fresh session of `capacity` positions.
-    pub fn new_session(&self, capacity: usize) -> SessionState {
-        SessionState::new(&self.config, capacity, self.has_mtp())
+    /// A fresh session of `capacity` positions that rolls back windows of up to
+    /// `rollback_window` tokens.
+    pub fn new_session(&self, capacity: usize, rollback_window: usize) -> SessionState {
+        SessionState::new(&self.config, capacity, self.has_mtp(), rollback_window)
     }
 
     /// Embedding rows of `tokens`, `[T, hidden]` f32.
@@ -194,14 +196,27 @@ fn add_in_place(x: &mut [f32], delta: &[f32]) {
     }
 }
 
-/// What `flashlane plan --model DIR` needs without building the graph: the session costs from
-/// `config.json` and the weight bytes from the safetensors headers.
-pub fn plan_bytes(dir: &Path) -> Result<(StateBytes, u64), LoadError> {
-    let config = Config::from_dir(dir)?;
-    let weights = Weights::open(dir)?;
-    let with_mtp = weights.contains(MTP_MARKER);
-    Ok((
-        state::StateBytes::of(&config, with_mtp),
-        weights.total_bytes(),
-    ))
+/// What planning sessions for a model directory needs, without building the graph: its config,
+/// whether it has an MTP head, and its weight bytes (from the safetensors headers).
+pub struct ModelCosts {
+    pub config: Config,
+    pub with_mtp: bool,
+    pub weight_bytes: u64,
+}
+
+impl ModelCosts {
+    pub fn read(dir: &Path) -> Result<ModelCosts, LoadError> {
+        let config = Config::from_dir(dir)?;
+        let weights = Weights::open(dir)?;
+        Ok(ModelCosts {
+            with_mtp: weights.contains(MTP_MARKER),
+            weight_bytes: weights.total_bytes(),
+            config,
+        })
+    }
+
+    /// Session costs for sessions that roll back windows of up to `rollback_window` tokens.
+    pub fn state_bytes(&self, rollback_window: usize) -> StateBytes {
+        StateBytes::of(&self.config, self.with_mtp, rollback_window)
+    }
 }

@@ -59,6 +59,9 @@ pub struct LinearState {
     pub recurrent: Vec<f32>,
     /// States as of earlier positions of the current window, for [`SessionState::truncate`].
     pub snapshots: Vec<LinearSnapshot>,
+    /// Most snapshots a window keeps: positions inside the longest window that may be rolled
+    /// back (`rollback_window − 1`); 0 when nothing drafts.
+    pub snapshot_slots: usize,
 }
 
 /// `conv` and `recurrent` as they were after `pos` positions.
@@ -70,7 +73,7 @@ pub struct LinearSnapshot {
 }
 
 impl LinearState {
-    pub fn new(config: &model::LinearAttentionConfig) -> LinearState {
+    pub fn new(config: &model::LinearAttentionConfig, snapshot_slots: usize) -> LinearState {
         LinearState {
             conv: vec![0.0; (config.conv_kernel - 1) * config.conv_channels()],
             recurrent: vec![
@@ -79,7 +82,8 @@ impl LinearState {
             ],
             // A window keeps at most this many (see `qwen3_next::deltanet`); reserved once so
             // the list never regrows past what the plan counts.
-            snapshots: Vec::with_capacity(MAX_ROLLBACK_WINDOW),
+            snapshots: Vec::with_capacity(snapshot_slots),
+            snapshot_slots,
         }
     }
 
@@ -145,20 +149,32 @@ pub struct SessionState {
 pub struct StateBytes {
     /// Per position: KV rows of every full-attention layer (and of the MTP head's layer).
     pub per_token: u64,
-    /// Whatever the capacity: per linear layer its conv tail and recurrent state plus
-    /// [`LINEAR_SNAPSHOTS`] snapshots of both for rollback; the MTP head's hidden rows.
+    /// Whatever the capacity: per linear layer its conv tail and recurrent state plus one
+    /// snapshot of both per position inside the rollback window; the MTP head's hidden rows.
     pub fixed: u64,
 }
 
-/// Snapshots of linear state a layer holds at its peak, counted in [`StateBytes::fixed`]: one
-/// per token of a window of up to [`MAX_ROLLBACK_WINDOW`] tokens (a draft window, or a short
-/// prompt chunk), kept until the next window.
-pub const LINEAR_SNAPSHOTS: u64 = MAX_ROLLBACK_WINDOW as u64;
+/// The rollback window of sessions whose windows are never rolled back (no drafts): their linear
+/// layers keep no snapshots.
+pub const NO_ROLLBACK: usize = 1;
 
 const F32: u64 = 4;
 
+/// Checks a rollback window (`1 + drafts per window`) and gives the snapshots a linear layer keeps
+/// for it.
+fn snapshot_slots(rollback_window: usize) -> usize {
+    assert!(
+        (NO_ROLLBACK..=MAX_ROLLBACK_WINDOW).contains(&rollback_window),
+        "rollback window {rollback_window} outside 1..={MAX_ROLLBACK_WINDOW}"
+    );
+    rollback_window - 1
+}
+
 impl StateBytes {
-    pub fn of(config: &Config, with_mtp: bool) -> StateBytes {
+    /// Session costs of `config` for sessions that roll back windows of up to `rollback_window`
+    /// tokens (`1 + drafts per window`; [`NO_ROLLBACK`] without drafts).
+    pub fn of(config: &Config, with_mtp: bool, rollback_window: usize) -> StateBytes {
+        let snapshots = snapshot_slots(rollback_window) as u64;
         let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
         // The head is one decoder layer (`mtp.layers.0`), whatever the config declares.
         let mtp_layers = u64::from(with_mtp);
@@ -170,7 +186,7 @@ impl StateBytes {
         });
         let snapshot_entry = std::mem::size_of::<LinearSnapshot>() as u64;
         let fixed = config.num_linear_layers() as u64
-            * (linear * (1 + LINEAR_SNAPSHOTS) + snapshot_entry * LINEAR_SNAPSHOTS)
+            * (linear * (1 + snapshots) + snapshot_entry * snapshots)
             + mtp_layers * (MTP_HIDDEN_ROWS * config.hidden_size) as u64 * F32;
         StateBytes { per_token, fixed }
     }
@@ -182,8 +198,15 @@ impl StateBytes {
 }
 
 impl SessionState {
-    /// All buffers of a session of `capacity` positions for `config`.
-    pub fn new(config: &Config, capacity: usize, with_mtp: bool) -> SessionState {
+    /// All buffers of a session of `capacity` positions for `config`, able to roll back windows
+    /// of up to `rollback_window` tokens.
+    pub fn new(
+        config: &Config,
+        capacity: usize,
+        with_mtp: bool,
+        rollback_window: usize,
+    ) -> SessionState {
+        let slots = snapshot_slots(rollback_window);
         let row = config.num_kv_heads * config.head_dim;
         let layers = config
             .layer_types
@@ -195,6 +218,7 @@ impl SessionState {
                         .linear
                         .as_ref()
                         .expect("a linear layer implies a linear config"),
+                    slots,
                 )),
             })
             .collect();

@@ -8,7 +8,7 @@
 
 use crate::layers::Segment;
 use crate::model::CpuModel;
-use crate::qwen3_next::MtpWindow;
+use crate::qwen3_next::{MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
 use lane::{Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
@@ -18,16 +18,35 @@ use std::sync::Arc;
 pub struct CpuTarget {
     model: Arc<CpuModel>,
     sessions: Vec<SessionState>,
+    /// Longest window with drafts this target verifies (its sessions can roll it back).
+    rollback_window: usize,
 }
 
 impl CpuTarget {
-    /// Allocates one session per capacity (index `i` is `SessionId(i)`).
+    /// Allocates one session per capacity (index `i` is `SessionId(i)`), able to roll back any
+    /// window the engine verifies (up to [`MAX_ROLLBACK_WINDOW`] tokens).
     pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
+        CpuTarget::with_rollback_window(model, capacities, MAX_ROLLBACK_WINDOW)
+    }
+
+    /// Allocates one session per capacity, able to roll back windows of up to `rollback_window`
+    /// tokens: `1 + drafts per window` of the engine it serves ([`crate::NO_ROLLBACK`] when
+    /// nothing drafts). Each position of it costs every linear layer a copy of its state, so a
+    /// server sizes it to its drafts rather than to the widest window there could be.
+    pub fn with_rollback_window(
+        model: Arc<CpuModel>,
+        capacities: &[u64],
+        rollback_window: usize,
+    ) -> CpuTarget {
         let sessions = capacities
             .iter()
-            .map(|&c| model.new_session(c as usize))
+            .map(|&c| model.new_session(c as usize, rollback_window))
             .collect();
-        CpuTarget { model, sessions }
+        CpuTarget {
+            model,
+            sessions,
+            rollback_window,
+        }
     }
 
     pub fn model(&self) -> &CpuModel {
@@ -180,9 +199,12 @@ impl Target for CpuTarget {
             .sessions
             .get_mut(session.0)
             .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        state
-            .truncate(len as usize)
-            .map_err(|e| TargetError::Invalid(format!("{session}: {e}")))
+        state.truncate(len as usize).map_err(|e| {
+            TargetError::Invalid(format!(
+                "{session}: {e} (this target's sessions roll back windows of at most {} tokens)",
+                self.rollback_window
+            ))
+        })
     }
 
     fn has_drafter(&self) -> bool {

@@ -338,9 +338,10 @@ fn greedy_replies_alone_with_mtp_drafts_equal_plain_replies() {
 }
 
 /// The plan's bytes for a session (`StateBytes`) are never less than what the session's
-/// buffers hold, through its peak (a window of `MAX_ROLLBACK_WINDOW` tokens: a snapshot of every
-/// linear layer per token, and the MTP head's hidden rows), rollbacks, drafts and a move; at
-/// the peak they are exactly what it holds.
+/// buffers hold, through its peak (a window as wide as the sessions roll back: a snapshot of
+/// every linear layer per position inside it, and the MTP head's hidden rows), rollbacks, drafts
+/// and a move; at the peak they are exactly what it holds. For the widest window the engine
+/// verifies and for the default drafts' (1 + 2).
 #[test]
 fn planned_session_bytes_cover_what_a_session_allocates() {
     use backend_cpu::qwen3_next::MAX_ROLLBACK_WINDOW;
@@ -349,54 +350,98 @@ fn planned_session_bytes_cover_what_a_session_allocates() {
         "qwen3_next_f32_fused_dense_mlp",
         "qwen3_f32_untied",
     ] {
-        let model = load(name);
-        let bytes: StateBytes = model.state_bytes();
-        let caps = [96u64, 160];
-        let mut target = CpuTarget::new(model.clone(), &caps);
-        let check = |target: &CpuTarget, what: &str| {
-            for (i, &cap) in caps.iter().enumerate() {
-                let held = target.session_state(SessionId(i)).allocated_bytes();
-                let planned = bytes.session(cap);
-                assert!(
-                    held <= planned,
-                    "{name} {what}: session {i} holds {held} bytes, the plan counts {planned}"
-                );
-            }
-        };
-        check(&target, "fresh");
-        let tokens: Vec<u32> = (0..90u32).map(|i| (i * 37 + 5) % 256).collect();
-        // A long prompt chunk (no snapshots), then the widest window the engine verifies.
-        target.forward(&[window(0, 0, &tokens[..40], 1)]).unwrap();
-        check(&target, "after a long chunk");
-        let w = MAX_ROLLBACK_WINDOW;
-        target
-            .forward(&[window(0, 40, &tokens[40..40 + w], w)])
-            .unwrap();
-        check(&target, "after the widest window");
-        let peak = target.session_state(SessionId(0)).allocated_bytes();
-        assert_eq!(
-            peak,
-            bytes.session(caps[0]),
-            "{name}: at its peak a session holds exactly what the plan counts"
-        );
-        target.truncate(SessionId(0), 45).unwrap();
-        check(&target, "after a rollback");
-        if target.has_drafter() {
-            target.draft(SessionId(0), tokens[45], 4).unwrap();
-            check(&target, "after drafting");
+        for w in [MAX_ROLLBACK_WINDOW, 3] {
+            let model = load(name);
+            planned_bytes_cover_a_session_through_its_peak(name, model, w);
         }
-        target
-            .forward(&[window(0, 45, &tokens[45..48], 3)])
-            .unwrap();
-        target.move_state(SessionId(0), SessionId(1)).unwrap();
-        check(&target, "after a move");
-        target
-            .forward(&[window(1, 48, &tokens[48..48 + w], w)])
-            .unwrap();
-        check(&target, "after the widest window in the larger session");
-        target.release(SessionId(1));
-        check(&target, "released");
     }
+}
+
+fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuModel>, w: usize) {
+    let bytes: StateBytes = model.state_bytes(w);
+    let caps = [96u64, 160];
+    let mut target = CpuTarget::with_rollback_window(model.clone(), &caps, w);
+    let check = |target: &CpuTarget, what: &str| {
+        for (i, &cap) in caps.iter().enumerate() {
+            let held = target.session_state(SessionId(i)).allocated_bytes();
+            let planned = bytes.session(cap);
+            assert!(
+                held <= planned,
+                "{name} window {w} {what}: session {i} holds {held} bytes, the plan counts {planned}"
+            );
+        }
+    };
+    check(&target, "fresh");
+    let tokens: Vec<u32> = (0..120u32).map(|i| (i * 37 + 5) % 256).collect();
+    // A long prompt chunk (no snapshots), then the widest window the sessions roll back.
+    target.forward(&[window(0, 0, &tokens[..40], 1)]).unwrap();
+    check(&target, "after a long chunk");
+    target
+        .forward(&[window(0, 40, &tokens[40..40 + w], w)])
+        .unwrap();
+    check(&target, "after the widest window");
+    let peak = target.session_state(SessionId(0)).allocated_bytes();
+    assert_eq!(
+        peak,
+        bytes.session(caps[0]),
+        "{name} window {w}: at its peak a session holds exactly what the plan counts"
+    );
+    let kept = 40 + w / 2;
+    target.truncate(SessionId(0), kept as u64).unwrap();
+    check(&target, "after a rollback");
+    if target.has_drafter() {
+        target.draft(SessionId(0), tokens[kept], w - 1).unwrap();
+        check(&target, "after drafting");
+    }
+    target
+        .forward(&[window(0, kept, &tokens[kept..kept + 3], 3)])
+        .unwrap();
+    target.move_state(SessionId(0), SessionId(1)).unwrap();
+    check(&target, "after a move");
+    let at = kept + 3;
+    target
+        .forward(&[window(1, at, &tokens[at..at + w], w)])
+        .unwrap();
+    check(&target, "after the widest window in the larger session");
+    target.release(SessionId(1));
+    check(&target, "released");
+}
+
+/// A session sized to the default drafts (a window of 1 + 2) costs a hybrid model far less than
+/// one sized to the widest window; without drafts (`NO_ROLLBACK`) its linear layers keep no
+/// snapshots at all, decode rounds of one token take none, and rolling back a window is refused
+/// with a clear error.
+#[test]
+fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
+    use backend_cpu::qwen3_next::MAX_ROLLBACK_WINDOW;
+    use backend_cpu::NO_ROLLBACK;
+    let model = load(MTP_FIXTURE);
+    let widest = model.state_bytes(MAX_ROLLBACK_WINDOW).fixed;
+    let default = model.state_bytes(3).fixed;
+    let none = model.state_bytes(NO_ROLLBACK).fixed;
+    assert!(
+        none < default && default * 4 < widest,
+        "fixed bytes: none {none}, default {default}, widest {widest}"
+    );
+    let mut target = CpuTarget::with_rollback_window(model.clone(), &[64], NO_ROLLBACK);
+    let tokens: Vec<u32> = (0..20u32).map(|i| (i * 11 + 3) % 256).collect();
+    target.forward(&[window(0, 0, &tokens[..5], 1)]).unwrap();
+    for at in 5..8 {
+        target
+            .forward(&[window(0, at, &tokens[at..at + 1], 1)])
+            .unwrap();
+    }
+    assert_eq!(
+        target.session_state(SessionId(0)).allocated_bytes(),
+        model.state_bytes(NO_ROLLBACK).session(64),
+        "a session without rollback holds no snapshots after decode rounds"
+    );
+    target.forward(&[window(0, 8, &tokens[8..10], 2)]).unwrap();
+    let refused = target.truncate(SessionId(0), 9);
+    assert!(
+        matches!(&refused, Err(lane::TargetError::Invalid(m)) if m.contains("roll back windows of at most 1 tokens")),
+        "{refused:?}"
+    );
 }
 
 /// The trained default model (`models/flashlane-tiny`), loaded once, with its tokenizer and

@@ -17,7 +17,7 @@
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
 use crate::logits::load_model;
-use crate::serve::{DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS};
+use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::CpuTarget;
@@ -275,22 +275,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             "--prompt-tokens and --new-tokens must be at least 1"
         )));
     }
-    let drafts = BenchDrafts {
-        mode: match args.draft {
-            DraftArg::None => DraftMode::None,
-            DraftArg::Ngram => DraftMode::Ngram,
-            DraftArg::Mtp => DraftMode::Mtp,
-        },
-        tokens: args.draft_tokens,
-    };
     let dir = args.model.dir()?;
     let model = load_model(&dir)?;
-    if drafts.mode == DraftMode::Mtp && !model.has_mtp() {
-        return Err(Failure::bad_input(anyhow!(
-            "--draft mtp: {} has no MTP head (mtp.* tensors)",
-            dir.display()
-        )));
-    }
+    let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, model.has_mtp())?;
+    let drafts = BenchDrafts {
+        mode,
+        tokens: (rollback - 1) as u64,
+    };
     let vocab = model.vocab_size();
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
@@ -307,7 +298,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // Untimed warm-up.
     let warm_prompt = prompt_ids(0, WARMUP_PROMPT_TOKENS, vocab);
     let warm_capacity = WARMUP_PROMPT_TOKENS as u64 + WARMUP_NEW_TOKENS + slots::MARGIN;
-    let warm = CpuTarget::new(model.clone(), &[warm_capacity]);
+    let warm = CpuTarget::with_rollback_window(model.clone(), &[warm_capacity], rollback);
     measure(warm, &[warm_prompt], WARMUP_NEW_TOKENS, drafts)?;
 
     let mut rows = Vec::with_capacity(args.streams.len());
@@ -320,7 +311,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             .iter()
             .map(|p| p.len() as u64 + args.new_tokens + slots::MARGIN)
             .collect();
-        let target = CpuTarget::new(model.clone(), &capacities);
+        let target = CpuTarget::with_rollback_window(model.clone(), &capacities, rollback);
         let row = measure(target, prompts, args.new_tokens, drafts)?;
         if !args.json {
             print_row(&row);

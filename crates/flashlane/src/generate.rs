@@ -5,7 +5,7 @@ use crate::logits::{load_model, parse_ids};
 use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::CpuTarget;
+use backend_cpu::{CpuTarget, NO_ROLLBACK};
 use clap::Args;
 use lane::sampling::{sample, Rng};
 use lane::{SamplingParams, SessionId, Target, Window};
@@ -112,7 +112,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         eos_ids(&dir, &model.config.eos_token_ids)
     };
     let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
-    let mut target = CpuTarget::new(model, &[capacity as u64]);
+    let mut target = CpuTarget::with_rollback_window(model, &[capacity as u64], NO_ROLLBACK);
     let params = SamplingParams {
         temperature: args.temperature,
         seed: Some(args.seed),

@@ -4,7 +4,7 @@
 use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuModel, CpuTarget, NO_ROLLBACK};
 use clap::Args;
 use lane::{SessionId, Target, Window};
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
         )));
     }
     let vocab = model.vocab_size();
-    let mut target = CpuTarget::new(model, &[ids.len() as u64]);
+    let mut target = CpuTarget::with_rollback_window(model, &[ids.len() as u64], NO_ROLLBACK);
     let window = Window {
         session: SessionId(0),
         start: 0,

@@ -1,8 +1,10 @@
 //! `flashlane plan`: the session table under the memory cap, without loading or serving.
 
+use crate::serve::{drafts, DEFAULT_DRAFT_TOKENS};
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::Failure;
 use anyhow::anyhow;
+use backend_cpu::ModelCosts;
 use clap::Args;
 use serde::Serialize;
 use slots::{plan, Plan, PlanInput};
@@ -44,16 +46,16 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    // With a model: its session costs, its weights, and its maximum context (as `serve` plans).
+    // With a model: its session costs (for `serve`'s default drafts), its weights, and its
+    // maximum context (as `serve` plans).
     let (model_bytes, weight_bytes, max_tokens) = match &args.model {
         Some(dir) => {
-            let (state, weights) =
-                backend_cpu::plan_bytes(dir).map_err(|e| Failure::from(anyhow!(e)))?;
-            let config = model::Config::from_dir(dir).map_err(|e| Failure::from(anyhow!(e)))?;
+            let costs = ModelCosts::read(dir).map_err(|e| Failure::from(anyhow!(e)))?;
+            let (_, rollback) = drafts(None, DEFAULT_DRAFT_TOKENS, costs.with_mtp)?;
             (
-                Some(state),
-                weights,
-                Some(config.max_position_embeddings as u64),
+                Some(costs.state_bytes(rollback)),
+                costs.weight_bytes,
+                Some(costs.config.max_position_embeddings as u64),
             )
         }
         None => (None, 0, None),

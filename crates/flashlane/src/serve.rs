@@ -5,9 +5,9 @@ use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuModel, CpuTarget, ModelCosts, NO_ROLLBACK};
 use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig, Target};
+use lane::{DraftMode, Engine, EngineConfig};
 use server::AppState;
 use slots::{plan, PlanInput};
 use std::path::{Path, PathBuf};
@@ -89,9 +89,10 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "model".into())
     });
-    let (state_bytes, weight_bytes) =
-        backend_cpu::plan_bytes(&dir).with_context(|| format!("loading {}", dir.display()))?;
-    let config = model::Config::from_dir(&dir).map_err(anyhow::Error::from)?;
+    let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
+    let (draft, rollback) = drafts(args.draft, args.draft_tokens, costs.with_mtp)?;
+    let state_bytes = costs.state_bytes(rollback);
+    let (config, weight_bytes) = (costs.config, costs.weight_bytes);
     let max_tokens = config.max_position_embeddings as u64;
     let spec = args.sizing.spec(max_tokens)?;
     let model_context = if max_tokens > 0 {
@@ -130,26 +131,14 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     }
     let policy = args.sizing.policy(spec.as_ref());
     let capacities = plan.capacities();
-    let draft_arg = args.draft;
-    let draft_tokens = args.draft_tokens;
+    let draft_tokens = (rollback - 1) as u64;
     let model_dir = dir.clone();
     let (engine, engine_thread) = server::spawn_engine(move || {
         let model = Arc::new(CpuModel::load(&model_dir, true)?);
-        let target = CpuTarget::new(model, &capacities);
-        let draft = match draft_arg {
-            Some(DraftArg::Mtp) => DraftMode::Mtp,
-            Some(DraftArg::Ngram) => DraftMode::Ngram,
-            Some(DraftArg::None) => DraftMode::None,
-            None if target.has_drafter() => DraftMode::Mtp,
-            None => DraftMode::None,
-        };
+        let target = CpuTarget::with_rollback_window(model, &capacities, rollback);
         let mut config = EngineConfig::new(policy);
         config.draft = draft;
-        config.draft_tokens = if draft == DraftMode::None {
-            0
-        } else {
-            draft_tokens
-        };
+        config.draft_tokens = draft_tokens;
         Ok(Engine::new(target, config)?)
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -175,6 +164,39 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .map_err(|_| anyhow!("the engine thread panicked"))?;
     eprintln!("stopped");
     Ok(())
+}
+
+/// The drafts `serve` runs with (`--draft`, else MTP when the model has a head) and the longest
+/// window the sessions must be able to roll back: `1 + --draft-tokens` when drafting,
+/// [`NO_ROLLBACK`] otherwise (the sessions of a hybrid model then keep no state snapshots).
+pub fn drafts(
+    arg: Option<DraftArg>,
+    draft_tokens: u64,
+    with_mtp: bool,
+) -> Result<(DraftMode, usize), Failure> {
+    let mode = match arg {
+        Some(DraftArg::Mtp) => DraftMode::Mtp,
+        Some(DraftArg::Ngram) => DraftMode::Ngram,
+        Some(DraftArg::None) => DraftMode::None,
+        None if with_mtp => DraftMode::Mtp,
+        None => DraftMode::None,
+    };
+    if mode == DraftMode::Mtp && !with_mtp {
+        return Err(Failure::bad_input(anyhow!(
+            "--draft mtp: the model has no MTP head (mtp.* tensors); use --draft ngram or none"
+        )));
+    }
+    if mode == DraftMode::None {
+        return Ok((mode, NO_ROLLBACK));
+    }
+    if draft_tokens == 0 || draft_tokens >= slots::MAX_WINDOW {
+        return Err(Failure::bad_input(anyhow!(
+            "--draft-tokens must be 1 to {} (a window of the sampled token and its drafts holds at most {} positions)",
+            slots::MAX_WINDOW - 1,
+            slots::MAX_WINDOW
+        )));
+    }
+    Ok((mode, 1 + draft_tokens as usize))
 }
 
 fn rayon_threads() -> usize {

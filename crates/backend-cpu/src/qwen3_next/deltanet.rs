@@ -10,9 +10,11 @@
 //!    `S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + k δᵀ; o = Sᵀq`;
 //! 6. gated RMSNorm of o with z per value head, flatten, `out_proj`.
 //!
-//! Rollback: a window of at most [`MAX_ROLLBACK_WINDOW`] tokens (a sampled token and its drafts)
-//! leaves in `LinearState::snapshots` the state before each of its tokens, which
-//! `SessionState::truncate` restores. Longer windows (prompt chunks) keep none.
+//! Rollback: a window of 2 to `LinearState::snapshot_slots + 1` tokens (a sampled token and its
+//! drafts) leaves in `LinearState::snapshots` the state as of each position inside it (after its
+//! first token, after its second, ...; never after the whole window, which is the live state),
+//! which `SessionState::truncate` restores. Windows of one token and longer windows (prompt
+//! chunks) keep none: nothing ever rolls them back.
 
 use super::norms::{gated_rms_norm, l2_norm};
 use crate::kernels::activation::{sigmoid, silu, softplus};
@@ -22,9 +24,10 @@ use crate::state::{LayerState, LinearSnapshot, LinearState};
 use model::{Config, LinearAttentionConfig, LoadError, Weights};
 use rayon::prelude::*;
 
-/// Longest window whose positions can be rolled back: the widest window the engine verifies (a
-/// sampled token and its drafts). A snapshot per token costs a copy of the layer's state, so
-/// longer windows (prompt chunks) keep none: nothing ever rejects part of a prompt.
+/// Longest window whose positions can ever be rolled back: the widest window the engine verifies
+/// (a sampled token and its drafts). A target's sessions are built for a rollback window of at
+/// most this (`1 + drafts per window`); each position inside it costs a copy of the layer's
+/// state, so longer windows (prompt chunks) keep none: nothing ever rejects part of a prompt.
 pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
 
 /// Weights of one Gated DeltaNet layer.
@@ -113,17 +116,18 @@ impl GatedDeltaNet {
             state.recurrent.fill(0.0);
         }
         // Snapshot buffers are reused from the previous window (same sizes every time).
-        let keep_snapshots = tokens <= MAX_ROLLBACK_WINDOW;
+        let keep_snapshots = tokens >= 2 && tokens - 1 <= state.snapshot_slots;
         state
             .snapshots
-            .truncate(if keep_snapshots { tokens } else { 0 });
+            .truncate(if keep_snapshots { tokens - 1 } else { 0 });
         let mut out = vec![0f32; tokens * hv * dv];
         let mut z = vec![0f32; tokens * hv * dv];
         let mut mixed = vec![0f32; d.conv_channels()];
         let (mut beta, mut g) = (vec![0f32; hv], vec![0f32; hv]);
         for t in 0..tokens {
-            if keep_snapshots {
-                snapshot(state, t, start + t);
+            if keep_snapshots && t > 0 {
+                // The state as of `start + t` positions: a rollback to inside the window.
+                snapshot(state, t - 1, start + t);
             }
             // 1. Split grouped by key head: [q | k | v (r heads) | z (r heads)] per group; ba
             //    per group: [b (r heads) | a (r heads)].
@@ -334,7 +338,7 @@ mod tests {
     }
 
     fn zero_state(d: &LinearAttentionConfig) -> LinearState {
-        LinearState::new(d)
+        LinearState::new(d, MAX_ROLLBACK_WINDOW - 1)
     }
 
     /// The plain definition over a whole sequence from zero state, written from QWEN3_NEXT.md
@@ -468,8 +472,11 @@ mod tests {
             (&split.conv, &split.recurrent),
             "seed {seed}"
         );
-        // The second window's snapshots are the states after each prefix.
-        assert_eq!(split.snapshots.len(), t - cut, "seed {seed}");
+        // The second window's snapshots are the states as of each position inside it (none for
+        // a window of one token).
+        assert_eq!(split.snapshots.len(), t - cut - 1, "seed {seed}");
+        let positions: Vec<usize> = split.snapshots.iter().map(|s| s.pos).collect();
+        assert_eq!(positions, (cut + 1..t).collect::<Vec<_>>(), "seed {seed}");
         for snap in &split.snapshots {
             let mut prefix = zero_state(&net.dims);
             net.mix_segment(&qkvz[..snap.pos * wq], &ba[..snap.pos * wb], &mut prefix, 0);
@@ -491,5 +498,27 @@ mod tests {
         let mut st = zero_state(&net.dims);
         net.mix_segment(&qkvz, &ba, &mut st, 0);
         assert!(st.snapshots.is_empty());
+    }
+
+    #[test]
+    fn a_state_keeps_at_most_its_snapshot_slots_and_none_for_longer_windows() {
+        let mut rng = Rng::fresh();
+        let net = random_net(&mut rng, 16);
+        let (qkvz, ba) = project(&net, &mut rng, 16, 8);
+        let (wq, wb) = (qkvz.len() / 8, ba.len() / 8);
+        // Built for windows of 1 + 2 drafts: a window of 3 keeps its 2 inner positions...
+        let mut st = LinearState::new(&net.dims, 2);
+        net.mix_segment(&qkvz[..3 * wq], &ba[..3 * wb], &mut st, 0);
+        let positions: Vec<usize> = st.snapshots.iter().map(|s| s.pos).collect();
+        assert_eq!(positions, [1, 2]);
+        // ...a window of 4 keeps none (the engine never rolls one back), nor does one token.
+        net.mix_segment(&qkvz[3 * wq..7 * wq], &ba[3 * wb..7 * wb], &mut st, 3);
+        assert!(st.snapshots.is_empty());
+        net.mix_segment(&qkvz[7 * wq..], &ba[7 * wb..], &mut st, 7);
+        assert!(st.snapshots.is_empty());
+        // Without rollback, never any.
+        let mut none = LinearState::new(&net.dims, 0);
+        net.mix_segment(&qkvz[..2 * wq], &ba[..2 * wb], &mut none, 0);
+        assert!(none.snapshots.is_empty() && none.snapshots.capacity() == 0);
     }
 }
