@@ -4,10 +4,10 @@
 //! `lm_head` (or the embedding when tied) for the rows whose logits are wanted. The model owns
 //! no per-session state: each [`Segment`] carries its session's.
 
-use crate::kernels::matmul::matmul;
+use crate::kernels::matmul::{matmul, matmul_rows};
 use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::layers::{Mixer, Mlp, Segment};
-use crate::qwen3::{load_norm, Attention, DenseMlp};
+use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
 use crate::qwen3_next;
 use crate::state::{SessionState, StateBytes};
 use model::{Arch, Config, LayerKind, LoadError, Tensor, TensorData, Weights};
@@ -75,7 +75,7 @@ impl CpuModel {
             let mlp: Box<dyn Mlp> = if config.moe_layers[i] {
                 qwen3_next::build_mlp(w, &config, i)?
             } else {
-                Box::new(DenseMlp::load(
+                Box::new(FusedDenseMlp::load(
                     w,
                     &format!("{p}.mlp"),
                     h,
@@ -186,6 +186,17 @@ impl CpuModel {
         let mut out = vec![0.0f32; hidden.len() / h * v];
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         matmul(hidden, head.data(), h, &mut out);
+        out
+    }
+
+    /// The logits of the token ids `0..n` only, `[rows, n]`: each the same bits as in
+    /// [`CpuModel::logits`] (the same dot product), for a fraction of the lm_head's weights.
+    pub fn logits_of_first(&self, hidden: &[f32], n: usize) -> Vec<f32> {
+        let (v, h) = (self.config.vocab_size, self.config.hidden_size);
+        assert!(n <= v, "logits of the first {n} ids of a vocabulary of {v}");
+        let mut out = vec![0.0f32; hidden.len() / h * n];
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        matmul_rows(hidden, head.data(), h, 0..n, &mut out);
         out
     }
 }

@@ -407,6 +407,53 @@ fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuMode
     check(&target, "released");
 }
 
+/// The logits of the first ids are the same bits as those ids' full logits, so a draft over a
+/// share of the vocabulary picks what a full-vocabulary draft would among those ids.
+#[test]
+fn logits_of_the_first_ids_are_the_full_logits_bit_for_bit() {
+    let model = load(MTP_FIXTURE);
+    let (h, v) = (model.config.hidden_size, model.vocab_size());
+    let hidden: Vec<f32> = (0..3 * h)
+        .map(|i| ((i * 7919) % 113) as f32 / 57.0 - 1.0)
+        .collect();
+    let full = model.logits(&hidden);
+    for n in [1, v / 4, v - 1, v] {
+        let first = model.logits_of_first(&hidden, n);
+        for r in 0..3 {
+            assert_eq!(
+                first[r * n..(r + 1) * n],
+                full[r * v..r * v + n],
+                "n {n} row {r}"
+            );
+        }
+    }
+}
+
+/// The target drafts among the first quarter of the ids (at least 1024 of them), and every
+/// draft of the trained model on counting is one of them.
+#[test]
+fn drafts_come_from_the_draft_vocabulary() {
+    use backend_cpu::target::draft_vocab;
+    assert_eq!(draft_vocab(8192), 2048);
+    assert_eq!(draft_vocab(151_936), 37_984);
+    assert_eq!(draft_vocab(2000), 1024);
+    assert_eq!(draft_vocab(500), 500);
+    let (model, _, _) = tiny();
+    let request = count_request(1, 1000, 40);
+    let capacity = request.prompt.len() as u64 + 64;
+    let mut target = CpuTarget::new(model.clone(), &[capacity]);
+    let prompt = request.prompt.clone();
+    target.forward(&[window(0, 0, &prompt, 1)]).unwrap();
+    let drafts = target.draft(SessionId(0), prompt[0], 4).unwrap();
+    assert_eq!(drafts.len(), 4);
+    assert!(
+        drafts
+            .iter()
+            .all(|&d| (d as usize) < draft_vocab(model.vocab_size())),
+        "{drafts:?}"
+    );
+}
+
 /// A session sized to the default drafts (a window of 1 + 2) costs a hybrid model far less than
 /// one sized to the widest window; without drafts (`NO_ROLLBACK`) its linear layers keep no
 /// snapshots at all, decode rounds of one token take none, and rolling back a window is refused

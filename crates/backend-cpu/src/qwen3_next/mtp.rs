@@ -296,13 +296,15 @@ impl Mtp {
     }
 
     /// Up to `num_drafts` drafts to follow `next_token` (sampled after position `len − 1`), each
-    /// chosen from its logits by `choose` (argmax for greedy). Fewer when the session is full.
+    /// chosen by `choose` (argmax for greedy) from its logits over the first `draft_vocab` token
+    /// ids. Fewer when the session is full.
     pub fn draft(
         &self,
         model: &CpuModel,
         state: &mut MtpState,
         next_token: u32,
         num_drafts: usize,
+        draft_vocab: usize,
         mut choose: impl FnMut(&[f32]) -> u32,
     ) -> Vec<Draft> {
         if state.len == 0 {
@@ -321,7 +323,7 @@ impl Mtp {
                 kv: &mut state.kv,
             };
             let out = self.rows(model, &[token], &hidden, &mut [span]);
-            let logits = model.logits(&out);
+            let logits = model.logits_of_first(&out, draft_vocab);
             token = choose(&logits);
             drafts.push(Draft { token, logits });
             hidden = out;

@@ -228,7 +228,7 @@ fn rolled_back_drafts_leave_no_trace() {
         for _ in 0..steps {
             let t = argmax(&logits);
             if let (Some(mtp), Some(st)) = (&m.model.mtp, plain.state.mtp.as_mut()) {
-                plain_drafts.push(mtp.draft(&m.model, st, t, 2, argmax));
+                plain_drafts.push(mtp.draft(&m.model, st, t, 2, m.model.vocab_size(), argmax));
             }
             plain_tokens.push(t);
             logits = m.one(&mut plain, &[t], 1);
@@ -246,7 +246,7 @@ fn rolled_back_drafts_leave_no_trace() {
                 f["name"]
             );
             if let (Some(mtp), Some(st)) = (&m.model.mtp, spec.state.mtp.as_mut()) {
-                let d = mtp.draft(&m.model, st, t, 2, argmax);
+                let d = mtp.draft(&m.model, st, t, 2, m.model.vocab_size(), argmax);
                 assert_eq!(
                     d, plain_drafts[produced],
                     "seed {seed} {}: MTP drafts at {produced}",
@@ -378,6 +378,7 @@ fn mtp_drafts_match_the_pytorch_reference() {
                 s.state.mtp.as_mut().unwrap(),
                 x_next,
                 if last { want_drafts.len() } else { 1 },
+                m.model.vocab_size(),
                 argmax,
             );
             worst = worst.max(max_abs(&drafts[0].logits, &step0[i * v..(i + 1) * v]) / range);
@@ -619,7 +620,14 @@ fn decode_speed_of_a_model_shape() {
         );
         if let (Some(mtp), Some(st)) = (&m.model.mtp, ss[0].state.mtp.as_mut()) {
             let t2 = std::time::Instant::now();
-            let d = mtp.draft(&m.model, st, argmax(&out[0]), 4, argmax);
+            let d = mtp.draft(
+                &m.model,
+                st,
+                argmax(&out[0]),
+                4,
+                m.model.vocab_size(),
+                argmax,
+            );
             eprintln!(
                 "  MTP: 4 drafts in {:.2} ms ({:?})",
                 t2.elapsed().as_secs_f64() * 1e3,
