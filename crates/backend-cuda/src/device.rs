@@ -1,0 +1,177 @@
+//! The GPU as this crate uses it: one context, one stream (every launch and copy is ordered on
+//! it, so a round needs no host sync until its logits come back), device buffers addressed by
+//! raw pointers, and a launch helper.
+
+use crate::CudaError;
+use cudarc::driver::{
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
+};
+use std::sync::Arc;
+
+impl From<result::DriverError> for CudaError {
+    fn from(e: result::DriverError) -> CudaError {
+        CudaError::Driver(e.to_string())
+    }
+}
+
+/// Device 0 and the stream everything runs on.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    /// Opens device 0, or says why not (no driver, no device).
+    pub fn open() -> Result<Arc<Gpu>, CudaError> {
+        let count = CudaContext::device_count()
+            .map_err(|e| CudaError::Unavailable(format!("no usable CUDA driver: {e}")))?;
+        if count < 1 {
+            return Err(CudaError::Unavailable("no CUDA device".into()));
+        }
+        let ctx = CudaContext::new(0)
+            .map_err(|e| CudaError::Unavailable(format!("cannot open CUDA device 0: {e}")))?;
+        // SAFETY: this crate uses one stream only, so the per-buffer events that cudarc would
+        // record to order several streams are unnecessary; every buffer is freed only after
+        // `synchronize` (see `Drop for Gpu`'s users) or at the end of the process.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        Ok(Arc::new(Gpu { ctx, stream }))
+    }
+
+    /// Launches `f` on the stream with `args` in order.
+    pub fn launch(
+        &self,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        let mut builder = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(p) => builder.arg(p),
+                Arg::I32(v) => builder.arg(v),
+                Arg::U64(v) => builder.arg(v),
+                Arg::F32(v) => builder.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in
+        // order and of the C types named in `Arg`; pointers address live buffers sized by the
+        // launchers for the rows they cover.
+        unsafe { builder.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Copies `floats` f32s from device address `src` to `dst` (ordered on the stream).
+    pub fn copy_f32(&self, dst: u64, src: u64, floats: usize) -> Result<(), CudaError> {
+        if floats == 0 {
+            return Ok(());
+        }
+        // SAFETY: callers pass addresses inside live buffers with room for `floats` f32s past
+        // them (checked by their index arithmetic against the buffers' sizes).
+        unsafe {
+            result::memcpy_dtod_async(
+                dst,
+                src,
+                floats * std::mem::size_of::<f32>(),
+                self.stream.cu_stream(),
+            )
+        }?;
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<(), CudaError> {
+        self.stream.synchronize()?;
+        Ok(())
+    }
+}
+
+/// One kernel argument, as the C side declares it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// A device pointer (0 for null).
+    Ptr(u64),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+}
+
+/// A device buffer and its raw address.
+pub struct Buf<T> {
+    slice: CudaSlice<T>,
+    ptr: u64,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
+    pub fn zeros(gpu: &Gpu, len: usize) -> Result<Buf<T>, CudaError> {
+        // A zero-length allocation has no address; keep one element so `ptr` is always valid.
+        let slice = gpu.stream.alloc_zeros::<T>(len.max(1))?;
+        Ok(Buf::wrap(gpu, slice))
+    }
+
+    pub fn from_host(gpu: &Gpu, data: &[T]) -> Result<Buf<T>, CudaError> {
+        if data.is_empty() {
+            return Buf::zeros(gpu, 1);
+        }
+        let slice = gpu.stream.clone_htod(data)?;
+        Ok(Buf::wrap(gpu, slice))
+    }
+
+    fn wrap(gpu: &Gpu, slice: CudaSlice<T>) -> Buf<T> {
+        let ptr = {
+            let (p, _sync) = slice.device_ptr(&gpu.stream);
+            p
+        };
+        Buf { slice, ptr }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// The address of element `offset`.
+    pub fn at(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= self.slice.len(), "offset past the buffer");
+        self.ptr + (offset * std::mem::size_of::<T>()) as u64
+    }
+
+    pub fn ptr(&self) -> Arg {
+        Arg::Ptr(self.ptr)
+    }
+
+    pub fn arg_at(&self, offset: usize) -> Arg {
+        Arg::Ptr(self.at(offset))
+    }
+
+    /// Copies `data` to the start of the buffer (ordered on the stream).
+    pub fn write(&mut self, gpu: &Gpu, data: &[T]) -> Result<(), CudaError> {
+        assert!(data.len() <= self.slice.len(), "write past the buffer");
+        if !data.is_empty() {
+            let mut view = self.slice.slice_mut(0..data.len());
+            gpu.stream.memcpy_htod(data, &mut view)?;
+        }
+        Ok(())
+    }
+
+    /// The first `len` elements, copied back (waits for the stream).
+    pub fn read(&self, gpu: &Gpu, len: usize) -> Result<Vec<T>, CudaError> {
+        let view = self.slice.slice(0..len);
+        let out = gpu.stream.clone_dtoh(&view)?;
+        gpu.sync()?;
+        Ok(out)
+    }
+
+    /// Makes room for `len` elements (contents are not kept): scratch that grows with the batch.
+    pub fn ensure(&mut self, gpu: &Gpu, len: usize) -> Result<(), CudaError> {
+        if self.slice.len() < len {
+            *self = Buf::zeros(gpu, len.next_power_of_two())?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,623 @@
+//! One round on the GPU: every window's rows through the decoder in one batch, logits of the
+//! wanted rows, the MTP head fed the pairs each window completed, and MTP drafting.
+//!
+//! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
+//! positions, cache bases, windows, gathers) and copies the logits back once at the end.
+
+use crate::device::{Buf, Gpu};
+use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul};
+use crate::model::CudaModel;
+use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
+use crate::weights::{LayerWeights, Matrix, MixerWeights, MoeWeights};
+use crate::CudaError;
+
+/// One window of a round, as the GPU pass needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowPlan {
+    pub session: usize,
+    pub start: usize,
+    pub len: usize,
+    pub num_logits: usize,
+}
+
+/// Activations of one pass, grown with the batch (never shrunk).
+pub struct Scratch {
+    x: Buf<f32>,
+    xn: Buf<f32>,
+    hidden: Buf<f32>,
+    wide: Buf<f32>,
+    mixed: Buf<f32>,
+    q: Buf<f32>,
+    att: Buf<f32>,
+    act: Buf<f32>,
+    logits: Buf<f32>,
+    cat: Buf<f32>,
+    draft_hidden: Buf<f32>,
+    meta: Buf<i32>,
+}
+
+/// The scratch addresses of one pass (plain numbers, so passes borrow nothing mutably).
+#[derive(Clone, Copy)]
+struct Ptrs {
+    x: u64,
+    xn: u64,
+    hidden: u64,
+    wide: u64,
+    mixed: u64,
+    q: u64,
+    att: u64,
+    act: u64,
+    logits: u64,
+    cat: u64,
+    draft_hidden: u64,
+}
+
+/// Widths of the scratch rows for `model`.
+struct Widths {
+    hidden: usize,
+    wide: usize,
+    mixed: usize,
+    heads: usize,
+    act: usize,
+}
+
+impl Widths {
+    fn of(m: &CudaModel) -> Widths {
+        let c = &m.config;
+        let layers = m
+            .weights
+            .layers
+            .iter()
+            .chain(m.weights.mtp.as_ref().map(|h| &h.layer));
+        let mut wide = 0;
+        for l in layers {
+            let mixer_rows = match &l.mixer {
+                MixerWeights::Linear(w) => w.proj.rows,
+                MixerWeights::Attention(w) => w.qkv.rows,
+            };
+            wide = wide.max(mixer_rows).max(l.moe.front.rows);
+        }
+        let (mixed, lin_heads) = c.linear.as_ref().map_or((0, 0), |l| {
+            (l.conv_channels(), l.num_value_heads * l.value_head_dim)
+        });
+        let act = c.moe.as_ref().map_or(0, |m| {
+            m.experts_per_token * m.expert_intermediate + m.shared_expert_intermediate
+        });
+        Widths {
+            hidden: c.hidden_size,
+            wide,
+            mixed,
+            heads: (c.num_heads * c.head_dim).max(lin_heads),
+            act,
+        }
+    }
+}
+
+impl Scratch {
+    pub fn new(gpu: &Gpu) -> Result<Scratch, CudaError> {
+        let z = || Buf::zeros(gpu, 1);
+        Ok(Scratch {
+            x: z()?,
+            xn: z()?,
+            hidden: z()?,
+            wide: z()?,
+            mixed: z()?,
+            q: z()?,
+            att: z()?,
+            act: z()?,
+            logits: z()?,
+            cat: z()?,
+            draft_hidden: z()?,
+            meta: Buf::zeros(gpu, 1)?,
+        })
+    }
+
+    fn ensure(&mut self, m: &CudaModel, rows: usize, logit_rows: usize) -> Result<Ptrs, CudaError> {
+        let g = &*m.gpu;
+        let w = Widths::of(m);
+        let rows = rows.max(1);
+        self.x.ensure(g, rows * w.hidden)?;
+        self.xn.ensure(g, rows * w.hidden)?;
+        self.hidden.ensure(g, rows * w.hidden)?;
+        self.wide.ensure(g, rows * w.wide)?;
+        self.mixed.ensure(g, rows * w.mixed)?;
+        self.q.ensure(g, rows * w.heads)?;
+        self.att.ensure(g, rows * w.heads)?;
+        self.act.ensure(g, rows * w.act)?;
+        self.logits
+            .ensure(g, logit_rows.max(1) * m.config.vocab_size)?;
+        self.cat.ensure(g, rows * 2 * w.hidden)?;
+        self.draft_hidden.ensure(g, w.hidden)?;
+        Ok(Ptrs {
+            x: self.x.at(0),
+            xn: self.xn.at(0),
+            hidden: self.hidden.at(0),
+            wide: self.wide.at(0),
+            mixed: self.mixed.at(0),
+            q: self.q.at(0),
+            att: self.att.at(0),
+            act: self.act.at(0),
+            logits: self.logits.at(0),
+            cat: self.cat.at(0),
+            draft_hidden: self.draft_hidden.at(0),
+        })
+    }
+
+    /// Uploads the pass's metadata; returns its base address.
+    fn upload(&mut self, gpu: &Gpu, meta: &Meta) -> Result<u64, CudaError> {
+        self.meta.ensure(gpu, meta.data.len())?;
+        self.meta.write(gpu, &meta.data)?;
+        Ok(self.meta.at(0))
+    }
+}
+
+/// The i32 metadata of one pass, packed into one upload: each part's offset is remembered.
+#[derive(Default)]
+struct Meta {
+    data: Vec<i32>,
+}
+
+impl Meta {
+    fn push(&mut self, part: impl IntoIterator<Item = usize>) -> usize {
+        let at = self.data.len();
+        self.data.extend(
+            part.into_iter()
+                .map(|v| i32::try_from(v).expect("fits i32")),
+        );
+        at
+    }
+}
+
+/// Byte address of i32 `offset` of metadata based at `base`.
+fn at(base: u64, offset: usize) -> u64 {
+    base + (offset * std::mem::size_of::<i32>()) as u64
+}
+
+/// How a layer's token mixer finds its rows' state.
+enum MixerRows {
+    Linear {
+        segs: u64,
+        windows: usize,
+        layer_off: usize,
+    },
+    Attention(AttentionRows),
+}
+
+/// One pass over the model with its scratch addresses.
+struct Pass<'a> {
+    m: &'a CudaModel,
+    p: Ptrs,
+}
+
+impl Pass<'_> {
+    fn gpu(&self) -> &Gpu {
+        &self.m.gpu
+    }
+
+    fn eps(&self) -> f32 {
+        self.m.config.rms_norm_eps as f32
+    }
+
+    fn hidden(&self) -> usize {
+        self.m.config.hidden_size
+    }
+
+    /// `y (+)= x · Wᵀ` over `rows` rows.
+    fn matmul(
+        &self,
+        x: u64,
+        w: &Matrix,
+        rows: usize,
+        y: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        self.m.kernels.matmul(
+            self.gpu(),
+            &Matmul {
+                x,
+                x_stride: w.cols,
+                row_index: 0,
+                w: w.w.at(0),
+                k: w.cols,
+                n_out: w.rows,
+                y,
+                y_stride: w.rows,
+                rows,
+                accumulate,
+            },
+        )
+    }
+
+    fn norm(&self, x: u64, w: &Buf<f32>, rows: usize, out: u64) -> Result<(), CudaError> {
+        let h = self.hidden();
+        self.m
+            .kernels
+            .rmsnorm(self.gpu(), x, w.at(0), h, rows, self.eps(), true, out)
+    }
+
+    /// One decoder layer on `x` (`rows` rows): `x += mixer(norm(x))`, `x += moe(norm(x))`.
+    fn layer(
+        &self,
+        l: &LayerWeights,
+        rows: usize,
+        mix: &MixerRows,
+        sessions: &Sessions,
+    ) -> Result<(), CudaError> {
+        let p = self.p;
+        self.norm(p.x, &l.input_norm, rows, p.xn)?;
+        match (&l.mixer, mix) {
+            (
+                MixerWeights::Linear(w),
+                MixerRows::Linear {
+                    segs,
+                    windows,
+                    layer_off,
+                },
+            ) => {
+                self.matmul(p.xn, &w.proj, rows, p.wide, false)?;
+                let launch = DeltaNetLaunch {
+                    qkvz: p.wide,
+                    ba: p.wide + (w.qkvz_width * std::mem::size_of::<f32>()) as u64,
+                    proj_stride: w.proj.rows,
+                    segs: *segs,
+                    windows: *windows,
+                    conv_w: w.conv.at(0),
+                    neg_a: w.neg_a.at(0),
+                    dt_bias: w.dt_bias.at(0),
+                    norm_w: w.norm.at(0),
+                    eps: self.eps(),
+                    state: sessions.lin_state.at(0),
+                    snaps: sessions.lin_snaps.at(0),
+                    lin_stride: sessions.lin_stride,
+                    layer_off: *layer_off,
+                    mixed: p.mixed,
+                    out: p.att,
+                };
+                self.m.kernels.deltanet(self.gpu(), &launch, &self.m.dims)?;
+                self.matmul(p.att, &w.out_proj, rows, p.x, true)?;
+            }
+            (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
+                self.matmul(p.xn, &w.qkv, rows, p.wide, false)?;
+                let k = &self.m.kernels;
+                let inv_freq = self.m.weights.inv_freq.at(0);
+                k.attention_prep(
+                    self.gpu(),
+                    &self.m.dims,
+                    a,
+                    p.wide,
+                    w.q_norm.at(0),
+                    w.k_norm.at(0),
+                    inv_freq,
+                    self.eps(),
+                    p.q,
+                )?;
+                k.attention(self.gpu(), &self.m.dims, a, p.q, p.wide, p.att)?;
+                self.matmul(p.att, &w.o_proj, rows, p.x, true)?;
+            }
+            _ => unreachable!("a layer's mixer rows match its mixer weights"),
+        }
+        self.norm(p.x, &l.post_norm, rows, p.xn)?;
+        self.moe(&l.moe, rows)
+    }
+
+    fn moe(&self, w: &MoeWeights, rows: usize) -> Result<(), CudaError> {
+        let p = self.p;
+        self.matmul(p.xn, &w.front, rows, p.wide, false)?;
+        let shared_down = w.shared_down.as_ref().map_or(0, |s| s.w.at(0));
+        self.m.kernels.moe(
+            self.gpu(),
+            &self.m.dims,
+            rows,
+            p.xn,
+            p.wide,
+            w.gate_up.at(0),
+            w.down.at(0),
+            shared_down,
+            p.act,
+            p.x,
+        )
+    }
+
+    /// Logits of `rows` rows of `x` (gathered by `row_index` when not 0) into `p.logits`.
+    fn logits(&self, x: u64, row_index: u64, rows: usize) -> Result<(), CudaError> {
+        let (v, h) = (self.m.config.vocab_size, self.hidden());
+        self.m.kernels.matmul(
+            self.gpu(),
+            &Matmul {
+                x,
+                x_stride: h,
+                row_index,
+                w: self.m.weights.lm_head.at(0),
+                k: h,
+                n_out: v,
+                y: self.p.logits,
+                y_stride: v,
+                rows,
+                accumulate: false,
+            },
+        )
+    }
+}
+
+/// Metadata offsets of a round.
+struct RoundMeta {
+    meta: Meta,
+    tokens: usize,
+    pos: usize,
+    kv_base: usize,
+    segs: usize,
+    logit_rows: usize,
+    num_logits: usize,
+    mtp: Option<MtpMeta>,
+}
+
+/// The MTP head's inputs of a round: the pairs `(h[i], x[i+1])` each window completed.
+struct MtpMeta {
+    rows: usize,
+    tokens: usize,
+    src: usize,
+    pos: usize,
+    kv_base: usize,
+    /// (batch row, store row) pairs: the hidden rows each session's ring keeps.
+    pairs: usize,
+    num_pairs: usize,
+}
+
+fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
+    let mut meta = Meta::default();
+    let t = meta.push(tokens.iter().map(|&t| t as usize));
+    let mut pos = Vec::with_capacity(tokens.len());
+    let mut base = Vec::with_capacity(tokens.len());
+    let mut segs = Vec::with_capacity(4 * plans.len());
+    let mut wanted = Vec::new();
+    let mut row = 0;
+    for w in plans {
+        pos.extend(w.start..w.start + w.len);
+        base.extend(std::iter::repeat_n(sessions.kv_base[w.session], w.len));
+        segs.extend([row, w.len, w.start, w.session]);
+        wanted.extend(row + w.len - w.num_logits..row + w.len);
+        row += w.len;
+    }
+    let (p, b, s) = (meta.push(pos), meta.push(base), meta.push(segs));
+    let num_logits = wanted.len();
+    let l = meta.push(wanted);
+    let mtp = mtp.then(|| mtp_meta(&mut meta, plans, tokens, sessions));
+    RoundMeta {
+        meta,
+        tokens: t,
+        pos: p,
+        kv_base: b,
+        segs: s,
+        logit_rows: l,
+        num_logits,
+        mtp,
+    }
+}
+
+fn mtp_meta(meta: &mut Meta, plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions) -> MtpMeta {
+    let (mut toks, mut src, mut pos, mut base, mut pairs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut row = 0;
+    for w in plans {
+        let (r0, n, s) = (row, w.len, w.start);
+        // Pairs (h[i], x[i+1]) for i from start − 1 (h from the ring) to start + n − 2.
+        if s > 0 {
+            toks.extend(tokens[r0..r0 + n].iter().map(|&t| t as usize));
+            src.push(-(sessions.store_row(w.session, s - 1) as i64) - 1);
+            pos.extend(s - 1..s - 1 + n);
+        } else {
+            toks.extend(tokens[r0 + 1..r0 + n].iter().map(|&t| t as usize));
+            pos.extend(0..n - 1);
+        }
+        src.extend((r0..r0 + n - 1).map(|r| r as i64));
+        base.extend(std::iter::repeat_n(
+            sessions.kv_base[w.session],
+            if s > 0 { n } else { n - 1 },
+        ));
+        // The ring keeps the window's rows, or its last row only after a long window.
+        let kept = if n > MAX_ROLLBACK_WINDOW {
+            n - 1..n
+        } else {
+            0..n
+        };
+        for i in kept {
+            pairs.extend([r0 + i, sessions.store_row(w.session, s + i)]);
+        }
+        row += n;
+    }
+    let rows = toks.len();
+    let tokens = meta.push(toks);
+    let src_at = meta.data.len();
+    meta.data
+        .extend(src.iter().map(|&v| i32::try_from(v).expect("fits i32")));
+    MtpMeta {
+        rows,
+        tokens,
+        src: src_at,
+        pos: meta.push(pos),
+        kv_base: meta.push(base),
+        num_pairs: pairs.len() / 2,
+        pairs: meta.push(pairs),
+    }
+}
+
+/// Runs a round: returns the logits of the wanted rows, window after window (`Σ num_logits ×
+/// vocab`). The sessions' GPU state advances; the caller updates their host lengths.
+pub fn forward(
+    m: &CudaModel,
+    sessions: &Sessions,
+    scratch: &mut Scratch,
+    plans: &[WindowPlan],
+    tokens: &[u32],
+) -> Result<Vec<f32>, CudaError> {
+    let rows = tokens.len();
+    let rm = round_meta(plans, tokens, sessions, m.has_mtp());
+    let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
+    let base = scratch.upload(&m.gpu, &rm.meta)?;
+    let pass = Pass { m, p: ptrs };
+    let h = m.config.hidden_size;
+    m.kernels.embed(
+        &m.gpu,
+        at(base, rm.tokens),
+        rows,
+        m.weights.embed.at(0),
+        h,
+        ptrs.x,
+    )?;
+    let (mut attn, mut linear) = (0, 0);
+    for l in &m.weights.layers {
+        let mix = match &l.mixer {
+            MixerWeights::Linear(_) => {
+                let off = linear * sessions.lin_layer;
+                linear += 1;
+                MixerRows::Linear {
+                    segs: at(base, rm.segs),
+                    windows: plans.len(),
+                    layer_off: off,
+                }
+            }
+            MixerWeights::Attention(_) => {
+                let cache = &sessions.kv[attn];
+                attn += 1;
+                MixerRows::Attention(AttentionRows {
+                    rows,
+                    pos: at(base, rm.pos),
+                    kv_base: at(base, rm.kv_base),
+                    k_cache: cache.k.at(0),
+                    v_cache: cache.v.at(0),
+                })
+            }
+        };
+        pass.layer(l, rows, &mix, sessions)?;
+    }
+    pass.norm(ptrs.x, &m.weights.norm, rows, ptrs.hidden)?;
+    pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits)?;
+    if let Some(mtp) = &rm.mtp {
+        absorb(&pass, sessions, base, mtp)?;
+    }
+    let v = m.config.vocab_size;
+    scratch.logits.read(&m.gpu, rm.num_logits * v)
+}
+
+/// Feeds the MTP head the round's pairs: only their K/V rows are kept (the head's outputs at
+/// these positions are never used), so the pass stops after the attention's cache write. Then
+/// each session's ring takes the hidden rows it keeps.
+fn absorb(pass: &Pass<'_>, sessions: &Sessions, base: u64, mtp: &MtpMeta) -> Result<(), CudaError> {
+    let (m, p) = (pass.m, pass.p);
+    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
+    let MixerWeights::Attention(aw) = &head.layer.mixer else {
+        unreachable!("the MTP layer is full attention")
+    };
+    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
+    let h = m.config.hidden_size;
+    m.kernels.mtp_input(
+        &m.gpu,
+        mtp.rows,
+        at(base, mtp.tokens),
+        m.weights.embed.at(0),
+        p.hidden,
+        sessions.mtp_store.at(0),
+        at(base, mtp.src),
+        head.pre_fc_norm_embedding.at(0),
+        head.pre_fc_norm_hidden.at(0),
+        h,
+        pass.eps(),
+        p.cat,
+    )?;
+    pass.matmul(p.cat, &head.fc, mtp.rows, p.x, false)?;
+    pass.norm(p.x, &head.layer.input_norm, mtp.rows, p.xn)?;
+    pass.matmul(p.xn, &aw.qkv, mtp.rows, p.wide, false)?;
+    let rows = AttentionRows {
+        rows: mtp.rows,
+        pos: at(base, mtp.pos),
+        kv_base: at(base, mtp.kv_base),
+        k_cache: cache.k.at(0),
+        v_cache: cache.v.at(0),
+    };
+    m.kernels.attention_prep(
+        &m.gpu,
+        &m.dims,
+        &rows,
+        p.wide,
+        aw.q_norm.at(0),
+        aw.k_norm.at(0),
+        m.weights.inv_freq.at(0),
+        pass.eps(),
+        p.q,
+    )?;
+    m.kernels.copy_rows(
+        &m.gpu,
+        p.hidden,
+        at(base, mtp.pairs),
+        mtp.num_pairs,
+        h,
+        sessions.mtp_store.at(0),
+    )
+}
+
+/// Greedy MTP drafts for `session` (at `len` positions, ring holding h[len − 1]) after
+/// `next_token`: step 0 on (h[len − 1], next_token) at position len − 1, then each step on the
+/// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax) and feed
+/// the next step there; one copy back at the end.
+pub fn draft(
+    m: &CudaModel,
+    sessions: &Sessions,
+    scratch: &mut Scratch,
+    session: usize,
+    next_token: u32,
+    num: usize,
+) -> Result<Vec<u32>, CudaError> {
+    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
+    let len = sessions.meta[session].len;
+    let pos0 = len - 1;
+    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
+    let mut meta = Meta::default();
+    // Token slots first: slot 0 is next_token, argmax writes slot s + 1.
+    let toks = meta.push(std::iter::once(next_token as usize).chain(std::iter::repeat_n(0, num)));
+    let pos = meta.push(pos0..pos0 + num);
+    let kv_base = meta.push([sessions.kv_base[session]]);
+    let src = meta.data.len();
+    meta.data
+        .push(-(sessions.store_row(session, pos0) as i32) - 1);
+    meta.data.push(0);
+    let ptrs = scratch.ensure(m, 1, 1)?;
+    let base = scratch.upload(&m.gpu, &meta)?;
+    let pass = Pass { m, p: ptrs };
+    let h = m.config.hidden_size;
+    for s in 0..num {
+        m.kernels.mtp_input(
+            &m.gpu,
+            1,
+            at(base, toks + s),
+            m.weights.embed.at(0),
+            ptrs.draft_hidden,
+            sessions.mtp_store.at(0),
+            at(base, src + usize::from(s > 0)),
+            head.pre_fc_norm_embedding.at(0),
+            head.pre_fc_norm_hidden.at(0),
+            h,
+            pass.eps(),
+            ptrs.cat,
+        )?;
+        pass.matmul(ptrs.cat, &head.fc, 1, ptrs.x, false)?;
+        let rows = MixerRows::Attention(AttentionRows {
+            rows: 1,
+            pos: at(base, pos + s),
+            kv_base: at(base, kv_base),
+            k_cache: cache.k.at(0),
+            v_cache: cache.v.at(0),
+        });
+        pass.layer(&head.layer, 1, &rows, sessions)?;
+        pass.norm(ptrs.x, &head.norm, 1, ptrs.draft_hidden)?;
+        pass.logits(ptrs.draft_hidden, 0, 1)?;
+        m.kernels.argmax(
+            &m.gpu,
+            ptrs.logits,
+            1,
+            m.config.vocab_size,
+            at(base, toks + s + 1),
+        )?;
+    }
+    let back = scratch.meta.read(&m.gpu, num + 1)?;
+    Ok(back[1..].iter().map(|&t| t as u32).collect())
+}

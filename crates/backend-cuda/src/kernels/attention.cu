@@ -1,0 +1,106 @@
+// Gated full attention (QWEN3_NEXT.md "Gated attention layer"), after the fused projection
+// `qkv` = [q_proj (per head [query | gate], 2·HD) | k_proj | v_proj] per row:
+// - `attention_prep`: per row, q and k heads zero-centred-RMSNormed and partially RoPE'd at the
+//   row's position; q to `q_out`, K and V into the session's cache rows. One warp per head.
+// - `attention_gated`: per (row, head), softmax attention over the session's rows 0..=pos, then
+//   × sigmoid(gate). ATT_THREADS threads split the keys with a fixed stride, each keeps an online
+//   softmax; they are merged in thread order. The split depends on the position only, never on
+//   the batch.
+//
+// Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
+// different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT.
+
+#define ATT_Q_W (ATT_HEADS * 2 * ATT_HD)
+#define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
+#define ATT_KV_ROW (ATT_KV_HEADS * ATT_HD)
+#define ATT_THREADS 128
+
+extern "C" __global__ void __launch_bounds__((ATT_HEADS + ATT_KV_HEADS) * WARP)
+attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
+               const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
+               const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
+               float* __restrict__ q_out, float* __restrict__ k_cache, float* __restrict__ v_cache) {
+    __shared__ float buf[ATT_HEADS + ATT_KV_HEADS][ATT_HD];
+    const int r = blockIdx.x, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int pos = pos_arr[r];
+    const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
+    const float* row = qkv + (size_t)r * ATT_QKV_W;
+    const float* src;
+    const float* nw;
+    float* dst;
+    if (w < ATT_HEADS) {
+        src = row + w * 2 * ATT_HD;
+        nw = q_norm;
+        dst = q_out + ((size_t)r * ATT_HEADS + w) * ATT_HD;
+    } else {
+        const int kvh = w - ATT_HEADS;
+        src = row + ATT_Q_W + kvh * ATT_HD;
+        nw = k_norm;
+        dst = k_cache + cache_row + kvh * ATT_HD;
+        const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
+        for (int i = lane; i < ATT_HD; i += WARP) v_cache[cache_row + kvh * ATT_HD + i] = v[i];
+    }
+    const float inv = 1.0f / sqrtf(warp_sum_squares(src, ATT_HD, lane) / (float)ATT_HD + eps);
+    for (int i = lane; i < ATT_HD; i += WARP) buf[w][i] = src[i] * inv * (1.0f + nw[i]);
+    __syncwarp();
+    const int half = ATT_ROT / 2;
+    for (int i = lane; i < ATT_HD; i += WARP) {
+        float y = buf[w][i];
+        if (i < ATT_ROT) {
+            const int d = i < half ? i : i - half;
+            const float angle = (float)pos * inv_freq[d];
+            const float c = cosf(angle), s = sinf(angle);
+            const float a = buf[w][d], b = buf[w][d + half];
+            y = i < half ? a * c + (-b) * s : b * c + a * s;
+        }
+        dst[i] = y;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS)
+attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
+                const float* __restrict__ k_cache, const float* __restrict__ v_cache,
+                const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
+                float* __restrict__ out) {
+    __shared__ float qs[ATT_HD];
+    __shared__ float m_s[ATT_THREADS], l_s[ATT_THREADS];
+    __shared__ float acc_s[ATT_THREADS][ATT_HD + 1];  // +1: no bank conflicts on the row writes
+    const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+    const int kvh = h / (ATT_HEADS / ATT_KV_HEADS);
+    const int pos = pos_arr[r];
+    const size_t base = (size_t)kv_base_arr[r];
+    for (int i = t; i < ATT_HD; i += ATT_THREADS) qs[i] = q[((size_t)r * ATT_HEADS + h) * ATT_HD + i];
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f, acc[ATT_HD];
+#pragma unroll
+    for (int i = 0; i < ATT_HD; i++) acc[i] = 0.0f;
+    for (int p = t; p <= pos; p += ATT_THREADS) {
+        const float* kp = k_cache + (base + p) * ATT_KV_ROW + kvh * ATT_HD;
+        const float* vp = v_cache + (base + p) * ATT_KV_ROW + kvh * ATT_HD;
+        float score = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ATT_HD; i++) score += qs[i] * kp[i];
+        score *= scale;
+        const float m_new = fmaxf(m, score);
+        const float c = expf(m - m_new), e = expf(score - m_new);
+        l = l * c + e;
+#pragma unroll
+        for (int i = 0; i < ATT_HD; i++) acc[i] = acc[i] * c + e * vp[i];
+        m = m_new;
+    }
+    m_s[t] = m;
+    __syncthreads();
+    float big = -INFINITY;
+    for (int i = 0; i < ATT_THREADS; i++) big = fmaxf(big, m_s[i]);
+    const float f = l == 0.0f ? 0.0f : expf(m - big);
+    l_s[t] = l * f;
+#pragma unroll
+    for (int i = 0; i < ATT_HD; i++) acc_s[t][i] = acc[i] * f;
+    __syncthreads();
+    for (int d = t; d < ATT_HD; d += ATT_THREADS) {
+        float a = 0.0f, total = 0.0f;
+        for (int i = 0; i < ATT_THREADS; i++) { a += acc_s[i][d]; total += l_s[i]; }
+        const float gate = qkv[(size_t)r * ATT_QKV_W + h * 2 * ATT_HD + ATT_HD + d];
+        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = (a / total) * sigmoidf_(gate);
+    }
+}

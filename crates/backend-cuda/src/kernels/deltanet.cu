@@ -1,0 +1,134 @@
+// Gated DeltaNet (QWEN3_NEXT.md "Gated DeltaNet"), recurrent form, in two kernels per layer:
+// `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], one block per window, one
+// thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
+// RMSNorm, one block per (window, value head), one thread per value column j holding S[:, j] in
+// registers, tokens in order). Every sum runs sequentially inside one thread, so a window's
+// results never depend on the other windows of the launch.
+//
+// Session state, per linear layer: conv tail `[CONV_K − 1, C]` then S `[HV, DK, DV]`, f32, at
+// `state + session·lin_stride + layer_off`. A window of at most MAX_ROLLBACK tokens writes, before
+// each token t, the state into snapshot slot t (`snaps + (session·MAX_ROLLBACK + t)·lin_stride +
+// layer_off`) for rollback. A window starting at position 0 starts from zero state.
+//
+// `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
+//
+// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, MAX_ROLLBACK.
+
+#define LIN_R (LIN_HV / LIN_HK)
+#define LIN_GROUP (2 * LIN_DK + 2 * LIN_R * LIN_DV)
+#define LIN_C (2 * LIN_HK * LIN_DK + LIN_HV * LIN_DV)
+#define LIN_CONV_SIZE ((LIN_CONV_K - 1) * LIN_C)
+#define L2_NORM_EPS 1e-6f
+
+typedef unsigned long long u64;
+
+// Where conv channel `ch` of the mixed row [q (HK·DK) | k (HK·DK) | v (HV·DV)] sits in a qkvz row
+// grouped by key head: per group [q (DK) | k (DK) | v (R·DV) | z (R·DV)].
+__device__ __forceinline__ int qkvz_offset(int ch) {
+    if (ch < LIN_HK * LIN_DK) return (ch / LIN_DK) * LIN_GROUP + ch % LIN_DK;
+    ch -= LIN_HK * LIN_DK;
+    if (ch < LIN_HK * LIN_DK) return (ch / LIN_DK) * LIN_GROUP + LIN_DK + ch % LIN_DK;
+    ch -= LIN_HK * LIN_DK;
+    return (ch / (LIN_R * LIN_DV)) * LIN_GROUP + 2 * LIN_DK + ch % (LIN_R * LIN_DV);
+}
+
+extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int proj_stride, const int* __restrict__ segs,
+                                         const float* __restrict__ conv_w, float* state, float* snaps,
+                                         u64 lin_stride, u64 layer_off, float* __restrict__ mixed) {
+    const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
+    const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
+    const bool keep = n <= MAX_ROLLBACK;
+    float* tail_g = state + session * lin_stride + layer_off;
+    for (int ch = threadIdx.x; ch < LIN_C; ch += blockDim.x) {
+        const int src = qkvz_offset(ch);
+        float tail[LIN_CONV_K - 1], w[LIN_CONV_K];
+#pragma unroll
+        for (int j = 0; j < LIN_CONV_K - 1; j++) tail[j] = start == 0 ? 0.0f : tail_g[j * LIN_C + ch];
+#pragma unroll
+        for (int j = 0; j < LIN_CONV_K; j++) w[j] = conv_w[ch * LIN_CONV_K + j];
+        for (int t = 0; t < n; t++) {
+            if (keep) {
+                float* snap = snaps + ((u64)session * MAX_ROLLBACK + t) * lin_stride + layer_off;
+#pragma unroll
+                for (int j = 0; j < LIN_CONV_K - 1; j++) snap[j * LIN_C + ch] = tail[j];
+            }
+            const float x = qkvz[(size_t)(row0 + t) * proj_stride + src];
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < LIN_CONV_K - 1; j++) s += w[j] * tail[j];
+            s += w[LIN_CONV_K - 1] * x;
+#pragma unroll
+            for (int j = 0; j < LIN_CONV_K - 2; j++) tail[j] = tail[j + 1];
+            tail[LIN_CONV_K - 2] = x;
+            mixed[(size_t)(row0 + t) * LIN_C + ch] = siluf_(s);
+        }
+#pragma unroll
+        for (int j = 0; j < LIN_CONV_K - 1; j++) tail_g[j * LIN_C + ch] = tail[j];
+    }
+}
+
+// Block: LIN_DV threads; grid (windows, LIN_HV). `out` is [rows, HV·DV], gated-normed.
+extern "C" __global__ void __launch_bounds__(LIN_DV)
+deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
+                    const float* __restrict__ mixed, const int* __restrict__ segs,
+                    const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
+                    const float* __restrict__ norm_w, float eps, float* state, float* snaps,
+                    u64 lin_stride, u64 layer_off, float* __restrict__ out) {
+    __shared__ float qs[LIN_DK], ks[LIN_DK], os[LIN_DV];
+    const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
+    const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
+    const int h = blockIdx.y, j = threadIdx.x, kh = h / LIN_R, ii = h % LIN_R;
+    const bool keep = n <= MAX_ROLLBACK;
+    const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
+    float* s_g = state + session * lin_stride + s_off;
+    float s[LIN_DK];
+#pragma unroll
+    for (int i = 0; i < LIN_DK; i++) s[i] = start == 0 ? 0.0f : s_g[i * LIN_DV];
+    const float scale = 1.0f / sqrtf((float)LIN_DK);
+    for (int t = 0; t < n; t++) {
+        const size_t row = row0 + t;
+        if (keep) {
+            float* snap = snaps + ((u64)session * MAX_ROLLBACK + t) * lin_stride + s_off;
+#pragma unroll
+            for (int i = 0; i < LIN_DK; i++) snap[i * LIN_DV] = s[i];
+        }
+        __syncthreads();  // the previous token's readers of qs/ks/os are done
+        for (int i = j; i < LIN_DK; i += LIN_DV) {
+            qs[i] = mixed[row * LIN_C + kh * LIN_DK + i];
+            ks[i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
+        }
+        __syncthreads();
+        // L2 norms of q and k, each summed in order by every thread (the same bits everywhere).
+        float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LIN_DK; i++) { qq += qs[i] * qs[i]; kk += ks[i] * ks[i]; }
+        const float q_inv = 1.0f / sqrtf(qq + L2_NORM_EPS), k_inv = 1.0f / sqrtf(kk + L2_NORM_EPS);
+        const float v = mixed[row * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + j];
+        const float* bar = ba + row * proj_stride + kh * 2 * LIN_R;
+        const float beta = sigmoidf_(bar[ii]);
+        const float g = neg_a[h] * softplusf_(bar[LIN_R + ii] + dt_bias[h]);
+        const float decay = expf(g);
+        // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
+        float u = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LIN_DK; i++) { s[i] *= decay; u += s[i] * (ks[i] * k_inv); }
+        const float delta = beta * (v - u);
+        float o = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LIN_DK; i++) {
+            s[i] += (ks[i] * k_inv) * delta;
+            o += s[i] * ((qs[i] * q_inv) * scale);
+        }
+        // Gated RMSNorm over the head's DV outputs (norm before gate).
+        os[j] = o;
+        __syncthreads();
+        float oo = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LIN_DV; i++) oo += os[i] * os[i];
+        const float inv = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
+        const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
+        out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w[j] * (o * inv) * siluf_(z);
+    }
+#pragma unroll
+    for (int i = 0; i < LIN_DK; i++) s_g[i * LIN_DV] = s[i];
+}

@@ -1,0 +1,574 @@
+//! The CUDA C kernels (one `.cu` file per concept, compiled together at run time with NVRTC for
+//! sm_90) and a typed launcher for each.
+//!
+//! The model's sizes are `#define`d in front of the sources (see [`Dims::defines`]), so loops over
+//! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
+//! Every kernel is batch-invariant by construction: see `common.cu`.
+
+use crate::device::{Arg, Gpu};
+use crate::CudaError;
+use cudarc::driver::CudaFunction;
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use model::{Config, LinearAttentionConfig, MoeConfig};
+
+const COMMON: &str = include_str!("common.cu");
+const MATMUL: &str = include_str!("matmul.cu");
+const NORM: &str = include_str!("norm.cu");
+const DELTANET: &str = include_str!("deltanet.cu");
+const ATTENTION: &str = include_str!("attention.cu");
+const MOE: &str = include_str!("moe.cu");
+const MTP: &str = include_str!("mtp.cu");
+
+/// The GPU the kernels are built for (Hopper: H100, H200).
+const ARCH: &str = "sm_90";
+
+/// Warps per block of `matmul_bf16` (MATMUL_WARPS in matmul.cu).
+const MATMUL_WARPS: u32 = 8;
+/// Warps per block of `rmsnorm_rows` (NORM_WARPS in norm.cu).
+const NORM_WARPS: u32 = 4;
+/// Warps per block of the MoE kernels (MOE_WARPS in moe.cu).
+const MOE_WARPS: u32 = 8;
+/// Threads per (row, head) of `attention_gated` (ATT_THREADS in attention.cu).
+const ATT_THREADS: u32 = 128;
+/// Threads per block of `argmax_rows` (ARGMAX_THREADS in mtp.cu).
+const ARGMAX_THREADS: u32 = 1024;
+/// Threads per window of `deltanet_conv`: one per channel, looping when there are more.
+const CONV_THREADS: u32 = 256;
+/// Threads per row of the element-wise row kernels (embedding, row copies).
+const ROW_THREADS: u32 = 128;
+/// Dot products read 8 bf16 weights (16 bytes) per lane at a time.
+pub const DOT_ALIGN: usize = 8;
+/// The most taps the depthwise conv keeps in registers.
+const MAX_CONV_KERNEL: usize = 8;
+
+/// The sizes baked into the compiled kernels.
+pub struct Dims {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rotary_dim: usize,
+    pub linear: Option<LinearAttentionConfig>,
+    pub moe: Option<MoeConfig>,
+    pub max_rollback: usize,
+}
+
+impl Dims {
+    pub fn of(config: &Config, max_rollback: usize) -> Result<Dims, CudaError> {
+        let dims = Dims {
+            hidden: config.hidden_size,
+            heads: config.num_heads,
+            kv_heads: config.num_kv_heads,
+            head_dim: config.head_dim,
+            rotary_dim: config.rotary_dim,
+            linear: config.linear.clone(),
+            moe: config.moe.clone(),
+            max_rollback,
+        };
+        dims.check()?;
+        Ok(dims)
+    }
+
+    fn check(&self) -> Result<(), CudaError> {
+        let unsupported = |what: String| Err(CudaError::Unsupported(what));
+        if !self.hidden.is_multiple_of(DOT_ALIGN)
+            || !(self.heads * self.head_dim).is_multiple_of(DOT_ALIGN)
+        {
+            return unsupported(format!(
+                "hidden {} and heads·head_dim must be multiples of {DOT_ALIGN}",
+                self.hidden
+            ));
+        }
+        if let Some(l) = &self.linear {
+            if !(2..=MAX_CONV_KERNEL).contains(&l.conv_kernel)
+                || !(l.num_value_heads * l.value_head_dim).is_multiple_of(DOT_ALIGN)
+            {
+                return unsupported(format!("linear attention sizes {l:?}"));
+            }
+        }
+        if let Some(m) = &self.moe {
+            if !m.expert_intermediate.is_multiple_of(DOT_ALIGN)
+                || !m.shared_expert_intermediate.is_multiple_of(DOT_ALIGN)
+            {
+                return unsupported(format!("MoE widths {m:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn defines(&self) -> String {
+        let mut d = vec![
+            ("ATT_HEADS", self.heads),
+            ("ATT_KV_HEADS", self.kv_heads),
+            ("ATT_HD", self.head_dim),
+            ("ATT_ROT", self.rotary_dim),
+            ("MAX_ROLLBACK", self.max_rollback),
+        ];
+        if let Some(l) = &self.linear {
+            d.extend([
+                ("LIN_HK", l.num_key_heads),
+                ("LIN_HV", l.num_value_heads),
+                ("LIN_DK", l.key_head_dim),
+                ("LIN_DV", l.value_head_dim),
+                ("LIN_CONV_K", l.conv_kernel),
+            ]);
+        }
+        if let Some(m) = &self.moe {
+            d.extend([
+                ("MOE_E", m.num_experts),
+                ("MOE_K", m.experts_per_token),
+                ("MOE_I", m.expert_intermediate),
+                ("MOE_IS", m.shared_expert_intermediate),
+                ("MOE_NORM_TOPK", usize::from(m.norm_topk_prob)),
+                ("MOE_H", self.hidden),
+            ]);
+        }
+        d.iter()
+            .map(|(name, v)| format!("#define {name} {v}\n"))
+            .collect()
+    }
+
+    /// Every source this model needs, after its sizes.
+    fn source(&self) -> String {
+        let mut parts = vec![self.defines(), COMMON.into(), MATMUL.into(), NORM.into()];
+        parts.push(ATTENTION.into());
+        parts.push(MTP.into());
+        if self.linear.is_some() {
+            parts.push(DELTANET.into());
+        }
+        if self.moe.is_some() {
+            parts.push(MOE.into());
+        }
+        parts.join("\n")
+    }
+}
+
+/// The compiled kernels of one model.
+pub struct Kernels {
+    matmul: CudaFunction,
+    rmsnorm: CudaFunction,
+    embed: CudaFunction,
+    attention_prep: CudaFunction,
+    attention: CudaFunction,
+    mtp_input: CudaFunction,
+    copy_rows: CudaFunction,
+    argmax: CudaFunction,
+    deltanet: Option<(CudaFunction, CudaFunction)>,
+    moe: Option<(CudaFunction, CudaFunction)>,
+}
+
+/// `ceil(n / d)` as a grid dimension.
+fn blocks(n: usize, d: u32) -> u32 {
+    n.div_ceil(d as usize) as u32
+}
+
+fn rows_u32(rows: usize) -> u32 {
+    u32::try_from(rows).expect("row counts fit a grid dimension")
+}
+
+impl Kernels {
+    /// Compiles the sources for `dims` with NVRTC and loads them.
+    pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
+        let opts = CompileOptions {
+            arch: Some(ARCH),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(dims.source(), opts)
+            .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+        let module = gpu.ctx.load_module(ptx)?;
+        let f = |name: &str| module.load_function(name);
+        Ok(Kernels {
+            matmul: f("matmul_bf16")?,
+            rmsnorm: f("rmsnorm_rows")?,
+            embed: f("embed_rows")?,
+            attention_prep: f("attention_prep")?,
+            attention: f("attention_gated")?,
+            mtp_input: f("mtp_input")?,
+            copy_rows: f("copy_rows")?,
+            argmax: f("argmax_rows")?,
+            deltanet: match dims.linear {
+                Some(_) => Some((f("deltanet_conv")?, f("deltanet_recurrence")?)),
+                None => None,
+            },
+            moe: match dims.moe {
+                Some(_) => Some((f("moe_up")?, f("moe_down")?)),
+                None => None,
+            },
+        })
+    }
+}
+
+/// One matmul: `rows` rows of `x` (stride `x_stride`, gathered by `row_index` when not 0)
+/// against W `[n_out, k]` (bf16) into `y` (stride `y_stride`), added to `y` when `accumulate`.
+pub struct Matmul {
+    pub x: u64,
+    pub x_stride: usize,
+    pub row_index: u64,
+    pub w: u64,
+    pub k: usize,
+    pub n_out: usize,
+    pub y: u64,
+    pub y_stride: usize,
+    pub rows: usize,
+    pub accumulate: bool,
+}
+
+/// The launch shapes of the Gated DeltaNet kernels of one layer.
+pub struct DeltaNetLaunch {
+    pub qkvz: u64,
+    pub ba: u64,
+    /// Floats between rows of `qkvz` (and of `ba`): the fused projection's width.
+    pub proj_stride: usize,
+    pub segs: u64,
+    pub windows: usize,
+    pub conv_w: u64,
+    pub neg_a: u64,
+    pub dt_bias: u64,
+    pub norm_w: u64,
+    pub eps: f32,
+    pub state: u64,
+    pub snaps: u64,
+    pub lin_stride: usize,
+    pub layer_off: usize,
+    pub mixed: u64,
+    pub out: u64,
+}
+
+impl Kernels {
+    pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        // 16-byte loads: 8 bf16 weights, 4 + 4 f32 inputs.
+        debug_assert!(m.k.is_multiple_of(DOT_ALIGN) && m.x_stride.is_multiple_of(4));
+        if m.rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.matmul,
+            (blocks(m.n_out, MATMUL_WARPS), rows_u32(m.rows), 1),
+            MATMUL_WARPS * 32,
+            &[
+                Arg::Ptr(m.x),
+                Arg::I32(m.x_stride as i32),
+                Arg::Ptr(m.row_index),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+            ],
+        )
+    }
+
+    /// `out[r] = norm(x[r])` over rows of `n`, zero-centred weight when `zero_centred`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm(
+        &self,
+        gpu: &Gpu,
+        x: u64,
+        w: u64,
+        n: usize,
+        rows: usize,
+        eps: f32,
+        zero_centred: bool,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.rmsnorm,
+            (blocks(rows, NORM_WARPS), 1, 1),
+            NORM_WARPS * 32,
+            &[
+                Arg::Ptr(x),
+                Arg::Ptr(w),
+                Arg::I32(n as i32),
+                Arg::I32(rows as i32),
+                Arg::F32(eps),
+                Arg::I32(i32::from(zero_centred)),
+                Arg::Ptr(out),
+            ],
+        )
+    }
+
+    pub fn embed(
+        &self,
+        gpu: &Gpu,
+        tokens: u64,
+        rows: usize,
+        table: u64,
+        hidden: usize,
+        x: u64,
+    ) -> Result<(), CudaError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.embed,
+            (rows_u32(rows), 1, 1),
+            ROW_THREADS,
+            &[
+                Arg::Ptr(tokens),
+                Arg::Ptr(table),
+                Arg::I32(hidden as i32),
+                Arg::Ptr(x),
+            ],
+        )
+    }
+
+    pub fn deltanet(&self, gpu: &Gpu, d: &DeltaNetLaunch, dims: &Dims) -> Result<(), CudaError> {
+        let (conv, recurrence) = self
+            .deltanet
+            .as_ref()
+            .expect("deltanet kernels exist for a model with linear layers");
+        let l = dims.linear.as_ref().expect("linear sizes");
+        if d.windows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            conv,
+            (d.windows as u32, 1, 1),
+            CONV_THREADS,
+            &[
+                Arg::Ptr(d.qkvz),
+                Arg::I32(d.proj_stride as i32),
+                Arg::Ptr(d.segs),
+                Arg::Ptr(d.conv_w),
+                Arg::Ptr(d.state),
+                Arg::Ptr(d.snaps),
+                Arg::U64(d.lin_stride as u64),
+                Arg::U64(d.layer_off as u64),
+                Arg::Ptr(d.mixed),
+            ],
+        )?;
+        gpu.launch(
+            recurrence,
+            (d.windows as u32, l.num_value_heads as u32, 1),
+            l.value_head_dim as u32,
+            &[
+                Arg::Ptr(d.qkvz),
+                Arg::Ptr(d.ba),
+                Arg::I32(d.proj_stride as i32),
+                Arg::Ptr(d.mixed),
+                Arg::Ptr(d.segs),
+                Arg::Ptr(d.neg_a),
+                Arg::Ptr(d.dt_bias),
+                Arg::Ptr(d.norm_w),
+                Arg::F32(d.eps),
+                Arg::Ptr(d.state),
+                Arg::Ptr(d.snaps),
+                Arg::U64(d.lin_stride as u64),
+                Arg::U64(d.layer_off as u64),
+                Arg::Ptr(d.out),
+            ],
+        )
+    }
+}
+
+/// Rows of one attention call and where their positions and cache rows are.
+pub struct AttentionRows {
+    pub rows: usize,
+    pub pos: u64,
+    pub kv_base: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+}
+
+impl Kernels {
+    /// Norms, RoPE and the cache write of `qkv`'s rows; q into `q_out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_prep(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        qkv: u64,
+        q_norm: u64,
+        k_norm: u64,
+        inv_freq: u64,
+        eps: f32,
+        q_out: u64,
+    ) -> Result<(), CudaError> {
+        if a.rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.attention_prep,
+            (rows_u32(a.rows), 1, 1),
+            ((dims.heads + dims.kv_heads) * 32) as u32,
+            &[
+                Arg::Ptr(qkv),
+                Arg::Ptr(a.pos),
+                Arg::Ptr(a.kv_base),
+                Arg::Ptr(q_norm),
+                Arg::Ptr(k_norm),
+                Arg::Ptr(inv_freq),
+                Arg::F32(eps),
+                Arg::Ptr(q_out),
+                Arg::Ptr(a.k_cache),
+                Arg::Ptr(a.v_cache),
+            ],
+        )
+    }
+
+    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
+    pub fn attention(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        q: u64,
+        qkv: u64,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        if a.rows == 0 {
+            return Ok(());
+        }
+        let scale = 1.0 / (dims.head_dim as f32).sqrt();
+        gpu.launch(
+            &self.attention,
+            (rows_u32(a.rows), dims.heads as u32, 1),
+            ATT_THREADS,
+            &[
+                Arg::Ptr(q),
+                Arg::Ptr(qkv),
+                Arg::Ptr(a.k_cache),
+                Arg::Ptr(a.v_cache),
+                Arg::Ptr(a.pos),
+                Arg::Ptr(a.kv_base),
+                Arg::F32(scale),
+                Arg::Ptr(out),
+            ],
+        )
+    }
+
+    /// `moe_up` then `moe_down` (adding into `x`) over `rows` rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        rows: usize,
+        xn: u64,
+        mo: u64,
+        gate_up: u64,
+        down: u64,
+        shared_down: u64,
+        act: u64,
+        x: u64,
+    ) -> Result<(), CudaError> {
+        let (up, down_k) = self
+            .moe
+            .as_ref()
+            .expect("MoE kernels exist for a MoE model");
+        let m = dims.moe.as_ref().expect("MoE sizes");
+        if rows == 0 {
+            return Ok(());
+        }
+        let units = m.expert_intermediate.max(m.shared_expert_intermediate);
+        let slots = m.experts_per_token + usize::from(m.shared_expert_intermediate > 0);
+        gpu.launch(
+            up,
+            (blocks(units, MOE_WARPS), rows_u32(rows), slots as u32),
+            MOE_WARPS * 32,
+            &[Arg::Ptr(xn), Arg::Ptr(mo), Arg::Ptr(gate_up), Arg::Ptr(act)],
+        )?;
+        gpu.launch(
+            down_k,
+            (blocks(dims.hidden, MOE_WARPS), rows_u32(rows), 1),
+            MOE_WARPS * 32,
+            &[
+                Arg::Ptr(mo),
+                Arg::Ptr(act),
+                Arg::Ptr(down),
+                Arg::Ptr(shared_down),
+                Arg::Ptr(x),
+            ],
+        )
+    }
+
+    /// The MTP head's input rows `[rows, 2·hidden]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mtp_input(
+        &self,
+        gpu: &Gpu,
+        rows: usize,
+        tokens: u64,
+        embed: u64,
+        hidden_rows: u64,
+        store: u64,
+        hidden_src: u64,
+        w_embed: u64,
+        w_hidden: u64,
+        hidden: usize,
+        eps: f32,
+        cat: u64,
+    ) -> Result<(), CudaError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.mtp_input,
+            (rows_u32(rows), 1, 1),
+            64,
+            &[
+                Arg::Ptr(tokens),
+                Arg::Ptr(embed),
+                Arg::Ptr(hidden_rows),
+                Arg::Ptr(store),
+                Arg::Ptr(hidden_src),
+                Arg::Ptr(w_embed),
+                Arg::Ptr(w_hidden),
+                Arg::I32(hidden as i32),
+                Arg::F32(eps),
+                Arg::Ptr(cat),
+            ],
+        )
+    }
+
+    /// `dst[pairs[2i+1]] = src[pairs[2i]]` for `n` pairs of rows of `width`.
+    pub fn copy_rows(
+        &self,
+        gpu: &Gpu,
+        src: u64,
+        pairs: u64,
+        n: usize,
+        width: usize,
+        dst: u64,
+    ) -> Result<(), CudaError> {
+        if n == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.copy_rows,
+            (rows_u32(n), 1, 1),
+            ROW_THREADS,
+            &[
+                Arg::Ptr(src),
+                Arg::Ptr(pairs),
+                Arg::I32(width as i32),
+                Arg::Ptr(dst),
+            ],
+        )
+    }
+
+    /// `out[r]` = the greedy token of logits row `r` (`rows × n`).
+    pub fn argmax(
+        &self,
+        gpu: &Gpu,
+        logits: u64,
+        rows: usize,
+        n: usize,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.argmax,
+            (rows_u32(rows), 1, 1),
+            ARGMAX_THREADS,
+            &[Arg::Ptr(logits), Arg::I32(n as i32), Arg::Ptr(out)],
+        )
+    }
+}

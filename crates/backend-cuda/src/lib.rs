@@ -1,0 +1,63 @@
+//! # backend-cuda — flashlane's models on an NVIDIA GPU
+//!
+//! `lane::Target` for a loaded Qwen3-Next model on the GPU, behind the `cuda` feature (cudarc
+//! with dynamic loading: no CUDA libraries are needed to build). Without the feature,
+//! [`CudaModel::load`] and [`CudaTarget::new`] exist and return a clear error.
+//!
+//! - `kernels/`: CUDA C kernels, one `.cu` file per concept, compiled at run time with NVRTC for
+//!   sm_90, batch-invariant by construction (fixed reduction orders, no atomics, no split that
+//!   depends on the batch); bf16 weights, f32 accumulation.
+//! - `device`: the context, the one stream, buffers and launches.
+//! - `weights`: the checkpoint's tensors uploaded once (read through the `model` crate).
+//! - `state`: per-session GPU state allocated once (KV rows, linear-attention state and its
+//!   rollback snapshots, the MTP head's rows).
+//! - `forward`: a round (all windows in one batch), the MTP head's absorb and drafting.
+//! - `target`: [`CudaTarget`].
+//!
+//! ```no_run
+//! let model = backend_cuda::CudaModel::load(std::path::Path::new("models/flashlane-tiny"))?;
+//! let target = backend_cuda::CudaTarget::new(&model, &[4128, 4128])?;
+//! # Ok::<(), backend_cuda::CudaError>(())
+//! ```
+
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod forward;
+#[cfg(feature = "cuda")]
+mod kernels;
+#[cfg(feature = "cuda")]
+mod model;
+#[cfg(feature = "cuda")]
+mod state;
+#[cfg(feature = "cuda")]
+mod target;
+#[cfg(feature = "cuda")]
+mod weights;
+
+#[cfg(not(feature = "cuda"))]
+mod stub;
+
+#[cfg(feature = "cuda")]
+pub use crate::model::CudaModel;
+#[cfg(feature = "cuda")]
+pub use target::CudaTarget;
+
+#[cfg(not(feature = "cuda"))]
+pub use stub::{CudaModel, CudaTarget};
+
+/// Why the GPU backend could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// No GPU to run on: built without the feature, no driver, or no device.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    #[error("NVRTC could not compile the kernels: {0}")]
+    Compile(String),
+    #[error("the CUDA backend does not support {0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Load(#[from] ::model::LoadError),
+}

@@ -1,0 +1,51 @@
+//! [`CudaModel`]: a loaded model on the GPU — its config, compiled kernels and uploaded weights.
+//! It owns no per-session state (see [`crate::state`]).
+
+use crate::device::Gpu;
+use crate::kernels::{Dims, Kernels};
+use crate::state::MAX_ROLLBACK_WINDOW;
+use crate::weights::ModelWeights;
+use crate::CudaError;
+use model::{Config, Weights};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct CudaModel {
+    pub gpu: Arc<Gpu>,
+    pub config: Config,
+    pub dims: Dims,
+    pub kernels: Kernels,
+    pub weights: ModelWeights,
+}
+
+impl CudaModel {
+    /// Loads `dir` (config.json and safetensors) onto device 0.
+    pub fn load(dir: &Path) -> Result<Arc<CudaModel>, CudaError> {
+        let config = Config::from_dir(dir)?;
+        let weights = Weights::open(dir)?;
+        CudaModel::from_weights(config, &weights).map(Arc::new)
+    }
+
+    pub fn from_weights(config: Config, w: &Weights) -> Result<CudaModel, CudaError> {
+        let gpu = Gpu::open()?;
+        let dims = Dims::of(&config, MAX_ROLLBACK_WINDOW)?;
+        let kernels = Kernels::compile(&gpu, &dims)?;
+        let weights = ModelWeights::upload(&gpu, &config, w)?;
+        gpu.sync()?;
+        Ok(CudaModel {
+            gpu,
+            config,
+            dims,
+            kernels,
+            weights,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    pub fn has_mtp(&self) -> bool {
+        self.weights.mtp.is_some()
+    }
+}

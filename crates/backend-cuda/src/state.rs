@@ -1,0 +1,179 @@
+//! Per-session state on the GPU (SPEC §1), allocated once at construction from the capacities
+//! and never resized:
+//! - K and V rows of every full-attention layer (and of the MTP head), one buffer per layer for
+//!   all sessions, session `s` owning rows `kv_base[s]..kv_base[s] + capacity[s]`;
+//! - per linear layer the conv tail and recurrent state (f32), all of a session's linear layers
+//!   contiguous (`lin_stride` floats), so that a rollback or a move is one copy;
+//! - rollback snapshots: before each token of a window of at most `MAX_ROLLBACK_WINDOW` tokens,
+//!   the linear state of every layer (slot t = the state as of position `start + t`);
+//! - the MTP head's hidden rows: a ring of `MTP_HIDDEN_ROWS` rows per session, position p in
+//!   slot `p % MTP_HIDDEN_ROWS`, so that h[start − 1] and a window's rows are kept without moves.
+//!
+//! The host keeps each session's lengths in [`SessionMeta`].
+
+use crate::device::{Buf, Gpu};
+use crate::CudaError;
+use model::Config;
+
+/// Longest window whose positions can be rolled back: the widest window the engine verifies
+/// (the same bound as backend-cpu's `MAX_ROLLBACK_WINDOW`).
+pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
+
+/// Main-model hidden rows an MTP ring holds: the row before a window and the window's rows.
+pub const MTP_HIDDEN_ROWS: usize = MAX_ROLLBACK_WINDOW + 1;
+
+/// What the host knows of one session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionMeta {
+    /// Positions computed.
+    pub len: usize,
+    /// Start of the last window and how many snapshots it kept (0 for a long window).
+    pub snap_start: usize,
+    pub snap_count: usize,
+    /// Positions the MTP head is in step with, and the first position its ring holds.
+    pub mtp_len: usize,
+    pub mtp_first: usize,
+}
+
+impl SessionMeta {
+    /// Whether the MTP ring holds h[pos].
+    pub fn mtp_holds(&self, pos: usize) -> bool {
+        self.mtp_first <= pos && pos < self.len.max(self.mtp_len)
+    }
+}
+
+/// K and V rows of one attention layer for every session.
+pub struct KvCache {
+    pub k: Buf<f32>,
+    pub v: Buf<f32>,
+}
+
+pub struct Sessions {
+    pub capacity: Vec<usize>,
+    pub kv_base: Vec<usize>,
+    /// Floats per cache row (`kv_heads · head_dim`).
+    pub kv_row: usize,
+    /// One per full-attention layer, in layer order.
+    pub kv: Vec<KvCache>,
+    pub mtp_kv: Option<KvCache>,
+    /// Floats of one linear layer's state (conv tail then recurrent state).
+    pub lin_layer: usize,
+    /// Floats of a session's linear state (every linear layer).
+    pub lin_stride: usize,
+    pub lin_state: Buf<f32>,
+    pub lin_snaps: Buf<f32>,
+    pub mtp_store: Buf<f32>,
+    pub hidden: usize,
+    pub meta: Vec<SessionMeta>,
+}
+
+impl Sessions {
+    pub fn new(
+        gpu: &Gpu,
+        config: &Config,
+        capacities: &[u64],
+        with_mtp: bool,
+    ) -> Result<Sessions, CudaError> {
+        let capacity: Vec<usize> = capacities.iter().map(|&c| c as usize).collect();
+        let mut kv_base = Vec::with_capacity(capacity.len());
+        let mut total = 0;
+        for c in &capacity {
+            kv_base.push(total);
+            total += c;
+        }
+        let i32_max = i32::MAX as usize;
+        if total >= i32_max {
+            return Err(CudaError::Unsupported(format!(
+                "{total} cache rows in all: row indices are 32-bit on the GPU"
+            )));
+        }
+        let kv_row = config.num_kv_heads * config.head_dim;
+        let cache = || -> Result<KvCache, CudaError> {
+            Ok(KvCache {
+                k: Buf::zeros(gpu, total * kv_row)?,
+                v: Buf::zeros(gpu, total * kv_row)?,
+            })
+        };
+        let kv = (0..config.num_attention_layers())
+            .map(|_| cache())
+            .collect::<Result<_, _>>()?;
+        let lin_layer = config.linear.as_ref().map_or(0, |l| {
+            (l.conv_kernel - 1) * l.conv_channels()
+                + l.num_value_heads * l.key_head_dim * l.value_head_dim
+        });
+        let lin_stride = lin_layer * config.num_linear_layers();
+        let n = capacity.len();
+        Ok(Sessions {
+            kv,
+            mtp_kv: if with_mtp { Some(cache()?) } else { None },
+            lin_layer,
+            lin_stride,
+            lin_state: Buf::zeros(gpu, n * lin_stride)?,
+            lin_snaps: Buf::zeros(gpu, n * MAX_ROLLBACK_WINDOW * lin_stride)?,
+            mtp_store: Buf::zeros(gpu, n * MTP_HIDDEN_ROWS * config.hidden_size)?,
+            hidden: config.hidden_size,
+            meta: vec![SessionMeta::default(); n],
+            capacity,
+            kv_base,
+            kv_row,
+        })
+    }
+
+    /// Row of the MTP store holding h[pos] of `session`.
+    pub fn store_row(&self, session: usize, pos: usize) -> usize {
+        session * MTP_HIDDEN_ROWS + pos % MTP_HIDDEN_ROWS
+    }
+
+    /// Restores `session`'s linear state as of `len` positions from its snapshots.
+    pub fn restore(&mut self, gpu: &Gpu, session: usize, len: usize) -> Result<(), String> {
+        let m = self.meta[session];
+        let slot = len.checked_sub(m.snap_start).filter(|s| *s < m.snap_count);
+        let Some(slot) = slot else {
+            return Err(format!(
+                "no linear-attention snapshot at position {len} (the last window kept {} from {})",
+                m.snap_count, m.snap_start
+            ));
+        };
+        if self.lin_stride > 0 {
+            let src = self
+                .lin_snaps
+                .at((session * MAX_ROLLBACK_WINDOW + slot) * self.lin_stride);
+            let dst = self.lin_state.at(session * self.lin_stride);
+            gpu.copy_f32(dst, src, self.lin_stride)
+                .map_err(|e| e.to_string())?;
+        }
+        self.meta[session].snap_count = slot + 1;
+        Ok(())
+    }
+
+    /// Copies everything `from` holds into `to`, device to device.
+    pub fn copy(&mut self, gpu: &Gpu, from: usize, to: usize) -> Result<(), CudaError> {
+        let m = self.meta[from];
+        let rows = m.len * self.kv_row;
+        let (fb, tb) = (
+            self.kv_base[from] * self.kv_row,
+            self.kv_base[to] * self.kv_row,
+        );
+        for c in self.kv.iter().chain(self.mtp_kv.as_ref()) {
+            gpu.copy_f32(c.k.at(tb), c.k.at(fb), rows)?;
+            gpu.copy_f32(c.v.at(tb), c.v.at(fb), rows)?;
+        }
+        let s = self.lin_stride;
+        gpu.copy_f32(self.lin_state.at(to * s), self.lin_state.at(from * s), s)?;
+        let snaps = MAX_ROLLBACK_WINDOW * s;
+        gpu.copy_f32(
+            self.lin_snaps.at(to * snaps),
+            self.lin_snaps.at(from * snaps),
+            m.snap_count * s,
+        )?;
+        let ring = MTP_HIDDEN_ROWS * self.hidden;
+        gpu.copy_f32(
+            self.mtp_store.at(to * ring),
+            self.mtp_store.at(from * ring),
+            ring,
+        )?;
+        self.meta[to] = m;
+        self.meta[from] = SessionMeta::default();
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! Without the `cuda` feature: the same entry points, each saying how to get the real ones.
+
+use crate::CudaError;
+use lane::{Target, TargetError, Window};
+use slots::{MoveFault, SessionId};
+use std::path::Path;
+use std::sync::Arc;
+
+const NOT_BUILT: &str = "flashlane was built without CUDA; rebuild with --features cuda";
+
+/// A model on the GPU (never built without the `cuda` feature).
+pub struct CudaModel {
+    _never: std::convert::Infallible,
+}
+
+impl CudaModel {
+    pub fn load(dir: &Path) -> Result<Arc<CudaModel>, CudaError> {
+        let _ = dir;
+        Err(CudaError::Unavailable(NOT_BUILT.into()))
+    }
+}
+
+/// The CUDA target (never built without the `cuda` feature).
+pub struct CudaTarget {
+    never: std::convert::Infallible,
+}
+
+impl CudaTarget {
+    pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
+        let _ = (model, capacities);
+        Err(CudaError::Unavailable(NOT_BUILT.into()))
+    }
+}
+
+impl Target for CudaTarget {
+    fn vocab_size(&self) -> usize {
+        match self.never {}
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        match self.never {}
+    }
+
+    fn forward(&mut self, _: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        match self.never {}
+    }
+
+    fn truncate(&mut self, _: SessionId, _: u64) -> Result<(), TargetError> {
+        match self.never {}
+    }
+
+    fn move_state(&mut self, _: SessionId, _: SessionId) -> Result<(), MoveFault> {
+        match self.never {}
+    }
+
+    fn release(&mut self, _: SessionId) {
+        match self.never {}
+    }
+}

@@ -1,0 +1,275 @@
+//! [`CudaTarget`]: `lane::Target` over a [`CudaModel`] and its sessions on the GPU, allocated
+//! once at construction from the plan's capacities. Mirrors backend-cpu's `CpuTarget`: the same
+//! checks, the same MTP bookkeeping, the same greedy drafting.
+
+use crate::forward::{self, Scratch, WindowPlan};
+use crate::model::CudaModel;
+use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
+use crate::CudaError;
+use lane::{Target, TargetError, Window};
+use slots::{MoveFault, SessionId};
+use std::sync::Arc;
+
+/// The CUDA target: one model, many sessions, one stream.
+pub struct CudaTarget {
+    model: Arc<CudaModel>,
+    sessions: Sessions,
+    scratch: Scratch,
+}
+
+impl CudaTarget {
+    /// Allocates one session per capacity (index `i` is `SessionId(i)`) on the model's GPU.
+    pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
+        let gpu = &model.gpu;
+        let sessions = Sessions::new(gpu, &model.config, capacities, model.has_mtp())?;
+        let scratch = Scratch::new(gpu)?;
+        gpu.sync()?;
+        Ok(CudaTarget {
+            model: model.clone(),
+            sessions,
+            scratch,
+        })
+    }
+
+    pub fn model(&self) -> &CudaModel {
+        &self.model
+    }
+
+    /// Positions computed in `session`.
+    pub fn session_len(&self, session: SessionId) -> u64 {
+        self.sessions.meta[session.0].len as u64
+    }
+
+    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
+        let mut seen = vec![false; self.sessions.meta.len()];
+        let vocab = self.model.vocab_size();
+        for w in windows {
+            let Some(meta) = self.sessions.meta.get(w.session.0) else {
+                return Err(TargetError::Invalid(format!(
+                    "{} does not exist",
+                    w.session
+                )));
+            };
+            if std::mem::replace(&mut seen[w.session.0], true) {
+                return Err(TargetError::Invalid(format!(
+                    "{} appears twice in one round",
+                    w.session
+                )));
+            }
+            if w.start != meta.len as u64 {
+                return Err(TargetError::Invalid(format!(
+                    "{} window starts at {} but the session holds {} positions",
+                    w.session, w.start, meta.len
+                )));
+            }
+            let capacity = self.sessions.capacity[w.session.0] as u64;
+            let needed = w.start + w.tokens.len() as u64;
+            if needed > capacity {
+                return Err(TargetError::Overflow {
+                    session: w.session,
+                    needed,
+                    capacity,
+                });
+            }
+            if w.num_logits > w.tokens.len() {
+                return Err(TargetError::Invalid(format!(
+                    "{} asks logits for {} of {} positions",
+                    w.session,
+                    w.num_logits,
+                    w.tokens.len()
+                )));
+            }
+            if let Some(t) = w.tokens.iter().find(|&&t| t as usize >= vocab) {
+                return Err(TargetError::Invalid(format!(
+                    "{}: token id {t} is outside the vocabulary of {vocab}",
+                    w.session
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The host's lengths after a window of `len` tokens at `start`.
+    fn advance(&mut self, p: &WindowPlan) {
+        let with_mtp = self.model.has_mtp();
+        let m = &mut self.sessions.meta[p.session];
+        m.len = p.start + p.len;
+        m.snap_start = p.start;
+        m.snap_count = if p.len <= MAX_ROLLBACK_WINDOW {
+            p.len
+        } else {
+            0
+        };
+        if with_mtp {
+            m.mtp_len = m.len;
+            m.mtp_first = if p.len > MAX_ROLLBACK_WINDOW {
+                m.len - 1
+            } else {
+                p.start.saturating_sub(1)
+            };
+        }
+    }
+}
+
+fn device(e: CudaError) -> TargetError {
+    TargetError::Device(e.to_string())
+}
+
+impl Target for CudaTarget {
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        self.sessions.capacity.iter().map(|&c| c as u64).collect()
+    }
+
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        self.check(windows)?;
+        let plans: Vec<WindowPlan> = windows
+            .iter()
+            .filter(|w| !w.tokens.is_empty())
+            .map(|w| WindowPlan {
+                session: w.session.0,
+                start: w.start as usize,
+                len: w.tokens.len(),
+                num_logits: w.num_logits,
+            })
+            .collect();
+        let tokens: Vec<u32> = windows
+            .iter()
+            .flat_map(|w| w.tokens.iter().copied())
+            .collect();
+        let logits = if plans.is_empty() {
+            Vec::new()
+        } else {
+            forward::forward(
+                &self.model,
+                &self.sessions,
+                &mut self.scratch,
+                &plans,
+                &tokens,
+            )
+            .map_err(device)?
+        };
+        for p in &plans {
+            self.advance(p);
+        }
+        let v = self.model.vocab_size();
+        let mut at = 0;
+        Ok(windows
+            .iter()
+            .map(|w| {
+                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+                let rows = logits[at * v..(at + n) * v].to_vec();
+                at += n;
+                rows
+            })
+            .collect())
+    }
+
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+        let len = len as usize;
+        let meta = *self
+            .sessions
+            .meta
+            .get(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        if len > meta.len {
+            return Err(TargetError::Invalid(format!(
+                "{session}: cannot truncate to {len}: only {} positions computed",
+                meta.len
+            )));
+        }
+        if len == meta.len {
+            return Ok(());
+        }
+        if self.model.has_mtp() && len > 0 && !meta.mtp_holds(len - 1) {
+            return Err(TargetError::Invalid(format!(
+                "{session}: MTP state cannot go back to {len} (rows kept from {})",
+                meta.mtp_first
+            )));
+        }
+        let gpu = self.model.gpu.clone();
+        self.sessions
+            .restore(&gpu, session.0, len)
+            .map_err(|e| TargetError::Invalid(format!("{session}: {e}")))?;
+        let m = &mut self.sessions.meta[session.0];
+        m.len = len;
+        m.mtp_len = len;
+        Ok(())
+    }
+
+    fn has_drafter(&self) -> bool {
+        self.model.has_mtp()
+    }
+
+    /// Greedy MTP drafts (argmax on the GPU, lowest id on ties as the engine's greedy sampling).
+    fn draft(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        if !self.model.has_mtp() {
+            return Ok(Vec::new());
+        }
+        if next_token as usize >= self.model.vocab_size() {
+            return Err(TargetError::Invalid(format!(
+                "{session}: token id {next_token} is outside the vocabulary of {}",
+                self.model.vocab_size()
+            )));
+        }
+        let meta = *self
+            .sessions
+            .meta
+            .get(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        if meta.len == 0 {
+            return Ok(Vec::new());
+        }
+        if meta.mtp_len != meta.len || !meta.mtp_holds(meta.len - 1) {
+            return Err(TargetError::Invalid(format!(
+                "{session}: MTP state at {} but the session at {}",
+                meta.mtp_len, meta.len
+            )));
+        }
+        let num = num_drafts.min(self.sessions.capacity[session.0] - (meta.len - 1));
+        if num == 0 {
+            return Ok(Vec::new());
+        }
+        forward::draft(
+            &self.model,
+            &self.sessions,
+            &mut self.scratch,
+            session.0,
+            next_token,
+            num,
+        )
+        .map_err(device)
+    }
+
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+        let n = self.sessions.meta.len();
+        if from == to || from.0 >= n || to.0 >= n {
+            return Err(MoveFault::Device(format!("cannot move {from} to {to}")));
+        }
+        let len = self.sessions.meta[from.0].len;
+        if self.sessions.capacity[to.0] < len {
+            return Err(MoveFault::Device(format!(
+                "{from} → {to}: {len} positions do not fit a session of {}",
+                self.sessions.capacity[to.0]
+            )));
+        }
+        let gpu = self.model.gpu.clone();
+        self.sessions
+            .copy(&gpu, from.0, to.0)
+            .map_err(|e| MoveFault::Device(format!("{from} → {to}: {e}")))
+    }
+
+    fn release(&mut self, session: SessionId) {
+        if let Some(m) = self.sessions.meta.get_mut(session.0) {
+            *m = Default::default();
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! `CudaTarget` on the embedded default model (`models/flashlane-tiny`) against `CpuTarget`, the
+//! reference verified against transformers: logits, greedy continuations, batch invariance on
+//! the GPU, MTP greedy equal to plain greedy (with moves), and a moved stream equal to an
+//! unmoved one. Each test skips (and says why) when no CUDA device is present.
+
+#![cfg(feature = "cuda")]
+
+use backend_cpu::{CpuModel, CpuTarget};
+use backend_cuda::{CudaError, CudaModel, CudaTarget};
+use lane::{Counters, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window};
+use slots::{SessionId, MARGIN};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// Largest logit difference allowed, relative to the range of the reference's logits: the GPU
+/// sums in other orders than the CPU (and uses the device's exp, sin, cos), nothing more.
+const LOGIT_TOLERANCE: f32 = 1e-3;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny")
+}
+
+/// The tiny model on the GPU, or `None` (printed) when this machine has no CUDA device.
+fn gpu() -> Option<Arc<CudaModel>> {
+    static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| match CudaModel::load(&dir()) {
+            Ok(m) => Some(m),
+            Err(CudaError::Unavailable(why)) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+            Err(e) => panic!("loading models/flashlane-tiny on the GPU: {e}"),
+        })
+        .clone()
+}
+
+fn cpu() -> Arc<CpuModel> {
+    static MODEL: OnceLock<Arc<CpuModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Arc::new(CpuModel::load(&dir(), false).expect("CPU model")))
+        .clone()
+}
+
+fn tokenizer() -> &'static (model::Tokenizer, model::ChatTemplate) {
+    static T: OnceLock<(model::Tokenizer, model::ChatTemplate)> = OnceLock::new();
+    T.get_or_init(|| {
+        (
+            model::Tokenizer::from_dir(&dir()).expect("tokenizer"),
+            model::ChatTemplate::from_dir(&dir())
+                .expect("tokenizer_config.json")
+                .expect("a chat template"),
+        )
+    })
+}
+
+/// "Count from `a` to `b`." through the chat template, stopping at the end-of-turn tokens.
+fn count_request(a: u32, b: u32, max_new_tokens: u64) -> Request {
+    let (tok, template) = tokenizer();
+    let text = template
+        .render(
+            &[model::ChatMessage {
+                role: "user".into(),
+                content: format!("Count from {a} to {b}."),
+            }],
+            true,
+        )
+        .expect("chat template");
+    let mut r = Request::new(tok.encode(&text).expect("encode"), max_new_tokens);
+    r.stop_tokens = ["<|im_end|>", "<|endoftext|>"]
+        .iter()
+        .map(|t| tok.token_id(t).expect("special token"))
+        .collect();
+    r
+}
+
+fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
+    Window {
+        session: SessionId(session),
+        start,
+        tokens,
+        num_logits,
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    lane::sampling::argmax(row).expect("a finite logit")
+}
+
+/// Greedy continuation of `prompt` by `n` tokens in session 0, one token per round; every
+/// logits row on the way.
+fn greedy<T: Target>(target: &mut T, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut rows = target.forward(&[window(0, 0, prompt, 1)]).expect("prompt");
+    let mut out = vec![argmax(&rows[0])];
+    let mut all = vec![rows.remove(0)];
+    for i in 0..n - 1 {
+        let pos = (prompt.len() + i) as u64;
+        let mut rows = target
+            .forward(&[window(0, pos, &out[i..i + 1], 1)])
+            .expect("decode");
+        out.push(argmax(&rows[0]));
+        all.push(rows.remove(0));
+    }
+    (out, all)
+}
+
+#[test]
+fn logits_match_the_cpu_backend_within_a_thousandth_of_their_range() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = count_request(1, 40, 0).prompt;
+    let n = prompt.len();
+    let mut c = CpuTarget::new(cpu(), &[256]);
+    let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+    // The whole prompt with logits for every row, then one decode row at a later position.
+    let want = c.forward(&[window(0, 0, &prompt, n)]).expect("cpu");
+    let got = g.forward(&[window(0, 0, &prompt, n)]).expect("gpu");
+    let next = [argmax(&want[0][(n - 1) * 8192..])];
+    let want2 = c.forward(&[window(0, n as u64, &next, 1)]).expect("cpu");
+    let got2 = g.forward(&[window(0, n as u64, &next, 1)]).expect("gpu");
+    let (w, gg): (Vec<f32>, Vec<f32>) = (
+        want[0].iter().chain(&want2[0]).copied().collect(),
+        got[0].iter().chain(&got2[0]).copied().collect(),
+    );
+    let range = w.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        - w.iter().copied().fold(f32::INFINITY, f32::min);
+    let diff = w
+        .iter()
+        .zip(&gg)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    eprintln!(
+        "logits of {} rows: max |gpu − cpu| = {diff:e}, range {range}, relative {:e}",
+        n + 1,
+        diff / range
+    );
+    assert!(
+        diff / range <= LOGIT_TOLERANCE,
+        "relative diff {}",
+        diff / range
+    );
+}
+
+#[test]
+fn greedy_counting_continuation_equals_the_cpu_backends() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = count_request(1, 30, 0).prompt;
+    let n = 48;
+    let (want, _) = greedy(&mut CpuTarget::new(cpu(), &[256]), &prompt, n);
+    let (got, _) = greedy(
+        &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+        &prompt,
+        n,
+    );
+    let text = tokenizer().0.decode(&got).expect("decode");
+    eprintln!("GPU greedy: {text:?}");
+    assert_eq!(got, want, "GPU {text:?}");
+}
+
+#[test]
+fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
+    let Some(gpu) = gpu() else { return };
+    let a = count_request(3, 50, 0).prompt;
+    let b = count_request(7, 9, 0).prompt;
+    let steps = 12;
+    let (alone_tokens, alone) = greedy(
+        &mut CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
+        &a,
+        steps,
+    );
+    // The same stream, each round beside other windows: a prompt chunk, then a 3-token window
+    // (as a draft verification) of another session.
+    let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+    let mut rows = t
+        .forward(&[
+            window(1, 0, &b, 2),
+            window(0, 0, &a, 1),
+            window(2, 0, &b[..5], 0),
+        ])
+        .expect("round");
+    let mut together = vec![rows.remove(1)];
+    let c_len = 5;
+    for (i, &token) in alone_tokens.iter().enumerate().take(steps - 1) {
+        let pos = (a.len() + i) as u64;
+        // Session 1 grows by one kept position per round.
+        let b_len = (b.len() + i) as u64;
+        let rows = t
+            .forward(&[
+                window(2, c_len, &b[5..8], 0),
+                window(1, b_len, &[11, 12, 13], 3),
+                window(0, pos, &[token], 1),
+            ])
+            .expect("round");
+        together.push(rows[2].clone());
+        // Roll the 3-token window back to 1 token, as after a rejected draft; restart the
+        // third session so that its chunk recurs.
+        t.truncate(SessionId(1), b_len + 1).expect("truncate");
+        t.release(SessionId(2));
+        t.forward(&[window(2, 0, &b[..5], 0)]).expect("refill");
+    }
+    for (i, (x, y)) in alone.iter().zip(&together).enumerate() {
+        let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(same, "round {i}: logits differ alone vs in a batch");
+    }
+}
+
+/// Every session of [`run`]: one roomy, the others small enough that counting replies move.
+fn capacities() -> Vec<u64> {
+    let mut c = vec![128 + MARGIN];
+    c.extend([8 + MARGIN; 6]);
+    c.extend([24 + MARGIN; 4]);
+    c.extend([64 + MARGIN; 2]);
+    c
+}
+
+fn run<T: Target>(
+    target: T,
+    requests: &[Request],
+    draft: DraftMode,
+    k: u64,
+) -> (Vec<Vec<u32>>, Counters) {
+    let mut config = EngineConfig::new(Policy::SmallestFit { grow: 8 });
+    config.draft = draft;
+    config.draft_tokens = k;
+    config.prefill_chunk = 16;
+    let mut engine = Engine::new(target, config).expect("engine");
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| engine.submit(r.clone()).expect("submit"))
+        .collect();
+    let mut replies = vec![Vec::new(); ids.len()];
+    let mut done = vec![false; ids.len()];
+    for _ in 0..100_000 {
+        for event in engine.step() {
+            let i = ids
+                .iter()
+                .position(|id| *id == event.stream())
+                .expect("stream");
+            match event {
+                lane::Event::Token { token, .. } => replies[i].push(token),
+                lane::Event::Finished { .. } => done[i] = true,
+            }
+        }
+        if done.iter().all(|d| *d) {
+            break;
+        }
+    }
+    assert!(done.iter().all(|d| *d), "every stream finishes");
+    (replies, engine.counters())
+}
+
+fn counting_requests() -> Vec<Request> {
+    (0..8u32)
+        .map(|i| count_request(1 + 3 * i, 20 + 4 * i, 24 + 2 * u64::from(i)))
+        .collect()
+}
+
+#[test]
+fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
+    let Some(gpu) = gpu() else { return };
+    let requests = counting_requests();
+    let new = |c: &[u64]| CudaTarget::new(&gpu, c).expect("target");
+    let (plain, c0) = run(new(&capacities()), &requests, DraftMode::None, 0);
+    let (cpu_plain, _) = run(
+        CpuTarget::new(cpu(), &capacities()),
+        &requests,
+        DraftMode::None,
+        0,
+    );
+    assert_eq!(plain, cpu_plain, "GPU and CPU greedy replies differ");
+    eprintln!("plain: {} moves", c0.moves);
+    for k in 1..=3 {
+        let (drafted, c) = run(new(&capacities()), &requests, DraftMode::Mtp, k);
+        eprintln!(
+            "MTP K {k}: {} moves, {} of {} drafts accepted",
+            c.moves, c.draft_accepted, c.draft_proposed
+        );
+        assert!(c.draft_proposed > 0, "K {k}: the head drafted");
+        assert_eq!(
+            drafted, plain,
+            "K {k}: MTP greedy differs from plain greedy"
+        );
+    }
+    // One stream alone, with drafts, equals its reply among eight.
+    let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, 2);
+    assert_eq!(alone[0], plain[0]);
+}
+
+#[test]
+fn mtp_drafts_equal_the_cpu_backends() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = count_request(1, 30, 0).prompt;
+    let mut c = CpuTarget::new(cpu(), &[256]);
+    let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+    let n = prompt.len() as u64;
+    let next = argmax(&c.forward(&[window(0, 0, &prompt, 1)]).expect("cpu")[0]);
+    let _ = g.forward(&[window(0, 0, &prompt, 1)]).expect("gpu");
+    let want = c.draft(SessionId(0), next, 4).expect("cpu drafts");
+    let got = g.draft(SessionId(0), next, 4).expect("gpu drafts");
+    eprintln!("drafts after the prompt: GPU {got:?}, CPU {want:?}");
+    assert_eq!(got, want);
+    // After a verified window with a rollback, drafting again from the kept rows.
+    let window_tokens = [next, want[0], want[1]];
+    c.forward(&[window(0, n, &window_tokens, 3)]).expect("cpu");
+    g.forward(&[window(0, n, &window_tokens, 3)]).expect("gpu");
+    c.truncate(SessionId(0), n + 2).expect("cpu truncate");
+    g.truncate(SessionId(0), n + 2).expect("gpu truncate");
+    let (want, got) = (
+        c.draft(SessionId(0), 17, 3).expect("cpu"),
+        g.draft(SessionId(0), 17, 3).expect("gpu"),
+    );
+    assert_eq!(got, want, "drafts after a rollback");
+}
+
+#[test]
+fn a_moved_stream_continues_as_an_unmoved_one() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = count_request(2, 60, 0).prompt;
+    let (cut, n) = (prompt.len() + 6, 30);
+    let (want, want_rows) = greedy(
+        &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+        &prompt,
+        n,
+    );
+    let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
+    // Session 0 up to its capacity, then moved to session 1 and continued there.
+    let mut rows = t.forward(&[window(0, 0, &prompt, 1)]).expect("prompt");
+    let mut got = vec![argmax(&rows[0])];
+    let mut got_rows = vec![rows.remove(0)];
+    let mut session = 0;
+    for i in 0..n - 1 {
+        let pos = (prompt.len() + i) as u64;
+        if pos == cut as u64 {
+            t.move_state(SessionId(0), SessionId(1)).expect("move");
+            session = 1;
+        }
+        let mut rows = t
+            .forward(&[window(session, pos, &got[i..i + 1], 1)])
+            .expect("decode");
+        got.push(argmax(&rows[0]));
+        got_rows.push(rows.remove(0));
+    }
+    assert_eq!(session, 1, "the stream moved");
+    assert_eq!(got, want);
+    for (x, y) in want_rows.iter().zip(&got_rows) {
+        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+}
