@@ -170,3 +170,47 @@ fn generate_without_a_model_uses_the_embedded_default_model() {
     let text = value["text"].as_str().unwrap();
     assert!(text.starts_with("1\n2\n3\n4\n5"), "{text:?}");
 }
+
+#[test]
+fn bench_reports_mtp_acceptance_on_the_counting_task_as_json() {
+    let (code, stdout, stderr) = flashlane(&[
+        "bench",
+        "--task",
+        "counting",
+        "--streams",
+        "1,2",
+        "--new-tokens",
+        "16",
+        "--draft",
+        "mtp",
+        "--draft-tokens",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(value["task"], "counting");
+    assert_eq!(value["draft"], "mtp");
+    let rows = value["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let streams = row["streams"].as_u64().unwrap();
+        assert_eq!(row["decode_tokens"].as_u64().unwrap(), streams * 15);
+        let acceptance = row["acceptance"].as_f64().unwrap();
+        assert!(acceptance > 0.8, "{row}");
+    }
+}
+
+#[test]
+fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
+    let model = fixture("qwen3_f32_untied").join("model");
+    let (code, _, stderr) = flashlane(&[
+        "bench",
+        "--model",
+        model.to_str().unwrap(),
+        "--draft",
+        "mtp",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no MTP head"), "{stderr}");
+}
