@@ -8,7 +8,7 @@ use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::state::LayerState;
-use model::{Config, LoadError, Tensor, Weights};
+use model::{Config, LoadError, Tensor, TensorData, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
@@ -57,6 +57,102 @@ impl Linear {
     }
 }
 
+/// Projections of the same input computed by one matmul call over their weights concatenated
+/// row-wise into one owned tensor: one parallel call (one fork-join of the threads) instead of
+/// one per projection. Every output element is the same dot product of the same rows as in its
+/// own projection, so the outputs are bit-identical to separate calls.
+pub struct FusedLinear {
+    /// The concatenated projection, or the projections as loaded when their weights' dtypes or
+    /// biases differ (nothing to fuse then).
+    parts: Vec<Linear>,
+    /// Output features of each projection, in order.
+    outs: Vec<usize>,
+}
+
+impl FusedLinear {
+    /// Fuses `parts`, which all take `in_features` inputs.
+    pub fn new(parts: Vec<Linear>) -> FusedLinear {
+        let outs: Vec<usize> = parts.iter().map(|p| p.out_features).collect();
+        let parts = match concat(&parts) {
+            Some(fused) => vec![fused],
+            None => parts,
+        };
+        FusedLinear { parts, outs }
+    }
+
+    /// One `[rows, out_i]` output per projection, for `x[rows, in]`.
+    pub fn forward(&self, x: &[f32]) -> Vec<Vec<f32>> {
+        if self.parts.len() == self.outs.len() {
+            return self.parts.iter().map(|p| p.forward(x)).collect();
+        }
+        let y = self.parts[0].forward(x);
+        let total: usize = self.outs.iter().sum();
+        let rows = y.len() / total;
+        let mut split: Vec<Vec<f32>> = self
+            .outs
+            .iter()
+            .map(|o| Vec::with_capacity(rows * o))
+            .collect();
+        for row in y.chunks_exact(total) {
+            let mut at = 0;
+            for (part, &o) in split.iter_mut().zip(&self.outs) {
+                part.extend_from_slice(&row[at..at + o]);
+                at += o;
+            }
+        }
+        split
+    }
+}
+
+/// `parts` as one projection with their weight rows (and biases) one after the other, in owned
+/// memory; `None` when their dtypes differ or only some have a bias.
+fn concat(parts: &[Linear]) -> Option<Linear> {
+    let inp = parts.first()?.in_features;
+    let out: usize = parts.iter().map(|p| p.out_features).sum();
+    let name = format!(
+        "fused {}",
+        parts
+            .iter()
+            .map(|p| p.weight.name())
+            .collect::<Vec<_>>()
+            .join(" + ")
+    );
+    let datas: Vec<TensorData<'_>> = parts.iter().map(|p| p.weight.data()).collect();
+    let weight = if datas.iter().all(|d| matches!(d, TensorData::Bf16(_))) {
+        let rows = datas.iter().flat_map(|d| match d {
+            TensorData::Bf16(s) => s.iter().copied(),
+            TensorData::F32(_) => unreachable!("checked bf16 above"),
+        });
+        Tensor::from_bf16(name, vec![out, inp], rows.collect())
+    } else if datas.iter().all(|d| matches!(d, TensorData::F32(_))) {
+        let rows = datas.iter().flat_map(|d| match d {
+            TensorData::F32(s) => s.iter().copied(),
+            TensorData::Bf16(_) => unreachable!("checked f32 above"),
+        });
+        Tensor::from_f32(name, vec![out, inp], rows.collect())
+    } else {
+        return None;
+    };
+    let bias = if parts.iter().all(|p| p.bias.is_some()) {
+        Some(
+            parts
+                .iter()
+                .flat_map(|p| p.bias.iter().flatten().copied())
+                .collect(),
+        )
+    } else if parts.iter().all(|p| p.bias.is_none()) {
+        None
+    } else {
+        return None;
+    };
+    Some(Linear {
+        weight,
+        bias,
+        in_features: inp,
+        out_features: out,
+    })
+}
+
 /// Loads a norm weight `[n]` as f32.
 pub fn load_norm(w: &Weights, name: &str, n: usize) -> Result<Vec<f32>, LoadError> {
     Ok(w.tensor(name, &[n])?.to_f32_vec())
@@ -65,9 +161,8 @@ pub fn load_norm(w: &Weights, name: &str, n: usize) -> Result<Vec<f32>, LoadErro
 /// Qwen3 self-attention: q/k/v projections, per-head RMSNorm of q and k, RoPE, causal GQA over
 /// the session's KV rows, o projection. The KV rows hold k after norm and RoPE, v raw.
 pub struct Attention {
-    pub q_proj: Linear,
-    pub k_proj: Linear,
-    pub v_proj: Linear,
+    /// q, k and v projections, fused.
+    pub qkv_proj: FusedLinear,
     pub o_proj: Linear,
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
@@ -81,9 +176,11 @@ impl Attention {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(Attention {
-            q_proj: Linear::load(w, &format!("{prefix}.q_proj"), c.num_heads * hd, h, bias)?,
-            k_proj: Linear::load(w, &format!("{prefix}.k_proj"), c.num_kv_heads * hd, h, bias)?,
-            v_proj: Linear::load(w, &format!("{prefix}.v_proj"), c.num_kv_heads * hd, h, bias)?,
+            qkv_proj: FusedLinear::new(vec![
+                Linear::load(w, &format!("{prefix}.q_proj"), c.num_heads * hd, h, bias)?,
+                Linear::load(w, &format!("{prefix}.k_proj"), c.num_kv_heads * hd, h, bias)?,
+                Linear::load(w, &format!("{prefix}.v_proj"), c.num_kv_heads * hd, h, bias)?,
+            ]),
             o_proj: Linear::load(w, &format!("{prefix}.o_proj"), h, c.num_heads * hd, false)?,
             q_norm: load_norm(w, &format!("{prefix}.q_norm.weight"), hd)?,
             k_norm: load_norm(w, &format!("{prefix}.k_norm.weight"), hd)?,
@@ -108,9 +205,11 @@ impl Mixer for Attention {
             ..
         } = self.shape;
         // 1. projections for every row of the batch: q [T, heads·hd], k and v [T, kv_heads·hd]
-        let mut q = self.q_proj.forward(xn);
-        let mut k = self.k_proj.forward(xn);
-        let v = self.v_proj.forward(xn);
+        let [mut q, mut k, v]: [Vec<f32>; 3] = self
+            .qkv_proj
+            .forward(xn)
+            .try_into()
+            .expect("three projections");
         // 2. QK-norm per head, then RoPE at each row's own position
         rmsnorm_in_place(&mut q, &self.q_norm, self.eps, NormKind::Plain);
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::Plain);
@@ -140,7 +239,8 @@ impl Mixer for Attention {
     }
 }
 
-/// `down(silu(gate(x)) ⊙ up(x))`.
+/// `down(silu(gate(x)) ⊙ up(x))`, with the projections as loaded (MoE experts: their weights
+/// stay in the mapping).
 pub struct DenseMlp {
     pub gate_proj: Linear,
     pub up_proj: Linear,
@@ -164,9 +264,133 @@ impl DenseMlp {
 
 impl Mlp for DenseMlp {
     fn forward(&self, xn: &[f32], out: &mut [f32]) {
-        let mut gate = self.gate_proj.forward(xn);
+        let gate = self.gate_proj.forward(xn);
         let up = self.up_proj.forward(xn);
-        swiglu(&mut gate, &up);
-        out.copy_from_slice(&self.down_proj.forward(&gate));
+        swiglu_down(gate, &up, &self.down_proj, out);
+    }
+}
+
+/// [`DenseMlp`] with gate and up fused into one matmul call (a dense layer's MLP); the same bits.
+pub struct FusedDenseMlp {
+    pub gate_up_proj: FusedLinear,
+    pub down_proj: Linear,
+}
+
+impl FusedDenseMlp {
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        hidden: usize,
+        width: usize,
+    ) -> Result<FusedDenseMlp, LoadError> {
+        let DenseMlp {
+            gate_proj,
+            up_proj,
+            down_proj,
+        } = DenseMlp::load(w, prefix, hidden, width)?;
+        Ok(FusedDenseMlp {
+            gate_up_proj: FusedLinear::new(vec![gate_proj, up_proj]),
+            down_proj,
+        })
+    }
+}
+
+impl Mlp for FusedDenseMlp {
+    fn forward(&self, xn: &[f32], out: &mut [f32]) {
+        let [gate, up]: [Vec<f32>; 2] = self
+            .gate_up_proj
+            .forward(xn)
+            .try_into()
+            .expect("two projections");
+        swiglu_down(gate, &up, &self.down_proj, out);
+    }
+}
+
+/// `out = down(silu(gate) ⊙ up)`.
+fn swiglu_down(mut gate: Vec<f32>, up: &[f32], down: &Linear, out: &mut [f32]) {
+    swiglu(&mut gate, up);
+    out.copy_from_slice(&down.forward(&gate));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::Rng;
+    use half::bf16;
+
+    fn linear(rng: &mut Rng, out: usize, inp: usize, bf: bool, bias: bool) -> Linear {
+        let v = rng.vec(out * inp);
+        let weight = if bf {
+            let b = v.iter().map(|x| bf16::from_f32(*x)).collect();
+            Tensor::from_bf16("w", vec![out, inp], b)
+        } else {
+            Tensor::from_f32("w", vec![out, inp], v)
+        };
+        Linear {
+            weight,
+            bias: bias.then(|| rng.vec(out)),
+            in_features: inp,
+            out_features: out,
+        }
+    }
+
+    /// A copy of `l` (the fused projection takes its parts by value).
+    fn copy(l: &Linear) -> Linear {
+        let weight = match l.weight.data() {
+            TensorData::F32(s) => Tensor::from_f32("w", l.weight.shape().to_vec(), s.to_vec()),
+            TensorData::Bf16(s) => Tensor::from_bf16("w", l.weight.shape().to_vec(), s.to_vec()),
+        };
+        Linear {
+            weight,
+            bias: l.bias.clone(),
+            in_features: l.in_features,
+            out_features: l.out_features,
+        }
+    }
+
+    #[test]
+    fn fused_projections_give_the_bits_of_separate_ones_alone_or_in_a_batch() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let inp = 200;
+        for (bf, bias) in [(true, false), (true, true), (false, false), (false, true)] {
+            // q, k, v-like widths, not multiples of the kernels' column blocks.
+            let parts: Vec<Linear> = [96, 40, 40]
+                .iter()
+                .map(|&o| linear(&mut rng, o, inp, bf, bias))
+                .collect();
+            let fused = FusedLinear::new(parts.iter().map(copy).collect());
+            assert_eq!(fused.parts.len(), 1, "same dtypes and biases fuse");
+            for rows in [1, 2, 3, 5, 8, 17] {
+                let x = rng.vec(rows * inp);
+                let got = fused.forward(&x);
+                for (i, p) in parts.iter().enumerate() {
+                    assert_eq!(
+                        got[i],
+                        p.forward(&x),
+                        "seed {seed} bf16 {bf} bias {bias} rows {rows} part {i}"
+                    );
+                }
+                let row0 = fused.forward(&x[..inp]);
+                for (i, part) in got.iter().enumerate() {
+                    let o = parts[i].out_features;
+                    assert_eq!(row0[i], part[..o], "seed {seed}: row 0 alone vs in {rows}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn projections_of_different_dtypes_stay_apart() {
+        let mut rng = Rng::fresh();
+        let parts = vec![
+            linear(&mut rng, 8, 16, true, false),
+            linear(&mut rng, 8, 16, false, false),
+        ];
+        let fused = FusedLinear::new(parts);
+        assert_eq!(fused.parts.len(), 2);
+        let x = rng.vec(3 * 16);
+        let y = fused.forward(&x);
+        assert_eq!((y[0].len(), y[1].len()), (24, 24));
     }
 }
