@@ -12,8 +12,10 @@
 //! Threads split the output columns, never `in`.
 //!
 //! Memory traffic: a rayon task owns a block of output columns; its weight rows are read from
-//! memory once per call and reused from cache for every row of `x` (in tiles of up to 4 rows ×
-//! 4 columns of weights), so decoding 8 streams reads the weights about as often as decoding 1.
+//! memory once per call and reused from cache for every row of `x` (in tiles of up to 3 rows ×
+//! 2 weight rows), so decoding 8 streams reads the weights about as often as decoding 1. With
+//! several rows, the first tile over a group of weight rows prefetches the next group, so memory
+//! and arithmetic overlap; a single row streams its weights without prefetch.
 //! bf16 widens exactly to f32 (a 16-bit shift), in registers.
 
 use half::bf16;
@@ -30,6 +32,8 @@ const COL_BLOCK: usize = 32;
 const ROW_SUPER: usize = 16;
 /// Weight rows whose tiles are computed together before the next ones (so they stay in L1).
 const COL_GROUP: usize = 4;
+/// bf16 weights per cache line (64 bytes): one software prefetch each.
+const PREFETCH_STEP: usize = 32;
 
 /// Whether this CPU runs the fast kernel (AVX2 and FMA).
 pub fn supported() -> bool {
@@ -112,9 +116,16 @@ impl Output {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{reduce, COL_GROUP, LANES, ROW_SUPER};
+    use super::{reduce, COL_GROUP, LANES, PREFETCH_STEP, ROW_SUPER};
     use half::bf16;
     use std::arch::x86_64::*;
+
+    /// Rows of `x` in the largest tile (3 rows × 2 weight rows: 12 accumulator registers).
+    const MAX_TILE_ROWS: usize = 3;
+    /// f32 lanes of one AVX2 register.
+    const HALF: usize = 8;
+    /// Registers per dot product's 16 partial sums.
+    const HALVES: usize = LANES / HALF;
 
     /// 8 bf16 at `p` widened to f32 (exact).
     #[inline]
@@ -132,23 +143,29 @@ mod avx2 {
         xs: [*const f32; R],
         ws: [*const bf16; C],
         k: usize,
+        ahead: usize,
     ) -> [[f32; C]; R] {
         let zero = _mm256_setzero_ps();
-        let mut acc = [[[zero; 2]; C]; R];
+        let mut acc = [[[zero; HALVES]; C]; R];
         let n = k / LANES * LANES;
         let mut j = 0;
         while j < n {
-            let mut wv = [[zero; 2]; C];
-            for c in 0..C {
-                wv[c][0] = widen8(ws[c].add(j));
-                wv[c][1] = widen8(ws[c].add(j + 8));
+            if ahead > 0 && j % PREFETCH_STEP == 0 {
+                for w in ws {
+                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(ahead + j) as *const i8);
+                }
             }
-            for r in 0..R {
-                let x0 = _mm256_loadu_ps(xs[r].add(j));
-                let x1 = _mm256_loadu_ps(xs[r].add(j + 8));
-                for c in 0..C {
-                    acc[r][c][0] = _mm256_fmadd_ps(x0, wv[c][0], acc[r][c][0]);
-                    acc[r][c][1] = _mm256_fmadd_ps(x1, wv[c][1], acc[r][c][1]);
+            // One 8-lane half at a time, so a tile needs R·C·2 accumulators plus only C weight
+            // registers and one of x: 3×2 tiles fit the 16 AVX2 registers without spilling.
+            #[allow(clippy::needless_range_loop)] // `h` also places the half in the row
+            for h in 0..HALVES {
+                let o = j + h * HALF;
+                let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(o)));
+                for r in 0..R {
+                    let xv = _mm256_loadu_ps(xs[r].add(o));
+                    for c in 0..C {
+                        acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
+                    }
                 }
             }
             j += LANES;
@@ -157,8 +174,9 @@ mod avx2 {
         for r in 0..R {
             for c in 0..C {
                 let mut lanes = [0.0f32; LANES];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][c][0]);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r][c][1]);
+                for (h, a) in acc[r][c].iter().enumerate() {
+                    _mm256_storeu_ps(lanes.as_mut_ptr().add(h * HALF), *a);
+                }
                 for i in n..k {
                     let w = f32::from_bits((ws[c].add(i).read().to_bits() as u32) << 16);
                     lanes[i - n] = xs[r].add(i).read().mul_add(w, lanes[i - n]);
@@ -181,10 +199,11 @@ mod avx2 {
         c0: usize,
         y: *mut f32,
         ld: usize,
+        ahead: usize,
     ) {
         let xs: [*const f32; R] = std::array::from_fn(|r| x.as_ptr().add((r0 + r) * k));
         let ws: [*const bf16; C] = std::array::from_fn(|c| w.as_ptr().add((c0 + c) * k));
-        let t = tile::<R, C>(xs, ws, k);
+        let t = tile::<R, C>(xs, ws, k, ahead);
         for (r, row) in t.iter().enumerate() {
             for (c, v) in row.iter().enumerate() {
                 *y.add((r0 + r) * ld + c0 + c) = *v;
@@ -192,10 +211,9 @@ mod avx2 {
         }
     }
 
-    /// Rows `r0..r0+R` (R ≤ 4) against the weight rows `c0..c0+C` (C ≤ [`COL_GROUP`]), in tiles
-    /// of at most 8 accumulator pairs (4×1, 2×2) so they stay in registers. A single row takes
-    /// one weight row at a time: one sequential stream per thread reads memory fastest here
-    /// (measured: interleaving 4 weight rows, or software prefetch, was 5-10% slower at 1 stream).
+    /// Rows `r0..r0+nr` (nr ≤ [`MAX_TILE_ROWS`]) against the weight rows `c0..c0+nc`, in tiles
+    /// of two weight rows (3×2 is 12 accumulators: enough independent FMA chains to hide their
+    /// latency, and 10 loads per 12 FMAs instead of 4×1's 10 per 8).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -209,22 +227,53 @@ mod avx2 {
         nc: usize,
         y: *mut f32,
         ld: usize,
+        ahead: usize,
     ) {
-        match (nr, nc) {
-            (2, 4) => {
-                put::<2, 2>(x, k, r0, w, c0, y, ld);
-                put::<2, 2>(x, k, r0, w, c0 + 2, y, ld);
+        let mut c = c0;
+        while c + 2 <= c0 + nc {
+            match nr {
+                3 => put::<3, 2>(x, k, r0, w, c, y, ld, ahead),
+                2 => put::<2, 2>(x, k, r0, w, c, y, ld, ahead),
+                _ => put::<1, 2>(x, k, r0, w, c, y, ld, ahead),
             }
-            _ => {
-                for c in c0..c0 + nc {
-                    match nr {
-                        4 => put::<4, 1>(x, k, r0, w, c, y, ld),
-                        3 => put::<3, 1>(x, k, r0, w, c, y, ld),
-                        2 => put::<2, 1>(x, k, r0, w, c, y, ld),
-                        _ => put::<1, 1>(x, k, r0, w, c, y, ld),
-                    }
-                }
+            c += 2;
+        }
+        if c < c0 + nc {
+            match nr {
+                3 => put::<3, 1>(x, k, r0, w, c, y, ld, ahead),
+                2 => put::<2, 1>(x, k, r0, w, c, y, ld, ahead),
+                _ => put::<1, 1>(x, k, r0, w, c, y, ld, ahead),
             }
+        }
+    }
+
+    /// A single row against the weight rows `c0..c0+nc`, one weight row at a time: one
+    /// sequential stream per thread reads memory fastest here (measured: interleaving 4 weight
+    /// rows, or software prefetch, was 5-10% slower at 1 stream).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn one_row(
+        x: &[f32],
+        k: usize,
+        r0: usize,
+        w: &[bf16],
+        c0: usize,
+        nc: usize,
+        y: *mut f32,
+        ld: usize,
+    ) {
+        for c in c0..c0 + nc {
+            put::<1, 1>(x, k, r0, w, c, y, ld, 0);
+        }
+    }
+
+    /// Rows in the next tile when `left` rows of a super-block remain: tiles of 3, except that 4
+    /// rows make two of 2 (no 1-row tile, which reuses a weight register for one FMA only).
+    fn tile_rows(left: usize) -> usize {
+        match left {
+            4 => 2,
+            n => n.min(MAX_TILE_ROWS),
         }
     }
 
@@ -251,11 +300,19 @@ mod avx2 {
             let mut c0 = 0;
             while c0 < cols {
                 let nc = COL_GROUP.min(cols - c0);
-                let mut r0 = s0;
-                while r0 < s1 {
-                    let nr = 4.min(s1 - r0);
-                    rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld);
-                    r0 += nr;
+                if rows == 1 {
+                    one_row(x, k, s0, w, c0, nc, y, ld);
+                } else {
+                    // The first row tile also prefetches the next group's weight rows, so they
+                    // come from memory while this group computes from cache.
+                    let mut ahead = COL_GROUP * k;
+                    let mut r0 = s0;
+                    while r0 < s1 {
+                        let nr = tile_rows(s1 - r0);
+                        rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld, ahead);
+                        ahead = 0;
+                        r0 += nr;
+                    }
                 }
                 c0 += nc;
             }
