@@ -6,6 +6,7 @@
 
 use crate::kernels::matmul::{matmul, matmul_rows};
 use crate::kernels::norm::{rmsnorm, NormKind};
+use crate::kernels::on_pool;
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
 use crate::qwen3_next;
@@ -151,6 +152,11 @@ impl CpuModel {
     /// the final-normed hidden rows `[T, hidden]`. Each segment's session advances to
     /// `start + rows`.
     pub fn forward_hidden(&self, tokens: &[u32], segments: &mut [Segment<'_>]) -> Vec<f32> {
+        on_pool(|| self.layers_forward(tokens, segments))
+    }
+
+    /// [`CpuModel::forward_hidden`] on the calling thread.
+    fn layers_forward(&self, tokens: &[u32], segments: &mut [Segment<'_>]) -> Vec<f32> {
         let h = self.config.hidden_size;
         let eps = self.config.rms_norm_eps as f32;
         debug_assert_eq!(
@@ -185,7 +191,7 @@ impl CpuModel {
         let (v, h) = (self.config.vocab_size, self.config.hidden_size);
         let mut out = vec![0.0f32; hidden.len() / h * v];
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        matmul(hidden, head.data(), h, &mut out);
+        on_pool(|| matmul(hidden, head.data(), h, &mut out));
         out
     }
 

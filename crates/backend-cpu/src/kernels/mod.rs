@@ -14,6 +14,15 @@ pub mod matmul_fast;
 pub mod norm;
 pub mod rope;
 
+/// Runs `f` on a thread of rayon's pool while the caller waits. The kernels' parallel calls
+/// inside `f` then start on a worker, which splits the work with the other workers directly;
+/// called from outside the pool, each call would hand its work over and put the calling thread
+/// to sleep until it is done (two thread wake-ups per call, and a forward makes ~200 calls per
+/// decoded token).
+pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
+}
+
 #[cfg(test)]
 pub(crate) mod testutil {
     /// A tiny deterministic generator seeded from the clock, so every run draws fresh inputs
