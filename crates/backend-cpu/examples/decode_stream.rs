@@ -1,7 +1,8 @@
 //! Speed probe (not a test): the weight stream of one decode step of a real checkpoint, every
 //! projection of every layer plus the lm_head in order, for 1 and 8 rows, on the memory-mapped
 //! weights and on an owned copy of them:
-//! `cargo run --release -p backend-cpu --example decode_stream -- MODEL_DIR`.
+//! `cargo run --release -p backend-cpu --example decode_stream -- MODEL_DIR` (`ROWS=1,4,8` picks
+//! the row counts; 1 and 8 by default).
 
 use backend_cpu::kernels::matmul::matmul;
 use model::{Config, Tensor, TensorData, Weights};
@@ -50,7 +51,10 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let bytes: usize = mapped.iter().map(|(t, _)| t.bytes()).sum();
-    for rows in [1usize, 8] {
+    let rows_list: Vec<usize> = std::env::var("ROWS")
+        .map(|v| v.split(',').filter_map(|r| r.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![1, 8]);
+    for rows in rows_list {
         for (name, ws) in [("mapped", &mapped), ("owned", &owned)] {
             let step = || {
                 for (t, k) in ws.iter() {

@@ -1,37 +1,45 @@
 //! `y = x · Wᵀ` for bf16 weights on x86-64 with AVX2 and FMA (detected at run time): the kernel
 //! behind [`super::matmul::matmul`] when the CPU has them; other CPUs keep the portable kernel.
-//! Its bits differ from the portable kernel's (fused multiply-adds), so outputs are reproducible
-//! per kind of CPU, and on one machine never depend on the batch.
+//! Its bits differ from the portable kernel's (fused multiply-adds, 8 partial sums instead of
+//! 16), so outputs are reproducible per kind of CPU, and on one machine never depend on the batch.
 //!
 //! Batch invariance: every output element `y[r, o]` is one dot product of `x[r]` and `W[o]` done
-//! the same way whatever the batch: 16 lanes of f32 partial sums (two 8-lane registers, element
-//! `j` into lane `j % 16`), one fused multiply-add per element in increasing `j`, then the same
-//! fixed pairwise reduction as the portable kernel. How rows and columns are grouped into tiles
-//! (which depends on the batch) only decides which dot products share a pass over a weight row,
-//! never the operations of one of them, so a row's result is bit-identical alone or in a batch.
-//! Threads split the output columns, never `in`.
+//! the same way whatever the batch: 8 lanes of f32 partial sums (one AVX2 register, element `j`
+//! into lane `j % 8`), one fused multiply-add per element in increasing `j`, then a fixed
+//! pairwise reduction ([`reduce`]). How rows and columns are grouped into tiles (which depends on
+//! the batch) only decides which dot products share a pass over a weight row, never the
+//! operations of one of them, so a row's result is bit-identical alone or in a batch. Threads
+//! split the output columns, never `in`.
+//!
+//! Tiles: one register per dot product lets a tile of 4 rows × 3 weight rows keep its 12
+//! accumulators, 3 widened weight vectors and one vector of `x` in the 16 AVX2 registers: 7 loads
+//! per 12 FMAs, and 12 independent FMA chains to hide the FMA latency (the shape llama.cpp's
+//! tinyBLAS uses on AVX2).
 //!
 //! Memory traffic: a rayon task owns a block of output columns; its weight rows are read from
-//! memory once per call and reused from cache for every row of `x` (in tiles of up to 3 rows ×
-//! 2 weight rows), so decoding 8 streams reads the weights about as often as decoding 1. With
-//! several rows, the first tile over a group of weight rows prefetches the next group, so memory
-//! and arithmetic overlap; a single row streams its weights without prefetch.
-//! bf16 widens exactly to f32 (a 16-bit shift), in registers.
+//! memory once per call and reused from cache for every row of `x`, so decoding 8 streams reads
+//! the weights about as often as decoding 1. With several rows, the first tile over a group of
+//! weight rows prefetches the next group, so memory and arithmetic overlap; a single row streams
+//! its weights one row at a time without prefetch. bf16 widens exactly to f32 (a 16-bit shift),
+//! in registers.
 
 use half::bf16;
 use rayon::prelude::*;
 
-/// Partial sums per dot product, as in the portable kernel.
-const LANES: usize = 16;
-/// Output columns per rayon task: 32 weight rows of 1024 bf16 are 64 KiB, which stay in the
-/// per-core L2 (≥ 512 KiB on the CPUs we target) while every row of `x` passes over them, and a
-/// 1024-wide projection still makes 32 tasks to balance the threads.
-const COL_BLOCK: usize = 32;
+/// Partial sums per dot product: one AVX2 register of f32.
+const LANES: usize = 8;
+/// Weight rows per tile: 4 rows × 3 weight rows is 12 accumulators, the most that fit the 16
+/// AVX2 registers with the 3 weight vectors and one of `x`.
+const COL_GROUP: usize = 3;
+/// Output columns per rayon task (a multiple of [`COL_GROUP`]): 48 weight rows of 1024 bf16 are
+/// 96 KiB, which stay in the per-core L2 (≥ 512 KiB on the CPUs we target) while every row of
+/// `x` passes over them, and a 1024-wide projection still makes 22 tasks to balance the threads.
+const COL_BLOCK: usize = 48;
 /// Rows of `x` that go through one column block before the next rows: 16 rows of 3072 f32 are
 /// 192 KiB, so the rows and the block's weights fit L2 together during a long prefill.
 const ROW_SUPER: usize = 16;
-/// Weight rows whose tiles are computed together before the next ones (so they stay in L1).
-const COL_GROUP: usize = 4;
+/// Rows of `x` in the largest tile.
+const MAX_TILE_ROWS: usize = 4;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
 const PREFETCH_STEP: usize = 32;
 
@@ -60,14 +68,15 @@ pub fn enabled() -> bool {
         .get_or_init(|| supported() && std::env::var(KERNELS_ENV).map_or(true, |v| v != "portable"))
 }
 
-/// The fixed reduction of the 16 partial sums (the portable kernel's order).
+/// The fixed reduction of the 8 partial sums: lanes 4 apart, then 2 apart, then the last pair.
 #[inline(always)]
 fn reduce(acc: &[f32; LANES]) -> f32 {
-    let mut h = [0.0f32; 8];
-    for i in 0..8 {
-        h[i] = acc[i] + acc[i + 8];
-    }
-    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    let q = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
     (q[0] + q[2]) + (q[1] + q[3])
 }
 
@@ -116,16 +125,9 @@ impl Output {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{reduce, COL_GROUP, LANES, PREFETCH_STEP, ROW_SUPER};
+    use super::{reduce, COL_GROUP, LANES, MAX_TILE_ROWS, PREFETCH_STEP, ROW_SUPER};
     use half::bf16;
     use std::arch::x86_64::*;
-
-    /// Rows of `x` in the largest tile (3 rows × 2 weight rows: 12 accumulator registers).
-    const MAX_TILE_ROWS: usize = 3;
-    /// f32 lanes of one AVX2 register.
-    const HALF: usize = 8;
-    /// Registers per dot product's 16 partial sums.
-    const HALVES: usize = LANES / HALF;
 
     /// 8 bf16 at `p` widened to f32 (exact).
     #[inline]
@@ -136,7 +138,9 @@ mod avx2 {
     }
 
     /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long):
-    /// `out[r][c]`. Each (r, c) has its own 16 lanes; the tile shape never changes its bits.
+    /// `out[r][c]`. Each (r, c) has its own register of 8 lanes; the tile shape never changes
+    /// its bits. With `ahead > 0`, also prefetches the weights `ahead` elements past each of
+    /// `ws`, one cache line per [`PREFETCH_STEP`] elements.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile<const R: usize, const C: usize>(
@@ -145,8 +149,7 @@ mod avx2 {
         k: usize,
         ahead: usize,
     ) -> [[f32; C]; R] {
-        let zero = _mm256_setzero_ps();
-        let mut acc = [[[zero; HALVES]; C]; R];
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
         let n = k / LANES * LANES;
         let mut j = 0;
         while j < n {
@@ -155,17 +158,11 @@ mod avx2 {
                     _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(ahead + j) as *const i8);
                 }
             }
-            // One 8-lane half at a time, so a tile needs R·C·2 accumulators plus only C weight
-            // registers and one of x: 3×2 tiles fit the 16 AVX2 registers without spilling.
-            #[allow(clippy::needless_range_loop)] // `h` also places the half in the row
-            for h in 0..HALVES {
-                let o = j + h * HALF;
-                let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(o)));
-                for r in 0..R {
-                    let xv = _mm256_loadu_ps(xs[r].add(o));
-                    for c in 0..C {
-                        acc[r][c][h] = _mm256_fmadd_ps(xv, wv[c], acc[r][c][h]);
-                    }
+            let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(j)));
+            for (x, a) in xs.iter().zip(acc.iter_mut()) {
+                let xv = _mm256_loadu_ps(x.add(j));
+                for (w, a) in wv.iter().zip(a.iter_mut()) {
+                    *a = _mm256_fmadd_ps(xv, *w, *a);
                 }
             }
             j += LANES;
@@ -174,9 +171,7 @@ mod avx2 {
         for r in 0..R {
             for c in 0..C {
                 let mut lanes = [0.0f32; LANES];
-                for (h, a) in acc[r][c].iter().enumerate() {
-                    _mm256_storeu_ps(lanes.as_mut_ptr().add(h * HALF), *a);
-                }
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][c]);
                 for i in n..k {
                     let w = f32::from_bits((ws[c].add(i).read().to_bits() as u32) << 16);
                     lanes[i - n] = xs[r].add(i).read().mul_add(w, lanes[i - n]);
@@ -211,9 +206,8 @@ mod avx2 {
         }
     }
 
-    /// Rows `r0..r0+nr` (nr ≤ [`MAX_TILE_ROWS`]) against the weight rows `c0..c0+nc`, in tiles
-    /// of two weight rows (3×2 is 12 accumulators: enough independent FMA chains to hide their
-    /// latency, and 10 loads per 12 FMAs instead of 4×1's 10 per 8).
+    /// Rows `r0..r0+nr` (nr ≤ [`MAX_TILE_ROWS`]) against the weight rows `c0..c0+nc`
+    /// (nc ≤ [`COL_GROUP`]) as one tile.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -229,21 +223,19 @@ mod avx2 {
         ld: usize,
         ahead: usize,
     ) {
-        let mut c = c0;
-        while c + 2 <= c0 + nc {
-            match nr {
-                3 => put::<3, 2>(x, k, r0, w, c, y, ld, ahead),
-                2 => put::<2, 2>(x, k, r0, w, c, y, ld, ahead),
-                _ => put::<1, 2>(x, k, r0, w, c, y, ld, ahead),
-            }
-            c += 2;
-        }
-        if c < c0 + nc {
-            match nr {
-                3 => put::<3, 1>(x, k, r0, w, c, y, ld, ahead),
-                2 => put::<2, 1>(x, k, r0, w, c, y, ld, ahead),
-                _ => put::<1, 1>(x, k, r0, w, c, y, ld, ahead),
-            }
+        match (nr, nc) {
+            (4, 3) => put::<4, 3>(x, k, r0, w, c0, y, ld, ahead),
+            (4, 2) => put::<4, 2>(x, k, r0, w, c0, y, ld, ahead),
+            (4, _) => put::<4, 1>(x, k, r0, w, c0, y, ld, ahead),
+            (3, 3) => put::<3, 3>(x, k, r0, w, c0, y, ld, ahead),
+            (3, 2) => put::<3, 2>(x, k, r0, w, c0, y, ld, ahead),
+            (3, _) => put::<3, 1>(x, k, r0, w, c0, y, ld, ahead),
+            (2, 3) => put::<2, 3>(x, k, r0, w, c0, y, ld, ahead),
+            (2, 2) => put::<2, 2>(x, k, r0, w, c0, y, ld, ahead),
+            (2, _) => put::<2, 1>(x, k, r0, w, c0, y, ld, ahead),
+            (_, 3) => put::<1, 3>(x, k, r0, w, c0, y, ld, ahead),
+            (_, 2) => put::<1, 2>(x, k, r0, w, c0, y, ld, ahead),
+            _ => put::<1, 1>(x, k, r0, w, c0, y, ld, ahead),
         }
     }
 
@@ -268,12 +260,13 @@ mod avx2 {
         }
     }
 
-    /// Rows in the next tile when `left` rows of a super-block remain: tiles of 3, except that 4
-    /// rows make two of 2 (no 1-row tile, which reuses a weight register for one FMA only).
+    /// Rows in the next tile when `left` rows of a super-block remain: tiles of 4, and 5 to 7
+    /// rows in two tiles of 2 to 4 rather than one of 4 and a narrow rest.
     fn tile_rows(left: usize) -> usize {
         match left {
-            4 => 2,
-            n => n.min(MAX_TILE_ROWS),
+            0..=MAX_TILE_ROWS => left,
+            5..=7 => left.div_ceil(2),
+            _ => MAX_TILE_ROWS,
         }
     }
 
