@@ -118,20 +118,24 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
             .join(" + ")
     );
     let datas: Vec<TensorData<'_>> = parts.iter().map(|p| p.weight.data()).collect();
-    let weight = if datas.iter().all(|d| matches!(d, TensorData::Bf16(_))) {
-        let rows = datas.iter().flat_map(|d| match d {
-            TensorData::Bf16(s) => s.iter().copied(),
-            TensorData::F32(_) => unreachable!("checked bf16 above"),
-        });
-        Tensor::from_bf16(name, vec![out, inp], rows.collect())
-    } else if datas.iter().all(|d| matches!(d, TensorData::F32(_))) {
-        let rows = datas.iter().flat_map(|d| match d {
-            TensorData::F32(s) => s.iter().copied(),
-            TensorData::Bf16(_) => unreachable!("checked f32 above"),
-        });
-        Tensor::from_f32(name, vec![out, inp], rows.collect())
-    } else {
-        return None;
+    let bf16s: Option<Vec<&[half::bf16]>> = datas
+        .iter()
+        .map(|d| match d {
+            TensorData::Bf16(s) => Some(*s),
+            TensorData::F32(_) => None,
+        })
+        .collect();
+    let f32s: Option<Vec<&[f32]>> = datas
+        .iter()
+        .map(|d| match d {
+            TensorData::F32(s) => Some(*s),
+            TensorData::Bf16(_) => None,
+        })
+        .collect();
+    let weight = match (bf16s, f32s) {
+        (Some(b), _) => Tensor::from_bf16(name, vec![out, inp], b.concat()),
+        (_, Some(f)) => Tensor::from_f32(name, vec![out, inp], f.concat()),
+        _ => return None,
     };
     let bias = if parts.iter().all(|p| p.bias.is_some()) {
         Some(
