@@ -35,7 +35,8 @@ impl Gpu {
         // record to order several streams are unnecessary; every buffer is freed only after
         // `synchronize` (see `Drop for Gpu`'s users) or at the end of the process.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of its own: the legacy default stream cannot be captured into a graph.
+        let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream }))
     }
 
@@ -168,10 +169,12 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
     }
 
     /// Makes room for `len` elements (contents are not kept): scratch that grows with the batch.
-    pub fn ensure(&mut self, gpu: &Gpu, len: usize) -> Result<(), CudaError> {
-        if self.slice.len() < len {
-            *self = Buf::zeros(gpu, len.next_power_of_two())?;
+    /// Returns whether the buffer moved.
+    pub fn ensure(&mut self, gpu: &Gpu, len: usize) -> Result<bool, CudaError> {
+        if self.slice.len() >= len {
+            return Ok(false);
         }
-        Ok(())
+        *self = Buf::zeros(gpu, len.next_power_of_two())?;
+        Ok(true)
     }
 }

@@ -5,6 +5,7 @@
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
 
 use crate::device::{Buf, Gpu};
+use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul};
 use crate::model::CudaModel;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
@@ -34,6 +35,8 @@ pub struct Scratch {
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
     meta: Buf<i32>,
+    /// Captured rounds over these buffers.
+    graphs: Graphs,
 }
 
 /// The scratch addresses of one pass (plain numbers, so passes borrow nothing mutably).
@@ -94,7 +97,19 @@ impl Widths {
 }
 
 impl Scratch {
-    pub fn new(gpu: &Gpu) -> Result<Scratch, CudaError> {
+    /// Scratch sized up front for every round a graph may capture (so that decode rounds never
+    /// move a buffer under a captured graph).
+    pub fn new(m: &CudaModel) -> Result<Scratch, CudaError> {
+        let mut s = Scratch::empty(&m.gpu)?;
+        s.ensure(m, GRAPH_MAX_ROWS, GRAPH_MAX_ROWS)?;
+        let most = Meta {
+            data: vec![0; META_PER_ROW * GRAPH_MAX_ROWS],
+        };
+        s.upload(&m.gpu, &most)?;
+        Ok(s)
+    }
+
+    fn empty(gpu: &Gpu) -> Result<Scratch, CudaError> {
         let z = || Buf::zeros(gpu, 1);
         Ok(Scratch {
             x: z()?,
@@ -109,6 +124,7 @@ impl Scratch {
             cat: z()?,
             draft_hidden: z()?,
             meta: Buf::zeros(gpu, 1)?,
+            graphs: Graphs::default(),
         })
     }
 
@@ -116,18 +132,24 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
-        self.x.ensure(g, rows * w.hidden)?;
-        self.xn.ensure(g, rows * w.hidden)?;
-        self.hidden.ensure(g, rows * w.hidden)?;
-        self.wide.ensure(g, rows * w.wide)?;
-        self.mixed.ensure(g, rows * w.mixed)?;
-        self.q.ensure(g, rows * w.heads)?;
-        self.att.ensure(g, rows * w.heads)?;
-        self.act.ensure(g, rows * w.act)?;
-        self.logits
-            .ensure(g, logit_rows.max(1) * m.config.vocab_size)?;
-        self.cat.ensure(g, rows * 2 * w.hidden)?;
-        self.draft_hidden.ensure(g, w.hidden)?;
+        let moved = [
+            self.x.ensure(g, rows * w.hidden)?,
+            self.xn.ensure(g, rows * w.hidden)?,
+            self.hidden.ensure(g, rows * w.hidden)?,
+            self.wide.ensure(g, rows * w.wide)?,
+            self.mixed.ensure(g, rows * w.mixed)?,
+            self.q.ensure(g, rows * w.heads)?,
+            self.att.ensure(g, rows * w.heads)?,
+            self.act.ensure(g, rows * w.act)?,
+            self.logits
+                .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
+            self.cat.ensure(g, rows * 2 * w.hidden)?,
+            self.draft_hidden.ensure(g, w.hidden)?,
+        ];
+        // A captured graph holds the old addresses: forget them all.
+        if moved.contains(&true) {
+            self.graphs.clear();
+        }
         Ok(Ptrs {
             x: self.x.at(0),
             xn: self.xn.at(0),
@@ -143,13 +165,23 @@ impl Scratch {
         })
     }
 
+    pub fn set_graphs(&mut self, enabled: bool) {
+        self.graphs.set_enabled(enabled);
+    }
+
     /// Uploads the pass's metadata; returns its base address.
     fn upload(&mut self, gpu: &Gpu, meta: &Meta) -> Result<u64, CudaError> {
-        self.meta.ensure(gpu, meta.data.len())?;
+        if self.meta.ensure(gpu, meta.data.len())? {
+            self.graphs.clear();
+        }
         self.meta.write(gpu, &meta.data)?;
         Ok(self.meta.at(0))
     }
 }
+
+/// Metadata ints a round needs per row at most: token, position, cache base, a window (4), a
+/// logits row, and the MTP head's token, source, position, cache base and ring pair (2).
+const META_PER_ROW: usize = 3 + 4 + 1 + 4 + 2;
 
 /// The i32 metadata of one pass, packed into one upload: each part's offset is remembered.
 #[derive(Default)]
@@ -318,9 +350,10 @@ impl Pass<'_> {
         )
     }
 
-    /// Logits of `rows` rows of `x` (gathered by `row_index` when not 0) into `p.logits`.
-    fn logits(&self, x: u64, row_index: u64, rows: usize) -> Result<(), CudaError> {
-        let (v, h) = (self.m.config.vocab_size, self.hidden());
+    /// Logits over the token ids `0..v` of `rows` rows of `x` (gathered by `row_index` when not
+    /// 0) into `p.logits` (`[rows, v]`).
+    fn logits(&self, x: u64, row_index: u64, rows: usize, v: usize) -> Result<(), CudaError> {
+        let h = self.hidden();
         self.m.kernels.matmul(
             self.gpu(),
             &Matmul {
@@ -455,6 +488,34 @@ pub fn forward(
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
+    let enqueue = || enqueue_round(&pass, sessions, base, &rm, plans.len(), rows);
+    if rows <= GRAPH_MAX_ROWS {
+        let key = GraphKey::Round {
+            rows,
+            windows: plans.len(),
+            logits: rm.num_logits,
+            mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
+            mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
+        };
+        scratch.graphs.run(&m.gpu, key, enqueue)?;
+    } else {
+        enqueue()?;
+    }
+    scratch
+        .logits
+        .read(&m.gpu, rm.num_logits * m.config.vocab_size)
+}
+
+/// Every launch of a round, in order (captured into a graph or launched as they come).
+fn enqueue_round(
+    pass: &Pass<'_>,
+    sessions: &Sessions,
+    base: u64,
+    rm: &RoundMeta,
+    windows: usize,
+    rows: usize,
+) -> Result<(), CudaError> {
+    let (m, ptrs) = (pass.m, pass.p);
     let h = m.config.hidden_size;
     m.kernels.embed(
         &m.gpu,
@@ -472,7 +533,7 @@ pub fn forward(
                 linear += 1;
                 MixerRows::Linear {
                     segs: at(base, rm.segs),
-                    windows: plans.len(),
+                    windows,
                     layer_off: off,
                 }
             }
@@ -491,12 +552,12 @@ pub fn forward(
         pass.layer(l, rows, &mix, sessions)?;
     }
     pass.norm(ptrs.x, &m.weights.norm, rows, ptrs.hidden)?;
-    pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits)?;
-    if let Some(mtp) = &rm.mtp {
-        absorb(&pass, sessions, base, mtp)?;
-    }
     let v = m.config.vocab_size;
-    scratch.logits.read(&m.gpu, rm.num_logits * v)
+    pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;
+    if let Some(mtp) = &rm.mtp {
+        absorb(pass, sessions, base, mtp)?;
+    }
+    Ok(())
 }
 
 /// Feeds the MTP head the round's pairs: only their K/V rows are kept (the head's outputs at
@@ -557,8 +618,9 @@ fn absorb(pass: &Pass<'_>, sessions: &Sessions, base: u64, mtp: &MtpMeta) -> Res
 
 /// Greedy MTP drafts for `session` (at `len` positions, ring holding h[len − 1]) after
 /// `next_token`: step 0 on (h[len − 1], next_token) at position len − 1, then each step on the
-/// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax) and feed
-/// the next step there; one copy back at the end.
+/// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax over the
+/// ids `0..draft_vocab`, see [`crate::draft_vocab`]) and feed the next step there; one copy back
+/// at the end.
 pub fn draft(
     m: &CudaModel,
     sessions: &Sessions,
@@ -567,32 +629,60 @@ pub fn draft(
     next_token: u32,
     num: usize,
 ) -> Result<Vec<u32>, CudaError> {
-    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
-    let len = sessions.meta[session].len;
-    let pos0 = len - 1;
-    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
+    let pos0 = sessions.meta[session].len - 1;
     let mut meta = Meta::default();
     // Token slots first: slot 0 is next_token, argmax writes slot s + 1.
-    let toks = meta.push(std::iter::once(next_token as usize).chain(std::iter::repeat_n(0, num)));
-    let pos = meta.push(pos0..pos0 + num);
-    let kv_base = meta.push([sessions.kv_base[session]]);
-    let src = meta.data.len();
+    let tokens = meta.push(std::iter::once(next_token as usize).chain(std::iter::repeat_n(0, num)));
+    let offsets = DraftMeta {
+        tokens,
+        pos: meta.push(pos0..pos0 + num),
+        kv_base: meta.push([sessions.kv_base[session]]),
+        src: meta.data.len(),
+    };
     meta.data
         .push(-(sessions.store_row(session, pos0) as i32) - 1);
     meta.data.push(0);
     let ptrs = scratch.ensure(m, 1, 1)?;
     let base = scratch.upload(&m.gpu, &meta)?;
     let pass = Pass { m, p: ptrs };
+    let key = GraphKey::Draft { steps: num };
+    scratch.graphs.run(&m.gpu, key, || {
+        enqueue_draft(&pass, sessions, base, &offsets, num)
+    })?;
+    let back = scratch.meta.read(&m.gpu, num + 1)?;
+    Ok(back[1..].iter().map(|&t| t as u32).collect())
+}
+
+/// Metadata offsets of a draft call.
+struct DraftMeta {
+    tokens: usize,
+    pos: usize,
+    kv_base: usize,
+    /// The hidden source of step 0 (the ring row), then of later steps (the head's own row).
+    src: usize,
+}
+
+fn enqueue_draft(
+    pass: &Pass<'_>,
+    sessions: &Sessions,
+    base: u64,
+    d: &DraftMeta,
+    num: usize,
+) -> Result<(), CudaError> {
+    let (m, ptrs) = (pass.m, pass.p);
+    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
+    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
     let h = m.config.hidden_size;
+    let vocab = crate::draft_vocab(m.config.vocab_size);
     for s in 0..num {
         m.kernels.mtp_input(
             &m.gpu,
             1,
-            at(base, toks + s),
+            at(base, d.tokens + s),
             m.weights.embed.at(0),
             ptrs.draft_hidden,
             sessions.mtp_store.at(0),
-            at(base, src + usize::from(s > 0)),
+            at(base, d.src + usize::from(s > 0)),
             head.pre_fc_norm_embedding.at(0),
             head.pre_fc_norm_hidden.at(0),
             h,
@@ -602,22 +692,16 @@ pub fn draft(
         pass.matmul(ptrs.cat, &head.fc, 1, ptrs.x, false)?;
         let rows = MixerRows::Attention(AttentionRows {
             rows: 1,
-            pos: at(base, pos + s),
-            kv_base: at(base, kv_base),
+            pos: at(base, d.pos + s),
+            kv_base: at(base, d.kv_base),
             k_cache: cache.k.at(0),
             v_cache: cache.v.at(0),
         });
         pass.layer(&head.layer, 1, &rows, sessions)?;
         pass.norm(ptrs.x, &head.norm, 1, ptrs.draft_hidden)?;
-        pass.logits(ptrs.draft_hidden, 0, 1)?;
-        m.kernels.argmax(
-            &m.gpu,
-            ptrs.logits,
-            1,
-            m.config.vocab_size,
-            at(base, toks + s + 1),
-        )?;
+        pass.logits(ptrs.draft_hidden, 0, 1, vocab)?;
+        m.kernels
+            .argmax(&m.gpu, ptrs.logits, 1, vocab, at(base, d.tokens + s + 1))?;
     }
-    let back = scratch.meta.read(&m.gpu, num + 1)?;
-    Ok(back[1..].iter().map(|&t| t as u32).collect())
+    Ok(())
 }

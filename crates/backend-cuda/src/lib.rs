@@ -12,6 +12,8 @@
 //! - `state`: per-session GPU state allocated once (KV rows, linear-attention state and its
 //!   rollback snapshots, the MTP head's rows).
 //! - `forward`: a round (all windows in one batch), the MTP head's absorb and drafting.
+//! - `graphs`: decode-sized rounds and drafts replayed as CUDA graphs (the tiny model is
+//!   launch-bound).
 //! - `target`: [`CudaTarget`].
 //!
 //! ```no_run
@@ -24,6 +26,8 @@
 mod device;
 #[cfg(feature = "cuda")]
 mod forward;
+#[cfg(feature = "cuda")]
+mod graphs;
 #[cfg(feature = "cuda")]
 mod kernels;
 #[cfg(feature = "cuda")]
@@ -45,6 +49,19 @@ pub use target::CudaTarget;
 
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaModel, CudaTarget};
+
+/// MTP drafts are chosen among the lowest `1 / DRAFT_VOCAB_SHARE` of the token ids only, as
+/// backend-cpu's drafts are (its `target::draft_vocab` says why; a test keeps the two equal):
+/// byte-level BPE numbers tokens most frequent first, and drafts only propose, so this changes
+/// the speed, never a reply.
+pub const DRAFT_VOCAB_SHARE: usize = 4;
+/// Vocabularies too small to matter keep at least this many draft ids.
+pub const DRAFT_VOCAB_MIN: usize = 1024;
+
+/// The token ids `0..n` MTP drafts are chosen among, for a vocabulary of `vocab`.
+pub fn draft_vocab(vocab: usize) -> usize {
+    vocab.min((vocab / DRAFT_VOCAB_SHARE).max(DRAFT_VOCAB_MIN))
+}
 
 /// Why the GPU backend could not do something.
 #[derive(Debug, thiserror::Error)]

@@ -176,4 +176,52 @@ impl Sessions {
         self.meta[from] = SessionMeta::default();
         Ok(())
     }
+
+    /// Hashes of each part of `session`'s state (the valid rows only).
+    pub fn digest(&self, gpu: &Gpu, session: usize) -> Result<Vec<(String, u64)>, CudaError> {
+        use std::hash::{Hash, Hasher};
+        let m = self.meta[session];
+        let hash = |buf: &Buf<f32>, from: usize, len: usize| -> Result<u64, CudaError> {
+            let all = buf.read(gpu, from + len)?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for v in &all[from..] {
+                v.to_bits().hash(&mut h);
+            }
+            Ok(h.finish())
+        };
+        let mut out = Vec::new();
+        let kv = (self.kv_base[session] * self.kv_row, m.len * self.kv_row);
+        for (i, c) in self.kv.iter().enumerate() {
+            out.push((format!("k{i}"), hash(&c.k, kv.0, kv.1)?));
+            out.push((format!("v{i}"), hash(&c.v, kv.0, kv.1)?));
+        }
+        if let Some(c) = &self.mtp_kv {
+            let rows = m.len.saturating_sub(1) * self.kv_row;
+            out.push(("mtp k".into(), hash(&c.k, kv.0, rows)?));
+            out.push(("mtp v".into(), hash(&c.v, kv.0, rows)?));
+        }
+        let s = self.lin_stride;
+        for l in 0..s / self.lin_layer.max(1) {
+            out.push((
+                format!("linear {l}"),
+                hash(
+                    &self.lin_state,
+                    session * s + l * self.lin_layer,
+                    self.lin_layer,
+                )?,
+            ));
+        }
+        for slot in 0..m.snap_count {
+            let at = (session * MAX_ROLLBACK_WINDOW + slot) * s;
+            out.push((format!("snapshot {slot}"), hash(&self.lin_snaps, at, s)?));
+        }
+        for pos in m.mtp_first..m.len {
+            let row = self.store_row(session, pos) * self.hidden;
+            out.push((
+                format!("ring h[{pos}]"),
+                hash(&self.mtp_store, row, self.hidden)?,
+            ));
+        }
+        Ok(out)
+    }
 }

@@ -22,13 +22,26 @@ impl CudaTarget {
     pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
         let gpu = &model.gpu;
         let sessions = Sessions::new(gpu, &model.config, capacities, model.has_mtp())?;
-        let scratch = Scratch::new(gpu)?;
+        let scratch = Scratch::new(model)?;
         gpu.sync()?;
         Ok(CudaTarget {
             model: model.clone(),
             sessions,
             scratch,
         })
+    }
+
+    /// Whether decode-sized rounds and drafts are replayed as CUDA graphs (the default): the
+    /// results are the same bits either way; kernel by kernel is slower.
+    pub fn set_graphs(&mut self, enabled: bool) {
+        self.scratch.set_graphs(enabled);
+    }
+
+    /// A fingerprint of each part of `session`'s GPU state (for tests comparing two targets):
+    /// (part, hash of its bits).
+    #[doc(hidden)]
+    pub fn state_digest(&self, session: SessionId) -> Result<Vec<(String, u64)>, CudaError> {
+        self.sessions.digest(&self.model.gpu, session.0)
     }
 
     pub fn model(&self) -> &CudaModel {

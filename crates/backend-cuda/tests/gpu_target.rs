@@ -281,8 +281,24 @@ fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
         );
     }
     // One stream alone, with drafts, equals its reply among eight.
-    let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, 2);
-    assert_eq!(alone[0], plain[0]);
+    for k in 1..=3 {
+        let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, k);
+        if alone[0] != plain[0] {
+            let (alone_plain, _) = run(new(&capacities()), &requests[..1], DraftMode::None, 0);
+            let (cpu_alone, _) = run(
+                CpuTarget::new(cpu(), &capacities()),
+                &requests[..1],
+                DraftMode::Mtp,
+                k,
+            );
+            let (roomy, _) = run(new(&[256]), &requests[..1], DraftMode::Mtp, k);
+            eprintln!(
+                "K {k}: alone plain {:?}\ncpu alone {:?}\nroomy alone {:?}",
+                alone_plain[0], cpu_alone[0], roomy[0]
+            );
+        }
+        assert_eq!(alone[0], plain[0], "K {k}: alone with drafts differs");
+    }
 }
 
 #[test]
@@ -343,5 +359,120 @@ fn a_moved_stream_continues_as_an_unmoved_one() {
     assert_eq!(got, want);
     for (x, y) in want_rows.iter().zip(&got_rows) {
         assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+}
+
+/// Greedy with one MTP draft per window, as the engine verifies it, on two targets in lock
+/// step; the first round whose logits differ is reported.
+#[test]
+fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = count_request(1, 20, 0).prompt;
+    let mut a = CudaTarget::new(&gpu, &[256]).expect("target");
+    let mut b = CudaTarget::new(&gpu, &[256]).expect("target");
+    b.set_graphs(false);
+    let same_state = |a: &CudaTarget, b: &CudaTarget, what: &str| {
+        let (x, y) = (
+            a.state_digest(SessionId(0)).unwrap(),
+            b.state_digest(SessionId(0)).unwrap(),
+        );
+        let differ: Vec<_> = x
+            .iter()
+            .zip(&y)
+            .filter(|(p, q)| p != q)
+            .map(|(p, _)| p.0.clone())
+            .collect();
+        assert!(differ.is_empty(), "{what}: state differs in {differ:?}");
+    };
+    let both = |a: &mut CudaTarget, b: &mut CudaTarget, w: &[Window<'_>], what: &str| {
+        let (x, y) = (a.forward(w).expect("a"), b.forward(w).expect("b"));
+        same_state(a, b, what);
+        let differ: Vec<usize> = (0..x[0].len())
+            .filter(|&i| x[0][i].to_bits() != y[0][i].to_bits())
+            .collect();
+        if let (Some(first), Some(last)) = (differ.first(), differ.last()) {
+            let max = differ
+                .iter()
+                .map(|&i| (x[0][i] - y[0][i]).abs())
+                .fold(0f32, f32::max);
+            panic!(
+                "{what}: graph and kernel-by-kernel logits differ in {} of {} (ids {first}..={last}), max {max}, graph {:?} vs {:?}",
+                differ.len(),
+                x[0].len(),
+                &x[0][*first..(*first + 4).min(x[0].len())],
+                &y[0][*first..(*first + 4).min(x[0].len())],
+            );
+        }
+        x.into_iter().next().unwrap()
+    };
+    let mut len = 0;
+    let mut logits = Vec::new();
+    for chunk in prompt.chunks(16) {
+        let last = len + chunk.len() == prompt.len();
+        logits = both(
+            &mut a,
+            &mut b,
+            &[window(0, len as u64, chunk, usize::from(last))],
+            "prefill",
+        );
+        len += chunk.len();
+    }
+    let mut t = argmax(&logits);
+    for round in 0..24 {
+        let d = a.draft(SessionId(0), t, 1).expect("draft");
+        assert_eq!(
+            d,
+            b.draft(SessionId(0), t, 1).expect("draft"),
+            "round {round}: drafts"
+        );
+        let tokens = [t, d[0]];
+        let rows = both(
+            &mut a,
+            &mut b,
+            &[window(0, len as u64, &tokens, 2)],
+            &format!("round {round}"),
+        );
+        let first = argmax(&rows[..8192]);
+        if first == d[0] {
+            t = argmax(&rows[8192..]);
+            len += 2;
+        } else {
+            a.truncate(SessionId(0), len as u64 + 1).expect("truncate");
+            b.truncate(SessionId(0), len as u64 + 1).expect("truncate");
+            same_state(&a, &b, &format!("truncate {round}"));
+            t = first;
+            len += 1;
+        }
+        // Every few rounds a window without drafts, as at the end of a reply.
+        if round % 5 == 4 {
+            let rows = both(
+                &mut a,
+                &mut b,
+                &[window(0, len as u64, &[t], 1)],
+                &format!("single {round}"),
+            );
+            t = argmax(&rows);
+            len += 1;
+        }
+    }
+    // A round too wide for a graph grows the scratch under the captured graphs; decode rounds
+    // after it must still give the same bits.
+    a.release(SessionId(0));
+    b.release(SessionId(0));
+    let long: Vec<u32> = (0..100).map(|i| 200 + i).collect();
+    let mut t = argmax(&both(
+        &mut a,
+        &mut b,
+        &[window(0, 0, &long, 1)],
+        "long prompt",
+    ));
+    for i in 0..4 {
+        let pos = (long.len() + i) as u64;
+        t = argmax(&both(
+            &mut a,
+            &mut b,
+            &[window(0, pos, &[t], 1)],
+            &format!("after growth {i}"),
+        ));
     }
 }

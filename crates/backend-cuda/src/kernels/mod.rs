@@ -442,7 +442,8 @@ impl Kernels {
         )
     }
 
-    /// `moe_up` then `moe_down` (adding into `x`) over `rows` rows.
+    /// `moe_up` then `moe_down` (adding into `x`) over `rows` rows of `xn` (normed); `mo` is the
+    /// fused front projection of `xn`.
     #[allow(clippy::too_many_arguments)]
     pub fn moe(
         &self,
@@ -572,3 +573,6 @@ impl Kernels {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

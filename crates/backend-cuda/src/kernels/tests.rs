@@ -1,0 +1,198 @@
+//! The generic kernels against backend-cpu's (the reference verified against transformers) and
+//! lane's greedy choice, on fresh random inputs, plus rows alone vs in a batch bit for bit. The
+//! model-specific kernels (Gated DeltaNet, gated attention, MoE, MTP input) are checked through
+//! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
+//! (and says why) without a CUDA device.
+
+use super::{Dims, Kernels, Matmul};
+use crate::device::{Buf, Gpu};
+use crate::{state::MAX_ROLLBACK_WINDOW, CudaError};
+use backend_cpu::kernels::matmul::matmul;
+use backend_cpu::kernels::norm::{rmsnorm, NormKind};
+use half::bf16;
+use model::{Config, TensorData};
+use std::sync::Arc;
+
+/// Largest difference allowed relative to the largest reference magnitude: f32 sums in another
+/// order, nothing more.
+const TOLERANCE: f32 = 1e-5;
+
+fn setup() -> Option<(Arc<Gpu>, Kernels)> {
+    let gpu = match Gpu::open() {
+        Ok(g) => g,
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let config = Config::from_dir(&dir).expect("config");
+    let dims = Dims::of(&config, MAX_ROLLBACK_WINDOW).expect("dims");
+    let kernels = Kernels::compile(&gpu, &dims).expect("kernels");
+    Some((gpu, kernels))
+}
+
+/// splitmix64, seeded from the clock (the seed is printed on failure).
+struct Rng(u64);
+
+impl Rng {
+    fn fresh() -> Rng {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        Rng(t | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> usize {
+        (self.next() % n) as usize
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+            .collect()
+    }
+}
+
+fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    (n * std::mem::size_of::<f32>()) as u64
+}
+
+#[test]
+fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let depth = 8 * (1 + rng.below(128));
+    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(9));
+    let w: Vec<bf16> = rng
+        .vec(n_out * depth)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let x = rng.vec(rows * depth);
+    let mut want = vec![0f32; rows * n_out];
+    matmul(&x, TensorData::Bf16(&w), depth, &mut want);
+    let wb = Buf::from_host(&gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
+    let xb = Buf::from_host(&gpu, &x).unwrap();
+    // Room for the 2-row gather below even when `rows` is 1.
+    let y = Buf::<f32>::zeros(&gpu, rows.max(2) * n_out).unwrap();
+    let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
+        let m = Matmul {
+            x,
+            x_stride: depth,
+            row_index,
+            w: wb.at(0),
+            k: depth,
+            n_out,
+            y: y.at(0),
+            y_stride: n_out,
+            rows,
+            accumulate,
+        };
+        k.matmul(&gpu, &m).unwrap();
+        y.read(&gpu, rows * n_out).unwrap()
+    };
+    let all = run(xb.at(0), 0, rows, false);
+    let d = relative_diff(&all, &want);
+    assert!(d <= TOLERANCE, "seed {seed}: relative diff {d}");
+    for r in 0..rows {
+        let one = run(xb.at(0) + f32_bytes(r * depth), 0, 1, false);
+        let same = one
+            .iter()
+            .zip(&all[r * n_out..])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "seed {seed}: row {r} alone differs from the batch");
+    }
+    // Gather the last row then the first; then add the same rows again.
+    let index = Buf::from_host(&gpu, &[rows as i32 - 1, 0]).unwrap();
+    let gathered = run(xb.at(0), index.at(0), 2, false);
+    assert_eq!(gathered[..n_out], all[(rows - 1) * n_out..]);
+    assert_eq!(gathered[n_out..], all[..n_out]);
+    let doubled = run(xb.at(0), index.at(0), 2, true);
+    for (d, g) in doubled.iter().zip(&gathered) {
+        assert_eq!(*d, g + g, "seed {seed}: accumulate adds the product to y");
+    }
+}
+
+#[test]
+fn rmsnorm_matches_backend_cpu_in_both_kinds() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let (n, rows) = (1 + rng.below(700), 1 + rng.below(40));
+    let x: Vec<f32> = rng.vec(rows * n).iter().map(|v| 4.0 * v).collect();
+    let w = rng.vec(n);
+    let (xb, wb) = (
+        Buf::from_host(&gpu, &x).unwrap(),
+        Buf::from_host(&gpu, &w).unwrap(),
+    );
+    let out = Buf::<f32>::zeros(&gpu, rows * n).unwrap();
+    for (kind, zero_centred) in [(NormKind::Plain, false), (NormKind::ZeroCentred, true)] {
+        let mut want = vec![0f32; rows * n];
+        rmsnorm(&x, &w, 1e-6, kind, &mut want);
+        k.rmsnorm(
+            &gpu,
+            xb.at(0),
+            wb.at(0),
+            n,
+            rows,
+            1e-6,
+            zero_centred,
+            out.at(0),
+        )
+        .unwrap();
+        let got = out.read(&gpu, rows * n).unwrap();
+        let d = relative_diff(&got, &want);
+        assert!(d <= TOLERANCE, "seed {seed} {kind:?}: relative diff {d}");
+    }
+}
+
+#[test]
+fn argmax_chooses_as_lanes_greedy_sampling() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let n = 1 + rng.below(9000);
+    // Few distinct values, so ties are common; NaN and infinities sprinkled in.
+    let mut rows: Vec<Vec<f32>> = (0..6)
+        .map(|_| (0..n).map(|_| (rng.below(7) as f32) - 3.0).collect())
+        .collect();
+    for row in rows.iter_mut() {
+        for _ in 0..3 {
+            let i = rng.below(n as u64);
+            row[i] = [f32::NAN, f32::NEG_INFINITY, 2.5][rng.below(3)];
+        }
+    }
+    rows[1][rng.below(n as u64)] = f32::INFINITY;
+    rows[2].iter_mut().for_each(|v| *v = f32::NAN);
+    let flat: Vec<f32> = rows.concat();
+    let logits = Buf::from_host(&gpu, &flat).unwrap();
+    let out = Buf::<i32>::zeros(&gpu, rows.len()).unwrap();
+    k.argmax(&gpu, logits.at(0), rows.len(), n, out.at(0))
+        .unwrap();
+    let got = out.read(&gpu, rows.len()).unwrap();
+    for (r, row) in rows.iter().enumerate() {
+        let want = lane::sampling::argmax(row).unwrap_or(0);
+        assert_eq!(got[r] as u32, want, "seed {seed} row {r}");
+    }
+}
