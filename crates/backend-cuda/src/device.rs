@@ -132,22 +132,10 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
         Buf { slice, ptr }
     }
 
-    pub fn len(&self) -> usize {
-        self.slice.len()
-    }
-
     /// The address of element `offset`.
     pub fn at(&self, offset: usize) -> u64 {
         debug_assert!(offset <= self.slice.len(), "offset past the buffer");
         self.ptr + (offset * std::mem::size_of::<T>()) as u64
-    }
-
-    pub fn ptr(&self) -> Arg {
-        Arg::Ptr(self.ptr)
-    }
-
-    pub fn arg_at(&self, offset: usize) -> Arg {
-        Arg::Ptr(self.at(offset))
     }
 
     /// Copies `data` to the start of the buffer (ordered on the stream).
