@@ -1,5 +1,5 @@
 //! One round on the GPU: every window's rows through the decoder in one batch, logits of the
-//! wanted rows, the MTP head fed the pairs each window completed, and MTP drafting.
+//! wanted rows, and the MTP head fed the pairs each window completed (see [`crate::mtp`]).
 //!
 //! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
@@ -8,7 +8,8 @@ use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul};
 use crate::model::CudaModel;
-use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
+use crate::mtp::{absorb, mtp_meta, MtpMeta};
+use crate::state::Sessions;
 use crate::weights::{LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
 
@@ -34,25 +35,25 @@ pub struct Scratch {
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
-    meta: Buf<i32>,
+    pub(crate) meta: Buf<i32>,
     /// Captured rounds over these buffers.
-    graphs: Graphs,
+    pub(crate) graphs: Graphs,
 }
 
 /// The scratch addresses of one pass (plain numbers, so passes borrow nothing mutably).
 #[derive(Clone, Copy)]
-struct Ptrs {
-    x: u64,
-    xn: u64,
-    hidden: u64,
-    wide: u64,
-    mixed: u64,
-    q: u64,
-    att: u64,
-    act: u64,
-    logits: u64,
-    cat: u64,
-    draft_hidden: u64,
+pub(crate) struct Ptrs {
+    pub(crate) x: u64,
+    pub(crate) xn: u64,
+    pub(crate) hidden: u64,
+    pub(crate) wide: u64,
+    pub(crate) mixed: u64,
+    pub(crate) q: u64,
+    pub(crate) att: u64,
+    pub(crate) act: u64,
+    pub(crate) logits: u64,
+    pub(crate) cat: u64,
+    pub(crate) draft_hidden: u64,
 }
 
 /// Widths of the scratch rows for `model`.
@@ -128,7 +129,12 @@ impl Scratch {
         })
     }
 
-    fn ensure(&mut self, m: &CudaModel, rows: usize, logit_rows: usize) -> Result<Ptrs, CudaError> {
+    pub(crate) fn ensure(
+        &mut self,
+        m: &CudaModel,
+        rows: usize,
+        logit_rows: usize,
+    ) -> Result<Ptrs, CudaError> {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
@@ -170,7 +176,7 @@ impl Scratch {
     }
 
     /// Uploads the pass's metadata; returns its base address.
-    fn upload(&mut self, gpu: &Gpu, meta: &Meta) -> Result<u64, CudaError> {
+    pub(crate) fn upload(&mut self, gpu: &Gpu, meta: &Meta) -> Result<u64, CudaError> {
         if self.meta.ensure(gpu, meta.data.len())? {
             self.graphs.clear();
         }
@@ -185,12 +191,12 @@ const META_PER_ROW: usize = 3 + 4 + 1 + 4 + 2;
 
 /// The i32 metadata of one pass, packed into one upload: each part's offset is remembered.
 #[derive(Default)]
-struct Meta {
-    data: Vec<i32>,
+pub(crate) struct Meta {
+    pub(crate) data: Vec<i32>,
 }
 
 impl Meta {
-    fn push(&mut self, part: impl IntoIterator<Item = usize>) -> usize {
+    pub(crate) fn push(&mut self, part: impl IntoIterator<Item = usize>) -> usize {
         let at = self.data.len();
         self.data.extend(
             part.into_iter()
@@ -201,12 +207,12 @@ impl Meta {
 }
 
 /// Byte address of i32 `offset` of metadata based at `base`.
-fn at(base: u64, offset: usize) -> u64 {
+pub(crate) fn at(base: u64, offset: usize) -> u64 {
     base + (offset * std::mem::size_of::<i32>()) as u64
 }
 
 /// How a layer's token mixer finds its rows' state.
-enum MixerRows {
+pub(crate) enum MixerRows {
     Linear {
         segs: u64,
         windows: usize,
@@ -216,9 +222,9 @@ enum MixerRows {
 }
 
 /// One pass over the model with its scratch addresses.
-struct Pass<'a> {
-    m: &'a CudaModel,
-    p: Ptrs,
+pub(crate) struct Pass<'a> {
+    pub(crate) m: &'a CudaModel,
+    pub(crate) p: Ptrs,
 }
 
 impl Pass<'_> {
@@ -226,7 +232,7 @@ impl Pass<'_> {
         &self.m.gpu
     }
 
-    fn eps(&self) -> f32 {
+    pub(crate) fn eps(&self) -> f32 {
         self.m.config.rms_norm_eps as f32
     }
 
@@ -235,7 +241,7 @@ impl Pass<'_> {
     }
 
     /// `y (+)= x · Wᵀ` over `rows` rows.
-    fn matmul(
+    pub(crate) fn matmul(
         &self,
         x: u64,
         w: &Matrix,
@@ -260,7 +266,13 @@ impl Pass<'_> {
         )
     }
 
-    fn norm(&self, x: u64, w: &Buf<f32>, rows: usize, out: u64) -> Result<(), CudaError> {
+    pub(crate) fn norm(
+        &self,
+        x: u64,
+        w: &Buf<f32>,
+        rows: usize,
+        out: u64,
+    ) -> Result<(), CudaError> {
         let h = self.hidden();
         self.m
             .kernels
@@ -268,7 +280,7 @@ impl Pass<'_> {
     }
 
     /// One decoder layer on `x` (`rows` rows): `x += mixer(norm(x))`, `x += moe(norm(x))`.
-    fn layer(
+    pub(crate) fn layer(
         &self,
         l: &LayerWeights,
         rows: usize,
@@ -352,7 +364,13 @@ impl Pass<'_> {
 
     /// Logits over the token ids `0..v` of `rows` rows of `x` (gathered by `row_index` when not
     /// 0) into `p.logits` (`[rows, v]`).
-    fn logits(&self, x: u64, row_index: u64, rows: usize, v: usize) -> Result<(), CudaError> {
+    pub(crate) fn logits(
+        &self,
+        x: u64,
+        row_index: u64,
+        rows: usize,
+        v: usize,
+    ) -> Result<(), CudaError> {
         let h = self.hidden();
         self.m.kernels.matmul(
             self.gpu(),
@@ -384,18 +402,6 @@ struct RoundMeta {
     mtp: Option<MtpMeta>,
 }
 
-/// The MTP head's inputs of a round: the pairs `(h[i], x[i+1])` each window completed.
-struct MtpMeta {
-    rows: usize,
-    tokens: usize,
-    src: usize,
-    pos: usize,
-    kv_base: usize,
-    /// (batch row, store row) pairs: the hidden rows each session's ring keeps.
-    pairs: usize,
-    num_pairs: usize,
-}
-
 fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
     let mut meta = Meta::default();
     let t = meta.push(tokens.iter().map(|&t| t as usize));
@@ -424,53 +430,6 @@ fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bo
         logit_rows: l,
         num_logits,
         mtp,
-    }
-}
-
-fn mtp_meta(meta: &mut Meta, plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions) -> MtpMeta {
-    let (mut toks, mut src, mut pos, mut base, mut pairs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut row = 0;
-    for w in plans {
-        let (r0, n, s) = (row, w.len, w.start);
-        // Pairs (h[i], x[i+1]) for i from start − 1 (h from the ring) to start + n − 2.
-        if s > 0 {
-            toks.extend(tokens[r0..r0 + n].iter().map(|&t| t as usize));
-            src.push(-(sessions.store_row(w.session, s - 1) as i64) - 1);
-            pos.extend(s - 1..s - 1 + n);
-        } else {
-            toks.extend(tokens[r0 + 1..r0 + n].iter().map(|&t| t as usize));
-            pos.extend(0..n - 1);
-        }
-        src.extend((r0..r0 + n - 1).map(|r| r as i64));
-        base.extend(std::iter::repeat_n(
-            sessions.kv_base[w.session],
-            if s > 0 { n } else { n - 1 },
-        ));
-        // The ring keeps the window's rows, or its last row only after a long window.
-        let kept = if n > MAX_ROLLBACK_WINDOW {
-            n - 1..n
-        } else {
-            0..n
-        };
-        for i in kept {
-            pairs.extend([r0 + i, sessions.store_row(w.session, s + i)]);
-        }
-        row += n;
-    }
-    let rows = toks.len();
-    let tokens = meta.push(toks);
-    let src_at = meta.data.len();
-    meta.data
-        .extend(src.iter().map(|&v| i32::try_from(v).expect("fits i32")));
-    MtpMeta {
-        rows,
-        tokens,
-        src: src_at,
-        pos: meta.push(pos),
-        kv_base: meta.push(base),
-        num_pairs: pairs.len() / 2,
-        pairs: meta.push(pairs),
     }
 }
 
@@ -556,152 +515,6 @@ fn enqueue_round(
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;
     if let Some(mtp) = &rm.mtp {
         absorb(pass, sessions, base, mtp)?;
-    }
-    Ok(())
-}
-
-/// Feeds the MTP head the round's pairs: only their K/V rows are kept (the head's outputs at
-/// these positions are never used), so the pass stops after the attention's cache write. Then
-/// each session's ring takes the hidden rows it keeps.
-fn absorb(pass: &Pass<'_>, sessions: &Sessions, base: u64, mtp: &MtpMeta) -> Result<(), CudaError> {
-    let (m, p) = (pass.m, pass.p);
-    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
-    let MixerWeights::Attention(aw) = &head.layer.mixer else {
-        unreachable!("the MTP layer is full attention")
-    };
-    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
-    let h = m.config.hidden_size;
-    m.kernels.mtp_input(
-        &m.gpu,
-        mtp.rows,
-        at(base, mtp.tokens),
-        m.weights.embed.at(0),
-        p.hidden,
-        sessions.mtp_store.at(0),
-        at(base, mtp.src),
-        head.pre_fc_norm_embedding.at(0),
-        head.pre_fc_norm_hidden.at(0),
-        h,
-        pass.eps(),
-        p.cat,
-    )?;
-    pass.matmul(p.cat, &head.fc, mtp.rows, p.x, false)?;
-    pass.norm(p.x, &head.layer.input_norm, mtp.rows, p.xn)?;
-    pass.matmul(p.xn, &aw.qkv, mtp.rows, p.wide, false)?;
-    let rows = AttentionRows {
-        rows: mtp.rows,
-        pos: at(base, mtp.pos),
-        kv_base: at(base, mtp.kv_base),
-        k_cache: cache.k.at(0),
-        v_cache: cache.v.at(0),
-    };
-    m.kernels.attention_prep(
-        &m.gpu,
-        &m.dims,
-        &rows,
-        p.wide,
-        aw.q_norm.at(0),
-        aw.k_norm.at(0),
-        m.weights.inv_freq.at(0),
-        pass.eps(),
-        p.q,
-    )?;
-    m.kernels.copy_rows(
-        &m.gpu,
-        p.hidden,
-        at(base, mtp.pairs),
-        mtp.num_pairs,
-        h,
-        sessions.mtp_store.at(0),
-    )
-}
-
-/// Greedy MTP drafts for `session` (at `len` positions, ring holding h[len − 1]) after
-/// `next_token`: step 0 on (h[len − 1], next_token) at position len − 1, then each step on the
-/// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax over the
-/// ids `0..draft_vocab`, see [`crate::draft_vocab`]) and feed the next step there; one copy back
-/// at the end.
-pub fn draft(
-    m: &CudaModel,
-    sessions: &Sessions,
-    scratch: &mut Scratch,
-    session: usize,
-    next_token: u32,
-    num: usize,
-) -> Result<Vec<u32>, CudaError> {
-    let pos0 = sessions.meta[session].len - 1;
-    let mut meta = Meta::default();
-    // Token slots first: slot 0 is next_token, argmax writes slot s + 1.
-    let tokens = meta.push(std::iter::once(next_token as usize).chain(std::iter::repeat_n(0, num)));
-    let offsets = DraftMeta {
-        tokens,
-        pos: meta.push(pos0..pos0 + num),
-        kv_base: meta.push([sessions.kv_base[session]]),
-        src: meta.data.len(),
-    };
-    meta.data
-        .push(-(sessions.store_row(session, pos0) as i32) - 1);
-    meta.data.push(0);
-    let ptrs = scratch.ensure(m, 1, 1)?;
-    let base = scratch.upload(&m.gpu, &meta)?;
-    let pass = Pass { m, p: ptrs };
-    let key = GraphKey::Draft { steps: num };
-    scratch.graphs.run(&m.gpu, key, || {
-        enqueue_draft(&pass, sessions, base, &offsets, num)
-    })?;
-    let back = scratch.meta.read(&m.gpu, num + 1)?;
-    Ok(back[1..].iter().map(|&t| t as u32).collect())
-}
-
-/// Metadata offsets of a draft call.
-struct DraftMeta {
-    tokens: usize,
-    pos: usize,
-    kv_base: usize,
-    /// The hidden source of step 0 (the ring row), then of later steps (the head's own row).
-    src: usize,
-}
-
-fn enqueue_draft(
-    pass: &Pass<'_>,
-    sessions: &Sessions,
-    base: u64,
-    d: &DraftMeta,
-    num: usize,
-) -> Result<(), CudaError> {
-    let (m, ptrs) = (pass.m, pass.p);
-    let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
-    let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
-    let h = m.config.hidden_size;
-    let vocab = crate::draft_vocab(m.config.vocab_size);
-    for s in 0..num {
-        m.kernels.mtp_input(
-            &m.gpu,
-            1,
-            at(base, d.tokens + s),
-            m.weights.embed.at(0),
-            ptrs.draft_hidden,
-            sessions.mtp_store.at(0),
-            at(base, d.src + usize::from(s > 0)),
-            head.pre_fc_norm_embedding.at(0),
-            head.pre_fc_norm_hidden.at(0),
-            h,
-            pass.eps(),
-            ptrs.cat,
-        )?;
-        pass.matmul(ptrs.cat, &head.fc, 1, ptrs.x, false)?;
-        let rows = MixerRows::Attention(AttentionRows {
-            rows: 1,
-            pos: at(base, d.pos + s),
-            kv_base: at(base, d.kv_base),
-            k_cache: cache.k.at(0),
-            v_cache: cache.v.at(0),
-        });
-        pass.layer(&head.layer, 1, &rows, sessions)?;
-        pass.norm(ptrs.x, &head.norm, 1, ptrs.draft_hidden)?;
-        pass.logits(ptrs.draft_hidden, 0, 1, vocab)?;
-        m.kernels
-            .argmax(&m.gpu, ptrs.logits, 1, vocab, at(base, d.tokens + s + 1))?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@
 //! - `weights`: the checkpoint's tensors uploaded once (read through the `model` crate).
 //! - `state`: per-session GPU state allocated once (KV rows, linear-attention state and its
 //!   rollback snapshots, the MTP head's rows).
-//! - `forward`: a round (all windows in one batch), the MTP head's absorb and drafting.
+//! - `forward`: a round (all windows in one batch); `mtp`: the MTP head's absorb and drafting.
 //! - `graphs`: decode-sized rounds and drafts replayed as CUDA graphs (the tiny model is
 //!   launch-bound).
 //! - `target`: [`CudaTarget`].
@@ -32,6 +32,8 @@ mod graphs;
 mod kernels;
 #[cfg(feature = "cuda")]
 mod model;
+#[cfg(feature = "cuda")]
+mod mtp;
 #[cfg(feature = "cuda")]
 mod state;
 #[cfg(feature = "cuda")]

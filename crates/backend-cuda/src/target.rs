@@ -251,7 +251,7 @@ impl Target for CudaTarget {
         if num == 0 {
             return Ok(Vec::new());
         }
-        forward::draft(
+        crate::mtp::draft(
             &self.model,
             &self.sessions,
             &mut self.scratch,

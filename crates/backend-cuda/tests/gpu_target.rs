@@ -325,6 +325,23 @@ fn mtp_drafts_equal_the_cpu_backends() {
         g.draft(SessionId(0), 17, 3).expect("gpu"),
     );
     assert_eq!(got, want, "drafts after a rollback");
+    // After a prompt window too long to roll back (the head keeps its last hidden row only).
+    let long: Vec<u32> = prompt
+        .iter()
+        .cycle()
+        .take(3 * prompt.len())
+        .copied()
+        .collect();
+    assert!(long.len() > 32, "a window longer than MAX_WINDOW");
+    let mut c = CpuTarget::new(cpu(), &[256]);
+    let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+    let next = argmax(&c.forward(&[window(0, 0, &long, 1)]).expect("cpu")[0]);
+    let _ = g.forward(&[window(0, 0, &long, 1)]).expect("gpu");
+    let (want, got) = (
+        c.draft(SessionId(0), next, 3).expect("cpu"),
+        g.draft(SessionId(0), next, 3).expect("gpu"),
+    );
+    assert_eq!(got, want, "drafts after a long prompt window");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 // Gated DeltaNet (QWEN3_NEXT.md "Gated DeltaNet"), recurrent form, in two kernels per layer:
-// `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], one block per window, one
-// thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
+// `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], grid (window, channel block),
+// one thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
 // RMSNorm, one block per (window, value head), one thread per value column j holding S[:, j] in
 // registers, tokens in order). Every sum runs sequentially inside one thread, so a window's
 // results never depend on the other windows of the launch.
@@ -39,7 +39,8 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
     const bool keep = n <= MAX_ROLLBACK;
     float* tail_g = state + session * lin_stride + layer_off;
-    for (int ch = threadIdx.x; ch < LIN_C; ch += blockDim.x) {
+    const int ch = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ch < LIN_C) {
         const int src = qkvz_offset(ch);
         float tail[LIN_CONV_K - 1], w[LIN_CONV_K];
 #pragma unroll

@@ -32,7 +32,7 @@ const MOE_WARPS: u32 = 8;
 const ATT_THREADS: u32 = 128;
 /// Threads per block of `argmax_rows` (ARGMAX_THREADS in mtp.cu).
 const ARGMAX_THREADS: u32 = 1024;
-/// Threads per window of `deltanet_conv`: one per channel, looping when there are more.
+/// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
 /// Threads per row of the element-wise row kernels (embedding, row copies).
 const ROW_THREADS: u32 = 128;
@@ -327,7 +327,7 @@ impl Kernels {
         }
         gpu.launch(
             conv,
-            (d.windows as u32, 1, 1),
+            (d.windows as u32, blocks(l.conv_channels(), CONV_THREADS), 1),
             CONV_THREADS,
             &[
                 Arg::Ptr(d.qkvz),
