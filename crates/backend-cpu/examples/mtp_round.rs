@@ -20,7 +20,14 @@ fn w(start: usize, tokens: &[u32], num_logits: usize) -> Window<'_> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::args().nth(1).expect("usage: mtp_round MODEL_DIR");
+    let dir = std::env::args()
+        .nth(1)
+        .expect("usage: mtp_round MODEL_DIR [WINDOW]");
+    // With a window size, only rounds of that many tokens (for a profiler).
+    let only: Option<usize> = std::env::args().nth(2).map(|w| w.parse().expect("WINDOW"));
+    if let Some(width) = only {
+        return windows_only(&dir, width);
+    }
     let model = Arc::new(CpuModel::load(std::path::Path::new(&dir), false)?);
     let mut t = CpuTarget::with_rollback_window(model, &[4096, 4096], 3);
     let prompt: Vec<u32> = (0..16u32).map(|i| 20 + i).collect();
@@ -53,5 +60,25 @@ fn main() -> anyhow::Result<()> {
             std::fs::read_to_string("/proc/loadavg")?.trim()
         );
     }
+    Ok(())
+}
+
+fn windows_only(dir: &str, width: usize) -> anyhow::Result<()> {
+    let model = Arc::new(CpuModel::load(std::path::Path::new(dir), false)?);
+    let mut t = CpuTarget::with_rollback_window(model, &[8192], width.max(1));
+    let tokens: Vec<u32> = (0..8192u32).map(|i| 20 + i % 10).collect();
+    let mut len = 0;
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    while len + width <= 4096 {
+        t.forward(&[w(len, &tokens[len..len + width], width)])
+            .unwrap();
+        len += width;
+        rounds += 1;
+    }
+    eprintln!(
+        "{rounds} windows of {width}: {:.3} ms each",
+        t0.elapsed().as_secs_f64() * 1e3 / rounds as f64
+    );
     Ok(())
 }
