@@ -44,6 +44,16 @@ pub enum BenchTask {
     Code,
 }
 
+/// Where the model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchDevice {
+    /// `CpuTarget` (backend-cpu)
+    Cpu,
+    /// `CudaTarget` on GPU 0 (backend-cuda; needs a build with `--features cuda`)
+    Cuda,
+}
+
 /// The functions the `code` task asks to complete, one per stream in turn.
 const CODE_HEADERS: [&str; 8] = [
     "def fibonacci(n):",
@@ -81,6 +91,9 @@ pub struct BenchArgs {
     /// Drafts per window (with --draft ngram|mtp)
     #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
     pub draft_tokens: u64,
+    /// Where the model runs
+    #[arg(long, value_enum, default_value_t = BenchDevice::Cpu)]
+    pub device: BenchDevice,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -286,9 +299,29 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let gpu = match args.device {
+        BenchDevice::Cpu => None,
+        BenchDevice::Cuda => Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
+    };
+    let new_target = |capacities: &[u64]| -> Result<Box<dyn Target>, Failure> {
+        Ok(match &gpu {
+            Some(m) => {
+                Box::new(backend_cuda::CudaTarget::new(m, capacities).map_err(|e| anyhow!(e))?)
+            }
+            None => Box::new(CpuTarget::with_rollback_window(
+                model.clone(),
+                capacities,
+                rollback,
+            )),
+        })
+    };
     if !args.json {
+        let on = match args.device {
+            BenchDevice::Cpu => format!("on the CPU ({threads} threads)"),
+            BenchDevice::Cuda => "on GPU 0 (CUDA)".to_string(),
+        };
         eprintln!(
-            "flashlane bench: {} on the CPU ({threads} threads), task {:?}, {} new tokens, drafts {:?}",
+            "flashlane bench: {} {on}, task {:?}, {} new tokens, drafts {:?}",
             dir.display(),
             args.task,
             args.new_tokens,
@@ -298,8 +331,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // Untimed warm-up.
     let warm_prompt = prompt_ids(0, WARMUP_PROMPT_TOKENS, vocab);
     let warm_capacity = WARMUP_PROMPT_TOKENS as u64 + WARMUP_NEW_TOKENS + slots::MARGIN;
-    let warm = CpuTarget::with_rollback_window(model.clone(), &[warm_capacity], rollback);
-    measure(warm, &[warm_prompt], WARMUP_NEW_TOKENS, drafts)?;
+    measure(
+        new_target(&[warm_capacity])?,
+        &[warm_prompt],
+        WARMUP_NEW_TOKENS,
+        drafts,
+    )?;
 
     let mut rows = Vec::with_capacity(args.streams.len());
     if !args.json {
@@ -311,8 +348,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             .iter()
             .map(|p| p.len() as u64 + args.new_tokens + slots::MARGIN)
             .collect();
-        let target = CpuTarget::with_rollback_window(model.clone(), &capacities, rollback);
-        let row = measure(target, prompts, args.new_tokens, drafts)?;
+        let row = measure(new_target(&capacities)?, prompts, args.new_tokens, drafts)?;
         if !args.json {
             print_row(&row);
         }
@@ -323,7 +359,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             "{}",
             serde_json::json!({
                 "model": dir.display().to_string(),
-                "device": "cpu",
+                "device": args.device,
                 "threads": threads,
                 "task": args.task,
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
