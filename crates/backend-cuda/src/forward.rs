@@ -289,6 +289,20 @@ impl Pass<'_> {
     ) -> Result<(), CudaError> {
         let p = self.p;
         self.norm(p.x, &l.input_norm, rows, p.xn)?;
+        self.mixer(l, rows, mix, sessions)?;
+        self.norm(p.x, &l.post_norm, rows, p.xn)?;
+        self.moe(&l.moe, rows)
+    }
+
+    /// `x += mixer(xn)` over `rows` rows, with the sessions' state.
+    pub(crate) fn mixer(
+        &self,
+        l: &LayerWeights,
+        rows: usize,
+        mix: &MixerRows,
+        sessions: &Sessions,
+    ) -> Result<(), CudaError> {
+        let p = self.p;
         match (&l.mixer, mix) {
             (
                 MixerWeights::Linear(w),
@@ -340,11 +354,11 @@ impl Pass<'_> {
             }
             _ => unreachable!("a layer's mixer rows match its mixer weights"),
         }
-        self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.moe(&l.moe, rows)
+        Ok(())
     }
 
-    fn moe(&self, w: &MoeWeights, rows: usize) -> Result<(), CudaError> {
+    /// `x += moe(xn)` over `rows` rows.
+    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize) -> Result<(), CudaError> {
         let p = self.p;
         self.matmul(p.xn, &w.front, rows, p.wide, false)?;
         let shared_down = w.shared_down.as_ref().map_or(0, |s| s.w.at(0));
@@ -518,3 +532,6 @@ fn enqueue_round(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod layer_tests;

@@ -1,0 +1,119 @@
+//! Each layer type of `models/flashlane-tiny` on the GPU against backend-cpu's (the reference
+//! verified against transformers) on random normed rows: the Gated DeltaNet mixer (conv and
+//! recurrence kernels), the gated attention mixer (prep and attention kernels) and the sparse MoE
+//! (up and down kernels), through the same `Pass` a round uses. Skips without a CUDA device.
+
+use super::*;
+use backend_cpu::layers::Segment;
+use backend_cpu::CpuModel;
+
+/// Largest difference allowed relative to the largest reference magnitude: f32 sums in other
+/// orders and the device's exp, nothing more.
+const TOLERANCE: f32 = 1e-4;
+
+fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}
+
+/// Uniform values in [-2, 2), seeded from the clock (printed on failure).
+fn random_rows(n: usize) -> (u64, Vec<f32>) {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    let mut state = seed;
+    let values = (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    (seed, values)
+}
+
+#[test]
+fn every_layer_type_matches_backend_cpu_on_random_rows() {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let gm = match CudaModel::load(&dir) {
+        Ok(m) => m,
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let cm = CpuModel::load(&dir, false).expect("CPU model");
+    let (h, rows, capacity) = (gm.config.hidden_size, 7, 64);
+    let (seed, xn) = random_rows(rows * h);
+    let zeros = vec![0f32; rows * h];
+    let sessions = Sessions::new(&gm.gpu, &gm.config, &[capacity as u64], false).unwrap();
+    let mut scratch = Scratch::new(&gm).unwrap();
+    let plans = [WindowPlan {
+        session: 0,
+        start: 0,
+        len: rows,
+        num_logits: 0,
+    }];
+    let rm = round_meta(&plans, &vec![0; rows], &sessions, false);
+    let ptrs = scratch.ensure(&gm, rows, 0).unwrap();
+    let base = scratch.upload(&gm.gpu, &rm.meta).unwrap();
+    let pass = Pass { m: &gm, p: ptrs };
+    let (mut linear, mut attn) = (0, 0);
+    for (i, (gl, cl)) in gm.weights.layers.iter().zip(&cm.layers).enumerate() {
+        let mix = match gl.mixer {
+            MixerWeights::Linear(_) => {
+                linear += 1;
+                MixerRows::Linear {
+                    segs: at(base, rm.segs),
+                    windows: 1,
+                    layer_off: (linear - 1) * sessions.lin_layer,
+                }
+            }
+            MixerWeights::Attention(_) => {
+                attn += 1;
+                MixerRows::Attention(AttentionRows {
+                    rows,
+                    pos: at(base, rm.pos),
+                    kv_base: at(base, rm.kv_base),
+                    k_cache: sessions.kv[attn - 1].k.at(0),
+                    v_cache: sessions.kv[attn - 1].v.at(0),
+                })
+            }
+        };
+        // The mixer: x = 0 + mixer(xn), from a fresh session.
+        scratch.xn.write(&gm.gpu, &xn).unwrap();
+        scratch.x.write(&gm.gpu, &zeros).unwrap();
+        pass.mixer(gl, rows, &mix, &sessions).unwrap();
+        let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
+        let mut state = cm.new_session(capacity, slots::MAX_WINDOW as usize);
+        let mut segments = [Segment {
+            rows: 0..rows,
+            start: 0,
+            state: &mut state,
+        }];
+        let mut want = vec![0f32; rows * h];
+        cl.mixer.forward(i, &xn, &mut segments, &mut want);
+        let d = relative_diff(&got, &want);
+        assert!(
+            d <= TOLERANCE,
+            "seed {seed}, layer {i} mixer: relative diff {d}"
+        );
+        // The MoE: x = 0 + moe(xn).
+        scratch.x.write(&gm.gpu, &zeros).unwrap();
+        pass.moe(&gl.moe, rows).unwrap();
+        let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
+        cl.mlp.forward(&xn, &mut want);
+        let d = relative_diff(&got, &want);
+        assert!(
+            d <= TOLERANCE,
+            "seed {seed}, layer {i} MoE: relative diff {d}"
+        );
+    }
+}
