@@ -502,6 +502,7 @@ impl<T: Target> Engine<T> {
             stop_tokens: request.stop_tokens,
             draft,
             draft_tokens: need.window - 1,
+            logprobs: request.logprobs || request.top_logprobs > 0,
             top_logprobs: request.top_logprobs,
             reply_end,
         });
@@ -795,7 +796,7 @@ impl<T: Target> Engine<T> {
             self.out.push(Event::Token {
                 stream: stream.id,
                 token,
-                logprob: logprob(row, token),
+                logprob: stream.logprobs.then(|| logprob(row, token)),
                 top_logprobs: top_logprobs(row, stream.top_logprobs as usize),
             });
             if stream.generated() >= stream.max_new_tokens {

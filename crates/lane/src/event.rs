@@ -24,8 +24,8 @@ pub enum Event {
     Token {
         stream: StreamId,
         token: u32,
-        /// `log p(token)` under the model's raw distribution.
-        logprob: f32,
+        /// `log p(token)` under the model's raw distribution, when the request asked for it.
+        logprob: Option<f32>,
         /// The most likely alternatives at this position, most likely first, when asked for.
         top_logprobs: Vec<(u32, f32)>,
     },

@@ -66,6 +66,9 @@ pub struct Request {
     pub stop_tokens: Vec<u32>,
     /// `None` uses the engine's [`crate::EngineConfig::draft`].
     pub draft: Option<DraftMode>,
+    /// Whether each token event carries the token's log-probability (a pass over the whole
+    /// logits row per token, so only when asked for; implied by `top_logprobs > 0`).
+    pub logprobs: bool,
     /// How many alternatives each token event carries (0 ..= [`MAX_TOP_LOGPROBS`]).
     pub top_logprobs: u8,
     /// Force `</think>` after this many thinking tokens ([`ThinkingBudget`]).
@@ -73,7 +76,7 @@ pub struct Request {
 }
 
 impl Request {
-    /// A greedy request with no stop tokens, the engine's draft mode and no alternatives.
+    /// A greedy request with no stop tokens, the engine's draft mode and no log-probabilities.
     pub fn new(prompt: Vec<u32>, max_new_tokens: u64) -> Request {
         Request {
             prompt,
@@ -81,6 +84,7 @@ impl Request {
             sampling: SamplingParams::greedy(),
             stop_tokens: Vec::new(),
             draft: None,
+            logprobs: false,
             top_logprobs: 0,
             thinking: None,
         }

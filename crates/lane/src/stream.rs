@@ -35,6 +35,8 @@ pub(crate) struct Stream {
     pub draft: DraftMode,
     /// Drafts per window (0 when `draft` is `None`).
     pub draft_tokens: u64,
+    /// Whether token events carry log-probabilities (asked for, or alternatives asked for).
+    pub logprobs: bool,
     pub top_logprobs: u8,
     /// `prompt + max_new + window`, fixed at admission.
     pub reply_end: u64,

@@ -268,6 +268,7 @@ fn token_events_carry_logprobs_and_the_alternatives_asked_for() {
                 tokens += 1;
                 assert_eq!(top_logprobs.len(), 3);
                 // Greedy: the token is the most likely alternative, with the same logprob.
+                let logprob = logprob.expect("alternatives imply the token's logprob");
                 assert_eq!(top_logprobs[0], (token, logprob));
                 assert!(logprob < 0.0);
                 assert!(top_logprobs.windows(2).all(|w| w[0].1 >= w[1].1));
@@ -275,4 +276,35 @@ fn token_events_carry_logprobs_and_the_alternatives_asked_for() {
         }
     }
     assert_eq!(tokens, 5);
+}
+
+/// A log-probability is a pass over the whole row per token: computed when asked for only.
+#[test]
+fn token_events_carry_a_logprob_only_when_asked_for() {
+    for (logprobs, want) in [(false, false), (true, true)] {
+        let mut engine = Setup::spec(&[cap(256)], 32).build();
+        engine
+            .submit(Request {
+                logprobs,
+                ..greedy(prompt(10, 1), 4)
+            })
+            .unwrap();
+        let mut tokens = 0;
+        while !engine.is_idle() {
+            for event in engine.step() {
+                if let Event::Token {
+                    logprob,
+                    top_logprobs,
+                    ..
+                } = event
+                {
+                    tokens += 1;
+                    assert_eq!(logprob.is_some(), want, "logprobs {logprobs}");
+                    assert!(logprob.is_none_or(|l| l <= 0.0));
+                    assert!(top_logprobs.is_empty());
+                }
+            }
+        }
+        assert_eq!(tokens, 4);
+    }
 }

@@ -27,7 +27,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenOut {
     pub token: u32,
-    pub logprob: f32,
+    /// When the request asked for log-probabilities.
+    pub logprob: Option<f32>,
     pub top_logprobs: Vec<(u32, f32)>,
 }
 

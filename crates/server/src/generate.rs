@@ -89,6 +89,7 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest) -> Response
         },
         stop_tokens,
         draft: None,
+        logprobs: req.logprobs.is_some(),
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
         thinking,
     };

@@ -85,7 +85,9 @@ impl Reply {
             if self.want_logprobs {
                 delta.logprobs.push(LogprobEntry {
                     token: text_model.token_text(out.token),
-                    logprob: out.logprob,
+                    logprob: out
+                        .logprob
+                        .expect("a reply that wants logprobs asked the engine for them"),
                     top: out
                         .top_logprobs
                         .iter()
