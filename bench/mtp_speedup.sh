@@ -8,7 +8,8 @@
 #
 # Environment: MODEL (default: the embedded flashlane-tiny), STREAMS (1,8), NEW_TOKENS (256),
 # TASKS ("counting code"), DRAFTS ("none mtp:1 mtp:2 mtp:3 ngram:2 ngram:4"), BENCH_ARGS (extra
-# `flashlane bench` arguments, e.g. "--device cuda"), FLASHLANE (the binary), RAYON_NUM_THREADS.
+# `flashlane bench` arguments, e.g. "--device cuda"), FLASHLANE (the binary), RAYON_NUM_THREADS,
+# COMMIT (what to record as the commit where the tree has no usable git history, e.g. a copy).
 # Prints a markdown table (speed-up = decode tok/s with drafts / without, same task and streams)
 # and leaves every run's JSON in OUT_DIR.
 set -euo pipefail
@@ -26,7 +27,7 @@ MODEL_ARGS=()
 mkdir -p "$OUT"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores)"
   command -v nvidia-smi >/dev/null && echo "gpu: $(nvidia-smi -L | head -1)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
