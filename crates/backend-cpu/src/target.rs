@@ -14,22 +14,6 @@ use lane::{Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
-/// MTP drafts are chosen among the lowest `1 / DRAFT_VOCAB_SHARE` of the token ids only:
-/// byte-level BPE vocabularies number their tokens in merge order, most frequent first, so that
-/// share holds nearly every token a draft gets right, for that share of the draft's lm_head
-/// (flashlane-tiny, 1 draft per window: counting stays at 100 % accepted, code goes from 92.4 % to
-/// 91.7 % with 2048 of its 8192 ids; FR-Spec reports the same for Llama 3 with 32k of 128k).
-/// Drafts only propose: the target's verification decides every token, so the choice of ids
-/// changes the speed, never a reply.
-pub const DRAFT_VOCAB_SHARE: usize = 4;
-/// Vocabularies too small to matter keep at least this many draft ids.
-pub const DRAFT_VOCAB_MIN: usize = 1024;
-
-/// The token ids `0..n` MTP drafts are chosen among, for a vocabulary of `vocab`.
-pub fn draft_vocab(vocab: usize) -> usize {
-    vocab.min((vocab / DRAFT_VOCAB_SHARE).max(DRAFT_VOCAB_MIN))
-}
-
 /// The CPU target: one model, many sessions.
 pub struct CpuTarget {
     model: Arc<CpuModel>,
@@ -227,7 +211,7 @@ impl Target for CpuTarget {
         self.model.has_mtp()
     }
 
-    /// Greedy MTP drafts (argmax of each step over the ids `0..draft_vocab`, lowest id on ties
+    /// Greedy MTP drafts (argmax of each step over the ids `0..`[`model::draft_vocab`], lowest id on ties
     /// as the engine's greedy sampling): step 0 on the session's last hidden row and
     /// `next_token`, then chained.
     fn draft(
@@ -260,7 +244,7 @@ impl Target for CpuTarget {
                 head.len
             )));
         }
-        let vocab = draft_vocab(self.model.vocab_size());
+        let vocab = model::draft_vocab(self.model.vocab_size());
         let drafts = mtp.draft(&self.model, head, next_token, num_drafts, vocab, |row| {
             lane::sampling::argmax(row).unwrap_or(0)
         });

@@ -52,19 +52,6 @@ pub use target::CudaTarget;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaModel, CudaTarget};
 
-/// MTP drafts are chosen among the lowest `1 / DRAFT_VOCAB_SHARE` of the token ids only, as
-/// backend-cpu's drafts are (its `target::draft_vocab` says why; a test keeps the two equal):
-/// byte-level BPE numbers tokens most frequent first, and drafts only propose, so this changes
-/// the speed, never a reply.
-pub const DRAFT_VOCAB_SHARE: usize = 4;
-/// Vocabularies too small to matter keep at least this many draft ids.
-pub const DRAFT_VOCAB_MIN: usize = 1024;
-
-/// The token ids `0..n` MTP drafts are chosen among, for a vocabulary of `vocab`.
-pub fn draft_vocab(vocab: usize) -> usize {
-    vocab.min((vocab / DRAFT_VOCAB_SHARE).max(DRAFT_VOCAB_MIN))
-}
-
 /// Why the GPU backend could not do something.
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {

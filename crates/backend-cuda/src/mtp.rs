@@ -139,7 +139,7 @@ pub(crate) fn absorb(
 /// Greedy MTP drafts for `session` (at `len` positions, ring holding h[len − 1]) after
 /// `next_token`: step 0 on (h[len − 1], next_token) at position len − 1, then each step on the
 /// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax over the
-/// ids `0..draft_vocab`, see [`crate::draft_vocab`]) and feed the next step there; one copy back
+/// ids `0..draft_vocab`, see [`::model::draft_vocab`]) and feed the next step there; one copy back
 /// at the end.
 pub fn draft(
     m: &CudaModel,
@@ -193,7 +193,7 @@ fn enqueue_draft(
     let head = m.weights.mtp.as_ref().expect("a model with an MTP head");
     let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
     let h = m.config.hidden_size;
-    let vocab = crate::draft_vocab(m.config.vocab_size);
+    let vocab = ::model::draft_vocab(m.config.vocab_size);
     for s in 0..num {
         m.kernels.mtp_input(
             &m.gpu,

@@ -5,6 +5,7 @@
 //!   shape check; bf16 stays bf16.
 //! - [`tokenizer`]: `tokenizer.json` through the HF `tokenizers` crate.
 //! - [`chat`]: `tokenizer_config.json`'s chat template through minijinja with HF conventions.
+//! - [`vocab`]: which token ids speculative drafts choose among ([`draft_vocab`]).
 //!
 //! The graphs (what to compute with the weights) live in the backends (`backend-cpu`), which own
 //! the per-session state; this crate only reads files and says clearly what is wrong with them.
@@ -12,11 +13,13 @@
 pub mod chat;
 pub mod config;
 pub mod tokenizer;
+pub mod vocab;
 pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
+pub use vocab::draft_vocab;
 pub use weights::{Tensor, TensorData, Weights};
 
 use std::path::{Path, PathBuf};
