@@ -8,9 +8,9 @@
 
 use crate::layers::Segment;
 use crate::model::CpuModel;
-use crate::qwen3_next::{MtpWindow, MAX_ROLLBACK_WINDOW};
+use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
-use lane::{Target, TargetError, Window};
+use lane::{DraftAsk, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -61,6 +61,34 @@ impl CpuTarget {
     /// The state `session` holds (for inspection: sizes, lengths).
     pub fn session_state(&self, session: SessionId) -> &SessionState {
         &self.sessions[session.0]
+    }
+
+    /// Whether `ask` can be drafted: an existing, distinct session with an MTP head in step with
+    /// it, and a token in the vocabulary. `Ok` holds no drafts yet.
+    fn check_draft(&self, ask: &DraftAsk) -> Result<Vec<u32>, TargetError> {
+        let session = ask.session;
+        if ask.next_token as usize >= self.model.vocab_size() {
+            return Err(TargetError::Invalid(format!(
+                "{session}: token id {} is outside the vocabulary of {}",
+                ask.next_token,
+                self.model.vocab_size()
+            )));
+        }
+        let state = self
+            .sessions
+            .get(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        let head = state
+            .mtp
+            .as_ref()
+            .ok_or_else(|| TargetError::Invalid(format!("{session} holds no MTP state")))?;
+        if head.len != state.len {
+            return Err(TargetError::Invalid(format!(
+                "{session}: MTP state at {} but the session at {}",
+                head.len, state.len
+            )));
+        }
+        Ok(Vec::new())
     }
 
     fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
@@ -211,8 +239,8 @@ impl Target for CpuTarget {
         self.model.has_mtp()
     }
 
-    /// Greedy MTP drafts (argmax of each step over the ids `0..`[`model::draft_vocab`], lowest id on ties
-    /// as the engine's greedy sampling): step 0 on the session's last hidden row and
+    /// Greedy MTP drafts (argmax of each step over the ids `0..`[`model::draft_vocab`], lowest
+    /// id on ties as the engine's greedy sampling): step 0 on the session's last hidden row and
     /// `next_token`, then chained.
     fn draft(
         &mut self,
@@ -220,35 +248,62 @@ impl Target for CpuTarget {
         next_token: u32,
         num_drafts: usize,
     ) -> Result<Vec<u32>, TargetError> {
-        let Some(mtp) = &self.model.mtp else {
-            return Ok(Vec::new());
+        let ask = DraftAsk {
+            session,
+            next_token,
+            num_drafts,
         };
-        if next_token as usize >= self.model.vocab_size() {
-            return Err(TargetError::Invalid(format!(
-                "{session}: token id {next_token} is outside the vocabulary of {}",
-                self.model.vocab_size()
-            )));
+        self.draft_batch(&[ask]).pop().expect("one ask, one answer")
+    }
+
+    /// Every asked session's drafts in one pass of the head per step ([`Mtp::draft_batch`]):
+    /// the same drafts as one by one.
+    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        let Some(mtp) = &self.model.mtp else {
+            return asks.iter().map(|_| Ok(Vec::new())).collect();
+        };
+        debug_assert!(
+            asks.iter()
+                .enumerate()
+                .all(|(i, a)| asks[..i].iter().all(|b| b.session != a.session)),
+            "one draft ask per session: {asks:?}"
+        );
+        let mut answers: Vec<Result<Vec<u32>, TargetError>> =
+            asks.iter().map(|a| self.check_draft(a)).collect();
+        let mut asked: Vec<Option<DraftStart>> = vec![None; self.sessions.len()];
+        for (ask, answer) in asks.iter().zip(&answers) {
+            if answer.is_ok() {
+                asked[ask.session.0] = Some(DraftStart {
+                    next_token: ask.next_token,
+                    num_drafts: ask.num_drafts,
+                });
+            }
         }
-        let state = self
-            .sessions
-            .get_mut(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        let len = state.len;
-        let head = state
-            .mtp
-            .as_mut()
-            .ok_or_else(|| TargetError::Invalid(format!("{session} holds no MTP state")))?;
-        if head.len != len {
-            return Err(TargetError::Invalid(format!(
-                "{session}: MTP state at {} but the session at {len}",
-                head.len
-            )));
+        // The heads of the asked sessions, in session order (disjoint borrows).
+        let (mut heads, mut starts, mut order) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, state) in self.sessions.iter_mut().enumerate() {
+            if let (Some(start), Some(head)) = (asked[i], state.mtp.as_mut()) {
+                heads.push(head);
+                starts.push(start);
+                order.push(i);
+            }
         }
         let vocab = model::draft_vocab(self.model.vocab_size());
-        let drafts = mtp.draft(&self.model, head, next_token, num_drafts, vocab, |row| {
-            lane::sampling::argmax(row).unwrap_or(0)
+        // On a pool worker, as the forward: the head's parallel calls then never park this thread.
+        let model = &self.model;
+        let drafts = crate::kernels::on_pool(|| {
+            mtp.draft_batch(model, &mut heads, &starts, vocab, |row| {
+                lane::sampling::argmax(row).unwrap_or(0)
+            })
         });
-        Ok(drafts.into_iter().map(|d| d.token).collect())
+        for (session, drafts) in order.into_iter().zip(drafts) {
+            let k = asks
+                .iter()
+                .position(|a| a.session.0 == session)
+                .expect("an asked session");
+            answers[k] = Ok(drafts.into_iter().map(|d| d.token).collect());
+        }
+        answers
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

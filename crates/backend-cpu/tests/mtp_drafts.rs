@@ -450,6 +450,53 @@ fn drafts_come_from_the_draft_vocabulary() {
     );
 }
 
+/// Drafting several sessions in one batch gives each the drafts it gets alone, whatever the
+/// order asked, with a bad ask answered on its own.
+#[test]
+fn batched_drafts_equal_drafts_one_by_one() {
+    let (model, _, _) = tiny();
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|i| count_request(1 + 7 * i, 1000, 8).prompt)
+        .collect();
+    let caps: Vec<u64> = prompts.iter().map(|p| p.len() as u64 + 64).collect();
+    let fill = |target: &mut CpuTarget| {
+        for (i, p) in prompts.iter().enumerate() {
+            target.forward(&[window(i, 0, p, 1)]).unwrap();
+        }
+    };
+    let mut alone = CpuTarget::new(model.clone(), &caps);
+    fill(&mut alone);
+    let mut batched = CpuTarget::new(model.clone(), &caps);
+    fill(&mut batched);
+    // Sessions asked out of order, different draft counts, and one bad token.
+    let asks: Vec<lane::DraftAsk> = [(2, 3), (0, 1), (3, 4), (1, 2)]
+        .iter()
+        .map(|&(s, k)| lane::DraftAsk {
+            session: SessionId(s),
+            next_token: prompts[s][prompts[s].len() - 2],
+            num_drafts: k,
+        })
+        .chain(std::iter::once(lane::DraftAsk {
+            session: SessionId(9),
+            next_token: 1,
+            num_drafts: 1,
+        }))
+        .collect();
+    let answers = batched.draft_batch(&asks);
+    assert_eq!(answers.len(), asks.len());
+    for (ask, answer) in asks.iter().zip(&answers) {
+        if ask.session.0 >= prompts.len() {
+            assert!(answer.is_err(), "{ask:?}");
+            continue;
+        }
+        let want = alone
+            .draft(ask.session, ask.next_token, ask.num_drafts)
+            .unwrap();
+        assert_eq!(answer.as_ref().unwrap(), &want, "{ask:?}");
+        assert_eq!(want.len(), ask.num_drafts);
+    }
+}
+
 /// A session sized to the default drafts (a window of 1 + 2) costs a hybrid model far less than
 /// one sized to the widest window; without drafts (`NO_ROLLBACK`) its linear layers keep no
 /// snapshots at all, decode rounds of one token take none, and rolling back a window is refused

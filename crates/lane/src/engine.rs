@@ -26,7 +26,7 @@ use crate::ngram::ngram_draft;
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
 use crate::sampling::{logprob, top_logprobs, verify, Rng};
 use crate::stream::{State, Stream};
-use crate::target::{Target, Window};
+use crate::target::{DraftAsk, Target, Window};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
 use slots::admission::{pick, Pick};
@@ -668,10 +668,11 @@ impl<T: Target> Engine<T> {
     }
 
     /// The windows of this round: every running stream's next prompt chunk, or its last token
-    /// followed by its drafts.
+    /// followed by its drafts (the target's drafts for all its streams asked in one batch).
     fn plan_windows(&mut self) -> Vec<Planned> {
         let chunk = self.config.prefill_chunk;
         let mut plans = Vec::with_capacity(self.live.len());
+        let mut asks: Vec<(usize, DraftAsk)> = Vec::new();
         for idx in 0..self.live.len() {
             let stream = &self.live[idx];
             if stream.state != State::Running {
@@ -702,44 +703,70 @@ impl<T: Target> Engine<T> {
             }
             let max_drafts = stream.max_drafts() as usize;
             let last = *stream.tokens.last().expect("a reply has a token");
+            if stream.draft == DraftMode::Mtp && max_drafts > 0 {
+                asks.push((
+                    idx,
+                    DraftAsk {
+                        session,
+                        next_token: last,
+                        num_drafts: max_drafts,
+                    },
+                ));
+                continue;
+            }
             let proposed = match stream.draft {
-                DraftMode::None => Vec::new(),
                 DraftMode::Ngram => ngram_draft(&stream.tokens, max_drafts),
-                DraftMode::Mtp if max_drafts == 0 => Vec::new(),
-                DraftMode::Mtp => match self.target.draft(session, last, max_drafts) {
-                    Ok(drafts) => drafts,
+                _ => Vec::new(),
+            };
+            plans.push(self.decode_window(idx, proposed));
+        }
+        if !asks.is_empty() {
+            let batch: Vec<DraftAsk> = asks.iter().map(|(_, a)| *a).collect();
+            let answers = self.target.draft_batch(&batch);
+            debug_assert_eq!(answers.len(), asks.len(), "one answer per draft ask");
+            for ((idx, _), answer) in asks.into_iter().zip(answers) {
+                match answer {
+                    Ok(proposed) => plans.push(self.decode_window(idx, proposed)),
                     Err(error) => {
                         let id = self.live[idx].id;
                         self.finish(
                             idx,
                             FinishReason::Error(format!("drafting for {id} failed: {error}")),
                         );
-                        continue;
                     }
-                },
-            };
-            // Keep what the window can verify: at most `max_drafts`, cut at any id outside the
-            // vocabulary (a drafter bug must not reach the target).
-            let vocab = self.vocab;
-            let drafts: Vec<u32> = proposed
-                .into_iter()
-                .take(max_drafts)
-                .take_while(|&t| (t as usize) < vocab)
-                .collect();
-            self.counters.draft_proposed += drafts.len() as u64;
-            let mut tokens = Vec::with_capacity(1 + drafts.len());
-            tokens.push(last);
-            tokens.extend_from_slice(&drafts);
-            plans.push(Planned {
-                idx,
-                session,
-                start,
-                num_logits: tokens.len(),
-                drafts: drafts.len(),
-                tokens,
-            });
+                }
+            }
+            // Windows in stream order, whatever order the drafts came in.
+            plans.sort_by_key(|p| p.idx);
         }
         plans
+    }
+
+    /// A decoding stream's window: its last token and what the window can verify of `proposed`
+    /// (at most its `max_drafts`, cut at any id outside the vocabulary: a drafter bug must not
+    /// reach the target).
+    fn decode_window(&mut self, idx: usize, proposed: Vec<u32>) -> Planned {
+        let stream = &self.live[idx];
+        let max_drafts = stream.max_drafts() as usize;
+        let last = *stream.tokens.last().expect("a reply has a token");
+        let vocab = self.vocab;
+        let drafts: Vec<u32> = proposed
+            .into_iter()
+            .take(max_drafts)
+            .take_while(|&t| (t as usize) < vocab)
+            .collect();
+        self.counters.draft_proposed += drafts.len() as u64;
+        let mut tokens = Vec::with_capacity(1 + drafts.len());
+        tokens.push(last);
+        tokens.extend_from_slice(&drafts);
+        Planned {
+            idx,
+            session: stream.session,
+            start: stream.computed,
+            num_logits: tokens.len(),
+            drafts: drafts.len(),
+            tokens,
+        }
     }
 
     /// Takes one stream's logits: advances its computed positions, verifies its drafts, rolls

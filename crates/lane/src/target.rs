@@ -36,6 +36,14 @@ pub struct Window<'a> {
     pub num_logits: usize,
 }
 
+/// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftAsk {
+    pub session: SessionId,
+    pub next_token: u32,
+    pub num_drafts: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
     #[error("device error: {0}")]
@@ -84,6 +92,15 @@ pub trait Target {
         Ok(Vec::new())
     }
 
+    /// [`Target::draft`] for several sessions at once (distinct sessions, one ask each), answered
+    /// in the order asked: a target that can draft a batch in one pass over the drafter's weights
+    /// overrides it. Each session's drafts must equal what [`Target::draft`] alone gives it.
+    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        asks.iter()
+            .map(|a| self.draft(a.session, a.next_token, a.num_drafts))
+            .collect()
+    }
+
     /// Copies all of `from`'s state into the free, larger session `to`, bit for bit, once all
     /// work on it has settled. `to` then holds the stream; `from` is left as released.
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault>;
@@ -122,6 +139,10 @@ impl<T: Target + ?Sized> Target for Box<T> {
         num_drafts: usize,
     ) -> Result<Vec<u32>, TargetError> {
         (**self).draft(session, next_token, num_drafts)
+    }
+
+    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        (**self).draft_batch(asks)
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

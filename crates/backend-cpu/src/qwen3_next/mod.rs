@@ -24,7 +24,7 @@ mod parity;
 pub use attention::GatedAttention;
 pub use deltanet::{GatedDeltaNet, MAX_ROLLBACK_WINDOW};
 pub use moe::SparseMoe;
-pub use mtp::{Draft, Mtp, MtpState, MtpWindow, MTP_HIDDEN_ROWS};
+pub use mtp::{Draft, DraftStart, Mtp, MtpState, MtpWindow, MTP_HIDDEN_ROWS};
 
 use crate::layers::{Mixer, Mlp};
 use model::{Config, LayerKind, LoadError, Weights};

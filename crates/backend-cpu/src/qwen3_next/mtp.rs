@@ -305,31 +305,87 @@ impl Mtp {
         next_token: u32,
         num_drafts: usize,
         draft_vocab: usize,
-        mut choose: impl FnMut(&[f32]) -> u32,
+        choose: impl FnMut(&[f32]) -> u32,
     ) -> Vec<Draft> {
-        if state.len == 0 {
-            return Vec::new();
+        let ask = DraftStart {
+            next_token,
+            num_drafts,
+        };
+        self.draft_batch(model, &mut [state], &[ask], draft_vocab, choose)
+            .pop()
+            .expect("one session, one answer")
+    }
+
+    /// [`Mtp::draft`] for several sessions at once: each step runs the head over one row per
+    /// session still drafting, so the head's and the lm_head's weights are read once per step
+    /// for all of them. A session's drafts are the same bits as drafted alone (every row's
+    /// arithmetic is independent of the batch).
+    pub fn draft_batch(
+        &self,
+        model: &CpuModel,
+        states: &mut [&mut MtpState],
+        asks: &[DraftStart],
+        draft_vocab: usize,
+        mut choose: impl FnMut(&[f32]) -> u32,
+    ) -> Vec<Vec<Draft>> {
+        assert_eq!(states.len(), asks.len(), "one ask per MTP state");
+        let h = self.hidden;
+        // Per session: the position of step 0, the steps it takes, and its next input.
+        let mut pos0 = vec![0usize; states.len()];
+        let mut steps = vec![0usize; states.len()];
+        let mut hidden = vec![Vec::new(); states.len()];
+        let mut token: Vec<u32> = asks.iter().map(|a| a.next_token).collect();
+        for (i, state) in states.iter().enumerate() {
+            if state.len == 0 {
+                continue;
+            }
+            pos0[i] = state.len - 1;
+            let capacity = state.kv.k.len() / state.kv.row;
+            steps[i] = asks[i].num_drafts.min(capacity - pos0[i]);
+            hidden[i] = state
+                .hidden_row(pos0[i])
+                .expect("h[len − 1] is kept")
+                .to_vec();
         }
-        let pos0 = state.len - 1;
-        let capacity = state.kv.k.len() / state.kv.row;
-        let num = num_drafts.min(capacity - pos0);
-        let mut hidden = state.hidden_row(pos0).expect("h[len − 1] is kept").to_vec();
-        let mut token = next_token;
-        let mut drafts = Vec::with_capacity(num);
-        for s in 0..num {
-            let span = KvSpan {
-                rows: 0..1,
-                start: pos0 + s,
-                kv: &mut state.kv,
-            };
-            let out = self.rows(model, &[token], &hidden, &mut [span]);
+        let mut drafts: Vec<Vec<Draft>> = steps.iter().map(|&n| Vec::with_capacity(n)).collect();
+        for s in 0..steps.iter().copied().max().unwrap_or(0) {
+            let active: Vec<usize> = (0..states.len()).filter(|&i| steps[i] > s).collect();
+            let tokens: Vec<u32> = active.iter().map(|&i| token[i]).collect();
+            let rows_in: Vec<f32> = active.iter().flat_map(|&i| hidden[i].clone()).collect();
+            let mut spans: Vec<KvSpan<'_>> = states
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| steps[*i] > s)
+                .enumerate()
+                .map(|(row, (i, state))| KvSpan {
+                    rows: row..row + 1,
+                    start: pos0[i] + s,
+                    kv: &mut state.kv,
+                })
+                .collect();
+            let out = self.rows(model, &tokens, &rows_in, &mut spans);
+            drop(spans);
             let logits = model.logits_of_first(&out, draft_vocab);
-            token = choose(&logits);
-            drafts.push(Draft { token, logits });
-            hidden = out;
+            for (row, &i) in active.iter().enumerate() {
+                let row_logits = logits[row * draft_vocab..(row + 1) * draft_vocab].to_vec();
+                token[i] = choose(&row_logits);
+                drafts[i].push(Draft {
+                    token: token[i],
+                    logits: row_logits,
+                });
+                hidden[i] = out[row * h..(row + 1) * h].to_vec();
+            }
         }
         drafts
     }
+}
+
+/// Where one session's drafting starts: the token sampled after its last position, and how many
+/// drafts it wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftStart {
+    pub next_token: u32,
+    pub num_drafts: usize,
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
