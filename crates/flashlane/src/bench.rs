@@ -80,10 +80,11 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = BenchTask::Random)]
     pub task: BenchTask,
     /// Prompt length of every stream, in tokens (with --task random)
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub prompt_tokens: usize,
     /// Tokens every stream generates (no stop token ends it earlier)
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=crate::TOKENS_MAX))]
     pub new_tokens: u64,
     /// Speculative drafts
     #[arg(long, value_enum, default_value_t = DraftArg::None)]

@@ -26,7 +26,8 @@ pub struct GenerateArgs {
     #[arg(long, requires = "prompt")]
     pub chat: bool,
     /// Most tokens to generate
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub max_tokens: usize,
     /// Sampling temperature; 0 is greedy
     #[arg(long, default_value_t = 0.0)]

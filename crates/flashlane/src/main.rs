@@ -36,6 +36,10 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Most tokens a CLI flag may ask to read or generate: far past any model's context, and small
+/// enough that session capacities computed from it never overflow.
+pub const TOKENS_MAX: u64 = 1 << 24;
+
 /// An error with the exit status it deserves: 2 for bad input (as clap does), 1 otherwise.
 pub struct Failure {
     pub status: u8,

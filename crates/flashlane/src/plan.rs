@@ -1,6 +1,6 @@
 //! `flashlane plan`: the session table under the memory cap, without loading or serving.
 
-use crate::serve::{drafts, DEFAULT_DRAFT_TOKENS};
+use crate::serve::DraftArgs;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::Failure;
 use anyhow::anyhow;
@@ -13,6 +13,9 @@ use slots::{plan, Plan, PlanInput};
 pub struct PlanArgs {
     #[command(flatten)]
     pub sizing: SizingArgs,
+    /// Drafts change what a hybrid model's session holds (with --model)
+    #[command(flatten)]
+    pub drafts: DraftArgs,
     /// Model directory: session costs from its config.json, weight bytes from its safetensors
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
@@ -46,12 +49,12 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    // With a model: its session costs (for `serve`'s default drafts), its weights, and its
-    // maximum context (as `serve` plans).
+    // With a model: its session costs (for the drafts `serve` would run with the same flags),
+    // its weights, and its maximum context (as `serve` plans).
     let (model_bytes, weight_bytes, max_tokens) = match &args.model {
         Some(dir) => {
             let costs = ModelCosts::read(dir).map_err(|e| Failure::from(anyhow!(e)))?;
-            let (_, rollback) = drafts(None, DEFAULT_DRAFT_TOKENS, costs.with_mtp)?;
+            let (_, rollback) = args.drafts.resolve(costs.with_mtp)?;
             (
                 Some(costs.state_bytes(rollback)),
                 costs.weight_bytes,

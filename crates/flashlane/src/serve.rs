@@ -55,6 +55,24 @@ pub fn default_model_dir() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("the embedded default model is not found; pass --model DIR"))
 }
 
+/// How `serve` drafts; `plan` takes the same flags, since drafts change what a session holds.
+#[derive(Args, Debug)]
+pub struct DraftArgs {
+    /// Speculative drafts [default: mtp if the model has an MTP head, else none]
+    #[arg(long, value_enum)]
+    pub draft: Option<DraftArg>,
+    /// Drafts per window
+    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
+    pub draft_tokens: u64,
+}
+
+impl DraftArgs {
+    /// The drafts and the rollback window (see [`drafts`]) for a model with or without a head.
+    pub fn resolve(&self, with_mtp: bool) -> Result<(DraftMode, usize), Failure> {
+        drafts(self.draft, self.draft_tokens, with_mtp)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -70,12 +88,8 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1 requests
     #[arg(long, env = "FLASHLANE_API_KEY")]
     pub api_key: Option<String>,
-    /// Speculative drafts [default: mtp if the model has an MTP head, else none]
-    #[arg(long, value_enum)]
-    pub draft: Option<DraftArg>,
-    /// Drafts per window
-    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
-    pub draft_tokens: u64,
+    #[command(flatten)]
+    pub drafts: DraftArgs,
     /// Name the API reports for the model [default: the directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -90,7 +104,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .unwrap_or_else(|| "model".into())
     });
     let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
-    let (draft, rollback) = drafts(args.draft, args.draft_tokens, costs.with_mtp)?;
+    let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
     let state_bytes = costs.state_bytes(rollback);
     let (config, weight_bytes) = (costs.config, costs.weight_bytes);
     let max_tokens = config.max_position_embeddings as u64;

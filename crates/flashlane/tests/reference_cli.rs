@@ -214,3 +214,33 @@ fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("no MTP head"), "{stderr}");
 }
+
+#[test]
+fn plan_counts_the_snapshots_of_the_drafts_serve_would_run() {
+    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let tiny = tiny.to_str().unwrap();
+    let bytes = |extra: &[&str]| -> u64 {
+        let mut args = vec![
+            "plan",
+            "--model",
+            tiny,
+            "--parallel",
+            "1",
+            "--context",
+            "1024",
+        ];
+        args.push("--json");
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = flashlane(&args);
+        assert_eq!(code, 0, "{extra:?}: {stderr}");
+        let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        value["sessions"][0]["bytes"].as_u64().unwrap()
+    };
+    let none = bytes(&["--draft", "none"]);
+    let default = bytes(&[]);
+    let more = bytes(&["--draft-tokens", "6"]);
+    assert!(none < default && default < more, "{none} {default} {more}");
+    let (code, _, stderr) = flashlane(&["plan", "--model", tiny, "--draft-tokens", "40"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--draft-tokens"), "{stderr}");
+}
