@@ -31,9 +31,10 @@ impl Gpu {
         }
         let ctx = CudaContext::new(0)
             .map_err(|e| CudaError::Unavailable(format!("cannot open CUDA device 0: {e}")))?;
-        // SAFETY: this crate uses one stream only, so the per-buffer events that cudarc would
-        // record to order several streams are unnecessary; every buffer is freed only after
-        // `synchronize` (see `Drop for Gpu`'s users) or at the end of the process.
+        // SAFETY: this crate uses one stream only, and every operation on a buffer (kernels,
+        // copies, and cudarc's stream-ordered free when a `CudaSlice` drops) is enqueued on it,
+        // so work on a buffer always completes before its memory is freed; the per-buffer
+        // events cudarc would record to order several streams are unnecessary.
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
@@ -74,8 +75,9 @@ impl Gpu {
         if floats == 0 {
             return Ok(());
         }
-        // SAFETY: callers pass addresses inside live buffers with room for `floats` f32s past
-        // them (checked by their index arithmetic against the buffers' sizes).
+        // SAFETY: callers pass addresses from `Buf::at` of live buffers (which checks the start)
+        // and size `floats` from the same layout arithmetic that sized those buffers (session
+        // strides × session index, see `state.rs`), so both ranges lie inside them.
         unsafe {
             result::memcpy_dtod_async(
                 dst,
@@ -134,7 +136,11 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
 
     /// The address of element `offset`.
     pub fn at(&self, offset: usize) -> u64 {
-        debug_assert!(offset <= self.slice.len(), "offset past the buffer");
+        assert!(
+            offset <= self.slice.len(),
+            "offset {offset} past a buffer of {}",
+            self.slice.len()
+        );
         self.ptr + (offset * std::mem::size_of::<T>()) as u64
     }
 

@@ -40,6 +40,17 @@ const ROW_THREADS: u32 = 128;
 pub const DOT_ALIGN: usize = 8;
 /// The most taps the depthwise conv keeps in registers.
 const MAX_CONV_KERNEL: usize = 8;
+/// Static shared memory a block may declare (larger needs dynamic shared memory).
+const STATIC_SHARED_BYTES_MAX: usize = 48 * 1024;
+/// Threads a block may have; `attention_prep` runs one warp per q and kv head of a row.
+const BLOCK_THREADS_MAX: usize = 1024;
+
+/// Shared memory `attention_gated` declares for a head of `head_dim`: q, each thread's running
+/// max and sum, and each thread's partial output row (+1 against bank conflicts).
+fn attention_shared_bytes(head_dim: usize) -> usize {
+    let threads = ATT_THREADS as usize;
+    std::mem::size_of::<f32>() * (head_dim + 2 * threads + threads * (head_dim + 1))
+}
 
 /// The sizes baked into the compiled kernels.
 pub struct Dims {
@@ -77,6 +88,22 @@ impl Dims {
             return unsupported(format!(
                 "hidden {} and heads·head_dim must be multiples of {DOT_ALIGN}",
                 self.hidden
+            ));
+        }
+        if attention_shared_bytes(self.head_dim) > STATIC_SHARED_BYTES_MAX {
+            return unsupported(format!(
+                "head_dim {}: the attention kernel would need {} bytes of shared memory per block, \
+                 more than {STATIC_SHARED_BYTES_MAX}",
+                self.head_dim,
+                attention_shared_bytes(self.head_dim)
+            ));
+        }
+        if (self.heads + self.kv_heads) * 32 > BLOCK_THREADS_MAX {
+            return unsupported(format!(
+                "{} query and {} KV heads: the attention prologue runs a warp per head, at most {} in all",
+                self.heads,
+                self.kv_heads,
+                BLOCK_THREADS_MAX / 32
             ));
         }
         if let Some(l) = &self.linear {

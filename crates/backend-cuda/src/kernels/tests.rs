@@ -196,3 +196,25 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
         assert_eq!(got[r] as u32, want, "seed {seed} row {r}");
     }
 }
+
+/// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
+/// device needed): flashlane-tiny's head of 64 fits, a head of 256 does not.
+#[test]
+fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let mut config = Config::from_dir(&dir).expect("config");
+    assert!(Dims::of(&config, MAX_ROLLBACK_WINDOW).is_ok());
+    config.head_dim = 256;
+    match Dims::of(&config, MAX_ROLLBACK_WINDOW) {
+        Err(CudaError::Unsupported(why)) => assert!(why.contains("head_dim 256"), "{why}"),
+        other => panic!("head_dim 256 accepted: {:?}", other.map(|_| ())),
+    }
+    config.head_dim = 64;
+    config.num_heads = 32;
+    config.num_kv_heads = 4;
+    match Dims::of(&config, MAX_ROLLBACK_WINDOW) {
+        Err(CudaError::Unsupported(why)) => assert!(why.contains("KV heads"), "{why}"),
+        other => panic!("36 heads accepted: {:?}", other.map(|_| ())),
+    }
+}
