@@ -10,7 +10,7 @@ use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
-use lane::{DraftAsk, Target, TargetError, Window};
+use lane::{check_windows, DraftAsk, SessionExtent, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -91,58 +91,23 @@ impl CpuTarget {
         Ok(Vec::new())
     }
 
+    /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
     fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        let mut seen = vec![false; self.sessions.len()];
+        let extents: Vec<SessionExtent> = self
+            .sessions
+            .iter()
+            .map(|s| SessionExtent {
+                len: s.len as u64,
+                capacity: s.capacity as u64,
+            })
+            .collect();
+        check_windows(windows, &extents, self.model.vocab_size())?;
         for w in windows {
-            let Some(state) = self.sessions.get(w.session.0) else {
-                return Err(TargetError::Invalid(format!(
-                    "{} does not exist",
-                    w.session
-                )));
-            };
-            if std::mem::replace(&mut seen[w.session.0], true) {
-                return Err(TargetError::Invalid(format!(
-                    "{} appears twice in one round",
-                    w.session
-                )));
-            }
-            if w.start != state.len as u64 {
-                return Err(TargetError::Invalid(format!(
-                    "{} window starts at {} but the session holds {} positions",
-                    w.session, w.start, state.len
-                )));
-            }
+            let state = &self.sessions[w.session.0];
             if let Some(head) = state.mtp.as_ref().filter(|h| h.len != state.len) {
                 return Err(TargetError::Invalid(format!(
                     "{}: MTP state at {} but the session at {}",
                     w.session, head.len, state.len
-                )));
-            }
-            let needed = w.start + w.tokens.len() as u64;
-            if needed > state.capacity as u64 {
-                return Err(TargetError::Overflow {
-                    session: w.session,
-                    needed,
-                    capacity: state.capacity as u64,
-                });
-            }
-            if w.num_logits > w.tokens.len() {
-                return Err(TargetError::Invalid(format!(
-                    "{} asks logits for {} of {} positions",
-                    w.session,
-                    w.num_logits,
-                    w.tokens.len()
-                )));
-            }
-            if let Some(t) = w
-                .tokens
-                .iter()
-                .find(|&&t| t as usize >= self.model.vocab_size())
-            {
-                return Err(TargetError::Invalid(format!(
-                    "{}: token id {t} is outside the vocabulary of {}",
-                    w.session,
-                    self.model.vocab_size()
                 )));
             }
         }

@@ -6,7 +6,7 @@ use crate::forward::{self, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
 use crate::CudaError;
-use lane::{Target, TargetError, Window};
+use lane::{check_windows, SessionExtent, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -53,53 +53,19 @@ impl CudaTarget {
         self.sessions.meta[session.0].len as u64
     }
 
+    /// The engine's guarantees ([`check_windows`]), before any state is touched.
     fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        let mut seen = vec![false; self.sessions.meta.len()];
-        let vocab = self.model.vocab_size();
-        for w in windows {
-            let Some(meta) = self.sessions.meta.get(w.session.0) else {
-                return Err(TargetError::Invalid(format!(
-                    "{} does not exist",
-                    w.session
-                )));
-            };
-            if std::mem::replace(&mut seen[w.session.0], true) {
-                return Err(TargetError::Invalid(format!(
-                    "{} appears twice in one round",
-                    w.session
-                )));
-            }
-            if w.start != meta.len as u64 {
-                return Err(TargetError::Invalid(format!(
-                    "{} window starts at {} but the session holds {} positions",
-                    w.session, w.start, meta.len
-                )));
-            }
-            let capacity = self.sessions.capacity[w.session.0] as u64;
-            let needed = w.start + w.tokens.len() as u64;
-            if needed > capacity {
-                return Err(TargetError::Overflow {
-                    session: w.session,
-                    needed,
-                    capacity,
-                });
-            }
-            if w.num_logits > w.tokens.len() {
-                return Err(TargetError::Invalid(format!(
-                    "{} asks logits for {} of {} positions",
-                    w.session,
-                    w.num_logits,
-                    w.tokens.len()
-                )));
-            }
-            if let Some(t) = w.tokens.iter().find(|&&t| t as usize >= vocab) {
-                return Err(TargetError::Invalid(format!(
-                    "{}: token id {t} is outside the vocabulary of {vocab}",
-                    w.session
-                )));
-            }
-        }
-        Ok(())
+        let extents: Vec<SessionExtent> = self
+            .sessions
+            .meta
+            .iter()
+            .zip(&self.sessions.capacity)
+            .map(|(meta, &capacity)| SessionExtent {
+                len: meta.len as u64,
+                capacity: capacity as u64,
+            })
+            .collect();
+        check_windows(windows, &extents, self.model.vocab_size())
     }
 
     /// The host's lengths after a window of `len` tokens at `start`.

@@ -36,6 +36,62 @@ pub struct Window<'a> {
     pub num_logits: usize,
 }
 
+/// What a target knows of one of its sessions when it checks a round ([`check_windows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionExtent {
+    /// Positions the session holds.
+    pub len: u64,
+    pub capacity: u64,
+}
+
+/// Checks a round against what the engine guarantees a target (distinct, existing sessions;
+/// each window starting at its session's length and fitting its capacity; logits for at most its
+/// positions; token ids inside the vocabulary), so that a backend refuses a bad round with the
+/// reason before it touches any state. `sessions[i]` is `SessionId(i)`'s extent.
+pub fn check_windows(
+    windows: &[Window<'_>],
+    sessions: &[SessionExtent],
+    vocab: usize,
+) -> Result<(), TargetError> {
+    let mut seen = vec![false; sessions.len()];
+    for w in windows {
+        let invalid = |what: String| Err(TargetError::Invalid(format!("{}{what}", w.session)));
+        let Some(session) = sessions.get(w.session.0) else {
+            return invalid(" does not exist".into());
+        };
+        if std::mem::replace(&mut seen[w.session.0], true) {
+            return invalid(" appears twice in one round".into());
+        }
+        if w.start != session.len {
+            return invalid(format!(
+                " window starts at {} but the session holds {} positions",
+                w.start, session.len
+            ));
+        }
+        let needed = w.start + w.tokens.len() as u64;
+        if needed > session.capacity {
+            return Err(TargetError::Overflow {
+                session: w.session,
+                needed,
+                capacity: session.capacity,
+            });
+        }
+        if w.num_logits > w.tokens.len() {
+            return invalid(format!(
+                " asks logits for {} of {} positions",
+                w.num_logits,
+                w.tokens.len()
+            ));
+        }
+        if let Some(t) = w.tokens.iter().find(|&&t| t as usize >= vocab) {
+            return invalid(format!(
+                ": token id {t} is outside the vocabulary of {vocab}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DraftAsk {
@@ -151,5 +207,58 @@ impl<T: Target + ?Sized> Target for Box<T> {
 
     fn release(&mut self, session: SessionId) {
         (**self).release(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VOCAB: usize = 100;
+
+    fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
+        Window {
+            session: SessionId(session),
+            start,
+            tokens,
+            num_logits,
+        }
+    }
+
+    #[test]
+    fn check_windows_accepts_a_well_formed_round_and_names_each_fault() {
+        let sessions = [
+            SessionExtent {
+                len: 0,
+                capacity: 8,
+            },
+            SessionExtent {
+                len: 5,
+                capacity: 8,
+            },
+        ];
+        let ok = [window(0, 0, &[1, 2, 3], 1), window(1, 5, &[4, 5, 6], 3)];
+        assert_eq!(check_windows(&ok, &sessions, VOCAB), Ok(()));
+        let invalid =
+            |round: &[Window<'_>], what: &str| match check_windows(round, &sessions, VOCAB) {
+                Err(TargetError::Invalid(m)) => assert!(m.contains(what), "{m} lacks {what}"),
+                other => panic!("{what}: {other:?}"),
+            };
+        invalid(&[window(2, 0, &[1], 1)], "does not exist");
+        invalid(&[window(0, 0, &[1], 1), window(0, 0, &[1], 1)], "twice");
+        invalid(
+            &[window(1, 4, &[1], 1)],
+            "starts at 4 but the session holds 5",
+        );
+        invalid(&[window(0, 0, &[1, 2], 3)], "logits for 3 of 2");
+        invalid(&[window(0, 0, &[1, 100], 1)], "token id 100");
+        assert_eq!(
+            check_windows(&[window(1, 5, &[1, 2, 3, 4], 1)], &sessions, VOCAB),
+            Err(TargetError::Overflow {
+                session: SessionId(1),
+                needed: 9,
+                capacity: 8
+            })
+        );
     }
 }
