@@ -10,7 +10,7 @@ use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
-use lane::{check_windows, DraftAsk, SessionExtent, Target, TargetError, Window};
+use lane::{check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -174,17 +174,7 @@ impl Target for CpuTarget {
         }
         let logits = self.model.logits(&wanted);
         // 4. split per window, in the order asked
-        let v = self.model.vocab_size();
-        let mut at = 0;
-        Ok(windows
-            .iter()
-            .map(|w| {
-                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
-                let rows = logits[at * v..(at + n) * v].to_vec();
-                at += n;
-                rows
-            })
-            .collect())
+        Ok(split_logits(windows, &logits, self.model.vocab_size()))
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {

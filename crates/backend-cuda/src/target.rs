@@ -6,7 +6,7 @@ use crate::forward::{self, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
 use crate::CudaError;
-use lane::{check_windows, SessionExtent, Target, TargetError, Window};
+use lane::{check_windows, split_logits, SessionExtent, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -134,17 +134,7 @@ impl Target for CudaTarget {
         for p in &plans {
             self.advance(p);
         }
-        let v = self.model.vocab_size();
-        let mut at = 0;
-        Ok(windows
-            .iter()
-            .map(|w| {
-                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
-                let rows = logits[at * v..(at + n) * v].to_vec();
-                at += n;
-                rows
-            })
-            .collect())
+        Ok(split_logits(windows, &logits, self.model.vocab_size()))
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {

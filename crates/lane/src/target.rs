@@ -92,6 +92,21 @@ pub fn check_windows(
     Ok(())
 }
 
+/// Splits a round's logits rows (the wanted rows of every window with tokens, in order) into
+/// [`Target::forward`]'s answer: per window, its `num_logits` rows flattened (none when empty).
+pub fn split_logits(windows: &[Window<'_>], logits: &[f32], vocab: usize) -> Vec<Vec<f32>> {
+    let mut at = 0;
+    windows
+        .iter()
+        .map(|w| {
+            let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+            let rows = logits[at * vocab..(at + n) * vocab].to_vec();
+            at += n;
+            rows
+        })
+        .collect()
+}
+
 /// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DraftAsk {
@@ -223,6 +238,21 @@ mod tests {
             tokens,
             num_logits,
         }
+    }
+
+    #[test]
+    fn split_logits_gives_each_window_its_rows_and_empty_windows_none() {
+        let logits: Vec<f32> = (0..5 * 2).map(|i| i as f32).collect();
+        let round = [
+            window(0, 0, &[1, 2], 2),
+            window(1, 0, &[], 0),
+            window(2, 0, &[3, 4, 5], 0),
+            window(3, 0, &[6, 7, 8], 3),
+        ];
+        let out = split_logits(&round, &logits, 2);
+        assert_eq!(out[0], [0.0, 1.0, 2.0, 3.0]);
+        assert!(out[1].is_empty() && out[2].is_empty());
+        assert_eq!(out[3], [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
     }
 
     #[test]
