@@ -19,8 +19,8 @@
 //! Memory traffic: a rayon task owns a block of output columns; its weight rows are read from
 //! memory once per call and reused from cache for every row of `x`, so decoding 8 streams reads
 //! the weights about as often as decoding 1. With several rows, the first tile over a group of
-//! weight rows prefetches the next group, so memory and arithmetic overlap; a single row streams
-//! its weights one row at a time, prefetching a few rows ahead. bf16 widens exactly to f32 (a 16-bit shift),
+//! weight rows prefetches the next group, so memory and arithmetic overlap; a decode window (at most
+//! 4 rows) goes through each group of weight rows in one tile, streaming them 8 KiB ahead. bf16 widens exactly to f32 (a 16-bit shift),
 //! in registers.
 
 use half::bf16;
@@ -31,6 +31,10 @@ const LANES: usize = 8;
 /// Weight rows per tile: 4 rows × 3 weight rows is 12 accumulators, the most that fit the 16
 /// AVX2 registers with the 3 weight vectors and one of `x`.
 const COL_GROUP: usize = 3;
+/// Weight rows per tile for calls of 1 or 2 rows: 4 (or 8) FMA chains instead of 1, which kept a
+/// single row latency-bound. Interleaved runs of a flashlane-tiny round's matmuls (2-core EPYC,
+/// min of 7): 1 row 0.65-0.82 ms with groups of 4 to 6 against 0.9-1.1 one weight row at a time.
+const FEW_ROWS_GROUP_NARROW: usize = 4;
 /// Output columns per rayon task (a multiple of [`COL_GROUP`]): 48 weight rows of 1024 bf16 are
 /// 96 KiB, which stay in the per-core L2 (≥ 512 KiB on the CPUs we target) while every row of
 /// `x` passes over them, and a 1024-wide projection still makes 22 tasks to balance the threads.
@@ -40,10 +44,11 @@ const COL_BLOCK: usize = 48;
 const ROW_SUPER: usize = 16;
 /// Rows of `x` in the largest tile.
 const MAX_TILE_ROWS: usize = 4;
-/// Weights a single row prefetches ahead of those it reads (8 KiB). Measured on the 2-core EPYC
-/// (quiet, 1-stream decode, alternating runs): no prefetch 10.4-10.7 tok/s, 8 KiB ahead
-/// 10.6-12.9 (mean 11.75); 2, 4, 16 or 32 KiB ahead were no better than 8.
-const ONE_ROW_AHEAD: usize = 4096;
+/// Weights a call of at most [`MAX_TILE_ROWS`] rows (a decode window) prefetches ahead of those
+/// it reads (8 KiB). Measured for a single row on the 2-core EPYC (quiet, 1-stream decode,
+/// alternating runs): no prefetch 10.4-10.7 tok/s, 8 KiB ahead 10.6-12.9 (mean 11.75); 2, 4, 16
+/// or 32 KiB ahead were no better than 8.
+const FEW_ROWS_AHEAD: usize = 4096;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
 const PREFETCH_STEP: usize = 32;
 
@@ -129,7 +134,10 @@ impl Output {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{reduce, COL_GROUP, LANES, MAX_TILE_ROWS, ONE_ROW_AHEAD, PREFETCH_STEP, ROW_SUPER};
+    use super::{
+        reduce, COL_GROUP, FEW_ROWS_AHEAD, FEW_ROWS_GROUP_NARROW, LANES, MAX_TILE_ROWS,
+        PREFETCH_STEP, ROW_SUPER,
+    };
     use half::bf16;
     use std::arch::x86_64::*;
 
@@ -141,10 +149,11 @@ mod avx2 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
 
-    /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long):
-    /// `out[r][c]`. Each (r, c) has its own register of 8 lanes; the tile shape never changes
-    /// its bits. With `ahead > 0`, also prefetches the weights `ahead` elements past each of
-    /// `ws`, one cache line per [`PREFETCH_STEP`] elements.
+    /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long,
+    /// one after the other in memory): `out[r][c]`. Each (r, c) has its own register of 8 lanes;
+    /// the tile shape never changes its bits. With `ahead > 0`, also prefetches the weights
+    /// `ahead` elements past those the tile reads, as one stream over its `C` rows (the lines
+    /// it consumes per step, [`PREFETCH_STEP`] elements of each row per step).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile<const R: usize, const C: usize>(
@@ -158,8 +167,10 @@ mod avx2 {
         let mut j = 0;
         while j < n {
             if ahead > 0 && j % PREFETCH_STEP == 0 {
-                for w in ws {
-                    _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(ahead + j) as *const i8);
+                // The C weight rows are contiguous: C lines of the stream per step of `j`.
+                let stream = ws[0].wrapping_add(ahead + C * j);
+                for c in 0..C {
+                    _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
                 }
             }
             let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(j)));
@@ -243,24 +254,36 @@ mod avx2 {
         }
     }
 
-    /// A single row against the weight rows `c0..c0+nc`, one weight row at a time (one
-    /// sequential stream per thread), prefetching [`ONE_ROW_AHEAD`] weights ahead: with one FMA
-    /// chain per dot product the loads alone do not keep enough cache misses in flight.
+    /// Weight rows per tile for a call of `rows` ≤ [`MAX_TILE_ROWS`] rows: enough independent
+    /// FMA chains to hide the FMA latency, within the 16 registers with the widened weights and
+    /// the vectors of `x`.
+    pub(super) fn few_rows_group(rows: usize) -> usize {
+        match rows {
+            1 | 2 => FEW_ROWS_GROUP_NARROW,
+            _ => COL_GROUP,
+        }
+    }
+
+    /// All `rows` rows against the weight rows `c0..c0+nc` (nc ≤ [`few_rows_group`]) as one
+    /// tile, prefetching [`FEW_ROWS_AHEAD`] weights ahead.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn one_row(
+    unsafe fn few_rows_by_cols(
         x: &[f32],
         k: usize,
-        r0: usize,
+        rows: usize,
         w: &[bf16],
         c0: usize,
         nc: usize,
         y: *mut f32,
         ld: usize,
     ) {
-        for c in c0..c0 + nc {
-            put::<1, 1>(x, k, r0, w, c, y, ld, ONE_ROW_AHEAD);
+        let a = FEW_ROWS_AHEAD;
+        match (rows, nc) {
+            (1, 4) => put::<1, 4>(x, k, 0, w, c0, y, ld, a),
+            (2, 4) => put::<2, 4>(x, k, 0, w, c0, y, ld, a),
+            _ => rows_by_cols(x, k, 0, rows, w, c0, nc, y, ld, a),
         }
     }
 
@@ -296,20 +319,23 @@ mod avx2 {
             let s1 = (s0 + ROW_SUPER).min(rows);
             let mut c0 = 0;
             while c0 < cols {
+                if rows <= MAX_TILE_ROWS {
+                    // A decode window: one tile of every row per group, its weights streamed.
+                    let nc = few_rows_group(rows).min(cols - c0);
+                    few_rows_by_cols(x, k, rows, w, c0, nc, y, ld);
+                    c0 += nc;
+                    continue;
+                }
                 let nc = COL_GROUP.min(cols - c0);
-                if rows == 1 {
-                    one_row(x, k, s0, w, c0, nc, y, ld);
-                } else {
-                    // The first row tile also prefetches the next group's weight rows, so they
-                    // come from memory while this group computes from cache.
-                    let mut ahead = COL_GROUP * k;
-                    let mut r0 = s0;
-                    while r0 < s1 {
-                        let nr = tile_rows(s1 - r0);
-                        rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld, ahead);
-                        ahead = 0;
-                        r0 += nr;
-                    }
+                // The first row tile also prefetches the next group's weight rows, so they
+                // come from memory while this group computes from cache.
+                let mut ahead = COL_GROUP * k;
+                let mut r0 = s0;
+                while r0 < s1 {
+                    let nr = tile_rows(s1 - r0);
+                    rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld, ahead);
+                    ahead = 0;
+                    r0 += nr;
                 }
                 c0 += nc;
             }

@@ -107,8 +107,7 @@ impl GatedDeltaNet {
             d.key_head_dim,
             d.value_head_dim,
         );
-        let r = hv / hk;
-        let group = 2 * dk + 2 * r * dv;
+        let group = 2 * dk + 2 * (hv / hk) * dv;
         let tokens = qkvz.len() / (hk * group);
         debug_assert_eq!(ba.len(), tokens * 2 * hv, "ba rows vs qkvz rows");
         if start == 0 {
@@ -117,22 +116,54 @@ impl GatedDeltaNet {
         }
         // Snapshot buffers are reused from the previous window (same sizes every time).
         let keep_snapshots = tokens >= 2 && tokens - 1 <= state.snapshot_slots;
-        state
-            .snapshots
-            .truncate(if keep_snapshots { tokens - 1 } else { 0 });
-        let mut out = vec![0f32; tokens * hv * dv];
-        let mut z = vec![0f32; tokens * hv * dv];
-        let mut mixed = vec![0f32; d.conv_channels()];
-        let (mut beta, mut g) = (vec![0f32; hv], vec![0f32; hv]);
+        keep_snapshot_buffers(state, if keep_snapshots { tokens - 1 } else { 0 });
+        // 1-4, token by token (the conv tail is sequential; cheap next to the recurrence).
+        let inputs = self.head_inputs(qkvz, ba, state, start);
+        // 5. The delta rule: each value head through every token, one task per head.
+        let mut out = self.recur(&inputs, state);
+        // 6. Gated RMSNorm per value head (norm before gate).
+        gated_rms_norm(&mut out, &inputs.z, &self.norm, self.eps);
+        out
+    }
+
+    /// Steps 1-4 of every token: the conv tail advances through the window (its snapshots
+    /// taken on the way); returns what the recurrence of each value head reads.
+    fn head_inputs(
+        &self,
+        qkvz: &[f32],
+        ba: &[f32],
+        state: &mut LinearState,
+        start: usize,
+    ) -> HeadInputs {
+        let d = &self.dims;
+        let (hk, hv, dk, dv) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+        );
+        let r = hv / hk;
+        let group = 2 * dk + 2 * r * dv;
+        let channels = d.conv_channels();
+        let tokens = qkvz.len() / (hk * group);
+        let mut inputs = HeadInputs {
+            tokens,
+            mixed: vec![0f32; tokens * channels],
+            z: vec![0f32; tokens * hv * dv],
+            beta: vec![0f32; tokens * hv],
+            g: vec![0f32; tokens * hv],
+        };
         for t in 0..tokens {
-            if keep_snapshots && t > 0 {
-                // The state as of `start + t` positions: a rollback to inside the window.
-                snapshot(state, t - 1, start + t);
+            if let Some(snap) = t.checked_sub(1).and_then(|s| state.snapshots.get_mut(s)) {
+                // The conv tail as of `start + t` positions (the recurrence fills the state).
+                snap.pos = start + t;
+                snap.conv.copy_from_slice(&state.conv);
             }
             // 1. Split grouped by key head: [q | k | v (r heads) | z (r heads)] per group; ba
             //    per group: [b (r heads) | a (r heads)].
             let row = &qkvz[t * hk * group..(t + 1) * hk * group];
             let bar = &ba[t * 2 * hv..(t + 1) * 2 * hv];
+            let mixed = &mut inputs.mixed[t * channels..(t + 1) * channels];
             for gi in 0..hk {
                 let src = &row[gi * group..(gi + 1) * group];
                 mixed[gi * dk..(gi + 1) * dk].copy_from_slice(&src[..dk]);
@@ -140,44 +171,96 @@ impl GatedDeltaNet {
                 let vo = 2 * hk * dk + gi * r * dv;
                 mixed[vo..vo + r * dv].copy_from_slice(&src[2 * dk..2 * dk + r * dv]);
                 let zo = t * hv * dv + gi * r * dv;
-                z[zo..zo + r * dv].copy_from_slice(&src[2 * dk + r * dv..]);
+                inputs.z[zo..zo + r * dv].copy_from_slice(&src[2 * dk + r * dv..]);
                 for i in 0..r {
-                    beta[gi * r + i] = sigmoid(bar[gi * 2 * r + i]);
-                    // 3. log-decay, in f32.
                     let h = gi * r + i;
-                    g[h] = self.neg_a[h] * softplus(bar[gi * 2 * r + r + i] + self.dt_bias[h]);
+                    inputs.beta[t * hv + h] = sigmoid(bar[gi * 2 * r + i]);
+                    // 3. log-decay, in f32.
+                    inputs.g[t * hv + h] =
+                        self.neg_a[h] * softplus(bar[gi * 2 * r + r + i] + self.dt_bias[h]);
                 }
             }
             // 2. Depthwise causal conv with the tail, SiLU.
-            self.conv_step(&mut state.conv, &mut mixed);
+            self.conv_step(&mut state.conv, mixed);
             // 4. q, k L2-normalised per head; q scaled by 1/√dk.
             let (q, rest) = mixed.split_at_mut(hk * dk);
-            let (k, v) = rest.split_at_mut(hk * dk);
             l2_norm(q, dk);
-            l2_norm(k, dk);
+            l2_norm(&mut rest[..hk * dk], dk);
             let scale = 1.0 / (dk as f32).sqrt();
             q.iter_mut().for_each(|x| *x *= scale);
-            // 5. The delta rule, one value head per task.
-            let (q, k, v) = (&*q, &*k, &*v);
-            state
-                .recurrent
-                .par_chunks_mut(dk * dv)
-                .zip(out[t * hv * dv..(t + 1) * hv * dv].par_chunks_mut(dv))
-                .enumerate()
-                .for_each(|(h, (s, o))| {
-                    let kh = h / r;
-                    delta_step(
-                        s,
-                        &k[kh * dk..(kh + 1) * dk],
-                        &v[h * dv..(h + 1) * dv],
-                        beta[h],
-                        g[h],
-                    );
-                    read_state(s, &q[kh * dk..(kh + 1) * dk], o);
-                });
         }
-        // 6. Gated RMSNorm per value head (norm before gate).
-        gated_rms_norm(&mut out, &z, &self.norm, self.eps);
+        inputs
+    }
+
+    /// Step 5 for every value head through the window, one task per head: the rows `o` of every
+    /// token, `[T, value_width]`. With snapshot buffers kept for the window, token `t` reads the
+    /// state as of `t` positions and writes the next one out of place (into snapshot `t`, the
+    /// last token into the live state), so the snapshots cost no copy of the state; otherwise
+    /// the live state is updated in place. Either way the same operations in the same order.
+    fn recur(&self, inputs: &HeadInputs, state: &mut LinearState) -> Vec<f32> {
+        let d = &self.dims;
+        let (hk, hv, dk, dv) = (
+            d.num_key_heads,
+            d.num_value_heads,
+            d.key_head_dim,
+            d.value_head_dim,
+        );
+        let (r, tokens, channels) = (hv / hk, inputs.tokens, d.conv_channels());
+        // Per head, the states it goes through: snapshots in order, then the live state.
+        let mut chains: Vec<Vec<&mut [f32]>> = (0..hv)
+            .map(|_| Vec::with_capacity(state.snapshots.len() + 1))
+            .collect();
+        for snap in state.snapshots.iter_mut() {
+            for (chain, s) in chains
+                .iter_mut()
+                .zip(snap.recurrent.chunks_exact_mut(dk * dv))
+            {
+                chain.push(s);
+            }
+        }
+        for (chain, s) in chains
+            .iter_mut()
+            .zip(state.recurrent.chunks_exact_mut(dk * dv))
+        {
+            chain.push(s);
+        }
+        let mut by_head = vec![0f32; hv * tokens * dv];
+        chains
+            .par_iter_mut()
+            .zip(by_head.par_chunks_mut(tokens * dv))
+            .enumerate()
+            .for_each(|(h, (chain, o))| {
+                let kh = h / r;
+                let mut u = vec![0f32; dv];
+                for t in 0..tokens {
+                    let mixed = &inputs.mixed[t * channels..(t + 1) * channels];
+                    let step = HeadStep {
+                        q: &mixed[kh * dk..(kh + 1) * dk],
+                        k: &mixed[(hk + kh) * dk..(hk + kh + 1) * dk],
+                        v: &mixed[2 * hk * dk + h * dv..2 * hk * dk + (h + 1) * dv],
+                        beta: inputs.beta[t * hv + h],
+                        g: inputs.g[t * hv + h],
+                    };
+                    let o = &mut o[t * dv..(t + 1) * dv];
+                    if chain.len() == 1 {
+                        step.run(None, chain[0], &mut u, o);
+                    } else if t == 0 {
+                        // The live state (last) into snapshot 0.
+                        let (snaps, live) = chain.split_at_mut(tokens - 1);
+                        step.run(Some(&*live[0]), snaps[0], &mut u, o);
+                    } else {
+                        let (before, after) = chain.split_at_mut(t);
+                        step.run(Some(&*before[t - 1]), after[0], &mut u, o);
+                    }
+                }
+            });
+        // [heads, T, dv] → [T, heads · dv]
+        let mut out = vec![0f32; tokens * hv * dv];
+        for (h, rows) in by_head.chunks_exact(tokens * dv).enumerate() {
+            for (t, row) in rows.chunks_exact(dv).enumerate() {
+                out[(t * hv + h) * dv..(t * hv + h + 1) * dv].copy_from_slice(row);
+            }
+        }
         out
     }
 
@@ -236,16 +319,18 @@ impl Mixer for GatedDeltaNet {
     }
 }
 
-/// Records the state as of position `pos` in snapshot slot `slot`, reusing its buffers.
-fn snapshot(state: &mut LinearState, slot: usize, pos: usize) {
-    if let Some(snap) = state.snapshots.get_mut(slot) {
-        snap.pos = pos;
-        snap.conv.copy_from_slice(&state.conv);
-        snap.recurrent.copy_from_slice(&state.recurrent);
-    } else {
-        debug_assert_eq!(state.snapshots.len(), slot, "snapshots are taken in order");
+/// Makes `state` hold exactly `n` snapshot buffers, reusing those of earlier windows (they are
+/// allocated by a session's first windows, within the capacity reserved for them).
+fn keep_snapshot_buffers(state: &mut LinearState, n: usize) {
+    debug_assert!(
+        n <= state.snapshot_slots,
+        "{n} snapshots, {} slots",
+        state.snapshot_slots
+    );
+    state.snapshots.truncate(n);
+    while state.snapshots.len() < n {
         let snap = LinearSnapshot {
-            pos,
+            pos: 0,
             conv: state.conv.clone(),
             recurrent: state.recurrent.clone(),
         };
@@ -253,33 +338,86 @@ fn snapshot(state: &mut LinearState, slot: usize, pos: usize) {
     }
 }
 
-/// `S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + k δᵀ` for one head, S `[dk, dv]` row-major.
-fn delta_step(s: &mut [f32], k: &[f32], v: &[f32], beta: f32, g: f32) {
-    let dv = v.len();
-    let decay = g.exp();
-    let mut u = vec![0f32; dv];
-    for (srow, ki) in s.chunks_exact_mut(dv).zip(k) {
-        for (sij, uj) in srow.iter_mut().zip(u.iter_mut()) {
-            *sij *= decay;
-            *uj += *sij * ki;
-        }
-    }
-    for (uj, vj) in u.iter_mut().zip(v) {
-        *uj = beta * (vj - *uj);
-    }
-    for (srow, ki) in s.chunks_exact_mut(dv).zip(k) {
-        for (sij, dj) in srow.iter_mut().zip(&u) {
-            *sij += ki * dj;
-        }
-    }
+/// What the recurrence reads of a window: per token the conv outputs `[q | k | v]` (q and k
+/// normalised), the gates and z.
+struct HeadInputs {
+    tokens: usize,
+    /// `[T, conv_channels]`.
+    mixed: Vec<f32>,
+    /// `[T, value_heads · value_head_dim]`.
+    z: Vec<f32>,
+    /// `[T, value_heads]`.
+    beta: Vec<f32>,
+    /// `[T, value_heads]`.
+    g: Vec<f32>,
 }
 
-/// `o = Sᵀq` for one head (read after the update).
-fn read_state(s: &[f32], q: &[f32], o: &mut [f32]) {
-    o.fill(0.0);
-    for (srow, qi) in s.chunks_exact(o.len()).zip(q) {
-        for (oj, sij) in o.iter_mut().zip(srow) {
-            *oj += sij * qi;
+/// One token through one value head.
+struct HeadStep<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    beta: f32,
+    g: f32,
+}
+
+impl HeadStep<'_> {
+    /// `S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + k δᵀ; o = Sᵀq` for one head, S `[dk, dv]`
+    /// row-major, read from `from` (or `s` itself when `None`) and written to `s`. `u` is
+    /// scratch of `dv`. Built for AVX2 when the CPU has it: the same operations in the same
+    /// order (Rust never fuses a multiply and an add), so the same bits.
+    fn run(&self, from: Option<&[f32]>, s: &mut [f32], u: &mut [f32], o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { self.run_avx2(from, s, u, o) };
+        }
+        self.run_portable(from, s, u, o)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_avx2(&self, from: Option<&[f32]>, s: &mut [f32], u: &mut [f32], o: &mut [f32]) {
+        self.run_portable(from, s, u, o)
+    }
+
+    #[inline(always)]
+    fn run_portable(&self, from: Option<&[f32]>, s: &mut [f32], u: &mut [f32], o: &mut [f32]) {
+        let dv = self.v.len();
+        let decay = self.g.exp();
+        u.fill(0.0);
+        match from {
+            Some(from) => {
+                for ((srow, frow), ki) in s
+                    .chunks_exact_mut(dv)
+                    .zip(from.chunks_exact(dv))
+                    .zip(self.k)
+                {
+                    for ((sij, fij), uj) in srow.iter_mut().zip(frow).zip(u.iter_mut()) {
+                        *sij = *fij * decay;
+                        *uj += *sij * ki;
+                    }
+                }
+            }
+            None => {
+                for (srow, ki) in s.chunks_exact_mut(dv).zip(self.k) {
+                    for (sij, uj) in srow.iter_mut().zip(u.iter_mut()) {
+                        *sij *= decay;
+                        *uj += *sij * ki;
+                    }
+                }
+            }
+        }
+        for (uj, vj) in u.iter_mut().zip(self.v) {
+            *uj = self.beta * (vj - *uj);
+        }
+        // The update and the read in one pass: row i is final before o takes it.
+        o.fill(0.0);
+        for ((srow, ki), qi) in s.chunks_exact_mut(dv).zip(self.k).zip(self.q) {
+            for ((sij, dj), oj) in srow.iter_mut().zip(u.iter()).zip(o.iter_mut()) {
+                *sij += ki * dj;
+                *oj += *sij * qi;
+            }
         }
     }
 }
@@ -487,6 +625,56 @@ mod tests {
                 snap.pos
             );
         }
+    }
+
+    #[test]
+    fn a_window_written_through_its_snapshots_equals_token_by_token_in_place() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let net = random_net(&mut rng, 16);
+        let (before, window) = (
+            1 + (rng.next_u64() % 5) as usize,
+            2 + (rng.next_u64() % (MAX_ROLLBACK_WINDOW as u64 - 1)) as usize,
+        );
+        let t = before + window;
+        let (qkvz, ba) = project(&net, &mut rng, 16, t);
+        let (wq, wb) = (qkvz.len() / t, ba.len() / t);
+        // Out of place: the window at once, each inner position into its snapshot.
+        let mut windowed = zero_state(&net.dims);
+        let mut got = net.mix_segment(&qkvz[..before * wq], &ba[..before * wb], &mut windowed, 0);
+        got.extend(net.mix_segment(
+            &qkvz[before * wq..],
+            &ba[before * wb..],
+            &mut windowed,
+            before,
+        ));
+        assert_eq!(windowed.snapshots.len(), window - 1, "seed {seed}");
+        // In place: one token per call (a window of one keeps no snapshot).
+        let mut stepped = zero_state(&net.dims);
+        let mut want = Vec::new();
+        for p in 0..t {
+            let row = net.mix_segment(
+                &qkvz[p * wq..(p + 1) * wq],
+                &ba[p * wb..(p + 1) * wb],
+                &mut stepped,
+                p,
+            );
+            want.extend(row);
+            if let Some(snap) = windowed.snapshots.iter().find(|s| s.pos == p + 1) {
+                assert_eq!(
+                    (&snap.conv, &snap.recurrent),
+                    (&stepped.conv, &stepped.recurrent),
+                    "seed {seed}: snapshot at {}",
+                    p + 1
+                );
+            }
+        }
+        assert_eq!(got, want, "seed {seed}");
+        assert_eq!(
+            (&windowed.conv, &windowed.recurrent),
+            (&stepped.conv, &stepped.recurrent),
+            "seed {seed}"
+        );
     }
 
     #[test]
