@@ -150,7 +150,7 @@ impl Scratch {
             self.logits
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
-            self.draft_hidden.ensure(g, w.hidden)?,
+            self.draft_hidden.ensure(g, rows * w.hidden)?,
         ];
         // A captured graph holds the old addresses: forget them all.
         if moved.contains(&true) {

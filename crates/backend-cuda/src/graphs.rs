@@ -30,6 +30,7 @@ pub enum GraphKey {
         mtp_pairs: usize,
     },
     Draft {
+        rows: usize,
         steps: usize,
     },
 }

@@ -136,41 +136,67 @@ pub(crate) fn absorb(
     )
 }
 
-/// Greedy MTP drafts for `session` (at `len` positions, ring holding h[len − 1]) after
-/// `next_token`: step 0 on (h[len − 1], next_token) at position len − 1, then each step on the
-/// previous draft and the head's own output row. Tokens are chosen on the GPU (argmax over the
-/// ids `0..draft_vocab`, see [`::model::draft_vocab`]) and feed the next step there; one copy back
-/// at the end.
+/// Where one session's draft chain starts: the session (at `len` positions, its ring holding
+/// h[len − 1]) and the token drawn after it.
+#[derive(Clone, Copy, Debug)]
+pub struct DraftStart {
+    pub session: usize,
+    pub next_token: u32,
+}
+
+/// Greedy MTP drafts, `num` per start, for several sessions in one pass of the head per step:
+/// step 0 on (h[len − 1], next_token) at position len − 1, then each step on the previous draft
+/// and the head's own output row. Tokens are chosen on the GPU (argmax over the ids
+/// `0..draft_vocab`, see [`::model::draft_vocab`]) and feed the next step there; one copy back
+/// at the end. Every session must have room for `num` more MTP rows (positions up to
+/// len − 2 + num). A row's arithmetic does not depend on the others (batch-invariant kernels), so
+/// each session gets the drafts it would get alone.
 pub fn draft(
     m: &CudaModel,
     sessions: &Sessions,
     scratch: &mut Scratch,
-    session: usize,
-    next_token: u32,
+    starts: &[DraftStart],
     num: usize,
-) -> Result<Vec<u32>, CudaError> {
-    let pos0 = sessions.meta[session].len - 1;
+) -> Result<Vec<Vec<u32>>, CudaError> {
+    let rows = starts.len();
+    if rows == 0 || num == 0 {
+        return Ok(vec![Vec::new(); rows]);
+    }
+    let pos0 = |d: &DraftStart| sessions.meta[d.session].len - 1;
     let mut meta = Meta::default();
-    // Token slots first: slot 0 is next_token, argmax writes slot s + 1.
-    let tokens = meta.push(std::iter::once(next_token as usize).chain(std::iter::repeat_n(0, num)));
+    // Token slots first, step-major: slot s·rows + r is row r's input of step s; slots of step 0
+    // are the next tokens, argmax writes those of step s + 1.
+    let tokens = meta.push(
+        starts
+            .iter()
+            .map(|d| d.next_token as usize)
+            .chain(std::iter::repeat_n(0, num * rows)),
+    );
     let offsets = DraftMeta {
         tokens,
-        pos: meta.push(pos0..pos0 + num),
-        kv_base: meta.push([sessions.kv_base[session]]),
+        pos: meta.push((0..num).flat_map(|s| starts.iter().map(move |d| pos0(d) + s))),
+        kv_base: meta.push(starts.iter().map(|d| sessions.kv_base[d.session])),
         src: meta.data.len(),
+        rows,
     };
-    meta.data
-        .push(-(sessions.store_row(session, pos0) as i32) - 1);
-    meta.data.push(0);
-    let ptrs = scratch.ensure(m, 1, 1)?;
+    // Hidden sources: step 0 reads each session's ring row, later steps the head's own rows.
+    meta.data.extend(
+        starts
+            .iter()
+            .map(|d| -(sessions.store_row(d.session, pos0(d)) as i32) - 1),
+    );
+    meta.push(0..rows);
+    let ptrs = scratch.ensure(m, rows, rows)?;
     let base = scratch.upload(&m.gpu, &meta)?;
     let pass = Pass { m, p: ptrs };
-    let key = GraphKey::Draft { steps: num };
+    let key = GraphKey::Draft { rows, steps: num };
     scratch.graphs.run(&m.gpu, key, || {
         enqueue_draft(&pass, sessions, base, &offsets, num)
     })?;
-    let back = scratch.meta.read(&m.gpu, num + 1)?;
-    Ok(back[1..].iter().map(|&t| t as u32).collect())
+    let back = scratch.meta.read(&m.gpu, (num + 1) * rows)?;
+    Ok((0..rows)
+        .map(|r| (1..=num).map(|s| back[s * rows + r] as u32).collect())
+        .collect())
 }
 
 /// Metadata offsets of a draft call.
@@ -178,8 +204,9 @@ struct DraftMeta {
     tokens: usize,
     pos: usize,
     kv_base: usize,
-    /// The hidden source of step 0 (the ring row), then of later steps (the head's own row).
+    /// The hidden sources of step 0 (ring rows), then of later steps (the head's own rows).
     src: usize,
+    rows: usize,
 }
 
 fn enqueue_draft(
@@ -194,34 +221,40 @@ fn enqueue_draft(
     let cache = sessions.mtp_kv.as_ref().expect("sessions hold MTP rows");
     let h = m.config.hidden_size;
     let vocab = ::model::draft_vocab(m.config.vocab_size);
+    let n = d.rows;
     for s in 0..num {
         m.kernels.mtp_input(
             &m.gpu,
-            1,
-            at(base, d.tokens + s),
+            n,
+            at(base, d.tokens + s * n),
             m.weights.embed.at(0),
             ptrs.draft_hidden,
             sessions.mtp_store.at(0),
-            at(base, d.src + usize::from(s > 0)),
+            at(base, d.src + if s > 0 { n } else { 0 }),
             head.pre_fc_norm_embedding.at(0),
             head.pre_fc_norm_hidden.at(0),
             h,
             pass.eps(),
             ptrs.cat,
         )?;
-        pass.matmul(ptrs.cat, &head.fc, 1, ptrs.x, false)?;
+        pass.matmul(ptrs.cat, &head.fc, n, ptrs.x, false)?;
         let rows = MixerRows::Attention(AttentionRows {
-            rows: 1,
-            pos: at(base, d.pos + s),
+            rows: n,
+            pos: at(base, d.pos + s * n),
             kv_base: at(base, d.kv_base),
             k_cache: cache.k.at(0),
             v_cache: cache.v.at(0),
         });
-        pass.layer(&head.layer, 1, &rows, sessions)?;
-        pass.norm(ptrs.x, &head.norm, 1, ptrs.draft_hidden)?;
-        pass.logits(ptrs.draft_hidden, 0, 1, vocab)?;
-        m.kernels
-            .argmax(&m.gpu, ptrs.logits, 1, vocab, at(base, d.tokens + s + 1))?;
+        pass.layer(&head.layer, n, &rows, sessions)?;
+        pass.norm(ptrs.x, &head.norm, n, ptrs.draft_hidden)?;
+        pass.logits(ptrs.draft_hidden, 0, n, vocab)?;
+        m.kernels.argmax(
+            &m.gpu,
+            ptrs.logits,
+            n,
+            vocab,
+            at(base, d.tokens + (s + 1) * n),
+        )?;
     }
     Ok(())
 }

@@ -4,9 +4,10 @@
 
 use crate::forward::{self, Scratch, WindowPlan};
 use crate::model::CudaModel;
+use crate::mtp::DraftStart;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
 use crate::CudaError;
-use lane::{check_windows, split_logits, SessionExtent, Target, TargetError, Window};
+use lane::{check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -66,6 +67,40 @@ impl CudaTarget {
             })
             .collect();
         check_windows(windows, &extents, self.model.vocab_size())
+    }
+
+    /// How many drafts `ask` may have (0: none, e.g. a model without a head or an empty session),
+    /// or why it is refused.
+    fn drafts_allowed(&self, ask: &DraftAsk) -> Result<usize, TargetError> {
+        let session = ask.session;
+        if !self.model.has_mtp() {
+            return Ok(0);
+        }
+        if ask.next_token as usize >= self.model.vocab_size() {
+            return Err(TargetError::Invalid(format!(
+                "{session}: token id {} is outside the vocabulary of {}",
+                ask.next_token,
+                self.model.vocab_size()
+            )));
+        }
+        let meta = *self
+            .sessions
+            .meta
+            .get(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        if meta.len == 0 {
+            return Ok(0);
+        }
+        if meta.mtp_len != meta.len || !meta.mtp_holds(meta.len - 1) {
+            return Err(TargetError::Invalid(format!(
+                "{session}: MTP state at {} but the session at {}",
+                meta.mtp_len, meta.len
+            )));
+        }
+        // Step s writes the head's row at len − 1 + s.
+        Ok(ask
+            .num_drafts
+            .min(self.sessions.capacity[session.0] - (meta.len - 1)))
     }
 
     /// The host's lengths after a window of `len` tokens at `start`.
@@ -180,42 +215,63 @@ impl Target for CudaTarget {
         next_token: u32,
         num_drafts: usize,
     ) -> Result<Vec<u32>, TargetError> {
-        if !self.model.has_mtp() {
-            return Ok(Vec::new());
-        }
-        if next_token as usize >= self.model.vocab_size() {
-            return Err(TargetError::Invalid(format!(
-                "{session}: token id {next_token} is outside the vocabulary of {}",
-                self.model.vocab_size()
-            )));
-        }
-        let meta = *self
-            .sessions
-            .meta
-            .get(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        if meta.len == 0 {
-            return Ok(Vec::new());
-        }
-        if meta.mtp_len != meta.len || !meta.mtp_holds(meta.len - 1) {
-            return Err(TargetError::Invalid(format!(
-                "{session}: MTP state at {} but the session at {}",
-                meta.mtp_len, meta.len
-            )));
-        }
-        let num = num_drafts.min(self.sessions.capacity[session.0] - (meta.len - 1));
-        if num == 0 {
-            return Ok(Vec::new());
-        }
-        crate::mtp::draft(
-            &self.model,
-            &self.sessions,
-            &mut self.scratch,
-            session.0,
+        let ask = DraftAsk {
+            session,
             next_token,
-            num,
-        )
-        .map_err(device)
+            num_drafts,
+        };
+        self.draft_batch(&[ask]).pop().expect("one answer per ask")
+    }
+
+    /// Every asked session's drafts in one pass of the head per step (one per distinct number of
+    /// drafts, nearly always one): the same drafts as one by one.
+    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        debug_assert!(
+            asks.iter()
+                .enumerate()
+                .all(|(i, a)| asks[..i].iter().all(|b| b.session != a.session)),
+            "one draft ask per session: {asks:?}"
+        );
+        let mut answers: Vec<Result<Vec<u32>, TargetError>> = Vec::with_capacity(asks.len());
+        // (number of drafts, ask index) of the asks that draft.
+        let mut drafting: Vec<(usize, usize)> = Vec::new();
+        for (k, ask) in asks.iter().enumerate() {
+            match self.drafts_allowed(ask) {
+                Ok(0) => answers.push(Ok(Vec::new())),
+                Ok(num) => {
+                    drafting.push((num, k));
+                    answers.push(Ok(Vec::new()));
+                }
+                Err(e) => answers.push(Err(e)),
+            }
+        }
+        drafting.sort_unstable();
+        for group in drafting.chunk_by(|a, b| a.0 == b.0) {
+            let num = group[0].0;
+            let starts: Vec<DraftStart> = group
+                .iter()
+                .map(|&(_, k)| DraftStart {
+                    session: asks[k].session.0,
+                    next_token: asks[k].next_token,
+                })
+                .collect();
+            let drafts =
+                crate::mtp::draft(&self.model, &self.sessions, &mut self.scratch, &starts, num);
+            match drafts {
+                Ok(drafts) => {
+                    for (&(_, k), d) in group.iter().zip(drafts) {
+                        answers[k] = Ok(d);
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    for &(_, k) in group {
+                        answers[k] = Err(TargetError::Device(message.clone()));
+                    }
+                }
+            }
+        }
+        answers
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

@@ -7,7 +7,7 @@
 
 use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaError, CudaModel, CudaTarget};
-use lane::{Counters, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window};
+use lane::{Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window};
 use slots::{SessionId, MARGIN};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -342,6 +342,61 @@ fn mtp_drafts_equal_the_cpu_backends() {
         g.draft(SessionId(0), next, 3).expect("gpu"),
     );
     assert_eq!(got, want, "drafts after a long prompt window");
+}
+
+/// One batched draft call gives every session the drafts and the head's state it gets alone,
+/// whatever the other asks (other lengths, another number of drafts, a refused ask).
+#[test]
+fn batched_drafts_equal_drafts_one_by_one() {
+    let Some(gpu) = gpu() else { return };
+    let prompts: Vec<Vec<u32>> = [(1, 30), (40, 90), (7, 12), (300, 340)]
+        .iter()
+        .map(|&(a, b)| count_request(a, b, 0).prompt)
+        .collect();
+    let (mut batched, mut alone) = (
+        CudaTarget::new(&gpu, &[256; 4]).expect("target"),
+        CudaTarget::new(&gpu, &[256; 4]).expect("target"),
+    );
+    let mut nexts = Vec::new();
+    for (s, p) in prompts.iter().enumerate() {
+        let rows = batched.forward(&[window(s, 0, p, 1)]).expect("prompt");
+        alone.forward(&[window(s, 0, p, 1)]).expect("prompt");
+        nexts.push(argmax(&rows[0]));
+    }
+    let nums = [3, 3, 2, 3];
+    let mut asks: Vec<DraftAsk> = (0..4)
+        .map(|s| DraftAsk {
+            session: SessionId(s),
+            next_token: nexts[s],
+            num_drafts: nums[s],
+        })
+        .collect();
+    asks.swap(0, 3);
+    asks.push(DraftAsk {
+        session: SessionId(9),
+        next_token: 1,
+        num_drafts: 2,
+    });
+    let answers = batched.draft_batch(&asks);
+    assert_eq!(answers.len(), asks.len());
+    assert!(
+        answers[4].is_err(),
+        "a session that does not exist is refused"
+    );
+    for (ask, answer) in asks.iter().zip(&answers).take(4) {
+        let s = ask.session;
+        let want = alone
+            .draft(s, ask.next_token, ask.num_drafts)
+            .expect("alone");
+        let got = answer.as_ref().expect("batched");
+        assert_eq!(got, &want, "{s}: batched drafts differ from drafting alone");
+        assert_eq!(got.len(), ask.num_drafts);
+        assert_eq!(
+            batched.state_digest(s).expect("digest"),
+            alone.state_digest(s).expect("digest"),
+            "{s}: the head's state differs after a batched draft"
+        );
+    }
 }
 
 #[test]
