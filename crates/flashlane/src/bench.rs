@@ -17,12 +17,15 @@
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
 use crate::logits::load_model;
-use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS};
+use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::CpuTarget;
 use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target};
+use lane::{
+    DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target,
+    DEFAULT_DRAFT_COST_PERCENT,
+};
 use model::{ChatMessage, ChatTemplate, Tokenizer};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -89,9 +92,13 @@ pub struct BenchArgs {
     /// Speculative drafts
     #[arg(long, value_enum, default_value_t = DraftArg::None)]
     pub draft: DraftArg,
-    /// Drafts per window (with --draft ngram|mtp)
+    /// Drafts per window at most (with --draft ngram|mtp)
     #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
     pub draft_tokens: u64,
+    /// What a drafted position costs, in percent of a one-token round (as `serve`); 0 always
+    /// proposes --draft-tokens
+    #[arg(long, default_value_t = DEFAULT_DRAFT_COST_PERCENT, value_parser = clap::value_parser!(u32).range(0..=DRAFT_COST_PERCENT_MAX as i64))]
+    pub draft_cost: u32,
     /// Where the model runs
     #[arg(long, value_enum, default_value_t = BenchDevice::Cpu)]
     pub device: BenchDevice,
@@ -125,7 +132,10 @@ pub struct BenchRow {
 #[derive(Clone, Copy, Debug)]
 pub struct BenchDrafts {
     pub mode: DraftMode,
+    /// Drafts per window at most.
     pub tokens: u64,
+    /// `--draft-cost`: see `lane::EngineConfig::draft_cost_percent`.
+    pub cost_percent: u32,
 }
 
 /// `n` deterministic pseudo-random ids in `0..vocab` for stream `stream` (splitmix64), so every
@@ -204,6 +214,7 @@ pub fn measure<T: Target>(
     } else {
         drafts.tokens
     };
+    config.draft_cost_percent = drafts.cost_percent;
     let mut engine = Engine::new(target, config)?;
     for (s, prompt) in prompts.iter().enumerate() {
         engine
@@ -295,6 +306,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let drafts = BenchDrafts {
         mode,
         tokens: (rollback - 1) as u64,
+        cost_percent: args.draft_cost,
     };
     let vocab = model.vocab_size();
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);
@@ -365,6 +377,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "task": args.task,
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
+                "draft_cost_percent": drafts.cost_percent,
                 "rows": rows,
             })
         );
@@ -422,6 +435,7 @@ mod tests {
         let none = BenchDrafts {
             mode: DraftMode::None,
             tokens: 0,
+            cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
         let target = CpuTarget::new(model, &vec![64; streams]);
         let prompts: Vec<Vec<u32>> = (0..streams).map(|s| prompt_ids(s, prompt, 100)).collect();
@@ -441,6 +455,7 @@ mod tests {
         let drafts = BenchDrafts {
             mode: DraftMode::Ngram,
             tokens: 3,
+            cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
         let target = CpuTarget::new(model, &[64, 64]);
         let prompts = [prompt_ids(0, 6, 100), prompt_ids(1, 6, 100)];
@@ -460,6 +475,7 @@ mod tests {
         let drafts = BenchDrafts {
             mode: DraftMode::Mtp,
             tokens: 1,
+            cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
         let target = CpuTarget::new(model, &[capacity]);
         let row = measure(target, &prompts, new, drafts).expect("runs");

@@ -7,16 +7,20 @@ use crate::Failure;
 use anyhow::{anyhow, Context};
 use backend_cpu::{CpuModel, CpuTarget, ModelCosts, NO_ROLLBACK};
 use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig};
+use lane::{DraftMode, Engine, EngineConfig, DEFAULT_DRAFT_COST_PERCENT};
 use server::AppState;
 use slots::{plan, PlanInput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Drafts per window when `--draft-tokens` is not given. A one-layer MTP head trained on the next
-/// token rarely gets a third draft right (flashlane-tiny: 2.13 tokens per round at K = 2 and 3,
-/// 1.99 at K = 1), so a longer window only costs positions.
-pub const DEFAULT_DRAFT_TOKENS: u64 = 2;
+/// Drafts per window at most when `--draft-tokens` is not given. flashlane-tiny's head, trained
+/// for chained drafts, gets 3 of 3 right on counting (3.99 tokens per round) and each stream
+/// proposes fewer where they are not accepted (`--draft-cost`); every draft position is also a
+/// linear-state snapshot per session (the plan counts them), so the window is not made longer.
+pub const DEFAULT_DRAFT_TOKENS: u64 = 3;
+
+/// The largest `--draft-cost`: a drafted position costing ten rounds is never worth proposing.
+pub const DRAFT_COST_PERCENT_MAX: u32 = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum DraftArg {
@@ -61,9 +65,14 @@ pub struct DraftArgs {
     /// Speculative drafts [default: mtp if the model has an MTP head, else none]
     #[arg(long, value_enum)]
     pub draft: Option<DraftArg>,
-    /// Drafts per window
+    /// Drafts per window at most
     #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
     pub draft_tokens: u64,
+    /// What a drafted position costs, in percent of a one-token round: each stream proposes as
+    /// many drafts (up to --draft-tokens) as its own acceptance makes worth it; 0 always
+    /// proposes --draft-tokens
+    #[arg(long, default_value_t = DEFAULT_DRAFT_COST_PERCENT, value_parser = clap::value_parser!(u32).range(0..=DRAFT_COST_PERCENT_MAX as i64))]
+    pub draft_cost: u32,
 }
 
 impl DraftArgs {
@@ -146,6 +155,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let policy = args.sizing.policy(spec.as_ref());
     let capacities = plan.capacities();
     let draft_tokens = (rollback - 1) as u64;
+    let draft_cost = args.drafts.draft_cost;
     let model_dir = dir.clone();
     let (engine, engine_thread) = server::spawn_engine(move || {
         let model = Arc::new(CpuModel::load(&model_dir, true)?);
@@ -153,6 +163,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         let mut config = EngineConfig::new(policy);
         config.draft = draft;
         config.draft_tokens = draft_tokens;
+        config.draft_cost_percent = draft_cost;
         Ok(Engine::new(target, config)?)
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -21,6 +21,7 @@
 //!
 //! Every public method leaves the engine with no finished stream holding a session.
 
+use crate::draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 use crate::event::{Event, FinishReason};
 use crate::ngram::ngram_draft;
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
@@ -53,8 +54,12 @@ pub struct EngineConfig {
     pub policy: Policy,
     /// The draft mode of requests that do not choose one.
     pub draft: DraftMode,
-    /// Drafts per window for streams that draft; the window is `1 + draft_tokens`.
+    /// Drafts per window at most for streams that draft; the window is `1 + draft_tokens`.
     pub draft_tokens: u64,
+    /// What one drafted position costs, in percent of a one-token round: each stream proposes
+    /// the number of drafts (up to `draft_tokens`) that its own acceptance makes worth it
+    /// ([`crate::DraftStats`]); 0 always proposes `draft_tokens`.
+    pub draft_cost_percent: u32,
     pub queue_limit: usize,
     pub prefill_chunk: u64,
 }
@@ -66,6 +71,7 @@ impl EngineConfig {
             policy,
             draft: DraftMode::None,
             draft_tokens: 0,
+            draft_cost_percent: DEFAULT_DRAFT_COST_PERCENT,
             queue_limit: DEFAULT_QUEUE_LIMIT,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
         }
@@ -502,6 +508,8 @@ impl<T: Target> Engine<T> {
             stop_tokens: request.stop_tokens,
             draft,
             draft_tokens: need.window - 1,
+            draft_stats: DraftStats::new((need.window - 1) as usize),
+            draft_len: need.window - 1,
             logprobs: request.logprobs || request.top_logprobs > 0,
             top_logprobs: request.top_logprobs,
             reply_end,
@@ -774,7 +782,8 @@ impl<T: Target> Engine<T> {
     fn absorb(&mut self, plan: Planned, logits: &[f32]) {
         let stream = &mut self.live[plan.idx];
         let width = plan.tokens.len() as u64;
-        if stream.in_prompt() {
+        let decoding = !stream.in_prompt();
+        if !decoding {
             self.counters.prompt_tokens += width;
         }
         stream.computed = plan.start + width;
@@ -796,6 +805,13 @@ impl<T: Target> Engine<T> {
             }
         };
         self.counters.draft_accepted += verdict.accepted as u64;
+        if decoding && stream.draft_tokens > 0 {
+            stream.observe_drafts(
+                plan.drafts,
+                verdict.accepted,
+                self.config.draft_cost_percent,
+            );
+        }
         let rejected = (plan.drafts - verdict.accepted) as u64;
         if rejected > 0 {
             stream.computed -= rejected;

@@ -10,11 +10,13 @@
 //! | what is a stream? (tokens known, tokens computed) | `stream.rs` |
 //! | how is a token drawn, how are drafts verified? | [`sampling`] |
 //! | where do n-gram drafts come from? | [`ngram_draft`] |
+//! | how many drafts does a window carry? | [`DraftStats`] |
 //! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
 //! | what does `/slots` and `/metrics` show? | [`SlotView`], [`Counters`] |
 //! | what must a model backend implement? | [`Target`] |
 //! | how is the engine tested without a model? | `testing::FakeTarget` (feature `testing`) |
 
+mod draft_len;
 mod engine;
 mod event;
 mod ngram;
@@ -27,6 +29,7 @@ pub mod testing;
 mod thinking;
 mod views;
 
+pub use draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
 pub use event::{Event, FinishReason};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};

@@ -5,6 +5,7 @@
 //! reading its prompt; afterwards exactly one token (the last drawn) is known but not computed,
 //! and it heads the next window. There is no separate prefill or decode phase beyond that.
 
+use crate::draft_len::DraftStats;
 use crate::request::{DraftMode, SamplingParams};
 use crate::sampling::Rng;
 use crate::thinking::Thinking;
@@ -33,8 +34,11 @@ pub(crate) struct Stream {
     pub rng: Rng,
     pub stop_tokens: Vec<u32>,
     pub draft: DraftMode,
-    /// Drafts per window (0 when `draft` is `None`).
+    /// Drafts per window at most (0 when `draft` is `None`).
     pub draft_tokens: u64,
+    /// The stream's acceptance per draft depth, and the drafts its next window proposes.
+    pub draft_stats: DraftStats,
+    pub draft_len: u64,
     /// Whether token events carry log-probabilities (asked for, or alternatives asked for).
     pub logprobs: bool,
     pub top_logprobs: u8,
@@ -59,11 +63,28 @@ impl Stream {
         self.state == State::Finished
     }
 
-    /// Drafts the next window may carry: no more than would let the reply pass `max_new_tokens`
+    /// Drafts the next window may carry: as many as its acceptance makes worth it
+    /// ([`DraftStats::best_len`]), and no more than would let the reply pass `max_new_tokens`
     /// (a window accepting every draft draws `drafts + 1` tokens).
     pub fn max_drafts(&self) -> u64 {
         let remaining = self.max_new_tokens.saturating_sub(self.generated());
-        self.draft_tokens.min(remaining.saturating_sub(1))
+        self.draft_len.min(remaining.saturating_sub(1))
+    }
+
+    /// A window of `proposed` drafts had `accepted` of them accepted: the next window's drafts.
+    /// They grow by one a round at most: a depth no round reached recently is a guess (it drifts
+    /// back to "accepted", see [`DraftStats`]), so it is tried one position at a time.
+    pub fn observe_drafts(&mut self, proposed: usize, accepted: usize, cost_percent: u32) {
+        self.draft_stats.observe(proposed, accepted);
+        let best = self.draft_stats.best_len(cost_percent) as u64;
+        self.draft_len = best.min(self.draft_len + 1);
+        debug_assert!(
+            self.draft_len <= self.draft_tokens,
+            "{}: {} drafts chosen, {} at most",
+            self.id,
+            self.draft_len,
+            self.draft_tokens
+        );
     }
 
     /// Positions the next round may write: a prompt chunk, or the last token and its drafts.
