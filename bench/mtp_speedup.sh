@@ -7,7 +7,9 @@
 #   bench/mtp_speedup.sh [OUT_DIR]
 #
 # Environment: MODEL (default: the embedded flashlane-tiny), STREAMS (1,8), NEW_TOKENS (256),
-# TASKS ("counting code"), DRAFTS ("none mtp:1 mtp:2 mtp:3 ngram:2 ngram:4"), BENCH_ARGS (extra
+# TASKS ("counting code"), DRAFTS ("none mtp:1 mtp:2 mtp:3 ngram:2 ngram:4"; MODE:K or
+# MODE:K:COST, COST being `--draft-cost`, e.g. mtp:3:0 for always 3 drafts), REPS (1: passes over
+# every setting, interleaved, so machine noise hits all alike; the table shows medians), BENCH_ARGS (extra
 # `flashlane bench` arguments, e.g. "--device cuda"), FLASHLANE (the binary), RAYON_NUM_THREADS,
 # COMMIT (what to record as the commit where the tree has no usable git history, e.g. a copy).
 # Prints a markdown table (speed-up = decode tok/s with drafts / without, same task and streams)
@@ -21,6 +23,7 @@ NEW_TOKENS=${NEW_TOKENS:-256}
 TASKS=${TASKS:-counting code}
 DRAFTS=${DRAFTS:-none mtp:1 mtp:2 mtp:3 ngram:2 ngram:4}
 BENCH_ARGS=${BENCH_ARGS:-}
+REPS=${REPS:-1}
 MODEL_ARGS=()
 [ -n "${MODEL:-}" ] && MODEL_ARGS=(--model "$MODEL")
 [ -x "$FLASHLANE" ] || { echo "build first: cargo build --release -p flashlane" >&2; exit 1; }
@@ -34,37 +37,46 @@ mkdir -p "$OUT"
   echo "bench args: --streams $STREAMS --new-tokens $NEW_TOKENS $BENCH_ARGS"
 } | tee "$OUT/machine.txt"
 
-for task in $TASKS; do
-  for d in $DRAFTS; do
-    mode=${d%%:*}
-    k=${d#*:}
-    [ "$mode" = none ] && k=0
-    name="${task}_${mode}_${k}"
-    echo "== $name" >&2
-    # shellcheck disable=SC2086
-    "$FLASHLANE" bench "${MODEL_ARGS[@]}" --task "$task" --streams "$STREAMS" \
-      --new-tokens "$NEW_TOKENS" --draft "$mode" --draft-tokens "${k/#0/1}" $BENCH_ARGS --json \
-      > "$OUT/$name.json"
+for rep in $(seq 1 "$REPS"); do
+  for task in $TASKS; do
+    for d in $DRAFTS; do
+      IFS=: read -r mode k cost <<<"$d"
+      [ "$mode" = none ] && k=0
+      cost_args=()
+      [ -n "${cost:-}" ] && cost_args=(--draft-cost "$cost")
+      name="${task}_${mode}_${k:-0}${cost:+_cost$cost}.rep$rep"
+      echo "== $name (pressure: $(sed -n 's/^some avg10=\([0-9.]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null) %)" >&2
+      # shellcheck disable=SC2086
+      "$FLASHLANE" bench "${MODEL_ARGS[@]}" --task "$task" --streams "$STREAMS" \
+        --new-tokens "$NEW_TOKENS" --draft "$mode" --draft-tokens "${k:-1}" "${cost_args[@]}" \
+        $BENCH_ARGS --json > "$OUT/$name.json"
+    done
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 
 python3 - "$OUT" <<'PY'
-import json, pathlib, sys
+import json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
 runs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-base = {(r["task"], row["streams"]): row["decode_tokens_per_s"]
-        for r in runs if r["draft"] == "none" for row in r["rows"]}
-print("| task | streams | drafts | K | decode tok/s | speed-up | acceptance | tokens/round |")
-print("|---|---|---|---|---|---|---|---|")
-order = {"none": 0, "mtp": 1, "ngram": 2}
-for r in sorted(runs, key=lambda r: (r["task"], order[r["draft"]], r["draft_tokens"])):
+def key(r):
+    k = 0 if r["draft"] == "none" else r["draft_tokens"]
+    return (r["task"], r["draft"], k, r.get("draft_cost_percent") if k else None)
+groups = {}
+for r in runs:
     for row in r["rows"]:
-        tps = row["decode_tokens_per_s"]
-        speedup = tps / base[(r["task"], row["streams"])]
-        acc = row["acceptance"]
-        acc = "–" if acc is None else f"{100 * acc:.1f} %"
-        per_round = (row["decode_tokens"] + row["streams"]) / row["rounds"] / row["streams"]
-        print(f"| {r['task']} | {row['streams']} | {r['draft']} | {r['draft_tokens'] or '–'} "
-              f"| {tps:.1f} | {speedup:.2f}× | {acc} | {per_round:.2f} |")
+        groups.setdefault(key(r) + (row["streams"],), []).append(row)
+med = {g: statistics.median(row["decode_tokens_per_s"] for row in rows) for g, rows in groups.items()}
+print("| task | streams | drafts | K | cost % | decode tok/s (median) | speed-up | acceptance | tokens/round | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+order = {"none": 0, "mtp": 1, "ngram": 2}
+for g in sorted(groups, key=lambda g: (g[0], g[4], order[g[1]], g[2], g[3] or 0)):
+    task, draft, k, cost, streams = g
+    rows = groups[g]
+    speedup = med[g] / med[(task, "none", 0, None, streams)]
+    proposed = sum(row["draft_proposed"] for row in rows)
+    acc = "–" if proposed == 0 else f"{100 * sum(row['draft_accepted'] for row in rows) / proposed:.1f} %"
+    per_round = statistics.median((row["decode_tokens"] + streams) / row["rounds"] / streams for row in rows)
+    print(f"| {task} | {streams} | {draft} | {k or '–'} | {'–' if cost is None else cost} | {med[g]:.1f} "
+          f"| {speedup:.2f}× | {acc} | {per_round:.2f} | {len(rows)} |")
 PY

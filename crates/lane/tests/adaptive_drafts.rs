@@ -31,7 +31,10 @@ fn setup(accept: f64, cost_percent: u32) -> Setup {
 fn drafts_that_are_always_accepted_keep_the_full_window() {
     let (reply, proposed, rounds) = run(&mut setup(1.0, 25).build());
     assert!(rounds <= MAX_NEW / 5 + 2, "{rounds} rounds");
-    assert!(proposed >= 4 * (rounds - 2), "{proposed} drafts in {rounds} rounds");
+    assert!(
+        proposed >= 4 * (rounds - 2),
+        "{proposed} drafts in {rounds} rounds"
+    );
     let (plain, _, _) = run(&mut setup(1.0, 25).drafts(DraftMode::None, 0).build());
     assert_eq!(reply, plain);
 }
@@ -42,7 +45,11 @@ fn drafts_that_are_never_accepted_are_mostly_not_proposed() {
     let (fixed_reply, fixed_proposed, fixed_rounds) = run(&mut setup(0.0, 0).build());
     // A cost of 0 always proposes the full window: 4 per round (fewer only near the end).
     assert!(fixed_proposed >= 4 * (fixed_rounds - 4), "{fixed_proposed}");
-    assert_eq!(fixed_rounds, MAX_NEW - 1, "nothing accepted: one token a round");
+    assert_eq!(
+        fixed_rounds,
+        MAX_NEW - 1,
+        "nothing accepted: one token a round"
+    );
     assert!(
         proposed * 15 < fixed_proposed,
         "adaptive {proposed} vs fixed {fixed_proposed} drafts"
