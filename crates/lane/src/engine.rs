@@ -25,9 +25,9 @@ use crate::draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 use crate::event::{Event, FinishReason};
 use crate::ngram::ngram_draft;
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
-use crate::sampling::{logprob, top_logprobs, verify, Rng};
+use crate::sampling::{logprob, top_logprobs, verify, verify_greedy, Rng};
 use crate::stream::{State, Stream};
-use crate::target::{DraftAsk, Target, Window};
+use crate::target::{DraftAsk, Target, Window, WindowRows};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
 use slots::admission::{pick, Pick};
@@ -641,8 +641,17 @@ impl<T: Target> Engine<T> {
                 num_logits: p.num_logits,
             })
             .collect();
+        // Streams that need no more than the greedy token of each row (no sampling, no
+        // log-probabilities) let the target choose it beside the model.
+        let greedy: Vec<bool> = plans
+            .iter()
+            .map(|p| {
+                let stream = &self.live[p.idx];
+                stream.sampling.is_greedy() && !stream.logprobs
+            })
+            .collect();
         self.counters.forward_calls += 1;
-        let result = self.target.forward(&windows);
+        let result = self.target.forward_rows(&windows, &greedy);
         drop(windows);
         let outputs = match result {
             Ok(outputs) => outputs,
@@ -656,11 +665,16 @@ impl<T: Target> Engine<T> {
                 return;
             }
         };
+        let vocab = self.vocab;
         let well_formed = outputs.len() == plans.len()
             && plans
                 .iter()
                 .zip(&outputs)
-                .all(|(p, o)| o.len() == p.num_logits * self.vocab);
+                .zip(&greedy)
+                .all(|((p, o), &g)| match o {
+                    WindowRows::Logits(logits) => logits.len() == p.num_logits * vocab,
+                    WindowRows::Greedy(ids) => g && ids.len() == p.num_logits,
+                });
         if !well_formed {
             for plan in &plans {
                 self.finish(
@@ -670,8 +684,8 @@ impl<T: Target> Engine<T> {
             }
             return;
         }
-        for (plan, logits) in plans.into_iter().zip(outputs) {
-            self.absorb(plan, &logits);
+        for (plan, rows) in plans.into_iter().zip(outputs) {
+            self.absorb(plan, &rows);
         }
     }
 
@@ -779,7 +793,8 @@ impl<T: Target> Engine<T> {
 
     /// Takes one stream's logits: advances its computed positions, verifies its drafts, rolls
     /// back the rejected ones, draws its next token and applies the stop rules.
-    fn absorb(&mut self, plan: Planned, logits: &[f32]) {
+    fn absorb(&mut self, plan: Planned, rows: &WindowRows) {
+        let vocab = self.vocab;
         let stream = &mut self.live[plan.idx];
         let width = plan.tokens.len() as u64;
         let decoding = !stream.in_prompt();
@@ -790,13 +805,26 @@ impl<T: Target> Engine<T> {
         if plan.num_logits == 0 {
             return;
         }
-        let rows: Vec<&[f32]> = logits.chunks_exact(self.vocab).collect();
+        let logits_rows: Vec<&[f32]> = match rows {
+            WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
+            WindowRows::Greedy(_) => Vec::new(),
+        };
         let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
         let forced = match &stream.thinking {
             Some(thinking) => thinking.forced_along(drafts),
             None => vec![None; drafts.len() + 1],
         };
-        let verdict = match verify(&rows, drafts, &forced, &stream.sampling, &mut stream.rng) {
+        let verdict = match rows {
+            WindowRows::Logits(_) => verify(
+                &logits_rows,
+                drafts,
+                &forced,
+                &stream.sampling,
+                &mut stream.rng,
+            ),
+            WindowRows::Greedy(ids) => verify_greedy(ids, drafts, &forced),
+        };
+        let verdict = match verdict {
             Ok(verdict) => verdict,
             Err(error) => {
                 let message = format!("sampling {} failed: {error}", stream.id);
@@ -825,7 +853,7 @@ impl<T: Target> Engine<T> {
             .iter()
             .copied()
             .chain(std::iter::once(verdict.next));
-        for (token, row) in drawn.zip(&rows) {
+        for (i, token) in drawn.enumerate() {
             let stream = &mut self.live[plan.idx];
             if stream.stop_tokens.contains(&token) {
                 self.finish(plan.idx, FinishReason::Stop);
@@ -836,11 +864,14 @@ impl<T: Target> Engine<T> {
                 thinking.observe(token);
             }
             self.counters.tokens_generated += 1;
+            // Only a window that asked for logits wants log-probabilities.
+            let row = logits_rows.get(i).copied();
             self.out.push(Event::Token {
                 stream: stream.id,
                 token,
-                logprob: stream.logprobs.then(|| logprob(row, token)),
-                top_logprobs: top_logprobs(row, stream.top_logprobs as usize),
+                logprob: row.filter(|_| stream.logprobs).map(|r| logprob(r, token)),
+                top_logprobs: row
+                    .map_or_else(Vec::new, |r| top_logprobs(r, stream.top_logprobs as usize)),
             });
             if stream.generated() >= stream.max_new_tokens {
                 self.finish(plan.idx, FinishReason::Length);

@@ -36,7 +36,7 @@ pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
 pub use request::{DraftMode, Refusal, Request, SamplingParams, MAX_TOP_LOGPROBS};
 pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{
-    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window,
+    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,
 };
 pub use thinking::{Thinking, ThinkingBudget};
 pub use views::{Counters, SlotState, SlotView};

@@ -344,6 +344,45 @@ pub fn verify(
     })
 }
 
+/// [`verify`] for a greedy stream from each row's greedy token (`ids[i]`, as [`argmax`] gives it:
+/// `None` where no logit is finite) instead of the rows: the same verdict.
+pub fn verify_greedy(
+    ids: &[Option<u32>],
+    drafts: &[u32],
+    forced: &[Option<u32>],
+) -> Result<Verdict, SampleError> {
+    assert_eq!(
+        ids.len(),
+        drafts.len() + 1,
+        "verify needs one row per draft plus one"
+    );
+    assert_eq!(
+        forced.len(),
+        ids.len(),
+        "verify needs one forced entry per row"
+    );
+    for (i, &draft) in drafts.iter().enumerate() {
+        let best = match forced[i] {
+            Some(token) => token,
+            None => ids[i].ok_or(SampleError::NoFiniteLogit)?,
+        };
+        if best != draft {
+            return Ok(Verdict {
+                accepted: i,
+                next: best,
+            });
+        }
+    }
+    let next = match forced[drafts.len()] {
+        Some(token) => token,
+        None => ids[drafts.len()].ok_or(SampleError::NoFiniteLogit)?,
+    };
+    Ok(Verdict {
+        accepted: drafts.len(),
+        next,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,6 +525,48 @@ mod tests {
         assert!((freq0 - 0.5).abs() < 0.01, "{counts:?}");
         let freq2 = counts[2] as f64 / 40_000.0;
         assert!((freq2 - 0.125).abs() < 0.01, "{counts:?}");
+    }
+
+    #[test]
+    fn verifying_from_greedy_tokens_gives_the_verdict_of_the_rows() {
+        let mut rng = Rng::new(7);
+        let greedy = SamplingParams::greedy();
+        for case in 0..500 {
+            let num_drafts = case % 4;
+            // Few distinct values so ties are common; a row of NaN now and then.
+            let rows: Vec<Vec<f32>> = (0..=num_drafts)
+                .map(|_| {
+                    (0..6)
+                        .map(|_| match rng.next_u64() % 8 {
+                            0 => f32::NAN,
+                            1 => f32::NEG_INFINITY,
+                            v if case % 97 == 0 => f32::NAN + v as f32,
+                            v => (v % 3) as f32,
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+            let ids: Vec<Option<u32>> = refs.iter().map(|r| argmax(r).ok()).collect();
+            // Drafts that mostly follow the greedy tokens, so prefixes of every length occur.
+            let drafts: Vec<u32> = ids[..num_drafts]
+                .iter()
+                .map(|id| match (id, rng.next_u64() % 3) {
+                    (Some(id), 0 | 1) => *id,
+                    _ => (rng.next_u64() % 6) as u32,
+                })
+                .collect();
+            let forced: Vec<Option<u32>> = (0..=num_drafts)
+                .map(|_| {
+                    rng.next_u64()
+                        .is_multiple_of(5)
+                        .then(|| (rng.next_u64() % 6) as u32)
+                })
+                .collect();
+            let want = verify(&refs, &drafts, &forced, &greedy, &mut Rng::new(0));
+            let got = verify_greedy(&ids, &drafts, &forced);
+            assert_eq!(got, want, "case {case}: rows {rows:?} drafts {drafts:?}");
+        }
     }
 
     #[test]

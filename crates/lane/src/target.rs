@@ -107,6 +107,26 @@ pub fn split_logits(windows: &[Window<'_>], logits: &[f32], vocab: usize) -> Vec
         .collect()
 }
 
+/// What [`Target::forward_rows`] answers for one window.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowRows {
+    /// Its logits rows flattened (`num_logits × vocab_size` floats).
+    Logits(Vec<f32>),
+    /// Each row's greedy token as [`crate::sampling::argmax`] chooses it (`None` where no logit
+    /// is finite), for a window that asked for nothing more.
+    Greedy(Vec<Option<u32>>),
+}
+
+impl WindowRows {
+    /// Rows answered.
+    pub fn num_rows(&self, vocab: usize) -> usize {
+        match self {
+            WindowRows::Logits(logits) => logits.len() / vocab.max(1),
+            WindowRows::Greedy(ids) => ids.len(),
+        }
+    }
+}
+
 /// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DraftAsk {
@@ -141,6 +161,19 @@ pub trait Target {
     /// flattened (`num_logits × vocab_size` floats). Each window's positions are appended to its
     /// session's state.
     fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError>;
+
+    /// [`Target::forward`], where `greedy[i]` says that window `i` needs only each row's greedy
+    /// token: a target that can choose it beside the model answers [`WindowRows::Greedy`] there
+    /// and copies a token instead of a row of logits. The default answers logits everywhere.
+    fn forward_rows(
+        &mut self,
+        windows: &[Window<'_>],
+        greedy: &[bool],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        debug_assert_eq!(windows.len(), greedy.len(), "one greedy flag per window");
+        let logits = self.forward(windows)?;
+        Ok(logits.into_iter().map(WindowRows::Logits).collect())
+    }
 
     /// Keeps the first `len` positions of `session` and forgets the rest: rejected drafts are
     /// rolled back, KV rows truncated and linear-attention state restored as of position `len`.
@@ -193,6 +226,14 @@ impl<T: Target + ?Sized> Target for Box<T> {
 
     fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
         (**self).forward(windows)
+    }
+
+    fn forward_rows(
+        &mut self,
+        windows: &[Window<'_>],
+        greedy: &[bool],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        (**self).forward_rows(windows, greedy)
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {

@@ -14,8 +14,8 @@
 //! rounds fail with a device error. A release hook runs while a session is released and may
 //! inject faults then (how the tests make "a release ends another stream" happen).
 
-use crate::sampling::{mix64, Rng};
-use crate::target::{Target, TargetError, Window};
+use crate::sampling::{argmax, mix64, Rng};
+use crate::target::{Target, TargetError, Window, WindowRows};
 use slots::{MoveFault, SessionId};
 use std::collections::VecDeque;
 
@@ -30,6 +30,9 @@ pub struct FakeConfig {
     pub draft_accept: f64,
     /// Whether [`Target::draft`] proposes anything.
     pub has_drafter: bool,
+    /// Whether [`Target::forward_rows`] answers greedy windows with their tokens (as a GPU
+    /// target does) rather than their logits.
+    pub greedy_rows: bool,
 }
 
 impl Default for FakeConfig {
@@ -39,6 +42,7 @@ impl Default for FakeConfig {
             seed: 0x5EED,
             draft_accept: 0.7,
             has_drafter: true,
+            greedy_rows: true,
         }
     }
 }
@@ -252,6 +256,28 @@ impl Target for FakeTarget {
 
     fn session_capacities(&self) -> Vec<u64> {
         self.sessions.iter().map(|s| s.capacity).collect()
+    }
+
+    fn forward_rows(
+        &mut self,
+        windows: &[Window<'_>],
+        greedy: &[bool],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        let vocab = self.config.vocab_size;
+        let greedy_rows = self.config.greedy_rows;
+        let logits = self.forward(windows)?;
+        Ok(logits
+            .into_iter()
+            .zip(greedy)
+            .map(|(rows, &g)| {
+                if g && greedy_rows {
+                    let ids = rows.chunks_exact(vocab).map(|r| argmax(r).ok()).collect();
+                    WindowRows::Greedy(ids)
+                } else {
+                    WindowRows::Logits(rows)
+                }
+            })
+            .collect())
     }
 
     fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {

@@ -175,3 +175,36 @@ fn a_stop_token_ends_the_reply_and_is_not_emitted() {
     assert_eq!(replies.reason(id), Some(&FinishReason::Stop));
     assert_eq!(replies.reply(id), full[..first]);
 }
+
+/// A target that answers greedy windows with their greedy tokens (as the GPU does) gives the
+/// replies of one that answers with logits, greedy or sampled, with or without drafts.
+#[test]
+fn greedy_tokens_from_the_target_give_the_replies_of_its_logits() {
+    let mixed = |p, n, seed: u64| {
+        let mut r = if seed.is_multiple_of(3) {
+            sampled(p, n, seed)
+        } else {
+            greedy(p, n)
+        };
+        r.logprobs = seed % 4 == 1;
+        r
+    };
+    for setup in [Setup::spec(&eight_sessions(), 64), with_drafts()] {
+        let mut by_logits = setup.clone();
+        by_logits.fake.greedy_rows = false;
+        let (with_tokens, with_logits) = (setup.build(), by_logits.build());
+        let mut engines = [with_tokens, with_logits];
+        let mut replies = [Replies::default(), Replies::default()];
+        let mut ids = [Vec::new(), Vec::new()];
+        for (k, engine) in engines.iter_mut().enumerate() {
+            for request in requests(8, mixed) {
+                ids[k].push(engine.submit(request).unwrap());
+            }
+            run_until_idle(engine, &mut replies[k], 10_000);
+        }
+        for (a, b) in ids[0].iter().zip(&ids[1]) {
+            assert_eq!(replies[0].reply(*a), replies[1].reply(*b), "{a}");
+            assert_eq!(replies[0].reason(*a), replies[1].reason(*b), "{a}");
+        }
+    }
+}
