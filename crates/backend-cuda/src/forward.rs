@@ -35,6 +35,8 @@ pub struct Scratch {
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
+    /// The greedy token of each logits row of a round that wants tokens only.
+    ids: Buf<i32>,
     pub(crate) meta: Buf<i32>,
     /// Captured rounds over these buffers.
     pub(crate) graphs: Graphs,
@@ -54,6 +56,7 @@ pub(crate) struct Ptrs {
     pub(crate) logits: u64,
     pub(crate) cat: u64,
     pub(crate) draft_hidden: u64,
+    pub(crate) ids: u64,
 }
 
 /// Widths of the scratch rows for `model`.
@@ -124,6 +127,7 @@ impl Scratch {
             logits: z()?,
             cat: z()?,
             draft_hidden: z()?,
+            ids: Buf::zeros(gpu, 1)?,
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
         })
@@ -151,6 +155,7 @@ impl Scratch {
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
             self.draft_hidden.ensure(g, rows * w.hidden)?,
+            self.ids.ensure(g, logit_rows.max(1))?,
         ];
         // A captured graph holds the old addresses: forget them all.
         if moved.contains(&true) {
@@ -168,6 +173,7 @@ impl Scratch {
             logits: self.logits.at(0),
             cat: self.cat.at(0),
             draft_hidden: self.draft_hidden.at(0),
+            ids: self.ids.at(0),
         })
     }
 
@@ -447,21 +453,39 @@ fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bo
     }
 }
 
-/// Runs a round: returns the logits of the wanted rows, window after window (`Σ num_logits ×
-/// vocab`). The sessions' GPU state advances; the caller updates their host lengths.
+/// What a round copies back: the wanted logits rows, or only each row's greedy token.
+pub enum RoundOut {
+    /// `Σ num_logits × vocab` floats, window after window.
+    Logits(Vec<f32>),
+    /// `Σ num_logits` ids, window after window; −1 for a row with no finite logit.
+    Greedy(Vec<i32>),
+}
+
+/// Runs a round: returns the wanted rows, window after window, as logits or, with `greedy`, as
+/// each row's greedy token (chosen on the GPU, so only the ids come back). The sessions' GPU
+/// state advances; the caller updates their host lengths.
 pub fn forward(
     m: &CudaModel,
     sessions: &Sessions,
     scratch: &mut Scratch,
     plans: &[WindowPlan],
     tokens: &[u32],
-) -> Result<Vec<f32>, CudaError> {
+    greedy: bool,
+) -> Result<RoundOut, CudaError> {
     let rows = tokens.len();
     let rm = round_meta(plans, tokens, sessions, m.has_mtp());
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
-    let enqueue = || enqueue_round(&pass, sessions, base, &rm, plans.len(), rows);
+    let enqueue = || {
+        enqueue_round(&pass, sessions, base, &rm, plans.len(), rows)?;
+        if greedy {
+            let v = m.config.vocab_size;
+            m.kernels
+                .argmax(&m.gpu, ptrs.logits, rm.num_logits, v, ptrs.ids, -1)?;
+        }
+        Ok(())
+    };
     if rows <= GRAPH_MAX_ROWS {
         let key = GraphKey::Round {
             rows,
@@ -469,14 +493,21 @@ pub fn forward(
             logits: rm.num_logits,
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
+            greedy,
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {
         enqueue()?;
     }
-    scratch
-        .logits
-        .read(&m.gpu, rm.num_logits * m.config.vocab_size)
+    Ok(if greedy {
+        RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?)
+    } else {
+        RoundOut::Logits(
+            scratch
+                .logits
+                .read(&m.gpu, rm.num_logits * m.config.vocab_size)?,
+        )
+    })
 }
 
 /// Every launch of a round, in order (captured into a graph or launched as they come).

@@ -28,6 +28,8 @@ pub enum GraphKey {
         logits: usize,
         mtp_rows: usize,
         mtp_pairs: usize,
+        /// Whether the round ends by choosing each row's greedy token.
+        greedy: bool,
     },
     Draft {
         rows: usize,

@@ -248,12 +248,15 @@ fn enqueue_draft(
         pass.layer(&head.layer, n, &rows, sessions)?;
         pass.norm(ptrs.x, &head.norm, n, ptrs.draft_hidden)?;
         pass.logits(ptrs.draft_hidden, 0, n, vocab)?;
+        // A row with no finite logit drafts token 0: a draft only proposes, and the next step
+        // needs a valid id.
         m.kernels.argmax(
             &m.gpu,
             ptrs.logits,
             n,
             vocab,
             at(base, d.tokens + (s + 1) * n),
+            0,
         )?;
     }
     Ok(())

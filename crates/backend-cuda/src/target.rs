@@ -2,12 +2,14 @@
 //! once at construction from the plan's capacities. Mirrors backend-cpu's `CpuTarget`: the same
 //! checks, the same MTP bookkeeping, the same greedy drafting.
 
-use crate::forward::{self, Scratch, WindowPlan};
+use crate::forward::{self, RoundOut, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::mtp::DraftStart;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
 use crate::CudaError;
-use lane::{check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window};
+use lane::{
+    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,
+};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
 
@@ -69,9 +71,9 @@ impl CudaTarget {
         check_windows(windows, &extents, self.model.vocab_size())
     }
 
-    /// How many drafts `ask` may have (0: none, e.g. a model without a head or an empty session),
-    /// or why it is refused.
-    fn drafts_allowed(&self, ask: &DraftAsk) -> Result<usize, TargetError> {
+    /// How many steps of the head `ask`'s session has room for (0: none, e.g. a model without a
+    /// head or an empty session), or why the ask is refused.
+    fn draft_room(&self, ask: &DraftAsk) -> Result<usize, TargetError> {
         let session = ask.session;
         if !self.model.has_mtp() {
             return Ok(0);
@@ -98,9 +100,46 @@ impl CudaTarget {
             )));
         }
         // Step s writes the head's row at len − 1 + s.
-        Ok(ask
-            .num_drafts
-            .min(self.sessions.capacity[session.0] - (meta.len - 1)))
+        Ok(self.sessions.capacity[session.0] - (meta.len - 1))
+    }
+
+    /// Checks and runs a round, then advances the sessions' host lengths.
+    fn round(&mut self, windows: &[Window<'_>], greedy: bool) -> Result<RoundOut, TargetError> {
+        self.check(windows)?;
+        let plans: Vec<WindowPlan> = windows
+            .iter()
+            .filter(|w| !w.tokens.is_empty())
+            .map(|w| WindowPlan {
+                session: w.session.0,
+                start: w.start as usize,
+                len: w.tokens.len(),
+                num_logits: w.num_logits,
+            })
+            .collect();
+        if plans.is_empty() {
+            return Ok(if greedy {
+                RoundOut::Greedy(Vec::new())
+            } else {
+                RoundOut::Logits(Vec::new())
+            });
+        }
+        let tokens: Vec<u32> = windows
+            .iter()
+            .flat_map(|w| w.tokens.iter().copied())
+            .collect();
+        let out = forward::forward(
+            &self.model,
+            &self.sessions,
+            &mut self.scratch,
+            &plans,
+            &tokens,
+            greedy,
+        )
+        .map_err(device)?;
+        for p in &plans {
+            self.advance(p);
+        }
+        Ok(out)
     }
 
     /// The host's lengths after a window of `len` tokens at `start`.
@@ -139,37 +178,43 @@ impl Target for CudaTarget {
     }
 
     fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        self.check(windows)?;
-        let plans: Vec<WindowPlan> = windows
-            .iter()
-            .filter(|w| !w.tokens.is_empty())
-            .map(|w| WindowPlan {
-                session: w.session.0,
-                start: w.start as usize,
-                len: w.tokens.len(),
-                num_logits: w.num_logits,
-            })
-            .collect();
-        let tokens: Vec<u32> = windows
-            .iter()
-            .flat_map(|w| w.tokens.iter().copied())
-            .collect();
-        let logits = if plans.is_empty() {
-            Vec::new()
-        } else {
-            forward::forward(
-                &self.model,
-                &self.sessions,
-                &mut self.scratch,
-                &plans,
-                &tokens,
-            )
-            .map_err(device)?
-        };
-        for p in &plans {
-            self.advance(p);
+        match self.round(windows, false)? {
+            RoundOut::Logits(logits) => Ok(split_logits(windows, &logits, self.model.vocab_size())),
+            RoundOut::Greedy(_) => unreachable!("a round asked for logits"),
         }
-        Ok(split_logits(windows, &logits, self.model.vocab_size()))
+    }
+
+    /// When every window with rows is greedy, the GPU chooses the tokens and only they come
+    /// back (a row of logits is `vocab` floats to copy and scan on the host); otherwise logits.
+    fn forward_rows(
+        &mut self,
+        windows: &[Window<'_>],
+        greedy: &[bool],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        let all_greedy = windows
+            .iter()
+            .zip(greedy)
+            .all(|(w, &g)| g || w.num_logits == 0 || w.tokens.is_empty());
+        if !all_greedy {
+            let logits = self.forward(windows)?;
+            return Ok(logits.into_iter().map(WindowRows::Logits).collect());
+        }
+        let RoundOut::Greedy(ids) = self.round(windows, true)? else {
+            unreachable!("a round asked for greedy tokens")
+        };
+        let mut at = 0;
+        Ok(windows
+            .iter()
+            .map(|w| {
+                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+                let rows = ids[at..at + n]
+                    .iter()
+                    .map(|&id| u32::try_from(id).ok())
+                    .collect();
+                at += n;
+                WindowRows::Greedy(rows)
+            })
+            .collect())
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
@@ -223,8 +268,10 @@ impl Target for CudaTarget {
         self.draft_batch(&[ask]).pop().expect("one answer per ask")
     }
 
-    /// Every asked session's drafts in one pass of the head per step (one per distinct number of
-    /// drafts, nearly always one): the same drafts as one by one.
+    /// Every asked session's drafts in one pass of the head per step: the same drafts as one by
+    /// one. Streams asking fewer drafts than the most asked ride along for the extra steps when
+    /// their session has room (the extra rows of the head's cache are past what they keep and
+    /// are written again before they are read); the others get a pass of their own.
     fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
         debug_assert!(
             asks.iter()
@@ -233,39 +280,50 @@ impl Target for CudaTarget {
             "one draft ask per session: {asks:?}"
         );
         let mut answers: Vec<Result<Vec<u32>, TargetError>> = Vec::with_capacity(asks.len());
-        // (number of drafts, ask index) of the asks that draft.
-        let mut drafting: Vec<(usize, usize)> = Vec::new();
+        // (drafts, steps of the head the session has room for, ask index) of the asks that draft.
+        let mut drafting: Vec<(usize, usize, usize)> = Vec::new();
         for (k, ask) in asks.iter().enumerate() {
-            match self.drafts_allowed(ask) {
-                Ok(0) => answers.push(Ok(Vec::new())),
-                Ok(num) => {
-                    drafting.push((num, k));
-                    answers.push(Ok(Vec::new()));
+            answers.push(self.draft_room(ask).map(|room| {
+                let num = ask.num_drafts.min(room);
+                if num > 0 {
+                    drafting.push((num, room, k));
                 }
-                Err(e) => answers.push(Err(e)),
-            }
+                Vec::new()
+            }));
         }
-        drafting.sort_unstable();
-        for group in drafting.chunk_by(|a, b| a.0 == b.0) {
-            let num = group[0].0;
+        let most = drafting.iter().map(|d| d.0).max().unwrap_or(0);
+        // Pass length per ask: the most asked when there is room for it, else its own.
+        let mut passes: Vec<(usize, usize, usize)> = drafting
+            .iter()
+            .map(|&(num, room, k)| (if room >= most { most } else { num }, num, k))
+            .collect();
+        passes.sort_unstable();
+        for group in passes.chunk_by(|a, b| a.0 == b.0) {
+            let steps = group[0].0;
             let starts: Vec<DraftStart> = group
                 .iter()
-                .map(|&(_, k)| DraftStart {
+                .map(|&(_, _, k)| DraftStart {
                     session: asks[k].session.0,
                     next_token: asks[k].next_token,
                 })
                 .collect();
-            let drafts =
-                crate::mtp::draft(&self.model, &self.sessions, &mut self.scratch, &starts, num);
+            let drafts = crate::mtp::draft(
+                &self.model,
+                &self.sessions,
+                &mut self.scratch,
+                &starts,
+                steps,
+            );
             match drafts {
                 Ok(drafts) => {
-                    for (&(_, k), d) in group.iter().zip(drafts) {
+                    for (&(_, num, k), mut d) in group.iter().zip(drafts) {
+                        d.truncate(num);
                         answers[k] = Ok(d);
                     }
                 }
                 Err(e) => {
                     let message = e.to_string();
-                    for &(_, k) in group {
+                    for &(_, _, k) in group {
                         answers[k] = Err(TargetError::Device(message.clone()));
                     }
                 }

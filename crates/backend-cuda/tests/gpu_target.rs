@@ -7,7 +7,10 @@
 
 use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaError, CudaModel, CudaTarget};
-use lane::{Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window};
+use lane::{
+    Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window,
+    WindowRows,
+};
 use slots::{SessionId, MARGIN};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -345,17 +348,21 @@ fn mtp_drafts_equal_the_cpu_backends() {
 }
 
 /// One batched draft call gives every session the drafts and the head's state it gets alone,
-/// whatever the other asks (other lengths, another number of drafts, a refused ask).
+/// whatever the other asks (other lengths, fewer drafts riding along a longer pass, a session
+/// without room for the longest pass, a refused ask).
 #[test]
 fn batched_drafts_equal_drafts_one_by_one() {
     let Some(gpu) = gpu() else { return };
-    let prompts: Vec<Vec<u32>> = [(1, 30), (40, 90), (7, 12), (300, 340)]
+    let prompts: Vec<Vec<u32>> = [(1, 30), (40, 90), (7, 12), (300, 340), (5, 9)]
         .iter()
         .map(|&(a, b)| count_request(a, b, 0).prompt)
         .collect();
+    // The last session has room for two steps of the head only (its rows at len − 1 and len).
+    let mut capacities = vec![256; 4];
+    capacities.push(prompts[4].len() as u64 + 1);
     let (mut batched, mut alone) = (
-        CudaTarget::new(&gpu, &[256; 4]).expect("target"),
-        CudaTarget::new(&gpu, &[256; 4]).expect("target"),
+        CudaTarget::new(&gpu, &capacities).expect("target"),
+        CudaTarget::new(&gpu, &capacities).expect("target"),
     );
     let mut nexts = Vec::new();
     for (s, p) in prompts.iter().enumerate() {
@@ -363,8 +370,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
         alone.forward(&[window(s, 0, p, 1)]).expect("prompt");
         nexts.push(argmax(&rows[0]));
     }
-    let nums = [3, 3, 2, 3];
-    let mut asks: Vec<DraftAsk> = (0..4)
+    let nums = [3, 3, 2, 3, 3];
+    let mut asks: Vec<DraftAsk> = (0..prompts.len())
         .map(|s| DraftAsk {
             session: SessionId(s),
             next_token: nexts[s],
@@ -380,23 +387,72 @@ fn batched_drafts_equal_drafts_one_by_one() {
     let answers = batched.draft_batch(&asks);
     assert_eq!(answers.len(), asks.len());
     assert!(
-        answers[4].is_err(),
+        answers[5].is_err(),
         "a session that does not exist is refused"
     );
-    for (ask, answer) in asks.iter().zip(&answers).take(4) {
+    for (ask, answer) in asks.iter().zip(&answers).take(5) {
         let s = ask.session;
         let want = alone
             .draft(s, ask.next_token, ask.num_drafts)
             .expect("alone");
         let got = answer.as_ref().expect("batched");
         assert_eq!(got, &want, "{s}: batched drafts differ from drafting alone");
-        assert_eq!(got.len(), ask.num_drafts);
+        let room = if s.0 == 4 { 2 } else { ask.num_drafts };
+        assert_eq!(got.len(), room, "{s}");
         assert_eq!(
             batched.state_digest(s).expect("digest"),
             alone.state_digest(s).expect("digest"),
             "{s}: the head's state differs after a batched draft"
         );
     }
+}
+
+/// Greedy tokens chosen on the GPU are the host's argmax of the same round's logits, and the
+/// round leaves the same state; a round with one non-greedy window answers logits.
+#[test]
+fn greedy_rows_are_the_argmax_of_the_logits() {
+    let Some(gpu) = gpu() else { return };
+    let a = count_request(1, 30, 0).prompt;
+    let b = count_request(50, 80, 0).prompt;
+    let (mut by_logits, mut by_ids) = (
+        CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
+        CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
+    );
+    for t in [&mut by_logits, &mut by_ids] {
+        t.forward(&[window(0, 0, &a, 1), window(1, 0, &b, 1)])
+            .expect("prompts");
+    }
+    let (na, nb) = (a.len() as u64, b.len() as u64);
+    // A prompt chunk without logits, a 3-row window, a 1-row window.
+    let windows = [
+        window(2, 0, &a[..10], 0),
+        window(0, na, &[17, 18, 19], 3),
+        window(1, nb, &[5], 1),
+    ];
+    let logits = by_logits.forward(&windows).expect("logits");
+    let rows = by_ids
+        .forward_rows(&windows, &[true, true, true])
+        .expect("greedy rows");
+    for (w, (l, r)) in logits.iter().zip(&rows).enumerate() {
+        let want: Vec<Option<u32>> = l
+            .chunks_exact(gpu.vocab_size())
+            .map(|row| lane::sampling::argmax(row).ok())
+            .collect();
+        assert_eq!(r, &WindowRows::Greedy(want), "window {w}");
+    }
+    for s in 0..3 {
+        assert_eq!(
+            by_logits.state_digest(SessionId(s)).expect("digest"),
+            by_ids.state_digest(SessionId(s)).expect("digest"),
+            "session {s}"
+        );
+    }
+    let next = [window(0, na + 3, &[20], 1), window(1, nb + 1, &[6], 1)];
+    let rows = by_ids.forward_rows(&next, &[true, false]).expect("mixed");
+    assert!(
+        rows.iter().all(|r| matches!(r, WindowRows::Logits(_))),
+        "a round with a window wanting logits answers logits"
+    );
 }
 
 #[test]

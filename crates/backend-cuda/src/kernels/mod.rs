@@ -580,7 +580,8 @@ impl Kernels {
         )
     }
 
-    /// `out[r]` = the greedy token of logits row `r` (`rows × n`).
+    /// `out[r]` = the greedy token of logits row `r` (`rows × n`), `none` for a row with no
+    /// finite logit.
     pub fn argmax(
         &self,
         gpu: &Gpu,
@@ -588,6 +589,7 @@ impl Kernels {
         rows: usize,
         n: usize,
         out: u64,
+        none: i32,
     ) -> Result<(), CudaError> {
         if rows == 0 {
             return Ok(());
@@ -596,7 +598,12 @@ impl Kernels {
             &self.argmax,
             (rows_u32(rows), 1, 1),
             ARGMAX_THREADS,
-            &[Arg::Ptr(logits), Arg::I32(n as i32), Arg::Ptr(out)],
+            &[
+                Arg::Ptr(logits),
+                Arg::I32(n as i32),
+                Arg::I32(none),
+                Arg::Ptr(out),
+            ],
         )
     }
 }

@@ -33,11 +33,11 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, const int* _
 }
 
 // Greedy choice per row, as lane::sampling::argmax: the largest logit, NaN and −∞ skipped, ties
-// to the lowest id; 0 when no logit qualifies. One block of ARGMAX_THREADS per row.
+// to the lowest id; `none` when no logit qualifies. One block of ARGMAX_THREADS per row.
 #define ARGMAX_THREADS 1024
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-argmax_rows(const float* __restrict__ logits, int n, int* __restrict__ out) {
+argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__ out) {
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ int best_i[ARGMAX_THREADS];
     const float* row = logits + (size_t)blockIdx.x * n;
@@ -63,5 +63,5 @@ argmax_rows(const float* __restrict__ logits, int n, int* __restrict__ out) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? 0 : best_i[0];
+    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? none : best_i[0];
 }

@@ -188,12 +188,14 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
     let flat: Vec<f32> = rows.concat();
     let logits = Buf::from_host(&gpu, &flat).unwrap();
     let out = Buf::<i32>::zeros(&gpu, rows.len()).unwrap();
-    k.argmax(&gpu, logits.at(0), rows.len(), n, out.at(0))
-        .unwrap();
-    let got = out.read(&gpu, rows.len()).unwrap();
-    for (r, row) in rows.iter().enumerate() {
-        let want = lane::sampling::argmax(row).unwrap_or(0);
-        assert_eq!(got[r] as u32, want, "seed {seed} row {r}");
+    for none in [0, -1] {
+        k.argmax(&gpu, logits.at(0), rows.len(), n, out.at(0), none)
+            .unwrap();
+        let got = out.read(&gpu, rows.len()).unwrap();
+        for (r, row) in rows.iter().enumerate() {
+            let want = lane::sampling::argmax(row).map_or(none, |id| id as i32);
+            assert_eq!(got[r], want, "seed {seed} row {r} (none = {none})");
+        }
     }
 }
 
