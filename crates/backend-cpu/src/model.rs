@@ -188,11 +188,18 @@ impl CpuModel {
 
     /// Logits `[rows, vocab]` of final-normed hidden rows `[rows, hidden]`.
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
-        let (v, h) = (self.config.vocab_size, self.config.hidden_size);
-        let mut out = vec![0.0f32; hidden.len() / h * v];
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        on_pool(|| matmul(hidden, head.data(), h, &mut out));
+        let mut out = Vec::new();
+        self.logits_into(hidden, &mut out);
         out
+    }
+
+    /// [`CpuModel::logits`] into `out`, resized to `[rows, vocab]` (its memory reused: every
+    /// element is overwritten).
+    pub fn logits_into(&self, hidden: &[f32], out: &mut Vec<f32>) {
+        let (v, h) = (self.config.vocab_size, self.config.hidden_size);
+        out.resize(hidden.len() / h * v, 0.0);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        on_pool(|| matmul(hidden, head.data(), h, out));
     }
 
     /// The logits of the token ids `0..n` only, `[rows, n]`: each the same bits as in

@@ -10,9 +10,18 @@ use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
-use lane::{check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window};
+use lane::{
+    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,
+};
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
+
+/// Rows of logits the target keeps a buffer for between rounds (4.9 MB at Qwen3's 151,936-id
+/// vocabulary): a round of up to this many wanted rows computes its logits into memory already
+/// mapped and touched instead of a fresh allocation (at 1 stream, a 600 KB vector a token whose
+/// pages the allocator hands back and faults in again). A larger round uses a buffer of its own,
+/// so a burst of wide rounds never pins its memory.
+const KEPT_LOGITS_ROWS: usize = 8;
 
 /// The CPU target: one model, many sessions.
 pub struct CpuTarget {
@@ -20,6 +29,9 @@ pub struct CpuTarget {
     sessions: Vec<SessionState>,
     /// Longest window with drafts this target verifies (its sessions can roll it back).
     rollback_window: usize,
+    /// The last round's logits `[wanted rows, vocab]`, kept for the next round when it is at most
+    /// [`KEPT_LOGITS_ROWS`] rows.
+    logits: Vec<f32>,
 }
 
 impl CpuTarget {
@@ -46,6 +58,7 @@ impl CpuTarget {
             model,
             sessions,
             rollback_window,
+            logits: Vec::new(),
         }
     }
 
@@ -91,40 +104,9 @@ impl CpuTarget {
         Ok(Vec::new())
     }
 
-    /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
-    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        let extents: Vec<SessionExtent> = self
-            .sessions
-            .iter()
-            .map(|s| SessionExtent {
-                len: s.len as u64,
-                capacity: s.capacity as u64,
-            })
-            .collect();
-        check_windows(windows, &extents, self.model.vocab_size())?;
-        for w in windows {
-            let state = &self.sessions[w.session.0];
-            if let Some(head) = state.mtp.as_ref().filter(|h| h.len != state.len) {
-                return Err(TargetError::Invalid(format!(
-                    "{}: MTP state at {} but the session at {}",
-                    w.session, head.len, state.len
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Target for CpuTarget {
-    fn vocab_size(&self) -> usize {
-        self.model.vocab_size()
-    }
-
-    fn session_capacities(&self) -> Vec<u64> {
-        self.sessions.iter().map(|s| s.capacity as u64).collect()
-    }
-
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+    /// Runs the windows through the model and leaves the logits of their wanted rows, in window
+    /// order, in `self.logits` (`[rows, vocab]`).
+    fn compute(&mut self, windows: &[Window<'_>]) -> Result<(), TargetError> {
         self.check(windows)?;
         let live: Vec<&Window<'_>> = windows.iter().filter(|w| !w.tokens.is_empty()).collect();
         // 1. the batch: every window's tokens, and its session's state taken out for the call
@@ -172,9 +154,77 @@ impl Target for CpuTarget {
         for (w, state) in live.iter().zip(states) {
             self.sessions[w.session.0] = state;
         }
-        let logits = self.model.logits(&wanted);
+        if wanted.len() / h > KEPT_LOGITS_ROWS {
+            self.logits = Vec::new();
+        }
+        self.model.logits_into(&wanted, &mut self.logits);
+        Ok(())
+    }
+
+    /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
+    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
+        let extents: Vec<SessionExtent> = self
+            .sessions
+            .iter()
+            .map(|s| SessionExtent {
+                len: s.len as u64,
+                capacity: s.capacity as u64,
+            })
+            .collect();
+        check_windows(windows, &extents, self.model.vocab_size())?;
+        for w in windows {
+            let state = &self.sessions[w.session.0];
+            if let Some(head) = state.mtp.as_ref().filter(|h| h.len != state.len) {
+                return Err(TargetError::Invalid(format!(
+                    "{}: MTP state at {} but the session at {}",
+                    w.session, head.len, state.len
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Target for CpuTarget {
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        self.sessions.iter().map(|s| s.capacity as u64).collect()
+    }
+
+    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        self.compute(windows)?;
         // 4. split per window, in the order asked
-        Ok(split_logits(windows, &logits, self.model.vocab_size()))
+        Ok(split_logits(windows, &self.logits, self.model.vocab_size()))
+    }
+
+    /// [`Target::forward`], with each greedy window's rows answered as their greedy tokens
+    /// ([`lane::sampling::argmax`], as the engine would choose them from the rows), read from the
+    /// kept logits buffer: a greedy stream costs no logits vector a round.
+    fn forward_rows(
+        &mut self,
+        windows: &[Window<'_>],
+        greedy: &[bool],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        debug_assert_eq!(windows.len(), greedy.len(), "one greedy flag per window");
+        self.compute(windows)?;
+        let vocab = self.model.vocab_size();
+        let mut rows = self.logits.chunks_exact(vocab);
+        Ok(windows
+            .iter()
+            .zip(greedy)
+            .map(|(w, &greedy)| {
+                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+                let mine = rows.by_ref().take(n);
+                if greedy {
+                    WindowRows::Greedy(mine.map(|r| lane::sampling::argmax(r).ok()).collect())
+                } else {
+                    WindowRows::Logits(mine.flatten().copied().collect())
+                }
+            })
+            .collect())
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {

@@ -289,3 +289,64 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
     }
     assert!(last == whole, "chunked prefill differs from one window");
 }
+
+/// Two targets with the same sessions and history: one answers `forward`, the other
+/// `forward_rows` with some windows greedy (the kept logits buffer reused round after round,
+/// rounds of 4 to 14 wanted rows, more than it keeps a buffer for in the last,
+/// an empty window among them).
+#[test]
+fn greedy_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() {
+    for name in ["qwen3_f32_untied", "qwen3_bf16"] {
+        let model = model(name);
+        let mut plain = CpuTarget::new(model.clone(), &[256, 256, 256]);
+        let mut rows = CpuTarget::new(model.clone(), &[256, 256, 256]);
+        let mut fed = [0usize; 3];
+        for round in 0..4 {
+            // Window 1 is empty in round 2; window 2 wants every row of its growing chunk.
+            let spans: Vec<(usize, usize, usize)> = (0..3)
+                .map(|i| {
+                    let len = match (round, i) {
+                        (2, 1) => 0,
+                        (_, 2) => 3 + 3 * round as usize,
+                        _ => 1 + i,
+                    };
+                    let num_logits = if i == 2 { len } else { len.min(1) };
+                    (i, len, num_logits)
+                })
+                .collect();
+            let tokens: Vec<Vec<u32>> = spans
+                .iter()
+                .map(|&(i, len, _)| prompt(10 + i as u32 + round, len))
+                .collect();
+            let windows: Vec<Window<'_>> = spans
+                .iter()
+                .zip(&tokens)
+                .map(|(&(i, _, num_logits), t)| Window {
+                    session: SessionId(i),
+                    start: fed[i] as u64,
+                    tokens: t,
+                    num_logits,
+                })
+                .collect();
+            let greedy = [round % 2 == 0, true, round == 3];
+            let want = plain.forward(&windows).unwrap();
+            let got = rows.forward_rows(&windows, &greedy).unwrap();
+            let vocab = model.vocab_size();
+            for (i, (want, got)) in want.iter().zip(got).enumerate() {
+                let expected = if greedy[i] {
+                    lane::WindowRows::Greedy(
+                        want.chunks_exact(vocab)
+                            .map(|r| lane::sampling::argmax(r).ok())
+                            .collect(),
+                    )
+                } else {
+                    lane::WindowRows::Logits(want.clone())
+                };
+                assert_eq!(got, expected, "{name} round {round} window {i}");
+            }
+            for &(i, len, _) in &spans {
+                fed[i] += len;
+            }
+        }
+    }
+}
