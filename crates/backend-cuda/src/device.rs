@@ -2,7 +2,7 @@
 //! it, so a round needs no host sync until its logits come back), device buffers addressed by
 //! raw pointers, and a launch helper.
 
-use crate::CudaError;
+use crate::{CudaError, DeviceMemory};
 use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
     PushKernelArg, ValidAsZeroBits,
@@ -39,6 +39,16 @@ impl Gpu {
         // A stream of its own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream }))
+    }
+
+    /// The device's name and its (free, total) memory in bytes.
+    pub fn memory(&self) -> Result<DeviceMemory, CudaError> {
+        let (free, total) = self.ctx.mem_get_info()?;
+        Ok(DeviceMemory {
+            name: self.ctx.name()?,
+            free_bytes: free as u64,
+            total_bytes: total as u64,
+        })
     }
 
     /// Launches `f` on the stream with `args` in order.
@@ -132,6 +142,16 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
             p
         };
         Buf { slice, ptr }
+    }
+
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Never: a buffer holds one element at least.
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
     }
 
     /// The address of element `offset`.

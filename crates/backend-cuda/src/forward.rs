@@ -332,6 +332,7 @@ impl Pass<'_> {
                     eps: self.eps(),
                     state: sessions.lin_state.at(0),
                     snaps: sessions.lin_snaps.at(0),
+                    rollback: sessions.rollback,
                     lin_stride: sessions.lin_stride,
                     layer_off: *layer_off,
                     mixed: p.mixed,

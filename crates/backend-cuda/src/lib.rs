@@ -22,6 +22,7 @@
 //! # Ok::<(), backend_cuda::CudaError>(())
 //! ```
 
+mod bytes;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
@@ -46,11 +47,29 @@ mod stub;
 
 #[cfg(feature = "cuda")]
 pub use crate::model::CudaModel;
+pub use bytes::{SessionBytes, MAX_ROLLBACK_WINDOW};
 #[cfg(feature = "cuda")]
 pub use target::CudaTarget;
 
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaModel, CudaTarget};
+
+/// What the GPU holds, as `flashlane serve --device cuda` plans sessions against it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub name: String,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// Device 0's name and memory, or why there is no GPU to use.
+#[cfg(feature = "cuda")]
+pub fn device_memory() -> Result<DeviceMemory, CudaError> {
+    device::Gpu::open()?.memory()
+}
+
+#[cfg(not(feature = "cuda"))]
+pub use stub::device_memory;
 
 /// Why the GPU backend could not do something.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,6 @@
 
 use crate::device::Gpu;
 use crate::kernels::{Dims, Kernels};
-use crate::state::MAX_ROLLBACK_WINDOW;
 use crate::weights::ModelWeights;
 use crate::CudaError;
 use model::{Config, Weights};
@@ -28,7 +27,7 @@ impl CudaModel {
 
     pub fn from_weights(config: Config, w: &Weights) -> Result<CudaModel, CudaError> {
         let gpu = Gpu::open()?;
-        let dims = Dims::of(&config, MAX_ROLLBACK_WINDOW)?;
+        let dims = Dims::of(&config)?;
         let kernels = Kernels::compile(&gpu, &dims)?;
         let weights = ModelWeights::upload(&gpu, &config, w)?;
         gpu.sync()?;

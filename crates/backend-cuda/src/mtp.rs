@@ -7,7 +7,7 @@ use crate::forward::{at, Meta, MixerRows, Pass, Scratch, WindowPlan};
 use crate::graphs::GraphKey;
 use crate::kernels::AttentionRows;
 use crate::model::CudaModel;
-use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
+use crate::state::Sessions;
 use crate::weights::MixerWeights;
 use crate::CudaError;
 
@@ -49,7 +49,7 @@ pub(crate) fn mtp_meta(
             if s > 0 { n } else { n - 1 },
         ));
         // The ring keeps the window's rows, or its last row only after a long window.
-        let kept = if n > MAX_ROLLBACK_WINDOW {
+        let kept = if n > sessions.rollback {
             n - 1..n
         } else {
             0..n

@@ -4,23 +4,20 @@
 //!   all sessions, session `s` owning rows `kv_base[s]..kv_base[s] + capacity[s]`;
 //! - per linear layer the conv tail and recurrent state (f32), all of a session's linear layers
 //!   contiguous (`lin_stride` floats), so that a rollback or a move is one copy;
-//! - rollback snapshots: before each token of a window of at most `MAX_ROLLBACK_WINDOW` tokens,
-//!   the linear state of every layer (slot t = the state as of position `start + t`);
-//! - the MTP head's hidden rows: a ring of `MTP_HIDDEN_ROWS` rows per session, position p in
-//!   slot `p % MTP_HIDDEN_ROWS`, so that h[start − 1] and a window's rows are kept without moves.
+//! - rollback snapshots: before each token of a window of at most `rollback` tokens (the longest
+//!   window whose drafts may be rejected: `1 + --draft-tokens`), the linear state of every layer
+//!   (slot t = the state as of position `start + t`);
+//! - the MTP head's hidden rows: a ring of `rollback + 1` rows per session, position p in slot
+//!   `p % (rollback + 1)`, so that h[start − 1] and a window's rows are kept without moves.
 //!
 //! The host keeps each session's lengths in [`SessionMeta`].
 
+use crate::bytes::linear_layer_floats;
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use model::Config;
 
-/// Longest window whose positions can be rolled back: the widest window the engine verifies
-/// (the same bound as backend-cpu's `MAX_ROLLBACK_WINDOW`).
-pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
-
-/// Main-model hidden rows an MTP ring holds: the row before a window and the window's rows.
-pub const MTP_HIDDEN_ROWS: usize = MAX_ROLLBACK_WINDOW + 1;
+pub use crate::bytes::MAX_ROLLBACK_WINDOW;
 
 /// What the host knows of one session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,7 +59,11 @@ pub struct Sessions {
     pub lin_stride: usize,
     pub lin_state: Buf<f32>,
     pub lin_snaps: Buf<f32>,
+    /// Windows of at most this many tokens keep a snapshot before each token.
+    pub rollback: usize,
     pub mtp_store: Buf<f32>,
+    /// Rows of each session's MTP ring (`rollback + 1`).
+    pub mtp_ring: usize,
     pub hidden: usize,
     pub meta: Vec<SessionMeta>,
 }
@@ -73,7 +74,13 @@ impl Sessions {
         config: &Config,
         capacities: &[u64],
         with_mtp: bool,
+        rollback: usize,
     ) -> Result<Sessions, CudaError> {
+        if !(1..=MAX_ROLLBACK_WINDOW).contains(&rollback) {
+            return Err(CudaError::Unsupported(format!(
+                "a rollback window of {rollback} tokens (1 to {MAX_ROLLBACK_WINDOW})"
+            )));
+        }
         let capacity: Vec<usize> = capacities.iter().map(|&c| c as usize).collect();
         let mut kv_base = Vec::with_capacity(capacity.len());
         let mut total = 0;
@@ -97,10 +104,7 @@ impl Sessions {
         let kv = (0..config.num_attention_layers())
             .map(|_| cache())
             .collect::<Result<_, _>>()?;
-        let lin_layer = config.linear.as_ref().map_or(0, |l| {
-            (l.conv_kernel - 1) * l.conv_channels()
-                + l.num_value_heads * l.key_head_dim * l.value_head_dim
-        });
+        let lin_layer = linear_layer_floats(config);
         let lin_stride = lin_layer * config.num_linear_layers();
         let n = capacity.len();
         Ok(Sessions {
@@ -109,8 +113,18 @@ impl Sessions {
             lin_layer,
             lin_stride,
             lin_state: Buf::zeros(gpu, n * lin_stride)?,
-            lin_snaps: Buf::zeros(gpu, n * MAX_ROLLBACK_WINDOW * lin_stride)?,
-            mtp_store: Buf::zeros(gpu, n * MTP_HIDDEN_ROWS * config.hidden_size)?,
+            lin_snaps: Buf::zeros(gpu, n * rollback * lin_stride)?,
+            rollback,
+            // One float stands for no ring: a buffer is never empty.
+            mtp_store: Buf::zeros(
+                gpu,
+                if with_mtp {
+                    n * (rollback + 1) * config.hidden_size
+                } else {
+                    1
+                },
+            )?,
+            mtp_ring: rollback + 1,
             hidden: config.hidden_size,
             meta: vec![SessionMeta::default(); n],
             capacity,
@@ -119,9 +133,26 @@ impl Sessions {
         })
     }
 
+    /// Bytes of every session's state on the GPU (for checking [`SessionBytes`]).
+    pub fn bytes(&self) -> u64 {
+        let f32_bytes = std::mem::size_of::<f32>() as u64;
+        let kv: usize = self
+            .kv
+            .iter()
+            .chain(self.mtp_kv.as_ref())
+            .map(|c| c.k.len() + c.v.len())
+            .sum();
+        let ring = if self.mtp_kv.is_some() {
+            self.mtp_store.len()
+        } else {
+            0
+        };
+        (kv + self.lin_state.len() + self.lin_snaps.len() + ring) as u64 * f32_bytes
+    }
+
     /// Row of the MTP store holding h[pos] of `session`.
     pub fn store_row(&self, session: usize, pos: usize) -> usize {
-        session * MTP_HIDDEN_ROWS + pos % MTP_HIDDEN_ROWS
+        session * self.mtp_ring + pos % self.mtp_ring
     }
 
     /// Restores `session`'s linear state as of `len` positions from its snapshots.
@@ -137,7 +168,7 @@ impl Sessions {
         if self.lin_stride > 0 {
             let src = self
                 .lin_snaps
-                .at((session * MAX_ROLLBACK_WINDOW + slot) * self.lin_stride);
+                .at((session * self.rollback + slot) * self.lin_stride);
             let dst = self.lin_state.at(session * self.lin_stride);
             gpu.copy_f32(dst, src, self.lin_stride)
                 .map_err(|e| e.to_string())?;
@@ -160,18 +191,20 @@ impl Sessions {
         }
         let s = self.lin_stride;
         gpu.copy_f32(self.lin_state.at(to * s), self.lin_state.at(from * s), s)?;
-        let snaps = MAX_ROLLBACK_WINDOW * s;
+        let snaps = self.rollback * s;
         gpu.copy_f32(
             self.lin_snaps.at(to * snaps),
             self.lin_snaps.at(from * snaps),
             m.snap_count * s,
         )?;
-        let ring = MTP_HIDDEN_ROWS * self.hidden;
-        gpu.copy_f32(
-            self.mtp_store.at(to * ring),
-            self.mtp_store.at(from * ring),
-            ring,
-        )?;
+        if self.mtp_kv.is_some() {
+            let ring = self.mtp_ring * self.hidden;
+            gpu.copy_f32(
+                self.mtp_store.at(to * ring),
+                self.mtp_store.at(from * ring),
+                ring,
+            )?;
+        }
         self.meta[to] = m;
         self.meta[from] = SessionMeta::default();
         Ok(())
@@ -212,10 +245,15 @@ impl Sessions {
             ));
         }
         for slot in 0..m.snap_count {
-            let at = (session * MAX_ROLLBACK_WINDOW + slot) * s;
+            let at = (session * self.rollback + slot) * s;
             out.push((format!("snapshot {slot}"), hash(&self.lin_snaps, at, s)?));
         }
-        for pos in m.mtp_first..m.len {
+        let ring_rows = if self.mtp_kv.is_some() {
+            m.mtp_first..m.len
+        } else {
+            0..0
+        };
+        for pos in ring_rows {
             let row = self.store_row(session, pos) * self.hidden;
             out.push((
                 format!("ring h[{pos}]"),

@@ -8,6 +8,11 @@ use std::sync::Arc;
 
 const NOT_BUILT: &str = "flashlane was built without CUDA; rebuild with --features cuda";
 
+/// Never a GPU without the `cuda` feature.
+pub fn device_memory() -> Result<crate::DeviceMemory, CudaError> {
+    Err(CudaError::Unavailable(NOT_BUILT.into()))
+}
+
 /// A model on the GPU (never built without the `cuda` feature).
 pub struct CudaModel {
     _never: std::convert::Infallible,
@@ -28,6 +33,15 @@ pub struct CudaTarget {
 impl CudaTarget {
     pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
         let _ = (model, capacities);
+        Err(CudaError::Unavailable(NOT_BUILT.into()))
+    }
+
+    pub fn with_rollback_window(
+        model: &Arc<CudaModel>,
+        capacities: &[u64],
+        rollback: usize,
+    ) -> Result<CudaTarget, CudaError> {
+        let _ = (model, capacities, rollback);
         Err(CudaError::Unavailable(NOT_BUILT.into()))
     }
 }

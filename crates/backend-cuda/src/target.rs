@@ -21,10 +21,22 @@ pub struct CudaTarget {
 }
 
 impl CudaTarget {
-    /// Allocates one session per capacity (index `i` is `SessionId(i)`) on the model's GPU.
+    /// Allocates one session per capacity (index `i` is `SessionId(i)`) on the model's GPU, able
+    /// to roll back any window the engine verifies.
     pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
+        CudaTarget::with_rollback_window(model, capacities, MAX_ROLLBACK_WINDOW)
+    }
+
+    /// [`CudaTarget::new`] with sessions that snapshot their linear state only inside windows of
+    /// at most `rollback` tokens (`1 + --draft-tokens`; 1 without drafts): a draft window longer
+    /// than that cannot be rolled back. Each session costs [`crate::SessionBytes::of`].
+    pub fn with_rollback_window(
+        model: &Arc<CudaModel>,
+        capacities: &[u64],
+        rollback: usize,
+    ) -> Result<CudaTarget, CudaError> {
         let gpu = &model.gpu;
-        let sessions = Sessions::new(gpu, &model.config, capacities, model.has_mtp())?;
+        let sessions = Sessions::new(gpu, &model.config, capacities, model.has_mtp(), rollback)?;
         let scratch = Scratch::new(model)?;
         gpu.sync()?;
         Ok(CudaTarget {
@@ -45,6 +57,11 @@ impl CudaTarget {
     #[doc(hidden)]
     pub fn state_digest(&self, session: SessionId) -> Result<Vec<(String, u64)>, CudaError> {
         self.sessions.digest(&self.model.gpu, session.0)
+    }
+
+    /// Bytes of every session's state on the GPU ([`crate::SessionBytes::total`] of the capacities).
+    pub fn state_bytes(&self) -> u64 {
+        self.sessions.bytes()
     }
 
     pub fn model(&self) -> &CudaModel {
@@ -148,14 +165,11 @@ impl CudaTarget {
         let m = &mut self.sessions.meta[p.session];
         m.len = p.start + p.len;
         m.snap_start = p.start;
-        m.snap_count = if p.len <= MAX_ROLLBACK_WINDOW {
-            p.len
-        } else {
-            0
-        };
+        let rollback = self.sessions.rollback;
+        m.snap_count = if p.len <= rollback { p.len } else { 0 };
         if with_mtp {
             m.mtp_len = m.len;
-            m.mtp_first = if p.len > MAX_ROLLBACK_WINDOW {
+            m.mtp_first = if p.len > rollback {
                 m.len - 1
             } else {
                 p.start.saturating_sub(1)

@@ -6,7 +6,7 @@
 #![cfg(feature = "cuda")]
 
 use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{CudaError, CudaModel, CudaTarget};
+use backend_cuda::{CudaError, CudaModel, CudaTarget, SessionBytes, MAX_ROLLBACK_WINDOW};
 use lane::{
     Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window,
     WindowRows,
@@ -453,6 +453,28 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         rows.iter().all(|r| matches!(r, WindowRows::Logits(_))),
         "a round with a window wanting logits answers logits"
     );
+}
+
+/// Sessions sized to the drafts (rollback window 1 + K) hold what the plan counts for them, and
+/// MTP drafting through them, with moves, still gives plain greedy replies.
+#[test]
+fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
+    let Some(gpu) = gpu() else { return };
+    let caps = capacities();
+    for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
+        let t = CudaTarget::with_rollback_window(&gpu, &caps, rollback).expect("target");
+        let want = SessionBytes::of(&gpu.config, gpu.has_mtp(), rollback).total(&caps);
+        assert_eq!(t.state_bytes(), want, "rollback window {rollback}");
+    }
+    let requests = counting_requests();
+    let plain_target = CudaTarget::new(&gpu, &caps).expect("target");
+    let (plain, _) = run(plain_target, &requests, DraftMode::None, 0);
+    let k = 3;
+    let sized = CudaTarget::with_rollback_window(&gpu, &caps, 1 + k as usize).expect("target");
+    let (drafted, counters) = run(sized, &requests, DraftMode::Mtp, k);
+    assert!(counters.moves > 0, "the test should exercise moves");
+    assert!(counters.draft_accepted > 0);
+    assert_eq!(drafted, plain, "K {k} through sessions sized to the drafts");
 }
 
 #[test]

@@ -16,6 +16,7 @@
 //!
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
+use crate::device::Device;
 use crate::logits::load_model;
 use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
 use crate::Failure;
@@ -45,16 +46,6 @@ pub enum BenchTask {
     Counting,
     /// "Complete this Python function: def NAME(...):" through the chat template
     Code,
-}
-
-/// Where the model runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BenchDevice {
-    /// `CpuTarget` (backend-cpu)
-    Cpu,
-    /// `CudaTarget` on GPU 0 (backend-cuda; needs a build with `--features cuda`)
-    Cuda,
 }
 
 /// The functions the `code` task asks to complete, one per stream in turn.
@@ -100,8 +91,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = DEFAULT_DRAFT_COST_PERCENT, value_parser = clap::value_parser!(u32).range(0..=DRAFT_COST_PERCENT_MAX as i64))]
     pub draft_cost: u32,
     /// Where the model runs
-    #[arg(long, value_enum, default_value_t = BenchDevice::Cpu)]
-    pub device: BenchDevice,
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -313,14 +304,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let gpu = match args.device {
-        BenchDevice::Cpu => None,
-        BenchDevice::Cuda => Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
+        Device::Cpu => None,
+        Device::Cuda => Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
     };
     let new_target = |capacities: &[u64]| -> Result<Box<dyn Target>, Failure> {
         Ok(match &gpu {
-            Some(m) => {
-                Box::new(backend_cuda::CudaTarget::new(m, capacities).map_err(|e| anyhow!(e))?)
-            }
+            Some(m) => Box::new(
+                backend_cuda::CudaTarget::with_rollback_window(m, capacities, rollback)
+                    .map_err(|e| anyhow!(e))?,
+            ),
             None => Box::new(CpuTarget::with_rollback_window(
                 model.clone(),
                 capacities,
@@ -330,8 +322,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     };
     if !args.json {
         let on = match args.device {
-            BenchDevice::Cpu => format!("on the CPU ({threads} threads)"),
-            BenchDevice::Cuda => "on GPU 0 (CUDA)".to_string(),
+            Device::Cpu => format!("on the CPU ({threads} threads)"),
+            Device::Cuda => "on GPU 0 (CUDA)".to_string(),
         };
         eprintln!(
             "flashlane bench: {} {on}, task {:?}, {} new tokens, drafts {:?}",

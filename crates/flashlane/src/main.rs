@@ -1,6 +1,7 @@
 //! The `flashlane` command: one subcommand per job, each in its own module.
 
 mod bench;
+mod device;
 mod generate;
 mod logits;
 mod plan;

@@ -1,5 +1,6 @@
 //! `flashlane serve`: load a model, plan its sessions under the cap, and serve the OpenAI API.
 
+use crate::device::Device;
 use crate::plan::table;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::text::ModelText;
@@ -7,7 +8,7 @@ use crate::Failure;
 use anyhow::{anyhow, Context};
 use backend_cpu::{CpuModel, CpuTarget, ModelCosts, NO_ROLLBACK};
 use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig, DEFAULT_DRAFT_COST_PERCENT};
+use lane::{DraftMode, Engine, EngineConfig, Target, DEFAULT_DRAFT_COST_PERCENT};
 use server::AppState;
 use slots::{plan, PlanInput};
 use std::path::{Path, PathBuf};
@@ -99,6 +100,9 @@ pub struct ServeArgs {
     pub api_key: Option<String>,
     #[command(flatten)]
     pub drafts: DraftArgs,
+    /// Where the model runs (cuda: qwen3_next models on GPU 0, needs a build with --features cuda)
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     /// Name the API reports for the model [default: the directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -114,7 +118,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     });
     let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
     let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
-    let state_bytes = costs.state_bytes(rollback);
+    let on = DeviceBudget::of(args, &costs, rollback)?;
     let (config, weight_bytes) = (costs.config, costs.weight_bytes);
     let max_tokens = config.max_position_embeddings as u64;
     let spec = args.sizing.spec(max_tokens)?;
@@ -133,9 +137,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         context_tokens: context,
         parallel: args.sizing.parallel,
         spec: spec.as_ref(),
-        bytes_per_token: state_bytes.per_token,
-        fixed_state_bytes: state_bytes.fixed,
-        cap_bytes: args.sizing.cap_bytes()?,
+        bytes_per_token: on.per_token,
+        fixed_state_bytes: on.fixed,
+        cap_bytes: on.cap_bytes,
         ready_bytes: weight_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
         reserved_bytes: 0,
@@ -147,7 +151,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         env!("CARGO_PKG_VERSION"),
         dir.display()
     );
-    eprintln!("device: CPU, {} threads", rayon_threads());
+    eprintln!("device: {}", on.description);
     eprint!("{}", table(&plan));
     if let Some(warning) = plan.dropped_warning() {
         eprintln!("warning: {warning}");
@@ -157,9 +161,26 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let draft_tokens = (rollback - 1) as u64;
     let draft_cost = args.drafts.draft_cost;
     let model_dir = dir.clone();
+    let device = args.device;
     let (engine, engine_thread) = server::spawn_engine(move || {
-        let model = Arc::new(CpuModel::load(&model_dir, true)?);
-        let target = CpuTarget::with_rollback_window(model, &capacities, rollback);
+        let target: Box<dyn Target> = match device {
+            Device::Cpu => {
+                let model = Arc::new(CpuModel::load(&model_dir, true)?);
+                Box::new(CpuTarget::with_rollback_window(
+                    model,
+                    &capacities,
+                    rollback,
+                ))
+            }
+            Device::Cuda => {
+                let model = backend_cuda::CudaModel::load(&model_dir)?;
+                Box::new(backend_cuda::CudaTarget::with_rollback_window(
+                    &model,
+                    &capacities,
+                    rollback,
+                )?)
+            }
+        };
         let mut config = EngineConfig::new(policy);
         config.draft = draft;
         config.draft_tokens = draft_tokens;
@@ -189,6 +210,50 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .map_err(|_| anyhow!("the engine thread panicked"))?;
     eprintln!("stopped");
     Ok(())
+}
+
+/// What the sessions of one device cost and may take, for the plan.
+struct DeviceBudget {
+    per_token: u64,
+    fixed: u64,
+    cap_bytes: u64,
+    description: String,
+}
+
+impl DeviceBudget {
+    /// On the CPU: backend-cpu's session bytes under `--load-limit-gb` (or a share of RAM); on
+    /// the GPU: backend-cuda's session bytes under `--load-limit-gb` (or a share of the GPU's
+    /// free memory), or why there is no GPU to serve on.
+    fn of(args: &ServeArgs, costs: &ModelCosts, rollback: usize) -> Result<DeviceBudget, Failure> {
+        match args.device {
+            Device::Cpu => {
+                let bytes = costs.state_bytes(rollback);
+                Ok(DeviceBudget {
+                    per_token: bytes.per_token,
+                    fixed: bytes.fixed,
+                    cap_bytes: args.sizing.cap_bytes()?,
+                    description: format!("CPU, {} threads", rayon_threads()),
+                })
+            }
+            Device::Cuda => {
+                let memory = backend_cuda::device_memory()
+                    .map_err(|e| Failure::bad_input(anyhow!("--device cuda: {e}")))?;
+                let bytes = backend_cuda::SessionBytes::of(&costs.config, costs.with_mtp, rollback);
+                const GIB: f64 = (1u64 << 30) as f64;
+                Ok(DeviceBudget {
+                    per_token: bytes.per_token,
+                    fixed: bytes.fixed,
+                    cap_bytes: args.sizing.gpu_cap_bytes(memory.free_bytes)?,
+                    description: format!(
+                        "{} (CUDA), {:.1} of {:.1} GiB free",
+                        memory.name,
+                        memory.free_bytes as f64 / GIB,
+                        memory.total_bytes as f64 / GIB
+                    ),
+                })
+            }
+        }
+    }
 }
 
 /// The drafts `serve` runs with (`--draft`, else MTP when the model has a head) and the longest

@@ -11,6 +11,10 @@ pub const DEFAULT_CONTEXT: u64 = 8192;
 /// Share of the machine's memory the sessions and weights may take by default.
 pub const DEFAULT_LOAD_SHARE: f64 = 0.70;
 
+/// Share of the GPU's free memory at start-up the sessions and weights may take by default with
+/// `--device cuda`: the rest is for the CUDA context, the compiled kernels, scratch and graphs.
+pub const DEFAULT_GPU_LOAD_SHARE: f64 = 0.90;
+
 /// Kept free under the cap for allocations we do not plan (scratch growth, the allocator's own).
 pub const MEMORY_MARGIN_BYTES: u64 = 256 << 20;
 
@@ -28,7 +32,8 @@ pub struct SizingArgs {
     /// Growth allowance at admission, in tokens
     #[arg(long, env = "FLASHNEXT_SLOT_GROW", default_value_t = slots::DEFAULT_SLOT_GROW)]
     pub slot_grow: u64,
-    /// Memory cap in GiB for weights and sessions [default: 70% of RAM]
+    /// Memory cap in GiB for weights and sessions [default: 70% of RAM; with --device cuda, 90%
+    /// of the GPU's free memory]
     #[arg(long, env = "FLASHNEXT_LOAD_LIMIT_GB")]
     pub load_limit_gb: Option<f64>,
 }
@@ -51,6 +56,14 @@ impl SizingArgs {
             Some(_) => Policy::SmallestFit {
                 grow: self.slot_grow,
             },
+        }
+    }
+
+    /// The memory cap in bytes on a GPU with `free_bytes` free: `--load-limit-gb`, or 90% of them.
+    pub fn gpu_cap_bytes(&self, free_bytes: u64) -> Result<u64, Failure> {
+        match self.load_limit_gb {
+            Some(_) => self.cap_bytes(),
+            None => Ok((free_bytes as f64 * DEFAULT_GPU_LOAD_SHARE) as u64),
         }
     }
 

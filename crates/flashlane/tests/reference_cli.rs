@@ -244,3 +244,16 @@ fn plan_counts_the_snapshots_of_the_drafts_serve_would_run() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--draft-tokens"), "{stderr}");
 }
+
+#[test]
+fn serve_on_a_gpu_without_cuda_says_how_to_get_it() {
+    if cfg!(feature = "cuda") {
+        return; // a CUDA build serves there (tests/gpu/serve_check.py checks it on a GPU)
+    }
+    let (code, _, stderr) = flashlane(&["serve", "--device", "cuda", "--port", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--device cuda") && stderr.contains("--features cuda"),
+        "{stderr}"
+    );
+}

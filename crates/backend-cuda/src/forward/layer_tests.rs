@@ -4,6 +4,7 @@
 //! (up and down kernels), through the same `Pass` a round uses. Skips without a CUDA device.
 
 use super::*;
+use crate::MAX_ROLLBACK_WINDOW;
 use backend_cpu::layers::Segment;
 use backend_cpu::CpuModel;
 
@@ -53,7 +54,14 @@ fn every_layer_type_matches_backend_cpu_on_random_rows() {
     let (h, rows, capacity) = (gm.config.hidden_size, 7, 64);
     let (seed, xn) = random_rows(rows * h);
     let zeros = vec![0f32; rows * h];
-    let sessions = Sessions::new(&gm.gpu, &gm.config, &[capacity as u64], false).unwrap();
+    let sessions = Sessions::new(
+        &gm.gpu,
+        &gm.config,
+        &[capacity as u64],
+        false,
+        MAX_ROLLBACK_WINDOW,
+    )
+    .unwrap();
     let mut scratch = Scratch::new(&gm).unwrap();
     let plans = [WindowPlan {
         session: 0,

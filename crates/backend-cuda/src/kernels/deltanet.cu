@@ -6,13 +6,13 @@
 // results never depend on the other windows of the launch.
 //
 // Session state, per linear layer: conv tail `[CONV_K − 1, C]` then S `[HV, DK, DV]`, f32, at
-// `state + session·lin_stride + layer_off`. A window of at most MAX_ROLLBACK tokens writes, before
-// each token t, the state into snapshot slot t (`snaps + (session·MAX_ROLLBACK + t)·lin_stride +
-// layer_off`) for rollback. A window starting at position 0 starts from zero state.
+// `state + session·lin_stride + layer_off`. A window of at most `rollback` tokens writes, before
+// each token t, the state into snapshot slot t (`snaps + (session·rollback + t)·lin_stride +
+// layer_off`) for rollback (`rollback` is the sessions' rollback window). A window starting at position 0 starts from zero state.
 //
 // `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
 //
-// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, MAX_ROLLBACK.
+// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K.
 
 #define LIN_R (LIN_HV / LIN_HK)
 #define LIN_GROUP (2 * LIN_DK + 2 * LIN_R * LIN_DV)
@@ -34,10 +34,10 @@ __device__ __forceinline__ int qkvz_offset(int ch) {
 
 extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int proj_stride, const int* __restrict__ segs,
                                          const float* __restrict__ conv_w, float* state, float* snaps,
-                                         u64 lin_stride, u64 layer_off, float* __restrict__ mixed) {
+                                         int rollback, u64 lin_stride, u64 layer_off, float* __restrict__ mixed) {
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
-    const bool keep = n <= MAX_ROLLBACK;
+    const bool keep = n <= rollback;
     float* tail_g = state + session * lin_stride + layer_off;
     const int ch = blockIdx.y * blockDim.x + threadIdx.x;
     if (ch < LIN_C) {
@@ -49,7 +49,7 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
         for (int j = 0; j < LIN_CONV_K; j++) w[j] = conv_w[ch * LIN_CONV_K + j];
         for (int t = 0; t < n; t++) {
             if (keep) {
-                float* snap = snaps + ((u64)session * MAX_ROLLBACK + t) * lin_stride + layer_off;
+                float* snap = snaps + ((u64)session * rollback + t) * lin_stride + layer_off;
 #pragma unroll
                 for (int j = 0; j < LIN_CONV_K - 1; j++) snap[j * LIN_C + ch] = tail[j];
             }
@@ -73,13 +73,13 @@ extern "C" __global__ void __launch_bounds__(LIN_DV)
 deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
                     const float* __restrict__ mixed, const int* __restrict__ segs,
                     const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
-                    const float* __restrict__ norm_w, float eps, float* state, float* snaps,
+                    const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
                     u64 lin_stride, u64 layer_off, float* __restrict__ out) {
     __shared__ float qs[LIN_DK], ks[LIN_DK], os[LIN_DV];
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
     const int h = blockIdx.y, j = threadIdx.x, kh = h / LIN_R, ii = h % LIN_R;
-    const bool keep = n <= MAX_ROLLBACK;
+    const bool keep = n <= rollback;
     const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
     float* s_g = state + session * lin_stride + s_off;
     float s[LIN_DK];
@@ -89,7 +89,7 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
     for (int t = 0; t < n; t++) {
         const size_t row = row0 + t;
         if (keep) {
-            float* snap = snaps + ((u64)session * MAX_ROLLBACK + t) * lin_stride + s_off;
+            float* snap = snaps + ((u64)session * rollback + t) * lin_stride + s_off;
 #pragma unroll
             for (int i = 0; i < LIN_DK; i++) snap[i * LIN_DV] = s[i];
         }

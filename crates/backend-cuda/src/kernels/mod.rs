@@ -61,11 +61,10 @@ pub struct Dims {
     pub rotary_dim: usize,
     pub linear: Option<LinearAttentionConfig>,
     pub moe: Option<MoeConfig>,
-    pub max_rollback: usize,
 }
 
 impl Dims {
-    pub fn of(config: &Config, max_rollback: usize) -> Result<Dims, CudaError> {
+    pub fn of(config: &Config) -> Result<Dims, CudaError> {
         let dims = Dims {
             hidden: config.hidden_size,
             heads: config.num_heads,
@@ -74,7 +73,6 @@ impl Dims {
             rotary_dim: config.rotary_dim,
             linear: config.linear.clone(),
             moe: config.moe.clone(),
-            max_rollback,
         };
         dims.check()?;
         Ok(dims)
@@ -129,7 +127,6 @@ impl Dims {
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),
             ("ATT_ROT", self.rotary_dim),
-            ("MAX_ROLLBACK", self.max_rollback),
         ];
         if let Some(l) = &self.linear {
             d.extend([
@@ -255,6 +252,8 @@ pub struct DeltaNetLaunch {
     pub eps: f32,
     pub state: u64,
     pub snaps: u64,
+    /// Windows of at most this many tokens snapshot the state before each token.
+    pub rollback: usize,
     pub lin_stride: usize,
     pub layer_off: usize,
     pub mixed: u64,
@@ -363,6 +362,7 @@ impl Kernels {
                 Arg::Ptr(d.conv_w),
                 Arg::Ptr(d.state),
                 Arg::Ptr(d.snaps),
+                Arg::I32(d.rollback as i32),
                 Arg::U64(d.lin_stride as u64),
                 Arg::U64(d.layer_off as u64),
                 Arg::Ptr(d.mixed),
@@ -384,6 +384,7 @@ impl Kernels {
                 Arg::F32(d.eps),
                 Arg::Ptr(d.state),
                 Arg::Ptr(d.snaps),
+                Arg::I32(d.rollback as i32),
                 Arg::U64(d.lin_stride as u64),
                 Arg::U64(d.layer_off as u64),
                 Arg::Ptr(d.out),

@@ -6,7 +6,7 @@
 
 use super::{Dims, Kernels, Matmul};
 use crate::device::{Buf, Gpu};
-use crate::{state::MAX_ROLLBACK_WINDOW, CudaError};
+use crate::CudaError;
 use backend_cpu::kernels::matmul::matmul;
 use backend_cpu::kernels::norm::{rmsnorm, NormKind};
 use half::bf16;
@@ -29,7 +29,7 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let config = Config::from_dir(&dir).expect("config");
-    let dims = Dims::of(&config, MAX_ROLLBACK_WINDOW).expect("dims");
+    let dims = Dims::of(&config).expect("dims");
     let kernels = Kernels::compile(&gpu, &dims).expect("kernels");
     Some((gpu, kernels))
 }
@@ -206,16 +206,16 @@ fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let mut config = Config::from_dir(&dir).expect("config");
-    assert!(Dims::of(&config, MAX_ROLLBACK_WINDOW).is_ok());
+    assert!(Dims::of(&config).is_ok());
     config.head_dim = 256;
-    match Dims::of(&config, MAX_ROLLBACK_WINDOW) {
+    match Dims::of(&config) {
         Err(CudaError::Unsupported(why)) => assert!(why.contains("head_dim 256"), "{why}"),
         other => panic!("head_dim 256 accepted: {:?}", other.map(|_| ())),
     }
     config.head_dim = 64;
     config.num_heads = 32;
     config.num_kv_heads = 4;
-    match Dims::of(&config, MAX_ROLLBACK_WINDOW) {
+    match Dims::of(&config) {
         Err(CudaError::Unsupported(why)) => assert!(why.contains("KV heads"), "{why}"),
         other => panic!("36 heads accepted: {:?}", other.map(|_| ())),
     }

@@ -1,0 +1,81 @@
+//! What sessions cost on the GPU, known before any GPU is touched (so `flashlane serve` can plan
+//! sessions against GPU memory, and without the `cuda` feature too).
+
+use model::Config;
+
+/// The longest rollback window sessions can be built for: the widest window the engine verifies
+/// (the same bound as backend-cpu's `MAX_ROLLBACK_WINDOW`).
+pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
+
+/// What one session costs on the GPU, as the CUDA target's sessions allocate it: `per_token` bytes for
+/// each position of its capacity and `fixed` bytes whatever its capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionBytes {
+    pub per_token: u64,
+    pub fixed: u64,
+}
+
+impl SessionBytes {
+    /// The bytes of sessions of `config` with or without MTP rows, built for windows of up to
+    /// `rollback` tokens.
+    pub fn of(config: &Config, with_mtp: bool, rollback: usize) -> SessionBytes {
+        let f32_bytes = std::mem::size_of::<f32>() as u64;
+        let kv_row = (config.num_kv_heads * config.head_dim) as u64;
+        let kv_layers = (config.num_attention_layers() + usize::from(with_mtp)) as u64;
+        let lin_stride = linear_layer_floats(config) * config.num_linear_layers();
+        let ring = if with_mtp { rollback + 1 } else { 0 };
+        SessionBytes {
+            per_token: 2 * kv_layers * kv_row * f32_bytes,
+            fixed: ((1 + rollback) * lin_stride + ring * config.hidden_size) as u64 * f32_bytes,
+        }
+    }
+
+    /// Bytes of sessions of these capacities.
+    pub fn total(&self, capacities: &[u64]) -> u64 {
+        capacities
+            .iter()
+            .map(|c| c * self.per_token + self.fixed)
+            .sum()
+    }
+}
+
+/// Floats of one linear layer's state: conv tail then recurrent state.
+pub(crate) fn linear_layer_floats(config: &Config) -> usize {
+    config.linear.as_ref().map_or(0, |l| {
+        (l.conv_kernel - 1) * l.conv_channels()
+            + l.num_value_heads * l.key_head_dim * l.value_head_dim
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Config {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+        Config::from_dir(&dir).expect("the embedded model's config")
+    }
+
+    #[test]
+    fn the_embedded_models_sessions_cost_its_cache_rows_and_its_snapshots() {
+        let config = tiny();
+        // KV rows of 2 attention layers and the MTP head: k and v, 2 heads × 64 floats each.
+        let per_token = 2 * 3 * 2 * 64 * 4;
+        // 6 linear layers of a conv tail (3 × 1024 channels) and 8 states of 64 × 64.
+        let linear = 6 * (3 * 1024 + 8 * 64 * 64);
+        for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
+            let bytes = SessionBytes::of(&config, true, rollback);
+            let fixed = ((1 + rollback) * linear + (rollback + 1) * 320) as u64 * 4;
+            assert_eq!(
+                bytes,
+                SessionBytes { per_token, fixed },
+                "rollback {rollback}"
+            );
+            assert_eq!(bytes.total(&[100, 7]), 107 * per_token + 2 * fixed);
+        }
+        let without_head = SessionBytes::of(&config, false, 4);
+        assert_eq!(without_head.per_token, 2 * 2 * 2 * 64 * 4);
+        assert_eq!(without_head.fixed, (5 * linear) as u64 * 4);
+    }
+}
