@@ -15,13 +15,21 @@ pub fn device_memory() -> Result<crate::DeviceMemory, CudaError> {
 
 /// A model on the GPU (never built without the `cuda` feature).
 pub struct CudaModel {
-    _never: std::convert::Infallible,
+    never: std::convert::Infallible,
 }
 
 impl CudaModel {
     pub fn load(dir: &Path) -> Result<Arc<CudaModel>, CudaError> {
         let _ = dir;
         Err(CudaError::Unavailable(NOT_BUILT.into()))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self.never {}
+    }
+
+    pub fn has_mtp(&self) -> bool {
+        match self.never {}
     }
 }
 

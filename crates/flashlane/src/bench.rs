@@ -292,32 +292,40 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         )));
     }
     let dir = args.model.dir()?;
-    let model = load_model(&dir)?;
-    let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, model.has_mtp())?;
+    // Only the device that runs loads the weights.
+    let (cpu, gpu) = match args.device {
+        Device::Cpu => (Some(load_model(&dir)?), None),
+        Device::Cuda => (
+            None,
+            Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
+        ),
+    };
+    let (vocab, with_mtp) = match (&cpu, &gpu) {
+        (Some(m), _) => (m.vocab_size(), m.has_mtp()),
+        (_, Some(m)) => (m.vocab_size(), m.has_mtp()),
+        (None, None) => unreachable!("one device loaded the model"),
+    };
+    let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {
         mode,
         tokens: (rollback - 1) as u64,
         cost_percent: args.draft_cost,
     };
-    let vocab = model.vocab_size();
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let gpu = match args.device {
-        Device::Cpu => None,
-        Device::Cuda => Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
-    };
     let new_target = |capacities: &[u64]| -> Result<Box<dyn Target>, Failure> {
-        Ok(match &gpu {
-            Some(m) => Box::new(
+        Ok(match (&cpu, &gpu) {
+            (_, Some(m)) => Box::new(
                 backend_cuda::CudaTarget::with_rollback_window(m, capacities, rollback)
                     .map_err(|e| anyhow!(e))?,
             ),
-            None => Box::new(CpuTarget::with_rollback_window(
-                model.clone(),
+            (Some(m), None) => Box::new(CpuTarget::with_rollback_window(
+                m.clone(),
                 capacities,
                 rollback,
             )),
+            (None, None) => unreachable!("one device loaded the model"),
         })
     };
     if !args.json {
