@@ -4,11 +4,13 @@
 //   row's position; q to `q_out`, K and V into the session's cache rows. One warp per head.
 // - `attention_gated`: per (row, head), softmax attention over the session's rows 0..=pos, then
 //   × sigmoid(gate). ATT_THREADS threads split the keys with a fixed stride, each keeps an online
-//   softmax; they are merged in thread order. The split depends on the position only, never on
-//   the batch.
+//   softmax; they are merged in thread order, ATT_MERGE output dims at a time (the whole head
+//   when it fits the shared memory, else in chunks: the same sums either way). The split depends
+//   on the position only, never on the batch.
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
-// different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT.
+// different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
+// ATT_MERGE.
 
 #define ATT_Q_W (ATT_HEADS * 2 * ATT_HD)
 #define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
@@ -64,7 +66,7 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
                 float* __restrict__ out) {
     __shared__ float qs[ATT_HD];
     __shared__ float m_s[ATT_THREADS], l_s[ATT_THREADS];
-    __shared__ float acc_s[ATT_THREADS][ATT_HD + 1];  // +1: no bank conflicts on the row writes
+    __shared__ float acc_s[ATT_THREADS][ATT_MERGE + 1];  // +1: no bank conflicts on the row writes
     const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     const int kvh = h / (ATT_HEADS / ATT_KV_HEADS);
     const int pos = pos_arr[r];
@@ -95,12 +97,18 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
     const float f = l == 0.0f ? 0.0f : expf(m - big);
     l_s[t] = l * f;
 #pragma unroll
-    for (int i = 0; i < ATT_HD; i++) acc_s[t][i] = acc[i] * f;
-    __syncthreads();
-    for (int d = t; d < ATT_HD; d += ATT_THREADS) {
-        float a = 0.0f, total = 0.0f;
-        for (int i = 0; i < ATT_THREADS; i++) { a += acc_s[i][d]; total += l_s[i]; }
-        const float gate = qkv[(size_t)r * ATT_QKV_W + h * 2 * ATT_HD + ATT_HD + d];
-        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = (a / total) * sigmoidf_(gate);
+    for (int c0 = 0; c0 < ATT_HD; c0 += ATT_MERGE) {
+        __syncthreads();  // l_s is written, and the previous chunk's readers are done
+#pragma unroll
+        for (int i = 0; i < ATT_MERGE; i++)
+            if (c0 + i < ATT_HD) acc_s[t][i] = acc[c0 + i] * f;
+        __syncthreads();
+        for (int i = t; i < ATT_MERGE && c0 + i < ATT_HD; i += ATT_THREADS) {
+            const int d = c0 + i;
+            float a = 0.0f, total = 0.0f;
+            for (int j = 0; j < ATT_THREADS; j++) { a += acc_s[j][i]; total += l_s[j]; }
+            const float gate = qkv[(size_t)r * ATT_QKV_W + h * 2 * ATT_HD + ATT_HD + d];
+            out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = (a / total) * sigmoidf_(gate);
+        }
     }
 }

@@ -45,11 +45,29 @@ const STATIC_SHARED_BYTES_MAX: usize = 48 * 1024;
 /// Threads a block may have; `attention_prep` runs one warp per q and kv head of a row.
 const BLOCK_THREADS_MAX: usize = 1024;
 
-/// Shared memory `attention_gated` declares for a head of `head_dim`: q, each thread's running
-/// max and sum, and each thread's partial output row (+1 against bank conflicts).
-fn attention_shared_bytes(head_dim: usize) -> usize {
+/// Shared memory `attention_gated` declares for a head of `head_dim` merging `merge` output dims
+/// at a time: q, each thread's running max and sum, and each thread's `merge` partial outputs
+/// (+1 against bank conflicts).
+fn attention_shared_bytes(head_dim: usize, merge: usize) -> usize {
     let threads = ATT_THREADS as usize;
-    std::mem::size_of::<f32>() * (head_dim + 2 * threads + threads * (head_dim + 1))
+    std::mem::size_of::<f32>() * (head_dim + 2 * threads + threads * (merge + 1))
+}
+
+/// Output dims `attention_gated` merges at a time when a whole head does not fit its shared
+/// memory (a head of up to 92 floats does).
+const ATT_MERGE_CHUNK: usize = 64;
+
+/// Widest attention head: each of the kernel's threads keeps a partial output row of the head.
+const ATT_HEAD_DIM_MAX: usize = 256;
+
+/// The output dims `attention_gated` merges at a time for heads of `head_dim`: the whole head when
+/// it fits (one pass), else [`ATT_MERGE_CHUNK`]. The sums are the same either way.
+fn attention_merge(head_dim: usize) -> usize {
+    if attention_shared_bytes(head_dim, head_dim) <= STATIC_SHARED_BYTES_MAX {
+        head_dim
+    } else {
+        ATT_MERGE_CHUNK
+    }
 }
 
 /// The sizes baked into the compiled kernels.
@@ -88,12 +106,11 @@ impl Dims {
                 self.hidden
             ));
         }
-        if attention_shared_bytes(self.head_dim) > STATIC_SHARED_BYTES_MAX {
+        if self.head_dim > ATT_HEAD_DIM_MAX {
             return unsupported(format!(
-                "head_dim {}: the attention kernel would need {} bytes of shared memory per block, \
-                 more than {STATIC_SHARED_BYTES_MAX}",
-                self.head_dim,
-                attention_shared_bytes(self.head_dim)
+                "head_dim {}: the attention kernel keeps a head's partial output per thread, at \
+                 most {ATT_HEAD_DIM_MAX} floats",
+                self.head_dim
             ));
         }
         if (self.heads + self.kv_heads) * 32 > BLOCK_THREADS_MAX {
@@ -127,6 +144,7 @@ impl Dims {
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),
             ("ATT_ROT", self.rotary_dim),
+            ("ATT_MERGE", attention_merge(self.head_dim)),
         ];
         if let Some(l) = &self.linear {
             d.extend([

@@ -200,7 +200,7 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
 }
 
 /// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
-/// device needed): flashlane-tiny's head of 64 fits, a head of 256 does not.
+/// device needed): heads of 64 (flashlane-tiny) and 256 (Qwen3-Next) fit, 512 do not.
 #[test]
 fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
     let dir =
@@ -208,9 +208,11 @@ fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
     let mut config = Config::from_dir(&dir).expect("config");
     assert!(Dims::of(&config).is_ok());
     config.head_dim = 256;
+    assert!(Dims::of(&config).is_ok(), "Qwen3-Next's heads of 256");
+    config.head_dim = 512;
     match Dims::of(&config) {
-        Err(CudaError::Unsupported(why)) => assert!(why.contains("head_dim 256"), "{why}"),
-        other => panic!("head_dim 256 accepted: {:?}", other.map(|_| ())),
+        Err(CudaError::Unsupported(why)) => assert!(why.contains("head_dim 512"), "{why}"),
+        other => panic!("head_dim 512 accepted: {:?}", other.map(|_| ())),
     }
     config.head_dim = 64;
     config.num_heads = 32;
@@ -219,4 +221,79 @@ fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
         Err(CudaError::Unsupported(why)) => assert!(why.contains("KV heads"), "{why}"),
         other => panic!("36 heads accepted: {:?}", other.map(|_| ())),
     }
+}
+
+/// `attention_gated` on heads wider than its shared memory holds at once (Qwen3-Next's 256,
+/// merged in chunks) against backend-cpu's causal attention × sigmoid(gate), rows of several
+/// positions, grouped query heads.
+#[test]
+fn attention_of_wide_heads_matches_backend_cpu() {
+    use backend_cpu::kernels::attention::{causal_attention, AttentionShape};
+    let Some((gpu, _)) = setup() else { return };
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let mut config = Config::from_dir(&dir).expect("config");
+    config.head_dim = 256;
+    config.rotary_dim = 64;
+    let dims = Dims::of(&config).expect("dims");
+    assert!(
+        super::attention_merge(256) < 256,
+        "the test should merge in chunks"
+    );
+    let k = Kernels::compile(&gpu, &dims).expect("kernels");
+    let (heads, kv_heads, hd) = (dims.heads, dims.kv_heads, dims.head_dim);
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let mut random = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| rng.below(4001) as f32 / 1000.0 - 2.0)
+            .collect()
+    };
+    // Rows at positions start..start+rows of one session whose cache holds start+rows rows.
+    let (start, rows) = (37, 5);
+    let kv_row = kv_heads * hd;
+    let q = random(rows * heads * hd);
+    let keys = random((start + rows) * kv_row);
+    let values = random((start + rows) * kv_row);
+    let qkv_width = heads * 2 * hd + 2 * kv_row;
+    let qkv = random(rows * qkv_width);
+    let pos: Vec<i32> = (start..start + rows).map(|p| p as i32).collect();
+    let bufs = (
+        Buf::from_host(&gpu, &q).unwrap(),
+        Buf::from_host(&gpu, &qkv).unwrap(),
+        Buf::from_host(&gpu, &keys).unwrap(),
+        Buf::from_host(&gpu, &values).unwrap(),
+        Buf::from_host(&gpu, &pos).unwrap(),
+        Buf::<i32>::zeros(&gpu, rows).unwrap(),
+        Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
+    );
+    let a = super::AttentionRows {
+        rows,
+        pos: bufs.4.at(0),
+        kv_base: bufs.5.at(0),
+        k_cache: bufs.2.at(0),
+        v_cache: bufs.3.at(0),
+    };
+    k.attention(&gpu, &dims, &a, bufs.0.at(0), bufs.1.at(0), bufs.6.at(0))
+        .unwrap();
+    let got = bufs.6.read(&gpu, rows * heads * hd).unwrap();
+    let shape = AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let mut want = vec![0f32; q.len()];
+    causal_attention(&q, &keys, &values, start, shape, &mut want);
+    for r in 0..rows {
+        for h in 0..heads {
+            for d in 0..hd {
+                let gate = qkv[r * qkv_width + h * 2 * hd + hd + d];
+                want[(r * heads + h) * hd + d] *= 1.0 / (1.0 + (-gate).exp());
+            }
+        }
+    }
+    // Softmax sums in another order and the device's exp, as the layer tests allow.
+    let d = relative_diff(&got, &want);
+    assert!(d <= 1e-4, "seed {seed}: relative diff {d}");
 }
