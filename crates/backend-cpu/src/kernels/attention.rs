@@ -8,6 +8,30 @@
 use super::matmul::dot;
 use rayon::prelude::*;
 
+/// Keys a task asks the memory for ahead of the one it scores. A KV head's slice of a key row
+/// (512 bytes at head_dim 128) lies a whole KV row (4 KiB at 8 KV heads) from the next one, on a
+/// new page each, which the hardware prefetchers do not follow, so the scores loop waited on
+/// memory key by key. Measured on the 2-core EPYC, one decode row of the Qwen3-0.6B shape at
+/// position 224, 28 layers with cold caches, 3 interleaved runs of 4: 13.5-18.2 ms a token
+/// without, 8.3-13.2 with 8 keys ahead (64 cache lines of K and V in flight per task).
+const KV_AHEAD: usize = 8;
+
+/// Asks the memory for the cache lines of `row` (a hint: never changes a result).
+#[inline(always)]
+fn prefetch(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in row.chunks(16) {
+        // SAFETY: a prefetch never faults, whatever the address; SSE is part of x86-64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr() as *const i8
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
 /// [`dot`] with AVX2 when the CPU has it: the same operations in the same order (16 lanes, `j`
 /// into lane `j % 16`, multiply then add, the same final reduction), so the same bits.
 #[inline]
@@ -149,6 +173,13 @@ pub fn causal_attention(
             // 1. scores [group, visible]
             let mut scores = vec![0.0f32; group * visible];
             for j in 0..visible {
+                if j + KV_AHEAD < visible {
+                    // The key scored KV_AHEAD keys from now, and its value for step 3 (a task's
+                    // values, 128 KiB at 256 positions, then wait in L2).
+                    let ahead = (j + KV_AHEAD) * kv_row + kvh * hd;
+                    prefetch(&k[ahead..ahead + hd]);
+                    prefetch(&v[ahead..ahead + hd]);
+                }
                 let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
                 for g in 0..group {
                     scores[g * visible + j] = score_dot(&qg[g * hd..(g + 1) * hd], kj) * scale;
