@@ -44,6 +44,18 @@ fn score_dot(a: &[f32], b: &[f32]) -> f32 {
     dot(a, b)
 }
 
+/// Whether [`causal_attention`] takes its AVX2 path for heads of `hd` dimensions: several
+/// heads per pass over a key row and the weighted sums in registers (the same bits as the
+/// portable path: the same operations per score and per output element, in the same order).
+fn simd_heads(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        return hd > 0 && hd.is_multiple_of(16);
+    }
+    let _ = hd;
+    false
+}
+
 /// `o[d] += p · v[d]`, element by element (vectorised; each element is one multiply and one add).
 #[inline]
 fn axpy(o: &mut [f32], p: f32, v: &[f32]) {
@@ -98,6 +110,97 @@ mod avx2 {
         (q[0] + q[2]) + (q[1] + q[3])
     }
 
+    /// [`dot`]'s final reduction of its two registers of partial sums (lanes `0..8` and
+    /// `8..16`), as vector operations with the same pairs in the same order: `h = lo + hi`,
+    /// `q = h[0..4] + h[4..8]`, `(q0 + q2) + (q1 + q3)`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn reduce16(a0: __m256, a1: __m256) -> f32 {
+        let h = _mm256_add_ps(a0, a1);
+        let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let t = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)))
+    }
+
+    /// `H` query heads (`q`, one after the other, `hd` each) against one key row `kj`: each
+    /// head's [`dot`] (the same bits), the key read once for all of them.
+    ///
+    /// # Safety
+    /// AVX2 must be present; `hd` is a multiple of 16, `q` holds `H · hd` floats and `kj` `hd`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn dots<const H: usize>(q: *const f32, kj: *const f32, hd: usize) -> [f32; H] {
+        let mut a = [[_mm256_setzero_ps(); 2]; H];
+        let mut t = 0;
+        while t < hd {
+            let k0 = _mm256_loadu_ps(kj.add(t));
+            let k1 = _mm256_loadu_ps(kj.add(t + 8));
+            for (h, a) in a.iter_mut().enumerate() {
+                let qh = q.add(h * hd + t);
+                a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(_mm256_loadu_ps(qh), k0));
+                a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(_mm256_loadu_ps(qh.add(8)), k1));
+            }
+            t += 16;
+        }
+        std::array::from_fn(|h| reduce16(a[h][0], a[h][1]))
+    }
+
+    /// The weighted sums of `H` heads over `visible` value rows (`v` at `stride` floats apart):
+    /// `o[h·hd + d] = Σ_j p[h][j] · v[j][d]` with the sum taken as [`axpy`] takes it (from 0, one
+    /// multiply and one add per key, in key order), so the same bits; 32 dimensions of every
+    /// head at a time stay in registers across the keys instead of going through memory.
+    ///
+    /// # Safety
+    /// AVX2 must be present; `hd` is a multiple of 16; `p[h]` holds `visible` weights; `v` is
+    /// valid for `visible` rows of `hd` floats `stride` apart; `o` holds `H · hd` floats.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn weighted_sums<const H: usize>(
+        p: [&[f32]; H],
+        v: *const f32,
+        stride: usize,
+        visible: usize,
+        hd: usize,
+        o: &mut [f32],
+    ) {
+        let mut d0 = 0;
+        while d0 + 32 <= hd {
+            weighted_chunk::<H, 4>(p, v.add(d0), stride, visible, o.as_mut_ptr().add(d0), hd);
+            d0 += 32;
+        }
+        if d0 < hd {
+            weighted_chunk::<H, 2>(p, v.add(d0), stride, visible, o.as_mut_ptr().add(d0), hd);
+        }
+    }
+
+    /// [`weighted_sums`] of `V` vectors of dimensions starting at `v` and `o`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn weighted_chunk<const H: usize, const V: usize>(
+        p: [&[f32]; H],
+        v: *const f32,
+        stride: usize,
+        visible: usize,
+        o: *mut f32,
+        hd: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); V]; H];
+        for j in 0..visible {
+            let vj: [__m256; V] =
+                std::array::from_fn(|c| _mm256_loadu_ps(v.add(j * stride + c * 8)));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let ph = _mm256_set1_ps(*p[h].get_unchecked(j));
+                for (a, x) in acc.iter_mut().zip(&vj) {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(ph, *x));
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for (c, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(h * hd + c * 8), *a);
+            }
+        }
+    }
+
     /// # Safety
     /// AVX2 must be present; `o` and `v` have equal lengths.
     #[target_feature(enable = "avx2")]
@@ -141,6 +244,19 @@ pub fn causal_attention(
     shape: AttentionShape,
     out: &mut [f32],
 ) {
+    attend(q, k, v, start, shape, out, simd_heads(shape.head_dim))
+}
+
+/// [`causal_attention`], on the AVX2 path when `simd` ([`simd_heads`] must hold then).
+fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    start: usize,
+    shape: AttentionShape,
+    out: &mut [f32],
+    simd: bool,
+) {
     let AttentionShape {
         heads,
         kv_heads,
@@ -160,6 +276,10 @@ pub fn causal_attention(
         "attention: KV rows missing"
     );
     let group = heads / kv_heads;
+    assert!(
+        !simd || simd_heads(hd),
+        "attention: no AVX2 path for head_dim {hd} here"
+    );
     // One task per (row, KV head): the query heads sharing that KV head read each K and V row
     // once. Each head's arithmetic is unchanged by the grouping (its own scores in key order, its
     // own sum, its own output accumulated in key order).
@@ -181,6 +301,22 @@ pub fn causal_attention(
                     prefetch(&v[ahead..ahead + hd]);
                 }
                 let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                if simd {
+                    // SAFETY: AVX2 is present and hd a multiple of 16 (`simd`); the query
+                    // heads g, g + 1 and the key row are in bounds (sliced above).
+                    let mut g = 0;
+                    while g + 2 <= group {
+                        let s = unsafe { avx2::dots::<2>(qg[g * hd..].as_ptr(), kj.as_ptr(), hd) };
+                        scores[g * visible + j] = s[0] * scale;
+                        scores[(g + 1) * visible + j] = s[1] * scale;
+                        g += 2;
+                    }
+                    if g < group {
+                        let s = unsafe { avx2::dots::<1>(qg[g * hd..].as_ptr(), kj.as_ptr(), hd) };
+                        scores[g * visible + j] = s[0] * scale;
+                    }
+                    continue;
+                }
                 for g in 0..group {
                     scores[g * visible + j] = score_dot(&qg[g * hd..(g + 1) * hd], kj) * scale;
                 }
@@ -197,11 +333,44 @@ pub fn causal_attention(
                 inv[g] = 1.0 / sum;
             }
             // 3. weighted sums of values in key order, then the normalisation
-            o.fill(0.0);
-            for j in 0..visible {
-                let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
-                for (g, og) in o.chunks_exact_mut(hd).enumerate() {
-                    axpy(og, scores[g * visible + j], vj);
+            if simd {
+                let vs = &v[kvh * hd..(visible - 1) * kv_row + (kvh + 1) * hd];
+                let mut g = 0;
+                while g < group {
+                    let h = if g + 2 <= group { 2 } else { 1 };
+                    let p = |g: usize| &scores[g * visible..(g + 1) * visible];
+                    let og = &mut o[g * hd..(g + h) * hd];
+                    // SAFETY: AVX2 is present and hd a multiple of 16 (`simd`); `vs` holds the
+                    // `visible` value rows of this KV head, kv_row apart; `og` is `h` heads.
+                    unsafe {
+                        match h {
+                            2 => avx2::weighted_sums::<2>(
+                                [p(g), p(g + 1)],
+                                vs.as_ptr(),
+                                kv_row,
+                                visible,
+                                hd,
+                                og,
+                            ),
+                            _ => avx2::weighted_sums::<1>(
+                                [p(g)],
+                                vs.as_ptr(),
+                                kv_row,
+                                visible,
+                                hd,
+                                og,
+                            ),
+                        }
+                    }
+                    g += h;
+                }
+            } else {
+                o.fill(0.0);
+                for j in 0..visible {
+                    let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                    for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+                        axpy(og, scores[g * visible + j], vj);
+                    }
                 }
             }
             for (g, og) in o.chunks_exact_mut(hd).enumerate() {
@@ -382,5 +551,43 @@ mod tests {
             &mut one,
         );
         assert_eq!(one, all[row * 64..(row + 1) * 64]);
+    }
+
+    #[test]
+    fn avx2_path_gives_the_bits_of_the_portable_path() {
+        if !simd_heads(16) {
+            eprintln!("skipped: this CPU lacks AVX2");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Groups of 1 to 3 heads (pairs and a single), head dims of 32-dimension chunks and a
+        // 16-dimension rest, windows of 1 and several rows, past the prefetch distance.
+        for (heads, kv_heads, hd, start, n) in [
+            (16, 8, 128, 40, 1),
+            (2, 2, 16, 0, 3),
+            (6, 2, 48, 13, 2),
+            (4, 1, 64, 5, 4),
+            (3, 1, 80, 20, 1),
+        ] {
+            let shape = AttentionShape {
+                heads,
+                kv_heads,
+                head_dim: hd,
+                scale: (hd as f32).powf(-0.5),
+            };
+            let q = rng.vec(n * heads * hd);
+            let k = rng.vec((start + n) * kv_heads * hd);
+            let v = rng.vec((start + n) * kv_heads * hd);
+            let (mut fast, mut plain) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            attend(&q, &k, &v, start, shape, &mut fast, true);
+            attend(&q, &k, &v, start, shape, &mut plain, false);
+            assert!(
+                fast.iter()
+                    .zip(&plain)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "seed {seed} heads {heads}/{kv_heads} hd {hd} start {start} n {n}"
+            );
+        }
     }
 }
