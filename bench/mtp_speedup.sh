@@ -47,8 +47,8 @@ for rep in $(seq 1 "$REPS"); do
       name="${task}_${mode}_${k:-0}${cost:+_cost$cost}.rep$rep"
       echo "== $name (pressure: $(sed -n 's/^some avg10=\([0-9.]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null) %)" >&2
       # shellcheck disable=SC2086
-      "$FLASHLANE" bench "${MODEL_ARGS[@]}" --task "$task" --streams "$STREAMS" \
-        --new-tokens "$NEW_TOKENS" --draft "$mode" --draft-tokens "${k:-1}" "${cost_args[@]}" \
+      "$FLASHLANE" bench ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --task "$task" --streams "$STREAMS" \
+        --new-tokens "$NEW_TOKENS" --draft "$mode" --draft-tokens "${k:-1}" ${cost_args[@]+"${cost_args[@]}"} \
         $BENCH_ARGS --json > "$OUT/$name.json"
     done
   done

@@ -205,6 +205,9 @@ impl Target for CudaTarget {
         windows: &[Window<'_>],
         greedy: &[bool],
     ) -> Result<Vec<WindowRows>, TargetError> {
+        // A window without rows (a prompt chunk) wants nothing either way. One window wanting
+        // logits (sampling, log-probabilities) makes the whole round copy logits back: the
+        // answers are the same, only slower.
         let all_greedy = windows
             .iter()
             .zip(greedy)
@@ -219,14 +222,17 @@ impl Target for CudaTarget {
         let mut at = 0;
         Ok(windows
             .iter()
-            .map(|w| {
+            .zip(greedy)
+            .map(|(w, &g)| {
                 let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
-                let rows = ids[at..at + n]
-                    .iter()
-                    .map(|&id| u32::try_from(id).ok())
-                    .collect();
+                let rows = &ids[at..at + n];
                 at += n;
-                WindowRows::Greedy(rows)
+                if g {
+                    WindowRows::Greedy(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
+                } else {
+                    debug_assert!(rows.is_empty(), "a window wanting logits in a greedy round");
+                    WindowRows::Logits(Vec::new())
+                }
             })
             .collect())
     }

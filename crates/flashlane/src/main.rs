@@ -42,6 +42,7 @@ enum Command {
 pub const TOKENS_MAX: u64 = 1 << 24;
 
 /// An error with the exit status it deserves: 2 for bad input (as clap does), 1 otherwise.
+#[derive(Debug)]
 pub struct Failure {
     pub status: u8,
     pub error: anyhow::Error,

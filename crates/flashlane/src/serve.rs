@@ -119,7 +119,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
     let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
     let on = DeviceBudget::of(args, &costs, rollback)?;
-    let (config, weight_bytes) = (costs.config, costs.weight_bytes);
+    let config = costs.config;
     let max_tokens = config.max_position_embeddings as u64;
     let spec = args.sizing.spec(max_tokens)?;
     let model_context = if max_tokens > 0 {
@@ -140,7 +140,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         bytes_per_token: on.per_token,
         fixed_state_bytes: on.fixed,
         cap_bytes: on.cap_bytes,
-        ready_bytes: weight_bytes,
+        ready_bytes: on.weight_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
         reserved_bytes: 0,
     })
@@ -217,6 +217,8 @@ struct DeviceBudget {
     per_token: u64,
     fixed: u64,
     cap_bytes: u64,
+    /// The weights as the device holds them.
+    weight_bytes: u64,
     description: String,
 }
 
@@ -232,6 +234,7 @@ impl DeviceBudget {
                     per_token: bytes.per_token,
                     fixed: bytes.fixed,
                     cap_bytes: args.sizing.cap_bytes()?,
+                    weight_bytes: costs.weight_bytes,
                     description: format!("CPU, {} threads", rayon_threads()),
                 })
             }
@@ -244,6 +247,13 @@ impl DeviceBudget {
                     per_token: bytes.per_token,
                     fixed: bytes.fixed,
                     cap_bytes: args.sizing.gpu_cap_bytes(memory.free_bytes)?,
+                    // A tied embedding is uploaded a second time as the lm_head (bf16).
+                    weight_bytes: costs.weight_bytes
+                        + if costs.config.tie_word_embeddings {
+                            (costs.config.vocab_size * costs.config.hidden_size * 2) as u64
+                        } else {
+                            0
+                        },
                     description: format!(
                         "{} (CUDA), {:.1} of {:.1} GiB free",
                         memory.name,

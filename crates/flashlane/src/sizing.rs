@@ -59,10 +59,20 @@ impl SizingArgs {
         }
     }
 
-    /// The memory cap in bytes on a GPU with `free_bytes` free: `--load-limit-gb`, or 90% of them.
+    /// The memory cap in bytes on a GPU with `free_bytes` free: `--load-limit-gb` (no more than
+    /// is free: the sessions would fail to allocate after the plan), or 90% of them.
     pub fn gpu_cap_bytes(&self, free_bytes: u64) -> Result<u64, Failure> {
         match self.load_limit_gb {
-            Some(_) => self.cap_bytes(),
+            Some(gb) => {
+                let cap = self.cap_bytes()?;
+                if cap > free_bytes {
+                    return Err(Failure::bad_input(anyhow::anyhow!(
+                        "--load-limit-gb {gb} is more than the GPU has free ({:.1} GiB)",
+                        free_bytes as f64 / (1u64 << 30) as f64
+                    )));
+                }
+                Ok(cap)
+            }
             None => Ok((free_bytes as f64 * DEFAULT_GPU_LOAD_SHARE) as u64),
         }
     }
@@ -100,4 +110,37 @@ pub fn total_memory_bytes() -> anyhow::Result<u64> {
         })
         .ok_or_else(|| anyhow::anyhow!("no MemTotal in /proc/meminfo; pass --load-limit-gb"))?;
     Ok(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizing(load_limit_gb: Option<f64>) -> SizingArgs {
+        SizingArgs {
+            context: None,
+            parallel: None,
+            slot_contexts: None,
+            slot_grow: slots::DEFAULT_SLOT_GROW,
+            load_limit_gb,
+        }
+    }
+
+    #[test]
+    fn the_gpu_cap_is_a_share_of_its_free_memory_or_a_limit_that_fits_in_it() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(
+            sizing(None).gpu_cap_bytes(100 * GIB).unwrap(),
+            (100.0 * GIB as f64 * DEFAULT_GPU_LOAD_SHARE) as u64
+        );
+        assert_eq!(
+            sizing(Some(64.0)).gpu_cap_bytes(100 * GIB).unwrap(),
+            64 * GIB
+        );
+        let refused = sizing(Some(120.0)).gpu_cap_bytes(100 * GIB).unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("more than the GPU has free"),
+            "{refused:?}"
+        );
+    }
 }

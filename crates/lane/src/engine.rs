@@ -666,6 +666,8 @@ impl<T: Target> Engine<T> {
             }
         };
         let vocab = self.vocab;
+        // Greedy tokens only where asked (a window without rows may answer either, empty) and
+        // inside the vocabulary: a target bug must not reach a reply.
         let well_formed = outputs.len() == plans.len()
             && plans
                 .iter()
@@ -673,7 +675,11 @@ impl<T: Target> Engine<T> {
                 .zip(&greedy)
                 .all(|((p, o), &g)| match o {
                     WindowRows::Logits(logits) => logits.len() == p.num_logits * vocab,
-                    WindowRows::Greedy(ids) => g && ids.len() == p.num_logits,
+                    WindowRows::Greedy(ids) => {
+                        (g || p.num_logits == 0)
+                            && ids.len() == p.num_logits
+                            && ids.iter().flatten().all(|&id| (id as usize) < vocab)
+                    }
                 });
         if !well_formed {
             for plan in &plans {

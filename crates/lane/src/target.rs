@@ -117,16 +117,6 @@ pub enum WindowRows {
     Greedy(Vec<Option<u32>>),
 }
 
-impl WindowRows {
-    /// Rows answered.
-    pub fn num_rows(&self, vocab: usize) -> usize {
-        match self {
-            WindowRows::Logits(logits) => logits.len() / vocab.max(1),
-            WindowRows::Greedy(ids) => ids.len(),
-        }
-    }
-}
-
 /// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DraftAsk {
