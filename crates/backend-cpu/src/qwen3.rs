@@ -2,7 +2,7 @@
 //! (`self_attn.*`), and the SwiGLU MLP (`mlp.*`).
 
 use crate::kernels::activation::swiglu;
-use crate::kernels::attention::{causal_attention, AttentionShape};
+use crate::kernels::attention::{causal_attention_in, AttentionShape};
 use crate::kernels::matmul::matmul;
 use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
@@ -229,10 +229,11 @@ impl Mixer for Attention {
             let kv_span = seg.rows.start * kv_heads * hd..seg.rows.end * kv_heads * hd;
             kv.write(seg.start, &k[kv_span.clone()], &v[kv_span]);
             let q_span = seg.rows.start * heads * hd..seg.rows.end * heads * hd;
-            causal_attention(
+            causal_attention_in(
                 &q[q_span.clone()],
                 &kv.k,
                 &kv.v,
+                kv.layout(),
                 seg.start,
                 self.shape,
                 &mut attn[q_span],

@@ -244,14 +244,82 @@ pub fn causal_attention(
     shape: AttentionShape,
     out: &mut [f32],
 ) {
-    attend(q, k, v, start, shape, out, simd_heads(shape.head_dim))
+    let layout = KvLayout::token_major(shape);
+    attend(
+        q,
+        k,
+        v,
+        layout,
+        start,
+        shape,
+        out,
+        simd_heads(shape.head_dim),
+    )
 }
 
-/// [`causal_attention`], on the AVX2 path when `simd` ([`simd_heads`] must hold then).
+/// Where the K or V floats of position `j`, KV head `h` start: `j · row_stride + h · head_stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    pub row_stride: usize,
+    pub head_stride: usize,
+}
+
+impl KvLayout {
+    /// `[positions, kv_heads, head_dim]`: a position's heads side by side.
+    pub fn token_major(shape: AttentionShape) -> KvLayout {
+        KvLayout {
+            row_stride: shape.kv_heads * shape.head_dim,
+            head_stride: shape.head_dim,
+        }
+    }
+
+    /// `[kv_heads, capacity, head_dim]`: each head's positions one after the other, so a task
+    /// streams its head's keys and values from contiguous memory.
+    pub fn head_major(shape: AttentionShape, capacity: usize) -> KvLayout {
+        KvLayout {
+            row_stride: shape.head_dim,
+            head_stride: capacity * shape.head_dim,
+        }
+    }
+
+    /// The offset of position `j`, KV head `h`.
+    #[inline(always)]
+    pub fn at(&self, j: usize, h: usize) -> usize {
+        j * self.row_stride + h * self.head_stride
+    }
+}
+
+/// [`causal_attention`] over K and V laid out as `layout` says (`k`, `v` hold every
+/// position `0..start + n` of every KV head).
+#[allow(clippy::too_many_arguments)]
+pub fn causal_attention_in(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    layout: KvLayout,
+    start: usize,
+    shape: AttentionShape,
+    out: &mut [f32],
+) {
+    attend(
+        q,
+        k,
+        v,
+        layout,
+        start,
+        shape,
+        out,
+        simd_heads(shape.head_dim),
+    )
+}
+
+/// [`causal_attention_in`], on the AVX2 path when `simd` ([`simd_heads`] must hold then).
+#[allow(clippy::too_many_arguments)]
 fn attend(
     q: &[f32],
     k: &[f32],
     v: &[f32],
+    layout: KvLayout,
     start: usize,
     shape: AttentionShape,
     out: &mut [f32],
@@ -270,9 +338,13 @@ fn attend(
     assert_eq!(q.len() % (heads * hd), 0, "attention: q is not whole rows");
     assert_eq!(q.len(), out.len(), "attention: out must be shaped like q");
     let n = q.len() / (heads * hd);
-    let kv_row = kv_heads * hd;
+    let end = if start + n == 0 {
+        0
+    } else {
+        layout.at(start + n - 1, kv_heads - 1) + hd
+    };
     assert!(
-        k.len() >= (start + n) * kv_row && v.len() >= (start + n) * kv_row,
+        k.len() >= end && v.len() >= end,
         "attention: KV rows missing"
     );
     let group = heads / kv_heads;
@@ -296,11 +368,11 @@ fn attend(
                 if j + KV_AHEAD < visible {
                     // The key scored KV_AHEAD keys from now, and its value for step 3 (a task's
                     // values, 128 KiB at 256 positions, then wait in L2).
-                    let ahead = (j + KV_AHEAD) * kv_row + kvh * hd;
+                    let ahead = layout.at(j + KV_AHEAD, kvh);
                     prefetch(&k[ahead..ahead + hd]);
                     prefetch(&v[ahead..ahead + hd]);
                 }
-                let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                let kj = &k[layout.at(j, kvh)..layout.at(j, kvh) + hd];
                 if simd {
                     // SAFETY: AVX2 is present and hd a multiple of 16 (`simd`); the query
                     // heads g, g + 1 and the key row are in bounds (sliced above).
@@ -334,20 +406,20 @@ fn attend(
             }
             // 3. weighted sums of values in key order, then the normalisation
             if simd {
-                let vs = &v[kvh * hd..(visible - 1) * kv_row + (kvh + 1) * hd];
+                let vs = &v[layout.at(0, kvh)..layout.at(visible - 1, kvh) + hd];
                 let mut g = 0;
                 while g < group {
                     let h = if g + 2 <= group { 2 } else { 1 };
                     let p = |g: usize| &scores[g * visible..(g + 1) * visible];
                     let og = &mut o[g * hd..(g + h) * hd];
                     // SAFETY: AVX2 is present and hd a multiple of 16 (`simd`); `vs` holds the
-                    // `visible` value rows of this KV head, kv_row apart; `og` is `h` heads.
+                    // `visible` value rows of this KV head, row_stride apart; `og` is `h` heads.
                     unsafe {
                         match h {
                             2 => avx2::weighted_sums::<2>(
                                 [p(g), p(g + 1)],
                                 vs.as_ptr(),
-                                kv_row,
+                                layout.row_stride,
                                 visible,
                                 hd,
                                 og,
@@ -355,7 +427,7 @@ fn attend(
                             _ => avx2::weighted_sums::<1>(
                                 [p(g)],
                                 vs.as_ptr(),
-                                kv_row,
+                                layout.row_stride,
                                 visible,
                                 hd,
                                 og,
@@ -367,7 +439,7 @@ fn attend(
             } else {
                 o.fill(0.0);
                 for j in 0..visible {
-                    let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+                    let vj = &v[layout.at(j, kvh)..layout.at(j, kvh) + hd];
                     for (g, og) in o.chunks_exact_mut(hd).enumerate() {
                         axpy(og, scores[g * visible + j], vj);
                     }
@@ -580,11 +652,59 @@ mod tests {
             let k = rng.vec((start + n) * kv_heads * hd);
             let v = rng.vec((start + n) * kv_heads * hd);
             let (mut fast, mut plain) = (vec![0.0; q.len()], vec![0.0; q.len()]);
-            attend(&q, &k, &v, start, shape, &mut fast, true);
-            attend(&q, &k, &v, start, shape, &mut plain, false);
+            let layout = KvLayout::token_major(shape);
+            attend(&q, &k, &v, layout, start, shape, &mut fast, true);
+            attend(&q, &k, &v, layout, start, shape, &mut plain, false);
             assert!(
                 fast.iter()
                     .zip(&plain)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "seed {seed} heads {heads}/{kv_heads} hd {hd} start {start} n {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn head_major_kv_gives_the_bits_of_token_major_kv() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for (heads, kv_heads, hd, start, n, capacity) in [
+            (16, 8, 128, 30, 1, 40),
+            (4, 2, 8, 5, 3, 9),
+            (3, 1, 16, 0, 2, 2),
+        ] {
+            let shape = AttentionShape {
+                heads,
+                kv_heads,
+                head_dim: hd,
+                scale: 0.3,
+            };
+            let q = rng.vec(n * heads * hd);
+            let (k, v) = (
+                rng.vec((start + n) * kv_heads * hd),
+                rng.vec((start + n) * kv_heads * hd),
+            );
+            let (token, head) = (
+                KvLayout::token_major(shape),
+                KvLayout::head_major(shape, capacity),
+            );
+            let (mut kh, mut vh) = (
+                vec![0.0; capacity * kv_heads * hd],
+                vec![0.0; capacity * kv_heads * hd],
+            );
+            for j in 0..start + n {
+                for h in 0..kv_heads {
+                    let (a, b) = (head.at(j, h), token.at(j, h));
+                    kh[a..a + hd].copy_from_slice(&k[b..b + hd]);
+                    vh[a..a + hd].copy_from_slice(&v[b..b + hd]);
+                }
+            }
+            let (mut want, mut got) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            causal_attention(&q, &k, &v, start, shape, &mut want);
+            causal_attention_in(&q, &kh, &vh, head, start, shape, &mut got);
+            assert!(
+                want.iter()
+                    .zip(&got)
                     .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "seed {seed} heads {heads}/{kv_heads} hd {hd} start {start} n {n}"
             );

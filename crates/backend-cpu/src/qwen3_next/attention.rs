@@ -9,7 +9,7 @@
 //! 5. output × sigmoid(gate), then `o_proj`.
 
 use crate::kernels::activation::sigmoid;
-use crate::kernels::attention::{causal_attention, AttentionShape};
+use crate::kernels::attention::{causal_attention_in, AttentionShape};
 use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Segment};
@@ -99,10 +99,11 @@ impl GatedAttention {
             let kv_span = span.rows.start * kv_heads * hd..span.rows.end * kv_heads * hd;
             span.kv.write(span.start, &k[kv_span.clone()], &v[kv_span]);
             let q_span = span.rows.start * heads * hd..span.rows.end * heads * hd;
-            causal_attention(
+            causal_attention_in(
                 &q[q_span.clone()],
                 &span.kv.k,
                 &span.kv.v,
+                span.kv.layout(),
                 span.start,
                 self.shape,
                 &mut attn[q_span],
@@ -251,7 +252,7 @@ mod tests {
         let a = random(&mut rng, hidden, 4, 2, 8, rot);
         let rows = 1 + (rng.next_u64() % 12) as usize;
         let x = rng.vec(rows * hidden);
-        let mut kv = KvRows::new(32, 2 * 8);
+        let mut kv = KvRows::new(32, 2, 8);
         let fast = a.attend(
             &x,
             &mut [KvSpan {
@@ -275,7 +276,7 @@ mod tests {
             1 + (rng.next_u64() % 9) as usize,
         );
         let (xa, xb) = (rng.vec(ra * hidden), rng.vec(rb * hidden));
-        let mut kv_a = KvRows::new(16, 8);
+        let mut kv_a = KvRows::new(16, 1, 8);
         let alone = a.attend(
             &xa,
             &mut [KvSpan {
@@ -284,7 +285,7 @@ mod tests {
                 kv: &mut kv_a,
             }],
         );
-        let (mut kv_a2, mut kv_b) = (KvRows::new(16, 8), KvRows::new(16, 8));
+        let (mut kv_a2, mut kv_b) = (KvRows::new(16, 1, 8), KvRows::new(16, 1, 8));
         let both_x: Vec<f32> = xb.iter().chain(&xa).copied().collect();
         let both = a.attend(
             &both_x,
@@ -302,7 +303,7 @@ mod tests {
             ],
         );
         assert_eq!(alone, both[rb * hidden..], "seed {seed}");
-        let mut kv_a3 = KvRows::new(16, 8);
+        let mut kv_a3 = KvRows::new(16, 1, 8);
         let mut pieces = Vec::new();
         for t in 0..ra {
             let span = KvSpan {

@@ -92,7 +92,7 @@ pub struct MtpWindow<'a> {
 impl MtpState {
     pub fn new(config: &Config, capacity: usize) -> MtpState {
         MtpState {
-            kv: KvRows::new(capacity, config.num_kv_heads * config.head_dim),
+            kv: KvRows::new(capacity, config.num_kv_heads, config.head_dim),
             len: 0,
             hidden: Vec::with_capacity(MTP_HIDDEN_ROWS * config.hidden_size),
             first: 0,
@@ -340,7 +340,7 @@ impl Mtp {
                 continue;
             }
             pos0[i] = state.len - 1;
-            let capacity = state.kv.k.len() / state.kv.row;
+            let capacity = state.kv.capacity();
             steps[i] = asks[i].num_drafts.min(capacity - pos0[i]);
             hidden[i] = state
                 .hidden_row(pos0[i])
