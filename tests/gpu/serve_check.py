@@ -8,6 +8,8 @@ the `openai` package is not installed) that:
 - the GPU server plans its sessions against GPU memory (start-up names the CUDA device);
 - a greedy chat reply (a count, with MTP drafts) is the same text on the GPU as on the CPU;
 - eight concurrent greedy requests on the GPU each get their solo reply;
+- a sampled request and a logprobs request with prompts longer than one prefill chunk, beside
+  greedy ones, all end normally, and the greedy replies are still their solo replies;
 - `/metrics` reports accepted drafts.
 Exits non-zero with the reason on the first failure."""
 
@@ -49,9 +51,9 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=60) as r:
             return r.read().decode()
 
-    def chat(self, text, max_tokens):
+    def chat(self, text, max_tokens, **extra):
         body = {"model": "flashlane-tiny", "messages": [{"role": "user", "content": text}],
-                "max_tokens": max_tokens, "temperature": 0}
+                "max_tokens": max_tokens, "temperature": 0, **extra}
         return self.post("/v1/chat/completions", body)["choices"][0]["message"]["content"]
 
     def stop(self):
@@ -84,6 +86,14 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             together = list(pool.map(lambda p: gpu.chat(p, 160), prompts))
         check(together == solo, "eight concurrent greedy replies equal their solo replies")
+        # Prompts of over 512 tokens are read in chunks without rows, beside greedy decoding.
+        long_text = "Repeat after me: " + " ".join(f"word{i}" for i in range(400))
+        asks = [(prompts[0], {}), (long_text, {"temperature": 0.7, "seed": 5}),
+                (long_text, {"logprobs": True}), (prompts[1], {})]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            mixed = list(pool.map(lambda a: gpu.chat(a[0], 40 if a[1] else 160, **a[1]), asks))
+        check(mixed[0] == solo[0] and mixed[3] == solo[1],
+              "greedy replies beside long sampled and logprobs requests equal their solo replies")
         metrics = gpu.get("/metrics")
         accepted = re.search(r"^flashlane_draft_accepted_total (\d+)", metrics, re.M)
         check(accepted and int(accepted.group(1)) > 0, "/metrics counts accepted MTP drafts")

@@ -405,6 +405,50 @@ fn batched_drafts_equal_drafts_one_by_one() {
             "{s}: the head's state differs after a batched draft"
         );
     }
+    // A round verifying each session's drafts, one rejected and rolled back, then drafting again:
+    // what the rows written by steps riding along a longer pass left behind must not show.
+    let mut next_asks = Vec::new();
+    for (ask, answer) in asks.iter().zip(&answers).take(5) {
+        let s = ask.session;
+        let drafts = answer.as_ref().expect("batched");
+        let start = prompts[s.0].len() as u64;
+        let mut tokens = vec![ask.next_token];
+        tokens.extend(drafts);
+        // As the engine does, the window only holds what fits the session.
+        tokens.truncate((capacities[s.0] - start) as usize);
+        let w = [window(s.0, start, &tokens, tokens.len())];
+        let rows = batched.forward(&w).expect("verify");
+        alone.forward(&w).expect("verify");
+        let accepted = tokens.len().saturating_sub(2);
+        if tokens.len() > 1 {
+            let kept = start + 1 + accepted as u64;
+            batched.truncate(s, kept).expect("roll back");
+            alone.truncate(s, kept).expect("roll back");
+        }
+        let row = &rows[0][accepted * gpu.vocab_size()..][..gpu.vocab_size()];
+        next_asks.push(DraftAsk {
+            session: s,
+            next_token: argmax(row),
+            num_drafts: ask.num_drafts,
+        });
+    }
+    let again = batched.draft_batch(&next_asks);
+    for (ask, answer) in next_asks.iter().zip(again) {
+        let s = ask.session;
+        let want = alone
+            .draft(s, ask.next_token, ask.num_drafts)
+            .expect("alone");
+        assert_eq!(
+            answer.expect("batched"),
+            want,
+            "{s}: drafts after a rollback"
+        );
+        assert_eq!(
+            batched.state_digest(s).expect("digest"),
+            alone.state_digest(s).expect("digest"),
+            "{s}: the head's state differs after drafting again"
+        );
+    }
 }
 
 /// Greedy tokens chosen on the GPU are the host's argmax of the same round's logits, and the
@@ -430,10 +474,16 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         window(1, nb, &[5], 1),
     ];
     let logits = by_logits.forward(&windows).expect("logits");
+    // The prompt chunk's stream samples: it has no rows this round, so the round stays greedy.
     let rows = by_ids
-        .forward_rows(&windows, &[true, true, true])
+        .forward_rows(&windows, &[false, true, true])
         .expect("greedy rows");
-    for (w, (l, r)) in logits.iter().zip(&rows).enumerate() {
+    assert_eq!(
+        rows[0],
+        WindowRows::Logits(Vec::new()),
+        "a window without rows"
+    );
+    for (w, (l, r)) in logits.iter().zip(&rows).enumerate().skip(1) {
         let want: Vec<Option<u32>> = l
             .chunks_exact(gpu.vocab_size())
             .map(|row| lane::sampling::argmax(row).ok())
