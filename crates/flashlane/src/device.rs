@@ -1,5 +1,10 @@
-//! Where the model runs: `--device cpu|cuda` of `serve` and `bench`.
+//! Where the model runs (`--device cpu|cuda` of `serve`, `plan` and `bench`), and what sessions
+//! cost and may take there.
 
+use crate::sizing::SizingArgs;
+use crate::Failure;
+use anyhow::anyhow;
+use backend_cpu::ModelCosts;
 use clap::ValueEnum;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -9,4 +14,92 @@ pub enum Device {
     Cpu,
     /// `CudaTarget` on GPU 0 (backend-cuda; needs a build with `--features cuda`)
     Cuda,
+}
+
+/// The memory cap of a device, and the device in words.
+pub struct DeviceCap {
+    pub cap_bytes: u64,
+    pub description: String,
+}
+
+/// What a model costs on a device: per session position, per session, and its weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCosts {
+    pub per_token: u64,
+    pub fixed: u64,
+    pub weight_bytes: u64,
+}
+
+impl Device {
+    /// The memory cap: on the CPU `--load-limit-gb` or a share of RAM; on the GPU
+    /// `--load-limit-gb` (no more than is free) or a share of its free memory. Without a GPU to
+    /// ask, `--load-limit-gb` alone plans for one when `gpu_needed` is false (`plan`).
+    pub fn cap(self, sizing: &SizingArgs, gpu_needed: bool) -> Result<DeviceCap, Failure> {
+        const GIB: f64 = (1u64 << 30) as f64;
+        match self {
+            Device::Cpu => Ok(DeviceCap {
+                cap_bytes: sizing.cap_bytes()?,
+                description: format!("CPU, {} threads", cpu_threads()),
+            }),
+            Device::Cuda => match backend_cuda::device_memory() {
+                Ok(memory) => Ok(DeviceCap {
+                    cap_bytes: sizing.gpu_cap_bytes(memory.free_bytes)?,
+                    description: format!(
+                        "{} (CUDA), {:.1} of {:.1} GiB free",
+                        memory.name,
+                        memory.free_bytes as f64 / GIB,
+                        memory.total_bytes as f64 / GIB
+                    ),
+                }),
+                Err(e) if gpu_needed || sizing.load_limit_gb.is_none() => {
+                    Err(Failure::bad_input(anyhow!(
+                        "--device cuda: {e}{}",
+                        if gpu_needed {
+                            ""
+                        } else {
+                            " (give --load-limit-gb to plan for a GPU this machine lacks)"
+                        }
+                    )))
+                }
+                Err(_) => Ok(DeviceCap {
+                    cap_bytes: sizing.cap_bytes()?,
+                    description: "a CUDA GPU (not this machine's)".into(),
+                }),
+            },
+        }
+    }
+
+    /// The model's session and weight bytes as this device's backend holds them, for sessions
+    /// that roll back windows of up to `rollback` tokens.
+    pub fn costs(self, costs: &ModelCosts, rollback: usize) -> DeviceCosts {
+        match self {
+            Device::Cpu => {
+                let bytes = costs.state_bytes(rollback);
+                DeviceCosts {
+                    per_token: bytes.per_token,
+                    fixed: bytes.fixed,
+                    weight_bytes: costs.weight_bytes,
+                }
+            }
+            Device::Cuda => {
+                let c = &costs.config;
+                let bytes = backend_cuda::SessionBytes::of(c, costs.with_mtp, rollback);
+                // A tied embedding is uploaded a second time as the lm_head (bf16).
+                let tied_copy = if c.tie_word_embeddings {
+                    (c.vocab_size * c.hidden_size * 2) as u64
+                } else {
+                    0
+                };
+                DeviceCosts {
+                    per_token: bytes.per_token,
+                    fixed: bytes.fixed,
+                    weight_bytes: costs.weight_bytes + tied_copy,
+                }
+            }
+        }
+    }
+}
+
+fn cpu_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -1,5 +1,6 @@
 //! `flashlane plan`: the session table under the memory cap, without loading or serving.
 
+use crate::device::Device;
 use crate::serve::DraftArgs;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::Failure;
@@ -28,6 +29,10 @@ pub struct PlanArgs {
     /// Bytes already taken before sessions (weights, scratch; added to the model's weights)
     #[arg(long, default_value_t = 0)]
     pub ready_bytes: u64,
+    /// Where the sessions live (with --model, the device's own session and weight bytes; cuda
+    /// without a GPU here needs --load-limit-gb)
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
@@ -51,17 +56,16 @@ struct SessionJson {
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     // With a model: its session costs (for the drafts `serve` would run with the same flags),
     // its weights, and its maximum context (as `serve` plans).
-    let (model_bytes, weight_bytes, max_tokens) = match &args.model {
+    let (model_bytes, max_tokens) = match &args.model {
         Some(dir) => {
             let costs = ModelCosts::read(dir).map_err(|e| Failure::from(anyhow!(e)))?;
             let (_, rollback) = args.drafts.resolve(costs.with_mtp)?;
             (
-                Some(costs.state_bytes(rollback)),
-                costs.weight_bytes,
+                Some(args.device.costs(&costs, rollback)),
                 Some(costs.config.max_position_embeddings as u64),
             )
         }
-        None => (None, 0, None),
+        None => (None, None),
     };
     let bytes_per_token = args
         .bytes_per_token
@@ -74,7 +78,9 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     let fixed_bytes = args
         .fixed_bytes
         .saturating_add(model_bytes.map_or(0, |b| b.fixed));
-    let ready_bytes = args.ready_bytes.saturating_add(weight_bytes);
+    let ready_bytes = args
+        .ready_bytes
+        .saturating_add(model_bytes.map_or(0, |b| b.weight_bytes));
     let spec = args.sizing.spec(max_tokens.unwrap_or(u64::MAX))?;
     let context = args
         .sizing
@@ -91,7 +97,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         spec: spec.as_ref(),
         bytes_per_token,
         fixed_state_bytes: fixed_bytes,
-        cap_bytes: args.sizing.cap_bytes()?,
+        cap_bytes: args.device.cap(&args.sizing, false)?.cap_bytes,
         ready_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
         reserved_bytes: 0,

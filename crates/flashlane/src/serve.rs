@@ -118,7 +118,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     });
     let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
     let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
-    let on = DeviceBudget::of(args, &costs, rollback)?;
+    let on = args.device.costs(&costs, rollback);
+    let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;
     let max_tokens = config.max_position_embeddings as u64;
     let spec = args.sizing.spec(max_tokens)?;
@@ -139,7 +140,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         spec: spec.as_ref(),
         bytes_per_token: on.per_token,
         fixed_state_bytes: on.fixed,
-        cap_bytes: on.cap_bytes,
+        cap_bytes: cap.cap_bytes,
         ready_bytes: on.weight_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
         reserved_bytes: 0,
@@ -151,7 +152,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         env!("CARGO_PKG_VERSION"),
         dir.display()
     );
-    eprintln!("device: {}", on.description);
+    eprintln!("device: {}", cap.description);
     eprint!("{}", table(&plan));
     if let Some(warning) = plan.dropped_warning() {
         eprintln!("warning: {warning}");
@@ -212,60 +213,6 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What the sessions of one device cost and may take, for the plan.
-struct DeviceBudget {
-    per_token: u64,
-    fixed: u64,
-    cap_bytes: u64,
-    /// The weights as the device holds them.
-    weight_bytes: u64,
-    description: String,
-}
-
-impl DeviceBudget {
-    /// On the CPU: backend-cpu's session bytes under `--load-limit-gb` (or a share of RAM); on
-    /// the GPU: backend-cuda's session bytes under `--load-limit-gb` (or a share of the GPU's
-    /// free memory), or why there is no GPU to serve on.
-    fn of(args: &ServeArgs, costs: &ModelCosts, rollback: usize) -> Result<DeviceBudget, Failure> {
-        match args.device {
-            Device::Cpu => {
-                let bytes = costs.state_bytes(rollback);
-                Ok(DeviceBudget {
-                    per_token: bytes.per_token,
-                    fixed: bytes.fixed,
-                    cap_bytes: args.sizing.cap_bytes()?,
-                    weight_bytes: costs.weight_bytes,
-                    description: format!("CPU, {} threads", rayon_threads()),
-                })
-            }
-            Device::Cuda => {
-                let memory = backend_cuda::device_memory()
-                    .map_err(|e| Failure::bad_input(anyhow!("--device cuda: {e}")))?;
-                let bytes = backend_cuda::SessionBytes::of(&costs.config, costs.with_mtp, rollback);
-                const GIB: f64 = (1u64 << 30) as f64;
-                Ok(DeviceBudget {
-                    per_token: bytes.per_token,
-                    fixed: bytes.fixed,
-                    cap_bytes: args.sizing.gpu_cap_bytes(memory.free_bytes)?,
-                    // A tied embedding is uploaded a second time as the lm_head (bf16).
-                    weight_bytes: costs.weight_bytes
-                        + if costs.config.tie_word_embeddings {
-                            (costs.config.vocab_size * costs.config.hidden_size * 2) as u64
-                        } else {
-                            0
-                        },
-                    description: format!(
-                        "{} (CUDA), {:.1} of {:.1} GiB free",
-                        memory.name,
-                        memory.free_bytes as f64 / GIB,
-                        memory.total_bytes as f64 / GIB
-                    ),
-                })
-            }
-        }
-    }
-}
-
 /// The drafts `serve` runs with (`--draft`, else MTP when the model has a head) and the longest
 /// window the sessions must be able to roll back: `1 + --draft-tokens` when drafting,
 /// [`NO_ROLLBACK`] otherwise (the sessions of a hybrid model then keep no state snapshots).
@@ -297,10 +244,6 @@ pub fn drafts(
         )));
     }
     Ok((mode, 1 + draft_tokens as usize))
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Resolves on SIGINT or SIGTERM.

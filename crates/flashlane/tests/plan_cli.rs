@@ -160,3 +160,53 @@ fn an_engine_session_that_does_not_fit_fails_with_the_numbers() {
         "{stderr}"
     );
 }
+
+/// `--device cuda` plans with the GPU backend's own session bytes (KV rows in f32, linear state
+/// with a snapshot per draft-window position, the MTP ring), for a GPU this machine may lack.
+#[test]
+fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
+    let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/flashlane-tiny");
+    let args = |device: &'static str, limit: Option<&'static str>| {
+        let mut a = vec![
+            "plan",
+            "--model",
+            tiny,
+            "--device",
+            device,
+            "--parallel",
+            "1",
+            "--context",
+            "1024",
+            "--draft-tokens",
+            "3",
+            "--json",
+        ];
+        if let Some(gb) = limit {
+            a.extend(["--load-limit-gb", gb]);
+        }
+        a
+    };
+    let bytes = |output: &Output| -> u64 {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let json: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        json["sessions"][0]["bytes"].as_u64().unwrap()
+    };
+    let gpu = bytes(&flashlane(&args("cuda", Some("4")), &[]));
+    // 1056 positions × 2 (k, v) × 3 attention layers (2 + the MTP head's) × 2 heads × 64 × 4 B,
+    // plus 5 × (6 linear layers × (3 × 1024 conv + 8 × 64 × 64 state)) + 5 × 320 floats × 4 B.
+    let per_token = 2 * 3 * 2 * 64 * 4;
+    let fixed = (5 * 6 * (3 * 1024 + 8 * 64 * 64) + 5 * 320) * 4;
+    assert_eq!(gpu, 1056 * per_token + fixed);
+    let cpu = bytes(&flashlane(&args("cpu", Some("4")), &[]));
+    assert_ne!(gpu, cpu, "the CPU backend keeps its sessions differently");
+    if !cfg!(feature = "cuda") {
+        let refused = flashlane(&args("cuda", None), &[]);
+        assert_eq!(refused.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("--load-limit-gb"), "{stderr}");
+    }
+}
