@@ -10,12 +10,11 @@
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
-// ATT_MERGE.
+// ATT_MERGE, ATT_THREADS.
 
 #define ATT_Q_W (ATT_HEADS * 2 * ATT_HD)
 #define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
 #define ATT_KV_ROW (ATT_KV_HEADS * ATT_HD)
-#define ATT_THREADS 128
 
 extern "C" __global__ void __launch_bounds__((ATT_HEADS + ATT_KV_HEADS) * WARP)
 attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,

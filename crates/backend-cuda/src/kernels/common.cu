@@ -1,5 +1,6 @@
-// Shared helpers for every flashlane kernel. The host prepends `#define`s for the model's sizes
-// (see `kernels/mod.rs`), so per-thread arrays have compile-time lengths and stay in registers.
+// Shared helpers for every flashlane kernel. The host prepends `#define`s for the model's sizes and
+// the kernels' block shapes (see `kernels/mod.rs`, where each is defined once), so per-thread
+// arrays have compile-time lengths and stay in registers.
 //
 // Batch invariance: every reduction below has a fixed order that depends only on the length
 // reduced (per-lane strided partial sums, then a fixed xor-shuffle tree), never on how many

@@ -2,7 +2,6 @@
 // accumulation. One warp per (row, output): the same warp_dot_bf16 whatever the batch, so a row's
 // result is bit-identical alone or among many. `row_index` (or null) gathers input rows (the
 // rows whose logits are wanted).
-#define MATMUL_WARPS 8
 
 extern "C" __global__ void __launch_bounds__(MATMUL_WARPS * WARP)
 matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,

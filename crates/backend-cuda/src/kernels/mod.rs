@@ -22,15 +22,16 @@ const MTP: &str = include_str!("mtp.cu");
 /// The GPU the kernels are built for (Hopper: H100, H200).
 const ARCH: &str = "sm_90";
 
-/// Warps per block of `matmul_bf16` (MATMUL_WARPS in matmul.cu).
+// Block shapes, defined here only: the kernels get them as `#define`s of the same names.
+/// Warps per block of `matmul_bf16`.
 const MATMUL_WARPS: u32 = 8;
-/// Warps per block of `rmsnorm_rows` (NORM_WARPS in norm.cu).
+/// Warps per block of `rmsnorm_rows`.
 const NORM_WARPS: u32 = 4;
-/// Warps per block of the MoE kernels (MOE_WARPS in moe.cu).
+/// Warps per block of the MoE kernels.
 const MOE_WARPS: u32 = 8;
-/// Threads per (row, head) of `attention_gated` (ATT_THREADS in attention.cu).
+/// Threads per (row, head) of `attention_gated`.
 const ATT_THREADS: u32 = 128;
-/// Threads per block of `argmax_rows` (ARGMAX_THREADS in mtp.cu).
+/// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
@@ -139,7 +140,13 @@ impl Dims {
     }
 
     fn defines(&self) -> String {
+        let block = |v: u32| v as usize;
         let mut d = vec![
+            ("MATMUL_WARPS", block(MATMUL_WARPS)),
+            ("NORM_WARPS", block(NORM_WARPS)),
+            ("MOE_WARPS", block(MOE_WARPS)),
+            ("ATT_THREADS", block(ATT_THREADS)),
+            ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ATT_HEADS", self.heads),
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),

@@ -7,12 +7,12 @@
 // The router (softmax in f32, top-k with ties to the lower index, renormalised when
 // MOE_NORM_TOPK) is recomputed per warp from the row's logits: the same bits every time.
 //
-// Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H.
+// Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
+// MOE_WARPS.
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
 #define MOE_ACT_W (MOE_K * MOE_I + MOE_IS)
-#define MOE_WARPS 8
 
 // The row's top-k experts in ascending index and their probabilities.
 __device__ void route(const float* logits, int* ids, float* probs) {

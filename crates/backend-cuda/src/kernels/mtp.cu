@@ -34,7 +34,6 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, const int* _
 
 // Greedy choice per row, as lane::sampling::argmax: the largest logit, NaN and −∞ skipped, ties
 // to the lowest id; `none` when no logit qualifies. One block of ARGMAX_THREADS per row.
-#define ARGMAX_THREADS 1024
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
 argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__ out) {

@@ -1,5 +1,4 @@
 // RMSNorm of whole rows: out[r] = x[r] · rsqrt(mean(x[r]²) + eps) · (w or 1 + w). One warp per row.
-#define NORM_WARPS 4
 
 extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
 rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, int rows, float eps,
