@@ -11,7 +11,7 @@ use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
 use crate::qwen3_next;
 use crate::state::{SessionState, StateBytes};
-use model::{Arch, Config, LayerKind, LoadError, Tensor, TensorData, Weights};
+use model::{Arch, Config, LayerKind, LoadError, Placement, Tensor, TensorData, Weights};
 use std::path::Path;
 
 /// The name of a tensor that only checkpoints with an MTP head have.
@@ -44,10 +44,23 @@ pub struct CpuModel {
 }
 
 impl CpuModel {
-    /// Loads `dir` (config.json and safetensors), with a progress bar when `progress`.
+    /// Loads `dir` (config.json and safetensors), with a progress bar when `progress`, its
+    /// weights copied into memory on huge pages ([`Placement::Resident`]).
     pub fn load(dir: &Path, progress: bool) -> Result<CpuModel, LoadError> {
+        CpuModel::load_placed(dir, progress, Placement::Resident)
+    }
+
+    /// [`CpuModel::load`] with the weights placed as `placement` says. Fused projections are
+    /// owned copies on huge pages either way.
+    pub fn load_placed(
+        dir: &Path,
+        progress: bool,
+        placement: Placement,
+    ) -> Result<CpuModel, LoadError> {
         let config = Config::from_dir(dir)?;
-        let weights = Weights::open(dir)?.with_progress(progress);
+        let weights = Weights::open(dir)?
+            .with_placement(placement)
+            .with_progress(progress);
         let model = CpuModel::from_weights(config, &weights);
         weights.finish_progress();
         model

@@ -8,7 +8,7 @@ use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::state::LayerState;
-use model::{Config, LoadError, Tensor, TensorData, Weights};
+use model::{Config, LoadError, Tensor, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
@@ -105,10 +105,13 @@ impl FusedLinear {
 }
 
 /// `parts` as one projection with their weight rows (and biases) one after the other, in owned
-/// memory; `None` when their dtypes differ or only some have a bias.
+/// memory on huge pages; `None` when their dtypes differ or only some have a bias.
 fn concat(parts: &[Linear]) -> Option<Linear> {
     let inp = parts.first()?.in_features;
     let out: usize = parts.iter().map(|p| p.out_features).sum();
+    if parts.iter().any(|p| p.in_features != inp) {
+        return None;
+    }
     let name = format!(
         "fused {}",
         parts
@@ -117,26 +120,6 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
             .collect::<Vec<_>>()
             .join(" + ")
     );
-    let datas: Vec<TensorData<'_>> = parts.iter().map(|p| p.weight.data()).collect();
-    let bf16s: Option<Vec<&[half::bf16]>> = datas
-        .iter()
-        .map(|d| match d {
-            TensorData::Bf16(s) => Some(*s),
-            TensorData::F32(_) => None,
-        })
-        .collect();
-    let f32s: Option<Vec<&[f32]>> = datas
-        .iter()
-        .map(|d| match d {
-            TensorData::F32(s) => Some(*s),
-            TensorData::Bf16(_) => None,
-        })
-        .collect();
-    let weight = match (bf16s, f32s) {
-        (Some(b), _) => Tensor::from_bf16(name, vec![out, inp], b.concat()),
-        (_, Some(f)) => Tensor::from_f32(name, vec![out, inp], f.concat()),
-        _ => return None,
-    };
     let bias = if parts.iter().all(|p| p.bias.is_some()) {
         Some(
             parts
@@ -149,6 +132,9 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
     } else {
         return None;
     };
+    let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
+    // Without memory for the fused copy the projections stay separate (the same bits).
+    let weight = Tensor::concat_rows(name, &weights).ok().flatten()?;
     Some(Linear {
         weight,
         bias,
@@ -322,6 +308,7 @@ mod tests {
     use super::*;
     use crate::kernels::testutil::Rng;
     use half::bf16;
+    use model::TensorData;
 
     fn linear(rng: &mut Rng, out: usize, inp: usize, bf: bool, bias: bool) -> Linear {
         let v = rng.vec(out * inp);

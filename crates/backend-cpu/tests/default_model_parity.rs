@@ -7,6 +7,7 @@ mod common;
 use backend_cpu::{CpuModel, CpuTarget};
 use common::{argmax, fixtures_dir as fixtures, ids, read_f32};
 use lane::{Target, Window};
+use model::Placement;
 use slots::SessionId;
 use std::sync::Arc;
 
@@ -18,6 +19,27 @@ fn manifest() -> serde_json::Value {
 fn model() -> Arc<CpuModel> {
     let dir = fixtures().join(manifest()["model_dir"].as_str().unwrap());
     Arc::new(CpuModel::load(&dir, false).expect("the default model loads"))
+}
+
+/// Weights copied onto huge pages (the default) and weights left in the file mapping compute
+/// the same bits.
+#[test]
+fn resident_and_mapped_weights_give_the_same_logits() {
+    let dir = fixtures().join(manifest()["model_dir"].as_str().unwrap());
+    let prompt = ids(&manifest()["cases"][0]["ids"]);
+    let logits = |placement| {
+        let model = Arc::new(CpuModel::load_placed(&dir, false, placement).expect("loads"));
+        let mut target = CpuTarget::new(model, &[prompt.len() as u64]);
+        let window = Window {
+            session: SessionId(0),
+            start: 0,
+            tokens: &prompt,
+            num_logits: prompt.len(),
+        };
+        let rows = target.forward(&[window]).unwrap().remove(0);
+        rows.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+    };
+    assert_eq!(logits(Placement::Resident), logits(Placement::Mapped));
 }
 
 #[test]

@@ -294,7 +294,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
     let (cpu, gpu) = match args.device {
-        Device::Cpu => (Some(load_model(&dir)?), None),
+        Device::Cpu => (Some(load_model(&dir, args.model.placement())?), None),
         Device::Cuda => (
             None,
             Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),

@@ -7,6 +7,7 @@ use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget, NO_ROLLBACK};
 use clap::Args;
 use lane::{SessionId, Target, Window};
+use model::Placement;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -42,9 +43,9 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 }
 
 /// Loads a model for the CPU, with a progress bar on a terminal.
-pub fn load_model(dir: &std::path::Path) -> Result<Arc<CpuModel>, Failure> {
+pub fn load_model(dir: &std::path::Path, placement: Placement) -> Result<Arc<CpuModel>, Failure> {
     use std::io::IsTerminal;
-    let model = CpuModel::load(dir, std::io::stderr().is_terminal())
+    let model = CpuModel::load_placed(dir, std::io::stderr().is_terminal(), placement)
         .map_err(|e| Failure::from(anyhow!(e)))?;
     Ok(Arc::new(model))
 }
@@ -52,7 +53,7 @@ pub fn load_model(dir: &std::path::Path) -> Result<Arc<CpuModel>, Failure> {
 pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
     let ids = parse_ids(&args.ids)?;
     let dir = args.model.dir()?;
-    let model = load_model(&dir)?;
+    let model = load_model(&dir, args.model.placement())?;
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= model.vocab_size()) {
         return Err(Failure::bad_input(anyhow!(
             "--ids: token id {bad} is outside the model's vocabulary of {}",

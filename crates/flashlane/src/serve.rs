@@ -9,6 +9,7 @@ use anyhow::{anyhow, Context};
 use backend_cpu::{CpuModel, CpuTarget, ModelCosts, NO_ROLLBACK};
 use clap::{Args, ValueEnum};
 use lane::{DraftMode, Engine, EngineConfig, Target, DEFAULT_DRAFT_COST_PERCENT};
+use model::Placement;
 use server::AppState;
 use slots::{plan, PlanInput};
 use std::path::{Path, PathBuf};
@@ -35,9 +36,24 @@ pub struct ModelArgs {
     /// Model directory (Hugging Face layout) [default: the embedded flashlane-tiny]
     #[arg(long, env = "FLASHLANE_MODEL")]
     pub model: Option<PathBuf>,
+    /// CPU: keep the weights in the file's mapping (4 KiB page-cache pages, shared with other
+    /// readers of the file) instead of copying them into memory on 2 MiB huge pages. Uses no
+    /// second copy while the page cache holds the file; the weight stream of a decode step is
+    /// slower.
+    #[arg(long)]
+    pub mmap: bool,
 }
 
 impl ModelArgs {
+    /// Where the CPU backend keeps the weights.
+    pub fn placement(&self) -> Placement {
+        if self.mmap {
+            Placement::Mapped
+        } else {
+            Placement::Resident
+        }
+    }
+
     pub fn dir(&self) -> anyhow::Result<PathBuf> {
         match &self.model {
             Some(dir) => Ok(dir.clone()),
@@ -162,11 +178,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let draft_tokens = (rollback - 1) as u64;
     let draft_cost = args.drafts.draft_cost;
     let model_dir = dir.clone();
+    let placement = args.model.placement();
     let device = args.device;
     let (engine, engine_thread) = server::spawn_engine(move || {
         let target: Box<dyn Target> = match device {
             Device::Cpu => {
-                let model = Arc::new(CpuModel::load(&model_dir, true)?);
+                let model = Arc::new(CpuModel::load_placed(&model_dir, true, placement)?);
                 Box::new(CpuTarget::with_rollback_window(
                     model,
                     &capacities,

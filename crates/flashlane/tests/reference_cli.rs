@@ -172,6 +172,27 @@ fn generate_without_a_model_uses_the_embedded_default_model() {
 }
 
 #[test]
+fn generate_with_mmap_weights_replies_as_with_resident_weights() {
+    let ids_of = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--prompt",
+            "Write a function.",
+            "--chat",
+            "--max-tokens",
+            "16",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = flashlane(&args);
+        assert_eq!(code, 0, "{stderr}");
+        let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        value["tokens"].clone()
+    };
+    assert_eq!(ids_of(&["--mmap"]), ids_of(&[]));
+}
+
+#[test]
 fn bench_reports_mtp_acceptance_on_the_counting_task_as_json() {
     let (code, stdout, stderr) = flashlane(&[
         "bench",

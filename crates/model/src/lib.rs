@@ -12,6 +12,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod resident;
 pub mod tokenizer;
 pub mod vocab;
 pub mod weights;
@@ -20,7 +21,7 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;
-pub use weights::{Tensor, TensorData, Weights};
+pub use weights::{Placement, Tensor, TensorData, Weights};
 
 use std::path::{Path, PathBuf};
 

@@ -5,8 +5,10 @@
 //! naming the file). A tensor is fetched by name with the shape the graph expects
 //! ([`Weights::tensor`]); a missing tensor, a shape mismatch or an unsupported dtype fails naming
 //! the file and the tensor. bf16 and f32 tensors stay in the mapping (zero copy, bf16 stays
-//! bf16); f16 tensors are widened to f32 once at load.
+//! bf16), or with [`Placement::Resident`] are copied as they are into anonymous memory on huge
+//! pages ([`crate::resident`]); f16 tensors are widened to f32 once at load.
 
+use crate::resident::{Arena, HugeRegion};
 use crate::LoadError;
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -35,11 +37,25 @@ struct Entry {
     shape: Vec<usize>,
 }
 
+/// Where fetched bf16 and f32 tensors live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// In the file's mapping: zero copy, 4 KiB page-cache pages shared with other readers of
+    /// the file (what a GPU backend wants: it uploads the weights once).
+    #[default]
+    Mapped,
+    /// Copied into anonymous memory on 2 MiB transparent huge pages (what a CPU backend wants:
+    /// it streams every weight once per decode step; see [`crate::resident`]).
+    Resident,
+}
+
 /// All tensors of a checkpoint, mapped.
 pub struct Weights {
     entries: HashMap<String, Entry>,
     total_bytes: u64,
     progress: Option<Mutex<indicatif::ProgressBar>>,
+    /// Where [`Placement::Resident`] copies go; `None` for [`Placement::Mapped`].
+    arena: Option<Mutex<Arena>>,
 }
 
 /// A tensor's elements, borrowed.
@@ -74,6 +90,12 @@ impl TensorData<'_> {
 enum Storage {
     Mapped {
         map: Arc<Mmap>,
+        offset: usize,
+        len: usize,
+        bf16: bool,
+    },
+    Resident {
+        region: Arc<HugeRegion>,
         offset: usize,
         len: usize,
         bf16: bool,
@@ -134,8 +156,61 @@ impl Tensor {
     pub fn is_bf16(&self) -> bool {
         matches!(
             self.storage,
-            Storage::Bf16(_) | Storage::Mapped { bf16: true, .. }
+            Storage::Bf16(_)
+                | Storage::Mapped { bf16: true, .. }
+                | Storage::Resident { bf16: true, .. }
         )
+    }
+
+    /// Whether the elements live in anonymous memory advised to use huge pages.
+    pub fn is_resident(&self) -> bool {
+        matches!(self.storage, Storage::Resident { .. })
+    }
+
+    /// `parts` (`[out_i, in]` each, all bf16 or all f32) as one `[Σ out_i, in]` tensor, rows in
+    /// order, in a region of its own on huge pages; `None` when the dtypes or the widths differ.
+    pub fn concat_rows(
+        name: impl Into<String>,
+        parts: &[&Tensor],
+    ) -> std::io::Result<Option<Tensor>> {
+        let Some(first) = parts.first() else {
+            return Ok(None);
+        };
+        let bf16 = first.is_bf16();
+        let inp = first.shape.last().copied().unwrap_or(0);
+        if parts
+            .iter()
+            .any(|p| p.is_bf16() != bf16 || p.shape.len() != 2 || p.shape[1] != inp)
+        {
+            return Ok(None);
+        }
+        let out: usize = parts.iter().map(|p| p.shape[0]).sum();
+        let bytes: Vec<&[u8]> = parts.iter().map(|p| p.bytes_of()).collect();
+        let region = HugeRegion::filled(&bytes)?;
+        let len = region_len(&bytes);
+        Ok(Some(Tensor {
+            name: name.into(),
+            shape: vec![out, inp],
+            storage: Storage::Resident {
+                region: Arc::new(region),
+                offset: 0,
+                len,
+                bf16,
+            },
+        }))
+    }
+
+    /// The elements' bytes as they are in memory.
+    fn bytes_of(&self) -> &[u8] {
+        match self.data() {
+            // SAFETY: plain numbers; the slice covers exactly the elements' memory.
+            TensorData::F32(s) => unsafe {
+                std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s))
+            },
+            TensorData::Bf16(s) => unsafe {
+                std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s))
+            },
+        }
     }
 
     pub fn data(&self) -> TensorData<'_> {
@@ -147,19 +222,13 @@ impl Tensor {
                 offset,
                 len,
                 bf16,
-            } => {
-                let bytes = &map[*offset..*offset + *len];
-                // SAFETY: `Weights::tensor` maps a tensor only when its bytes are aligned for the
-                // element type and a whole number of elements; f32 and bf16 have no invalid bit
-                // patterns; the mapping is read-only and lives as long as `self`.
-                unsafe {
-                    if *bf16 {
-                        TensorData::Bf16(std::slice::from_raw_parts(bytes.as_ptr().cast(), len / 2))
-                    } else {
-                        TensorData::F32(std::slice::from_raw_parts(bytes.as_ptr().cast(), len / 4))
-                    }
-                }
-            }
+            } => typed(&map[*offset..*offset + *len], *bf16),
+            Storage::Resident {
+                region,
+                offset,
+                len,
+                bf16,
+            } => typed(region.bytes(*offset, *len), *bf16),
         }
     }
 
@@ -175,6 +244,34 @@ impl Tensor {
     pub fn bytes(&self) -> usize {
         self.numel() * if self.is_bf16() { 2 } else { 4 }
     }
+}
+
+/// `bytes` as the elements they hold.
+fn typed(bytes: &[u8], bf16: bool) -> TensorData<'_> {
+    let elem = if bf16 { 2 } else { 4 };
+    assert!(
+        (bytes.as_ptr() as usize).is_multiple_of(elem) && bytes.len().is_multiple_of(elem),
+        "tensor bytes not aligned to their elements"
+    );
+    // SAFETY: aligned and a whole number of elements (asserted); f32 and bf16 have no invalid
+    // bit patterns; the slice borrows memory that lives as long as `bytes`.
+    unsafe {
+        if bf16 {
+            TensorData::Bf16(std::slice::from_raw_parts(
+                bytes.as_ptr().cast(),
+                bytes.len() / 2,
+            ))
+        } else {
+            TensorData::F32(std::slice::from_raw_parts(
+                bytes.as_ptr().cast(),
+                bytes.len() / 4,
+            ))
+        }
+    }
+}
+
+fn region_len(parts: &[&[u8]]) -> usize {
+    parts.iter().map(|p| p.len()).sum()
 }
 
 fn dtype_name(dtype: Dtype) -> String {
@@ -268,7 +365,17 @@ impl Weights {
             entries,
             total_bytes,
             progress: None,
+            arena: None,
         })
+    }
+
+    /// Where the tensors fetched from now on live ([`Placement::Mapped`] unless set).
+    pub fn with_placement(mut self, placement: Placement) -> Weights {
+        self.arena = match placement {
+            Placement::Mapped => None,
+            Placement::Resident => Some(Mutex::new(Arena::default())),
+        };
+        self
     }
 
     /// Shows a progress bar over the checkpoint's bytes while tensors are fetched (and paged in).
@@ -391,26 +498,39 @@ impl Weights {
             bar.lock().expect("progress bar lock").inc(entry.len as u64);
         }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
-        let storage = match entry.dtype {
-            Dtype::F32 if aligned => Storage::Mapped {
+        let storage = match (entry.dtype, &self.arena) {
+            (Dtype::F32 | Dtype::BF16, Some(arena)) => {
+                let (region, offset) = arena
+                    .lock()
+                    .expect("weight arena lock")
+                    .copy_in(bytes)
+                    .map_err(|e| LoadError::io(&entry.file, e))?;
+                Storage::Resident {
+                    region,
+                    offset,
+                    len: entry.len,
+                    bf16: entry.dtype == Dtype::BF16,
+                }
+            }
+            (Dtype::F32, _) if aligned => Storage::Mapped {
                 map: entry.map.clone(),
                 offset: entry.offset,
                 len: entry.len,
                 bf16: false,
             },
-            Dtype::BF16 if aligned => Storage::Mapped {
+            (Dtype::BF16, _) if aligned => Storage::Mapped {
                 map: entry.map.clone(),
                 offset: entry.offset,
                 len: entry.len,
                 bf16: true,
             },
-            Dtype::F32 => Storage::F32(
+            (Dtype::F32, _) => Storage::F32(
                 bytes
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect(),
             ),
-            Dtype::BF16 => Storage::Bf16(
+            (Dtype::BF16, _) => Storage::Bf16(
                 bytes
                     .chunks_exact(2)
                     .map(|c| bf16::from_le_bytes([c[0], c[1]]))

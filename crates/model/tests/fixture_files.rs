@@ -1,7 +1,7 @@
 //! The model crate on the committed fixture checkpoints: tokenizer ids equal the Python
 //! `tokenizers` package's, and every fixture's config and weights load.
 
-use model::{Config, Tokenizer, Weights};
+use model::{Config, Placement, TensorData, Tokenizer, Weights};
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
@@ -43,5 +43,35 @@ fn every_fixture_config_resolves_and_its_weights_open() {
             "{}",
             dir.display()
         );
+    }
+}
+
+#[test]
+fn resident_tensors_hold_the_mapped_bits_on_their_own_memory() {
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
+            .unwrap();
+    for f in manifest["fixtures"].as_array().unwrap() {
+        let dir = fixtures().join(f["model_dir"].as_str().unwrap());
+        let mapped = Weights::open(&dir).unwrap();
+        let resident = Weights::open(&dir)
+            .unwrap()
+            .with_placement(Placement::Resident);
+        for name in mapped.names() {
+            let a = mapped.tensor_any_shape(name).unwrap();
+            let b = resident.tensor_any_shape(name).unwrap();
+            // f16 checkpoints are widened to owned f32 at load, whatever the placement.
+            let copied = f["dtype"] != "float16";
+            assert!(!a.is_resident() && b.is_resident() == copied, "{name}");
+            assert_eq!(a.shape(), b.shape(), "{name}");
+            assert_eq!(a.is_bf16(), b.is_bf16(), "{name}");
+            let bits = |t: &model::Tensor| -> Vec<u32> {
+                match t.data() {
+                    TensorData::F32(s) => s.iter().map(|v| v.to_bits()).collect(),
+                    TensorData::Bf16(s) => s.iter().map(|v| v.to_bits() as u32).collect(),
+                }
+            };
+            assert_eq!(bits(&a), bits(&b), "{} {name}", dir.display());
+        }
     }
 }
