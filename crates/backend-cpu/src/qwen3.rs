@@ -27,7 +27,30 @@ impl Linear {
         inp: usize,
         bias: bool,
     ) -> Result<Linear, LoadError> {
-        let weight = w.tensor(&format!("{prefix}.weight"), &[out, inp])?;
+        Linear::load_from(w, prefix, out, inp, bias, Weights::tensor)
+    }
+
+    /// [`Linear::load`] with the weight left in the file's mapping: for the parts of a
+    /// [`FusedLinear`], which copies them into one tensor.
+    pub fn load_mapped(
+        w: &Weights,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, LoadError> {
+        Linear::load_from(w, prefix, out, inp, bias, Weights::tensor_mapped)
+    }
+
+    fn load_from(
+        w: &Weights,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+        fetch: impl Fn(&Weights, &str, &[usize]) -> Result<Tensor, LoadError>,
+    ) -> Result<Linear, LoadError> {
+        let weight = fetch(w, &format!("{prefix}.weight"), &[out, inp])?;
         let bias = if bias {
             Some(w.tensor(&format!("{prefix}.bias"), &[out])?.to_f32_vec())
         } else {
@@ -78,6 +101,22 @@ impl FusedLinear {
             None => parts,
         };
         FusedLinear { parts, outs }
+    }
+
+    /// [`FusedLinear::new`] for parts loaded with [`Linear::load_mapped`]: parts that cannot be
+    /// fused are then placed where `w`'s placement wants them.
+    pub fn load(w: &Weights, parts: Vec<Linear>) -> Result<FusedLinear, LoadError> {
+        let FusedLinear { parts, outs } = FusedLinear::new(parts);
+        let parts = parts
+            .into_iter()
+            .map(|p| {
+                Ok(Linear {
+                    weight: w.place(p.weight)?,
+                    ..p
+                })
+            })
+            .collect::<Result<_, LoadError>>()?;
+        Ok(FusedLinear { parts, outs })
     }
 
     /// One `[rows, out_i]` output per projection, for `x[rows, in]`.
@@ -166,11 +205,26 @@ impl Attention {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(Attention {
-            qkv_proj: FusedLinear::new(vec![
-                Linear::load(w, &format!("{prefix}.q_proj"), c.num_heads * hd, h, bias)?,
-                Linear::load(w, &format!("{prefix}.k_proj"), c.num_kv_heads * hd, h, bias)?,
-                Linear::load(w, &format!("{prefix}.v_proj"), c.num_kv_heads * hd, h, bias)?,
-            ]),
+            qkv_proj: FusedLinear::load(
+                w,
+                vec![
+                    Linear::load_mapped(w, &format!("{prefix}.q_proj"), c.num_heads * hd, h, bias)?,
+                    Linear::load_mapped(
+                        w,
+                        &format!("{prefix}.k_proj"),
+                        c.num_kv_heads * hd,
+                        h,
+                        bias,
+                    )?,
+                    Linear::load_mapped(
+                        w,
+                        &format!("{prefix}.v_proj"),
+                        c.num_kv_heads * hd,
+                        h,
+                        bias,
+                    )?,
+                ],
+            )?,
             o_proj: Linear::load(w, &format!("{prefix}.o_proj"), h, c.num_heads * hd, false)?,
             q_norm: load_norm(w, &format!("{prefix}.q_norm.weight"), hd)?,
             k_norm: load_norm(w, &format!("{prefix}.k_norm.weight"), hd)?,
@@ -274,14 +328,11 @@ impl FusedDenseMlp {
         hidden: usize,
         width: usize,
     ) -> Result<FusedDenseMlp, LoadError> {
-        let DenseMlp {
-            gate_proj,
-            up_proj,
-            down_proj,
-        } = DenseMlp::load(w, prefix, hidden, width)?;
+        let part =
+            |name: &str| Linear::load_mapped(w, &format!("{prefix}.{name}"), width, hidden, false);
         Ok(FusedDenseMlp {
-            gate_up_proj: FusedLinear::new(vec![gate_proj, up_proj]),
-            down_proj,
+            gate_up_proj: FusedLinear::load(w, vec![part("gate_proj")?, part("up_proj")?])?,
+            down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
         })
     }
 }

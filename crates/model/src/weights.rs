@@ -423,6 +423,17 @@ impl Weights {
 
     /// Fetches `name`, checking that its shape is `shape`.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.fetch(name, self.entry(name, Some(shape))?, self.arena.as_ref())
+    }
+
+    /// [`Weights::tensor`] left in the file's mapping whatever the placement: for tensors the
+    /// caller copies anyway (projections fused into one tensor), so they are not copied twice.
+    pub fn tensor_mapped(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.fetch(name, self.entry(name, Some(shape))?, None)
+    }
+
+    /// Where `name` lies, checking its shape against `shape` when given.
+    fn entry(&self, name: &str, shape: Option<&[usize]>) -> Result<&Entry, LoadError> {
         let entry = self
             .entries
             .get(name)
@@ -430,27 +441,47 @@ impl Weights {
                 name: name.to_string(),
                 file: self.files_hint(),
             })?;
-        if entry.shape != shape {
-            return Err(LoadError::Shape {
+        match shape {
+            Some(shape) if entry.shape != shape => Err(LoadError::Shape {
                 file: entry.file.to_path_buf(),
                 name: name.to_string(),
                 expected: shape.to_vec(),
                 found: entry.shape.clone(),
-            });
+            }),
+            _ => Ok(entry),
         }
-        self.fetch(name, entry)
+    }
+
+    /// `t` where this checkpoint's placement wants it: copied into the huge-page arena for
+    /// [`Placement::Resident`] unless it is already resident, as it is otherwise.
+    pub fn place(&self, t: Tensor) -> Result<Tensor, LoadError> {
+        let Some(arena) = &self.arena else {
+            return Ok(t);
+        };
+        if t.is_resident() {
+            return Ok(t);
+        }
+        let bf16 = t.is_bf16();
+        let (region, offset) = arena
+            .lock()
+            .expect("weight arena lock")
+            .copy_in(t.bytes_of())
+            .map_err(|e| LoadError::io(&self.files_hint(), e))?;
+        Ok(Tensor {
+            storage: Storage::Resident {
+                region,
+                offset,
+                len: t.bytes(),
+                bf16,
+            },
+            name: t.name,
+            shape: t.shape,
+        })
     }
 
     /// Fetches `name` whatever its shape (the caller checks it).
     pub fn tensor_any_shape(&self, name: &str) -> Result<Tensor, LoadError> {
-        let entry = self
-            .entries
-            .get(name)
-            .ok_or_else(|| LoadError::MissingTensor {
-                name: name.to_string(),
-                file: self.files_hint(),
-            })?;
-        self.fetch(name, entry)
+        self.fetch(name, self.entry(name, None)?, self.arena.as_ref())
     }
 
     fn files_hint(&self) -> PathBuf {
@@ -467,7 +498,13 @@ impl Weights {
         }
     }
 
-    fn fetch(&self, name: &str, entry: &Entry) -> Result<Tensor, LoadError> {
+    /// `name`, copied into `arena` when given, else in the mapping.
+    fn fetch(
+        &self,
+        name: &str,
+        entry: &Entry,
+        arena: Option<&Mutex<Arena>>,
+    ) -> Result<Tensor, LoadError> {
         let numel: usize = entry.shape.iter().product();
         let elem = match entry.dtype {
             Dtype::F32 => 4,
@@ -498,7 +535,7 @@ impl Weights {
             bar.lock().expect("progress bar lock").inc(entry.len as u64);
         }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
-        let storage = match (entry.dtype, &self.arena) {
+        let storage = match (entry.dtype, arena) {
             (Dtype::F32 | Dtype::BF16, Some(arena)) => {
                 let (region, offset) = arena
                     .lock()
