@@ -10,7 +10,7 @@ use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul};
 use crate::model::CudaModel;
 use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
-use crate::weights::{LayerWeights, Matrix, MixerWeights, MoeWeights};
+use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
 
 /// One window of a round, as the GPU pass needs it.
@@ -82,20 +82,25 @@ impl Widths {
                 MixerWeights::Linear(w) => w.proj.rows,
                 MixerWeights::Attention(w) => w.qkv.rows,
             };
-            wide = wide.max(mixer_rows).max(l.moe.front.rows);
+            wide = wide.max(mixer_rows).max(l.ffn.front_rows());
         }
         let (mixed, lin_heads) = c.linear.as_ref().map_or((0, 0), |l| {
             (l.conv_channels(), l.num_value_heads * l.value_head_dim)
         });
-        let act = c.moe.as_ref().map_or(0, |m| {
+        let moe_act = c.moe.as_ref().map_or(0, |m| {
             m.experts_per_token * m.expert_intermediate + m.shared_expert_intermediate
         });
+        let dense_act = if c.moe_layers.iter().all(|&sparse| sparse) {
+            0
+        } else {
+            c.intermediate_size
+        };
         Widths {
             hidden: c.hidden_size,
             wide,
             mixed,
             heads: (c.num_heads * c.head_dim).max(lin_heads),
-            act,
+            act: moe_act.max(dense_act),
         }
     }
 }
@@ -280,12 +285,19 @@ impl Pass<'_> {
         out: u64,
     ) -> Result<(), CudaError> {
         let h = self.hidden();
-        self.m
-            .kernels
-            .rmsnorm(self.gpu(), x, w.at(0), h, rows, self.eps(), true, out)
+        self.m.kernels.rmsnorm(
+            self.gpu(),
+            x,
+            w.at(0),
+            h,
+            rows,
+            self.eps(),
+            self.m.dims.qwen3_next,
+            out,
+        )
     }
 
-    /// One decoder layer on `x` (`rows` rows): `x += mixer(norm(x))`, `x += moe(norm(x))`.
+    /// One decoder layer on `x` (`rows` rows): `x += mixer(norm(x))`, `x += ffn(norm(x))`.
     pub(crate) fn layer(
         &self,
         l: &LayerWeights,
@@ -297,7 +309,25 @@ impl Pass<'_> {
         self.norm(p.x, &l.input_norm, rows, p.xn)?;
         self.mixer(l, rows, mix, sessions)?;
         self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.moe(&l.moe, rows)
+        self.ffn(&l.ffn, rows)
+    }
+
+    /// `x += ffn(xn)` over `rows` rows.
+    pub(crate) fn ffn(&self, ffn: &FfnWeights, rows: usize) -> Result<(), CudaError> {
+        match ffn {
+            FfnWeights::Moe(moe) => self.moe(moe, rows),
+            FfnWeights::Dense(mlp) => self.dense_mlp(mlp, rows),
+        }
+    }
+
+    /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
+    pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
+        let p = self.p;
+        self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
+        self.m
+            .kernels
+            .swiglu(self.gpu(), p.wide, w.down.cols, rows, p.act)?;
+        self.matmul(p.act, &w.down, rows, p.x, true)
     }
 
     /// `x += mixer(xn)` over `rows` rows, with the sessions' state.

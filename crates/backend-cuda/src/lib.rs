@@ -1,6 +1,6 @@
 //! # backend-cuda — flashlane's models on an NVIDIA GPU
 //!
-//! `lane::Target` for a loaded Qwen3-Next model on the GPU, behind the `cuda` feature (cudarc
+//! `lane::Target` for a loaded Qwen3-Next or dense Qwen3 model on the GPU, behind the `cuda` feature (cudarc
 //! with dynamic loading: no CUDA libraries are needed to build). Without the feature,
 //! [`CudaModel::load`] and [`CudaTarget::new`] exist and return a clear error.
 //!

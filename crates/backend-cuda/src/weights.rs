@@ -29,7 +29,8 @@ pub struct LinearWeights {
     pub out_proj: Matrix,
 }
 
-/// Gated attention weights. `qkv` is `q_proj` (per head [query | gate]) then `k_proj`, `v_proj`.
+/// Attention weights. `qkv` is `q_proj` (per head [query | gate] for Qwen3-Next's gated
+/// attention, the query alone for Qwen3) then `k_proj`, `v_proj`.
 pub struct AttentionWeights {
     pub qkv: Matrix,
     pub q_norm: Buf<f32>,
@@ -52,11 +53,33 @@ pub struct MoeWeights {
     pub shared_down: Option<Matrix>,
 }
 
+/// A dense SwiGLU MLP (Qwen3's): `gate_up` is gate_proj then up_proj, `[2I, H]`.
+pub struct DenseMlpWeights {
+    pub gate_up: Matrix,
+    pub down: Matrix,
+}
+
+/// A layer's feed-forward.
+pub enum FfnWeights {
+    Moe(MoeWeights),
+    Dense(DenseMlpWeights),
+}
+
+impl FfnWeights {
+    /// Rows of its first matmul (the scratch row it writes).
+    pub fn front_rows(&self) -> usize {
+        match self {
+            FfnWeights::Moe(m) => m.front.rows,
+            FfnWeights::Dense(d) => d.gate_up.rows,
+        }
+    }
+}
+
 pub struct LayerWeights {
     pub input_norm: Buf<f32>,
     pub post_norm: Buf<f32>,
     pub mixer: MixerWeights,
-    pub moe: MoeWeights,
+    pub ffn: FfnWeights,
 }
 
 pub struct MtpWeights {
@@ -125,12 +148,6 @@ fn norm(gpu: &Gpu, w: &Weights, name: &str, n: usize) -> Result<Buf<f32>, CudaEr
 
 impl ModelWeights {
     pub fn upload(gpu: &Gpu, config: &Config, w: &Weights) -> Result<ModelWeights, CudaError> {
-        if config.arch != Arch::Qwen3Next {
-            return Err(CudaError::Unsupported(
-                "the CUDA backend runs qwen3_next models only for now (dense qwen3 is not wired)"
-                    .into(),
-            ));
-        }
         if config.attention_bias {
             return Err(CudaError::Unsupported("attention biases".into()));
         }
@@ -144,9 +161,6 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
             let p = format!("model.layers.{i}");
-            if !config.moe_layers[i] {
-                return Err(CudaError::Unsupported(format!("layer {i} has a dense MLP")));
-            }
             let mixer = match config.layer_types[i] {
                 LayerKind::LinearAttention => {
                     MixerWeights::Linear(linear(gpu, config, w, &format!("{p}.linear_attn"))?)
@@ -155,7 +169,7 @@ impl ModelWeights {
                     MixerWeights::Attention(attention(gpu, config, w, &format!("{p}.self_attn"))?)
                 }
             };
-            layers.push(layer(gpu, config, w, &p, mixer)?);
+            layers.push(layer(gpu, config, w, &p, mixer, config.moe_layers[i])?);
         }
         let mtp = if w.contains(MTP_MARKER) {
             Some(MtpWeights {
@@ -168,6 +182,7 @@ impl ModelWeights {
                     w,
                     "mtp.layers.0",
                     MixerWeights::Attention(attention(gpu, config, w, "mtp.layers.0.self_attn")?),
+                    true,
                 )?,
                 norm: norm(gpu, w, "mtp.norm.weight", h)?,
             })
@@ -196,8 +211,15 @@ fn layer(
     w: &Weights,
     prefix: &str,
     mixer: MixerWeights,
+    sparse: bool,
 ) -> Result<LayerWeights, CudaError> {
     let h = config.hidden_size;
+    let p = format!("{prefix}.mlp");
+    let ffn = if sparse {
+        FfnWeights::Moe(moe(gpu, config, w, &p)?)
+    } else {
+        FfnWeights::Dense(dense_mlp(gpu, config, w, &p)?)
+    };
     Ok(LayerWeights {
         input_norm: norm(gpu, w, &format!("{prefix}.input_layernorm.weight"), h)?,
         post_norm: norm(
@@ -207,7 +229,34 @@ fn layer(
             h,
         )?,
         mixer,
-        moe: moe(gpu, config, w, &format!("{prefix}.mlp"))?,
+        ffn,
+    })
+}
+
+fn dense_mlp(
+    gpu: &Gpu,
+    config: &Config,
+    w: &Weights,
+    p: &str,
+) -> Result<DenseMlpWeights, CudaError> {
+    let (h, i) = (config.hidden_size, config.intermediate_size);
+    if !i.is_multiple_of(crate::kernels::DOT_ALIGN) {
+        return Err(CudaError::Unsupported(format!(
+            "intermediate_size {i}: dot products need a multiple of {}",
+            crate::kernels::DOT_ALIGN
+        )));
+    }
+    Ok(DenseMlpWeights {
+        gate_up: stacked(
+            gpu,
+            &[
+                (format!("{p}.gate_proj.weight"), i),
+                (format!("{p}.up_proj.weight"), i),
+            ],
+            h,
+            w,
+        )?,
+        down: stacked(gpu, &[(format!("{p}.down_proj.weight"), h)], i, w)?,
     })
 }
 
@@ -254,11 +303,17 @@ fn linear(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<LinearWeig
 
 fn attention(gpu: &Gpu, c: &Config, w: &Weights, p: &str) -> Result<AttentionWeights, CudaError> {
     let (h, hd) = (c.hidden_size, c.head_dim);
+    // Qwen3-Next's q_proj holds [query | gate] per head.
+    let q_head_width = if c.arch == Arch::Qwen3Next {
+        2 * hd
+    } else {
+        hd
+    };
     Ok(AttentionWeights {
         qkv: stacked(
             gpu,
             &[
-                (format!("{p}.q_proj.weight"), c.num_heads * 2 * hd),
+                (format!("{p}.q_proj.weight"), c.num_heads * q_head_width),
                 (format!("{p}.k_proj.weight"), c.num_kv_heads * hd),
                 (format!("{p}.v_proj.weight"), c.num_kv_heads * hd),
             ],

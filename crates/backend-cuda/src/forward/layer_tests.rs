@@ -1,7 +1,9 @@
-//! Each layer type of `models/flashlane-tiny` on the GPU against backend-cpu's (the reference
-//! verified against transformers) on random normed rows: the Gated DeltaNet mixer (conv and
-//! recurrence kernels), the gated attention mixer (prep and attention kernels) and the sparse MoE
-//! (up and down kernels), through the same `Pass` a round uses. Skips without a CUDA device.
+//! Each layer type on the GPU against backend-cpu's (the reference verified against
+//! transformers) on random normed rows, through the same `Pass` a round uses: of
+//! `models/flashlane-tiny`, the Gated DeltaNet mixer (conv and recurrence kernels), the gated
+//! attention mixer (prep and attention kernels) and the sparse MoE (up and down kernels); of a
+//! dense Qwen3 fixture, its attention (plain QK-norm, full RoPE, no gate) and SwiGLU MLP. Skips
+//! without a CUDA device.
 
 use super::*;
 use crate::MAX_ROLLBACK_WINDOW;
@@ -40,8 +42,17 @@ fn random_rows(n: usize) -> (u64, Vec<f32>) {
 
 #[test]
 fn every_layer_type_matches_backend_cpu_on_random_rows() {
-    let dir =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    layers_match_backend_cpu("../../models/flashlane-tiny");
+}
+
+#[test]
+fn dense_qwen3_layers_match_backend_cpu_on_random_rows() {
+    layers_match_backend_cpu("../../tests/fixtures/qwen3_bf16/model");
+}
+
+/// Every layer of the model in `dir` (relative to this crate) against backend-cpu's.
+fn layers_match_backend_cpu(dir: &str) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
     let gm = match CudaModel::load(&dir) {
         Ok(m) => m,
         Err(CudaError::Unavailable(why)) => {
@@ -113,15 +124,15 @@ fn every_layer_type_matches_backend_cpu_on_random_rows() {
             d <= TOLERANCE,
             "seed {seed}, layer {i} mixer: relative diff {d}"
         );
-        // The MoE: x = 0 + moe(xn).
+        // The feed-forward: x = 0 + ffn(xn).
         scratch.x.write(&gm.gpu, &zeros).unwrap();
-        pass.moe(&gl.moe, rows).unwrap();
+        pass.ffn(&gl.ffn, rows).unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         cl.mlp.forward(&xn, &mut want);
         let d = relative_diff(&got, &want);
         assert!(
             d <= TOLERANCE,
-            "seed {seed}, layer {i} MoE: relative diff {d}"
+            "seed {seed}, layer {i} feed-forward: relative diff {d}"
         );
     }
 }

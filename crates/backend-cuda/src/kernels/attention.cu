@@ -1,18 +1,22 @@
-// Gated full attention (QWEN3_NEXT.md "Gated attention layer"), after the fused projection
-// `qkv` = [q_proj (per head [query | gate], 2·HD) | k_proj | v_proj] per row:
-// - `attention_prep`: per row, q and k heads zero-centred-RMSNormed and partially RoPE'd at the
-//   row's position; q to `q_out`, K and V into the session's cache rows. One warp per head.
+// Full attention after the fused projection `qkv` = [q_proj | k_proj | v_proj] per row: Qwen3-Next's
+// gated attention (QWEN3_NEXT.md "Gated attention layer": q_proj per head [query | gate], 2·HD;
+// zero-centred QK-norm; partial RoPE) when ATT_GATED, else Qwen3's (query only, HD per head;
+// plain QK-norm; RoPE over ATT_ROT = HD dimensions):
+// - `attention_prep`: per row, q and k heads RMSNormed (ATT_NORM_KIND) and RoPE'd at the row's
+//   position; q to `q_out`, K and V into the session's cache rows. One warp per head.
 // - `attention_gated`: per (row, head), softmax attention over the session's rows 0..=pos, then
-//   × sigmoid(gate). ATT_THREADS threads split the keys with a fixed stride, each keeps an online
+//   × sigmoid(gate) when ATT_GATED. ATT_THREADS threads split the keys with a fixed stride, each keeps an online
 //   softmax; they are merged in thread order, ATT_MERGE output dims at a time (the whole head
 //   when it fits the shared memory, else in chunks: the same sums either way). The split depends
 //   on the position only, never on the batch.
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
-// ATT_MERGE, ATT_THREADS.
+// ATT_GATED, ATT_NORM_KIND, ATT_MERGE, ATT_THREADS.
 
-#define ATT_Q_W (ATT_HEADS * 2 * ATT_HD)
+// Floats of one head's slice of q_proj: [query | gate] when gated.
+#define ATT_Q_HEAD_W ((ATT_GATED ? 2 : 1) * ATT_HD)
+#define ATT_Q_W (ATT_HEADS * ATT_Q_HEAD_W)
 #define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
 #define ATT_KV_ROW (ATT_KV_HEADS * ATT_HD)
 
@@ -30,7 +34,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
     const float* nw;
     float* dst;
     if (w < ATT_HEADS) {
-        src = row + w * 2 * ATT_HD;
+        src = row + w * ATT_Q_HEAD_W;
         nw = q_norm;
         dst = q_out + ((size_t)r * ATT_HEADS + w) * ATT_HD;
     } else {
@@ -42,7 +46,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
         for (int i = lane; i < ATT_HD; i += WARP) v_cache[cache_row + kvh * ATT_HD + i] = v[i];
     }
     const float inv = 1.0f / sqrtf(warp_sum_squares(src, ATT_HD, lane) / (float)ATT_HD + eps);
-    for (int i = lane; i < ATT_HD; i += WARP) buf[w][i] = src[i] * inv * (1.0f + nw[i]);
+    for (int i = lane; i < ATT_HD; i += WARP) buf[w][i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
     __syncwarp();
     const int half = ATT_ROT / 2;
     for (int i = lane; i < ATT_HD; i += WARP) {
@@ -106,8 +110,9 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
             const int d = c0 + i;
             float a = 0.0f, total = 0.0f;
             for (int j = 0; j < ATT_THREADS; j++) { a += acc_s[j][i]; total += l_s[j]; }
-            const float gate = qkv[(size_t)r * ATT_QKV_W + h * 2 * ATT_HD + ATT_HD + d];
-            out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = (a / total) * sigmoidf_(gate);
+            float y = a / total;
+            if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+            out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
         }
     }
 }

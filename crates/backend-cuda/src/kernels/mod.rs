@@ -9,7 +9,7 @@ use crate::device::{Arg, Gpu};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use model::{Config, LinearAttentionConfig, MoeConfig};
+use model::{Arch, Config, LinearAttentionConfig, MoeConfig};
 
 const COMMON: &str = include_str!("common.cu");
 const MATMUL: &str = include_str!("matmul.cu");
@@ -18,6 +18,7 @@ const DELTANET: &str = include_str!("deltanet.cu");
 const ATTENTION: &str = include_str!("attention.cu");
 const MOE: &str = include_str!("moe.cu");
 const MTP: &str = include_str!("mtp.cu");
+const DENSE: &str = include_str!("dense.cu");
 
 /// The GPU the kernels are built for (Hopper: H100, H200).
 const ARCH: &str = "sm_90";
@@ -35,6 +36,10 @@ const ATT_THREADS: u32 = 128;
 const ARGMAX_THREADS: u32 = 1024;
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
+/// Threads per block of `swiglu_rows` (a grid-stride loop over every element of the batch).
+const SWIGLU_THREADS: u32 = 256;
+/// Blocks of `swiglu_rows` at most (each then loops): plenty to fill the GPU.
+const SWIGLU_BLOCKS_MAX: usize = 1024;
 /// Threads per row of the element-wise row kernels (embedding, row copies).
 const ROW_THREADS: u32 = 128;
 /// Dot products read 8 bf16 weights (16 bytes) per lane at a time.
@@ -78,6 +83,9 @@ pub struct Dims {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub rotary_dim: usize,
+    /// Qwen3-Next's attention: q_proj holds a sigmoid gate per head beside the query, and its
+    /// RMSNorms are zero-centred (`x̂·(1 + w)`); Qwen3's has neither.
+    pub qwen3_next: bool,
     pub linear: Option<LinearAttentionConfig>,
     pub moe: Option<MoeConfig>,
 }
@@ -90,6 +98,7 @@ impl Dims {
             kv_heads: config.num_kv_heads,
             head_dim: config.head_dim,
             rotary_dim: config.rotary_dim,
+            qwen3_next: config.arch == Arch::Qwen3Next,
             linear: config.linear.clone(),
             moe: config.moe.clone(),
         };
@@ -151,6 +160,8 @@ impl Dims {
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),
             ("ATT_ROT", self.rotary_dim),
+            ("ATT_GATED", usize::from(self.qwen3_next)),
+            ("ATT_NORM_KIND", usize::from(self.qwen3_next)),
             ("ATT_MERGE", attention_merge(self.head_dim)),
         ];
         if let Some(l) = &self.linear {
@@ -182,6 +193,7 @@ impl Dims {
         let mut parts = vec![self.defines(), COMMON.into(), MATMUL.into(), NORM.into()];
         parts.push(ATTENTION.into());
         parts.push(MTP.into());
+        parts.push(DENSE.into());
         if self.linear.is_some() {
             parts.push(DELTANET.into());
         }
@@ -202,6 +214,7 @@ pub struct Kernels {
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
+    swiglu: CudaFunction,
     deltanet: Option<(CudaFunction, CudaFunction)>,
     moe: Option<(CudaFunction, CudaFunction)>,
 }
@@ -235,6 +248,7 @@ impl Kernels {
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
+            swiglu: f("swiglu_rows")?,
             deltanet: match dims.linear {
                 Some(_) => Some((f("deltanet_conv")?, f("deltanet_recurrence")?)),
                 None => None,
@@ -491,6 +505,35 @@ impl Kernels {
                 Arg::Ptr(a.kv_base),
                 Arg::F32(scale),
                 Arg::Ptr(out),
+            ],
+        )
+    }
+
+    /// `act[rows, width] = silu(gate) · up` of `gate_up[rows, 2·width]` (a dense MLP's fused
+    /// gate and up projections).
+    pub fn swiglu(
+        &self,
+        gpu: &Gpu,
+        gate_up: u64,
+        width: usize,
+        rows: usize,
+        act: u64,
+    ) -> Result<(), CudaError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let grid = (rows * width)
+            .div_ceil(SWIGLU_THREADS as usize)
+            .min(SWIGLU_BLOCKS_MAX);
+        gpu.launch(
+            &self.swiglu,
+            (grid as u32, 1, 1),
+            SWIGLU_THREADS,
+            &[
+                Arg::Ptr(gate_up),
+                Arg::I32(width as i32),
+                Arg::I32(rows as i32),
+                Arg::Ptr(act),
             ],
         )
     }

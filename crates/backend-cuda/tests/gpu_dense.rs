@@ -1,0 +1,190 @@
+//! `CudaTarget` on a dense Qwen3 checkpoint (the committed bf16 fixture `qwen3_bf16`: 2 layers,
+//! 8 query heads of 16 over 2 KV heads, untied lm_head): logits against transformers' (the
+//! fixture's, computed in f32) and against backend-cpu's, greedy decoding through the session
+//! equal to backend-cpu's, and a stream's logits the same bits alone and in a batch. Each test
+//! skips (and says why) when no CUDA device is present.
+
+#![cfg(feature = "cuda")]
+
+use backend_cpu::{CpuModel, CpuTarget};
+use backend_cuda::{CudaError, CudaModel, CudaTarget};
+use lane::{Target, Window};
+use slots::SessionId;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// Largest logit difference allowed, relative to the range of the reference's logits: the GPU
+/// sums in other orders than the CPU and transformers (and uses the device's exp, sin, cos).
+const LOGIT_TOLERANCE: f32 = 1e-3;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn fixture() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("manifest.json")).expect("manifest");
+    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest JSON");
+    manifest["fixtures"]
+        .as_array()
+        .expect("fixtures")
+        .iter()
+        .find(|f| f["name"] == "qwen3_bf16")
+        .expect("the qwen3_bf16 fixture")
+        .clone()
+}
+
+fn dir() -> PathBuf {
+    fixtures().join(fixture()["model_dir"].as_str().expect("model_dir"))
+}
+
+/// The fixture on the GPU, or `None` (printed) when this machine has no CUDA device.
+fn gpu() -> Option<Arc<CudaModel>> {
+    static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| match CudaModel::load(&dir()) {
+            Ok(m) => Some(m),
+            Err(CudaError::Unavailable(why)) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+            Err(e) => panic!("loading the dense qwen3 fixture on the GPU: {e}"),
+        })
+        .clone()
+}
+
+fn cpu() -> Arc<CpuModel> {
+    Arc::new(CpuModel::load(&dir(), false).expect("CPU model"))
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn read_f32(rel: &str) -> Vec<f32> {
+    std::fs::read(fixtures().join(rel))
+        .expect("logits file")
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
+    Window {
+        session: SessionId(session),
+        start,
+        tokens,
+        num_logits,
+    }
+}
+
+fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let range = want.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        - want.iter().copied().fold(f32::INFINITY, f32::min);
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+        / range
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    lane::sampling::argmax(row).expect("a finite logit")
+}
+
+#[test]
+fn dense_logits_match_transformers_and_the_cpu_backend() {
+    let Some(gpu) = gpu() else { return };
+    let cpu = cpu();
+    for case in fixture()["prompts"].as_array().expect("prompts") {
+        let prompt = ids(&case["ids"]);
+        let n = prompt.len();
+        let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+        let mut c = CpuTarget::new(cpu.clone(), &[256]);
+        let got = g
+            .forward(&[window(0, 0, &prompt, n)])
+            .expect("gpu")
+            .remove(0);
+        let on_cpu = c
+            .forward(&[window(0, 0, &prompt, n)])
+            .expect("cpu")
+            .remove(0);
+        let want = read_f32(case["logits"].as_str().expect("logits file"));
+        let (vs_hf, vs_cpu) = (relative_diff(&got, &want), relative_diff(&got, &on_cpu));
+        eprintln!(
+            "{}: {n} rows, relative diff vs transformers {vs_hf:e}, vs backend-cpu {vs_cpu:e}",
+            case["label"]
+        );
+        assert!(vs_hf <= LOGIT_TOLERANCE, "{}: {vs_hf}", case["label"]);
+        assert!(vs_cpu <= LOGIT_TOLERANCE, "{}: {vs_cpu}", case["label"]);
+    }
+}
+
+#[test]
+fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
+    let Some(gpu) = gpu() else { return };
+    let prompt = ids(&fixture()["prompts"][1]["ids"]);
+    let steps = 32;
+    let decode = |target: &mut dyn Target| {
+        let rows = target.forward(&[window(0, 0, &prompt, 1)]).expect("prompt");
+        let mut out = vec![argmax(&rows[0])];
+        for i in 0..steps - 1 {
+            let pos = (prompt.len() + i) as u64;
+            let rows = target
+                .forward(&[window(0, pos, &out[i..i + 1], 1)])
+                .expect("decode");
+            out.push(argmax(&rows[0]));
+        }
+        out
+    };
+    let want = decode(&mut CpuTarget::new(cpu(), &[256]));
+    let got = decode(&mut CudaTarget::new(&gpu, &[256]).expect("target"));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
+    let Some(gpu) = gpu() else { return };
+    let prompts: Vec<Vec<u32>> = fixture()["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let long = &prompts[2];
+    let (head, tail) = long.split_at(long.len() - 1);
+    // Alone: the long prompt's head, then its last token as a decode row.
+    let mut alone = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+    alone.forward(&[window(0, 0, head, 0)]).expect("prefill");
+    let want = alone
+        .forward(&[window(0, head.len() as u64, tail, 1)])
+        .expect("decode")
+        .remove(0);
+    // The same rows beside other sessions' prefills and decodes, in other window orders.
+    let mut batch = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+    batch
+        .forward(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
+        .expect("prefill beside another");
+    batch
+        .forward(&[window(2, 0, &prompts[0], 1)])
+        .expect("another prefill");
+    let got = batch
+        .forward(&[
+            window(2, prompts[0].len() as u64, &prompts[0], 1),
+            window(0, head.len() as u64, tail, 1),
+            window(1, prompts[1].len() as u64, &prompts[1][..3], 3),
+        ])
+        .expect("decode in a batch")
+        .remove(1);
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "logits differ alone vs in a batch"
+    );
+}
