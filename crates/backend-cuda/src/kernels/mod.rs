@@ -28,6 +28,13 @@ const ARCH: &str = "sm_90";
 const MATMUL_WARPS: u32 = 8;
 /// Warps per block of `rmsnorm_rows`.
 const NORM_WARPS: u32 = 4;
+/// Rows of `x` per warp of `matmul_bf16_tiled`: its weight rows are read once per this many rows.
+const MATMUL_TILE_ROWS: usize = 8;
+/// Outputs per warp of `matmul_bf16_tiled`: each x chunk loaded serves this many outputs.
+const MATMUL_TILE_COLS: usize = 4;
+/// Rows from which a matmul runs tiled; fewer rows stream every weight row per row with 4× the
+/// warps (more loads in flight at decode). Either kernel gives every (row, output) the same bits.
+const MATMUL_TILED_MIN_ROWS: usize = 4;
 /// Warps per block of the MoE kernels.
 const MOE_WARPS: u32 = 8;
 /// Threads per (row, head) of `attention_gated`.
@@ -152,6 +159,8 @@ impl Dims {
         let block = |v: u32| v as usize;
         let mut d = vec![
             ("MATMUL_WARPS", block(MATMUL_WARPS)),
+            ("MATMUL_TILE_ROWS", MATMUL_TILE_ROWS),
+            ("MATMUL_TILE_COLS", MATMUL_TILE_COLS),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_WARPS", block(MOE_WARPS)),
             ("ATT_THREADS", block(ATT_THREADS)),
@@ -207,6 +216,7 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     matmul: CudaFunction,
+    matmul_tiled: CudaFunction,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -241,6 +251,7 @@ impl Kernels {
         let f = |name: &str| module.load_function(name);
         Ok(Kernels {
             matmul: f("matmul_bf16")?,
+            matmul_tiled: f("matmul_bf16_tiled")?,
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -306,21 +317,36 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let mut args = vec![
+            Arg::Ptr(m.x),
+            Arg::I32(m.x_stride as i32),
+            Arg::Ptr(m.row_index),
+            Arg::Ptr(m.w),
+            Arg::I32(m.k as i32),
+            Arg::I32(m.n_out as i32),
+            Arg::Ptr(m.y),
+            Arg::I32(m.y_stride as i32),
+            Arg::I32(i32::from(m.accumulate)),
+        ];
+        if m.rows < MATMUL_TILED_MIN_ROWS {
+            return gpu.launch(
+                &self.matmul,
+                (blocks(m.n_out, MATMUL_WARPS), rows_u32(m.rows), 1),
+                MATMUL_WARPS * 32,
+                &args,
+            );
+        }
+        args.push(Arg::I32(m.rows as i32));
+        let outputs_per_block = MATMUL_WARPS as usize * MATMUL_TILE_COLS;
         gpu.launch(
-            &self.matmul,
-            (blocks(m.n_out, MATMUL_WARPS), rows_u32(m.rows), 1),
+            &self.matmul_tiled,
+            (
+                m.n_out.div_ceil(outputs_per_block) as u32,
+                rows_u32(m.rows.div_ceil(MATMUL_TILE_ROWS)),
+                1,
+            ),
             MATMUL_WARPS * 32,
-            &[
-                Arg::Ptr(m.x),
-                Arg::I32(m.x_stride as i32),
-                Arg::Ptr(m.row_index),
-                Arg::Ptr(m.w),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.y),
-                Arg::I32(m.y_stride as i32),
-                Arg::I32(i32::from(m.accumulate)),
-            ],
+            &args,
         )
     }
 

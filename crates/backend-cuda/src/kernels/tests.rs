@@ -83,7 +83,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let depth = 8 * (1 + rng.below(128));
-    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(9));
+    // Rows on both sides of the tiled kernel's threshold and of its tile height.
+    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(40));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
@@ -94,8 +95,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     matmul(&x, TensorData::Bf16(&w), depth, &mut want);
     let wb = Buf::from_host(&gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
     let xb = Buf::from_host(&gpu, &x).unwrap();
-    // Room for the 2-row gather below even when `rows` is 1.
-    let y = Buf::<f32>::zeros(&gpu, rows.max(2) * n_out).unwrap();
+    // Room for the gathers below even when `rows` is 1.
+    let y = Buf::<f32>::zeros(&gpu, (rows + 2) * n_out).unwrap();
     let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
         let m = Matmul {
             x,
@@ -131,6 +132,20 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let doubled = run(xb.at(0), index.at(0), 2, true);
     for (d, g) in doubled.iter().zip(&gathered) {
         assert_eq!(*d, g + g, "seed {seed}: accumulate adds the product to y");
+    }
+    // Every row gathered in reverse order, plus the first twice (through the tiled kernel
+    // whenever there are enough rows): each the bits of the row alone.
+    let order: Vec<i32> = (0..rows as i32).rev().chain([0, 0]).collect();
+    let index = Buf::from_host(&gpu, &order).unwrap();
+    let gathered = run(xb.at(0), index.at(0), order.len(), false);
+    for (g, &r) in gathered.chunks(n_out).zip(&order) {
+        let r = r as usize;
+        assert!(
+            g.iter()
+                .zip(&all[r * n_out..(r + 1) * n_out])
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "seed {seed}: gathered row {r} differs"
+        );
     }
 }
 
