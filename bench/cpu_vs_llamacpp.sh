@@ -5,7 +5,8 @@
 #
 #   bench/cpu_vs_llamacpp.sh [MODEL_DIR] [LLAMA_CPP_BUILD_BIN] [OUT_DIR]
 #
-# Shapes: the same positions on both sides.
+# Shapes: the same depths on both sides (flashlane's decode rate counts the tokens after each
+# stream's first, which its prefill yields: 63 decode steps at positions 1-63 or 128-190).
 #   1 stream at depth 0:   llama-bench -t 2 -p 128 -n 64 (its tg64 decodes positions 0-63)
 #                          vs flashlane bench --streams 1 --prompt-tokens 1 --new-tokens 64
 #   1 stream at depth 128: llama-bench -t 2 -p 128 -n 64 -d 128 (tg64 @ d128: positions 128-191)

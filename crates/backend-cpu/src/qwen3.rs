@@ -8,7 +8,7 @@ use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::state::LayerState;
-use model::{Config, LoadError, Tensor, Weights};
+use model::{Config, LoadError, Placement, Tensor, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
@@ -52,7 +52,10 @@ impl Linear {
     ) -> Result<Linear, LoadError> {
         let weight = fetch(w, &format!("{prefix}.weight"), &[out, inp])?;
         let bias = if bias {
-            Some(w.tensor(&format!("{prefix}.bias"), &[out])?.to_f32_vec())
+            Some(
+                w.tensor_mapped(&format!("{prefix}.bias"), &[out])?
+                    .to_f32_vec(),
+            )
         } else {
             None
         };
@@ -103,9 +106,15 @@ impl FusedLinear {
         FusedLinear { parts, outs }
     }
 
-    /// [`FusedLinear::new`] for parts loaded with [`Linear::load_mapped`]: parts that cannot be
-    /// fused are then placed where `w`'s placement wants them.
+    /// [`FusedLinear::new`] for parts loaded with [`Linear::load_mapped`] when `w` copies weights
+    /// onto huge pages (parts that cannot be fused are then placed there too); with
+    /// [`Placement::Mapped`] the parts stay separate in the mapping (no copy: the same bits, one
+    /// parallel call per part).
     pub fn load(w: &Weights, parts: Vec<Linear>) -> Result<FusedLinear, LoadError> {
+        if w.placement() == Placement::Mapped {
+            let outs = parts.iter().map(|p| p.out_features).collect();
+            return Ok(FusedLinear { parts, outs });
+        }
         let FusedLinear { parts, outs } = FusedLinear::new(parts);
         let parts = parts
             .into_iter()
@@ -184,7 +193,7 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
 
 /// Loads a norm weight `[n]` as f32.
 pub fn load_norm(w: &Weights, name: &str, n: usize) -> Result<Vec<f32>, LoadError> {
-    Ok(w.tensor(name, &[n])?.to_f32_vec())
+    Ok(w.tensor_mapped(name, &[n])?.to_f32_vec())
 }
 
 /// Qwen3 self-attention: q/k/v projections, per-head RMSNorm of q and k, RoPE, causal GQA over

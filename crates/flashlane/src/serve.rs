@@ -36,10 +36,10 @@ pub struct ModelArgs {
     /// Model directory (Hugging Face layout) [default: the embedded flashlane-tiny]
     #[arg(long, env = "FLASHLANE_MODEL")]
     pub model: Option<PathBuf>,
-    /// CPU: keep the weights in the file's mapping (4 KiB page-cache pages, shared with other
-    /// readers of the file) instead of copying them into memory on 2 MiB huge pages. Uses no
-    /// second copy while the page cache holds the file; the weight stream of a decode step is
-    /// slower.
+    /// CPU only: keep the weights in the file's mapping (4 KiB page-cache pages, shared with
+    /// other readers of the file; q/k/v and gate/up then run unfused) instead of copying them
+    /// into memory on 2 MiB huge pages. No copy of the weights at all; the weight stream of a
+    /// decode step is slower.
     #[arg(long)]
     pub mmap: bool,
 }

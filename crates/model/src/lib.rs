@@ -12,7 +12,7 @@
 
 pub mod chat;
 pub mod config;
-pub mod resident;
+mod resident;
 pub mod tokenizer;
 pub mod vocab;
 pub mod weights;

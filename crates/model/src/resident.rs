@@ -12,7 +12,7 @@
 //! must not make thousands of mappings; the kernel's limit is ~65 k). A chunk's untouched tail
 //! costs address space only.
 
-use memmap2::MmapMut;
+use memmap2::{MmapMut, MmapRaw};
 use std::sync::Arc;
 
 /// Bytes per arena chunk: 128 huge pages. A tensor larger than a chunk gets a region of its own.
@@ -23,37 +23,28 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 const TENSOR_ALIGN: usize = 64;
 
 /// One anonymous mapping holding tensors' bytes, written once each (at load) and then only read.
+///
+/// Only this crate reaches it: every byte range is written before a slice of it is handed out
+/// ([`HugeRegion::bytes`]) and never after, which its callers (the arena and `weights`) keep.
 #[derive(Debug)]
-pub struct HugeRegion {
-    map: MmapMut,
-    /// `map`'s first byte. Writes go through this pointer into ranges not yet handed out, never
-    /// through a reference to the whole map, so they never alias a slice handed out earlier.
-    base: *mut u8,
+pub(crate) struct HugeRegion {
+    /// A raw mapping: no `Deref` to a slice of the whole map, so no reference ever covers a
+    /// range while it is written; every access goes through raw pointers to its own range.
+    map: MmapRaw,
 }
-
-// SAFETY: `HugeRegion` owns its mapping. Each byte range is written once, by the arena that
-// holds the region exclusively (behind `&mut Arena` or before the region is shared), before any
-// reader gets a slice of it; afterwards the range is only read.
-unsafe impl Send for HugeRegion {}
-unsafe impl Sync for HugeRegion {}
 
 impl HugeRegion {
     /// A zero-filled region of at least `bytes` bytes (rounded up to a huge page), advised to
     /// use huge pages.
-    pub fn new(bytes: usize) -> std::io::Result<HugeRegion> {
+    pub(crate) fn new(bytes: usize) -> std::io::Result<HugeRegion> {
         let len = bytes.max(1).div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES;
-        let mut map = MmapMut::map_anon(len)?;
+        let map = MmapRaw::from(MmapMut::map_anon(len)?);
         advise_huge_pages(&map);
-        let base = map.as_mut_ptr();
-        Ok(HugeRegion { map, base })
+        Ok(HugeRegion { map })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     /// Copies `parts` one after the other to `offset`.
@@ -62,6 +53,7 @@ impl HugeRegion {
     /// No slice of `offset..offset + total length` may have been handed out ([`Self::bytes`]),
     /// and no other write to that range may run at the same time.
     unsafe fn write(&self, offset: usize, parts: &[&[u8]]) {
+        let base = self.map.as_mut_ptr();
         let total: usize = parts.iter().map(|p| p.len()).sum();
         assert!(
             offset + total <= self.len(),
@@ -70,14 +62,14 @@ impl HugeRegion {
         );
         let mut at = offset;
         for part in parts {
-            std::ptr::copy_nonoverlapping(part.as_ptr(), self.base.add(at), part.len());
+            std::ptr::copy_nonoverlapping(part.as_ptr(), base.add(at), part.len());
             at += part.len();
         }
     }
 
     /// The bytes `offset..offset + len`, written earlier by [`Arena::copy_in`] or
-    /// [`HugeRegion::filled`].
-    pub fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+    /// [`HugeRegion::filled`]: callers ask only for ranges they were handed.
+    pub(crate) fn bytes(&self, offset: usize, len: usize) -> &[u8] {
         assert!(
             offset + len <= self.len(),
             "region read {offset}+{len} past {}",
@@ -85,11 +77,11 @@ impl HugeRegion {
         );
         // SAFETY: in bounds (checked above); the range was written before it was handed out and
         // is never written again; the mapping lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.base.add(offset), len) }
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset), len) }
     }
 
     /// A region of its own holding `parts` one after the other from offset 0 (fused weights).
-    pub fn filled(parts: &[&[u8]]) -> std::io::Result<HugeRegion> {
+    pub(crate) fn filled(parts: &[&[u8]]) -> std::io::Result<HugeRegion> {
         let region = HugeRegion::new(parts.iter().map(|p| p.len()).sum())?;
         // SAFETY: the region is new: nothing was handed out and nobody else can write to it.
         unsafe { region.write(0, parts) };
@@ -98,24 +90,24 @@ impl HugeRegion {
 }
 
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(map: &MmapMut) {
+fn advise_huge_pages(map: &MmapRaw) {
     // Best effort: with THP off the region keeps 4 KiB pages and everything still works.
     let _ = map.advise(memmap2::Advice::HugePage);
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_map: &MmapMut) {}
+fn advise_huge_pages(_map: &MmapRaw) {}
 
 /// Bump allocation of tensors into [`HugeRegion`] chunks.
 #[derive(Debug, Default)]
-pub struct Arena {
+pub(crate) struct Arena {
     /// The chunk being filled and the bytes of it handed out.
     open: Option<(Arc<HugeRegion>, usize)>,
 }
 
 impl Arena {
     /// Copies `bytes` into the arena: the region holding them and their offset in it.
-    pub fn copy_in(&mut self, bytes: &[u8]) -> std::io::Result<(Arc<HugeRegion>, usize)> {
+    pub(crate) fn copy_in(&mut self, bytes: &[u8]) -> std::io::Result<(Arc<HugeRegion>, usize)> {
         if bytes.len() > CHUNK_BYTES / 2 {
             return Ok((Arc::new(HugeRegion::filled(&[bytes])?), 0));
         }

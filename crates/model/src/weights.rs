@@ -423,13 +423,23 @@ impl Weights {
 
     /// Fetches `name`, checking that its shape is `shape`.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        self.fetch(name, self.entry(name, Some(shape))?, self.arena.as_ref())
+        self.place(self.fetch(name, self.entry(name, Some(shape))?)?)
     }
 
-    /// [`Weights::tensor`] left in the file's mapping whatever the placement: for tensors the
-    /// caller copies anyway (projections fused into one tensor), so they are not copied twice.
+    /// [`Weights::tensor`] whatever the placement: in the file's mapping (or owned when it had
+    /// to be converted: f16, misaligned). For tensors the caller copies or converts anyway
+    /// (projections fused into one tensor, norm weights widened to f32), so that they are not
+    /// also copied into the huge-page arena.
     pub fn tensor_mapped(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        self.fetch(name, self.entry(name, Some(shape))?, None)
+        self.fetch(name, self.entry(name, Some(shape))?)
+    }
+
+    /// Whether fetched tensors are copied onto huge pages.
+    pub fn placement(&self) -> Placement {
+        match self.arena {
+            Some(_) => Placement::Resident,
+            None => Placement::Mapped,
+        }
     }
 
     /// Where `name` lies, checking its shape against `shape` when given.
@@ -466,7 +476,13 @@ impl Weights {
             .lock()
             .expect("weight arena lock")
             .copy_in(t.bytes_of())
-            .map_err(|e| LoadError::io(&self.files_hint(), e))?;
+            .map_err(|e| {
+                let why = format!(
+                    "copying tensor `{}` into memory ({e}); `--mmap` keeps the weights in the file's mapping instead",
+                    t.name()
+                );
+                LoadError::io(&self.files_hint(), std::io::Error::new(e.kind(), why))
+            })?;
         Ok(Tensor {
             storage: Storage::Resident {
                 region,
@@ -481,7 +497,7 @@ impl Weights {
 
     /// Fetches `name` whatever its shape (the caller checks it).
     pub fn tensor_any_shape(&self, name: &str) -> Result<Tensor, LoadError> {
-        self.fetch(name, self.entry(name, None)?, self.arena.as_ref())
+        self.place(self.fetch(name, self.entry(name, None)?)?)
     }
 
     fn files_hint(&self) -> PathBuf {
@@ -498,13 +514,8 @@ impl Weights {
         }
     }
 
-    /// `name`, copied into `arena` when given, else in the mapping.
-    fn fetch(
-        &self,
-        name: &str,
-        entry: &Entry,
-        arena: Option<&Mutex<Arena>>,
-    ) -> Result<Tensor, LoadError> {
+    /// `name` in the mapping (owned when it must be converted).
+    fn fetch(&self, name: &str, entry: &Entry) -> Result<Tensor, LoadError> {
         let numel: usize = entry.shape.iter().product();
         let elem = match entry.dtype {
             Dtype::F32 => 4,
@@ -535,39 +546,26 @@ impl Weights {
             bar.lock().expect("progress bar lock").inc(entry.len as u64);
         }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
-        let storage = match (entry.dtype, arena) {
-            (Dtype::F32 | Dtype::BF16, Some(arena)) => {
-                let (region, offset) = arena
-                    .lock()
-                    .expect("weight arena lock")
-                    .copy_in(bytes)
-                    .map_err(|e| LoadError::io(&entry.file, e))?;
-                Storage::Resident {
-                    region,
-                    offset,
-                    len: entry.len,
-                    bf16: entry.dtype == Dtype::BF16,
-                }
-            }
-            (Dtype::F32, _) if aligned => Storage::Mapped {
+        let storage = match entry.dtype {
+            Dtype::F32 if aligned => Storage::Mapped {
                 map: entry.map.clone(),
                 offset: entry.offset,
                 len: entry.len,
                 bf16: false,
             },
-            (Dtype::BF16, _) if aligned => Storage::Mapped {
+            Dtype::BF16 if aligned => Storage::Mapped {
                 map: entry.map.clone(),
                 offset: entry.offset,
                 len: entry.len,
                 bf16: true,
             },
-            (Dtype::F32, _) => Storage::F32(
+            Dtype::F32 => Storage::F32(
                 bytes
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect(),
             ),
-            (Dtype::BF16, _) => Storage::Bf16(
+            Dtype::BF16 => Storage::Bf16(
                 bytes
                     .chunks_exact(2)
                     .map(|c| bf16::from_le_bytes([c[0], c[1]]))

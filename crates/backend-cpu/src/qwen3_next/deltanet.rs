@@ -62,7 +62,9 @@ impl GatedDeltaNet {
             d.value_head_dim,
         );
         let c = d.conv_channels();
-        let a_log = w.tensor(&format!("{prefix}.A_log"), &[hv])?.to_f32_vec();
+        let a_log = w
+            .tensor_mapped(&format!("{prefix}.A_log"), &[hv])?
+            .to_f32_vec();
         Ok(GatedDeltaNet {
             in_proj_qkvz: Linear::load(
                 w,
@@ -73,12 +75,14 @@ impl GatedDeltaNet {
             )?,
             in_proj_ba: Linear::load(w, &format!("{prefix}.in_proj_ba"), 2 * hv, h, false)?,
             conv: w
-                .tensor(&format!("{prefix}.conv1d.weight"), &[c, 1, d.conv_kernel])?
+                .tensor_mapped(&format!("{prefix}.conv1d.weight"), &[c, 1, d.conv_kernel])?
                 .to_f32_vec(),
             neg_a: a_log.iter().map(|a| -a.exp()).collect(),
-            dt_bias: w.tensor(&format!("{prefix}.dt_bias"), &[hv])?.to_f32_vec(),
+            dt_bias: w
+                .tensor_mapped(&format!("{prefix}.dt_bias"), &[hv])?
+                .to_f32_vec(),
             norm: w
-                .tensor(&format!("{prefix}.norm.weight"), &[dv])?
+                .tensor_mapped(&format!("{prefix}.norm.weight"), &[dv])?
                 .to_f32_vec(),
             out_proj: Linear::load(w, &format!("{prefix}.out_proj"), h, hv * dv, false)?,
             eps: config.rms_norm_eps as f32,
