@@ -240,10 +240,10 @@ fn dense_mlp(
     p: &str,
 ) -> Result<DenseMlpWeights, CudaError> {
     let (h, i) = (config.hidden_size, config.intermediate_size);
-    if !i.is_multiple_of(crate::kernels::DOT_ALIGN) {
+    if !i.is_multiple_of(crate::kernels::MMA_K_ALIGN) {
         return Err(CudaError::Unsupported(format!(
-            "intermediate_size {i}: dot products need a multiple of {}",
-            crate::kernels::DOT_ALIGN
+            "intermediate_size {i}: the matmul needs a multiple of {}",
+            crate::kernels::MMA_K_ALIGN
         )));
     }
     Ok(DenseMlpWeights {

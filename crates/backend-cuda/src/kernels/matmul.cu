@@ -1,74 +1,123 @@
-// y[r, o] = x[row(r)] · W[o]  (or y[r, o] += … when `accumulate`): W `[n_out, k]` in bf16, f32
-// accumulation; `row_index` (or null) gathers input rows (the rows whose logits are wanted).
+// y[r, o] = x[row(r)] · W[o]  (or y[r, o] += … when `accumulate`): W `[n_out, k]` in bf16, x in f32;
+// `row_index` (or null) gathers input rows (the rows whose logits are wanted). On the tensor cores:
+// `mma.sync` m16n8k16 (bf16 inputs, f32 accumulation). x is split into two bf16 halves, hi =
+// bf16(x) and lo = bf16(x − hi), each multiplied by W (products of bf16 are exact in f32), so the
+// sum carries ~16 bits of x's mantissa instead of bf16's 8.
 //
-// Batch invariance: every (row, output) pair is one warp's dot product in warp_dot_bf16's order
-// (lane l takes the 8-element chunks l, l + 32, … through dot8_bf16, then warp_sum), whichever
-// kernel computes it and whatever else that kernel computes beside it. So a row's result is
-// bit-identical alone, in a tile, or among many rows, and the host may pick either kernel.
-// - `matmul_bf16`: one warp per (row, output). A few rows: every warp streams its weight row.
-// - `matmul_bf16_tiled`: one warp per MATMUL_TILE_COLS outputs × MATMUL_TILE_ROWS rows, each pair
-//   with its own accumulator: the weight rows are read once per tile of rows instead of once per
-//   row, and each x chunk loaded serves MATMUL_TILE_COLS outputs.
+// Batch invariance: a block computes a tile of MMA_ROWS rows × MMA_COLS outputs; its MMA_WARPS
+// warps split k by chunks of 64 (chunk i to warp i mod MMA_WARPS, in increasing order within a
+// warp, 4 steps per chunk, each step the hi then the lo product) and the warps' sums are added
+// in warp order. The split depends on k only. Each (row, output) pair is thus the same chain of
+// operations whatever the tile holds beside it (an MMA's output element depends only on its own
+// row of A and column of B). Every matmul of every batch size runs this kernel (1 row is a tile
+// with 15 rows of zeros), so a row's bits never depend on how many rows came with it, nor on
+// which tile or row slot it lands in. The k split gives a decode step's small matrices enough
+// warps to keep many weight loads in flight.
+//
+// The k slots of a step: in chunk c, lane (g, t) (g = lane / 4, t = lane % 4) holds elements
+// c + 16t … c + 16t + 15 of its rows (16-byte loads); step s feeds elements 16t + 4s + {0, 1}
+// into MMA k-slots 2t + {0, 1} and 16t + 4s + {2, 3} into slots 8 + 2t + {0, 1}, for x and W
+// alike, so a step sums whole products over a fixed set of 16 elements. k must be a multiple
+// of 16 (a chunk's missing pieces are zeros).
+//
+// Grid (ceil(n_out / MMA_COLS), ceil(rows / MMA_ROWS)). Host defines: MMA_WARPS,
+// MMA_ROWS (16) and MMA_COLS (8), the m16n8k16 tile this code is written for.
 
-extern "C" __global__ void __launch_bounds__(MATMUL_WARPS * WARP)
-matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-            const bf16_t* __restrict__ w, int k, int n_out,
-            float* __restrict__ y, int y_stride, int accumulate) {
-    const int lane = threadIdx.x % WARP;
-    const int o = blockIdx.x * MATMUL_WARPS + threadIdx.x / WARP;
-    const int r = blockIdx.y;
-    if (o >= n_out) return;
-    const int xr = row_index ? row_index[r] : r;
-    const float d = warp_dot_bf16(x + (size_t)xr * x_stride, w + (size_t)o * k, k, lane);
-    if (lane == 0) {
-        float* out = y + (size_t)r * y_stride + o;
-        *out = accumulate ? *out + d : d;
+// Elements of k per chunk: 4 lanes × 16.
+#define MMA_CHUNK 64
+
+// Two f32 as a bf16 pair (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// The bf16 pair of x0, x1 (hi) and of what it leaves out (lo).
+__device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_bf16(x0, x1);
+    lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+
+// d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, bf16; d f32).
+__device__ __forceinline__ void mma_16816(float* d, unsigned a0, unsigned a1, unsigned a2,
+                                          unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 floats of x at `p` (or zeros without a row).
+__device__ __forceinline__ void load16(const float* p, float* v) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float4 f = p ? *reinterpret_cast<const float4*>(p + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
     }
 }
 
-// Grid (ceil(n_out / (MATMUL_WARPS · MATMUL_TILE_COLS)), ceil(rows / MATMUL_TILE_ROWS)).
-extern "C" __global__ void __launch_bounds__(MATMUL_WARPS * WARP)
-matmul_bf16_tiled(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                  const bf16_t* __restrict__ w, int k, int n_out,
-                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    const int lane = threadIdx.x % WARP;
-    const int o0 = (blockIdx.x * MATMUL_WARPS + threadIdx.x / WARP) * MATMUL_TILE_COLS;
-    const int r0 = blockIdx.y * MATMUL_TILE_ROWS;
-    if (o0 >= n_out) return;
-    // Rows and outputs past the ends repeat the last valid one (computed, never written), so
-    // the loops below have compile-time bounds and keep the accumulators in registers.
-    const float* xs[MATMUL_TILE_ROWS];
+// One chunk's 4 steps for this lane: its 16 elements of rows g (xa) and g + 8 (xb), and of
+// output o0 + g (w: 8 words of 2 bf16).
+__device__ __forceinline__ void chunk_steps(float* acc, const float* xa, const float* xb, const unsigned* w) {
 #pragma unroll
-    for (int j = 0; j < MATMUL_TILE_ROWS; j++) {
-        const int r = min(r0 + j, rows - 1);
-        xs[j] = x + (size_t)(row_index ? row_index[r] : r) * x_stride;
+    for (int s = 0; s < 4; s++) {
+        unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+        split_bf16(xa[4 * s], xa[4 * s + 1], a0h, a0l);
+        split_bf16(xb[4 * s], xb[4 * s + 1], a1h, a1l);
+        split_bf16(xa[4 * s + 2], xa[4 * s + 3], a2h, a2l);
+        split_bf16(xb[4 * s + 2], xb[4 * s + 3], a3h, a3l);
+        mma_16816(acc, a0h, a1h, a2h, a3h, w[2 * s], w[2 * s + 1]);
+        mma_16816(acc, a0l, a1l, a2l, a3l, w[2 * s], w[2 * s + 1]);
     }
-    const bf16_t* ws[MATMUL_TILE_COLS];
-#pragma unroll
-    for (int c = 0; c < MATMUL_TILE_COLS; c++) ws[c] = w + (size_t)min(o0 + c, n_out - 1) * k;
-    float acc[MATMUL_TILE_ROWS][MATMUL_TILE_COLS];
-#pragma unroll
-    for (int j = 0; j < MATMUL_TILE_ROWS; j++)
-#pragma unroll
-        for (int c = 0; c < MATMUL_TILE_COLS; c++) acc[j][c] = 0.0f;
-    for (int i = lane * 8; i < k; i += WARP * 8) {
-        uint4 w8[MATMUL_TILE_COLS];
-#pragma unroll
-        for (int c = 0; c < MATMUL_TILE_COLS; c++) w8[c] = *reinterpret_cast<const uint4*>(ws[c] + i);
-#pragma unroll
-        for (int j = 0; j < MATMUL_TILE_ROWS; j++)
-#pragma unroll
-            for (int c = 0; c < MATMUL_TILE_COLS; c++) acc[j][c] = dot8_bf16(acc[j][c], xs[j] + i, w8[c]);
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+            const bf16_t* __restrict__ w, int k, int n_out,
+            float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][WARP][4];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.x * MMA_COLS;
+    const int r0 = blockIdx.y * MMA_ROWS;
+    // This lane's rows of A (none past the end: zeros) and its output's weight row (the last
+    // valid one past the end: computed, never written).
+    const int ra = r0 + g, rb = r0 + g + 8;
+    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
+    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+    const bf16_t* wr = w + (size_t)min(o0 + g, n_out - 1) * k;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float va[16], vb[16];
+    unsigned wv[8];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 2
+    for (int c = warp * MMA_CHUNK; c < k; c += MMA_WARPS * MMA_CHUNK) {
+        // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
+        const int e = c + 16 * t;
+        const bool in = e < k;
+        const uint4 w0 = in ? *reinterpret_cast<const uint4*>(wr + e) : zero;
+        const uint4 w1 = in ? *reinterpret_cast<const uint4*>(wr + e + 8) : zero;
+        wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w;
+        wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+        load16(xa && in ? xa + e : nullptr, va);
+        load16(xb && in ? xb + e : nullptr, vb);
+        chunk_steps(acc, va, vb, wv);
     }
 #pragma unroll
-    for (int j = 0; j < MATMUL_TILE_ROWS; j++)
+    for (int i = 0; i < 4; i++) part[warp][lane][i] = acc[i];
+    __syncthreads();
+    if (warp != 0) return;
+    // part[*][lane]: rows g (0, 1) and g + 8 (2, 3), outputs o0 + 2t and o0 + 2t + 1.
 #pragma unroll
-        for (int c = 0; c < MATMUL_TILE_COLS; c++) {
-            const float d = warp_sum(acc[j][c]);
-            const int r = r0 + j, o = o0 + c;
-            if (lane == 0 && r < rows && o < n_out) {
-                float* out = y + (size_t)r * y_stride + o;
-                *out = accumulate ? *out + d : d;
-            }
+    for (int i = 0; i < 4; i++) {
+        float d = part[0][lane][i];
+#pragma unroll
+        for (int v = 1; v < MMA_WARPS; v++) d += part[v][lane][i];
+        const int r = r0 + g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
+        if (r < rows && o < n_out) {
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + d : d;
         }
+    }
 }

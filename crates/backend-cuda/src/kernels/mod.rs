@@ -24,17 +24,17 @@ const DENSE: &str = include_str!("dense.cu");
 const ARCH: &str = "sm_90";
 
 // Block shapes, defined here only: the kernels get them as `#define`s of the same names.
-/// Warps per block of `matmul_bf16`.
-const MATMUL_WARPS: u32 = 8;
+/// Warps per block of `matmul_bf16`: they split k (fixed by k alone) of one tile of 16 rows ×
+/// 8 outputs on the tensor cores.
+const MMA_WARPS: u32 = 8;
 /// Warps per block of `rmsnorm_rows`.
 const NORM_WARPS: u32 = 4;
-/// Rows of `x` per warp of `matmul_bf16_tiled`: its weight rows are read once per this many rows.
-const MATMUL_TILE_ROWS: usize = 8;
-/// Outputs per warp of `matmul_bf16_tiled`: each x chunk loaded serves this many outputs.
-const MATMUL_TILE_COLS: usize = 4;
-/// Rows from which a matmul runs tiled; fewer rows stream every weight row per row with 4× the
-/// warps (more loads in flight at decode). Either kernel gives every (row, output) the same bits.
-const MATMUL_TILED_MIN_ROWS: usize = 4;
+/// Outputs one warp of the matmul computes (an m16n8k16 tile's width).
+const MMA_COLS: usize = 8;
+/// Rows one warp of the matmul computes (an m16n8k16 tile's height).
+const MMA_ROWS: usize = 16;
+/// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
+pub const MMA_K_ALIGN: usize = 16;
 /// Warps per block of the MoE kernels.
 const MOE_WARPS: u32 = 8;
 /// Threads per (row, head) of `attention_gated`.
@@ -115,12 +115,13 @@ impl Dims {
 
     fn check(&self) -> Result<(), CudaError> {
         let unsupported = |what: String| Err(CudaError::Unsupported(what));
-        if !self.hidden.is_multiple_of(DOT_ALIGN)
-            || !(self.heads * self.head_dim).is_multiple_of(DOT_ALIGN)
+        if !self.hidden.is_multiple_of(MMA_K_ALIGN)
+            || !(self.heads * self.head_dim).is_multiple_of(MMA_K_ALIGN)
         {
             return unsupported(format!(
-                "hidden {} and heads·head_dim must be multiples of {DOT_ALIGN}",
-                self.hidden
+                "hidden {} and heads·head_dim {} must be multiples of {MMA_K_ALIGN}",
+                self.hidden,
+                self.heads * self.head_dim
             ));
         }
         if self.head_dim > ATT_HEAD_DIM_MAX {
@@ -140,7 +141,7 @@ impl Dims {
         }
         if let Some(l) = &self.linear {
             if !(2..=MAX_CONV_KERNEL).contains(&l.conv_kernel)
-                || !(l.num_value_heads * l.value_head_dim).is_multiple_of(DOT_ALIGN)
+                || !(l.num_value_heads * l.value_head_dim).is_multiple_of(MMA_K_ALIGN)
             {
                 return unsupported(format!("linear attention sizes {l:?}"));
             }
@@ -158,9 +159,9 @@ impl Dims {
     fn defines(&self) -> String {
         let block = |v: u32| v as usize;
         let mut d = vec![
-            ("MATMUL_WARPS", block(MATMUL_WARPS)),
-            ("MATMUL_TILE_ROWS", MATMUL_TILE_ROWS),
-            ("MATMUL_TILE_COLS", MATMUL_TILE_COLS),
+            ("MMA_WARPS", block(MMA_WARPS)),
+            ("MMA_ROWS", MMA_ROWS),
+            ("MMA_COLS", MMA_COLS),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_WARPS", block(MOE_WARPS)),
             ("ATT_THREADS", block(ATT_THREADS)),
@@ -170,6 +171,7 @@ impl Dims {
             ("ATT_HD", self.head_dim),
             ("ATT_ROT", self.rotary_dim),
             ("ATT_GATED", usize::from(self.qwen3_next)),
+            // common.cu's NORM_PLAIN (0) or NORM_ZERO_CENTRED (1).
             ("ATT_NORM_KIND", usize::from(self.qwen3_next)),
             ("ATT_MERGE", attention_merge(self.head_dim)),
         ];
@@ -216,7 +218,6 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     matmul: CudaFunction,
-    matmul_tiled: CudaFunction,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -251,7 +252,6 @@ impl Kernels {
         let f = |name: &str| module.load_function(name);
         Ok(Kernels {
             matmul: f("matmul_bf16")?,
-            matmul_tiled: f("matmul_bf16_tiled")?,
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -312,41 +312,37 @@ pub struct DeltaNetLaunch {
 
 impl Kernels {
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
-        // 16-byte loads: 8 bf16 weights, 4 + 4 f32 inputs.
-        debug_assert!(m.k.is_multiple_of(DOT_ALIGN) && m.x_stride.is_multiple_of(4));
+        // 16-byte loads (8 bf16 weights, 4 f32 inputs) in pieces of 16 elements: another k would
+        // read past a row.
+        assert!(
+            m.k.is_multiple_of(MMA_K_ALIGN) && m.x_stride.is_multiple_of(4),
+            "matmul: k {} must be a multiple of {MMA_K_ALIGN} and x_stride {} of 4",
+            m.k,
+            m.x_stride
+        );
         if m.rows == 0 {
             return Ok(());
         }
-        let mut args = vec![
-            Arg::Ptr(m.x),
-            Arg::I32(m.x_stride as i32),
-            Arg::Ptr(m.row_index),
-            Arg::Ptr(m.w),
-            Arg::I32(m.k as i32),
-            Arg::I32(m.n_out as i32),
-            Arg::Ptr(m.y),
-            Arg::I32(m.y_stride as i32),
-            Arg::I32(i32::from(m.accumulate)),
-        ];
-        if m.rows < MATMUL_TILED_MIN_ROWS {
-            return gpu.launch(
-                &self.matmul,
-                (blocks(m.n_out, MATMUL_WARPS), rows_u32(m.rows), 1),
-                MATMUL_WARPS * 32,
-                &args,
-            );
-        }
-        args.push(Arg::I32(m.rows as i32));
-        let outputs_per_block = MATMUL_WARPS as usize * MATMUL_TILE_COLS;
         gpu.launch(
-            &self.matmul_tiled,
+            &self.matmul,
             (
-                m.n_out.div_ceil(outputs_per_block) as u32,
-                rows_u32(m.rows.div_ceil(MATMUL_TILE_ROWS)),
+                m.n_out.div_ceil(MMA_COLS) as u32,
+                rows_u32(m.rows.div_ceil(MMA_ROWS)),
                 1,
             ),
-            MATMUL_WARPS * 32,
-            &args,
+            MMA_WARPS * 32,
+            &[
+                Arg::Ptr(m.x),
+                Arg::I32(m.x_stride as i32),
+                Arg::Ptr(m.row_index),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+                Arg::I32(m.rows as i32),
+            ],
         )
     }
 

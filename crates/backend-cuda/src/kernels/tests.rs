@@ -82,7 +82,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let depth = 8 * (1 + rng.below(128));
+    // The matmul reads k in pieces of MMA_K_ALIGN (16) elements.
+    let depth = 16 * (1 + rng.below(64));
     // Rows on both sides of the tiled kernel's threshold and of its tile height.
     let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(40));
     let w: Vec<bf16> = rng
