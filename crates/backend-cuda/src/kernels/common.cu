@@ -31,8 +31,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // One lane's step of a dot product: `acc` plus the 8 products of x[0..8) and the 8 bf16 weights
-// packed in `w8`, in element order. Every bf16 dot product goes through this, so a (row, output)
-// pair gets the same bits in every kernel that computes it.
+// packed in `w8`, in element order (the MoE kernels' dot products; the dense matmul runs on the
+// tensor cores, matmul.cu).
 __device__ __forceinline__ float dot8_bf16(float acc, const float* x, uint4 w8) {
     const float4 x0 = *reinterpret_cast<const float4*>(x);
     const float4 x1 = *reinterpret_cast<const float4*>(x + 4);

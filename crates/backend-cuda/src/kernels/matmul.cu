@@ -26,14 +26,16 @@
 // Elements of k per chunk: 4 lanes × 16.
 #define MMA_CHUNK 64
 
-// Two f32 as a bf16 pair (round to nearest even), `lo` in the low half.
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+// Two f32 as a bf16 pair (round to nearest even): `first` in the low half (the lower k), `second`
+// in the high half (cvt puts its first operand high).
+__device__ __forceinline__ unsigned pack_bf16(float first, float second) {
     unsigned d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
     return d;
 }
 
-// The bf16 pair of x0, x1 (hi) and of what it leaves out (lo).
+// The bf16 pair of x0, x1 (hi) and of what it leaves out (lo). An infinite x gives lo = inf − inf
+// = NaN, so an infinite input makes its outputs NaN rather than ±inf (hidden states are finite).
 __device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
     hi = pack_bf16(x0, x1);
     lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));

@@ -320,6 +320,10 @@ impl Kernels {
             m.k,
             m.x_stride
         );
+        debug_assert!(
+            m.x.is_multiple_of(16) && m.w.is_multiple_of(16),
+            "matmul: x and W must start 16-byte aligned"
+        );
         if m.rows == 0 {
             return Ok(());
         }

@@ -82,9 +82,10 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    // The matmul reads k in pieces of MMA_K_ALIGN (16) elements.
-    let depth = 16 * (1 + rng.below(64));
-    // Rows on both sides of the tiled kernel's threshold and of its tile height.
+    // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
+    // block's warps from 0 to 10 chunks of 64.
+    let depth = 16 * (1 + rng.below(320));
+    // Rows in one and in several 16-row tiles.
     let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(40));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
@@ -134,8 +135,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for (d, g) in doubled.iter().zip(&gathered) {
         assert_eq!(*d, g + g, "seed {seed}: accumulate adds the product to y");
     }
-    // Every row gathered in reverse order, plus the first twice (through the tiled kernel
-    // whenever there are enough rows): each the bits of the row alone.
+    // Every row gathered in reverse order, plus the first twice (so rows land in other tiles and
+    // row slots): each the bits of the row alone.
     let order: Vec<i32> = (0..rows as i32).rev().chain([0, 0]).collect();
     let index = Buf::from_host(&gpu, &order).unwrap();
     let gathered = run(xb.at(0), index.at(0), order.len(), false);
