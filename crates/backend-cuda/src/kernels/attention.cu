@@ -5,14 +5,12 @@
 // - `attention_prep`: per row, q and k heads RMSNormed (ATT_NORM_KIND) and RoPE'd at the row's
 //   position; q to `q_out`, K and V into the session's cache rows. One warp per head.
 // - `attention_gated`: per (row, head), softmax attention over the session's rows 0..=pos, then
-//   × sigmoid(gate) when ATT_GATED. ATT_THREADS threads split the keys with a fixed stride, each keeps an online
-//   softmax; they are merged in thread order, ATT_MERGE output dims at a time (the whole head
-//   when it fits the shared memory, else in chunks: the same sums either way). The split depends
-//   on the position only, never on the batch.
+//   × sigmoid(gate) when ATT_GATED (how the keys are split is below). The split depends on the
+//   position only, never on the batch.
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
-// ATT_GATED, ATT_NORM_KIND, ATT_MERGE, ATT_THREADS.
+// ATT_GATED, ATT_NORM_KIND, ATT_THREADS.
 
 // Floats of one head's slice of q_proj: [query | gate] when gated.
 #define ATT_Q_HEAD_W ((ATT_GATED ? 2 : 1) * ATT_HD)
@@ -62,57 +60,87 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
     }
 }
 
+// attention_gated: ATT_WARPS warps split the keys 0..=pos in groups of ATT_KEY_GROUP consecutive
+// keys (group i to warp i mod ATT_WARPS, in increasing order within a warp); a lane owns the head
+// dims lane, lane + 32, …; a key's score is the lanes' partial dot products, then warp_sum. Each
+// warp keeps an online softmax over its keys; the warps are merged in warp order.
+#define ATT_WARPS (ATT_THREADS / WARP)
+#define ATT_DPL ((ATT_HD + WARP - 1) / WARP)
+#define ATT_KEY_GROUP 4
+
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
                 const float* __restrict__ k_cache, const float* __restrict__ v_cache,
                 const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
                 float* __restrict__ out) {
-    __shared__ float qs[ATT_HD];
-    __shared__ float m_s[ATT_THREADS], l_s[ATT_THREADS];
-    __shared__ float acc_s[ATT_THREADS][ATT_MERGE + 1];  // +1: no bank conflicts on the row writes
-    const int r = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+    __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
+    __shared__ float acc_s[ATT_WARPS][ATT_HD];
+    const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int kvh = h / (ATT_HEADS / ATT_KV_HEADS);
     const int pos = pos_arr[r];
     const size_t base = (size_t)kv_base_arr[r];
-    for (int i = t; i < ATT_HD; i += ATT_THREADS) qs[i] = q[((size_t)r * ATT_HEADS + h) * ATT_HD + i];
-    __syncthreads();
-    float m = -INFINITY, l = 0.0f, acc[ATT_HD];
+    const float* qr = q + ((size_t)r * ATT_HEADS + h) * ATT_HD;
+    float qv[ATT_DPL], acc[ATT_DPL];
 #pragma unroll
-    for (int i = 0; i < ATT_HD; i++) acc[i] = 0.0f;
-    for (int p = t; p <= pos; p += ATT_THREADS) {
-        const float* kp = k_cache + (base + p) * ATT_KV_ROW + kvh * ATT_HD;
-        const float* vp = v_cache + (base + p) * ATT_KV_ROW + kvh * ATT_HD;
-        float score = 0.0f;
-#pragma unroll
-        for (int i = 0; i < ATT_HD; i++) score += qs[i] * kp[i];
-        score *= scale;
-        const float m_new = fmaxf(m, score);
-        const float c = expf(m - m_new), e = expf(score - m_new);
-        l = l * c + e;
-#pragma unroll
-        for (int i = 0; i < ATT_HD; i++) acc[i] = acc[i] * c + e * vp[i];
-        m = m_new;
+    for (int j = 0; j < ATT_DPL; j++) {
+        const int d = lane + WARP * j;
+        qv[j] = d < ATT_HD ? qr[d] : 0.0f;
+        acc[j] = 0.0f;
     }
-    m_s[t] = m;
+    float m = -INFINITY, l = 0.0f;
+    for (int p0 = warp * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
+        float s[ATT_KEY_GROUP];
+#pragma unroll
+        for (int g = 0; g < ATT_KEY_GROUP; g++) {
+            float part = 0.0f;
+            if (p0 + g <= pos) {  // the same for the whole warp
+                const float* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+#pragma unroll
+                for (int j = 0; j < ATT_DPL; j++) {
+                    const int d = lane + WARP * j;
+                    if (d < ATT_HD) part += qv[j] * kp[d];
+                }
+            }
+            s[g] = warp_sum(part) * scale;
+        }
+#pragma unroll
+        for (int g = 0; g < ATT_KEY_GROUP; g++) {
+            if (p0 + g > pos) break;
+            const float* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+            const float m_new = fmaxf(m, s[g]);
+            const float c = expf(m - m_new), e = expf(s[g] - m_new);
+            l = l * c + e;
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) acc[j] = acc[j] * c + e * vp[d];
+            }
+            m = m_new;
+        }
+    }
+    if (lane == 0) {
+        m_s[warp] = m;
+        l_s[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_DPL; j++) {
+        const int d = lane + WARP * j;
+        if (d < ATT_HD) acc_s[warp][d] = acc[j];
+    }
     __syncthreads();
     float big = -INFINITY;
-    for (int i = 0; i < ATT_THREADS; i++) big = fmaxf(big, m_s[i]);
-    const float f = l == 0.0f ? 0.0f : expf(m - big);
-    l_s[t] = l * f;
-#pragma unroll
-    for (int c0 = 0; c0 < ATT_HD; c0 += ATT_MERGE) {
-        __syncthreads();  // l_s is written, and the previous chunk's readers are done
-#pragma unroll
-        for (int i = 0; i < ATT_MERGE; i++)
-            if (c0 + i < ATT_HD) acc_s[t][i] = acc[c0 + i] * f;
-        __syncthreads();
-        for (int i = t; i < ATT_MERGE && c0 + i < ATT_HD; i += ATT_THREADS) {
-            const int d = c0 + i;
-            float a = 0.0f, total = 0.0f;
-            for (int j = 0; j < ATT_THREADS; j++) { a += acc_s[j][i]; total += l_s[j]; }
-            float y = a / total;
-            if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
-            out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
-        }
+    for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w]);
+    float f[ATT_WARPS];
+    float total = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = l_s[w] == 0.0f ? 0.0f : expf(m_s[w] - big);
+        total += l_s[w] * f[w];
+    }
+    for (int d = threadIdx.x; d < ATT_HD; d += ATT_THREADS) {
+        float a = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) a += acc_s[w][d] * f[w];
+        float y = a / total;
+        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
     }
 }

@@ -37,8 +37,9 @@ const MMA_ROWS: usize = 16;
 pub const MMA_K_ALIGN: usize = 16;
 /// Warps per block of the MoE kernels.
 const MOE_WARPS: u32 = 8;
-/// Threads per (row, head) of `attention_gated`.
-const ATT_THREADS: u32 = 128;
+/// Threads per (row, head) of `attention_gated`: 16 warps split the keys (a decode row at a few
+/// hundred positions then has a short chain of keys per warp).
+const ATT_THREADS: u32 = 512;
 /// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
@@ -53,35 +54,11 @@ const ROW_THREADS: u32 = 128;
 pub const DOT_ALIGN: usize = 8;
 /// The most taps the depthwise conv keeps in registers.
 const MAX_CONV_KERNEL: usize = 8;
-/// Static shared memory a block may declare (larger needs dynamic shared memory).
-const STATIC_SHARED_BYTES_MAX: usize = 48 * 1024;
 /// Threads a block may have; `attention_prep` runs one warp per q and kv head of a row.
 const BLOCK_THREADS_MAX: usize = 1024;
 
-/// Shared memory `attention_gated` declares for a head of `head_dim` merging `merge` output dims
-/// at a time: q, each thread's running max and sum, and each thread's `merge` partial outputs
-/// (+1 against bank conflicts).
-fn attention_shared_bytes(head_dim: usize, merge: usize) -> usize {
-    let threads = ATT_THREADS as usize;
-    std::mem::size_of::<f32>() * (head_dim + 2 * threads + threads * (merge + 1))
-}
-
-/// Output dims `attention_gated` merges at a time when a whole head does not fit its shared
-/// memory (a head of up to 92 floats does).
-const ATT_MERGE_CHUNK: usize = 64;
-
-/// Widest attention head: each of the kernel's threads keeps a partial output row of the head.
+/// Widest attention head: a lane of `attention_gated` keeps 8 of its dims in registers.
 const ATT_HEAD_DIM_MAX: usize = 256;
-
-/// The output dims `attention_gated` merges at a time for heads of `head_dim`: the whole head when
-/// it fits (one pass), else [`ATT_MERGE_CHUNK`]. The sums are the same either way.
-fn attention_merge(head_dim: usize) -> usize {
-    if attention_shared_bytes(head_dim, head_dim) <= STATIC_SHARED_BYTES_MAX {
-        head_dim
-    } else {
-        ATT_MERGE_CHUNK
-    }
-}
 
 /// The sizes baked into the compiled kernels.
 pub struct Dims {
@@ -126,8 +103,8 @@ impl Dims {
         }
         if self.head_dim > ATT_HEAD_DIM_MAX {
             return unsupported(format!(
-                "head_dim {}: the attention kernel keeps a head's partial output per thread, at \
-                 most {ATT_HEAD_DIM_MAX} floats",
+                "head_dim {}: the attention kernel keeps a head's dims in registers, 8 a lane, at \
+                 most {ATT_HEAD_DIM_MAX}",
                 self.head_dim
             ));
         }
@@ -173,7 +150,6 @@ impl Dims {
             ("ATT_GATED", usize::from(self.qwen3_next)),
             // common.cu's NORM_PLAIN (0) or NORM_ZERO_CENTRED (1).
             ("ATT_NORM_KIND", usize::from(self.qwen3_next)),
-            ("ATT_MERGE", attention_merge(self.head_dim)),
         ];
         if let Some(l) = &self.linear {
             d.extend([
