@@ -65,6 +65,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 // dims lane, lane + 32, …; a key's score is the lanes' partial dot products, then warp_sum. Each
 // warp keeps an online softmax over its keys; the warps are merged in warp order.
 #define ATT_WARPS (ATT_THREADS / WARP)
+static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 #define ATT_DPL ((ATT_HD + WARP - 1) / WARP)
 #define ATT_KEY_GROUP 4
 

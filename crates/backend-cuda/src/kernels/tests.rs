@@ -261,8 +261,9 @@ fn attention_of_wide_heads_matches_backend_cpu() {
             .map(|_| rng.below(4001) as f32 / 1000.0 - 2.0)
             .collect()
     };
-    // Rows at positions start..start+rows of one session whose cache holds start+rows rows.
-    let (start, rows) = (37, 5);
+    // Rows at positions start..start+rows of one session whose cache holds start+rows rows: past
+    // 64 keys, so each of the 16 warps takes several groups of 4, the last one partly full.
+    let (start, rows) = (150, 5);
     let kv_row = kv_heads * hd;
     let q = random(rows * heads * hd);
     let keys = random((start + rows) * kv_row);
