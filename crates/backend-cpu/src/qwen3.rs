@@ -30,18 +30,8 @@ impl Linear {
         Linear::load_from(w, prefix, out, inp, bias, Weights::tensor)
     }
 
-    /// [`Linear::load`] with the weight left in the file's mapping: for the parts of a
-    /// [`FusedLinear`], which copies them into one tensor.
-    pub fn load_mapped(
-        w: &Weights,
-        prefix: &str,
-        out: usize,
-        inp: usize,
-        bias: bool,
-    ) -> Result<Linear, LoadError> {
-        Linear::load_from(w, prefix, out, inp, bias, Weights::tensor_mapped)
-    }
-
+    /// [`Linear::load`] with the weight fetched by `fetch` (from the mapping for the parts of a
+    /// [`FusedLinear`], which copies them into one tensor).
     fn load_from(
         w: &Weights,
         prefix: &str,
@@ -106,11 +96,23 @@ impl FusedLinear {
         FusedLinear { parts, outs }
     }
 
-    /// [`FusedLinear::new`] for parts loaded with [`Linear::load_mapped`] when `w` copies weights
-    /// onto huge pages (parts that cannot be fused are then placed there too); with
-    /// [`Placement::Mapped`] the parts stay separate in the mapping (no copy: the same bits, one
-    /// parallel call per part).
-    pub fn load(w: &Weights, parts: Vec<Linear>) -> Result<FusedLinear, LoadError> {
+    /// The projections `{prefix}.weight` of `(prefix, out)` in `parts`, each `[out, inp]` (with
+    /// `{prefix}.bias` when `bias`), fused. Each part is read from the file's mapping and copied
+    /// once, into the fused tensor, when `w` copies weights onto huge pages (parts that cannot be
+    /// fused are then placed there); with [`Placement::Mapped`] the parts stay separate in the
+    /// mapping (no copy: the same bits, one parallel call per part).
+    pub fn load(
+        w: &Weights,
+        parts: &[(String, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<FusedLinear, LoadError> {
+        let parts: Vec<Linear> = parts
+            .iter()
+            .map(|(prefix, out)| {
+                Linear::load_from(w, prefix, *out, inp, bias, Weights::tensor_mapped)
+            })
+            .collect::<Result<_, _>>()?;
         if w.placement() == Placement::Mapped {
             let outs = parts.iter().map(|p| p.out_features).collect();
             return Ok(FusedLinear { parts, outs });
@@ -216,23 +218,13 @@ impl Attention {
         Ok(Attention {
             qkv_proj: FusedLinear::load(
                 w,
-                vec![
-                    Linear::load_mapped(w, &format!("{prefix}.q_proj"), c.num_heads * hd, h, bias)?,
-                    Linear::load_mapped(
-                        w,
-                        &format!("{prefix}.k_proj"),
-                        c.num_kv_heads * hd,
-                        h,
-                        bias,
-                    )?,
-                    Linear::load_mapped(
-                        w,
-                        &format!("{prefix}.v_proj"),
-                        c.num_kv_heads * hd,
-                        h,
-                        bias,
-                    )?,
+                &[
+                    (format!("{prefix}.q_proj"), c.num_heads * hd),
+                    (format!("{prefix}.k_proj"), c.num_kv_heads * hd),
+                    (format!("{prefix}.v_proj"), c.num_kv_heads * hd),
                 ],
+                h,
+                bias,
             )?,
             o_proj: Linear::load(w, &format!("{prefix}.o_proj"), h, c.num_heads * hd, false)?,
             q_norm: load_norm(w, &format!("{prefix}.q_norm.weight"), hd)?,
@@ -337,10 +329,14 @@ impl FusedDenseMlp {
         hidden: usize,
         width: usize,
     ) -> Result<FusedDenseMlp, LoadError> {
-        let part =
-            |name: &str| Linear::load_mapped(w, &format!("{prefix}.{name}"), width, hidden, false);
+        let part = |name: &str| (format!("{prefix}.{name}"), width);
         Ok(FusedDenseMlp {
-            gate_up_proj: FusedLinear::load(w, vec![part("gate_proj")?, part("up_proj")?])?,
+            gate_up_proj: FusedLinear::load(
+                w,
+                &[part("gate_proj"), part("up_proj")],
+                hidden,
+                false,
+            )?,
             down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
         })
     }

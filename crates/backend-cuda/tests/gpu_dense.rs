@@ -6,10 +6,12 @@
 
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{CudaError, CudaModel, CudaTarget};
-use lane::{Target, Window};
-use slots::SessionId;
+use backend_cuda::{CudaModel, CudaTarget};
+use common::{load_on_gpu, window};
+use lane::Target;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -41,14 +43,7 @@ fn dir() -> PathBuf {
 fn gpu() -> Option<Arc<CudaModel>> {
     static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| match CudaModel::load(&dir()) {
-            Ok(m) => Some(m),
-            Err(CudaError::Unavailable(why)) => {
-                eprintln!("skipped: {why}");
-                None
-            }
-            Err(e) => panic!("loading the dense qwen3 fixture on the GPU: {e}"),
-        })
+        .get_or_init(|| load_on_gpu(&dir(), "the dense qwen3 fixture"))
         .clone()
 }
 
@@ -70,15 +65,6 @@ fn read_f32(rel: &str) -> Vec<f32> {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
-    Window {
-        session: SessionId(session),
-        start,
-        tokens,
-        num_logits,
-    }
 }
 
 fn relative_diff(got: &[f32], want: &[f32]) -> f32 {

@@ -5,8 +5,11 @@
 
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{CudaError, CudaModel, CudaTarget, SessionBytes, MAX_ROLLBACK_WINDOW};
+use backend_cuda::{CudaModel, CudaTarget, SessionBytes, MAX_ROLLBACK_WINDOW};
+use common::{load_on_gpu, window};
 use lane::{
     Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window,
     WindowRows,
@@ -27,14 +30,7 @@ fn dir() -> PathBuf {
 fn gpu() -> Option<Arc<CudaModel>> {
     static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| match CudaModel::load(&dir()) {
-            Ok(m) => Some(m),
-            Err(CudaError::Unavailable(why)) => {
-                eprintln!("skipped: {why}");
-                None
-            }
-            Err(e) => panic!("loading models/flashlane-tiny on the GPU: {e}"),
-        })
+        .get_or_init(|| load_on_gpu(&dir(), "models/flashlane-tiny"))
         .clone()
 }
 
@@ -75,15 +71,6 @@ fn count_request(a: u32, b: u32, max_new_tokens: u64) -> Request {
         .map(|t| tok.token_id(t).expect("special token"))
         .collect();
     r
-}
-
-fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
-    Window {
-        session: SessionId(session),
-        start,
-        tokens,
-        num_logits,
-    }
 }
 
 fn argmax(row: &[f32]) -> u32 {

@@ -28,13 +28,22 @@ fn missing_tokenizer_is_an_error_naming_the_file() {
     assert!(err.contains("tokenizer.json"), "{err}");
 }
 
-#[test]
-fn every_fixture_config_resolves_and_its_weights_open() {
+/// Every fixture of the manifest with its model directory.
+fn fixture_models() -> Vec<(serde_json::Value, PathBuf)> {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
             .unwrap();
-    for f in manifest["fixtures"].as_array().unwrap() {
-        let dir = fixtures().join(f["model_dir"].as_str().unwrap());
+    manifest["fixtures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f.clone(), fixtures().join(f["model_dir"].as_str().unwrap())))
+        .collect()
+}
+
+#[test]
+fn every_fixture_config_resolves_and_its_weights_open() {
+    for (f, dir) in fixture_models() {
         let config = Config::from_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.vocab_size as u64, f["vocab_size"].as_u64().unwrap());
         let weights = Weights::open(&dir).unwrap_or_else(|e| panic!("{e}"));
@@ -48,11 +57,7 @@ fn every_fixture_config_resolves_and_its_weights_open() {
 
 #[test]
 fn resident_tensors_hold_the_mapped_bits_on_their_own_memory() {
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
-            .unwrap();
-    for f in manifest["fixtures"].as_array().unwrap() {
-        let dir = fixtures().join(f["model_dir"].as_str().unwrap());
+    for (_, dir) in fixture_models() {
         let mapped = Weights::open(&dir).unwrap();
         assert_eq!(mapped.placement(), Placement::Mapped);
         let resident = Weights::open(&dir)

@@ -1,0 +1,32 @@
+//! What the GPU target tests share: loading a model onto the GPU (or skipping without a device)
+//! and building windows.
+
+#![allow(dead_code)]
+
+use backend_cuda::{CudaError, CudaModel};
+use lane::Window;
+use slots::SessionId;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The model in `dir` on the GPU, or `None` (printed) when this machine has no CUDA device; any
+/// other failure panics naming `what`.
+pub fn load_on_gpu(dir: &Path, what: &str) -> Option<Arc<CudaModel>> {
+    match CudaModel::load(dir) {
+        Ok(m) => Some(m),
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(e) => panic!("loading {what} on the GPU: {e}"),
+    }
+}
+
+pub fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
+    Window {
+        session: SessionId(session),
+        start,
+        tokens,
+        num_logits,
+    }
+}
