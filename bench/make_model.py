@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Makes the CPU benchmark model: a random-initialised Qwen3-0.6B-shaped checkpoint in bf16 with a
-small trained BPE tokenizer.json, saved with `save_pretrained`, and the same weights converted to
-GGUF bf16 with llama.cpp's converter (from the `llama-cpp-python` sdist's vendored source).
+"""Makes a benchmark model: a random-initialised checkpoint of a real shape (`--shape`, default
+Qwen3-0.6B) in bf16 with a small trained BPE tokenizer.json, saved with `save_pretrained`, and
+the same weights converted to GGUF bf16 with llama.cpp's converter (from the `llama-cpp-python`
+sdist's vendored source). The weights are made on the GPU when there is one (seconds instead of
+minutes for the larger shapes).
 
 Random weights are fine for speed (not for draft acceptance rates). Nothing this writes is
 committed: the model folder and the GGUF go outside the repository.
 
     /root/pyref/bin/python bench/make_model.py --out /work/peers/qwen3-0.6b-random \
         --llama-cpp /work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp
+    python3 bench/make_model.py --shape qwen3-next-a3b-slice --out /tmp/a3b --llama-cpp LLAMA_SRC
 """
 
 import argparse
@@ -18,23 +21,59 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import PreTrainedTokenizerFast
 
-# Qwen3-0.6B's shape (config.json of Qwen/Qwen3-0.6B).
-SHAPE = dict(
-    hidden_size=1024,
-    num_hidden_layers=28,
-    num_attention_heads=16,
+# Dense Qwen3 shapes (the config.json of Qwen/Qwen3-0.6B, -4B and -8B).
+QWEN3_COMMON = dict(
     num_key_value_heads=8,
     head_dim=128,
-    intermediate_size=3072,
     vocab_size=151936,
     max_position_embeddings=40960,
     rope_theta=1000000.0,
     rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
     attention_bias=False,
 )
+# Qwen3-Next-80B-A3B's layer widths (its config.json) with 12 layers instead of 48 and 128
+# experts instead of 512, so that the bf16 weights (6.3 B parameters) fit one GPU twice over.
+QWEN3_NEXT_A3B_SLICE = dict(
+    hidden_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    head_dim=256,
+    intermediate_size=5120,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=32,
+    linear_value_head_dim=128,
+    moe_intermediate_size=512,
+    shared_expert_intermediate_size=512,
+    num_experts=128,
+    num_experts_per_tok=10,
+    norm_topk_prob=True,
+    decoder_sparse_step=1,
+    mlp_only_layers=[],
+    full_attention_interval=4,
+    partial_rotary_factor=0.25,
+    rope_theta=10000000.0,
+    rms_norm_eps=1e-6,
+    vocab_size=151936,
+    max_position_embeddings=262144,
+    tie_word_embeddings=False,
+)
+SHAPES = {
+    "qwen3-0.6b": ("qwen3", dict(QWEN3_COMMON, hidden_size=1024, num_hidden_layers=28,
+                                  num_attention_heads=16, intermediate_size=3072,
+                                  tie_word_embeddings=True)),
+    "qwen3-4b": ("qwen3", dict(QWEN3_COMMON, hidden_size=2560, num_hidden_layers=36,
+                                num_attention_heads=32, intermediate_size=9728,
+                                tie_word_embeddings=True)),
+    "qwen3-8b": ("qwen3", dict(QWEN3_COMMON, hidden_size=4096, num_hidden_layers=36,
+                                num_attention_heads=32, intermediate_size=12288,
+                                tie_word_embeddings=False)),
+    "qwen3-next-a3b-slice": ("qwen3_next", QWEN3_NEXT_A3B_SLICE),
+}
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # A small vocabulary: enough for readable text, quick to train on a few documents.
 TOKENIZER_VOCAB = 2048
@@ -62,17 +101,27 @@ def train_tokenizer(out: Path) -> None:
     fast.save_pretrained(out)
 
 
-def make_model(out: Path, seed: int) -> None:
+def make_model(out: Path, shape: str, seed: int) -> None:
+    arch, dims = SHAPES[shape]
+    if arch == "qwen3":
+        from transformers import Qwen3Config as ConfigClass, Qwen3ForCausalLM as ModelClass
+    else:
+        from transformers import Qwen3NextConfig as ConfigClass, Qwen3NextForCausalLM as ModelClass
     torch.manual_seed(seed)
-    config = Qwen3Config(**SHAPE, torch_dtype="bfloat16", bos_token_id=0, eos_token_id=2)
+    config = ConfigClass(**dims, torch_dtype="bfloat16", bos_token_id=0, eos_token_id=2)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.set_default_dtype(torch.bfloat16)
-    model = Qwen3ForCausalLM(config)
+    with torch.device(device):
+        model = ModelClass(config)
     torch.set_default_dtype(torch.float32)
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(out, safe_serialization=True)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
-def convert(out: Path, gguf: Path, llama_cpp: Path) -> None:
+def convert(out: Path, gguf: Path, llama_cpp: Path, no_mtp: bool = False) -> None:
     """llama.cpp's converter, told that our tokenizer pre-tokenizes like qwen2 (its hash check
     knows only published tokenizers)."""
     sys.path.insert(0, str(llama_cpp))
@@ -88,6 +137,10 @@ def convert(out: Path, gguf: Path, llama_cpp: Path) -> None:
     import convert_hf_to_gguf  # noqa: E402
 
     sys.argv = ["convert_hf_to_gguf.py", str(out), "--outtype", "bf16", "--outfile", str(gguf)]
+    # transformers writes no MTP weights for a random Qwen3-Next: the converter must not expect
+    # them.
+    if no_mtp:
+        sys.argv.append("--no-mtp")
     convert_hf_to_gguf.main()
 
 
@@ -96,14 +149,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="model folder to write (outside the repo)")
     ap.add_argument("--gguf", type=Path, help="GGUF file to write; default OUT/model-bf16.gguf")
     ap.add_argument("--llama-cpp", type=Path, help="the sdist's vendor/llama.cpp; no GGUF without it")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if not (args.out / "model.safetensors").exists():
+    if not (args.out / "config.json").exists():
         train_tokenizer(args.out)
-        make_model(args.out, args.seed)
+        make_model(args.out, args.shape, args.seed)
     if args.llama_cpp:
-        convert(args.out, args.gguf or args.out / "model-bf16.gguf", args.llama_cpp)
+        no_mtp = SHAPES[args.shape][0] == "qwen3_next"
+        convert(args.out, args.gguf or args.out / "model-bf16.gguf", args.llama_cpp, no_mtp)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
-use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul};
+use crate::kernels::{moe_tile_slots, AttentionRows, DeltaNetLaunch, Matmul, MoeLaunch};
 use crate::model::CudaModel;
 use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
@@ -32,6 +32,12 @@ pub struct Scratch {
     q: Buf<f32>,
     att: Buf<f32>,
     act: Buf<f32>,
+    /// The MoE layers' routes, pair order and tiles (see [`MoeOffsets`]).
+    moe_idx: Buf<i32>,
+    moe_probs: Buf<f32>,
+    moe_act_sh: Buf<f32>,
+    moe_y_exp: Buf<f32>,
+    moe_y_sh: Buf<f32>,
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
@@ -53,10 +59,46 @@ pub(crate) struct Ptrs {
     pub(crate) q: u64,
     pub(crate) att: u64,
     pub(crate) act: u64,
+    pub(crate) moe_idx: u64,
+    pub(crate) moe_probs: u64,
+    pub(crate) moe_act_sh: u64,
+    pub(crate) moe_y_exp: u64,
+    pub(crate) moe_y_sh: u64,
     pub(crate) logits: u64,
     pub(crate) cat: u64,
     pub(crate) draft_hidden: u64,
     pub(crate) ids: u64,
+}
+
+/// Rows one pass of the MoE kernels covers at most: longer batches (prompt chunks) go through in
+/// parts, so the per-pair scratch (each row's K expert outputs, `K·H` floats: 80 KiB a row on
+/// Qwen3-Next) stays near 170 MB. A row's bits do not depend on the part it is in.
+const MOE_CHUNK_ROWS: usize = 2048;
+
+/// Where the parts of the MoE's integer scratch sit, for `rows` rows (see [`MoeLaunch`]).
+struct MoeOffsets {
+    ids: usize,
+    pair_row: usize,
+    pair_pos: usize,
+    tiles: usize,
+    n_tiles: usize,
+    len: usize,
+}
+
+impl MoeOffsets {
+    fn of(rows: usize, m: &model::MoeConfig) -> MoeOffsets {
+        let pairs = rows * m.experts_per_token;
+        let tiles = 3 * pairs;
+        let n_tiles = tiles + 3 * moe_tile_slots(rows, m);
+        MoeOffsets {
+            ids: 0,
+            pair_row: pairs,
+            pair_pos: 2 * pairs,
+            tiles,
+            n_tiles,
+            len: n_tiles + 2,
+        }
+    }
 }
 
 /// Widths of the scratch rows for `model`.
@@ -87,9 +129,10 @@ impl Widths {
         let (mixed, lin_heads) = c.linear.as_ref().map_or((0, 0), |l| {
             (l.conv_channels(), l.num_value_heads * l.value_head_dim)
         });
-        let moe_act = c.moe.as_ref().map_or(0, |m| {
-            m.experts_per_token * m.expert_intermediate + m.shared_expert_intermediate
-        });
+        let moe_act = c
+            .moe
+            .as_ref()
+            .map_or(0, |m| m.experts_per_token * m.expert_intermediate);
         let dense_act = if c.moe_layers.iter().all(|&sparse| sparse) {
             0
         } else {
@@ -129,6 +172,11 @@ impl Scratch {
             q: z()?,
             att: z()?,
             act: z()?,
+            moe_idx: Buf::zeros(gpu, 1)?,
+            moe_probs: z()?,
+            moe_act_sh: z()?,
+            moe_y_exp: z()?,
+            moe_y_sh: z()?,
             logits: z()?,
             cat: z()?,
             draft_hidden: z()?,
@@ -147,6 +195,16 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
+        let (moe_idx, moe_pairs, moe_is, moe_rows) =
+            m.config.moe.as_ref().map_or((1, 1, 1, 1), |c| {
+                let r = rows.min(MOE_CHUNK_ROWS);
+                (
+                    MoeOffsets::of(r, c).len,
+                    r * c.experts_per_token,
+                    r * c.shared_expert_intermediate,
+                    r,
+                )
+            });
         let moved = [
             self.x.ensure(g, rows * w.hidden)?,
             self.xn.ensure(g, rows * w.hidden)?,
@@ -156,6 +214,11 @@ impl Scratch {
             self.q.ensure(g, rows * w.heads)?,
             self.att.ensure(g, rows * w.heads)?,
             self.act.ensure(g, rows * w.act)?,
+            self.moe_idx.ensure(g, moe_idx)?,
+            self.moe_probs.ensure(g, moe_pairs)?,
+            self.moe_act_sh.ensure(g, moe_is)?,
+            self.moe_y_exp.ensure(g, moe_pairs * w.hidden)?,
+            self.moe_y_sh.ensure(g, moe_rows * w.hidden)?,
             self.logits
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
@@ -175,6 +238,11 @@ impl Scratch {
             q: self.q.at(0),
             att: self.att.at(0),
             act: self.act.at(0),
+            moe_idx: self.moe_idx.at(0),
+            moe_probs: self.moe_probs.at(0),
+            moe_act_sh: self.moe_act_sh.at(0),
+            moe_y_exp: self.moe_y_exp.at(0),
+            moe_y_sh: self.moe_y_sh.at(0),
             logits: self.logits.at(0),
             cat: self.cat.at(0),
             draft_hidden: self.draft_hidden.at(0),
@@ -394,23 +462,46 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// `x += moe(xn)` over `rows` rows.
+    /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`].
     pub(crate) fn moe(&self, w: &MoeWeights, rows: usize) -> Result<(), CudaError> {
         let p = self.p;
         self.matmul(p.xn, &w.front, rows, p.wide, false)?;
-        let shared_down = w.shared_down.as_ref().map_or(0, |s| s.w.at(0));
-        self.m.kernels.moe(
-            self.gpu(),
-            &self.m.dims,
-            rows,
-            p.xn,
-            p.wide,
-            w.gate_up.at(0),
-            w.down.at(0),
-            shared_down,
-            p.act,
-            p.x,
-        )
+        let c = self
+            .m
+            .config
+            .moe
+            .as_ref()
+            .expect("a MoE layer has MoE sizes");
+        let h = self.hidden();
+        let f32_at = |base: u64, floats: usize| base + (floats * std::mem::size_of::<f32>()) as u64;
+        let mut done = 0;
+        while done < rows {
+            let part = (rows - done).min(MOE_CHUNK_ROWS);
+            // The integer parts are laid out for the largest part, so every part fits them.
+            let o = MoeOffsets::of(rows.min(MOE_CHUNK_ROWS), c);
+            let launch = MoeLaunch {
+                rows: part,
+                xn: f32_at(p.xn, done * h),
+                mo: f32_at(p.wide, done * w.front.rows),
+                x: f32_at(p.x, done * h),
+                gate_up: w.gate_up.at(0),
+                down: w.down.at(0),
+                shared_down: w.shared_down.as_ref().map_or(0, |s| s.w.at(0)),
+                ids: at(p.moe_idx, o.ids),
+                probs: p.moe_probs,
+                pair_row: at(p.moe_idx, o.pair_row),
+                pair_pos: at(p.moe_idx, o.pair_pos),
+                tiles: at(p.moe_idx, o.tiles),
+                n_tiles: at(p.moe_idx, o.n_tiles),
+                act: p.act,
+                act_sh: p.moe_act_sh,
+                y_exp: p.moe_y_exp,
+                y_sh: p.moe_y_sh,
+            };
+            self.m.kernels.moe(self.gpu(), &self.m.dims, &launch)?;
+            done += part;
+        }
+        Ok(())
     }
 
     /// Logits over the token ids `0..v` of `rows` rows of `x` (gathered by `row_index` when not

@@ -30,32 +30,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// One lane's step of a dot product: `acc` plus the 8 products of x[0..8) and the 8 bf16 weights
-// packed in `w8`, in element order (the MoE kernels' dot products; the dense matmul runs on the
-// tensor cores, matmul.cu).
-__device__ __forceinline__ float dot8_bf16(float acc, const float* x, uint4 w8) {
-    const float4 x0 = *reinterpret_cast<const float4*>(x);
-    const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
-    acc += x0.x * __uint_as_float(w8.x << 16);
-    acc += x0.y * __uint_as_float(w8.x & 0xffff0000u);
-    acc += x0.z * __uint_as_float(w8.y << 16);
-    acc += x0.w * __uint_as_float(w8.y & 0xffff0000u);
-    acc += x1.x * __uint_as_float(w8.z << 16);
-    acc += x1.y * __uint_as_float(w8.z & 0xffff0000u);
-    acc += x1.z * __uint_as_float(w8.w << 16);
-    acc += x1.w * __uint_as_float(w8.w & 0xffff0000u);
-    return acc;
-}
-
-// Dot product of an f32 row and a bf16 row of length k (k % 8 == 0, both 16-byte aligned) by one
-// warp: lane l takes the 8-element chunks l, l + 32, ... in order, then warp_sum.
-__device__ __forceinline__ float warp_dot_bf16(const float* x, const bf16_t* w, int k, int lane) {
-    float acc = 0.0f;
-    for (int i = lane * 8; i < k; i += WARP * 8)
-        acc = dot8_bf16(acc, x + i, *reinterpret_cast<const uint4*>(w + i));
-    return warp_sum(acc);
-}
-
 // Sum of squares of x[0..n) by one warp (strided partial sums, then the fixed tree).
 __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lane) {
     float acc = 0.0f;

@@ -75,20 +75,15 @@ __device__ __forceinline__ void chunk_steps(float* acc, const float* xa, const f
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
-matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-            const bf16_t* __restrict__ w, int k, int n_out,
-            float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][WARP][4];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int o0 = blockIdx.x * MMA_COLS;
-    const int r0 = blockIdx.y * MMA_ROWS;
-    // This lane's rows of A (none past the end: zeros) and its output's weight row (the last
-    // valid one past the end: computed, never written).
-    const int ra = r0 + g, rb = r0 + g + 8;
-    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
-    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
-    const bf16_t* wr = w + (size_t)min(o0 + g, n_out - 1) * k;
+// This warp's share of one tile's k-split sum, then the warps' sums added in warp order: lane
+// (g, t) of warp 0 returns true with d = rows g (d[0], d[1]) and g + 8 (d[2], d[3]) × outputs
+// 2t and 2t + 1 of the tile; every other warp returns false. `xa` / `xb` are this lane's rows g
+// and g + 8 (null: zeros), `wr` the weight row of output g. Every thread of the block must call
+// it (it synchronises the block). The matmul and the MoE's grouped expert matmuls share it, so
+// a product has the same bits whichever kernel computes it.
+__device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* wr, int k,
+                                         float (*part)[WARP][4], float* d) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float va[16], vb[16];
     unsigned wv[8];
@@ -109,17 +104,40 @@ matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ r
 #pragma unroll
     for (int i = 0; i < 4; i++) part[warp][lane][i] = acc[i];
     __syncthreads();
-    if (warp != 0) return;
-    // part[*][lane]: rows g (0, 1) and g + 8 (2, 3), outputs o0 + 2t and o0 + 2t + 1.
+    if (warp != 0) return false;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float d = part[0][lane][i];
+        float s = part[0][lane][i];
 #pragma unroll
-        for (int v = 1; v < MMA_WARPS; v++) d += part[v][lane][i];
+        for (int v = 1; v < MMA_WARPS; v++) s += part[v][lane][i];
+        d[i] = s;
+    }
+    return true;
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+            const bf16_t* __restrict__ w, int k, int n_out,
+            float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][WARP][4];
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.x * MMA_COLS;
+    const int r0 = blockIdx.y * MMA_ROWS;
+    // This lane's rows of A (none past the end: zeros) and its output's weight row (the last
+    // valid one past the end: computed, never written).
+    const int ra = r0 + g, rb = r0 + g + 8;
+    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
+    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+    const bf16_t* wr = w + (size_t)min(o0 + g, n_out - 1) * k;
+    float d[4];
+    if (!mma_tile(xa, xb, wr, k, part, d)) return;
+    // d: rows g (0, 1) and g + 8 (2, 3), outputs o0 + 2t and o0 + 2t + 1.
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
         const int r = r0 + g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
         if (r < rows && o < n_out) {
             float* out = y + (size_t)r * y_stride + o;
-            *out = accumulate ? *out + d : d;
+            *out = accumulate ? *out + d[i] : d[i];
         }
     }
 }

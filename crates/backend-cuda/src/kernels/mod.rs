@@ -35,8 +35,18 @@ const MMA_COLS: usize = 8;
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
 pub const MMA_K_ALIGN: usize = 16;
-/// Warps per block of the MoE kernels.
-const MOE_WARPS: u32 = 8;
+/// Rows (one warp each) per block of `moe_route`.
+const MOE_ROUTE_WARPS: u32 = 4;
+/// Threads of `moe_group`'s one block: it scans every expert and writes every pair's place.
+const MOE_GROUP_THREADS: u32 = 1024;
+/// Threads per block of `moe_combine` (one per output of a row).
+const MOE_COMBINE_THREADS: u32 = 256;
+/// Most experts the MoE kernels take: `moe_route` keeps a row's softmax numerators in shared
+/// memory (4 warps × E floats) and `moe_group` three counters per expert, under the 48 KiB a
+/// block has without opting in (Qwen3-Next has 512).
+const MOE_EXPERTS_MAX: usize = 1024;
+/// Most experts a token takes: `moe_route` keeps the k-th choice in lane k of a warp.
+const MOE_TOP_K_MAX: usize = 32;
 /// Threads per (row, head) of `attention_gated`: 16 warps split the keys (a decode row at a few
 /// hundred positions then has a short chain of keys per warp).
 const ATT_THREADS: u32 = 512;
@@ -50,8 +60,6 @@ const SWIGLU_THREADS: u32 = 256;
 const SWIGLU_BLOCKS_MAX: usize = 1024;
 /// Threads per row of the element-wise row kernels (embedding, row copies).
 const ROW_THREADS: u32 = 128;
-/// Dot products read 8 bf16 weights (16 bytes) per lane at a time.
-pub const DOT_ALIGN: usize = 8;
 /// The most taps the depthwise conv keeps in registers.
 const MAX_CONV_KERNEL: usize = 8;
 /// Threads a block may have; `attention_prep` runs one warp per q and kv head of a row.
@@ -124,10 +132,24 @@ impl Dims {
             }
         }
         if let Some(m) = &self.moe {
-            if !m.expert_intermediate.is_multiple_of(DOT_ALIGN)
-                || !m.shared_expert_intermediate.is_multiple_of(DOT_ALIGN)
+            // The expert matmuls read k (I, IS) in the matmul's pieces; `moe_gate_up` computes
+            // 4 units of I per block.
+            if !m.expert_intermediate.is_multiple_of(MMA_K_ALIGN)
+                || !m.shared_expert_intermediate.is_multiple_of(MMA_K_ALIGN)
             {
-                return unsupported(format!("MoE widths {m:?}"));
+                return unsupported(format!(
+                    "MoE widths {} and {} (shared) must be multiples of {MMA_K_ALIGN}",
+                    m.expert_intermediate, m.shared_expert_intermediate
+                ));
+            }
+            if !(1..=MOE_EXPERTS_MAX).contains(&m.num_experts)
+                || !(1..=MOE_TOP_K_MAX.min(m.num_experts)).contains(&m.experts_per_token)
+            {
+                return unsupported(format!(
+                    "{} experts, {} a token: the MoE kernels take at most {MOE_EXPERTS_MAX} \
+                     experts and {MOE_TOP_K_MAX} a token",
+                    m.num_experts, m.experts_per_token
+                ));
             }
         }
         Ok(())
@@ -140,7 +162,9 @@ impl Dims {
             ("MMA_ROWS", MMA_ROWS),
             ("MMA_COLS", MMA_COLS),
             ("NORM_WARPS", block(NORM_WARPS)),
-            ("MOE_WARPS", block(MOE_WARPS)),
+            ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
+            ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
+            ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ATT_HEADS", self.heads),
@@ -203,7 +227,16 @@ pub struct Kernels {
     argmax: CudaFunction,
     swiglu: CudaFunction,
     deltanet: Option<(CudaFunction, CudaFunction)>,
-    moe: Option<(CudaFunction, CudaFunction)>,
+    moe: Option<MoeKernels>,
+}
+
+/// The MoE layer's kernels, in launch order.
+struct MoeKernels {
+    route: CudaFunction,
+    group: CudaFunction,
+    gate_up: CudaFunction,
+    down: CudaFunction,
+    combine: CudaFunction,
 }
 
 /// `ceil(n / d)` as a grid dimension.
@@ -241,7 +274,13 @@ impl Kernels {
                 None => None,
             },
             moe: match dims.moe {
-                Some(_) => Some((f("moe_up")?, f("moe_down")?)),
+                Some(_) => Some(MoeKernels {
+                    route: f("moe_route")?,
+                    group: f("moe_group")?,
+                    gate_up: f("moe_gate_up")?,
+                    down: f("moe_down")?,
+                    combine: f("moe_combine")?,
+                }),
                 None => None,
             },
         })
@@ -434,6 +473,57 @@ impl Kernels {
     }
 }
 
+/// Tile slots the MoE kernels' grids cover for `rows` rows: an expert's pairs make
+/// ceil(n / MMA_ROWS) tiles, at most `pairs / MMA_ROWS` full ones plus one part-full tile per
+/// expert used (never more tiles than pairs), then the shared expert's tiles of rows.
+pub fn moe_tile_slots(rows: usize, m: &MoeConfig) -> usize {
+    let pairs = rows * m.experts_per_token;
+    let expert = pairs.min(pairs.div_ceil(MMA_ROWS) + m.num_experts.min(pairs));
+    let shared = if m.shared_expert_intermediate > 0 {
+        rows.div_ceil(MMA_ROWS)
+    } else {
+        0
+    };
+    expert + shared
+}
+
+/// One MoE layer's launch: its rows, weights and scratch (device addresses).
+pub struct MoeLaunch {
+    pub rows: usize,
+    /// Normed input rows `[rows, H]`.
+    pub xn: u64,
+    /// The front projection `[rows, E (+ 1 + 2·IS)]`.
+    pub mo: u64,
+    /// The residual rows the layer adds into.
+    pub x: u64,
+    /// `[E, 2I, H]`, gate rows then up rows.
+    pub gate_up: u64,
+    /// `[E, H, I]`.
+    pub down: u64,
+    /// `[H, IS]`, or 0 without a shared expert.
+    pub shared_down: u64,
+    /// i32 `[rows·K]`: each row's experts, ascending.
+    pub ids: u64,
+    /// f32 `[rows·K]`: their weights.
+    pub probs: u64,
+    /// i32 `[rows·K]`: the row of each pair in expert order.
+    pub pair_row: u64,
+    /// i32 `[rows·K]`: where each (row, slot) pair sits in expert order.
+    pub pair_pos: u64,
+    /// i32 `[3 · moe_tile_slots]`.
+    pub tiles: u64,
+    /// i32 `[2]`: expert tiles, all tiles.
+    pub n_tiles: u64,
+    /// f32 `[rows·K, I]`: silu(gate)·up per pair in expert order.
+    pub act: u64,
+    /// f32 `[rows, IS]`: the shared expert's silu(gate)·up.
+    pub act_sh: u64,
+    /// f32 `[rows·K, H]`: each pair's expert output in expert order.
+    pub y_exp: u64,
+    /// f32 `[rows, H]`: the shared expert's output.
+    pub y_sh: u64,
+}
+
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
@@ -540,48 +630,86 @@ impl Kernels {
         )
     }
 
-    /// `moe_up` then `moe_down` (adding into `x`) over `rows` rows of `xn` (normed); `mo` is the
-    /// fused front projection of `xn`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn moe(
-        &self,
-        gpu: &Gpu,
-        dims: &Dims,
-        rows: usize,
-        xn: u64,
-        mo: u64,
-        gate_up: u64,
-        down: u64,
-        shared_down: u64,
-        act: u64,
-        x: u64,
-    ) -> Result<(), CudaError> {
-        let (up, down_k) = self
+    /// The MoE layer over `l.rows` rows of `l.xn` (normed), adding into `l.x`; `l.mo` is the
+    /// fused front projection of `l.xn` (see `moe.cu`).
+    pub fn moe(&self, gpu: &Gpu, dims: &Dims, l: &MoeLaunch) -> Result<(), CudaError> {
+        let k = self
             .moe
             .as_ref()
             .expect("MoE kernels exist for a MoE model");
         let m = dims.moe.as_ref().expect("MoE sizes");
-        if rows == 0 {
+        if l.rows == 0 {
             return Ok(());
         }
-        let units = m.expert_intermediate.max(m.shared_expert_intermediate);
-        let slots = m.experts_per_token + usize::from(m.shared_expert_intermediate > 0);
+        let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
         gpu.launch(
-            up,
-            (blocks(units, MOE_WARPS), rows_u32(rows), slots as u32),
-            MOE_WARPS * 32,
-            &[Arg::Ptr(xn), Arg::Ptr(mo), Arg::Ptr(gate_up), Arg::Ptr(act)],
+            &k.route,
+            (blocks(l.rows, MOE_ROUTE_WARPS), 1, 1),
+            MOE_ROUTE_WARPS * 32,
+            &[
+                Arg::Ptr(l.mo),
+                Arg::I32(l.rows as i32),
+                Arg::Ptr(l.ids),
+                Arg::Ptr(l.probs),
+                Arg::Ptr(l.act_sh),
+            ],
         )?;
         gpu.launch(
-            down_k,
-            (blocks(dims.hidden, MOE_WARPS), rows_u32(rows), 1),
-            MOE_WARPS * 32,
+            &k.group,
+            (1, 1, 1),
+            MOE_GROUP_THREADS,
             &[
-                Arg::Ptr(mo),
-                Arg::Ptr(act),
-                Arg::Ptr(down),
-                Arg::Ptr(shared_down),
-                Arg::Ptr(x),
+                Arg::Ptr(l.ids),
+                Arg::I32(l.rows as i32),
+                Arg::Ptr(l.pair_row),
+                Arg::Ptr(l.pair_pos),
+                Arg::Ptr(l.tiles),
+                Arg::Ptr(l.n_tiles),
+            ],
+        )?;
+        gpu.launch(
+            &k.gate_up,
+            ((m.expert_intermediate / 4) as u32, slots, 1),
+            MMA_WARPS * 32,
+            &[
+                Arg::Ptr(l.xn),
+                Arg::Ptr(l.pair_row),
+                Arg::Ptr(l.tiles),
+                Arg::Ptr(l.n_tiles),
+                Arg::Ptr(l.gate_up),
+                Arg::Ptr(l.act),
+            ],
+        )?;
+        gpu.launch(
+            &k.down,
+            (dims.hidden.div_ceil(MMA_COLS) as u32, slots, 1),
+            MMA_WARPS * 32,
+            &[
+                Arg::Ptr(l.act),
+                Arg::Ptr(l.act_sh),
+                Arg::Ptr(l.tiles),
+                Arg::Ptr(l.n_tiles),
+                Arg::Ptr(l.down),
+                Arg::Ptr(l.shared_down),
+                Arg::Ptr(l.y_exp),
+                Arg::Ptr(l.y_sh),
+            ],
+        )?;
+        gpu.launch(
+            &k.combine,
+            (
+                blocks(dims.hidden, MOE_COMBINE_THREADS),
+                rows_u32(l.rows),
+                1,
+            ),
+            MOE_COMBINE_THREADS,
+            &[
+                Arg::Ptr(l.mo),
+                Arg::Ptr(l.probs),
+                Arg::Ptr(l.pair_pos),
+                Arg::Ptr(l.y_exp),
+                Arg::Ptr(l.y_sh),
+                Arg::Ptr(l.x),
             ],
         )
     }

@@ -1,93 +1,253 @@
-// Sparse MoE with a gated shared expert (QWEN3_NEXT.md "Sparse MoE"), after the fused projection
-// `mo` = [router logits (E) | shared-expert gate (1) | shared gate_proj (IS) | shared up_proj (IS)]:
-// - `moe_up`: per (row, slot, unit) silu(gate)·up of the row's slot-th routed expert (slots in
-//   ascending expert index), or of the shared expert for the last slot. One warp per unit.
-// - `moe_down`: per (row, output) Σ_slots p·down_e(act) in ascending expert index, then
-//   + sigmoid(shared gate)·shared_down(act), added to the residual `x`. One warp per output.
-// The router (softmax in f32, top-k with ties to the lower index, renormalised when
-// MOE_NORM_TOPK) is recomputed per warp from the row's logits: the same bits every time.
+// Sparse MoE with a gated shared expert (the maths of backend-cpu's `qwen3_next/moe.rs`), after
+// the fused projection `mo` = [router logits (E) | shared-expert gate (1) | shared gate_proj
+// (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
+// per layer:
+// - `moe_route`: one warp per row: softmax over the experts in f32 (summed in expert order),
+//   top-k with ties to the lower index, renormalised when MOE_NORM_TOPK, the k choices in
+//   ascending expert index; and the shared expert's silu(gate)·up.
+// - `moe_group`: one block: the (row, slot) pairs sorted by expert (rows ascending within an
+//   expert) and cut into tiles of at most MMA_ROWS pairs of one expert, then the shared expert's
+//   tiles of MMA_ROWS rows.
+// - `moe_gate_up`: per expert tile, silu(gate)·up of its pairs on the tensor cores (the matmul's
+//   `mma_tile`): each block computes 4 gate and the 4 matching up outputs, so an expert's weights
+//   are read once for every row routed to it.
+// - `moe_down`: per tile, the expert's (or the shared expert's) down projection of its pairs.
+// - `moe_combine`: per (row, output) Σ_slots p·down_e in ascending expert index, then
+//   + sigmoid(shared gate)·shared_down, added to the residual `x`.
+//
+// Batch invariance: a pair's products are `mma_tile` chains that depend on its own row and the
+// weights only (not on the tile's other rows or where the tile sits), and every sum over slots
+// or experts runs in a fixed order inside one thread. So a row's bits never depend on the rows
+// routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
-// MOE_WARPS.
+// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_COMBINE_THREADS (and the matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
-#define MOE_ACT_W (MOE_K * MOE_I + MOE_IS)
+// Experts each lane of a router warp weighs.
+#define MOE_PER_LANE ((MOE_E + WARP - 1) / WARP)
 
-// The row's top-k experts in ascending index and their probabilities.
-__device__ void route(const float* logits, int* ids, float* probs) {
+// Grid ceil(rows / MOE_ROUTE_WARPS). Writes ids and probs [rows, K] (ascending expert index) and
+// act_sh [rows, IS].
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * WARP)
+moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
+          float* __restrict__ act_sh) {
+    __shared__ float ex_s[MOE_ROUTE_WARPS][MOE_E];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int r = blockIdx.x * MOE_ROUTE_WARPS + warp;
+    if (r >= rows) return;  // a whole warp: nothing below synchronises the block
+    const float* logits = mo + (size_t)r * MOE_MO_W;
     float mx = -INFINITY;
-    for (int e = 0; e < MOE_E; e++) mx = fmaxf(mx, logits[e]);
-    float ex[MOE_E];
+    for (int e = lane; e < MOE_E; e += WARP) mx = fmaxf(mx, logits[e]);
+    for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+    // Candidates: e^(l − max) ≥ 0; −1 marks no expert or one taken; a NaN weighs −0.5 (chosen
+    // after every number, so an index is always found).
+    float cand[MOE_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < MOE_PER_LANE; j++) {
+        const int e = lane + j * WARP;
+        cand[j] = -1.0f;
+        if (e < MOE_E) {
+            const float v = expf(logits[e] - mx);
+            ex_s[warp][e] = v;
+            cand[j] = v != v ? -0.5f : v;
+        }
+    }
+    __syncwarp();
+    // The softmax's sum in expert order, as backend-cpu sums it.
     float sum = 0.0f;
-    for (int e = 0; e < MOE_E; e++) { ex[e] = expf(logits[e] - mx); sum += ex[e]; }
-    bool taken[MOE_E];
-    for (int e = 0; e < MOE_E; e++) taken[e] = false;
+    if (lane == 0)
+        for (int e = 0; e < MOE_E; e++) sum += ex_s[warp][e];
+    sum = __shfl_sync(FULL_MASK, sum, 0);
+    // Round k picks the k-th most probable expert; lane k keeps it.
+    int my_id = 0;
+    float my_p = 0.0f;
     for (int k = 0; k < MOE_K; k++) {
-        int best = -1;
-        for (int e = 0; e < MOE_E; e++)
-            if (!taken[e] && (best < 0 || ex[e] > ex[best])) best = e;
-        taken[best] = true;
-        ids[k] = best;
-        probs[k] = ex[best] / sum;
+        float bv = -2.0f;
+        int bi = MOE_E;
+        // A lane's experts ascend with j: strict > keeps the lower index of a tie.
+#pragma unroll
+        for (int j = 0; j < MOE_PER_LANE; j++)
+            if (cand[j] > bv) { bv = cand[j]; bi = lane + j * WARP; }
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+            const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+#pragma unroll
+        for (int j = 0; j < MOE_PER_LANE; j++)
+            if (lane + j * WARP == bi) cand[j] = -1.0f;
+        if (lane == k) { my_id = bi; my_p = ex_s[warp][bi] / sum; }
     }
     if (MOE_NORM_TOPK) {
+        // Summed in the order chosen (most probable first), as backend-cpu does.
         float s = 0.0f;
-        for (int k = 0; k < MOE_K; k++) s += probs[k];
-        for (int k = 0; k < MOE_K; k++) probs[k] /= s;
+        for (int k = 0; k < MOE_K; k++) s += __shfl_sync(FULL_MASK, my_p, k);
+        my_p /= s;
     }
-    // Ascending expert index (transformers' summation order).
-    for (int a = 1; a < MOE_K; a++)
-        for (int b = a; b > 0 && ids[b] < ids[b - 1]; b--) {
-            const int ti = ids[b]; ids[b] = ids[b - 1]; ids[b - 1] = ti;
-            const float tp = probs[b]; probs[b] = probs[b - 1]; probs[b - 1] = tp;
+    // Ascending expert index (transformers' summation order): a choice's place is the number
+    // of chosen experts below it.
+    int place = 0;
+    for (int k = 0; k < MOE_K; k++)
+        if (__shfl_sync(FULL_MASK, my_id, k) < my_id) place++;
+    if (lane < MOE_K) {
+        ids[(size_t)r * MOE_K + place] = my_id;
+        probs[(size_t)r * MOE_K + place] = my_p;
+    }
+    if (MOE_IS > 0)
+        for (int i = lane; i < MOE_IS; i += WARP)
+            act_sh[(size_t)r * MOE_IS + i] = siluf_(logits[MOE_E + 1 + i]) * logits[MOE_E + 1 + MOE_IS + i];
+}
+
+// Grid 1. From ids [rows·K]: pair_pos[p] = where pair p (row p / K, slot p % K) sits in the
+// order sorted by expert; pair_row[pos] = its row; tiles[3t..3t+3) = (expert, first position,
+// pairs) of expert tile t, then (MOE_E, first row, rows) of the shared expert's tiles;
+// n_tiles = [expert tiles, all tiles].
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
+moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int* __restrict__ pair_pos,
+          int* __restrict__ tiles, int* __restrict__ n_tiles) {
+    __shared__ int count[MOE_E];
+    __shared__ int first[MOE_E];
+    __shared__ int tile0[MOE_E];
+    __shared__ int expert_tiles;
+    const int tid = threadIdx.x, pairs = rows * MOE_K;
+    for (int e = tid; e < MOE_E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    // Warp 0 walks the pairs 32 at a time, in order: a pair's rank among its expert's pairs is
+    // the count so far plus the lanes before it with the same expert.
+    if (tid < WARP) {
+        for (int base = 0; base < pairs; base += WARP) {
+            const int p = base + tid;
+            const int e = p < pairs ? ids[p] : -1 - tid;  // past the end: matches no lane
+            const unsigned same = __match_any_sync(FULL_MASK, e);
+            int rank = 0;
+            if (p < pairs) rank = count[e] + __popc(same & ((1u << tid) - 1u));
+            __syncwarp();
+            if (p < pairs) {
+                pair_pos[p] = rank;
+                // The group's last lane moves its expert's count on.
+                if ((same >> tid) == 1u) count[e] += __popc(same);
+            }
+            __syncwarp();
         }
-}
-
-// Grid (ceil(max(I, IS) / MOE_WARPS), rows, MOE_K + (MOE_IS > 0)).
-extern "C" __global__ void __launch_bounds__(MOE_WARPS * WARP)
-moe_up(const float* __restrict__ xn, const float* __restrict__ mo, const bf16_t* __restrict__ gate_up,
-       float* __restrict__ act) {
-    const int lane = threadIdx.x % WARP, i = blockIdx.x * MOE_WARPS + threadIdx.x / WARP;
-    const int r = blockIdx.y, slot = blockIdx.z;
-    const float* mo_r = mo + (size_t)r * MOE_MO_W;
-    float* act_r = act + (size_t)r * MOE_ACT_W;
-    if (slot < MOE_K) {
-        if (i >= MOE_I) return;
-        int ids[MOE_K];
-        float probs[MOE_K];
-        route(mo_r, ids, probs);
-        const bf16_t* w = gate_up + (size_t)ids[slot] * 2 * MOE_I * MOE_H;
-        const float* x = xn + (size_t)r * MOE_H;
-        const float g = warp_dot_bf16(x, w + (size_t)i * MOE_H, MOE_H, lane);
-        const float u = warp_dot_bf16(x, w + (size_t)(MOE_I + i) * MOE_H, MOE_H, lane);
-        if (lane == 0) act_r[slot * MOE_I + i] = siluf_(g) * u;
-    } else {
-        if (i >= MOE_IS || lane != 0) return;
-        act_r[MOE_K * MOE_I + i] = siluf_(mo_r[MOE_E + 1 + i]) * mo_r[MOE_E + 1 + MOE_IS + i];
+        // Exclusive scans of the pair counts and the tile counts, 32 experts at a time.
+        int run = 0, run_tiles = 0;
+        for (int base = 0; base < MOE_E; base += WARP) {
+            const int e = base + tid;
+            const int c = e < MOE_E ? count[e] : 0;
+            const int n_t = (c + MMA_ROWS - 1) / MMA_ROWS;
+            int ic = c, it = n_t;
+            for (int o = 1; o < WARP; o <<= 1) {
+                const int a = __shfl_up_sync(FULL_MASK, ic, o);
+                const int b = __shfl_up_sync(FULL_MASK, it, o);
+                if (tid >= o) { ic += a; it += b; }
+            }
+            if (e < MOE_E) { first[e] = run + ic - c; tile0[e] = run_tiles + it - n_t; }
+            run += __shfl_sync(FULL_MASK, ic, WARP - 1);
+            run_tiles += __shfl_sync(FULL_MASK, it, WARP - 1);
+        }
+        if (tid == 0) expert_tiles = run_tiles;
+    }
+    __syncthreads();
+    for (int p = tid; p < pairs; p += blockDim.x) {
+        const int pos = first[ids[p]] + pair_pos[p];
+        pair_pos[p] = pos;
+        pair_row[pos] = p / MOE_K;
+    }
+    for (int e = tid; e < MOE_E; e += blockDim.x)
+        for (int j = 0; j * MMA_ROWS < count[e]; j++) {
+            int* tile = tiles + 3 * (tile0[e] + j);
+            tile[0] = e;
+            tile[1] = first[e] + j * MMA_ROWS;
+            tile[2] = min(MMA_ROWS, count[e] - j * MMA_ROWS);
+        }
+    const int shared_tiles = MOE_IS > 0 ? (rows + MMA_ROWS - 1) / MMA_ROWS : 0;
+    for (int j = tid; j < shared_tiles; j += blockDim.x) {
+        int* tile = tiles + 3 * (expert_tiles + j);
+        tile[0] = MOE_E;
+        tile[1] = j * MMA_ROWS;
+        tile[2] = min(MMA_ROWS, rows - j * MMA_ROWS);
+    }
+    if (tid == 0) {
+        n_tiles[0] = expert_tiles;
+        n_tiles[1] = expert_tiles + shared_tiles;
     }
 }
 
-// Grid (ceil(H / MOE_WARPS), rows). `down` is [E, H, I]; `shared_down` [H, IS].
-extern "C" __global__ void __launch_bounds__(MOE_WARPS * WARP)
-moe_down(const float* __restrict__ mo, const float* __restrict__ act, const bf16_t* __restrict__ down,
-         const bf16_t* __restrict__ shared_down, float* __restrict__ x) {
-    const int lane = threadIdx.x % WARP, o = blockIdx.x * MOE_WARPS + threadIdx.x / WARP;
-    const int r = blockIdx.y;
+// Grid (MOE_I / 4, tile slots): block (b, t) computes gate outputs 4b … 4b + 3 and the matching
+// up outputs of expert tile t, then act[pos, 4b + c] = silu(gate)·up for each pair of the tile.
+// Slots past the expert tiles return at once.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
+            const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
+    __shared__ float part[MMA_WARPS][WARP][4];
+    if ((int)blockIdx.y >= n_tiles[0]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.y;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int i0 = blockIdx.x * 4;
+    const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
+    const float* xb = g + 8 < count ? xn + (size_t)pair_row[start + g + 8] * MOE_H : nullptr;
+    // Outputs 0..3 of the tile are gate rows, 4..7 the up rows of the same units.
+    const int w_row = g < 4 ? i0 + g : MOE_I + i0 + g - 4;
+    const bf16_t* wr = gate_up + ((size_t)e * 2 * MOE_I + w_row) * MOE_H;
+    float d[4];
+    if (!mma_tile(xa, xb, wr, MOE_H, part, d)) return;
+    // Lane (g, t) holds outputs 2t, 2t + 1: gate for t < 2; lane t + 2 holds the matching up.
+    float up[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
+    if (t >= 2) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i / 2) * 8;
+        if (r < count) act[(size_t)(start + r) * MOE_I + i0 + 2 * t + (i % 2)] = siluf_(d[i]) * up[i];
+    }
+}
+
+// Grid (ceil(MOE_H / MMA_COLS), tile slots): the down projection of tile t's pairs into
+// y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared
+// expert's tiles, k = IS). Slots past the tiles return at once.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
+         const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
+         float* __restrict__ y_exp, float* __restrict__ y_sh) {
+    __shared__ float part[MMA_WARPS][WARP][4];
+    if ((int)blockIdx.y >= n_tiles[1]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.y;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const bool shared = e == MOE_E;
+    const int k = shared ? MOE_IS : MOE_I;
+    const float* src = shared ? act_sh : act;
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.x * MMA_COLS;
+    const float* xa = g < count ? src + (size_t)(start + g) * k : nullptr;
+    const float* xb = g + 8 < count ? src + (size_t)(start + g + 8) * k : nullptr;
+    // Past the last output: the last valid row, computed and never written.
+    const int o_w = min(o0 + g, MOE_H - 1);
+    const bf16_t* wr = shared ? shared_down + (size_t)o_w * MOE_IS : down + ((size_t)e * MOE_H + o_w) * MOE_I;
+    float d[4];
+    if (!mma_tile(xa, xb, wr, k, part, d)) return;
+    float* y = shared ? y_sh : y_exp;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
+        if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+    }
+}
+
+// Grid (ceil(MOE_H / MOE_COMBINE_THREADS), rows).
+extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS)
+moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
+            const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x) {
+    const int r = blockIdx.y, o = blockIdx.x * MOE_COMBINE_THREADS + threadIdx.x;
     if (o >= MOE_H) return;
-    const float* mo_r = mo + (size_t)r * MOE_MO_W;
-    const float* act_r = act + (size_t)r * MOE_ACT_W;
-    int ids[MOE_K];
-    float probs[MOE_K];
-    route(mo_r, ids, probs);
     float total = 0.0f;
     for (int s = 0; s < MOE_K; s++) {
-        const bf16_t* w = down + ((size_t)ids[s] * MOE_H + o) * MOE_I;
-        total += probs[s] * warp_dot_bf16(act_r + s * MOE_I, w, MOE_I, lane);
+        const size_t p = (size_t)r * MOE_K + s;
+        total += probs[p] * y_exp[(size_t)pair_pos[p] * MOE_H + o];
     }
-    if (MOE_IS > 0) {
-        const float d = warp_dot_bf16(act_r + MOE_K * MOE_I, shared_down + (size_t)o * MOE_IS, MOE_IS, lane);
-        total += sigmoidf_(mo_r[MOE_E]) * d;
-    }
-    if (lane == 0) x[(size_t)r * MOE_H + o] += total;
+    if (MOE_IS > 0) total += sigmoidf_(mo[(size_t)r * MOE_MO_W + MOE_E]) * y_sh[(size_t)r * MOE_H + o];
+    x[(size_t)r * MOE_H + o] += total;
 }

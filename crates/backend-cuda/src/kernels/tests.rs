@@ -4,34 +4,152 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{Dims, Kernels, Matmul};
+use super::{moe_tile_slots, Dims, Kernels, Matmul, MoeLaunch};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
+use backend_cpu::kernels::activation::{sigmoid, silu};
 use backend_cpu::kernels::matmul::matmul;
 use backend_cpu::kernels::norm::{rmsnorm, NormKind};
+use backend_cpu::qwen3_next::moe::top_k_softmax;
 use half::bf16;
-use model::{Config, TensorData};
+use model::{Config, MoeConfig, TensorData};
 use std::sync::Arc;
 
 /// Largest difference allowed relative to the largest reference magnitude: f32 sums in another
 /// order, nothing more.
 const TOLERANCE: f32 = 1e-5;
 
-fn setup() -> Option<(Arc<Gpu>, Kernels)> {
-    let gpu = match Gpu::open() {
-        Ok(g) => g,
+/// The MoE layer against backend-cpu: two matmuls in a chain (x carried in ~16 bits on the
+/// tensor cores, the activation between them rounded again), so a few times the matmul's.
+const MOE_TOLERANCE: f32 = 1e-4;
+
+/// The GPU, or None (and why) without one.
+fn open_gpu() -> Option<Arc<Gpu>> {
+    match Gpu::open() {
+        Ok(g) => Some(g),
         Err(CudaError::Unavailable(why)) => {
             eprintln!("skipped: {why}");
-            return None;
+            None
         }
         Err(e) => panic!("{e}"),
-    };
+    }
+}
+
+/// The default model's config and kernels.
+fn setup() -> Option<(Arc<Gpu>, Kernels)> {
+    let gpu = open_gpu()?;
+    let (_, dims) = tiny_dims();
+    let kernels = Kernels::compile(&gpu, &dims).expect("kernels");
+    Some((gpu, kernels))
+}
+
+fn tiny_dims() -> (Config, Dims) {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let config = Config::from_dir(&dir).expect("config");
     let dims = Dims::of(&config).expect("dims");
-    let kernels = Kernels::compile(&gpu, &dims).expect("kernels");
-    Some((gpu, kernels))
+    (config, dims)
+}
+
+fn bf16_vec(rng: &mut Rng, n: usize, scale: f32) -> Vec<bf16> {
+    rng.vec(n)
+        .into_iter()
+        .map(|v| bf16::from_f32(scale * v))
+        .collect()
+}
+
+fn bf16_buf(gpu: &Gpu, w: &[bf16]) -> Buf<u16> {
+    Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap()
+}
+
+/// The MoE layer of `moe.cu` on `rows` rows, `x` updated in place on the host.
+struct MoeCase {
+    m: MoeConfig,
+    hidden: usize,
+    gate_up: Vec<bf16>,
+    down: Vec<bf16>,
+    shared_down: Vec<bf16>,
+    /// The same three on the GPU.
+    on_gpu: [Buf<u16>; 3],
+}
+
+impl MoeCase {
+    fn new(gpu: &Gpu, rng: &mut Rng, m: MoeConfig, hidden: usize) -> MoeCase {
+        let (e, i, is) = (
+            m.num_experts,
+            m.expert_intermediate,
+            m.shared_expert_intermediate,
+        );
+        let gate_up = bf16_vec(rng, e * 2 * i * hidden, 0.5);
+        let down = bf16_vec(rng, e * hidden * i, 0.5);
+        let shared_down = bf16_vec(rng, hidden * is, 0.5);
+        MoeCase {
+            on_gpu: [
+                bf16_buf(gpu, &gate_up),
+                bf16_buf(gpu, &down),
+                bf16_buf(gpu, &shared_down),
+            ],
+            gate_up,
+            down,
+            shared_down,
+            m,
+            hidden,
+        }
+    }
+
+    fn mo_width(&self) -> usize {
+        let m = &self.m;
+        if m.shared_expert_intermediate > 0 {
+            m.num_experts + 1 + 2 * m.shared_expert_intermediate
+        } else {
+            m.num_experts
+        }
+    }
+
+    /// backend-cpu's arithmetic: its router, its matmul per expert, the sums in its order.
+    fn reference(&self, xn: &[f32], mo: &[f32], x: &[f32]) -> Vec<f32> {
+        let (h, m) = (self.hidden, &self.m);
+        let (e_n, i, is) = (
+            m.num_experts,
+            m.expert_intermediate,
+            m.shared_expert_intermediate,
+        );
+        let mut out = x.to_vec();
+        for (r, y) in out.chunks_mut(h).enumerate() {
+            let xr = &xn[r * h..(r + 1) * h];
+            let mor = &mo[r * self.mo_width()..(r + 1) * self.mo_width()];
+            let mut total = vec![0f32; h];
+            for (e, p) in top_k_softmax(&mor[..e_n], m.experts_per_token, m.norm_topk_prob) {
+                let mut gu = vec![0f32; 2 * i];
+                matmul(
+                    xr,
+                    TensorData::Bf16(&self.gate_up[e * 2 * i * h..(e + 1) * 2 * i * h]),
+                    h,
+                    &mut gu,
+                );
+                let act: Vec<f32> = (0..i).map(|j| silu(gu[j]) * gu[i + j]).collect();
+                let mut d = vec![0f32; h];
+                matmul(
+                    &act,
+                    TensorData::Bf16(&self.down[e * h * i..(e + 1) * h * i]),
+                    i,
+                    &mut d,
+                );
+                total.iter_mut().zip(&d).for_each(|(t, v)| *t += p * v);
+            }
+            if is > 0 {
+                let act: Vec<f32> = (0..is)
+                    .map(|j| silu(mor[e_n + 1 + j]) * mor[e_n + 1 + is + j])
+                    .collect();
+                let mut d = vec![0f32; h];
+                matmul(&act, TensorData::Bf16(&self.shared_down), is, &mut d);
+                let gate = sigmoid(mor[e_n]);
+                total.iter_mut().zip(&d).for_each(|(t, v)| *t += gate * v);
+            }
+            y.iter_mut().zip(&total).for_each(|(a, t)| *a += t);
+        }
+        out
+    }
 }
 
 /// splitmix64, seeded from the clock (the seed is printed on failure).
@@ -309,4 +427,156 @@ fn attention_of_wide_heads_matches_backend_cpu() {
     // Softmax sums in another order and the device's exp, as the layer tests allow.
     let d = relative_diff(&got, &want);
     assert!(d <= 1e-4, "seed {seed}: relative diff {d}");
+}
+
+/// The GPU's MoE layer (`moe.cu`) on the given rows: returns `x` after it.
+fn run_moe(
+    gpu: &Gpu,
+    k: &Kernels,
+    dims: &Dims,
+    case: &MoeCase,
+    xn: &[f32],
+    mo: &[f32],
+    x: &[f32],
+) -> Vec<f32> {
+    let (h, m) = (case.hidden, &case.m);
+    let rows = x.len() / h;
+    let pairs = rows * m.experts_per_token;
+    let slots = moe_tile_slots(rows, m);
+    let f = |n: usize| Buf::<f32>::zeros(gpu, n).unwrap();
+    let ints = Buf::<i32>::zeros(gpu, 3 * pairs + 3 * slots + 2).unwrap();
+    let (xn_b, mo_b) = (
+        Buf::from_host(gpu, xn).unwrap(),
+        Buf::from_host(gpu, mo).unwrap(),
+    );
+    let x_b = Buf::from_host(gpu, x).unwrap();
+    let (probs, act, act_sh, y_exp, y_sh) = (
+        f(pairs),
+        f(pairs * m.expert_intermediate),
+        f(rows * m.shared_expert_intermediate),
+        f(pairs * h),
+        f(rows * h),
+    );
+    let launch = MoeLaunch {
+        rows,
+        xn: xn_b.at(0),
+        mo: mo_b.at(0),
+        x: x_b.at(0),
+        gate_up: case.on_gpu[0].at(0),
+        down: case.on_gpu[1].at(0),
+        shared_down: if m.shared_expert_intermediate > 0 {
+            case.on_gpu[2].at(0)
+        } else {
+            0
+        },
+        ids: ints.at(0),
+        probs: probs.at(0),
+        pair_row: ints.at(pairs),
+        pair_pos: ints.at(2 * pairs),
+        tiles: ints.at(3 * pairs),
+        n_tiles: ints.at(3 * pairs + 3 * slots),
+        act: act.at(0),
+        act_sh: act_sh.at(0),
+        y_exp: y_exp.at(0),
+        y_sh: y_sh.at(0),
+    };
+    k.moe(gpu, dims, &launch).unwrap();
+    x_b.read(gpu, rows * h).unwrap()
+}
+
+#[test]
+fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let (_, tiny) = tiny_dims();
+    let tiny_moe = tiny.moe.clone().expect("the default model has experts");
+    // The default model's MoE; Qwen3-Next's 128 experts, 10 a token (narrow, to keep the test
+    // small); and few experts without a shared expert or renormalisation, so that experts get
+    // several tiles of pairs.
+    let cases = [
+        (tiny_moe, tiny.hidden, 1 + rng.below(40)),
+        (
+            MoeConfig {
+                num_experts: 128,
+                experts_per_token: 10,
+                expert_intermediate: 64,
+                shared_expert_intermediate: 32,
+                norm_topk_prob: true,
+            },
+            256,
+            1 + rng.below(70),
+        ),
+        (
+            MoeConfig {
+                num_experts: 4,
+                experts_per_token: 2,
+                expert_intermediate: 48,
+                shared_expert_intermediate: 0,
+                norm_topk_prob: false,
+            },
+            96,
+            40 + rng.below(40),
+        ),
+    ];
+    for (m, hidden, rows) in cases {
+        let what = format!("seed {seed}, {m:?}, hidden {hidden}, {rows} rows");
+        let dims = Dims {
+            hidden,
+            moe: Some(m.clone()),
+            ..tiny_dims().1
+        };
+        dims.check().expect("sizes the kernels take");
+        let k = Kernels::compile(&gpu, &dims).expect("kernels");
+        let case = MoeCase::new(&gpu, &mut rng, m, hidden);
+        let w = case.mo_width();
+        let xn = rng.vec(rows * hidden);
+        let mo: Vec<f32> = rng.vec(rows * w).iter().map(|v| 4.0 * v).collect();
+        let x = rng.vec(rows * hidden);
+        let want = case.reference(&xn, &mo, &x);
+        let all = run_moe(&gpu, &k, &dims, &case, &xn, &mo, &x);
+        // The update against the reference's (x itself is exact on both sides).
+        let delta = |v: &[f32]| v.iter().zip(&x).map(|(a, b)| a - b).collect::<Vec<f32>>();
+        let d = relative_diff(&delta(&all), &delta(&want));
+        assert!(d <= MOE_TOLERANCE, "{what}: relative diff {d}");
+        // Each row alone, and the rows in reverse order (other tiles, other places in them).
+        let row = |v: &[f32], r: usize| v[r * hidden..(r + 1) * hidden].to_vec();
+        let row_of = |v: &[f32], r: usize, width: usize| v[r * width..(r + 1) * width].to_vec();
+        for r in [0, rows / 2, rows - 1] {
+            let one = run_moe(
+                &gpu,
+                &k,
+                &dims,
+                &case,
+                &row(&xn, r),
+                &row_of(&mo, r, w),
+                &row(&x, r),
+            );
+            assert!(
+                one.iter()
+                    .zip(&row(&all, r))
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: row {r} alone differs from the batch"
+            );
+        }
+        let rev = |v: &[f32], width: usize| -> Vec<f32> {
+            v.chunks(width).rev().flatten().copied().collect()
+        };
+        let reversed = run_moe(
+            &gpu,
+            &k,
+            &dims,
+            &case,
+            &rev(&xn, hidden),
+            &rev(&mo, w),
+            &rev(&x, hidden),
+        );
+        assert!(
+            reversed
+                .iter()
+                .zip(&rev(&all, hidden))
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{what}: the rows in reverse order differ from the batch"
+        );
+    }
 }

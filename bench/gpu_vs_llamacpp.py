@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""flashlane vs llama.cpp on one GPU, side by side, on the same weights, in one run.
+
+Run on the GPU machine from the repository root (bench/gpu_vs_llamacpp.sh is the entry point):
+1. unpacks llama.cpp (bench/peers/llama.cpp.tar.xz, made here by bench/pack_llamacpp.sh) and
+   builds `llama-bench` and `llama-batched-bench` with CUDA for sm_90 in the background;
+2. meanwhile makes each shape's random bf16 checkpoint with transformers and its GGUF twin
+   (bench/make_model.py);
+3. runs both engines in ROUNDS interleaved rounds per shape: flashlane `bench --device cuda` at
+   every stream count, `llama-bench` (1 stream: tg and pp) and `llama-batched-bench` (every
+   stream count), prompt PROMPT and NEW new tokens;
+4. writes OUT/<shape>.json (every raw figure), OUT/table.md (medians over the rounds and their
+   ratios) and prints the table.
+
+Decode is aggregate tokens/s after each stream's first token (llama-batched-bench's S_TG);
+prefill is the prompt tokens of all streams over the time to every stream's first token (S_PP).
+Nothing it makes is committed; the models live under --work and are deleted after each shape.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Free disk a model may need (the 8B shape: 16 GB of safetensors and its 16 GB GGUF twin).
+DISK_FOR_ONE_MODEL = 40e9
+# Each shape's llama.cpp context must hold every stream's prompt and reply.
+CONTEXT_SLACK = 256
+
+
+def log(msg: str, out: Path) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    with open(out / "log.txt", "a") as f:
+        f.write(line + "\n")
+
+
+def start_llama_build(work: Path, pack: Path, out: Path) -> subprocess.Popen:
+    with tarfile.open(pack) as t:
+        t.extractall(work, filter="data")
+    src = work / "llama.cpp"
+    jobs = os.cpu_count() or 8
+    script = (
+        "cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF "
+        "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "
+        f"-DLLAMA_BUILD_APP=OFF && cmake --build build -j {jobs} "
+        "--target llama-bench llama-batched-bench"
+    )
+    logf = open(out / "llama_build.log", "w")
+    return subprocess.Popen(["bash", "-c", script], cwd=src, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def make_model(shape: str, work: Path, out: Path) -> Path:
+    d = work / shape
+    t0 = time.time()
+    subprocess.run([sys.executable, str(ROOT / "bench/make_model.py"), "--shape", shape, "--out", str(d),
+                    "--llama-cpp", str(work / "llama.cpp")], check=True,
+                   stdout=open(out / "log.txt", "a"), stderr=subprocess.STDOUT)
+    log(f"{shape}: checkpoint and GGUF made in {time.time() - t0:.0f} s", out)
+    return d
+
+
+def run_json(cmd: list, out: Path, timeout: float):
+    """Runs cmd; returns its stdout (or None when it failed or ran out of time)."""
+    log("$ " + " ".join(str(c) for c in cmd), out)
+    try:
+        p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"  timed out after {timeout:.0f} s", out)
+        return None
+    if p.returncode != 0:
+        log(f"  failed ({p.returncode}): {p.stderr[-2000:]}", out)
+        return None
+    return p.stdout
+
+
+def flashlane_round(args, model: Path, out: Path) -> dict | None:
+    cmd = [args.flashlane, "bench", "--device", "cuda", "--model", model, "--streams",
+           ",".join(map(str, args.streams)), "--prompt-tokens", args.prompt, "--new-tokens", args.new,
+           "--json"]
+    text = run_json(cmd, out, args.run_timeout)
+    if text is None:
+        return None
+    rows = json.loads(text.strip().splitlines()[-1])["rows"]
+    return {str(r["streams"]): {"decode": r["decode_tokens_per_s"], "prefill": r["prefill_tokens_per_s"]}
+            for r in rows}
+
+
+def llama_round(args, bin_dir: Path, gguf: Path, out: Path) -> dict:
+    got = {}
+    text = run_json([bin_dir / "llama-bench", "-m", gguf, "-ngl", 99, "-fa", 1, "-p", args.prompt, "-n", args.new,
+                     "-r", 3, "-o", "json"], out, args.run_timeout)
+    if text is not None:
+        for r in json.loads(text):
+            key = "pp" if r.get("n_prompt", 0) > 0 else "tg"
+            got[f"bench_{key}"] = r["avg_ts"]
+    ctx = max(args.streams) * (args.prompt + args.new) + CONTEXT_SLACK
+    text = run_json([bin_dir / "llama-batched-bench", "-m", gguf, "-ngl", 99, "-fa", "on", "-c", ctx, "-b", 2048,
+                     "-ub", 512, "-npp", args.prompt, "-ntg", args.new, "-npl", ",".join(map(str, args.streams)),
+                     "--output-format", "jsonl"], out, args.run_timeout)
+    if text is not None:
+        for line in text.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                got[str(r["pl"])] = {"decode": r["speed_tg"], "prefill": r["speed_pp"]}
+    return got
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, digits=0):
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def ratio(a, b):
+    return "–" if a is None or b is None or b == 0 else f"**{a / b:.2f}×**"
+
+
+def table(shape: str, rounds: list, args) -> str:
+    fl = [r["flashlane"] or {} for r in rounds]
+    ll = [r["llama"] for r in rounds]
+    lines = [f"### {shape} ({len(rounds)} round(s); medians)", "",
+             "| streams | flashlane decode tok/s | llama.cpp decode tok/s | ratio | flashlane prefill tok/s | "
+             "llama.cpp prefill tok/s | ratio |", "|---|---|---|---|---|---|---|"]
+    for n in map(str, args.streams):
+        fd = median([f.get(n, {}).get("decode") for f in fl])
+        fp = median([f.get(n, {}).get("prefill") for f in fl])
+        ld = median([l.get(n, {}).get("decode") for l in ll])
+        lp = median([l.get(n, {}).get("prefill") for l in ll])
+        lines.append(f"| {n} | {fmt(fd)} | {fmt(ld)} (batched) | {ratio(fd, ld)} | {fmt(fp)} | {fmt(lp)} | "
+                     f"{ratio(fp, lp)} |")
+    tg = median([l.get("bench_tg") for l in ll])
+    pp = median([l.get("bench_pp") for l in ll])
+    fd1 = median([f.get("1", {}).get("decode") for f in fl])
+    fp1 = median([f.get("1", {}).get("prefill") for f in fl])
+    lines.append(f"| 1 (llama-bench tg{args.new} / pp{args.prompt}) | {fmt(fd1)} | {fmt(tg)} | {ratio(fd1, tg)} | "
+                 f"{fmt(fp1)} | {fmt(pp)} | {ratio(fp1, pp)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shapes", default="qwen3-next-a3b-slice,qwen3-0.6b")
+    ap.add_argument("--streams", default="1,8,32,64", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--flashlane", type=Path, default=ROOT / "target/release/flashlane")
+    ap.add_argument("--llama-pack", type=Path, default=ROOT / "bench/peers/llama.cpp.tar.xz")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/flashlane-gpu-bench"))
+    ap.add_argument("--run-timeout", type=float, default=240.0, help="seconds one engine run may take")
+    ap.add_argument("--wait-for", type=Path,
+                    help="a file to wait for before the first round (e.g. GPU tests running beside the build)")
+    ap.add_argument("--deadline", type=float, default=540.0,
+                    help="seconds after which no new round starts (the device's command limit is 600)")
+    args = ap.parse_args()
+    t0 = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    shapes = args.shapes.split(",")
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    log(f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; shapes {shapes}; "
+        f"streams {args.streams}; prompt {args.prompt}, new {args.new}; rounds {args.rounds}", args.out)
+    build = start_llama_build(args.work, args.llama_pack, args.out)
+    # Models are made while llama.cpp builds, as long as it builds and the disk has room; the
+    # rest just before their rounds.
+    models = {}
+    for shape in shapes:
+        if build.poll() is not None or shutil.disk_usage(args.work).free < DISK_FOR_ONE_MODEL:
+            break
+        models[shape] = make_model(shape, args.work, args.out)
+    rc = build.wait()
+    while args.wait_for and not args.wait_for.exists():
+        time.sleep(1)
+    bin_dir = args.work / "llama.cpp/build/bin"
+    log(f"llama.cpp build: rc {rc} after {time.time() - t0:.0f} s", args.out)
+    report = [f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; prompt {args.prompt}, "
+              f"{args.new} new tokens; {time.strftime('%Y-%m-%d')}\n"]
+    for shape in shapes:
+        d = models.get(shape) or make_model(shape, args.work, args.out)
+        gguf = d / "model-bf16.gguf"
+        rounds = []
+        for i in range(args.rounds):
+            if rounds and time.time() - t0 > args.deadline:
+                log(f"{shape}: round {i + 1} skipped (deadline)", args.out)
+                break
+            r = {"flashlane": flashlane_round(args, d, args.out),
+                 "llama": llama_round(args, bin_dir, gguf, args.out) if rc == 0 else {}}
+            rounds.append(r)
+            (args.out / f"{shape}.json").write_text(json.dumps({"shape": shape, "gpu": gpu, "rounds": rounds},
+                                                               indent=1))
+        report.append(table(shape, rounds, args))
+        (args.out / "table.md").write_text("\n".join(report))
+        shutil.rmtree(d, ignore_errors=True)
+    print("\n".join(report))
+    log(f"done in {time.time() - t0:.0f} s", args.out)
+
+
+if __name__ == "__main__":
+    main()
