@@ -59,13 +59,14 @@ def start_llama_build(work: Path, pack: Path, out: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def make_model(shape: str, work: Path, out: Path) -> Path:
+def make_model(shape: str, work: Path, out: Path, gguf: bool) -> Path:
     d = work / shape
     t0 = time.time()
-    subprocess.run([sys.executable, str(ROOT / "bench/make_model.py"), "--shape", shape, "--out", str(d),
-                    "--llama-cpp", str(work / "llama.cpp")], check=True,
-                   stdout=open(out / "log.txt", "a"), stderr=subprocess.STDOUT)
-    log(f"{shape}: checkpoint and GGUF made in {time.time() - t0:.0f} s", out)
+    cmd = [sys.executable, str(ROOT / "bench/make_model.py"), "--shape", shape, "--out", str(d)]
+    if gguf:
+        cmd += ["--llama-cpp", str(work / "llama.cpp")]
+    subprocess.run(cmd, check=True, stdout=open(out / "log.txt", "a"), stderr=subprocess.STDOUT)
+    log(f"{shape}: checkpoint{' and GGUF' if gguf else ''} made in {time.time() - t0:.0f} s", out)
     return d
 
 
@@ -162,6 +163,9 @@ def main() -> None:
     ap.add_argument("--llama-pack", type=Path, default=ROOT / "bench/peers/llama.cpp.tar.xz")
     ap.add_argument("--work", type=Path, default=Path("/tmp/flashlane-gpu-bench"))
     ap.add_argument("--run-timeout", type=float, default=240.0, help="seconds one engine run may take")
+    ap.add_argument("--flashlane-only", action="store_true",
+                    help="no llama.cpp: flashlane's figures alone (a quick check between changes)")
+    ap.add_argument("--keep-models", action="store_true", help="keep the checkpoints under --work")
     ap.add_argument("--wait-for", type=Path,
                     help="a file to wait for before the first round (e.g. GPU tests running beside the build)")
     ap.add_argument("--deadline", type=float, default=540.0,
@@ -175,23 +179,26 @@ def main() -> None:
                          capture_output=True, text=True).stdout.strip()
     log(f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; shapes {shapes}; "
         f"streams {args.streams}; prompt {args.prompt}, new {args.new}; rounds {args.rounds}", args.out)
-    build = start_llama_build(args.work, args.llama_pack, args.out)
+    peer = not args.flashlane_only
+    build = start_llama_build(args.work, args.llama_pack, args.out) if peer else None
     # Models are made while llama.cpp builds, as long as it builds and the disk has room; the
     # rest just before their rounds.
     models = {}
     for shape in shapes:
-        if build.poll() is not None or shutil.disk_usage(args.work).free < DISK_FOR_ONE_MODEL:
+        if (build is not None and build.poll() is not None) or \
+                shutil.disk_usage(args.work).free < DISK_FOR_ONE_MODEL:
             break
-        models[shape] = make_model(shape, args.work, args.out)
-    rc = build.wait()
+        models[shape] = make_model(shape, args.work, args.out, peer)
+    rc = build.wait() if build is not None else None
     while args.wait_for and not args.wait_for.exists():
         time.sleep(1)
     bin_dir = args.work / "llama.cpp/build/bin"
-    log(f"llama.cpp build: rc {rc} after {time.time() - t0:.0f} s", args.out)
+    if peer:
+        log(f"llama.cpp build: rc {rc} after {time.time() - t0:.0f} s", args.out)
     report = [f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; prompt {args.prompt}, "
               f"{args.new} new tokens; {time.strftime('%Y-%m-%d')}\n"]
     for shape in shapes:
-        d = models.get(shape) or make_model(shape, args.work, args.out)
+        d = models.get(shape) or make_model(shape, args.work, args.out, peer)
         gguf = d / "model-bf16.gguf"
         rounds = []
         for i in range(args.rounds):
@@ -205,7 +212,8 @@ def main() -> None:
                                                                indent=1))
         report.append(table(shape, rounds, args))
         (args.out / "table.md").write_text("\n".join(report))
-        shutil.rmtree(d, ignore_errors=True)
+        if not args.keep_models:
+            shutil.rmtree(d, ignore_errors=True)
     print("\n".join(report))
     log(f"done in {time.time() - t0:.0f} s", args.out)
 

@@ -9,6 +9,8 @@ use model::{Config, Weights};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Every target made from one model runs its work on the model's one stream, so targets sharing a
+/// model must take turns (the server's engine thread has one target; tests hold a lock).
 pub struct CudaModel {
     pub gpu: Arc<Gpu>,
     pub config: Config,

@@ -84,6 +84,7 @@ fn argmax(row: &[f32]) -> u32 {
 
 #[test]
 fn dense_logits_match_transformers_and_the_cpu_backend() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let cpu = cpu();
     for case in fixture()["prompts"].as_array().expect("prompts") {
@@ -112,6 +113,7 @@ fn dense_logits_match_transformers_and_the_cpu_backend() {
 
 #[test]
 fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = ids(&fixture()["prompts"][1]["ids"]);
     let steps = 32;
@@ -134,6 +136,7 @@ fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
 
 #[test]
 fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompts: Vec<Vec<u32>> = fixture()["prompts"]
         .as_array()

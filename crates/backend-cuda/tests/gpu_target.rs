@@ -96,6 +96,7 @@ fn greedy<T: Target>(target: &mut T, prompt: &[u32], n: usize) -> (Vec<u32>, Vec
 
 #[test]
 fn logits_match_the_cpu_backend_within_a_thousandth_of_their_range() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 40, 0).prompt;
     let n = prompt.len();
@@ -132,6 +133,7 @@ fn logits_match_the_cpu_backend_within_a_thousandth_of_their_range() {
 
 #[test]
 fn greedy_counting_continuation_equals_the_cpu_backends() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 30, 0).prompt;
     let n = 48;
@@ -148,6 +150,7 @@ fn greedy_counting_continuation_equals_the_cpu_backends() {
 
 #[test]
 fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let a = count_request(3, 50, 0).prompt;
     let b = count_request(7, 9, 0).prompt;
@@ -246,6 +249,7 @@ fn counting_requests() -> Vec<Request> {
 
 #[test]
 fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let requests = counting_requests();
     let new = |c: &[u64]| CudaTarget::new(&gpu, c).expect("target");
@@ -293,6 +297,7 @@ fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
 
 #[test]
 fn mtp_drafts_equal_the_cpu_backends() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 30, 0).prompt;
     let mut c = CpuTarget::new(cpu(), &[256]);
@@ -339,6 +344,7 @@ fn mtp_drafts_equal_the_cpu_backends() {
 /// without room for the longest pass, a refused ask).
 #[test]
 fn batched_drafts_equal_drafts_one_by_one() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompts: Vec<Vec<u32>> = [(1, 30), (40, 90), (7, 12), (300, 340), (5, 9)]
         .iter()
@@ -442,6 +448,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
 /// round leaves the same state; a round with one non-greedy window answers logits.
 #[test]
 fn greedy_rows_are_the_argmax_of_the_logits() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let a = count_request(1, 30, 0).prompt;
     let b = count_request(50, 80, 0).prompt;
@@ -496,6 +503,7 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
 /// MTP drafting through them, with moves, still gives plain greedy replies.
 #[test]
 fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let caps = capacities();
     for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
@@ -516,6 +524,7 @@ fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
 
 #[test]
 fn a_moved_stream_continues_as_an_unmoved_one() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(2, 60, 0).prompt;
     let (cut, n) = (prompt.len() + 6, 30);
@@ -553,6 +562,7 @@ fn a_moved_stream_continues_as_an_unmoved_one() {
 /// step; the first round whose logits differ is reported.
 #[test]
 fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
+    let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 20, 0).prompt;
     let mut a = CudaTarget::new(&gpu, &[256]).expect("target");

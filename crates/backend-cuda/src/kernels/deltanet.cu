@@ -1,9 +1,9 @@
 // Gated DeltaNet (QWEN3_NEXT.md "Gated DeltaNet"), recurrent form, in two kernels per layer:
 // `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], grid (window, channel block),
 // one thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
-// RMSNorm, one block per (window, value head), one thread per value column j holding S[:, j] in
-// registers, tokens in order). Every sum runs sequentially inside one thread, so a window's
-// results never depend on the other windows of the launch.
+// RMSNorm, one block per (window, value head), LIN_SPLIT threads per value column j holding
+// S[:, j] in registers, tokens in order). Every sum has a fixed order inside one block, so a
+// window's results never depend on the other windows of the launch.
 //
 // Session state, per linear layer: conv tail `[CONV_K − 1, C]` then S `[HV, DK, DV]`, f32, at
 // `state + session·lin_stride + layer_off`. A window of at most `rollback` tokens writes, before
@@ -12,13 +12,15 @@
 //
 // `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
 //
-// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K.
+// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, LIN_SPLIT.
 
 #define LIN_R (LIN_HV / LIN_HK)
 #define LIN_GROUP (2 * LIN_DK + 2 * LIN_R * LIN_DV)
 #define LIN_C (2 * LIN_HK * LIN_DK + LIN_HV * LIN_DV)
 #define LIN_CONV_SIZE ((LIN_CONV_K - 1) * LIN_C)
 #define L2_NORM_EPS 1e-6f
+// Rows of a state column each lane of `deltanet_recurrence` keeps in registers.
+#define LIN_ROWS (LIN_DK / LIN_SPLIT)
 
 typedef unsigned long long u64;
 
@@ -68,68 +70,87 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
     }
 }
 
-// Block: LIN_DV threads; grid (windows, LIN_HV). `out` is [rows, HV·DV], gated-normed.
-extern "C" __global__ void __launch_bounds__(LIN_DV)
+// Block: LIN_DV · LIN_SPLIT threads; grid (windows, LIN_HV). Column j of the head's state S is
+// held by the LIN_SPLIT consecutive lanes of thread group j, each keeping LIN_DK / LIN_SPLIT of
+// its rows in registers (a whole column would not fit: 128 rows spilled to local memory); their
+// partial sums of u and o are added by a fixed xor-shuffle tree, which gives every lane of the
+// group the same bits. The L2 norms of q and k and the output's RMS are strided warp sums in a
+// fixed order, computed once per token by warp 0. `out` is [rows, HV·DV], gated-normed.
+extern "C" __global__ void __launch_bounds__(LIN_DV * LIN_SPLIT)
 deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
                     const float* __restrict__ mixed, const int* __restrict__ segs,
                     const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
                     const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
                     u64 lin_stride, u64 layer_off, float* __restrict__ out) {
     __shared__ float qs[LIN_DK], ks[LIN_DK], os[LIN_DV];
+    __shared__ float q_inv_s, k_inv_s, o_inv_s;
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
-    const int h = blockIdx.y, j = threadIdx.x, kh = h / LIN_R, ii = h % LIN_R;
+    const int h = blockIdx.y, kh = h / LIN_R, ii = h % LIN_R;
+    const int tid = threadIdx.x, j = tid / LIN_SPLIT, part = tid % LIN_SPLIT;
+    const int i0 = part * LIN_ROWS;  // this lane's first row of the column
     const bool keep = n <= rollback;
     const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
     float* s_g = state + session * lin_stride + s_off;
-    float s[LIN_DK];
+    float s[LIN_ROWS];
 #pragma unroll
-    for (int i = 0; i < LIN_DK; i++) s[i] = start == 0 ? 0.0f : s_g[i * LIN_DV];
+    for (int i = 0; i < LIN_ROWS; i++) s[i] = start == 0 ? 0.0f : s_g[(i0 + i) * LIN_DV];
     const float scale = 1.0f / sqrtf((float)LIN_DK);
+    const float neg_a_h = neg_a[h], dt_bias_h = dt_bias[h], norm_w_j = norm_w[j];
     for (int t = 0; t < n; t++) {
         const size_t row = row0 + t;
         if (keep) {
             float* snap = snaps + ((u64)session * rollback + t) * lin_stride + s_off;
 #pragma unroll
-            for (int i = 0; i < LIN_DK; i++) snap[i * LIN_DV] = s[i];
+            for (int i = 0; i < LIN_ROWS; i++) snap[(i0 + i) * LIN_DV] = s[i];
         }
-        __syncthreads();  // the previous token's readers of qs/ks/os are done
-        for (int i = j; i < LIN_DK; i += LIN_DV) {
+        __syncthreads();  // the previous token's readers of qs, ks, os and the norms are done
+        for (int i = tid; i < LIN_DK; i += blockDim.x) {
             qs[i] = mixed[row * LIN_C + kh * LIN_DK + i];
             ks[i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
         }
         __syncthreads();
-        // L2 norms of q and k, each summed in order by every thread (the same bits everywhere).
-        float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-        for (int i = 0; i < LIN_DK; i++) { qq += qs[i] * qs[i]; kk += ks[i] * ks[i]; }
-        const float q_inv = 1.0f / sqrtf(qq + L2_NORM_EPS), k_inv = 1.0f / sqrtf(kk + L2_NORM_EPS);
+        if (tid < WARP) {
+            const float qq = warp_sum_squares(qs, LIN_DK, tid), kk = warp_sum_squares(ks, LIN_DK, tid);
+            if (tid == 0) {
+                q_inv_s = 1.0f / sqrtf(qq + L2_NORM_EPS);
+                k_inv_s = 1.0f / sqrtf(kk + L2_NORM_EPS);
+            }
+        }
+        __syncthreads();
+        const float q_inv = q_inv_s, k_inv = k_inv_s;
         const float v = mixed[row * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + j];
         const float* bar = ba + row * proj_stride + kh * 2 * LIN_R;
         const float beta = sigmoidf_(bar[ii]);
-        const float g = neg_a[h] * softplusf_(bar[LIN_R + ii] + dt_bias[h]);
-        const float decay = expf(g);
+        const float decay = expf(neg_a_h * softplusf_(bar[LIN_R + ii] + dt_bias_h));
         // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
         float u = 0.0f;
 #pragma unroll
-        for (int i = 0; i < LIN_DK; i++) { s[i] *= decay; u += s[i] * (ks[i] * k_inv); }
+        for (int i = 0; i < LIN_ROWS; i++) { s[i] *= decay; u += s[i] * (ks[i0 + i] * k_inv); }
+#pragma unroll
+        for (int o = 1; o < LIN_SPLIT; o <<= 1) u += __shfl_xor_sync(FULL_MASK, u, o);
         const float delta = beta * (v - u);
         float o = 0.0f;
 #pragma unroll
-        for (int i = 0; i < LIN_DK; i++) {
-            s[i] += (ks[i] * k_inv) * delta;
-            o += s[i] * ((qs[i] * q_inv) * scale);
+        for (int i = 0; i < LIN_ROWS; i++) {
+            s[i] += (ks[i0 + i] * k_inv) * delta;
+            o += s[i] * ((qs[i0 + i] * q_inv) * scale);
         }
-        // Gated RMSNorm over the head's DV outputs (norm before gate).
-        os[j] = o;
-        __syncthreads();
-        float oo = 0.0f;
 #pragma unroll
-        for (int i = 0; i < LIN_DV; i++) oo += os[i] * os[i];
-        const float inv = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
-        const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
-        out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w[j] * (o * inv) * siluf_(z);
+        for (int m = 1; m < LIN_SPLIT; m <<= 1) o += __shfl_xor_sync(FULL_MASK, o, m);
+        // Gated RMSNorm over the head's DV outputs (norm before gate).
+        if (part == 0) os[j] = o;
+        __syncthreads();
+        if (tid < WARP) {
+            const float oo = warp_sum_squares(os, LIN_DV, tid);
+            if (tid == 0) o_inv_s = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
+        }
+        __syncthreads();
+        if (part == 0) {
+            const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
+            out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w_j * (o * o_inv_s) * siluf_(z);
+        }
     }
 #pragma unroll
-    for (int i = 0; i < LIN_DK; i++) s_g[i * LIN_DV] = s[i];
+    for (int i = 0; i < LIN_ROWS; i++) s_g[(i0 + i) * LIN_DV] = s[i];
 }

@@ -4,10 +4,10 @@
 // bf16(x) and lo = bf16(x − hi), each multiplied by W (products of bf16 are exact in f32), so the
 // sum carries ~16 bits of x's mantissa instead of bf16's 8.
 //
-// Batch invariance: a block computes a tile of MMA_ROWS rows × MMA_COLS outputs; its MMA_WARPS
-// warps split k by chunks of 64 (chunk i to warp i mod MMA_WARPS, in increasing order within a
-// warp, 4 steps per chunk, each step the hi then the lo product) and the warps' sums are added
-// in warp order. The split depends on k only. Each (row, output) pair is thus the same chain of
+// Batch invariance: a block computes a tile of MMA_ROWS rows × MMA_NT·MMA_COLS outputs; its
+// MMA_WARPS warps split k by chunks of 64 (chunk i to warp i mod MMA_WARPS, in increasing order
+// within a warp, 4 steps per chunk, each step the hi then the lo product) and the warps' sums
+// are added in warp order. The split depends on k only. Each (row, output) pair is thus the same chain of
 // operations whatever the tile holds beside it (an MMA's output element depends only on its own
 // row of A and column of B). Every matmul of every batch size runs this kernel (1 row is a tile
 // with 15 rows of zeros), so a row's bits never depend on how many rows came with it, nor on
@@ -20,8 +20,8 @@
 // alike, so a step sums whole products over a fixed set of 16 elements. k must be a multiple
 // of 16 (a chunk's missing pieces are zeros).
 //
-// Grid (ceil(n_out / MMA_COLS), ceil(rows / MMA_ROWS)). Host defines: MMA_WARPS,
-// MMA_ROWS (16) and MMA_COLS (8), the m16n8k16 tile this code is written for.
+// Host defines: MMA_WARPS, MMA_NT, MMA_ROWS (16) and MMA_COLS (8), the m16n8k16 tile this code
+// is written for.
 
 // Elements of k per chunk: 4 lanes × 16.
 #define MMA_CHUNK 64
@@ -60,84 +60,117 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
-// One chunk's 4 steps for this lane: its 16 elements of rows g (xa) and g + 8 (xb), and of
-// output o0 + g (w: 8 words of 2 bf16).
-__device__ __forceinline__ void chunk_steps(float* acc, const float* xa, const float* xb, const unsigned* w) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-        split_bf16(xa[4 * s], xa[4 * s + 1], a0h, a0l);
-        split_bf16(xb[4 * s], xb[4 * s + 1], a1h, a1l);
-        split_bf16(xa[4 * s + 2], xa[4 * s + 3], a2h, a2l);
-        split_bf16(xb[4 * s + 2], xb[4 * s + 3], a3h, a3l);
-        mma_16816(acc, a0h, a1h, a2h, a3h, w[2 * s], w[2 * s + 1]);
-        mma_16816(acc, a0l, a1l, a2l, a3l, w[2 * s], w[2 * s + 1]);
-    }
-}
-
-// This warp's share of one tile's k-split sum, then the warps' sums added in warp order: lane
-// (g, t) of warp 0 returns true with d = rows g (d[0], d[1]) and g + 8 (d[2], d[3]) × outputs
-// 2t and 2t + 1 of the tile; every other warp returns false. `xa` / `xb` are this lane's rows g
-// and g + 8 (null: zeros), `wr` the weight row of output g. Every thread of the block must call
-// it (it synchronises the block). The matmul and the MoE's grouped expert matmuls share it, so
-// a product has the same bits whichever kernel computes it.
-__device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* wr, int k,
-                                         float (*part)[WARP][4], float* d) {
+// This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
+// is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
+// splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
+// g + 8 (null: zeros), `wr[j]` its weight row of n-tile j's output g. Lane (g, t) of warp j <
+// MMA_NT returns true with d = n-tile j's rows g (d[0], d[1]) and g + 8 (d[2], d[3]) × outputs
+// 2t and 2t + 1; the other warps return false. Every thread of the block must call it (it
+// synchronises the block). The matmul and the MoE's grouped expert matmuls share it, so a
+// product has the same bits whichever kernel computes it.
+template <int NT>
+__device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
+                                         float (*part)[NT][WARP][4], float* d) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
     float va[16], vb[16];
-    unsigned wv[8];
+    uint4 w0[NT], w1[NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll 2
     for (int c = warp * MMA_CHUNK; c < k; c += MMA_WARPS * MMA_CHUNK) {
         // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
         const int e = c + 16 * t;
         const bool in = e < k;
-        const uint4 w0 = in ? *reinterpret_cast<const uint4*>(wr + e) : zero;
-        const uint4 w1 = in ? *reinterpret_cast<const uint4*>(wr + e + 8) : zero;
-        wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w;
-        wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            w0[j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+            w1[j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
+        }
         load16(xa && in ? xa + e : nullptr, va);
         load16(xb && in ? xb + e : nullptr, vb);
-        chunk_steps(acc, va, vb, wv);
+        // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the lo
+        // product.
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+            split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+            split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+            split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+            split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const unsigned b0 = s == 0 ? w0[j].x : s == 1 ? w0[j].z : s == 2 ? w1[j].x : w1[j].z;
+                const unsigned b1 = s == 0 ? w0[j].y : s == 1 ? w0[j].w : s == 2 ? w1[j].y : w1[j].w;
+                mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
+                mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+            }
+        }
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++) part[warp][lane][i] = acc[i];
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[warp][j][lane][i] = acc[j][i];
     __syncthreads();
-    if (warp != 0) return false;
+    if (warp >= NT) return false;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float s = part[0][lane][i];
+        float sum = part[0][warp][lane][i];
 #pragma unroll
-        for (int v = 1; v < MMA_WARPS; v++) s += part[v][lane][i];
-        d[i] = s;
+        for (int v = 1; v < MMA_WARPS; v++) sum += part[v][warp][lane][i];
+        d[i] = sum;
     }
     return true;
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
-matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-            const bf16_t* __restrict__ w, int k, int n_out,
-            float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][WARP][4];
-    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int o0 = blockIdx.x * MMA_COLS;
-    const int r0 = blockIdx.y * MMA_ROWS;
-    // This lane's rows of A (none past the end: zeros) and its output's weight row (the last
+// One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
+// tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
+template <int NT>
+__device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
+                                             const int* __restrict__ row_index, const bf16_t* __restrict__ w,
+                                             int k, int n_out, float* __restrict__ y, int y_stride,
+                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int r0 = blockIdx.x * MMA_ROWS;
+    const int o0 = blockIdx.y * NT * MMA_COLS;
+    // This lane's rows of A (none past the end: zeros) and its outputs' weight rows (the last
     // valid one past the end: computed, never written).
     const int ra = r0 + g, rb = r0 + g + 8;
     const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
     const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
-    const bf16_t* wr = w + (size_t)min(o0 + g, n_out - 1) * k;
+    const bf16_t* wr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
     float d[4];
-    if (!mma_tile(xa, xb, wr, k, part, d)) return;
-    // d: rows g (0, 1) and g + 8 (2, 3), outputs o0 + 2t and o0 + 2t + 1.
+    if (!mma_tile<NT>(xa, xb, wr, k, part, d)) return;
+    // d: rows g (0, 1) and g + 8 (2, 3), outputs 2t and 2t + 1 of n-tile `warp`.
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = r0 + g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
+        const int r = r0 + g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
         if (r < rows && o < n_out) {
             float* out = y + (size_t)r * y_stride + o;
             *out = accumulate ? *out + d[i] : d[i];
         }
     }
+}
+
+// MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+            const bf16_t* __restrict__ w, int k, int n_out,
+            float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    matmul_block<MMA_NT>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+}
+
+// One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
+// (the same products in the same order: the same bits).
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                   const bf16_t* __restrict__ w, int k, int n_out,
+                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][1][WARP][4];
+    matmul_block<1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }

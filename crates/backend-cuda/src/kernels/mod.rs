@@ -27,10 +27,18 @@ const ARCH: &str = "sm_90";
 /// Warps per block of `matmul_bf16`: they split k (fixed by k alone) of one tile of 16 rows ×
 /// 8 outputs on the tensor cores.
 const MMA_WARPS: u32 = 8;
-/// Warps per block of `rmsnorm_rows`.
-const NORM_WARPS: u32 = 4;
-/// Outputs one warp of the matmul computes (an m16n8k16 tile's width).
+/// Blocks below which a matmul launches `matmul_bf16_narrow` (one n-tile a block, four times the
+/// blocks): two blocks for each of the H200's 132 multiprocessors, so a decode step's narrow
+/// matrices still spread over the whole GPU. Both kernels compute the same bits.
+const MATMUL_WIDE_MIN_BLOCKS: usize = 2 * 132;
+/// Warps per block of `rmsnorm_rows` (one block a row: 8 elements a thread on a 2048-wide row).
+const NORM_WARPS: u32 = 8;
+/// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
 const MMA_COLS: usize = 8;
+/// N-tiles a block of the matmul computes: each warp loads (and splits into hi and lo) its chunk
+/// of x once for all of them, so x is read from L2 once per 32 outputs instead of 8. The k split
+/// does not change, so neither do the bits.
+const MMA_NT: usize = 4;
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -52,6 +60,9 @@ const MOE_TOP_K_MAX: usize = 32;
 const ATT_THREADS: u32 = 512;
 /// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
+/// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
+/// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
+const LIN_SPLIT: usize = 4;
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
 /// Threads per block of `swiglu_rows` (a grid-stride loop over every element of the batch).
@@ -125,21 +136,30 @@ impl Dims {
             ));
         }
         if let Some(l) = &self.linear {
+            // `deltanet_recurrence` splits each key column over LIN_SPLIT lanes and runs whole
+            // warps of them, a block per head.
             if !(2..=MAX_CONV_KERNEL).contains(&l.conv_kernel)
                 || !(l.num_value_heads * l.value_head_dim).is_multiple_of(MMA_K_ALIGN)
+                || !l.key_head_dim.is_multiple_of(LIN_SPLIT)
+                || !(l.value_head_dim * LIN_SPLIT).is_multiple_of(32)
+                || l.value_head_dim * LIN_SPLIT > BLOCK_THREADS_MAX
             {
                 return unsupported(format!("linear attention sizes {l:?}"));
             }
         }
         if let Some(m) = &self.moe {
             // The expert matmuls read k (I, IS) in the matmul's pieces; `moe_gate_up` computes
-            // 4 units of I per block.
-            if !m.expert_intermediate.is_multiple_of(MMA_K_ALIGN)
+            // 4·MMA_NT (16) units of I per block.
+            if !m
+                .expert_intermediate
+                .is_multiple_of(MMA_K_ALIGN.max(4 * MMA_NT))
                 || !m.shared_expert_intermediate.is_multiple_of(MMA_K_ALIGN)
             {
                 return unsupported(format!(
-                    "MoE widths {} and {} (shared) must be multiples of {MMA_K_ALIGN}",
-                    m.expert_intermediate, m.shared_expert_intermediate
+                    "MoE widths {} and {} (shared) must be multiples of {}",
+                    m.expert_intermediate,
+                    m.shared_expert_intermediate,
+                    MMA_K_ALIGN.max(4 * MMA_NT)
                 ));
             }
             if !(1..=MOE_EXPERTS_MAX).contains(&m.num_experts)
@@ -161,6 +181,7 @@ impl Dims {
             ("MMA_WARPS", block(MMA_WARPS)),
             ("MMA_ROWS", MMA_ROWS),
             ("MMA_COLS", MMA_COLS),
+            ("MMA_NT", MMA_NT),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
@@ -182,6 +203,7 @@ impl Dims {
                 ("LIN_DK", l.key_head_dim),
                 ("LIN_DV", l.value_head_dim),
                 ("LIN_CONV_K", l.conv_kernel),
+                ("LIN_SPLIT", LIN_SPLIT),
             ]);
         }
         if let Some(m) = &self.moe {
@@ -218,6 +240,7 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     matmul: CudaFunction,
+    matmul_narrow: CudaFunction,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -261,6 +284,7 @@ impl Kernels {
         let f = |name: &str| module.load_function(name);
         Ok(Kernels {
             matmul: f("matmul_bf16")?,
+            matmul_narrow: f("matmul_bf16_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -325,8 +349,28 @@ pub struct DeltaNetLaunch {
     pub out: u64,
 }
 
+/// Which matmul kernel computes a product (they give the same bits; see `matmul.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// The wide kernel when it makes at least [`MATMUL_WIDE_MIN_BLOCKS`] blocks, else the narrow.
+    Auto,
+    /// `matmul_bf16_narrow`: one n-tile a block.
+    Narrow,
+    /// `matmul_bf16`: MMA_NT n-tiles a block.
+    Wide,
+}
+
 impl Kernels {
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        self.matmul_with(gpu, m, MatmulKernel::Auto)
+    }
+
+    pub fn matmul_with(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        kernel: MatmulKernel,
+    ) -> Result<(), CudaError> {
         // 16-byte loads (8 bf16 weights, 4 f32 inputs) in pieces of 16 elements: another k would
         // read past a row.
         assert!(
@@ -342,11 +386,24 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let row_tiles = m.rows.div_ceil(MMA_ROWS);
+        let wide = match kernel {
+            MatmulKernel::Auto => {
+                m.n_out.div_ceil(MMA_NT * MMA_COLS) * row_tiles >= MATMUL_WIDE_MIN_BLOCKS
+            }
+            MatmulKernel::Narrow => false,
+            MatmulKernel::Wide => true,
+        };
+        let (f, cols) = if wide {
+            (&self.matmul, MMA_NT * MMA_COLS)
+        } else {
+            (&self.matmul_narrow, MMA_COLS)
+        };
         gpu.launch(
-            &self.matmul,
+            f,
             (
-                m.n_out.div_ceil(MMA_COLS) as u32,
-                rows_u32(m.rows.div_ceil(MMA_ROWS)),
+                rows_u32(row_tiles),
+                u32::try_from(m.n_out.div_ceil(cols)).expect("outputs fit a grid"),
                 1,
             ),
             MMA_WARPS * 32,
@@ -383,7 +440,7 @@ impl Kernels {
         }
         gpu.launch(
             &self.rmsnorm,
-            (blocks(rows, NORM_WARPS), 1, 1),
+            (rows_u32(rows), 1, 1),
             NORM_WARPS * 32,
             &[
                 Arg::Ptr(x),
@@ -451,7 +508,7 @@ impl Kernels {
         gpu.launch(
             recurrence,
             (d.windows as u32, l.num_value_heads as u32, 1),
-            l.value_head_dim as u32,
+            (l.value_head_dim * LIN_SPLIT) as u32,
             &[
                 Arg::Ptr(d.qkvz),
                 Arg::Ptr(d.ba),
@@ -669,7 +726,7 @@ impl Kernels {
         )?;
         gpu.launch(
             &k.gate_up,
-            ((m.expert_intermediate / 4) as u32, slots, 1),
+            (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1),
             MMA_WARPS * 32,
             &[
                 Arg::Ptr(l.xn),
@@ -682,7 +739,7 @@ impl Kernels {
         )?;
         gpu.launch(
             &k.down,
-            (dims.hidden.div_ceil(MMA_COLS) as u32, slots, 1),
+            (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1),
             MMA_WARPS * 32,
             &[
                 Arg::Ptr(l.act),

@@ -9,8 +9,8 @@
 //   expert) and cut into tiles of at most MMA_ROWS pairs of one expert, then the shared expert's
 //   tiles of MMA_ROWS rows.
 // - `moe_gate_up`: per expert tile, silu(gate)·up of its pairs on the tensor cores (the matmul's
-//   `mma_tile`): each block computes 4 gate and the 4 matching up outputs, so an expert's weights
-//   are read once for every row routed to it.
+//   `mma_tile`): each n-tile computes 4 gate and the 4 matching up outputs, so an expert's
+//   weights are read once for every row routed to it.
 // - `moe_down`: per tile, the expert's (or the shared expert's) down projection of its pairs.
 // - `moe_combine`: per (row, output) Σ_slots p·down_e in ascending expert index, then
 //   + sigmoid(shared gate)·shared_down, added to the residual `x`.
@@ -175,26 +175,33 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
     }
 }
 
-// Grid (MOE_I / 4, tile slots): block (b, t) computes gate outputs 4b … 4b + 3 and the matching
-// up outputs of expert tile t, then act[pos, 4b + c] = silu(gate)·up for each pair of the tile.
-// Slots past the expert tiles return at once.
+// Grid (tile slots, MOE_I / (4·MMA_NT)): block (t, b) computes gate units u0 … u0 + 4·MMA_NT − 1
+// (u0 = 4·MMA_NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up
+// for each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and
+// share its weights in L2. Slots past the expert tiles return at once.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
 moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
             const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
-    __shared__ float part[MMA_WARPS][WARP][4];
-    if ((int)blockIdx.y >= n_tiles[0]) return;  // the whole block
-    const int* tile = tiles + 3 * blockIdx.y;
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
     const int e = tile[0], start = tile[1], count = tile[2];
-    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int i0 = blockIdx.x * 4;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int u0 = blockIdx.y * 4 * MMA_NT;
     const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
     const float* xb = g + 8 < count ? xn + (size_t)pair_row[start + g + 8] * MOE_H : nullptr;
-    // Outputs 0..3 of the tile are gate rows, 4..7 the up rows of the same units.
-    const int w_row = g < 4 ? i0 + g : MOE_I + i0 + g - 4;
-    const bf16_t* wr = gate_up + ((size_t)e * 2 * MOE_I + w_row) * MOE_H;
+    // N-tile j: outputs 0..3 are the gate rows of units u0 + 4j …, outputs 4..7 the up rows of
+    // the same units.
+    const bf16_t* wr[MMA_NT];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) {
+        const int unit = u0 + 4 * j + g % 4;
+        wr[j] = gate_up + ((size_t)e * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
+    }
     float d[4];
-    if (!mma_tile(xa, xb, wr, MOE_H, part, d)) return;
-    // Lane (g, t) holds outputs 2t, 2t + 1: gate for t < 2; lane t + 2 holds the matching up.
+    if (!mma_tile<MMA_NT>(xa, xb, wr, MOE_H, part, d)) return;
+    // Lane (g, t) of warp j holds outputs 2t, 2t + 1 of n-tile j: gate for t < 2; lane t + 2
+    // holds the matching up.
     float up[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
@@ -202,37 +209,42 @@ moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, cons
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = g + (i / 2) * 8;
-        if (r < count) act[(size_t)(start + r) * MOE_I + i0 + 2 * t + (i % 2)] = siluf_(d[i]) * up[i];
+        const int unit = u0 + 4 * warp + 2 * t + (i % 2);
+        if (r < count) act[(size_t)(start + r) * MOE_I + unit] = siluf_(d[i]) * up[i];
     }
 }
 
-// Grid (ceil(MOE_H / MMA_COLS), tile slots): the down projection of tile t's pairs into
+// Grid (tile slots, ceil(MOE_H / (MMA_NT·MMA_COLS))): the down projection of tile t's pairs into
 // y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared
 // expert's tiles, k = IS). Slots past the tiles return at once.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
          float* __restrict__ y_exp, float* __restrict__ y_sh) {
-    __shared__ float part[MMA_WARPS][WARP][4];
-    if ((int)blockIdx.y >= n_tiles[1]) return;  // the whole block
-    const int* tile = tiles + 3 * blockIdx.y;
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
     const int e = tile[0], start = tile[1], count = tile[2];
     const bool shared = e == MOE_E;
     const int k = shared ? MOE_IS : MOE_I;
     const float* src = shared ? act_sh : act;
-    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int o0 = blockIdx.x * MMA_COLS;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * MMA_NT * MMA_COLS;
     const float* xa = g < count ? src + (size_t)(start + g) * k : nullptr;
     const float* xb = g + 8 < count ? src + (size_t)(start + g + 8) * k : nullptr;
     // Past the last output: the last valid row, computed and never written.
-    const int o_w = min(o0 + g, MOE_H - 1);
-    const bf16_t* wr = shared ? shared_down + (size_t)o_w * MOE_IS : down + ((size_t)e * MOE_H + o_w) * MOE_I;
+    const bf16_t* wr[MMA_NT];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) {
+        const int o = min(o0 + j * MMA_COLS + g, MOE_H - 1);
+        wr[j] = shared ? shared_down + (size_t)o * MOE_IS : down + ((size_t)e * MOE_H + o) * MOE_I;
+    }
     float d[4];
-    if (!mma_tile(xa, xb, wr, k, part, d)) return;
+    if (!mma_tile<MMA_NT>(xa, xb, wr, k, part, d)) return;
     float* y = shared ? y_sh : y_exp;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
+        const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
         if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
     }
 }

@@ -4,7 +4,7 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{moe_tile_slots, Dims, Kernels, Matmul, MoeLaunch};
+use super::{moe_tile_slots, Dims, Kernels, Matmul, MatmulKernel, MoeLaunch};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -217,7 +217,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let xb = Buf::from_host(&gpu, &x).unwrap();
     // Room for the gathers below even when `rows` is 1.
     let y = Buf::<f32>::zeros(&gpu, (rows + 2) * n_out).unwrap();
-    let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
+    let run_with = |x: u64, row_index: u64, rows: usize, accumulate: bool, kernel| {
         let m = Matmul {
             x,
             x_stride: depth,
@@ -230,12 +230,26 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             rows,
             accumulate,
         };
-        k.matmul(&gpu, &m).unwrap();
+        k.matmul_with(&gpu, &m, kernel).unwrap();
         y.read(&gpu, rows * n_out).unwrap()
+    };
+    let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
+        run_with(x, row_index, rows, accumulate, MatmulKernel::Auto)
     };
     let all = run(xb.at(0), 0, rows, false);
     let d = relative_diff(&all, &want);
     assert!(d <= TOLERANCE, "seed {seed}: relative diff {d}");
+    // The narrow and the wide kernel: the same bits.
+    for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+        let other = run_with(xb.at(0), 0, rows, false, kernel);
+        assert!(
+            other
+                .iter()
+                .zip(&all)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "seed {seed}: {kernel:?} differs"
+        );
+    }
     for r in 0..rows {
         let one = run(xb.at(0) + f32_bytes(r * depth), 0, 1, false);
         let same = one

@@ -7,7 +7,16 @@ use backend_cuda::{CudaError, CudaModel};
 use lane::Window;
 use slots::SessionId;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The tests of a binary share one `CudaModel`, and all of a model's work (launches, stream-ordered
+/// allocations and frees, graph captures) runs on its one stream: a test holds this for as long
+/// as it uses the GPU, so that two tests never interleave their work on that stream (a capture
+/// would take in the other test's launches and allocations).
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static GPU: Mutex<()> = Mutex::new(());
+    GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The model in `dir` on the GPU, or `None` (printed) when this machine has no CUDA device; any
 /// other failure panics naming `what`.
