@@ -129,10 +129,45 @@ fn layers_match_backend_cpu(dir: &str) {
         pass.ffn(&gl.ffn, rows).unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         cl.mlp.forward(&xn, &mut want);
+        // Rows whose router sits on a near-tie are left out: their experts may differ (each
+        // side's choice is right for its logits), the rest must match.
+        let routed = routed_clearly(&gm, &gl.ffn, &scratch, rows);
+        let (got, want): (Vec<f32>, Vec<f32>) = got
+            .chunks(h)
+            .zip(want.chunks(h))
+            .zip(&routed)
+            .filter(|(_, &clear)| clear)
+            .flat_map(|((g, w), _)| g.iter().copied().zip(w.iter().copied()))
+            .unzip();
         let d = relative_diff(&got, &want);
         assert!(
             d <= TOLERANCE,
             "seed {seed}, layer {i} feed-forward: relative diff {d}"
         );
     }
+}
+
+/// Router logits closer than this (relative to their size) at the top-k boundary are a near-tie:
+/// the GPU's logits carry ~16 bits of the input (see `matmul.cu`), the CPU's all 24.
+const NEAR_TIE: f32 = 1e-4;
+
+/// For each row of the last feed-forward pass: whether its k-th and (k+1)-th router logits (in
+/// the front projection the pass left in `wide`) are clearly apart; every row of a dense MLP.
+fn routed_clearly(gm: &CudaModel, ffn: &FfnWeights, scratch: &Scratch, rows: usize) -> Vec<bool> {
+    let (FfnWeights::Moe(w), Some(m)) = (ffn, gm.config.moe.as_ref()) else {
+        return vec![true; rows];
+    };
+    let width = w.front.rows;
+    let mo = scratch.wide.read(&gm.gpu, rows * width).unwrap();
+    mo.chunks(width)
+        .map(|row| {
+            let mut logits = row[..m.num_experts].to_vec();
+            logits.sort_by(|a, b| b.total_cmp(a));
+            if m.experts_per_token >= m.num_experts {
+                return true;
+            }
+            let (kth, next) = (logits[m.experts_per_token - 1], logits[m.experts_per_token]);
+            kth - next > NEAR_TIE * kth.abs().max(1.0)
+        })
+        .collect()
 }
