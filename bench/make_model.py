@@ -14,7 +14,6 @@ committed: the model folder and the GGUF go outside the repository.
 """
 
 import argparse
-import glob
 import os
 import sys
 from pathlib import Path
@@ -80,10 +79,14 @@ TOKENIZER_VOCAB = 2048
 
 
 def train_tokenizer(out: Path) -> None:
-    """A byte-level BPE trained on the shared docs and this repository's sources."""
+    """A byte-level BPE trained on this repository's docs and sources (symbolic links are not
+    followed: a link to the checkout inside it would loop)."""
     root = Path(__file__).resolve().parent.parent
-    files = sorted(glob.glob("/work/shared/*.md")) + sorted(glob.glob(str(root / "**/*.rs"), recursive=True))
-    files = [f for f in files if os.path.getsize(f) > 0][:400]
+    files = []
+    for d, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(s for s in subdirs if s not in ("target", ".git"))
+        files += [os.path.join(d, n) for n in sorted(names) if n.endswith((".md", ".rs"))]
+    files = [f for f in files if not os.path.islink(f) and os.path.getsize(f) > 0][:400]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

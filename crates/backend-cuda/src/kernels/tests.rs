@@ -191,6 +191,11 @@ fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
         / scale
 }
 
+/// Whether `a` and `b` hold the same floats bit for bit.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn f32_bytes(n: usize) -> u64 {
     (n * std::mem::size_of::<f32>()) as u64
 }
@@ -242,20 +247,11 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // The narrow and the wide kernel: the same bits.
     for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
-        assert!(
-            other
-                .iter()
-                .zip(&all)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "seed {seed}: {kernel:?} differs"
-        );
+        assert!(same_bits(&other, &all), "seed {seed}: {kernel:?} differs");
     }
     for r in 0..rows {
         let one = run(xb.at(0) + f32_bytes(r * depth), 0, 1, false);
-        let same = one
-            .iter()
-            .zip(&all[r * n_out..])
-            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let same = same_bits(&one, &all[r * n_out..(r + 1) * n_out]);
         assert!(same, "seed {seed}: row {r} alone differs from the batch");
     }
     // Gather the last row then the first; then add the same rows again.
@@ -275,9 +271,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for (g, &r) in gathered.chunks(n_out).zip(&order) {
         let r = r as usize;
         assert!(
-            g.iter()
-                .zip(&all[r * n_out..(r + 1) * n_out])
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(g, &all[r * n_out..(r + 1) * n_out]),
             "seed {seed}: gathered row {r} differs"
         );
     }
@@ -567,9 +561,7 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
                 &row(&x, r),
             );
             assert!(
-                one.iter()
-                    .zip(&row(&all, r))
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&one, &row(&all, r)),
                 "{what}: row {r} alone differs from the batch"
             );
         }
@@ -586,10 +578,7 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
             &rev(&x, hidden),
         );
         assert!(
-            reversed
-                .iter()
-                .zip(&rev(&all, hidden))
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&reversed, &rev(&all, hidden)),
             "{what}: the rows in reverse order differ from the batch"
         );
     }
