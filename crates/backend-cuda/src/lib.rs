@@ -54,6 +54,19 @@ pub use target::CudaTarget;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaModel, CudaTarget};
 
+/// `FLASHLANE_REQUIRE_GPU=1` makes the GPU tests fail where they would skip for want of a device
+/// (on the GPU machine a skipped test would hide a driver or loading problem).
+pub const REQUIRE_GPU_ENV: &str = "FLASHLANE_REQUIRE_GPU";
+
+/// For the GPU tests: says why a test skips, or panics when [`REQUIRE_GPU_ENV`] asks for a GPU.
+#[doc(hidden)]
+pub fn skip_without_gpu(why: &str) {
+    if std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1") {
+        panic!("{REQUIRE_GPU_ENV}=1, but no GPU: {why}");
+    }
+    eprintln!("skipped: {why}");
+}
+
 /// What the GPU holds, as `flashlane serve --device cuda` plans sessions against it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceMemory {

@@ -215,11 +215,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let address = listener.local_addr()?;
         eprintln!("listening on http://{address}");
-        let state = AppState {
-            engine,
-            text,
-            api_key: args.api_key.as_deref().map(Arc::from),
-        };
+        let state = AppState::new(engine, text, args.api_key.as_deref().map(Arc::from));
         server::serve(listener, state, shutdown_signal()).await?;
         anyhow::Ok(())
     })?;

@@ -33,6 +33,9 @@ pub struct FakeConfig {
     /// Whether [`Target::forward_rows`] answers greedy windows with their tokens (as a GPU
     /// target does) rather than their logits.
     pub greedy_rows: bool,
+    /// How long each forward pass takes at least (zero: as fast as the host runs it). A test that
+    /// needs a stream to outlast it, whatever the machine's load, slows the rounds down.
+    pub round_time: std::time::Duration,
 }
 
 impl Default for FakeConfig {
@@ -43,6 +46,7 @@ impl Default for FakeConfig {
             draft_accept: 0.7,
             has_drafter: true,
             greedy_rows: true,
+            round_time: std::time::Duration::ZERO,
         }
     }
 }
@@ -282,6 +286,9 @@ impl Target for FakeTarget {
 
     fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
         self.forward_calls += 1;
+        if !self.config.round_time.is_zero() {
+            std::thread::sleep(self.config.round_time);
+        }
         if let Some(message) = self.faults.forwards.pop_front() {
             return Err(TargetError::Device(message));
         }

@@ -26,24 +26,47 @@ pub enum Shape {
 }
 
 pub async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
-    match request::parse_completion(&body) {
-        Ok(req) => generate(app, Shape::Completion, req).await,
+    match prepare(&app, body, Shape::Completion).await {
+        Ok((req, prompt)) => generate(app, Shape::Completion, req, prompt).await,
         Err(e) => e.into_response(),
     }
 }
 
 pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
-    match request::parse_chat(&body) {
-        Ok(req) => generate(app, Shape::Chat, req).await,
+    match prepare(&app, body, Shape::Chat).await {
+        Ok((req, prompt)) => generate(app, Shape::Chat, req, prompt).await,
         Err(e) => e.into_response(),
     }
 }
 
-async fn generate(app: AppState, shape: Shape, req: GenerateRequest) -> Response {
-    let prompt = match prompt_tokens(&app, &req) {
-        Ok(prompt) => prompt,
-        Err(e) => return e.into_response(),
-    };
+/// Parses the body, renders the chat template and tokenises the prompt on the blocking pool (a
+/// megabyte of JSON or text takes the CPU for seconds, which on the async runtime would stall
+/// every other connection), holding one of `app.prepare`'s permits.
+async fn prepare(
+    app: &AppState,
+    body: Bytes,
+    shape: Shape,
+) -> Result<(GenerateRequest, Vec<u32>), ApiError> {
+    let _permit = app
+        .prepare
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || {
+        let req = match shape {
+            Shape::Completion => request::parse_completion(&body)?,
+            Shape::Chat => request::parse_chat(&body)?,
+        };
+        let prompt = prompt_tokens(&app, &req)?;
+        Ok((req, prompt))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec<u32>) -> Response {
     let prompt_len = prompt.len() as u64;
     let max_new_tokens = match req.max_tokens {
         Some(n) => n,

@@ -18,12 +18,31 @@ use std::sync::Arc;
 /// does not.
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
+/// Requests parsed, rendered and tokenised at once at most, per core: that work runs on tokio's
+/// blocking pool (a long prompt takes seconds), and this bound keeps a flood of large bodies from
+/// queueing hundreds of blocking threads; the rest wait their turn without holding a thread.
+pub const PREPARE_PER_CORE: usize = 2;
+
 #[derive(Clone)]
 pub struct AppState {
     pub engine: EngineHandle,
     pub text: Arc<dyn TextModel>,
     /// `--api-key`: when set, every `/v1` request must carry `Authorization: Bearer KEY`.
     pub api_key: Option<Arc<str>>,
+    /// Permits to prepare a request off the async runtime (see [`PREPARE_PER_CORE`]).
+    pub prepare: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    pub fn new(engine: EngineHandle, text: Arc<dyn TextModel>, api_key: Option<Arc<str>>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        AppState {
+            engine,
+            text,
+            api_key,
+            prepare: Arc::new(tokio::sync::Semaphore::new(PREPARE_PER_CORE * cores)),
+        }
+    }
 }
 
 pub fn router(state: AppState) -> Router {

@@ -19,6 +19,10 @@ impl TextModel for ByteText {
         "fake"
     }
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        if text.starts_with(SLOW_PROMPT) {
+            // A tokeniser busy with a huge prompt: it holds its thread.
+            std::thread::sleep(SLOW_ENCODE);
+        }
         Ok(text.bytes().map(u32::from).collect())
     }
     fn decode(&self, ids: &[u32]) -> String {
@@ -41,6 +45,14 @@ impl TextModel for ByteText {
 
 const VOCAB: usize = 128; // ASCII: the fake's replies decode to plain text
 
+/// Prompts that begin so take `ByteText` this long to tokenise.
+const SLOW_PROMPT: &str = "slow to tokenise:";
+const SLOW_ENCODE: Duration = Duration::from_secs(2);
+
+/// Each round's time in the tests that need a stream to stay busy (see
+/// `a_full_queue_answers_429_with_retry_after`).
+const ROUND_TIME_BUSY: Duration = Duration::from_millis(5);
+
 fn fake_config() -> FakeConfig {
     FakeConfig {
         vocab_size: VOCAB,
@@ -61,18 +73,25 @@ async fn start(
     queue_limit: usize,
     api_key: Option<&str>,
 ) -> Server {
+    start_with(capacities, policy, queue_limit, api_key, fake_config()).await
+}
+
+/// [`start`] with the fake configured as `fake`.
+async fn start_with(
+    capacities: &[u64],
+    policy: Policy,
+    queue_limit: usize,
+    api_key: Option<&str>,
+    fake: FakeConfig,
+) -> Server {
     let caps = capacities.to_vec();
     let (engine, _thread) = server::spawn_engine(move || {
         let mut config = EngineConfig::new(policy);
         config.queue_limit = queue_limit;
-        Ok(Engine::new(FakeTarget::new(&caps, fake_config()), config)?)
+        Ok(Engine::new(FakeTarget::new(&caps, fake), config)?)
     })
     .unwrap();
-    let state = AppState {
-        engine,
-        text: Arc::new(ByteText),
-        api_key: api_key.map(Arc::from),
-    };
+    let state = AppState::new(engine, Arc::new(ByteText), api_key.map(Arc::from));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -81,7 +100,7 @@ async fn start(
     }));
     Server {
         addr,
-        oracle: FakeTarget::new(capacities, fake_config()),
+        oracle: FakeTarget::new(capacities, fake),
         _shutdown: tx,
     }
 }
@@ -555,10 +574,44 @@ async fn metrics_are_prometheus_text_and_show_moves() {
 }
 
 #[tokio::test]
+async fn tokenising_never_stalls_other_requests() {
+    // The test's runtime has one thread: a tokeniser that ran on it would hold /health back for
+    // the whole SLOW_ENCODE.
+    let server = start(&[1056], EQUAL, 64, None).await;
+    let addr = server.addr;
+    let asked = Instant::now();
+    let slow = tokio::spawn(async move {
+        post(
+            addr,
+            "/v1/completions",
+            json!({"prompt": format!("{SLOW_PROMPT} x"), "max_tokens": 2}),
+        )
+        .await
+    });
+    // Let the slow request reach its tokeniser.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let health = request(addr, "GET", "/health", "", None).await;
+    let waited = asked.elapsed();
+    assert_eq!(health.status, 200);
+    assert!(
+        waited < SLOW_ENCODE / 2,
+        "/health waited {waited:?} for another request's tokeniser"
+    );
+    assert_eq!(slow.await.unwrap().status, 200);
+}
+
+#[tokio::test]
 async fn a_full_queue_answers_429_with_retry_after() {
     // A reply far longer than the test, read as it comes, so it holds the only session
-    // throughout (a client that stops reading would be cancelled for falling behind).
-    let server = start(&[1_000_032], EQUAL, 1, None).await;
+    // throughout. Rounds of 5 ms keep it from ending early on a fast machine and give its reader
+    // 20 s of slack before the server would cancel it as a client that stopped reading
+    // (STREAM_BACKLOG_MAX rounds) on a loaded one: with rounds as fast as the host, the stream
+    // was cancelled or done before the third request in 8 runs of 20.
+    let slow = FakeConfig {
+        round_time: ROUND_TIME_BUSY,
+        ..fake_config()
+    };
+    let server = start_with(&[1_000_032], EQUAL, 1, None, slow).await;
     let body = json!({"prompt": "busy", "max_tokens": 1_000_000, "stream": true}).to_string();
     let raw = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",

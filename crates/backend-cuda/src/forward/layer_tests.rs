@@ -56,7 +56,7 @@ fn layers_match_backend_cpu(dir: &str) {
     let gm = match CudaModel::load(&dir) {
         Ok(m) => m,
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("skipped: {why}");
+            crate::skip_without_gpu(&why);
             return;
         }
         Err(e) => panic!("{e}"),

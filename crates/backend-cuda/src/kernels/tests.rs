@@ -28,7 +28,7 @@ fn open_gpu() -> Option<Arc<Gpu>> {
     match Gpu::open() {
         Ok(g) => Some(g),
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("skipped: {why}");
+            crate::skip_without_gpu(&why);
             None
         }
         Err(e) => panic!("{e}"),

@@ -24,7 +24,7 @@ pub fn load_on_gpu(dir: &Path, what: &str) -> Option<Arc<CudaModel>> {
     match CudaModel::load(dir) {
         Ok(m) => Some(m),
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("skipped: {why}");
+            backend_cuda::skip_without_gpu(&why);
             None
         }
         Err(e) => panic!("loading {what} on the GPU: {e}"),
