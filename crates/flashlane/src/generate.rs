@@ -77,13 +77,15 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let prompt: Vec<u32> = match (&args.ids, &args.prompt, &tokenizer) {
         (Some(ids), _, _) => parse_ids(ids)?,
         (None, Some(text), Some(tok)) => {
-            let text = if args.chat {
+            if args.chat {
                 let template = ChatTemplate::from_dir(&dir)
                     .map_err(|e| Failure::from(anyhow!(e)))?
                     .ok_or_else(|| {
                         Failure::bad_input(anyhow!("--chat: the model has no chat template"))
                     })?;
-                template.render(
+                // As `serve` does: the message's text never becomes control tokens.
+                template.render_ids(
+                    tok,
                     &[ChatMessage {
                         role: "user".into(),
                         content: text.clone(),
@@ -91,9 +93,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
                     true,
                 )?
             } else {
-                text.clone()
-            };
-            tok.encode(&text)?
+                tok.encode(text)?
+            }
         }
         _ => return Err(Failure::bad_input(anyhow!("give --prompt or --ids"))),
     };

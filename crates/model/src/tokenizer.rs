@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 /// A loaded tokenizer; text in, ids out, and back.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer reading special tokens' text as plain text (for text that comes from a
+    /// user: see [`Tokenizer::encode_as_text`]).
+    as_text: tokenizers::Tokenizer,
     file: PathBuf,
 }
 
@@ -26,8 +29,11 @@ impl Tokenizer {
             file: file.to_path_buf(),
             reason: e.to_string(),
         })?;
+        let mut as_text = inner.clone();
+        as_text.set_encode_special_tokens(true);
         Ok(Tokenizer {
             inner,
+            as_text,
             file: file.to_path_buf(),
         })
     }
@@ -40,6 +46,32 @@ impl Tokenizer {
             .encode(text, false)
             .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
         Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Ids of `text` with every special token's text read as plain characters: `<|im_end|>`
+    /// written by a user is `<`, `|`, `im`, … and never the end-of-turn token.
+    pub fn encode_as_text(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let encoding = self
+            .as_text
+            .encode(text, false)
+            .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The text of every special (control) token the tokenizer matches in text: `<|im_start|>`,
+    /// `<|im_end|>`, `<|endoftext|>` for Qwen. Added tokens that are not special (`<think>`) are
+    /// not among them.
+    pub fn special_tokens(&self) -> Vec<String> {
+        let mut tokens: Vec<String> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special)
+            .map(|t| t.content)
+            .filter(|t| !t.is_empty())
+            .collect();
+        tokens.sort();
+        tokens
     }
 
     /// Text of `ids`, special tokens left out.

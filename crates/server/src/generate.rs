@@ -143,15 +143,10 @@ fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiE
             .text
             .encode(text)
             .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))?,
-        Input::Messages(messages) => {
-            let text = app
-                .text
-                .chat_prompt(messages)
-                .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))?;
-            app.text
-                .encode(&text)
-                .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?
-        }
+        Input::Messages(messages) => app
+            .text
+            .chat_prompt_ids(messages)
+            .map_err(|e| ApiError::invalid("messages", e))?,
     };
     if tokens.is_empty() {
         let param = if matches!(req.input, Input::Messages(_)) {

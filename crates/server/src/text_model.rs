@@ -6,14 +6,17 @@ use crate::text::Detokenizer;
 pub trait TextModel: Send + Sync + 'static {
     /// The name `/v1/models` lists and responses carry.
     fn model_id(&self) -> &str;
-    /// Tokens of a prompt as the model's tokenizer splits it (special tokens in the text honoured).
+    /// Tokens of a prompt as the model's tokenizer splits it (special tokens in the text honoured:
+    /// a raw completion prompt is the caller's to shape).
     fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
     /// Text of tokens, special tokens left out.
     fn decode(&self, ids: &[u32]) -> String;
     /// The text of one token, for `logprobs` (special tokens included).
     fn token_text(&self, id: u32) -> String;
-    /// The chat template applied to `messages`, with the assistant's turn opened.
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String>;
+    /// The chat template applied to `messages`, with the assistant's turn opened, as tokens:
+    /// control tokens only where the template writes them (a special token's text inside a
+    /// message is tokenised as characters, so no message can end its turn or open another).
+    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String>;
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
     /// The ids of `<think>` and `</think>`, for models that think.

@@ -32,11 +32,12 @@ impl TextModel for ByteText {
     fn token_text(&self, id: u32) -> String {
         self.decode(&[id])
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, String> {
-        Ok(messages
+    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+        let text: String = messages
             .iter()
             .map(|m| format!("{}: {}\n", m.role, m.content))
-            .collect())
+            .collect();
+        self.encode(&text)
     }
     fn stop_token_ids(&self) -> Vec<u32> {
         Vec::new()
