@@ -100,6 +100,7 @@ impl DraftArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("api_key_or_file").args(["api_key", "api_key_file"])))]
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -111,9 +112,15 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one and prints it)
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 requests
-    #[arg(long, env = "FLASHLANE_API_KEY")]
+    /// Require `Authorization: Bearer KEY` on /v1 requests (an empty key is refused)
+    #[arg(long, env = "FLASHLANE_API_KEY", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from this file (its first line), so that it does not show in `ps`
+    #[arg(long, env = "FLASHLANE_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Require the API key on /slots and /metrics too (they show the sessions and the traffic)
+    #[arg(long, requires = "api_key_or_file")]
+    pub protect_ops: bool,
     #[command(flatten)]
     pub drafts: DraftArgs,
     /// Where the model runs (cuda: qwen3_next models on GPU 0, needs a build with --features cuda)
@@ -124,7 +131,34 @@ pub struct ServeArgs {
     pub served_model_name: Option<String>,
 }
 
+/// The API key `--api-key` or `--api-key-file` gives, if any. An empty one is refused: a key set
+/// to nothing by mistake (`FLASHLANE_API_KEY=`) would otherwise turn authentication off.
+pub fn api_key(flag: Option<&str>, file: Option<&Path>) -> Result<Option<String>, Failure> {
+    let (key, from) = match (flag, file) {
+        (Some(key), _) => (
+            key.to_string(),
+            "--api-key (or FLASHLANE_API_KEY)".to_string(),
+        ),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::bad_input(anyhow!("--api-key-file {}: {e}", path.display()))
+            })?;
+            let first = text.lines().next().unwrap_or("").trim().to_string();
+            (first, format!("--api-key-file {}", path.display()))
+        }
+        (None, None) => return Ok(None),
+    };
+    if key.trim().is_empty() {
+        return Err(Failure::bad_input(anyhow!(
+            "{from} is empty: give a key, or leave the option out to serve without one"
+        )));
+    }
+    Ok(Some(key))
+}
+
 pub fn run(args: &ServeArgs) -> Result<(), Failure> {
+    // Checked before the model loads, so a bad key fails at once.
+    let api_key = api_key(args.api_key.as_deref(), args.api_key_file.as_deref())?;
     let dir = args.model.dir()?;
     let id = args.served_model_name.clone().unwrap_or_else(|| {
         dir.canonicalize()
@@ -215,7 +249,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let address = listener.local_addr()?;
         eprintln!("listening on http://{address}");
-        let state = AppState::new(engine, text, args.api_key.as_deref().map(Arc::from));
+        let mut state = AppState::new(engine, text, api_key.as_deref().map(Arc::from));
+        state.protect_ops = args.protect_ops;
         server::serve(listener, state, shutdown_signal()).await?;
         anyhow::Ok(())
     })?;
@@ -275,4 +310,28 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = interrupt.await;
     eprintln!("shutting down: no new requests; running replies get a few seconds to finish");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_key_comes_from_the_flag_or_the_first_line_of_its_file() {
+        assert_eq!(api_key(None, None).unwrap(), None);
+        assert_eq!(
+            api_key(Some("sesame"), None).unwrap().as_deref(),
+            Some("sesame")
+        );
+        let file = std::env::temp_dir().join(format!("flashlane-key-{}.txt", std::process::id()));
+        std::fs::write(&file, "sesame\nnot this line\n").unwrap();
+        assert_eq!(
+            api_key(None, Some(&file)).unwrap().as_deref(),
+            Some("sesame")
+        );
+        std::fs::write(&file, "").unwrap();
+        assert!(api_key(None, Some(&file)).is_err());
+        std::fs::remove_file(&file).ok();
+        assert!(api_key(Some(""), None).is_err());
+    }
 }

@@ -278,3 +278,53 @@ fn serve_on_a_gpu_without_cuda_says_how_to_get_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_refuses_an_empty_api_key_before_loading_the_model() {
+    for args in [
+        vec!["serve", "--port", "0", "--api-key", ""],
+        vec!["serve", "--port", "0", "--api-key", "  "],
+    ] {
+        let (code, _, stderr) = flashlane(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--api-key") && stderr.contains("empty"),
+            "{stderr}"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("flashlane-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.key");
+    std::fs::write(&empty, "\n").unwrap();
+    let (code, _, stderr) = flashlane(&[
+        "serve",
+        "--port",
+        "0",
+        "--api-key-file",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--api-key-file") && stderr.contains("empty"),
+        "{stderr}"
+    );
+    let missing = dir.join("missing.key");
+    let (code, _, stderr) = flashlane(&[
+        "serve",
+        "--port",
+        "0",
+        "--api-key-file",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("missing.key"), "{stderr}");
+    // --protect-ops without a key is a usage error (none from the environment either).
+    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
+        .args(["serve", "--port", "0", "--protect-ops"])
+        .env_remove("FLASHLANE_API_KEY")
+        .env_remove("FLASHLANE_API_KEY_FILE")
+        .output()
+        .expect("run flashlane");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -31,6 +31,8 @@ pub struct AppState {
     pub api_key: Option<Arc<str>>,
     /// Permits to prepare a request off the async runtime (see [`PREPARE_PER_CORE`]).
     pub prepare: Arc<tokio::sync::Semaphore>,
+    /// `--protect-ops`: `/slots` and `/metrics` need the API key too.
+    pub protect_ops: bool,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             text,
             api_key,
             prepare: Arc::new(tokio::sync::Semaphore::new(PREPARE_PER_CORE * cores)),
+            protect_ops: false,
         }
     }
 }
@@ -51,11 +54,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let mut ops = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/slots", get(slots));
+    if state.protect_ops {
+        ops = ops.route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    }
     Router::new()
         .merge(v1)
+        .merge(ops)
         .route("/health", get(health))
-        .route("/metrics", get(metrics_text))
-        .route("/slots", get(slots))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

@@ -74,7 +74,15 @@ async fn start(
     queue_limit: usize,
     api_key: Option<&str>,
 ) -> Server {
-    start_with(capacities, policy, queue_limit, api_key, fake_config()).await
+    start_with(
+        capacities,
+        policy,
+        queue_limit,
+        api_key,
+        false,
+        fake_config(),
+    )
+    .await
 }
 
 /// [`start`] with the fake configured as `fake`.
@@ -83,6 +91,7 @@ async fn start_with(
     policy: Policy,
     queue_limit: usize,
     api_key: Option<&str>,
+    protect_ops: bool,
     fake: FakeConfig,
 ) -> Server {
     let caps = capacities.to_vec();
@@ -92,7 +101,8 @@ async fn start_with(
         Ok(Engine::new(FakeTarget::new(&caps, fake), config)?)
     })
     .unwrap();
-    let state = AppState::new(engine, Arc::new(ByteText), api_key.map(Arc::from));
+    let mut state = AppState::new(engine, Arc::new(ByteText), api_key.map(Arc::from));
+    state.protect_ops = protect_ops;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -473,6 +483,29 @@ async fn the_api_key_is_required_when_set() {
     );
 }
 
+#[tokio::test]
+async fn protected_operations_need_the_key_and_open_ones_do_not() {
+    let status = |server: &Server, path: &'static str, key: Option<&'static str>| {
+        let addr = server.addr;
+        async move { request(addr, "GET", path, "", key).await.status }
+    };
+    let open = start(&[1056], EQUAL, 64, Some("sesame")).await;
+    for path in ["/slots", "/metrics", "/health"] {
+        assert_eq!(
+            status(&open, path, None).await,
+            200,
+            "{path} without --protect-ops"
+        );
+    }
+    let guarded = start_with(&[1056], EQUAL, 64, Some("sesame"), true, fake_config()).await;
+    for path in ["/slots", "/metrics"] {
+        assert_eq!(status(&guarded, path, None).await, 401, "{path}");
+        assert_eq!(status(&guarded, path, Some("wrong")).await, 401, "{path}");
+        assert_eq!(status(&guarded, path, Some("sesame")).await, 200, "{path}");
+    }
+    assert_eq!(status(&guarded, "/health", None).await, 200);
+}
+
 async fn slots(addr: std::net::SocketAddr) -> Value {
     request(addr, "GET", "/slots", "", None).await.json()
 }
@@ -612,7 +645,7 @@ async fn a_full_queue_answers_429_with_retry_after() {
         round_time: ROUND_TIME_BUSY,
         ..fake_config()
     };
-    let server = start_with(&[1_000_032], EQUAL, 1, None, slow).await;
+    let server = start_with(&[1_000_032], EQUAL, 1, None, false, slow).await;
     let body = json!({"prompt": "busy", "max_tokens": 1_000_000, "stream": true}).to_string();
     let raw = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
