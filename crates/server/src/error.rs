@@ -106,6 +106,26 @@ impl ApiError {
         }
     }
 
+    /// 413: the body is over `limit` bytes.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: Some("request_too_large"),
+            ..ApiError::malformed(format!(
+                "the request body is over {limit} bytes; send a shorter prompt"
+            ))
+        }
+    }
+
+    /// 405: the path exists, the method does not.
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: Some("method_not_allowed"),
+            ..ApiError::malformed(message)
+        }
+    }
+
     pub fn body(&self) -> serde_json::Value {
         json!({
             "error": {

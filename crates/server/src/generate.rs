@@ -4,8 +4,9 @@ use crate::engine_thread::{SendError, StreamEvent};
 use crate::error::ApiError;
 use crate::reply::{Delta, Ending, LogprobEntry, Reply};
 use crate::request::{self, GenerateRequest, Input, Prompt};
-use crate::routes::AppState;
+use crate::routes::{AppState, MAX_BODY_BYTES};
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,14 +26,42 @@ pub enum Shape {
     Chat,
 }
 
-pub async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
+/// The body, or the JSON error for one that could not be read (over the limit: 413).
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(MAX_BODY_BYTES)
+        } else {
+            ApiError::malformed(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            ))
+        }
+    })
+}
+
+pub async fn completions(
+    State(app): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match read_body(body) {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
     match prepare(&app, body, Shape::Completion).await {
         Ok((req, prompt)) => generate(app, Shape::Completion, req, prompt).await,
         Err(e) => e.into_response(),
     }
 }
 
-pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
+pub async fn chat_completions(
+    State(app): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match read_body(body) {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
     match prepare(&app, body, Shape::Chat).await {
         Ok((req, prompt)) => generate(app, Shape::Chat, req, prompt).await,
         Err(e) => e.into_response(),

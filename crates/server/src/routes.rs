@@ -65,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops)
         .route("/health", get(health))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -151,6 +152,12 @@ async fn slots(State(app): State<AppState>) -> Response {
         "paused_streams": snapshot.paused_streams,
     }))
     .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let path = request.uri().path();
+    ApiError::method_not_allowed(format!("{path} does not take {}", request.method()))
+        .into_response()
 }
 
 async fn not_found(request: Request) -> Response {

@@ -443,8 +443,36 @@ async fn an_oversized_body_is_refused() {
         r#"{{"prompt":"{}"}}"#,
         "x".repeat(server::MAX_BODY_BYTES + 10)
     );
-    let reply = request(server.addr, "POST", "/v1/completions", &huge, None).await;
-    assert_eq!(reply.status, 413);
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        let reply = request(server.addr, "POST", path, &huge, None).await;
+        assert_eq!(reply.status, 413);
+        // In the API's JSON error shape, as every other error.
+        assert!(
+            reply
+                .headers
+                .to_ascii_lowercase()
+                .contains("application/json"),
+            "{}",
+            reply.headers
+        );
+        assert_eq!(reply.json()["error"]["code"], "request_too_large");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_method_gets_a_json_405() {
+    let server = start(&[1056], EQUAL, 64, None).await;
+    for (method, path) in [
+        ("GET", "/v1/completions"),
+        ("POST", "/health"),
+        ("DELETE", "/slots"),
+    ] {
+        let reply = request(server.addr, method, path, "", None).await;
+        assert_eq!(reply.status, 405, "{method} {path}");
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "method_not_allowed", "{method} {path}");
+        assert!(error["message"].as_str().unwrap().contains(path));
+    }
 }
 
 #[tokio::test]
