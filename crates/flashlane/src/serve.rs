@@ -121,6 +121,16 @@ pub struct ServeArgs {
     /// Require the API key on /slots and /metrics too (they show the sessions and the traffic)
     #[arg(long, requires = "api_key_or_file")]
     pub protect_ops: bool,
+    /// Seconds a request's headers may take to arrive (also how long a kept-alive connection may idle)
+    #[arg(long, default_value_t = server::HEADER_TIMEOUT.as_secs_f64(), value_parser = seconds)]
+    pub header_timeout_s: f64,
+    /// Seconds a request's body may take to arrive once its headers have
+    #[arg(long, default_value_t = server::BODY_TIMEOUT.as_secs_f64(), value_parser = seconds)]
+    pub body_timeout_s: f64,
+    /// Connections open at once at most; more are answered 503
+    #[arg(long, default_value_t = server::MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_connections: usize,
     #[command(flatten)]
     pub drafts: DraftArgs,
     /// Where the model runs (cuda: qwen3_next models on GPU 0, needs a build with --features cuda)
@@ -129,6 +139,22 @@ pub struct ServeArgs {
     /// Name the API reports for the model [default: the directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
+}
+
+/// Longest timeout a flag takes: a day (longer is a typo, and `Duration` must hold it).
+const TIMEOUT_MAX_S: f64 = 86_400.0;
+
+/// A timeout flag's value: seconds, more than 0 and at most [`TIMEOUT_MAX_S`].
+fn seconds(text: &str) -> Result<f64, String> {
+    let s: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(s > 0.0 && s <= TIMEOUT_MAX_S) {
+        return Err(format!(
+            "must be more than 0 and at most {TIMEOUT_MAX_S} seconds, got {text}"
+        ));
+    }
+    Ok(s)
 }
 
 /// The API key `--api-key` or `--api-key-file` gives, if any. An empty one is refused: a key set
@@ -251,6 +277,11 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         eprintln!("listening on http://{address}");
         let mut state = AppState::new(engine, text, api_key.as_deref().map(Arc::from));
         state.protect_ops = args.protect_ops;
+        state.limits = server::ConnectionLimits {
+            header_timeout: std::time::Duration::from_secs_f64(args.header_timeout_s),
+            body_timeout: std::time::Duration::from_secs_f64(args.body_timeout_s),
+            max_connections: args.max_connections,
+        };
         server::serve(listener, state, shutdown_signal()).await?;
         anyhow::Ok(())
     })?;
@@ -333,5 +364,13 @@ mod tests {
         assert!(api_key(None, Some(&file)).is_err());
         std::fs::remove_file(&file).ok();
         assert!(api_key(Some(""), None).is_err());
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds_up_to_a_day() {
+        assert_eq!(seconds("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "nan", "inf", "1e9", "soon"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
     }
 }

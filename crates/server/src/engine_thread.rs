@@ -118,6 +118,11 @@ impl EngineHandle {
         let _ = self.commands.try_send(Command::Shutdown);
     }
 
+    /// Resolves once the engine thread has returned (after a shutdown, its streams done).
+    pub async fn stopped(&self) {
+        self.commands.closed().await;
+    }
+
     fn send(&self, command: Command) -> Result<(), SendError> {
         self.commands.try_send(command).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => SendError::Busy,

@@ -117,6 +117,15 @@ impl ApiError {
         }
     }
 
+    /// 408: the request did not arrive in time.
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: Some("request_timeout"),
+            ..ApiError::malformed(message)
+        }
+    }
+
     /// 405: the path exists, the method does not.
     pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
         ApiError {

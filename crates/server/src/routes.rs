@@ -3,6 +3,7 @@
 use crate::engine_thread::EngineHandle;
 use crate::error::ApiError;
 use crate::generate::{chat_completions, completions};
+use crate::listen::{read_body_in_time, ConnectionLimits};
 use crate::metrics;
 use crate::text_model::TextModel;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -33,6 +34,8 @@ pub struct AppState {
     pub prepare: Arc<tokio::sync::Semaphore>,
     /// `--protect-ops`: `/slots` and `/metrics` need the API key too.
     pub protect_ops: bool,
+    /// Timeouts and the connection cap `serve` applies.
+    pub limits: ConnectionLimits,
 }
 
 impl AppState {
@@ -44,6 +47,7 @@ impl AppState {
             api_key,
             prepare: Arc::new(tokio::sync::Semaphore::new(PREPARE_PER_CORE * cores)),
             protect_ops: false,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -53,6 +57,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        // Layers run last-added first: the key is checked before the body is read.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            read_body_in_time,
+        ))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     let mut ops = Router::new()
         .route("/metrics", get(metrics_text))

@@ -5,7 +5,7 @@ use lane::testing::{FakeConfig, FakeTarget};
 use lane::{Engine, EngineConfig, Policy};
 use serde_json::{json, Value};
 use server::request::ChatMessage;
-use server::{AppState, TextModel};
+use server::{AppState, ConnectionLimits, TextModel};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,7 +65,9 @@ struct Server {
     addr: std::net::SocketAddr,
     /// A second fake with the same seed, for the replies a correct server must give.
     oracle: FakeTarget,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+    /// Sending (or dropping) it shuts the server down.
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 async fn start(
@@ -74,45 +76,65 @@ async fn start(
     queue_limit: usize,
     api_key: Option<&str>,
 ) -> Server {
-    start_with(
-        capacities,
-        policy,
-        queue_limit,
-        api_key,
-        false,
-        fake_config(),
-    )
-    .await
+    let options = Options {
+        api_key: api_key.map(str::to_string),
+        ..Options::default()
+    };
+    start_with(capacities, policy, queue_limit, options).await
 }
 
-/// [`start`] with the fake configured as `fake`.
+/// What a test may change of the server it starts.
+struct Options {
+    api_key: Option<String>,
+    protect_ops: bool,
+    fake: FakeConfig,
+    limits: ConnectionLimits,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            api_key: None,
+            protect_ops: false,
+            fake: fake_config(),
+            limits: ConnectionLimits::default(),
+        }
+    }
+}
+
+/// [`start`] with `options`.
 async fn start_with(
     capacities: &[u64],
     policy: Policy,
     queue_limit: usize,
-    api_key: Option<&str>,
-    protect_ops: bool,
-    fake: FakeConfig,
+    options: Options,
 ) -> Server {
     let caps = capacities.to_vec();
+    let fake = options.fake;
     let (engine, _thread) = server::spawn_engine(move || {
         let mut config = EngineConfig::new(policy);
         config.queue_limit = queue_limit;
         Ok(Engine::new(FakeTarget::new(&caps, fake), config)?)
     })
     .unwrap();
-    let mut state = AppState::new(engine, Arc::new(ByteText), api_key.map(Arc::from));
-    state.protect_ops = protect_ops;
+    let mut state = AppState::new(
+        engine,
+        Arc::new(ByteText),
+        options.api_key.as_deref().map(Arc::from),
+    );
+    state.protect_ops = options.protect_ops;
+    state.limits = options.limits;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(listener, state, async {
+    let serving = tokio::spawn(server::serve(listener, state, async {
         let _ = rx.await;
     }));
     Server {
         addr,
         oracle: FakeTarget::new(capacities, fake),
-        _shutdown: tx,
+        shutdown: Some(tx),
+        serving,
     }
 }
 
@@ -525,7 +547,12 @@ async fn protected_operations_need_the_key_and_open_ones_do_not() {
             "{path} without --protect-ops"
         );
     }
-    let guarded = start_with(&[1056], EQUAL, 64, Some("sesame"), true, fake_config()).await;
+    let options = Options {
+        api_key: Some("sesame".into()),
+        protect_ops: true,
+        ..Options::default()
+    };
+    let guarded = start_with(&[1056], EQUAL, 64, options).await;
     for path in ["/slots", "/metrics"] {
         assert_eq!(status(&guarded, path, None).await, 401, "{path}");
         assert_eq!(status(&guarded, path, Some("wrong")).await, 401, "{path}");
@@ -673,7 +700,11 @@ async fn a_full_queue_answers_429_with_retry_after() {
         round_time: ROUND_TIME_BUSY,
         ..fake_config()
     };
-    let server = start_with(&[1_000_032], EQUAL, 1, None, false, slow).await;
+    let options = Options {
+        fake: slow,
+        ..Options::default()
+    };
+    let server = start_with(&[1_000_032], EQUAL, 1, options).await;
     let body = json!({"prompt": "busy", "max_tokens": 1_000_000, "stream": true}).to_string();
     let raw = format!(
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -724,4 +755,192 @@ async fn models_lists_the_served_model() {
         .json();
     assert_eq!(models["data"][0]["id"], "fake");
     assert_eq!(models["object"], "list");
+}
+
+/// Limits short enough for a test to wait them out.
+fn short_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        header_timeout: Duration::from_millis(300),
+        body_timeout: Duration::from_millis(300),
+        max_connections: 64,
+    }
+}
+
+/// How long a test waits for the server to do what a limit says before failing.
+const WAIT_FOR_LIMIT: Duration = Duration::from_secs(3);
+
+/// Reads until the server closes the connection (or WAIT_FOR_LIMIT passes): what it sent.
+async fn read_until_closed(reader: &mut tokio::net::tcp::OwnedReadHalf) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = Instant::now() + WAIT_FOR_LIMIT;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, reader.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(String::from_utf8_lossy(&got).into_owned()),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_trickled_header_is_cut_off_at_the_header_timeout() {
+    let options = Options {
+        limits: short_limits(),
+        ..Options::default()
+    };
+    let server = start_with(&[1056], EQUAL, 64, options).await;
+    let socket = TcpStream::connect(server.addr).await.unwrap();
+    let (mut reader, mut writer) = socket.into_split();
+    let started = Instant::now();
+    // One header line every 100 ms, for longer than the test waits.
+    let trickle = tokio::spawn(async move {
+        let _ = writer.write_all(b"POST /v1/completions HTTP/1.1\r\n").await;
+        for i in 0..100 {
+            if writer
+                .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let closed = read_until_closed(&mut reader).await;
+    assert!(
+        closed.is_some(),
+        "the connection was still open after {WAIT_FOR_LIMIT:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    trickle.abort();
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let options = Options {
+        limits: short_limits(),
+        ..Options::default()
+    };
+    let server = start_with(&[1056], EQUAL, 64, options).await;
+    let socket = TcpStream::connect(server.addr).await.unwrap();
+    let (mut reader, mut writer) = socket.into_split();
+    writer
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // The answer comes, then nothing more is asked: the server closes after the header timeout.
+    let got = read_until_closed(&mut reader)
+        .await
+        .expect("closed in time");
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_gets_408_in_json() {
+    let options = Options {
+        limits: short_limits(),
+        ..Options::default()
+    };
+    let server = start_with(&[1056], EQUAL, 64, options).await;
+    let socket = TcpStream::connect(server.addr).await.unwrap();
+    let (mut reader, mut writer) = socket.into_split();
+    writer
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"")
+        .await
+        .unwrap();
+    let got = read_until_closed(&mut reader)
+        .await
+        .expect("answered in time");
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("\"request_timeout\""), "{got}");
+    drop(writer);
+}
+
+#[tokio::test]
+async fn a_connection_over_the_cap_gets_503_with_retry_after() {
+    let options = Options {
+        limits: ConnectionLimits {
+            max_connections: 2,
+            ..ConnectionLimits::default()
+        },
+        ..Options::default()
+    };
+    let server = start_with(&[1056], EQUAL, 64, options).await;
+    let _first = TcpStream::connect(server.addr).await.unwrap();
+    let _second = TcpStream::connect(server.addr).await.unwrap();
+    // Both are accepted (each holds its place until the header timeout) before the third comes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (mut reader, _writer) = TcpStream::connect(server.addr).await.unwrap().into_split();
+    let got = read_until_closed(&mut reader)
+        .await
+        .expect("answered at once");
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    assert!(got.to_ascii_lowercase().contains("retry-after: 1"), "{got}");
+    let body = got.split_once("\r\n\r\n").unwrap().1;
+    let error: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(error["error"]["code"], "unavailable");
+    // Closing one makes room again.
+    drop(_first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        request(server.addr, "GET", "/health", "", None)
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn during_shutdown_new_requests_get_503_and_running_replies_finish() {
+    // Rounds of 5 ms: the running reply of 200 tokens lasts about a second.
+    let options = Options {
+        fake: FakeConfig {
+            round_time: ROUND_TIME_BUSY,
+            ..fake_config()
+        },
+        ..Options::default()
+    };
+    let mut server = start_with(&[1056], EQUAL, 64, options).await;
+    let addr = server.addr;
+    let running = tokio::spawn(async move {
+        post(
+            addr,
+            "/v1/completions",
+            json!({"prompt": "a", "max_tokens": 200}),
+        )
+        .await
+    });
+    let deadline = Instant::now() + WAIT_FOR_LIMIT;
+    while slots(addr).await["sessions"][0]["state"] == "free" {
+        assert!(Instant::now() < deadline, "the reply never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.shutdown.take().unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The listener is still open: a new request is told to come back.
+    let refused = post(
+        addr,
+        "/v1/completions",
+        json!({"prompt": "b", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.headers.to_ascii_lowercase().contains("retry-after"));
+    // The running reply is whole.
+    let reply = running.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["choices"][0]["finish_reason"], "length");
+    assert_eq!(reply.json()["usage"]["completion_tokens"], 200);
+    // Then serve returns.
+    tokio::time::timeout(Duration::from_secs(10), &mut server.serving)
+        .await
+        .expect("serve returned after the drain")
+        .unwrap()
+        .unwrap();
 }
