@@ -222,6 +222,13 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         reserved_bytes: 0,
     })
     .map_err(|e| anyhow!(e))?;
+    // The port is taken before the weights load (minutes for a large model), so a port in use
+    // fails at once.
+    let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+    listener
+        .set_nonblocking(true)
+        .context("setting the listening socket non-blocking")?;
     let text = Arc::new(ModelText::load(&dir, id.clone(), &config)?);
     eprintln!(
         "flashlane {} serving {id} from {}",
@@ -270,9 +277,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .context("handing the listening socket to the async runtime")?;
         let address = listener.local_addr()?;
         eprintln!("listening on http://{address}");
         let mut state = AppState::new(engine, text, api_key.as_deref().map(Arc::from));

@@ -328,3 +328,17 @@ fn serve_refuses_an_empty_api_key_before_loading_the_model() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn serve_reports_a_port_in_use_before_loading_the_model() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let (code, _, stderr) = flashlane(&["serve", "--host", "127.0.0.1", "--port", &port]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    // Nothing of the model was loaded first (its banner comes after the port is taken).
+    assert!(!stderr.contains("serving"), "{stderr}");
+}

@@ -117,6 +117,16 @@ impl ApiError {
         }
     }
 
+    /// 404 `model_not_found`: a model this server does not serve.
+    pub fn model_not_found(asked: &str, served: &str) -> ApiError {
+        ApiError {
+            code: Some("model_not_found"),
+            ..ApiError::not_found(format!(
+                "the model `{asked}` does not exist here; this server serves `{served}`"
+            ))
+        }
+    }
+
     /// 408: the request did not arrive in time.
     pub fn timeout(message: impl Into<String>) -> ApiError {
         ApiError {

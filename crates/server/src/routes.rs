@@ -6,7 +6,7 @@ use crate::generate::{chat_completions, completions};
 use crate::listen::{read_body_in_time, ConnectionLimits};
 use crate::metrics;
 use crate::text_model::TextModel;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
         // Layers run last-added first: the key is checked before the body is read.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -103,16 +104,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The served model as `/v1/models` lists it.
+fn model_object(app: &AppState) -> serde_json::Value {
+    json!({
+        "id": app.text.model_id(),
+        "object": "model",
+        "created": 0,
+        "owned_by": "flashlane",
+    })
+}
+
 async fn models(State(app): State<AppState>) -> Json<serde_json::Value> {
     Json(json!({
         "object": "list",
-        "data": [{
-            "id": app.text.model_id(),
-            "object": "model",
-            "created": 0,
-            "owned_by": "flashlane",
-        }],
+        "data": [model_object(&app)],
     }))
+}
+
+/// `GET /v1/models/{id}`: the served model, or 404 `model_not_found` for any other name.
+async fn model(State(app): State<AppState>, Path(id): Path<String>) -> Response {
+    if id == app.text.model_id() {
+        Json(model_object(&app)).into_response()
+    } else {
+        ApiError::model_not_found(&id, app.text.model_id()).into_response()
+    }
 }
 
 /// Ready once the model is loaded: the router only exists after loading.

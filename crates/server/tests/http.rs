@@ -755,6 +755,12 @@ async fn models_lists_the_served_model() {
         .json();
     assert_eq!(models["data"][0]["id"], "fake");
     assert_eq!(models["object"], "list");
+    let one = request(server.addr, "GET", "/v1/models/fake", "", None).await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json(), models["data"][0]);
+    let other = request(server.addr, "GET", "/v1/models/gpt-4", "", None).await;
+    assert_eq!(other.status, 404);
+    assert_eq!(other.json()["error"]["code"], "model_not_found");
 }
 
 /// Limits short enough for a test to wait them out.
