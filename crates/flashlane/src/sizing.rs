@@ -17,6 +17,9 @@ pub const DEFAULT_GPU_LOAD_SHARE: f64 = 0.90;
 
 /// Kept free under the cap for allocations we do not plan (scratch growth, the allocator's own).
 pub const MEMORY_MARGIN_BYTES: u64 = 256 << 20;
+/// Largest `--load-limit-gb`: a petabyte is more memory than any machine has; larger is a typo
+/// (and would overflow the byte count).
+pub const LOAD_LIMIT_GB_MAX: f64 = 1e6;
 
 #[derive(Args, Clone, Debug)]
 pub struct SizingArgs {
@@ -80,11 +83,11 @@ impl SizingArgs {
     /// The memory cap in bytes: `--load-limit-gb`, or 70% of the machine's memory.
     pub fn cap_bytes(&self) -> Result<u64, Failure> {
         match self.load_limit_gb {
-            Some(gb) if gb.is_finite() && gb > 0.0 && gb < 1e9 => {
+            Some(gb) if gb.is_finite() && gb > 0.0 && gb <= LOAD_LIMIT_GB_MAX => {
                 Ok((gb * (1u64 << 30) as f64) as u64)
             }
             Some(gb) => Err(Failure::bad_input(anyhow::anyhow!(
-                "--load-limit-gb must be a positive number of GiB, got {gb}"
+                "--load-limit-gb must be more than 0 and at most {LOAD_LIMIT_GB_MAX} GiB, got {gb}"
             ))),
             None => {
                 let total = total_memory_bytes().map_err(Failure::from)?;
@@ -142,5 +145,14 @@ mod tests {
             format!("{refused:?}").contains("more than the GPU has free"),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn a_load_limit_out_of_range_says_the_range() {
+        for bad in [0.0, -1.0, 1e12, f64::NAN] {
+            let refused = format!("{:?}", sizing(Some(bad)).cap_bytes().unwrap_err());
+            assert!(refused.contains("at most 1000000 GiB"), "{bad}: {refused}");
+        }
+        assert_eq!(sizing(Some(2.0)).cap_bytes().unwrap(), 2 << 30);
     }
 }

@@ -28,10 +28,11 @@ use std::path::{Path, PathBuf};
 /// Why a model directory could not be loaded; every variant names the file (and the tensor).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{file}: {source}")]
+    // Not a `source`: the message already says it, and error chains would say it twice.
+    #[error("{file}: {error}")]
     Io {
         file: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{file}: {reason}")]
     Config { file: PathBuf, reason: String },
@@ -61,10 +62,10 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    pub fn io(file: &Path, source: std::io::Error) -> LoadError {
+    pub fn io(file: &Path, error: std::io::Error) -> LoadError {
         LoadError::Io {
             file: file.to_path_buf(),
-            source,
+            error,
         }
     }
 }

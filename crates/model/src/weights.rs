@@ -317,7 +317,10 @@ impl Weights {
             let path = Arc::new(path);
             let st = SafeTensors::deserialize(&map).map_err(|e| LoadError::Safetensors {
                 file: path.to_path_buf(),
-                reason: e.to_string(),
+                reason: match first_bad_tensor(&map) {
+                    Some(which) => format!("{e}: {which}"),
+                    None => e.to_string(),
+                },
             })?;
             let base = map.as_ptr() as usize;
             for (name, view) in st.tensors() {
@@ -637,6 +640,69 @@ pub fn write_safetensors(
     out.extend_from_slice(&header);
     out.extend_from_slice(&data);
     std::fs::write(path, out)
+}
+
+/// Bytes an element of a safetensors dtype takes (the dtypes a header may name).
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "F64" | "I64" | "U64" => 8,
+        "F32" | "I32" | "U32" => 4,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "F8_E4M3" | "F8_E5M2" | "I8" | "U8" | "BOOL" => 1,
+        _ => return None,
+    })
+}
+
+/// Which tensor of a safetensors file `bytes` the header gets wrong, when the safetensors crate
+/// says only that one is (its "invalid shape, data type, or offset for tensor" names none): the
+/// first whose offsets do not hold its shape, or end past the data.
+fn first_bad_tensor(bytes: &[u8]) -> Option<String> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+    let header: serde_json::Value =
+        serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    let data_len = (bytes.len() - 8 - n) as u64;
+    let mut tensors: Vec<(&String, &serde_json::Value)> = header
+        .as_object()?
+        .iter()
+        .filter(|(name, _)| name.as_str() != "__metadata__")
+        .collect();
+    tensors.sort_by_key(|(name, _)| name.as_str());
+    for (name, info) in tensors {
+        let dtype = info["dtype"].as_str().unwrap_or("?");
+        let shape: Option<Vec<u64>> = info["shape"]
+            .as_array()
+            .and_then(|a| a.iter().map(|v| v.as_u64()).collect());
+        let offsets: Option<Vec<u64>> = info["data_offsets"]
+            .as_array()
+            .and_then(|a| a.iter().map(|v| v.as_u64()).collect());
+        let (Some(shape), Some(offsets)) = (shape, offsets) else {
+            return Some(format!(
+                "tensor `{name}` has no readable shape or data_offsets"
+            ));
+        };
+        let [begin, end] = offsets[..] else {
+            return Some(format!(
+                "tensor `{name}` has data_offsets {offsets:?}, not [begin, end]"
+            ));
+        };
+        let Some(size) = dtype_bytes(dtype) else {
+            return Some(format!("tensor `{name}` has the unknown dtype {dtype}"));
+        };
+        let needs = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d));
+        if end < begin || Some(end - begin) != needs {
+            return Some(format!(
+                "tensor `{name}`: data_offsets [{begin}, {end}) hold {} bytes, its shape {shape:?} of {dtype} needs {}",
+                end.saturating_sub(begin),
+                needs.map_or("more than 2^64".to_string(), |b| b.to_string())
+            ));
+        }
+        if end > data_len {
+            return Some(format!(
+                "tensor `{name}` ends at byte {end} of the data, which holds {data_len}"
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -29,6 +29,39 @@ fn missing_tokenizer_is_an_error_naming_the_file() {
 }
 
 /// Every fixture of the manifest with its model directory.
+#[test]
+fn a_missing_config_is_named_once_with_its_reason_once() {
+    let dir = std::env::temp_dir().join(format!("flashlane-no-model-{}", std::process::id()));
+    let error = Config::from_dir(&dir).unwrap_err();
+    // As the CLI prints it: the error and its sources.
+    let printed = format!("{:#}", anyhow::Error::from(error));
+    assert!(printed.contains("config.json"), "{printed}");
+    assert_eq!(printed.matches("No such file").count(), 1, "{printed}");
+}
+
+#[test]
+fn a_tensor_whose_offsets_do_not_hold_its_shape_is_named() {
+    let dir = std::env::temp_dir().join(format!("flashlane-bad-offsets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bytes = std::fs::read(fixtures().join("qwen3_bf16/model/model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let name = "model.layers.0.mlp.down_proj.weight";
+    let offsets = &mut header[name]["data_offsets"];
+    let end = offsets[1].as_u64().unwrap();
+    offsets[1] = (end + 1000).into();
+    let mut text = serde_json::to_vec(&header).unwrap();
+    text.resize(text.len().div_ceil(8) * 8, b' ');
+    let mut file = (text.len() as u64).to_le_bytes().to_vec();
+    file.extend(&text);
+    file.extend(&bytes[8 + n..]);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+    let error = Weights::open(&dir).err().expect("refused").to_string();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(error.contains(name), "{error}");
+    assert!(error.contains("model.safetensors"), "{error}");
+}
+
 fn fixture_models() -> Vec<(serde_json::Value, PathBuf)> {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
