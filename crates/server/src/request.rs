@@ -566,6 +566,25 @@ mod tests {
     }
 
     #[test]
+    fn stop_strings_are_bounded_in_number_and_length() {
+        let with = |stops: Vec<String>| {
+            let body = serde_json::json!({"prompt": "a", "stop": stops}).to_string();
+            parse_completion(body.as_bytes()).err().and_then(|e| e.param)
+        };
+        assert_eq!(with(vec!["x".into(); MAX_STOP_STRINGS]), None);
+        assert_eq!(
+            with(vec!["x".into(); MAX_STOP_STRINGS + 1]).as_deref(),
+            Some("stop")
+        );
+        assert_eq!(with(vec!["y".repeat(MAX_STOP_BYTES)]), None);
+        assert_eq!(
+            with(vec!["y".repeat(MAX_STOP_BYTES + 1)]).as_deref(),
+            Some("stop")
+        );
+        assert_eq!(with(vec![String::new()]).as_deref(), Some("stop"));
+    }
+
+    #[test]
     fn token_prompts_and_unsupported_penalties() {
         let req = parse_completion(br#"{"prompt":[3,17,42]}"#).unwrap();
         assert_eq!(req.input, Input::Prompt(Prompt::Tokens(vec![3, 17, 42])));
