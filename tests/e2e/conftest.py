@@ -67,7 +67,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def growing_server():
-    """Small sessions that a long reply outgrows, as in the seed's receipts."""
+    """Small sessions that a long reply outgrows, as in the design's receipts (§13)."""
     s = Server("--context", "2048", "--slot-contexts", "256x3", "--slot-grow", "64", "--draft", "none")
     yield s
     assert s.stop() == 0, "".join(s.log)

@@ -1,4 +1,4 @@
-"""The seed's receipts, scaled to the embedded model on the CPU (issue 6).
+"""The design's receipts (docs/design.md §13), scaled to the embedded model on the CPU (issue 6).
 
 A counting reply that outgrows two sessions moves twice and equals a run that never moved,
 character for character; two such replies at once: one moves, the other waits, both equal.

@@ -70,7 +70,7 @@ def make_config(vocab_size, args, tok_ids):
 
 
 class MTP(nn.Module):
-    """Qwen3-Next multi-token-prediction head (QWEN3_NEXT.md): one full-attention + MoE decoder layer.
+    """Qwen3-Next multi-token-prediction head (models.md): one full-attention + MoE decoder layer.
 
     u_i = fc(concat[norm_e(embed(x_{i+1})), norm_h(h_i)]) -> layers.0 at position i -> norm ->
     lm_head predicts x_{i+2}. Reuses the trunk's embedding, rotary table and lm_head."""

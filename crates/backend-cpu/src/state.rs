@@ -1,4 +1,4 @@
-//! Per-session model state (SPEC §1), allocated once when the target is built and never
+//! Per-session model state (design §1), allocated once when the target is built and never
 //! resized: KV rows of every full-attention layer up to the session's capacity, conv tail and
 //! f32 recurrent state of every linear-attention layer, and the MTP head's rows.
 //!

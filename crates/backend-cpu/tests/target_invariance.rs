@@ -1,4 +1,4 @@
-//! The CPU target's determinism (SPEC §9) on a committed Qwen3 fixture model: a stream's logits
+//! The CPU target's determinism (design §9) on a committed Qwen3 fixture model: a stream's logits
 //! are bit-identical whether it runs alone or among 8 streams, whether or not its state was moved
 //! to another session, whether it decoded token by token or in one forward, and after rejected
 //! drafts were rolled back.

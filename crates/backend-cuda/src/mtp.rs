@@ -1,4 +1,4 @@
-//! The MTP head on the GPU (QWEN3_NEXT.md "MTP head", as backend-cpu's `qwen3_next/mtp.rs`):
+//! The MTP head on the GPU (models.md "MTP head", as backend-cpu's `qwen3_next/mtp.rs`):
 //! after each round it takes the pairs `(h[i], x[i+1])` the round's windows completed (only their
 //! K/V rows are kept) and the sessions' rings keep the hidden rows a rollback may need; drafting
 //! chains the head greedily from the session's last position, on the GPU.

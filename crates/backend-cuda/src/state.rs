@@ -1,4 +1,4 @@
-//! Per-session state on the GPU (SPEC §1), allocated once at construction from the capacities
+//! Per-session state on the GPU (design §1), allocated once at construction from the capacities
 //! and never resized:
 //! - K and V rows of every full-attention layer (and of the MTP head), one buffer per layer for
 //!   all sessions, session `s` owning rows `kv_base[s]..kv_base[s] + capacity[s]`;

@@ -1,4 +1,4 @@
-//! The session-sizing flags and environment variables of SPEC §2, shared by `plan` and `serve`.
+//! The session-sizing flags and environment variables of design §2, shared by `plan` and `serve`.
 //! Flags win over environment variables (clap reads the variable only when the flag is absent).
 
 use crate::Failure;

@@ -1,4 +1,4 @@
-//! `flashlane plan` as a user runs it: the seed's receipt, JSON shape, refusals and precedence.
+//! `flashlane plan` as a user runs it: the design's receipt (§13), JSON shape, refusals and precedence.
 
 use serde_json::Value;
 use std::process::{Command, Output};

@@ -38,7 +38,7 @@ use slots::{
 use std::collections::VecDeque;
 
 /// Prompt tokens one stream computes per round. A function of nothing but this constant and the
-/// stream's own prompt, so chunking never depends on the batch (SPEC §9). 512 keeps a long prompt
+/// stream's own prompt, so chunking never depends on the batch (design §9). 512 keeps a long prompt
 /// from stalling the other streams' rounds for long while still reading it in large blocks.
 pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
 
@@ -50,7 +50,7 @@ pub const DEFAULT_QUEUE_LIMIT: usize = 1024;
 /// How the engine runs, fixed at start-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// `FirstFree` when no slot-contexts spec is set, `SmallestFit` otherwise (SPEC §4).
+    /// `FirstFree` when no slot-contexts spec is set, `SmallestFit` otherwise (design §4).
     pub policy: Policy,
     /// The draft mode of requests that do not choose one.
     pub draft: DraftMode,

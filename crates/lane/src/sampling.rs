@@ -1,7 +1,7 @@
 //! Drawing tokens on the host from one stream's own logits.
 //!
 //! Everything here is a pure function of a logits row, the stream's sampling parameters and the
-//! stream's own [`Rng`], so a stream's reply never depends on what else runs beside it (SPEC §9).
+//! stream's own [`Rng`], so a stream's reply never depends on what else runs beside it (design §9).
 //!
 //! The order of operations is fixed and documented, because it is part of the output:
 //! 1. greedy (`temperature == 0`): the largest logit, the lowest token id on ties;

@@ -4,7 +4,7 @@
 //! The target owns the session buffers (allocated once, at construction, from the plan); the
 //! engine refers to them only by [`SessionId`]. A window is "n tokens to compute" whatever the
 //! phase: a chunk of prompt, or the last sampled token followed by drafts. The arithmetic of one
-//! window's rows must not depend on the other windows in the batch (batch invariance, SPEC §9).
+//! window's rows must not depend on the other windows in the batch (batch invariance, design §9).
 //!
 //! ## What the engine guarantees a target (so a backend need not check or handle more)
 //! - The windows of one `forward` call are for distinct sessions; each `start` equals the

@@ -1,4 +1,4 @@
-//! SPEC §9: a stream's reply never depends on what runs beside it, and drafts never change a
+//! design §9: a stream's reply never depends on what runs beside it, and drafts never change a
 //! greedy reply.
 
 mod common;
@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use lane::{DraftMode, FinishReason, Request};
 
-/// The seed's eight sessions, scaled down: an engine's session, one medium and six small.
+/// The receipt's eight sessions (design §13), scaled down: an engine's session, one medium and six small.
 fn eight_sessions() -> Vec<u64> {
     let mut capacities = vec![cap(1024), cap(512)];
     capacities.extend([cap(128); 6]);

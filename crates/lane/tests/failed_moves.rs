@@ -1,4 +1,4 @@
-//! SPEC §6 and the seed review's second point: a paused stream waits only on `LaneMemory`; any
+//! design §6 and design §14.4: a paused stream waits only on `LaneMemory`; any
 //! other failed move ends that stream with an error and frees its session at once, so no paused
 //! stream is stranded when the last larger session frees.
 

@@ -1,4 +1,4 @@
-//! SPEC §5–§6: a stream that outgrows its session moves, bit for bit, to a larger one when its
+//! design §5–§6: a stream that outgrows its session moves, bit for bit, to a larger one when its
 //! next window no longer fits the nominal size, or pauses until one frees; a stream whose session
 //! holds its reply end never moves or pauses.
 
@@ -9,7 +9,7 @@ use lane::testing::MoveRecord;
 use lane::{DraftMode, FinishReason, SessionId, SlotState};
 use slots::MARGIN;
 
-/// The seed's growing-reply receipt scaled down 16×: 4K → 16K → engine's 32K becomes
+/// The growing-reply receipt (design §13) scaled down 16×: 4K → 16K → engine's 32K becomes
 /// 256 → 1024 → 2048 (the engine's session first, as the plan opens them).
 fn ladder() -> Vec<u64> {
     vec![cap(2048), cap(1024), cap(256)]
@@ -86,7 +86,7 @@ fn a_growing_sampled_reply_moves_twice_and_equals_an_unmoved_reply() {
 
 #[test]
 fn two_replies_outgrowing_at_once_one_moves_the_other_pauses_then_moves() {
-    // The seed's `4096x3 --parallel 4`, scaled: an engine's session and three small ones.
+    // The receipt's `4096x3 --parallel 4` (design §13), scaled: an engine's session and three small ones.
     let setup = Setup::spec(&[cap(2048), cap(128), cap(128), cap(128)], 32);
     let a_request = greedy(prompt(10, 1), 600);
     let b_request = greedy(prompt(10, 2), 600);

@@ -1,4 +1,4 @@
-//! SPEC §4, compatibility path: with no slot-contexts spec, a new stream takes the first free
+//! design §4, compatibility path: with no slot-contexts spec, a new stream takes the first free
 //! session, a reply that cannot fit fails with `context_full`, and nothing moves, pauses or waits
 //! for a fitting session.
 

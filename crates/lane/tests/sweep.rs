@@ -1,4 +1,4 @@
-//! The seed's lane-core change: a release can end another stream (it frees a session, a paused
+//! The lane-core rule of design §14.5: a release can end another stream (it frees a session, a paused
 //! stream retries its move, the move fails and ends it), so the engine releases finished streams
 //! until none is left, from `step` and from `discard`. With a single pass over the streams
 //! finished beforehand, the stream ended during the release would keep its session and stay live,

@@ -569,7 +569,9 @@ mod tests {
     fn stop_strings_are_bounded_in_number_and_length() {
         let with = |stops: Vec<String>| {
             let body = serde_json::json!({"prompt": "a", "stop": stops}).to_string();
-            parse_completion(body.as_bytes()).err().and_then(|e| e.param)
+            parse_completion(body.as_bytes())
+                .err()
+                .and_then(|e| e.param)
         };
         assert_eq!(with(vec!["x".into(); MAX_STOP_STRINGS]), None);
         assert_eq!(

@@ -108,7 +108,7 @@ mod tests {
         }
     }
 
-    /// The seed's eight sessions: 32800, 16416 and six of 4128.
+    /// The receipt's eight sessions (design §13): 32800, 16416 and six of 4128.
     fn seed_table() -> SessionTable {
         SessionTable::new(&[32800, 16416, 4128, 4128, 4128, 4128, 4128, 4128])
     }

@@ -1,4 +1,4 @@
-//! Planning sessions under the memory cap (SPEC §3).
+//! Planning sessions under the memory cap (design §3).
 //!
 //! `room = cap − ready − margin − reserved`. Sessions open in order — the engine's own first, then
 //! the spec's items as written — while they fit in the room; the first that does not fit and all

@@ -1,4 +1,4 @@
-//! Paused streams and failed moves (SPEC §6, the seed review's second point).
+//! Paused streams and failed moves (design §6, design §14.4).
 //!
 //! Only "no free session" keeps a stream waiting. Any other failure of a move ends that stream
 //! with an error and frees its session at once, so a paused stream can never be stranded waiting

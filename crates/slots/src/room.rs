@@ -99,7 +99,7 @@ mod tests {
     use super::*;
     use crate::table::SessionTable;
 
-    /// 4K, 16K and the engine's 32K, as in the seed's growing-reply receipt.
+    /// 4K, 16K and the engine's 32K, as in the growing-reply receipt (design §13).
     fn ladder() -> SessionTable {
         SessionTable::new(&[32800, 16416, 4128])
     }

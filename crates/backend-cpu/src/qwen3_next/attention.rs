@@ -1,4 +1,4 @@
-//! The gated full-attention layer of Qwen3-Next (QWEN3_NEXT.md "Gated attention layer"), also
+//! The gated full-attention layer of Qwen3-Next (models.md "Gated attention layer"), also
 //! the mixer of the MTP head's layer.
 //!
 //! 1. `q_proj` gives per head `[query | gate]` (`2·head_dim`); `k_proj`, `v_proj` as usual;
@@ -180,7 +180,7 @@ mod tests {
         }
     }
 
-    /// The whole sequence at once from QWEN3_NEXT.md, f64 softmax, no session rows.
+    /// The whole sequence at once from models.md, f64 softmax, no session rows.
     fn reference(a: &GatedAttention, x: &[f32], rot: usize) -> Vec<f32> {
         let AttentionShape {
             heads: nh,

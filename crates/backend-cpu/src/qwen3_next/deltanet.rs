@@ -1,4 +1,4 @@
-//! Gated DeltaNet, the linear-attention mixer of Qwen3-Next (QWEN3_NEXT.md "Gated DeltaNet").
+//! Gated DeltaNet, the linear-attention mixer of Qwen3-Next (models.md "Gated DeltaNet").
 //!
 //! Per token, in the recurrent form (exact; used for windows of any length, token by token
 //! within a stream, value heads in parallel):
@@ -483,7 +483,7 @@ mod tests {
         LinearState::new(d, MAX_ROLLBACK_WINDOW - 1)
     }
 
-    /// The plain definition over a whole sequence from zero state, written from QWEN3_NEXT.md
+    /// The plain definition over a whole sequence from zero state, written from models.md
     /// without sharing code with `mix_segment` (f64 everywhere).
     fn reference(net: &GatedDeltaNet, qkvz: &[f32], ba: &[f32]) -> Vec<f32> {
         let d = &net.dims;

@@ -1,6 +1,6 @@
 //! # Qwen3-Next blocks
 //!
-//! The hybrid model of `../shared/QWEN3_NEXT.md`, as blocks plugged into [`crate::model::CpuModel`]'s
+//! The hybrid model of `docs/models.md`, as blocks plugged into [`crate::model::CpuModel`]'s
 //! decoder (which applies the zero-centred norms, residuals, final norm and lm_head):
 //! - [`deltanet`]: the Gated DeltaNet mixer (`linear_attn.*`), state in `LayerState::Linear`,
 //!   with per-position snapshots for rollback inside short windows;

@@ -1,4 +1,4 @@
-//! The sparse MoE with a gated shared expert (QWEN3_NEXT.md "Sparse MoE").
+//! The sparse MoE with a gated shared expert (models.md "Sparse MoE").
 //!
 //! Router: `softmax(gate·x)` in f32 over all experts, top-k by probability (ties to the lower
 //! index, as `torch.topk`), renormalised when `norm_topk_prob`. Per row:

@@ -1,4 +1,4 @@
-//! The MTP draft head (`mtp.*`, QWEN3_NEXT.md "MTP head") and its per-session state.
+//! The MTP draft head (`mtp.*`, models.md "MTP head") and its per-session state.
 //!
 //! `u = fc([pre_fc_norm_embedding(embed(x[i+1])) | pre_fc_norm_hidden(h[i])])`, one gated
 //! full-attention + MoE decoder layer at position `i` over the head's own K/V rows, `norm`; the

@@ -1,5 +1,5 @@
 // Full attention after the fused projection `qkv` = [q_proj | k_proj | v_proj] per row: Qwen3-Next's
-// gated attention (QWEN3_NEXT.md "Gated attention layer": q_proj per head [query | gate], 2·HD;
+// gated attention (models.md "Gated attention layer": q_proj per head [query | gate], 2·HD;
 // zero-centred QK-norm; partial RoPE) when ATT_GATED, else Qwen3's (query only, HD per head;
 // plain QK-norm; RoPE over ATT_ROT = HD dimensions):
 // - `attention_prep`: per row, q and k heads RMSNormed (ATT_NORM_KIND) and RoPE'd at the row's

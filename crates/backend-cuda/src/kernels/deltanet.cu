@@ -1,4 +1,4 @@
-// Gated DeltaNet (QWEN3_NEXT.md "Gated DeltaNet"), recurrent form, in two kernels per layer:
+// Gated DeltaNet (models.md "Gated DeltaNet"), recurrent form, in two kernels per layer:
 // `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], grid (window, channel block),
 // one thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
 // RMSNorm, one block per (window, value head), LIN_SPLIT threads per value column j holding

@@ -1,4 +1,4 @@
-// The MTP head's input and hidden-row bookkeeping (QWEN3_NEXT.md "MTP head").
+// The MTP head's input and hidden-row bookkeeping (models.md "MTP head").
 // `mtp_input`: cat[r] = [zero-centred-norm(embed(tokens[r])) | zero-centred-norm(h)] where h is
 // row `src` of `hidden` when src ≥ 0, else row −src−1 of `store` (the sessions' kept rows).
 // One warp per half; H is MOE_H's hidden size, passed as `hidden`.
