@@ -4,7 +4,8 @@
 //!   accumulation, RMSNorm, RoPE, causal GQA attention, activations).
 //! - [`state`]: per-session buffers (KV rows, linear-attention states, MTP rows), allocated once.
 //! - [`layers`]: the `Mixer` / `Mlp` traits a decoder is built from, and `Segment` (one window).
-//! - [`qwen3`]: dense Qwen3 blocks. `qwen3_next/`: Qwen3-Next blocks (being wired in).
+//! - [`qwen3`]: dense Qwen3 blocks. [`qwen3_next`]: the Qwen3-Next blocks (Gated DeltaNet, gated
+//!   attention, the sparse MoE, the MTP head).
 //! - [`model`]: [`CpuModel`], the decoder stack over a batch of windows.
 //! - [`target`]: [`CpuTarget`], `lane::Target` for a model and its sessions.
 //!
