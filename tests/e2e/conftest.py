@@ -20,7 +20,9 @@ START_TIMEOUT_S = 120
 
 class Server:
     def __init__(self, *args):
-        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--load-limit-gb", "4", *args]
+        # The tests name the model "m", as a client configured for this server would.
+        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--load-limit-gb", "4",
+               "--served-model-name", "m", *args]
         model = os.environ.get("FLASHLANE_TEST_MODEL")
         if model:
             cmd += ["--model", model]

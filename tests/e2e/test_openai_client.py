@@ -43,6 +43,10 @@ def test_models_and_health(server):
     assert json.loads(get(server, "/health"))["status"] == "ok"
     models = server.client().models.list()
     assert len(models.data) == 1
+    assert models.data[0].id == "m"
+    # A model this server does not serve is a 404, as the official API answers it.
+    with pytest.raises(openai.NotFoundError):
+        server.client().chat.completions.create(model="gpt-4", messages=COUNT_PROMPT, max_tokens=2)
 
 
 def test_chat_completion_whole_and_streamed_agree(server):

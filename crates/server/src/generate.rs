@@ -88,6 +88,12 @@ async fn prepare(
             Shape::Completion => request::parse_completion(&body)?,
             Shape::Chat => request::parse_chat(&body)?,
         };
+        // As OpenAI and vLLM answer a name they do not serve (leaving `model` out is fine).
+        if let Some(asked) = req.model.as_deref() {
+            if asked != app.text.model_id() {
+                return Err(ApiError::model_not_found(asked, app.text.model_id()));
+            }
+        }
         let prompt = prompt_tokens(&app, &req)?;
         Ok((req, prompt))
     })

@@ -761,6 +761,24 @@ async fn models_lists_the_served_model() {
     let other = request(server.addr, "GET", "/v1/models/gpt-4", "", None).await;
     assert_eq!(other.status, 404);
     assert_eq!(other.json()["error"]["code"], "model_not_found");
+    // A request names the served model, or none; another name is not served.
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "a", "max_tokens": 2})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "max_tokens": 2}),
+        ),
+    ] {
+        let mut named = body.clone();
+        named["model"] = json!("fake");
+        assert_eq!(post(server.addr, path, named).await.status, 200);
+        assert_eq!(post(server.addr, path, body.clone()).await.status, 200);
+        let mut wrong = body;
+        wrong["model"] = json!("gpt-4");
+        let refused = post(server.addr, path, wrong).await;
+        assert_eq!(refused.status, 404, "{path}");
+        assert_eq!(refused.json()["error"]["code"], "model_not_found");
+    }
 }
 
 /// Limits short enough for a test to wait them out.
