@@ -44,26 +44,24 @@ pub async fn completions(
     State(app): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match read_body(body) {
-        Ok(body) => body,
-        Err(e) => return e.into_response(),
-    };
-    match prepare(&app, body, Shape::Completion).await {
-        Ok((req, prompt)) => generate(app, Shape::Completion, req, prompt).await,
-        Err(e) => e.into_response(),
-    }
+    answer(app, body, Shape::Completion).await
 }
 
 pub async fn chat_completions(
     State(app): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    answer(app, body, Shape::Chat).await
+}
+
+/// A completion request of either shape, from its body to its response.
+async fn answer(app: AppState, body: Result<Bytes, BytesRejection>, shape: Shape) -> Response {
     let body = match read_body(body) {
         Ok(body) => body,
         Err(e) => return e.into_response(),
     };
-    match prepare(&app, body, Shape::Chat).await {
-        Ok((req, prompt)) => generate(app, Shape::Chat, req, prompt).await,
+    match prepare(&app, body, shape).await {
+        Ok((req, prompt)) => generate(app, shape, req, prompt).await,
         Err(e) => e.into_response(),
     }
 }

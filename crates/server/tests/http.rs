@@ -810,13 +810,7 @@ async fn read_until_closed(reader: &mut tokio::net::tcp::OwnedReadHalf) -> Optio
 
 #[tokio::test]
 async fn a_trickled_header_is_cut_off_at_the_header_timeout() {
-    let options = Options {
-        limits: short_limits(),
-        ..Options::default()
-    };
-    let server = start_with(&[1056], EQUAL, 64, options).await;
-    let socket = TcpStream::connect(server.addr).await.unwrap();
-    let (mut reader, mut writer) = socket.into_split();
+    let (_server, mut reader, mut writer) = connected_with_short_limits().await;
     let started = Instant::now();
     // One header line every 100 ms, for longer than the test waits.
     let trickle = tokio::spawn(async move {
@@ -845,15 +839,24 @@ async fn a_trickled_header_is_cut_off_at_the_header_timeout() {
     trickle.abort();
 }
 
-#[tokio::test]
-async fn an_idle_kept_alive_connection_is_closed() {
+/// A server with [`short_limits`] and one connection to it, split.
+async fn connected_with_short_limits() -> (
+    Server,
+    tokio::net::tcp::OwnedReadHalf,
+    tokio::net::tcp::OwnedWriteHalf,
+) {
     let options = Options {
         limits: short_limits(),
         ..Options::default()
     };
     let server = start_with(&[1056], EQUAL, 64, options).await;
-    let socket = TcpStream::connect(server.addr).await.unwrap();
-    let (mut reader, mut writer) = socket.into_split();
+    let (reader, writer) = TcpStream::connect(server.addr).await.unwrap().into_split();
+    (server, reader, writer)
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let (_server, mut reader, mut writer) = connected_with_short_limits().await;
     writer
         .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
@@ -867,13 +870,7 @@ async fn an_idle_kept_alive_connection_is_closed() {
 
 #[tokio::test]
 async fn a_body_that_never_arrives_gets_408_in_json() {
-    let options = Options {
-        limits: short_limits(),
-        ..Options::default()
-    };
-    let server = start_with(&[1056], EQUAL, 64, options).await;
-    let socket = TcpStream::connect(server.addr).await.unwrap();
-    let (mut reader, mut writer) = socket.into_split();
+    let (_server, mut reader, mut writer) = connected_with_short_limits().await;
     writer
         .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"")
         .await
