@@ -86,7 +86,8 @@ pub async fn serve(
                     http.timer(TokioTimer::new())
                         .header_read_timeout(limits.header_timeout)
                         .keep_alive(true);
-                    let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+                    let connection =
+                        graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                     tokio::spawn(async move {
                         let _ = connection.await;
                         drop(permit);
