@@ -25,7 +25,9 @@ use crate::draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 use crate::event::{Event, FinishReason};
 use crate::ngram::ngram_draft;
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
-use crate::sampling::{logprob, top_logprobs, verify, verify_greedy, Rng};
+use crate::sampling::{
+    adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens,
+};
 use crate::stream::{State, Stream};
 use crate::target::{DraftAsk, Target, Window, WindowRows};
 use crate::thinking::Thinking;
@@ -492,6 +494,8 @@ impl<T: Target> Engine<T> {
             "{id} took {session} on the first-free path without room for its reply end {reply_end}"
         );
         let seed = request.sampling.seed.unwrap_or_else(|| default_seed(id));
+        let seen = (!request.adjustments.is_none())
+            .then(|| SeenTokens::of(&request.prompt, request.prompt.len()));
         self.live.push(Stream {
             id,
             session,
@@ -513,6 +517,8 @@ impl<T: Target> Engine<T> {
             logprobs: request.logprobs || request.top_logprobs > 0,
             top_logprobs: request.top_logprobs,
             reply_end,
+            adjustments: request.adjustments,
+            seen,
         });
         self.counters.streams_admitted += 1;
         if self.config.policy != Policy::FirstFree {
@@ -642,12 +648,12 @@ impl<T: Target> Engine<T> {
             })
             .collect();
         // Streams that need no more than the greedy token of each row (no sampling, no
-        // log-probabilities) let the target choose it beside the model.
+        // log-probabilities, no penalties or biases) let the target choose it beside the model.
         let greedy: Vec<bool> = plans
             .iter()
             .map(|p| {
                 let stream = &self.live[p.idx];
-                stream.sampling.is_greedy() && !stream.logprobs
+                stream.sampling.is_greedy() && !stream.logprobs && stream.seen.is_none()
             })
             .collect();
         self.counters.forward_calls += 1;
@@ -820,9 +826,29 @@ impl<T: Target> Engine<T> {
             Some(thinking) => thinking.forced_along(drafts),
             None => vec![None; drafts.len() + 1],
         };
+        // Penalties and biases: row i as the stream would see it once drafts[..i] are accepted.
+        let adjusted: Option<Vec<Vec<f32>>> = stream.seen.as_ref().map(|seen| {
+            let mut seen = seen.clone();
+            logits_rows
+                .iter()
+                .enumerate()
+                .map(|(i, row)| {
+                    let mut row = row.to_vec();
+                    adjust_logits(&mut row, &stream.adjustments, &seen);
+                    if let Some(&draft) = drafts.get(i) {
+                        seen.add(draft);
+                    }
+                    row
+                })
+                .collect()
+        });
+        let verified_rows: Vec<&[f32]> = match &adjusted {
+            Some(rows) => rows.iter().map(Vec::as_slice).collect(),
+            None => logits_rows.clone(),
+        };
         let verdict = match rows {
             WindowRows::Logits(_) => verify(
-                &logits_rows,
+                &verified_rows,
                 drafts,
                 &forced,
                 &stream.sampling,
@@ -868,6 +894,9 @@ impl<T: Target> Engine<T> {
             stream.tokens.push(token);
             if let Some(thinking) = &mut stream.thinking {
                 thinking.observe(token);
+            }
+            if let Some(seen) = &mut stream.seen {
+                seen.add(token);
             }
             self.counters.tokens_generated += 1;
             // Only a window that asked for logits wants log-probabilities.

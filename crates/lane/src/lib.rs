@@ -33,7 +33,10 @@ pub use draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
 pub use event::{Event, FinishReason};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
-pub use request::{DraftMode, Refusal, Request, SamplingParams, MAX_TOP_LOGPROBS};
+pub use request::{
+    DraftMode, LogitAdjustments, Refusal, Request, SamplingParams, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS,
+    MAX_TOP_LOGPROBS, PENALTY_MAX,
+};
 pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{
     check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,

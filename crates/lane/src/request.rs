@@ -56,6 +56,53 @@ impl Default for SamplingParams {
     }
 }
 
+/// Most tokens a request's `logit_bias` may name (OpenAI's own limit is of this order; each is
+/// applied to every row of the stream).
+pub const MAX_LOGIT_BIAS: usize = 1024;
+/// Largest |bias| `logit_bias` takes (OpenAI's range: ±100 bans or forces a token).
+pub const LOGIT_BIAS_MAX: f32 = 100.0;
+/// Largest |presence_penalty| and |frequency_penalty| (OpenAI's range).
+pub const PENALTY_MAX: f32 = 2.0;
+
+/// Changes to a stream's logits before its tokens are drawn or its drafts verified: the
+/// sampling fields OpenAI's and vLLM's clients send. Applied on the host to the stream's own rows
+/// in this order: `logit_bias`, then the repetition penalty, then the presence and frequency
+/// penalties. They never touch another stream's rows, and the log-probabilities reported are
+/// the model's own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogitAdjustments {
+    /// Subtracted from the logit of each token the reply holds already (−2 … 2; 0 is off).
+    pub presence_penalty: f32,
+    /// Subtracted once per time the reply holds the token (−2 … 2; 0 is off).
+    pub frequency_penalty: f32,
+    /// For each token of the prompt or the reply: a positive logit divided by it, a negative one
+    /// multiplied (transformers' and vLLM's rule; > 0, 1 is off).
+    pub repetition_penalty: f32,
+    /// Added to the named tokens' logits (−100 … 100).
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Default for LogitAdjustments {
+    fn default() -> LogitAdjustments {
+        LogitAdjustments {
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+impl LogitAdjustments {
+    /// Whether the logits are used as the model gave them.
+    pub fn is_none(&self) -> bool {
+        self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+            && self.repetition_penalty == 1.0
+            && self.logit_bias.is_empty()
+    }
+}
+
 /// One request: a prompt to continue.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
@@ -73,6 +120,8 @@ pub struct Request {
     pub top_logprobs: u8,
     /// Force `</think>` after this many thinking tokens ([`ThinkingBudget`]).
     pub thinking: Option<ThinkingBudget>,
+    /// Penalties and biases applied to the stream's logits ([`LogitAdjustments`]).
+    pub adjustments: LogitAdjustments,
 }
 
 impl Request {
@@ -87,6 +136,7 @@ impl Request {
             logprobs: false,
             top_logprobs: 0,
             thinking: None,
+            adjustments: LogitAdjustments::default(),
         }
     }
 }
@@ -157,6 +207,49 @@ pub(crate) fn validate<T: Target>(
             "top_logprobs",
             format!("at most {MAX_TOP_LOGPROBS}, got {}", request.top_logprobs),
         ));
+    }
+    let a = &request.adjustments;
+    for (param, value) in [
+        ("presence_penalty", a.presence_penalty),
+        ("frequency_penalty", a.frequency_penalty),
+    ] {
+        if !(value.is_finite() && value.abs() <= PENALTY_MAX) {
+            return Err(invalid(
+                param,
+                format!("must be between -{PENALTY_MAX} and {PENALTY_MAX}, got {value}"),
+            ));
+        }
+    }
+    if !(a.repetition_penalty.is_finite() && a.repetition_penalty > 0.0) {
+        return Err(invalid(
+            "repetition_penalty",
+            format!("must be a finite number > 0, got {}", a.repetition_penalty),
+        ));
+    }
+    if a.logit_bias.len() > MAX_LOGIT_BIAS {
+        return Err(invalid(
+            "logit_bias",
+            format!(
+                "at most {MAX_LOGIT_BIAS} tokens, got {}",
+                a.logit_bias.len()
+            ),
+        ));
+    }
+    for &(token, bias) in &a.logit_bias {
+        if token as u64 >= vocab {
+            return Err(invalid(
+                "logit_bias",
+                format!("token id {token} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        if !(bias.is_finite() && bias.abs() <= LOGIT_BIAS_MAX) {
+            return Err(invalid(
+                "logit_bias",
+                format!(
+                    "biases must be between -{LOGIT_BIAS_MAX} and {LOGIT_BIAS_MAX}, got {bias}"
+                ),
+            ));
+        }
     }
     if let Some(budget) = &request.thinking {
         if [budget.open_token, budget.close_token]

@@ -16,7 +16,7 @@
 //! draft `d` with probability `p(d)`, else draw from `p` with `d` removed and renormalised. The
 //! output distribution is then exactly that of plain sampling.
 
-use crate::request::SamplingParams;
+use crate::request::{LogitAdjustments, SamplingParams};
 use std::cmp::Ordering;
 
 /// A stream's random number generator: SplitMix64 (Steele, Lea and Flood, 2014).
@@ -284,6 +284,71 @@ pub struct Verdict {
     pub accepted: usize,
     /// The token drawn after the accepted drafts: a correction, or a bonus when all were accepted.
     pub next: u32,
+}
+
+/// What a stream's logits are adjusted by at one position: the tokens of its prompt (for the
+/// repetition penalty) and how often each token occurs in its reply so far (drafts before the
+/// position included, as if accepted).
+#[derive(Clone, Debug, Default)]
+pub struct SeenTokens {
+    pub prompt: std::collections::HashSet<u32>,
+    pub reply: std::collections::HashMap<u32, u32>,
+}
+
+impl SeenTokens {
+    /// The prompt's tokens and the reply's counts of a stream whose tokens are `tokens`, the
+    /// first `prompt_len` of them its prompt.
+    pub fn of(tokens: &[u32], prompt_len: usize) -> SeenTokens {
+        let mut seen = SeenTokens {
+            prompt: tokens[..prompt_len].iter().copied().collect(),
+            ..SeenTokens::default()
+        };
+        for &t in &tokens[prompt_len..] {
+            seen.add(t);
+        }
+        seen
+    }
+
+    /// One more reply token.
+    pub fn add(&mut self, token: u32) {
+        *self.reply.entry(token).or_insert(0) += 1;
+    }
+}
+
+/// `row` (one position's logits) after `adjustments`, given what the stream has `seen`: the
+/// bias, then the repetition penalty over the prompt's and the reply's tokens, then the
+/// presence and frequency penalties over the reply's (see [`LogitAdjustments`]). Tokens are
+/// visited in ascending id order, so the result is a function of the row and the stream alone.
+pub fn adjust_logits(row: &mut [f32], adjustments: &LogitAdjustments, seen: &SeenTokens) {
+    for &(token, bias) in &adjustments.logit_bias {
+        if let Some(l) = row.get_mut(token as usize) {
+            *l += bias;
+        }
+    }
+    let rp = adjustments.repetition_penalty;
+    if rp != 1.0 {
+        let mut tokens: Vec<u32> = seen
+            .prompt
+            .iter()
+            .chain(seen.reply.keys())
+            .copied()
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        for token in tokens {
+            if let Some(l) = row.get_mut(token as usize) {
+                *l = if *l > 0.0 { *l / rp } else { *l * rp };
+            }
+        }
+    }
+    let (presence, frequency) = (adjustments.presence_penalty, adjustments.frequency_penalty);
+    if presence != 0.0 || frequency != 0.0 {
+        for (&token, &count) in &seen.reply {
+            if let Some(l) = row.get_mut(token as usize) {
+                *l -= presence + frequency * count as f32;
+            }
+        }
+    }
 }
 
 /// Verifies `drafts` against `rows`: `rows[i]` is the target's distribution for the position of

@@ -6,8 +6,8 @@
 //! and it heads the next window. There is no separate prefill or decode phase beyond that.
 
 use crate::draft_len::DraftStats;
-use crate::request::{DraftMode, SamplingParams};
-use crate::sampling::Rng;
+use crate::request::{DraftMode, LogitAdjustments, SamplingParams};
+use crate::sampling::{Rng, SeenTokens};
 use crate::thinking::Thinking;
 use slots::{RoundStream, SessionId, StreamId};
 
@@ -46,6 +46,10 @@ pub(crate) struct Stream {
     pub reply_end: u64,
     /// The thinking budget's tracker, over the prompt and every token emitted.
     pub thinking: Option<Thinking>,
+    /// Penalties and biases on the stream's logits, and (when there are any) the tokens they
+    /// look at.
+    pub adjustments: LogitAdjustments,
+    pub seen: Option<SeenTokens>,
 }
 
 impl Stream {

@@ -148,6 +148,7 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
         logprobs: req.logprobs.is_some(),
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
         thinking,
+        adjustments: req.adjustments.clone(),
     };
     let (outcome, events) = match app.engine.submit(lane_request).await {
         Ok(submitted) => submitted,

@@ -5,6 +5,7 @@
 //! fields that would change the answer and that we do not implement are refused, never ignored.
 
 use crate::error::ApiError;
+use lane::{LogitAdjustments, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS, PENALTY_MAX};
 use serde_json::{Map, Value};
 
 /// Most stop strings per request: each is matched against the text after every round.
@@ -60,6 +61,8 @@ pub struct GenerateRequest {
     pub logprobs: Option<u32>,
     /// Thinking tokens after which `</think>` is forced (chat templates with `<think>`).
     pub thinking_budget: Option<u64>,
+    /// `presence_penalty`, `frequency_penalty`, `repetition_penalty`, `logit_bias`.
+    pub adjustments: LogitAdjustments,
 }
 
 /// Parses a `/v1/completions` body.
@@ -157,28 +160,7 @@ fn common(
             ));
         }
     }
-    for penalty in [
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-    ] {
-        if let Some(value) = optional_f64(fields, penalty)? {
-            if value != 0.0 && !(penalty == "repetition_penalty" && value == 1.0) {
-                return Err(ApiError::invalid(
-                    penalty,
-                    format!("`{penalty}` is not supported"),
-                ));
-            }
-        }
-    }
-    if let Some(bias) = fields.get("logit_bias").filter(|v| !v.is_null()) {
-        if bias.as_object().is_none_or(|b| !b.is_empty()) {
-            return Err(ApiError::invalid(
-                "logit_bias",
-                "`logit_bias` is not supported",
-            ));
-        }
-    }
+    let adjustments = adjustments(fields)?;
     let model = match fields.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(name.clone()),
@@ -210,6 +192,7 @@ fn common(
         stream,
         include_usage,
         logprobs,
+        adjustments,
         thinking_budget: match fields.get("thinking_budget") {
             None | Some(Value::Null) => None,
             Some(value) => Some(non_negative_u64(value, "thinking_budget")?),
@@ -383,6 +366,75 @@ fn message(idx: usize, item: &Value) -> Result<ChatMessage, ApiError> {
         }
     };
     Ok(ChatMessage { role, content })
+}
+
+/// The penalties and biases, with OpenAI's ranges (the engine checks the token ids against the
+/// vocabulary).
+fn adjustments(fields: &Map<String, Value>) -> Result<LogitAdjustments, ApiError> {
+    let mut a = LogitAdjustments::default();
+    for (name, slot) in [
+        ("presence_penalty", &mut a.presence_penalty),
+        ("frequency_penalty", &mut a.frequency_penalty),
+    ] {
+        if let Some(value) = optional_f64(fields, name)? {
+            if value.abs() > PENALTY_MAX as f64 {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be between -{PENALTY_MAX} and {PENALTY_MAX}"),
+                ));
+            }
+            *slot = value as f32;
+        }
+    }
+    if let Some(value) = optional_f64(fields, "repetition_penalty")? {
+        if !(value > 0.0 && value.is_finite()) {
+            return Err(ApiError::invalid(
+                "repetition_penalty",
+                "`repetition_penalty` must be a number > 0 (1 is off)",
+            ));
+        }
+        a.repetition_penalty = value as f32;
+    }
+    match fields.get("logit_bias") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            if map.len() > MAX_LOGIT_BIAS {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("at most {MAX_LOGIT_BIAS} tokens"),
+                ));
+            }
+            for (token, bias) in map {
+                let id: u32 = token.parse().map_err(|_| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("keys are token ids; {token:?} is not one"),
+                    )
+                })?;
+                let bias = bias
+                    .as_f64()
+                    .filter(|b| b.abs() <= LOGIT_BIAS_MAX as f64)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "logit_bias",
+                            format!(
+                                "biases are numbers between -{LOGIT_BIAS_MAX} and {LOGIT_BIAS_MAX}"
+                            ),
+                        )
+                    })?;
+                a.logit_bias.push((id, bias as f32));
+            }
+            // A fixed order, whatever the JSON's.
+            a.logit_bias.sort_by_key(|&(id, _)| id);
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                "`logit_bias` must be an object of token ids to biases",
+            ))
+        }
+    }
+    Ok(a)
 }
 
 fn refuse_unsupported(fields: &Map<String, Value>, names: &[&str]) -> Result<(), ApiError> {
@@ -587,19 +639,52 @@ mod tests {
     }
 
     #[test]
-    fn token_prompts_and_unsupported_penalties() {
+    fn penalties_and_biases_are_read_within_openais_ranges() {
+        let req = parse_completion(
+            br#"{"prompt":"a","presence_penalty":0.5,"frequency_penalty":-1,"repetition_penalty":1.2,"logit_bias":{"17":-100,"3":2.5}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            req.adjustments,
+            LogitAdjustments {
+                presence_penalty: 0.5,
+                frequency_penalty: -1.0,
+                repetition_penalty: 1.2,
+                logit_bias: vec![(3, 2.5), (17, -100.0)],
+            }
+        );
+        assert!(parse_completion(br#"{"prompt":"a"}"#)
+            .unwrap()
+            .adjustments
+            .is_none());
+        for (body, param) in [
+            (
+                &br#"{"prompt":"a","presence_penalty":2.5}"#[..],
+                "presence_penalty",
+            ),
+            (
+                br#"{"prompt":"a","frequency_penalty":"x"}"#,
+                "frequency_penalty",
+            ),
+            (
+                br#"{"prompt":"a","repetition_penalty":0}"#,
+                "repetition_penalty",
+            ),
+            (br#"{"prompt":"a","logit_bias":{"x":1}}"#, "logit_bias"),
+            (br#"{"prompt":"a","logit_bias":{"1":101}}"#, "logit_bias"),
+            (br#"{"prompt":"a","logit_bias":[1]}"#, "logit_bias"),
+        ] {
+            assert_eq!(param_of(parse_completion(body)).as_deref(), Some(param));
+        }
+    }
+
+    #[test]
+    fn token_prompts_and_unsupported_fields() {
         let req = parse_completion(br#"{"prompt":[3,17,42]}"#).unwrap();
         assert_eq!(req.input, Input::Prompt(Prompt::Tokens(vec![3, 17, 42])));
         let req = parse_completion(br#"{"prompt":[[3,17]]}"#).unwrap();
         assert_eq!(req.input, Input::Prompt(Prompt::Tokens(vec![3, 17])));
         assert!(parse_completion(br#"{"prompt":"a","presence_penalty":0}"#).is_ok());
-        assert_eq!(
-            param_of(parse_completion(
-                br#"{"prompt":"a","presence_penalty":0.5}"#
-            ))
-            .as_deref(),
-            Some("presence_penalty")
-        );
         assert_eq!(
             param_of(parse_completion(br#"{"prompt":"a","echo":true}"#)).as_deref(),
             Some("echo")

@@ -254,6 +254,40 @@ async fn a_greedy_completion_returns_the_models_reply_and_usage() {
 }
 
 #[tokio::test]
+async fn a_logit_bias_reaches_the_sampler() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let ask = |extra: Value| {
+        let mut body = json!({"prompt": "hello", "max_tokens": 20, "temperature": 0});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        post(server.addr, "/v1/completions", body)
+    };
+    let plain = ask(json!({})).await.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Bytes are tokens here: ban the reply's first character.
+    let first = plain.as_bytes()[0];
+    let banned = ask(json!({"logit_bias": {first.to_string(): -100}})).await;
+    assert_eq!(banned.status, 200, "{}", banned.body);
+    let text = banned.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!text.as_bytes().contains(&first), "{text:?} holds {first}");
+    // Penalties are accepted and change nothing for a reply that repeats nothing yet: the first
+    // character stays.
+    let penalised = ask(json!({"presence_penalty": 1.0, "frequency_penalty": 0.5})).await;
+    assert_eq!(penalised.status, 200, "{}", penalised.body);
+    let text = penalised.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(text.as_bytes()[0], first);
+}
+
+#[tokio::test]
 async fn eight_concurrent_greedy_requests_equal_their_solo_replies() {
     let server = start(&[1056; 8], EQUAL, 64, None).await;
     let prompts: Vec<String> = (0..8).map(|i| format!("prompt number {i}")).collect();
