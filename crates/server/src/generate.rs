@@ -2,7 +2,7 @@
 
 use crate::engine_thread::{SendError, StreamEvent};
 use crate::error::ApiError;
-use crate::reply::{Delta, Ending, LogprobEntry, Reply};
+use crate::reply::{Delta, Ending, LogprobEntry, Reply, ThinkTags};
 use crate::request::{self, GenerateRequest, Input, Prompt};
 use crate::routes::{AppState, MAX_BODY_BYTES};
 use axum::body::{Body, Bytes};
@@ -131,6 +131,11 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
                 .into_response()
         }
     };
+    // A chat reply's thinking goes to `reasoning_content` (models with <think> tags).
+    let think_tags = app
+        .text
+        .thinking_tags()
+        .map(|(open, close)| ThinkTags::after(open, close, &prompt));
     let mut stop_tokens = app.text.stop_token_ids();
     stop_tokens.extend(&req.stop_token_ids);
     let lane_request = lane::Request {
@@ -161,7 +166,10 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
         Ok(id) => id,
         Err(refusal) => return refusal_error(refusal).into_response(),
     };
-    let reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
+    let mut reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
+    if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
+        reply = reply.split_thinking(tags);
+    }
     let meta = Meta::new(&app, shape, stream_id);
     if req.stream {
         stream_reply(app, meta, reply, events, req.include_usage)
@@ -301,17 +309,16 @@ async fn whole_reply(
     mut events: mpsc::Receiver<StreamEvent>,
 ) -> Response {
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut entries: Vec<LogprobEntry> = Vec::new();
     let want_logprobs = reply.wants_logprobs();
     let ending = loop {
         match events.recv().await {
             Some(StreamEvent::Tokens(tokens)) => {
-                let Delta {
-                    text: piece,
-                    logprobs,
-                } = reply.on_tokens(app.text.as_ref(), &tokens);
-                text.push_str(&piece);
-                entries.extend(logprobs);
+                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
+                text.push_str(&delta.text);
+                reasoning.push_str(&delta.reasoning);
+                entries.extend(delta.logprobs);
                 if reply.stopped() {
                     app.engine.cancel(meta.stream);
                     break Ending::Stop;
@@ -319,7 +326,8 @@ async fn whole_reply(
             }
             Some(StreamEvent::Finished { reason, .. }) => {
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                text.push_str(&tail);
+                text.push_str(&tail.text);
+                reasoning.push_str(&tail.reasoning);
                 break ending;
             }
             None => break Ending::Failed("the engine stopped".into()),
@@ -335,12 +343,18 @@ async fn whole_reply(
             "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
             "finish_reason": ending.finish_reason(),
         }),
-        Shape::Chat => json!({
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
-            "finish_reason": ending.finish_reason(),
-        }),
+        Shape::Chat => {
+            let mut message = json!({"role": "assistant", "content": text});
+            if !reasoning.is_empty() {
+                message["reasoning_content"] = json!(reasoning);
+            }
+            json!({
+                "index": 0,
+                "message": message,
+                "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
+                "finish_reason": ending.finish_reason(),
+            })
+        }
     };
     let mut body = meta.envelope(false, json!([choice]));
     body["usage"] = usage(&reply);
@@ -389,6 +403,9 @@ fn chunk(
             if !delta.text.is_empty() || (first && finish.is_none()) {
                 message["content"] = json!(delta.text);
             }
+            if !delta.reasoning.is_empty() {
+                message["reasoning_content"] = json!(delta.reasoning);
+            }
             json!({"index": 0, "delta": message, "logprobs": logprobs, "finish_reason": finish})
         }
     };
@@ -416,7 +433,10 @@ async fn write_sse(
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 let opens_chat = first && meta.shape == Shape::Chat;
-                if !delta.text.is_empty() || !delta.logprobs.is_empty() || opens_chat {
+                let says_something = !delta.text.is_empty()
+                    || !delta.reasoning.is_empty()
+                    || !delta.logprobs.is_empty();
+                if says_something || opens_chat {
                     let value = chunk(&meta, &delta, want_logprobs, None, first);
                     first = false;
                     if frames.send(frame(&value)).await.is_err() {
@@ -430,13 +450,9 @@ async fn write_sse(
             }
             Some(StreamEvent::Finished { reason, .. }) => {
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                if !tail.is_empty() {
-                    let delta = Delta {
-                        text: tail,
-                        logprobs: Vec::new(),
-                    };
+                if !tail.text.is_empty() || !tail.reasoning.is_empty() {
                     let _ = frames
-                        .send(frame(&chunk(&meta, &delta, want_logprobs, None, first)))
+                        .send(frame(&chunk(&meta, &tail, want_logprobs, None, first)))
                         .await;
                     first = false;
                 }

@@ -18,7 +18,40 @@ pub struct LogprobEntry {
 #[derive(Debug, Default)]
 pub struct Delta {
     pub text: String,
+    /// The model's thinking (between `<think>` and `</think>`), for chat replies that split it
+    /// out ([`ThinkTags`]).
+    pub reasoning: String,
     pub logprobs: Vec<LogprobEntry>,
+}
+
+/// The thinking tags of a model whose chat replies put their thinking in `reasoning_content`,
+/// and whether the prompt left the reply inside a thought (the template opened `<think>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThinkTags {
+    pub open: u32,
+    pub close: u32,
+    pub starts_inside: bool,
+}
+
+impl ThinkTags {
+    /// The tags, and whether `prompt`'s last tag opens a thought.
+    pub fn after(open: u32, close: u32, prompt: &[u32]) -> ThinkTags {
+        let last = prompt.iter().rev().find(|&&t| t == open || t == close);
+        ThinkTags {
+            open,
+            close,
+            starts_inside: last == Some(&open),
+        }
+    }
+}
+
+/// Where a split reply's tokens go.
+struct Split {
+    tags: ThinkTags,
+    thinking: bool,
+    reasoning: IncrementalDecoder,
+    /// Just after `</think>`: the newlines the model writes before its answer are dropped.
+    trim_newlines: bool,
 }
 
 /// How the reply ended, for `finish_reason` (or an error for the client).
@@ -43,6 +76,8 @@ impl Ending {
 
 pub struct Reply {
     decoder: IncrementalDecoder,
+    /// Set for a chat reply of a model with thinking tags.
+    split: Option<Split>,
     matcher: StopMatcher,
     want_logprobs: bool,
     /// A stop string matched: everything after it is dropped.
@@ -55,12 +90,25 @@ impl Reply {
     pub fn new(stops: Vec<String>, want_logprobs: bool, prompt_tokens: u64) -> Reply {
         Reply {
             decoder: IncrementalDecoder::default(),
+            split: None,
             matcher: StopMatcher::new(stops),
             want_logprobs,
             stopped: false,
             completion_tokens: 0,
             prompt_tokens,
         }
+    }
+
+    /// Sends the thinking between `tags` to [`Delta::reasoning`] instead of the text; the tags
+    /// themselves go to neither.
+    pub fn split_thinking(mut self, tags: ThinkTags) -> Reply {
+        self.split = Some(Split {
+            tags,
+            thinking: tags.starts_inside,
+            reasoning: IncrementalDecoder::default(),
+            trim_newlines: false,
+        });
+        self
     }
 
     pub fn wants_logprobs(&self) -> bool {
@@ -79,42 +127,85 @@ impl Reply {
                 break;
             }
             self.completion_tokens += 1;
-            let piece = self.decoder.push(&ModelDetokenizer(text_model), out.token);
+            if let Some(split) = &mut self.split {
+                let detok = ModelDetokenizer(text_model);
+                if split.thinking {
+                    if out.token == split.tags.close {
+                        split.thinking = false;
+                        split.trim_newlines = true;
+                        delta.reasoning.push_str(&split.reasoning.finish(&detok));
+                    } else {
+                        delta
+                            .reasoning
+                            .push_str(&split.reasoning.push(&detok, out.token));
+                    }
+                    self.push_logprobs(text_model, out, &mut delta);
+                    continue;
+                }
+                if out.token == split.tags.open {
+                    split.thinking = true;
+                    split.reasoning = IncrementalDecoder::default();
+                    self.push_logprobs(text_model, out, &mut delta);
+                    continue;
+                }
+            }
+            let mut piece = self.decoder.push(&ModelDetokenizer(text_model), out.token);
+            if let Some(split) = self.split.as_mut().filter(|s| s.trim_newlines) {
+                piece = piece.trim_start_matches('\n').to_string();
+                split.trim_newlines = piece.is_empty();
+            }
             let matched = self.matcher.push(&piece);
             delta.text.push_str(&matched.emit);
-            if self.want_logprobs {
-                delta.logprobs.push(LogprobEntry {
-                    token: text_model.token_text(out.token),
-                    logprob: out
-                        .logprob
-                        .expect("a reply that wants logprobs asked the engine for them"),
-                    top: out
-                        .top_logprobs
-                        .iter()
-                        .map(|(id, lp)| (text_model.token_text(*id), *lp))
-                        .collect(),
-                });
-            }
             self.stopped = matched.stopped;
+            self.push_logprobs(text_model, out, &mut delta);
         }
         delta
     }
 
-    /// The reply's end: the text still held back (unless a stop string cut it) and the ending.
+    /// The token's logprob entry, when the reply wants them (thinking tokens included).
+    fn push_logprobs(&self, text_model: &dyn TextModel, out: &TokenOut, delta: &mut Delta) {
+        if self.want_logprobs {
+            delta.logprobs.push(LogprobEntry {
+                token: text_model.token_text(out.token),
+                logprob: out
+                    .logprob
+                    .expect("a reply that wants logprobs asked the engine for them"),
+                top: out
+                    .top_logprobs
+                    .iter()
+                    .map(|(id, lp)| (text_model.token_text(*id), *lp))
+                    .collect(),
+            });
+        }
+    }
+
+    /// The reply's end: the text still held back (unless a stop string cut it), the thinking
+    /// still held back (a reply that ended inside a thought), and the ending.
     pub fn on_finish(
         &mut self,
         text_model: &dyn TextModel,
         reason: &FinishReason,
-    ) -> (String, Ending) {
+    ) -> (Delta, Ending) {
         if self.stopped {
-            return (String::new(), Ending::Stop);
+            return (Delta::default(), Ending::Stop);
         }
+        let reasoning = match &mut self.split {
+            Some(split) if split.thinking => split.reasoning.finish(&ModelDetokenizer(text_model)),
+            _ => String::new(),
+        };
         let tail = self.decoder.finish(&ModelDetokenizer(text_model));
         let matched = self.matcher.push(&tail);
         let mut text = matched.emit;
         if matched.stopped {
             self.stopped = true;
-            return (text, Ending::Stop);
+            return (
+                Delta {
+                    text,
+                    reasoning,
+                    logprobs: Vec::new(),
+                },
+                Ending::Stop,
+            );
         }
         text.push_str(&self.matcher.finish());
         let ending = match reason {
@@ -127,6 +218,139 @@ impl Reply {
             },
             FinishReason::Cancelled => Ending::Cancelled,
         };
-        (text, ending)
+        let tail = Delta {
+            text,
+            reasoning,
+            logprobs: Vec::new(),
+        };
+        (tail, ending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::ChatMessage;
+
+    /// Ids below 256 are bytes; 300 and 301 are the thinking tags (decoded as nothing, as
+    /// special tokens are).
+    struct Tagged;
+
+    const OPEN: u32 = 300;
+    const CLOSE: u32 = 301;
+
+    impl TextModel for Tagged {
+        fn model_id(&self) -> &str {
+            "tagged"
+        }
+        fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+            Ok(text.bytes().map(u32::from).collect())
+        }
+        fn decode(&self, ids: &[u32]) -> String {
+            let bytes: Vec<u8> = ids.iter().filter(|&&i| i < 256).map(|&i| i as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        fn token_text(&self, id: u32) -> String {
+            self.decode(&[id])
+        }
+        fn chat_prompt_ids(&self, _: &[ChatMessage]) -> Result<Vec<u32>, String> {
+            Ok(Vec::new())
+        }
+        fn stop_token_ids(&self) -> Vec<u32> {
+            Vec::new()
+        }
+        fn thinking_tags(&self) -> Option<(u32, u32)> {
+            Some((OPEN, CLOSE))
+        }
+    }
+
+    fn tokens(text: &str) -> Vec<TokenOut> {
+        text.bytes()
+            .map(|b| match b {
+                b'{' => OPEN,
+                b'}' => CLOSE,
+                b => u32::from(b),
+            })
+            .map(|token| TokenOut {
+                token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// The reply's text and thinking when its tokens come `batch` at a time (`{` and `}` stand
+    /// for the tags).
+    fn run(reply: Reply, text: &str, batch: usize) -> (String, String) {
+        let mut reply = reply;
+        let (mut content, mut reasoning) = (String::new(), String::new());
+        for chunk in tokens(text).chunks(batch) {
+            let delta = reply.on_tokens(&Tagged, chunk);
+            content.push_str(&delta.text);
+            reasoning.push_str(&delta.reasoning);
+        }
+        let (tail, _) = reply.on_finish(&Tagged, &FinishReason::Length);
+        content.push_str(&tail.text);
+        reasoning.push_str(&tail.reasoning);
+        (content, reasoning)
+    }
+
+    fn split(starts_inside: bool) -> Reply {
+        Reply::new(Vec::new(), false, 0).split_thinking(ThinkTags {
+            open: OPEN,
+            close: CLOSE,
+            starts_inside,
+        })
+    }
+
+    #[test]
+    fn thinking_goes_to_reasoning_and_the_answer_to_the_text_in_any_batches() {
+        for batch in [1, 2, 3, 100] {
+            assert_eq!(
+                run(split(false), "{let me see}\n\nIt is 4.", batch),
+                ("It is 4.".to_string(), "let me see".to_string()),
+                "batches of {batch}"
+            );
+            // The template opened the thought: the reply starts inside it.
+            assert_eq!(
+                run(split(true), "hmm}\n\nYes", batch),
+                ("Yes".to_string(), "hmm".to_string())
+            );
+            // A reply that ends while thinking keeps what it thought.
+            assert_eq!(
+                run(split(false), "{still thin", batch),
+                (String::new(), "still thin".to_string())
+            );
+            // Newlines inside the answer stay; only those right after </think> go.
+            assert_eq!(
+                run(split(false), "{a}\nb\n\nc", batch),
+                ("b\n\nc".to_string(), "a".to_string())
+            );
+        }
+        // Without a split, the tags are the model's text (decoded as nothing here).
+        assert_eq!(
+            run(Reply::new(Vec::new(), false, 0), "{a}b", 1),
+            ("ab".to_string(), String::new())
+        );
+    }
+
+    #[test]
+    fn the_prompts_last_tag_says_whether_the_reply_starts_inside_a_thought() {
+        assert!(ThinkTags::after(OPEN, CLOSE, &[1, OPEN, 2]).starts_inside);
+        assert!(!ThinkTags::after(OPEN, CLOSE, &[1, OPEN, 2, CLOSE, 3]).starts_inside);
+        assert!(!ThinkTags::after(OPEN, CLOSE, &[1, 2]).starts_inside);
+    }
+
+    #[test]
+    fn stop_strings_apply_to_the_answer_not_the_thinking() {
+        let reply = Reply::new(vec!["STOP".into()], false, 0).split_thinking(ThinkTags {
+            open: OPEN,
+            close: CLOSE,
+            starts_inside: false,
+        });
+        assert_eq!(
+            run(reply, "{no STOP here}ok STOP more", 1),
+            ("ok ".to_string(), "no STOP here".to_string())
+        );
     }
 }

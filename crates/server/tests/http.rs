@@ -44,6 +44,33 @@ impl TextModel for ByteText {
     }
 }
 
+/// `ByteText` with thinking tags: `{` opens a thought, `}` closes it.
+struct ThinkingText;
+
+impl TextModel for ThinkingText {
+    fn model_id(&self) -> &str {
+        ByteText.model_id()
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        ByteText.encode(text)
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        ByteText.decode(ids)
+    }
+    fn token_text(&self, id: u32) -> String {
+        ByteText.token_text(id)
+    }
+    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+        ByteText.chat_prompt_ids(messages)
+    }
+    fn stop_token_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    fn thinking_tags(&self) -> Option<(u32, u32)> {
+        Some((u32::from(b'{'), u32::from(b'}')))
+    }
+}
+
 const VOCAB: usize = 128; // ASCII: the fake's replies decode to plain text
 
 /// Prompts that begin so take `ByteText` this long to tokenise.
@@ -89,6 +116,7 @@ struct Options {
     protect_ops: bool,
     fake: FakeConfig,
     limits: ConnectionLimits,
+    text: Arc<dyn TextModel>,
 }
 
 impl Default for Options {
@@ -98,6 +126,7 @@ impl Default for Options {
             protect_ops: false,
             fake: fake_config(),
             limits: ConnectionLimits::default(),
+            text: Arc::new(ByteText),
         }
     }
 }
@@ -119,7 +148,7 @@ async fn start_with(
     .unwrap();
     let mut state = AppState::new(
         engine,
-        Arc::new(ByteText),
+        options.text.clone(),
         options.api_key.as_deref().map(Arc::from),
     );
     state.protect_ops = options.protect_ops;
@@ -285,6 +314,72 @@ async fn a_logit_bias_reaches_the_sampler() {
         .unwrap()
         .to_string();
     assert_eq!(text.as_bytes()[0], first);
+}
+
+#[tokio::test]
+async fn a_chat_replys_thinking_comes_as_reasoning_content() {
+    let options = Options {
+        text: Arc::new(ThinkingText),
+        ..Options::default()
+    };
+    let server = start_with(&[1056; 2], EQUAL, 64, options).await;
+    // The user's message ends by opening a thought, so the reply starts inside one.
+    let messages = json!([{"role": "user", "content": "think about it {"}]);
+    let prompt = ThinkingText
+        .chat_prompt_ids(&[ChatMessage {
+            role: "user".into(),
+            content: "think about it {".into(),
+        }])
+        .unwrap();
+    let tokens = server.oracle.greedy_reply(&prompt, 80, &[]);
+    // The rule: tokens inside a thought are reasoning, the tags are neither, and the newlines
+    // right after a closing tag are dropped.
+    let (mut want_reasoning, mut want_text, mut inside, mut trim) =
+        (Vec::new(), Vec::new(), true, false);
+    for &t in &tokens {
+        match (inside, t as u8) {
+            (true, b'}') => (inside, trim) = (false, true),
+            (true, b) => want_reasoning.push(b),
+            (false, b'{') => inside = true,
+            (false, b'\n') if trim => {}
+            (false, b) => {
+                trim = false;
+                want_text.push(b);
+            }
+        }
+    }
+    let (want_reasoning, want_text) = (
+        String::from_utf8(want_reasoning).unwrap(),
+        String::from_utf8(want_text).unwrap(),
+    );
+    assert!(!want_reasoning.is_empty());
+    let whole = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 80, "temperature": 0}),
+    )
+    .await
+    .json();
+    let message = &whole["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], want_reasoning);
+    assert_eq!(message["content"], want_text);
+    // Streamed: the deltas add up to the same.
+    let streamed = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 80, "temperature": 0, "stream": true}),
+    )
+    .await;
+    let (chunks, done) = sse_texts(&streamed.body);
+    assert!(done);
+    let part = |key: &str| -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][key].as_str())
+            .collect()
+    };
+    assert_eq!(part("reasoning_content"), want_reasoning);
+    assert_eq!(part("content"), want_text);
 }
 
 #[tokio::test]
