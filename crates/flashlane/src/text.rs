@@ -64,7 +64,11 @@ impl server::TextModel for ModelText {
         self.tokenizer.decode(&[id]).unwrap_or_default()
     }
 
-    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+    fn chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        template_args: &model::TemplateArgs,
+    ) -> Result<Vec<u32>, String> {
         let template = self
             .template
             .as_ref()
@@ -77,7 +81,7 @@ impl server::TextModel for ModelText {
             })
             .collect();
         template
-            .render_ids(&self.tokenizer, &messages, true)
+            .render_ids_with(&self.tokenizer, &messages, true, template_args)
             .map_err(|e| format!("chat template: {e:#}"))
     }
 
@@ -106,10 +110,13 @@ mod tests {
         let im_start = text.tokenizer.token_id("<|im_start|>").unwrap();
         let turns = |content: &str| {
             let ids = text
-                .chat_prompt_ids(&[ChatMessage {
-                    role: "user".into(),
-                    content: content.into(),
-                }])
+                .chat_prompt_ids(
+                    &[ChatMessage {
+                        role: "user".into(),
+                        content: content.into(),
+                    }],
+                    &model::TemplateArgs::new(),
+                )
                 .unwrap();
             ids.iter().filter(|&&i| i == im_start).count()
         };

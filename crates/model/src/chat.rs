@@ -7,6 +7,9 @@ use crate::{LoadError, Tokenizer};
 use serde::Serialize;
 use std::path::Path;
 
+/// Variables a request adds for the chat template (`chat_template_kwargs`).
+pub type TemplateArgs = serde_json::Map<String, serde_json::Value>;
+
 /// One chat message as templates see it.
 #[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct ChatMessage {
@@ -119,12 +122,25 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> anyhow::Result<String> {
+        self.render_with(messages, add_generation_prompt, &TemplateArgs::new())
+    }
+
+    /// [`ChatTemplate::render`] with more variables for the template (a request's
+    /// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`); they cannot replace `messages`,
+    /// `add_generation_prompt`, `bos_token` or `eos_token`.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &TemplateArgs,
+    ) -> anyhow::Result<String> {
         let template = self.env.get_template(TEMPLATE_NAME)?;
         let text = template.render(minijinja::context! {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
+            ..minijinja::Value::from(minijinja::value::Serde(extra))
         })?;
         Ok(text)
     }
@@ -140,6 +156,23 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> anyhow::Result<Vec<u32>> {
+        self.render_ids_with(
+            tokenizer,
+            messages,
+            add_generation_prompt,
+            &TemplateArgs::new(),
+        )
+    }
+
+    /// [`ChatTemplate::render_ids`] with more variables for the template (see
+    /// [`ChatTemplate::render_with`]).
+    pub fn render_ids_with(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &TemplateArgs,
+    ) -> anyhow::Result<Vec<u32>> {
         let mut specials = tokenizer.special_tokens();
         // Longest first, so that a special containing another is replaced whole.
         specials.sort_by_key(|t| std::cmp::Reverse(t.len()));
@@ -152,7 +185,7 @@ impl ChatTemplate {
                 content: marker.escape(&m.content, &specials, &mut written),
             })
             .collect();
-        let text = self.render(&escaped, add_generation_prompt)?;
+        let text = self.render_with(&escaped, add_generation_prompt, extra)?;
         if written.is_empty() {
             return tokenizer.encode(&text);
         }
@@ -420,5 +453,33 @@ mod tests {
         let im_end = tok.token_id("<|im_end|>").unwrap();
         // The template's own: one closing the user's turn.
         assert_eq!(ids.iter().filter(|&&i| i == im_end).count(), 1);
+    }
+
+    #[test]
+    fn template_arguments_reach_the_template_and_cannot_replace_its_own() {
+        let t = ChatTemplate::new(
+            "{{ messages[0].content }}{% if enable_thinking is defined and not enable_thinking %}\
+             <think></think>{% endif %}{{ add_generation_prompt }}",
+            None,
+            None,
+        )
+        .unwrap();
+        let args = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let m = [msg("user", "hi")];
+        assert_eq!(t.render(&m, true).unwrap(), "hiTrue");
+        assert_eq!(
+            t.render_with(
+                &m,
+                true,
+                &args(serde_json::json!({"enable_thinking": false}))
+            )
+            .unwrap(),
+            "hi<think></think>True"
+        );
+        let clobber = args(serde_json::json!({
+            "messages": [{"role": "user", "content": "not the request's"}],
+            "add_generation_prompt": false,
+        }));
+        assert_eq!(t.render_with(&m, true, &clobber).unwrap(), "hiTrue");
     }
 }

@@ -17,7 +17,7 @@ pub mod tokenizer;
 pub mod vocab;
 pub mod weights;
 
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;

@@ -187,7 +187,7 @@ fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiE
             .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))?,
         Input::Messages(messages) => app
             .text
-            .chat_prompt_ids(messages)
+            .chat_prompt_ids(messages, &req.template_args)
             .map_err(|e| ApiError::invalid("messages", e))?,
     };
     if tokens.is_empty() {

@@ -253,7 +253,11 @@ mod tests {
         fn token_text(&self, id: u32) -> String {
             self.decode(&[id])
         }
-        fn chat_prompt_ids(&self, _: &[ChatMessage]) -> Result<Vec<u32>, String> {
+        fn chat_prompt_ids(
+            &self,
+            _: &[ChatMessage],
+            _: &serde_json::Map<String, serde_json::Value>,
+        ) -> Result<Vec<u32>, String> {
             Ok(Vec::new())
         }
         fn stop_token_ids(&self) -> Vec<u32> {

@@ -63,6 +63,8 @@ pub struct GenerateRequest {
     pub thinking_budget: Option<u64>,
     /// `presence_penalty`, `frequency_penalty`, `repetition_penalty`, `logit_bias`.
     pub adjustments: LogitAdjustments,
+    /// Chat: `chat_template_kwargs`, more variables for the chat template (`enable_thinking`).
+    pub template_args: Map<String, Value>,
 }
 
 /// Parses a `/v1/completions` body.
@@ -132,7 +134,19 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         ));
     }
     let logprobs = wants_logprobs.then_some(top_logprobs);
-    common(&fields, Input::Messages(messages), logprobs)
+    let template_args = match fields.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(args)) => args.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs` must be an object (e.g. {\"enable_thinking\": false})",
+            ))
+        }
+    };
+    let mut req = common(&fields, Input::Messages(messages), logprobs)?;
+    req.template_args = template_args;
+    Ok(req)
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -193,6 +207,7 @@ fn common(
         include_usage,
         logprobs,
         adjustments,
+        template_args: Map::new(),
         thinking_budget: match fields.get("thinking_budget") {
             None | Some(Value::Null) => None,
             Some(value) => Some(non_negative_u64(value, "thinking_budget")?),
@@ -636,6 +651,22 @@ mod tests {
             Some("stop")
         );
         assert_eq!(with(vec![String::new()]).as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn chat_template_kwargs_are_an_object_passed_on() {
+        let req = parse_chat(
+            br#"{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false}}"#,
+        )
+        .unwrap();
+        assert_eq!(req.template_args["enable_thinking"], Value::Bool(false));
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]}"#
+            ))
+            .as_deref(),
+            Some("chat_template_kwargs")
+        );
     }
 
     #[test]

@@ -16,7 +16,12 @@ pub trait TextModel: Send + Sync + 'static {
     /// The chat template applied to `messages`, with the assistant's turn opened, as tokens:
     /// control tokens only where the template writes them (a special token's text inside a
     /// message is tokenised as characters, so no message can end its turn or open another).
-    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String>;
+    /// `template_args` are more variables for the template (a request's `chat_template_kwargs`).
+    fn chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        template_args: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Vec<u32>, String>;
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
     /// The ids of `<think>` and `</think>`, for models that think.

@@ -32,7 +32,11 @@ impl TextModel for ByteText {
     fn token_text(&self, id: u32) -> String {
         self.decode(&[id])
     }
-    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+    fn chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        _: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<u32>, String> {
         let text: String = messages
             .iter()
             .map(|m| format!("{}: {}\n", m.role, m.content))
@@ -60,8 +64,12 @@ impl TextModel for ThinkingText {
     fn token_text(&self, id: u32) -> String {
         ByteText.token_text(id)
     }
-    fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
-        ByteText.chat_prompt_ids(messages)
+    fn chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        args: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<u32>, String> {
+        ByteText.chat_prompt_ids(messages, args)
     }
     fn stop_token_ids(&self) -> Vec<u32> {
         Vec::new()
@@ -326,10 +334,13 @@ async fn a_chat_replys_thinking_comes_as_reasoning_content() {
     // The user's message ends by opening a thought, so the reply starts inside one.
     let messages = json!([{"role": "user", "content": "think about it {"}]);
     let prompt = ThinkingText
-        .chat_prompt_ids(&[ChatMessage {
-            role: "user".into(),
-            content: "think about it {".into(),
-        }])
+        .chat_prompt_ids(
+            &[ChatMessage {
+                role: "user".into(),
+                content: "think about it {".into(),
+            }],
+            &serde_json::Map::new(),
+        )
         .unwrap();
     let tokens = server.oracle.greedy_reply(&prompt, 80, &[]);
     // The rule: tokens inside a thought are reasoning, the tags are neither, and the newlines
