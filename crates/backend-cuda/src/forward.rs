@@ -6,7 +6,7 @@
 
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
-use crate::kernels::{moe_tile_slots, AttentionRows, DeltaNetLaunch, Matmul, MoeLaunch};
+use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul, MoeIndexLayout, MoeLaunch};
 use crate::model::CudaModel;
 use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
@@ -32,7 +32,7 @@ pub struct Scratch {
     q: Buf<f32>,
     att: Buf<f32>,
     act: Buf<f32>,
-    /// The MoE layers' routes, pair order and tiles (see [`MoeOffsets`]).
+    /// The MoE layers' routes, pair order and tiles (see [`MoeIndexLayout`]).
     moe_idx: Buf<i32>,
     moe_probs: Buf<f32>,
     moe_act_sh: Buf<f32>,
@@ -74,32 +74,6 @@ pub(crate) struct Ptrs {
 /// parts, so the per-pair scratch (each row's K expert outputs, `K·H` floats: 80 KiB a row on
 /// Qwen3-Next) stays near 170 MB. A row's bits do not depend on the part it is in.
 const MOE_CHUNK_ROWS: usize = 2048;
-
-/// Where the parts of the MoE's integer scratch sit, for `rows` rows (see [`MoeLaunch`]).
-struct MoeOffsets {
-    ids: usize,
-    pair_row: usize,
-    pair_pos: usize,
-    tiles: usize,
-    n_tiles: usize,
-    len: usize,
-}
-
-impl MoeOffsets {
-    fn of(rows: usize, m: &model::MoeConfig) -> MoeOffsets {
-        let pairs = rows * m.experts_per_token;
-        let tiles = 3 * pairs;
-        let n_tiles = tiles + 3 * moe_tile_slots(rows, m);
-        MoeOffsets {
-            ids: 0,
-            pair_row: pairs,
-            pair_pos: 2 * pairs,
-            tiles,
-            n_tiles,
-            len: n_tiles + 2,
-        }
-    }
-}
 
 /// Widths of the scratch rows for `model`.
 struct Widths {
@@ -199,7 +173,7 @@ impl Scratch {
             m.config.moe.as_ref().map_or((1, 1, 1, 1), |c| {
                 let r = rows.min(MOE_CHUNK_ROWS);
                 (
-                    MoeOffsets::of(r, c).len,
+                    MoeIndexLayout::of(r, c).len,
                     r * c.experts_per_token,
                     r * c.shared_expert_intermediate,
                     r,
@@ -474,11 +448,11 @@ impl Pass<'_> {
             .expect("a MoE layer has MoE sizes");
         let h = self.hidden();
         let f32_at = |base: u64, floats: usize| base + (floats * std::mem::size_of::<f32>()) as u64;
+        // The integer parts are laid out for the largest part, so every part fits them.
+        let o = MoeIndexLayout::of(rows.min(MOE_CHUNK_ROWS), c);
         let mut done = 0;
         while done < rows {
             let part = (rows - done).min(MOE_CHUNK_ROWS);
-            // The integer parts are laid out for the largest part, so every part fits them.
-            let o = MoeOffsets::of(rows.min(MOE_CHUNK_ROWS), c);
             let launch = MoeLaunch {
                 rows: part,
                 xn: f32_at(p.xn, done * h),

@@ -495,7 +495,7 @@ impl<T: Target> Engine<T> {
         );
         let seed = request.sampling.seed.unwrap_or_else(|| default_seed(id));
         let seen = (!request.adjustments.is_none())
-            .then(|| SeenTokens::of(&request.prompt, request.prompt.len()));
+            .then(|| SeenTokens::of(&request.prompt, request.prompt.len(), &request.adjustments));
         self.live.push(Stream {
             id,
             session,
@@ -827,28 +827,28 @@ impl<T: Target> Engine<T> {
             None => vec![None; drafts.len() + 1],
         };
         // Penalties and biases: row i as the stream would see it once drafts[..i] are accepted.
-        let adjusted: Option<Vec<Vec<f32>>> = stream.seen.as_ref().map(|seen| {
-            let mut seen = seen.clone();
-            logits_rows
+        let adjusted: Vec<Vec<f32>> = match &stream.seen {
+            Some(seen) => logits_rows
                 .iter()
                 .enumerate()
                 .map(|(i, row)| {
                     let mut row = row.to_vec();
-                    adjust_logits(&mut row, &stream.adjustments, &seen);
-                    if let Some(&draft) = drafts.get(i) {
-                        seen.add(draft);
-                    }
+                    let pending = &drafts[..i.min(drafts.len())];
+                    adjust_logits(&mut row, &stream.adjustments, seen, pending);
                     row
                 })
-                .collect()
-        });
-        let verified_rows: Vec<&[f32]> = match &adjusted {
-            Some(rows) => rows.iter().map(Vec::as_slice).collect(),
-            None => logits_rows.clone(),
+                .collect(),
+            None => Vec::new(),
+        };
+        let adjusted_rows: Vec<&[f32]> = adjusted.iter().map(Vec::as_slice).collect();
+        let verified_rows = if stream.seen.is_some() {
+            &adjusted_rows
+        } else {
+            &logits_rows
         };
         let verdict = match rows {
             WindowRows::Logits(_) => verify(
-                &verified_rows,
+                verified_rows,
                 drafts,
                 &forced,
                 &stream.sampling,

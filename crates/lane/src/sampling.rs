@@ -286,9 +286,8 @@ pub struct Verdict {
     pub next: u32,
 }
 
-/// What a stream's logits are adjusted by at one position: the tokens of its prompt (for the
-/// repetition penalty) and how often each token occurs in its reply so far (drafts before the
-/// position included, as if accepted).
+/// The tokens a stream's logit adjustments look at: the distinct tokens of its prompt (kept only
+/// for a repetition penalty) and how often each token occurs in its reply so far.
 #[derive(Clone, Debug, Default)]
 pub struct SeenTokens {
     pub prompt: std::collections::HashSet<u32>,
@@ -296,13 +295,13 @@ pub struct SeenTokens {
 }
 
 impl SeenTokens {
-    /// The prompt's tokens and the reply's counts of a stream whose tokens are `tokens`, the
-    /// first `prompt_len` of them its prompt.
-    pub fn of(tokens: &[u32], prompt_len: usize) -> SeenTokens {
-        let mut seen = SeenTokens {
-            prompt: tokens[..prompt_len].iter().copied().collect(),
-            ..SeenTokens::default()
-        };
+    /// What `adjustments` look at in a stream whose tokens are `tokens`, the first `prompt_len`
+    /// of them its prompt.
+    pub fn of(tokens: &[u32], prompt_len: usize, adjustments: &LogitAdjustments) -> SeenTokens {
+        let mut seen = SeenTokens::default();
+        if adjustments.repetition_penalty != 1.0 {
+            seen.prompt = tokens[..prompt_len].iter().copied().collect();
+        }
         for &t in &tokens[prompt_len..] {
             seen.add(t);
         }
@@ -315,38 +314,53 @@ impl SeenTokens {
     }
 }
 
-/// `row` (one position's logits) after `adjustments`, given what the stream has `seen`: the
-/// bias, then the repetition penalty over the prompt's and the reply's tokens, then the
-/// presence and frequency penalties over the reply's (see [`LogitAdjustments`]). Tokens are
-/// visited in ascending id order, so the result is a function of the row and the stream alone.
-pub fn adjust_logits(row: &mut [f32], adjustments: &LogitAdjustments, seen: &SeenTokens) {
+/// `row` (one position's logits) after `adjustments`, at a position whose reply holds what
+/// `seen` counts plus `pending` (the drafts before the position, as if accepted): the bias,
+/// then the repetition penalty over the prompt's and the reply's tokens, then the presence and
+/// frequency penalties over the reply's (see [`LogitAdjustments`]). Each token's logit changes
+/// on its own, so the result is a function of the row and the stream alone.
+pub fn adjust_logits(
+    row: &mut [f32],
+    adjustments: &LogitAdjustments,
+    seen: &SeenTokens,
+    pending: &[u32],
+) {
     for &(token, bias) in &adjustments.logit_bias {
         if let Some(l) = row.get_mut(token as usize) {
             *l += bias;
         }
     }
+    // The reply's tokens: those it holds, then the pending ones it does not hold yet (each
+    // once), with their counts.
+    let pending_count = |t: u32| pending.iter().filter(|&&p| p == t).count() as u32;
+    let new_pending = pending
+        .iter()
+        .enumerate()
+        .filter(|&(i, t)| !seen.reply.contains_key(t) && !pending[..i].contains(t));
+    let reply_counts = seen
+        .reply
+        .iter()
+        .map(|(&t, &c)| (t, c + pending_count(t)))
+        .chain(new_pending.map(|(_, &t)| (t, pending_count(t))));
     let rp = adjustments.repetition_penalty;
+    let (presence, frequency) = (adjustments.presence_penalty, adjustments.frequency_penalty);
+    let penalise = |l: &mut f32| *l = if *l > 0.0 { *l / rp } else { *l * rp };
     if rp != 1.0 {
-        let mut tokens: Vec<u32> = seen
-            .prompt
-            .iter()
-            .chain(seen.reply.keys())
-            .copied()
-            .collect();
-        tokens.sort_unstable();
-        tokens.dedup();
-        for token in tokens {
-            if let Some(l) = row.get_mut(token as usize) {
-                *l = if *l > 0.0 { *l / rp } else { *l * rp };
+        for &t in &seen.prompt {
+            if let Some(l) = row.get_mut(t as usize) {
+                penalise(l);
             }
         }
     }
-    let (presence, frequency) = (adjustments.presence_penalty, adjustments.frequency_penalty);
-    if presence != 0.0 || frequency != 0.0 {
-        for (&token, &count) in &seen.reply {
-            if let Some(l) = row.get_mut(token as usize) {
-                *l -= presence + frequency * count as f32;
-            }
+    for (token, count) in reply_counts {
+        let Some(l) = row.get_mut(token as usize) else {
+            continue;
+        };
+        if rp != 1.0 && !seen.prompt.contains(&token) {
+            penalise(l);
+        }
+        if presence != 0.0 || frequency != 0.0 {
+            *l -= presence + frequency * count as f32;
         }
     }
 }

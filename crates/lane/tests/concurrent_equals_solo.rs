@@ -29,29 +29,16 @@ fn requests(n: usize, make: impl Fn(Vec<u32>, u64, u64) -> Request) -> Vec<Reque
         .collect()
 }
 
-/// Runs all requests together and checks each reply against its solo reply.
-fn together_equals_solo(setup: &Setup, requests: Vec<Request>) {
-    let mut engine = setup.build();
-    let ids: Vec<_> = requests
-        .iter()
-        .map(|r| engine.submit(r.clone()).unwrap())
-        .collect();
-    let mut replies = Replies::default();
-    run_until_idle(&mut engine, &mut replies, 10_000);
-    for (id, request) in ids.iter().zip(requests) {
-        let alone = solo(setup, request.clone());
-        assert_eq!(replies.reason(*id), Some(&FinishReason::Length), "{id}");
-        assert_eq!(replies.reply(*id).len() as u64, request.max_new_tokens);
-        assert_eq!(replies.reply(*id), alone, "{id} together differs from solo");
+/// Runs all requests together and checks each reply against its solo reply and, for greedy
+/// ones, against the model's own greedy reply.
+fn together_equals_solo_and_the_model(setup: &Setup, requests: Vec<Request>) {
+    let (engine, replies) = together_equals_solo(setup, &requests);
+    for ((id, reply), request) in replies.iter().zip(&requests) {
         if request.sampling.is_greedy() {
             let truth = engine
                 .target()
                 .greedy_reply(&request.prompt, request.max_new_tokens, &[]);
-            assert_eq!(
-                replies.reply(*id),
-                truth,
-                "{id} differs from the model's reply"
-            );
+            assert_eq!(reply, &truth, "{id} differs from the model's reply");
         }
     }
     assert!(
@@ -70,12 +57,12 @@ fn with_drafts() -> Setup {
 #[test]
 fn three_greedy_streams_together_give_their_solo_replies() {
     let setup = Setup::spec(&three_sessions(), 64).prefill_chunk(64);
-    together_equals_solo(&setup, requests(3, |p, n, _| greedy(p, n)));
+    together_equals_solo_and_the_model(&setup, requests(3, |p, n, _| greedy(p, n)));
 }
 
 #[test]
 fn eight_greedy_streams_together_give_their_solo_replies() {
-    together_equals_solo(&with_drafts(), requests(8, |p, n, _| greedy(p, n)));
+    together_equals_solo_and_the_model(&with_drafts(), requests(8, |p, n, _| greedy(p, n)));
 }
 
 #[test]
@@ -83,12 +70,12 @@ fn three_seeded_sampled_streams_together_give_their_solo_replies() {
     let setup = Setup::spec(&three_sessions(), 64)
         .drafts(DraftMode::Mtp, 3)
         .prefill_chunk(64);
-    together_equals_solo(&setup, requests(3, sampled));
+    together_equals_solo_and_the_model(&setup, requests(3, sampled));
 }
 
 #[test]
 fn eight_seeded_sampled_streams_together_give_their_solo_replies() {
-    together_equals_solo(&with_drafts(), requests(8, sampled));
+    together_equals_solo_and_the_model(&with_drafts(), requests(8, sampled));
 }
 
 #[test]
@@ -105,7 +92,7 @@ fn mixed_greedy_sampled_and_ngram_streams_together_give_their_solo_replies() {
         r.draft = Some([DraftMode::Ngram, DraftMode::None, DraftMode::Mtp][seed as usize % 3]);
         r
     });
-    together_equals_solo(&setup, reqs);
+    together_equals_solo_and_the_model(&setup, reqs);
 }
 
 #[test]

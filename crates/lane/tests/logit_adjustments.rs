@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cap, greedy, prompt, run_until_idle, sampled, solo, Replies, Setup};
+use common::{cap, greedy, prompt, sampled, solo, together_equals_solo, Setup};
 use lane::sampling::{adjust_logits, SeenTokens};
 use lane::{DraftMode, LogitAdjustments, Refusal, Request};
 
@@ -18,14 +18,14 @@ fn adjusted(request: Request, adjustments: LogitAdjustments) -> Request {
 #[test]
 fn adjust_logits_applies_bias_then_repetition_then_presence_and_frequency() {
     let mut row = vec![1.0, -1.0, 2.0, 0.5, 3.0];
-    let seen = SeenTokens::of(&[0, 1, 3, 3, 2], 2); // prompt {0, 1}; reply 3 twice, 2 once
     let a = LogitAdjustments {
         presence_penalty: 0.5,
         frequency_penalty: 0.25,
         repetition_penalty: 2.0,
         logit_bias: vec![(4, -10.0), (0, 1.0)],
     };
-    adjust_logits(&mut row, &a, &seen);
+    let seen = SeenTokens::of(&[0, 1, 3, 3, 2], 2, &a); // prompt {0, 1}; reply 3 twice, 2 once
+    adjust_logits(&mut row, &a, &seen, &[]);
     // 0: +1 bias, then in the prompt and positive: /2.
     assert_eq!(row[0], 1.0);
     // 1: in the prompt and negative: ×2.
@@ -38,8 +38,18 @@ fn adjust_logits_applies_bias_then_repetition_then_presence_and_frequency() {
     assert_eq!(row[4], -7.0);
     // Nothing changes without adjustments.
     let mut same = vec![1.0, 2.0];
-    adjust_logits(&mut same, &LogitAdjustments::default(), &seen);
+    adjust_logits(&mut same, &LogitAdjustments::default(), &seen, &[]);
     assert_eq!(same, vec![1.0, 2.0]);
+    // Pending drafts count as reply tokens: the same row as with them accepted.
+    let (mut pending, mut accepted) = (
+        vec![1.0, -1.0, 2.0, 0.5, 3.0],
+        vec![1.0, -1.0, 2.0, 0.5, 3.0],
+    );
+    adjust_logits(&mut pending, &a, &seen, &[4, 3, 4]);
+    let mut more = seen.clone();
+    [4, 3, 4].iter().for_each(|&t| more.add(t));
+    adjust_logits(&mut accepted, &a, &more, &[]);
+    assert_eq!(pending, accepted);
 }
 
 #[test]
@@ -113,20 +123,7 @@ fn penalised_replies_equal_with_and_without_drafts_and_beside_others() {
             assert_eq!(&solo(&drafted, r.clone()), want, "{mode:?} alone");
         }
         // Beside each other, with drafts: each equals its own reply alone with drafts.
-        let mut engine = drafted.build();
-        let ids: Vec<_> = requests
-            .iter()
-            .map(|r| engine.submit(r.clone()).unwrap())
-            .collect();
-        let mut replies = Replies::default();
-        run_until_idle(&mut engine, &mut replies, 10_000);
-        for (id, r) in ids.iter().zip(&requests) {
-            assert_eq!(
-                replies.reply(*id),
-                solo(&drafted, r.clone()),
-                "{mode:?} batched"
-            );
-        }
+        together_equals_solo(&drafted, &requests);
     }
 }
 

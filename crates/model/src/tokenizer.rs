@@ -41,18 +41,17 @@ impl Tokenizer {
     /// Ids of `text`. Special tokens written in the text (`<|im_start|>`) are recognised; no
     /// BOS/EOS is added (chat templates write them themselves, as transformers does).
     pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
-        Ok(encoding.get_ids().to_vec())
+        self.ids(&self.inner, text)
     }
 
     /// Ids of `text` with every special token's text read as plain characters: `<|im_end|>`
     /// written by a user is `<`, `|`, `im`, … and never the end-of-turn token.
     pub fn encode_as_text(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let encoding = self
-            .as_text
+        self.ids(&self.as_text, text)
+    }
+
+    fn ids(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> anyhow::Result<Vec<u32>> {
+        let encoding = tokenizer
             .encode(text, false)
             .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
         Ok(encoding.get_ids().to_vec())

@@ -4,9 +4,8 @@ use crate::engine_thread::{SendError, StreamEvent};
 use crate::error::ApiError;
 use crate::reply::{Delta, Ending, LogprobEntry, Reply, ThinkTags};
 use crate::request::{self, GenerateRequest, Input, Prompt};
-use crate::routes::{AppState, MAX_BODY_BYTES};
+use crate::routes::AppState;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,40 +25,18 @@ pub enum Shape {
     Chat,
 }
 
-/// The body, or the JSON error for one that could not be read (over the limit: 413).
-fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(MAX_BODY_BYTES)
-        } else {
-            ApiError::malformed(format!(
-                "cannot read the request body: {}",
-                rejection.body_text()
-            ))
-        }
-    })
-}
-
-pub async fn completions(
-    State(app): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+// The body arrives whole: `listen::read_body_in_time` read it within the size limit and the
+// body timeout (answering 413 or 408 itself) before the handler runs.
+pub async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
     answer(app, body, Shape::Completion).await
 }
 
-pub async fn chat_completions(
-    State(app): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
     answer(app, body, Shape::Chat).await
 }
 
 /// A completion request of either shape, from its body to its response.
-async fn answer(app: AppState, body: Result<Bytes, BytesRejection>, shape: Shape) -> Response {
-    let body = match read_body(body) {
-        Ok(body) => body,
-        Err(e) => return e.into_response(),
-    };
+async fn answer(app: AppState, body: Bytes, shape: Shape) -> Response {
     match prepare(&app, body, shape).await {
         Ok((req, prompt)) => generate(app, shape, req, prompt).await,
         Err(e) => e.into_response(),

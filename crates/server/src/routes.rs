@@ -76,6 +76,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // The handlers' `Bytes` extractor limits bodies too (2 MiB unless told): let through the
+        // whole body `read_body_in_time` accepted.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

@@ -7,11 +7,12 @@
 // Batch invariance: a block computes a tile of MMA_ROWS rows × MMA_NT·MMA_COLS outputs; its
 // MMA_WARPS warps split k by chunks of 64 (chunk i to warp i mod MMA_WARPS, in increasing order
 // within a warp, 4 steps per chunk, each step the hi then the lo product) and the warps' sums
-// are added in warp order. The split depends on k only. Each (row, output) pair is thus the same chain of
-// operations whatever the tile holds beside it (an MMA's output element depends only on its own
-// row of A and column of B). Every matmul of every batch size runs this kernel (1 row is a tile
-// with 15 rows of zeros), so a row's bits never depend on how many rows came with it, nor on
-// which tile or row slot it lands in. The k split gives a decode step's small matrices enough
+// are added in warp order. The split depends on k only. Each (row, output) pair is thus the same
+// chain of operations whatever the tile holds beside it (an MMA's output element depends only on its own
+// row of A and column of B). Every matmul of every batch size runs this chain (1 row is a tile
+// with 15 rows of zeros; `matmul_bf16` and `matmul_bf16_narrow` differ only in how many n-tiles a
+// block holds), so a row's bits never depend on how many rows came with it, nor on which tile
+// or row slot it lands in. The k split gives a decode step's small matrices enough
 // warps to keep many weight loads in flight.
 //
 // The k slots of a step: in chunk c, lane (g, t) (g = lane / 4, t = lane % 4) holds elements

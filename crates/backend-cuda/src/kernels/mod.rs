@@ -24,8 +24,8 @@ const DENSE: &str = include_str!("dense.cu");
 const ARCH: &str = "sm_90";
 
 // Block shapes, defined here only: the kernels get them as `#define`s of the same names.
-/// Warps per block of `matmul_bf16`: they split k (fixed by k alone) of one tile of 16 rows ×
-/// 8 outputs on the tensor cores.
+/// Warps per block of the matmul kernels: they split k (fixed by k alone) of one tile of 16 rows
+/// × 1 or MMA_NT n-tiles of 8 outputs on the tensor cores.
 const MMA_WARPS: u32 = 8;
 /// Blocks below which a matmul launches `matmul_bf16_narrow` (one n-tile a block, four times the
 /// blocks): two blocks for each of the H200's 132 multiprocessors, so a decode step's narrow
@@ -542,6 +542,33 @@ pub fn moe_tile_slots(rows: usize, m: &MoeConfig) -> usize {
         0
     };
     expert + shared
+}
+
+/// Where the parts of the MoE kernels' integer scratch sit (in i32s) for `rows` rows: the
+/// fields of [`MoeLaunch`] that point into it, and its whole length.
+pub(crate) struct MoeIndexLayout {
+    pub(crate) ids: usize,
+    pub(crate) pair_row: usize,
+    pub(crate) pair_pos: usize,
+    pub(crate) tiles: usize,
+    pub(crate) n_tiles: usize,
+    pub(crate) len: usize,
+}
+
+impl MoeIndexLayout {
+    pub(crate) fn of(rows: usize, m: &MoeConfig) -> MoeIndexLayout {
+        let pairs = rows * m.experts_per_token;
+        let tiles = 3 * pairs;
+        let n_tiles = tiles + 3 * moe_tile_slots(rows, m);
+        MoeIndexLayout {
+            ids: 0,
+            pair_row: pairs,
+            pair_pos: 2 * pairs,
+            tiles,
+            n_tiles,
+            len: n_tiles + 2,
+        }
+    }
 }
 
 /// One MoE layer's launch: its rows, weights and scratch (device addresses).

@@ -4,7 +4,7 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{moe_tile_slots, Dims, Kernels, Matmul, MatmulKernel, MoeLaunch};
+use super::{Dims, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -450,9 +450,9 @@ fn run_moe(
     let (h, m) = (case.hidden, &case.m);
     let rows = x.len() / h;
     let pairs = rows * m.experts_per_token;
-    let slots = moe_tile_slots(rows, m);
+    let layout = MoeIndexLayout::of(rows, m);
     let f = |n: usize| Buf::<f32>::zeros(gpu, n).unwrap();
-    let ints = Buf::<i32>::zeros(gpu, 3 * pairs + 3 * slots + 2).unwrap();
+    let ints = Buf::<i32>::zeros(gpu, layout.len).unwrap();
     let (xn_b, mo_b) = (
         Buf::from_host(gpu, xn).unwrap(),
         Buf::from_host(gpu, mo).unwrap(),
@@ -477,12 +477,12 @@ fn run_moe(
         } else {
             0
         },
-        ids: ints.at(0),
+        ids: ints.at(layout.ids),
         probs: probs.at(0),
-        pair_row: ints.at(pairs),
-        pair_pos: ints.at(2 * pairs),
-        tiles: ints.at(3 * pairs),
-        n_tiles: ints.at(3 * pairs + 3 * slots),
+        pair_row: ints.at(layout.pair_row),
+        pair_pos: ints.at(layout.pair_pos),
+        tiles: ints.at(layout.tiles),
+        n_tiles: ints.at(layout.n_tiles),
         act: act.at(0),
         act_sh: act_sh.at(0),
         y_exp: y_exp.at(0),

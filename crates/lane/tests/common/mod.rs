@@ -177,6 +177,31 @@ pub fn solo(setup: &Setup, request: Request) -> Vec<u32> {
     replies.reply(id)
 }
 
+/// Runs `requests` together on a fresh engine from `setup` and checks that each reply is whole
+/// (`max_new_tokens` tokens, ended by length) and equal to the reply it gets alone. Returns the
+/// engine and each request's stream and reply, for more checks.
+pub fn together_equals_solo(
+    setup: &Setup,
+    requests: &[Request],
+) -> (Engine<FakeTarget>, Vec<(StreamId, Vec<u32>)>) {
+    let mut engine = setup.build();
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| engine.submit(r.clone()).unwrap())
+        .collect();
+    let mut replies = Replies::default();
+    run_until_idle(&mut engine, &mut replies, 10_000);
+    let mut out = Vec::with_capacity(ids.len());
+    for (id, request) in ids.into_iter().zip(requests) {
+        let alone = solo(setup, request.clone());
+        assert_eq!(replies.reason(id), Some(&FinishReason::Length), "{id}");
+        assert_eq!(replies.reply(id).len() as u64, request.max_new_tokens);
+        assert_eq!(replies.reply(id), alone, "{id} together differs from solo");
+        out.push((id, alone));
+    }
+    (engine, out)
+}
+
 /// The session `stream` holds, from the `/slots` view.
 pub fn session_of(engine: &Engine<FakeTarget>, stream: StreamId) -> Option<SessionId> {
     engine
