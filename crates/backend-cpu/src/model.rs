@@ -11,7 +11,9 @@ use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
 use crate::qwen3_next;
 use crate::state::{SessionState, StateBytes};
-use model::{Arch, Config, LayerKind, LoadError, Placement, Tensor, TensorData, Weights};
+use model::{
+    Arch, Config, LayerKind, LoadError, LoadFormat, Placement, Tensor, TensorData, Weights,
+};
 use std::path::Path;
 
 /// The name of a tensor that only checkpoints with an MTP head have.
@@ -57,8 +59,19 @@ impl CpuModel {
         progress: bool,
         placement: Placement,
     ) -> Result<CpuModel, LoadError> {
+        CpuModel::load_as(dir, progress, placement, LoadFormat::Safetensors)
+    }
+
+    /// [`CpuModel::load_placed`] with the weights read as `format` says (dummy weights are
+    /// made from `config.json` alone).
+    pub fn load_as(
+        dir: &Path,
+        progress: bool,
+        placement: Placement,
+        format: LoadFormat,
+    ) -> Result<CpuModel, LoadError> {
         let config = Config::from_dir(dir)?;
-        let weights = Weights::open(dir)?
+        let weights = Weights::load(dir, format)?
             .with_placement(placement)
             .with_progress(progress);
         let model = CpuModel::from_weights(config, &weights);
@@ -243,8 +256,14 @@ pub struct ModelCosts {
 
 impl ModelCosts {
     pub fn read(dir: &Path) -> Result<ModelCosts, LoadError> {
+        ModelCosts::read_as(dir, LoadFormat::Safetensors)
+    }
+
+    /// [`ModelCosts::read`] of the weights `format` gives (dummy weights: those the config
+    /// describes, without reading any weight file).
+    pub fn read_as(dir: &Path, format: LoadFormat) -> Result<ModelCosts, LoadError> {
         let config = Config::from_dir(dir)?;
-        let weights = Weights::open(dir)?;
+        let weights = Weights::load(dir, format)?;
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
             weight_bytes: weights.total_bytes(),

@@ -1,7 +1,7 @@
 //! What sessions cost on the GPU, known before any GPU is touched (so `flashlane serve` can plan
 //! sessions against GPU memory, and without the `cuda` feature too).
 
-use model::Config;
+use model::{Config, KvDtype};
 
 /// The longest rollback window sessions can be built for: the widest window the engine verifies
 /// (the same bound as backend-cpu's `MAX_ROLLBACK_WINDOW`).
@@ -17,15 +17,15 @@ pub struct SessionBytes {
 
 impl SessionBytes {
     /// The bytes of sessions of `config` with or without MTP rows, built for windows of up to
-    /// `rollback` tokens.
-    pub fn of(config: &Config, with_mtp: bool, rollback: usize) -> SessionBytes {
+    /// `rollback` tokens, keeping K and V as `kv`.
+    pub fn of(config: &Config, with_mtp: bool, rollback: usize, kv: KvDtype) -> SessionBytes {
         let f32_bytes = std::mem::size_of::<f32>() as u64;
         let kv_row = (config.num_kv_heads * config.head_dim) as u64;
         let kv_layers = (config.num_attention_layers() + usize::from(with_mtp)) as u64;
         let lin_stride = linear_layer_floats(config) * config.num_linear_layers();
         let ring = if with_mtp { rollback + 1 } else { 0 };
         SessionBytes {
-            per_token: 2 * kv_layers * kv_row * f32_bytes,
+            per_token: 2 * kv_layers * kv_row * kv.bytes(),
             fixed: ((1 + rollback) * lin_stride + ring * config.hidden_size) as u64 * f32_bytes,
         }
     }
@@ -65,7 +65,7 @@ mod tests {
         // 6 linear layers of a conv tail (3 × 1024 channels) and 8 states of 64 × 64.
         let linear = 6 * (3 * 1024 + 8 * 64 * 64);
         for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
-            let bytes = SessionBytes::of(&config, true, rollback);
+            let bytes = SessionBytes::of(&config, true, rollback, KvDtype::F32);
             let fixed = ((1 + rollback) * linear + (rollback + 1) * 320) as u64 * 4;
             assert_eq!(
                 bytes,
@@ -74,8 +74,12 @@ mod tests {
             );
             assert_eq!(bytes.total(&[100, 7]), 107 * per_token + 2 * fixed);
         }
-        let without_head = SessionBytes::of(&config, false, 4);
+        let without_head = SessionBytes::of(&config, false, 4, KvDtype::F32);
         assert_eq!(without_head.per_token, 2 * 2 * 2 * 64 * 4);
         assert_eq!(without_head.fixed, (5 * linear) as u64 * 4);
+        // bf16 rows take half the bytes; the f32 linear state does not change.
+        let bf16 = SessionBytes::of(&config, true, 4, KvDtype::Bf16);
+        let f32 = SessionBytes::of(&config, true, 4, KvDtype::F32);
+        assert_eq!((bf16.per_token * 2, bf16.fixed), (f32.per_token, f32.fixed));
     }
 }

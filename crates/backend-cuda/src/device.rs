@@ -82,20 +82,18 @@ impl Gpu {
 
     /// Copies `floats` f32s from device address `src` to `dst` (ordered on the stream).
     pub fn copy_f32(&self, dst: u64, src: u64, floats: usize) -> Result<(), CudaError> {
-        if floats == 0 {
+        self.copy_bytes(dst, src, floats * std::mem::size_of::<f32>())
+    }
+
+    /// Copies `bytes` bytes from device address `src` to `dst` (ordered on the stream).
+    pub fn copy_bytes(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
+        if bytes == 0 {
             return Ok(());
         }
         // SAFETY: callers pass addresses from `Buf::at` of live buffers (which checks the start)
-        // and size `floats` from the same layout arithmetic that sized those buffers (session
+        // and size `bytes` from the same layout arithmetic that sized those buffers (session
         // strides × session index, see `state.rs`), so both ranges lie inside them.
-        unsafe {
-            result::memcpy_dtod_async(
-                dst,
-                src,
-                floats * std::mem::size_of::<f32>(),
-                self.stream.cu_stream(),
-            )
-        }?;
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }?;
         Ok(())
     }
 

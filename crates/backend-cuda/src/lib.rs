@@ -84,6 +84,31 @@ pub fn device_memory() -> Result<DeviceMemory, CudaError> {
 #[cfg(not(feature = "cuda"))]
 pub use stub::device_memory;
 
+/// How [`CudaModel::load_with`] loads a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How sessions store K and V ([`DEFAULT_KV_DTYPE`] unless set).
+    pub kv_dtype: ::model::KvDtype,
+    /// The checkpoint's files, or dummy weights of its config's shapes.
+    pub format: ::model::LoadFormat,
+    /// A progress bar over the weights' bytes while they load.
+    pub progress: bool,
+}
+
+/// The GPU's K and V storage unless asked otherwise: bf16, as the GPU peers keep it (twice the
+/// positions of f32 in the same memory).
+pub const DEFAULT_KV_DTYPE: ::model::KvDtype = ::model::KvDtype::Bf16;
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            kv_dtype: DEFAULT_KV_DTYPE,
+            format: ::model::LoadFormat::Safetensors,
+            progress: false,
+        }
+    }
+}
+
 /// Why the GPU backend could not do something.
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {

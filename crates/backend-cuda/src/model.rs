@@ -4,8 +4,8 @@
 use crate::device::Gpu;
 use crate::kernels::{Dims, Kernels};
 use crate::weights::ModelWeights;
-use crate::CudaError;
-use model::{Config, Weights};
+use crate::{CudaError, LoadOptions};
+use model::{Config, KvDtype, Weights};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,16 +20,24 @@ pub struct CudaModel {
 }
 
 impl CudaModel {
-    /// Loads `dir` (config.json and safetensors) onto device 0.
+    /// Loads `dir` (config.json and safetensors) onto device 0, with the default options.
     pub fn load(dir: &Path) -> Result<Arc<CudaModel>, CudaError> {
-        let config = Config::from_dir(dir)?;
-        let weights = Weights::open(dir)?;
-        CudaModel::from_weights(config, &weights).map(Arc::new)
+        CudaModel::load_with(dir, &LoadOptions::default())
     }
 
-    pub fn from_weights(config: Config, w: &Weights) -> Result<CudaModel, CudaError> {
+    /// Loads `dir` onto device 0 as `options` say.
+    pub fn load_with(dir: &Path, options: &LoadOptions) -> Result<Arc<CudaModel>, CudaError> {
+        let config = Config::from_dir(dir)?;
+        let weights = Weights::load(dir, options.format)?.with_progress(options.progress);
+        let model = CudaModel::from_weights(config, &weights, options.kv_dtype).map(Arc::new);
+        weights.finish_progress();
+        model
+    }
+
+    /// The model of `w` with sessions keeping K and V as `kv`.
+    pub fn from_weights(config: Config, w: &Weights, kv: KvDtype) -> Result<CudaModel, CudaError> {
         let gpu = Gpu::open()?;
-        let dims = Dims::of(&config)?;
+        let dims = Dims::of(&config, kv)?;
         let kernels = Kernels::compile(&gpu, &dims)?;
         let weights = ModelWeights::upload(&gpu, &config, w)?;
         gpu.sync()?;
@@ -48,5 +56,10 @@ impl CudaModel {
 
     pub fn has_mtp(&self) -> bool {
         self.weights.mtp.is_some()
+    }
+
+    /// How this model's sessions store K and V.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.dims.kv
     }
 }

@@ -15,7 +15,7 @@
 use crate::bytes::linear_layer_floats;
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
-use model::Config;
+use model::{Config, KvDtype};
 
 pub use crate::bytes::MAX_ROLLBACK_WINDOW;
 
@@ -39,17 +39,20 @@ impl SessionMeta {
     }
 }
 
-/// K and V rows of one attention layer for every session.
+/// K and V rows of one attention layer for every session, as bytes of the sessions'
+/// [`KvDtype`] (the kernels are compiled for it).
 pub struct KvCache {
-    pub k: Buf<f32>,
-    pub v: Buf<f32>,
+    pub k: Buf<u8>,
+    pub v: Buf<u8>,
 }
 
 pub struct Sessions {
     pub capacity: Vec<usize>,
     pub kv_base: Vec<usize>,
-    /// Floats per cache row (`kv_heads · head_dim`).
+    /// Elements per cache row (`kv_heads · head_dim`).
     pub kv_row: usize,
+    /// Bytes of one element of a cache row.
+    pub kv_elem: usize,
     /// One per full-attention layer, in layer order.
     pub kv: Vec<KvCache>,
     pub mtp_kv: Option<KvCache>,
@@ -75,6 +78,7 @@ impl Sessions {
         capacities: &[u64],
         with_mtp: bool,
         rollback: usize,
+        kv_dtype: KvDtype,
     ) -> Result<Sessions, CudaError> {
         if !(1..=MAX_ROLLBACK_WINDOW).contains(&rollback) {
             return Err(CudaError::Unsupported(format!(
@@ -95,10 +99,11 @@ impl Sessions {
             )));
         }
         let kv_row = config.num_kv_heads * config.head_dim;
+        let kv_elem = kv_dtype.bytes() as usize;
         let cache = || -> Result<KvCache, CudaError> {
             Ok(KvCache {
-                k: Buf::zeros(gpu, total * kv_row)?,
-                v: Buf::zeros(gpu, total * kv_row)?,
+                k: Buf::zeros(gpu, total * kv_row * kv_elem)?,
+                v: Buf::zeros(gpu, total * kv_row * kv_elem)?,
             })
         };
         let kv = (0..config.num_attention_layers())
@@ -130,13 +135,14 @@ impl Sessions {
             capacity,
             kv_base,
             kv_row,
+            kv_elem,
         })
     }
 
     /// Bytes of every session's state on the GPU (for checking [`SessionBytes`]).
     pub fn bytes(&self) -> u64 {
         let f32_bytes = std::mem::size_of::<f32>() as u64;
-        let kv: usize = self
+        let kv_bytes: usize = self
             .kv
             .iter()
             .chain(self.mtp_kv.as_ref())
@@ -147,7 +153,7 @@ impl Sessions {
         } else {
             0
         };
-        (kv + self.lin_state.len() + self.lin_snaps.len() + ring) as u64 * f32_bytes
+        kv_bytes as u64 + (self.lin_state.len() + self.lin_snaps.len() + ring) as u64 * f32_bytes
     }
 
     /// Row of the MTP store holding h[pos] of `session`.
@@ -180,14 +186,12 @@ impl Sessions {
     /// Copies everything `from` holds into `to`, device to device.
     pub fn copy(&mut self, gpu: &Gpu, from: usize, to: usize) -> Result<(), CudaError> {
         let m = self.meta[from];
-        let rows = m.len * self.kv_row;
-        let (fb, tb) = (
-            self.kv_base[from] * self.kv_row,
-            self.kv_base[to] * self.kv_row,
-        );
+        let row_bytes = self.kv_row * self.kv_elem;
+        let bytes = m.len * row_bytes;
+        let (fb, tb) = (self.kv_base[from] * row_bytes, self.kv_base[to] * row_bytes);
         for c in self.kv.iter().chain(self.mtp_kv.as_ref()) {
-            gpu.copy_f32(c.k.at(tb), c.k.at(fb), rows)?;
-            gpu.copy_f32(c.v.at(tb), c.v.at(fb), rows)?;
+            gpu.copy_bytes(c.k.at(tb), c.k.at(fb), bytes)?;
+            gpu.copy_bytes(c.v.at(tb), c.v.at(fb), bytes)?;
         }
         let s = self.lin_stride;
         gpu.copy_f32(self.lin_state.at(to * s), self.lin_state.at(from * s), s)?;
@@ -222,16 +226,23 @@ impl Sessions {
             }
             Ok(h.finish())
         };
+        let hash_bytes = |buf: &Buf<u8>, from: usize, len: usize| -> Result<u64, CudaError> {
+            let all = buf.read(gpu, from + len)?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            all[from..].hash(&mut h);
+            Ok(h.finish())
+        };
         let mut out = Vec::new();
-        let kv = (self.kv_base[session] * self.kv_row, m.len * self.kv_row);
+        let row_bytes = self.kv_row * self.kv_elem;
+        let kv = (self.kv_base[session] * row_bytes, m.len * row_bytes);
         for (i, c) in self.kv.iter().enumerate() {
-            out.push((format!("k{i}"), hash(&c.k, kv.0, kv.1)?));
-            out.push((format!("v{i}"), hash(&c.v, kv.0, kv.1)?));
+            out.push((format!("k{i}"), hash_bytes(&c.k, kv.0, kv.1)?));
+            out.push((format!("v{i}"), hash_bytes(&c.v, kv.0, kv.1)?));
         }
         if let Some(c) = &self.mtp_kv {
-            let rows = m.len.saturating_sub(1) * self.kv_row;
-            out.push(("mtp k".into(), hash(&c.k, kv.0, rows)?));
-            out.push(("mtp v".into(), hash(&c.v, kv.0, rows)?));
+            let rows = m.len.saturating_sub(1) * row_bytes;
+            out.push(("mtp k".into(), hash_bytes(&c.k, kv.0, rows)?));
+            out.push(("mtp v".into(), hash_bytes(&c.v, kv.0, rows)?));
         }
         let s = self.lin_stride;
         for l in 0..s / self.lin_layer.max(1) {

@@ -24,6 +24,14 @@ impl CudaModel {
         Err(CudaError::Unavailable(NOT_BUILT.into()))
     }
 
+    pub fn load_with(
+        dir: &Path,
+        options: &crate::LoadOptions,
+    ) -> Result<Arc<CudaModel>, CudaError> {
+        let _ = (dir, options);
+        Err(CudaError::Unavailable(NOT_BUILT.into()))
+    }
+
     pub fn vocab_size(&self) -> usize {
         match self.never {}
     }

@@ -36,7 +36,14 @@ impl CudaTarget {
         rollback: usize,
     ) -> Result<CudaTarget, CudaError> {
         let gpu = &model.gpu;
-        let sessions = Sessions::new(gpu, &model.config, capacities, model.has_mtp(), rollback)?;
+        let sessions = Sessions::new(
+            gpu,
+            &model.config,
+            capacities,
+            model.has_mtp(),
+            rollback,
+            model.kv_dtype(),
+        )?;
         let scratch = Scratch::new(model)?;
         gpu.sync()?;
         Ok(CudaTarget {

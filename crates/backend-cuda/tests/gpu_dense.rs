@@ -12,6 +12,7 @@ use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaModel, CudaTarget};
 use common::{load_on_gpu, window};
 use lane::Target;
+use model::KvDtype;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -39,11 +40,20 @@ fn dir() -> PathBuf {
     fixtures().join(fixture()["model_dir"].as_str().expect("model_dir"))
 }
 
-/// The fixture on the GPU, or `None` (printed) when this machine has no CUDA device.
+/// The fixture on the GPU with f32 cache rows (as the CPU's: for comparing the arithmetic), or
+/// `None` (printed) when this machine has no CUDA device.
 fn gpu() -> Option<Arc<CudaModel>> {
     static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
     MODEL
-        .get_or_init(|| load_on_gpu(&dir(), "the dense qwen3 fixture"))
+        .get_or_init(|| load_on_gpu(&dir(), "the dense qwen3 fixture", KvDtype::F32))
+        .clone()
+}
+
+/// The fixture as it serves by default (bf16 cache rows).
+fn gpu_bf16() -> Option<Arc<CudaModel>> {
+    static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| load_on_gpu(&dir(), "the dense qwen3 fixture", KvDtype::Bf16))
         .clone()
 }
 
@@ -137,7 +147,7 @@ fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
 #[test]
 fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
     let _gpu = common::exclusive();
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = gpu_bf16() else { return };
     let prompts: Vec<Vec<u32>> = fixture()["prompts"]
         .as_array()
         .expect("prompts")

@@ -294,11 +294,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
     let (cpu, gpu) = match args.device {
-        Device::Cpu => (Some(load_model(&dir, args.model.placement())?), None),
-        Device::Cuda => (
-            None,
-            Some(backend_cuda::CudaModel::load(&dir).map_err(|e| anyhow!(e))?),
-        ),
+        Device::Cpu => (Some(load_model(&args.model)?), None),
+        Device::Cuda => {
+            use std::io::IsTerminal;
+            let options = backend_cuda::LoadOptions {
+                kv_dtype: Device::Cuda.kv_dtype(args.model.kv_dtype)?,
+                format: args.model.load_format.format(),
+                progress: std::io::stderr().is_terminal(),
+            };
+            let model = backend_cuda::CudaModel::load_with(&dir, &options);
+            (None, Some(model.map_err(|e| anyhow!(e))?))
+        }
     };
     let (vocab, with_mtp) = match (&cpu, &gpu) {
         (Some(m), _) => (m.vocab_size(), m.has_mtp()),

@@ -6,6 +6,7 @@ use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::ModelCosts;
 use clap::ValueEnum;
+use model::{KvDtype, LoadFormat};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -14,6 +15,34 @@ pub enum Device {
     Cpu,
     /// `CudaTarget` on GPU 0 (backend-cuda; needs a build with `--features cuda`)
     Cuda,
+}
+
+/// `--kv-dtype`: how sessions store attention keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvDtypeArg {
+    /// 16-bit (the GPU's default: twice the positions of f32 in the same memory)
+    Bf16,
+    /// 32-bit (the CPU's; on the GPU for checking against a reference)
+    F32,
+}
+
+/// `--load-format`: where the weights come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LoadFormatArg {
+    /// The checkpoint's safetensors files
+    Auto,
+    /// Seeded random weights of the shapes config.json gives (bf16): serve and measure a model's
+    /// real shapes without its weight files
+    Dummy,
+}
+
+impl LoadFormatArg {
+    pub fn format(self) -> LoadFormat {
+        match self {
+            LoadFormatArg::Auto => LoadFormat::Safetensors,
+            LoadFormatArg::Dummy => LoadFormat::Dummy,
+        }
+    }
 }
 
 /// The memory cap of a device, and the device in words.
@@ -31,6 +60,18 @@ pub struct DeviceCosts {
 }
 
 impl Device {
+    /// The K and V storage `--kv-dtype` asks for on this device, or its default: bf16 on the
+    /// GPU, f32 on the CPU (whose kernels widen nothing: bf16 rows there are not built yet).
+    pub fn kv_dtype(self, arg: Option<KvDtypeArg>) -> Result<KvDtype, Failure> {
+        match (self, arg) {
+            (Device::Cuda, None | Some(KvDtypeArg::Bf16)) => Ok(backend_cuda::DEFAULT_KV_DTYPE),
+            (_, Some(KvDtypeArg::F32)) | (Device::Cpu, None) => Ok(KvDtype::F32),
+            (Device::Cpu, Some(KvDtypeArg::Bf16)) => Err(Failure::bad_input(anyhow!(
+                "--kv-dtype bf16: the CPU backend keeps keys and values in f32; use --kv-dtype f32 or --device cuda"
+            ))),
+        }
+    }
+
     /// The memory cap: on the CPU `--load-limit-gb` or a share of RAM; on the GPU
     /// `--load-limit-gb` (no more than is free) or a share of its free memory. Without a GPU to
     /// ask, `--load-limit-gb` alone plans for one when `gpu_needed` is false (`plan`).
@@ -70,8 +111,8 @@ impl Device {
     }
 
     /// The model's session and weight bytes as this device's backend holds them, for sessions
-    /// that roll back windows of up to `rollback` tokens.
-    pub fn costs(self, costs: &ModelCosts, rollback: usize) -> DeviceCosts {
+    /// that roll back windows of up to `rollback` tokens and keep K and V as `kv`.
+    pub fn costs(self, costs: &ModelCosts, rollback: usize, kv: KvDtype) -> DeviceCosts {
         match self {
             Device::Cpu => {
                 let bytes = costs.state_bytes(rollback);
@@ -83,7 +124,7 @@ impl Device {
             }
             Device::Cuda => {
                 let c = &costs.config;
-                let bytes = backend_cuda::SessionBytes::of(c, costs.with_mtp, rollback);
+                let bytes = backend_cuda::SessionBytes::of(c, costs.with_mtp, rollback, kv);
                 // A tied embedding is uploaded a second time as the lm_head (bf16).
                 let tied_copy = if c.tie_word_embeddings {
                     (c.vocab_size * c.hidden_size * 2) as u64

@@ -101,7 +101,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     if prompt.is_empty() {
         return Err(Failure::bad_input(anyhow!("the prompt has no tokens")));
     }
-    let model = load_model(&dir, args.model.placement())?;
+    let model = load_model(&args.model)?;
     if let Some(bad) = prompt.iter().find(|&&t| t as usize >= model.vocab_size()) {
         return Err(Failure::bad_input(anyhow!(
             "token id {bad} is outside the vocabulary of {}",

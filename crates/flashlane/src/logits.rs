@@ -1,13 +1,13 @@
 //! `flashlane logits`: the logits of every position of one full forward, for checking against
 //! reference implementations.
 
+use crate::device::Device;
 use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget, NO_ROLLBACK};
 use clap::Args;
 use lane::{SessionId, Target, Window};
-use model::Placement;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -42,18 +42,26 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
     Ok(ids)
 }
 
-/// Loads a model for the CPU, with a progress bar on a terminal.
-pub fn load_model(dir: &std::path::Path, placement: Placement) -> Result<Arc<CpuModel>, Failure> {
+/// Loads a model for the CPU as `args` say (its directory, where its weights live, dummy or
+/// not), with a progress bar on a terminal. The CPU keeps keys and values in f32: `--kv-dtype
+/// bf16` is refused.
+pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
     use std::io::IsTerminal;
-    let model = CpuModel::load_placed(dir, std::io::stderr().is_terminal(), placement)
-        .map_err(|e| Failure::from(anyhow!(e)))?;
+    Device::Cpu.kv_dtype(args.kv_dtype)?;
+    let dir = args.dir()?;
+    let model = CpuModel::load_as(
+        &dir,
+        std::io::stderr().is_terminal(),
+        args.placement(),
+        args.load_format.format(),
+    )
+    .map_err(|e| Failure::from(anyhow!(e)))?;
     Ok(Arc::new(model))
 }
 
 pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
     let ids = parse_ids(&args.ids)?;
-    let dir = args.model.dir()?;
-    let model = load_model(&dir, args.model.placement())?;
+    let model = load_model(&args.model)?;
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= model.vocab_size()) {
         return Err(Failure::bad_input(anyhow!(
             "--ids: token id {bad} is outside the model's vocabulary of {}",

@@ -1,6 +1,6 @@
 //! `flashlane plan`: the session table under the memory cap, without loading or serving.
 
-use crate::device::Device;
+use crate::device::{Device, KvDtypeArg, LoadFormatArg};
 use crate::serve::DraftArgs;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::Failure;
@@ -20,6 +20,12 @@ pub struct PlanArgs {
     /// Model directory: session costs from its config.json, weight bytes from its safetensors
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
+    /// The weights `serve --load-format` would load (dummy: those config.json describes, bf16)
+    #[arg(long, value_enum, default_value_t = LoadFormatArg::Auto)]
+    pub load_format: LoadFormatArg,
+    /// How sessions store keys and values [default: bf16 with --device cuda, f32 on the CPU]
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtypeArg>,
     /// KV bytes per token of a session (instead of reading them from a model)
     #[arg(long)]
     pub bytes_per_token: Option<u64>,
@@ -58,10 +64,12 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     // its weights, and its maximum context (as `serve` plans).
     let (model_bytes, max_tokens) = match &args.model {
         Some(dir) => {
-            let costs = ModelCosts::read(dir).map_err(|e| Failure::from(anyhow!(e)))?;
+            let costs = ModelCosts::read_as(dir, args.load_format.format())
+                .map_err(|e| Failure::from(anyhow!(e)))?;
             let (_, rollback) = args.drafts.resolve(costs.with_mtp)?;
+            let kv = args.device.kv_dtype(args.kv_dtype)?;
             (
-                Some(args.device.costs(&costs, rollback)),
+                Some(args.device.costs(&costs, rollback, kv)),
                 Some(costs.config.max_position_embeddings as u64),
             )
         }

@@ -1,6 +1,6 @@
 //! `flashlane serve`: load a model, plan its sessions under the cap, and serve the OpenAI API.
 
-use crate::device::Device;
+use crate::device::{Device, KvDtypeArg, LoadFormatArg};
 use crate::plan::table;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::text::ModelText;
@@ -42,6 +42,13 @@ pub struct ModelArgs {
     /// decode step is slower.
     #[arg(long)]
     pub mmap: bool,
+    /// Where the weights come from (dummy: seeded random weights of the shapes config.json gives,
+    /// to serve and measure a model's real shapes without its weight files)
+    #[arg(long, value_enum, default_value_t = LoadFormatArg::Auto)]
+    pub load_format: LoadFormatArg,
+    /// How sessions store attention keys and values [default: bf16 with --device cuda, f32 on the CPU]
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtypeArg>,
 }
 
 impl ModelArgs {
@@ -192,9 +199,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "model".into())
     });
-    let costs = ModelCosts::read(&dir).with_context(|| format!("loading {}", dir.display()))?;
+    let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
+    let format = args.model.load_format.format();
+    let costs =
+        ModelCosts::read_as(&dir, format).with_context(|| format!("loading {}", dir.display()))?;
     let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
-    let on = args.device.costs(&costs, rollback);
+    let on = args.device.costs(&costs, rollback, kv_dtype);
     let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;
     let max_tokens = config.max_position_embeddings as u64;
@@ -235,7 +245,17 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         env!("CARGO_PKG_VERSION"),
         dir.display()
     );
-    eprintln!("device: {}", cap.description);
+    eprintln!(
+        "device: {} · weights {:.2} GiB{} · keys and values {}",
+        cap.description,
+        on.weight_bytes as f64 / (1u64 << 30) as f64,
+        if format == model::LoadFormat::Dummy {
+            " (dummy)"
+        } else {
+            ""
+        },
+        kv_dtype.name()
+    );
     eprint!("{}", table(&plan));
     if let Some(warning) = plan.dropped_warning() {
         eprintln!("warning: {warning}");
@@ -250,7 +270,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let (engine, engine_thread) = server::spawn_engine(move || {
         let target: Box<dyn Target> = match device {
             Device::Cpu => {
-                let model = Arc::new(CpuModel::load_placed(&model_dir, true, placement)?);
+                let model = Arc::new(CpuModel::load_as(&model_dir, true, placement, format)?);
                 Box::new(CpuTarget::with_rollback_window(
                     model,
                     &capacities,
@@ -258,7 +278,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
                 ))
             }
             Device::Cuda => {
-                let model = backend_cuda::CudaModel::load(&model_dir)?;
+                let options = backend_cuda::LoadOptions {
+                    kv_dtype,
+                    format,
+                    progress: true,
+                };
+                let model = backend_cuda::CudaModel::load_with(&model_dir, &options)?;
                 Box::new(backend_cuda::CudaTarget::with_rollback_window(
                     &model,
                     &capacities,

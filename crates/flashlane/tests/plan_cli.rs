@@ -161,8 +161,9 @@ fn an_engine_session_that_does_not_fit_fails_with_the_numbers() {
     );
 }
 
-/// `--device cuda` plans with the GPU backend's own session bytes (KV rows in f32, linear state
-/// with a snapshot per draft-window position, the MTP ring), for a GPU this machine may lack.
+/// `--device cuda` plans with the GPU backend's own session bytes (KV rows in bf16, or f32 with
+/// `--kv-dtype f32`; linear state with a snapshot per draft-window position, the MTP ring), for a
+/// GPU this machine may lack.
 #[test]
 fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
     let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/flashlane-tiny");
@@ -196,11 +197,23 @@ fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
         json["sessions"][0]["bytes"].as_u64().unwrap()
     };
     let gpu = bytes(&flashlane(&args("cuda", Some("4")), &[]));
-    // 1056 positions × 2 (k, v) × 3 attention layers (2 + the MTP head's) × 2 heads × 64 × 4 B,
+    // 1056 positions × 2 (k, v) × 3 attention layers (2 + the MTP head's) × 2 heads × 64 × 2 B,
     // plus 5 × (6 linear layers × (3 × 1024 conv + 8 × 64 × 64 state)) + 5 × 320 floats × 4 B.
-    let per_token = 2 * 3 * 2 * 64 * 4;
+    let per_token = 2 * 3 * 2 * 64 * 2;
     let fixed = (5 * 6 * (3 * 1024 + 8 * 64 * 64) + 5 * 320) * 4;
     assert_eq!(gpu, 1056 * per_token + fixed);
+    let mut f32_rows = args("cuda", Some("4"));
+    f32_rows.extend(["--kv-dtype", "f32"]);
+    assert_eq!(
+        bytes(&flashlane(&f32_rows, &[])),
+        1056 * 2 * per_token + fixed
+    );
+    let mut cpu_bf16 = args("cpu", Some("4"));
+    cpu_bf16.extend(["--kv-dtype", "bf16"]);
+    let refused = flashlane(&cpu_bf16, &[]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--kv-dtype bf16"), "{stderr}");
     let cpu = bytes(&flashlane(&args("cpu", Some("4")), &[]));
     assert_ne!(gpu, cpu, "the CPU backend keeps its sessions differently");
     if !cfg!(feature = "cuda") {

@@ -192,6 +192,68 @@ fn generate_with_mmap_weights_replies_as_with_resident_weights() {
     assert_eq!(ids_of(&["--mmap"]), ids_of(&[]));
 }
 
+/// `--load-format dummy` serves a model from its config.json and tokenizer alone: a directory
+/// without weight files is refused without it, and with it `generate` replies, the same tokens
+/// on every run (seeded weights), and `plan` counts the weights the config describes.
+#[test]
+fn dummy_weights_run_a_model_from_its_config_alone() {
+    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let dir = std::env::temp_dir().join(format!("flashlane-dummy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(tiny.join(file), dir.join(file)).unwrap();
+    }
+    let m = dir.to_str().unwrap();
+    let generate = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            m,
+            "--prompt",
+            "Hello",
+            "--chat",
+            "--max-tokens",
+            "8",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        flashlane(&args)
+    };
+    let (code, _, stderr) = generate(&[]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("no *.safetensors") && stderr.contains("--load-format dummy"),
+        "{stderr}"
+    );
+    let tokens = || {
+        let (code, stdout, stderr) = generate(&["--load-format", "dummy"]);
+        assert_eq!(code, 0, "{stderr}");
+        let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        value["tokens"].as_array().expect("tokens").clone()
+    };
+    let first = tokens();
+    assert_eq!(first.len(), 8);
+    assert_eq!(tokens(), first);
+    let (code, stdout, stderr) = flashlane(&[
+        "plan",
+        "--model",
+        m,
+        "--load-format",
+        "dummy",
+        "--load-limit-gb",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let plan: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        plan["sessions"].as_array().is_some_and(|s| !s.is_empty()),
+        "{plan}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_reports_mtp_acceptance_on_the_counting_task_as_json() {
     let (code, stdout, stderr) = flashlane(&[

@@ -3,6 +3,8 @@
 //! - [`config`]: `config.json` for `qwen3` and `qwen3_next`, resolved into a checked [`Config`].
 //! - [`weights`]: memory-mapped safetensors (single or sharded), tensors fetched by name with a
 //!   shape check; bf16 stays bf16.
+//! - [`schema`]: the tensors a config describes (names, shapes, kinds of values), for dummy
+//!   weights and costs without the files.
 //! - [`tokenizer`]: `tokenizer.json` through the HF `tokenizers` crate.
 //! - [`chat`]: `tokenizer_config.json`'s chat template through minijinja with HF conventions.
 //! - [`vocab`]: which token ids speculative drafts choose among ([`draft_vocab`]).
@@ -13,6 +15,7 @@
 pub mod chat;
 pub mod config;
 mod resident;
+pub mod schema;
 pub mod tokenizer;
 pub mod vocab;
 pub mod weights;
@@ -21,9 +24,36 @@ pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;
-pub use weights::{Placement, Tensor, TensorData, Weights};
+pub use weights::{LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED};
 
 use std::path::{Path, PathBuf};
+
+/// How sessions store attention keys and values (every full-attention layer's rows, and the MTP
+/// head's). The GPU keeps bf16 by default, as vLLM, SGLang and llama.cpp do (half the bytes of
+/// f32, so twice the positions fit); f32 is there to check a backend against a reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    Bf16,
+    F32,
+}
+
+impl KvDtype {
+    /// Bytes of one stored element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::Bf16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+
+    /// The name `--kv-dtype` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::Bf16 => "bf16",
+            KvDtype::F32 => "f32",
+        }
+    }
+}
 
 /// Why a model directory could not be loaded; every variant names the file (and the tensor).
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +68,7 @@ pub enum LoadError {
     Config { file: PathBuf, reason: String },
     #[error("{file}: not a valid safetensors file ({reason}); is it truncated? re-download it")]
     Safetensors { file: PathBuf, reason: String },
-    #[error("no *.safetensors file in {dir}")]
+    #[error("no *.safetensors file in {dir} (`--load-format dummy` makes seeded weights from its config.json)")]
     NoWeights { dir: PathBuf },
     #[error("{file}: tensor `{name}` is missing")]
     MissingTensor { name: String, file: PathBuf },

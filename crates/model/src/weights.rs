@@ -9,7 +9,8 @@
 //! pages ([`crate::resident`]); f16 tensors are widened to f32 once at load.
 
 use crate::resident::{Arena, HugeRegion};
-use crate::LoadError;
+use crate::schema::{checkpoint_tensors, declares_mtp, Init};
+use crate::{Config, LoadError};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -49,9 +50,32 @@ pub enum Placement {
     Resident,
 }
 
-/// All tensors of a checkpoint, mapped.
+/// Where a model's weights come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadFormat {
+    /// The checkpoint's safetensors files.
+    #[default]
+    Safetensors,
+    /// Seeded random values of the shapes `config.json` gives ([`Weights::dummy`]): real shapes
+    /// served and measured without the files (vLLM's `--load-format dummy`).
+    Dummy,
+}
+
+/// The seed of `--load-format dummy` weights: every load of a config makes the same model.
+pub const DUMMY_SEED: u64 = 0x00f1_a5e1;
+
+/// A tensor [`Weights::dummy`] makes when it is fetched.
+#[derive(Clone, Debug)]
+struct DummyEntry {
+    shape: Vec<usize>,
+    init: Init,
+    seed: u64,
+}
+
+/// All tensors of a checkpoint, mapped (or, for dummy weights, made when fetched).
 pub struct Weights {
     entries: HashMap<String, Entry>,
+    dummy: HashMap<String, DummyEntry>,
     total_bytes: u64,
     progress: Option<Mutex<indicatif::ProgressBar>>,
     /// Where [`Placement::Resident`] copies go; `None` for [`Placement::Mapped`].
@@ -366,10 +390,56 @@ impl Weights {
         }
         Ok(Weights {
             entries,
+            dummy: HashMap::new(),
             total_bytes,
             progress: None,
             arena: None,
         })
+    }
+
+    /// The weights of `dir` as `format` says: its safetensors files, or dummy weights of the
+    /// shapes its `config.json` gives.
+    pub fn load(dir: &Path, format: LoadFormat) -> Result<Weights, LoadError> {
+        match format {
+            LoadFormat::Safetensors => Weights::open(dir),
+            LoadFormat::Dummy => Ok(Weights::dummy(&Config::from_dir(dir)?, DUMMY_SEED)),
+        }
+    }
+
+    /// A checkpoint of `config` (with its MTP head when the config declares one) whose bf16
+    /// tensors are made from `seed` when fetched, of the kinds of values trained weights have
+    /// ([`Init`]): activations stay finite and of order one, the router spreads tokens over the
+    /// experts. The same config and seed make the same bits, whatever order tensors are fetched
+    /// in and however many threads make them.
+    pub fn dummy(config: &Config, seed: u64) -> Weights {
+        let specs = checkpoint_tensors(config, declares_mtp(config));
+        let total_bytes = specs
+            .iter()
+            .map(|s| (s.shape.iter().product::<usize>() * 2) as u64)
+            .sum();
+        let dummy = specs
+            .into_iter()
+            .map(|s| {
+                let entry = DummyEntry {
+                    seed: mix(seed ^ name_hash(&s.name)),
+                    shape: s.shape,
+                    init: s.init,
+                };
+                (s.name, entry)
+            })
+            .collect();
+        Weights {
+            entries: HashMap::new(),
+            dummy,
+            total_bytes,
+            progress: None,
+            arena: None,
+        }
+    }
+
+    /// Whether the tensors are made up ([`Weights::dummy`]).
+    pub fn is_dummy(&self) -> bool {
+        !self.dummy.is_empty()
     }
 
     /// Where the tensors fetched from now on live ([`Placement::Mapped`] unless set).
@@ -404,17 +474,25 @@ impl Weights {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.entries.contains_key(name)
+        self.entries.contains_key(name) || self.dummy.contains_key(name)
     }
 
     /// The shape stored for `name`, if present.
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.entries.get(name).map(|e| e.shape.as_slice())
+        match self.dummy.get(name) {
+            Some(d) => Some(d.shape.as_slice()),
+            None => self.entries.get(name).map(|e| e.shape.as_slice()),
+        }
     }
 
     /// Every tensor name, sorted.
     pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+        let mut names: Vec<&str> = self
+            .entries
+            .keys()
+            .chain(self.dummy.keys())
+            .map(String::as_str)
+            .collect();
         names.sort_unstable();
         names
     }
@@ -426,7 +504,7 @@ impl Weights {
 
     /// Fetches `name`, checking that its shape is `shape`.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        self.place(self.fetch(name, self.entry(name, Some(shape))?)?)
+        self.place(self.fetch_checked(name, Some(shape))?)
     }
 
     /// [`Weights::tensor`] whatever the placement: in the file's mapping (or owned when it had
@@ -434,7 +512,29 @@ impl Weights {
     /// (projections fused into one tensor, norm weights widened to f32), so that they are not
     /// also copied into the huge-page arena.
     pub fn tensor_mapped(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        self.fetch(name, self.entry(name, Some(shape))?)
+        self.fetch_checked(name, Some(shape))
+    }
+
+    /// `name`, its shape checked against `shape` when given: from the files, or made up.
+    fn fetch_checked(&self, name: &str, shape: Option<&[usize]>) -> Result<Tensor, LoadError> {
+        let Some(d) = self.dummy.get(name) else {
+            return self.fetch(name, self.entry(name, shape)?);
+        };
+        if let Some(shape) = shape.filter(|s| *s != d.shape.as_slice()) {
+            return Err(LoadError::Shape {
+                file: self.files_hint(),
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: d.shape.clone(),
+            });
+        }
+        let data = dummy_values(d);
+        if let Some(bar) = &self.progress {
+            bar.lock()
+                .expect("progress bar lock")
+                .inc(data.len() as u64 * 2);
+        }
+        Ok(Tensor::from_bf16(name, d.shape.clone(), data))
     }
 
     /// Whether fetched tensors are copied onto huge pages.
@@ -500,10 +600,13 @@ impl Weights {
 
     /// Fetches `name` whatever its shape (the caller checks it).
     pub fn tensor_any_shape(&self, name: &str) -> Result<Tensor, LoadError> {
-        self.place(self.fetch(name, self.entry(name, None)?)?)
+        self.place(self.fetch_checked(name, None)?)
     }
 
     fn files_hint(&self) -> PathBuf {
+        if self.is_dummy() {
+            return PathBuf::from("(dummy weights)");
+        }
         let mut files: Vec<&Path> = self.entries.values().map(|e| e.file.as_path()).collect();
         files.sort();
         files.dedup();
@@ -586,6 +689,58 @@ impl Weights {
             shape: entry.shape.clone(),
             storage,
         })
+    }
+}
+
+/// Elements a thread makes in one go: each chunk has a seed of its own (the tensor's and its
+/// index), so the values do not depend on how the chunks are spread over threads.
+const DUMMY_CHUNK: usize = 1 << 16;
+
+/// SplitMix64's finaliser: a well-mixed 64-bit value of `x`.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// FNV-1a of a tensor name (stable across runs and platforms, unlike `DefaultHasher`).
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The values of a dummy tensor, bf16 (see [`Init`]).
+fn dummy_values(d: &DummyEntry) -> Vec<bf16> {
+    use rayon::prelude::*;
+    let n: usize = d.shape.iter().product();
+    let mut out = vec![bf16::ZERO; n];
+    out.par_chunks_mut(DUMMY_CHUNK)
+        .enumerate()
+        .for_each(|(chunk, values)| {
+            let mut state = mix(d.seed ^ (chunk as u64).wrapping_mul(0xd1b5_4a32_d192_ed03));
+            for v in values {
+                state = mix(state);
+                // Uniform in [0, 1) from the top 24 bits.
+                let u = (state >> 40) as f32 / (1u32 << 24) as f32;
+                *v = bf16::from_f32(init_value(d.init, u));
+            }
+        });
+    out
+}
+
+/// A value of the kind `init` describes from `u` uniform in [0, 1).
+fn init_value(init: Init, u: f32) -> f32 {
+    match init {
+        // Uniform on [−a, a) has variance a²/3.
+        Init::Matrix { fan_in } => (2.0 * u - 1.0) * (3.0 / fan_in as f32).sqrt(),
+        Init::NormOne => 1.0 + 0.1 * (u - 0.5),
+        Init::NormZero => 0.1 * (u - 0.5),
+        Init::ALog => (1.0 + 15.0 * u).ln(),
+        Init::DtBias => u - 0.5,
+        Init::Conv { kernel } => (2.0 * u - 1.0) * (3.0 / kernel as f32).sqrt(),
+        Init::Bias => 0.0,
     }
 }
 
@@ -708,6 +863,64 @@ fn first_bad_tensor(bytes: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tiny_config() -> Config {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+        Config::from_dir(&dir).expect("config")
+    }
+
+    /// Dummy weights are the schema's tensors, bf16, the same bits on every load whatever the
+    /// order they are fetched in, different for another seed, of the kinds of values asked for.
+    #[test]
+    fn dummy_weights_are_the_schemas_tensors_and_the_same_on_every_load() {
+        let config = tiny_config();
+        let a = Weights::dummy(&config, DUMMY_SEED);
+        let b = Weights::dummy(&config, DUMMY_SEED);
+        let specs = checkpoint_tensors(&config, true);
+        assert_eq!(a.names().len(), specs.len());
+        assert!(a.contains("mtp.fc.weight") && a.is_dummy());
+        let bytes: u64 = specs
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>() as u64 * 2)
+            .sum();
+        assert_eq!(a.total_bytes(), bytes);
+        let bits = |w: &Weights, name: &str| -> Vec<u16> {
+            let shape = w.shape(name).unwrap().to_vec();
+            match w.tensor(name, &shape).unwrap().data() {
+                TensorData::Bf16(v) => v.iter().map(|x| x.to_bits()).collect(),
+                TensorData::F32(_) => panic!("dummy tensors are bf16"),
+            }
+        };
+        let embed = "model.embed_tokens.weight";
+        let norm = "model.layers.0.input_layernorm.weight";
+        let (e1, n1) = (bits(&a, embed), bits(&a, norm));
+        // Fetched in the other order from the other instance: the same bits.
+        let (n2, e2) = (bits(&b, norm), bits(&b, embed));
+        assert_eq!((e1.clone(), n1), (e2, n2));
+        let other = Weights::dummy(&config, DUMMY_SEED + 1);
+        assert_ne!(bits(&other, embed), e1);
+        // A projection is centred with variance 1/fan_in; a zero-centred norm is near 0.
+        let h = config.hidden_size as f64;
+        let values: Vec<f64> = e1.iter().map(|b| bf16::from_bits(*b).to_f64()).collect();
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let var = values.iter().map(|v| v * v).sum::<f64>() / values.len() as f64;
+        assert!(mean.abs() < 0.01 / h.sqrt(), "mean {mean}");
+        assert!((var * h - 1.0).abs() < 0.05, "variance {var} × {h}");
+        let norm = a.tensor(norm, &[config.hidden_size]).unwrap().to_f32_vec();
+        assert!(norm.iter().all(|v| v.abs() <= 0.05), "{norm:?}");
+    }
+
+    #[test]
+    fn a_dummy_tensor_of_the_wrong_shape_is_refused_naming_it() {
+        let w = Weights::dummy(&tiny_config(), DUMMY_SEED);
+        let err = w.tensor("model.norm.weight", &[7]).unwrap_err().to_string();
+        assert!(
+            err.contains("model.norm.weight") && err.contains("dummy"),
+            "{err}"
+        );
+        let err = w.tensor("nope", &[1]).unwrap_err().to_string();
+        assert!(err.contains("`nope`"), "{err}");
+    }
 
     fn tempdir(tag: &str) -> PathBuf {
         let dir =

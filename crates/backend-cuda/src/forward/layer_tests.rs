@@ -53,7 +53,12 @@ fn dense_qwen3_layers_match_backend_cpu_on_random_rows() {
 /// Every layer of the model in `dir` (relative to this crate) against backend-cpu's.
 fn layers_match_backend_cpu(dir: &str) {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let gm = match CudaModel::load(&dir) {
+    // f32 cache rows: the CPU's are f32, and the comparison is of the arithmetic.
+    let options = crate::LoadOptions {
+        kv_dtype: model::KvDtype::F32,
+        ..Default::default()
+    };
+    let gm = match CudaModel::load_with(&dir, &options) {
         Ok(m) => m,
         Err(CudaError::Unavailable(why)) => {
             crate::skip_without_gpu(&why);
@@ -71,6 +76,7 @@ fn layers_match_backend_cpu(dir: &str) {
         &[capacity as u64],
         false,
         MAX_ROLLBACK_WINDOW,
+        gm.kv_dtype(),
     )
     .unwrap();
     let mut scratch = Scratch::new(&gm).unwrap();

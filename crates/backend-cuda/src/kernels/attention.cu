@@ -3,14 +3,32 @@
 // zero-centred QK-norm; partial RoPE) when ATT_GATED, else Qwen3's (query only, HD per head;
 // plain QK-norm; RoPE over ATT_ROT = HD dimensions):
 // - `attention_prep`: per row, q and k heads RMSNormed (ATT_NORM_KIND) and RoPE'd at the row's
-//   position; q to `q_out`, K and V into the session's cache rows. One warp per head.
+//   position; q to `q_out`, K and V into the session's cache rows. One warp per head, a block
+//   per (row, ATT_PREP_WARPS heads), so any number of heads fits.
 // - `attention_gated`: per (row, head), softmax attention over the session's rows 0..=pos, then
 //   × sigmoid(gate) when ATT_GATED (how the keys are split is below). The split depends on the
 //   position only, never on the batch.
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
-// ATT_GATED, ATT_NORM_KIND, ATT_THREADS.
+// ATT_GATED, ATT_NORM_KIND, ATT_THREADS, ATT_PREP_WARPS, ATT_KV_BF16.
+//
+// The cache holds K and V as bf16 (ATT_KV_BF16, rounded to nearest even when written) or f32;
+// attention widens them exactly to f32, so everything after the store is the same arithmetic.
+
+#if ATT_KV_BF16
+typedef bf16_t kv_t;
+__device__ __forceinline__ kv_t kv_store(float x) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(x));
+    return b;
+}
+__device__ __forceinline__ float kv_load(kv_t v) { return widen(v); }
+#else
+typedef float kv_t;
+__device__ __forceinline__ kv_t kv_store(float x) { return x; }
+__device__ __forceinline__ float kv_load(kv_t v) { return v; }
+#endif
 
 // Floats of one head's slice of q_proj: [query | gate] when gated.
 #define ATT_Q_HEAD_W ((ATT_GATED ? 2 : 1) * ATT_HD)
@@ -18,45 +36,44 @@
 #define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
 #define ATT_KV_ROW (ATT_KV_HEADS * ATT_HD)
 
-extern "C" __global__ void __launch_bounds__((ATT_HEADS + ATT_KV_HEADS) * WARP)
+extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
 attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
                const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
                const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
-               float* __restrict__ q_out, float* __restrict__ k_cache, float* __restrict__ v_cache) {
-    __shared__ float buf[ATT_HEADS + ATT_KV_HEADS][ATT_HD];
-    const int r = blockIdx.x, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+               float* __restrict__ q_out, kv_t* __restrict__ k_cache, kv_t* __restrict__ v_cache) {
+    __shared__ float bufs[ATT_PREP_WARPS][ATT_HD];
+    const int r = blockIdx.x, lane = threadIdx.x % WARP;
+    // Head w of the row: query heads first, then KV heads. A warp past the last head has none
+    // (only warps sync below, never the block).
+    const int w = blockIdx.y * ATT_PREP_WARPS + threadIdx.x / WARP;
+    if (w >= ATT_HEADS + ATT_KV_HEADS) return;
+    float* buf = bufs[threadIdx.x / WARP];
     const int pos = pos_arr[r];
     const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
     const float* row = qkv + (size_t)r * ATT_QKV_W;
-    const float* src;
-    const float* nw;
-    float* dst;
-    if (w < ATT_HEADS) {
-        src = row + w * ATT_Q_HEAD_W;
-        nw = q_norm;
-        dst = q_out + ((size_t)r * ATT_HEADS + w) * ATT_HD;
-    } else {
-        const int kvh = w - ATT_HEADS;
-        src = row + ATT_Q_W + kvh * ATT_HD;
-        nw = k_norm;
-        dst = k_cache + cache_row + kvh * ATT_HD;
+    const bool query = w < ATT_HEADS;
+    const int kvh = w - ATT_HEADS;
+    const float* src = query ? row + w * ATT_Q_HEAD_W : row + ATT_Q_W + kvh * ATT_HD;
+    const float* nw = query ? q_norm : k_norm;
+    if (!query) {
         const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
-        for (int i = lane; i < ATT_HD; i += WARP) v_cache[cache_row + kvh * ATT_HD + i] = v[i];
+        for (int i = lane; i < ATT_HD; i += WARP) v_cache[cache_row + kvh * ATT_HD + i] = kv_store(v[i]);
     }
     const float inv = 1.0f / sqrtf(warp_sum_squares(src, ATT_HD, lane) / (float)ATT_HD + eps);
-    for (int i = lane; i < ATT_HD; i += WARP) buf[w][i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
+    for (int i = lane; i < ATT_HD; i += WARP) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
     __syncwarp();
     const int half = ATT_ROT / 2;
     for (int i = lane; i < ATT_HD; i += WARP) {
-        float y = buf[w][i];
+        float y = buf[i];
         if (i < ATT_ROT) {
             const int d = i < half ? i : i - half;
             const float angle = (float)pos * inv_freq[d];
             const float c = cosf(angle), s = sinf(angle);
-            const float a = buf[w][d], b = buf[w][d + half];
+            const float a = buf[d], b = buf[d + half];
             y = i < half ? a * c + (-b) * s : b * c + a * s;
         }
-        dst[i] = y;
+        if (query) q_out[((size_t)r * ATT_HEADS + w) * ATT_HD + i] = y;
+        else k_cache[cache_row + kvh * ATT_HD + i] = kv_store(y);
     }
 }
 
@@ -71,7 +88,7 @@ static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
-                const float* __restrict__ k_cache, const float* __restrict__ v_cache,
+                const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
                 const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
                 float* __restrict__ out) {
     __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
@@ -95,11 +112,11 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
         for (int g = 0; g < ATT_KEY_GROUP; g++) {
             float part = 0.0f;
             if (p0 + g <= pos) {  // the same for the whole warp
-                const float* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+                const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
 #pragma unroll
                 for (int j = 0; j < ATT_DPL; j++) {
                     const int d = lane + WARP * j;
-                    if (d < ATT_HD) part += qv[j] * kp[d];
+                    if (d < ATT_HD) part += qv[j] * kv_load(kp[d]);
                 }
             }
             s[g] = warp_sum(part) * scale;
@@ -107,14 +124,14 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
 #pragma unroll
         for (int g = 0; g < ATT_KEY_GROUP; g++) {
             if (p0 + g > pos) break;
-            const float* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+            const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
             const float m_new = fmaxf(m, s[g]);
             const float c = expf(m - m_new), e = expf(s[g] - m_new);
             l = l * c + e;
 #pragma unroll
             for (int j = 0; j < ATT_DPL; j++) {
                 const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[j] = acc[j] * c + e * vp[d];
+                if (d < ATT_HD) acc[j] = acc[j] * c + e * kv_load(vp[d]);
             }
             m = m_new;
         }

@@ -9,7 +9,7 @@ use crate::device::{Arg, Gpu};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use model::{Arch, Config, LinearAttentionConfig, MoeConfig};
+use model::{Arch, Config, KvDtype, LinearAttentionConfig, MoeConfig};
 
 const COMMON: &str = include_str!("common.cu");
 const MATMUL: &str = include_str!("matmul.cu");
@@ -73,8 +73,11 @@ const SWIGLU_BLOCKS_MAX: usize = 1024;
 const ROW_THREADS: u32 = 128;
 /// The most taps the depthwise conv keeps in registers.
 const MAX_CONV_KERNEL: usize = 8;
-/// Threads a block may have; `attention_prep` runs one warp per q and kv head of a row.
+/// Threads a block may have.
 const BLOCK_THREADS_MAX: usize = 1024;
+/// Heads (a warp each) per block of `attention_prep`: a row's heads span blocks, so any number
+/// of heads fits (Qwen3-32B's 64 query and 8 KV heads are 9 blocks a row).
+const ATT_PREP_WARPS: u32 = 8;
 
 /// Widest attention head: a lane of `attention_gated` keeps 8 of its dims in registers.
 const ATT_HEAD_DIM_MAX: usize = 256;
@@ -91,10 +94,12 @@ pub struct Dims {
     pub qwen3_next: bool,
     pub linear: Option<LinearAttentionConfig>,
     pub moe: Option<MoeConfig>,
+    /// How the sessions' K and V rows are stored.
+    pub kv: KvDtype,
 }
 
 impl Dims {
-    pub fn of(config: &Config) -> Result<Dims, CudaError> {
+    pub fn of(config: &Config, kv: KvDtype) -> Result<Dims, CudaError> {
         let dims = Dims {
             hidden: config.hidden_size,
             heads: config.num_heads,
@@ -104,6 +109,7 @@ impl Dims {
             qwen3_next: config.arch == Arch::Qwen3Next,
             linear: config.linear.clone(),
             moe: config.moe.clone(),
+            kv,
         };
         dims.check()?;
         Ok(dims)
@@ -127,12 +133,10 @@ impl Dims {
                 self.head_dim
             ));
         }
-        if (self.heads + self.kv_heads) * 32 > BLOCK_THREADS_MAX {
+        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return unsupported(format!(
-                "{} query and {} KV heads: the attention prologue runs a warp per head, at most {} in all",
-                self.heads,
-                self.kv_heads,
-                BLOCK_THREADS_MAX / 32
+                "{} query heads over {} KV heads: each KV head must serve the same number of query heads",
+                self.heads, self.kv_heads
             ));
         }
         if let Some(l) = &self.linear {
@@ -195,6 +199,8 @@ impl Dims {
             ("ATT_GATED", usize::from(self.qwen3_next)),
             // common.cu's NORM_PLAIN (0) or NORM_ZERO_CENTRED (1).
             ("ATT_NORM_KIND", usize::from(self.qwen3_next)),
+            ("ATT_PREP_WARPS", block(ATT_PREP_WARPS)),
+            ("ATT_KV_BF16", usize::from(self.kv == KvDtype::Bf16)),
         ];
         if let Some(l) = &self.linear {
             d.extend([
@@ -637,8 +643,12 @@ impl Kernels {
         }
         gpu.launch(
             &self.attention_prep,
-            (rows_u32(a.rows), 1, 1),
-            ((dims.heads + dims.kv_heads) * 32) as u32,
+            (
+                rows_u32(a.rows),
+                blocks(dims.heads + dims.kv_heads, ATT_PREP_WARPS),
+                1,
+            ),
+            ATT_PREP_WARPS * 32,
             &[
                 Arg::Ptr(qkv),
                 Arg::Ptr(a.pos),

@@ -12,7 +12,7 @@ use backend_cpu::kernels::matmul::matmul;
 use backend_cpu::kernels::norm::{rmsnorm, NormKind};
 use backend_cpu::qwen3_next::moe::top_k_softmax;
 use half::bf16;
-use model::{Config, MoeConfig, TensorData};
+use model::{Config, KvDtype, MoeConfig, TensorData};
 use std::sync::Arc;
 
 /// Largest difference allowed relative to the largest reference magnitude: f32 sums in another
@@ -47,7 +47,7 @@ fn tiny_dims() -> (Config, Dims) {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let config = Config::from_dir(&dir).expect("config");
-    let dims = Dims::of(&config).expect("dims");
+    let dims = Dims::of(&config, KvDtype::F32).expect("dims");
     (config, dims)
 }
 
@@ -343,43 +343,67 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
 }
 
 /// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
-/// device needed): heads of 64 (flashlane-tiny) and 256 (Qwen3-Next) fit, 512 do not.
+/// device needed): heads of 64 (flashlane-tiny) and 256 (Qwen3-Next) fit, 512 do not; every head
+/// layout of Qwen3 and Qwen3-Next fits; query heads that KV heads do not divide are refused.
 #[test]
-fn dims_refuse_heads_the_attention_kernel_cannot_hold() {
+fn dims_take_every_head_layout_and_refuse_what_the_kernels_cannot_hold() {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let mut config = Config::from_dir(&dir).expect("config");
-    assert!(Dims::of(&config).is_ok());
+    assert!(Dims::of(&config, KvDtype::Bf16).is_ok());
     config.head_dim = 256;
-    assert!(Dims::of(&config).is_ok(), "Qwen3-Next's heads of 256");
+    assert!(
+        Dims::of(&config, KvDtype::Bf16).is_ok(),
+        "Qwen3-Next's heads of 256"
+    );
     config.head_dim = 512;
-    match Dims::of(&config) {
+    match Dims::of(&config, KvDtype::Bf16) {
         Err(CudaError::Unsupported(why)) => assert!(why.contains("head_dim 512"), "{why}"),
         other => panic!("head_dim 512 accepted: {:?}", other.map(|_| ())),
     }
-    config.head_dim = 64;
-    config.num_heads = 32;
+    // Qwen3 0.6B to 32B and Qwen3-Next: (query heads, KV heads, head_dim).
+    for (heads, kv_heads, hd) in [
+        (16, 8, 128),
+        (32, 8, 128),
+        (40, 8, 128),
+        (64, 8, 128),
+        (16, 2, 256),
+        (64, 4, 64),
+        (8, 1, 64),
+    ] {
+        config.num_heads = heads;
+        config.num_kv_heads = kv_heads;
+        config.head_dim = hd;
+        config.rotary_dim = hd / 4;
+        assert!(
+            Dims::of(&config, KvDtype::Bf16).is_ok(),
+            "{heads} heads over {kv_heads} of {hd}"
+        );
+    }
+    config.num_heads = 30;
     config.num_kv_heads = 4;
-    match Dims::of(&config) {
-        Err(CudaError::Unsupported(why)) => assert!(why.contains("KV heads"), "{why}"),
-        other => panic!("36 heads accepted: {:?}", other.map(|_| ())),
+    config.head_dim = 64;
+    match Dims::of(&config, KvDtype::Bf16) {
+        Err(CudaError::Unsupported(why)) => assert!(why.contains("30 query heads over 4"), "{why}"),
+        other => panic!("30 heads over 4 accepted: {:?}", other.map(|_| ())),
     }
 }
 
-/// `attention_gated` on Qwen3-Next's heads of 256 (8 dims a lane) against backend-cpu's causal
-/// attention × sigmoid(gate), rows of several positions, grouped query heads.
-#[test]
-fn attention_of_wide_heads_matches_backend_cpu() {
+/// `attention_gated` against backend-cpu's causal attention × sigmoid(gate) (Qwen3-Next's gated
+/// heads) on rows of several positions, grouped query heads, with the cache in `kv`: bf16 rows
+/// are checked against the reference on the same rounded keys and values.
+fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd: usize) {
     use backend_cpu::kernels::attention::{causal_attention, AttentionShape};
-    let Some((gpu, _)) = setup() else { return };
+    let Some(gpu) = open_gpu() else { return };
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let mut config = Config::from_dir(&dir).expect("config");
-    config.head_dim = 256;
-    config.rotary_dim = 64;
-    let dims = Dims::of(&config).expect("dims");
+    config.num_heads = heads;
+    config.num_kv_heads = kv_heads;
+    config.head_dim = hd;
+    config.rotary_dim = hd / 4;
+    let dims = Dims::of(&config, kv).expect("dims");
     let k = Kernels::compile(&gpu, &dims).expect("kernels");
-    let (heads, kv_heads, hd) = (dims.heads, dims.kv_heads, dims.head_dim);
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let mut random = |n: usize| -> Vec<f32> {
@@ -392,30 +416,42 @@ fn attention_of_wide_heads_matches_backend_cpu() {
     let (start, rows) = (150, 5);
     let kv_row = kv_heads * hd;
     let q = random(rows * heads * hd);
-    let keys = random((start + rows) * kv_row);
-    let values = random((start + rows) * kv_row);
+    let mut keys = random((start + rows) * kv_row);
+    let mut values = random((start + rows) * kv_row);
     let qkv_width = heads * 2 * hd + 2 * kv_row;
     let qkv = random(rows * qkv_width);
     let pos: Vec<i32> = (start..start + rows).map(|p| p as i32).collect();
+    // The cache as the kernel stores it; the reference sees the stored values.
+    let stored = |v: &mut Vec<f32>| -> Buf<u8> {
+        let bytes: Vec<u8> = match kv {
+            KvDtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            KvDtype::Bf16 => {
+                v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
+                v.iter()
+                    .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                    .collect()
+            }
+        };
+        Buf::from_host(&gpu, &bytes).unwrap()
+    };
+    let (k_buf, v_buf) = (stored(&mut keys), stored(&mut values));
     let bufs = (
         Buf::from_host(&gpu, &q).unwrap(),
         Buf::from_host(&gpu, &qkv).unwrap(),
-        Buf::from_host(&gpu, &keys).unwrap(),
-        Buf::from_host(&gpu, &values).unwrap(),
         Buf::from_host(&gpu, &pos).unwrap(),
         Buf::<i32>::zeros(&gpu, rows).unwrap(),
         Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
     );
     let a = super::AttentionRows {
         rows,
-        pos: bufs.4.at(0),
-        kv_base: bufs.5.at(0),
-        k_cache: bufs.2.at(0),
-        v_cache: bufs.3.at(0),
+        pos: bufs.2.at(0),
+        kv_base: bufs.3.at(0),
+        k_cache: k_buf.at(0),
+        v_cache: v_buf.at(0),
     };
-    k.attention(&gpu, &dims, &a, bufs.0.at(0), bufs.1.at(0), bufs.6.at(0))
+    k.attention(&gpu, &dims, &a, bufs.0.at(0), bufs.1.at(0), bufs.4.at(0))
         .unwrap();
-    let got = bufs.6.read(&gpu, rows * heads * hd).unwrap();
+    let got = bufs.4.read(&gpu, rows * heads * hd).unwrap();
     let shape = AttentionShape {
         heads,
         kv_heads,
@@ -434,7 +470,157 @@ fn attention_of_wide_heads_matches_backend_cpu() {
     }
     // Softmax sums in another order and the device's exp, as the layer tests allow.
     let d = relative_diff(&got, &want);
-    assert!(d <= 1e-4, "seed {seed}: relative diff {d}");
+    assert!(
+        d <= 1e-4,
+        "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: relative diff {d}"
+    );
+}
+
+#[test]
+fn attention_of_wide_heads_matches_backend_cpu() {
+    // flashlane-tiny's heads widened to Qwen3-Next's 256 (8 dims a lane).
+    attention_matches_backend_cpu(KvDtype::F32, 4, 2, 256);
+    attention_matches_backend_cpu(KvDtype::Bf16, 4, 2, 256);
+}
+
+#[test]
+fn attention_of_many_heads_matches_backend_cpu() {
+    // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128.
+    attention_matches_backend_cpu(KvDtype::Bf16, 64, 8, 128);
+    attention_matches_backend_cpu(KvDtype::F32, 32, 8, 128);
+}
+
+/// `attention_prep` for many heads (they span blocks) against a reference written here: each
+/// head RMSNormed with its weight (plain, Qwen3's), the first `rotary_dim` dims rotated by
+/// position (rotate-half), q to `q_out` and K, V into the cache rows in `kv`.
+#[test]
+fn attention_prep_of_many_heads_matches_a_reference() {
+    let Some(gpu) = open_gpu() else { return };
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/qwen3_bf16/model");
+    let mut config = Config::from_dir(&dir).expect("config");
+    let (heads, kv_heads, hd) = (40, 8, 128);
+    config.num_heads = heads;
+    config.num_kv_heads = kv_heads;
+    config.head_dim = hd;
+    config.rotary_dim = hd;
+    for kv in [KvDtype::Bf16, KvDtype::F32] {
+        let dims = Dims::of(&config, kv).expect("dims");
+        let k = Kernels::compile(&gpu, &dims).expect("kernels");
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let rows = 3;
+        let (q_w, kv_row) = (heads * hd, kv_heads * hd);
+        let qkv_w = q_w + 2 * kv_row;
+        let qkv = rng.vec(rows * qkv_w);
+        let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
+        let half = hd / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|d| 1e6f32.powf(-((2 * d) as f32) / hd as f32))
+            .collect();
+        // Rows of two sessions: cache rows from 0 and from 16, at positions 5, 6 and 3.
+        let pos = [5i32, 6, 3];
+        let kv_base = [0i32, 0, 16];
+        let cache_rows = 24;
+        let eps = 1e-6f32;
+        let elem = kv.bytes() as usize;
+        let b = (
+            Buf::from_host(&gpu, &qkv).unwrap(),
+            Buf::from_host(&gpu, &pos).unwrap(),
+            Buf::from_host(&gpu, &kv_base).unwrap(),
+            Buf::from_host(&gpu, &q_norm).unwrap(),
+            Buf::from_host(&gpu, &k_norm).unwrap(),
+            Buf::from_host(&gpu, &inv_freq).unwrap(),
+            Buf::<f32>::zeros(&gpu, rows * q_w).unwrap(),
+            Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap(),
+            Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap(),
+        );
+        let a = super::AttentionRows {
+            rows,
+            pos: b.1.at(0),
+            kv_base: b.2.at(0),
+            k_cache: b.7.at(0),
+            v_cache: b.8.at(0),
+        };
+        k.attention_prep(
+            &gpu,
+            &dims,
+            &a,
+            b.0.at(0),
+            b.3.at(0),
+            b.4.at(0),
+            b.5.at(0),
+            eps,
+            b.6.at(0),
+        )
+        .unwrap();
+        let q_out = b.6.read(&gpu, rows * q_w).unwrap();
+        let decode = |bytes: Vec<u8>| -> Vec<f32> {
+            match kv {
+                KvDtype::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                KvDtype::Bf16 => bytes
+                    .chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+            }
+        };
+        let k_cache = decode(b.7.read(&gpu, cache_rows * kv_row * elem).unwrap());
+        let v_cache = decode(b.8.read(&gpu, cache_rows * kv_row * elem).unwrap());
+        // The reference, in f64.
+        let prep = |x: &[f32], w: &[f32], p: i32| -> Vec<f32> {
+            let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / hd as f64;
+            let inv = 1.0 / (ms + eps as f64).sqrt();
+            let n: Vec<f64> = x
+                .iter()
+                .zip(w)
+                .map(|(v, w)| *v as f64 * inv * *w as f64)
+                .collect();
+            (0..hd)
+                .map(|i| {
+                    let d = i % half;
+                    let angle = p as f64 * inv_freq[d] as f64;
+                    let (a, bb) = (n[d], n[d + half]);
+                    (if i < half {
+                        a * angle.cos() - bb * angle.sin()
+                    } else {
+                        bb * angle.cos() + a * angle.sin()
+                    }) as f32
+                })
+                .collect()
+        };
+        let stored = |v: f32| match kv {
+            KvDtype::F32 => v,
+            KvDtype::Bf16 => bf16::from_f32(v).to_f32(),
+        };
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            let row = &qkv[r * qkv_w..(r + 1) * qkv_w];
+            for h in 0..heads {
+                want.extend(prep(&row[h * hd..(h + 1) * hd], &q_norm, pos[r]));
+                got.extend_from_slice(&q_out[(r * heads + h) * hd..(r * heads + h + 1) * hd]);
+            }
+            let cache_row = (kv_base[r] + pos[r]) as usize * kv_row;
+            for h in 0..kv_heads {
+                let kx = &row[q_w + h * hd..q_w + (h + 1) * hd];
+                want.extend(prep(kx, &k_norm, pos[r]).into_iter().map(stored));
+                got.extend_from_slice(&k_cache[cache_row + h * hd..cache_row + (h + 1) * hd]);
+                let vx = &row[q_w + kv_row + h * hd..q_w + kv_row + (h + 1) * hd];
+                want.extend(vx.iter().map(|v| stored(*v)));
+                got.extend_from_slice(&v_cache[cache_row + h * hd..cache_row + (h + 1) * hd]);
+            }
+        }
+        // f32 against f64 with the device's sin and cos; a bf16 store may round the other way
+        // at a tie, one bf16 step (2⁻⁸ relative) at most.
+        let tol = match kv {
+            KvDtype::F32 => 1e-5,
+            KvDtype::Bf16 => 1e-2,
+        };
+        let d = relative_diff(&got, &want);
+        assert!(d <= tol, "seed {seed}, {kv:?}: relative diff {d}");
+    }
 }
 
 /// The GPU's MoE layer (`moe.cu`) on the given rows: returns `x` after it.

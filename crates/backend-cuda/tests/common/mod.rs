@@ -5,6 +5,7 @@
 
 use backend_cuda::{CudaError, CudaModel};
 use lane::Window;
+use model::KvDtype;
 use slots::SessionId;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,10 +19,14 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The model in `dir` on the GPU, or `None` (printed) when this machine has no CUDA device; any
-/// other failure panics naming `what`.
-pub fn load_on_gpu(dir: &Path, what: &str) -> Option<Arc<CudaModel>> {
-    match CudaModel::load(dir) {
+/// The model in `dir` on the GPU with cache rows of `kv`, or `None` (printed) when this machine
+/// has no CUDA device; any other failure panics naming `what`.
+pub fn load_on_gpu(dir: &Path, what: &str, kv: KvDtype) -> Option<Arc<CudaModel>> {
+    let options = backend_cuda::LoadOptions {
+        kv_dtype: kv,
+        ..Default::default()
+    };
+    match CudaModel::load_with(dir, &options) {
         Ok(m) => Some(m),
         Err(CudaError::Unavailable(why)) => {
             backend_cuda::skip_without_gpu(&why);
