@@ -69,7 +69,13 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 // 2t and 2t + 1; the other warps return false. Every thread of the block must call it (it
 // synchronises the block). The matmul and the MoE's grouped expert matmuls share it, so a
 // product has the same bits whichever kernel computes it.
-template <int NT>
+//
+// DEPTH chunks of a warp's weights are loaded before any of them is multiplied (DEPTH times the
+// weight loads in flight, for matrices whose few blocks cannot otherwise keep the memory busy;
+// x, a few rows read by every block, comes from L2 chunk by chunk, so that the registers stay
+// few); they are multiplied in increasing order as with DEPTH 1, so the bits do not depend on
+// DEPTH.
+template <int NT, int DEPTH = 1>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
                                          float (*part)[NT][WARP][4], float* d) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
@@ -79,34 +85,47 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
     float va[16], vb[16];
-    uint4 w0[NT], w1[NT];
+    uint4 w0[DEPTH][NT], w1[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int c = warp * MMA_CHUNK; c < k; c += MMA_WARPS * MMA_CHUNK) {
-        // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
-        const int e = c + 16 * t;
-        const bool in = e < k;
+    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            w0[j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
-            w1[j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
-        }
-        load16(xa && in ? xa + e : nullptr, va);
-        load16(xb && in ? xb + e : nullptr, vb);
-        // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the lo
-        // product.
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-            split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-            split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-            split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-            split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+        for (int p = 0; p < DEPTH; p++) {
+            // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
+            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const bool in = e < k;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const unsigned b0 = s == 0 ? w0[j].x : s == 1 ? w0[j].z : s == 2 ? w1[j].x : w1[j].z;
-                const unsigned b1 = s == 0 ? w0[j].y : s == 1 ? w0[j].w : s == 2 ? w1[j].y : w1[j].w;
-                mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
-                mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+                w0[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+                w1[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            // A chunk wholly past k adds nothing: skipped, as DEPTH 1 never reaches it (the
+            // same for the whole warp).
+            if (c >= k) break;
+            const int e = c + 16 * t;
+            const bool in = e < k;
+            load16(xa && in ? xa + e : nullptr, va);
+            load16(xb && in ? xb + e : nullptr, vb);
+            // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
+            // lo product.
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 lo = w0[p][j], hi = w1[p][j];
+                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+                    mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
+                    mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+                }
             }
         }
     }
@@ -128,7 +147,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
 
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-template <int NT>
+template <int NT, int DEPTH>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
@@ -145,7 +164,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
 #pragma unroll
     for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
     float d[4];
-    if (!mma_tile<NT>(xa, xb, wr, k, part, d)) return;
+    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
     // d: rows g (0, 1) and g + 8 (2, 3), outputs 2t and 2t + 1 of n-tile `warp`.
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -163,15 +182,17 @@ matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ r
             const bf16_t* __restrict__ w, int k, int n_out,
             float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
-    matmul_block<MMA_NT>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+    matmul_block<MMA_NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }
 
 // One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
-// (the same products in the same order: the same bits).
+// (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
+// loaded at once: a decode step's narrow matrices have too few blocks to keep enough loads in
+// flight one chunk at a time.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
 matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                    const bf16_t* __restrict__ w, int k, int n_out,
                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][1][WARP][4];
-    matmul_block<1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+    matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }

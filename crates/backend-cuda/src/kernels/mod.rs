@@ -31,6 +31,11 @@ const MMA_WARPS: u32 = 8;
 /// blocks): two blocks for each of the H200's 132 multiprocessors, so a decode step's narrow
 /// matrices still spread over the whole GPU. Both kernels compute the same bits.
 const MATMUL_WIDE_MIN_BLOCKS: usize = 2 * 132;
+/// Chunks of k a warp of `matmul_bf16_narrow` loads before it multiplies any: at one row, the
+/// narrow q/k/v, o and down matrices of a Qwen3-4B step read their weights at 1.7–2.0 TB/s one
+/// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
+/// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
+const MMA_NARROW_DEPTH: usize = 2;
 /// Warps per block of `rmsnorm_rows` (one block a row: 8 elements a thread on a 2048-wide row).
 const NORM_WARPS: u32 = 8;
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
@@ -186,6 +191,7 @@ impl Dims {
             ("MMA_ROWS", MMA_ROWS),
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
+            ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),

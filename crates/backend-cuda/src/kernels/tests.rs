@@ -204,10 +204,17 @@ fn f32_bytes(n: usize) -> u64 {
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
-    let seed = rng.0;
     // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
-    // block's warps from 0 to 10 chunks of 64.
-    let depth = 16 * (1 + rng.below(320));
+    // block's warps from 0 to 10 chunks of 64. Also fixed depths: one piece; and 3 rounds of the
+    // 8 warps' chunks plus one piece (odd chunk counts, the last chunk in part: the narrow
+    // kernel loads 2 chunks at once).
+    for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
+        matmul_case(&gpu, &k, &mut rng, depth);
+    }
+}
+
+fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize) {
+    let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
     let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(40));
     let w: Vec<bf16> = rng
@@ -218,10 +225,10 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let x = rng.vec(rows * depth);
     let mut want = vec![0f32; rows * n_out];
     matmul(&x, TensorData::Bf16(&w), depth, &mut want);
-    let wb = Buf::from_host(&gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
-    let xb = Buf::from_host(&gpu, &x).unwrap();
+    let wb = Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
+    let xb = Buf::from_host(gpu, &x).unwrap();
     // Room for the gathers below even when `rows` is 1.
-    let y = Buf::<f32>::zeros(&gpu, (rows + 2) * n_out).unwrap();
+    let y = Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap();
     let run_with = |x: u64, row_index: u64, rows: usize, accumulate: bool, kernel| {
         let m = Matmul {
             x,
@@ -235,19 +242,25 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             rows,
             accumulate,
         };
-        k.matmul_with(&gpu, &m, kernel).unwrap();
-        y.read(&gpu, rows * n_out).unwrap()
+        k.matmul_with(gpu, &m, kernel).unwrap();
+        y.read(gpu, rows * n_out).unwrap()
     };
     let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
         run_with(x, row_index, rows, accumulate, MatmulKernel::Auto)
     };
     let all = run(xb.at(0), 0, rows, false);
     let d = relative_diff(&all, &want);
-    assert!(d <= TOLERANCE, "seed {seed}: relative diff {d}");
+    assert!(
+        d <= TOLERANCE,
+        "seed {seed}, depth {depth}: relative diff {d}"
+    );
     // The narrow and the wide kernel: the same bits.
     for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
-        assert!(same_bits(&other, &all), "seed {seed}: {kernel:?} differs");
+        assert!(
+            same_bits(&other, &all),
+            "seed {seed}, depth {depth}: {kernel:?} differs"
+        );
     }
     for r in 0..rows {
         let one = run(xb.at(0) + f32_bytes(r * depth), 0, 1, false);
@@ -255,7 +268,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         assert!(same, "seed {seed}: row {r} alone differs from the batch");
     }
     // Gather the last row then the first; then add the same rows again.
-    let index = Buf::from_host(&gpu, &[rows as i32 - 1, 0]).unwrap();
+    let index = Buf::from_host(gpu, &[rows as i32 - 1, 0]).unwrap();
     let gathered = run(xb.at(0), index.at(0), 2, false);
     assert_eq!(gathered[..n_out], all[(rows - 1) * n_out..]);
     assert_eq!(gathered[n_out..], all[..n_out]);
@@ -266,7 +279,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // Every row gathered in reverse order, plus the first twice (so rows land in other tiles and
     // row slots): each the bits of the row alone.
     let order: Vec<i32> = (0..rows as i32).rev().chain([0, 0]).collect();
-    let index = Buf::from_host(&gpu, &order).unwrap();
+    let index = Buf::from_host(gpu, &order).unwrap();
     let gathered = run(xb.at(0), index.at(0), order.len(), false);
     for (g, &r) in gathered.chunks(n_out).zip(&order) {
         let r = r as usize;
