@@ -41,7 +41,7 @@ pub struct CpuModel {
     pub norm_kind: NormKind,
     /// The MTP draft head, when the checkpoint has one (`mtp.*`); sessions then hold its state.
     pub mtp: Option<qwen3_next::Mtp>,
-    /// Bytes of the checkpoint's tensors (what the weights take in memory).
+    /// Bytes the weights take in memory (the checkpoint's, with f16 and FP8 widened to f32).
     pub weight_bytes: u64,
 }
 
@@ -125,7 +125,7 @@ impl CpuModel {
         let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {
             mtp,
-            weight_bytes: w.total_bytes(),
+            weight_bytes: w.fetched_bytes(),
             config,
             embed,
             layers,
@@ -266,7 +266,7 @@ impl ModelCosts {
         let weights = Weights::load(dir, format)?;
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
-            weight_bytes: weights.total_bytes(),
+            weight_bytes: weights.fetched_bytes(),
             config,
         })
     }

@@ -36,6 +36,13 @@ impl CudaModel {
 
     /// The model of `w` with sessions keeping K and V as `kv`.
     pub fn from_weights(config: Config, w: &Weights, kv: KvDtype) -> Result<CudaModel, CudaError> {
+        if config.fp8.is_some() {
+            return Err(CudaError::Unsupported(
+                "FP8 weights (config.json's quantization_config) yet: the GPU's FP8 matmuls are \
+                 not built; the CPU backend runs FP8 checkpoints (--device cpu)"
+                    .into(),
+            ));
+        }
         let gpu = Gpu::open()?;
         let dims = Dims::of(&config, kv)?;
         let kernels = Kernels::compile(&gpu, &dims)?;

@@ -54,6 +54,20 @@ pub struct MoeConfig {
     pub norm_topk_prob: bool,
 }
 
+/// Block-scaled FP8 weights, as Qwen publishes its `-FP8` checkpoints (`quantization_config`
+/// `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}`): a quantised
+/// matrix `W` `[out, in]` is stored as `F8_E4M3` values `q` and `W.weight_scale_inv` (f32,
+/// `[out / rows, in / cols]`), and `W[o, i] = q[o, i] · scale[o / rows, i / cols]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fp8Blocks {
+    /// Rows (outputs) of one scaled block.
+    pub rows: usize,
+    /// Columns (inputs) of one scaled block.
+    pub cols: usize,
+    /// `modules_to_not_convert`: module names (or prefixes) kept in the checkpoint's dtype.
+    pub not_converted: Vec<String>,
+}
+
 /// A resolved, checked model configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -83,6 +97,8 @@ pub struct Config {
     pub mtp_layers: usize,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// FP8 weights, when `quantization_config` says so.
+    pub fp8: Option<Fp8Blocks>,
 }
 
 /// `config.json` as written by transformers (4.x and 5.x field names).
@@ -122,6 +138,7 @@ pub struct RawConfig {
     pub decoder_sparse_step: Option<usize>,
     pub mlp_only_layers: Option<Vec<usize>>,
     pub num_nextn_predict_layers: Option<usize>,
+    pub quantization_config: Option<serde_json::Value>,
     pub bos_token_id: Option<serde_json::Value>,
     pub eos_token_id: Option<serde_json::Value>,
 }
@@ -170,6 +187,59 @@ fn need(value: Option<usize>, field: &str) -> Result<usize, String> {
         Some(v) => Ok(v),
         None => Err(format!("`{field}` is missing")),
     }
+}
+
+/// `quantization_config`: none, or the block-scaled FP8 of Qwen's `-FP8` checkpoints; any other
+/// method is refused naming it.
+fn fp8_blocks(value: Option<&serde_json::Value>) -> Result<Option<Fp8Blocks>, String> {
+    let Some(q) = value.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let method = q["quant_method"].as_str().unwrap_or("(none)");
+    if method != "fp8" {
+        return Err(format!(
+            "`quantization_config.quant_method` `{method}` is not supported (flashlane reads \
+             bf16, f16 and f32 checkpoints and block-scaled `fp8`)"
+        ));
+    }
+    let fmt = q["fmt"].as_str().unwrap_or("e4m3");
+    if fmt != "e4m3" {
+        return Err(format!(
+            "`quantization_config.fmt` `{fmt}` is not supported (FP8 weights must be `e4m3`)"
+        ));
+    }
+    let block: Vec<usize> = q["weight_block_size"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as usize)
+                .collect()
+        })
+        .unwrap_or_default();
+    let [rows, cols] = block[..] else {
+        return Err(format!(
+            "`quantization_config.weight_block_size` must be two positive sizes (per-tensor FP8 \
+             scales are not supported), got {}",
+            q["weight_block_size"]
+        ));
+    };
+    if rows == 0 || cols == 0 {
+        return Err("`quantization_config.weight_block_size` must be two positive sizes".into());
+    }
+    let not_converted = q["modules_to_not_convert"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some(Fp8Blocks {
+        rows,
+        cols,
+        not_converted,
+    }))
 }
 
 fn token_ids(value: &Option<serde_json::Value>) -> Vec<u32> {
@@ -391,6 +461,7 @@ impl RawConfig {
                 Arch::Qwen3 => 0,
                 Arch::Qwen3Next => 1,
             }),
+            fp8: fp8_blocks(self.quantization_config.as_ref())?,
             bos_token_id: token_ids(&self.bos_token_id).first().copied(),
             eos_token_ids: token_ids(&self.eos_token_id),
         })
@@ -482,5 +553,50 @@ mod tests {
         assert!(Config::from_json(&no_vocab)
             .unwrap_err()
             .contains("vocab_size"));
+    }
+
+    #[test]
+    fn quantization_configs_other_than_block_fp8_are_refused_naming_the_field() {
+        let base = |q: &str| {
+            format!(
+                r#"{{"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32,
+                    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                    "quantization_config": {q}}}"#
+            )
+        };
+        let fp8 = Config::from_json(&base(
+            r#"{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+                "modules_to_not_convert": ["lm_head"]}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            fp8.fp8,
+            Some(Fp8Blocks {
+                rows: 128,
+                cols: 128,
+                not_converted: vec!["lm_head".into()]
+            })
+        );
+        for (q, want) in [
+            (
+                r#"{"quant_method": "gptq", "bits": 4}"#,
+                "quant_method` `gptq`",
+            ),
+            (
+                r#"{"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}"#,
+                "fmt` `e5m2`",
+            ),
+            (
+                r#"{"quant_method": "fp8", "fmt": "e4m3"}"#,
+                "weight_block_size",
+            ),
+            (
+                r#"{"quant_method": "fp8", "weight_block_size": [0, 128]}"#,
+                "weight_block_size",
+            ),
+        ] {
+            let err = Config::from_json(&base(q)).unwrap_err();
+            assert!(err.contains(want), "{q}: {err}");
+        }
     }
 }

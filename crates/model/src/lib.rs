@@ -21,7 +21,7 @@ pub mod vocab;
 pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
-pub use config::{Arch, Config, LayerKind, LinearAttentionConfig, MoeConfig};
+pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;
 pub use weights::{LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED};
@@ -79,7 +79,7 @@ pub enum LoadError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
-    #[error("{file}: tensor `{name}` has dtype {dtype}; flashlane reads F32, BF16 and F16")]
+    #[error("{file}: tensor `{name}` has dtype {dtype}; flashlane reads F32, BF16, F16 and block-scaled F8_E4M3")]
     Dtype {
         file: PathBuf,
         name: String,

@@ -10,7 +10,7 @@
 
 use crate::resident::{Arena, HugeRegion};
 use crate::schema::{checkpoint_tensors, declares_mtp, Init};
-use crate::{Config, LoadError};
+use crate::{Config, Fp8Blocks, LoadError};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -76,6 +76,8 @@ struct DummyEntry {
 pub struct Weights {
     entries: HashMap<String, Entry>,
     dummy: HashMap<String, DummyEntry>,
+    /// How `F8_E4M3` tensors are scaled (the directory's `config.json`), if it says.
+    fp8: Option<Fp8Blocks>,
     total_bytes: u64,
     progress: Option<Mutex<indicatif::ProgressBar>>,
     /// Where [`Placement::Resident`] copies go; `None` for [`Placement::Mapped`].
@@ -388,9 +390,16 @@ impl Weights {
                 }
             }
         }
+        // FP8 tensors are scaled as config.json's `quantization_config` says; a directory without
+        // a (valid) config has none (an FP8 tensor then fails when fetched, saying why).
+        let fp8 = std::fs::read_to_string(dir.join("config.json"))
+            .ok()
+            .and_then(|text| Config::from_json(&text).ok())
+            .and_then(|c| c.fp8);
         Ok(Weights {
             entries,
             dummy: HashMap::new(),
+            fp8,
             total_bytes,
             progress: None,
             arena: None,
@@ -431,6 +440,7 @@ impl Weights {
         Weights {
             entries: HashMap::new(),
             dummy,
+            fp8: None,
             total_bytes,
             progress: None,
             arena: None,
@@ -500,6 +510,25 @@ impl Weights {
     /// Total bytes of all tensors in the files.
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
+    }
+
+    /// Bytes the tensors take once fetched: as stored, but f16 widened to f32 and FP8 weights
+    /// dequantised to f32 (their scales folded in, not kept).
+    pub fn fetched_bytes(&self) -> u64 {
+        if self.is_dummy() {
+            return self.total_bytes;
+        }
+        self.entries
+            .iter()
+            .map(|(name, e)| {
+                let numel = e.shape.iter().product::<usize>() as u64;
+                match e.dtype {
+                    Dtype::F8_E4M3 | Dtype::F16 => numel * 4,
+                    _ if name.ends_with(FP8_SCALE_SUFFIX) => 0,
+                    _ => e.len as u64,
+                }
+            })
+            .sum()
     }
 
     /// Fetches `name`, checking that its shape is `shape`.
@@ -626,6 +655,7 @@ impl Weights {
         let elem = match entry.dtype {
             Dtype::F32 => 4,
             Dtype::BF16 | Dtype::F16 => 2,
+            Dtype::F8_E4M3 => 1,
             other => {
                 return Err(LoadError::Dtype {
                     file: entry.file.to_path_buf(),
@@ -653,6 +683,7 @@ impl Weights {
         }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
         let storage = match entry.dtype {
+            Dtype::F8_E4M3 => Storage::F32(self.dequantise_fp8(name, entry, bytes)?),
             Dtype::F32 if aligned => Storage::Mapped {
                 map: entry.map.clone(),
                 offset: entry.offset,
@@ -742,6 +773,106 @@ fn init_value(init: Init, u: f32) -> f32 {
         Init::Conv { kernel } => (2.0 * u - 1.0) * (3.0 / kernel as f32).sqrt(),
         Init::Bias => 0.0,
     }
+}
+
+/// What a block-scaled FP8 weight `X.weight` keeps its scales in: `X.weight_scale_inv` (the name
+/// is DeepSeek's and Qwen's; the values multiply, despite the `inv`).
+pub const FP8_SCALE_SUFFIX: &str = "_scale_inv";
+
+impl Weights {
+    /// The f32 values of the FP8 weight `name` (`bytes`, e4m3), each times its block's scale
+    /// (`{name}_scale_inv`): `W[o, i] = q[o, i] · scale[o / rows, i / cols]`, one f32 product, as
+    /// transformers dequantises.
+    fn dequantise_fp8(
+        &self,
+        name: &str,
+        entry: &Entry,
+        bytes: &[u8],
+    ) -> Result<Vec<f32>, LoadError> {
+        let bad = |reason: String| LoadError::Inconsistent {
+            file: entry.file.to_path_buf(),
+            reason: format!("FP8 tensor `{name}`: {reason}"),
+        };
+        let Some(blocks) = &self.fp8 else {
+            return Err(bad(
+                "F8_E4M3 weights need config.json's `quantization_config` (quant_method fp8, \
+                 weight_block_size) to be scaled"
+                    .into(),
+            ));
+        };
+        let [out, inp] = entry.shape[..] else {
+            return Err(bad(format!(
+                "shape {:?}: only matrices [out, in] are block-scaled",
+                entry.shape
+            )));
+        };
+        if !out.is_multiple_of(blocks.rows) || !inp.is_multiple_of(blocks.cols) {
+            return Err(bad(format!(
+                "shape [{out}, {inp}] is not a whole number of {}×{} blocks (weight_block_size)",
+                blocks.rows, blocks.cols
+            )));
+        }
+        let (br, bc) = (out / blocks.rows, inp / blocks.cols);
+        let scale_name = format!("{name}{FP8_SCALE_SUFFIX}");
+        let Some(scale_entry) = self.entries.get(&scale_name) else {
+            return Err(LoadError::MissingTensor {
+                name: scale_name,
+                file: entry.file.to_path_buf(),
+            });
+        };
+        if scale_entry.shape != [br, bc] {
+            return Err(LoadError::Shape {
+                file: scale_entry.file.to_path_buf(),
+                name: scale_name,
+                expected: vec![br, bc],
+                found: scale_entry.shape.clone(),
+            });
+        }
+        let scales = match self.fetch(&scale_name, scale_entry)?.data() {
+            TensorData::F32(s) => s.to_vec(),
+            TensorData::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
+        };
+        if let Some(bad_scale) = scales.iter().find(|s| !s.is_finite()) {
+            return Err(LoadError::Inconsistent {
+                file: scale_entry.file.to_path_buf(),
+                reason: format!(
+                    "tensor `{scale_name}` holds the scale {bad_scale}: not a finite number"
+                ),
+            });
+        }
+        let table = e4m3_table();
+        let mut out_values = vec![0f32; out * inp];
+        for (o, (row, q)) in out_values
+            .chunks_exact_mut(inp)
+            .zip(bytes.chunks_exact(inp))
+            .enumerate()
+        {
+            let scale_row = &scales[(o / blocks.rows) * bc..(o / blocks.rows + 1) * bc];
+            for (i, (v, b)) in row.iter_mut().zip(q).enumerate() {
+                *v = table[*b as usize] * scale_row[i / blocks.cols];
+            }
+        }
+        Ok(out_values)
+    }
+}
+
+/// The value of every e4m3 byte (OCP FP8 E4M3, "fn": 1 sign, 4 exponent bits of bias 7, 3
+/// mantissa bits; no infinities, S.1111.111 is NaN).
+fn e4m3_table() -> [f32; 256] {
+    let mut table = [0f32; 256];
+    for (b, v) in table.iter_mut().enumerate() {
+        let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
+        let exp = ((b >> 3) & 0xf) as i32;
+        let man = (b & 0x7) as f32;
+        *v = if exp == 0xf && b & 0x7 == 0x7 {
+            f32::NAN
+        } else if exp == 0 {
+            sign * man / 8.0 * 2f32.powi(-6)
+        } else {
+            sign * (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+        };
+    }
+    table
 }
 
 /// Reads `model.safetensors.index.json`: the shard files (sorted) and the tensor → file map.
@@ -920,6 +1051,167 @@ mod tests {
         );
         let err = w.tensor("nope", &[1]).unwrap_err().to_string();
         assert!(err.contains("`nope`"), "{err}");
+    }
+
+    /// A safetensors file of raw tensors: (name, dtype, shape, little-endian bytes).
+    fn write_raw(path: &Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) {
+        let mut header = serde_json::Map::new();
+        let mut data = Vec::new();
+        for (name, dtype, shape, bytes) in tensors {
+            let start = data.len();
+            data.extend_from_slice(bytes);
+            header.insert(
+                name.to_string(),
+                serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+            );
+        }
+        let mut header = serde_json::to_vec(&header).unwrap();
+        while header.len() % 8 != 0 {
+            header.push(b' ');
+        }
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&data);
+        std::fs::write(path, out).unwrap();
+    }
+
+    /// A checkpoint directory with an FP8 config (blocks of 2 × 2) and `tensors`.
+    fn fp8_dir(tag: &str, block: &str, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> PathBuf {
+        let dir = tempdir(tag);
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/qwen3_f32_untied/model/config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(base).unwrap()).unwrap();
+        config["quantization_config"] = serde_json::from_str(&format!(
+            r#"{{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": {block}}}"#
+        ))
+        .unwrap();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        write_raw(&dir.join(SINGLE_FILE), tensors);
+        dir
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn e4m3_bytes_decode_as_the_ocp_format_says() {
+        let t = e4m3_table();
+        assert_eq!(t[0x38], 1.0);
+        assert_eq!(t[0xb8], -1.0);
+        assert_eq!(t[0x7e], 448.0, "the largest finite value");
+        assert_eq!(t[0x01], 2f32.powi(-9), "the smallest subnormal");
+        assert_eq!(t[0x08], 2f32.powi(-6), "the smallest normal");
+        assert_eq!(t[0x3c], 1.5);
+        assert!(t[0x7f].is_nan() && t[0xff].is_nan());
+        assert_eq!(t[0x00], 0.0);
+    }
+
+    /// A [4, 4] FP8 weight in 2 × 2 blocks: each value times its block's scale, in f32.
+    #[test]
+    fn fp8_weights_are_dequantised_block_by_block() {
+        let q: Vec<u8> = (0..16)
+            .map(|i| if i % 2 == 0 { 0x38 } else { 0x3c })
+            .collect();
+        let scales = [0.5f32, 2.0, -1.0, 0.25];
+        let dir = fp8_dir(
+            "fp8-ok",
+            "[2, 2]",
+            &[
+                ("w.weight", "F8_E4M3", vec![4, 4], q),
+                ("w.weight_scale_inv", "F32", vec![2, 2], f32_bytes(&scales)),
+            ],
+        );
+        let w = Weights::open(&dir).unwrap();
+        let t = w.tensor("w.weight", &[4, 4]).unwrap();
+        let got = t.to_f32_vec();
+        for o in 0..4 {
+            for i in 0..4 {
+                let q = if (o * 4 + i) % 2 == 0 { 1.0 } else { 1.5 };
+                assert_eq!(
+                    got[o * 4 + i],
+                    q * scales[(o / 2) * 2 + i / 2],
+                    "[{o}, {i}]"
+                );
+            }
+        }
+        assert_eq!(w.fetched_bytes(), 16 * 4);
+    }
+
+    #[test]
+    fn a_bad_fp8_weight_is_refused_naming_the_tensor() {
+        let q = vec![0x38u8; 16];
+        let scale = |shape: Vec<usize>, n: usize| {
+            ("w.weight_scale_inv", "F32", shape, f32_bytes(&vec![1.0; n]))
+        };
+        let cases: Vec<(&str, &str, Vec<(&str, &str, Vec<usize>, Vec<u8>)>, &str)> = vec![
+            (
+                "missing",
+                "[2, 2]",
+                vec![("w.weight", "F8_E4M3", vec![4, 4], q.clone())],
+                "`w.weight_scale_inv` is missing",
+            ),
+            (
+                "shape",
+                "[2, 2]",
+                vec![
+                    ("w.weight", "F8_E4M3", vec![4, 4], q.clone()),
+                    scale(vec![1, 4], 4),
+                ],
+                "expected [2, 2]",
+            ),
+            (
+                "block",
+                "[3, 2]",
+                vec![
+                    ("w.weight", "F8_E4M3", vec![4, 4], q.clone()),
+                    scale(vec![2, 2], 4),
+                ],
+                "not a whole number of 3×2 blocks",
+            ),
+            (
+                "nan",
+                "[2, 2]",
+                vec![
+                    ("w.weight", "F8_E4M3", vec![4, 4], q.clone()),
+                    (
+                        "w.weight_scale_inv",
+                        "F32",
+                        vec![2, 2],
+                        f32_bytes(&[1.0, f32::NAN, 1.0, 1.0]),
+                    ),
+                ],
+                "not a finite number",
+            ),
+        ];
+        for (tag, block, tensors, want) in cases {
+            let dir = fp8_dir(&format!("fp8-{tag}"), block, &tensors);
+            let err = Weights::open(&dir)
+                .unwrap()
+                .tensor("w.weight", &[4, 4])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("w.weight") && err.contains(want),
+                "{tag}: {err}"
+            );
+        }
+        // Without a quantization_config, FP8 values cannot be scaled.
+        let dir = tempdir("fp8-noconfig");
+        write_raw(
+            &dir.join(SINGLE_FILE),
+            &[("w.weight", "F8_E4M3", vec![4, 4], q)],
+        );
+        let err = Weights::open(&dir)
+            .unwrap()
+            .tensor("w.weight", &[4, 4])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("quantization_config") && err.contains("w.weight"),
+            "{err}"
+        );
     }
 
     fn tempdir(tag: &str) -> PathBuf {
