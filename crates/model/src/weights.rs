@@ -1053,8 +1053,11 @@ mod tests {
         assert!(err.contains("`nope`"), "{err}");
     }
 
-    /// A safetensors file of raw tensors: (name, dtype, shape, little-endian bytes).
-    fn write_raw(path: &Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) {
+    /// A raw tensor: name, dtype, shape, little-endian bytes.
+    type Raw<'a> = (&'a str, &'a str, Vec<usize>, Vec<u8>);
+
+    /// A safetensors file of raw tensors.
+    fn write_raw(path: &Path, tensors: &[Raw<'_>]) {
         let mut header = serde_json::Map::new();
         let mut data = Vec::new();
         for (name, dtype, shape, bytes) in tensors {
@@ -1066,7 +1069,7 @@ mod tests {
             );
         }
         let mut header = serde_json::to_vec(&header).unwrap();
-        while header.len() % 8 != 0 {
+        while !header.len().is_multiple_of(8) {
             header.push(b' ');
         }
         let mut out = (header.len() as u64).to_le_bytes().to_vec();
@@ -1076,7 +1079,7 @@ mod tests {
     }
 
     /// A checkpoint directory with an FP8 config (blocks of 2 × 2) and `tensors`.
-    fn fp8_dir(tag: &str, block: &str, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> PathBuf {
+    fn fp8_dir(tag: &str, block: &str, tensors: &[Raw<'_>]) -> PathBuf {
         let dir = tempdir(tag);
         let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/qwen3_f32_untied/model/config.json");
@@ -1145,7 +1148,7 @@ mod tests {
         let scale = |shape: Vec<usize>, n: usize| {
             ("w.weight_scale_inv", "F32", shape, f32_bytes(&vec![1.0; n]))
         };
-        let cases: Vec<(&str, &str, Vec<(&str, &str, Vec<usize>, Vec<u8>)>, &str)> = vec![
+        let cases: Vec<(&str, &str, Vec<Raw<'_>>, &str)> = vec![
             (
                 "missing",
                 "[2, 2]",
