@@ -251,7 +251,10 @@ fn add_in_place(x: &mut [f32], delta: &[f32]) {
 pub struct ModelCosts {
     pub config: Config,
     pub with_mtp: bool,
+    /// Bytes the CPU holds the weights in (f16 and FP8 widened to f32).
     pub weight_bytes: u64,
+    /// Bytes of the tensors as stored (what a backend that computes on them as they are holds).
+    pub stored_bytes: u64,
 }
 
 impl ModelCosts {
@@ -267,6 +270,7 @@ impl ModelCosts {
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
             weight_bytes: weights.fetched_bytes(),
+            stored_bytes: weights.total_bytes(),
             config,
         })
     }

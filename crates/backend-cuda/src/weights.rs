@@ -3,17 +3,69 @@
 //! layer needs few launches (e.g. q, k and v in one, router and shared expert in one).
 
 use crate::device::{Buf, Gpu};
+use crate::kernels::{fp8_blocks_fit, Fp8Scales};
 use crate::CudaError;
 use model::{Arch, Config, LayerKind, Tensor, TensorData, Weights};
 
 /// The name of a tensor only checkpoints with an MTP head have (as backend-cpu's `MTP_MARKER`).
 const MTP_MARKER: &str = "mtp.fc.weight";
 
-/// A bf16 matrix `[rows, cols]` (the checkpoint's `[out, in]`).
+/// A matrix `[rows, cols]` (the checkpoint's `[out, in]`), bf16 or block-scaled FP8 as stored.
 pub struct Matrix {
-    pub w: Buf<u16>,
+    pub w: MatrixValues,
     pub rows: usize,
     pub cols: usize,
+}
+
+/// A matrix's values on the GPU.
+pub enum MatrixValues {
+    /// bf16 bits.
+    Bf16(Buf<u16>),
+    /// e4m3 bytes and f32 scales `[rows / block_rows, cols / block_cols]`.
+    Fp8 {
+        q: Buf<u8>,
+        scales: Buf<f32>,
+        block_rows: usize,
+        block_cols: usize,
+    },
+}
+
+impl Matrix {
+    /// The address of the values (bf16 or e4m3).
+    pub fn ptr(&self) -> u64 {
+        match &self.w {
+            MatrixValues::Bf16(b) => b.at(0),
+            MatrixValues::Fp8 { q, .. } => q.at(0),
+        }
+    }
+
+    /// The scales of an FP8 matrix.
+    pub fn fp8(&self) -> Option<Fp8Scales> {
+        match &self.w {
+            MatrixValues::Bf16(_) => None,
+            MatrixValues::Fp8 {
+                scales,
+                block_rows,
+                block_cols,
+                ..
+            } => Some(Fp8Scales {
+                scales: scales.at(0),
+                block_rows: *block_rows,
+                block_cols: *block_cols,
+            }),
+        }
+    }
+
+    /// The address of a bf16 matrix's bits (the MoE kernels read bf16 only; FP8 qwen3_next
+    /// checkpoints are refused at load).
+    pub fn bf16_ptr(&self) -> u64 {
+        match &self.w {
+            MatrixValues::Bf16(b) => b.at(0),
+            MatrixValues::Fp8 { .. } => {
+                unreachable!("FP8 matrices of a MoE layer are refused at load")
+            }
+        }
+    }
 }
 
 /// Gated DeltaNet weights. `proj` is `in_proj_qkvz` then `in_proj_ba`.
@@ -122,21 +174,66 @@ fn f32_vec(w: &Weights, name: &str, shape: &[usize]) -> Result<Vec<f32>, CudaErr
     Ok(w.tensor(name, shape)?.to_f32_vec())
 }
 
-/// Matrices with the same input width stacked row-wise into one.
+/// Matrices with the same input width stacked row-wise into one: bf16 parts as they are, FP8
+/// parts (all of them, with the same blocks, each a whole number of row blocks) as their bytes
+/// and their scales stacked alike.
 fn stacked(
     gpu: &Gpu,
     parts: &[(String, usize)],
     cols: usize,
     w: &Weights,
 ) -> Result<Matrix, CudaError> {
-    let mut bits = Vec::new();
-    let mut rows = 0;
+    let mut fp8 = Vec::new();
     for (name, r) in parts {
-        bits.extend(bf16_bits(w, name, &[*r, cols])?);
-        rows += r;
+        fp8.push(w.fp8_matrix(name, &[*r, cols])?);
+    }
+    let rows: usize = parts.iter().map(|(_, r)| r).sum();
+    if fp8.iter().all(Option::is_none) {
+        let mut bits = Vec::new();
+        for (name, r) in parts {
+            bits.extend(bf16_bits(w, name, &[*r, cols])?);
+        }
+        return Ok(Matrix {
+            w: MatrixValues::Bf16(Buf::from_host(gpu, &bits)?),
+            rows,
+            cols,
+        });
+    }
+    let names = || {
+        parts
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(fp8) = fp8.into_iter().collect::<Option<Vec<_>>>() else {
+        return Err(CudaError::Unsupported(format!(
+            "{}: FP8 and bf16 matrices the GPU fuses into one projection",
+            names()
+        )));
+    };
+    let (block_rows, block_cols) = (fp8[0].block_rows, fp8[0].block_cols);
+    if !fp8_blocks_fit(block_rows, block_cols, rows, cols)
+        || fp8.iter().any(|m| m.rows % block_rows != 0)
+    {
+        return Err(CudaError::Unsupported(format!(
+            "{}: FP8 blocks of {block_rows}×{block_cols} (the FP8 matmul takes blocks of whole \
+             64-wide chunks of k and 8-row tiles)",
+            names()
+        )));
+    }
+    let (mut q, mut scales) = (Vec::new(), Vec::new());
+    for m in fp8 {
+        q.extend(m.q);
+        scales.extend(m.scales);
     }
     Ok(Matrix {
-        w: Buf::from_host(gpu, &bits)?,
+        w: MatrixValues::Fp8 {
+            q: Buf::from_host(gpu, &q)?,
+            scales: Buf::from_host(gpu, &scales)?,
+            block_rows,
+            block_cols,
+        },
         rows,
         cols,
     })

@@ -25,14 +25,36 @@ fn fixtures() -> PathBuf {
 }
 
 fn fixture() -> serde_json::Value {
+    named("qwen3_bf16")
+}
+
+/// The block-scaled FP8 fixture (e4m3 projections in 128 × 128 blocks, heads of 128).
+fn fp8_fixture() -> serde_json::Value {
+    named("qwen3_fp8_block")
+}
+
+fn fp8_dir() -> PathBuf {
+    fixtures().join(fp8_fixture()["model_dir"].as_str().expect("model_dir"))
+}
+
+/// The FP8 fixture on the GPU with cache rows of `kv` (its matmuls read the FP8 weights).
+fn gpu_fp8(kv: KvDtype) -> Option<Arc<CudaModel>> {
+    static F32: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    static BF16: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    let cell = if kv == KvDtype::F32 { &F32 } else { &BF16 };
+    cell.get_or_init(|| load_on_gpu(&fp8_dir(), "the FP8 qwen3 fixture", kv))
+        .clone()
+}
+
+fn named(name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(fixtures().join("manifest.json")).expect("manifest");
     let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest JSON");
     manifest["fixtures"]
         .as_array()
         .expect("fixtures")
         .iter()
-        .find(|f| f["name"] == "qwen3_bf16")
-        .expect("the qwen3_bf16 fixture")
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("the {name} fixture"))
         .clone()
 }
 
@@ -185,5 +207,77 @@ fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
             .zip(&want)
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "logits differ alone vs in a batch"
+    );
+}
+
+/// FP8 weights read as FP8 by the GPU's matmuls: logits within a thousandth of the range of
+/// transformers' (f32 on the dequantised weights) and of backend-cpu's (which dequantises at
+/// load), greedy equal to the CPU's, and with bf16 cache rows a row's logits the same bits alone
+/// and beside other sessions.
+#[test]
+fn fp8_logits_match_transformers_and_are_the_same_alone_and_batched() {
+    let _gpu = common::exclusive();
+    let Some(gpu) = gpu_fp8(KvDtype::F32) else {
+        return;
+    };
+    let cpu = Arc::new(CpuModel::load(&fp8_dir(), false).expect("CPU model"));
+    let prompts: Vec<Vec<u32>> = fp8_fixture()["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    for (case, prompt) in fp8_fixture()["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .zip(&prompts)
+    {
+        let n = prompt.len();
+        let got = CudaTarget::new(&gpu, &[256])
+            .expect("target")
+            .forward(&[window(0, 0, prompt, n)])
+            .expect("gpu")
+            .remove(0);
+        let on_cpu = CpuTarget::new(cpu.clone(), &[256])
+            .forward(&[window(0, 0, prompt, n)])
+            .expect("cpu")
+            .remove(0);
+        let want = read_f32(case["logits"].as_str().expect("logits file"));
+        let (vs_hf, vs_cpu) = (relative_diff(&got, &want), relative_diff(&got, &on_cpu));
+        eprintln!(
+            "fp8 {}: {n} rows, relative diff vs transformers {vs_hf:e}, vs backend-cpu {vs_cpu:e}",
+            case["label"]
+        );
+        assert!(vs_hf <= LOGIT_TOLERANCE, "{}: {vs_hf}", case["label"]);
+        assert!(vs_cpu <= LOGIT_TOLERANCE, "{}: {vs_cpu}", case["label"]);
+    }
+    let Some(gpu) = gpu_fp8(KvDtype::Bf16) else {
+        return;
+    };
+    let long = &prompts[2];
+    let (head, tail) = long.split_at(long.len() - 1);
+    let mut alone = CudaTarget::new(&gpu, &[256, 256]).expect("target");
+    alone.forward(&[window(0, 0, head, 0)]).expect("prefill");
+    let want = alone
+        .forward(&[window(0, head.len() as u64, tail, 1)])
+        .expect("decode")
+        .remove(0);
+    let mut batch = CudaTarget::new(&gpu, &[256, 256]).expect("target");
+    batch
+        .forward(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
+        .expect("prefill beside another");
+    let got = batch
+        .forward(&[
+            window(1, prompts[1].len() as u64, &prompts[1][..3], 3),
+            window(0, head.len() as u64, tail, 1),
+        ])
+        .expect("decode in a batch")
+        .remove(1);
+    assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "FP8 logits differ alone vs in a batch"
     );
 }

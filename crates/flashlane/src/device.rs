@@ -131,10 +131,11 @@ impl Device {
                 } else {
                     0
                 };
+                // The GPU keeps the tensors as stored (bf16, or FP8 with its scales).
                 DeviceCosts {
                     per_token: bytes.per_token,
                     fixed: bytes.fixed,
-                    weight_bytes: costs.weight_bytes + tied_copy,
+                    weight_bytes: costs.stored_bytes + tied_copy,
                 }
             }
         }

@@ -24,7 +24,9 @@ pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;
-pub use weights::{LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED};
+pub use weights::{
+    e4m3_table, Fp8Matrix, LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED,
+};
 
 use std::path::{Path, PathBuf};
 

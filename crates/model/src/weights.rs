@@ -70,6 +70,8 @@ struct DummyEntry {
     shape: Vec<usize>,
     init: Init,
     seed: u64,
+    /// Made as block-scaled FP8 with blocks of (rows, cols), as the config's quantisation says.
+    fp8: Option<(usize, usize)>,
 }
 
 /// All tensors of a checkpoint, mapped (or, for dummy weights, made when fetched).
@@ -422,17 +424,25 @@ impl Weights {
     /// in and however many threads make them.
     pub fn dummy(config: &Config, seed: u64) -> Weights {
         let specs = checkpoint_tensors(config, declares_mtp(config));
-        let total_bytes = specs
-            .iter()
-            .map(|s| (s.shape.iter().product::<usize>() * 2) as u64)
-            .sum();
+        let mut total_bytes = 0u64;
         let dummy = specs
             .into_iter()
             .map(|s| {
+                let fp8 = config
+                    .fp8
+                    .as_ref()
+                    .filter(|b| dummy_quantises(&s.name, &s.shape, s.init, b))
+                    .map(|b| (b.rows, b.cols));
+                let numel = s.shape.iter().product::<usize>() as u64;
+                total_bytes += match fp8 {
+                    Some((r, c)) => numel + numel / (r * c) as u64 * 4,
+                    None => numel * 2,
+                };
                 let entry = DummyEntry {
                     seed: mix(seed ^ name_hash(&s.name)),
                     shape: s.shape,
                     init: s.init,
+                    fp8,
                 };
                 (s.name, entry)
             })
@@ -440,7 +450,7 @@ impl Weights {
         Weights {
             entries: HashMap::new(),
             dummy,
-            fp8: None,
+            fp8: config.fp8.clone(),
             total_bytes,
             progress: None,
             arena: None,
@@ -516,7 +526,14 @@ impl Weights {
     /// dequantised to f32 (their scales folded in, not kept).
     pub fn fetched_bytes(&self) -> u64 {
         if self.is_dummy() {
-            return self.total_bytes;
+            return self
+                .dummy
+                .values()
+                .map(|d| {
+                    let numel = d.shape.iter().product::<usize>() as u64;
+                    numel * if d.fp8.is_some() { 4 } else { 2 }
+                })
+                .sum();
         }
         self.entries
             .iter()
@@ -556,6 +573,19 @@ impl Weights {
                 expected: shape.to_vec(),
                 found: d.shape.clone(),
             });
+        }
+        if let Some(m) = dummy_fp8(d) {
+            let table = e4m3_table();
+            let bc = m.cols / m.block_cols;
+            let values =
+                m.q.iter()
+                    .enumerate()
+                    .map(|(i, b)| {
+                        let (o, c) = (i / m.cols, i % m.cols);
+                        table[*b as usize] * m.scales[(o / m.block_rows) * bc + c / m.block_cols]
+                    })
+                    .collect();
+            return Ok(Tensor::from_f32(name, d.shape.clone(), values));
         }
         let data = dummy_values(d);
         if let Some(bar) = &self.progress {
@@ -761,6 +791,67 @@ fn dummy_values(d: &DummyEntry) -> Vec<bf16> {
     out
 }
 
+/// Whether dummy weights of an FP8 config make `name` FP8: the decoder layers' projections whose
+/// shape is whole blocks, but not what `modules_to_not_convert` names, nor the MoE router and the
+/// shared expert's gate (which the published FP8 checkpoints keep in bf16).
+fn dummy_quantises(name: &str, shape: &[usize], init: Init, b: &Fp8Blocks) -> bool {
+    let layer = name.starts_with("model.layers.") || name.starts_with("mtp.layers.");
+    let gate = name.ends_with(".mlp.gate.weight") || name.ends_with(".shared_expert_gate.weight");
+    let kept = b.not_converted.iter().any(|m| name.contains(m.as_str()));
+    matches!(init, Init::Matrix { .. })
+        && layer
+        && !gate
+        && !kept
+        && matches!(shape, [r, c] if r % b.rows == 0 && c % b.cols == 0)
+}
+
+/// A dummy FP8 tensor's bytes and scales: e4m3 bytes uniform over the finite codes, and per
+/// block a scale near `sqrt(1 / (fan_in · E[q²]))`, so that an output has about the variance of
+/// one input (as [`Init::Matrix`]); `None` for a tensor made in bf16.
+fn dummy_fp8(d: &DummyEntry) -> Option<Fp8Matrix> {
+    use rayon::prelude::*;
+    let (block_rows, block_cols) = d.fp8?;
+    let [rows, cols] = d.shape[..] else {
+        return None;
+    };
+    let fan_in = match d.init {
+        Init::Matrix { fan_in } => fan_in,
+        _ => cols,
+    };
+    let table = e4m3_table();
+    let finite: Vec<f32> = table.iter().copied().filter(|v| v.is_finite()).collect();
+    let mean_square = finite.iter().map(|v| v * v).sum::<f32>() / finite.len() as f32;
+    let base = (1.0 / (fan_in as f32 * mean_square)).sqrt();
+    let mut q = vec![0u8; rows * cols];
+    q.par_chunks_mut(DUMMY_CHUNK)
+        .enumerate()
+        .for_each(|(chunk, bytes)| {
+            let mut state = mix(d.seed ^ (chunk as u64).wrapping_mul(0xd1b5_4a32_d192_ed03));
+            for b in bytes {
+                state = mix(state);
+                // 254 finite codes: skip the two NaNs, 0x7f and 0xff.
+                let code = ((state >> 32) % 254) as u8;
+                *b = if code >= 0x7f { code + 1 } else { code };
+            }
+        });
+    let n_scales = (rows / block_rows) * (cols / block_cols);
+    let mut state = mix(d.seed ^ 0x5ca1e);
+    let scales = (0..n_scales)
+        .map(|_| {
+            state = mix(state);
+            base * (0.9 + 0.2 * ((state >> 40) as f32 / (1u32 << 24) as f32))
+        })
+        .collect();
+    Some(Fp8Matrix {
+        q,
+        scales,
+        rows,
+        cols,
+        block_rows,
+        block_cols,
+    })
+}
+
 /// A value of the kind `init` describes from `u` uniform in [0, 1).
 fn init_value(init: Init, u: f32) -> f32 {
     match init {
@@ -779,16 +870,60 @@ fn init_value(init: Init, u: f32) -> f32 {
 /// is DeepSeek's and Qwen's; the values multiply, despite the `inv`).
 pub const FP8_SCALE_SUFFIX: &str = "_scale_inv";
 
+/// A block-scaled FP8 matrix as stored: e4m3 bytes `[rows, cols]` and f32 scales
+/// `[rows / block_rows, cols / block_cols]` (see [`Fp8Blocks`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fp8Matrix {
+    pub q: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    pub block_rows: usize,
+    pub block_cols: usize,
+}
+
 impl Weights {
-    /// The f32 values of the FP8 weight `name` (`bytes`, e4m3), each times its block's scale
-    /// (`{name}_scale_inv`): `W[o, i] = q[o, i] · scale[o / rows, i / cols]`, one f32 product, as
-    /// transformers dequantises.
-    fn dequantise_fp8(
-        &self,
-        name: &str,
-        entry: &Entry,
-        bytes: &[u8],
-    ) -> Result<Vec<f32>, LoadError> {
+    /// `name` as its FP8 bytes and block scales when it is stored as block-scaled FP8 (checked as
+    /// [`Weights::tensor`] checks it, shape included); `None` when it is stored otherwise. For
+    /// backends that compute on FP8 weights directly.
+    pub fn fp8_matrix(&self, name: &str, shape: &[usize]) -> Result<Option<Fp8Matrix>, LoadError> {
+        if let Some(d) = self.dummy.get(name) {
+            if d.shape != shape {
+                return Err(LoadError::Shape {
+                    file: self.files_hint(),
+                    name: name.to_string(),
+                    expected: shape.to_vec(),
+                    found: d.shape.clone(),
+                });
+            }
+            let m = dummy_fp8(d);
+            if let (Some(m), Some(bar)) = (&m, &self.progress) {
+                bar.lock().expect("progress bar lock").inc(m.q.len() as u64);
+            }
+            return Ok(m);
+        }
+        let entry = self.entry(name, Some(shape))?;
+        if entry.dtype != Dtype::F8_E4M3 {
+            return Ok(None);
+        }
+        let bytes = &entry.map[entry.offset..entry.offset + entry.len];
+        let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
+        if let Some(bar) = &self.progress {
+            bar.lock().expect("progress bar lock").inc(entry.len as u64);
+        }
+        Ok(Some(Fp8Matrix {
+            q: bytes.to_vec(),
+            scales,
+            rows: entry.shape[0],
+            cols: entry.shape[1],
+            block_rows,
+            block_cols,
+        }))
+    }
+
+    /// The scales of the FP8 weight `name` (`{name}_scale_inv`), checked against its shape and
+    /// the config's blocks: (scales, block rows, block cols).
+    fn fp8_scales(&self, name: &str, entry: &Entry) -> Result<(Vec<f32>, usize, usize), LoadError> {
         let bad = |reason: String| LoadError::Inconsistent {
             file: entry.file.to_path_buf(),
             reason: format!("FP8 tensor `{name}`: {reason}"),
@@ -840,16 +975,31 @@ impl Weights {
                 ),
             });
         }
+        Ok((scales, blocks.rows, blocks.cols))
+    }
+
+    /// The f32 values of the FP8 weight `name` (`bytes`, e4m3), each times its block's scale
+    /// (`{name}_scale_inv`): `W[o, i] = q[o, i] · scale[o / rows, i / cols]`, one f32 product, as
+    /// transformers dequantises.
+    fn dequantise_fp8(
+        &self,
+        name: &str,
+        entry: &Entry,
+        bytes: &[u8],
+    ) -> Result<Vec<f32>, LoadError> {
+        let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
+        let inp = entry.shape[1];
+        let bc = inp / block_cols;
         let table = e4m3_table();
-        let mut out_values = vec![0f32; out * inp];
+        let mut out_values = vec![0f32; bytes.len()];
         for (o, (row, q)) in out_values
             .chunks_exact_mut(inp)
             .zip(bytes.chunks_exact(inp))
             .enumerate()
         {
-            let scale_row = &scales[(o / blocks.rows) * bc..(o / blocks.rows + 1) * bc];
+            let scale_row = &scales[(o / block_rows) * bc..(o / block_rows + 1) * bc];
             for (i, (v, b)) in row.iter_mut().zip(q).enumerate() {
-                *v = table[*b as usize] * scale_row[i / blocks.cols];
+                *v = table[*b as usize] * scale_row[i / block_cols];
             }
         }
         Ok(out_values)
@@ -858,7 +1008,7 @@ impl Weights {
 
 /// The value of every e4m3 byte (OCP FP8 E4M3, "fn": 1 sign, 4 exponent bits of bias 7, 3
 /// mantissa bits; no infinities, S.1111.111 is NaN).
-fn e4m3_table() -> [f32; 256] {
+pub fn e4m3_table() -> [f32; 256] {
     let mut table = [0f32; 256];
     for (b, v) in table.iter_mut().enumerate() {
         let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
@@ -1039,6 +1189,42 @@ mod tests {
         assert!((var * h - 1.0).abs() < 0.05, "variance {var} × {h}");
         let norm = a.tensor(norm, &[config.hidden_size]).unwrap().to_f32_vec();
         assert!(norm.iter().all(|v| v.abs() <= 0.05), "{norm:?}");
+    }
+
+    /// Dummy weights of an FP8 config: the layers' projections are FP8 (bytes and scales through
+    /// `fp8_matrix`, their dequantised values through `tensor`), the embedding and norms bf16;
+    /// the bytes counted are those.
+    #[test]
+    fn dummy_weights_of_an_fp8_config_are_fp8_where_the_checkpoints_are() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/qwen3_fp8_block/model");
+        let config = Config::from_dir(&dir).unwrap();
+        let w = Weights::dummy(&config, DUMMY_SEED);
+        let q = "model.layers.0.self_attn.q_proj.weight";
+        let shape = w.shape(q).unwrap().to_vec();
+        let m = w.fp8_matrix(q, &shape).unwrap().expect("an FP8 projection");
+        assert_eq!(
+            (m.rows, m.cols, m.block_rows, m.block_cols),
+            (shape[0], shape[1], 128, 128)
+        );
+        assert!(m.q.iter().all(|b| *b != 0x7f && *b != 0xff), "no NaN codes");
+        let table = e4m3_table();
+        let values = w.tensor(q, &shape).unwrap().to_f32_vec();
+        let bc = m.cols / 128;
+        for (i, v) in values.iter().enumerate().step_by(97) {
+            let (o, c) = (i / m.cols, i % m.cols);
+            assert_eq!(
+                *v,
+                table[m.q[i] as usize] * m.scales[(o / 128) * bc + c / 128]
+            );
+        }
+        let embed = "model.embed_tokens.weight";
+        let embed_shape = w.shape(embed).unwrap().to_vec();
+        assert!(w.fp8_matrix(embed, &embed_shape).unwrap().is_none());
+        assert!(w.tensor(embed, &embed_shape).unwrap().is_bf16());
+        // Stored bytes: what the real checkpoint holds (FP8 bytes + f32 scales, bf16 else).
+        let real = Weights::open(&dir).unwrap();
+        assert_eq!(w.total_bytes(), real.total_bytes());
     }
 
     #[test]

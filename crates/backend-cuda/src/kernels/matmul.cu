@@ -21,11 +21,10 @@
 // alike, so a step sums whole products over a fixed set of 16 elements. k must be a multiple
 // of 16 (a chunk's missing pieces are zeros).
 //
-// Host defines: MMA_WARPS, MMA_NT, MMA_ROWS (16) and MMA_COLS (8), the m16n8k16 tile this code
-// is written for.
+// Host defines: MMA_WARPS, MMA_NT, MMA_NARROW_DEPTH, MMA_CHUNK (64), MMA_ROWS (16) and MMA_COLS (8),
+// the m16n8k16 tile this code is written for.
 
-// Elements of k per chunk: 4 lanes × 16.
-#define MMA_CHUNK 64
+// MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
 
 // Two f32 as a bf16 pair (round to nearest even): `first` in the low half (the lower k), `second`
 // in the high half (cvt puts its first operand high).
@@ -195,4 +194,153 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][1][WARP][4];
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q
+// in e4m3 (one byte) and s f32, `scales` [n_out / br, k / bc]. e4m3 widens exactly to bf16, so the
+// tensor cores take q as they take bf16 weights (x split into hi and lo as above); a chunk of 64
+// k-elements lies in one column block (bc % 64 == 0) and an n-tile in one row block (br % 8 == 0),
+// so each chunk's products are summed unscaled into `tmp` and added as acc = fma(s, tmp, acc).
+//
+// Batch invariance: as the bf16 matmul's (the same chunks to the same warps, the same warp-order
+// sum); the chain differs from the bf16 one by the per-chunk scaling, and FP8 matrices only ever
+// run these kernels, whatever the batch.
+
+// Two e4m3 (low byte: the lower k) as a bf16 pair, exactly (every e4m3 value is an f16 and a bf16).
+__device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
+    unsigned h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
+    float lo, hi;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((unsigned short)(h2 & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((unsigned short)(h2 >> 16)));
+    return pack_bf16(lo, hi);
+}
+
+template <int NT, int DEPTH>
+__device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, const unsigned char* const* wr,
+                                             const float* const* srow, int bc, int k,
+                                             float (*part)[NT][WARP][4], float* d) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    float va[16], vb[16];
+    uint4 wq[DEPTH][NT];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const bool in = e < k;
+#pragma unroll
+            for (int j = 0; j < NT; j++) wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+        }
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            if (c >= k) break;
+            const int e = c + 16 * t;
+            const bool in = e < k;
+            load16(xa && in ? xa + e : nullptr, va);
+            load16(xb && in ? xb + e : nullptr, vb);
+            float tmp[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) tmp[j][i] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    // Elements 4s, 4s + 1 (b0) and 4s + 2, 4s + 3 (b1) of the lane's 16, as
+                    // the bf16 kernel feeds them: bytes 4s … 4s + 3 of the piece, word s.
+                    const uint4 q = wq[p][j];
+                    const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
+                    const unsigned b0 = e4m3x2_to_bf16x2(word);
+                    const unsigned b1 = e4m3x2_to_bf16x2(word >> 16);
+                    mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
+                    mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const float scale = srow[j][c / bc];
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[j][i] = fmaf(scale, tmp[j][i], acc[j][i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[warp][j][lane][i] = acc[j][i];
+    __syncthreads();
+    if (warp >= NT) return false;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float sum = part[0][warp][lane][i];
+#pragma unroll
+        for (int v = 1; v < MMA_WARPS; v++) sum += part[v][warp][lane][i];
+        d[i] = sum;
+    }
+    return true;
+}
+
+template <int NT, int DEPTH>
+__device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, int x_stride,
+                                                 const int* __restrict__ row_index,
+                                                 const unsigned char* __restrict__ w,
+                                                 const float* __restrict__ scales, int br, int bc, int k,
+                                                 int n_out, float* __restrict__ y, int y_stride, int accumulate,
+                                                 int rows, float (*part)[NT][WARP][4]) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int r0 = blockIdx.x * MMA_ROWS;
+    const int o0 = blockIdx.y * NT * MMA_COLS;
+    const int ra = r0 + g, rb = r0 + g + 8;
+    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
+    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+    const unsigned char* wr[NT];
+    const float* srow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const int o = min(o0 + j * MMA_COLS + g, n_out - 1);
+        wr[j] = w + (size_t)o * k;
+        srow[j] = scales + (size_t)(o / br) * (k / bc);
+    }
+    float d[4];
+    if (!mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = r0 + g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
+        if (r < rows && o < n_out) {
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + d[i] : d[i];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+           const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k,
+           int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    matmul_fp8_block<MMA_NT, 1>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
+                                accumulate, rows, part);
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                  const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc,
+                  int k, int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][1][WARP][4];
+    matmul_fp8_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,
+                                          y_stride, accumulate, rows, part);
 }

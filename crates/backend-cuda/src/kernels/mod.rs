@@ -36,6 +36,21 @@ const MATMUL_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
 /// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
 const MMA_NARROW_DEPTH: usize = 2;
+/// Elements of k a warp of the matmul takes at a time (4 lanes × 16): an FP8 matrix's column
+/// blocks must hold whole chunks, so that a chunk has one scale.
+const MMA_CHUNK: usize = 64;
+
+/// Whether FP8 blocks of `block_rows × block_cols` suit the FP8 matmul on an `[n_out, k]`
+/// matrix: whole blocks, a chunk of k in one column block, an n-tile in one row block.
+pub fn fp8_blocks_fit(block_rows: usize, block_cols: usize, n_out: usize, k: usize) -> bool {
+    block_rows > 0
+        && block_cols > 0
+        && block_cols.is_multiple_of(MMA_CHUNK)
+        && block_rows.is_multiple_of(MMA_COLS)
+        && k.is_multiple_of(block_cols)
+        && n_out.is_multiple_of(block_rows)
+}
+
 /// Warps per block of `rmsnorm_rows` (one block a row: 8 elements a thread on a 2048-wide row).
 const NORM_WARPS: u32 = 8;
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
@@ -192,6 +207,7 @@ impl Dims {
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
             ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
+            ("MMA_CHUNK", MMA_CHUNK),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
@@ -253,6 +269,8 @@ impl Dims {
 pub struct Kernels {
     matmul: CudaFunction,
     matmul_narrow: CudaFunction,
+    matmul_fp8: CudaFunction,
+    matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -297,6 +315,8 @@ impl Kernels {
         Ok(Kernels {
             matmul: f("matmul_bf16")?,
             matmul_narrow: f("matmul_bf16_narrow")?,
+            matmul_fp8: f("matmul_fp8")?,
+            matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -323,9 +343,19 @@ impl Kernels {
     }
 }
 
+/// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
+#[derive(Clone, Copy, Debug)]
+pub struct Fp8Scales {
+    pub scales: u64,
+    pub block_rows: usize,
+    pub block_cols: usize,
+}
+
 /// One matmul: `rows` rows of `x` (stride `x_stride`, gathered by `row_index` when not 0)
-/// against W `[n_out, k]` (bf16) into `y` (stride `y_stride`), added to `y` when `accumulate`.
+/// against W `[n_out, k]` (bf16, or e4m3 bytes scaled by `fp8`) into `y` (stride `y_stride`),
+/// added to `y` when `accumulate`.
 pub struct Matmul {
+    pub fp8: Option<Fp8Scales>,
     pub x: u64,
     pub x_stride: usize,
     pub row_index: u64,
@@ -406,24 +436,61 @@ impl Kernels {
             MatmulKernel::Narrow => false,
             MatmulKernel::Wide => true,
         };
-        let (f, cols) = if wide {
-            (&self.matmul, MMA_NT * MMA_COLS)
+        let cols = if wide { MMA_NT * MMA_COLS } else { MMA_COLS };
+        let grid = (
+            rows_u32(row_tiles),
+            u32::try_from(m.n_out.div_ceil(cols)).expect("outputs fit a grid"),
+            1,
+        );
+        let Some(fp8) = m.fp8 else {
+            let f = if wide {
+                &self.matmul
+            } else {
+                &self.matmul_narrow
+            };
+            return gpu.launch(
+                f,
+                grid,
+                MMA_WARPS * 32,
+                &[
+                    Arg::Ptr(m.x),
+                    Arg::I32(m.x_stride as i32),
+                    Arg::Ptr(m.row_index),
+                    Arg::Ptr(m.w),
+                    Arg::I32(m.k as i32),
+                    Arg::I32(m.n_out as i32),
+                    Arg::Ptr(m.y),
+                    Arg::I32(m.y_stride as i32),
+                    Arg::I32(i32::from(m.accumulate)),
+                    Arg::I32(m.rows as i32),
+                ],
+            );
+        };
+        assert!(
+            fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
+            "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
+            fp8.block_rows,
+            fp8.block_cols,
+            m.n_out,
+            m.k
+        );
+        let f = if wide {
+            &self.matmul_fp8
         } else {
-            (&self.matmul_narrow, MMA_COLS)
+            &self.matmul_fp8_narrow
         };
         gpu.launch(
             f,
-            (
-                rows_u32(row_tiles),
-                u32::try_from(m.n_out.div_ceil(cols)).expect("outputs fit a grid"),
-                1,
-            ),
+            grid,
             MMA_WARPS * 32,
             &[
                 Arg::Ptr(m.x),
                 Arg::I32(m.x_stride as i32),
                 Arg::Ptr(m.row_index),
                 Arg::Ptr(m.w),
+                Arg::Ptr(fp8.scales),
+                Arg::I32(fp8.block_rows as i32),
+                Arg::I32(fp8.block_cols as i32),
                 Arg::I32(m.k as i32),
                 Arg::I32(m.n_out as i32),
                 Arg::Ptr(m.y),

@@ -4,7 +4,7 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{Dims, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
+use super::{Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -231,6 +231,7 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize) {
     let y = Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap();
     let run_with = |x: u64, row_index: u64, rows: usize, accumulate: bool, kernel| {
         let m = Matmul {
+            fp8: None,
             x,
             x_stride: depth,
             row_index,
@@ -287,6 +288,87 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize) {
             same_bits(g, &all[r * n_out..(r + 1) * n_out]),
             "seed {seed}: gathered row {r} differs"
         );
+    }
+}
+
+/// The FP8 matmul (e4m3 weights, f32 scales per block) against backend-cpu's f32 matmul on the
+/// dequantised weights (`q · scale`, as the model crate dequantises them for the CPU); the narrow
+/// and the wide kernel give the same bits, and a row alone the bits it has in the batch. Blocks
+/// of Qwen's 128 × 128 and of the smallest shape the kernel takes (8 rows × 64 columns).
+#[test]
+fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let table = model::e4m3_table();
+    for (block_rows, block_cols, n_out, depth) in [(128, 128, 256, 384), (8, 64, 40, 192)] {
+        let rows = 1 + rng.below(40);
+        // Any e4m3 byte but the two NaNs.
+        let q: Vec<u8> = (0..n_out * depth)
+            .map(|_| {
+                let b = rng.below(254) as u8;
+                if b >= 0x7f {
+                    b + 1
+                } else {
+                    b
+                }
+            })
+            .collect();
+        let bc = depth / block_cols;
+        let scales: Vec<f32> = (0..(n_out / block_rows) * bc)
+            .map(|_| (rng.below(1000) as f32 + 1.0) * 1e-4)
+            .collect();
+        let w: Vec<f32> = (0..n_out * depth)
+            .map(|i| {
+                let (o, c) = (i / depth, i % depth);
+                table[q[i] as usize] * scales[(o / block_rows) * bc + c / block_cols]
+            })
+            .collect();
+        let x = rng.vec(rows * depth);
+        let mut want = vec![0f32; rows * n_out];
+        matmul(&x, TensorData::F32(&w), depth, &mut want);
+        let (qb, sb, xb) = (
+            Buf::from_host(&gpu, &q).unwrap(),
+            Buf::from_host(&gpu, &scales).unwrap(),
+            Buf::from_host(&gpu, &x).unwrap(),
+        );
+        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
+        let run = |x: u64, rows: usize, kernel| {
+            let m = Matmul {
+                fp8: Some(Fp8Scales {
+                    scales: sb.at(0),
+                    block_rows,
+                    block_cols,
+                }),
+                x,
+                x_stride: depth,
+                row_index: 0,
+                w: qb.at(0),
+                k: depth,
+                n_out,
+                y: y.at(0),
+                y_stride: n_out,
+                rows,
+                accumulate: false,
+            };
+            k.matmul_with(&gpu, &m, kernel).unwrap();
+            y.read(&gpu, rows * n_out).unwrap()
+        };
+        let all = run(xb.at(0), rows, MatmulKernel::Auto);
+        let d = relative_diff(&all, &want);
+        assert!(
+            d <= TOLERANCE,
+            "seed {seed}, blocks {block_rows}×{block_cols}: relative diff {d}"
+        );
+        for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+            let other = run(xb.at(0), rows, kernel);
+            assert!(same_bits(&other, &all), "seed {seed}: {kernel:?} differs");
+        }
+        for r in 0..rows {
+            let one = run(xb.at(0) + f32_bytes(r * depth), 1, MatmulKernel::Auto);
+            let same = same_bits(&one, &all[r * n_out..(r + 1) * n_out]);
+            assert!(same, "seed {seed}: row {r} alone differs from the batch");
+        }
     }
 }
 
