@@ -332,7 +332,7 @@ matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
            const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k,
            int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
-    matmul_fp8_block<MMA_NT, 1>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
+    matmul_fp8_block<MMA_NT, MMA_FP8_WIDE_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
                                 accumulate, rows, part);
 }
 
@@ -341,6 +341,6 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
                   const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc,
                   int k, int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][1][WARP][4];
-    matmul_fp8_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,
+    matmul_fp8_block<1, MMA_FP8_NARROW_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,
                                           y_stride, accumulate, rows, part);
 }

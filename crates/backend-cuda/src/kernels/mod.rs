@@ -36,6 +36,11 @@ const MATMUL_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
 /// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
 const MMA_NARROW_DEPTH: usize = 2;
+/// Chunks of k a warp of `matmul_fp8_narrow` / `matmul_fp8` loads before it multiplies any: an
+/// FP8 chunk is half a bf16 chunk's bytes (16 a lane), so twice the chunks keep as many bytes in
+/// flight (4 registers a chunk and n-tile).
+const MMA_FP8_NARROW_DEPTH: usize = 4;
+const MMA_FP8_WIDE_DEPTH: usize = 2;
 /// Elements of k a warp of the matmul takes at a time (4 lanes × 16): an FP8 matrix's column
 /// blocks must hold whole chunks, so that a chunk has one scale.
 const MMA_CHUNK: usize = 64;
@@ -208,6 +213,8 @@ impl Dims {
             ("MMA_NT", MMA_NT),
             ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
             ("MMA_CHUNK", MMA_CHUNK),
+            ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
+            ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
