@@ -144,27 +144,21 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
     return true;
 }
 
-// One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
-// tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-template <int NT, int DEPTH>
-__device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
-                                             const int* __restrict__ row_index, const bf16_t* __restrict__ w,
-                                             int k, int n_out, float* __restrict__ y, int y_stride,
-                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int r0 = blockIdx.x * MMA_ROWS;
-    const int o0 = blockIdx.y * NT * MMA_COLS;
-    // This lane's rows of A (none past the end: zeros) and its outputs' weight rows (the last
-    // valid one past the end: computed, never written).
+// This lane's rows g and g + 8 of the row tile from r0 (gathered by `row_index` when not null;
+// none past the end: null, read as zeros).
+__device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const int* row_index, int rows,
+                                            int r0, const float*& xa, const float*& xb) {
+    const int g = threadIdx.x % WARP / 4;
     const int ra = r0 + g, rb = r0 + g + 8;
-    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
-    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
-    const bf16_t* wr[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
-    float d[4];
-    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
-    // d: rows g (0, 1) and g + 8 (2, 3), outputs 2t and 2t + 1 of n-tile `warp`.
+    xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
+    xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+}
+
+// Writes (or adds) a tile's d: lane (g, t) of warp j holds rows g (d[0], d[1]) and g + 8 (d[2],
+// d[3]) × outputs 2t and 2t + 1 of n-tile j; nothing past `rows` or `n_out`.
+__device__ __forceinline__ void store_tile(const float* d, float* y, int y_stride, int accumulate, int rows,
+                                           int n_out, int r0, int o0) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = r0 + g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
@@ -173,6 +167,27 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
             *out = accumulate ? *out + d[i] : d[i];
         }
     }
+}
+
+// One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
+// tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
+template <int NT, int DEPTH>
+__device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
+                                             const int* __restrict__ row_index, const bf16_t* __restrict__ w,
+                                             int k, int n_out, float* __restrict__ y, int y_stride,
+                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
+    const int lane = threadIdx.x % WARP, g = lane / 4;
+    const int r0 = blockIdx.x * MMA_ROWS;
+    const int o0 = blockIdx.y * NT * MMA_COLS;
+    const float *xa, *xb;
+    tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    // This lane's outputs' weight rows (the last valid one past the end: computed, never written).
+    const bf16_t* wr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
+    float d[4];
+    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
+    store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
@@ -301,12 +316,11 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
                                                  const float* __restrict__ scales, int br, int bc, int k,
                                                  int n_out, float* __restrict__ y, int y_stride, int accumulate,
                                                  int rows, float (*part)[NT][WARP][4]) {
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
-    const int ra = r0 + g, rb = r0 + g + 8;
-    const float* xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
-    const float* xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+    const float *xa, *xb;
+    tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     const unsigned char* wr[NT];
     const float* srow[NT];
 #pragma unroll
@@ -317,14 +331,7 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     }
     float d[4];
     if (!mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = r0 + g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
-        if (r < rows && o < n_out) {
-            float* out = y + (size_t)r * y_stride + o;
-            *out = accumulate ? *out + d[i] : d[i];
-        }
-    }
+    store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
