@@ -216,6 +216,9 @@ impl Tensor {
         let bytes: Vec<&[u8]> = parts.iter().map(|p| p.bytes_of()).collect();
         let region = HugeRegion::filled(&bytes)?;
         let len = region_len(&bytes);
+        for p in parts {
+            p.release_source();
+        }
         Ok(Some(Tensor {
             name: name.into(),
             shape: vec![out, inp],
@@ -226,6 +229,24 @@ impl Tensor {
                 bf16,
             },
         }))
+    }
+
+    /// Drops the pages of a mapped tensor from this process's memory once they have been copied
+    /// (the page cache keeps them, reclaimable; a later read faults them in again from the file),
+    /// so that copying a checkpoint onto huge pages does not hold it twice: a 2.45 GB checkpoint
+    /// peaked at 4.8 GB of resident memory without this. Owned tensors are left as they are.
+    fn release_source(&self) {
+        if let Storage::Mapped {
+            map, offset, len, ..
+        } = &self.storage
+        {
+            // SAFETY: the mapping is of a file, read-only: MADV_DONTNEED only unmaps its pages,
+            // and any later access (a neighbouring tensor sharing a boundary page, or this one)
+            // reads the same bytes back from the file. The result is advisory: ignored.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *offset, *len)
+            };
+        }
     }
 
     /// The elements' bytes as they are in memory.
@@ -634,7 +655,7 @@ impl Weights {
             return Ok(t);
         }
         let bf16 = t.is_bf16();
-        let (region, offset) = arena
+        let copied = arena
             .lock()
             .expect("weight arena lock")
             .copy_in(t.bytes_of())
@@ -644,7 +665,9 @@ impl Weights {
                     t.name()
                 );
                 LoadError::io(&self.files_hint(), std::io::Error::new(e.kind(), why))
-            })?;
+            });
+        t.release_source();
+        let (region, offset) = copied?;
         Ok(Tensor {
             storage: Storage::Resident {
                 region,
