@@ -151,6 +151,9 @@ pub enum Refusal {
     /// The admission queue holds its limit already (HTTP 429/503): retry later.
     #[error("the admission queue is full ({limit} requests waiting); retry later")]
     QueueFull { limit: usize },
+    /// The server stops admitting: it is shutting down (HTTP 503, not worth retrying here).
+    #[error("the server is shutting down")]
+    ShuttingDown,
     /// A parameter is out of range (HTTP 400 naming `param`).
     #[error("`{param}`: {message}")]
     Invalid {

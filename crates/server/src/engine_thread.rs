@@ -220,7 +220,7 @@ impl<T: Target> EngineLoop<T> {
                 reply,
             } => {
                 let outcome = if self.shutdown_since.is_some() {
-                    Err(Refusal::QueueFull { limit: 0 })
+                    Err(Refusal::ShuttingDown)
                 } else {
                     self.engine.submit(request)
                 };

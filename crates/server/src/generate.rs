@@ -181,7 +181,7 @@ fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiE
 fn refusal_error(refusal: Refusal) -> ApiError {
     match refusal {
         Refusal::ContextFull { reply_end, largest } => ApiError::context_full(reply_end, largest),
-        Refusal::QueueFull { limit: 0 } => ApiError::unavailable("the server is shutting down"),
+        Refusal::ShuttingDown => ApiError::unavailable("the server is shutting down"),
         Refusal::QueueFull { .. } => ApiError::overloaded(1),
         Refusal::Invalid { param, message } => ApiError::invalid(param, message),
     }
