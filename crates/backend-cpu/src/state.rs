@@ -199,9 +199,7 @@ pub struct StateBytes {
     pub fixed: u64,
 }
 
-/// The rollback window of sessions whose windows are never rolled back (no drafts): their linear
-/// layers keep no snapshots.
-pub const NO_ROLLBACK: usize = 1;
+pub use lane::NO_ROLLBACK;
 
 const F32: u64 = 4;
 

@@ -3,9 +3,7 @@
 
 use model::{Config, KvDtype};
 
-/// The longest rollback window sessions can be built for: the widest window the engine verifies
-/// (the same bound as backend-cpu's `MAX_ROLLBACK_WINDOW`).
-pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
+pub use lane::MAX_ROLLBACK_WINDOW;
 
 /// What one session costs on the GPU, as the CUDA target's sessions allocate it: `per_token` bytes for
 /// each position of its capacity and `fixed` bytes whatever its capacity.

@@ -24,6 +24,17 @@
 
 use slots::{MoveFault, SessionId};
 
+/// The longest window whose drafts a session can roll back (the sampled token and its drafts):
+/// the widest window the engine verifies. A target's sessions are built for a rollback window of
+/// [`NO_ROLLBACK`] to this many tokens (`1 + drafts per window`); each position of it costs a
+/// copy of a hybrid model's linear-attention state per session, so longer windows (prompt chunks)
+/// keep none: nothing ever rejects part of a prompt.
+pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
+
+/// The rollback window of sessions whose windows are never rolled back (no drafts): a hybrid
+/// model's linear layers then keep no snapshots.
+pub const NO_ROLLBACK: usize = 1;
+
 /// Tokens for one session to compute in a round.
 #[derive(Clone, Copy, Debug)]
 pub struct Window<'a> {

@@ -24,11 +24,7 @@ use crate::state::{LayerState, LinearSnapshot, LinearState};
 use model::{Config, LinearAttentionConfig, LoadError, Weights};
 use rayon::prelude::*;
 
-/// Longest window whose positions can ever be rolled back: the widest window the engine verifies
-/// (a sampled token and its drafts). A target's sessions are built for a rollback window of at
-/// most this (`1 + drafts per window`); each position inside it costs a copy of the layer's
-/// state, so longer windows (prompt chunks) keep none: nothing ever rejects part of a prompt.
-pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
+pub use lane::MAX_ROLLBACK_WINDOW;
 
 /// Weights of one Gated DeltaNet layer.
 pub struct GatedDeltaNet {
