@@ -6,7 +6,7 @@
 
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
-use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul, MoeIndexLayout, MoeLaunch};
+use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch};
 use crate::model::CudaModel;
 use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
@@ -293,7 +293,7 @@ impl Pass<'_> {
         self.m.config.hidden_size
     }
 
-    /// `y (+)= x · Wᵀ` over `rows` rows.
+    /// `y (+)= x · Wᵀ` over `rows` rows: a matmul per part of W, each into its columns of y.
     pub(crate) fn matmul(
         &self,
         x: u64,
@@ -302,22 +302,27 @@ impl Pass<'_> {
         y: u64,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        self.m.kernels.matmul(
-            self.gpu(),
-            &Matmul {
-                x,
-                x_stride: w.cols,
-                row_index: 0,
-                w: w.ptr(),
-                fp8: w.fp8(),
-                k: w.cols,
-                n_out: w.rows,
-                y,
-                y_stride: w.rows,
-                rows,
-                accumulate,
-            },
-        )
+        let mut first_column = 0;
+        for part in &w.parts {
+            self.m.kernels.matmul(
+                self.gpu(),
+                &Matmul {
+                    x,
+                    x_stride: w.cols,
+                    row_index: 0,
+                    w: part.ptr(),
+                    fp8: part.fp8(),
+                    k: w.cols,
+                    n_out: part.rows,
+                    y: y + (first_column * std::mem::size_of::<f32>()) as u64,
+                    y_stride: w.rows,
+                    rows,
+                    accumulate,
+                },
+            )?;
+            first_column += part.rows;
+        }
+        Ok(())
     }
 
     pub(crate) fn norm(
@@ -459,9 +464,23 @@ impl Pass<'_> {
                 xn: f32_at(p.xn, done * h),
                 mo: f32_at(p.wide, done * w.front.rows),
                 x: f32_at(p.x, done * h),
-                gate_up: w.gate_up.at(0),
-                down: w.down.at(0),
-                shared_down: w.shared_down.as_ref().map_or(0, |s| s.bf16_ptr()),
+                fp8: w
+                    .gate_up
+                    .fp8()
+                    .map(|(gate_up_scales, block_rows, block_cols)| MoeFp8 {
+                        gate_up_scales,
+                        down_scales: w.down.fp8().map_or(0, |(s, ..)| s),
+                        shared_down_scales: w
+                            .shared_down
+                            .as_ref()
+                            .and_then(|s| s.whole().fp8())
+                            .map_or(0, |s| s.scales),
+                        block_rows,
+                        block_cols,
+                    }),
+                gate_up: w.gate_up.ptr(),
+                down: w.down.ptr(),
+                shared_down: w.shared_down.as_ref().map_or(0, |s| s.whole().ptr()),
                 ids: at(p.moe_idx, o.ids),
                 probs: p.moe_probs,
                 pair_row: at(p.moe_idx, o.pair_row),

@@ -10,11 +10,19 @@ use model::{Arch, Config, LayerKind, Tensor, TensorData, Weights};
 /// The name of a tensor only checkpoints with an MTP head have (as backend-cpu's `MTP_MARKER`).
 const MTP_MARKER: &str = "mtp.fc.weight";
 
-/// A matrix `[rows, cols]` (the checkpoint's `[out, in]`), bf16 or block-scaled FP8 as stored.
+/// A matrix `[rows, cols]` (the checkpoint's `[out, in]`, or several stacked by rows), in parts
+/// of consecutive rows each bf16 or block-scaled FP8 as stored (one part unless a projection
+/// fuses matrices of both kinds: an FP8 checkpoint's bf16 router beside its FP8 shared expert).
 pub struct Matrix {
-    pub w: MatrixValues,
+    pub parts: Vec<MatrixPart>,
     pub rows: usize,
     pub cols: usize,
+}
+
+/// Rows of a [`Matrix`] of one kind.
+pub struct MatrixPart {
+    pub w: MatrixValues,
+    pub rows: usize,
 }
 
 /// A matrix's values on the GPU.
@@ -30,7 +38,7 @@ pub enum MatrixValues {
     },
 }
 
-impl Matrix {
+impl MatrixPart {
     /// The address of the values (bf16 or e4m3).
     pub fn ptr(&self) -> u64 {
         match &self.w {
@@ -39,7 +47,7 @@ impl Matrix {
         }
     }
 
-    /// The scales of an FP8 matrix.
+    /// The scales of FP8 values.
     pub fn fp8(&self) -> Option<Fp8Scales> {
         match &self.w {
             MatrixValues::Bf16(_) => None,
@@ -55,16 +63,13 @@ impl Matrix {
             }),
         }
     }
+}
 
-    /// The address of a bf16 matrix's bits (the MoE kernels read bf16 only; FP8 qwen3_next
-    /// checkpoints are refused at load).
-    pub fn bf16_ptr(&self) -> u64 {
-        match &self.w {
-            MatrixValues::Bf16(b) => b.at(0),
-            MatrixValues::Fp8 { .. } => {
-                unreachable!("FP8 matrices of a MoE layer are refused at load")
-            }
-        }
+impl Matrix {
+    /// The one part of a matrix that is not a mix of kinds (what the MoE kernels read).
+    pub fn whole(&self) -> &MatrixPart {
+        assert_eq!(self.parts.len(), 1, "a matrix of one kind");
+        &self.parts[0]
     }
 }
 
@@ -96,13 +101,48 @@ pub enum MixerWeights {
 }
 
 /// Sparse MoE weights. `front` is [router | shared_expert_gate | shared gate_proj | shared
-/// up_proj]; experts fused as `[E, 2I, H]` (gate rows, then up rows) and `[E, H, I]`.
+/// up_proj] (in FP8 checkpoints a bf16 part, the router and gate, and an FP8 one); experts fused
+/// as `[E, 2I, H]` (gate rows, then up rows) and `[E, H, I]`.
 pub struct MoeWeights {
     pub front: Matrix,
-    pub gate_up: Buf<u16>,
-    pub down: Buf<u16>,
+    pub gate_up: ExpertValues,
+    pub down: ExpertValues,
     /// `shared_expert.down_proj` `[H, IS]`, when there is a shared expert.
     pub shared_down: Option<Matrix>,
+}
+
+/// Every expert's matrices of one kind, stacked.
+pub enum ExpertValues {
+    Bf16(Buf<u16>),
+    /// e4m3 bytes and f32 scales `[E, rows / block_rows, cols / block_cols]`.
+    Fp8 {
+        q: Buf<u8>,
+        scales: Buf<f32>,
+        block_rows: usize,
+        block_cols: usize,
+    },
+}
+
+impl ExpertValues {
+    pub fn ptr(&self) -> u64 {
+        match self {
+            ExpertValues::Bf16(b) => b.at(0),
+            ExpertValues::Fp8 { q, .. } => q.at(0),
+        }
+    }
+
+    /// The scales and blocks of FP8 experts.
+    pub fn fp8(&self) -> Option<(u64, usize, usize)> {
+        match self {
+            ExpertValues::Bf16(_) => None,
+            ExpertValues::Fp8 {
+                scales,
+                block_rows,
+                block_cols,
+                ..
+            } => Some((scales.at(0), *block_rows, *block_cols)),
+        }
+    }
 }
 
 /// A dense SwiGLU MLP (Qwen3's): `gate_up` is gate_proj then up_proj, `[2I, H]`.
@@ -112,6 +152,8 @@ pub struct DenseMlpWeights {
 }
 
 /// A layer's feed-forward.
+// One per layer, built once at load: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum FfnWeights {
     Moe(MoeWeights),
     Dense(DenseMlpWeights),
@@ -174,47 +216,80 @@ fn f32_vec(w: &Weights, name: &str, shape: &[usize]) -> Result<Vec<f32>, CudaErr
     Ok(w.tensor(name, shape)?.to_f32_vec())
 }
 
-/// Matrices with the same input width stacked row-wise into one: bf16 parts as they are, FP8
-/// parts (all of them, with the same blocks, each a whole number of row blocks) as their bytes
-/// and their scales stacked alike.
+/// Matrices with the same input width stacked row-wise into one, in parts of consecutive
+/// matrices of one kind: bf16 ones as they are, FP8 ones (with the same blocks, each a whole
+/// number of row blocks) as their bytes and their scales stacked alike.
 fn stacked(
     gpu: &Gpu,
     parts: &[(String, usize)],
     cols: usize,
     w: &Weights,
 ) -> Result<Matrix, CudaError> {
-    let mut fp8 = Vec::new();
-    for (name, r) in parts {
-        fp8.push(w.fp8_matrix(name, &[*r, cols])?);
-    }
-    let rows: usize = parts.iter().map(|(_, r)| r).sum();
-    if fp8.iter().all(Option::is_none) {
-        let mut bits = Vec::new();
-        for (name, r) in parts {
-            bits.extend(bf16_bits(w, name, &[*r, cols])?);
+    let mut groups: Vec<(bool, Vec<&(String, usize)>)> = Vec::new();
+    for part in parts {
+        let fp8 = w.is_fp8(&part.0);
+        match groups.last_mut() {
+            Some((kind, members)) if *kind == fp8 => members.push(part),
+            _ => groups.push((fp8, vec![part])),
         }
-        return Ok(Matrix {
-            w: MatrixValues::Bf16(Buf::from_host(gpu, &bits)?),
-            rows,
-            cols,
-        });
     }
+    let parts = groups
+        .into_iter()
+        .map(|(fp8, members)| {
+            if fp8 {
+                fp8_part(gpu, &members, cols, w)
+            } else {
+                let mut bits = Vec::new();
+                for (name, r) in &members {
+                    bits.extend(bf16_bits(w, name, &[*r, cols])?);
+                }
+                Ok(MatrixPart {
+                    w: MatrixValues::Bf16(Buf::from_host(gpu, &bits)?),
+                    rows: members.iter().map(|(_, r)| r).sum(),
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, CudaError>>()?;
+    Ok(Matrix {
+        rows: parts.iter().map(|p| p.rows).sum(),
+        parts,
+        cols,
+    })
+}
+
+/// FP8 matrices stacked into one part.
+fn fp8_part(
+    gpu: &Gpu,
+    members: &[&(String, usize)],
+    cols: usize,
+    w: &Weights,
+) -> Result<MatrixPart, CudaError> {
     let names = || {
-        parts
+        members
             .iter()
             .map(|(n, _)| n.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let Some(fp8) = fp8.into_iter().collect::<Option<Vec<_>>>() else {
-        return Err(CudaError::Unsupported(format!(
-            "{}: FP8 and bf16 matrices the GPU fuses into one projection",
-            names()
-        )));
-    };
-    let (block_rows, block_cols) = (fp8[0].block_rows, fp8[0].block_cols);
+    let (mut q, mut scales, mut blocks) = (Vec::new(), Vec::new(), None);
+    for (name, r) in members {
+        let m = w
+            .fp8_matrix(name, &[*r, cols])?
+            .expect("the part's members are FP8");
+        if blocks.is_some_and(|b| b != (m.block_rows, m.block_cols)) {
+            return Err(CudaError::Unsupported(format!(
+                "{}: FP8 matrices of different blocks fused into one projection",
+                names()
+            )));
+        }
+        blocks = Some((m.block_rows, m.block_cols));
+        q.extend(m.q);
+        scales.extend(m.scales);
+    }
+    let (block_rows, block_cols) = blocks.expect("a part has members");
+    let rows: usize = members.iter().map(|(_, r)| r).sum();
     if !fp8_blocks_fit(block_rows, block_cols, rows, cols)
-        || fp8.iter().any(|m| m.rows % block_rows != 0)
+        || members.iter().any(|(_, r)| r % block_rows != 0)
     {
         return Err(CudaError::Unsupported(format!(
             "{}: FP8 blocks of {block_rows}×{block_cols} (the FP8 matmul takes blocks of whole \
@@ -222,12 +297,7 @@ fn stacked(
             names()
         )));
     }
-    let (mut q, mut scales) = (Vec::new(), Vec::new());
-    for m in fp8 {
-        q.extend(m.q);
-        scales.extend(m.scales);
-    }
-    Ok(Matrix {
+    Ok(MatrixPart {
         w: MatrixValues::Fp8 {
             q: Buf::from_host(gpu, &q)?,
             scales: Buf::from_host(gpu, &scales)?,
@@ -235,7 +305,6 @@ fn stacked(
             block_cols,
         },
         rows,
-        cols,
     })
 }
 
@@ -447,12 +516,29 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
             (format!("{p}.shared_expert.up_proj.weight"), is),
         ]);
     }
+    let front = stacked(gpu, &front, h, w)?;
+    let shared_down = if is > 0 {
+        Some(stacked(
+            gpu,
+            &[(format!("{p}.shared_expert.down_proj.weight"), h)],
+            is,
+            w,
+        )?)
+    } else {
+        None
+    };
     let fused = format!("{p}.experts.gate_up_proj");
+    let first_gate = format!("{p}.experts.0.gate_proj.weight");
     let (gate_up, down) = if w.contains(&fused) {
         (
-            bf16_bits(w, &fused, &[e, 2 * i, h])?,
-            bf16_bits(w, &format!("{p}.experts.down_proj"), &[e, h, i])?,
+            ExpertValues::Bf16(Buf::from_host(gpu, &bf16_bits(w, &fused, &[e, 2 * i, h])?)?),
+            ExpertValues::Bf16(Buf::from_host(
+                gpu,
+                &bf16_bits(w, &format!("{p}.experts.down_proj"), &[e, h, i])?,
+            )?),
         )
+    } else if w.is_fp8(&first_gate) {
+        fp8_experts(gpu, config, w, p, shared_down.as_ref())?
     } else {
         let (mut gate_up, mut down) = (Vec::new(), Vec::new());
         for x in 0..e {
@@ -461,21 +547,93 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
             gate_up.extend(bf16_bits(w, &format!("{q}.up_proj.weight"), &[i, h])?);
             down.extend(bf16_bits(w, &format!("{q}.down_proj.weight"), &[h, i])?);
         }
-        (gate_up, down)
+        (
+            ExpertValues::Bf16(Buf::from_host(gpu, &gate_up)?),
+            ExpertValues::Bf16(Buf::from_host(gpu, &down)?),
+        )
     };
+    if shared_down
+        .as_ref()
+        .is_some_and(|s| s.whole().fp8().is_some() != gate_up.fp8().is_some())
+    {
+        return Err(CudaError::Unsupported(format!(
+            "{p}: the experts and the shared expert's down_proj in different formats (FP8 and bf16)"
+        )));
+    }
     Ok(MoeWeights {
-        front: stacked(gpu, &front, h, w)?,
-        gate_up: Buf::from_host(gpu, &gate_up)?,
-        down: Buf::from_host(gpu, &down)?,
-        shared_down: if is > 0 {
-            Some(stacked(
-                gpu,
-                &[(format!("{p}.shared_expert.down_proj.weight"), h)],
-                is,
-                w,
-            )?)
-        } else {
-            None
-        },
+        front,
+        gate_up,
+        down,
+        shared_down,
     })
+}
+
+/// A MoE layer's FP8 experts, one by one in the checkpoint: bytes and scales stacked expert after
+/// expert (gate then up rows of each), with the blocks the MoE kernels take.
+fn fp8_experts(
+    gpu: &Gpu,
+    config: &Config,
+    w: &Weights,
+    p: &str,
+    shared_down: Option<&Matrix>,
+) -> Result<(ExpertValues, ExpertValues), CudaError> {
+    let m = config
+        .moe
+        .as_ref()
+        .expect("a MoE layer needs the MoE config");
+    let (h, e, i) = (config.hidden_size, m.num_experts, m.expert_intermediate);
+    let (mut gate_up, mut gate_up_scales) = (Vec::new(), Vec::new());
+    let (mut down, mut down_scales) = (Vec::new(), Vec::new());
+    let mut blocks = None;
+    let mut take = |name: String, shape: [usize; 2], q: &mut Vec<u8>, s: &mut Vec<f32>| {
+        let Some(f) = w.fp8_matrix(&name, &shape)? else {
+            return Err(CudaError::Unsupported(format!(
+                "{name} is not FP8 beside FP8 experts"
+            )));
+        };
+        blocks = Some((f.block_rows, f.block_cols));
+        q.extend(f.q);
+        s.extend(f.scales);
+        Ok(())
+    };
+    for x in 0..e {
+        let q = format!("{p}.experts.{x}");
+        take(
+            format!("{q}.gate_proj.weight"),
+            [i, h],
+            &mut gate_up,
+            &mut gate_up_scales,
+        )?;
+        take(
+            format!("{q}.up_proj.weight"),
+            [i, h],
+            &mut gate_up,
+            &mut gate_up_scales,
+        )?;
+        take(
+            format!("{q}.down_proj.weight"),
+            [h, i],
+            &mut down,
+            &mut down_scales,
+        )?;
+    }
+    let (block_rows, block_cols) = blocks.expect("a MoE layer has experts");
+    let shared_blocks = shared_down.and_then(|s| s.whole().fp8());
+    if !crate::kernels::moe_fp8_blocks_fit(block_rows, block_cols, h, m)
+        || shared_blocks.is_some_and(|s| (s.block_rows, s.block_cols) != (block_rows, block_cols))
+    {
+        return Err(CudaError::Unsupported(format!(
+            "{p}: FP8 expert blocks of {block_rows}×{block_cols} (the MoE kernels take blocks of \
+             whole 64-wide chunks of k and 8-row tiles, the same for the shared expert)"
+        )));
+    }
+    let values = |q: Vec<u8>, s: Vec<f32>| -> Result<ExpertValues, CudaError> {
+        Ok(ExpertValues::Fp8 {
+            q: Buf::from_host(gpu, &q)?,
+            scales: Buf::from_host(gpu, &s)?,
+            block_rows,
+            block_cols,
+        })
+    };
+    Ok((values(gate_up, gate_up_scales)?, values(down, down_scales)?))
 }

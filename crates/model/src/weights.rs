@@ -906,6 +906,17 @@ pub struct Fp8Matrix {
 }
 
 impl Weights {
+    /// Whether `name` is stored as block-scaled FP8 (in the files, or made so by dummy weights).
+    pub fn is_fp8(&self, name: &str) -> bool {
+        match self.dummy.get(name) {
+            Some(d) => d.fp8.is_some(),
+            None => self
+                .entries
+                .get(name)
+                .is_some_and(|e| e.dtype == Dtype::F8_E4M3),
+        }
+    }
+
     /// `name` as its FP8 bytes and block scales when it is stored as block-scaled FP8 (checked as
     /// [`Weights::tensor`] checks it, shape included); `None` when it is stored otherwise. For
     /// backends that compute on FP8 weights directly.

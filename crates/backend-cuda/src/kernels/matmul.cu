@@ -232,6 +232,9 @@ __device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
     return pack_bf16(lo, hi);
 }
 
+// `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
+// there; `srow[j]` the scale row (the scales along k) of the outputs this lane's d holds, 2t and
+// 2t + 1 of n-tile j, which may lie in another row block than output g (the MoE's gate/up tiles).
 template <int NT, int DEPTH>
 __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, const unsigned char* const* wr,
                                              const float* const* srow, int bc, int k,
@@ -321,13 +324,14 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     const int o0 = blockIdx.y * NT * MMA_COLS;
     const float *xa, *xb;
     tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    const int t = lane % 4;
     const unsigned char* wr[NT];
     const float* srow[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        const int o = min(o0 + j * MMA_COLS + g, n_out - 1);
-        wr[j] = w + (size_t)o * k;
-        srow[j] = scales + (size_t)(o / br) * (k / bc);
+        wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
+        // The scales of this lane's outputs 2t, 2t + 1 (see mma_tile_fp8).
+        srow[j] = scales + (size_t)(min(o0 + j * MMA_COLS + 2 * t, n_out - 1) / br) * (k / bc);
     }
     float d[4];
     if (!mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;

@@ -56,6 +56,20 @@ pub fn fp8_blocks_fit(block_rows: usize, block_cols: usize, n_out: usize, k: usi
         && n_out.is_multiple_of(block_rows)
 }
 
+/// Whether FP8 blocks suit the MoE kernels: whole blocks of every expert's gate and up halves
+/// (`I`), down (`H × I`) and the shared expert's down (`H × IS`), in the matmul's chunks and tiles.
+pub fn moe_fp8_blocks_fit(
+    block_rows: usize,
+    block_cols: usize,
+    hidden: usize,
+    m: &MoeConfig,
+) -> bool {
+    fp8_blocks_fit(block_rows, block_cols, m.expert_intermediate, hidden)
+        && fp8_blocks_fit(block_rows, block_cols, hidden, m.expert_intermediate)
+        && (m.shared_expert_intermediate == 0
+            || fp8_blocks_fit(block_rows, block_cols, hidden, m.shared_expert_intermediate))
+}
+
 /// Warps per block of `rmsnorm_rows` (one block a row: 8 elements a thread on a 2048-wide row).
 const NORM_WARPS: u32 = 8;
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
@@ -296,6 +310,8 @@ struct MoeKernels {
     group: CudaFunction,
     gate_up: CudaFunction,
     down: CudaFunction,
+    gate_up_fp8: CudaFunction,
+    down_fp8: CudaFunction,
     combine: CudaFunction,
 }
 
@@ -342,6 +358,8 @@ impl Kernels {
                     group: f("moe_group")?,
                     gate_up: f("moe_gate_up")?,
                     down: f("moe_down")?,
+                    gate_up_fp8: f("moe_gate_up_fp8")?,
+                    down_fp8: f("moe_down_fp8")?,
                     combine: f("moe_combine")?,
                 }),
                 None => None,
@@ -658,7 +676,21 @@ impl MoeIndexLayout {
 }
 
 /// One MoE layer's launch: its rows, weights and scratch (device addresses).
+/// The scales of a MoE layer's block-scaled FP8 experts (and shared expert's down projection):
+/// `gate_up` `[E, 2I / block_rows, H / block_cols]`, `down` `[E, H / block_rows, I / block_cols]`,
+/// `shared_down` `[H / block_rows, IS / block_cols]` (0 without a shared expert).
+#[derive(Clone, Copy, Debug)]
+pub struct MoeFp8 {
+    pub gate_up_scales: u64,
+    pub down_scales: u64,
+    pub shared_down_scales: u64,
+    pub block_rows: usize,
+    pub block_cols: usize,
+}
+
 pub struct MoeLaunch {
+    /// FP8 experts: `gate_up`, `down` and `shared_down` hold e4m3 bytes scaled by these.
+    pub fp8: Option<MoeFp8>,
     pub rows: usize,
     /// Normed input rows `[rows, H]`.
     pub xn: u64,
@@ -841,34 +873,85 @@ impl Kernels {
                 Arg::Ptr(l.n_tiles),
             ],
         )?;
-        gpu.launch(
-            &k.gate_up,
-            (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1),
-            MMA_WARPS * 32,
-            &[
-                Arg::Ptr(l.xn),
-                Arg::Ptr(l.pair_row),
-                Arg::Ptr(l.tiles),
-                Arg::Ptr(l.n_tiles),
-                Arg::Ptr(l.gate_up),
-                Arg::Ptr(l.act),
-            ],
-        )?;
-        gpu.launch(
-            &k.down,
-            (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1),
-            MMA_WARPS * 32,
-            &[
-                Arg::Ptr(l.act),
-                Arg::Ptr(l.act_sh),
-                Arg::Ptr(l.tiles),
-                Arg::Ptr(l.n_tiles),
-                Arg::Ptr(l.down),
-                Arg::Ptr(l.shared_down),
-                Arg::Ptr(l.y_exp),
-                Arg::Ptr(l.y_sh),
-            ],
-        )?;
+        let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
+        let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
+        match l.fp8 {
+            None => {
+                gpu.launch(
+                    &k.gate_up,
+                    gate_up_grid,
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.xn),
+                        Arg::Ptr(l.pair_row),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.gate_up),
+                        Arg::Ptr(l.act),
+                    ],
+                )?;
+                gpu.launch(
+                    &k.down,
+                    down_grid,
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.act),
+                        Arg::Ptr(l.act_sh),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.down),
+                        Arg::Ptr(l.shared_down),
+                        Arg::Ptr(l.y_exp),
+                        Arg::Ptr(l.y_sh),
+                    ],
+                )?;
+            }
+            Some(f) => {
+                assert!(
+                    moe_fp8_blocks_fit(f.block_rows, f.block_cols, dims.hidden, m),
+                    "MoE: FP8 blocks {}×{} of experts {}×{}",
+                    f.block_rows,
+                    f.block_cols,
+                    m.expert_intermediate,
+                    dims.hidden
+                );
+                gpu.launch(
+                    &k.gate_up_fp8,
+                    gate_up_grid,
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.xn),
+                        Arg::Ptr(l.pair_row),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.gate_up),
+                        Arg::Ptr(f.gate_up_scales),
+                        Arg::I32(f.block_rows as i32),
+                        Arg::I32(f.block_cols as i32),
+                        Arg::Ptr(l.act),
+                    ],
+                )?;
+                gpu.launch(
+                    &k.down_fp8,
+                    down_grid,
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.act),
+                        Arg::Ptr(l.act_sh),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.down),
+                        Arg::Ptr(f.down_scales),
+                        Arg::Ptr(l.shared_down),
+                        Arg::Ptr(f.shared_down_scales),
+                        Arg::I32(f.block_rows as i32),
+                        Arg::I32(f.block_cols as i32),
+                        Arg::Ptr(l.y_exp),
+                        Arg::Ptr(l.y_sh),
+                    ],
+                )?;
+            }
+        }
         gpu.launch(
             &k.combine,
             (

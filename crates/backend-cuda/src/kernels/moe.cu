@@ -249,6 +249,84 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
     }
 }
 
+// moe_gate_up for block-scaled FP8 experts: gate_up e4m3 [E, 2I, H], scales f32
+// [E, 2I / br, H / bc]. Lane (g, t)'s outputs 2t, 2t + 1 of n-tile j are gate rows (t < 2) or up
+// rows of units u0 + 4j + 2(t % 2) …, whose scale row it reads.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+moe_gate_up_fp8(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
+                const int* __restrict__ n_tiles, const unsigned char* __restrict__ gate_up,
+                const float* __restrict__ scales, int br, int bc, float* __restrict__ act) {
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int u0 = blockIdx.y * 4 * MMA_NT;
+    const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
+    const float* xb = g + 8 < count ? xn + (size_t)pair_row[start + g + 8] * MOE_H : nullptr;
+    const unsigned char* wr[MMA_NT];
+    const float* srow[MMA_NT];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) {
+        const int unit = u0 + 4 * j + g % 4;
+        wr[j] = gate_up + ((size_t)e * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
+        const int out_unit = u0 + 4 * j + 2 * (t % 2);
+        const int out_row = t < 2 ? out_unit : MOE_I + out_unit;
+        srow[j] = scales + ((size_t)e * (2 * MOE_I / br) + out_row / br) * (MOE_H / bc);
+    }
+    float d[4];
+    if (!mma_tile_fp8<MMA_NT, 1>(xa, xb, wr, srow, bc, MOE_H, part, d)) return;
+    float up[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
+    if (t >= 2) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i / 2) * 8;
+        const int unit = u0 + 4 * warp + 2 * t + (i % 2);
+        if (r < count) act[(size_t)(start + r) * MOE_I + unit] = siluf_(d[i]) * up[i];
+    }
+}
+
+// moe_down for block-scaled FP8: down e4m3 [E, H, I] with scales [E, H / br, I / bc], and the
+// shared expert's shared_down e4m3 [H, IS] with scales [H / br, IS / bc].
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
+             const int* __restrict__ n_tiles, const unsigned char* __restrict__ down,
+             const float* __restrict__ down_scales, const unsigned char* __restrict__ shared_down,
+             const float* __restrict__ shared_scales, int br, int bc, float* __restrict__ y_exp,
+             float* __restrict__ y_sh) {
+    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const bool shared = e == MOE_E;
+    const int k = shared ? MOE_IS : MOE_I;
+    const float* src = shared ? act_sh : act;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * MMA_NT * MMA_COLS;
+    const float* xa = g < count ? src + (size_t)(start + g) * k : nullptr;
+    const float* xb = g + 8 < count ? src + (size_t)(start + g + 8) * k : nullptr;
+    const unsigned char* wr[MMA_NT];
+    const float* srow[MMA_NT];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) {
+        const int o = min(o0 + j * MMA_COLS + g, MOE_H - 1);
+        const int os = min(o0 + j * MMA_COLS + 2 * t, MOE_H - 1);
+        wr[j] = shared ? shared_down + (size_t)o * MOE_IS : down + ((size_t)e * MOE_H + o) * MOE_I;
+        srow[j] = shared ? shared_scales + (size_t)(os / br) * (MOE_IS / bc)
+                         : down_scales + ((size_t)e * (MOE_H / br) + os / br) * (MOE_I / bc);
+    }
+    float d[4];
+    if (!mma_tile_fp8<MMA_NT, 1>(xa, xb, wr, srow, bc, k, part, d)) return;
+    float* y = shared ? y_sh : y_exp;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
+        if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+    }
+}
+
 // Grid (ceil(MOE_H / MOE_COMBINE_THREADS), rows).
 extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS)
 moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,

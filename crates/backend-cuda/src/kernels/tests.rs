@@ -58,19 +58,17 @@ fn bf16_vec(rng: &mut Rng, n: usize, scale: f32) -> Vec<bf16> {
         .collect()
 }
 
-fn bf16_buf(gpu: &Gpu, w: &[bf16]) -> Buf<u16> {
-    Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap()
-}
-
 /// The MoE layer of `moe.cu` on `rows` rows, `x` updated in place on the host.
 struct MoeCase {
     m: MoeConfig,
     hidden: usize,
-    gate_up: Vec<bf16>,
-    down: Vec<bf16>,
-    shared_down: Vec<bf16>,
-    /// The same three on the GPU.
-    on_gpu: [Buf<u16>; 3],
+    /// The weights' values (bf16 widened, or FP8 dequantised), for the reference.
+    gate_up: Vec<f32>,
+    down: Vec<f32>,
+    shared_down: Vec<f32>,
+    /// The same three on the GPU as stored: bf16 bits, or e4m3 bytes with `fp8`'s scales.
+    on_gpu: [Buf<u8>; 3],
+    fp8: Option<([Buf<f32>; 3], usize, usize)>,
 }
 
 impl MoeCase {
@@ -80,18 +78,74 @@ impl MoeCase {
             m.expert_intermediate,
             m.shared_expert_intermediate,
         );
+        let bytes = |v: &[bf16]| -> Buf<u8> {
+            let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Buf::from_host(gpu, &b).unwrap()
+        };
+        let widen = |v: &[bf16]| v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
         let gate_up = bf16_vec(rng, e * 2 * i * hidden, 0.5);
         let down = bf16_vec(rng, e * hidden * i, 0.5);
         let shared_down = bf16_vec(rng, hidden * is, 0.5);
         MoeCase {
-            on_gpu: [
-                bf16_buf(gpu, &gate_up),
-                bf16_buf(gpu, &down),
-                bf16_buf(gpu, &shared_down),
-            ],
-            gate_up,
-            down,
-            shared_down,
+            on_gpu: [bytes(&gate_up), bytes(&down), bytes(&shared_down)],
+            gate_up: widen(&gate_up),
+            down: widen(&down),
+            shared_down: widen(&shared_down),
+            fp8: None,
+            m,
+            hidden,
+        }
+    }
+
+    /// Block-scaled FP8 experts and shared down projection (blocks of `br × bc`), e4m3 values
+    /// below 8 in magnitude times scales around 0.05.
+    fn new_fp8(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        m: MoeConfig,
+        hidden: usize,
+        br: usize,
+        bc: usize,
+    ) -> MoeCase {
+        let (e, i, is) = (
+            m.num_experts,
+            m.expert_intermediate,
+            m.shared_expert_intermediate,
+        );
+        let table = model::e4m3_table();
+        // (bytes, scales, values) of `count` matrices [rows, cols].
+        let mut make = |count: usize, rows: usize, cols: usize| {
+            let q: Vec<u8> = (0..count * rows * cols)
+                .map(|_| loop {
+                    let b = rng.below(256) as u8;
+                    if table[b as usize].abs() < 8.0 {
+                        break b;
+                    }
+                })
+                .collect();
+            let per = (rows / br) * (cols / bc);
+            let scales: Vec<f32> = (0..count * per)
+                .map(|_| (rng.below(100) as f32 + 1.0) * 1e-3)
+                .collect();
+            let values = (0..q.len())
+                .map(|n| {
+                    let (x, r, c) = (n / (rows * cols), n % (rows * cols) / cols, n % cols);
+                    table[q[n] as usize] * scales[x * per + (r / br) * (cols / bc) + c / bc]
+                })
+                .collect::<Vec<f32>>();
+            (q, scales, values)
+        };
+        let (gq, gs, gv) = make(e, 2 * i, hidden);
+        let (dq, ds, dv) = make(e, hidden, i);
+        let (sq, ss, sv) = make(1, hidden, is);
+        let up = |b: &[u8]| Buf::from_host(gpu, b).unwrap();
+        let upf = |b: &[f32]| Buf::from_host(gpu, b).unwrap();
+        MoeCase {
+            on_gpu: [up(&gq), up(&dq), up(&sq)],
+            fp8: Some(([upf(&gs), upf(&ds), upf(&ss)], br, bc)),
+            gate_up: gv,
+            down: dv,
+            shared_down: sv,
             m,
             hidden,
         }
@@ -123,7 +177,7 @@ impl MoeCase {
                 let mut gu = vec![0f32; 2 * i];
                 matmul(
                     xr,
-                    TensorData::Bf16(&self.gate_up[e * 2 * i * h..(e + 1) * 2 * i * h]),
+                    TensorData::F32(&self.gate_up[e * 2 * i * h..(e + 1) * 2 * i * h]),
                     h,
                     &mut gu,
                 );
@@ -131,7 +185,7 @@ impl MoeCase {
                 let mut d = vec![0f32; h];
                 matmul(
                     &act,
-                    TensorData::Bf16(&self.down[e * h * i..(e + 1) * h * i]),
+                    TensorData::F32(&self.down[e * h * i..(e + 1) * h * i]),
                     i,
                     &mut d,
                 );
@@ -142,7 +196,7 @@ impl MoeCase {
                     .map(|j| silu(mor[e_n + 1 + j]) * mor[e_n + 1 + is + j])
                     .collect();
                 let mut d = vec![0f32; h];
-                matmul(&act, TensorData::Bf16(&self.shared_down), is, &mut d);
+                matmul(&act, TensorData::F32(&self.shared_down), is, &mut d);
                 let gate = sigmoid(mor[e_n]);
                 total.iter_mut().zip(&d).for_each(|(t, v)| *t += gate * v);
             }
@@ -747,6 +801,13 @@ fn run_moe(
         f(rows * h),
     );
     let launch = MoeLaunch {
+        fp8: case.fp8.as_ref().map(|(s, br, bc)| super::MoeFp8 {
+            gate_up_scales: s[0].at(0),
+            down_scales: s[1].at(0),
+            shared_down_scales: s[2].at(0),
+            block_rows: *br,
+            block_cols: *bc,
+        }),
         rows,
         xn: xn_b.at(0),
         mo: mo_b.at(0),
@@ -810,57 +871,114 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
     ];
     for (m, hidden, rows) in cases {
         let what = format!("seed {seed}, {m:?}, hidden {hidden}, {rows} rows");
-        let dims = Dims {
-            hidden,
-            moe: Some(m.clone()),
-            ..tiny_dims().1
-        };
-        dims.check().expect("sizes the kernels take");
-        let k = Kernels::compile(&gpu, &dims).expect("kernels");
-        let case = MoeCase::new(&gpu, &mut rng, m, hidden);
-        let w = case.mo_width();
-        let xn = rng.vec(rows * hidden);
-        let mo: Vec<f32> = rng.vec(rows * w).iter().map(|v| 4.0 * v).collect();
-        let x = rng.vec(rows * hidden);
-        let want = case.reference(&xn, &mo, &x);
-        let all = run_moe(&gpu, &k, &dims, &case, &xn, &mo, &x);
-        // The update against the reference's (x itself is exact on both sides).
-        let delta = |v: &[f32]| v.iter().zip(&x).map(|(a, b)| a - b).collect::<Vec<f32>>();
-        let d = relative_diff(&delta(&all), &delta(&want));
-        assert!(d <= MOE_TOLERANCE, "{what}: relative diff {d}");
-        // Each row alone, and the rows in reverse order (other tiles, other places in them).
-        let row = |v: &[f32], r: usize| v[r * hidden..(r + 1) * hidden].to_vec();
-        let row_of = |v: &[f32], r: usize, width: usize| v[r * width..(r + 1) * width].to_vec();
-        for r in [0, rows / 2, rows - 1] {
-            let one = run_moe(
-                &gpu,
-                &k,
-                &dims,
-                &case,
-                &row(&xn, r),
-                &row_of(&mo, r, w),
-                &row(&x, r),
-            );
-            assert!(
-                same_bits(&one, &row(&all, r)),
-                "{what}: row {r} alone differs from the batch"
-            );
-        }
-        let rev = |v: &[f32], width: usize| -> Vec<f32> {
-            v.chunks(width).rev().flatten().copied().collect()
-        };
-        let reversed = run_moe(
-            &gpu,
+        check_moe(&gpu, &mut rng, m, hidden, rows, None, &what);
+    }
+}
+
+/// Block-scaled FP8 experts (`moe_gate_up_fp8`, `moe_down_fp8`) against backend-cpu on the
+/// dequantised weights, a row alone = in the batch = reversed: Qwen3-Next's 128 × 128 blocks on
+/// its expert width (512, narrowed to 128 experts), and small blocks over several of them.
+#[test]
+fn fp8_moe_matches_backend_cpu_on_dequantised_weights() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let cases = [
+        (
+            MoeConfig {
+                num_experts: 32,
+                experts_per_token: 10,
+                expert_intermediate: 512,
+                shared_expert_intermediate: 512,
+                norm_topk_prob: true,
+            },
+            256,
+            (128, 128),
+            1 + rng.below(40),
+        ),
+        (
+            MoeConfig {
+                num_experts: 8,
+                experts_per_token: 2,
+                expert_intermediate: 128,
+                shared_expert_intermediate: 64,
+                norm_topk_prob: false,
+            },
+            192,
+            (8, 64),
+            20 + rng.below(40),
+        ),
+    ];
+    for (m, hidden, blocks, rows) in cases {
+        let what = format!("seed {seed}, FP8 {blocks:?}, {m:?}, hidden {hidden}, {rows} rows");
+        check_moe(&gpu, &mut rng, m, hidden, rows, Some(blocks), &what);
+    }
+}
+
+/// The MoE layer of `m` on `rows` random rows against backend-cpu's, then each of three rows
+/// alone and the rows reversed, bit for bit; FP8 experts in blocks of `fp8` when given.
+fn check_moe(
+    gpu: &Arc<Gpu>,
+    rng: &mut Rng,
+    m: MoeConfig,
+    hidden: usize,
+    rows: usize,
+    fp8: Option<(usize, usize)>,
+    what: &str,
+) {
+    let dims = Dims {
+        hidden,
+        moe: Some(m.clone()),
+        ..tiny_dims().1
+    };
+    dims.check().expect("sizes the kernels take");
+    let k = Kernels::compile(gpu, &dims).expect("kernels");
+    let case = match fp8 {
+        None => MoeCase::new(gpu, rng, m, hidden),
+        Some((br, bc)) => MoeCase::new_fp8(gpu, rng, m, hidden, br, bc),
+    };
+    let w = case.mo_width();
+    let xn = rng.vec(rows * hidden);
+    let mo: Vec<f32> = rng.vec(rows * w).iter().map(|v| 4.0 * v).collect();
+    let x = rng.vec(rows * hidden);
+    let want = case.reference(&xn, &mo, &x);
+    let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x);
+    // The update against the reference's (x itself is exact on both sides).
+    let delta = |v: &[f32]| v.iter().zip(&x).map(|(a, b)| a - b).collect::<Vec<f32>>();
+    let d = relative_diff(&delta(&all), &delta(&want));
+    assert!(d <= MOE_TOLERANCE, "{what}: relative diff {d}");
+    // Each row alone, and the rows in reverse order (other tiles, other places in them).
+    let row = |v: &[f32], r: usize| v[r * hidden..(r + 1) * hidden].to_vec();
+    let row_of = |v: &[f32], r: usize, width: usize| v[r * width..(r + 1) * width].to_vec();
+    for r in [0, rows / 2, rows - 1] {
+        let one = run_moe(
+            gpu,
             &k,
             &dims,
             &case,
-            &rev(&xn, hidden),
-            &rev(&mo, w),
-            &rev(&x, hidden),
+            &row(&xn, r),
+            &row_of(&mo, r, w),
+            &row(&x, r),
         );
         assert!(
-            same_bits(&reversed, &rev(&all, hidden)),
-            "{what}: the rows in reverse order differ from the batch"
+            same_bits(&one, &row(&all, r)),
+            "{what}: row {r} alone differs from the batch"
         );
     }
+    let rev = |v: &[f32], width: usize| -> Vec<f32> {
+        v.chunks(width).rev().flatten().copied().collect()
+    };
+    let reversed = run_moe(
+        gpu,
+        &k,
+        &dims,
+        &case,
+        &rev(&xn, hidden),
+        &rev(&mo, w),
+        &rev(&x, hidden),
+    );
+    assert!(
+        same_bits(&reversed, &rev(&all, hidden)),
+        "{what}: the rows in reverse order differ from the batch"
+    );
 }
