@@ -850,11 +850,14 @@ fn dummy_fp8(d: &DummyEntry) -> Option<Fp8Matrix> {
         .enumerate()
         .for_each(|(chunk, bytes)| {
             let mut state = mix(d.seed ^ (chunk as u64).wrapping_mul(0xd1b5_4a32_d192_ed03));
-            for b in bytes {
+            // Eight bytes from each 64-bit draw; each byte scaled onto the 254 finite codes
+            // (nearly uniform: fine for made-up weights), skipping the NaNs 0x7f and 0xff.
+            for group in bytes.chunks_mut(8) {
                 state = mix(state);
-                // 254 finite codes: skip the two NaNs, 0x7f and 0xff.
-                let code = ((state >> 32) % 254) as u8;
-                *b = if code >= 0x7f { code + 1 } else { code };
+                for (i, b) in group.iter_mut().enumerate() {
+                    let code = ((((state >> (8 * i)) & 0xff) * 254) >> 8) as u8;
+                    *b = if code >= 0x7f { code + 1 } else { code };
+                }
             }
         });
     let n_scales = (rows / block_rows) * (cols / block_cols);
