@@ -464,20 +464,17 @@ impl Pass<'_> {
                 xn: f32_at(p.xn, done * h),
                 mo: f32_at(p.wide, done * w.front.rows),
                 x: f32_at(p.x, done * h),
-                fp8: w
-                    .gate_up
-                    .fp8()
-                    .map(|(gate_up_scales, block_rows, block_cols)| MoeFp8 {
-                        gate_up_scales,
-                        down_scales: w.down.fp8().map_or(0, |(s, ..)| s),
-                        shared_down_scales: w
-                            .shared_down
-                            .as_ref()
-                            .and_then(|s| s.whole().fp8())
-                            .map_or(0, |s| s.scales),
-                        block_rows,
-                        block_cols,
-                    }),
+                fp8: w.gate_up.fp8().map(|g| MoeFp8 {
+                    gate_up_scales: g.scales,
+                    down_scales: w.down.fp8().map_or(0, |d| d.scales),
+                    shared_down_scales: w
+                        .shared_down
+                        .as_ref()
+                        .and_then(|s| s.whole().fp8())
+                        .map_or(0, |s| s.scales),
+                    block_rows: g.block_rows,
+                    block_cols: g.block_cols,
+                }),
                 gate_up: w.gate_up.ptr(),
                 down: w.down.ptr(),
                 shared_down: w.shared_down.as_ref().map_or(0, |s| s.whole().ptr()),

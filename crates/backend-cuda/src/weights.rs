@@ -38,10 +38,10 @@ pub enum MatrixValues {
     },
 }
 
-impl MatrixPart {
+impl MatrixValues {
     /// The address of the values (bf16 or e4m3).
     pub fn ptr(&self) -> u64 {
-        match &self.w {
+        match self {
             MatrixValues::Bf16(b) => b.at(0),
             MatrixValues::Fp8 { q, .. } => q.at(0),
         }
@@ -49,7 +49,7 @@ impl MatrixPart {
 
     /// The scales of FP8 values.
     pub fn fp8(&self) -> Option<Fp8Scales> {
-        match &self.w {
+        match self {
             MatrixValues::Bf16(_) => None,
             MatrixValues::Fp8 {
                 scales,
@@ -62,6 +62,16 @@ impl MatrixPart {
                 block_cols: *block_cols,
             }),
         }
+    }
+}
+
+impl MatrixPart {
+    pub fn ptr(&self) -> u64 {
+        self.w.ptr()
+    }
+
+    pub fn fp8(&self) -> Option<Fp8Scales> {
+        self.w.fp8()
     }
 }
 
@@ -105,44 +115,12 @@ pub enum MixerWeights {
 /// as `[E, 2I, H]` (gate rows, then up rows) and `[E, H, I]`.
 pub struct MoeWeights {
     pub front: Matrix,
-    pub gate_up: ExpertValues,
-    pub down: ExpertValues,
+    /// Every expert's gate and up rows, stacked (FP8 scales `[E, 2I / block_rows, H / block_cols]`).
+    pub gate_up: MatrixValues,
+    /// Every expert's down rows, stacked (FP8 scales `[E, H / block_rows, I / block_cols]`).
+    pub down: MatrixValues,
     /// `shared_expert.down_proj` `[H, IS]`, when there is a shared expert.
     pub shared_down: Option<Matrix>,
-}
-
-/// Every expert's matrices of one kind, stacked.
-pub enum ExpertValues {
-    Bf16(Buf<u16>),
-    /// e4m3 bytes and f32 scales `[E, rows / block_rows, cols / block_cols]`.
-    Fp8 {
-        q: Buf<u8>,
-        scales: Buf<f32>,
-        block_rows: usize,
-        block_cols: usize,
-    },
-}
-
-impl ExpertValues {
-    pub fn ptr(&self) -> u64 {
-        match self {
-            ExpertValues::Bf16(b) => b.at(0),
-            ExpertValues::Fp8 { q, .. } => q.at(0),
-        }
-    }
-
-    /// The scales and blocks of FP8 experts.
-    pub fn fp8(&self) -> Option<(u64, usize, usize)> {
-        match self {
-            ExpertValues::Bf16(_) => None,
-            ExpertValues::Fp8 {
-                scales,
-                block_rows,
-                block_cols,
-                ..
-            } => Some((scales.at(0), *block_rows, *block_cols)),
-        }
-    }
 }
 
 /// A dense SwiGLU MLP (Qwen3's): `gate_up` is gate_proj then up_proj, `[2I, H]`.
@@ -531,8 +509,8 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
     let first_gate = format!("{p}.experts.0.gate_proj.weight");
     let (gate_up, down) = if w.contains(&fused) {
         (
-            ExpertValues::Bf16(Buf::from_host(gpu, &bf16_bits(w, &fused, &[e, 2 * i, h])?)?),
-            ExpertValues::Bf16(Buf::from_host(
+            MatrixValues::Bf16(Buf::from_host(gpu, &bf16_bits(w, &fused, &[e, 2 * i, h])?)?),
+            MatrixValues::Bf16(Buf::from_host(
                 gpu,
                 &bf16_bits(w, &format!("{p}.experts.down_proj"), &[e, h, i])?,
             )?),
@@ -548,8 +526,8 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
             down.extend(bf16_bits(w, &format!("{q}.down_proj.weight"), &[h, i])?);
         }
         (
-            ExpertValues::Bf16(Buf::from_host(gpu, &gate_up)?),
-            ExpertValues::Bf16(Buf::from_host(gpu, &down)?),
+            MatrixValues::Bf16(Buf::from_host(gpu, &gate_up)?),
+            MatrixValues::Bf16(Buf::from_host(gpu, &down)?),
         )
     };
     if shared_down
@@ -576,7 +554,7 @@ fn fp8_experts(
     w: &Weights,
     p: &str,
     shared_down: Option<&Matrix>,
-) -> Result<(ExpertValues, ExpertValues), CudaError> {
+) -> Result<(MatrixValues, MatrixValues), CudaError> {
     let m = config
         .moe
         .as_ref()
@@ -627,8 +605,8 @@ fn fp8_experts(
              whole 64-wide chunks of k and 8-row tiles, the same for the shared expert)"
         )));
     }
-    let values = |q: Vec<u8>, s: Vec<f32>| -> Result<ExpertValues, CudaError> {
-        Ok(ExpertValues::Fp8 {
+    let values = |q: Vec<u8>, s: Vec<f32>| -> Result<MatrixValues, CudaError> {
+        Ok(MatrixValues::Fp8 {
             q: Buf::from_host(gpu, &q)?,
             scales: Buf::from_host(gpu, &s)?,
             block_rows,
