@@ -296,11 +296,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let (cpu, gpu) = match args.device {
         Device::Cpu => (Some(load_model(&args.model)?), None),
         Device::Cuda => {
-            use std::io::IsTerminal;
             let options = backend_cuda::LoadOptions {
                 kv_dtype: Device::Cuda.kv_dtype(args.model.kv_dtype)?,
                 format: args.model.load_format.format(),
-                progress: std::io::stderr().is_terminal(),
+                progress: true,
             };
             let model = backend_cuda::CudaModel::load_with(&dir, &options);
             (None, Some(model.map_err(|e| anyhow!(e))?))

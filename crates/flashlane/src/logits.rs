@@ -43,19 +43,13 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 }
 
 /// Loads a model for the CPU as `args` say (its directory, where its weights live, dummy or
-/// not), with a progress bar on a terminal. The CPU keeps keys and values in f32: `--kv-dtype
-/// bf16` is refused.
+/// not), reporting the load on stderr (a bar on a terminal, a line per shard otherwise). The CPU
+/// keeps keys and values in f32: `--kv-dtype bf16` is refused.
 pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
-    use std::io::IsTerminal;
     Device::Cpu.kv_dtype(args.kv_dtype)?;
     let dir = args.dir()?;
-    let model = CpuModel::load_as(
-        &dir,
-        std::io::stderr().is_terminal(),
-        args.placement(),
-        args.load_format.format(),
-    )
-    .map_err(|e| Failure::from(anyhow!(e)))?;
+    let model = CpuModel::load_as(&dir, true, args.placement(), args.load_format.format())
+        .map_err(|e| Failure::from(anyhow!(e)))?;
     Ok(Arc::new(model))
 }
 

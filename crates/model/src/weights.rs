@@ -81,7 +81,7 @@ pub struct Weights {
     /// How `F8_E4M3` tensors are scaled (the directory's `config.json`), if it says.
     fp8: Option<Fp8Blocks>,
     total_bytes: u64,
-    progress: Option<Mutex<indicatif::ProgressBar>>,
+    progress: Option<Mutex<LoadProgress>>,
     /// Where [`Placement::Resident`] copies go; `None` for [`Placement::Mapped`].
     arena: Option<Mutex<Arena>>,
 }
@@ -492,25 +492,64 @@ impl Weights {
         self
     }
 
-    /// Shows a progress bar over the checkpoint's bytes while tensors are fetched (and paged in).
-    pub fn with_progress(mut self, enabled: bool) -> Weights {
-        if enabled {
+    /// Reports loading while tensors are fetched (and paged in): on a terminal a progress bar
+    /// over the checkpoint's bytes (rate and time left), else (a log) one line per shard file as
+    /// it completes and one at the end.
+    pub fn with_progress(self, enabled: bool) -> Weights {
+        use std::io::IsTerminal;
+        self.with_progress_as(enabled, std::io::stderr().is_terminal())
+    }
+
+    /// [`Weights::with_progress`] with the kind of output chosen: a bar when `bar`, else lines.
+    pub fn with_progress_as(mut self, enabled: bool, bar: bool) -> Weights {
+        if !enabled {
+            return self;
+        }
+        let mut shard_bytes: BTreeMap<PathBuf, u64> = BTreeMap::new();
+        for e in self.entries.values() {
+            *shard_bytes.entry(e.file.to_path_buf()).or_default() += e.len as u64;
+        }
+        let bar = bar.then(|| {
             let bar = indicatif::ProgressBar::new(self.total_bytes);
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "loading weights {bar:40} {bytes}/{total_bytes} ({eta})",
+                    "loading weights {bar:40} {bytes}/{total_bytes} {bytes_per_sec} ({eta} left)",
                 )
                 .expect("a valid progress template"),
             );
-            self.progress = Some(Mutex::new(bar));
-        }
+            bar
+        });
+        self.progress = Some(Mutex::new(LoadProgress {
+            bar,
+            shards: shard_bytes.into_iter().map(|(f, b)| (f, (b, 0))).collect(),
+            done_shards: 0,
+            bytes: 0,
+            total: self.total_bytes,
+            started: std::time::Instant::now(),
+            lines: Vec::new(),
+        }));
         self
     }
 
-    /// Ends the progress bar, if any.
+    /// Ends the progress bar, or writes the closing line.
     pub fn finish_progress(&self) {
-        if let Some(bar) = &self.progress {
-            bar.lock().expect("progress bar lock").finish_and_clear();
+        if let Some(p) = &self.progress {
+            p.lock().expect("progress lock").finish();
+        }
+    }
+
+    /// The lines written so far instead of a bar (for tests).
+    pub fn progress_lines(&self) -> Vec<String> {
+        self.progress
+            .as_ref()
+            .map(|p| p.lock().expect("progress lock").lines.clone())
+            .unwrap_or_default()
+    }
+
+    /// Counts `bytes` of `file` (none for dummy weights) as loaded.
+    fn advance(&self, file: Option<&Path>, bytes: u64) {
+        if let Some(p) = &self.progress {
+            p.lock().expect("progress lock").advance(file, bytes);
         }
     }
 
@@ -609,11 +648,7 @@ impl Weights {
             return Ok(Tensor::from_f32(name, d.shape.clone(), values));
         }
         let data = dummy_values(d);
-        if let Some(bar) = &self.progress {
-            bar.lock()
-                .expect("progress bar lock")
-                .inc(data.len() as u64 * 2);
-        }
+        self.advance(None, data.len() as u64 * 2);
         Ok(Tensor::from_bf16(name, d.shape.clone(), data))
     }
 
@@ -729,10 +764,11 @@ impl Weights {
             });
         }
         let bytes = &entry.map[entry.offset..entry.offset + entry.len];
-        if let Some(bar) = &self.progress {
+        if self.progress.is_some() {
+            // Paged in now, so that the report follows the reading of the file.
             let touched: u64 = bytes.iter().step_by(PAGE_BYTES).map(|b| *b as u64).sum();
             std::hint::black_box(touched);
-            bar.lock().expect("progress bar lock").inc(entry.len as u64);
+            self.advance(Some(&entry.file), entry.len as u64);
         }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(elem);
         let storage = match entry.dtype {
@@ -892,6 +928,89 @@ fn init_value(init: Init, u: f32) -> f32 {
     }
 }
 
+/// How loading is reported: a bar on a terminal, else a line per completed shard file.
+struct LoadProgress {
+    bar: Option<indicatif::ProgressBar>,
+    /// Each file's bytes and those fetched so far.
+    shards: BTreeMap<PathBuf, (u64, u64)>,
+    done_shards: usize,
+    bytes: u64,
+    total: u64,
+    started: std::time::Instant,
+    /// The lines written (without a bar).
+    lines: Vec<String>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// `bytes` for a person: GiB from one GiB up, MiB below.
+fn size(bytes: u64) -> String {
+    let gib = bytes as f64 / GIB;
+    if gib >= 1.0 {
+        format!("{gib:.2} GiB")
+    } else {
+        format!("{:.1} MiB", gib * 1024.0)
+    }
+}
+
+impl LoadProgress {
+    fn advance(&mut self, file: Option<&Path>, bytes: u64) {
+        self.bytes += bytes;
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+            return;
+        }
+        let Some((total, done)) = file.and_then(|f| self.shards.get_mut(f)) else {
+            return;
+        };
+        let was_done = *done >= *total;
+        *done += bytes;
+        if was_done || *done < *total {
+            return;
+        }
+        let total = *total;
+        self.done_shards += 1;
+        let name = file
+            .and_then(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let line = format!(
+            "loaded shard {}/{} {name} ({}); {} of {} at {:.2} GiB/s",
+            self.done_shards,
+            self.shards.len(),
+            size(total),
+            size(self.bytes),
+            size(self.total),
+            self.rate()
+        );
+        self.say(line);
+    }
+
+    fn rate(&self) -> f64 {
+        self.bytes as f64 / GIB / self.started.elapsed().as_secs_f64().max(1e-9)
+    }
+
+    fn finish(&mut self) {
+        match &self.bar {
+            Some(bar) => bar.finish_and_clear(),
+            None => {
+                let line = format!(
+                    "loaded {} of weights in {:.1} s ({:.2} GiB/s)",
+                    size(self.bytes),
+                    self.started.elapsed().as_secs_f64(),
+                    self.rate()
+                );
+                self.say(line);
+            }
+        }
+    }
+
+    fn say(&mut self, line: String) {
+        eprintln!("{line}");
+        self.lines.push(line);
+    }
+}
+
 /// What a block-scaled FP8 weight `X.weight` keeps its scales in: `X.weight_scale_inv` (the name
 /// is DeepSeek's and Qwen's; the values multiply, despite the `inv`).
 pub const FP8_SCALE_SUFFIX: &str = "_scale_inv";
@@ -934,8 +1053,8 @@ impl Weights {
                 });
             }
             let m = dummy_fp8(d);
-            if let (Some(m), Some(bar)) = (&m, &self.progress) {
-                bar.lock().expect("progress bar lock").inc(m.q.len() as u64);
+            if let Some(m) = &m {
+                self.advance(None, m.q.len() as u64);
             }
             return Ok(m);
         }
@@ -945,9 +1064,7 @@ impl Weights {
         }
         let bytes = &entry.map[entry.offset..entry.offset + entry.len];
         let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
-        if let Some(bar) = &self.progress {
-            bar.lock().expect("progress bar lock").inc(entry.len as u64);
-        }
+        self.advance(Some(&entry.file), entry.len as u64);
         Ok(Some(Fp8Matrix {
             q: bytes.to_vec(),
             scales,
@@ -1262,6 +1379,32 @@ mod tests {
         // Stored bytes: what the real checkpoint holds (FP8 bytes + f32 scales, bf16 else).
         let real = Weights::open(&dir).unwrap();
         assert_eq!(w.total_bytes(), real.total_bytes());
+    }
+
+    /// Without a terminal, loading reports a line per shard as it completes and one at the end.
+    #[test]
+    fn loading_a_sharded_checkpoint_reports_each_shard_once() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/qwen3_f32_tied_hd32_sharded/model");
+        let w = Weights::open(&dir).unwrap().with_progress_as(true, false);
+        for name in w.names() {
+            let shape = w.shape(name).unwrap().to_vec();
+            w.tensor(name, &shape).unwrap();
+        }
+        w.finish_progress();
+        let lines = w.progress_lines();
+        assert_eq!(lines.len(), 8, "{lines:#?}");
+        for (k, line) in lines[..7].iter().enumerate() {
+            assert!(
+                line.starts_with(&format!("loaded shard {}/7 model-0000", k + 1)),
+                "{line}"
+            );
+        }
+        assert!(
+            lines[7].starts_with("loaded 0.00 GiB of weights in"),
+            "{}",
+            lines[7]
+        );
     }
 
     #[test]
