@@ -1401,7 +1401,7 @@ mod tests {
             );
         }
         assert!(
-            lines[7].starts_with("loaded 0.00 GiB of weights in"),
+            lines[7].starts_with("loaded 0.5 MiB of weights in"),
             "{}",
             lines[7]
         );
