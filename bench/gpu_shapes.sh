@@ -4,16 +4,21 @@
 # shapes in SERVE_SHAPES one chat request through `flashlane serve --device cuda`.
 #
 #   FLASHLANE=path/to/flashlane bench/gpu_shapes.sh OUT_DIR [SHAPE ...]
-#       (default shapes: qwen3-4b qwen3-8b qwen3-32b; STREAMS=1,8,64; SERVE_SHAPES=qwen3-8b)
+#       (default shapes: qwen3-4b qwen3-8b qwen3-32b; STREAMS=1,8,64; SERVE_SHAPES=qwen3-8b;
+#        SERVE_ARGS="--parallel 8 --context 4096"; CONCURRENT=8 chat requests at once after the
+#        first; STREAMS= skips the bench)
 #
-# Writes OUT_DIR/SHAPE.bench.json (+ .log), SHAPE.serve.log and SHAPE.chat.json.
+# Writes OUT_DIR/SHAPE.bench.json (+ .log), SHAPE.serve.log, SHAPE.chat.json (the first reply,
+# then one line per concurrent reply) and SHAPE.slots.json (/slots while they ran).
 set -uo pipefail
 out=${1:?usage: bench/gpu_shapes.sh OUT_DIR [SHAPE ...]}
 shift
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(qwen3-4b qwen3-8b qwen3-32b)
 bin=${FLASHLANE:-target/release/flashlane}
-streams=${STREAMS:-1,8,64}
+streams=${STREAMS-1,8,64}
+serve_args=${SERVE_ARGS:---parallel 8 --context 4096}
+concurrent=${CONCURRENT:-8}
 serve_shapes=" ${SERVE_SHAPES-qwen3-8b} "
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
@@ -22,15 +27,19 @@ for s in "${shapes[@]}"; do
   dir=$(mktemp -d)
   cp "$here/bench/shapes/$s/config.json" "$here/models/flashlane-tiny/tokenizer.json" \
      "$here/models/flashlane-tiny/tokenizer_config.json" "$dir/"
-  echo "== $s: bench --streams $streams"
-  start=$(date +%s)
-  timeout 400 "$bin" bench --device cuda --model "$dir" --load-format dummy --streams "$streams" \
-    --prompt-tokens 128 --new-tokens 128 --json >"$out/$s.bench.json" 2>"$out/$s.bench.log"
-  echo "rc $? in $(( $(date +%s) - start )) s"; tail -c 1500 "$out/$s.bench.json"; echo
+  if [ -n "$streams" ]; then
+    echo "== $s: bench --streams $streams"
+    start=$(date +%s)
+    timeout 400 "$bin" bench --device cuda --model "$dir" --load-format dummy --streams "$streams" \
+      --prompt-tokens 128 --new-tokens 128 --json >"$out/$s.bench.json" 2>"$out/$s.bench.log"
+    echo "rc $? in $(( $(date +%s) - start )) s"; tail -c 1500 "$out/$s.bench.json"; echo
+  fi
   if [[ "$serve_shapes" == *" $s "* ]]; then
     echo "== $s: serve"
+    start=$(date +%s)
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
     "$bin" serve --device cuda --model "$dir" --load-format dummy --port 0 --served-model-name m \
-      --parallel 8 --context 4096 >/dev/null 2>"$out/$s.serve.log" &
+      $serve_args >/dev/null 2>"$out/$s.serve.log" &
     pid=$!
     url=""
     for _ in $(seq 300); do
@@ -40,12 +49,35 @@ for s in "${shapes[@]}"; do
       sleep 1
     done
     if [ -n "$url" ]; then
-      python3 - "$url" >"$out/$s.chat.json" <<'PY'
-import json, sys, urllib.request
-body = {"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16}
-req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-print(urllib.request.urlopen(req, timeout=120).read().decode())
+      echo "listening after $(( $(date +%s) - start )) s"
+      python3 - "$url" "$concurrent" "$out/$s.slots.json" >"$out/$s.chat.json" <<'PY'
+import json, sys, threading, urllib.request
+url, n, slots_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def chat(i, results):
+    body = {"model": "m", "messages": [{"role": "user", "content": f"Hello {i}"}],
+            "max_tokens": 64}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        results[i] = json.loads(urllib.request.urlopen(req, timeout=300).read())
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        results[i] = {"error": repr(e)}
+first = {}
+chat(0, first)
+print(json.dumps(first[0]))
+results = {}
+threads = [threading.Thread(target=chat, args=(i, results)) for i in range(n)]
+for t in threads:
+    t.start()
+with open(slots_path, "w") as f:
+    f.write(urllib.request.urlopen(url + "/slots", timeout=60).read().decode())
+for t in threads:
+    t.join()
+ok = sum("choices" in r for r in results.values())
+for i in range(n):
+    r = results[i]
+    print(json.dumps({"i": i, "ok": "choices" in r, "usage": r.get("usage"), "error": r.get("error")}))
+print(f"{ok} of {n} concurrent requests answered", file=sys.stderr)
 PY
       echo "chat rc $?: $(head -c 600 "$out/$s.chat.json")"
     fi

@@ -164,9 +164,20 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
 
     /// Copies `data` to the start of the buffer (ordered on the stream).
     pub fn write(&mut self, gpu: &Gpu, data: &[T]) -> Result<(), CudaError> {
-        assert!(data.len() <= self.slice.len(), "write past the buffer");
+        self.write_at(gpu, 0, data)
+    }
+
+    /// Copies `data` to elements `offset..offset + data.len()` (ordered on the stream).
+    pub fn write_at(&mut self, gpu: &Gpu, offset: usize, data: &[T]) -> Result<(), CudaError> {
+        let end = offset + data.len();
+        assert!(
+            end <= self.slice.len(),
+            "write of {}..{end} past a buffer of {}",
+            offset,
+            self.slice.len()
+        );
         if !data.is_empty() {
-            let mut view = self.slice.slice_mut(0..data.len());
+            let mut view = self.slice.slice_mut(offset..end);
             gpu.stream.memcpy_htod(data, &mut view)?;
         }
         Ok(())

@@ -518,17 +518,7 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
     } else if w.is_fp8(&first_gate) {
         fp8_experts(gpu, config, w, p, shared_down.as_ref())?
     } else {
-        let (mut gate_up, mut down) = (Vec::new(), Vec::new());
-        for x in 0..e {
-            let q = format!("{p}.experts.{x}");
-            gate_up.extend(bf16_bits(w, &format!("{q}.gate_proj.weight"), &[i, h])?);
-            gate_up.extend(bf16_bits(w, &format!("{q}.up_proj.weight"), &[i, h])?);
-            down.extend(bf16_bits(w, &format!("{q}.down_proj.weight"), &[h, i])?);
-        }
-        (
-            MatrixValues::Bf16(Buf::from_host(gpu, &gate_up)?),
-            MatrixValues::Bf16(Buf::from_host(gpu, &down)?),
-        )
+        bf16_experts(gpu, config, w, p)?
     };
     if shared_down
         .as_ref()
@@ -546,8 +536,54 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
     })
 }
 
-/// A MoE layer's FP8 experts, one by one in the checkpoint: bytes and scales stacked expert after
-/// expert (gate then up rows of each), with the blocks the MoE kernels take.
+/// Experts fetched at a time (in parallel: dummy experts are made on every core, a checkpoint's
+/// pages read ahead) before their values are copied into the layer's device buffers: bounds the
+/// host memory loading takes to this many experts' values (16 MiB at 80B-A3B's widths), not a
+/// whole layer's (1.5 GiB in FP8), and never holds a second copy of them.
+const EXPERTS_PER_UPLOAD: usize = 32;
+
+/// A MoE layer's bf16 experts, one by one in the checkpoint: stacked expert after expert (gate
+/// then up rows of each) straight into their device buffers.
+fn bf16_experts(
+    gpu: &Gpu,
+    config: &Config,
+    w: &Weights,
+    p: &str,
+) -> Result<(MatrixValues, MatrixValues), CudaError> {
+    use rayon::prelude::*;
+    let m = config
+        .moe
+        .as_ref()
+        .expect("a MoE layer needs the MoE config");
+    let (h, e, i) = (config.hidden_size, m.num_experts, m.expert_intermediate);
+    let mut gate_up = Buf::<u16>::zeros(gpu, e * 2 * i * h)?;
+    let mut down = Buf::<u16>::zeros(gpu, e * h * i)?;
+    for first in (0..e).step_by(EXPERTS_PER_UPLOAD) {
+        let group = first..(first + EXPERTS_PER_UPLOAD).min(e);
+        let fetched = group
+            .clone()
+            .into_par_iter()
+            .map(|x| {
+                let q = format!("{p}.experts.{x}");
+                Ok([
+                    bf16_bits(w, &format!("{q}.gate_proj.weight"), &[i, h])?,
+                    bf16_bits(w, &format!("{q}.up_proj.weight"), &[i, h])?,
+                    bf16_bits(w, &format!("{q}.down_proj.weight"), &[h, i])?,
+                ])
+            })
+            .collect::<Result<Vec<_>, CudaError>>()?;
+        for (x, [g, u, d]) in group.zip(fetched) {
+            gate_up.write_at(gpu, x * 2 * i * h, &g)?;
+            gate_up.write_at(gpu, (x * 2 + 1) * i * h, &u)?;
+            down.write_at(gpu, x * h * i, &d)?;
+        }
+    }
+    Ok((MatrixValues::Bf16(gate_up), MatrixValues::Bf16(down)))
+}
+
+/// A MoE layer's FP8 experts, one by one in the checkpoint: bytes stacked expert after expert
+/// (gate then up rows of each) straight into their device buffers, scales alike, with the
+/// blocks the MoE kernels take.
 fn fp8_experts(
     gpu: &Gpu,
     config: &Config,
@@ -555,45 +591,53 @@ fn fp8_experts(
     p: &str,
     shared_down: Option<&Matrix>,
 ) -> Result<(MatrixValues, MatrixValues), CudaError> {
+    use rayon::prelude::*;
     let m = config
         .moe
         .as_ref()
         .expect("a MoE layer needs the MoE config");
     let (h, e, i) = (config.hidden_size, m.num_experts, m.expert_intermediate);
-    let (mut gate_up, mut gate_up_scales) = (Vec::new(), Vec::new());
-    let (mut down, mut down_scales) = (Vec::new(), Vec::new());
+    let mut gate_up = Buf::<u8>::zeros(gpu, e * 2 * i * h)?;
+    let mut down = Buf::<u8>::zeros(gpu, e * h * i)?;
+    let (mut gate_up_scales, mut down_scales) = (Vec::new(), Vec::new());
     let mut blocks = None;
-    let mut take = |name: String, shape: [usize; 2], q: &mut Vec<u8>, s: &mut Vec<f32>| {
-        let Some(f) = w.fp8_matrix(&name, &shape)? else {
-            return Err(CudaError::Unsupported(format!(
-                "{name} is not FP8 beside FP8 experts"
-            )));
-        };
-        blocks = Some((f.block_rows, f.block_cols));
-        q.extend(f.q);
-        s.extend(f.scales);
-        Ok(())
-    };
-    for x in 0..e {
-        let q = format!("{p}.experts.{x}");
-        take(
-            format!("{q}.gate_proj.weight"),
-            [i, h],
-            &mut gate_up,
-            &mut gate_up_scales,
-        )?;
-        take(
-            format!("{q}.up_proj.weight"),
-            [i, h],
-            &mut gate_up,
-            &mut gate_up_scales,
-        )?;
-        take(
-            format!("{q}.down_proj.weight"),
-            [h, i],
-            &mut down,
-            &mut down_scales,
-        )?;
+    for first in (0..e).step_by(EXPERTS_PER_UPLOAD) {
+        let group = first..(first + EXPERTS_PER_UPLOAD).min(e);
+        let fetched = group
+            .clone()
+            .into_par_iter()
+            .map(|x| {
+                let q = format!("{p}.experts.{x}");
+                let take = |name: String, shape: [usize; 2]| match w.fp8_matrix(&name, &shape)? {
+                    Some(f) => Ok(f),
+                    None => Err(CudaError::Unsupported(format!(
+                        "{name} is not FP8 beside FP8 experts"
+                    ))),
+                };
+                Ok([
+                    take(format!("{q}.gate_proj.weight"), [i, h])?,
+                    take(format!("{q}.up_proj.weight"), [i, h])?,
+                    take(format!("{q}.down_proj.weight"), [h, i])?,
+                ])
+            })
+            .collect::<Result<Vec<_>, CudaError>>()?;
+        for (x, [g, u, d]) in group.zip(fetched) {
+            for f in [&g, &u, &d] {
+                let these = (f.block_rows, f.block_cols);
+                if blocks.is_some_and(|b| b != these) {
+                    return Err(CudaError::Unsupported(format!(
+                        "{p}.experts.{x}: FP8 experts of different blocks in one layer"
+                    )));
+                }
+                blocks = Some(these);
+            }
+            gate_up.write_at(gpu, x * 2 * i * h, &g.q)?;
+            gate_up.write_at(gpu, (x * 2 + 1) * i * h, &u.q)?;
+            down.write_at(gpu, x * h * i, &d.q)?;
+            gate_up_scales.extend(g.scales);
+            gate_up_scales.extend(u.scales);
+            down_scales.extend(d.scales);
+        }
     }
     let (block_rows, block_cols) = blocks.expect("a MoE layer has experts");
     let shared_blocks = shared_down.and_then(|s| s.whole().fp8());
@@ -605,9 +649,9 @@ fn fp8_experts(
              whole 64-wide chunks of k and 8-row tiles, the same for the shared expert)"
         )));
     }
-    let values = |q: Vec<u8>, s: Vec<f32>| -> Result<MatrixValues, CudaError> {
+    let values = |q: Buf<u8>, s: Vec<f32>| -> Result<MatrixValues, CudaError> {
         Ok(MatrixValues::Fp8 {
-            q: Buf::from_host(gpu, &q)?,
+            q,
             scales: Buf::from_host(gpu, &s)?,
             block_rows,
             block_cols,

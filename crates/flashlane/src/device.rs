@@ -31,8 +31,8 @@ pub enum KvDtypeArg {
 pub enum LoadFormatArg {
     /// The checkpoint's safetensors files
     Auto,
-    /// Seeded random weights of the shapes config.json gives (bf16): serve and measure a model's
-    /// real shapes without its weight files
+    /// Seeded random weights of the shapes config.json gives (bf16, FP8 where its
+    /// quantization_config says): serve and measure a model's real shapes without its weight files
     Dummy,
 }
 
