@@ -174,20 +174,28 @@ pub struct ModelWeights {
     pub inv_freq: Buf<f32>,
 }
 
-/// bf16 bits of a tensor of exactly `shape`.
-fn bf16_bits(w: &Weights, name: &str, shape: &[usize]) -> Result<Vec<u16>, CudaError> {
-    let t = w.tensor(name, shape)?;
-    bits_of(&t)
+/// A bf16 tensor of exactly `shape`, fetched (from the file's mapping, or made up).
+fn bf16_tensor(w: &Weights, name: &str, shape: &[usize]) -> Result<Tensor, CudaError> {
+    let t = w.tensor_mapped(name, shape)?;
+    bits_of(&t)?;
+    Ok(t)
 }
 
-fn bits_of(t: &Tensor) -> Result<Vec<u16>, CudaError> {
+/// The bf16 bits of `t`, borrowed (no copy).
+fn bits_of(t: &Tensor) -> Result<&[u16], CudaError> {
+    use half::slice::HalfFloatSliceExt;
     match t.data() {
-        TensorData::Bf16(s) => Ok(s.iter().map(|v| v.to_bits()).collect()),
+        TensorData::Bf16(s) => Ok(s.reinterpret_cast()),
         TensorData::F32(_) => Err(CudaError::Unsupported(format!(
             "{} is f32: the CUDA backend keeps matrices in bf16 and would round it",
             t.name()
         ))),
     }
+}
+
+/// A bf16 tensor of exactly `shape` on the GPU.
+fn upload_bf16(gpu: &Gpu, w: &Weights, name: &str, shape: &[usize]) -> Result<Buf<u16>, CudaError> {
+    Buf::from_host(gpu, bits_of(&bf16_tensor(w, name, shape)?)?)
 }
 
 fn f32_vec(w: &Weights, name: &str, shape: &[usize]) -> Result<Vec<f32>, CudaError> {
@@ -217,13 +225,17 @@ fn stacked(
             if fp8 {
                 fp8_part(gpu, &members, cols, w)
             } else {
-                let mut bits = Vec::new();
+                // Each member straight into its rows of the part's device buffer.
+                let rows = members.iter().map(|(_, r)| r).sum();
+                let mut values = Buf::<u16>::zeros(gpu, rows * cols)?;
+                let mut at = 0;
                 for (name, r) in &members {
-                    bits.extend(bf16_bits(w, name, &[*r, cols])?);
+                    values.write_at(gpu, at, bits_of(&bf16_tensor(w, name, &[*r, cols])?)?)?;
+                    at += r * cols;
                 }
                 Ok(MatrixPart {
-                    w: MatrixValues::Bf16(Buf::from_host(gpu, &bits)?),
-                    rows: members.iter().map(|(_, r)| r).sum(),
+                    w: MatrixValues::Bf16(values),
+                    rows,
                 })
             }
         })
@@ -296,11 +308,11 @@ impl ModelWeights {
             return Err(CudaError::Unsupported("attention biases".into()));
         }
         let (v, h) = (config.vocab_size, config.hidden_size);
-        let embed_bits = bf16_bits(w, "model.embed_tokens.weight", &[v, h])?;
+        let embed = upload_bf16(gpu, w, "model.embed_tokens.weight", &[v, h])?;
         let lm_head = if config.tie_word_embeddings {
-            Buf::from_host(gpu, &embed_bits)?
+            upload_bf16(gpu, w, "model.embed_tokens.weight", &[v, h])?
         } else {
-            Buf::from_host(gpu, &bf16_bits(w, "lm_head.weight", &[v, h])?)?
+            upload_bf16(gpu, w, "lm_head.weight", &[v, h])?
         };
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
@@ -339,7 +351,7 @@ impl ModelWeights {
             .map(|j| 1.0 / base.powf((2 * j) as f32 / rot as f32))
             .collect();
         Ok(ModelWeights {
-            embed: Buf::from_host(gpu, &embed_bits)?,
+            embed,
             lm_head,
             norm: norm(gpu, w, "model.norm.weight", h)?,
             layers,
@@ -509,10 +521,12 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
     let first_gate = format!("{p}.experts.0.gate_proj.weight");
     let (gate_up, down) = if w.contains(&fused) {
         (
-            MatrixValues::Bf16(Buf::from_host(gpu, &bf16_bits(w, &fused, &[e, 2 * i, h])?)?),
-            MatrixValues::Bf16(Buf::from_host(
+            MatrixValues::Bf16(upload_bf16(gpu, w, &fused, &[e, 2 * i, h])?),
+            MatrixValues::Bf16(upload_bf16(
                 gpu,
-                &bf16_bits(w, &format!("{p}.experts.down_proj"), &[e, h, i])?,
+                w,
+                &format!("{p}.experts.down_proj"),
+                &[e, h, i],
             )?),
         )
     } else if w.is_fp8(&first_gate) {
@@ -566,16 +580,16 @@ fn bf16_experts(
             .map(|x| {
                 let q = format!("{p}.experts.{x}");
                 Ok([
-                    bf16_bits(w, &format!("{q}.gate_proj.weight"), &[i, h])?,
-                    bf16_bits(w, &format!("{q}.up_proj.weight"), &[i, h])?,
-                    bf16_bits(w, &format!("{q}.down_proj.weight"), &[h, i])?,
+                    bf16_tensor(w, &format!("{q}.gate_proj.weight"), &[i, h])?,
+                    bf16_tensor(w, &format!("{q}.up_proj.weight"), &[i, h])?,
+                    bf16_tensor(w, &format!("{q}.down_proj.weight"), &[h, i])?,
                 ])
             })
             .collect::<Result<Vec<_>, CudaError>>()?;
         for (x, [g, u, d]) in group.zip(fetched) {
-            gate_up.write_at(gpu, x * 2 * i * h, &g)?;
-            gate_up.write_at(gpu, (x * 2 + 1) * i * h, &u)?;
-            down.write_at(gpu, x * h * i, &d)?;
+            gate_up.write_at(gpu, x * 2 * i * h, bits_of(&g)?)?;
+            gate_up.write_at(gpu, (x * 2 + 1) * i * h, bits_of(&u)?)?;
+            down.write_at(gpu, x * h * i, bits_of(&d)?)?;
         }
     }
     Ok((MatrixValues::Bf16(gate_up), MatrixValues::Bf16(down)))

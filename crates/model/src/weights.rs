@@ -831,20 +831,25 @@ fn name_hash(name: &str) -> u64 {
     })
 }
 
-/// The values of a dummy tensor, bf16 (see [`Init`]).
+/// The values of a dummy tensor, bf16 (see [`Init`]): four values from each 64-bit draw, each
+/// uniform from 16 bits (finer than bf16's 8-bit mantissa resolves), so that an 80 GB model's
+/// dummy weights take seconds to make, not minutes.
 fn dummy_values(d: &DummyEntry) -> Vec<bf16> {
     use rayon::prelude::*;
     let n: usize = d.shape.iter().product();
     let mut out = vec![bf16::ZERO; n];
+    let value = InitValue::of(d.init);
     out.par_chunks_mut(DUMMY_CHUNK)
         .enumerate()
         .for_each(|(chunk, values)| {
             let mut state = mix(d.seed ^ (chunk as u64).wrapping_mul(0xd1b5_4a32_d192_ed03));
-            for v in values {
+            for group in values.chunks_mut(4) {
                 state = mix(state);
-                // Uniform in [0, 1) from the top 24 bits.
-                let u = (state >> 40) as f32 / (1u32 << 24) as f32;
-                *v = bf16::from_f32(init_value(d.init, u));
+                for (i, v) in group.iter_mut().enumerate() {
+                    // Uniform in [0, 1) from 16 bits of the draw.
+                    let u = ((state >> (16 * i)) & 0xffff) as f32 / 65536.0;
+                    *v = bf16::from_f32(value.at(u));
+                }
             }
         });
     out
@@ -914,17 +919,43 @@ fn dummy_fp8(d: &DummyEntry) -> Option<Fp8Matrix> {
     })
 }
 
-/// A value of the kind `init` describes from `u` uniform in [0, 1).
-fn init_value(init: Init, u: f32) -> f32 {
-    match init {
-        // Uniform on [−a, a) has variance a²/3.
-        Init::Matrix { fan_in } => (2.0 * u - 1.0) * (3.0 / fan_in as f32).sqrt(),
-        Init::NormOne => 1.0 + 0.1 * (u - 0.5),
-        Init::NormZero => 0.1 * (u - 0.5),
-        Init::ALog => (1.0 + 15.0 * u).ln(),
-        Init::DtBias => u - 0.5,
-        Init::Conv { kernel } => (2.0 * u - 1.0) * (3.0 / kernel as f32).sqrt(),
-        Init::Bias => 0.0,
+/// How a value of the kind an [`Init`] describes is made from `u` uniform in [0, 1): an affine
+/// map `scale · u + offset` (then `ln` for [`Init::ALog`]), its constants worked out once per
+/// tensor rather than per value.
+#[derive(Clone, Copy, Debug)]
+struct InitValue {
+    scale: f32,
+    offset: f32,
+    log: bool,
+}
+
+impl InitValue {
+    fn of(init: Init) -> InitValue {
+        // Uniform on [−a, a) has variance a²/3: a = sqrt(3 / fan_in) gives variance 1 / fan_in.
+        let symmetric = |fan_in: usize| {
+            let a = (3.0 / fan_in as f32).sqrt();
+            (2.0 * a, -a)
+        };
+        let ((scale, offset), log) = match init {
+            Init::Matrix { fan_in } => (symmetric(fan_in), false),
+            Init::NormOne => ((0.1, 0.95), false),
+            Init::NormZero => ((0.1, -0.05), false),
+            // A_log = ln(1 + 15u): decays spread over [0, ln 16).
+            Init::ALog => ((15.0, 1.0), true),
+            Init::DtBias => ((1.0, -0.5), false),
+            Init::Conv { kernel } => (symmetric(kernel), false),
+            Init::Bias => ((0.0, 0.0), false),
+        };
+        InitValue { scale, offset, log }
+    }
+
+    fn at(self, u: f32) -> f32 {
+        let x = self.scale * u + self.offset;
+        if self.log {
+            x.ln()
+        } else {
+            x
+        }
     }
 }
 

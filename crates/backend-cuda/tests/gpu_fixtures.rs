@@ -1,0 +1,229 @@
+//! Every committed fixture the GPU serves — the bf16 and block-scaled FP8 checkpoints (f32 and
+//! f16 ones would be rounded to bf16, and are refused) — on `CudaTarget`, whatever its head layout
+//! (Qwen3-4B/8B's 32 query over 8 KV heads of 128, Qwen3-Next-80B-A3B's 16 over 2 of 256 and
+//! DeltaNet heads of 128 among them):
+//! - with f32 cache rows, every prompt's logits within a thousandth of the logit range of
+//!   transformers' f32 forward on the same (dequantised) weights, and the fixture's greedy reply
+//!   token for token;
+//! - with bf16 cache rows (the default), a stream's logits the same bits alone, in a batch beside
+//!   other sessions' prefills and multi-token windows, and moved into another session midway.
+//!
+//! Each test skips (and says why) when no CUDA device is present.
+
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use backend_cuda::{CudaModel, CudaTarget};
+use common::{load_on_gpu, window};
+use lane::Target;
+use model::KvDtype;
+use slots::SessionId;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Largest logit difference allowed, relative to the range of transformers' logits: the GPU sums
+/// in other orders (and uses the device's exp, sin and cos).
+const LOGIT_TOLERANCE: f32 = 1e-3;
+
+/// Decode steps each invariance check runs (crossing no chunk boundary of its own: the prompt's
+/// 140 tokens already cross two).
+const STEPS: usize = 8;
+
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// The fixtures whose weights the GPU keeps as stored (bf16 or block FP8).
+fn gpu_fixtures() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(fixtures_dir().join("manifest.json")).expect("manifest");
+    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest JSON");
+    let all = manifest["fixtures"].as_array().expect("fixtures").clone();
+    let on_gpu: Vec<_> = all
+        .into_iter()
+        .filter(|f| matches!(f["dtype"].as_str(), Some("bfloat16" | "fp8_e4m3_block")))
+        .collect();
+    assert!(
+        on_gpu.len() >= 5,
+        "the manifest lost its bf16 and FP8 fixtures"
+    );
+    on_gpu
+}
+
+fn load(fixture: &serde_json::Value, kv: KvDtype) -> Option<Arc<CudaModel>> {
+    let dir = fixtures_dir().join(fixture["model_dir"].as_str().expect("model_dir"));
+    let name = fixture["name"].as_str().expect("name");
+    load_on_gpu(&dir, name, kv)
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn read_f32(rel: &str) -> Vec<f32> {
+    std::fs::read(fixtures_dir().join(rel))
+        .expect("logits file")
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let range = want.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        - want.iter().copied().fold(f32::INFINITY, f32::min);
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+        / range
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    lane::sampling::argmax(row).expect("a finite logit")
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Greedy decoding of `n` tokens in session `session` of `target` from position `start` (the
+/// prompt's tokens before it already there), returning the tokens and each step's logits.
+fn greedy_from(
+    target: &mut CudaTarget,
+    session: usize,
+    prompt: &[u32],
+    n: usize,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut rows = target
+        .forward(&[window(session, 0, prompt, 1)])
+        .expect("prompt");
+    let mut out = vec![argmax(&rows[0])];
+    let mut all = vec![rows.remove(0)];
+    for i in 0..n - 1 {
+        let pos = (prompt.len() + i) as u64;
+        let mut rows = target
+            .forward(&[window(session, pos, &out[i..i + 1], 1)])
+            .expect("decode");
+        out.push(argmax(&rows[0]));
+        all.push(rows.remove(0));
+    }
+    (out, all)
+}
+
+#[test]
+fn every_gpu_fixture_matches_transformers_and_its_greedy_reply() {
+    let _gpu = common::exclusive();
+    for fixture in gpu_fixtures() {
+        let name = fixture["name"].as_str().expect("name");
+        let Some(gpu) = load(&fixture, KvDtype::F32) else {
+            return;
+        };
+        for case in fixture["prompts"].as_array().expect("prompts") {
+            let prompt = ids(&case["ids"]);
+            let n = prompt.len();
+            let got = CudaTarget::new(&gpu, &[256])
+                .expect("target")
+                .forward(&[window(0, 0, &prompt, n)])
+                .expect("forward")
+                .remove(0);
+            let want = read_f32(case["logits"].as_str().expect("logits file"));
+            let diff = relative_diff(&got, &want);
+            eprintln!(
+                "{name} {}: {n} rows, relative diff vs transformers {diff:e}",
+                case["label"]
+            );
+            assert!(diff <= LOGIT_TOLERANCE, "{name} {}: {diff}", case["label"]);
+        }
+        if let Some(case) = fixture.get("greedy") {
+            let prompt = ids(&case["prompt_ids"]);
+            let want = ids(&case["tokens"]);
+            let mut t = CudaTarget::new(&gpu, &[256]).expect("target");
+            let (got, _) = greedy_from(&mut t, 0, &prompt, want.len());
+            assert_eq!(got, want, "{name}: greedy reply");
+            eprintln!("{name}: greedy reply of {} tokens equal", want.len());
+        }
+    }
+}
+
+#[test]
+fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
+    let _gpu = common::exclusive();
+    for fixture in gpu_fixtures() {
+        let name = fixture["name"].as_str().expect("name");
+        let Some(gpu) = load(&fixture, KvDtype::Bf16) else {
+            return;
+        };
+        let prompts: Vec<Vec<u32>> = fixture["prompts"]
+            .as_array()
+            .expect("prompts")
+            .iter()
+            .map(|p| ids(&p["ids"]))
+            .collect();
+        let (few, long) = (&prompts[1], &prompts[2]);
+        let (want, want_rows) = greedy_from(
+            &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+            0,
+            long,
+            STEPS,
+        );
+
+        // Batched: the same stream in session 1, each round beside another session's prompt
+        // chunk or a 3-token window (as a draft verification) rolled back afterwards.
+        let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+        let mut rows = t
+            .forward(&[window(0, 0, few, 2), window(1, 0, long, 1)])
+            .expect("prefill beside another");
+        let mut got_rows = vec![rows.remove(1)];
+        for (i, &token) in want.iter().enumerate().take(STEPS - 1) {
+            let pos = (long.len() + i) as u64;
+            let few_len = (few.len() + i) as u64;
+            let rows = t
+                .forward(&[
+                    window(2, 0, &long[..20], 1),
+                    window(0, few_len, &few[..3], 3),
+                    window(1, pos, &[token], 1),
+                ])
+                .expect("round");
+            got_rows.push(rows[2].clone());
+            t.truncate(SessionId(0), few_len + 1).expect("truncate");
+            t.release(SessionId(2));
+        }
+        for (i, (x, y)) in want_rows.iter().zip(&got_rows).enumerate() {
+            assert!(
+                same_bits(x, y),
+                "{name} step {i}: logits differ alone vs batched"
+            );
+        }
+
+        // Moved: the stream fills a session just larger than its prompt, then moves on.
+        let cut = long.len() + STEPS / 2;
+        let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
+        let mut rows = t.forward(&[window(0, 0, long, 1)]).expect("prompt");
+        let mut got = vec![argmax(&rows[0])];
+        let mut moved_rows = vec![rows.remove(0)];
+        let mut session = 0;
+        for i in 0..STEPS - 1 {
+            let pos = (long.len() + i) as u64;
+            if pos == cut as u64 {
+                t.move_state(SessionId(0), SessionId(1)).expect("move");
+                session = 1;
+            }
+            let mut rows = t
+                .forward(&[window(session, pos, &got[i..i + 1], 1)])
+                .expect("decode");
+            got.push(argmax(&rows[0]));
+            moved_rows.push(rows.remove(0));
+        }
+        assert_eq!(session, 1, "{name}: the stream moved");
+        assert_eq!(got, want, "{name}: moved reply");
+        for (i, (x, y)) in want_rows.iter().zip(&moved_rows).enumerate() {
+            assert!(same_bits(x, y), "{name} step {i}: logits differ moved");
+        }
+        eprintln!("{name}: {STEPS} steps the same bits alone, batched and moved (bf16 KV)");
+    }
+}
