@@ -24,7 +24,8 @@ impl SessionBytes {
         let ring = if with_mtp { rollback + 1 } else { 0 };
         SessionBytes {
             per_token: 2 * kv_layers * kv_row * kv.bytes(),
-            fixed: ((1 + rollback) * lin_stride + ring * config.hidden_size) as u64 * f32_bytes,
+            // The state and `rollback − 1` snapshots (none before a window's first token).
+            fixed: (rollback * lin_stride + ring * config.hidden_size) as u64 * f32_bytes,
         }
     }
 
@@ -64,7 +65,7 @@ mod tests {
         let linear = 6 * (3 * 1024 + 8 * 64 * 64);
         for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
             let bytes = SessionBytes::of(&config, true, rollback, KvDtype::F32);
-            let fixed = ((1 + rollback) * linear + (rollback + 1) * 320) as u64 * 4;
+            let fixed = (rollback * linear + (rollback + 1) * 320) as u64 * 4;
             assert_eq!(
                 bytes,
                 SessionBytes { per_token, fixed },
@@ -74,7 +75,7 @@ mod tests {
         }
         let without_head = SessionBytes::of(&config, false, 4, KvDtype::F32);
         assert_eq!(without_head.per_token, 2 * 2 * 2 * 64 * 4);
-        assert_eq!(without_head.fixed, (5 * linear) as u64 * 4);
+        assert_eq!(without_head.fixed, (4 * linear) as u64 * 4);
         // bf16 rows take half the bytes; the f32 linear state does not change.
         let bf16 = SessionBytes::of(&config, true, 4, KvDtype::Bf16);
         let f32 = SessionBytes::of(&config, true, 4, KvDtype::F32);

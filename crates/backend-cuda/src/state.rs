@@ -4,9 +4,11 @@
 //!   all sessions, session `s` owning rows `kv_base[s]..kv_base[s] + capacity[s]`;
 //! - per linear layer the conv tail and recurrent state (f32), all of a session's linear layers
 //!   contiguous (`lin_stride` floats), so that a rollback or a move is one copy;
-//! - rollback snapshots: before each token of a window of at most `rollback` tokens (the longest
-//!   window whose drafts may be rejected: `1 + --draft-tokens`), the linear state of every layer
-//!   (slot t = the state as of position `start + t`);
+//! - rollback snapshots: in a window of at most `rollback` tokens (the longest window whose
+//!   drafts may be rejected: `1 + --draft-tokens`), before each token but the first, the linear
+//!   state of every layer (slot t = the state as of position `start + 1 + t`: the engine keeps a
+//!   window's first token, so no rollback returns to `start`, and sessions without drafts keep
+//!   none);
 //! - the MTP head's hidden rows: a ring of `rollback + 1` rows per session, position p in slot
 //!   `p % (rollback + 1)`, so that h[start − 1] and a window's rows are kept without moves.
 //!
@@ -24,7 +26,8 @@ pub use crate::bytes::MAX_ROLLBACK_WINDOW;
 pub struct SessionMeta {
     /// Positions computed.
     pub len: usize,
-    /// Start of the last window and how many snapshots it kept (0 for a long window).
+    /// Start of the last window and how many snapshots it kept (its length − 1; 0 for a long
+    /// window).
     pub snap_start: usize,
     pub snap_count: usize,
     /// Positions the MTP head is in step with, and the first position its ring holds.
@@ -118,7 +121,7 @@ impl Sessions {
             lin_layer,
             lin_stride,
             lin_state: Buf::zeros(gpu, n * lin_stride)?,
-            lin_snaps: Buf::zeros(gpu, n * rollback * lin_stride)?,
+            lin_snaps: Buf::zeros(gpu, n * (rollback - 1) * lin_stride)?,
             rollback,
             // One float stands for no ring: a buffer is never empty.
             mtp_store: Buf::zeros(
@@ -153,7 +156,11 @@ impl Sessions {
         } else {
             0
         };
-        kv_bytes as u64 + (self.lin_state.len() + self.lin_snaps.len() + ring) as u64 * f32_bytes
+        // Counted, not read off the buffers: a dense model's linear state and the snapshots of
+        // sessions without drafts are empty (their buffers' one float stands for none).
+        let n = self.meta.len();
+        let linear = n * self.lin_stride + n * (self.rollback - 1) * self.lin_stride;
+        kv_bytes as u64 + (linear + ring) as u64 * f32_bytes
     }
 
     /// Row of the MTP store holding h[pos] of `session`.
@@ -164,7 +171,9 @@ impl Sessions {
     /// Restores `session`'s linear state as of `len` positions from its snapshots.
     pub fn restore(&mut self, gpu: &Gpu, session: usize, len: usize) -> Result<(), String> {
         let m = self.meta[session];
-        let slot = len.checked_sub(m.snap_start).filter(|s| *s < m.snap_count);
+        let slot = len
+            .checked_sub(m.snap_start + 1)
+            .filter(|s| *s < m.snap_count);
         let Some(slot) = slot else {
             return Err(format!(
                 "no linear-attention snapshot at position {len} (the last window kept {} from {})",
@@ -174,7 +183,7 @@ impl Sessions {
         if self.lin_stride > 0 {
             let src = self
                 .lin_snaps
-                .at((session * self.rollback + slot) * self.lin_stride);
+                .at((session * (self.rollback - 1) + slot) * self.lin_stride);
             let dst = self.lin_state.at(session * self.lin_stride);
             gpu.copy_f32(dst, src, self.lin_stride)
                 .map_err(|e| e.to_string())?;
@@ -195,7 +204,7 @@ impl Sessions {
         }
         let s = self.lin_stride;
         gpu.copy_f32(self.lin_state.at(to * s), self.lin_state.at(from * s), s)?;
-        let snaps = self.rollback * s;
+        let snaps = (self.rollback - 1) * s;
         gpu.copy_f32(
             self.lin_snaps.at(to * snaps),
             self.lin_snaps.at(from * snaps),
@@ -256,7 +265,7 @@ impl Sessions {
             ));
         }
         for slot in 0..m.snap_count {
-            let at = (session * self.rollback + slot) * s;
+            let at = (session * (self.rollback - 1) + slot) * s;
             out.push((format!("snapshot {slot}"), hash(&self.lin_snaps, at, s)?));
         }
         let ring_rows = if self.mtp_kv.is_some() {

@@ -173,7 +173,7 @@ impl CudaTarget {
         m.len = p.start + p.len;
         m.snap_start = p.start;
         let rollback = self.sessions.rollback;
-        m.snap_count = if p.len <= rollback { p.len } else { 0 };
+        m.snap_count = if p.len <= rollback { p.len - 1 } else { 0 };
         if with_mtp {
             m.mtp_len = m.len;
             m.mtp_first = if p.len > rollback {

@@ -73,7 +73,10 @@ fn load(fixture: &serde_json::Value, kv: KvDtype) -> Loaded {
         kv_dtype: kv,
         ..Default::default()
     };
-    let refusal = REFUSED.iter().find(|(n, _)| *n == name).map(|(_, why)| *why);
+    let refusal = REFUSED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| *why);
     match (CudaModel::load_with(&dir, &options), refusal) {
         (Err(CudaError::Unavailable(why)), _) => {
             backend_cuda::skip_without_gpu(&why);

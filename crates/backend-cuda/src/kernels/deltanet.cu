@@ -6,9 +6,12 @@
 // window's results never depend on the other windows of the launch.
 //
 // Session state, per linear layer: conv tail `[CONV_K − 1, C]` then S `[HV, DK, DV]`, f32, at
-// `state + session·lin_stride + layer_off`. A window of at most `rollback` tokens writes, before
-// each token t, the state into snapshot slot t (`snaps + (session·rollback + t)·lin_stride +
-// layer_off`) for rollback (`rollback` is the sessions' rollback window). A window starting at position 0 starts from zero state.
+// `state + session·lin_stride + layer_off`. A window of at most `rollback` tokens (the sessions'
+// rollback window) writes, before each token t ≥ 1, the state into snapshot slot t − 1 (`snaps +
+// (session·(rollback − 1) + t − 1)·lin_stride + layer_off`): the state as of position start + t,
+// one a rollback may return to. None before token 0: the engine never rolls a window back past
+// its first token, so a decode window of one token writes no snapshot at all. A window starting
+// at position 0 starts from zero state.
 //
 // `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
 //
@@ -50,8 +53,8 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
 #pragma unroll
         for (int j = 0; j < LIN_CONV_K; j++) w[j] = conv_w[ch * LIN_CONV_K + j];
         for (int t = 0; t < n; t++) {
-            if (keep) {
-                float* snap = snaps + ((u64)session * rollback + t) * lin_stride + layer_off;
+            if (keep && t > 0) {
+                float* snap = snaps + ((u64)session * (rollback - 1) + t - 1) * lin_stride + layer_off;
 #pragma unroll
                 for (int j = 0; j < LIN_CONV_K - 1; j++) snap[j * LIN_C + ch] = tail[j];
             }
@@ -99,8 +102,8 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
     const float neg_a_h = neg_a[h], dt_bias_h = dt_bias[h], norm_w_j = norm_w[j];
     for (int t = 0; t < n; t++) {
         const size_t row = row0 + t;
-        if (keep) {
-            float* snap = snaps + ((u64)session * rollback + t) * lin_stride + s_off;
+        if (keep && t > 0) {
+            float* snap = snaps + ((u64)session * (rollback - 1) + t - 1) * lin_stride + s_off;
 #pragma unroll
             for (int i = 0; i < LIN_ROWS; i++) snap[(i0 + i) * LIN_DV] = s[i];
         }

@@ -191,7 +191,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
 }
 
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
             const bf16_t* __restrict__ w, int k, int n_out,
             float* __restrict__ y, int y_stride, int accumulate, int rows) {
@@ -203,7 +203,7 @@ matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ r
 // (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
 // loaded at once: a decode step's narrow matrices have too few blocks to keep enough loads in
 // flight one chunk at a time.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                    const bf16_t* __restrict__ w, int k, int n_out,
                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
@@ -247,14 +247,21 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
     float va[16], vb[16];
     uint4 wq[DEPTH][NT];
+    // Each chunk's scales are loaded with its weights, not after its products: a load issued
+    // once the products are done would wait a whole memory latency more per chunk.
+    float sc[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
-            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            const int e = c + 16 * t;
             const bool in = e < k;
 #pragma unroll
-            for (int j = 0; j < NT; j++) wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+            for (int j = 0; j < NT; j++) {
+                wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+                sc[p][j] = c < k ? srow[j][c / bc] : 0.0f;
+            }
         }
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
@@ -289,11 +296,9 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                 }
             }
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float scale = srow[j][c / bc];
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[j][i] = fmaf(scale, tmp[j][i], acc[j][i]);
-            }
+                for (int i = 0; i < 4; i++) acc[j][i] = fmaf(sc[p][j], tmp[j][i], acc[j][i]);
         }
     }
 #pragma unroll
@@ -338,7 +343,7 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
            const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k,
            int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
@@ -347,7 +352,7 @@ matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
                                 accumulate, rows, part);
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                   const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc,
                   int k, int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {

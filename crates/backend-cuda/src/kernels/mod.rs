@@ -41,6 +41,18 @@ const MMA_NARROW_DEPTH: usize = 2;
 /// flight (4 registers a chunk and n-tile).
 const MMA_FP8_NARROW_DEPTH: usize = 4;
 const MMA_FP8_WIDE_DEPTH: usize = 2;
+/// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
+/// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
+/// gate/up (k = hidden, 4 chunks a warp at Qwen3-Next's 2,048), each block's warps waiting on
+/// one chunk at a time at depth 1. Depth 2 keeps two blocks a multiprocessor (128 registers a
+/// thread for FP8 gate/up; 4 takes 158, one block). The bits do not depend on it.
+const MOE_BF16_DEPTH: usize = 2;
+const MOE_FP8_DEPTH: usize = 2;
+/// Blocks of the tensor-core kernels a multiprocessor must hold at once (their launch bounds):
+/// ptxas then keeps them to 128 registers a thread. At one block a multiprocessor (130
+/// registers: the FP8 matmul with its chunks' scales in flight) a decode step's few hundred
+/// blocks run in two waves.
+const MMA_MIN_BLOCKS: usize = 2;
 /// Elements of k a warp of the matmul takes at a time (4 lanes × 16): an FP8 matrix's column
 /// blocks must hold whole chunks, so that a chunk has one scale.
 const MMA_CHUNK: usize = 64;
@@ -229,6 +241,9 @@ impl Dims {
             ("MMA_CHUNK", MMA_CHUNK),
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
+            ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
+            ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
+            ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),

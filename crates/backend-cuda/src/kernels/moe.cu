@@ -2,7 +2,8 @@
 // the fused projection `mo` = [router logits (E) | shared-expert gate (1) | shared gate_proj
 // (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
 // per layer:
-// - `moe_route`: one warp per row: softmax over the experts in f32 (summed in expert order),
+// - `moe_route`: one warp per row: softmax over the experts in f32 (summed lane by lane in a
+//   fixed order),
 //   top-k with ties to the lower index, renormalised when MOE_NORM_TOPK, the k choices in
 //   ascending expert index; and the shared expert's silu(gate)·up.
 // - `moe_group`: one block: the (row, slot) pairs sorted by expert (rows ascending within an
@@ -21,7 +22,8 @@
 // routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
-// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_COMBINE_THREADS (and the matmul's MMA_*).
+// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_COMBINE_THREADS, MOE_BF16_DEPTH, MOE_FP8_DEPTH (and the
+// matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
@@ -55,11 +57,15 @@ moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* 
         }
     }
     __syncwarp();
-    // The softmax's sum in expert order, as backend-cpu sums it.
+    // The softmax's sum: each lane its experts in increasing order, then the lanes' sums by a
+    // butterfly (every lane ends with the same bits: each step adds the same two values). A fixed
+    // order that depends on nothing but MOE_E; one lane summing all 512 experts of Qwen3-Next-80B
+    // one after another took a fifth of a 1-stream MoE layer.
     float sum = 0.0f;
-    if (lane == 0)
-        for (int e = 0; e < MOE_E; e++) sum += ex_s[warp][e];
-    sum = __shfl_sync(FULL_MASK, sum, 0);
+#pragma unroll
+    for (int j = 0; j < MOE_PER_LANE; j++)
+        if (lane + j * WARP < MOE_E) sum += ex_s[warp][lane + j * WARP];
+    for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     // Round k picks the k-th most probable expert; lane k keeps it.
     int my_id = 0;
     float my_p = 0.0f;
@@ -179,7 +185,7 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
 // (u0 = 4·MMA_NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up
 // for each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and
 // share its weights in L2. Slots past the expert tiles return at once.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
             const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
@@ -199,7 +205,7 @@ moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, cons
         wr[j] = gate_up + ((size_t)e * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
     }
     float d[4];
-    if (!mma_tile<MMA_NT>(xa, xb, wr, MOE_H, part, d)) return;
+    if (!mma_tile<MMA_NT, MOE_BF16_DEPTH>(xa, xb, wr, MOE_H, part, d)) return;
     // Lane (g, t) of warp j holds outputs 2t, 2t + 1 of n-tile j: gate for t < 2; lane t + 2
     // holds the matching up.
     float up[4];
@@ -217,7 +223,7 @@ moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, cons
 // Grid (tile slots, ceil(MOE_H / (MMA_NT·MMA_COLS))): the down projection of tile t's pairs into
 // y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared
 // expert's tiles, k = IS). Slots past the tiles return at once.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
          float* __restrict__ y_exp, float* __restrict__ y_sh) {
@@ -240,7 +246,7 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
         wr[j] = shared ? shared_down + (size_t)o * MOE_IS : down + ((size_t)e * MOE_H + o) * MOE_I;
     }
     float d[4];
-    if (!mma_tile<MMA_NT>(xa, xb, wr, k, part, d)) return;
+    if (!mma_tile<MMA_NT, MOE_BF16_DEPTH>(xa, xb, wr, k, part, d)) return;
     float* y = shared ? y_sh : y_exp;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -252,7 +258,7 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
 // moe_gate_up for block-scaled FP8 experts: gate_up e4m3 [E, 2I, H], scales f32
 // [E, 2I / br, H / bc]. Lane (g, t)'s outputs 2t, 2t + 1 of n-tile j are gate rows (t < 2) or up
 // rows of units u0 + 4j + 2(t % 2) …, whose scale row it reads.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_gate_up_fp8(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
                 const int* __restrict__ n_tiles, const unsigned char* __restrict__ gate_up,
                 const float* __restrict__ scales, int br, int bc, float* __restrict__ act) {
@@ -275,7 +281,7 @@ moe_gate_up_fp8(const float* __restrict__ xn, const int* __restrict__ pair_row, 
         srow[j] = scales + ((size_t)e * (2 * MOE_I / br) + out_row / br) * (MOE_H / bc);
     }
     float d[4];
-    if (!mma_tile_fp8<MMA_NT, 1>(xa, xb, wr, srow, bc, MOE_H, part, d)) return;
+    if (!mma_tile_fp8<MMA_NT, MOE_FP8_DEPTH>(xa, xb, wr, srow, bc, MOE_H, part, d)) return;
     float up[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
@@ -290,7 +296,7 @@ moe_gate_up_fp8(const float* __restrict__ xn, const int* __restrict__ pair_row, 
 
 // moe_down for block-scaled FP8: down e4m3 [E, H, I] with scales [E, H / br, I / bc], and the
 // shared expert's shared_down e4m3 [H, IS] with scales [H / br, IS / bc].
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
              const int* __restrict__ n_tiles, const unsigned char* __restrict__ down,
              const float* __restrict__ down_scales, const unsigned char* __restrict__ shared_down,
@@ -318,7 +324,7 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
                          : down_scales + ((size_t)e * (MOE_H / br) + os / br) * (MOE_I / bc);
     }
     float d[4];
-    if (!mma_tile_fp8<MMA_NT, 1>(xa, xb, wr, srow, bc, k, part, d)) return;
+    if (!mma_tile_fp8<MMA_NT, MOE_FP8_DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
     float* y = shared ? y_sh : y_exp;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
