@@ -338,12 +338,16 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             Device::Cpu => format!("on the CPU ({threads} threads)"),
             Device::Cuda => "on GPU 0 (CUDA)".to_string(),
         };
+        use clap::ValueEnum;
+        let flag = |v: Option<clap::builder::PossibleValue>| {
+            v.map_or_else(|| "?".to_string(), |p| p.get_name().to_string())
+        };
         eprintln!(
-            "flashlane bench: {} {on}, task {:?}, {} new tokens, drafts {:?}",
+            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}",
             dir.display(),
-            args.task,
+            flag(args.task.to_possible_value()),
             args.new_tokens,
-            drafts.mode
+            flag(args.draft.to_possible_value()),
         );
     }
     // Untimed warm-up.

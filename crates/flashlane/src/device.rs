@@ -11,9 +11,9 @@ use model::{KvDtype, LoadFormat};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
-    /// `CpuTarget` (backend-cpu)
+    /// This machine's CPU cores
     Cpu,
-    /// `CudaTarget` on GPU 0 (backend-cuda; needs a build with `--features cuda`)
+    /// NVIDIA GPU 0 (a build with `--features cuda`)
     Cuda,
 }
 

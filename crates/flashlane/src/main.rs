@@ -2,6 +2,7 @@
 
 mod bench;
 mod device;
+mod embedded;
 mod generate;
 mod logits;
 mod plan;
@@ -35,6 +36,12 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure prefill and decode tokens/s of N concurrent streams (no HTTP).
     Bench(bench::BenchArgs),
+    /// Print a shell completion script, e.g. `flashlane completions bash > /etc/bash_completion.d/flashlane`.
+    Completions {
+        /// The shell to complete in
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Most tokens a CLI flag may ask to read or generate: far past any model's context, and small
@@ -63,7 +70,23 @@ impl Failure {
     }
 }
 
+/// Environment variables the design named `FLASHNEXT_*`, read as their `FLASHLANE_*` names when
+/// those are unset (the one prefix the flags' help shows).
+const ENV_ALIASES: [(&str, &str); 3] = [
+    ("FLASHNEXT_SLOT_CONTEXTS", "FLASHLANE_SLOT_CONTEXTS"),
+    ("FLASHNEXT_SLOT_GROW", "FLASHLANE_SLOT_GROW"),
+    ("FLASHNEXT_LOAD_LIMIT_GB", "FLASHLANE_LOAD_LIMIT_GB"),
+];
+
 fn main() -> ExitCode {
+    for (alias, name) in ENV_ALIASES {
+        if std::env::var_os(name).is_none() {
+            if let Some(value) = std::env::var_os(alias) {
+                // Before any other thread exists: nothing reads the environment concurrently.
+                std::env::set_var(name, value);
+            }
+        }
+    }
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Plan(args) => plan::run(&args),
@@ -71,6 +94,16 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "flashlane",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,6 +18,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub drafts: DraftArgs,
     /// Model directory: session costs from its config.json, weight bytes from its safetensors
+    /// [default: the built-in flashlane-tiny, unless --bytes-per-token sizes the sessions]
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
     /// The weights `serve --load-format` would load (dummy: those config.json describes, bf16)
@@ -62,7 +63,13 @@ struct SessionJson {
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     // With a model: its session costs (for the drafts `serve` would run with the same flags),
     // its weights, and its maximum context (as `serve` plans).
-    let (model_bytes, max_tokens) = match &args.model {
+    // Without --model: the default model, unless the sessions are sized by hand.
+    let model = match (&args.model, args.bytes_per_token) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, None) => Some(crate::embedded::default_model_dir()?),
+        (None, Some(_)) => None,
+    };
+    let (model_bytes, max_tokens) = match &model {
         Some(dir) => {
             let costs = ModelCosts::read_as(dir, args.load_format.format())
                 .map_err(|e| Failure::from(anyhow!(e)))?;

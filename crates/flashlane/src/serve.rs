@@ -69,19 +69,7 @@ impl ModelArgs {
     }
 }
 
-/// The embedded default model: `models/flashlane-tiny` of the checkout this binary was built in,
-/// or `models/flashlane-tiny` beside the binary when installed elsewhere.
-pub fn default_model_dir() -> anyhow::Result<PathBuf> {
-    let in_checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
-    let beside_binary = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("models/flashlane-tiny")));
-    [Some(in_checkout), beside_binary]
-        .into_iter()
-        .flatten()
-        .find(|dir| dir.join("config.json").exists())
-        .ok_or_else(|| anyhow!("the embedded default model is not found; pass --model DIR"))
-}
+pub use crate::embedded::default_model_dir;
 
 /// How `serve` drafts; `plan` takes the same flags, since drafts change what a session holds.
 #[derive(Args, Debug)]
@@ -140,7 +128,8 @@ pub struct ServeArgs {
     pub max_connections: usize,
     #[command(flatten)]
     pub drafts: DraftArgs,
-    /// Where the model runs (cuda: qwen3_next models on GPU 0, needs a build with --features cuda)
+    /// Where the model runs (cuda: Qwen3 and Qwen3-Next models on GPU 0, in a build with
+    /// --features cuda)
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
     /// Name the API reports for the model [default: the directory's name]

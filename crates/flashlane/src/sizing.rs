@@ -21,23 +21,36 @@ pub const MEMORY_MARGIN_BYTES: u64 = 256 << 20;
 /// (and would overflow the byte count).
 pub const LOAD_LIMIT_GB_MAX: f64 = 1e6;
 
+/// A count flag's value: a whole number, 0 or more, said in those words when it is not (clap
+/// alone calls `-1` an unexpected argument).
+pub fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    match text.parse::<T>() {
+        Ok(v) if digits => Ok(v),
+        _ if text.starts_with('-') => Err(format!("{text} is negative: give 0 or more")),
+        _ if digits => Err(format!("{text} is too large")),
+        _ => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct SizingArgs {
     /// Engine's session size in tokens [default: the model's maximum, or 8192]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count::<u64>)]
     pub context: Option<u64>,
     /// Most concurrent streams [default: 1 + extra sessions, or 4 without --slot-contexts]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count::<usize>)]
     pub parallel: Option<usize>,
     /// Extra sessions, e.g. `16384,4096x6` (items TOKENS or TOKENSxN)
-    #[arg(long, env = "FLASHNEXT_SLOT_CONTEXTS")]
+    #[arg(long, env = "FLASHLANE_SLOT_CONTEXTS")]
     pub slot_contexts: Option<String>,
     /// Growth allowance at admission, in tokens
-    #[arg(long, env = "FLASHNEXT_SLOT_GROW", default_value_t = slots::DEFAULT_SLOT_GROW)]
+    #[arg(long, env = "FLASHLANE_SLOT_GROW", default_value_t = slots::DEFAULT_SLOT_GROW,
+          allow_negative_numbers = true, value_parser = count::<u64>)]
     pub slot_grow: u64,
     /// Memory cap in GiB for weights and sessions [default: 70% of RAM; with --device cuda, 90%
     /// of the GPU's free memory]
-    #[arg(long, env = "FLASHNEXT_LOAD_LIMIT_GB")]
+    #[arg(long, env = "FLASHLANE_LOAD_LIMIT_GB", allow_negative_numbers = true)]
     pub load_limit_gb: Option<f64>,
 }
 

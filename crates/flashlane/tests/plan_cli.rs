@@ -8,7 +8,10 @@ fn flashlane(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.args(args)
         .env_remove("FLASHNEXT_SLOT_CONTEXTS")
         .env_remove("FLASHNEXT_SLOT_GROW")
-        .env_remove("FLASHNEXT_LOAD_LIMIT_GB");
+        .env_remove("FLASHNEXT_LOAD_LIMIT_GB")
+        .env_remove("FLASHLANE_SLOT_CONTEXTS")
+        .env_remove("FLASHLANE_SLOT_GROW")
+        .env_remove("FLASHLANE_LOAD_LIMIT_GB");
     for (key, value) in env {
         cmd.env(key, value);
     }
@@ -117,6 +120,17 @@ fn flags_win_over_environment_variables() {
     assert_eq!(bad_cap_env.status.code(), Some(2));
     let negative_cap = flashlane(&base[..3], &[("FLASHNEXT_LOAD_LIMIT_GB", "-3")]);
     assert_eq!(negative_cap.status.code(), Some(2));
+    // FLASHLANE_* is the name; the design's FLASHNEXT_* is its alias, and the name wins.
+    let by_name = flashlane(&base, &[("FLASHLANE_SLOT_CONTEXTS", "1024x2")]);
+    assert_eq!(capacities(&by_name), vec![4128, 1056, 1056]);
+    let both = flashlane(
+        &base,
+        &[
+            ("FLASHLANE_SLOT_CONTEXTS", "2048"),
+            ("FLASHNEXT_SLOT_CONTEXTS", "1024x2"),
+        ],
+    );
+    assert_eq!(capacities(&both), vec![4128, 2080]);
 }
 
 #[test]
@@ -162,8 +176,8 @@ fn an_engine_session_that_does_not_fit_fails_with_the_numbers() {
 }
 
 /// `--device cuda` plans with the GPU backend's own session bytes (KV rows in bf16, or f32 with
-/// `--kv-dtype f32`; linear state with a snapshot per draft-window position, the MTP ring), for a
-/// GPU this machine may lack.
+/// `--kv-dtype f32`; linear state with a snapshot per draft-window position after the first, the
+/// MTP ring), for a GPU this machine may lack.
 #[test]
 fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
     let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/flashlane-tiny");
@@ -198,9 +212,10 @@ fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
     };
     let gpu = bytes(&flashlane(&args("cuda", Some("4")), &[]));
     // 1056 positions × 2 (k, v) × 3 attention layers (2 + the MTP head's) × 2 heads × 64 × 2 B,
-    // plus 5 × (6 linear layers × (3 × 1024 conv + 8 × 64 × 64 state)) + 5 × 320 floats × 4 B.
+    // plus 4 × (6 linear layers × (3 × 1024 conv + 8 × 64 × 64 state)) (the state and a snapshot
+    // before each of a 4-token window's last 3 tokens) + 5 × 320 floats (the MTP ring) × 4 B.
     let per_token = 2 * 3 * 2 * 64 * 2;
-    let fixed = (5 * 6 * (3 * 1024 + 8 * 64 * 64) + 5 * 320) * 4;
+    let fixed = (4 * 6 * (3 * 1024 + 8 * 64 * 64) + 5 * 320) * 4;
     assert_eq!(gpu, 1056 * per_token + fixed);
     let mut f32_rows = args("cuda", Some("4"));
     f32_rows.extend(["--kv-dtype", "f32"]);
@@ -222,4 +237,33 @@ fn a_plan_for_the_gpu_counts_the_gpu_sessions_bytes() {
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(stderr.contains("--load-limit-gb"), "{stderr}");
     }
+}
+
+/// A negative or malformed count is refused naming the flag and saying what it takes (clap
+/// alone calls `-1` an unexpected argument).
+#[test]
+fn a_negative_count_is_refused_in_words() {
+    for (flag, value, says) in [
+        ("--slot-grow", "-1", "-1 is negative: give 0 or more"),
+        ("--context", "-5", "-5 is negative"),
+        ("--parallel", "two", "\"two\" is not a whole number"),
+    ] {
+        let out = flashlane(&["plan", "--bytes-per-token", "1024", flag, value], &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(flag) && stderr.contains(says), "{stderr}");
+    }
+}
+
+/// `plan` without --model plans for the built-in default model, as every other subcommand.
+#[test]
+fn plan_without_a_model_plans_for_the_default_model() {
+    let out = flashlane(&["plan", "--json", "--load-limit-gb", "4"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(json["sessions"].as_array().is_some_and(|s| !s.is_empty()));
 }

@@ -392,3 +392,17 @@ fn serve_reports_a_port_in_use_before_loading_the_model() {
     // Nothing of the model was loaded first (its banner comes after the port is taken).
     assert!(!stderr.contains("serving"), "{stderr}");
 }
+
+/// `flashlane completions SHELL` prints a completion script naming every subcommand's flags.
+#[test]
+fn completions_name_the_subcommands_and_their_flags() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = flashlane(&["completions", shell]);
+        assert_eq!(code, 0, "{stderr}");
+        for word in ["serve", "plan", "slot-contexts", "kv-dtype", "load-format"] {
+            assert!(stdout.contains(word), "{shell}: no {word}");
+        }
+    }
+    let (code, _, stderr) = flashlane(&["completions", "cmd.exe"]);
+    assert_eq!(code, 2, "{stderr}");
+}

@@ -1,4 +1,4 @@
-//! The slot-contexts spec (`--slot-contexts`, `FLASHNEXT_SLOT_CONTEXTS`): the extra sessions
+//! The slot-contexts spec (`--slot-contexts`, `FLASHLANE_SLOT_CONTEXTS`): the extra sessions
 //! beside the engine's own, as `TOKENS` or `TOKENSxN` items separated by commas.
 //!
 //! Parsing is total: every string either yields a spec whose every size and count was checked
