@@ -5,6 +5,7 @@
 //! With WINDOW, only windows of that many tokens are timed (for a profiler).
 
 use backend_cpu::{CpuModel, CpuTarget};
+use lane::TargetExt;
 use lane::{Target, Window};
 use slots::SessionId;
 use std::sync::Arc;
@@ -50,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         // Every pass from the same prompt, and every measure interleaved with the others, so
         // each sees the same session lengths (attention grows with them).
         t.release(s);
-        t.forward(&[w(0, &prompt, 1)]).unwrap();
+        t.logits(&[w(0, &prompt, 1)]).unwrap();
         let mut len = prompt.len();
         let mut window_s = [0.0f64; WIDEST];
         let mut draft_s = [0.0f64; MOST_DRAFTS];
@@ -58,13 +59,13 @@ fn main() -> anyhow::Result<()> {
             for (width, total) in (1..=WIDEST).zip(window_s.iter_mut()) {
                 let tokens: Vec<u32> = (0..width).map(|j| 30 + ((i + j) % 10) as u32).collect();
                 let t0 = Instant::now();
-                t.forward(&[w(len, &tokens, width)]).unwrap();
+                t.logits(&[w(len, &tokens, width)]).unwrap();
                 *total += t0.elapsed().as_secs_f64();
                 len += width;
             }
             for (drafts, total) in (1..=MOST_DRAFTS).zip(draft_s.iter_mut()) {
                 let t0 = Instant::now();
-                t.draft(s, 30 + (i % 10) as u32, drafts).unwrap();
+                t.draft_one(s, 30 + (i % 10) as u32, drafts).unwrap();
                 *total += t0.elapsed().as_secs_f64();
             }
         }
@@ -115,7 +116,7 @@ fn windows_only(dir: &str, width: usize) -> anyhow::Result<()> {
             t.release(s);
             len = 0;
         }
-        t.forward(&[w(len, &tokens[len..len + width], width)])
+        t.logits(&[w(len, &tokens[len..len + width], width)])
             .unwrap();
         len += width;
     }

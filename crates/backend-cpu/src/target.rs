@@ -11,7 +11,8 @@ use crate::model::CpuModel;
 use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
 use crate::state::SessionState;
 use lane::{
-    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,
+    check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
+    WindowRows,
 };
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
@@ -194,37 +195,22 @@ impl Target for CpuTarget {
         self.sessions.iter().map(|s| s.capacity as u64).collect()
     }
 
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        self.compute(windows)?;
-        // 4. split per window, in the order asked
-        Ok(split_logits(windows, &self.logits, self.model.vocab_size()))
-    }
-
-    /// [`Target::forward`], with each greedy window's rows answered as their greedy tokens
-    /// ([`lane::sampling::argmax`], as the engine would choose them from the rows), read from the
-    /// kept logits buffer: a greedy stream costs no logits vector a round.
-    fn forward_rows(
+    /// Every window's wanted rows, in the order asked; greedy windows get their rows' greedy
+    /// tokens ([`lane::sampling::argmax`], as the engine would choose them), read from the kept
+    /// logits buffer: a greedy stream costs no logits vector a round.
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
+        wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
-        debug_assert_eq!(windows.len(), greedy.len(), "one greedy flag per window");
+        debug_assert_eq!(windows.len(), wants.len(), "one want per window");
         self.compute(windows)?;
-        let vocab = self.model.vocab_size();
-        let mut rows = self.logits.chunks_exact(vocab);
-        Ok(windows
-            .iter()
-            .zip(greedy)
-            .map(|(w, &greedy)| {
-                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
-                let mine = rows.by_ref().take(n);
-                if greedy {
-                    WindowRows::Greedy(mine.map(|r| lane::sampling::argmax(r).ok()).collect())
-                } else {
-                    WindowRows::Logits(mine.flatten().copied().collect())
-                }
-            })
-            .collect())
+        Ok(rows_from_logits(
+            windows,
+            wants,
+            &self.logits,
+            self.model.vocab_size(),
+        ))
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
@@ -246,24 +232,9 @@ impl Target for CpuTarget {
 
     /// Greedy MTP drafts (argmax of each step over the ids `0..`[`model::draft_vocab`], lowest
     /// id on ties as the engine's greedy sampling): step 0 on the session's last hidden row and
-    /// `next_token`, then chained.
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        let ask = DraftAsk {
-            session,
-            next_token,
-            num_drafts,
-        };
-        self.draft_batch(&[ask]).pop().expect("one ask, one answer")
-    }
-
-    /// Every asked session's drafts in one pass of the head per step ([`Mtp::draft_batch`]):
-    /// the same drafts as one by one.
-    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+    /// `next_token`, then chained; every asked session's drafts in one pass of the head per step
+    /// ([`Mtp::draft_batch`]), the same drafts as one by one.
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
         let Some(mtp) = &self.model.mtp else {
             return asks.iter().map(|_| Ok(Vec::new())).collect();
         };

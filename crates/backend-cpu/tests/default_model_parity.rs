@@ -6,7 +6,8 @@ mod common;
 
 use backend_cpu::{CpuModel, CpuTarget};
 use common::{argmax, fixtures_dir as fixtures, ids, read_f32};
-use lane::{Target, Window};
+use lane::TargetExt;
+use lane::Window;
 use model::Placement;
 use slots::SessionId;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ fn resident_and_mapped_weights_give_the_same_logits() {
             tokens: &prompt,
             num_logits: prompt.len(),
         };
-        let rows = target.forward(&[window]).unwrap().remove(0);
+        let rows = target.logits(&[window]).unwrap().remove(0);
         rows.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
     };
     assert_eq!(logits(Placement::Resident), logits(Placement::Mapped));
@@ -60,7 +61,7 @@ fn default_model_logits_match_transformers() {
             tokens: &prompt,
             num_logits: last,
         };
-        let got = target.forward(&[window]).unwrap().remove(0);
+        let got = target.logits(&[window]).unwrap().remove(0);
         assert_eq!(got.len(), want.len());
         let range = case["logit_range"].as_f64().unwrap() as f32;
         let diff = got
@@ -94,7 +95,7 @@ fn default_model_greedy_decoding_through_its_session_equals_transformers() {
         let mut got = Vec::new();
         while got.len() < want.len() {
             let logits = target
-                .forward(&[Window {
+                .logits(&[Window {
                     session: SessionId(0),
                     start,
                     tokens: &window,

@@ -13,6 +13,7 @@ mod common;
 
 use backend_cpu::{CpuModel, CpuTarget, StateBytes};
 use common::*;
+use lane::TargetExt;
 use lane::{
     Counters, DraftMode, Engine, EngineConfig, FinishReason, Policy, Request, Target, Window,
 };
@@ -145,7 +146,7 @@ fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     assert!(target.has_drafter(), "the fixture has an MTP head");
     // Session 0: one window.
     let row = target
-        .forward(&[window(0, 0, &prompt, 1)])
+        .logits(&[window(0, 0, &prompt, 1)])
         .unwrap()
         .remove(0);
     assert_eq!(argmax(&row), next, "target's next token");
@@ -154,7 +155,7 @@ fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     let mut at = 0;
     for piece in [1, 2, n - 3] {
         target
-            .forward(&[
+            .logits(&[
                 window(3, 2 * at, &other[2 * at..2 * (at + piece)], 1),
                 window(1, at, &prompt[at..at + piece], 1),
             ])
@@ -163,17 +164,21 @@ fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     }
     target.move_state(SessionId(1), SessionId(2)).expect("move");
     for session in [0, 2] {
-        let got = target.draft(SessionId(session), next, want.len()).unwrap();
+        let got = target
+            .draft_one(SessionId(session), next, want.len())
+            .unwrap();
         assert_eq!(got, want, "session {session}: chained MTP drafts");
         // Drafting writes nothing the next forward does not rewrite: again, the same drafts.
-        let again = target.draft(SessionId(session), next, want.len()).unwrap();
+        let again = target
+            .draft_one(SessionId(session), next, want.len())
+            .unwrap();
         assert_eq!(again, want, "session {session}: drafts twice");
         // Fewer drafts are a prefix of more.
-        let one = target.draft(SessionId(session), next, 1).unwrap();
+        let one = target.draft_one(SessionId(session), next, 1).unwrap();
         assert_eq!(one, want[..1], "session {session}: one draft");
     }
     // A session that computed nothing has nothing to draft from.
-    assert!(target.draft(SessionId(1), next, 3).unwrap().is_empty());
+    assert!(target.draft_one(SessionId(1), next, 3).unwrap().is_empty());
 }
 
 /// Requests for the engine runs: 8 prompts of different lengths and motifs, replies long enough
@@ -374,10 +379,10 @@ fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuMode
     check(&target, "fresh");
     let tokens: Vec<u32> = (0..120u32).map(|i| (i * 37 + 5) % 256).collect();
     // A long prompt chunk (no snapshots), then the widest window the sessions roll back.
-    target.forward(&[window(0, 0, &tokens[..40], 1)]).unwrap();
+    target.logits(&[window(0, 0, &tokens[..40], 1)]).unwrap();
     check(&target, "after a long chunk");
     target
-        .forward(&[window(0, 40, &tokens[40..40 + w], w)])
+        .logits(&[window(0, 40, &tokens[40..40 + w], w)])
         .unwrap();
     check(&target, "after the widest window");
     let peak = target.session_state(SessionId(0)).allocated_bytes();
@@ -390,17 +395,17 @@ fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuMode
     target.truncate(SessionId(0), kept as u64).unwrap();
     check(&target, "after a rollback");
     if target.has_drafter() {
-        target.draft(SessionId(0), tokens[kept], w - 1).unwrap();
+        target.draft_one(SessionId(0), tokens[kept], w - 1).unwrap();
         check(&target, "after drafting");
     }
     target
-        .forward(&[window(0, kept, &tokens[kept..kept + 3], 3)])
+        .logits(&[window(0, kept, &tokens[kept..kept + 3], 3)])
         .unwrap();
     target.move_state(SessionId(0), SessionId(1)).unwrap();
     check(&target, "after a move");
     let at = kept + 3;
     target
-        .forward(&[window(1, at, &tokens[at..at + w], w)])
+        .logits(&[window(1, at, &tokens[at..at + w], w)])
         .unwrap();
     check(&target, "after the widest window in the larger session");
     target.release(SessionId(1));
@@ -439,8 +444,8 @@ fn drafts_come_from_the_draft_vocabulary() {
     let capacity = request.prompt.len() as u64 + 64;
     let mut target = CpuTarget::new(model.clone(), &[capacity]);
     let prompt = request.prompt.clone();
-    target.forward(&[window(0, 0, &prompt, 1)]).unwrap();
-    let drafts = target.draft(SessionId(0), prompt[0], 4).unwrap();
+    target.logits(&[window(0, 0, &prompt, 1)]).unwrap();
+    let drafts = target.draft_one(SessionId(0), prompt[0], 4).unwrap();
     assert_eq!(drafts.len(), 4);
     assert!(
         drafts
@@ -461,7 +466,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
     let caps: Vec<u64> = prompts.iter().map(|p| p.len() as u64 + 64).collect();
     let fill = |target: &mut CpuTarget| {
         for (i, p) in prompts.iter().enumerate() {
-            target.forward(&[window(i, 0, p, 1)]).unwrap();
+            target.logits(&[window(i, 0, p, 1)]).unwrap();
         }
     };
     let mut alone = CpuTarget::new(model.clone(), &caps);
@@ -482,7 +487,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
             num_drafts: 1,
         }))
         .collect();
-    let answers = batched.draft_batch(&asks);
+    let answers = batched.draft(&asks);
     assert_eq!(answers.len(), asks.len());
     for (ask, answer) in asks.iter().zip(&answers) {
         if ask.session.0 >= prompts.len() {
@@ -490,7 +495,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
             continue;
         }
         let want = alone
-            .draft(ask.session, ask.next_token, ask.num_drafts)
+            .draft_one(ask.session, ask.next_token, ask.num_drafts)
             .unwrap();
         assert_eq!(answer.as_ref().unwrap(), &want, "{ask:?}");
         assert_eq!(want.len(), ask.num_drafts);
@@ -515,10 +520,10 @@ fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
     );
     let mut target = CpuTarget::with_rollback_window(model.clone(), &[64], NO_ROLLBACK);
     let tokens: Vec<u32> = (0..20u32).map(|i| (i * 11 + 3) % 256).collect();
-    target.forward(&[window(0, 0, &tokens[..5], 1)]).unwrap();
+    target.logits(&[window(0, 0, &tokens[..5], 1)]).unwrap();
     for at in 5..8 {
         target
-            .forward(&[window(0, at, &tokens[at..at + 1], 1)])
+            .logits(&[window(0, at, &tokens[at..at + 1], 1)])
             .unwrap();
     }
     assert_eq!(
@@ -526,7 +531,7 @@ fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
         model.state_bytes(NO_ROLLBACK).session(64),
         "a session without rollback holds no snapshots after decode rounds"
     );
-    target.forward(&[window(0, 8, &tokens[8..10], 2)]).unwrap();
+    target.logits(&[window(0, 8, &tokens[8..10], 2)]).unwrap();
     let refused = target.truncate(SessionId(0), 9);
     assert!(
         matches!(&refused, Err(lane::TargetError::Invalid(m)) if m.contains("roll back windows of at most 1 tokens")),

@@ -5,7 +5,8 @@ mod common;
 
 use backend_cpu::{CpuModel, CpuTarget};
 use common::*;
-use lane::{Target, Window};
+use lane::TargetExt;
+use lane::Window;
 use slots::SessionId;
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ fn qwen3_logits_match_transformers_on_every_fixture_and_prompt() {
             let want = read_f32(prompt["logits"].as_str().unwrap());
             let mut target = CpuTarget::new(model.clone(), &[ids.len() as u64]);
             let got = target
-                .forward(&[Window {
+                .logits(&[Window {
                     session: SessionId(0),
                     start: 0,
                     tokens: &ids,
@@ -71,7 +72,7 @@ fn qwen3_greedy_decoding_through_session_state_equals_transformers_generate() {
         let mut target = CpuTarget::new(model, &[(prompt.len() + want.len() + 32) as u64]);
         let s = SessionId(0);
         let mut logits = target
-            .forward(&[Window {
+            .logits(&[Window {
                 session: s,
                 start: 0,
                 tokens: &prompt,
@@ -84,7 +85,7 @@ fn qwen3_greedy_decoding_through_session_state_equals_transformers_generate() {
             got.push(next);
             let start = target.session_len(s);
             logits = target
-                .forward(&[Window {
+                .logits(&[Window {
                     session: s,
                     start,
                     tokens: &[next],

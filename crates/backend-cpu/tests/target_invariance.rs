@@ -7,6 +7,7 @@ mod common;
 
 use backend_cpu::{CpuModel, CpuTarget};
 use common::*;
+use lane::TargetExt;
 use lane::{Target, Window};
 use slots::SessionId;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ fn run_solo(model: &Arc<CpuModel>, p: Vec<u32>) -> Vec<Vec<f32>> {
     let mut target = CpuTarget::new(model.clone(), &[256]);
     let mut s = Stream::new(0, p);
     for _ in 0..STEPS {
-        let out = target.forward(&[s.window()]).unwrap().remove(0);
+        let out = target.logits(&[s.window()]).unwrap().remove(0);
         s.accept(out);
     }
     s.logits
@@ -94,7 +95,7 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
                 .filter(|&i| i / 2 <= round && streams[i].logits.len() < STEPS)
                 .collect();
             let windows: Vec<Window<'_>> = active.iter().map(|&i| streams[i].window()).collect();
-            let outs = target.forward(&windows).unwrap();
+            let outs = target.logits(&windows).unwrap();
             for (i, out) in active.iter().zip(outs) {
                 streams[*i].accept(out);
             }
@@ -130,7 +131,7 @@ fn moved_state_gives_bit_identical_logits_to_never_moved() {
             target.move_state(SessionId(1), SessionId(2)).unwrap();
             s.session = SessionId(2);
         }
-        let out = target.forward(&[s.window()]).unwrap().remove(0);
+        let out = target.logits(&[s.window()]).unwrap().remove(0);
         s.accept(out);
     }
     assert!(
@@ -145,7 +146,7 @@ fn incremental_decode_equals_one_full_forward_bit_for_bit() {
     let ids = prompt(5, 20);
     let mut full = CpuTarget::new(model.clone(), &[64]);
     let all = full
-        .forward(&[Window {
+        .logits(&[Window {
             session: SessionId(0),
             start: 0,
             tokens: &ids,
@@ -157,7 +158,7 @@ fn incremental_decode_equals_one_full_forward_bit_for_bit() {
     let v = model.vocab_size();
     for (i, t) in ids.iter().enumerate() {
         let row = inc
-            .forward(&[Window {
+            .logits(&[Window {
                 session: SessionId(0),
                 start: i as u64,
                 tokens: &[*t],
@@ -177,7 +178,7 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
     let (a, b) = (SessionId(0), SessionId(1));
     for s in [a, b] {
         target
-            .forward(&[Window {
+            .logits(&[Window {
                 session: s,
                 start: 0,
                 tokens: &p,
@@ -187,7 +188,7 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
     }
     // a verifies a window of 4 (sampled token + 3 drafts) and keeps 2; b only ever sees those 2.
     target
-        .forward(&[Window {
+        .logits(&[Window {
             session: a,
             start: 6,
             tokens: &[10, 20, 30, 40],
@@ -196,7 +197,7 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
         .unwrap();
     target.truncate(a, 8).unwrap();
     target
-        .forward(&[Window {
+        .logits(&[Window {
             session: b,
             start: 6,
             tokens: &[10, 20],
@@ -205,7 +206,7 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
         .unwrap();
     assert_eq!(target.session_len(a), 8);
     let next = |t: &mut CpuTarget, s| {
-        t.forward(&[Window {
+        t.logits(&[Window {
             session: s,
             start: 8,
             tokens: &[99],
@@ -227,7 +228,7 @@ fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
     let model = model("qwen3_f32_untied");
     let mut target = CpuTarget::new(model, &[4]);
     let s = SessionId(0);
-    let err = target.forward(&[Window {
+    let err = target.logits(&[Window {
         session: s,
         start: 0,
         tokens: &[1, 2, 3, 4, 5],
@@ -241,14 +242,14 @@ fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
             ..
         })
     ));
-    let err = target.forward(&[Window {
+    let err = target.logits(&[Window {
         session: s,
         start: 2,
         tokens: &[1],
         num_logits: 1,
     }]);
     assert!(matches!(err, Err(lane::TargetError::Invalid(_))));
-    let err = target.forward(&[Window {
+    let err = target.logits(&[Window {
         session: s,
         start: 0,
         tokens: &[1000],
@@ -263,7 +264,7 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
     let ids = prompt(9, 37);
     let mut one = CpuTarget::new(model.clone(), &[64]);
     let whole = one
-        .forward(&[Window {
+        .logits(&[Window {
             session: SessionId(0),
             start: 0,
             tokens: &ids,
@@ -282,7 +283,7 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
             tokens: chunk,
             num_logits: usize::from(is_last),
         };
-        let out = chunked.forward(&[window]).unwrap().remove(0);
+        let out = chunked.logits(&[window]).unwrap().remove(0);
         assert_eq!(out.is_empty(), !is_last, "logits only for the last chunk");
         last = out;
         start += chunk.len();
@@ -291,7 +292,7 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
 }
 
 /// Two targets with the same sessions and history: one answers `forward`, the other
-/// `forward_rows` with some windows greedy (the kept logits buffer reused round after round,
+/// `forward` with some windows wanting greedy tokens (the kept logits buffer reused round after round,
 /// rounds of 4 to 14 wanted rows, more than it keeps a buffer for in the last,
 /// an empty window among them).
 #[test]
@@ -329,8 +330,18 @@ fn greedy_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() 
                 })
                 .collect();
             let greedy = [round % 2 == 0, true, round == 3];
-            let want = plain.forward(&windows).unwrap();
-            let got = rows.forward_rows(&windows, &greedy).unwrap();
+            let wants: Vec<lane::Want> = greedy
+                .iter()
+                .map(|&g| {
+                    if g {
+                        lane::Want::Greedy
+                    } else {
+                        lane::Want::Logits
+                    }
+                })
+                .collect();
+            let want = plain.logits(&windows).unwrap();
+            let got = rows.forward(&windows, &wants).unwrap();
             let vocab = model.vocab_size();
             for (i, (want, got)) in want.iter().zip(got).enumerate() {
                 let expected = if greedy[i] {

@@ -3,6 +3,7 @@
 
 #[cfg(feature = "cuda")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use lane::TargetExt;
     use lane::{Target, Window};
     use slots::SessionId;
     use std::time::Instant;
@@ -21,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 num_logits: 1,
             })
             .collect();
-        t.forward(&windows)?;
+        t.logits(&windows)?;
         for width in [1usize, 2, 3] {
             let tokens = vec![7u32; width];
             let start = Instant::now();
@@ -35,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         num_logits: width,
                     })
                     .collect();
-                t.forward(&windows)?;
+                t.logits(&windows)?;
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;
             println!("{streams} streams, window {width}: {us:.0} µs per round");
@@ -50,12 +51,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     num_logits: 1,
                 })
                 .collect();
-            t.forward(&windows)?;
+            t.logits(&windows)?;
         }
         for k in [1usize, 2] {
             let start = Instant::now();
             for _ in 0..ROUNDS {
-                t.draft(SessionId(0), 7, k)?;
+                t.draft_one(SessionId(0), 7, k)?;
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;
             println!("{streams} streams: draft of {k}: {us:.0} µs per call");

@@ -1,7 +1,7 @@
 //! Without the `cuda` feature: the same entry points, each saying how to get the real ones.
 
 use crate::CudaError;
-use lane::{Target, TargetError, Window};
+use lane::{Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
 use std::path::Path;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ impl Target for CudaTarget {
         match self.never {}
     }
 
-    fn forward(&mut self, _: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+    fn forward(&mut self, _: &[Window<'_>], _: &[Want]) -> Result<Vec<WindowRows>, TargetError> {
         match self.never {}
     }
 

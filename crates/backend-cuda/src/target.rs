@@ -1,6 +1,6 @@
 //! [`CudaTarget`]: `lane::Target` over a [`CudaModel`] and its sessions on the GPU, allocated
 //! once at construction from the plan's capacities. Mirrors backend-cpu's `CpuTarget`: the same
-//! checks, the same MTP bookkeeping, the same greedy drafting.
+//! checks (`lane::check_windows`), the same MTP bookkeeping, the same greedy drafting.
 
 use crate::forward::{self, RoundOut, Scratch, WindowPlan};
 use crate::model::CudaModel;
@@ -8,7 +8,8 @@ use crate::mtp::DraftStart;
 use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
 use crate::CudaError;
 use lane::{
-    check_windows, split_logits, DraftAsk, SessionExtent, Target, TargetError, Window, WindowRows,
+    check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
+    WindowRows,
 };
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
@@ -198,50 +199,51 @@ impl Target for CudaTarget {
         self.sessions.capacity.iter().map(|&c| c as u64).collect()
     }
 
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        match self.round(windows, false)? {
-            RoundOut::Logits(logits) => Ok(split_logits(windows, &logits, self.model.vocab_size())),
-            RoundOut::Greedy(_) => unreachable!("a round asked for logits"),
-        }
-    }
-
-    /// When every window with rows is greedy, the GPU chooses the tokens and only they come
-    /// back (a row of logits is `vocab` floats to copy and scan on the host); otherwise logits.
-    fn forward_rows(
+    /// When every window with rows wants greedy tokens, the GPU chooses them and only they
+    /// come back (a row of logits is `vocab` floats to copy and scan on the host); otherwise the
+    /// round copies its logits back and greedy windows get their rows' greedy tokens from them.
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
+        wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
-        // A window without rows (a prompt chunk) wants nothing either way. One window wanting
-        // logits (sampling, log-probabilities) makes the whole round copy logits back: the
-        // answers are the same, only slower.
+        debug_assert_eq!(windows.len(), wants.len(), "one want per window");
+        // A window without rows (a prompt chunk) wants nothing either way.
         let all_greedy = windows
             .iter()
-            .zip(greedy)
-            .all(|(w, &g)| g || w.num_logits == 0 || w.tokens.is_empty());
-        if !all_greedy {
-            let logits = self.forward(windows)?;
-            return Ok(logits.into_iter().map(WindowRows::Logits).collect());
+            .zip(wants)
+            .all(|(w, &want)| want == Want::Greedy || w.num_logits == 0 || w.tokens.is_empty());
+        match self.round(windows, all_greedy)? {
+            RoundOut::Logits(logits) => Ok(rows_from_logits(
+                windows,
+                wants,
+                &logits,
+                self.model.vocab_size(),
+            )),
+            RoundOut::Greedy(ids) => {
+                let mut at = 0;
+                Ok(windows
+                    .iter()
+                    .zip(wants)
+                    .map(|(w, &want)| {
+                        let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+                        let rows = &ids[at..at + n];
+                        at += n;
+                        if want == Want::Greedy {
+                            WindowRows::Greedy(
+                                rows.iter().map(|&id| u32::try_from(id).ok()).collect(),
+                            )
+                        } else {
+                            debug_assert!(
+                                rows.is_empty(),
+                                "a window wanting logits in a greedy round"
+                            );
+                            WindowRows::Logits(Vec::new())
+                        }
+                    })
+                    .collect())
+            }
         }
-        let RoundOut::Greedy(ids) = self.round(windows, true)? else {
-            unreachable!("a round asked for greedy tokens")
-        };
-        let mut at = 0;
-        Ok(windows
-            .iter()
-            .zip(greedy)
-            .map(|(w, &g)| {
-                let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
-                let rows = &ids[at..at + n];
-                at += n;
-                if g {
-                    WindowRows::Greedy(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
-                } else {
-                    debug_assert!(rows.is_empty(), "a window wanting logits in a greedy round");
-                    WindowRows::Logits(Vec::new())
-                }
-            })
-            .collect())
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
@@ -280,26 +282,12 @@ impl Target for CudaTarget {
         self.model.has_mtp()
     }
 
-    /// Greedy MTP drafts (argmax on the GPU, lowest id on ties as the engine's greedy sampling).
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        let ask = DraftAsk {
-            session,
-            next_token,
-            num_drafts,
-        };
-        self.draft_batch(&[ask]).pop().expect("one answer per ask")
-    }
-
-    /// Every asked session's drafts in one pass of the head per step: the same drafts as one by
-    /// one. Streams asking fewer drafts than the most asked ride along for the extra steps when
-    /// their session has room (the extra rows of the head's cache are past what they keep and
-    /// are written again before they are read); the others get a pass of their own.
-    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+    /// Greedy MTP drafts (argmax on the GPU, lowest id on ties as the engine's greedy sampling),
+    /// every asked session's in one pass of the head per step: the same drafts as one by one.
+    /// Streams asking fewer drafts than the most asked ride along for the extra steps when their
+    /// session has room (the extra rows of the head's cache are past what they keep and are
+    /// written again before they are read); the others get a pass of their own.
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
         debug_assert!(
             asks.iter()
                 .enumerate()

@@ -12,6 +12,7 @@ use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaModel, CudaTarget};
 use common::{load_on_gpu, window};
 use lane::Target;
+use lane::TargetExt;
 use model::KvDtype;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -125,11 +126,11 @@ fn dense_logits_match_transformers_and_the_cpu_backend() {
         let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
         let mut c = CpuTarget::new(cpu.clone(), &[256]);
         let got = g
-            .forward(&[window(0, 0, &prompt, n)])
+            .logits(&[window(0, 0, &prompt, n)])
             .expect("gpu")
             .remove(0);
         let on_cpu = c
-            .forward(&[window(0, 0, &prompt, n)])
+            .logits(&[window(0, 0, &prompt, n)])
             .expect("cpu")
             .remove(0);
         let want = read_f32(case["logits"].as_str().expect("logits file"));
@@ -150,12 +151,12 @@ fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
     let prompt = ids(&fixture()["prompts"][1]["ids"]);
     let steps = 32;
     let decode = |target: &mut dyn Target| {
-        let rows = target.forward(&[window(0, 0, &prompt, 1)]).expect("prompt");
+        let rows = target.logits(&[window(0, 0, &prompt, 1)]).expect("prompt");
         let mut out = vec![argmax(&rows[0])];
         for i in 0..steps - 1 {
             let pos = (prompt.len() + i) as u64;
             let rows = target
-                .forward(&[window(0, pos, &out[i..i + 1], 1)])
+                .logits(&[window(0, pos, &out[i..i + 1], 1)])
                 .expect("decode");
             out.push(argmax(&rows[0]));
         }
@@ -180,21 +181,21 @@ fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
     let (head, tail) = long.split_at(long.len() - 1);
     // Alone: the long prompt's head, then its last token as a decode row.
     let mut alone = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
-    alone.forward(&[window(0, 0, head, 0)]).expect("prefill");
+    alone.logits(&[window(0, 0, head, 0)]).expect("prefill");
     let want = alone
-        .forward(&[window(0, head.len() as u64, tail, 1)])
+        .logits(&[window(0, head.len() as u64, tail, 1)])
         .expect("decode")
         .remove(0);
     // The same rows beside other sessions' prefills and decodes, in other window orders.
     let mut batch = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
     batch
-        .forward(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
+        .logits(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
         .expect("prefill beside another");
     batch
-        .forward(&[window(2, 0, &prompts[0], 1)])
+        .logits(&[window(2, 0, &prompts[0], 1)])
         .expect("another prefill");
     let got = batch
-        .forward(&[
+        .logits(&[
             window(2, prompts[0].len() as u64, &prompts[0], 1),
             window(0, head.len() as u64, tail, 1),
             window(1, prompts[1].len() as u64, &prompts[1][..3], 3),
@@ -236,11 +237,11 @@ fn fp8_logits_match_transformers_and_are_the_same_alone_and_batched() {
         let n = prompt.len();
         let got = CudaTarget::new(&gpu, &[256])
             .expect("target")
-            .forward(&[window(0, 0, prompt, n)])
+            .logits(&[window(0, 0, prompt, n)])
             .expect("gpu")
             .remove(0);
         let on_cpu = CpuTarget::new(cpu.clone(), &[256])
-            .forward(&[window(0, 0, prompt, n)])
+            .logits(&[window(0, 0, prompt, n)])
             .expect("cpu")
             .remove(0);
         let want = read_f32(case["logits"].as_str().expect("logits file"));
@@ -258,17 +259,17 @@ fn fp8_logits_match_transformers_and_are_the_same_alone_and_batched() {
     let long = &prompts[2];
     let (head, tail) = long.split_at(long.len() - 1);
     let mut alone = CudaTarget::new(&gpu, &[256, 256]).expect("target");
-    alone.forward(&[window(0, 0, head, 0)]).expect("prefill");
+    alone.logits(&[window(0, 0, head, 0)]).expect("prefill");
     let want = alone
-        .forward(&[window(0, head.len() as u64, tail, 1)])
+        .logits(&[window(0, head.len() as u64, tail, 1)])
         .expect("decode")
         .remove(0);
     let mut batch = CudaTarget::new(&gpu, &[256, 256]).expect("target");
     batch
-        .forward(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
+        .logits(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
         .expect("prefill beside another");
     let got = batch
-        .forward(&[
+        .logits(&[
             window(1, prompts[1].len() as u64, &prompts[1][..3], 3),
             window(0, head.len() as u64, tail, 1),
         ])

@@ -17,6 +17,7 @@ mod common;
 use backend_cuda::{CudaError, CudaModel, CudaTarget};
 use common::window;
 use lane::Target;
+use lane::TargetExt;
 use model::KvDtype;
 use slots::SessionId;
 use std::path::PathBuf;
@@ -136,14 +137,14 @@ fn greedy_from(
     n: usize,
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut rows = target
-        .forward(&[window(session, 0, prompt, 1)])
+        .logits(&[window(session, 0, prompt, 1)])
         .expect("prompt");
     let mut out = vec![argmax(&rows[0])];
     let mut all = vec![rows.remove(0)];
     for i in 0..n - 1 {
         let pos = (prompt.len() + i) as u64;
         let mut rows = target
-            .forward(&[window(session, pos, &out[i..i + 1], 1)])
+            .logits(&[window(session, pos, &out[i..i + 1], 1)])
             .expect("decode");
         out.push(argmax(&rows[0]));
         all.push(rows.remove(0));
@@ -166,7 +167,7 @@ fn every_gpu_fixture_matches_transformers_and_its_greedy_reply() {
             let n = prompt.len();
             let got = CudaTarget::new(&gpu, &[256])
                 .expect("target")
-                .forward(&[window(0, 0, &prompt, n)])
+                .logits(&[window(0, 0, &prompt, n)])
                 .expect("forward")
                 .remove(0);
             let want = read_f32(case["logits"].as_str().expect("logits file"));
@@ -216,14 +217,14 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
         // chunk or a 3-token window (as a draft verification) rolled back afterwards.
         let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
         let mut rows = t
-            .forward(&[window(0, 0, few, 2), window(1, 0, long, 1)])
+            .logits(&[window(0, 0, few, 2), window(1, 0, long, 1)])
             .expect("prefill beside another");
         let mut got_rows = vec![rows.remove(1)];
         for (i, &token) in want.iter().enumerate().take(STEPS - 1) {
             let pos = (long.len() + i) as u64;
             let few_len = (few.len() + i) as u64;
             let rows = t
-                .forward(&[
+                .logits(&[
                     window(2, 0, &long[..20], 1),
                     window(0, few_len, &few[..3], 3),
                     window(1, pos, &[token], 1),
@@ -243,7 +244,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
         // Moved: the stream fills a session just larger than its prompt, then moves on.
         let cut = long.len() + STEPS / 2;
         let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
-        let mut rows = t.forward(&[window(0, 0, long, 1)]).expect("prompt");
+        let mut rows = t.logits(&[window(0, 0, long, 1)]).expect("prompt");
         let mut got = vec![argmax(&rows[0])];
         let mut moved_rows = vec![rows.remove(0)];
         let mut session = 0;
@@ -254,7 +255,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
                 session = 1;
             }
             let mut rows = t
-                .forward(&[window(session, pos, &got[i..i + 1], 1)])
+                .logits(&[window(session, pos, &got[i..i + 1], 1)])
                 .expect("decode");
             got.push(argmax(&rows[0]));
             moved_rows.push(rows.remove(0));

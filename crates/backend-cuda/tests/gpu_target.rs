@@ -11,8 +11,8 @@ use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaModel, CudaTarget, SessionBytes, MAX_ROLLBACK_WINDOW};
 use common::{load_on_gpu, window};
 use lane::{
-    Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, Window,
-    WindowRows,
+    Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, TargetExt, Want,
+    Window, WindowRows,
 };
 use model::KvDtype;
 use slots::{SessionId, MARGIN};
@@ -94,13 +94,13 @@ fn argmax(row: &[f32]) -> u32 {
 /// Greedy continuation of `prompt` by `n` tokens in session 0, one token per round; every
 /// logits row on the way.
 fn greedy<T: Target>(target: &mut T, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let mut rows = target.forward(&[window(0, 0, prompt, 1)]).expect("prompt");
+    let mut rows = target.logits(&[window(0, 0, prompt, 1)]).expect("prompt");
     let mut out = vec![argmax(&rows[0])];
     let mut all = vec![rows.remove(0)];
     for i in 0..n - 1 {
         let pos = (prompt.len() + i) as u64;
         let mut rows = target
-            .forward(&[window(0, pos, &out[i..i + 1], 1)])
+            .logits(&[window(0, pos, &out[i..i + 1], 1)])
             .expect("decode");
         out.push(argmax(&rows[0]));
         all.push(rows.remove(0));
@@ -115,11 +115,11 @@ fn logits_against_the_cpu(gpu: &Arc<CudaModel>) -> f32 {
     let n = prompt.len();
     let mut c = CpuTarget::new(cpu(), &[256]);
     let mut g = CudaTarget::new(gpu, &[256]).expect("target");
-    let want = c.forward(&[window(0, 0, &prompt, n)]).expect("cpu");
-    let got = g.forward(&[window(0, 0, &prompt, n)]).expect("gpu");
+    let want = c.logits(&[window(0, 0, &prompt, n)]).expect("cpu");
+    let got = g.logits(&[window(0, 0, &prompt, n)]).expect("gpu");
     let next = [argmax(&want[0][(n - 1) * 8192..])];
-    let want2 = c.forward(&[window(0, n as u64, &next, 1)]).expect("cpu");
-    let got2 = g.forward(&[window(0, n as u64, &next, 1)]).expect("gpu");
+    let want2 = c.logits(&[window(0, n as u64, &next, 1)]).expect("cpu");
+    let got2 = g.logits(&[window(0, n as u64, &next, 1)]).expect("gpu");
     let (w, gg): (Vec<f32>, Vec<f32>) = (
         want[0].iter().chain(&want2[0]).copied().collect(),
         got[0].iter().chain(&got2[0]).copied().collect(),
@@ -198,7 +198,7 @@ fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
     // (as a draft verification) of another session.
     let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
     let mut rows = t
-        .forward(&[
+        .logits(&[
             window(1, 0, &b, 2),
             window(0, 0, &a, 1),
             window(2, 0, &b[..5], 0),
@@ -211,7 +211,7 @@ fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
         // Session 1 grows by one kept position per round.
         let b_len = (b.len() + i) as u64;
         let rows = t
-            .forward(&[
+            .logits(&[
                 window(2, c_len, &b[5..8], 0),
                 window(1, b_len, &[11, 12, 13], 3),
                 window(0, pos, &[token], 1),
@@ -222,7 +222,7 @@ fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
         // third session so that its chunk recurs.
         t.truncate(SessionId(1), b_len + 1).expect("truncate");
         t.release(SessionId(2));
-        t.forward(&[window(2, 0, &b[..5], 0)]).expect("refill");
+        t.logits(&[window(2, 0, &b[..5], 0)]).expect("refill");
     }
     for (i, (x, y)) in alone.iter().zip(&together).enumerate() {
         let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
@@ -337,21 +337,21 @@ fn mtp_drafts_equal_the_cpu_backends() {
     let mut c = CpuTarget::new(cpu(), &[256]);
     let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
     let n = prompt.len() as u64;
-    let next = argmax(&c.forward(&[window(0, 0, &prompt, 1)]).expect("cpu")[0]);
-    let _ = g.forward(&[window(0, 0, &prompt, 1)]).expect("gpu");
-    let want = c.draft(SessionId(0), next, 4).expect("cpu drafts");
-    let got = g.draft(SessionId(0), next, 4).expect("gpu drafts");
+    let next = argmax(&c.logits(&[window(0, 0, &prompt, 1)]).expect("cpu")[0]);
+    let _ = g.logits(&[window(0, 0, &prompt, 1)]).expect("gpu");
+    let want = c.draft_one(SessionId(0), next, 4).expect("cpu drafts");
+    let got = g.draft_one(SessionId(0), next, 4).expect("gpu drafts");
     eprintln!("drafts after the prompt: GPU {got:?}, CPU {want:?}");
     assert_eq!(got, want);
     // After a verified window with a rollback, drafting again from the kept rows.
     let window_tokens = [next, want[0], want[1]];
-    c.forward(&[window(0, n, &window_tokens, 3)]).expect("cpu");
-    g.forward(&[window(0, n, &window_tokens, 3)]).expect("gpu");
+    c.logits(&[window(0, n, &window_tokens, 3)]).expect("cpu");
+    g.logits(&[window(0, n, &window_tokens, 3)]).expect("gpu");
     c.truncate(SessionId(0), n + 2).expect("cpu truncate");
     g.truncate(SessionId(0), n + 2).expect("gpu truncate");
     let (want, got) = (
-        c.draft(SessionId(0), 17, 3).expect("cpu"),
-        g.draft(SessionId(0), 17, 3).expect("gpu"),
+        c.draft_one(SessionId(0), 17, 3).expect("cpu"),
+        g.draft_one(SessionId(0), 17, 3).expect("gpu"),
     );
     assert_eq!(got, want, "drafts after a rollback");
     // After a prompt window too long to roll back (the head keeps its last hidden row only).
@@ -364,11 +364,11 @@ fn mtp_drafts_equal_the_cpu_backends() {
     assert!(long.len() > 32, "a window longer than MAX_WINDOW");
     let mut c = CpuTarget::new(cpu(), &[256]);
     let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
-    let next = argmax(&c.forward(&[window(0, 0, &long, 1)]).expect("cpu")[0]);
-    let _ = g.forward(&[window(0, 0, &long, 1)]).expect("gpu");
+    let next = argmax(&c.logits(&[window(0, 0, &long, 1)]).expect("cpu")[0]);
+    let _ = g.logits(&[window(0, 0, &long, 1)]).expect("gpu");
     let (want, got) = (
-        c.draft(SessionId(0), next, 3).expect("cpu"),
-        g.draft(SessionId(0), next, 3).expect("gpu"),
+        c.draft_one(SessionId(0), next, 3).expect("cpu"),
+        g.draft_one(SessionId(0), next, 3).expect("gpu"),
     );
     assert_eq!(got, want, "drafts after a long prompt window");
 }
@@ -393,8 +393,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
     );
     let mut nexts = Vec::new();
     for (s, p) in prompts.iter().enumerate() {
-        let rows = batched.forward(&[window(s, 0, p, 1)]).expect("prompt");
-        alone.forward(&[window(s, 0, p, 1)]).expect("prompt");
+        let rows = batched.logits(&[window(s, 0, p, 1)]).expect("prompt");
+        alone.logits(&[window(s, 0, p, 1)]).expect("prompt");
         nexts.push(argmax(&rows[0]));
     }
     let nums = [3, 3, 2, 3, 3];
@@ -411,7 +411,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
         next_token: 1,
         num_drafts: 2,
     });
-    let answers = batched.draft_batch(&asks);
+    let answers = batched.draft(&asks);
     assert_eq!(answers.len(), asks.len());
     assert!(
         answers[5].is_err(),
@@ -420,7 +420,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
     for (ask, answer) in asks.iter().zip(&answers).take(5) {
         let s = ask.session;
         let want = alone
-            .draft(s, ask.next_token, ask.num_drafts)
+            .draft_one(s, ask.next_token, ask.num_drafts)
             .expect("alone");
         let got = answer.as_ref().expect("batched");
         assert_eq!(got, &want, "{s}: batched drafts differ from drafting alone");
@@ -444,8 +444,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
         // As the engine does, the window only holds what fits the session.
         tokens.truncate((capacities[s.0] - start) as usize);
         let w = [window(s.0, start, &tokens, tokens.len())];
-        let rows = batched.forward(&w).expect("verify");
-        alone.forward(&w).expect("verify");
+        let rows = batched.logits(&w).expect("verify");
+        alone.logits(&w).expect("verify");
         let accepted = tokens.len().saturating_sub(2);
         if tokens.len() > 1 {
             let kept = start + 1 + accepted as u64;
@@ -459,11 +459,11 @@ fn batched_drafts_equal_drafts_one_by_one() {
             num_drafts: ask.num_drafts,
         });
     }
-    let again = batched.draft_batch(&next_asks);
+    let again = batched.draft(&next_asks);
     for (ask, answer) in next_asks.iter().zip(again) {
         let s = ask.session;
         let want = alone
-            .draft(s, ask.next_token, ask.num_drafts)
+            .draft_one(s, ask.next_token, ask.num_drafts)
             .expect("alone");
         assert_eq!(
             answer.expect("batched"),
@@ -491,7 +491,7 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
     );
     for t in [&mut by_logits, &mut by_ids] {
-        t.forward(&[window(0, 0, &a, 1), window(1, 0, &b, 1)])
+        t.logits(&[window(0, 0, &a, 1), window(1, 0, &b, 1)])
             .expect("prompts");
     }
     let (na, nb) = (a.len() as u64, b.len() as u64);
@@ -501,10 +501,10 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         window(0, na, &[17, 18, 19], 3),
         window(1, nb, &[5], 1),
     ];
-    let logits = by_logits.forward(&windows).expect("logits");
+    let logits = by_logits.logits(&windows).expect("logits");
     // The prompt chunk's stream samples: it has no rows this round, so the round stays greedy.
     let rows = by_ids
-        .forward_rows(&windows, &[false, true, true])
+        .forward(&windows, &[Want::Logits, Want::Greedy, Want::Greedy])
         .expect("greedy rows");
     assert_eq!(
         rows[0],
@@ -526,11 +526,18 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         );
     }
     let next = [window(0, na + 3, &[20], 1), window(1, nb + 1, &[6], 1)];
-    let rows = by_ids.forward_rows(&next, &[true, false]).expect("mixed");
-    assert!(
-        rows.iter().all(|r| matches!(r, WindowRows::Logits(_))),
-        "a round with a window wanting logits answers logits"
-    );
+    // A round with a window wanting logits copies them back; its greedy window gets the greedy
+    // tokens of its rows all the same.
+    let want_next = by_logits.logits(&next).expect("logits");
+    let rows = by_ids
+        .forward(&next, &[Want::Greedy, Want::Logits])
+        .expect("mixed");
+    let greedy: Vec<Option<u32>> = want_next[0]
+        .chunks_exact(gpu.vocab_size())
+        .map(|row| lane::sampling::argmax(row).ok())
+        .collect();
+    assert_eq!(rows[0], WindowRows::Greedy(greedy));
+    assert_eq!(rows[1], WindowRows::Logits(want_next[1].clone()));
 }
 
 /// Sessions sized to the drafts (rollback window 1 + K) hold what the plan counts for them, and
@@ -570,7 +577,7 @@ fn a_moved_stream_continues_as_an_unmoved_one() {
     );
     let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
     // Session 0 up to its capacity, then moved to session 1 and continued there.
-    let mut rows = t.forward(&[window(0, 0, &prompt, 1)]).expect("prompt");
+    let mut rows = t.logits(&[window(0, 0, &prompt, 1)]).expect("prompt");
     let mut got = vec![argmax(&rows[0])];
     let mut got_rows = vec![rows.remove(0)];
     let mut session = 0;
@@ -581,7 +588,7 @@ fn a_moved_stream_continues_as_an_unmoved_one() {
             session = 1;
         }
         let mut rows = t
-            .forward(&[window(session, pos, &got[i..i + 1], 1)])
+            .logits(&[window(session, pos, &got[i..i + 1], 1)])
             .expect("decode");
         got.push(argmax(&rows[0]));
         got_rows.push(rows.remove(0));
@@ -617,7 +624,7 @@ fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
         assert!(differ.is_empty(), "{what}: state differs in {differ:?}");
     };
     let both = |a: &mut CudaTarget, b: &mut CudaTarget, w: &[Window<'_>], what: &str| {
-        let (x, y) = (a.forward(w).expect("a"), b.forward(w).expect("b"));
+        let (x, y) = (a.logits(w).expect("a"), b.logits(w).expect("b"));
         same_state(a, b, what);
         let differ: Vec<usize> = (0..x[0].len())
             .filter(|&i| x[0][i].to_bits() != y[0][i].to_bits())
@@ -651,10 +658,10 @@ fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
     }
     let mut t = argmax(&logits);
     for round in 0..24 {
-        let d = a.draft(SessionId(0), t, 1).expect("draft");
+        let d = a.draft_one(SessionId(0), t, 1).expect("draft");
         assert_eq!(
             d,
-            b.draft(SessionId(0), t, 1).expect("draft"),
+            b.draft_one(SessionId(0), t, 1).expect("draft"),
             "round {round}: drafts"
         );
         let tokens = [t, d[0]];

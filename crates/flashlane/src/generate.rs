@@ -8,7 +8,8 @@ use anyhow::anyhow;
 use backend_cpu::{CpuTarget, NO_ROLLBACK};
 use clap::Args;
 use lane::sampling::{sample, Rng};
-use lane::{SamplingParams, SessionId, Target, Window};
+use lane::TargetExt;
+use lane::{SamplingParams, SessionId, Window};
 use model::{ChatMessage, ChatTemplate, Tokenizer};
 use std::path::Path;
 
@@ -128,7 +129,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let mut start = 0u64;
     while generated.len() < args.max_tokens {
         let logits = target
-            .forward(&[Window {
+            .logits(&[Window {
                 session,
                 start,
                 tokens: &window,

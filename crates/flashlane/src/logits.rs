@@ -7,7 +7,8 @@ use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget, NO_ROLLBACK};
 use clap::Args;
-use lane::{SessionId, Target, Window};
+use lane::TargetExt;
+use lane::{SessionId, Window};
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -71,7 +72,7 @@ pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
         num_logits: ids.len(),
     };
     let logits = target
-        .forward(&[window])
+        .logits(&[window])
         .map_err(|e| Failure::from(anyhow!(e)))?
         .remove(0);
     let rows: Vec<&[f32]> = logits.chunks_exact(vocab).collect();

@@ -29,7 +29,7 @@ use crate::sampling::{
     adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens,
 };
 use crate::stream::{State, Stream};
-use crate::target::{DraftAsk, Target, Window, WindowRows};
+use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
 use slots::admission::{pick, Pick};
@@ -649,15 +649,19 @@ impl<T: Target> Engine<T> {
             .collect();
         // Streams that need no more than the greedy token of each row (no sampling, no
         // log-probabilities, no penalties or biases) let the target choose it beside the model.
-        let greedy: Vec<bool> = plans
+        let wants: Vec<Want> = plans
             .iter()
             .map(|p| {
                 let stream = &self.live[p.idx];
-                stream.sampling.is_greedy() && !stream.logprobs && stream.seen.is_none()
+                if stream.sampling.is_greedy() && !stream.logprobs && stream.seen.is_none() {
+                    Want::Greedy
+                } else {
+                    Want::Logits
+                }
             })
             .collect();
         self.counters.forward_calls += 1;
-        let result = self.target.forward_rows(&windows, &greedy);
+        let result = self.target.forward(&windows, &wants);
         drop(windows);
         let outputs = match result {
             Ok(outputs) => outputs,
@@ -678,11 +682,11 @@ impl<T: Target> Engine<T> {
             && plans
                 .iter()
                 .zip(&outputs)
-                .zip(&greedy)
-                .all(|((p, o), &g)| match o {
+                .zip(&wants)
+                .all(|((p, o), &want)| match o {
                     WindowRows::Logits(logits) => logits.len() == p.num_logits * vocab,
                     WindowRows::Greedy(ids) => {
-                        (g || p.num_logits == 0)
+                        (want == Want::Greedy || p.num_logits == 0)
                             && ids.len() == p.num_logits
                             && ids.iter().flatten().all(|&id| (id as usize) < vocab)
                     }
@@ -756,7 +760,7 @@ impl<T: Target> Engine<T> {
         }
         if !asks.is_empty() {
             let batch: Vec<DraftAsk> = asks.iter().map(|(_, a)| *a).collect();
-            let answers = self.target.draft_batch(&batch);
+            let answers = self.target.draft(&batch);
             debug_assert_eq!(answers.len(), asks.len(), "one answer per draft ask");
             for ((idx, _), answer) in asks.into_iter().zip(answers) {
                 match answer {

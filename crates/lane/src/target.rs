@@ -118,21 +118,61 @@ pub fn split_logits(windows: &[Window<'_>], logits: &[f32], vocab: usize) -> Vec
         .collect()
 }
 
-/// What [`Target::forward_rows`] answers for one window.
+/// A round's answer from its logits rows (the wanted rows of every window with tokens, in
+/// order, `[rows, vocab]`): per window its rows, or their greedy tokens where it wants
+/// [`Want::Greedy`] (chosen by [`crate::sampling::argmax`], as the engine would).
+pub fn rows_from_logits(
+    windows: &[Window<'_>],
+    wants: &[Want],
+    logits: &[f32],
+    vocab: usize,
+) -> Vec<WindowRows> {
+    debug_assert_eq!(windows.len(), wants.len(), "one want per window");
+    let mut rows = logits.chunks_exact(vocab);
+    windows
+        .iter()
+        .zip(wants)
+        .map(|(w, want)| {
+            let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+            let mine = rows.by_ref().take(n);
+            match want {
+                Want::Greedy => {
+                    WindowRows::Greedy(mine.map(|r| crate::sampling::argmax(r).ok()).collect())
+                }
+                Want::Logits => WindowRows::Logits(mine.flatten().copied().collect()),
+            }
+        })
+        .collect()
+}
+
+/// What a round needs of one window's logits rows ([`Target::forward`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// The rows themselves (sampling, log-probabilities, penalties, checking).
+    Logits,
+    /// Only each row's greedy token, as [`crate::sampling::argmax`] chooses it: a target that
+    /// can choose it beside the model answers [`WindowRows::Greedy`] and copies a token instead
+    /// of a row of logits; it may answer the rows instead.
+    Greedy,
+}
+
+/// What [`Target::forward`] answers for one window.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WindowRows {
     /// Its logits rows flattened (`num_logits × vocab_size` floats).
     Logits(Vec<f32>),
     /// Each row's greedy token as [`crate::sampling::argmax`] chooses it (`None` where no logit
-    /// is finite), for a window that asked for nothing more.
+    /// is finite), for a window that wanted [`Want::Greedy`].
     Greedy(Vec<Option<u32>>),
 }
 
-/// One session's part of [`Target::draft_batch`]: the arguments of [`Target::draft`].
+/// One session's part of [`Target::draft`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DraftAsk {
     pub session: SessionId,
+    /// The token just sampled after the session's last accepted position.
     pub next_token: u32,
+    /// Drafts wanted at most.
     pub num_drafts: usize,
 }
 
@@ -158,23 +198,15 @@ pub trait Target {
     /// Capacity in tokens of each session this target allocated; index `i` is `SessionId(i)`.
     fn session_capacities(&self) -> Vec<u64>;
 
-    /// Computes every window of a round and returns, per window in order, its logits rows
-    /// flattened (`num_logits × vocab_size` floats). Each window's positions are appended to its
-    /// session's state.
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError>;
-
-    /// [`Target::forward`], where `greedy[i]` says that window `i` needs only each row's greedy
-    /// token: a target that can choose it beside the model answers [`WindowRows::Greedy`] there
-    /// and copies a token instead of a row of logits. The default answers logits everywhere.
-    fn forward_rows(
+    /// Computes every window of a round (each window's positions are appended to its session's
+    /// state) and answers, per window in order, its `num_logits` rows as `wants[i]` asks: the
+    /// rows flattened (`num_logits × vocab_size` floats) for [`Want::Logits`]; for
+    /// [`Want::Greedy`] their greedy tokens, or the rows.
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
-    ) -> Result<Vec<WindowRows>, TargetError> {
-        debug_assert_eq!(windows.len(), greedy.len(), "one greedy flag per window");
-        let logits = self.forward(windows)?;
-        Ok(logits.into_iter().map(WindowRows::Logits).collect())
-    }
+        wants: &[Want],
+    ) -> Result<Vec<WindowRows>, TargetError>;
 
     /// Keeps the first `len` positions of `session` and forgets the rest: rejected drafts are
     /// rolled back, KV rows truncated and linear-attention state restored as of position `len`.
@@ -185,25 +217,12 @@ pub trait Target {
         false
     }
 
-    /// Proposes up to `num_drafts` tokens to follow `next_token`, the token just sampled after the
-    /// session's last accepted position. The drafter's own state lives in the session.
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        let _ = (session, next_token, num_drafts);
-        Ok(Vec::new())
-    }
-
-    /// [`Target::draft`] for several sessions at once (distinct sessions, one ask each), answered
-    /// in the order asked: a target that can draft a batch in one pass over the drafter's weights
-    /// overrides it. Each session's drafts must equal what [`Target::draft`] alone gives it.
-    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
-        asks.iter()
-            .map(|a| self.draft(a.session, a.next_token, a.num_drafts))
-            .collect()
+    /// Proposes, for each ask (distinct sessions), up to `num_drafts` tokens to follow
+    /// `next_token`, answered in the order asked. The drafter's own state lives in the session.
+    /// A session's drafts must not depend on the other asks of the call. Without a drafter,
+    /// none.
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        asks.iter().map(|_| Ok(Vec::new())).collect()
     }
 
     /// Copies all of `from`'s state into the free, larger session `to`, bit for bit, once all
@@ -225,16 +244,12 @@ impl<T: Target + ?Sized> Target for Box<T> {
         (**self).session_capacities()
     }
 
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        (**self).forward(windows)
-    }
-
-    fn forward_rows(
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
+        wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
-        (**self).forward_rows(windows, greedy)
+        (**self).forward(windows, wants)
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
@@ -245,17 +260,8 @@ impl<T: Target + ?Sized> Target for Box<T> {
         (**self).has_drafter()
     }
 
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        (**self).draft(session, next_token, num_drafts)
-    }
-
-    fn draft_batch(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
-        (**self).draft_batch(asks)
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        (**self).draft(asks)
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
@@ -266,6 +272,41 @@ impl<T: Target + ?Sized> Target for Box<T> {
         (**self).release(session)
     }
 }
+
+/// Conveniences over [`Target`] for callers that want every window's logits rows or one
+/// session's drafts (checks, the CLI's `logits` and `generate`, tests).
+pub trait TargetExt: Target {
+    /// [`Target::forward`] wanting every window's logits: per window its rows flattened.
+    fn logits(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        let wants = vec![Want::Logits; windows.len()];
+        self.forward(windows, &wants)?
+            .into_iter()
+            .map(|rows| match rows {
+                WindowRows::Logits(logits) => Ok(logits),
+                WindowRows::Greedy(_) => Err(TargetError::Device(
+                    "the target answered greedy tokens where logits were wanted".into(),
+                )),
+            })
+            .collect()
+    }
+
+    /// [`Target::draft`] for one session.
+    fn draft_one(
+        &mut self,
+        session: SessionId,
+        next_token: u32,
+        num_drafts: usize,
+    ) -> Result<Vec<u32>, TargetError> {
+        let ask = DraftAsk {
+            session,
+            next_token,
+            num_drafts,
+        };
+        self.draft(&[ask]).pop().expect("one answer per ask")
+    }
+}
+
+impl<T: Target + ?Sized> TargetExt for T {}
 
 #[cfg(test)]
 mod tests {

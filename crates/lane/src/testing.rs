@@ -15,7 +15,7 @@
 //! inject faults then (how the tests make "a release ends another stream" happen).
 
 use crate::sampling::{argmax, mix64, Rng};
-use crate::target::{Target, TargetError, Window, WindowRows};
+use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
 use std::collections::VecDeque;
 
@@ -113,6 +113,66 @@ pub struct FakeTarget {
 const LOGIT_SPREAD: f32 = 8.0;
 
 impl FakeTarget {
+    /// The drafts of one ask (none without a drafter).
+    fn draft_for(&self, session: SessionId, next_token: u32, num_drafts: usize) -> Vec<u32> {
+        if !self.config.has_drafter {
+            return Vec::new();
+        }
+        let vocab = self.config.vocab_size as u64;
+        let mut state = chain(self.state_of(session), next_token);
+        let mut drafts = Vec::with_capacity(num_drafts);
+        for _ in 0..num_drafts {
+            let greedy = self.greedy_at(state);
+            let mut coin = Rng::new(state ^ self.config.seed ^ 0x64_7261_6674); // "draft"
+            let draft = if coin.next_f64() < self.config.draft_accept {
+                greedy
+            } else {
+                ((greedy as u64 + 1 + coin.next_u64() % (vocab - 1)) % vocab) as u32
+            };
+            drafts.push(draft);
+            state = chain(state, draft);
+        }
+        drafts
+    }
+
+    /// Every window's logits rows (a round of [`Target::forward`]).
+    fn logits_of(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
+        self.forward_calls += 1;
+        if !self.config.round_time.is_zero() {
+            std::thread::sleep(self.config.round_time);
+        }
+        if let Some(message) = self.faults.forwards.pop_front() {
+            return Err(TargetError::Device(message));
+        }
+        for (i, window) in windows.iter().enumerate() {
+            self.check_window(window)?;
+            if windows[..i].iter().any(|w| w.session == window.session) {
+                return Err(TargetError::Invalid(format!(
+                    "two windows of one round write {}",
+                    window.session
+                )));
+            }
+        }
+        let mut out = Vec::with_capacity(windows.len());
+        for window in windows {
+            let mut state = self.state_of(window.session);
+            let session = &mut self.sessions[window.session.0];
+            for &token in window.tokens {
+                state = chain(state, token);
+                session.tokens.push(token);
+                session.hashes.push(state);
+            }
+            let hashes = &self.sessions[window.session.0].hashes;
+            let first_row = hashes.len() - window.num_logits;
+            let mut logits = Vec::with_capacity(window.num_logits * self.config.vocab_size);
+            for &state in &hashes[first_row..] {
+                self.logits_at(state, &mut logits);
+            }
+            out.push(logits);
+        }
+        Ok(out)
+    }
+
     /// Sessions of these capacities (tokens, margin included), all empty.
     pub fn new(capacities: &[u64], config: FakeConfig) -> FakeTarget {
         assert!(config.vocab_size >= 2, "the fake needs two tokens at least");
@@ -262,19 +322,19 @@ impl Target for FakeTarget {
         self.sessions.iter().map(|s| s.capacity).collect()
     }
 
-    fn forward_rows(
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
+        wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
         let vocab = self.config.vocab_size;
         let greedy_rows = self.config.greedy_rows;
-        let logits = self.forward(windows)?;
+        let logits = self.logits_of(windows)?;
         Ok(logits
             .into_iter()
-            .zip(greedy)
-            .map(|(rows, &g)| {
-                if g && greedy_rows {
+            .zip(wants)
+            .map(|(rows, &want)| {
+                if want == Want::Greedy && greedy_rows {
                     let ids = rows.chunks_exact(vocab).map(|r| argmax(r).ok()).collect();
                     WindowRows::Greedy(ids)
                 } else {
@@ -282,43 +342,6 @@ impl Target for FakeTarget {
                 }
             })
             .collect())
-    }
-
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        self.forward_calls += 1;
-        if !self.config.round_time.is_zero() {
-            std::thread::sleep(self.config.round_time);
-        }
-        if let Some(message) = self.faults.forwards.pop_front() {
-            return Err(TargetError::Device(message));
-        }
-        for (i, window) in windows.iter().enumerate() {
-            self.check_window(window)?;
-            if windows[..i].iter().any(|w| w.session == window.session) {
-                return Err(TargetError::Invalid(format!(
-                    "two windows of one round write {}",
-                    window.session
-                )));
-            }
-        }
-        let mut out = Vec::with_capacity(windows.len());
-        for window in windows {
-            let mut state = self.state_of(window.session);
-            let session = &mut self.sessions[window.session.0];
-            for &token in window.tokens {
-                state = chain(state, token);
-                session.tokens.push(token);
-                session.hashes.push(state);
-            }
-            let hashes = &self.sessions[window.session.0].hashes;
-            let first_row = hashes.len() - window.num_logits;
-            let mut logits = Vec::with_capacity(window.num_logits * self.config.vocab_size);
-            for &state in &hashes[first_row..] {
-                self.logits_at(state, &mut logits);
-            }
-            out.push(logits);
-        }
-        Ok(out)
     }
 
     fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
@@ -343,30 +366,10 @@ impl Target for FakeTarget {
 
     /// Follows the greedy path from `next_token`, proposing the greedy token with probability
     /// `draft_accept` and a different one otherwise; every choice is a hash of the history.
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        if !self.config.has_drafter {
-            return Ok(Vec::new());
-        }
-        let vocab = self.config.vocab_size as u64;
-        let mut state = chain(self.state_of(session), next_token);
-        let mut drafts = Vec::with_capacity(num_drafts);
-        for _ in 0..num_drafts {
-            let greedy = self.greedy_at(state);
-            let mut coin = Rng::new(state ^ self.config.seed ^ 0x64_7261_6674); // "draft"
-            let draft = if coin.next_f64() < self.config.draft_accept {
-                greedy
-            } else {
-                ((greedy as u64 + 1 + coin.next_u64() % (vocab - 1)) % vocab) as u32
-            };
-            drafts.push(draft);
-            state = chain(state, draft);
-        }
-        Ok(drafts)
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        asks.iter()
+            .map(|a| Ok(self.draft_for(a.session, a.next_token, a.num_drafts)))
+            .collect()
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
@@ -415,6 +418,7 @@ impl Target for FakeTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::TargetExt;
 
     fn fake() -> FakeTarget {
         FakeTarget::new(&[64, 64], FakeConfig::default())
@@ -432,19 +436,19 @@ mod tests {
     #[test]
     fn logits_depend_on_the_whole_history_not_just_the_last_token() {
         let mut t = fake();
-        let a = t.forward(&[window(0, 0, &[1, 2, 3], 1)]).unwrap();
-        let b = t.forward(&[window(1, 0, &[9, 2, 3], 1)]).unwrap();
+        let a = t.logits(&[window(0, 0, &[1, 2, 3], 1)]).unwrap();
+        let b = t.logits(&[window(1, 0, &[9, 2, 3], 1)]).unwrap();
         assert_ne!(a, b, "the first token must matter");
     }
 
     #[test]
     fn a_window_computes_the_same_rows_as_one_token_at_a_time() {
         let mut t = fake();
-        let whole = t.forward(&[window(0, 0, &[4, 5, 6], 3)]).unwrap();
+        let whole = t.logits(&[window(0, 0, &[4, 5, 6], 3)]).unwrap();
         let mut rows = Vec::new();
         for (i, tok) in [4u32, 5, 6].iter().enumerate() {
             rows.extend(
-                t.forward(&[window(1, i as u64, &[*tok], 1)])
+                t.logits(&[window(1, i as u64, &[*tok], 1)])
                     .unwrap()
                     .remove(0),
             );
@@ -455,11 +459,11 @@ mod tests {
     #[test]
     fn a_skipped_rollback_changes_the_next_rows() {
         let mut t = fake();
-        t.forward(&[window(0, 0, &[1, 2, 7, 7], 0)]).unwrap();
-        t.forward(&[window(1, 0, &[1, 2, 7, 7], 0)]).unwrap();
+        t.logits(&[window(0, 0, &[1, 2, 7, 7], 0)]).unwrap();
+        t.logits(&[window(1, 0, &[1, 2, 7, 7], 0)]).unwrap();
         t.truncate(SessionId(0), 2).unwrap();
-        let rolled = t.forward(&[window(0, 2, &[3], 1)]).unwrap();
-        let kept = t.forward(&[window(1, 4, &[3], 1)]).unwrap();
+        let rolled = t.logits(&[window(0, 2, &[3], 1)]).unwrap();
+        let kept = t.logits(&[window(1, 4, &[3], 1)]).unwrap();
         assert_ne!(rolled, kept);
     }
 
@@ -467,12 +471,12 @@ mod tests {
     fn a_window_at_the_wrong_position_or_past_the_capacity_is_refused() {
         let mut t = fake();
         assert!(matches!(
-            t.forward(&[window(0, 1, &[1], 1)]),
+            t.logits(&[window(0, 1, &[1], 1)]),
             Err(TargetError::Invalid(_))
         ));
         let long = vec![1u32; 65];
         assert!(matches!(
-            t.forward(&[window(0, 0, &long, 1)]),
+            t.logits(&[window(0, 0, &long, 1)]),
             Err(TargetError::Overflow { .. })
         ));
     }
@@ -481,12 +485,12 @@ mod tests {
     fn greedy_reply_matches_stepping_the_target() {
         let mut t = fake();
         let reply = t.greedy_reply(&[3, 1, 4], 5, &[]);
-        let mut last = t.forward(&[window(0, 0, &[3, 1, 4], 1)]).unwrap().remove(0);
+        let mut last = t.logits(&[window(0, 0, &[3, 1, 4], 1)]).unwrap().remove(0);
         for (i, &expected) in reply.iter().enumerate() {
             let token = crate::sampling::argmax(&last).unwrap();
             assert_eq!(token, expected, "token {i}");
             last = t
-                .forward(&[window(0, 3 + i as u64, &[token], 1)])
+                .logits(&[window(0, 3 + i as u64, &[token], 1)])
                 .unwrap()
                 .remove(0);
         }
@@ -499,10 +503,10 @@ mod tests {
             ..FakeConfig::default()
         };
         let mut t = FakeTarget::new(&[64, 64], config);
-        t.forward(&[window(0, 0, &[1, 2], 1), window(1, 0, &[1, 2], 1)])
+        t.logits(&[window(0, 0, &[1, 2], 1), window(1, 0, &[1, 2], 1)])
             .unwrap();
-        let a = t.draft(SessionId(0), 5, 4).unwrap();
-        assert_eq!(a, t.draft(SessionId(1), 5, 4).unwrap());
+        let a = t.draft_one(SessionId(0), 5, 4).unwrap();
+        assert_eq!(a, t.draft_one(SessionId(1), 5, 4).unwrap());
         let greedy = t.greedy_reply(&[1, 2, 5], 1, &[]);
         assert_ne!(
             a[0], greedy[0],
@@ -513,7 +517,7 @@ mod tests {
     #[test]
     fn injected_move_faults_come_first_then_moves_copy_everything() {
         let mut t = FakeTarget::new(&[64, 128], FakeConfig::default());
-        t.forward(&[window(0, 0, &[1, 2, 3], 0)]).unwrap();
+        t.logits(&[window(0, 0, &[1, 2, 3], 0)]).unwrap();
         t.faults.fail_next_move(MoveFault::NotSettled);
         assert_eq!(
             t.move_state(SessionId(0), SessionId(1)),

@@ -1,5 +1,5 @@
 //! What the engine takes from a target that answers greedy windows with their tokens
-//! (`Target::forward_rows`): an empty answer of either kind for a window without rows, and
+//! (`Target::forward` with `Want::Greedy`): an empty answer of either kind for a window without rows, and
 //! nothing outside the vocabulary.
 
 mod common;
@@ -7,7 +7,8 @@ mod common;
 use common::*;
 use lane::testing::{FakeConfig, FakeTarget};
 use lane::{
-    DraftMode, Engine, EngineConfig, FinishReason, Policy, Target, TargetError, Window, WindowRows,
+    DraftAsk, DraftMode, Engine, EngineConfig, FinishReason, Policy, Target, TargetError, Want,
+    Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
 
@@ -34,17 +35,13 @@ impl Target for Bent {
         self.fake.session_capacities()
     }
 
-    fn forward(&mut self, windows: &[Window<'_>]) -> Result<Vec<Vec<f32>>, TargetError> {
-        self.fake.forward(windows)
-    }
-
-    fn forward_rows(
+    fn forward(
         &mut self,
         windows: &[Window<'_>],
-        greedy: &[bool],
+        wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
         let vocab = self.fake.vocab_size() as u32;
-        let rows = self.fake.forward_rows(windows, greedy)?;
+        let rows = self.fake.forward(windows, wants)?;
         Ok(rows
             .into_iter()
             .map(|r| match (self.answer, r) {
@@ -67,13 +64,8 @@ impl Target for Bent {
         self.fake.has_drafter()
     }
 
-    fn draft(
-        &mut self,
-        session: SessionId,
-        next_token: u32,
-        num_drafts: usize,
-    ) -> Result<Vec<u32>, TargetError> {
-        self.fake.draft(session, next_token, num_drafts)
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        self.fake.draft(asks)
     }
 
     fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {

@@ -8,6 +8,7 @@ use crate::kernels::testutil::Rng;
 use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::state::SessionState;
+use lane::TargetExt;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -425,7 +426,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
         }
         // Plain, in session 0.
         let mut row = target
-            .forward(&[window(0, 0, &prompt, 1)])
+            .logits(&[window(0, 0, &prompt, 1)])
             .unwrap()
             .remove(0);
         let (mut plain_tokens, mut plain_rows) = (Vec::new(), Vec::new());
@@ -433,7 +434,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
             let t = argmax(&row);
             plain_tokens.push(t);
             row = target
-                .forward(&[window(0, prompt.len() + i, &[t], 1)])
+                .logits(&[window(0, prompt.len() + i, &[t], 1)])
                 .unwrap()
                 .remove(0);
             plain_rows.push(row.clone());
@@ -441,7 +442,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
         // Speculative, in session 1, moved to session 2 half way.
         let mut session = 1;
         let mut last = target
-            .forward(&[window(session, 0, &prompt, 1)])
+            .logits(&[window(session, 0, &prompt, 1)])
             .unwrap()
             .remove(0);
         let mut produced = 0;
@@ -464,7 +465,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
             }
             let start = prompt.len() + produced;
             let out = target
-                .forward(&[window(session, start, &tokens, tokens.len())])
+                .logits(&[window(session, start, &tokens, tokens.len())])
                 .unwrap()
                 .remove(0);
             let row = |i: usize| &out[i * v..(i + 1) * v];
