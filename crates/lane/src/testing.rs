@@ -14,6 +14,8 @@
 //! rounds fail with a device error. A release hook runs while a session is released and may
 //! inject faults then (how the tests make "a release ends another stream" happen).
 
+pub mod conformance;
+
 use crate::sampling::{argmax, mix64, Rng};
 use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
@@ -30,7 +32,7 @@ pub struct FakeConfig {
     pub draft_accept: f64,
     /// Whether [`Target::draft`] proposes anything.
     pub has_drafter: bool,
-    /// Whether [`Target::forward_rows`] answers greedy windows with their tokens (as a GPU
+    /// Whether [`Target::forward`] answers windows wanting greedy tokens with them (as a GPU
     /// target does) rather than their logits.
     pub greedy_rows: bool,
     /// How long each forward pass takes at least (zero: as fast as the host runs it). A test that
@@ -368,7 +370,15 @@ impl Target for FakeTarget {
     /// `draft_accept` and a different one otherwise; every choice is a hash of the history.
     fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
         asks.iter()
-            .map(|a| Ok(self.draft_for(a.session, a.next_token, a.num_drafts)))
+            .map(|a| {
+                if a.session.0 >= self.sessions.len() {
+                    return Err(TargetError::Invalid(format!(
+                        "{} does not exist",
+                        a.session
+                    )));
+                }
+                Ok(self.draft_for(a.session, a.next_token, a.num_drafts))
+            })
             .collect()
     }
 
@@ -417,6 +427,84 @@ impl Target for FakeTarget {
 
 #[cfg(test)]
 mod tests {
+    use super::conformance;
+
+    /// A fake that breaks one rule of the contract, for checking that the suite notices.
+    struct Broken {
+        fake: FakeTarget,
+        /// Logits shifted by the number of windows in the round.
+        batch_dependent: bool,
+        /// `truncate` forgets nothing.
+        no_rollback: bool,
+    }
+
+    impl Target for Broken {
+        fn vocab_size(&self) -> usize {
+            self.fake.vocab_size()
+        }
+        fn session_capacities(&self) -> Vec<u64> {
+            self.fake.session_capacities()
+        }
+        fn forward(
+            &mut self,
+            windows: &[Window<'_>],
+            wants: &[Want],
+        ) -> Result<Vec<WindowRows>, TargetError> {
+            let n = windows.len() as f32;
+            let rows = self.fake.forward(windows, wants)?;
+            Ok(rows
+                .into_iter()
+                .map(|r| match r {
+                    WindowRows::Logits(l) if self.batch_dependent => {
+                        WindowRows::Logits(l.iter().map(|v| v + 1e-3 * n).collect())
+                    }
+                    r => r,
+                })
+                .collect())
+        }
+        fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+            if self.no_rollback {
+                return Ok(());
+            }
+            self.fake.truncate(session, len)
+        }
+        fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+            self.fake.move_state(from, to)
+        }
+        fn release(&mut self, session: SessionId) {
+            self.fake.release(session)
+        }
+    }
+
+    fn broken(batch_dependent: bool, no_rollback: bool) -> impl FnMut(&[u64]) -> Broken {
+        move |caps| Broken {
+            fake: FakeTarget::new(caps, FakeConfig::default()),
+            batch_dependent,
+            no_rollback,
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "alone = batched: step 0 differs")]
+    fn the_suite_notices_batch_dependent_logits() {
+        conformance::alone_equals_batched(&mut broken(true, false));
+    }
+
+    #[test]
+    #[should_panic(expected = "a window with drafts")]
+    fn the_suite_notices_a_rollback_that_forgets_nothing() {
+        conformance::rollback_and_release(&mut broken(false, true));
+    }
+
+    #[test]
+    fn the_fake_target_conforms() {
+        let config = FakeConfig {
+            has_drafter: true,
+            ..FakeConfig::default()
+        };
+        conformance::run_all("fake", &mut |caps| FakeTarget::new(caps, config));
+    }
+
     use super::*;
     use crate::target::TargetExt;
 
