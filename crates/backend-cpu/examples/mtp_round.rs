@@ -44,7 +44,7 @@ fn main() -> anyhow::Result<()> {
         return windows_only(&dir, width);
     }
     let model = Arc::new(CpuModel::load(std::path::Path::new(&dir), false)?);
-    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], WIDEST);
+    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], window(WIDEST));
     let prompt: Vec<u32> = (0..16u32).map(|i| 20 + i).collect();
     let s = SessionId(0);
     for pass in 0..PASSES {
@@ -105,7 +105,7 @@ fn cpu_pressure() -> String {
 
 fn windows_only(dir: &str, width: usize) -> anyhow::Result<()> {
     let model = Arc::new(CpuModel::load(std::path::Path::new(dir), false)?);
-    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], width.clamp(1, WIDEST));
+    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], window(width.clamp(1, WIDEST)));
     let tokens: Vec<u32> = (0..CAPACITY as u32).map(|i| 20 + i % 10).collect();
     let s = SessionId(0);
     let mut len = 0;
@@ -125,4 +125,9 @@ fn windows_only(dir: &str, width: usize) -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64() * 1e3 / PROFILED_ROUNDS as f64
     );
     Ok(())
+}
+
+/// The rollback window of `tokens` tokens (1 to `WIDEST`).
+fn window(tokens: usize) -> backend_cpu::RollbackWindow {
+    backend_cpu::RollbackWindow::of_tokens(tokens).expect("1 to WIDEST tokens")
 }

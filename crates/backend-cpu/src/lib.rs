@@ -25,5 +25,5 @@ pub mod state;
 pub mod target;
 
 pub use crate::model::{CpuModel, ModelCosts};
-pub use state::{SessionState, StateBytes, NO_ROLLBACK};
+pub use state::{session_costs, RollbackWindow, SessionCosts, SessionState, NO_ROLLBACK};
 pub use target::CpuTarget;

@@ -10,7 +10,7 @@ use crate::kernels::on_pool;
 use crate::layers::{Mixer, Mlp, Segment};
 use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
 use crate::qwen3_next;
-use crate::state::{SessionState, StateBytes};
+use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
 use model::{
     Arch, Config, LayerKind, LoadError, LoadFormat, Placement, Tensor, TensorData, Weights,
 };
@@ -145,15 +145,14 @@ impl CpuModel {
     }
 
     /// Bytes one session costs (for the plan), for sessions that roll back windows of up to
-    /// `rollback_window` tokens (`1 + drafts per window`).
-    pub fn state_bytes(&self, rollback_window: usize) -> StateBytes {
-        StateBytes::of(&self.config, self.has_mtp(), rollback_window)
+    /// `window` tokens.
+    pub fn session_costs(&self, window: RollbackWindow) -> SessionCosts {
+        session_costs(&self.config, self.has_mtp(), window)
     }
 
-    /// A fresh session of `capacity` positions that rolls back windows of up to
-    /// `rollback_window` tokens.
-    pub fn new_session(&self, capacity: usize, rollback_window: usize) -> SessionState {
-        SessionState::new(&self.config, capacity, self.has_mtp(), rollback_window)
+    /// A fresh session of `capacity` positions that rolls back windows of up to `window` tokens.
+    pub fn new_session(&self, capacity: usize, window: RollbackWindow) -> SessionState {
+        SessionState::new(&self.config, capacity, self.has_mtp(), window)
     }
 
     /// Embedding rows of `tokens`, `[T, hidden]` f32.
@@ -275,8 +274,8 @@ impl ModelCosts {
         })
     }
 
-    /// Session costs for sessions that roll back windows of up to `rollback_window` tokens.
-    pub fn state_bytes(&self, rollback_window: usize) -> StateBytes {
-        StateBytes::of(&self.config, self.with_mtp, rollback_window)
+    /// Session costs for sessions that roll back windows of up to `window` tokens.
+    pub fn session_costs(&self, window: RollbackWindow) -> SessionCosts {
+        session_costs(&self.config, self.with_mtp, window)
     }
 }

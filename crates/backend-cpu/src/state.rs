@@ -6,7 +6,7 @@
 //! is the whole of a move, [`SessionState::truncate`] the whole of a rollback.
 
 use crate::kernels::attention::KvLayout;
-use crate::qwen3_next::{MtpState, MAX_ROLLBACK_WINDOW, MTP_HIDDEN_ROWS};
+use crate::qwen3_next::{MtpState, MTP_HIDDEN_ROWS};
 use model::{Config, LayerKind};
 
 /// KV rows of one full-attention layer, f32, each of K and V `[kv_heads, capacity, head_dim]`:
@@ -188,68 +188,43 @@ pub struct SessionState {
     pub mtp: Option<MtpState>,
 }
 
-/// Bytes a session costs, as `slots::plan` wants them: what [`SessionState`] allocates at its
-/// peak (see [`SessionState::allocated_bytes`]), never less.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StateBytes {
-    /// Per position: KV rows of every full-attention layer (and of the MTP head's layer).
-    pub per_token: u64,
-    /// Whatever the capacity: per linear layer its conv tail and recurrent state plus one
-    /// snapshot of both per position inside the rollback window; the MTP head's hidden rows.
-    pub fixed: u64,
-}
-
-pub use lane::NO_ROLLBACK;
+pub use lane::{RollbackWindow, SessionCosts, NO_ROLLBACK};
 
 const F32: u64 = 4;
 
-/// Checks a rollback window (`1 + drafts per window`) and gives the snapshots a linear layer keeps
-/// for it.
-fn snapshot_slots(rollback_window: usize) -> usize {
-    assert!(
-        (NO_ROLLBACK..=MAX_ROLLBACK_WINDOW).contains(&rollback_window),
-        "rollback window {rollback_window} outside 1..={MAX_ROLLBACK_WINDOW}"
-    );
-    rollback_window - 1
-}
-
-impl StateBytes {
-    /// Session costs of `config` for sessions that roll back windows of up to `rollback_window`
-    /// tokens (`1 + drafts per window`; [`NO_ROLLBACK`] without drafts).
-    pub fn of(config: &Config, with_mtp: bool, rollback_window: usize) -> StateBytes {
-        let snapshots = snapshot_slots(rollback_window) as u64;
-        let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
-        // The head is one decoder layer (`mtp.layers.0`), whatever the config declares.
-        let mtp_layers = u64::from(with_mtp);
-        let per_token = (config.num_attention_layers() as u64 + mtp_layers) * kv_row;
-        let linear = config.linear.as_ref().map_or(0, |l| {
-            ((l.conv_kernel - 1) * l.conv_channels()
-                + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
-                * F32
-        });
-        let snapshot_entry = std::mem::size_of::<LinearSnapshot>() as u64;
-        let fixed = config.num_linear_layers() as u64
-            * (linear * (1 + snapshots) + snapshot_entry * snapshots)
-            + mtp_layers * (MTP_HIDDEN_ROWS * config.hidden_size) as u64 * F32;
-        StateBytes { per_token, fixed }
-    }
-
-    /// The plan's bytes for a session of `capacity` positions.
-    pub fn session(&self, capacity: u64) -> u64 {
-        self.per_token * capacity + self.fixed
-    }
+/// What a CPU session of `config` costs, as `slots::plan` wants it: what [`SessionState`]
+/// allocates at its peak (see [`SessionState::allocated_bytes`]), never less. Per position the
+/// KV rows of every full-attention layer (and of the MTP head's layer); whatever the capacity,
+/// per linear layer its conv tail and recurrent state plus a snapshot of both for each
+/// [`RollbackWindow::snapshots`], and the MTP head's hidden rows.
+pub fn session_costs(config: &Config, with_mtp: bool, window: RollbackWindow) -> SessionCosts {
+    let snapshots = window.snapshots() as u64;
+    let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
+    // The head is one decoder layer (`mtp.layers.0`), whatever the config declares.
+    let mtp_layers = u64::from(with_mtp);
+    let per_token = (config.num_attention_layers() as u64 + mtp_layers) * kv_row;
+    let linear = config.linear.as_ref().map_or(0, |l| {
+        ((l.conv_kernel - 1) * l.conv_channels()
+            + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
+            * F32
+    });
+    let snapshot_entry = std::mem::size_of::<LinearSnapshot>() as u64;
+    let fixed = config.num_linear_layers() as u64
+        * (linear * (1 + snapshots) + snapshot_entry * snapshots)
+        + mtp_layers * (MTP_HIDDEN_ROWS * config.hidden_size) as u64 * F32;
+    SessionCosts { per_token, fixed }
 }
 
 impl SessionState {
     /// All buffers of a session of `capacity` positions for `config`, able to roll back windows
-    /// of up to `rollback_window` tokens.
+    /// of up to `window` tokens.
     pub fn new(
         config: &Config,
         capacity: usize,
         with_mtp: bool,
-        rollback_window: usize,
+        window: RollbackWindow,
     ) -> SessionState {
-        let slots = snapshot_slots(rollback_window);
+        let slots = window.snapshots();
         let layers = config
             .layer_types
             .iter()
@@ -291,7 +266,7 @@ impl SessionState {
     }
 
     /// Bytes this session's buffers hold now (their capacities, not their lengths): at most
-    /// [`StateBytes::session`] of its capacity, whatever it computed.
+    /// [`SessionCosts::session`] of its capacity, whatever it computed.
     pub fn allocated_bytes(&self) -> u64 {
         let f32s = |v: &Vec<f32>| v.capacity() as u64 * F32;
         let kv = |kv: &KvRows| f32s(&kv.k) + f32s(&kv.v);

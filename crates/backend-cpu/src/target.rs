@@ -8,7 +8,8 @@
 
 use crate::layers::Segment;
 use crate::model::CpuModel;
-use crate::qwen3_next::{DraftStart, MtpWindow, MAX_ROLLBACK_WINDOW};
+use crate::qwen3_next::{DraftStart, MtpWindow};
+use crate::state::RollbackWindow;
 use crate::state::SessionState;
 use lane::{
     check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
@@ -29,7 +30,7 @@ pub struct CpuTarget {
     model: Arc<CpuModel>,
     sessions: Vec<SessionState>,
     /// Longest window with drafts this target verifies (its sessions can roll it back).
-    rollback_window: usize,
+    rollback_window: RollbackWindow,
     /// The last round's logits `[wanted rows, vocab]`, kept for the next round when it is at most
     /// [`KEPT_LOGITS_ROWS`] rows.
     logits: Vec<f32>,
@@ -37,28 +38,28 @@ pub struct CpuTarget {
 
 impl CpuTarget {
     /// Allocates one session per capacity (index `i` is `SessionId(i)`), able to roll back any
-    /// window the engine verifies (up to [`MAX_ROLLBACK_WINDOW`] tokens).
+    /// window the engine verifies ([`RollbackWindow::MAX`]).
     pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
-        CpuTarget::with_rollback_window(model, capacities, MAX_ROLLBACK_WINDOW)
+        CpuTarget::with_rollback_window(model, capacities, RollbackWindow::MAX)
     }
 
-    /// Allocates one session per capacity, able to roll back windows of up to `rollback_window`
-    /// tokens: `1 + drafts per window` of the engine it serves ([`crate::NO_ROLLBACK`] when
-    /// nothing drafts). Each position of it costs every linear layer a copy of its state, so a
-    /// server sizes it to its drafts rather than to the widest window there could be.
+    /// Allocates one session per capacity, able to roll back windows of up to `window` tokens
+    /// (`1 + drafts per window` of the engine it serves; [`RollbackWindow::NONE`] when nothing
+    /// drafts). Each position of it but the first costs every linear layer a copy of its state,
+    /// so a server sizes it to its drafts rather than to the widest window there could be.
     pub fn with_rollback_window(
         model: Arc<CpuModel>,
         capacities: &[u64],
-        rollback_window: usize,
+        window: RollbackWindow,
     ) -> CpuTarget {
         let sessions = capacities
             .iter()
-            .map(|&c| model.new_session(c as usize, rollback_window))
+            .map(|&c| model.new_session(c as usize, window))
             .collect();
         CpuTarget {
             model,
             sessions,
-            rollback_window,
+            rollback_window: window,
             logits: Vec::new(),
         }
     }
@@ -221,7 +222,7 @@ impl Target for CpuTarget {
         state.truncate(len as usize).map_err(|e| {
             TargetError::Invalid(format!(
                 "{session}: {e} (this target's sessions roll back windows of at most {} tokens)",
-                self.rollback_window
+                self.rollback_window.tokens()
             ))
         })
     }

@@ -11,7 +11,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget, StateBytes};
+use backend_cpu::{CpuModel, CpuTarget, RollbackWindow, SessionCosts};
 use common::*;
 use lane::TargetExt;
 use lane::{
@@ -363,9 +363,10 @@ fn planned_session_bytes_cover_what_a_session_allocates() {
 }
 
 fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuModel>, w: usize) {
-    let bytes: StateBytes = model.state_bytes(w);
+    let rollback = RollbackWindow::of_tokens(w).expect("a window");
+    let bytes: SessionCosts = model.session_costs(rollback);
     let caps = [96u64, 160];
-    let mut target = CpuTarget::with_rollback_window(model.clone(), &caps, w);
+    let mut target = CpuTarget::with_rollback_window(model.clone(), &caps, rollback);
     let check = |target: &CpuTarget, what: &str| {
         for (i, &cap) in caps.iter().enumerate() {
             let held = target.session_state(SessionId(i)).allocated_bytes();
@@ -508,17 +509,17 @@ fn batched_drafts_equal_drafts_one_by_one() {
 /// with a clear error.
 #[test]
 fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
-    use backend_cpu::qwen3_next::MAX_ROLLBACK_WINDOW;
-    use backend_cpu::NO_ROLLBACK;
     let model = load(MTP_FIXTURE);
-    let widest = model.state_bytes(MAX_ROLLBACK_WINDOW).fixed;
-    let default = model.state_bytes(3).fixed;
-    let none = model.state_bytes(NO_ROLLBACK).fixed;
+    let widest = model.session_costs(RollbackWindow::MAX).fixed;
+    let default = model
+        .session_costs(RollbackWindow::for_drafts(2).expect("a window"))
+        .fixed;
+    let none = model.session_costs(RollbackWindow::NONE).fixed;
     assert!(
         none < default && default * 4 < widest,
         "fixed bytes: none {none}, default {default}, widest {widest}"
     );
-    let mut target = CpuTarget::with_rollback_window(model.clone(), &[64], NO_ROLLBACK);
+    let mut target = CpuTarget::with_rollback_window(model.clone(), &[64], RollbackWindow::NONE);
     let tokens: Vec<u32> = (0..20u32).map(|i| (i * 11 + 3) % 256).collect();
     target.logits(&[window(0, 0, &tokens[..5], 1)]).unwrap();
     for at in 5..8 {
@@ -528,7 +529,7 @@ fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
     }
     assert_eq!(
         target.session_state(SessionId(0)).allocated_bytes(),
-        model.state_bytes(NO_ROLLBACK).session(64),
+        model.session_costs(RollbackWindow::NONE).session(64),
         "a session without rollback holds no snapshots after decode rounds"
     );
     target.logits(&[window(0, 8, &tokens[8..10], 2)]).unwrap();

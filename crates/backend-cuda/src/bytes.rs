@@ -3,38 +3,27 @@
 
 use model::{Config, KvDtype};
 
-pub use lane::MAX_ROLLBACK_WINDOW;
+pub use lane::{RollbackWindow, SessionCosts, MAX_ROLLBACK_WINDOW};
 
-/// What one session costs on the GPU, as the CUDA target's sessions allocate it: `per_token` bytes for
-/// each position of its capacity and `fixed` bytes whatever its capacity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SessionBytes {
-    pub per_token: u64,
-    pub fixed: u64,
-}
-
-impl SessionBytes {
-    /// The bytes of sessions of `config` with or without MTP rows, built for windows of up to
-    /// `rollback` tokens, keeping K and V as `kv`.
-    pub fn of(config: &Config, with_mtp: bool, rollback: usize, kv: KvDtype) -> SessionBytes {
-        let f32_bytes = std::mem::size_of::<f32>() as u64;
-        let kv_row = (config.num_kv_heads * config.head_dim) as u64;
-        let kv_layers = (config.num_attention_layers() + usize::from(with_mtp)) as u64;
-        let lin_stride = linear_layer_floats(config) * config.num_linear_layers();
-        let ring = if with_mtp { rollback + 1 } else { 0 };
-        SessionBytes {
-            per_token: 2 * kv_layers * kv_row * kv.bytes(),
-            // The state and `rollback − 1` snapshots (none before a window's first token).
-            fixed: (rollback * lin_stride + ring * config.hidden_size) as u64 * f32_bytes,
-        }
-    }
-
-    /// Bytes of sessions of these capacities.
-    pub fn total(&self, capacities: &[u64]) -> u64 {
-        capacities
-            .iter()
-            .map(|c| c * self.per_token + self.fixed)
-            .sum()
+/// What one session of `config` costs on the GPU, as the CUDA target's sessions allocate it:
+/// per position the K and V rows (as `kv`) of every full-attention layer and of an MTP head's;
+/// whatever the capacity, the linear layers' state and its [`RollbackWindow::snapshots`] (f32),
+/// and an MTP head's ring of `window + 1` hidden rows.
+pub fn session_costs(
+    config: &Config,
+    with_mtp: bool,
+    window: RollbackWindow,
+    kv: KvDtype,
+) -> SessionCosts {
+    let f32_bytes = std::mem::size_of::<f32>() as u64;
+    let kv_row = (config.num_kv_heads * config.head_dim) as u64;
+    let kv_layers = (config.num_attention_layers() + usize::from(with_mtp)) as u64;
+    let lin_stride = linear_layer_floats(config) * config.num_linear_layers();
+    let ring = if with_mtp { window.tokens() + 1 } else { 0 };
+    SessionCosts {
+        per_token: 2 * kv_layers * kv_row * kv.bytes(),
+        fixed: ((1 + window.snapshots()) * lin_stride + ring * config.hidden_size) as u64
+            * f32_bytes,
     }
 }
 
@@ -64,21 +53,23 @@ mod tests {
         // 6 linear layers of a conv tail (3 × 1024 channels) and 8 states of 64 × 64.
         let linear = 6 * (3 * 1024 + 8 * 64 * 64);
         for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
-            let bytes = SessionBytes::of(&config, true, rollback, KvDtype::F32);
+            let window = RollbackWindow::of_tokens(rollback).expect("a window");
+            let bytes = session_costs(&config, true, window, KvDtype::F32);
             let fixed = (rollback * linear + (rollback + 1) * 320) as u64 * 4;
             assert_eq!(
                 bytes,
-                SessionBytes { per_token, fixed },
+                SessionCosts { per_token, fixed },
                 "rollback {rollback}"
             );
             assert_eq!(bytes.total(&[100, 7]), 107 * per_token + 2 * fixed);
         }
-        let without_head = SessionBytes::of(&config, false, 4, KvDtype::F32);
+        let four = RollbackWindow::of_tokens(4).expect("a window");
+        let without_head = session_costs(&config, false, four, KvDtype::F32);
         assert_eq!(without_head.per_token, 2 * 2 * 2 * 64 * 4);
         assert_eq!(without_head.fixed, (4 * linear) as u64 * 4);
         // bf16 rows take half the bytes; the f32 linear state does not change.
-        let bf16 = SessionBytes::of(&config, true, 4, KvDtype::Bf16);
-        let f32 = SessionBytes::of(&config, true, 4, KvDtype::F32);
+        let bf16 = session_costs(&config, true, four, KvDtype::Bf16);
+        let f32 = session_costs(&config, true, four, KvDtype::F32);
         assert_eq!((bf16.per_token * 2, bf16.fixed), (f32.per_token, f32.fixed));
     }
 }

@@ -47,7 +47,7 @@ mod stub;
 
 #[cfg(feature = "cuda")]
 pub use crate::model::CudaModel;
-pub use bytes::{SessionBytes, MAX_ROLLBACK_WINDOW};
+pub use bytes::{session_costs, RollbackWindow, SessionCosts, MAX_ROLLBACK_WINDOW};
 #[cfg(feature = "cuda")]
 pub use target::CudaTarget;
 

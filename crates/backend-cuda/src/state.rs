@@ -19,7 +19,7 @@ use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use model::{Config, KvDtype};
 
-pub use crate::bytes::MAX_ROLLBACK_WINDOW;
+pub use crate::bytes::RollbackWindow;
 
 /// What the host knows of one session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -80,14 +80,10 @@ impl Sessions {
         config: &Config,
         capacities: &[u64],
         with_mtp: bool,
-        rollback: usize,
+        window: RollbackWindow,
         kv_dtype: KvDtype,
     ) -> Result<Sessions, CudaError> {
-        if !(1..=MAX_ROLLBACK_WINDOW).contains(&rollback) {
-            return Err(CudaError::Unsupported(format!(
-                "a rollback window of {rollback} tokens (1 to {MAX_ROLLBACK_WINDOW})"
-            )));
-        }
+        let rollback = window.tokens();
         let capacity: Vec<usize> = capacities.iter().map(|&c| c as usize).collect();
         let mut kv_base = Vec::with_capacity(capacity.len());
         let mut total = 0;
@@ -142,7 +138,7 @@ impl Sessions {
         })
     }
 
-    /// Bytes of every session's state on the GPU (for checking [`SessionBytes`]).
+    /// Bytes of every session's state on the GPU (for checking [`crate::session_costs`]).
     pub fn bytes(&self) -> u64 {
         let f32_bytes = std::mem::size_of::<f32>() as u64;
         let kv_bytes: usize = self

@@ -55,9 +55,9 @@ impl CudaTarget {
     pub fn with_rollback_window(
         model: &Arc<CudaModel>,
         capacities: &[u64],
-        rollback: usize,
+        window: crate::RollbackWindow,
     ) -> Result<CudaTarget, CudaError> {
-        let _ = (model, capacities, rollback);
+        let _ = (model, capacities, window);
         Err(CudaError::Unavailable(NOT_BUILT.into()))
     }
 }

@@ -5,7 +5,7 @@
 use crate::forward::{self, RoundOut, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::mtp::DraftStart;
-use crate::state::{Sessions, MAX_ROLLBACK_WINDOW};
+use crate::state::{RollbackWindow, Sessions};
 use crate::CudaError;
 use lane::{
     check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
@@ -25,16 +25,17 @@ impl CudaTarget {
     /// Allocates one session per capacity (index `i` is `SessionId(i)`) on the model's GPU, able
     /// to roll back any window the engine verifies.
     pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
-        CudaTarget::with_rollback_window(model, capacities, MAX_ROLLBACK_WINDOW)
+        CudaTarget::with_rollback_window(model, capacities, RollbackWindow::MAX)
     }
 
     /// [`CudaTarget::new`] with sessions that snapshot their linear state only inside windows of
-    /// at most `rollback` tokens (`1 + --draft-tokens`; 1 without drafts): a draft window longer
-    /// than that cannot be rolled back. Each session costs [`crate::SessionBytes::of`].
+    /// at most `window` tokens (`1 + --draft-tokens`; [`RollbackWindow::NONE`] without drafts):
+    /// a draft window longer than that cannot be rolled back. Each session costs
+    /// [`crate::session_costs`].
     pub fn with_rollback_window(
         model: &Arc<CudaModel>,
         capacities: &[u64],
-        rollback: usize,
+        window: RollbackWindow,
     ) -> Result<CudaTarget, CudaError> {
         let gpu = &model.gpu;
         let sessions = Sessions::new(
@@ -42,7 +43,7 @@ impl CudaTarget {
             &model.config,
             capacities,
             model.has_mtp(),
-            rollback,
+            window,
             model.kv_dtype(),
         )?;
         let scratch = Scratch::new(model)?;
@@ -67,7 +68,7 @@ impl CudaTarget {
         self.sessions.digest(&self.model.gpu, session.0)
     }
 
-    /// Bytes of every session's state on the GPU ([`crate::SessionBytes::total`] of the capacities).
+    /// Bytes of every session's state on the GPU ([`crate::SessionCosts::total`] of the capacities).
     pub fn state_bytes(&self) -> u64 {
         self.sessions.bytes()
     }

@@ -8,7 +8,7 @@
 mod common;
 
 use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{CudaModel, CudaTarget, SessionBytes, MAX_ROLLBACK_WINDOW};
+use backend_cuda::{session_costs, CudaModel, CudaTarget, RollbackWindow, MAX_ROLLBACK_WINDOW};
 use common::{load_on_gpu, window};
 use lane::{
     Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, TargetExt, Want,
@@ -548,16 +548,17 @@ fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
     let Some(gpu) = gpu_bf16() else { return };
     let caps = capacities();
     for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
-        let t = CudaTarget::with_rollback_window(&gpu, &caps, rollback).expect("target");
-        let want =
-            SessionBytes::of(&gpu.config, gpu.has_mtp(), rollback, gpu.kv_dtype()).total(&caps);
+        let window = RollbackWindow::of_tokens(rollback).expect("a window");
+        let t = CudaTarget::with_rollback_window(&gpu, &caps, window).expect("target");
+        let want = session_costs(&gpu.config, gpu.has_mtp(), window, gpu.kv_dtype()).total(&caps);
         assert_eq!(t.state_bytes(), want, "rollback window {rollback}");
     }
     let requests = counting_requests();
     let plain_target = CudaTarget::new(&gpu, &caps).expect("target");
     let (plain, _) = run(plain_target, &requests, DraftMode::None, 0);
     let k = 3;
-    let sized = CudaTarget::with_rollback_window(&gpu, &caps, 1 + k as usize).expect("target");
+    let window = RollbackWindow::for_drafts(k as usize).expect("a window");
+    let sized = CudaTarget::with_rollback_window(&gpu, &caps, window).expect("target");
     let (drafted, counters) = run(sized, &requests, DraftMode::Mtp, k);
     assert!(counters.moves > 0, "the test should exercise moves");
     assert!(counters.draft_accepted > 0);

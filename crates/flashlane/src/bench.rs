@@ -313,7 +313,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {
         mode,
-        tokens: (rollback - 1) as u64,
+        tokens: rollback.snapshots() as u64,
         cost_percent: args.draft_cost,
     };
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);

@@ -4,7 +4,7 @@
 use crate::sizing::SizingArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::ModelCosts;
+use backend_cpu::{ModelCosts, RollbackWindow, SessionCosts};
 use clap::ValueEnum;
 use model::{KvDtype, LoadFormat};
 
@@ -54,8 +54,8 @@ pub struct DeviceCap {
 /// What a model costs on a device: per session position, per session, and its weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceCosts {
-    pub per_token: u64,
-    pub fixed: u64,
+    /// What a session costs there.
+    pub session: SessionCosts,
     pub weight_bytes: u64,
 }
 
@@ -111,20 +111,15 @@ impl Device {
     }
 
     /// The model's session and weight bytes as this device's backend holds them, for sessions
-    /// that roll back windows of up to `rollback` tokens and keep K and V as `kv`.
-    pub fn costs(self, costs: &ModelCosts, rollback: usize, kv: KvDtype) -> DeviceCosts {
+    /// that roll back windows of up to `window` tokens and keep K and V as `kv`.
+    pub fn costs(self, costs: &ModelCosts, window: RollbackWindow, kv: KvDtype) -> DeviceCosts {
         match self {
-            Device::Cpu => {
-                let bytes = costs.state_bytes(rollback);
-                DeviceCosts {
-                    per_token: bytes.per_token,
-                    fixed: bytes.fixed,
-                    weight_bytes: costs.weight_bytes,
-                }
-            }
+            Device::Cpu => DeviceCosts {
+                session: costs.session_costs(window),
+                weight_bytes: costs.weight_bytes,
+            },
             Device::Cuda => {
                 let c = &costs.config;
-                let bytes = backend_cuda::SessionBytes::of(c, costs.with_mtp, rollback, kv);
                 // A tied embedding is uploaded a second time as the lm_head (bf16).
                 let tied_copy = if c.tie_word_embeddings {
                     (c.vocab_size * c.hidden_size * 2) as u64
@@ -133,8 +128,7 @@ impl Device {
                 };
                 // The GPU keeps the tensors as stored (bf16, or FP8 with its scales).
                 DeviceCosts {
-                    per_token: bytes.per_token,
-                    fixed: bytes.fixed,
+                    session: backend_cuda::session_costs(c, costs.with_mtp, window, kv),
                     weight_bytes: costs.stored_bytes + tied_copy,
                 }
             }

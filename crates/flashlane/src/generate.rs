@@ -5,7 +5,7 @@ use crate::logits::{load_model, parse_ids};
 use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuTarget, NO_ROLLBACK};
+use backend_cpu::{CpuTarget, RollbackWindow};
 use clap::Args;
 use lane::sampling::{sample, Rng};
 use lane::TargetExt;
@@ -115,7 +115,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         eos_ids(&dir, &model.config.eos_token_ids)
     };
     let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
-    let mut target = CpuTarget::with_rollback_window(model, &[capacity as u64], NO_ROLLBACK);
+    let mut target =
+        CpuTarget::with_rollback_window(model, &[capacity as u64], RollbackWindow::NONE);
     let params = SamplingParams {
         temperature: args.temperature,
         seed: Some(args.seed),

@@ -5,7 +5,7 @@ use crate::device::Device;
 use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuModel, CpuTarget, NO_ROLLBACK};
+use backend_cpu::{CpuModel, CpuTarget, RollbackWindow};
 use clap::Args;
 use lane::TargetExt;
 use lane::{SessionId, Window};
@@ -64,7 +64,8 @@ pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
         )));
     }
     let vocab = model.vocab_size();
-    let mut target = CpuTarget::with_rollback_window(model, &[ids.len() as u64], NO_ROLLBACK);
+    let mut target =
+        CpuTarget::with_rollback_window(model, &[ids.len() as u64], RollbackWindow::NONE);
     let window = Window {
         session: SessionId(0),
         start: 0,

@@ -84,7 +84,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     };
     let bytes_per_token = args
         .bytes_per_token
-        .or(model_bytes.map(|b| b.per_token))
+        .or(model_bytes.map(|b| b.session.per_token))
         .ok_or_else(|| {
             Failure::bad_input(anyhow!(
                 "give --model DIR, or --bytes-per-token (and --fixed-bytes), to size the sessions"
@@ -92,7 +92,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         })?;
     let fixed_bytes = args
         .fixed_bytes
-        .saturating_add(model_bytes.map_or(0, |b| b.fixed));
+        .saturating_add(model_bytes.map_or(0, |b| b.session.fixed));
     let ready_bytes = args
         .ready_bytes
         .saturating_add(model_bytes.map_or(0, |b| b.weight_bytes));

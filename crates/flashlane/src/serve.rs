@@ -6,7 +6,7 @@ use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use backend_cpu::{CpuModel, CpuTarget, ModelCosts, NO_ROLLBACK};
+use backend_cpu::{CpuModel, CpuTarget, ModelCosts, RollbackWindow};
 use clap::{Args, ValueEnum};
 use lane::{DraftMode, Engine, EngineConfig, Target, DEFAULT_DRAFT_COST_PERCENT};
 use model::Placement;
@@ -89,7 +89,7 @@ pub struct DraftArgs {
 
 impl DraftArgs {
     /// The drafts and the rollback window (see [`drafts`]) for a model with or without a head.
-    pub fn resolve(&self, with_mtp: bool) -> Result<(DraftMode, usize), Failure> {
+    pub fn resolve(&self, with_mtp: bool) -> Result<(DraftMode, RollbackWindow), Failure> {
         drafts(self.draft, self.draft_tokens, with_mtp)
     }
 }
@@ -213,8 +213,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         context_tokens: context,
         parallel: args.sizing.parallel,
         spec: spec.as_ref(),
-        bytes_per_token: on.per_token,
-        fixed_state_bytes: on.fixed,
+        bytes_per_token: on.session.per_token,
+        fixed_state_bytes: on.session.fixed,
         cap_bytes: cap.cap_bytes,
         ready_bytes: on.weight_bytes,
         margin_bytes: MEMORY_MARGIN_BYTES,
@@ -251,7 +251,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     }
     let policy = args.sizing.policy(spec.as_ref());
     let capacities = plan.capacities();
-    let draft_tokens = (rollback - 1) as u64;
+    let draft_tokens = rollback.snapshots() as u64;
     let draft_cost = args.drafts.draft_cost;
     let model_dir = dir.clone();
     let placement = args.model.placement();
@@ -314,12 +314,13 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
 
 /// The drafts `serve` runs with (`--draft`, else MTP when the model has a head) and the longest
 /// window the sessions must be able to roll back: `1 + --draft-tokens` when drafting,
-/// [`NO_ROLLBACK`] otherwise (the sessions of a hybrid model then keep no state snapshots).
+/// [`RollbackWindow::NONE`] otherwise (the sessions of a hybrid model then keep no state
+/// snapshots).
 pub fn drafts(
     arg: Option<DraftArg>,
     draft_tokens: u64,
     with_mtp: bool,
-) -> Result<(DraftMode, usize), Failure> {
+) -> Result<(DraftMode, RollbackWindow), Failure> {
     let mode = match arg {
         Some(DraftArg::Mtp) => DraftMode::Mtp,
         Some(DraftArg::Ngram) => DraftMode::Ngram,
@@ -333,16 +334,20 @@ pub fn drafts(
         )));
     }
     if mode == DraftMode::None {
-        return Ok((mode, NO_ROLLBACK));
+        return Ok((mode, RollbackWindow::NONE));
     }
-    if draft_tokens == 0 || draft_tokens >= slots::MAX_WINDOW {
+    let window = usize::try_from(draft_tokens)
+        .ok()
+        .filter(|&k| k > 0)
+        .and_then(RollbackWindow::for_drafts);
+    let Some(window) = window else {
         return Err(Failure::bad_input(anyhow!(
             "--draft-tokens must be 1 to {} (a window of the sampled token and its drafts holds at most {} positions)",
             slots::MAX_WINDOW - 1,
             slots::MAX_WINDOW
         )));
-    }
-    Ok((mode, 1 + draft_tokens as usize))
+    };
+    Ok((mode, window))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -35,6 +35,66 @@ pub const MAX_ROLLBACK_WINDOW: usize = slots::MAX_WINDOW as usize;
 /// model's linear layers then keep no snapshots.
 pub const NO_ROLLBACK: usize = 1;
 
+/// The longest window a target's sessions can roll back: `1 +` the drafts per window of the
+/// engine it serves ([`RollbackWindow::NONE`] without drafts). A hybrid model's linear layers
+/// keep a snapshot of their state before each token of such a window but the first (no
+/// rollback returns before a window's first token, the sampled one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RollbackWindow(usize);
+
+impl RollbackWindow {
+    /// No drafts: nothing is ever rolled back.
+    pub const NONE: RollbackWindow = RollbackWindow(NO_ROLLBACK);
+    /// The widest window the engine verifies.
+    pub const MAX: RollbackWindow = RollbackWindow(MAX_ROLLBACK_WINDOW);
+
+    /// The window of `drafts` drafts per window (`1 + drafts` tokens), if the engine verifies it.
+    pub fn for_drafts(drafts: usize) -> Option<RollbackWindow> {
+        RollbackWindow::of_tokens(drafts.checked_add(1)?)
+    }
+
+    /// A window of `tokens` tokens, if it is 1 to [`MAX_ROLLBACK_WINDOW`].
+    pub fn of_tokens(tokens: usize) -> Option<RollbackWindow> {
+        (NO_ROLLBACK..=MAX_ROLLBACK_WINDOW)
+            .contains(&tokens)
+            .then_some(RollbackWindow(tokens))
+    }
+
+    /// Tokens of the window.
+    pub fn tokens(self) -> usize {
+        self.0
+    }
+
+    /// Snapshots of a linear layer's state a session keeps for it (one before each token but
+    /// the first).
+    pub fn snapshots(self) -> usize {
+        self.0 - 1
+    }
+}
+
+/// What a session costs in bytes, as `slots::plan` counts it: `per_token × capacity + fixed`.
+/// Each backend says what its sessions hold (`backend_cpu::session_costs`,
+/// `backend_cuda::session_costs`); the plan, `serve`, `bench` and the tests read this one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionCosts {
+    /// Per position: K and V rows of every full-attention layer (and of an MTP head's layer).
+    pub per_token: u64,
+    /// Whatever the capacity: linear layers' state and snapshots, an MTP head's hidden rows.
+    pub fixed: u64,
+}
+
+impl SessionCosts {
+    /// The bytes of a session of `capacity` positions.
+    pub fn session(&self, capacity: u64) -> u64 {
+        self.per_token * capacity + self.fixed
+    }
+
+    /// The bytes of sessions of these capacities.
+    pub fn total(&self, capacities: &[u64]) -> u64 {
+        capacities.iter().map(|&c| self.session(c)).sum()
+    }
+}
+
 /// Tokens for one session to compute in a round.
 #[derive(Clone, Copy, Debug)]
 pub struct Window<'a> {

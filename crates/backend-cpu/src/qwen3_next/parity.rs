@@ -87,7 +87,7 @@ struct Stream {
 impl Loaded {
     fn stream(&self, capacity: usize) -> Stream {
         Stream {
-            state: self.model.new_session(capacity, super::MAX_ROLLBACK_WINDOW),
+            state: self.model.new_session(capacity, crate::RollbackWindow::MAX),
         }
     }
 

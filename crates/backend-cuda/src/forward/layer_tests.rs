@@ -6,7 +6,6 @@
 //! without a CUDA device.
 
 use super::*;
-use crate::MAX_ROLLBACK_WINDOW;
 use backend_cpu::layers::Segment;
 use backend_cpu::CpuModel;
 
@@ -75,7 +74,7 @@ fn layers_match_backend_cpu(dir: &str) {
         &gm.config,
         &[capacity as u64],
         false,
-        MAX_ROLLBACK_WINDOW,
+        crate::RollbackWindow::MAX,
         gm.kv_dtype(),
     )
     .unwrap();
@@ -117,7 +116,7 @@ fn layers_match_backend_cpu(dir: &str) {
         scratch.x.write(&gm.gpu, &zeros).unwrap();
         pass.mixer(gl, rows, &mix, &sessions).unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
-        let mut state = cm.new_session(capacity, slots::MAX_WINDOW as usize);
+        let mut state = cm.new_session(capacity, crate::RollbackWindow::MAX);
         let mut segments = [Segment {
             rows: 0..rows,
             start: 0,
