@@ -16,12 +16,12 @@
 //!
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
-use crate::device::Device;
-use crate::logits::load_model;
+use crate::device::{Device, LoadHow};
+
 use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::CpuTarget;
+
 use clap::{Args, ValueEnum};
 use lane::{
     DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target,
@@ -293,23 +293,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
-    let (cpu, gpu) = match args.device {
-        Device::Cpu => (Some(load_model(&args.model)?), None),
-        Device::Cuda => {
-            let options = backend_cuda::LoadOptions {
-                kv_dtype: Device::Cuda.kv_dtype(args.model.kv_dtype)?,
-                format: args.model.load_format.format(),
-                progress: true,
-            };
-            let model = backend_cuda::CudaModel::load_with(&dir, &options);
-            (None, Some(model.map_err(|e| anyhow!(e))?))
-        }
+    let how = LoadHow {
+        format: args.model.load_format.format(),
+        placement: args.model.placement(),
+        kv: args.device.kv_dtype(args.model.kv_dtype)?,
     };
-    let (vocab, with_mtp) = match (&cpu, &gpu) {
-        (Some(m), _) => (m.vocab_size(), m.has_mtp()),
-        (_, Some(m)) => (m.vocab_size(), m.has_mtp()),
-        (None, None) => unreachable!("one device loaded the model"),
-    };
+    let loaded = args.device.load(&dir, how)?;
+    let (vocab, with_mtp) = (loaded.vocab_size(), loaded.has_mtp());
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {
         mode,
@@ -320,18 +310,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let new_target = |capacities: &[u64]| -> Result<Box<dyn Target>, Failure> {
-        Ok(match (&cpu, &gpu) {
-            (_, Some(m)) => Box::new(
-                backend_cuda::CudaTarget::with_rollback_window(m, capacities, rollback)
-                    .map_err(|e| anyhow!(e))?,
-            ),
-            (Some(m), None) => Box::new(CpuTarget::with_rollback_window(
-                m.clone(),
-                capacities,
-                rollback,
-            )),
-            (None, None) => unreachable!("one device loaded the model"),
-        })
+        Ok(loaded.target(capacities, rollback)?)
     };
     if !args.json {
         let on = match args.device {
@@ -428,7 +407,7 @@ fn print_row(row: &BenchRow) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backend_cpu::CpuModel;
+    use backend_cpu::{CpuModel, CpuTarget};
     use std::sync::Arc;
 
     fn fixture_model() -> Arc<CpuModel> {

@@ -4,9 +4,13 @@
 use crate::sizing::SizingArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{ModelCosts, RollbackWindow, SessionCosts};
+use backend_cpu::{CpuModel, CpuTarget, ModelCosts, RollbackWindow, SessionCosts};
 use clap::ValueEnum;
+use lane::Target;
+use model::Placement;
 use model::{KvDtype, LoadFormat};
+use std::path::Path;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -138,4 +142,88 @@ impl Device {
 
 fn cpu_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A model loaded onto the device that runs it: what `serve` and `bench` drive, through the
+/// targets it makes.
+pub enum LoadedModel {
+    Cpu(Arc<CpuModel>),
+    Cuda(Arc<backend_cuda::CudaModel>),
+}
+
+/// How a model is loaded ([`Device::load`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LoadHow {
+    /// The checkpoint's files or dummy weights.
+    pub format: LoadFormat,
+    /// Where the CPU keeps the weights (the GPU copies them to its memory).
+    pub placement: Placement,
+    /// How sessions store K and V.
+    pub kv: KvDtype,
+}
+
+impl Device {
+    /// Loads the model in `dir` onto this device, reporting the load on stderr (a bar on a
+    /// terminal, a line per shard otherwise).
+    pub fn load(self, dir: &Path, how: LoadHow) -> anyhow::Result<LoadedModel> {
+        Ok(match self {
+            Device::Cpu => {
+                if how.kv != KvDtype::F32 {
+                    return Err(anyhow!(
+                        "the CPU keeps keys and values in f32 (--kv-dtype {} is for the GPU)",
+                        how.kv.name()
+                    ));
+                }
+                let model = CpuModel::load_as(dir, true, how.placement, how.format)
+                    .map_err(|e| anyhow!(e))?;
+                LoadedModel::Cpu(Arc::new(model))
+            }
+            Device::Cuda => {
+                let options = backend_cuda::LoadOptions {
+                    kv_dtype: how.kv,
+                    format: how.format,
+                    progress: true,
+                };
+                let model =
+                    backend_cuda::CudaModel::load_with(dir, &options).map_err(|e| anyhow!(e))?;
+                LoadedModel::Cuda(model)
+            }
+        })
+    }
+}
+
+impl LoadedModel {
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            LoadedModel::Cpu(m) => m.vocab_size(),
+            LoadedModel::Cuda(m) => m.vocab_size(),
+        }
+    }
+
+    /// Whether the model has an MTP draft head.
+    pub fn has_mtp(&self) -> bool {
+        match self {
+            LoadedModel::Cpu(m) => m.has_mtp(),
+            LoadedModel::Cuda(m) => m.has_mtp(),
+        }
+    }
+
+    /// A target with a session per capacity, each able to roll back windows of `window` tokens.
+    pub fn target(
+        &self,
+        capacities: &[u64],
+        window: RollbackWindow,
+    ) -> anyhow::Result<Box<dyn Target>> {
+        Ok(match self {
+            LoadedModel::Cpu(m) => Box::new(CpuTarget::with_rollback_window(
+                m.clone(),
+                capacities,
+                window,
+            )),
+            LoadedModel::Cuda(m) => Box::new(
+                backend_cuda::CudaTarget::with_rollback_window(m, capacities, window)
+                    .map_err(|e| anyhow!(e))?,
+            ),
+        })
+    }
 }

@@ -1,14 +1,14 @@
 //! `flashlane serve`: load a model, plan its sessions under the cap, and serve the OpenAI API.
 
-use crate::device::{Device, KvDtypeArg, LoadFormatArg};
+use crate::device::{Device, KvDtypeArg, LoadFormatArg, LoadHow};
 use crate::plan::table;
 use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use backend_cpu::{CpuModel, CpuTarget, ModelCosts, RollbackWindow};
+use backend_cpu::{ModelCosts, RollbackWindow};
 use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig, Target, DEFAULT_DRAFT_COST_PERCENT};
+use lane::{DraftMode, Engine, EngineConfig, DEFAULT_DRAFT_COST_PERCENT};
 use model::Placement;
 use server::AppState;
 use slots::{plan, PlanInput};
@@ -257,29 +257,14 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let placement = args.model.placement();
     let device = args.device;
     let (engine, engine_thread) = server::spawn_engine(move || {
-        let target: Box<dyn Target> = match device {
-            Device::Cpu => {
-                let model = Arc::new(CpuModel::load_as(&model_dir, true, placement, format)?);
-                Box::new(CpuTarget::with_rollback_window(
-                    model,
-                    &capacities,
-                    rollback,
-                ))
-            }
-            Device::Cuda => {
-                let options = backend_cuda::LoadOptions {
-                    kv_dtype,
-                    format,
-                    progress: true,
-                };
-                let model = backend_cuda::CudaModel::load_with(&model_dir, &options)?;
-                Box::new(backend_cuda::CudaTarget::with_rollback_window(
-                    &model,
-                    &capacities,
-                    rollback,
-                )?)
-            }
+        let how = LoadHow {
+            format,
+            placement,
+            kv: kv_dtype,
         };
+        let target = device
+            .load(&model_dir, how)?
+            .target(&capacities, rollback)?;
         let mut config = EngineConfig::new(policy);
         config.draft = draft;
         config.draft_tokens = draft_tokens;
