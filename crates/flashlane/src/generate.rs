@@ -11,7 +11,6 @@ use lane::sampling::{sample, Rng};
 use lane::TargetExt;
 use lane::{SamplingParams, SessionId, Window};
 use model::{ChatMessage, ChatTemplate, Tokenizer};
-use std::path::Path;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -42,23 +41,6 @@ pub struct GenerateArgs {
     /// Print `{"tokens":[...],"text":"..."}`
     #[arg(long)]
     pub json: bool,
-}
-
-/// End-of-sequence ids: config.json's, and generation_config.json's when present.
-fn eos_ids(dir: &Path, config_eos: &[u32]) -> Vec<u32> {
-    let mut ids = config_eos.to_vec();
-    if let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) {
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-            match &value["eos_token_id"] {
-                serde_json::Value::Number(n) => ids.extend(n.as_u64().map(|v| v as u32)),
-                serde_json::Value::Array(a) => {
-                    ids.extend(a.iter().filter_map(|v| v.as_u64().map(|v| v as u32)))
-                }
-                _ => {}
-            }
-        }
-    }
-    ids
 }
 
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
@@ -112,7 +94,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let eos = if args.ignore_eos {
         Vec::new()
     } else {
-        eos_ids(&dir, &model.config.eos_token_ids)
+        // The rule `serve` stops by (the chat template's EOS only matters with --chat).
+        let template = if args.chat {
+            ChatTemplate::from_dir(&dir).map_err(|e| Failure::from(anyhow!(e)))?
+        } else {
+            None
+        };
+        model::end_of_reply_ids(&dir, &model.config, tokenizer.as_ref(), template.as_ref())
     };
     let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
     let mut target =

@@ -5,9 +5,6 @@ use model::{ChatTemplate, Config, Tokenizer};
 use server::request::ChatMessage;
 use std::path::Path;
 
-/// Tokens that end a turn in the chat formats our models use, when the vocabulary has them.
-const END_OF_TURN_TOKENS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"];
-
 pub struct ModelText {
     id: String,
     tokenizer: Tokenizer,
@@ -19,17 +16,7 @@ impl ModelText {
     pub fn load(dir: &Path, id: String, config: &Config) -> anyhow::Result<ModelText> {
         let tokenizer = Tokenizer::from_dir(dir)?;
         let template = ChatTemplate::from_dir(dir)?;
-        let mut stop_ids = config.eos_token_ids.clone();
-        if let Some(eos) = template.as_ref().and_then(|t| t.eos_token.as_deref()) {
-            stop_ids.extend(tokenizer.token_id(eos));
-        }
-        stop_ids.extend(
-            END_OF_TURN_TOKENS
-                .iter()
-                .filter_map(|t| tokenizer.token_id(t)),
-        );
-        stop_ids.sort_unstable();
-        stop_ids.dedup();
+        let stop_ids = model::end_of_reply_ids(dir, config, Some(&tokenizer), template.as_ref());
         let text = ModelText {
             id,
             tokenizer,

@@ -14,6 +14,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod end_tokens;
 mod resident;
 pub mod schema;
 pub mod tokenizer;
@@ -22,6 +23,7 @@ pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
+pub use end_tokens::end_of_reply_ids;
 pub use tokenizer::Tokenizer;
 pub use vocab::draft_vocab;
 pub use weights::{
