@@ -55,9 +55,13 @@ pub struct Failure {
     pub error: anyhow::Error,
 }
 
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Failure {
-        Failure { status: 1, error }
+/// Any error is a failure of exit status 1 unless [`Failure::bad_input`] says it is the user's.
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Failure {
+        Failure {
+            status: 1,
+            error: error.into(),
+        }
     }
 }
 

@@ -269,7 +269,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         config.draft = draft;
         config.draft_tokens = draft_tokens;
         config.draft_cost_percent = draft_cost;
-        Ok(Engine::new(target, config)?)
+        anyhow::Ok(Engine::new(target, config)?)
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

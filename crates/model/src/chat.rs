@@ -3,7 +3,7 @@
 //! `bos_token`, `eos_token`, the function `raise_exception`, the filter `tojson`, and Python string
 //! methods (`.strip()`, `.startswith()`, `.split()`, ...) that HF templates call.
 
-use crate::{LoadError, Tokenizer};
+use crate::{LoadError, TextError, Tokenizer};
 use serde::Serialize;
 use std::path::Path;
 
@@ -121,7 +121,7 @@ impl ChatTemplate {
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
-    ) -> anyhow::Result<String> {
+    ) -> Result<String, TextError> {
         self.render_with(messages, add_generation_prompt, &TemplateArgs::new())
     }
 
@@ -133,7 +133,7 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         extra: &TemplateArgs,
-    ) -> anyhow::Result<String> {
+    ) -> Result<String, TextError> {
         let template = self.env.get_template(TEMPLATE_NAME)?;
         let text = template.render(minijinja::context! {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
@@ -155,7 +155,7 @@ impl ChatTemplate {
         tokenizer: &Tokenizer,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
-    ) -> anyhow::Result<Vec<u32>> {
+    ) -> Result<Vec<u32>, TextError> {
         self.render_ids_with(
             tokenizer,
             messages,
@@ -172,7 +172,7 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         extra: &TemplateArgs,
-    ) -> anyhow::Result<Vec<u32>> {
+    ) -> Result<Vec<u32>, TextError> {
         let mut specials = tokenizer.special_tokens();
         // Longest first, so that a special containing another is replaced whole.
         specials.sort_by_key(|t| std::cmp::Reverse(t.len()));
@@ -195,9 +195,7 @@ impl ChatTemplate {
                 Piece::Template(t) if !t.is_empty() => ids.extend(tokenizer.encode(t)?),
                 Piece::Template(_) => {}
                 Piece::Written(i) => {
-                    let special = written.get(i).ok_or_else(|| {
-                        anyhow::anyhow!("the chat template altered a marker of written text")
-                    })?;
+                    let special = written.get(i).ok_or(TextError::MarkerAltered)?;
                     ids.extend(tokenizer.encode_as_text(special)?);
                 }
             }

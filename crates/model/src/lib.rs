@@ -24,7 +24,7 @@ pub mod weights;
 pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use end_tokens::end_of_reply_ids;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{TextError, Tokenizer};
 pub use vocab::draft_vocab;
 pub use weights::{
     e4m3_table, Fp8Matrix, LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED,

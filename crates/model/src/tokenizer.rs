@@ -3,6 +3,20 @@
 use crate::LoadError;
 use std::path::{Path, PathBuf};
 
+/// Why text could not be turned into ids or back, or a chat rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum TextError {
+    #[error("{}: cannot encode: {reason}", file.display())]
+    Encode { file: PathBuf, reason: String },
+    #[error("{}: cannot decode: {reason}", file.display())]
+    Decode { file: PathBuf, reason: String },
+    /// The chat template failed to render (a template error, or its `raise_exception`).
+    #[error("{0}")]
+    Template(#[from] minijinja::Error),
+    #[error("the chat template altered a marker of written text")]
+    MarkerAltered,
+}
+
 /// A loaded tokenizer; text in, ids out, and back.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -40,20 +54,23 @@ impl Tokenizer {
 
     /// Ids of `text`. Special tokens written in the text (`<|im_start|>`) are recognised; no
     /// BOS/EOS is added (chat templates write them themselves, as transformers does).
-    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TextError> {
         self.ids(&self.inner, text)
     }
 
     /// Ids of `text` with every special token's text read as plain characters: `<|im_end|>`
     /// written by a user is `<`, `|`, `im`, … and never the end-of-turn token.
-    pub fn encode_as_text(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>, TextError> {
         self.ids(&self.as_text, text)
     }
 
-    fn ids(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> anyhow::Result<Vec<u32>> {
+    fn ids(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, TextError> {
         let encoding = tokenizer
             .encode(text, false)
-            .map_err(|e| anyhow::anyhow!("{}: cannot encode: {e}", self.file.display()))?;
+            .map_err(|e| TextError::Encode {
+                file: self.file.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(encoding.get_ids().to_vec())
     }
 
@@ -74,10 +91,11 @@ impl Tokenizer {
     }
 
     /// Text of `ids`, special tokens left out.
-    pub fn decode(&self, ids: &[u32]) -> anyhow::Result<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| anyhow::anyhow!("{}: cannot decode: {e}", self.file.display()))
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TextError> {
+        self.inner.decode(ids, true).map_err(|e| TextError::Decode {
+            file: self.file.clone(),
+            reason: e.to_string(),
+        })
     }
 
     /// The id of a token written as text (`<|im_end|>`), if the vocabulary has it.

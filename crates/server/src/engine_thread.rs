@@ -131,12 +131,25 @@ impl EngineHandle {
     }
 }
 
+/// Why the engine thread did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// Building the engine (loading the model, allocating sessions) failed, for this reason.
+    #[error(transparent)]
+    Make(Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+    #[error("the engine thread died while starting")]
+    Died,
+}
+
 /// Starts the engine thread. `make` builds the engine on that thread (so a device context never
 /// crosses threads); its error is returned here.
-pub fn spawn<T, F>(make: F) -> anyhow::Result<(EngineHandle, std::thread::JoinHandle<()>)>
+pub fn spawn<T, F, E>(make: F) -> Result<(EngineHandle, std::thread::JoinHandle<()>), SpawnError>
 where
     T: Target + 'static,
-    F: FnOnce() -> anyhow::Result<Engine<T>> + Send + 'static,
+    F: FnOnce() -> Result<Engine<T>, E> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
     let (ready, started) = std::sync::mpsc::channel();
@@ -144,7 +157,7 @@ where
         .name("engine".into())
         .spawn(move || match make() {
             Err(e) => {
-                let _ = ready.send(Err(e));
+                let _ = ready.send(Err(SpawnError::Make(e.into())));
             }
             Ok(engine) => {
                 let largest = engine.slots().iter().map(|s| s.capacity).max().unwrap_or(0);
@@ -153,9 +166,7 @@ where
                 EngineLoop::new(engine).run(receiver);
             }
         })?;
-    let (largest_capacity, window) = started
-        .recv()
-        .map_err(|_| anyhow::anyhow!("the engine thread died while starting"))??;
+    let (largest_capacity, window) = started.recv().map_err(|_| SpawnError::Died)??;
     Ok((
         EngineHandle {
             commands,

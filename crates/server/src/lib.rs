@@ -25,7 +25,7 @@ mod routes;
 pub mod text;
 mod text_model;
 
-pub use engine_thread::{spawn as spawn_engine, EngineHandle};
+pub use engine_thread::{spawn as spawn_engine, EngineHandle, SpawnError};
 pub use listen::{serve, ConnectionLimits, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};
 pub use routes::{router, AppState, MAX_BODY_BYTES};
 pub use text_model::TextModel;

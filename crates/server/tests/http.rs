@@ -151,7 +151,7 @@ async fn start_with(
     let (engine, _thread) = server::spawn_engine(move || {
         let mut config = EngineConfig::new(policy);
         config.queue_limit = queue_limit;
-        Ok(Engine::new(FakeTarget::new(&caps, fake), config)?)
+        Engine::new(FakeTarget::new(&caps, fake), config)
     })
     .unwrap();
     let mut state = AppState::new(
