@@ -188,7 +188,7 @@ pub struct SessionState {
     pub mtp: Option<MtpState>,
 }
 
-pub use lane::{RollbackWindow, SessionCosts, NO_ROLLBACK};
+pub use lane::{RollbackWindow, SessionCosts, StateError, NO_ROLLBACK};
 
 const F32: u64 = 4;
 
@@ -294,23 +294,23 @@ impl SessionState {
     /// Keeps the first `len` positions. KV rows past `len` are simply ignored from now on; each
     /// linear layer restores its snapshot as of `len`. Errors when `len` is past the state or a
     /// linear layer kept no snapshot at `len`.
-    pub fn truncate(&mut self, len: usize) -> Result<(), String> {
+    pub fn truncate(&mut self, len: usize) -> Result<(), StateError> {
         if len > self.len {
-            return Err(format!(
-                "cannot truncate to {len}: only {} positions computed",
-                self.len
-            ));
+            return Err(StateError::PastEnd {
+                len: len as u64,
+                held: self.len as u64,
+            });
         }
         if len == self.len {
             return Ok(());
         }
-        for (i, layer) in self.layers.iter_mut().enumerate() {
+        for layer in &mut self.layers {
             if let LayerState::Linear(l) = layer {
                 if !l.restore(len) {
-                    return Err(format!(
-                        "layer {i}: no linear-attention snapshot at position {len} (state is at {})",
-                        self.len
-                    ));
+                    return Err(StateError::NoSnapshot {
+                        len: len as u64,
+                        held: self.len as u64,
+                    });
                 }
             }
         }
@@ -322,27 +322,27 @@ impl SessionState {
     }
 
     /// Makes `self` (a session at least as large) hold exactly `other`'s state, bit for bit.
-    pub fn copy_from(&mut self, other: &SessionState) -> Result<(), String> {
+    pub fn copy_from(&mut self, other: &SessionState) -> Result<(), StateError> {
         if self.capacity < other.len {
-            return Err(format!(
-                "{} positions do not fit a session of {}",
-                other.len, self.capacity
-            ));
+            return Err(StateError::DoesNotFit {
+                len: other.len as u64,
+                capacity: self.capacity as u64,
+            });
         }
         if self.layers.len() != other.layers.len() {
-            return Err("sessions of different models".into());
+            return Err(StateError::Mismatch("layer counts"));
         }
         for (mine, theirs) in self.layers.iter_mut().zip(&other.layers) {
             match (mine, theirs) {
                 (LayerState::Attention(a), LayerState::Attention(b)) => a.copy_prefix(b, other.len),
                 (LayerState::Linear(a), LayerState::Linear(b)) => a.copy_from(b),
-                _ => return Err("sessions of different layer layouts".into()),
+                _ => return Err(StateError::Mismatch("layer kinds")),
             }
         }
         match (&mut self.mtp, &other.mtp) {
             (Some(a), Some(b)) => a.copy_from(b)?,
             (None, None) => {}
-            _ => return Err("sessions differ in having an MTP head".into()),
+            _ => return Err(StateError::Mismatch("an MTP head")),
         }
         self.len = other.len;
         Ok(())

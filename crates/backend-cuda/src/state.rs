@@ -17,9 +17,17 @@
 use crate::bytes::linear_layer_floats;
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
+use lane::StateError;
 use model::{Config, KvDtype};
 
 pub use crate::bytes::RollbackWindow;
+
+/// Why [`Sessions::restore`] failed: no state to return to, or the device.
+#[derive(Debug)]
+pub enum RestoreError {
+    State(StateError),
+    Device(CudaError),
+}
 
 /// What the host knows of one session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -165,16 +173,16 @@ impl Sessions {
     }
 
     /// Restores `session`'s linear state as of `len` positions from its snapshots.
-    pub fn restore(&mut self, gpu: &Gpu, session: usize, len: usize) -> Result<(), String> {
+    pub fn restore(&mut self, gpu: &Gpu, session: usize, len: usize) -> Result<(), RestoreError> {
         let m = self.meta[session];
         let slot = len
             .checked_sub(m.snap_start + 1)
             .filter(|s| *s < m.snap_count);
         let Some(slot) = slot else {
-            return Err(format!(
-                "no linear-attention snapshot at position {len} (the last window kept {} from {})",
-                m.snap_count, m.snap_start
-            ));
+            return Err(RestoreError::State(StateError::NoSnapshot {
+                len: len as u64,
+                held: m.len as u64,
+            }));
         };
         if self.lin_stride > 0 {
             let src = self
@@ -182,7 +190,7 @@ impl Sessions {
                 .at((session * (self.rollback - 1) + slot) * self.lin_stride);
             let dst = self.lin_state.at(session * self.lin_stride);
             gpu.copy_f32(dst, src, self.lin_stride)
-                .map_err(|e| e.to_string())?;
+                .map_err(RestoreError::Device)?;
         }
         self.meta[session].snap_count = slot + 1;
         Ok(())

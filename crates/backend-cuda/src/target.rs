@@ -5,11 +5,11 @@
 use crate::forward::{self, RoundOut, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::mtp::DraftStart;
-use crate::state::{RollbackWindow, Sessions};
+use crate::state::{RestoreError, RollbackWindow, Sessions};
 use crate::CudaError;
 use lane::{
-    check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
-    WindowRows,
+    check_windows, rows_from_logits, DraftAsk, SessionExtent, StateError, Target, TargetError,
+    Want, Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
 use std::sync::Arc;
@@ -254,25 +254,29 @@ impl Target for CudaTarget {
             .meta
             .get(session.0)
             .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        let refused = |e: StateError| TargetError::Invalid(format!("{session}: {e}"));
         if len > meta.len {
-            return Err(TargetError::Invalid(format!(
-                "{session}: cannot truncate to {len}: only {} positions computed",
-                meta.len
-            )));
+            return Err(refused(StateError::PastEnd {
+                len: len as u64,
+                held: meta.len as u64,
+            }));
         }
         if len == meta.len {
             return Ok(());
         }
         if self.model.has_mtp() && len > 0 && !meta.mtp_holds(len - 1) {
-            return Err(TargetError::Invalid(format!(
-                "{session}: MTP state cannot go back to {len} (rows kept from {})",
-                meta.mtp_first
-            )));
+            return Err(refused(StateError::MtpCannotGoBack {
+                len: len as u64,
+                first: meta.mtp_first as u64,
+            }));
         }
         let gpu = self.model.gpu.clone();
         self.sessions
             .restore(&gpu, session.0, len)
-            .map_err(|e| TargetError::Invalid(format!("{session}: {e}")))?;
+            .map_err(|e| match e {
+                RestoreError::State(e) => refused(e),
+                RestoreError::Device(e) => device(e),
+            })?;
         let m = &mut self.sessions.meta[session.0];
         m.len = len;
         m.mtp_len = len;
@@ -355,10 +359,11 @@ impl Target for CudaTarget {
         }
         let len = self.sessions.meta[from.0].len;
         if self.sessions.capacity[to.0] < len {
-            return Err(MoveFault::Device(format!(
-                "{from} → {to}: {len} positions do not fit a session of {}",
-                self.sessions.capacity[to.0]
-            )));
+            let e = StateError::DoesNotFit {
+                len: len as u64,
+                capacity: self.sessions.capacity[to.0] as u64,
+            };
+            return Err(MoveFault::Device(format!("{from} → {to}: {e}")));
         }
         let gpu = self.model.gpu.clone();
         self.sessions

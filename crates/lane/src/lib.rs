@@ -40,8 +40,8 @@ pub use request::{
 pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{
     check_windows, rows_from_logits, split_logits, DraftAsk, RollbackWindow, SessionCosts,
-    SessionExtent, Target, TargetError, TargetExt, Want, Window, WindowRows, MAX_ROLLBACK_WINDOW,
-    NO_ROLLBACK,
+    SessionExtent, StateError, Target, TargetError, TargetExt, Want, Window, WindowRows,
+    MAX_ROLLBACK_WINDOW, NO_ROLLBACK,
 };
 pub use thinking::{Thinking, ThinkingBudget};
 pub use views::{Counters, SlotState, SlotView};

@@ -236,6 +236,24 @@ pub struct DraftAsk {
     pub num_drafts: usize,
 }
 
+/// Why a session's state could not be rolled back or copied: the reasons both backends give.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot truncate to {len}: only {held} positions computed")]
+    PastEnd { len: u64, held: u64 },
+    /// A linear-attention layer kept no snapshot there (only the last window's positions after
+    /// its first token can be returned to).
+    #[error("no linear-attention snapshot at position {len} (the state is at {held})")]
+    NoSnapshot { len: u64, held: u64 },
+    #[error("the MTP head cannot go back to {len} (it keeps the last window, from {first})")]
+    MtpCannotGoBack { len: u64, first: u64 },
+    #[error("{len} positions do not fit a session of {capacity}")]
+    DoesNotFit { len: u64, capacity: u64 },
+    /// Two sessions of different models (layers, an MTP head).
+    #[error("sessions of different models ({0})")]
+    Mismatch(&'static str),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
     #[error("device error: {0}")]

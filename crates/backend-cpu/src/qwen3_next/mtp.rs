@@ -33,6 +33,7 @@ use crate::layers::Mlp;
 use crate::model::{CpuModel, MTP_MARKER};
 use crate::qwen3::{load_norm, DenseMlp, Linear};
 use crate::state::KvRows;
+use lane::StateError;
 use model::{Config, LoadError, Weights};
 use std::ops::Range;
 
@@ -116,27 +117,27 @@ impl MtpState {
 
     /// Follows the session back to `len` positions (rejected drafts). Only positions of the last
     /// window can be returned to.
-    pub fn truncate(&mut self, len: usize) -> Result<(), String> {
+    pub fn truncate(&mut self, len: usize) -> Result<(), StateError> {
         if len == self.len {
             return Ok(());
         }
         if len > self.len || (len > 0 && self.hidden_row(len - 1).is_none()) {
-            return Err(format!(
-                "MTP state at {} cannot go back to {len}: only the last window (from {}) is kept",
-                self.len, self.first
-            ));
+            return Err(StateError::MtpCannotGoBack {
+                len: len as u64,
+                first: self.first as u64,
+            });
         }
         self.len = len;
         Ok(())
     }
 
     /// Makes `self` (a session at least as large) hold exactly `other`'s state.
-    pub fn copy_from(&mut self, other: &MtpState) -> Result<(), String> {
+    pub fn copy_from(&mut self, other: &MtpState) -> Result<(), StateError> {
         if self.kv.k.len() < other.len * other.kv.row {
-            return Err(format!(
-                "{} MTP positions do not fit this session",
-                other.len
-            ));
+            return Err(StateError::DoesNotFit {
+                len: other.len as u64,
+                capacity: (self.kv.k.len() / other.kv.row.max(1)) as u64,
+            });
         }
         self.kv.copy_prefix(&other.kv, other.len.saturating_sub(1));
         self.hidden.clone_from(&other.hidden);
