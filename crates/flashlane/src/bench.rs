@@ -16,9 +16,8 @@
 //!
 //! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
 
-use crate::device::{Device, LoadHow};
-
-use crate::serve::{drafts, DraftArg, ModelArgs, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
+use crate::device::{Device, ModelArgs};
+use crate::drafts::{drafts, DraftArg, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
 use crate::Failure;
 use anyhow::anyhow;
 
@@ -293,12 +292,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
-    let how = LoadHow {
-        format: args.model.load_format.format(),
-        placement: args.model.placement(),
-        kv: args.device.kv_dtype(args.model.kv_dtype)?,
-    };
-    let loaded = args.device.load(&dir, how)?;
+    let loaded = args.device.load(&dir, args.model.how(args.device)?)?;
     let (vocab, with_mtp) = (loaded.vocab_size(), loaded.has_mtp());
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {
@@ -454,7 +448,7 @@ mod tests {
 
     #[test]
     fn mtp_drafts_on_the_counting_task_are_mostly_accepted_and_save_rounds() {
-        let dir = crate::serve::default_model_dir().expect("the embedded model");
+        let dir = crate::embedded::default_model_dir().expect("the embedded model");
         let model = Arc::new(CpuModel::load(&dir, false).expect("loads"));
         let prompts = task_prompts(BenchTask::Counting, 1, 0, model.vocab_size(), &dir)
             .expect("counting prompt");
@@ -479,7 +473,7 @@ mod tests {
 
     #[test]
     fn task_prompts_ask_each_stream_something_different_through_the_chat_template() {
-        let dir = crate::serve::default_model_dir().expect("the embedded model");
+        let dir = crate::embedded::default_model_dir().expect("the embedded model");
         let tokenizer = Tokenizer::from_dir(&dir).expect("tokenizer");
         for (task, first) in [
             (BenchTask::Counting, "Count from 1 to 1000."),

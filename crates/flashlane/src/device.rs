@@ -5,11 +5,11 @@ use crate::sizing::SizingArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget, ModelCosts, RollbackWindow, SessionCosts};
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use lane::Target;
 use model::Placement;
 use model::{KvDtype, LoadFormat};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -224,6 +224,55 @@ impl LoadedModel {
                 backend_cuda::CudaTarget::with_rollback_window(m, capacities, window)
                     .map_err(|e| anyhow!(e))?,
             ),
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    /// Model directory (Hugging Face layout) [default: the embedded flashlane-tiny]
+    #[arg(long, env = "FLASHLANE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// CPU only: keep the weights in the file's mapping (4 KiB page-cache pages, shared with
+    /// other readers of the file; q/k/v and gate/up then run unfused) instead of copying them
+    /// into memory on 2 MiB huge pages. No copy of the weights at all; the weight stream of a
+    /// decode step is slower.
+    #[arg(long)]
+    pub mmap: bool,
+    /// Where the weights come from (dummy: seeded random weights of the shapes config.json gives,
+    /// to serve and measure a model's real shapes without its weight files)
+    #[arg(long, value_enum, default_value_t = LoadFormatArg::Auto)]
+    pub load_format: LoadFormatArg,
+    /// How sessions store attention keys and values [default: bf16 with --device cuda, f32 on the CPU]
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtypeArg>,
+}
+
+impl ModelArgs {
+    /// Where the CPU backend keeps the weights.
+    pub fn placement(&self) -> Placement {
+        if self.mmap {
+            Placement::Mapped
+        } else {
+            Placement::Resident
+        }
+    }
+
+    pub fn dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.model {
+            Some(dir) => Ok(dir.clone()),
+            None => crate::embedded::default_model_dir(),
+        }
+    }
+}
+
+impl ModelArgs {
+    /// How to load the model onto `device`.
+    pub fn how(&self, device: Device) -> Result<LoadHow, Failure> {
+        Ok(LoadHow {
+            format: self.load_format.format(),
+            placement: self.placement(),
+            kv: device.kv_dtype(self.kv_dtype)?,
         })
     }
 }

@@ -1,8 +1,8 @@
 //! `flashlane generate`: one reply decoded through a session on the CPU, greedy by default, for
 //! checking against reference implementations.
 
+use crate::device::ModelArgs;
 use crate::logits::{load_model, parse_ids};
-use crate::serve::ModelArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuTarget, RollbackWindow};

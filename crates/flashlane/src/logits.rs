@@ -1,8 +1,7 @@
 //! `flashlane logits`: the logits of every position of one full forward, for checking against
 //! reference implementations.
 
-use crate::device::Device;
-use crate::serve::ModelArgs;
+use crate::device::{Device, ModelArgs};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::{CpuModel, CpuTarget, RollbackWindow};

@@ -2,6 +2,7 @@
 
 mod bench;
 mod device;
+mod drafts;
 mod embedded;
 mod generate;
 mod logits;

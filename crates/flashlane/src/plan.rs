@@ -1,14 +1,14 @@
 //! `flashlane plan`: the session table under the memory cap, without loading or serving.
 
 use crate::device::{Device, KvDtypeArg, LoadFormatArg};
-use crate::serve::DraftArgs;
-use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
+use crate::drafts::DraftArgs;
+use crate::sizing::{table, PlanNeeds, SizingArgs};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::ModelCosts;
 use clap::Args;
 use serde::Serialize;
-use slots::{plan, Plan, PlanInput};
+use slots::Plan;
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
@@ -96,28 +96,14 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     let ready_bytes = args
         .ready_bytes
         .saturating_add(model_bytes.map_or(0, |b| b.weight_bytes));
-    let spec = args.sizing.spec(max_tokens.unwrap_or(u64::MAX))?;
-    let context = args
-        .sizing
-        .context
-        .unwrap_or(max_tokens.filter(|&m| m > 0).unwrap_or(DEFAULT_CONTEXT));
-    if let Some(max) = max_tokens.filter(|&m| m > 0 && context > m) {
-        return Err(Failure::bad_input(anyhow!(
-            "--context {context} is more than the model addresses ({max} positions)"
-        )));
-    }
-    let input = PlanInput {
-        context_tokens: context,
-        parallel: args.sizing.parallel,
-        spec: spec.as_ref(),
-        bytes_per_token,
-        fixed_state_bytes: fixed_bytes,
-        cap_bytes: args.device.cap(&args.sizing, false)?.cap_bytes,
+    let needs = PlanNeeds {
+        per_token: bytes_per_token,
+        fixed: fixed_bytes,
         ready_bytes,
-        margin_bytes: MEMORY_MARGIN_BYTES,
-        reserved_bytes: 0,
+        max_tokens,
     };
-    let plan = plan(&input).map_err(|e| Failure::from(anyhow!(e)))?;
+    let cap_bytes = args.device.cap(&args.sizing, false)?.cap_bytes;
+    let plan = args.sizing.resolve(&needs, cap_bytes)?.plan;
     if args.json {
         println!(
             "{}",
@@ -153,41 +139,5 @@ fn to_json(plan: &Plan) -> PlanJson {
             .collect(),
         cap_bytes: plan.cap_bytes,
         room_bytes: plan.room_bytes,
-    }
-}
-
-/// The human-readable table, also printed by `serve` at start-up.
-pub fn table(plan: &Plan) -> String {
-    let mut out = format!("{:>3}  {:>10}  {:>12}\n", "#", "capacity", "memory");
-    for (idx, session) in plan.sessions.iter().enumerate() {
-        let role = if idx == 0 { "  (engine's session)" } else { "" };
-        out += &format!(
-            "{idx:>3}  {:>10}  {:>12}{role}\n",
-            session.capacity,
-            human_bytes(session.bytes)
-        );
-    }
-    out += &format!(
-        "{} sessions, {} of {} room under a cap of {}\n",
-        plan.sessions.len(),
-        human_bytes(plan.total_bytes),
-        human_bytes(plan.room_bytes),
-        human_bytes(plan.cap_bytes)
-    );
-    out
-}
-
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
     }
 }

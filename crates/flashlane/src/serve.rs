@@ -1,98 +1,17 @@
 //! `flashlane serve`: load a model, plan its sessions under the cap, and serve the OpenAI API.
 
-use crate::device::{Device, KvDtypeArg, LoadFormatArg, LoadHow};
-use crate::plan::table;
-use crate::sizing::{SizingArgs, DEFAULT_CONTEXT, MEMORY_MARGIN_BYTES};
+use crate::device::{Device, LoadHow, ModelArgs};
+use crate::drafts::DraftArgs;
+use crate::sizing::{table, PlanNeeds, Sizing, SizingArgs};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use backend_cpu::{ModelCosts, RollbackWindow};
-use clap::{Args, ValueEnum};
-use lane::{DraftMode, Engine, EngineConfig, DEFAULT_DRAFT_COST_PERCENT};
-use model::Placement;
+use backend_cpu::ModelCosts;
+use clap::Args;
+use lane::{Engine, EngineConfig};
 use server::AppState;
-use slots::{plan, PlanInput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Drafts per window at most when `--draft-tokens` is not given. flashlane-tiny's head, trained
-/// for chained drafts, gets 3 of 3 right on counting (3.99 tokens per round) and each stream
-/// proposes fewer where they are not accepted (`--draft-cost`); every draft position is also a
-/// linear-state snapshot per session (the plan counts them), so the window is not made longer.
-pub const DEFAULT_DRAFT_TOKENS: u64 = 3;
-
-/// The largest `--draft-cost`: a drafted position costing ten rounds is never worth proposing.
-pub const DRAFT_COST_PERCENT_MAX: u32 = 1000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DraftArg {
-    Mtp,
-    Ngram,
-    None,
-}
-
-#[derive(Args, Debug)]
-pub struct ModelArgs {
-    /// Model directory (Hugging Face layout) [default: the embedded flashlane-tiny]
-    #[arg(long, env = "FLASHLANE_MODEL")]
-    pub model: Option<PathBuf>,
-    /// CPU only: keep the weights in the file's mapping (4 KiB page-cache pages, shared with
-    /// other readers of the file; q/k/v and gate/up then run unfused) instead of copying them
-    /// into memory on 2 MiB huge pages. No copy of the weights at all; the weight stream of a
-    /// decode step is slower.
-    #[arg(long)]
-    pub mmap: bool,
-    /// Where the weights come from (dummy: seeded random weights of the shapes config.json gives,
-    /// to serve and measure a model's real shapes without its weight files)
-    #[arg(long, value_enum, default_value_t = LoadFormatArg::Auto)]
-    pub load_format: LoadFormatArg,
-    /// How sessions store attention keys and values [default: bf16 with --device cuda, f32 on the CPU]
-    #[arg(long, value_enum)]
-    pub kv_dtype: Option<KvDtypeArg>,
-}
-
-impl ModelArgs {
-    /// Where the CPU backend keeps the weights.
-    pub fn placement(&self) -> Placement {
-        if self.mmap {
-            Placement::Mapped
-        } else {
-            Placement::Resident
-        }
-    }
-
-    pub fn dir(&self) -> anyhow::Result<PathBuf> {
-        match &self.model {
-            Some(dir) => Ok(dir.clone()),
-            None => default_model_dir(),
-        }
-    }
-}
-
-pub use crate::embedded::default_model_dir;
-
-/// How `serve` drafts; `plan` takes the same flags, since drafts change what a session holds.
-#[derive(Args, Debug)]
-pub struct DraftArgs {
-    /// Speculative drafts [default: mtp if the model has an MTP head, else none]
-    #[arg(long, value_enum)]
-    pub draft: Option<DraftArg>,
-    /// Drafts per window at most
-    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
-    pub draft_tokens: u64,
-    /// What a drafted position costs, in percent of a one-token round: each stream proposes as
-    /// many drafts (up to --draft-tokens) as its own acceptance makes worth it; 0 always
-    /// proposes --draft-tokens
-    #[arg(long, default_value_t = DEFAULT_DRAFT_COST_PERCENT, value_parser = clap::value_parser!(u32).range(0..=DRAFT_COST_PERCENT_MAX as i64))]
-    pub draft_cost: u32,
-}
-
-impl DraftArgs {
-    /// The drafts and the rollback window (see [`drafts`]) for a model with or without a head.
-    pub fn resolve(&self, with_mtp: bool) -> Result<(DraftMode, RollbackWindow), Failure> {
-        drafts(self.draft, self.draft_tokens, with_mtp)
-    }
-}
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("api_key_or_file").args(["api_key", "api_key_file"])))]
@@ -196,31 +115,13 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let on = args.device.costs(&costs, rollback, kv_dtype);
     let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;
-    let max_tokens = config.max_position_embeddings as u64;
-    let spec = args.sizing.spec(max_tokens)?;
-    let model_context = if max_tokens > 0 {
-        max_tokens
-    } else {
-        DEFAULT_CONTEXT
-    };
-    let context = args.sizing.context.unwrap_or(model_context);
-    if max_tokens > 0 && context > max_tokens {
-        return Err(Failure::bad_input(anyhow!(
-            "--context {context} is more than the model addresses ({max_tokens} positions)"
-        )));
-    }
-    let plan = plan(&PlanInput {
-        context_tokens: context,
-        parallel: args.sizing.parallel,
-        spec: spec.as_ref(),
-        bytes_per_token: on.session.per_token,
-        fixed_state_bytes: on.session.fixed,
-        cap_bytes: cap.cap_bytes,
+    let needs = PlanNeeds {
+        per_token: on.session.per_token,
+        fixed: on.session.fixed,
         ready_bytes: on.weight_bytes,
-        margin_bytes: MEMORY_MARGIN_BYTES,
-        reserved_bytes: 0,
-    })
-    .map_err(|e| anyhow!(e))?;
+        max_tokens: Some(config.max_position_embeddings as u64),
+    };
+    let Sizing { plan, spec } = args.sizing.resolve(&needs, cap.cap_bytes)?;
     // The port is taken before the weights load (minutes for a large model), so a port in use
     // fails at once.
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))
@@ -295,44 +196,6 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .map_err(|_| anyhow!("the engine thread panicked"))?;
     eprintln!("stopped");
     Ok(())
-}
-
-/// The drafts `serve` runs with (`--draft`, else MTP when the model has a head) and the longest
-/// window the sessions must be able to roll back: `1 + --draft-tokens` when drafting,
-/// [`RollbackWindow::NONE`] otherwise (the sessions of a hybrid model then keep no state
-/// snapshots).
-pub fn drafts(
-    arg: Option<DraftArg>,
-    draft_tokens: u64,
-    with_mtp: bool,
-) -> Result<(DraftMode, RollbackWindow), Failure> {
-    let mode = match arg {
-        Some(DraftArg::Mtp) => DraftMode::Mtp,
-        Some(DraftArg::Ngram) => DraftMode::Ngram,
-        Some(DraftArg::None) => DraftMode::None,
-        None if with_mtp => DraftMode::Mtp,
-        None => DraftMode::None,
-    };
-    if mode == DraftMode::Mtp && !with_mtp {
-        return Err(Failure::bad_input(anyhow!(
-            "--draft mtp: the model has no MTP head (mtp.* tensors); use --draft ngram or none"
-        )));
-    }
-    if mode == DraftMode::None {
-        return Ok((mode, RollbackWindow::NONE));
-    }
-    let window = usize::try_from(draft_tokens)
-        .ok()
-        .filter(|&k| k > 0)
-        .and_then(RollbackWindow::for_drafts);
-    let Some(window) = window else {
-        return Err(Failure::bad_input(anyhow!(
-            "--draft-tokens must be 1 to {} (a window of the sampled token and its drafts holds at most {} positions)",
-            slots::MAX_WINDOW - 1,
-            slots::MAX_WINDOW
-        )));
-    };
-    Ok((mode, window))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -3,7 +3,7 @@
 
 use crate::Failure;
 use clap::Args;
-use slots::{Policy, SessionSpec, MARGIN};
+use slots::{Plan, Policy, SessionSpec, MARGIN};
 
 /// The engine's session when neither `--context` nor the model says otherwise.
 pub const DEFAULT_CONTEXT: u64 = 8192;
@@ -167,5 +167,90 @@ mod tests {
             assert!(refused.contains("at most 1000000 GiB"), "{bad}: {refused}");
         }
         assert_eq!(sizing(Some(2.0)).cap_bytes().unwrap(), 2 << 30);
+    }
+}
+
+/// What a model asks of the sessions' plan.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanNeeds {
+    /// KV bytes per position of a session.
+    pub per_token: u64,
+    /// Bytes a session costs whatever its size.
+    pub fixed: u64,
+    /// Bytes taken before any session (the weights).
+    pub ready_bytes: u64,
+    /// Positions the model addresses (`None`: unknown, sessions sized by hand).
+    pub max_tokens: Option<u64>,
+}
+
+/// A plan of sessions under the cap, as `serve` opens them and `plan` prints them.
+pub struct Sizing {
+    pub plan: Plan,
+    /// The extra sessions asked for (`--slot-contexts`), if any.
+    pub spec: Option<SessionSpec>,
+}
+
+impl SizingArgs {
+    /// The one sizing resolution of `serve` and `plan`: the engine's session (`--context`, else
+    /// the model's maximum, else [`DEFAULT_CONTEXT`]; refused past what the model addresses),
+    /// the extra sessions, and the plan of them all under `cap_bytes`.
+    pub fn resolve(&self, needs: &PlanNeeds, cap_bytes: u64) -> Result<Sizing, Failure> {
+        let addressed = needs.max_tokens.filter(|&m| m > 0);
+        let spec = self.spec(needs.max_tokens.unwrap_or(u64::MAX))?;
+        let context = self.context.unwrap_or(addressed.unwrap_or(DEFAULT_CONTEXT));
+        if let Some(max) = addressed.filter(|&m| context > m) {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "--context {context} is more than the model addresses ({max} positions)"
+            )));
+        }
+        let plan = slots::plan(&slots::PlanInput {
+            context_tokens: context,
+            parallel: self.parallel,
+            spec: spec.as_ref(),
+            bytes_per_token: needs.per_token,
+            fixed_state_bytes: needs.fixed,
+            cap_bytes,
+            ready_bytes: needs.ready_bytes,
+            margin_bytes: MEMORY_MARGIN_BYTES,
+            reserved_bytes: 0,
+        })
+        .map_err(|e| Failure::from(anyhow::anyhow!(e)))?;
+        Ok(Sizing { plan, spec })
+    }
+}
+
+/// The sessions of a plan, one line each, and its totals (what `plan` prints and `serve` logs).
+pub fn table(plan: &Plan) -> String {
+    let mut out = format!("{:>3}  {:>10}  {:>12}\n", "#", "capacity", "memory");
+    for (idx, session) in plan.sessions.iter().enumerate() {
+        let role = if idx == 0 { "  (engine's session)" } else { "" };
+        out += &format!(
+            "{idx:>3}  {:>10}  {:>12}{role}\n",
+            session.capacity,
+            human_bytes(session.bytes)
+        );
+    }
+    out += &format!(
+        "{} sessions, {} of {} room under a cap of {}\n",
+        plan.sessions.len(),
+        human_bytes(plan.total_bytes),
+        human_bytes(plan.room_bytes),
+        human_bytes(plan.cap_bytes)
+    );
+    out
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
     }
 }

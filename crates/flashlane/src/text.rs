@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn chat_messages_cannot_write_control_tokens_through_serve() {
-        let dir = crate::serve::default_model_dir().expect("the embedded model");
+        let dir = crate::embedded::default_model_dir().expect("the embedded model");
         let config = Config::from_dir(&dir).unwrap();
         let text = ModelText::load(&dir, "tiny".into(), &config).unwrap();
         let im_start = text.tokenizer.token_id("<|im_start|>").unwrap();
