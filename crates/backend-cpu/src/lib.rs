@@ -18,6 +18,7 @@
 
 pub mod kernels;
 pub mod layers;
+pub mod linear;
 pub mod model;
 pub mod qwen3;
 pub mod qwen3_next;

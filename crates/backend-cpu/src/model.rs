@@ -8,7 +8,8 @@ use crate::kernels::matmul::{matmul, matmul_rows};
 use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::kernels::on_pool;
 use crate::layers::{Mixer, Mlp, Segment};
-use crate::qwen3::{load_norm, Attention, FusedDenseMlp};
+use crate::linear::{load_norm, FusedDenseMlp};
+use crate::qwen3::Attention;
 use crate::qwen3_next;
 use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
 use model::{
@@ -16,8 +17,7 @@ use model::{
 };
 use std::path::Path;
 
-/// The name of a tensor that only checkpoints with an MTP head have.
-pub const MTP_MARKER: &str = "mtp.fc.weight";
+pub use model::schema::MTP_MARKER;
 
 /// One decoder layer: norms, token mixer, feed-forward.
 pub struct DecoderLayer {
@@ -277,5 +277,16 @@ impl ModelCosts {
     /// Session costs for sessions that roll back windows of up to `window` tokens.
     pub fn session_costs(&self, window: RollbackWindow) -> SessionCosts {
         session_costs(&self.config, self.with_mtp, window)
+    }
+}
+
+/// The MTP head reads the main model's embedding and lm_head through this.
+impl crate::qwen3_next::MainModel for CpuModel {
+    fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        CpuModel::embed(self, tokens)
+    }
+
+    fn logits_of_first(&self, hidden: &[f32], n: usize) -> Vec<f32> {
+        CpuModel::logits_of_first(self, hidden, n)
     }
 }

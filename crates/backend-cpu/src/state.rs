@@ -6,7 +6,6 @@
 //! is the whole of a move, [`SessionState::truncate`] the whole of a rollback.
 
 use crate::kernels::attention::KvLayout;
-use crate::qwen3_next::{MtpState, MTP_HIDDEN_ROWS};
 use model::{Config, LayerKind};
 
 /// KV rows of one full-attention layer, f32, each of K and V `[kv_heads, capacity, head_dim]`:
@@ -188,7 +187,86 @@ pub struct SessionState {
     pub mtp: Option<MtpState>,
 }
 
-pub use lane::{RollbackWindow, SessionCosts, StateError, NO_ROLLBACK};
+pub use lane::{RollbackWindow, SessionCosts, StateError, MAX_ROLLBACK_WINDOW, NO_ROLLBACK};
+
+/// Main-model hidden rows an [`MtpState`] holds at most: the row before a window and the rows
+/// of a window that can be rolled back (one of at most [`MAX_ROLLBACK_WINDOW`] tokens; a longer
+/// one, a prompt chunk, keeps its last row only). Reserved once; the plan counts them.
+pub const MTP_HIDDEN_ROWS: usize = MAX_ROLLBACK_WINDOW + 1;
+
+/// The MTP head's part of one session: its K/V rows and the main model's hidden rows of the
+/// last window.
+#[derive(Clone, Debug, Default)]
+pub struct MtpState {
+    pub kv: KvRows,
+    /// Positions of the main model this state is in step with (the session's length). The head's
+    /// K/V rows are final for positions `0..len − 1`.
+    pub len: usize,
+    /// Main-model hidden rows `[n, hidden]` for positions `first..first + n`: the row before the
+    /// last window and the window's rows (only its last row after a window longer than
+    /// [`MAX_ROLLBACK_WINDOW`]). Always covers `len − 1` when `len > 0`.
+    pub hidden: Vec<f32>,
+    pub first: usize,
+    hidden_size: usize,
+}
+
+impl MtpState {
+    pub fn new(config: &Config, capacity: usize) -> MtpState {
+        MtpState {
+            kv: KvRows::new(capacity, config.num_kv_heads, config.head_dim),
+            len: 0,
+            hidden: Vec::with_capacity(MTP_HIDDEN_ROWS * config.hidden_size),
+            first: 0,
+            hidden_size: config.hidden_size,
+        }
+    }
+
+    /// `h[pos]`, when this state holds it.
+    pub(crate) fn hidden_row(&self, pos: usize) -> Option<&[f32]> {
+        let h = self.hidden_size;
+        let i = pos.checked_sub(self.first)?;
+        self.hidden.get(i * h..(i + 1) * h)
+    }
+
+    /// Forgets everything (a released session).
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.first = 0;
+        self.hidden.clear();
+    }
+
+    /// Follows the session back to `len` positions (rejected drafts). Only positions of the last
+    /// window can be returned to.
+    pub fn truncate(&mut self, len: usize) -> Result<(), StateError> {
+        if len == self.len {
+            return Ok(());
+        }
+        if len > self.len || (len > 0 && self.hidden_row(len - 1).is_none()) {
+            return Err(StateError::MtpCannotGoBack {
+                len: len as u64,
+                first: self.first as u64,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Makes `self` (a session at least as large) hold exactly `other`'s state.
+    pub fn copy_from(&mut self, other: &MtpState) -> Result<(), StateError> {
+        if self.kv.k.len() < other.len * other.kv.row {
+            return Err(StateError::DoesNotFit {
+                len: other.len as u64,
+                capacity: (self.kv.k.len() / other.kv.row.max(1)) as u64,
+            });
+        }
+        self.kv.copy_prefix(&other.kv, other.len.saturating_sub(1));
+        self.hidden.clone_from(&other.hidden);
+        self.first = other.first;
+        self.len = other.len;
+        self.hidden_size = other.hidden_size;
+        Ok(())
+    }
+}
 
 const F32: u64 = 4;
 

@@ -151,7 +151,7 @@ impl CpuTarget {
                     })
                 })
                 .collect();
-            mtp.absorb(&self.model, &tokens, &hidden, &mut mtp_windows);
+            mtp.absorb(self.model.as_ref(), &tokens, &hidden, &mut mtp_windows);
         }
         for (w, state) in live.iter().zip(states) {
             self.sessions[w.session.0] = state;
@@ -269,7 +269,7 @@ impl Target for CpuTarget {
         // On a pool worker, as the forward: the head's parallel calls then never park this thread.
         let model = &self.model;
         let drafts = crate::kernels::on_pool(|| {
-            mtp.draft_batch(model, &mut heads, &starts, vocab, |row| {
+            mtp.draft_batch(model.as_ref(), &mut heads, &starts, vocab, |row| {
                 lane::sampling::argmax(row).unwrap_or(0)
             })
         });

@@ -7,8 +7,7 @@ use crate::kernels::{fp8_blocks_fit, Fp8Scales};
 use crate::CudaError;
 use model::{Arch, Config, LayerKind, Tensor, TensorData, Weights};
 
-/// The name of a tensor only checkpoints with an MTP head have (as backend-cpu's `MTP_MARKER`).
-const MTP_MARKER: &str = "mtp.fc.weight";
+use model::schema::MTP_MARKER;
 
 /// A matrix `[rows, cols]` (the checkpoint's `[out, in]`, or several stacked by rows), in parts
 /// of consecutive rows each bf16 or block-scaled FP8 as stored (one part unless a projection

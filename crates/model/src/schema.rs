@@ -41,6 +41,10 @@ pub struct TensorSpec {
     pub init: Init,
 }
 
+/// The name of a tensor only checkpoints with an MTP head have: how a backend tells whether a
+/// checkpoint has one.
+pub const MTP_MARKER: &str = "mtp.fc.weight";
+
 /// Whether a checkpoint of `config` has the MTP head's `mtp.*` tensors when made from the config
 /// alone (a real checkpoint says so by having them).
 pub fn declares_mtp(config: &Config) -> bool {
@@ -90,7 +94,7 @@ pub fn checkpoint_tensors(config: &Config, with_mtp: bool) -> Vec<TensorSpec> {
     }
     if with_mtp {
         push(
-            "mtp.fc.weight".into(),
+            MTP_MARKER.into(),
             vec![h, 2 * h],
             Init::Matrix { fan_in: 2 * h },
         );

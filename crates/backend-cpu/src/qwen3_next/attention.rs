@@ -13,7 +13,7 @@ use crate::kernels::attention::{causal_attention_in, AttentionShape};
 use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Segment};
-use crate::qwen3::{load_norm, Linear};
+use crate::linear::{load_norm, Linear};
 use crate::state::{KvRows, LayerState};
 use model::{Config, LoadError, Weights};
 use std::ops::Range;

@@ -19,7 +19,7 @@
 use super::norms::{gated_rms_norm, l2_norm};
 use crate::kernels::activation::{sigmoid, silu, softplus};
 use crate::layers::{Mixer, Segment};
-use crate::qwen3::Linear;
+use crate::linear::Linear;
 use crate::state::{LayerState, LinearSnapshot, LinearState};
 use model::{Config, LinearAttentionConfig, LoadError, Weights};
 use rayon::prelude::*;

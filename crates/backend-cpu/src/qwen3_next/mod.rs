@@ -21,10 +21,11 @@ pub mod norms;
 #[cfg(test)]
 mod parity;
 
+pub use crate::state::{MtpState, MTP_HIDDEN_ROWS};
 pub use attention::GatedAttention;
 pub use deltanet::{GatedDeltaNet, MAX_ROLLBACK_WINDOW};
 pub use moe::SparseMoe;
-pub use mtp::{Draft, DraftStart, Mtp, MtpState, MtpWindow, MTP_HIDDEN_ROWS};
+pub use mtp::{Draft, DraftStart, MainModel, Mtp, MtpWindow};
 
 use crate::layers::{Mixer, Mlp};
 use model::{Config, LayerKind, LoadError, Weights};

@@ -10,7 +10,7 @@
 use crate::kernels::activation::{sigmoid, swiglu};
 use crate::kernels::matmul::matmul_rows;
 use crate::layers::Mlp;
-use crate::qwen3::{DenseMlp, Linear};
+use crate::linear::{DenseMlp, Linear};
 use model::{Config, LoadError, Tensor, Weights};
 use rayon::prelude::*;
 

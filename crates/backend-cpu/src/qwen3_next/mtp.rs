@@ -26,16 +26,23 @@
 //! - `Target::draft(session, next, k)` is [`Mtp::draft`] with argmax, keeping the tokens.
 
 use super::attention::{GatedAttention, KvSpan};
-use super::deltanet::MAX_ROLLBACK_WINDOW;
 use super::moe::SparseMoe;
 use crate::kernels::norm::{rmsnorm, rmsnorm_in_place, NormKind};
 use crate::layers::Mlp;
-use crate::model::{CpuModel, MTP_MARKER};
-use crate::qwen3::{load_norm, DenseMlp, Linear};
-use crate::state::KvRows;
-use lane::StateError;
+use crate::linear::{load_norm, DenseMlp, Linear};
+use crate::state::{MtpState, MAX_ROLLBACK_WINDOW};
+use model::schema::MTP_MARKER;
 use model::{Config, LoadError, Weights};
 use std::ops::Range;
+
+/// What the head needs of the main model it drafts for: its embedding rows and the logits of
+/// its head (the lm_head), which the head shares.
+pub trait MainModel {
+    /// Embedding rows of `tokens`, `[T, hidden]`.
+    fn embed(&self, tokens: &[u32]) -> Vec<f32>;
+    /// Logits of the first `n` ids for each hidden row, `[rows, n]`.
+    fn logits_of_first(&self, hidden: &[f32], n: usize) -> Vec<f32>;
+}
 
 /// The MTP head's weights (layer 0 of `mtp.layers`; the embedding and lm_head are the main
 /// model's).
@@ -53,27 +60,6 @@ pub struct Mtp {
     eps: f32,
 }
 
-/// Main-model hidden rows an [`MtpState`] holds at most: the row before a window and the rows
-/// of a window that can be rolled back (one of at most [`MAX_ROLLBACK_WINDOW`] tokens; a longer
-/// one, a prompt chunk, keeps its last row only). Reserved once; the plan counts them.
-pub const MTP_HIDDEN_ROWS: usize = MAX_ROLLBACK_WINDOW + 1;
-
-/// The MTP head's part of one session: its K/V rows and the main model's hidden rows of the
-/// last window.
-#[derive(Clone, Debug, Default)]
-pub struct MtpState {
-    pub kv: KvRows,
-    /// Positions of the main model this state is in step with (the session's length). The head's
-    /// K/V rows are final for positions `0..len − 1`.
-    pub len: usize,
-    /// Main-model hidden rows `[n, hidden]` for positions `first..first + n`: the row before the
-    /// last window and the window's rows (only its last row after a window longer than
-    /// [`MAX_ROLLBACK_WINDOW`]). Always covers `len − 1` when `len > 0`.
-    pub hidden: Vec<f32>,
-    pub first: usize,
-    hidden_size: usize,
-}
-
 /// One drafted token and the logits it was chosen from (for sampled verification).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Draft {
@@ -88,64 +74,6 @@ pub struct MtpWindow<'a> {
     /// Position of the window's first token.
     pub start: usize,
     pub state: &'a mut MtpState,
-}
-
-impl MtpState {
-    pub fn new(config: &Config, capacity: usize) -> MtpState {
-        MtpState {
-            kv: KvRows::new(capacity, config.num_kv_heads, config.head_dim),
-            len: 0,
-            hidden: Vec::with_capacity(MTP_HIDDEN_ROWS * config.hidden_size),
-            first: 0,
-            hidden_size: config.hidden_size,
-        }
-    }
-
-    /// `h[pos]`, when this state holds it.
-    fn hidden_row(&self, pos: usize) -> Option<&[f32]> {
-        let h = self.hidden_size;
-        let i = pos.checked_sub(self.first)?;
-        self.hidden.get(i * h..(i + 1) * h)
-    }
-
-    /// Forgets everything (a released session).
-    pub fn reset(&mut self) {
-        self.len = 0;
-        self.first = 0;
-        self.hidden.clear();
-    }
-
-    /// Follows the session back to `len` positions (rejected drafts). Only positions of the last
-    /// window can be returned to.
-    pub fn truncate(&mut self, len: usize) -> Result<(), StateError> {
-        if len == self.len {
-            return Ok(());
-        }
-        if len > self.len || (len > 0 && self.hidden_row(len - 1).is_none()) {
-            return Err(StateError::MtpCannotGoBack {
-                len: len as u64,
-                first: self.first as u64,
-            });
-        }
-        self.len = len;
-        Ok(())
-    }
-
-    /// Makes `self` (a session at least as large) hold exactly `other`'s state.
-    pub fn copy_from(&mut self, other: &MtpState) -> Result<(), StateError> {
-        if self.kv.k.len() < other.len * other.kv.row {
-            return Err(StateError::DoesNotFit {
-                len: other.len as u64,
-                capacity: (self.kv.k.len() / other.kv.row.max(1)) as u64,
-            });
-        }
-        self.kv.copy_prefix(&other.kv, other.len.saturating_sub(1));
-        self.hidden.clone_from(&other.hidden);
-        self.first = other.first;
-        self.len = other.len;
-        self.hidden_size = other.hidden_size;
-        Ok(())
-    }
 }
 
 impl Mtp {
@@ -185,7 +113,7 @@ impl Mtp {
     /// returns the final-normed output rows `[n, hidden]`.
     fn rows(
         &self,
-        model: &CpuModel,
+        model: &dyn MainModel,
         tokens: &[u32],
         hidden: &[f32],
         spans: &mut [KvSpan<'_>],
@@ -230,7 +158,7 @@ impl Mtp {
     /// must be in step with the session (`state.len == start`).
     pub fn absorb(
         &self,
-        model: &CpuModel,
+        model: &dyn MainModel,
         tokens: &[u32],
         hidden: &[f32],
         windows: &mut [MtpWindow<'_>],
@@ -301,7 +229,7 @@ impl Mtp {
     /// ids. Fewer when the session is full.
     pub fn draft(
         &self,
-        model: &CpuModel,
+        model: &dyn MainModel,
         state: &mut MtpState,
         next_token: u32,
         num_drafts: usize,
@@ -323,7 +251,7 @@ impl Mtp {
     /// arithmetic is independent of the batch).
     pub fn draft_batch(
         &self,
-        model: &CpuModel,
+        model: &dyn MainModel,
         states: &mut [&mut MtpState],
         asks: &[DraftStart],
         draft_vocab: usize,

@@ -1,0 +1,352 @@
+//! The building blocks both model families share: linear projections (alone, or several reading
+//! the same input fused into one matmul) and the SwiGLU MLP.
+
+use crate::kernels::activation::swiglu;
+use crate::kernels::matmul::matmul;
+use crate::layers::Mlp;
+use model::{LoadError, Placement, Tensor, Weights};
+
+/// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Vec<f32>>,
+    pub in_features: usize,
+    pub out_features: usize,
+}
+
+impl Linear {
+    /// `{prefix}.weight` of shape `[out, in]`, and `{prefix}.bias` when `bias`.
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, LoadError> {
+        Linear::load_from(w, prefix, out, inp, bias, Weights::tensor)
+    }
+
+    /// [`Linear::load`] with the weight fetched by `fetch` (from the mapping for the parts of a
+    /// [`FusedLinear`], which copies them into one tensor).
+    fn load_from(
+        w: &Weights,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+        fetch: impl Fn(&Weights, &str, &[usize]) -> Result<Tensor, LoadError>,
+    ) -> Result<Linear, LoadError> {
+        let weight = fetch(w, &format!("{prefix}.weight"), &[out, inp])?;
+        let bias = if bias {
+            Some(
+                w.tensor_mapped(&format!("{prefix}.bias"), &[out])?
+                    .to_f32_vec(),
+            )
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            in_features: inp,
+            out_features: out,
+        })
+    }
+
+    /// `y[rows, out]` for `x[rows, in]`.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let rows = x.len() / self.in_features;
+        let mut y = vec![0.0f32; rows * self.out_features];
+        matmul(x, self.weight.data(), self.in_features, &mut y);
+        if let Some(b) = &self.bias {
+            for row in y.chunks_exact_mut(self.out_features) {
+                for (v, bb) in row.iter_mut().zip(b) {
+                    *v += bb;
+                }
+            }
+        }
+        y
+    }
+}
+
+/// Projections of the same input computed by one matmul call over their weights concatenated
+/// row-wise into one owned tensor: one parallel call (one fork-join of the threads) instead of
+/// one per projection. Every output element is the same dot product of the same rows as in its
+/// own projection, so the outputs are bit-identical to separate calls.
+pub struct FusedLinear {
+    /// The concatenated projection, or the projections as loaded when their weights' dtypes or
+    /// biases differ (nothing to fuse then).
+    parts: Vec<Linear>,
+    /// Output features of each projection, in order.
+    outs: Vec<usize>,
+}
+
+impl FusedLinear {
+    /// Fuses `parts`, which all take `in_features` inputs.
+    pub fn new(parts: Vec<Linear>) -> FusedLinear {
+        let outs: Vec<usize> = parts.iter().map(|p| p.out_features).collect();
+        let parts = match concat(&parts) {
+            Some(fused) => vec![fused],
+            None => parts,
+        };
+        FusedLinear { parts, outs }
+    }
+
+    /// The projections `{prefix}.weight` of `(prefix, out)` in `parts`, each `[out, inp]` (with
+    /// `{prefix}.bias` when `bias`), fused. Each part is read from the file's mapping and copied
+    /// once, into the fused tensor, when `w` copies weights onto huge pages (parts that cannot be
+    /// fused are then placed there); with [`Placement::Mapped`] the parts stay separate in the
+    /// mapping (no copy: the same bits, one parallel call per part).
+    pub fn load(
+        w: &Weights,
+        parts: &[(String, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<FusedLinear, LoadError> {
+        let parts: Vec<Linear> = parts
+            .iter()
+            .map(|(prefix, out)| {
+                Linear::load_from(w, prefix, *out, inp, bias, Weights::tensor_mapped)
+            })
+            .collect::<Result<_, _>>()?;
+        if w.placement() == Placement::Mapped {
+            let outs = parts.iter().map(|p| p.out_features).collect();
+            return Ok(FusedLinear { parts, outs });
+        }
+        let FusedLinear { parts, outs } = FusedLinear::new(parts);
+        let parts = parts
+            .into_iter()
+            .map(|p| {
+                Ok(Linear {
+                    weight: w.place(p.weight)?,
+                    ..p
+                })
+            })
+            .collect::<Result<_, LoadError>>()?;
+        Ok(FusedLinear { parts, outs })
+    }
+
+    /// One `[rows, out_i]` output per projection, for `x[rows, in]`.
+    pub fn forward(&self, x: &[f32]) -> Vec<Vec<f32>> {
+        if self.parts.len() == self.outs.len() {
+            return self.parts.iter().map(|p| p.forward(x)).collect();
+        }
+        let y = self.parts[0].forward(x);
+        let total: usize = self.outs.iter().sum();
+        let rows = y.len() / total;
+        let mut split: Vec<Vec<f32>> = self
+            .outs
+            .iter()
+            .map(|o| Vec::with_capacity(rows * o))
+            .collect();
+        for row in y.chunks_exact(total) {
+            let mut at = 0;
+            for (part, &o) in split.iter_mut().zip(&self.outs) {
+                part.extend_from_slice(&row[at..at + o]);
+                at += o;
+            }
+        }
+        split
+    }
+}
+
+/// `parts` as one projection with their weight rows (and biases) one after the other, in owned
+/// memory on huge pages; `None` when their dtypes differ or only some have a bias.
+fn concat(parts: &[Linear]) -> Option<Linear> {
+    let inp = parts.first()?.in_features;
+    let out: usize = parts.iter().map(|p| p.out_features).sum();
+    if parts.iter().any(|p| p.in_features != inp) {
+        return None;
+    }
+    let name = format!(
+        "fused {}",
+        parts
+            .iter()
+            .map(|p| p.weight.name())
+            .collect::<Vec<_>>()
+            .join(" + ")
+    );
+    let bias = if parts.iter().all(|p| p.bias.is_some()) {
+        Some(
+            parts
+                .iter()
+                .flat_map(|p| p.bias.iter().flatten().copied())
+                .collect(),
+        )
+    } else if parts.iter().all(|p| p.bias.is_none()) {
+        None
+    } else {
+        return None;
+    };
+    let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
+    // Without memory for the fused copy the projections stay separate (the same bits).
+    let weight = Tensor::concat_rows(name, &weights).ok().flatten()?;
+    Some(Linear {
+        weight,
+        bias,
+        in_features: inp,
+        out_features: out,
+    })
+}
+
+/// Loads a norm weight `[n]` as f32.
+pub fn load_norm(w: &Weights, name: &str, n: usize) -> Result<Vec<f32>, LoadError> {
+    Ok(w.tensor_mapped(name, &[n])?.to_f32_vec())
+}
+/// `down(silu(gate(x)) ⊙ up(x))`, with the projections as loaded (MoE experts: their weights
+/// stay in the mapping).
+pub struct DenseMlp {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl DenseMlp {
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        hidden: usize,
+        width: usize,
+    ) -> Result<DenseMlp, LoadError> {
+        Ok(DenseMlp {
+            gate_proj: Linear::load(w, &format!("{prefix}.gate_proj"), width, hidden, false)?,
+            up_proj: Linear::load(w, &format!("{prefix}.up_proj"), width, hidden, false)?,
+            down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
+        })
+    }
+}
+
+impl Mlp for DenseMlp {
+    fn forward(&self, xn: &[f32], out: &mut [f32]) {
+        let gate = self.gate_proj.forward(xn);
+        let up = self.up_proj.forward(xn);
+        swiglu_down(gate, &up, &self.down_proj, out);
+    }
+}
+
+/// [`DenseMlp`] with gate and up fused into one matmul call (a dense layer's MLP); the same bits.
+pub struct FusedDenseMlp {
+    pub gate_up_proj: FusedLinear,
+    pub down_proj: Linear,
+}
+
+impl FusedDenseMlp {
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        hidden: usize,
+        width: usize,
+    ) -> Result<FusedDenseMlp, LoadError> {
+        let part = |name: &str| (format!("{prefix}.{name}"), width);
+        Ok(FusedDenseMlp {
+            gate_up_proj: FusedLinear::load(
+                w,
+                &[part("gate_proj"), part("up_proj")],
+                hidden,
+                false,
+            )?,
+            down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
+        })
+    }
+}
+
+impl Mlp for FusedDenseMlp {
+    fn forward(&self, xn: &[f32], out: &mut [f32]) {
+        let [gate, up]: [Vec<f32>; 2] = self
+            .gate_up_proj
+            .forward(xn)
+            .try_into()
+            .expect("two projections");
+        swiglu_down(gate, &up, &self.down_proj, out);
+    }
+}
+
+/// `out = down(silu(gate) ⊙ up)`.
+fn swiglu_down(mut gate: Vec<f32>, up: &[f32], down: &Linear, out: &mut [f32]) {
+    swiglu(&mut gate, up);
+    out.copy_from_slice(&down.forward(&gate));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::testutil::Rng;
+    use half::bf16;
+    use model::TensorData;
+
+    fn linear(rng: &mut Rng, out: usize, inp: usize, bf: bool, bias: bool) -> Linear {
+        let v = rng.vec(out * inp);
+        let weight = if bf {
+            let b = v.iter().map(|x| bf16::from_f32(*x)).collect();
+            Tensor::from_bf16("w", vec![out, inp], b)
+        } else {
+            Tensor::from_f32("w", vec![out, inp], v)
+        };
+        Linear {
+            weight,
+            bias: bias.then(|| rng.vec(out)),
+            in_features: inp,
+            out_features: out,
+        }
+    }
+
+    /// A copy of `l` (the fused projection takes its parts by value).
+    fn copy(l: &Linear) -> Linear {
+        let weight = match l.weight.data() {
+            TensorData::F32(s) => Tensor::from_f32("w", l.weight.shape().to_vec(), s.to_vec()),
+            TensorData::Bf16(s) => Tensor::from_bf16("w", l.weight.shape().to_vec(), s.to_vec()),
+        };
+        Linear {
+            weight,
+            bias: l.bias.clone(),
+            in_features: l.in_features,
+            out_features: l.out_features,
+        }
+    }
+
+    #[test]
+    fn fused_projections_give_the_bits_of_separate_ones_alone_or_in_a_batch() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let inp = 200;
+        for (bf, bias) in [(true, false), (true, true), (false, false), (false, true)] {
+            // q, k, v-like widths, not multiples of the kernels' column blocks.
+            let parts: Vec<Linear> = [96, 40, 40]
+                .iter()
+                .map(|&o| linear(&mut rng, o, inp, bf, bias))
+                .collect();
+            let fused = FusedLinear::new(parts.iter().map(copy).collect());
+            assert_eq!(fused.parts.len(), 1, "same dtypes and biases fuse");
+            for rows in [1, 2, 3, 5, 8, 17] {
+                let x = rng.vec(rows * inp);
+                let got = fused.forward(&x);
+                for (i, p) in parts.iter().enumerate() {
+                    assert_eq!(
+                        got[i],
+                        p.forward(&x),
+                        "seed {seed} bf16 {bf} bias {bias} rows {rows} part {i}"
+                    );
+                }
+                let row0 = fused.forward(&x[..inp]);
+                for (i, part) in got.iter().enumerate() {
+                    let o = parts[i].out_features;
+                    assert_eq!(row0[i], part[..o], "seed {seed}: row 0 alone vs in {rows}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn projections_of_different_dtypes_stay_apart() {
+        let mut rng = Rng::fresh();
+        let parts = vec![
+            linear(&mut rng, 8, 16, true, false),
+            linear(&mut rng, 8, 16, false, false),
+        ];
+        let fused = FusedLinear::new(parts);
+        assert_eq!(fused.parts.len(), 2);
+        let x = rng.vec(3 * 16);
+        let y = fused.forward(&x);
+        assert_eq!((y[0].len(), y[1].len()), (24, 24));
+    }
+}
