@@ -10,6 +10,8 @@ pub struct ModelText {
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     stop_ids: Vec<u32>,
+    /// The most bytes of text one token stands for (the prompt's byte bound).
+    max_token_bytes: usize,
 }
 
 impl ModelText {
@@ -17,11 +19,13 @@ impl ModelText {
         let tokenizer = Tokenizer::from_dir(dir)?;
         let template = ChatTemplate::from_dir(dir)?;
         let stop_ids = model::end_of_reply_ids(dir, config, Some(&tokenizer), template.as_ref());
+        let max_token_bytes = tokenizer.max_token_bytes();
         let text = ModelText {
             id,
             tokenizer,
             template,
             stop_ids,
+            max_token_bytes,
         };
         text.encode_check()
             .context("the tokenizer cannot encode a plain word")?;
@@ -74,6 +78,10 @@ impl server::TextModel for ModelText {
 
     fn stop_token_ids(&self) -> Vec<u32> {
         self.stop_ids.clone()
+    }
+
+    fn max_token_bytes(&self) -> Option<usize> {
+        Some(self.max_token_bytes)
     }
 
     fn thinking_tags(&self) -> Option<(u32, u32)> {

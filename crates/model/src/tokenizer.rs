@@ -103,6 +103,19 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// An upper bound on the bytes of text one token stands for: the longest token's text as
+    /// the vocabulary writes it (a byte-level BPE writes each byte as one character of one or
+    /// two bytes, SentencePiece a space as three), added tokens included.
+    pub fn max_token_bytes(&self) -> usize {
+        self.inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
     /// Number of ids the tokenizer knows, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -38,6 +38,21 @@ impl ApiError {
     }
 
     /// 400 `context_full`: the reply cannot fit the largest session.
+    /// A prompt whose text alone, at the most bytes a token stands for, needs more tokens than
+    /// the largest session holds (refused before it is tokenised).
+    pub fn context_full_at_least(tokens: u64, largest: u64) -> ApiError {
+        ApiError {
+            code: Some("context_full"),
+            ..ApiError::invalid(
+                "messages",
+                format!(
+                    "this request needs at least {tokens} tokens (its text, before the reply) but \
+                     the largest session holds {largest}; shorten the prompt"
+                ),
+            )
+        }
+    }
+
     pub fn context_full(reply_end: u64, largest: u64) -> ApiError {
         ApiError {
             code: Some("context_full"),

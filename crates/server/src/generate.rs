@@ -155,7 +155,28 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
     }
 }
 
+/// Refuses a request whose text cannot fit the largest session whatever the tokenizer makes of
+/// it (at most [`crate::text_model::TextModel::max_token_bytes`] bytes a token), before any tokenising: a 7.8 MB
+/// prompt then costs a length check, not seconds of a tokenizer thread.
+fn text_fits(app: &AppState, req: &GenerateRequest) -> Result<(), ApiError> {
+    let Some(per_token) = app.text.max_token_bytes().filter(|&b| b > 0) else {
+        return Ok(());
+    };
+    let bytes: usize = match &req.input {
+        Input::Prompt(Prompt::Tokens(_)) => return Ok(()),
+        Input::Prompt(Prompt::Text(text)) => text.len(),
+        Input::Messages(messages) => messages.iter().map(|m| m.content.len()).sum(),
+    };
+    let at_least = bytes.div_ceil(per_token) as u64;
+    let largest = app.engine.largest_capacity;
+    if at_least.saturating_add(app.engine.window) > largest {
+        return Err(ApiError::context_full_at_least(at_least, largest));
+    }
+    Ok(())
+}
+
 fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiError> {
+    text_fits(app, req)?;
     let tokens = match &req.input {
         Input::Prompt(Prompt::Tokens(ids)) => ids.clone(),
         Input::Prompt(Prompt::Text(text)) => app

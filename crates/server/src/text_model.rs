@@ -24,6 +24,12 @@ pub trait TextModel: Send + Sync + 'static {
     ) -> Result<Vec<u32>, String>;
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
+    /// The most bytes of text one token stands for (`None`: unknown). A text of `n` bytes is
+    /// then at least `n / max` tokens, so a prompt that cannot fit any session is refused before
+    /// it is tokenised.
+    fn max_token_bytes(&self) -> Option<usize> {
+        None
+    }
     /// The ids of `<think>` and `</think>`, for models that think.
     fn thinking_tags(&self) -> Option<(u32, u32)> {
         None

@@ -46,6 +46,10 @@ impl TextModel for ByteText {
     fn stop_token_ids(&self) -> Vec<u32> {
         Vec::new()
     }
+    /// A token is one byte.
+    fn max_token_bytes(&self) -> Option<usize> {
+        Some(1)
+    }
 }
 
 /// `ByteText` with thinking tags: `{` opens a thought, `}` closes it.
@@ -827,6 +831,34 @@ async fn tokenising_never_stalls_other_requests() {
         "/health waited {waited:?} for another request's tokeniser"
     );
     assert_eq!(slow.await.unwrap().status, 200);
+}
+
+/// A prompt whose bytes alone cannot fit the largest session is refused before it reaches a
+/// tokeniser (this one would take SLOW_ENCODE), naming how many tokens it needs at least.
+#[tokio::test]
+async fn a_prompt_too_large_for_any_session_is_refused_before_tokenising() {
+    let server = start(&[1056], EQUAL, 64, None).await;
+    let asked = Instant::now();
+    let huge = format!("{SLOW_PROMPT}{}", "x".repeat(200_000));
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": huge, "max_tokens": 2})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 2}),
+        ),
+    ] {
+        let refused = post(server.addr, path, body).await;
+        assert_eq!(refused.status, 400, "{path}");
+        let error = &refused.json()["error"];
+        assert_eq!(error["code"], "context_full", "{path}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("at least 200017 tokens"), "{message}");
+    }
+    assert!(
+        asked.elapsed() < SLOW_ENCODE,
+        "refused after {:?}: the prompt was tokenised",
+        asked.elapsed()
+    );
 }
 
 #[tokio::test]
