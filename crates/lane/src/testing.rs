@@ -15,6 +15,7 @@
 //! inject faults then (how the tests make "a release ends another stream" happen).
 
 pub mod conformance;
+pub mod faults;
 
 use crate::sampling::{argmax, mix64, Rng};
 use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
@@ -494,6 +495,18 @@ mod tests {
     #[should_panic(expected = "a window with drafts")]
     fn the_suite_notices_a_rollback_that_forgets_nothing() {
         conformance::rollback_and_release(&mut broken(false, true));
+    }
+
+    #[test]
+    fn faults_on_the_fake_target_touch_only_their_streams() {
+        let config = FakeConfig {
+            has_drafter: true,
+            draft_accept: 0.7,
+            ..FakeConfig::default()
+        };
+        super::faults::suite::run_all("fake", &mut || {
+            FakeTarget::new(&super::faults::suite::FAULT_CAPACITIES, config)
+        });
     }
 
     #[test]
