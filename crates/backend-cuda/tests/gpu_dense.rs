@@ -1,8 +1,9 @@
 //! `CudaTarget` on a dense Qwen3 checkpoint (the committed bf16 fixture `qwen3_bf16`: 2 layers,
 //! 8 query heads of 16 over 2 KV heads, untied lm_head): logits against transformers' (the
 //! fixture's, computed in f32) and against backend-cpu's, greedy decoding through the session
-//! equal to backend-cpu's, and a stream's logits the same bits alone and in a batch. Each test
-//! skips (and says why) when no CUDA device is present.
+//! equal to backend-cpu's, and the FP8 fixture against both (alone = batched = moved for every
+//! fixture is `gpu_fixtures`' and the conformance suite's). Each test skips (and says why) when
+//! no CUDA device is present.
 
 #![cfg(feature = "cuda")]
 
@@ -10,7 +11,7 @@ mod common;
 
 use backend_cpu::{CpuModel, CpuTarget};
 use backend_cuda::{CudaModel, CudaTarget};
-use common::{load_on_gpu, window};
+use common::{argmax, ids, load_on_gpu, read_f32, relative_diff, window};
 use lane::Target;
 use lane::TargetExt;
 use model::KvDtype;
@@ -72,47 +73,8 @@ fn gpu() -> Option<Arc<CudaModel>> {
         .clone()
 }
 
-/// The fixture as it serves by default (bf16 cache rows).
-fn gpu_bf16() -> Option<Arc<CudaModel>> {
-    static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| load_on_gpu(&dir(), "the dense qwen3 fixture", KvDtype::Bf16))
-        .clone()
-}
-
 fn cpu() -> Arc<CpuModel> {
     Arc::new(CpuModel::load(&dir(), false).expect("CPU model"))
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn read_f32(rel: &str) -> Vec<f32> {
-    std::fs::read(fixtures().join(rel))
-        .expect("logits file")
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    let range = want.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-        - want.iter().copied().fold(f32::INFINITY, f32::min);
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max)
-        / range
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    lane::sampling::argmax(row).expect("a finite logit")
 }
 
 #[test]
@@ -165,50 +127,6 @@ fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
     let want = decode(&mut CpuTarget::new(cpu(), &[256]));
     let got = decode(&mut CudaTarget::new(&gpu, &[256]).expect("target"));
     assert_eq!(got, want);
-}
-
-#[test]
-fn dense_stream_logits_are_the_same_bits_alone_and_in_a_batch() {
-    let _gpu = common::exclusive();
-    let Some(gpu) = gpu_bf16() else { return };
-    let prompts: Vec<Vec<u32>> = fixture()["prompts"]
-        .as_array()
-        .expect("prompts")
-        .iter()
-        .map(|p| ids(&p["ids"]))
-        .collect();
-    let long = &prompts[2];
-    let (head, tail) = long.split_at(long.len() - 1);
-    // Alone: the long prompt's head, then its last token as a decode row.
-    let mut alone = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
-    alone.logits(&[window(0, 0, head, 0)]).expect("prefill");
-    let want = alone
-        .logits(&[window(0, head.len() as u64, tail, 1)])
-        .expect("decode")
-        .remove(0);
-    // The same rows beside other sessions' prefills and decodes, in other window orders.
-    let mut batch = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
-    batch
-        .logits(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
-        .expect("prefill beside another");
-    batch
-        .logits(&[window(2, 0, &prompts[0], 1)])
-        .expect("another prefill");
-    let got = batch
-        .logits(&[
-            window(2, prompts[0].len() as u64, &prompts[0], 1),
-            window(0, head.len() as u64, tail, 1),
-            window(1, prompts[1].len() as u64, &prompts[1][..3], 3),
-        ])
-        .expect("decode in a batch")
-        .remove(1);
-    assert_eq!(got.len(), want.len());
-    assert!(
-        got.iter()
-            .zip(&want)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "logits differ alone vs in a batch"
-    );
 }
 
 /// FP8 weights read as FP8 by the GPU's matmuls: logits within a thousandth of the range of

@@ -15,12 +15,11 @@
 mod common;
 
 use backend_cuda::{CudaError, CudaModel, CudaTarget};
-use common::window;
+use common::{argmax, fixtures_dir, ids, read_f32, relative_diff, same_bits, window};
 use lane::Target;
 use lane::TargetExt;
 use model::KvDtype;
 use slots::SessionId;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Largest logit difference allowed, relative to the range of transformers' logits: the GPU sums
@@ -30,10 +29,6 @@ const LOGIT_TOLERANCE: f32 = 1e-3;
 /// Decode steps each invariance check runs (crossing no chunk boundary of its own: the prompt's
 /// 140 tokens already cross two).
 const STEPS: usize = 8;
-
-fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
 
 /// The fixtures whose weights the GPU keeps as stored (bf16 or block FP8).
 fn gpu_fixtures() -> Vec<serde_json::Value> {
@@ -91,41 +86,6 @@ fn load(fixture: &serde_json::Value, kv: KvDtype) -> Loaded {
         (Ok(_), Some(why)) => panic!("{name} loaded on the GPU, which should refuse it: {why}"),
         (Err(e), _) => panic!("loading {name} on the GPU: {e}"),
     }
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn read_f32(rel: &str) -> Vec<f32> {
-    std::fs::read(fixtures_dir().join(rel))
-        .expect("logits file")
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    let range = want.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-        - want.iter().copied().fold(f32::INFINITY, f32::min);
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max)
-        / range
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    lane::sampling::argmax(row).expect("a finite logit")
-}
-
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// Greedy decoding of `n` tokens in session `session` of `target` from position `start` (the

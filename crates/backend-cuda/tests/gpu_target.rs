@@ -1,7 +1,8 @@
 //! `CudaTarget` on the embedded default model (`models/flashlane-tiny`) against `CpuTarget`, the
 //! reference verified against transformers: logits, greedy continuations, batch invariance on
-//! the GPU, MTP greedy equal to plain greedy (with moves), and a moved stream equal to an
-//! unmoved one. Each test skips (and says why) when no CUDA device is present.
+//! the GPU, MTP greedy equal to plain greedy (with moves); a moved stream equal to an unmoved one
+//! is the conformance suite's (`gpu_conformance`). Each test skips (and says why) when no CUDA
+//! device is present.
 
 #![cfg(feature = "cuda")]
 
@@ -563,42 +564,6 @@ fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
     assert!(counters.moves > 0, "the test should exercise moves");
     assert!(counters.draft_accepted > 0);
     assert_eq!(drafted, plain, "K {k} through sessions sized to the drafts");
-}
-
-#[test]
-fn a_moved_stream_continues_as_an_unmoved_one() {
-    let _gpu = common::exclusive();
-    let Some(gpu) = gpu_bf16() else { return };
-    let prompt = count_request(2, 60, 0).prompt;
-    let (cut, n) = (prompt.len() + 6, 30);
-    let (want, want_rows) = greedy(
-        &mut CudaTarget::new(&gpu, &[256]).expect("target"),
-        &prompt,
-        n,
-    );
-    let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
-    // Session 0 up to its capacity, then moved to session 1 and continued there.
-    let mut rows = t.logits(&[window(0, 0, &prompt, 1)]).expect("prompt");
-    let mut got = vec![argmax(&rows[0])];
-    let mut got_rows = vec![rows.remove(0)];
-    let mut session = 0;
-    for i in 0..n - 1 {
-        let pos = (prompt.len() + i) as u64;
-        if pos == cut as u64 {
-            t.move_state(SessionId(0), SessionId(1)).expect("move");
-            session = 1;
-        }
-        let mut rows = t
-            .logits(&[window(session, pos, &got[i..i + 1], 1)])
-            .expect("decode");
-        got.push(argmax(&rows[0]));
-        got_rows.push(rows.remove(0));
-    }
-    assert_eq!(session, 1, "the stream moved");
-    assert_eq!(got, want);
-    for (x, y) in want_rows.iter().zip(&got_rows) {
-        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
-    }
 }
 
 /// Greedy with one MTP draft per window, as the engine verifies it, on two targets in lock

@@ -107,6 +107,17 @@ pub struct Window<'a> {
     pub num_logits: usize,
 }
 
+impl<'a> Window<'a> {
+    pub fn new(session: SessionId, start: u64, tokens: &'a [u32], num_logits: usize) -> Window<'a> {
+        Window {
+            session,
+            start,
+            tokens,
+            num_logits,
+        }
+    }
+}
+
 /// What a target knows of one of its sessions when it checks a round ([`check_windows`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionExtent {
@@ -393,12 +404,7 @@ mod tests {
     const VOCAB: usize = 100;
 
     fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
-        Window {
-            session: SessionId(session),
-            start,
-            tokens,
-            num_logits,
-        }
+        Window::new(SessionId(session), start, tokens, num_logits)
     }
 
     #[test]

@@ -17,6 +17,40 @@
 pub mod conformance;
 pub mod faults;
 
+/// Submits `requests` at once and steps `engine` until every stream has finished (at most
+/// 10,000 rounds): each stream's reply and finish reason, in request order.
+pub fn run_to_end<T: Target>(
+    engine: &mut crate::Engine<T>,
+    requests: &[crate::Request],
+) -> Vec<(Vec<u32>, crate::FinishReason)> {
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| engine.submit(r.clone()).expect("submit"))
+        .collect();
+    let mut replies = vec![Vec::new(); ids.len()];
+    let mut reasons = vec![None; ids.len()];
+    for _ in 0..10_000 {
+        for event in engine.step() {
+            let i = ids
+                .iter()
+                .position(|id| *id == event.stream())
+                .expect("a stream of these requests");
+            match event {
+                crate::Event::Token { token, .. } => replies[i].push(token),
+                crate::Event::Finished { reason, .. } => reasons[i] = Some(reason),
+            }
+        }
+        if reasons.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    replies
+        .into_iter()
+        .zip(reasons)
+        .map(|(reply, reason)| (reply, reason.expect("every stream finishes")))
+        .collect()
+}
+
 use crate::sampling::{argmax, mix64, Rng};
 use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
@@ -526,12 +560,7 @@ mod tests {
     }
 
     fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
-        Window {
-            session: SessionId(session),
-            start,
-            tokens,
-            num_logits,
-        }
+        Window::new(SessionId(session), start, tokens, num_logits)
     }
 
     #[test]

@@ -52,36 +52,5 @@ pub fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
-/// Submits `requests` at once and steps `engine` until every stream has finished; each stream's
-/// reply and finish reason, in request order.
-pub fn run_to_end<T: lane::Target>(
-    engine: &mut lane::Engine<T>,
-    requests: &[lane::Request],
-) -> Vec<(Vec<u32>, lane::FinishReason)> {
-    let ids: Vec<_> = requests
-        .iter()
-        .map(|r| engine.submit(r.clone()).expect("submit"))
-        .collect();
-    let mut replies = vec![Vec::new(); ids.len()];
-    let mut reasons = vec![None; ids.len()];
-    for _ in 0..10_000 {
-        for event in engine.step() {
-            let i = ids
-                .iter()
-                .position(|id| *id == event.stream())
-                .expect("known stream");
-            match event {
-                lane::Event::Token { token, .. } => replies[i].push(token),
-                lane::Event::Finished { reason, .. } => reasons[i] = Some(reason),
-            }
-        }
-        if reasons.iter().all(Option::is_some) {
-            break;
-        }
-    }
-    replies
-        .into_iter()
-        .zip(reasons)
-        .map(|(reply, reason)| (reply, reason.expect("every stream finishes")))
-        .collect()
-}
+#[allow(unused_imports)] // not every test binary runs an engine
+pub use lane::testing::run_to_end;

@@ -35,12 +35,7 @@ pub fn prompt(seed: u32, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 fn window(session: usize, start: u64, tokens: &[u32], num_logits: usize) -> Window<'_> {
-    Window {
-        session: SessionId(session),
-        start,
-        tokens,
-        num_logits,
-    }
+    Window::new(SessionId(session), start, tokens, num_logits)
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {

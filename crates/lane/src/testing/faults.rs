@@ -133,9 +133,10 @@ impl<T: Target> Target for Faulty<T> {
 pub mod suite {
     use super::{Faulty, Injected};
     use crate::engine::{Engine, EngineConfig};
-    use crate::event::{Event, FinishReason};
+    use crate::event::FinishReason;
     use crate::request::{DraftMode, Request};
     use crate::target::Target;
+    use crate::testing::run_to_end;
     use crate::views::{Counters, SlotState};
     use slots::{MoveFault, Policy, MARGIN};
 
@@ -161,39 +162,6 @@ pub mod suite {
         }
         config.prefill_chunk = 16;
         Engine::new(Faulty::new(target, inject), config).expect("engine")
-    }
-
-    /// Each request's reply and how it ended.
-    fn run_to_end<T: Target>(
-        engine: &mut Engine<T>,
-        requests: &[Request],
-    ) -> Vec<(Vec<u32>, FinishReason)> {
-        let ids: Vec<_> = requests
-            .iter()
-            .map(|r| engine.submit(r.clone()).expect("submit"))
-            .collect();
-        let mut replies = vec![Vec::new(); ids.len()];
-        let mut reasons = vec![None; ids.len()];
-        for _ in 0..10_000 {
-            for event in engine.step() {
-                let i = ids
-                    .iter()
-                    .position(|id| *id == event.stream())
-                    .expect("ours");
-                match event {
-                    Event::Token { token, .. } => replies[i].push(token),
-                    Event::Finished { reason, .. } => reasons[i] = Some(reason),
-                }
-            }
-            if reasons.iter().all(Option::is_some) {
-                break;
-            }
-        }
-        replies
-            .into_iter()
-            .zip(reasons)
-            .map(|(r, why)| (r, why.expect("every stream finishes")))
-            .collect()
     }
 
     /// The six streams with `inject`: the streams that ended with an error (their messages),
