@@ -251,28 +251,10 @@ fn run<T: Target>(
     config.draft_tokens = k;
     config.prefill_chunk = 16;
     let mut engine = Engine::new(target, config).expect("engine");
-    let ids: Vec<_> = requests
-        .iter()
-        .map(|r| engine.submit(r.clone()).expect("submit"))
+    let replies = lane::testing::run_to_end(&mut engine, requests)
+        .into_iter()
+        .map(|(reply, _)| reply)
         .collect();
-    let mut replies = vec![Vec::new(); ids.len()];
-    let mut done = vec![false; ids.len()];
-    for _ in 0..100_000 {
-        for event in engine.step() {
-            let i = ids
-                .iter()
-                .position(|id| *id == event.stream())
-                .expect("stream");
-            match event {
-                lane::Event::Token { token, .. } => replies[i].push(token),
-                lane::Event::Finished { .. } => done[i] = true,
-            }
-        }
-        if done.iter().all(|d| *d) {
-            break;
-        }
-    }
-    assert!(done.iter().all(|d| *d), "every stream finishes");
     (replies, engine.counters())
 }
 
