@@ -9,6 +9,10 @@
 //! feature the default model is the checkout's `models/flashlane-tiny` (or one beside the binary).
 
 use anyhow::{anyhow, Context};
+
+/// The default model's name, as `serve` lists and answers it (its folder in the cache carries a
+/// hash of its files besides).
+pub const DEFAULT_MODEL_NAME: &str = "flashlane-tiny";
 use std::path::{Path, PathBuf};
 
 /// The folder of the default model's files, written from the binary when they are not there yet.

@@ -43,6 +43,8 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the manual page (roff), e.g. `flashlane man > /usr/local/share/man/man1/flashlane.1`.
+    Man,
 }
 
 /// Most tokens a CLI flag may ask to read or generate: far past any model's context, and small
@@ -99,6 +101,12 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map_err(Failure::from)
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

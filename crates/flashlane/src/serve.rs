@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// --features cuda)
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
-    /// Name the API reports for the model [default: the directory's name]
+    /// Name the API reports for the model [default: flashlane-tiny for the built-in model, else the
+    /// directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
 }
@@ -101,12 +102,17 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     // Checked before the model loads, so a bad key fails at once.
     let api_key = api_key(args.api_key.as_deref(), args.api_key_file.as_deref())?;
     let dir = args.model.dir()?;
-    let id = args.served_model_name.clone().unwrap_or_else(|| {
-        dir.canonicalize()
+    // The name clients ask for: --served-model-name, else the built-in model's name, else the
+    // model folder's.
+    let id = match (&args.served_model_name, &args.model.model) {
+        (Some(name), _) => name.clone(),
+        (None, None) => crate::embedded::DEFAULT_MODEL_NAME.to_string(),
+        (None, Some(_)) => dir
+            .canonicalize()
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "model".into())
-    });
+            .unwrap_or_else(|| "model".into()),
+    };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let format = args.model.load_format.format();
     let costs =

@@ -406,3 +406,17 @@ fn completions_name_the_subcommands_and_their_flags() {
     let (code, _, stderr) = flashlane(&["completions", "cmd.exe"]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+/// `flashlane man` prints a manual page naming the subcommands.
+#[test]
+fn man_prints_a_manual_page() {
+    let (code, stdout, stderr) = flashlane(&["man"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with(".ie") || stdout.contains(".TH flashlane"),
+        "{stdout}"
+    );
+    for word in ["serve", "plan", "bench"] {
+        assert!(stdout.contains(word), "no {word}");
+    }
+}

@@ -26,7 +26,7 @@ impl Drop for Server {
 /// server and the address it listens on.
 fn start(binary: &Path, cwd: &Path, cache: &Path) -> (Server, String) {
     let mut child = Command::new(binary)
-        .args(["serve", "--port", "0", "--served-model-name", "m"])
+        .args(["serve", "--port", "0"])
         .current_dir(cwd)
         .env_clear()
         .env("FLASHLANE_CACHE_DIR", cache)
@@ -52,7 +52,7 @@ fn start(binary: &Path, cwd: &Path, cache: &Path) -> (Server, String) {
 
 fn chat(addr: &str) -> serde_json::Value {
     let body = serde_json::json!({
-        "model": "m",
+        "model": "flashlane-tiny",
         "messages": [{"role": "user", "content": "Count from 1 to 5."}],
         "max_tokens": 24,
         "temperature": 0
@@ -90,6 +90,8 @@ fn the_binary_alone_serves_a_chat_from_an_empty_folder() {
     let started = Instant::now();
     let (server, addr) = start(&binary, &cwd, &cache);
     let reply = chat(&addr);
+    // Served under the default model's own name.
+    assert_eq!(reply["model"], "flashlane-tiny", "{reply}");
     let text = reply["choices"][0]["message"]["content"]
         .as_str()
         .expect("a reply text");
