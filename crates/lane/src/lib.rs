@@ -13,8 +13,9 @@
 //! | how many drafts does a window carry? | [`DraftStats`] |
 //! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
 //! | what does `/slots` and `/metrics` show? | [`SlotView`], [`Counters`] |
-//! | what must a model backend implement? | [`Target`] |
+//! | what must a model backend implement? | [`Target`]; what a session costs: [`SessionCosts`] |
 //! | how is the engine tested without a model? | `testing::FakeTarget` (feature `testing`) |
+//! | how does a backend show it keeps the contract, and survives faults? | `testing::conformance`, `testing::faults` (feature `testing`) |
 
 mod draft_len;
 mod engine;
