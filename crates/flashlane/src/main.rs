@@ -5,6 +5,7 @@ mod device;
 mod drafts;
 mod embedded;
 mod generate;
+mod loadgen;
 mod logits;
 mod plan;
 mod serve;
@@ -37,6 +38,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure prefill and decode tokens/s of N concurrent streams (no HTTP).
     Bench(bench::BenchArgs),
+    /// Load a running server over HTTP: time to first token, time per output token, throughput.
+    Loadgen(loadgen::LoadgenArgs),
     /// Print a shell completion script, e.g. `flashlane completions bash > /etc/bash_completion.d/flashlane`.
     Completions {
         /// The shell to complete in
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Loadgen(args) => loadgen::run(&args),
         Command::Man => {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())
