@@ -46,6 +46,10 @@ pub struct LoadgenArgs {
     /// Seed of the arrivals and lengths
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Replay a trace instead: JSON lines `{"arrival_s": 0.25, "prompt_tokens": 120, "max_tokens":
+    /// 64}` (arrival from the start, a prompt of about that many tokens as words, the reply's cap)
+    #[arg(long, conflicts_with_all = ["rate", "requests", "prompt_words", "reply_tokens"])]
+    pub trace: Option<std::path::PathBuf>,
     /// Goodput SLO: time to first token at most this many milliseconds
     #[arg(long)]
     pub slo_ttft_ms: Option<f64>,
@@ -169,6 +173,46 @@ impl Rng {
             }
         }
     }
+}
+
+/// One request of a trace: when it arrives, its prompt's length and its reply's cap.
+#[derive(serde::Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct TraceRequest {
+    arrival_s: f64,
+    prompt_tokens: u64,
+    max_tokens: u64,
+}
+
+/// Reads a trace (JSON lines, blank lines skipped), naming the file and line of a bad one.
+fn read_trace(path: &std::path::Path) -> Result<Vec<TraceRequest>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the trace {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = |why: String| Failure::bad_input(anyhow!("{}:{}: {why}", path.display(), i + 1));
+        let r: TraceRequest = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        if !(r.arrival_s.is_finite() && r.arrival_s >= 0.0) {
+            return Err(bad(format!("arrival_s must be ≥ 0, got {}", r.arrival_s)));
+        }
+        if r.prompt_tokens == 0 || r.max_tokens == 0 {
+            return Err(bad("prompt_tokens and max_tokens must be at least 1".into()));
+        }
+        out.push(r);
+    }
+    if out.is_empty() || out.len() > REQUESTS_MAX {
+        return Err(Failure::bad_input(anyhow!(
+            "{}: a trace of {} requests (1 to {REQUESTS_MAX})",
+            path.display(),
+            out.len()
+        )));
+    }
+    out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    Ok(out)
 }
 
 /// `http://host:port` → (host:port, host).
@@ -352,15 +396,29 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
     }
     let (address, host) = parse_url(&args.url)?;
     let mut rng = Rng(args.seed);
-    // Each request's start offset and body, decided before any is sent.
-    let mut at = 0.0f64;
-    let plan: Vec<(f64, String)> = (0..args.requests)
-        .map(|i| {
-            if let Some(rate) = args.rate {
-                at += rng.gamma(args.burstiness, 1.0 / (rate * args.burstiness));
-            }
-            let words = rng.around(args.prompt_words);
-            let max_tokens = rng.around(args.reply_tokens);
+    // Each request's arrival, prompt words and reply cap, decided before any is sent.
+    let shape: Vec<TraceRequest> = match &args.trace {
+        Some(path) => read_trace(path)?,
+        None => {
+            let mut at = 0.0f64;
+            (0..args.requests)
+                .map(|_| {
+                    if let Some(rate) = args.rate {
+                        at += rng.gamma(args.burstiness, 1.0 / (rate * args.burstiness));
+                    }
+                    TraceRequest {
+                        arrival_s: at,
+                        prompt_tokens: rng.around(args.prompt_words),
+                        max_tokens: rng.around(args.reply_tokens),
+                    }
+                })
+                .collect()
+        }
+    };
+    let plan: Vec<(f64, String)> = (0u64..)
+        .zip(shape)
+        .map(|(i, r)| {
+            let (at, words, max_tokens) = (r.arrival_s, r.prompt_tokens, r.max_tokens);
             let prompt: Vec<String> = (0..words)
                 .map(|w| format!("w{}", (i * 7 + w) % 97))
                 .collect();
@@ -519,6 +577,39 @@ mod tests {
         };
         assert_eq!(draw(3), draw(3));
         assert!(draw(3).iter().all(|&n| (32..=96).contains(&n)));
+    }
+
+    #[test]
+    fn traces_are_read_in_arrival_order_and_a_bad_line_is_named() {
+        let dir = std::env::temp_dir().join(format!("flashlane-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.jsonl");
+        let line = |a: &str, p: u64, m: u64| {
+            format!("{{\"arrival_s\": {a}, \"prompt_tokens\": {p}, \"max_tokens\": {m}}}")
+        };
+        std::fs::write(
+            &good,
+            format!("{}\n\n{}\n", line("1.5", 10, 4), line("0.0", 3, 8)),
+        )
+        .unwrap();
+        let t = read_trace(&good).unwrap();
+        assert_eq!(
+            t.iter().map(|r| r.arrival_s).collect::<Vec<_>>(),
+            [0.0, 1.5]
+        );
+        let bad = dir.join("bad.jsonl");
+        for (second, says) in [
+            (line("-1", 1, 1), "arrival_s"),
+            (line("0", 0, 1), "at least 1"),
+            ("{\"arrival\": 0}".to_string(), "unknown field"),
+        ] {
+            std::fs::write(&bad, format!("{}\n{second}\n", line("0", 1, 1))).unwrap();
+            let e = format!("{:#}", read_trace(&bad).unwrap_err().error);
+            assert!(e.contains("bad.jsonl:2") && e.contains(says), "{e}");
+        }
+        std::fs::write(&bad, "\n").unwrap();
+        assert!(read_trace(&bad).is_err(), "an empty trace");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -46,12 +46,39 @@ fn loadgen_measures_a_running_server() {
         ])
         .output()
         .expect("run loadgen");
+    // A trace replayed: three requests at their arrival times.
+    let trace =
+        std::env::temp_dir().join(format!("flashlane-loadgen-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &trace,
+        "{\"arrival_s\": 0, \"prompt_tokens\": 8, \"max_tokens\": 6}\n\
+         {\"arrival_s\": 0.2, \"prompt_tokens\": 30, \"max_tokens\": 12}\n\
+         {\"arrival_s\": 0.4, \"prompt_tokens\": 4, \"max_tokens\": 20}\n",
+    )
+    .unwrap();
+    let replayed = Command::new(BIN)
+        .args(["loadgen", "--url", &url, "--json", "--trace"])
+        .arg(&trace)
+        .output()
+        .expect("run loadgen with a trace");
+    let _ = std::fs::remove_file(&trace);
     let _ = server.kill();
     let _ = server.wait();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let t: serde_json::Value = serde_json::from_slice(&replayed.stdout).expect("JSON");
+    assert_eq!(t["succeeded"].as_u64(), Some(3), "{t}");
+    assert!(
+        t["duration_s"].as_f64().unwrap() >= 0.4,
+        "arrivals kept: {t}"
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
