@@ -173,11 +173,10 @@ pub struct ModelWeights {
     pub inv_freq: Buf<f32>,
 }
 
-/// A bf16 tensor of exactly `shape`, fetched (from the file's mapping, or made up).
+/// A tensor of exactly `shape`, fetched (from the file's mapping, or made up); [`bits_of`] then
+/// checks that it is bf16.
 fn bf16_tensor(w: &Weights, name: &str, shape: &[usize]) -> Result<Tensor, CudaError> {
-    let t = w.tensor_mapped(name, shape)?;
-    bits_of(&t)?;
-    Ok(t)
+    Ok(w.tensor_mapped(name, shape)?)
 }
 
 /// The bf16 bits of `t`, borrowed (no copy).

@@ -167,13 +167,8 @@ impl Device {
     /// terminal, a line per shard otherwise).
     pub fn load(self, dir: &Path, how: LoadHow) -> anyhow::Result<LoadedModel> {
         Ok(match self {
+            // `how.kv` comes from `Device::kv_dtype`, which refuses what the CPU cannot keep.
             Device::Cpu => {
-                if how.kv != KvDtype::F32 {
-                    return Err(anyhow!(
-                        "the CPU keeps keys and values in f32 (--kv-dtype {} is for the GPU)",
-                        how.kv.name()
-                    ));
-                }
                 let model = CpuModel::load_as(dir, true, how.placement, how.format)
                     .map_err(|e| anyhow!(e))?;
                 LoadedModel::Cpu(Arc::new(model))

@@ -7,6 +7,7 @@
 use crate::Failure;
 use anyhow::{anyhow, Context};
 use clap::Args;
+use lane::sampling::Rng;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -127,50 +128,39 @@ pub struct Report {
     pub goodput: f64,
 }
 
-/// A tiny seeded generator (SplitMix64): arrivals and lengths repeat for a seed.
-struct Rng(u64);
+// Arrivals and lengths come from the engine's seeded generator (`lane::sampling::Rng`): a seed
+// repeats them.
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+/// Uniform in (0, 1): never 0, so that its logarithm is finite.
+fn unit(rng: &mut Rng) -> f64 {
+    rng.next_f64() + 0.5 / (1u64 << 53) as f64
+}
+
+/// Uniform in `[mean / 2, 3 · mean / 2]`, at least 1.
+fn around(rng: &mut Rng, mean: u64) -> u64 {
+    let lo = (mean / 2).max(1);
+    let hi = (mean * 3 / 2).max(lo);
+    lo + rng.next_u64() % (hi - lo + 1)
+}
+
+/// Gamma(shape, scale) by Marsaglia and Tsang (shape < 1 boosted by u^(1/shape)).
+fn gamma(rng: &mut Rng, shape: f64, scale: f64) -> f64 {
+    if shape < 1.0 {
+        let u = unit(rng);
+        return gamma(rng, shape + 1.0, scale) * u.powf(1.0 / shape);
     }
-
-    /// Uniform in (0, 1).
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `[mean / 2, 3 · mean / 2]`, at least 1.
-    fn around(&mut self, mean: u64) -> u64 {
-        let lo = (mean / 2).max(1);
-        let hi = (mean * 3 / 2).max(lo);
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    /// Gamma(shape, scale) by Marsaglia and Tsang (shape < 1 boosted by u^(1/shape)).
-    fn gamma(&mut self, shape: f64, scale: f64) -> f64 {
-        if shape < 1.0 {
-            let u = self.unit();
-            return self.gamma(shape + 1.0, scale) * u.powf(1.0 / shape);
+    let d = shape - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
+    loop {
+        // A normal draw by Box–Muller.
+        let (u1, u2) = (unit(rng), unit(rng));
+        let x = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        let v = (1.0 + c * x).powi(3);
+        if v <= 0.0 {
+            continue;
         }
-        let d = shape - 1.0 / 3.0;
-        let c = 1.0 / (9.0 * d).sqrt();
-        loop {
-            // A normal draw by Box–Muller.
-            let (u1, u2) = (self.unit(), self.unit());
-            let x = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            let v = (1.0 + c * x).powi(3);
-            if v <= 0.0 {
-                continue;
-            }
-            let u = self.unit();
-            if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
-                return d * v * scale;
-            }
+        if unit(rng).ln() < 0.5 * x * x + d - d * v + d * v.ln() {
+            return d * v * scale;
         }
     }
 }
@@ -395,7 +385,7 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
         )));
     }
     let (address, host) = parse_url(&args.url)?;
-    let mut rng = Rng(args.seed);
+    let mut rng = Rng::new(args.seed);
     // Each request's arrival, prompt words and reply cap, decided before any is sent.
     let shape: Vec<TraceRequest> = match &args.trace {
         Some(path) => read_trace(path)?,
@@ -404,12 +394,12 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
             (0..args.requests)
                 .map(|_| {
                     if let Some(rate) = args.rate {
-                        at += rng.gamma(args.burstiness, 1.0 / (rate * args.burstiness));
+                        at += gamma(&mut rng, args.burstiness, 1.0 / (rate * args.burstiness));
                     }
                     TraceRequest {
                         arrival_s: at,
-                        prompt_tokens: rng.around(args.prompt_words),
-                        max_tokens: rng.around(args.reply_tokens),
+                        prompt_tokens: around(&mut rng, args.prompt_words),
+                        max_tokens: around(&mut rng, args.reply_tokens),
                     }
                 })
                 .collect()
@@ -565,15 +555,17 @@ mod tests {
     #[test]
     fn arrivals_have_the_asked_mean_rate_and_repeat_for_a_seed() {
         for shape in [1.0, 0.25, 4.0] {
-            let mut rng = Rng(7);
+            let mut rng = Rng::new(7);
             let n = 20_000;
-            let total: f64 = (0..n).map(|_| rng.gamma(shape, 1.0 / (10.0 * shape))).sum();
+            let total: f64 = (0..n)
+                .map(|_| gamma(&mut rng, shape, 1.0 / (10.0 * shape)))
+                .sum();
             let rate = n as f64 / total;
             assert!((rate - 10.0).abs() < 0.5, "shape {shape}: rate {rate}");
         }
         let draw = |seed| {
-            let mut r = Rng(seed);
-            (0..5).map(|_| r.around(64)).collect::<Vec<_>>()
+            let mut r = Rng::new(seed);
+            (0..5).map(|_| around(&mut r, 64)).collect::<Vec<_>>()
         };
         assert_eq!(draw(3), draw(3));
         assert!(draw(3).iter().all(|&n| (32..=96).contains(&n)));

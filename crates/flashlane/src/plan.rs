@@ -61,46 +61,38 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    // With a model: its session costs (for the drafts `serve` would run with the same flags),
-    // its weights, and its maximum context (as `serve` plans).
-    // Without --model: the default model, unless the sessions are sized by hand.
-    let model = match (&args.model, args.bytes_per_token) {
-        (Some(dir), _) => Some(dir.clone()),
-        (None, None) => Some(crate::embedded::default_model_dir()?),
-        (None, Some(_)) => None,
-    };
-    let (model_bytes, max_tokens) = match &model {
-        Some(dir) => {
-            let costs = ModelCosts::read_as(dir, args.load_format.format())
+    // With a model (--model, else the default one unless --bytes-per-token sizes the sessions
+    // by hand): its session costs for the drafts `serve` would run with the same flags, its
+    // weights and its maximum context, as `serve` plans. The flags' bytes come on top.
+    let model_needs = match (&args.model, args.bytes_per_token) {
+        (None, Some(per_token)) => PlanNeeds {
+            per_token,
+            fixed: 0,
+            ready_bytes: 0,
+            max_tokens: None,
+        },
+        (dir, per_token) => {
+            let dir = match dir {
+                Some(dir) => dir.clone(),
+                None => crate::embedded::default_model_dir()?,
+            };
+            let costs = ModelCosts::read_as(&dir, args.load_format.format())
                 .map_err(|e| Failure::from(anyhow!(e)))?;
             let (_, rollback) = args.drafts.resolve(costs.with_mtp)?;
             let kv = args.device.kv_dtype(args.kv_dtype)?;
-            (
-                Some(args.device.costs(&costs, rollback, kv)),
-                Some(costs.config.max_position_embeddings as u64),
-            )
+            let on = args.device.costs(&costs, rollback, kv);
+            PlanNeeds {
+                per_token: per_token.unwrap_or(on.session.per_token),
+                fixed: on.session.fixed,
+                ready_bytes: on.weight_bytes,
+                max_tokens: Some(costs.config.max_position_embeddings as u64),
+            }
         }
-        None => (None, None),
     };
-    let bytes_per_token = args
-        .bytes_per_token
-        .or(model_bytes.map(|b| b.session.per_token))
-        .ok_or_else(|| {
-            Failure::bad_input(anyhow!(
-                "give --model DIR, or --bytes-per-token (and --fixed-bytes), to size the sessions"
-            ))
-        })?;
-    let fixed_bytes = args
-        .fixed_bytes
-        .saturating_add(model_bytes.map_or(0, |b| b.session.fixed));
-    let ready_bytes = args
-        .ready_bytes
-        .saturating_add(model_bytes.map_or(0, |b| b.weight_bytes));
     let needs = PlanNeeds {
-        per_token: bytes_per_token,
-        fixed: fixed_bytes,
-        ready_bytes,
-        max_tokens,
+        fixed: model_needs.fixed.saturating_add(args.fixed_bytes),
+        ready_bytes: model_needs.ready_bytes.saturating_add(args.ready_bytes),
+        ..model_needs
     };
     let cap_bytes = args.device.cap(&args.sizing, false)?.cap_bytes;
     let plan = args.sizing.resolve(&needs, cap_bytes)?.plan;

@@ -29,8 +29,6 @@ pub struct Faulty<T> {
     /// Rounds and draft calls so far.
     pub rounds: u64,
     pub draft_calls: u64,
-    /// The sessions whose rows were poisoned, in order.
-    pub poisoned: Vec<SessionId>,
 }
 
 impl<T> Faulty<T> {
@@ -40,7 +38,6 @@ impl<T> Faulty<T> {
             inject,
             rounds: 0,
             draft_calls: 0,
-            poisoned: Vec::new(),
         }
     }
 }
@@ -81,7 +78,6 @@ impl<T: Target> Target for Faulty<T> {
                 .position(|w| !w.tokens.is_empty() && w.num_logits > 0)
             {
                 self.inject.nan_rounds.pop_front();
-                self.poisoned.push(windows[i].session);
                 rows[i] = match &rows[i] {
                     WindowRows::Logits(l) => WindowRows::Logits(vec![f32::NAN; l.len()]),
                     WindowRows::Greedy(ids) => WindowRows::Greedy(vec![None; ids.len()]),
