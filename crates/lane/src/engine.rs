@@ -23,12 +23,13 @@
 
 use crate::draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 use crate::event::{Event, FinishReason};
+use crate::grammar::{masks_along, GrammarError, GrammarState, TokenMask};
 use crate::ngram::ngram_draft;
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
 use crate::sampling::{
     adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens,
 };
-use crate::stream::{State, Stream};
+use crate::stream::{GrammarSlot, State, Stream};
 use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
@@ -115,6 +116,8 @@ struct Planned {
     /// The last `drafts` of `tokens` are drafts to verify.
     drafts: usize,
     num_logits: usize,
+    /// A constrained stream's masks, one per logits row (computed beside the forward pass).
+    masks: MaskSlot,
 }
 
 /// The engine over one target. See the module docs for the round.
@@ -496,6 +499,11 @@ impl<T: Target> Engine<T> {
         let seed = request.sampling.seed.unwrap_or_else(|| default_seed(id));
         let seen = (!request.adjustments.is_none())
             .then(|| SeenTokens::of(&request.prompt, request.prompt.len(), &request.adjustments));
+        let (grammar, grammar_failed) = match request.grammar.as_ref().map(|g| g.start()) {
+            None => (None, None),
+            Some(Ok(state)) => (Some(GrammarSlot(state)), None),
+            Some(Err(error)) => (None, Some(error)),
+        };
         self.live.push(Stream {
             id,
             session,
@@ -519,8 +527,14 @@ impl<T: Target> Engine<T> {
             reply_end,
             adjustments: request.adjustments,
             seen,
+            grammar,
         });
         self.counters.streams_admitted += 1;
+        if let Some(error) = grammar_failed {
+            let idx = self.live.len() - 1;
+            self.finish(idx, FinishReason::Error(error.to_string()));
+            return;
+        }
         if self.config.policy != Policy::FirstFree {
             self.place(id);
         }
@@ -648,12 +662,17 @@ impl<T: Target> Engine<T> {
             })
             .collect();
         // Streams that need no more than the greedy token of each row (no sampling, no
-        // log-probabilities, no penalties or biases) let the target choose it beside the model.
+        // log-probabilities, no penalties, biases or grammar) let the target choose it beside
+        // the model.
         let wants: Vec<Want> = plans
             .iter()
             .map(|p| {
                 let stream = &self.live[p.idx];
-                if stream.sampling.is_greedy() && !stream.logprobs && stream.seen.is_none() {
+                if stream.sampling.is_greedy()
+                    && !stream.logprobs
+                    && stream.seen.is_none()
+                    && stream.grammar.is_none()
+                {
                     Want::Greedy
                 } else {
                     Want::Logits
@@ -661,7 +680,24 @@ impl<T: Target> Engine<T> {
             })
             .collect();
         self.counters.forward_calls += 1;
-        let result = self.target.forward(&windows, &wants);
+        // Constrained streams' masks depend only on their own tokens and drafts, all known now:
+        // they are computed on the pool while this thread runs the forward pass.
+        let mut masks: Vec<MaskSlot> = plans.iter().map(|_| None).collect();
+        let constrained = plans
+            .iter()
+            .any(|p| p.num_logits > 0 && self.live[p.idx].grammar.is_some());
+        let result = if constrained {
+            let target = &mut self.target;
+            let mut jobs = grammar_jobs(&mut self.live, &plans, &mut masks);
+            rayon::in_place_scope(|scope| {
+                for (state, drafts, slot) in jobs.drain(..) {
+                    scope.spawn(move |_| *slot = Some(masks_along(state, drafts)));
+                }
+                target.forward(&windows, &wants)
+            })
+        } else {
+            self.target.forward(&windows, &wants)
+        };
         drop(windows);
         let outputs = match result {
             Ok(outputs) => outputs,
@@ -700,7 +736,8 @@ impl<T: Target> Engine<T> {
             }
             return;
         }
-        for (plan, rows) in plans.into_iter().zip(outputs) {
+        for ((mut plan, rows), mask) in plans.into_iter().zip(outputs).zip(masks) {
+            plan.masks = mask;
             self.absorb(plan, &rows);
         }
     }
@@ -736,6 +773,7 @@ impl<T: Target> Engine<T> {
                     tokens: stream.tokens[from..from + width].to_vec(),
                     drafts: 0,
                     num_logits: usize::from(last_chunk),
+                    masks: None,
                 });
                 continue;
             }
@@ -784,15 +822,24 @@ impl<T: Target> Engine<T> {
     /// (at most its `max_drafts`, cut at any id outside the vocabulary: a drafter bug must not
     /// reach the target).
     fn decode_window(&mut self, idx: usize, proposed: Vec<u32>) -> Planned {
-        let stream = &self.live[idx];
+        let stream = &mut self.live[idx];
         let max_drafts = stream.max_drafts() as usize;
         let last = *stream.tokens.last().expect("a reply has a token");
         let vocab = self.vocab;
-        let drafts: Vec<u32> = proposed
+        let mut drafts: Vec<u32> = proposed
             .into_iter()
             .take(max_drafts)
             .take_while(|&t| (t as usize) < vocab)
             .collect();
+        // A constrained stream verifies only drafts its grammar allows, up to (not including) a
+        // stop token, which the grammar never sees: a draft the grammar rejects is never sampled.
+        if let Some(GrammarSlot(state)) = &mut stream.grammar {
+            if let Some(stop) = drafts.iter().position(|t| stream.stop_tokens.contains(t)) {
+                drafts.truncate(stop);
+            }
+            let valid = state.valid_prefix(&drafts).unwrap_or(0);
+            drafts.truncate(valid);
+        }
         self.counters.draft_proposed += drafts.len() as u64;
         let mut tokens = Vec::with_capacity(1 + drafts.len());
         tokens.push(last);
@@ -804,6 +851,7 @@ impl<T: Target> Engine<T> {
             num_logits: tokens.len(),
             drafts: drafts.len(),
             tokens,
+            masks: None,
         }
     }
 
@@ -830,25 +878,45 @@ impl<T: Target> Engine<T> {
             Some(thinking) => thinking.forced_along(drafts),
             None => vec![None; drafts.len() + 1],
         };
-        // Penalties and biases: row i as the stream would see it once drafts[..i] are accepted.
-        let adjusted: Vec<Vec<f32>> = match &stream.seen {
-            Some(seen) => logits_rows
+        let masks = match plan.masks {
+            Some(Ok(masks)) => Some(masks),
+            Some(Err(error)) => {
+                let message = format!("{}: {error}", stream.id);
+                self.finish(plan.idx, FinishReason::Error(message));
+                return;
+            }
+            None => None,
+        };
+        debug_assert!(
+            masks.as_ref().is_none_or(|m| m.len() == plan.num_logits),
+            "G1: a constrained window has one mask per logits row"
+        );
+        // Penalties and biases, then the grammar: row i as the stream would see it once
+        // drafts[..i] are accepted. The model's own rows stay for the log-probabilities.
+        let adjusted: Vec<Vec<f32>> = if stream.seen.is_some() || masks.is_some() {
+            logits_rows
                 .iter()
                 .enumerate()
                 .map(|(i, row)| {
                     let mut row = row.to_vec();
-                    let pending = &drafts[..i.min(drafts.len())];
-                    adjust_logits(&mut row, &stream.adjustments, seen, pending);
+                    if let Some(seen) = &stream.seen {
+                        let pending = &drafts[..i.min(drafts.len())];
+                        adjust_logits(&mut row, &stream.adjustments, seen, pending);
+                    }
+                    if let Some(mask) = masks.as_ref().and_then(|m| m.get(i)) {
+                        mask.apply(&mut row, &stream.stop_tokens);
+                    }
                     row
                 })
-                .collect(),
-            None => Vec::new(),
+                .collect()
+        } else {
+            Vec::new()
         };
         let adjusted_rows: Vec<&[f32]> = adjusted.iter().map(Vec::as_slice).collect();
-        let verified_rows = if stream.seen.is_some() {
-            &adjusted_rows
-        } else {
+        let verified_rows = if adjusted.is_empty() {
             &logits_rows
+        } else {
+            &adjusted_rows
         };
         let verdict = match rows {
             WindowRows::Logits(_) => verify(
@@ -902,6 +970,16 @@ impl<T: Target> Engine<T> {
             if let Some(seen) = &mut stream.seen {
                 seen.add(token);
             }
+            let mut grammar_done = false;
+            if let Some(GrammarSlot(state)) = &mut stream.grammar {
+                if let Err(error) = state.accept(token) {
+                    let message = format!("{}: {error}", stream.id);
+                    stream.tokens.pop();
+                    self.finish(plan.idx, FinishReason::Error(message));
+                    return;
+                }
+                grammar_done = state.is_complete();
+            }
             self.counters.tokens_generated += 1;
             // Only a window that asked for logits wants log-probabilities.
             let row = logits_rows.get(i).copied();
@@ -912,6 +990,11 @@ impl<T: Target> Engine<T> {
                 top_logprobs: row
                     .map_or_else(Vec::new, |r| top_logprobs(r, stream.top_logprobs as usize)),
             });
+            // A complete grammar ends the reply as its stop token would have.
+            if grammar_done {
+                self.finish(plan.idx, FinishReason::Stop);
+                return;
+            }
             if stream.generated() >= stream.max_new_tokens {
                 self.finish(plan.idx, FinishReason::Length);
                 return;
@@ -965,6 +1048,43 @@ impl<T: Target> Engine<T> {
     fn live_ids(&self) -> Vec<StreamId> {
         self.live.iter().map(|s| s.id).collect()
     }
+}
+
+/// Where a window's masks go.
+type MaskSlot = Option<Result<Vec<TokenMask>, GrammarError>>;
+/// A constrained window's grammar state, drafts and mask slot.
+type MaskJob<'a> = (
+    &'a mut (dyn GrammarState + 'static),
+    &'a [u32],
+    &'a mut MaskSlot,
+);
+
+/// Pairs each constrained window with its stream's grammar state, its drafts and the slot its
+/// masks go to. `plans` are in stream order, one per stream at most.
+fn grammar_jobs<'a>(
+    live: &'a mut [Stream],
+    plans: &'a [Planned],
+    masks: &'a mut [MaskSlot],
+) -> Vec<MaskJob<'a>> {
+    debug_assert!(
+        plans.windows(2).all(|w| w[0].idx < w[1].idx),
+        "G2: windows are planned in stream order"
+    );
+    let mut jobs = Vec::new();
+    let mut streams = live.iter_mut().enumerate();
+    for (plan, slot) in plans.iter().zip(masks.iter_mut()) {
+        let Some((_, stream)) = streams.find(|(idx, _)| *idx == plan.idx) else {
+            break;
+        };
+        if plan.num_logits == 0 {
+            continue;
+        }
+        if let Some(GrammarSlot(state)) = &mut stream.grammar {
+            let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
+            jobs.push((state.as_mut(), drafts, slot));
+        }
+    }
+    jobs
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! | what does a round do, who is admitted, who moves or pauses? | [`engine`](Engine) |
 //! | what is a stream? (tokens known, tokens computed) | `stream.rs` |
 //! | how is a token drawn, how are drafts verified? | [`sampling`] |
+//! | how does a grammar constrain a reply (JSON schema, tool calls)? | [`grammar`] |
 //! | where do n-gram drafts come from? | [`ngram_draft`] |
 //! | how many drafts does a window carry? | [`DraftStats`] |
 //! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
@@ -20,6 +21,7 @@
 mod draft_len;
 mod engine;
 mod event;
+pub mod grammar;
 mod ngram;
 mod request;
 pub mod sampling;
@@ -33,6 +35,7 @@ mod views;
 pub use draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
 pub use event::{Event, FinishReason};
+pub use grammar::{Grammar, GrammarError, GrammarSource, GrammarState, TokenMask};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
 pub use request::{
     DraftMode, LogitAdjustments, Refusal, Request, SamplingParams, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS,

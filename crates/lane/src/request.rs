@@ -1,5 +1,6 @@
 //! What the host asks of the engine, and why the engine may refuse at once.
 
+use crate::grammar::Grammar;
 use crate::target::Target;
 use crate::thinking::ThinkingBudget;
 use slots::{StreamId, MAX_WINDOW};
@@ -122,6 +123,8 @@ pub struct Request {
     pub thinking: Option<ThinkingBudget>,
     /// Penalties and biases applied to the stream's logits ([`LogitAdjustments`]).
     pub adjustments: LogitAdjustments,
+    /// The grammar the reply must follow (constrained decoding); `None` leaves it free.
+    pub grammar: Option<Grammar>,
 }
 
 impl Request {
@@ -137,6 +140,7 @@ impl Request {
             top_logprobs: 0,
             thinking: None,
             adjustments: LogitAdjustments::default(),
+            grammar: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! and it heads the next window. There is no separate prefill or decode phase beyond that.
 
 use crate::draft_len::DraftStats;
+use crate::grammar::GrammarState;
 use crate::request::{DraftMode, LogitAdjustments, SamplingParams};
 use crate::sampling::{Rng, SeenTokens};
 use crate::thinking::Thinking;
@@ -21,7 +22,16 @@ pub(crate) enum State {
     Finished,
 }
 
-#[derive(Clone, Debug)]
+/// A constrained stream's place in its grammar.
+pub(crate) struct GrammarSlot(pub Box<dyn GrammarState>);
+
+impl std::fmt::Debug for GrammarSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrammarSlot")
+    }
+}
+
+#[derive(Debug)]
 pub(crate) struct Stream {
     pub id: StreamId,
     pub session: SessionId,
@@ -50,6 +60,8 @@ pub(crate) struct Stream {
     /// look at.
     pub adjustments: LogitAdjustments,
     pub seen: Option<SeenTokens>,
+    /// The grammar the reply must follow, when the request gave one.
+    pub grammar: Option<GrammarSlot>,
 }
 
 impl Stream {

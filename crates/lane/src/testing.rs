@@ -664,3 +664,92 @@ mod tests {
         ));
     }
 }
+
+/// A grammar for the engine's tests: position `i` of the reply allows the tokens of
+/// `steps[i % steps.len()]`; the reply may end (its stop tokens are allowed) from position
+/// `may_end_from`, and is complete after `length` tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptGrammar {
+    pub steps: Vec<Vec<u32>>,
+    pub may_end_from: usize,
+    pub length: usize,
+    pub vocab: usize,
+}
+
+impl ScriptGrammar {
+    pub fn allows(&self, position: usize, token: u32) -> bool {
+        self.steps[position % self.steps.len()].contains(&token)
+    }
+
+    /// The grammar as a request carries it.
+    pub fn into_grammar(self) -> crate::Grammar {
+        crate::Grammar::new(std::sync::Arc::new(self))
+    }
+}
+
+struct ScriptState {
+    script: ScriptGrammar,
+    accepted: usize,
+}
+
+impl crate::GrammarSource for ScriptGrammar {
+    fn start(&self) -> Result<Box<dyn crate::GrammarState>, crate::GrammarError> {
+        Ok(Box::new(ScriptState {
+            script: self.clone(),
+            accepted: 0,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        format!("script of {} tokens", self.length)
+    }
+}
+
+impl crate::GrammarState for ScriptState {
+    fn mask(&mut self) -> Result<crate::TokenMask, crate::GrammarError> {
+        let i = self.accepted;
+        let allowed = if i < self.script.length {
+            self.script.steps[i % self.script.steps.len()].as_slice()
+        } else {
+            &[]
+        };
+        Ok(crate::TokenMask::of(
+            allowed,
+            self.script.vocab,
+            i >= self.script.may_end_from,
+        ))
+    }
+
+    fn accept(&mut self, token: u32) -> Result<(), crate::GrammarError> {
+        if self.accepted >= self.script.length || !self.script.allows(self.accepted, token) {
+            return Err(crate::GrammarError(format!(
+                "token {token} at position {}",
+                self.accepted
+            )));
+        }
+        self.accepted += 1;
+        Ok(())
+    }
+
+    fn rollback(&mut self, tokens: usize) -> Result<(), crate::GrammarError> {
+        self.accepted = self
+            .accepted
+            .checked_sub(tokens)
+            .ok_or_else(|| crate::GrammarError("rolled back past the start".into()))?;
+        Ok(())
+    }
+
+    fn valid_prefix(&mut self, tokens: &[u32]) -> Result<usize, crate::GrammarError> {
+        Ok(tokens
+            .iter()
+            .enumerate()
+            .take_while(|&(k, &t)| {
+                self.accepted + k < self.script.length && self.script.allows(self.accepted + k, t)
+            })
+            .count())
+    }
+
+    fn is_complete(&self) -> bool {
+        self.accepted >= self.script.length
+    }
+}

@@ -131,6 +131,7 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
         thinking,
         adjustments: req.adjustments.clone(),
+        grammar: None,
     };
     let (outcome, events) = match app.engine.submit(lane_request).await {
         Ok(submitted) => submitted,
