@@ -566,6 +566,7 @@ fn count_request(a: u32, b: u32, max_new_tokens: u64) -> Request {
             &[model::ChatMessage {
                 role: "user".into(),
                 content: format!("Count from {a} to {b}."),
+                ..Default::default()
             }],
             true,
         )
@@ -703,6 +704,7 @@ fn tiny_model_mtp_acceptance_on_counting_and_code() {
                 &[model::ChatMessage {
                     role: "user".into(),
                     content: "Complete this Python function:\ndef fibonacci(n):".into(),
+                    ..Default::default()
                 }],
                 true,
             )

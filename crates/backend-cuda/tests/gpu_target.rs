@@ -76,6 +76,7 @@ fn count_request(a: u32, b: u32, max_new_tokens: u64) -> Request {
             &[model::ChatMessage {
                 role: "user".into(),
                 content: format!("Count from {a} to {b}."),
+                ..Default::default()
             }],
             true,
         )

@@ -175,6 +175,7 @@ pub fn task_prompts(
                 &[ChatMessage {
                     role: "user".into(),
                     content,
+                    ..Default::default()
                 }],
                 true,
             )?;

@@ -72,6 +72,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
                     &[ChatMessage {
                         role: "user".into(),
                         content: text.clone(),
+                        ..Default::default()
                     }],
                     true,
                 )?

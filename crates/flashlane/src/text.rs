@@ -1,9 +1,12 @@
-//! The served model's text side for the HTTP layer: tokenizer, chat template, end tokens.
+//! The served model's text side for the HTTP layer: tokenizer, chat template, end tokens, and
+//! grammars over the vocabulary (llguidance through `model::grammar`, adapted to the engine's
+//! `lane::GrammarState`).
 
 use anyhow::Context;
-use model::{ChatTemplate, Config, Tokenizer};
+use model::{ChatTemplate, CompiledGrammar, Config, GrammarCompiler, GrammarMatcher, Tokenizer};
 use server::request::ChatMessage;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 pub struct ModelText {
     id: String,
@@ -12,6 +15,58 @@ pub struct ModelText {
     stop_ids: Vec<u32>,
     /// The most bytes of text one token stands for (the prompt's byte bound).
     max_token_bytes: usize,
+    /// Where the token trie comes from, and the width of the logits rows its masks cover.
+    tokenizer_file: PathBuf,
+    vocab_size: usize,
+    /// Built on the first constrained request (a 150k vocabulary's trie takes a moment, and most
+    /// servers never need it).
+    grammars: OnceLock<Result<GrammarCompiler, String>>,
+}
+
+/// A compiled grammar as the engine takes it: each stream starts its own matcher.
+struct Source {
+    grammar: CompiledGrammar,
+    lark_bytes: usize,
+}
+
+/// One stream's matcher, as the engine drives it.
+struct State(GrammarMatcher);
+
+fn lane_error(error: model::GrammarError) -> lane::GrammarError {
+    lane::GrammarError(error.to_string())
+}
+
+impl lane::GrammarSource for Source {
+    fn start(&self) -> Result<Box<dyn lane::GrammarState>, lane::GrammarError> {
+        Ok(Box::new(State(self.grammar.matcher())))
+    }
+
+    fn describe(&self) -> String {
+        format!("a Lark grammar of {} bytes", self.lark_bytes)
+    }
+}
+
+impl lane::GrammarState for State {
+    fn mask(&mut self) -> Result<lane::TokenMask, lane::GrammarError> {
+        let (words, may_end) = self.0.mask().map_err(lane_error)?;
+        Ok(lane::TokenMask::from_words(words, may_end))
+    }
+
+    fn accept(&mut self, token: u32) -> Result<(), lane::GrammarError> {
+        self.0.accept(token).map_err(lane_error)
+    }
+
+    fn rollback(&mut self, tokens: usize) -> Result<(), lane::GrammarError> {
+        self.0.rollback(tokens).map_err(lane_error)
+    }
+
+    fn valid_prefix(&mut self, tokens: &[u32]) -> Result<usize, lane::GrammarError> {
+        self.0.valid_prefix(tokens).map_err(lane_error)
+    }
+
+    fn is_complete(&self) -> bool {
+        self.0.is_complete()
+    }
 }
 
 impl ModelText {
@@ -26,6 +81,9 @@ impl ModelText {
             template,
             stop_ids,
             max_token_bytes,
+            tokenizer_file: dir.join("tokenizer.json"),
+            vocab_size: config.vocab_size,
+            grammars: OnceLock::new(),
         };
         text.encode_check()
             .context("the tokenizer cannot encode a plain word")?;
@@ -69,6 +127,9 @@ impl server::TextModel for ModelText {
             .map(|m| model::ChatMessage {
                 role: m.role.clone(),
                 content: m.content.clone(),
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
             })
             .collect();
         template
@@ -90,6 +151,26 @@ impl server::TextModel for ModelText {
             self.tokenizer.token_id("</think>")?,
         ))
     }
+
+    fn single_token_id(&self, text: &str) -> Option<u32> {
+        self.tokenizer.token_id(text)
+    }
+
+    fn compile_grammar(&self, lark: &str) -> Result<lane::Grammar, String> {
+        let compiler = self
+            .grammars
+            .get_or_init(|| {
+                GrammarCompiler::new(&self.tokenizer_file, self.vocab_size, &self.stop_ids)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let grammar = compiler.compile_lark(lark).map_err(|e| e.to_string())?;
+        Ok(lane::Grammar::new(Arc::new(Source {
+            grammar,
+            lark_bytes: lark.len(),
+        })))
+    }
 }
 
 #[cfg(test)]
@@ -109,6 +190,7 @@ mod tests {
                     &[ChatMessage {
                         role: "user".into(),
                         content: content.into(),
+                        ..ChatMessage::default()
                     }],
                     &model::TemplateArgs::new(),
                 )

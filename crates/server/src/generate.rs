@@ -5,6 +5,7 @@ use crate::error::ApiError;
 use crate::reply::{Delta, Ending, LogprobEntry, Reply, ThinkTags};
 use crate::request::{self, GenerateRequest, Input, Prompt};
 use crate::routes::AppState;
+use crate::structured::{self, Tag, Thinking, ToolCall};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -38,19 +39,22 @@ pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Respo
 /// A completion request of either shape, from its body to its response.
 async fn answer(app: AppState, body: Bytes, shape: Shape) -> Response {
     match prepare(&app, body, shape).await {
-        Ok((req, prompt)) => generate(app, shape, req, prompt).await,
+        Ok(prepared) => generate(app, shape, prepared).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// A request ready for the engine: checked, its prompt tokenised, its grammar compiled.
+struct Prepared {
+    req: GenerateRequest,
+    prompt: Vec<u32>,
+    grammar: Option<lane::Grammar>,
 }
 
 /// Parses the body, renders the chat template and tokenises the prompt on the blocking pool (a
 /// megabyte of JSON or text takes the CPU for seconds, which on the async runtime would stall
 /// every other connection), holding one of `app.prepare`'s permits.
-async fn prepare(
-    app: &AppState,
-    body: Bytes,
-    shape: Shape,
-) -> Result<(GenerateRequest, Vec<u32>), ApiError> {
+async fn prepare(app: &AppState, body: Bytes, shape: Shape) -> Result<Prepared, ApiError> {
     let _permit = app
         .prepare
         .clone()
@@ -70,13 +74,65 @@ async fn prepare(
             }
         }
         let prompt = prompt_tokens(&app, &req)?;
-        Ok((req, prompt))
+        let grammar = grammar(&app, shape, &req, &prompt)?;
+        Ok(Prepared {
+            req,
+            prompt,
+            grammar,
+        })
     })
     .await
     .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
 }
 
-async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec<u32>) -> Response {
+/// The grammar the reply must follow, compiled for the model: the request's response format,
+/// or the tool-call format its `tool_choice` requires; after the model's thinking, if it thinks.
+fn grammar(
+    app: &AppState,
+    shape: Shape,
+    req: &GenerateRequest,
+    prompt: &[u32],
+) -> Result<Option<lane::Grammar>, ApiError> {
+    let thinking = match (shape, app.text.thinking_tags()) {
+        (Shape::Chat, Some((open, close))) => {
+            if ThinkTags::after(open, close, prompt).starts_inside {
+                Thinking::Inside { close }
+            } else {
+                Thinking::MayOpen { open, close }
+            }
+        }
+        _ => Thinking::Never,
+    };
+    let (param, lark) = match &req.constraint {
+        Some(c) => (c.param, structured::format_grammar(&c.format, thinking)),
+        None => {
+            let tag = |text: &'static str| match app.text.single_token_id(text) {
+                Some(id) => Tag::Token(id),
+                None => Tag::Text(text),
+            };
+            match structured::tool_grammar(
+                &req.tools,
+                tag("<tool_call>"),
+                tag("</tool_call>"),
+                thinking,
+            ) {
+                Some(lark) => ("tools", lark),
+                None => return Ok(None),
+            }
+        }
+    };
+    app.text
+        .compile_grammar(&lark)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(param, format!("the grammar does not compile: {e}")))
+}
+
+async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
+    let Prepared {
+        req,
+        prompt,
+        grammar,
+    } = prepared;
     let prompt_len = prompt.len() as u64;
     let max_new_tokens = match req.max_tokens {
         Some(n) => n,
@@ -131,7 +187,7 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
         thinking,
         adjustments: req.adjustments.clone(),
-        grammar: None,
+        grammar,
     };
     let (outcome, events) = match app.engine.submit(lane_request).await {
         Ok(submitted) => submitted,
@@ -147,6 +203,9 @@ async fn generate(app: AppState, shape: Shape, req: GenerateRequest, prompt: Vec
     let mut reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
     if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
         reply = reply.split_thinking(tags);
+    }
+    if shape == Shape::Chat && req.tools.parses_calls() {
+        reply = reply.parse_tool_calls();
     }
     let meta = Meta::new(&app, shape, stream_id);
     if req.stream {
@@ -184,10 +243,17 @@ fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiE
             .text
             .encode(text)
             .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))?,
-        Input::Messages(messages) => app
-            .text
-            .chat_prompt_ids(messages, &req.template_args)
-            .map_err(|e| ApiError::invalid("messages", e))?,
+        Input::Messages(messages) => {
+            // Tools reach the template as transformers passes them: a `tools` variable.
+            let mut args = req.template_args.clone();
+            if !req.tools.tools.is_empty() {
+                let definitions = req.tools.tools.iter().map(|t| t.definition.clone());
+                args.insert("tools".into(), Value::Array(definitions.collect()));
+            }
+            app.text
+                .chat_prompt_ids(messages, &args)
+                .map_err(|e| ApiError::invalid("messages", e))?
+        }
     };
     if tokens.is_empty() {
         let param = if matches!(req.input, Input::Messages(_)) {
@@ -249,6 +315,26 @@ impl Meta {
         }
     }
 
+    /// The id of the reply's `index`-th tool call: unique per reply and server run.
+    fn tool_call_id(&self, index: usize) -> String {
+        let mixed =
+            lane::sampling::mix64(self.stream.0 ^ self.created.rotate_left(32)) ^ index as u64;
+        format!("call_{mixed:016x}")
+    }
+
+    /// A tool call as OpenAI writes it (a stream's delta adds its `index`).
+    fn tool_call_json(&self, index: usize, call: &ToolCall, streamed: bool) -> Value {
+        let mut value = json!({
+            "id": self.tool_call_id(index),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        });
+        if streamed {
+            value["index"] = json!(index);
+        }
+        value
+    }
+
     fn object(&self, chunk: bool) -> &'static str {
         match (self.shape, chunk) {
             (Shape::Completion, _) => "text_completion",
@@ -265,6 +351,14 @@ impl Meta {
             "model": self.model,
             "choices": choices,
         })
+    }
+}
+
+/// `finish_reason`: a reply that called tools and ended by itself says `tool_calls`.
+fn finish_reason(ending: &Ending, tool_calls: usize) -> &'static str {
+    match ending {
+        Ending::Stop if tool_calls > 0 => "tool_calls",
+        _ => ending.finish_reason(),
     }
 }
 
@@ -309,6 +403,7 @@ async fn whole_reply(
 ) -> Response {
     let mut text = String::new();
     let mut reasoning = String::new();
+    let mut calls: Vec<ToolCall> = Vec::new();
     let mut entries: Vec<LogprobEntry> = Vec::new();
     let want_logprobs = reply.wants_logprobs();
     let ending = loop {
@@ -317,6 +412,7 @@ async fn whole_reply(
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 text.push_str(&delta.text);
                 reasoning.push_str(&delta.reasoning);
+                calls.extend(delta.tool_calls);
                 entries.extend(delta.logprobs);
                 if reply.stopped() {
                     app.engine.cancel(meta.stream);
@@ -327,6 +423,7 @@ async fn whole_reply(
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
                 text.push_str(&tail.text);
                 reasoning.push_str(&tail.reasoning);
+                calls.extend(tail.tool_calls);
                 break ending;
             }
             None => break Ending::Failed("the engine stopped".into()),
@@ -347,11 +444,22 @@ async fn whole_reply(
             if !reasoning.is_empty() {
                 message["reasoning_content"] = json!(reasoning);
             }
+            if !calls.is_empty() {
+                // OpenAI's shape: no content beside the calls is `null`.
+                if text.trim().is_empty() {
+                    message["content"] = Value::Null;
+                }
+                message["tool_calls"] = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, call)| meta.tool_call_json(i, call, false))
+                    .collect();
+            }
             json!({
                 "index": 0,
                 "message": message,
                 "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
-                "finish_reason": ending.finish_reason(),
+                "finish_reason": finish_reason(&ending, calls.len()),
             })
         }
     };
@@ -388,6 +496,7 @@ fn chunk(
     want_logprobs: bool,
     finish: Option<&str>,
     first: bool,
+    calls_before: usize,
 ) -> Value {
     let logprobs = logprobs_json(meta.shape, &delta.logprobs, want_logprobs);
     let choice = match meta.shape {
@@ -404,6 +513,14 @@ fn chunk(
             }
             if !delta.reasoning.is_empty() {
                 message["reasoning_content"] = json!(delta.reasoning);
+            }
+            if !delta.tool_calls.is_empty() {
+                message["tool_calls"] = delta
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, call)| meta.tool_call_json(calls_before + i, call, true))
+                    .collect();
             }
             json!({"index": 0, "delta": message, "logprobs": logprobs, "finish_reason": finish})
         }
@@ -423,6 +540,7 @@ async fn write_sse(
 ) {
     let want_logprobs = reply.wants_logprobs();
     let mut first = true;
+    let mut calls = 0;
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -434,9 +552,11 @@ async fn write_sse(
                 let opens_chat = first && meta.shape == Shape::Chat;
                 let says_something = !delta.text.is_empty()
                     || !delta.reasoning.is_empty()
-                    || !delta.logprobs.is_empty();
+                    || !delta.logprobs.is_empty()
+                    || !delta.tool_calls.is_empty();
                 if says_something || opens_chat {
-                    let value = chunk(&meta, &delta, want_logprobs, None, first);
+                    let value = chunk(&meta, &delta, want_logprobs, None, first, calls);
+                    calls += delta.tool_calls.len();
                     first = false;
                     if frames.send(frame(&value)).await.is_err() {
                         return;
@@ -449,10 +569,13 @@ async fn write_sse(
             }
             Some(StreamEvent::Finished { reason, .. }) => {
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                if !tail.text.is_empty() || !tail.reasoning.is_empty() {
-                    let _ = frames
-                        .send(frame(&chunk(&meta, &tail, want_logprobs, None, first)))
-                        .await;
+                if !tail.text.is_empty()
+                    || !tail.reasoning.is_empty()
+                    || !tail.tool_calls.is_empty()
+                {
+                    let value = chunk(&meta, &tail, want_logprobs, None, first, calls);
+                    calls += tail.tool_calls.len();
+                    let _ = frames.send(frame(&value)).await;
                     first = false;
                 }
                 break ending;
@@ -467,8 +590,9 @@ async fn write_sse(
             &meta,
             &Delta::default(),
             false,
-            Some(ending.finish_reason()),
+            Some(finish_reason(&ending, calls)),
             first,
+            calls,
         );
         let _ = frames.send(frame(&last)).await;
         if include_usage {

@@ -22,6 +22,7 @@ mod metrics;
 mod reply;
 pub mod request;
 mod routes;
+pub mod structured;
 pub mod text;
 mod text_model;
 

@@ -2,6 +2,7 @@
 //! and a finish reason. Shared by the streaming and non-streaming paths of both endpoints.
 
 use crate::engine_thread::TokenOut;
+use crate::structured::{ToolCall, ToolCallParser};
 use crate::text::{IncrementalDecoder, StopMatcher};
 use crate::text_model::{ModelDetokenizer, TextModel};
 use lane::FinishReason;
@@ -22,6 +23,8 @@ pub struct Delta {
     /// out ([`ThinkTags`]).
     pub reasoning: String,
     pub logprobs: Vec<LogprobEntry>,
+    /// Tool calls read from the text (chat replies with tools), in order.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// The thinking tags of a model whose chat replies put their thinking in `reasoning_content`,
@@ -79,6 +82,8 @@ pub struct Reply {
     /// Set for a chat reply of a model with thinking tags.
     split: Option<Split>,
     matcher: StopMatcher,
+    /// Set for a chat reply whose `<tool_call>` blocks become `tool_calls`.
+    tool_calls: Option<ToolCallParser>,
     want_logprobs: bool,
     /// A stop string matched: everything after it is dropped.
     stopped: bool,
@@ -92,6 +97,7 @@ impl Reply {
             decoder: IncrementalDecoder::default(),
             split: None,
             matcher: StopMatcher::new(stops),
+            tool_calls: None,
             want_logprobs,
             stopped: false,
             completion_tokens: 0,
@@ -109,6 +115,24 @@ impl Reply {
             trim_newlines: false,
         });
         self
+    }
+
+    /// Reads the reply's `<tool_call>` blocks into [`Delta::tool_calls`] instead of the text.
+    pub fn parse_tool_calls(mut self) -> Reply {
+        self.tool_calls = Some(ToolCallParser::default());
+        self
+    }
+
+    /// Text past the stop strings: to the tool-call parser when there is one.
+    fn route_text(&mut self, text: &str, delta: &mut Delta) {
+        match &mut self.tool_calls {
+            Some(parser) => {
+                let parsed = parser.push(text);
+                delta.text.push_str(&parsed.text);
+                delta.tool_calls.extend(parsed.calls);
+            }
+            None => delta.text.push_str(text),
+        }
     }
 
     pub fn wants_logprobs(&self) -> bool {
@@ -155,7 +179,7 @@ impl Reply {
                 split.trim_newlines = piece.is_empty();
             }
             let matched = self.matcher.push(&piece);
-            delta.text.push_str(&matched.emit);
+            self.route_text(&matched.emit, &mut delta);
             self.stopped = matched.stopped;
             self.push_logprobs(text_model, out, &mut delta);
         }
@@ -186,6 +210,25 @@ impl Reply {
         text_model: &dyn TextModel,
         reason: &FinishReason,
     ) -> (Delta, Ending) {
+        let (mut tail, ending) = self.finish_text(text_model, reason);
+        if self.tool_calls.is_some() {
+            let text = std::mem::take(&mut tail.text);
+            self.route_text(&text, &mut tail);
+            if let Some(parser) = &mut self.tool_calls {
+                let rest = parser.finish();
+                tail.text.push_str(&rest.text);
+                tail.tool_calls.extend(rest.calls);
+            }
+        }
+        (tail, ending)
+    }
+
+    /// [`Reply::on_finish`] before the tool-call parser.
+    fn finish_text(
+        &mut self,
+        text_model: &dyn TextModel,
+        reason: &FinishReason,
+    ) -> (Delta, Ending) {
         if self.stopped {
             return (Delta::default(), Ending::Stop);
         }
@@ -202,7 +245,7 @@ impl Reply {
                 Delta {
                     text,
                     reasoning,
-                    logprobs: Vec::new(),
+                    ..Delta::default()
                 },
                 Ending::Stop,
             );
@@ -221,7 +264,7 @@ impl Reply {
         let tail = Delta {
             text,
             reasoning,
-            logprobs: Vec::new(),
+            ..Delta::default()
         };
         (tail, ending)
     }

@@ -5,6 +5,7 @@
 //! fields that would change the answer and that we do not implement are refused, never ignored.
 
 use crate::error::ApiError;
+use crate::structured::{self, OutputConstraint, Tools};
 use lane::{LogitAdjustments, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS, PENALTY_MAX};
 use serde_json::{Map, Value};
 
@@ -23,10 +24,15 @@ pub enum Prompt {
     Tokens(Vec<u32>),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant message's calls, `arguments` parsed into JSON (chat templates want a mapping).
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message: the call it answers, and the tool's name when given.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +71,10 @@ pub struct GenerateRequest {
     pub adjustments: LogitAdjustments,
     /// Chat: `chat_template_kwargs`, more variables for the chat template (`enable_thinking`).
     pub template_args: Map<String, Value>,
+    /// `response_format`, `guided_*` or `structured_outputs`: what the reply's text must be.
+    pub constraint: Option<OutputConstraint>,
+    /// Chat: the functions the model may call, and `tool_choice`.
+    pub tools: Tools,
 }
 
 /// Parses a `/v1/completions` body.
@@ -104,24 +114,8 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         }
         Some(_) => return Err(ApiError::invalid("messages", "`messages` must be an array")),
     };
-    refuse_unsupported(
-        &fields,
-        &[
-            "tools",
-            "tool_choice",
-            "functions",
-            "function_call",
-            "audio",
-        ],
-    )?;
-    if let Some(format) = fields.get("response_format").filter(|v| !v.is_null()) {
-        if format.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only `{\"type\": \"text\"}` is supported",
-            ));
-        }
-    }
+    refuse_unsupported(&fields, &["functions", "function_call", "audio"])?;
+    let tools = structured::tools(&fields)?;
     let wants_logprobs = optional_bool(&fields, "logprobs")?.unwrap_or(false);
     let top_logprobs = match fields.get("top_logprobs") {
         None | Some(Value::Null) => 0,
@@ -146,6 +140,19 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     };
     let mut req = common(&fields, Input::Messages(messages), logprobs)?;
     req.template_args = template_args;
+    // Both would be the reply's grammar.
+    if req.constraint.is_some()
+        && matches!(
+            tools.choice,
+            structured::ToolChoice::Required | structured::ToolChoice::Function(_)
+        )
+    {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "a required or named `tool_choice` cannot be combined with a response format",
+        ));
+    }
+    req.tools = tools;
     Ok(req)
 }
 
@@ -208,6 +215,11 @@ fn common(
         logprobs,
         adjustments,
         template_args: Map::new(),
+        constraint: structured::output_constraint(fields)?,
+        tools: Tools {
+            tools: Vec::new(),
+            choice: structured::ToolChoice::Auto,
+        },
         thinking_budget: match fields.get("thinking_budget") {
             None | Some(Value::Null) => None,
             Some(value) => Some(non_negative_u64(value, "thinking_budget")?),
@@ -357,6 +369,31 @@ fn message(idx: usize, item: &Value) -> Result<ChatMessage, ApiError> {
             ))
         }
     };
+    let tool_calls = match fields.get("tool_calls") {
+        None | Some(Value::Null) => None,
+        Some(calls) if role == "assistant" => Some(structured::template_tool_calls(
+            &format!("{param}.tool_calls"),
+            calls,
+        )?),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                &format!("{param}.tool_calls"),
+                "only assistant messages carry tool calls",
+            ))
+        }
+    };
+    let text_field = |key: &str| -> Result<Option<String>, ApiError> {
+        match fields.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(ApiError::invalid(
+                &format!("{param}.{key}"),
+                format!("`{key}` must be a string"),
+            )),
+        }
+    };
+    let tool_call_id = text_field("tool_call_id")?;
+    let name = text_field("name")?;
     let content = match fields.get("content") {
         None | Some(Value::Null) if role == "assistant" => String::new(),
         Some(Value::String(text)) => text.clone(),
@@ -380,7 +417,13 @@ fn message(idx: usize, item: &Value) -> Result<ChatMessage, ApiError> {
             ))
         }
     };
-    Ok(ChatMessage { role, content })
+    Ok(ChatMessage {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+        name,
+    })
 }
 
 /// The penalties and biases, with OpenAI's ranges (the engine checks the token ids against the
@@ -621,7 +664,28 @@ mod tests {
                 br#"{"messages":[{"role":"user","content":"x"}],"tools":[{}]}"#
             ))
             .as_deref(),
-            Some("tools")
+            Some("tools[0].type")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]}"#
+            ))
+            .as_deref(),
+            Some("functions")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x","tool_calls":[]}]}"#
+            ))
+            .as_deref(),
+            Some("messages[0].tool_calls")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}"#
+            ))
+            .as_deref(),
+            Some("tool_choice")
         );
         assert_eq!(
             param_of(parse_chat(

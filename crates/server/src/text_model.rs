@@ -34,6 +34,16 @@ pub trait TextModel: Send + Sync + 'static {
     fn thinking_tags(&self) -> Option<(u32, u32)> {
         None
     }
+    /// The id of the token written exactly `text` (an added token such as `<tool_call>`), when
+    /// the vocabulary has one.
+    fn single_token_id(&self, _text: &str) -> Option<u32> {
+        None
+    }
+    /// Compiles a grammar in llguidance's Lark dialect over this model's vocabulary (structured
+    /// outputs, tool calls); the error says what does not compile.
+    fn compile_grammar(&self, _lark: &str) -> Result<lane::Grammar, String> {
+        Err("this model does not serve constrained replies".into())
+    }
 }
 
 /// Adapter so the incremental decoder can use any text model.

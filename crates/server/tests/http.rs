@@ -342,6 +342,7 @@ async fn a_chat_replys_thinking_comes_as_reasoning_content() {
             &[ChatMessage {
                 role: "user".into(),
                 content: "think about it {".into(),
+                ..ChatMessage::default()
             }],
             &serde_json::Map::new(),
         )
