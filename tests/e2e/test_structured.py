@@ -220,6 +220,15 @@ def test_regex_and_choice_extensions(servers):
     assert reply.choices[0].message.content in ("alpha", "beta", "gamma")
 
 
+def test_completions_take_a_constraint_too(servers):
+    reply = servers["none"].client().completions.create(
+        model="m", prompt="The numbers:", temperature=0, max_tokens=40,
+        extra_body={"guided_json": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 3, "maxItems": 3}},
+    )
+    value = json.loads(reply.choices[0].text)
+    assert len(value) == 3 and all(0 <= v <= 9 for v in value), reply
+
+
 @pytest.mark.parametrize(
     "kwargs, param",
     [

@@ -5,6 +5,7 @@ mod device;
 mod drafts;
 mod embedded;
 mod generate;
+mod grammar_bench;
 mod loadgen;
 mod logits;
 mod plan;
@@ -40,6 +41,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Load a running server over HTTP: time to first token, time per output token, throughput.
     Loadgen(loadgen::LoadgenArgs),
+    /// Measure what constrained decoding (JSON schemas, tool calls) costs per token on the host.
+    BenchGrammar(grammar_bench::GrammarBenchArgs),
     /// Print a shell completion script, e.g. `flashlane completions bash > /etc/bash_completion.d/flashlane`.
     Completions {
         /// The shell to complete in
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Loadgen(args) => loadgen::run(&args),
+        Command::BenchGrammar(args) => grammar_bench::run(&args),
         Command::Man => {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())

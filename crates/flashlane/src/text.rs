@@ -18,9 +18,9 @@ pub struct ModelText {
     /// Where the token trie comes from, and the width of the logits rows its masks cover.
     tokenizer_file: PathBuf,
     vocab_size: usize,
-    /// Built on the first constrained request (a 150k vocabulary's trie takes a moment, and most
-    /// servers never need it).
-    grammars: OnceLock<Result<GrammarCompiler, String>>,
+    /// Built on a thread of its own from start-up (a 150k vocabulary's trie takes about a
+    /// second): a constrained request that comes sooner waits for it, no other request does.
+    grammars: Arc<OnceLock<Result<GrammarCompiler, String>>>,
 }
 
 /// A compiled grammar as the engine takes it: each stream starts its own matcher.
@@ -31,6 +31,14 @@ struct Source {
 
 /// One stream's matcher, as the engine drives it.
 struct State(GrammarMatcher);
+
+fn build_compiler(
+    file: &Path,
+    vocab_size: usize,
+    end_ids: &[u32],
+) -> Result<GrammarCompiler, String> {
+    GrammarCompiler::new(file, vocab_size, end_ids).map_err(|e| e.to_string())
+}
 
 fn lane_error(error: model::GrammarError) -> lane::GrammarError {
     lane::GrammarError(error.to_string())
@@ -83,8 +91,20 @@ impl ModelText {
             max_token_bytes,
             tokenizer_file: dir.join("tokenizer.json"),
             vocab_size: config.vocab_size,
-            grammars: OnceLock::new(),
+            grammars: Arc::new(OnceLock::new()),
         };
+        let (grammars, file, vocab, ends) = (
+            text.grammars.clone(),
+            text.tokenizer_file.clone(),
+            text.vocab_size,
+            text.stop_ids.clone(),
+        );
+        std::thread::Builder::new()
+            .name("token-trie".into())
+            .spawn(move || {
+                grammars.get_or_init(|| build_compiler(&file, vocab, &ends));
+            })
+            .context("cannot start the thread that builds the token trie")?;
         text.encode_check()
             .context("the tokenizer cannot encode a plain word")?;
         Ok(text)
@@ -159,10 +179,7 @@ impl server::TextModel for ModelText {
     fn compile_grammar(&self, lark: &str) -> Result<lane::Grammar, String> {
         let compiler = self
             .grammars
-            .get_or_init(|| {
-                GrammarCompiler::new(&self.tokenizer_file, self.vocab_size, &self.stop_ids)
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_init(|| build_compiler(&self.tokenizer_file, self.vocab_size, &self.stop_ids))
             .as_ref()
             .map_err(Clone::clone)?;
         let grammar = compiler.compile_lark(lark).map_err(|e| e.to_string())?;
