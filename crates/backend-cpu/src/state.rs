@@ -427,6 +427,190 @@ impl SessionState {
     }
 }
 
+/// A prompt-cache block: positions `start..end` of a session and its state as of `end`.
+#[derive(Clone, Debug)]
+pub struct CachedBlock {
+    pub start: usize,
+    pub end: usize,
+    /// Per full-attention layer, in order: K and V of the positions, head-major
+    /// `[kv_heads, end − start, head_dim]`.
+    attention: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per linear layer, in order: conv tail and recurrent state as of `end`.
+    linear: Vec<(Vec<f32>, Vec<f32>)>,
+    /// The MTP head: its K/V rows that became final in the block (positions `start − 1` (0 for
+    /// the first block) to `end − 2`), and the main model's hidden row `end − 1`.
+    mtp: Option<(KvRows, Vec<f32>)>,
+}
+
+impl CachedBlock {
+    /// Bytes the block holds.
+    pub fn bytes(&self) -> u64 {
+        let f = |v: &Vec<f32>| v.len() as u64 * F32;
+        self.attention.iter().map(|(k, v)| f(k) + f(v)).sum::<u64>()
+            + self.linear.iter().map(|(c, r)| f(c) + f(r)).sum::<u64>()
+            + self
+                .mtp
+                .as_ref()
+                .map_or(0, |(kv, h)| f(&kv.k) + f(&kv.v) + f(h))
+    }
+}
+
+/// What a [`CachedBlock`] of `tokens` positions of `config` costs: every full-attention layer's
+/// rows, every linear layer's states, and the MTP head's rows and hidden row.
+pub fn cached_block_bytes(config: &Config, with_mtp: bool, tokens: u64) -> u64 {
+    let kv_row = (2 * config.num_kv_heads * config.head_dim) as u64 * F32;
+    let mut bytes = 0;
+    for kind in &config.layer_types {
+        bytes += match kind {
+            LayerKind::FullAttention => tokens * kv_row,
+            LayerKind::LinearAttention => {
+                let l = config
+                    .linear
+                    .as_ref()
+                    .expect("a linear layer implies a linear config");
+                ((l.conv_kernel - 1) * l.conv_channels()
+                    + l.num_value_heads * l.key_head_dim * l.value_head_dim) as u64
+                    * F32
+            }
+        };
+    }
+    if with_mtp {
+        // The first block holds one row fewer; counted at its most.
+        bytes += tokens * kv_row + config.hidden_size as u64 * F32;
+    }
+    bytes
+}
+
+/// Positions `from..to` of `kv` as rows of their own, head-major.
+fn kv_slice(kv: &KvRows, from: usize, to: usize) -> KvRows {
+    let n = to - from;
+    let mut out = KvRows::new(n, kv.row / kv.head_dim.max(1), kv.head_dim);
+    let (src, dst, hd) = (kv.layout(), out.layout(), kv.head_dim);
+    for h in 0..kv.row / hd.max(1) {
+        let (a, b) = (src.at(from, h), dst.at(0, h));
+        out.k[b..b + n * hd].copy_from_slice(&kv.k[a..a + n * hd]);
+        out.v[b..b + n * hd].copy_from_slice(&kv.v[a..a + n * hd]);
+    }
+    out
+}
+
+/// Writes `rows` (from [`kv_slice`]) into `kv` at positions `at..`.
+fn kv_put(kv: &mut KvRows, rows: &KvRows, at: usize) {
+    let n = rows.capacity();
+    let (src, dst, hd) = (rows.layout(), kv.layout(), kv.head_dim);
+    for h in 0..kv.row / hd.max(1) {
+        let (a, b) = (src.at(0, h), dst.at(at, h));
+        kv.k[b..b + n * hd].copy_from_slice(&rows.k[a..a + n * hd]);
+        kv.v[b..b + n * hd].copy_from_slice(&rows.v[a..a + n * hd]);
+    }
+}
+
+impl SessionState {
+    /// Copies positions `start..end` and the state as of `end` (the session holds exactly `end`
+    /// positions) into a cache block.
+    pub fn save_block(&self, start: usize, end: usize) -> Result<CachedBlock, StateError> {
+        if self.len != end || start >= end {
+            return Err(StateError::PastEnd {
+                len: end as u64,
+                held: self.len as u64,
+            });
+        }
+        let mut attention = Vec::new();
+        let mut linear = Vec::new();
+        for layer in &self.layers {
+            match layer {
+                LayerState::Attention(kv) => {
+                    let rows = kv_slice(kv, start, end);
+                    attention.push((rows.k, rows.v));
+                }
+                LayerState::Linear(l) => linear.push((l.conv.clone(), l.recurrent.clone())),
+            }
+        }
+        let mtp = match &self.mtp {
+            None => None,
+            Some(m) => {
+                let hidden = m
+                    .hidden_row(end - 1)
+                    .ok_or(StateError::Mismatch("the MTP head's last hidden row"))?
+                    .to_vec();
+                Some((kv_slice(&m.kv, start.saturating_sub(1), end - 1), hidden))
+            }
+        };
+        Ok(CachedBlock {
+            start,
+            end,
+            attention,
+            linear,
+            mtp,
+        })
+    }
+
+    /// Makes this empty session hold `blocks` (a prompt's first blocks, in order): their
+    /// positions and the state as of the last one's end, as computing them would have left it.
+    pub fn restore_blocks(&mut self, blocks: &[&CachedBlock]) -> Result<(), StateError> {
+        let Some(last) = blocks.last() else {
+            return Ok(());
+        };
+        if self.len != 0 {
+            return Err(StateError::Mismatch(
+                "a session restored into must be empty",
+            ));
+        }
+        if last.end > self.capacity {
+            return Err(StateError::DoesNotFit {
+                len: last.end as u64,
+                capacity: self.capacity as u64,
+            });
+        }
+        let mut at = 0;
+        for block in blocks {
+            if block.start != at {
+                return Err(StateError::Mismatch("cache blocks out of order"));
+            }
+            at = block.end;
+            let mut rows = block.attention.iter();
+            for layer in &mut self.layers {
+                if let LayerState::Attention(kv) = layer {
+                    let (k, v) = rows.next().ok_or(StateError::Mismatch("layer kinds"))?;
+                    let n = block.end - block.start;
+                    let part = KvRows {
+                        row: kv.row,
+                        head_dim: kv.head_dim,
+                        k: k.clone(),
+                        v: v.clone(),
+                    };
+                    debug_assert_eq!(part.capacity(), n);
+                    kv_put(kv, &part, block.start);
+                }
+            }
+            if let (Some(m), Some((rows, _))) = (&mut self.mtp, &block.mtp) {
+                kv_put(&mut m.kv, rows, block.start.saturating_sub(1));
+            }
+        }
+        let mut states = last.linear.iter();
+        for layer in &mut self.layers {
+            if let LayerState::Linear(l) = layer {
+                let (conv, recurrent) = states.next().ok_or(StateError::Mismatch("layer kinds"))?;
+                l.conv.copy_from_slice(conv);
+                l.recurrent.copy_from_slice(recurrent);
+                l.snapshots.clear();
+            }
+        }
+        match (&mut self.mtp, &last.mtp) {
+            (Some(m), Some((_, hidden))) => {
+                m.hidden.clear();
+                m.hidden.extend_from_slice(hidden);
+                m.first = last.end - 1;
+                m.len = last.end;
+            }
+            (None, None) => {}
+            _ => return Err(StateError::Mismatch("an MTP head")),
+        }
+        self.len = last.end;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,12 +10,13 @@ use crate::layers::Segment;
 use crate::model::CpuModel;
 use crate::qwen3_next::{DraftStart, MtpWindow};
 use crate::state::RollbackWindow;
-use crate::state::SessionState;
+use crate::state::{cached_block_bytes, CachedBlock, SessionState};
 use lane::{
-    check_windows, rows_from_logits, DraftAsk, SessionExtent, Target, TargetError, Want, Window,
-    WindowRows,
+    check_windows, rows_from_logits, CacheBlockId, DraftAsk, SessionExtent, Target, TargetError,
+    Want, Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Rows of logits the target keeps a buffer for between rounds (4.9 MB at Qwen3's 151,936-id
@@ -34,6 +35,8 @@ pub struct CpuTarget {
     /// The last round's logits `[wanted rows, vocab]`, kept for the next round when it is at most
     /// [`KEPT_LOGITS_ROWS`] rows.
     logits: Vec<f32>,
+    /// Prompt-cache blocks (the engine's prompt cache decides which, within its budget).
+    cache: HashMap<CacheBlockId, CachedBlock>,
 }
 
 impl CpuTarget {
@@ -61,6 +64,7 @@ impl CpuTarget {
             sessions,
             rollback_window: window,
             logits: Vec::new(),
+            cache: HashMap::new(),
         }
     }
 
@@ -299,5 +303,53 @@ impl Target for CpuTarget {
         if let Some(state) = self.sessions.get_mut(session.0) {
             state.reset();
         }
+    }
+
+    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
+        Some(cached_block_bytes(
+            &self.model.config,
+            self.model.has_mtp(),
+            tokens,
+        ))
+    }
+
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        start: u64,
+        end: u64,
+        id: CacheBlockId,
+    ) -> Result<(), TargetError> {
+        let state = self
+            .sessions
+            .get(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        let block = state
+            .save_block(start as usize, end as usize)
+            .map_err(|e| TargetError::Invalid(format!("{session}: caching {start}..{end}: {e}")))?;
+        self.cache.insert(id, block);
+        Ok(())
+    }
+
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        blocks: &[CacheBlockId],
+    ) -> Result<(), TargetError> {
+        let found: Option<Vec<&CachedBlock>> = blocks.iter().map(|id| self.cache.get(id)).collect();
+        let found = found
+            .ok_or_else(|| TargetError::Invalid(format!("{blocks:?}: a block is not cached")))?;
+        let state = self
+            .sessions
+            .get_mut(session.0)
+            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
+        state.restore_blocks(&found).map_err(|e| {
+            state.reset();
+            TargetError::Invalid(format!("{session}: restoring the prompt cache: {e}"))
+        })
+    }
+
+    fn cache_drop(&mut self, id: CacheBlockId) {
+        self.cache.remove(&id);
     }
 }

@@ -57,6 +57,10 @@ pub struct LoadgenArgs {
     /// Goodput SLO: time per output token at most this many milliseconds
     #[arg(long)]
     pub slo_tpot_ms: Option<f64>,
+    /// Words every prompt starts with, the same for all requests (a shared system prompt or
+    /// document, as SGLang's generated-shared-prefix benchmark), before each request's own words
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub shared_prefix_words: u64,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -409,9 +413,9 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
         .zip(shape)
         .map(|(i, r)| {
             let (at, words, max_tokens) = (r.arrival_s, r.prompt_tokens, r.max_tokens);
-            let prompt: Vec<String> = (0..words)
-                .map(|w| format!("w{}", (i * 7 + w) % 97))
-                .collect();
+            let shared = (0..args.shared_prefix_words).map(|w| format!("s{}", (w * 13) % 89));
+            let own = (0..words).map(|w| format!("w{}", (i * 7 + w) % 97));
+            let prompt: Vec<String> = shared.chain(own).collect();
             let mut body = serde_json::json!({
                 "prompt": prompt.join(" "),
                 "max_tokens": max_tokens,

@@ -2,7 +2,7 @@
 
 use crate::device::{Device, KvDtypeArg, LoadFormatArg};
 use crate::drafts::DraftArgs;
-use crate::sizing::{table, PlanNeeds, SizingArgs};
+use crate::sizing::{prompt_cache_line, table, PlanNeeds, SizingArgs};
 use crate::Failure;
 use anyhow::anyhow;
 use backend_cpu::ModelCosts;
@@ -52,6 +52,7 @@ struct PlanJson {
     dropped: Vec<SessionJson>,
     cap_bytes: u64,
     room_bytes: u64,
+    prompt_cache_bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -95,14 +96,17 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         ..model_needs
     };
     let cap_bytes = args.device.cap(&args.sizing, false)?.cap_bytes;
-    let plan = args.sizing.resolve(&needs, cap_bytes)?.plan;
+    let sizing = args.sizing.resolve(&needs, cap_bytes)?;
+    let plan = sizing.plan;
     if args.json {
         println!(
             "{}",
-            serde_json::to_string(&to_json(&plan)).expect("plain data serialises")
+            serde_json::to_string(&to_json(&plan, sizing.prompt_cache_bytes))
+                .expect("plain data serialises")
         );
     } else {
         print!("{}", table(&plan));
+        print!("{}", prompt_cache_line(sizing.prompt_cache_bytes));
     }
     if let Some(warning) = plan.dropped_warning() {
         eprintln!("warning: {warning}");
@@ -110,7 +114,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn to_json(plan: &Plan) -> PlanJson {
+fn to_json(plan: &Plan, prompt_cache_bytes: u64) -> PlanJson {
     PlanJson {
         sessions: plan
             .sessions
@@ -131,5 +135,6 @@ fn to_json(plan: &Plan) -> PlanJson {
             .collect(),
         cap_bytes: plan.cap_bytes,
         room_bytes: plan.room_bytes,
+        prompt_cache_bytes,
     }
 }

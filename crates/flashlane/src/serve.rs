@@ -2,7 +2,7 @@
 
 use crate::device::{Device, LoadHow, ModelArgs};
 use crate::drafts::DraftArgs;
-use crate::sizing::{table, PlanNeeds, Sizing, SizingArgs};
+use crate::sizing::{prompt_cache_line, table, PlanNeeds, Sizing, SizingArgs};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
@@ -127,7 +127,11 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         ready_bytes: on.weight_bytes,
         max_tokens: Some(config.max_position_embeddings as u64),
     };
-    let Sizing { plan, spec } = args.sizing.resolve(&needs, cap.cap_bytes)?;
+    let Sizing {
+        plan,
+        spec,
+        prompt_cache_bytes,
+    } = args.sizing.resolve(&needs, cap.cap_bytes)?;
     // The port is taken before the weights load (minutes for a large model), so a port in use
     // fails at once.
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))
@@ -153,6 +157,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         kv_dtype.name()
     );
     eprint!("{}", table(&plan));
+    eprint!("{}", prompt_cache_line(prompt_cache_bytes));
     if let Some(warning) = plan.dropped_warning() {
         eprintln!("warning: {warning}");
     }
@@ -176,7 +181,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         config.draft = draft;
         config.draft_tokens = draft_tokens;
         config.draft_cost_percent = draft_cost;
-        anyhow::Ok(Engine::new(target, config)?)
+        config.prompt_cache_bytes = prompt_cache_bytes;
+        let engine = Engine::new(target, config)?;
+        if prompt_cache_bytes > 0 && engine.prompt_cache_usage().is_none() {
+            eprintln!("prompt cache: off (this device's target keeps no cache blocks yet)");
+        }
+        anyhow::Ok(engine)
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

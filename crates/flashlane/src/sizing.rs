@@ -20,6 +20,10 @@ pub const MEMORY_MARGIN_BYTES: u64 = 256 << 20;
 /// Largest `--load-limit-gb`: a petabyte is more memory than any machine has; larger is a typo
 /// (and would overflow the byte count).
 pub const LOAD_LIMIT_GB_MAX: f64 = 1e6;
+/// Share of the room the sessions leave under the cap that the prompt cache takes when
+/// `--prompt-cache-gb` is not given: the rest stays free for what the estimate missed
+/// (allocator slack, the grammar tries, the HTTP side).
+pub const DEFAULT_PROMPT_CACHE_SHARE: f64 = 0.5;
 
 /// A count flag's value: a whole number, 0 or more, said in those words when it is not (clap
 /// alone calls `-1` an unexpected argument).
@@ -52,6 +56,10 @@ pub struct SizingArgs {
     /// of the GPU's free memory]
     #[arg(long, env = "FLASHLANE_LOAD_LIMIT_GB", allow_negative_numbers = true)]
     pub load_limit_gb: Option<f64>,
+    /// Memory in GiB for cached prompt prefixes, out of what the cap leaves after the weights
+    /// and the sessions (never at their expense); 0 turns the cache off [default: half of it]
+    #[arg(long, env = "FLASHLANE_PROMPT_CACHE_GB", allow_negative_numbers = true)]
+    pub prompt_cache_gb: Option<f64>,
 }
 
 impl SizingArgs {
@@ -139,6 +147,45 @@ mod tests {
             slot_contexts: None,
             slot_grow: slots::DEFAULT_SLOT_GROW,
             load_limit_gb,
+            prompt_cache_gb: None,
+        }
+    }
+
+    #[test]
+    fn the_prompt_cache_takes_what_the_sessions_leave_never_more() {
+        const GIB: u64 = 1 << 30;
+        let needs = PlanNeeds {
+            per_token: 1024,
+            fixed: 0,
+            ready_bytes: GIB,
+            max_tokens: Some(8192),
+        };
+        let mut args = sizing(Some(10.0));
+        args.parallel = Some(2);
+        args.context = Some(4096);
+        let default = args.resolve(&needs, 10 * GIB).unwrap();
+        let left = default.plan.room_bytes - default.plan.total_bytes;
+        assert_eq!(
+            default.prompt_cache_bytes,
+            (left as f64 * DEFAULT_PROMPT_CACHE_SHARE) as u64
+        );
+        args.prompt_cache_gb = Some(0.0);
+        assert_eq!(
+            args.resolve(&needs, 10 * GIB).unwrap().prompt_cache_bytes,
+            0
+        );
+        args.prompt_cache_gb = Some(2.0);
+        let two = args.resolve(&needs, 10 * GIB).unwrap();
+        assert_eq!(two.prompt_cache_bytes, 2 * GIB);
+        assert_eq!(two.plan, default.plan, "the sessions are planned first");
+        for bad in [9.5, -1.0, f64::NAN] {
+            args.prompt_cache_gb = Some(bad);
+            let error = args.resolve(&needs, 10 * GIB).err().expect("refused");
+            assert_eq!(error.status, 2, "{bad}");
+            assert!(
+                format!("{:#}", error.error).contains("--prompt-cache-gb"),
+                "{bad}"
+            );
         }
     }
 
@@ -188,6 +235,8 @@ pub struct Sizing {
     pub plan: Plan,
     /// The extra sessions asked for (`--slot-contexts`), if any.
     pub spec: Option<SessionSpec>,
+    /// The prompt cache's budget, from the room the sessions left.
+    pub prompt_cache_bytes: u64,
 }
 
 impl SizingArgs {
@@ -215,7 +264,43 @@ impl SizingArgs {
             reserved_bytes: 0,
         })
         .map_err(|e| Failure::from(anyhow::anyhow!(e)))?;
-        Ok(Sizing { plan, spec })
+        let prompt_cache_bytes = self.prompt_cache_bytes(&plan)?;
+        Ok(Sizing {
+            plan,
+            spec,
+            prompt_cache_bytes,
+        })
+    }
+
+    /// The prompt cache's budget: `--prompt-cache-gb`, which must fit in what the sessions left
+    /// under the cap, or [`DEFAULT_PROMPT_CACHE_SHARE`] of that.
+    fn prompt_cache_bytes(&self, plan: &Plan) -> Result<u64, Failure> {
+        let left = plan.room_bytes.saturating_sub(plan.total_bytes);
+        const GIB: f64 = (1u64 << 30) as f64;
+        match self.prompt_cache_gb {
+            None => Ok((left as f64 * DEFAULT_PROMPT_CACHE_SHARE) as u64),
+            Some(gb) if !(gb.is_finite() && gb >= 0.0) => Err(Failure::bad_input(anyhow::anyhow!(
+                "--prompt-cache-gb must be a number of GiB, 0 or more, got {gb}"
+            ))),
+            Some(gb) if gb * GIB > left as f64 => Err(Failure::bad_input(anyhow::anyhow!(
+                "--prompt-cache-gb {gb} is more than the {:.2} GiB the cap leaves after the \
+                 weights and the sessions; lower it, open fewer sessions or raise --load-limit-gb",
+                left as f64 / GIB
+            ))),
+            Some(gb) => Ok((gb * GIB) as u64),
+        }
+    }
+}
+
+/// The prompt cache's line of `plan` and `serve`.
+pub fn prompt_cache_line(bytes: u64) -> String {
+    if bytes == 0 {
+        "prompt cache: off\n".to_string()
+    } else {
+        format!(
+            "prompt cache: up to {} (blocks of prefill chunks, least recently used evicted)\n",
+            human_bytes(bytes)
+        )
     }
 }
 

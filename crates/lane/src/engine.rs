@@ -25,11 +25,12 @@ use crate::draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 use crate::event::{Event, FinishReason};
 use crate::grammar::{masks_along, GrammarError, GrammarState, TokenMask};
 use crate::ngram::ngram_draft;
+use crate::prompt_cache::{Insert, PromptCache};
 use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
 use crate::sampling::{
     adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens,
 };
-use crate::stream::{GrammarSlot, State, Stream};
+use crate::stream::{CacheProgress, GrammarSlot, State, Stream};
 use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
@@ -65,6 +66,9 @@ pub struct EngineConfig {
     pub draft_cost_percent: u32,
     pub queue_limit: usize,
     pub prefill_chunk: u64,
+    /// Bytes the prompt cache may hold (0: no cache). Its blocks are prefill chunks, so a hit
+    /// computes the rest of the prompt in the windows it would have had from scratch.
+    pub prompt_cache_bytes: u64,
 }
 
 impl EngineConfig {
@@ -77,6 +81,7 @@ impl EngineConfig {
             draft_cost_percent: DEFAULT_DRAFT_COST_PERCENT,
             queue_limit: DEFAULT_QUEUE_LIMIT,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prompt_cache_bytes: 0,
         }
     }
 }
@@ -123,6 +128,8 @@ struct Planned {
 /// The engine over one target. See the module docs for the round.
 pub struct Engine<T: Target> {
     target: T,
+    /// The cached prompt prefixes (`None`: no cache).
+    prompt_cache: Option<PromptCache>,
     config: EngineConfig,
     vocab: usize,
     table: SessionTable,
@@ -161,7 +168,13 @@ impl<T: Target> Engine<T> {
         if config.queue_limit == 0 {
             return Err(ConfigError::ZeroQueue);
         }
+        // A cache only where the target keeps blocks, and one block fits the budget.
+        let prompt_cache = target
+            .cache_block_bytes(config.prefill_chunk)
+            .filter(|&block| block <= config.prompt_cache_bytes)
+            .map(|_| PromptCache::new(config.prefill_chunk, config.prompt_cache_bytes));
         Ok(Engine {
+            prompt_cache,
             vocab: target.vocab_size(),
             target,
             config,
@@ -300,6 +313,7 @@ impl<T: Target> Engine<T> {
                     capacity: view.capacity,
                     holder: view.holder,
                     used_tokens: stream.map_or(0, |s| s.computed),
+                    cached_tokens: stream.map_or(0, |s| s.cache.restored),
                     state: match stream {
                         None => SlotState::Free,
                         Some(s) => match s.state {
@@ -528,6 +542,7 @@ impl<T: Target> Engine<T> {
             adjustments: request.adjustments,
             seen,
             grammar,
+            cache: CacheProgress::new(request.cache_prompt),
         });
         self.counters.streams_admitted += 1;
         if let Some(error) = grammar_failed {
@@ -535,6 +550,7 @@ impl<T: Target> Engine<T> {
             self.finish(idx, FinishReason::Error(error.to_string()));
             return;
         }
+        self.restore_cached_prefix(self.live.len() - 1);
         if self.config.policy != Policy::FirstFree {
             self.place(id);
         }
@@ -866,6 +882,10 @@ impl<T: Target> Engine<T> {
             self.counters.prompt_tokens += width;
         }
         stream.computed = plan.start + width;
+        if !decoding {
+            self.cache_prompt_block(plan.idx, plan.start, width);
+        }
+        let stream = &mut self.live[plan.idx];
         if plan.num_logits == 0 {
             return;
         }
@@ -1000,6 +1020,98 @@ impl<T: Target> Engine<T> {
                 return;
             }
         }
+    }
+
+    // ----- the prompt cache -----
+
+    /// A new stream's longest cached prefix, copied into its session: it starts computing its
+    /// prompt there. A restore that fails leaves the session empty and the stream from scratch.
+    fn restore_cached_prefix(&mut self, idx: usize) {
+        let Some(cache) = &mut self.prompt_cache else {
+            return;
+        };
+        let stream = &mut self.live[idx];
+        if !stream.cache.enabled {
+            return;
+        }
+        let (blocks, key) = cache.lookup(&stream.tokens[..stream.prompt_len]);
+        if blocks.is_empty() {
+            return;
+        }
+        let session = stream.session;
+        match self.target.cache_restore(session, &blocks) {
+            Ok(()) => {
+                let restored = (blocks.len() * cache.chunk()) as u64;
+                stream.computed = restored;
+                stream.cache = CacheProgress {
+                    enabled: true,
+                    key,
+                    covered: restored,
+                    restored,
+                };
+                self.counters.prompt_cache_hits += 1;
+                self.counters.prompt_cache_tokens_reused += restored;
+            }
+            Err(_) => {
+                // Whatever was written goes; the stream computes its whole prompt.
+                self.target.release(session);
+                stream.cache.enabled = false;
+            }
+        }
+    }
+
+    /// A prompt chunk `[start, start + width)` was computed: when it is a whole block that
+    /// continues the stream's cached chain, it is cached too (the target copies it).
+    fn cache_prompt_block(&mut self, idx: usize, start: u64, width: u64) {
+        let Some(cache) = &mut self.prompt_cache else {
+            return;
+        };
+        let stream = &mut self.live[idx];
+        let chunk = cache.chunk() as u64;
+        if !stream.cache.enabled || width != chunk || stream.cache.covered != start {
+            return;
+        }
+        let end = start + width;
+        let tokens = &stream.tokens[start as usize..end as usize];
+        let bytes = self
+            .target
+            .cache_block_bytes(chunk)
+            .expect("P6: a cache exists only for targets that keep blocks");
+        let evicted = match cache.insert(stream.cache.key, tokens, bytes) {
+            Insert::Present(key) => {
+                stream.cache.key = Some(key);
+                stream.cache.covered = end;
+                return;
+            }
+            Insert::NoRoom { evicted } => {
+                stream.cache.enabled = false;
+                evicted
+            }
+            Insert::New { key, id, evicted } => {
+                match self.target.cache_save(stream.session, start, end, id) {
+                    Ok(()) => {
+                        stream.cache.key = Some(key);
+                        stream.cache.covered = end;
+                    }
+                    Err(_) => {
+                        cache.forget(key);
+                        stream.cache.enabled = false;
+                    }
+                }
+                evicted
+            }
+        };
+        self.counters.prompt_cache_evictions = cache.evictions;
+        for id in evicted {
+            self.target.cache_drop(id);
+        }
+    }
+
+    /// The prompt cache's blocks and bytes (`None`: no cache).
+    pub fn prompt_cache_usage(&self) -> Option<(usize, u64)> {
+        self.prompt_cache
+            .as_ref()
+            .map(|c| (c.blocks(), c.used_bytes()))
     }
 
     // ----- endings -----

@@ -10,6 +10,7 @@
 //! | what is a stream? (tokens known, tokens computed) | `stream.rs` |
 //! | how is a token drawn, how are drafts verified? | [`sampling`] |
 //! | how does a grammar constrain a reply (JSON schema, tool calls)? | [`grammar`] |
+//! | which prompt prefixes are cached, and when are they evicted? | [`prompt_cache`] |
 //! | where do n-gram drafts come from? | [`ngram_draft`] |
 //! | how many drafts does a window carry? | [`DraftStats`] |
 //! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
@@ -23,6 +24,7 @@ mod engine;
 mod event;
 pub mod grammar;
 mod ngram;
+pub mod prompt_cache;
 mod request;
 pub mod sampling;
 mod stream;
@@ -37,6 +39,7 @@ pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAU
 pub use event::{Event, FinishReason};
 pub use grammar::{Grammar, GrammarError, GrammarSource, GrammarState, TokenMask};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
+pub use prompt_cache::{CacheBlockId, PromptCache};
 pub use request::{
     DraftMode, LogitAdjustments, Refusal, Request, SamplingParams, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS,
     MAX_TOP_LOGPROBS, PENALTY_MAX,

@@ -125,6 +125,9 @@ pub struct Request {
     pub adjustments: LogitAdjustments,
     /// The grammar the reply must follow (constrained decoding); `None` leaves it free.
     pub grammar: Option<Grammar>,
+    /// Whether the prompt may start from the prompt cache and add its blocks to it (llama.cpp's
+    /// `cache_prompt`); the reply is the same either way.
+    pub cache_prompt: bool,
 }
 
 impl Request {
@@ -141,6 +144,7 @@ impl Request {
             thinking: None,
             adjustments: LogitAdjustments::default(),
             grammar: None,
+            cache_prompt: true,
         }
     }
 }

@@ -22,6 +22,29 @@ pub(crate) enum State {
     Finished,
 }
 
+/// How far a stream's prompt is in the prompt cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CacheProgress {
+    /// The request allows the cache, and nothing failed so far.
+    pub enabled: bool,
+    /// The chain key of the cached blocks covering positions `0..covered`.
+    pub key: Option<u64>,
+    pub covered: u64,
+    /// Positions restored from the cache at admission.
+    pub restored: u64,
+}
+
+impl CacheProgress {
+    pub fn new(enabled: bool) -> CacheProgress {
+        CacheProgress {
+            enabled,
+            key: None,
+            covered: 0,
+            restored: 0,
+        }
+    }
+}
+
 /// A constrained stream's place in its grammar.
 pub(crate) struct GrammarSlot(pub Box<dyn GrammarState>);
 
@@ -62,6 +85,7 @@ pub(crate) struct Stream {
     pub seen: Option<SeenTokens>,
     /// The grammar the reply must follow, when the request gave one.
     pub grammar: Option<GrammarSlot>,
+    pub cache: CacheProgress,
 }
 
 impl Stream {

@@ -22,6 +22,7 @@
 //! - After `forward` returns `Err`, every stream of that round ends and its session is released:
 //!   a target need not leave the sessions of a failed round in any particular state.
 
+use crate::prompt_cache::CacheBlockId;
 use slots::{MoveFault, SessionId};
 
 /// The longest window whose drafts a session can roll back (the sampled token and its drafts):
@@ -320,6 +321,42 @@ pub trait Target {
 
     /// Forgets `session`'s state so that the next stream starts from position 0.
     fn release(&mut self, session: SessionId);
+
+    /// What one prompt-cache block of `tokens` positions costs this target in bytes (its KV
+    /// rows, and the state as of its end: linear-attention states, the MTP head's rows), or
+    /// `None` when it keeps no prompt cache.
+    fn cache_block_bytes(&self, _tokens: u64) -> Option<u64> {
+        None
+    }
+
+    /// Copies `session`'s positions `start..end` and its state as of `end` (the session holds
+    /// exactly `end` positions) into a new cache block `id`.
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        _start: u64,
+        _end: u64,
+        _id: CacheBlockId,
+    ) -> Result<(), TargetError> {
+        Err(TargetError::Invalid(format!(
+            "{session}: this target keeps no prompt cache"
+        )))
+    }
+
+    /// Writes `blocks` (a prompt's first blocks, in order) into the empty `session`: it then
+    /// holds their positions and the state as of the last one's end, as if it had computed them.
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        _blocks: &[CacheBlockId],
+    ) -> Result<(), TargetError> {
+        Err(TargetError::Invalid(format!(
+            "{session}: this target keeps no prompt cache"
+        )))
+    }
+
+    /// Frees a cache block (evicted).
+    fn cache_drop(&mut self, _id: CacheBlockId) {}
 }
 
 /// A boxed target is a target, so the host can pick a backend at run time
@@ -359,6 +396,32 @@ impl<T: Target + ?Sized> Target for Box<T> {
 
     fn release(&mut self, session: SessionId) {
         (**self).release(session)
+    }
+
+    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
+        (**self).cache_block_bytes(tokens)
+    }
+
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        start: u64,
+        end: u64,
+        id: CacheBlockId,
+    ) -> Result<(), TargetError> {
+        (**self).cache_save(session, start, end, id)
+    }
+
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        blocks: &[CacheBlockId],
+    ) -> Result<(), TargetError> {
+        (**self).cache_restore(session, blocks)
+    }
+
+    fn cache_drop(&mut self, id: CacheBlockId) {
+        (**self).cache_drop(id)
     }
 }
 

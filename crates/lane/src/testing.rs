@@ -143,6 +143,18 @@ pub struct FakeTarget {
     releases: Vec<SessionId>,
     forward_calls: u64,
     truncations: u64,
+    /// Prompt-cache blocks: the positions `start..` of a session's tokens and hashes.
+    cache: std::collections::HashMap<crate::CacheBlockId, FakeBlock>,
+    /// Bytes a cached block of one token costs (`None`: no cache).
+    pub cache_bytes_per_token: Option<u64>,
+    cache_saves: u64,
+}
+
+/// A cached block of the fake: where it starts, its tokens, and the hash chain along them.
+struct FakeBlock {
+    start: usize,
+    tokens: Vec<u32>,
+    hashes: Vec<u64>,
 }
 
 /// The spread of the fake's logits: wide enough that greedy has a clear winner most of the time
@@ -233,6 +245,9 @@ impl FakeTarget {
             releases: Vec::new(),
             forward_calls: 0,
             truncations: 0,
+            cache: std::collections::HashMap::new(),
+            cache_bytes_per_token: Some(8),
+            cache_saves: 0,
         }
     }
 
@@ -252,6 +267,11 @@ impl FakeTarget {
 
     pub fn releases(&self) -> &[SessionId] {
         &self.releases
+    }
+
+    /// Prompt-cache blocks saved, and held now.
+    pub fn cache_saves(&self) -> (u64, usize) {
+        (self.cache_saves, self.cache.len())
     }
 
     pub fn forward_calls(&self) -> u64 {
@@ -447,6 +467,75 @@ impl Target for FakeTarget {
         target.tokens = moved.tokens;
         target.hashes = moved.hashes;
         Ok(())
+    }
+
+    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
+        self.cache_bytes_per_token.map(|b| b * tokens)
+    }
+
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        start: u64,
+        end: u64,
+        id: crate::CacheBlockId,
+    ) -> Result<(), TargetError> {
+        let s = &self.sessions[session.0];
+        if s.tokens.len() as u64 != end || start > end || self.cache.contains_key(&id) {
+            return Err(TargetError::Invalid(format!(
+                "caching {start}..{end} of {session}, which holds {} positions, as {id:?}",
+                s.tokens.len()
+            )));
+        }
+        let (start, end) = (start as usize, end as usize);
+        self.cache.insert(
+            id,
+            FakeBlock {
+                start,
+                tokens: s.tokens[start..end].to_vec(),
+                hashes: s.hashes[start..end].to_vec(),
+            },
+        );
+        self.cache_saves += 1;
+        Ok(())
+    }
+
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        blocks: &[crate::CacheBlockId],
+    ) -> Result<(), TargetError> {
+        let s = &mut self.sessions[session.0];
+        if !s.tokens.is_empty() {
+            return Err(TargetError::Invalid(format!(
+                "restoring into {session}, which holds {} positions",
+                s.tokens.len()
+            )));
+        }
+        for id in blocks {
+            let block = self
+                .cache
+                .get(id)
+                .ok_or_else(|| TargetError::Invalid(format!("{id:?} is not cached")))?;
+            if block.start != s.tokens.len()
+                || (s.tokens.len() + block.tokens.len()) as u64 > s.capacity
+            {
+                s.tokens.clear();
+                s.hashes.clear();
+                return Err(TargetError::Invalid(format!(
+                    "{id:?} starts at {} but {session} holds {}",
+                    block.start,
+                    s.tokens.len()
+                )));
+            }
+            s.tokens.extend_from_slice(&block.tokens);
+            s.hashes.extend_from_slice(&block.hashes);
+        }
+        Ok(())
+    }
+
+    fn cache_drop(&mut self, id: crate::CacheBlockId) {
+        self.cache.remove(&id);
     }
 
     fn release(&mut self, session: SessionId) {

@@ -26,6 +26,8 @@ pub struct SlotView {
     pub holder: Option<StreamId>,
     /// Positions the holder has written (0 when free).
     pub used_tokens: u64,
+    /// Of those, the prompt prefix restored from the prompt cache.
+    pub cached_tokens: u64,
     pub state: SlotState,
 }
 
@@ -60,4 +62,10 @@ pub struct Counters {
     pub draft_proposed: u64,
     /// Draft tokens accepted.
     pub draft_accepted: u64,
+    /// Streams that started from a cached prompt prefix.
+    pub prompt_cache_hits: u64,
+    /// Prompt positions restored from the cache instead of computed.
+    pub prompt_cache_tokens_reused: u64,
+    /// Cache blocks evicted to make room.
+    pub prompt_cache_evictions: u64,
 }

@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub paused_streams: usize,
     /// Tokens generated per second over the last few seconds.
     pub tokens_per_second: f64,
+    /// The prompt cache's blocks and bytes (`None`: no cache).
+    pub prompt_cache: Option<(usize, u64)>,
 }
 
 pub enum Command {
@@ -339,6 +341,7 @@ impl<T: Target> EngineLoop<T> {
             live_streams: self.engine.live_streams(),
             paused_streams: self.engine.paused_streams(),
             tokens_per_second: self.rate.per_second(),
+            prompt_cache: self.engine.prompt_cache_usage(),
         }
     }
 }

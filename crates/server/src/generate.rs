@@ -188,6 +188,7 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         thinking,
         adjustments: req.adjustments.clone(),
         grammar,
+        cache_prompt: req.cache_prompt,
     };
     let (outcome, events) = match app.engine.submit(lane_request).await {
         Ok(submitted) => submitted,

@@ -76,7 +76,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         "Generated tokens per second over the last 10 s.",
         &plain(snapshot.tokens_per_second),
     );
-    let counters: [(&str, &str, u64); 13] = [
+    let counters: [(&str, &str, u64); 16] = [
         ("flashlane_rounds_total", "Engine rounds.", c.rounds),
         (
             "flashlane_streams_admitted_total",
@@ -138,9 +138,38 @@ pub fn render(snapshot: &Snapshot) -> String {
             "Draft tokens accepted.",
             c.draft_accepted,
         ),
+        (
+            "flashlane_prompt_cache_hits_total",
+            "Streams that started from a cached prompt prefix.",
+            c.prompt_cache_hits,
+        ),
+        (
+            "flashlane_prompt_cache_tokens_reused_total",
+            "Prompt tokens restored from the prompt cache instead of computed.",
+            c.prompt_cache_tokens_reused,
+        ),
+        (
+            "flashlane_prompt_cache_evictions_total",
+            "Prompt cache blocks evicted to make room.",
+            c.prompt_cache_evictions,
+        ),
     ];
     for (name, help, value) in counters {
         family(name, "counter", help, &plain(value as f64));
+    }
+    if let Some((blocks, bytes)) = snapshot.prompt_cache {
+        family(
+            "flashlane_prompt_cache_bytes",
+            "gauge",
+            "Bytes the prompt cache holds.",
+            &plain(bytes as f64),
+        );
+        family(
+            "flashlane_prompt_cache_blocks",
+            "gauge",
+            "Blocks (prefill chunks) the prompt cache holds.",
+            &plain(blocks as f64),
+        );
     }
     let acceptance = if c.draft_proposed == 0 {
         0.0

@@ -75,6 +75,8 @@ pub struct GenerateRequest {
     pub constraint: Option<OutputConstraint>,
     /// Chat: the functions the model may call, and `tool_choice`.
     pub tools: Tools,
+    /// `cache_prompt` (llama.cpp's name; default true): may the prompt use the prompt cache.
+    pub cache_prompt: bool,
 }
 
 /// Parses a `/v1/completions` body.
@@ -216,6 +218,7 @@ fn common(
         adjustments,
         template_args: Map::new(),
         constraint: structured::output_constraint(fields)?,
+        cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
         tools: Tools {
             tools: Vec::new(),
             choice: structured::ToolChoice::Auto,

@@ -168,6 +168,7 @@ async fn slots(State(app): State<AppState>) -> Response {
                 "capacity": slot.capacity,
                 "holder": slot.holder.map(|s| s.0),
                 "used_tokens": slot.used_tokens,
+                "cached_tokens": slot.cached_tokens,
                 "state": crate::metrics::state_name(slot.state),
             })
         })

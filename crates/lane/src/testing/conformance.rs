@@ -11,7 +11,8 @@
 //! - a round the engine would never send (a window that does not start where its session ends,
 //!   one past its capacity, two windows of one session, a token outside the vocabulary) is
 //!   refused before any state changes;
-//! - with a drafter, each session's drafts are the same asked alone or beside others.
+//! - with a drafter, each session's drafts are the same asked alone or beside others;
+//! - with a prompt cache, blocks restored into another session continue bit for bit.
 
 use crate::target::{DraftAsk, Target, TargetExt, Window};
 use slots::SessionId;
@@ -277,6 +278,72 @@ pub fn drafts_batched_equal_alone<T: Target>(make: &mut Factory<'_, T>) {
     }
 }
 
+/// With a prompt cache: blocks saved after each prompt chunk and restored into other sessions
+/// (of another capacity too) continue bit for bit as the session that computed them, their
+/// drafts included; a restore into a session that holds positions is refused.
+pub fn cached_equals_computed<T: Target>(make: &mut Factory<'_, T>) {
+    let mut t = make(&CAPACITIES);
+    if t.cache_block_bytes(20).is_none() {
+        return;
+    }
+    let want = alone(make, 0);
+    let vocab = t.vocab_size();
+    let p = prompt(1, PROMPT, vocab);
+    let (first, second) = (crate::CacheBlockId(7), crate::CacheBlockId(8));
+    t.logits(&[window(0, 0, &p[..20], 0)]).expect("first chunk");
+    t.cache_save(SessionId(0), 0, 20, first)
+        .expect("save the first block");
+    let computed = t
+        .logits(&[window(0, 20, &p[20..], 1)])
+        .expect("second chunk")
+        .remove(0);
+    assert_rows("computed", &want[..1], &[computed]);
+    t.cache_save(SessionId(0), 20, 40, second)
+        .expect("save the second block");
+    // One block restored, the second chunk computed after it.
+    t.cache_restore(SessionId(1), &[first])
+        .expect("restore one block");
+    let row = t
+        .logits(&[window(1, 20, &p[20..], 1)])
+        .expect("second chunk after a restore")
+        .remove(0);
+    assert_rows("one block restored", &want[..1], &[row]);
+    // Both restored into the larger session: decoding goes on as from the computed prompt.
+    t.cache_restore(SessionId(3), &[first, second])
+        .expect("restore both");
+    if t.has_drafter() {
+        let token = argmax(&want[0]);
+        let computed = t
+            .draft_one(SessionId(0), token, 3)
+            .expect("drafts computed");
+        let restored = t
+            .draft_one(SessionId(3), token, 3)
+            .expect("drafts restored");
+        assert_eq!(computed, restored, "cached = computed: drafts");
+    }
+    let mut got = vec![want[0].clone()];
+    for i in 0..STEPS - 1 {
+        let token = [argmax(&got[i])];
+        let pos = (PROMPT + i) as u64;
+        got.push(
+            t.logits(&[window(3, pos, &token, 1)])
+                .expect("decode after a restore")
+                .remove(0),
+        );
+    }
+    assert_rows("two blocks restored", &want, &got);
+    assert!(
+        t.cache_restore(SessionId(3), &[first]).is_err(),
+        "a restore into a session holding positions is refused"
+    );
+    t.cache_drop(first);
+    t.release(SessionId(2));
+    assert!(
+        t.cache_restore(SessionId(2), &[first, second]).is_err(),
+        "a dropped block cannot be restored"
+    );
+}
+
 /// How a check builds its targets: one with a session per capacity.
 pub type Factory<'a, T> = dyn FnMut(&[u64]) -> T + 'a;
 
@@ -285,12 +352,16 @@ type Check<T> = (&'static str, fn(&mut Factory<'_, T>));
 
 /// Every check, in order, each printed as it passes (`name` says whose target).
 pub fn run_all<T: Target>(name: &str, make: &mut Factory<'_, T>) {
-    let checks: [Check<T>; 5] = [
+    let checks: [Check<T>; 6] = [
         ("alone = batched", alone_equals_batched::<T>),
         ("alone = moved, failed moves", moved_equals_unmoved::<T>),
         ("rollback and release", rollback_and_release::<T>),
         ("bad rounds change nothing", bad_rounds_change_nothing::<T>),
         ("drafts batched = alone", drafts_batched_equal_alone::<T>),
+        (
+            "prompt cache: restored = computed",
+            cached_equals_computed::<T>,
+        ),
     ];
     for (check, run) in checks {
         run(make);
