@@ -29,6 +29,22 @@ pub enum RestoreError {
     Device(CudaError),
 }
 
+/// A prompt-cache block on the GPU: positions `start..end` of a session and its state as of
+/// `end`, in one device buffer: each attention layer's K then V rows `start..end`; the MTP head's
+/// K then V rows that became final in the block (`start − 1` (0 for the first block) to
+/// `end − 2`); the linear layers' state (f32); the MTP head's hidden row `end − 1` (f32).
+pub struct CachedBlock {
+    pub start: usize,
+    pub end: usize,
+    buf: Buf<u8>,
+}
+
+/// Where the MTP head's rows of a block `start..end` begin, and how many there are.
+fn mtp_rows(start: usize, end: usize) -> (usize, usize) {
+    let first = start.saturating_sub(1);
+    (first, (end - 1).saturating_sub(first))
+}
+
 /// What the host knows of one session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionMeta {
@@ -224,6 +240,158 @@ impl Sessions {
         }
         self.meta[to] = m;
         self.meta[from] = SessionMeta::default();
+        Ok(())
+    }
+
+    /// Bytes of a cache block of `tokens` positions (at its largest: the MTP head's rows of a
+    /// block after the first).
+    pub fn block_bytes(&self, tokens: usize) -> usize {
+        let row = self.kv_row * self.kv_elem;
+        let f32_bytes = std::mem::size_of::<f32>();
+        let mut bytes = self.kv.len() * 2 * tokens * row + self.lin_stride * f32_bytes;
+        if self.mtp_kv.is_some() {
+            bytes += 2 * tokens * row + self.hidden * f32_bytes;
+        }
+        bytes
+    }
+
+    /// Copies `session`'s positions `start..end` and its state as of `end` (it holds exactly
+    /// `end` positions) into a new block, device to device.
+    pub fn save_block(
+        &self,
+        gpu: &Gpu,
+        session: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<CachedBlock, RestoreError> {
+        let m = self.meta[session];
+        if m.len != end || start >= end {
+            return Err(RestoreError::State(StateError::PastEnd {
+                len: end as u64,
+                held: m.len as u64,
+            }));
+        }
+        if self.mtp_kv.is_some() && !m.mtp_holds(end - 1) {
+            return Err(RestoreError::State(StateError::MtpCannotGoBack {
+                len: end as u64,
+                first: m.mtp_first as u64,
+            }));
+        }
+        let buf =
+            Buf::zeros(gpu, self.block_layout_bytes(start, end)).map_err(RestoreError::Device)?;
+        self.block_copy(gpu, session, start, end, &buf, true)
+            .map_err(RestoreError::Device)?;
+        Ok(CachedBlock { start, end, buf })
+    }
+
+    /// Makes the empty `session` hold `blocks` (a prompt's first blocks, in order): their rows and
+    /// the state as of the last one's end, as computing them would have left it.
+    pub fn restore_blocks(
+        &mut self,
+        gpu: &Gpu,
+        session: usize,
+        blocks: &[&CachedBlock],
+    ) -> Result<(), RestoreError> {
+        let Some(last) = blocks.last() else {
+            return Ok(());
+        };
+        let refuse = |e: StateError| Err(RestoreError::State(e));
+        if self.meta[session].len != 0 {
+            return refuse(StateError::Mismatch(
+                "a session restored into must be empty",
+            ));
+        }
+        if last.end > self.capacity[session] {
+            return refuse(StateError::DoesNotFit {
+                len: last.end as u64,
+                capacity: self.capacity[session] as u64,
+            });
+        }
+        let mut at = 0;
+        for block in blocks {
+            if block.start != at
+                || block.buf.len() != self.block_layout_bytes(block.start, block.end)
+            {
+                return refuse(StateError::Mismatch("cache blocks out of order"));
+            }
+            at = block.end;
+        }
+        // Each block writes its rows and its state; the last block's state is the one left.
+        for block in blocks {
+            self.block_copy(gpu, session, block.start, block.end, &block.buf, false)
+                .map_err(RestoreError::Device)?;
+        }
+        self.meta[session] = SessionMeta {
+            len: last.end,
+            snap_start: last.start,
+            snap_count: 0,
+            mtp_len: if self.mtp_kv.is_some() { last.end } else { 0 },
+            mtp_first: if self.mtp_kv.is_some() {
+                last.end - 1
+            } else {
+                0
+            },
+        };
+        Ok(())
+    }
+
+    /// The exact size of the buffer of a block `start..end`.
+    fn block_layout_bytes(&self, start: usize, end: usize) -> usize {
+        let row = self.kv_row * self.kv_elem;
+        let f32_bytes = std::mem::size_of::<f32>();
+        let mut bytes = self.kv.len() * 2 * (end - start) * row + self.lin_stride * f32_bytes;
+        if self.mtp_kv.is_some() {
+            bytes += 2 * mtp_rows(start, end).1 * row + self.hidden * f32_bytes;
+        }
+        bytes.max(1)
+    }
+
+    /// Copies between `session` and a block buffer laid out as [`CachedBlock`] says: into the
+    /// buffer when `save`, out of it otherwise.
+    fn block_copy(
+        &self,
+        gpu: &Gpu,
+        session: usize,
+        start: usize,
+        end: usize,
+        buf: &Buf<u8>,
+        save: bool,
+    ) -> Result<(), CudaError> {
+        let row = self.kv_row * self.kv_elem;
+        let base = self.kv_base[session];
+        let mut off = 0;
+        let mut copy = |session_ptr: u64, bytes: usize| -> Result<(), CudaError> {
+            if bytes > 0 {
+                if save {
+                    gpu.copy_bytes(buf.at(off), session_ptr, bytes)?;
+                } else {
+                    gpu.copy_bytes(session_ptr, buf.at(off), bytes)?;
+                }
+            }
+            off += bytes;
+            Ok(())
+        };
+        let n = end - start;
+        for c in &self.kv {
+            copy(c.k.at((base + start) * row), n * row)?;
+            copy(c.v.at((base + start) * row), n * row)?;
+        }
+        let (mtp_first, mtp_n) = mtp_rows(start, end);
+        if let Some(c) = &self.mtp_kv {
+            copy(c.k.at((base + mtp_first) * row), mtp_n * row)?;
+            copy(c.v.at((base + mtp_first) * row), mtp_n * row)?;
+        }
+        let f32_bytes = std::mem::size_of::<f32>();
+        if self.lin_stride > 0 {
+            copy(
+                self.lin_state.at(session * self.lin_stride),
+                self.lin_stride * f32_bytes,
+            )?;
+        }
+        if self.mtp_kv.is_some() {
+            let row = self.store_row(session, end - 1) * self.hidden;
+            copy(self.mtp_store.at(row), self.hidden * f32_bytes)?;
+        }
         Ok(())
     }
 

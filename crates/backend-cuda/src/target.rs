@@ -5,13 +5,14 @@
 use crate::forward::{self, RoundOut, Scratch, WindowPlan};
 use crate::model::CudaModel;
 use crate::mtp::DraftStart;
-use crate::state::{RestoreError, RollbackWindow, Sessions};
+use crate::state::{CachedBlock, RestoreError, RollbackWindow, Sessions};
 use crate::CudaError;
 use lane::{
-    check_windows, rows_from_logits, DraftAsk, SessionExtent, StateError, Target, TargetError,
-    Want, Window, WindowRows,
+    check_windows, rows_from_logits, CacheBlockId, DraftAsk, SessionExtent, StateError, Target,
+    TargetError, Want, Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The CUDA target: one model, many sessions, one stream.
@@ -19,6 +20,9 @@ pub struct CudaTarget {
     model: Arc<CudaModel>,
     sessions: Sessions,
     scratch: Scratch,
+    /// Prompt-cache blocks in device memory (the engine's prompt cache decides which, within
+    /// its budget).
+    cache: HashMap<CacheBlockId, CachedBlock>,
 }
 
 impl CudaTarget {
@@ -52,6 +56,7 @@ impl CudaTarget {
             model: model.clone(),
             sessions,
             scratch,
+            cache: HashMap::new(),
         })
     }
 
@@ -375,5 +380,61 @@ impl Target for CudaTarget {
         if let Some(m) = self.sessions.meta.get_mut(session.0) {
             *m = Default::default();
         }
+    }
+
+    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
+        Some(self.sessions.block_bytes(tokens as usize) as u64)
+    }
+
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        start: u64,
+        end: u64,
+        id: CacheBlockId,
+    ) -> Result<(), TargetError> {
+        if session.0 >= self.sessions.meta.len() {
+            return Err(TargetError::Invalid(format!("{session} does not exist")));
+        }
+        let gpu = self.model.gpu.clone();
+        let block = self
+            .sessions
+            .save_block(&gpu, session.0, start as usize, end as usize)
+            .map_err(|e| match e {
+                RestoreError::State(e) => {
+                    TargetError::Invalid(format!("{session}: caching {start}..{end}: {e}"))
+                }
+                RestoreError::Device(e) => device(e),
+            })?;
+        self.cache.insert(id, block);
+        Ok(())
+    }
+
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        blocks: &[CacheBlockId],
+    ) -> Result<(), TargetError> {
+        if session.0 >= self.sessions.meta.len() {
+            return Err(TargetError::Invalid(format!("{session} does not exist")));
+        }
+        let found: Option<Vec<&CachedBlock>> = blocks.iter().map(|id| self.cache.get(id)).collect();
+        let found = found
+            .ok_or_else(|| TargetError::Invalid(format!("{blocks:?}: a block is not cached")))?;
+        let gpu = self.model.gpu.clone();
+        let result = self.sessions.restore_blocks(&gpu, session.0, &found);
+        if result.is_err() {
+            self.sessions.meta[session.0] = Default::default();
+        }
+        result.map_err(|e| match e {
+            RestoreError::State(e) => {
+                TargetError::Invalid(format!("{session}: restoring the prompt cache: {e}"))
+            }
+            RestoreError::Device(e) => device(e),
+        })
+    }
+
+    fn cache_drop(&mut self, id: CacheBlockId) {
+        self.cache.remove(&id);
     }
 }

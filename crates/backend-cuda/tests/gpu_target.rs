@@ -664,3 +664,44 @@ fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
         ));
     }
 }
+
+/// The prompt cache on the GPU: the requests run twice on one engine (the second time their
+/// prompts' blocks come from the cache, with MTP drafts and moves), and every reply equals the
+/// reply computed without a cache.
+#[test]
+fn replies_from_the_prompt_cache_equal_the_computed_replies() {
+    let _gpu = common::exclusive();
+    let Some(gpu) = gpu() else { return };
+    let requests = counting_requests();
+    for (draft, k) in [(DraftMode::None, 0), (DraftMode::Mtp, 2)] {
+        let engine = |cache_bytes: u64| {
+            let mut config = EngineConfig::new(Policy::SmallestFit { grow: 8 });
+            config.draft = draft;
+            config.draft_tokens = k;
+            config.prefill_chunk = 8;
+            config.prompt_cache_bytes = cache_bytes;
+            let target = CudaTarget::new(&gpu, &capacities()).expect("target");
+            Engine::new(target, config).expect("engine")
+        };
+        let replies = |engine: &mut Engine<CudaTarget>| -> Vec<Vec<u32>> {
+            lane::testing::run_to_end(engine, &requests)
+                .into_iter()
+                .map(|(reply, _)| reply)
+                .collect()
+        };
+        let computed = replies(&mut engine(0));
+        let mut cached = engine(256 << 20);
+        for pass in 0..2 {
+            assert_eq!(replies(&mut cached), computed, "{draft:?}, pass {pass}");
+        }
+        let c = cached.counters();
+        eprintln!(
+            "prompt cache, {draft:?}: {} hits, {} positions reused, {} moves",
+            c.prompt_cache_hits, c.prompt_cache_tokens_reused, c.moves
+        );
+        assert!(
+            c.prompt_cache_hits >= requests.len() as u64,
+            "{draft:?}: the second pass hit"
+        );
+    }
+}
