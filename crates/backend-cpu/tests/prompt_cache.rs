@@ -13,7 +13,8 @@ fn load(relative: &str) -> Arc<CpuModel> {
     Arc::new(CpuModel::load(&dir, false).unwrap_or_else(|e| panic!("{relative}: {e}")))
 }
 
-/// Requests sharing the first 40 tokens (two and a half chunks of 16), each with its own tail;
+/// Requests sharing the first 40 tokens (two and a half chunks of 16), each with its own tail and
+/// a reply of 60 tokens;
 /// the odd ones sampled with a seed.
 fn requests(vocab: u32) -> Vec<Request> {
     let shared: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % vocab).collect();
@@ -21,7 +22,7 @@ fn requests(vocab: u32) -> Vec<Request> {
         .map(|r| {
             let mut prompt = shared.clone();
             prompt.extend((0..3 + r).map(|i| (i * 53 + r * 101 + 7) % vocab));
-            let mut request = Request::new(prompt, 24);
+            let mut request = Request::new(prompt, 60);
             if r % 2 == 1 {
                 request.sampling = SamplingParams {
                     temperature: 0.8,
@@ -38,7 +39,11 @@ fn requests(vocab: u32) -> Vec<Request> {
 
 /// Every reply of `requests` on an engine with sessions small enough that long replies move:
 /// first one at a time (so later ones hit the cache), then all together.
-fn replies(model: &Arc<CpuModel>, draft: DraftMode, cache_bytes: u64) -> (Vec<Vec<u32>>, u64) {
+fn replies(
+    model: &Arc<CpuModel>,
+    draft: DraftMode,
+    cache_bytes: u64,
+) -> (Vec<Vec<u32>>, lane::Counters) {
     let mut config = EngineConfig::new(Policy::SmallestFit { grow: 8 });
     config.draft = draft;
     config.draft_tokens = if draft == DraftMode::None { 0 } else { 2 };
@@ -70,16 +75,21 @@ fn replies(model: &Arc<CpuModel>, draft: DraftMode, cache_bytes: u64) -> (Vec<Ve
         );
         out.push(reply);
     }
-    (out, engine.counters().prompt_cache_hits)
+    (out, engine.counters())
 }
 
 fn hits_equal_misses(relative: &str, drafts: &[DraftMode]) {
     let model = load(relative);
     for &draft in drafts {
-        let (computed, no_hits) = replies(&model, draft, 0);
-        let (cached, hits) = replies(&model, draft, 64 << 20);
-        assert_eq!(no_hits, 0);
+        let (computed, plain) = replies(&model, draft, 0);
+        let (cached, c) = replies(&model, draft, 64 << 20);
+        assert_eq!(plain.prompt_cache_hits, 0);
+        let hits = c.prompt_cache_hits;
         assert!(hits >= 9, "{relative} {draft:?}: {hits} hits");
+        assert!(
+            c.moves > 0,
+            "{relative} {draft:?}: nothing moved, the test proves less"
+        );
         assert_eq!(cached, computed, "{relative} {draft:?}");
     }
 }
