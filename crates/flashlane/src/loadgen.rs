@@ -4,6 +4,7 @@
 //! drawn around the asked means; it reports time to first token, time per output token and
 //! inter-token latency (p50 / p90 / p99), request and token throughput, and goodput under SLOs.
 
+use crate::trace::TraceRequest;
 use crate::Failure;
 use anyhow::{anyhow, Context};
 use clap::Args;
@@ -167,46 +168,6 @@ fn gamma(rng: &mut Rng, shape: f64, scale: f64) -> f64 {
             return d * v * scale;
         }
     }
-}
-
-/// One request of a trace: when it arrives, its prompt's length and its reply's cap.
-#[derive(serde::Deserialize, Debug, Clone, Copy, PartialEq)]
-#[serde(deny_unknown_fields)]
-struct TraceRequest {
-    arrival_s: f64,
-    prompt_tokens: u64,
-    max_tokens: u64,
-}
-
-/// Reads a trace (JSON lines, blank lines skipped), naming the file and line of a bad one.
-fn read_trace(path: &std::path::Path) -> Result<Vec<TraceRequest>, Failure> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the trace {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let bad = |why: String| Failure::bad_input(anyhow!("{}:{}: {why}", path.display(), i + 1));
-        let r: TraceRequest = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        if !(r.arrival_s.is_finite() && r.arrival_s >= 0.0) {
-            return Err(bad(format!("arrival_s must be ≥ 0, got {}", r.arrival_s)));
-        }
-        if r.prompt_tokens == 0 || r.max_tokens == 0 {
-            return Err(bad("prompt_tokens and max_tokens must be at least 1".into()));
-        }
-        out.push(r);
-    }
-    if out.is_empty() || out.len() > REQUESTS_MAX {
-        return Err(Failure::bad_input(anyhow!(
-            "{}: a trace of {} requests (1 to {REQUESTS_MAX})",
-            path.display(),
-            out.len()
-        )));
-    }
-    out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-    Ok(out)
 }
 
 /// `http://host:port` → (host:port, host).
@@ -392,7 +353,7 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
     let mut rng = Rng::new(args.seed);
     // Each request's arrival, prompt words and reply cap, decided before any is sent.
     let shape: Vec<TraceRequest> = match &args.trace {
-        Some(path) => read_trace(path)?,
+        Some(path) => crate::trace::read(path)?,
         None => {
             let mut at = 0.0f64;
             (0..args.requests)
@@ -404,6 +365,9 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
                         arrival_s: at,
                         prompt_tokens: around(&mut rng, args.prompt_words),
                         max_tokens: around(&mut rng, args.reply_tokens),
+                        reply_tokens: None,
+                        prefix_id: None,
+                        prefix_tokens: None,
                     }
                 })
                 .collect()
@@ -588,7 +552,7 @@ mod tests {
             format!("{}\n\n{}\n", line("1.5", 10, 4), line("0.0", 3, 8)),
         )
         .unwrap();
-        let t = read_trace(&good).unwrap();
+        let t = crate::trace::read(&good).unwrap();
         assert_eq!(
             t.iter().map(|r| r.arrival_s).collect::<Vec<_>>(),
             [0.0, 1.5]
@@ -600,11 +564,11 @@ mod tests {
             ("{\"arrival\": 0}".to_string(), "unknown field"),
         ] {
             std::fs::write(&bad, format!("{}\n{second}\n", line("0", 1, 1))).unwrap();
-            let e = format!("{:#}", read_trace(&bad).unwrap_err().error);
+            let e = format!("{:#}", crate::trace::read(&bad).unwrap_err().error);
             assert!(e.contains("bad.jsonl:2") && e.contains(says), "{e}");
         }
         std::fs::write(&bad, "\n").unwrap();
-        assert!(read_trace(&bad).is_err(), "an empty trace");
+        assert!(crate::trace::read(&bad).is_err(), "an empty trace");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

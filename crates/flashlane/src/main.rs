@@ -10,8 +10,10 @@ mod loadgen;
 mod logits;
 mod plan;
 mod serve;
+mod simulate;
 mod sizing;
 mod text;
+mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -43,6 +45,10 @@ enum Command {
     Loadgen(loadgen::LoadgenArgs),
     /// Measure what constrained decoding (JSON schemas, tool calls) costs per token on the host.
     BenchGrammar(grammar_bench::GrammarBenchArgs),
+    /// Generate traffic traces, or import public ones (for `loadgen --trace` and `simulate`).
+    Trace(trace::TraceArgs),
+    /// Replay a trace through the engine under several session layouts and compare them.
+    Simulate(simulate::SimulateArgs),
     /// Print a shell completion script, e.g. `flashlane completions bash > /etc/bash_completion.d/flashlane`.
     Completions {
         /// The shell to complete in
@@ -109,6 +115,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Loadgen(args) => loadgen::run(&args),
         Command::BenchGrammar(args) => grammar_bench::run(&args),
+        Command::Trace(args) => trace::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
         Command::Man => {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())

@@ -62,6 +62,28 @@ struct SessionJson {
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
+    let (needs, cap_bytes) = needs(args)?;
+    let sizing = args.sizing.resolve(&needs, cap_bytes)?;
+    let plan = sizing.plan;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&to_json(&plan, sizing.prompt_cache_bytes))
+                .expect("plain data serialises")
+        );
+    } else {
+        print!("{}", table(&plan));
+        print!("{}", prompt_cache_line(sizing.prompt_cache_bytes));
+    }
+    if let Some(warning) = plan.dropped_warning() {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
+/// What the plan of `args` depends on: the sessions' costs and the weights (from the model, or
+/// the flags), and the memory cap.
+pub fn needs(args: &PlanArgs) -> Result<(PlanNeeds, u64), Failure> {
     // With a model (--model, else the default one unless --bytes-per-token sizes the sessions
     // by hand): its session costs for the drafts `serve` would run with the same flags, its
     // weights and its maximum context, as `serve` plans. The flags' bytes come on top.
@@ -96,22 +118,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         ..model_needs
     };
     let cap_bytes = args.device.cap(&args.sizing, false)?.cap_bytes;
-    let sizing = args.sizing.resolve(&needs, cap_bytes)?;
-    let plan = sizing.plan;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&to_json(&plan, sizing.prompt_cache_bytes))
-                .expect("plain data serialises")
-        );
-    } else {
-        print!("{}", table(&plan));
-        print!("{}", prompt_cache_line(sizing.prompt_cache_bytes));
-    }
-    if let Some(warning) = plan.dropped_warning() {
-        eprintln!("warning: {warning}");
-    }
-    Ok(())
+    Ok((needs, cap_bytes))
 }
 
 fn to_json(plan: &Plan, prompt_cache_bytes: u64) -> PlanJson {

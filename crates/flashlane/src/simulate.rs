@@ -1,0 +1,539 @@
+//! `flashlane simulate --trace FILE`: the trace's arrivals replayed through the real `slots` and
+//! `lane` code (the engine over the fake target, on a virtual clock whose rounds take what a
+//! step-time model says) under several ways of cutting the same memory into sessions, side by
+//! side:
+//! - `flashlane`: the sessions `serve` would open with these flags (`--context`, `--parallel`,
+//!   `--slot-contexts`, smallest fit and moves when a spec is set);
+//! - `equal`: llama.cpp's and Ollama's cut (`-c TOTAL -np N`): the tokens of flashlane's
+//!   sessions in all, in as many equal slots (or `--parallel`);
+//! - `worst-case`: every stream reserves a whole `--context` window (TGI's reservation), as many
+//!   such sessions as the cap holds.
+//!
+//! Deterministic for a trace and a step-time model: no wall clock is read.
+
+use crate::plan::{self, PlanArgs};
+use crate::trace::{self, TraceRequest};
+use crate::Failure;
+use anyhow::{anyhow, Context};
+use clap::Args;
+use lane::testing::{FakeConfig, FakeTarget};
+use lane::{Engine, EngineConfig, Event, Policy, Refusal, Request, StreamId};
+use serde::Serialize;
+use slots::{Plan, PlanInput};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// Rounds a simulation runs at most: a bound on its time, far past any trace's needs.
+const ROUNDS_MAX: u64 = 50_000_000;
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// The trace to replay (JSON lines, as `flashlane trace` writes)
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// How long a round takes: milliseconds per round, microseconds per decoded position,
+    /// microseconds per prompt position [default: the built-in model on a 2-core CPU]
+    #[arg(long, value_delimiter = ',', num_args = 3)]
+    pub step_time: Option<Vec<f64>>,
+    /// Fit the step time to a `flashlane bench --json` run of the model and device instead
+    #[arg(long, conflicts_with = "step_time")]
+    pub bench: Option<PathBuf>,
+    /// Goodput SLO: time to first token at most this many milliseconds
+    #[arg(long)]
+    pub slo_ttft_ms: Option<f64>,
+    /// Goodput SLO: time per output token at most this many milliseconds
+    #[arg(long)]
+    pub slo_tpot_ms: Option<f64>,
+    /// The memory, model and sessions, as `plan` takes them (`--json` prints JSON)
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// How long a round takes on the virtual clock.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct StepTime {
+    pub round_ms: f64,
+    pub decode_us: f64,
+    pub prompt_us: f64,
+}
+
+/// The built-in model on this project's 2-core CPU, fitted to `flashlane bench --streams 1,8`
+/// (session 8, `bench/simulate-20261201/tiny_cpu_bench.json`): 1,114 tokens/s at one stream,
+/// 2,019 at eight, prompts at 3,385 tokens/s.
+const DEFAULT_STEP_TIME: StepTime = StepTime {
+    round_ms: 0.46,
+    decode_us: 438.0,
+    prompt_us: 295.0,
+};
+
+impl StepTime {
+    fn seconds(&self, decoded: u64, prompt: u64) -> f64 {
+        (self.round_ms * 1e3 + self.decode_us * decoded as f64 + self.prompt_us * prompt as f64)
+            * 1e-6
+    }
+
+    /// Fitted to a bench run's rows: per-round and per-position decode cost from the two rows of
+    /// fewest and most streams, the prompt cost from the fastest prefill.
+    fn fit(path: &PathBuf) -> Result<StepTime, Failure> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the bench run {}", path.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Failure::bad_input(anyhow!("{}: not JSON: {e}", path.display())))?;
+        let rows: Vec<(f64, f64, f64)> = json["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                let streams = r["streams"].as_f64()?;
+                let decode = r["decode_tokens_per_s"].as_f64()?;
+                let prefill = r["prefill_tokens_per_s"].as_f64()?;
+                (streams > 0.0 && decode > 0.0 && prefill > 0.0)
+                    .then_some((streams, decode, prefill))
+            })
+            .collect();
+        let bad = || {
+            Failure::bad_input(anyhow!(
+                "{}: no usable rows (streams, decode_tokens_per_s, prefill_tokens_per_s)",
+                path.display()
+            ))
+        };
+        let first = rows
+            .iter()
+            .copied()
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .ok_or_else(bad)?;
+        let last = rows
+            .iter()
+            .copied()
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .ok_or_else(bad)?;
+        // A round of s streams decoding one token each takes s / rate seconds.
+        let round = |(s, rate, _): (f64, f64, f64)| s / rate;
+        let per_stream = if last.0 > first.0 {
+            ((round(last) - round(first)) / (last.0 - first.0)).max(0.0)
+        } else {
+            0.0
+        };
+        let prefill = rows.iter().map(|r| r.2).fold(0.0, f64::max);
+        Ok(StepTime {
+            round_ms: ((round(first) - per_stream * first.0) * 1e3).max(0.0),
+            decode_us: per_stream * 1e6,
+            prompt_us: 1e6 / prefill,
+        })
+    }
+}
+
+/// One policy's sessions.
+struct Layout {
+    name: &'static str,
+    plan: Plan,
+    policy: Policy,
+}
+
+#[derive(Serialize, Debug, Clone)]
+struct Outcome {
+    policy: &'static str,
+    sessions: usize,
+    session_gib: f64,
+    served: usize,
+    refused: usize,
+    moves: u64,
+    pauses: u64,
+    queue_wait_ms_p50: f64,
+    queue_wait_ms_p99: f64,
+    ttft_ms_p50: f64,
+    ttft_ms_p99: f64,
+    tpot_ms_p50: f64,
+    peak_streams: usize,
+    peak_session_gib: f64,
+    streams_per_gib: f64,
+    duration_s: f64,
+    throughput_tokens_per_s: f64,
+    goodput_requests_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    trace: String,
+    requests: usize,
+    step_time: StepTime,
+    outcomes: Vec<Outcome>,
+}
+
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
+}
+
+/// The sessions each policy opens under the cap.
+fn layouts(args: &PlanArgs) -> Result<Vec<Layout>, Failure> {
+    let (needs, cap_bytes) = plan::needs(args)?;
+    let mut out = Vec::new();
+    let flashlane = args.sizing.resolve(&needs, cap_bytes)?;
+    let context = flashlane.plan.sessions[0].capacity - slots::MARGIN;
+    let flashlane_sessions = flashlane.plan.sessions.len();
+    let flashlane_tokens: u64 = flashlane
+        .plan
+        .sessions
+        .iter()
+        .map(|s| s.capacity - slots::MARGIN)
+        .sum();
+    out.push(Layout {
+        name: "flashlane",
+        policy: args.sizing.policy(flashlane.spec.as_ref()),
+        plan: flashlane.plan,
+    });
+    let input = |context_tokens: u64, parallel: usize| PlanInput {
+        context_tokens,
+        parallel: Some(parallel),
+        spec: None,
+        bytes_per_token: needs.per_token,
+        fixed_state_bytes: needs.fixed,
+        cap_bytes,
+        ready_bytes: needs.ready_bytes,
+        margin_bytes: crate::sizing::MEMORY_MARGIN_BYTES,
+        reserved_bytes: 0,
+    };
+    // llama.cpp's `-c TOTAL -np N`: flashlane's tokens in all, cut into as many equal slots as
+    // flashlane has sessions (or --parallel).
+    let parallel = args.sizing.parallel.unwrap_or(flashlane_sessions).max(1);
+    let per_slot = (flashlane_tokens / parallel as u64).max(1);
+    let equal = slots::plan(&input(per_slot, parallel)).map_err(|e| anyhow!(e))?;
+    out.push(Layout {
+        name: "equal",
+        plan: equal,
+        policy: Policy::FirstFree,
+    });
+    let worst = slots::plan(&input(context, slots::MAX_SESSIONS)).map_err(|e| anyhow!(e))?;
+    out.push(Layout {
+        name: "worst-case",
+        plan: worst,
+        policy: Policy::FirstFree,
+    });
+    Ok(out)
+}
+
+/// Replays `trace` through an engine over `layout`'s sessions on the virtual clock.
+fn simulate(
+    layout: &Layout,
+    trace: &[TraceRequest],
+    step: StepTime,
+    args: &SimulateArgs,
+) -> Outcome {
+    let capacities = layout.plan.capacities();
+    let fake = FakeConfig::default();
+    let mut engine = Engine::new(
+        FakeTarget::new(&capacities, fake),
+        EngineConfig::new(layout.policy),
+    )
+    .expect("P7: a plan opens at least the engine's session");
+    let mut rng = lane::sampling::Rng::new(0x7369_6d75_6c61); // "simula"
+    let mut now = 0.0f64;
+    let mut next = 0;
+    let mut ids: BTreeMap<StreamId, usize> = BTreeMap::new();
+    let (mut admitted, mut first_token, mut done): (
+        BTreeMap<usize, f64>,
+        BTreeMap<usize, f64>,
+        BTreeMap<usize, f64>,
+    ) = Default::default();
+    let mut emitted: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut cancelled: BTreeSet<StreamId> = BTreeSet::new();
+    let (mut refused, mut peak_streams, mut peak_bytes, mut tokens) = (0, 0, 0u64, 0u64);
+    let bytes_of: Vec<u64> = layout.plan.sessions.iter().map(|s| s.bytes).collect();
+    for _ in 0..ROUNDS_MAX {
+        while next < trace.len() && trace[next].arrival_s <= now {
+            let r = &trace[next];
+            let prompt: Vec<u32> = (0..r.prompt_tokens)
+                .map(|_| (rng.next_u64() % fake.vocab_size as u64) as u32)
+                .collect();
+            match engine.submit(Request::new(prompt, r.max_tokens)) {
+                Ok(id) => {
+                    ids.insert(id, next);
+                }
+                Err(Refusal::ContextFull { .. } | Refusal::QueueFull { .. }) => refused += 1,
+                Err(other) => panic!("P8: the simulator's requests are valid: {other}"),
+            }
+            next += 1;
+        }
+        if engine.is_idle() {
+            match trace.get(next) {
+                Some(r) => {
+                    now = now.max(r.arrival_s);
+                    continue;
+                }
+                None => break,
+            }
+        }
+        let before = engine.counters();
+        let events = engine.step();
+        let after = engine.counters();
+        let dt = step.seconds(
+            after.tokens_generated - before.tokens_generated,
+            after.prompt_tokens - before.prompt_tokens,
+        );
+        // Admission happened at the round's start; tokens come at its end.
+        let held: Vec<StreamId> = engine.slots().iter().filter_map(|s| s.holder).collect();
+        for id in &held {
+            if let Some(&i) = ids.get(id) {
+                admitted.entry(i).or_insert(now);
+            }
+        }
+        let in_use: u64 = engine
+            .slots()
+            .iter()
+            .filter(|s| s.holder.is_some())
+            .map(|s| bytes_of[s.session.0])
+            .sum();
+        peak_bytes = peak_bytes.max(in_use);
+        peak_streams = peak_streams.max(held.len());
+        now += dt;
+        for event in events {
+            let id = event.stream();
+            let Some(&i) = ids.get(&id) else { continue };
+            match event {
+                Event::Token { .. } if !cancelled.contains(&id) => {
+                    tokens += 1;
+                    first_token.entry(i).or_insert(now);
+                    let n = emitted.entry(i).or_insert(0);
+                    *n += 1;
+                    // The reply stops where the trace says it did.
+                    if *n >= trace[i].reply_len() {
+                        done.insert(i, now);
+                        cancelled.insert(id);
+                        engine.cancel(id);
+                    }
+                }
+                Event::Token { .. } => {}
+                Event::Finished { .. } => {
+                    done.entry(i).or_insert(now);
+                }
+            }
+        }
+    }
+    let served = first_token.len();
+    let mut waits: Vec<f64> = admitted
+        .iter()
+        .map(|(&i, &at)| (at - trace[i].arrival_s) * 1e3)
+        .collect();
+    let mut ttfts: Vec<f64> = first_token
+        .iter()
+        .map(|(&i, &at)| (at - trace[i].arrival_s) * 1e3)
+        .collect();
+    let tpot = |i: usize| -> Option<f64> {
+        let n = *emitted.get(&i)?;
+        (n > 1).then(|| (done[&i] - first_token[&i]) * 1e3 / (n - 1) as f64)
+    };
+    let mut tpots: Vec<f64> = done.keys().filter_map(|&i| tpot(i)).collect();
+    let good = done
+        .keys()
+        .filter(|&&i| first_token.contains_key(&i))
+        .filter(|&&i| {
+            let ttft = (first_token[&i] - trace[i].arrival_s) * 1e3;
+            args.slo_ttft_ms.is_none_or(|s| ttft <= s)
+                && args
+                    .slo_tpot_ms
+                    .is_none_or(|s| tpot(i).is_none_or(|t| t <= s))
+        })
+        .count();
+    let gib = (1u64 << 30) as f64;
+    let counters = engine.counters();
+    let duration = now.max(1e-9);
+    Outcome {
+        policy: layout.name,
+        sessions: capacities.len(),
+        session_gib: layout.plan.total_bytes as f64 / gib,
+        served,
+        refused,
+        moves: counters.moves,
+        pauses: counters.pauses,
+        queue_wait_ms_p50: quantile(&mut waits, 0.5),
+        queue_wait_ms_p99: quantile(&mut waits, 0.99),
+        ttft_ms_p50: quantile(&mut ttfts, 0.5),
+        ttft_ms_p99: quantile(&mut ttfts, 0.99),
+        tpot_ms_p50: quantile(&mut tpots, 0.5),
+        peak_streams,
+        peak_session_gib: peak_bytes as f64 / gib,
+        streams_per_gib: peak_streams as f64 / (layout.plan.total_bytes as f64 / gib).max(1e-9),
+        duration_s: duration,
+        throughput_tokens_per_s: tokens as f64 / duration,
+        goodput_requests_per_s: good as f64 / duration,
+    }
+}
+
+pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
+    let trace = trace::read(&args.trace)?;
+    let step = match (&args.step_time, &args.bench) {
+        (Some(v), _) => {
+            if v.len() != 3 || v.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+                return Err(Failure::bad_input(anyhow!(
+                    "--step-time takes three numbers ≥ 0: ms per round, µs per decoded position, µs per prompt position"
+                )));
+            }
+            StepTime {
+                round_ms: v[0],
+                decode_us: v[1],
+                prompt_us: v[2],
+            }
+        }
+        (None, Some(path)) => StepTime::fit(path)?,
+        (None, None) => DEFAULT_STEP_TIME,
+    };
+    let outcomes: Vec<Outcome> = layouts(&args.plan)?
+        .iter()
+        .map(|layout| simulate(layout, &trace, step, args))
+        .collect();
+    let report = Report {
+        trace: args.trace.display().to_string(),
+        requests: trace.len(),
+        step_time: step,
+        outcomes,
+    };
+    if args.plan.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(anyhow::Error::from)?
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: {} requests; a round takes {:.1} ms + {:.0} µs per decoded position + {:.0} µs per prompt position",
+        report.trace, report.requests, step.round_ms, step.decode_us, step.prompt_us
+    );
+    println!(
+        "{:<11} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>11} {:>10} {:>10} {:>9} {:>11} {:>9}",
+        "policy",
+        "sessions",
+        "GiB",
+        "served",
+        "refused",
+        "moves",
+        "wait p50",
+        "wait p99",
+        "TTFT p50",
+        "TTFT p99",
+        "peak str",
+        "streams/GiB",
+        "tok/s"
+    );
+    for o in &report.outcomes {
+        println!(
+            "{:<11} {:>8} {:>9.2} {:>7} {:>7} {:>6} {:>9.0}ms {:>9.0}ms {:>8.0}ms {:>8.0}ms {:>9} {:>11.1} {:>9.0}",
+            o.policy, o.sessions, o.session_gib, o.served, o.refused, o.moves, o.queue_wait_ms_p50,
+            o.queue_wait_ms_p99, o.ttft_ms_p50, o.ttft_ms_p99, o.peak_streams, o.streams_per_gib,
+            o.throughput_tokens_per_s
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let mut argv = vec![
+            "simulate",
+            "--trace",
+            "unused.jsonl",
+            "--load-limit-gb",
+            "2",
+        ];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).args
+    }
+
+    fn chat(n: usize, rate: f64) -> Vec<TraceRequest> {
+        trace::fit_context(trace::generate(trace::Shape::Chat, n, rate, 5), 8192)
+    }
+
+    #[test]
+    fn every_request_is_served_or_refused_and_a_replay_is_deterministic() {
+        let a = args(&[
+            "--context",
+            "8192",
+            "--slot-contexts",
+            "2048x2,1024x4",
+            "--slot-grow",
+            "128",
+        ]);
+        let trace = chat(120, 4.0);
+        for layout in layouts(&a.plan).unwrap() {
+            let once = simulate(&layout, &trace, DEFAULT_STEP_TIME, &a);
+            let twice = simulate(&layout, &trace, DEFAULT_STEP_TIME, &a);
+            assert_eq!(format!("{once:?}"), format!("{twice:?}"), "{}", layout.name);
+            assert_eq!(once.served + once.refused, trace.len(), "{}", layout.name);
+            assert!(once.peak_streams <= once.sessions, "{}", layout.name);
+            assert!(
+                once.duration_s >= trace.last().unwrap().arrival_s,
+                "{}",
+                layout.name
+            );
+        }
+    }
+
+    #[test]
+    fn sessions_sized_to_the_traffic_move_and_serve_more_streams_per_gib() {
+        let a = args(&[
+            "--context",
+            "8192",
+            "--slot-contexts",
+            "2048x4,1024x8",
+            "--slot-grow",
+            "128",
+        ]);
+        let trace = chat(200, 6.0);
+        let outcomes: Vec<Outcome> = layouts(&a.plan)
+            .unwrap()
+            .iter()
+            .map(|l| simulate(l, &trace, DEFAULT_STEP_TIME, &a))
+            .collect();
+        let (flashlane, worst) = (&outcomes[0], &outcomes[2]);
+        assert!(flashlane.moves > 0, "{flashlane:?}");
+        assert!(
+            flashlane.streams_per_gib > worst.streams_per_gib,
+            "{outcomes:?}"
+        );
+        assert_eq!(flashlane.refused, 0);
+    }
+
+    #[test]
+    fn a_slower_device_waits_longer() {
+        let a = args(&["--context", "8192", "--parallel", "2"]);
+        let trace = chat(80, 8.0);
+        let layout = &layouts(&a.plan).unwrap()[0];
+        let fast = simulate(layout, &trace, DEFAULT_STEP_TIME, &a);
+        let slow = StepTime {
+            decode_us: DEFAULT_STEP_TIME.decode_us * 4.0,
+            ..DEFAULT_STEP_TIME
+        };
+        let slow = simulate(layout, &trace, slow, &a);
+        assert!(slow.ttft_ms_p99 > fast.ttft_ms_p99 && slow.duration_s > fast.duration_s);
+    }
+
+    #[test]
+    fn the_step_time_is_fitted_to_a_bench_run() {
+        let dir = std::env::temp_dir().join(format!("flashlane-sim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.json");
+        // One stream: 1,000 tokens/s (1 ms a round); eight: 4,000 (2 ms a round).
+        std::fs::write(&path, r#"{"rows": [{"streams": 1, "decode_tokens_per_s": 1000, "prefill_tokens_per_s": 5000}, {"streams": 8, "decode_tokens_per_s": 4000, "prefill_tokens_per_s": 10000}]}"#).unwrap();
+        let fit = StepTime::fit(&path).unwrap();
+        assert!((fit.decode_us - 1000.0 / 7.0).abs() < 1e-6, "{fit:?}");
+        assert!((fit.round_ms - (1.0 - 1.0 / 7.0)).abs() < 1e-9, "{fit:?}");
+        assert!((fit.prompt_us - 100.0).abs() < 1e-9, "{fit:?}");
+        std::fs::write(&path, "{}").unwrap();
+        assert!(StepTime::fit(&path).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
