@@ -16,6 +16,10 @@ use tokio::net::TcpStream;
 
 /// Most requests one run sends: a bound on its time and memory.
 const REQUESTS_MAX: usize = 1_000_000;
+/// A replayed trace's prompts are token ids in `TRACE_TOKEN_FIRST..+TRACE_TOKEN_IDS`: ordinary
+/// tokens of any vocabulary of a few thousand ids and more (not the special ones at either end).
+const TRACE_TOKEN_FIRST: u64 = 100;
+const TRACE_TOKEN_IDS: u64 = 1000;
 /// Longest a request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -377,16 +381,32 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
         .zip(shape)
         .map(|(i, r)| {
             let (at, words, max_tokens) = (r.arrival_s, r.prompt_tokens, r.max_tokens);
-            let shared = (0..args.shared_prefix_words).map(|w| format!("s{}", (w * 13) % 89));
-            let own = (0..words).map(|w| format!("w{}", (i * 7 + w) % 97));
-            let prompt: Vec<String> = shared.chain(own).collect();
-            let mut body = serde_json::json!({
-                "prompt": prompt.join(" "),
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "stream": true,
-                "stream_options": {"include_usage": true},
-            });
+            let mut body = if args.trace.is_some() {
+                // A trace's lengths exactly: the prompt as that many token ids (the same ids for
+                // a shared prefix), the reply as long as the trace's (`ignore_eos`).
+                let shared = r.prefix_tokens.unwrap_or(0);
+                let prefix = r.prefix_id.unwrap_or(i);
+                let prompt: Vec<u64> = (0..words)
+                    .map(|w| {
+                        let from = if w < shared { prefix } else { i + (1 << 32) };
+                        TRACE_TOKEN_FIRST
+                            + lane::sampling::mix64(from ^ (w << 20)) % TRACE_TOKEN_IDS
+                    })
+                    .collect();
+                serde_json::json!({
+                    "prompt": prompt,
+                    "max_tokens": r.reply_len(),
+                    "ignore_eos": true,
+                })
+            } else {
+                let shared = (0..args.shared_prefix_words).map(|w| format!("s{}", (w * 13) % 89));
+                let own = (0..words).map(|w| format!("w{}", (i * 7 + w) % 97));
+                let prompt: Vec<String> = shared.chain(own).collect();
+                serde_json::json!({"prompt": prompt.join(" "), "max_tokens": max_tokens})
+            };
+            body["temperature"] = serde_json::Value::from(0);
+            body["stream"] = serde_json::Value::from(true);
+            body["stream_options"] = serde_json::json!({"include_usage": true});
             if let Some(model) = &args.model {
                 body["model"] = serde_json::Value::from(model.clone());
             }

@@ -49,6 +49,8 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Replay a trace through the engine under several session layouts and compare them.
     Simulate(simulate::SimulateArgs),
+    /// Find the --slot-contexts that serves a trace best under the memory cap (by simulating).
+    Suggest(simulate::SimulateArgs),
     /// Print a shell completion script, e.g. `flashlane completions bash > /etc/bash_completion.d/flashlane`.
     Completions {
         /// The shell to complete in
@@ -117,6 +119,7 @@ fn main() -> ExitCode {
         Command::BenchGrammar(args) => grammar_bench::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Simulate(args) => simulate::run(&args),
+        Command::Suggest(args) => simulate::suggest(&args),
         Command::Man => {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())

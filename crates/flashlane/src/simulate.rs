@@ -19,7 +19,7 @@ use clap::Args;
 use lane::testing::{FakeConfig, FakeTarget};
 use lane::{Engine, EngineConfig, Event, Policy, Refusal, Request, StreamId};
 use serde::Serialize;
-use slots::{Plan, PlanInput};
+use slots::{Plan, PlanInput, SessionSpec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -167,6 +167,37 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
     values[rank - 1]
+}
+
+/// The sessions a spec (`16384,4096x6`) opens beside the engine's session of `context` tokens
+/// under the cap, as `serve` would, with smallest fit and moves.
+fn spec_layout(
+    args: &PlanArgs,
+    name: &'static str,
+    context: u64,
+    spec: &str,
+) -> Result<Layout, Failure> {
+    let (needs, cap_bytes) = plan::needs(args)?;
+    let spec = SessionSpec::parse(spec, context).map_err(Failure::bad_input)?;
+    let plan = slots::plan(&PlanInput {
+        context_tokens: context,
+        parallel: None,
+        spec: Some(&spec),
+        bytes_per_token: needs.per_token,
+        fixed_state_bytes: needs.fixed,
+        cap_bytes,
+        ready_bytes: needs.ready_bytes,
+        margin_bytes: crate::sizing::MEMORY_MARGIN_BYTES,
+        reserved_bytes: 0,
+    })
+    .map_err(|e| anyhow!(e))?;
+    Ok(Layout {
+        name,
+        plan,
+        policy: Policy::SmallestFit {
+            grow: args.sizing.slot_grow,
+        },
+    })
 }
 
 /// The sessions each policy opens under the cap.
@@ -364,9 +395,165 @@ fn simulate(
     }
 }
 
-pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
+/// Most layouts `suggest` simulates: a bound on its time (each is one replay of the trace).
+const SUGGEST_EVALUATIONS_MAX: usize = 160;
+/// Queue waits this close count as equal when `suggest` compares layouts (milliseconds): it then
+/// prefers the one of fewer bytes.
+const SUGGEST_WAIT_GRAIN_MS: f64 = 50.0;
+
+/// What `suggest` minimises, in order: refusals, the p99 queue wait (in grains), session bytes.
+fn score(o: &Outcome) -> (usize, u64, u64) {
+    (
+        o.refused,
+        (o.queue_wait_ms_p99 / SUGGEST_WAIT_GRAIN_MS).round() as u64,
+        (o.session_gib * (1u64 << 30) as f64) as u64,
+    )
+}
+
+/// A spec as `--slot-contexts` writes it, from counts per size (sizes ascending).
+fn spec_text(counts: &BTreeMap<u64, usize>) -> String {
+    counts
+        .iter()
+        .rev()
+        .filter(|(_, &n)| n > 0)
+        .map(|(tokens, n)| {
+            if *n == 1 {
+                format!("{tokens}")
+            } else {
+                format!("{tokens}x{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `flashlane suggest`: the spec that serves the trace best under the cap, found by simulating:
+/// sizes in powers of two up to the engine's session, starting from the trace's own histogram
+/// of what its streams reach (prompt + reply) scaled to the streams that run at once, then one
+/// or four sessions more or fewer of a size at a time while that lowers the score.
+pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
     let trace = trace::read(&args.trace)?;
-    let step = match (&args.step_time, &args.bench) {
+    let step = step_time(args)?;
+    let base = layouts(&args.plan)?;
+    let (outcome, text, evaluations, context) = search(args, &trace, step, &base)?;
+    let mut outcomes: Vec<Outcome> = vec![outcome];
+    outcomes.extend(base.iter().map(|l| simulate(l, &trace, step, args)));
+    let report = Report {
+        trace: args.trace.display().to_string(),
+        requests: trace.len(),
+        step_time: step,
+        outcomes,
+    };
+    if args.plan.json {
+        let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
+        value["suggested_slot_contexts"] = serde_json::Value::from(text);
+        value["evaluations"] = serde_json::Value::from(evaluations);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(anyhow::Error::from)?
+        );
+        return Ok(());
+    }
+    println!("--context {context} --slot-contexts {text}  ({evaluations} layouts simulated)");
+    print_table(&report, step);
+    Ok(())
+}
+
+/// The search of [`suggest`]: the best layout's outcome, its spec, how many layouts were
+/// simulated, and the engine's session.
+fn search(
+    args: &SimulateArgs,
+    trace: &[TraceRequest],
+    step: StepTime,
+    base: &[Layout],
+) -> Result<(Outcome, String, usize, u64), Failure> {
+    let context = base[0].plan.sessions[0].capacity - slots::MARGIN;
+    // Powers of two up to the engine's session, and sessions as large as it.
+    let mut sizes: Vec<u64> = (6..40)
+        .map(|p| 1u64 << p)
+        .take_while(|&t| t < context)
+        .collect();
+    sizes.push(context);
+    if sizes.is_empty() {
+        return Err(Failure::bad_input(anyhow!(
+            "--context {context} leaves no smaller session sizes to suggest"
+        )));
+    }
+    // How many run at once when nothing waits: the worst-case cut's peak.
+    let worst = simulate(&base[2], trace, step, args);
+    let concurrent = worst.peak_streams.max(1);
+    let mut counts: BTreeMap<u64, usize> = sizes.iter().map(|&t| (t, 0)).collect();
+    for r in trace {
+        let reach = r.prompt_tokens + r.reply_len() + 1;
+        if let Some(&size) = sizes.iter().find(|&&t| t >= reach) {
+            *counts.get_mut(&size).expect("a size") += 1;
+        }
+    }
+    for n in counts.values_mut() {
+        *n = (*n * concurrent).div_ceil(trace.len());
+    }
+    let evaluate = |counts: &BTreeMap<u64, usize>| -> Option<(Outcome, String)> {
+        let text = spec_text(counts);
+        if text.is_empty() {
+            return None;
+        }
+        let layout = spec_layout(&args.plan, "suggested", context, &text).ok()?;
+        // A spec the cap cannot hold whole is not a candidate.
+        if !layout.plan.dropped.is_empty() {
+            return None;
+        }
+        Some((simulate(&layout, trace, step, args), text))
+    };
+    let mut best = evaluate(&counts);
+    let mut evaluations = 1;
+    'climb: while evaluations < SUGGEST_EVALUATIONS_MAX {
+        let mut improved: Option<(BTreeMap<u64, usize>, (Outcome, String))> = None;
+        for &size in &sizes {
+            // Steps of one session and of four: a queue wait can plateau under single steps.
+            for delta in [1i64, -1, 4, -4] {
+                let mut next = counts.clone();
+                let n = next.get_mut(&size).expect("a size");
+                if (*n as i64) + delta < 0 {
+                    continue;
+                }
+                *n = (*n as i64 + delta) as usize;
+                evaluations += 1;
+                if let Some(candidate) = evaluate(&next) {
+                    let beats =
+                        |o: &Outcome| best.as_ref().is_none_or(|(b, _)| score(o) < score(b));
+                    let beats_improved = |o: &Outcome| {
+                        improved
+                            .as_ref()
+                            .is_none_or(|(_, (i, _))| score(o) < score(i))
+                    };
+                    if beats(&candidate.0) && beats_improved(&candidate.0) {
+                        improved = Some((next, candidate));
+                    }
+                }
+                if evaluations >= SUGGEST_EVALUATIONS_MAX {
+                    break;
+                }
+            }
+        }
+        match improved {
+            Some((next, candidate)) => {
+                counts = next;
+                best = Some(candidate);
+            }
+            None => break 'climb,
+        }
+    }
+    let Some((mut outcome, text)) = best else {
+        return Err(Failure::bad_input(anyhow!(
+            "no spec fits under the cap beside the engine's session of {context} tokens"
+        )));
+    };
+    outcome.policy = "suggested";
+    Ok((outcome, text, evaluations, context))
+}
+
+fn step_time(args: &SimulateArgs) -> Result<StepTime, Failure> {
+    Ok(match (&args.step_time, &args.bench) {
         (Some(v), _) => {
             if v.len() != 3 || v.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
                 return Err(Failure::bad_input(anyhow!(
@@ -381,7 +568,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         }
         (None, Some(path)) => StepTime::fit(path)?,
         (None, None) => DEFAULT_STEP_TIME,
-    };
+    })
+}
+
+pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
+    let trace = trace::read(&args.trace)?;
+    let step = step_time(args)?;
     let outcomes: Vec<Outcome> = layouts(&args.plan)?
         .iter()
         .map(|layout| simulate(layout, &trace, step, args))
@@ -399,6 +591,11 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
+    print_table(&report, step);
+    Ok(())
+}
+
+fn print_table(report: &Report, step: StepTime) {
     println!(
         "{}: {} requests; a round takes {:.1} ms + {:.0} µs per decoded position + {:.0} µs per prompt position",
         report.trace, report.requests, step.round_ms, step.decode_us, step.prompt_us
@@ -427,7 +624,6 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             o.throughput_tokens_per_s
         );
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -505,6 +701,30 @@ mod tests {
             "{outcomes:?}"
         );
         assert_eq!(flashlane.refused, 0);
+    }
+
+    #[test]
+    fn a_suggested_spec_serves_chat_with_fewer_bytes_a_stream_and_no_longer_waits() {
+        let a = args(&["--context", "8192", "--slot-grow", "256"]);
+        let trace = chat(80, 6.0);
+        let base = layouts(&a.plan).unwrap();
+        let (suggested, text, evaluations, _) =
+            search(&a, &trace, DEFAULT_STEP_TIME, &base).unwrap();
+        assert!(evaluations <= SUGGEST_EVALUATIONS_MAX + 8, "{evaluations}");
+        SessionSpec::parse(&text, 8192).expect("a spec serve takes");
+        let [default, equal, worst] =
+            [0, 1, 2].map(|i| simulate(&base[i], &trace, DEFAULT_STEP_TIME, &a));
+        assert_eq!(suggested.refused, 0);
+        for other in [&default, &equal, &worst] {
+            assert!(
+                suggested.streams_per_gib > other.streams_per_gib,
+                "{text}: {other:?}"
+            );
+            assert!(
+                suggested.queue_wait_ms_p99 <= other.queue_wait_ms_p99 + SUGGEST_WAIT_GRAIN_MS,
+                "{text}: {suggested:?} against {other:?}"
+            );
+        }
     }
 
     #[test]

@@ -169,7 +169,11 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         .text
         .thinking_tags()
         .map(|(open, close)| ThinkTags::after(open, close, &prompt));
-    let mut stop_tokens = app.text.stop_token_ids();
+    let mut stop_tokens = if req.ignore_eos {
+        Vec::new()
+    } else {
+        app.text.stop_token_ids()
+    };
     stop_tokens.extend(&req.stop_token_ids);
     let lane_request = lane::Request {
         prompt,

@@ -77,6 +77,9 @@ pub struct GenerateRequest {
     pub tools: Tools,
     /// `cache_prompt` (llama.cpp's name; default true): may the prompt use the prompt cache.
     pub cache_prompt: bool,
+    /// `ignore_eos` (vLLM's; default false): the model's end tokens do not end the reply (only
+    /// `max_tokens`, stop strings and `stop_token_ids` do), as benchmarks ask for.
+    pub ignore_eos: bool,
 }
 
 /// Parses a `/v1/completions` body.
@@ -219,6 +222,7 @@ fn common(
         template_args: Map::new(),
         constraint: structured::output_constraint(fields)?,
         cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
+        ignore_eos: optional_bool(fields, "ignore_eos")?.unwrap_or(false),
         tools: Tools {
             tools: Vec::new(),
             choice: structured::ToolChoice::Auto,
