@@ -741,6 +741,19 @@ mod tests {
     }
 
     #[test]
+    fn cache_prompt_and_ignore_eos_default_to_what_a_client_expects() {
+        let plain = parse_completion(br#"{"prompt":"a"}"#).unwrap();
+        assert!(plain.cache_prompt && !plain.ignore_eos);
+        let set =
+            parse_completion(br#"{"prompt":"a","cache_prompt":false,"ignore_eos":true}"#).unwrap();
+        assert!(!set.cache_prompt && set.ignore_eos);
+        assert_eq!(
+            param_of(parse_completion(br#"{"prompt":"a","ignore_eos":"yes"}"#)).as_deref(),
+            Some("ignore_eos")
+        );
+    }
+
+    #[test]
     fn penalties_and_biases_are_read_within_openais_ranges() {
         let req = parse_completion(
             br#"{"prompt":"a","presence_penalty":0.5,"frequency_penalty":-1,"repetition_penalty":1.2,"logit_bias":{"17":-100,"3":2.5}}"#,
