@@ -12,11 +12,10 @@ use crate::qwen3_next::{DraftStart, MtpWindow};
 use crate::state::RollbackWindow;
 use crate::state::{cached_block_bytes, CachedBlock, SessionState};
 use lane::{
-    check_windows, rows_from_logits, CacheBlockId, DraftAsk, SessionExtent, Target, TargetError,
-    Want, Window, WindowRows,
+    check_windows, rows_from_logits, CacheBlockId, CacheBlocks, DraftAsk, SessionExtent, Target,
+    TargetError, Want, Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Rows of logits the target keeps a buffer for between rounds (4.9 MB at Qwen3's 151,936-id
@@ -36,7 +35,7 @@ pub struct CpuTarget {
     /// [`KEPT_LOGITS_ROWS`] rows.
     logits: Vec<f32>,
     /// Prompt-cache blocks (the engine's prompt cache decides which, within its budget).
-    cache: HashMap<CacheBlockId, CachedBlock>,
+    cache: CacheBlocks<CachedBlock>,
 }
 
 impl CpuTarget {
@@ -64,7 +63,7 @@ impl CpuTarget {
             sessions,
             rollback_window: window,
             logits: Vec::new(),
-            cache: HashMap::new(),
+            cache: CacheBlocks::default(),
         }
     }
 
@@ -327,8 +326,7 @@ impl Target for CpuTarget {
         let block = state
             .save_block(start as usize, end as usize)
             .map_err(|e| TargetError::Invalid(format!("{session}: caching {start}..{end}: {e}")))?;
-        self.cache.insert(id, block);
-        Ok(())
+        self.cache.insert(id, block)
     }
 
     fn cache_restore(
@@ -336,9 +334,7 @@ impl Target for CpuTarget {
         session: SessionId,
         blocks: &[CacheBlockId],
     ) -> Result<(), TargetError> {
-        let found: Option<Vec<&CachedBlock>> = blocks.iter().map(|id| self.cache.get(id)).collect();
-        let found = found
-            .ok_or_else(|| TargetError::Invalid(format!("{blocks:?}: a block is not cached")))?;
+        let found = self.cache.get_all(blocks)?;
         let state = self
             .sessions
             .get_mut(session.0)
@@ -350,6 +346,6 @@ impl Target for CpuTarget {
     }
 
     fn cache_drop(&mut self, id: CacheBlockId) {
-        self.cache.remove(&id);
+        self.cache.remove(id);
     }
 }

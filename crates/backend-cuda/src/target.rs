@@ -8,11 +8,10 @@ use crate::mtp::DraftStart;
 use crate::state::{CachedBlock, RestoreError, RollbackWindow, Sessions};
 use crate::CudaError;
 use lane::{
-    check_windows, rows_from_logits, CacheBlockId, DraftAsk, SessionExtent, StateError, Target,
-    TargetError, Want, Window, WindowRows,
+    check_windows, rows_from_logits, CacheBlockId, CacheBlocks, DraftAsk, SessionExtent,
+    StateError, Target, TargetError, Want, Window, WindowRows,
 };
 use slots::{MoveFault, SessionId};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The CUDA target: one model, many sessions, one stream.
@@ -22,7 +21,7 @@ pub struct CudaTarget {
     scratch: Scratch,
     /// Prompt-cache blocks in device memory (the engine's prompt cache decides which, within
     /// its budget).
-    cache: HashMap<CacheBlockId, CachedBlock>,
+    cache: CacheBlocks<CachedBlock>,
 }
 
 impl CudaTarget {
@@ -56,7 +55,7 @@ impl CudaTarget {
             model: model.clone(),
             sessions,
             scratch,
-            cache: HashMap::new(),
+            cache: CacheBlocks::default(),
         })
     }
 
@@ -406,8 +405,7 @@ impl Target for CudaTarget {
                 }
                 RestoreError::Device(e) => device(e),
             })?;
-        self.cache.insert(id, block);
-        Ok(())
+        self.cache.insert(id, block)
     }
 
     fn cache_restore(
@@ -418,9 +416,7 @@ impl Target for CudaTarget {
         if session.0 >= self.sessions.meta.len() {
             return Err(TargetError::Invalid(format!("{session} does not exist")));
         }
-        let found: Option<Vec<&CachedBlock>> = blocks.iter().map(|id| self.cache.get(id)).collect();
-        let found = found
-            .ok_or_else(|| TargetError::Invalid(format!("{blocks:?}: a block is not cached")))?;
+        let found = self.cache.get_all(blocks)?;
         let gpu = self.model.gpu.clone();
         let result = self.sessions.restore_blocks(&gpu, session.0, &found);
         if result.is_err() {
@@ -435,6 +431,6 @@ impl Target for CudaTarget {
     }
 
     fn cache_drop(&mut self, id: CacheBlockId) {
-        self.cache.remove(&id);
+        self.cache.remove(id);
     }
 }

@@ -237,6 +237,54 @@ fn cap_above(reply: u64, usual: u64) -> u64 {
     usual.max(reply.next_power_of_two())
 }
 
+/// A log-normal length: its median, spread (σ of the log) and bounds.
+struct Lengths {
+    median: f64,
+    sigma: f64,
+    lo: u64,
+    hi: u64,
+}
+
+impl Lengths {
+    fn new(median: f64, sigma: f64, lo: u64, hi: u64) -> Lengths {
+        Lengths {
+            median,
+            sigma,
+            lo,
+            hi,
+        }
+    }
+
+    fn draw(&self, rng: &mut Rng) -> u64 {
+        lognormal(rng, self.median, self.sigma, self.lo, self.hi)
+    }
+}
+
+/// `n` independent requests arriving as a Poisson process of `rate`, each asking `cap(reply)`.
+fn independent(
+    rng: &mut Rng,
+    n: usize,
+    rate: f64,
+    prompt: Lengths,
+    reply: Lengths,
+    cap: impl Fn(u64) -> u64,
+    out: &mut Vec<TraceRequest>,
+) {
+    let mut at = 0.0;
+    for _ in 0..n {
+        at += exponential(rng, rate);
+        let (prompt, reply) = (prompt.draw(rng), reply.draw(rng));
+        out.push(TraceRequest {
+            arrival_s: at,
+            prompt_tokens: prompt,
+            max_tokens: cap(reply),
+            reply_tokens: Some(reply),
+            prefix_id: None,
+            prefix_tokens: None,
+        });
+    }
+}
+
 /// Arrival times to the microsecond: a trace's resolution, and what JSON carries exactly.
 fn to_micros(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e6
@@ -247,22 +295,15 @@ pub fn generate(shape: Shape, n: usize, rate: f64, seed: u64) -> Vec<TraceReques
     let mut rng = Rng::new(seed ^ 0x7472_6163_6573); // "traces"
     let mut out = Vec::with_capacity(n);
     match shape {
-        Shape::Chat => {
-            let mut at = 0.0;
-            for _ in 0..n {
-                at += exponential(&mut rng, rate);
-                let prompt = lognormal(&mut rng, 180.0, 1.1, 8, 3072);
-                let reply = lognormal(&mut rng, 220.0, 0.9, 4, 1536);
-                out.push(TraceRequest {
-                    arrival_s: at,
-                    prompt_tokens: prompt,
-                    max_tokens: cap_above(reply, 1024),
-                    reply_tokens: Some(reply),
-                    prefix_id: None,
-                    prefix_tokens: None,
-                });
-            }
-        }
+        Shape::Chat => independent(
+            &mut rng,
+            n,
+            rate,
+            Lengths::new(180.0, 1.1, 8, 3072),
+            Lengths::new(220.0, 0.9, 4, 1536),
+            |reply| cap_above(reply, 1024),
+            &mut out,
+        ),
         Shape::Agents => {
             // Agents start as a Poisson process; each runs up to 12 steps, a few seconds apart,
             // resending its whole history: a 1,500-token system prompt and task, then per step
@@ -303,22 +344,15 @@ pub fn generate(shape: Shape, n: usize, rate: f64, seed: u64) -> Vec<TraceReques
                 last.insert(id, r.prompt_tokens);
             }
         }
-        Shape::Summarise => {
-            let mut at = 0.0;
-            for _ in 0..n {
-                at += exponential(&mut rng, rate);
-                let prompt = lognormal(&mut rng, 4000.0, 0.5, 1000, 16_000);
-                let reply = lognormal(&mut rng, 200.0, 0.4, 50, 500);
-                out.push(TraceRequest {
-                    arrival_s: at,
-                    prompt_tokens: prompt,
-                    max_tokens: 512,
-                    reply_tokens: Some(reply),
-                    prefix_id: None,
-                    prefix_tokens: None,
-                });
-            }
-        }
+        Shape::Summarise => independent(
+            &mut rng,
+            n,
+            rate,
+            Lengths::new(4000.0, 0.5, 1000, 16_000),
+            Lengths::new(200.0, 0.4, 50, 500),
+            |_| 512,
+            &mut out,
+        ),
     }
     for r in &mut out {
         r.arrival_s = to_micros(r.arrival_s);

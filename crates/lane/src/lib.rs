@@ -39,7 +39,7 @@ pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAU
 pub use event::{Event, FinishReason};
 pub use grammar::{Grammar, GrammarError, GrammarSource, GrammarState, TokenMask};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
-pub use prompt_cache::{CacheBlockId, PromptCache};
+pub use prompt_cache::{CacheBlockId, CacheBlocks, PromptCache};
 pub use request::{
     DraftMode, LogitAdjustments, Refusal, Request, SamplingParams, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS,
     MAX_TOP_LOGPROBS, PENALTY_MAX,

@@ -144,7 +144,7 @@ pub struct FakeTarget {
     forward_calls: u64,
     truncations: u64,
     /// Prompt-cache blocks: the positions `start..` of a session's tokens and hashes.
-    cache: std::collections::HashMap<crate::CacheBlockId, FakeBlock>,
+    cache: crate::CacheBlocks<FakeBlock>,
     /// Bytes a cached block of one token costs (`None`: no cache).
     pub cache_bytes_per_token: Option<u64>,
     cache_saves: u64,
@@ -245,7 +245,7 @@ impl FakeTarget {
             releases: Vec::new(),
             forward_calls: 0,
             truncations: 0,
-            cache: std::collections::HashMap::new(),
+            cache: crate::CacheBlocks::default(),
             cache_bytes_per_token: Some(8),
             cache_saves: 0,
         }
@@ -481,7 +481,7 @@ impl Target for FakeTarget {
         id: crate::CacheBlockId,
     ) -> Result<(), TargetError> {
         let s = &self.sessions[session.0];
-        if s.tokens.len() as u64 != end || start > end || self.cache.contains_key(&id) {
+        if s.tokens.len() as u64 != end || start > end {
             return Err(TargetError::Invalid(format!(
                 "caching {start}..{end} of {session}, which holds {} positions, as {id:?}",
                 s.tokens.len()
@@ -495,7 +495,7 @@ impl Target for FakeTarget {
                 tokens: s.tokens[start..end].to_vec(),
                 hashes: s.hashes[start..end].to_vec(),
             },
-        );
+        )?;
         self.cache_saves += 1;
         Ok(())
     }
@@ -512,11 +512,7 @@ impl Target for FakeTarget {
                 s.tokens.len()
             )));
         }
-        for id in blocks {
-            let block = self
-                .cache
-                .get(id)
-                .ok_or_else(|| TargetError::Invalid(format!("{id:?} is not cached")))?;
+        for (id, block) in blocks.iter().zip(self.cache.get_all(blocks)?) {
             if block.start != s.tokens.len()
                 || (s.tokens.len() + block.tokens.len()) as u64 > s.capacity
             {
@@ -535,7 +531,7 @@ impl Target for FakeTarget {
     }
 
     fn cache_drop(&mut self, id: crate::CacheBlockId) {
-        self.cache.remove(&id);
+        self.cache.remove(id);
     }
 
     fn release(&mut self, session: SessionId) {
