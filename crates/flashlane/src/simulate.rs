@@ -321,12 +321,18 @@ fn simulate(
             .sum();
         peak_bytes = peak_bytes.max(in_use);
         peak_streams = peak_streams.max(held.len());
+        let round_start = now;
         now += dt;
+        // A stream admitted and done within this round was swept before `slots()` saw it: its
+        // tokens say it ran.
+        let mut ran: BTreeSet<StreamId> = held.iter().copied().collect();
         for event in events {
             let id = event.stream();
             let Some(&i) = ids.get(&id) else { continue };
             match event {
                 Event::Token { .. } if !cancelled.contains(&id) => {
+                    ran.insert(id);
+                    admitted.entry(i).or_insert(round_start);
                     tokens += 1;
                     first_token.entry(i).or_insert(now);
                     let n = emitted.entry(i).or_insert(0);
@@ -344,6 +350,7 @@ fn simulate(
                 }
             }
         }
+        peak_streams = peak_streams.max(ran.len());
     }
     let served = first_token.len();
     let mut waits: Vec<f64> = admitted

@@ -377,7 +377,13 @@ fn timestamp_seconds(text: &str) -> Option<f64> {
     let (date, time) = text.split_once([' ', 'T'])?;
     let mut d = date.split('-').map(|p| p.parse::<i64>());
     let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.trim_end_matches('Z').split(':');
+    // A zone offset (`+00:00`, `+00`, `Z`) is UTC in the public traces: dropped.
+    let time = time.trim_end_matches('Z');
+    let time = match time.rfind(['+', '-']) {
+        Some(at) => &time[..at],
+        None => time,
+    };
+    let mut t = time.split(':');
     let (h, min) = (
         t.next()?.parse::<i64>().ok()?,
         t.next()?.parse::<i64>().ok()?,
@@ -575,5 +581,10 @@ mod tests {
         )
         .is_err());
         assert_eq!(timestamp_seconds("1970-01-02 00:00:01"), Some(86_401.0));
+        assert_eq!(
+            timestamp_seconds("1970-01-02 00:00:01.5+00:00"),
+            Some(86_401.5)
+        );
+        assert_eq!(timestamp_seconds("1970-01-02T00:00:01Z"), Some(86_401.0));
     }
 }

@@ -51,16 +51,21 @@ impl TokenizerEnv for VocabEnv {
 pub struct GrammarCompiler {
     factory: llguidance::ParserFactory,
     vocab_size: usize,
+    /// The tokens that end a reply: never in a mask's bits (the engine allows them where the
+    /// grammar may end, and only as the end).
+    end_ids: Vec<u32>,
 }
 
 /// A grammar compiled for one request; [`CompiledGrammar::matcher`] starts a reply in it.
 pub struct CompiledGrammar {
     fresh: Mutex<llguidance::Matcher>,
+    end_ids: Vec<u32>,
 }
 
 /// A reply's place in its grammar.
 pub struct GrammarMatcher {
     matcher: llguidance::Matcher,
+    end_ids: Vec<u32>,
 }
 
 /// The bytes of every token id below `vocab_size`, special tokens marked as llguidance wants.
@@ -136,6 +141,7 @@ impl GrammarCompiler {
         Ok(GrammarCompiler {
             factory,
             vocab_size,
+            end_ids: end_ids.to_vec(),
         })
     }
 
@@ -157,6 +163,7 @@ impl GrammarCompiler {
         }
         Ok(CompiledGrammar {
             fresh: Mutex::new(matcher),
+            end_ids: self.end_ids.clone(),
         })
     }
 }
@@ -170,6 +177,7 @@ impl CompiledGrammar {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         GrammarMatcher {
             matcher: fresh.deep_clone(),
+            end_ids: self.end_ids.clone(),
         }
     }
 }
@@ -186,12 +194,25 @@ impl GrammarMatcher {
     /// The tokens the next position allows, as bit words (bit `t % 32` of word `t / 32`), and
     /// whether the grammar may end here.
     pub fn mask(&mut self) -> Result<(Vec<u32>, bool), GrammarError> {
+        // A matcher in its error state counts as stopped too: that is a failure, not an end.
+        if let Some(error) = self.matcher.get_error() {
+            return Err(GrammarError::Match(error));
+        }
         if self.matcher.is_stopped() {
             return Ok((Vec::new(), true));
         }
         let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
         let may_end = self.matcher.is_accepting().map_err(|e| self.failed(e))?;
-        Ok((mask.as_slice().to_vec(), may_end))
+        let mut words = mask.as_slice().to_vec();
+        // llguidance allows its end tokens where the grammar may end; the engine decides them
+        // (from `may_end`), so a reply that keeps going past them (`ignore_eos`) never draws one
+        // as text.
+        for &id in &self.end_ids {
+            if let Some(word) = words.get_mut(id as usize / 32) {
+                *word &= !(1 << (id % 32));
+            }
+        }
+        Ok((words, may_end))
     }
 
     pub fn accept(&mut self, token: u32) -> Result<(), GrammarError> {
@@ -214,9 +235,9 @@ impl GrammarMatcher {
             .map_err(|e| self.failed(e))
     }
 
-    /// Nothing may follow.
+    /// Nothing may follow (a matcher that failed is not complete: its next mask says why).
     pub fn is_complete(&self) -> bool {
-        self.matcher.is_stopped()
+        self.matcher.is_stopped() && !self.matcher.is_error()
     }
 }
 
@@ -301,6 +322,28 @@ mod tests {
         m.rollback(yes.len()).unwrap();
         assert_eq!(m.mask().unwrap(), before);
         assert!(m.accept(tok.encode("x").unwrap()[0]).is_err());
+    }
+
+    #[test]
+    fn end_tokens_are_never_in_a_masks_bits_and_a_failed_matcher_says_so() {
+        let (compiler, tok) = tiny();
+        let grammar = compiler.compile_lark(r#"start: "a" | "ab""#).unwrap();
+        let mut m = grammar.matcher();
+        m.accept(tok.encode("a").unwrap()[0]).unwrap();
+        let (words, may_end) = m.mask().unwrap();
+        assert!(may_end, "\"a\" may end the grammar");
+        for end in [2u32, 0] {
+            assert_eq!(
+                words[end as usize / 32] & (1 << (end % 32)),
+                0,
+                "end token {end}"
+            );
+        }
+        // A token the grammar does not allow puts the matcher in its error state: an error,
+        // never a completion.
+        assert!(m.accept(tok.encode("z").unwrap()[0]).is_err());
+        assert!(!m.is_complete());
+        assert!(m.mask().is_err());
     }
 
     #[test]

@@ -103,6 +103,21 @@ fn grammar(
         }
         _ => Thinking::Never,
     };
+    // A grammar without a thinking section (completions, a client's own Lark grammar) cannot
+    // take the `</think>` a thinking budget forces.
+    let thinking_less = shape == Shape::Completion
+        || matches!(
+            req.constraint.as_ref().map(|c| &c.format),
+            Some(structured::OutputFormat::Lark(_))
+        );
+    let constrained = req.constraint.is_some() || req.tools.choice_is_enforced();
+    if req.thinking_budget.is_some() && constrained && thinking_less {
+        return Err(ApiError::invalid(
+            "thinking_budget",
+            "a thinking budget needs the grammar to have a thinking section: not with a \
+             completion's constraint or a guided_grammar",
+        ));
+    }
     let (param, lark) = match &req.constraint {
         Some(c) => (c.param, structured::format_grammar(&c.format, thinking)),
         None => {

@@ -181,6 +181,15 @@ impl Reply {
             let matched = self.matcher.push(&piece);
             self.route_text(&matched.emit, &mut delta);
             self.stopped = matched.stopped;
+            // A stop string ends the reply here: what the tool-call parser holds back is the
+            // reply's end (text, or a call it completes), as `on_finish` would have flushed it.
+            if self.stopped {
+                if let Some(parser) = &mut self.tool_calls {
+                    let rest = parser.finish();
+                    delta.text.push_str(&rest.text);
+                    delta.tool_calls.extend(rest.calls);
+                }
+            }
             self.push_logprobs(text_model, out, &mut delta);
         }
         delta
@@ -386,6 +395,26 @@ mod tests {
         assert!(ThinkTags::after(OPEN, CLOSE, &[1, OPEN, 2]).starts_inside);
         assert!(!ThinkTags::after(OPEN, CLOSE, &[1, OPEN, 2, CLOSE, 3]).starts_inside);
         assert!(!ThinkTags::after(OPEN, CLOSE, &[1, 2]).starts_inside);
+    }
+
+    #[test]
+    fn a_stop_string_keeps_what_the_tool_call_parser_held_back() {
+        for batch in [1, 3, 100] {
+            // `<` could start `<tool_call>` until the stop string ends the reply.
+            let reply = Reply::new(vec!["b".into()], false, 0).parse_tool_calls();
+            assert_eq!(
+                run(reply, "x<b and more", batch).0,
+                "x<",
+                "batches of {batch}"
+            );
+            // An unclosed block the stop string cuts is text, as the model wrote it.
+            let reply = Reply::new(vec!["STOP".into()], false, 0).parse_tool_calls();
+            assert_eq!(
+                run(reply, "<tool_call>oops STOP more", batch).0,
+                "<tool_call>oops ",
+                "batches of {batch}"
+            );
+        }
     }
 
     #[test]

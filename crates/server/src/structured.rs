@@ -73,6 +73,11 @@ pub struct Tools {
 }
 
 impl Tools {
+    /// Whether the choice is enforced by a grammar (`required` or a named function).
+    pub fn choice_is_enforced(&self) -> bool {
+        matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_))
+    }
+
     /// Whether the reply's `<tool_call>` blocks become `tool_calls`.
     pub fn parses_calls(&self) -> bool {
         !self.tools.is_empty() && self.choice != ToolChoice::None
