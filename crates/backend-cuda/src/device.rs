@@ -24,6 +24,13 @@ pub struct Gpu {
 impl Gpu {
     /// Opens device 0, or says why not (no driver, no device).
     pub fn open() -> Result<Arc<Gpu>, CudaError> {
+        // cudarc loads the driver library on first use and panics when it is missing: ask first.
+        // SAFETY: only tries to load the library (libloading), calls nothing in it.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(CudaError::Unavailable(
+                "no CUDA driver library (libcuda.so) on this machine".into(),
+            ));
+        }
         let count = CudaContext::device_count()
             .map_err(|e| CudaError::Unavailable(format!("no usable CUDA driver: {e}")))?;
         if count < 1 {

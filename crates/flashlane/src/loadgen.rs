@@ -66,6 +66,10 @@ pub struct LoadgenArgs {
     /// document, as SGLang's generated-shared-prefix benchmark), before each request's own words
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub shared_prefix_words: u64,
+    /// Ask for replies of exactly their `max_tokens` (`ignore_eos`, as `vllm bench serve
+    /// --ignore-eos`): an end token does not cut a reply short
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -404,6 +408,9 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
                 let prompt: Vec<String> = shared.chain(own).collect();
                 serde_json::json!({"prompt": prompt.join(" "), "max_tokens": max_tokens})
             };
+            if args.ignore_eos {
+                body["ignore_eos"] = serde_json::Value::from(true);
+            }
             body["temperature"] = serde_json::Value::from(0);
             body["stream"] = serde_json::Value::from(true);
             body["stream_options"] = serde_json::json!({"include_usage": true});
