@@ -9,6 +9,7 @@ mod grammar_bench;
 mod loadgen;
 mod logits;
 mod plan;
+mod plot;
 mod serve;
 mod simulate;
 mod sizing;

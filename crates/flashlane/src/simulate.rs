@@ -44,6 +44,10 @@ pub struct SimulateArgs {
     /// Goodput SLO: time per output token at most this many milliseconds
     #[arg(long)]
     pub slo_tpot_ms: Option<f64>,
+    /// Write charts here (SVG): time to first token's distribution per cut, streams per GiB and
+    /// p99 queue wait per cut
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// The memory, model and sessions, as `plan` takes them (`--json` prints JSON)
     #[command(flatten)]
     pub plan: PlanArgs,
@@ -150,6 +154,9 @@ struct Outcome {
     duration_s: f64,
     throughput_tokens_per_s: f64,
     goodput_requests_per_s: f64,
+    /// Every served request's time to first token (for the charts).
+    #[serde(skip)]
+    ttfts_ms: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -399,6 +406,7 @@ fn simulate(
         duration_s: duration,
         throughput_tokens_per_s: tokens as f64 / duration,
         goodput_requests_per_s: good as f64 / duration,
+        ttfts_ms: ttfts,
     }
 }
 
@@ -451,6 +459,9 @@ pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
         step_time: step,
         outcomes,
     };
+    if let Some(dir) = &args.plot {
+        plots(dir, &report)?;
+    }
     if args.plan.json {
         let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
         value["suggested_slot_contexts"] = serde_json::Value::from(text);
@@ -591,6 +602,9 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         step_time: step,
         outcomes,
     };
+    if let Some(dir) = &args.plot {
+        plots(dir, &report)?;
+    }
     if args.plan.json {
         println!(
             "{}",
@@ -599,6 +613,46 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         return Ok(());
     }
     print_table(&report, step);
+    Ok(())
+}
+
+/// The charts of `--plot DIR`.
+fn plots(dir: &std::path::Path, report: &Report) -> anyhow::Result<()> {
+    crate::plot::ensure_dir(dir)?;
+    let series: Vec<(&str, Vec<f64>)> = report
+        .outcomes
+        .iter()
+        .map(|o| (o.policy, o.ttfts_ms.clone()))
+        .collect();
+    crate::plot::cdf(
+        &dir.join("ttft_cdf.svg"),
+        &format!("time to first token, {}", report.trace),
+        "milliseconds",
+        &series,
+    )?;
+    let per_gib: Vec<(&str, f64)> = report
+        .outcomes
+        .iter()
+        .map(|o| (o.policy, o.streams_per_gib))
+        .collect();
+    crate::plot::bars(
+        &dir.join("streams_per_gib.svg"),
+        "peak streams per GiB of sessions",
+        "streams / GiB",
+        &per_gib,
+    )?;
+    let waits: Vec<(&str, f64)> = report
+        .outcomes
+        .iter()
+        .map(|o| (o.policy, o.queue_wait_ms_p99))
+        .collect();
+    crate::plot::bars(
+        &dir.join("queue_wait_p99.svg"),
+        "queue wait, 99th percentile",
+        "milliseconds",
+        &waits,
+    )?;
+    eprintln!("charts written to {}", dir.display());
     Ok(())
 }
 
