@@ -13,11 +13,13 @@
 //! | text from tokens, stop strings | [`text`], `reply.rs` |
 //! | the engine thread and its channels | [`engine_thread`] |
 //! | Prometheus text | `metrics.rs` |
+//! | the live sessions page (`GET /`) and its events | `live.rs`, `live.html` |
 
 pub mod engine_thread;
 pub mod error;
 mod generate;
 mod listen;
+mod live;
 mod metrics;
 mod reply;
 pub mod request;

@@ -32,7 +32,7 @@ pub struct AppState {
     pub api_key: Option<Arc<str>>,
     /// Permits to prepare a request off the async runtime (see [`PREPARE_PER_CORE`]).
     pub prepare: Arc<tokio::sync::Semaphore>,
-    /// `--protect-ops`: `/slots` and `/metrics` need the API key too.
+    /// `--protect-ops`: `/slots`, `/metrics` and `/live/events` need the API key too.
     pub protect_ops: bool,
     /// Timeouts and the connection cap `serve` applies.
     pub limits: ConnectionLimits,
@@ -66,13 +66,15 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     let mut ops = Router::new()
         .route("/metrics", get(metrics_text))
-        .route("/slots", get(slots));
+        .route("/slots", get(slots))
+        .route("/live/events", get(crate::live::events));
     if state.protect_ops {
         ops = ops.route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     }
     Router::new()
         .merge(v1)
         .merge(ops)
+        .route("/", get(crate::live::page))
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -706,6 +706,65 @@ async fn protected_operations_need_the_key_and_open_ones_do_not() {
     assert_eq!(status(&guarded, "/health", None).await, 200);
 }
 
+#[tokio::test]
+async fn the_live_page_is_served_and_its_events_carry_the_sessions() {
+    let server = start(&[1056, 264, 264], EQUAL, 64, None).await;
+    let page = request(server.addr, "GET", "/", "", None).await;
+    assert_eq!(page.status, 200);
+    assert!(page
+        .headers
+        .to_ascii_lowercase()
+        .contains("content-type: text/html"));
+    assert!(page.body.contains("new EventSource(\"/live/events\")"));
+    // The event stream never ends by itself: read its first frame and hang up.
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    socket
+        .write_all(b"GET /live/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    let frame = loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), socket.read(&mut buf))
+            .await
+            .expect("a frame within seconds")
+            .unwrap();
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if let Some(at) = seen.find("data: ") {
+            if let Some(end) = seen[at..].find("\n\n") {
+                break seen[at + 6..at + end].to_string();
+            }
+        }
+    };
+    assert!(
+        seen.to_ascii_lowercase().contains("text/event-stream"),
+        "{seen}"
+    );
+    let frame: Value = serde_json::from_str(&frame).unwrap();
+    assert_eq!(frame["sessions"].as_array().unwrap().len(), 3);
+    assert_eq!(frame["sessions"][1]["capacity"], 264);
+    assert_eq!(frame["moves"], 0);
+    drop(socket);
+    // Behind --protect-ops the events need the key; the page itself holds no data.
+    let options = Options {
+        api_key: Some("sesame".into()),
+        protect_ops: true,
+        ..Options::default()
+    };
+    let guarded = start_with(&[1056], EQUAL, 64, options).await;
+    assert_eq!(
+        request(guarded.addr, "GET", "/live/events", "", None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        request(guarded.addr, "GET", "/", "", None).await.status,
+        200
+    );
+}
+
 async fn slots(addr: std::net::SocketAddr) -> Value {
     request(addr, "GET", "/slots", "", None).await.json()
 }
