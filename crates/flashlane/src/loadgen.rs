@@ -70,6 +70,10 @@ pub struct LoadgenArgs {
     /// --ignore-eos`): an end token does not cut a reply short
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Write charts here (SVG): the distributions of time to first token, time per output
+    /// token and request latency
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -453,6 +457,9 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
         (results, started.elapsed().as_secs_f64())
     });
     let report = report(&results, duration, args.slo_ttft_ms, args.slo_tpot_ms);
+    if let Some(dir) = &args.plot {
+        plots(dir, &results, &args.url)?;
+    }
     if args.json {
         println!(
             "{}",
@@ -468,6 +475,34 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
         )
         .into());
     }
+    Ok(())
+}
+
+/// The charts of `--plot DIR`: one CDF each of TTFT, TPOT and latency over the served requests.
+fn plots(dir: &std::path::Path, results: &[Measured], url: &str) -> anyhow::Result<()> {
+    crate::plot::ensure_dir(dir)?;
+    let ok: Vec<&Measured> = results.iter().filter(|m| m.ok).collect();
+    let ms = |f: &dyn Fn(&Measured) -> Option<f64>| -> Vec<f64> {
+        ok.iter().filter_map(|m| f(m)).map(|s| s * 1e3).collect()
+    };
+    let charts: [(&str, &str, Vec<f64>); 3] = [
+        ("ttft_cdf.svg", "time to first token", ms(&|m| Some(m.ttft))),
+        ("tpot_cdf.svg", "time per output token", ms(&|m| m.tpot())),
+        (
+            "latency_cdf.svg",
+            "request latency",
+            ms(&|m| Some(m.latency)),
+        ),
+    ];
+    for (file, what, values) in charts {
+        crate::plot::cdf(
+            &dir.join(file),
+            &format!("{what}, {url}"),
+            "milliseconds",
+            &[("loadgen", values)],
+        )?;
+    }
+    eprintln!("charts written to {}", dir.display());
     Ok(())
 }
 

@@ -56,12 +56,21 @@ fn loadgen_measures_a_running_server() {
          {\"arrival_s\": 0.4, \"prompt_tokens\": 4, \"max_tokens\": 20}\n",
     )
     .unwrap();
+    let plots =
+        std::env::temp_dir().join(format!("flashlane-loadgen-plots-{}", std::process::id()));
     let replayed = Command::new(BIN)
         .args(["loadgen", "--url", &url, "--json", "--trace"])
         .arg(&trace)
+        .arg("--plot")
+        .arg(&plots)
         .output()
         .expect("run loadgen with a trace");
     let _ = std::fs::remove_file(&trace);
+    for chart in ["ttft_cdf.svg", "tpot_cdf.svg", "latency_cdf.svg"] {
+        let svg = std::fs::read_to_string(plots.join(chart)).unwrap_or_default();
+        assert!(svg.starts_with("<svg"), "{chart}: {svg:.80}");
+    }
+    let _ = std::fs::remove_dir_all(&plots);
     let _ = server.kill();
     let _ = server.wait();
     assert!(
