@@ -706,6 +706,77 @@ async fn protected_operations_need_the_key_and_open_ones_do_not() {
     assert_eq!(status(&guarded, "/health", None).await, 200);
 }
 
+/// A client that sends a streamed request and then never reads: once the socket, the SSE writer
+/// and the stream's backlog of rounds ([`server::engine_thread::STREAM_BACKLOG_MAX`]) are full,
+/// the engine drops the stream and frees its session; other requests are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_loses_its_stream_not_the_server() {
+    // Rounds of 200 µs: the backlog of 4096 rounds takes about a second to fill, long enough to
+    // watch the stream hold its session and serve another request beside it.
+    let options = Options {
+        fake: FakeConfig {
+            round_time: Duration::from_micros(200),
+            ..fake_config()
+        },
+        ..Options::default()
+    };
+    let server = start_with(&[60_000, 300], EQUAL, 64, options).await;
+    // A small receive window, so the server's writes back up soon.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(server.addr).await.unwrap();
+    let body =
+        json!({"prompt": "a", "max_tokens": 59_000, "stream": true, "temperature": 0}).to_string();
+    let raw = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stalled.write_all(raw.as_bytes()).await.unwrap();
+    // The stalled stream holds the large session; a normal request is served beside it.
+    let started = Instant::now();
+    let mut held = false;
+    while started.elapsed() < Duration::from_secs(10) && !held {
+        held = slots(server.addr).await["sessions"][0]["holder"].is_number();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(held, "the stalled request holds a session");
+    let other = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "b", "max_tokens": 20, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(other.status, 200, "{}", other.body);
+    // Then the engine gives up on the reader and frees its session, long before the reply ends.
+    let mut freed = false;
+    while started.elapsed() < Duration::from_secs(60) && !freed {
+        let view = slots(server.addr).await;
+        freed = view["sessions"][0]["holder"].is_null();
+        if !freed {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(
+        freed,
+        "the stalled stream still holds its session after 60 s"
+    );
+    let used = request(server.addr, "GET", "/metrics", "", None).await.body;
+    let generated: f64 = used
+        .lines()
+        .find_map(|l| l.strip_prefix("flashlane_generated_tokens_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(
+        generated < 59_000.0,
+        "the reply was cut short, not run to its end ({generated})"
+    );
+    assert!(
+        generated > server::engine_thread::STREAM_BACKLOG_MAX as f64,
+        "it ran until its backlog filled, not less ({generated})"
+    );
+    drop(stalled);
+}
+
 #[tokio::test]
 async fn the_live_page_is_served_and_its_events_carry_the_sessions() {
     let server = start(&[1056, 264, 264], EQUAL, 64, None).await;
