@@ -31,20 +31,7 @@ pub async fn page() -> Html<&'static str> {
 
 /// What the page shows of one snapshot.
 pub fn snapshot_json(model: &str, s: &Snapshot) -> serde_json::Value {
-    let sessions: Vec<_> = s
-        .slots
-        .iter()
-        .map(|slot| {
-            json!({
-                "id": slot.session.0,
-                "capacity": slot.capacity,
-                "holder": slot.holder.map(|h| h.0),
-                "used_tokens": slot.used_tokens,
-                "cached_tokens": slot.cached_tokens,
-                "state": crate::metrics::state_name(slot.state),
-            })
-        })
-        .collect();
+    let sessions: Vec<_> = s.slots.iter().map(crate::routes::session_json).collect();
     json!({
         "model": model,
         "sessions": sessions,

@@ -161,26 +161,25 @@ async fn slots(State(app): State<AppState>) -> Response {
         Ok(snapshot) => snapshot,
         Err(e) => return ApiError::unavailable(e.to_string()).into_response(),
     };
-    let sessions: Vec<_> = snapshot
-        .slots
-        .iter()
-        .map(|slot| {
-            json!({
-                "id": slot.session.0,
-                "capacity": slot.capacity,
-                "holder": slot.holder.map(|s| s.0),
-                "used_tokens": slot.used_tokens,
-                "cached_tokens": slot.cached_tokens,
-                "state": crate::metrics::state_name(slot.state),
-            })
-        })
-        .collect();
+    let sessions: Vec<_> = snapshot.slots.iter().map(session_json).collect();
     Json(json!({
         "sessions": sessions,
         "queue_depth": snapshot.queue_depth,
         "paused_streams": snapshot.paused_streams,
     }))
     .into_response()
+}
+
+/// One session as `/slots` and the live page show it.
+pub(crate) fn session_json(slot: &lane::SlotView) -> serde_json::Value {
+    json!({
+        "id": slot.session.0,
+        "capacity": slot.capacity,
+        "holder": slot.holder.map(|s| s.0),
+        "used_tokens": slot.used_tokens,
+        "cached_tokens": slot.cached_tokens,
+        "state": crate::metrics::state_name(slot.state),
+    })
 }
 
 async fn method_not_allowed(request: Request) -> Response {
