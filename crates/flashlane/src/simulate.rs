@@ -616,6 +616,14 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A bar chart of one measure per cut: its file, title, unit, and the measure.
+type BarChart = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Outcome) -> f64,
+);
+
 /// The charts of `--plot DIR`.
 fn plots(dir: &std::path::Path, report: &Report) -> anyhow::Result<()> {
     crate::plot::ensure_dir(dir)?;
@@ -630,28 +638,28 @@ fn plots(dir: &std::path::Path, report: &Report) -> anyhow::Result<()> {
         "milliseconds",
         &series,
     )?;
-    let per_gib: Vec<(&str, f64)> = report
-        .outcomes
-        .iter()
-        .map(|o| (o.policy, o.streams_per_gib))
-        .collect();
-    crate::plot::bars(
-        &dir.join("streams_per_gib.svg"),
-        "peak streams per GiB of sessions",
-        "streams / GiB",
-        &per_gib,
-    )?;
-    let waits: Vec<(&str, f64)> = report
-        .outcomes
-        .iter()
-        .map(|o| (o.policy, o.queue_wait_ms_p99))
-        .collect();
-    crate::plot::bars(
-        &dir.join("queue_wait_p99.svg"),
-        "queue wait, 99th percentile",
-        "milliseconds",
-        &waits,
-    )?;
+    let measures: [BarChart; 2] = [
+        (
+            "streams_per_gib.svg",
+            "peak streams per GiB of sessions",
+            "streams / GiB",
+            |o| o.streams_per_gib,
+        ),
+        (
+            "queue_wait_p99.svg",
+            "queue wait, 99th percentile",
+            "milliseconds",
+            |o| o.queue_wait_ms_p99,
+        ),
+    ];
+    for (file, title, unit, measure) in measures {
+        let bars: Vec<(&str, f64)> = report
+            .outcomes
+            .iter()
+            .map(|o| (o.policy, measure(o)))
+            .collect();
+        crate::plot::bars(&dir.join(file), title, unit, &bars)?;
+    }
     eprintln!("charts written to {}", dir.display());
     Ok(())
 }
