@@ -66,6 +66,19 @@ impl Gpu {
         block: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        self.launch_with_shared(f, grid, block, 0, args)
+    }
+
+    /// [`Gpu::launch`] with `shared_bytes` of dynamic shared memory a block (over 48 KiB only for
+    /// a function whose limit was raised when it was loaded).
+    pub fn launch_with_shared(
+        &self,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
         let mut builder = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -78,7 +91,7 @@ impl Gpu {
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared_bytes,
         };
         // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in
         // order and of the C types named in `Arg`; pointers address live buffers sized by the

@@ -360,3 +360,203 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
     matmul_fp8_block<1, MMA_FP8_NARROW_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,
                                           y_stride, accumulate, rows, part);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Many rows (a prefill chunk, a decode round of 128+ streams): `matmul_bf16_tiled`. A block
+// computes BM rows × BN outputs, its 8 warps each a 32-row × NT·8-output part of it, and stages
+// each chunk of 64 k-elements of x (BM rows, f32) and W (BN outputs, bf16) in shared memory
+// with `cp.async`, MMT_STAGES chunks in flight: every weight is read from memory once per BM
+// rows (the 16-row kernels above read it once per 16) and every x row once per BN outputs.
+//
+// Batch invariance: the same chain as `mma_tile`. There, warp w sums the chunks w, w + 8, …
+// (MMA_WARPS = 8) in increasing order, each chunk 4 steps of the hi then the lo product with the
+// same k-slot feed, and the 8 warps' sums are added in warp order: sum = p0; sum += p1; … Here a
+// warp walks the chunks in that order itself — the chunks of w = 0, then of w = 1, … — into a
+// partial that starts at 0 for each w, and folds each finished partial into its total in the
+// same order (total = p0, then total += pw). The products, the partials and the folds are the
+// same operations on the same values, so the bits are those of the narrow and wide kernels,
+// whatever the batch, tile or kernel. (The host defines MMT_RESIDUES as MMA_WARPS.)
+//
+// Shared memory, per stage: xs[BM][64] f32 and ws[BN][64] bf16, in 16-byte pieces placed by an
+// XOR swizzle so that the 8 lanes of a 16-byte-load phase (rows g, g + 1 × lanes t = 0…3) hit 8
+// different bank groups: x piece p of row r at p ^ ((p >> 3) & 1) ^ ((r & 1) << 1) (a lane's
+// step s reads piece 4t + s), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and
+// 2t + 1).
+//
+// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128).
+
+#define MMT_WARPS 8
+#define MMT_X_PIECES (MMA_CHUNK / 4)  // 16-byte pieces of a chunk of x (f32)
+#define MMT_W_PIECES (MMA_CHUNK / 8)  // of a chunk of W (bf16)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    // src-size 0 fills the 16 bytes with zeros without reading (rows past the end, k past k).
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ int mmt_x_pos(int row, int p) { return p ^ ((p >> 3) & 1) ^ ((row & 1) << 1); }
+__device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
+
+// The chunk index of visit v of the chain: the chunks of residue 0 (0, R, 2R, …), then of 1, …
+// (R = MMT_RESIDUES; a residue past the last chunk has none).
+__device__ __forceinline__ int mmt_chunk_of_visit(int v, int chunks) {
+    for (int w = 0; w < MMT_RESIDUES; w++) {
+        const int n = w < chunks ? (chunks - w + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+        if (v < n) return w + v * MMT_RESIDUES;
+        v -= n;
+    }
+    return -1;
+}
+
+// Copies chunk c of the block's x rows and W outputs into stage buffers xs, ws.
+template <int BM, int BN>
+__device__ __forceinline__ void mmt_load(float* xs, bf16_t* ws, const float* __restrict__ x, int x_stride,
+                                         const int* __restrict__ row_index, int rows, int r0,
+                                         const bf16_t* __restrict__ w, int k, int n_out, int o0, int c) {
+    const int e0 = c * MMA_CHUNK;
+#pragma unroll
+    for (int i = threadIdx.x; i < BM * MMT_X_PIECES; i += MMT_WARPS * WARP) {
+        const int r = i / MMT_X_PIECES, p = i % MMT_X_PIECES;
+        const int row = r0 + r, e = e0 + 4 * p;
+        const bool valid = row < rows && e < k;
+        const float* src = valid ? x + (size_t)(row_index ? row_index[row] : row) * x_stride + e : x;
+        cp_async16(xs + r * MMA_CHUNK + 4 * mmt_x_pos(r, p), src, valid);
+    }
+#pragma unroll
+    for (int i = threadIdx.x; i < BN * MMT_W_PIECES; i += MMT_WARPS * WARP) {
+        const int o = i / MMT_W_PIECES, p = i % MMT_W_PIECES;
+        const int out = o0 + o, e = e0 + 8 * p;
+        const bool valid = out < n_out && e < k;
+        const bf16_t* src = valid ? w + (size_t)out * k + e : w;
+        cp_async16(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, p), src, valid);
+    }
+}
+
+// y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
+// tiles × NT n-tiles.
+template <int BM, int NT>
+__device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, int x_stride,
+                                                   const int* __restrict__ row_index,
+                                                   const bf16_t* __restrict__ w, int k, int n_out,
+                                                   float* __restrict__ y, int y_stride, int accumulate,
+                                                   int rows) {
+    constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
+    constexpr int STAGE_FLOATS = BM * MMA_CHUNK + BN * MMA_CHUNK / 2;
+    extern __shared__ float4 mmt_smem4[];
+    float* smem = reinterpret_cast<float*>(mmt_smem4);
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wr = warp / WC, wc = warp % WC;
+    // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
+    // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
+    // the same: the tiles are bound by the tensor cores there.)
+    const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+
+    float acc[2][NT][4], total[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][j][i] = total[m][j][i] = 0.0f;
+
+    auto xs_of = [&](int stage) { return smem + stage * STAGE_FLOATS; };
+    auto ws_of = [&](int stage) { return reinterpret_cast<bf16_t*>(smem + stage * STAGE_FLOATS + BM * MMA_CHUNK); };
+
+#pragma unroll
+    for (int s = 0; s < MMT_STAGES - 1; s++) {
+        if (s < chunks)
+            mmt_load<BM, BN>(xs_of(s), ws_of(s), x, x_stride, row_index, rows, r0, w, k, n_out, o0,
+                             mmt_chunk_of_visit(s, chunks));
+        cp_async_commit();
+    }
+    int v = 0;  // visits so far (chunks multiplied)
+    for (int res = 0; res < MMT_RESIDUES; res++) {
+        for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
+            cp_async_wait<MMT_STAGES - 2>();
+            __syncthreads();
+            {
+                const int next = v + MMT_STAGES - 1;
+                if (next < chunks) {
+                    const int stage = next % MMT_STAGES;
+                    mmt_load<BM, BN>(xs_of(stage), ws_of(stage), x, x_stride, row_index, rows, r0, w, k, n_out,
+                                     o0, mmt_chunk_of_visit(next, chunks));
+                }
+                cp_async_commit();
+            }
+            const float* xs = xs_of(v % MMT_STAGES);
+            const bf16_t* ws = ws_of(v % MMT_STAGES);
+            // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
+            uint4 wlo[NT], whi[NT];
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int o = (wc * NT + j) * MMA_COLS + g;
+                wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
+                whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
+            }
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                // Rows g and g + 8 of each row tile: elements 16t + 4s … 16t + 4s + 3 (piece 4t + s).
+                unsigned ah[2][4], al[2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const int ra = wr * 32 + m * 16 + g, rb = ra + 8;
+                    const float4 fa = *reinterpret_cast<const float4*>(xs + ra * MMA_CHUNK + 4 * mmt_x_pos(ra, 4 * t + s));
+                    const float4 fb = *reinterpret_cast<const float4*>(xs + rb * MMA_CHUNK + 4 * mmt_x_pos(rb, 4 * t + s));
+                    split_bf16(fa.x, fa.y, ah[m][0], al[m][0]);
+                    split_bf16(fb.x, fb.y, ah[m][1], al[m][1]);
+                    split_bf16(fa.z, fa.w, ah[m][2], al[m][2]);
+                    split_bf16(fb.z, fb.w, ah[m][3], al[m][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 lo = wlo[j], hi = whi[j];
+                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
+                        mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
+                    }
+                }
+            }
+        }
+        // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there).
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    total[m][j][i] = res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+                    acc[m][j][i] = 0.0f;
+                }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
+                const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
+                if (r < rows && o < n_out) {
+                    float* out = y + (size_t)r * y_stride + o;
+                    *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
+                }
+            }
+}
+
+// 64 rows × 128 outputs, two blocks a multiprocessor.
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
+matmul_bf16_tiled(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                  const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
+                  int accumulate, int rows) {
+    static_assert(MMT_OUTS == MMT_WARPS / (MMT_ROWS / 32) * 4 * MMA_COLS, "4 n-tiles a warp make MMT_OUTS");
+    matmul_tiled_block<MMT_ROWS, 4>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows);
+}

@@ -27,10 +27,10 @@ const ARCH: &str = "sm_90";
 /// Warps per block of the matmul kernels: they split k (fixed by k alone) of one tile of 16 rows
 /// × 1 or MMA_NT n-tiles of 8 outputs on the tensor cores.
 const MMA_WARPS: u32 = 8;
-/// Blocks below which a matmul launches `matmul_bf16_narrow` (one n-tile a block, four times the
-/// blocks): two blocks for each of the H200's 132 multiprocessors, so a decode step's narrow
+/// Blocks below which an FP8 matmul launches `matmul_fp8_narrow` (one n-tile a block, four times
+/// the blocks): two blocks for each of the H200's 132 multiprocessors, so a decode step's narrow
 /// matrices still spread over the whole GPU. Both kernels compute the same bits.
-const MATMUL_WIDE_MIN_BLOCKS: usize = 2 * 132;
+const FP8_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// Chunks of k a warp of `matmul_bf16_narrow` loads before it multiplies any: at one row, the
 /// narrow q/k/v, o and down matrices of a Qwen3-4B step read their weights at 1.7–2.0 TB/s one
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
@@ -56,6 +56,35 @@ const MMA_MIN_BLOCKS: usize = 2;
 /// Elements of k a warp of the matmul takes at a time (4 lanes × 16): an FP8 matrix's column
 /// blocks must hold whole chunks, so that a chunk has one scale.
 const MMA_CHUNK: usize = 64;
+/// Chunks of x and W `matmul_bf16_tiled` keeps in flight (cp.async stages in shared memory):
+/// one being multiplied while the next ones load.
+const MMT_STAGES: usize = 3;
+/// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
+const MMT_THREADS: u32 = 256;
+/// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
+/// kernels: at least two row blocks and about two blocks a multiprocessor. Measured on the H200
+/// (`matmul_kernel_times`, bench/RESULTS.md session 9): with fewer blocks each one's chain of
+/// chunks is latency-bound and the 16-row kernels, which split k over their warps, are faster
+/// (the lm_head at one row took 15 % of a token more tiled); from 128 rows and 256 blocks (a
+/// prefill chunk, Qwen3-4B's gate/up at 128 rows) the tiles, which read a weight once per 64 rows
+/// and x once per 128 outputs, are up to 1.6× faster.
+const MATMUL_TILED_MIN_ROWS: usize = 128;
+const MATMUL_TILED_MIN_BLOCKS: usize = 256;
+/// Wide-kernel blocks (16 rows × 32 outputs) below which a one-row-tile matmul runs the narrow
+/// kernel: only Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
+/// faster narrow (by 5–15 %); every other matrix and row count ran faster wide, by up to 2.7× at
+/// 32–48 rows (`matmul_kernel_times`).
+const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
+/// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
+/// binary: the bits do not change).
+pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
+
+/// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
+/// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
+const MMT_ROWS: usize = 64;
+const MMT_OUTS: usize = 128;
+/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (f32) and W (bf16).
+const MMT_SHARED_BYTES: usize = MMT_STAGES * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2);
 
 /// Whether FP8 blocks of `block_rows × block_cols` suit the FP8 matmul on an `[n_out, k]`
 /// matrix: whole blocks, a chunk of k in one column block, an n-tile in one row block.
@@ -244,6 +273,11 @@ impl Dims {
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
+            ("MMT_STAGES", MMT_STAGES),
+            // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
+            ("MMT_RESIDUES", block(MMA_WARPS)),
+            ("MMT_ROWS", MMT_ROWS),
+            ("MMT_OUTS", MMT_OUTS),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
@@ -304,6 +338,9 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     matmul: CudaFunction,
+    matmul_tiled: CudaFunction,
+    /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
+    matmul_tiled_auto: bool,
     matmul_narrow: CudaFunction,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
@@ -350,8 +387,16 @@ impl Kernels {
             .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
         let module = gpu.ctx.load_module(ptx)?;
         let f = |name: &str| module.load_function(name);
+        let matmul_tiled = f("matmul_bf16_tiled")?;
+        // Over the 48 KiB a block gets without asking.
+        matmul_tiled.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MMT_SHARED_BYTES as i32,
+        )?;
         Ok(Kernels {
             matmul: f("matmul_bf16")?,
+            matmul_tiled,
+            matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
@@ -434,15 +479,50 @@ pub struct DeltaNetLaunch {
 /// Which matmul kernel computes a product (they give the same bits; see `matmul.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// The wide kernel when it makes at least [`MATMUL_WIDE_MIN_BLOCKS`] blocks, else the narrow.
+    /// bf16: the tiled kernel where [`runs_tiled`], else the wide one unless
+    /// one row tile makes fewer than [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide
+    /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
     /// `matmul_bf16`: MMA_NT n-tiles a block.
     Wide,
+    /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
+    Tiled,
+}
+
+/// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
+fn runs_tiled(rows: usize, n_out: usize) -> bool {
+    rows >= MATMUL_TILED_MIN_ROWS
+        && rows.div_ceil(MMT_ROWS) * n_out.div_ceil(MMT_OUTS) >= MATMUL_TILED_MIN_BLOCKS
 }
 
 impl Kernels {
+    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        gpu.launch_with_shared(
+            &self.matmul_tiled,
+            (
+                rows_u32(m.rows.div_ceil(MMT_ROWS)),
+                u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid"),
+                1,
+            ),
+            MMT_THREADS,
+            MMT_SHARED_BYTES as u32,
+            &[
+                Arg::Ptr(m.x),
+                Arg::I32(m.x_stride as i32),
+                Arg::Ptr(m.row_index),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+                Arg::I32(m.rows as i32),
+            ],
+        )
+    }
+
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
@@ -468,10 +548,22 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let tiled = match kernel {
+            MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
+            MatmulKernel::Tiled => true,
+            MatmulKernel::Narrow | MatmulKernel::Wide => false,
+        };
+        if tiled && m.fp8.is_none() {
+            return self.matmul_tiled(gpu, m);
+        }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
         let wide = match kernel {
-            MatmulKernel::Auto => {
-                m.n_out.div_ceil(MMA_NT * MMA_COLS) * row_tiles >= MATMUL_WIDE_MIN_BLOCKS
+            MatmulKernel::Auto | MatmulKernel::Tiled => {
+                let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
+                match m.fp8 {
+                    None => row_tiles > 1 || wide_blocks >= MATMUL_NARROW_MAX_BLOCKS,
+                    Some(_) => wide_blocks * row_tiles >= FP8_WIDE_MIN_BLOCKS,
+                }
             }
             MatmulKernel::Narrow => false,
             MatmulKernel::Wide => true,

@@ -4,7 +4,9 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
+use super::{
+    Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch,
+};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -263,14 +265,17 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // 8 warps' chunks plus one piece (odd chunk counts, the last chunk in part: the narrow
     // kernel loads 2 chunks at once).
     for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
-        matmul_case(&gpu, &k, &mut rng, depth);
+        matmul_case(&gpu, &k, &mut rng, depth, 40);
     }
+    // Rows over several blocks of the tiled kernel (64 rows a block), the last in part.
+    let depth = 16 * (1 + rng.below(160));
+    matmul_case(&gpu, &k, &mut rng, depth, 300);
 }
 
-fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize) {
+fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_rows: usize) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(40));
+    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
@@ -309,12 +314,26 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize) {
         d <= TOLERANCE,
         "seed {seed}, depth {depth}: relative diff {d}"
     );
-    // The narrow and the wide kernel: the same bits.
-    for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+    // The narrow, the wide and every tiled kernel: the same bits, gathered and accumulated too.
+    let index: Vec<i32> = (0..rows as i32).rev().collect();
+    let index = Buf::from_host(gpu, &index).unwrap();
+    let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
+    let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
+    for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide, MatmulKernel::Tiled] {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
             same_bits(&other, &all),
-            "seed {seed}, depth {depth}: {kernel:?} differs"
+            "seed {seed}, depth {depth}, {rows} rows: {kernel:?} differs"
+        );
+        let other = run_with(xb.at(0), index.at(0), rows, false, kernel);
+        assert!(
+            same_bits(&other, &reversed),
+            "seed {seed}, depth {depth}: {kernel:?} gathered differs"
+        );
+        let other = run_with(xb.at(0), index.at(0), rows, true, kernel);
+        assert!(
+            same_bits(&other, &twice),
+            "seed {seed}, depth {depth}: {kernel:?} accumulated differs"
         );
     }
     for r in 0..rows {
@@ -981,4 +1000,71 @@ fn check_moe(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
     );
+}
+
+/// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B and Qwen3-4B shapes' matrices at
+/// decode and prefill row counts (`--ignored matmul_kernel_times --nocapture` on the GPU), to
+/// choose which kernel `MatmulKernel::Auto` runs. Prints µs a launch, the weights' read rate and
+/// the tensor cores' rate (hi and lo products counted once).
+#[test]
+#[ignore]
+fn matmul_kernel_times() {
+    let Some((gpu, k)) = setup() else { return };
+    // (name, n_out, k) of a layer's projections.
+    let shapes = [
+        ("0.6B qkv", 4096, 1024),
+        ("0.6B o", 1024, 2048),
+        ("0.6B gate_up", 6144, 1024),
+        ("0.6B down", 1024, 3072),
+        ("4B qkv", 6144, 2560),
+        ("4B o", 2560, 4096),
+        ("4B gate_up", 19456, 2560),
+        ("4B down", 2560, 9728),
+    ];
+    let max_rows = 8192;
+    let x = Buf::<f32>::zeros(&gpu, max_rows * 9728).unwrap();
+    let w = Buf::<u16>::zeros(&gpu, 19456 * 2560).unwrap();
+    let y = Buf::<f32>::zeros(&gpu, max_rows * 19456).unwrap();
+    let kernels = [
+        MatmulKernel::Auto,
+        MatmulKernel::Narrow,
+        MatmulKernel::Wide,
+        MatmulKernel::Tiled,
+    ];
+    for (name, n_out, depth) in shapes {
+        for rows in [1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 8192] {
+            let m = Matmul {
+                fp8: None,
+                x: x.at(0),
+                x_stride: depth,
+                row_index: 0,
+                w: w.at(0),
+                k: depth,
+                n_out,
+                y: y.at(0),
+                y_stride: n_out,
+                rows,
+                accumulate: false,
+            };
+            let mut line = format!("{name:>13} rows {rows:>5}:");
+            for &kernel in &kernels {
+                if kernel == MatmulKernel::Tiled && rows < 64 {
+                    continue;
+                }
+                let reps = if rows >= 2048 { 5 } else { 30 };
+                k.matmul_with(&gpu, &m, kernel).unwrap();
+                gpu.sync().unwrap();
+                let start = std::time::Instant::now();
+                for _ in 0..reps {
+                    k.matmul_with(&gpu, &m, kernel).unwrap();
+                }
+                gpu.sync().unwrap();
+                let us = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+                let tflops = (2 * rows * n_out * depth) as f64 / us / 1e6;
+                line += &format!("  {kernel:?} {us:.1}us {tbs:.2}TB/s {tflops:.0}TF");
+            }
+            println!("{line}");
+        }
+    }
 }
