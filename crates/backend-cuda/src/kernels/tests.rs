@@ -4,9 +4,7 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{
-    Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch,
-};
+use super::{Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -319,7 +317,11 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_row
     let index = Buf::from_host(gpu, &index).unwrap();
     let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
-    for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide, MatmulKernel::Tiled] {
+    for kernel in [
+        MatmulKernel::Narrow,
+        MatmulKernel::Wide,
+        MatmulKernel::Tiled,
+    ] {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
             same_bits(&other, &all),
