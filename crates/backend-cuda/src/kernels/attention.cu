@@ -35,6 +35,8 @@ __device__ __forceinline__ float kv_load(kv_t v) { return v; }
 #define ATT_Q_W (ATT_HEADS * ATT_Q_HEAD_W)
 #define ATT_QKV_W (ATT_Q_W + 2 * ATT_KV_HEADS * ATT_HD)
 #define ATT_KV_ROW (ATT_KV_HEADS * ATT_HD)
+// Head dims a lane of attention_prep takes.
+#define ATT_PREP_DPL ((ATT_HD + WARP - 1) / WARP)
 
 extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
 attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
@@ -55,15 +57,28 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
     const int kvh = w - ATT_HEADS;
     const float* src = query ? row + w * ATT_Q_HEAD_W : row + ATT_Q_W + kvh * ATT_HD;
     const float* nw = query ? q_norm : k_norm;
+    // The loops over a head's dims run ATT_PREP_DPL times, unrolled so that each one's loads
+    // are issued together (rolled, a 1-row call waited on ~30 loads one after another).
     if (!query) {
         const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
-        for (int i = lane; i < ATT_HD; i += WARP) v_cache[cache_row + kvh * ATT_HD + i] = kv_store(v[i]);
+#pragma unroll
+        for (int j = 0; j < ATT_PREP_DPL; j++) {
+            const int i = lane + j * WARP;
+            if (i < ATT_HD) v_cache[cache_row + kvh * ATT_HD + i] = kv_store(v[i]);
+        }
     }
-    const float inv = 1.0f / sqrtf(warp_sum_squares(src, ATT_HD, lane) / (float)ATT_HD + eps);
-    for (int i = lane; i < ATT_HD; i += WARP) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
+    const float inv = 1.0f / sqrtf(warp_sum_squares_n<ATT_HD>(src, lane) / (float)ATT_HD + eps);
+#pragma unroll
+    for (int j = 0; j < ATT_PREP_DPL; j++) {
+        const int i = lane + j * WARP;
+        if (i < ATT_HD) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
+    }
     __syncwarp();
     const int half = ATT_ROT / 2;
-    for (int i = lane; i < ATT_HD; i += WARP) {
+#pragma unroll
+    for (int j = 0; j < ATT_PREP_DPL; j++) {
+        const int i = lane + j * WARP;
+        if (i >= ATT_HD) break;
         float y = buf[i];
         if (i < ATT_ROT) {
             const int d = i < half ? i : i - half;

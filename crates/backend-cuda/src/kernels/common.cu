@@ -37,6 +37,19 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
     return warp_sum(acc);
 }
 
+// The same sum for a length N known at compile time: the lane's loads are issued together (a
+// rolled loop waits on each load before issuing the next), the sum in the same order.
+template <int N>
+__device__ __forceinline__ float warp_sum_squares_n(const float* x, int lane) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (N + WARP - 1) / WARP; j++) {
+        const int i = lane + j * WARP;
+        if (i < N) acc += x[i] * x[i];
+    }
+    return warp_sum(acc);
+}
+
 // How an RMSNorm applies its weight: x̂·w (Qwen3) or x̂·(1 + w) (Qwen3-Next, zero-centred).
 #define NORM_PLAIN 0
 #define NORM_ZERO_CENTRED 1

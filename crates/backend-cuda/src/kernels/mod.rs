@@ -140,6 +140,8 @@ const MOE_TOP_K_MAX: usize = 32;
 const ATT_THREADS: u32 = 512;
 /// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
+/// Logits a thread of `argmax_rows` loads at once before comparing them (in index order).
+const ARGMAX_BATCH: usize = 8;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
@@ -284,6 +286,7 @@ impl Dims {
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
+            ("ARGMAX_BATCH", ARGMAX_BATCH),
             ("ATT_HEADS", self.heads),
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),

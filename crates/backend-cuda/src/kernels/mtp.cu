@@ -42,10 +42,21 @@ argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__
     const float* row = logits + (size_t)blockIdx.x * n;
     float v = 0.0f;
     int id = -1;
-    for (int i = threadIdx.x; i < n; i += ARGMAX_THREADS) {
-        const float x = row[i];
-        if (isnan(x) || x == -INFINITY) continue;
-        if (id < 0 || x > v) { v = x; id = i; }
+    // ARGMAX_BATCH loads a thread issued together, then taken in increasing index as before (a
+    // rolled loop waited on each of a 151,936-logit row's 148 loads a thread in turn).
+    for (int base = threadIdx.x; base < n; base += ARGMAX_BATCH * ARGMAX_THREADS) {
+        float xs[ARGMAX_BATCH];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_BATCH; u++) {
+            const int i = base + u * ARGMAX_THREADS;
+            xs[u] = i < n ? row[i] : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < ARGMAX_BATCH; u++) {
+            const float x = xs[u];
+            if (isnan(x) || x == -INFINITY) continue;
+            if (id < 0 || x > v) { v = x; id = base + u * ARGMAX_THREADS; }
+        }
     }
     best_v[threadIdx.x] = v;
     best_i[threadIdx.x] = id;
