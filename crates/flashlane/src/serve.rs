@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Every N finished requests, replay the last ones served (up to 4,096) through the simulator
+    /// and show the --slot-contexts `flashlane suggest` would choose for them in /metrics and
+    /// /slots (advice only: the sessions never change while serving)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub suggest_every: Option<u64>,
 }
 
 /// Longest timeout a flag takes: a day (longer is a typo, and `Duration` must hold it).
@@ -168,26 +173,64 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let model_dir = dir.clone();
     let placement = args.model.placement();
     let device = args.device;
-    let (engine, engine_thread) = server::spawn_engine(move || {
-        let how = LoadHow {
-            format,
-            placement,
-            kv: kv_dtype,
-        };
-        let target = device
-            .load(&model_dir, how)?
-            .target(&capacities, rollback)?;
-        let mut config = EngineConfig::new(policy);
-        config.draft = draft;
-        config.draft_tokens = draft_tokens;
-        config.draft_cost_percent = draft_cost;
-        config.prompt_cache_bytes = prompt_cache_bytes;
-        let engine = Engine::new(target, config)?;
-        if prompt_cache_bytes > 0 && engine.prompt_cache_usage().is_none() {
-            eprintln!("prompt cache: off (this device's target keeps no cache blocks yet)");
+    let suggest = args.suggest_every.map(|every| {
+        let sizing = args.sizing.clone();
+        let advisor: server::advice::Advisor = Box::new(move |served| {
+            let memory = crate::simulate::Memory {
+                sizing: &sizing,
+                needs,
+                cap_bytes: cap.cap_bytes,
+            };
+            match crate::simulate::advise(&memory, served) {
+                Ok(advice) => {
+                    eprintln!(
+                        "suggest: --slot-contexts {} beside --context {} for the last {} requests \
+                         (simulated: {:.1} streams per GiB and p99 wait {:.0} ms, against {:.1} and \
+                         {:.0} ms now)",
+                        advice.slot_contexts,
+                        advice.context,
+                        advice.requests,
+                        advice.suggested.streams_per_gib,
+                        advice.suggested.queue_wait_ms_p99,
+                        advice.current.streams_per_gib,
+                        advice.current.queue_wait_ms_p99
+                    );
+                    Some(advice)
+                }
+                Err(e) => {
+                    eprintln!("suggest: no advice this time: {:#}", e.error);
+                    None
+                }
+            }
+        });
+        server::advice::SuggestEvery {
+            every: every as usize,
+            advisor,
         }
-        anyhow::Ok(engine)
-    })?;
+    });
+    let (engine, engine_thread) = server::spawn_engine_with(
+        move || {
+            let how = LoadHow {
+                format,
+                placement,
+                kv: kv_dtype,
+            };
+            let target = device
+                .load(&model_dir, how)?
+                .target(&capacities, rollback)?;
+            let mut config = EngineConfig::new(policy);
+            config.draft = draft;
+            config.draft_tokens = draft_tokens;
+            config.draft_cost_percent = draft_cost;
+            config.prompt_cache_bytes = prompt_cache_bytes;
+            let engine = Engine::new(target, config)?;
+            if prompt_cache_bytes > 0 && engine.prompt_cache_usage().is_none() {
+                eprintln!("prompt cache: off (this device's target keeps no cache blocks yet)");
+            }
+            anyhow::Ok(engine)
+        },
+        suggest,
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

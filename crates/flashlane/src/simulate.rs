@@ -12,6 +12,7 @@
 //! Deterministic for a trace and a step-time model: no wall clock is read.
 
 use crate::plan::{self, PlanArgs};
+use crate::sizing::{PlanNeeds, SizingArgs};
 use crate::trace::{self, TraceRequest};
 use crate::Failure;
 use anyhow::{anyhow, Context};
@@ -19,6 +20,7 @@ use clap::Args;
 use lane::testing::{FakeConfig, FakeTarget};
 use lane::{Engine, EngineConfig, Event, Policy, Refusal, Request, StreamId};
 use serde::Serialize;
+use server::advice::{Advice, Projection};
 use slots::{Plan, PlanInput, SessionSpec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -179,12 +181,12 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
 /// The sessions a spec (`16384,4096x6`) opens beside the engine's session of `context` tokens
 /// under the cap, as `serve` would, with smallest fit and moves.
 fn spec_layout(
-    args: &PlanArgs,
+    memory: &Memory,
     name: &'static str,
     context: u64,
     spec: &str,
 ) -> Result<Layout, Failure> {
-    let (needs, cap_bytes) = plan::needs(args)?;
+    let (needs, cap_bytes) = (memory.needs, memory.cap_bytes);
     let spec = SessionSpec::parse(spec, context).map_err(Failure::bad_input)?;
     let plan = slots::plan(&PlanInput {
         context_tokens: context,
@@ -202,16 +204,50 @@ fn spec_layout(
         name,
         plan,
         policy: Policy::SmallestFit {
-            grow: args.sizing.slot_grow,
+            grow: memory.sizing.slot_grow,
         },
     })
 }
 
+/// What the layouts are cut from: the sizing flags, the model's needs and the cap.
+pub struct Memory<'a> {
+    pub sizing: &'a SizingArgs,
+    pub needs: PlanNeeds,
+    pub cap_bytes: u64,
+}
+
+impl<'a> Memory<'a> {
+    fn of(args: &'a PlanArgs) -> Result<Memory<'a>, Failure> {
+        let (needs, cap_bytes) = plan::needs(args)?;
+        Ok(Memory {
+            sizing: &args.sizing,
+            needs,
+            cap_bytes,
+        })
+    }
+}
+
+/// Goodput's service levels (None: no bound).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Slo {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+}
+
+impl SimulateArgs {
+    fn slo(&self) -> Slo {
+        Slo {
+            ttft_ms: self.slo_ttft_ms,
+            tpot_ms: self.slo_tpot_ms,
+        }
+    }
+}
+
 /// The sessions each policy opens under the cap.
-fn layouts(args: &PlanArgs) -> Result<Vec<Layout>, Failure> {
-    let (needs, cap_bytes) = plan::needs(args)?;
+fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
+    let (needs, cap_bytes, sizing) = (memory.needs, memory.cap_bytes, memory.sizing);
     let mut out = Vec::new();
-    let flashlane = args.sizing.resolve(&needs, cap_bytes)?;
+    let flashlane = sizing.resolve(&needs, cap_bytes)?;
     let context = flashlane.plan.sessions[0].capacity - slots::MARGIN;
     let flashlane_sessions = flashlane.plan.sessions.len();
     let flashlane_tokens: u64 = flashlane
@@ -222,7 +258,7 @@ fn layouts(args: &PlanArgs) -> Result<Vec<Layout>, Failure> {
         .sum();
     out.push(Layout {
         name: "flashlane",
-        policy: args.sizing.policy(flashlane.spec.as_ref()),
+        policy: sizing.policy(flashlane.spec.as_ref()),
         plan: flashlane.plan,
     });
     let input = |context_tokens: u64, parallel: usize| PlanInput {
@@ -238,7 +274,7 @@ fn layouts(args: &PlanArgs) -> Result<Vec<Layout>, Failure> {
     };
     // llama.cpp's `-c TOTAL -np N`: flashlane's tokens in all, cut into as many equal slots as
     // flashlane has sessions (or --parallel).
-    let parallel = args.sizing.parallel.unwrap_or(flashlane_sessions).max(1);
+    let parallel = sizing.parallel.unwrap_or(flashlane_sessions).max(1);
     let per_slot = (flashlane_tokens / parallel as u64).max(1);
     let equal = slots::plan(&input(per_slot, parallel)).map_err(|e| anyhow!(e))?;
     out.push(Layout {
@@ -256,12 +292,7 @@ fn layouts(args: &PlanArgs) -> Result<Vec<Layout>, Failure> {
 }
 
 /// Replays `trace` through an engine over `layout`'s sessions on the virtual clock.
-fn simulate(
-    layout: &Layout,
-    trace: &[TraceRequest],
-    step: StepTime,
-    args: &SimulateArgs,
-) -> Outcome {
+fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -> Outcome {
     let capacities = layout.plan.capacities();
     let fake = FakeConfig::default();
     let mut engine = Engine::new(
@@ -378,10 +409,8 @@ fn simulate(
         .filter(|&&i| first_token.contains_key(&i))
         .filter(|&&i| {
             let ttft = (first_token[&i] - trace[i].arrival_s) * 1e3;
-            args.slo_ttft_ms.is_none_or(|s| ttft <= s)
-                && args
-                    .slo_tpot_ms
-                    .is_none_or(|s| tpot(i).is_none_or(|t| t <= s))
+            slo.ttft_ms.is_none_or(|s| ttft <= s)
+                && slo.tpot_ms.is_none_or(|s| tpot(i).is_none_or(|t| t <= s))
         })
         .count();
     let gib = (1u64 << 30) as f64;
@@ -449,10 +478,11 @@ fn spec_text(counts: &BTreeMap<u64, usize>) -> String {
 pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
     let trace = trace::read(&args.trace)?;
     let step = step_time(args)?;
-    let base = layouts(&args.plan)?;
-    let (outcome, text, evaluations, context) = search(args, &trace, step, &base)?;
+    let memory = Memory::of(&args.plan)?;
+    let base = layouts(&memory)?;
+    let (outcome, text, evaluations, context) = search(&memory, args.slo(), &trace, step, &base)?;
     let mut outcomes: Vec<Outcome> = vec![outcome];
-    outcomes.extend(base.iter().map(|l| simulate(l, &trace, step, args)));
+    outcomes.extend(base.iter().map(|l| simulate(l, &trace, step, args.slo())));
     let report = Report {
         trace: args.trace.display().to_string(),
         requests: trace.len(),
@@ -480,7 +510,8 @@ pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
 /// The search of [`suggest`]: the best layout's outcome, its spec, how many layouts were
 /// simulated, and the engine's session.
 fn search(
-    args: &SimulateArgs,
+    memory: &Memory,
+    slo: Slo,
     trace: &[TraceRequest],
     step: StepTime,
     base: &[Layout],
@@ -498,7 +529,7 @@ fn search(
         )));
     }
     // How many run at once when nothing waits: the worst-case cut's peak.
-    let worst = simulate(&base[2], trace, step, args);
+    let worst = simulate(&base[2], trace, step, slo);
     let concurrent = worst.peak_streams.max(1);
     let mut counts: BTreeMap<u64, usize> = sizes.iter().map(|&t| (t, 0)).collect();
     for r in trace {
@@ -515,12 +546,12 @@ fn search(
         if text.is_empty() {
             return None;
         }
-        let layout = spec_layout(&args.plan, "suggested", context, &text).ok()?;
+        let layout = spec_layout(memory, "suggested", context, &text).ok()?;
         // A spec the cap cannot hold whole is not a candidate.
         if !layout.plan.dropped.is_empty() {
             return None;
         }
-        Some((simulate(&layout, trace, step, args), text))
+        Some((simulate(&layout, trace, step, slo), text))
     };
     let mut best = evaluate(&counts);
     let mut evaluations = 1;
@@ -570,6 +601,49 @@ fn search(
     Ok((outcome, text, evaluations, context))
 }
 
+/// `serve --suggest-every`'s search: the served requests as a trace (arrivals from the first,
+/// in order; replies as long as they were), `suggest`'s search over it with the built-in
+/// step-time model, and the running layout's simulated results beside the suggestion's.
+pub fn advise(memory: &Memory, served: &[server::advice::Served]) -> Result<Advice, Failure> {
+    let mut trace: Vec<TraceRequest> = served
+        .iter()
+        .filter(|s| s.prompt_tokens > 0 && s.max_tokens > 0)
+        .map(|s| TraceRequest {
+            arrival_s: s.arrival_s,
+            prompt_tokens: s.prompt_tokens,
+            max_tokens: s.max_tokens,
+            reply_tokens: Some(s.reply_tokens),
+            prefix_id: None,
+            prefix_tokens: None,
+        })
+        .collect();
+    if trace.is_empty() {
+        return Err(Failure::bad_input(anyhow!("no finished request to replay")));
+    }
+    trace.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    let first = trace[0].arrival_s;
+    for r in &mut trace {
+        r.arrival_s -= first;
+    }
+    let step = DEFAULT_STEP_TIME;
+    let base = layouts(memory)?;
+    let (suggested, text, _, context) = search(memory, Slo::default(), &trace, step, &base)?;
+    let current = simulate(&base[0], &trace, step, Slo::default());
+    let projection = |o: &Outcome| Projection {
+        session_gib: o.session_gib,
+        streams_per_gib: o.streams_per_gib,
+        queue_wait_ms_p99: o.queue_wait_ms_p99,
+        refused: o.refused,
+    };
+    Ok(Advice {
+        slot_contexts: text,
+        context,
+        requests: trace.len(),
+        suggested: projection(&suggested),
+        current: projection(&current),
+    })
+}
+
 fn step_time(args: &SimulateArgs) -> Result<StepTime, Failure> {
     Ok(match (&args.step_time, &args.bench) {
         (Some(v), _) => {
@@ -592,9 +666,9 @@ fn step_time(args: &SimulateArgs) -> Result<StepTime, Failure> {
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let trace = trace::read(&args.trace)?;
     let step = step_time(args)?;
-    let outcomes: Vec<Outcome> = layouts(&args.plan)?
+    let outcomes: Vec<Outcome> = layouts(&Memory::of(&args.plan)?)?
         .iter()
-        .map(|layout| simulate(layout, &trace, step, args))
+        .map(|layout| simulate(layout, &trace, step, args.slo()))
         .collect();
     let report = Report {
         trace: args.trace.display().to_string(),
@@ -733,9 +807,9 @@ mod tests {
             "128",
         ]);
         let trace = chat(120, 4.0);
-        for layout in layouts(&a.plan).unwrap() {
-            let once = simulate(&layout, &trace, DEFAULT_STEP_TIME, &a);
-            let twice = simulate(&layout, &trace, DEFAULT_STEP_TIME, &a);
+        for layout in layouts(&Memory::of(&a.plan).unwrap()).unwrap() {
+            let once = simulate(&layout, &trace, DEFAULT_STEP_TIME, a.slo());
+            let twice = simulate(&layout, &trace, DEFAULT_STEP_TIME, a.slo());
             assert_eq!(format!("{once:?}"), format!("{twice:?}"), "{}", layout.name);
             assert_eq!(once.served + once.refused, trace.len(), "{}", layout.name);
             assert!(once.peak_streams <= once.sessions, "{}", layout.name);
@@ -758,10 +832,10 @@ mod tests {
             "128",
         ]);
         let trace = chat(200, 6.0);
-        let outcomes: Vec<Outcome> = layouts(&a.plan)
+        let outcomes: Vec<Outcome> = layouts(&Memory::of(&a.plan).unwrap())
             .unwrap()
             .iter()
-            .map(|l| simulate(l, &trace, DEFAULT_STEP_TIME, &a))
+            .map(|l| simulate(l, &trace, DEFAULT_STEP_TIME, a.slo()))
             .collect();
         let (flashlane, worst) = (&outcomes[0], &outcomes[2]);
         assert!(flashlane.moves > 0, "{flashlane:?}");
@@ -776,13 +850,19 @@ mod tests {
     fn a_suggested_spec_serves_chat_with_fewer_bytes_a_stream_and_no_longer_waits() {
         let a = args(&["--context", "8192", "--slot-grow", "256"]);
         let trace = chat(80, 6.0);
-        let base = layouts(&a.plan).unwrap();
-        let (suggested, text, evaluations, _) =
-            search(&a, &trace, DEFAULT_STEP_TIME, &base).unwrap();
+        let base = layouts(&Memory::of(&a.plan).unwrap()).unwrap();
+        let (suggested, text, evaluations, _) = search(
+            &Memory::of(&a.plan).unwrap(),
+            a.slo(),
+            &trace,
+            DEFAULT_STEP_TIME,
+            &base,
+        )
+        .unwrap();
         assert!(evaluations <= SUGGEST_EVALUATIONS_MAX + 8, "{evaluations}");
         SessionSpec::parse(&text, 8192).expect("a spec serve takes");
         let [default, equal, worst] =
-            [0, 1, 2].map(|i| simulate(&base[i], &trace, DEFAULT_STEP_TIME, &a));
+            [0, 1, 2].map(|i| simulate(&base[i], &trace, DEFAULT_STEP_TIME, a.slo()));
         assert_eq!(suggested.refused, 0);
         for other in [&default, &equal, &worst] {
             assert!(
@@ -796,17 +876,49 @@ mod tests {
         }
     }
 
+    /// `serve --suggest-every`: the served requests, in the order they finished, give the advice
+    /// `suggest` gives for the same trace, whatever that order; the running layout's results
+    /// come beside it.
+    #[test]
+    fn advice_from_served_requests_is_suggest_on_their_trace() {
+        let a = args(&["--context", "8192", "--slot-grow", "256"]);
+        let memory = Memory::of(&a.plan).unwrap();
+        let trace = chat(60, 6.0);
+        // Finished out of arrival order, arrivals counted from the server's start.
+        let mut served: Vec<server::advice::Served> = trace
+            .iter()
+            .map(|r| server::advice::Served {
+                arrival_s: 100.0 + r.arrival_s,
+                prompt_tokens: r.prompt_tokens,
+                reply_tokens: r.reply_len(),
+                max_tokens: r.max_tokens,
+            })
+            .collect();
+        served.reverse();
+        let advice = advise(&memory, &served).unwrap();
+        let base = layouts(&memory).unwrap();
+        let (suggested, text, _, context) =
+            search(&memory, Slo::default(), &trace, DEFAULT_STEP_TIME, &base).unwrap();
+        assert_eq!(advice.slot_contexts, text);
+        assert_eq!((advice.context, advice.requests), (context, 60));
+        assert_eq!(advice.suggested.streams_per_gib, suggested.streams_per_gib);
+        let current = simulate(&base[0], &trace, DEFAULT_STEP_TIME, Slo::default());
+        assert_eq!(advice.current.session_gib, current.session_gib);
+        assert!(advice.suggested.streams_per_gib > advice.current.streams_per_gib);
+        assert!(advise(&memory, &[]).is_err(), "nothing served: no advice");
+    }
+
     #[test]
     fn a_slower_device_waits_longer() {
         let a = args(&["--context", "8192", "--parallel", "2"]);
         let trace = chat(80, 8.0);
-        let layout = &layouts(&a.plan).unwrap()[0];
-        let fast = simulate(layout, &trace, DEFAULT_STEP_TIME, &a);
+        let layout = &layouts(&Memory::of(&a.plan).unwrap()).unwrap()[0];
+        let fast = simulate(layout, &trace, DEFAULT_STEP_TIME, a.slo());
         let slow = StepTime {
             decode_us: DEFAULT_STEP_TIME.decode_us * 4.0,
             ..DEFAULT_STEP_TIME
         };
-        let slow = simulate(layout, &trace, slow, &a);
+        let slow = simulate(layout, &trace, slow, a.slo());
         assert!(slow.ttft_ms_p99 > fast.ttft_ms_p99 && slow.duration_s > fast.duration_s);
     }
 

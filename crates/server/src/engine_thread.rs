@@ -6,6 +6,7 @@
 //! disconnected) or cannot keep up is cancelled before the next round, so its session frees
 //! within one round.
 
+use crate::advice::{Advice, Recorder, Served, SuggestEvery};
 use lane::{Counters, Engine, Event, FinishReason, Refusal, Request, SlotView, StreamId, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -55,6 +56,8 @@ pub struct Snapshot {
     pub tokens_per_second: f64,
     /// The prompt cache's blocks and bytes (`None`: no cache).
     pub prompt_cache: Option<(usize, u64)>,
+    /// `--suggest-every`'s latest advice (None: off, or no search finished yet).
+    pub advice: Option<Advice>,
 }
 
 pub enum Command {
@@ -153,6 +156,20 @@ where
     F: FnOnce() -> Result<Engine<T>, E> + Send + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
+    spawn_with(make, None)
+}
+
+/// [`spawn`], with `--suggest-every`'s advisor when given (see [`crate::advice`]).
+pub fn spawn_with<T, F, E>(
+    make: F,
+    suggest: Option<SuggestEvery>,
+) -> Result<(EngineHandle, std::thread::JoinHandle<()>), SpawnError>
+where
+    T: Target + 'static,
+    F: FnOnce() -> Result<Engine<T>, E> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    let recorder = suggest.map(Recorder::start).transpose()?;
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
     let (ready, started) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
@@ -165,7 +182,9 @@ where
                 let largest = engine.slots().iter().map(|s| s.capacity).max().unwrap_or(0);
                 let window = 1 + engine.config().draft_tokens;
                 let _ = ready.send(Ok((largest, window)));
-                EngineLoop::new(engine).run(receiver);
+                let mut engine_loop = EngineLoop::new(engine);
+                engine_loop.recorder = recorder;
+                engine_loop.run(receiver);
             }
         })?;
     let (largest_capacity, window) = started.recv().map_err(|_| SpawnError::Died)??;
@@ -184,6 +203,11 @@ struct EngineLoop<T: Target> {
     senders: HashMap<StreamId, mpsc::Sender<StreamEvent>>,
     shutdown_since: Option<Instant>,
     rate: TokenRate,
+    /// `--suggest-every`: finished requests recorded for the advisor (None: off).
+    recorder: Option<Recorder>,
+    /// Each stream's arrival and `max_tokens`, for the recorder.
+    arrivals: HashMap<StreamId, (f64, u64)>,
+    started: Instant,
 }
 
 impl<T: Target> EngineLoop<T> {
@@ -193,6 +217,9 @@ impl<T: Target> EngineLoop<T> {
             senders: HashMap::new(),
             shutdown_since: None,
             rate: TokenRate::default(),
+            recorder: None,
+            arrivals: HashMap::new(),
+            started: Instant::now(),
         }
     }
 
@@ -232,6 +259,7 @@ impl<T: Target> EngineLoop<T> {
                 events,
                 reply,
             } => {
+                let max_tokens = request.max_new_tokens;
                 let outcome = if self.shutdown_since.is_some() {
                     Err(Refusal::ShuttingDown)
                 } else {
@@ -239,18 +267,24 @@ impl<T: Target> EngineLoop<T> {
                 };
                 if let Ok(stream) = outcome {
                     self.senders.insert(stream, events);
+                    if self.recorder.is_some() {
+                        let at = self.started.elapsed().as_secs_f64();
+                        self.arrivals.insert(stream, (at, max_tokens));
+                    }
                 }
                 if reply.send(outcome.clone()).is_err() {
                     // The handler is gone already: drop the stream before it takes a session.
                     if let Ok(stream) = outcome {
                         self.engine.discard(stream);
                         self.senders.remove(&stream);
+                        self.arrivals.remove(&stream);
                     }
                 }
             }
             Command::Cancel(stream) => {
                 self.engine.discard(stream);
                 self.senders.remove(&stream);
+                self.arrivals.remove(&stream);
             }
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
@@ -272,6 +306,7 @@ impl<T: Target> EngineLoop<T> {
         for stream in gone {
             self.engine.discard(stream);
             self.senders.remove(&stream);
+            self.arrivals.remove(&stream);
         }
     }
 
@@ -304,6 +339,16 @@ impl<T: Target> EngineLoop<T> {
                     prompt_tokens,
                     completion_tokens,
                 } => {
+                    if let (Some(recorder), Some((arrival_s, max_tokens))) =
+                        (self.recorder.as_mut(), self.arrivals.remove(&stream))
+                    {
+                        recorder.finished(Served {
+                            arrival_s,
+                            prompt_tokens,
+                            reply_tokens: completion_tokens,
+                            max_tokens,
+                        });
+                    }
                     finished.push((
                         stream,
                         StreamEvent::Finished {
@@ -324,6 +369,7 @@ impl<T: Target> EngineLoop<T> {
             if !delivered {
                 self.engine.discard(stream);
                 self.senders.remove(&stream);
+                self.arrivals.remove(&stream);
             }
         }
         for (stream, event) in finished {
@@ -342,6 +388,7 @@ impl<T: Target> EngineLoop<T> {
             paused_streams: self.engine.paused_streams(),
             tokens_per_second: self.rate.per_second(),
             prompt_cache: self.engine.prompt_cache_usage(),
+            advice: self.recorder.as_ref().and_then(Recorder::advice),
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | Prometheus text | `metrics.rs` |
 //! | the live sessions page (`GET /`) and its events | `live.rs`, `live.html` |
 
+pub mod advice;
 pub mod engine_thread;
 pub mod error;
 mod generate;
@@ -28,7 +29,9 @@ pub mod structured;
 pub mod text;
 mod text_model;
 
-pub use engine_thread::{spawn as spawn_engine, EngineHandle, SpawnError};
+pub use engine_thread::{
+    spawn as spawn_engine, spawn_with as spawn_engine_with, EngineHandle, SpawnError,
+};
 pub use listen::{serve, ConnectionLimits, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};
 pub use routes::{router, AppState, MAX_BODY_BYTES};
 pub use text_model::TextModel;

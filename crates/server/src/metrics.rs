@@ -171,6 +171,51 @@ pub fn render(snapshot: &Snapshot) -> String {
             &plain(blocks as f64),
         );
     }
+    if let Some(advice) = &snapshot.advice {
+        // The spec is a label (Prometheus' "info" pattern): the value is always 1.
+        family(
+            "flashlane_suggested_slot_contexts",
+            "gauge",
+            "The --slot-contexts a simulation of the last served requests would choose now (advice: the sessions do not change); the spec and the engine's session are labels, the value is 1.",
+            &[(
+                format!(
+                    "{{spec=\"{}\",context=\"{}\"}}",
+                    advice.slot_contexts, advice.context
+                ),
+                1.0,
+            )],
+        );
+        family(
+            "flashlane_suggested_requests",
+            "gauge",
+            "Finished requests the suggestion's simulation replayed.",
+            &plain(advice.requests as f64),
+        );
+        let layouts = |f: fn(&crate::advice::Projection) -> f64| {
+            vec![
+                ("{layout=\"suggested\"}".to_string(), f(&advice.suggested)),
+                ("{layout=\"current\"}".to_string(), f(&advice.current)),
+            ]
+        };
+        family(
+            "flashlane_suggested_streams_per_gib",
+            "gauge",
+            "Streams at once per GiB of sessions on the served traffic, simulated, for the suggestion and the running layout.",
+            &layouts(|p| p.streams_per_gib),
+        );
+        family(
+            "flashlane_suggested_queue_wait_p99_seconds",
+            "gauge",
+            "p99 wait for a session on the served traffic, simulated, for the suggestion and the running layout.",
+            &layouts(|p| p.queue_wait_ms_p99 / 1e3),
+        );
+        family(
+            "flashlane_suggested_session_bytes",
+            "gauge",
+            "Bytes of sessions of the suggestion and of the running layout.",
+            &layouts(|p| p.session_gib * (1u64 << 30) as f64),
+        );
+    }
     let acceptance = if c.draft_proposed == 0 {
         0.0
     } else {

@@ -166,6 +166,8 @@ async fn slots(State(app): State<AppState>) -> Response {
         "sessions": sessions,
         "queue_depth": snapshot.queue_depth,
         "paused_streams": snapshot.paused_streams,
+        // `serve --suggest-every N`'s latest advice (null: off, or not yet).
+        "suggested": snapshot.advice,
     }))
     .into_response()
 }

@@ -129,6 +129,7 @@ struct Options {
     fake: FakeConfig,
     limits: ConnectionLimits,
     text: Arc<dyn TextModel>,
+    suggest: Option<server::advice::SuggestEvery>,
 }
 
 impl Default for Options {
@@ -139,6 +140,7 @@ impl Default for Options {
             fake: fake_config(),
             limits: ConnectionLimits::default(),
             text: Arc::new(ByteText),
+            suggest: None,
         }
     }
 }
@@ -152,11 +154,14 @@ async fn start_with(
 ) -> Server {
     let caps = capacities.to_vec();
     let fake = options.fake;
-    let (engine, _thread) = server::spawn_engine(move || {
-        let mut config = EngineConfig::new(policy);
-        config.queue_limit = queue_limit;
-        Engine::new(FakeTarget::new(&caps, fake), config)
-    })
+    let (engine, _thread) = server::spawn_engine_with(
+        move || {
+            let mut config = EngineConfig::new(policy);
+            config.queue_limit = queue_limit;
+            Engine::new(FakeTarget::new(&caps, fake), config)
+        },
+        options.suggest,
+    )
     .unwrap();
     let mut state = AppState::new(
         engine,
@@ -883,6 +888,111 @@ async fn a_client_that_disconnects_mid_stream_frees_its_session() {
         generated < 200_000.0,
         "the reply was cut short, not run to its end ({generated})"
     );
+}
+
+/// `--suggest-every 2`: the advisor gets the finished requests (their lengths as the replies
+/// counted them) every second one, off the engine thread, and its advice shows in `/slots` and
+/// `/metrics`; the sessions do not change.
+#[tokio::test]
+async fn suggest_every_hands_the_served_requests_to_the_advisor_and_shows_its_advice() {
+    use server::advice::{Advice, Projection, Served, SuggestEvery};
+    let seen: Arc<std::sync::Mutex<Vec<Vec<Served>>>> = Arc::default();
+    let log = seen.clone();
+    let projection = |gib: f64| Projection {
+        session_gib: gib,
+        streams_per_gib: 4.0 / gib,
+        queue_wait_ms_p99: 12.0,
+        refused: 0,
+    };
+    let options = Options {
+        suggest: Some(SuggestEvery {
+            every: 2,
+            advisor: Box::new(move |served| {
+                log.lock().unwrap().push(served.to_vec());
+                Some(Advice {
+                    slot_contexts: format!("512x{}", served.len()),
+                    context: 2048,
+                    requests: served.len(),
+                    suggested: projection(1.0),
+                    current: projection(2.0),
+                })
+            }),
+        }),
+        ..Options::default()
+    };
+    let server = start_with(
+        &[2080, 544, 544],
+        Policy::SmallestFit { grow: 64 },
+        64,
+        options,
+    )
+    .await;
+    let before = request(server.addr, "GET", "/slots", "", None).await.json();
+    assert_eq!(
+        before["suggested"],
+        Value::Null,
+        "no advice before any request"
+    );
+    let mut usage = Vec::new();
+    for (i, max_tokens) in [5, 9, 3, 7].into_iter().enumerate() {
+        let reply = post(
+            server.addr,
+            "/v1/completions",
+            json!({"prompt": format!("prompt {i}"), "max_tokens": max_tokens, "temperature": 0}),
+        )
+        .await
+        .json();
+        usage.push((
+            reply["usage"]["prompt_tokens"].as_u64().unwrap(),
+            reply["usage"]["completion_tokens"].as_u64().unwrap(),
+            max_tokens,
+        ));
+        // A history handed over while a search still waits to start is skipped (the next N
+        // bring a fresher one): let each search begin before the next two requests finish.
+        if i % 2 == 1 {
+            for _ in 0..200 {
+                if seen.lock().unwrap().len() > i / 2 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+    // The advisor runs on its own thread: wait for the second search (after the fourth request).
+    let mut slots = Value::Null;
+    for _ in 0..200 {
+        slots = request(server.addr, "GET", "/slots", "", None).await.json();
+        if slots["suggested"]["requests"] == 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(slots["suggested"]["slot_contexts"], "512x4", "{slots}");
+    assert_eq!(slots["suggested"]["suggested"]["session_gib"], 1.0);
+    assert_eq!(
+        slots["sessions"].as_array().unwrap().len(),
+        3,
+        "the sessions never change"
+    );
+    let searches = seen.lock().unwrap().clone();
+    assert_eq!(searches.len(), 2, "a search every second finished request");
+    assert_eq!(searches[0].len(), 2);
+    let last = &searches[1];
+    let got: Vec<(u64, u64, u64)> = last
+        .iter()
+        .map(|s| (s.prompt_tokens, s.reply_tokens, s.max_tokens))
+        .collect();
+    assert_eq!(
+        got, usage,
+        "each request's lengths as its reply counted them"
+    );
+    assert!(last.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+    let metrics = request(server.addr, "GET", "/metrics", "", None).await.body;
+    assert!(
+        metrics.contains("flashlane_suggested_slot_contexts{spec=\"512x4\",context=\"2048\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("flashlane_suggested_streams_per_gib{layout=\"current\"} 2"));
 }
 
 #[tokio::test]
