@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// directory's name]
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Every N finished requests, replay the last ones served (up to 4,096) through the simulator
+    /// Every N finished requests, replay the last ones served (up to 1,024) through the simulator
     /// and show the --slot-contexts `flashlane suggest` would choose for them in /metrics and
     /// /slots (advice only: the sessions never change while serving)
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]

@@ -13,9 +13,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 /// Finished requests the history keeps (the newest): what one search replays. A search
-/// simulates up to a few hundred layouts over it, so this bounds its time (seconds on one core)
-/// as well as the memory.
-pub const SERVED_HISTORY_MAX: usize = 4096;
+/// simulates up to 400 layouts over it (`flashlane suggest`'s bound), so this bounds its time
+/// (400 requests of the shipped traces: 4–30 s of one core) as well as the memory.
+pub const SERVED_HISTORY_MAX: usize = 1024;
 
 /// One finished request, as a trace line (`flashlane trace` format) has it.
 #[derive(Clone, Copy, Debug, PartialEq)]
