@@ -385,6 +385,7 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
                 .collect()
         }
     };
+    let tokens = crate::trace::PromptTokens::of(&shape);
     let plan: Vec<(f64, String)> = (0u64..)
         .zip(shape)
         .map(|(i, r)| {
@@ -392,14 +393,8 @@ pub fn run(args: &LoadgenArgs) -> Result<(), Failure> {
             let mut body = if args.trace.is_some() {
                 // A trace's lengths exactly: the prompt as that many token ids (the same ids for
                 // a shared prefix), the reply as long as the trace's (`ignore_eos`).
-                let shared = r.prefix_tokens.unwrap_or(0);
-                let prefix = r.prefix_id.unwrap_or(i);
                 let prompt: Vec<u64> = (0..words)
-                    .map(|w| {
-                        let from = if w < shared { prefix } else { i + (1 << 32) };
-                        TRACE_TOKEN_FIRST
-                            + lane::sampling::mix64(from ^ (w << 20)) % TRACE_TOKEN_IDS
-                    })
+                    .map(|w| TRACE_TOKEN_FIRST + tokens.token(i, &r, w) % TRACE_TOKEN_IDS)
                     .collect();
                 serde_json::json!({
                     "prompt": prompt,

@@ -134,6 +134,11 @@ struct Layout {
     name: &'static str,
     plan: Plan,
     policy: Policy,
+    /// The prompt cache beside the sessions (what `serve` would keep with these flags: the
+    /// share of what the sessions leave under the cap, or `--prompt-cache-gb`), and a cached
+    /// position's bytes (a session's KV bytes per position).
+    prompt_cache_bytes: u64,
+    cache_bytes_per_token: u64,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -152,6 +157,8 @@ struct Outcome {
     tpot_ms_p50: f64,
     peak_streams: usize,
     peak_session_gib: f64,
+    /// Prompt tokens restored from the prompt cache instead of computed.
+    prompt_cache_tokens: u64,
     streams_per_gib: f64,
     duration_s: f64,
     throughput_tokens_per_s: f64,
@@ -202,6 +209,8 @@ fn spec_layout(
     .map_err(|e| anyhow!(e))?;
     Ok(Layout {
         name,
+        prompt_cache_bytes: memory.sizing.prompt_cache_bytes(&plan).unwrap_or(0),
+        cache_bytes_per_token: needs.per_token,
         plan,
         policy: Policy::SmallestFit {
             grow: memory.sizing.slot_grow,
@@ -260,6 +269,8 @@ fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
         name: "flashlane",
         policy: sizing.policy(flashlane.spec.as_ref()),
         plan: flashlane.plan,
+        prompt_cache_bytes: flashlane.prompt_cache_bytes,
+        cache_bytes_per_token: needs.per_token,
     });
     let input = |context_tokens: u64, parallel: usize| PlanInput {
         context_tokens,
@@ -276,15 +287,21 @@ fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
     // flashlane has sessions (or --parallel).
     let parallel = sizing.parallel.unwrap_or(flashlane_sessions).max(1);
     let per_slot = (flashlane_tokens / parallel as u64).max(1);
+    // The peers get the same prompt-cache rule as flashlane (the share of what their sessions
+    // leave), so the cuts differ in their sessions only.
     let equal = slots::plan(&input(per_slot, parallel)).map_err(|e| anyhow!(e))?;
     out.push(Layout {
         name: "equal",
+        prompt_cache_bytes: sizing.prompt_cache_bytes(&equal).unwrap_or(0),
+        cache_bytes_per_token: needs.per_token,
         plan: equal,
         policy: Policy::FirstFree,
     });
     let worst = slots::plan(&input(context, slots::MAX_SESSIONS)).map_err(|e| anyhow!(e))?;
     out.push(Layout {
         name: "worst-case",
+        prompt_cache_bytes: sizing.prompt_cache_bytes(&worst).unwrap_or(0),
+        cache_bytes_per_token: needs.per_token,
         plan: worst,
         policy: Policy::FirstFree,
     });
@@ -295,12 +312,15 @@ fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
 fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -> Outcome {
     let capacities = layout.plan.capacities();
     let fake = FakeConfig::default();
-    let mut engine = Engine::new(
-        FakeTarget::new(&capacities, fake),
-        EngineConfig::new(layout.policy),
-    )
-    .expect("P7: a plan opens at least the engine's session");
-    let mut rng = lane::sampling::Rng::new(0x7369_6d75_6c61); // "simula"
+    let mut target = FakeTarget::new(&capacities, fake);
+    target.cache_bytes_per_token = Some(layout.cache_bytes_per_token.max(1));
+    let mut config = EngineConfig::new(layout.policy);
+    config.prompt_cache_bytes = layout.prompt_cache_bytes;
+    let mut engine =
+        Engine::new(target, config).expect("P7: a plan opens at least the engine's session");
+    // Prompts as `loadgen --trace` sends them: a shared prefix is the same tokens, so the prompt
+    // cache finds it.
+    let prompt_tokens = trace::PromptTokens::of(trace);
     let mut now = 0.0f64;
     let mut next = 0;
     let mut ids: BTreeMap<StreamId, usize> = BTreeMap::new();
@@ -317,7 +337,7 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
         while next < trace.len() && trace[next].arrival_s <= now {
             let r = &trace[next];
             let prompt: Vec<u32> = (0..r.prompt_tokens)
-                .map(|_| (rng.next_u64() % fake.vocab_size as u64) as u32)
+                .map(|w| (prompt_tokens.token(next as u64, r, w) % fake.vocab_size as u64) as u32)
                 .collect();
             match engine.submit(Request::new(prompt, r.max_tokens)) {
                 Ok(id) => {
@@ -431,6 +451,7 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
         tpot_ms_p50: quantile(&mut tpots, 0.5),
         peak_streams,
         peak_session_gib: peak_bytes as f64 / gib,
+        prompt_cache_tokens: counters.prompt_cache_tokens_reused,
         streams_per_gib: peak_streams as f64 / (layout.plan.total_bytes as f64 / gib).max(1e-9),
         duration_s: duration,
         throughput_tokens_per_s: tokens as f64 / duration,
@@ -447,11 +468,11 @@ const SUGGEST_EVALUATIONS_MAX: usize = 400;
 const SUGGEST_WAIT_GRAIN_MS: f64 = 50.0;
 
 /// What `suggest` minimises, in order: refusals, how far the p99 queue wait lies above `target`
-/// (in grains; at or below it counts as 0), session bytes. The target is worst-case
-/// reservation's wait, the shortest a layout of whole-context sessions under the cap gets: any
-/// layout that waits no longer is as good on waiting, and then the fewer bytes win. (Counting
-/// every 50 ms of wait instead stopped the search a few grains above worst-case's wait on
-/// long-context traces, with bytes to spare.)
+/// (in grains; at or below it counts as 0), session bytes. The target is the shortest wait of
+/// the usual cuts that refuse nothing (`serve`'s default, equal slots, worst-case reservation):
+/// any layout that waits no longer is as good on waiting, and then the fewer bytes win.
+/// (Counting every 50 ms of wait instead stopped the search a few grains above worst-case's wait
+/// on long-context traces, with bytes to spare.)
 fn score(o: &Outcome, target_ms: f64) -> (usize, u64, u64) {
     (
         o.refused,
@@ -478,10 +499,10 @@ fn spec_text(counts: &BTreeMap<u64, usize>) -> String {
 }
 
 /// `flashlane suggest`: the spec that serves the trace best under the cap, found by simulating:
-/// sizes in powers of two up to the engine's session, starting from the better of the trace's
-/// own histogram of what its streams reach (prompt + reply) scaled to the streams that run at
-/// once and worst-case reservation's sessions, then climbing through [`neighbours`] while that
-/// lowers the [`score`].
+/// sizes in powers of two up to the engine's session, starting from the best of the trace's own
+/// histogram of what its streams reach (prompt + reply) scaled to the streams that run at once
+/// and the usual cuts' sessions, then climbing through [`neighbours`] while that lowers the
+/// [`score`].
 pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
     let trace = trace::read(&args.trace)?;
     let step = step_time(args)?;
@@ -567,9 +588,16 @@ fn search(
         )));
     }
     // How many run at once when nothing waits: the worst-case cut's peak.
-    let worst = simulate(&base[2], trace, step, slo);
-    let concurrent = worst.peak_streams.max(1);
-    let target = worst.queue_wait_ms_p99;
+    let outcomes: Vec<Outcome> = base.iter().map(|l| simulate(l, trace, step, slo)).collect();
+    let concurrent = outcomes[2].peak_streams.max(1);
+    // The wait to meet: the shortest of the usual cuts' that refuse nothing (worst-case
+    // reservation's, unless the prompt cache or the traffic favours another).
+    let target = outcomes
+        .iter()
+        .filter(|o| o.refused == 0)
+        .map(|o| o.queue_wait_ms_p99)
+        .min_by(f64::total_cmp)
+        .unwrap_or(outcomes[2].queue_wait_ms_p99);
     let mut counts: BTreeMap<u64, usize> = sizes.iter().map(|&t| (t, 0)).collect();
     for r in trace {
         let reach = r.prompt_tokens + r.reply_len() + 1;
@@ -592,16 +620,28 @@ fn search(
         }
         Some((simulate(&layout, trace, step, slo), text))
     };
-    // Two starts, the better one climbed: the trace's histogram, and worst-case reservation's
-    // sessions written as a spec (it meets the wait target by definition, so the climb from
-    // there trades its bytes away while the wait holds).
-    let mut worst_counts: BTreeMap<u64, usize> = sizes.iter().map(|&t| (t, 0)).collect();
-    *worst_counts
-        .get_mut(&context)
-        .expect("the context is a size") = base[2].plan.sessions.len().saturating_sub(1);
+    // Starts, the best one climbed: the trace's histogram, and the usual cuts' sessions written
+    // as specs (the one that meets the wait target does so by definition, so the climb from
+    // there trades bytes away while the wait holds).
+    let as_spec = |layout: &Layout| -> BTreeMap<u64, usize> {
+        let mut counts: BTreeMap<u64, usize> = sizes.iter().map(|&t| (t, 0)).collect();
+        // The first session is the engine's, which every spec has beside it.
+        for s in layout.plan.sessions.iter().skip(1) {
+            let tokens = s.capacity - slots::MARGIN;
+            if let Some(&size) = sizes.iter().find(|&&t| t >= tokens) {
+                *counts.get_mut(&size).expect("a size") += 1;
+            }
+        }
+        counts
+    };
     let mut evaluations = 0;
     let mut best: Option<(BTreeMap<u64, usize>, (Outcome, String))> = None;
-    for start in [counts, worst_counts] {
+    for start in [
+        counts,
+        as_spec(&base[0]),
+        as_spec(&base[1]),
+        as_spec(&base[2]),
+    ] {
         evaluations += 1;
         if let Some(candidate) = evaluate(&start) {
             if best
@@ -787,7 +827,7 @@ fn print_table(report: &Report, step: StepTime) {
         report.trace, report.requests, step.round_ms, step.decode_us, step.prompt_us
     );
     println!(
-        "{:<11} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>11} {:>10} {:>10} {:>9} {:>11} {:>9}",
+        "{:<11} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>11} {:>10} {:>10} {:>9} {:>11} {:>9} {:>10}",
         "policy",
         "sessions",
         "GiB",
@@ -800,14 +840,15 @@ fn print_table(report: &Report, step: StepTime) {
         "TTFT p99",
         "peak str",
         "streams/GiB",
-        "tok/s"
+        "tok/s",
+        "cached tok"
     );
     for o in &report.outcomes {
         println!(
-            "{:<11} {:>8} {:>9.2} {:>7} {:>7} {:>6} {:>9.0}ms {:>9.0}ms {:>8.0}ms {:>8.0}ms {:>9} {:>11.1} {:>9.0}",
+            "{:<11} {:>8} {:>9.2} {:>7} {:>7} {:>6} {:>9.0}ms {:>9.0}ms {:>8.0}ms {:>8.0}ms {:>9} {:>11.1} {:>9.0} {:>10}",
             o.policy, o.sessions, o.session_gib, o.served, o.refused, o.moves, o.queue_wait_ms_p50,
             o.queue_wait_ms_p99, o.ttft_ms_p50, o.ttft_ms_p99, o.peak_streams, o.streams_per_gib,
-            o.throughput_tokens_per_s
+            o.throughput_tokens_per_s, o.prompt_cache_tokens
         );
     }
 }
@@ -949,6 +990,33 @@ mod tests {
         assert_eq!(advice.current.session_gib, current.session_gib);
         assert!(advice.suggested.streams_per_gib > advice.current.streams_per_gib);
         assert!(advise(&memory, &[]).is_err(), "nothing served: no advice");
+    }
+
+    /// Agents resend their history: with the prompt cache `serve` would keep, the simulated
+    /// engine restores the shared prefixes instead of computing them, so the first tokens come
+    /// sooner; without one (`--prompt-cache-gb 0`) nothing is restored.
+    #[test]
+    fn shared_prefixes_hit_the_prompt_cache_and_come_sooner() {
+        let trace = trace::fit_context(trace::generate(trace::Shape::Agents, 60, 0.5, 3), 8192);
+        assert!(trace.iter().any(|r| r.prefix_tokens.unwrap_or(0) > 0));
+        let run = |extra: &[&str]| {
+            let mut flags = vec!["--context", "8192", "--slot-contexts", "8192x6,4096x6"];
+            flags.extend_from_slice(extra);
+            let a = args(&flags);
+            let layout = &layouts(&Memory::of(&a.plan).unwrap()).unwrap()[0];
+            simulate(layout, &trace, DEFAULT_STEP_TIME, a.slo())
+        };
+        let cached = run(&[]);
+        let uncached = run(&["--prompt-cache-gb", "0"]);
+        assert_eq!(uncached.prompt_cache_tokens, 0);
+        assert!(cached.prompt_cache_tokens > 0, "{cached:?}");
+        assert_eq!((cached.served, uncached.served), (60, 60));
+        assert!(
+            cached.ttft_ms_p50 < uncached.ttft_ms_p50,
+            "{} against {}",
+            cached.ttft_ms_p50,
+            uncached.ttft_ms_p50
+        );
     }
 
     #[test]

@@ -274,7 +274,7 @@ impl SizingArgs {
 
     /// The prompt cache's budget: `--prompt-cache-gb`, which must fit in what the sessions left
     /// under the cap, or [`DEFAULT_PROMPT_CACHE_SHARE`] of that.
-    fn prompt_cache_bytes(&self, plan: &Plan) -> Result<u64, Failure> {
+    pub fn prompt_cache_bytes(&self, plan: &Plan) -> Result<u64, Failure> {
         let left = plan.room_bytes.saturating_sub(plan.total_bytes);
         const GIB: f64 = (1u64 << 30) as f64;
         match self.prompt_cache_gb {

@@ -17,6 +17,38 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// What each prompt position of a trace holds, as `loadgen --trace` sends it and `simulate`
+/// computes it: a number fixed by the request's prefix (`prefix_id`) and the position below the
+/// longest prefix any request of that id shares, else by the request and the position. A
+/// prefix shared only with later requests counts too: an agent's step shares its whole prompt
+/// with the next step, which the step itself declares only as its own (shorter) prefix.
+pub struct PromptTokens {
+    shared: std::collections::HashMap<u64, u64>,
+}
+
+impl PromptTokens {
+    pub fn of(trace: &[TraceRequest]) -> PromptTokens {
+        let mut shared = std::collections::HashMap::new();
+        for r in trace {
+            if let (Some(id), Some(tokens)) = (r.prefix_id, r.prefix_tokens) {
+                let longest = shared.entry(id).or_insert(0u64);
+                *longest = (*longest).max(tokens);
+            }
+        }
+        PromptTokens { shared }
+    }
+
+    /// A 64-bit value for position `w` of request `i` (`r`): equal for two positions exactly
+    /// when they hold the same token.
+    pub fn token(&self, i: u64, r: &TraceRequest, w: u64) -> u64 {
+        let from = match r.prefix_id {
+            Some(id) if w < self.shared.get(&id).copied().unwrap_or(0) => id,
+            _ => i + (1 << 32),
+        };
+        lane::sampling::mix64(from ^ (w << 20))
+    }
+}
+
 /// Most requests one trace holds: a bound on what a replay or a simulation takes.
 pub const TRACE_REQUESTS_MAX: usize = 1_000_000;
 /// Longest prompt or reply a trace may name, in tokens (far past any model's context).
