@@ -34,7 +34,8 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub trace: PathBuf,
     /// How long a round takes: milliseconds per round, microseconds per decoded position,
-    /// microseconds per prompt position [default: the built-in model on a 2-core CPU]
+    /// microseconds per prompt position (attention's growth with context left out) [default: the
+    /// built-in model on a 2-core CPU, attention's growth included]
     #[arg(long, value_delimiter = ',', num_args = 3)]
     pub step_time: Option<Vec<f64>>,
     /// Fit the step time to a `flashlane bench --json` run of the model and device instead
@@ -55,27 +56,50 @@ pub struct SimulateArgs {
     pub plan: PlanArgs,
 }
 
-/// How long a round takes on the virtual clock.
+/// How long a round takes on the virtual clock: a fixed cost, a cost per position computed
+/// (decoded or of a prompt), and attention's, which grows with how far into its session a
+/// position lies (nanoseconds per position computed and per position it attends to).
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct StepTime {
     pub round_ms: f64,
     pub decode_us: f64,
     pub prompt_us: f64,
+    pub decode_attend_ns: f64,
+    pub prompt_attend_ns: f64,
 }
 
-/// The built-in model on this project's 2-core CPU, fitted to `flashlane bench --streams 1,8`
-/// (session 8, `bench/simulate-20261201/tiny_cpu_bench.json`): 1,114 tokens/s at one stream,
-/// 2,019 at eight, prompts at 3,385 tokens/s.
+/// The built-in model on this project's 2-core CPU, fitted (`StepTime::fit`) to `flashlane
+/// bench --streams 1,8 --prompt-tokens 128` and `--streams 1 --prompt-tokens 1024` and `4096`
+/// (session 9, `bench/simulate-20261201/s9/tiny_cpu_bench_long.json`): 1,002 tokens/s at one
+/// stream and 128 positions, 415 at 4,096; prompts of 128 at 2,977–3,252 tokens/s, of 4,096 at
+/// 1,869.
 const DEFAULT_STEP_TIME: StepTime = StepTime {
-    round_ms: 0.46,
-    decode_us: 438.0,
-    prompt_us: 295.0,
+    round_ms: 0.59,
+    decode_us: 336.0,
+    prompt_us: 329.0,
+    decode_attend_ns: 359.0,
+    prompt_attend_ns: 100.0,
 };
 
+/// Positions a round computed: how many, and how many positions before them they attend to in
+/// all (a position p attends to p before it), for decoded and prompt positions apart.
+#[derive(Clone, Copy, Debug, Default)]
+struct RoundWork {
+    decoded: u64,
+    decode_attended: u64,
+    prompt: u64,
+    prompt_attended: u64,
+}
+
 impl StepTime {
-    fn seconds(&self, decoded: u64, prompt: u64) -> f64 {
-        (self.round_ms * 1e3 + self.decode_us * decoded as f64 + self.prompt_us * prompt as f64)
+    fn seconds(&self, work: RoundWork) -> f64 {
+        (self.round_ms * 1e3
+            + self.decode_us * work.decoded as f64
+            + self.prompt_us * work.prompt as f64)
             * 1e-6
+            + (self.decode_attend_ns * work.decode_attended as f64
+                + self.prompt_attend_ns * work.prompt_attended as f64)
+                * 1e-9
     }
 
     /// Fitted to a bench run's rows: per-round and per-position decode cost from the two rows of
@@ -85,7 +109,8 @@ impl StepTime {
             .with_context(|| format!("reading the bench run {}", path.display()))?;
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Failure::bad_input(anyhow!("{}: not JSON: {e}", path.display())))?;
-        let rows: Vec<(f64, f64, f64)> = json["rows"]
+        // (streams, decode tokens/s, prefill tokens/s, prompt per stream, new tokens per stream)
+        let all: Vec<(f64, f64, f64, f64, f64)> = json["rows"]
             .as_array()
             .into_iter()
             .flatten()
@@ -93,9 +118,19 @@ impl StepTime {
                 let streams = r["streams"].as_f64()?;
                 let decode = r["decode_tokens_per_s"].as_f64()?;
                 let prefill = r["prefill_tokens_per_s"].as_f64()?;
+                let prompt = r["prompt_tokens"].as_f64().unwrap_or(0.0) / streams.max(1.0);
+                let new = r["new_tokens"].as_f64().unwrap_or(0.0);
                 (streams > 0.0 && decode > 0.0 && prefill > 0.0)
-                    .then_some((streams, decode, prefill))
+                    .then_some((streams, decode, prefill, prompt, new))
             })
+            .collect();
+        // The round and per-position costs from the rows of the shortest prompt; attention's
+        // from one-stream rows of longer prompts, when there are any.
+        let shortest = all.iter().map(|r| r.3).fold(f64::INFINITY, f64::min);
+        let rows: Vec<(f64, f64, f64)> = all
+            .iter()
+            .filter(|r| r.3 == shortest)
+            .map(|r| (r.0, r.1, r.2))
             .collect();
         let bad = || {
             Failure::bad_input(anyhow!(
@@ -121,11 +156,45 @@ impl StepTime {
             0.0
         };
         let prefill = rows.iter().map(|r| r.2).fold(0.0, f64::max);
-        Ok(StepTime {
-            round_ms: ((round(first) - per_stream * first.0) * 1e3).max(0.0),
+        let round_s = (round(first) - per_stream * first.0).max(0.0);
+        let mut fit = StepTime {
+            round_ms: round_s * 1e3,
             decode_us: per_stream * 1e6,
             prompt_us: 1e6 / prefill,
-        })
+            decode_attend_ns: 0.0,
+            prompt_attend_ns: 0.0,
+        };
+        // The one-stream row of the longest prompt against the shortest one: a decoded token
+        // attends to ~prompt + new / 2 positions, a prompt of P to P² / 2 in all.
+        let short = all
+            .iter()
+            .filter(|r| r.0 == 1.0 && r.3 == shortest)
+            .copied()
+            .next();
+        let long = all
+            .iter()
+            .filter(|r| r.0 == 1.0 && r.3 > shortest)
+            .copied()
+            .max_by(|a, b| a.3.total_cmp(&b.3));
+        if let (Some(short), Some(long)) = (short, long) {
+            let context = |r: (f64, f64, f64, f64, f64)| r.3 + r.4 / 2.0;
+            let attend = (1.0 / long.1 - 1.0 / short.1) / (context(long) - context(short));
+            let (p0, p1) = (short.3, long.3);
+            // Prefill time of P: P·prompt + attend·P²/2, from the two prompts' times.
+            let (t0, t1) = (p0 / short.2, p1 / long.2);
+            let prompt_attend = (t1 / p1 - t0 / p0) / ((p1 - p0) / 2.0);
+            if attend > 0.0 && prompt_attend > 0.0 {
+                fit.decode_attend_ns = attend * 1e9;
+                fit.prompt_attend_ns = prompt_attend * 1e9;
+                // The short rows' per-position costs held their own attention: take it out.
+                fit.decode_us = (fit.decode_us - attend * context(short) * 1e6).max(0.0);
+                fit.prompt_us = (t0 / p0 - prompt_attend * p0 / 2.0).max(0.0) * 1e6;
+                // One stream's decode time is the round plus a position: keep it.
+                let one = 1.0 / short.1 - attend * context(short);
+                fit.round_ms = ((one - fit.decode_us * 1e-6) * 1e3).max(0.0);
+            }
+        }
+        Ok(fit)
     }
 }
 
@@ -358,12 +427,32 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
             }
         }
         let before = engine.counters();
+        let written: BTreeMap<StreamId, u64> = engine
+            .slots()
+            .iter()
+            .filter_map(|s| Some((s.holder?, s.used_tokens)))
+            .collect();
         let events = engine.step();
         let after = engine.counters();
-        let dt = step.seconds(
-            after.tokens_generated - before.tokens_generated,
-            after.prompt_tokens - before.prompt_tokens,
-        );
+        // Where each held stream's positions of this round lie: from what it had written (or
+        // what the prompt cache restored, for a stream admitted this round) to what it has.
+        let mut work = RoundWork {
+            decoded: after.tokens_generated - before.tokens_generated,
+            prompt: after.prompt_tokens - before.prompt_tokens,
+            ..RoundWork::default()
+        };
+        for slot in engine.slots() {
+            let Some(holder) = slot.holder else { continue };
+            let from = written.get(&holder).copied().unwrap_or(slot.cached_tokens);
+            let to = slot.used_tokens.max(from);
+            let attended = (to - from) * (to + from).saturating_sub(1) / 2;
+            if to - from == 1 {
+                work.decode_attended += attended;
+            } else {
+                work.prompt_attended += attended;
+            }
+        }
+        let dt = step.seconds(work);
         // Admission happened at the round's start; tokens come at its end.
         let held: Vec<StreamId> = engine.slots().iter().filter_map(|s| s.holder).collect();
         for id in &held {
@@ -739,6 +828,8 @@ fn step_time(args: &SimulateArgs) -> Result<StepTime, Failure> {
                 round_ms: v[0],
                 decode_us: v[1],
                 prompt_us: v[2],
+                decode_attend_ns: 0.0,
+                prompt_attend_ns: 0.0,
             }
         }
         (None, Some(path)) => StepTime::fit(path)?,
@@ -1044,6 +1135,32 @@ mod tests {
         assert!((fit.decode_us - 1000.0 / 7.0).abs() < 1e-6, "{fit:?}");
         assert!((fit.round_ms - (1.0 - 1.0 / 7.0)).abs() < 1e-9, "{fit:?}");
         assert!((fit.prompt_us - 100.0).abs() < 1e-9, "{fit:?}");
+        // Longer prompts at one stream: attention's cost per position attended, fitted so that
+        // the model gives back both one-stream rows' decode times.
+        std::fs::write(&path, r#"{"rows": [
+            {"streams": 1, "prompt_tokens": 128, "new_tokens": 64, "decode_tokens_per_s": 1000, "prefill_tokens_per_s": 4000},
+            {"streams": 8, "prompt_tokens": 1024, "new_tokens": 64, "decode_tokens_per_s": 4000, "prefill_tokens_per_s": 5000},
+            {"streams": 1, "prompt_tokens": 4096, "new_tokens": 64, "decode_tokens_per_s": 400, "prefill_tokens_per_s": 2000}]}"#).unwrap();
+        let fit = StepTime::fit(&path).unwrap();
+        assert!(
+            fit.decode_attend_ns > 0.0 && fit.prompt_attend_ns > 0.0,
+            "{fit:?}"
+        );
+        let decode_s = |context: f64| {
+            fit.round_ms * 1e-3 + fit.decode_us * 1e-6 + fit.decode_attend_ns * 1e-9 * context
+        };
+        assert!((decode_s(128.0 + 32.0) - 1e-3).abs() < 1e-9, "{fit:?}");
+        assert!(
+            (decode_s(4096.0 + 32.0) - 1.0 / 400.0).abs() < 1e-9,
+            "{fit:?}"
+        );
+        let prefill_s =
+            |p: f64| fit.prompt_us * 1e-6 * p + fit.prompt_attend_ns * 1e-9 * p * p / 2.0;
+        assert!(
+            (prefill_s(4096.0) - 4096.0 / 2000.0).abs() < 1e-9,
+            "{fit:?}"
+        );
+        assert!((prefill_s(128.0) - 128.0 / 4000.0).abs() < 1e-9, "{fit:?}");
         std::fs::write(&path, "{}").unwrap();
         assert!(StepTime::fit(&path).is_err());
         std::fs::remove_dir_all(&dir).ok();
