@@ -494,6 +494,22 @@ pub enum MatmulKernel {
     Tiled,
 }
 
+/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_narrow`, `_tiled`), in order.
+fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
+    [
+        Arg::Ptr(m.x),
+        Arg::I32(m.x_stride as i32),
+        Arg::Ptr(m.row_index),
+        Arg::Ptr(m.w),
+        Arg::I32(m.k as i32),
+        Arg::I32(m.n_out as i32),
+        Arg::Ptr(m.y),
+        Arg::I32(m.y_stride as i32),
+        Arg::I32(i32::from(m.accumulate)),
+        Arg::I32(m.rows as i32),
+    ]
+}
+
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     rows >= MATMUL_TILED_MIN_ROWS
@@ -511,18 +527,7 @@ impl Kernels {
             ),
             MMT_THREADS,
             MMT_SHARED_BYTES as u32,
-            &[
-                Arg::Ptr(m.x),
-                Arg::I32(m.x_stride as i32),
-                Arg::Ptr(m.row_index),
-                Arg::Ptr(m.w),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.y),
-                Arg::I32(m.y_stride as i32),
-                Arg::I32(i32::from(m.accumulate)),
-                Arg::I32(m.rows as i32),
-            ],
+            &bf16_matmul_args(m),
         )
     }
 
@@ -583,23 +588,7 @@ impl Kernels {
             } else {
                 &self.matmul_narrow
             };
-            return gpu.launch(
-                f,
-                grid,
-                MMA_WARPS * 32,
-                &[
-                    Arg::Ptr(m.x),
-                    Arg::I32(m.x_stride as i32),
-                    Arg::Ptr(m.row_index),
-                    Arg::Ptr(m.w),
-                    Arg::I32(m.k as i32),
-                    Arg::I32(m.n_out as i32),
-                    Arg::Ptr(m.y),
-                    Arg::I32(m.y_stride as i32),
-                    Arg::I32(i32::from(m.accumulate)),
-                    Arg::I32(m.rows as i32),
-                ],
-            );
+            return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };
         assert!(
             fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
