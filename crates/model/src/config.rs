@@ -151,6 +151,11 @@ pub struct RopeParameters {
     pub partial_rotary_factor: Option<f64>,
 }
 
+/// Most layers a config may name: the largest open models have ~130, and every layer is a row of
+/// per-layer tables built before any weight is read (a config naming 64 trillion layers, found by
+/// fuzzing, aborted on that allocation).
+pub const LAYERS_MAX: usize = 4096;
+
 impl Config {
     /// Reads and resolves `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Config, LoadError> {
@@ -269,6 +274,11 @@ impl RawConfig {
         };
         let hidden_size = need(self.hidden_size, "hidden_size")?;
         let num_layers = need(self.num_hidden_layers, "num_hidden_layers")?;
+        if num_layers > LAYERS_MAX {
+            return Err(format!(
+                "`num_hidden_layers` {num_layers} is more than the {LAYERS_MAX} flashlane takes"
+            ));
+        }
         let num_heads = need(self.num_attention_heads, "num_attention_heads")?;
         let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
@@ -598,5 +608,18 @@ mod tests {
             let err = Config::from_json(&base(q)).unwrap_err();
             assert!(err.contains(want), "{q}: {err}");
         }
+    }
+
+    /// Found by fuzzing (`crates/fuzz/corpus/config/crash-layers.json`): a layer count past any
+    /// model's is refused naming the field, before anything is allocated for it.
+    #[test]
+    fn an_absurd_layer_count_is_refused_naming_the_field() {
+        let text = r#"{"model_type":"qwen3","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":64888888888888,"num_attention_heads":4,"vocab_size":16}"#;
+        let err = Config::from_json(text).unwrap_err();
+        assert!(
+            err.contains("num_hidden_layers") && err.contains("4096"),
+            "{err}"
+        );
     }
 }
