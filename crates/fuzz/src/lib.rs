@@ -1,4 +1,5 @@
-//! Fuzz targets: each takes arbitrary bytes and must return without panicking; what it may
+//! Fuzz targets (request bodies, the chat template, session specs, configs, safetensors files):
+//! each takes arbitrary bytes and must return without panicking; what it may
 //! return is checked where there is something to check. The AFL binaries (`src/bin/`) feed them
 //! inputs under coverage guidance; `tests/corpus.rs` replays every committed input (the seeds
 //! and whatever a fuzzing run found and was fixed) in the workspace's tests.
@@ -15,8 +16,9 @@ pub const INPUT_MAX: usize = 1 << 16;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name, for the corpus replay.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("chat", chat),
+    ("chat_template", chat_template),
     ("completion", completion),
     ("session_spec", session_spec),
     ("config", config),
@@ -31,6 +33,65 @@ pub fn chat(data: &[u8]) {
     if let Err(e) = server::request::parse_chat(data) {
         assert!(!e.message.is_empty(), "F1: an error says what is wrong");
     }
+}
+
+/// Chat messages (JSON: `{"messages": [...], "args": {...}}`, `args` the template's extra
+/// variables such as `tools`) through the built-in model's chat template into prompt ids. Text
+/// inside a message never becomes a control token: the prompt holds as many special tokens as the
+/// same messages with every content replaced by `x` (the template's own, and no more).
+pub fn chat_template(data: &[u8]) {
+    #[derive(serde::Deserialize)]
+    struct Input {
+        messages: Vec<model::ChatMessage>,
+        #[serde(default)]
+        args: model::TemplateArgs,
+    }
+    if data.len() > INPUT_MAX {
+        return;
+    }
+    let Ok(input) = serde_json::from_slice::<Input>(data) else {
+        return;
+    };
+    let (template, tokenizer, specials) = builtin_text();
+    let Ok(ids) = template.render_ids_with(tokenizer, &input.messages, true, &input.args) else {
+        return;
+    };
+    let plain: Vec<model::ChatMessage> = input
+        .messages
+        .iter()
+        .map(|m| model::ChatMessage {
+            content: "x".into(),
+            ..m.clone()
+        })
+        .collect();
+    if let Ok(plain_ids) = template.render_ids_with(tokenizer, &plain, true, &input.args) {
+        let count = |ids: &[u32]| ids.iter().filter(|id| specials.contains(id)).count();
+        assert_eq!(
+            count(&ids),
+            count(&plain_ids),
+            "F4: a message's text became a control token"
+        );
+    }
+}
+
+/// The built-in model's chat template, tokenizer and special-token ids, loaded once.
+fn builtin_text() -> &'static (model::ChatTemplate, model::Tokenizer, Vec<u32>) {
+    static TEXT: std::sync::OnceLock<(model::ChatTemplate, model::Tokenizer, Vec<u32>)> =
+        std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+        let template = model::ChatTemplate::from_dir(&dir)
+            .expect("the built-in model's tokenizer_config.json")
+            .expect("the built-in model has a chat template");
+        let tokenizer = model::Tokenizer::from_dir(&dir).expect("the built-in model's tokenizer");
+        let specials = tokenizer
+            .special_tokens()
+            .iter()
+            .filter_map(|t| tokenizer.token_id(t))
+            .collect();
+        (template, tokenizer, specials)
+    })
 }
 
 /// A `/v1/completions` body.
