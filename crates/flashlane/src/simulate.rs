@@ -210,6 +210,20 @@ struct Layout {
     cache_bytes_per_token: u64,
 }
 
+impl Layout {
+    /// `plan`'s sessions under `policy`, with the prompt cache `serve` would keep beside them.
+    /// Every cut gets the same rule, so that the cuts differ in their sessions only.
+    fn new(memory: &Memory, name: &'static str, plan: Plan, policy: Policy) -> Layout {
+        Layout {
+            name,
+            prompt_cache_bytes: memory.sizing.prompt_cache_bytes(&plan).unwrap_or(0),
+            cache_bytes_per_token: memory.needs.per_token,
+            plan,
+            policy,
+        }
+    }
+}
+
 #[derive(Serialize, Debug, Clone)]
 struct Outcome {
     policy: &'static str,
@@ -276,15 +290,10 @@ fn spec_layout(
         reserved_bytes: 0,
     })
     .map_err(|e| anyhow!(e))?;
-    Ok(Layout {
-        name,
-        prompt_cache_bytes: memory.sizing.prompt_cache_bytes(&plan).unwrap_or(0),
-        cache_bytes_per_token: needs.per_token,
-        plan,
-        policy: Policy::SmallestFit {
-            grow: memory.sizing.slot_grow,
-        },
-    })
+    let policy = Policy::SmallestFit {
+        grow: memory.sizing.slot_grow,
+    };
+    Ok(Layout::new(memory, name, plan, policy))
 }
 
 /// What the layouts are cut from: the sizing flags, the model's needs and the cap.
@@ -334,13 +343,8 @@ fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
         .iter()
         .map(|s| s.capacity - slots::MARGIN)
         .sum();
-    out.push(Layout {
-        name: "flashlane",
-        policy: sizing.policy(flashlane.spec.as_ref()),
-        plan: flashlane.plan,
-        prompt_cache_bytes: flashlane.prompt_cache_bytes,
-        cache_bytes_per_token: needs.per_token,
-    });
+    let policy = sizing.policy(flashlane.spec.as_ref());
+    out.push(Layout::new(memory, "flashlane", flashlane.plan, policy));
     let input = |context_tokens: u64, parallel: usize| PlanInput {
         context_tokens,
         parallel: Some(parallel),
@@ -356,24 +360,10 @@ fn layouts(memory: &Memory) -> Result<Vec<Layout>, Failure> {
     // flashlane has sessions (or --parallel).
     let parallel = sizing.parallel.unwrap_or(flashlane_sessions).max(1);
     let per_slot = (flashlane_tokens / parallel as u64).max(1);
-    // The peers get the same prompt-cache rule as flashlane (the share of what their sessions
-    // leave), so the cuts differ in their sessions only.
     let equal = slots::plan(&input(per_slot, parallel)).map_err(|e| anyhow!(e))?;
-    out.push(Layout {
-        name: "equal",
-        prompt_cache_bytes: sizing.prompt_cache_bytes(&equal).unwrap_or(0),
-        cache_bytes_per_token: needs.per_token,
-        plan: equal,
-        policy: Policy::FirstFree,
-    });
+    out.push(Layout::new(memory, "equal", equal, Policy::FirstFree));
     let worst = slots::plan(&input(context, slots::MAX_SESSIONS)).map_err(|e| anyhow!(e))?;
-    out.push(Layout {
-        name: "worst-case",
-        prompt_cache_bytes: sizing.prompt_cache_bytes(&worst).unwrap_or(0),
-        cache_bytes_per_token: needs.per_token,
-        plan: worst,
-        policy: Policy::FirstFree,
-    });
+    out.push(Layout::new(memory, "worst-case", worst, Policy::FirstFree));
     Ok(out)
 }
 
@@ -441,7 +431,8 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
             prompt: after.prompt_tokens - before.prompt_tokens,
             ..RoundWork::default()
         };
-        for slot in engine.slots() {
+        let slots_now = engine.slots();
+        for slot in &slots_now {
             let Some(holder) = slot.holder else { continue };
             let from = written.get(&holder).copied().unwrap_or(slot.cached_tokens);
             let to = slot.used_tokens.max(from);
@@ -454,14 +445,13 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
         }
         let dt = step.seconds(work);
         // Admission happened at the round's start; tokens come at its end.
-        let held: Vec<StreamId> = engine.slots().iter().filter_map(|s| s.holder).collect();
+        let held: Vec<StreamId> = slots_now.iter().filter_map(|s| s.holder).collect();
         for id in &held {
             if let Some(&i) = ids.get(id) {
                 admitted.entry(i).or_insert(now);
             }
         }
-        let in_use: u64 = engine
-            .slots()
+        let in_use: u64 = slots_now
             .iter()
             .filter(|s| s.holder.is_some())
             .map(|s| bytes_of[s.session.0])
@@ -549,8 +539,8 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
     }
 }
 
-/// Most layouts `suggest` simulates: a bound on its time (each is one replay of the trace: 400
-/// requests of the shipped traces take 20–60 ms).
+/// Most layouts `suggest` simulates: a bound on its time (each is one replay of the trace: the
+/// shipped traces' 200–400 requests take 40–120 ms here).
 const SUGGEST_EVALUATIONS_MAX: usize = 400;
 /// Queue waits this close count as equal when `suggest` compares layouts (milliseconds): it then
 /// prefers the one of fewer bytes.
@@ -597,9 +587,15 @@ pub fn suggest(args: &SimulateArgs) -> Result<(), Failure> {
     let step = step_time(args)?;
     let memory = Memory::of(&args.plan)?;
     let base = layouts(&memory)?;
-    let (outcome, text, evaluations, context) = search(&memory, args.slo(), &trace, step, &base)?;
-    let mut outcomes: Vec<Outcome> = vec![outcome];
-    outcomes.extend(base.iter().map(|l| simulate(l, &trace, step, args.slo())));
+    let Found {
+        suggested,
+        spec: text,
+        evaluations,
+        context,
+        cuts,
+    } = search(&memory, args.slo(), &trace, step, &base)?;
+    let mut outcomes: Vec<Outcome> = vec![suggested];
+    outcomes.extend(cuts);
     let report = Report {
         trace: args.trace.display().to_string(),
         requests: trace.len(),
@@ -655,15 +651,27 @@ fn neighbours(counts: &BTreeMap<u64, usize>, sizes: &[u64]) -> Vec<BTreeMap<u64,
     out
 }
 
-/// The search of [`suggest`]: the best layout's outcome, its spec, how many layouts were
-/// simulated, and the engine's session.
+/// What [`search`] found.
+struct Found {
+    /// The best layout's outcome and its spec.
+    suggested: Outcome,
+    spec: String,
+    /// Layouts simulated.
+    evaluations: usize,
+    /// The engine's session the spec sits beside.
+    context: u64,
+    /// The usual cuts' outcomes (`base`, in order), which the search simulates for its target.
+    cuts: Vec<Outcome>,
+}
+
+/// The search of [`suggest`] over the cuts `base` ([`layouts`]).
 fn search(
     memory: &Memory,
     slo: Slo,
     trace: &[TraceRequest],
     step: StepTime,
     base: &[Layout],
-) -> Result<(Outcome, String, usize, u64), Failure> {
+) -> Result<Found, Failure> {
     let context = base[0].plan.sessions[0].capacity - slots::MARGIN;
     // Powers of two up to the engine's session, and sessions as large as it.
     let mut sizes: Vec<u64> = (6..40)
@@ -725,12 +733,19 @@ fn search(
     };
     let mut evaluations = 0;
     let mut best: Option<(BTreeMap<u64, usize>, (Outcome, String))> = None;
+    let mut starts: Vec<BTreeMap<u64, usize>> = Vec::new();
     for start in [
         counts,
         as_spec(&base[0]),
         as_spec(&base[1]),
         as_spec(&base[2]),
     ] {
+        // Equal slots are often `serve`'s default itself: simulate a start once.
+        if !starts.contains(&start) {
+            starts.push(start);
+        }
+    }
+    for start in starts {
         evaluations += 1;
         if let Some(candidate) = evaluate(&start) {
             if best
@@ -770,7 +785,13 @@ fn search(
         )));
     };
     outcome.policy = "suggested";
-    Ok((outcome, text, evaluations, context))
+    Ok(Found {
+        suggested: outcome,
+        spec: text,
+        evaluations,
+        context,
+        cuts: outcomes,
+    })
 }
 
 /// `serve --suggest-every`'s search: the served requests as a trace (arrivals from the first,
@@ -799,8 +820,7 @@ pub fn advise(memory: &Memory, served: &[server::advice::Served]) -> Result<Advi
     }
     let step = DEFAULT_STEP_TIME;
     let base = layouts(memory)?;
-    let (suggested, text, _, context) = search(memory, Slo::default(), &trace, step, &base)?;
-    let current = simulate(&base[0], &trace, step, Slo::default());
+    let found = search(memory, Slo::default(), &trace, step, &base)?;
     let projection = |o: &Outcome| Projection {
         session_gib: o.session_gib,
         streams_per_gib: o.streams_per_gib,
@@ -808,11 +828,11 @@ pub fn advise(memory: &Memory, served: &[server::advice::Served]) -> Result<Advi
         refused: o.refused,
     };
     Ok(Advice {
-        slot_contexts: text,
-        context,
         requests: trace.len(),
-        suggested: projection(&suggested),
-        current: projection(&current),
+        suggested: projection(&found.suggested),
+        current: projection(&found.cuts[0]),
+        slot_contexts: found.spec,
+        context: found.context,
     })
 }
 
@@ -1026,7 +1046,13 @@ mod tests {
         let a = args(&["--context", "8192", "--slot-grow", "256"]);
         let trace = chat(80, 6.0);
         let base = layouts(&Memory::of(&a.plan).unwrap()).unwrap();
-        let (suggested, text, evaluations, _) = search(
+        let Found {
+            suggested,
+            spec: text,
+            evaluations,
+            cuts,
+            ..
+        } = search(
             &Memory::of(&a.plan).unwrap(),
             a.slo(),
             &trace,
@@ -1038,6 +1064,11 @@ mod tests {
         SessionSpec::parse(&text, 8192).expect("a spec serve takes");
         let [default, equal, worst] =
             [0, 1, 2].map(|i| simulate(&base[i], &trace, DEFAULT_STEP_TIME, a.slo()));
+        // The search's own outcomes of the cuts are those replays (a simulation is deterministic).
+        for (found, replayed) in cuts.iter().zip([&default, &equal, &worst]) {
+            assert_eq!(found.queue_wait_ms_p99, replayed.queue_wait_ms_p99);
+            assert_eq!(found.peak_streams, replayed.peak_streams);
+        }
         assert_eq!(suggested.refused, 0);
         for other in [&default, &equal, &worst] {
             assert!(
@@ -1072,11 +1103,13 @@ mod tests {
         served.reverse();
         let advice = advise(&memory, &served).unwrap();
         let base = layouts(&memory).unwrap();
-        let (suggested, text, _, context) =
-            search(&memory, Slo::default(), &trace, DEFAULT_STEP_TIME, &base).unwrap();
-        assert_eq!(advice.slot_contexts, text);
-        assert_eq!((advice.context, advice.requests), (context, 60));
-        assert_eq!(advice.suggested.streams_per_gib, suggested.streams_per_gib);
+        let found = search(&memory, Slo::default(), &trace, DEFAULT_STEP_TIME, &base).unwrap();
+        assert_eq!(advice.slot_contexts, found.spec);
+        assert_eq!((advice.context, advice.requests), (found.context, 60));
+        assert_eq!(
+            advice.suggested.streams_per_gib,
+            found.suggested.streams_per_gib
+        );
         let current = simulate(&base[0], &trace, DEFAULT_STEP_TIME, Slo::default());
         assert_eq!(advice.current.session_gib, current.session_gib);
         assert!(advice.suggested.streams_per_gib > advice.current.streams_per_gib);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 /// Finished requests the history keeps (the newest): what one search replays. A search
 /// simulates up to 400 layouts over it (`flashlane suggest`'s bound), so this bounds its time
-/// (400 requests of the shipped traces: 4–30 s of one core) as well as the memory.
+/// (the shipped traces' 200–400 requests: 3–30 s of one core) as well as the memory.
 pub const SERVED_HISTORY_MAX: usize = 1024;
 
 /// One finished request, as a trace line (`flashlane trace` format) has it.

@@ -65,14 +65,14 @@ const MMT_THREADS: u32 = 256;
 /// kernels: at least two row blocks and about two blocks a multiprocessor. Measured on the H200
 /// (`matmul_kernel_times`, bench/RESULTS.md session 9): with fewer blocks each one's chain of
 /// chunks is latency-bound and the 16-row kernels, which split k over their warps, are faster
-/// (the lm_head at one row took 15 % of a token more tiled); from 128 rows and 256 blocks (a
-/// prefill chunk, Qwen3-4B's gate/up at 128 rows) the tiles, which read a weight once per 64 rows
-/// and x once per 128 outputs, are up to 1.6× faster.
+/// (the lm_head tiled at one row made an A3B-slice token 16 % longer); from 128 rows and 256
+/// blocks (a prefill chunk, Qwen3-4B's gate/up at 128 rows) the tiles, which read a weight once
+/// per 64 rows and x once per 128 outputs, are up to 1.6× faster.
 const MATMUL_TILED_MIN_ROWS: usize = 128;
 const MATMUL_TILED_MIN_BLOCKS: usize = 256;
 /// Wide-kernel blocks (16 rows × 32 outputs) below which a one-row-tile matmul runs the narrow
 /// kernel: only Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
-/// faster narrow (by 5–15 %); every other matrix and row count ran faster wide, by up to 2.7× at
+/// faster narrow (by 7–25 %); every other matrix and row count ran faster wide, by up to 2.7× at
 /// 32–48 rows (`matmul_kernel_times`).
 const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
