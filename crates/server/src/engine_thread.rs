@@ -275,16 +275,12 @@ impl<T: Target> EngineLoop<T> {
                 if reply.send(outcome.clone()).is_err() {
                     // The handler is gone already: drop the stream before it takes a session.
                     if let Ok(stream) = outcome {
-                        self.engine.discard(stream);
-                        self.senders.remove(&stream);
-                        self.arrivals.remove(&stream);
+                        self.drop_stream(stream);
                     }
                 }
             }
             Command::Cancel(stream) => {
-                self.engine.discard(stream);
-                self.senders.remove(&stream);
-                self.arrivals.remove(&stream);
+                self.drop_stream(stream);
             }
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
@@ -293,6 +289,14 @@ impl<T: Target> EngineLoop<T> {
                 self.shutdown_since.get_or_insert_with(Instant::now);
             }
         }
+    }
+
+    /// Ends `stream` without a reply (its client is gone or cannot keep up): its session frees
+    /// and nothing more is kept of it.
+    fn drop_stream(&mut self, stream: StreamId) {
+        self.engine.discard(stream);
+        self.senders.remove(&stream);
+        self.arrivals.remove(&stream);
     }
 
     /// Cancels every stream whose client stopped listening.
@@ -304,9 +308,7 @@ impl<T: Target> EngineLoop<T> {
             .map(|(stream, _)| *stream)
             .collect();
         for stream in gone {
-            self.engine.discard(stream);
-            self.senders.remove(&stream);
-            self.arrivals.remove(&stream);
+            self.drop_stream(stream);
         }
     }
 
@@ -367,9 +369,7 @@ impl<T: Target> EngineLoop<T> {
                 .get(&stream)
                 .is_some_and(|sender| sender.try_send(StreamEvent::Tokens(batch)).is_ok());
             if !delivered {
-                self.engine.discard(stream);
-                self.senders.remove(&stream);
-                self.arrivals.remove(&stream);
+                self.drop_stream(stream);
             }
         }
         for (stream, event) in finished {
