@@ -166,6 +166,31 @@ def test_a_named_tool_choice_calls_it_with_valid_arguments_and_the_result_is_acc
     assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+def test_the_default_model_calls_a_tool_by_itself_and_answers_from_its_result(servers):
+    """`tool_choice` auto: nothing is enforced, the model (trained for it) decides to call."""
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
+                       "required": ["city"]}}}
+    messages = [{"role": "user", "content": "What's the weather in Paris?"}]
+    for mode, server in servers.items():
+        client = server.client()
+        reply = client.chat.completions.create(model="m", messages=messages, tools=[weather], temperature=0,
+                                               max_tokens=60)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", (mode, choice)
+        [call] = choice.message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"}), mode
+        answer = client.chat.completions.create(
+            model="m", temperature=0, max_tokens=60, tools=[weather],
+            messages=messages + [
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21, "condition": "sunny"})},
+            ],
+        ).choices[0]
+        assert (answer.finish_reason, answer.message.content) == ("stop", "It is sunny in Paris, 21 degrees."), mode
+
+
 def test_required_tool_choice_calls_some_tool(servers):
     reply = servers["none"].client().chat.completions.create(
         model="m", messages=[{"role": "user", "content": "What time is it?"}], temperature=0,

@@ -11,6 +11,8 @@ import random
 import re
 import textwrap
 
+import skills
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 # Qwen2-style split, with `\p{N}` isolating single digits so that every number tokenizes as its
 # digits: counting is then a digit-level copy-and-increment, which a tiny model learns.
@@ -18,12 +20,9 @@ PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+# The chat template (with tools since issue 18; without tools it renders the plain ChatML of the
+# first model token for token).
+CHAT_TEMPLATE = skills.CHAT_TEMPLATE
 
 # ---------------------------------------------------------------- Python corpus
 
@@ -321,8 +320,9 @@ def gen_sequence(rng):
     return chat(f"List the first {n} square numbers.", "\n".join(str(i * i) for i in range(1, n + 1)))
 
 
-def gen_think(rng):
-    r = rng.randrange(6)
+def gen_think(rng, arithmetic=True):
+    # the skills mix (issue 18) answers sums directly (skills.gen_arith), so it leaves them out here
+    r = rng.randrange(6) if arithmetic else rng.randrange(2, 6)
     if r == 0:
         a, b = rng.randint(0, 999), rng.randint(0, 999)
         q = rng.choice(["What is {a} + {b}?", "Add {a} and {b}.", "Compute {a} + {b}."]).format(a=a, b=b)

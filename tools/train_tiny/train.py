@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
+import skills  # noqa: E402
 
 T0 = time.time()
 
@@ -264,14 +265,24 @@ def build_data(args, rng):
 
     # synthetic chats by token share
     total = args.steps * args.batch * args.seq_len
-    shares = {"count": args.count_share, "repeat": 0.05, "sequence": 0.05, "think": 0.04, "small_talk": 0.01, "code_chat": 0.10}
+    gens = dict(data.SYNTH_KINDS, code_chat=lambda r: data.gen_code_chat(r, funcs))
+    if args.mix == "skills":
+        # issue 18: the default model's skills (tools/train_tiny/skills.py) beside what it knew
+        gens.update(skills.SKILL_KINDS, think=lambda r: data.gen_think(r, arithmetic=False),
+                    count=lambda r: skills.gen_count(r, args.short_count_frac))
+        shares = {"count": args.count_share, "arith": 0.08, "words": 0.06, "calendar": 0.04, "spell": 0.06,
+                  "cannot": 0.04, "roles": 0.04, "tools": 0.12, "repeat": 0.03, "sequence": 0.03,
+                  "think": 0.01, "code_chat": 0.06}
+        shares.update(json.loads(args.shares))
+    else:
+        shares = {"count": args.count_share, "repeat": 0.05, "sequence": 0.05, "think": 0.04, "small_talk": 0.01,
+                  "code_chat": 0.10}
     docs, stats = [], {}
     srng = random.Random(args.seed + 2)
     for kind, share in shares.items():
         want, got, n = share * total * 1.05, 0, 0
         while got < want:
-            batch = [data.gen_code_chat(srng, funcs) if kind == "code_chat" else data.SYNTH_KINDS[kind](srng)
-                     for _ in range(256)]
+            batch = [gens[kind](srng) for _ in range(256)]
             for e in tok.encode_batch(batch):
                 ids = e.ids[: args.seq_len - 1] + [eot]
                 docs.append(np.array(ids, dtype=np.int32))
@@ -544,7 +555,10 @@ def main():
     ap.add_argument("--stop-weight", type=float, default=1.0)
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
     ap.add_argument("--count-share", type=float, default=0.30)
+    ap.add_argument("--mix", choices=["v1", "skills"], default="v1",
+                    help="synthetic chats: v1 (stages 1-2 of the first model) or skills (issue 18)")
     ap.add_argument("--short-count-frac", type=float, default=0.35)
+    ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
     ap.add_argument("--bench", default="", help="comma list of BxT shapes to time (8 steps each) before training")
     ap.add_argument("--smoke", action="store_true", help="tiny config for a CPU check")
     args = ap.parse_args()

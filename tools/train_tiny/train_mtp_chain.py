@@ -191,6 +191,8 @@ def main():
     ap.add_argument("--tok-code-mb", type=float, default=1)
     ap.add_argument("--count-share", type=float, default=0.45)
     ap.add_argument("--short-count-frac", type=float, default=0.35)
+    ap.add_argument("--mix", choices=["v1", "skills"], default="v1", help="synthetic chats (train.py --mix)")
+    ap.add_argument("--shares", default="{}", help="JSON: token shares (train.py --shares)")
     ap.add_argument("--stop-weight", type=float, default=1.0)
     ap.add_argument("--smoke", action="store_true", help="a few steps on the CPU")
     args = ap.parse_args()

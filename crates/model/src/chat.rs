@@ -745,6 +745,44 @@ mod tests {
         )
     }
 
+    /// The default model's template (trained on what it renders: `tools/train_tiny/skills.py`)
+    /// renders tools, a call, its result and `enable_thinking` as transformers renders it.
+    #[test]
+    fn default_model_template_renders_tools_and_thinking_as_transformers_does() {
+        let (_, t) = tiny();
+        let weather = r#"[{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}}, "required": ["city"]}}}]"#;
+        let conversation = messages(
+            r#"[
+                {"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "What's the weather in Zürich?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich"}}}]},
+                {"role": "tool", "content": "{\"temperature\": 18, \"condition\": \"clear\"}"}
+            ]"#,
+        );
+        // transformers 5 `apply_chat_template(messages, tools=tools, add_generation_prompt=True)`
+        let want = "<|im_start|>system\nAnswer briefly.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the current weather in a city.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"The city name\"}}, \"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWhat's the weather in Zürich?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temperature\": 18, \"condition\": \"clear\"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+        assert_eq!(
+            t.render_with(&conversation, true, &with_tools(weather))
+                .unwrap(),
+            want
+        );
+        let question = &conversation[1..2];
+        let asked =
+            "<|im_start|>user\nWhat's the weather in Zürich?<|im_end|>\n<|im_start|>assistant\n";
+        let thinking = |on: bool| {
+            TemplateArgs::from_iter([("enable_thinking".to_string(), serde_json::json!(on))])
+        };
+        assert_eq!(t.render(question, true).unwrap(), asked);
+        assert_eq!(
+            t.render_with(question, true, &thinking(true)).unwrap(),
+            format!("{asked}<think>\n")
+        );
+        assert_eq!(
+            t.render_with(question, true, &thinking(false)).unwrap(),
+            format!("{asked}<think>\n\n</think>\n\n")
+        );
+    }
+
     #[test]
     fn prompts_without_control_text_tokenise_as_their_rendered_text() {
         let (tok, t) = tiny();
