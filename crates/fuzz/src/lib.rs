@@ -1,4 +1,5 @@
-//! Fuzz targets (request bodies, the chat template, session specs, configs, safetensors files):
+//! Fuzz targets (request bodies, the chat template, a reply's stream, session specs, configs,
+//! safetensors files):
 //! each takes arbitrary bytes and must return without panicking; what it may
 //! return is checked where there is something to check. The AFL binaries (`src/bin/`) feed them
 //! inputs under coverage guidance; `tests/corpus.rs` replays every committed input (the seeds
@@ -16,10 +17,11 @@ pub const INPUT_MAX: usize = 1 << 16;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name, for the corpus replay.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("chat", chat),
     ("chat_template", chat_template),
     ("completion", completion),
+    ("reply_stream", reply_stream),
     ("session_spec", session_spec),
     ("config", config),
     ("safetensors", safetensors),
@@ -92,6 +94,154 @@ fn builtin_text() -> &'static (model::ChatTemplate, model::Tokenizer, Vec<u32>) 
             .collect();
         (template, tokenizer, specials)
     })
+}
+
+/// The built-in model's tokenizer as the server's text model (what `reply_stream` decodes with).
+struct BuiltinText;
+
+impl server::TextModel for BuiltinText {
+    fn model_id(&self) -> &str {
+        "flashlane-tiny"
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        builtin_text().1.encode(text).map_err(|e| e.to_string())
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        builtin_text().1.decode(ids).unwrap_or_default()
+    }
+    fn token_text(&self, id: u32) -> String {
+        self.decode(&[id])
+    }
+    fn chat_prompt_ids(
+        &self,
+        _messages: &[server::request::ChatMessage],
+        _template_args: &model::TemplateArgs,
+    ) -> Result<Vec<u32>, String> {
+        Err("not used by the reply's stream".into())
+    }
+    fn stop_token_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+}
+
+/// Most stop strings and most bytes of each that `reply_stream` reads from its input (the API
+/// allows 4; more only spreads the fuzzer's input thinner).
+const REPLY_STOPS_MAX: usize = 4;
+const REPLY_STOP_BYTES_MAX: usize = 16;
+/// Most tokens `reply_stream` reads: the states it checks (a stop string, a thought, a tool call
+/// across rounds) all fit in far fewer, and each input runs three times with a detokeniser that
+/// looks back over the reply.
+const REPLY_TOKENS_MAX: usize = 128;
+
+/// A reply's tokens through what writes the SSE stream's frames (`server::reply::Reply`:
+/// incremental detokenising, stop strings, the `<think>` split, `<tool_call>` parsing), in the
+/// rounds the input cuts them into. The reply must not depend on the rounds: its text,
+/// thinking, tool calls, token count and whether a stop string ended it are the same as when
+/// every token comes alone and when all come in one round; every frame is one JSON line.
+///
+/// Input: a flags byte (think split, starting inside a thought, tool-call parsing), a byte of
+/// stop-string count, each stop string as a length byte and its bytes, then the tokens as
+/// little-endian `u16`s (taken modulo the vocabulary) whose top bit ends a round.
+pub fn reply_stream(data: &[u8]) {
+    use server::reply::{Reply, ThinkTags};
+    if data.len() > INPUT_MAX || data.len() < 2 {
+        return;
+    }
+    let (flags, mut rest) = (data[0], &data[2..]);
+    let mut stops = Vec::new();
+    for _ in 0..(data[1] as usize % (REPLY_STOPS_MAX + 1)) {
+        let Some((&len, tail)) = rest.split_first() else {
+            return;
+        };
+        let len = (len as usize % (REPLY_STOP_BYTES_MAX + 1)).min(tail.len());
+        let stop = String::from_utf8_lossy(&tail[..len]).into_owned();
+        if !stop.is_empty() {
+            stops.push(stop);
+        }
+        rest = &tail[len..];
+    }
+    let (_, tokenizer, _) = builtin_text();
+    let vocab = tokenizer.vocab_size() as u32;
+    let (open, close) = (
+        tokenizer
+            .token_id("<think>")
+            .expect("the built-in model has <think>"),
+        tokenizer
+            .token_id("</think>")
+            .expect("the built-in model has </think>"),
+    );
+    let mut rounds: Vec<Vec<server::engine_thread::TokenOut>> = vec![Vec::new()];
+    for pair in rest.chunks_exact(2).take(REPLY_TOKENS_MAX) {
+        let word = u16::from_le_bytes([pair[0], pair[1]]);
+        rounds
+            .last_mut()
+            .expect("one round at least")
+            .push(server::engine_thread::TokenOut {
+                token: u32::from(word & 0x7fff) % vocab,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            });
+        if word & 0x8000 != 0 {
+            rounds.push(Vec::new());
+        }
+    }
+    let fresh = || {
+        let mut reply = Reply::new(stops.clone(), false, 0);
+        if flags & 1 != 0 {
+            reply = reply.split_thinking(ThinkTags {
+                open,
+                close,
+                starts_inside: flags & 2 != 0,
+            });
+        }
+        if flags & 4 != 0 {
+            reply = reply.parse_tool_calls();
+        }
+        reply
+    };
+    let run = |rounds: &[Vec<server::engine_thread::TokenOut>]| {
+        let mut reply = fresh();
+        let (mut text, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+        let mut take = |delta: server::reply::Delta| {
+            for piece in [&delta.text, &delta.reasoning] {
+                let frame = format!("data: {}\n\n", serde_json::json!({ "piece": piece }));
+                assert_eq!(
+                    frame.matches('\n').count(),
+                    2,
+                    "F5: a frame is one line of JSON"
+                );
+            }
+            text.push_str(&delta.text);
+            reasoning.push_str(&delta.reasoning);
+            calls.extend(delta.tool_calls);
+        };
+        for round in rounds {
+            take(reply.on_tokens(&BuiltinText, round));
+            if reply.stopped() {
+                break;
+            }
+        }
+        let (tail, ending) = reply.on_finish(&BuiltinText, &lane::FinishReason::Length);
+        take(tail);
+        (
+            text,
+            reasoning,
+            calls,
+            reply.completion_tokens,
+            reply.stopped(),
+            ending,
+        )
+    };
+    let all: Vec<server::engine_thread::TokenOut> = rounds.concat();
+    let as_cut = run(&rounds);
+    let one_by_one: Vec<Vec<server::engine_thread::TokenOut>> =
+        all.iter().map(|t| vec![t.clone()]).collect();
+    assert_eq!(
+        as_cut,
+        run(&one_by_one),
+        "F6: the reply depends on its rounds"
+    );
+    assert_eq!(as_cut, run(&[all]), "F6: the reply depends on its rounds");
 }
 
 /// A `/v1/completions` body.

@@ -22,7 +22,8 @@ mod generate;
 mod listen;
 mod live;
 mod metrics;
-mod reply;
+// Public for the fuzz targets (`crates/fuzz`: a reply's stream in any rounds).
+pub mod reply;
 pub mod request;
 mod routes;
 pub mod structured;
