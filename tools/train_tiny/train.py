@@ -125,21 +125,45 @@ def aux_loss(router_logits, E, k):
 STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight): stopping is rare and matters
 
 
-def weighted_ce(logits, targets, stop_id):
+def weighted_ce(logits, targets, stop_id, mask=None):
+    """Cross-entropy, `<|im_end|>` targets weighted by STOP_WEIGHT, targets where `mask` is 0 left out."""
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    if STOP_WEIGHT == 1.0:
+    if STOP_WEIGHT == 1.0 and mask is None:
         return ce.mean()
     w = 1.0 + (STOP_WEIGHT - 1.0) * (targets.reshape(-1) == stop_id).float()
-    return (ce * w).sum() / w.sum()
+    if mask is not None:
+        w = w * mask.reshape(-1).float()
+    return (ce * w).sum() / w.sum().clamp(min=1.0)
 
 
-def forward_losses(model, mtp, ids, tap, with_mtp=True):
-    """ids [B, T]. Returns (trunk CE, MTP CE, aux, trunk logits, mtp logits)."""
+def assistant_mask(ids, opening, im_end):
+    """1 for the tokens of a chat's assistant turns (after `<|im_start|>assistant\\n`, through
+    `<|im_end|>`), 0 for the rest (system and user turns, tool results, separators)."""
+    ids = np.asarray(ids)
+    n = len(opening)
+    hits = np.ones(max(0, len(ids) - n + 1), dtype=bool)
+    for j, t in enumerate(opening):
+        hits &= ids[j:len(ids) - n + 1 + j] == t
+    starts = np.flatnonzero(hits) + n
+    ends = np.flatnonzero(ids == im_end)
+    edge = np.zeros(len(ids) + 1, dtype=np.int32)
+    for a in starts:
+        k = np.searchsorted(ends, a)
+        b = ends[k] + 1 if k < len(ends) else len(ids)
+        edge[a] += 1
+        edge[b] -= 1
+    return (np.cumsum(edge[:-1]) > 0).astype(np.uint8)
+
+
+def forward_losses(model, mtp, ids, tap, with_mtp=True, mask=None):
+    """ids [B, T]; mask [B, T] (or None): which tokens are trained as targets. Returns (trunk CE,
+    MTP CE, aux, trunk logits, mtp logits)."""
     base = model.model
     out = base(input_ids=ids)
     h = out.last_hidden_state  # final-normed
     logits = model.lm_head(h)
-    loss = weighted_ce(logits[:, :-1], ids[:, 1:], model.config.eos_token_id)
+    loss = weighted_ce(logits[:, :-1], ids[:, 1:], model.config.eos_token_id,
+                       None if mask is None else mask[:, 1:])
     mloss, mlogits = torch.zeros((), device=ids.device), None
     if with_mtp and mtp is not None and ids.shape[1] > 2:
         emb = base.embed_tokens(ids[:, 1:])
@@ -147,7 +171,8 @@ def forward_losses(model, mtp, ids, tap, with_mtp=True):
         pe = base.rotary_emb(emb, pos)
         m = mtp(emb, h[:, :-1], pe)
         mlogits = model.lm_head(m)
-        mloss = weighted_ce(mlogits[:, :-1], ids[:, 2:], model.config.eos_token_id)
+        mloss = weighted_ce(mlogits[:, :-1], ids[:, 2:], model.config.eos_token_id,
+                            None if mask is None else mask[:, 2:])
     rl = tap.take() if tap is not None else []
     aux = aux_loss(rl, model.config.num_experts, model.config.num_experts_per_tok) if rl else torch.zeros(())
     return loss, mloss, aux, logits, mlogits
@@ -279,18 +304,20 @@ def build_data(args, rng):
                   "code_chat": 0.10}
     docs, stats = [], {}
     srng = random.Random(args.seed + 2)
+    opening = tok.encode("<|im_start|>assistant\n").ids
+    im_end = tok.token_to_id("<|im_end|>")
     for kind, share in shares.items():
         want, got, n = share * total * 1.05, 0, 0
         while got < want:
             batch = [gens[kind](srng) for _ in range(256)]
             for e in tok.encode_batch(batch):
                 ids = e.ids[: args.seq_len - 1] + [eot]
-                docs.append(np.array(ids, dtype=np.int32))
+                docs.append((np.array(ids, dtype=np.int32), assistant_mask(ids, opening, im_end)))
                 got += len(ids)
                 n += 1
         stats[kind] = {"docs": n, "tokens": got}
     srng.shuffle(docs)
-    chat_tokens = sum(len(d) for d in docs)
+    chat_tokens = sum(len(d) for d, _ in docs)
     log(f"synthetic: {stats}")
 
     # pack: chats whole when they fit; code pieces fill the gaps and the rest
@@ -301,6 +328,7 @@ def build_data(args, rng):
     prng = np.random.default_rng(args.seed + 3)
     nseq = args.steps * args.batch
     seqs = np.empty((nseq, args.seq_len), dtype=np.int32)
+    masks = np.empty((nseq, args.seq_len), dtype=np.uint8)
     ci, di = 0, 0
     code_used = 0
 
@@ -317,31 +345,39 @@ def build_data(args, rng):
             code_used += len(piece)
         return np.concatenate(out)
 
+    def code_part(n):
+        piece = take_code(n)
+        return piece, np.ones(len(piece), dtype=np.uint8)
+
     for s in range(nseq):
         parts, room = [], args.seq_len
         while room > 0:
             if di < len(docs) and prng.random() >= p_code:
-                d = docs[di]
+                d, m = docs[di]
                 if len(d) <= room:
-                    parts.append(d)
+                    parts.append((d, m))
                     room -= len(d)
                     di += 1
                     continue
-                parts.append(take_code(room))  # the chat starts the next sequence
+                parts.append(code_part(room))  # the chat starts the next sequence
                 room = 0
             else:
                 n = int(min(room, prng.integers(64, 1137)))
-                parts.append(take_code(n))
+                parts.append(code_part(n))
                 room -= n
-        seqs[s] = np.concatenate(parts)[: args.seq_len]
+        seqs[s] = np.concatenate([p for p, _ in parts])[: args.seq_len]
+        masks[s] = np.concatenate([m for _, m in parts])[: args.seq_len]
     log(f"packed {nseq} x {args.seq_len}: chats used {di}/{len(docs)}, code tokens {code_used / 1e6:.2f} M "
         f"({code_used / (nseq * args.seq_len):.0%}); code epochs {code_used / len(code_stream):.2f}")
     perm = prng.permutation(nseq)
     seqs = seqs[perm]
+    masks = masks[perm]
+    if args.loss_on == "all":
+        masks[:] = 1
     meta = {"sources": sources, "synthetic": stats, "code_files": len(code_train),
             "code_bytes": sum(map(len, code_train)), "code_stream_tokens": int(len(code_stream)),
             "code_tokens_trained": int(code_used), "chat_docs_trained": di}
-    return tok, seqs, held_code, funcs, meta
+    return tok, seqs, masks, held_code, funcs, meta
 
 
 # ---------------------------------------------------------------- evaluation
@@ -558,6 +594,8 @@ def main():
     ap.add_argument("--mix", choices=["v1", "skills"], default="v1",
                     help="synthetic chats: v1 (stages 1-2 of the first model) or skills (issue 18)")
     ap.add_argument("--short-count-frac", type=float, default=0.35)
+    ap.add_argument("--loss-on", choices=["all", "replies"], default="all",
+                    help="train on every token, or only on the assistant's turns of chats (and all code)")
     ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
     ap.add_argument("--bench", default="", help="comma list of BxT shapes to time (8 steps each) before training")
     ap.add_argument("--smoke", action="store_true", help="tiny config for a CPU check")
@@ -575,7 +613,7 @@ def main():
     log(f"transformers {transformers.__version__}")
     os.makedirs(args.out, exist_ok=True)
 
-    tok, seqs, held_code, funcs, meta = build_data(args, random.Random(args.seed))
+    tok, seqs, masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))
     ids_of = {t: tok.token_to_id(t) for t in data.SPECIALS}
     cfg = make_config(tok.get_vocab_size(), args, ids_of)
     cfg._attn_implementation = "sdpa"
@@ -670,16 +708,19 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         rows = seqs[(step - 1) * args.batch: step * args.batch]
+        row_masks = masks[(step - 1) * args.batch: step * args.batch]
         if step <= args.phase1_steps:
             # curriculum: short sequences first (the Gated DeltaNet fallback's chunk loop makes long rows slow)
             rows = rows.reshape(-1, args.phase1_len)
+            row_masks = row_masks.reshape(-1, args.phase1_len)
         elif step == args.phase1_steps + 1 and args.phase1_steps:
             log(f"phase 2: sequences of {args.seq_len} tokens from step {step}")
             hist["phase2_step"] = step
             hist["phase2_label"] = f"sequences {args.phase1_len} -> {args.seq_len} tokens"
         x = torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True)
+        mask = None if args.loss_on == "all" else torch.from_numpy(row_masks).to(device, non_blocking=True)
         with amp:
-            lo, ml, ax, _, _ = forward_losses(model, mtp, x, tap)
+            lo, ml, ax, _, _ = forward_losses(model, mtp, x, tap, mask=mask)
             loss = lo + args.mtp_weight * ml + args.aux_coef * ax
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)

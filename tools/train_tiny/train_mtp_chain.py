@@ -193,6 +193,7 @@ def main():
     ap.add_argument("--short-count-frac", type=float, default=0.35)
     ap.add_argument("--mix", choices=["v1", "skills"], default="v1", help="synthetic chats (train.py --mix)")
     ap.add_argument("--shares", default="{}", help="JSON: token shares (train.py --shares)")
+    ap.add_argument("--loss-on", default="all", help="build_data's masks are unused here (every token)")
     ap.add_argument("--stop-weight", type=float, default=1.0)
     ap.add_argument("--smoke", action="store_true", help="a few steps on the CPU")
     args = ap.parse_args()
@@ -220,7 +221,7 @@ def main():
     log("before", json.dumps(before))
 
     # build_data reuses the init's tokenizer (args.init) and packs args.steps x batch rows
-    _, seqs, _, _, meta = train.build_data(args, random.Random(args.seed))
+    _, seqs, _, _, _, meta = train.build_data(args, random.Random(args.seed))
     opt = torch.optim.AdamW(mtp.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                             fused=device.type == "cuda")
     hist = {"train": []}
