@@ -543,20 +543,26 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
 /// shipped traces' 200–400 requests take 40–120 ms here).
 const SUGGEST_EVALUATIONS_MAX: usize = 400;
 /// Queue waits this close count as equal when `suggest` compares layouts (milliseconds): it then
-/// prefers the one of fewer bytes.
+/// prefers the one that holds its streams in fewer bytes.
 const SUGGEST_WAIT_GRAIN_MS: f64 = 50.0;
 
 /// What `suggest` minimises, in order: refusals, how far the p99 queue wait lies above `target`
-/// (in grains; at or below it counts as 0), session bytes. The target is the shortest wait of
-/// the usual cuts that refuse nothing (`serve`'s default, equal slots, worst-case reservation):
-/// any layout that waits no longer is as good on waiting, and then the fewer bytes win.
-/// (Counting every 50 ms of wait instead stopped the search a few grains above worst-case's wait
-/// on long-context traces, with bytes to spare.)
-fn score(o: &Outcome, target_ms: f64) -> (usize, u64, u64) {
+/// (in grains; at or below it counts as 0), session bytes per stream at the peak (the inverse of
+/// streams per GiB, the measure sessions sized to the traffic exist for), session bytes. The
+/// target is the shortest wait of the usual cuts that refuse nothing (`serve`'s default, equal
+/// slots, worst-case reservation): any layout that waits no longer is as good on waiting, and
+/// then the one that serves its peak in the fewest bytes a stream wins — not merely the fewest
+/// bytes, which on a trace whose wait the prompt cache or the processor decides kept the fewest
+/// sessions the target allows and served no more streams per GiB than equal slots. (Counting
+/// every 50 ms of wait instead stopped the search a few grains above worst-case's wait on
+/// long-context traces, with bytes to spare.)
+fn score(o: &Outcome, target_ms: f64) -> (usize, u64, u64, u64) {
+    let bytes = o.session_gib * (1u64 << 30) as f64;
     (
         o.refused,
         ((o.queue_wait_ms_p99 - target_ms).max(0.0) / SUGGEST_WAIT_GRAIN_MS).ceil() as u64,
-        (o.session_gib * (1u64 << 30) as f64) as u64,
+        (bytes / o.peak_streams.max(1) as f64) as u64,
+        bytes as u64,
     )
 }
 
@@ -1080,6 +1086,33 @@ mod tests {
                 "{text}: {suggested:?} against {other:?}"
             );
         }
+    }
+
+    /// Agents (growing histories the prompt cache restores): equal slots' few whole sessions are
+    /// what the wait target allows, but not what serves the most streams per GiB; the suggestion
+    /// must find the layout that does, no longer waiting.
+    #[test]
+    fn a_suggested_spec_serves_agents_in_fewer_bytes_a_stream_than_equal_slots() {
+        let a = args(&["--context", "8192", "--slot-grow", "256"]);
+        let trace = trace::fit_context(trace::generate(trace::Shape::Agents, 60, 0.1, 1), 8192);
+        let memory = Memory::of(&a.plan).unwrap();
+        let base = layouts(&memory).unwrap();
+        let Found {
+            suggested,
+            spec: text,
+            cuts,
+            ..
+        } = search(&memory, a.slo(), &trace, DEFAULT_STEP_TIME, &base).unwrap();
+        let equal = &cuts[1];
+        assert_eq!(suggested.refused, 0);
+        assert!(
+            suggested.streams_per_gib > equal.streams_per_gib,
+            "{text}: {suggested:?} against {equal:?}"
+        );
+        assert!(
+            suggested.queue_wait_ms_p99 <= equal.queue_wait_ms_p99,
+            "{text}: {suggested:?} against {equal:?}"
+        );
     }
 
     /// `serve --suggest-every`: the served requests, in the order they finished, give the advice
