@@ -202,12 +202,8 @@ def chat(user, assistant, system=None):
     return s + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{assistant}<|im_end|>\n"
 
 
-def maybe_system(rng):
-    r = rng.random()
-    if r < 0.85:
-        return None
-    return rng.choice(["You are a helpful assistant.", "You are flashlane-tiny, a small helpful model.",
-                       "Answer briefly."])
+# A system message on 15 % of chats (the same draws as before skills.py had it).
+maybe_system = skills.maybe_system
 
 
 def count_reply(a, b, s):
