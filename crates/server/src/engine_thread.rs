@@ -77,6 +77,9 @@ pub enum Command {
 #[derive(Clone)]
 pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
+    /// Set by [`EngineHandle::shutdown`]: `/health` answers 503 from then on, so a load balancer
+    /// that probes it sends no new work to a replica that is draining.
+    draining: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Largest session capacity and the window, fixed at start-up, for defaults of `max_tokens`.
     pub largest_capacity: u64,
     pub window: u64,
@@ -120,7 +123,14 @@ impl EngineHandle {
     }
 
     pub fn shutdown(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.commands.try_send(Command::Shutdown);
+    }
+
+    /// Whether a shutdown has begun (running streams finish; nothing new is admitted).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Resolves once the engine thread has returned (after a shutdown, its streams done).
@@ -191,6 +201,7 @@ where
     Ok((
         EngineHandle {
             commands,
+            draining: Default::default(),
             largest_capacity,
             window,
         },

@@ -134,8 +134,12 @@ async fn model(State(app): State<AppState>, Path(id): Path<String>) -> Response 
     }
 }
 
-/// Ready once the model is loaded: the router only exists after loading.
+/// Ready once the model is loaded (the router only exists after loading); 503 with `Retry-After`
+/// while the server drains after SIGTERM, so a balancer's health check stops sending it work.
 async fn health(State(app): State<AppState>) -> Response {
+    if app.engine.is_draining() {
+        return ApiError::unavailable("the server is shutting down").into_response();
+    }
     match app.engine.snapshot().await {
         Ok(_) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => ApiError::unavailable(e.to_string()).into_response(),

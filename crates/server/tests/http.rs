@@ -1366,6 +1366,10 @@ async fn during_shutdown_new_requests_get_503_and_running_replies_finish() {
     .await;
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert!(refused.headers.to_ascii_lowercase().contains("retry-after"));
+    // A balancer's health check sees the drain too.
+    let health = request(addr, "GET", "/health", "", None).await;
+    assert_eq!(health.status, 503, "{}", health.body);
+    assert!(health.headers.to_ascii_lowercase().contains("retry-after"));
     // The running reply is whole.
     let reply = running.await.unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);
