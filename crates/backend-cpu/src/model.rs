@@ -254,6 +254,8 @@ pub struct ModelCosts {
     pub weight_bytes: u64,
     /// Bytes of the tensors as stored (what a backend that computes on them as they are holds).
     pub stored_bytes: u64,
+    /// Each tensor's name and stored bytes (what a tensor-parallel plan splits).
+    pub tensors: Vec<(String, u64)>,
 }
 
 impl ModelCosts {
@@ -266,10 +268,16 @@ impl ModelCosts {
     pub fn read_as(dir: &Path, format: LoadFormat) -> Result<ModelCosts, LoadError> {
         let config = Config::from_dir(dir)?;
         let weights = Weights::load(dir, format)?;
+        let tensors = weights
+            .names()
+            .into_iter()
+            .map(|name| (name.to_string(), weights.stored_bytes(name).unwrap_or(0)))
+            .collect();
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
             weight_bytes: weights.fetched_bytes(),
             stored_bytes: weights.total_bytes(),
+            tensors,
             config,
         })
     }

@@ -15,10 +15,25 @@ pub fn session_costs(
     window: RollbackWindow,
     kv: KvDtype,
 ) -> SessionCosts {
+    session_costs_on_one_gpu(config, with_mtp, window, kv, 1)
+}
+
+/// One GPU's part of a session when the model is split over `ranks` GPUs (tensor parallel,
+/// [`model::parallel`]): the K and V rows of its key/value heads, a `ranks`-th of the linear
+/// layers' state (split by head), and the whole MTP ring (hidden rows are whole on every GPU).
+/// The split must divide ([`model::parallel::check_tensor_parallel`]).
+pub fn session_costs_on_one_gpu(
+    config: &Config,
+    with_mtp: bool,
+    window: RollbackWindow,
+    kv: KvDtype,
+    ranks: usize,
+) -> SessionCosts {
+    let ranks = ranks.max(1);
     let f32_bytes = std::mem::size_of::<f32>() as u64;
-    let kv_row = (config.num_kv_heads * config.head_dim) as u64;
+    let kv_row = (model::parallel::kv_heads_per_rank(config, ranks) * config.head_dim) as u64;
     let kv_layers = (config.num_attention_layers() + usize::from(with_mtp)) as u64;
-    let lin_stride = linear_layer_floats(config) * config.num_linear_layers();
+    let lin_stride = linear_layer_floats(config) * config.num_linear_layers() / ranks;
     let ring = if with_mtp { window.tokens() + 1 } else { 0 };
     SessionCosts {
         per_token: 2 * kv_layers * kv_row * kv.bytes(),
@@ -71,5 +86,13 @@ mod tests {
         let bf16 = session_costs(&config, true, four, KvDtype::Bf16);
         let f32 = session_costs(&config, true, four, KvDtype::F32);
         assert_eq!((bf16.per_token * 2, bf16.fixed), (f32.per_token, f32.fixed));
+        // Over two GPUs each holds one of the two key/value heads, half the linear state (by
+        // head), and the whole MTP ring.
+        let half = session_costs_on_one_gpu(&config, true, four, KvDtype::F32, 2);
+        assert_eq!(half.per_token, per_token / 2);
+        assert_eq!(half.fixed, (4 * linear / 2 + 5 * 320) as u64 * 4);
+        // Over four, the two key/value heads are copied: one each, as over two.
+        let quarter = session_costs_on_one_gpu(&config, true, four, KvDtype::F32, 4);
+        assert_eq!(quarter.per_token, half.per_token);
     }
 }

@@ -47,7 +47,9 @@ mod stub;
 
 #[cfg(feature = "cuda")]
 pub use crate::model::CudaModel;
-pub use bytes::{session_costs, RollbackWindow, SessionCosts, MAX_ROLLBACK_WINDOW};
+pub use bytes::{
+    session_costs, session_costs_on_one_gpu, RollbackWindow, SessionCosts, MAX_ROLLBACK_WINDOW,
+};
 #[cfg(feature = "cuda")]
 pub use target::CudaTarget;
 

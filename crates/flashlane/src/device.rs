@@ -140,6 +140,38 @@ impl Device {
     }
 }
 
+/// One GPU's part of `costs` when the model is split over `ranks` GPUs (tensor parallel, the
+/// layout of [`model::parallel`]): its share of each tensor as stored, and its part of a session.
+/// The split must divide the model's heads, experts and widths.
+pub fn costs_on_one_gpu(
+    costs: &ModelCosts,
+    window: RollbackWindow,
+    kv: KvDtype,
+    ranks: usize,
+) -> Result<DeviceCosts, Failure> {
+    let c = &costs.config;
+    model::parallel::check_tensor_parallel(c, ranks)
+        .map_err(|e| Failure::bad_input(anyhow!("--tensor-parallel {ranks}: {e}")))?;
+    let share = |name: &str, bytes: u64| {
+        model::parallel::bytes_on_one_gpu(bytes, model::parallel::tp_share(name, c, ranks))
+    };
+    // A tied embedding is uploaded a second time as the lm_head (bf16), split as the lm_head.
+    let tied_copy = if c.tie_word_embeddings {
+        share("lm_head.weight", (c.vocab_size * c.hidden_size * 2) as u64)
+    } else {
+        0
+    };
+    Ok(DeviceCosts {
+        session: backend_cuda::session_costs_on_one_gpu(c, costs.with_mtp, window, kv, ranks),
+        weight_bytes: costs
+            .tensors
+            .iter()
+            .map(|(name, bytes)| share(name, *bytes))
+            .sum::<u64>()
+            + tied_copy,
+    })
+}
+
 fn cpu_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -269,5 +301,40 @@ impl ModelArgs {
             placement: self.placement(),
             kv: device.kv_dtype(self.kv_dtype)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(name: &str) -> ModelCosts {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench/shapes")
+            .join(name);
+        ModelCosts::read_as(&dir, LoadFormat::Dummy).expect("a shape of bench/shapes")
+    }
+
+    #[test]
+    fn one_gpu_of_a_tensor_parallel_group_holds_its_share_of_weights_and_sessions() {
+        let costs = shape("qwen3-next-80b-a3b");
+        let window = RollbackWindow::of_tokens(4).expect("a window");
+        let kv = backend_cuda::DEFAULT_KV_DTYPE;
+        let whole = Device::Cuda.costs(&costs, window, kv);
+        assert_eq!(costs_on_one_gpu(&costs, window, kv, 1).unwrap(), whole);
+        let half = costs_on_one_gpu(&costs, window, kv, 2).unwrap();
+        // Weights: half of each split tensor, all of the norms and routers (well under 1 %).
+        assert!(half.weight_bytes * 2 >= whole.weight_bytes);
+        assert!(half.weight_bytes * 2 < whole.weight_bytes + whole.weight_bytes / 100);
+        // Sessions: one of the two key/value heads, half the DeltaNet state.
+        assert_eq!(half.session.per_token * 2, whole.session.per_token);
+        assert!(half.session.fixed < whole.session.fixed);
+        // Four GPUs copy the two key/value heads: per position as two GPUs.
+        let quarter = costs_on_one_gpu(&costs, window, kv, 4).unwrap();
+        assert_eq!(quarter.session.per_token, half.session.per_token);
+        assert!(quarter.weight_bytes < half.weight_bytes);
+        let refused = costs_on_one_gpu(&costs, window, kv, 3).unwrap_err();
+        let message = format!("{:#}", refused.error);
+        assert!(message.contains("query heads (16)"), "{message}");
     }
 }

@@ -40,6 +40,11 @@ pub struct PlanArgs {
     /// without a GPU here needs --load-limit-gb)
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Plan one GPU of a tensor-parallel group of this many (with --device cuda): its share of the
+    /// weights and its part of each session, against --load-limit-gb (or its memory) per GPU.
+    /// Serving over several GPUs is not built yet; this sizes the machines it will need
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tensor_parallel: u32,
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
@@ -72,6 +77,13 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
                 .expect("plain data serialises")
         );
     } else {
+        if args.tensor_parallel > 1 {
+            println!(
+                "tensor parallel over {} GPUs: each holds {:.2} GiB of weights and its part of every session below (bytes per GPU)",
+                args.tensor_parallel,
+                needs.ready_bytes as f64 / (1u64 << 30) as f64
+            );
+        }
         print!("{}", table(&plan));
         print!("{}", prompt_cache_line(sizing.prompt_cache_bytes));
     }
@@ -103,7 +115,17 @@ pub fn needs(args: &PlanArgs) -> Result<(PlanNeeds, u64), Failure> {
                 .map_err(|e| Failure::from(anyhow!(e)))?;
             let (_, rollback) = args.drafts.resolve(costs.with_mtp)?;
             let kv = args.device.kv_dtype(args.kv_dtype)?;
-            let on = args.device.costs(&costs, rollback, kv);
+            let on = match (args.tensor_parallel, args.device) {
+                (1, device) => device.costs(&costs, rollback, kv),
+                (ranks, Device::Cuda) => {
+                    crate::device::costs_on_one_gpu(&costs, rollback, kv, ranks as usize)?
+                }
+                (ranks, Device::Cpu) => {
+                    return Err(Failure::bad_input(anyhow!(
+                        "--tensor-parallel {ranks} splits a model over GPUs: give --device cuda"
+                    )))
+                }
+            };
             PlanNeeds {
                 per_token: per_token.unwrap_or(on.session.per_token),
                 fixed: on.session.fixed,

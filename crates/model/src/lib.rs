@@ -16,6 +16,7 @@ pub mod chat;
 pub mod config;
 pub mod end_tokens;
 pub mod grammar;
+pub mod parallel;
 mod resident;
 pub mod schema;
 pub mod tokenizer;

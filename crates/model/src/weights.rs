@@ -577,6 +577,18 @@ impl Weights {
         names
     }
 
+    /// The bytes `name` takes as stored (its FP8 scales are tensors of their own), if present.
+    pub fn stored_bytes(&self, name: &str) -> Option<u64> {
+        if let Some(d) = self.dummy.get(name) {
+            let numel = d.shape.iter().product::<usize>() as u64;
+            return Some(match d.fp8 {
+                Some((r, c)) => numel + numel / (r * c) as u64 * 4,
+                None => numel * 2,
+            });
+        }
+        self.entries.get(name).map(|e| e.len as u64)
+    }
+
     /// Total bytes of all tensors in the files.
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
