@@ -1077,14 +1077,7 @@ mod tests {
         }
         assert_eq!(suggested.refused, 0);
         for other in [&default, &equal, &worst] {
-            assert!(
-                suggested.streams_per_gib > other.streams_per_gib,
-                "{text}: {other:?}"
-            );
-            assert!(
-                suggested.queue_wait_ms_p99 <= other.queue_wait_ms_p99,
-                "{text}: {suggested:?} against {other:?}"
-            );
+            assert_more_streams_per_gib_no_longer_waits(&suggested, other, &text);
         }
     }
 
@@ -1103,15 +1096,23 @@ mod tests {
             cuts,
             ..
         } = search(&memory, a.slo(), &trace, DEFAULT_STEP_TIME, &base).unwrap();
-        let equal = &cuts[1];
         assert_eq!(suggested.refused, 0);
+        assert_more_streams_per_gib_no_longer_waits(&suggested, &cuts[1], &text);
+    }
+
+    /// `suggested` (the spec `text`) serves more streams per GiB than `other`, waiting no longer.
+    fn assert_more_streams_per_gib_no_longer_waits(
+        suggested: &Outcome,
+        other: &Outcome,
+        text: &str,
+    ) {
         assert!(
-            suggested.streams_per_gib > equal.streams_per_gib,
-            "{text}: {suggested:?} against {equal:?}"
+            suggested.streams_per_gib > other.streams_per_gib,
+            "{text}: {suggested:?} against {other:?}"
         );
         assert!(
-            suggested.queue_wait_ms_p99 <= equal.queue_wait_ms_p99,
-            "{text}: {suggested:?} against {equal:?}"
+            suggested.queue_wait_ms_p99 <= other.queue_wait_ms_p99,
+            "{text}: {suggested:?} against {other:?}"
         );
     }
 
