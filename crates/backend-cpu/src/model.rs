@@ -252,9 +252,8 @@ pub struct ModelCosts {
     pub with_mtp: bool,
     /// Bytes the CPU holds the weights in (f16 and FP8 widened to f32).
     pub weight_bytes: u64,
-    /// Bytes of the tensors as stored (what a backend that computes on them as they are holds).
-    pub stored_bytes: u64,
-    /// Each tensor's name and stored bytes (what a tensor-parallel plan splits).
+    /// Each tensor's name and bytes as stored (what a backend that computes on the tensors as
+    /// they are holds, and what a tensor-parallel plan splits).
     pub tensors: Vec<(String, u64)>,
 }
 
@@ -276,7 +275,6 @@ impl ModelCosts {
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
             weight_bytes: weights.fetched_bytes(),
-            stored_bytes: weights.total_bytes(),
             tensors,
             config,
         })

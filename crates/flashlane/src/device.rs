@@ -122,20 +122,7 @@ impl Device {
                 session: costs.session_costs(window),
                 weight_bytes: costs.weight_bytes,
             },
-            Device::Cuda => {
-                let c = &costs.config;
-                // A tied embedding is uploaded a second time as the lm_head (bf16).
-                let tied_copy = if c.tie_word_embeddings {
-                    (c.vocab_size * c.hidden_size * 2) as u64
-                } else {
-                    0
-                };
-                // The GPU keeps the tensors as stored (bf16, or FP8 with its scales).
-                DeviceCosts {
-                    session: backend_cuda::session_costs(c, costs.with_mtp, window, kv),
-                    weight_bytes: costs.stored_bytes + tied_copy,
-                }
-            }
+            Device::Cuda => gpu_costs(costs, window, kv, 1),
         }
     }
 }
@@ -149,9 +136,15 @@ pub fn costs_on_one_gpu(
     kv: KvDtype,
     ranks: usize,
 ) -> Result<DeviceCosts, Failure> {
-    let c = &costs.config;
-    model::parallel::check_tensor_parallel(c, ranks)
+    model::parallel::check_tensor_parallel(&costs.config, ranks)
         .map_err(|e| Failure::bad_input(anyhow!("--tensor-parallel {ranks}: {e}")))?;
+    Ok(gpu_costs(costs, window, kv, ranks))
+}
+
+/// One GPU's costs of `ranks` (1: the whole model on one GPU). The GPU keeps the tensors as
+/// stored (bf16, or FP8 with its scales), each as its share ([`model::parallel::tp_share`]).
+fn gpu_costs(costs: &ModelCosts, window: RollbackWindow, kv: KvDtype, ranks: usize) -> DeviceCosts {
+    let c = &costs.config;
     let share = |name: &str, bytes: u64| {
         model::parallel::bytes_on_one_gpu(bytes, model::parallel::tp_share(name, c, ranks))
     };
@@ -161,7 +154,7 @@ pub fn costs_on_one_gpu(
     } else {
         0
     };
-    Ok(DeviceCosts {
+    DeviceCosts {
         session: backend_cuda::session_costs_on_one_gpu(c, costs.with_mtp, window, kv, ranks),
         weight_bytes: costs
             .tensors
@@ -169,7 +162,7 @@ pub fn costs_on_one_gpu(
             .map(|(name, bytes)| share(name, *bytes))
             .sum::<u64>()
             + tied_copy,
-    })
+    }
 }
 
 fn cpu_threads() -> usize {

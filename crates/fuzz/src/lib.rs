@@ -29,10 +29,15 @@ pub const TARGETS: [(&str, Target); 7] = [
 
 /// A `/v1/chat/completions` body: a parsed request or a 400 naming what is wrong.
 pub fn chat(data: &[u8]) {
+    request_body(data, server::request::parse_chat);
+}
+
+/// A request body through its parser: a parsed request or an error that says what is wrong.
+fn request_body<T>(data: &[u8], parse: fn(&[u8]) -> Result<T, server::error::ApiError>) {
     if data.len() > INPUT_MAX {
         return;
     }
-    if let Err(e) = server::request::parse_chat(data) {
+    if let Err(e) = parse(data) {
         assert!(!e.message.is_empty(), "F1: an error says what is wrong");
     }
 }
@@ -246,12 +251,7 @@ pub fn reply_stream(data: &[u8]) {
 
 /// A `/v1/completions` body.
 pub fn completion(data: &[u8]) {
-    if data.len() > INPUT_MAX {
-        return;
-    }
-    if let Err(e) = server::request::parse_completion(data) {
-        assert!(!e.message.is_empty(), "F1: an error says what is wrong");
-    }
+    request_body(data, server::request::parse_completion);
 }
 
 /// A `--slot-contexts` spec: parsed sessions are non-empty and within the model's positions.
