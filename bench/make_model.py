@@ -61,6 +61,22 @@ QWEN3_NEXT_A3B_SLICE = dict(
     max_position_embeddings=262144,
     tie_word_embeddings=False,
 )
+# A smaller hybrid (the CPU comparison's second shape): the slice's layer kinds and ratios at half
+# the width, 8 layers and 32 experts top-4 (0.79 B parameters, 0.13 B of them active a token
+# beside the embedding and lm_head of 0.16 B each).
+QWEN3_NEXT_SMALL = dict(
+    QWEN3_NEXT_A3B_SLICE,
+    hidden_size=1024,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=256,
+    intermediate_size=2816,
+    linear_num_key_heads=8,
+    linear_num_value_heads=16,
+    num_experts=32,
+    num_experts_per_tok=4,
+)
 SHAPES = {
     "qwen3-0.6b": ("qwen3", dict(QWEN3_COMMON, hidden_size=1024, num_hidden_layers=28,
                                   num_attention_heads=16, intermediate_size=3072,
@@ -72,6 +88,7 @@ SHAPES = {
                                 num_attention_heads=32, intermediate_size=12288,
                                 tie_word_embeddings=False)),
     "qwen3-next-a3b-slice": ("qwen3_next", QWEN3_NEXT_A3B_SLICE),
+    "qwen3-next-small": ("qwen3_next", QWEN3_NEXT_SMALL),
 }
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # A small vocabulary: enough for readable text, quick to train on a few documents.
