@@ -20,8 +20,12 @@
 //! memory once per call and reused from cache for every row of `x`, so decoding 8 streams reads
 //! the weights about as often as decoding 1. With several rows, the first tile over a group of
 //! weight rows prefetches the next group, so memory and arithmetic overlap; a decode window (at most
-//! 4 rows) goes through each group of weight rows in one tile, streaming them 8 KiB ahead. bf16 widens exactly to f32 (a 16-bit shift),
-//! in registers.
+//! 4 rows) goes through each group of weight rows in one tile, streaming them 8 KiB ahead. bf16
+//! widens exactly to f32 (a 16-bit shift), in registers.
+//!
+//! On a CPU with AVX-512F, calls of more than 4 rows use tiles of 8 rows × 6 weight rows in the
+//! 32 AVX-512 registers (`avx512`): each register holds the 8 partial sums of two dot products,
+//! so the bits are the AVX2 tiles' (a test compares them) and only the speed changes.
 
 use half::bf16;
 use rayon::prelude::*;
@@ -64,17 +68,56 @@ pub fn supported() -> bool {
     }
 }
 
-/// Set to `portable` to keep the portable kernel on a CPU that has AVX2 and FMA (to compare the
-/// two; read once per process).
+/// Set to `portable` to keep the portable kernel on a CPU that has AVX2 and FMA, or to `avx2` to
+/// keep the AVX2 tiles on a CPU that also has AVX-512 (to compare them; read once per process).
 pub const KERNELS_ENV: &str = "FLASHLANE_CPU_KERNELS";
+
+fn kernels_env() -> Option<String> {
+    std::env::var(KERNELS_ENV).ok()
+}
 
 /// Whether [`super::matmul::matmul`] uses this kernel for bf16 weights: [`supported`] and not
 /// turned off through [`KERNELS_ENV`]. Fixed for the life of the process, so every row of every
 /// batch goes through the same kernel.
 pub fn enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED
-        .get_or_init(|| supported() && std::env::var(KERNELS_ENV).map_or(true, |v| v != "portable"))
+    *ENABLED.get_or_init(|| supported() && kernels_env().is_none_or(|v| v != "portable"))
+}
+
+/// Whether calls of more than [`MAX_TILE_ROWS`] rows go through the AVX-512 tiles
+/// ([`avx512`]): the CPU has AVX-512F and [`KERNELS_ENV`] does not say `avx2`. Either way the
+/// bits are the same; only the speed differs.
+fn wide_tiles_enabled() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
+        avx512 && kernels_env().is_none_or(|v| v != "avx2")
+    })
+}
+
+/// Which tiles compute a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tiles {
+    /// Up to 4 rows × 3 weight rows in the 16 AVX2 registers.
+    Avx2,
+    /// Up to 8 rows × 6 weight rows in the 32 AVX-512 registers, the same bits.
+    Avx512,
+}
+
+/// The tiles for a call of `rows` rows: the AVX-512 tiles pay their packing of `x` only where
+/// a tile has more rows than the AVX2 tiles hold. Measured on the 2-core EPYC with AVX-512
+/// (`matmul_speed`, three interleaved runs): at 8 rows the 151,936 × 1,024 lm_head took
+/// 18.0-18.4 ms against 25.7-26.0, and a cached 3,072 × 1,024 projection 0.27-0.29 ms against
+/// 0.32-0.34; at 4 rows and at 1 they were no faster.
+fn tiles_for(rows: usize, wide_tiles: bool) -> Tiles {
+    if wide_tiles && rows > MAX_TILE_ROWS {
+        Tiles::Avx512
+    } else {
+        Tiles::Avx2
+    }
 }
 
 /// The fixed reduction of the 8 partial sums: lanes 4 apart, then 2 apart, then the last pair.
@@ -91,6 +134,12 @@ fn reduce(acc: &[f32; LANES]) -> f32 {
 
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
 pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    let tiles = tiles_for(x.len() / k.max(1), wide_tiles_enabled());
+    matmul_bf16_in(x, w, k, y, tiles);
+}
+
+/// [`matmul_bf16`] in the given tiles (the AVX-512 ones only where the CPU has AVX-512F).
+fn matmul_bf16_in(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], tiles: Tiles) {
     assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
     assert!(
         k > 0 && x.len().is_multiple_of(k),
@@ -104,15 +153,24 @@ pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
         return;
     }
     let y = Output(y.as_mut_ptr());
+    #[cfg(target_arch = "x86_64")]
+    let packed = (tiles == Tiles::Avx512).then(|| avx512::pack(x, k, rows));
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = tiles;
     (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
         let start = b * COL_BLOCK;
         let cols = COL_BLOCK.min(out - start);
         let wb = &w[start * k..(start + cols) * k];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU; `y` holds
-        // `rows × out` floats and this task writes only its columns `start..start + cols` of them.
+        // SAFETY: `supported()` (asserted above) checked AVX2 and FMA on this CPU, and
+        // `Tiles::Avx512` is chosen only where it has AVX-512F; `y` holds `rows × out` floats and
+        // this task writes only its columns `start..start + cols` of them.
         unsafe {
-            avx2::block(x, k, rows, wb, cols, y.at(start), out)
+            if let Some(packed) = &packed {
+                avx512::block(x, packed, k, wb, cols, y.at(start), out)
+            } else {
+                avx2::block(x, k, rows, wb, cols, y.at(start), out)
+            }
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (wb, &y);
@@ -344,6 +402,206 @@ mod avx2 {
     }
 }
 
+/// The same dot products as [`avx2`], computed with AVX-512 registers where the CPU has them:
+/// each 512-bit accumulator holds the 8 partial sums of **two** dot products (one weight row in
+/// its low half, the next in its high half, `x` broadcast to both halves), so every partial sum
+/// takes the same fused multiply-adds in the same order as in [`avx2::tile`], and the tail and
+/// the reduction are the same code. The bits are the AVX2 kernel's on every CPU; what changes is
+/// the tile: 32 registers hold 8 rows × 6 weight rows (24 accumulators), so a weight row is
+/// widened once for 8 rows instead of twice for two tiles of 4.
+///
+/// The rows of `x` are first packed tile by tile, 8 floats of each row of a tile in turn
+/// ([`Packed`]): a tile then reads `x` through one pointer, which leaves the general registers
+/// for the 6 weight rows (16 of them cannot hold 8 row pointers, 6 weight pointers and the loop).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{reduce, LANES, PREFETCH_STEP, ROW_SUPER};
+    use half::bf16;
+    use std::arch::x86_64::*;
+
+    /// Weight-row pairs per tile: 8 rows × 3 pairs is 24 accumulators, with 3 widened pairs
+    /// and one broadcast of `x` 28 of the 32 registers.
+    const PAIRS: usize = 3;
+    /// Rows of `x` in the largest tile.
+    const MAX_TILE_ROWS: usize = 8;
+    /// Groups of weight rows the first tile of a block prefetches ahead of those it reads: the
+    /// 8-row lm_head above took 21.9-23.1 ms without prefetching, 18.4-19.2 one group ahead
+    /// and 18.0-18.4 two groups ahead.
+    const AHEAD_GROUPS: usize = 2;
+
+    /// The rows of `x` in tiles: tile `t` covers rows `tiles[t].0 .. +tiles[t].1`, and its
+    /// packed data (`k / 8` steps of `rows × 8` floats) starts at `offsets[t]`.
+    pub(super) struct Packed {
+        data: Vec<f32>,
+        tiles: Vec<(usize, usize)>,
+        offsets: Vec<usize>,
+    }
+
+    /// Rows in the next tile when `left` rows of a super-block remain: up to 8, and 9 to 15 in
+    /// two tiles of equal height rather than a full one and a narrow rest.
+    fn tile_rows(left: usize) -> usize {
+        match left {
+            0..=MAX_TILE_ROWS => left,
+            9..=15 => left.div_ceil(2),
+            _ => MAX_TILE_ROWS,
+        }
+    }
+
+    /// Packs `rows` rows of `k` floats into tiles (super-blocks of [`ROW_SUPER`] rows, as the
+    /// AVX2 kernel walks them).
+    pub(super) fn pack(x: &[f32], k: usize, rows: usize) -> Packed {
+        let steps = k / LANES;
+        let mut packed = Packed {
+            data: Vec::with_capacity(steps * LANES * rows),
+            tiles: Vec::new(),
+            offsets: Vec::new(),
+        };
+        let mut s0 = 0;
+        while s0 < rows {
+            let s1 = (s0 + ROW_SUPER).min(rows);
+            let mut r0 = s0;
+            while r0 < s1 {
+                let nr = tile_rows(s1 - r0);
+                packed.tiles.push((r0, nr));
+                packed.offsets.push(packed.data.len());
+                for j in 0..steps {
+                    for r in r0..r0 + nr {
+                        let at = r * k + j * LANES;
+                        packed.data.extend_from_slice(&x[at..at + LANES]);
+                    }
+                }
+                r0 += nr;
+            }
+            s0 = s1;
+        }
+        packed
+    }
+
+    /// 8 bf16 at `a` and 8 at `b` widened to f32, `a`'s in the low half (exact).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn widen_pair(a: *const bf16, b: *const bf16) -> __m512 {
+        let lo = _mm_loadu_si128(a as *const __m128i);
+        let hi = _mm_loadu_si128(b as *const __m128i);
+        let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(both)))
+    }
+
+    /// The `R` packed rows at `xp` (their unpacked rows at `xs`, for the tail) against the `2P`
+    /// weight rows at `ws`, into `y[r * ld + c]` for the first `nc` weight rows: the same bits
+    /// as `avx2::tile`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const R: usize>(
+        xp: *const f32,
+        xs: *const f32,
+        k: usize,
+        ws: [[*const bf16; 2]; PAIRS],
+        nc: usize,
+        y: *mut f32,
+        ld: usize,
+        ahead: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); PAIRS]; R];
+        let n = k / LANES * LANES;
+        let mut j = 0;
+        let mut x = xp;
+        while j < n {
+            if ahead > 0 && j % PREFETCH_STEP == 0 {
+                // The tile's weight rows are contiguous: 2P lines of the stream per step of `j`.
+                let stream = ws[0][0].wrapping_add(ahead + 2 * PAIRS * j);
+                for c in 0..2 * PAIRS {
+                    _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
+                }
+            }
+            let wv: [__m512; PAIRS] =
+                std::array::from_fn(|p| widen_pair(ws[p][0].add(j), ws[p][1].add(j)));
+            for (r, a) in acc.iter_mut().enumerate() {
+                // 8 floats of row r in both halves (a 256-bit broadcast; the f64 form is
+                // AVX-512F's).
+                let xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(
+                    x.add(r * LANES) as *const f64,
+                )));
+                for (w, a) in wv.iter().zip(a.iter_mut()) {
+                    *a = _mm512_fmadd_ps(xv, *w, *a);
+                }
+            }
+            x = x.add(R * LANES);
+            j += LANES;
+        }
+        for (r, pairs) in acc.iter().enumerate() {
+            for (p, a) in pairs.iter().enumerate() {
+                let mut both = [0.0f32; 2 * LANES];
+                _mm512_storeu_ps(both.as_mut_ptr(), *a);
+                for h in 0..2 {
+                    let c = 2 * p + h;
+                    if c >= nc {
+                        break;
+                    }
+                    let mut lanes = [0.0f32; LANES];
+                    lanes.copy_from_slice(&both[h * LANES..(h + 1) * LANES]);
+                    for i in n..k {
+                        let w = f32::from_bits((ws[p][h].add(i).read().to_bits() as u32) << 16);
+                        lanes[i - n] = xs.add(r * k + i).read().mul_add(w, lanes[i - n]);
+                    }
+                    *y.add(r * ld + c) = reduce(&lanes);
+                }
+            }
+        }
+    }
+
+    /// One column block as `avx2::block` computes it (the same bits), in tiles of up to 8 rows
+    /// × 6 weight rows, from `x` packed by [`pack`].
+    ///
+    /// # Safety
+    /// As `avx2::block`, and the CPU must have AVX-512F.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn block(
+        x: &[f32],
+        packed: &Packed,
+        k: usize,
+        w: &[bf16],
+        cols: usize,
+        y: *mut f32,
+        ld: usize,
+    ) {
+        for (t, (&(r0, nr), &offset)) in packed.tiles.iter().zip(&packed.offsets).enumerate() {
+            // The first tile reads the block's weights from memory: it prefetches the next
+            // group's while it computes; the others find them in cache.
+            let ahead = if t == 0 {
+                AHEAD_GROUPS * 2 * PAIRS * k
+            } else {
+                0
+            };
+            let xp = packed.data.as_ptr().add(offset);
+            let xs = x.as_ptr().add(r0 * k);
+            let yt = y.add(r0 * ld);
+            let mut c0 = 0;
+            while c0 < cols {
+                let nc = (2 * PAIRS).min(cols - c0);
+                // A missing last weight row repeats the one before (computed, not stored).
+                let row = |c: usize| w.as_ptr().add((c0 + c.min(nc - 1)) * k);
+                let ws: [[*const bf16; 2]; PAIRS] =
+                    std::array::from_fn(|p| [row(2 * p), row(2 * p + 1)]);
+                let yc = yt.add(c0);
+                match nr {
+                    8 => tile::<8>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    7 => tile::<7>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    6 => tile::<6>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    5 => tile::<5>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    4 => tile::<4>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    3 => tile::<3>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    2 => tile::<2>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    _ => tile::<1>(xp, xs, k, ws, nc, yc, ld, ahead),
+                }
+                c0 += nc;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +671,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn avx512_tiles_give_the_bits_of_the_avx2_tiles() {
+        if !supported() || !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("skipped: this CPU lacks AVX2, FMA or AVX-512F");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // k not a multiple of 8, weight rows not a multiple of 6 or of a block, rows filling
+        // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks.
+        for (rows, k, out) in [
+            (5, 64, 40),
+            (8, 1024, 97),
+            (8, 37, 7),
+            (9, 100, 70),
+            (13, 256, 130),
+            (16, 48, 6),
+            (17, 160, 45),
+            (40, 33, 101),
+        ] {
+            let x = rng.vec(rows * k);
+            let w = bf16s(&rng.vec(out * k));
+            let (mut narrow, mut wide) = (vec![0.0; rows * out], vec![0.0; rows * out]);
+            matmul_bf16_in(&x, &w, k, &mut narrow, Tiles::Avx2);
+            matmul_bf16_in(&x, &w, k, &mut wide, Tiles::Avx512);
+            assert_eq!(narrow, wide, "seed {seed} {rows}x{k}x{out}");
+        }
+    }
+
+    #[test]
+    fn tiles_are_chosen_by_the_rows_of_the_call_and_the_cpu() {
+        assert_eq!(tiles_for(1, true), Tiles::Avx2);
+        assert_eq!(tiles_for(MAX_TILE_ROWS, true), Tiles::Avx2);
+        assert_eq!(tiles_for(MAX_TILE_ROWS + 1, true), Tiles::Avx512);
+        assert_eq!(tiles_for(64, false), Tiles::Avx2);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Gated DeltaNet, the linear-attention mixer of Qwen3-Next (models.md "Gated DeltaNet").
 //!
 //! Per token, in the recurrent form (exact; used for windows of any length, token by token
-//! within a stream, value heads in parallel):
+//! within a stream; the streams of a round, the tokens of a window's conv and the value heads of
+//! its recurrence in parallel):
 //! 1. split `in_proj_qkvz` / `in_proj_ba` rows grouped by key head;
 //! 2. depthwise causal conv over `[q | k | v]` with the session's conv tail, then SiLU;
 //! 3. `β = sigmoid(b)`, `g = −exp(A_log)·softplus(a + dt_bias)` (f32, g ≤ 0);
@@ -32,7 +33,8 @@ pub struct GatedDeltaNet {
     pub(crate) eps: f32,
     in_proj_qkvz: Linear,
     in_proj_ba: Linear,
-    /// `[channels, kernel]` (the checkpoint's `[C, 1, K]` without its unit axis), f32.
+    /// The conv taps by tap, `[kernel, channels]` (the checkpoint's `[C, 1, K]` transposed), f32:
+    /// a window's conv then goes along the channels of each row, in vector registers.
     pub(crate) conv: Vec<f32>,
     /// `−exp(A_log)` per value head.
     pub(crate) neg_a: Vec<f32>,
@@ -70,9 +72,11 @@ impl GatedDeltaNet {
                 false,
             )?,
             in_proj_ba: Linear::load(w, &format!("{prefix}.in_proj_ba"), 2 * hv, h, false)?,
-            conv: w
-                .tensor_mapped(&format!("{prefix}.conv1d.weight"), &[c, 1, d.conv_kernel])?
-                .to_f32_vec(),
+            conv: by_tap(
+                &w.tensor_mapped(&format!("{prefix}.conv1d.weight"), &[c, 1, d.conv_kernel])?
+                    .to_f32_vec(),
+                d.conv_kernel,
+            ),
             neg_a: a_log.iter().map(|a| -a.exp()).collect(),
             dt_bias: w
                 .tensor_mapped(&format!("{prefix}.dt_bias"), &[hv])?
@@ -117,7 +121,7 @@ impl GatedDeltaNet {
         // Snapshot buffers are reused from the previous window (same sizes every time).
         let keep_snapshots = tokens >= 2 && tokens - 1 <= state.snapshot_slots;
         keep_snapshot_buffers(state, if keep_snapshots { tokens - 1 } else { 0 });
-        // 1-4, token by token (the conv tail is sequential; cheap next to the recurrence).
+        // 1-4: the split token by token, then the conv and the norms of every token in parallel.
         let inputs = self.head_inputs(qkvz, ba, state, start);
         // 5. The delta rule: each value head through every token, one task per head.
         let mut out = self.recur(&inputs, state);
@@ -126,8 +130,9 @@ impl GatedDeltaNet {
         out
     }
 
-    /// Steps 1-4 of every token: the conv tail advances through the window (its snapshots
-    /// taken on the way); returns what the recurrence of each value head reads.
+    /// Steps 1-4 of every token: the split, then the conv of the window over the session's
+    /// tail (its snapshots taken on the way), the norms; returns what the recurrence of each
+    /// value head reads. Tokens go in parallel once split: a conv output reads only inputs.
     fn head_inputs(
         &self,
         qkvz: &[f32],
@@ -146,6 +151,11 @@ impl GatedDeltaNet {
         let group = 2 * dk + 2 * r * dv;
         let channels = d.conv_channels();
         let tokens = qkvz.len() / (hk * group);
+        let taps = d.conv_kernel;
+        let held = taps - 1;
+        // The conv's inputs: the tail's rows, then the window's rows as split (step 1).
+        let mut seq = vec![0f32; (held + tokens) * channels];
+        seq[..held * channels].copy_from_slice(&state.conv);
         let mut inputs = HeadInputs {
             tokens,
             mixed: vec![0f32; tokens * channels],
@@ -154,22 +164,17 @@ impl GatedDeltaNet {
             g: vec![0f32; tokens * hv],
         };
         for t in 0..tokens {
-            if let Some(snap) = t.checked_sub(1).and_then(|s| state.snapshots.get_mut(s)) {
-                // The conv tail as of `start + t` positions (the recurrence fills the state).
-                snap.pos = start + t;
-                snap.conv.copy_from_slice(&state.conv);
-            }
             // 1. Split grouped by key head: [q | k | v (r heads) | z (r heads)] per group; ba
             //    per group: [b (r heads) | a (r heads)].
             let row = &qkvz[t * hk * group..(t + 1) * hk * group];
             let bar = &ba[t * 2 * hv..(t + 1) * 2 * hv];
-            let mixed = &mut inputs.mixed[t * channels..(t + 1) * channels];
+            let x = &mut seq[(held + t) * channels..(held + t + 1) * channels];
             for gi in 0..hk {
                 let src = &row[gi * group..(gi + 1) * group];
-                mixed[gi * dk..(gi + 1) * dk].copy_from_slice(&src[..dk]);
-                mixed[(hk + gi) * dk..(hk + gi + 1) * dk].copy_from_slice(&src[dk..2 * dk]);
+                x[gi * dk..(gi + 1) * dk].copy_from_slice(&src[..dk]);
+                x[(hk + gi) * dk..(hk + gi + 1) * dk].copy_from_slice(&src[dk..2 * dk]);
                 let vo = 2 * hk * dk + gi * r * dv;
-                mixed[vo..vo + r * dv].copy_from_slice(&src[2 * dk..2 * dk + r * dv]);
+                x[vo..vo + r * dv].copy_from_slice(&src[2 * dk..2 * dk + r * dv]);
                 let zo = t * hv * dv + gi * r * dv;
                 inputs.z[zo..zo + r * dv].copy_from_slice(&src[2 * dk + r * dv..]);
                 for i in 0..r {
@@ -180,15 +185,29 @@ impl GatedDeltaNet {
                         self.neg_a[h] * softplus(bar[gi * 2 * r + r + i] + self.dt_bias[h]);
                 }
             }
-            // 2. Depthwise causal conv with the tail, SiLU.
-            self.conv_step(&mut state.conv, mixed);
-            // 4. q, k L2-normalised per head; q scaled by 1/√dk.
-            let (q, rest) = mixed.split_at_mut(hk * dk);
-            l2_norm(q, dk);
-            l2_norm(&mut rest[..hk * dk], dk);
-            let scale = 1.0 / (dk as f32).sqrt();
-            q.iter_mut().for_each(|x| *x *= scale);
         }
+        // The tail as of each position inside the window (snapshots), and after it.
+        for (t, snap) in state.snapshots.iter_mut().enumerate() {
+            snap.pos = start + t + 1;
+            snap.conv
+                .copy_from_slice(&seq[(t + 1) * channels..(t + 1 + held) * channels]);
+        }
+        state
+            .conv
+            .copy_from_slice(&seq[tokens * channels..(tokens + held) * channels]);
+        // 2. Depthwise causal conv, SiLU; 4. q, k L2-normalised per head, q scaled by 1/√dk.
+        let scale = 1.0 / (dk as f32).sqrt();
+        inputs
+            .mixed
+            .par_chunks_mut(channels)
+            .enumerate()
+            .for_each(|(t, out)| {
+                self.conv_row(&seq[t * channels..(t + taps) * channels], out);
+                let (q, rest) = out.split_at_mut(hk * dk);
+                l2_norm(q, dk);
+                l2_norm(&mut rest[..hk * dk], dk);
+                q.iter_mut().for_each(|x| *x *= scale);
+            });
         inputs
     }
 
@@ -264,27 +283,26 @@ impl GatedDeltaNet {
         out
     }
 
-    /// The conv of the current row `x` (in place: becomes the activated output) over the tail,
-    /// then the tail shifts by one row and takes `x`'s input. Taps in order, oldest first.
-    fn conv_step(&self, tail: &mut [f32], x: &mut [f32]) {
-        let kernel = self.dims.conv_kernel;
-        let c = x.len();
-        for (ch, xc) in x.iter_mut().enumerate() {
-            let w = &self.conv[ch * kernel..(ch + 1) * kernel];
-            let mut s = 0f32;
-            for j in 0..kernel - 1 {
-                s += w[j] * tail[j * c + ch];
+    /// One row of the conv: `out[ch] = silu(Σ_j w[j][ch] · rows[j][ch])` over the `kernel` input
+    /// rows ending at the current one (oldest first), the taps summed in order from 0.
+    fn conv_row(&self, rows: &[f32], out: &mut [f32]) {
+        let c = out.len();
+        out.fill(0.0);
+        for (w, x) in self.conv.chunks_exact(c).zip(rows.chunks_exact(c)) {
+            for ((o, wi), xi) in out.iter_mut().zip(w).zip(x) {
+                *o += wi * xi;
             }
-            s += w[kernel - 1] * *xc;
-            for j in 0..kernel.saturating_sub(2) {
-                tail[j * c + ch] = tail[(j + 1) * c + ch];
-            }
-            if kernel > 1 {
-                tail[(kernel - 2) * c + ch] = *xc;
-            }
-            *xc = silu(s);
         }
+        out.iter_mut().for_each(|o| *o = silu(*o));
     }
+}
+
+/// A `[channels, kernel]` conv weight as `[kernel, channels]`.
+fn by_tap(conv: &[f32], kernel: usize) -> Vec<f32> {
+    let channels = conv.len() / kernel;
+    (0..kernel * channels)
+        .map(|i| conv[(i % channels) * kernel + i / channels])
+        .collect()
 }
 
 impl Mixer for GatedDeltaNet {
@@ -298,21 +316,28 @@ impl Mixer for GatedDeltaNet {
             ba.len() / rows.max(1),
             self.value_width(),
         );
-        let mut mixed = vec![0f32; rows * vw];
-        // The recurrence per stream, each over its own state.
-        for seg in segments.iter_mut() {
-            let LayerState::Linear(state) = &mut seg.state.layers[layer] else {
-                panic!(
-                    "layer {layer} is linear attention but its session state is not a linear state"
+        // The recurrence per stream, each over its own state, the streams in parallel (each
+        // stream's arithmetic is the same wherever it runs).
+        let parts: Vec<(std::ops::Range<usize>, Vec<f32>)> = segments
+            .par_iter_mut()
+            .map(|seg| {
+                let LayerState::Linear(state) = &mut seg.state.layers[layer] else {
+                    panic!(
+                        "layer {layer} is linear attention but its session state is not a linear state"
+                    );
+                };
+                let r = seg.rows.clone();
+                let o = self.mix_segment(
+                    &qkvz[r.start * wq..r.end * wq],
+                    &ba[r.start * wb..r.end * wb],
+                    state,
+                    seg.start,
                 );
-            };
-            let r = seg.rows.clone();
-            let o = self.mix_segment(
-                &qkvz[r.start * wq..r.end * wq],
-                &ba[r.start * wb..r.end * wb],
-                state,
-                seg.start,
-            );
+                (r, o)
+            })
+            .collect();
+        let mut mixed = vec![0f32; rows * vw];
+        for (r, o) in parts {
             mixed[r.start * vw..r.end * vw].copy_from_slice(&o);
         }
         out.copy_from_slice(&self.out_proj.forward(&mixed));
@@ -381,46 +406,81 @@ impl HeadStep<'_> {
         self.run_portable(from, s, u, o)
     }
 
+    /// Both passes walk the state in blocks of [`STATE_BLOCK`] columns, each block through every
+    /// row before the next: a block of `u` (or of `o`) stays in registers while the rows pass,
+    /// instead of a load and a store of it per element. Every element still takes its
+    /// operations in the same order (rows in increasing `i`), so the bits are the row-by-row
+    /// form's.
     #[inline(always)]
     fn run_portable(&self, from: Option<&[f32]>, s: &mut [f32], u: &mut [f32], o: &mut [f32]) {
         let dv = self.v.len();
         let decay = self.g.exp();
-        u.fill(0.0);
-        match from {
-            Some(from) => {
-                for ((srow, frow), ki) in s
-                    .chunks_exact_mut(dv)
-                    .zip(from.chunks_exact(dv))
-                    .zip(self.k)
-                {
-                    for ((sij, fij), uj) in srow.iter_mut().zip(frow).zip(u.iter_mut()) {
-                        *sij = *fij * decay;
-                        *uj += *sij * ki;
-                    }
-                }
-            }
-            None => {
-                for (srow, ki) in s.chunks_exact_mut(dv).zip(self.k) {
-                    for (sij, uj) in srow.iter_mut().zip(u.iter_mut()) {
-                        *sij *= decay;
-                        *uj += *sij * ki;
-                    }
-                }
-            }
+        let full = dv / STATE_BLOCK * STATE_BLOCK;
+        for j0 in (0..full).step_by(STATE_BLOCK) {
+            self.decay_block::<STATE_BLOCK>(from, s, u, decay, j0);
         }
-        for (uj, vj) in u.iter_mut().zip(self.v) {
-            *uj = self.beta * (vj - *uj);
+        for j0 in full..dv {
+            self.decay_block::<1>(from, s, u, decay, j0);
         }
-        // The update and the read in one pass: row i is final before o takes it.
-        o.fill(0.0);
-        for ((srow, ki), qi) in s.chunks_exact_mut(dv).zip(self.k).zip(self.q) {
-            for ((sij, dj), oj) in srow.iter_mut().zip(u.iter()).zip(o.iter_mut()) {
-                *sij += ki * dj;
-                *oj += *sij * qi;
-            }
+        // The update and the read in one pass: an element is final before o takes it.
+        for j0 in (0..full).step_by(STATE_BLOCK) {
+            self.update_block::<STATE_BLOCK>(s, u, o, j0);
+        }
+        for j0 in full..dv {
+            self.update_block::<1>(s, u, o, j0);
         }
     }
+
+    /// Columns `j0..j0 + W` of the first pass: `S ← e^g·S` (read from `from` when given),
+    /// `u = Sᵀk`, then `u ← β(v − u)`.
+    #[inline(always)]
+    fn decay_block<const W: usize>(
+        &self,
+        from: Option<&[f32]>,
+        s: &mut [f32],
+        u: &mut [f32],
+        decay: f32,
+        j0: usize,
+    ) {
+        let dv = self.v.len();
+        let mut acc = [0f32; W];
+        for (i, ki) in self.k.iter().enumerate() {
+            let at = i * dv + j0;
+            let src: [f32; W] = match from {
+                Some(from) => from[at..at + W].try_into().expect("W columns"),
+                None => s[at..at + W].try_into().expect("W columns"),
+            };
+            let row: &mut [f32; W] = (&mut s[at..at + W]).try_into().expect("W columns");
+            for l in 0..W {
+                row[l] = src[l] * decay;
+                acc[l] += row[l] * ki;
+            }
+        }
+        for l in 0..W {
+            u[j0 + l] = self.beta * (self.v[j0 + l] - acc[l]);
+        }
+    }
+
+    /// Columns `j0..j0 + W` of the second pass: `S ← S + k δᵀ` and `o = Sᵀq` (δ is `u`).
+    #[inline(always)]
+    fn update_block<const W: usize>(&self, s: &mut [f32], u: &[f32], o: &mut [f32], j0: usize) {
+        let dv = self.v.len();
+        let delta: [f32; W] = u[j0..j0 + W].try_into().expect("W columns");
+        let mut acc = [0f32; W];
+        for (i, (ki, qi)) in self.k.iter().zip(self.q).enumerate() {
+            let at = i * dv + j0;
+            let row: &mut [f32; W] = (&mut s[at..at + W]).try_into().expect("W columns");
+            for l in 0..W {
+                row[l] += ki * delta[l];
+                acc[l] += row[l] * qi;
+            }
+        }
+        o[j0..j0 + W].copy_from_slice(&acc);
+    }
 }
+
+/// Columns of a head's state per block of the recurrence (4 AVX2 registers of `u` or `o`).
+const STATE_BLOCK: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -526,7 +586,7 @@ mod tests {
                     for j in 0..kern {
                         let src = t as isize - (kern as isize - 1) + j as isize;
                         if src >= 0 {
-                            acc += net.conv[ch * kern + j] as f64 * xin[src as usize][ch];
+                            acc += net.conv[j * c + ch] as f64 * xin[src as usize][ch];
                         }
                     }
                     acc / (1.0 + (-acc).exp())
@@ -575,6 +635,64 @@ mod tests {
     ) -> (Vec<f32>, Vec<f32>) {
         let x = rng.vec(t * hidden);
         (net.in_proj_qkvz.forward(&x), net.in_proj_ba.forward(&x))
+    }
+
+    /// The recurrence step row by row (`u` and `o` updated in memory per element): the order
+    /// of operations the blocked [`HeadStep::run`] keeps.
+    fn step_row_by_row(step: &HeadStep<'_>, from: Option<&[f32]>, s: &mut [f32]) -> Vec<f32> {
+        let dv = step.v.len();
+        let decay = step.g.exp();
+        let mut u = vec![0f32; dv];
+        for (i, ki) in step.k.iter().enumerate() {
+            for j in 0..dv {
+                let f = from.map_or(s[i * dv + j], |f| f[i * dv + j]);
+                s[i * dv + j] = f * decay;
+                u[j] += s[i * dv + j] * ki;
+            }
+        }
+        for (uj, vj) in u.iter_mut().zip(step.v) {
+            *uj = step.beta * (vj - *uj);
+        }
+        let mut o = vec![0f32; dv];
+        for (i, (ki, qi)) in step.k.iter().zip(step.q).enumerate() {
+            for j in 0..dv {
+                s[i * dv + j] += ki * u[j];
+                o[j] += s[i * dv + j] * qi;
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn blocked_recurrence_step_gives_the_bits_of_the_row_by_row_form() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Value widths below, at and between the block's width (the model's is 128).
+        for (dk, dv) in [(8, 12), (16, 32), (32, 70), (128, 128)] {
+            let (q, k, v) = (rng.vec(dk), rng.vec(dk), rng.vec(dv));
+            let step = HeadStep {
+                q: &q,
+                k: &k,
+                v: &v,
+                beta: 0.7,
+                g: -0.3 * (rng.uniform() + 1.0),
+            };
+            let start = rng.vec(dk * dv);
+            for out_of_place in [false, true] {
+                let from = out_of_place.then_some(&start[..]);
+                let mut want_s = if out_of_place {
+                    vec![0f32; dk * dv]
+                } else {
+                    start.clone()
+                };
+                let mut got_s = want_s.clone();
+                let want_o = step_row_by_row(&step, from, &mut want_s);
+                let (mut u, mut got_o) = (vec![0f32; dv], vec![0f32; dv]);
+                step.run(from, &mut got_s, &mut u, &mut got_o);
+                assert_eq!(got_o, want_o, "seed {seed} {dk}x{dv}: o");
+                assert_eq!(got_s, want_s, "seed {seed} {dk}x{dv}: state");
+            }
+        }
     }
 
     #[test]
