@@ -359,6 +359,33 @@ mod tests {
     }
 
     #[test]
+    fn a_row_of_model_width_gets_its_bits_alone_among_few_or_many_rows() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Experts wider than a column block of the matmul, and rows per expert from 1 to 12
+        // (2 rows: decode-like; 24 rows: prompt-like, over the AVX2 tiles' 4 rows).
+        let (h, e, i) = (72, 4, 144);
+        let (m, _) = random_pair(&mut rng, h, e, i, 2, true);
+        for rows in [2, 24] {
+            let x = rng.vec(rows * h);
+            let all = run(&m, &x);
+            let want = reference(&m, &x);
+            assert!(
+                max_abs_diff(&all, &want) < 1e-3,
+                "seed {seed} rows {rows}: {}",
+                max_abs_diff(&all, &want)
+            );
+            for r in 0..rows {
+                assert_eq!(
+                    run(&m, &x[r * h..(r + 1) * h]),
+                    all[r * h..(r + 1) * h],
+                    "seed {seed} rows {rows}: row {r}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn top_k_takes_the_most_probable_renormalises_and_sorts_by_expert() {
         let got = top_k_softmax(&[0.0, 3.0, 1.0, 3.0, -2.0], 3, true);
         assert_eq!(got.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2, 3]);
