@@ -599,6 +599,8 @@ def main():
     ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
     ap.add_argument("--bench", default="", help="comma list of BxT shapes to time (8 steps each) before training")
     ap.add_argument("--smoke", action="store_true", help="tiny config for a CPU check")
+    ap.add_argument("--require-fla", action="store_true",
+                    help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
     global STOP_WEIGHT
     STOP_WEIGHT = args.stop_weight
@@ -610,7 +612,12 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     log(f"device {device}, torch {torch.__version__}, args {vars(args)}")
     import transformers
-    log(f"transformers {transformers.__version__}")
+    from transformers.utils.import_utils import is_flash_linear_attention_available
+    fla = is_flash_linear_attention_available()
+    log(f"transformers {transformers.__version__}; DeltaNet layers on "
+        f"{'fla kernels' if fla else 'the PyTorch fallback (no fla)'}")
+    if args.require_fla and not fla:
+        raise SystemExit("--require-fla: fla is not importable here (tools/train_tiny/fetch_fla.sh)")
     os.makedirs(args.out, exist_ok=True)
 
     tok, seqs, masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))
