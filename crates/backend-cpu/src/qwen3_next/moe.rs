@@ -340,6 +340,20 @@ mod tests {
         }
     }
 
+    /// The rows of `x` through `m` together; asserts each row gets the same bits alone.
+    fn each_row_as_alone(m: &SparseMoe, x: &[f32], what: &str) -> Vec<f32> {
+        let h = m.hidden;
+        let all = run(m, x);
+        for r in 0..x.len() / h {
+            assert_eq!(
+                run(m, &x[r * h..(r + 1) * h]),
+                all[r * h..(r + 1) * h],
+                "{what}: row {r}"
+            );
+        }
+        all
+    }
+
     #[test]
     fn a_row_gets_the_same_bits_whatever_is_routed_beside_it() {
         let mut rng = Rng::fresh();
@@ -347,15 +361,7 @@ mod tests {
         let (h, e, i) = (16, 8, 8);
         let (m, _) = random_pair(&mut rng, h, e, i, 2, true);
         let rows = 2 + (rng.next_u64() % 8) as usize;
-        let x = rng.vec(rows * h);
-        let all = run(&m, &x);
-        for r in 0..rows {
-            assert_eq!(
-                run(&m, &x[r * h..(r + 1) * h]),
-                all[r * h..(r + 1) * h],
-                "seed {seed} row {r}"
-            );
-        }
+        each_row_as_alone(&m, &rng.vec(rows * h), &format!("seed {seed}"));
     }
 
     #[test]
@@ -368,20 +374,9 @@ mod tests {
         let (m, _) = random_pair(&mut rng, h, e, i, 2, true);
         for rows in [2, 24] {
             let x = rng.vec(rows * h);
-            let all = run(&m, &x);
-            let want = reference(&m, &x);
-            assert!(
-                max_abs_diff(&all, &want) < 1e-3,
-                "seed {seed} rows {rows}: {}",
-                max_abs_diff(&all, &want)
-            );
-            for r in 0..rows {
-                assert_eq!(
-                    run(&m, &x[r * h..(r + 1) * h]),
-                    all[r * h..(r + 1) * h],
-                    "seed {seed} rows {rows}: row {r}"
-                );
-            }
+            let all = each_row_as_alone(&m, &x, &format!("seed {seed} rows {rows}"));
+            let d = max_abs_diff(&all, &reference(&m, &x));
+            assert!(d < 1e-3, "seed {seed} rows {rows}: {d}");
         }
     }
 
