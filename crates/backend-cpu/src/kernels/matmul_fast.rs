@@ -110,7 +110,7 @@ enum Tiles {
 /// The tiles for a call of `rows` rows: the AVX-512 tiles pay their packing of `x` only where
 /// a tile has more rows than the AVX2 tiles hold. Measured on the 2-core EPYC with AVX-512
 /// (`matmul_speed`, three interleaved runs): at 8 rows the 151,936 × 1,024 lm_head took
-/// 18.0-18.4 ms against 25.7-26.0, and a cached 3,072 × 1,024 projection 0.27-0.29 ms against
+/// 18.0-18.4 ms against 25.7-26.0, and a cached 1,024 → 3,072 projection 0.27-0.34 ms against
 /// 0.32-0.34; at 4 rows and at 1 they were no faster.
 fn tiles_for(rows: usize, wide_tiles: bool) -> Tiles {
     if wide_tiles && rows > MAX_TILE_ROWS {
@@ -425,7 +425,7 @@ mod avx512 {
     /// Rows of `x` in the largest tile.
     const MAX_TILE_ROWS: usize = 8;
     /// Groups of weight rows the first tile of a block prefetches ahead of those it reads: the
-    /// 8-row lm_head above took 21.9-23.1 ms without prefetching, 18.4-19.2 one group ahead
+    /// 8-row lm_head above took 20.3-23.1 ms without prefetching, 18.4-19.2 one group ahead
     /// and 18.0-18.4 two groups ahead.
     const AHEAD_GROUPS: usize = 2;
 
