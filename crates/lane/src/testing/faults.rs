@@ -139,13 +139,26 @@ pub mod suite {
     /// The sessions of every target the checks build: the engine's and three small ones.
     pub const FAULT_CAPACITIES: [u64; 4] = [128 + MARGIN, 40 + MARGIN, 40 + MARGIN, 40 + MARGIN];
 
+    /// New tokens of the first request (each next one asks 4 more). Chosen so that every
+    /// request's reply end (prompt + new tokens + window) is beyond a small session's whole
+    /// capacity: a stream admitted to one must move before it ends, whatever the model's tokens
+    /// and however many drafts are accepted. With fewer (36 until session 12) only the last
+    /// request outgrew, and whether it moved at all depended on the model's tokens: on the GPU's
+    /// bf16 cache rows none did, and the failed move was never tried.
+    const FIRST_NEW_TOKENS: u64 = 68;
+
     fn requests(vocab: usize) -> Vec<Request> {
         (0..6u32)
             .map(|i| {
                 let prompt: Vec<u32> = (0..6 + 2 * i)
                     .map(|j| (i * 97 + j * 31 + 7) % vocab as u32)
                     .collect();
-                Request::new(prompt, 36 + 4 * u64::from(i))
+                let request = Request::new(prompt, FIRST_NEW_TOKENS + 4 * u64::from(i));
+                assert!(
+                    request.prompt.len() as u64 + request.max_new_tokens > FAULT_CAPACITIES[1],
+                    "[faults-outgrow] request {i} fits a small session: it might never move"
+                );
+                request
             })
             .collect()
     }
@@ -223,6 +236,10 @@ pub mod suite {
                 failed_moves: [MoveFault::Device("ecc error".into())].into(),
                 ..Injected::default()
             },
+        );
+        assert_eq!(
+            c.move_faults, 1,
+            "a failed move: no move was tried (the requests must outgrow the small sessions)"
         );
         assert_eq!(failed.len(), 1, "a failed move: {failed:?}");
         assert!(failed[0].1.contains("ecc error"), "{failed:?}");
