@@ -123,14 +123,25 @@ def aux_loss(router_logits, E, k):
 
 
 STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight): stopping is rare and matters
+# Loss weight of the targets that follow a newline (set from --decision-weight), `<|im_end|>` ones
+# included: where a count (or a list) goes on or stops. Weighting only the stop targets shifts the
+# greedy choice towards stopping wherever the model is unsure (with weight w it stops as soon as
+# p(stop) > 1 / (1 + w)), which stage 4 showed as counts ending early; weighting both outcomes of
+# the decision gives it more gradient without that bias.
+DECISION_WEIGHT = 1.0
+NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in main
 
 
-def weighted_ce(logits, targets, stop_id, mask=None):
-    """Cross-entropy, `<|im_end|>` targets weighted by STOP_WEIGHT, targets where `mask` is 0 left out."""
+def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
+    """Cross-entropy, `<|im_end|>` targets weighted by STOP_WEIGHT, targets after a newline in
+    `prev` (the tokens before the targets) by DECISION_WEIGHT, targets where `mask` is 0 left out."""
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    if STOP_WEIGHT == 1.0 and mask is None:
+    decide = DECISION_WEIGHT != 1.0 and prev is not None
+    if STOP_WEIGHT == 1.0 and mask is None and not decide:
         return ce.mean()
     w = 1.0 + (STOP_WEIGHT - 1.0) * (targets.reshape(-1) == stop_id).float()
+    if decide:
+        w = w * (1.0 + (DECISION_WEIGHT - 1.0) * ((prev.reshape(-1) == NEWLINE_ID) | (targets.reshape(-1) == stop_id)).float())
     if mask is not None:
         w = w * mask.reshape(-1).float()
     return (ce * w).sum() / w.sum().clamp(min=1.0)
@@ -163,7 +174,7 @@ def forward_losses(model, mtp, ids, tap, with_mtp=True, mask=None):
     h = out.last_hidden_state  # final-normed
     logits = model.lm_head(h)
     loss = weighted_ce(logits[:, :-1], ids[:, 1:], model.config.eos_token_id,
-                       None if mask is None else mask[:, 1:])
+                       None if mask is None else mask[:, 1:], prev=ids[:, :-1])
     mloss, mlogits = torch.zeros((), device=ids.device), None
     if with_mtp and mtp is not None and ids.shape[1] > 2:
         emb = base.embed_tokens(ids[:, 1:])
@@ -172,7 +183,7 @@ def forward_losses(model, mtp, ids, tap, with_mtp=True, mask=None):
         m = mtp(emb, h[:, :-1], pe)
         mlogits = model.lm_head(m)
         mloss = weighted_ce(mlogits[:, :-1], ids[:, 2:], model.config.eos_token_id,
-                            None if mask is None else mask[:, 2:])
+                            None if mask is None else mask[:, 2:], prev=ids[:, 1:-1])
     rl = tap.take() if tap is not None else []
     aux = aux_loss(rl, model.config.num_experts, model.config.num_experts_per_tok) if rl else torch.zeros(())
     return loss, mloss, aux, logits, mlogits
@@ -589,6 +600,8 @@ def main():
     ap.add_argument("--phase1-steps", type=int, default=0, help="first steps on rows cut to --phase1-len")
     ap.add_argument("--phase1-len", type=int, default=2048)
     ap.add_argument("--stop-weight", type=float, default=1.0)
+    ap.add_argument("--decision-weight", type=float, default=1.0,
+                    help="loss weight of targets after a newline and of <|im_end|> (go on or stop)")
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
     ap.add_argument("--count-share", type=float, default=0.30)
     ap.add_argument("--mix", choices=["v1", "skills"], default="v1",
@@ -602,8 +615,9 @@ def main():
     ap.add_argument("--require-fla", action="store_true",
                     help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
-    global STOP_WEIGHT
+    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID
     STOP_WEIGHT = args.stop_weight
+    DECISION_WEIGHT = args.decision_weight
 
     data.SHORT_COUNT_FRAC = args.short_count_frac
     random.seed(args.seed)
@@ -622,6 +636,9 @@ def main():
 
     tok, seqs, masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))
     ids_of = {t: tok.token_to_id(t) for t in data.SPECIALS}
+    newline = tok.encode("\n").ids
+    assert len(newline) == 1, f"[train-newline] a newline must be one token, got {newline}"
+    NEWLINE_ID = newline[0]
     cfg = make_config(tok.get_vocab_size(), args, ids_of)
     cfg._attn_implementation = "sdpa"
 
