@@ -96,6 +96,25 @@ class MTP(nn.Module):
         return self.norm(u)
 
 
+def dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """`Qwen3NextExperts.forward` as three batched matmuls over every expert and token, each
+    expert's output weighted by the router's weight (0 for the experts a token did not choose):
+    the same sum as transformers' loop over experts, in another order. The loop costs a host
+    sync (`nonzero`, `where`) and ~10 small kernels an expert, a layer, forward and backward; a
+    model of 8 experts of width 128 is bound by those, not by the 4x arithmetic of computing every
+    expert (`--experts dense`)."""
+    weights = torch.zeros(hidden_states.shape[0], self.num_experts, dtype=top_k_weights.dtype,
+                          device=hidden_states.device).scatter(1, top_k_index, top_k_weights)
+    gate, up = torch.einsum("nh,eih->eni", hidden_states, self.gate_up_proj).chunk(2, dim=-1)
+    out = torch.einsum("eni,ehi->enh", self.act_fn(gate) * up, self.down_proj)
+    return torch.einsum("enh,ne->nh", out, weights.to(out.dtype)).to(hidden_states.dtype)
+
+
+def use_dense_experts():
+    from transformers.models.qwen3_next import modeling_qwen3_next
+    modeling_qwen3_next.Qwen3NextExperts.forward = dense_experts_forward
+
+
 class RouterTap:
     """Collects router logits through forward hooks (independent of transformers' output plumbing)."""
 
@@ -610,6 +629,9 @@ def main():
     ap.add_argument("--loss-on", choices=["all", "replies"], default="all",
                     help="train on every token, or only on the assistant's turns of chats (and all code)")
     ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
+    ap.add_argument("--experts", choices=["loop", "dense"], default="loop",
+                    help="MoE experts as transformers' loop over experts, or every expert on every token "
+                         "weighted by the router (the same sum; fewer, larger kernels and no host sync)")
     ap.add_argument("--bench", default="", help="comma list of BxT shapes to time (8 steps each) before training")
     ap.add_argument("--smoke", action="store_true", help="tiny config for a CPU check")
     ap.add_argument("--require-fla", action="store_true",
@@ -632,6 +654,9 @@ def main():
         f"{'fla kernels' if fla else 'the PyTorch fallback (no fla)'}")
     if args.require_fla and not fla:
         raise SystemExit("--require-fla: fla is not importable here (tools/train_tiny/fetch_fla.sh)")
+    if args.experts == "dense":
+        use_dense_experts()
+    log(f"MoE experts: {args.experts}")
     os.makedirs(args.out, exist_ok=True)
 
     tok, seqs, masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))

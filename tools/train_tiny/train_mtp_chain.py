@@ -195,8 +195,11 @@ def main():
     ap.add_argument("--shares", default="{}", help="JSON: token shares (train.py --shares)")
     ap.add_argument("--loss-on", default="all", help="build_data's masks are unused here (every token)")
     ap.add_argument("--stop-weight", type=float, default=1.0)
+    ap.add_argument("--experts", choices=["loop", "dense"], default="loop", help="as train.py --experts")
     ap.add_argument("--smoke", action="store_true", help="a few steps on the CPU")
     args = ap.parse_args()
+    if args.experts == "dense":
+        train.use_dense_experts()
     weights = [float(w) for w in args.step_weights.split(",")]
     assert len(weights) == args.chain, "one --step-weights entry per chain step"
     train.STOP_WEIGHT = args.stop_weight
