@@ -149,6 +149,9 @@ STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight):
 # the decision gives it more gradient without that bias.
 DECISION_WEIGHT = 1.0
 NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in main
+# Rows of held-out skill counts in each validation (8 x 4096 tokens: ~2,000 decisions, ~120 stops).
+VAL_SKILL_COUNT_ROWS = 8
+DECISION_IDS = None  # (<|im_end|> id, tensor of the digits' ids): a count's decisions, set in main
 
 
 def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
@@ -164,6 +167,21 @@ def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
     if mask is not None:
         w = w * mask.reshape(-1).float()
     return (ce * w).sum() / w.sum().clamp(min=1.0)
+
+
+def count_decisions(greedy, targets, prev):
+    """Where a count goes on or stops (the targets after a newline that are a digit or
+    `<|im_end|>`): how often the greedy token is wrong there, how many of the real stops it misses,
+    and how many of the go-ons it stops at. The mean loss hides these: they are ~1 target in 4 of
+    a count and each is one wrong token in a reply."""
+    stop = targets == DECISION_IDS[0]
+    digit = torch.isin(targets, DECISION_IDS[1])
+    at = (prev == NEWLINE_ID) & (stop | digit)
+    stops, goes = at & stop, at & digit
+    return {"decisions": int(at.sum()),
+            "decision_errors": float(((greedy != targets) & at).sum() / at.sum().clamp(min=1)),
+            "missed_stops": float(((greedy != targets) & stops).sum() / stops.sum().clamp(min=1)),
+            "early_stops": float(((greedy == DECISION_IDS[0]) & goes).sum() / goes.sum().clamp(min=1))}
 
 
 def assistant_mask(ids, opening, im_end):
@@ -637,7 +655,7 @@ def main():
     ap.add_argument("--require-fla", action="store_true",
                     help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
-    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID
+    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DECISION_IDS
     STOP_WEIGHT = args.stop_weight
     DECISION_WEIGHT = args.decision_weight
 
@@ -664,6 +682,9 @@ def main():
     newline = tok.encode("\n").ids
     assert len(newline) == 1, f"[train-newline] a newline must be one token, got {newline}"
     NEWLINE_ID = newline[0]
+    digits = [tok.encode(d).ids for d in "0123456789"]
+    assert all(len(d) == 1 for d in digits), f"[train-digits] a digit must be one token, got {digits}"
+    DECISION_IDS = (ids_of["<|im_end|>"], torch.tensor([d[0] for d in digits], device=device))
     cfg = make_config(tok.get_vocab_size(), args, ids_of)
     cfg._attn_implementation = "sdpa"
 
@@ -723,18 +744,32 @@ def main():
     while sum(map(len, vcount)) < 2 * args.seq_len:
         vcount.append(np.array(tok.encode(data.gen_count(vrng)).ids + [ids_of["<|endoftext|>"]], dtype=np.int32))
     vcount = np.concatenate(vcount)[: 2 * args.seq_len].reshape(2, -1)
+    # With the skills mix: held-out counts of the skills' kinds (steps, down, any start), the
+    # distribution eval_skills.py asks, for the decisions' figures.
+    vskill = None
+    if args.mix == "skills":
+        srng, vskill = random.Random(args.seed + 98), []
+        while sum(map(len, vskill)) < VAL_SKILL_COUNT_ROWS * args.seq_len:
+            short = srng.random() < 0.5
+            q, nums = skills.pick_held_out(srng, lambda: skills.count_case(srng, short),
+                                           lambda c: skills.count_key(c[0]))
+            chat = skills.conversation([(q, "\n".join(map(str, nums)))])
+            vskill.append(np.array(tok.encode(chat).ids + [ids_of["<|endoftext|>"]], dtype=np.int32))
+        vskill = np.concatenate(vskill)[: VAL_SKILL_COUNT_ROWS * args.seq_len].reshape(VAL_SKILL_COUNT_ROWS, -1)
 
     def validate(step):
         model.eval(); mtp.eval()
         r = {"step": step}
         with torch.no_grad(), amp:
-            for name, arr in (("val_code", vcode), ("val_count", vcount)):
+            for name, arr in (("val_code", vcode), ("val_count", vcount), ("val_skill_count", vskill)):
                 if arr is None:
                     continue
                 x = torch.from_numpy(arr.astype(np.int64)).to(device)
-                lo, ml, _, _, _ = forward_losses(model, mtp, x, tap)
+                lo, ml, _, logits, _ = forward_losses(model, mtp, x, tap)
                 r[name] = lo.item()
                 r[name + "_mtp"] = ml.item()
+                if name == "val_skill_count":
+                    r.update(count_decisions(logits[:, :-1].argmax(-1), x[:, 1:], x[:, :-1]))
         model.train(); mtp.train()
         log("val", json.dumps(r))
         return r
