@@ -142,46 +142,50 @@ def aux_loss(router_logits, E, k):
 
 
 STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight): stopping is rare and matters
-# Loss weight of the targets that follow a newline (set from --decision-weight), `<|im_end|>` ones
-# included: where a count (or a list) goes on or stops. Weighting only the stop targets shifts the
-# greedy choice towards stopping wherever the model is unsure (with weight w it stops as soon as
-# p(stop) > 1 / (1 + w)), which stage 4 showed as counts ending early; weighting both outcomes of
-# the decision gives it more gradient without that bias.
+# Loss weight of a count's (or a numbered list's) decisions (set from --decision-weight): the
+# target right after a number's last digit, a newline (go on) or `<|im_end|>` (stop), both alike.
+# Weighting only the stop targets shifts the greedy choice towards stopping wherever the model is
+# unsure (with weight w it stops as soon as p(stop) > 1 / (1 + w)): counts that end early. Stages
+# 4d-4f (commit 1034dec) weighted the targets after a newline and `<|im_end|>` instead, which
+# missed the go-on side of the decision (the newline itself) and so still leant towards stopping.
 DECISION_WEIGHT = 1.0
 NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in main
-# Rows of held-out skill counts in each validation (8 x 4096 tokens: ~2,000 decisions, ~120 stops).
+# Rows of held-out skill counts in each validation (8 x 4096 tokens: ~4,000 decisions, ~120 stops).
 VAL_SKILL_COUNT_ROWS = 8
-DECISION_IDS = None  # (<|im_end|> id, tensor of the digits' ids): a count's decisions, set in main
+DIGIT_IDS = None  # tensor of the ids of "0".."9" (a digit is one token), set in main
+
+
+def decision_targets(targets, prev, stop_id):
+    """Where a count goes on or stops: the targets after a digit that are a newline or `stop_id`."""
+    return torch.isin(prev, DIGIT_IDS) & ((targets == NEWLINE_ID) | (targets == stop_id))
 
 
 def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
-    """Cross-entropy, `<|im_end|>` targets weighted by STOP_WEIGHT, targets after a newline in
-    `prev` (the tokens before the targets) by DECISION_WEIGHT, targets where `mask` is 0 left out."""
+    """Cross-entropy, `<|im_end|>` targets weighted by STOP_WEIGHT, the decisions of
+    `decision_targets` (`prev`: the tokens before the targets) by DECISION_WEIGHT, targets where
+    `mask` is 0 left out."""
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
     decide = DECISION_WEIGHT != 1.0 and prev is not None
     if STOP_WEIGHT == 1.0 and mask is None and not decide:
         return ce.mean()
     w = 1.0 + (STOP_WEIGHT - 1.0) * (targets.reshape(-1) == stop_id).float()
     if decide:
-        w = w * (1.0 + (DECISION_WEIGHT - 1.0) * ((prev.reshape(-1) == NEWLINE_ID) | (targets.reshape(-1) == stop_id)).float())
+        w = w * (1.0 + (DECISION_WEIGHT - 1.0) * decision_targets(targets, prev, stop_id).reshape(-1).float())
     if mask is not None:
         w = w * mask.reshape(-1).float()
     return (ce * w).sum() / w.sum().clamp(min=1.0)
 
 
-def count_decisions(greedy, targets, prev):
-    """Where a count goes on or stops (the targets after a newline that are a digit or
-    `<|im_end|>`): how often the greedy token is wrong there, how many of the real stops it misses,
-    and how many of the go-ons it stops at. The mean loss hides these: they are ~1 target in 4 of
-    a count and each is one wrong token in a reply."""
-    stop = targets == DECISION_IDS[0]
-    digit = torch.isin(targets, DECISION_IDS[1])
-    at = (prev == NEWLINE_ID) & (stop | digit)
-    stops, goes = at & stop, at & digit
+def count_decisions(greedy, targets, prev, stop_id):
+    """A count's decisions (`decision_targets`): how often the greedy token is wrong there, how
+    many of the real stops it misses, and how many of the go-ons it stops at. The mean loss hides
+    these: each is one token of a reply, and a count of n numbers is right only if all n are."""
+    at = decision_targets(targets, prev, stop_id)
+    stops, goes = at & (targets == stop_id), at & (targets == NEWLINE_ID)
     return {"decisions": int(at.sum()),
             "decision_errors": float(((greedy != targets) & at).sum() / at.sum().clamp(min=1)),
             "missed_stops": float(((greedy != targets) & stops).sum() / stops.sum().clamp(min=1)),
-            "early_stops": float(((greedy == DECISION_IDS[0]) & goes).sum() / goes.sum().clamp(min=1))}
+            "early_stops": float(((greedy == stop_id) & goes).sum() / goes.sum().clamp(min=1))}
 
 
 def assistant_mask(ids, opening, im_end):
@@ -638,7 +642,7 @@ def main():
     ap.add_argument("--phase1-len", type=int, default=2048)
     ap.add_argument("--stop-weight", type=float, default=1.0)
     ap.add_argument("--decision-weight", type=float, default=1.0,
-                    help="loss weight of targets after a newline and of <|im_end|> (go on or stop)")
+                    help="loss weight of the newline or <|im_end|> right after a number (go on or stop)")
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
     ap.add_argument("--count-share", type=float, default=0.30)
     ap.add_argument("--mix", choices=["v1", "skills"], default="v1",
@@ -655,7 +659,7 @@ def main():
     ap.add_argument("--require-fla", action="store_true",
                     help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
-    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DECISION_IDS
+    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS
     STOP_WEIGHT = args.stop_weight
     DECISION_WEIGHT = args.decision_weight
 
@@ -684,7 +688,7 @@ def main():
     NEWLINE_ID = newline[0]
     digits = [tok.encode(d).ids for d in "0123456789"]
     assert all(len(d) == 1 for d in digits), f"[train-digits] a digit must be one token, got {digits}"
-    DECISION_IDS = (ids_of["<|im_end|>"], torch.tensor([d[0] for d in digits], device=device))
+    DIGIT_IDS = torch.tensor([d[0] for d in digits], device=device)
     cfg = make_config(tok.get_vocab_size(), args, ids_of)
     cfg._attn_implementation = "sdpa"
 
@@ -769,7 +773,8 @@ def main():
                 r[name] = lo.item()
                 r[name + "_mtp"] = ml.item()
                 if name == "val_skill_count":
-                    r.update(count_decisions(logits[:, :-1].argmax(-1), x[:, 1:], x[:, :-1]))
+                    r.update(count_decisions(logits[:, :-1].argmax(-1), x[:, 1:], x[:, :-1],
+                                             ids_of["<|im_end|>"]))
         model.train(); mtp.train()
         log("val", json.dumps(r))
         return r
