@@ -150,8 +150,9 @@ STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight):
 # missed the go-on side of the decision (the newline itself) and so still leant towards stopping.
 DECISION_WEIGHT = 1.0
 NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in main
-# Rows of held-out skill counts in each validation (8 x 4096 tokens: ~4,000 decisions, ~120 stops).
-VAL_SKILL_COUNT_ROWS = 8
+# Rows of held-out skill counts in each validation (16 x 4096 tokens: ~15,000 decisions, ~65 stops;
+# 8 rows gave 33 stops, too few to tell 30 % of missed stops from 20 %).
+VAL_SKILL_COUNT_ROWS = 16
 DIGIT_IDS = None  # tensor of the ids of "0".."9" (a digit is one token), set in main
 
 
