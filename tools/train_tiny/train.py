@@ -100,9 +100,9 @@ def dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """`Qwen3NextExperts.forward` as three batched matmuls over every expert and token, each
     expert's output weighted by the router's weight (0 for the experts a token did not choose):
     the same sum as transformers' loop over experts, in another order. The loop costs a host
-    sync (`nonzero`, `where`) and ~10 small kernels an expert, a layer, forward and backward; a
-    model of 8 experts of width 128 is bound by those, not by the 4x arithmetic of computing every
-    expert (`--experts dense`)."""
+    sync (`nonzero`, `where`) and ~10 small kernels an expert, a layer, forward and backward; for
+    8 experts of width 128 those may cost more than the 4x arithmetic of computing every expert
+    (not yet measured: `--bench` with each `--experts`)."""
     weights = torch.zeros(hidden_states.shape[0], self.num_experts, dtype=top_k_weights.dtype,
                           device=hidden_states.device).scatter(1, top_k_index, top_k_weights)
     gate, up = torch.einsum("nh,eih->eni", hidden_states, self.gate_up_proj).chunk(2, dim=-1)
@@ -150,8 +150,8 @@ STOP_WEIGHT = 1.0  # loss weight of <|im_end|> targets (set from --stop-weight):
 # missed the go-on side of the decision (the newline itself) and so still leant towards stopping.
 DECISION_WEIGHT = 1.0
 NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in main
-# Rows of held-out skill counts in each validation (16 x 4096 tokens: ~15,000 decisions, ~65 stops;
-# 8 rows gave 33 stops, too few to tell 30 % of missed stops from 20 %).
+# Rows of held-out skill counts in each validation: 8 x 4096 tokens held 7,592 decisions but only
+# 33 stops, too few to tell 30 % of missed stops from 20 %; 16 rows hold about twice as many.
 VAL_SKILL_COUNT_ROWS = 16
 DIGIT_IDS = None  # tensor of the ids of "0".."9" (a digit is one token), set in main
 

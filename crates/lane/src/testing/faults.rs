@@ -243,7 +243,7 @@ pub mod suite {
         );
         assert_eq!(failed.len(), 1, "a failed move: {failed:?}");
         assert!(failed[0].1.contains("ecc error"), "{failed:?}");
-        assert_eq!((c.move_faults, c.streams_failed), (1, 1));
+        assert_eq!(c.streams_failed, 1);
         eprintln!("{name}: faults: a failed move ends its stream only: ok");
 
         if make().has_drafter() {
