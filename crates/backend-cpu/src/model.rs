@@ -70,10 +70,24 @@ impl CpuModel {
         placement: Placement,
         format: LoadFormat,
     ) -> Result<CpuModel, LoadError> {
+        CpuModel::load_head(dir, progress, placement, format, true)
+    }
+
+    /// [`CpuModel::load_as`], leaving out the MTP head when `mtp_head` is false (a model served
+    /// without MTP drafts: the head would only cost memory and a pass of its layer a round).
+    pub fn load_head(
+        dir: &Path,
+        progress: bool,
+        placement: Placement,
+        format: LoadFormat,
+        mtp_head: bool,
+    ) -> Result<CpuModel, LoadError> {
         let config = Config::from_dir(dir)?;
-        let weights = Weights::load(dir, format)?
-            .with_placement(placement)
-            .with_progress(progress);
+        let mut weights = Weights::load(dir, format)?;
+        if !mtp_head {
+            weights = weights.without_mtp_head();
+        }
+        let weights = weights.with_placement(placement).with_progress(progress);
         let model = CpuModel::from_weights(config, &weights);
         weights.finish_progress();
         model
@@ -265,8 +279,18 @@ impl ModelCosts {
     /// [`ModelCosts::read`] of the weights `format` gives (dummy weights: those the config
     /// describes, without reading any weight file).
     pub fn read_as(dir: &Path, format: LoadFormat) -> Result<ModelCosts, LoadError> {
-        let config = Config::from_dir(dir)?;
-        let weights = Weights::load(dir, format)?;
+        ModelCosts::of(Config::from_dir(dir)?, Weights::load(dir, format)?)
+    }
+
+    /// [`ModelCosts::read_as`] of the model without its MTP head (see [`CpuModel::load_head`]).
+    pub fn read_without_mtp_head(dir: &Path, format: LoadFormat) -> Result<ModelCosts, LoadError> {
+        ModelCosts::of(
+            Config::from_dir(dir)?,
+            Weights::load(dir, format)?.without_mtp_head(),
+        )
+    }
+
+    fn of(config: Config, weights: Weights) -> Result<ModelCosts, LoadError> {
         let tensors = weights
             .names()
             .into_iter()

@@ -19,7 +19,15 @@ impl From<result::DriverError> for CudaError {
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
+    /// Whether kernels launch with programmatic dependent launch ([`PDL_ENV`]).
+    pdl: bool,
 }
+
+/// `FLASHLANE_PDL=0` launches every kernel only once the one ahead of it has finished (for A/B
+/// runs of one binary: the bits do not change). By default each kernel may start while the one
+/// ahead runs and waits inside for it (`pdl_wait` in `common.cu`), after pulling its weights
+/// into L2.
+pub const PDL_ENV: &str = "FLASHLANE_PDL";
 
 impl Gpu {
     /// Opens device 0, or says why not (no driver, no device).
@@ -45,7 +53,8 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
-        Ok(Arc::new(Gpu { ctx, stream }))
+        let pdl = std::env::var(PDL_ENV).map_or(true, |v| v != "0");
+        Ok(Arc::new(Gpu { ctx, stream, pdl }))
     }
 
     /// The device's name and its (free, total) memory in bytes.
@@ -79,6 +88,9 @@ impl Gpu {
         shared_bytes: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        if self.pdl {
+            return self.launch_dependent(f, grid, block, shared_bytes, args);
+        }
         let mut builder = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -97,6 +109,65 @@ impl Gpu {
         // order and of the C types named in `Arg`; pointers address live buffers sized by the
         // launchers for the rows they cover.
         unsafe { builder.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// [`Gpu::launch_with_shared`] as a programmatic dependent launch: the kernel may start
+    /// before the one ahead of it on the stream has finished (every kernel of this crate waits
+    /// for it before it touches anything but its weights; see `common.cu`).
+    fn launch_dependent(
+        &self,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        use cudarc::driver::sys;
+        // Each argument in an 8-byte slot: the driver reads as many bytes as the kernel's
+        // parameter takes from the slot's start (little-endian: the i32 and f32 values' bits).
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) | Arg::U64(p) => p,
+                Arg::I32(v) => u64::from(v as u32),
+                Arg::F32(v) => u64::from(v.to_bits()),
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots
+            .iter_mut()
+            .map(|s| (s as *mut u64).cast::<std::ffi::c_void>())
+            .collect();
+        // SAFETY: an all-zero launch attribute is a valid value of the C struct (an id and a
+        // union of plain data); its fields are set below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        self.ctx.bind_to_thread()?;
+        // SAFETY: as `launch_with_shared`: the kernel takes exactly these arguments in order
+        // and of these C types; `params` points at `slots`, and both (and `attr`) outlive the
+        // call, which copies the arguments before it returns.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                f.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
         Ok(())
     }
 

@@ -6,7 +6,9 @@
 
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
-use crate::kernels::{AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch};
+use crate::kernels::{
+    AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
+};
 use crate::model::CudaModel;
 use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
@@ -274,6 +276,13 @@ pub(crate) enum MixerRows {
     Attention(AttentionRows),
 }
 
+/// The RMSNorm that follows a layer: weight `w`, rows written to `out`.
+#[derive(Clone, Copy)]
+pub(crate) struct Then<'w> {
+    pub(crate) w: &'w Buf<f32>,
+    pub(crate) out: u64,
+}
+
 /// One pass over the model with its scratch addresses.
 pub(crate) struct Pass<'a> {
     pub(crate) m: &'a CudaModel,
@@ -345,26 +354,37 @@ impl Pass<'_> {
         )
     }
 
-    /// One decoder layer on `x` (`rows` rows): `x += mixer(norm(x))`, `x += ffn(norm(x))`.
+    /// One decoder layer on `x` (`rows` rows), `xn` holding its input norm of x (the previous
+    /// layer's `then`, or [`Pass::norm`] before the first): `x += mixer(xn)`, `x += ffn(norm(x))`,
+    /// then `then`'s norm of x (the next layer's input norm, or the model's final norm), which a
+    /// MoE layer's last kernel computes with its sum.
     pub(crate) fn layer(
         &self,
         l: &LayerWeights,
         rows: usize,
         mix: &MixerRows,
         sessions: &Sessions,
+        then: Then<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
-        self.norm(p.x, &l.input_norm, rows, p.xn)?;
         self.mixer(l, rows, mix, sessions)?;
         self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.ffn(&l.ffn, rows)
+        self.ffn(&l.ffn, rows, then)
     }
 
-    /// `x += ffn(xn)` over `rows` rows.
-    pub(crate) fn ffn(&self, ffn: &FfnWeights, rows: usize) -> Result<(), CudaError> {
+    /// `x += ffn(xn)` over `rows` rows, then `then`'s norm of x.
+    pub(crate) fn ffn(
+        &self,
+        ffn: &FfnWeights,
+        rows: usize,
+        then: Then<'_>,
+    ) -> Result<(), CudaError> {
         match ffn {
-            FfnWeights::Moe(moe) => self.moe(moe, rows),
-            FfnWeights::Dense(mlp) => self.dense_mlp(mlp, rows),
+            FfnWeights::Moe(moe) => self.moe(moe, rows, then),
+            FfnWeights::Dense(mlp) => {
+                self.dense_mlp(mlp, rows)?;
+                self.norm(self.p.x, then.w, rows, then.out)
+            }
         }
     }
 
@@ -442,8 +462,9 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`].
-    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize) -> Result<(), CudaError> {
+    /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`], then `then`'s
+    /// norm of x (each part's last kernel normalises the rows it added to).
+    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize, then: Then<'_>) -> Result<(), CudaError> {
         let p = self.p;
         self.matmul(p.xn, &w.front, rows, p.wide, false)?;
         let c = self
@@ -489,7 +510,15 @@ impl Pass<'_> {
                 y_exp: p.moe_y_exp,
                 y_sh: p.moe_y_sh,
             };
-            self.m.kernels.moe(self.gpu(), &self.m.dims, &launch)?;
+            let norm = NormAfter {
+                w: then.w.at(0),
+                eps: self.eps(),
+                zero_centred: self.m.dims.qwen3_next,
+                out: f32_at(then.out, done * h),
+            };
+            self.m
+                .kernels
+                .moe(self.gpu(), &self.m.dims, &launch, Some(&norm))?;
             done += part;
         }
         Ok(())
@@ -643,8 +672,12 @@ fn enqueue_round(
         h,
         ptrs.x,
     )?;
+    let layers = &m.weights.layers;
+    if let Some(first) = layers.first() {
+        pass.norm(ptrs.x, &first.input_norm, rows, ptrs.xn)?;
+    }
     let (mut attn, mut linear) = (0, 0);
-    for l in &m.weights.layers {
+    for (i, l) in layers.iter().enumerate() {
         let mix = match &l.mixer {
             MixerWeights::Linear(_) => {
                 let off = linear * sessions.lin_layer;
@@ -667,9 +700,21 @@ fn enqueue_round(
                 })
             }
         };
-        pass.layer(l, rows, &mix, sessions)?;
+        let then = match layers.get(i + 1) {
+            Some(next) => Then {
+                w: &next.input_norm,
+                out: ptrs.xn,
+            },
+            None => Then {
+                w: &m.weights.norm,
+                out: ptrs.hidden,
+            },
+        };
+        pass.layer(l, rows, &mix, sessions, then)?;
     }
-    pass.norm(ptrs.x, &m.weights.norm, rows, ptrs.hidden)?;
+    if layers.is_empty() {
+        pass.norm(ptrs.x, &m.weights.norm, rows, ptrs.hidden)?;
+    }
     let v = m.config.vocab_size;
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;
     if let Some(mtp) = &rm.mtp {

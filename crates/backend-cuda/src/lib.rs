@@ -95,6 +95,9 @@ pub struct LoadOptions {
     pub format: ::model::LoadFormat,
     /// A progress bar over the weights' bytes while they load.
     pub progress: bool,
+    /// Whether the checkpoint's MTP head is loaded (a model served without MTP drafts leaves it
+    /// out: it would only cost memory and a pass of its layer a round).
+    pub mtp_head: bool,
 }
 
 /// The GPU's K and V storage unless asked otherwise: bf16, as the GPU peers keep it (twice the
@@ -107,6 +110,7 @@ impl Default for LoadOptions {
             kv_dtype: DEFAULT_KV_DTYPE,
             format: ::model::LoadFormat::Safetensors,
             progress: false,
+            mtp_head: true,
         }
     }
 }

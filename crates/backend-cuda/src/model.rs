@@ -28,7 +28,11 @@ impl CudaModel {
     /// Loads `dir` onto device 0 as `options` say.
     pub fn load_with(dir: &Path, options: &LoadOptions) -> Result<Arc<CudaModel>, CudaError> {
         let config = Config::from_dir(dir)?;
-        let weights = Weights::load(dir, options.format)?.with_progress(options.progress);
+        let mut weights = Weights::load(dir, options.format)?;
+        if !options.mtp_head {
+            weights = weights.without_mtp_head();
+        }
+        let weights = weights.with_progress(options.progress);
         let model = CudaModel::from_weights(config, &weights, options.kv_dtype).map(Arc::new);
         weights.finish_progress();
         model

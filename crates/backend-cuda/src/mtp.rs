@@ -3,7 +3,7 @@
 //! K/V rows are kept) and the sessions' rings keep the hidden rows a rollback may need; drafting
 //! chains the head greedily from the session's last position, on the GPU.
 
-use crate::forward::{at, Meta, MixerRows, Pass, Scratch, WindowPlan};
+use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then, WindowPlan};
 use crate::graphs::GraphKey;
 use crate::kernels::AttentionRows;
 use crate::model::CudaModel;
@@ -245,8 +245,12 @@ fn enqueue_draft(
             k_cache: cache.k.at(0),
             v_cache: cache.v.at(0),
         });
-        pass.layer(&head.layer, n, &rows, sessions)?;
-        pass.norm(ptrs.x, &head.norm, n, ptrs.draft_hidden)?;
+        pass.norm(ptrs.x, &head.layer.input_norm, n, ptrs.xn)?;
+        let then = Then {
+            w: &head.norm,
+            out: ptrs.draft_hidden,
+        };
+        pass.layer(&head.layer, n, &rows, sessions, then)?;
         pass.logits(ptrs.draft_hidden, 0, n, vocab)?;
         // A row with no finite logit drafts token 0: a draft only proposes, and the next step
         // needs a valid id.

@@ -293,7 +293,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     }
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
-    let loaded = args.device.load(&dir, args.model.how(args.device)?)?;
+    // The MTP head only when it drafts: a run without MTP drafts measures the model as `serve`
+    // runs it then, without the head's pass a round.
+    let mtp_head = args.draft == DraftArg::Mtp;
+    let loaded = args
+        .device
+        .load(&dir, args.model.how(args.device, mtp_head)?)?;
     let (vocab, with_mtp) = (loaded.vocab_size(), loaded.has_mtp());
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {

@@ -185,6 +185,9 @@ pub struct LoadHow {
     pub placement: Placement,
     /// How sessions store K and V.
     pub kv: KvDtype,
+    /// Whether the MTP head is loaded: only a model that drafts with it needs it (without, the
+    /// head takes no memory and a round no pass of its layer).
+    pub mtp_head: bool,
 }
 
 impl Device {
@@ -194,7 +197,7 @@ impl Device {
         Ok(match self {
             // `how.kv` comes from `Device::kv_dtype`, which refuses what the CPU cannot keep.
             Device::Cpu => {
-                let model = CpuModel::load_as(dir, true, how.placement, how.format)
+                let model = CpuModel::load_head(dir, true, how.placement, how.format, how.mtp_head)
                     .map_err(|e| anyhow!(e))?;
                 LoadedModel::Cpu(Arc::new(model))
             }
@@ -203,6 +206,7 @@ impl Device {
                     kv_dtype: how.kv,
                     format: how.format,
                     progress: true,
+                    mtp_head: how.mtp_head,
                 };
                 let model =
                     backend_cuda::CudaModel::load_with(dir, &options).map_err(|e| anyhow!(e))?;
@@ -287,12 +291,13 @@ impl ModelArgs {
 }
 
 impl ModelArgs {
-    /// How to load the model onto `device`.
-    pub fn how(&self, device: Device) -> Result<LoadHow, Failure> {
+    /// How to load the model onto `device`, with its MTP head when `mtp_head`.
+    pub fn how(&self, device: Device, mtp_head: bool) -> Result<LoadHow, Failure> {
         Ok(LoadHow {
             format: self.load_format.format(),
             placement: self.placement(),
             kv: device.kv_dtype(self.kv_dtype)?,
+            mtp_head,
         })
     }
 }

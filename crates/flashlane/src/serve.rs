@@ -8,7 +8,7 @@ use crate::Failure;
 use anyhow::{anyhow, Context};
 use backend_cpu::ModelCosts;
 use clap::Args;
-use lane::{Engine, EngineConfig};
+use lane::{DraftMode, Engine, EngineConfig};
 use server::AppState;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -120,9 +120,15 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let format = args.model.load_format.format();
-    let costs =
+    let mut costs =
         ModelCosts::read_as(&dir, format).with_context(|| format!("loading {}", dir.display()))?;
     let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
+    // The MTP head is loaded only to draft with it (see `LoadHow::mtp_head`).
+    let mtp_head = draft == DraftMode::Mtp;
+    if costs.with_mtp && !mtp_head {
+        costs = ModelCosts::read_without_mtp_head(&dir, format)
+            .with_context(|| format!("loading {}", dir.display()))?;
+    }
     let on = args.device.costs(&costs, rollback, kv_dtype);
     let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;
@@ -214,6 +220,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
                 format,
                 placement,
                 kv: kv_dtype,
+                mtp_head,
             };
             let target = device
                 .load(&model_dir, how)?

@@ -41,6 +41,9 @@ pub struct TensorSpec {
     pub init: Init,
 }
 
+/// What the names of the MTP head's tensors start with.
+pub const MTP_PREFIX: &str = "mtp.";
+
 /// The name of a tensor only checkpoints with an MTP head have: how a backend tells whether a
 /// checkpoint has one.
 pub const MTP_MARKER: &str = "mtp.fc.weight";

@@ -478,6 +478,26 @@ impl Weights {
         }
     }
 
+    /// The checkpoint without its MTP draft head (the `mtp.*` tensors): what a server that does
+    /// not draft with the head loads, so that the head takes no memory and no time a step.
+    pub fn without_mtp_head(mut self) -> Weights {
+        let head = |name: &str| name.starts_with(crate::schema::MTP_PREFIX);
+        let names: Vec<String> = self
+            .entries
+            .keys()
+            .chain(self.dummy.keys())
+            .filter(|n| head(n))
+            .cloned()
+            .collect();
+        for name in names {
+            let bytes = self.stored_bytes(&name).unwrap_or(0);
+            self.total_bytes -= bytes;
+            self.entries.remove(&name);
+            self.dummy.remove(&name);
+        }
+        self
+    }
+
     /// Whether the tensors are made up ([`Weights::dummy`]).
     pub fn is_dummy(&self) -> bool {
         !self.dummy.is_empty()
@@ -1345,6 +1365,29 @@ mod tests {
     fn tiny_config() -> Config {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
         Config::from_dir(&dir).expect("config")
+    }
+
+    /// Without its MTP head a checkpoint has none of the `mtp.*` tensors, counts none of their
+    /// bytes, and keeps every other tensor (made-up and from files alike).
+    #[test]
+    fn a_checkpoint_without_its_mtp_head_keeps_everything_else() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+        for w in [
+            Weights::dummy(&tiny_config(), DUMMY_SEED),
+            Weights::open(&dir).expect("the embedded model"),
+        ] {
+            let names: Vec<String> = w.names().iter().map(|n| n.to_string()).collect();
+            let head: Vec<&String> = names.iter().filter(|n| n.starts_with("mtp.")).collect();
+            assert!(!head.is_empty() && w.contains(crate::schema::MTP_MARKER));
+            let head_bytes: u64 = head.iter().map(|n| w.stored_bytes(n).unwrap()).sum();
+            let total = w.total_bytes();
+            let without = w.without_mtp_head();
+            assert!(!without.contains(crate::schema::MTP_MARKER));
+            assert_eq!(without.names().len(), names.len() - head.len());
+            assert_eq!(without.total_bytes(), total - head_bytes);
+            let norm = "model.norm.weight";
+            assert!(without.tensor(norm, without.shape(norm).unwrap()).is_ok());
+        }
     }
 
     /// Dummy weights are the schema's tensors, bf16, the same bits on every load whatever the

@@ -131,7 +131,12 @@ fn layers_match_backend_cpu(dir: &str) {
         );
         // The feed-forward: x = 0 + ffn(xn).
         scratch.x.write(&gm.gpu, &zeros).unwrap();
-        pass.ffn(&gl.ffn, rows).unwrap();
+        // (The norm after it into `hidden`, which nothing here reads.)
+        let then = super::Then {
+            w: &gl.input_norm,
+            out: pass.p.hidden,
+        };
+        pass.ffn(&gl.ffn, rows, then).unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         cl.mlp.forward(&xn, &mut want);
         // Rows whose router sits on a near-tie are left out: their experts may differ (each

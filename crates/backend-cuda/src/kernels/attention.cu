@@ -43,6 +43,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
                const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
                const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
                float* __restrict__ q_out, kv_t* __restrict__ k_cache, kv_t* __restrict__ v_cache) {
+    pdl_start();
     __shared__ float bufs[ATT_PREP_WARPS][ATT_HD];
     const int r = blockIdx.x, lane = threadIdx.x % WARP;
     // Head w of the row: query heads first, then KV heads. A warp past the last head has none
@@ -106,6 +107,7 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
                 const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
                 const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
                 float* __restrict__ out) {
+    pdl_start();
     __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
     __shared__ float acc_s[ATT_WARPS][ATT_HD];
     const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;

@@ -30,6 +30,44 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// The sum over a block of NWARPS warps of each thread's `v`: each warp's butterfly, then warp 0
+// adds the warps' sums by the same butterfly (lane w holding warp w's, zeros past NWARPS). A
+// fixed order for a given NWARPS; every thread gets the total. `warp_sums` is NWARPS floats of
+// shared memory, `total` one; every thread of the block must call it.
+template <int NWARPS>
+__device__ __forceinline__ float block_sum(float v, float* warp_sums, float* total) {
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    v = warp_sum(v);
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        const float t = warp_sum(lane < NWARPS ? warp_sums[lane] : 0.0f);
+        if (lane == 0) *total = t;
+    }
+    __syncthreads();
+    return *total;
+}
+
+// Programmatic dependent launch (sm_90; no-ops for a kernel launched without it): the host
+// launches every kernel allowed to start before the one ahead of it on the stream has finished.
+// Each kernel lets the next start at once (`pdl_launch_dependents`), and waits for the one ahead
+// to finish, its writes visible, before it reads anything another kernel writes or writes
+// anything (`pdl_wait`). Before the wait only the weights (never written while kernels run) may be
+// touched: the matmuls pull theirs into L2 there, so a decode step's small matrices load while
+// the kernel ahead of them still runs.
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Both, for kernels with nothing to load before the wait.
+__device__ __forceinline__ void pdl_start() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+// Pulls `bytes` (a multiple of 16) from 16-byte-aligned global `p` into L2, without waiting.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // Sum of squares of x[0..n) by one warp (strided partial sums, then the fixed tree).
 __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lane) {
     float acc = 0.0f;

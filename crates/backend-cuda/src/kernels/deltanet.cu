@@ -40,6 +40,7 @@ __device__ __forceinline__ int qkvz_offset(int ch) {
 extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int proj_stride, const int* __restrict__ segs,
                                          const float* __restrict__ conv_w, float* state, float* snaps,
                                          int rollback, u64 lin_stride, u64 layer_off, float* __restrict__ mixed) {
+    pdl_start();
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
     const bool keep = n <= rollback;
@@ -85,6 +86,7 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
                     const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
                     const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
                     u64 lin_stride, u64 layer_off, float* __restrict__ out) {
+    pdl_start();
     __shared__ float qs[LIN_DK], ks[LIN_DK], os[LIN_DV];
     __shared__ float q_inv_s, k_inv_s, o_inv_s;
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];

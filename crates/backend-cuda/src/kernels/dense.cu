@@ -4,6 +4,7 @@
 
 extern "C" __global__ void swiglu_rows(const float* __restrict__ gate_up, int width, int rows,
                                        float* __restrict__ act) {
+    pdl_start();
     const size_t n = (size_t)rows * width;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
         const size_t r = j / width, i = j % width;

@@ -169,6 +169,25 @@ __device__ __forceinline__ void store_tile(const float* d, float* y, int y_strid
     }
 }
 
+// The start of every matmul block under programmatic dependent launch (see common.cu): lets the
+// next kernel start, pulls this block's weight rows [o0, o0 + outs) (`row_bytes` each, contiguous)
+// into L2 (by the first row tile's block only: the others read the same rows), then waits for
+// the kernel ahead, whose output x may be. A decode step's matrix then loads while the norm,
+// the recurrence or the attention ahead of it runs, instead of after.
+#define MMA_PREFETCH_PIECE 4096
+__device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes) {
+    pdl_launch_dependents();
+    if (blockIdx.x == 0) {
+        const int last = min(o0 + outs, n_out);
+        const size_t bytes = (size_t)(last - o0) * row_bytes;
+        const char* base = (const char*)w + (size_t)o0 * row_bytes;
+        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
+             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
+            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
+    }
+    pdl_wait();
+}
+
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
 template <int NT, int DEPTH>
@@ -179,6 +198,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
+    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t));
     const float *xa, *xb;
     tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     // This lane's outputs' weight rows (the last valid one past the end: computed, never written).
@@ -327,6 +347,7 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
+    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k);
     const float *xa, *xb;
     tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     const int t = lane % 4;
@@ -455,6 +476,7 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
     // the same: the tiles are bound by the tensor cores there.)
     const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
 
     float acc[2][NT][4], total[2][NT][4];
 #pragma unroll

@@ -111,8 +111,11 @@ pub fn moe_fp8_blocks_fit(
             || fp8_blocks_fit(block_rows, block_cols, hidden, m.shared_expert_intermediate))
 }
 
-/// Warps per block of `rmsnorm_rows` (one block a row: 8 elements a thread on a 2048-wide row).
-const NORM_WARPS: u32 = 8;
+/// Warps per block of `rmsnorm_rows` and `moe_combine_norm` (one block a row: 2 elements a
+/// thread on a 2048-wide row). A decode step's row is one block on one multiprocessor: with 8
+/// warps `moe_combine_norm` (80 loads a thread for Qwen3-Next's 10 experts) took 9.0 µs a row,
+/// more than `moe_combine` over 8 blocks and `rmsnorm_rows` after it (3.8 + 3.3; ncu, session 13).
+const NORM_WARPS: u32 = 32;
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
 const MMA_COLS: usize = 8;
 /// N-tiles a block of the matmul computes: each warp loads (and splits into hi and lo) its chunk
@@ -127,6 +130,11 @@ pub const MMA_K_ALIGN: usize = 16;
 const MOE_ROUTE_WARPS: u32 = 4;
 /// Threads of `moe_group`'s one block: it scans every expert and writes every pair's place.
 const MOE_GROUP_THREADS: u32 = 1024;
+/// Rows up to which `moe_route_group` routes and groups in one block (a warp a row): a decode
+/// step of up to 8 streams makes one launch a layer instead of two. Its softmax numerators (8 ×
+/// E floats) and the grouping's counters (3 × E ints) fit the 48 KiB of a block at
+/// [`MOE_EXPERTS_MAX`] experts.
+const MOE_ROUTE_GROUP_WARPS: usize = 8;
 /// Threads per block of `moe_combine` (one per output of a row).
 const MOE_COMBINE_THREADS: u32 = 256;
 /// Most experts the MoE kernels take: `moe_route` keeps a row's softmax numerators in shared
@@ -283,6 +291,7 @@ impl Dims {
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
+            ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
@@ -363,11 +372,15 @@ pub struct Kernels {
 struct MoeKernels {
     route: CudaFunction,
     group: CudaFunction,
+    /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
+    route_group: CudaFunction,
     gate_up: CudaFunction,
     down: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
     combine: CudaFunction,
+    /// `combine` and the RMSNorm after the layer in one launch.
+    combine_norm: CudaFunction,
 }
 
 /// `ceil(n / d)` as a grid dimension.
@@ -419,11 +432,13 @@ impl Kernels {
                 Some(_) => Some(MoeKernels {
                     route: f("moe_route")?,
                     group: f("moe_group")?,
+                    route_group: f("moe_route_group")?,
                     gate_up: f("moe_gate_up")?,
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
                     combine: f("moe_combine")?,
+                    combine_norm: f("moe_combine_norm")?,
                 }),
                 None => None,
             },
@@ -825,6 +840,15 @@ pub struct MoeLaunch {
     pub y_sh: u64,
 }
 
+/// The RMSNorm a MoE layer's last kernel applies to the rows it has just written:
+/// `out[r] = norm(x[r])` with weight `w` (as [`Kernels::rmsnorm`]).
+pub struct NormAfter {
+    pub w: u64,
+    pub eps: f32,
+    pub zero_centred: bool,
+    pub out: u64,
+}
+
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
@@ -936,8 +960,15 @@ impl Kernels {
     }
 
     /// The MoE layer over `l.rows` rows of `l.xn` (normed), adding into `l.x`; `l.mo` is the
-    /// fused front projection of `l.xn` (see `moe.cu`).
-    pub fn moe(&self, gpu: &Gpu, dims: &Dims, l: &MoeLaunch) -> Result<(), CudaError> {
+    /// fused front projection of `l.xn` (see `moe.cu`). With `then`, the same launch that adds
+    /// the layer's output into x writes its RMSNorm (the next layer's input) into `then.out`.
+    pub fn moe(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        l: &MoeLaunch,
+        then: Option<&NormAfter>,
+    ) -> Result<(), CudaError> {
         let k = self
             .moe
             .as_ref()
@@ -947,6 +978,37 @@ impl Kernels {
             return Ok(());
         }
         let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
+        if l.rows <= MOE_ROUTE_GROUP_WARPS {
+            gpu.launch(
+                &k.route_group,
+                (1, 1, 1),
+                MOE_GROUP_THREADS,
+                &[
+                    Arg::Ptr(l.mo),
+                    Arg::I32(l.rows as i32),
+                    Arg::Ptr(l.ids),
+                    Arg::Ptr(l.probs),
+                    Arg::Ptr(l.act_sh),
+                    Arg::Ptr(l.pair_row),
+                    Arg::Ptr(l.pair_pos),
+                    Arg::Ptr(l.tiles),
+                    Arg::Ptr(l.n_tiles),
+                ],
+            )?;
+        } else {
+            self.moe_route_then_group(gpu, k, l)?;
+        }
+        self.moe_experts(gpu, dims, m, l, slots)?;
+        self.moe_sum(gpu, dims, k, l, then)
+    }
+
+    /// `moe_route` (a warp a row) then `moe_group` (one block).
+    fn moe_route_then_group(
+        &self,
+        gpu: &Gpu,
+        k: &MoeKernels,
+        l: &MoeLaunch,
+    ) -> Result<(), CudaError> {
         gpu.launch(
             &k.route,
             (blocks(l.rows, MOE_ROUTE_WARPS), 1, 1),
@@ -971,7 +1033,22 @@ impl Kernels {
                 Arg::Ptr(l.tiles),
                 Arg::Ptr(l.n_tiles),
             ],
-        )?;
+        )
+    }
+
+    /// The experts' gate/up and down products of each tile (bf16 or FP8).
+    fn moe_experts(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        m: &MoeConfig,
+        l: &MoeLaunch,
+        slots: u32,
+    ) -> Result<(), CudaError> {
+        let k = self
+            .moe
+            .as_ref()
+            .expect("MoE kernels exist for a MoE model");
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
@@ -1050,6 +1127,37 @@ impl Kernels {
                     ],
                 )?;
             }
+        }
+        Ok(())
+    }
+
+    /// Each row's experts summed into x (and the norm after the layer, with `then`).
+    fn moe_sum(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        k: &MoeKernels,
+        l: &MoeLaunch,
+        then: Option<&NormAfter>,
+    ) -> Result<(), CudaError> {
+        if let Some(n) = then {
+            return gpu.launch(
+                &k.combine_norm,
+                (rows_u32(l.rows), 1, 1),
+                NORM_WARPS * 32,
+                &[
+                    Arg::Ptr(l.mo),
+                    Arg::Ptr(l.probs),
+                    Arg::Ptr(l.pair_pos),
+                    Arg::Ptr(l.y_exp),
+                    Arg::Ptr(l.y_sh),
+                    Arg::Ptr(l.x),
+                    Arg::Ptr(n.w),
+                    Arg::F32(n.eps),
+                    Arg::I32(i32::from(n.zero_centred)),
+                    Arg::Ptr(n.out),
+                ],
+            );
         }
         gpu.launch(
             &k.combine,

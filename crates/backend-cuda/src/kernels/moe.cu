@@ -31,15 +31,12 @@
 #define MOE_PER_LANE ((MOE_E + WARP - 1) / WARP)
 #define MOE_IS_PER_LANE (MOE_IS > 0 ? (MOE_IS + WARP - 1) / WARP : 1)
 
-// Grid ceil(rows / MOE_ROUTE_WARPS). Writes ids and probs [rows, K] (ascending expert index) and
-// act_sh [rows, IS].
-extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * WARP)
-moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
-          float* __restrict__ act_sh) {
-    __shared__ float ex_s[MOE_ROUTE_WARPS][MOE_E];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int r = blockIdx.x * MOE_ROUTE_WARPS + warp;
-    if (r >= rows) return;  // a whole warp: nothing below synchronises the block
+// One warp routes row r: writes ids and probs [r, K] (ascending expert index) and act_sh [r, IS];
+// `ex` is the warp's MOE_E floats of shared memory.
+__device__ __forceinline__ void route_row(const float* __restrict__ mo, int r, int* __restrict__ ids,
+                                          float* __restrict__ probs, float* __restrict__ act_sh,
+                                          float* ex) {
+    const int lane = threadIdx.x % WARP;
     const float* logits = mo + (size_t)r * MOE_MO_W;
     // Every loop over a row below has a compile-time count and is unrolled, so its loads are
     // issued together: as rolled loops (a load, its use, the branch back) a 1-row call waited on
@@ -59,7 +56,7 @@ moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* 
         cand[j] = -1.0f;
         if (e < MOE_E) {
             const float v = expf(logits[e] - mx);
-            ex_s[warp][e] = v;
+            ex[e] = v;
             cand[j] = v != v ? -0.5f : v;
         }
     }
@@ -71,7 +68,7 @@ moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* 
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < MOE_PER_LANE; j++)
-        if (lane + j * WARP < MOE_E) sum += ex_s[warp][lane + j * WARP];
+        if (lane + j * WARP < MOE_E) sum += ex[lane + j * WARP];
     for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     // Round k picks the k-th most probable expert; lane k keeps it.
     int my_id = 0;
@@ -91,7 +88,7 @@ moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* 
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++)
             if (lane + j * WARP == bi) cand[j] = -1.0f;
-        if (lane == k) { my_id = bi; my_p = ex_s[warp][bi] / sum; }
+        if (lane == k) { my_id = bi; my_p = ex[bi] / sum; }
     }
     if (MOE_NORM_TOPK) {
         // Summed in the order chosen (most probable first), as backend-cpu does.
@@ -129,9 +126,10 @@ moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* 
 // order sorted by expert; pair_row[pos] = its row; tiles[3t..3t+3) = (expert, first position,
 // pairs) of expert tile t, then (MOE_E, first row, rows) of the shared expert's tiles;
 // n_tiles = [expert tiles, all tiles].
-extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
-moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int* __restrict__ pair_pos,
-          int* __restrict__ tiles, int* __restrict__ n_tiles) {
+// Every thread of the block calls it (it synchronises the block), with MOE_GROUP_THREADS threads.
+__device__ __forceinline__ void group_pairs(const int* __restrict__ ids, int rows, int* __restrict__ pair_row,
+                                            int* __restrict__ pair_pos, int* __restrict__ tiles,
+                                            int* __restrict__ n_tiles) {
     __shared__ int count[MOE_E];
     __shared__ int first[MOE_E];
     __shared__ int tile0[MOE_E];
@@ -200,6 +198,42 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
     }
 }
 
+// Grid ceil(rows / MOE_ROUTE_WARPS): a warp a row.
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * WARP)
+moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
+          float* __restrict__ act_sh) {
+    pdl_start();
+    __shared__ float ex_s[MOE_ROUTE_WARPS][MOE_E];
+    const int warp = threadIdx.x / WARP;
+    const int r = blockIdx.x * MOE_ROUTE_WARPS + warp;
+    if (r >= rows) return;  // a whole warp: nothing in route_row synchronises the block
+    route_row(mo, r, ids, probs, act_sh, ex_s[warp]);
+}
+
+// Grid 1.
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
+moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int* __restrict__ pair_pos,
+          int* __restrict__ tiles, int* __restrict__ n_tiles) {
+    pdl_start();
+    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
+}
+
+// `moe_route` then `moe_group` in one block, for a decode step's few rows (at most
+// MOE_ROUTE_GROUP_WARPS): warp w routes row w, the block waits, then groups. The same code on the
+// same values as the two kernels: the same bits, one launch fewer a layer.
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
+moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
+                float* __restrict__ act_sh, int* __restrict__ pair_row, int* __restrict__ pair_pos,
+                int* __restrict__ tiles, int* __restrict__ n_tiles) {
+    pdl_start();
+    __shared__ float ex_s[MOE_ROUTE_GROUP_WARPS][MOE_E];
+    const int warp = threadIdx.x / WARP;
+    if (warp < MOE_ROUTE_GROUP_WARPS && warp < rows) route_row(mo, warp, ids, probs, act_sh, ex_s[warp]);
+    // The block's writes of ids are visible to the whole block past the barrier.
+    __syncthreads();
+    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
+}
+
 // Grid (tile slots, MOE_I / (4·MMA_NT)): block (t, b) computes gate units u0 … u0 + 4·MMA_NT − 1
 // (u0 = 4·MMA_NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up
 // for each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and
@@ -207,6 +241,7 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
             const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
+    pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
@@ -246,6 +281,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
          float* __restrict__ y_exp, float* __restrict__ y_sh) {
+    pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
@@ -281,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_gate_up_fp8(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
                 const int* __restrict__ n_tiles, const unsigned char* __restrict__ gate_up,
                 const float* __restrict__ scales, int br, int bc, float* __restrict__ act) {
+    pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
@@ -321,6 +358,7 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
              const float* __restrict__ down_scales, const unsigned char* __restrict__ shared_down,
              const float* __restrict__ shared_scales, int br, int bc, float* __restrict__ y_exp,
              float* __restrict__ y_sh) {
+    pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
@@ -356,6 +394,7 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
 extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS)
 moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
             const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x) {
+    pdl_start();
     const int r = blockIdx.y, o = blockIdx.x * MOE_COMBINE_THREADS + threadIdx.x;
     if (o >= MOE_H) return;
     float total = 0.0f;
@@ -365,4 +404,50 @@ moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const
     }
     if (MOE_IS > 0) total += sigmoidf_(mo[(size_t)r * MOE_MO_W + MOE_E]) * y_sh[(size_t)r * MOE_H + o];
     x[(size_t)r * MOE_H + o] += total;
+}
+
+// `moe_combine` and then the RMSNorm that follows the layer (the next layer's input norm, or the
+// model's final norm) in one launch: grid (rows), one block of NORM_WARPS warps a row. Each
+// output is summed as `moe_combine` sums it, and the norm sums the squares in `rmsnorm_rows`'
+// order (thread i takes outputs i, i + NORM_WARPS·WARP, …, then `block_sum`), so x and `out` hold
+// the same bits as the two kernels one after the other.
+#define MOE_COMBINE_NORM_PER_THREAD ((MOE_H + NORM_WARPS * WARP - 1) / (NORM_WARPS * WARP))
+extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
+moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
+                 const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x,
+                 const float* __restrict__ w, float eps, int kind, float* __restrict__ out) {
+    __shared__ float warp_sums[NORM_WARPS];
+    __shared__ float total_s;
+    pdl_start();
+    const int r = blockIdx.x;
+    float* xr = x + (size_t)r * MOE_H;
+    float p[MOE_K];
+    int pos[MOE_K];
+#pragma unroll
+    for (int s = 0; s < MOE_K; s++) {
+        p[s] = probs[(size_t)r * MOE_K + s];
+        pos[s] = pair_pos[(size_t)r * MOE_K + s];
+    }
+    float v[MOE_COMBINE_NORM_PER_THREAD];
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MOE_COMBINE_NORM_PER_THREAD; j++) {
+        const int o = threadIdx.x + j * NORM_WARPS * WARP;
+        if (o < MOE_H) {
+            float total = 0.0f;
+#pragma unroll
+            for (int s = 0; s < MOE_K; s++) total += p[s] * y_exp[(size_t)pos[s] * MOE_H + o];
+            if (MOE_IS > 0) total += sigmoidf_(mo[(size_t)r * MOE_MO_W + MOE_E]) * y_sh[(size_t)r * MOE_H + o];
+            v[j] = xr[o] + total;
+            xr[o] = v[j];
+            acc += v[j] * v[j];
+        }
+    }
+    const float total = block_sum<NORM_WARPS>(acc, warp_sums, &total_s);
+    const float inv = 1.0f / sqrtf(total / (float)MOE_H + eps);
+#pragma unroll
+    for (int j = 0; j < MOE_COMBINE_NORM_PER_THREAD; j++) {
+        const int o = threadIdx.x + j * NORM_WARPS * WARP;
+        if (o < MOE_H) out[(size_t)r * MOE_H + o] = v[j] * inv * norm_scale(w[o], kind);
+    }
 }

@@ -8,6 +8,7 @@ extern "C" __global__ void mtp_input(const int* __restrict__ tokens, const bf16_
                                      const int* __restrict__ hidden_src, const float* __restrict__ w_embed,
                                      const float* __restrict__ w_hidden, int hidden, float eps,
                                      float* __restrict__ cat) {
+    pdl_start();
     const int r = blockIdx.x, lane = threadIdx.x % WARP;
     float* dst = cat + (size_t)r * 2 * hidden;
     if (threadIdx.x / WARP == 0) {
@@ -27,6 +28,7 @@ extern "C" __global__ void mtp_input(const int* __restrict__ tokens, const bf16_
 // dst[pairs[2i + 1]] = src[pairs[2i]], rows of `width` floats (one block per pair).
 extern "C" __global__ void copy_rows(const float* __restrict__ src, const int* __restrict__ pairs, int width,
                                      float* __restrict__ dst) {
+    pdl_start();
     const float* s = src + (size_t)pairs[2 * blockIdx.x] * width;
     float* d = dst + (size_t)pairs[2 * blockIdx.x + 1] * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
@@ -37,6 +39,7 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, const int* _
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
 argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__ out) {
+    pdl_start();
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ int best_i[ARGMAX_THREADS];
     const float* row = logits + (size_t)blockIdx.x * n;

@@ -1,27 +1,19 @@
 // RMSNorm of whole rows: out[r] = x[r] · rsqrt(mean(x[r]²) + eps) · (w or 1 + w). One block of
 // NORM_WARPS warps per row (a decode step's rows are few and long: one warp per row left the
 // GPU idle while 64 loads a lane came in one after another). The sum of squares is strided per
-// thread, then a warp tree, then the warps' sums in warp order: a fixed order for every row.
+// thread, then `block_sum`'s fixed trees: a fixed order for every row.
 extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
 rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, int rows, float eps,
              int kind, float* __restrict__ out) {
     __shared__ float warp_sums[NORM_WARPS];
-    __shared__ float inv_s;
-    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    __shared__ float total_s;
+    pdl_start();
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * n;
     float acc = 0.0f;
     for (int i = threadIdx.x; i < n; i += NORM_WARPS * WARP) acc += xr[i] * xr[i];
-    acc = warp_sum(acc);
-    if (lane == 0) warp_sums[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float total = warp_sums[0];
-        for (int v = 1; v < NORM_WARPS; v++) total += warp_sums[v];
-        inv_s = 1.0f / sqrtf(total / (float)n + eps);
-    }
-    __syncthreads();
-    const float inv = inv_s;
+    const float total = block_sum<NORM_WARPS>(acc, warp_sums, &total_s);
+    const float inv = 1.0f / sqrtf(total / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += NORM_WARPS * WARP)
         out[(size_t)r * n + i] = xr[i] * inv * norm_scale(w[i], kind);
 }
@@ -29,6 +21,7 @@ rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, in
 // Embedding rows: x[r] = widen(embed[tokens[r]]).
 extern "C" __global__ void embed_rows(const int* __restrict__ tokens, const bf16_t* __restrict__ embed,
                                       int hidden, float* __restrict__ x) {
+    pdl_start();
     const int r = blockIdx.x;
     const bf16_t* src = embed + (size_t)tokens[r] * hidden;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[(size_t)r * hidden + i] = widen(src[i]);

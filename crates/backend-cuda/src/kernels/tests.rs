@@ -803,6 +803,22 @@ fn run_moe(
     mo: &[f32],
     x: &[f32],
 ) -> Vec<f32> {
+    run_moe_then(gpu, k, dims, case, xn, mo, x, None).0
+}
+
+/// [`run_moe`], with `then_w` the norm its last kernel writes after the sum (zero-centred):
+/// returns `x` after it and the normed rows (empty without `then_w`).
+#[allow(clippy::too_many_arguments)]
+fn run_moe_then(
+    gpu: &Gpu,
+    k: &Kernels,
+    dims: &Dims,
+    case: &MoeCase,
+    xn: &[f32],
+    mo: &[f32],
+    x: &[f32],
+    then_w: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
     let (h, m) = (case.hidden, &case.m);
     let rows = x.len() / h;
     let pairs = rows * m.experts_per_token;
@@ -851,9 +867,24 @@ fn run_moe(
         y_exp: y_exp.at(0),
         y_sh: y_sh.at(0),
     };
-    k.moe(gpu, dims, &launch).unwrap();
-    x_b.read(gpu, rows * h).unwrap()
+    let out = f(rows * h);
+    let then_w = then_w.map(|w| Buf::from_host(gpu, w).unwrap());
+    let then = then_w.as_ref().map(|w| super::NormAfter {
+        w: w.at(0),
+        eps: NORM_EPS,
+        zero_centred: true,
+        out: out.at(0),
+    });
+    k.moe(gpu, dims, &launch, then.as_ref()).unwrap();
+    let normed = match then {
+        Some(_) => out.read(gpu, rows * h).unwrap(),
+        None => Vec::new(),
+    };
+    (x_b.read(gpu, rows * h).unwrap(), normed)
 }
+
+/// The norm the MoE tests apply after a layer.
+const NORM_EPS: f32 = 1e-6;
 
 #[test]
 fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
@@ -1001,6 +1032,31 @@ fn check_moe(
     assert!(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
+    );
+    // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
+    let norm_w = rng.vec(hidden);
+    let (fused, normed) = run_moe_then(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
+    assert!(same_bits(&fused, &all), "{what}: the fused sum differs");
+    let (x_b, w_b) = (
+        Buf::from_host(gpu, &all).unwrap(),
+        Buf::from_host(gpu, &norm_w).unwrap(),
+    );
+    let out = Buf::<f32>::zeros(gpu, rows * hidden).unwrap();
+    k.rmsnorm(
+        gpu,
+        x_b.at(0),
+        w_b.at(0),
+        hidden,
+        rows,
+        NORM_EPS,
+        true,
+        out.at(0),
+    )
+    .unwrap();
+    let want_normed = out.read(gpu, rows * hidden).unwrap();
+    assert!(
+        same_bits(&normed, &want_normed),
+        "{what}: the fused norm differs from rmsnorm_rows"
     );
 }
 
