@@ -1,7 +1,7 @@
 // Sparse MoE with a gated shared expert (the maths of backend-cpu's `qwen3_next/moe.rs`), after
 // the fused projection `mo` = [router logits (E) | shared-expert gate (1) | shared gate_proj
 // (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
-// per layer:
+// per layer, or three where the first two and the last two are fused:
 // - `moe_route`: one warp per row: softmax over the experts in f32 (summed lane by lane in a
 //   fixed order),
 //   top-k with ties to the lower index, renormalised when MOE_NORM_TOPK, the k choices in
@@ -15,6 +15,9 @@
 // - `moe_down`: per tile, the expert's (or the shared expert's) down projection of its pairs.
 // - `moe_combine`: per (row, output) Σ_slots p·down_e in ascending expert index, then
 //   + sigmoid(shared gate)·shared_down, added to the residual `x`.
+// `moe_route_group` (up to MOE_ROUTE_GROUP_WARPS rows: a decode step) runs the first two in one
+// block, and `moe_combine_norm` the last with the RMSNorm after the layer, each the same code on
+// the same values as the kernels it stands for.
 //
 // Batch invariance: a pair's products are `mma_tile` chains that depend on its own row and the
 // weights only (not on the tile's other rows or where the tile sits), and every sum over slots
@@ -22,8 +25,8 @@
 // routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
-// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_COMBINE_THREADS, MOE_BF16_DEPTH, MOE_FP8_DEPTH (and the
-// matmul's MMA_*).
+// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
+// MOE_BF16_DEPTH, MOE_FP8_DEPTH (and the matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
