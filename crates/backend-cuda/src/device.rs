@@ -4,8 +4,8 @@
 
 use crate::{CudaError, DeviceMemory};
 use cudarc::driver::{
-    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg, ValidAsZeroBits,
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    ValidAsZeroBits,
 };
 use std::sync::Arc;
 
@@ -28,6 +28,9 @@ pub struct Gpu {
 /// ahead runs and waits inside for it (`pdl_wait` in `common.cu`), after pulling its weights
 /// into L2.
 pub const PDL_ENV: &str = "FLASHLANE_PDL";
+
+/// Most arguments a kernel of this crate takes (`deltanet_recurrence` takes 15).
+const KERNEL_ARGS_MAX: usize = 16;
 
 impl Gpu {
     /// Opens device 0, or says why not (no driver, no device).
@@ -79,7 +82,10 @@ impl Gpu {
     }
 
     /// [`Gpu::launch`] with `shared_bytes` of dynamic shared memory a block (over 48 KiB only for
-    /// a function whose limit was raised when it was loaded).
+    /// a function whose limit was raised when it was loaded). With [`PDL_ENV`] on (the default)
+    /// it is a programmatic dependent launch: the kernel may start before the one ahead of it on
+    /// the stream has finished (every kernel of this crate waits for it before it touches
+    /// anything but its weights; see `common.cu`).
     pub fn launch_with_shared(
         &self,
         f: &CudaFunction,
@@ -88,56 +94,26 @@ impl Gpu {
         shared_bytes: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        if self.pdl {
-            return self.launch_dependent(f, grid, block, shared_bytes, args);
-        }
-        let mut builder = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::Ptr(p) => builder.arg(p),
-                Arg::I32(v) => builder.arg(v),
-                Arg::U64(v) => builder.arg(v),
-                Arg::F32(v) => builder.arg(v),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: shared_bytes,
-        };
-        // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in
-        // order and of the C types named in `Arg`; pointers address live buffers sized by the
-        // launchers for the rows they cover.
-        unsafe { builder.launch(cfg) }?;
-        Ok(())
-    }
-
-    /// [`Gpu::launch_with_shared`] as a programmatic dependent launch: the kernel may start
-    /// before the one ahead of it on the stream has finished (every kernel of this crate waits
-    /// for it before it touches anything but its weights; see `common.cu`).
-    fn launch_dependent(
-        &self,
-        f: &CudaFunction,
-        grid: (u32, u32, u32),
-        block: u32,
-        shared_bytes: u32,
-        args: &[Arg],
-    ) -> Result<(), CudaError> {
         use cudarc::driver::sys;
+        assert!(
+            args.len() <= KERNEL_ARGS_MAX,
+            "launch: {} arguments, at most {KERNEL_ARGS_MAX}",
+            args.len()
+        );
         // Each argument in an 8-byte slot: the driver reads as many bytes as the kernel's
         // parameter takes from the slot's start (little-endian: the i32 and f32 values' bits).
-        let mut slots: Vec<u64> = args
-            .iter()
-            .map(|a| match *a {
+        let mut slots = [0u64; KERNEL_ARGS_MAX];
+        for (slot, a) in slots.iter_mut().zip(args) {
+            *slot = match *a {
                 Arg::Ptr(p) | Arg::U64(p) => p,
                 Arg::I32(v) => u64::from(v as u32),
                 Arg::F32(v) => u64::from(v.to_bits()),
-            })
-            .collect();
-        let mut params: Vec<*mut std::ffi::c_void> = slots
-            .iter_mut()
-            .map(|s| (s as *mut u64).cast::<std::ffi::c_void>())
-            .collect();
+            };
+        }
+        let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); KERNEL_ARGS_MAX];
+        for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
+            *param = (slot as *mut u64).cast();
+        }
         // SAFETY: an all-zero launch attribute is a valid value of the C struct (an id and a
         // union of plain data); its fields are set below.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -153,12 +129,13 @@ impl Gpu {
             sharedMemBytes: shared_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: 1,
+            numAttrs: u32::from(self.pdl),
         };
         self.ctx.bind_to_thread()?;
-        // SAFETY: as `launch_with_shared`: the kernel takes exactly these arguments in order
-        // and of these C types; `params` points at `slots`, and both (and `attr`) outlive the
-        // call, which copies the arguments before it returns.
+        // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in
+        // order and of the C types named in `Arg`; pointers address live buffers sized by the
+        // launchers for the rows they cover. `params` points at `slots`, and both (and `attr`)
+        // outlive the call, which copies the arguments before it returns.
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,

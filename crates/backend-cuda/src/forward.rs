@@ -283,6 +283,16 @@ pub(crate) struct Then<'w> {
     pub(crate) out: u64,
 }
 
+impl<'w> Then<'w> {
+    /// Layer `l`'s input norm into `out`.
+    fn input_of(l: &'w LayerWeights, out: u64) -> Then<'w> {
+        Then {
+            w: &l.input_norm,
+            out,
+        }
+    }
+}
+
 /// One pass over the model with its scratch addresses.
 pub(crate) struct Pass<'a> {
     pub(crate) m: &'a CudaModel,
@@ -672,10 +682,16 @@ fn enqueue_round(
         h,
         ptrs.x,
     )?;
+    // Each layer ends with the norm the next one starts from (`Then`): the first layer's input
+    // norm here, or the final norm of a model without layers.
     let layers = &m.weights.layers;
-    if let Some(first) = layers.first() {
-        pass.norm(ptrs.x, &first.input_norm, rows, ptrs.xn)?;
-    }
+    let final_norm = Then {
+        w: &m.weights.norm,
+        out: ptrs.hidden,
+    };
+    let input_norm = |l| Then::input_of(l, ptrs.xn);
+    let first = layers.first().map_or(final_norm, input_norm);
+    pass.norm(ptrs.x, first.w, rows, first.out)?;
     let (mut attn, mut linear) = (0, 0);
     for (i, l) in layers.iter().enumerate() {
         let mix = match &l.mixer {
@@ -700,20 +716,8 @@ fn enqueue_round(
                 })
             }
         };
-        let then = match layers.get(i + 1) {
-            Some(next) => Then {
-                w: &next.input_norm,
-                out: ptrs.xn,
-            },
-            None => Then {
-                w: &m.weights.norm,
-                out: ptrs.hidden,
-            },
-        };
+        let then = layers.get(i + 1).map_or(final_norm, input_norm);
         pass.layer(l, rows, &mix, sessions, then)?;
-    }
-    if layers.is_empty() {
-        pass.norm(ptrs.x, &m.weights.norm, rows, ptrs.hidden)?;
     }
     let v = m.config.vocab_size;
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;

@@ -2,10 +2,12 @@
 //! `bench`), and the rollback window its sessions need for it.
 
 use crate::Failure;
-use anyhow::anyhow;
-use backend_cpu::RollbackWindow;
+use anyhow::{anyhow, Context};
+use backend_cpu::{ModelCosts, RollbackWindow};
 use clap::{Args, ValueEnum};
 use lane::{DraftMode, DEFAULT_DRAFT_COST_PERCENT};
+use model::LoadFormat;
+use std::path::Path;
 
 /// Drafts per window at most when `--draft-tokens` is not given. flashlane-tiny's head, trained
 /// for chained drafts, gets 3 of 3 right on counting (3.99 tokens per round) and each stream
@@ -43,6 +45,26 @@ impl DraftArgs {
     /// The drafts and the rollback window (see [`drafts`]) for a model with or without a head.
     pub fn resolve(&self, with_mtp: bool) -> Result<(DraftMode, RollbackWindow), Failure> {
         drafts(self.draft, self.draft_tokens, with_mtp)
+    }
+
+    /// The drafts, the rollback window and the costs of the model in `dir` as `serve` loads it
+    /// with them: its MTP head only to draft with it (see `LoadHow::mtp_head`).
+    pub fn resolve_costs(
+        &self,
+        dir: &Path,
+        format: LoadFormat,
+    ) -> Result<(DraftMode, RollbackWindow, ModelCosts), Failure> {
+        let read = |costs: Result<ModelCosts, _>| {
+            costs.with_context(|| format!("loading {}", dir.display()))
+        };
+        let costs = read(ModelCosts::read_as(dir, format))?;
+        let (draft, rollback) = self.resolve(costs.with_mtp)?;
+        let costs = if costs.with_mtp && draft != DraftMode::Mtp {
+            read(ModelCosts::read_without_mtp_head(dir, format))?
+        } else {
+            costs
+        };
+        Ok((draft, rollback, costs))
     }
 }
 
@@ -82,4 +104,51 @@ pub fn drafts(
         )));
     };
     Ok((mode, window))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(draft: Option<DraftArg>) -> DraftArgs {
+        DraftArgs {
+            draft,
+            draft_tokens: DEFAULT_DRAFT_TOKENS,
+            draft_cost: DEFAULT_DRAFT_COST_PERCENT,
+        }
+    }
+
+    /// The embedded model has an MTP head: it is counted (weights and session rows) when the
+    /// server drafts with it, by default or asked, and left out otherwise.
+    #[test]
+    fn the_costs_count_the_mtp_head_only_when_it_drafts() {
+        let dir = crate::embedded::default_model_dir().expect("the embedded model");
+        let format = LoadFormat::Safetensors;
+        let window = RollbackWindow::for_drafts(DEFAULT_DRAFT_TOKENS as usize).expect("a window");
+        let (mode, rollback, with_head) = args(None).resolve_costs(&dir, format).unwrap();
+        assert_eq!((mode, rollback), (DraftMode::Mtp, window));
+        assert!(with_head.with_mtp);
+        let (_, _, asked) = args(Some(DraftArg::Mtp))
+            .resolve_costs(&dir, format)
+            .unwrap();
+        assert!(asked.with_mtp && asked.weight_bytes == with_head.weight_bytes);
+        for draft in [DraftArg::None, DraftArg::Ngram] {
+            let (_, _, without) = args(Some(draft)).resolve_costs(&dir, format).unwrap();
+            assert!(!without.with_mtp, "{draft:?}");
+            assert!(without.weight_bytes < with_head.weight_bytes, "{draft:?}");
+            assert!(
+                without.tensors.iter().all(|(n, _)| !n.starts_with("mtp.")),
+                "{draft:?}"
+            );
+            assert_eq!(
+                without.tensors.len()
+                    + with_head
+                        .tensors
+                        .iter()
+                        .filter(|(n, _)| n.starts_with("mtp."))
+                        .count(),
+                with_head.tensors.len()
+            );
+        }
+    }
 }

@@ -5,7 +5,6 @@ use crate::drafts::DraftArgs;
 use crate::sizing::{prompt_cache_line, table, PlanNeeds, SizingArgs};
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::ModelCosts;
 use clap::Args;
 use serde::Serialize;
 use slots::Plan;
@@ -111,15 +110,8 @@ pub fn needs(args: &PlanArgs) -> Result<(PlanNeeds, u64), Failure> {
                 Some(dir) => dir.clone(),
                 None => crate::embedded::default_model_dir()?,
             };
-            let format = args.load_format.format();
-            let mut costs =
-                ModelCosts::read_as(&dir, format).map_err(|e| Failure::from(anyhow!(e)))?;
-            let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
-            // As `serve` loads it: the MTP head only to draft with it.
-            if costs.with_mtp && draft != lane::DraftMode::Mtp {
-                costs = ModelCosts::read_without_mtp_head(&dir, format)
-                    .map_err(|e| Failure::from(anyhow!(e)))?;
-            }
+            let (_, rollback, costs) =
+                args.drafts.resolve_costs(&dir, args.load_format.format())?;
             let kv = args.device.kv_dtype(args.kv_dtype)?;
             let on = match (args.tensor_parallel, args.device) {
                 (1, device) => device.costs(&costs, rollback, kv),

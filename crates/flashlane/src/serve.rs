@@ -6,7 +6,6 @@ use crate::sizing::{prompt_cache_line, table, PlanNeeds, Sizing, SizingArgs};
 use crate::text::ModelText;
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use backend_cpu::ModelCosts;
 use clap::Args;
 use lane::{DraftMode, Engine, EngineConfig};
 use server::AppState;
@@ -120,15 +119,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let format = args.model.load_format.format();
-    let mut costs =
-        ModelCosts::read_as(&dir, format).with_context(|| format!("loading {}", dir.display()))?;
-    let (draft, rollback) = args.drafts.resolve(costs.with_mtp)?;
-    // The MTP head is loaded only to draft with it (see `LoadHow::mtp_head`).
+    let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let mtp_head = draft == DraftMode::Mtp;
-    if costs.with_mtp && !mtp_head {
-        costs = ModelCosts::read_without_mtp_head(&dir, format)
-            .with_context(|| format!("loading {}", dir.display()))?;
-    }
     let on = args.device.costs(&costs, rollback, kv_dtype);
     let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;

@@ -978,77 +978,44 @@ impl Kernels {
             return Ok(());
         }
         let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
+        // `moe_route`'s arguments, then `moe_group`'s (whose first two are the routes and the
+        // rows); `moe_route_group` takes the first and the rest of the second.
+        let route = [
+            Arg::Ptr(l.mo),
+            Arg::I32(l.rows as i32),
+            Arg::Ptr(l.ids),
+            Arg::Ptr(l.probs),
+            Arg::Ptr(l.act_sh),
+        ];
+        let group = [
+            Arg::Ptr(l.ids),
+            Arg::I32(l.rows as i32),
+            Arg::Ptr(l.pair_row),
+            Arg::Ptr(l.pair_pos),
+            Arg::Ptr(l.tiles),
+            Arg::Ptr(l.n_tiles),
+        ];
         if l.rows <= MOE_ROUTE_GROUP_WARPS {
-            gpu.launch(
-                &k.route_group,
-                (1, 1, 1),
-                MOE_GROUP_THREADS,
-                &[
-                    Arg::Ptr(l.mo),
-                    Arg::I32(l.rows as i32),
-                    Arg::Ptr(l.ids),
-                    Arg::Ptr(l.probs),
-                    Arg::Ptr(l.act_sh),
-                    Arg::Ptr(l.pair_row),
-                    Arg::Ptr(l.pair_pos),
-                    Arg::Ptr(l.tiles),
-                    Arg::Ptr(l.n_tiles),
-                ],
-            )?;
+            let both = [route.as_slice(), &group[2..]].concat();
+            gpu.launch(&k.route_group, (1, 1, 1), MOE_GROUP_THREADS, &both)?;
         } else {
-            self.moe_route_then_group(gpu, k, l)?;
+            let route_grid = (blocks(l.rows, MOE_ROUTE_WARPS), 1, 1);
+            gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
+            gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
-        self.moe_experts(gpu, dims, m, l, slots)?;
-        self.moe_sum(gpu, dims, k, l, then)
-    }
-
-    /// `moe_route` (a warp a row) then `moe_group` (one block).
-    fn moe_route_then_group(
-        &self,
-        gpu: &Gpu,
-        k: &MoeKernels,
-        l: &MoeLaunch,
-    ) -> Result<(), CudaError> {
-        gpu.launch(
-            &k.route,
-            (blocks(l.rows, MOE_ROUTE_WARPS), 1, 1),
-            MOE_ROUTE_WARPS * 32,
-            &[
-                Arg::Ptr(l.mo),
-                Arg::I32(l.rows as i32),
-                Arg::Ptr(l.ids),
-                Arg::Ptr(l.probs),
-                Arg::Ptr(l.act_sh),
-            ],
-        )?;
-        gpu.launch(
-            &k.group,
-            (1, 1, 1),
-            MOE_GROUP_THREADS,
-            &[
-                Arg::Ptr(l.ids),
-                Arg::I32(l.rows as i32),
-                Arg::Ptr(l.pair_row),
-                Arg::Ptr(l.pair_pos),
-                Arg::Ptr(l.tiles),
-                Arg::Ptr(l.n_tiles),
-            ],
-        )
+        Self::moe_experts(gpu, dims, k, m, l, slots)?;
+        Self::moe_sum(gpu, dims, k, l, then)
     }
 
     /// The experts' gate/up and down products of each tile (bf16 or FP8).
     fn moe_experts(
-        &self,
         gpu: &Gpu,
         dims: &Dims,
+        k: &MoeKernels,
         m: &MoeConfig,
         l: &MoeLaunch,
         slots: u32,
     ) -> Result<(), CudaError> {
-        let k = self
-            .moe
-            .as_ref()
-            .expect("MoE kernels exist for a MoE model");
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
@@ -1131,50 +1098,44 @@ impl Kernels {
         Ok(())
     }
 
-    /// Each row's experts summed into x (and the norm after the layer, with `then`).
+    /// Each row's experts summed into x, and with `then` the norm after the layer in the same
+    /// launch (`moe_combine_norm`); without, `moe_combine` alone (the kernel tests' reference
+    /// for the fused one).
     fn moe_sum(
-        &self,
         gpu: &Gpu,
         dims: &Dims,
         k: &MoeKernels,
         l: &MoeLaunch,
         then: Option<&NormAfter>,
     ) -> Result<(), CudaError> {
-        if let Some(n) = then {
-            return gpu.launch(
-                &k.combine_norm,
-                (rows_u32(l.rows), 1, 1),
-                NORM_WARPS * 32,
-                &[
-                    Arg::Ptr(l.mo),
-                    Arg::Ptr(l.probs),
-                    Arg::Ptr(l.pair_pos),
-                    Arg::Ptr(l.y_exp),
-                    Arg::Ptr(l.y_sh),
-                    Arg::Ptr(l.x),
-                    Arg::Ptr(n.w),
-                    Arg::F32(n.eps),
-                    Arg::I32(i32::from(n.zero_centred)),
-                    Arg::Ptr(n.out),
-                ],
-            );
-        }
-        gpu.launch(
-            &k.combine,
-            (
+        let sum = [
+            Arg::Ptr(l.mo),
+            Arg::Ptr(l.probs),
+            Arg::Ptr(l.pair_pos),
+            Arg::Ptr(l.y_exp),
+            Arg::Ptr(l.y_sh),
+            Arg::Ptr(l.x),
+        ];
+        let Some(n) = then else {
+            let grid = (
                 blocks(dims.hidden, MOE_COMBINE_THREADS),
                 rows_u32(l.rows),
                 1,
-            ),
-            MOE_COMBINE_THREADS,
-            &[
-                Arg::Ptr(l.mo),
-                Arg::Ptr(l.probs),
-                Arg::Ptr(l.pair_pos),
-                Arg::Ptr(l.y_exp),
-                Arg::Ptr(l.y_sh),
-                Arg::Ptr(l.x),
-            ],
+            );
+            return gpu.launch(&k.combine, grid, MOE_COMBINE_THREADS, &sum);
+        };
+        let norm = [
+            Arg::Ptr(n.w),
+            Arg::F32(n.eps),
+            Arg::I32(i32::from(n.zero_centred)),
+            Arg::Ptr(n.out),
+        ];
+        let grid = (rows_u32(l.rows), 1, 1);
+        gpu.launch(
+            &k.combine_norm,
+            grid,
+            NORM_WARPS * 32,
+            &[sum.as_slice(), &norm].concat(),
         )
     }
 

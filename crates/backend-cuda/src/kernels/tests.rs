@@ -793,23 +793,11 @@ fn attention_prep_of_many_heads_matches_a_reference() {
     }
 }
 
-/// The GPU's MoE layer (`moe.cu`) on the given rows: returns `x` after it.
-fn run_moe(
-    gpu: &Gpu,
-    k: &Kernels,
-    dims: &Dims,
-    case: &MoeCase,
-    xn: &[f32],
-    mo: &[f32],
-    x: &[f32],
-) -> Vec<f32> {
-    run_moe_then(gpu, k, dims, case, xn, mo, x, None).0
-}
-
-/// [`run_moe`], with `then_w` the norm its last kernel writes after the sum (zero-centred):
-/// returns `x` after it and the normed rows (empty without `then_w`).
+/// The GPU's MoE layer (`moe.cu`) on the given rows, with `then_w` the norm its last kernel
+/// writes after the sum (zero-centred): returns `x` after it and the normed rows (empty without
+/// `then_w`).
 #[allow(clippy::too_many_arguments)]
-fn run_moe_then(
+fn run_moe(
     gpu: &Gpu,
     k: &Kernels,
     dims: &Dims,
@@ -994,7 +982,7 @@ fn check_moe(
     let mo: Vec<f32> = rng.vec(rows * w).iter().map(|v| 4.0 * v).collect();
     let x = rng.vec(rows * hidden);
     let want = case.reference(&xn, &mo, &x);
-    let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x);
+    let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, None).0;
     // The update against the reference's (x itself is exact on both sides).
     let delta = |v: &[f32]| v.iter().zip(&x).map(|(a, b)| a - b).collect::<Vec<f32>>();
     let d = relative_diff(&delta(&all), &delta(&want));
@@ -1011,7 +999,9 @@ fn check_moe(
             &row(&xn, r),
             &row_of(&mo, r, w),
             &row(&x, r),
-        );
+            None,
+        )
+        .0;
         assert!(
             same_bits(&one, &row(&all, r)),
             "{what}: row {r} alone differs from the batch"
@@ -1028,14 +1018,16 @@ fn check_moe(
         &rev(&xn, hidden),
         &rev(&mo, w),
         &rev(&x, hidden),
-    );
+        None,
+    )
+    .0;
     assert!(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
     );
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
-    let (fused, normed) = run_moe_then(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
+    let (fused, normed) = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
     assert!(same_bits(&fused, &all), "{what}: the fused sum differs");
     let (x_b, w_b) = (
         Buf::from_host(gpu, &all).unwrap(),
