@@ -4,7 +4,7 @@
 //! `cargo run --release -p backend-cpu --example mtp_round -- MODEL_DIR [WINDOW]`.
 //! With WINDOW, only windows of that many tokens are timed (for a profiler).
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel, CpuTarget};
 use lane::TargetExt;
 use lane::{Target, Window};
 use slots::SessionId;
@@ -44,7 +44,11 @@ fn main() -> anyhow::Result<()> {
         return windows_only(&dir, width);
     }
     let model = Arc::new(CpuModel::load(std::path::Path::new(&dir), false)?);
-    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], window(WIDEST));
+    let mut t = CpuTarget::new(CpuBackend::with_rollback_window(
+        model,
+        &[CAPACITY],
+        window(WIDEST),
+    ));
     let prompt: Vec<u32> = (0..16u32).map(|i| 20 + i).collect();
     let s = SessionId(0);
     for pass in 0..PASSES {
@@ -105,7 +109,11 @@ fn cpu_pressure() -> String {
 
 fn windows_only(dir: &str, width: usize) -> anyhow::Result<()> {
     let model = Arc::new(CpuModel::load(std::path::Path::new(dir), false)?);
-    let mut t = CpuTarget::with_rollback_window(model, &[CAPACITY], window(width.clamp(1, WIDEST)));
+    let mut t = CpuTarget::new(CpuBackend::with_rollback_window(
+        model,
+        &[CAPACITY],
+        window(width.clamp(1, WIDEST)),
+    ));
     let tokens: Vec<u32> = (0..CAPACITY as u32).map(|i| 20 + i % 10).collect();
     let s = SessionId(0);
     let mut len = 0;

@@ -12,7 +12,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! let model = Arc::new(backend_cpu::CpuModel::load(std::path::Path::new("model-dir"), true)?);
-//! let target = backend_cpu::CpuTarget::new(model, &[4128, 4128, 16416]);
+//! let target = backend_cpu::CpuBackend::target(model, &[4128, 4128, 16416]);
 //! # Ok::<(), model::LoadError>(())
 //! ```
 
@@ -27,4 +27,4 @@ pub mod target;
 
 pub use crate::model::{CpuModel, ModelCosts};
 pub use state::{session_costs, RollbackWindow, SessionCosts, SessionState, NO_ROLLBACK};
-pub use target::CpuTarget;
+pub use target::{CpuBackend, CpuTarget};

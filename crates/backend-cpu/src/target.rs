@@ -1,10 +1,11 @@
-//! [`CpuTarget`]: `lane::Target` over a [`CpuModel`] and its sessions, allocated once at
-//! construction from the plan's capacities.
+//! [`CpuBackend`]: the model's sessions in host memory, allocated once at construction from the
+//! plan's capacities, and [`CpuTarget`], `lane::Target` over it ([`lane::BackendTarget`] keeps
+//! the contract: the checks, the MTP head's bookkeeping, the drafts' room, the cache blocks).
 //!
-//! With an MTP head (`mtp.*`) every session also holds the head's state: each `forward` feeds
-//! the head the pairs its windows completed ([`crate::qwen3_next::Mtp::absorb`]), `draft` chains
-//! the head greedily from the session's last position, and truncate, move and release carry
-//! the head's state with the rest of the session.
+//! With an MTP head (`mtp.*`) every session also holds the head's state: each round feeds the
+//! head the pairs its windows completed ([`crate::qwen3_next::Mtp::absorb`]), drafting chains the
+//! head greedily from the session's last position, and truncate, copy and reset carry the head's
+//! state with the rest of the session.
 
 use crate::layers::Segment;
 use crate::model::CpuModel;
@@ -12,13 +13,12 @@ use crate::qwen3_next::{DraftStart, MtpWindow};
 use crate::state::RollbackWindow;
 use crate::state::{cached_block_bytes, CachedBlock, SessionState};
 use lane::{
-    check_windows, rows_from_logits, CacheBlockId, CacheBlocks, DraftAsk, SessionExtent, Target,
-    TargetError, Want, Window, WindowRows,
+    Backend, BackendError, BackendTarget, MtpView, RoundOut, RoundWindow, SessionId, SessionView,
 };
-use slots::{MoveFault, SessionId};
+use std::borrow::Cow;
 use std::sync::Arc;
 
-/// Rows of logits the target keeps a buffer for between rounds (4.9 MB at Qwen3's 151,936-id
+/// Rows of logits the backend keeps a buffer for between rounds (4.9 MB at Qwen3's 151,936-id
 /// vocabulary): a round of up to this many wanted rows computes its logits into memory already
 /// mapped and touched instead of a fresh allocation (at 1 stream, a 600 KB vector a token whose
 /// pages the allocator hands back and faults in again). A larger round uses a buffer of its own,
@@ -26,23 +26,24 @@ use std::sync::Arc;
 const KEPT_LOGITS_ROWS: usize = 8;
 
 /// The CPU target: one model, many sessions.
-pub struct CpuTarget {
+pub type CpuTarget = BackendTarget<CpuBackend>;
+
+/// One model and its sessions in host memory.
+pub struct CpuBackend {
     model: Arc<CpuModel>,
     sessions: Vec<SessionState>,
-    /// Longest window with drafts this target verifies (its sessions can roll it back).
+    /// Longest window with drafts its sessions can roll back.
     rollback_window: RollbackWindow,
     /// The last round's logits `[wanted rows, vocab]`, kept for the next round when it is at most
     /// [`KEPT_LOGITS_ROWS`] rows.
     logits: Vec<f32>,
-    /// Prompt-cache blocks (the engine's prompt cache decides which, within its budget).
-    cache: CacheBlocks<CachedBlock>,
 }
 
-impl CpuTarget {
+impl CpuBackend {
     /// Allocates one session per capacity (index `i` is `SessionId(i)`), able to roll back any
     /// window the engine verifies ([`RollbackWindow::MAX`]).
-    pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
-        CpuTarget::with_rollback_window(model, capacities, RollbackWindow::MAX)
+    pub fn new(model: Arc<CpuModel>, capacities: &[u64]) -> CpuBackend {
+        CpuBackend::with_rollback_window(model, capacities, RollbackWindow::MAX)
     }
 
     /// Allocates one session per capacity, able to roll back windows of up to `window` tokens
@@ -53,88 +54,93 @@ impl CpuTarget {
         model: Arc<CpuModel>,
         capacities: &[u64],
         window: RollbackWindow,
-    ) -> CpuTarget {
+    ) -> CpuBackend {
         let sessions = capacities
             .iter()
             .map(|&c| model.new_session(c as usize, window))
             .collect();
-        CpuTarget {
+        CpuBackend {
             model,
             sessions,
             rollback_window: window,
             logits: Vec::new(),
-            cache: CacheBlocks::default(),
         }
+    }
+
+    /// [`CpuBackend::new`] as a target.
+    pub fn target(model: Arc<CpuModel>, capacities: &[u64]) -> CpuTarget {
+        CpuTarget::new(CpuBackend::new(model, capacities))
     }
 
     pub fn model(&self) -> &CpuModel {
         &self.model
     }
 
-    /// Positions computed in `session`.
-    pub fn session_len(&self, session: SessionId) -> u64 {
-        self.sessions[session.0].len as u64
-    }
-
     /// The state `session` holds (for inspection: sizes, lengths).
     pub fn session_state(&self, session: SessionId) -> &SessionState {
         &self.sessions[session.0]
     }
+}
 
-    /// Whether `ask` can be drafted: an existing, distinct session with an MTP head in step with
-    /// it, and a token in the vocabulary. `Ok` holds no drafts yet.
-    fn check_draft(&self, ask: &DraftAsk) -> Result<Vec<u32>, TargetError> {
-        let session = ask.session;
-        if ask.next_token as usize >= self.model.vocab_size() {
-            return Err(TargetError::Invalid(format!(
-                "{session}: token id {} is outside the vocabulary of {}",
-                ask.next_token,
-                self.model.vocab_size()
-            )));
-        }
-        let state = self
-            .sessions
-            .get(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        let head = state
-            .mtp
-            .as_ref()
-            .ok_or_else(|| TargetError::Invalid(format!("{session} holds no MTP state")))?;
-        if head.len != state.len {
-            return Err(TargetError::Invalid(format!(
-                "{session}: MTP state at {} but the session at {}",
-                head.len, state.len
-            )));
-        }
-        Ok(Vec::new())
+impl Backend for CpuBackend {
+    type Block = CachedBlock;
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
     }
 
-    /// Runs the windows through the model and leaves the logits of their wanted rows, in window
-    /// order, in `self.logits` (`[rows, vocab]`).
-    fn compute(&mut self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        self.check(windows)?;
-        let live: Vec<&Window<'_>> = windows.iter().filter(|w| !w.tokens.is_empty()).collect();
-        // 1. the batch: every window's tokens, and its session's state taken out for the call
-        let tokens: Vec<u32> = live.iter().flat_map(|w| w.tokens.iter().copied()).collect();
-        let mut states: Vec<SessionState> = live
+    fn has_mtp(&self) -> bool {
+        self.model.has_mtp()
+    }
+
+    fn num_sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    fn session(&self, session: usize) -> SessionView {
+        let s = &self.sessions[session];
+        SessionView {
+            len: s.len as u64,
+            capacity: s.capacity as u64,
+            mtp: s.mtp.as_ref().map(|m| MtpView {
+                len: m.len as u64,
+                first: m.first as u64,
+            }),
+        }
+    }
+
+    /// Runs the windows through the model and answers the logits of their wanted rows, in
+    /// window order, from the kept buffer (greedy tokens are chosen from them by the caller).
+    fn rollback_window(&self) -> RollbackWindow {
+        self.rollback_window
+    }
+
+    fn forward(
+        &mut self,
+        windows: &[RoundWindow],
+        tokens: &[u32],
+        _greedy: bool,
+    ) -> Result<RoundOut<'_>, BackendError> {
+        // 1. the batch: each window's session state taken out for the call
+        let mut states: Vec<SessionState> = windows
             .iter()
-            .map(|w| std::mem::take(&mut self.sessions[w.session.0]))
+            .map(|w| std::mem::take(&mut self.sessions[w.session]))
             .collect();
-        let mut segments = Vec::with_capacity(live.len());
+        let mut segments = Vec::with_capacity(windows.len());
         let mut row = 0;
-        for (w, state) in live.iter().zip(states.iter_mut()) {
+        for (w, state) in windows.iter().zip(states.iter_mut()) {
             segments.push(Segment {
-                rows: row..row + w.tokens.len(),
-                start: w.start as usize,
+                rows: row..row + w.len,
+                start: w.start,
                 state,
             });
-            row += w.tokens.len();
+            row += w.len;
         }
         // 2. all layers, then logits for the wanted rows only
-        let hidden = self.model.forward_hidden(&tokens, &mut segments);
+        let hidden = self.model.forward_hidden(tokens, &mut segments);
         let h = self.model.config.hidden_size;
         let mut wanted = Vec::new();
-        for (w, seg) in live.iter().zip(&segments) {
+        for (w, seg) in windows.iter().zip(&segments) {
             let first = seg.rows.end - w.num_logits;
             wanted.extend_from_slice(&hidden[first * h..seg.rows.end * h]);
         }
@@ -142,210 +148,106 @@ impl CpuTarget {
         drop(segments);
         // 3. the MTP head takes the pairs each window completed (its K/V and hidden rows)
         if let Some(mtp) = &self.model.mtp {
-            let mut mtp_windows: Vec<MtpWindow<'_>> = live
+            let mut mtp_windows: Vec<MtpWindow<'_>> = windows
                 .iter()
                 .zip(&rows)
                 .zip(states.iter_mut())
                 .filter_map(|((w, r), state)| {
                     Some(MtpWindow {
                         rows: r.clone(),
-                        start: w.start as usize,
+                        start: w.start,
                         state: state.mtp.as_mut()?,
                     })
                 })
                 .collect();
-            mtp.absorb(self.model.as_ref(), &tokens, &hidden, &mut mtp_windows);
+            mtp.absorb(self.model.as_ref(), tokens, &hidden, &mut mtp_windows);
         }
-        for (w, state) in live.iter().zip(states) {
-            self.sessions[w.session.0] = state;
+        for (w, state) in windows.iter().zip(states) {
+            self.sessions[w.session] = state;
         }
         if wanted.len() / h > KEPT_LOGITS_ROWS {
             self.logits = Vec::new();
         }
         self.model.logits_into(&wanted, &mut self.logits);
-        Ok(())
+        Ok(RoundOut::Logits(Cow::Borrowed(&self.logits)))
     }
 
-    /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
-    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        let extents: Vec<SessionExtent> = self
-            .sessions
-            .iter()
-            .map(|s| SessionExtent {
-                len: s.len as u64,
-                capacity: s.capacity as u64,
-            })
-            .collect();
-        check_windows(windows, &extents, self.model.vocab_size())?;
-        for w in windows {
-            let state = &self.sessions[w.session.0];
-            if let Some(head) = state.mtp.as_ref().filter(|h| h.len != state.len) {
-                return Err(TargetError::Invalid(format!(
-                    "{}: MTP state at {} but the session at {}",
-                    w.session, head.len, state.len
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Target for CpuTarget {
-    fn vocab_size(&self) -> usize {
-        self.model.vocab_size()
-    }
-
-    fn session_capacities(&self) -> Vec<u64> {
-        self.sessions.iter().map(|s| s.capacity as u64).collect()
-    }
-
-    /// Every window's wanted rows, in the order asked; greedy windows get their rows' greedy
-    /// tokens ([`lane::sampling::argmax`], as the engine would choose them), read from the kept
-    /// logits buffer: a greedy stream costs no logits vector a round.
-    fn forward(
-        &mut self,
-        windows: &[Window<'_>],
-        wants: &[Want],
-    ) -> Result<Vec<WindowRows>, TargetError> {
-        debug_assert_eq!(windows.len(), wants.len(), "one want per window");
-        self.compute(windows)?;
-        Ok(rows_from_logits(
-            windows,
-            wants,
-            &self.logits,
-            self.model.vocab_size(),
-        ))
-    }
-
-    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
-        let state = self
-            .sessions
-            .get_mut(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        state.truncate(len as usize).map_err(|e| {
-            TargetError::Invalid(format!(
-                "{session}: {e} (this target's sessions roll back windows of at most {} tokens)",
-                self.rollback_window.tokens()
-            ))
-        })
-    }
-
-    fn has_drafter(&self) -> bool {
-        self.model.has_mtp()
-    }
-
-    /// Greedy MTP drafts (argmax of each step over the ids `0..`[`model::draft_vocab`], lowest
-    /// id on ties as the engine's greedy sampling): step 0 on the session's last hidden row and
-    /// `next_token`, then chained; every asked session's drafts in one pass of the head per step
-    /// ([`Mtp::draft_batch`]), the same drafts as one by one.
-    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
-        let Some(mtp) = &self.model.mtp else {
-            return asks.iter().map(|_| Ok(Vec::new())).collect();
-        };
-        debug_assert!(
-            asks.iter()
-                .enumerate()
-                .all(|(i, a)| asks[..i].iter().all(|b| b.session != a.session)),
-            "one draft ask per session: {asks:?}"
-        );
-        let mut answers: Vec<Result<Vec<u32>, TargetError>> =
-            asks.iter().map(|a| self.check_draft(a)).collect();
+    /// Every start's chain in one pass of the head per step ([`crate::qwen3_next::Mtp::draft_batch`]),
+    /// on a pool worker as the forward (the head's parallel calls then never park this thread).
+    fn draft(&mut self, starts: &[lane::DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+        let mtp = self
+            .model
+            .mtp
+            .as_ref()
+            .expect("drafts only with an MTP head");
         let mut asked: Vec<Option<DraftStart>> = vec![None; self.sessions.len()];
-        for (ask, answer) in asks.iter().zip(&answers) {
-            if answer.is_ok() {
-                asked[ask.session.0] = Some(DraftStart {
-                    next_token: ask.next_token,
-                    num_drafts: ask.num_drafts,
-                });
-            }
+        for s in starts {
+            asked[s.session] = Some(DraftStart {
+                next_token: s.next_token,
+                num_drafts: s.num_drafts,
+            });
         }
         // The heads of the asked sessions, in session order (disjoint borrows).
-        let (mut heads, mut starts, mut order) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut heads, mut chains, mut order) = (Vec::new(), Vec::new(), Vec::new());
         for (i, state) in self.sessions.iter_mut().enumerate() {
             if let (Some(start), Some(head)) = (asked[i], state.mtp.as_mut()) {
                 heads.push(head);
-                starts.push(start);
+                chains.push(start);
                 order.push(i);
             }
         }
         let vocab = model::draft_vocab(self.model.vocab_size());
-        // On a pool worker, as the forward: the head's parallel calls then never park this thread.
         let model = &self.model;
         let drafts = crate::kernels::on_pool(|| {
-            mtp.draft_batch(model.as_ref(), &mut heads, &starts, vocab, |row| {
+            mtp.draft_batch(model.as_ref(), &mut heads, &chains, vocab, |row| {
                 lane::sampling::argmax(row).unwrap_or(0)
             })
         });
+        let mut by_session: Vec<Vec<u32>> = vec![Vec::new(); self.sessions.len()];
         for (session, drafts) in order.into_iter().zip(drafts) {
-            let k = asks
-                .iter()
-                .position(|a| a.session.0 == session)
-                .expect("an asked session");
-            answers[k] = Ok(drafts.into_iter().map(|d| d.token).collect());
+            by_session[session] = drafts.into_iter().map(|d| d.token).collect();
         }
-        answers
+        Ok(starts
+            .iter()
+            .map(|s| std::mem::take(&mut by_session[s.session]))
+            .collect())
     }
 
-    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
-        if from == to || from.0 >= self.sessions.len() || to.0 >= self.sessions.len() {
-            return Err(MoveFault::Device(format!("cannot move {from} to {to}")));
-        }
-        let source = std::mem::take(&mut self.sessions[from.0]);
-        let result = self.sessions[to.0].copy_from(&source);
-        self.sessions[from.0] = source;
-        result.map_err(|e| MoveFault::Device(format!("{from} → {to}: {e}")))?;
-        self.sessions[from.0].reset();
+    fn truncate(&mut self, session: usize, len: usize) -> Result<(), BackendError> {
+        Ok(self.sessions[session].truncate(len)?)
+    }
+
+    fn copy(&mut self, from: usize, to: usize) -> Result<(), BackendError> {
+        let source = std::mem::take(&mut self.sessions[from]);
+        let result = self.sessions[to].copy_from(&source);
+        self.sessions[from] = source;
+        result?;
+        self.sessions[from].reset();
         Ok(())
     }
 
-    fn release(&mut self, session: SessionId) {
-        if let Some(state) = self.sessions.get_mut(session.0) {
-            state.reset();
-        }
+    fn reset(&mut self, session: usize) {
+        self.sessions[session].reset();
     }
 
-    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
-        Some(cached_block_bytes(
-            &self.model.config,
-            self.model.has_mtp(),
-            tokens,
-        ))
+    fn cache_block_bytes(&self, tokens: u64) -> u64 {
+        cached_block_bytes(&self.model.config, self.model.has_mtp(), tokens)
     }
 
-    fn cache_save(
+    fn save_block(
         &mut self,
-        session: SessionId,
-        start: u64,
-        end: u64,
-        id: CacheBlockId,
-    ) -> Result<(), TargetError> {
-        let state = self
-            .sessions
-            .get(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        let block = state
-            .save_block(start as usize, end as usize)
-            .map_err(|e| TargetError::Invalid(format!("{session}: caching {start}..{end}: {e}")))?;
-        self.cache.insert(id, block)
+        session: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<CachedBlock, BackendError> {
+        Ok(self.sessions[session].save_block(start, end)?)
     }
 
-    fn cache_restore(
+    fn restore_blocks(
         &mut self,
-        session: SessionId,
-        blocks: &[CacheBlockId],
-    ) -> Result<(), TargetError> {
-        let found = self.cache.get_all(blocks)?;
-        let state = self
-            .sessions
-            .get_mut(session.0)
-            .ok_or_else(|| TargetError::Invalid(format!("{session} does not exist")))?;
-        state.restore_blocks(&found).map_err(|e| {
-            state.reset();
-            TargetError::Invalid(format!("{session}: restoring the prompt cache: {e}"))
-        })
-    }
-
-    fn cache_drop(&mut self, id: CacheBlockId) {
-        self.cache.remove(id);
+        session: usize,
+        blocks: &[&CachedBlock],
+    ) -> Result<(), BackendError> {
+        Ok(self.sessions[session].restore_blocks(blocks)?)
     }
 }

@@ -1,7 +1,7 @@
 //! `CpuTarget` against the contract every target keeps (`lane::testing::conformance`): on the
 //! default model (a hybrid Qwen3-Next with an MTP head) and on a dense Qwen3 fixture.
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use lane::testing::conformance;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ fn load(relative: &str) -> Arc<CpuModel> {
 fn the_cpu_target_conforms_on_the_hybrid_default_model() {
     let model = load("../../models/flashlane-tiny");
     conformance::run_all("cpu, flashlane-tiny", &mut |caps| {
-        CpuTarget::new(model.clone(), caps)
+        CpuBackend::target(model.clone(), caps)
     });
 }
 
@@ -23,6 +23,6 @@ fn the_cpu_target_conforms_on_the_hybrid_default_model() {
 fn the_cpu_target_conforms_on_a_dense_model() {
     let model = load("../../tests/fixtures/qwen3_bf16/model");
     conformance::run_all("cpu, qwen3_bf16", &mut |caps| {
-        CpuTarget::new(model.clone(), caps)
+        CpuBackend::target(model.clone(), caps)
     });
 }

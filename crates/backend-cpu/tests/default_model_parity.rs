@@ -4,7 +4,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use common::{argmax, fixtures_dir as fixtures, ids, read_f32};
 use lane::TargetExt;
 use lane::Window;
@@ -30,7 +30,7 @@ fn resident_and_mapped_weights_give_the_same_logits() {
     let prompt = ids(&manifest()["cases"][0]["ids"]);
     let logits = |placement| {
         let model = Arc::new(CpuModel::load_placed(&dir, false, placement).expect("loads"));
-        let mut target = CpuTarget::new(model, &[prompt.len() as u64]);
+        let mut target = CpuBackend::target(model, &[prompt.len() as u64]);
         let window = Window {
             session: SessionId(0),
             start: 0,
@@ -54,7 +54,7 @@ fn default_model_logits_match_transformers() {
         let prompt = ids(&case["ids"]);
         let last = case["last_positions"].as_u64().unwrap() as usize;
         let want = read_f32(case["logits"].as_str().unwrap());
-        let mut target = CpuTarget::new(model.clone(), &[prompt.len() as u64]);
+        let mut target = CpuBackend::target(model.clone(), &[prompt.len() as u64]);
         let window = Window {
             session: SessionId(0),
             start: 0,
@@ -89,7 +89,8 @@ fn default_model_greedy_decoding_through_its_session_equals_transformers() {
     for case in manifest["cases"].as_array().unwrap() {
         let prompt = ids(&case["ids"]);
         let want = ids(&case["greedy"]);
-        let mut target = CpuTarget::new(model.clone(), &[(prompt.len() + want.len() + 1) as u64]);
+        let mut target =
+            CpuBackend::target(model.clone(), &[(prompt.len() + want.len() + 1) as u64]);
         let mut start = 0u64;
         let mut window: Vec<u32> = prompt.clone();
         let mut got = Vec::new();

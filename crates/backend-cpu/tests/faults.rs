@@ -4,7 +4,7 @@
 //! the streams the fault touches end with an error saying what happened, every other stream's
 //! reply is the one it gets alone, and every session is free at the end.
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use lane::testing::faults::suite::{run_all, FAULT_CAPACITIES};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ fn model(relative: &str) -> Arc<CpuModel> {
 fn faults_on_the_hybrid_default_model_touch_only_their_streams() {
     let m = model("../../models/flashlane-tiny");
     run_all("cpu, flashlane-tiny", &mut || {
-        CpuTarget::new(m.clone(), &FAULT_CAPACITIES)
+        CpuBackend::target(m.clone(), &FAULT_CAPACITIES)
     });
 }
 
@@ -26,6 +26,6 @@ fn faults_on_the_hybrid_default_model_touch_only_their_streams() {
 fn faults_on_a_dense_model_touch_only_their_streams() {
     let m = model("../../tests/fixtures/qwen3_bf16/model");
     run_all("cpu, qwen3_bf16", &mut || {
-        CpuTarget::new(m.clone(), &FAULT_CAPACITIES)
+        CpuBackend::target(m.clone(), &FAULT_CAPACITIES)
     });
 }

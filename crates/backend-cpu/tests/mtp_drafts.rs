@@ -11,7 +11,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget, RollbackWindow, SessionCosts};
+use backend_cpu::{CpuBackend, CpuModel, CpuTarget, RollbackWindow, SessionCosts};
 use common::*;
 use lane::TargetExt;
 use lane::{
@@ -142,7 +142,7 @@ fn cpu_target_drafts_equal_the_fixtures_mtp_drafts() {
     let want = ids(&x["draft_tokens"]);
     let n = prompt.len();
     let cap = n as u64 + 8;
-    let mut target = CpuTarget::new(model.clone(), &[cap, cap, 64, 64]);
+    let mut target = CpuBackend::target(model.clone(), &[cap, cap, 64, 64]);
     assert!(target.has_drafter(), "the fixture has an MTP head");
     // Session 0: one window.
     let row = target
@@ -232,7 +232,7 @@ fn run_in(
     config.draft_tokens = k;
     config.prefill_chunk = 16;
     let mut engine =
-        Engine::new(CpuTarget::new(model.clone(), capacities), config).expect("engine");
+        Engine::new(CpuBackend::target(model.clone(), capacities), config).expect("engine");
     let mut replies = Vec::with_capacity(requests.len());
     for (i, (reply, reason)) in run_to_end(&mut engine, requests).into_iter().enumerate() {
         assert!(
@@ -366,10 +366,17 @@ fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuMode
     let rollback = RollbackWindow::of_tokens(w).expect("a window");
     let bytes: SessionCosts = model.session_costs(rollback);
     let caps = [96u64, 160];
-    let mut target = CpuTarget::with_rollback_window(model.clone(), &caps, rollback);
+    let mut target = CpuTarget::new(CpuBackend::with_rollback_window(
+        model.clone(),
+        &caps,
+        rollback,
+    ));
     let check = |target: &CpuTarget, what: &str| {
         for (i, &cap) in caps.iter().enumerate() {
-            let held = target.session_state(SessionId(i)).allocated_bytes();
+            let held = target
+                .backend()
+                .session_state(SessionId(i))
+                .allocated_bytes();
             let planned = bytes.session(cap);
             assert!(
                 held <= planned,
@@ -386,7 +393,10 @@ fn planned_bytes_cover_a_session_through_its_peak(name: &str, model: Arc<CpuMode
         .logits(&[window(0, 40, &tokens[40..40 + w], w)])
         .unwrap();
     check(&target, "after the widest window");
-    let peak = target.session_state(SessionId(0)).allocated_bytes();
+    let peak = target
+        .backend()
+        .session_state(SessionId(0))
+        .allocated_bytes();
     assert_eq!(
         peak,
         bytes.session(caps[0]),
@@ -443,7 +453,7 @@ fn drafts_come_from_the_draft_vocabulary() {
     let (model, _, _) = tiny();
     let request = count_request(1, 1000, 40);
     let capacity = request.prompt.len() as u64 + 64;
-    let mut target = CpuTarget::new(model.clone(), &[capacity]);
+    let mut target = CpuBackend::target(model.clone(), &[capacity]);
     let prompt = request.prompt.clone();
     target.logits(&[window(0, 0, &prompt, 1)]).unwrap();
     let drafts = target.draft_one(SessionId(0), prompt[0], 4).unwrap();
@@ -470,9 +480,9 @@ fn batched_drafts_equal_drafts_one_by_one() {
             target.logits(&[window(i, 0, p, 1)]).unwrap();
         }
     };
-    let mut alone = CpuTarget::new(model.clone(), &caps);
+    let mut alone = CpuBackend::target(model.clone(), &caps);
     fill(&mut alone);
-    let mut batched = CpuTarget::new(model.clone(), &caps);
+    let mut batched = CpuBackend::target(model.clone(), &caps);
     fill(&mut batched);
     // Sessions asked out of order, different draft counts, and one bad token.
     let asks: Vec<lane::DraftAsk> = [(2, 3), (0, 1), (3, 4), (1, 2)]
@@ -519,7 +529,11 @@ fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
         none < default && default * 4 < widest,
         "fixed bytes: none {none}, default {default}, widest {widest}"
     );
-    let mut target = CpuTarget::with_rollback_window(model.clone(), &[64], RollbackWindow::NONE);
+    let mut target = CpuTarget::new(CpuBackend::with_rollback_window(
+        model.clone(),
+        &[64],
+        RollbackWindow::NONE,
+    ));
     let tokens: Vec<u32> = (0..20u32).map(|i| (i * 11 + 3) % 256).collect();
     target.logits(&[window(0, 0, &tokens[..5], 1)]).unwrap();
     for at in 5..8 {
@@ -528,7 +542,10 @@ fn sessions_keep_only_the_snapshots_their_rollback_window_needs() {
             .unwrap();
     }
     assert_eq!(
-        target.session_state(SessionId(0)).allocated_bytes(),
+        target
+            .backend()
+            .session_state(SessionId(0))
+            .allocated_bytes(),
         model.session_costs(RollbackWindow::NONE).session(64),
         "a session without rollback holds no snapshots after decode rounds"
     );

@@ -2,7 +2,7 @@
 //! from scratch, bit for bit, on the hybrid default model (DeltaNet states and the MTP head's rows
 //! restored) and on a dense Qwen3, with and without drafts, beside each other and moved.
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use lane::testing::run_to_end;
 use lane::{DraftMode, Engine, EngineConfig, FinishReason, Policy, Request, SamplingParams};
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ fn replies(
         96 + slots::MARGIN,
         96 + slots::MARGIN,
     ];
-    let mut engine = Engine::new(CpuTarget::new(model.clone(), &capacities), config).unwrap();
+    let mut engine = Engine::new(CpuBackend::target(model.clone(), &capacities), config).unwrap();
     let vocab = model.config.vocab_size as u32;
     let reqs = requests(vocab);
     let mut out = Vec::new();

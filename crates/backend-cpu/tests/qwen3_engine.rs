@@ -5,7 +5,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use common::*;
 use lane::{Counters, DraftMode, Engine, EngineConfig, FinishReason, Policy, Request};
 use slots::MARGIN;
@@ -36,7 +36,7 @@ fn run(model: &Arc<CpuModel>, requests: &[Request], draft: DraftMode) -> (Vec<Ve
     config.draft_tokens = 3;
     config.prefill_chunk = 16;
     let mut engine =
-        Engine::new(CpuTarget::new(model.clone(), &capacities()), config).expect("engine");
+        Engine::new(CpuBackend::target(model.clone(), &capacities()), config).expect("engine");
     let mut replies = Vec::with_capacity(requests.len());
     for (i, (reply, reason)) in run_to_end(&mut engine, requests).into_iter().enumerate() {
         assert!(

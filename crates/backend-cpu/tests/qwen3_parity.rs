@@ -3,7 +3,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel};
 use common::*;
 use lane::TargetExt;
 use lane::Window;
@@ -27,7 +27,7 @@ fn qwen3_logits_match_transformers_on_every_fixture_and_prompt() {
         for prompt in fixture["prompts"].as_array().unwrap() {
             let ids = ids(&prompt["ids"]);
             let want = read_f32(prompt["logits"].as_str().unwrap());
-            let mut target = CpuTarget::new(model.clone(), &[ids.len() as u64]);
+            let mut target = CpuBackend::target(model.clone(), &[ids.len() as u64]);
             let got = target
                 .logits(&[Window {
                     session: SessionId(0),
@@ -69,7 +69,7 @@ fn qwen3_greedy_decoding_through_session_state_equals_transformers_generate() {
         let model = load(fixture);
         let prompt = ids(&fixture["greedy"]["prompt_ids"]);
         let want = ids(&fixture["greedy"]["tokens"]);
-        let mut target = CpuTarget::new(model, &[(prompt.len() + want.len() + 32) as u64]);
+        let mut target = CpuBackend::target(model, &[(prompt.len() + want.len() + 32) as u64]);
         let s = SessionId(0);
         let mut logits = target
             .logits(&[Window {

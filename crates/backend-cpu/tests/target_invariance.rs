@@ -5,7 +5,7 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
+use backend_cpu::{CpuBackend, CpuModel, CpuTarget};
 use common::*;
 use lane::TargetExt;
 use lane::{Target, Window};
@@ -65,7 +65,7 @@ impl Stream {
 const STEPS: usize = 6;
 
 fn run_solo(model: &Arc<CpuModel>, p: Vec<u32>) -> Vec<Vec<f32>> {
-    let mut target = CpuTarget::new(model.clone(), &[256]);
+    let mut target = CpuBackend::target(model.clone(), &[256]);
     let mut s = Stream::new(0, p);
     for _ in 0..STEPS {
         let out = target.logits(&[s.window()]).unwrap().remove(0);
@@ -83,7 +83,7 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
             .iter()
             .map(|p| run_solo(&model, p.clone()))
             .collect();
-        let mut target = CpuTarget::new(model.clone(), &[256; 8]);
+        let mut target = CpuBackend::target(model.clone(), &[256; 8]);
         let mut streams: Vec<Stream> = prompts
             .iter()
             .enumerate()
@@ -115,7 +115,7 @@ fn moved_state_gives_bit_identical_logits_to_never_moved() {
     let model = model("qwen3_bf16");
     let p = prompt(3, 9);
     let solo = run_solo(&model, p.clone());
-    let mut target = CpuTarget::new(model, &[16, 64, 256]);
+    let mut target = CpuBackend::target(model, &[16, 64, 256]);
     let mut s = Stream::new(0, p);
     for step in 0..STEPS {
         if step == 2 {
@@ -144,7 +144,7 @@ fn moved_state_gives_bit_identical_logits_to_never_moved() {
 fn incremental_decode_equals_one_full_forward_bit_for_bit() {
     let model = model("qwen3_f32_untied");
     let ids = prompt(5, 20);
-    let mut full = CpuTarget::new(model.clone(), &[64]);
+    let mut full = CpuBackend::target(model.clone(), &[64]);
     let all = full
         .logits(&[Window {
             session: SessionId(0),
@@ -154,7 +154,7 @@ fn incremental_decode_equals_one_full_forward_bit_for_bit() {
         }])
         .unwrap()
         .remove(0);
-    let mut inc = CpuTarget::new(model.clone(), &[64]);
+    let mut inc = CpuBackend::target(model.clone(), &[64]);
     let v = model.vocab_size();
     for (i, t) in ids.iter().enumerate() {
         let row = inc
@@ -174,7 +174,7 @@ fn incremental_decode_equals_one_full_forward_bit_for_bit() {
 fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
     let model = model("qwen3_f32_untied");
     let p = prompt(7, 6);
-    let mut target = CpuTarget::new(model.clone(), &[64, 64]);
+    let mut target = CpuBackend::target(model.clone(), &[64, 64]);
     let (a, b) = (SessionId(0), SessionId(1));
     for s in [a, b] {
         target
@@ -226,7 +226,7 @@ fn rejected_drafts_roll_back_to_the_state_of_the_accepted_prefix() {
 #[test]
 fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
     let model = model("qwen3_f32_untied");
-    let mut target = CpuTarget::new(model, &[4]);
+    let mut target = CpuBackend::target(model, &[4]);
     let s = SessionId(0);
     let err = target.logits(&[Window {
         session: s,
@@ -262,7 +262,7 @@ fn windows_that_do_not_fit_or_do_not_follow_the_session_are_refused() {
 fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
     let model = model("qwen3_bf16");
     let ids = prompt(9, 37);
-    let mut one = CpuTarget::new(model.clone(), &[64]);
+    let mut one = CpuBackend::target(model.clone(), &[64]);
     let whole = one
         .logits(&[Window {
             session: SessionId(0),
@@ -272,7 +272,7 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
         }])
         .unwrap()
         .remove(0);
-    let mut chunked = CpuTarget::new(model, &[64]);
+    let mut chunked = CpuBackend::target(model, &[64]);
     let mut start = 0;
     let mut last = Vec::new();
     for chunk in ids.chunks(8) {
@@ -299,8 +299,8 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
 fn greedy_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() {
     for name in ["qwen3_f32_untied", "qwen3_bf16"] {
         let model = model(name);
-        let mut plain = CpuTarget::new(model.clone(), &[256, 256, 256]);
-        let mut rows = CpuTarget::new(model.clone(), &[256, 256, 256]);
+        let mut plain = CpuBackend::target(model.clone(), &[256, 256, 256]);
+        let mut rows = CpuBackend::target(model.clone(), &[256, 256, 256]);
         let mut fed = [0usize; 3];
         for round in 0..4 {
             // Window 1 is empty in round 2; window 2 wants every row of its growing chunk.

@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let model = backend_cuda::CudaModel::load(&dir)?;
     for streams in [1usize, 8] {
-        let mut t = backend_cuda::CudaTarget::new(&model, &vec![1024; streams])?;
+        let mut t = backend_cuda::CudaBackend::target(&model, &vec![1024; streams])?;
         let prompt: Vec<u32> = (0..64).map(|i| 100 + i).collect();
         let windows: Vec<Window<'_>> = (0..streams)
             .map(|s| Window {

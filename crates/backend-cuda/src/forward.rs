@@ -14,15 +14,8 @@ use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
 use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
-
-/// One window of a round, as the GPU pass needs it.
-#[derive(Clone, Copy, Debug)]
-pub struct WindowPlan {
-    pub session: usize,
-    pub start: usize,
-    pub len: usize,
-    pub num_logits: usize,
-}
+use lane::{RoundOut, RoundWindow};
+use std::borrow::Cow;
 
 /// Activations of one pass, grown with the batch (never shrunk).
 pub struct Scratch {
@@ -575,7 +568,7 @@ struct RoundMeta {
     mtp: Option<MtpMeta>,
 }
 
-fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
+fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
     let mut meta = Meta::default();
     let t = meta.push(tokens.iter().map(|&t| t as usize));
     let mut pos = Vec::with_capacity(tokens.len());
@@ -606,14 +599,6 @@ fn round_meta(plans: &[WindowPlan], tokens: &[u32], sessions: &Sessions, mtp: bo
     }
 }
 
-/// What a round copies back: the wanted logits rows, or only each row's greedy token.
-pub enum RoundOut {
-    /// `Σ num_logits × vocab` floats, window after window.
-    Logits(Vec<f32>),
-    /// `Σ num_logits` ids, window after window; −1 for a row with no finite logit.
-    Greedy(Vec<i32>),
-}
-
 /// Runs a round: returns the wanted rows, window after window, as logits or, with `greedy`, as
 /// each row's greedy token (chosen on the GPU, so only the ids come back). The sessions' GPU
 /// state advances; the caller updates their host lengths.
@@ -621,10 +606,10 @@ pub fn forward(
     m: &CudaModel,
     sessions: &Sessions,
     scratch: &mut Scratch,
-    plans: &[WindowPlan],
+    plans: &[RoundWindow],
     tokens: &[u32],
     greedy: bool,
-) -> Result<RoundOut, CudaError> {
+) -> Result<RoundOut<'static>, CudaError> {
     let rows = tokens.len();
     let rm = round_meta(plans, tokens, sessions, m.has_mtp());
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
@@ -655,11 +640,11 @@ pub fn forward(
     Ok(if greedy {
         RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?)
     } else {
-        RoundOut::Logits(
+        RoundOut::Logits(Cow::Owned(
             scratch
                 .logits
                 .read(&m.gpu, rm.num_logits * m.config.vocab_size)?,
-        )
+        ))
     })
 }
 

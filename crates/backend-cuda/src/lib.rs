@@ -2,7 +2,7 @@
 //!
 //! `lane::Target` for a loaded Qwen3-Next or dense Qwen3 model on the GPU, behind the `cuda` feature (cudarc
 //! with dynamic loading: no CUDA libraries are needed to build). Without the feature,
-//! [`CudaModel::load`] and [`CudaTarget::new`] exist and return a clear error.
+//! [`CudaModel::load`] and [`CudaBackend::new`] exist and return a clear error.
 //!
 //! - `kernels/`: CUDA C kernels, one `.cu` file per concept, compiled at run time with NVRTC for
 //!   sm_90, batch-invariant by construction (fixed reduction orders, no atomics, no split that
@@ -14,11 +14,12 @@
 //! - `forward`: a round (all windows in one batch); `mtp`: the MTP head's absorb and drafting.
 //! - `graphs`: decode-sized rounds and drafts replayed as CUDA graphs (the tiny model is
 //!   launch-bound).
-//! - `target`: [`CudaTarget`].
+//! - `target`: [`CudaBackend`] (what `lane::Backend` asks of a backend), and [`CudaTarget`], the
+//!   `lane::Target` over it.
 //!
 //! ```no_run
 //! let model = backend_cuda::CudaModel::load(std::path::Path::new("models/flashlane-tiny"))?;
-//! let target = backend_cuda::CudaTarget::new(&model, &[4128, 4128])?;
+//! let target = backend_cuda::CudaBackend::target(&model, &[4128, 4128])?;
 //! # Ok::<(), backend_cuda::CudaError>(())
 //! ```
 
@@ -51,10 +52,10 @@ pub use bytes::{
     session_costs, session_costs_on_one_gpu, RollbackWindow, SessionCosts, MAX_ROLLBACK_WINDOW,
 };
 #[cfg(feature = "cuda")]
-pub use target::CudaTarget;
+pub use target::{CudaBackend, CudaTarget};
 
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaModel, CudaTarget};
+pub use stub::{CudaBackend, CudaModel, CudaTarget};
 
 /// `FLASHLANE_REQUIRE_GPU=1` makes the GPU tests fail where they would skip for want of a device
 /// (on the GPU machine a skipped test would hide a driver or loading problem).

@@ -3,13 +3,14 @@
 //! K/V rows are kept) and the sessions' rings keep the hidden rows a rollback may need; drafting
 //! chains the head greedily from the session's last position, on the GPU.
 
-use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then, WindowPlan};
+use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then};
 use crate::graphs::GraphKey;
 use crate::kernels::AttentionRows;
 use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::weights::MixerWeights;
 use crate::CudaError;
+use lane::RoundWindow;
 
 /// The MTP head's inputs of a round: the pairs `(h[i], x[i+1])` each window completed.
 pub(crate) struct MtpMeta {
@@ -25,7 +26,7 @@ pub(crate) struct MtpMeta {
 
 pub(crate) fn mtp_meta(
     meta: &mut Meta,
-    plans: &[WindowPlan],
+    plans: &[RoundWindow],
     tokens: &[u32],
     sessions: &Sessions,
 ) -> MtpMeta {

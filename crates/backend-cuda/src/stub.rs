@@ -1,8 +1,7 @@
 //! Without the `cuda` feature: the same entry points, each saying how to get the real ones.
 
 use crate::CudaError;
-use lane::{Target, TargetError, Want, Window, WindowRows};
-use slots::{MoveFault, SessionId};
+use lane::{Backend, BackendError, BackendTarget, DraftStart, RoundOut, RoundWindow, SessionView};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,12 +41,15 @@ impl CudaModel {
 }
 
 /// The CUDA target (never built without the `cuda` feature).
-pub struct CudaTarget {
+pub type CudaTarget = BackendTarget<CudaBackend>;
+
+/// The CUDA backend (never built without the `cuda` feature).
+pub struct CudaBackend {
     never: std::convert::Infallible,
 }
 
-impl CudaTarget {
-    pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
+impl CudaBackend {
+    pub fn new(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaBackend, CudaError> {
         let _ = (model, capacities);
         Err(CudaError::Unavailable(NOT_BUILT.into()))
     }
@@ -56,34 +58,73 @@ impl CudaTarget {
         model: &Arc<CudaModel>,
         capacities: &[u64],
         window: crate::RollbackWindow,
-    ) -> Result<CudaTarget, CudaError> {
+    ) -> Result<CudaBackend, CudaError> {
         let _ = (model, capacities, window);
         Err(CudaError::Unavailable(NOT_BUILT.into()))
     }
+
+    pub fn target(model: &Arc<CudaModel>, capacities: &[u64]) -> Result<CudaTarget, CudaError> {
+        CudaBackend::new(model, capacities).map(CudaTarget::new)
+    }
 }
 
-impl Target for CudaTarget {
+impl Backend for CudaBackend {
+    type Block = std::convert::Infallible;
+
     fn vocab_size(&self) -> usize {
         match self.never {}
     }
 
-    fn session_capacities(&self) -> Vec<u64> {
+    fn has_mtp(&self) -> bool {
         match self.never {}
     }
 
-    fn forward(&mut self, _: &[Window<'_>], _: &[Want]) -> Result<Vec<WindowRows>, TargetError> {
+    fn num_sessions(&self) -> usize {
         match self.never {}
     }
 
-    fn truncate(&mut self, _: SessionId, _: u64) -> Result<(), TargetError> {
+    fn session(&self, _: usize) -> SessionView {
         match self.never {}
     }
 
-    fn move_state(&mut self, _: SessionId, _: SessionId) -> Result<(), MoveFault> {
+    fn rollback_window(&self) -> crate::RollbackWindow {
         match self.never {}
     }
 
-    fn release(&mut self, _: SessionId) {
+    fn forward(
+        &mut self,
+        _: &[RoundWindow],
+        _: &[u32],
+        _: bool,
+    ) -> Result<RoundOut<'_>, BackendError> {
+        match self.never {}
+    }
+
+    fn draft(&mut self, _: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+        match self.never {}
+    }
+
+    fn truncate(&mut self, _: usize, _: usize) -> Result<(), BackendError> {
+        match self.never {}
+    }
+
+    fn copy(&mut self, _: usize, _: usize) -> Result<(), BackendError> {
+        match self.never {}
+    }
+
+    fn reset(&mut self, _: usize) {
+        match self.never {}
+    }
+
+    fn cache_block_bytes(&self, _: u64) -> u64 {
+        match self.never {}
+    }
+
+    fn save_block(&mut self, _: usize, _: usize, _: usize) -> Result<Self::Block, BackendError> {
+        match self.never {}
+    }
+
+    fn restore_blocks(&mut self, _: usize, _: &[&Self::Block]) -> Result<(), BackendError> {
         match self.never {}
     }
 }

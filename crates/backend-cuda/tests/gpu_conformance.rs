@@ -7,7 +7,7 @@
 
 mod common;
 
-use backend_cuda::CudaTarget;
+use backend_cuda::CudaBackend;
 use common::load_on_gpu;
 use lane::testing::conformance;
 use model::KvDtype;
@@ -20,7 +20,7 @@ fn conforms(relative: &str) {
         return;
     };
     conformance::run_all(&format!("cuda, {relative}"), &mut |caps| {
-        CudaTarget::new(&model, caps).expect("a target")
+        CudaBackend::target(&model, caps).expect("a target")
     });
 }
 

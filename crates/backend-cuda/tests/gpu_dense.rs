@@ -9,8 +9,8 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{CudaModel, CudaTarget};
+use backend_cpu::{CpuBackend, CpuModel};
+use backend_cuda::{CudaBackend, CudaModel};
 use common::{argmax, ids, load_on_gpu, read_f32, relative_diff, window};
 use lane::Target;
 use lane::TargetExt;
@@ -85,8 +85,8 @@ fn dense_logits_match_transformers_and_the_cpu_backend() {
     for case in fixture()["prompts"].as_array().expect("prompts") {
         let prompt = ids(&case["ids"]);
         let n = prompt.len();
-        let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
-        let mut c = CpuTarget::new(cpu.clone(), &[256]);
+        let mut g = CudaBackend::target(&gpu, &[256]).expect("target");
+        let mut c = CpuBackend::target(cpu.clone(), &[256]);
         let got = g
             .logits(&[window(0, 0, &prompt, n)])
             .expect("gpu")
@@ -124,8 +124,8 @@ fn dense_greedy_decoding_through_the_session_equals_the_cpu_backends() {
         }
         out
     };
-    let want = decode(&mut CpuTarget::new(cpu(), &[256]));
-    let got = decode(&mut CudaTarget::new(&gpu, &[256]).expect("target"));
+    let want = decode(&mut CpuBackend::target(cpu(), &[256]));
+    let got = decode(&mut CudaBackend::target(&gpu, &[256]).expect("target"));
     assert_eq!(got, want);
 }
 
@@ -153,12 +153,12 @@ fn fp8_logits_match_transformers_and_are_the_same_alone_and_batched() {
         .zip(&prompts)
     {
         let n = prompt.len();
-        let got = CudaTarget::new(&gpu, &[256])
+        let got = CudaBackend::target(&gpu, &[256])
             .expect("target")
             .logits(&[window(0, 0, prompt, n)])
             .expect("gpu")
             .remove(0);
-        let on_cpu = CpuTarget::new(cpu.clone(), &[256])
+        let on_cpu = CpuBackend::target(cpu.clone(), &[256])
             .logits(&[window(0, 0, prompt, n)])
             .expect("cpu")
             .remove(0);
@@ -176,13 +176,13 @@ fn fp8_logits_match_transformers_and_are_the_same_alone_and_batched() {
     };
     let long = &prompts[2];
     let (head, tail) = long.split_at(long.len() - 1);
-    let mut alone = CudaTarget::new(&gpu, &[256, 256]).expect("target");
+    let mut alone = CudaBackend::target(&gpu, &[256, 256]).expect("target");
     alone.logits(&[window(0, 0, head, 0)]).expect("prefill");
     let want = alone
         .logits(&[window(0, head.len() as u64, tail, 1)])
         .expect("decode")
         .remove(0);
-    let mut batch = CudaTarget::new(&gpu, &[256, 256]).expect("target");
+    let mut batch = CudaBackend::target(&gpu, &[256, 256]).expect("target");
     batch
         .logits(&[window(1, 0, &prompts[1], 1), window(0, 0, head, 0)])
         .expect("prefill beside another");

@@ -7,7 +7,7 @@
 
 mod common;
 
-use backend_cuda::CudaTarget;
+use backend_cuda::CudaBackend;
 use common::load_on_gpu;
 use lane::testing::faults::suite::{run_all, FAULT_CAPACITIES};
 use model::KvDtype;
@@ -20,7 +20,7 @@ fn faults_touch_only_their_streams(relative: &str) {
         return;
     };
     run_all(&format!("cuda, {relative}"), &mut || {
-        CudaTarget::new(&model, &FAULT_CAPACITIES).expect("a target")
+        CudaBackend::target(&model, &FAULT_CAPACITIES).expect("a target")
     });
 }
 

@@ -14,7 +14,7 @@
 
 mod common;
 
-use backend_cuda::{CudaError, CudaModel, CudaTarget};
+use backend_cuda::{CudaBackend, CudaError, CudaModel, CudaTarget};
 use common::{argmax, fixtures_dir, ids, read_f32, relative_diff, same_bits, window};
 use lane::Target;
 use lane::TargetExt;
@@ -125,7 +125,7 @@ fn every_gpu_fixture_matches_transformers_and_its_greedy_reply() {
         for case in fixture["prompts"].as_array().expect("prompts") {
             let prompt = ids(&case["ids"]);
             let n = prompt.len();
-            let got = CudaTarget::new(&gpu, &[256])
+            let got = CudaBackend::target(&gpu, &[256])
                 .expect("target")
                 .logits(&[window(0, 0, &prompt, n)])
                 .expect("forward")
@@ -141,7 +141,7 @@ fn every_gpu_fixture_matches_transformers_and_its_greedy_reply() {
         if let Some(case) = fixture.get("greedy") {
             let prompt = ids(&case["prompt_ids"]);
             let want = ids(&case["tokens"]);
-            let mut t = CudaTarget::new(&gpu, &[256]).expect("target");
+            let mut t = CudaBackend::target(&gpu, &[256]).expect("target");
             let (got, _) = greedy_from(&mut t, 0, &prompt, want.len());
             assert_eq!(got, want, "{name}: greedy reply");
             eprintln!("{name}: greedy reply of {} tokens equal", want.len());
@@ -167,7 +167,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
             .collect();
         let (few, long) = (&prompts[1], &prompts[2]);
         let (want, want_rows) = greedy_from(
-            &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+            &mut CudaBackend::target(&gpu, &[256]).expect("target"),
             0,
             long,
             STEPS,
@@ -175,7 +175,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
 
         // Batched: the same stream in session 1, each round beside another session's prompt
         // chunk or a 3-token window (as a draft verification) rolled back afterwards.
-        let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+        let mut t = CudaBackend::target(&gpu, &[256, 256, 256]).expect("target");
         let mut rows = t
             .logits(&[window(0, 0, few, 2), window(1, 0, long, 1)])
             .expect("prefill beside another");
@@ -203,7 +203,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
 
         // Moved: the stream fills a session just larger than its prompt, then moves on.
         let cut = long.len() + STEPS / 2;
-        let mut t = CudaTarget::new(&gpu, &[cut as u64, 256]).expect("target");
+        let mut t = CudaBackend::target(&gpu, &[cut as u64, 256]).expect("target");
         let mut rows = t.logits(&[window(0, 0, long, 1)]).expect("prompt");
         let mut got = vec![argmax(&rows[0])];
         let mut moved_rows = vec![rows.remove(0)];

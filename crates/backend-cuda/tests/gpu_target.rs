@@ -8,8 +8,10 @@
 
 mod common;
 
-use backend_cpu::{CpuModel, CpuTarget};
-use backend_cuda::{session_costs, CudaModel, CudaTarget, RollbackWindow, MAX_ROLLBACK_WINDOW};
+use backend_cpu::{CpuBackend, CpuModel};
+use backend_cuda::{
+    session_costs, CudaBackend, CudaModel, CudaTarget, RollbackWindow, MAX_ROLLBACK_WINDOW,
+};
 use common::{load_on_gpu, window};
 use lane::{
     Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, TargetExt, Want,
@@ -115,8 +117,8 @@ fn greedy<T: Target>(target: &mut T, prompt: &[u32], n: usize) -> (Vec<u32>, Vec
 fn logits_against_the_cpu(gpu: &Arc<CudaModel>) -> f32 {
     let prompt = count_request(1, 40, 0).prompt;
     let n = prompt.len();
-    let mut c = CpuTarget::new(cpu(), &[256]);
-    let mut g = CudaTarget::new(gpu, &[256]).expect("target");
+    let mut c = CpuBackend::target(cpu(), &[256]);
+    let mut g = CudaBackend::target(gpu, &[256]).expect("target");
     let want = c.logits(&[window(0, 0, &prompt, n)]).expect("cpu");
     let got = g.logits(&[window(0, 0, &prompt, n)]).expect("gpu");
     let next = [argmax(&want[0][(n - 1) * 8192..])];
@@ -158,9 +160,9 @@ fn bf16_cache_rows_keep_the_logits_near_and_the_greedy_reply_equal() {
     let d = logits_against_the_cpu(&gpu);
     assert!(d <= BF16_KV_LOGIT_TOLERANCE, "relative diff {d}");
     let prompt = count_request(1, 30, 0).prompt;
-    let (want, _) = greedy(&mut CpuTarget::new(cpu(), &[256]), &prompt, 48);
+    let (want, _) = greedy(&mut CpuBackend::target(cpu(), &[256]), &prompt, 48);
     let (got, _) = greedy(
-        &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+        &mut CudaBackend::target(&gpu, &[256]).expect("target"),
         &prompt,
         48,
     );
@@ -173,9 +175,9 @@ fn greedy_counting_continuation_equals_the_cpu_backends() {
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 30, 0).prompt;
     let n = 48;
-    let (want, _) = greedy(&mut CpuTarget::new(cpu(), &[256]), &prompt, n);
+    let (want, _) = greedy(&mut CpuBackend::target(cpu(), &[256]), &prompt, n);
     let (got, _) = greedy(
-        &mut CudaTarget::new(&gpu, &[256]).expect("target"),
+        &mut CudaBackend::target(&gpu, &[256]).expect("target"),
         &prompt,
         n,
     );
@@ -192,13 +194,13 @@ fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
     let b = count_request(7, 9, 0).prompt;
     let steps = 12;
     let (alone_tokens, alone) = greedy(
-        &mut CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
+        &mut CudaBackend::target(&gpu, &[256, 256, 256]).expect("target"),
         &a,
         steps,
     );
     // The same stream, each round beside other windows: a prompt chunk, then a 3-token window
     // (as a draft verification) of another session.
-    let mut t = CudaTarget::new(&gpu, &[256, 256, 256]).expect("target");
+    let mut t = CudaBackend::target(&gpu, &[256, 256, 256]).expect("target");
     let mut rows = t
         .logits(&[
             window(1, 0, &b, 2),
@@ -270,10 +272,10 @@ fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
     let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let requests = counting_requests();
-    let new = |c: &[u64]| CudaTarget::new(&gpu, c).expect("target");
+    let new = |c: &[u64]| CudaBackend::target(&gpu, c).expect("target");
     let (plain, c0) = run(new(&capacities()), &requests, DraftMode::None, 0);
     let (cpu_plain, _) = run(
-        CpuTarget::new(cpu(), &capacities()),
+        CpuBackend::target(cpu(), &capacities()),
         &requests,
         DraftMode::None,
         0,
@@ -298,7 +300,7 @@ fn mtp_greedy_replies_equal_plain_greedy_and_the_cpu_backends_with_moves() {
         if alone[0] != plain[0] {
             let (alone_plain, _) = run(new(&capacities()), &requests[..1], DraftMode::None, 0);
             let (cpu_alone, _) = run(
-                CpuTarget::new(cpu(), &capacities()),
+                CpuBackend::target(cpu(), &capacities()),
                 &requests[..1],
                 DraftMode::Mtp,
                 k,
@@ -318,8 +320,8 @@ fn mtp_drafts_equal_the_cpu_backends() {
     let _gpu = common::exclusive();
     let Some(gpu) = gpu() else { return };
     let prompt = count_request(1, 30, 0).prompt;
-    let mut c = CpuTarget::new(cpu(), &[256]);
-    let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+    let mut c = CpuBackend::target(cpu(), &[256]);
+    let mut g = CudaBackend::target(&gpu, &[256]).expect("target");
     let n = prompt.len() as u64;
     let next = argmax(&c.logits(&[window(0, 0, &prompt, 1)]).expect("cpu")[0]);
     let _ = g.logits(&[window(0, 0, &prompt, 1)]).expect("gpu");
@@ -346,8 +348,8 @@ fn mtp_drafts_equal_the_cpu_backends() {
         .copied()
         .collect();
     assert!(long.len() > 32, "a window longer than MAX_WINDOW");
-    let mut c = CpuTarget::new(cpu(), &[256]);
-    let mut g = CudaTarget::new(&gpu, &[256]).expect("target");
+    let mut c = CpuBackend::target(cpu(), &[256]);
+    let mut g = CudaBackend::target(&gpu, &[256]).expect("target");
     let next = argmax(&c.logits(&[window(0, 0, &long, 1)]).expect("cpu")[0]);
     let _ = g.logits(&[window(0, 0, &long, 1)]).expect("gpu");
     let (want, got) = (
@@ -372,8 +374,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
     let mut capacities = vec![256; 4];
     capacities.push(prompts[4].len() as u64 + 1);
     let (mut batched, mut alone) = (
-        CudaTarget::new(&gpu, &capacities).expect("target"),
-        CudaTarget::new(&gpu, &capacities).expect("target"),
+        CudaBackend::target(&gpu, &capacities).expect("target"),
+        CudaBackend::target(&gpu, &capacities).expect("target"),
     );
     let mut nexts = Vec::new();
     for (s, p) in prompts.iter().enumerate() {
@@ -411,8 +413,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
         let room = if s.0 == 4 { 2 } else { ask.num_drafts };
         assert_eq!(got.len(), room, "{s}");
         assert_eq!(
-            batched.state_digest(s).expect("digest"),
-            alone.state_digest(s).expect("digest"),
+            batched.backend().state_digest(s).expect("digest"),
+            alone.backend().state_digest(s).expect("digest"),
             "{s}: the head's state differs after a batched draft"
         );
     }
@@ -455,8 +457,8 @@ fn batched_drafts_equal_drafts_one_by_one() {
             "{s}: drafts after a rollback"
         );
         assert_eq!(
-            batched.state_digest(s).expect("digest"),
-            alone.state_digest(s).expect("digest"),
+            batched.backend().state_digest(s).expect("digest"),
+            alone.backend().state_digest(s).expect("digest"),
             "{s}: the head's state differs after drafting again"
         );
     }
@@ -471,8 +473,8 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
     let a = count_request(1, 30, 0).prompt;
     let b = count_request(50, 80, 0).prompt;
     let (mut by_logits, mut by_ids) = (
-        CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
-        CudaTarget::new(&gpu, &[256, 256, 256]).expect("target"),
+        CudaBackend::target(&gpu, &[256, 256, 256]).expect("target"),
+        CudaBackend::target(&gpu, &[256, 256, 256]).expect("target"),
     );
     for t in [&mut by_logits, &mut by_ids] {
         t.logits(&[window(0, 0, &a, 1), window(1, 0, &b, 1)])
@@ -504,8 +506,11 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
     }
     for s in 0..3 {
         assert_eq!(
-            by_logits.state_digest(SessionId(s)).expect("digest"),
-            by_ids.state_digest(SessionId(s)).expect("digest"),
+            by_logits
+                .backend()
+                .state_digest(SessionId(s))
+                .expect("digest"),
+            by_ids.backend().state_digest(SessionId(s)).expect("digest"),
             "session {s}"
         );
     }
@@ -533,16 +538,24 @@ fn sessions_sized_to_the_drafts_cost_what_the_plan_counts_and_roll_back() {
     let caps = capacities();
     for rollback in [1, 4, MAX_ROLLBACK_WINDOW] {
         let window = RollbackWindow::of_tokens(rollback).expect("a window");
-        let t = CudaTarget::with_rollback_window(&gpu, &caps, window).expect("target");
+        let t = CudaBackend::with_rollback_window(&gpu, &caps, window)
+            .map(CudaTarget::new)
+            .expect("target");
         let want = session_costs(&gpu.config, gpu.has_mtp(), window, gpu.kv_dtype()).total(&caps);
-        assert_eq!(t.state_bytes(), want, "rollback window {rollback}");
+        assert_eq!(
+            t.backend().state_bytes(),
+            want,
+            "rollback window {rollback}"
+        );
     }
     let requests = counting_requests();
-    let plain_target = CudaTarget::new(&gpu, &caps).expect("target");
+    let plain_target = CudaBackend::target(&gpu, &caps).expect("target");
     let (plain, _) = run(plain_target, &requests, DraftMode::None, 0);
     let k = 3;
     let window = RollbackWindow::for_drafts(k as usize).expect("a window");
-    let sized = CudaTarget::with_rollback_window(&gpu, &caps, window).expect("target");
+    let sized = CudaBackend::with_rollback_window(&gpu, &caps, window)
+        .map(CudaTarget::new)
+        .expect("target");
     let (drafted, counters) = run(sized, &requests, DraftMode::Mtp, k);
     assert!(counters.moves > 0, "the test should exercise moves");
     assert!(counters.draft_accepted > 0);
@@ -556,13 +569,13 @@ fn graphs_replay_the_same_bits_as_kernel_by_kernel_launches() {
     let _gpu = common::exclusive();
     let Some(gpu) = gpu_bf16() else { return };
     let prompt = count_request(1, 20, 0).prompt;
-    let mut a = CudaTarget::new(&gpu, &[256]).expect("target");
-    let mut b = CudaTarget::new(&gpu, &[256]).expect("target");
-    b.set_graphs(false);
+    let mut a = CudaBackend::target(&gpu, &[256]).expect("target");
+    let mut b = CudaBackend::target(&gpu, &[256]).expect("target");
+    b.backend_mut().set_graphs(false);
     let same_state = |a: &CudaTarget, b: &CudaTarget, what: &str| {
         let (x, y) = (
-            a.state_digest(SessionId(0)).unwrap(),
-            b.state_digest(SessionId(0)).unwrap(),
+            a.backend().state_digest(SessionId(0)).unwrap(),
+            b.backend().state_digest(SessionId(0)).unwrap(),
         );
         let differ: Vec<_> = x
             .iter()
@@ -680,7 +693,7 @@ fn replies_from_the_prompt_cache_equal_the_computed_replies() {
             config.draft_tokens = k;
             config.prefill_chunk = 8;
             config.prompt_cache_bytes = cache_bytes;
-            let target = CudaTarget::new(&gpu, &capacities()).expect("target");
+            let target = CudaBackend::target(&gpu, &capacities()).expect("target");
             Engine::new(target, config).expect("engine")
         };
         let replies = |engine: &mut Engine<CudaTarget>| -> Vec<Vec<u32>> {

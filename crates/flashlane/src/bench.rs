@@ -407,7 +407,7 @@ fn print_row(row: &BenchRow) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backend_cpu::{CpuModel, CpuTarget};
+    use backend_cpu::{CpuBackend, CpuModel};
     use std::sync::Arc;
 
     fn fixture_model() -> Arc<CpuModel> {
@@ -425,7 +425,7 @@ mod tests {
             tokens: 0,
             cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
-        let target = CpuTarget::new(model, &vec![64; streams]);
+        let target = CpuBackend::target(model, &vec![64; streams]);
         let prompts: Vec<Vec<u32>> = (0..streams).map(|s| prompt_ids(s, prompt, 100)).collect();
         let row = measure(target, &prompts, new, none).expect("runs");
         assert_eq!(row.streams, streams);
@@ -445,7 +445,7 @@ mod tests {
             tokens: 3,
             cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
-        let target = CpuTarget::new(model, &[64, 64]);
+        let target = CpuBackend::target(model, &[64, 64]);
         let prompts = [prompt_ids(0, 6, 100), prompt_ids(1, 6, 100)];
         let row = measure(target, &prompts, 10, drafts).expect("runs");
         assert_eq!(row.decode_tokens, 2 * 9);
@@ -465,7 +465,7 @@ mod tests {
             tokens: 1,
             cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
-        let target = CpuTarget::new(model, &[capacity]);
+        let target = CpuBackend::target(model, &[capacity]);
         let row = measure(target, &prompts, new, drafts).expect("runs");
         assert_eq!(row.decode_tokens, new - 1);
         let acceptance = row.acceptance.expect("drafts were proposed");

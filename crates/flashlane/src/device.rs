@@ -4,7 +4,7 @@
 use crate::sizing::SizingArgs;
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuModel, CpuTarget, ModelCosts, RollbackWindow, SessionCosts};
+use backend_cpu::{CpuBackend, CpuModel, CpuTarget, ModelCosts, RollbackWindow, SessionCosts};
 use clap::{Args, ValueEnum};
 use lane::Target;
 use model::Placement;
@@ -239,13 +239,14 @@ impl LoadedModel {
         window: RollbackWindow,
     ) -> anyhow::Result<Box<dyn Target>> {
         Ok(match self {
-            LoadedModel::Cpu(m) => Box::new(CpuTarget::with_rollback_window(
+            LoadedModel::Cpu(m) => Box::new(CpuTarget::new(CpuBackend::with_rollback_window(
                 m.clone(),
                 capacities,
                 window,
-            )),
+            ))),
             LoadedModel::Cuda(m) => Box::new(
-                backend_cuda::CudaTarget::with_rollback_window(m, capacities, window)
+                backend_cuda::CudaBackend::with_rollback_window(m, capacities, window)
+                    .map(backend_cuda::CudaTarget::new)
                     .map_err(|e| anyhow!(e))?,
             ),
         })

@@ -5,7 +5,7 @@ use crate::device::ModelArgs;
 use crate::logits::{load_model, parse_ids};
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuTarget, RollbackWindow};
+use backend_cpu::{CpuBackend, CpuTarget, RollbackWindow};
 use clap::Args;
 use lane::sampling::{sample, Rng};
 use lane::TargetExt;
@@ -104,8 +104,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         model::end_of_reply_ids(&dir, &model.config, tokenizer.as_ref(), template.as_ref())
     };
     let capacity = prompt.len() + args.max_tokens + slots::MARGIN as usize;
-    let mut target =
-        CpuTarget::with_rollback_window(model, &[capacity as u64], RollbackWindow::NONE);
+    let mut target = CpuTarget::new(CpuBackend::with_rollback_window(
+        model,
+        &[capacity as u64],
+        RollbackWindow::NONE,
+    ));
     let params = SamplingParams {
         temperature: args.temperature,
         seed: Some(args.seed),

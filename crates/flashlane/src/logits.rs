@@ -4,7 +4,7 @@
 use crate::device::{Device, ModelArgs};
 use crate::Failure;
 use anyhow::anyhow;
-use backend_cpu::{CpuModel, CpuTarget, RollbackWindow};
+use backend_cpu::{CpuBackend, CpuModel, CpuTarget, RollbackWindow};
 use clap::Args;
 use lane::TargetExt;
 use lane::{SessionId, Window};
@@ -63,8 +63,11 @@ pub fn run(args: &LogitsArgs) -> Result<(), Failure> {
         )));
     }
     let vocab = model.vocab_size();
-    let mut target =
-        CpuTarget::with_rollback_window(model, &[ids.len() as u64], RollbackWindow::NONE);
+    let mut target = CpuTarget::new(CpuBackend::with_rollback_window(
+        model,
+        &[ids.len() as u64],
+        RollbackWindow::NONE,
+    ));
     let window = Window {
         session: SessionId(0),
         start: 0,

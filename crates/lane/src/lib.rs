@@ -15,10 +15,11 @@
 //! | how many drafts does a window carry? | [`DraftStats`] |
 //! | what does the host send and receive? | [`Request`], [`Refusal`], [`Event`] |
 //! | what does `/slots` and `/metrics` show? | [`SlotView`], [`Counters`] |
-//! | what must a model backend implement? | [`Target`]; what a session costs: [`SessionCosts`] |
+//! | what must a model backend implement? | [`Backend`] (its kernels and memory), which [`BackendTarget`] makes a [`Target`]; what a session costs: [`SessionCosts`] |
 //! | how is the engine tested without a model? | `testing::FakeTarget` (feature `testing`) |
 //! | how does a backend show it keeps the contract, and survives faults? | `testing::conformance`, `testing::faults` (feature `testing`) |
 
+mod backend;
 mod draft_len;
 mod engine;
 mod event;
@@ -34,6 +35,9 @@ pub mod testing;
 mod thinking;
 mod views;
 
+pub use backend::{
+    Backend, BackendError, BackendTarget, DraftStart, MtpView, RoundOut, RoundWindow, SessionView,
+};
 pub use draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
 pub use event::{Event, FinishReason};

@@ -21,7 +21,7 @@
 //! - the session's MTP part is an [`MtpState`] ([`MtpState::new`]); `SessionState::reset`,
 //!   `truncate` and `copy_from` call [`MtpState::reset`], [`MtpState::truncate`] and
 //!   [`MtpState::copy_from`];
-//! - `CpuTarget::forward`, after `forward_hidden`, calls [`Mtp::absorb`] with the batch's tokens,
+//! - `CpuBackend::forward`, after `forward_hidden`, calls [`Mtp::absorb`] with the batch's tokens,
 //!   its final-normed hidden rows and one [`MtpWindow`] per window whose session has MTP rows;
 //! - `Target::draft(session, next, k)` is [`Mtp::draft`] with argmax, keeping the tokens.
 

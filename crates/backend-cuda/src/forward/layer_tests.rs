@@ -79,7 +79,7 @@ fn layers_match_backend_cpu(dir: &str) {
     )
     .unwrap();
     let mut scratch = Scratch::new(&gm).unwrap();
-    let plans = [WindowPlan {
+    let plans = [RoundWindow {
         session: 0,
         start: 0,
         len: rows,

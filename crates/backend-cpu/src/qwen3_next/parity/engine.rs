@@ -7,7 +7,7 @@ use super::*;
 /// sessions and moving as they grow, reply exactly what each replies alone without drafts.
 #[test]
 fn the_engine_with_drafts_and_moves_replies_as_plain_solo_decoding() {
-    use crate::target::CpuTarget;
+    use crate::target::CpuBackend;
     use lane::{DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request};
     let f = &fixtures()[0];
     let dir = fixtures_dir().join(f["model_dir"].as_str().unwrap());
@@ -26,7 +26,7 @@ fn the_engine_with_drafts_and_moves_replies_as_plain_solo_decoding() {
         config.draft_tokens = if draft == DraftMode::None { 0 } else { 3 };
         config.prefill_chunk = 16;
         let mut engine =
-            Engine::new(CpuTarget::new(model.clone(), &capacities), config).expect("engine");
+            Engine::new(CpuBackend::target(model.clone(), &capacities), config).expect("engine");
         let ids: Vec<_> = requests
             .iter()
             .map(|r| engine.submit(r.clone()).expect("submit"))

@@ -142,7 +142,7 @@ fn a_stream_beside_seven_others_gets_its_solo_bits_and_moves_unchanged() {
 /// `Target::truncate`, and a move half way, give the logits of plain decoding bit for bit.
 #[test]
 fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
-    use crate::target::CpuTarget;
+    use crate::target::CpuBackend;
     use lane::{Target, Window};
     use slots::SessionId;
     let mut rng = Rng::fresh();
@@ -153,7 +153,7 @@ fn the_cpu_target_rolls_back_and_moves_qwen3_next_sessions_exactly() {
         let v = model.config.vocab_size;
         let prompt = ids(&f["prompts"][1]["ids"]);
         let steps = 16;
-        let mut target = CpuTarget::new(model, &[48, 48, 64]);
+        let mut target = CpuBackend::target(model, &[48, 48, 64]);
         fn window(s: usize, start: usize, tokens: &[u32], n: usize) -> Window<'_> {
             Window {
                 session: SessionId(s),

@@ -1,0 +1,738 @@
+//! One [`Target`] for every model backend: [`BackendTarget`] keeps the contract (the checks of
+//! every call, the MTP head's bookkeeping, which drafts a session has room for, how a round's
+//! answer is shaped, the prompt-cache blocks and how each failure is reported) over the narrower
+//! [`Backend`] interface, which a backend implements with its kernels and memory: run a checked
+//! round, draft from checked starts, roll back, copy, reset, save and restore cache blocks.
+//!
+//! A backend keeps its sessions' lengths itself (its kernels read them) and shows them through
+//! [`Backend::session`]; every decision about whether a call may proceed is made here, once,
+//! from those views, before the backend is asked to touch any state.
+
+use crate::target::{
+    check_windows, rows_from_logits, DraftAsk, RollbackWindow, SessionExtent, StateError, Target,
+    TargetError, Want, Window, WindowRows,
+};
+use crate::{CacheBlockId, CacheBlocks};
+use slots::{MoveFault, SessionId};
+use std::borrow::Cow;
+
+/// What a backend shows of one session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionView {
+    /// Positions computed.
+    pub len: u64,
+    pub capacity: u64,
+    /// The MTP head's part, in sessions of a model with one.
+    pub mtp: Option<MtpView>,
+}
+
+/// What a backend shows of one session's MTP head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MtpView {
+    /// Positions of the main model the head is in step with.
+    pub len: u64,
+    /// The first position whose main-model hidden row the head keeps: it keeps every one from
+    /// there to the session's last (the row before the last window and the window's rows, or
+    /// only the last row after a window too long to roll back).
+    pub first: u64,
+}
+
+impl SessionView {
+    /// Whether the MTP head keeps the hidden row of `pos` (a draft or a rollback to `pos + 1`
+    /// needs it).
+    fn mtp_holds(&self, pos: u64) -> bool {
+        self.mtp.is_some_and(|m| m.first <= pos && pos < self.len)
+    }
+}
+
+/// One window of a checked round, as a backend runs it: `len ≥ 1` tokens written at `start`
+/// (the session's length), logits for the last `num_logits` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundWindow {
+    pub session: usize,
+    pub start: usize,
+    pub len: usize,
+    pub num_logits: usize,
+}
+
+/// A round's outputs, for the windows' wanted rows in order.
+#[derive(Debug)]
+pub enum RoundOut<'a> {
+    /// `[rows, vocab]` logits.
+    Logits(Cow<'a, [f32]>),
+    /// Each row's greedy token (argmax, lowest id on ties; a negative id where no logit is
+    /// finite), when the round was asked for greedy tokens and the backend chose them itself.
+    Greedy(Vec<i32>),
+}
+
+/// One session's checked draft chain: `num_drafts ≥ 1` greedy steps of the MTP head from the
+/// session's last position and `next_token`; the session has room for `room ≥ num_drafts`
+/// steps (a backend may run more steps than asked, up to `room`, and drop the extra drafts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftStart {
+    pub session: usize,
+    pub next_token: u32,
+    pub num_drafts: usize,
+    pub room: usize,
+}
+
+/// Why a backend could not do what it was asked: the state does not allow it (a rollback past
+/// the last window, blocks out of order), or the device failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{0}")]
+    Device(String),
+}
+
+/// What a model backend implements: its sessions' memory and the model's kernels. Every call
+/// comes checked by [`BackendTarget`] (sessions exist, lengths and capacities fit, tokens are in
+/// the vocabulary, the MTP head is in step); session `i` is `SessionId(i)`.
+pub trait Backend {
+    /// A prompt-cache block: a copy of some positions of a session and its state at their end.
+    type Block;
+
+    fn vocab_size(&self) -> usize;
+    /// Whether the model has an MTP head (every session then holds the head's state).
+    fn has_mtp(&self) -> bool;
+    fn num_sessions(&self) -> usize;
+    /// `session < num_sessions()`.
+    fn session(&self, session: usize) -> SessionView;
+    /// The longest window its sessions can roll back (their linear-attention snapshots).
+    fn rollback_window(&self) -> RollbackWindow;
+
+    /// Runs `windows` (distinct sessions, each starting at its length; `tokens` is their tokens
+    /// one window after another), appends their positions to the sessions (and feeds the MTP
+    /// head the pairs they completed), and answers the wanted rows. With `greedy` every window
+    /// wants greedy tokens only and the backend may answer [`RoundOut::Greedy`].
+    fn forward(
+        &mut self,
+        windows: &[RoundWindow],
+        tokens: &[u32],
+        greedy: bool,
+    ) -> Result<RoundOut<'_>, BackendError>;
+
+    /// Greedy MTP drafts (argmax over the ids `0..model::draft_vocab`, lowest id on ties) for
+    /// each start, in order: `num_drafts` each, the same as one by one.
+    fn draft(&mut self, starts: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError>;
+
+    /// Returns `session` to `len` positions (`0 < len` < its length, the MTP head holding
+    /// `len − 1`): linear-attention state as of `len` from its snapshots, or
+    /// [`StateError::NoSnapshot`].
+    fn truncate(&mut self, session: usize, len: usize) -> Result<(), BackendError>;
+
+    /// Copies all of `from`'s state into `to` (distinct; `to` holds `from`'s length) bit for
+    /// bit; `from` is left as released.
+    fn copy(&mut self, from: usize, to: usize) -> Result<(), BackendError>;
+
+    /// Forgets `session`'s state: the next stream starts at position 0.
+    fn reset(&mut self, session: usize);
+
+    /// Bytes of one cache block of `tokens` positions.
+    fn cache_block_bytes(&self, tokens: u64) -> u64;
+
+    /// Copies `session`'s positions `start..end` and its state as of `end` into a new block.
+    fn save_block(
+        &mut self,
+        session: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<Self::Block, BackendError>;
+
+    /// Makes the empty `session` hold `blocks` (a prompt's first blocks, in order). On an error
+    /// the session may hold anything: the caller resets it.
+    fn restore_blocks(
+        &mut self,
+        session: usize,
+        blocks: &[&Self::Block],
+    ) -> Result<(), BackendError>;
+}
+
+/// `lane::Target` over any [`Backend`].
+pub struct BackendTarget<B: Backend> {
+    backend: B,
+    /// Prompt-cache blocks (the engine's prompt cache decides which, within its budget).
+    cache: CacheBlocks<B::Block>,
+}
+
+impl<B: Backend> BackendTarget<B> {
+    pub fn new(backend: B) -> BackendTarget<B> {
+        BackendTarget {
+            backend,
+            cache: CacheBlocks::default(),
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Positions computed in `session`.
+    pub fn session_len(&self, session: SessionId) -> u64 {
+        self.backend.session(session.0).len
+    }
+
+    /// `session`'s view, or why it does not exist.
+    fn view(&self, session: SessionId) -> Result<SessionView, TargetError> {
+        if session.0 < self.backend.num_sessions() {
+            Ok(self.backend.session(session.0))
+        } else {
+            Err(TargetError::Invalid(format!("{session} does not exist")))
+        }
+    }
+
+    /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
+    fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
+        let views: Vec<SessionView> = (0..self.backend.num_sessions())
+            .map(|s| self.backend.session(s))
+            .collect();
+        let extents: Vec<SessionExtent> = views
+            .iter()
+            .map(|v| SessionExtent {
+                len: v.len,
+                capacity: v.capacity,
+            })
+            .collect();
+        check_windows(windows, &extents, self.backend.vocab_size())?;
+        for w in windows {
+            let v = views[w.session.0];
+            if let Some(head) = v.mtp.filter(|h| h.len != v.len) {
+                return Err(out_of_step(w.session, head.len, v.len));
+            }
+        }
+        Ok(())
+    }
+
+    /// How many steps of the head `ask`'s session has room for (0 for an empty session), or why
+    /// the ask is refused.
+    fn draft_room(&self, ask: &DraftAsk) -> Result<usize, TargetError> {
+        let session = ask.session;
+        let vocab = self.backend.vocab_size();
+        if ask.next_token as usize >= vocab {
+            return Err(TargetError::Invalid(format!(
+                "{session}: token id {} is outside the vocabulary of {vocab}",
+                ask.next_token
+            )));
+        }
+        let v = self.view(session)?;
+        let head = v
+            .mtp
+            .ok_or_else(|| TargetError::Invalid(format!("{session} holds no MTP state")))?;
+        if v.len == 0 {
+            return Ok(0);
+        }
+        if head.len != v.len || !v.mtp_holds(v.len - 1) {
+            return Err(out_of_step(session, head.len, v.len));
+        }
+        // Step s writes the head's row at len − 1 + s.
+        Ok((v.capacity - (v.len - 1)) as usize)
+    }
+}
+
+impl<B: Backend> From<B> for BackendTarget<B> {
+    fn from(backend: B) -> BackendTarget<B> {
+        BackendTarget::new(backend)
+    }
+}
+
+fn out_of_step(session: SessionId, head: u64, len: u64) -> TargetError {
+    TargetError::Invalid(format!(
+        "{session}: MTP state at {head} but the session at {len}"
+    ))
+}
+
+/// A backend's failure as the engine sees it: a refused state change names the session and
+/// what was asked (`doing`); a device failure is passed on.
+fn reported(session: SessionId, doing: &str, e: BackendError) -> TargetError {
+    match e {
+        BackendError::State(e) => TargetError::Invalid(format!("{session}: {doing}{e}")),
+        BackendError::Device(e) => TargetError::Device(e),
+    }
+}
+
+impl<B: Backend> Target for BackendTarget<B> {
+    fn vocab_size(&self) -> usize {
+        self.backend.vocab_size()
+    }
+
+    fn session_capacities(&self) -> Vec<u64> {
+        (0..self.backend.num_sessions())
+            .map(|s| self.backend.session(s).capacity)
+            .collect()
+    }
+
+    /// When every window with rows wants greedy tokens, the backend may choose them and answer
+    /// only them (a row of logits is `vocab` floats to copy and scan); otherwise greedy windows
+    /// get their rows' greedy tokens from the logits ([`rows_from_logits`]).
+    fn forward(
+        &mut self,
+        windows: &[Window<'_>],
+        wants: &[Want],
+    ) -> Result<Vec<WindowRows>, TargetError> {
+        debug_assert_eq!(windows.len(), wants.len(), "one want per window");
+        self.check(windows)?;
+        let live: Vec<RoundWindow> = windows
+            .iter()
+            .filter(|w| !w.tokens.is_empty())
+            .map(|w| RoundWindow {
+                session: w.session.0,
+                start: w.start as usize,
+                len: w.tokens.len(),
+                num_logits: w.num_logits,
+            })
+            .collect();
+        let vocab = self.backend.vocab_size();
+        if live.is_empty() {
+            return Ok(rows_from_logits(windows, wants, &[], vocab));
+        }
+        // A window without rows (a prompt chunk) wants nothing either way.
+        let greedy = windows
+            .iter()
+            .zip(wants)
+            .all(|(w, &want)| want == Want::Greedy || w.num_logits == 0 || w.tokens.is_empty());
+        let tokens: Vec<u32> = windows
+            .iter()
+            .flat_map(|w| w.tokens.iter().copied())
+            .collect();
+        let out = self
+            .backend
+            .forward(&live, &tokens, greedy)
+            .map_err(|e| match e {
+                BackendError::State(e) => TargetError::Invalid(e.to_string()),
+                BackendError::Device(e) => TargetError::Device(e),
+            })?;
+        Ok(match out {
+            RoundOut::Logits(logits) => rows_from_logits(windows, wants, &logits, vocab),
+            RoundOut::Greedy(ids) => greedy_rows(windows, wants, &ids),
+        })
+    }
+
+    fn truncate(&mut self, session: SessionId, len: u64) -> Result<(), TargetError> {
+        let v = self.view(session)?;
+        let refused = |e: StateError| TargetError::Invalid(format!("{session}: {e}"));
+        if len > v.len {
+            return Err(refused(StateError::PastEnd { len, held: v.len }));
+        }
+        if len == v.len {
+            return Ok(());
+        }
+        if let Some(head) = v.mtp.filter(|_| len > 0 && !v.mtp_holds(len - 1)) {
+            return Err(refused(StateError::MtpCannotGoBack {
+                len,
+                first: head.first,
+            }));
+        }
+        let window = self.backend.rollback_window().tokens();
+        self.backend
+            .truncate(session.0, len as usize)
+            .map_err(|e| match e {
+                BackendError::State(e) => TargetError::Invalid(format!(
+                    "{session}: {e} (this target's sessions roll back windows of at most \
+                     {window} tokens)"
+                )),
+                BackendError::Device(e) => TargetError::Device(e),
+            })
+    }
+
+    fn has_drafter(&self) -> bool {
+        self.backend.has_mtp()
+    }
+
+    /// Greedy MTP drafts, every asked session's in one call of the backend: each ask is checked
+    /// (its token, its session, the head in step with it) and gets at most the steps its session
+    /// has room for.
+    fn draft(&mut self, asks: &[DraftAsk]) -> Vec<Result<Vec<u32>, TargetError>> {
+        debug_assert!(
+            asks.iter()
+                .enumerate()
+                .all(|(i, a)| asks[..i].iter().all(|b| b.session != a.session)),
+            "one draft ask per session: {asks:?}"
+        );
+        if !self.backend.has_mtp() {
+            return asks.iter().map(|_| Ok(Vec::new())).collect();
+        }
+        let mut answers: Vec<Result<Vec<u32>, TargetError>> = Vec::with_capacity(asks.len());
+        let (mut starts, mut asked) = (Vec::new(), Vec::new());
+        for (k, ask) in asks.iter().enumerate() {
+            answers.push(self.draft_room(ask).map(|room| {
+                let num_drafts = ask.num_drafts.min(room);
+                if num_drafts > 0 {
+                    starts.push(DraftStart {
+                        session: ask.session.0,
+                        next_token: ask.next_token,
+                        num_drafts,
+                        room,
+                    });
+                    asked.push(k);
+                }
+                Vec::new()
+            }));
+        }
+        if starts.is_empty() {
+            return answers;
+        }
+        match self.backend.draft(&starts) {
+            Ok(drafts) => {
+                debug_assert_eq!(drafts.len(), starts.len(), "one chain per start");
+                for ((k, mut d), s) in asked.into_iter().zip(drafts).zip(&starts) {
+                    d.truncate(s.num_drafts);
+                    answers[k] = Ok(d);
+                }
+            }
+            Err(e) => {
+                for k in asked {
+                    answers[k] = Err(reported(asks[k].session, "drafting: ", e.clone()));
+                }
+            }
+        }
+        answers
+    }
+
+    fn move_state(&mut self, from: SessionId, to: SessionId) -> Result<(), MoveFault> {
+        let n = self.backend.num_sessions();
+        if from == to || from.0 >= n || to.0 >= n {
+            return Err(MoveFault::Device(format!("cannot move {from} to {to}")));
+        }
+        let (source, target) = (self.backend.session(from.0), self.backend.session(to.0));
+        let fault = |e: &dyn std::fmt::Display| MoveFault::Device(format!("{from} → {to}: {e}"));
+        if target.capacity < source.len {
+            return Err(fault(&StateError::DoesNotFit {
+                len: source.len,
+                capacity: target.capacity,
+            }));
+        }
+        self.backend.copy(from.0, to.0).map_err(|e| fault(&e))
+    }
+
+    fn release(&mut self, session: SessionId) {
+        if session.0 < self.backend.num_sessions() {
+            self.backend.reset(session.0);
+        }
+    }
+
+    fn cache_block_bytes(&self, tokens: u64) -> Option<u64> {
+        Some(self.backend.cache_block_bytes(tokens))
+    }
+
+    fn cache_save(
+        &mut self,
+        session: SessionId,
+        start: u64,
+        end: u64,
+        id: CacheBlockId,
+    ) -> Result<(), TargetError> {
+        let v = self.view(session)?;
+        let doing = format!("caching {start}..{end}: ");
+        if v.len != end || start >= end {
+            let e = StateError::PastEnd {
+                len: end,
+                held: v.len,
+            };
+            return Err(reported(session, &doing, e.into()));
+        }
+        if v.mtp.is_some() && !v.mtp_holds(end - 1) {
+            let first = v.mtp.map_or(0, |m| m.first);
+            let e = StateError::MtpCannotGoBack { len: end, first };
+            return Err(reported(session, &doing, e.into()));
+        }
+        let block = self
+            .backend
+            .save_block(session.0, start as usize, end as usize)
+            .map_err(|e| reported(session, &doing, e))?;
+        self.cache.insert(id, block)
+    }
+
+    fn cache_restore(
+        &mut self,
+        session: SessionId,
+        blocks: &[CacheBlockId],
+    ) -> Result<(), TargetError> {
+        self.view(session)?;
+        let found = self.cache.get_all(blocks)?;
+        self.backend.restore_blocks(session.0, &found).map_err(|e| {
+            self.backend.reset(session.0);
+            reported(session, "restoring the prompt cache: ", e)
+        })
+    }
+
+    fn cache_drop(&mut self, id: CacheBlockId) {
+        self.cache.remove(id);
+    }
+}
+
+/// A greedy round's answer: per window its rows' tokens (`None` for a row without a finite
+/// logit).
+fn greedy_rows(windows: &[Window<'_>], wants: &[Want], ids: &[i32]) -> Vec<WindowRows> {
+    let mut at = 0;
+    windows
+        .iter()
+        .zip(wants)
+        .map(|(w, &want)| {
+            let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
+            let rows = &ids[at..at + n];
+            at += n;
+            if want == Want::Greedy {
+                WindowRows::Greedy(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
+            } else {
+                debug_assert!(rows.is_empty(), "a window wanting logits in a greedy round");
+                WindowRows::Logits(Vec::new())
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend that only keeps lengths and records what it was asked to do.
+    #[derive(Default)]
+    struct Recorder {
+        views: Vec<SessionView>,
+        calls: Vec<String>,
+        fail_restore: bool,
+    }
+
+    const VOCAB: usize = 10;
+
+    impl Recorder {
+        fn new(capacities: &[u64], mtp: bool) -> Recorder {
+            Recorder {
+                views: capacities
+                    .iter()
+                    .map(|&capacity| SessionView {
+                        len: 0,
+                        capacity,
+                        mtp: mtp.then_some(MtpView::default()),
+                    })
+                    .collect(),
+                ..Recorder::default()
+            }
+        }
+    }
+
+    impl Backend for Recorder {
+        type Block = (usize, usize);
+
+        fn vocab_size(&self) -> usize {
+            VOCAB
+        }
+        fn has_mtp(&self) -> bool {
+            self.views.iter().any(|v| v.mtp.is_some())
+        }
+        fn num_sessions(&self) -> usize {
+            self.views.len()
+        }
+        fn session(&self, session: usize) -> SessionView {
+            self.views[session]
+        }
+        fn rollback_window(&self) -> RollbackWindow {
+            RollbackWindow::MAX
+        }
+        fn forward(
+            &mut self,
+            windows: &[RoundWindow],
+            tokens: &[u32],
+            greedy: bool,
+        ) -> Result<RoundOut<'_>, BackendError> {
+            self.calls
+                .push(format!("forward {windows:?} {tokens:?} {greedy}"));
+            let mut ids = Vec::new();
+            for w in windows {
+                let v = &mut self.views[w.session];
+                v.len += w.len as u64;
+                if let Some(m) = &mut v.mtp {
+                    m.len = v.len;
+                    m.first = w.start.saturating_sub(1) as u64;
+                }
+                // each wanted row's greedy id is its position
+                let first = w.start + w.len - w.num_logits;
+                ids.extend((first..w.start + w.len).map(|p| p as i32 % VOCAB as i32));
+            }
+            if greedy {
+                Ok(RoundOut::Greedy(ids))
+            } else {
+                let mut logits = vec![0.0; ids.len() * VOCAB];
+                for (r, &id) in ids.iter().enumerate() {
+                    logits[r * VOCAB + id as usize] = 1.0;
+                }
+                Ok(RoundOut::Logits(Cow::Owned(logits)))
+            }
+        }
+        fn draft(&mut self, starts: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+            self.calls.push(format!("draft {starts:?}"));
+            Ok(starts.iter().map(|s| vec![7; s.room]).collect())
+        }
+        fn truncate(&mut self, session: usize, len: usize) -> Result<(), BackendError> {
+            self.calls.push(format!("truncate {session} {len}"));
+            let v = &mut self.views[session];
+            v.len = len as u64;
+            if let Some(m) = &mut v.mtp {
+                m.len = len as u64;
+            }
+            Ok(())
+        }
+        fn copy(&mut self, from: usize, to: usize) -> Result<(), BackendError> {
+            self.calls.push(format!("copy {from} {to}"));
+            let capacity = self.views[to].capacity;
+            self.views[to] = SessionView {
+                capacity,
+                ..self.views[from]
+            };
+            self.reset(from);
+            Ok(())
+        }
+        fn reset(&mut self, session: usize) {
+            let v = &mut self.views[session];
+            *v = SessionView {
+                capacity: v.capacity,
+                mtp: v.mtp.map(|_| MtpView::default()),
+                len: 0,
+            };
+        }
+        fn cache_block_bytes(&self, tokens: u64) -> u64 {
+            tokens
+        }
+        fn save_block(
+            &mut self,
+            _: usize,
+            start: usize,
+            end: usize,
+        ) -> Result<(usize, usize), BackendError> {
+            Ok((start, end))
+        }
+        fn restore_blocks(
+            &mut self,
+            session: usize,
+            blocks: &[&(usize, usize)],
+        ) -> Result<(), BackendError> {
+            self.views[session].len = blocks.last().map_or(0, |b| b.1 as u64);
+            if self.fail_restore {
+                return Err(BackendError::Device("injected".into()));
+            }
+            Ok(())
+        }
+    }
+
+    fn target(capacities: &[u64], mtp: bool) -> BackendTarget<Recorder> {
+        BackendTarget::new(Recorder::new(capacities, mtp))
+    }
+
+    #[test]
+    fn a_round_reaches_the_backend_without_its_empty_windows_and_answers_every_window() {
+        let mut t = target(&[8, 8], false);
+        let (a, b) = (SessionId(0), SessionId(1));
+        let windows = [Window::new(a, 0, &[1, 2, 3], 2), Window::new(b, 0, &[], 0)];
+        let rows = t.forward(&windows, &[Want::Greedy, Want::Greedy]).unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                WindowRows::Greedy(vec![Some(1), Some(2)]),
+                WindowRows::Greedy(vec![])
+            ]
+        );
+        // A window wanting logits makes the round a logits round; greedy windows still get ids.
+        let windows = [Window::new(a, 3, &[4], 1), Window::new(b, 0, &[5, 6], 1)];
+        let rows = t.forward(&windows, &[Want::Logits, Want::Greedy]).unwrap();
+        let mut one_hot = vec![0.0; VOCAB];
+        one_hot[3] = 1.0;
+        assert_eq!(
+            rows,
+            vec![
+                WindowRows::Logits(one_hot),
+                WindowRows::Greedy(vec![Some(1)])
+            ]
+        );
+        let calls = &t.backend().calls;
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert!(calls[0].ends_with("[1, 2, 3] true"), "{calls:?}");
+        assert!(calls[1].ends_with("[4, 5, 6] false"), "{calls:?}");
+    }
+
+    #[test]
+    fn bad_calls_are_refused_before_the_backend_is_touched() {
+        let mut t = target(&[4, 2], true);
+        let a = SessionId(0);
+        t.forward(&[Window::new(a, 0, &[1, 2, 3], 1)], &[Want::Greedy])
+            .unwrap();
+        let before = t.backend().calls.len();
+        // a window past the capacity, a token outside the vocabulary, a missing session
+        assert!(matches!(
+            t.forward(&[Window::new(a, 3, &[1, 2], 1)], &[Want::Greedy]),
+            Err(TargetError::Overflow { .. })
+        ));
+        assert!(t
+            .forward(&[Window::new(a, 3, &[VOCAB as u32], 1)], &[Want::Greedy])
+            .is_err());
+        assert!(t.truncate(SessionId(5), 1).is_err());
+        // past the end
+        assert!(t.truncate(a, 4).is_err());
+        // a move that does not fit, onto itself, or to nowhere
+        assert!(t.move_state(a, SessionId(1)).is_err());
+        assert!(t.move_state(a, a).is_err());
+        assert!(t.move_state(a, SessionId(9)).is_err());
+        // a draft with a token outside the vocabulary
+        let ask = DraftAsk {
+            session: a,
+            next_token: VOCAB as u32,
+            num_drafts: 2,
+        };
+        assert!(t.draft(&[ask]).pop().unwrap().is_err());
+        assert_eq!(t.backend().calls.len(), before, "{:?}", t.backend().calls);
+        // and a truncate to where the session is already asks nothing of the backend
+        t.truncate(a, 3).unwrap();
+        assert_eq!(t.backend().calls.len(), before);
+    }
+
+    #[test]
+    fn drafts_get_at_most_the_room_their_session_has() {
+        let mut t = target(&[4, 8], true);
+        let (a, b) = (SessionId(0), SessionId(1));
+        t.forward(
+            &[Window::new(a, 0, &[1, 2, 3], 1), Window::new(b, 0, &[1], 1)],
+            &[Want::Greedy, Want::Greedy],
+        )
+        .unwrap();
+        let ask = |session, num_drafts| DraftAsk {
+            session,
+            next_token: 1,
+            num_drafts,
+        };
+        let answers = t.draft(&[ask(a, 5), ask(b, 3)]);
+        // a: length 3 of 4, steps write rows 2 and 3; b: length 1 of 8, room 8
+        assert_eq!(answers, vec![Ok(vec![7, 7]), Ok(vec![7, 7, 7])]);
+        // an empty session drafts nothing and the backend is not asked
+        t.release(a);
+        let calls = t.backend().calls.len();
+        assert_eq!(t.draft(&[ask(a, 2)]), vec![Ok(vec![])]);
+        assert_eq!(t.backend().calls.len(), calls);
+    }
+
+    #[test]
+    fn a_failed_restore_leaves_the_session_released() {
+        let mut t = target(&[8, 8], false);
+        let (a, b) = (SessionId(0), SessionId(1));
+        t.forward(&[Window::new(a, 0, &[1, 2, 3, 4], 1)], &[Want::Greedy])
+            .unwrap();
+        let id = CacheBlockId(1);
+        t.cache_save(a, 0, 4, id).unwrap();
+        assert!(
+            t.cache_save(a, 0, 3, CacheBlockId(2)).is_err(),
+            "not at its end"
+        );
+        t.backend_mut().fail_restore = true;
+        assert!(matches!(
+            t.cache_restore(b, &[id]),
+            Err(TargetError::Device(_))
+        ));
+        assert_eq!(t.session_len(b), 0);
+        t.backend_mut().fail_restore = false;
+        t.cache_restore(b, &[id]).unwrap();
+        assert_eq!(t.session_len(b), 4);
+    }
+}
