@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# A/B of flashlane builds on the GPU, interleaved, on dummy weights of a real shape
-# (bench/shapes/SHAPE): each round runs `flashlane bench --device cuda` once per binary, in
-# order, so that drift of the machine falls on every binary alike.
+# A/B of flashlane builds, or of one build under settings that keep the bits (FLASHLANE_PDL,
+# FLASHLANE_MATMUL_TILED, FLASHLANE_MOE_NARROW, …), on the GPU, interleaved, on dummy weights of a
+# real shape (bench/shapes/SHAPE): each round runs `flashlane bench --device cuda` once per binary
+# and setting, in order, so that drift of the machine falls on every variant alike.
 #
 #   ROUNDS=2 STREAMS=1,8 bench/gpu_ab.sh OUT_DIR SHAPE BINARY...
+#   SETTINGS="narrow:FLASHLANE_MOE_NARROW=1 wide:FLASHLANE_MOE_NARROW=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
 #
-# Prints decode (and prefill) tokens/s per binary and round; raw JSON in OUT_DIR.
+# Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt); raw JSON
+# and stderr in OUT_DIR.
 set -uo pipefail
 out=${1:?usage: bench/gpu_ab.sh OUT_DIR SHAPE BINARY...}
 shape=${2:?usage: bench/gpu_ab.sh OUT_DIR SHAPE BINARY...}
@@ -18,15 +21,24 @@ for round in $(seq "${ROUNDS:-2}"); do
   i=0
   for bin in "$@"; do
     i=$((i + 1))
-    json="$out/$shape.bin$i.round$round.json"
-    timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
-      --streams "${STREAMS:-1,8}" --prompt-tokens 128 --new-tokens 128 --json >"$json" 2>/dev/null
-    python3 - "$json" "$bin" "$round" <<'PY'
+    # One setting, "as built", unless SETTINGS names some (label:VAR=VALUE).
+    for setting in ${SETTINGS:-built:FLASHLANE_AB=1}; do
+      label=bin$i.${setting%%:*}
+      json="$out/$shape.$label.round$round.json"
+      env "${setting#*:}" timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
+        --streams "${STREAMS:-1,8}" --prompt-tokens 128 --new-tokens 128 --json \
+        >"$json" 2>"$out/$shape.$label.round$round.err"
+      python3 - "$json" "$label ($bin)" "$round" <<'PY' | tee -a "$out/ab.txt"
 import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-print(f"{sys.argv[2]} round {sys.argv[3]}: " + "  ".join(
-    f"{r['streams']}: {r['decode_tokens_per_s']:.0f} dec / {r['prefill_tokens_per_s']:.0f} pre" for r in rows))
+try:
+    rows = json.load(open(sys.argv[1]))["rows"]
+    print(f"{sys.argv[2]} round {sys.argv[3]}: " + "  ".join(
+        f"{r['streams']}: {r['decode_tokens_per_s']:.0f} dec / {r['prefill_tokens_per_s']:.0f} pre"
+        for r in rows))
+except Exception as e:
+    print(f"{sys.argv[2]} round {sys.argv[3]}: failed ({e})")
 PY
+    done
   done
 done
 rm -rf "$dir"

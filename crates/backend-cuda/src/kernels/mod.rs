@@ -70,11 +70,16 @@ const MMT_THREADS: u32 = 256;
 /// per 64 rows and x once per 128 outputs, are up to 1.6× faster.
 const MATMUL_TILED_MIN_ROWS: usize = 128;
 const MATMUL_TILED_MIN_BLOCKS: usize = 256;
-/// Wide-kernel blocks (16 rows × 32 outputs) below which a one-row-tile matmul runs the narrow
-/// kernel: only Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
-/// faster narrow (by 7–25 %); every other matrix and row count ran faster wide, by up to 2.7× at
-/// 32–48 rows (`matmul_kernel_times`).
+/// Wide-kernel blocks (16 rows × 32 outputs) up to which a one-row-tile matmul runs the narrow
+/// kernel: Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
+/// faster narrow (by 7–25 %), Qwen3-4B's matrices (80 blocks and more) and every matrix at more
+/// rows ran faster wide, by up to 2.7× at 32–48 rows (`matmul_kernel_times`). The A3B slice's
+/// 2,048-output projections (64 blocks, k = 4,096) ran 1.3–1.5 % faster narrow at 1 and 8 streams
+/// (bench/RESULTS.md session 14).
 const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
+/// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
+/// do not change).
+pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -353,6 +358,8 @@ pub struct Kernels {
     matmul_tiled: CudaFunction,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
+    /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
+    matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
@@ -413,6 +420,10 @@ impl Kernels {
             matmul: f("matmul_bf16")?,
             matmul_tiled,
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
+            matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
@@ -498,7 +509,7 @@ pub struct DeltaNetLaunch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one unless
-    /// one row tile makes fewer than [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide
+    /// one row tile makes at most [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide
     /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -584,7 +595,7 @@ impl Kernels {
             MatmulKernel::Auto | MatmulKernel::Tiled => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 match m.fp8 {
-                    None => row_tiles > 1 || wide_blocks >= MATMUL_NARROW_MAX_BLOCKS,
+                    None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
                     Some(_) => wide_blocks * row_tiles >= FP8_WIDE_MIN_BLOCKS,
                 }
             }

@@ -1,0 +1,78 @@
+"""Where a decode step's time goes, from an ncu CSV of `flashlane bench` (one metric:
+gpu__time_duration.sum, graphs off so that every kernel is its own launch):
+
+    FLASHLANE_CUDA_GRAPHS=0 ncu --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv flashlane bench --device cuda --model DIR \
+        --load-format dummy --streams 1 --prompt-tokens 16 --new-tokens 6 > run.csv
+    python3 bench/ncu_steps.py run.csv
+
+A step starts at each `embed_rows` launch. The steps that look like decode steps (the most
+common kernel count, after the first two) are averaged: per kernel name and grid, launches a
+step, mean µs a launch and µs a step, largest first.
+"""
+
+import csv
+import statistics
+import sys
+from collections import Counter, defaultdict
+
+STEP_START = "embed_rows"
+
+
+def launches(path):
+    """(kernel name, grid, µs) of every launch, in order."""
+    with open(path, newline="") as f:
+        lines = f.readlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = csv.DictReader(lines[header:])
+    out = []
+    for r in rows:
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(r["Metric Value"].replace(",", ""))
+        unit = r.get("Metric Unit", "ns")
+        us = value / 1000 if unit == "ns" else value * 1000 if unit == "msecond" else value
+        name = r["Kernel Name"].split("(")[0].strip()
+        out.append((name, r.get("Grid Size", ""), us))
+    return out
+
+
+def steps(runs):
+    """Launches cut at each STEP_START."""
+    cut, current = [], []
+    for launch in runs:
+        if launch[0] == STEP_START and current:
+            cut.append(current)
+            current = []
+        current.append(launch)
+    if current:
+        cut.append(current)
+    return cut
+
+
+def main(path):
+    cut = steps(launches(path))
+    sizes = [(len(s), round(sum(u for _, _, u in s))) for s in cut]
+    print(f"== {path}: {len(cut)} steps (kernels, µs): {sizes}")
+    common = Counter(len(s) for s in cut[2:]).most_common(1)
+    if not common:
+        print("no decode steps")
+        return
+    decode = [s for s in cut[2:] if len(s) == common[0][0]]
+    total = statistics.mean(sum(u for _, _, u in s) for s in decode)
+    print(f"per decode step: {total:.1f} µs, {common[0][0]} kernels, {len(decode)} steps averaged")
+    per = defaultdict(list)
+    for s in decode:
+        for name, grid, us in s:
+            per[(name, grid)].append(us)
+    table = []
+    for (name, grid), times in per.items():
+        n = len(times) / len(decode)
+        table.append((sum(times) / len(decode), name, grid, n, statistics.mean(times)))
+    for step_us, name, grid, n, mean in sorted(table, reverse=True):
+        print(f"  {name:<24} {grid:<14} n/step={n:5.1f} avg={mean:8.2f}µs per-step={step_us:8.1f}µs")
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        main(p)
