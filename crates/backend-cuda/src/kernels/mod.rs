@@ -73,9 +73,9 @@ const MATMUL_TILED_MIN_BLOCKS: usize = 256;
 /// Wide-kernel blocks (16 rows × 32 outputs) up to which a one-row-tile matmul runs the narrow
 /// kernel: Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
 /// faster narrow (by 7–25 %), Qwen3-4B's matrices (80 blocks and more) and every matrix at more
-/// rows ran faster wide, by up to 2.7× at 32–48 rows (`matmul_kernel_times`). The A3B slice's
-/// 2,048-output projections (64 blocks, k = 4,096) ran 1.3–1.5 % faster narrow at 1 and 8 streams
-/// (bench/RESULTS.md session 14).
+/// rows ran faster wide, by up to 2.7× at 32–48 rows (`matmul_kernel_times`). With the A3B
+/// slice's 2,048-output projections (64 blocks, k = 4,096) narrow, its decode ran 1.6 % and
+/// 1.3 % faster at 1 and 8 streams (bench/RESULTS.md session 14).
 const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
 /// do not change).
