@@ -4,6 +4,7 @@
 use crate::kernels::activation::swiglu;
 use crate::kernels::matmul::matmul;
 use crate::layers::Mlp;
+use model::schema::names;
 use model::{LoadError, Placement, Tensor, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
@@ -15,33 +16,31 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// `{prefix}.weight` of shape `[out, in]`, and `{prefix}.bias` when `bias`.
+    /// The linear layer `name`'s weight of shape `[out, in]` ([`names::weight`]), and its bias
+    /// when `bias`.
     pub fn load(
         w: &Weights,
-        prefix: &str,
+        name: &str,
         out: usize,
         inp: usize,
         bias: bool,
     ) -> Result<Linear, LoadError> {
-        Linear::load_from(w, prefix, out, inp, bias, Weights::tensor)
+        Linear::load_from(w, name, out, inp, bias, Weights::tensor)
     }
 
     /// [`Linear::load`] with the weight fetched by `fetch` (from the mapping for the parts of a
     /// [`FusedLinear`], which copies them into one tensor).
     fn load_from(
         w: &Weights,
-        prefix: &str,
+        name: &str,
         out: usize,
         inp: usize,
         bias: bool,
         fetch: impl Fn(&Weights, &str, &[usize]) -> Result<Tensor, LoadError>,
     ) -> Result<Linear, LoadError> {
-        let weight = fetch(w, &format!("{prefix}.weight"), &[out, inp])?;
+        let weight = fetch(w, &names::weight(name), &[out, inp])?;
         let bias = if bias {
-            Some(
-                w.tensor_mapped(&format!("{prefix}.bias"), &[out])?
-                    .to_f32_vec(),
-            )
+            Some(w.tensor_mapped(&names::bias(name), &[out])?.to_f32_vec())
         } else {
             None
         };
@@ -92,8 +91,8 @@ impl FusedLinear {
         FusedLinear { parts, outs }
     }
 
-    /// The projections `{prefix}.weight` of `(prefix, out)` in `parts`, each `[out, inp]` (with
-    /// `{prefix}.bias` when `bias`), fused. Each part is read from the file's mapping and copied
+    /// The linear layers `(name, out)` of `parts`, each `[out, inp]` (with its bias when
+    /// `bias`), fused. Each part is read from the file's mapping and copied
     /// once, into the fused tensor, when `w` copies weights onto huge pages (parts that cannot be
     /// fused are then placed there); with [`Placement::Mapped`] the parts stay separate in the
     /// mapping (no copy: the same bits, one parallel call per part).
@@ -105,9 +104,7 @@ impl FusedLinear {
     ) -> Result<FusedLinear, LoadError> {
         let parts: Vec<Linear> = parts
             .iter()
-            .map(|(prefix, out)| {
-                Linear::load_from(w, prefix, *out, inp, bias, Weights::tensor_mapped)
-            })
+            .map(|(name, out)| Linear::load_from(w, name, *out, inp, bias, Weights::tensor_mapped))
             .collect::<Result<_, _>>()?;
         if w.placement() == Placement::Mapped {
             let outs = parts.iter().map(|p| p.out_features).collect();
@@ -204,14 +201,14 @@ pub struct DenseMlp {
 impl DenseMlp {
     pub fn load(
         w: &Weights,
-        prefix: &str,
+        mlp: &names::Mlp,
         hidden: usize,
         width: usize,
     ) -> Result<DenseMlp, LoadError> {
         Ok(DenseMlp {
-            gate_proj: Linear::load(w, &format!("{prefix}.gate_proj"), width, hidden, false)?,
-            up_proj: Linear::load(w, &format!("{prefix}.up_proj"), width, hidden, false)?,
-            down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
+            gate_proj: Linear::load(w, &mlp.gate_proj(), width, hidden, false)?,
+            up_proj: Linear::load(w, &mlp.up_proj(), width, hidden, false)?,
+            down_proj: Linear::load(w, &mlp.down_proj(), hidden, width, false)?,
         })
     }
 }
@@ -233,19 +230,18 @@ pub struct FusedDenseMlp {
 impl FusedDenseMlp {
     pub fn load(
         w: &Weights,
-        prefix: &str,
+        mlp: &names::Mlp,
         hidden: usize,
         width: usize,
     ) -> Result<FusedDenseMlp, LoadError> {
-        let part = |name: &str| (format!("{prefix}.{name}"), width);
         Ok(FusedDenseMlp {
             gate_up_proj: FusedLinear::load(
                 w,
-                &[part("gate_proj"), part("up_proj")],
+                &[(mlp.gate_proj(), width), (mlp.up_proj(), width)],
                 hidden,
                 false,
             )?,
-            down_proj: Linear::load(w, &format!("{prefix}.down_proj"), hidden, width, false)?,
+            down_proj: Linear::load(w, &mlp.down_proj(), hidden, width, false)?,
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::linear::{load_norm, FusedDenseMlp};
 use crate::qwen3::Attention;
 use crate::qwen3_next;
 use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
+use model::schema::names;
 use model::{
     Arch, Config, LayerKind, LoadError, LoadFormat, Placement, Tensor, TensorData, Weights,
 };
@@ -100,13 +101,13 @@ impl CpuModel {
             Arch::Qwen3 => NormKind::Plain,
             Arch::Qwen3Next => NormKind::ZeroCentred,
         };
-        let embed = w.tensor("model.embed_tokens.weight", &[v, h])?;
+        let embed = w.tensor(names::EMBED, &[v, h])?;
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let p = format!("model.layers.{i}");
+            let layer = names::Layer::main(i);
             let mixer: Box<dyn Mixer> = match (config.arch, config.layer_types[i]) {
                 (Arch::Qwen3, LayerKind::FullAttention) => {
-                    Box::new(Attention::load(w, &format!("{p}.self_attn"), &config)?)
+                    Box::new(Attention::load(w, &layer.attention(), &config)?)
                 }
                 (Arch::Qwen3Next, _) => qwen3_next::build_mixer(w, &config, i)?,
                 (Arch::Qwen3, LayerKind::LinearAttention) => {
@@ -118,23 +119,23 @@ impl CpuModel {
             } else {
                 Box::new(FusedDenseMlp::load(
                     w,
-                    &format!("{p}.mlp"),
+                    &layer.mlp(),
                     h,
                     config.intermediate_size,
                 )?)
             };
             layers.push(DecoderLayer {
-                input_norm: load_norm(w, &format!("{p}.input_layernorm.weight"), h)?,
-                post_norm: load_norm(w, &format!("{p}.post_attention_layernorm.weight"), h)?,
+                input_norm: load_norm(w, &layer.input_norm(), h)?,
+                post_norm: load_norm(w, &layer.post_attention_norm(), h)?,
                 mixer,
                 mlp,
             });
         }
-        let norm = load_norm(w, "model.norm.weight", h)?;
+        let norm = load_norm(w, names::FINAL_NORM, h)?;
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(w.tensor("lm_head.weight", &[v, h])?)
+            Some(w.tensor(names::LM_HEAD, &[v, h])?)
         };
         let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {

@@ -7,6 +7,7 @@ use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Segment};
 use crate::linear::{load_norm, FusedLinear, Linear};
 use crate::state::LayerState;
+use model::schema::names;
 use model::{Config, LoadError, Weights};
 
 /// Qwen3 self-attention: q/k/v projections, per-head RMSNorm of q and k, RoPE, causal GQA over
@@ -23,23 +24,23 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn load(w: &Weights, prefix: &str, c: &Config) -> Result<Attention, LoadError> {
+    pub fn load(w: &Weights, names: &names::Attention, c: &Config) -> Result<Attention, LoadError> {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(Attention {
             qkv_proj: FusedLinear::load(
                 w,
                 &[
-                    (format!("{prefix}.q_proj"), c.num_heads * hd),
-                    (format!("{prefix}.k_proj"), c.num_kv_heads * hd),
-                    (format!("{prefix}.v_proj"), c.num_kv_heads * hd),
+                    (names.q_proj(), c.num_heads * hd),
+                    (names.k_proj(), c.num_kv_heads * hd),
+                    (names.v_proj(), c.num_kv_heads * hd),
                 ],
                 h,
                 bias,
             )?,
-            o_proj: Linear::load(w, &format!("{prefix}.o_proj"), h, c.num_heads * hd, false)?,
-            q_norm: load_norm(w, &format!("{prefix}.q_norm.weight"), hd)?,
-            k_norm: load_norm(w, &format!("{prefix}.k_norm.weight"), hd)?,
+            o_proj: Linear::load(w, &names.o_proj(), h, c.num_heads * hd, false)?,
+            q_norm: load_norm(w, &names.q_norm(), hd)?,
+            k_norm: load_norm(w, &names.k_norm(), hd)?,
             rope: Rope::new(c.rope_theta, c.rotary_dim),
             shape: AttentionShape {
                 heads: c.num_heads,

@@ -7,7 +7,7 @@ use crate::kernels::{fp8_blocks_fit, Fp8Scales};
 use crate::CudaError;
 use model::{Arch, Config, LayerKind, Tensor, TensorData, Weights};
 
-use model::schema::MTP_MARKER;
+use model::schema::{names, MTP_MARKER};
 
 /// A matrix `[rows, cols]` (the checkpoint's `[out, in]`, or several stacked by rows), in parts
 /// of consecutive rows each bf16 or block-scaled FP8 as stored (one part unless a projection
@@ -306,39 +306,34 @@ impl ModelWeights {
             return Err(CudaError::Unsupported("attention biases".into()));
         }
         let (v, h) = (config.vocab_size, config.hidden_size);
-        let embed = upload_bf16(gpu, w, "model.embed_tokens.weight", &[v, h])?;
+        let embed = upload_bf16(gpu, w, names::EMBED, &[v, h])?;
         let lm_head = if config.tie_word_embeddings {
-            upload_bf16(gpu, w, "model.embed_tokens.weight", &[v, h])?
+            upload_bf16(gpu, w, names::EMBED, &[v, h])?
         } else {
-            upload_bf16(gpu, w, "lm_head.weight", &[v, h])?
+            upload_bf16(gpu, w, names::LM_HEAD, &[v, h])?
         };
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let p = format!("model.layers.{i}");
+            let names = names::Layer::main(i);
             let mixer = match config.layer_types[i] {
                 LayerKind::LinearAttention => {
-                    MixerWeights::Linear(linear(gpu, config, w, &format!("{p}.linear_attn"))?)
+                    MixerWeights::Linear(linear(gpu, config, w, &names.deltanet())?)
                 }
                 LayerKind::FullAttention => {
-                    MixerWeights::Attention(attention(gpu, config, w, &format!("{p}.self_attn"))?)
+                    MixerWeights::Attention(attention(gpu, config, w, &names.attention())?)
                 }
             };
-            layers.push(layer(gpu, config, w, &p, mixer, config.moe_layers[i])?);
+            layers.push(layer(gpu, config, w, &names, mixer, config.moe_layers[i])?);
         }
         let mtp = if w.contains(MTP_MARKER) {
+            let names = names::Layer::mtp();
+            let mixer = MixerWeights::Attention(attention(gpu, config, w, &names.attention())?);
             Some(MtpWeights {
-                pre_fc_norm_embedding: norm(gpu, w, "mtp.pre_fc_norm_embedding.weight", h)?,
-                pre_fc_norm_hidden: norm(gpu, w, "mtp.pre_fc_norm_hidden.weight", h)?,
-                fc: stacked(gpu, &[("mtp.fc.weight".into(), h)], 2 * h, w)?,
-                layer: layer(
-                    gpu,
-                    config,
-                    w,
-                    "mtp.layers.0",
-                    MixerWeights::Attention(attention(gpu, config, w, "mtp.layers.0.self_attn")?),
-                    true,
-                )?,
-                norm: norm(gpu, w, "mtp.norm.weight", h)?,
+                pre_fc_norm_embedding: norm(gpu, w, names::MTP_PRE_FC_NORM_EMBEDDING, h)?,
+                pre_fc_norm_hidden: norm(gpu, w, names::MTP_PRE_FC_NORM_HIDDEN, h)?,
+                fc: stacked(gpu, &[(names::weight(names::MTP_FC), h)], 2 * h, w)?,
+                layer: layer(gpu, config, w, &names, mixer, true)?,
+                norm: norm(gpu, w, names::MTP_FINAL_NORM, h)?,
             })
         } else {
             None
@@ -351,7 +346,7 @@ impl ModelWeights {
         Ok(ModelWeights {
             embed,
             lm_head,
-            norm: norm(gpu, w, "model.norm.weight", h)?,
+            norm: norm(gpu, w, names::FINAL_NORM, h)?,
             layers,
             mtp,
             inv_freq: Buf::from_host(gpu, &inv_freq)?,
@@ -363,25 +358,19 @@ fn layer(
     gpu: &Gpu,
     config: &Config,
     w: &Weights,
-    prefix: &str,
+    names: &names::Layer,
     mixer: MixerWeights,
     sparse: bool,
 ) -> Result<LayerWeights, CudaError> {
     let h = config.hidden_size;
-    let p = format!("{prefix}.mlp");
     let ffn = if sparse {
-        FfnWeights::Moe(moe(gpu, config, w, &p)?)
+        FfnWeights::Moe(moe(gpu, config, w, &names.mlp())?)
     } else {
-        FfnWeights::Dense(dense_mlp(gpu, config, w, &p)?)
+        FfnWeights::Dense(dense_mlp(gpu, config, w, &names.mlp())?)
     };
     Ok(LayerWeights {
-        input_norm: norm(gpu, w, &format!("{prefix}.input_layernorm.weight"), h)?,
-        post_norm: norm(
-            gpu,
-            w,
-            &format!("{prefix}.post_attention_layernorm.weight"),
-            h,
-        )?,
+        input_norm: norm(gpu, w, &names.input_norm(), h)?,
+        post_norm: norm(gpu, w, &names.post_attention_norm(), h)?,
         mixer,
         ffn,
     })
@@ -391,7 +380,7 @@ fn dense_mlp(
     gpu: &Gpu,
     config: &Config,
     w: &Weights,
-    p: &str,
+    p: &names::Mlp,
 ) -> Result<DenseMlpWeights, CudaError> {
     let (h, i) = (config.hidden_size, config.intermediate_size);
     if !i.is_multiple_of(crate::kernels::MMA_K_ALIGN) {
@@ -404,17 +393,22 @@ fn dense_mlp(
         gate_up: stacked(
             gpu,
             &[
-                (format!("{p}.gate_proj.weight"), i),
-                (format!("{p}.up_proj.weight"), i),
+                (names::weight(&p.gate_proj()), i),
+                (names::weight(&p.up_proj()), i),
             ],
             h,
             w,
         )?,
-        down: stacked(gpu, &[(format!("{p}.down_proj.weight"), h)], i, w)?,
+        down: stacked(gpu, &[(names::weight(&p.down_proj()), h)], i, w)?,
     })
 }
 
-fn linear(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<LinearWeights, CudaError> {
+fn linear(
+    gpu: &Gpu,
+    config: &Config,
+    w: &Weights,
+    p: &names::DeltaNet,
+) -> Result<LinearWeights, CudaError> {
     let d = config
         .linear
         .as_ref()
@@ -427,14 +421,14 @@ fn linear(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<LinearWeig
         d.value_head_dim,
     );
     let qkvz_width = 2 * hk * dk + 2 * hv * dv;
-    let a_log = f32_vec(w, &format!("{p}.A_log"), &[hv])?;
+    let a_log = f32_vec(w, &p.a_log(), &[hv])?;
     let neg_a: Vec<f32> = a_log.iter().map(|a| -a.exp()).collect();
     Ok(LinearWeights {
         proj: stacked(
             gpu,
             &[
-                (format!("{p}.in_proj_qkvz.weight"), qkvz_width),
-                (format!("{p}.in_proj_ba.weight"), 2 * hv),
+                (names::weight(&p.in_proj_qkvz()), qkvz_width),
+                (names::weight(&p.in_proj_ba()), 2 * hv),
             ],
             h,
             w,
@@ -442,20 +436,21 @@ fn linear(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<LinearWeig
         qkvz_width,
         conv: Buf::from_host(
             gpu,
-            &f32_vec(
-                w,
-                &format!("{p}.conv1d.weight"),
-                &[d.conv_channels(), 1, d.conv_kernel],
-            )?,
+            &f32_vec(w, &p.conv1d(), &[d.conv_channels(), 1, d.conv_kernel])?,
         )?,
         neg_a: Buf::from_host(gpu, &neg_a)?,
-        dt_bias: Buf::from_host(gpu, &f32_vec(w, &format!("{p}.dt_bias"), &[hv])?)?,
-        norm: norm(gpu, w, &format!("{p}.norm.weight"), dv)?,
-        out_proj: stacked(gpu, &[(format!("{p}.out_proj.weight"), h)], hv * dv, w)?,
+        dt_bias: Buf::from_host(gpu, &f32_vec(w, &p.dt_bias(), &[hv])?)?,
+        norm: norm(gpu, w, &p.norm(), dv)?,
+        out_proj: stacked(gpu, &[(names::weight(&p.out_proj()), h)], hv * dv, w)?,
     })
 }
 
-fn attention(gpu: &Gpu, c: &Config, w: &Weights, p: &str) -> Result<AttentionWeights, CudaError> {
+fn attention(
+    gpu: &Gpu,
+    c: &Config,
+    w: &Weights,
+    p: &names::Attention,
+) -> Result<AttentionWeights, CudaError> {
     let (h, hd) = (c.hidden_size, c.head_dim);
     // Qwen3-Next's q_proj holds [query | gate] per head.
     let q_head_width = if c.arch == Arch::Qwen3Next {
@@ -467,25 +462,20 @@ fn attention(gpu: &Gpu, c: &Config, w: &Weights, p: &str) -> Result<AttentionWei
         qkv: stacked(
             gpu,
             &[
-                (format!("{p}.q_proj.weight"), c.num_heads * q_head_width),
-                (format!("{p}.k_proj.weight"), c.num_kv_heads * hd),
-                (format!("{p}.v_proj.weight"), c.num_kv_heads * hd),
+                (names::weight(&p.q_proj()), c.num_heads * q_head_width),
+                (names::weight(&p.k_proj()), c.num_kv_heads * hd),
+                (names::weight(&p.v_proj()), c.num_kv_heads * hd),
             ],
             h,
             w,
         )?,
-        q_norm: norm(gpu, w, &format!("{p}.q_norm.weight"), hd)?,
-        k_norm: norm(gpu, w, &format!("{p}.k_norm.weight"), hd)?,
-        o_proj: stacked(
-            gpu,
-            &[(format!("{p}.o_proj.weight"), h)],
-            c.num_heads * hd,
-            w,
-        )?,
+        q_norm: norm(gpu, w, &p.q_norm(), hd)?,
+        k_norm: norm(gpu, w, &p.k_norm(), hd)?,
+        o_proj: stacked(gpu, &[(names::weight(&p.o_proj()), h)], c.num_heads * hd, w)?,
     })
 }
 
-fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, CudaError> {
+fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &names::Mlp) -> Result<MoeWeights, CudaError> {
     let m = config
         .moe
         .as_ref()
@@ -496,36 +486,32 @@ fn moe(gpu: &Gpu, config: &Config, w: &Weights, p: &str) -> Result<MoeWeights, C
         m.expert_intermediate,
         m.shared_expert_intermediate,
     );
-    let mut front = vec![(format!("{p}.gate.weight"), e)];
+    let shared = p.shared_expert();
+    let mut front = vec![(names::weight(&p.router()), e)];
     if is > 0 {
         front.extend([
-            (format!("{p}.shared_expert_gate.weight"), 1),
-            (format!("{p}.shared_expert.gate_proj.weight"), is),
-            (format!("{p}.shared_expert.up_proj.weight"), is),
+            (names::weight(&p.shared_expert_gate()), 1),
+            (names::weight(&shared.gate_proj()), is),
+            (names::weight(&shared.up_proj()), is),
         ]);
     }
     let front = stacked(gpu, &front, h, w)?;
     let shared_down = if is > 0 {
         Some(stacked(
             gpu,
-            &[(format!("{p}.shared_expert.down_proj.weight"), h)],
+            &[(names::weight(&shared.down_proj()), h)],
             is,
             w,
         )?)
     } else {
         None
     };
-    let fused = format!("{p}.experts.gate_up_proj");
-    let first_gate = format!("{p}.experts.0.gate_proj.weight");
+    let fused = p.fused_gate_up();
+    let first_gate = names::weight(&p.expert(0).gate_proj());
     let (gate_up, down) = if w.contains(&fused) {
         (
             MatrixValues::Bf16(upload_bf16(gpu, w, &fused, &[e, 2 * i, h])?),
-            MatrixValues::Bf16(upload_bf16(
-                gpu,
-                w,
-                &format!("{p}.experts.down_proj"),
-                &[e, h, i],
-            )?),
+            MatrixValues::Bf16(upload_bf16(gpu, w, &p.fused_down(), &[e, h, i])?),
         )
     } else if w.is_fp8(&first_gate) {
         fp8_experts(gpu, config, w, p, shared_down.as_ref())?
@@ -560,7 +546,7 @@ fn bf16_experts(
     gpu: &Gpu,
     config: &Config,
     w: &Weights,
-    p: &str,
+    p: &names::Mlp,
 ) -> Result<(MatrixValues, MatrixValues), CudaError> {
     use rayon::prelude::*;
     let m = config
@@ -576,11 +562,11 @@ fn bf16_experts(
             .clone()
             .into_par_iter()
             .map(|x| {
-                let q = format!("{p}.experts.{x}");
+                let q = p.expert(x);
                 Ok([
-                    bf16_tensor(w, &format!("{q}.gate_proj.weight"), &[i, h])?,
-                    bf16_tensor(w, &format!("{q}.up_proj.weight"), &[i, h])?,
-                    bf16_tensor(w, &format!("{q}.down_proj.weight"), &[h, i])?,
+                    bf16_tensor(w, &names::weight(&q.gate_proj()), &[i, h])?,
+                    bf16_tensor(w, &names::weight(&q.up_proj()), &[i, h])?,
+                    bf16_tensor(w, &names::weight(&q.down_proj()), &[h, i])?,
                 ])
             })
             .collect::<Result<Vec<_>, CudaError>>()?;
@@ -600,7 +586,7 @@ fn fp8_experts(
     gpu: &Gpu,
     config: &Config,
     w: &Weights,
-    p: &str,
+    p: &names::Mlp,
     shared_down: Option<&Matrix>,
 ) -> Result<(MatrixValues, MatrixValues), CudaError> {
     use rayon::prelude::*;
@@ -619,7 +605,7 @@ fn fp8_experts(
             .clone()
             .into_par_iter()
             .map(|x| {
-                let q = format!("{p}.experts.{x}");
+                let q = p.expert(x);
                 let take = |name: String, shape: [usize; 2]| match w.fp8_matrix(&name, &shape)? {
                     Some(f) => Ok(f),
                     None => Err(CudaError::Unsupported(format!(
@@ -627,9 +613,9 @@ fn fp8_experts(
                     ))),
                 };
                 Ok([
-                    take(format!("{q}.gate_proj.weight"), [i, h])?,
-                    take(format!("{q}.up_proj.weight"), [i, h])?,
-                    take(format!("{q}.down_proj.weight"), [h, i])?,
+                    take(names::weight(&q.gate_proj()), [i, h])?,
+                    take(names::weight(&q.up_proj()), [i, h])?,
+                    take(names::weight(&q.down_proj()), [h, i])?,
                 ])
             })
             .collect::<Result<Vec<_>, CudaError>>()?;

@@ -1,7 +1,8 @@
 //! The checkpoint a [`Config`] describes, as data: every tensor's name (as Qwen publishes its
-//! checkpoints on Hugging Face), shape, and what kind of values it holds.
+//! checkpoints on Hugging Face, spelled once in [`names`]), shape, and what kind of values it
+//! holds.
 //!
-//! Both backends fetch exactly these tensors (the tests check the schema against the fixture
+//! Both backends fetch exactly these tensors, by these names (the tests check the schema against the fixture
 //! checkpoints made by transformers), so one list serves what needs the checkpoint without its
 //! files: dummy weights of the real shapes (`--load-format dummy`, see
 //! [`crate::Weights::dummy`]) and the bytes a checkpoint will take.
@@ -41,6 +42,178 @@ pub struct TensorSpec {
     pub init: Init,
 }
 
+/// The checkpoint's tensor names, spelled once: both backends' loaders and
+/// [`checkpoint_tensors`] read them from here (as Qwen publishes its checkpoints on Hugging Face).
+/// A linear layer is named by its prefix: its tensors are [`names::weight`] and [`names::bias`]
+/// of it.
+pub mod names {
+    pub const EMBED: &str = "model.embed_tokens.weight";
+    pub const FINAL_NORM: &str = "model.norm.weight";
+    pub const LM_HEAD: &str = "lm_head.weight";
+    /// The MTP head's projection of [embedding | hidden] (a linear layer).
+    pub const MTP_FC: &str = "mtp.fc";
+    pub const MTP_PRE_FC_NORM_EMBEDDING: &str = "mtp.pre_fc_norm_embedding.weight";
+    pub const MTP_PRE_FC_NORM_HIDDEN: &str = "mtp.pre_fc_norm_hidden.weight";
+    pub const MTP_FINAL_NORM: &str = "mtp.norm.weight";
+
+    /// A linear layer's weight.
+    pub fn weight(linear: &str) -> String {
+        format!("{linear}.weight")
+    }
+
+    /// A linear layer's bias (Qwen3 models with `attention_bias`).
+    pub fn bias(linear: &str) -> String {
+        format!("{linear}.bias")
+    }
+
+    /// A prefix is shown as itself (errors name the part of the checkpoint they are about).
+    macro_rules! shown_as_prefix {
+        ($($t:ty),*) => {$(
+            impl std::fmt::Display for $t {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str(&self.0)
+                }
+            }
+        )*};
+    }
+    shown_as_prefix!(Layer, Attention, DeltaNet, Mlp);
+
+    /// One decoder layer: `model.layers.{i}`, or the MTP head's `mtp.layers.0`.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Layer(String);
+
+    impl Layer {
+        pub fn main(index: usize) -> Layer {
+            Layer(format!("model.layers.{index}"))
+        }
+
+        pub fn mtp() -> Layer {
+            Layer("mtp.layers.0".into())
+        }
+
+        pub fn input_norm(&self) -> String {
+            format!("{}.input_layernorm.weight", self.0)
+        }
+
+        pub fn post_attention_norm(&self) -> String {
+            format!("{}.post_attention_layernorm.weight", self.0)
+        }
+
+        /// Full attention (Qwen3's, or Qwen3-Next's gated one).
+        pub fn attention(&self) -> Attention {
+            Attention(format!("{}.self_attn", self.0))
+        }
+
+        /// Gated DeltaNet (Qwen3-Next's linear attention).
+        pub fn deltanet(&self) -> DeltaNet {
+            DeltaNet(format!("{}.linear_attn", self.0))
+        }
+
+        /// The MLP: dense, or a sparse MoE.
+        pub fn mlp(&self) -> Mlp {
+            Mlp(format!("{}.mlp", self.0))
+        }
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Attention(String);
+
+    impl Attention {
+        /// Linear; Qwen3-Next's holds [query | gate] per head.
+        pub fn q_proj(&self) -> String {
+            format!("{}.q_proj", self.0)
+        }
+        pub fn k_proj(&self) -> String {
+            format!("{}.k_proj", self.0)
+        }
+        pub fn v_proj(&self) -> String {
+            format!("{}.v_proj", self.0)
+        }
+        pub fn o_proj(&self) -> String {
+            format!("{}.o_proj", self.0)
+        }
+        pub fn q_norm(&self) -> String {
+            format!("{}.q_norm.weight", self.0)
+        }
+        pub fn k_norm(&self) -> String {
+            format!("{}.k_norm.weight", self.0)
+        }
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct DeltaNet(String);
+
+    impl DeltaNet {
+        /// Linear: [q | k | v | z] grouped per key head.
+        pub fn in_proj_qkvz(&self) -> String {
+            format!("{}.in_proj_qkvz", self.0)
+        }
+        /// Linear: [b | a] grouped per key head.
+        pub fn in_proj_ba(&self) -> String {
+            format!("{}.in_proj_ba", self.0)
+        }
+        pub fn conv1d(&self) -> String {
+            format!("{}.conv1d.weight", self.0)
+        }
+        pub fn a_log(&self) -> String {
+            format!("{}.A_log", self.0)
+        }
+        pub fn dt_bias(&self) -> String {
+            format!("{}.dt_bias", self.0)
+        }
+        pub fn norm(&self) -> String {
+            format!("{}.norm.weight", self.0)
+        }
+        /// Linear.
+        pub fn out_proj(&self) -> String {
+            format!("{}.out_proj", self.0)
+        }
+    }
+
+    /// A dense SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`), or a sparse MoE's router,
+    /// experts and shared expert under the same prefix.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Mlp(String);
+
+    impl Mlp {
+        /// Linear.
+        pub fn gate_proj(&self) -> String {
+            format!("{}.gate_proj", self.0)
+        }
+        /// Linear.
+        pub fn up_proj(&self) -> String {
+            format!("{}.up_proj", self.0)
+        }
+        /// Linear.
+        pub fn down_proj(&self) -> String {
+            format!("{}.down_proj", self.0)
+        }
+        /// The MoE's router (linear, one output per expert).
+        pub fn router(&self) -> String {
+            format!("{}.gate", self.0)
+        }
+        /// Expert `e`, stored one by one.
+        pub fn expert(&self, e: usize) -> Mlp {
+            Mlp(format!("{}.experts.{e}", self.0))
+        }
+        /// Every expert's [gate | up] in one tensor `[E, 2I, H]` (newer transformers).
+        pub fn fused_gate_up(&self) -> String {
+            format!("{}.experts.gate_up_proj", self.0)
+        }
+        /// Every expert's down projection in one tensor `[E, H, I]` (newer transformers).
+        pub fn fused_down(&self) -> String {
+            format!("{}.experts.down_proj", self.0)
+        }
+        pub fn shared_expert(&self) -> Mlp {
+            Mlp(format!("{}.shared_expert", self.0))
+        }
+        /// The shared expert's gate (linear, one output).
+        pub fn shared_expert_gate(&self) -> String {
+            format!("{}.shared_expert_gate", self.0)
+        }
+    }
+}
+
 /// What the names of the MTP head's tensors start with.
 pub const MTP_PREFIX: &str = "mtp.";
 
@@ -64,70 +237,60 @@ pub fn checkpoint_tensors(config: &Config, with_mtp: bool) -> Vec<TensorSpec> {
     };
     let mut push =
         |name: String, shape: Vec<usize>, init: Init| out.push(TensorSpec { name, shape, init });
-    push(
-        "model.embed_tokens.weight".into(),
-        vec![v, h],
-        Init::Matrix { fan_in: h },
-    );
+    push(names::EMBED.into(), vec![v, h], Init::Matrix { fan_in: h });
     for i in 0..config.num_layers {
-        let p = format!("model.layers.{i}");
-        push(format!("{p}.input_layernorm.weight"), vec![h], norm);
-        push(
-            format!("{p}.post_attention_layernorm.weight"),
-            vec![h],
-            norm,
-        );
+        let layer = names::Layer::main(i);
+        push(layer.input_norm(), vec![h], norm);
+        push(layer.post_attention_norm(), vec![h], norm);
         match config.layer_types[i] {
-            LayerKind::FullAttention => attention(config, &format!("{p}.self_attn"), &mut push),
-            LayerKind::LinearAttention => deltanet(config, &format!("{p}.linear_attn"), &mut push),
+            LayerKind::FullAttention => attention(config, &layer.attention(), &mut push),
+            LayerKind::LinearAttention => deltanet(config, &layer.deltanet(), &mut push),
         }
         if config.moe_layers[i] {
-            moe(config, &format!("{p}.mlp"), &mut push);
+            moe(config, &layer.mlp(), &mut push);
         } else {
-            dense_mlp(h, config.intermediate_size, &format!("{p}.mlp"), &mut push);
+            dense_mlp(h, config.intermediate_size, &layer.mlp(), &mut push);
         }
     }
-    push("model.norm.weight".into(), vec![h], norm);
+    push(names::FINAL_NORM.into(), vec![h], norm);
     if !config.tie_word_embeddings {
         push(
-            "lm_head.weight".into(),
+            names::LM_HEAD.into(),
             vec![v, h],
             Init::Matrix { fan_in: h },
         );
     }
     if with_mtp {
-        push(
-            MTP_MARKER.into(),
-            vec![h, 2 * h],
-            Init::Matrix { fan_in: 2 * h },
-        );
-        push("mtp.pre_fc_norm_embedding.weight".into(), vec![h], norm);
-        push("mtp.pre_fc_norm_hidden.weight".into(), vec![h], norm);
-        push("mtp.layers.0.input_layernorm.weight".into(), vec![h], norm);
-        push(
-            "mtp.layers.0.post_attention_layernorm.weight".into(),
-            vec![h],
-            norm,
-        );
-        attention(config, "mtp.layers.0.self_attn", &mut push);
+        linear(&mut push, names::MTP_FC, h, 2 * h);
+        push(names::MTP_PRE_FC_NORM_EMBEDDING.into(), vec![h], norm);
+        push(names::MTP_PRE_FC_NORM_HIDDEN.into(), vec![h], norm);
+        let layer = names::Layer::mtp();
+        push(layer.input_norm(), vec![h], norm);
+        push(layer.post_attention_norm(), vec![h], norm);
+        attention(config, &layer.attention(), &mut push);
         if config.moe.is_some() {
-            moe(config, "mtp.layers.0.mlp", &mut push);
+            moe(config, &layer.mlp(), &mut push);
         } else {
-            dense_mlp(h, config.intermediate_size, "mtp.layers.0.mlp", &mut push);
+            dense_mlp(h, config.intermediate_size, &layer.mlp(), &mut push);
         }
-        push("mtp.norm.weight".into(), vec![h], norm);
+        push(names::MTP_FINAL_NORM.into(), vec![h], norm);
     }
     out
 }
 
 type Push<'a> = dyn FnMut(String, Vec<usize>, Init) + 'a;
 
-fn linear(push: &mut Push<'_>, name: String, out: usize, inp: usize) {
-    push(name, vec![out, inp], Init::Matrix { fan_in: inp });
+/// The weight `[out, inp]` of the linear layer `name`.
+fn linear(push: &mut Push<'_>, name: &str, out: usize, inp: usize) {
+    push(
+        names::weight(name),
+        vec![out, inp],
+        Init::Matrix { fan_in: inp },
+    );
 }
 
 /// Full attention: Qwen3's, or Qwen3-Next's gated one (q_proj holds [query | gate] per head).
-fn attention(config: &Config, p: &str, push: &mut Push<'_>) {
+fn attention(config: &Config, a: &names::Attention, push: &mut Push<'_>) {
     let (h, hd) = (config.hidden_size, config.head_dim);
     let q_width = match config.arch {
         Arch::Qwen3 => 1,
@@ -136,26 +299,26 @@ fn attention(config: &Config, p: &str, push: &mut Push<'_>) {
         * hd;
     let kv_width = config.num_kv_heads * hd;
     for (proj, width) in [
-        ("q_proj", q_width),
-        ("k_proj", kv_width),
-        ("v_proj", kv_width),
+        (a.q_proj(), q_width),
+        (a.k_proj(), kv_width),
+        (a.v_proj(), kv_width),
     ] {
-        linear(push, format!("{p}.{proj}.weight"), width, h);
+        linear(push, &proj, width, h);
         if config.attention_bias {
-            push(format!("{p}.{proj}.bias"), vec![width], Init::Bias);
+            push(names::bias(&proj), vec![width], Init::Bias);
         }
     }
-    linear(push, format!("{p}.o_proj.weight"), h, config.num_heads * hd);
+    linear(push, &a.o_proj(), h, config.num_heads * hd);
     let norm = match config.arch {
         Arch::Qwen3 => Init::NormOne,
         Arch::Qwen3Next => Init::NormZero,
     };
-    push(format!("{p}.q_norm.weight"), vec![hd], norm);
-    push(format!("{p}.k_norm.weight"), vec![hd], norm);
+    push(a.q_norm(), vec![hd], norm);
+    push(a.k_norm(), vec![hd], norm);
 }
 
 /// Gated DeltaNet (Qwen3-Next's linear attention).
-fn deltanet(config: &Config, p: &str, push: &mut Push<'_>) {
+fn deltanet(config: &Config, d: &names::DeltaNet, push: &mut Push<'_>) {
     let l = config
         .linear
         .as_ref()
@@ -165,57 +328,44 @@ fn deltanet(config: &Config, p: &str, push: &mut Push<'_>) {
         l.num_key_heads * l.key_head_dim,
         l.num_value_heads * l.value_head_dim,
     );
-    linear(push, format!("{p}.in_proj_qkvz.weight"), 2 * qk + 2 * vw, h);
-    linear(
-        push,
-        format!("{p}.in_proj_ba.weight"),
-        2 * l.num_value_heads,
-        h,
-    );
+    linear(push, &d.in_proj_qkvz(), 2 * qk + 2 * vw, h);
+    linear(push, &d.in_proj_ba(), 2 * l.num_value_heads, h);
     push(
-        format!("{p}.conv1d.weight"),
+        d.conv1d(),
         vec![l.conv_channels(), 1, l.conv_kernel],
         Init::Conv {
             kernel: l.conv_kernel,
         },
     );
-    push(format!("{p}.A_log"), vec![l.num_value_heads], Init::ALog);
-    push(
-        format!("{p}.dt_bias"),
-        vec![l.num_value_heads],
-        Init::DtBias,
-    );
-    push(
-        format!("{p}.norm.weight"),
-        vec![l.value_head_dim],
-        Init::NormOne,
-    );
-    linear(push, format!("{p}.out_proj.weight"), h, vw);
+    push(d.a_log(), vec![l.num_value_heads], Init::ALog);
+    push(d.dt_bias(), vec![l.num_value_heads], Init::DtBias);
+    push(d.norm(), vec![l.value_head_dim], Init::NormOne);
+    linear(push, &d.out_proj(), h, vw);
 }
 
 /// A SwiGLU MLP of `width` units.
-fn dense_mlp(h: usize, width: usize, p: &str, push: &mut Push<'_>) {
-    linear(push, format!("{p}.gate_proj.weight"), width, h);
-    linear(push, format!("{p}.up_proj.weight"), width, h);
-    linear(push, format!("{p}.down_proj.weight"), h, width);
+fn dense_mlp(h: usize, width: usize, m: &names::Mlp, push: &mut Push<'_>) {
+    linear(push, &m.gate_proj(), width, h);
+    linear(push, &m.up_proj(), width, h);
+    linear(push, &m.down_proj(), h, width);
 }
 
 /// The sparse MoE: router, experts one by one, and the shared expert with its gate.
-fn moe(config: &Config, p: &str, push: &mut Push<'_>) {
-    let m = config.moe.as_ref().expect("config resolves MoE sizes");
+fn moe(config: &Config, m: &names::Mlp, push: &mut Push<'_>) {
+    let sizes = config.moe.as_ref().expect("config resolves MoE sizes");
     let h = config.hidden_size;
-    linear(push, format!("{p}.gate.weight"), m.num_experts, h);
-    for e in 0..m.num_experts {
-        dense_mlp(h, m.expert_intermediate, &format!("{p}.experts.{e}"), push);
+    linear(push, &m.router(), sizes.num_experts, h);
+    for e in 0..sizes.num_experts {
+        dense_mlp(h, sizes.expert_intermediate, &m.expert(e), push);
     }
-    if m.shared_expert_intermediate > 0 {
+    if sizes.shared_expert_intermediate > 0 {
         dense_mlp(
             h,
-            m.shared_expert_intermediate,
-            &format!("{p}.shared_expert"),
+            sizes.shared_expert_intermediate,
+            &m.shared_expert(),
             push,
         );
-        linear(push, format!("{p}.shared_expert_gate.weight"), 1, h);
+        linear(push, &m.shared_expert_gate(), 1, h);
     }
 }
 
@@ -287,6 +437,11 @@ mod tests {
             assert_eq!(got.len(), specs.len(), "{}: a name twice", dir.display());
             assert_eq!(got, stored(&weights), "{}", dir.display());
         }
+    }
+
+    #[test]
+    fn the_mtp_marker_is_the_mtp_projection_s_weight() {
+        assert_eq!(MTP_MARKER, names::weight(names::MTP_FC));
     }
 
     #[test]

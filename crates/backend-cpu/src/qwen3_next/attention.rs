@@ -15,6 +15,7 @@ use crate::kernels::rope::Rope;
 use crate::layers::{Mixer, Segment};
 use crate::linear::{load_norm, Linear};
 use crate::state::{KvRows, LayerState};
+use model::schema::names;
 use model::{Config, LoadError, Weights};
 use std::ops::Range;
 
@@ -39,23 +40,21 @@ pub(crate) struct KvSpan<'a> {
 }
 
 impl GatedAttention {
-    /// `{prefix}.{q,k,v,o}_proj.weight`, `{prefix}.{q,k}_norm.weight`.
-    pub fn load(w: &Weights, c: &Config, prefix: &str) -> Result<GatedAttention, LoadError> {
+    /// The q, k, v and o projections and the q and k norms of `names`.
+    pub fn load(
+        w: &Weights,
+        c: &Config,
+        names: &names::Attention,
+    ) -> Result<GatedAttention, LoadError> {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(GatedAttention {
-            q_proj: Linear::load(
-                w,
-                &format!("{prefix}.q_proj"),
-                c.num_heads * 2 * hd,
-                h,
-                bias,
-            )?,
-            k_proj: Linear::load(w, &format!("{prefix}.k_proj"), c.num_kv_heads * hd, h, bias)?,
-            v_proj: Linear::load(w, &format!("{prefix}.v_proj"), c.num_kv_heads * hd, h, bias)?,
-            o_proj: Linear::load(w, &format!("{prefix}.o_proj"), h, c.num_heads * hd, false)?,
-            q_norm: load_norm(w, &format!("{prefix}.q_norm.weight"), hd)?,
-            k_norm: load_norm(w, &format!("{prefix}.k_norm.weight"), hd)?,
+            q_proj: Linear::load(w, &names.q_proj(), c.num_heads * 2 * hd, h, bias)?,
+            k_proj: Linear::load(w, &names.k_proj(), c.num_kv_heads * hd, h, bias)?,
+            v_proj: Linear::load(w, &names.v_proj(), c.num_kv_heads * hd, h, bias)?,
+            o_proj: Linear::load(w, &names.o_proj(), h, c.num_heads * hd, false)?,
+            q_norm: load_norm(w, &names.q_norm(), hd)?,
+            k_norm: load_norm(w, &names.k_norm(), hd)?,
             rope: Rope::new(c.rope_theta, c.rotary_dim),
             shape: AttentionShape {
                 heads: c.num_heads,

@@ -28,6 +28,7 @@ pub use moe::SparseMoe;
 pub use mtp::{Draft, DraftStart, MainModel, Mtp, MtpWindow};
 
 use crate::layers::{Mixer, Mlp};
+use model::schema::names;
 use model::{Config, LayerKind, LoadError, Weights};
 
 /// The token mixer of layer `layer`: `model.layers.{layer}.linear_attn.*` (Gated DeltaNet) or
@@ -37,14 +38,10 @@ pub fn build_mixer(
     config: &Config,
     layer: usize,
 ) -> Result<Box<dyn Mixer>, LoadError> {
-    let p = format!("model.layers.{layer}");
+    let names = names::Layer::main(layer);
     Ok(match config.layer_types[layer] {
-        LayerKind::LinearAttention => {
-            Box::new(GatedDeltaNet::load(w, config, &format!("{p}.linear_attn"))?)
-        }
-        LayerKind::FullAttention => {
-            Box::new(GatedAttention::load(w, config, &format!("{p}.self_attn"))?)
-        }
+        LayerKind::LinearAttention => Box::new(GatedDeltaNet::load(w, config, &names.deltanet())?),
+        LayerKind::FullAttention => Box::new(GatedAttention::load(w, config, &names.attention())?),
     })
 }
 
@@ -54,6 +51,6 @@ pub fn build_mlp(w: &Weights, config: &Config, layer: usize) -> Result<Box<dyn M
     Ok(Box::new(SparseMoe::load(
         w,
         config,
-        &format!("model.layers.{layer}.mlp"),
+        &names::Layer::main(layer).mlp(),
     )?))
 }

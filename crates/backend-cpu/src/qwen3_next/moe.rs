@@ -11,6 +11,7 @@ use crate::kernels::activation::{sigmoid, swiglu};
 use crate::kernels::matmul::matmul_rows;
 use crate::layers::Mlp;
 use crate::linear::{DenseMlp, Linear};
+use model::schema::names;
 use model::{Config, LoadError, Tensor, Weights};
 use rayon::prelude::*;
 
@@ -38,40 +39,35 @@ pub struct SparseMoe {
 impl SparseMoe {
     /// `{prefix}.gate.weight`, the experts (either layout), `{prefix}.shared_expert.*`,
     /// `{prefix}.shared_expert_gate.weight`.
-    pub fn load(w: &Weights, config: &Config, prefix: &str) -> Result<SparseMoe, LoadError> {
+    pub fn load(w: &Weights, config: &Config, mlp: &names::Mlp) -> Result<SparseMoe, LoadError> {
         let m = config
             .moe
             .as_ref()
             .expect("a MoE layer needs the MoE config");
         let (h, e, i) = (config.hidden_size, m.num_experts, m.expert_intermediate);
-        let fused = format!("{prefix}.experts.gate_up_proj");
+        let fused = mlp.fused_gate_up();
         let experts = if w.contains(&fused) {
             Experts::Fused {
                 gate_up: w.tensor(&fused, &[e, 2 * i, h])?,
-                down: w.tensor(&format!("{prefix}.experts.down_proj"), &[e, h, i])?,
+                down: w.tensor(&mlp.fused_down(), &[e, h, i])?,
             }
         } else {
             Experts::Separate(
                 (0..e)
-                    .map(|x| DenseMlp::load(w, &format!("{prefix}.experts.{x}"), h, i))
+                    .map(|x| DenseMlp::load(w, &mlp.expert(x), h, i))
                     .collect::<Result<_, _>>()?,
             )
         };
         let shared = if m.shared_expert_intermediate > 0 {
             Some((
-                DenseMlp::load(
-                    w,
-                    &format!("{prefix}.shared_expert"),
-                    h,
-                    m.shared_expert_intermediate,
-                )?,
-                Linear::load(w, &format!("{prefix}.shared_expert_gate"), 1, h, false)?,
+                DenseMlp::load(w, &mlp.shared_expert(), h, m.shared_expert_intermediate)?,
+                Linear::load(w, &mlp.shared_expert_gate(), 1, h, false)?,
             ))
         } else {
             None
         };
         Ok(SparseMoe {
-            router: Linear::load(w, &format!("{prefix}.gate"), e, h, false)?,
+            router: Linear::load(w, &mlp.router(), e, h, false)?,
             experts,
             num_experts: e,
             top_k: m.experts_per_token,

@@ -31,6 +31,7 @@ use crate::kernels::norm::{rmsnorm, rmsnorm_in_place, NormKind};
 use crate::layers::Mlp;
 use crate::linear::{load_norm, DenseMlp, Linear};
 use crate::state::{MtpState, MAX_ROLLBACK_WINDOW};
+use model::schema::names;
 use model::schema::MTP_MARKER;
 use model::{Config, LoadError, Weights};
 use std::ops::Range;
@@ -84,26 +85,23 @@ impl Mtp {
         }
         let h = config.hidden_size;
         // The head's layer is a MoE layer when the checkpoint says so (it has a router).
+        let layer = names::Layer::mtp();
+        let mlp_names = layer.mlp();
         let mlp: Box<dyn Mlp> =
-            if w.contains("mtp.layers.0.mlp.gate.weight") && config.moe.is_some() {
-                Box::new(SparseMoe::load(w, config, "mtp.layers.0.mlp")?)
+            if w.contains(&names::weight(&mlp_names.router())) && config.moe.is_some() {
+                Box::new(SparseMoe::load(w, config, &mlp_names)?)
             } else {
-                Box::new(DenseMlp::load(
-                    w,
-                    "mtp.layers.0.mlp",
-                    h,
-                    config.intermediate_size,
-                )?)
+                Box::new(DenseMlp::load(w, &mlp_names, h, config.intermediate_size)?)
             };
         Ok(Some(Mtp {
-            pre_fc_norm_embedding: load_norm(w, "mtp.pre_fc_norm_embedding.weight", h)?,
-            pre_fc_norm_hidden: load_norm(w, "mtp.pre_fc_norm_hidden.weight", h)?,
-            fc: Linear::load(w, "mtp.fc", h, 2 * h, false)?,
-            input_norm: load_norm(w, "mtp.layers.0.input_layernorm.weight", h)?,
-            post_norm: load_norm(w, "mtp.layers.0.post_attention_layernorm.weight", h)?,
-            attn: GatedAttention::load(w, config, "mtp.layers.0.self_attn")?,
+            pre_fc_norm_embedding: load_norm(w, names::MTP_PRE_FC_NORM_EMBEDDING, h)?,
+            pre_fc_norm_hidden: load_norm(w, names::MTP_PRE_FC_NORM_HIDDEN, h)?,
+            fc: Linear::load(w, names::MTP_FC, h, 2 * h, false)?,
+            input_norm: load_norm(w, &layer.input_norm(), h)?,
+            post_norm: load_norm(w, &layer.post_attention_norm(), h)?,
+            attn: GatedAttention::load(w, config, &layer.attention())?,
             mlp,
-            norm: load_norm(w, "mtp.norm.weight", h)?,
+            norm: load_norm(w, names::MTP_FINAL_NORM, h)?,
             hidden: h,
             eps: config.rms_norm_eps as f32,
         }))
