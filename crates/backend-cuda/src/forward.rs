@@ -1,5 +1,5 @@
 //! One round on the GPU: every window's rows through the decoder in one batch, logits of the
-//! wanted rows, and the MTP head fed the pairs each window completed (see [`crate::mtp`]).
+//! wanted rows, and the MTP head fed the pairs each window completed (`mtp_absorb`).
 //!
 //! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
@@ -10,12 +10,14 @@ use crate::kernels::{
     AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
 };
 use crate::model::CudaModel;
-use crate::mtp::{absorb, mtp_meta, MtpMeta};
 use crate::state::Sessions;
 use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
 use lane::{RoundOut, RoundWindow};
+use mtp_absorb::{absorb, mtp_meta, MtpMeta};
 use std::borrow::Cow;
+
+mod mtp_absorb;
 
 /// Activations of one pass, grown with the batch (never shrunk).
 pub struct Scratch {

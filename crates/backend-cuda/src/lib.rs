@@ -11,7 +11,8 @@
 //! - `weights`: the checkpoint's tensors uploaded once (read through the `model` crate).
 //! - `state`: per-session GPU state allocated once (KV rows, linear-attention state and its
 //!   rollback snapshots, the MTP head's rows).
-//! - `forward`: a round (all windows in one batch); `mtp`: the MTP head's absorb and drafting.
+//! - `forward`: a round (all windows in one batch, and what it feeds the MTP head); `mtp`:
+//!   drafting with the MTP head.
 //! - `graphs`: decode-sized rounds and drafts replayed as CUDA graphs (the tiny model is
 //!   launch-bound).
 //! - `target`: [`CudaBackend`] (what `lane::Backend` asks of a backend), and [`CudaTarget`], the

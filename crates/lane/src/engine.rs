@@ -192,7 +192,13 @@ impl<T: Target> Engine<T> {
     /// no session could ever hold its reply, when the queue is full, or when a field is invalid.
     pub fn submit(&mut self, request: Request) -> Result<StreamId, Refusal> {
         let draft = request.draft.unwrap_or(self.config.draft);
-        validate(&request, &self.target, draft, self.config.draft_tokens)?;
+        validate(
+            &request,
+            self.target.vocab_size(),
+            self.target.has_drafter(),
+            draft,
+            self.config.draft_tokens,
+        )?;
         let need = Need {
             prompt_tokens: request.prompt.len() as u64,
             max_new_tokens: request.max_new_tokens,

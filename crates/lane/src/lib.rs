@@ -24,6 +24,7 @@ mod draft_len;
 mod engine;
 mod event;
 pub mod grammar;
+mod mix;
 mod ngram;
 pub mod prompt_cache;
 mod request;

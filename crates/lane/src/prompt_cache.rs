@@ -118,9 +118,9 @@ pub struct PromptCache {
 
 /// The key of `tokens` following the prefix `parent`: SplitMix64's finaliser over the chain.
 fn key_of(parent: Option<Key>, tokens: &[u32]) -> Key {
-    let mut h = crate::sampling::mix64(parent.map_or(0x7072_6f6d_7074, |p| p ^ 0x5bd1_e995));
+    let mut h = crate::mix::mix64(parent.map_or(0x7072_6f6d_7074, |p| p ^ 0x5bd1_e995));
     for &t in tokens {
-        h = crate::sampling::mix64(h ^ u64::from(t));
+        h = crate::mix::mix64(h ^ u64::from(t));
     }
     h
 }

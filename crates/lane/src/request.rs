@@ -1,7 +1,6 @@
 //! What the host asks of the engine, and why the engine may refuse at once.
 
 use crate::grammar::Grammar;
-use crate::target::Target;
 use crate::thinking::ThinkingBudget;
 use slots::{StreamId, MAX_WINDOW};
 
@@ -17,7 +16,7 @@ pub enum DraftMode {
     /// Prompt lookup: the tokens that followed the latest earlier occurrence of the stream's last
     /// few tokens ([`crate::ngram_draft`]).
     Ngram,
-    /// The model's own multi-token-prediction head ([`Target::draft`]).
+    /// The model's own multi-token-prediction head ([`crate::Target::draft`]).
     Mtp,
 }
 
@@ -174,14 +173,16 @@ fn invalid(param: &'static str, message: String) -> Refusal {
     Refusal::Invalid { param, message }
 }
 
-/// Checks every field that the engine would otherwise have to trust.
-pub(crate) fn validate<T: Target>(
+/// Checks every field that the engine would otherwise have to trust, for a target of `vocab`
+/// ids that drafts with an MTP head when `has_drafter`.
+pub(crate) fn validate(
     request: &Request,
-    target: &T,
+    vocab: usize,
+    has_drafter: bool,
     draft: DraftMode,
     draft_tokens: u64,
 ) -> Result<(), Refusal> {
-    let vocab = target.vocab_size() as u64;
+    let vocab = vocab as u64;
     if request.prompt.is_empty() {
         return Err(invalid("prompt", "the prompt has no tokens".into()));
     }
@@ -273,7 +274,7 @@ pub(crate) fn validate<T: Target>(
             ));
         }
     }
-    if draft == DraftMode::Mtp && !target.has_drafter() {
+    if draft == DraftMode::Mtp && !has_drafter {
         return Err(invalid(
             "draft",
             "this model has no MTP head; use `ngram` or `none`".into(),
@@ -286,5 +287,5 @@ pub(crate) fn validate<T: Target>(
 /// The seed of a stream that did not give one: a fixed function of its id, so an unseeded run is
 /// still reproducible on the same engine.
 pub(crate) fn default_seed(stream: StreamId) -> u64 {
-    crate::sampling::mix64(stream.0 ^ 0x6C61_6E65_5F73_6565) // "lane_see"
+    crate::mix::mix64(stream.0 ^ 0x6C61_6E65_5F73_6565) // "lane_see"
 }

@@ -4,7 +4,7 @@ use crate::engine_thread::{SendError, StreamEvent};
 use crate::error::ApiError;
 use crate::reply::{Delta, Ending, LogprobEntry, Reply, ThinkTags};
 use crate::request::{self, GenerateRequest, Input, Prompt};
-use crate::routes::AppState;
+use crate::state::AppState;
 use crate::structured::{self, Tag, Thinking, ToolCall};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -26,7 +26,7 @@ pub enum Shape {
     Chat,
 }
 
-// The body arrives whole: `listen::read_body_in_time` read it within the size limit and the
+// The body arrives whole: `body::read_body_in_time` read it within the size limit and the
 // body timeout (answering 413 or 408 itself) before the handler runs.
 pub async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
     answer(app, body, Shape::Completion).await

@@ -16,6 +16,7 @@
 //! | the live sessions page (`GET /`) and its events | `live.rs`, `live.html` |
 
 pub mod advice;
+mod body;
 pub mod engine_thread;
 pub mod error;
 mod generate;
@@ -26,13 +27,16 @@ mod metrics;
 pub mod reply;
 pub mod request;
 mod routes;
+mod state;
 pub mod structured;
 pub mod text;
 mod text_model;
 
+pub use body::MAX_BODY_BYTES;
 pub use engine_thread::{
     spawn as spawn_engine, spawn_with as spawn_engine_with, EngineHandle, SpawnError,
 };
-pub use listen::{serve, ConnectionLimits, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};
-pub use routes::{router, AppState, MAX_BODY_BYTES};
+pub use listen::serve;
+pub use routes::router;
+pub use state::{AppState, ConnectionLimits, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS};
 pub use text_model::TextModel;

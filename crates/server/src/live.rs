@@ -4,7 +4,7 @@
 //! [`LIVE_INTERVAL`] as server-sent events.
 
 use crate::engine_thread::Snapshot;
-use crate::routes::AppState;
+use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -31,7 +31,7 @@ pub async fn page() -> Html<&'static str> {
 
 /// What the page shows of one snapshot.
 pub fn snapshot_json(model: &str, s: &Snapshot) -> serde_json::Value {
-    let sessions: Vec<_> = s.slots.iter().map(crate::routes::session_json).collect();
+    let sessions: Vec<_> = s.slots.iter().map(session_json).collect();
     json!({
         "model": model,
         "sessions": sessions,
@@ -78,4 +78,16 @@ pub async fn events(State(app): State<AppState>) -> Response {
             tokio_stream::wrappers::ReceiverStream::new(body),
         ))
         .expect("static headers are valid")
+}
+
+/// One session as `/slots` and the live page show it.
+pub(crate) fn session_json(slot: &lane::SlotView) -> serde_json::Value {
+    json!({
+        "id": slot.session.0,
+        "capacity": slot.capacity,
+        "holder": slot.holder.map(|s| s.0),
+        "used_tokens": slot.used_tokens,
+        "cached_tokens": slot.cached_tokens,
+        "state": crate::metrics::state_name(slot.state),
+    })
 }

@@ -1,11 +1,11 @@
 //! The router: endpoints, the API key check, the body limit, and the JSON 404.
 
-use crate::engine_thread::EngineHandle;
+use crate::body::{read_body_in_time, MAX_BODY_BYTES};
 use crate::error::ApiError;
 use crate::generate::{chat_completions, completions};
-use crate::listen::{read_body_in_time, ConnectionLimits};
+use crate::live::session_json;
 use crate::metrics;
-use crate::text_model::TextModel;
+use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
@@ -13,44 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use std::sync::Arc;
-
-/// Largest request body: a prompt of a few hundred thousand tokens of text fits, a runaway upload
-/// does not.
-pub const MAX_BODY_BYTES: usize = 8 << 20;
-
-/// Requests parsed, rendered and tokenised at once at most, per core: that work runs on tokio's
-/// blocking pool (a long prompt takes seconds), and this bound keeps a flood of large bodies from
-/// queueing hundreds of blocking threads; the rest wait their turn without holding a thread.
-pub const PREPARE_PER_CORE: usize = 2;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub engine: EngineHandle,
-    pub text: Arc<dyn TextModel>,
-    /// `--api-key`: when set, every `/v1` request must carry `Authorization: Bearer KEY`.
-    pub api_key: Option<Arc<str>>,
-    /// Permits to prepare a request off the async runtime (see [`PREPARE_PER_CORE`]).
-    pub prepare: Arc<tokio::sync::Semaphore>,
-    /// `--protect-ops`: `/slots`, `/metrics` and `/live/events` need the API key too.
-    pub protect_ops: bool,
-    /// Timeouts and the connection cap `serve` applies.
-    pub limits: ConnectionLimits,
-}
-
-impl AppState {
-    pub fn new(engine: EngineHandle, text: Arc<dyn TextModel>, api_key: Option<Arc<str>>) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        AppState {
-            engine,
-            text,
-            api_key,
-            prepare: Arc::new(tokio::sync::Semaphore::new(PREPARE_PER_CORE * cores)),
-            protect_ops: false,
-            limits: ConnectionLimits::default(),
-        }
-    }
-}
 
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
@@ -174,18 +136,6 @@ async fn slots(State(app): State<AppState>) -> Response {
         "suggested": snapshot.advice,
     }))
     .into_response()
-}
-
-/// One session as `/slots` and the live page show it.
-pub(crate) fn session_json(slot: &lane::SlotView) -> serde_json::Value {
-    json!({
-        "id": slot.session.0,
-        "capacity": slot.capacity,
-        "holder": slot.holder.map(|s| s.0),
-        "used_tokens": slot.used_tokens,
-        "cached_tokens": slot.cached_tokens,
-        "state": crate::metrics::state_name(slot.state),
-    })
 }
 
 async fn method_not_allowed(request: Request) -> Response {
