@@ -109,12 +109,12 @@ impl Backend for CpuBackend {
         }
     }
 
-    /// Runs the windows through the model and answers the logits of their wanted rows, in
-    /// window order, from the kept buffer (greedy tokens are chosen from them by the caller).
     fn rollback_window(&self) -> RollbackWindow {
         self.rollback_window
     }
 
+    /// Runs the windows through the model and answers the logits of their wanted rows, in
+    /// window order, from the kept buffer (greedy tokens are chosen from them by the caller).
     fn forward(
         &mut self,
         windows: &[RoundWindow],
