@@ -1,7 +1,10 @@
 """No import circle inside a crate: within each crate of `crates/`, the top-level modules (a
 file or folder under `src/`) must import one another in one direction only. A module's imports
-are its `crate::NAME` paths in code (comments and `#[cfg(test)]` modules left out: a test may
-reach anywhere); a child module's use of its parent (`super::`) is containment, not a circle.
+are the paths `crate::NAME…` in its code, NAME being a module or an item the crate root
+re-exports from one (`pub use module::{Item, …}`), every name inside `crate::{…}` counted;
+comments and `#[cfg(test)]` modules are left out (a test may reach anywhere; an inline test
+module is taken to end its file, as every one here does), and a child
+module's use of its parent (`super::`) is containment, not a circle.
 
     python3 scripts/check_module_cycles.py      (exit status 1 and the circles found, if any)
 """
@@ -12,7 +15,8 @@ import sys
 
 TEST_MODULE = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
 INLINE_TEST_MODULE = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
-CRATE_PATH = re.compile(r"crate::(?:\{\s*)?(\w+)")
+CRATE_PATH = re.compile(r"crate::(\{[^}]*\}|\w+)")
+REEXPORT = re.compile(r"pub use (\w+)::(\{[^}]*\}|\w+)", re.S)
 
 
 def code_of(text):
@@ -38,9 +42,36 @@ def test_only_paths(src):
     return out
 
 
+def reexports(src):
+    """Item name → the module the crate root re-exports it from."""
+    out = {}
+    for root_file in ("lib.rs", "main.rs"):
+        path = os.path.join(src, root_file)
+        if os.path.exists(path):
+            for module, items in REEXPORT.findall(code_of(open(path, encoding="utf-8").read())):
+                for item in re.findall(r"\w+", items):
+                    out.setdefault(item, module)
+    return out
+
+
+def imported(code, modules, items):
+    """The top-level modules `code` names through `crate::`."""
+    out = set()
+    for path in CRATE_PATH.findall(code):
+        for name in re.findall(r"\w+", path)[:1] if not path.startswith("{") else [
+            n.split("::")[0] for n in re.findall(r"[\w:]+", path)
+        ]:
+            if name in modules:
+                out.add(name)
+            elif name in items:
+                out.add(items[name])
+    return out
+
+
 def graph(src):
     """Top-level module → the top-level modules it imports."""
     tests = test_only_paths(src)
+    items = reexports(src)
     files = {}
     for root, _, names in os.walk(src):
         for name in names:
@@ -57,9 +88,8 @@ def graph(src):
     edges = {m: set() for m in files}
     for module, paths in files.items():
         for path in paths:
-            for target in CRATE_PATH.findall(code_of(open(path, encoding="utf-8").read())):
-                if target != module and target in files:
-                    edges[module].add(target)
+            code = code_of(open(path, encoding="utf-8").read())
+            edges[module] |= imported(code, files, items) - {module}
     return edges
 
 

@@ -24,23 +24,23 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn load(w: &Weights, names: &names::Attention, c: &Config) -> Result<Attention, LoadError> {
+    pub fn load(w: &Weights, a: &names::Attention, c: &Config) -> Result<Attention, LoadError> {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(Attention {
             qkv_proj: FusedLinear::load(
                 w,
                 &[
-                    (names.q_proj(), c.num_heads * hd),
-                    (names.k_proj(), c.num_kv_heads * hd),
-                    (names.v_proj(), c.num_kv_heads * hd),
+                    (a.q_proj(), c.num_heads * hd),
+                    (a.k_proj(), c.num_kv_heads * hd),
+                    (a.v_proj(), c.num_kv_heads * hd),
                 ],
                 h,
                 bias,
             )?,
-            o_proj: Linear::load(w, &names.o_proj(), h, c.num_heads * hd, false)?,
-            q_norm: load_norm(w, &names.q_norm(), hd)?,
-            k_norm: load_norm(w, &names.k_norm(), hd)?,
+            o_proj: Linear::load(w, &a.o_proj(), h, c.num_heads * hd, false)?,
+            q_norm: load_norm(w, &a.q_norm(), hd)?,
+            k_norm: load_norm(w, &a.k_norm(), hd)?,
             rope: Rope::new(c.rope_theta, c.rotary_dim),
             shape: AttentionShape {
                 heads: c.num_heads,

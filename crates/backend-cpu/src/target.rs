@@ -174,7 +174,7 @@ impl Backend for CpuBackend {
 
     /// Every start's chain in one pass of the head per step ([`crate::qwen3_next::Mtp::draft_batch`]),
     /// on a pool worker as the forward (the head's parallel calls then never park this thread).
-    fn draft(&mut self, starts: &[lane::DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+    fn draft(&mut self, starts: &[lane::DraftChain]) -> Result<Vec<Vec<u32>>, BackendError> {
         let mtp = self
             .model
             .mtp

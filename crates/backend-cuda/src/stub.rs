@@ -1,7 +1,7 @@
 //! Without the `cuda` feature: the same entry points, each saying how to get the real ones.
 
 use crate::CudaError;
-use lane::{Backend, BackendError, BackendTarget, DraftStart, RoundOut, RoundWindow, SessionView};
+use lane::{Backend, BackendError, BackendTarget, DraftChain, RoundOut, RoundWindow, SessionView};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ impl Backend for CudaBackend {
         match self.never {}
     }
 
-    fn draft(&mut self, _: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+    fn draft(&mut self, _: &[DraftChain]) -> Result<Vec<Vec<u32>>, BackendError> {
         match self.never {}
     }
 

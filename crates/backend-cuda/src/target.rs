@@ -179,7 +179,7 @@ impl Backend for CudaBackend {
     /// most asked ride along for the extra steps when their session has room (the extra rows of
     /// the head's cache are past what they keep and are written again before they are read):
     /// one pass length, one CUDA graph; the others get a pass of their own.
-    fn draft(&mut self, starts: &[lane::DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
+    fn draft(&mut self, starts: &[lane::DraftChain]) -> Result<Vec<Vec<u32>>, BackendError> {
         let most = starts.iter().map(|s| s.num_drafts).max().unwrap_or(0);
         // (pass length, start index) of each start.
         let mut passes: Vec<(usize, usize)> = starts

@@ -314,25 +314,25 @@ impl ModelWeights {
         };
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let names = names::Layer::main(i);
+            let named = names::Layer::main(i);
             let mixer = match config.layer_types[i] {
                 LayerKind::LinearAttention => {
-                    MixerWeights::Linear(linear(gpu, config, w, &names.deltanet())?)
+                    MixerWeights::Linear(linear(gpu, config, w, &named.deltanet())?)
                 }
                 LayerKind::FullAttention => {
-                    MixerWeights::Attention(attention(gpu, config, w, &names.attention())?)
+                    MixerWeights::Attention(attention(gpu, config, w, &named.attention())?)
                 }
             };
-            layers.push(layer(gpu, config, w, &names, mixer, config.moe_layers[i])?);
+            layers.push(layer(gpu, config, w, &named, mixer, config.moe_layers[i])?);
         }
         let mtp = if w.contains(MTP_MARKER) {
-            let names = names::Layer::mtp();
-            let mixer = MixerWeights::Attention(attention(gpu, config, w, &names.attention())?);
+            let head = names::Layer::mtp();
+            let mixer = MixerWeights::Attention(attention(gpu, config, w, &head.attention())?);
             Some(MtpWeights {
                 pre_fc_norm_embedding: norm(gpu, w, names::MTP_PRE_FC_NORM_EMBEDDING, h)?,
                 pre_fc_norm_hidden: norm(gpu, w, names::MTP_PRE_FC_NORM_HIDDEN, h)?,
                 fc: stacked(gpu, &[(names::weight(names::MTP_FC), h)], 2 * h, w)?,
-                layer: layer(gpu, config, w, &names, mixer, true)?,
+                layer: layer(gpu, config, w, &head, mixer, true)?,
                 norm: norm(gpu, w, names::MTP_FINAL_NORM, h)?,
             })
         } else {
@@ -358,19 +358,19 @@ fn layer(
     gpu: &Gpu,
     config: &Config,
     w: &Weights,
-    names: &names::Layer,
+    named: &names::Layer,
     mixer: MixerWeights,
     sparse: bool,
 ) -> Result<LayerWeights, CudaError> {
     let h = config.hidden_size;
     let ffn = if sparse {
-        FfnWeights::Moe(moe(gpu, config, w, &names.mlp())?)
+        FfnWeights::Moe(moe(gpu, config, w, &named.mlp())?)
     } else {
-        FfnWeights::Dense(dense_mlp(gpu, config, w, &names.mlp())?)
+        FfnWeights::Dense(dense_mlp(gpu, config, w, &named.mlp())?)
     };
     Ok(LayerWeights {
-        input_norm: norm(gpu, w, &names.input_norm(), h)?,
-        post_norm: norm(gpu, w, &names.post_attention_norm(), h)?,
+        input_norm: norm(gpu, w, &named.input_norm(), h)?,
+        post_norm: norm(gpu, w, &named.post_attention_norm(), h)?,
         mixer,
         ffn,
     })

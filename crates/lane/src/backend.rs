@@ -5,16 +5,19 @@
 //! round, draft from checked starts, roll back, copy, reset, save and restore cache blocks.
 //!
 //! A backend keeps its sessions' lengths itself (its kernels read them) and shows them through
-//! [`Backend::session`]; every decision about whether a call may proceed is made here, once,
-//! from those views, before the backend is asked to touch any state.
+//! [`Backend::session`]; whether a call may proceed is decided here, once, from those views,
+//! before the backend is asked to touch any state. What only the backend's memory knows (which
+//! snapshots a rollback can return to, whether restored blocks fit and follow one another) the
+//! backend checks and reports as a [`StateError`].
 
 use crate::target::{
     check_windows, rows_from_logits, DraftAsk, RollbackWindow, SessionExtent, StateError, Target,
     TargetError, Want, Window, WindowRows,
 };
-use crate::{CacheBlockId, CacheBlocks};
+use crate::CacheBlockId;
 use slots::{MoveFault, SessionId};
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// What a backend shows of one session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,7 +72,7 @@ pub enum RoundOut<'a> {
 /// session's last position and `next_token`; the session has room for `room ≥ num_drafts`
 /// steps (a backend may run more steps than asked, up to `room`, and drop the extra drafts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DraftStart {
+pub struct DraftChain {
     pub session: usize,
     pub next_token: u32,
     pub num_drafts: usize,
@@ -114,12 +117,14 @@ pub trait Backend {
     ) -> Result<RoundOut<'_>, BackendError>;
 
     /// Greedy MTP drafts (argmax over the ids `0..model::draft_vocab`, lowest id on ties) for
-    /// each start, in order: `num_drafts` each, the same as one by one.
-    fn draft(&mut self, starts: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError>;
+    /// each chain, in order: `num_drafts` each, the same as one by one. One answer for the whole
+    /// call: a device failure fails every chain of it (a failed CUDA call leaves its context
+    /// unusable for what follows anyway).
+    fn draft(&mut self, chains: &[DraftChain]) -> Result<Vec<Vec<u32>>, BackendError>;
 
-    /// Returns `session` to `len` positions (`0 < len` < its length, the MTP head holding
+    /// Returns `session` to `len` positions (`len` < its length; the MTP head, if any, holding
     /// `len − 1`): linear-attention state as of `len` from its snapshots, or
-    /// [`StateError::NoSnapshot`].
+    /// [`StateError::NoSnapshot`] where it kept none.
     fn truncate(&mut self, session: usize, len: usize) -> Result<(), BackendError>;
 
     /// Copies all of `from`'s state into `to` (distinct; `to` holds `from`'s length) bit for
@@ -147,6 +152,55 @@ pub trait Backend {
         session: usize,
         blocks: &[&Self::Block],
     ) -> Result<(), BackendError>;
+}
+
+/// The blocks a target keeps for the prompt cache, by the ids the engine hands out (each backend
+/// stores its own kind of block: host copies, device buffers).
+#[derive(Debug)]
+pub struct CacheBlocks<B> {
+    blocks: HashMap<CacheBlockId, B>,
+}
+
+impl<B> Default for CacheBlocks<B> {
+    fn default() -> CacheBlocks<B> {
+        CacheBlocks {
+            blocks: HashMap::new(),
+        }
+    }
+}
+
+impl<B> CacheBlocks<B> {
+    /// Keeps `block` as `id`; an id kept already is refused (the engine never reuses one).
+    pub fn insert(&mut self, id: CacheBlockId, block: B) -> Result<(), TargetError> {
+        if self.blocks.contains_key(&id) {
+            return Err(TargetError::Invalid(format!("{id:?} is kept already")));
+        }
+        self.blocks.insert(id, block);
+        Ok(())
+    }
+
+    /// The blocks of `ids`, in order, or an error naming the first one not kept.
+    pub fn get_all(&self, ids: &[CacheBlockId]) -> Result<Vec<&B>, TargetError> {
+        ids.iter()
+            .map(|id| {
+                self.blocks
+                    .get(id)
+                    .ok_or_else(|| TargetError::Invalid(format!("{id:?} is not cached")))
+            })
+            .collect()
+    }
+
+    pub fn remove(&mut self, id: CacheBlockId) {
+        self.blocks.remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
 }
 
 /// `lane::Target` over any [`Backend`].
@@ -188,19 +242,18 @@ impl<B: Backend> BackendTarget<B> {
 
     /// The engine's guarantees ([`check_windows`]), and every asked session's MTP head in step.
     fn check(&self, windows: &[Window<'_>]) -> Result<(), TargetError> {
-        let views: Vec<SessionView> = (0..self.backend.num_sessions())
-            .map(|s| self.backend.session(s))
-            .collect();
-        let extents: Vec<SessionExtent> = views
-            .iter()
-            .map(|v| SessionExtent {
-                len: v.len,
-                capacity: v.capacity,
+        let extents: Vec<SessionExtent> = (0..self.backend.num_sessions())
+            .map(|s| {
+                let v = self.backend.session(s);
+                SessionExtent {
+                    len: v.len,
+                    capacity: v.capacity,
+                }
             })
             .collect();
         check_windows(windows, &extents, self.backend.vocab_size())?;
         for w in windows {
-            let v = views[w.session.0];
+            let v = self.backend.session(w.session.0);
             if let Some(head) = v.mtp.filter(|h| h.len != v.len) {
                 return Err(out_of_step(w.session, head.len, v.len));
             }
@@ -229,7 +282,9 @@ impl<B: Backend> BackendTarget<B> {
         if head.len != v.len || !v.mtp_holds(v.len - 1) {
             return Err(out_of_step(session, head.len, v.len));
         }
-        // Step s writes the head's row at len − 1 + s.
+        // Step s of a chain writes the head's K/V row at position len − 1 + s (step 0 pairs
+        // h[len − 1] with the token after it, a row the head does not hold yet), so the
+        // session's positions len − 1 .. capacity − 1 bound the steps.
         Ok((v.capacity - (v.len - 1)) as usize)
     }
 }
@@ -331,11 +386,13 @@ impl<B: Backend> Target for BackendTarget<B> {
         self.backend
             .truncate(session.0, len as usize)
             .map_err(|e| match e {
-                BackendError::State(e) => TargetError::Invalid(format!(
-                    "{session}: {e} (this target's sessions roll back windows of at most \
-                     {window} tokens)"
-                )),
-                BackendError::Device(e) => TargetError::Device(e),
+                BackendError::State(e @ StateError::NoSnapshot { .. }) => {
+                    TargetError::Invalid(format!(
+                        "{session}: {e} (this target's sessions roll back windows of at most \
+                         {window} tokens)"
+                    ))
+                }
+                e => reported(session, "", e),
             })
     }
 
@@ -357,12 +414,12 @@ impl<B: Backend> Target for BackendTarget<B> {
             return asks.iter().map(|_| Ok(Vec::new())).collect();
         }
         let mut answers: Vec<Result<Vec<u32>, TargetError>> = Vec::with_capacity(asks.len());
-        let (mut starts, mut asked) = (Vec::new(), Vec::new());
+        let (mut chains, mut asked) = (Vec::new(), Vec::new());
         for (k, ask) in asks.iter().enumerate() {
             answers.push(self.draft_room(ask).map(|room| {
                 let num_drafts = ask.num_drafts.min(room);
                 if num_drafts > 0 {
-                    starts.push(DraftStart {
+                    chains.push(DraftChain {
                         session: ask.session.0,
                         next_token: ask.next_token,
                         num_drafts,
@@ -373,13 +430,17 @@ impl<B: Backend> Target for BackendTarget<B> {
                 Vec::new()
             }));
         }
-        if starts.is_empty() {
+        if chains.is_empty() {
             return answers;
         }
-        match self.backend.draft(&starts) {
+        match self.backend.draft(&chains) {
             Ok(drafts) => {
-                debug_assert_eq!(drafts.len(), starts.len(), "one chain per start");
-                for ((k, mut d), s) in asked.into_iter().zip(drafts).zip(&starts) {
+                assert_eq!(
+                    drafts.len(),
+                    chains.len(),
+                    "B1: a backend drafts every chain"
+                );
+                for ((k, mut d), s) in asked.into_iter().zip(drafts).zip(&chains) {
                     d.truncate(s.num_drafts);
                     answers[k] = Ok(d);
                 }
@@ -564,9 +625,9 @@ mod tests {
                 Ok(RoundOut::Logits(Cow::Owned(logits)))
             }
         }
-        fn draft(&mut self, starts: &[DraftStart]) -> Result<Vec<Vec<u32>>, BackendError> {
-            self.calls.push(format!("draft {starts:?}"));
-            Ok(starts.iter().map(|s| vec![7; s.room]).collect())
+        fn draft(&mut self, chains: &[DraftChain]) -> Result<Vec<Vec<u32>>, BackendError> {
+            self.calls.push(format!("draft {chains:?}"));
+            Ok(chains.iter().map(|s| vec![7; s.room]).collect())
         }
         fn truncate(&mut self, session: usize, len: usize) -> Result<(), BackendError> {
             self.calls.push(format!("truncate {session} {len}"));

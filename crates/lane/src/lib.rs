@@ -37,14 +37,15 @@ mod thinking;
 mod views;
 
 pub use backend::{
-    Backend, BackendError, BackendTarget, DraftStart, MtpView, RoundOut, RoundWindow, SessionView,
+    Backend, BackendError, BackendTarget, CacheBlocks, DraftChain, MtpView, RoundOut, RoundWindow,
+    SessionView,
 };
 pub use draft_len::{DraftStats, DEFAULT_DRAFT_COST_PERCENT};
 pub use engine::{ConfigError, Engine, EngineConfig, DEFAULT_PREFILL_CHUNK, DEFAULT_QUEUE_LIMIT};
 pub use event::{Event, FinishReason};
 pub use grammar::{Grammar, GrammarError, GrammarSource, GrammarState, TokenMask};
 pub use ngram::{ngram_draft, NGRAM_LOOKBACK, NGRAM_MAX, NGRAM_MIN};
-pub use prompt_cache::{CacheBlockId, CacheBlocks, PromptCache};
+pub use prompt_cache::{CacheBlockId, PromptCache};
 pub use request::{
     DraftMode, LogitAdjustments, Refusal, Request, SamplingParams, LOGIT_BIAS_MAX, MAX_LOGIT_BIAS,
     MAX_TOP_LOGPROBS, PENALTY_MAX,

@@ -23,57 +23,6 @@ use std::collections::HashMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CacheBlockId(pub u64);
 
-/// The blocks a target keeps for the prompt cache, by the ids the engine hands out (each backend
-/// stores its own kind of block: host copies, device buffers).
-#[derive(Debug)]
-pub struct CacheBlocks<B> {
-    blocks: HashMap<CacheBlockId, B>,
-}
-
-impl<B> Default for CacheBlocks<B> {
-    fn default() -> CacheBlocks<B> {
-        CacheBlocks {
-            blocks: HashMap::new(),
-        }
-    }
-}
-
-impl<B> CacheBlocks<B> {
-    /// Keeps `block` as `id`; an id kept already is refused (the engine never reuses one).
-    pub fn insert(&mut self, id: CacheBlockId, block: B) -> Result<(), crate::TargetError> {
-        if self.blocks.contains_key(&id) {
-            return Err(crate::TargetError::Invalid(format!(
-                "{id:?} is kept already"
-            )));
-        }
-        self.blocks.insert(id, block);
-        Ok(())
-    }
-
-    /// The blocks of `ids`, in order, or an error naming the first one not kept.
-    pub fn get_all(&self, ids: &[CacheBlockId]) -> Result<Vec<&B>, crate::TargetError> {
-        ids.iter()
-            .map(|id| {
-                self.blocks
-                    .get(id)
-                    .ok_or_else(|| crate::TargetError::Invalid(format!("{id:?} is not cached")))
-            })
-            .collect()
-    }
-
-    pub fn remove(&mut self, id: CacheBlockId) {
-        self.blocks.remove(&id);
-    }
-
-    pub fn len(&self) -> usize {
-        self.blocks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
-    }
-}
-
 /// A chain key: a block's tokens and all of its prefix.
 type Key = u64;
 

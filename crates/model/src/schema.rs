@@ -44,6 +44,8 @@ pub struct TensorSpec {
 
 /// The checkpoint's tensor names, spelled once: both backends' loaders and
 /// [`checkpoint_tensors`] read them from here (as Qwen publishes its checkpoints on Hugging Face).
+/// Rules that sort tensors by kind whatever their layer (which dummy weights are FP8, how
+/// tensor parallelism shares them) match parts of these names (`.mlp.gate.weight`, `norm`).
 /// A linear layer is named by its prefix: its tensors are [`names::weight`] and [`names::bias`]
 /// of it.
 pub mod names {

@@ -6,8 +6,10 @@
 //!
 //! | what | where |
 //! |---|---|
-//! | the routes, API key, body limit | `routes.rs` |
-//! | the accept loop: connection cap, timeouts, shutdown | `listen.rs` |
+//! | the routes, API key | `routes.rs` |
+//! | what every handler shares, connection limits and timeouts | `state.rs` |
+//! | request bodies read whole: size and time limits | `body.rs` |
+//! | the accept loop: connection cap, shutdown | `listen.rs` |
 //! | completions and chat, SSE and not | `generate.rs` |
 //! | request bodies checked field by field | [`request`] |
 //! | text from tokens, stop strings | [`text`], `reply.rs` |

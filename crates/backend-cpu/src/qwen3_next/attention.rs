@@ -44,17 +44,17 @@ impl GatedAttention {
     pub fn load(
         w: &Weights,
         c: &Config,
-        names: &names::Attention,
+        a: &names::Attention,
     ) -> Result<GatedAttention, LoadError> {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(GatedAttention {
-            q_proj: Linear::load(w, &names.q_proj(), c.num_heads * 2 * hd, h, bias)?,
-            k_proj: Linear::load(w, &names.k_proj(), c.num_kv_heads * hd, h, bias)?,
-            v_proj: Linear::load(w, &names.v_proj(), c.num_kv_heads * hd, h, bias)?,
-            o_proj: Linear::load(w, &names.o_proj(), h, c.num_heads * hd, false)?,
-            q_norm: load_norm(w, &names.q_norm(), hd)?,
-            k_norm: load_norm(w, &names.k_norm(), hd)?,
+            q_proj: Linear::load(w, &a.q_proj(), c.num_heads * 2 * hd, h, bias)?,
+            k_proj: Linear::load(w, &a.k_proj(), c.num_kv_heads * hd, h, bias)?,
+            v_proj: Linear::load(w, &a.v_proj(), c.num_kv_heads * hd, h, bias)?,
+            o_proj: Linear::load(w, &a.o_proj(), h, c.num_heads * hd, false)?,
+            q_norm: load_norm(w, &a.q_norm(), hd)?,
+            k_norm: load_norm(w, &a.k_norm(), hd)?,
             rope: Rope::new(c.rope_theta, c.rotary_dim),
             shape: AttentionShape {
                 heads: c.num_heads,

@@ -46,12 +46,12 @@ pub struct GatedDeltaNet {
 }
 
 impl GatedDeltaNet {
-    /// `{prefix}.in_proj_qkvz.weight`, `.in_proj_ba.weight`, `.conv1d.weight`, `.dt_bias`,
-    /// `.A_log`, `.norm.weight`, `.out_proj.weight`.
+    /// The layer's projections (`in_proj_qkvz`, `in_proj_ba`, `out_proj`), conv taps, `dt_bias`,
+    /// `A_log` and norm, as `names` calls them.
     pub fn load(
         w: &Weights,
         config: &Config,
-        names: &names::DeltaNet,
+        named: &names::DeltaNet,
     ) -> Result<GatedDeltaNet, LoadError> {
         let d = config
             .linear
@@ -65,25 +65,25 @@ impl GatedDeltaNet {
             d.value_head_dim,
         );
         let c = d.conv_channels();
-        let a_log = w.tensor_mapped(&names.a_log(), &[hv])?.to_f32_vec();
+        let a_log = w.tensor_mapped(&named.a_log(), &[hv])?.to_f32_vec();
         Ok(GatedDeltaNet {
             in_proj_qkvz: Linear::load(
                 w,
-                &names.in_proj_qkvz(),
+                &named.in_proj_qkvz(),
                 2 * hk * dk + 2 * hv * dv,
                 h,
                 false,
             )?,
-            in_proj_ba: Linear::load(w, &names.in_proj_ba(), 2 * hv, h, false)?,
+            in_proj_ba: Linear::load(w, &named.in_proj_ba(), 2 * hv, h, false)?,
             conv: by_tap(
-                &w.tensor_mapped(&names.conv1d(), &[c, 1, d.conv_kernel])?
+                &w.tensor_mapped(&named.conv1d(), &[c, 1, d.conv_kernel])?
                     .to_f32_vec(),
                 d.conv_kernel,
             ),
             neg_a: a_log.iter().map(|a| -a.exp()).collect(),
-            dt_bias: w.tensor_mapped(&names.dt_bias(), &[hv])?.to_f32_vec(),
-            norm: w.tensor_mapped(&names.norm(), &[dv])?.to_f32_vec(),
-            out_proj: Linear::load(w, &names.out_proj(), h, hv * dv, false)?,
+            dt_bias: w.tensor_mapped(&named.dt_bias(), &[hv])?.to_f32_vec(),
+            norm: w.tensor_mapped(&named.norm(), &[dv])?.to_f32_vec(),
+            out_proj: Linear::load(w, &named.out_proj(), h, hv * dv, false)?,
             eps: config.rms_norm_eps as f32,
             dims: d,
         })

@@ -38,10 +38,10 @@ pub fn build_mixer(
     config: &Config,
     layer: usize,
 ) -> Result<Box<dyn Mixer>, LoadError> {
-    let names = names::Layer::main(layer);
+    let named = names::Layer::main(layer);
     Ok(match config.layer_types[layer] {
-        LayerKind::LinearAttention => Box::new(GatedDeltaNet::load(w, config, &names.deltanet())?),
-        LayerKind::FullAttention => Box::new(GatedAttention::load(w, config, &names.attention())?),
+        LayerKind::LinearAttention => Box::new(GatedDeltaNet::load(w, config, &named.deltanet())?),
+        LayerKind::FullAttention => Box::new(GatedAttention::load(w, config, &named.attention())?),
     })
 }
 

@@ -37,8 +37,8 @@ pub struct SparseMoe {
 }
 
 impl SparseMoe {
-    /// `{prefix}.gate.weight`, the experts (either layout), `{prefix}.shared_expert.*`,
-    /// `{prefix}.shared_expert_gate.weight`.
+    /// The router, the experts (either layout), the shared expert and its gate, as `mlp` names
+    /// them.
     pub fn load(w: &Weights, config: &Config, mlp: &names::Mlp) -> Result<SparseMoe, LoadError> {
         let m = config
             .moe

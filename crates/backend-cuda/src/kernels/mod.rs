@@ -75,10 +75,11 @@ const MATMUL_TILED_MIN_BLOCKS: usize = 256;
 /// faster narrow (by 7–25 %), Qwen3-4B's matrices (80 blocks and more) and every matrix at more
 /// rows ran faster wide, by up to 2.7× at 32–48 rows (`matmul_kernel_times`). With the A3B
 /// slice's 2,048-output projections (64 blocks, k = 4,096) narrow, its decode ran 1.6 % and
-/// 1.3 % faster at 1 and 8 streams (bench/RESULTS.md session 14).
+/// 1.3 % faster at 1 and 8 streams (bench/RESULTS.md session 14). Qwen3-1.7B's o and down
+/// projections (2,048 outputs: 64 blocks) follow that rule unmeasured.
 const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
-/// do not change).
+/// do not change); 63 gives the rule before session 14. A value that is not a number leaves 64.
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
