@@ -5,7 +5,7 @@
 use crate::device::{Buf, Gpu};
 use crate::kernels::{fp8_blocks_fit, Fp8Scales};
 use crate::CudaError;
-use model::{Arch, Config, LayerKind, Tensor, TensorData, Weights};
+use model::{Config, LayerKind, Tensor, TensorData, Weights};
 
 use model::schema::{names, MTP_MARKER};
 
@@ -414,13 +414,8 @@ fn linear(
         .as_ref()
         .expect("a qwen3_next config has linear sizes");
     let h = config.hidden_size;
-    let (hk, hv, dk, dv) = (
-        d.num_key_heads,
-        d.num_value_heads,
-        d.key_head_dim,
-        d.value_head_dim,
-    );
-    let qkvz_width = 2 * hk * dk + 2 * hv * dv;
+    let (hv, dv) = (d.num_value_heads, d.value_head_dim);
+    let qkvz_width = d.qkvz_width();
     let a_log = f32_vec(w, &p.a_log(), &[hv])?;
     let neg_a: Vec<f32> = a_log.iter().map(|a| -a.exp()).collect();
     Ok(LinearWeights {
@@ -453,16 +448,12 @@ fn attention(
 ) -> Result<AttentionWeights, CudaError> {
     let (h, hd) = (c.hidden_size, c.head_dim);
     // Qwen3-Next's q_proj holds [query | gate] per head.
-    let q_head_width = if c.arch == Arch::Qwen3Next {
-        2 * hd
-    } else {
-        hd
-    };
+
     Ok(AttentionWeights {
         qkv: stacked(
             gpu,
             &[
-                (names::weight(&p.q_proj()), c.num_heads * q_head_width),
+                (names::weight(&p.q_proj()), c.q_proj_width()),
                 (names::weight(&p.k_proj()), c.num_kv_heads * hd),
                 (names::weight(&p.v_proj()), c.num_kv_heads * hd),
             ],

@@ -39,7 +39,22 @@ pub struct LinearAttentionConfig {
 impl LinearAttentionConfig {
     /// Channels of the depthwise conv: q, k and v concatenated.
     pub fn conv_channels(&self) -> usize {
-        2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+        2 * self.key_width() + self.value_width()
+    }
+
+    /// Width of q (and of k): every key head.
+    pub fn key_width(&self) -> usize {
+        self.num_key_heads * self.key_head_dim
+    }
+
+    /// Width of v (and of z, and of the mixer's output): every value head.
+    pub fn value_width(&self) -> usize {
+        self.num_value_heads * self.value_head_dim
+    }
+
+    /// Outputs of `in_proj_qkvz`: q, k, v and z.
+    pub fn qkvz_width(&self) -> usize {
+        2 * self.key_width() + 2 * self.value_width()
     }
 }
 
@@ -169,6 +184,16 @@ impl Config {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| format!("not a valid config: {e}"))?;
         raw.resolve()
+    }
+
+    /// Outputs of a full-attention layer's `q_proj`: every query head, and in Qwen3-Next's gated
+    /// attention each head's gate beside it (`[query | gate]` per head).
+    pub fn q_proj_width(&self) -> usize {
+        let per_head = match self.arch {
+            Arch::Qwen3 => self.head_dim,
+            Arch::Qwen3Next => 2 * self.head_dim,
+        };
+        self.num_heads * per_head
     }
 
     pub fn num_attention_layers(&self) -> usize {

@@ -294,14 +294,9 @@ fn linear(push: &mut Push<'_>, name: &str, out: usize, inp: usize) {
 /// Full attention: Qwen3's, or Qwen3-Next's gated one (q_proj holds [query | gate] per head).
 fn attention(config: &Config, a: &names::Attention, push: &mut Push<'_>) {
     let (h, hd) = (config.hidden_size, config.head_dim);
-    let q_width = match config.arch {
-        Arch::Qwen3 => 1,
-        Arch::Qwen3Next => 2,
-    } * config.num_heads
-        * hd;
     let kv_width = config.num_kv_heads * hd;
     for (proj, width) in [
-        (a.q_proj(), q_width),
+        (a.q_proj(), config.q_proj_width()),
         (a.k_proj(), kv_width),
         (a.v_proj(), kv_width),
     ] {
@@ -326,11 +321,7 @@ fn deltanet(config: &Config, d: &names::DeltaNet, push: &mut Push<'_>) {
         .as_ref()
         .expect("config resolves linear sizes for linear layers");
     let h = config.hidden_size;
-    let (qk, vw) = (
-        l.num_key_heads * l.key_head_dim,
-        l.num_value_heads * l.value_head_dim,
-    );
-    linear(push, &d.in_proj_qkvz(), 2 * qk + 2 * vw, h);
+    linear(push, &d.in_proj_qkvz(), l.qkvz_width(), h);
     linear(push, &d.in_proj_ba(), 2 * l.num_value_heads, h);
     push(
         d.conv1d(),
@@ -342,7 +333,7 @@ fn deltanet(config: &Config, d: &names::DeltaNet, push: &mut Push<'_>) {
     push(d.a_log(), vec![l.num_value_heads], Init::ALog);
     push(d.dt_bias(), vec![l.num_value_heads], Init::DtBias);
     push(d.norm(), vec![l.value_head_dim], Init::NormOne);
-    linear(push, &d.out_proj(), h, vw);
+    linear(push, &d.out_proj(), h, l.value_width());
 }
 
 /// A SwiGLU MLP of `width` units.

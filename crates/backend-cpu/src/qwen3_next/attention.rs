@@ -49,7 +49,7 @@ impl GatedAttention {
         let (h, hd) = (c.hidden_size, c.head_dim);
         let bias = c.attention_bias;
         Ok(GatedAttention {
-            q_proj: Linear::load(w, &a.q_proj(), c.num_heads * 2 * hd, h, bias)?,
+            q_proj: Linear::load(w, &a.q_proj(), c.q_proj_width(), h, bias)?,
             k_proj: Linear::load(w, &a.k_proj(), c.num_kv_heads * hd, h, bias)?,
             v_proj: Linear::load(w, &a.v_proj(), c.num_kv_heads * hd, h, bias)?,
             o_proj: Linear::load(w, &a.o_proj(), h, c.num_heads * hd, false)?,

@@ -58,22 +58,11 @@ impl GatedDeltaNet {
             .clone()
             .expect("a qwen3_next config has linear-attention sizes");
         let h = config.hidden_size;
-        let (hk, hv, dk, dv) = (
-            d.num_key_heads,
-            d.num_value_heads,
-            d.key_head_dim,
-            d.value_head_dim,
-        );
+        let (hv, dv) = (d.num_value_heads, d.value_head_dim);
         let c = d.conv_channels();
         let a_log = w.tensor_mapped(&named.a_log(), &[hv])?.to_f32_vec();
         Ok(GatedDeltaNet {
-            in_proj_qkvz: Linear::load(
-                w,
-                &named.in_proj_qkvz(),
-                2 * hk * dk + 2 * hv * dv,
-                h,
-                false,
-            )?,
+            in_proj_qkvz: Linear::load(w, &named.in_proj_qkvz(), d.qkvz_width(), h, false)?,
             in_proj_ba: Linear::load(w, &named.in_proj_ba(), 2 * hv, h, false)?,
             conv: by_tap(
                 &w.tensor_mapped(&named.conv1d(), &[c, 1, d.conv_kernel])?
@@ -83,7 +72,7 @@ impl GatedDeltaNet {
             neg_a: a_log.iter().map(|a| -a.exp()).collect(),
             dt_bias: w.tensor_mapped(&named.dt_bias(), &[hv])?.to_f32_vec(),
             norm: w.tensor_mapped(&named.norm(), &[dv])?.to_f32_vec(),
-            out_proj: Linear::load(w, &named.out_proj(), h, hv * dv, false)?,
+            out_proj: Linear::load(w, &named.out_proj(), h, d.value_width(), false)?,
             eps: config.rms_norm_eps as f32,
             dims: d,
         })
