@@ -2,7 +2,7 @@
 //! every call, the MTP head's bookkeeping, which drafts a session has room for, how a round's
 //! answer is shaped, the prompt-cache blocks and how each failure is reported) over the narrower
 //! [`Backend`] interface, which a backend implements with its kernels and memory: run a checked
-//! round, draft from checked starts, roll back, copy, reset, save and restore cache blocks.
+//! round, draft checked chains, roll back, copy, reset, save and restore cache blocks.
 //!
 //! A backend keeps its sessions' lengths itself (its kernels read them) and shows them through
 //! [`Backend::session`]; whether a call may proceed is decided here, once, from those views,
