@@ -17,6 +17,9 @@ import sys
 from collections import Counter, defaultdict
 
 STEP_START = "embed_rows"
+# Microseconds in one of each unit ncu writes a duration in (it picks the unit per row unless
+# told `--print-units base`).
+MICROSECONDS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
 def launches(path):
@@ -30,8 +33,10 @@ def launches(path):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
         value = float(r["Metric Value"].replace(",", ""))
-        unit = r.get("Metric Unit", "ns")
-        us = value / 1000 if unit == "ns" else value * 1000 if unit == "msecond" else value
+        unit = r.get("Metric Unit", "")
+        if unit not in MICROSECONDS:
+            raise SystemExit(f"{path}: a duration in unknown units {unit!r}")
+        us = value * MICROSECONDS[unit]
         name = r["Kernel Name"].split("(")[0].strip()
         out.append((name, r.get("Grid Size", ""), us))
     return out

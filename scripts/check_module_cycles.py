@@ -58,9 +58,8 @@ def imported(code, modules, items):
     """The top-level modules `code` names through `crate::`."""
     out = set()
     for path in CRATE_PATH.findall(code):
-        for name in re.findall(r"\w+", path)[:1] if not path.startswith("{") else [
-            n.split("::")[0] for n in re.findall(r"[\w:]+", path)
-        ]:
+        # `name` or `{a::b, c, …}`: the first segment of each path.
+        for name in (p.split("::")[0] for p in re.findall(r"[\w:]+", path)):
             if name in modules:
                 out.add(name)
             elif name in items:

@@ -18,8 +18,6 @@ pub type CudaTarget = BackendTarget<CudaBackend>;
 pub struct CudaBackend {
     model: std::sync::Arc<CudaModel>,
     sessions: Sessions,
-    /// Longest window with drafts its sessions can roll back.
-    rollback_window: RollbackWindow,
     scratch: Scratch,
 }
 
@@ -56,7 +54,6 @@ impl CudaBackend {
         Ok(CudaBackend {
             model: model.clone(),
             sessions,
-            rollback_window: window,
             scratch,
         })
     }
@@ -149,7 +146,8 @@ impl Backend for CudaBackend {
     }
 
     fn rollback_window(&self) -> RollbackWindow {
-        self.rollback_window
+        RollbackWindow::of_tokens(self.sessions.rollback)
+            .expect("T1: sessions are made with a RollbackWindow's tokens")
     }
 
     /// With `greedy` the GPU chooses each row's token and only the ids come back; otherwise the
