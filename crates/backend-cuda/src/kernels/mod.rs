@@ -154,6 +154,10 @@ const MOE_TOP_K_MAX: usize = 32;
 const ATT_THREADS: u32 = 512;
 /// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
+/// Blocks (one cluster) of `argmax_rows` a row: a 151,936-logit row read by one block took 18.8
+/// µs of a 1-stream A3B-slice step (one multiprocessor's load rate); eight took 7.0 (ncu,
+/// bench/RESULTS.md session 15). 8 is the largest cluster every sm_90 part runs.
+const ARGMAX_SPLIT: u32 = 8;
 /// Logits a thread of `argmax_rows` loads at once before comparing them (in index order).
 const ARGMAX_BATCH: usize = 8;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
@@ -302,6 +306,7 @@ impl Dims {
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),
+            ("ARGMAX_SPLIT", block(ARGMAX_SPLIT)),
             ("ATT_HEADS", self.heads),
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),
@@ -1232,7 +1237,7 @@ impl Kernels {
         }
         gpu.launch(
             &self.argmax,
-            (rows_u32(rows), 1, 1),
+            (rows_u32(rows), ARGMAX_SPLIT, 1),
             ARGMAX_THREADS,
             &[
                 Arg::Ptr(logits),

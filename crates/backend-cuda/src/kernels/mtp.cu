@@ -35,24 +35,51 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, const int* _
 }
 
 // Greedy choice per row, as lane::sampling::argmax: the largest logit, NaN and −∞ skipped, ties
-// to the lowest id; `none` when no logit qualifies. One block of ARGMAX_THREADS per row.
+// to the lowest id; `none` when no logit qualifies. Grid (rows, ARGMAX_SPLIT) in clusters of a
+// row's ARGMAX_SPLIT blocks: block s takes slice s of the row, then the cluster's first block
+// takes the best of the slices' bests from their shared memory. That choice has one answer
+// whatever the split; one block a row read a 151,936-logit row at one multiprocessor's rate
+// (18.8 µs against 7.0 split in 8, ncu, bench/RESULTS.md session 15).
 
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+// (v, i) beats (bv, bi): a valid id, and a larger logit or the same logit at a lower id.
+__device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
+    return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+}
+
+// This thread's address of shared `p` in block `rank` of the cluster (sm_90 distributed shared
+// memory).
+__device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned rank) {
+    unsigned long long generic = (unsigned long long)p, local;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(generic));
+    unsigned remote;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)local), "r"(rank));
+    return remote;
+}
+
+// Every thread of every block of the cluster waits here; writes to shared memory before it are
+// seen by the cluster's blocks after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+extern "C" __global__ void __cluster_dims__(1, ARGMAX_SPLIT, 1) __launch_bounds__(ARGMAX_THREADS)
 argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__ out) {
     pdl_start();
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ int best_i[ARGMAX_THREADS];
     const float* row = logits + (size_t)blockIdx.x * n;
+    const int slice = (n + ARGMAX_SPLIT - 1) / ARGMAX_SPLIT;
+    const int lo = blockIdx.y * slice, hi = min(n, lo + slice);
     float v = 0.0f;
     int id = -1;
-    // ARGMAX_BATCH loads a thread issued together, then taken in increasing index as before (a
-    // rolled loop waited on each of a 151,936-logit row's 148 loads a thread in turn).
-    for (int base = threadIdx.x; base < n; base += ARGMAX_BATCH * ARGMAX_THREADS) {
+    // ARGMAX_BATCH loads a thread issued together, then taken in increasing index (a rolled loop
+    // waited on each load in turn).
+    for (int base = lo + threadIdx.x; base < hi; base += ARGMAX_BATCH * ARGMAX_THREADS) {
         float xs[ARGMAX_BATCH];
 #pragma unroll
         for (int u = 0; u < ARGMAX_BATCH; u++) {
             const int i = base + u * ARGMAX_THREADS;
-            xs[u] = i < n ? row[i] : -INFINITY;
+            xs[u] = i < hi ? row[i] : -INFINITY;
         }
 #pragma unroll
         for (int u = 0; u < ARGMAX_BATCH; u++) {
@@ -68,13 +95,27 @@ argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__
         if (threadIdx.x < stride) {
             const float ov = best_v[threadIdx.x + stride];
             const int oi = best_i[threadIdx.x + stride];
-            const int mi = best_i[threadIdx.x];
-            if (oi >= 0 && (mi < 0 || ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < mi))) {
+            if (argmax_beats(ov, oi, best_v[threadIdx.x], best_i[threadIdx.x])) {
                 best_v[threadIdx.x] = ov;
                 best_i[threadIdx.x] = oi;
             }
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? none : best_i[0];
+    // Slice s's best sits in best_*[0] of the cluster's block s (its rank: the cluster spans y).
+    cluster_sync();
+    if (blockIdx.y == 0 && threadIdx.x == 0) {
+        float bv = best_v[0];
+        int bi = best_i[0];
+        for (unsigned s = 1; s < ARGMAX_SPLIT; s++) {
+            float ov;
+            int oi;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(ov) : "r"(cluster_shared_addr(&best_v[0], s)));
+            asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(oi) : "r"(cluster_shared_addr(&best_i[0], s)));
+            if (argmax_beats(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        out[blockIdx.x] = bi < 0 ? none : bi;
+    }
+    // No block leaves (and frees its shared memory) before the first one has read it.
+    cluster_sync();
 }

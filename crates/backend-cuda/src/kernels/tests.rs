@@ -485,7 +485,17 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let n = 1 + rng.below(9000);
+    // Rows shorter than the blocks a row is split over, and Qwen3's vocabulary.
+    for n in [
+        1 + rng.below(9000),
+        1 + rng.below(8),
+        151_936 - rng.below(100),
+    ] {
+        argmax_case(&gpu, &k, &mut rng, seed, n);
+    }
+}
+
+fn argmax_case(gpu: &Gpu, k: &Kernels, rng: &mut Rng, seed: u64, n: usize) {
     // Few distinct values, so ties are common; NaN and infinities sprinkled in.
     let mut rows: Vec<Vec<f32>> = (0..6)
         .map(|_| (0..n).map(|_| (rng.below(7) as f32) - 3.0).collect())
@@ -499,15 +509,15 @@ fn argmax_chooses_as_lanes_greedy_sampling() {
     rows[1][rng.below(n as u64)] = f32::INFINITY;
     rows[2].iter_mut().for_each(|v| *v = f32::NAN);
     let flat: Vec<f32> = rows.concat();
-    let logits = Buf::from_host(&gpu, &flat).unwrap();
-    let out = Buf::<i32>::zeros(&gpu, rows.len()).unwrap();
+    let logits = Buf::from_host(gpu, &flat).unwrap();
+    let out = Buf::<i32>::zeros(gpu, rows.len()).unwrap();
     for none in [0, -1] {
-        k.argmax(&gpu, logits.at(0), rows.len(), n, out.at(0), none)
+        k.argmax(gpu, logits.at(0), rows.len(), n, out.at(0), none)
             .unwrap();
-        let got = out.read(&gpu, rows.len()).unwrap();
+        let got = out.read(gpu, rows.len()).unwrap();
         for (r, row) in rows.iter().enumerate() {
             let want = lane::sampling::argmax(row).map_or(none, |id| id as i32);
-            assert_eq!(got[r], want, "seed {seed} row {r} (none = {none})");
+            assert_eq!(got[r], want, "seed {seed} n {n} row {r} (none = {none})");
         }
     }
 }
