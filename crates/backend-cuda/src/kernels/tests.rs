@@ -1128,3 +1128,28 @@ fn matmul_kernel_times() {
         }
     }
 }
+
+/// Not a test: writes the kernel source of the default model and of the A3B-slice and Qwen3-4B
+/// shapes (bench/shapes) into the folder `FLASHLANE_KERNEL_SOURCES` names, so that
+/// `tools/cuda_check.py` can compile them with NVRTC and ptxas on a machine without a GPU
+/// (`--ignored write_kernel_sources`).
+#[test]
+#[ignore]
+fn write_kernel_sources() {
+    let out = std::path::PathBuf::from(
+        std::env::var("FLASHLANE_KERNEL_SOURCES").expect("FLASHLANE_KERNEL_SOURCES: a folder"),
+    );
+    std::fs::create_dir_all(&out).expect("the sources' folder");
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (name, dir) in [
+        ("flashlane-tiny", root.join("models/flashlane-tiny")),
+        ("qwen3-next-a3b-slice", root.join("bench/shapes/qwen3-next-a3b-slice")),
+        ("qwen3-4b", root.join("bench/shapes/qwen3-4b")),
+    ] {
+        let config = Config::from_dir(&dir).expect("config");
+        let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+        let path = out.join(format!("{name}.cu"));
+        std::fs::write(&path, dims.source()).expect("write the source");
+        println!("{}", path.display());
+    }
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Compiles flashlane's CUDA kernels for sm_90 off the GPU machine, as the CUDA backend does
+(NVRTC to PTX), then assembles the PTX with ptxas to report each kernel's registers, spills and
+shared memory. A compile error shows here in seconds instead of in a device call.
+
+    pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12      (once)
+    FLASHLANE_KERNEL_SOURCES=/tmp/ksrc cargo test -p backend-cuda --features cuda --lib \
+        -- --ignored write_kernel_sources
+    python3 tools/cuda_check/cuda_check.py /tmp/ksrc/*.cu [--kernel NAME_PART]
+
+Tooling only: nothing in the serving path runs Python."""
+import argparse
+import ctypes
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def find(pattern):
+    """The first file matching `pattern` under the Python installation's nvidia packages."""
+    for base in sys.path:
+        hits = sorted(glob.glob(os.path.join(base, "nvidia", pattern)))
+        if hits:
+            return hits[0]
+    extra = os.environ.get("FLASHLANE_CUDA_WHEELS")
+    if extra:
+        hits = sorted(glob.glob(os.path.join(extra, "nvidia", pattern)))
+        if hits:
+            return hits[0]
+    sys.exit(f"cuda_check: nvidia/{pattern} not found: pip install nvidia-cuda-nvrtc-cu12 "
+             "nvidia-cuda-nvcc-cu12 (or point FLASHLANE_CUDA_WHEELS at where they are unpacked)")
+
+
+def compile_ptx(nvrtc, source, name):
+    prog = ctypes.c_void_p()
+    rc = nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
+    if rc != 0:
+        sys.exit(f"{name}: nvrtcCreateProgram failed ({rc})")
+    # The options of the backend's compile: only the architecture.
+    opts = [b"--gpu-architecture=sm_90"]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    if rc != 0:
+        print(log.value.decode(errors="replace"))
+        sys.exit(f"{name}: NVRTC failed ({rc})")
+    nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    return ptx.value.decode()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sources", nargs="+", help="kernel sources written by write_kernel_sources")
+    ap.add_argument("--kernel", default="", help="report only kernels whose name contains this")
+    args = ap.parse_args()
+    lib = find("cuda_nvrtc/lib/libnvrtc.so.*[0-9]")
+    nvrtc = ctypes.CDLL(lib)
+    ptxas = find("cuda_nvcc/bin/ptxas")
+    for path in args.sources:
+        name = os.path.basename(path)
+        ptx = compile_ptx(nvrtc, open(path).read(), name)
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx_path = os.path.join(tmp, "k.ptx")
+            open(ptx_path, "w").write(ptx)
+            run = subprocess.run([ptxas, "-arch=sm_90", "-v", ptx_path, "-o", os.path.join(tmp, "k.cubin")],
+                                 capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stderr)
+            sys.exit(f"{name}: ptxas failed")
+        # ptxas -v: "Compiling entry function 'X'" then its "Used N registers, ... smem" lines.
+        kernel = None
+        print(f"== {name}")
+        for line in run.stderr.splitlines():
+            m = re.search(r"Compiling entry function '(\w+)'", line)
+            if m:
+                kernel = m.group(1)
+                continue
+            if kernel and args.kernel in kernel and ("Used" in line or "spill" in line):
+                print(f"  {kernel:28} {line.split('info    :')[-1].strip()}")
+
+
+if __name__ == "__main__":
+    main()
