@@ -147,6 +147,11 @@ const MOE_COMBINE_THREADS: u32 = 256;
 /// memory (4 warps × E floats) and `moe_group` three counters per expert, under the 48 KiB a
 /// block has without opting in (Qwen3-Next has 512).
 const MOE_EXPERTS_MAX: usize = 1024;
+/// Compares a thread of the MoE routers may make to rank every expert of their rows against
+/// every other (`route_rows`): a 1-stream step's 128 experts on 1,024 threads are 16 each, and its
+/// routing took 6.6 µs against 7.5 by rounds of warp-wide maxima; 8 rows (128 a thread) and the
+/// 4-row blocks of many rows (512) ran 4 % slower than by rounds (bench/RESULTS.md session 15).
+const MOE_RANK_COMPARES: usize = 32;
 /// Most experts a token takes: `moe_route` keeps the k-th choice in lane k of a warp.
 const MOE_TOP_K_MAX: usize = 32;
 /// Threads per (row, head) of `attention_gated`: 16 warps split the keys (a decode row at a few
@@ -302,6 +307,7 @@ impl Dims {
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
+            ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),

@@ -2,10 +2,9 @@
 // the fused projection `mo` = [router logits (E) | shared-expert gate (1) | shared gate_proj
 // (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
 // per layer, or three where the first two and the last two are fused:
-// - `moe_route`: one warp per row: softmax over the experts in f32 (summed lane by lane in a
-//   fixed order),
-//   top-k with ties to the lower index, renormalised when MOE_NORM_TOPK, the k choices in
-//   ascending expert index; and the shared expert's silu(gate)·up.
+// - `moe_route`: softmax over the experts in f32 (a warp a row, summed in a fixed order), top-k
+//   with ties to the lower index (by rank, over the block), renormalised when MOE_NORM_TOPK, the
+//   k choices in ascending expert index; and the shared expert's silu(gate)·up (`route_rows`).
 // - `moe_group`: one block: the (row, slot) pairs sorted by expert (rows ascending within an
 //   expert) and cut into tiles of at most MMA_ROWS pairs of one expert, then the shared expert's
 //   tiles of MMA_ROWS rows.
@@ -26,101 +25,143 @@
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
 // MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
-// MOE_BF16_DEPTH, MOE_FP8_DEPTH (and the matmul's MMA_*).
+// MOE_BF16_DEPTH, MOE_FP8_DEPTH, MOE_RANK_COMPARES (and the matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
-// Experts each lane of a router warp weighs, and shared-expert units it activates.
+// Experts each lane of a router warp weighs.
 #define MOE_PER_LANE ((MOE_E + WARP - 1) / WARP)
-#define MOE_IS_PER_LANE (MOE_IS > 0 ? (MOE_IS + WARP - 1) / WARP : 1)
 
-// One warp routes row r: writes ids and probs [r, K] (ascending expert index) and act_sh [r, IS];
-// `ex` is the warp's MOE_E floats of shared memory.
-__device__ __forceinline__ void route_row(const float* __restrict__ mo, int r, int* __restrict__ ids,
-                                          float* __restrict__ probs, float* __restrict__ act_sh,
-                                          float* ex) {
-    const int lane = threadIdx.x % WARP;
-    const float* logits = mo + (size_t)r * MOE_MO_W;
-    // Every loop over a row below has a compile-time count and is unrolled, so its loads are
-    // issued together: as rolled loops (a load, its use, the branch back) a 1-row call waited on
-    // ~20 memory latencies one after another (15.6 µs under ncu, the third kernel of a 1-stream
-    // A3B token).
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < MOE_PER_LANE; j++)
-        if (lane + j * WARP < MOE_E) mx = fmaxf(mx, logits[lane + j * WARP]);
-    for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
-    // Candidates: e^(l − max) ≥ 0; −1 marks no expert or one taken; a NaN weighs −0.5 (chosen
-    // after every number, so an index is always found).
-    float cand[MOE_PER_LANE];
-#pragma unroll
-    for (int j = 0; j < MOE_PER_LANE; j++) {
-        const int e = lane + j * WARP;
-        cand[j] = -1.0f;
-        if (e < MOE_E) {
-            const float v = expf(logits[e] - mx);
-            ex[e] = v;
-            cand[j] = v != v ? -0.5f : v;
-        }
-    }
-    __syncwarp();
-    // The softmax's sum: each lane its experts in increasing order, then the lanes' sums by a
-    // butterfly (every lane ends with the same bits: each step adds the same two values). A fixed
-    // order that depends on nothing but MOE_E; one lane summing all 512 experts of Qwen3-Next-80B
-    // one after another took a fifth of a 1-stream MoE layer.
+// A candidate's weight in the choice: e^(l − max) ≥ 0, and a NaN weighs −0.5 (chosen after every
+// number, so an index is always found).
+__device__ __forceinline__ float choice_weight(float numerator) {
+    return numerator != numerator ? -0.5f : numerator;
+}
+
+// Routes rows r0 … r0 + n − 1 (n at most the block's warps), every thread of the block calling
+// it: writes ids and probs [r, K] (ascending expert index) and act_sh [r, IS]. `ex` is n · MOE_E
+// floats and `chosen` n · MOE_K ints of shared memory.
+// - Warp w, row r0 + w: the softmax's numerators e^(l − max) and their sum, in f32 (each lane its
+//   experts in increasing order, then the lanes' sums by a fixed butterfly: every lane ends with
+//   the same bits).
+// - The top k, ties to the lower index: for few rows of few experts (n · E² compares at most
+//   MOE_RANK_COMPARES a thread), the whole block by rank: expert e is the k-th choice when
+//   exactly k experts beat it (a larger weight, or the same weight at a lower index). Otherwise
+//   warp w in k rounds of warp-wide maxima, each taking the best left. Both give the same k
+//   experts in the same order (integers, whoever counts them); the rounds kept one warp busy
+//   ~1 µs of a 1-stream step (one row), the ranks cost ~E² compares a row spread over the block.
+// - Warp w again: lane k takes the k-th choice, its probability (renormalised over the k chosen
+//   when MOE_NORM_TOPK, summed most probable first as backend-cpu does), and its place in
+//   ascending expert index (transformers' summation order).
+// - The whole block: the shared expert's silu(gate)·up, an element a thread.
+__device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0, int n, int* __restrict__ ids,
+                                           float* __restrict__ probs, float* __restrict__ act_sh, float* ex,
+                                           int* chosen) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, tid = threadIdx.x;
     float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < MOE_PER_LANE; j++)
-        if (lane + j * WARP < MOE_E) sum += ex[lane + j * WARP];
-    for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
-    // Round k picks the k-th most probable expert; lane k keeps it.
-    int my_id = 0;
-    float my_p = 0.0f;
-    for (int k = 0; k < MOE_K; k++) {
-        float bv = -2.0f;
-        int bi = MOE_E;
-        // A lane's experts ascend with j: strict > keeps the lower index of a tie.
+    if (warp < n) {
+        const float* logits = mo + (size_t)(r0 + warp) * MOE_MO_W;
+        float* exw = ex + warp * MOE_E;
+        // Every loop over a row below has a compile-time count and is unrolled, so its loads are
+        // issued together: as rolled loops (a load, its use, the branch back) a 1-row call waited
+        // on ~20 memory latencies one after another.
+        float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++)
-            if (cand[j] > bv) { bv = cand[j]; bi = lane + j * WARP; }
-        for (int o = WARP / 2; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-            const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+            if (lane + j * WARP < MOE_E) mx = fmaxf(mx, logits[lane + j * WARP]);
+        for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+#pragma unroll
+        for (int j = 0; j < MOE_PER_LANE; j++) {
+            const int e = lane + j * WARP;
+            if (e < MOE_E) exw[e] = expf(logits[e] - mx);
         }
+        __syncwarp();
+        // One lane summing all 512 experts of Qwen3-Next-80B one after another took a fifth of a
+        // 1-stream MoE layer: hence lanes, then the butterfly.
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++)
-            if (lane + j * WARP == bi) cand[j] = -1.0f;
-        if (lane == k) { my_id = bi; my_p = ex[bi] / sum; }
+            if (lane + j * WARP < MOE_E) sum += exw[lane + j * WARP];
+        for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     }
-    if (MOE_NORM_TOPK) {
-        // Summed in the order chosen (most probable first), as backend-cpu does.
-        float s = 0.0f;
-        for (int k = 0; k < MOE_K; k++) s += __shfl_sync(FULL_MASK, my_p, k);
-        my_p /= s;
+    __syncthreads();
+    if (n * MOE_E * MOE_E <= MOE_RANK_COMPARES * (int)blockDim.x) {
+        // `per` consecutive lanes (a power of two up to a warp) count for one candidate, each
+        // over the experts e' ≡ its lane (mod per), then add their counts by shuffles. Every lane
+        // of the block runs the same iterations (a candidate past the end counts for nothing), so
+        // the shuffles always have the whole warp.
+        int per = 1;
+        while (per < WARP && 2 * per * n * MOE_E <= (int)blockDim.x) per *= 2;
+        const int candidates = n * MOE_E, groups = blockDim.x / per, q = tid % per;
+        for (int base = 0; base < candidates; base += groups) {
+            const int c = base + tid / per;
+            int beaten_by = 0;
+            if (c < candidates) {
+                const int r = c / MOE_E, e = c % MOE_E;
+                const float* exr = ex + r * MOE_E;
+                const float v = choice_weight(exr[e]);
+                for (int o = q; o < MOE_E; o += per) {
+                    const float w = choice_weight(exr[o]);
+                    beaten_by += (w > v || (w == v && o < e)) ? 1 : 0;
+                }
+            }
+            for (int o = 1; o < per; o <<= 1) beaten_by += __shfl_xor_sync(FULL_MASK, beaten_by, o);
+            if (c < candidates && q == 0 && beaten_by < MOE_K) chosen[(c / MOE_E) * MOE_K + beaten_by] = c % MOE_E;
+        }
+    } else if (warp < n) {
+        // −1 marks no expert or one taken.
+        const float* exw = ex + warp * MOE_E;
+        float cand[MOE_PER_LANE];
+#pragma unroll
+        for (int j = 0; j < MOE_PER_LANE; j++) {
+            const int e = lane + j * WARP;
+            cand[j] = e < MOE_E ? choice_weight(exw[e]) : -1.0f;
+        }
+        for (int k = 0; k < MOE_K; k++) {
+            float bv = -2.0f;
+            int bi = MOE_E;
+            // A lane's experts ascend with j: strict > keeps the lower index of a tie.
+#pragma unroll
+            for (int j = 0; j < MOE_PER_LANE; j++)
+                if (cand[j] > bv) { bv = cand[j]; bi = lane + j * WARP; }
+            for (int o = WARP / 2; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+                const int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+            }
+#pragma unroll
+            for (int j = 0; j < MOE_PER_LANE; j++)
+                if (lane + j * WARP == bi) cand[j] = -1.0f;
+            if (lane == 0) chosen[warp * MOE_K + k] = bi;
+        }
     }
-    // Ascending expert index (transformers' summation order): a choice's place is the number
-    // of chosen experts below it.
-    int place = 0;
-    for (int k = 0; k < MOE_K; k++)
-        if (__shfl_sync(FULL_MASK, my_id, k) < my_id) place++;
-    if (lane < MOE_K) {
-        ids[(size_t)r * MOE_K + place] = my_id;
-        probs[(size_t)r * MOE_K + place] = my_p;
+    __syncthreads();
+    if (warp < n) {
+        const int r = r0 + warp;
+        int my_id = 0;
+        float my_p = 0.0f;
+        if (lane < MOE_K) {
+            my_id = chosen[warp * MOE_K + lane];
+            my_p = ex[warp * MOE_E + my_id] / sum;
+        }
+        if (MOE_NORM_TOPK) {
+            float s = 0.0f;
+            for (int k = 0; k < MOE_K; k++) s += __shfl_sync(FULL_MASK, my_p, k);
+            my_p /= s;
+        }
+        // A choice's place is the number of chosen experts below it.
+        int place = 0;
+        for (int k = 0; k < MOE_K; k++)
+            if (__shfl_sync(FULL_MASK, my_id, k) < my_id) place++;
+        if (lane < MOE_K) {
+            ids[(size_t)r * MOE_K + place] = my_id;
+            probs[(size_t)r * MOE_K + place] = my_p;
+        }
     }
     if (MOE_IS > 0) {
-        // All of the lane's gate and up values first, then the products.
-        float gate[MOE_IS_PER_LANE], up[MOE_IS_PER_LANE];
-#pragma unroll
-        for (int j = 0; j < MOE_IS_PER_LANE; j++) {
-            const int i = lane + j * WARP;
-            gate[j] = i < MOE_IS ? logits[MOE_E + 1 + i] : 0.0f;
-            up[j] = i < MOE_IS ? logits[MOE_E + 1 + MOE_IS + i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < MOE_IS_PER_LANE; j++) {
-            const int i = lane + j * WARP;
-            if (i < MOE_IS) act_sh[(size_t)r * MOE_IS + i] = siluf_(gate[j]) * up[j];
+        for (int i = tid; i < n * MOE_IS; i += blockDim.x) {
+            const float* logits = mo + (size_t)(r0 + i / MOE_IS) * MOE_MO_W;
+            const int u = i % MOE_IS;
+            act_sh[(size_t)r0 * MOE_IS + i] = siluf_(logits[MOE_E + 1 + u]) * logits[MOE_E + 1 + MOE_IS + u];
         }
     }
 }
@@ -206,11 +247,10 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * WARP)
 moe_route(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
           float* __restrict__ act_sh) {
     pdl_start();
-    __shared__ float ex_s[MOE_ROUTE_WARPS][MOE_E];
-    const int warp = threadIdx.x / WARP;
-    const int r = blockIdx.x * MOE_ROUTE_WARPS + warp;
-    if (r >= rows) return;  // a whole warp: nothing in route_row synchronises the block
-    route_row(mo, r, ids, probs, act_sh, ex_s[warp]);
+    __shared__ float ex_s[MOE_ROUTE_WARPS * MOE_E];
+    __shared__ int chosen_s[MOE_ROUTE_WARPS * MOE_K];
+    const int r0 = blockIdx.x * MOE_ROUTE_WARPS;
+    route_rows(mo, r0, min(MOE_ROUTE_WARPS, rows - r0), ids, probs, act_sh, ex_s, chosen_s);
 }
 
 // Grid 1.
@@ -229,9 +269,9 @@ moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, f
                 float* __restrict__ act_sh, int* __restrict__ pair_row, int* __restrict__ pair_pos,
                 int* __restrict__ tiles, int* __restrict__ n_tiles) {
     pdl_start();
-    __shared__ float ex_s[MOE_ROUTE_GROUP_WARPS][MOE_E];
-    const int warp = threadIdx.x / WARP;
-    if (warp < MOE_ROUTE_GROUP_WARPS && warp < rows) route_row(mo, warp, ids, probs, act_sh, ex_s[warp]);
+    __shared__ float ex_s[MOE_ROUTE_GROUP_WARPS * MOE_E];
+    __shared__ int chosen_s[MOE_ROUTE_GROUP_WARPS * MOE_K];
+    route_rows(mo, 0, min(rows, MOE_ROUTE_GROUP_WARPS), ids, probs, act_sh, ex_s, chosen_s);
     // The block's writes of ids are visible to the whole block past the barrier.
     __syncthreads();
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);

@@ -921,7 +921,10 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
     ];
     for (m, hidden, rows) in cases {
         let what = format!("seed {seed}, {m:?}, hidden {hidden}, {rows} rows");
-        check_moe(&gpu, &mut rng, m, hidden, rows, None, &what);
+        check_moe(&gpu, &mut rng, m.clone(), hidden, rows, None, false, &what);
+        // Router logits of five values: most choices are ties, broken to the lower index.
+        let what = format!("{what}, tied logits");
+        check_moe(&gpu, &mut rng, m, hidden, rows, None, true, &what);
     }
 }
 
@@ -961,12 +964,14 @@ fn fp8_moe_matches_backend_cpu_on_dequantised_weights() {
     ];
     for (m, hidden, blocks, rows) in cases {
         let what = format!("seed {seed}, FP8 {blocks:?}, {m:?}, hidden {hidden}, {rows} rows");
-        check_moe(&gpu, &mut rng, m, hidden, rows, Some(blocks), &what);
+        check_moe(&gpu, &mut rng, m, hidden, rows, Some(blocks), false, &what);
     }
 }
 
 /// The MoE layer of `m` on `rows` random rows against backend-cpu's, then each of three rows
-/// alone and the rows reversed, bit for bit; FP8 experts in blocks of `fp8` when given.
+/// alone and the rows reversed, bit for bit; FP8 experts in blocks of `fp8` when given; with
+/// `tied`, router logits of five values only.
+#[allow(clippy::too_many_arguments)]
 fn check_moe(
     gpu: &Arc<Gpu>,
     rng: &mut Rng,
@@ -974,6 +979,7 @@ fn check_moe(
     hidden: usize,
     rows: usize,
     fp8: Option<(usize, usize)>,
+    tied: bool,
     what: &str,
 ) {
     let dims = Dims {
@@ -982,6 +988,7 @@ fn check_moe(
         ..tiny_dims().1
     };
     dims.check().expect("sizes the kernels take");
+    let experts = m.num_experts;
     let k = Kernels::compile(gpu, &dims).expect("kernels");
     let case = match fp8 {
         None => MoeCase::new(gpu, rng, m, hidden),
@@ -989,7 +996,15 @@ fn check_moe(
     };
     let w = case.mo_width();
     let xn = rng.vec(rows * hidden);
-    let mo: Vec<f32> = rng.vec(rows * w).iter().map(|v| 4.0 * v).collect();
+    let mo: Vec<f32> = rng
+        .vec(rows * w)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match tied && i % w < experts {
+            true => (2.0 * v).round(),
+            false => 4.0 * v,
+        })
+        .collect();
     let x = rng.vec(rows * hidden);
     let want = case.reference(&xn, &mo, &x);
     let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, None).0;
@@ -1143,7 +1158,10 @@ fn write_kernel_sources() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     for (name, dir) in [
         ("flashlane-tiny", root.join("models/flashlane-tiny")),
-        ("qwen3-next-a3b-slice", root.join("bench/shapes/qwen3-next-a3b-slice")),
+        (
+            "qwen3-next-a3b-slice",
+            root.join("bench/shapes/qwen3-next-a3b-slice"),
+        ),
         ("qwen3-4b", root.join("bench/shapes/qwen3-4b")),
     ] {
         let config = Config::from_dir(&dir).expect("config");
