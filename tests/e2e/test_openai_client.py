@@ -197,9 +197,11 @@ def test_curl_streams_server_sent_events(server):
 
 def test_thinking_budget_forces_the_close_tag(server):
     client = server.client()
-    args = dict(model="m", messages=[{"role": "user", "content": "What is 12 - 5?"}], max_tokens=40, temperature=0)
+    args = dict(model="m", messages=[{"role": "user", "content": "What is 12 + 5?"}], max_tokens=40, temperature=0)
     # The default model thinks when its template starts the reply inside `<think>`
     # (`enable_thinking`, as Qwen3's templates take it); the budget is the server's to enforce.
+    # The question is one the default model (stage 4h) thinks about for more than the budgets
+    # below ("12 + 5 = 17."; "What is 12 - 5?" it thinks "12." only).
     thinking = {"chat_template_kwargs": {"enable_thinking": True}}
     # The thinking comes as reasoning_content, the answer as content (docs/api.md).
     free = client.chat.completions.create(extra_body=thinking, **args).choices[0].message
