@@ -14,7 +14,14 @@
 //!   after the first one of each stream over that time (aggregate over the streams), as
 //!   llama-batched-bench's `S_TG`.
 //!
-//! The measuring loop is generic over [`lane::Target`], so any backend can be benchmarked.
+//! - **a move** (`--move-tokens N`): beside each batch, one more stream holding N positions, and
+//!   decode rounds of the whole batch timed alternately as they are and with that stream moved
+//!   into another session just before the round (`Target::move_state`, device to device where
+//!   the model runs): the move's cost is the difference of the two medians. The design moves a
+//!   stream that outgrows its session in the middle of serving, so its cost is set against the
+//!   round it delays.
+//!
+//! The measuring loops are generic over [`lane::Target`], so any backend can be benchmarked.
 
 use crate::device::{Device, ModelArgs};
 use crate::drafts::{drafts, DraftArg, DEFAULT_DRAFT_TOKENS, DRAFT_COST_PERCENT_MAX};
@@ -23,8 +30,8 @@ use anyhow::anyhow;
 
 use clap::{Args, ValueEnum};
 use lane::{
-    DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, Target,
-    DEFAULT_DRAFT_COST_PERCENT,
+    DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, SessionId, Target, Want,
+    Window, DEFAULT_DRAFT_COST_PERCENT, DEFAULT_PREFILL_CHUNK,
 };
 use model::{ChatMessage, ChatTemplate, Tokenizer};
 use std::path::Path;
@@ -62,6 +69,15 @@ const CODE_HEADERS: [&str; 8] = [
 /// Where the `counting` task's streams start: stream `s` counts from `1 + s * COUNT_START_STEP`.
 const COUNT_START_STEP: usize = 100;
 
+/// Pairs of decode rounds (one without a move, one with) timed for `--move-tokens`: one round's
+/// time varies by a few per cent, so medians of several are compared.
+const MOVE_ROUND_PAIRS: usize = 8;
+/// Untimed pairs first: the first round of a batch's shape captures its CUDA graph.
+const MOVE_WARMUP_PAIRS: usize = 1;
+/// The token every stream is fed in the timed rounds (any id of the vocabulary: the rounds
+/// measure time, not text).
+const MOVE_ROUND_TOKEN: u32 = 1;
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -92,6 +108,10 @@ pub struct BenchArgs {
     /// Where the model runs
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Also time moving a stream of this many positions into another session just before a
+    /// decode round of each --streams batch (0: not measured)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::TOKENS_MAX))]
+    pub move_tokens: u64,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -116,6 +136,25 @@ pub struct BenchRow {
     pub draft_accepted: u64,
     /// Accepted over proposed drafts (`None` without drafts).
     pub acceptance: Option<f64>,
+}
+
+/// What moving a long stream within one batch cost.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MoveRow {
+    /// Streams of the batch beside the moved one (each round decodes one token of every stream
+    /// and of the moved one).
+    pub streams: usize,
+    /// Positions the moved stream holds.
+    pub move_tokens: u64,
+    /// Median time of a round without a move.
+    pub round_s: f64,
+    /// Median time of a round with the move just before it (its copies included).
+    pub round_with_move_s: f64,
+    /// The difference: what the move adds to the round it happens in.
+    pub move_s: f64,
+    /// `move_s / round_s`.
+    pub move_over_round: f64,
+    pub pairs: usize,
 }
 
 /// How the engine drafts during a run.
@@ -271,6 +310,99 @@ pub fn measure<T: Target>(
     })
 }
 
+/// Times moving a stream of `long.len()` positions within a batch of `prompts.len()` streams.
+/// `target` needs a session per prompt (sessions `0..n`, each able to hold its prompt and
+/// `2 · (MOVE_WARMUP_PAIRS + MOVE_ROUND_PAIRS)` more positions) and two more (`n`, `n + 1`) each
+/// able to hold the long stream and as many more. The prompts and the long stream are
+/// prefilled in chunks of the engine's default prefill chunk, then pairs of one-token rounds of
+/// every stream run, the second of each pair with the long stream moved to the other of its two
+/// sessions first. Generic over the backend.
+pub fn measure_move<T: Target>(
+    mut target: T,
+    prompts: &[Vec<u32>],
+    long: &[u32],
+) -> anyhow::Result<MoveRow> {
+    let n = prompts.len();
+    let capacities = target.session_capacities();
+    anyhow::ensure!(
+        capacities.len() >= n + 2,
+        "a move needs {} sessions, the target has {}",
+        n + 2,
+        capacities.len()
+    );
+    let mut len = vec![0u64; n + 2];
+    let prefill = |target: &mut T, session: usize, tokens: &[u32], len: &mut [u64]| {
+        let chunk = DEFAULT_PREFILL_CHUNK as usize;
+        let chunks = tokens.len().div_ceil(chunk);
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            let logits = usize::from(i + 1 == chunks);
+            let window = Window::new(SessionId(session), len[session], piece, logits);
+            target
+                .forward(&[window], &[Want::Greedy])
+                .map_err(|e| anyhow!("prefilling session {session}: {e}"))?;
+            len[session] += piece.len() as u64;
+        }
+        anyhow::Ok(())
+    };
+    for (s, prompt) in prompts.iter().enumerate() {
+        prefill(&mut target, s, prompt, &mut len)?;
+    }
+    let mut long_at = n;
+    prefill(&mut target, long_at, long, &mut len)?;
+    let token = [MOVE_ROUND_TOKEN % target.vocab_size() as u32];
+    let mut times = [Vec::new(), Vec::new()];
+    for pair in 0..MOVE_WARMUP_PAIRS + MOVE_ROUND_PAIRS {
+        for with_move in [false, true] {
+            let start = Instant::now();
+            if with_move {
+                let to = if long_at == n { n + 1 } else { n };
+                target
+                    .move_state(SessionId(long_at), SessionId(to))
+                    .map_err(|e| anyhow!("moving the long stream: {e:?}"))?;
+                len[to] = len[long_at];
+                len[long_at] = 0;
+                long_at = to;
+            }
+            let sessions: Vec<usize> = (0..n).chain([long_at]).collect();
+            let windows: Vec<Window<'_>> = sessions
+                .iter()
+                .map(|&s| Window::new(SessionId(s), len[s], &token, 1))
+                .collect();
+            target
+                .forward(&windows, &vec![Want::Greedy; windows.len()])
+                .map_err(|e| anyhow!("a decode round: {e}"))?;
+            let took = start.elapsed().as_secs_f64();
+            for &s in &sessions {
+                len[s] += 1;
+            }
+            if pair >= MOVE_WARMUP_PAIRS {
+                times[usize::from(with_move)].push(took);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let round_s = median(&mut times[0]);
+    let round_with_move_s = median(&mut times[1]);
+    let move_s = round_with_move_s - round_s;
+    Ok(MoveRow {
+        streams: n,
+        move_tokens: long.len() as u64,
+        round_s,
+        round_with_move_s,
+        move_s,
+        move_over_round: if round_s > 0.0 { move_s / round_s } else { 0.0 },
+        pairs: MOVE_ROUND_PAIRS,
+    })
+}
+
+/// Positions each session of a move measurement must hold beyond what it is prefilled with.
+fn move_round_positions() -> u64 {
+    2 * (MOVE_WARMUP_PAIRS + MOVE_ROUND_PAIRS) as u64 + slots::MARGIN
+}
+
 fn rate(tokens: u64, time: Duration) -> f64 {
     let s = time.as_secs_f64();
     if s > 0.0 {
@@ -355,6 +487,28 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         }
         rows.push(row);
     }
+    let mut moves = Vec::new();
+    if args.move_tokens > 0 {
+        // The long stream's ids: --task random's, of the stream after the batch's.
+        let long = prompt_ids(most_streams, args.move_tokens as usize, vocab);
+        if !args.json {
+            print_move_header();
+        }
+        for &n in &args.streams {
+            let prompts = &prompts[..n];
+            let extra = move_round_positions();
+            let capacities: Vec<u64> = prompts
+                .iter()
+                .map(|p| p.len() as u64 + extra)
+                .chain([args.move_tokens + extra; 2])
+                .collect();
+            let row = measure_move(new_target(&capacities)?, prompts, &long)?;
+            if !args.json {
+                print_move_row(&row);
+            }
+            moves.push(row);
+        }
+    }
     if args.json {
         println!(
             "{}",
@@ -367,6 +521,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "draft_cost_percent": drafts.cost_percent,
                 "rows": rows,
+                "moves": moves,
             })
         );
     }
@@ -404,6 +559,25 @@ fn print_row(row: &BenchRow) {
     );
 }
 
+fn print_move_header() {
+    println!(
+        "\n{:>7}  {:>11}  {:>12}  {:>21}  {:>10}  {:>12}",
+        "streams", "moved (pos)", "round (ms)", "round with move (ms)", "move (ms)", "move / round"
+    );
+}
+
+fn print_move_row(row: &MoveRow) {
+    println!(
+        "{:>7}  {:>11}  {:>12.3}  {:>21.3}  {:>10.3}  {:>12.2}",
+        row.streams,
+        row.move_tokens,
+        1e3 * row.round_s,
+        1e3 * row.round_with_move_s,
+        1e3 * row.move_s,
+        row.move_over_round
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,6 +609,44 @@ mod tests {
         // One round prefills every prompt and draws each first token, then one per token.
         assert_eq!(row.rounds, new);
         assert!(row.prefill_tokens_per_s > 0.0 && row.decode_tokens_per_s > 0.0);
+    }
+
+    #[test]
+    fn measure_move_times_rounds_with_and_without_the_move_and_needs_its_sessions() {
+        let model = fixture_model();
+        let prompts: Vec<Vec<u32>> = (0..2).map(|s| prompt_ids(s, 5, 100)).collect();
+        // Longer than a prefill chunk: prefilled in two windows.
+        let long = prompt_ids(2, DEFAULT_PREFILL_CHUNK as usize + 20, 100);
+        let extra = move_round_positions();
+        let capacities = [
+            5 + extra,
+            5 + extra,
+            long.len() as u64 + extra,
+            long.len() as u64 + extra,
+        ];
+        let row = measure_move(
+            CpuBackend::target(model.clone(), &capacities),
+            &prompts,
+            &long,
+        )
+        .expect("runs");
+        assert_eq!(
+            (row.streams, row.move_tokens, row.pairs),
+            (2, long.len() as u64, MOVE_ROUND_PAIRS)
+        );
+        assert!(row.round_s > 0.0 && row.round_with_move_s > 0.0);
+        assert_eq!(row.move_s, row.round_with_move_s - row.round_s);
+        // Without the second session of the long stream there is nowhere to move it.
+        let short = measure_move(
+            CpuBackend::target(model.clone(), &capacities[..3]),
+            &prompts,
+            &long,
+        );
+        assert!(short.unwrap_err().to_string().contains("needs 4 sessions"));
+        // A session too small for the long stream fails the prefill, naming it.
+        let small = [5 + extra, 5 + extra, 16, long.len() as u64 + extra];
+        let err = measure_move(CpuBackend::target(model, &small), &prompts, &long).unwrap_err();
+        assert!(err.to_string().contains("prefilling session 2"), "{err}");
     }
 
     #[test]
