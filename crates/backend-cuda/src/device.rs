@@ -33,6 +33,14 @@ pub const PDL_ENV: &str = "FLASHLANE_PDL";
 const KERNEL_ARGS_MAX: usize = 16;
 
 impl Gpu {
+    /// The device's multiprocessors (132 on an H200).
+    pub fn multiprocessors(&self) -> Result<usize, CudaError> {
+        let n = self.ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Opens device 0, or says why not (no driver, no device).
     pub fn open() -> Result<Arc<Gpu>, CudaError> {
         // cudarc loads the driver library on first use and panics when it is missing: ask first.

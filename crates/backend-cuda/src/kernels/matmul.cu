@@ -60,6 +60,29 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
+// One chunk's products added into acc, as every 16-row kernel adds them: `va` / `vb` the lane's
+// 16 elements of x rows g and g + 8, `lo[j]` / `hi[j]` the first and second 8 of weight row g of
+// n-tile j; step s takes elements 4s … 4s + 3, each n-tile the hi then the lo product.
+template <int NT>
+__device__ __forceinline__ void mma_chunk(float (*acc)[4], const float* va, const float* vb, const uint4* lo,
+                                          const uint4* hi) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+        split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+        split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+        split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+        split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const unsigned b0 = s == 0 ? lo[j].x : s == 1 ? lo[j].z : s == 2 ? hi[j].x : hi[j].z;
+            const unsigned b1 = s == 0 ? lo[j].y : s == 1 ? lo[j].w : s == 2 ? hi[j].y : hi[j].w;
+            mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
+            mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+        }
+    }
+}
+
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -108,24 +131,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             const bool in = e < k;
             load16(xa && in ? xa + e : nullptr, va);
             load16(xb && in ? xb + e : nullptr, vb);
-            // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
-            // lo product.
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    const uint4 lo = w0[p][j], hi = w1[p][j];
-                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
-                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
-                    mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
-                    mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
-                }
-            }
+            mma_chunk<NT>(acc, va, vb, w0[p], w1[p]);
         }
     }
 #pragma unroll
@@ -229,6 +235,107 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][1][WARP][4];
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+}
+
+// One row tile (rows ≤ MMA_ROWS) as a stream, for a decode step's matrices: grid G blocks of
+// MMA_WARPS warps; block b computes the n-tiles ("units" of MMA_COLS outputs) b, b + G, b + 2G, …,
+// at most MMA_STREAM_UNITS (the host chooses G so that every block is resident at once and has
+// the same number of units, ±1: no tail wave). Warp w walks, unit after unit, the chunks of k
+// every 16-row kernel gives it (w, w + MMA_WARPS, …, in increasing order), MMA_STREAM_DEPTH
+// chunks of weights loaded ahead across units, so its loads stay in flight from its first unit
+// to its last instead of draining at the end of each; a unit's sums wait in shared memory, and
+// once every warp is done the block adds each unit's in warp order, as `mma_tile` does. The same
+// chain per (row, output) as `matmul_bf16`: the same bits.
+#define MMA_STREAM_PART (MMA_WARPS * WARP * 4)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
+matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                   const bf16_t* __restrict__ w, int k, int n_out,
+                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int units = (n_out + MMA_COLS - 1) / MMA_COLS, stride = gridDim.x;
+    const int mine = (int)blockIdx.x < units ? min(MMA_STREAM_UNITS, (units - 1 - (int)blockIdx.x) / stride + 1) : 0;
+    const size_t row_bytes = (size_t)k * sizeof(bf16_t);
+    // As `matmul_start`: let the next kernel start, pull this block's weight rows into L2, wait.
+    pdl_launch_dependents();
+    for (int i = 0; i < mine; i++) {
+        const int o0 = (blockIdx.x + i * stride) * MMA_COLS;
+        const size_t bytes = (size_t)(min(o0 + MMA_COLS, n_out) - o0) * row_bytes;
+        const char* base = (const char*)w + (size_t)o0 * row_bytes;
+        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
+             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
+            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
+    }
+    pdl_wait();
+    const float *xa, *xb;
+    tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
+    // This warp's chunks of each unit, and of the whole walk.
+    const int first = warp * MMA_CHUNK, step = MMA_WARPS * MMA_CHUNK;
+    const int per_unit = first < k ? (k - first - 1) / step + 1 : 0;
+    const int items = mine * per_unit;
+    // Item i·per_unit + j: chunk j of this warp in unit i; lane (g, t) loads weight row g of the
+    // unit (the last valid row past the end: computed, never written) at element
+    // first + j·step + 16t, zeros past k.
+    uint4 w0[MMA_STREAM_DEPTH], w1[MMA_STREAM_DEPTH];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#define MMA_STREAM_LOAD(item, lo, hi)                                                              \
+    do {                                                                                           \
+        const int unit_ = blockIdx.x + ((item) / per_unit) * stride;                               \
+        const int e_ = first + ((item) % per_unit) * step + 16 * t;                                \
+        const bf16_t* row_ = w + (size_t)min(unit_ * MMA_COLS + g, n_out - 1) * k;                 \
+        lo = e_ < k ? *reinterpret_cast<const uint4*>(row_ + e_) : zero;                           \
+        hi = e_ < k ? *reinterpret_cast<const uint4*>(row_ + e_ + 8) : zero;                       \
+    } while (0)
+#pragma unroll
+    for (int p = 0; p < MMA_STREAM_DEPTH; p++)
+        if (p < items) MMA_STREAM_LOAD(p, w0[p], w1[p]);
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    float va[16], vb[16];
+    for (int base = 0; base < items; base += MMA_STREAM_DEPTH) {
+#pragma unroll
+        for (int p = 0; p < MMA_STREAM_DEPTH; p++) {
+            const int item = base + p;
+            if (item >= items) break;  // the same for the whole warp
+            const int unit = item / per_unit, j = item % per_unit;
+            const int e = first + j * step + 16 * t;
+            const bool in = e < k;
+            load16(xa && in ? xa + e : nullptr, va);
+            load16(xb && in ? xb + e : nullptr, vb);
+            const uint4 lo = w0[p], hi = w1[p];
+            if (item + MMA_STREAM_DEPTH < items) MMA_STREAM_LOAD(item + MMA_STREAM_DEPTH, w0[p], w1[p]);
+            mma_chunk<1>(acc, va, vb, &lo, &hi);
+            if (j == per_unit - 1) {
+                float* dst = part + unit * MMA_STREAM_PART + (warp * WARP + lane) * 4;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    dst[i] = acc[0][i];
+                    acc[0][i] = 0.0f;
+                }
+            }
+        }
+    }
+#undef MMA_STREAM_LOAD
+    // A warp whose first chunk lies past k adds zeros, as in `mma_tile`.
+    if (per_unit == 0)
+        for (int unit = 0; unit < mine; unit++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) part[unit * MMA_STREAM_PART + (warp * WARP + lane) * 4 + i] = 0.0f;
+    __syncthreads();
+    for (int unit = warp; unit < mine; unit += MMA_WARPS) {
+        const float* sums = part + unit * MMA_STREAM_PART + lane * 4;
+        const int o0 = (blockIdx.x + unit * stride) * MMA_COLS;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float sum = sums[i];
+#pragma unroll
+            for (int v = 1; v < MMA_WARPS; v++) sum += sums[v * WARP * 4 + i];
+            const int r = g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
+            if (r < rows && o < n_out) {
+                float* out = y + (size_t)r * y_stride + o;
+                *out = accumulate ? *out + sum : sum;
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

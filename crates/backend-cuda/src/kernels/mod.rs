@@ -81,6 +81,22 @@ const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
 /// do not change); 63 gives the rule before session 14. A value that is not a number leaves 64.
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
+/// N-tiles (units of 8 outputs) one block of `matmul_bf16_stream` computes at most: their sums
+/// wait in 4 KiB of shared memory each until the block's warps are done (40 KiB of the 48 a
+/// block has without asking). 10 takes every one-row-tile matrix of the A3B slice and of
+/// Qwen3-4B (its gate/up: 2,432 units over 264 blocks) but the lm_head.
+const MMA_STREAM_UNITS: usize = 10;
+/// Chunks of weights a warp of `matmul_bf16_stream` keeps loading ahead of the one it multiplies
+/// (across units): 8 registers a chunk. With 4, ptxas keeps it to 126 registers without spills;
+/// 6 spills at the 128 two blocks a multiprocessor allow, and 3 blocks (80 registers) spill at
+/// every depth from 2 (`tools/cuda_check`).
+const MMA_STREAM_DEPTH: usize = 4;
+/// Blocks of `matmul_bf16_stream` a multiprocessor holds at once (its launch bounds); the host
+/// sizes its grid to the blocks the GPU holds at once.
+const MMA_STREAM_MIN_BLOCKS: usize = 2;
+/// `FLASHLANE_MATMUL_STREAM=1` runs one-row-tile bf16 matmuls on `matmul_bf16_stream` (not yet
+/// measured against the 16-row kernels: off by default; the bits are the same).
+pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -298,6 +314,9 @@ impl Dims {
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
+            ("MMA_STREAM_UNITS", MMA_STREAM_UNITS),
+            ("MMA_STREAM_DEPTH", MMA_STREAM_DEPTH),
+            ("MMA_STREAM_MIN_BLOCKS", MMA_STREAM_MIN_BLOCKS),
             ("MMT_STAGES", MMT_STAGES),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -373,6 +392,11 @@ pub struct Kernels {
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
+    matmul_stream: CudaFunction,
+    /// Whether `MatmulKernel::Auto` runs it for one row tile ([`MATMUL_STREAM_ENV`]).
+    matmul_stream_auto: bool,
+    /// Blocks of it the GPU holds at once (multiprocessors × [`MMA_STREAM_MIN_BLOCKS`]).
+    matmul_stream_blocks: usize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -437,6 +461,9 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
+            matmul_stream: f("matmul_bf16_stream")?,
+            matmul_stream_auto: std::env::var(MATMUL_STREAM_ENV).is_ok_and(|v| v == "1"),
+            matmul_stream_blocks: gpu.multiprocessors()? * MMA_STREAM_MIN_BLOCKS,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -530,6 +557,10 @@ pub enum MatmulKernel {
     Wide,
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
+    /// `matmul_bf16_stream` over at most `max_blocks` blocks, for one row tile of bf16 weights
+    /// whose n-tiles fit them ([`MMA_STREAM_UNITS`] a block); otherwise `Auto`'s choice. Auto
+    /// passes the blocks the GPU holds at once; tests pass few, to give each block many units.
+    Stream { max_blocks: usize },
 }
 
 /// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_narrow`, `_tiled`), in order.
@@ -594,17 +625,41 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let stream_blocks = match kernel {
+            MatmulKernel::Auto if self.matmul_stream_auto => Some(self.matmul_stream_blocks),
+            MatmulKernel::Stream { max_blocks } => Some(max_blocks),
+            _ => None,
+        };
+        if let Some(max_blocks) = stream_blocks {
+            let units = m.n_out.div_ceil(MMA_COLS);
+            if m.fp8.is_none() && m.rows <= MMA_ROWS && units <= max_blocks * MMA_STREAM_UNITS {
+                // As few units a block as max_blocks allow, then only the blocks that takes: the
+                // blocks' unit counts differ by one at most, and all run at once.
+                let per_block = units.div_ceil(max_blocks.max(1));
+                let grid = u32::try_from(units.div_ceil(per_block)).expect("blocks fit a grid");
+                return gpu.launch(
+                    &self.matmul_stream,
+                    (grid, 1, 1),
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(m),
+                );
+            }
+        }
+        let kernel = match kernel {
+            MatmulKernel::Stream { .. } => MatmulKernel::Auto,
+            other => other,
+        };
         let tiled = match kernel {
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
-            MatmulKernel::Narrow | MatmulKernel::Wide => false,
+            MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Stream { .. } => false,
         };
         if tiled && m.fp8.is_none() {
             return self.matmul_tiled(gpu, m);
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
         let wide = match kernel {
-            MatmulKernel::Auto | MatmulKernel::Tiled => {
+            MatmulKernel::Auto | MatmulKernel::Tiled | MatmulKernel::Stream { .. } => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,

@@ -312,29 +312,46 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_row
         d <= TOLERANCE,
         "seed {seed}, depth {depth}: relative diff {d}"
     );
-    // The narrow, the wide and every tiled kernel: the same bits, gathered and accumulated too.
+    // The narrow, the wide and every tiled kernel: the same bits, gathered and accumulated too;
+    // the stream kernel on the first row tile (it takes one), its blocks holding as many units
+    // as they can, about 3, and 1.
     let index: Vec<i32> = (0..rows as i32).rev().collect();
     let index = Buf::from_host(gpu, &index).unwrap();
     let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
+    let units = n_out.div_ceil(8);
+    let streams = [
+        units.div_ceil(super::MMA_STREAM_UNITS),
+        units.div_ceil(3),
+        units,
+    ]
+    .map(|max_blocks| MatmulKernel::Stream { max_blocks });
     for kernel in [
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
         MatmulKernel::Tiled,
-    ] {
-        let other = run_with(xb.at(0), 0, rows, false, kernel);
+    ]
+    .into_iter()
+    .chain(streams)
+    {
+        let n = match kernel {
+            MatmulKernel::Stream { .. } => rows.min(16),
+            _ => rows,
+        };
+        let head = |v: &[f32]| v[..n * n_out].to_vec();
+        let other = run_with(xb.at(0), 0, n, false, kernel);
         assert!(
-            same_bits(&other, &all),
-            "seed {seed}, depth {depth}, {rows} rows: {kernel:?} differs"
+            same_bits(&other, &head(&all)),
+            "seed {seed}, depth {depth}, {n} rows: {kernel:?} differs"
         );
-        let other = run_with(xb.at(0), index.at(0), rows, false, kernel);
+        let other = run_with(xb.at(0), index.at(0), n, false, kernel);
         assert!(
-            same_bits(&other, &reversed),
+            same_bits(&other, &head(&reversed)),
             "seed {seed}, depth {depth}: {kernel:?} gathered differs"
         );
-        let other = run_with(xb.at(0), index.at(0), rows, true, kernel);
+        let other = run_with(xb.at(0), index.at(0), n, true, kernel);
         assert!(
-            same_bits(&other, &twice),
+            same_bits(&other, &head(&twice)),
             "seed {seed}, depth {depth}: {kernel:?} accumulated differs"
         );
     }
@@ -1095,6 +1112,10 @@ fn matmul_kernel_times() {
         ("4B o", 2560, 4096),
         ("4B gate_up", 19456, 2560),
         ("4B down", 2560, 9728),
+        ("A3B lin in", 12352, 2048),
+        ("A3B qkv", 9216, 2048),
+        ("A3B o", 2048, 4096),
+        ("A3B moe in", 1153, 2048),
     ];
     let max_rows = 8192;
     let x = Buf::<f32>::zeros(&gpu, max_rows * 9728).unwrap();
@@ -1105,6 +1126,9 @@ fn matmul_kernel_times() {
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
         MatmulKernel::Tiled,
+        MatmulKernel::Stream {
+            max_blocks: k.matmul_stream_blocks,
+        },
     ];
     for (name, n_out, depth) in shapes {
         for rows in [1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 8192] {
@@ -1123,7 +1147,8 @@ fn matmul_kernel_times() {
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
-                if kernel == MatmulKernel::Tiled && rows < 64 {
+                let stream = matches!(kernel, MatmulKernel::Stream { .. });
+                if (kernel == MatmulKernel::Tiled && rows < 64) || (stream && rows > 16) {
                     continue;
                 }
                 let reps = if rows >= 2048 { 5 } else { 30 };
