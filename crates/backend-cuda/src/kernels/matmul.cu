@@ -60,9 +60,11 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
-// One chunk's products added into acc, as every 16-row kernel adds them: `va` / `vb` the lane's
-// 16 elements of x rows g and g + 8, `lo[j]` / `hi[j]` the first and second 8 of weight row g of
-// n-tile j; step s takes elements 4s … 4s + 3, each n-tile the hi then the lo product.
+// One chunk's products added into acc, as `mma_tile` adds them: `va` / `vb` the lane's 16
+// elements of x rows g and g + 8, `lo[j]` / `hi[j]` the first and second 8 of weight row g of
+// n-tile j; step s takes elements 4s … 4s + 3, each n-tile the hi then the lo product. The same
+// steps as `mma_tile`'s loop, which keeps its own copy until `matmul_bf16_stream` has run on the
+// H200: the kernels measured there stay the code they were (their PTX unchanged).
 template <int NT>
 __device__ __forceinline__ void mma_chunk(float (*acc)[4], const float* va, const float* vb, const uint4* lo,
                                           const uint4* hi) {
@@ -131,7 +133,24 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             const bool in = e < k;
             load16(xa && in ? xa + e : nullptr, va);
             load16(xb && in ? xb + e : nullptr, vb);
-            mma_chunk<NT>(acc, va, vb, w0[p], w1[p]);
+            // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
+            // lo product.
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
+                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 lo = w0[p][j], hi = w1[p][j];
+                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+                    mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
+                    mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+                }
+            }
         }
     }
 #pragma unroll
