@@ -548,7 +548,8 @@ pub struct DeltaNetLaunch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one unless
-    /// one row tile makes at most [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide
+    /// one row tile makes at most [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks (with
+    /// [`MATMUL_STREAM_ENV`] set, one row tile runs `Stream` where it fits); FP8: the wide
     /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -563,7 +564,8 @@ pub enum MatmulKernel {
     Stream { max_blocks: usize },
 }
 
-/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_narrow`, `_tiled`), in order.
+/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_narrow`, `_tiled`, `_stream`), in
+/// order.
 fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
     [
         Arg::Ptr(m.x),
