@@ -11,6 +11,12 @@ Run on the GPU machine from the repository root (bench/gpu_vs_llamacpp.sh is the
    stream count), prompt PROMPT and NEW new tokens;
 4. writes OUT/<shape>.json (every raw figure), OUT/table.md (medians over the rounds and their
    ratios) and prints the table.
+With --q8-peer, for each shape that has an FP8 config (bench/shapes/SHAPE-fp8) it then also
+quantises the GGUF to Q8_0 (`llama-quantize`) and runs flashlane on FP8 dummy weights of that
+shape against llama.cpp on the Q8_0 GGUF: 8-bit weights on both sides, not the same weights
+(an FP8 checkpoint has no GGUF twin), stated in the table's title. --fp8-only-shapes adds
+flashlane rows on FP8 dummy weights alone (Qwen3-Next-80B-A3B, which no bf16 GGUF of one GPU
+holds).
 
 Decode is aggregate tokens/s after each stream's first token (llama-batched-bench's S_TG);
 prefill is the prompt tokens of all streams over the time to every stream's first token (S_PP).
@@ -43,7 +49,7 @@ def log(msg: str, out: Path) -> None:
         f.write(line + "\n")
 
 
-def start_llama_build(work: Path, pack: Path, out: Path) -> subprocess.Popen:
+def start_llama_build(work: Path, pack: Path, out: Path, quantize: bool) -> subprocess.Popen:
     with tarfile.open(pack) as t:
         t.extractall(work, filter="data")
     src = work / "llama.cpp"
@@ -52,7 +58,7 @@ def start_llama_build(work: Path, pack: Path, out: Path) -> subprocess.Popen:
         "cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF "
         "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "
         f"-DLLAMA_BUILD_APP=OFF && cmake --build build -j {jobs} "
-        "--target llama-bench llama-batched-bench"
+        "--target llama-bench llama-batched-bench" + (" llama-quantize" if quantize else "")
     )
     logf = open(out / "llama_build.log", "w")
     return subprocess.Popen(["bash", "-c", script], cwd=src, stdout=logf, stderr=subprocess.STDOUT,
@@ -84,10 +90,10 @@ def run_json(cmd: list, out: Path, timeout: float):
     return p.stdout
 
 
-def flashlane_round(args, model: Path, out: Path) -> dict | None:
+def flashlane_round(args, model: Path, out: Path, dummy: bool = False) -> dict | None:
     cmd = [args.flashlane, "bench", "--device", "cuda", "--model", model, "--streams",
            ",".join(map(str, args.streams)), "--prompt-tokens", args.prompt, "--new-tokens", args.new,
-           "--json"]
+           "--json"] + (["--load-format", "dummy"] if dummy else [])
     text = run_json(cmd, out, args.run_timeout)
     if text is None:
         return None
@@ -129,10 +135,26 @@ def ratio(a, b):
     return "–" if a is None or b is None or b == 0 else f"**{a / b:.2f}×**"
 
 
-def table(shape: str, rounds: list, args) -> str:
+def quantize(bin_dir: Path, gguf: Path, out: Path) -> Path | None:
+    """The Q8_0 twin of a bf16 GGUF beside it, or None when llama-quantize failed."""
+    q8 = gguf.with_name("model-q8_0.gguf")
+    t0 = time.time()
+    if run_json([bin_dir / "llama-quantize", gguf, q8, "Q8_0"], out, 900) is None:
+        return None
+    log(f"{gguf.parent.name}: Q8_0 GGUF in {time.time() - t0:.0f} s", out)
+    return q8
+
+
+def fp8_config(shape: str) -> Path | None:
+    """A folder holding only the shape's FP8 config.json (for --load-format dummy), or None."""
+    src = ROOT / "bench/shapes" / f"{shape}-fp8" / "config.json"
+    return src.parent if src.is_file() else None
+
+
+def table(shape: str, rounds: list, args, title: str | None = None) -> str:
     fl = [r["flashlane"] or {} for r in rounds]
     ll = [r["llama"] for r in rounds]
-    lines = [f"### {shape} ({len(rounds)} round(s); medians)", "",
+    lines = [f"### {title or shape} ({len(rounds)} round(s); medians)", "",
              "| streams | flashlane decode tok/s | llama.cpp decode tok/s | ratio | flashlane prefill tok/s | "
              "llama.cpp prefill tok/s | ratio |", "|---|---|---|---|---|---|---|"]
     for n in map(str, args.streams):
@@ -168,19 +190,24 @@ def main() -> None:
     ap.add_argument("--keep-models", action="store_true", help="keep the checkpoints under --work")
     ap.add_argument("--wait-for", type=Path,
                     help="a file to wait for before the first round (e.g. GPU tests running beside the build)")
+    ap.add_argument("--q8-peer", action="store_true",
+                    help="also flashlane on FP8 dummy weights against llama.cpp on the GGUF quantised to Q8_0")
+    ap.add_argument("--fp8-only-shapes", default="",
+                    help="shapes (bench/shapes/NAME) run by flashlane alone on FP8 dummy weights, e.g. "
+                         "qwen3-next-80b-a3b-fp8")
     ap.add_argument("--deadline", type=float, default=540.0,
                     help="seconds after which no new round starts (the device's command limit is 600)")
     args = ap.parse_args()
     t0 = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    shapes = args.shapes.split(",")
+    shapes = [s for s in args.shapes.split(",") if s]
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     log(f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; shapes {shapes}; "
         f"streams {args.streams}; prompt {args.prompt}, new {args.new}; rounds {args.rounds}", args.out)
     peer = not args.flashlane_only
-    build = start_llama_build(args.work, args.llama_pack, args.out) if peer else None
+    build = start_llama_build(args.work, args.llama_pack, args.out, args.q8_peer) if peer else None
     # Models are made while llama.cpp builds, as long as it builds and the disk has room; the
     # rest just before their rounds.
     models = {}
@@ -212,8 +239,37 @@ def main() -> None:
                                                                indent=1))
         report.append(table(shape, rounds, args))
         (args.out / "table.md").write_text("\n".join(report))
+        fp8 = fp8_config(shape)
+        q8 = quantize(bin_dir, gguf, args.out) if args.q8_peer and peer and rc == 0 and fp8 else None
+        if q8 is not None:
+            rounds = []
+            for i in range(args.rounds):
+                if rounds and time.time() - t0 > args.deadline:
+                    log(f"{shape} FP8 / Q8_0: round {i + 1} skipped (deadline)", args.out)
+                    break
+                rounds.append({"flashlane": flashlane_round(args, fp8, args.out, dummy=True),
+                               "llama": llama_round(args, bin_dir, q8, args.out)})
+                (args.out / f"{shape}-fp8-q8_0.json").write_text(
+                    json.dumps({"shape": shape, "gpu": gpu, "rounds": rounds}, indent=1))
+            title = (f"{shape}: flashlane FP8 (block-scaled, dummy weights) against llama.cpp Q8_0 "
+                     f"(the bf16 GGUF above quantised): 8-bit weights both, not the same weights")
+            report.append(table(shape, rounds, args, title))
+            (args.out / "table.md").write_text("\n".join(report))
         if not args.keep_models:
             shutil.rmtree(d, ignore_errors=True)
+    for shape in filter(None, args.fp8_only_shapes.split(",")):
+        config = ROOT / "bench/shapes" / shape
+        if not (config / "config.json").is_file():
+            log(f"{shape}: no bench/shapes/{shape}/config.json", args.out)
+            continue
+        rounds = []
+        for i in range(args.rounds):
+            if rounds and time.time() - t0 > args.deadline:
+                log(f"{shape}: round {i + 1} skipped (deadline)", args.out)
+                break
+            rounds.append({"flashlane": flashlane_round(args, config, args.out, dummy=True), "llama": {}})
+        report.append(table(shape, rounds, args, f"{shape}: flashlane alone, FP8 dummy weights"))
+        (args.out / "table.md").write_text("\n".join(report))
     print("\n".join(report))
     log(f"done in {time.time() - t0:.0f} s", args.out)
 

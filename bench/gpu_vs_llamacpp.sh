@@ -5,6 +5,8 @@
 # stripped binary to bench/peers/flashlane and carry bench/peers. There, from the repo root:
 #
 #   bench/gpu_vs_llamacpp.sh OUT_DIR [--shapes qwen3-next-a3b-slice,qwen3-0.6b] [--rounds 2] ...
+#   bench/gpu_vs_llamacpp.sh OUT_DIR --shapes qwen3-next-a3b-slice --q8-peer \
+#       --fp8-only-shapes qwen3-next-80b-a3b-fp8     (issue 12's FP8 goal: 8-bit weights both sides)
 #
 # Shapes: qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-next-a3b-slice (bench/make_model.py).
 set -euo pipefail
