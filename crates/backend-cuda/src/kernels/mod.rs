@@ -97,6 +97,14 @@ const MMA_STREAM_MIN_BLOCKS: usize = 2;
 /// `FLASHLANE_MATMUL_STREAM=1` runs one-row-tile bf16 matmuls on `matmul_bf16_stream` (not yet
 /// measured against the 16-row kernels: off by default; the bits are the same).
 pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
+/// Rows up to which a MoE step may run `moe_gate_up_stream` (a decode step of one or two
+/// streams: every expert tile then holds one or two pairs, and the step's units fit the blocks
+/// the GPU holds at once, [`MMA_STREAM_UNITS`] each).
+const MOE_STREAM_ROWS: usize = 2;
+/// `FLASHLANE_MOE_STREAM=1` runs the bf16 experts' gate/up of steps of at most
+/// [`MOE_STREAM_ROWS`] rows on `moe_gate_up_stream` (not yet measured: off by default; the bits
+/// are the same).
+pub const MOE_STREAM_ENV: &str = "FLASHLANE_MOE_STREAM";
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -317,6 +325,7 @@ impl Dims {
             ("MMA_STREAM_UNITS", MMA_STREAM_UNITS),
             ("MMA_STREAM_DEPTH", MMA_STREAM_DEPTH),
             ("MMA_STREAM_MIN_BLOCKS", MMA_STREAM_MIN_BLOCKS),
+            ("MOE_STREAM_ROWS", MOE_STREAM_ROWS),
             ("MMT_STAGES", MMT_STAGES),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -418,6 +427,10 @@ struct MoeKernels {
     /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
     route_group: CudaFunction,
     gate_up: CudaFunction,
+    /// `gate_up` as a stream, for steps of at most [`MOE_STREAM_ROWS`] rows.
+    gate_up_stream: CudaFunction,
+    /// Whether bf16 steps that fit run it ([`MOE_STREAM_ENV`]).
+    gate_up_stream_auto: bool,
     down: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
@@ -484,6 +497,8 @@ impl Kernels {
                     group: f("moe_group")?,
                     route_group: f("moe_route_group")?,
                     gate_up: f("moe_gate_up")?,
+                    gate_up_stream: f("moe_gate_up_stream")?,
+                    gate_up_stream_auto: std::env::var(MOE_STREAM_ENV).is_ok_and(|v| v == "1"),
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
@@ -1083,11 +1098,39 @@ impl Kernels {
             gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
-        Self::moe_experts(gpu, dims, k, m, l, slots)?;
+        // A step of one or two rows: at most rows · K expert tiles (a pair each, and no more than
+        // the experts), each I / 4 units (n-tiles of 4 gate and 4 up outputs) of
+        // `moe_gate_up_stream`.
+        let expert_units =
+            (l.rows * m.experts_per_token).min(m.num_experts) * (m.expert_intermediate / 4);
+        let blocks = self.matmul_stream_blocks;
+        if k.gate_up_stream_auto
+            && l.fp8.is_none()
+            && l.rows <= MOE_STREAM_ROWS
+            && expert_units <= blocks * MMA_STREAM_UNITS
+        {
+            gpu.launch(
+                &k.gate_up_stream,
+                (u32::try_from(blocks).expect("blocks fit a grid"), 1, 1),
+                MMA_WARPS * 32,
+                &[
+                    Arg::Ptr(l.xn),
+                    Arg::Ptr(l.pair_row),
+                    Arg::Ptr(l.tiles),
+                    Arg::Ptr(l.n_tiles),
+                    Arg::Ptr(l.gate_up),
+                    Arg::Ptr(l.act),
+                ],
+            )?;
+            Self::moe_experts(gpu, dims, k, m, l, slots, false)?;
+        } else {
+            Self::moe_experts(gpu, dims, k, m, l, slots, true)?;
+        }
         Self::moe_sum(gpu, dims, k, l, then)
     }
 
-    /// The experts' gate/up and down products of each tile (bf16 or FP8).
+    /// The experts' gate/up (unless `gate_up` is false: done already) and down products of each
+    /// tile (bf16 or FP8).
     fn moe_experts(
         gpu: &Gpu,
         dims: &Dims,
@@ -1095,24 +1138,27 @@ impl Kernels {
         m: &MoeConfig,
         l: &MoeLaunch,
         slots: u32,
+        gate_up: bool,
     ) -> Result<(), CudaError> {
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
             None => {
-                gpu.launch(
-                    &k.gate_up,
-                    gate_up_grid,
-                    MMA_WARPS * 32,
-                    &[
-                        Arg::Ptr(l.xn),
-                        Arg::Ptr(l.pair_row),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.gate_up),
-                        Arg::Ptr(l.act),
-                    ],
-                )?;
+                if gate_up {
+                    gpu.launch(
+                        &k.gate_up,
+                        gate_up_grid,
+                        MMA_WARPS * 32,
+                        &[
+                            Arg::Ptr(l.xn),
+                            Arg::Ptr(l.pair_row),
+                            Arg::Ptr(l.tiles),
+                            Arg::Ptr(l.n_tiles),
+                            Arg::Ptr(l.gate_up),
+                            Arg::Ptr(l.act),
+                        ],
+                    )?;
+                }
                 gpu.launch(
                     &k.down,
                     down_grid,
@@ -1137,6 +1183,10 @@ impl Kernels {
                     f.block_cols,
                     m.expert_intermediate,
                     dims.hidden
+                );
+                assert!(
+                    gate_up,
+                    "MoE: the FP8 experts' gate/up has no stream kernel"
                 );
                 gpu.launch(
                     &k.gate_up_fp8,

@@ -1067,6 +1067,25 @@ fn check_moe(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
     );
+    // A step of one and of two rows through `moe_gate_up_stream` (bf16 experts): the bits of the
+    // tiles' kernel, and of the batch.
+    if fp8.is_none() {
+        let mut streamed = Kernels::compile(gpu, &dims).expect("kernels");
+        streamed
+            .moe
+            .as_mut()
+            .expect("MoE kernels")
+            .gate_up_stream_auto = true;
+        for few in 1..=rows.min(super::MOE_STREAM_ROWS) {
+            let head = |v: &[f32], width: usize| v[..few * width].to_vec();
+            let (xn_few, mo_few, x_few) = (head(&xn, hidden), head(&mo, w), head(&x, hidden));
+            let got = run_moe(gpu, &streamed, &dims, &case, &xn_few, &mo_few, &x_few, None).0;
+            assert!(
+                same_bits(&got, &head(&all, hidden)),
+                "{what}: {few} rows through moe_gate_up_stream differ from the batch"
+            );
+        }
+    }
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
     let (fused, normed) = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
