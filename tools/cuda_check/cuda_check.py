@@ -8,6 +8,11 @@ shared memory. A compile error shows here in seconds instead of in a device call
         -- --ignored write_kernel_sources
     python3 tools/cuda_check/cuda_check.py /tmp/ksrc/*.cu [--kernel NAME_PART]
 
+With --compare OLD_DIR (the sources of another revision, written the same way from a checkout
+of it, e.g. a `git worktree`), it says for each kernel whether its PTX is the same as there, up
+to the names of registers and labels: "same" proves a change left that kernel's code as it was
+(so GPU runs of the old revision still speak for it); "differs" may be only a reordering.
+
 Tooling only: nothing in the serving path runs Python."""
 import argparse
 import ctypes
@@ -56,13 +61,58 @@ def compile_ptx(nvrtc, source, name):
     return ptx.value.decode()
 
 
+def kernels_of(ptx):
+    """Each entry function's PTX text, by name."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"\.visible \.entry (\w+)\((.*?)\n\}\n", ptx, re.S)}
+
+
+def normalised(text):
+    """PTX with registers, labels and local-memory depots (numbered by the kernel's place in the
+    module) renamed in order of first appearance."""
+    names = {}
+
+    def rename(m):
+        token = m.group(0)
+        kind = re.match(r"(%[a-z]+|\$L__BB|__local_depot)", token).group(1)
+        seen = names.setdefault(kind, {})
+        return seen.setdefault(token, f"{kind}#{len(seen)}")
+
+    return re.sub(r"%(?:rd|rs|r|fd|f|p|hh|h)\d+|\$L__BB\d+_\d+|__local_depot\d+", rename, text)
+
+
+def compare(nvrtc, path, old_dir):
+    """Prints, per kernel of `path`, whether the same-named source in old_dir compiles to it."""
+    name = os.path.basename(path)
+    old_path = os.path.join(old_dir, name)
+    if not os.path.exists(old_path):
+        print(f"== {name}: no {old_path}")
+        return
+    new = kernels_of(compile_ptx(nvrtc, open(path).read(), name))
+    old = kernels_of(compile_ptx(nvrtc, open(old_path).read(), name))
+    print(f"== {name} against {old_path}")
+    for kernel in sorted(set(new) | set(old)):
+        if kernel not in old:
+            verdict = "new"
+        elif kernel not in new:
+            verdict = "gone"
+        else:
+            verdict = "same" if normalised(new[kernel]) == normalised(old[kernel]) else "differs"
+        print(f"  {kernel:28} {verdict}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sources", nargs="+", help="kernel sources written by write_kernel_sources")
     ap.add_argument("--kernel", default="", help="report only kernels whose name contains this")
+    ap.add_argument("--compare", metavar="OLD_DIR",
+                    help="compare each kernel's PTX with the same-named source in OLD_DIR instead")
     args = ap.parse_args()
     lib = find("cuda_nvrtc/lib/libnvrtc.so.*[0-9]")
     nvrtc = ctypes.CDLL(lib)
+    if args.compare:
+        for path in args.sources:
+            compare(nvrtc, path, args.compare)
+        return
     ptxas = find("cuda_nvcc/bin/ptxas")
     for path in args.sources:
         name = os.path.basename(path)
