@@ -647,20 +647,19 @@ impl Kernels {
             MatmulKernel::Stream { max_blocks } => Some(max_blocks),
             _ => None,
         };
-        if let Some(max_blocks) = stream_blocks {
-            let units = m.n_out.div_ceil(MMA_COLS);
-            if m.fp8.is_none() && m.rows <= MMA_ROWS && units <= max_blocks * MMA_STREAM_UNITS {
-                // As few units a block as max_blocks allow, then only the blocks that takes: the
-                // blocks' unit counts differ by one at most, and all run at once.
-                let per_block = units.div_ceil(max_blocks.max(1));
-                let grid = u32::try_from(units.div_ceil(per_block)).expect("blocks fit a grid");
-                return gpu.launch(
-                    &self.matmul_stream,
-                    (grid, 1, 1),
-                    MMA_WARPS * 32,
-                    &bf16_matmul_args(m),
-                );
-            }
+        let stream_grid = stream_blocks.and_then(|max_blocks| {
+            let one_row_tile = m.fp8.is_none() && m.rows <= MMA_ROWS;
+            one_row_tile
+                .then(|| stream_grid(m.n_out.div_ceil(MMA_COLS), max_blocks))
+                .flatten()
+        });
+        if let Some(grid) = stream_grid {
+            return gpu.launch(
+                &self.matmul_stream,
+                (grid, 1, 1),
+                MMA_WARPS * 32,
+                &bf16_matmul_args(m),
+            );
         }
         let kernel = match kernel {
             MatmulKernel::Stream { .. } => MatmulKernel::Auto,
@@ -841,6 +840,18 @@ impl Kernels {
             ],
         )
     }
+}
+
+/// The blocks of `matmul_bf16_stream` for `units` n-tiles on at most `max_blocks` blocks, or
+/// `None` when they do not fit ([`MMA_STREAM_UNITS`] a block): as few units a block as
+/// `max_blocks` allow, then only the blocks that takes, so that the blocks' unit counts differ
+/// by one at most (block b takes units b, b + grid, …).
+fn stream_grid(units: usize, max_blocks: usize) -> Option<u32> {
+    if units == 0 || max_blocks == 0 || units > max_blocks * MMA_STREAM_UNITS {
+        return None;
+    }
+    let per_block = units.div_ceil(max_blocks);
+    u32::try_from(units.div_ceil(per_block)).ok()
 }
 
 /// Tile slots the MoE kernels' grids cover for `rows` rows: an expert's pairs make

@@ -539,6 +539,33 @@ fn argmax_case(gpu: &Gpu, k: &Kernels, rng: &mut Rng, seed: u64, n: usize) {
     }
 }
 
+/// `matmul_bf16_stream`'s grid (no device needed): at most the blocks given, at most
+/// MMA_STREAM_UNITS units a block, every unit in a block, the blocks' counts within one.
+#[test]
+fn stream_grid_spreads_units_evenly_over_at_most_the_blocks_given() {
+    let most = super::MMA_STREAM_UNITS;
+    for max_blocks in [1, 2, 3, 7, 264, 396] {
+        for units in 1..=(max_blocks * most).min(3000) {
+            let grid = super::stream_grid(units, max_blocks).expect("fits") as usize;
+            assert!(
+                grid <= max_blocks,
+                "{units} units on {max_blocks}: {grid} blocks"
+            );
+            // Block b takes units b, b + grid, …: ceil((units − b) / grid) of them.
+            let counts: Vec<usize> = (0..grid).map(|b| (units - b).div_ceil(grid)).collect();
+            assert_eq!(counts.iter().sum::<usize>(), units);
+            let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(
+                *hi <= most && hi - lo <= 1,
+                "{units} units on {grid}: {lo}..{hi} a block"
+            );
+        }
+        assert_eq!(super::stream_grid(max_blocks * most + 1, max_blocks), None);
+    }
+    assert_eq!(super::stream_grid(0, 8), None);
+    assert_eq!(super::stream_grid(8, 0), None);
+}
+
 /// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
 /// device needed): heads of 64 (flashlane-tiny) and 256 (Qwen3-Next) fit, 512 do not; every head
 /// layout of Qwen3 and Qwen3-Next fits; query heads that KV heads do not divide are refused.
