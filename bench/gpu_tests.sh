@@ -3,20 +3,42 @@
 # bench/pack_gpu_tests.sh, one after another, each failing (not skipping) without a device.
 #
 #   bench/gpu_tests.sh OUT_DIR        (carry bench/peers/gpu-tests.tar.xz)
+#   SETTINGS="base:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1" bench/gpu_tests.sh OUT_DIR
 #
-# Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR.
+# Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR, or with
+# SETTINGS (label:VAR=VALUE, as bench/gpu_ab.sh takes them: switches that keep the bits) the
+# whole run once per setting into OUT_DIR/LABEL/, and every line into OUT_DIR/summary.txt.
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
 mkdir -p "$out"
 bin=$(mktemp -d)
 tar -C "$bin" -xJf bench/peers/gpu-tests.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
-: >"$out/summary.txt"
-for t in backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults; do
-  start=$(date +%s)
-  FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$out/$t.log" 2>&1
-  rc=$?
-  echo "$t rc=$rc $(($(date +%s) - start))s $(grep 'test result' "$out/$t.log" | tail -1)" >>"$out/summary.txt"
-done
+
+# Runs the six binaries under `env SETTING` into DIR, appending to DIR/summary.txt.
+run_all() {
+  local dir=$1 setting=$2
+  mkdir -p "$dir"
+  : >"$dir/summary.txt"
+  for t in backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults; do
+    local start rc
+    start=$(date +%s)
+    env "$setting" FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
+    rc=$?
+    echo "$t rc=$rc $(($(date +%s) - start))s $(grep 'test result' "$dir/$t.log" | tail -1)" >>"$dir/summary.txt"
+  done
+}
+
+if [ -z "${SETTINGS:-}" ]; then
+  run_all "$out" FLASHLANE_AB=1
+else
+  : >"$out/summary.txt.all"
+  for setting in $SETTINGS; do
+    label=${setting%%:*}
+    run_all "$out/$label" "${setting#*:}"
+    sed "s/^/$label /" "$out/$label/summary.txt" >>"$out/summary.txt.all"
+  done
+  mv "$out/summary.txt.all" "$out/summary.txt"
+fi
 cat "$out/summary.txt"
 ! grep -qv ' rc=0 ' "$out/summary.txt"
