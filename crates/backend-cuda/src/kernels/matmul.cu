@@ -256,58 +256,34 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }
 
-// One row tile (rows ≤ MMA_ROWS) as a stream, for a decode step's matrices: grid G blocks of
-// MMA_WARPS warps; block b computes the n-tiles ("units" of MMA_COLS outputs) b, b + G, b + 2G, …,
-// at most MMA_STREAM_UNITS (the host chooses G so that every block is resident at once and has
-// the same number of units, ±1: no tail wave). Warp w walks, unit after unit, the chunks of k
-// every 16-row kernel gives it (w, w + MMA_WARPS, …, in increasing order), MMA_STREAM_DEPTH
-// chunks of weights loaded ahead across units, so its loads stay in flight from its first unit
-// to its last instead of draining at the end of each; a unit's sums wait in shared memory, and
-// once every warp is done the block adds each unit's in warp order, as `mma_tile` does. The same
-// chain per (row, output) as `matmul_bf16`: the same bits.
 #define MMA_STREAM_PART (MMA_WARPS * WARP * 4)
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
-matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                   const bf16_t* __restrict__ w, int k, int n_out,
-                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int units = (n_out + MMA_COLS - 1) / MMA_COLS, stride = gridDim.x;
-    const int mine = (int)blockIdx.x < units ? min(MMA_STREAM_UNITS, (units - 1 - (int)blockIdx.x) / stride + 1) : 0;
-    const size_t row_bytes = (size_t)k * sizeof(bf16_t);
-    // As `matmul_start`: let the next kernel start, pull this block's weight rows into L2, wait.
-    pdl_launch_dependents();
-    for (int i = 0; i < mine; i++) {
-        const int o0 = (blockIdx.x + i * stride) * MMA_COLS;
-        const size_t bytes = (size_t)(min(o0 + MMA_COLS, n_out) - o0) * row_bytes;
-        const char* base = (const char*)w + (size_t)o0 * row_bytes;
-        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
-             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
-            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
-    }
-    pdl_wait();
-    const float *xa, *xb;
-    tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
-    // This warp's chunks of each unit, and of the whole walk.
+
+// The walk of the stream kernels (`matmul_bf16_stream`, `moe_gate_up_stream`): warp w takes, unit
+// after unit of the block's `mine`, its chunks of k (w, w + MMA_WARPS, …, in increasing order),
+// MMA_STREAM_DEPTH chunks of weights loaded ahead across units, and leaves each unit's sums in
+// `part` (MMA_STREAM_PART floats a unit); then the block waits, every unit's sums in place.
+// `Units` says, for the block's unit i, this lane's weight row (`row(i)`: output g of the unit's
+// n-tile) and x rows g and g + 8 (`inputs(i, xa, xb)`, null: zeros). Every thread of the block
+// calls it. A chunk's products are `mma_chunk`'s, in `mma_tile`'s order.
+template <class Units>
+__device__ __forceinline__ void stream_walk(const Units& units, int mine, int k, float* part) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     const int first = warp * MMA_CHUNK, step = MMA_WARPS * MMA_CHUNK;
     const int per_unit = first < k ? (k - first - 1) / step + 1 : 0;
     const int items = mine * per_unit;
-    // Item i·per_unit + j: chunk j of this warp in unit i; lane (g, t) loads weight row g of the
-    // unit (the last valid row past the end: computed, never written) at element
-    // first + j·step + 16t, zeros past k.
+    // Item i·per_unit + j: chunk j of this warp in unit i, at element first + j·step + 16t of the
+    // lane's row; zeros past k.
     uint4 w0[MMA_STREAM_DEPTH], w1[MMA_STREAM_DEPTH];
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#define MMA_STREAM_LOAD(item, lo, hi)                                                              \
-    do {                                                                                           \
-        const int unit_ = blockIdx.x + ((item) / per_unit) * stride;                               \
-        const int e_ = first + ((item) % per_unit) * step + 16 * t;                                \
-        const bf16_t* row_ = w + (size_t)min(unit_ * MMA_COLS + g, n_out - 1) * k;                 \
-        lo = e_ < k ? *reinterpret_cast<const uint4*>(row_ + e_) : zero;                           \
-        hi = e_ < k ? *reinterpret_cast<const uint4*>(row_ + e_ + 8) : zero;                       \
-    } while (0)
+    auto load = [&](int item, uint4& lo, uint4& hi) {
+        const bf16_t* row = units.row(item / per_unit);
+        const int e = first + (item % per_unit) * step + 16 * t;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        lo = e < k ? *reinterpret_cast<const uint4*>(row + e) : zero;
+        hi = e < k ? *reinterpret_cast<const uint4*>(row + e + 8) : zero;
+    };
 #pragma unroll
     for (int p = 0; p < MMA_STREAM_DEPTH; p++)
-        if (p < items) MMA_STREAM_LOAD(p, w0[p], w1[p]);
+        if (p < items) load(p, w0[p], w1[p]);
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     float va[16], vb[16];
     for (int base = 0; base < items; base += MMA_STREAM_DEPTH) {
@@ -318,10 +294,12 @@ matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restr
             const int unit = item / per_unit, j = item % per_unit;
             const int e = first + j * step + 16 * t;
             const bool in = e < k;
+            const float *xa, *xb;
+            units.inputs(unit, xa, xb);
             load16(xa && in ? xa + e : nullptr, va);
             load16(xb && in ? xb + e : nullptr, vb);
             const uint4 lo = w0[p], hi = w1[p];
-            if (item + MMA_STREAM_DEPTH < items) MMA_STREAM_LOAD(item + MMA_STREAM_DEPTH, w0[p], w1[p]);
+            if (item + MMA_STREAM_DEPTH < items) load(item + MMA_STREAM_DEPTH, w0[p], w1[p]);
             mma_chunk<1>(acc, va, vb, &lo, &hi);
             if (j == per_unit - 1) {
                 float* dst = part + unit * MMA_STREAM_PART + (warp * WARP + lane) * 4;
@@ -333,25 +311,84 @@ matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restr
             }
         }
     }
-#undef MMA_STREAM_LOAD
     // A warp whose first chunk lies past k adds zeros, as in `mma_tile`.
     if (per_unit == 0)
         for (int unit = 0; unit < mine; unit++)
 #pragma unroll
             for (int i = 0; i < 4; i++) part[unit * MMA_STREAM_PART + (warp * WARP + lane) * 4 + i] = 0.0f;
     __syncthreads();
+}
+
+// Unit `unit`'s sums after `stream_walk`, added in warp order as `mma_tile` adds them: this lane's
+// d (rows g, g + 8 × outputs 2t, 2t + 1 of the unit's n-tile).
+__device__ __forceinline__ void stream_sums(const float* part, int unit, float* d) {
+    const float* sums = part + unit * MMA_STREAM_PART + (threadIdx.x % WARP) * 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        d[i] = sums[i];
+#pragma unroll
+        for (int v = 1; v < MMA_WARPS; v++) d[i] += sums[v * WARP * 4 + i];
+    }
+}
+
+// The block's units b, b + G, …: at most MMA_STREAM_UNITS (the host sees to it).
+__device__ __forceinline__ int stream_units_of_block(int units) {
+    return (int)blockIdx.x < units ? min(MMA_STREAM_UNITS, (units - 1 - (int)blockIdx.x) / (int)gridDim.x + 1) : 0;
+}
+
+// `stream_walk`'s units of a dense matrix: n-tile blockIdx.x + i·G, x the row tile's rows.
+struct DenseUnits {
+    const bf16_t* w;
+    int k, n_out;
+    const float *xa, *xb;
+    __device__ const bf16_t* row(int i) const {
+        const int o = (blockIdx.x + i * gridDim.x) * MMA_COLS + (threadIdx.x % WARP) / 4;
+        return w + (size_t)min(o, n_out - 1) * k;  // past the end: the last row, never written
+    }
+    __device__ void inputs(int, const float*& a, const float*& b) const { a = xa; b = xb; }
+};
+
+// One row tile (rows ≤ MMA_ROWS) as a stream, for a decode step's matrices: grid G blocks of
+// MMA_WARPS warps; block b computes the n-tiles ("units" of MMA_COLS outputs) b, b + G, b + 2G, …,
+// at most MMA_STREAM_UNITS (the host chooses G so that every block is resident at once and has
+// the same number of units, ±1: no tail wave). Warp w walks, unit after unit, the chunks of k
+// every 16-row kernel gives it (w, w + MMA_WARPS, …, in increasing order), MMA_STREAM_DEPTH
+// chunks of weights loaded ahead across units, so its loads stay in flight from its first unit
+// to its last instead of draining at the end of each; a unit's sums wait in shared memory, and
+// once every warp is done the block adds each unit's in warp order, as `mma_tile` does. The same
+// chain per (row, output) as `matmul_bf16`: the same bits.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
+matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                   const bf16_t* __restrict__ w, int k, int n_out,
+                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int mine = stream_units_of_block((n_out + MMA_COLS - 1) / MMA_COLS);
+    const size_t row_bytes = (size_t)k * sizeof(bf16_t);
+    // As `matmul_start`: let the next kernel start, pull this block's weight rows into L2, wait.
+    pdl_launch_dependents();
+    for (int i = 0; i < mine; i++) {
+        const int o0 = (blockIdx.x + i * gridDim.x) * MMA_COLS;
+        const size_t bytes = (size_t)(min(o0 + MMA_COLS, n_out) - o0) * row_bytes;
+        const char* base = (const char*)w + (size_t)o0 * row_bytes;
+        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
+             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
+            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
+    }
+    pdl_wait();
+    DenseUnits units{w, k, n_out, nullptr, nullptr};
+    tile_inputs(x, x_stride, row_index, rows, 0, units.xa, units.xb);
+    stream_walk(units, mine, k, part);
     for (int unit = warp; unit < mine; unit += MMA_WARPS) {
-        const float* sums = part + unit * MMA_STREAM_PART + lane * 4;
-        const int o0 = (blockIdx.x + unit * stride) * MMA_COLS;
+        float d[4];
+        stream_sums(part, unit, d);
+        const int o0 = (blockIdx.x + unit * gridDim.x) * MMA_COLS;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float sum = sums[i];
-#pragma unroll
-            for (int v = 1; v < MMA_WARPS; v++) sum += sums[v * WARP * 4 + i];
             const int r = g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
             if (r < rows && o < n_out) {
                 float* out = y + (size_t)r * y_stride + o;
-                *out = accumulate ? *out + sum : sum;
+                *out = accumulate ? *out + d[i] : d[i];
             }
         }
     }

@@ -87,7 +87,7 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// Qwen3-4B (its gate/up: 2,432 units over 264 blocks) but the lm_head.
 const MMA_STREAM_UNITS: usize = 10;
 /// Chunks of weights a warp of `matmul_bf16_stream` keeps loading ahead of the one it multiplies
-/// (across units): 8 registers a chunk. With 4, ptxas keeps it to 126 registers without spills;
+/// (across units): 8 registers a chunk. With 4, ptxas keeps it to 123 registers without spills;
 /// 6 spills at the 128 two blocks a multiprocessor allow, and 3 blocks (80 registers) spill at
 /// every depth from 2 (`tools/cuda_check`).
 const MMA_STREAM_DEPTH: usize = 4;
@@ -854,6 +854,16 @@ fn stream_grid(units: usize, max_blocks: usize) -> Option<u32> {
     u32::try_from(units.div_ceil(per_block)).ok()
 }
 
+/// Whether a MoE step of `rows` rows may run `moe_gate_up_stream` on `blocks` blocks: at most
+/// [`MOE_STREAM_ROWS`] rows, whose expert tiles (a pair each at most rows · K, and no more than
+/// the experts) make I / 4 units each (n-tiles of 4 gate and 4 up outputs), at most
+/// [`MMA_STREAM_UNITS`] a block.
+fn moe_stream_fits(rows: usize, m: &MoeConfig, blocks: usize) -> bool {
+    let expert_units =
+        (rows * m.experts_per_token).min(m.num_experts) * (m.expert_intermediate / 4);
+    (1..=MOE_STREAM_ROWS).contains(&rows) && expert_units <= blocks * MMA_STREAM_UNITS
+}
+
 /// Tile slots the MoE kernels' grids cover for `rows` rows: an expert's pairs make
 /// ceil(n / MMA_ROWS) tiles, at most `pairs / MMA_ROWS` full ones plus one part-full tile per
 /// expert used (never more tiles than pairs), then the shared expert's tiles of rows.
@@ -1109,39 +1119,17 @@ impl Kernels {
             gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
-        // A step of one or two rows: at most rows · K expert tiles (a pair each, and no more than
-        // the experts), each I / 4 units (n-tiles of 4 gate and 4 up outputs) of
-        // `moe_gate_up_stream`.
-        let expert_units =
-            (l.rows * m.experts_per_token).min(m.num_experts) * (m.expert_intermediate / 4);
-        let blocks = self.matmul_stream_blocks;
-        if k.gate_up_stream_auto
+        let stream = k.gate_up_stream_auto
             && l.fp8.is_none()
-            && l.rows <= MOE_STREAM_ROWS
-            && expert_units <= blocks * MMA_STREAM_UNITS
-        {
-            gpu.launch(
-                &k.gate_up_stream,
-                (u32::try_from(blocks).expect("blocks fit a grid"), 1, 1),
-                MMA_WARPS * 32,
-                &[
-                    Arg::Ptr(l.xn),
-                    Arg::Ptr(l.pair_row),
-                    Arg::Ptr(l.tiles),
-                    Arg::Ptr(l.n_tiles),
-                    Arg::Ptr(l.gate_up),
-                    Arg::Ptr(l.act),
-                ],
-            )?;
-            Self::moe_experts(gpu, dims, k, m, l, slots, false)?;
-        } else {
-            Self::moe_experts(gpu, dims, k, m, l, slots, true)?;
-        }
+            && moe_stream_fits(l.rows, m, self.matmul_stream_blocks);
+        let stream_blocks =
+            stream.then(|| u32::try_from(self.matmul_stream_blocks).expect("blocks fit a grid"));
+        Self::moe_experts(gpu, dims, k, m, l, slots, stream_blocks)?;
         Self::moe_sum(gpu, dims, k, l, then)
     }
 
-    /// The experts' gate/up (unless `gate_up` is false: done already) and down products of each
-    /// tile (bf16 or FP8).
+    /// The experts' gate/up and down products of each tile (bf16 or FP8); with `stream_blocks`
+    /// (bf16 only), the gate/up on `moe_gate_up_stream` over that many blocks.
     fn moe_experts(
         gpu: &Gpu,
         dims: &Dims,
@@ -1149,27 +1137,29 @@ impl Kernels {
         m: &MoeConfig,
         l: &MoeLaunch,
         slots: u32,
-        gate_up: bool,
+        stream_blocks: Option<u32>,
     ) -> Result<(), CudaError> {
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
             None => {
-                if gate_up {
-                    gpu.launch(
-                        &k.gate_up,
-                        gate_up_grid,
-                        MMA_WARPS * 32,
-                        &[
-                            Arg::Ptr(l.xn),
-                            Arg::Ptr(l.pair_row),
-                            Arg::Ptr(l.tiles),
-                            Arg::Ptr(l.n_tiles),
-                            Arg::Ptr(l.gate_up),
-                            Arg::Ptr(l.act),
-                        ],
-                    )?;
-                }
+                let (gate_up, grid) = match stream_blocks {
+                    Some(blocks) => (&k.gate_up_stream, (blocks, 1, 1)),
+                    None => (&k.gate_up, gate_up_grid),
+                };
+                gpu.launch(
+                    gate_up,
+                    grid,
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.xn),
+                        Arg::Ptr(l.pair_row),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.gate_up),
+                        Arg::Ptr(l.act),
+                    ],
+                )?;
                 gpu.launch(
                     &k.down,
                     down_grid,
@@ -1196,7 +1186,7 @@ impl Kernels {
                     dims.hidden
                 );
                 assert!(
-                    gate_up,
+                    stream_blocks.is_none(),
                     "MoE: the FP8 experts' gate/up has no stream kernel"
                 );
                 gpu.launch(

@@ -358,24 +358,43 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
 // two streams; experimental, see kernels/mod.rs): grid G blocks, all resident at once; a "unit"
 // is one n-tile of `moe_gate_up` (4 gate and the 4 matching up units of one expert tile), unit u
 // = tile u / (I / 4), n-tile u % (I / 4); block b takes units b, b + G, … (at most
-// MMA_STREAM_UNITS: the host checks the step's most units fit). Each warp walks its chunks of
-// k across its units with MMA_STREAM_DEPTH chunks of weights loaded ahead, as
-// `matmul_bf16_stream` does, then the block adds each unit's warp sums in warp order and writes
-// silu(gate)·up: the chain of `moe_gate_up`, the same bits.
+// MMA_STREAM_UNITS: the host checks the step's most units fit) through `stream_walk`, then
+// writes silu(gate)·up: the chain of `moe_gate_up`, the same bits.
 #define MOE_STREAM_UNITS_PER_TILE (MOE_I / 4)
+// `stream_walk`'s units of the experts: per unit of the block, its expert, first position, pairs
+// and the rows of its pairs (shared memory, filled before the walk).
+struct ExpertUnits {
+    const bf16_t* gate_up;
+    const float* xn;
+    const int *e, *count, (*rows)[MOE_STREAM_ROWS];
+    // Lane g loads the gate row of unit u0 + g (g < 4) or the up row of unit u0 + g − 4, as
+    // `moe_gate_up`'s n-tile u0 / 4 does.
+    __device__ const bf16_t* row(int i) const {
+        const int g = (threadIdx.x % WARP) / 4;
+        const int unit = ((blockIdx.x + i * gridDim.x) % MOE_STREAM_UNITS_PER_TILE) * 4 + g % 4;
+        return gate_up + ((size_t)e[i] * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
+    }
+    // Pair g of the unit's tile is x row g of the tile; no pair g + 8 (at most MOE_STREAM_ROWS ≤ 8).
+    __device__ void inputs(int i, const float*& a, const float*& b) const {
+        const int g = (threadIdx.x % WARP) / 4;
+        a = g < count[i] ? xn + (size_t)rows[i][g] * MOE_H : nullptr;
+        b = nullptr;
+    }
+};
+#if MOE_STREAM_ROWS > 8
+#error "moe_gate_up_stream holds a tile's pairs in rows g < 8 of the MMA tile"
+#endif
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
 moe_gate_up_stream(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
                    const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
     pdl_start();
     __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
-    // Per unit of this block: expert, first position, pairs, and the rows of its pairs.
     __shared__ int unit_e[MMA_STREAM_UNITS], unit_start[MMA_STREAM_UNITS], unit_count[MMA_STREAM_UNITS];
     __shared__ int unit_row[MMA_STREAM_UNITS][MOE_STREAM_ROWS];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int units = n_tiles[0] * MOE_STREAM_UNITS_PER_TILE, stride = gridDim.x;
-    const int mine = (int)blockIdx.x < units ? min(MMA_STREAM_UNITS, (units - 1 - (int)blockIdx.x) / stride + 1) : 0;
+    const int mine = stream_units_of_block(n_tiles[0] * MOE_STREAM_UNITS_PER_TILE);
     if (threadIdx.x < mine) {
-        const int* tile = tiles + 3 * ((blockIdx.x + threadIdx.x * stride) / MOE_STREAM_UNITS_PER_TILE);
+        const int* tile = tiles + 3 * ((blockIdx.x + threadIdx.x * gridDim.x) / MOE_STREAM_UNITS_PER_TILE);
         unit_e[threadIdx.x] = tile[0];
         unit_start[threadIdx.x] = tile[1];
         unit_count[threadIdx.x] = tile[2];
@@ -383,77 +402,17 @@ moe_gate_up_stream(const float* __restrict__ xn, const int* __restrict__ pair_ro
             unit_row[threadIdx.x][r] = r < tile[2] ? pair_row[tile[1] + r] : 0;
     }
     __syncthreads();
-    const int first = warp * MMA_CHUNK, step = MMA_WARPS * MMA_CHUNK;
-    const int per_unit = first < MOE_H ? (MOE_H - first - 1) / step + 1 : 0;
-    const int items = mine * per_unit;
-    uint4 w0[MMA_STREAM_DEPTH], w1[MMA_STREAM_DEPTH];
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    // Lane (g, t) loads weight row g of the unit's n-tile: gate unit u0 + g (g < 4) or up unit
-    // u0 + g − 4, as `moe_gate_up`'s n-tile j = u0 / 4 does.
-#define MOE_STREAM_LOAD(item, lo, hi)                                                              \
-    do {                                                                                           \
-        const int i_ = (item) / per_unit;                                                          \
-        const int u0_ = ((blockIdx.x + i_ * stride) % MOE_STREAM_UNITS_PER_TILE) * 4;              \
-        const int unit_ = u0_ + g % 4;                                                             \
-        const bf16_t* row_ = gate_up +                                                             \
-            ((size_t)unit_e[i_] * 2 * MOE_I + (g < 4 ? unit_ : MOE_I + unit_)) * MOE_H;            \
-        const int e_ = first + ((item) % per_unit) * step + 16 * t;                                \
-        lo = e_ < MOE_H ? *reinterpret_cast<const uint4*>(row_ + e_) : zero;                       \
-        hi = e_ < MOE_H ? *reinterpret_cast<const uint4*>(row_ + e_ + 8) : zero;                   \
-    } while (0)
-#pragma unroll
-    for (int p = 0; p < MMA_STREAM_DEPTH; p++)
-        if (p < items) MOE_STREAM_LOAD(p, w0[p], w1[p]);
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    float va[16], vb[16];
-    for (int base = 0; base < items; base += MMA_STREAM_DEPTH) {
-#pragma unroll
-        for (int p = 0; p < MMA_STREAM_DEPTH; p++) {
-            const int item = base + p;
-            if (item >= items) break;  // the same for the whole warp
-            const int unit = item / per_unit, j = item % per_unit;
-            const int e = first + j * step + 16 * t;
-            const bool in = e < MOE_H;
-            // Pair g of the unit's tile is row g of the tile (no pair g + 8: at most
-            // MOE_STREAM_ROWS ≤ 8 pairs).
-            const float* xa = g < unit_count[unit] ? xn + (size_t)unit_row[unit][g] * MOE_H : nullptr;
-            load16(xa && in ? xa + e : nullptr, va);
-            load16(nullptr, vb);
-            const uint4 lo = w0[p], hi = w1[p];
-            if (item + MMA_STREAM_DEPTH < items) MOE_STREAM_LOAD(item + MMA_STREAM_DEPTH, w0[p], w1[p]);
-            mma_chunk<1>(acc, va, vb, &lo, &hi);
-            if (j == per_unit - 1) {
-                float* dst = part + unit * MMA_STREAM_PART + (warp * WARP + lane) * 4;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    dst[i] = acc[0][i];
-                    acc[0][i] = 0.0f;
-                }
-            }
-        }
-    }
-#undef MOE_STREAM_LOAD
-    if (per_unit == 0)
-        for (int unit = 0; unit < mine; unit++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) part[unit * MMA_STREAM_PART + (warp * WARP + lane) * 4 + i] = 0.0f;
-    __syncthreads();
+    stream_walk(ExpertUnits{gate_up, xn, unit_e, unit_count, unit_row}, mine, MOE_H, part);
     for (int unit = warp; unit < mine; unit += MMA_WARPS) {
-        const float* sums = part + unit * MMA_STREAM_PART + lane * 4;
         float d[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            d[i] = sums[i];
-#pragma unroll
-            for (int v = 1; v < MMA_WARPS; v++) d[i] += sums[v * WARP * 4 + i];
-        }
+        stream_sums(part, unit, d);
         // Lane (g, t) holds outputs 2t, 2t + 1 of the n-tile: gate for t < 2; lane t + 2 holds
         // the matching up.
         float up[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
         if (t >= 2) continue;
-        const int u0 = ((blockIdx.x + unit * stride) % MOE_STREAM_UNITS_PER_TILE) * 4;
+        const int u0 = ((blockIdx.x + unit * gridDim.x) % MOE_STREAM_UNITS_PER_TILE) * 4;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = g + (i / 2) * 8;

@@ -325,7 +325,13 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_row
         units.div_ceil(3),
         units,
     ]
-    .map(|max_blocks| MatmulKernel::Stream { max_blocks });
+    .map(|max_blocks| {
+        assert!(
+            super::stream_grid(units, max_blocks).is_some(),
+            "{units} units stream"
+        );
+        MatmulKernel::Stream { max_blocks }
+    });
     for kernel in [
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
@@ -1104,6 +1110,8 @@ fn check_moe(
             .expect("MoE kernels")
             .gate_up_stream_auto = true;
         for few in 1..=rows.min(super::MOE_STREAM_ROWS) {
+            let fits = super::moe_stream_fits(few, &case.m, streamed.matmul_stream_blocks);
+            assert!(fits, "{what}: {few} rows run moe_gate_up_stream");
             let head = |v: &[f32], width: usize| v[..few * width].to_vec();
             let (xn_few, mo_few, x_few) = (head(&xn, hidden), head(&mo, w), head(&x, hidden));
             let got = run_moe(gpu, &streamed, &dims, &case, &xn_few, &mo_few, &x_few, None).0;
