@@ -6,6 +6,7 @@
 #
 #   ROUNDS=2 STREAMS=1,8 bench/gpu_ab.sh OUT_DIR SHAPE BINARY...
 #   SETTINGS="narrow:FLASHLANE_MOE_NARROW=1 wide:FLASHLANE_MOE_NARROW=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
+#   (a setting may set several variables: label:A=1,B=1)
 #
 # Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt); raw JSON
 # and stderr in OUT_DIR.
@@ -25,7 +26,8 @@ for round in $(seq "${ROUNDS:-2}"); do
     for setting in ${SETTINGS:-built:FLASHLANE_AB=1}; do
       label=bin$i.${setting%%:*}
       json="$out/$shape.$label.round$round.json"
-      env "${setting#*:}" timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
+      vars=${setting#*:}
+      env ${vars//,/ } timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
         --streams "${STREAMS:-1,8}" --prompt-tokens 128 --new-tokens 128 --json \
         >"$json" 2>"$out/$shape.$label.round$round.err"
       python3 - "$json" "$label ($bin)" "$round" <<'PY' | tee -a "$out/ab.txt"

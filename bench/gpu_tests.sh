@@ -6,7 +6,7 @@
 #   SETTINGS="base:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1" bench/gpu_tests.sh OUT_DIR
 #
 # Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR, or with
-# SETTINGS (label:VAR=VALUE, as bench/gpu_ab.sh takes them: switches that keep the bits) the
+# SETTINGS (label:VAR=VALUE[,VAR=VALUE…], as bench/gpu_ab.sh takes them: switches that keep the bits) the
 # whole run once per setting into OUT_DIR/LABEL/, and every line into OUT_DIR/summary.txt.
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
@@ -23,7 +23,7 @@ run_all() {
   for t in backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults; do
     local start rc
     start=$(date +%s)
-    env "$setting" FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
+    env ${setting//,/ } FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
     rc=$?
     echo "$t rc=$rc $(($(date +%s) - start))s $(grep 'test result' "$dir/$t.log" | tail -1)" >>"$dir/summary.txt"
   done
