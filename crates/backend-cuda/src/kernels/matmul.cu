@@ -60,31 +60,6 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
-// One chunk's products added into acc, as `mma_tile` adds them: `va` / `vb` the lane's 16
-// elements of x rows g and g + 8, `lo[j]` / `hi[j]` the first and second 8 of weight row g of
-// n-tile j; step s takes elements 4s … 4s + 3, each n-tile the hi then the lo product. The same
-// steps as `mma_tile`'s loop, which keeps its own copy until `matmul_bf16_stream` has run on the
-// H200: the kernels measured there stay the code they were (their PTX unchanged).
-template <int NT>
-__device__ __forceinline__ void mma_chunk(float (*acc)[4], const float* va, const float* vb, const uint4* lo,
-                                          const uint4* hi) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-        split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-        split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-        split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-        split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const unsigned b0 = s == 0 ? lo[j].x : s == 1 ? lo[j].z : s == 2 ? hi[j].x : hi[j].z;
-            const unsigned b1 = s == 0 ? lo[j].y : s == 1 ? lo[j].w : s == 2 ? hi[j].y : hi[j].w;
-            mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
-            mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
-        }
-    }
-}
-
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -256,143 +231,21 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }
 
-#define MMA_STREAM_PART (MMA_WARPS * WARP * 4)
-
-// The walk of the stream kernels (`matmul_bf16_stream`, `moe_gate_up_stream`): warp w takes, unit
-// after unit of the block's `mine`, its chunks of k (w, w + MMA_WARPS, …, in increasing order),
-// MMA_STREAM_DEPTH chunks of weights loaded ahead across units, and leaves each unit's sums in
-// `part` (MMA_STREAM_PART floats a unit); then the block waits, every unit's sums in place.
-// `Units` says, for the block's unit i, this lane's weight row (`row(i)`: output g of the unit's
-// n-tile) and x rows g and g + 8 (`inputs(i, xa, xb)`, null: zeros). Every thread of the block
-// calls it. A chunk's products are `mma_chunk`'s, in `mma_tile`'s order.
-template <class Units>
-__device__ __forceinline__ void stream_walk(const Units& units, int mine, int k, float* part) {
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
-    const int first = warp * MMA_CHUNK, step = MMA_WARPS * MMA_CHUNK;
-    const int per_unit = first < k ? (k - first - 1) / step + 1 : 0;
-    const int items = mine * per_unit;
-    // Item i·per_unit + j: chunk j of this warp in unit i, at element first + j·step + 16t of the
-    // lane's row; zeros past k.
-    uint4 w0[MMA_STREAM_DEPTH], w1[MMA_STREAM_DEPTH];
-    auto load = [&](int item, uint4& lo, uint4& hi) {
-        const bf16_t* row = units.row(item / per_unit);
-        const int e = first + (item % per_unit) * step + 16 * t;
-        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-        lo = e < k ? *reinterpret_cast<const uint4*>(row + e) : zero;
-        hi = e < k ? *reinterpret_cast<const uint4*>(row + e + 8) : zero;
-    };
-#pragma unroll
-    for (int p = 0; p < MMA_STREAM_DEPTH; p++)
-        if (p < items) load(p, w0[p], w1[p]);
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    float va[16], vb[16];
-    for (int base = 0; base < items; base += MMA_STREAM_DEPTH) {
-#pragma unroll
-        for (int p = 0; p < MMA_STREAM_DEPTH; p++) {
-            const int item = base + p;
-            if (item >= items) break;  // the same for the whole warp
-            const int unit = item / per_unit, j = item % per_unit;
-            const int e = first + j * step + 16 * t;
-            const bool in = e < k;
-            const float *xa, *xb;
-            units.inputs(unit, xa, xb);
-            load16(xa && in ? xa + e : nullptr, va);
-            load16(xb && in ? xb + e : nullptr, vb);
-            const uint4 lo = w0[p], hi = w1[p];
-            if (item + MMA_STREAM_DEPTH < items) load(item + MMA_STREAM_DEPTH, w0[p], w1[p]);
-            mma_chunk<1>(acc, va, vb, &lo, &hi);
-            if (j == per_unit - 1) {
-                float* dst = part + unit * MMA_STREAM_PART + (warp * WARP + lane) * 4;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    dst[i] = acc[0][i];
-                    acc[0][i] = 0.0f;
-                }
-            }
-        }
+// NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
+// count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
+// is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
+// same products in the same order as `matmul_bf16`: the same bits.
+#define MATMUL_BF16_TILES(NT)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    matmul_bf16_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,     \
+                      const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,            \
+                      int y_stride, int accumulate, int rows) {                                         \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);  \
     }
-    // A warp whose first chunk lies past k adds zeros, as in `mma_tile`.
-    if (per_unit == 0)
-        for (int unit = 0; unit < mine; unit++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) part[unit * MMA_STREAM_PART + (warp * WARP + lane) * 4 + i] = 0.0f;
-    __syncthreads();
-}
-
-// Unit `unit`'s sums after `stream_walk`, added in warp order as `mma_tile` adds them: this lane's
-// d (rows g, g + 8 × outputs 2t, 2t + 1 of the unit's n-tile).
-__device__ __forceinline__ void stream_sums(const float* part, int unit, float* d) {
-    const float* sums = part + unit * MMA_STREAM_PART + (threadIdx.x % WARP) * 4;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        d[i] = sums[i];
-#pragma unroll
-        for (int v = 1; v < MMA_WARPS; v++) d[i] += sums[v * WARP * 4 + i];
-    }
-}
-
-// The block's units b, b + G, …: at most MMA_STREAM_UNITS (the host sees to it).
-__device__ __forceinline__ int stream_units_of_block(int units) {
-    return (int)blockIdx.x < units ? min(MMA_STREAM_UNITS, (units - 1 - (int)blockIdx.x) / (int)gridDim.x + 1) : 0;
-}
-
-// `stream_walk`'s units of a dense matrix: n-tile blockIdx.x + i·G, x the row tile's rows.
-struct DenseUnits {
-    const bf16_t* w;
-    int k, n_out;
-    const float *xa, *xb;
-    __device__ const bf16_t* row(int i) const {
-        const int o = (blockIdx.x + i * gridDim.x) * MMA_COLS + (threadIdx.x % WARP) / 4;
-        return w + (size_t)min(o, n_out - 1) * k;  // past the end: the last row, never written
-    }
-    __device__ void inputs(int, const float*& a, const float*& b) const { a = xa; b = xb; }
-};
-
-// One row tile (rows ≤ MMA_ROWS) as a stream, for a decode step's matrices: grid G blocks of
-// MMA_WARPS warps; block b computes the n-tiles ("units" of MMA_COLS outputs) b, b + G, b + 2G, …,
-// at most MMA_STREAM_UNITS (the host chooses G so that every block is resident at once and has
-// the same number of units, ±1: no tail wave). Warp w walks, unit after unit, the chunks of k
-// every 16-row kernel gives it (w, w + MMA_WARPS, …, in increasing order), MMA_STREAM_DEPTH
-// chunks of weights loaded ahead across units, so its loads stay in flight from its first unit
-// to its last instead of draining at the end of each; a unit's sums wait in shared memory, and
-// once every warp is done the block adds each unit's in warp order, as `mma_tile` does. The same
-// chain per (row, output) as `matmul_bf16`: the same bits.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
-matmul_bf16_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                   const bf16_t* __restrict__ w, int k, int n_out,
-                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int mine = stream_units_of_block((n_out + MMA_COLS - 1) / MMA_COLS);
-    const size_t row_bytes = (size_t)k * sizeof(bf16_t);
-    // As `matmul_start`: let the next kernel start, pull this block's weight rows into L2, wait.
-    pdl_launch_dependents();
-    for (int i = 0; i < mine; i++) {
-        const int o0 = (blockIdx.x + i * gridDim.x) * MMA_COLS;
-        const size_t bytes = (size_t)(min(o0 + MMA_COLS, n_out) - o0) * row_bytes;
-        const char* base = (const char*)w + (size_t)o0 * row_bytes;
-        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
-             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
-            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
-    }
-    pdl_wait();
-    DenseUnits units{w, k, n_out, nullptr, nullptr};
-    tile_inputs(x, x_stride, row_index, rows, 0, units.xa, units.xb);
-    stream_walk(units, mine, k, part);
-    for (int unit = warp; unit < mine; unit += MMA_WARPS) {
-        float d[4];
-        stream_sums(part, unit, d);
-        const int o0 = (blockIdx.x + unit * gridDim.x) * MMA_COLS;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = g + (i / 2) * 8, o = o0 + 2 * t + (i % 2);
-            if (r < rows && o < n_out) {
-                float* out = y + (size_t)r * y_stride + o;
-                *out = accumulate ? *out + d[i] : d[i];
-            }
-        }
-    }
-}
+MATMUL_BF16_TILES(3)
+MATMUL_BF16_TILES(5)
+MATMUL_BF16_TILES(6)
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

@@ -81,30 +81,6 @@ const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
 /// do not change); 63 gives the rule before session 14. A value that is not a number leaves 64.
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
-/// N-tiles (units of 8 outputs) one block of `matmul_bf16_stream` computes at most: their sums
-/// wait in 4 KiB of shared memory each until the block's warps are done (40 KiB of the 48 a
-/// block has without asking). 10 takes every one-row-tile matrix of the A3B slice and of
-/// Qwen3-4B (its gate/up: 2,432 units over 264 blocks) but the lm_head.
-const MMA_STREAM_UNITS: usize = 10;
-/// Chunks of weights a warp of `matmul_bf16_stream` keeps loading ahead of the one it multiplies
-/// (across units): 8 registers a chunk. With 4, ptxas keeps it to 123 registers without spills;
-/// 6 spills at the 128 two blocks a multiprocessor allow, and 3 blocks (80 registers) spill at
-/// every depth from 2 (`tools/cuda_check`).
-const MMA_STREAM_DEPTH: usize = 4;
-/// Blocks of `matmul_bf16_stream` a multiprocessor holds at once (its launch bounds); the host
-/// sizes its grid to the blocks the GPU holds at once.
-const MMA_STREAM_MIN_BLOCKS: usize = 2;
-/// `FLASHLANE_MATMUL_STREAM=1` runs one-row-tile bf16 matmuls on `matmul_bf16_stream` (not yet
-/// measured against the 16-row kernels: off by default; the bits are the same).
-pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
-/// Rows up to which a MoE step may run `moe_gate_up_stream` (a decode step of one or two
-/// streams: every expert tile then holds one or two pairs, and the step's units fit the blocks
-/// the GPU holds at once, [`MMA_STREAM_UNITS`] each).
-const MOE_STREAM_ROWS: usize = 2;
-/// `FLASHLANE_MOE_STREAM=1` runs the bf16 experts' gate/up of steps of at most
-/// [`MOE_STREAM_ROWS`] rows on `moe_gate_up_stream` (not yet measured: off by default; the bits
-/// are the same).
-pub const MOE_STREAM_ENV: &str = "FLASHLANE_MOE_STREAM";
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -152,6 +128,14 @@ const MMA_COLS: usize = 8;
 /// of x once for all of them, so x is read from L2 once per 32 outputs instead of 8. The k split
 /// does not change, so neither do the bits.
 const MMA_NT: usize = 4;
+/// N-tiles a block of the wide bf16 matmul may hold (`matmul_bf16` holds MMA_NT, the others
+/// `matmul_bf16_t3`, `_t5`, `_t6`): [`block_tiles`] picks the count that runs a matrix in the
+/// fewest waves of the GPU's resident blocks. More than 6 spills at the 128 registers two blocks
+/// a multiprocessor allow (`tools/cuda_check`).
+const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
+/// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
+/// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
+pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -322,10 +306,6 @@ impl Dims {
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
-            ("MMA_STREAM_UNITS", MMA_STREAM_UNITS),
-            ("MMA_STREAM_DEPTH", MMA_STREAM_DEPTH),
-            ("MMA_STREAM_MIN_BLOCKS", MMA_STREAM_MIN_BLOCKS),
-            ("MOE_STREAM_ROWS", MOE_STREAM_ROWS),
             ("MMT_STAGES", MMT_STAGES),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -394,18 +374,19 @@ impl Dims {
 
 /// The compiled kernels of one model.
 pub struct Kernels {
-    matmul: CudaFunction,
+    /// The wide bf16 matmul by n-tiles a block, as [`MATMUL_BLOCK_TILES`] lists them.
+    matmul_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    /// Whether `MatmulKernel::Auto` picks the n-tiles a block by [`block_tiles`] (else MMA_NT),
+    /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
+    matmul_fit: (bool, bool),
+    /// Blocks of the wide bf16 matmul the GPU holds at once (multiprocessors × MMA_MIN_BLOCKS).
+    matmul_resident_blocks: usize,
     matmul_tiled: CudaFunction,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
-    matmul_stream: CudaFunction,
-    /// Whether `MatmulKernel::Auto` runs it for one row tile ([`MATMUL_STREAM_ENV`]).
-    matmul_stream_auto: bool,
-    /// Blocks of it the GPU holds at once (multiprocessors × [`MMA_STREAM_MIN_BLOCKS`]).
-    matmul_stream_blocks: usize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -427,10 +408,6 @@ struct MoeKernels {
     /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
     route_group: CudaFunction,
     gate_up: CudaFunction,
-    /// `gate_up` as a stream, for steps of at most [`MOE_STREAM_ROWS`] rows.
-    gate_up_stream: CudaFunction,
-    /// Whether bf16 steps that fit run it ([`MOE_STREAM_ENV`]).
-    gate_up_stream_auto: bool,
     down: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
@@ -465,8 +442,23 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMT_SHARED_BYTES as i32,
         )?;
+        let by_tiles = |tiles: usize| match tiles {
+            MMA_NT => f("matmul_bf16"),
+            other => f(&format!("matmul_bf16_t{other}")),
+        };
         Ok(Kernels {
-            matmul: f("matmul_bf16")?,
+            matmul_by_tiles: [
+                by_tiles(MATMUL_BLOCK_TILES[0])?,
+                by_tiles(MATMUL_BLOCK_TILES[1])?,
+                by_tiles(MATMUL_BLOCK_TILES[2])?,
+                by_tiles(MATMUL_BLOCK_TILES[3])?,
+            ],
+            matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
+                Ok("0") => (false, false),
+                Ok("1") => (true, false),
+                _ => (true, true),
+            },
+            matmul_resident_blocks: gpu.multiprocessors()? * MMA_MIN_BLOCKS,
             matmul_tiled,
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
@@ -474,9 +466,6 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
-            matmul_stream: f("matmul_bf16_stream")?,
-            matmul_stream_auto: std::env::var(MATMUL_STREAM_ENV).is_ok_and(|v| v == "1"),
-            matmul_stream_blocks: gpu.multiprocessors()? * MMA_STREAM_MIN_BLOCKS,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -497,8 +486,6 @@ impl Kernels {
                     group: f("moe_group")?,
                     route_group: f("moe_route_group")?,
                     gate_up: f("moe_gate_up")?,
-                    gate_up_stream: f("moe_gate_up_stream")?,
-                    gate_up_stream_auto: std::env::var(MOE_STREAM_ENV).is_ok_and(|v| v == "1"),
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
@@ -562,24 +549,23 @@ pub struct DeltaNetLaunch {
 /// Which matmul kernel computes a product (they give the same bits; see `matmul.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// bf16: the tiled kernel where [`runs_tiled`], else the wide one unless
-    /// one row tile makes at most [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks (with
-    /// [`MATMUL_STREAM_ENV`] set, one row tile runs `Stream` where it fits); FP8: the wide
-    /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
+    /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
+    /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0) unless one row tile makes at most
+    /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide kernel from
+    /// [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
     /// `matmul_bf16`: MMA_NT n-tiles a block.
     Wide,
+    /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8:
+    /// MMA_NT).
+    Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
-    /// `matmul_bf16_stream` over at most `max_blocks` blocks, for one row tile of bf16 weights
-    /// whose n-tiles fit them ([`MMA_STREAM_UNITS`] a block); otherwise `Auto`'s choice. Auto
-    /// passes the blocks the GPU holds at once; tests pass few, to give each block many units.
-    Stream { max_blocks: usize },
 }
 
-/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_narrow`, `_tiled`, `_stream`), in
+/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`, `_tiled`), in
 /// order.
 fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
     [
@@ -594,6 +580,34 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
         Arg::I32(i32::from(m.accumulate)),
         Arg::I32(m.rows as i32),
     ]
+}
+
+/// N-tiles a block of the wide bf16 matmul for `row_tiles` × `n_tiles` with `resident` blocks
+/// on the GPU at once: the count of [`MATMUL_BLOCK_TILES`] whose blocks run in the least time,
+/// taking a wave of blocks to cost its n-tiles a block (a partial wave costs a whole one).
+/// One row tile (a decode step of up to 16 rows): ties go to MMA_NT (the count measured
+/// longest), then to fewer blocks; its mid-sized matrices then run in whole waves: the A3B
+/// slice's 12,352-output DeltaNet input projection as 258 blocks of 6 (one wave of the H200's
+/// 264) instead of 386 of 4 (1.46 waves), its 9,216-output attention q/k/v as 231 of 5. More row
+/// tiles read each weight once from memory for all of them, and a block of more n-tiles reads x
+/// once for more outputs: from MMA_NT up only, ties to the most (`matmul_kernel_times` at 64
+/// rows: 6 a block was the fastest or within 10 % of it on 10 of 13 matrices, 3 the slowest on
+/// most). `multi_row` false keeps those at MMA_NT ([`MATMUL_FIT_ENV`] 1).
+fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: bool) -> usize {
+    let waves = |tiles: usize| (row_tiles * n_tiles.div_ceil(tiles)).div_ceil(resident.max(1));
+    let one_row = MATMUL_BLOCK_TILES
+        .into_iter()
+        .min_by_key(|&tiles| (waves(tiles) * tiles, tiles != MMA_NT, n_tiles.div_ceil(tiles)));
+    let many_rows = MATMUL_BLOCK_TILES
+        .into_iter()
+        .filter(|&tiles| tiles >= MMA_NT)
+        .min_by_key(|&tiles| (waves(tiles) * tiles, std::cmp::Reverse(tiles)));
+    match (row_tiles, multi_row) {
+        (1, _) => one_row,
+        (_, true) => many_rows,
+        (_, false) => Some(MMA_NT),
+    }
+    .expect("MATMUL_BLOCK_TILES holds MMA_NT")
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
@@ -642,60 +656,56 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
-        let stream_blocks = match kernel {
-            MatmulKernel::Auto if self.matmul_stream_auto => Some(self.matmul_stream_blocks),
-            MatmulKernel::Stream { max_blocks } => Some(max_blocks),
-            _ => None,
-        };
-        let stream_grid = stream_blocks.and_then(|max_blocks| {
-            let one_row_tile = m.fp8.is_none() && m.rows <= MMA_ROWS;
-            one_row_tile
-                .then(|| stream_grid(m.n_out.div_ceil(MMA_COLS), max_blocks))
-                .flatten()
-        });
-        if let Some(grid) = stream_grid {
-            return gpu.launch(
-                &self.matmul_stream,
-                (grid, 1, 1),
-                MMA_WARPS * 32,
-                &bf16_matmul_args(m),
-            );
-        }
-        let kernel = match kernel {
-            MatmulKernel::Stream { .. } => MatmulKernel::Auto,
-            other => other,
-        };
         let tiled = match kernel {
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
-            MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Stream { .. } => false,
+            MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Tiles(_) => false,
         };
         if tiled && m.fp8.is_none() {
             return self.matmul_tiled(gpu, m);
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
-        let wide = match kernel {
-            MatmulKernel::Auto | MatmulKernel::Tiled | MatmulKernel::Stream { .. } => {
+        let n_tiles = m.n_out.div_ceil(MMA_COLS);
+        // N-tiles a block: 1 is the narrow kernel.
+        let tiles = match kernel {
+            MatmulKernel::Auto | MatmulKernel::Tiled => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
-                match m.fp8 {
+                let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
                     Some(_) => wide_blocks * row_tiles >= FP8_WIDE_MIN_BLOCKS,
+                };
+                let (fit, multi_row) = self.matmul_fit;
+                match (wide, m.fp8.is_none() && fit) {
+                    (false, _) => 1,
+                    (true, true) => block_tiles(
+                        row_tiles,
+                        n_tiles,
+                        self.matmul_resident_blocks,
+                        multi_row,
+                    ),
+                    (true, false) => MMA_NT,
                 }
             }
-            MatmulKernel::Narrow => false,
-            MatmulKernel::Wide => true,
+            MatmulKernel::Narrow => 1,
+            MatmulKernel::Wide => MMA_NT,
+            MatmulKernel::Tiles(tiles) => {
+                assert!(
+                    MATMUL_BLOCK_TILES.contains(&tiles),
+                    "matmul: {tiles} n-tiles a block is none of {MATMUL_BLOCK_TILES:?}"
+                );
+                // FP8 has the narrow kernel and MMA_NT only.
+                if m.fp8.is_some() { MMA_NT } else { tiles }
+            }
         };
-        let cols = if wide { MMA_NT * MMA_COLS } else { MMA_COLS };
         let grid = (
             rows_u32(row_tiles),
-            u32::try_from(m.n_out.div_ceil(cols)).expect("outputs fit a grid"),
+            u32::try_from(n_tiles.div_ceil(tiles)).expect("outputs fit a grid"),
             1,
         );
         let Some(fp8) = m.fp8 else {
-            let f = if wide {
-                &self.matmul
-            } else {
-                &self.matmul_narrow
+            let f = match MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles) {
+                Some(i) => &self.matmul_by_tiles[i],
+                None => &self.matmul_narrow,
             };
             return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };
@@ -707,7 +717,7 @@ impl Kernels {
             m.n_out,
             m.k
         );
-        let f = if wide {
+        let f = if tiles > 1 {
             &self.matmul_fp8
         } else {
             &self.matmul_fp8_narrow
@@ -840,28 +850,6 @@ impl Kernels {
             ],
         )
     }
-}
-
-/// The blocks of `matmul_bf16_stream` for `units` n-tiles on at most `max_blocks` blocks, or
-/// `None` when they do not fit ([`MMA_STREAM_UNITS`] a block): as few units a block as
-/// `max_blocks` allow, then only the blocks that takes, so that the blocks' unit counts differ
-/// by one at most (block b takes units b, b + grid, …).
-fn stream_grid(units: usize, max_blocks: usize) -> Option<u32> {
-    if units == 0 || max_blocks == 0 || units > max_blocks * MMA_STREAM_UNITS {
-        return None;
-    }
-    let per_block = units.div_ceil(max_blocks);
-    u32::try_from(units.div_ceil(per_block)).ok()
-}
-
-/// Whether a MoE step of `rows` rows may run `moe_gate_up_stream` on `blocks` blocks: at most
-/// [`MOE_STREAM_ROWS`] rows, whose expert tiles (a pair each at most rows · K, and no more than
-/// the experts) make I / 4 units each (n-tiles of 4 gate and 4 up outputs), at most
-/// [`MMA_STREAM_UNITS`] a block.
-fn moe_stream_fits(rows: usize, m: &MoeConfig, blocks: usize) -> bool {
-    let expert_units =
-        (rows * m.experts_per_token).min(m.num_experts) * (m.expert_intermediate / 4);
-    (1..=MOE_STREAM_ROWS).contains(&rows) && expert_units <= blocks * MMA_STREAM_UNITS
 }
 
 /// Tile slots the MoE kernels' grids cover for `rows` rows: an expert's pairs make
@@ -1119,17 +1107,11 @@ impl Kernels {
             gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
-        let stream = k.gate_up_stream_auto
-            && l.fp8.is_none()
-            && moe_stream_fits(l.rows, m, self.matmul_stream_blocks);
-        let stream_blocks =
-            stream.then(|| u32::try_from(self.matmul_stream_blocks).expect("blocks fit a grid"));
-        Self::moe_experts(gpu, dims, k, m, l, slots, stream_blocks)?;
+        Self::moe_experts(gpu, dims, k, m, l, slots)?;
         Self::moe_sum(gpu, dims, k, l, then)
     }
 
-    /// The experts' gate/up and down products of each tile (bf16 or FP8); with `stream_blocks`
-    /// (bf16 only), the gate/up on `moe_gate_up_stream` over that many blocks.
+    /// The experts' gate/up and down products of each tile (bf16 or FP8).
     fn moe_experts(
         gpu: &Gpu,
         dims: &Dims,
@@ -1137,19 +1119,14 @@ impl Kernels {
         m: &MoeConfig,
         l: &MoeLaunch,
         slots: u32,
-        stream_blocks: Option<u32>,
     ) -> Result<(), CudaError> {
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
             None => {
-                let (gate_up, grid) = match stream_blocks {
-                    Some(blocks) => (&k.gate_up_stream, (blocks, 1, 1)),
-                    None => (&k.gate_up, gate_up_grid),
-                };
                 gpu.launch(
-                    gate_up,
-                    grid,
+                    &k.gate_up,
+                    gate_up_grid,
                     MMA_WARPS * 32,
                     &[
                         Arg::Ptr(l.xn),
@@ -1184,10 +1161,6 @@ impl Kernels {
                     f.block_cols,
                     m.expert_intermediate,
                     dims.hidden
-                );
-                assert!(
-                    stream_blocks.is_none(),
-                    "MoE: the FP8 experts' gate/up has no stream kernel"
                 );
                 gpu.launch(
                     &k.gate_up_fp8,

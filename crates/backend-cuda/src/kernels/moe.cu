@@ -3,9 +3,8 @@
 // (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
 // per layer, or three where the first two and the last two are fused:
 // - `moe_route`: softmax over the experts in f32 (a warp a row, summed in a fixed order), top-k
-//   with ties to the lower index (ranked over the block for 1–2 rows, else rounds of warp
-//   maxima), renormalised when MOE_NORM_TOPK, the k choices in ascending expert index; and the
-//   shared expert's silu(gate)·up (`route_rows`).
+//   with ties to the lower index (by rank, over the block), renormalised when MOE_NORM_TOPK, the
+//   k choices in ascending expert index; and the shared expert's silu(gate)·up (`route_rows`).
 // - `moe_group`: one block: the (row, slot) pairs sorted by expert (rows ascending within an
 //   expert) and cut into tiles of at most MMA_ROWS pairs of one expert, then the shared expert's
 //   tiles of MMA_ROWS rows.
@@ -351,74 +350,6 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
     for (int i = 0; i < 4; i++) {
         const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
         if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
-    }
-}
-
-// `moe_gate_up` as a stream, for steps of at most MOE_STREAM_ROWS rows (a decode step of one or
-// two streams; experimental, see kernels/mod.rs): grid G blocks, all resident at once; a "unit"
-// is one n-tile of `moe_gate_up` (4 gate and the 4 matching up units of one expert tile), unit u
-// = tile u / (I / 4), n-tile u % (I / 4); block b takes units b, b + G, … (at most
-// MMA_STREAM_UNITS: the host checks the step's most units fit) through `stream_walk`, then
-// writes silu(gate)·up: the chain of `moe_gate_up`, the same bits.
-#define MOE_STREAM_UNITS_PER_TILE (MOE_I / 4)
-// `stream_walk`'s units of the experts: per unit of the block, its expert, first position, pairs
-// and the rows of its pairs (shared memory, filled before the walk).
-struct ExpertUnits {
-    const bf16_t* gate_up;
-    const float* xn;
-    const int *e, *count, (*rows)[MOE_STREAM_ROWS];
-    // Lane g loads the gate row of unit u0 + g (g < 4) or the up row of unit u0 + g − 4, as
-    // `moe_gate_up`'s n-tile u0 / 4 does.
-    __device__ const bf16_t* row(int i) const {
-        const int g = (threadIdx.x % WARP) / 4;
-        const int unit = ((blockIdx.x + i * gridDim.x) % MOE_STREAM_UNITS_PER_TILE) * 4 + g % 4;
-        return gate_up + ((size_t)e[i] * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
-    }
-    // Pair g of the unit's tile is x row g of the tile; no pair g + 8 (at most MOE_STREAM_ROWS ≤ 8).
-    __device__ void inputs(int i, const float*& a, const float*& b) const {
-        const int g = (threadIdx.x % WARP) / 4;
-        a = g < count[i] ? xn + (size_t)rows[i][g] * MOE_H : nullptr;
-        b = nullptr;
-    }
-};
-#if MOE_STREAM_ROWS > 8
-#error "moe_gate_up_stream holds a tile's pairs in rows g < 8 of the MMA tile"
-#endif
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_STREAM_MIN_BLOCKS)
-moe_gate_up_stream(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
-                   const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
-    pdl_start();
-    __shared__ float part[MMA_STREAM_UNITS * MMA_STREAM_PART];
-    __shared__ int unit_e[MMA_STREAM_UNITS], unit_start[MMA_STREAM_UNITS], unit_count[MMA_STREAM_UNITS];
-    __shared__ int unit_row[MMA_STREAM_UNITS][MOE_STREAM_ROWS];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int mine = stream_units_of_block(n_tiles[0] * MOE_STREAM_UNITS_PER_TILE);
-    if (threadIdx.x < mine) {
-        const int* tile = tiles + 3 * ((blockIdx.x + threadIdx.x * gridDim.x) / MOE_STREAM_UNITS_PER_TILE);
-        unit_e[threadIdx.x] = tile[0];
-        unit_start[threadIdx.x] = tile[1];
-        unit_count[threadIdx.x] = tile[2];
-        for (int r = 0; r < MOE_STREAM_ROWS; r++)
-            unit_row[threadIdx.x][r] = r < tile[2] ? pair_row[tile[1] + r] : 0;
-    }
-    __syncthreads();
-    stream_walk(ExpertUnits{gate_up, xn, unit_e, unit_count, unit_row}, mine, MOE_H, part);
-    for (int unit = warp; unit < mine; unit += MMA_WARPS) {
-        float d[4];
-        stream_sums(part, unit, d);
-        // Lane (g, t) holds outputs 2t, 2t + 1 of the n-tile: gate for t < 2; lane t + 2 holds
-        // the matching up.
-        float up[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
-        if (t >= 2) continue;
-        const int u0 = ((blockIdx.x + unit * gridDim.x) % MOE_STREAM_UNITS_PER_TILE) * 4;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = g + (i / 2) * 8;
-            if (r < unit_count[unit])
-                act[(size_t)(unit_start[unit] + r) * MOE_I + u0 + 2 * t + (i % 2)] = siluf_(d[i]) * up[i];
-        }
     }
 }
 

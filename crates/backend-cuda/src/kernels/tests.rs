@@ -312,52 +312,33 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_row
         d <= TOLERANCE,
         "seed {seed}, depth {depth}: relative diff {d}"
     );
-    // The narrow, the wide and every tiled kernel: the same bits, gathered and accumulated too;
-    // the stream kernel on the first row tile (it takes one), its blocks holding as many units
-    // as they can, about 3, and 1.
+    // The narrow, the wide at every n-tiles a block and every tiled kernel: the same bits,
+    // gathered and accumulated too.
     let index: Vec<i32> = (0..rows as i32).rev().collect();
     let index = Buf::from_host(gpu, &index).unwrap();
     let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
-    let units = n_out.div_ceil(8);
-    let streams = [
-        units.div_ceil(super::MMA_STREAM_UNITS),
-        units.div_ceil(3),
-        units,
-    ]
-    .map(|max_blocks| {
-        assert!(
-            super::stream_grid(units, max_blocks).is_some(),
-            "{units} units stream"
-        );
-        MatmulKernel::Stream { max_blocks }
-    });
     for kernel in [
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
+        MatmulKernel::Tiles(3),
+        MatmulKernel::Tiles(5),
+        MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
-    ]
-    .into_iter()
-    .chain(streams)
-    {
-        let n = match kernel {
-            MatmulKernel::Stream { .. } => rows.min(16),
-            _ => rows,
-        };
-        let head = |v: &[f32]| v[..n * n_out].to_vec();
-        let other = run_with(xb.at(0), 0, n, false, kernel);
+    ] {
+        let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
-            same_bits(&other, &head(&all)),
-            "seed {seed}, depth {depth}, {n} rows: {kernel:?} differs"
+            same_bits(&other, &all),
+            "seed {seed}, depth {depth}, {rows} rows: {kernel:?} differs"
         );
-        let other = run_with(xb.at(0), index.at(0), n, false, kernel);
+        let other = run_with(xb.at(0), index.at(0), rows, false, kernel);
         assert!(
-            same_bits(&other, &head(&reversed)),
+            same_bits(&other, &reversed),
             "seed {seed}, depth {depth}: {kernel:?} gathered differs"
         );
-        let other = run_with(xb.at(0), index.at(0), n, true, kernel);
+        let other = run_with(xb.at(0), index.at(0), rows, true, kernel);
         assert!(
-            same_bits(&other, &head(&twice)),
+            same_bits(&other, &twice),
             "seed {seed}, depth {depth}: {kernel:?} accumulated differs"
         );
     }
@@ -458,7 +439,11 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             d <= TOLERANCE,
             "seed {seed}, blocks {block_rows}×{block_cols}: relative diff {d}"
         );
-        for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+        for kernel in [
+            MatmulKernel::Narrow,
+            MatmulKernel::Wide,
+            MatmulKernel::Tiles(6),
+        ] {
             let other = run(xb.at(0), rows, kernel);
             assert!(same_bits(&other, &all), "seed {seed}: {kernel:?} differs");
         }
@@ -468,6 +453,56 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             assert!(same, "seed {seed}: row {r} alone differs from the batch");
         }
     }
+}
+
+/// `block_tiles` (no device needed): a count of MATMUL_BLOCK_TILES whose waves cost least; for
+/// one row tile MMA_NT on ties, for more from MMA_NT up and the most on ties (MMA_NT alone
+/// without `multi_row`); the A3B slice's matrices as its doc says.
+#[test]
+fn block_tiles_runs_a_matrix_in_the_fewest_waves() {
+    use super::{block_tiles, MATMUL_BLOCK_TILES, MMA_NT};
+    let cost = |row_tiles: usize, n_tiles: usize, resident: usize, tiles: usize| {
+        (row_tiles * n_tiles.div_ceil(tiles)).div_ceil(resident) * tiles
+    };
+    for resident in [1, 2, 7, 264] {
+        for row_tiles in [1, 2, 4, 9] {
+            for n_tiles in 1..=600 {
+                let chosen = block_tiles(row_tiles, n_tiles, resident, true);
+                let allowed: Vec<usize> = MATMUL_BLOCK_TILES
+                    .into_iter()
+                    .filter(|&t| row_tiles == 1 || t >= MMA_NT)
+                    .collect();
+                assert!(allowed.contains(&chosen));
+                let best = allowed
+                    .iter()
+                    .map(|&t| cost(row_tiles, n_tiles, resident, t))
+                    .min()
+                    .unwrap();
+                let mine = cost(row_tiles, n_tiles, resident, chosen);
+                assert_eq!(mine, best, "{row_tiles}×{n_tiles} on {resident}: {chosen}");
+                let tied = allowed
+                    .iter()
+                    .filter(|&&t| cost(row_tiles, n_tiles, resident, t) == best);
+                if row_tiles == 1 {
+                    if cost(1, n_tiles, resident, MMA_NT) == best {
+                        assert_eq!(chosen, MMA_NT, "1×{n_tiles} on {resident}: a tie");
+                    }
+                } else {
+                    assert_eq!(Some(&chosen), tied.max(), "{row_tiles}×{n_tiles}: a tie");
+                    assert_eq!(block_tiles(row_tiles, n_tiles, resident, false), MMA_NT);
+                }
+            }
+        }
+    }
+    // The H200 (132 multiprocessors × 2 blocks). One row tile: the DeltaNet input projection
+    // (12,352 outputs), the attention q/k/v (9,216) and the lm_head (151,936, many waves: 4).
+    assert_eq!(block_tiles(1, 1544, 264, true), 6);
+    assert_eq!(block_tiles(1, 1152, 264, true), 5);
+    assert_eq!(block_tiles(1, 18992, 264, true), MMA_NT);
+    // 64 rows: the lm_head and the q/k/v at 6, the 2,048-output projections at 4.
+    assert_eq!(block_tiles(4, 18992, 264, true), 6);
+    assert_eq!(block_tiles(4, 1152, 264, true), 6);
+    assert_eq!(block_tiles(4, 256, 264, true), MMA_NT);
 }
 
 #[test]
@@ -543,33 +578,6 @@ fn argmax_case(gpu: &Gpu, k: &Kernels, rng: &mut Rng, seed: u64, n: usize) {
             assert_eq!(got[r], want, "seed {seed} n {n} row {r} (none = {none})");
         }
     }
-}
-
-/// `matmul_bf16_stream`'s grid (no device needed): at most the blocks given, at most
-/// MMA_STREAM_UNITS units a block, every unit in a block, the blocks' counts within one.
-#[test]
-fn stream_grid_spreads_units_evenly_over_at_most_the_blocks_given() {
-    let most = super::MMA_STREAM_UNITS;
-    for max_blocks in [1, 2, 3, 7, 264, 396] {
-        for units in 1..=(max_blocks * most).min(3000) {
-            let grid = super::stream_grid(units, max_blocks).expect("fits") as usize;
-            assert!(
-                grid <= max_blocks,
-                "{units} units on {max_blocks}: {grid} blocks"
-            );
-            // Block b takes units b, b + grid, …: ceil((units − b) / grid) of them.
-            let counts: Vec<usize> = (0..grid).map(|b| (units - b).div_ceil(grid)).collect();
-            assert_eq!(counts.iter().sum::<usize>(), units);
-            let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
-            assert!(
-                *hi <= most && hi - lo <= 1,
-                "{units} units on {grid}: {lo}..{hi} a block"
-            );
-        }
-        assert_eq!(super::stream_grid(max_blocks * most + 1, max_blocks), None);
-    }
-    assert_eq!(super::stream_grid(0, 8), None);
-    assert_eq!(super::stream_grid(8, 0), None);
 }
 
 /// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
@@ -1100,27 +1108,6 @@ fn check_moe(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
     );
-    // A step of one and of two rows through `moe_gate_up_stream` (bf16 experts): the bits of the
-    // tiles' kernel, and of the batch.
-    if fp8.is_none() {
-        let mut streamed = Kernels::compile(gpu, &dims).expect("kernels");
-        streamed
-            .moe
-            .as_mut()
-            .expect("MoE kernels")
-            .gate_up_stream_auto = true;
-        for few in 1..=rows.min(super::MOE_STREAM_ROWS) {
-            let fits = super::moe_stream_fits(few, &case.m, streamed.matmul_stream_blocks);
-            assert!(fits, "{what}: {few} rows run moe_gate_up_stream");
-            let head = |v: &[f32], width: usize| v[..few * width].to_vec();
-            let (xn_few, mo_few, x_few) = (head(&xn, hidden), head(&mo, w), head(&x, hidden));
-            let got = run_moe(gpu, &streamed, &dims, &case, &xn_few, &mo_few, &x_few, None).0;
-            assert!(
-                same_bits(&got, &head(&all, hidden)),
-                "{what}: {few} rows through moe_gate_up_stream differ from the batch"
-            );
-        }
-    }
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
     let (fused, normed) = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
@@ -1170,22 +1157,29 @@ fn matmul_kernel_times() {
         ("A3B qkv", 9216, 2048),
         ("A3B o", 2048, 4096),
         ("A3B moe in", 1153, 2048),
+        ("A3B lm_head", 151936, 2048),
     ];
     let max_rows = 8192;
+    // The lm_head only at decode rows (its outputs at 8,192 rows would take 5 GB).
+    let rows_of = |n_out: usize| {
+        [1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 8192]
+            .into_iter()
+            .filter(move |&rows| n_out < 100_000 || rows <= 64)
+    };
     let x = Buf::<f32>::zeros(&gpu, max_rows * 9728).unwrap();
-    let w = Buf::<u16>::zeros(&gpu, 19456 * 2560).unwrap();
+    let w = Buf::<u16>::zeros(&gpu, 151936 * 2048).unwrap();
     let y = Buf::<f32>::zeros(&gpu, max_rows * 19456).unwrap();
     let kernels = [
         MatmulKernel::Auto,
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
+        MatmulKernel::Tiles(3),
+        MatmulKernel::Tiles(5),
+        MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
-        MatmulKernel::Stream {
-            max_blocks: k.matmul_stream_blocks,
-        },
     ];
     for (name, n_out, depth) in shapes {
-        for rows in [1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 8192] {
+        for rows in rows_of(n_out) {
             let m = Matmul {
                 fp8: None,
                 x: x.at(0),
@@ -1201,8 +1195,7 @@ fn matmul_kernel_times() {
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
-                let stream = matches!(kernel, MatmulKernel::Stream { .. });
-                if (kernel == MatmulKernel::Tiled && rows < 64) || (stream && rows > 16) {
+                if kernel == MatmulKernel::Tiled && rows < 64 {
                     continue;
                 }
                 let reps = if rows >= 2048 { 5 } else { 30 };
