@@ -428,6 +428,7 @@ impl Pass<'_> {
                     proj_stride: w.proj.rows,
                     segs: *segs,
                     windows: *windows,
+                    rows,
                     conv_w: w.conv.at(0),
                     neg_a: w.neg_a.at(0),
                     dt_bias: w.dt_bias.at(0),

@@ -63,6 +63,22 @@ __device__ __forceinline__ void pdl_start() {
     pdl_wait();
 }
 
+// This thread's address of shared `p` in block `rank` of the cluster (sm_90 distributed shared
+// memory).
+__device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned rank) {
+    unsigned long long generic = (unsigned long long)p, local;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(generic));
+    unsigned remote;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)local), "r"(rank));
+    return remote;
+}
+
+// Every thread of every block of the cluster waits here; writes to shared memory before it are
+// seen by the cluster's blocks after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // Pulls `bytes` (a multiple of 16) from 16-byte-aligned global `p` into L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");

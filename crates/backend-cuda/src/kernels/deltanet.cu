@@ -2,8 +2,10 @@
 // `deltanet_conv` (depthwise causal conv + SiLU over [q | k | v], grid (window, channel block),
 // one thread per channel, tokens in order) and `deltanet_recurrence` (the delta rule and the gated
 // RMSNorm, one block per (window, value head), LIN_SPLIT threads per value column j holding
-// S[:, j] in registers, tokens in order). Every sum has a fixed order inside one block, so a
-// window's results never depend on the other windows of the launch.
+// S[:, j] in registers, tokens in order; `deltanet_recurrence_split` spreads a head over a
+// cluster of blocks, with the same bits, for steps of few short windows). Every sum has a fixed
+// order inside one block (or cluster), so a window's results never depend on the other windows
+// of the launch.
 //
 // Session state, per linear layer: conv tail `[CONV_K − 1, C]` then S `[HV, DK, DV]`, f32, at
 // `state + session·lin_stride + layer_off`. A window of at most `rollback` tokens (the sessions'
@@ -15,7 +17,7 @@
 //
 // `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
 //
-// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, LIN_SPLIT.
+// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, LIN_SPLIT, LIN_CLUSTER.
 
 #define LIN_R (LIN_HV / LIN_HK)
 #define LIN_GROUP (2 * LIN_DK + 2 * LIN_R * LIN_DV)
@@ -74,25 +76,33 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
     }
 }
 
-// Block: LIN_DV · LIN_SPLIT threads; grid (windows, LIN_HV). Column j of the head's state S is
-// held by the LIN_SPLIT consecutive lanes of thread group j, each keeping LIN_DK / LIN_SPLIT of
-// its rows in registers (a whole column would not fit: 128 rows spilled to local memory); their
-// partial sums of u and o are added by a fixed xor-shuffle tree, which gives every lane of the
-// group the same bits. The L2 norms of q and k and the output's RMS are strided warp sums in a
-// fixed order, computed once per token by warp 0. `out` is [rows, HV·DV], gated-normed.
-extern "C" __global__ void __launch_bounds__(LIN_DV * LIN_SPLIT)
-deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
-                    const float* __restrict__ mixed, const int* __restrict__ segs,
-                    const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
-                    const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
-                    u64 lin_stride, u64 layer_off, float* __restrict__ out) {
-    pdl_start();
-    __shared__ float qs[LIN_DK], ks[LIN_DK], os[LIN_DV];
+// One value head's recurrence over a window, by a cluster of CS blocks (CS = 1: one block):
+// block `rank` holds columns rank·COLS … rank·COLS + COLS − 1 of the head's state S (COLS =
+// LIN_DV / CS), LIN_SPLIT consecutive lanes a column, each keeping LIN_DK / LIN_SPLIT of its rows
+// in registers (a whole column would not fit: 128 rows spilled to local memory); their partial
+// sums of u and o are added by a fixed xor-shuffle tree, which gives every lane of the group the
+// same bits. A column's arithmetic never involves another column, so it is the same whichever
+// block holds it. The L2 norms of q and k and the output's RMS are strided warp sums in a fixed
+// order, computed by warp 0 of each block over the whole vector (the output's from the
+// cluster's blocks' shared memory, sm_90 distributed shared memory): the same bits in every
+// block and for every CS. A token's inputs that do not depend on the state (v, β, the decay, z)
+// are loaded before its first barrier, so that their loads overlap the norms'. `out` is
+// [rows, HV·DV], gated-normed.
+template <int CS>
+__device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, const float* __restrict__ ba,
+                                                int proj_stride, const float* __restrict__ mixed,
+                                                const int* __restrict__ segs, const float* __restrict__ neg_a,
+                                                const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
+                                                float eps, float* state, float* snaps, int rollback,
+                                                u64 lin_stride, u64 layer_off, float* __restrict__ out, int h,
+                                                int rank) {
+    constexpr int COLS = LIN_DV / CS;
+    __shared__ float qs[LIN_DK], ks[LIN_DK], os[COLS];
     __shared__ float q_inv_s, k_inv_s, o_inv_s;
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
-    const int h = blockIdx.y, kh = h / LIN_R, ii = h % LIN_R;
-    const int tid = threadIdx.x, j = tid / LIN_SPLIT, part = tid % LIN_SPLIT;
+    const int kh = h / LIN_R, ii = h % LIN_R;
+    const int tid = threadIdx.x, jl = tid / LIN_SPLIT, j = rank * COLS + jl, part = tid % LIN_SPLIT;
     const int i0 = part * LIN_ROWS;  // this lane's first row of the column
     const bool keep = n <= rollback;
     const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
@@ -109,7 +119,13 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
 #pragma unroll
             for (int i = 0; i < LIN_ROWS; i++) snap[(i0 + i) * LIN_DV] = s[i];
         }
-        __syncthreads();  // the previous token's readers of qs, ks, os and the norms are done
+        const float v = mixed[row * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + j];
+        const float* bar = ba + row * proj_stride + kh * 2 * LIN_R;
+        const float beta_in = bar[ii], decay_in = bar[LIN_R + ii];
+        const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
+        // The previous token's readers of qs, ks, os (in any block of the cluster) and the norms
+        // are done.
+        if (CS > 1) cluster_sync(); else __syncthreads();
         for (int i = tid; i < LIN_DK; i += blockDim.x) {
             qs[i] = mixed[row * LIN_C + kh * LIN_DK + i];
             ks[i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
@@ -124,10 +140,8 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
         }
         __syncthreads();
         const float q_inv = q_inv_s, k_inv = k_inv_s;
-        const float v = mixed[row * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + j];
-        const float* bar = ba + row * proj_stride + kh * 2 * LIN_R;
-        const float beta = sigmoidf_(bar[ii]);
-        const float decay = expf(neg_a_h * softplusf_(bar[LIN_R + ii] + dt_bias_h));
+        const float beta = sigmoidf_(beta_in);
+        const float decay = expf(neg_a_h * softplusf_(decay_in + dt_bias_h));
         // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
         float u = 0.0f;
 #pragma unroll
@@ -143,19 +157,58 @@ deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba
         }
 #pragma unroll
         for (int m = 1; m < LIN_SPLIT; m <<= 1) o += __shfl_xor_sync(FULL_MASK, o, m);
-        // Gated RMSNorm over the head's DV outputs (norm before gate).
-        if (part == 0) os[j] = o;
-        __syncthreads();
+        // Gated RMSNorm over the head's DV outputs (norm before gate): warp_sum_squares' order
+        // over all DV of them, output c read from the block that holds it.
+        if (part == 0) os[jl] = o;
+        if (CS > 1) cluster_sync(); else __syncthreads();
         if (tid < WARP) {
-            const float oo = warp_sum_squares(os, LIN_DV, tid);
+            float acc = 0.0f;
+            for (int c = tid; c < LIN_DV; c += WARP) {
+                float oc;
+                if (CS > 1)
+                    asm volatile("ld.shared::cluster.f32 %0, [%1];"
+                                 : "=f"(oc)
+                                 : "r"(cluster_shared_addr(&os[c % COLS], c / COLS)));
+                else
+                    oc = os[c];
+                acc += oc * oc;
+            }
+            const float oo = warp_sum(acc);
             if (tid == 0) o_inv_s = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
         }
         __syncthreads();
-        if (part == 0) {
-            const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
-            out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w_j * (o * o_inv_s) * siluf_(z);
-        }
+        if (part == 0) out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w_j * (o * o_inv_s) * siluf_(z);
     }
 #pragma unroll
     for (int i = 0; i < LIN_ROWS; i++) s_g[(i0 + i) * LIN_DV] = s[i];
+    // No block leaves while another of its cluster may still read its `os`.
+    if (CS > 1) cluster_sync();
+}
+
+// A block per (window, value head): LIN_DV · LIN_SPLIT threads, grid (windows, LIN_HV).
+extern "C" __global__ void __launch_bounds__(LIN_DV * LIN_SPLIT)
+deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
+                    const float* __restrict__ mixed, const int* __restrict__ segs,
+                    const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
+                    const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
+                    u64 lin_stride, u64 layer_off, float* __restrict__ out) {
+    pdl_start();
+    recurrence_head<1>(qkvz, ba, proj_stride, mixed, segs, neg_a, dt_bias, norm_w, eps, state, snaps, rollback,
+                       lin_stride, layer_off, out, blockIdx.y, 0);
+}
+
+// A cluster of LIN_CLUSTER blocks per (window, value head), each LIN_DV / LIN_CLUSTER columns:
+// grid (windows, LIN_HV · LIN_CLUSTER). A decode step's 32 heads on 32 blocks read their state
+// (64 KiB a head at Qwen3-Next's sizes) through 32 of the H200's 132 multiprocessors; split in 4
+// they use 128. The same bits as `deltanet_recurrence`.
+extern "C" __global__ void __cluster_dims__(1, LIN_CLUSTER, 1) __launch_bounds__(LIN_DV / LIN_CLUSTER * LIN_SPLIT)
+deltanet_recurrence_split(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
+                          const float* __restrict__ mixed, const int* __restrict__ segs,
+                          const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
+                          const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
+                          u64 lin_stride, u64 layer_off, float* __restrict__ out) {
+    pdl_start();
+    recurrence_head<LIN_CLUSTER>(qkvz, ba, proj_stride, mixed, segs, neg_a, dt_bias, norm_w, eps, state, snaps,
+                                 rollback, lin_stride, layer_off, out, blockIdx.y / LIN_CLUSTER,
+                                 blockIdx.y % LIN_CLUSTER);
 }

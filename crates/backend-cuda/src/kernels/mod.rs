@@ -176,6 +176,16 @@ const ARGMAX_BATCH: usize = 8;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
+/// Blocks (one cluster) of `deltanet_recurrence_split` a value head: a 1-stream step's 32
+/// Qwen3-Next heads then run on 128 of the H200's 132 multiprocessors instead of 32.
+const LIN_CLUSTER: usize = 4;
+/// Tokens a window may average for a step to run `deltanet_recurrence_split`: a decode step (1)
+/// and one verifying up to 3 drafts (4). Longer windows (prompts) wait on two cluster-wide
+/// barriers a token; a block-wide one is cheaper.
+const LIN_CLUSTER_MAX_TOKENS: usize = 4;
+/// `FLASHLANE_DELTANET_SPLIT=0` keeps every step on `deltanet_recurrence` (for A/B runs of one
+/// binary: the bits do not change).
+pub const DELTANET_SPLIT_ENV: &str = "FLASHLANE_DELTANET_SPLIT";
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
 /// Threads per block of `swiglu_rows` (a grid-stride loop over every element of the batch).
@@ -339,6 +349,7 @@ impl Dims {
                 ("LIN_DV", l.value_head_dim),
                 ("LIN_CONV_K", l.conv_kernel),
                 ("LIN_SPLIT", LIN_SPLIT),
+                ("LIN_CLUSTER", LIN_CLUSTER),
             ]);
         }
         if let Some(m) = &self.moe {
@@ -397,7 +408,10 @@ pub struct Kernels {
     copy_rows: CudaFunction,
     argmax: CudaFunction,
     swiglu: CudaFunction,
-    deltanet: Option<(CudaFunction, CudaFunction)>,
+    /// `deltanet_conv`, `deltanet_recurrence` and `deltanet_recurrence_split`.
+    deltanet: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// Whether steps that suit it run `deltanet_recurrence_split` ([`DELTANET_SPLIT_ENV`]).
+    deltanet_split: bool,
     moe: Option<MoeKernels>,
 }
 
@@ -477,9 +491,14 @@ impl Kernels {
             argmax: f("argmax_rows")?,
             swiglu: f("swiglu_rows")?,
             deltanet: match dims.linear {
-                Some(_) => Some((f("deltanet_conv")?, f("deltanet_recurrence")?)),
+                Some(_) => Some((
+                    f("deltanet_conv")?,
+                    f("deltanet_recurrence")?,
+                    f("deltanet_recurrence_split")?,
+                )),
                 None => None,
             },
+            deltanet_split: std::env::var(DELTANET_SPLIT_ENV).map_or(true, |v| v != "0"),
             moe: match dims.moe {
                 Some(_) => Some(MoeKernels {
                     route: f("moe_route")?,
@@ -531,6 +550,8 @@ pub struct DeltaNetLaunch {
     pub proj_stride: usize,
     pub segs: u64,
     pub windows: usize,
+    /// Tokens in all windows together.
+    pub rows: usize,
     pub conv_w: u64,
     pub neg_a: u64,
     pub dt_bias: u64,
@@ -608,6 +629,24 @@ fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: boo
         (_, false) => Some(MMA_NT),
     }
     .expect("MATMUL_BLOCK_TILES holds MMA_NT")
+}
+
+/// Whether a DeltaNet step of `rows` tokens in `windows` windows runs `deltanet_recurrence_split`
+/// (a cluster of LIN_CLUSTER blocks a head) on a GPU of `multiprocessors`: windows of at most
+/// LIN_CLUSTER_MAX_TOKENS tokens on average, too few (window, head) pairs to fill the
+/// multiprocessors one block each, and heads whose columns split into whole warps.
+fn splits_recurrence(
+    rows: usize,
+    windows: usize,
+    value_heads: usize,
+    value_head_dim: usize,
+    multiprocessors: usize,
+) -> bool {
+    windows > 0
+        && rows <= LIN_CLUSTER_MAX_TOKENS * windows
+        && windows * value_heads <= multiprocessors
+        && value_head_dim.is_multiple_of(LIN_CLUSTER)
+        && (value_head_dim / LIN_CLUSTER * LIN_SPLIT).is_multiple_of(32)
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
@@ -802,7 +841,7 @@ impl Kernels {
     }
 
     pub fn deltanet(&self, gpu: &Gpu, d: &DeltaNetLaunch, dims: &Dims) -> Result<(), CudaError> {
-        let (conv, recurrence) = self
+        let (conv, recurrence, recurrence_split) = self
             .deltanet
             .as_ref()
             .expect("deltanet kernels exist for a model with linear layers");
@@ -827,10 +866,23 @@ impl Kernels {
                 Arg::Ptr(d.mixed),
             ],
         )?;
+        let split = self.deltanet_split
+            && splits_recurrence(
+                d.rows,
+                d.windows,
+                l.num_value_heads,
+                l.value_head_dim,
+                self.matmul_resident_blocks / MMA_MIN_BLOCKS,
+            );
+        let (f, cluster) = if split {
+            (recurrence_split, LIN_CLUSTER)
+        } else {
+            (recurrence, 1)
+        };
         gpu.launch(
-            recurrence,
-            (d.windows as u32, l.num_value_heads as u32, 1),
-            (l.value_head_dim * LIN_SPLIT) as u32,
+            f,
+            (d.windows as u32, (l.num_value_heads * cluster) as u32, 1),
+            (l.value_head_dim / cluster * LIN_SPLIT) as u32,
             &[
                 Arg::Ptr(d.qkvz),
                 Arg::Ptr(d.ba),

@@ -46,22 +46,6 @@ __device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
     return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
 }
 
-// This thread's address of shared `p` in block `rank` of the cluster (sm_90 distributed shared
-// memory).
-__device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned rank) {
-    unsigned long long generic = (unsigned long long)p, local;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(generic));
-    unsigned remote;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)local), "r"(rank));
-    return remote;
-}
-
-// Every thread of every block of the cluster waits here; writes to shared memory before it are
-// seen by the cluster's blocks after it.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 extern "C" __global__ void __cluster_dims__(1, ARGMAX_SPLIT, 1) __launch_bounds__(ARGMAX_THREADS)
 argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__ out) {
     pdl_start();

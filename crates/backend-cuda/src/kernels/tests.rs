@@ -4,7 +4,9 @@
 //! whole-model logits and drafts against `CpuTarget` in `tests/gpu_target.rs`. Every test skips
 //! (and says why) without a CUDA device.
 
-use super::{Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch};
+use super::{
+    DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch,
+};
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
@@ -503,6 +505,97 @@ fn block_tiles_runs_a_matrix_in_the_fewest_waves() {
     assert_eq!(block_tiles(4, 18992, 264, true), 6);
     assert_eq!(block_tiles(4, 1152, 264, true), 6);
     assert_eq!(block_tiles(4, 256, 264, true), MMA_NT);
+}
+
+/// `deltanet_recurrence_split` (a head over a cluster of blocks) against `deltanet_recurrence`:
+/// the same outputs, final states and rollback snapshots, bit for bit, for windows of one token
+/// (a decode step) and of three (drafts verified), from a stored state and from zero.
+#[test]
+fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
+    let Some((gpu, mut k)) = setup() else { return };
+    let (config, dims) = tiny_dims();
+    let l = config.linear.as_ref().expect("the default model has linear layers");
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let (hk, hv, dk, dv) = (
+        l.num_key_heads,
+        l.num_value_heads,
+        l.key_head_dim,
+        l.value_head_dim,
+    );
+    let qkvz_width = hk * (2 * dk + 2 * (hv / hk) * dv);
+    let proj_stride = qkvz_width + 2 * hv;
+    let lin_stride = (l.conv_kernel - 1) * l.conv_channels() + hv * dk * dv;
+    let (sessions, rollback) = (4, 4);
+    let multiprocessors = gpu.multiprocessors().unwrap();
+    for tokens in [1, 3] {
+        // Windows: (session, start): one from zero state.
+        let windows = [(2usize, 7i32), (0, 0), (3, 40)];
+        let rows = tokens * windows.len();
+        assert!(
+            super::splits_recurrence(rows, windows.len(), hv, dv, multiprocessors),
+            "{tokens}-token windows: the step must split"
+        );
+        let segs: Vec<i32> = windows
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &(session, start))| {
+                [(w * tokens) as i32, tokens as i32, start, session as i32]
+            })
+            .collect();
+        let wide = rng.vec(rows * proj_stride);
+        let state0 = rng.vec(sessions * lin_stride);
+        let conv_w = rng.vec(l.conv_channels() * l.conv_kernel);
+        let (neg_a, dt_bias, norm_w) = (rng.vec(hv), rng.vec(hv), rng.vec(dv));
+        let run = |k: &Kernels| {
+            let wide = Buf::from_host(&gpu, &wide).unwrap();
+            let segs = Buf::from_host(&gpu, &segs).unwrap();
+            let conv_w = Buf::from_host(&gpu, &conv_w).unwrap();
+            let (neg_a, dt_bias, norm_w) = (
+                Buf::from_host(&gpu, &neg_a).unwrap(),
+                Buf::from_host(&gpu, &dt_bias).unwrap(),
+                Buf::from_host(&gpu, &norm_w).unwrap(),
+            );
+            let state = Buf::from_host(&gpu, &state0).unwrap();
+            let snaps = Buf::<f32>::zeros(&gpu, sessions * (rollback - 1) * lin_stride).unwrap();
+            let mixed = Buf::<f32>::zeros(&gpu, rows * l.conv_channels()).unwrap();
+            let out = Buf::<f32>::zeros(&gpu, rows * hv * dv).unwrap();
+            let launch = DeltaNetLaunch {
+                qkvz: wide.at(0),
+                ba: wide.at(qkvz_width),
+                proj_stride,
+                segs: segs.at(0),
+                windows: windows.len(),
+                rows,
+                conv_w: conv_w.at(0),
+                neg_a: neg_a.at(0),
+                dt_bias: dt_bias.at(0),
+                norm_w: norm_w.at(0),
+                eps: 1e-6,
+                state: state.at(0),
+                snaps: snaps.at(0),
+                rollback,
+                lin_stride,
+                layer_off: 0,
+                mixed: mixed.at(0),
+                out: out.at(0),
+            };
+            k.deltanet(&gpu, &launch, &dims).unwrap();
+            (
+                out.read(&gpu, rows * hv * dv).unwrap(),
+                state.read(&gpu, sessions * lin_stride).unwrap(),
+                snaps.read(&gpu, sessions * (rollback - 1) * lin_stride).unwrap(),
+            )
+        };
+        k.deltanet_split = true;
+        let split = run(&k);
+        k.deltanet_split = false;
+        let whole = run(&k);
+        assert!(split.0.iter().all(|v| v.is_finite()), "seed {seed}");
+        assert!(same_bits(&split.0, &whole.0), "seed {seed}, {tokens}: outputs");
+        assert!(same_bits(&split.1, &whole.1), "seed {seed}, {tokens}: states");
+        assert!(same_bits(&split.2, &whole.2), "seed {seed}, {tokens}: snapshots");
+    }
 }
 
 #[test]
