@@ -616,9 +616,13 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 /// most). `multi_row` false keeps those at MMA_NT ([`MATMUL_FIT_ENV`] 1).
 fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: bool) -> usize {
     let waves = |tiles: usize| (row_tiles * n_tiles.div_ceil(tiles)).div_ceil(resident.max(1));
-    let one_row = MATMUL_BLOCK_TILES
-        .into_iter()
-        .min_by_key(|&tiles| (waves(tiles) * tiles, tiles != MMA_NT, n_tiles.div_ceil(tiles)));
+    let one_row = MATMUL_BLOCK_TILES.into_iter().min_by_key(|&tiles| {
+        (
+            waves(tiles) * tiles,
+            tiles != MMA_NT,
+            n_tiles.div_ceil(tiles),
+        )
+    });
     let many_rows = MATMUL_BLOCK_TILES
         .into_iter()
         .filter(|&tiles| tiles >= MMA_NT)
@@ -716,12 +720,9 @@ impl Kernels {
                 let (fit, multi_row) = self.matmul_fit;
                 match (wide, m.fp8.is_none() && fit) {
                     (false, _) => 1,
-                    (true, true) => block_tiles(
-                        row_tiles,
-                        n_tiles,
-                        self.matmul_resident_blocks,
-                        multi_row,
-                    ),
+                    (true, true) => {
+                        block_tiles(row_tiles, n_tiles, self.matmul_resident_blocks, multi_row)
+                    }
                     (true, false) => MMA_NT,
                 }
             }
@@ -733,7 +734,11 @@ impl Kernels {
                     "matmul: {tiles} n-tiles a block is none of {MATMUL_BLOCK_TILES:?}"
                 );
                 // FP8 has the narrow kernel and MMA_NT only.
-                if m.fp8.is_some() { MMA_NT } else { tiles }
+                if m.fp8.is_some() {
+                    MMA_NT
+                } else {
+                    tiles
+                }
             }
         };
         let grid = (

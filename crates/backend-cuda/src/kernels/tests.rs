@@ -514,7 +514,10 @@ fn block_tiles_runs_a_matrix_in_the_fewest_waves() {
 fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
     let Some((gpu, mut k)) = setup() else { return };
     let (config, dims) = tiny_dims();
-    let l = config.linear.as_ref().expect("the default model has linear layers");
+    let l = config
+        .linear
+        .as_ref()
+        .expect("the default model has linear layers");
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let (hk, hv, dk, dv) = (
@@ -584,7 +587,9 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
             (
                 out.read(&gpu, rows * hv * dv).unwrap(),
                 state.read(&gpu, sessions * lin_stride).unwrap(),
-                snaps.read(&gpu, sessions * (rollback - 1) * lin_stride).unwrap(),
+                snaps
+                    .read(&gpu, sessions * (rollback - 1) * lin_stride)
+                    .unwrap(),
             )
         };
         k.deltanet_split = true;
@@ -592,9 +597,18 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
         k.deltanet_split = false;
         let whole = run(&k);
         assert!(split.0.iter().all(|v| v.is_finite()), "seed {seed}");
-        assert!(same_bits(&split.0, &whole.0), "seed {seed}, {tokens}: outputs");
-        assert!(same_bits(&split.1, &whole.1), "seed {seed}, {tokens}: states");
-        assert!(same_bits(&split.2, &whole.2), "seed {seed}, {tokens}: snapshots");
+        assert!(
+            same_bits(&split.0, &whole.0),
+            "seed {seed}, {tokens}: outputs"
+        );
+        assert!(
+            same_bits(&split.1, &whole.1),
+            "seed {seed}, {tokens}: states"
+        );
+        assert!(
+            same_bits(&split.2, &whole.2),
+            "seed {seed}, {tokens}: snapshots"
+        );
     }
 }
 
