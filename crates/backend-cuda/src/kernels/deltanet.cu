@@ -185,30 +185,24 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
     if (CS > 1) cluster_sync();
 }
 
-// A block per (window, value head): LIN_DV · LIN_SPLIT threads, grid (windows, LIN_HV).
-extern "C" __global__ void __launch_bounds__(LIN_DV * LIN_SPLIT)
-deltanet_recurrence(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
-                    const float* __restrict__ mixed, const int* __restrict__ segs,
-                    const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
-                    const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
-                    u64 lin_stride, u64 layer_off, float* __restrict__ out) {
-    pdl_start();
-    recurrence_head<1>(qkvz, ba, proj_stride, mixed, segs, neg_a, dt_bias, norm_w, eps, state, snaps, rollback,
-                       lin_stride, layer_off, out, blockIdx.y, 0);
-}
+// The recurrence's kernels: NAME with CS blocks a head (a cluster of them when CS > 1, ATTRS its
+// cluster dims), grid (windows, LIN_HV · CS), LIN_DV / CS · LIN_SPLIT threads a block.
+#define DELTANET_RECURRENCE(NAME, CS, ATTRS)                                                               \
+    extern "C" __global__ void ATTRS __launch_bounds__(LIN_DV / (CS) * LIN_SPLIT)                         \
+    NAME(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,                   \
+         const float* __restrict__ mixed, const int* __restrict__ segs, const float* __restrict__ neg_a,  \
+         const float* __restrict__ dt_bias, const float* __restrict__ norm_w, float eps, float* state,    \
+         float* snaps, int rollback, u64 lin_stride, u64 layer_off, float* __restrict__ out) {            \
+        pdl_start();                                                                                      \
+        recurrence_head<CS>(qkvz, ba, proj_stride, mixed, segs, neg_a, dt_bias, norm_w, eps, state, snaps, \
+                            rollback, lin_stride, layer_off, out, blockIdx.y / (CS), blockIdx.y % (CS));  \
+    }
 
-// A cluster of LIN_CLUSTER blocks per (window, value head), each LIN_DV / LIN_CLUSTER columns:
-// grid (windows, LIN_HV · LIN_CLUSTER). A decode step's 32 heads on 32 blocks read their state
-// (64 KiB a head at Qwen3-Next's sizes) through 32 of the H200's 132 multiprocessors; split in 4
-// they use 128. The same bits as `deltanet_recurrence`.
-extern "C" __global__ void __cluster_dims__(1, LIN_CLUSTER, 1) __launch_bounds__(LIN_DV / LIN_CLUSTER * LIN_SPLIT)
-deltanet_recurrence_split(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,
-                          const float* __restrict__ mixed, const int* __restrict__ segs,
-                          const float* __restrict__ neg_a, const float* __restrict__ dt_bias,
-                          const float* __restrict__ norm_w, float eps, float* state, float* snaps, int rollback,
-                          u64 lin_stride, u64 layer_off, float* __restrict__ out) {
-    pdl_start();
-    recurrence_head<LIN_CLUSTER>(qkvz, ba, proj_stride, mixed, segs, neg_a, dt_bias, norm_w, eps, state, snaps,
-                                 rollback, lin_stride, layer_off, out, blockIdx.y / LIN_CLUSTER,
-                                 blockIdx.y % LIN_CLUSTER);
-}
+// A block per (window, value head).
+DELTANET_RECURRENCE(deltanet_recurrence, 1, )
+
+// A cluster of LIN_CLUSTER blocks per (window, value head), each LIN_DV / LIN_CLUSTER columns. A
+// decode step's 32 heads on 32 blocks read their state (64 KiB a head at Qwen3-Next's sizes)
+// through 32 of the H200's 132 multiprocessors; split in 4 they use 128. The same bits as
+// `deltanet_recurrence`.
+DELTANET_RECURRENCE(deltanet_recurrence_split, LIN_CLUSTER, __cluster_dims__(1, LIN_CLUSTER, 1))
