@@ -21,8 +21,13 @@
 // alike, so a step sums whole products over a fixed set of 16 elements. k must be a multiple
 // of 16 (a chunk's missing pieces are zeros).
 //
+// MMA_SPLIT 0 (`FLASHLANE_MATMUL_INPUT=bf16`, an A/B switch not yet run on a GPU) leaves the lo
+// products out: x enters the tensor cores as one bf16, as vLLM's and llama.cpp's bf16 matmuls take
+// it, for half the tensor-core work where a round is bound by it (many streams, prefill). Every
+// kernel then computes that one chain, so a row's bits still never depend on the batch.
+//
 // Host defines: MMA_WARPS, MMA_NT, MMA_NARROW_DEPTH, MMA_CHUNK (64), MMA_ROWS (16) and MMA_COLS (8),
-// the m16n8k16 tile this code is written for.
+// the m16n8k16 tile this code is written for; MMA_SPLIT (1: hi and lo products, 0: hi only).
 
 // MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
 
@@ -123,7 +128,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
                     const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
                     const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
                     mma_16816(acc[j], a0h, a1h, a2h, a3h, b0, b1);
-                    mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
+                    if (MMA_SPLIT) mma_16816(acc[j], a0l, a1l, a2l, a3l, b0, b1);
                 }
             }
         }
@@ -328,7 +333,7 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                     const unsigned b0 = e4m3x2_to_bf16x2(word);
                     const unsigned b1 = e4m3x2_to_bf16x2(word >> 16);
                     mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
-                    mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                    if (MMA_SPLIT) mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
                 }
             }
 #pragma unroll
@@ -558,7 +563,7 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
                         mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
-                        mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
+                        if (MMA_SPLIT) mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
                     }
                 }
             }

@@ -219,7 +219,17 @@ pub struct Dims {
     pub moe: Option<MoeConfig>,
     /// How the sessions' K and V rows are stored.
     pub kv: KvDtype,
+    /// Whether x enters the matmuls' tensor cores as two bf16 halves (hi and lo, ~16 bits of
+    /// mantissa) or as one bf16 ([`MATMUL_INPUT_ENV`]).
+    pub matmul_split: bool,
 }
+
+/// `FLASHLANE_MATMUL_INPUT=bf16` compiles the matmuls (dense, FP8, tiled, the MoE's experts) to
+/// take x as one bf16 instead of two halves: half the tensor-core products, at bf16's 8 bits of
+/// x's mantissa (as vLLM's and llama.cpp's bf16 matmuls). An A/B switch, not yet run on a GPU:
+/// the replies change (each stays the same alone or batched), so the parity fixtures, made for
+/// the split, do not hold under it.
+pub const MATMUL_INPUT_ENV: &str = "FLASHLANE_MATMUL_INPUT";
 
 impl Dims {
     pub fn of(config: &Config, kv: KvDtype) -> Result<Dims, CudaError> {
@@ -233,6 +243,7 @@ impl Dims {
             linear: config.linear.clone(),
             moe: config.moe.clone(),
             kv,
+            matmul_split: std::env::var(MATMUL_INPUT_ENV).map_or(true, |v| v != "bf16"),
         };
         dims.check()?;
         Ok(dims)
@@ -310,6 +321,7 @@ impl Dims {
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
             ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
+            ("MMA_SPLIT", usize::from(self.matmul_split)),
             ("MMA_CHUNK", MMA_CHUNK),
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),

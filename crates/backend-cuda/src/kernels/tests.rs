@@ -265,14 +265,41 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // 8 warps' chunks plus one piece (odd chunk counts, the last chunk in part: the narrow
     // kernel loads 2 chunks at once).
     for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
-        matmul_case(&gpu, &k, &mut rng, depth, 40);
+        matmul_case(&gpu, &k, &mut rng, depth, 40, true);
     }
     // Rows over several blocks of the tiled kernel (64 rows a block), the last in part.
     let depth = 16 * (1 + rng.below(160));
-    matmul_case(&gpu, &k, &mut rng, depth, 300);
+    matmul_case(&gpu, &k, &mut rng, depth, 300, true);
 }
 
-fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_rows: usize) {
+/// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
+/// backend-cpu's product of x rounded to bf16, every kernel the same bits, a row alone the bits
+/// it has in the batch.
+#[test]
+fn matmul_with_bf16_inputs_matches_rounded_x_and_is_the_same_alone_or_batched() {
+    let Some(gpu) = open_gpu() else { return };
+    let (_, mut dims) = tiny_dims();
+    dims.matmul_split = false;
+    assert!(dims.source().contains("#define MMA_SPLIT 0\n"));
+    let k = Kernels::compile(&gpu, &dims).expect("kernels");
+    let mut rng = Rng::fresh();
+    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+        matmul_case(&gpu, &k, &mut rng, depth, 40, false);
+    }
+    let depth = 16 * (1 + rng.below(160));
+    matmul_case(&gpu, &k, &mut rng, depth, 300, false);
+}
+
+/// One random matmul through every kernel (`k` compiled with the hi/lo split or without it:
+/// `split`, the reference then taking x rounded to bf16).
+fn matmul_case(
+    gpu: &Arc<Gpu>,
+    k: &Kernels,
+    rng: &mut Rng,
+    depth: usize,
+    max_rows: usize,
+    split: bool,
+) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
     let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
@@ -283,7 +310,12 @@ fn matmul_case(gpu: &Arc<Gpu>, k: &Kernels, rng: &mut Rng, depth: usize, max_row
         .collect();
     let x = rng.vec(rows * depth);
     let mut want = vec![0f32; rows * n_out];
-    matmul(&x, TensorData::Bf16(&w), depth, &mut want);
+    // Products of bf16 are exact in f32: without the split only the sums' order differs.
+    let x_in: Vec<f32> = match split {
+        true => x.clone(),
+        false => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+    };
+    matmul(&x_in, TensorData::Bf16(&w), depth, &mut want);
     let wb = Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
     let xb = Buf::from_host(gpu, &x).unwrap();
     // Room for the gathers below even when `rows` is 1.
