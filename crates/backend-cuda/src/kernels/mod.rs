@@ -140,6 +140,14 @@ pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
 pub const MMA_K_ALIGN: usize = 16;
+/// N-tiles a block of the bf16 experts' gate/up may hold (`moe_gate_up_t1`, `_t2`,
+/// `moe_gate_up`): each must divide MOE_I / 4 for every MOE_I the kernels take (a multiple of
+/// 4·MMA_NT).
+const MOE_GATE_UP_TILES: [usize; 3] = [1, 2, MMA_NT];
+/// `FLASHLANE_MOE_FIT=1` takes the bf16 experts' gate/up n-tiles a block from
+/// [`moe_gate_up_tiles`] (an A/B switch, not yet run on a GPU: off by default; the bits do not
+/// change).
+pub const MOE_FIT_ENV: &str = "FLASHLANE_MOE_FIT";
 /// Rows (one warp each) per block of `moe_route`.
 const MOE_ROUTE_WARPS: u32 = 4;
 /// Threads of `moe_group`'s one block: it scans every expert and writes every pair's place.
@@ -433,7 +441,16 @@ struct MoeKernels {
     group: CudaFunction,
     /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
     route_group: CudaFunction,
-    gate_up: CudaFunction,
+    /// bf16 gate/up by n-tiles a block, as [`MOE_GATE_UP_TILES`] lists them (`moe_gate_up_t1`,
+    /// `_t2`, `moe_gate_up`).
+    gate_up_by_tiles: [CudaFunction; MOE_GATE_UP_TILES.len()],
+    /// Whether a step's bf16 gate/up takes its n-tiles a block from [`moe_gate_up_tiles`] (else
+    /// MMA_NT; [`MOE_FIT_ENV`]).
+    gate_up_fit: bool,
+    /// Blocks of the expert kernels the GPU holds at once (multiprocessors × MMA_MIN_BLOCKS).
+    resident_blocks: usize,
+    /// Tests: every step's bf16 gate/up at this many n-tiles a block.
+    gate_up_tiles_forced: Option<usize>,
     down: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
@@ -516,7 +533,14 @@ impl Kernels {
                     route: f("moe_route")?,
                     group: f("moe_group")?,
                     route_group: f("moe_route_group")?,
-                    gate_up: f("moe_gate_up")?,
+                    gate_up_by_tiles: [
+                        f("moe_gate_up_t1")?,
+                        f("moe_gate_up_t2")?,
+                        f("moe_gate_up")?,
+                    ],
+                    gate_up_fit: std::env::var(MOE_FIT_ENV).is_ok_and(|v| v == "1"),
+                    resident_blocks: gpu.multiprocessors()? * MMA_MIN_BLOCKS,
+                    gate_up_tiles_forced: None,
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
@@ -921,6 +945,25 @@ impl Kernels {
     }
 }
 
+/// N-tiles a block of the bf16 experts' gate/up for `slots` tile slots of experts `width` wide
+/// (MOE_I: width / 4 units of 4 gate and 4 up outputs) with `resident` blocks on the GPU at once:
+/// as `block_tiles`, the count of [`MOE_GATE_UP_TILES`] whose waves × n-tiles is least, ties to
+/// the most. A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of the H200's
+/// 264) gets 2 (704 blocks: 2.67 waves), a step of 8 keeps 4.
+fn moe_gate_up_tiles(slots: usize, width: usize, resident: usize) -> usize {
+    MOE_GATE_UP_TILES
+        .into_iter()
+        .filter(|&tiles| (width / 4).is_multiple_of(tiles))
+        .min_by_key(|&tiles| {
+            let blocks = slots * (width / 4 / tiles);
+            (
+                blocks.div_ceil(resident.max(1)) * tiles,
+                std::cmp::Reverse(tiles),
+            )
+        })
+        .expect("MMA_NT divides every width the kernels take")
+}
+
 /// Tile slots the MoE kernels' grids cover for `rows` rows: an expert's pairs make
 /// ceil(n / MMA_ROWS) tiles, at most `pairs / MMA_ROWS` full ones plus one part-full tile per
 /// expert used (never more tiles than pairs), then the shared expert's tiles of rows.
@@ -1190,12 +1233,23 @@ impl Kernels {
         slots: u32,
     ) -> Result<(), CudaError> {
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
+        let tiles = match (k.gate_up_tiles_forced, k.gate_up_fit) {
+            (Some(tiles), _) => tiles,
+            (None, true) => {
+                moe_gate_up_tiles(slots as usize, m.expert_intermediate, k.resident_blocks)
+            }
+            (None, false) => MMA_NT,
+        };
+        let at = MOE_GATE_UP_TILES
+            .iter()
+            .position(|&t| t == tiles)
+            .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
         let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
         match l.fp8 {
             None => {
                 gpu.launch(
-                    &k.gate_up,
-                    gate_up_grid,
+                    &k.gate_up_by_tiles[at],
+                    (slots, (m.expert_intermediate / (4 * tiles)) as u32, 1),
                     MMA_WARPS * 32,
                     &[
                         Arg::Ptr(l.xn),

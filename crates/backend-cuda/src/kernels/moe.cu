@@ -277,32 +277,34 @@ moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, f
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
-// Grid (tile slots, MOE_I / (4·MMA_NT)): block (t, b) computes gate units u0 … u0 + 4·MMA_NT − 1
-// (u0 = 4·MMA_NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up
-// for each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and
-// share its weights in L2. Slots past the expert tiles return at once.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
-moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
-            const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
+// Grid (tile slots, MOE_I / (4·NT)): block (t, b) computes gate units u0 … u0 + 4·NT − 1
+// (u0 = 4·NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up for
+// each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and share
+// its weights in L2. Slots past the expert tiles return at once. NT (n-tiles a block) changes
+// which block computes a unit, never its chain (`mma_tile`'s): the same bits for every NT.
+template <int NT>
+__device__ __forceinline__ void gate_up_block(const float* __restrict__ xn, const int* __restrict__ pair_row,
+                                              const int* __restrict__ tiles, const int* __restrict__ n_tiles,
+                                              const bf16_t* __restrict__ gate_up, float* __restrict__ act,
+                                              float (*part)[NT][WARP][4]) {
     pdl_start();
-    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
     const int e = tile[0], start = tile[1], count = tile[2];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int u0 = blockIdx.y * 4 * MMA_NT;
+    const int u0 = blockIdx.y * 4 * NT;
     const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
     const float* xb = g + 8 < count ? xn + (size_t)pair_row[start + g + 8] * MOE_H : nullptr;
     // N-tile j: outputs 0..3 are the gate rows of units u0 + 4j …, outputs 4..7 the up rows of
     // the same units.
-    const bf16_t* wr[MMA_NT];
+    const bf16_t* wr[NT];
 #pragma unroll
-    for (int j = 0; j < MMA_NT; j++) {
+    for (int j = 0; j < NT; j++) {
         const int unit = u0 + 4 * j + g % 4;
         wr[j] = gate_up + ((size_t)e * 2 * MOE_I + (g < 4 ? unit : MOE_I + unit)) * MOE_H;
     }
     float d[4];
-    if (!mma_tile<MMA_NT, MOE_BF16_DEPTH>(xa, xb, wr, MOE_H, part, d)) return;
+    if (!mma_tile<NT, MOE_BF16_DEPTH>(xa, xb, wr, MOE_H, part, d)) return;
     // Lane (g, t) of warp j holds outputs 2t, 2t + 1 of n-tile j: gate for t < 2; lane t + 2
     // holds the matching up.
     float up[4];
@@ -316,6 +318,20 @@ moe_gate_up(const float* __restrict__ xn, const int* __restrict__ pair_row, cons
         if (r < count) act[(size_t)(start + r) * MOE_I + unit] = siluf_(d[i]) * up[i];
     }
 }
+
+// The experts' gate/up at NT n-tiles a block: `moe_gate_up` MMA_NT, `moe_gate_up_t2` 2 and
+// `moe_gate_up_t1` 1 (more blocks, for a decode step whose MMA_NT blocks make a partial second
+// wave: the host's `moe_gate_up_tiles`).
+#define MOE_GATE_UP(NAME, NT)                                                                             \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    NAME(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,   \
+         const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {  \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        gate_up_block<NT>(xn, pair_row, tiles, n_tiles, gate_up, act, part);                            \
+    }
+MOE_GATE_UP(moe_gate_up, MMA_NT)
+MOE_GATE_UP(moe_gate_up_t2, 2)
+MOE_GATE_UP(moe_gate_up_t1, 1)
 
 // Grid (tile slots, ceil(MOE_H / (MMA_NT·MMA_COLS))): the down projection of tile t's pairs into
 // y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared

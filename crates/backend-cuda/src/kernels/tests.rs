@@ -644,6 +644,39 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
     }
 }
 
+/// `moe_gate_up_tiles` (no device needed): a count of MOE_GATE_UP_TILES that divides the units,
+/// whose waves × n-tiles is least, the most on ties; Qwen3-Next's steps as its doc says.
+#[test]
+fn moe_gate_up_tiles_runs_a_step_in_the_fewest_waves() {
+    use super::{moe_gate_up_tiles, MOE_GATE_UP_TILES};
+    let cost = |slots: usize, width: usize, resident: usize, tiles: usize| {
+        (slots * (width / 4 / tiles)).div_ceil(resident) * tiles
+    };
+    for resident in [1, 3, 264] {
+        for slots in 1..=90 {
+            for width in [16, 48, 64, 512] {
+                let chosen = moe_gate_up_tiles(slots, width, resident);
+                let fits: Vec<usize> = MOE_GATE_UP_TILES
+                    .into_iter()
+                    .filter(|&t| (width / 4).is_multiple_of(t))
+                    .collect();
+                let best = fits.iter().map(|&t| cost(slots, width, resident, t)).min();
+                let tied = fits
+                    .iter()
+                    .filter(|&&t| Some(cost(slots, width, resident, t)) == best)
+                    .max();
+                assert_eq!(
+                    Some(&chosen),
+                    tied,
+                    "{slots} slots of {width} on {resident}"
+                );
+            }
+        }
+    }
+    assert_eq!(moe_gate_up_tiles(11, 512, 264), 2);
+    assert_eq!(moe_gate_up_tiles(81, 512, 264), super::MMA_NT);
+}
+
 #[test]
 fn rmsnorm_matches_backend_cpu_in_both_kinds() {
     let Some((gpu, k)) = setup() else { return };
@@ -1186,7 +1219,7 @@ fn check_moe(
     };
     dims.check().expect("sizes the kernels take");
     let experts = m.num_experts;
-    let k = Kernels::compile(gpu, &dims).expect("kernels");
+    let mut k = Kernels::compile(gpu, &dims).expect("kernels");
     let case = match fp8 {
         None => MoeCase::new(gpu, rng, m, hidden),
         Some((br, bc)) => MoeCase::new_fp8(gpu, rng, m, hidden, br, bc),
@@ -1247,6 +1280,25 @@ fn check_moe(
         same_bits(&reversed, &rev(&all, hidden)),
         "{what}: the rows in reverse order differ from the batch"
     );
+    // bf16 experts' gate/up at every n-tiles a block: the batch's bits, and a row alone's.
+    if fp8.is_none() {
+        for tiles in super::MOE_GATE_UP_TILES {
+            k.moe.as_mut().expect("MoE kernels").gate_up_tiles_forced = Some(tiles);
+            let other = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, None).0;
+            assert!(
+                same_bits(&other, &all),
+                "{what}: gate/up at {tiles} n-tiles a block differs"
+            );
+            let r = rows - 1;
+            let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
+            let one = run_moe(gpu, &k, &dims, &case, &xn_r, &mo_r, &x_r, None).0;
+            assert!(
+                same_bits(&one, &row(&all, r)),
+                "{what}: row {r} alone at {tiles} n-tiles a block differs"
+            );
+        }
+        k.moe.as_mut().expect("MoE kernels").gate_up_tiles_forced = None;
+    }
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
     let (fused, normed) = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
