@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A/B of flashlane builds, or of one build under settings that keep the bits (FLASHLANE_PDL,
-# FLASHLANE_MATMUL_TILED, FLASHLANE_MOE_NARROW, …), on the GPU, interleaved, on dummy weights of a
+# FLASHLANE_MATMUL_TILED, FLASHLANE_MATMUL_FIT, …), on the GPU, interleaved, on dummy weights of a
 # real shape (bench/shapes/SHAPE): each round runs `flashlane bench --device cuda` once per binary
 # and setting, in order, so that drift of the machine falls on every variant alike.
 #
 #   ROUNDS=2 STREAMS=1,8 bench/gpu_ab.sh OUT_DIR SHAPE BINARY...
-#   SETTINGS="narrow:FLASHLANE_MOE_NARROW=1 wide:FLASHLANE_MOE_NARROW=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
-#   (a setting may set several variables: label:A=1,B=1)
+#   SETTINGS="fit:FLASHLANE_MATMUL_FIT=1 nofit:FLASHLANE_MATMUL_FIT=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
+#   (a setting may set several variables, label:A=1,B=1; values hold no commas, spaces or globs)
 #
 # Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt); raw JSON
 # and stderr in OUT_DIR.

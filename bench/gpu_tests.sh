@@ -3,11 +3,12 @@
 # bench/pack_gpu_tests.sh, one after another, each failing (not skipping) without a device.
 #
 #   bench/gpu_tests.sh OUT_DIR        (carry bench/peers/gpu-tests.tar.xz)
-#   SETTINGS="base:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1" bench/gpu_tests.sh OUT_DIR
+#   SETTINGS="base:FLASHLANE_AB=1 nofit:FLASHLANE_MATMUL_FIT=0" bench/gpu_tests.sh OUT_DIR
 #
 # Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR, or with
-# SETTINGS (label:VAR=VALUE[,VAR=VALUE…], as bench/gpu_ab.sh takes them: switches that keep the bits) the
-# whole run once per setting into OUT_DIR/LABEL/, and every line into OUT_DIR/summary.txt.
+# SETTINGS (label:VAR=VALUE[,VAR=VALUE…], values without commas or spaces, as bench/gpu_ab.sh
+# takes them: switches that keep the bits) the whole run once per setting into OUT_DIR/LABEL/,
+# and every line into OUT_DIR/summary.txt.
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
 mkdir -p "$out"

@@ -4,14 +4,14 @@
 // bf16(x) and lo = bf16(x − hi), each multiplied by W (products of bf16 are exact in f32), so the
 // sum carries ~16 bits of x's mantissa instead of bf16's 8.
 //
-// Batch invariance: a block computes a tile of MMA_ROWS rows × MMA_NT·MMA_COLS outputs; its
+// Batch invariance: a block computes a tile of MMA_ROWS rows × NT·MMA_COLS outputs; its
 // MMA_WARPS warps split k by chunks of 64 (chunk i to warp i mod MMA_WARPS, in increasing order
 // within a warp, 4 steps per chunk, each step the hi then the lo product) and the warps' sums
 // are added in warp order. The split depends on k only. Each (row, output) pair is thus the same
 // chain of operations whatever the tile holds beside it (an MMA's output element depends only on its own
 // row of A and column of B). Every matmul of every batch size runs this chain (1 row is a tile
-// with 15 rows of zeros; `matmul_bf16` and `matmul_bf16_narrow` differ only in how many n-tiles a
-// block holds), so a row's bits never depend on how many rows came with it, nor on which tile
+// with 15 rows of zeros; `matmul_bf16`, `_t3`, `_t5`, `_t6` and `matmul_bf16_narrow` differ only
+// in how many n-tiles a block holds), so a row's bits never depend on how many rows came with it, nor on which tile
 // or row slot it lands in. The k split gives a decode step's small matrices enough
 // warps to keep many weight loads in flight.
 //
@@ -69,7 +69,7 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
 // g + 8 (null: zeros), `wr[j]` its weight row of n-tile j's output g. Lane (g, t) of warp j <
-// MMA_NT returns true with d = n-tile j's rows g (d[0], d[1]) and g + 8 (d[2], d[3]) × outputs
+// NT (at most MMA_WARPS) returns true with d = n-tile j's rows g (d[0], d[1]) and g + 8 (d[2], d[3]) × outputs
 // 2t and 2t + 1; the other warps return false. Every thread of the block must call it (it
 // synchronises the block). The matmul and the MoE's grouped expert matmuls share it, so a
 // product has the same bits whichever kernel computes it.
@@ -82,6 +82,7 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 template <int NT, int DEPTH = 1>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
                                          float (*part)[NT][WARP][4], float* d) {
+    static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
 #pragma unroll
@@ -280,6 +281,7 @@ template <int NT, int DEPTH>
 __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, const unsigned char* const* wr,
                                              const float* const* srow, int bc, int k,
                                              float (*part)[NT][WARP][4], float* d) {
+    static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
 #pragma unroll

@@ -251,7 +251,8 @@ impl Dims {
             linear: config.linear.clone(),
             moe: config.moe.clone(),
             kv,
-            matmul_split: std::env::var(MATMUL_INPUT_ENV).map_or(true, |v| v != "bf16"),
+            matmul_split: !std::env::var(MATMUL_INPUT_ENV)
+                .is_ok_and(|v| v.eq_ignore_ascii_case("bf16")),
         };
         dims.check()?;
         Ok(dims)
@@ -410,8 +411,9 @@ pub struct Kernels {
     /// Whether `MatmulKernel::Auto` picks the n-tiles a block by [`block_tiles`] (else MMA_NT),
     /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
     matmul_fit: (bool, bool),
-    /// Blocks of the wide bf16 matmul the GPU holds at once (multiprocessors × MMA_MIN_BLOCKS).
-    matmul_resident_blocks: usize,
+    /// The GPU's multiprocessors (132 on an H200): the matmul's resident blocks are
+    /// MMA_MIN_BLOCKS times as many.
+    multiprocessors: usize,
     matmul_tiled: CudaFunction,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
@@ -501,7 +503,7 @@ impl Kernels {
                 Ok("1") => (true, false),
                 _ => (true, true),
             },
-            matmul_resident_blocks: gpu.multiprocessors()? * MMA_MIN_BLOCKS,
+            multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
@@ -645,7 +647,10 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 /// One row tile (a decode step of up to 16 rows): ties go to MMA_NT (the count measured
 /// longest), then to fewer blocks; its mid-sized matrices then run in whole waves: the A3B
 /// slice's 12,352-output DeltaNet input projection as 258 blocks of 6 (one wave of the H200's
-/// 264) instead of 386 of 4 (1.46 waves), its 9,216-output attention q/k/v as 231 of 5. More row
+/// 264) instead of 386 of 4 (1.46 waves), its 9,216-output attention q/k/v as 231 of 5. A matrix
+/// of one wave at 3 a block (up to 792 n-tiles: Qwen3-0.6B's and -4B's q/k/v, o and down) takes
+/// 3, the most blocks (`matmul_kernel_times` at one row: as fast as 4 a block or faster on each,
+/// bench/RESULTS.md session 16; end to end measured on the A3B slice only). More row
 /// tiles read each weight once from memory for all of them, and a block of more n-tiles reads x
 /// once for more outputs: from MMA_NT up only, ties to the most (`matmul_kernel_times` at 64
 /// rows: 6 a block was the fastest or within 10 % of it on 10 of 13 matrices, 3 the slowest on
@@ -756,9 +761,12 @@ impl Kernels {
                 let (fit, multi_row) = self.matmul_fit;
                 match (wide, m.fp8.is_none() && fit) {
                     (false, _) => 1,
-                    (true, true) => {
-                        block_tiles(row_tiles, n_tiles, self.matmul_resident_blocks, multi_row)
-                    }
+                    (true, true) => block_tiles(
+                        row_tiles,
+                        n_tiles,
+                        self.multiprocessors * MMA_MIN_BLOCKS,
+                        multi_row,
+                    ),
                     (true, false) => MMA_NT,
                 }
             }
@@ -913,7 +921,7 @@ impl Kernels {
                 d.windows,
                 l.num_value_heads,
                 l.value_head_dim,
-                self.matmul_resident_blocks / MMA_MIN_BLOCKS,
+                self.multiprocessors,
             );
         let (f, cluster) = if split {
             (recurrence_split, LIN_CLUSTER)
@@ -948,7 +956,9 @@ impl Kernels {
 /// N-tiles a block of the bf16 experts' gate/up for `slots` tile slots of experts `width` wide
 /// (MOE_I: width / 4 units of 4 gate and 4 up outputs) with `resident` blocks on the GPU at once:
 /// as `block_tiles`, the count of [`MOE_GATE_UP_TILES`] whose waves × n-tiles is least, ties to
-/// the most. A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of the H200's
+/// the most. Rough on purpose: the slots include the shared expert's (whose gate/up blocks return
+/// at once) and every count is taken at MMA_MIN_BLOCKS a multiprocessor (1 a block needs fewer
+/// registers and fits 3). A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of the H200's
 /// 264) gets 2 (704 blocks: 2.67 waves), a step of 8 keeps 4.
 fn moe_gate_up_tiles(slots: usize, width: usize, resident: usize) -> usize {
     MOE_GATE_UP_TILES

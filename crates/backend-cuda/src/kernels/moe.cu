@@ -3,8 +3,9 @@
 // (IS) | shared up_proj (IS)] (the router logits alone without a shared expert). Five kernels
 // per layer, or three where the first two and the last two are fused:
 // - `moe_route`: softmax over the experts in f32 (a warp a row, summed in a fixed order), top-k
-//   with ties to the lower index (by rank, over the block), renormalised when MOE_NORM_TOPK, the
-//   k choices in ascending expert index; and the shared expert's silu(gate)·up (`route_rows`).
+//   with ties to the lower index (ranked over the block for 1–2 rows, else rounds of warp
+//   maxima), renormalised when MOE_NORM_TOPK, the k choices in ascending expert index; and the
+//   shared expert's silu(gate)·up (`route_rows`).
 // - `moe_group`: one block: the (row, slot) pairs sorted by expert (rows ascending within an
 //   expert) and cut into tiles of at most MMA_ROWS pairs of one expert, then the shared expert's
 //   tiles of MMA_ROWS rows.
