@@ -316,13 +316,29 @@ impl Pass<'_> {
         y: u64,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        self.matmul_of(x, w.cols, false, w, rows, y, accumulate)
+    }
+
+    /// [`Pass::matmul`] with x's rows `x_stride` floats apart, and with `swiglu` the SwiGLU of
+    /// [gate | up] rows taken as they are read ([`Matmul::swiglu`]).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_of(
+        &self,
+        x: u64,
+        x_stride: usize,
+        swiglu: bool,
+        w: &Matrix,
+        rows: usize,
+        y: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
         let mut first_column = 0;
         for part in &w.parts {
             self.m.kernels.matmul(
                 self.gpu(),
                 &Matmul {
                     x,
-                    x_stride: w.cols,
+                    x_stride,
                     row_index: 0,
                     w: part.ptr(),
                     fp8: part.fp8(),
@@ -332,6 +348,7 @@ impl Pass<'_> {
                     y_stride: w.rows,
                     rows,
                     accumulate,
+                    swiglu,
                 },
             )?;
             first_column += part.rows;
@@ -397,6 +414,11 @@ impl Pass<'_> {
     pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
         let p = self.p;
         self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
+        let fp8 = w.down.parts.iter().any(|part| part.fp8().is_some());
+        if self.m.kernels.fuses_swiglu(rows, w.down.rows, fp8) {
+            // [gate | up] rows of the fused gate/up projection: 2 · width floats apart.
+            return self.matmul_of(p.wide, 2 * w.down.cols, true, &w.down, rows, p.x, true);
+        }
         self.m
             .kernels
             .swiglu(self.gpu(), p.wide, w.down.cols, rows, p.act)?;
@@ -554,6 +576,7 @@ impl Pass<'_> {
                 y_stride: v,
                 rows,
                 accumulate: false,
+                swiglu: false,
             },
         )
     }

@@ -65,6 +65,19 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
+// v (16 gates of a [gate | up] row) becomes silu(gate)·up with the 16 ups at `up` (null: zeros),
+// as `swiglu_rows` computes it; the ups are read 4 at a time (few registers beside v).
+__device__ __forceinline__ void swiglu16(const float* up, float* v) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float4 u = up ? *reinterpret_cast<const float4*>(up + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[4 * q] = siluf_(v[4 * q]) * u.x;
+        v[4 * q + 1] = siluf_(v[4 * q + 1]) * u.y;
+        v[4 * q + 2] = siluf_(v[4 * q + 2]) * u.z;
+        v[4 * q + 3] = siluf_(v[4 * q + 3]) * u.w;
+    }
+}
+
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -79,7 +92,11 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 // x, a few rows read by every block, comes from L2 chunk by chunk, so that the registers stay
 // few); they are multiplied in increasing order as with DEPTH 1, so the bits do not depend on
 // DEPTH.
-template <int NT, int DEPTH = 1>
+//
+// SWIGLU: x's rows are [gate (k) | up (k)] and the product takes silu(gate)·up, computed as each
+// piece is loaded with `swiglu_rows`' expression (the same values as that kernel writes: the same
+// bits as its output multiplied), so a dense MLP's down projection needs no kernel between.
+template <int NT, int DEPTH = 1, bool SWIGLU = false>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
                                          float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
@@ -114,6 +131,10 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             const bool in = e < k;
             load16(xa && in ? xa + e : nullptr, va);
             load16(xb && in ? xb + e : nullptr, vb);
+            if constexpr (SWIGLU) {
+                swiglu16(xa && in ? xa + k + e : nullptr, va);
+                swiglu16(xb && in ? xb + k + e : nullptr, vb);
+            }
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
 #pragma unroll
@@ -196,7 +217,7 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-template <int NT, int DEPTH>
+template <int NT, int DEPTH, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
@@ -212,7 +233,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
 #pragma unroll
     for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
     float d[4];
-    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
+    if (!mma_tile<NT, DEPTH, SWIGLU>(xa, xb, wr, k, part, d)) return;
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
@@ -252,6 +273,25 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
 MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
+
+// The matmuls of a dense MLP's down projection with the SwiGLU in their loads (x's rows [gate |
+// up], x_stride at least 2k): `matmul_bf16_swiglu_narrow` (1 n-tile a block, as
+// `matmul_bf16_narrow`) and `matmul_bf16_swiglu_t3` … `_t5` (6 spills), the same bits as
+// `swiglu_rows` then the plain kernel (`FLASHLANE_SWIGLU_FUSED=1`, an A/B switch not yet run on a
+// GPU).
+#define MATMUL_BF16_SWIGLU(NAME, NT, DEPTH)                                                            \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows) {                                                                    \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, \
+                                      part);                                                            \
+    }
+MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_narrow, 1, MMA_NARROW_DEPTH)
+MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t3, 3, 1)
+MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t4, MMA_NT, 1)
+MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t5, 5, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

@@ -133,6 +133,18 @@ const MMA_NT: usize = 4;
 /// fewest waves of the GPU's resident blocks. More than 6 spills at the 128 registers two blocks
 /// a multiprocessor allow (`tools/cuda_check`).
 const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
+/// `FLASHLANE_SWIGLU_FUSED=1` runs a dense MLP's SwiGLU inside its down projection's loads
+/// ([`Kernels::fuses_swiglu`]; an A/B switch not yet run on a GPU: off by default; the bits do
+/// not change).
+pub const SWIGLU_FUSED_ENV: &str = "FLASHLANE_SWIGLU_FUSED";
+/// N-tiles a block at most with the SwiGLU in the loads: at 6 the ups' registers spill
+/// (`tools/cuda_check`); a matrix given 6 runs at 5 (the same bits).
+const SWIGLU_MAX_TILES: usize = 5;
+// `matmul_swiglu_by_tiles` holds MATMUL_BLOCK_TILES' counts but the last, up to SWIGLU_MAX_TILES.
+const _: () = assert!(
+    MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 2] == SWIGLU_MAX_TILES
+        && MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 1] > SWIGLU_MAX_TILES
+);
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
@@ -420,6 +432,12 @@ pub struct Kernels {
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
+    /// The same kernels with the SwiGLU in their loads: by n-tiles a block as
+    /// [`MATMUL_BLOCK_TILES`] up to [`SWIGLU_MAX_TILES`], and the narrow one.
+    matmul_swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
+    matmul_swiglu_narrow: CudaFunction,
+    /// Whether [`Kernels::fuses_swiglu`] may say yes ([`SWIGLU_FUSED_ENV`]).
+    swiglu_fused: bool,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -511,6 +529,13 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
+            matmul_swiglu_by_tiles: [
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[0]))?,
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[1]))?,
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[2]))?,
+            ],
+            matmul_swiglu_narrow: f("matmul_bf16_swiglu_narrow")?,
+            swiglu_fused: std::env::var(SWIGLU_FUSED_ENV).is_ok_and(|v| v == "1"),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -578,6 +603,10 @@ pub struct Matmul {
     pub y_stride: usize,
     pub rows: usize,
     pub accumulate: bool,
+    /// x's rows are [gate (k) | up (k)] and the product takes silu(gate)·up, computed as x is
+    /// read (`matmul_bf16_swiglu_*`; bf16 weights, never the tiled kernel: see
+    /// [`Kernels::fuses_swiglu`]).
+    pub swiglu: bool,
 }
 
 /// The launch shapes of the Gated DeltaNet kernels of one layer.
@@ -715,6 +744,14 @@ impl Kernels {
         )
     }
 
+    /// Whether a dense MLP's down projection of `rows` rows into `n_out` outputs takes its SwiGLU
+    /// in its loads ([`Matmul::swiglu`]): with [`SWIGLU_FUSED_ENV`] set, bf16 weights, and rows
+    /// the 16-row kernels take (the tiled kernel, for prefill chunks, reads x through shared
+    /// memory and keeps `swiglu_rows` before it).
+    pub fn fuses_swiglu(&self, rows: usize, n_out: usize, fp8: bool) -> bool {
+        self.swiglu_fused && !fp8 && !(self.matmul_tiled_auto && runs_tiled(rows, n_out))
+    }
+
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
@@ -740,7 +777,12 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        assert!(
+            !m.swiglu || m.fp8.is_none(),
+            "matmul: the SwiGLU in the loads takes bf16 weights"
+        );
         let tiled = match kernel {
+            _ if m.swiglu => false,
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
             MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Tiles(_) => false,
@@ -785,15 +827,25 @@ impl Kernels {
                 }
             }
         };
+        let tiles = if m.swiglu {
+            tiles.min(SWIGLU_MAX_TILES)
+        } else {
+            tiles
+        };
         let grid = (
             rows_u32(row_tiles),
             u32::try_from(n_tiles.div_ceil(tiles)).expect("outputs fit a grid"),
             1,
         );
         let Some(fp8) = m.fp8 else {
-            let f = match MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles) {
-                Some(i) => &self.matmul_by_tiles[i],
-                None => &self.matmul_narrow,
+            let f = match (
+                MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles),
+                m.swiglu,
+            ) {
+                (Some(i), false) => &self.matmul_by_tiles[i],
+                (None, false) => &self.matmul_narrow,
+                (Some(i), true) => &self.matmul_swiglu_by_tiles[i],
+                (None, true) => &self.matmul_swiglu_narrow,
             };
             return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };

@@ -272,6 +272,67 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
 }
 
+/// The SwiGLU in the matmul's loads (`matmul_bf16_swiglu_*`, a dense MLP's down projection of
+/// [gate | up] rows) against `swiglu_rows` then the plain matmul: the same bits through every
+/// kernel that takes it (narrow and 3 to 6 n-tiles a block), at one and several row tiles.
+#[test]
+fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    for (width, rows) in [
+        (16 * (1 + rng.below(200)), 1 + rng.below(16)),
+        (3072, 1),
+        (96, 70),
+    ] {
+        let n_out = 1 + rng.below(700);
+        let w: Vec<u16> = bf16_vec(&mut rng, n_out * width, 1.0)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let wb = Buf::from_host(&gpu, &w).unwrap();
+        // Gates over silu's whole bend, ups around 1.
+        let gate_up: Vec<f32> = rng.vec(rows * 2 * width).iter().map(|v| 6.0 * v).collect();
+        let gu = Buf::from_host(&gpu, &gate_up).unwrap();
+        let act = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
+        k.swiglu(&gpu, gu.at(0), width, rows, act.at(0)).unwrap();
+        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
+        let run = |x: u64, x_stride: usize, swiglu: bool, kernel: MatmulKernel| {
+            let m = Matmul {
+                fp8: None,
+                x,
+                x_stride,
+                row_index: 0,
+                w: wb.at(0),
+                k: width,
+                n_out,
+                y: y.at(0),
+                y_stride: n_out,
+                rows,
+                accumulate: false,
+                swiglu,
+            };
+            k.matmul_with(&gpu, &m, kernel).unwrap();
+            y.read(&gpu, rows * n_out).unwrap()
+        };
+        let want = run(act.at(0), width, false, MatmulKernel::Wide);
+        for kernel in [
+            MatmulKernel::Auto,
+            MatmulKernel::Narrow,
+            MatmulKernel::Wide,
+            MatmulKernel::Tiles(3),
+            MatmulKernel::Tiles(5),
+            MatmulKernel::Tiles(6),
+        ] {
+            let got = run(gu.at(0), 2 * width, true, kernel);
+            assert!(
+                same_bits(&got, &want),
+                "seed {seed}, width {width}, {rows} rows: {kernel:?} with the SwiGLU differs"
+            );
+        }
+    }
+}
+
 /// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
 /// backend-cpu's product of x rounded to bf16, every kernel the same bits, a row alone the bits
 /// it has in the batch. The dense bf16 kernels only: the FP8 and MoE kernels drop their lo
@@ -334,6 +395,7 @@ fn matmul_case(
             y_stride: n_out,
             rows,
             accumulate,
+            swiglu: false,
         };
         k.matmul_with(gpu, &m, kernel).unwrap();
         y.read(gpu, rows * n_out).unwrap()
@@ -464,6 +526,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
                 y_stride: n_out,
                 rows,
                 accumulate: false,
+                swiglu: false,
             };
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
@@ -1384,6 +1447,7 @@ fn matmul_kernel_times() {
                 y_stride: n_out,
                 rows,
                 accumulate: false,
+                swiglu: false,
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
