@@ -7,7 +7,8 @@
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
+    AttentionRows, DeltaNetLaunch, Matmul, MatmulInput, MatmulNorm, MoeFp8, MoeIndexLayout,
+    MoeLaunch, NormAfter,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -271,6 +272,14 @@ pub(crate) enum MixerRows {
     Attention(AttentionRows),
 }
 
+/// Where a feed-forward's input norm is: already in xn, or to be taken by its first matmul from
+/// x with this weight (`Kernels::fuses_norm`).
+#[derive(Clone, Copy)]
+pub(crate) enum FfnInput<'w> {
+    Normed,
+    ToNorm(&'w Buf<f32>),
+}
+
 /// The RMSNorm that follows a layer: weight `w`, rows written to `out`.
 #[derive(Clone, Copy)]
 pub(crate) struct Then<'w> {
@@ -316,17 +325,16 @@ impl Pass<'_> {
         y: u64,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        self.matmul_of(x, w.cols, false, w, rows, y, accumulate)
+        self.matmul_of(x, w.cols, MatmulInput::Plain, w, rows, y, accumulate)
     }
 
-    /// [`Pass::matmul`] with x's rows `x_stride` floats apart, and with `swiglu` the SwiGLU of
-    /// [gate | up] rows taken as they are read ([`Matmul::swiglu`]).
+    /// [`Pass::matmul`] with x's rows `x_stride` floats apart, taken as `input` says.
     #[allow(clippy::too_many_arguments)]
     fn matmul_of(
         &self,
         x: u64,
         x_stride: usize,
-        swiglu: bool,
+        input: MatmulInput,
         w: &Matrix,
         rows: usize,
         y: u64,
@@ -348,7 +356,7 @@ impl Pass<'_> {
                     y_stride: w.rows,
                     rows,
                     accumulate,
-                    swiglu,
+                    input,
                 },
             )?;
             first_column += part.rows;
@@ -390,34 +398,75 @@ impl Pass<'_> {
     ) -> Result<(), CudaError> {
         let p = self.p;
         self.mixer(l, rows, mix, sessions)?;
+        let first = match &l.ffn {
+            FfnWeights::Moe(moe) => &moe.front,
+            FfnWeights::Dense(mlp) => &mlp.gate_up,
+        };
+        let fp8 = first.parts.iter().any(|part| part.fp8().is_some());
+        if self.m.kernels.fuses_norm(rows, first.parts.len(), fp8) {
+            return self.ffn(&l.ffn, rows, then, FfnInput::ToNorm(&l.post_norm));
+        }
         self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.ffn(&l.ffn, rows, then)
+        self.ffn(&l.ffn, rows, then, FfnInput::Normed)
     }
 
-    /// `x += ffn(xn)` over `rows` rows, then `then`'s norm of x.
+    /// `x += ffn(xn)` over `rows` rows (xn as `input` says), then `then`'s norm of x.
     pub(crate) fn ffn(
         &self,
         ffn: &FfnWeights,
         rows: usize,
         then: Then<'_>,
+        input: FfnInput<'_>,
     ) -> Result<(), CudaError> {
         match ffn {
-            FfnWeights::Moe(moe) => self.moe(moe, rows, then),
+            FfnWeights::Moe(moe) => self.moe(moe, rows, then, input),
             FfnWeights::Dense(mlp) => {
-                self.dense_mlp(mlp, rows)?;
+                self.dense_mlp(mlp, rows, input)?;
                 self.norm(self.p.x, then.w, rows, then.out)
             }
         }
     }
 
-    /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
-    pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
+    /// `y = xn · Wᵀ` for a feed-forward's first matrix, xn as `input` says: read from xn, or
+    /// normed from x by the matmul itself (and written to xn where `keep_xn`, for the kernels
+    /// after it).
+    fn first_ffn_matmul(
+        &self,
+        input: FfnInput<'_>,
+        w: &Matrix,
+        rows: usize,
+        y: u64,
+        keep_xn: bool,
+    ) -> Result<(), CudaError> {
         let p = self.p;
-        self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
+        match input {
+            FfnInput::Normed => self.matmul(p.xn, w, rows, y, false),
+            FfnInput::ToNorm(norm) => {
+                let normed = MatmulInput::Normed(MatmulNorm {
+                    w: norm.at(0),
+                    eps: self.eps(),
+                    zero_centred: self.m.dims.qwen3_next,
+                    out: if keep_xn { p.xn } else { 0 },
+                });
+                self.matmul_of(p.x, w.cols, normed, w, rows, y, false)
+            }
+        }
+    }
+
+    /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
+    pub(crate) fn dense_mlp(
+        &self,
+        w: &DenseMlpWeights,
+        rows: usize,
+        input: FfnInput<'_>,
+    ) -> Result<(), CudaError> {
+        let p = self.p;
+        self.first_ffn_matmul(input, &w.gate_up, rows, p.wide, false)?;
         let fp8 = w.down.parts.iter().any(|part| part.fp8().is_some());
         if self.m.kernels.fuses_swiglu(rows, w.down.rows, fp8) {
             // [gate | up] rows of the fused gate/up projection: 2 · width floats apart.
-            return self.matmul_of(p.wide, 2 * w.down.cols, true, &w.down, rows, p.x, true);
+            let swiglu = MatmulInput::SwiGlu;
+            return self.matmul_of(p.wide, 2 * w.down.cols, swiglu, &w.down, rows, p.x, true);
         }
         self.m
             .kernels
@@ -492,9 +541,16 @@ impl Pass<'_> {
 
     /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`], then `then`'s
     /// norm of x (each part's last kernel normalises the rows it added to).
-    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize, then: Then<'_>) -> Result<(), CudaError> {
+    pub(crate) fn moe(
+        &self,
+        w: &MoeWeights,
+        rows: usize,
+        then: Then<'_>,
+        input: FfnInput<'_>,
+    ) -> Result<(), CudaError> {
         let p = self.p;
-        self.matmul(p.xn, &w.front, rows, p.wide, false)?;
+        // The experts read xn too.
+        self.first_ffn_matmul(input, &w.front, rows, p.wide, true)?;
         let c = self
             .m
             .config
@@ -576,7 +632,7 @@ impl Pass<'_> {
                 y_stride: v,
                 rows,
                 accumulate: false,
-                swiglu: false,
+                input: MatmulInput::Plain,
             },
         )
     }

@@ -136,7 +136,8 @@ fn layers_match_backend_cpu(dir: &str) {
             w: &gl.input_norm,
             out: pass.p.hidden,
         };
-        pass.ffn(&gl.ffn, rows, then).unwrap();
+        pass.ffn(&gl.ffn, rows, then, super::FfnInput::Normed)
+            .unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         cl.mlp.forward(&xn, &mut want);
         // Rows whose router sits on a near-tie are left out: their experts may differ (each

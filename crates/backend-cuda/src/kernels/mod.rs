@@ -137,13 +137,22 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// ([`Kernels::fuses_swiglu`]; an A/B switch not yet run on a GPU: off by default; the bits do
 /// not change).
 pub const SWIGLU_FUSED_ENV: &str = "FLASHLANE_SWIGLU_FUSED";
-/// N-tiles a block at most with the SwiGLU in the loads: at 6 the ups' registers spill
-/// (`tools/cuda_check`); a matrix given 6 runs at 5 (the same bits).
-const SWIGLU_MAX_TILES: usize = 5;
-// `matmul_swiglu_by_tiles` holds MATMUL_BLOCK_TILES' counts but the last, up to SWIGLU_MAX_TILES.
+/// `FLASHLANE_NORM_FUSED=1` runs the RMSNorm before a layer's feed-forward inside its first
+/// matmul ([`Kernels::fuses_norm`]; an A/B switch not yet run on a GPU: off by default; the bits
+/// do not change).
+pub const NORM_FUSED_ENV: &str = "FLASHLANE_NORM_FUSED";
+/// Rows up to which a matmul may take its input's RMSNorm itself: every block computes its rows'
+/// norms (k floats each, from L2) before its products, which a decode step of few streams
+/// affords and a larger one does not.
+const NORM_FUSED_MAX_ROWS: usize = 4;
+/// N-tiles a block at most when the loads transform x (SwiGLU, RMSNorm): at 6 their registers
+/// spill (`tools/cuda_check`); a matrix given 6 runs at 5 (the same bits).
+const FUSED_X_MAX_TILES: usize = 5;
+// `matmul_swiglu_by_tiles` and `matmul_norm_by_tiles` hold MATMUL_BLOCK_TILES' counts but the
+// last, up to FUSED_X_MAX_TILES.
 const _: () = assert!(
-    MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 2] == SWIGLU_MAX_TILES
-        && MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 1] > SWIGLU_MAX_TILES
+    MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 2] == FUSED_X_MAX_TILES
+        && MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 1] > FUSED_X_MAX_TILES
 );
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
@@ -436,6 +445,11 @@ pub struct Kernels {
     /// [`MATMUL_BLOCK_TILES`] up to [`SWIGLU_MAX_TILES`], and the narrow one.
     matmul_swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
     matmul_swiglu_narrow: CudaFunction,
+    /// The same kernels with the RMSNorm before them, as the SwiGLU ones.
+    matmul_norm_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
+    matmul_norm_narrow: CudaFunction,
+    /// Whether [`Kernels::fuses_norm`] may say yes ([`NORM_FUSED_ENV`]).
+    norm_fused: bool,
     /// Whether [`Kernels::fuses_swiglu`] may say yes ([`SWIGLU_FUSED_ENV`]).
     swiglu_fused: bool,
     matmul_fp8: CudaFunction,
@@ -535,6 +549,13 @@ impl Kernels {
                 f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[2]))?,
             ],
             matmul_swiglu_narrow: f("matmul_bf16_swiglu_narrow")?,
+            matmul_norm_by_tiles: [
+                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[0]))?,
+                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[1]))?,
+                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[2]))?,
+            ],
+            matmul_norm_narrow: f("matmul_bf16_norm_narrow")?,
+            norm_fused: std::env::var(NORM_FUSED_ENV).is_ok_and(|v| v == "1"),
             swiglu_fused: std::env::var(SWIGLU_FUSED_ENV).is_ok_and(|v| v == "1"),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
@@ -603,10 +624,34 @@ pub struct Matmul {
     pub y_stride: usize,
     pub rows: usize,
     pub accumulate: bool,
-    /// x's rows are [gate (k) | up (k)] and the product takes silu(gate)·up, computed as x is
-    /// read (`matmul_bf16_swiglu_*`; bf16 weights, never the tiled kernel: see
-    /// [`Kernels::fuses_swiglu`]).
-    pub swiglu: bool,
+    /// What x's rows are: the product's input, or rows it transforms as it reads them (bf16
+    /// weights, never the tiled kernel).
+    pub input: MatmulInput,
+}
+
+/// What x's rows are to a matmul.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MatmulInput {
+    /// The product's input.
+    Plain,
+    /// [gate (k) | up (k)]: the product takes silu(gate)·up, as `swiglu_rows` computes it
+    /// (`matmul_bf16_swiglu_*`, [`Kernels::fuses_swiglu`]).
+    SwiGlu,
+    /// Rows the product takes RMS-normed, as `rmsnorm_rows` computes them
+    /// (`matmul_bf16_norm_*`, [`Kernels::fuses_norm`]).
+    Normed(MatmulNorm),
+}
+
+/// The RMSNorm a matmul applies to its input rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatmulNorm {
+    /// The norm's weight (k floats).
+    pub w: u64,
+    pub eps: f32,
+    /// x̂·(1 + w) (Qwen3-Next) rather than x̂·w.
+    pub zero_centred: bool,
+    /// Where the normed rows go, [rows, k] (0: nowhere).
+    pub out: u64,
 }
 
 /// The launch shapes of the Gated DeltaNet kernels of one layer.
@@ -752,6 +797,13 @@ impl Kernels {
         self.swiglu_fused && !fp8 && !(self.matmul_tiled_auto && runs_tiled(rows, n_out))
     }
 
+    /// Whether a layer's feed-forward of `rows` rows takes its input's RMSNorm in its first
+    /// matmul ([`MatmulInput::Normed`]): with [`NORM_FUSED_ENV`] set, bf16 weights in one part,
+    /// and at most [`NORM_FUSED_MAX_ROWS`] rows.
+    pub fn fuses_norm(&self, rows: usize, parts: usize, fp8: bool) -> bool {
+        self.norm_fused && !fp8 && parts == 1 && (1..=NORM_FUSED_MAX_ROWS).contains(&rows)
+    }
+
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
@@ -777,12 +829,14 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let plain = m.input == MatmulInput::Plain;
         assert!(
-            !m.swiglu || m.fp8.is_none(),
-            "matmul: the SwiGLU in the loads takes bf16 weights"
+            plain || m.fp8.is_none(),
+            "matmul: transformed inputs ({:?}) take bf16 weights",
+            m.input
         );
         let tiled = match kernel {
-            _ if m.swiglu => false,
+            _ if !plain => false,
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
             MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Tiles(_) => false,
@@ -827,10 +881,10 @@ impl Kernels {
                 }
             }
         };
-        let tiles = if m.swiglu {
-            tiles.min(SWIGLU_MAX_TILES)
-        } else {
+        let tiles = if plain {
             tiles
+        } else {
+            tiles.min(FUSED_X_MAX_TILES)
         };
         let grid = (
             rows_u32(row_tiles),
@@ -838,16 +892,25 @@ impl Kernels {
             1,
         );
         let Some(fp8) = m.fp8 else {
-            let f = match (
-                MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles),
-                m.swiglu,
-            ) {
-                (Some(i), false) => &self.matmul_by_tiles[i],
-                (None, false) => &self.matmul_narrow,
-                (Some(i), true) => &self.matmul_swiglu_by_tiles[i],
-                (None, true) => &self.matmul_swiglu_narrow,
+            let at = MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles);
+            let (f, norm) = match (m.input, at) {
+                (MatmulInput::Plain, Some(i)) => (&self.matmul_by_tiles[i], None),
+                (MatmulInput::Plain, None) => (&self.matmul_narrow, None),
+                (MatmulInput::SwiGlu, Some(i)) => (&self.matmul_swiglu_by_tiles[i], None),
+                (MatmulInput::SwiGlu, None) => (&self.matmul_swiglu_narrow, None),
+                (MatmulInput::Normed(n), Some(i)) => (&self.matmul_norm_by_tiles[i], Some(n)),
+                (MatmulInput::Normed(n), None) => (&self.matmul_norm_narrow, Some(n)),
             };
-            return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
+            let mut args = bf16_matmul_args(m).to_vec();
+            if let Some(n) = norm {
+                args.extend([
+                    Arg::Ptr(n.w),
+                    Arg::F32(n.eps),
+                    Arg::I32(i32::from(n.zero_centred)),
+                    Arg::Ptr(n.out),
+                ]);
+            }
+            return gpu.launch(f, grid, MMA_WARPS * 32, &args);
         };
         assert!(
             fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),

@@ -5,7 +5,8 @@
 //! (and says why) without a CUDA device.
 
 use super::{
-    DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch,
+    DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulInput, MatmulKernel, MatmulNorm,
+    MoeIndexLayout, MoeLaunch,
 };
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
@@ -310,7 +311,11 @@ fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
                 y_stride: n_out,
                 rows,
                 accumulate: false,
-                swiglu,
+                input: if swiglu {
+                    MatmulInput::SwiGlu
+                } else {
+                    MatmulInput::Plain
+                },
             };
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
@@ -328,6 +333,101 @@ fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
             assert!(
                 same_bits(&got, &want),
                 "seed {seed}, width {width}, {rows} rows: {kernel:?} with the SwiGLU differs"
+            );
+        }
+    }
+}
+
+/// The RMSNorm in the matmul (`matmul_bf16_norm_*`, a feed-forward's first matrix of a decode
+/// step) against `rmsnorm_rows` then the plain matmul: the same products, bit for bit, through
+/// every kernel that takes it, in both norm kinds; the normed rows it writes are
+/// `rmsnorm_rows`' bits, and it runs as well without a place for them.
+#[test]
+fn norm_in_the_matmul_gives_the_bits_of_rmsnorm_rows_then_the_matmul() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    for (width, zero_centred) in [
+        (1024, false),
+        (2048, true),
+        (2560, false),
+        (16 * (1 + rng.below(200)), true),
+    ] {
+        let n_out = 1 + rng.below(900);
+        let rows = 1 + rng.below(super::NORM_FUSED_MAX_ROWS as u64);
+        let w: Vec<u16> = bf16_vec(&mut rng, n_out * width, 1.0)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let wb = Buf::from_host(&gpu, &w).unwrap();
+        let x: Vec<f32> = rng.vec(rows * width).iter().map(|v| 3.0 * v).collect();
+        let xb = Buf::from_host(&gpu, &x).unwrap();
+        let norm_w = Buf::from_host(&gpu, &rng.vec(width)).unwrap();
+        let xn = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
+        k.rmsnorm(
+            &gpu,
+            xb.at(0),
+            norm_w.at(0),
+            width,
+            rows,
+            NORM_EPS,
+            zero_centred,
+            xn.at(0),
+        )
+        .unwrap();
+        let want_xn = xn.read(&gpu, rows * width).unwrap();
+        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
+        let run = |x: u64, input: MatmulInput, kernel: MatmulKernel| {
+            let m = Matmul {
+                fp8: None,
+                x,
+                x_stride: width,
+                row_index: 0,
+                w: wb.at(0),
+                k: width,
+                n_out,
+                y: y.at(0),
+                y_stride: n_out,
+                rows,
+                accumulate: false,
+                input,
+            };
+            k.matmul_with(&gpu, &m, kernel).unwrap();
+            y.read(&gpu, rows * n_out).unwrap()
+        };
+        let want = run(xn.at(0), MatmulInput::Plain, MatmulKernel::Wide);
+        let what = format!("seed {seed}, width {width}, {rows} rows, zero-centred {zero_centred}");
+        for kernel in [
+            MatmulKernel::Auto,
+            MatmulKernel::Narrow,
+            MatmulKernel::Wide,
+            MatmulKernel::Tiles(3),
+            MatmulKernel::Tiles(5),
+            MatmulKernel::Tiles(6),
+        ] {
+            let out = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
+            let normed = |out: u64| {
+                MatmulInput::Normed(MatmulNorm {
+                    w: norm_w.at(0),
+                    eps: NORM_EPS,
+                    zero_centred,
+                    out,
+                })
+            };
+            let got = run(xb.at(0), normed(out.at(0)), kernel);
+            assert!(
+                same_bits(&got, &want),
+                "{what}: {kernel:?} with the norm differs"
+            );
+            let got_xn = out.read(&gpu, rows * width).unwrap();
+            assert!(
+                same_bits(&got_xn, &want_xn),
+                "{what}: {kernel:?}'s normed rows differ"
+            );
+            let got = run(xb.at(0), normed(0), kernel);
+            assert!(
+                same_bits(&got, &want),
+                "{what}: {kernel:?} without a place for xn differs"
             );
         }
     }
@@ -395,7 +495,7 @@ fn matmul_case(
             y_stride: n_out,
             rows,
             accumulate,
-            swiglu: false,
+            input: MatmulInput::Plain,
         };
         k.matmul_with(gpu, &m, kernel).unwrap();
         y.read(gpu, rows * n_out).unwrap()
@@ -526,7 +626,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
                 y_stride: n_out,
                 rows,
                 accumulate: false,
-                swiglu: false,
+                input: MatmulInput::Plain,
             };
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
@@ -1447,7 +1547,7 @@ fn matmul_kernel_times() {
                 y_stride: n_out,
                 rows,
                 accumulate: false,
-                swiglu: false,
+                input: MatmulInput::Plain,
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
