@@ -272,19 +272,21 @@ pub(crate) enum MixerRows {
     Attention(AttentionRows),
 }
 
-/// Where a feed-forward's input norm is: already in xn, or to be taken by its first matmul from
-/// x with this weight (`Kernels::fuses_norm`).
+/// Where a mixer's or a feed-forward's normed input is: ready in xn, or deferred to its first
+/// matmul, which norms x with this weight itself (`Kernels::fuses_norm`).
 #[derive(Clone, Copy)]
-pub(crate) enum FfnInput<'w> {
-    Normed,
-    ToNorm(&'w Buf<f32>),
+pub(crate) enum Xn<'w> {
+    Ready,
+    Deferred(&'w Buf<f32>),
 }
 
-/// The RMSNorm that follows a layer: weight `w`, rows written to `out`.
+/// The RMSNorm that follows a layer: weight `w`, rows written to `out`; `deferred`: left to the
+/// next layer's first matmul (a dense layer before an attention layer whose q/k/v takes it).
 #[derive(Clone, Copy)]
 pub(crate) struct Then<'w> {
     pub(crate) w: &'w Buf<f32>,
     pub(crate) out: u64,
+    pub(crate) deferred: bool,
 }
 
 impl<'w> Then<'w> {
@@ -293,6 +295,7 @@ impl<'w> Then<'w> {
         Then {
             w: &l.input_norm,
             out,
+            deferred: false,
         }
     }
 }
@@ -384,10 +387,12 @@ impl Pass<'_> {
         )
     }
 
-    /// One decoder layer on `x` (`rows` rows), `xn` holding its input norm of x (the previous
-    /// layer's `then`, or [`Pass::norm`] before the first): `x += mixer(xn)`, `x += ffn(norm(x))`,
-    /// then `then`'s norm of x (the next layer's input norm, or the model's final norm), which a
-    /// MoE layer's last kernel computes with its sum.
+    /// One decoder layer on `x` (`rows` rows), its input norm of x as `input` says (in `xn`, the
+    /// previous layer's `then` or [`Pass::norm`] before the first; or deferred to the mixer's
+    /// first matmul): `x += mixer(xn)`, `x += ffn(norm(x))` (the norm in the ffn's first matmul
+    /// where it takes it), then `then`'s norm of x (the next layer's input norm, or the model's
+    /// final norm), which a MoE layer's last kernel computes with its sum, and which a deferred
+    /// `then` leaves to the next layer.
     pub(crate) fn layer(
         &self,
         l: &LayerWeights,
@@ -395,19 +400,19 @@ impl Pass<'_> {
         mix: &MixerRows,
         sessions: &Sessions,
         then: Then<'_>,
+        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
-        self.mixer(l, rows, mix, sessions)?;
+        self.mixer(l, rows, mix, sessions, input)?;
         let first = match &l.ffn {
             FfnWeights::Moe(moe) => &moe.front,
             FfnWeights::Dense(mlp) => &mlp.gate_up,
         };
-        let fp8 = first.parts.iter().any(|part| part.fp8().is_some());
-        if self.m.kernels.fuses_norm(rows, first.parts.len(), fp8) {
-            return self.ffn(&l.ffn, rows, then, FfnInput::ToNorm(&l.post_norm));
+        if self.fuses_norm(first, rows) {
+            return self.ffn(&l.ffn, rows, then, Xn::Deferred(&l.post_norm));
         }
         self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.ffn(&l.ffn, rows, then, FfnInput::Normed)
+        self.ffn(&l.ffn, rows, then, Xn::Ready)
     }
 
     /// `x += ffn(xn)` over `rows` rows (xn as `input` says), then `then`'s norm of x.
@@ -416,23 +421,32 @@ impl Pass<'_> {
         ffn: &FfnWeights,
         rows: usize,
         then: Then<'_>,
-        input: FfnInput<'_>,
+        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         match ffn {
             FfnWeights::Moe(moe) => self.moe(moe, rows, then, input),
             FfnWeights::Dense(mlp) => {
                 self.dense_mlp(mlp, rows, input)?;
+                if then.deferred {
+                    return Ok(());
+                }
                 self.norm(self.p.x, then.w, rows, then.out)
             }
         }
     }
 
-    /// `y = xn · Wᵀ` for a feed-forward's first matrix, xn as `input` says: read from xn, or
-    /// normed from x by the matmul itself (and written to xn where `keep_xn`, for the kernels
-    /// after it).
-    fn first_ffn_matmul(
+    /// Whether a first matmul of W over `rows` rows takes its input's norm itself.
+    pub(crate) fn fuses_norm(&self, w: &Matrix, rows: usize) -> bool {
+        let fp8 = w.parts.iter().any(|part| part.fp8().is_some());
+        self.m.kernels.fuses_norm(rows, w.parts.len(), fp8)
+    }
+
+    /// `y = xn · Wᵀ` for a mixer's or feed-forward's first matrix, xn as `input` says: read from
+    /// xn, or normed from x by the matmul itself (and written to xn where `keep_xn`, for the
+    /// kernels after it).
+    fn first_matmul(
         &self,
-        input: FfnInput<'_>,
+        input: Xn<'_>,
         w: &Matrix,
         rows: usize,
         y: u64,
@@ -440,8 +454,8 @@ impl Pass<'_> {
     ) -> Result<(), CudaError> {
         let p = self.p;
         match input {
-            FfnInput::Normed => self.matmul(p.xn, w, rows, y, false),
-            FfnInput::ToNorm(norm) => {
+            Xn::Ready => self.matmul(p.xn, w, rows, y, false),
+            Xn::Deferred(norm) => {
                 let normed = MatmulInput::Normed(MatmulNorm {
                     w: norm.at(0),
                     eps: self.eps(),
@@ -458,10 +472,10 @@ impl Pass<'_> {
         &self,
         w: &DenseMlpWeights,
         rows: usize,
-        input: FfnInput<'_>,
+        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
-        self.first_ffn_matmul(input, &w.gate_up, rows, p.wide, false)?;
+        self.first_matmul(input, &w.gate_up, rows, p.wide, false)?;
         let fp8 = w.down.parts.iter().any(|part| part.fp8().is_some());
         if self.m.kernels.fuses_swiglu(rows, w.down.rows, fp8) {
             // [gate | up] rows of the fused gate/up projection: 2 · width floats apart.
@@ -481,6 +495,7 @@ impl Pass<'_> {
         rows: usize,
         mix: &MixerRows,
         sessions: &Sessions,
+        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
         match (&l.mixer, mix) {
@@ -492,7 +507,7 @@ impl Pass<'_> {
                     layer_off,
                 },
             ) => {
-                self.matmul(p.xn, &w.proj, rows, p.wide, false)?;
+                self.first_matmul(input, &w.proj, rows, p.wide, false)?;
                 let launch = DeltaNetLaunch {
                     qkvz: p.wide,
                     ba: p.wide + (w.qkvz_width * std::mem::size_of::<f32>()) as u64,
@@ -517,7 +532,7 @@ impl Pass<'_> {
                 self.matmul(p.att, &w.out_proj, rows, p.x, true)?;
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
-                self.matmul(p.xn, &w.qkv, rows, p.wide, false)?;
+                self.first_matmul(input, &w.qkv, rows, p.wide, false)?;
                 let k = &self.m.kernels;
                 let inv_freq = self.m.weights.inv_freq.at(0);
                 k.attention_prep(
@@ -546,11 +561,11 @@ impl Pass<'_> {
         w: &MoeWeights,
         rows: usize,
         then: Then<'_>,
-        input: FfnInput<'_>,
+        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
         // The experts read xn too.
-        self.first_ffn_matmul(input, &w.front, rows, p.wide, true)?;
+        self.first_matmul(input, &w.front, rows, p.wide, true)?;
         let c = self
             .m
             .config
@@ -755,11 +770,13 @@ fn enqueue_round(
     let final_norm = Then {
         w: &m.weights.norm,
         out: ptrs.hidden,
+        deferred: false,
     };
     let input_norm = |l| Then::input_of(l, ptrs.xn);
     let first = layers.first().map_or(final_norm, input_norm);
     pass.norm(ptrs.x, first.w, rows, first.out)?;
     let (mut attn, mut linear) = (0, 0);
+    let mut input = Xn::Ready;
     for (i, l) in layers.iter().enumerate() {
         let mix = match &l.mixer {
             MixerWeights::Linear(_) => {
@@ -783,8 +800,24 @@ fn enqueue_round(
                 })
             }
         };
-        let then = layers.get(i + 1).map_or(final_norm, input_norm);
-        pass.layer(l, rows, &mix, sessions, then)?;
+        // A dense layer leaves the next attention layer's input norm to its q/k/v where that
+        // takes it (a MoE layer's sum computes it in its own launch).
+        let next = layers.get(i + 1);
+        let deferred = match (next.map(|n| &n.mixer), &l.ffn) {
+            (Some(MixerWeights::Attention(w)), FfnWeights::Dense(_)) => {
+                pass.fuses_norm(&w.qkv, rows)
+            }
+            _ => false,
+        };
+        let then = Then {
+            deferred,
+            ..next.map_or(final_norm, input_norm)
+        };
+        pass.layer(l, rows, &mix, sessions, then, input)?;
+        input = match (deferred, next) {
+            (true, Some(n)) => Xn::Deferred(&n.input_norm),
+            _ => Xn::Ready,
+        };
     }
     let v = m.config.vocab_size;
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;
