@@ -273,6 +273,55 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
 }
 
+/// The kernels that take transformed inputs (SwiGLU, RMSNorm), by every count a block may hold.
+const TRANSFORMED_INPUT_KERNELS: [MatmulKernel; 6] = [
+    MatmulKernel::Auto,
+    MatmulKernel::Narrow,
+    MatmulKernel::Wide,
+    MatmulKernel::Tiles(3),
+    MatmulKernel::Tiles(5),
+    MatmulKernel::Tiles(6),
+];
+
+/// A matmul's weights and sizes, for [`matmul_rows`].
+struct RowsShape {
+    w: u64,
+    k: usize,
+    n_out: usize,
+    rows: usize,
+}
+
+/// `y = x · Wᵀ` over `shape`'s rows (x's rows `x_stride` apart, taken as `input` says) through
+/// `kernel`, read back.
+#[allow(clippy::too_many_arguments)]
+fn matmul_rows(
+    gpu: &Gpu,
+    k: &Kernels,
+    shape: &RowsShape,
+    x: u64,
+    x_stride: usize,
+    input: MatmulInput,
+    kernel: MatmulKernel,
+    y: &Buf<f32>,
+) -> Vec<f32> {
+    let m = Matmul {
+        fp8: None,
+        x,
+        x_stride,
+        row_index: 0,
+        w: shape.w,
+        k: shape.k,
+        n_out: shape.n_out,
+        y: y.at(0),
+        y_stride: shape.n_out,
+        rows: shape.rows,
+        accumulate: false,
+        input,
+    };
+    k.matmul_with(gpu, &m, kernel).unwrap();
+    y.read(gpu, shape.rows * shape.n_out).unwrap()
+}
+
 /// The SwiGLU in the matmul's loads (`matmul_bf16_swiglu_*`, a dense MLP's down projection of
 /// [gate | up] rows) against `swiglu_rows` then the plain matmul: the same bits through every
 /// kernel that takes it (narrow and 3 to 6 n-tiles a block), at one and several row tiles.
@@ -298,38 +347,18 @@ fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
         let act = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
         k.swiglu(&gpu, gu.at(0), width, rows, act.at(0)).unwrap();
         let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
-        let run = |x: u64, x_stride: usize, swiglu: bool, kernel: MatmulKernel| {
-            let m = Matmul {
-                fp8: None,
-                x,
-                x_stride,
-                row_index: 0,
-                w: wb.at(0),
-                k: width,
-                n_out,
-                y: y.at(0),
-                y_stride: n_out,
-                rows,
-                accumulate: false,
-                input: if swiglu {
-                    MatmulInput::SwiGlu
-                } else {
-                    MatmulInput::Plain
-                },
-            };
-            k.matmul_with(&gpu, &m, kernel).unwrap();
-            y.read(&gpu, rows * n_out).unwrap()
+        let shape = RowsShape {
+            w: wb.at(0),
+            k: width,
+            n_out,
+            rows,
         };
-        let want = run(act.at(0), width, false, MatmulKernel::Wide);
-        for kernel in [
-            MatmulKernel::Auto,
-            MatmulKernel::Narrow,
-            MatmulKernel::Wide,
-            MatmulKernel::Tiles(3),
-            MatmulKernel::Tiles(5),
-            MatmulKernel::Tiles(6),
-        ] {
-            let got = run(gu.at(0), 2 * width, true, kernel);
+        let run = |x: u64, x_stride: usize, input: MatmulInput, kernel: MatmulKernel| {
+            matmul_rows(&gpu, &k, &shape, x, x_stride, input, kernel, &y)
+        };
+        let want = run(act.at(0), width, MatmulInput::Plain, MatmulKernel::Wide);
+        for kernel in TRANSFORMED_INPUT_KERNELS {
+            let got = run(gu.at(0), 2 * width, MatmulInput::SwiGlu, kernel);
             assert!(
                 same_bits(&got, &want),
                 "seed {seed}, width {width}, {rows} rows: {kernel:?} with the SwiGLU differs"
@@ -377,34 +406,18 @@ fn norm_in_the_matmul_gives_the_bits_of_rmsnorm_rows_then_the_matmul() {
         .unwrap();
         let want_xn = xn.read(&gpu, rows * width).unwrap();
         let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
+        let shape = RowsShape {
+            w: wb.at(0),
+            k: width,
+            n_out,
+            rows,
+        };
         let run = |x: u64, input: MatmulInput, kernel: MatmulKernel| {
-            let m = Matmul {
-                fp8: None,
-                x,
-                x_stride: width,
-                row_index: 0,
-                w: wb.at(0),
-                k: width,
-                n_out,
-                y: y.at(0),
-                y_stride: n_out,
-                rows,
-                accumulate: false,
-                input,
-            };
-            k.matmul_with(&gpu, &m, kernel).unwrap();
-            y.read(&gpu, rows * n_out).unwrap()
+            matmul_rows(&gpu, &k, &shape, x, width, input, kernel, &y)
         };
         let want = run(xn.at(0), MatmulInput::Plain, MatmulKernel::Wide);
         let what = format!("seed {seed}, width {width}, {rows} rows, zero-centred {zero_centred}");
-        for kernel in [
-            MatmulKernel::Auto,
-            MatmulKernel::Narrow,
-            MatmulKernel::Wide,
-            MatmulKernel::Tiles(3),
-            MatmulKernel::Tiles(5),
-            MatmulKernel::Tiles(6),
-        ] {
+        for kernel in TRANSFORMED_INPUT_KERNELS {
             let out = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
             let normed = |out: u64| {
                 MatmulInput::Normed(MatmulNorm {
