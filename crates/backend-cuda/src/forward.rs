@@ -564,6 +564,8 @@ impl Pass<'_> {
         input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
+        // A MoE layer's sum computes the next norm in its own launch: never deferred.
+        debug_assert!(!then.deferred, "a MoE layer's closing norm is not deferred");
         // The experts read xn too.
         self.first_matmul(input, &w.front, rows, p.wide, true)?;
         let c = self

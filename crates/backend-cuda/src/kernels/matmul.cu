@@ -368,9 +368,9 @@ MATMUL_BF16_TILES(6)
 
 // The matmuls of a dense MLP's down projection with the SwiGLU in their loads (x's rows [gate |
 // up], x_stride at least 2k): `matmul_bf16_swiglu_narrow` (1 n-tile a block, as
-// `matmul_bf16_narrow`) and `matmul_bf16_swiglu_t3` … `_t5` (6 spills), the same bits as
-// `swiglu_rows` then the plain kernel (`FLASHLANE_SWIGLU_FUSED=1`, an A/B switch not yet run on a
-// GPU).
+// `matmul_bf16_narrow`) and `matmul_bf16_swiglu_t3` … `_t5` (6 would spill: the host caps it at
+// 5), the same bits as `swiglu_rows` then the plain kernel (`FLASHLANE_SWIGLU_FUSED=1`, an A/B
+// switch not yet run on a GPU).
 #define MATMUL_BF16_SWIGLU(NAME, NT, DEPTH)                                                            \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
@@ -386,9 +386,10 @@ MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t4, MMA_NT, 1)
 MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t5, 5, 1)
 
 // The matmuls with the RMSNorm of x before them (`XIN_NORM`, for a decode step's few rows):
-// `matmul_bf16_norm_narrow` and `matmul_bf16_norm_t3` … `_t5` (6 spills), the same bits as `rmsnorm_rows`
-// then the plain kernel, the normed rows written to `norm_out` (unless null) by the first column
-// of blocks (`FLASHLANE_NORM_FUSED=1`, an A/B switch not yet run on a GPU).
+// `matmul_bf16_norm_narrow` and `matmul_bf16_norm_t3` … `_t5` (6 would spill: capped at 5), the
+// same bits as `rmsnorm_rows` then the plain kernel, the normed rows written to `norm_out` (unless
+// null) by the first column of blocks (`FLASHLANE_NORM_FUSED=1`, an A/B switch not yet run on a
+// GPU).
 #define MATMUL_BF16_NORM(NAME, NT, DEPTH)                                                              \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \

@@ -442,7 +442,7 @@ pub struct Kernels {
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
     /// The same kernels with the SwiGLU in their loads: by n-tiles a block as
-    /// [`MATMUL_BLOCK_TILES`] up to [`SWIGLU_MAX_TILES`], and the narrow one.
+    /// [`MATMUL_BLOCK_TILES`] up to [`FUSED_X_MAX_TILES`], and the narrow one.
     matmul_swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
     matmul_swiglu_narrow: CudaFunction,
     /// The same kernels with the RMSNorm before them, as the SwiGLU ones.
@@ -638,7 +638,8 @@ pub enum MatmulInput {
     /// (`matmul_bf16_swiglu_*`, [`Kernels::fuses_swiglu`]).
     SwiGlu,
     /// Rows the product takes RMS-normed, as `rmsnorm_rows` computes them
-    /// (`matmul_bf16_norm_*`, [`Kernels::fuses_norm`]).
+    /// (`matmul_bf16_norm_*`, [`Kernels::fuses_norm`]): not gathered (`row_index` 0), so that
+    /// the normed rows written to `out` are the product's rows.
     Normed(MatmulNorm),
 }
 
@@ -790,7 +791,7 @@ impl Kernels {
     }
 
     /// Whether a dense MLP's down projection of `rows` rows into `n_out` outputs takes its SwiGLU
-    /// in its loads ([`Matmul::swiglu`]): with [`SWIGLU_FUSED_ENV`] set, bf16 weights, and rows
+    /// in its loads ([`MatmulInput::SwiGlu`]): with [`SWIGLU_FUSED_ENV`] set, bf16 weights, and rows
     /// the 16-row kernels take (the tiled kernel, for prefill chunks, reads x through shared
     /// memory and keeps `swiglu_rows` before it).
     pub fn fuses_swiglu(&self, rows: usize, n_out: usize, fp8: bool) -> bool {
@@ -830,6 +831,10 @@ impl Kernels {
             return Ok(());
         }
         let plain = m.input == MatmulInput::Plain;
+        debug_assert!(
+            !matches!(m.input, MatmulInput::Normed(_)) || m.row_index == 0,
+            "matmul: a normed input is not gathered"
+        );
         assert!(
             plain || m.fp8.is_none(),
             "matmul: transformed inputs ({:?}) take bf16 weights",

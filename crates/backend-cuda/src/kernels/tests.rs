@@ -292,8 +292,7 @@ struct RowsShape {
 }
 
 /// `y = x · Wᵀ` over `shape`'s rows (x's rows `x_stride` apart, taken as `input` says) through
-/// `kernel`, read back.
-#[allow(clippy::too_many_arguments)]
+/// `kernel`, into a fresh y of NaNs (an output left unwritten fails), read back.
 fn matmul_rows(
     gpu: &Gpu,
     k: &Kernels,
@@ -302,8 +301,8 @@ fn matmul_rows(
     x_stride: usize,
     input: MatmulInput,
     kernel: MatmulKernel,
-    y: &Buf<f32>,
 ) -> Vec<f32> {
+    let y = Buf::from_host(gpu, &vec![f32::NAN; shape.rows * shape.n_out]).unwrap();
     let m = Matmul {
         fp8: None,
         x,
@@ -341,12 +340,11 @@ fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
             .map(|v| v.to_bits())
             .collect();
         let wb = Buf::from_host(&gpu, &w).unwrap();
-        // Gates over silu's whole bend, ups around 1.
+        // Gates and ups in [-6, 6): silu over its whole bend.
         let gate_up: Vec<f32> = rng.vec(rows * 2 * width).iter().map(|v| 6.0 * v).collect();
         let gu = Buf::from_host(&gpu, &gate_up).unwrap();
         let act = Buf::<f32>::zeros(&gpu, rows * width).unwrap();
         k.swiglu(&gpu, gu.at(0), width, rows, act.at(0)).unwrap();
-        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
         let shape = RowsShape {
             w: wb.at(0),
             k: width,
@@ -354,7 +352,7 @@ fn swiglu_in_the_matmul_loads_gives_the_bits_of_swiglu_rows_then_the_matmul() {
             rows,
         };
         let run = |x: u64, x_stride: usize, input: MatmulInput, kernel: MatmulKernel| {
-            matmul_rows(&gpu, &k, &shape, x, x_stride, input, kernel, &y)
+            matmul_rows(&gpu, &k, &shape, x, x_stride, input, kernel)
         };
         let want = run(act.at(0), width, MatmulInput::Plain, MatmulKernel::Wide);
         for kernel in TRANSFORMED_INPUT_KERNELS {
@@ -405,7 +403,6 @@ fn norm_in_the_matmul_gives_the_bits_of_rmsnorm_rows_then_the_matmul() {
         )
         .unwrap();
         let want_xn = xn.read(&gpu, rows * width).unwrap();
-        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
         let shape = RowsShape {
             w: wb.at(0),
             k: width,
@@ -413,7 +410,7 @@ fn norm_in_the_matmul_gives_the_bits_of_rmsnorm_rows_then_the_matmul() {
             rows,
         };
         let run = |x: u64, input: MatmulInput, kernel: MatmulKernel| {
-            matmul_rows(&gpu, &k, &shape, x, width, input, kernel, &y)
+            matmul_rows(&gpu, &k, &shape, x, width, input, kernel)
         };
         let want = run(xn.at(0), MatmulInput::Plain, MatmulKernel::Wide);
         let what = format!("seed {seed}, width {width}, {rows} rows, zero-centred {zero_centred}");
@@ -494,8 +491,13 @@ fn matmul_case(
     let wb = Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
     let xb = Buf::from_host(gpu, &x).unwrap();
     // Room for the gathers below even when `rows` is 1.
-    let y = Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap();
+    // NaN before every run that does not accumulate: an output a kernel leaves unwritten fails.
+    let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap());
+    let nan = vec![f32::NAN; (rows + 2) * n_out];
     let run_with = |x: u64, row_index: u64, rows: usize, accumulate: bool, kernel| {
+        if !accumulate {
+            y.borrow_mut().write(gpu, &nan).unwrap();
+        }
         let m = Matmul {
             fp8: None,
             x,
@@ -504,14 +506,14 @@ fn matmul_case(
             w: wb.at(0),
             k: depth,
             n_out,
-            y: y.at(0),
+            y: y.borrow().at(0),
             y_stride: n_out,
             rows,
             accumulate,
             input: MatmulInput::Plain,
         };
         k.matmul_with(gpu, &m, kernel).unwrap();
-        y.read(gpu, rows * n_out).unwrap()
+        y.borrow().read(gpu, rows * n_out).unwrap()
     };
     let run = |x: u64, row_index: u64, rows: usize, accumulate: bool| {
         run_with(x, row_index, rows, accumulate, MatmulKernel::Auto)
