@@ -823,6 +823,40 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
     }
 }
 
+/// `splits_recurrence` (no device needed): a step splits only with windows of at most
+/// LIN_CLUSTER_MAX_TOKENS tokens on average, (window, head) pairs no more than the
+/// multiprocessors, and heads whose columns split into whole warps.
+#[test]
+fn splits_recurrence_takes_steps_of_few_short_windows() {
+    use super::{splits_recurrence, LIN_CLUSTER_MAX_TOKENS};
+    // Qwen3-Next's 32 heads of 128 on the H200's 132 multiprocessors: 1 to 4 streams decoding,
+    // or verifying up to 3 drafts, split; 5 streams, or prompts, do not.
+    for windows in 1..=4 {
+        assert!(splits_recurrence(windows, windows, 32, 128, 132));
+        assert!(splits_recurrence(
+            windows * LIN_CLUSTER_MAX_TOKENS,
+            windows,
+            32,
+            128,
+            132
+        ));
+        assert!(!splits_recurrence(
+            windows * LIN_CLUSTER_MAX_TOKENS + 1,
+            windows,
+            32,
+            128,
+            132
+        ));
+    }
+    assert!(!splits_recurrence(5, 5, 32, 128, 132));
+    assert!(!splits_recurrence(128, 1, 32, 128, 132));
+    assert!(!splits_recurrence(0, 0, 32, 128, 132));
+    // The default model's 8 heads of 64 (16 columns a block: 64 threads); a head of 48 columns
+    // would give 12 a block (48 threads: not whole warps).
+    assert!(splits_recurrence(1, 1, 8, 64, 132));
+    assert!(!splits_recurrence(1, 1, 8, 48, 132));
+}
+
 /// `moe_gate_up_tiles` (no device needed): a count of MOE_GATE_UP_TILES that divides the units,
 /// whose waves × n-tiles is least, the most on ties; Qwen3-Next's steps as its doc says.
 #[test]
