@@ -374,14 +374,18 @@ fn norm_in_the_matmul_gives_the_bits_of_rmsnorm_rows_then_the_matmul() {
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    for (width, zero_centred) in [
-        (1024, false),
-        (2048, true),
-        (2560, false),
-        (16 * (1 + rng.below(200)), true),
-    ] {
+    // Steps the host fuses (up to NORM_FUSED_MAX_ROWS rows), and one of several row tiles that
+    // the kernel takes as well (rows past the first tile's).
+    let few = super::NORM_FUSED_MAX_ROWS as u64;
+    let cases = [
+        (1024, false, 1 + rng.below(few)),
+        (2048, true, 1 + rng.below(few)),
+        (2560, false, 1 + rng.below(few)),
+        (16 * (1 + rng.below(200)), true, 1 + rng.below(few)),
+        (2048, false, 17 + rng.below(24)),
+    ];
+    for (width, zero_centred, rows) in cases {
         let n_out = 1 + rng.below(900);
-        let rows = 1 + rng.below(super::NORM_FUSED_MAX_ROWS as u64);
         let w: Vec<u16> = bf16_vec(&mut rng, n_out * width, 1.0)
             .iter()
             .map(|v| v.to_bits())
