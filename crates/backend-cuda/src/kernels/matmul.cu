@@ -350,40 +350,34 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }
 
+// A bf16 matmul kernel NAME of NT n-tiles a block, DEPTH chunks loaded at once, x as XIN says.
+#define MATMUL_BF16_KERNEL(NAME, NT, DEPTH, XIN)                                                       \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows) {                                                                    \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, DEPTH, XIN>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, \
+                                     part);                                                             \
+    }
+
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
 // same products in the same order as `matmul_bf16`: the same bits.
-#define MATMUL_BF16_TILES(NT)                                                                          \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    matmul_bf16_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,     \
-                      const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,            \
-                      int y_stride, int accumulate, int rows) {                                         \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);  \
-    }
-MATMUL_BF16_TILES(3)
-MATMUL_BF16_TILES(5)
-MATMUL_BF16_TILES(6)
+MATMUL_BF16_KERNEL(matmul_bf16_t3, 3, 1, XIN_PLAIN)
+MATMUL_BF16_KERNEL(matmul_bf16_t5, 5, 1, XIN_PLAIN)
+MATMUL_BF16_KERNEL(matmul_bf16_t6, 6, 1, XIN_PLAIN)
 
 // The matmuls of a dense MLP's down projection with the SwiGLU in their loads (x's rows [gate |
 // up], x_stride at least 2k): `matmul_bf16_swiglu_narrow` (1 n-tile a block, as
 // `matmul_bf16_narrow`) and `matmul_bf16_swiglu_t3` … `_t5` (6 would spill: the host caps it at
 // 5), the same bits as `swiglu_rows` then the plain kernel (`FLASHLANE_SWIGLU_FUSED=1`, an A/B
 // switch not yet run on a GPU).
-#define MATMUL_BF16_SWIGLU(NAME, NT, DEPTH)                                                            \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows) {                                                                    \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, DEPTH, XIN_SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, \
-                                            rows, part);                                                \
-    }
-MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_narrow, 1, MMA_NARROW_DEPTH)
-MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t3, 3, 1)
-MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t4, MMA_NT, 1)
-MATMUL_BF16_SWIGLU(matmul_bf16_swiglu_t5, 5, 1)
+MATMUL_BF16_KERNEL(matmul_bf16_swiglu_narrow, 1, MMA_NARROW_DEPTH, XIN_SWIGLU)
+MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t3, 3, 1, XIN_SWIGLU)
+MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t4, MMA_NT, 1, XIN_SWIGLU)
+MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t5, 5, 1, XIN_SWIGLU)
 
 // The matmuls with the RMSNorm of x before them (`XIN_NORM`, for a decode step's few rows):
 // `matmul_bf16_norm_narrow` and `matmul_bf16_norm_t3` … `_t5` (6 would spill: capped at 5), the

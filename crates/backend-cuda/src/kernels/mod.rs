@@ -148,11 +148,12 @@ const NORM_FUSED_MAX_ROWS: usize = 4;
 /// N-tiles a block at most when the loads transform x (SwiGLU, RMSNorm): at 6 their registers
 /// spill (`tools/cuda_check`); a matrix given 6 runs at 5 (the same bits).
 const FUSED_X_MAX_TILES: usize = 5;
-// `matmul_swiglu_by_tiles` and `matmul_norm_by_tiles` hold MATMUL_BLOCK_TILES' counts but the
-// last, up to FUSED_X_MAX_TILES.
+/// The counts of [`MATMUL_BLOCK_TILES`] (its first ones) the SwiGLU and RMSNorm kernels are
+/// built for: up to [`FUSED_X_MAX_TILES`].
+const FUSED_X_TILE_COUNTS: usize = MATMUL_BLOCK_TILES.len() - 1;
 const _: () = assert!(
-    MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 2] == FUSED_X_MAX_TILES
-        && MATMUL_BLOCK_TILES[MATMUL_BLOCK_TILES.len() - 1] > FUSED_X_MAX_TILES
+    MATMUL_BLOCK_TILES[FUSED_X_TILE_COUNTS - 1] == FUSED_X_MAX_TILES
+        && MATMUL_BLOCK_TILES[FUSED_X_TILE_COUNTS] > FUSED_X_MAX_TILES
 );
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
@@ -428,7 +429,7 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     /// The wide bf16 matmul by n-tiles a block, as [`MATMUL_BLOCK_TILES`] lists them.
-    matmul_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    matmul_by_tiles: Vec<CudaFunction>,
     /// Whether `MatmulKernel::Auto` picks the n-tiles a block by [`block_tiles`] (else MMA_NT),
     /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
     matmul_fit: (bool, bool),
@@ -443,10 +444,10 @@ pub struct Kernels {
     matmul_narrow: CudaFunction,
     /// The same kernels with the SwiGLU in their loads: by n-tiles a block as
     /// [`MATMUL_BLOCK_TILES`] up to [`FUSED_X_MAX_TILES`], and the narrow one.
-    matmul_swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
+    matmul_swiglu_by_tiles: Vec<CudaFunction>,
     matmul_swiglu_narrow: CudaFunction,
     /// The same kernels with the RMSNorm before them, as the SwiGLU ones.
-    matmul_norm_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len() - 1],
+    matmul_norm_by_tiles: Vec<CudaFunction>,
     matmul_norm_narrow: CudaFunction,
     /// Whether [`Kernels::fuses_norm`] may say yes ([`NORM_FUSED_ENV`]).
     norm_fused: bool,
@@ -481,8 +482,6 @@ struct MoeKernels {
     /// Whether a step's bf16 gate/up takes its n-tiles a block from [`moe_gate_up_tiles`] (else
     /// MMA_NT; [`MOE_FIT_ENV`]).
     gate_up_fit: bool,
-    /// Blocks of the expert kernels the GPU holds at once (multiprocessors × MMA_MIN_BLOCKS).
-    resident_blocks: usize,
     /// Tests: every step's bf16 gate/up at this many n-tiles a block.
     gate_up_tiles_forced: Option<usize>,
     down: CudaFunction,
@@ -519,17 +518,19 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMT_SHARED_BYTES as i32,
         )?;
-        let by_tiles = |tiles: usize| match tiles {
-            MMA_NT => f("matmul_bf16"),
-            other => f(&format!("matmul_bf16_t{other}")),
+        // A family of matmul kernels by n-tiles a block, as MATMUL_BLOCK_TILES lists them: the
+        // first `count`, named `{prefix}_t{tiles}` (the plain one at MMA_NT is `matmul_bf16`).
+        let family = |prefix: &str, count: usize| {
+            MATMUL_BLOCK_TILES[..count]
+                .iter()
+                .map(|&tiles| match (prefix, tiles) {
+                    ("matmul_bf16", MMA_NT) => f("matmul_bf16"),
+                    _ => f(&format!("{prefix}_t{tiles}")),
+                })
+                .collect::<Result<Vec<_>, _>>()
         };
         Ok(Kernels {
-            matmul_by_tiles: [
-                by_tiles(MATMUL_BLOCK_TILES[0])?,
-                by_tiles(MATMUL_BLOCK_TILES[1])?,
-                by_tiles(MATMUL_BLOCK_TILES[2])?,
-                by_tiles(MATMUL_BLOCK_TILES[3])?,
-            ],
+            matmul_by_tiles: family("matmul_bf16", MATMUL_BLOCK_TILES.len())?,
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
                 Ok("1") => (true, false),
@@ -543,17 +544,9 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
-            matmul_swiglu_by_tiles: [
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[0]))?,
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[1]))?,
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[2]))?,
-            ],
+            matmul_swiglu_by_tiles: family("matmul_bf16_swiglu", FUSED_X_TILE_COUNTS)?,
             matmul_swiglu_narrow: f("matmul_bf16_swiglu_narrow")?,
-            matmul_norm_by_tiles: [
-                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[0]))?,
-                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[1]))?,
-                f(&format!("matmul_bf16_norm_t{}", MATMUL_BLOCK_TILES[2]))?,
-            ],
+            matmul_norm_by_tiles: family("matmul_bf16_norm", FUSED_X_TILE_COUNTS)?,
             matmul_norm_narrow: f("matmul_bf16_norm_narrow")?,
             norm_fused: std::env::var(NORM_FUSED_ENV).is_ok_and(|v| v == "1"),
             swiglu_fused: std::env::var(SWIGLU_FUSED_ENV).is_ok_and(|v| v == "1"),
@@ -587,7 +580,6 @@ impl Kernels {
                         f("moe_gate_up")?,
                     ],
                     gate_up_fit: std::env::var(MOE_FIT_ENV).is_ok_and(|v| v == "1"),
-                    resident_blocks: gpu.multiprocessors()? * MMA_MIN_BLOCKS,
                     gate_up_tiles_forced: None,
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
@@ -723,9 +715,10 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 /// longest), then to fewer blocks; its mid-sized matrices then run in whole waves: the A3B
 /// slice's 12,352-output DeltaNet input projection as 258 blocks of 6 (one wave of the H200's
 /// 264) instead of 386 of 4 (1.46 waves), its 9,216-output attention q/k/v as 231 of 5. A matrix
-/// of one wave at 3 a block (up to 792 n-tiles: Qwen3-0.6B's and -4B's q/k/v, o and down) takes
-/// 3, the most blocks (`matmul_kernel_times` at one row: as fast as 4 a block or faster on each,
-/// bench/RESULTS.md session 16; end to end measured on the A3B slice only). More row
+/// of one wave at 3 a block (up to 792 n-tiles: Qwen3-0.6B's q/k/v and gate/up, Qwen3-4B's
+/// q/k/v, o and down) takes 3, the most blocks (`matmul_kernel_times` at one row: as fast as 4
+/// a block or faster on each, bench/RESULTS.md session 16; end to end measured on the A3B slice
+/// only). More row
 /// tiles read each weight once from memory for all of them, and a block of more n-tiles reads x
 /// once for more outputs: from MMA_NT up only, ties to the most (`matmul_kernel_times` at 64
 /// rows: 6 a block was the fastest or within 10 % of it on 10 of 13 matrices, 3 the slowest on
@@ -906,16 +899,30 @@ impl Kernels {
                 (MatmulInput::Normed(n), Some(i)) => (&self.matmul_norm_by_tiles[i], Some(n)),
                 (MatmulInput::Normed(n), None) => (&self.matmul_norm_narrow, Some(n)),
             };
-            let mut args = bf16_matmul_args(m).to_vec();
-            if let Some(n) = norm {
-                args.extend([
-                    Arg::Ptr(n.w),
-                    Arg::F32(n.eps),
-                    Arg::I32(i32::from(n.zero_centred)),
-                    Arg::Ptr(n.out),
-                ]);
-            }
-            return gpu.launch(f, grid, MMA_WARPS * 32, &args);
+            let args = bf16_matmul_args(m);
+            return match norm {
+                None => gpu.launch(f, grid, MMA_WARPS * 32, &args),
+                Some(n) => {
+                    let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9] = args;
+                    let normed = [
+                        a0,
+                        a1,
+                        a2,
+                        a3,
+                        a4,
+                        a5,
+                        a6,
+                        a7,
+                        a8,
+                        a9,
+                        Arg::Ptr(n.w),
+                        Arg::F32(n.eps),
+                        Arg::I32(i32::from(n.zero_centred)),
+                        Arg::Ptr(n.out),
+                    ];
+                    gpu.launch(f, grid, MMA_WARPS * 32, &normed)
+                }
+            };
         };
         assert!(
             fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
@@ -1349,11 +1356,13 @@ impl Kernels {
             gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
-        Self::moe_experts(gpu, dims, k, m, l, slots)?;
+        let resident = self.multiprocessors * MMA_MIN_BLOCKS;
+        Self::moe_experts(gpu, dims, k, m, l, slots, resident)?;
         Self::moe_sum(gpu, dims, k, l, then)
     }
 
-    /// The experts' gate/up and down products of each tile (bf16 or FP8).
+    /// The experts' gate/up and down products of each tile (bf16 or FP8), `resident` blocks of
+    /// them on the GPU at once.
     fn moe_experts(
         gpu: &Gpu,
         dims: &Dims,
@@ -1361,13 +1370,12 @@ impl Kernels {
         m: &MoeConfig,
         l: &MoeLaunch,
         slots: u32,
+        resident: usize,
     ) -> Result<(), CudaError> {
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let tiles = match (k.gate_up_tiles_forced, k.gate_up_fit) {
             (Some(tiles), _) => tiles,
-            (None, true) => {
-                moe_gate_up_tiles(slots as usize, m.expert_intermediate, k.resident_blocks)
-            }
+            (None, true) => moe_gate_up_tiles(slots as usize, m.expert_intermediate, resident),
             (None, false) => MMA_NT,
         };
         let at = MOE_GATE_UP_TILES
