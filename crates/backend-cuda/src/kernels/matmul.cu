@@ -257,8 +257,10 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 
 // 1 / RMS of row xr (n elements) as `rmsnorm_rows` computes it, by the whole block: its NORM_WARPS
 // warps' strided partial sums (virtual warp v by warp v % MMA_WARPS), each warp's butterfly, then
-// the warps' sums by the same butterfly (`block_sum`). `wsum` is NORM_WARPS floats and `total` one
-// of shared memory; every thread of the block must call it.
+// the warps' sums by the same butterfly (`block_sum`'s second half, written out again: sharing it
+// changed the PTX of `rmsnorm_rows` and `moe_combine_norm`, which the H200 tested as they are).
+// `wsum` is NORM_WARPS floats and `total` one of shared memory; every thread of the block must
+// call it.
 __device__ __forceinline__ float inv_rms_of_row(const float* xr, int n, float eps, float* wsum, float* total) {
     static_assert(NORM_WARPS % MMA_WARPS == 0 && NORM_WARPS <= WARP, "virtual warps of rmsnorm_rows");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
