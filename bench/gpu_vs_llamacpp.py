@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DISK_FOR_ONE_MODEL = 40e9
 # Each shape's llama.cpp context must hold every stream's prompt and reply.
 CONTEXT_SLACK = 256
+# Written into a model's folder once make_model.py finished: a folder without it (a call cut
+# short) is made again.
+MODEL_DONE = "MADE"
 
 
 def log(msg: str, out: Path) -> None:
@@ -50,9 +53,16 @@ def log(msg: str, out: Path) -> None:
 
 
 def start_llama_build(work: Path, pack: Path, out: Path, quantize: bool) -> subprocess.Popen:
-    with tarfile.open(pack) as t:
-        t.extractall(work, filter="data")
     src = work / "llama.cpp"
+    if not (src / "convert_hf_to_gguf.py").is_file():
+        with tarfile.open(pack) as t:
+            t.extractall(work, filter="data")
+    wanted = ["llama-bench", "llama-batched-bench"] + (["llama-quantize"] if quantize else [])
+    if all((src / "build/bin" / b).is_file() for b in wanted):
+        # Built by an earlier call on this (still warm) machine, or unpacked there from a build
+        # brought back from one: building again costs 4-7 minutes of a 10-minute command.
+        log("llama.cpp: already built under the work folder; not built again", out)
+        return subprocess.Popen(["true"])
     jobs = os.cpu_count() or 8
     script = (
         "cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF "
@@ -67,11 +77,15 @@ def start_llama_build(work: Path, pack: Path, out: Path, quantize: bool) -> subp
 
 def make_model(shape: str, work: Path, out: Path, gguf: bool) -> Path:
     d = work / shape
+    if (d / MODEL_DONE).is_file() and (not gguf or (d / "model-bf16.gguf").is_file()):
+        log(f"{shape}: checkpoint kept by an earlier call (--keep-models); not made again", out)
+        return d
     t0 = time.time()
     cmd = [sys.executable, str(ROOT / "bench/make_model.py"), "--shape", shape, "--out", str(d)]
     if gguf:
         cmd += ["--llama-cpp", str(work / "llama.cpp")]
     subprocess.run(cmd, check=True, stdout=open(out / "log.txt", "a"), stderr=subprocess.STDOUT)
+    (d / MODEL_DONE).write_text("made by bench/make_model.py\n")
     log(f"{shape}: checkpoint{' and GGUF' if gguf else ''} made in {time.time() - t0:.0f} s", out)
     return d
 
@@ -195,6 +209,9 @@ def main() -> None:
     ap.add_argument("--fp8-only-shapes", default="",
                     help="shapes (bench/shapes/NAME) run by flashlane alone on FP8 dummy weights, e.g. "
                          "qwen3-next-80b-a3b-fp8")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="build llama.cpp and make the checkpoints (kept), run nothing: a first call on "
+                         "a machine that a second call finds warm")
     ap.add_argument("--deadline", type=float, default=540.0,
                     help="seconds after which no new round starts (the device's command limit is 600)")
     args = ap.parse_args()
@@ -217,6 +234,11 @@ def main() -> None:
             break
         models[shape] = make_model(shape, args.work, args.out, peer)
     rc = build.wait() if build is not None else None
+    if args.prepare_only:
+        for shape in shapes:
+            models.get(shape) or make_model(shape, args.work, args.out, peer)
+        log(f"prepared (llama.cpp build rc {rc}) in {time.time() - t0:.0f} s", args.out)
+        return
     while args.wait_for and not args.wait_for.exists():
         time.sleep(1)
     bin_dir = args.work / "llama.cpp/build/bin"

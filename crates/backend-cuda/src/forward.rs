@@ -7,8 +7,7 @@
 use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    AttentionRows, DeltaNetLaunch, Matmul, MatmulInput, MatmulNorm, MoeFp8, MoeIndexLayout,
-    MoeLaunch, NormAfter,
+    AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -272,21 +271,11 @@ pub(crate) enum MixerRows {
     Attention(AttentionRows),
 }
 
-/// Where a mixer's or a feed-forward's normed input is: ready in xn, or deferred to its first
-/// matmul, which norms x with this weight itself (`Kernels::fuses_norm`).
-#[derive(Clone, Copy)]
-pub(crate) enum Xn<'w> {
-    Ready,
-    Deferred(&'w Buf<f32>),
-}
-
-/// The RMSNorm that follows a layer: weight `w`, rows written to `out`; `deferred`: left to the
-/// next layer's first matmul (a dense layer before an attention layer whose q/k/v takes it).
+/// The RMSNorm that follows a layer: weight `w`, rows written to `out`.
 #[derive(Clone, Copy)]
 pub(crate) struct Then<'w> {
     pub(crate) w: &'w Buf<f32>,
     pub(crate) out: u64,
-    pub(crate) deferred: bool,
 }
 
 impl<'w> Then<'w> {
@@ -295,7 +284,6 @@ impl<'w> Then<'w> {
         Then {
             w: &l.input_norm,
             out,
-            deferred: false,
         }
     }
 }
@@ -328,28 +316,13 @@ impl Pass<'_> {
         y: u64,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        self.matmul_of(x, w.cols, MatmulInput::Plain, w, rows, y, accumulate)
-    }
-
-    /// [`Pass::matmul`] with x's rows `x_stride` floats apart, taken as `input` says.
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_of(
-        &self,
-        x: u64,
-        x_stride: usize,
-        input: MatmulInput,
-        w: &Matrix,
-        rows: usize,
-        y: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
         let mut first_column = 0;
         for part in &w.parts {
             self.m.kernels.matmul(
                 self.gpu(),
                 &Matmul {
                     x,
-                    x_stride,
+                    x_stride: w.cols,
                     row_index: 0,
                     w: part.ptr(),
                     fp8: part.fp8(),
@@ -359,7 +332,6 @@ impl Pass<'_> {
                     y_stride: w.rows,
                     rows,
                     accumulate,
-                    input,
                 },
             )?;
             first_column += part.rows;
@@ -387,12 +359,10 @@ impl Pass<'_> {
         )
     }
 
-    /// One decoder layer on `x` (`rows` rows), its input norm of x as `input` says (in `xn`, the
-    /// previous layer's `then` or [`Pass::norm`] before the first; or deferred to the mixer's
-    /// first matmul): `x += mixer(xn)`, `x += ffn(norm(x))` (the norm in the ffn's first matmul
-    /// where it takes it), then `then`'s norm of x (the next layer's input norm, or the model's
-    /// final norm), which a MoE layer's last kernel computes with its sum, and which a deferred
-    /// `then` leaves to the next layer.
+    /// One decoder layer on `x` (`rows` rows), `xn` holding its input norm of x (the previous
+    /// layer's `then`, or [`Pass::norm`] before the first): `x += mixer(xn)`, `x += ffn(norm(x))`,
+    /// then `then`'s norm of x (the next layer's input norm, or the model's final norm), which a
+    /// MoE layer's last kernel computes with its sum.
     pub(crate) fn layer(
         &self,
         l: &LayerWeights,
@@ -400,88 +370,33 @@ impl Pass<'_> {
         mix: &MixerRows,
         sessions: &Sessions,
         then: Then<'_>,
-        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
-        self.mixer(l, rows, mix, sessions, input)?;
-        let first = match &l.ffn {
-            FfnWeights::Moe(moe) => &moe.front,
-            FfnWeights::Dense(mlp) => &mlp.gate_up,
-        };
-        if self.fuses_norm(first, rows) {
-            return self.ffn(&l.ffn, rows, then, Xn::Deferred(&l.post_norm));
-        }
+        self.mixer(l, rows, mix, sessions)?;
         self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.ffn(&l.ffn, rows, then, Xn::Ready)
+        self.ffn(&l.ffn, rows, then)
     }
 
-    /// `x += ffn(xn)` over `rows` rows (xn as `input` says), then `then`'s norm of x.
+    /// `x += ffn(xn)` over `rows` rows, then `then`'s norm of x.
     pub(crate) fn ffn(
         &self,
         ffn: &FfnWeights,
         rows: usize,
         then: Then<'_>,
-        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         match ffn {
-            FfnWeights::Moe(moe) => self.moe(moe, rows, then, input),
+            FfnWeights::Moe(moe) => self.moe(moe, rows, then),
             FfnWeights::Dense(mlp) => {
-                self.dense_mlp(mlp, rows, input)?;
-                if then.deferred {
-                    return Ok(());
-                }
+                self.dense_mlp(mlp, rows)?;
                 self.norm(self.p.x, then.w, rows, then.out)
             }
         }
     }
 
-    /// Whether a first matmul of W over `rows` rows takes its input's norm itself.
-    pub(crate) fn fuses_norm(&self, w: &Matrix, rows: usize) -> bool {
-        let fp8 = w.parts.iter().any(|part| part.fp8().is_some());
-        self.m.kernels.fuses_norm(rows, w.parts.len(), fp8)
-    }
-
-    /// `y = xn · Wᵀ` for a mixer's or feed-forward's first matrix, xn as `input` says: read from
-    /// xn, or normed from x by the matmul itself (and written to xn where `keep_xn`, for the
-    /// kernels after it).
-    fn first_matmul(
-        &self,
-        input: Xn<'_>,
-        w: &Matrix,
-        rows: usize,
-        y: u64,
-        keep_xn: bool,
-    ) -> Result<(), CudaError> {
-        let p = self.p;
-        match input {
-            Xn::Ready => self.matmul(p.xn, w, rows, y, false),
-            Xn::Deferred(norm) => {
-                let normed = MatmulInput::Normed(MatmulNorm {
-                    w: norm.at(0),
-                    eps: self.eps(),
-                    zero_centred: self.m.dims.qwen3_next,
-                    out: if keep_xn { p.xn } else { 0 },
-                });
-                self.matmul_of(p.x, w.cols, normed, w, rows, y, false)
-            }
-        }
-    }
-
     /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
-    pub(crate) fn dense_mlp(
-        &self,
-        w: &DenseMlpWeights,
-        rows: usize,
-        input: Xn<'_>,
-    ) -> Result<(), CudaError> {
+    pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
         let p = self.p;
-        self.first_matmul(input, &w.gate_up, rows, p.wide, false)?;
-        let fp8 = w.down.parts.iter().any(|part| part.fp8().is_some());
-        if self.m.kernels.fuses_swiglu(rows, w.down.rows, fp8) {
-            // [gate | up] rows of the fused gate/up projection: 2 · width floats apart.
-            let swiglu = MatmulInput::SwiGlu;
-            return self.matmul_of(p.wide, 2 * w.down.cols, swiglu, &w.down, rows, p.x, true);
-        }
+        self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
         self.m
             .kernels
             .swiglu(self.gpu(), p.wide, w.down.cols, rows, p.act)?;
@@ -495,7 +410,6 @@ impl Pass<'_> {
         rows: usize,
         mix: &MixerRows,
         sessions: &Sessions,
-        input: Xn<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
         match (&l.mixer, mix) {
@@ -507,7 +421,7 @@ impl Pass<'_> {
                     layer_off,
                 },
             ) => {
-                self.first_matmul(input, &w.proj, rows, p.wide, false)?;
+                self.matmul(p.xn, &w.proj, rows, p.wide, false)?;
                 let launch = DeltaNetLaunch {
                     qkvz: p.wide,
                     ba: p.wide + (w.qkvz_width * std::mem::size_of::<f32>()) as u64,
@@ -532,7 +446,7 @@ impl Pass<'_> {
                 self.matmul(p.att, &w.out_proj, rows, p.x, true)?;
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
-                self.first_matmul(input, &w.qkv, rows, p.wide, false)?;
+                self.matmul(p.xn, &w.qkv, rows, p.wide, false)?;
                 let k = &self.m.kernels;
                 let inv_freq = self.m.weights.inv_freq.at(0);
                 k.attention_prep(
@@ -556,18 +470,9 @@ impl Pass<'_> {
 
     /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`], then `then`'s
     /// norm of x (each part's last kernel normalises the rows it added to).
-    pub(crate) fn moe(
-        &self,
-        w: &MoeWeights,
-        rows: usize,
-        then: Then<'_>,
-        input: Xn<'_>,
-    ) -> Result<(), CudaError> {
+    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize, then: Then<'_>) -> Result<(), CudaError> {
         let p = self.p;
-        // A MoE layer's sum computes the next norm in its own launch: never deferred.
-        debug_assert!(!then.deferred, "a MoE layer's closing norm is not deferred");
-        // The experts read xn too.
-        self.first_matmul(input, &w.front, rows, p.wide, true)?;
+        self.matmul(p.xn, &w.front, rows, p.wide, false)?;
         let c = self
             .m
             .config
@@ -649,7 +554,6 @@ impl Pass<'_> {
                 y_stride: v,
                 rows,
                 accumulate: false,
-                input: MatmulInput::Plain,
             },
         )
     }
@@ -772,13 +676,11 @@ fn enqueue_round(
     let final_norm = Then {
         w: &m.weights.norm,
         out: ptrs.hidden,
-        deferred: false,
     };
     let input_norm = |l| Then::input_of(l, ptrs.xn);
     let first = layers.first().map_or(final_norm, input_norm);
     pass.norm(ptrs.x, first.w, rows, first.out)?;
     let (mut attn, mut linear) = (0, 0);
-    let mut input = Xn::Ready;
     for (i, l) in layers.iter().enumerate() {
         let mix = match &l.mixer {
             MixerWeights::Linear(_) => {
@@ -802,24 +704,8 @@ fn enqueue_round(
                 })
             }
         };
-        // A dense layer leaves the next attention layer's input norm to its q/k/v where that
-        // takes it (a MoE layer's sum computes it in its own launch).
-        let next = layers.get(i + 1);
-        let deferred = match (next.map(|n| &n.mixer), &l.ffn) {
-            (Some(MixerWeights::Attention(w)), FfnWeights::Dense(_)) => {
-                pass.fuses_norm(&w.qkv, rows)
-            }
-            _ => false,
-        };
-        let then = Then {
-            deferred,
-            ..next.map_or(final_norm, input_norm)
-        };
-        pass.layer(l, rows, &mix, sessions, then, input)?;
-        input = match (deferred, next) {
-            (true, Some(n)) => Xn::Deferred(&n.input_norm),
-            _ => Xn::Ready,
-        };
+        let then = layers.get(i + 1).map_or(final_norm, input_norm);
+        pass.layer(l, rows, &mix, sessions, then)?;
     }
     let v = m.config.vocab_size;
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;

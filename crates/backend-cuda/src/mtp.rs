@@ -3,7 +3,7 @@
 //! feeds the head (the pairs `(h[i], x[i+1])` its windows completed, the hidden rows the
 //! sessions' rings keep) is part of the round: `forward/mtp_absorb.rs`.
 
-use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then, Xn};
+use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then};
 use crate::graphs::GraphKey;
 use crate::kernels::AttentionRows;
 use crate::model::CudaModel;
@@ -123,9 +123,8 @@ fn enqueue_draft(
         let then = Then {
             w: &head.norm,
             out: ptrs.draft_hidden,
-            deferred: false,
         };
-        pass.layer(&head.layer, n, &rows, sessions, then, Xn::Ready)?;
+        pass.layer(&head.layer, n, &rows, sessions, then)?;
         pass.logits(ptrs.draft_hidden, 0, n, vocab)?;
         // A row with no finite logit drafts token 0: a draft only proposes, and the next step
         // needs a valid id.

@@ -21,7 +21,7 @@
 // alike, so a step sums whole products over a fixed set of 16 elements. k must be a multiple
 // of 16 (a chunk's missing pieces are zeros).
 //
-// MMA_SPLIT 0 (`FLASHLANE_MATMUL_INPUT=bf16`, an A/B switch not yet run on a GPU) leaves the lo
+// MMA_SPLIT 0 (`FLASHLANE_MATMUL_INPUT=bf16`, an A/B switch that changes replies) leaves the lo
 // products out: x enters the tensor cores as one bf16, as vLLM's and llama.cpp's bf16 matmuls take
 // it, for half the tensor-core work where a round is bound by it (many streams, prefill). Every
 // kernel then computes that one chain, so a row's bits still never depend on the batch.
@@ -65,19 +65,6 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
-// v (16 gates of a [gate | up] row) becomes silu(gate)·up with the 16 ups at `up` (null: zeros),
-// as `swiglu_rows` computes it; the ups are read 4 at a time (few registers beside v).
-__device__ __forceinline__ void swiglu16(const float* up, float* v) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float4 u = up ? *reinterpret_cast<const float4*>(up + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
-        v[4 * q] = siluf_(v[4 * q]) * u.x;
-        v[4 * q + 1] = siluf_(v[4 * q + 1]) * u.y;
-        v[4 * q + 2] = siluf_(v[4 * q + 2]) * u.z;
-        v[4 * q + 3] = siluf_(v[4 * q + 3]) * u.w;
-    }
-}
-
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -92,45 +79,9 @@ __device__ __forceinline__ void swiglu16(const float* up, float* v) {
 // x, a few rows read by every block, comes from L2 chunk by chunk, so that the registers stay
 // few); they are multiplied in increasing order as with DEPTH 1, so the bits do not depend on
 // DEPTH.
-//
-// XIN says what x's rows are. XIN_PLAIN: the matmul's input. XIN_SWIGLU: [gate (k) | up (k)],
-// the product taking silu(gate)·up, computed as each piece is loaded with `swiglu_rows`'
-// expression (the same values as that kernel writes: the same bits as its output multiplied), so
-// a dense MLP's down projection needs no kernel between. XIN_NORM: rows to be RMS-normed, each
-// piece taken as `rmsnorm_rows` writes it (x · inv · scale(w), `xnorm` holding the weight and the
-// lane's rows' inv), and written to `xnorm.out_a` / `out_b` where they are not null, so that a
-// norm needs no kernel before the matmul that reads it first.
-#define XIN_PLAIN 0
-#define XIN_SWIGLU 1
-#define XIN_NORM 2
-struct XNorm {
-    const float* w;
-    float inv_a, inv_b;
-    int kind;
-    float *out_a, *out_b;
-};
-
-// v (16 elements of a row from element e) as `rmsnorm_rows` writes them: x · inv · scale(w[e + i]).
-__device__ __forceinline__ void norm16(const float* w, float inv, int kind, float* v) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float4 s = *reinterpret_cast<const float4*>(w + 4 * q);
-        v[4 * q] = v[4 * q] * inv * norm_scale(s.x, kind);
-        v[4 * q + 1] = v[4 * q + 1] * inv * norm_scale(s.y, kind);
-        v[4 * q + 2] = v[4 * q + 2] * inv * norm_scale(s.z, kind);
-        v[4 * q + 3] = v[4 * q + 3] * inv * norm_scale(s.w, kind);
-    }
-}
-
-__device__ __forceinline__ void store16(float* p, const float* v) {
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-        *reinterpret_cast<float4*>(p + 4 * q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-}
-
-template <int NT, int DEPTH = 1, int XIN = XIN_PLAIN>
+template <int NT, int DEPTH = 1>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
-                                         float (*part)[NT][WARP][4], float* d, const XNorm& xnorm = XNorm{}) {
+                                         float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
@@ -163,18 +114,6 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             const bool in = e < k;
             load16(xa && in ? xa + e : nullptr, va);
             load16(xb && in ? xb + e : nullptr, vb);
-            if constexpr (XIN == XIN_SWIGLU) {
-                swiglu16(xa && in ? xa + k + e : nullptr, va);
-                swiglu16(xb && in ? xb + k + e : nullptr, vb);
-            }
-            if constexpr (XIN == XIN_NORM) {
-                if (in) {
-                    norm16(xnorm.w + e, xnorm.inv_a, xnorm.kind, va);
-                    norm16(xnorm.w + e, xnorm.inv_b, xnorm.kind, vb);
-                    if (xnorm.out_a) store16(xnorm.out_a + e, va);
-                    if (xnorm.out_b) store16(xnorm.out_b + e, vb);
-                }
-            }
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
 #pragma unroll
@@ -255,64 +194,13 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
     pdl_wait();
 }
 
-// 1 / RMS of row xr (n elements) as `rmsnorm_rows` computes it, by the whole block: its NORM_WARPS
-// warps' strided partial sums (virtual warp v by warp v % MMA_WARPS), each warp's butterfly, then
-// the warps' sums by the same butterfly (`block_sum`'s second half, written out again: sharing it
-// changed the PTX of `rmsnorm_rows` and `moe_combine_norm`, which the H200 tested as they are).
-// `wsum` is NORM_WARPS floats and `total` one of shared memory; every thread of the block must
-// call it.
-__device__ __forceinline__ float inv_rms_of_row(const float* xr, int n, float eps, float* wsum, float* total) {
-    static_assert(NORM_WARPS % MMA_WARPS == 0 && NORM_WARPS <= WARP, "virtual warps of rmsnorm_rows");
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-#pragma unroll
-    for (int j = 0; j < NORM_WARPS / MMA_WARPS; j++) {
-        const int vw = warp + j * MMA_WARPS;
-        float acc = 0.0f;
-        for (int i = vw * WARP + lane; i < n; i += NORM_WARPS * WARP) acc += xr[i] * xr[i];
-        acc = warp_sum(acc);
-        if (lane == 0) wsum[vw] = acc;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const float t = warp_sum(lane < NORM_WARPS ? wsum[lane] : 0.0f);
-        if (lane == 0) *total = t;
-    }
-    __syncthreads();
-    return 1.0f / sqrtf(*total / (float)n + eps);
-}
-
-// What a block of XIN_NORM needs: every row's inv of the block's row tile (the whole block, row
-// after row), then this lane's rows' and, in the first column of blocks, where they go.
-__device__ __forceinline__ XNorm tile_norm(const float* x, int x_stride, const int* row_index, int rows, int r0,
-                                           int k, const float* norm_w, float eps, int kind, float* norm_out) {
-    __shared__ float inv_s[MMA_ROWS], wsum[NORM_WARPS], total_s;
-    const int g = threadIdx.x % WARP / 4, tile_rows = min(rows - r0, MMA_ROWS);
-    for (int r = 0; r < tile_rows; r++) {
-        const float* xr = x + (size_t)(row_index ? row_index[r0 + r] : r0 + r) * x_stride;
-        const float inv = inv_rms_of_row(xr, k, eps, wsum, &total_s);
-        if (threadIdx.x == 0) inv_s[r] = inv;
-    }
-    __syncthreads();
-    const bool writes = norm_out && blockIdx.y == 0;
-    return XNorm{norm_w,
-                 g < tile_rows ? inv_s[g] : 0.0f,
-                 g + 8 < tile_rows ? inv_s[g + 8] : 0.0f,
-                 kind,
-                 writes && g < tile_rows ? norm_out + (size_t)(r0 + g) * k : nullptr,
-                 writes && g + 8 < tile_rows ? norm_out + (size_t)(r0 + g + 8) * k : nullptr};
-}
-
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-// XIN_NORM: x's rows normed by `norm_w` (kind, eps) first, and written to `norm_out` [rows, k]
-// unless null.
-template <int NT, int DEPTH, int XIN = XIN_PLAIN>
+template <int NT, int DEPTH>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
-                                             int accumulate, int rows, float (*part)[NT][WARP][4],
-                                             const float* norm_w = nullptr, float eps = 0.0f, int kind = 0,
-                                             float* norm_out = nullptr) {
+                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
@@ -323,11 +211,8 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     const bf16_t* wr[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
-    XNorm xnorm{};
-    if constexpr (XIN == XIN_NORM)
-        xnorm = tile_norm(x, x_stride, row_index, rows, r0, k, norm_w, eps, kind, norm_out);
     float d[4];
-    if (!mma_tile<NT, DEPTH, XIN>(xa, xb, wr, k, part, d, xnorm)) return;
+    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
@@ -352,54 +237,21 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
     matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
 }
 
-// A bf16 matmul kernel NAME of NT n-tiles a block, DEPTH chunks loaded at once, x as XIN says.
-#define MATMUL_BF16_KERNEL(NAME, NT, DEPTH, XIN)                                                       \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows) {                                                                    \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, DEPTH, XIN>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, \
-                                     part);                                                             \
-    }
-
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
 // same products in the same order as `matmul_bf16`: the same bits.
-MATMUL_BF16_KERNEL(matmul_bf16_t3, 3, 1, XIN_PLAIN)
-MATMUL_BF16_KERNEL(matmul_bf16_t5, 5, 1, XIN_PLAIN)
-MATMUL_BF16_KERNEL(matmul_bf16_t6, 6, 1, XIN_PLAIN)
-
-// The matmuls of a dense MLP's down projection with the SwiGLU in their loads (x's rows [gate |
-// up], x_stride at least 2k): `matmul_bf16_swiglu_narrow` (1 n-tile a block, as
-// `matmul_bf16_narrow`) and `matmul_bf16_swiglu_t3` … `_t5` (6 would spill: the host caps it at
-// 5), the same bits as `swiglu_rows` then the plain kernel (`FLASHLANE_SWIGLU_FUSED=1`, an A/B
-// switch not yet run on a GPU).
-MATMUL_BF16_KERNEL(matmul_bf16_swiglu_narrow, 1, MMA_NARROW_DEPTH, XIN_SWIGLU)
-MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t3, 3, 1, XIN_SWIGLU)
-MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t4, MMA_NT, 1, XIN_SWIGLU)
-MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t5, 5, 1, XIN_SWIGLU)
-
-// The matmuls with the RMSNorm of x before them (`XIN_NORM`, for a decode step's few rows):
-// `matmul_bf16_norm_narrow` and `matmul_bf16_norm_t3` … `_t5` (6 would spill: capped at 5), the
-// same bits as `rmsnorm_rows` then the plain kernel, the normed rows written to `norm_out` (unless
-// null) by the first column of blocks (`FLASHLANE_NORM_FUSED=1`, an A/B switch not yet run on a
-// GPU).
-#define MATMUL_BF16_NORM(NAME, NT, DEPTH)                                                              \
+#define MATMUL_BF16_TILES(NT)                                                                          \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int kind,               \
-         float* __restrict__ norm_out) {                                                                \
+    matmul_bf16_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,     \
+                      const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,            \
+                      int y_stride, int accumulate, int rows) {                                         \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, DEPTH, XIN_NORM>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,  \
-                                          rows, part, norm_w, eps, kind, norm_out);                     \
+        matmul_block<NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);  \
     }
-MATMUL_BF16_NORM(matmul_bf16_norm_narrow, 1, MMA_NARROW_DEPTH)
-MATMUL_BF16_NORM(matmul_bf16_norm_t3, 3, 1)
-MATMUL_BF16_NORM(matmul_bf16_norm_t4, MMA_NT, 1)
-MATMUL_BF16_NORM(matmul_bf16_norm_t5, 5, 1)
+MATMUL_BF16_TILES(3)
+MATMUL_BF16_TILES(5)
+MATMUL_BF16_TILES(6)
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

@@ -133,28 +133,6 @@ const MMA_NT: usize = 4;
 /// fewest waves of the GPU's resident blocks. More than 6 spills at the 128 registers two blocks
 /// a multiprocessor allow (`tools/cuda_check`).
 const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
-/// `FLASHLANE_SWIGLU_FUSED=1` runs a dense MLP's SwiGLU inside its down projection's loads
-/// ([`Kernels::fuses_swiglu`]; an A/B switch not yet run on a GPU: off by default; the bits do
-/// not change).
-pub const SWIGLU_FUSED_ENV: &str = "FLASHLANE_SWIGLU_FUSED";
-/// `FLASHLANE_NORM_FUSED=1` runs the RMSNorm before a layer's feed-forward inside its first
-/// matmul ([`Kernels::fuses_norm`]; an A/B switch not yet run on a GPU: off by default; the bits
-/// do not change).
-pub const NORM_FUSED_ENV: &str = "FLASHLANE_NORM_FUSED";
-/// Rows up to which a matmul may take its input's RMSNorm itself: every block computes its rows'
-/// norms (k floats each, from L2) before its products, which a decode step of few streams
-/// affords and a larger one does not.
-const NORM_FUSED_MAX_ROWS: usize = 4;
-/// N-tiles a block at most when the loads transform x (SwiGLU, RMSNorm): at 6 their registers
-/// spill (`tools/cuda_check`); a matrix given 6 runs at 5 (the same bits).
-const FUSED_X_MAX_TILES: usize = 5;
-/// The counts of [`MATMUL_BLOCK_TILES`] (its first ones) the SwiGLU and RMSNorm kernels are
-/// built for: up to [`FUSED_X_MAX_TILES`].
-const FUSED_X_TILE_COUNTS: usize = MATMUL_BLOCK_TILES.len() - 1;
-const _: () = assert!(
-    MATMUL_BLOCK_TILES[FUSED_X_TILE_COUNTS - 1] == FUSED_X_MAX_TILES
-        && MATMUL_BLOCK_TILES[FUSED_X_TILE_COUNTS] > FUSED_X_MAX_TILES
-);
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
@@ -166,10 +144,15 @@ pub const MMA_K_ALIGN: usize = 16;
 /// `moe_gate_up`): each must divide MOE_I / 4 for every MOE_I the kernels take (a multiple of
 /// 4·MMA_NT).
 const MOE_GATE_UP_TILES: [usize; 3] = [1, 2, MMA_NT];
-/// `FLASHLANE_MOE_FIT=1` takes the bf16 experts' gate/up n-tiles a block from
-/// [`moe_gate_up_tiles`] (an A/B switch, not yet run on a GPU: off by default; the bits do not
-/// change).
+/// `FLASHLANE_MOE_FIT=0` runs every bf16 experts' gate/up at MMA_NT n-tiles a block instead of
+/// [`moe_gate_up_tiles`]' count (an A/B switch; the bits do not change).
 pub const MOE_FIT_ENV: &str = "FLASHLANE_MOE_FIT";
+/// Waves of resident blocks at MMA_NT n-tiles below which a step's gate/up takes fewer n-tiles a
+/// block: on the H200 (session 17) a 1-stream A3B step (1.33 waves at 4, 2.67 at 2) decoded
+/// 846 / 846 tok/s against 825 / 839, while fitting every step (a prefill of 128 rows: 27 waves
+/// at 4 became 105 at 1) cut prefill by 11-24 %: one n-tile a block loads and splits x for 8
+/// outputs instead of 32, which only a tail wave's idle multiprocessors repay.
+const MOE_FIT_MAX_WAVES: usize = 2;
 /// Rows (one warp each) per block of `moe_route`.
 const MOE_ROUTE_WARPS: u32 = 4;
 /// Threads of `moe_group`'s one block: it scans every expert and writes every pair's place.
@@ -256,9 +239,10 @@ pub struct Dims {
 
 /// `FLASHLANE_MATMUL_INPUT=bf16` compiles the matmuls (dense, FP8, tiled, the MoE's experts) to
 /// take x as one bf16 instead of two halves: half the tensor-core products, at bf16's 8 bits of
-/// x's mantissa (as vLLM's and llama.cpp's bf16 matmuls). An A/B switch, not yet run on a GPU:
-/// the replies change (each stays the same alone or batched), so the parity fixtures, made for
-/// the split, do not hold under it.
+/// x's mantissa (as vLLM's and llama.cpp's bf16 matmuls). An A/B switch (on the H200, session
+/// 17: 4-5 % faster decode at 1 stream, 20 % faster prefill on the Qwen3-4B shape): the replies
+/// change (each stays the same alone or batched), so the parity fixtures, made for the split, do
+/// not hold under it.
 pub const MATMUL_INPUT_ENV: &str = "FLASHLANE_MATMUL_INPUT";
 
 impl Dims {
@@ -429,7 +413,7 @@ impl Dims {
 /// The compiled kernels of one model.
 pub struct Kernels {
     /// The wide bf16 matmul by n-tiles a block, as [`MATMUL_BLOCK_TILES`] lists them.
-    matmul_by_tiles: Vec<CudaFunction>,
+    matmul_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     /// Whether `MatmulKernel::Auto` picks the n-tiles a block by [`block_tiles`] (else MMA_NT),
     /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
     matmul_fit: (bool, bool),
@@ -442,17 +426,6 @@ pub struct Kernels {
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
-    /// The same kernels with the SwiGLU in their loads: by n-tiles a block as
-    /// [`MATMUL_BLOCK_TILES`] up to [`FUSED_X_MAX_TILES`], and the narrow one.
-    matmul_swiglu_by_tiles: Vec<CudaFunction>,
-    matmul_swiglu_narrow: CudaFunction,
-    /// The same kernels with the RMSNorm before them, as the SwiGLU ones.
-    matmul_norm_by_tiles: Vec<CudaFunction>,
-    matmul_norm_narrow: CudaFunction,
-    /// Whether [`Kernels::fuses_norm`] may say yes ([`NORM_FUSED_ENV`]).
-    norm_fused: bool,
-    /// Whether [`Kernels::fuses_swiglu`] may say yes ([`SWIGLU_FUSED_ENV`]).
-    swiglu_fused: bool,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -480,7 +453,7 @@ struct MoeKernels {
     /// `_t2`, `moe_gate_up`).
     gate_up_by_tiles: [CudaFunction; MOE_GATE_UP_TILES.len()],
     /// Whether a step's bf16 gate/up takes its n-tiles a block from [`moe_gate_up_tiles`] (else
-    /// MMA_NT; [`MOE_FIT_ENV`]).
+    /// MMA_NT; off by [`MOE_FIT_ENV`]).
     gate_up_fit: bool,
     /// Tests: every step's bf16 gate/up at this many n-tiles a block.
     gate_up_tiles_forced: Option<usize>,
@@ -518,19 +491,17 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMT_SHARED_BYTES as i32,
         )?;
-        // A family of matmul kernels by n-tiles a block, as MATMUL_BLOCK_TILES lists them: the
-        // first `count`, named `{prefix}_t{tiles}` (the plain one at MMA_NT is `matmul_bf16`).
-        let family = |prefix: &str, count: usize| {
-            MATMUL_BLOCK_TILES[..count]
-                .iter()
-                .map(|&tiles| match (prefix, tiles) {
-                    ("matmul_bf16", MMA_NT) => f("matmul_bf16"),
-                    _ => f(&format!("{prefix}_t{tiles}")),
-                })
-                .collect::<Result<Vec<_>, _>>()
+        let by_tiles = |tiles: usize| match tiles {
+            MMA_NT => f("matmul_bf16"),
+            other => f(&format!("matmul_bf16_t{other}")),
         };
         Ok(Kernels {
-            matmul_by_tiles: family("matmul_bf16", MATMUL_BLOCK_TILES.len())?,
+            matmul_by_tiles: [
+                by_tiles(MATMUL_BLOCK_TILES[0])?,
+                by_tiles(MATMUL_BLOCK_TILES[1])?,
+                by_tiles(MATMUL_BLOCK_TILES[2])?,
+                by_tiles(MATMUL_BLOCK_TILES[3])?,
+            ],
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
                 Ok("1") => (true, false),
@@ -544,12 +515,6 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
-            matmul_swiglu_by_tiles: family("matmul_bf16_swiglu", FUSED_X_TILE_COUNTS)?,
-            matmul_swiglu_narrow: f("matmul_bf16_swiglu_narrow")?,
-            matmul_norm_by_tiles: family("matmul_bf16_norm", FUSED_X_TILE_COUNTS)?,
-            matmul_norm_narrow: f("matmul_bf16_norm_narrow")?,
-            norm_fused: std::env::var(NORM_FUSED_ENV).is_ok_and(|v| v == "1"),
-            swiglu_fused: std::env::var(SWIGLU_FUSED_ENV).is_ok_and(|v| v == "1"),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -579,7 +544,7 @@ impl Kernels {
                         f("moe_gate_up_t2")?,
                         f("moe_gate_up")?,
                     ],
-                    gate_up_fit: std::env::var(MOE_FIT_ENV).is_ok_and(|v| v == "1"),
+                    gate_up_fit: std::env::var(MOE_FIT_ENV).map_or(true, |v| v != "0"),
                     gate_up_tiles_forced: None,
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
@@ -616,35 +581,6 @@ pub struct Matmul {
     pub y_stride: usize,
     pub rows: usize,
     pub accumulate: bool,
-    /// What x's rows are: the product's input, or rows it transforms as it reads them (bf16
-    /// weights, never the tiled kernel).
-    pub input: MatmulInput,
-}
-
-/// What x's rows are to a matmul.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum MatmulInput {
-    /// The product's input.
-    Plain,
-    /// [gate (k) | up (k)]: the product takes silu(gate)·up, as `swiglu_rows` computes it
-    /// (`matmul_bf16_swiglu_*`, [`Kernels::fuses_swiglu`]).
-    SwiGlu,
-    /// Rows the product takes RMS-normed, as `rmsnorm_rows` computes them
-    /// (`matmul_bf16_norm_*`, [`Kernels::fuses_norm`]): not gathered (`row_index` 0), so that
-    /// the normed rows written to `out` are the product's rows.
-    Normed(MatmulNorm),
-}
-
-/// The RMSNorm a matmul applies to its input rows.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MatmulNorm {
-    /// The norm's weight (k floats).
-    pub w: u64,
-    pub eps: f32,
-    /// x̂·(1 + w) (Qwen3-Next) rather than x̂·w.
-    pub zero_centred: bool,
-    /// Where the normed rows go, [rows, k] (0: nowhere).
-    pub out: u64,
 }
 
 /// The launch shapes of the Gated DeltaNet kernels of one layer.
@@ -783,21 +719,6 @@ impl Kernels {
         )
     }
 
-    /// Whether a dense MLP's down projection of `rows` rows into `n_out` outputs takes its SwiGLU
-    /// in its loads ([`MatmulInput::SwiGlu`]): with [`SWIGLU_FUSED_ENV`] set, bf16 weights, and rows
-    /// the 16-row kernels take (the tiled kernel, for prefill chunks, reads x through shared
-    /// memory and keeps `swiglu_rows` before it).
-    pub fn fuses_swiglu(&self, rows: usize, n_out: usize, fp8: bool) -> bool {
-        self.swiglu_fused && !fp8 && !(self.matmul_tiled_auto && runs_tiled(rows, n_out))
-    }
-
-    /// Whether a layer's feed-forward of `rows` rows takes its input's RMSNorm in its first
-    /// matmul ([`MatmulInput::Normed`]): with [`NORM_FUSED_ENV`] set, bf16 weights in one part,
-    /// and at most [`NORM_FUSED_MAX_ROWS`] rows.
-    pub fn fuses_norm(&self, rows: usize, parts: usize, fp8: bool) -> bool {
-        self.norm_fused && !fp8 && parts == 1 && (1..=NORM_FUSED_MAX_ROWS).contains(&rows)
-    }
-
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
@@ -823,18 +744,7 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
-        let plain = m.input == MatmulInput::Plain;
-        debug_assert!(
-            !matches!(m.input, MatmulInput::Normed(_)) || m.row_index == 0,
-            "matmul: a normed input is not gathered"
-        );
-        assert!(
-            plain || m.fp8.is_none(),
-            "matmul: transformed inputs ({:?}) take bf16 weights",
-            m.input
-        );
         let tiled = match kernel {
-            _ if !plain => false,
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
             MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Tiles(_) => false,
@@ -879,50 +789,17 @@ impl Kernels {
                 }
             }
         };
-        let tiles = if plain {
-            tiles
-        } else {
-            tiles.min(FUSED_X_MAX_TILES)
-        };
         let grid = (
             rows_u32(row_tiles),
             u32::try_from(n_tiles.div_ceil(tiles)).expect("outputs fit a grid"),
             1,
         );
         let Some(fp8) = m.fp8 else {
-            let at = MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles);
-            let (f, norm) = match (m.input, at) {
-                (MatmulInput::Plain, Some(i)) => (&self.matmul_by_tiles[i], None),
-                (MatmulInput::Plain, None) => (&self.matmul_narrow, None),
-                (MatmulInput::SwiGlu, Some(i)) => (&self.matmul_swiglu_by_tiles[i], None),
-                (MatmulInput::SwiGlu, None) => (&self.matmul_swiglu_narrow, None),
-                (MatmulInput::Normed(n), Some(i)) => (&self.matmul_norm_by_tiles[i], Some(n)),
-                (MatmulInput::Normed(n), None) => (&self.matmul_norm_narrow, Some(n)),
+            let f = match MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles) {
+                Some(i) => &self.matmul_by_tiles[i],
+                None => &self.matmul_narrow,
             };
-            let args = bf16_matmul_args(m);
-            return match norm {
-                None => gpu.launch(f, grid, MMA_WARPS * 32, &args),
-                Some(n) => {
-                    let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9] = args;
-                    let normed = [
-                        a0,
-                        a1,
-                        a2,
-                        a3,
-                        a4,
-                        a5,
-                        a6,
-                        a7,
-                        a8,
-                        a9,
-                        Arg::Ptr(n.w),
-                        Arg::F32(n.eps),
-                        Arg::I32(i32::from(n.zero_centred)),
-                        Arg::Ptr(n.out),
-                    ];
-                    gpu.launch(f, grid, MMA_WARPS * 32, &normed)
-                }
-            };
+            return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };
         assert!(
             fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
@@ -1081,13 +958,19 @@ impl Kernels {
 }
 
 /// N-tiles a block of the bf16 experts' gate/up for `slots` tile slots of experts `width` wide
-/// (MOE_I: width / 4 units of 4 gate and 4 up outputs) with `resident` blocks on the GPU at once:
+/// (MOE_I: width / 4 units of 4 gate and 4 up outputs) with `resident` blocks on the GPU at once.
+/// A step that takes [`MOE_FIT_MAX_WAVES`] waves or more at MMA_NT keeps MMA_NT; a smaller one,
 /// as `block_tiles`, the count of [`MOE_GATE_UP_TILES`] whose waves × n-tiles is least, ties to
 /// the most. Rough on purpose: the slots include the shared expert's (whose gate/up blocks return
 /// at once) and every count is taken at MMA_MIN_BLOCKS a multiprocessor (1 a block needs fewer
-/// registers and fits 3). A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of the H200's
-/// 264) gets 2 (704 blocks: 2.67 waves), a step of 8 keeps 4.
+/// registers and fits 3). A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of
+/// the H200's 264) gets 2 (704 blocks: 2.67 waves); steps of 8 streams and more, and prompts,
+/// keep 4.
 fn moe_gate_up_tiles(slots: usize, width: usize, resident: usize) -> usize {
+    let blocks_at_most_tiles = slots * (width / 4 / MMA_NT);
+    if blocks_at_most_tiles >= MOE_FIT_MAX_WAVES * resident.max(1) {
+        return MMA_NT;
+    }
     MOE_GATE_UP_TILES
         .into_iter()
         .filter(|&tiles| (width / 4).is_multiple_of(tiles))
