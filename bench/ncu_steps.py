@@ -7,7 +7,8 @@ gpu__time_duration.sum, graphs off so that every kernel is its own launch):
     python3 bench/ncu_steps.py run.csv
 
 A step starts at each `embed_rows` launch. The steps that look like decode steps (the most
-common kernel count, after the first two) are averaged: per kernel name and grid, launches a
+common kernel count, after the first two, but for any far longer than the others: a prompt of
+many streams) are averaged (give --new-tokens enough for several): per kernel name and grid, launches a
 step, mean µs a launch and µs a step, largest first.
 """
 
@@ -17,6 +18,9 @@ import sys
 from collections import Counter, defaultdict
 
 STEP_START = "embed_rows"
+# A step of the common kernel count that takes more than this many times the median of such
+# steps is a prompt's, not a decode step.
+PROMPT_STEP_FACTOR = 1.5
 # Microseconds in one of each unit ncu writes a duration in (it picks the unit per row unless
 # told `--print-units base`).
 MICROSECONDS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
@@ -64,6 +68,13 @@ def main(path):
         print("no decode steps")
         return
     decode = [s for s in cut[2:] if len(s) == common[0][0]]
+    # A prompt's step of many streams makes the same launches as their decode steps (64 streams
+    # of 16 tokens: 40 ms against 6 ms): steps far longer than the group's median are left out.
+    median = statistics.median(sum(u for _, _, u in s) for s in decode)
+    long = [s for s in decode if sum(u for _, _, u in s) > PROMPT_STEP_FACTOR * median]
+    decode = [s for s in decode if s not in long]
+    if long:
+        print(f"left out as prompt steps: {[round(sum(u for _, _, u in s)) for s in long]} µs")
     total = statistics.mean(sum(u for _, _, u in s) for s in decode)
     print(f"per decode step: {total:.1f} µs, {common[0][0]} kernels, {len(decode)} steps averaged")
     per = defaultdict(list)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Sorts the counting failures of `eval_skills.py` evaluations by kind, per skill and temperature:
-a misread step at the second number, a wrong number later, a stop written early or late, or a
-number wrong in the middle of a long reply that the evaluation did not keep (it keeps a long
-reply's first 150 and last 250 characters, with ' … ' between).
+a misread step at the second number, a wrong number later, a stop written early or late. Exact
+where the evaluation kept each failure's `first_difference`; for older evaluations, read from
+the shortened reply (its first 150 and last 250 characters, ' … ' between), a number wrong in
+the part not kept is "wrong in the unkept middle".
 
     python3 tools/train_tiny/count_failures.py EVAL.json [EVAL.json.xz …]
 """
@@ -19,6 +20,17 @@ def load(path: str) -> dict:
     opener = lzma.open if path.endswith(".xz") else open
     with opener(path, "rt") as f:
         return json.load(f)
+
+
+def kind_of(failure: dict) -> str:
+    d = failure.get("first_difference")
+    if d is None:  # an evaluation from before eval_skills.py kept it
+        return kind(failure["expected"], failure["reply"] or "")
+    if d["expected"] is None:
+        return "late"
+    if d["got"] is None:
+        return "early"
+    return "2nd number" if d["word"] == 1 else "a later number"
 
 
 def kind(expected: str, reply: str) -> str:
@@ -50,7 +62,7 @@ def main() -> None:
             for temperature, run in sorted(results[skill].items()):
                 kinds: dict[str, int] = {}
                 for failure in run["failures"]:
-                    k = kind(failure["expected"], failure["reply"] or "")
+                    k = kind_of(failure)
                     kinds[k] = kinds.get(k, 0) + 1
                 print(f"  {skill}, T = {temperature}: {len(run['failures'])} failed: {dict(sorted(kinds.items()))}")
 

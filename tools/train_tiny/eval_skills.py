@@ -138,6 +138,25 @@ def start(binary, model):
     raise RuntimeError("flashlane did not start: " + " ".join(cmd))
 
 
+# A long reply is kept as its first and last characters with ELISION between (a count of 400
+# numbers is 2 KB; the JSON is committed beside the model).
+REPLY_HEAD, REPLY_TAIL, ELISION = 150, 250, " … "
+
+
+def shorten(reply: str) -> str:
+    if len(reply) <= REPLY_HEAD + REPLY_TAIL:
+        return reply
+    return reply[:REPLY_HEAD] + ELISION + reply[-REPLY_TAIL:]
+
+
+def first_difference(expected: str, reply: str) -> dict:
+    """Where the reply's words first leave the expected ones (a shortened reply hides it)."""
+    want, got = expected.split(), reply.split()
+    at = next((i for i, (w, g) in enumerate(zip(want, got)) if w != g), min(len(want), len(got)))
+    return {"word": at, "expected": want[at] if at < len(want) else None,
+            "got": got[at] if at < len(got) else None, "expected_words": len(want), "reply_words": len(got)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flashlane", help="the binary to start (else --url)")
@@ -170,7 +189,8 @@ def main():
                     r["right"] += int(ok)
                     if not ok:
                         r["failures"].append({"messages": case.messages[-1]["content"], "expected": case.expect,
-                                              "reply": reply if len(reply) <= 400 else reply[:150] + " … " + reply[-250:], "tool_calls": calls})
+                                              "reply": shorten(reply), "tool_calls": calls,
+                                              "first_difference": first_difference(case.expect, reply)})
     finally:
         if proc:
             proc.terminate()

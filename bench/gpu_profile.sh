@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Where a decode step goes on the GPU, per kernel: ncu over `flashlane bench` on dummy weights of
+# a shape (bench/shapes/SHAPE), graphs off so that every kernel is its own launch, then
+# bench/ncu_steps.py. One run per stream count and setting (label:VAR=VALUE[,VAR=VALUE], as in
+# bench/gpu_ab.sh; the bits never change, so every setting runs the same steps).
+#
+#   bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]          (STREAMS: 1,64 by default)
+#   SETTINGS="base:FLASHLANE_AB=1 nofit:FLASHLANE_MOE_FIT=0" bench/gpu_profile.sh OUT qwen3-next-a3b-slice BIN 1
+#
+# Writes OUT_DIR/SHAPE.LABEL.sSTREAMS.csv (ncu's CSV) and .txt (the step summary, also printed).
+# A stream count's prompt step is told apart from its decode steps by its length
+# (bench/ncu_steps.py), so NEW_TOKENS (12 by default) leaves several decode steps after it.
+set -uo pipefail
+out=${1:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
+shape=${2:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
+bin=${3:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
+streams=${4:-1,64}
+here=$(cd "$(dirname "$0")/.." && pwd)
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -x "$ncu" ] || { echo "gpu_profile: no ncu on this machine" >&2; exit 1; }
+[ -f "$here/bench/shapes/$shape/config.json" ] || { echo "gpu_profile: no bench/shapes/$shape/config.json" >&2; exit 1; }
+dir=$(mktemp -d)
+cp "$here/bench/shapes/$shape/config.json" "$dir/"
+mkdir -p "$out"
+status=0
+for n in ${streams//,/ }; do
+  for setting in ${SETTINGS:-built:FLASHLANE_AB=1}; do
+    label=${setting%%:*}
+    vars=${setting#*:}
+    base="$out/$shape.$label.s$n"
+    env ${vars//,/ } FLASHLANE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-200}" "$ncu" --clock-control none \
+      --cache-control none --metrics gpu__time_duration.sum --csv "$bin" bench --device cuda --model "$dir" \
+      --load-format dummy --streams "$n" --prompt-tokens 16 --new-tokens "${NEW_TOKENS:-12}" \
+      >"$base.csv" 2>"$base.err" || { echo "gpu_profile: $label at $n streams failed (see $base.err)" >&2; status=1; }
+    python3 "$here/bench/ncu_steps.py" "$base.csv" | tee "$base.txt"
+  done
+done
+exit $status
