@@ -26,7 +26,7 @@
 // it, for half the tensor-core work where a round is bound by it (many streams, prefill). Every
 // kernel then computes that one chain, so a row's bits still never depend on the batch.
 //
-// Host defines: MMA_WARPS, MMA_NT, MMA_NARROW_DEPTH, MMA_CHUNK (64), MMA_ROWS (16) and MMA_COLS (8),
+// Host defines: MMA_WARPS, MMA_NT, MMA_NARROW_DEPTH, MMA_DEEP_DEPTH, MMA_CHUNK (64), MMA_ROWS (16) and MMA_COLS (8),
 // the m16n8k16 tile this code is written for; MMA_SPLIT (1: hi and lo products, 0: hi only).
 
 // MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
@@ -252,6 +252,24 @@ matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restr
 MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
+
+// 3 and MMA_NT n-tiles a block with MMA_DEEP_DEPTH chunks of a warp's weights loaded at once
+// (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`): a one-row-tile matrix of few outputs and long
+// k (Qwen3-4B's o and down projections, 2,560 outputs: 107 blocks of 3 for 132
+// multiprocessors) has one block of 8 warps a multiprocessor at most, each warp waiting on one
+// chunk at a time (`FLASHLANE_MATMUL_DEEP=1`, an A/B switch not yet run on a GPU). The same
+// products in the same order: the same bits.
+#define MATMUL_BF16_DEEP(NT)                                                                           \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    matmul_bf16_t##NT##_deep(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
+                             const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,     \
+                             int y_stride, int accumulate, int rows) {                                  \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, MMA_DEEP_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,   \
+                                         rows, part);                                                   \
+    }
+MATMUL_BF16_DEEP(3)
+MATMUL_BF16_DEEP(4)
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

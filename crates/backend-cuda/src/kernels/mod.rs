@@ -36,6 +36,10 @@ const FP8_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
 /// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
 const MMA_NARROW_DEPTH: usize = 2;
+/// Chunks of k a warp of `matmul_bf16_t3_deep` / `_t4_deep` loads before it multiplies any: the
+/// narrow kernel's depth, for wide blocks of one row tile that leave each multiprocessor one
+/// block at most ([`deepens`]). The bits do not depend on it.
+const MMA_DEEP_DEPTH: usize = 2;
 /// Chunks of k a warp of `matmul_fp8_narrow` / `matmul_fp8` loads before it multiplies any: an
 /// FP8 chunk is half a bf16 chunk's bytes (16 a lane), so twice the chunks keep as many bytes in
 /// flight (4 registers a chunk and n-tile).
@@ -133,6 +137,14 @@ const MMA_NT: usize = 4;
 /// fewest waves of the GPU's resident blocks. More than 6 spills at the 128 registers two blocks
 /// a multiprocessor allow (`tools/cuda_check`).
 const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
+/// The n-tiles a block of the deep kernels (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`): a
+/// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 at
+/// MMA_DEEP_DEPTH would hold more weight registers than ptxas keeps (`tools/cuda_check`).
+const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
+/// `FLASHLANE_MATMUL_DEEP=1` runs a one-row-tile bf16 matmul of at most one block a
+/// multiprocessor at MMA_DEEP_DEPTH ([`deepens`]; an A/B switch not yet run on a GPU: off by
+/// default; the bits do not change).
+pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
@@ -336,6 +348,7 @@ impl Dims {
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
             ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
+            ("MMA_DEEP_DEPTH", MMA_DEEP_DEPTH),
             ("MMA_SPLIT", usize::from(self.matmul_split)),
             ("MMA_CHUNK", MMA_CHUNK),
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
@@ -414,6 +427,11 @@ impl Dims {
 pub struct Kernels {
     /// The wide bf16 matmul by n-tiles a block, as [`MATMUL_BLOCK_TILES`] lists them.
     matmul_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    /// The deep kernels, as [`MATMUL_DEEP_TILES`] lists them.
+    matmul_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
+    /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
+    /// ([`MATMUL_DEEP_ENV`]).
+    matmul_deep: bool,
     /// Whether `MatmulKernel::Auto` picks the n-tiles a block by [`block_tiles`] (else MMA_NT),
     /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
     matmul_fit: (bool, bool),
@@ -502,6 +520,11 @@ impl Kernels {
                 by_tiles(MATMUL_BLOCK_TILES[2])?,
                 by_tiles(MATMUL_BLOCK_TILES[3])?,
             ],
+            matmul_deep_by_tiles: [
+                f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[0]))?,
+                f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[1]))?,
+            ],
+            matmul_deep: std::env::var(MATMUL_DEEP_ENV).is_ok_and(|v| v == "1"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
                 Ok("1") => (true, false),
@@ -625,6 +648,9 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
+    /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
+    /// its wide kernel).
+    Deep(usize),
 }
 
 /// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`, `_tiled`), in
@@ -678,6 +704,15 @@ fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: boo
         (_, false) => Some(MMA_NT),
     }
     .expect("MATMUL_BLOCK_TILES holds MMA_NT")
+}
+
+/// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
+/// `multiprocessors`: with at most one block a multiprocessor, each holds one block's 8 warps of
+/// loads in flight, which one chunk at a time leaves the 4B shape's o and down projections (107
+/// blocks of 3) reading at ~1.7 TB/s (ncu, bench/RESULTS.md session 17) against 2.8 for its
+/// gate/up (487 blocks).
+fn deepens(row_tiles: usize, blocks: usize, multiprocessors: usize) -> bool {
+    row_tiles == 1 && blocks <= multiprocessors
 }
 
 /// Whether a DeltaNet step of `rows` tokens in `windows` windows runs `deltanet_recurrence_split`
@@ -747,7 +782,10 @@ impl Kernels {
         let tiled = match kernel {
             MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
             MatmulKernel::Tiled => true,
-            MatmulKernel::Narrow | MatmulKernel::Wide | MatmulKernel::Tiles(_) => false,
+            MatmulKernel::Narrow
+            | MatmulKernel::Wide
+            | MatmulKernel::Tiles(_)
+            | MatmulKernel::Deep(_) => false,
         };
         if tiled && m.fp8.is_none() {
             return self.matmul_tiled(gpu, m);
@@ -776,6 +814,17 @@ impl Kernels {
             }
             MatmulKernel::Narrow => 1,
             MatmulKernel::Wide => MMA_NT,
+            MatmulKernel::Deep(tiles) => {
+                assert!(
+                    MATMUL_DEEP_TILES.contains(&tiles),
+                    "matmul: {tiles} n-tiles a block is none of the deep kernels' {MATMUL_DEEP_TILES:?}"
+                );
+                if m.fp8.is_some() {
+                    MMA_NT
+                } else {
+                    tiles
+                }
+            }
             MatmulKernel::Tiles(tiles) => {
                 assert!(
                     MATMUL_BLOCK_TILES.contains(&tiles),
@@ -794,10 +843,25 @@ impl Kernels {
             u32::try_from(n_tiles.div_ceil(tiles)).expect("outputs fit a grid"),
             1,
         );
+        let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
+        let deep = match kernel {
+            MatmulKernel::Deep(_) => true,
+            MatmulKernel::Auto => {
+                self.matmul_deep
+                    && deep_at.is_some()
+                    && deepens(row_tiles, n_tiles.div_ceil(tiles), self.multiprocessors)
+            }
+            _ => false,
+        };
         let Some(fp8) = m.fp8 else {
-            let f = match MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles) {
-                Some(i) => &self.matmul_by_tiles[i],
-                None => &self.matmul_narrow,
+            let f = match (
+                deep,
+                deep_at,
+                MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles),
+            ) {
+                (true, Some(i), _) => &self.matmul_deep_by_tiles[i],
+                (_, _, Some(i)) => &self.matmul_by_tiles[i],
+                (_, _, None) => &self.matmul_narrow,
             };
             return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };

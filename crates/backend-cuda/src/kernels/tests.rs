@@ -365,6 +365,8 @@ fn matmul_case(
         MatmulKernel::Tiles(5),
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
+        MatmulKernel::Deep(3),
+        MatmulKernel::Deep(super::MMA_NT),
     ] {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
@@ -493,6 +495,18 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             assert!(same, "seed {seed}: row {r} alone differs from the batch");
         }
     }
+}
+
+/// `deepens` (no device needed): one row tile and at most one block a multiprocessor; the 4B
+/// shape's o and down projections at one row (2,560 outputs: 107 blocks of 3) on the H200's 132.
+#[test]
+fn deepens_takes_one_row_tile_of_at_most_a_block_a_multiprocessor() {
+    use super::deepens;
+    assert!(deepens(1, 107, 132));
+    assert!(deepens(1, 132, 132));
+    assert!(!deepens(1, 133, 132));
+    assert!(!deepens(2, 107, 132));
+    assert!(!deepens(4, 1, 132));
 }
 
 /// `block_tiles` (no device needed): a count of MATMUL_BLOCK_TILES whose waves cost least; for
@@ -1418,6 +1432,8 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(5),
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
+        MatmulKernel::Deep(3),
+        MatmulKernel::Deep(super::MMA_NT),
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -1436,7 +1452,8 @@ fn matmul_kernel_times() {
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
-                if kernel == MatmulKernel::Tiled && rows < 64 {
+                let deep = matches!(kernel, MatmulKernel::Deep(_));
+                if (kernel == MatmulKernel::Tiled && rows < 64) || (deep && rows > 16) {
                     continue;
                 }
                 let reps = if rows >= 2048 { 5 } else { 30 };
