@@ -341,6 +341,14 @@ impl Dims {
     }
 
     fn defines(&self) -> String {
+        self.define_list()
+            .iter()
+            .map(|(name, v)| format!("#define {name} {v}\n"))
+            .collect()
+    }
+
+    /// The `#define`s the kernels are compiled with, as (name, value).
+    fn define_list(&self) -> Vec<(&'static str, usize)> {
         let block = |v: u32| v as usize;
         let mut d = vec![
             ("MMA_WARPS", block(MMA_WARPS)),
@@ -402,14 +410,35 @@ impl Dims {
                 ("MOE_H", self.hidden),
             ]);
         }
-        d.iter()
-            .map(|(name, v)| format!("#define {name} {v}\n"))
-            .collect()
+        d
     }
 
     /// Every source this model needs, after its sizes.
     fn source(&self) -> String {
-        let mut parts = vec![self.defines(), COMMON.into(), MATMUL.into(), NORM.into()];
+        self.source_with(self.defines())
+    }
+
+    /// The source with `overrides` in place of the defines of those names (for measurements of
+    /// other depths and block counts: `kernel_define_times`), or the first name that is none of
+    /// them.
+    fn source_overriding(&self, overrides: &[(&str, usize)]) -> Result<String, String> {
+        let mut list = self.define_list();
+        for &(name, value) in overrides {
+            let slot = list
+                .iter_mut()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| name.to_string())?;
+            slot.1 = value;
+        }
+        Ok(self.source_with(
+            list.iter()
+                .map(|(name, v)| format!("#define {name} {v}\n"))
+                .collect(),
+        ))
+    }
+
+    fn source_with(&self, defines: String) -> String {
+        let mut parts = vec![defines, COMMON.into(), MATMUL.into(), NORM.into()];
         parts.push(ATTENTION.into());
         parts.push(MTP.into());
         parts.push(DENSE.into());
@@ -495,11 +524,29 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
+        Self::compile_source(gpu, dims, dims.source())
+    }
+
+    /// The kernels compiled with `overrides` in place of some defines (measurements only: the
+    /// host keeps its own constants, so only values the host never reads change, such as
+    /// depths and launch bounds).
+    pub fn compile_overriding(
+        gpu: &Gpu,
+        dims: &Dims,
+        overrides: &[(&str, usize)],
+    ) -> Result<Kernels, CudaError> {
+        let source = dims
+            .source_overriding(overrides)
+            .map_err(|name| CudaError::Compile(format!("no define {name} to override")))?;
+        Self::compile_source(gpu, dims, source)
+    }
+
+    fn compile_source(gpu: &Gpu, dims: &Dims, source: String) -> Result<Kernels, CudaError> {
         let opts = CompileOptions {
             arch: Some(ARCH),
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(dims.source(), opts)
+        let ptx = compile_ptx_with_opts(source, opts)
             .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
         let module = gpu.ctx.load_module(ptx)?;
         let f = |name: &str| module.load_function(name);

@@ -1501,3 +1501,203 @@ fn write_kernel_sources() {
         println!("{}", path.display());
     }
 }
+
+/// µs a launch of `run` (after one launch to warm up), averaged over `reps`.
+fn time_launches(gpu: &Gpu, reps: usize, mut run: impl FnMut()) -> f64 {
+    run();
+    gpu.sync().unwrap();
+    let start = std::time::Instant::now();
+    for _ in 0..reps {
+        run();
+    }
+    gpu.sync().unwrap();
+    start.elapsed().as_secs_f64() * 1e6 / reps as f64
+}
+
+/// Not a test: how other depths and launch bounds would change the kernels a decode step of the
+/// A3B slice and the 4B shape spends most in (`--ignored kernel_define_times --nocapture` on the
+/// GPU). Per variant (defines overridden when compiling: the bits never depend on them), the
+/// MoE layer of the A3B slice's widths (bf16 and block-scaled FP8 experts, zero weights: the
+/// same loads and products) at 1, 4, 8 and 64 rows, and the one-row matmuls that read slowest
+/// (bf16 and FP8, the deep kernels where they apply), µs a launch and the weights' read rate.
+#[test]
+#[ignore]
+fn kernel_define_times() {
+    let Some(gpu) = open_gpu() else { return };
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../bench/shapes/qwen3-next-a3b-slice");
+    let config = Config::from_dir(&dir).expect("the A3B slice's config");
+    let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+    let m = dims.moe.clone().expect("the A3B slice has experts");
+    let h = dims.hidden;
+    let (e, i, is) = (
+        m.num_experts,
+        m.expert_intermediate,
+        m.shared_expert_intermediate,
+    );
+    // FP8 blocks as Qwen's FP8 checkpoints cut them.
+    let (br, bc) = (128, 128);
+    let max_rows = 64;
+    let pairs = max_rows * m.experts_per_token;
+    let layout = MoeIndexLayout::of(max_rows, &m);
+    let f = |n: usize| Buf::<f32>::zeros(&gpu, n).unwrap();
+    let bytes = |n: usize| Buf::<u8>::zeros(&gpu, n).unwrap();
+    let ints = Buf::<i32>::zeros(&gpu, layout.len).unwrap();
+    let mo_w = e + 1 + 2 * is;
+    let mut rng = Rng::fresh();
+    let (xn, mo, x) = (
+        Buf::from_host(&gpu, &rng.vec(max_rows * h)).unwrap(),
+        Buf::from_host(&gpu, &rng.vec(max_rows * mo_w)).unwrap(),
+        f(max_rows * h),
+    );
+    let (probs, act, act_sh, y_exp, y_sh, normed) = (
+        f(pairs),
+        f(pairs * i),
+        f(max_rows * is),
+        f(pairs * h),
+        f(max_rows * h),
+        f(max_rows * h),
+    );
+    let norm_w = f(h);
+    let bf16_w = [
+        bytes(e * 2 * i * h * 2),
+        bytes(e * h * i * 2),
+        bytes(h * is * 2),
+    ];
+    let fp8_w = [bytes(e * 2 * i * h), bytes(e * h * i), bytes(h * is)];
+    let ones = |n: usize| Buf::from_host(&gpu, &vec![1f32; n]).unwrap();
+    let fp8_scales = [
+        ones(e * (2 * i / br) * (h / bc)),
+        ones(e * (h / br) * (i / bc)),
+        ones((h / br) * (is / bc)),
+    ];
+    let launch = |rows: usize, fp8: bool| {
+        let w = if fp8 { &fp8_w } else { &bf16_w };
+        MoeLaunch {
+            fp8: fp8.then(|| super::MoeFp8 {
+                gate_up_scales: fp8_scales[0].at(0),
+                down_scales: fp8_scales[1].at(0),
+                shared_down_scales: fp8_scales[2].at(0),
+                block_rows: br,
+                block_cols: bc,
+            }),
+            rows,
+            xn: xn.at(0),
+            mo: mo.at(0),
+            x: x.at(0),
+            gate_up: w[0].at(0),
+            down: w[1].at(0),
+            shared_down: w[2].at(0),
+            ids: ints.at(layout.ids),
+            probs: probs.at(0),
+            pair_row: ints.at(layout.pair_row),
+            pair_pos: ints.at(layout.pair_pos),
+            tiles: ints.at(layout.tiles),
+            n_tiles: ints.at(layout.n_tiles),
+            act: act.at(0),
+            act_sh: act_sh.at(0),
+            y_exp: y_exp.at(0),
+            y_sh: y_sh.at(0),
+        }
+    };
+    let then = super::NormAfter {
+        w: norm_w.at(0),
+        eps: NORM_EPS,
+        zero_centred: true,
+        out: normed.at(0),
+    };
+    // (name, n_out, k) of one-row matmuls: the narrow and few-block wide ones, and wide ones for
+    // scale (the DeltaNet input projection's qkvz part: 12,288 outputs, whole FP8 blocks).
+    let matrices = [
+        ("A3B o", 2048, 4096),
+        ("A3B qkvz", 12288, 2048),
+        ("4B o", 2560, 4096),
+        ("4B down", 2560, 9728),
+        ("4B gate_up", 19456, 2560),
+    ];
+    let w_bytes = 19456 * 9728 * 2;
+    let (w, xb, y) = (bytes(w_bytes), f(16 * 19456), f(16 * 19456));
+    let scales = ones((19456 / br + 1) * (9728 / bc + 1));
+    let variants: [(&str, &[(&str, usize)]); 13] = [
+        ("as built", &[]),
+        ("MOE_BF16_DEPTH 1", &[("MOE_BF16_DEPTH", 1)]),
+        ("MOE_BF16_DEPTH 3", &[("MOE_BF16_DEPTH", 3)]),
+        ("MOE_FP8_DEPTH 1", &[("MOE_FP8_DEPTH", 1)]),
+        ("MOE_FP8_DEPTH 3", &[("MOE_FP8_DEPTH", 3)]),
+        ("MMA_NARROW_DEPTH 3", &[("MMA_NARROW_DEPTH", 3)]),
+        ("MMA_DEEP_DEPTH 3", &[("MMA_DEEP_DEPTH", 3)]),
+        ("MMA_FP8_WIDE_DEPTH 1", &[("MMA_FP8_WIDE_DEPTH", 1)]),
+        ("MMA_FP8_WIDE_DEPTH 4", &[("MMA_FP8_WIDE_DEPTH", 4)]),
+        ("MMA_FP8_NARROW_DEPTH 2", &[("MMA_FP8_NARROW_DEPTH", 2)]),
+        ("MMA_FP8_NARROW_DEPTH 8", &[("MMA_FP8_NARROW_DEPTH", 8)]),
+        ("MMA_MIN_BLOCKS 1", &[("MMA_MIN_BLOCKS", 1)]),
+        ("MMA_MIN_BLOCKS 3", &[("MMA_MIN_BLOCKS", 3)]),
+    ];
+    let reps = 50;
+    for (name, overrides) in variants {
+        let k = match Kernels::compile_overriding(&gpu, &dims, overrides) {
+            Ok(k) => k,
+            Err(err) => {
+                println!("{name:>24}: does not compile: {err}");
+                continue;
+            }
+        };
+        let mut line = format!("{name:>24}: MoE");
+        for fp8 in [false, true] {
+            line += if fp8 { " | FP8" } else { " bf16" };
+            for rows in [1, 4, 8, 64] {
+                let l = launch(rows, fp8);
+                let us = time_launches(&gpu, reps, || {
+                    k.moe(&gpu, &dims, &l, Some(&then)).unwrap();
+                });
+                line += &format!(" {rows}: {us:6.1}");
+            }
+        }
+        line += " µs | one row:";
+        for (matrix, n_out, depth) in matrices {
+            let kernels: &[MatmulKernel] = if n_out == 2560 {
+                &[MatmulKernel::Auto, MatmulKernel::Deep(3)]
+            } else {
+                &[MatmulKernel::Auto]
+            };
+            for fp8 in [false, true] {
+                for &kernel in kernels {
+                    if fp8 && kernel != MatmulKernel::Auto {
+                        continue;
+                    }
+                    let mm = Matmul {
+                        fp8: fp8.then(|| Fp8Scales {
+                            scales: scales.at(0),
+                            block_rows: br,
+                            block_cols: bc,
+                        }),
+                        x: xb.at(0),
+                        x_stride: depth,
+                        row_index: 0,
+                        w: w.at(0),
+                        k: depth,
+                        n_out,
+                        y: y.at(0),
+                        y_stride: n_out,
+                        rows: 1,
+                        accumulate: false,
+                    };
+                    let us = time_launches(&gpu, reps, || {
+                        k.matmul_with(&gpu, &mm, kernel).unwrap();
+                    });
+                    let weight_bytes = (n_out * depth * if fp8 { 1 } else { 2 }) as f64;
+                    let what = match (fp8, kernel) {
+                        (true, _) => "fp8",
+                        (false, MatmulKernel::Deep(_)) => "deep",
+                        (false, _) => "bf16",
+                    };
+                    line += &format!(
+                        " {matrix} {what} {us:.1} ({:.2} TB/s)",
+                        weight_bytes / us / 1e6
+                    );
+                }
+            }
+        }
+        println!("{line}");
+    }
+}
