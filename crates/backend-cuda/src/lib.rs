@@ -100,6 +100,8 @@ pub struct LoadOptions {
     /// Whether the checkpoint's MTP head is loaded (a model served without MTP drafts leaves it
     /// out: it would only cost memory and a pass of its layer a round).
     pub mtp_head: bool,
+    /// What the matmuls of bf16 weights multiply (the kernels are compiled for it).
+    pub matmul_input: ::model::MatmulInput,
 }
 
 /// The GPU's K and V storage unless asked otherwise: bf16, as the GPU peers keep it (twice the
@@ -113,6 +115,7 @@ impl Default for LoadOptions {
             format: ::model::LoadFormat::Safetensors,
             progress: false,
             mtp_head: true,
+            matmul_input: ::model::MatmulInput::Exact,
         }
     }
 }

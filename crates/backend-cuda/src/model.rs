@@ -5,7 +5,7 @@ use crate::device::Gpu;
 use crate::kernels::{Dims, Kernels};
 use crate::weights::ModelWeights;
 use crate::{CudaError, LoadOptions};
-use model::{Config, KvDtype, Weights};
+use model::{Config, KvDtype, MatmulInput, Weights};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -33,15 +33,28 @@ impl CudaModel {
             weights = weights.without_mtp_head();
         }
         let weights = weights.with_progress(options.progress);
-        let model = CudaModel::from_weights(config, &weights, options.kv_dtype).map(Arc::new);
+        let model =
+            CudaModel::from_weights_with(config, &weights, options.kv_dtype, options.matmul_input)
+                .map(Arc::new);
         weights.finish_progress();
         model
     }
 
-    /// The model of `w` with sessions keeping K and V as `kv`.
+    /// The model of `w` with sessions keeping K and V as `kv`, exact matmul inputs.
     pub fn from_weights(config: Config, w: &Weights, kv: KvDtype) -> Result<CudaModel, CudaError> {
+        CudaModel::from_weights_with(config, w, kv, MatmulInput::Exact)
+    }
+
+    /// The model of `w` with sessions keeping K and V as `kv`, its matmuls taking `input`.
+    pub fn from_weights_with(
+        config: Config,
+        w: &Weights,
+        kv: KvDtype,
+        input: MatmulInput,
+    ) -> Result<CudaModel, CudaError> {
         let gpu = Gpu::open()?;
-        let dims = Dims::of(&config, kv)?;
+        let mut dims = Dims::of(&config, kv)?;
+        dims.matmul_split = input == MatmulInput::Exact;
         let kernels = Kernels::compile(&gpu, &dims)?;
         let weights = ModelWeights::upload(&gpu, &config, w)?;
         gpu.sync()?;

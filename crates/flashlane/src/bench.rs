@@ -456,11 +456,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             v.map_or_else(|| "?".to_string(), |p| p.get_name().to_string())
         };
         eprintln!(
-            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}",
+            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}",
             dir.display(),
             flag(args.task.to_possible_value()),
             args.new_tokens,
             flag(args.draft.to_possible_value()),
+            flag(args.model.matmul_input.to_possible_value()),
         );
     }
     // Untimed warm-up.
@@ -522,6 +523,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "draft_cost_percent": drafts.cost_percent,
+                "matmul_input": args.model.matmul_input.input().name(),
                 "rows": rows,
                 "moves": moves,
             })

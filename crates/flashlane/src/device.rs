@@ -8,7 +8,7 @@ use backend_cpu::{CpuBackend, CpuModel, CpuTarget, ModelCosts, RollbackWindow, S
 use clap::{Args, ValueEnum};
 use lane::Target;
 use model::Placement;
-use model::{KvDtype, LoadFormat};
+use model::{KvDtype, LoadFormat, MatmulInput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,6 +28,27 @@ pub enum KvDtypeArg {
     Bf16,
     /// 32-bit (the CPU's; on the GPU for checking against a reference)
     F32,
+}
+
+/// `--matmul-input`: what the matmuls of bf16 weights multiply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MatmulInputArg {
+    /// The activations in f32: the reference's products (the GPU splits them into two bf16
+    /// halves for its tensor cores)
+    Exact,
+    /// The activations rounded to bf16 first, as vLLM and llama.cpp multiply bf16 weights:
+    /// faster where many streams or long prompts keep the multipliers busy; replies differ from
+    /// exact's (each still the same alone, batched or moved). --device cuda only
+    Bf16,
+}
+
+impl MatmulInputArg {
+    pub fn input(self) -> MatmulInput {
+        match self {
+            MatmulInputArg::Exact => MatmulInput::Exact,
+            MatmulInputArg::Bf16 => MatmulInput::Bf16,
+        }
+    }
 }
 
 /// `--load-format`: where the weights come from.
@@ -73,6 +94,19 @@ impl Device {
             (Device::Cpu, Some(KvDtypeArg::Bf16)) => Err(Failure::bad_input(anyhow!(
                 "--kv-dtype bf16: the CPU backend keeps keys and values in f32; use --kv-dtype f32 or --device cuda"
             ))),
+        }
+    }
+
+    /// The matmul input `--matmul-input` asks for, if this device computes it: the CPU backend
+    /// multiplies exact f32 activations only (a kernel of bf16 inputs, `vdpbf16ps`, was no
+    /// faster there: bench/RESULTS.md session 17).
+    pub fn matmul_input(self, arg: MatmulInputArg) -> Result<MatmulInput, Failure> {
+        match (self, arg.input()) {
+            (Device::Cpu, MatmulInput::Bf16) => Err(Failure::bad_input(anyhow!(
+                "--matmul-input bf16: the CPU backend multiplies the activations in f32; use \
+                 --matmul-input exact, or --device cuda"
+            ))),
+            (_, input) => Ok(input),
         }
     }
 
@@ -188,6 +222,8 @@ pub struct LoadHow {
     /// Whether the MTP head is loaded: only a model that drafts with it needs it (without, the
     /// head takes no memory and a round no pass of its layer).
     pub mtp_head: bool,
+    /// What the matmuls of bf16 weights multiply.
+    pub matmul_input: MatmulInput,
 }
 
 impl Device {
@@ -196,6 +232,7 @@ impl Device {
     pub fn load(self, dir: &Path, how: LoadHow) -> anyhow::Result<LoadedModel> {
         Ok(match self {
             // `how.kv` comes from `Device::kv_dtype`, which refuses what the CPU cannot keep.
+            // `how.matmul_input` comes from `Device::matmul_input`: exact on the CPU.
             Device::Cpu => {
                 let model = CpuModel::load_head(dir, true, how.placement, how.format, how.mtp_head)
                     .map_err(|e| anyhow!(e))?;
@@ -207,6 +244,7 @@ impl Device {
                     format: how.format,
                     progress: true,
                     mtp_head: how.mtp_head,
+                    matmul_input: how.matmul_input,
                 };
                 let model =
                     backend_cuda::CudaModel::load_with(dir, &options).map_err(|e| anyhow!(e))?;
@@ -271,6 +309,11 @@ pub struct ModelArgs {
     /// How sessions store attention keys and values [default: bf16 with --device cuda, f32 on the CPU]
     #[arg(long, value_enum)]
     pub kv_dtype: Option<KvDtypeArg>,
+    /// What the matmuls of bf16 weights multiply: exact keeps the activations in f32; bf16
+    /// rounds them first (faster at many streams and in long prompts, replies differ from
+    /// exact's; --device cuda only)
+    #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT")]
+    pub matmul_input: MatmulInputArg,
 }
 
 impl ModelArgs {
@@ -299,6 +342,7 @@ impl ModelArgs {
             placement: self.placement(),
             kv: device.kv_dtype(self.kv_dtype)?,
             mtp_head,
+            matmul_input: device.matmul_input(self.matmul_input)?,
         })
     }
 }

@@ -47,6 +47,7 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 /// keeps keys and values in f32: `--kv-dtype bf16` is refused.
 pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
     Device::Cpu.kv_dtype(args.kv_dtype)?;
+    Device::Cpu.matmul_input(args.matmul_input)?;
     let dir = args.dir()?;
     let model = CpuModel::load_as(&dir, true, args.placement(), args.load_format.format())
         .map_err(|e| Failure::from(anyhow!(e)))?;

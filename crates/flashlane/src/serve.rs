@@ -118,6 +118,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .unwrap_or_else(|| "model".into()),
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
+    let matmul_input = args.device.matmul_input(args.model.matmul_input)?;
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let mtp_head = draft == DraftMode::Mtp;
@@ -213,6 +214,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
                 placement,
                 kv: kv_dtype,
                 mtp_head,
+                matmul_input,
             };
             let target = device
                 .load(&model_dir, how)?

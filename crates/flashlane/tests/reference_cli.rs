@@ -285,6 +285,35 @@ fn bench_reports_mtp_acceptance_on_the_counting_task_as_json() {
 }
 
 #[test]
+fn bf16_matmul_inputs_are_a_gpu_choice_the_cpu_refuses_by_flag_or_environment() {
+    for args in [
+        &["generate", "--prompt", "Hi", "--matmul-input", "bf16"][..],
+        &["bench", "--streams", "1", "--matmul-input", "bf16"][..],
+        &["serve", "--port", "0", "--matmul-input", "bf16"][..],
+    ] {
+        let (code, _, stderr) = flashlane(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--matmul-input bf16") && stderr.contains("--device cuda"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
+        .args(["generate", "--prompt", "Hi", "--max-tokens", "2"])
+        .env("FLASHLANE_MATMUL_INPUT", "bf16")
+        .output()
+        .expect("run flashlane");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--matmul-input bf16"));
+    let (code, _, stderr) = flashlane(&["generate", "--prompt", "Hi", "--matmul-input", "fp4"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("exact") && stderr.contains("bf16"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     let model = fixture("qwen3_f32_untied").join("model");
     let (code, _, stderr) = flashlane(&[

@@ -245,17 +245,14 @@ pub struct Dims {
     /// How the sessions' K and V rows are stored.
     pub kv: KvDtype,
     /// Whether x enters the matmuls' tensor cores as two bf16 halves (hi and lo, ~16 bits of
-    /// mantissa) or as one bf16 ([`MATMUL_INPUT_ENV`]).
+    /// mantissa: `MatmulInput::Exact`, the default) or as one bf16 (`--matmul-input bf16`): the
+    /// matmuls (dense, FP8, tiled, the MoE's experts) then make half the tensor-core products,
+    /// at bf16's 8 bits of x's mantissa, as vLLM's and llama.cpp's bf16 matmuls do (on the
+    /// H200, session 17: 4-5 % faster decode at 1 stream, 20 % faster prefill on the Qwen3-4B
+    /// shape). The replies change (each stays the same alone or batched), so the parity
+    /// fixtures, made for the split, do not hold under it.
     pub matmul_split: bool,
 }
-
-/// `FLASHLANE_MATMUL_INPUT=bf16` compiles the matmuls (dense, FP8, tiled, the MoE's experts) to
-/// take x as one bf16 instead of two halves: half the tensor-core products, at bf16's 8 bits of
-/// x's mantissa (as vLLM's and llama.cpp's bf16 matmuls). An A/B switch (on the H200, session
-/// 17: 4-5 % faster decode at 1 stream, 20 % faster prefill on the Qwen3-4B shape): the replies
-/// change (each stays the same alone or batched), so the parity fixtures, made for the split, do
-/// not hold under it.
-pub const MATMUL_INPUT_ENV: &str = "FLASHLANE_MATMUL_INPUT";
 
 impl Dims {
     pub fn of(config: &Config, kv: KvDtype) -> Result<Dims, CudaError> {
@@ -269,8 +266,7 @@ impl Dims {
             linear: config.linear.clone(),
             moe: config.moe.clone(),
             kv,
-            matmul_split: !std::env::var(MATMUL_INPUT_ENV)
-                .is_ok_and(|v| v.eq_ignore_ascii_case("bf16")),
+            matmul_split: true,
         };
         dims.check()?;
         Ok(dims)
