@@ -1097,6 +1097,66 @@ fn attention_prep_of_many_heads_matches_a_reference() {
     }
 }
 
+/// The MoE layer's index and intermediate buffers for up to `rows` rows.
+struct MoeScratch {
+    layout: MoeIndexLayout,
+    ints: Buf<i32>,
+    probs: Buf<f32>,
+    act: Buf<f32>,
+    act_sh: Buf<f32>,
+    y_exp: Buf<f32>,
+    y_sh: Buf<f32>,
+}
+
+impl MoeScratch {
+    fn new(gpu: &Gpu, m: &MoeConfig, hidden: usize, rows: usize) -> MoeScratch {
+        let pairs = rows * m.experts_per_token;
+        let layout = MoeIndexLayout::of(rows, m);
+        let f = |n: usize| Buf::<f32>::zeros(gpu, n).unwrap();
+        MoeScratch {
+            ints: Buf::<i32>::zeros(gpu, layout.len).unwrap(),
+            probs: f(pairs),
+            act: f(pairs * m.expert_intermediate),
+            act_sh: f(rows * m.shared_expert_intermediate),
+            y_exp: f(pairs * hidden),
+            y_sh: f(rows * hidden),
+            layout,
+        }
+    }
+
+    /// The launch of `rows` rows (at most the scratch's) of `xn`, `mo` into `x`, with the
+    /// weights `[gate_up, down, shared_down]` (0: no shared expert).
+    fn launch(
+        &self,
+        rows: usize,
+        fp8: Option<super::MoeFp8>,
+        [xn, mo, x]: [u64; 3],
+        [gate_up, down, shared_down]: [u64; 3],
+    ) -> MoeLaunch {
+        let (ints, layout) = (&self.ints, &self.layout);
+        MoeLaunch {
+            fp8,
+            rows,
+            xn,
+            mo,
+            x,
+            gate_up,
+            down,
+            shared_down,
+            ids: ints.at(layout.ids),
+            probs: self.probs.at(0),
+            pair_row: ints.at(layout.pair_row),
+            pair_pos: ints.at(layout.pair_pos),
+            tiles: ints.at(layout.tiles),
+            n_tiles: ints.at(layout.n_tiles),
+            act: self.act.at(0),
+            act_sh: self.act_sh.at(0),
+            y_exp: self.y_exp.at(0),
+            y_sh: self.y_sh.at(0),
+        }
+    }
+}
+
 /// The GPU's MoE layer (`moe.cu`) on the given rows, with `then_w` the norm its last kernel
 /// writes after the sum (zero-centred): returns `x` after it and the normed rows (empty without
 /// `then_w`).
@@ -1113,52 +1173,33 @@ fn run_moe(
 ) -> (Vec<f32>, Vec<f32>) {
     let (h, m) = (case.hidden, &case.m);
     let rows = x.len() / h;
-    let pairs = rows * m.experts_per_token;
-    let layout = MoeIndexLayout::of(rows, m);
     let f = |n: usize| Buf::<f32>::zeros(gpu, n).unwrap();
-    let ints = Buf::<i32>::zeros(gpu, layout.len).unwrap();
     let (xn_b, mo_b) = (
         Buf::from_host(gpu, xn).unwrap(),
         Buf::from_host(gpu, mo).unwrap(),
     );
     let x_b = Buf::from_host(gpu, x).unwrap();
-    let (probs, act, act_sh, y_exp, y_sh) = (
-        f(pairs),
-        f(pairs * m.expert_intermediate),
-        f(rows * m.shared_expert_intermediate),
-        f(pairs * h),
-        f(rows * h),
-    );
-    let launch = MoeLaunch {
-        fp8: case.fp8.as_ref().map(|(s, br, bc)| super::MoeFp8 {
+    let scratch = MoeScratch::new(gpu, m, h, rows);
+    let launch = scratch.launch(
+        rows,
+        case.fp8.as_ref().map(|(s, br, bc)| super::MoeFp8 {
             gate_up_scales: s[0].at(0),
             down_scales: s[1].at(0),
             shared_down_scales: s[2].at(0),
             block_rows: *br,
             block_cols: *bc,
         }),
-        rows,
-        xn: xn_b.at(0),
-        mo: mo_b.at(0),
-        x: x_b.at(0),
-        gate_up: case.on_gpu[0].at(0),
-        down: case.on_gpu[1].at(0),
-        shared_down: if m.shared_expert_intermediate > 0 {
-            case.on_gpu[2].at(0)
-        } else {
-            0
-        },
-        ids: ints.at(layout.ids),
-        probs: probs.at(0),
-        pair_row: ints.at(layout.pair_row),
-        pair_pos: ints.at(layout.pair_pos),
-        tiles: ints.at(layout.tiles),
-        n_tiles: ints.at(layout.n_tiles),
-        act: act.at(0),
-        act_sh: act_sh.at(0),
-        y_exp: y_exp.at(0),
-        y_sh: y_sh.at(0),
-    };
+        [xn_b.at(0), mo_b.at(0), x_b.at(0)],
+        [
+            case.on_gpu[0].at(0),
+            case.on_gpu[1].at(0),
+            if m.shared_expert_intermediate > 0 {
+                case.on_gpu[2].at(0)
+            } else {
+                0
+            },
+        ],
+    );
     let out = f(rows * h);
     let then_w = then_w.map(|w| Buf::from_host(gpu, w).unwrap());
     let then = then_w.as_ref().map(|w| super::NormAfter {
@@ -1538,11 +1579,8 @@ fn kernel_define_times() {
     // FP8 blocks as Qwen's FP8 checkpoints cut them.
     let (br, bc) = (128, 128);
     let max_rows = 64;
-    let pairs = max_rows * m.experts_per_token;
-    let layout = MoeIndexLayout::of(max_rows, &m);
     let f = |n: usize| Buf::<f32>::zeros(&gpu, n).unwrap();
     let bytes = |n: usize| Buf::<u8>::zeros(&gpu, n).unwrap();
-    let ints = Buf::<i32>::zeros(&gpu, layout.len).unwrap();
     let mo_w = e + 1 + 2 * is;
     let mut rng = Rng::fresh();
     let (xn, mo, x) = (
@@ -1550,14 +1588,8 @@ fn kernel_define_times() {
         Buf::from_host(&gpu, &rng.vec(max_rows * mo_w)).unwrap(),
         f(max_rows * h),
     );
-    let (probs, act, act_sh, y_exp, y_sh, normed) = (
-        f(pairs),
-        f(pairs * i),
-        f(max_rows * is),
-        f(pairs * h),
-        f(max_rows * h),
-        f(max_rows * h),
-    );
+    let scratch = MoeScratch::new(&gpu, &m, h, max_rows);
+    let normed = f(max_rows * h);
     let norm_w = f(h);
     let bf16_w = [
         bytes(e * 2 * i * h * 2),
@@ -1573,32 +1605,18 @@ fn kernel_define_times() {
     ];
     let launch = |rows: usize, fp8: bool| {
         let w = if fp8 { &fp8_w } else { &bf16_w };
-        MoeLaunch {
-            fp8: fp8.then(|| super::MoeFp8 {
+        scratch.launch(
+            rows,
+            fp8.then(|| super::MoeFp8 {
                 gate_up_scales: fp8_scales[0].at(0),
                 down_scales: fp8_scales[1].at(0),
                 shared_down_scales: fp8_scales[2].at(0),
                 block_rows: br,
                 block_cols: bc,
             }),
-            rows,
-            xn: xn.at(0),
-            mo: mo.at(0),
-            x: x.at(0),
-            gate_up: w[0].at(0),
-            down: w[1].at(0),
-            shared_down: w[2].at(0),
-            ids: ints.at(layout.ids),
-            probs: probs.at(0),
-            pair_row: ints.at(layout.pair_row),
-            pair_pos: ints.at(layout.pair_pos),
-            tiles: ints.at(layout.tiles),
-            n_tiles: ints.at(layout.n_tiles),
-            act: act.at(0),
-            act_sh: act_sh.at(0),
-            y_exp: y_exp.at(0),
-            y_sh: y_sh.at(0),
-        }
+            [xn.at(0), mo.at(0), x.at(0)],
+            [w[0].at(0), w[1].at(0), w[2].at(0)],
+        )
     };
     let then = super::NormAfter {
         w: norm_w.at(0),
