@@ -10,7 +10,7 @@
 #                                                 SETTINGS="" runs them once as built)
 #     TIMINGS="matmul_kernel_times kernel_define_times"
 #     AB="base:FLASHLANE_AB=1 deep:FLASHLANE_MATMUL_DEEP=1" AB_SHAPES="qwen3-4b qwen3-next-a3b-slice"
-#     PROFILE_SHAPES="qwen3-next-80b-a3b-fp8" PROFILE_STREAMS=1,64
+#     PROFILE_SHAPES="qwen3-next-80b-a3b-fp8" PROFILE_STREAMS=1,64 [PROFILE_SETTINGS="label:VAR=1 …"]
 #     FLASHLANE_BIN=/tmp/fl (default: unpacked from bench/peers/flashlane.xz)
 #
 # Before the call, here: bench/pack_gpu_tests.sh --flashlane, and carry bench/peers/gpu-tests.tar.xz
@@ -59,7 +59,9 @@ fi
 
 if [ -n "${PROFILE_SHAPES:-}" ] && [ -x "$fl" ]; then
   for shape in $PROFILE_SHAPES; do
-    RUN_TIMEOUT="${PROFILE_SECONDS:-150}" "$here/bench/gpu_profile.sh" "$work/profile" "$shape" "$fl" \
+    # Its own settings (SETTINGS is the tests'), and a limit for the whole shape.
+    SETTINGS="${PROFILE_SETTINGS:-built:FLASHLANE_AB=1}" RUN_TIMEOUT="${PROFILE_SECONDS:-150}" \
+      timeout "${PROFILE_SHAPE_SECONDS:-240}" "$here/bench/gpu_profile.sh" "$work/profile" "$shape" "$fl" \
       "${PROFILE_STREAMS:-1,64}" >>"$out/profile.txt" 2>&1
     step "profile $shape rc=$?"
   done

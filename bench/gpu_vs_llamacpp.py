@@ -20,7 +20,9 @@ holds).
 
 Decode is aggregate tokens/s after each stream's first token (llama-batched-bench's S_TG);
 prefill is the prompt tokens of all streams over the time to every stream's first token (S_PP).
-Nothing it makes is committed; the models live under --work and are deleted after each shape.
+Nothing it makes is committed; the models live under --work and are deleted after each shape
+(kept with --keep-models or --prepare-only: a later call on the same, still warm, machine then
+uses them and the llama.cpp build instead of making them again).
 """
 
 import argparse
@@ -80,6 +82,8 @@ def make_model(shape: str, work: Path, out: Path, gguf: bool) -> Path:
     if (d / MODEL_DONE).is_file() and (not gguf or (d / "model-bf16.gguf").is_file()):
         log(f"{shape}: checkpoint kept by an earlier call (--keep-models); not made again", out)
         return d
+    # A folder without its marker was cut short: made again from nothing.
+    shutil.rmtree(d, ignore_errors=True)
     t0 = time.time()
     cmd = [sys.executable, str(ROOT / "bench/make_model.py"), "--shape", shape, "--out", str(d)]
     if gguf:
@@ -156,9 +160,13 @@ def ratio(a, b):
 def quantize(bin_dir: Path, gguf: Path, out: Path) -> Path | None:
     """The Q8_0 twin of a bf16 GGUF beside it, or None when llama-quantize failed."""
     q8 = gguf.with_name("model-q8_0.gguf")
+    done = gguf.with_name("Q8_0_MADE")
+    if done.is_file() and q8.is_file():
+        return q8
     t0 = time.time()
     if run_json([bin_dir / "llama-quantize", gguf, q8, "Q8_0"], out, 900) is None:
         return None
+    done.write_text("made by llama-quantize\n")
     log(f"{gguf.parent.name}: Q8_0 GGUF in {time.time() - t0:.0f} s", out)
     return q8
 
@@ -240,9 +248,15 @@ def main() -> None:
     rc = build.wait() if build is not None else None
     if args.prepare_only:
         for shape in shapes:
-            models.get(shape) or make_model(shape, args.work, args.out, peer)
+            if shape in models:
+                continue
+            if shutil.disk_usage(args.work).free < DISK_FOR_ONE_MODEL:
+                log(f"{shape}: not made (under {DISK_FOR_ONE_MODEL / 1e9:.0f} GB free); the next call makes it",
+                    args.out)
+                continue
+            models[shape] = make_model(shape, args.work, args.out, peer)
         log(f"prepared (llama.cpp build rc {rc}) in {time.time() - t0:.0f} s", args.out)
-        return
+        sys.exit(0 if rc in (0, None) else 1)
     while args.wait_for and not args.wait_for.exists():
         time.sleep(1)
     bin_dir = args.work / "llama.cpp/build/bin"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Sorts the counting failures of `eval_skills.py` evaluations by kind, per skill and temperature:
-a misread step at the second number, a wrong number later, a stop written early or late. Exact
+a wrong first number, a misread step at the second, a wrong number later, a stop written early
+or late (or the right words with other spacing). Exact
 where the evaluation kept each failure's `first_difference`; for older evaluations, read from
 the shortened reply (its first 150 and last 250 characters, ' … ' between), a number wrong in
 the part not kept is "wrong in the unkept middle".
@@ -26,11 +27,13 @@ def kind_of(failure: dict) -> str:
     d = failure.get("first_difference")
     if d is None:  # an evaluation from before eval_skills.py kept it
         return kind(failure["expected"], failure["reply"] or "")
+    if d["expected"] is None and d["got"] is None:
+        return "spacing only"
     if d["expected"] is None:
         return "late"
     if d["got"] is None:
         return "early"
-    return "2nd number" if d["word"] == 1 else "a later number"
+    return {0: "1st number", 1: "2nd number"}.get(d["word"], "a later number")
 
 
 def kind(expected: str, reply: str) -> str:
@@ -43,7 +46,7 @@ def kind(expected: str, reply: str) -> str:
         got, tail = reply.split(), None
     first_wrong = next((i for i, (w, g) in enumerate(zip(want, got)) if w != g), None)
     if first_wrong is not None:
-        return "2nd number" if first_wrong == 1 else "a later number"
+        return {0: "1st number", 1: "2nd number"}.get(first_wrong, "a later number")
     if tail is None:
         return "late" if len(got) > len(want) else "early"
     last = want[-1]

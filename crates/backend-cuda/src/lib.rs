@@ -100,7 +100,7 @@ pub struct LoadOptions {
     /// Whether the checkpoint's MTP head is loaded (a model served without MTP drafts leaves it
     /// out: it would only cost memory and a pass of its layer a round).
     pub mtp_head: bool,
-    /// What the matmuls of bf16 weights multiply (the kernels are compiled for it).
+    /// What the matmuls multiply, bf16 and FP8 weights alike (the kernels are compiled for it).
     pub matmul_input: ::model::MatmulInput,
 }
 

@@ -30,13 +30,14 @@ pub enum KvDtypeArg {
     F32,
 }
 
-/// `--matmul-input`: what the matmuls of bf16 weights multiply.
+/// `--matmul-input`: what the matmuls multiply (of bf16 and FP8 weights alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum MatmulInputArg {
     /// The activations in f32: the reference's products (the GPU splits them into two bf16
     /// halves for its tensor cores)
     Exact,
-    /// The activations rounded to bf16 first, as vLLM and llama.cpp multiply bf16 weights:
+    /// The activations rounded to bf16 first, as vLLM and llama.cpp multiply bf16 weights (FP8
+    /// weights too):
     /// faster where many streams or long prompts keep the multipliers busy; replies differ from
     /// exact's (each still the same alone, batched or moved). --device cuda only
     Bf16,
@@ -222,7 +223,7 @@ pub struct LoadHow {
     /// Whether the MTP head is loaded: only a model that drafts with it needs it (without, the
     /// head takes no memory and a round no pass of its layer).
     pub mtp_head: bool,
-    /// What the matmuls of bf16 weights multiply.
+    /// What the matmuls multiply.
     pub matmul_input: MatmulInput,
 }
 
@@ -309,10 +310,11 @@ pub struct ModelArgs {
     /// How sessions store attention keys and values [default: bf16 with --device cuda, f32 on the CPU]
     #[arg(long, value_enum)]
     pub kv_dtype: Option<KvDtypeArg>,
-    /// What the matmuls of bf16 weights multiply: exact keeps the activations in f32; bf16
-    /// rounds them first (faster at many streams and in long prompts, replies differ from
-    /// exact's; --device cuda only)
-    #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT")]
+    /// What the matmuls multiply: exact keeps the activations in f32; bf16 rounds them first
+    /// (faster at many streams and in long prompts, replies differ from exact's; --device cuda
+    /// only)
+    #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
+          ignore_case = true)]
     pub matmul_input: MatmulInputArg,
 }
 

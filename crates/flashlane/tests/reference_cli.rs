@@ -284,14 +284,41 @@ fn bench_reports_mtp_acceptance_on_the_counting_task_as_json() {
     }
 }
 
+/// Runs flashlane with `args`, killed after `seconds` (a command that should refuse at once and
+/// instead starts serving fails the test rather than hanging it).
+fn flashlane_within(args: &[&str], seconds: u64) -> (i32, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flashlane"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run flashlane");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{args:?} still ran after {seconds} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).ok();
+    (code, stderr)
+}
+
 #[test]
 fn bf16_matmul_inputs_are_a_gpu_choice_the_cpu_refuses_by_flag_or_environment() {
     for args in [
         &["generate", "--prompt", "Hi", "--matmul-input", "bf16"][..],
+        &["logits", "--ids", "1,2", "--matmul-input", "bf16"][..],
         &["bench", "--streams", "1", "--matmul-input", "bf16"][..],
-        &["serve", "--port", "0", "--matmul-input", "bf16"][..],
+        &["serve", "--port", "0", "--matmul-input", "BF16"][..],
     ] {
-        let (code, _, stderr) = flashlane(args);
+        let (code, stderr) = flashlane_within(args, 60);
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert!(
             stderr.contains("--matmul-input bf16") && stderr.contains("--device cuda"),

@@ -62,12 +62,12 @@ impl KvDtype {
     }
 }
 
-/// What the matmuls of bf16 weights take as their input rows. `Exact` (the default) keeps x in
-/// f32: the GPU splits it into two bf16 halves for its tensor cores and the CPU multiplies in
-/// f32, the products of the reference. `Bf16` rounds x to bf16 first, as vLLM and llama.cpp
-/// multiply bf16 weights: half the tensor-core products on the GPU, twice the multiply-adds an
-/// instruction on a CPU with AVX-512 BF16. Its replies differ from `Exact`'s, and each is still
-/// the same alone, batched, moved or with drafts.
+/// What the matmuls take as their input rows (of bf16 and FP8 weights alike). `Exact` (the
+/// default) keeps x in f32: the GPU splits it into two bf16 halves for its tensor cores and the
+/// CPU multiplies in f32, the products of the reference. `Bf16` rounds x to bf16 first, as vLLM
+/// and llama.cpp multiply bf16 weights: half the tensor-core products on the GPU (the CPU
+/// backend refuses it). Its replies differ from `Exact`'s, and each is still the same alone,
+/// batched, moved or with drafts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MatmulInput {
     #[default]

@@ -268,6 +268,7 @@ MATMUL_BF16_TILES(6)
         matmul_block<NT, MMA_DEEP_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,   \
                                          rows, part);                                                   \
     }
+static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
 MATMUL_BF16_DEEP(4)
 

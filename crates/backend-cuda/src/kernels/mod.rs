@@ -141,6 +141,20 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 at
 /// MMA_DEEP_DEPTH would hold more weight registers than ptxas keeps (`tools/cuda_check`).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
+/// The defines `Kernels::compile_overriding` may change: the depths, which the host never reads,
+/// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the host still counts
+/// MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves). Any other
+/// (a block's warps or n-tiles, a model's sizes) would make launches that do not match.
+#[cfg(test)]
+const OVERRIDABLE_DEFINES: [&str; 7] = [
+    "MMA_NARROW_DEPTH",
+    "MMA_DEEP_DEPTH",
+    "MMA_FP8_NARROW_DEPTH",
+    "MMA_FP8_WIDE_DEPTH",
+    "MOE_BF16_DEPTH",
+    "MOE_FP8_DEPTH",
+    "MMA_MIN_BLOCKS",
+];
 /// `FLASHLANE_MATMUL_DEEP=1` runs a one-row-tile bf16 matmul of at most one block a
 /// multiprocessor at MMA_DEEP_DEPTH ([`deepens`]; an A/B switch not yet run on a GPU: off by
 /// default; the bits do not change).
@@ -157,7 +171,8 @@ pub const MMA_K_ALIGN: usize = 16;
 /// 4·MMA_NT).
 const MOE_GATE_UP_TILES: [usize; 3] = [1, 2, MMA_NT];
 /// `FLASHLANE_MOE_FIT=0` runs every bf16 experts' gate/up at MMA_NT n-tiles a block instead of
-/// [`moe_gate_up_tiles`]' count (an A/B switch; the bits do not change).
+/// [`moe_gate_up_tiles`]' count (an A/B switch; the bits do not change; any other value keeps
+/// the default: before session 17, `1` fitted every step, prompts too).
 pub const MOE_FIT_ENV: &str = "FLASHLANE_MOE_FIT";
 /// Waves of resident blocks at MMA_NT n-tiles below which a step's gate/up takes fewer n-tiles a
 /// block: on the H200 (session 17) a 1-stream A3B step (1.33 waves at 4, 2.67 at 2) decoded
@@ -415,11 +430,15 @@ impl Dims {
     }
 
     /// The source with `overrides` in place of the defines of those names (for measurements of
-    /// other depths and block counts: `kernel_define_times`), or the first name that is none of
-    /// them.
+    /// other depths and launch bounds: `kernel_define_times`), or the first name that is not one
+    /// of [`OVERRIDABLE_DEFINES`].
+    #[cfg(test)]
     fn source_overriding(&self, overrides: &[(&str, usize)]) -> Result<String, String> {
         let mut list = self.define_list();
         for &(name, value) in overrides {
+            if !OVERRIDABLE_DEFINES.contains(&name) {
+                return Err(name.to_string());
+            }
             let slot = list
                 .iter_mut()
                 .find(|(n, _)| *n == name)
@@ -523,17 +542,17 @@ impl Kernels {
         Self::compile_source(gpu, dims, dims.source())
     }
 
-    /// The kernels compiled with `overrides` in place of some defines (measurements only: the
-    /// host keeps its own constants, so only values the host never reads change, such as
-    /// depths and launch bounds).
-    pub fn compile_overriding(
+    /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
+    /// (measurements only: the host keeps its own constants).
+    #[cfg(test)]
+    pub(crate) fn compile_overriding(
         gpu: &Gpu,
         dims: &Dims,
         overrides: &[(&str, usize)],
     ) -> Result<Kernels, CudaError> {
         let source = dims
             .source_overriding(overrides)
-            .map_err(|name| CudaError::Compile(format!("no define {name} to override")))?;
+            .map_err(|name| CudaError::Compile(format!("{name} is not a define to override")))?;
         Self::compile_source(gpu, dims, source)
     }
 
@@ -1071,11 +1090,11 @@ impl Kernels {
 /// the most. Rough on purpose: the slots include the shared expert's (whose gate/up blocks return
 /// at once) and every count is taken at MMA_MIN_BLOCKS a multiprocessor (1 a block needs fewer
 /// registers and fits 3). A 1-stream Qwen3-Next step (11 slots × 32 blocks of 4: 1.33 waves of
-/// the H200's 264) gets 2 (704 blocks: 2.67 waves); steps of 8 streams and more, and prompts,
-/// keep 4.
+/// the H200's 264) gets 2 (704 blocks: 2.67 waves); steps of 2 streams and more (21 slots: 672
+/// blocks), a stream verifying drafts, and prompts keep 4.
 fn moe_gate_up_tiles(slots: usize, width: usize, resident: usize) -> usize {
-    let blocks_at_most_tiles = slots * (width / 4 / MMA_NT);
-    if blocks_at_most_tiles >= MOE_FIT_MAX_WAVES * resident.max(1) {
+    let blocks_at_mma_nt = slots * (width / 4 / MMA_NT);
+    if blocks_at_mma_nt >= MOE_FIT_MAX_WAVES * resident.max(1) {
         return MMA_NT;
     }
     MOE_GATE_UP_TILES
