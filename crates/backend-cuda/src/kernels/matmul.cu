@@ -415,6 +415,18 @@ matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
                                 accumulate, rows, part);
 }
 
+// 3 n-tiles a block (`FLASHLANE_FP8_FIT=1`, an A/B switch not yet run on a GPU): a one-row-tile
+// matrix whose MMA_NT blocks make a part-full second wave (the 80B-A3B's 9,216-output q/k/v: 288
+// blocks of 4 for the H200's 264) runs as 384 of 3. The same products in the same order.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
+matmul_fp8_t3(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+              const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k,
+              int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    __shared__ float part[MMA_WARPS][3][WARP][4];
+    matmul_fp8_block<3, MMA_FP8_WIDE_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
+                                            accumulate, rows, part);
+}
+
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                   const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc,

@@ -141,6 +141,12 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 at
 /// MMA_DEEP_DEPTH would hold more weight registers than ptxas keeps (`tools/cuda_check`).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
+/// The n-tiles a block of the wide FP8 kernels (`matmul_fp8_t3`, `matmul_fp8`).
+const FP8_BLOCK_TILES: [usize; 2] = [3, MMA_NT];
+/// `FLASHLANE_FP8_FIT=1` takes a one-row-tile FP8 matmul's n-tiles a block from
+/// [`fp8_block_tiles`] (an A/B switch not yet run on a GPU: off by default; the bits do not
+/// change).
+pub const FP8_FIT_ENV: &str = "FLASHLANE_FP8_FIT";
 /// The defines `Kernels::compile_overriding` may change: the depths, which the host never reads,
 /// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the host still counts
 /// MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves). Any other
@@ -489,7 +495,11 @@ pub struct Kernels {
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
     matmul_fp8: CudaFunction,
+    matmul_fp8_t3: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
+    /// Whether `MatmulKernel::Auto` fits a one-row-tile FP8 matmul to the waves
+    /// ([`FP8_FIT_ENV`]).
+    fp8_fit: bool,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -601,7 +611,9 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_fp8: f("matmul_fp8")?,
+            matmul_fp8_t3: f("matmul_fp8_t3")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
+            fp8_fit: std::env::var(FP8_FIT_ENV).is_ok_and(|v| v == "1"),
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -699,14 +711,15 @@ pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
     /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide kernel from
-    /// [`FP8_WIDE_MIN_BLOCKS`] blocks, else the narrow.
+    /// [`FP8_WIDE_MIN_BLOCKS`] blocks (its n-tiles a block by [`fp8_block_tiles`] for one row
+    /// tile with [`FP8_FIT_ENV`], else MMA_NT), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
     /// `matmul_bf16`: MMA_NT n-tiles a block.
     Wide,
-    /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8:
-    /// MMA_NT).
+    /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8: this
+    /// many where [`FP8_BLOCK_TILES`] has it, else MMA_NT).
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
@@ -766,6 +779,22 @@ fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: boo
         (_, false) => Some(MMA_NT),
     }
     .expect("MATMUL_BLOCK_TILES holds MMA_NT")
+}
+
+/// N-tiles a block of a one-row-tile FP8 matmul of `n_tiles` n-tiles with `resident` blocks on
+/// the GPU at once: the count of [`FP8_BLOCK_TILES`] whose waves × n-tiles is least, MMA_NT on
+/// ties (as [`block_tiles`] for bf16: the 80B-A3B's 9,216-output q/k/v, 288 blocks of 4 and 1.09
+/// waves of the H200's 264, takes 3: 384 blocks).
+fn fp8_block_tiles(n_tiles: usize, resident: usize) -> usize {
+    FP8_BLOCK_TILES
+        .into_iter()
+        .min_by_key(|&tiles| {
+            (
+                n_tiles.div_ceil(tiles).div_ceil(resident.max(1)) * tiles,
+                tiles != MMA_NT,
+            )
+        })
+        .expect("FP8_BLOCK_TILES is not empty")
 }
 
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
@@ -863,15 +892,14 @@ impl Kernels {
                     Some(_) => wide_blocks * row_tiles >= FP8_WIDE_MIN_BLOCKS,
                 };
                 let (fit, multi_row) = self.matmul_fit;
-                match (wide, m.fp8.is_none() && fit) {
+                let resident = self.multiprocessors * MMA_MIN_BLOCKS;
+                match (wide, m.fp8.is_some()) {
                     (false, _) => 1,
-                    (true, true) => block_tiles(
-                        row_tiles,
-                        n_tiles,
-                        self.multiprocessors * MMA_MIN_BLOCKS,
-                        multi_row,
-                    ),
-                    (true, false) => MMA_NT,
+                    (true, false) if fit => block_tiles(row_tiles, n_tiles, resident, multi_row),
+                    (true, true) if self.fp8_fit && row_tiles == 1 => {
+                        fp8_block_tiles(n_tiles, resident)
+                    }
+                    (true, _) => MMA_NT,
                 }
             }
             MatmulKernel::Narrow => 1,
@@ -892,8 +920,8 @@ impl Kernels {
                     MATMUL_BLOCK_TILES.contains(&tiles),
                     "matmul: {tiles} n-tiles a block is none of {MATMUL_BLOCK_TILES:?}"
                 );
-                // FP8 has the narrow kernel and MMA_NT only.
-                if m.fp8.is_some() {
+                // FP8 has the narrow kernel and FP8_BLOCK_TILES only: MMA_NT for the others.
+                if m.fp8.is_some() && !FP8_BLOCK_TILES.contains(&tiles) {
                     MMA_NT
                 } else {
                     tiles
@@ -935,10 +963,10 @@ impl Kernels {
             m.n_out,
             m.k
         );
-        let f = if tiles > 1 {
-            &self.matmul_fp8
-        } else {
-            &self.matmul_fp8_narrow
+        let f = match tiles {
+            1 => &self.matmul_fp8_narrow,
+            3 => &self.matmul_fp8_t3,
+            _ => &self.matmul_fp8,
         };
         gpu.launch(
             f,

@@ -484,6 +484,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
         for kernel in [
             MatmulKernel::Narrow,
             MatmulKernel::Wide,
+            MatmulKernel::Tiles(3),
             MatmulKernel::Tiles(6),
         ] {
             let other = run(xb.at(0), rows, kernel);
@@ -495,6 +496,30 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             assert!(same, "seed {seed}: row {r} alone differs from the batch");
         }
     }
+}
+
+/// `fp8_block_tiles` (no device needed): 3 or MMA_NT n-tiles, whichever runs in fewer waves ×
+/// n-tiles, MMA_NT on ties; the 80B-A3B's one-row FP8 matrices on the H200's 264 resident blocks.
+#[test]
+fn fp8_block_tiles_runs_a_matrix_in_the_fewest_waves() {
+    use super::{fp8_block_tiles, MMA_NT};
+    let cost = |n: usize, r: usize, t: usize| n.div_ceil(t).div_ceil(r) * t;
+    for resident in [1, 7, 264] {
+        for n_tiles in 1..2000 {
+            let chosen = fp8_block_tiles(n_tiles, resident);
+            let (three, four) = (cost(n_tiles, resident, 3), cost(n_tiles, resident, MMA_NT));
+            assert_eq!(
+                chosen,
+                if three < four { 3 } else { MMA_NT },
+                "{n_tiles} on {resident}"
+            );
+        }
+    }
+    // q/k/v (9,216 outputs) and the DeltaNet qkvz part (12,288): 3; two whole waves at 4
+    // (2,112 n-tiles: 528 blocks) keep 4 (3 would take three waves).
+    assert_eq!(fp8_block_tiles(1152, 264), 3);
+    assert_eq!(fp8_block_tiles(1536, 264), 3);
+    assert_eq!(fp8_block_tiles(2112, 264), MMA_NT);
 }
 
 /// `deepens` (no device needed): one row tile and at most one block a multiprocessor; the 4B
@@ -1676,11 +1701,18 @@ fn kernel_define_times() {
             let kernels: &[MatmulKernel] = if n_out == 2560 {
                 &[MatmulKernel::Auto, MatmulKernel::Deep(3)]
             } else {
-                &[MatmulKernel::Auto]
+                &[MatmulKernel::Auto, MatmulKernel::Tiles(3)]
             };
             for fp8 in [false, true] {
                 for &kernel in kernels {
-                    if fp8 && kernel != MatmulKernel::Auto {
+                    // bf16 at 3 n-tiles is Auto's choice already where it fits (block_tiles);
+                    // the deep kernels are bf16 only.
+                    let wanted = match kernel {
+                        MatmulKernel::Auto => true,
+                        MatmulKernel::Tiles(_) => fp8,
+                        _ => !fp8,
+                    };
+                    if !wanted {
                         continue;
                     }
                     let mm = Matmul {
@@ -1705,6 +1737,7 @@ fn kernel_define_times() {
                     });
                     let weight_bytes = (n_out * depth * if fp8 { 1 } else { 2 }) as f64;
                     let what = match (fp8, kernel) {
+                        (true, MatmulKernel::Tiles(_)) => "fp8 t3",
                         (true, _) => "fp8",
                         (false, MatmulKernel::Deep(_)) => "deep",
                         (false, _) => "bf16",
