@@ -6,9 +6,10 @@
 #   bench/pack_gpu_tests.sh [--flashlane]
 #
 # Sizes: the tracked tree is ~63 MB of the 64 MiB a device call carries. The tests (~3.1 MB)
-# fit; the flashlane binary (~3.6 MB) fits only in a call that does not need the default model
-# (dummy-weight benches): move models/flashlane-tiny/model.safetensors (43 MB) out of the tree
-# for that call and back after it.
+# fit; the flashlane binary (~3.6 MB) fits beside them only with
+# models/flashlane-tiny/model.safetensors (43 MB) moved out of the tree for the call (and back
+# after it): --flashlane also packs that model as bench/peers/tiny_model.xz (~30 MB), which
+# bench/gpu_tests.sh unpacks there where the model is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/peers
@@ -25,6 +26,13 @@ tar -C "$tmp" -cf - backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtur
   xz -T2 -9 >bench/peers/gpu-tests.tar.xz
 ls -l bench/peers/gpu-tests.tar.xz
 if [ "${1:-}" = --flashlane ]; then
+  # The default model, for calls that move it out of the tree to carry the flashlane binary
+  # (bench/gpu_tests.sh unpacks it where it is missing); made again when the model changed.
+  model=models/flashlane-tiny/model.safetensors
+  if [ ! -f bench/peers/tiny_model.xz ] || [ "$model" -nt bench/peers/tiny_model.xz ]; then
+    xz -T2 -6 -c "$model" >bench/peers/tiny_model.xz
+  fi
+  ls -l bench/peers/tiny_model.xz
   cargo build --release -p flashlane --no-default-features --features cuda
   cp target/release/flashlane "$tmp/flashlane"
   strip "$tmp/flashlane"
