@@ -761,40 +761,51 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 /// rows: 6 a block was the fastest or within 10 % of it on 10 of 13 matrices, 3 the slowest on
 /// most). `multi_row` false keeps those at MMA_NT ([`MATMUL_FIT_ENV`] 1).
 fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: bool) -> usize {
-    let waves = |tiles: usize| (row_tiles * n_tiles.div_ceil(tiles)).div_ceil(resident.max(1));
-    let one_row = MATMUL_BLOCK_TILES.into_iter().min_by_key(|&tiles| {
-        (
-            waves(tiles) * tiles,
-            tiles != MMA_NT,
-            n_tiles.div_ceil(tiles),
-        )
-    });
-    let many_rows = MATMUL_BLOCK_TILES
-        .into_iter()
-        .filter(|&tiles| tiles >= MMA_NT)
-        .min_by_key(|&tiles| (waves(tiles) * tiles, std::cmp::Reverse(tiles)));
     match (row_tiles, multi_row) {
-        (1, _) => one_row,
-        (_, true) => many_rows,
-        (_, false) => Some(MMA_NT),
+        (1, _) => one_row_tiles(&MATMUL_BLOCK_TILES, n_tiles, resident),
+        (_, true) => MATMUL_BLOCK_TILES
+            .into_iter()
+            .filter(|&tiles| tiles >= MMA_NT)
+            .min_by_key(|&tiles| {
+                (
+                    wave_cost(row_tiles * n_tiles.div_ceil(tiles), tiles, resident),
+                    std::cmp::Reverse(tiles),
+                )
+            })
+            .expect("MATMUL_BLOCK_TILES holds MMA_NT"),
+        (_, false) => MMA_NT,
     }
-    .expect("MATMUL_BLOCK_TILES holds MMA_NT")
+}
+
+/// What a grid of `blocks` blocks of `tiles` n-tiles each costs with `resident` blocks on the
+/// GPU at once: its waves (a partial wave as a whole one) times the n-tiles a block computes.
+/// The measure every fit of blocks to waves takes (bf16 and FP8 matmuls, the MoE's gate/up).
+fn wave_cost(blocks: usize, tiles: usize, resident: usize) -> usize {
+    blocks.div_ceil(resident.max(1)) * tiles
+}
+
+/// The count of `candidates` (holding MMA_NT) for one row tile of `n_tiles` n-tiles whose
+/// [`wave_cost`] is least; ties to MMA_NT, then to fewer blocks.
+fn one_row_tiles(candidates: &[usize], n_tiles: usize, resident: usize) -> usize {
+    candidates
+        .iter()
+        .copied()
+        .min_by_key(|&tiles| {
+            (
+                wave_cost(n_tiles.div_ceil(tiles), tiles, resident),
+                tiles != MMA_NT,
+                n_tiles.div_ceil(tiles),
+            )
+        })
+        .expect("the candidates hold MMA_NT")
 }
 
 /// N-tiles a block of a one-row-tile FP8 matmul of `n_tiles` n-tiles with `resident` blocks on
-/// the GPU at once: the count of [`FP8_BLOCK_TILES`] whose waves × n-tiles is least, MMA_NT on
-/// ties (as [`block_tiles`] for bf16: the 80B-A3B's 9,216-output q/k/v, 288 blocks of 4 and 1.09
-/// waves of the H200's 264, takes 3: 384 blocks).
+/// the GPU at once: [`one_row_tiles`] over [`FP8_BLOCK_TILES`], as [`block_tiles`] for bf16 (the
+/// 80B-A3B's 9,216-output q/k/v, 288 blocks of 4 and 1.09 waves of the H200's 264, takes 3: 384
+/// blocks).
 fn fp8_block_tiles(n_tiles: usize, resident: usize) -> usize {
-    FP8_BLOCK_TILES
-        .into_iter()
-        .min_by_key(|&tiles| {
-            (
-                n_tiles.div_ceil(tiles).div_ceil(resident.max(1)) * tiles,
-                tiles != MMA_NT,
-            )
-        })
-        .expect("FP8_BLOCK_TILES is not empty")
+    one_row_tiles(&FP8_BLOCK_TILES, n_tiles, resident)
 }
 
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
@@ -1129,9 +1140,8 @@ fn moe_gate_up_tiles(slots: usize, width: usize, resident: usize) -> usize {
         .into_iter()
         .filter(|&tiles| (width / 4).is_multiple_of(tiles))
         .min_by_key(|&tiles| {
-            let blocks = slots * (width / 4 / tiles);
             (
-                blocks.div_ceil(resident.max(1)) * tiles,
+                wave_cost(slots * (width / 4 / tiles), tiles, resident),
                 std::cmp::Reverse(tiles),
             )
         })

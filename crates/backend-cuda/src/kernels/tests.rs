@@ -455,23 +455,12 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
         );
         let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
         let run = |x: u64, rows: usize, kernel| {
-            let m = Matmul {
-                fp8: Some(Fp8Scales {
-                    scales: sb.at(0),
-                    block_rows,
-                    block_cols,
-                }),
-                x,
-                x_stride: depth,
-                row_index: 0,
-                w: qb.at(0),
-                k: depth,
-                n_out,
-                y: y.at(0),
-                y_stride: n_out,
-                rows,
-                accumulate: false,
+            let scales = Fp8Scales {
+                scales: sb.at(0),
+                block_rows,
+                block_cols,
             };
+            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales));
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
         };
@@ -1503,19 +1492,7 @@ fn matmul_kernel_times() {
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
-            let m = Matmul {
-                fp8: None,
-                x: x.at(0),
-                x_stride: depth,
-                row_index: 0,
-                w: w.at(0),
-                k: depth,
-                n_out,
-                y: y.at(0),
-                y_stride: n_out,
-                rows,
-                accumulate: false,
-            };
+            let m = packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None);
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
@@ -1523,14 +1500,9 @@ fn matmul_kernel_times() {
                     continue;
                 }
                 let reps = if rows >= 2048 { 5 } else { 30 };
-                k.matmul_with(&gpu, &m, kernel).unwrap();
-                gpu.sync().unwrap();
-                let start = std::time::Instant::now();
-                for _ in 0..reps {
+                let us = time_launches(&gpu, reps, || {
                     k.matmul_with(&gpu, &m, kernel).unwrap();
-                }
-                gpu.sync().unwrap();
-                let us = start.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                });
                 let tbs = (n_out * depth * 2) as f64 / us / 1e6;
                 let tflops = (2 * rows * n_out * depth) as f64 / us / 1e6;
                 line += &format!("  {kernel:?} {us:.1}us {tbs:.2}TB/s {tflops:.0}TF");
@@ -1565,6 +1537,32 @@ fn write_kernel_sources() {
         let path = out.join(format!("{name}.cu"));
         std::fs::write(&path, dims.source()).expect("write the source");
         println!("{}", path.display());
+    }
+}
+
+/// `y = x · Wᵀ` over `rows` packed rows of `depth` into `n_out` packed outputs (FP8 weights where
+/// `fp8` gives their scales), neither gathered nor accumulated.
+fn packed_matmul(
+    x: u64,
+    w: u64,
+    depth: usize,
+    n_out: usize,
+    y: u64,
+    rows: usize,
+    fp8: Option<Fp8Scales>,
+) -> Matmul {
+    Matmul {
+        fp8,
+        x,
+        x_stride: depth,
+        row_index: 0,
+        w,
+        k: depth,
+        n_out,
+        y,
+        y_stride: n_out,
+        rows,
+        accumulate: false,
     }
 }
 
@@ -1698,55 +1696,36 @@ fn kernel_define_times() {
         }
         line += " µs | one row:";
         for (matrix, n_out, depth) in matrices {
-            let kernels: &[MatmulKernel] = if n_out == 2560 {
-                &[MatmulKernel::Auto, MatmulKernel::Deep(3)]
+            // (FP8 weights, kernel, label): bf16 at 3 n-tiles is Auto's choice already where it
+            // fits (block_tiles); the deep kernels are bf16 only.
+            let runs: [(bool, MatmulKernel, &str); 3] = if n_out == 2560 {
+                [
+                    (false, MatmulKernel::Auto, "bf16"),
+                    (false, MatmulKernel::Deep(3), "deep"),
+                    (true, MatmulKernel::Auto, "fp8"),
+                ]
             } else {
-                &[MatmulKernel::Auto, MatmulKernel::Tiles(3)]
+                [
+                    (false, MatmulKernel::Auto, "bf16"),
+                    (true, MatmulKernel::Auto, "fp8"),
+                    (true, MatmulKernel::Tiles(3), "fp8 t3"),
+                ]
             };
-            for fp8 in [false, true] {
-                for &kernel in kernels {
-                    // bf16 at 3 n-tiles is Auto's choice already where it fits (block_tiles);
-                    // the deep kernels are bf16 only.
-                    let wanted = match kernel {
-                        MatmulKernel::Auto => true,
-                        MatmulKernel::Tiles(_) => fp8,
-                        _ => !fp8,
-                    };
-                    if !wanted {
-                        continue;
-                    }
-                    let mm = Matmul {
-                        fp8: fp8.then(|| Fp8Scales {
-                            scales: scales.at(0),
-                            block_rows: br,
-                            block_cols: bc,
-                        }),
-                        x: xb.at(0),
-                        x_stride: depth,
-                        row_index: 0,
-                        w: w.at(0),
-                        k: depth,
-                        n_out,
-                        y: y.at(0),
-                        y_stride: n_out,
-                        rows: 1,
-                        accumulate: false,
-                    };
-                    let us = time_launches(&gpu, reps, || {
-                        k.matmul_with(&gpu, &mm, kernel).unwrap();
-                    });
-                    let weight_bytes = (n_out * depth * if fp8 { 1 } else { 2 }) as f64;
-                    let what = match (fp8, kernel) {
-                        (true, MatmulKernel::Tiles(_)) => "fp8 t3",
-                        (true, _) => "fp8",
-                        (false, MatmulKernel::Deep(_)) => "deep",
-                        (false, _) => "bf16",
-                    };
-                    line += &format!(
-                        " {matrix} {what} {us:.1} ({:.2} TB/s)",
-                        weight_bytes / us / 1e6
-                    );
-                }
+            for (fp8, kernel, what) in runs {
+                let fp8_scales = fp8.then(|| Fp8Scales {
+                    scales: scales.at(0),
+                    block_rows: br,
+                    block_cols: bc,
+                });
+                let mm = packed_matmul(xb.at(0), w.at(0), depth, n_out, y.at(0), 1, fp8_scales);
+                let us = time_launches(&gpu, reps, || {
+                    k.matmul_with(&gpu, &mm, kernel).unwrap();
+                });
+                let weight_bytes = (n_out * depth * if fp8 { 1 } else { 2 }) as f64;
+                line += &format!(
+                    " {matrix} {what} {us:.1} ({:.2} TB/s)",
+                    weight_bytes / us / 1e6
+                );
             }
         }
         println!("{line}");
