@@ -36,10 +36,10 @@ pub enum MatmulInputArg {
     /// The activations in f32: the reference's products (the GPU splits them into two bf16
     /// halves for its tensor cores)
     Exact,
-    /// The activations rounded to bf16 first, as vLLM and llama.cpp multiply bf16 weights (FP8
-    /// weights too):
-    /// faster where many streams or long prompts keep the multipliers busy; replies differ from
-    /// exact's (each still the same alone, batched or moved). --device cuda only
+    /// The activations rounded to bf16 first (for bf16 and FP8 weights), as vLLM and llama.cpp
+    /// multiply bf16 weights: faster where many streams or long prompts keep the multipliers
+    /// busy; replies differ from exact's (each still the same alone, batched or moved).
+    /// --device cuda only
     Bf16,
 }
 
