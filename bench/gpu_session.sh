@@ -6,10 +6,10 @@
 # profiles (PROFILE_SHAPES, PROFILE_STREAMS). A step whose variable is empty is left out.
 #
 #   bench/gpu_session.sh OUT
-#     SETTINGS="base:FLASHLANE_AB=1 deep:FLASHLANE_MATMUL_DEEP=1"      (GPU tests, once each;
+#     SETTINGS="base:FLASHLANE_AB=1 nodeep:FLASHLANE_MATMUL_DEEP=0"    (GPU tests, once each;
 #                                                 SETTINGS="" runs them once as built)
 #     TIMINGS="matmul_kernel_times kernel_define_times"
-#     AB="base:FLASHLANE_AB=1 deep:FLASHLANE_MATMUL_DEEP=1" AB_SHAPES="qwen3-4b qwen3-next-a3b-slice"
+#     AB="base:FLASHLANE_AB=1 nodeep:FLASHLANE_MATMUL_DEEP=0" AB_SHAPES="qwen3-4b qwen3-next-a3b-slice"
 #     PROFILE_SHAPES="qwen3-next-80b-a3b-fp8" PROFILE_STREAMS=1,64 [PROFILE_SETTINGS="label:VAR=1 …"]
 #     FLASHLANE_BIN=/tmp/fl (default: unpacked from bench/peers/flashlane.xz)
 #

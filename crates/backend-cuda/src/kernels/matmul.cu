@@ -75,11 +75,14 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 // product has the same bits whichever kernel computes it.
 //
 // DEPTH chunks of a warp's weights are loaded before any of them is multiplied (DEPTH times the
-// weight loads in flight, for matrices whose few blocks cannot otherwise keep the memory busy;
-// x, a few rows read by every block, comes from L2 chunk by chunk, so that the registers stay
-// few); they are multiplied in increasing order as with DEPTH 1, so the bits do not depend on
-// DEPTH.
-template <int NT, int DEPTH = 1>
+// weight loads in flight, for matrices whose few blocks cannot otherwise keep the memory busy);
+// they are multiplied in increasing order as with DEPTH 1, so the bits do not depend on DEPTH.
+// x, a few rows read by every block, comes from L2: with X_AHEAD every chunk's x is loaded with
+// the weights (one memory latency an iteration; 32 registers a chunk in flight), else chunk by
+// chunk as it is multiplied (each chunk after the first then waits for its x from L2 behind the
+// products of the one before: `kernel_define_times`, bench/RESULTS.md session 18). The same
+// values either way: the bits do not depend on X_AHEAD.
+template <int NT, int DEPTH = 1, bool X_AHEAD = false>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
                                          float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
@@ -89,7 +92,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    float va[16], vb[16];
+    float va[X_AHEAD ? DEPTH : 1][16], vb[X_AHEAD ? DEPTH : 1][16];
     uint4 w0[DEPTH][NT], w1[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
@@ -103,6 +106,10 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
                 w0[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
                 w1[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
             }
+            if (X_AHEAD) {
+                load16(xa && in ? xa + e : nullptr, va[X_AHEAD ? p : 0]);
+                load16(xb && in ? xb + e : nullptr, vb[X_AHEAD ? p : 0]);
+            }
         }
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
@@ -112,17 +119,20 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             if (c >= k) break;
             const int e = c + 16 * t;
             const bool in = e < k;
-            load16(xa && in ? xa + e : nullptr, va);
-            load16(xb && in ? xb + e : nullptr, vb);
+            const int xs = X_AHEAD ? p : 0;
+            if (!X_AHEAD) {
+                load16(xa && in ? xa + e : nullptr, va[xs]);
+                load16(xb && in ? xb + e : nullptr, vb[xs]);
+            }
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                split_bf16(va[xs][4 * s], va[xs][4 * s + 1], a0h, a0l);
+                split_bf16(vb[xs][4 * s], vb[xs][4 * s + 1], a1h, a1l);
+                split_bf16(va[xs][4 * s + 2], va[xs][4 * s + 3], a2h, a2l);
+                split_bf16(vb[xs][4 * s + 2], vb[xs][4 * s + 3], a3h, a3l);
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     const uint4 lo = w0[p][j], hi = w1[p][j];
@@ -196,7 +206,7 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-template <int NT, int DEPTH>
+template <int NT, int DEPTH, bool X_AHEAD = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
@@ -212,7 +222,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
 #pragma unroll
     for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
     float d[4];
-    if (!mma_tile<NT, DEPTH>(xa, xb, wr, k, part, d)) return;
+    if (!mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d)) return;
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 
@@ -227,14 +237,16 @@ matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ r
 
 // One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
 // (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
-// loaded at once: a decode step's narrow matrices have too few blocks to keep enough loads in
-// flight one chunk at a time.
+// loaded at once, their x too: a decode step's narrow matrices have too few blocks to keep
+// enough loads in flight one chunk at a time (the A3B slice's o projection: 9.1 µs with x
+// chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                    const bf16_t* __restrict__ w, int k, int n_out,
                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
     __shared__ float part[MMA_WARPS][1][WARP][4];
-    matmul_block<1, MMA_NARROW_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
+    matmul_block<1, MMA_NARROW_DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows,
+                                            part);
 }
 
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
@@ -253,20 +265,23 @@ MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
 
-// 3 and MMA_NT n-tiles a block with MMA_DEEP_DEPTH chunks of a warp's weights loaded at once
-// (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`): a one-row-tile matrix of few outputs and long
-// k (Qwen3-4B's o and down projections, 2,560 outputs: 107 blocks of 3 for 132
-// multiprocessors) has one block of 8 warps a multiprocessor at most, each warp waiting on one
-// chunk at a time (`FLASHLANE_MATMUL_DEEP=1`, an A/B switch not yet run on a GPU). The same
+// 3 and MMA_NT n-tiles a block with MMA_DEEP_DEPTH chunks of a warp's weights and their x
+// loaded at once (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`), for a one-row-tile matrix of
+// few outputs and long k that leaves each multiprocessor one block at most (Qwen3-4B's o and
+// down projections, 2,560 outputs: 107 blocks of 3 for 132 multiprocessors), each warp
+// otherwise waiting on one chunk at a time. Launch bounds of one block a multiprocessor (the
+// most such a grid puts there) leave ptxas the registers to hold it all without spills: at
+// one row the 4B shape's o projection takes 7.5 µs against 9.4 for `matmul_bf16_t3`, its down
+// projection 19.0 against 23.5 (`kernel_define_times`, bench/RESULTS.md session 18). The same
 // products in the same order: the same bits.
 #define MATMUL_BF16_DEEP(NT)                                                                           \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
     matmul_bf16_t##NT##_deep(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
                              const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,     \
                              int y_stride, int accumulate, int rows) {                                  \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, MMA_DEEP_DEPTH>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,   \
-                                         rows, part);                                                   \
+        matmul_block<NT, MMA_DEEP_DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride,        \
+                                               accumulate, rows, part);                                 \
     }
 static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
@@ -413,18 +428,6 @@ matmul_fp8(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     matmul_fp8_block<MMA_NT, MMA_FP8_WIDE_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
                                 accumulate, rows, part);
-}
-
-// 3 n-tiles a block (`FLASHLANE_FP8_FIT=1`, an A/B switch not yet run on a GPU): a one-row-tile
-// matrix whose MMA_NT blocks make a part-full second wave (the 80B-A3B's 9,216-output q/k/v: 288
-// blocks of 4 for the H200's 264) runs as 384 of 3. The same products in the same order.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_fp8_t3(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-              const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k,
-              int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][3][WARP][4];
-    matmul_fp8_block<3, MMA_FP8_WIDE_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y, y_stride,
-                                            accumulate, rows, part);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)

@@ -42,9 +42,12 @@ const MMA_NARROW_DEPTH: usize = 2;
 const MMA_DEEP_DEPTH: usize = 2;
 /// Chunks of k a warp of `matmul_fp8_narrow` / `matmul_fp8` loads before it multiplies any: an
 /// FP8 chunk is half a bf16 chunk's bytes (16 a lane), so twice the chunks keep as many bytes in
-/// flight (4 registers a chunk and n-tile).
+/// flight (4 registers a chunk and n-tile) where a matrix has few blocks. The wide kernel has
+/// blocks enough, and a chunk's e4m3 conversions keep its warps busy: at one row the A3B
+/// slice's DeltaNet qkvz takes 11.9 µs at depth 1 against 14.6 at 2, Qwen3-4B's gate/up 25.2
+/// against 28.8 (`kernel_define_times`, bench/RESULTS.md session 18).
 const MMA_FP8_NARROW_DEPTH: usize = 4;
-const MMA_FP8_WIDE_DEPTH: usize = 2;
+const MMA_FP8_WIDE_DEPTH: usize = 1;
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
 /// gate/up (k = hidden, 4 chunks a warp at Qwen3-Next's 2,048), each block's warps waiting on
@@ -141,12 +144,6 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 at
 /// MMA_DEEP_DEPTH would hold more weight registers than ptxas keeps (`tools/cuda_check`).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The n-tiles a block of the wide FP8 kernels (`matmul_fp8_t3`, `matmul_fp8`).
-const FP8_BLOCK_TILES: [usize; 2] = [3, MMA_NT];
-/// `FLASHLANE_FP8_FIT=1` takes a one-row-tile FP8 matmul's n-tiles a block from
-/// [`fp8_block_tiles`] (an A/B switch not yet run on a GPU: off by default; the bits do not
-/// change).
-pub const FP8_FIT_ENV: &str = "FLASHLANE_FP8_FIT";
 /// The defines `Kernels::compile_overriding` may change: the depths, which the host never reads,
 /// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the host still counts
 /// MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves). Any other
@@ -161,9 +158,9 @@ const OVERRIDABLE_DEFINES: [&str; 7] = [
     "MOE_FP8_DEPTH",
     "MMA_MIN_BLOCKS",
 ];
-/// `FLASHLANE_MATMUL_DEEP=1` runs a one-row-tile bf16 matmul of at most one block a
-/// multiprocessor at MMA_DEEP_DEPTH ([`deepens`]; an A/B switch not yet run on a GPU: off by
-/// default; the bits do not change).
+/// `FLASHLANE_MATMUL_DEEP=0` keeps a one-row-tile bf16 matmul of at most one block a
+/// multiprocessor ([`deepens`]) off the deep kernels, which run it by default (for A/B runs of
+/// one binary: the bits do not change).
 pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
@@ -495,11 +492,7 @@ pub struct Kernels {
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
     matmul_fp8: CudaFunction,
-    matmul_fp8_t3: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
-    /// Whether `MatmulKernel::Auto` fits a one-row-tile FP8 matmul to the waves
-    /// ([`FP8_FIT_ENV`]).
-    fp8_fit: bool,
     rmsnorm: CudaFunction,
     embed: CudaFunction,
     attention_prep: CudaFunction,
@@ -596,7 +589,7 @@ impl Kernels {
                 f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[0]))?,
                 f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ],
-            matmul_deep: std::env::var(MATMUL_DEEP_ENV).is_ok_and(|v| v == "1"),
+            matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
                 Ok("1") => (true, false),
@@ -611,9 +604,7 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_fp8: f("matmul_fp8")?,
-            matmul_fp8_t3: f("matmul_fp8_t3")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
-            fp8_fit: std::env::var(FP8_FIT_ENV).is_ok_and(|v| v == "1"),
             rmsnorm: f("rmsnorm_rows")?,
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
@@ -711,15 +702,14 @@ pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
     /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide kernel from
-    /// [`FP8_WIDE_MIN_BLOCKS`] blocks (its n-tiles a block by [`fp8_block_tiles`] for one row
-    /// tile with [`FP8_FIT_ENV`], else MMA_NT), else the narrow.
+    /// [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
     /// `matmul_bf16`: MMA_NT n-tiles a block.
     Wide,
-    /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8: this
-    /// many where [`FP8_BLOCK_TILES`] has it, else MMA_NT).
+    /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8 runs
+    /// MMA_NT).
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
@@ -800,19 +790,11 @@ fn one_row_tiles(candidates: &[usize], n_tiles: usize, resident: usize) -> usize
         .expect("the candidates hold MMA_NT")
 }
 
-/// N-tiles a block of a one-row-tile FP8 matmul of `n_tiles` n-tiles with `resident` blocks on
-/// the GPU at once: [`one_row_tiles`] over [`FP8_BLOCK_TILES`], as [`block_tiles`] for bf16 (the
-/// 80B-A3B's 9,216-output q/k/v, 288 blocks of 4 and 1.09 waves of the H200's 264, takes 3: 384
-/// blocks).
-fn fp8_block_tiles(n_tiles: usize, resident: usize) -> usize {
-    one_row_tiles(&FP8_BLOCK_TILES, n_tiles, resident)
-}
-
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
 /// `multiprocessors`: with at most one block a multiprocessor, each holds one block's 8 warps of
 /// loads in flight, which one chunk at a time leaves the 4B shape's o and down projections (107
 /// blocks of 3) reading at ~1.7 TB/s (ncu, bench/RESULTS.md session 17) against 2.8 for its
-/// gate/up (487 blocks).
+/// gate/up (487 blocks); the deep kernels read them at 2.6–2.8 (session 18).
 fn deepens(row_tiles: usize, blocks: usize, multiprocessors: usize) -> bool {
     row_tiles == 1 && blocks <= multiprocessors
 }
@@ -907,9 +889,6 @@ impl Kernels {
                 match (wide, m.fp8.is_some()) {
                     (false, _) => 1,
                     (true, false) if fit => block_tiles(row_tiles, n_tiles, resident, multi_row),
-                    (true, true) if self.fp8_fit && row_tiles == 1 => {
-                        fp8_block_tiles(n_tiles, resident)
-                    }
                     (true, _) => MMA_NT,
                 }
             }
@@ -931,8 +910,8 @@ impl Kernels {
                     MATMUL_BLOCK_TILES.contains(&tiles),
                     "matmul: {tiles} n-tiles a block is none of {MATMUL_BLOCK_TILES:?}"
                 );
-                // FP8 has the narrow kernel and FP8_BLOCK_TILES only: MMA_NT for the others.
-                if m.fp8.is_some() && !FP8_BLOCK_TILES.contains(&tiles) {
+                // FP8 has the narrow kernel and MMA_NT only.
+                if m.fp8.is_some() {
                     MMA_NT
                 } else {
                     tiles
@@ -976,7 +955,6 @@ impl Kernels {
         );
         let f = match tiles {
             1 => &self.matmul_fp8_narrow,
-            3 => &self.matmul_fp8_t3,
             _ => &self.matmul_fp8,
         };
         gpu.launch(

@@ -487,30 +487,6 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
     }
 }
 
-/// `fp8_block_tiles` (no device needed): 3 or MMA_NT n-tiles, whichever runs in fewer waves ×
-/// n-tiles, MMA_NT on ties; the 80B-A3B's one-row FP8 matrices on the H200's 264 resident blocks.
-#[test]
-fn fp8_block_tiles_runs_a_matrix_in_the_fewest_waves() {
-    use super::{fp8_block_tiles, MMA_NT};
-    let cost = |n: usize, r: usize, t: usize| n.div_ceil(t).div_ceil(r) * t;
-    for resident in [1, 7, 264] {
-        for n_tiles in 1..2000 {
-            let chosen = fp8_block_tiles(n_tiles, resident);
-            let (three, four) = (cost(n_tiles, resident, 3), cost(n_tiles, resident, MMA_NT));
-            assert_eq!(
-                chosen,
-                if three < four { 3 } else { MMA_NT },
-                "{n_tiles} on {resident}"
-            );
-        }
-    }
-    // q/k/v (9,216 outputs) and the DeltaNet qkvz part (12,288): 3; two whole waves at 4
-    // (2,112 n-tiles: 528 blocks) keep 4 (3 would take three waves).
-    assert_eq!(fp8_block_tiles(1152, 264), 3);
-    assert_eq!(fp8_block_tiles(1536, 264), 3);
-    assert_eq!(fp8_block_tiles(2112, 264), MMA_NT);
-}
-
 /// `deepens` (no device needed): one row tile and at most one block a multiprocessor; the 4B
 /// shape's o and down projections at one row (2,560 outputs: 107 blocks of 3) on the H200's 132.
 #[test]
@@ -1696,21 +1672,14 @@ fn kernel_define_times() {
         }
         line += " µs | one row:";
         for (matrix, n_out, depth) in matrices {
-            // (FP8 weights, kernel, label): bf16 at 3 n-tiles is Auto's choice already where it
-            // fits (block_tiles); the deep kernels are bf16 only.
-            let runs: [(bool, MatmulKernel, &str); 3] = if n_out == 2560 {
-                [
-                    (false, MatmulKernel::Auto, "bf16"),
-                    (false, MatmulKernel::Deep(3), "deep"),
-                    (true, MatmulKernel::Auto, "fp8"),
-                ]
-            } else {
-                [
-                    (false, MatmulKernel::Auto, "bf16"),
-                    (true, MatmulKernel::Auto, "fp8"),
-                    (true, MatmulKernel::Tiles(3), "fp8 t3"),
-                ]
-            };
+            // (FP8 weights, kernel, label): Auto's choice, the wide kernel at 3 n-tiles (Auto's
+            // for the 4B matrices without the deep kernels) and the deep one at 3, and FP8.
+            let runs: [(bool, MatmulKernel, &str); 4] = [
+                (false, MatmulKernel::Auto, "bf16"),
+                (false, MatmulKernel::Tiles(3), "t3"),
+                (false, MatmulKernel::Deep(3), "deep"),
+                (true, MatmulKernel::Auto, "fp8"),
+            ];
             for (fp8, kernel, what) in runs {
                 let fp8_scales = fp8.then(|| Fp8Scales {
                     scales: scales.at(0),
