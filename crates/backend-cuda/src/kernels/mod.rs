@@ -769,7 +769,7 @@ fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: boo
 
 /// What a grid of `blocks` blocks of `tiles` n-tiles each costs with `resident` blocks on the
 /// GPU at once: its waves (a partial wave as a whole one) times the n-tiles a block computes.
-/// The measure every fit of blocks to waves takes (bf16 and FP8 matmuls, the MoE's gate/up).
+/// The measure every fit of blocks to waves takes (the bf16 matmuls, the MoE's gate/up).
 fn wave_cost(blocks: usize, tiles: usize, resident: usize) -> usize {
     blocks.div_ceil(resident.max(1)) * tiles
 }
