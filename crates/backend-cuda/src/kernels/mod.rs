@@ -58,7 +58,8 @@ const MOE_FP8_DEPTH: usize = 2;
 /// Blocks of the tensor-core kernels a multiprocessor must hold at once (their launch bounds):
 /// ptxas then keeps them to 128 registers a thread. At one block a multiprocessor (130
 /// registers: the FP8 matmul with its chunks' scales in flight) a decode step's few hundred
-/// blocks run in two waves.
+/// blocks run in two waves. The deep kernels alone are bound to one block a multiprocessor
+/// (their grids put no more there: [`deepens`]), for the registers of their x ahead.
 const MMA_MIN_BLOCKS: usize = 2;
 /// Elements of k a warp of the matmul takes at a time (4 lanes × 16): an FP8 matrix's column
 /// blocks must hold whole chunks, so that a chunk has one scale.
@@ -141,12 +142,14 @@ const MMA_NT: usize = 4;
 /// a multiprocessor allow (`tools/cuda_check`).
 const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// The n-tiles a block of the deep kernels (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`): a
-/// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 at
-/// MMA_DEEP_DEPTH would hold more weight registers than ptxas keeps (`tools/cuda_check`).
+/// matrix few enough blocks to deepen takes 3 or MMA_NT ([`block_tiles`]); 5 and 6 spilled at
+/// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
+/// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths, which the host never reads,
-/// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the host still counts
-/// MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves). Any other
+/// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
+/// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it
+/// fits n-tiles to waves). Any other
 /// (a block's warps or n-tiles, a model's sizes) would make launches that do not match.
 #[cfg(test)]
 const OVERRIDABLE_DEFINES: [&str; 7] = [
@@ -483,7 +486,7 @@ pub struct Kernels {
     /// and for more than one row tile too ([`MATMUL_FIT_ENV`]).
     matmul_fit: (bool, bool),
     /// The GPU's multiprocessors (132 on an H200): the matmul's resident blocks are
-    /// MMA_MIN_BLOCKS times as many.
+    /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
@@ -700,7 +703,8 @@ pub struct DeltaNetLaunch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
-    /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0) unless one row tile makes at most
+    /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
+    /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide kernel from
     /// [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,

@@ -1643,7 +1643,7 @@ fn kernel_define_times() {
         ("MOE_FP8_DEPTH 3", &[("MOE_FP8_DEPTH", 3)]),
         ("MMA_NARROW_DEPTH 3", &[("MMA_NARROW_DEPTH", 3)]),
         ("MMA_DEEP_DEPTH 3", &[("MMA_DEEP_DEPTH", 3)]),
-        ("MMA_FP8_WIDE_DEPTH 1", &[("MMA_FP8_WIDE_DEPTH", 1)]),
+        ("MMA_FP8_WIDE_DEPTH 2", &[("MMA_FP8_WIDE_DEPTH", 2)]),
         ("MMA_FP8_WIDE_DEPTH 4", &[("MMA_FP8_WIDE_DEPTH", 4)]),
         ("MMA_FP8_NARROW_DEPTH 2", &[("MMA_FP8_NARROW_DEPTH", 2)]),
         ("MMA_FP8_NARROW_DEPTH 8", &[("MMA_FP8_NARROW_DEPTH", 8)]),
