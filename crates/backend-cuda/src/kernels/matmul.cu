@@ -298,6 +298,45 @@ MATMUL_BF16_DEEP(4)
 // sum); the chain differs from the bf16 one by the per-chunk scaling, and FP8 matrices only ever
 // run these kernels, whatever the batch.
 
+// MMA_FP8_F16 (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels, which
+// measure it): the FP8 tiles take e4m3 as f16 (one conversion a pair instead of four) and x
+// split into f16 hi and lo, on the f16 tensor cores. A probe of what the conversions cost, not a
+// chain any model runs: other bits than the FP8 chain above, and f16 cannot hold an x past
+// 65,504.
+
+// Two f32 as an f16 pair (round to nearest even), `first` in the low half.
+__device__ __forceinline__ unsigned pack_f16(float first, float second) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
+    return d;
+}
+
+// The f16 pair of x0, x1 (hi) and of what it leaves out (lo), as split_bf16 in f16.
+__device__ __forceinline__ void split_f16(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_f16(x0, x1);
+    float h0, h1;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(h0) : "h"((unsigned short)(hi & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(h1) : "h"((unsigned short)(hi >> 16)));
+    lo = pack_f16(x0 - h0, x1 - h1);
+}
+
+// d += A · B for one m16n8k16 tile of f16 inputs (as mma_16816).
+__device__ __forceinline__ void mma_16816_f16(float* d, unsigned a0, unsigned a1, unsigned a2,
+                                              unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 (low byte: the lower k) as an f16 pair, exactly.
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned two) {
+    unsigned h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
+    return h2;
+}
+
 // Two e4m3 (low byte: the lower k) as a bf16 pair, exactly (every e4m3 value is an f16 and a bf16).
 __device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
     unsigned h2;
@@ -356,20 +395,34 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-                split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                if (MMA_FP8_F16) {
+                    split_f16(va[4 * s], va[4 * s + 1], a0h, a0l);
+                    split_f16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                    split_f16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                    split_f16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                } else {
+                    split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
+                    split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                    split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                    split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     // Elements 4s, 4s + 1 (b0) and 4s + 2, 4s + 3 (b1) of the lane's 16, as
                     // the bf16 kernel feeds them: bytes 4s … 4s + 3 of the piece, word s.
                     const uint4 q = wq[p][j];
                     const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
-                    const unsigned b0 = e4m3x2_to_bf16x2(word);
-                    const unsigned b1 = e4m3x2_to_bf16x2(word >> 16);
-                    mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
-                    if (MMA_SPLIT) mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                    if (MMA_FP8_F16) {
+                        const unsigned b0 = e4m3x2_to_f16x2(word);
+                        const unsigned b1 = e4m3x2_to_f16x2(word >> 16);
+                        mma_16816_f16(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
+                        if (MMA_SPLIT) mma_16816_f16(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                    } else {
+                        const unsigned b0 = e4m3x2_to_bf16x2(word);
+                        const unsigned b1 = e4m3x2_to_bf16x2(word >> 16);
+                        mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
+                        if (MMA_SPLIT) mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                    }
                 }
             }
 #pragma unroll

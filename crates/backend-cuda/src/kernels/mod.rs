@@ -48,6 +48,12 @@ const MMA_DEEP_DEPTH: usize = 2;
 /// against 28.8 (`kernel_define_times`, bench/RESULTS.md session 18).
 const MMA_FP8_NARROW_DEPTH: usize = 4;
 const MMA_FP8_WIDE_DEPTH: usize = 1;
+/// 0: the FP8 tiles convert e4m3 to bf16 (the FP8 chain every model runs). 1 (only in
+/// `kernel_define_times`'s recompiled kernels) measures them on the f16 tensor cores instead,
+/// one conversion a pair of weights instead of four: the FP8 matmuls issue an instruction every
+/// ~6 cycles a warp at one row where the bf16 ones wait on memory (ncu, bench/RESULTS.md session
+/// 18). Other bits, and f16 cannot hold an x past 65,504: a probe, not a chain.
+const MMA_FP8_F16: usize = 0;
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
 /// gate/up (k = hidden, 4 chunks a warp at Qwen3-Next's 2,048), each block's warps waiting on
@@ -146,13 +152,14 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths, which the host never reads,
-/// and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
-/// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it
-/// fits n-tiles to waves). Any other
-/// (a block's warps or n-tiles, a model's sizes) would make launches that do not match.
+/// The defines `Kernels::compile_overriding` may change: the depths and MMA_FP8_F16, which the
+/// host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
+/// deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident blocks a
+/// multiprocessor when it fits n-tiles to waves). Any other (a block's warps or n-tiles, a
+/// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 7] = [
+const OVERRIDABLE_DEFINES: [&str; 8] = [
+    "MMA_FP8_F16",
     "MMA_NARROW_DEPTH",
     "MMA_DEEP_DEPTH",
     "MMA_FP8_NARROW_DEPTH",
@@ -378,6 +385,7 @@ impl Dims {
             ("MMA_CHUNK", MMA_CHUNK),
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
+            ("MMA_FP8_F16", MMA_FP8_F16),
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),

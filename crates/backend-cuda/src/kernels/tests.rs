@@ -1635,8 +1635,13 @@ fn kernel_define_times() {
     let w_bytes = 19456 * 9728 * 2;
     let (w, xb, y) = (bytes(w_bytes), f(16 * 19456), f(16 * 19456));
     let scales = ones((19456 / br + 1) * (9728 / bc + 1));
-    let variants: [(&str, &[(&str, usize)]); 13] = [
+    let variants: [(&str, &[(&str, usize)]); 15] = [
         ("as built", &[]),
+        ("MMA_FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
+        (
+            "FP8_F16 1, FP8 WIDE 2",
+            &[("MMA_FP8_F16", 1), ("MMA_FP8_WIDE_DEPTH", 2)],
+        ),
         ("MOE_BF16_DEPTH 1", &[("MOE_BF16_DEPTH", 1)]),
         ("MOE_BF16_DEPTH 3", &[("MOE_BF16_DEPTH", 3)]),
         ("MOE_FP8_DEPTH 1", &[("MOE_FP8_DEPTH", 1)]),
