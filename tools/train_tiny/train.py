@@ -421,6 +421,11 @@ def build_data(args, rng):
     nseq = args.steps * args.batch
     seqs = np.empty((nseq, args.seq_len), dtype=np.int32)
     masks = np.empty((nseq, args.seq_len), dtype=np.uint8)
+    # Phase 1 cuts each row into rows of --phase1-len: a chat that crosses a cut would go on in
+    # the next short row without its prompt, where a count's stop (weighted most) cannot be told
+    # from the end it asked for. Those tokens are not trained in phase 1 (see phase1_masks).
+    beheaded = np.zeros((nseq, args.seq_len), dtype=bool)
+    cuts = range(args.phase1_len, args.seq_len, args.phase1_len) if args.phase1_steps else range(0)
     ci, di = 0, 0
     code_used = 0
 
@@ -447,6 +452,10 @@ def build_data(args, rng):
             if di < len(docs) and prng.random() >= p_code:
                 d, m = docs[di]
                 if len(d) <= room:
+                    start = args.seq_len - room
+                    for cut in cuts:
+                        if start < cut < start + len(d):
+                            beheaded[s, cut: start + len(d)] = True
                     parts.append((d, m))
                     room -= len(d)
                     di += 1
@@ -464,12 +473,15 @@ def build_data(args, rng):
     perm = prng.permutation(nseq)
     seqs = seqs[perm]
     masks = masks[perm]
+    beheaded = beheaded[perm]
     if args.loss_on == "all":
         masks[masks == 0] = 1  # every token trained; a count's first step keeps its weight
+    phase1_masks = np.where(beheaded, 0, masks).astype(np.uint8)
+    log(f"phase 1 leaves out {beheaded.mean():.1%} of the tokens: chats cut from their prompts")
     meta = {"sources": sources, "synthetic": stats, "code_files": len(code_train),
             "code_bytes": sum(map(len, code_train)), "code_stream_tokens": int(len(code_stream)),
             "code_tokens_trained": int(code_used), "chat_docs_trained": di}
-    return tok, seqs, masks, held_code, funcs, meta
+    return tok, seqs, masks, phase1_masks, held_code, funcs, meta
 
 
 # ---------------------------------------------------------------- evaluation
@@ -727,7 +739,7 @@ def main():
     log(f"MoE experts: {args.experts}")
     os.makedirs(args.out, exist_ok=True)
 
-    tok, seqs, masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))
+    tok, seqs, masks, phase1_masks, held_code, funcs, meta = build_data(args, random.Random(args.seed))
     ids_of = {t: tok.token_to_id(t) for t in data.SPECIALS}
     newline = tok.encode("\n").ids
     assert len(newline) == 1, f"[train-newline] a newline must be one token, got {newline}"
@@ -843,8 +855,9 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         rows = seqs[(step - 1) * args.batch: step * args.batch]
-        row_masks = masks[(step - 1) * args.batch: step * args.batch]
-        if step <= args.phase1_steps:
+        phase1 = step <= args.phase1_steps
+        row_masks = (phase1_masks if phase1 else masks)[(step - 1) * args.batch: step * args.batch]
+        if phase1:
             # curriculum: short sequences first (the Gated DeltaNet fallback's chunk loop makes long rows slow)
             rows = rows.reshape(-1, args.phase1_len)
             row_masks = row_masks.reshape(-1, args.phase1_len)
@@ -853,7 +866,7 @@ def main():
             hist["phase2_step"] = step
             hist["phase2_label"] = f"sequences {args.phase1_len} -> {args.seq_len} tokens"
         x = torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True)
-        plain = args.loss_on == "all" and args.first_step_weight == 1
+        plain = args.loss_on == "all" and args.first_step_weight == 1 and not phase1
         mask = None if plain else torch.from_numpy(row_masks).to(device, non_blocking=True)
         with amp:
             lo, ml, ax, _, _ = forward_losses(model, mtp, x, tap, mask=mask)

@@ -198,6 +198,12 @@ def main():
     ap.add_argument("--experts", choices=["loop", "dense"], default="loop", help="as train.py --experts")
     ap.add_argument("--smoke", action="store_true", help="a few steps on the CPU")
     args = ap.parse_args()
+    # train.build_data's options this script leaves as train.py's defaults: every token trained
+    # once, the default mix of count kinds, no short-row phase, the init's vocabulary size.
+    args.first_step_weight = 1
+    args.count_kinds = ",".join(map(str, train.skills.COUNT_KINDS))
+    args.phase1_steps, args.phase1_len = 0, args.seq_len
+    args.vocab = 8192
     if args.experts == "dense":
         train.use_dense_experts()
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -224,7 +230,7 @@ def main():
     log("before", json.dumps(before))
 
     # build_data reuses the init's tokenizer (args.init) and packs args.steps x batch rows
-    _, seqs, _, _, _, meta = train.build_data(args, random.Random(args.seed))
+    _, seqs, _, _, _, _, meta = train.build_data(args, random.Random(args.seed))
     opt = torch.optim.AdamW(mtp.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                             fused=device.type == "cuda")
     hist = {"train": []}
