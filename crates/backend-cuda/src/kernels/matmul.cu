@@ -46,6 +46,20 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, uns
     lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
 }
 
+// MMA_X_PRESPLIT (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels): the
+// tiles take each two floats of x as if they were already the hi and lo bf16 pairs of two
+// elements (as x split once by the kernel that writes it would give them), leaving out the
+// split's six instructions a pair. A probe of what splitting x in every block costs: the
+// products are meaningless under it, the time is not.
+__device__ __forceinline__ void split_x(float x0, float x1, unsigned& hi, unsigned& lo) {
+    if (MMA_X_PRESPLIT) {
+        hi = __float_as_uint(x0);
+        lo = __float_as_uint(x1);
+    } else {
+        split_bf16(x0, x1, hi, lo);
+    }
+}
+
 // d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, bf16; d f32).
 __device__ __forceinline__ void mma_16816(float* d, unsigned a0, unsigned a1, unsigned a2,
                                           unsigned a3, unsigned b0, unsigned b1) {
@@ -129,10 +143,10 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                split_bf16(va[xs][4 * s], va[xs][4 * s + 1], a0h, a0l);
-                split_bf16(vb[xs][4 * s], vb[xs][4 * s + 1], a1h, a1l);
-                split_bf16(va[xs][4 * s + 2], va[xs][4 * s + 3], a2h, a2l);
-                split_bf16(vb[xs][4 * s + 2], vb[xs][4 * s + 3], a3h, a3l);
+                split_x(va[xs][4 * s], va[xs][4 * s + 1], a0h, a0l);
+                split_x(vb[xs][4 * s], vb[xs][4 * s + 1], a1h, a1l);
+                split_x(va[xs][4 * s + 2], va[xs][4 * s + 3], a2h, a2l);
+                split_x(vb[xs][4 * s + 2], vb[xs][4 * s + 3], a3h, a3l);
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     const uint4 lo = w0[p][j], hi = w1[p][j];
@@ -401,10 +415,10 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                     split_f16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
                     split_f16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
                 } else {
-                    split_bf16(va[4 * s], va[4 * s + 1], a0h, a0l);
-                    split_bf16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                    split_bf16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                    split_bf16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                    split_x(va[4 * s], va[4 * s + 1], a0h, a0l);
+                    split_x(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                    split_x(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                    split_x(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
@@ -639,10 +653,10 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
                     const int ra = wr * 32 + m * 16 + g, rb = ra + 8;
                     const float4 fa = *reinterpret_cast<const float4*>(xs + ra * MMA_CHUNK + 4 * mmt_x_pos(ra, 4 * t + s));
                     const float4 fb = *reinterpret_cast<const float4*>(xs + rb * MMA_CHUNK + 4 * mmt_x_pos(rb, 4 * t + s));
-                    split_bf16(fa.x, fa.y, ah[m][0], al[m][0]);
-                    split_bf16(fb.x, fb.y, ah[m][1], al[m][1]);
-                    split_bf16(fa.z, fa.w, ah[m][2], al[m][2]);
-                    split_bf16(fb.z, fb.w, ah[m][3], al[m][3]);
+                    split_x(fa.x, fa.y, ah[m][0], al[m][0]);
+                    split_x(fb.x, fb.y, ah[m][1], al[m][1]);
+                    split_x(fa.z, fa.w, ah[m][2], al[m][2]);
+                    split_x(fb.z, fb.w, ah[m][3], al[m][3]);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {

@@ -54,6 +54,12 @@ const MMA_FP8_WIDE_DEPTH: usize = 1;
 /// ~6 cycles a warp at one row where the bf16 ones wait on memory (ncu, bench/RESULTS.md session
 /// 18). Other bits, and f16 cannot hold an x past 65,504: a probe, not a chain.
 const MMA_FP8_F16: usize = 0;
+/// 0: the tensor-core tiles split x into bf16 hi and lo in every block. 1 (only in
+/// `kernel_define_times`'s recompiled kernels) times them as if x came split already (the
+/// products meaningless): what splitting x once, where it is written, would save — at 64
+/// rows the matmuls run at ~70 TF and ~1.1 TB/s, bound by neither (bench/RESULTS.md session 18).
+/// A probe, not a chain.
+const MMA_X_PRESPLIT: usize = 0;
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
 /// gate/up (k = hidden, 4 chunks a warp at Qwen3-Next's 2,048), each block's warps waiting on
@@ -152,14 +158,15 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths and MMA_FP8_F16, which the
-/// host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
+/// The defines `Kernels::compile_overriding` may change: the depths and the probes
+/// (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
 /// deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident blocks a
 /// multiprocessor when it fits n-tiles to waves). Any other (a block's warps or n-tiles, a
 /// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 8] = [
+const OVERRIDABLE_DEFINES: [&str; 9] = [
     "MMA_FP8_F16",
+    "MMA_X_PRESPLIT",
     "MMA_NARROW_DEPTH",
     "MMA_DEEP_DEPTH",
     "MMA_FP8_NARROW_DEPTH",
@@ -386,6 +393,7 @@ impl Dims {
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
             ("MMA_FP8_F16", MMA_FP8_F16),
+            ("MMA_X_PRESPLIT", MMA_X_PRESPLIT),
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),

@@ -1635,19 +1635,24 @@ fn kernel_define_times() {
         ("4B gate_up", 19456, 2560),
     ];
     let w_bytes = 19456 * 9728 * 2;
-    let (w, xb, y) = (bytes(w_bytes), f(16 * 19456), f(16 * 19456));
+    // Up to 512 rows (a prefill chunk) of the widest matrix.
+    let (w, xb, y) = (bytes(w_bytes), f(512 * 19456), f(512 * 19456));
     let scales = ones((19456 / br + 1) * (9728 / bc + 1));
-    let variants: [(&str, &[(&str, usize)]); 15] = [
+    // The depths and launch bounds of the kernels as built, each changed alone (session 18 ran
+    // the MoE's depths 1 and 3 twice: both slower), and the probes of what the x split and the
+    // e4m3 conversions cost (meaningless products, real times).
+    let variants: [(&str, &[(&str, usize)]); 14] = [
         ("as built", &[]),
-        ("MMA_FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
+        ("X_PRESPLIT 1 (a probe)", &[("MMA_X_PRESPLIT", 1)]),
+        ("FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
+        (
+            "PRESPLIT 1, FP8_F16 1",
+            &[("MMA_X_PRESPLIT", 1), ("MMA_FP8_F16", 1)],
+        ),
         (
             "FP8_F16 1, FP8 WIDE 2",
             &[("MMA_FP8_F16", 1), ("MMA_FP8_WIDE_DEPTH", 2)],
         ),
-        ("MOE_BF16_DEPTH 1", &[("MOE_BF16_DEPTH", 1)]),
-        ("MOE_BF16_DEPTH 3", &[("MOE_BF16_DEPTH", 3)]),
-        ("MOE_FP8_DEPTH 1", &[("MOE_FP8_DEPTH", 1)]),
-        ("MOE_FP8_DEPTH 3", &[("MOE_FP8_DEPTH", 3)]),
         ("MMA_NARROW_DEPTH 3", &[("MMA_NARROW_DEPTH", 3)]),
         ("MMA_DEEP_DEPTH 3", &[("MMA_DEEP_DEPTH", 3)]),
         ("MMA_FP8_WIDE_DEPTH 2", &[("MMA_FP8_WIDE_DEPTH", 2)]),
@@ -1656,6 +1661,7 @@ fn kernel_define_times() {
         ("MMA_FP8_NARROW_DEPTH 8", &[("MMA_FP8_NARROW_DEPTH", 8)]),
         ("MMA_MIN_BLOCKS 1", &[("MMA_MIN_BLOCKS", 1)]),
         ("MMA_MIN_BLOCKS 3", &[("MMA_MIN_BLOCKS", 3)]),
+        ("MOE_FP8_DEPTH 1", &[("MOE_FP8_DEPTH", 1)]),
     ];
     let reps = 50;
     for (name, overrides) in variants {
@@ -1678,22 +1684,27 @@ fn kernel_define_times() {
             }
         }
         line += " µs | one row:";
+        // (rows, FP8 weights, kernel, label): at one row Auto's choice, the wide kernel at 3
+        // n-tiles (Auto's for the 4B matrices without the deep kernels), the deep one at 3, and
+        // FP8; Auto's choice at 64 rows (a decode round of 64 streams) and, bf16, at 512 (a
+        // prefill chunk: the tiled kernel).
+        let runs: [(usize, bool, MatmulKernel, &str); 7] = [
+            (1, false, MatmulKernel::Auto, "bf16"),
+            (1, false, MatmulKernel::Tiles(3), "t3"),
+            (1, false, MatmulKernel::Deep(3), "deep"),
+            (1, true, MatmulKernel::Auto, "fp8"),
+            (64, false, MatmulKernel::Auto, "bf16@64"),
+            (64, true, MatmulKernel::Auto, "fp8@64"),
+            (512, false, MatmulKernel::Auto, "bf16@512"),
+        ];
         for (matrix, n_out, depth) in matrices {
-            // (FP8 weights, kernel, label): Auto's choice, the wide kernel at 3 n-tiles (Auto's
-            // for the 4B matrices without the deep kernels) and the deep one at 3, and FP8.
-            let runs: [(bool, MatmulKernel, &str); 4] = [
-                (false, MatmulKernel::Auto, "bf16"),
-                (false, MatmulKernel::Tiles(3), "t3"),
-                (false, MatmulKernel::Deep(3), "deep"),
-                (true, MatmulKernel::Auto, "fp8"),
-            ];
-            for (fp8, kernel, what) in runs {
+            for (rows, fp8, kernel, what) in runs {
                 let fp8_scales = fp8.then(|| Fp8Scales {
                     scales: scales.at(0),
                     block_rows: br,
                     block_cols: bc,
                 });
-                let mm = packed_matmul(xb.at(0), w.at(0), depth, n_out, y.at(0), 1, fp8_scales);
+                let mm = packed_matmul(xb.at(0), w.at(0), depth, n_out, y.at(0), rows, fp8_scales);
                 let us = time_launches(&gpu, reps, || {
                     k.matmul_with(&gpu, &mm, kernel).unwrap();
                 });
