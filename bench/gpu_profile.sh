@@ -10,6 +10,9 @@
 # Writes OUT_DIR/SHAPE.LABEL.sSTREAMS.csv (ncu's CSV) and .txt (the step summary, also printed).
 # A stream count's prompt step is told apart from its decode steps by its length
 # (bench/ncu_steps.py), so NEW_TOKENS (12 by default) leaves several decode steps after it.
+# PROMPT_TOKENS (16 by default) sets each stream's prompt; STEPS=prompt summarises the longest
+# step (the prompt's) instead of the decode steps: `STEPS=prompt PROMPT_TOKENS=128
+# bench/gpu_profile.sh OUT SHAPE BIN 1` for where one 128-token prompt goes.
 set -uo pipefail
 out=${1:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
 shape=${2:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
@@ -30,9 +33,9 @@ for n in ${streams//,/ }; do
     base="$out/$shape.$label.s$n"
     env ${vars//,/ } FLASHLANE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-200}" "$ncu" --clock-control none \
       --cache-control none --metrics gpu__time_duration.sum --csv "$bin" bench --device cuda --model "$dir" \
-      --load-format dummy --streams "$n" --prompt-tokens 16 --new-tokens "${NEW_TOKENS:-12}" \
+      --load-format dummy --streams "$n" --prompt-tokens "${PROMPT_TOKENS:-16}" --new-tokens "${NEW_TOKENS:-12}" \
       >"$base.csv" 2>"$base.err" || { echo "gpu_profile: $label at $n streams failed (see $base.err)" >&2; status=1; }
-    python3 "$here/bench/ncu_steps.py" "$base.csv" | tee "$base.txt"
+    python3 "$here/bench/ncu_steps.py" $([ "${STEPS:-decode}" = prompt ] && echo --prompt) "$base.csv" | tee "$base.txt"
   done
 done
 exit $status

@@ -11,6 +11,7 @@
 #     TIMINGS="matmul_kernel_times kernel_define_times"
 #     AB="base:FLASHLANE_AB=1 nodeep:FLASHLANE_MATMUL_DEEP=0" AB_SHAPES="qwen3-4b qwen3-next-a3b-slice"
 #     PROFILE_SHAPES="qwen3-next-80b-a3b-fp8" PROFILE_STREAMS=1,64 [PROFILE_SETTINGS="label:VAR=1 …"]
+#       (STEPS=prompt PROMPT_TOKENS=128: the prompt's step instead, as bench/gpu_profile.sh)
 #     FLASHLANE_BIN=/tmp/fl (default: unpacked from bench/peers/flashlane.xz)
 #
 # Before the call, here: bench/pack_gpu_tests.sh --flashlane, and carry bench/peers/gpu-tests.tar.xz

@@ -10,6 +10,11 @@ A step starts at each `embed_rows` launch. The steps that look like decode steps
 common kernel count, after the first two, but for any far longer than the others: a prompt of
 many streams) are averaged (give --new-tokens enough for several): per kernel name and grid, launches a
 step, mean µs a launch and µs a step, largest first.
+
+    python3 bench/ncu_steps.py --prompt run.csv
+
+summarises the longest step instead: a prompt's (run with --streams 1 --prompt-tokens 128 for
+where one 128-token prompt goes).
 """
 
 import csv
@@ -59,6 +64,32 @@ def steps(runs):
     return cut
 
 
+def table_of(cut):
+    """Per (kernel, grid) over the steps `cut`: (µs a step, name, grid, launches a step, µs a
+    launch), largest first."""
+    per = defaultdict(list)
+    for s in cut:
+        for name, grid, us in s:
+            per[(name, grid)].append(us)
+    rows = []
+    for (name, grid), times in per.items():
+        rows.append((sum(times) / len(cut), name, grid, len(times) / len(cut), statistics.mean(times)))
+    for step_us, name, grid, n, mean in sorted(rows, reverse=True):
+        print(f"  {name:<24} {grid:<14} n/step={n:5.1f} avg={mean:8.2f}µs per-step={step_us:8.1f}µs")
+
+
+def prompt(path):
+    cut = steps(launches(path))
+    if not cut:
+        print(f"== {path}: no steps")
+        return
+    longest = max(range(len(cut)), key=lambda i: sum(u for _, _, u in cut[i]))
+    s = cut[longest]
+    print(f"== {path}: the longest of {len(cut)} steps, step {longest}: "
+          f"{sum(u for _, _, u in s):.1f} µs, {len(s)} kernels")
+    table_of([s])
+
+
 def main(path):
     cut = steps(launches(path))
     sizes = [(len(s), round(sum(u for _, _, u in s))) for s in cut]
@@ -77,18 +108,11 @@ def main(path):
         print(f"left out as prompt steps: {[round(sum(u for _, _, u in s)) for s in long]} µs")
     total = statistics.mean(sum(u for _, _, u in s) for s in decode)
     print(f"per decode step: {total:.1f} µs, {common[0][0]} kernels, {len(decode)} steps averaged")
-    per = defaultdict(list)
-    for s in decode:
-        for name, grid, us in s:
-            per[(name, grid)].append(us)
-    table = []
-    for (name, grid), times in per.items():
-        n = len(times) / len(decode)
-        table.append((sum(times) / len(decode), name, grid, n, statistics.mean(times)))
-    for step_us, name, grid, n, mean in sorted(table, reverse=True):
-        print(f"  {name:<24} {grid:<14} n/step={n:5.1f} avg={mean:8.2f}µs per-step={step_us:8.1f}µs")
+    table_of(decode)
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        main(p)
+    args = sys.argv[1:]
+    summarise = prompt if args[:1] == ["--prompt"] else main
+    for p in args[1:] if summarise is prompt else args:
+        summarise(p)
