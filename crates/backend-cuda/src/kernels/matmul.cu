@@ -31,19 +31,36 @@
 
 // MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
 
-// Two f32 as a bf16 pair (round to nearest even): `first` in the low half (the lower k), `second`
-// in the high half (cvt puts its first operand high).
-__device__ __forceinline__ unsigned pack_bf16(float first, float second) {
+// The 16-bit pairs below are bf16, or f16 with F16 (only the FP8 probe MMA_FP8_F16 takes f16).
+
+// Two f32 as a 16-bit pair (round to nearest even): `first` in the low half (the lower k),
+// `second` in the high half (cvt puts its first operand high).
+template <bool F16 = false>
+__device__ __forceinline__ unsigned pack_pair(float first, float second) {
     unsigned d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
+    if (F16)
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
+    else
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
     return d;
 }
 
-// The bf16 pair of x0, x1 (hi) and of what it leaves out (lo). An infinite x gives lo = inf − inf
-// = NaN, so an infinite input makes its outputs NaN rather than ±inf (hidden states are finite).
-__device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, unsigned& lo) {
-    hi = pack_bf16(x0, x1);
-    lo = pack_bf16(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+// The low (`high` false) or high half of a 16-bit pair as f32, exactly.
+template <bool F16 = false>
+__device__ __forceinline__ float widen_half(unsigned pair, bool high) {
+    if (!F16) return __uint_as_float(high ? pair & 0xffff0000u : pair << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(high ? pair >> 16 : pair & 0xffffu)));
+    return f;
+}
+
+// The 16-bit pair of x0, x1 (hi) and of what it leaves out (lo). An infinite x gives lo = inf −
+// inf = NaN, so an infinite input makes its outputs NaN rather than ±inf (hidden states are
+// finite).
+template <bool F16 = false>
+__device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_pair<F16>(x0, x1);
+    lo = pack_pair<F16>(x0 - widen_half<F16>(hi, false), x1 - widen_half<F16>(hi, true));
 }
 
 // MMA_X_PRESPLIT (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels): the
@@ -51,23 +68,33 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, unsigned& hi, uns
 // elements (as x split once by the kernel that writes it would give them), leaving out the
 // split's six instructions a pair. A probe of what splitting x in every block costs: the
 // products are meaningless under it, the time is not.
+template <bool F16 = false>
 __device__ __forceinline__ void split_x(float x0, float x1, unsigned& hi, unsigned& lo) {
     if (MMA_X_PRESPLIT) {
         hi = __float_as_uint(x0);
         lo = __float_as_uint(x1);
     } else {
-        split_bf16(x0, x1, hi, lo);
+        split_pair<F16>(x0, x1, hi, lo);
     }
 }
 
-// d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, bf16; d f32).
+// d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, 16-bit pairs as
+// above; d f32).
+template <bool F16 = false>
 __device__ __forceinline__ void mma_16816(float* d, unsigned a0, unsigned a1, unsigned a2,
                                           unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    if (F16)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // 16 floats of x at `p` (or zeros without a row).
@@ -318,47 +345,14 @@ MATMUL_BF16_DEEP(4)
 // chain any model runs: other bits than the FP8 chain above, and f16 cannot hold an x past
 // 65,504.
 
-// Two f32 as an f16 pair (round to nearest even), `first` in the low half.
-__device__ __forceinline__ unsigned pack_f16(float first, float second) {
-    unsigned d;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
-    return d;
-}
-
-// The f16 pair of x0, x1 (hi) and of what it leaves out (lo), as split_bf16 in f16.
-__device__ __forceinline__ void split_f16(float x0, float x1, unsigned& hi, unsigned& lo) {
-    hi = pack_f16(x0, x1);
-    float h0, h1;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(h0) : "h"((unsigned short)(hi & 0xffffu)));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(h1) : "h"((unsigned short)(hi >> 16)));
-    lo = pack_f16(x0 - h0, x1 - h1);
-}
-
-// d += A · B for one m16n8k16 tile of f16 inputs (as mma_16816).
-__device__ __forceinline__ void mma_16816_f16(float* d, unsigned a0, unsigned a1, unsigned a2,
-                                              unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two e4m3 (low byte: the lower k) as an f16 pair, exactly.
-__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned two) {
+// Two e4m3 (low byte: the lower k) as a 16-bit pair, exactly (every e4m3 value is an f16 and a
+// bf16): the f16 pair cvt gives, widened and packed again as bf16 unless F16.
+template <bool F16 = false>
+__device__ __forceinline__ unsigned e4m3_pair(unsigned two) {
     unsigned h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
-    return h2;
-}
-
-// Two e4m3 (low byte: the lower k) as a bf16 pair, exactly (every e4m3 value is an f16 and a bf16).
-__device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
-    unsigned h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
-    float lo, hi;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((unsigned short)(h2 & 0xffffu)));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((unsigned short)(h2 >> 16)));
-    return pack_bf16(lo, hi);
+    if (F16) return h2;
+    return pack_pair(widen_half<true>(h2, false), widen_half<true>(h2, true));
 }
 
 // `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
@@ -369,6 +363,7 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                                              const float* const* srow, int bc, int k,
                                              float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
+    constexpr bool F16 = MMA_FP8_F16;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
 #pragma unroll
@@ -409,34 +404,20 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                if (MMA_FP8_F16) {
-                    split_f16(va[4 * s], va[4 * s + 1], a0h, a0l);
-                    split_f16(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                    split_f16(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                    split_f16(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
-                } else {
-                    split_x(va[4 * s], va[4 * s + 1], a0h, a0l);
-                    split_x(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                    split_x(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                    split_x(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
-                }
+                split_x<F16>(va[4 * s], va[4 * s + 1], a0h, a0l);
+                split_x<F16>(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                split_x<F16>(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                split_x<F16>(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     // Elements 4s, 4s + 1 (b0) and 4s + 2, 4s + 3 (b1) of the lane's 16, as
                     // the bf16 kernel feeds them: bytes 4s … 4s + 3 of the piece, word s.
                     const uint4 q = wq[p][j];
                     const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
-                    if (MMA_FP8_F16) {
-                        const unsigned b0 = e4m3x2_to_f16x2(word);
-                        const unsigned b1 = e4m3x2_to_f16x2(word >> 16);
-                        mma_16816_f16(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
-                        if (MMA_SPLIT) mma_16816_f16(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
-                    } else {
-                        const unsigned b0 = e4m3x2_to_bf16x2(word);
-                        const unsigned b1 = e4m3x2_to_bf16x2(word >> 16);
-                        mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
-                        if (MMA_SPLIT) mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
-                    }
+                    const unsigned b0 = e4m3_pair<F16>(word);
+                    const unsigned b1 = e4m3_pair<F16>(word >> 16);
+                    mma_16816<F16>(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
+                    if (MMA_SPLIT) mma_16816<F16>(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
                 }
             }
 #pragma unroll

@@ -772,7 +772,7 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 /// most). `multi_row` false keeps those at MMA_NT ([`MATMUL_FIT_ENV`] 1).
 fn block_tiles(row_tiles: usize, n_tiles: usize, resident: usize, multi_row: bool) -> usize {
     match (row_tiles, multi_row) {
-        (1, _) => one_row_tiles(&MATMUL_BLOCK_TILES, n_tiles, resident),
+        (1, _) => one_row_tiles(n_tiles, resident),
         (_, true) => MATMUL_BLOCK_TILES
             .into_iter()
             .filter(|&tiles| tiles >= MMA_NT)
@@ -794,12 +794,11 @@ fn wave_cost(blocks: usize, tiles: usize, resident: usize) -> usize {
     blocks.div_ceil(resident.max(1)) * tiles
 }
 
-/// The count of `candidates` (holding MMA_NT) for one row tile of `n_tiles` n-tiles whose
+/// The count of [`MATMUL_BLOCK_TILES`] for one row tile of `n_tiles` n-tiles whose
 /// [`wave_cost`] is least; ties to MMA_NT, then to fewer blocks.
-fn one_row_tiles(candidates: &[usize], n_tiles: usize, resident: usize) -> usize {
-    candidates
-        .iter()
-        .copied()
+fn one_row_tiles(n_tiles: usize, resident: usize) -> usize {
+    MATMUL_BLOCK_TILES
+        .into_iter()
         .min_by_key(|&tiles| {
             (
                 wave_cost(n_tiles.div_ceil(tiles), tiles, resident),
@@ -807,7 +806,7 @@ fn one_row_tiles(candidates: &[usize], n_tiles: usize, resident: usize) -> usize
                 n_tiles.div_ceil(tiles),
             )
         })
-        .expect("the candidates hold MMA_NT")
+        .expect("MATMUL_BLOCK_TILES is not empty")
 }
 
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
@@ -914,21 +913,14 @@ impl Kernels {
             }
             MatmulKernel::Narrow => 1,
             MatmulKernel::Wide => MMA_NT,
-            MatmulKernel::Deep(tiles) => {
+            MatmulKernel::Deep(tiles) | MatmulKernel::Tiles(tiles) => {
+                let (offered, which) = match kernel {
+                    MatmulKernel::Deep(_) => (&MATMUL_DEEP_TILES[..], "the deep kernels'"),
+                    _ => (&MATMUL_BLOCK_TILES[..], "the wide kernel's"),
+                };
                 assert!(
-                    MATMUL_DEEP_TILES.contains(&tiles),
-                    "matmul: {tiles} n-tiles a block is none of the deep kernels' {MATMUL_DEEP_TILES:?}"
-                );
-                if m.fp8.is_some() {
-                    MMA_NT
-                } else {
-                    tiles
-                }
-            }
-            MatmulKernel::Tiles(tiles) => {
-                assert!(
-                    MATMUL_BLOCK_TILES.contains(&tiles),
-                    "matmul: {tiles} n-tiles a block is none of {MATMUL_BLOCK_TILES:?}"
+                    offered.contains(&tiles),
+                    "matmul: {tiles} n-tiles a block is none of {which} {offered:?}"
                 );
                 // FP8 has the narrow kernel and MMA_NT only.
                 if m.fp8.is_some() {
