@@ -105,6 +105,10 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
+/// 1: a `matmul_bf16_tiled` block splits each chunk of x into bf16 hi/lo pairs once, in shared
+/// memory, where 0 has each of the 4 warps that read a row split it again; the bits are the
+/// same. Overridable for `kernel_define_times`.
+const MMT_SPLIT_ONCE: usize = 1;
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
@@ -158,14 +162,15 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
+/// The defines `Kernels::compile_overriding` may change: the depths, MMT_SPLIT_ONCE and the
+/// probes (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
 /// deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident blocks a
 /// multiprocessor when it fits n-tiles to waves). Any other (a block's warps or n-tiles, a
 /// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 9] = [
+const OVERRIDABLE_DEFINES: [&str; 10] = [
     "MMA_FP8_F16",
+    "MMT_SPLIT_ONCE",
     "MMA_X_PRESPLIT",
     "MMA_NARROW_DEPTH",
     "MMA_DEEP_DEPTH",
@@ -402,6 +407,7 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
+            ("MMT_SPLIT_ONCE", MMT_SPLIT_ONCE),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
