@@ -109,6 +109,9 @@ pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 /// memory, where 0 has each of the 4 warps that read a row split it again; the bits are the
 /// same. Overridable for `kernel_define_times`.
 const MMT_SPLIT_ONCE: usize = 1;
+/// `FLASHLANE_MATMUL_SPLIT_ONCE=0` compiles the tiled kernel with MMT_SPLIT_ONCE 0 (for A/B runs
+/// of one binary: the bits do not change).
+pub const MATMUL_SPLIT_ONCE_ENV: &str = "FLASHLANE_MATMUL_SPLIT_ONCE";
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
@@ -407,7 +410,13 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
-            ("MMT_SPLIT_ONCE", MMT_SPLIT_ONCE),
+            (
+                "MMT_SPLIT_ONCE",
+                match std::env::var(MATMUL_SPLIT_ONCE_ENV).as_deref() {
+                    Ok("0") => 0,
+                    _ => MMT_SPLIT_ONCE,
+                },
+            ),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
