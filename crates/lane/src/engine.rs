@@ -26,9 +26,11 @@ use crate::event::{Event, FinishReason};
 use crate::grammar::{masks_along, GrammarError, GrammarState, TokenMask};
 use crate::ngram::ngram_draft;
 use crate::prompt_cache::{Insert, PromptCache};
-use crate::request::{default_seed, validate, DraftMode, Refusal, Request};
+use crate::request::{
+    default_seed, validate, DraftMode, LogitAdjustments, Refusal, Request, SamplingParams,
+};
 use crate::sampling::{
-    adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens,
+    adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens, Verdict,
 };
 use crate::stream::{CacheProgress, GrammarSlot, State, Stream};
 use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
@@ -758,9 +760,13 @@ impl<T: Target> Engine<T> {
             }
             return;
         }
-        for ((mut plan, rows), mask) in plans.into_iter().zip(outputs).zip(masks) {
+        let mut plans = plans;
+        for (plan, mask) in plans.iter_mut().zip(masks) {
             plan.masks = mask;
-            self.absorb(plan, &rows);
+        }
+        let drawn = draw_all(&mut self.live, &plans, &outputs, vocab);
+        for ((plan, rows), drawn) in plans.into_iter().zip(outputs).zip(drawn) {
+            self.absorb(plan, &rows, drawn);
         }
     }
 
@@ -877,9 +883,9 @@ impl<T: Target> Engine<T> {
         }
     }
 
-    /// Takes one stream's logits: advances its computed positions, verifies its drafts, rolls
-    /// back the rejected ones, draws its next token and applies the stop rules.
-    fn absorb(&mut self, plan: Planned, rows: &WindowRows) {
+    /// Takes one window's outcome: advances its stream's computed positions, rolls back the
+    /// drafts its draw ([`draw`]) rejected, emits the tokens drawn and applies the stop rules.
+    fn absorb(&mut self, plan: Planned, rows: &WindowRows, drawn: Drawn) {
         let vocab = self.vocab;
         let stream = &mut self.live[plan.idx];
         let width = plan.tokens.len() as u64;
@@ -892,76 +898,19 @@ impl<T: Target> Engine<T> {
             self.cache_prompt_block(plan.idx, plan.start, width);
         }
         let stream = &mut self.live[plan.idx];
-        if plan.num_logits == 0 {
-            return;
-        }
+        let verdict = match drawn {
+            Drawn::Nothing => return,
+            Drawn::Verdict(verdict) => verdict,
+            Drawn::Failed(message) => {
+                self.finish(plan.idx, FinishReason::Error(message));
+                return;
+            }
+        };
         let logits_rows: Vec<&[f32]> = match rows {
             WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
             WindowRows::Greedy(_) => Vec::new(),
         };
         let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
-        let forced = match &stream.thinking {
-            Some(thinking) => thinking.forced_along(drafts),
-            None => vec![None; drafts.len() + 1],
-        };
-        let masks = match plan.masks {
-            Some(Ok(masks)) => Some(masks),
-            Some(Err(error)) => {
-                let message = format!("{}: {error}", stream.id);
-                self.finish(plan.idx, FinishReason::Error(message));
-                return;
-            }
-            None => None,
-        };
-        debug_assert!(
-            masks.as_ref().is_none_or(|m| m.len() == plan.num_logits),
-            "G1: a constrained window has one mask per logits row"
-        );
-        // Penalties and biases, then the grammar: row i as the stream would see it once
-        // drafts[..i] are accepted. The model's own rows stay for the log-probabilities.
-        let adjusted: Vec<Vec<f32>> = if stream.seen.is_some() || masks.is_some() {
-            logits_rows
-                .iter()
-                .enumerate()
-                .map(|(i, row)| {
-                    let mut row = row.to_vec();
-                    if let Some(seen) = &stream.seen {
-                        let pending = &drafts[..i.min(drafts.len())];
-                        adjust_logits(&mut row, &stream.adjustments, seen, pending);
-                    }
-                    if let Some(mask) = masks.as_ref().and_then(|m| m.get(i)) {
-                        mask.apply(&mut row, &stream.stop_tokens);
-                    }
-                    row
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let adjusted_rows: Vec<&[f32]> = adjusted.iter().map(Vec::as_slice).collect();
-        let verified_rows = if adjusted.is_empty() {
-            &logits_rows
-        } else {
-            &adjusted_rows
-        };
-        let verdict = match rows {
-            WindowRows::Logits(_) => verify(
-                verified_rows,
-                drafts,
-                &forced,
-                &stream.sampling,
-                &mut stream.rng,
-            ),
-            WindowRows::Greedy(ids) => verify_greedy(ids, drafts, &forced),
-        };
-        let verdict = match verdict {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                let message = format!("sampling {} failed: {error}", stream.id);
-                self.finish(plan.idx, FinishReason::Error(message));
-                return;
-            }
-        };
         self.counters.draft_accepted += verdict.accepted as u64;
         if decoding && stream.draft_tokens > 0 {
             stream.observe_drafts(
@@ -1203,6 +1152,142 @@ fn grammar_jobs<'a>(
         }
     }
     jobs
+}
+
+/// Sampled windows of a round from which their draws run on the thread pool: each draw of a
+/// 151,936-token row weighs every token (~1 ms on one core, bench/RESULTS.md session 19), so a
+/// round of many sampled streams drew for longer than the GPU computed it.
+const PARALLEL_DRAWS_MIN: usize = 2;
+
+/// What a window's rows decide for its stream.
+#[derive(Debug)]
+enum Drawn {
+    /// No logits rows (a prompt chunk before the last).
+    Nothing,
+    Verdict(Verdict),
+    /// The stream ends with this error.
+    Failed(String),
+}
+
+/// What drawing one window's tokens reads of its stream, and its RNG, which the draw advances:
+/// borrowed apart from the stream so that the draws of a round may run on other threads.
+struct Draw<'a> {
+    id: StreamId,
+    plan: &'a Planned,
+    rows: &'a WindowRows,
+    sampling: &'a SamplingParams,
+    rng: &'a mut Rng,
+    thinking: Option<&'a Thinking>,
+    adjustments: &'a LogitAdjustments,
+    seen: Option<&'a SeenTokens>,
+    stop_tokens: &'a [u32],
+}
+
+/// Each window's draw, in `plans`' order (`plans` in stream order, one per stream at most). A
+/// draw is a function of its own stream and rows alone (design §9), so running them on the
+/// pool changes no token.
+fn draw_all(
+    live: &mut [Stream],
+    plans: &[Planned],
+    outputs: &[WindowRows],
+    vocab: usize,
+) -> Vec<Drawn> {
+    debug_assert!(
+        plans.windows(2).all(|w| w[0].idx < w[1].idx),
+        "G2: windows are planned in stream order"
+    );
+    let mut streams = live.iter_mut().enumerate();
+    let draws: Vec<Draw<'_>> = plans
+        .iter()
+        .zip(outputs)
+        .map(|(plan, rows)| {
+            let (_, stream) = streams
+                .find(|(idx, _)| *idx == plan.idx)
+                .expect("G2: every plan's stream is live");
+            Draw {
+                id: stream.id,
+                plan,
+                rows,
+                sampling: &stream.sampling,
+                rng: &mut stream.rng,
+                thinking: stream.thinking.as_ref(),
+                adjustments: &stream.adjustments,
+                seen: stream.seen.as_ref(),
+                stop_tokens: &stream.stop_tokens,
+            }
+        })
+        .collect();
+    let sampled = draws
+        .iter()
+        .filter(|d| d.plan.num_logits > 0 && matches!(d.rows, WindowRows::Logits(_)))
+        .count();
+    if sampled >= PARALLEL_DRAWS_MIN {
+        use rayon::prelude::*;
+        draws.into_par_iter().map(|d| draw(d, vocab)).collect()
+    } else {
+        draws.into_iter().map(|d| draw(d, vocab)).collect()
+    }
+}
+
+/// Verifies a window's drafts and draws its next token from its rows: penalties and biases,
+/// then the grammar's mask, on each row as the stream would see it once the drafts before it
+/// are accepted (the model's own rows stay for the log-probabilities).
+fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
+    let plan = d.plan;
+    if plan.num_logits == 0 {
+        return Drawn::Nothing;
+    }
+    let logits_rows: Vec<&[f32]> = match d.rows {
+        WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
+        WindowRows::Greedy(_) => Vec::new(),
+    };
+    let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
+    let forced = match d.thinking {
+        Some(thinking) => thinking.forced_along(drafts),
+        None => vec![None; drafts.len() + 1],
+    };
+    let masks = match &plan.masks {
+        Some(Ok(masks)) => Some(masks),
+        Some(Err(error)) => return Drawn::Failed(format!("{}: {error}", d.id)),
+        None => None,
+    };
+    debug_assert!(
+        masks.is_none_or(|m| m.len() == plan.num_logits),
+        "G1: a constrained window has one mask per logits row"
+    );
+    let adjusted: Vec<Vec<f32>> = if d.seen.is_some() || masks.is_some() {
+        logits_rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let mut row = row.to_vec();
+                if let Some(seen) = d.seen {
+                    let pending = &drafts[..i.min(drafts.len())];
+                    adjust_logits(&mut row, d.adjustments, seen, pending);
+                }
+                if let Some(mask) = masks.and_then(|m| m.get(i)) {
+                    mask.apply(&mut row, d.stop_tokens);
+                }
+                row
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let adjusted_rows: Vec<&[f32]> = adjusted.iter().map(Vec::as_slice).collect();
+    let verified_rows = if adjusted.is_empty() {
+        &logits_rows
+    } else {
+        &adjusted_rows
+    };
+    let verdict = match d.rows {
+        WindowRows::Logits(_) => verify(verified_rows, drafts, &forced, d.sampling, d.rng),
+        WindowRows::Greedy(ids) => verify_greedy(ids, drafts, &forced),
+    };
+    match verdict {
+        Ok(verdict) => Drawn::Verdict(verdict),
+        Err(error) => Drawn::Failed(format!("sampling {} failed: {error}", d.id)),
+    }
 }
 
 #[cfg(test)]
