@@ -30,8 +30,8 @@ use anyhow::anyhow;
 
 use clap::{Args, ValueEnum};
 use lane::{
-    DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, SessionId, Target, Want,
-    Window, DEFAULT_DRAFT_COST_PERCENT, DEFAULT_PREFILL_CHUNK,
+    DraftMode, Engine, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams,
+    SessionId, Target, Want, Window, DEFAULT_DRAFT_COST_PERCENT, DEFAULT_PREFILL_CHUNK,
 };
 use model::{ChatMessage, ChatTemplate, Tokenizer};
 use std::path::Path;
@@ -108,6 +108,20 @@ pub struct BenchArgs {
     /// Where the model runs
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Sampling temperature of every stream; 0 is greedy (the GPU then chooses each token and
+    /// copies back ids); above 0 a round copies back its logits and draws on the host, as a
+    /// request with a temperature does
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
+    pub temperature: f32,
+    /// Keep only the K most likely tokens (with --temperature > 0); 0 keeps all
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    /// Keep the smallest most-likely-first set whose mass reaches P (with --temperature > 0)
+    #[arg(long, default_value_t = 1.0, value_parser = top_p)]
+    pub top_p: f32,
+    /// Seed of stream 0's sampler; stream s takes SEED + s
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Also time moving a stream of this many positions into another session just before a
     /// decode round of each --streams batch (0: not measured)
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::TOKENS_MAX))]
@@ -155,6 +169,30 @@ pub struct MoveRow {
     /// `move_s / round_s`.
     pub move_over_round: f64,
     pub pairs: usize,
+}
+
+/// `--temperature`: a finite number from 0 to 2 (the API's range).
+fn temperature(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
+        _ => Err(format!("must be a number from 0 to 2, got '{text}'")),
+    }
+}
+
+/// `--top-p`: a number in (0, 1].
+fn top_p(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!("must be a number in (0, 1], got '{text}'")),
+    }
+}
+
+/// Stream `stream`'s sampling under `base` (its seed `base.seed + stream`).
+fn stream_sampling(base: &SamplingParams, stream: usize) -> SamplingParams {
+    SamplingParams {
+        seed: Some(base.seed.unwrap_or(0).wrapping_add(stream as u64)),
+        ..*base
+    }
 }
 
 /// How the engine drafts during a run.
@@ -227,13 +265,14 @@ pub fn task_prompts(
         .collect()
 }
 
-/// Runs one concurrent greedy stream per prompt on `target` (which must have a session able to
+/// Runs one concurrent stream per prompt on `target`, greedy or as `sampling` says, (which must have a session able to
 /// hold each prompt and its reply) and measures them. Generic over the backend.
 pub fn measure<T: Target>(
     target: T,
     prompts: &[Vec<u32>],
     new_tokens: u64,
     drafts: BenchDrafts,
+    sampling: &SamplingParams,
 ) -> anyhow::Result<BenchRow> {
     let streams = prompts.len();
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
@@ -248,7 +287,10 @@ pub fn measure<T: Target>(
     let mut engine = Engine::new(target, config)?;
     for (s, prompt) in prompts.iter().enumerate() {
         engine
-            .submit(Request::new(prompt.clone(), new_tokens))
+            .submit(Request {
+                sampling: stream_sampling(sampling, s),
+                ..Request::new(prompt.clone(), new_tokens)
+            })
             .map_err(|e| anyhow!("stream {s}: {e}"))?;
     }
     let mut first_token = vec![false; streams];
@@ -440,6 +482,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         tokens: rollback.snapshots() as u64,
         cost_percent: args.draft_cost,
     };
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: 0.0,
+        seed: Some(args.seed),
+    };
     let most_streams = args.streams.iter().copied().max().unwrap_or(1);
     let prompts = task_prompts(args.task, most_streams, args.prompt_tokens, vocab, &dir)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -455,8 +504,16 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         let flag = |v: Option<clap::builder::PossibleValue>| {
             v.map_or_else(|| "?".to_string(), |p| p.get_name().to_string())
         };
+        let drawn = if args.temperature == 0.0 {
+            "greedy".to_string()
+        } else {
+            format!(
+                "--temperature {} --top-k {} --top-p {} --seed {}",
+                args.temperature, args.top_k, args.top_p, args.seed
+            )
+        };
         eprintln!(
-            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}",
+            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}, {drawn}",
             dir.display(),
             flag(args.task.to_possible_value()),
             args.new_tokens,
@@ -472,6 +529,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         &[warm_prompt],
         WARMUP_NEW_TOKENS,
         drafts,
+        &sampling,
     )?;
 
     let mut rows = Vec::with_capacity(args.streams.len());
@@ -484,7 +542,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             .iter()
             .map(|p| p.len() as u64 + args.new_tokens + slots::MARGIN)
             .collect();
-        let row = measure(new_target(&capacities)?, prompts, args.new_tokens, drafts)?;
+        let row = measure(
+            new_target(&capacities)?,
+            prompts,
+            args.new_tokens,
+            drafts,
+            &sampling,
+        )?;
         if !args.json {
             print_row(&row);
         }
@@ -524,6 +588,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "draft_cost_percent": drafts.cost_percent,
                 "matmul_input": args.model.matmul_input.input().name(),
+                "temperature": args.temperature,
+                "top_k": args.top_k,
+                "top_p": args.top_p,
+                "seed": args.seed,
                 "rows": rows,
                 "moves": moves,
             })
@@ -603,16 +671,25 @@ mod tests {
             tokens: 0,
             cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
-        let target = CpuBackend::target(model, &vec![64; streams]);
         let prompts: Vec<Vec<u32>> = (0..streams).map(|s| prompt_ids(s, prompt, 100)).collect();
-        let row = measure(target, &prompts, new, none).expect("runs");
-        assert_eq!(row.streams, streams);
-        assert_eq!(row.prompt_tokens, streams * prompt);
-        assert_eq!((row.draft_proposed, row.acceptance), (0, None));
-        assert_eq!(row.decode_tokens, streams as u64 * (new - 1));
-        // One round prefills every prompt and draws each first token, then one per token.
-        assert_eq!(row.rounds, new);
-        assert!(row.prefill_tokens_per_s > 0.0 && row.decode_tokens_per_s > 0.0);
+        let sampled = SamplingParams {
+            temperature: 1.0,
+            top_k: 20,
+            seed: Some(3),
+            ..SamplingParams::greedy()
+        };
+        // Greedy, and sampled (the draws on the host, the logits copied back).
+        for sampling in [SamplingParams::greedy(), sampled] {
+            let target = CpuBackend::target(model.clone(), &vec![64; streams]);
+            let row = measure(target, &prompts, new, none, &sampling).expect("runs");
+            assert_eq!(row.streams, streams);
+            assert_eq!(row.prompt_tokens, streams * prompt);
+            assert_eq!((row.draft_proposed, row.acceptance), (0, None));
+            assert_eq!(row.decode_tokens, streams as u64 * (new - 1));
+            // One round prefills every prompt and draws each first token, then one per token.
+            assert_eq!(row.rounds, new);
+            assert!(row.prefill_tokens_per_s > 0.0 && row.decode_tokens_per_s > 0.0);
+        }
     }
 
     #[test]
@@ -663,7 +740,7 @@ mod tests {
         };
         let target = CpuBackend::target(model, &[64, 64]);
         let prompts = [prompt_ids(0, 6, 100), prompt_ids(1, 6, 100)];
-        let row = measure(target, &prompts, 10, drafts).expect("runs");
+        let row = measure(target, &prompts, 10, drafts, &SamplingParams::greedy()).expect("runs");
         assert_eq!(row.decode_tokens, 2 * 9);
         assert!(row.rounds <= 10);
     }
@@ -682,7 +759,7 @@ mod tests {
             cost_percent: DEFAULT_DRAFT_COST_PERCENT,
         };
         let target = CpuBackend::target(model, &[capacity]);
-        let row = measure(target, &prompts, new, drafts).expect("runs");
+        let row = measure(target, &prompts, new, drafts, &SamplingParams::greedy()).expect("runs");
         assert_eq!(row.decode_tokens, new - 1);
         let acceptance = row.acceptance.expect("drafts were proposed");
         assert!(acceptance > 0.8, "acceptance {acceptance} on counting");
