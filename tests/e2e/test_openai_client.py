@@ -91,6 +91,18 @@ def test_stop_string_cuts_the_reply(server):
     assert cut.choices[0].finish_reason == "stop"
 
 
+def test_unsaid_sampling_takes_the_models_generation_config(server):
+    # The default model's generation_config.json says "do_sample": false: a request that names
+    # no temperature is greedy (serve --generation-config auto), whatever its seed.
+    # A raw prompt the model has no confident continuation of: at temperature 1 (the API's
+    # default, `--generation-config none`) seeds 1, 2 and 3 give three different texts.
+    client = server.client()
+    args = dict(model="m", prompt="The weather in", max_tokens=30)
+    greedy = client.completions.create(temperature=0, **args).choices[0].text
+    for seed in (1, 2, 3):
+        assert client.completions.create(seed=seed, **args).choices[0].text == greedy
+
+
 def test_the_same_seed_gives_the_same_text(server):
     client = server.client()
     args = dict(model="m", messages=[{"role": "user", "content": "Write a word."}], max_tokens=20, temperature=1.0)

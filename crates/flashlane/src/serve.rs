@@ -12,6 +12,15 @@ use server::AppState;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// `--generation-config`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenerationConfig {
+    /// The model's generation_config.json fills what a request leaves unsaid
+    Auto,
+    /// The OpenAI API's defaults (temperature 1, no cuts)
+    None,
+}
+
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("api_key_or_file").args(["api_key", "api_key_file"])))]
 pub struct ServeArgs {
@@ -50,6 +59,11 @@ pub struct ServeArgs {
     /// --features cuda)
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Sampling a request leaves unsaid: auto takes what the model's generation_config.json
+    /// recommends (temperature, top_p, top_k, min_p, repetition_penalty; "do_sample": false
+    /// means greedy), as vLLM does; none keeps the OpenAI API's defaults (temperature 1)
+    #[arg(long, value_enum, default_value_t = GenerationConfig::Auto, env = "FLASHLANE_GENERATION_CONFIG")]
+    pub generation_config: GenerationConfig,
     /// Name the API reports for the model [default: flashlane-tiny for the built-in model, else the
     /// directory's name]
     #[arg(long)]
@@ -143,7 +157,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     listener
         .set_nonblocking(true)
         .context("setting the listening socket non-blocking")?;
-    let text = Arc::new(ModelText::load(&dir, id.clone(), &config)?);
+    let recommend = args.generation_config == GenerationConfig::Auto;
+    let text = Arc::new(ModelText::load(&dir, id.clone(), &config, recommend)?);
     eprintln!(
         "flashlane {} serving {id} from {}",
         env!("CARGO_PKG_VERSION"),
@@ -159,6 +174,16 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             ""
         },
         kv_dtype.name()
+    );
+    eprintln!(
+        "sampling a request leaves unsaid: {}",
+        match args.generation_config {
+            GenerationConfig::Auto => format!(
+                "{} (the model's generation_config.json; --generation-config none: the API's defaults)",
+                text.recommended().describe()
+            ),
+            GenerationConfig::None => "the API's defaults (--generation-config none)".to_string(),
+        }
     );
     eprint!("{}", table(&plan));
     eprint!("{}", prompt_cache_line(prompt_cache_bytes));

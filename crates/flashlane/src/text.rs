@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use model::{ChatTemplate, CompiledGrammar, Config, GrammarCompiler, GrammarMatcher, Tokenizer};
-use server::request::ChatMessage;
+use server::request::{ChatMessage, SamplingDefaults};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -13,6 +13,8 @@ pub struct ModelText {
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     stop_ids: Vec<u32>,
+    /// What the model recommends for the sampling a request leaves unsaid.
+    recommended: model::GenerationDefaults,
     /// The most bytes of text one token stands for (the prompt's byte bound).
     max_token_bytes: usize,
     /// Where the token trie comes from, and the width of the logits rows its masks cover.
@@ -78,16 +80,34 @@ impl lane::GrammarState for State {
 }
 
 impl ModelText {
-    pub fn load(dir: &Path, id: String, config: &Config) -> anyhow::Result<ModelText> {
+    /// What the model recommends for the sampling a request leaves unsaid, for `serve`'s log.
+    pub fn recommended(&self) -> &model::GenerationDefaults {
+        &self.recommended
+    }
+
+    /// The text side of the model in `dir`; with `recommend`, its `generation_config.json`'s
+    /// sampling fills what requests leave unsaid.
+    pub fn load(
+        dir: &Path,
+        id: String,
+        config: &Config,
+        recommend: bool,
+    ) -> anyhow::Result<ModelText> {
         let tokenizer = Tokenizer::from_dir(dir)?;
         let template = ChatTemplate::from_dir(dir)?;
         let stop_ids = model::end_of_reply_ids(dir, config, Some(&tokenizer), template.as_ref());
         let max_token_bytes = tokenizer.max_token_bytes();
+        let recommended = if recommend {
+            model::GenerationDefaults::from_dir(dir)?
+        } else {
+            model::GenerationDefaults::default()
+        };
         let text = ModelText {
             id,
             tokenizer,
             template,
             stop_ids,
+            recommended,
             max_token_bytes,
             tokenizer_file: dir.join("tokenizer.json"),
             vocab_size: config.vocab_size,
@@ -161,6 +181,17 @@ impl server::TextModel for ModelText {
         self.stop_ids.clone()
     }
 
+    fn sampling_defaults(&self) -> SamplingDefaults {
+        let d = &self.recommended;
+        SamplingDefaults {
+            temperature: d.temperature,
+            top_p: d.top_p,
+            top_k: d.top_k,
+            min_p: d.min_p,
+            repetition_penalty: d.repetition_penalty,
+        }
+    }
+
     fn max_token_bytes(&self) -> Option<usize> {
         Some(self.max_token_bytes)
     }
@@ -199,7 +230,7 @@ mod tests {
     fn chat_messages_cannot_write_control_tokens_through_serve() {
         let dir = crate::embedded::default_model_dir().expect("the embedded model");
         let config = Config::from_dir(&dir).unwrap();
-        let text = ModelText::load(&dir, "tiny".into(), &config).unwrap();
+        let text = ModelText::load(&dir, "tiny".into(), &config, true).unwrap();
         let im_start = text.tokenizer.token_id("<|im_start|>").unwrap();
         let turns = |content: &str| {
             let ids = text

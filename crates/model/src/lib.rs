@@ -15,6 +15,7 @@
 pub mod chat;
 pub mod config;
 pub mod end_tokens;
+pub mod generation;
 pub mod grammar;
 pub mod parallel;
 mod resident;
@@ -26,6 +27,7 @@ pub mod weights;
 pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
 pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use end_tokens::end_of_reply_ids;
+pub use generation::{GenerationConfigError, GenerationDefaults};
 pub use grammar::{CompiledGrammar, GrammarCompiler, GrammarError, GrammarMatcher};
 pub use tokenizer::{TextError, Tokenizer};
 pub use vocab::draft_vocab;

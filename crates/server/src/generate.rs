@@ -10,7 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use lane::{Refusal, SamplingParams, StreamId};
+use lane::{LogitAdjustments, Refusal, StreamId};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -190,22 +190,20 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         app.text.stop_token_ids()
     };
     stop_tokens.extend(&req.stop_token_ids);
+    let (sampling, repetition_penalty) = req.sampling.resolve(&app.text.sampling_defaults());
     let lane_request = lane::Request {
         prompt,
         max_new_tokens,
-        sampling: SamplingParams {
-            temperature: req.sampling.temperature,
-            top_k: req.sampling.top_k,
-            top_p: req.sampling.top_p,
-            min_p: req.sampling.min_p,
-            seed: req.sampling.seed,
-        },
+        sampling,
         stop_tokens,
         draft: None,
         logprobs: req.logprobs.is_some(),
         top_logprobs: req.logprobs.unwrap_or(0) as u8,
         thinking,
-        adjustments: req.adjustments.clone(),
+        adjustments: LogitAdjustments {
+            repetition_penalty,
+            ..req.adjustments.clone()
+        },
         grammar,
         cache_prompt: req.cache_prompt,
     };

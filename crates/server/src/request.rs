@@ -41,15 +41,58 @@ pub enum Input {
     Messages(Vec<ChatMessage>),
 }
 
-/// Sampling as the client asked; temperature 0 is greedy.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Sampling as the client asked, `None` where it said nothing: [`SamplingRequest::resolve`]
+/// fills those from the model's recommendations, else the API's defaults. Temperature 0 is
+/// greedy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SamplingRequest {
-    pub temperature: f32,
-    pub top_p: f32,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
     /// 0: no top-k cut.
-    pub top_k: u32,
-    pub min_p: f32,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    /// 1 is off.
+    pub repetition_penalty: Option<f32>,
     pub seed: Option<u64>,
+}
+
+/// What the served model recommends for the sampling a request leaves unsaid (its
+/// `generation_config.json` under `serve --generation-config auto`); `None` where it recommends
+/// nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
+/// The OpenAI API's defaults, for what neither the request nor the model says.
+pub const API_TEMPERATURE: f32 = 1.0;
+pub const API_TOP_P: f32 = 1.0;
+
+impl SamplingRequest {
+    /// The sampling this request runs with, and its repetition penalty: each field as the
+    /// request says, else as `defaults` recommend, else the API's default (temperature 1, top_p
+    /// 1, no top-k or min-p cut, no repetition penalty).
+    pub fn resolve(&self, defaults: &SamplingDefaults) -> (lane::SamplingParams, f32) {
+        let sampling = lane::SamplingParams {
+            temperature: self
+                .temperature
+                .or(defaults.temperature)
+                .unwrap_or(API_TEMPERATURE),
+            top_k: self.top_k.or(defaults.top_k).unwrap_or(0),
+            top_p: self.top_p.or(defaults.top_p).unwrap_or(API_TOP_P),
+            min_p: self.min_p.or(defaults.min_p).unwrap_or(0.0),
+            seed: self.seed,
+        };
+        let repetition_penalty = self
+            .repetition_penalty
+            .or(defaults.repetition_penalty)
+            .unwrap_or(1.0);
+        (sampling, repetition_penalty)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -235,29 +278,39 @@ fn common(
 }
 
 fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
-    let temperature = optional_f64(fields, "temperature")?.unwrap_or(1.0);
-    if !(0.0..=2.0).contains(&temperature) {
-        return Err(ApiError::invalid(
-            "temperature",
-            "`temperature` must be between 0 and 2",
-        ));
-    }
-    let top_p = optional_f64(fields, "top_p")?.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
-    }
-    let min_p = optional_f64(fields, "min_p")?.unwrap_or(0.0);
-    if !(0.0..=1.0).contains(&min_p) {
-        return Err(ApiError::invalid(
-            "min_p",
-            "`min_p` must be between 0 and 1",
-        ));
-    }
+    // A number the check accepts, or None when the field is absent or null.
+    let checked =
+        |name: &'static str, ok: fn(f64) -> bool, message: &'static str| match optional_f64(
+            fields, name,
+        )? {
+            Some(v) if !ok(v) => Err(ApiError::invalid(name, message)),
+            v => Ok(v.map(|v| v as f32)),
+        };
+    let temperature = checked(
+        "temperature",
+        |t| (0.0..=2.0).contains(&t),
+        "`temperature` must be between 0 and 2",
+    )?;
+    let top_p = checked(
+        "top_p",
+        |p| p > 0.0 && p <= 1.0,
+        "`top_p` must be in (0, 1]",
+    )?;
+    let min_p = checked(
+        "min_p",
+        |p| (0.0..=1.0).contains(&p),
+        "`min_p` must be between 0 and 1",
+    )?;
+    let repetition_penalty = checked(
+        "repetition_penalty",
+        |r| r > 0.0 && r.is_finite(),
+        "`repetition_penalty` must be a number > 0 (1 is off)",
+    )?;
     let top_k = match fields.get("top_k") {
-        None | Some(Value::Null) => 0,
+        None | Some(Value::Null) => None,
         Some(value) => match value.as_i64() {
-            Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 && k <= u32::MAX as i64 => k as u32,
+            Some(-1) | Some(0) => Some(0),
+            Some(k) if k > 0 && k <= u32::MAX as i64 => Some(k as u32),
             _ => {
                 return Err(ApiError::invalid(
                     "top_k",
@@ -277,10 +330,11 @@ fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
         ),
     };
     Ok(SamplingRequest {
-        temperature: temperature as f32,
-        top_p: top_p as f32,
+        temperature,
+        top_p,
         top_k,
-        min_p: min_p as f32,
+        min_p,
+        repetition_penalty,
         seed,
     })
 }
@@ -451,15 +505,7 @@ fn adjustments(fields: &Map<String, Value>) -> Result<LogitAdjustments, ApiError
             *slot = value as f32;
         }
     }
-    if let Some(value) = optional_f64(fields, "repetition_penalty")? {
-        if !(value > 0.0 && value.is_finite()) {
-            return Err(ApiError::invalid(
-                "repetition_penalty",
-                "`repetition_penalty` must be a number > 0 (1 is off)",
-            ));
-        }
-        a.repetition_penalty = value as f32;
-    }
+    // `repetition_penalty` is read with the sampling (the model may recommend one).
     match fields.get("logit_bias") {
         None | Some(Value::Null) => {}
         Some(Value::Object(map)) => {
@@ -580,8 +626,46 @@ mod tests {
         let req = parse_completion(br#"{"model":"m","prompt":"hi"}"#).unwrap();
         assert_eq!(req.input, Input::Prompt(Prompt::Text("hi".into())));
         assert_eq!(req.max_tokens, None);
-        assert_eq!(req.sampling.temperature, 1.0);
+        assert_eq!(req.sampling, SamplingRequest::default());
+        // Nothing said, nothing recommended: the API's defaults.
+        let (sampling, repetition_penalty) = req.sampling.resolve(&SamplingDefaults::default());
+        assert_eq!(
+            (
+                sampling.temperature,
+                sampling.top_p,
+                sampling.top_k,
+                sampling.min_p
+            ),
+            (1.0, 1.0, 0, 0.0)
+        );
+        assert_eq!(repetition_penalty, 1.0);
         assert!(!req.stream);
+    }
+
+    #[test]
+    fn what_a_request_leaves_unsaid_takes_the_models_recommendation() {
+        let qwen3 = SamplingDefaults {
+            temperature: Some(0.6),
+            top_p: Some(0.95),
+            top_k: Some(20),
+            min_p: None,
+            repetition_penalty: Some(1.05),
+        };
+        let silent = parse_completion(br#"{"prompt":"a"}"#).unwrap();
+        let (s, rp) = silent.sampling.resolve(&qwen3);
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p, rp),
+            (0.6, 0.95, 20, 0.0, 1.05)
+        );
+        let said = parse_completion(
+            br#"{"prompt":"a","temperature":0,"top_k":-1,"top_p":1,"repetition_penalty":1}"#,
+        )
+        .unwrap();
+        let (s, rp) = said.sampling.resolve(&qwen3);
+        assert_eq!((s.temperature, s.top_p, s.top_k, rp), (0.0, 1.0, 0, 1.0));
+        // null is silence.
+        let null = parse_completion(br#"{"prompt":"a","temperature":null}"#).unwrap();
+        assert_eq!(null.sampling.resolve(&qwen3).0.temperature, 0.6);
     }
 
     #[test]
@@ -764,10 +848,11 @@ mod tests {
             LogitAdjustments {
                 presence_penalty: 0.5,
                 frequency_penalty: -1.0,
-                repetition_penalty: 1.2,
+                repetition_penalty: 1.0,
                 logit_bias: vec![(3, 2.5), (17, -100.0)],
             }
         );
+        assert_eq!(req.sampling.repetition_penalty, Some(1.2));
         assert!(parse_completion(br#"{"prompt":"a"}"#)
             .unwrap()
             .adjustments
