@@ -121,11 +121,28 @@ fn log_sum_exp(row: &[f32]) -> f64 {
     if !max.is_finite() {
         return max;
     }
-    let sum: f64 = row
+    let sum: f64 = every_weight(row, |l| (finite_or_min(l) as f64 - max).exp())
         .iter()
-        .map(|&l| (finite_or_min(l) as f64 - max).exp())
+        .map(|c| c.1)
         .sum();
     max + sum.ln()
+}
+
+/// Rows from which [`every_weight`] weighs on the thread pool: a vocabulary of ~150k takes ~1
+/// ms of `exp` on one core, a draw's whole cost at one stream; a few thousand take microseconds.
+const PARALLEL_WEIGHING_MIN: usize = 16_384;
+
+/// `(id, weight(logit))` of every token of `row`, in id order. Each weight is its own `exp`, so
+/// computing them on several threads gives the same values; what sums them does so afterwards,
+/// in id order as before.
+fn every_weight(row: &[f32], weight: impl Fn(f32) -> f64 + Sync) -> Vec<(u32, f64)> {
+    let one = |(id, &l): (usize, &f32)| (id as u32, weight(l));
+    if row.len() >= PARALLEL_WEIGHING_MIN {
+        use rayon::prelude::*;
+        row.par_iter().enumerate().map(one).collect()
+    } else {
+        row.iter().enumerate().map(one).collect()
+    }
 }
 
 /// Heaviest first, the lowest id among equal weights: a total order, so what is kept and the
@@ -298,12 +315,8 @@ impl Distribution {
         let (mut candidates, sorted) = match prefix {
             Some(top) => (top, true),
             None => {
-                let mut candidates: Vec<(u32, f64)> = row
-                    .iter()
-                    .enumerate()
-                    .map(|(id, &l)| (id as u32, weight(l)))
-                    .filter(|&(_, w)| w > 0.0)
-                    .collect();
+                let mut candidates = every_weight(row, weight);
+                candidates.retain(|&(_, w)| w > 0.0);
                 // The heaviest always survives (its weight is exp(0) = 1), so `candidates` is
                 // never empty.
                 let mut sorted = false;
@@ -721,6 +734,24 @@ mod tests {
                 (fast, every) => assert_eq!(fast.err(), every.err(), "case {case}"),
             }
         }
+    }
+
+    #[test]
+    fn weighing_on_the_pool_gives_the_weights_and_sums_of_one_thread() {
+        let mut rng = Rng::new(9);
+        let row: Vec<f32> = (0..PARALLEL_WEIGHING_MIN * 3 + 7)
+            .map(|_| (rng.next_f64() * 30.0 - 15.0) as f32)
+            .collect();
+        let weight = |l: f32| ((l - 15.0) as f64 / 0.7).exp();
+        let one_thread: Vec<(u32, f64)> = row
+            .iter()
+            .enumerate()
+            .map(|(id, &l)| (id as u32, weight(l)))
+            .collect();
+        assert_eq!(every_weight(&row, weight), one_thread);
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+        assert_eq!(log_sum_exp(&row).to_bits(), (max + sum.ln()).to_bits());
     }
 
     #[test]
