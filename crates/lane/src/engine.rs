@@ -928,11 +928,11 @@ impl<T: Target> Engine<T> {
                 return;
             }
         }
-        let drawn = drafts[..verdict.accepted]
+        let emitted = drafts[..verdict.accepted]
             .iter()
             .copied()
             .chain(std::iter::once(verdict.next));
-        for (i, token) in drawn.enumerate() {
+        for (i, token) in emitted.enumerate() {
             let stream = &mut self.live[plan.idx];
             if stream.stop_tokens.contains(&token) {
                 self.finish(plan.idx, FinishReason::Stop);

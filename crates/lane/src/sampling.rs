@@ -194,6 +194,11 @@ fn heaviest_prefix_reaching(candidates: &mut [(u32, f64)], goal: f64, sorted: bo
 /// Logits past the `k + 1` that [`heaviest_k`] looks at first: room for a few ties at the k-th
 /// weight without a second pass.
 const TOP_K_SLACK: usize = 15;
+/// Prefixes [`heaviest_k`] tries, each this many times the last, before it weighs the whole
+/// row: ties at the k-th weight past 16× the first prefix mean a flat row, where weighing
+/// everything costs little more than looking further.
+const TOP_K_PREFIX_TRIES: usize = 2;
+const TOP_K_PREFIX_GROWTH: usize = 16;
 
 /// The `k` heaviest tokens of `row` under `weight` (a non-decreasing function of the logit),
 /// heaviest first, exactly as weighing every token and selecting them would give them, when
@@ -203,14 +208,18 @@ const TOP_K_SLACK: usize = 15;
 /// Why it is exact: every token outside the `m` largest logits weighs at most the lightest of
 /// them (`floor`); when the k-th heaviest of the `m` weighs more than `floor`, no token outside
 /// can rank among the first `k`, ties included, and the order among the `m` is the order among
-/// all. When ties reach `floor`, `m` grows (×4) until they do not or `m` covers the row.
+/// all. When ties reach `floor`, `m` grows (×16) once; past that the whole row is weighed.
 fn heaviest_k(row: &[f32], k: usize, weight: impl Fn(f32) -> f64) -> Option<Vec<(u32, f64)>> {
     if k == 0 {
         return None;
     }
     let mut m = k + 1 + TOP_K_SLACK;
-    // Bounded: `m` grows ×4 and the loop returns once it reaches the row's length.
-    while m < row.len() {
+    // At most TOP_K_PREFIX_TRIES scans of the row (a flat or heavily tied row then costs two
+    // scans more than weighing it all, not six).
+    for _ in 0..TOP_K_PREFIX_TRIES {
+        if m >= row.len() {
+            break;
+        }
         let mut top: Vec<(u32, f64)> = largest_logits(row, m)
             .into_iter()
             .map(|id| (id, weight(row[id as usize])))
@@ -229,7 +238,7 @@ fn heaviest_k(row: &[f32], k: usize, weight: impl Fn(f32) -> f64) -> Option<Vec<
         if kth > floor {
             return Some(top);
         }
-        m = m.saturating_mul(4);
+        m = m.saturating_mul(TOP_K_PREFIX_GROWTH);
     }
     None
 }

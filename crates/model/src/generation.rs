@@ -53,12 +53,14 @@ impl GenerationDefaults {
         let object = value
             .as_object()
             .ok_or_else(|| "not a JSON object".to_string())?;
+        // Checked as the f32 a request's value becomes (1e-50 passes as an f64 above 0 but is 0
+        // as an f32, which every request would then be refused for).
         let number =
             |name: &str, ok: &dyn Fn(f64) -> bool, range: &str| -> Result<Option<f32>, String> {
                 match object.get(name) {
                     None | Some(serde_json::Value::Null) => Ok(None),
-                    Some(v) => match v.as_f64() {
-                        Some(x) if ok(x) => Ok(Some(x as f32)),
+                    Some(v) => match v.as_f64().map(|x| x as f32) {
+                        Some(x) if ok(x as f64) => Ok(Some(x)),
                         _ => Err(format!("`{name}` must be {range}, got {v}")),
                     },
                 }
@@ -82,9 +84,14 @@ impl GenerationDefaults {
         let top_k = match object.get("top_k") {
             None | Some(serde_json::Value::Null) => None,
             // transformers' "no cut" is 0 (some configs write -1 for it, as vLLM's API does).
-            Some(v) => match v.as_i64() {
-                Some(-1) | Some(0) => Some(0),
-                Some(k) if k > 0 => Some(u32::try_from(k).unwrap_or(u32::MAX)),
+            // A whole number, written as an integer or as a float (`50.0`: some configs do).
+            Some(v) => match v.as_f64().filter(|k| k.fract() == 0.0) {
+                Some(k) if k == -1.0 || k == 0.0 => Some(0),
+                Some(k) if k > 0.0 => Some(if k >= u32::MAX as f64 {
+                    u32::MAX
+                } else {
+                    k as u32
+                }),
                 _ => return Err(format!("`top_k` must be a whole number ≥ -1, got {v}")),
             },
         };
@@ -163,6 +170,12 @@ mod tests {
                 .top_k,
             Some(0)
         );
+        assert_eq!(
+            GenerationDefaults::from_json(r#"{"top_k":50.0}"#)
+                .unwrap()
+                .top_k,
+            Some(50)
+        );
     }
 
     #[test]
@@ -171,6 +184,8 @@ mod tests {
             (r#"{"temperature":3}"#, "temperature"),
             (r#"{"temperature":"hot"}"#, "temperature"),
             (r#"{"top_p":0}"#, "top_p"),
+            (r#"{"top_p":1e-50}"#, "top_p"),
+            (r#"{"repetition_penalty":1e39}"#, "repetition_penalty"),
             (r#"{"top_k":2.5}"#, "top_k"),
             (r#"{"min_p":-0.1}"#, "min_p"),
             (r#"{"repetition_penalty":0}"#, "repetition_penalty"),

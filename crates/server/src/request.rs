@@ -110,7 +110,8 @@ pub struct GenerateRequest {
     pub logprobs: Option<u32>,
     /// Thinking tokens after which `</think>` is forced (chat templates with `<think>`).
     pub thinking_budget: Option<u64>,
-    /// `presence_penalty`, `frequency_penalty`, `repetition_penalty`, `logit_bias`.
+    /// `presence_penalty`, `frequency_penalty`, `logit_bias` (`repetition_penalty` is read with
+    /// the sampling, which the model may recommend: 1 here until `generate` resolves it).
     pub adjustments: LogitAdjustments,
     /// Chat: `chat_template_kwargs`, more variables for the chat template (`enable_thinking`).
     pub template_args: Map<String, Value>,

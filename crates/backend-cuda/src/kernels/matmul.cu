@@ -523,7 +523,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+// The "memory" clobber keeps the compiler from moving a shared-memory access across the wait
+// (MMT_SPLIT_ONCE reads its own copies right after it, before any __syncthreads).
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ int mmt_x_pos(int row, int p) { return p ^ ((p >> 3) & 1) ^ ((row & 1) << 1); }
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
