@@ -274,10 +274,21 @@ pub fn session_spec(data: &[u8]) {
     }
 }
 
-/// A `config.json`.
+/// A `config.json`, and the same text as a `generation_config.json`: what the latter
+/// recommends must be what a request may ask (else every request leaving it unsaid would fail).
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = model::Config::from_json(text);
+        if let Ok(d) = model::GenerationDefaults::from_json(text) {
+            assert!(
+                d.temperature.is_none_or(|t| (0.0..=2.0).contains(&t))
+                    && d.top_p.is_none_or(|p| p > 0.0 && p <= 1.0)
+                    && d.min_p.is_none_or(|p| (0.0..=1.0).contains(&p))
+                    && d.repetition_penalty
+                        .is_none_or(|r| r > 0.0 && r.is_finite()),
+                "F4: a recommendation is a value a request may ask: {d:?}"
+            );
+        }
     }
 }
 

@@ -47,7 +47,8 @@ impl GenerationDefaults {
             .map_err(|reason| GenerationConfigError::Invalid { path, reason })
     }
 
-    fn from_json(text: &str) -> Result<GenerationDefaults, String> {
+    /// The recommendations of a `generation_config.json`'s text, or what is wrong with it.
+    pub fn from_json(text: &str) -> Result<GenerationDefaults, String> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         let object = value
