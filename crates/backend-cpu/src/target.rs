@@ -14,6 +14,7 @@ use crate::state::RollbackWindow;
 use crate::state::{cached_block_bytes, CachedBlock, SessionState};
 use lane::{
     Backend, BackendError, BackendTarget, MtpView, RoundOut, RoundWindow, SessionId, SessionView,
+    Want,
 };
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -119,7 +120,7 @@ impl Backend for CpuBackend {
         &mut self,
         windows: &[RoundWindow],
         tokens: &[u32],
-        _greedy: bool,
+        _wants: &[Want],
     ) -> Result<RoundOut<'_>, BackendError> {
         // 1. the batch: each window's session state taken out for the call
         let mut states: Vec<SessionState> = windows

@@ -267,6 +267,24 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
         Ok(out)
     }
 
+    /// The elements of each `(offset, len)` range, one range after another, copied back (waits
+    /// for the stream).
+    pub fn read_ranges(&self, gpu: &Gpu, ranges: &[(usize, usize)]) -> Result<Vec<T>, CudaError>
+    where
+        T: Copy + Default,
+    {
+        let total = ranges.iter().map(|r| r.1).sum();
+        let mut out = vec![T::default(); total];
+        let mut at = 0;
+        for &(offset, len) in ranges {
+            let view = self.slice.slice(offset..offset + len);
+            gpu.stream.memcpy_dtoh(&view, &mut out[at..at + len])?;
+            at += len;
+        }
+        gpu.sync()?;
+        Ok(out)
+    }
+
     /// Makes room for `len` elements (contents are not kept): scratch that grows with the batch.
     /// Returns whether the buffer moved.
     pub fn ensure(&mut self, gpu: &Gpu, len: usize) -> Result<bool, CudaError> {

@@ -13,7 +13,7 @@ use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
-use lane::{RoundOut, RoundWindow};
+use lane::{RoundOut, RoundWindow, Want};
 use mtp_absorb::{absorb, mtp_meta, MtpMeta};
 use std::borrow::Cow;
 
@@ -602,22 +602,38 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
     }
 }
 
-/// Runs a round: returns the wanted rows, window after window, as logits or, with `greedy`, as
-/// each row's greedy token (chosen on the GPU, so only the ids come back). The sessions' GPU
-/// state advances; the caller updates their host lengths.
+/// Runs a round: returns the wanted rows, window after window, as `wants` (one a window) allow:
+/// every row's logits when every window wants them; each row's greedy token (chosen on the
+/// GPU, so only the ids come back) when every window wants that; both, split (the logits of the
+/// windows that want them only), when some window wants each. The sessions' GPU state advances;
+/// the caller updates their host lengths.
 pub fn forward(
     m: &CudaModel,
     sessions: &Sessions,
     scratch: &mut Scratch,
     plans: &[RoundWindow],
     tokens: &[u32],
-    greedy: bool,
+    wants: &[Want],
 ) -> Result<RoundOut<'static>, CudaError> {
     let rows = tokens.len();
     let rm = round_meta(plans, tokens, sessions, m.has_mtp());
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
+    let v = m.config.vocab_size;
+    // The logits rows of the windows that want them, as (first float, floats) ranges.
+    let mut wanted: Vec<(usize, usize)> = Vec::new();
+    let mut row = 0;
+    for (plan, &want) in plans.iter().zip(wants) {
+        if want == Want::Logits && plan.num_logits > 0 {
+            wanted.push((row * v, plan.num_logits * v));
+        }
+        row += plan.num_logits;
+    }
+    let logit_rows: usize = wanted.iter().map(|r| r.1).sum::<usize>() / v;
+    // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
+    // them, or every row in a round of none).
+    let greedy = logit_rows < rm.num_logits;
     let enqueue = || {
         enqueue_round(&pass, sessions, base, &rm, plans.len(), rows)?;
         if greedy {
@@ -627,6 +643,7 @@ pub fn forward(
         }
         Ok(())
     };
+    debug_assert_eq!(plans.len(), wants.len(), "F5: one want a window");
     if rows <= GRAPH_MAX_ROWS {
         let key = GraphKey::Round {
             rows,
@@ -640,14 +657,13 @@ pub fn forward(
     } else {
         enqueue()?;
     }
-    Ok(if greedy {
-        RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?)
-    } else {
-        RoundOut::Logits(Cow::Owned(
-            scratch
-                .logits
-                .read(&m.gpu, rm.num_logits * m.config.vocab_size)?,
-        ))
+    Ok(match (greedy, logit_rows) {
+        (true, 0) => RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?),
+        (true, _) => RoundOut::Split {
+            ids: scratch.ids.read(&m.gpu, rm.num_logits)?,
+            logits: scratch.logits.read_ranges(&m.gpu, &wanted)?,
+        },
+        (false, _) => RoundOut::Logits(Cow::Owned(scratch.logits.read(&m.gpu, rm.num_logits * v)?)),
     })
 }
 

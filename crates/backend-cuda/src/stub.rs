@@ -95,7 +95,7 @@ impl Backend for CudaBackend {
         &mut self,
         _: &[RoundWindow],
         _: &[u32],
-        _: bool,
+        _: &[lane::Want],
     ) -> Result<RoundOut<'_>, BackendError> {
         match self.never {}
     }

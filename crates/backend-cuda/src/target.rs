@@ -150,13 +150,13 @@ impl Backend for CudaBackend {
             .expect("T1: sessions are made with a RollbackWindow's tokens")
     }
 
-    /// With `greedy` the GPU chooses each row's token and only the ids come back; otherwise the
-    /// round copies its logits back.
+    /// The GPU chooses the tokens of the windows that want greedy ones and only their ids come
+    /// back; the round copies back the logits of the windows that want them, and only theirs.
     fn forward(
         &mut self,
         windows: &[RoundWindow],
         tokens: &[u32],
-        greedy: bool,
+        wants: &[lane::Want],
     ) -> Result<RoundOut<'_>, BackendError> {
         let out = forward::forward(
             &self.model,
@@ -164,7 +164,7 @@ impl Backend for CudaBackend {
             &mut self.scratch,
             windows,
             tokens,
-            greedy,
+            wants,
         )
         .map_err(device)?;
         for w in windows {

@@ -465,7 +465,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
 }
 
 /// Greedy tokens chosen on the GPU are the host's argmax of the same round's logits, and the
-/// round leaves the same state; a round with one non-greedy window answers logits.
+/// round leaves the same state; in a round of both, the windows wanting logits get their rows.
 #[test]
 fn greedy_rows_are_the_argmax_of_the_logits() {
     let _gpu = common::exclusive();
@@ -527,6 +527,24 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         .collect();
     assert_eq!(rows[0], WindowRows::Greedy(greedy));
     assert_eq!(rows[1], WindowRows::Logits(want_next[1].clone()));
+    // Logits, greedy, logits: each window wanting logits gets its own rows back (the round
+    // copies back only theirs), the greedy one its tokens.
+    let third = [
+        window(0, na + 4, &[21], 1),
+        window(1, nb + 2, &[7], 1),
+        window(2, 10, &a[10..14], 2),
+    ];
+    let want_third = by_logits.logits(&third).expect("logits");
+    let rows = by_ids
+        .forward(&third, &[Want::Logits, Want::Greedy, Want::Logits])
+        .expect("split");
+    let greedy: Vec<Option<u32>> = want_third[1]
+        .chunks_exact(gpu.vocab_size())
+        .map(|row| lane::sampling::argmax(row).ok())
+        .collect();
+    assert_eq!(rows[0], WindowRows::Logits(want_third[0].clone()));
+    assert_eq!(rows[1], WindowRows::Greedy(greedy));
+    assert_eq!(rows[2], WindowRows::Logits(want_third[2].clone()));
 }
 
 /// Sessions sized to the drafts (rollback window 1 + K) hold what the plan counts for them, and

@@ -61,11 +61,15 @@ pub struct RoundWindow {
 /// A round's outputs, for the windows' wanted rows in order.
 #[derive(Debug)]
 pub enum RoundOut<'a> {
-    /// `[rows, vocab]` logits.
+    /// `[rows, vocab]` logits of every wanted row (an answer to any round).
     Logits(Cow<'a, [f32]>),
     /// Each row's greedy token (argmax, lowest id on ties; a negative id where no logit is
-    /// finite), when the round was asked for greedy tokens and the backend chose them itself.
+    /// finite), when every window with rows wanted greedy tokens and the backend chose them.
     Greedy(Vec<i32>),
+    /// A round of both: every row's greedy token as in `Greedy`, and the logits (`[rows,
+    /// vocab]`) of the rows of the windows that want [`Want::Logits`] only, in window order: a
+    /// sampled stream beside greedy ones copies its own rows back, not the whole round's.
+    Split { ids: Vec<i32>, logits: Vec<f32> },
 }
 
 /// One session's checked draft chain: `num_drafts ≥ 1` greedy steps of the MTP head from the
@@ -107,13 +111,14 @@ pub trait Backend {
 
     /// Runs `windows` (distinct sessions, each starting at its length; `tokens` is their tokens
     /// one window after another), appends their positions to the sessions (and feeds the MTP
-    /// head the pairs they completed), and answers the wanted rows. With `greedy` every window
-    /// wants greedy tokens only and the backend may answer [`RoundOut::Greedy`].
+    /// head the pairs they completed), and answers the wanted rows as `wants` (one a window)
+    /// allow: [`RoundOut::Logits`] always; [`RoundOut::Greedy`] when every window wants
+    /// [`Want::Greedy`]; [`RoundOut::Split`] otherwise.
     fn forward(
         &mut self,
         windows: &[RoundWindow],
         tokens: &[u32],
-        greedy: bool,
+        wants: &[Want],
     ) -> Result<RoundOut<'_>, BackendError>;
 
     /// Greedy MTP drafts (argmax over the ids `0..model::draft_vocab`, lowest id on ties) for
@@ -321,9 +326,10 @@ impl<B: Backend> Target for BackendTarget<B> {
             .collect()
     }
 
-    /// When every window with rows wants greedy tokens, the backend may choose them and answer
-    /// only them (a row of logits is `vocab` floats to copy and scan); otherwise greedy windows
-    /// get their rows' greedy tokens from the logits ([`rows_from_logits`]).
+    /// The backend may choose greedy windows' tokens itself and answer only them (a row of
+    /// logits is `vocab` floats to copy and scan), for every window or beside the logits of
+    /// the windows that want them ([`RoundOut::Split`]); where it answers logits, greedy windows
+    /// get their rows' greedy tokens from them ([`rows_from_logits`]).
     fn forward(
         &mut self,
         windows: &[Window<'_>],
@@ -345,25 +351,57 @@ impl<B: Backend> Target for BackendTarget<B> {
         if live.is_empty() {
             return Ok(rows_from_logits(windows, wants, &[], vocab));
         }
-        // A window without rows (a prompt chunk) wants nothing either way.
-        let greedy = windows
+        // A window without rows (a prompt chunk) wants nothing either way: greedy, for the
+        // backend.
+        let live_wants: Vec<Want> = windows
             .iter()
             .zip(wants)
-            .all(|(w, &want)| want == Want::Greedy || w.num_logits == 0 || w.tokens.is_empty());
+            .filter(|(w, _)| !w.tokens.is_empty())
+            .map(|(w, &want)| {
+                if w.num_logits == 0 {
+                    Want::Greedy
+                } else {
+                    want
+                }
+            })
+            .collect();
         let tokens: Vec<u32> = windows
             .iter()
             .flat_map(|w| w.tokens.iter().copied())
             .collect();
         let out = self
             .backend
-            .forward(&live, &tokens, greedy)
+            .forward(&live, &tokens, &live_wants)
             .map_err(|e| match e {
                 BackendError::State(e) => TargetError::Invalid(e.to_string()),
                 BackendError::Device(e) => TargetError::Device(e),
             })?;
+        let rows: usize = live.iter().map(|w| w.num_logits).sum();
+        let logit_rows: usize = live
+            .iter()
+            .zip(&live_wants)
+            .filter(|(_, &want)| want == Want::Logits)
+            .map(|(w, _)| w.num_logits)
+            .sum();
+        let malformed = |what: String| TargetError::Device(format!("the backend answered {what}"));
         Ok(match out {
             RoundOut::Logits(logits) => rows_from_logits(windows, wants, &logits, vocab),
-            RoundOut::Greedy(ids) => greedy_rows(windows, wants, &ids),
+            RoundOut::Greedy(_) if logit_rows > 0 => {
+                return Err(malformed(format!(
+                    "greedy tokens only to a round wanting {logit_rows} rows of logits"
+                )))
+            }
+            RoundOut::Greedy(ids) => greedy_rows(windows, wants, &ids, &[], vocab),
+            RoundOut::Split { ids, logits } => {
+                if ids.len() != rows || logits.len() != logit_rows * vocab {
+                    return Err(malformed(format!(
+                        "{} ids and {} logits to {rows} rows, {logit_rows} of them wanting logits",
+                        ids.len(),
+                        logits.len()
+                    )));
+                }
+                greedy_rows(windows, wants, &ids, &logits, vocab)
+            }
         })
     }
 
@@ -528,8 +566,16 @@ impl<B: Backend> Target for BackendTarget<B> {
 
 /// A greedy round's answer: per window its rows' tokens (`None` for a row without a finite
 /// logit).
-fn greedy_rows(windows: &[Window<'_>], wants: &[Want], ids: &[i32]) -> Vec<WindowRows> {
-    let mut at = 0;
+/// Each window's answer from every row's greedy id (`ids`) and the logits of the rows of the
+/// windows wanting them (`logits`, in window order; empty in a greedy round).
+fn greedy_rows(
+    windows: &[Window<'_>],
+    wants: &[Want],
+    ids: &[i32],
+    logits: &[f32],
+    vocab: usize,
+) -> Vec<WindowRows> {
+    let (mut at, mut logits_at) = (0, 0);
     windows
         .iter()
         .zip(wants)
@@ -540,8 +586,9 @@ fn greedy_rows(windows: &[Window<'_>], wants: &[Want], ids: &[i32]) -> Vec<Windo
             if want == Want::Greedy {
                 WindowRows::Greedy(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
             } else {
-                debug_assert!(rows.is_empty(), "a window wanting logits in a greedy round");
-                WindowRows::Logits(Vec::new())
+                let mine = logits[logits_at * vocab..(logits_at + n) * vocab].to_vec();
+                logits_at += n;
+                WindowRows::Logits(mine)
             }
         })
         .collect()
@@ -599,10 +646,10 @@ mod tests {
             &mut self,
             windows: &[RoundWindow],
             tokens: &[u32],
-            greedy: bool,
+            wants: &[Want],
         ) -> Result<RoundOut<'_>, BackendError> {
             self.calls
-                .push(format!("forward {windows:?} {tokens:?} {greedy}"));
+                .push(format!("forward {windows:?} {tokens:?} {wants:?}"));
             let mut ids = Vec::new();
             for w in windows {
                 let v = &mut self.views[w.session];
@@ -615,14 +662,32 @@ mod tests {
                 let first = w.start + w.len - w.num_logits;
                 ids.extend((first..w.start + w.len).map(|p| p as i32 % VOCAB as i32));
             }
-            if greedy {
-                Ok(RoundOut::Greedy(ids))
-            } else {
+            // Every row's one-hot logits; a round of both answers as a GPU does, split.
+            let one_hot = |ids: &[i32]| {
                 let mut logits = vec![0.0; ids.len() * VOCAB];
                 for (r, &id) in ids.iter().enumerate() {
                     logits[r * VOCAB + id as usize] = 1.0;
                 }
-                Ok(RoundOut::Logits(Cow::Owned(logits)))
+                logits
+            };
+            let greedy = wants.iter().filter(|&&w| w == Want::Greedy).count();
+            if greedy == wants.len() {
+                Ok(RoundOut::Greedy(ids))
+            } else if greedy == 0 {
+                Ok(RoundOut::Logits(Cow::Owned(one_hot(&ids))))
+            } else {
+                let mut wanted = Vec::new();
+                let mut at = 0;
+                for (w, &want) in windows.iter().zip(wants) {
+                    if want == Want::Logits {
+                        wanted.extend_from_slice(&ids[at..at + w.num_logits]);
+                    }
+                    at += w.num_logits;
+                }
+                Ok(RoundOut::Split {
+                    logits: one_hot(&wanted),
+                    ids,
+                })
             }
         }
         fn draft(&mut self, chains: &[DraftChain]) -> Result<Vec<Vec<u32>>, BackendError> {
@@ -697,22 +762,48 @@ mod tests {
                 WindowRows::Greedy(vec![])
             ]
         );
-        // A window wanting logits makes the round a logits round; greedy windows still get ids.
+        // A window wanting logits gets its rows, greedy windows their ids (the backend answers
+        // them split, as the GPU does).
         let windows = [Window::new(a, 3, &[4], 1), Window::new(b, 0, &[5, 6], 1)];
         let rows = t.forward(&windows, &[Want::Logits, Want::Greedy]).unwrap();
-        let mut one_hot = vec![0.0; VOCAB];
-        one_hot[3] = 1.0;
+        let one_hot = |id: usize| {
+            let mut row = vec![0.0; VOCAB];
+            row[id] = 1.0;
+            row
+        };
         assert_eq!(
             rows,
             vec![
-                WindowRows::Logits(one_hot),
+                WindowRows::Logits(one_hot(3)),
                 WindowRows::Greedy(vec![Some(1)])
+            ]
+        );
+        // Logits, greedy, logits: each logits window gets its own rows.
+        let c = SessionId(2);
+        let mut t3 = target(&[8, 8, 8], false);
+        let windows = [
+            Window::new(a, 0, &[1, 2], 2),
+            Window::new(b, 0, &[3, 4, 5], 1),
+            Window::new(c, 0, &[6, 7, 8, 9], 2),
+        ];
+        let rows = t3
+            .forward(&windows, &[Want::Logits, Want::Greedy, Want::Logits])
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                WindowRows::Logits([one_hot(0), one_hot(1)].concat()),
+                WindowRows::Greedy(vec![Some(2)]),
+                WindowRows::Logits([one_hot(2), one_hot(3)].concat()),
             ]
         );
         let calls = &t.backend().calls;
         assert_eq!(calls.len(), 2, "{calls:?}");
-        assert!(calls[0].ends_with("[1, 2, 3] true"), "{calls:?}");
-        assert!(calls[1].ends_with("[4, 5, 6] false"), "{calls:?}");
+        assert!(calls[0].ends_with("[1, 2, 3] [Greedy]"), "{calls:?}");
+        assert!(
+            calls[1].ends_with("[4, 5, 6] [Logits, Greedy]"),
+            "{calls:?}"
+        );
     }
 
     #[test]
