@@ -565,7 +565,7 @@ __device__ __forceinline__ void mmt_load(float* xs, bf16_t* ws, const float* __r
     }
 }
 
-// MMT_SPLIT_ONCE (host define, 1): this thread's pieces of x in a stage (those its own cp.async
+// MMT_SPLIT_ONCE (host define, 0 as built: measured slower): this thread's pieces of x in a stage (those its own cp.async
 // copied, which cp_async_wait has made visible to it) replaced in place by their bf16 hi/lo pairs
 // (each two floats x0, x1 become hi(x0, x1), lo(x0, x1)), before the __syncthreads that shows
 // the stage to every warp: x is split once a block, not once by each of the WC warps that read

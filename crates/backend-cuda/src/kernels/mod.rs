@@ -106,10 +106,13 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
 /// 1: a `matmul_bf16_tiled` block splits each chunk of x into bf16 hi/lo pairs once, in shared
-/// memory, where 0 has each of the 4 warps that read a row split it again; the bits are the
-/// same. Overridable for `kernel_define_times`.
-const MMT_SPLIT_ONCE: usize = 1;
-/// `FLASHLANE_MATMUL_SPLIT_ONCE=0` compiles the tiled kernel with MMT_SPLIT_ONCE 0 (for A/B runs
+/// memory; 0 (the default) has each of the 4 warps that read a row split it again. The bits are
+/// the same (GPU tests passed both ways); once a block measured slower on the H200 (Qwen3-4B
+/// prefill 6,014 against 6,237 tok/s for one 128-token prompt and 9,819 against 10,743 for 64,
+/// decode unchanged: bench/RESULTS.md session 19): the tiles are not bound by the split's
+/// arithmetic. Overridable for `kernel_define_times`.
+const MMT_SPLIT_ONCE: usize = 0;
+/// `FLASHLANE_MATMUL_SPLIT_ONCE=1` compiles the tiled kernel with MMT_SPLIT_ONCE 1 (for A/B runs
 /// of one binary: the bits do not change).
 pub const MATMUL_SPLIT_ONCE_ENV: &str = "FLASHLANE_MATMUL_SPLIT_ONCE";
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
@@ -414,6 +417,7 @@ impl Dims {
                 "MMT_SPLIT_ONCE",
                 match std::env::var(MATMUL_SPLIT_ONCE_ENV).as_deref() {
                     Ok("0") => 0,
+                    Ok("1") => 1,
                     _ => MMT_SPLIT_ONCE,
                 },
             ),

@@ -1643,7 +1643,7 @@ fn kernel_define_times() {
     // e4m3 conversions cost (meaningless products, real times).
     let variants: [(&str, &[(&str, usize)]); 15] = [
         ("as built", &[]),
-        ("MMT_SPLIT_ONCE 0", &[("MMT_SPLIT_ONCE", 0)]),
+        ("MMT_SPLIT_ONCE 1", &[("MMT_SPLIT_ONCE", 1)]),
         ("X_PRESPLIT 1 (a probe)", &[("MMA_X_PRESPLIT", 1)]),
         ("FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
         (
