@@ -4,7 +4,7 @@
 //! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
 
-use crate::device::{Buf, Gpu, HostLogits};
+use crate::device::{Buf, Gpu};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
@@ -38,10 +38,8 @@ pub struct Scratch {
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
-    /// The greedy token of each logits row of a round that wants tokens.
+    /// The greedy token of each logits row of a round that wants tokens only.
     ids: Buf<i32>,
-    /// Where the logits rows the host wants come back to.
-    host_logits: HostLogits,
     pub(crate) meta: Buf<i32>,
     /// Captured rounds over these buffers.
     pub(crate) graphs: Graphs,
@@ -154,7 +152,6 @@ impl Scratch {
             cat: z()?,
             draft_hidden: z()?,
             ids: Buf::zeros(gpu, 1)?,
-            host_logits: HostLogits::default(),
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
         })
@@ -610,14 +607,14 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
 /// GPU, so only the ids come back) when every window wants that; both, split (the logits of the
 /// windows that want them only), when some window wants each. The sessions' GPU state advances;
 /// the caller updates their host lengths.
-pub fn forward<'a>(
+pub fn forward(
     m: &CudaModel,
     sessions: &Sessions,
-    scratch: &'a mut Scratch,
+    scratch: &mut Scratch,
     plans: &[RoundWindow],
     tokens: &[u32],
     wants: &[Want],
-) -> Result<RoundOut<'a>, CudaError> {
+) -> Result<RoundOut<'static>, CudaError> {
     let rows = tokens.len();
     let rm = round_meta(plans, tokens, sessions, m.has_mtp());
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
@@ -664,17 +661,9 @@ pub fn forward<'a>(
         (true, 0) => RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?),
         (true, _) => RoundOut::Split {
             ids: scratch.ids.read(&m.gpu, rm.num_logits)?,
-            logits: Cow::Borrowed(scratch.host_logits.read_ranges(
-                &m.gpu,
-                &scratch.logits,
-                &wanted,
-            )?),
+            logits: scratch.logits.read_ranges(&m.gpu, &wanted)?,
         },
-        (false, _) => RoundOut::Logits(Cow::Borrowed(scratch.host_logits.read_ranges(
-            &m.gpu,
-            &scratch.logits,
-            &[(0, rm.num_logits * v)],
-        )?)),
+        (false, _) => RoundOut::Logits(Cow::Owned(scratch.logits.read(&m.gpu, rm.num_logits * v)?)),
     })
 }
 

@@ -87,22 +87,23 @@ impl CudaBackend {
     pub fn model(&self) -> &CudaModel {
         &self.model
     }
-}
 
-/// The host's lengths after a window of `len` tokens at `start`.
-fn advance(sessions: &mut Sessions, with_mtp: bool, w: &RoundWindow) {
-    let rollback = sessions.rollback;
-    let m = &mut sessions.meta[w.session];
-    m.len = w.start + w.len;
-    m.snap_start = w.start;
-    m.snap_count = if w.len <= rollback { w.len - 1 } else { 0 };
-    if with_mtp {
-        m.mtp_len = m.len;
-        m.mtp_first = if w.len > rollback {
-            m.len - 1
-        } else {
-            w.start.saturating_sub(1)
-        };
+    /// The host's lengths after a window of `len` tokens at `start`.
+    fn advance(&mut self, w: &RoundWindow) {
+        let with_mtp = self.model.has_mtp();
+        let m = &mut self.sessions.meta[w.session];
+        m.len = w.start + w.len;
+        m.snap_start = w.start;
+        let rollback = self.sessions.rollback;
+        m.snap_count = if w.len <= rollback { w.len - 1 } else { 0 };
+        if with_mtp {
+            m.mtp_len = m.len;
+            m.mtp_first = if w.len > rollback {
+                m.len - 1
+            } else {
+                w.start.saturating_sub(1)
+            };
+        }
     }
 }
 
@@ -166,10 +167,8 @@ impl Backend for CudaBackend {
             wants,
         )
         .map_err(device)?;
-        // `out` borrows the scratch (the logits' host buffer): the lengths advance beside it.
-        let with_mtp = self.model.has_mtp();
         for w in windows {
-            advance(&mut self.sessions, with_mtp, w);
+            self.advance(w);
         }
         Ok(out)
     }

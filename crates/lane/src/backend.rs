@@ -69,10 +69,7 @@ pub enum RoundOut<'a> {
     /// A round of both: every row's greedy token as in `Greedy`, and the logits (`[rows,
     /// vocab]`) of the rows of the windows that want [`Want::Logits`] only, in window order: a
     /// sampled stream beside greedy ones copies its own rows back, not the whole round's.
-    Split {
-        ids: Vec<i32>,
-        logits: Cow<'a, [f32]>,
-    },
+    Split { ids: Vec<i32>, logits: Vec<f32> },
 }
 
 /// One session's checked draft chain: `num_drafts ≥ 1` greedy steps of the MTP head from the
@@ -688,7 +685,7 @@ mod tests {
                     at += w.num_logits;
                 }
                 Ok(RoundOut::Split {
-                    logits: Cow::Owned(one_hot(&wanted)),
+                    logits: one_hot(&wanted),
                     ids,
                 })
             }
