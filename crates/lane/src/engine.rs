@@ -29,9 +29,7 @@ use crate::prompt_cache::{Insert, PromptCache};
 use crate::request::{
     default_seed, validate, DraftMode, LogitAdjustments, Refusal, Request, SamplingParams,
 };
-use crate::sampling::{
-    adjust_logits, logprob, top_logprobs, verify, verify_greedy, Rng, SeenTokens, Verdict,
-};
+use crate::sampling::{adjust_logits, logprobs, verify, verify_greedy, Rng, SeenTokens, Verdict};
 use crate::stream::{CacheProgress, GrammarSlot, State, Stream};
 use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
@@ -958,12 +956,14 @@ impl<T: Target> Engine<T> {
             self.counters.tokens_generated += 1;
             // Only a window that asked for logits wants log-probabilities.
             let row = logits_rows.get(i).copied();
+            let (logprob, top_logprobs) = row.map_or((None, Vec::new()), |r| {
+                logprobs(r, token, stream.logprobs, stream.top_logprobs as usize)
+            });
             self.out.push(Event::Token {
                 stream: stream.id,
                 token,
-                logprob: row.filter(|_| stream.logprobs).map(|r| logprob(r, token)),
-                top_logprobs: row
-                    .map_or_else(Vec::new, |r| top_logprobs(r, stream.top_logprobs as usize)),
+                logprob,
+                top_logprobs,
             });
             // A complete grammar ends the reply as its stop token would have.
             if grammar_done {

@@ -73,7 +73,10 @@ pub fn argmax(row: &[f32]) -> Result<u32, SampleError> {
 /// `log p(token)` under the model's own distribution (the raw row, before temperature or any
 /// truncation), as OpenAI's `logprobs` report it.
 pub fn logprob(row: &[f32], token: u32) -> f32 {
-    let lse = log_sum_exp(row);
+    logprob_with(row, token, log_sum_exp(row))
+}
+
+fn logprob_with(row: &[f32], token: u32, lse: f64) -> f32 {
     (row[token as usize] as f64 - lse) as f32
 }
 
@@ -83,7 +86,31 @@ pub fn top_logprobs(row: &[f32], n: usize) -> Vec<(u32, f32)> {
     if n == 0 {
         return Vec::new();
     }
+    top_logprobs_with(row, n, log_sum_exp(row))
+}
+
+/// `token`'s log-probability (when `with_token`) and the `n` most likely tokens' (as
+/// [`logprob`] and [`top_logprobs`] give them), the row's normaliser computed once for both:
+/// it weighs the whole vocabulary.
+pub fn logprobs(
+    row: &[f32],
+    token: u32,
+    with_token: bool,
+    n: usize,
+) -> (Option<f32>, Vec<(u32, f32)>) {
+    if !with_token && n == 0 {
+        return (None, Vec::new());
+    }
     let lse = log_sum_exp(row);
+    let top = if n == 0 {
+        Vec::new()
+    } else {
+        top_logprobs_with(row, n, lse)
+    };
+    (with_token.then(|| logprob_with(row, token, lse)), top)
+}
+
+fn top_logprobs_with(row: &[f32], n: usize, lse: f64) -> Vec<(u32, f32)> {
     let mut ids: Vec<u32> = (0..row.len() as u32).collect();
     let by_logit = |a: &u32, b: &u32| {
         let (la, lb) = (
@@ -616,6 +643,13 @@ mod tests {
         let top = top_logprobs(&row, 2);
         assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
         assert!((top[1].1 - (2.0f32 / 8.0).ln()).abs() < 1e-6);
+        // Both at once: the same values as each alone.
+        assert_eq!(logprobs(&row, 2, true, 2), (Some(logprob(&row, 2)), top));
+        assert_eq!(logprobs(&row, 2, false, 0), (None, Vec::new()));
+        assert_eq!(
+            logprobs(&row, 1, true, 0),
+            (Some(logprob(&row, 1)), Vec::new())
+        );
     }
 
     #[test]
