@@ -68,10 +68,9 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
 // elements (as x split once by the kernel that writes it would give them), leaving out the
 // split's six instructions a pair. A probe of what splitting x in every block costs: the
 // products are meaningless under it, the time is not.
-// SPLIT_ALREADY: the caller split x itself (the tiled kernel's MMT_SPLIT_ONCE): the same reading.
-template <bool F16 = false, bool SPLIT_ALREADY = false>
+template <bool F16 = false>
 __device__ __forceinline__ void split_x(float x0, float x1, unsigned& hi, unsigned& lo) {
-    if (SPLIT_ALREADY || MMA_X_PRESPLIT) {
+    if (MMA_X_PRESPLIT) {
         hi = __float_as_uint(x0);
         lo = __float_as_uint(x1);
     } else {
@@ -510,7 +509,7 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 // step s reads piece 4t + s), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and
 // 2t + 1).
 //
-// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), MMT_SPLIT_ONCE.
+// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128).
 
 #define MMT_WARPS 8
 #define MMT_X_PIECES (MMA_CHUNK / 4)  // 16-byte pieces of a chunk of x (f32)
@@ -523,9 +522,7 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
-// The "memory" clobber keeps the compiler from moving a shared-memory access across the wait
-// (MMT_SPLIT_ONCE reads its own copies right after it, before any __syncthreads).
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 __device__ __forceinline__ int mmt_x_pos(int row, int p) { return p ^ ((p >> 3) & 1) ^ ((row & 1) << 1); }
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
@@ -562,26 +559,6 @@ __device__ __forceinline__ void mmt_load(float* xs, bf16_t* ws, const float* __r
         const bool valid = out < n_out && e < k;
         const bf16_t* src = valid ? w + (size_t)out * k + e : w;
         cp_async16(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, p), src, valid);
-    }
-}
-
-// MMT_SPLIT_ONCE (host define, 0 as built: measured slower): this thread's pieces of x in a stage (those its own cp.async
-// copied, which cp_async_wait has made visible to it) replaced in place by their bf16 hi/lo pairs
-// (each two floats x0, x1 become hi(x0, x1), lo(x0, x1)), before the __syncthreads that shows
-// the stage to every warp: x is split once a block, not once by each of the WC warps that read
-// its rows. The same split_pair of the same floats feeds the same products: the bits do not
-// change (0 splits in every warp, as the 16-row kernels do).
-template <int BM>
-__device__ __forceinline__ void mmt_split_x(float* xs) {
-#pragma unroll
-    for (int i = threadIdx.x; i < BM * MMT_X_PIECES; i += MMT_WARPS * WARP) {
-        const int r = i / MMT_X_PIECES, p = i % MMT_X_PIECES;
-        float4* at = reinterpret_cast<float4*>(xs + r * MMA_CHUNK + 4 * mmt_x_pos(r, p));
-        const float4 f = *at;
-        unsigned h0, l0, h1, l1;
-        split_pair(f.x, f.y, h0, l0);
-        split_pair(f.z, f.w, h1, l1);
-        *at = make_float4(__uint_as_float(h0), __uint_as_float(l0), __uint_as_float(h1), __uint_as_float(l1));
     }
 }
 
@@ -628,7 +605,6 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
     for (int res = 0; res < MMT_RESIDUES; res++) {
         for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
             cp_async_wait<MMT_STAGES - 2>();
-            if (MMT_SPLIT_ONCE && !MMA_X_PRESPLIT) mmt_split_x<BM>(xs_of(v % MMT_STAGES));
             __syncthreads();
             {
                 const int next = v + MMT_STAGES - 1;
@@ -658,10 +634,10 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
                     const int ra = wr * 32 + m * 16 + g, rb = ra + 8;
                     const float4 fa = *reinterpret_cast<const float4*>(xs + ra * MMA_CHUNK + 4 * mmt_x_pos(ra, 4 * t + s));
                     const float4 fb = *reinterpret_cast<const float4*>(xs + rb * MMA_CHUNK + 4 * mmt_x_pos(rb, 4 * t + s));
-                    split_x<false, MMT_SPLIT_ONCE>(fa.x, fa.y, ah[m][0], al[m][0]);
-                    split_x<false, MMT_SPLIT_ONCE>(fb.x, fb.y, ah[m][1], al[m][1]);
-                    split_x<false, MMT_SPLIT_ONCE>(fa.z, fa.w, ah[m][2], al[m][2]);
-                    split_x<false, MMT_SPLIT_ONCE>(fb.z, fb.w, ah[m][3], al[m][3]);
+                    split_x(fa.x, fa.y, ah[m][0], al[m][0]);
+                    split_x(fb.x, fb.y, ah[m][1], al[m][1]);
+                    split_x(fa.z, fa.w, ah[m][2], al[m][2]);
+                    split_x(fb.z, fb.w, ah[m][3], al[m][3]);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {

@@ -105,16 +105,6 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
-/// 1: a `matmul_bf16_tiled` block splits each chunk of x into bf16 hi/lo pairs once, in shared
-/// memory; 0 (the default) has each of the 4 warps that read a row split it again. The bits are
-/// the same (GPU tests passed both ways); once a block measured slower on the H200 (Qwen3-4B
-/// prefill 6,014 against 6,237 tok/s for one 128-token prompt and 9,819 against 10,743 for 64,
-/// decode unchanged: bench/RESULTS.md session 19): the tiles are not bound by the split's
-/// arithmetic. Overridable for `kernel_define_times`.
-const MMT_SPLIT_ONCE: usize = 0;
-/// `FLASHLANE_MATMUL_SPLIT_ONCE=1` compiles the tiled kernel with MMT_SPLIT_ONCE 1 (for A/B runs
-/// of one binary: the bits do not change).
-pub const MATMUL_SPLIT_ONCE_ENV: &str = "FLASHLANE_MATMUL_SPLIT_ONCE";
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
@@ -168,15 +158,14 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths, MMT_SPLIT_ONCE and the
-/// probes (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
+/// The defines `Kernels::compile_overriding` may change: the depths and the probes
+/// (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
 /// deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident blocks a
 /// multiprocessor when it fits n-tiles to waves). Any other (a block's warps or n-tiles, a
 /// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 10] = [
+const OVERRIDABLE_DEFINES: [&str; 9] = [
     "MMA_FP8_F16",
-    "MMT_SPLIT_ONCE",
     "MMA_X_PRESPLIT",
     "MMA_NARROW_DEPTH",
     "MMA_DEEP_DEPTH",
@@ -413,14 +402,6 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
-            (
-                "MMT_SPLIT_ONCE",
-                match std::env::var(MATMUL_SPLIT_ONCE_ENV).as_deref() {
-                    Ok("0") => 0,
-                    Ok("1") => 1,
-                    _ => MMT_SPLIT_ONCE,
-                },
-            ),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),

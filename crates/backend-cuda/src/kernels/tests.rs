@@ -1641,9 +1641,8 @@ fn kernel_define_times() {
     // The depths and launch bounds of the kernels as built, each changed alone (session 18 ran
     // the MoE's depths 1 and 3 twice: both slower), and the probes of what the x split and the
     // e4m3 conversions cost (meaningless products, real times).
-    let variants: [(&str, &[(&str, usize)]); 15] = [
+    let variants: [(&str, &[(&str, usize)]); 14] = [
         ("as built", &[]),
-        ("MMT_SPLIT_ONCE 1", &[("MMT_SPLIT_ONCE", 1)]),
         ("X_PRESPLIT 1 (a probe)", &[("MMA_X_PRESPLIT", 1)]),
         ("FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
         (
