@@ -621,16 +621,16 @@ pub fn forward(
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
     let v = m.config.vocab_size;
+    debug_assert_eq!(plans.len(), wants.len(), "F5: one want a window");
     // The logits rows of the windows that want them, as (first float, floats) ranges.
-    let mut wanted: Vec<(usize, usize)> = Vec::new();
-    let mut row = 0;
+    let (mut wanted, mut row, mut logit_rows) = (Vec::new(), 0, 0);
     for (plan, &want) in plans.iter().zip(wants) {
         if want == Want::Logits && plan.num_logits > 0 {
             wanted.push((row * v, plan.num_logits * v));
+            logit_rows += plan.num_logits;
         }
         row += plan.num_logits;
     }
-    let logit_rows: usize = wanted.iter().map(|r| r.1).sum::<usize>() / v;
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
     // them, or every row in a round of none).
     let greedy = logit_rows < rm.num_logits;
@@ -643,7 +643,6 @@ pub fn forward(
         }
         Ok(())
     };
-    debug_assert_eq!(plans.len(), wants.len(), "F5: one want a window");
     if rows <= GRAPH_MAX_ROWS {
         let key = GraphKey::Round {
             rows,

@@ -265,8 +265,9 @@ pub fn task_prompts(
         .collect()
 }
 
-/// Runs one concurrent stream per prompt on `target`, greedy or as `sampling` says, (which must have a session able to
-/// hold each prompt and its reply) and measures them. Generic over the backend.
+/// Runs one concurrent stream per prompt on `target` (which must have a session able to hold
+/// each prompt and its reply), each drawing as `sampling` says with its own seed, and measures
+/// them. Generic over the backend.
 pub fn measure<T: Target>(
     target: T,
     prompts: &[Vec<u32>],

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use model::{ChatTemplate, CompiledGrammar, Config, GrammarCompiler, GrammarMatcher, Tokenizer};
-use server::request::{ChatMessage, SamplingDefaults};
+use server::request::{ChatMessage, SamplingRequest};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -181,14 +181,15 @@ impl server::TextModel for ModelText {
         self.stop_ids.clone()
     }
 
-    fn sampling_defaults(&self) -> SamplingDefaults {
+    fn sampling_defaults(&self) -> SamplingRequest {
         let d = &self.recommended;
-        SamplingDefaults {
+        SamplingRequest {
             temperature: d.temperature,
             top_p: d.top_p,
             top_k: d.top_k,
             min_p: d.min_p,
             repetition_penalty: d.repetition_penalty,
+            seed: None,
         }
     }
 

@@ -391,7 +391,7 @@ impl<B: Backend> Target for BackendTarget<B> {
                     "greedy tokens only to a round wanting {logit_rows} rows of logits"
                 )))
             }
-            RoundOut::Greedy(ids) => greedy_rows(windows, wants, &ids, &[], vocab),
+            RoundOut::Greedy(ids) => rows_from_ids(windows, wants, &ids, &[], vocab),
             RoundOut::Split { ids, logits } => {
                 if ids.len() != rows || logits.len() != logit_rows * vocab {
                     return Err(malformed(format!(
@@ -400,7 +400,7 @@ impl<B: Backend> Target for BackendTarget<B> {
                         logits.len()
                     )));
                 }
-                greedy_rows(windows, wants, &ids, &logits, vocab)
+                rows_from_ids(windows, wants, &ids, &logits, vocab)
             }
         })
     }
@@ -564,11 +564,10 @@ impl<B: Backend> Target for BackendTarget<B> {
     }
 }
 
-/// A greedy round's answer: per window its rows' tokens (`None` for a row without a finite
-/// logit).
-/// Each window's answer from every row's greedy id (`ids`) and the logits of the rows of the
-/// windows wanting them (`logits`, in window order; empty in a greedy round).
-fn greedy_rows(
+/// Each window's answer from every row's greedy id (`ids`; `None` for a row without a finite
+/// logit) and the logits of the rows of the windows wanting them (`logits`, in window order;
+/// empty in a greedy round).
+fn rows_from_ids(
     windows: &[Window<'_>],
     wants: &[Want],
     ids: &[i32],

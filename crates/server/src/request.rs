@@ -42,8 +42,8 @@ pub enum Input {
 }
 
 /// Sampling as the client asked, `None` where it said nothing: [`SamplingRequest::resolve`]
-/// fills those from the model's recommendations, else the API's defaults. Temperature 0 is
-/// greedy.
+/// fills those from the model's recommendations (the same struct, as the model would ask; its
+/// `seed` unused), else the API's defaults. Temperature 0 is greedy.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SamplingRequest {
     pub temperature: Option<f32>,
@@ -56,40 +56,28 @@ pub struct SamplingRequest {
     pub seed: Option<u64>,
 }
 
-/// What the served model recommends for the sampling a request leaves unsaid (its
-/// `generation_config.json` under `serve --generation-config auto`); `None` where it recommends
-/// nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SamplingDefaults {
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    pub top_k: Option<u32>,
-    pub min_p: Option<f32>,
-    pub repetition_penalty: Option<f32>,
-}
-
 /// The OpenAI API's defaults, for what neither the request nor the model says.
 pub const API_TEMPERATURE: f32 = 1.0;
 pub const API_TOP_P: f32 = 1.0;
 
 impl SamplingRequest {
     /// The sampling this request runs with, and its repetition penalty: each field as the
-    /// request says, else as `defaults` recommend, else the API's default (temperature 1, top_p
-    /// 1, no top-k or min-p cut, no repetition penalty).
-    pub fn resolve(&self, defaults: &SamplingDefaults) -> (lane::SamplingParams, f32) {
+    /// request says, else as the model `recommends`, else the API's default (temperature 1,
+    /// top_p 1, no top-k or min-p cut, no repetition penalty). The seed is the request's.
+    pub fn resolve(&self, recommends: &SamplingRequest) -> (lane::SamplingParams, f32) {
         let sampling = lane::SamplingParams {
             temperature: self
                 .temperature
-                .or(defaults.temperature)
+                .or(recommends.temperature)
                 .unwrap_or(API_TEMPERATURE),
-            top_k: self.top_k.or(defaults.top_k).unwrap_or(0),
-            top_p: self.top_p.or(defaults.top_p).unwrap_or(API_TOP_P),
-            min_p: self.min_p.or(defaults.min_p).unwrap_or(0.0),
+            top_k: self.top_k.or(recommends.top_k).unwrap_or(0),
+            top_p: self.top_p.or(recommends.top_p).unwrap_or(API_TOP_P),
+            min_p: self.min_p.or(recommends.min_p).unwrap_or(0.0),
             seed: self.seed,
         };
         let repetition_penalty = self
             .repetition_penalty
-            .or(defaults.repetition_penalty)
+            .or(recommends.repetition_penalty)
             .unwrap_or(1.0);
         (sampling, repetition_penalty)
     }
@@ -629,7 +617,7 @@ mod tests {
         assert_eq!(req.max_tokens, None);
         assert_eq!(req.sampling, SamplingRequest::default());
         // Nothing said, nothing recommended: the API's defaults.
-        let (sampling, repetition_penalty) = req.sampling.resolve(&SamplingDefaults::default());
+        let (sampling, repetition_penalty) = req.sampling.resolve(&SamplingRequest::default());
         assert_eq!(
             (
                 sampling.temperature,
@@ -645,12 +633,13 @@ mod tests {
 
     #[test]
     fn what_a_request_leaves_unsaid_takes_the_models_recommendation() {
-        let qwen3 = SamplingDefaults {
+        let qwen3 = SamplingRequest {
             temperature: Some(0.6),
             top_p: Some(0.95),
             top_k: Some(20),
             min_p: None,
             repetition_penalty: Some(1.05),
+            seed: None,
         };
         let silent = parse_completion(br#"{"prompt":"a"}"#).unwrap();
         let (s, rp) = silent.sampling.resolve(&qwen3);

@@ -24,9 +24,10 @@ pub trait TextModel: Send + Sync + 'static {
     ) -> Result<Vec<u32>, String>;
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
-    /// What the model recommends for the sampling a request leaves unsaid (none by default).
-    fn sampling_defaults(&self) -> crate::request::SamplingDefaults {
-        crate::request::SamplingDefaults::default()
+    /// What the model recommends for the sampling a request leaves unsaid, as a request that
+    /// says only that (nothing by default).
+    fn sampling_defaults(&self) -> crate::request::SamplingRequest {
+        crate::request::SamplingRequest::default()
     }
     /// The most bytes of text one token stands for (`None`: unknown). A text of `n` bytes is
     /// then at least `n / max` tokens, so a prompt that cannot fit any session is refused before
