@@ -296,7 +296,7 @@ fn chunked_prefill_gives_bit_identical_logits_to_one_window() {
 /// rounds of 4 to 14 wanted rows, more than it keeps a buffer for in the last,
 /// an empty window among them).
 #[test]
-fn greedy_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() {
+fn token_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() {
     for name in ["qwen3_f32_untied", "qwen3_bf16"] {
         let model = model(name);
         let mut plain = CpuBackend::target(model.clone(), &[256, 256, 256]);
@@ -345,7 +345,7 @@ fn greedy_rows_are_the_argmax_of_the_logits_rows_and_other_rows_are_unchanged() 
             let vocab = model.vocab_size();
             for (i, (want, got)) in want.iter().zip(got).enumerate() {
                 let expected = if greedy[i] {
-                    lane::WindowRows::Greedy(
+                    lane::WindowRows::Tokens(
                         want.chunks_exact(vocab)
                             .map(|r| lane::sampling::argmax(r).ok())
                             .collect(),

@@ -5,7 +5,7 @@
 use crate::{CudaError, DeviceMemory};
 use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    ValidAsZeroBits,
+    PinnedHostSlice, ValidAsZeroBits,
 };
 use std::sync::Arc;
 
@@ -267,24 +267,6 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
         Ok(out)
     }
 
-    /// The elements of each `(offset, len)` range, one range after another, copied back (waits
-    /// for the stream).
-    pub fn read_ranges(&self, gpu: &Gpu, ranges: &[(usize, usize)]) -> Result<Vec<T>, CudaError>
-    where
-        T: Copy + Default,
-    {
-        let total = ranges.iter().map(|r| r.1).sum();
-        let mut out = vec![T::default(); total];
-        let mut at = 0;
-        for &(offset, len) in ranges {
-            let view = self.slice.slice(offset..offset + len);
-            gpu.stream.memcpy_dtoh(&view, &mut out[at..at + len])?;
-            at += len;
-        }
-        gpu.sync()?;
-        Ok(out)
-    }
-
     /// Makes room for `len` elements (contents are not kept): scratch that grows with the batch.
     /// Returns whether the buffer moved.
     pub fn ensure(&mut self, gpu: &Gpu, len: usize) -> Result<bool, CudaError> {
@@ -293,5 +275,51 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
         }
         *self = Buf::zeros(gpu, len.next_power_of_two())?;
         Ok(true)
+    }
+}
+
+/// Page-locked host memory a round's logits come back into: the GPU copies straight into it
+/// (no staging through pageable memory, and no fresh pages to fault in: a 64-row round of
+/// 151,936-token rows is 39 MB, which a new `Vec` each round took from the kernel page by page),
+/// and the engine reads the rows from it. Grown with the round, never shrunk; cacheable, not
+/// write-combined, since the host reads it.
+#[derive(Default)]
+pub struct HostLogits {
+    slice: Option<PinnedHostSlice<f32>>,
+}
+
+impl HostLogits {
+    /// Copies each `(offset, len)` range of `src` back, one range after another, and returns
+    /// them (waits for the stream).
+    pub fn read_ranges(
+        &mut self,
+        gpu: &Gpu,
+        src: &Buf<f32>,
+        ranges: &[(usize, usize)],
+    ) -> Result<&[f32], CudaError> {
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        if self.slice.as_ref().is_none_or(|s| s.len() < total) {
+            // The old buffer goes first: both at once could exceed what may be pinned.
+            self.slice = None;
+            // SAFETY: the memory is uninitialised; only what the copies below write is read.
+            // Flags 0: cacheable page-locked memory.
+            self.slice = Some(unsafe {
+                gpu.ctx
+                    .alloc_pinned_with_flags::<f32>(total.max(1).next_power_of_two(), 0)?
+            });
+        }
+        let host = self
+            .slice
+            .as_mut()
+            .expect("F6: the buffer was just made")
+            .as_mut_slice()?;
+        let mut at = 0;
+        for &(offset, len) in ranges {
+            let view = src.slice.slice(offset..offset + len);
+            gpu.stream.memcpy_dtoh(&view, &mut host[at..at + len])?;
+            at += len;
+        }
+        gpu.sync()?;
+        Ok(&host[..total])
     }
 }

@@ -4,16 +4,17 @@
 //! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
 
-use crate::device::{Buf, Gpu};
+use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
+    DRAW_ASK_INTS, DRAW_MAX_VOCAB,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
 use crate::CudaError;
-use lane::{RoundOut, RoundWindow, Want};
+use lane::{DrawAsk, RoundOut, RoundWindow, Want};
 use mtp_absorb::{absorb, mtp_meta, MtpMeta};
 use std::borrow::Cow;
 
@@ -38,8 +39,10 @@ pub struct Scratch {
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
-    /// The greedy token of each logits row of a round that wants tokens only.
+    /// The greedy token of each logits row of a round that wants tokens.
     ids: Buf<i32>,
+    /// Where the logits rows the host wants come back to.
+    host_logits: HostLogits,
     pub(crate) meta: Buf<i32>,
     /// Captured rounds over these buffers.
     pub(crate) graphs: Graphs,
@@ -152,6 +155,7 @@ impl Scratch {
             cat: z()?,
             draft_hidden: z()?,
             ids: Buf::zeros(gpu, 1)?,
+            host_logits: HostLogits::default(),
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
         })
@@ -246,6 +250,13 @@ pub(crate) struct Meta {
 }
 
 impl Meta {
+    /// Ints as they are (bits of floats, words of a double).
+    pub(crate) fn push_raw(&mut self, part: impl IntoIterator<Item = i32>) -> usize {
+        let at = self.data.len();
+        self.data.extend(part);
+        at
+    }
+
     pub(crate) fn push(&mut self, part: impl IntoIterator<Item = usize>) -> usize {
         let at = self.data.len();
         self.data.extend(
@@ -603,41 +614,56 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
 }
 
 /// Runs a round: returns the wanted rows, window after window, as `wants` (one a window) allow:
-/// every row's logits when every window wants them; each row's greedy token (chosen on the
-/// GPU, so only the ids come back) when every window wants that; both, split (the logits of the
-/// windows that want them only), when some window wants each. The sessions' GPU state advances;
-/// the caller updates their host lengths.
-pub fn forward(
+/// every row's logits when every window wants them; each row's token (chosen on the GPU, so
+/// only the ids come back: the greedy one, or for a [`Want::Draw`] the draw of `draw.cu`) when
+/// no window wants logits; both, split (the logits of the windows that want them only), when
+/// some do. The sessions' GPU state advances; the caller updates their host lengths.
+pub fn forward<'a>(
     m: &CudaModel,
     sessions: &Sessions,
-    scratch: &mut Scratch,
+    scratch: &'a mut Scratch,
     plans: &[RoundWindow],
     tokens: &[u32],
     wants: &[Want],
-) -> Result<RoundOut<'static>, CudaError> {
+) -> Result<RoundOut<'a>, CudaError> {
     let rows = tokens.len();
-    let rm = round_meta(plans, tokens, sessions, m.has_mtp());
-    let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
-    let base = scratch.upload(&m.gpu, &rm.meta)?;
-    let pass = Pass { m, p: ptrs };
+    let mut rm = round_meta(plans, tokens, sessions, m.has_mtp());
     let v = m.config.vocab_size;
     debug_assert_eq!(plans.len(), wants.len(), "F5: one want a window");
-    // The logits rows of the windows that want them, as (first float, floats) ranges.
-    let (mut wanted, mut row, mut logit_rows) = (Vec::new(), 0, 0);
+    // The logits rows of the windows that want them, as (first float, floats) ranges, and the
+    // draws asked (after the round's other metadata: the captured round never reads them).
+    let (mut wanted, mut row, mut logit_rows, mut draws) = (Vec::new(), 0, 0, 0);
+    let mut asks = Vec::new();
     for (plan, &want) in plans.iter().zip(wants) {
-        if want == Want::Logits && plan.num_logits > 0 {
-            wanted.push((row * v, plan.num_logits * v));
-            logit_rows += plan.num_logits;
+        match want {
+            Want::Draw(ask) => {
+                debug_assert!(
+                    plan.num_logits == 1 && v <= DRAW_MAX_VOCAB,
+                    "F8: a draw of one row from at most DRAW_MAX_VOCAB tokens (BackendTarget)"
+                );
+                asks.extend(draw_ask(row, &ask));
+                draws += 1;
+            }
+            Want::Greedy => {}
+            Want::Logits => {
+                if plan.num_logits > 0 {
+                    wanted.push((row * v, plan.num_logits * v));
+                    logit_rows += plan.num_logits;
+                }
+            }
         }
         row += plan.num_logits;
     }
+    let asks_at = rm.meta.push_raw(asks);
+    let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
+    let base = scratch.upload(&m.gpu, &rm.meta)?;
+    let pass = Pass { m, p: ptrs };
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
     // them, or every row in a round of none).
     let greedy = logit_rows < rm.num_logits;
     let enqueue = || {
         enqueue_round(&pass, sessions, base, &rm, plans.len(), rows)?;
         if greedy {
-            let v = m.config.vocab_size;
             m.kernels
                 .argmax(&m.gpu, ptrs.logits, rm.num_logits, v, ptrs.ids, -1)?;
         }
@@ -656,14 +682,43 @@ pub fn forward(
     } else {
         enqueue()?;
     }
+    // The draws overwrite their rows' greedy tokens (outside the captured round: how many
+    // there are is not part of its shape).
+    m.kernels
+        .draw(&m.gpu, ptrs.logits, v, at(base, asks_at), draws, ptrs.ids)?;
     Ok(match (greedy, logit_rows) {
-        (true, 0) => RoundOut::Greedy(scratch.ids.read(&m.gpu, rm.num_logits)?),
+        (true, 0) => RoundOut::Tokens(scratch.ids.read(&m.gpu, rm.num_logits)?),
         (true, _) => RoundOut::Split {
             ids: scratch.ids.read(&m.gpu, rm.num_logits)?,
-            logits: scratch.logits.read_ranges(&m.gpu, &wanted)?,
+            logits: Cow::Borrowed(scratch.host_logits.read_ranges(
+                &m.gpu,
+                &scratch.logits,
+                &wanted,
+            )?),
         },
-        (false, _) => RoundOut::Logits(Cow::Owned(scratch.logits.read(&m.gpu, rm.num_logits * v)?)),
+        (false, _) => RoundOut::Logits(Cow::Borrowed(scratch.host_logits.read_ranges(
+            &m.gpu,
+            &scratch.logits,
+            &[(0, rm.num_logits * v)],
+        )?)),
     })
+}
+
+/// One draw's ask as `draw_rows` reads it: its logits row, top_k, the bits of temperature,
+/// top_p and min_p, the uniform's low and high words, and the id's slot (its row).
+pub(crate) fn draw_ask(row: usize, ask: &DrawAsk) -> [i32; DRAW_ASK_INTS] {
+    let row = i32::try_from(row).expect("F7: a round's rows fit i32");
+    let u = ask.uniform.to_bits();
+    [
+        row,
+        i32::try_from(ask.top_k).unwrap_or(i32::MAX),
+        ask.temperature.to_bits() as i32,
+        ask.top_p.to_bits() as i32,
+        ask.min_p.to_bits() as i32,
+        u as u32 as i32,
+        (u >> 32) as u32 as i32,
+        row,
+    ]
 }
 
 /// Every launch of a round, in order (captured into a graph or launched as they come).

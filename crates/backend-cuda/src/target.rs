@@ -87,23 +87,22 @@ impl CudaBackend {
     pub fn model(&self) -> &CudaModel {
         &self.model
     }
+}
 
-    /// The host's lengths after a window of `len` tokens at `start`.
-    fn advance(&mut self, w: &RoundWindow) {
-        let with_mtp = self.model.has_mtp();
-        let m = &mut self.sessions.meta[w.session];
-        m.len = w.start + w.len;
-        m.snap_start = w.start;
-        let rollback = self.sessions.rollback;
-        m.snap_count = if w.len <= rollback { w.len - 1 } else { 0 };
-        if with_mtp {
-            m.mtp_len = m.len;
-            m.mtp_first = if w.len > rollback {
-                m.len - 1
-            } else {
-                w.start.saturating_sub(1)
-            };
-        }
+/// The host's lengths after a window of `len` tokens at `start`.
+fn advance(sessions: &mut Sessions, with_mtp: bool, w: &RoundWindow) {
+    let rollback = sessions.rollback;
+    let m = &mut sessions.meta[w.session];
+    m.len = w.start + w.len;
+    m.snap_start = w.start;
+    m.snap_count = if w.len <= rollback { w.len - 1 } else { 0 };
+    if with_mtp {
+        m.mtp_len = m.len;
+        m.mtp_first = if w.len > rollback {
+            m.len - 1
+        } else {
+            w.start.saturating_sub(1)
+        };
     }
 }
 
@@ -150,6 +149,11 @@ impl Backend for CudaBackend {
             .expect("T1: sessions are made with a RollbackWindow's tokens")
     }
 
+    /// Draws on the GPU (`draw.cu`) where its fixed-point weights can count the vocabulary.
+    fn draws(&self) -> bool {
+        self.model.config.vocab_size <= crate::kernels::DRAW_MAX_VOCAB
+    }
+
     /// The GPU chooses the tokens of the windows that want greedy ones and only their ids come
     /// back; the round copies back the logits of the windows that want them, and only theirs.
     fn forward(
@@ -167,8 +171,10 @@ impl Backend for CudaBackend {
             wants,
         )
         .map_err(device)?;
+        // `out` borrows the scratch (the logits' host buffer): the lengths advance beside it.
+        let with_mtp = self.model.has_mtp();
         for w in windows {
-            self.advance(w);
+            advance(&mut self.sessions, with_mtp, w);
         }
         Ok(out)
     }

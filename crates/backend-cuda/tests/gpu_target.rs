@@ -467,7 +467,7 @@ fn batched_drafts_equal_drafts_one_by_one() {
 /// Greedy tokens chosen on the GPU are the host's argmax of the same round's logits, and the
 /// round leaves the same state; in a round of both, the windows wanting logits get their rows.
 #[test]
-fn greedy_rows_are_the_argmax_of_the_logits() {
+fn token_rows_are_the_argmax_of_the_logits() {
     let _gpu = common::exclusive();
     let Some(gpu) = gpu_bf16() else { return };
     let a = count_request(1, 30, 0).prompt;
@@ -502,7 +502,7 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
             .chunks_exact(gpu.vocab_size())
             .map(|row| lane::sampling::argmax(row).ok())
             .collect();
-        assert_eq!(r, &WindowRows::Greedy(want), "window {w}");
+        assert_eq!(r, &WindowRows::Tokens(want), "window {w}");
     }
     for s in 0..3 {
         assert_eq!(
@@ -525,7 +525,7 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         .chunks_exact(gpu.vocab_size())
         .map(|row| lane::sampling::argmax(row).ok())
         .collect();
-    assert_eq!(rows[0], WindowRows::Greedy(greedy));
+    assert_eq!(rows[0], WindowRows::Tokens(greedy));
     assert_eq!(rows[1], WindowRows::Logits(want_next[1].clone()));
     // Logits, greedy, logits: each window wanting logits gets its own rows back (the round
     // copies back only theirs), the greedy one its tokens.
@@ -543,7 +543,7 @@ fn greedy_rows_are_the_argmax_of_the_logits() {
         .map(|row| lane::sampling::argmax(row).ok())
         .collect();
     assert_eq!(rows[0], WindowRows::Logits(want_third[0].clone()));
-    assert_eq!(rows[1], WindowRows::Greedy(greedy));
+    assert_eq!(rows[1], WindowRows::Tokens(greedy));
     assert_eq!(rows[2], WindowRows::Logits(want_third[2].clone()));
 }
 

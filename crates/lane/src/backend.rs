@@ -63,13 +63,19 @@ pub struct RoundWindow {
 pub enum RoundOut<'a> {
     /// `[rows, vocab]` logits of every wanted row (an answer to any round).
     Logits(Cow<'a, [f32]>),
-    /// Each row's greedy token (argmax, lowest id on ties; a negative id where no logit is
-    /// finite), when every window with rows wanted greedy tokens and the backend chose them.
-    Greedy(Vec<i32>),
-    /// A round of both: every row's greedy token as in `Greedy`, and the logits (`[rows,
-    /// vocab]`) of the rows of the windows that want [`Want::Logits`] only, in window order: a
-    /// sampled stream beside greedy ones copies its own rows back, not the whole round's.
-    Split { ids: Vec<i32>, logits: Vec<f32> },
+    /// Each row's token, when no window with rows wanted [`Want::Logits`] and the backend chose
+    /// them: the greedy token (argmax, lowest id on ties) of a [`Want::Greedy`] window's rows,
+    /// the backend's draw for a [`Want::Draw`] window's row; a negative id where no logit is
+    /// finite.
+    Tokens(Vec<i32>),
+    /// A round of both: every row's token as in `Tokens` (a [`Want::Logits`] window's rows
+    /// too, as greedy), and the logits (`[rows, vocab]`) of the rows of the windows that want
+    /// [`Want::Logits`] only, in window order: a stream that needs its rows on the host beside
+    /// others that do not copies its own rows back, not the whole round's.
+    Split {
+        ids: Vec<i32>,
+        logits: Cow<'a, [f32]>,
+    },
 }
 
 /// One session's checked draft chain: `num_drafts ≥ 1` greedy steps of the MTP head from the
@@ -109,10 +115,17 @@ pub trait Backend {
     /// The longest window its sessions can roll back (their linear-attention snapshots).
     fn rollback_window(&self) -> RollbackWindow;
 
+    /// Whether [`Backend::forward`] draws [`Want::Draw`] windows itself (else they reach it as
+    /// [`Want::Logits`], and the engine draws on the host). A backend that draws, draws every
+    /// such window of every round.
+    fn draws(&self) -> bool {
+        false
+    }
+
     /// Runs `windows` (distinct sessions, each starting at its length; `tokens` is their tokens
     /// one window after another), appends their positions to the sessions (and feeds the MTP
     /// head the pairs they completed), and answers the wanted rows as `wants` (one a window)
-    /// allow: [`RoundOut::Logits`] always; [`RoundOut::Greedy`] when every window wants
+    /// allow: [`RoundOut::Logits`] always; [`RoundOut::Tokens`] when every window wants
     /// [`Want::Greedy`]; [`RoundOut::Split`] otherwise.
     fn forward(
         &mut self,
@@ -337,6 +350,24 @@ impl<B: Backend> Target for BackendTarget<B> {
     ) -> Result<Vec<WindowRows>, TargetError> {
         debug_assert_eq!(windows.len(), wants.len(), "one want per window");
         self.check(windows)?;
+        if let Some(w) = windows.iter().zip(wants).find(|(w, want)| {
+            matches!(want, Want::Draw(_)) && (w.num_logits != 1 || w.tokens.is_empty())
+        }) {
+            return Err(TargetError::Invalid(format!(
+                "{}: a draw is of one row, the window asks {}",
+                w.0.session, w.0.num_logits
+            )));
+        }
+        // A backend that does not draw gets the rows, and the engine draws from them.
+        let draws = self.backend.draws();
+        let wants: Vec<Want> = wants
+            .iter()
+            .map(|&want| match want {
+                Want::Draw(_) if !draws => Want::Logits,
+                want => want,
+            })
+            .collect();
+        let wants = &wants[..];
         let live: Vec<RoundWindow> = windows
             .iter()
             .filter(|w| !w.tokens.is_empty())
@@ -386,12 +417,12 @@ impl<B: Backend> Target for BackendTarget<B> {
         let malformed = |what: String| TargetError::Device(format!("the backend answered {what}"));
         Ok(match out {
             RoundOut::Logits(logits) => rows_from_logits(windows, wants, &logits, vocab),
-            RoundOut::Greedy(_) if logit_rows > 0 => {
+            RoundOut::Tokens(_) if logit_rows > 0 => {
                 return Err(malformed(format!(
-                    "greedy tokens only to a round wanting {logit_rows} rows of logits"
+                    "tokens only to a round wanting {logit_rows} rows of logits"
                 )))
             }
-            RoundOut::Greedy(ids) => rows_from_ids(windows, wants, &ids, &[], vocab),
+            RoundOut::Tokens(ids) => rows_from_ids(windows, wants, &ids, &[], vocab),
             RoundOut::Split { ids, logits } => {
                 if ids.len() != rows || logits.len() != logit_rows * vocab {
                     return Err(malformed(format!(
@@ -564,9 +595,9 @@ impl<B: Backend> Target for BackendTarget<B> {
     }
 }
 
-/// Each window's answer from every row's greedy id (`ids`; `None` for a row without a finite
-/// logit) and the logits of the rows of the windows wanting them (`logits`, in window order;
-/// empty in a greedy round).
+/// Each window's answer from every row's token (`ids`: greedy, or drawn for a [`Want::Draw`]
+/// window; `None` for a row without a finite logit) and the logits of the rows of the windows
+/// wanting them (`logits`, in window order; empty in a round of tokens only).
 fn rows_from_ids(
     windows: &[Window<'_>],
     wants: &[Want],
@@ -582,8 +613,8 @@ fn rows_from_ids(
             let n = if w.tokens.is_empty() { 0 } else { w.num_logits };
             let rows = &ids[at..at + n];
             at += n;
-            if want == Want::Greedy {
-                WindowRows::Greedy(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
+            if want.takes_tokens() {
+                WindowRows::Tokens(rows.iter().map(|&id| u32::try_from(id).ok()).collect())
             } else {
                 let mine = logits[logits_at * vocab..(logits_at + n) * vocab].to_vec();
                 logits_at += n;
@@ -671,7 +702,7 @@ mod tests {
             };
             let greedy = wants.iter().filter(|&&w| w == Want::Greedy).count();
             if greedy == wants.len() {
-                Ok(RoundOut::Greedy(ids))
+                Ok(RoundOut::Tokens(ids))
             } else if greedy == 0 {
                 Ok(RoundOut::Logits(Cow::Owned(one_hot(&ids))))
             } else {
@@ -684,7 +715,7 @@ mod tests {
                     at += w.num_logits;
                 }
                 Ok(RoundOut::Split {
-                    logits: one_hot(&wanted),
+                    logits: Cow::Owned(one_hot(&wanted)),
                     ids,
                 })
             }
@@ -757,8 +788,8 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                WindowRows::Greedy(vec![Some(1), Some(2)]),
-                WindowRows::Greedy(vec![])
+                WindowRows::Tokens(vec![Some(1), Some(2)]),
+                WindowRows::Tokens(vec![])
             ]
         );
         // A window wanting logits gets its rows, greedy windows their ids (the backend answers
@@ -774,7 +805,7 @@ mod tests {
             rows,
             vec![
                 WindowRows::Logits(one_hot(3)),
-                WindowRows::Greedy(vec![Some(1)])
+                WindowRows::Tokens(vec![Some(1)])
             ]
         );
         // Logits, greedy, logits: each logits window gets its own rows.
@@ -792,7 +823,7 @@ mod tests {
             rows,
             vec![
                 WindowRows::Logits([one_hot(0), one_hot(1)].concat()),
-                WindowRows::Greedy(vec![Some(2)]),
+                WindowRows::Tokens(vec![Some(2)]),
                 WindowRows::Logits([one_hot(2), one_hot(3)].concat()),
             ]
         );

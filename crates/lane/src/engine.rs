@@ -29,9 +29,11 @@ use crate::prompt_cache::{Insert, PromptCache};
 use crate::request::{
     default_seed, validate, DraftMode, LogitAdjustments, Refusal, Request, SamplingParams,
 };
-use crate::sampling::{adjust_logits, logprobs, verify, verify_greedy, Rng, SeenTokens, Verdict};
+use crate::sampling::{
+    adjust_logits, logprobs, verify, verify_greedy, Distribution, Rng, SeenTokens, Verdict,
+};
 use crate::stream::{CacheProgress, GrammarSlot, State, Stream};
-use crate::target::{DraftAsk, Target, Want, Window, WindowRows};
+use crate::target::{DraftAsk, DrawAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
 use crate::views::{Counters, SlotState, SlotView};
 use slots::admission::{pick, Pick};
@@ -123,6 +125,8 @@ struct Planned {
     num_logits: usize,
     /// A constrained stream's masks, one per logits row (computed beside the forward pass).
     masks: MaskSlot,
+    /// The uniform a [`Want::Draw`] took from the stream's generator for this window's token.
+    uniform: Option<f64>,
 }
 
 /// The engine over one target. See the module docs for the round.
@@ -670,10 +674,20 @@ impl<T: Target> Engine<T> {
     // ----- the round -----
 
     fn compute(&mut self) {
-        let plans = self.plan_windows();
+        let mut plans = self.plan_windows();
         if plans.is_empty() {
             return;
         }
+        let wants: Vec<Want> = plans
+            .iter_mut()
+            .map(|p| {
+                let want = want_of(&mut self.live[p.idx], p);
+                if let Want::Draw(ask) = want {
+                    p.uniform = Some(ask.uniform);
+                }
+                want
+            })
+            .collect();
         let windows: Vec<Window<'_>> = plans
             .iter()
             .map(|p| Window {
@@ -681,24 +695,6 @@ impl<T: Target> Engine<T> {
                 start: p.start,
                 tokens: &p.tokens,
                 num_logits: p.num_logits,
-            })
-            .collect();
-        // Streams that need no more than the greedy token of each row (no sampling, no
-        // log-probabilities, no penalties, biases or grammar) let the target choose it beside
-        // the model.
-        let wants: Vec<Want> = plans
-            .iter()
-            .map(|p| {
-                let stream = &self.live[p.idx];
-                if stream.sampling.is_greedy()
-                    && !stream.logprobs
-                    && stream.seen.is_none()
-                    && stream.grammar.is_none()
-                {
-                    Want::Greedy
-                } else {
-                    Want::Logits
-                }
             })
             .collect();
         self.counters.forward_calls += 1;
@@ -743,8 +739,8 @@ impl<T: Target> Engine<T> {
                 .zip(&wants)
                 .all(|((p, o), &want)| match o {
                     WindowRows::Logits(logits) => logits.len() == p.num_logits * vocab,
-                    WindowRows::Greedy(ids) => {
-                        (want == Want::Greedy || p.num_logits == 0)
+                    WindowRows::Tokens(ids) => {
+                        (want.takes_tokens() || p.num_logits == 0)
                             && ids.len() == p.num_logits
                             && ids.iter().flatten().all(|&id| (id as usize) < vocab)
                     }
@@ -758,7 +754,6 @@ impl<T: Target> Engine<T> {
             }
             return;
         }
-        let mut plans = plans;
         for (plan, mask) in plans.iter_mut().zip(masks) {
             plan.masks = mask;
         }
@@ -800,6 +795,7 @@ impl<T: Target> Engine<T> {
                     drafts: 0,
                     num_logits: usize::from(last_chunk),
                     masks: None,
+                    uniform: None,
                 });
                 continue;
             }
@@ -878,6 +874,7 @@ impl<T: Target> Engine<T> {
             drafts: drafts.len(),
             tokens,
             masks: None,
+            uniform: None,
         }
     }
 
@@ -906,7 +903,7 @@ impl<T: Target> Engine<T> {
         };
         let logits_rows: Vec<&[f32]> = match rows {
             WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
-            WindowRows::Greedy(_) => Vec::new(),
+            WindowRows::Tokens(_) => Vec::new(),
         };
         let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
         self.counters.draft_accepted += verdict.accepted as u64;
@@ -1183,6 +1180,31 @@ struct Draw<'a> {
     stop_tokens: &'a [u32],
 }
 
+/// What a window needs of its rows. Streams that need no more than each row's greedy token (no
+/// log-probabilities, penalties, biases or grammar) let the target choose it beside the model;
+/// a sampled one with one row to draw (no drafts to verify, no token forced) lets the target
+/// draw it, with the uniform its generator gives now (the host's draw would take the same one).
+fn want_of(stream: &mut Stream, plan: &Planned) -> Want {
+    if stream.logprobs || stream.seen.is_some() || stream.grammar.is_some() {
+        return Want::Logits;
+    }
+    if stream.sampling.is_greedy() {
+        return Want::Greedy;
+    }
+    let forced = stream.thinking.as_ref().and_then(Thinking::forced);
+    if plan.num_logits != 1 || plan.drafts > 0 || forced.is_some() {
+        return Want::Logits;
+    }
+    let s = &stream.sampling;
+    Want::Draw(DrawAsk {
+        temperature: s.temperature,
+        top_k: s.top_k,
+        top_p: s.top_p,
+        min_p: s.min_p,
+        uniform: stream.rng.next_f64(),
+    })
+}
+
 /// Each window's draw, in `plans`' order (`plans` in stream order, one per stream at most). A
 /// draw is a function of its own stream and rows alone (design §9), so running them on the
 /// pool changes no token.
@@ -1239,8 +1261,19 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
     }
     let logits_rows: Vec<&[f32]> = match d.rows {
         WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
-        WindowRows::Greedy(_) => Vec::new(),
+        WindowRows::Tokens(_) => Vec::new(),
     };
+    if let (Some(u), WindowRows::Logits(_)) = (plan.uniform, d.rows) {
+        // A draw the target left to the host: one row, no drafts, nothing forced or adjusted
+        // (`want_of`), drawn with the uniform the ask took.
+        return match Distribution::new(logits_rows[0], d.sampling) {
+            Ok(dist) => Drawn::Verdict(Verdict {
+                accepted: 0,
+                next: dist.sample_at(u),
+            }),
+            Err(error) => Drawn::Failed(format!("sampling {} failed: {error}", d.id)),
+        };
+    }
     let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
     let forced = match d.thinking {
         Some(thinking) => thinking.forced_along(drafts),
@@ -1282,7 +1315,7 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
     };
     let verdict = match d.rows {
         WindowRows::Logits(_) => verify(verified_rows, drafts, &forced, d.sampling, d.rng),
-        WindowRows::Greedy(ids) => verify_greedy(ids, drafts, &forced),
+        WindowRows::Tokens(ids) => verify_greedy(ids, drafts, &forced),
     };
     match verdict {
         Ok(verdict) => Drawn::Verdict(verdict),

@@ -52,7 +52,7 @@ pub use request::{
 };
 pub use slots::{MoveFault, Policy, SessionId, StreamId};
 pub use target::{
-    check_windows, rows_from_logits, split_logits, DraftAsk, RollbackWindow, SessionCosts,
+    check_windows, rows_from_logits, split_logits, DraftAsk, DrawAsk, RollbackWindow, SessionCosts,
     SessionExtent, StateError, Target, TargetError, TargetExt, Want, Window, WindowRows,
     MAX_ROLLBACK_WINDOW, NO_ROLLBACK,
 };

@@ -388,9 +388,16 @@ impl Distribution {
             .map_or(0.0, |c| c.1 / self.total)
     }
 
-    /// One draw: walks the candidates in order until the mass passes `u × total`.
+    /// One draw: walks the candidates in order until the mass passes `u × total`, `u` the
+    /// generator's next uniform.
     pub fn sample(&self, rng: &mut Rng) -> u32 {
-        let goal = rng.next_f64() * self.total;
+        self.sample_at(rng.next_f64())
+    }
+
+    /// The draw of uniform `u` in `[0, 1)` (what [`Distribution::sample`] draws when the
+    /// generator gives `u`).
+    pub fn sample_at(&self, u: f64) -> u32 {
+        let goal = u * self.total;
         let mut mass = 0.0;
         for &(id, w) in &self.candidates {
             mass += w;

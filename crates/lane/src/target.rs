@@ -209,9 +209,10 @@ pub fn rows_from_logits(
             let mine = rows.by_ref().take(n);
             match want {
                 Want::Greedy => {
-                    WindowRows::Greedy(mine.map(|r| crate::sampling::argmax(r).ok()).collect())
+                    WindowRows::Tokens(mine.map(|r| crate::sampling::argmax(r).ok()).collect())
                 }
-                Want::Logits => {
+                // A draw is the engine's, on the host, from the rows.
+                Want::Logits | Want::Draw(_) => {
                     // Row by row as whole slices (a copy at memory speed: an element-wise
                     // flatten took ~7 ms for a 64-row round of 151,936-token rows).
                     let mut flat = Vec::with_capacity(n * vocab);
@@ -226,14 +227,40 @@ pub fn rows_from_logits(
 }
 
 /// What a round needs of one window's logits rows ([`Target::forward`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Want {
     /// The rows themselves (sampling, log-probabilities, penalties, checking).
     Logits,
     /// Only each row's greedy token, as [`crate::sampling::argmax`] chooses it: a target that
-    /// can choose it beside the model answers [`WindowRows::Greedy`] and copies a token instead
+    /// can choose it beside the model answers [`WindowRows::Tokens`] and copies a token instead
     /// of a row of logits; it may answer the rows instead.
     Greedy,
+    /// One token drawn from the window's one row (`num_logits == 1`) as the ask says: a target
+    /// that can draw beside the model answers [`WindowRows::Tokens`] (its own draw, a
+    /// deterministic function of the row and the ask alone, documented by the target); it may
+    /// answer the row instead, and the engine then draws on the host with the same uniform.
+    Draw(DrawAsk),
+}
+
+impl Want {
+    /// Whether a target may answer tokens instead of the rows.
+    pub fn takes_tokens(&self) -> bool {
+        !matches!(self, Want::Logits)
+    }
+}
+
+/// A draw a target may make for a stream: its sampling parameters (temperature > 0) and the
+/// uniform in `[0, 1)` its own generator gave for this token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrawAsk {
+    pub temperature: f32,
+    /// 0: off.
+    pub top_k: u32,
+    /// 1: off.
+    pub top_p: f32,
+    /// 0: off.
+    pub min_p: f32,
+    pub uniform: f64,
 }
 
 /// What [`Target::forward`] answers for one window.
@@ -241,9 +268,10 @@ pub enum Want {
 pub enum WindowRows {
     /// Its logits rows flattened (`num_logits × vocab_size` floats).
     Logits(Vec<f32>),
-    /// Each row's greedy token as [`crate::sampling::argmax`] chooses it (`None` where no logit
-    /// is finite), for a window that wanted [`Want::Greedy`].
-    Greedy(Vec<Option<u32>>),
+    /// Each row's token (`None` where no logit is finite), for a window that wanted
+    /// [`Want::Greedy`] (the greedy token, as [`crate::sampling::argmax`] chooses it) or
+    /// [`Want::Draw`] (the target's draw).
+    Tokens(Vec<Option<u32>>),
 }
 
 /// One session's part of [`Target::draft`].
@@ -443,7 +471,7 @@ pub trait TargetExt: Target {
             .into_iter()
             .map(|rows| match rows {
                 WindowRows::Logits(logits) => Ok(logits),
-                WindowRows::Greedy(_) => Err(TargetError::Device(
+                WindowRows::Tokens(_) => Err(TargetError::Device(
                     "the target answered greedy tokens where logits were wanted".into(),
                 )),
             })

@@ -51,7 +51,8 @@ pub fn run_to_end<T: Target>(
         .collect()
 }
 
-use crate::sampling::{argmax, mix64, Rng};
+use crate::request::SamplingParams;
+use crate::sampling::{argmax, mix64, Distribution, Rng};
 use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
 use std::collections::VecDeque;
@@ -67,9 +68,10 @@ pub struct FakeConfig {
     pub draft_accept: f64,
     /// Whether [`Target::draft`] proposes anything.
     pub has_drafter: bool,
-    /// Whether [`Target::forward`] answers windows wanting greedy tokens with them (as a GPU
-    /// target does) rather than their logits.
-    pub greedy_rows: bool,
+    /// Whether [`Target::forward`] answers windows wanting greedy tokens or a draw with the
+    /// tokens (as a GPU target does; the draw as the host's, from the same uniform) rather than
+    /// their logits.
+    pub token_rows: bool,
     /// How long each forward pass takes at least (zero: as fast as the host runs it). A test that
     /// needs a stream to outlast it, whatever the machine's load, slows the rounds down.
     pub round_time: std::time::Duration,
@@ -82,7 +84,7 @@ impl Default for FakeConfig {
             seed: 0x5EED,
             draft_accept: 0.7,
             has_drafter: true,
-            greedy_rows: true,
+            token_rows: true,
             round_time: std::time::Duration::ZERO,
         }
     }
@@ -385,18 +387,30 @@ impl Target for FakeTarget {
         wants: &[Want],
     ) -> Result<Vec<WindowRows>, TargetError> {
         let vocab = self.config.vocab_size;
-        let greedy_rows = self.config.greedy_rows;
+        let token_rows = self.config.token_rows;
         let logits = self.logits_of(windows)?;
         Ok(logits
             .into_iter()
             .zip(wants)
-            .map(|(rows, &want)| {
-                if want == Want::Greedy && greedy_rows {
+            .map(|(rows, &want)| match want {
+                Want::Greedy if token_rows => {
                     let ids = rows.chunks_exact(vocab).map(|r| argmax(r).ok()).collect();
-                    WindowRows::Greedy(ids)
-                } else {
-                    WindowRows::Logits(rows)
+                    WindowRows::Tokens(ids)
                 }
+                Want::Draw(ask) if token_rows => {
+                    let params = SamplingParams {
+                        temperature: ask.temperature,
+                        top_k: ask.top_k,
+                        top_p: ask.top_p,
+                        min_p: ask.min_p,
+                        seed: None,
+                    };
+                    let drawn = Distribution::new(&rows, &params)
+                        .ok()
+                        .map(|d| d.sample_at(ask.uniform));
+                    WindowRows::Tokens(vec![drawn])
+                }
+                _ => WindowRows::Logits(rows),
             })
             .collect())
     }

@@ -163,8 +163,9 @@ fn a_stop_token_ends_the_reply_and_is_not_emitted() {
     assert_eq!(replies.reply(id), full[..first]);
 }
 
-/// A target that answers greedy windows with their greedy tokens (as the GPU does) gives the
-/// replies of one that answers with logits, greedy or sampled, with or without drafts.
+/// A target that answers greedy windows with their greedy tokens and draws sampled ones (as the
+/// GPU does; this one draws as the host would) gives the replies of one that answers with
+/// logits, greedy or sampled, with or without drafts.
 #[test]
 fn greedy_tokens_from_the_target_give_the_replies_of_its_logits() {
     let mixed = |p, n, seed: u64| {
@@ -178,7 +179,7 @@ fn greedy_tokens_from_the_target_give_the_replies_of_its_logits() {
     };
     for setup in [Setup::spec(&eight_sessions(), 64), with_drafts()] {
         let mut by_logits = setup.clone();
-        by_logits.fake.greedy_rows = false;
+        by_logits.fake.token_rows = false;
         let (with_tokens, with_logits) = (setup.build(), by_logits.build());
         let mut engines = [with_tokens, with_logits];
         let mut replies = [Replies::default(), Replies::default()];

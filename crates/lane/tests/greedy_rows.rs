@@ -46,10 +46,10 @@ impl Target for Bent {
             .into_iter()
             .map(|r| match (self.answer, r) {
                 (Answer::EmptyAsGreedy, WindowRows::Logits(l)) if l.is_empty() => {
-                    WindowRows::Greedy(Vec::new())
+                    WindowRows::Tokens(Vec::new())
                 }
-                (Answer::OutOfVocabulary, WindowRows::Greedy(ids)) => {
-                    WindowRows::Greedy(ids.iter().map(|id| id.map(|t| t + vocab)).collect())
+                (Answer::OutOfVocabulary, WindowRows::Tokens(ids)) => {
+                    WindowRows::Tokens(ids.iter().map(|id| id.map(|t| t + vocab)).collect())
                 }
                 (_, r) => r,
             })

@@ -18,6 +18,7 @@ const DELTANET: &str = include_str!("deltanet.cu");
 const ATTENTION: &str = include_str!("attention.cu");
 const MOE: &str = include_str!("moe.cu");
 const MTP: &str = include_str!("mtp.cu");
+const DRAW: &str = include_str!("draw.cu");
 const DENSE: &str = include_str!("dense.cu");
 
 /// The GPU the kernels are built for (Hopper: H100, H200).
@@ -233,6 +234,15 @@ const ARGMAX_THREADS: u32 = 1024;
 const ARGMAX_SPLIT: u32 = 8;
 /// Logits a thread of `argmax_rows` loads at once before comparing them (in index order).
 const ARGMAX_BATCH: usize = 8;
+/// Threads per block (one row) of `draw_rows`: 16 warps sweep a 151,936-token row ~300 tokens
+/// a thread; its histograms (a copy per two warps) stay within the 48 KiB a block gets unasked.
+const DRAW_THREADS: u32 = 512;
+/// Ints of one draw's ask in the round's metadata (`draw_rows`: row, top_k, temperature, top_p,
+/// min_p, the uniform's two words, the id's slot).
+pub(crate) const DRAW_ASK_INTS: usize = 8;
+/// The largest vocabulary `draw_rows` draws from: its fixed-point weights (2^44 the heaviest)
+/// must sum within 64 bits, and a token's rank fits 24 bits. Larger models draw on the host.
+pub const DRAW_MAX_VOCAB: usize = 1 << 20;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
@@ -412,6 +422,8 @@ impl Dims {
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),
             ("ARGMAX_SPLIT", block(ARGMAX_SPLIT)),
+            ("DRAW_THREADS", block(DRAW_THREADS)),
+            ("DRAW_ASK_INTS", DRAW_ASK_INTS),
             ("ATT_HEADS", self.heads),
             ("ATT_KV_HEADS", self.kv_heads),
             ("ATT_HD", self.head_dim),
@@ -478,6 +490,7 @@ impl Dims {
         let mut parts = vec![defines, COMMON.into(), MATMUL.into(), NORM.into()];
         parts.push(ATTENTION.into());
         parts.push(MTP.into());
+        parts.push(DRAW.into());
         parts.push(DENSE.into());
         if self.linear.is_some() {
             parts.push(DELTANET.into());
@@ -519,6 +532,7 @@ pub struct Kernels {
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
+    draw: CudaFunction,
     swiglu: CudaFunction,
     /// `deltanet_conv`, `deltanet_recurrence` and `deltanet_recurrence_split`.
     deltanet: Option<(CudaFunction, CudaFunction, CudaFunction)>,
@@ -631,6 +645,7 @@ impl Kernels {
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
+            draw: f("draw_rows")?,
             swiglu: f("swiglu_rows")?,
             deltanet: match dims.linear {
                 Some(_) => Some((
@@ -1628,6 +1643,35 @@ impl Kernels {
                 Arg::Ptr(logits),
                 Arg::I32(n as i32),
                 Arg::I32(none),
+                Arg::Ptr(out),
+            ],
+        )
+    }
+
+    /// Draws one token for each of `draws` asks (`DRAW_ASK_INTS` ints each at `asks`, as
+    /// `draw.cu` reads them) from the `n`-logit rows at `logits`, into the ids at `out`
+    /// (`n` ≤ [`DRAW_MAX_VOCAB`]).
+    pub fn draw(
+        &self,
+        gpu: &Gpu,
+        logits: u64,
+        n: usize,
+        asks: u64,
+        draws: usize,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        assert!(n <= DRAW_MAX_VOCAB, "D1: a draw from {n} tokens");
+        if draws == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.draw,
+            (rows_u32(draws), 1, 1),
+            DRAW_THREADS,
+            &[
+                Arg::Ptr(logits),
+                Arg::I32(n as i32),
+                Arg::Ptr(asks),
                 Arg::Ptr(out),
             ],
         )

@@ -806,6 +806,158 @@ fn argmax_case(gpu: &Gpu, k: &Kernels, rng: &mut Rng, seed: u64, n: usize) {
     }
 }
 
+/// `draw.cu`'s definition on the host: the candidates, in draw order (heaviest first, lowest id
+/// first among equals), with their fixed-point weights. Its `exp` may differ from the GPU's
+/// `expf` by an ulp, so a draw is held to it within a hair of its mass.
+fn draw_reference(row: &[f32], ask: &lane::DrawAsk) -> Vec<(u32, u64)> {
+    let n = row.len();
+    let max = row
+        .iter()
+        .filter(|v| !v.is_nan())
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let key = |l: f32| {
+        let b = l.to_bits();
+        if b & 0x8000_0000 != 0 {
+            !b
+        } else {
+            b | 0x8000_0000
+        }
+    };
+    let mut c: Vec<(u64, u32, u64, f32)> = row
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_nan())
+        .map(|(i, &l)| {
+            let x = ((l - max) / ask.temperature).exp();
+            let r = (u64::from(key(l)) << 24) | (n - 1 - i) as u64;
+            (r, i as u32, (x * 2f32.powi(44)) as u64, x)
+        })
+        .filter(|c| c.2 > 0)
+        .collect();
+    c.sort_by(|a, b| b.0.cmp(&a.0));
+    if ask.top_k > 0 && c.len() > ask.top_k as usize {
+        c.truncate(ask.top_k as usize);
+    }
+    if ask.top_p < 1.0 {
+        let total: u64 = c.iter().map(|c| c.2).sum();
+        let target = ((f64::from(ask.top_p) * total as f64).ceil() as u64).clamp(1, total);
+        let mut acc = 0;
+        let keep = c
+            .iter()
+            .position(|c| {
+                acc += c.2;
+                acc >= target
+            })
+            .map_or(c.len(), |p| p + 1);
+        c.truncate(keep);
+    }
+    c.retain(|c| c.3 >= ask.min_p);
+    c.into_iter().map(|c| (c.1, c.2)).collect()
+}
+
+/// Draws of `asks` (one a row of `rows`, each at its row) on the GPU.
+fn gpu_draws(gpu: &Gpu, k: &Kernels, rows: &[Vec<f32>], asks: &[lane::DrawAsk]) -> Vec<i32> {
+    let n = rows[0].len();
+    let logits = Buf::from_host(gpu, &rows.concat()).unwrap();
+    let ints: Vec<i32> = asks
+        .iter()
+        .enumerate()
+        .flat_map(|(r, a)| crate::forward::draw_ask(r, a))
+        .collect();
+    let asks_buf = Buf::from_host(gpu, &ints).unwrap();
+    let out = Buf::<i32>::zeros(gpu, rows.len()).unwrap();
+    k.draw(gpu, logits.at(0), n, asks_buf.at(0), asks.len(), out.at(0))
+        .unwrap();
+    out.read(gpu, rows.len()).unwrap()
+}
+
+#[test]
+fn draws_follow_their_definition_and_ignore_the_batch() {
+    let Some((gpu, k)) = setup() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let ask = |temperature: f32, top_k: u32, top_p: f32, min_p: f32, uniform: f64| lane::DrawAsk {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        uniform,
+    };
+    for n in [151_936 - rng.below(100), 16 + rng.below(3000)] {
+        // Logits as a model's: a few strong tokens over a broad floor; NaN and −∞ sprinkled in.
+        let mut rows: Vec<Vec<f32>> = (0..12)
+            .map(|_| {
+                let mut row: Vec<f32> = rng.vec(n).iter().map(|v| 4.0 * v).collect();
+                for _ in 0..8 {
+                    row[rng.below(n as u64)] = 8.0 + 6.0 * rng.vec(1)[0];
+                }
+                row[rng.below(n as u64)] = f32::NAN;
+                row[rng.below(n as u64)] = f32::NEG_INFINITY;
+                row
+            })
+            .collect();
+        let uniform = |rng: &mut Rng| (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let settings = [
+            (1.0, 0, 1.0, 0.0),
+            (0.6, 20, 0.95, 0.0),
+            (0.7, 0, 0.8, 0.0),
+            (1.3, 50, 1.0, 0.02),
+            (0.2, 0, 1.0, 0.0),
+        ];
+        let asks: Vec<lane::DrawAsk> = (0..rows.len())
+            .map(|r| {
+                let (t, top_k, top_p, min_p) = settings[r % settings.len()];
+                ask(t, top_k, top_p, min_p, uniform(&mut rng))
+            })
+            .collect();
+        let got = gpu_draws(&gpu, &k, &rows, &asks);
+        for (r, (row, a)) in rows.iter().zip(&asks).enumerate() {
+            let cands = draw_reference(row, a);
+            let total: u64 = cands.iter().map(|c| c.1).sum();
+            let at = cands
+                .iter()
+                .position(|c| c.0 as i32 == got[r])
+                .unwrap_or_else(|| panic!("seed {seed} n {n} row {r}: {} is no candidate", got[r]));
+            let before: u64 = cands[..at].iter().map(|c| c.1).sum();
+            let goal = a.uniform * total as f64;
+            let slack = total as f64 * 1e-5;
+            assert!(
+                goal + slack >= before as f64 && goal - slack < (before + cands[at].1) as f64,
+                "seed {seed} n {n} row {r} ({a:?}): drew {} at mass {before}..{} of {total}, goal {goal}",
+                got[r],
+                before + cands[at].1
+            );
+        }
+        // The same rows in another order, each alone: the same tokens.
+        let order: Vec<usize> = (0..rows.len()).rev().collect();
+        let shuffled: Vec<Vec<f32>> = order.iter().map(|&r| rows[r].clone()).collect();
+        let shuffled_asks: Vec<lane::DrawAsk> = order.iter().map(|&r| asks[r]).collect();
+        let again = gpu_draws(&gpu, &k, &shuffled, &shuffled_asks);
+        for (j, &r) in order.iter().enumerate() {
+            assert_eq!(
+                again[j], got[r],
+                "seed {seed} n {n}: row {r} in another batch"
+            );
+            let alone = gpu_draws(&gpu, &k, &rows[r..r + 1], &asks[r..r + 1]);
+            assert_eq!(alone[0], got[r], "seed {seed} n {n}: row {r} alone");
+        }
+        // Exact cases: equal logits draw by id; top-k 1 is the greedy token; nothing finite: -1.
+        rows[0].iter_mut().for_each(|v| *v = 0.5);
+        rows[1][rng.below(n as u64)] = 30.0;
+        rows[2].iter_mut().for_each(|v| *v = f32::NAN);
+        let exact = [
+            ask(1.0, 0, 1.0, 0.0, 0.5),
+            ask(0.9, 1, 1.0, 0.0, uniform(&mut rng)),
+            ask(1.0, 0, 1.0, 0.0, 0.3),
+        ];
+        let got = gpu_draws(&gpu, &k, &rows[..3], &exact);
+        assert_eq!(got[0], (n / 2) as i32, "seed {seed} n {n}: equal logits");
+        let greedy = lane::sampling::argmax(&rows[1]).unwrap() as i32;
+        assert_eq!(got[1], greedy, "seed {seed} n {n}: top-k 1");
+        assert_eq!(got[2], -1, "seed {seed} n {n}: no finite logit");
+    }
+}
+
 /// Sizes the kernels cannot hold are refused at load with the reason, before any compile (no
 /// device needed): heads of 64 (flashlane-tiny) and 256 (Qwen3-Next) fit, 512 do not; every head
 /// layout of Qwen3 and Qwen3-Next fits; query heads that KV heads do not divide are refused.

@@ -12,9 +12,13 @@
 //!   one past its capacity, two windows of one session, a token outside the vocabulary) is
 //!   refused before any state changes;
 //! - with a drafter, each session's drafts are the same asked alone or beside others;
+//! - a sampled stream's draws ([`Want::Draw`]) are the same tokens alone and beside greedy,
+//!   logits and prompt windows, in any order, and a top-k 1 draw is the greedy token;
 //! - with a prompt cache, blocks restored into another session continue bit for bit.
 
-use crate::target::{DraftAsk, Target, TargetExt, Window};
+use crate::request::SamplingParams;
+use crate::sampling::{mix64, Distribution};
+use crate::target::{DraftAsk, DrawAsk, Target, TargetExt, Want, Window, WindowRows};
 use slots::SessionId;
 
 /// Decode steps each check runs after its prompt.
@@ -278,6 +282,111 @@ pub fn drafts_batched_equal_alone<T: Target>(make: &mut Factory<'_, T>) {
     }
 }
 
+/// The ask of a sampled stream's step `i` (top-k 1: always the greedy token).
+fn draw_ask(i: usize, top_k: u32) -> DrawAsk {
+    DrawAsk {
+        temperature: 0.8,
+        top_k,
+        top_p: if i % 2 == 0 { 0.9 } else { 1.0 },
+        min_p: 0.0,
+        uniform: (mix64(i as u64 + 1) >> 11) as f64 / (1u64 << 53) as f64,
+    }
+}
+
+/// The token a target answered for a draw: its own, or the host's from the row it sent back.
+fn drawn(rows: WindowRows, ask: &DrawAsk) -> u32 {
+    match rows {
+        WindowRows::Tokens(ids) => {
+            assert_eq!(ids.len(), 1, "a draw answers one token");
+            ids[0].expect("a finite logit")
+        }
+        WindowRows::Logits(row) => {
+            let params = SamplingParams {
+                temperature: ask.temperature,
+                top_k: ask.top_k,
+                top_p: ask.top_p,
+                min_p: ask.min_p,
+                seed: None,
+            };
+            Distribution::new(&row, &params)
+                .expect("a finite logit")
+                .sample_at(ask.uniform)
+        }
+    }
+}
+
+/// The main stream's prompt in `session` of `t`, then `STEPS - 1` sampled steps, each round
+/// beside what `beside(t, step)` adds (windows of other sessions and their wants, and where the
+/// stream's window goes among them); the tokens drawn.
+fn sampled_stream<T: Target>(
+    t: &mut T,
+    top_k: u32,
+    beside: &mut dyn FnMut(usize) -> (Vec<(usize, u64, Vec<u32>, usize, Want)>, usize),
+) -> Vec<u32> {
+    let vocab = t.vocab_size();
+    let p = prompt(1, PROMPT, vocab);
+    t.logits(&[window(0, 0, &p[..20], 0)]).expect("first chunk");
+    let ask = draw_ask(0, top_k);
+    let first = t
+        .forward(&[window(0, 20, &p[20..], 1)], &[Want::Draw(ask)])
+        .expect("second chunk")
+        .remove(0);
+    let mut tokens = vec![drawn(first, &ask)];
+    for i in 1..STEPS {
+        let ask = draw_ask(i, top_k);
+        let token = [tokens[i - 1]];
+        let (others, place) = beside(i);
+        let mut windows: Vec<Window<'_>> = others
+            .iter()
+            .map(|(s, start, toks, n, _)| window(*s, *start, toks, *n))
+            .collect();
+        let mut wants: Vec<Want> = others.iter().map(|o| o.4).collect();
+        windows.insert(place, window(0, (PROMPT + i - 1) as u64, &token, 1));
+        wants.insert(place, Want::Draw(ask));
+        let mut rows = t.forward(&windows, &wants).expect("sampled round");
+        tokens.push(drawn(rows.swap_remove(place), &ask));
+    }
+    tokens
+}
+
+/// A sampled stream's draws alone equal its draws beside a greedy window, a logits window and a
+/// prompt chunk of other sessions, in turning order; drawn with top-k 1 it follows the greedy
+/// tokens of its logits alone.
+pub fn draws_batched_equal_alone<T: Target>(make: &mut Factory<'_, T>) {
+    let mut t = make(&CAPACITIES);
+    let want = sampled_stream(&mut t, 0, &mut |_| (Vec::new(), 0));
+    let mut t = make(&CAPACITIES);
+    let vocab = t.vocab_size();
+    let other = prompt(2, 24, vocab);
+    t.logits(&[window(1, 0, &other[..8], 1)])
+        .expect("other prompt");
+    let got = sampled_stream(&mut t, 0, &mut |i| {
+        let others = vec![
+            (1, (8 + i - 1) as u64, vec![other[8 + i]], 1, Want::Greedy),
+            (
+                2,
+                3 * (i - 1) as u64,
+                other[i..i + 3].to_vec(),
+                0,
+                Want::Greedy,
+            ),
+            (
+                3,
+                2 * (i - 1) as u64,
+                other[i..i + 2].to_vec(),
+                1,
+                Want::Logits,
+            ),
+        ];
+        (others, i % 4)
+    });
+    assert_eq!(want, got, "draws: alone = batched");
+    let greedy: Vec<u32> = alone(make, 0).iter().map(|r| argmax(r)).collect();
+    let mut t = make(&CAPACITIES);
+    let top1 = sampled_stream(&mut t, 1, &mut |_| (Vec::new(), 0));
+    assert_eq!(greedy, top1, "draws: top-k 1 is the greedy token");
+}
+
 /// With a prompt cache: blocks saved after each prompt chunk and restored into other sessions
 /// (of another capacity too) continue bit for bit as the session that computed them, their
 /// drafts included; a restore into a session that holds positions is refused.
@@ -352,12 +461,13 @@ type Check<T> = (&'static str, fn(&mut Factory<'_, T>));
 
 /// Every check, in order, each printed as it passes (`name` says whose target).
 pub fn run_all<T: Target>(name: &str, make: &mut Factory<'_, T>) {
-    let checks: [Check<T>; 6] = [
+    let checks: [Check<T>; 7] = [
         ("alone = batched", alone_equals_batched::<T>),
         ("alone = moved, failed moves", moved_equals_unmoved::<T>),
         ("rollback and release", rollback_and_release::<T>),
         ("bad rounds change nothing", bad_rounds_change_nothing::<T>),
         ("drafts batched = alone", drafts_batched_equal_alone::<T>),
+        ("draws batched = alone", draws_batched_equal_alone::<T>),
         (
             "prompt cache: restored = computed",
             cached_equals_computed::<T>,

@@ -80,7 +80,7 @@ impl<T: Target> Target for Faulty<T> {
                 self.inject.nan_rounds.pop_front();
                 rows[i] = match &rows[i] {
                     WindowRows::Logits(l) => WindowRows::Logits(vec![f32::NAN; l.len()]),
-                    WindowRows::Greedy(ids) => WindowRows::Greedy(vec![None; ids.len()]),
+                    WindowRows::Tokens(ids) => WindowRows::Tokens(vec![None; ids.len()]),
                 };
             } else {
                 // No row this round: the next one.
