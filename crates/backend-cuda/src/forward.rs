@@ -638,11 +638,13 @@ pub fn forward<'a>(
         match want {
             Want::Draw(ask) => {
                 debug_assert!(
-                    plan.num_logits == 1 && v <= DRAW_MAX_VOCAB,
-                    "F8: a draw of one row from at most DRAW_MAX_VOCAB tokens (BackendTarget)"
+                    v <= DRAW_MAX_VOCAB,
+                    "F8: draws from at most DRAW_MAX_VOCAB tokens (Backend::draws)"
                 );
-                asks.extend(draw_ask(row, &ask));
-                draws += 1;
+                for j in 0..plan.num_logits {
+                    asks.extend(draw_ask(row + j, &ask, ask.uniform(j)));
+                    draws += 1;
+                }
             }
             Want::Greedy => {}
             Want::Logits => {
@@ -704,11 +706,11 @@ pub fn forward<'a>(
     })
 }
 
-/// One draw's ask as `draw_rows` reads it: its logits row, top_k, the bits of temperature,
+/// One row's draw as `draw_rows` reads it: its logits row, top_k, the bits of temperature,
 /// top_p and min_p, the uniform's low and high words, and the id's slot (its row).
-pub(crate) fn draw_ask(row: usize, ask: &DrawAsk) -> [i32; DRAW_ASK_INTS] {
+pub(crate) fn draw_ask(row: usize, ask: &DrawAsk, uniform: f64) -> [i32; DRAW_ASK_INTS] {
     let row = i32::try_from(row).expect("F7: a round's rows fit i32");
-    let u = ask.uniform.to_bits();
+    let u = uniform.to_bits();
     [
         row,
         i32::try_from(ask.top_k).unwrap_or(i32::MAX),

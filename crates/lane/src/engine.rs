@@ -29,9 +29,7 @@ use crate::prompt_cache::{Insert, PromptCache};
 use crate::request::{
     default_seed, validate, DraftMode, LogitAdjustments, Refusal, Request, SamplingParams,
 };
-use crate::sampling::{
-    adjust_logits, logprobs, verify, verify_greedy, Distribution, Rng, SeenTokens, Verdict,
-};
+use crate::sampling::{adjust_logits, logprobs, verify, verify_greedy, Rng, SeenTokens, Verdict};
 use crate::stream::{CacheProgress, GrammarSlot, State, Stream};
 use crate::target::{DraftAsk, DrawAsk, Target, Want, Window, WindowRows};
 use crate::thinking::Thinking;
@@ -125,8 +123,8 @@ struct Planned {
     num_logits: usize,
     /// A constrained stream's masks, one per logits row (computed beside the forward pass).
     masks: MaskSlot,
-    /// The uniform a [`Want::Draw`] took from the stream's generator for this window's token.
-    uniform: Option<f64>,
+    /// Whether the window asked the target to draw its tokens ([`Want::Draw`]).
+    draw: bool,
 }
 
 /// The engine over one target. See the module docs for the round.
@@ -681,10 +679,8 @@ impl<T: Target> Engine<T> {
         let wants: Vec<Want> = plans
             .iter_mut()
             .map(|p| {
-                let want = want_of(&mut self.live[p.idx], p);
-                if let Want::Draw(ask) = want {
-                    p.uniform = Some(ask.uniform);
-                }
+                let want = want_of(&self.live[p.idx], p);
+                p.draw = matches!(want, Want::Draw(_));
                 want
             })
             .collect();
@@ -795,7 +791,7 @@ impl<T: Target> Engine<T> {
                     drafts: 0,
                     num_logits: usize::from(last_chunk),
                     masks: None,
-                    uniform: None,
+                    draw: false,
                 });
                 continue;
             }
@@ -874,7 +870,7 @@ impl<T: Target> Engine<T> {
             drafts: drafts.len(),
             tokens,
             masks: None,
-            uniform: None,
+            draw: false,
         }
     }
 
@@ -1182,17 +1178,21 @@ struct Draw<'a> {
 
 /// What a window needs of its rows. Streams that need no more than each row's greedy token (no
 /// log-probabilities, penalties, biases or grammar) let the target choose it beside the model;
-/// a sampled one with one row to draw (no drafts to verify, no token forced) lets the target
-/// draw it, with the uniform its generator gives now (the host's draw would take the same one).
-fn want_of(stream: &mut Stream, plan: &Planned) -> Want {
+/// sampled ones with nothing forced along the window let the target draw each row with the
+/// uniform the stream's generator would give it (the host's draw takes the same ones).
+fn want_of(stream: &Stream, plan: &Planned) -> Want {
     if stream.logprobs || stream.seen.is_some() || stream.grammar.is_some() {
         return Want::Logits;
     }
     if stream.sampling.is_greedy() {
         return Want::Greedy;
     }
-    let forced = stream.thinking.as_ref().and_then(Thinking::forced);
-    if plan.num_logits != 1 || plan.drafts > 0 || forced.is_some() {
+    let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
+    let forced = stream
+        .thinking
+        .as_ref()
+        .is_some_and(|t| t.forced_along(drafts).iter().any(Option::is_some));
+    if plan.num_logits == 0 || forced {
         return Want::Logits;
     }
     let s = &stream.sampling;
@@ -1201,7 +1201,7 @@ fn want_of(stream: &mut Stream, plan: &Planned) -> Want {
         top_k: s.top_k,
         top_p: s.top_p,
         min_p: s.min_p,
-        uniform: stream.rng.next_f64(),
+        generator: stream.rng,
     })
 }
 
@@ -1263,17 +1263,6 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
         WindowRows::Logits(logits) => logits.chunks_exact(vocab).collect(),
         WindowRows::Tokens(_) => Vec::new(),
     };
-    if let (Some(u), WindowRows::Logits(_)) = (plan.uniform, d.rows) {
-        // A draw the target left to the host: one row, no drafts, nothing forced or adjusted
-        // (`want_of`), drawn with the uniform the ask took.
-        return match Distribution::new(logits_rows[0], d.sampling) {
-            Ok(dist) => Drawn::Verdict(Verdict {
-                accepted: 0,
-                next: dist.sample_at(u),
-            }),
-            Err(error) => Drawn::Failed(format!("sampling {} failed: {error}", d.id)),
-        };
-    }
     let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
     let forced = match d.thinking {
         Some(thinking) => thinking.forced_along(drafts),
@@ -1315,7 +1304,17 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
     };
     let verdict = match d.rows {
         WindowRows::Logits(_) => verify(verified_rows, drafts, &forced, d.sampling, d.rng),
-        WindowRows::Tokens(ids) => verify_greedy(ids, drafts, &forced),
+        WindowRows::Tokens(ids) => {
+            let verdict = verify_greedy(ids, drafts, &forced);
+            if plan.draw {
+                // The target drew each position up to the verdict's token with the uniforms the
+                // generator would have given (nothing was forced: `want_of`).
+                if let Ok(v) = &verdict {
+                    d.rng.skip(v.accepted + 1);
+                }
+            }
+            verdict
+        }
     };
     match verdict {
         Ok(verdict) => Drawn::Verdict(verdict),

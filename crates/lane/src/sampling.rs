@@ -12,9 +12,12 @@
 //!    token-id order otherwise.
 //!
 //! Drafts are verified here too ([`verify`]): greedy accepts exactly the matching prefix; sampled
-//! verification is standard speculative acceptance for a deterministic (one-hot) proposal: accept
-//! draft `d` with probability `p(d)`, else draw from `p` with `d` removed and renormalised. The
-//! output distribution is then exactly that of plain sampling.
+//! verification draws each position's token as plain sampling would (the generator's next
+//! uniform) and accepts the draft while the drawn token is the draft. For a deterministic
+//! (one-hot) proposal that is speculative acceptance: draft `d` is accepted with probability
+//! `p(d)`, and a rejection's token is distributed as `p` without `d`, renormalised. More: the
+//! reply is the very reply drawn without drafts, token for token, since every position takes the
+//! uniform it would have taken alone.
 
 use crate::request::{LogitAdjustments, SamplingParams};
 use std::cmp::Ordering;
@@ -25,7 +28,7 @@ use std::cmp::Ordering;
 /// same tomorrow as today), so it must never change under a dependency upgrade; SplitMix64 is
 /// eight lines, passes BigCrush, and its 64-bit state makes a stream's RNG trivially cheap to own.
 /// It advances only when its own stream draws a token.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rng {
     state: u64,
 }
@@ -43,6 +46,24 @@ impl Rng {
     /// Uniform in `[0, 1)` with 53 bits of precision.
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// The uniform that the `n + 1`-th call of [`Rng::next_f64`] from here gives, without
+    /// advancing (the state is a counter: a draw `n` ahead is as cheap as the next).
+    pub fn uniform_ahead(&self, n: usize) -> f64 {
+        let mut ahead = Rng {
+            state: self
+                .state
+                .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n as u64)),
+        };
+        ahead.next_f64()
+    }
+
+    /// Advances as `n` draws would.
+    pub fn skip(&mut self, n: usize) {
+        self.state = self
+            .state
+            .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n as u64));
     }
 }
 
@@ -408,14 +429,6 @@ impl Distribution {
         // Rounding can leave `goal` a hair above the running sum: the last candidate.
         self.candidates.last().expect("never empty").0
     }
-
-    /// The same distribution with `token` removed and the rest renormalised; `None` when nothing
-    /// is left (then `token` had probability 1 and could not have been rejected).
-    pub fn without(mut self, token: u32) -> Option<Distribution> {
-        self.candidates.retain(|c| c.0 != token);
-        self.total = self.candidates.iter().map(|c| c.1).sum();
-        (!self.candidates.is_empty() && self.total > 0.0).then_some(self)
-    }
 }
 
 /// Draws the next token from one row.
@@ -553,13 +566,12 @@ pub fn verify(
                 });
             }
         } else {
-            let dist = Distribution::new(rows[i], params)?;
-            if rng.next_f64() >= dist.prob(draft) {
-                let next = match dist.without(draft) {
-                    Some(rest) => rest.sample(rng),
-                    None => draft, // p(draft) = 1 cannot be rejected; kept total for safety.
-                };
-                return Ok(Verdict { accepted: i, next });
+            let drawn = sample(rows[i], params, rng)?;
+            if drawn != draft {
+                return Ok(Verdict {
+                    accepted: i,
+                    next: drawn,
+                });
             }
         }
     }

@@ -235,10 +235,10 @@ pub enum Want {
     /// can choose it beside the model answers [`WindowRows::Tokens`] and copies a token instead
     /// of a row of logits; it may answer the rows instead.
     Greedy,
-    /// One token drawn from the window's one row (`num_logits == 1`) as the ask says: a target
-    /// that can draw beside the model answers [`WindowRows::Tokens`] (its own draw, a
+    /// A token drawn from each of the window's rows, row `j` with the ask's uniform `j`: a
+    /// target that can draw beside the model answers [`WindowRows::Tokens`] (its own draw, a
     /// deterministic function of the row and the ask alone, documented by the target); it may
-    /// answer the row instead, and the engine then draws on the host with the same uniform.
+    /// answer the rows instead, and the engine draws them on the host.
     Draw(DrawAsk),
 }
 
@@ -249,8 +249,8 @@ impl Want {
     }
 }
 
-/// A draw a target may make for a stream: its sampling parameters (temperature > 0) and the
-/// uniform in `[0, 1)` its own generator gave for this token.
+/// The draws a target may make for a sampled stream's window: its sampling parameters
+/// (temperature > 0) and its generator as the window's first draw finds it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DrawAsk {
     pub temperature: f32,
@@ -260,7 +260,25 @@ pub struct DrawAsk {
     pub top_p: f32,
     /// 0: off.
     pub min_p: f32,
-    pub uniform: f64,
+    pub generator: crate::sampling::Rng,
+}
+
+impl DrawAsk {
+    /// The uniform in `[0, 1)` of the window's row `row` (the stream's generator, `row` draws on).
+    pub fn uniform(&self, row: usize) -> f64 {
+        self.generator.uniform_ahead(row)
+    }
+
+    /// The sampling parameters (the seed is the generator's business).
+    pub fn params(&self) -> crate::request::SamplingParams {
+        crate::request::SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: None,
+        }
+    }
 }
 
 /// What [`Target::forward`] answers for one window.
@@ -270,7 +288,7 @@ pub enum WindowRows {
     Logits(Vec<f32>),
     /// Each row's token (`None` where no logit is finite), for a window that wanted
     /// [`Want::Greedy`] (the greedy token, as [`crate::sampling::argmax`] chooses it) or
-    /// [`Want::Draw`] (the target's draw).
+    /// [`Want::Draw`] (the target's draws).
     Tokens(Vec<Option<u32>>),
 }
 

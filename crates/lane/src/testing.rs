@@ -51,7 +51,6 @@ pub fn run_to_end<T: Target>(
         .collect()
 }
 
-use crate::request::SamplingParams;
 use crate::sampling::{argmax, mix64, Distribution, Rng};
 use crate::target::{DraftAsk, Target, TargetError, Want, Window, WindowRows};
 use slots::{MoveFault, SessionId};
@@ -398,17 +397,16 @@ impl Target for FakeTarget {
                     WindowRows::Tokens(ids)
                 }
                 Want::Draw(ask) if token_rows => {
-                    let params = SamplingParams {
-                        temperature: ask.temperature,
-                        top_k: ask.top_k,
-                        top_p: ask.top_p,
-                        min_p: ask.min_p,
-                        seed: None,
-                    };
-                    let drawn = Distribution::new(&rows, &params)
-                        .ok()
-                        .map(|d| d.sample_at(ask.uniform));
-                    WindowRows::Tokens(vec![drawn])
+                    let params = ask.params();
+                    let drawn = rows
+                        .chunks_exact(vocab)
+                        .enumerate()
+                        .map(|(j, row)| {
+                            let d = Distribution::new(row, &params).ok()?;
+                            Some(d.sample_at(ask.uniform(j)))
+                        })
+                        .collect();
+                    WindowRows::Tokens(drawn)
                 }
                 _ => WindowRows::Logits(rows),
             })

@@ -1,5 +1,5 @@
 //! design §9: a stream's reply never depends on what runs beside it, and drafts never change a
-//! greedy reply.
+//! reply, greedy or seeded.
 
 mod common;
 
@@ -131,6 +131,36 @@ fn drafts_are_accepted_and_rolled_back() {
     assert!(engine.target().truncations() > 0);
     // Accepted drafts save rounds: 400 tokens in fewer than 400 decode rounds.
     assert!(rounds < 400, "{rounds} rounds");
+}
+
+/// A draft is accepted when the token drawn at its position is the draft, so a seeded reply
+/// with MTP or n-gram drafts is its reply without, token for token (drafts accepted and
+/// rejected), whether the target draws or sends the rows back.
+#[test]
+fn drafts_never_change_a_seeded_reply() {
+    let plain = Setup::spec(&three_sessions(), 64);
+    for token_rows in [true, false] {
+        for (mode, accept) in [(DraftMode::Mtp, 0.6), (DraftMode::Ngram, 0.6)] {
+            let mut drafting = Setup::spec(&three_sessions(), 64)
+                .drafts(mode, 3)
+                .draft_accept(accept);
+            drafting.fake.token_rows = token_rows;
+            for seed in 0..6 {
+                let p = prompt(5 + seed as usize, seed);
+                let mut request = sampled(p, 300, seed);
+                // Low temperature: the drafts (the fake's greedy tokens) are often drawn.
+                request.sampling.temperature = 0.3;
+                request.draft = Some(mode);
+                let mut without = request.clone();
+                without.draft = Some(DraftMode::None);
+                assert_eq!(
+                    solo(&drafting, request),
+                    solo(&plain, without),
+                    "{mode:?} seed {seed} (token rows: {token_rows})"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -855,14 +855,14 @@ fn draw_reference(row: &[f32], ask: &lane::DrawAsk) -> Vec<(u32, u64)> {
     c.into_iter().map(|c| (c.1, c.2)).collect()
 }
 
-/// Draws of `asks` (one a row of `rows`, each at its row) on the GPU.
+/// Draws of `asks` (one a row of `rows`, each at its row, with its uniform 0) on the GPU.
 fn gpu_draws(gpu: &Gpu, k: &Kernels, rows: &[Vec<f32>], asks: &[lane::DrawAsk]) -> Vec<i32> {
     let n = rows[0].len();
     let logits = Buf::from_host(gpu, &rows.concat()).unwrap();
     let ints: Vec<i32> = asks
         .iter()
         .enumerate()
-        .flat_map(|(r, a)| crate::forward::draw_ask(r, a))
+        .flat_map(|(r, a)| crate::forward::draw_ask(r, a, a.uniform(0)))
         .collect();
     let asks_buf = Buf::from_host(gpu, &ints).unwrap();
     let out = Buf::<i32>::zeros(gpu, rows.len()).unwrap();
@@ -876,12 +876,12 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
     let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let ask = |temperature: f32, top_k: u32, top_p: f32, min_p: f32, uniform: f64| lane::DrawAsk {
+    let ask = |temperature: f32, top_k: u32, top_p: f32, min_p: f32, seed: u64| lane::DrawAsk {
         temperature,
         top_k,
         top_p,
         min_p,
-        uniform,
+        generator: lane::sampling::Rng::new(seed),
     };
     for n in [151_936 - rng.below(100), 16 + rng.below(3000)] {
         // Logits as a model's: a few strong tokens over a broad floor; NaN and −∞ sprinkled in.
@@ -896,7 +896,6 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
                 row
             })
             .collect();
-        let uniform = |rng: &mut Rng| (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
         let settings = [
             (1.0, 0, 1.0, 0.0),
             (0.6, 20, 0.95, 0.0),
@@ -907,7 +906,7 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
         let asks: Vec<lane::DrawAsk> = (0..rows.len())
             .map(|r| {
                 let (t, top_k, top_p, min_p) = settings[r % settings.len()];
-                ask(t, top_k, top_p, min_p, uniform(&mut rng))
+                ask(t, top_k, top_p, min_p, rng.next())
             })
             .collect();
         let got = gpu_draws(&gpu, &k, &rows, &asks);
@@ -919,7 +918,7 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
                 .position(|c| c.0 as i32 == got[r])
                 .unwrap_or_else(|| panic!("seed {seed} n {n} row {r}: {} is no candidate", got[r]));
             let before: u64 = cands[..at].iter().map(|c| c.1).sum();
-            let goal = a.uniform * total as f64;
+            let goal = a.uniform(0) * total as f64;
             let slack = total as f64 * 1e-5;
             assert!(
                 goal + slack >= before as f64 && goal - slack < (before + cands[at].1) as f64,
@@ -946,12 +945,14 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
         rows[1][rng.below(n as u64)] = 30.0;
         rows[2].iter_mut().for_each(|v| *v = f32::NAN);
         let exact = [
-            ask(1.0, 0, 1.0, 0.0, 0.5),
-            ask(0.9, 1, 1.0, 0.0, uniform(&mut rng)),
-            ask(1.0, 0, 1.0, 0.0, 0.3),
+            ask(1.0, 0, 1.0, 0.0, rng.next()),
+            ask(0.9, 1, 1.0, 0.0, rng.next()),
+            ask(1.0, 0, 1.0, 0.0, rng.next()),
         ];
         let got = gpu_draws(&gpu, &k, &rows[..3], &exact);
-        assert_eq!(got[0], (n / 2) as i32, "seed {seed} n {n}: equal logits");
+        // n equal weights: the draw of u is the token at ⌊u·n⌋ (ids in order among equals).
+        let at = (exact[0].uniform(0) * n as f64) as i32;
+        assert_eq!(got[0], at, "seed {seed} n {n}: equal logits");
         let greedy = lane::sampling::argmax(&rows[1]).unwrap() as i32;
         assert_eq!(got[1], greedy, "seed {seed} n {n}: top-k 1");
         assert_eq!(got[2], -1, "seed {seed} n {n}: no finite logit");

@@ -16,8 +16,7 @@
 //!   logits and prompt windows, in any order, and a top-k 1 draw is the greedy token;
 //! - with a prompt cache, blocks restored into another session continue bit for bit.
 
-use crate::request::SamplingParams;
-use crate::sampling::{mix64, Distribution};
+use crate::sampling::{mix64, Distribution, Rng};
 use crate::target::{DraftAsk, DrawAsk, Target, TargetExt, Want, Window, WindowRows};
 use slots::SessionId;
 
@@ -287,33 +286,41 @@ fn draw_ask(i: usize, top_k: u32) -> DrawAsk {
     DrawAsk {
         temperature: 0.8,
         top_k,
-        top_p: if i % 2 == 0 { 0.9 } else { 1.0 },
+        top_p: if i.is_multiple_of(2) { 0.9 } else { 1.0 },
         min_p: 0.0,
-        uniform: (mix64(i as u64 + 1) >> 11) as f64 / (1u64 << 53) as f64,
+        generator: Rng::new(mix64(i as u64 + 1)),
     }
 }
 
-/// The token a target answered for a draw: its own, or the host's from the row it sent back.
-fn drawn(rows: WindowRows, ask: &DrawAsk) -> u32 {
+/// The tokens a target answered for a draw: its own, or the host's from the rows it sent back.
+fn drawn_all(rows: WindowRows, ask: &DrawAsk, vocab: usize) -> Vec<u32> {
     match rows {
-        WindowRows::Tokens(ids) => {
-            assert_eq!(ids.len(), 1, "a draw answers one token");
-            ids[0].expect("a finite logit")
-        }
-        WindowRows::Logits(row) => {
-            let params = SamplingParams {
-                temperature: ask.temperature,
-                top_k: ask.top_k,
-                top_p: ask.top_p,
-                min_p: ask.min_p,
-                seed: None,
-            };
-            Distribution::new(&row, &params)
-                .expect("a finite logit")
-                .sample_at(ask.uniform)
-        }
+        WindowRows::Tokens(ids) => ids
+            .into_iter()
+            .map(|id| id.expect("a finite logit"))
+            .collect(),
+        WindowRows::Logits(flat) => flat
+            .chunks_exact(vocab)
+            .enumerate()
+            .map(|(j, row)| {
+                Distribution::new(row, &ask.params())
+                    .expect("a finite logit")
+                    .sample_at(ask.uniform(j))
+            })
+            .collect(),
     }
 }
+
+/// The one token of a one-row draw.
+fn drawn(rows: WindowRows, ask: &DrawAsk, vocab: usize) -> u32 {
+    let tokens = drawn_all(rows, ask, vocab);
+    assert_eq!(tokens.len(), 1, "a draw of one row answers one token");
+    tokens[0]
+}
+
+/// Other sessions' windows of a round beside a sampled stream: (session, start, tokens, rows,
+/// want).
+type Beside = Vec<(usize, u64, Vec<u32>, usize, Want)>;
 
 /// The main stream's prompt in `session` of `t`, then `STEPS - 1` sampled steps, each round
 /// beside what `beside(t, step)` adds (windows of other sessions and their wants, and where the
@@ -321,7 +328,7 @@ fn drawn(rows: WindowRows, ask: &DrawAsk) -> u32 {
 fn sampled_stream<T: Target>(
     t: &mut T,
     top_k: u32,
-    beside: &mut dyn FnMut(usize) -> (Vec<(usize, u64, Vec<u32>, usize, Want)>, usize),
+    beside: &mut dyn FnMut(usize) -> (Beside, usize),
 ) -> Vec<u32> {
     let vocab = t.vocab_size();
     let p = prompt(1, PROMPT, vocab);
@@ -331,7 +338,7 @@ fn sampled_stream<T: Target>(
         .forward(&[window(0, 20, &p[20..], 1)], &[Want::Draw(ask)])
         .expect("second chunk")
         .remove(0);
-    let mut tokens = vec![drawn(first, &ask)];
+    let mut tokens = vec![drawn(first, &ask, vocab)];
     for i in 1..STEPS {
         let ask = draw_ask(i, top_k);
         let token = [tokens[i - 1]];
@@ -344,7 +351,7 @@ fn sampled_stream<T: Target>(
         windows.insert(place, window(0, (PROMPT + i - 1) as u64, &token, 1));
         wants.insert(place, Want::Draw(ask));
         let mut rows = t.forward(&windows, &wants).expect("sampled round");
-        tokens.push(drawn(rows.swap_remove(place), &ask));
+        tokens.push(drawn(rows.swap_remove(place), &ask, vocab));
     }
     tokens
 }
@@ -385,6 +392,40 @@ pub fn draws_batched_equal_alone<T: Target>(make: &mut Factory<'_, T>) {
     let mut t = make(&CAPACITIES);
     let top1 = sampled_stream(&mut t, 1, &mut |_| (Vec::new(), 0));
     assert_eq!(greedy, top1, "draws: top-k 1 is the greedy token");
+    // A window of three rows draws each with its own uniform: the tokens of writing its tokens
+    // one at a time, each drawn with the generator as far on.
+    let p = prompt(1, PROMPT, vocab);
+    let window_tokens = [want[0], p[3], p[5]];
+    let ask = draw_ask(7, 0);
+    let mut t = make(&CAPACITIES);
+    t.logits(&[window(0, 0, &p, 0)]).expect("prompt");
+    let rows = t
+        .forward(
+            &[window(0, PROMPT as u64, &window_tokens, 3)],
+            &[Want::Draw(ask)],
+        )
+        .expect("a window of three rows")
+        .remove(0);
+    let together = drawn_all(rows, &ask, vocab);
+    let mut t = make(&CAPACITIES);
+    t.logits(&[window(0, 0, &p, 0)]).expect("prompt");
+    let one_by_one: Vec<u32> = (0..3)
+        .map(|j| {
+            let mut generator = ask.generator;
+            generator.skip(j);
+            let one = DrawAsk { generator, ..ask };
+            let at = (PROMPT + j) as u64;
+            let rows = t
+                .forward(
+                    &[window(0, at, &window_tokens[j..j + 1], 1)],
+                    &[Want::Draw(one)],
+                )
+                .expect("one row")
+                .remove(0);
+            drawn(rows, &one, vocab)
+        })
+        .collect();
+    assert_eq!(together, one_by_one, "draws: a window's rows = one by one");
 }
 
 /// With a prompt cache: blocks saved after each prompt chunk and restored into other sessions
