@@ -358,6 +358,15 @@ impl<B: Backend> Target for BackendTarget<B> {
                 w.0.session
             )));
         }
+        if let Some((w, ask)) = windows.iter().zip(wants).find_map(|(w, want)| match want {
+            Want::Draw(ask) if !ask.is_valid() => Some((w, ask)),
+            _ => None,
+        }) {
+            return Err(TargetError::Invalid(format!(
+                "{}: a draw needs temperature > 0, top_p in (0, 1] and min_p in [0, 1]: {ask:?}",
+                w.session
+            )));
+        }
         // A backend that does not draw gets the rows, and the engine draws from them.
         let draws = self.backend.draws();
         let wants: Vec<Want> = wants
@@ -422,7 +431,12 @@ impl<B: Backend> Target for BackendTarget<B> {
                     "tokens only to a round wanting {logit_rows} rows of logits"
                 )))
             }
-            RoundOut::Tokens(ids) => rows_from_ids(windows, wants, &ids, &[], vocab),
+            RoundOut::Tokens(ids) => {
+                if ids.len() != rows {
+                    return Err(malformed(format!("{} tokens to {rows} rows", ids.len())));
+                }
+                rows_from_ids(windows, wants, &ids, &[], vocab)
+            }
             RoundOut::Split { ids, logits } => {
                 if ids.len() != rows || logits.len() != logit_rows * vocab {
                     return Err(malformed(format!(

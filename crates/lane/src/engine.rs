@@ -858,6 +858,14 @@ impl<T: Target> Engine<T> {
             let valid = state.valid_prefix(&drafts).unwrap_or(0);
             drafts.truncate(valid);
         }
+        // No draft past a token the thinking budget forces: its window's rows are then all
+        // drawn (or all forced, alone), never a mix (`want_of`).
+        if let Some(thinking) = &stream.thinking {
+            let forced = thinking.forced_along(&drafts);
+            if let Some(first) = forced.iter().position(Option::is_some) {
+                drafts.truncate(first.saturating_sub(1));
+            }
+        }
         self.counters.draft_proposed += drafts.len() as u64;
         let mut tokens = Vec::with_capacity(1 + drafts.len());
         tokens.push(last);
@@ -1192,6 +1200,10 @@ fn want_of(stream: &Stream, plan: &Planned) -> Want {
         .thinking
         .as_ref()
         .is_some_and(|t| t.forced_along(drafts).iter().any(Option::is_some));
+    debug_assert!(
+        !forced || drafts.is_empty(),
+        "G3: a window with drafts has no forced position (decode_window)"
+    );
     if plan.num_logits == 0 || forced {
         return Want::Logits;
     }

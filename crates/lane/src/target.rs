@@ -269,6 +269,16 @@ impl DrawAsk {
         self.generator.uniform_ahead(row)
     }
 
+    /// Whether a target can draw as asked: temperature > 0, top_p in (0, 1], min_p in [0, 1]
+    /// (what a request's validation lets through).
+    pub fn is_valid(&self) -> bool {
+        self.temperature > 0.0
+            && self.temperature.is_finite()
+            && self.top_p > 0.0
+            && self.top_p <= 1.0
+            && (0.0..=1.0).contains(&self.min_p)
+    }
+
     /// The sampling parameters (the seed is the generator's business).
     pub fn params(&self) -> crate::request::SamplingParams {
         crate::request::SamplingParams {

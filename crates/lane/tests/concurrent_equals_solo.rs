@@ -139,6 +139,7 @@ fn drafts_are_accepted_and_rolled_back() {
 #[test]
 fn drafts_never_change_a_seeded_reply() {
     let plain = Setup::spec(&three_sessions(), 64);
+    let (mut accepted, mut proposed) = (0, 0);
     for token_rows in [true, false] {
         for (mode, accept) in [(DraftMode::Mtp, 0.6), (DraftMode::Ngram, 0.6)] {
             let mut drafting = Setup::spec(&three_sessions(), 64)
@@ -153,14 +154,25 @@ fn drafts_never_change_a_seeded_reply() {
                 request.draft = Some(mode);
                 let mut without = request.clone();
                 without.draft = Some(DraftMode::None);
+                let mut engine = drafting.build();
+                let id = engine.submit(request).expect("accepted");
+                let mut replies = Replies::default();
+                run_until_idle(&mut engine, &mut replies, 100_000);
                 assert_eq!(
-                    solo(&drafting, request),
+                    replies.reply(id),
                     solo(&plain, without),
                     "{mode:?} seed {seed} (token rows: {token_rows})"
                 );
+                let c = engine.counters();
+                (accepted, proposed) = (accepted + c.draft_accepted, proposed + c.draft_proposed);
             }
         }
     }
+    // Both verdicts happened: drafts accepted and drafts rejected.
+    assert!(
+        accepted > 0 && accepted < proposed,
+        "{accepted} of {proposed} drafts accepted"
+    );
 }
 
 #[test]

@@ -6,9 +6,9 @@
 // every running sum below is then an exact integer, the same whatever order the threads add in
 // (the row's bits alone decide the token). A token with W = 0 (a logit more than ~30 T below the
 // row's largest; together at most ~1e-8 of the mass of a 151,936-token row) is never drawn.
-// Candidates in the order "heaviest first, the lowest id first among equal weights", which is
-// the order of R(i) = key(l_i) · 2^24 + (n − 1 − i), larger first (key: the logit's bits made
-// order-preserving). Top-k keeps the first k; top-p the shortest prefix whose mass reaches
+// Candidates in the order "largest logit first, the lowest id first among equal logits" (so
+// heaviest first), which is the order of R(i) = key(l_i) · 2^24 + (n − 1 − i), larger first
+// (key: the logit's bits made order-preserving; +0 before −0). Top-k keeps the first k; top-p the shortest prefix whose mass reaches
 // ceil(p · total); min-p then drops w < min_p (the heaviest weighs 1); the draw is the first
 // candidate at which the running mass passes floor(u · total).
 //

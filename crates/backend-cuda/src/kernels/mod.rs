@@ -241,8 +241,9 @@ const DRAW_THREADS: u32 = 512;
 /// min_p, the uniform's two words, the id's slot).
 pub(crate) const DRAW_ASK_INTS: usize = 8;
 /// The largest vocabulary `draw_rows` draws from: its fixed-point weights (2^44 the heaviest)
-/// must sum within 64 bits, and a token's rank fits 24 bits. Larger models draw on the host.
-pub const DRAW_MAX_VOCAB: usize = 1 << 20;
+/// must sum below 2^64 (2^20 of them could reach it exactly), and a token's rank fits 24 bits.
+/// Larger models draw on the host.
+pub const DRAW_MAX_VOCAB: usize = (1 << 20) - 1;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
@@ -1660,10 +1661,10 @@ impl Kernels {
         draws: usize,
         out: u64,
     ) -> Result<(), CudaError> {
-        assert!(n <= DRAW_MAX_VOCAB, "D1: a draw from {n} tokens");
         if draws == 0 {
             return Ok(());
         }
+        assert!(n <= DRAW_MAX_VOCAB, "D1: a draw from {n} tokens");
         gpu.launch(
             &self.draw,
             (rows_u32(draws), 1, 1),

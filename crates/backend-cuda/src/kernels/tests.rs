@@ -834,7 +834,7 @@ fn draw_reference(row: &[f32], ask: &lane::DrawAsk) -> Vec<(u32, u64)> {
         })
         .filter(|c| c.2 > 0)
         .collect();
-    c.sort_by(|a, b| b.0.cmp(&a.0));
+    c.sort_by_key(|c| std::cmp::Reverse(c.0));
     if ask.top_k > 0 && c.len() > ask.top_k as usize {
         c.truncate(ask.top_k as usize);
     }

@@ -407,6 +407,26 @@ pub fn draws_batched_equal_alone<T: Target>(make: &mut Factory<'_, T>) {
         .expect("a window of three rows")
         .remove(0);
     let together = drawn_all(rows, &ask, vocab);
+    // The premise: a window's rows are the rows of writing its tokens one at a time.
+    let mut t = make(&CAPACITIES);
+    t.logits(&[window(0, 0, &p, 0)]).expect("prompt");
+    let window_rows = t
+        .logits(&[window(0, PROMPT as u64, &window_tokens, 3)])
+        .expect("the window's rows")
+        .remove(0);
+    let mut t = make(&CAPACITIES);
+    t.logits(&[window(0, 0, &p, 0)]).expect("prompt");
+    for j in 0..3 {
+        let at = (PROMPT + j) as u64;
+        let one = t
+            .logits(&[window(0, at, &window_tokens[j..j + 1], 1)])
+            .expect("one row")
+            .remove(0);
+        assert!(
+            same_bits(&window_rows[j * vocab..(j + 1) * vocab], &one),
+            "draws: row {j} of a window differs from writing its token alone"
+        );
+    }
     let mut t = make(&CAPACITIES);
     t.logits(&[window(0, 0, &p, 0)]).expect("prompt");
     let one_by_one: Vec<u32> = (0..3)
