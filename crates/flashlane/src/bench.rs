@@ -150,6 +150,11 @@ pub struct BenchRow {
     pub draft_accepted: u64,
     /// Accepted over proposed drafts (`None` without drafts).
     pub acceptance: Option<f64>,
+    /// Per round that ran the model, prefill and decode together: milliseconds in the model
+    /// (and what the device chose or drew beside it), and on the host after it answered
+    /// (draws from logits rows, verification, stop rules).
+    pub model_ms_per_round: f64,
+    pub host_ms_per_round: f64,
 }
 
 /// What moving a long stream within one batch cost.
@@ -350,7 +355,18 @@ pub fn measure<T: Target>(
         draft_accepted: counters.draft_accepted,
         acceptance: (counters.draft_proposed > 0)
             .then(|| counters.draft_accepted as f64 / counters.draft_proposed as f64),
+        model_ms_per_round: per_round_ms(counters.forward_micros, counters.forward_calls),
+        host_ms_per_round: per_round_ms(counters.host_micros, counters.forward_calls),
     })
+}
+
+/// Milliseconds a round of `micros` over `rounds` rounds (0 without rounds).
+fn per_round_ms(micros: u64, rounds: u64) -> f64 {
+    if rounds == 0 {
+        0.0
+    } else {
+        micros as f64 / 1e3 / rounds as f64
+    }
 }
 
 /// Times moving a stream of `long.len()` positions within a batch of `prompts.len()` streams.
@@ -603,7 +619,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
 
 fn print_header() {
     println!(
-        "{:>7}  {:>6}  {:>6}  {:>14}  {:>18}  {:>16}  {:>7}  {:>10}",
+        "{:>7}  {:>6}  {:>6}  {:>14}  {:>18}  {:>16}  {:>7}  {:>10}  {:>15}  {:>14}",
         "streams",
         "prompt",
         "new",
@@ -611,7 +627,9 @@ fn print_header() {
         "decode tok/s (all)",
         "per stream tok/s",
         "rounds",
-        "acceptance"
+        "acceptance",
+        "model ms/round",
+        "host ms/round"
     );
 }
 
@@ -620,7 +638,7 @@ fn print_row(row: &BenchRow) {
         .acceptance
         .map_or_else(|| "-".to_string(), |a| format!("{:.1} %", 100.0 * a));
     println!(
-        "{:>7}  {:>6}  {:>6}  {:>14.1}  {:>18.2}  {:>16.2}  {:>7}  {:>10}",
+        "{:>7}  {:>6}  {:>6}  {:>14.1}  {:>18.2}  {:>16.2}  {:>7}  {:>10}  {:>15.3}  {:>14.3}",
         row.streams,
         row.prompt_tokens,
         row.new_tokens,
@@ -628,7 +646,9 @@ fn print_row(row: &BenchRow) {
         row.decode_tokens_per_s,
         row.decode_tokens_per_s / row.streams as f64,
         row.rounds,
-        acceptance
+        acceptance,
+        row.model_ms_per_round,
+        row.host_ms_per_round
     );
 }
 

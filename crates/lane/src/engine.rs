@@ -694,6 +694,7 @@ impl<T: Target> Engine<T> {
             })
             .collect();
         self.counters.forward_calls += 1;
+        let started = std::time::Instant::now();
         // Constrained streams' masks depend only on their own tokens and drafts, all known now:
         // they are computed on the pool while this thread runs the forward pass.
         let mut masks: Vec<MaskSlot> = plans.iter().map(|_| None).collect();
@@ -713,6 +714,8 @@ impl<T: Target> Engine<T> {
             self.target.forward(&windows, &wants)
         };
         drop(windows);
+        let answered = std::time::Instant::now();
+        self.counters.forward_micros += micros(answered - started);
         let outputs = match result {
             Ok(outputs) => outputs,
             Err(error) => {
@@ -757,6 +760,7 @@ impl<T: Target> Engine<T> {
         for ((plan, rows), drawn) in plans.into_iter().zip(outputs).zip(drawn) {
             self.absorb(plan, &rows, drawn);
         }
+        self.counters.host_micros += micros(answered.elapsed());
     }
 
     /// The windows of this round: every running stream's next prompt chunk, or its last token
@@ -1182,6 +1186,11 @@ struct Draw<'a> {
     adjustments: &'a LogitAdjustments,
     seen: Option<&'a SeenTokens>,
     stop_tokens: &'a [u32],
+}
+
+/// Whole microseconds of `d` (saturating: a counter never wraps).
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What a window needs of its rows. Streams that need no more than each row's greedy token (no

@@ -68,4 +68,10 @@ pub struct Counters {
     pub prompt_cache_tokens_reused: u64,
     /// Cache blocks evicted to make room.
     pub prompt_cache_evictions: u64,
+    /// Microseconds the rounds spent in the target (the model, and what it chose or drew
+    /// beside it).
+    pub forward_micros: u64,
+    /// Microseconds the rounds spent on the host after the target answered: draws from rows,
+    /// verification, stop rules, events.
+    pub host_micros: u64,
 }

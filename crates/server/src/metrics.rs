@@ -216,6 +216,18 @@ pub fn render(snapshot: &Snapshot) -> String {
             &layouts(|p| p.session_gib * (1u64 << 30) as f64),
         );
     }
+    family(
+        "flashlane_round_model_seconds_total",
+        "counter",
+        "Time the rounds spent in the model (the device's forward pass, and the tokens it chose or drew beside it).",
+        &plain(c.forward_micros as f64 / 1e6),
+    );
+    family(
+        "flashlane_round_host_seconds_total",
+        "counter",
+        "Time the rounds spent on the host after the model answered (draws from logits rows, verification, stop rules).",
+        &plain(c.host_micros as f64 / 1e6),
+    );
     let acceptance = if c.draft_proposed == 0 {
         0.0
     } else {
