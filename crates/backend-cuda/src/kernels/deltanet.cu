@@ -17,7 +17,7 @@
 //
 // `qkvz` and `ba` rows are `proj_stride` floats apart (one fused projection writes both).
 //
-// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, LIN_SPLIT, LIN_CLUSTER.
+// Host defines: LIN_HK, LIN_HV, LIN_DK, LIN_DV, LIN_CONV_K, LIN_SPLIT, LIN_CLUSTER, LIN_STAGE.
 
 #define LIN_R (LIN_HV / LIN_HK)
 #define LIN_GROUP (2 * LIN_DK + 2 * LIN_R * LIN_DV)
@@ -83,11 +83,16 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
 // sums of u and o are added by a fixed xor-shuffle tree, which gives every lane of the group the
 // same bits. A column's arithmetic never involves another column, so it is the same whichever
 // block holds it. The L2 norms of q and k and the output's RMS are strided warp sums in a fixed
-// order, computed by warp 0 of each block over the whole vector (the output's from the
-// cluster's blocks' shared memory, sm_90 distributed shared memory): the same bits in every
-// block and for every CS. A token's inputs that do not depend on the state (v, β, the decay, z)
-// are loaded before its first barrier, so that their loads overlap the norms'. `out` is
-// [rows, HV·DV], gated-normed.
+// order over the whole vector (the output's from the cluster's blocks' shared memory, sm_90
+// distributed shared memory): the same bits in every block and for every CS. `out` is [rows,
+// HV·DV], gated-normed.
+//
+// The window's tokens go in stages of LIN_STAGE: a stage's inputs that do not depend on the state
+// (q and k with their norms, v, β and the decay) are loaded and computed for all its tokens at
+// once (each token's norms by one warp), then the stage's tokens update the state one after the
+// other with no barrier between them, then each token's output norm (one warp a token) and the
+// outputs. Per token the arithmetic is that of a token at a time, so the bits do not depend on
+// LIN_STAGE; a prompt's tokens no longer wait on three barriers and a chain of loads each.
 template <int CS>
 __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, const float* __restrict__ ba,
                                                 int proj_stride, const float* __restrict__ mixed,
@@ -97,12 +102,15 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
                                                 u64 lin_stride, u64 layer_off, float* __restrict__ out, int h,
                                                 int rank) {
     constexpr int COLS = LIN_DV / CS;
-    __shared__ float qs[LIN_DK], ks[LIN_DK], os[COLS];
-    __shared__ float q_inv_s, k_inv_s, o_inv_s;
+    constexpr int WARPS = COLS * LIN_SPLIT / WARP;
+    __shared__ float qs[LIN_STAGE][LIN_DK], ks[LIN_STAGE][LIN_DK], vs[LIN_STAGE][COLS], os[LIN_STAGE][COLS];
+    __shared__ float q_inv_s[LIN_STAGE], k_inv_s[LIN_STAGE], o_inv_s[LIN_STAGE];
+    __shared__ float beta_s[LIN_STAGE], decay_s[LIN_STAGE];
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
     const int start = segs[4 * blockIdx.x + 2], session = segs[4 * blockIdx.x + 3];
     const int kh = h / LIN_R, ii = h % LIN_R;
     const int tid = threadIdx.x, jl = tid / LIN_SPLIT, j = rank * COLS + jl, part = tid % LIN_SPLIT;
+    const int lane = tid % WARP, warp = tid / WARP;
     const int i0 = part * LIN_ROWS;  // this lane's first row of the column
     const bool keep = n <= rollback;
     const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
@@ -112,72 +120,88 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
     for (int i = 0; i < LIN_ROWS; i++) s[i] = start == 0 ? 0.0f : s_g[(i0 + i) * LIN_DV];
     const float scale = 1.0f / sqrtf((float)LIN_DK);
     const float neg_a_h = neg_a[h], dt_bias_h = dt_bias[h], norm_w_j = norm_w[j];
-    for (int t = 0; t < n; t++) {
-        const size_t row = row0 + t;
-        if (keep && t > 0) {
-            float* snap = snaps + ((u64)session * (rollback - 1) + t - 1) * lin_stride + s_off;
-#pragma unroll
-            for (int i = 0; i < LIN_ROWS; i++) snap[(i0 + i) * LIN_DV] = s[i];
-        }
-        const float v = mixed[row * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + j];
-        const float* bar = ba + row * proj_stride + kh * 2 * LIN_R;
-        const float beta_in = bar[ii], decay_in = bar[LIN_R + ii];
-        const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
-        // The previous token's readers of qs, ks, os (in any block of the cluster) and the norms
-        // are done.
+    for (int t0 = 0; t0 < n; t0 += LIN_STAGE) {
+        const int tn = min(LIN_STAGE, n - t0);
+        // The last stage's readers of the stage arrays (in any block of the cluster) are done.
         if (CS > 1) cluster_sync(); else __syncthreads();
-        for (int i = tid; i < LIN_DK; i += blockDim.x) {
-            qs[i] = mixed[row * LIN_C + kh * LIN_DK + i];
-            ks[i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
+        for (int x = tid; x < tn * LIN_DK; x += blockDim.x) {
+            const int tt = x / LIN_DK, i = x % LIN_DK;
+            const size_t row = row0 + t0 + tt;
+            qs[tt][i] = mixed[row * LIN_C + kh * LIN_DK + i];
+            ks[tt][i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
+        }
+        for (int x = tid; x < tn * COLS; x += blockDim.x) {
+            const int tt = x / COLS, c = x % COLS;
+            vs[tt][c] = mixed[(size_t)(row0 + t0 + tt) * LIN_C + 2 * LIN_HK * LIN_DK + h * LIN_DV + rank * COLS + c];
+        }
+        if (tid < tn) {
+            const float* bar = ba + (size_t)(row0 + t0 + tid) * proj_stride + kh * 2 * LIN_R;
+            beta_s[tid] = sigmoidf_(bar[ii]);
+            decay_s[tid] = expf(neg_a_h * softplusf_(bar[LIN_R + ii] + dt_bias_h));
         }
         __syncthreads();
-        if (tid < WARP) {
-            const float qq = warp_sum_squares(qs, LIN_DK, tid), kk = warp_sum_squares(ks, LIN_DK, tid);
-            if (tid == 0) {
-                q_inv_s = 1.0f / sqrtf(qq + L2_NORM_EPS);
-                k_inv_s = 1.0f / sqrtf(kk + L2_NORM_EPS);
+        for (int tt = warp; tt < tn; tt += WARPS) {
+            const float qq = warp_sum_squares(qs[tt], LIN_DK, lane), kk = warp_sum_squares(ks[tt], LIN_DK, lane);
+            if (lane == 0) {
+                q_inv_s[tt] = 1.0f / sqrtf(qq + L2_NORM_EPS);
+                k_inv_s[tt] = 1.0f / sqrtf(kk + L2_NORM_EPS);
             }
         }
         __syncthreads();
-        const float q_inv = q_inv_s, k_inv = k_inv_s;
-        const float beta = sigmoidf_(beta_in);
-        const float decay = expf(neg_a_h * softplusf_(decay_in + dt_bias_h));
-        // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
-        float u = 0.0f;
+        // One token after the other (unrolled, two tokens' registers would not fit).
+#pragma unroll 1
+        for (int tt = 0; tt < tn; tt++) {
+            const int t = t0 + tt;
+            if (keep && t > 0) {
+                float* snap = snaps + ((u64)session * (rollback - 1) + t - 1) * lin_stride + s_off;
 #pragma unroll
-        for (int i = 0; i < LIN_ROWS; i++) { s[i] *= decay; u += s[i] * (ks[i0 + i] * k_inv); }
+                for (int i = 0; i < LIN_ROWS; i++) snap[(i0 + i) * LIN_DV] = s[i];
+            }
+            const float q_inv = q_inv_s[tt], k_inv = k_inv_s[tt];
+            const float beta = beta_s[tt], decay = decay_s[tt], v = vs[tt][jl];
+            // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
+            float u = 0.0f;
 #pragma unroll
-        for (int o = 1; o < LIN_SPLIT; o <<= 1) u += __shfl_xor_sync(FULL_MASK, u, o);
-        const float delta = beta * (v - u);
-        float o = 0.0f;
+            for (int i = 0; i < LIN_ROWS; i++) { s[i] *= decay; u += s[i] * (ks[tt][i0 + i] * k_inv); }
 #pragma unroll
-        for (int i = 0; i < LIN_ROWS; i++) {
-            s[i] += (ks[i0 + i] * k_inv) * delta;
-            o += s[i] * ((qs[i0 + i] * q_inv) * scale);
+            for (int o = 1; o < LIN_SPLIT; o <<= 1) u += __shfl_xor_sync(FULL_MASK, u, o);
+            const float delta = beta * (v - u);
+            float o = 0.0f;
+#pragma unroll
+            for (int i = 0; i < LIN_ROWS; i++) {
+                s[i] += (ks[tt][i0 + i] * k_inv) * delta;
+                o += s[i] * ((qs[tt][i0 + i] * q_inv) * scale);
+            }
+#pragma unroll
+            for (int m = 1; m < LIN_SPLIT; m <<= 1) o += __shfl_xor_sync(FULL_MASK, o, m);
+            if (part == 0) os[tt][jl] = o;
         }
-#pragma unroll
-        for (int m = 1; m < LIN_SPLIT; m <<= 1) o += __shfl_xor_sync(FULL_MASK, o, m);
         // Gated RMSNorm over the head's DV outputs (norm before gate): warp_sum_squares' order
-        // over all DV of them, output c read from the block that holds it.
-        if (part == 0) os[jl] = o;
+        // over all DV of them, output c read from the block that holds it; one warp a token.
         if (CS > 1) cluster_sync(); else __syncthreads();
-        if (tid < WARP) {
+        for (int tt = warp; tt < tn; tt += WARPS) {
             float acc = 0.0f;
-            for (int c = tid; c < LIN_DV; c += WARP) {
+            for (int c = lane; c < LIN_DV; c += WARP) {
                 float oc;
                 if (CS > 1)
                     asm volatile("ld.shared::cluster.f32 %0, [%1];"
                                  : "=f"(oc)
-                                 : "r"(cluster_shared_addr(&os[c % COLS], c / COLS)));
+                                 : "r"(cluster_shared_addr(&os[tt][c % COLS], c / COLS)));
                 else
-                    oc = os[c];
+                    oc = os[tt][c];
                 acc += oc * oc;
             }
             const float oo = warp_sum(acc);
-            if (tid == 0) o_inv_s = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
+            if (lane == 0) o_inv_s[tt] = 1.0f / sqrtf(oo / (float)LIN_DV + eps);
         }
         __syncthreads();
-        if (part == 0) out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w_j * (o * o_inv_s) * siluf_(z);
+        if (part == 0) {
+            for (int tt = 0; tt < tn; tt++) {
+                const size_t row = row0 + t0 + tt;
+                const float z = qkvz[row * proj_stride + kh * LIN_GROUP + 2 * LIN_DK + LIN_R * LIN_DV + ii * LIN_DV + j];
+                out[row * LIN_HV * LIN_DV + h * LIN_DV + j] = norm_w_j * (os[tt][jl] * o_inv_s[tt]) * siluf_(z);
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < LIN_ROWS; i++) s_g[(i0 + i) * LIN_DV] = s[i];

@@ -247,6 +247,11 @@ pub const DRAW_MAX_VOCAB: usize = (1 << 20) - 1;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
+/// Tokens `deltanet_recurrence` stages at once: their state-independent inputs (q, k and their
+/// norms, v, β, the decay) are loaded and computed together, then the tokens run back to back
+/// without a barrier, then their output norms together. 16 tokens' q, k, v and outputs are 32
+/// KiB of shared memory at Qwen3-Next's head sizes, within the 48 KiB a block gets unasked.
+const LIN_STAGE: usize = 16;
 /// Blocks (one cluster) of `deltanet_recurrence_split` a value head: a 1-stream step's 32
 /// Qwen3-Next heads then run on 128 of the H200's 132 multiprocessors instead of 32.
 const LIN_CLUSTER: usize = 4;
@@ -444,6 +449,7 @@ impl Dims {
                 ("LIN_CONV_K", l.conv_kernel),
                 ("LIN_SPLIT", LIN_SPLIT),
                 ("LIN_CLUSTER", LIN_CLUSTER),
+                ("LIN_STAGE", LIN_STAGE),
             ]);
         }
         if let Some(m) = &self.moe {
