@@ -11,7 +11,7 @@ xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
 FL=/tmp/fl_new; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
 FLO=/tmp/fl_old; xz -dc bench/peers/flashlane_old.xz > $FLO; chmod +x $FLO
 TEXT=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog %d.' % i for i in range(40)]))")
-BODY=$(python3 -c "import json,sys; print(json.dumps({'model':'m','messages':[{'role':'user','content':sys.argv[1]}],'max_tokens':48,'temperature':0,'logprobs':True,'top_logprobs':5}))" "$TEXT")
+BODY=$(python3 -c "import json,sys; print(json.dumps({'model':'flashlane-tiny','messages':[{'role':'user','content':sys.argv[1]}],'max_tokens':48,'temperature':0,'logprobs':True,'top_logprobs':5}))" "$TEXT")
 for which in old new; do
   B=$FL; [ $which = old ] && B=$FLO
   $B serve --device cuda --port 18111 > $OUT/serve_$which.log 2>&1 &
