@@ -1,5 +1,7 @@
-// A sampled stream's token drawn on the GPU (lane's `Want::Draw`): one block a row, so a row's
-// draw reads nothing of the others and only its ids come back to the host.
+// A sampled stream's token drawn on the GPU (lane's `Want::Draw`): one cluster of DRAW_SPLIT
+// blocks a row (block s sweeps slice s of the row; the cluster's histograms are summed by every
+// block from the others' shared memory, so each makes the same choice), so a row's draw reads
+// nothing of the others and only its ids come back to the host.
 //
 // What it draws (docs/sampling.md, "On the GPU"): weights w = expf((l − max) / T) in f32 (NaN
 // logits weigh nothing), held as fixed point W = floor(w · 2^44) in 64 bits: every total and
@@ -16,7 +18,7 @@
 // over R, 8 bits a pass from the top: a pass histograms the candidates that share the digits
 // chosen so far by their next digit (counts and masses, integer atomics in shared memory), and
 // the digit whose bin the running sum reaches the target in is chosen. Once a chosen bin holds
-// one candidate, one more sweep finds it.
+// one candidate, one more sweep finds it. Every sum is of integers, so the split changes no bit.
 
 #define DRAW_SCALE 17592186044416.0f  // 2^44: W of the heaviest token
 #define DRAW_RANK_BITS 24
@@ -35,7 +37,11 @@
 struct DrawShared {
     unsigned int count[DRAW_HISTS][DRAW_BINS];
     unsigned long long mass[DRAW_HISTS][DRAW_BINS];
+    // The cluster's bins (every block's count[0] and mass[0] summed), read by tid 0's scan.
+    unsigned long long all_count[DRAW_BINS];
+    unsigned long long all_mass[DRAW_BINS];
     float warp_max[DRAW_THREADS / WARP];
+    float block_max;
     unsigned long long prefix;  // R's digits chosen so far
     unsigned long long above;   // count or mass of the candidates ahead of the chosen bins
     unsigned long long target;
@@ -49,9 +55,22 @@ __device__ __forceinline__ unsigned draw_key(float l) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+__device__ __forceinline__ unsigned long long cluster_load_u64(const void* p, unsigned rank) {
+    unsigned long long v;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+
+__device__ __forceinline__ unsigned cluster_load_u32(const void* p, unsigned rank) {
+    unsigned v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+
 struct DrawRow {
     const float* row;
     int n;
+    int lo, hi;  // this block's slice of the row
     float max;
     float temperature;
     float min_p;
@@ -78,13 +97,15 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
                                           DrawShared& sh) {
     const int tid = threadIdx.x, h = tid / WARP / 2;
     const bool by_mass = kind != DRAW_BY_COUNT;
-    // Every thread has read the last select's answer before it is reset.
-    __syncthreads();
+    // Every thread of the cluster has read the last select's answer (and every block's bins)
+    // before anything is reset.
+    cluster_sync();
     if (tid == 0) {
         sh.prefix = 0;
         sh.above = 0;
         sh.single = 0;
         sh.skip = 0;
+        sh.found = 0;
     }
     for (int shift = DRAW_R_BITS - 8; shift >= 0; shift -= 8) {
         for (int b = tid; b < DRAW_HISTS * DRAW_BINS; b += DRAW_THREADS) {
@@ -94,13 +115,19 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
         __syncthreads();
         const unsigned long long prefix = sh.prefix;
         if (sh.single) {
-            // The one candidate with the digits chosen so far.
-            for (int i = tid; i < d.n; i += DRAW_THREADS) {
+            // The one candidate with the digits chosen so far, in one block's slice: the
+            // cluster's largest `found` (the others hold 0).
+            for (int i = d.lo + tid; i < d.hi; i += DRAW_THREADS) {
                 unsigned long long r, w;
                 if (draw_candidate(d, i, prefix, shift + 8, r, w)) sh.found = r;
             }
-            __syncthreads();
-            return sh.found;
+            cluster_sync();
+            unsigned long long found = 0;
+            for (unsigned b = 0; b < DRAW_SPLIT; b++) {
+                const unsigned long long f = cluster_load_u64(&sh.found, b);
+                found = f > found ? f : found;
+            }
+            return found;
         }
         int sd[DRAW_SLOTS];
         unsigned sc[DRAW_SLOTS];
@@ -111,7 +138,7 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
             sc[s] = 0;
             sm[s] = 0;
         }
-        for (int i = tid; i < d.n; i += DRAW_THREADS) {
+        for (int i = d.lo + tid; i < d.hi; i += DRAW_THREADS) {
             unsigned long long r, w;
             if (!draw_candidate(d, i, prefix, shift + 8, r, w)) continue;
             const int digit = (int)((r >> shift) & (DRAW_BINS - 1));
@@ -149,12 +176,23 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
             sh.count[0][b] = c;
             sh.mass[0][b] = m;
         }
+        // Every block's bins are summed; each block adds up the cluster's.
+        cluster_sync();
+        for (int b = tid; b < DRAW_BINS; b += DRAW_THREADS) {
+            unsigned long long c = 0, m = 0;
+            for (unsigned r = 0; r < DRAW_SPLIT; r++) {
+                c += cluster_load_u32(&sh.count[0][b], r);
+                m += cluster_load_u64(&sh.mass[0][b], r);
+            }
+            sh.all_count[b] = c;
+            sh.all_mass[b] = m;
+        }
         __syncthreads();
         if (tid == 0) {
             if (shift == DRAW_R_BITS - 8) {
                 // The first pass sees every candidate: the target follows from their total.
                 unsigned long long total = 0;
-                for (int b = 0; b < DRAW_BINS; b++) total += by_mass ? sh.mass[0][b] : sh.count[0][b];
+                for (int b = 0; b < DRAW_BINS; b++) total += by_mass ? sh.all_mass[b] : sh.all_count[b];
                 if (kind == DRAW_BY_COUNT) {
                     sh.skip = total <= k;
                     sh.target = k;
@@ -172,7 +210,7 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
                 unsigned long long acc = sh.above;
                 int chosen = 0;
                 for (int b = DRAW_BINS - 1; b >= 0; b--) {
-                    const unsigned long long v = by_mass ? sh.mass[0][b] : sh.count[0][b];
+                    const unsigned long long v = by_mass ? sh.all_mass[b] : sh.all_count[b];
                     if (acc + v >= sh.target) {
                         chosen = b;
                         break;
@@ -181,19 +219,21 @@ __device__ unsigned long long draw_select(const DrawRow& d, int kind, unsigned l
                 }
                 sh.above = acc;
                 sh.prefix |= (unsigned long long)chosen << shift;
-                sh.single = sh.count[0][chosen] == 1;
+                sh.single = sh.all_count[chosen] == 1;
             }
         }
         __syncthreads();
         if (sh.skip) return 0;
+        // No block zeroes its bins for the next pass while another still reads them.
+        cluster_sync();
     }
     return sh.prefix;
 }
 
 // asks: DRAW_ASK_INTS ints a draw: the logits row, top_k, the bits of temperature, top_p and
 // min_p (f32), the uniform's low and high words (f64), and the index of `out` to write (the id,
-// or −1 when no logit is finite). Grid: one block a draw.
-extern "C" __global__ void __launch_bounds__(DRAW_THREADS)
+// or −1 when no logit is finite). Grid (draws, DRAW_SPLIT) in clusters of a draw's blocks.
+extern "C" __global__ void __cluster_dims__(1, DRAW_SPLIT, 1) __launch_bounds__(DRAW_THREADS)
 draw_rows(const float* __restrict__ logits, int n, const int* __restrict__ asks, int* __restrict__ out) {
     pdl_start();
     __shared__ DrawShared sh;
@@ -202,18 +242,29 @@ draw_rows(const float* __restrict__ logits, int n, const int* __restrict__ asks,
     DrawRow d;
     d.row = logits + (size_t)a[0] * n;
     d.n = n;
+    const int slice = (n + DRAW_SPLIT - 1) / DRAW_SPLIT;
+    d.lo = min(n, (int)blockIdx.y * slice);
+    d.hi = min(n, d.lo + slice);
     float m = -INFINITY;
-    for (int i = tid; i < n; i += DRAW_THREADS) {
+    for (int i = d.lo + tid; i < d.hi; i += DRAW_THREADS) {
         const float l = d.row[i];
         if (!isnan(l)) m = fmaxf(m, l);
     }
     for (int o = WARP / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, o));
     if (lane == 0) sh.warp_max[warp] = m;
     __syncthreads();
-    m = sh.warp_max[0];
-    for (int w = 1; w < DRAW_THREADS / WARP; w++) m = fmaxf(m, sh.warp_max[w]);
+    if (tid == 0) {
+        float bm = sh.warp_max[0];
+        for (int w = 1; w < DRAW_THREADS / WARP; w++) bm = fmaxf(bm, sh.warp_max[w]);
+        sh.block_max = bm;
+    }
+    cluster_sync();
+    m = -INFINITY;
+    for (unsigned r = 0; r < DRAW_SPLIT; r++) m = fmaxf(m, __uint_as_float(cluster_load_u32(&sh.block_max, r)));
     if (!isfinite(m)) {
-        if (tid == 0) out[a[7]] = -1;
+        if (tid == 0 && blockIdx.y == 0) out[a[7]] = -1;
+        // No block leaves while another may still read its maximum.
+        cluster_sync();
         return;
     }
     d.max = m;
@@ -227,5 +278,7 @@ draw_rows(const float* __restrict__ logits, int n, const int* __restrict__ asks,
     d.min_p = __int_as_float(a[4]);
     const double u = __hiloint2double(a[6], a[5]);
     const unsigned long long r = draw_select(d, DRAW_PICK, 0, 1.0f, u, sh);
-    if (tid == 0) out[a[7]] = n - 1 - (int)(r & ((1ull << DRAW_RANK_BITS) - 1));
+    if (tid == 0 && blockIdx.y == 0) out[a[7]] = n - 1 - (int)(r & ((1ull << DRAW_RANK_BITS) - 1));
+    // No block leaves (and frees its shared memory) while another may still read it.
+    cluster_sync();
 }
