@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 20, the GPU call: (1) the DeltaNet recurrence in stages of 16 tokens keeps the bits
+# Session 20, call 1: (1) the DeltaNet recurrence in stages of 16 tokens keeps the bits
 # (a greedy reply's logprobs on the default model from the binary before it and after it, byte
 # for byte); (2) the GPU tests (draws on the GPU, pinned logits, staged DeltaNet; 4l weights);
 # (3) sampled streams against greedy ones (Qwen3-4B shape, dummy weights), with where a round's

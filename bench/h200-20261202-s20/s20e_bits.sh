@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# Session 20, call 1's second command (the machine still warm): the staged DeltaNet keeps the
+# bits — a greedy reply with logprobs from `serve --device cuda` on the default model, the binary
+# before the change (flashlane_old.xz) and after (flashlane.xz); the replies' `choices` compared
+# by a third command (call1/bits_choices.txt: the whole JSON differs in `created`).
 set -u
 FL=/tmp/fl_new; FLO=/tmp/fl_old
 [ -x $FL ] || { xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL; }

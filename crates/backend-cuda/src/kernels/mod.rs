@@ -261,8 +261,8 @@ const LIN_STAGE: usize = 16;
 /// Qwen3-Next heads then run on 128 of the H200's 132 multiprocessors instead of 32.
 const LIN_CLUSTER: usize = 4;
 /// Tokens a window may average for a step to run `deltanet_recurrence_split`: a decode step (1)
-/// and one verifying up to 3 drafts (4). Longer windows (prompts) wait on two cluster-wide
-/// barriers a token; a block-wide one is cheaper.
+/// and one verifying up to 3 drafts (4). Longer windows (prompts) wait on three cluster-wide
+/// barriers a stage of LIN_STAGE tokens; block-wide ones are cheaper.
 const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// `FLASHLANE_DELTANET_SPLIT=0` keeps every step on `deltanet_recurrence` (for A/B runs of one
 /// binary: the bits do not change).
