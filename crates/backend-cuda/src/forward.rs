@@ -39,7 +39,7 @@ pub struct Scratch {
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
-    /// The greedy token of each logits row of a round that wants tokens.
+    /// Each logits row's token in a round that wants tokens: greedy, or drawn (`draw.cu`).
     ids: Buf<i32>,
     /// Where the logits rows the host wants come back to.
     host_logits: HostLogits,

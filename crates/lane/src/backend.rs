@@ -125,8 +125,9 @@ pub trait Backend {
     /// Runs `windows` (distinct sessions, each starting at its length; `tokens` is their tokens
     /// one window after another), appends their positions to the sessions (and feeds the MTP
     /// head the pairs they completed), and answers the wanted rows as `wants` (one a window)
-    /// allow: [`RoundOut::Logits`] always; [`RoundOut::Tokens`] when every window wants
-    /// [`Want::Greedy`]; [`RoundOut::Split`] otherwise.
+    /// allow: [`RoundOut::Logits`] always; [`RoundOut::Tokens`] when no window wants
+    /// [`Want::Logits`]; [`RoundOut::Split`] otherwise. A backend that draws
+    /// ([`Backend::draws`]) answers its [`Want::Draw`] windows with tokens, never their rows.
     fn forward(
         &mut self,
         windows: &[RoundWindow],
@@ -339,10 +340,11 @@ impl<B: Backend> Target for BackendTarget<B> {
             .collect()
     }
 
-    /// The backend may choose greedy windows' tokens itself and answer only them (a row of
-    /// logits is `vocab` floats to copy and scan), for every window or beside the logits of
-    /// the windows that want them ([`RoundOut::Split`]); where it answers logits, greedy windows
-    /// get their rows' greedy tokens from them ([`rows_from_logits`]).
+    /// The backend may choose greedy windows' tokens (and, if it [`Backend::draws`], draw
+    /// sampled windows' tokens) itself and answer only them (a row of logits is `vocab` floats
+    /// to copy and scan), for every window or beside the logits of the windows that want them
+    /// ([`RoundOut::Split`]); where it answers logits, greedy windows get their rows' greedy
+    /// tokens from them ([`rows_from_logits`]) and draws their rows, for the engine to draw.
     fn forward(
         &mut self,
         windows: &[Window<'_>],

@@ -192,7 +192,8 @@ pub fn split_logits(windows: &[Window<'_>], logits: &[f32], vocab: usize) -> Vec
 
 /// A round's answer from its logits rows (the wanted rows of every window with tokens, in
 /// order, `[rows, vocab]`): per window its rows, or their greedy tokens where it wants
-/// [`Want::Greedy`] (chosen by [`crate::sampling::argmax`], as the engine would).
+/// [`Want::Greedy`] (chosen by [`crate::sampling::argmax`], as the engine would); a
+/// [`Want::Draw`] window gets its rows (the engine draws them).
 pub fn rows_from_logits(
     windows: &[Window<'_>],
     wants: &[Want],
@@ -355,7 +356,8 @@ pub trait Target {
     /// Computes every window of a round (each window's positions are appended to its session's
     /// state) and answers, per window in order, its `num_logits` rows as `wants[i]` asks: the
     /// rows flattened (`num_logits × vocab_size` floats) for [`Want::Logits`]; for
-    /// [`Want::Greedy`] their greedy tokens, or the rows.
+    /// [`Want::Greedy`] their greedy tokens, or the rows; for [`Want::Draw`] the target's
+    /// draws (a deterministic function of each row and the ask), or the rows.
     fn forward(
         &mut self,
         windows: &[Window<'_>],
