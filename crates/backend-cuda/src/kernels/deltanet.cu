@@ -87,7 +87,7 @@ extern "C" __global__ void deltanet_conv(const float* __restrict__ qkvz, int pro
 // distributed shared memory): the same bits in every block and for every CS. `out` is [rows,
 // HV·DV], gated-normed.
 //
-// The window's tokens go in stages of LIN_STAGE: a stage's inputs that do not depend on the state
+// The window's tokens go in stages of LIN_STAGE (the host's `lin_stage`): a stage's inputs that do not depend on the state
 // (q and k with their norms, v, β and the decay) are loaded and computed for all its tokens at
 // once (each token's norms by one warp), then the stage's tokens update the state one after the
 // other with no barrier between them, then each token's output norm (one warp a token) and the
@@ -102,7 +102,12 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
                                                 u64 lin_stride, u64 layer_off, float* __restrict__ out, int h,
                                                 int rank) {
     constexpr int COLS = LIN_DV / CS;
-    constexpr int WARPS = COLS * LIN_SPLIT / WARP;
+    // A block of fewer than a warp is never launched (the host checks the head sizes); the
+    // floor of one keeps the loops over warps finite in the kernels compiled for it anyway.
+    constexpr int WARPS = COLS * LIN_SPLIT / WARP > 0 ? COLS * LIN_SPLIT / WARP : 1;
+    // β and the decay of a stage's tokens are one thread's each; the host's stage fits the
+    // shared memory a block gets unasked.
+    static_assert(LIN_STAGE >= 1 && LIN_STAGE <= WARP, "a stage of 1 to 32 tokens");
     __shared__ float qs[LIN_STAGE][LIN_DK], ks[LIN_STAGE][LIN_DK], vs[LIN_STAGE][COLS], os[LIN_STAGE][COLS];
     __shared__ float q_inv_s[LIN_STAGE], k_inv_s[LIN_STAGE], o_inv_s[LIN_STAGE];
     __shared__ float beta_s[LIN_STAGE], decay_s[LIN_STAGE];
@@ -148,7 +153,7 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
             }
         }
         __syncthreads();
-        // One token after the other (unrolled, two tokens' registers would not fit).
+        // One token after the other, not unrolled (two tokens' registers would not fit).
 #pragma unroll 1
         for (int tt = 0; tt < tn; tt++) {
             const int t = t0 + tt;

@@ -252,17 +252,27 @@ pub const DRAW_MAX_VOCAB: usize = (1 << 20) - 1;
 /// Lanes that share one column of a DeltaNet head's state in `deltanet_recurrence` (each keeps
 /// key_head_dim / 4 rows in registers: 32 for Qwen3-Next's 128).
 const LIN_SPLIT: usize = 4;
-/// Tokens `deltanet_recurrence` stages at once: their state-independent inputs (q, k and their
-/// norms, v, β, the decay) are loaded and computed together, then the tokens run back to back
-/// without a barrier, then their output norms together. 16 tokens' q, k, v and outputs are 32
-/// KiB of shared memory at Qwen3-Next's head sizes, within the 48 KiB a block gets unasked.
-const LIN_STAGE: usize = 16;
+/// Most tokens `deltanet_recurrence` stages at once: their state-independent inputs (q, k and
+/// their norms, v, β, the decay) are loaded and computed together, then the tokens run back to
+/// back without a barrier, then their output norms together (`lin_stage`).
+const LIN_STAGE_MAX: usize = 16;
+/// Shared memory a block gets without asking for more.
+const BLOCK_SHARED_UNASKED: usize = 48 * 1024;
+
+/// Tokens `deltanet_recurrence` stages at once for heads of `dk` keys and `dv` values:
+/// [`LIN_STAGE_MAX`], fewer where a stage's arrays (each token's q, k, v and outputs, and five
+/// scalars) would not fit in [`BLOCK_SHARED_UNASKED`] (16 tokens are 32 KiB at Qwen3-Next's
+/// 128 and 128). The bits do not depend on it.
+fn lin_stage(dk: usize, dv: usize) -> usize {
+    let per_token = 4 * (2 * dk + 2 * dv + 5);
+    (BLOCK_SHARED_UNASKED / per_token).clamp(1, LIN_STAGE_MAX)
+}
 /// Blocks (one cluster) of `deltanet_recurrence_split` a value head: a 1-stream step's 32
 /// Qwen3-Next heads then run on 128 of the H200's 132 multiprocessors instead of 32.
 const LIN_CLUSTER: usize = 4;
 /// Tokens a window may average for a step to run `deltanet_recurrence_split`: a decode step (1)
 /// and one verifying up to 3 drafts (4). Longer windows (prompts) wait on three cluster-wide
-/// barriers a stage of LIN_STAGE tokens; block-wide ones are cheaper.
+/// barriers a stage of tokens (`lin_stage`); block-wide ones are cheaper.
 const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// `FLASHLANE_DELTANET_SPLIT=0` keeps every step on `deltanet_recurrence` (for A/B runs of one
 /// binary: the bits do not change).
@@ -455,7 +465,7 @@ impl Dims {
                 ("LIN_CONV_K", l.conv_kernel),
                 ("LIN_SPLIT", LIN_SPLIT),
                 ("LIN_CLUSTER", LIN_CLUSTER),
-                ("LIN_STAGE", LIN_STAGE),
+                ("LIN_STAGE", lin_stage(l.key_head_dim, l.value_head_dim)),
             ]);
         }
         if let Some(m) = &self.moe {
