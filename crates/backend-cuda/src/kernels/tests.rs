@@ -5,7 +5,8 @@
 //! (and says why) without a CUDA device.
 
 use super::{
-    DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout, MoeLaunch,
+    lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
+    MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Buf, Gpu};
 use crate::CudaError;
@@ -956,6 +957,24 @@ fn draws_follow_their_definition_and_ignore_the_batch() {
         let greedy = lane::sampling::argmax(&rows[1]).unwrap() as i32;
         assert_eq!(got[1], greedy, "seed {seed} n {n}: top-k 1");
         assert_eq!(got[2], -1, "seed {seed} n {n}: no finite logit");
+    }
+}
+
+/// The DeltaNet stage fits the shared memory a block gets unasked for every head size the host
+/// takes (no device needed): 16 tokens at Qwen3-Next's 128 and 128, fewer for wider heads.
+#[test]
+fn deltanet_stages_fit_the_shared_memory_of_any_head() {
+    assert_eq!(lin_stage(128, 128), LIN_STAGE_MAX);
+    assert_eq!(lin_stage(64, 64), LIN_STAGE_MAX);
+    for dk in (4..=512).step_by(4) {
+        for dv in (8..=256).step_by(8) {
+            let stage = lin_stage(dk, dv);
+            assert!((1..=LIN_STAGE_MAX).contains(&stage), "{dk} {dv}: {stage}");
+            assert!(
+                stage * 4 * (2 * dk + 2 * dv + 5) <= BLOCK_SHARED_UNASKED,
+                "heads of {dk} and {dv}: a stage of {stage}"
+            );
+        }
     }
 }
 
