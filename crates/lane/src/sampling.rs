@@ -33,13 +33,16 @@ pub struct Rng {
     state: u64,
 }
 
+/// SplitMix64's increment of the state a draw (the golden ratio's 64-bit fraction).
+const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng { state: seed }
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.state = self.state.wrapping_add(SPLITMIX_GAMMA);
         mix64(self.state)
     }
 
@@ -51,11 +54,8 @@ impl Rng {
     /// The uniform that the `n + 1`-th call of [`Rng::next_f64`] from here gives, without
     /// advancing (the state is a counter: a draw `n` ahead is as cheap as the next).
     pub fn uniform_ahead(&self, n: usize) -> f64 {
-        let mut ahead = Rng {
-            state: self
-                .state
-                .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n as u64)),
-        };
+        let mut ahead = *self;
+        ahead.skip(n);
         ahead.next_f64()
     }
 
@@ -63,7 +63,7 @@ impl Rng {
     pub fn skip(&mut self, n: usize) {
         self.state = self
             .state
-            .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n as u64));
+            .wrapping_add(SPLITMIX_GAMMA.wrapping_mul(n as u64));
     }
 }
 
@@ -642,6 +642,18 @@ mod tests {
         assert_eq!(rng.next_u64(), 6457827717110365317);
         assert_eq!(rng.next_u64(), 3203168211198807973);
         assert_eq!(rng.next_u64(), 9817491932198370423);
+    }
+
+    #[test]
+    fn uniforms_ahead_and_skips_follow_the_sequence() {
+        let start = Rng::new(0xF1A5);
+        let mut walk = start;
+        for n in 0..20 {
+            assert_eq!(start.uniform_ahead(n), walk.next_f64(), "draw {n}");
+            let mut skipped = start;
+            skipped.skip(n + 1);
+            assert_eq!(skipped, walk, "after {} draws", n + 1);
+        }
     }
 
     #[test]
