@@ -125,6 +125,9 @@ struct Planned {
     masks: MaskSlot,
     /// Whether the window asked the target to draw its tokens ([`Want::Draw`]).
     draw: bool,
+    /// The token the thinking budget forces at each row's position along the drafts (one per
+    /// draft, plus one), `None` where the model chooses.
+    forced: Vec<Option<u32>>,
 }
 
 /// The engine over one target. See the module docs for the round.
@@ -796,6 +799,7 @@ impl<T: Target> Engine<T> {
                     num_logits: usize::from(last_chunk),
                     masks: None,
                     draw: false,
+                    forced: forced_along(stream, &[]),
                 });
                 continue;
             }
@@ -864,11 +868,10 @@ impl<T: Target> Engine<T> {
         }
         // No draft past a token the thinking budget forces: its window's rows are then all
         // drawn (or all forced, alone), never a mix (`want_of`).
-        if let Some(thinking) = &stream.thinking {
-            let forced = thinking.forced_along(&drafts);
-            if let Some(first) = forced.iter().position(Option::is_some) {
-                drafts.truncate(first.saturating_sub(1));
-            }
+        let mut forced = forced_along(stream, &drafts);
+        if let Some(first) = forced.iter().position(Option::is_some) {
+            drafts.truncate(first.saturating_sub(1));
+            forced.truncate(drafts.len() + 1);
         }
         self.counters.draft_proposed += drafts.len() as u64;
         let mut tokens = Vec::with_capacity(1 + drafts.len());
@@ -883,6 +886,7 @@ impl<T: Target> Engine<T> {
             tokens,
             masks: None,
             draw: false,
+            forced,
         }
     }
 
@@ -1182,10 +1186,18 @@ struct Draw<'a> {
     rows: &'a WindowRows,
     sampling: &'a SamplingParams,
     rng: &'a mut Rng,
-    thinking: Option<&'a Thinking>,
     adjustments: &'a LogitAdjustments,
     seen: Option<&'a SeenTokens>,
     stop_tokens: &'a [u32],
+}
+
+/// The token `stream`'s thinking budget forces at each position along `drafts` (one per draft,
+/// plus one); all `None` without a budget.
+fn forced_along(stream: &Stream, drafts: &[u32]) -> Vec<Option<u32>> {
+    match &stream.thinking {
+        Some(thinking) => thinking.forced_along(drafts),
+        None => vec![None; drafts.len() + 1],
+    }
 }
 
 /// Whole microseconds of `d` (saturating: a counter never wraps).
@@ -1204,13 +1216,9 @@ fn want_of(stream: &Stream, plan: &Planned) -> Want {
     if stream.sampling.is_greedy() {
         return Want::Greedy;
     }
-    let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
-    let forced = stream
-        .thinking
-        .as_ref()
-        .is_some_and(|t| t.forced_along(drafts).iter().any(Option::is_some));
+    let forced = plan.forced.iter().any(Option::is_some);
     debug_assert!(
-        !forced || drafts.is_empty(),
+        !forced || plan.drafts == 0,
         "G3: a window with drafts has no forced position (decode_window)"
     );
     if plan.num_logits == 0 || forced {
@@ -1253,7 +1261,6 @@ fn draw_all(
                 rows,
                 sampling: &stream.sampling,
                 rng: &mut stream.rng,
-                thinking: stream.thinking.as_ref(),
                 adjustments: &stream.adjustments,
                 seen: stream.seen.as_ref(),
                 stop_tokens: &stream.stop_tokens,
@@ -1285,10 +1292,7 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
         WindowRows::Tokens(_) => Vec::new(),
     };
     let drafts = &plan.tokens[plan.tokens.len() - plan.drafts..];
-    let forced = match d.thinking {
-        Some(thinking) => thinking.forced_along(drafts),
-        None => vec![None; drafts.len() + 1],
-    };
+    let forced = &plan.forced;
     let masks = match &plan.masks {
         Some(Ok(masks)) => Some(masks),
         Some(Err(error)) => return Drawn::Failed(format!("{}: {error}", d.id)),
@@ -1324,9 +1328,9 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
         &adjusted_rows
     };
     let verdict = match d.rows {
-        WindowRows::Logits(_) => verify(verified_rows, drafts, &forced, d.sampling, d.rng),
+        WindowRows::Logits(_) => verify(verified_rows, drafts, forced, d.sampling, d.rng),
         WindowRows::Tokens(ids) => {
-            let verdict = verify_greedy(ids, drafts, &forced);
+            let verdict = verify_greedy(ids, drafts, forced);
             if plan.draw {
                 // The target drew each position up to the verdict's token with the uniforms the
                 // generator would have given (nothing was forced: `want_of`).
