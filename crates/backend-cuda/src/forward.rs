@@ -7,8 +7,8 @@
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter,
-    DRAW_ASK_INTS, DRAW_MAX_VOCAB,
+    split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch,
+    NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -30,6 +30,8 @@ pub struct Scratch {
     q: Buf<f32>,
     att: Buf<f32>,
     act: Buf<f32>,
+    /// A matmul's rows split for the tiled kernel (`split_rows`): the widest k's words a row.
+    x_split: Buf<u32>,
     /// The MoE layers' routes, pair order and tiles (see [`MoeIndexLayout`]).
     moe_idx: Buf<i32>,
     moe_probs: Buf<f32>,
@@ -59,6 +61,9 @@ pub(crate) struct Ptrs {
     pub(crate) q: u64,
     pub(crate) att: u64,
     pub(crate) act: u64,
+    pub(crate) x_split: u64,
+    /// u32 words `x_split` holds.
+    pub(crate) x_split_words: usize,
     pub(crate) moe_idx: u64,
     pub(crate) moe_probs: u64,
     pub(crate) moe_act_sh: u64,
@@ -82,6 +87,9 @@ struct Widths {
     mixed: usize,
     heads: usize,
     act: usize,
+    /// Words of a split row ([`split_row_words`]) for the deepest matmul input: the hidden
+    /// state, the MTP head's two of them side by side, the heads' outputs, the MLP's activations.
+    split: usize,
 }
 
 impl Widths {
@@ -112,12 +120,15 @@ impl Widths {
         } else {
             c.intermediate_size
         };
+        let heads = (c.num_heads * c.head_dim).max(lin_heads);
+        let act = moe_act.max(dense_act);
         Widths {
             hidden: c.hidden_size,
             wide,
             mixed,
-            heads: (c.num_heads * c.head_dim).max(lin_heads),
-            act: moe_act.max(dense_act),
+            heads,
+            act,
+            split: split_row_words((2 * c.hidden_size).max(heads).max(act)),
         }
     }
 }
@@ -146,6 +157,7 @@ impl Scratch {
             q: z()?,
             att: z()?,
             act: z()?,
+            x_split: Buf::zeros(gpu, 1)?,
             moe_idx: Buf::zeros(gpu, 1)?,
             moe_probs: z()?,
             moe_act_sh: z()?,
@@ -189,6 +201,7 @@ impl Scratch {
             self.q.ensure(g, rows * w.heads)?,
             self.att.ensure(g, rows * w.heads)?,
             self.act.ensure(g, rows * w.act)?,
+            self.x_split.ensure(g, rows * w.split)?,
             self.moe_idx.ensure(g, moe_idx)?,
             self.moe_probs.ensure(g, moe_pairs)?,
             self.moe_act_sh.ensure(g, moe_is)?,
@@ -213,6 +226,8 @@ impl Scratch {
             q: self.q.at(0),
             att: self.att.at(0),
             act: self.act.at(0),
+            x_split: self.x_split.at(0),
+            x_split_words: rows * w.split,
             moe_idx: self.moe_idx.at(0),
             moe_probs: self.moe_probs.at(0),
             moe_act_sh: self.moe_act_sh.at(0),
@@ -332,6 +347,7 @@ impl Pass<'_> {
             self.m.kernels.matmul(
                 self.gpu(),
                 &Matmul {
+                    x_split: self.x_split_for(rows, w.cols),
                     x,
                     x_stride: w.cols,
                     row_index: 0,
@@ -348,6 +364,16 @@ impl Pass<'_> {
             first_column += part.rows;
         }
         Ok(())
+    }
+
+    /// The split rows' room for a matmul of `rows` rows of depth `k`.
+    fn x_split_for(&self, rows: usize, k: usize) -> u64 {
+        assert!(
+            rows * split_row_words(k) <= self.p.x_split_words,
+            "[scratch-split-room] {rows} rows of depth {k} split need more than the scratch's {} words",
+            self.p.x_split_words
+        );
+        self.p.x_split
     }
 
     pub(crate) fn norm(
@@ -554,6 +580,7 @@ impl Pass<'_> {
         self.m.kernels.matmul(
             self.gpu(),
             &Matmul {
+                x_split: self.x_split_for(rows, h),
                 x,
                 x_stride: h,
                 row_index,

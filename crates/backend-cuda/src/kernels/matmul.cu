@@ -488,11 +488,18 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 }
 
 // ---------------------------------------------------------------------------------------------
-// Many rows (a prefill chunk, a decode round of 128+ streams): `matmul_bf16_tiled`. A block
-// computes BM rows × BN outputs, its 8 warps each a 32-row × NT·8-output part of it, and stages
-// each chunk of 64 k-elements of x (BM rows, f32) and W (BN outputs, bf16) in shared memory
-// with `cp.async`, MMT_STAGES chunks in flight: every weight is read from memory once per BM
-// rows (the 16-row kernels above read it once per 16) and every x row once per BN outputs.
+// Many rows (a prefill chunk, a decode round of 128+ streams): `split_rows`, then
+// `matmul_bf16_tiled`. A block computes BM rows × BN outputs, its 8 warps each a 32-row × NT·8-output
+// part of it, and stages each chunk of 64 k-elements of x (BM rows) and W (BN outputs) in shared
+// memory with `cp.async`, MMT_STAGES chunks in flight: every weight is read from memory once per
+// BM rows (the 16-row kernels above read it once per 16) and every x row once per BN outputs.
+//
+// x enters the tiles split already: `split_rows` writes each row (gathered by `row_index`) as
+// the bf16 hi and lo pairs `split_pair` makes of it — the same values the 16-row kernels make in
+// their registers — in the order the MMAs take them, so that one `ldmatrix` gives a warp the A
+// fragment of a step. Splitting in every warp of every block (four warps share a row, 152 blocks
+// share it on Qwen3-4B's gate/up) made the old tiles issue ~12 instructions per MMA (ncu,
+// bench/RESULTS.md session 21).
 //
 // Batch invariance: the same chain as `mma_tile`. There, warp w sums the chunks w, w + 8, …
 // (MMA_WARPS = 8) in increasing order, each chunk 4 steps of the hi then the lo product with the
@@ -503,17 +510,45 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 // same operations on the same values, so the bits are those of the narrow and wide kernels,
 // whatever the batch, tile or kernel. (The host defines MMT_RESIDUES as MMA_WARPS.)
 //
-// Shared memory, per stage: xs[BM][64] f32 and ws[BN][64] bf16, in 16-byte pieces placed by an
-// XOR swizzle so that the 8 lanes of a 16-byte-load phase (rows g, g + 1 × lanes t = 0…3) hit 8
-// different bank groups: x piece p of row r at p ^ ((p >> 3) & 1) ^ ((r & 1) << 1) (a lane's
-// step s reads piece 4t + s), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and
-// 2t + 1).
+// A split row: per chunk, 32 words (u32: two bf16) of hi, then 32 of lo; word w = 8s + 4h + t
+// holds elements 16t + 4s + 2h and + 1 of the chunk (`mma_tile`'s feed: step s, lane t, h 0
+// for MMA k-slots 2t + {0, 1}, 1 for 8 + 2t + {0, 1}). Elements past k are zeros, as are the
+// tiles' weights there.
 //
-// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128).
+// Shared memory, per stage: xs[BM][64] words and ws[BN][64] bf16, in 16-byte pieces placed by
+// an XOR swizzle so that the 8 row addresses of an `ldmatrix` matrix, and the 8 lanes of a
+// 16-byte-load phase, hit 8 different bank groups: x piece p (0–7 hi, 8–15 lo) of row r at
+// p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
+//
+// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS.
 
 #define MMT_WARPS 8
-#define MMT_X_PIECES (MMA_CHUNK / 4)  // 16-byte pieces of a chunk of x (f32)
+#define MMT_X_PIECES 16                // 16-byte pieces of a chunk of a split row (8 hi, 8 lo)
 #define MMT_W_PIECES (MMA_CHUNK / 8)  // of a chunk of W (bf16)
+
+// x's rows as split rows (above): row r of `xs` is x's row `row_index[r]` (r without an index),
+// ceil(k / 64) · 64 words. Grid (rows, ceil(words of hi a row / SPLIT_THREADS)).
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
+           unsigned* __restrict__ xs) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const int r = blockIdx.x;
+    const int i = blockIdx.y * SPLIT_THREADS + threadIdx.x;  // the row's i-th word of hi
+    if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
+    const float* src = x + (size_t)(row_index ? row_index[r] : r) * x_stride;
+    const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
+    const int s = w / 8, h = (w / 4) % 2, t = w % 4;
+    // k % 16 == 0: e < k means e + 1 < k too.
+    const int e = c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
+    const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
+    unsigned hi, lo;
+    split_pair(x0, x1, hi, lo);
+    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
+    dst[w] = hi;
+    dst[MMA_CHUNK / 2 + w] = lo;
+}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
@@ -524,64 +559,85 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-__device__ __forceinline__ int mmt_x_pos(int row, int p) { return p ^ ((p >> 3) & 1) ^ ((row & 1) << 1); }
+// Four 8 × 8 matrices of 16-bit pairs from shared memory: lane l gives the address of row l % 8
+// of matrix l / 8 and receives word l % 4 of row l / 4 of each.
+__device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, unsigned& r1, unsigned& r2,
+                                            unsigned& r3) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
-
-// The chunk index of visit v of the chain: the chunks of residue 0 (0, R, 2R, …), then of 1, …
-// (R = MMT_RESIDUES; a residue past the last chunk has none).
-__device__ __forceinline__ int mmt_chunk_of_visit(int v, int chunks) {
-    for (int w = 0; w < MMT_RESIDUES; w++) {
-        const int n = w < chunks ? (chunks - w + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-        if (v < n) return w + v * MMT_RESIDUES;
-        v -= n;
-    }
-    return -1;
-}
-
-// Copies chunk c of the block's x rows and W outputs into stage buffers xs, ws.
-template <int BM, int BN>
-__device__ __forceinline__ void mmt_load(float* xs, bf16_t* ws, const float* __restrict__ x, int x_stride,
-                                         const int* __restrict__ row_index, int rows, int r0,
-                                         const bf16_t* __restrict__ w, int k, int n_out, int o0, int c) {
-    const int e0 = c * MMA_CHUNK;
-#pragma unroll
-    for (int i = threadIdx.x; i < BM * MMT_X_PIECES; i += MMT_WARPS * WARP) {
-        const int r = i / MMT_X_PIECES, p = i % MMT_X_PIECES;
-        const int row = r0 + r, e = e0 + 4 * p;
-        const bool valid = row < rows && e < k;
-        const float* src = valid ? x + (size_t)(row_index ? row_index[row] : row) * x_stride + e : x;
-        cp_async16(xs + r * MMA_CHUNK + 4 * mmt_x_pos(r, p), src, valid);
-    }
-#pragma unroll
-    for (int i = threadIdx.x; i < BN * MMT_W_PIECES; i += MMT_WARPS * WARP) {
-        const int o = i / MMT_W_PIECES, p = i % MMT_W_PIECES;
-        const int out = o0 + o, e = e0 + 8 * p;
-        const bool valid = out < n_out && e < k;
-        const bf16_t* src = valid ? w + (size_t)out * k + e : w;
-        cp_async16(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, p), src, valid);
-    }
-}
 
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 template <int BM, int NT>
-__device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, int x_stride,
-                                                   const int* __restrict__ row_index,
-                                                   const bf16_t* __restrict__ w, int k, int n_out,
-                                                   float* __restrict__ y, int y_stride, int accumulate,
-                                                   int rows) {
+__device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
+                                                   int k, int n_out, float* __restrict__ y, int y_stride,
+                                                   int accumulate, int rows) {
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
-    constexpr int STAGE_FLOATS = BM * MMA_CHUNK + BN * MMA_CHUNK / 2;
+    constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
+    constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
+    constexpr int STAGE = X_STAGE + W_STAGE;
+    constexpr int THREADS = MMT_WARPS * WARP;
+    constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
+    static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES,
+                  "every thread copies as many pieces of a stage");
     extern __shared__ float4 mmt_smem4[];
-    float* smem = reinterpret_cast<float*>(mmt_smem4);
+    unsigned* smem = reinterpret_cast<unsigned*>(mmt_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const int wr = warp / WC, wc = warp % WC;
     // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
-    // the same: the tiles are bound by the tensor cores there.)
+    // the same in session 9.)
     const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
+
+    // This thread's pieces of every stage's copy: piece p of rows r, r + RX, r + 2·RX … of x
+    // (RX = THREADS / 16) and of outputs o, o + RW, … of W (RW = THREADS / 8), the same for each
+    // chunk but for its offset (and a row's swizzle the same for all of a thread's rows).
+    static_assert(THREADS % MMT_X_PIECES == 0 && THREADS % MMT_W_PIECES == 0, "whole rows a pass");
+    constexpr int RX = THREADS / MMT_X_PIECES, RW = THREADS / MMT_W_PIECES;
+    static_assert(RX % 8 == 0 && RW % 2 == 0, "a thread's rows share their swizzle");
+    const int xr = threadIdx.x / MMT_X_PIECES, xp = threadIdx.x % MMT_X_PIECES;
+    const int wo = threadIdx.x / MMT_W_PIECES, wp = threadIdx.x % MMT_W_PIECES;
+    const unsigned* x_src = xs + (size_t)min(r0 + xr, rows - 1) * xs_stride + 4 * xp;
+    const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
+    const bf16_t* w_src = w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
+    const int w_dst = X_STAGE + wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
+    auto load = [&](int stage, int c) {
+        unsigned* base = smem + stage * STAGE;
+#pragma unroll
+        for (int j = 0; j < XP; j++) {
+            const bool in = r0 + xr + j * RX < rows;
+            cp_async16(base + x_dst + j * RX * MMA_CHUNK,
+                       in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
+        }
+        const bool k_in = c * MMA_CHUNK + 8 * wp < k;
+#pragma unroll
+        for (int j = 0; j < WP; j++) {
+            const bool in = k_in && o0 + wo + j * RW < n_out;
+            cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
+                       in ? w_src + (size_t)j * RW * k + (size_t)c * MMA_CHUNK : w, in);
+        }
+    };
+    // The chunk the next load fetches: visits walk residue 0's chunks (0, R, 2R, …), then 1's, …
+    int load_res = 0, load_c = 0;
+    auto next_load = [&]() {
+        load_c += MMT_RESIDUES;
+        if (load_c >= chunks) load_c = ++load_res;
+    };
+
+    // This lane's ldmatrix row (of the 16 of a row tile), whose swizzle is lane & 7, and which
+    // half of the step's k-slots its matrices hold (lanes 16–31: the second).
+    int x_row[2];
+#pragma unroll
+    for (int m = 0; m < 2; m++) x_row[m] = (wr * 32 + m * 16 + (lane & 15)) * MMA_CHUNK;
+    const int x_swz = lane & 7, x_half = lane >> 4;
 
     float acc[2][NT][4], total[2][NT][4];
 #pragma unroll
@@ -591,14 +647,12 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][j][i] = total[m][j][i] = 0.0f;
 
-    auto xs_of = [&](int stage) { return smem + stage * STAGE_FLOATS; };
-    auto ws_of = [&](int stage) { return reinterpret_cast<bf16_t*>(smem + stage * STAGE_FLOATS + BM * MMA_CHUNK); };
-
 #pragma unroll
     for (int s = 0; s < MMT_STAGES - 1; s++) {
-        if (s < chunks)
-            mmt_load<BM, BN>(xs_of(s), ws_of(s), x, x_stride, row_index, rows, r0, w, k, n_out, o0,
-                             mmt_chunk_of_visit(s, chunks));
+        if (s < chunks) {
+            load(s, load_c);
+            next_load();
+        }
         cp_async_commit();
     }
     int v = 0;  // visits so far (chunks multiplied)
@@ -606,17 +660,13 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
         for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
             cp_async_wait<MMT_STAGES - 2>();
             __syncthreads();
-            {
-                const int next = v + MMT_STAGES - 1;
-                if (next < chunks) {
-                    const int stage = next % MMT_STAGES;
-                    mmt_load<BM, BN>(xs_of(stage), ws_of(stage), x, x_stride, row_index, rows, r0, w, k, n_out,
-                                     o0, mmt_chunk_of_visit(next, chunks));
-                }
-                cp_async_commit();
+            if (v + MMT_STAGES - 1 < chunks) {
+                load((v + MMT_STAGES - 1) % MMT_STAGES, load_c);
+                next_load();
             }
-            const float* xs = xs_of(v % MMT_STAGES);
-            const bf16_t* ws = ws_of(v % MMT_STAGES);
+            cp_async_commit();
+            const unsigned* xs_s = smem + (v % MMT_STAGES) * STAGE;
+            const bf16_t* ws = reinterpret_cast<const bf16_t*>(xs_s + X_STAGE);
             // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
             uint4 wlo[NT], whi[NT];
 #pragma unroll
@@ -627,17 +677,15 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
             }
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                // Rows g and g + 8 of each row tile: elements 16t + 4s … 16t + 4s + 3 (piece 4t + s).
+                // Rows g and g + 8 of each row tile, k-slots 2t + {0, 1} and 8 + 2t + {0, 1}:
+                // pieces 2s and 2s + 1 (hi), 8 + 2s and 9 + 2s (lo).
                 unsigned ah[2][4], al[2][4];
+                const int piece = (2 * s + x_half) ^ x_swz;
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
-                    const int ra = wr * 32 + m * 16 + g, rb = ra + 8;
-                    const float4 fa = *reinterpret_cast<const float4*>(xs + ra * MMA_CHUNK + 4 * mmt_x_pos(ra, 4 * t + s));
-                    const float4 fb = *reinterpret_cast<const float4*>(xs + rb * MMA_CHUNK + 4 * mmt_x_pos(rb, 4 * t + s));
-                    split_x(fa.x, fa.y, ah[m][0], al[m][0]);
-                    split_x(fb.x, fb.y, ah[m][1], al[m][1]);
-                    split_x(fa.z, fa.w, ah[m][2], al[m][2]);
-                    split_x(fb.z, fb.w, ah[m][3], al[m][3]);
+                    const unsigned* at = xs_s + x_row[m] + 4 * piece;
+                    ldmatrix_x4(at, ah[m][0], ah[m][1], ah[m][2], ah[m][3]);
+                    if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[m][0], al[m][1], al[m][2], al[m][3]);
                 }
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
@@ -679,11 +727,10 @@ __device__ __forceinline__ void matmul_tiled_block(const float* __restrict__ x, 
             }
 }
 
-// 64 rows × 128 outputs, two blocks a multiprocessor.
+// 64 rows × 128 outputs, two blocks a multiprocessor. `xs`: the rows split (`split_rows`).
 extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_tiled(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                  const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
-                  int accumulate, int rows) {
+matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
     static_assert(MMT_OUTS == MMT_WARPS / (MMT_ROWS / 32) * 4 * MMA_COLS, "4 n-tiles a warp make MMT_OUTS");
-    matmul_tiled_block<MMT_ROWS, 4>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows);
+    matmul_tiled_block<MMT_ROWS, 4>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }

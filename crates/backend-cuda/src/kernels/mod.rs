@@ -110,8 +110,17 @@ pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
 const MMT_OUTS: usize = 128;
-/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (f32) and W (bf16).
+/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
+/// hi and lo bf16, 4 bytes an element) and W (bf16).
 const MMT_SHARED_BYTES: usize = MMT_STAGES * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2);
+/// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
+const SPLIT_THREADS: u32 = 256;
+
+/// u32 words of a row of x split for `matmul_bf16_tiled` (hi and lo bf16 of each element, k
+/// padded with zeros to whole chunks): what [`Matmul::x_split`] holds per row for a depth of `k`.
+pub fn split_row_words(k: usize) -> usize {
+    k.div_ceil(MMA_CHUNK) * MMA_CHUNK
+}
 
 /// Whether FP8 blocks of `block_rows × block_cols` suit the FP8 matmul on an `[n_out, k]`
 /// matrix: whole blocks, a chunk of k in one column block, an n-tile in one row block.
@@ -437,6 +446,7 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
+            ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
@@ -545,6 +555,7 @@ pub struct Kernels {
     /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
+    split_rows: CudaFunction,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
@@ -657,6 +668,7 @@ impl Kernels {
             },
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
+            split_rows: f("split_rows")?,
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .ok()
@@ -719,6 +731,9 @@ pub struct Fp8Scales {
 /// against W `[n_out, k]` (bf16, or e4m3 bytes scaled by `fp8`) into `y` (stride `y_stride`),
 /// added to `y` when `accumulate`.
 pub struct Matmul {
+    /// Room for the rows split for `matmul_bf16_tiled` (`rows` · [`split_row_words`]`(k)` u32),
+    /// or 0: then `MatmulKernel::Auto` never runs the tiled kernel.
+    pub x_split: u64,
     pub fp8: Option<Fp8Scales>,
     pub x: u64,
     pub x_stride: usize,
@@ -780,8 +795,8 @@ pub enum MatmulKernel {
     Deep(usize),
 }
 
-/// The arguments of every bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`, `_tiled`), in
-/// order.
+/// The arguments of every 16-row bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`,
+/// `_deep`), in order.
 fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
     [
         Arg::Ptr(m.x),
@@ -885,7 +900,30 @@ fn runs_tiled(rows: usize, n_out: usize) -> bool {
 }
 
 impl Kernels {
+    /// x split into `m.x_split` (`split_rows`), then the tiles over it.
     fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        assert!(
+            m.x_split != 0,
+            "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
+        );
+        let hi_words = split_row_words(m.k) / 2;
+        gpu.launch(
+            &self.split_rows,
+            (
+                rows_u32(m.rows),
+                u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
+                1,
+            ),
+            SPLIT_THREADS,
+            &[
+                Arg::Ptr(m.x),
+                Arg::I32(m.x_stride as i32),
+                Arg::Ptr(m.row_index),
+                Arg::I32(m.rows as i32),
+                Arg::I32(m.k as i32),
+                Arg::Ptr(m.x_split),
+            ],
+        )?;
         gpu.launch_with_shared(
             &self.matmul_tiled,
             (
@@ -895,7 +933,16 @@ impl Kernels {
             ),
             MMT_THREADS,
             MMT_SHARED_BYTES as u32,
-            &bf16_matmul_args(m),
+            &[
+                Arg::Ptr(m.x_split),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+                Arg::I32(m.rows as i32),
+            ],
         )
     }
 
@@ -925,7 +972,9 @@ impl Kernels {
             return Ok(());
         }
         let tiled = match kernel {
-            MatmulKernel::Auto => self.matmul_tiled_auto && runs_tiled(m.rows, m.n_out),
+            MatmulKernel::Auto => {
+                self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out)
+            }
             MatmulKernel::Tiled => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide

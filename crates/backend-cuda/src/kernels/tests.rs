@@ -320,6 +320,8 @@ fn matmul_case(
     matmul(&x_in, TensorData::Bf16(&w), depth, &mut want);
     let wb = Buf::from_host(gpu, &w.iter().map(|v| v.to_bits()).collect::<Vec<u16>>()).unwrap();
     let xb = Buf::from_host(gpu, &x).unwrap();
+    // The tiled kernel's split rows, for every run's rows (at most rows + 2).
+    let xs = Buf::<u32>::zeros(gpu, (rows + 2) * super::split_row_words(depth)).unwrap();
     // Room for the gathers below even when `rows` is 1.
     // NaN before every run that does not accumulate: an output a kernel leaves unwritten fails.
     let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap());
@@ -329,6 +331,7 @@ fn matmul_case(
             y.borrow_mut().write(gpu, &nan).unwrap();
         }
         let m = Matmul {
+            x_split: xs.at(0),
             fp8: None,
             x,
             x_stride: depth,
@@ -461,7 +464,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
                 block_rows,
                 block_cols,
             };
-            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales));
+            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales), 0);
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
         };
@@ -1632,6 +1635,7 @@ fn matmul_kernel_times() {
     let x = Buf::<f32>::zeros(&gpu, max_rows * 9728).unwrap();
     let w = Buf::<u16>::zeros(&gpu, 151936 * 2048).unwrap();
     let y = Buf::<f32>::zeros(&gpu, max_rows * 19456).unwrap();
+    let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(9728)).unwrap();
     let kernels = [
         MatmulKernel::Auto,
         MatmulKernel::Narrow,
@@ -1645,7 +1649,16 @@ fn matmul_kernel_times() {
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
-            let m = packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None);
+            let m = packed_matmul(
+                x.at(0),
+                w.at(0),
+                depth,
+                n_out,
+                y.at(0),
+                rows,
+                None,
+                xs.at(0),
+            );
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
@@ -1696,7 +1709,8 @@ fn write_kernel_sources() {
 }
 
 /// `y = x · Wᵀ` over `rows` packed rows of `depth` into `n_out` packed outputs (FP8 weights where
-/// `fp8` gives their scales), neither gathered nor accumulated.
+/// `fp8` gives their scales), neither gathered nor accumulated; `x_split` the tiled kernel's room
+/// (0: none).
 fn packed_matmul(
     x: u64,
     w: u64,
@@ -1705,8 +1719,10 @@ fn packed_matmul(
     y: u64,
     rows: usize,
     fp8: Option<Fp8Scales>,
+    x_split: u64,
 ) -> Matmul {
     Matmul {
+        x_split,
         fp8,
         x,
         x_stride: depth,
@@ -1814,6 +1830,7 @@ fn kernel_define_times() {
     let w_bytes = 19456 * 9728 * 2;
     // Up to 512 rows (a prefill chunk) of the widest matrix.
     let (w, xb, y) = (bytes(w_bytes), f(512 * 19456), f(512 * 19456));
+    let xs = Buf::<u32>::zeros(&gpu, 512 * super::split_row_words(9728)).unwrap();
     let scales = ones((19456 / br + 1) * (9728 / bc + 1));
     // The depths and launch bounds of the kernels as built, each changed alone (session 18 ran
     // the MoE's depths 1 and 3 twice: both slower), and the probes of what the x split and the
@@ -1881,7 +1898,16 @@ fn kernel_define_times() {
                     block_rows: br,
                     block_cols: bc,
                 });
-                let mm = packed_matmul(xb.at(0), w.at(0), depth, n_out, y.at(0), rows, fp8_scales);
+                let mm = packed_matmul(
+                    xb.at(0),
+                    w.at(0),
+                    depth,
+                    n_out,
+                    y.at(0),
+                    rows,
+                    fp8_scales,
+                    xs.at(0),
+                );
                 let us = time_launches(&gpu, reps, || {
                     k.matmul_with(&gpu, &mm, kernel).unwrap();
                 });
