@@ -97,85 +97,141 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 // keys (group i to warp i mod ATT_WARPS, in increasing order within a warp); a lane owns the head
 // dims lane, lane + 32, …; a key's score is the lanes' partial dot products, then warp_sum. Each
 // warp keeps an online softmax over its keys; the warps are merged in warp order.
+//
+// `attention_grouped` runs the same chain for ATT_GROUP query heads of one KV head in one block
+// (a block per (row, group)): each key's K and V are loaded once for the group's heads instead of
+// once per head, and a block's fixed work (q, the merge) is shared by more heads — for a prompt's
+// many short rows, where that fixed work is most of a block's. Every operation of a (row, head) is
+// the one `attention_gated` does on the same values: the same bits (kernel test).
 #define ATT_WARPS (ATT_THREADS / WARP)
 static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 #define ATT_DPL ((ATT_HD + WARP - 1) / WARP)
 #define ATT_KEY_GROUP 4
+static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
+// Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x.
+template <int G>
+__device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ qkv,
+                                                const kv_t* __restrict__ k_cache,
+                                                const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+                                                const int* __restrict__ kv_base_arr, float scale,
+                                                float* __restrict__ out, int h0, float (*m_s)[G],
+                                                float (*l_s)[G], float (*acc_s)[G][ATT_HD]) {
+    const int r = blockIdx.x, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int kvh = h0 / (ATT_HEADS / ATT_KV_HEADS);
+    const int pos = pos_arr[r];
+    const size_t base = (size_t)kv_base_arr[r];
+    float qv[G][ATT_DPL], acc[G][ATT_DPL], m[G], l[G];
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
+            acc[i][j] = 0.0f;
+        }
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    for (int p0 = warp * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
+        float s[ATT_KEY_GROUP][G];
+#pragma unroll
+        for (int g = 0; g < ATT_KEY_GROUP; g++) {
+            float part[G];
+#pragma unroll
+            for (int i = 0; i < G; i++) part[i] = 0.0f;
+            if (p0 + g <= pos) {  // the same for the whole warp
+                const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+#pragma unroll
+                for (int j = 0; j < ATT_DPL; j++) {
+                    const int d = lane + WARP * j;
+                    if (d < ATT_HD) {
+                        const float kd = kv_load(kp[d]);
+#pragma unroll
+                        for (int i = 0; i < G; i++) part[i] += qv[i][j] * kd;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < G; i++) s[g][i] = warp_sum(part[i]) * scale;
+        }
+#pragma unroll
+        for (int g = 0; g < ATT_KEY_GROUP; g++) {
+            if (p0 + g > pos) break;
+            const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+            float vd[ATT_DPL];
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                const float m_new = fmaxf(m[i], s[g][i]);
+                const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
+                l[i] = l[i] * c + e;
+#pragma unroll
+                for (int j = 0; j < ATT_DPL; j++) {
+                    const int d = lane + WARP * j;
+                    if (d < ATT_HD) acc[i][j] = acc[i][j] * c + e * vd[j];
+                }
+                m[i] = m_new;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        if (lane == 0) {
+            m_s[warp][i] = m[i];
+            l_s[warp][i] = l[i];
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            if (d < ATT_HD) acc_s[warp][i][d] = acc[i][j];
+        }
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < G * ATT_HD; x += ATT_THREADS) {
+        const int i = x / ATT_HD, d = x % ATT_HD, h = h0 + i;
+        float big = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
+        float f[ATT_WARPS];
+        float total = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) {
+            f[w] = l_s[w][i] == 0.0f ? 0.0f : expf(m_s[w][i] - big);
+            total += l_s[w][i] * f[w];
+        }
+        float a = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) a += acc_s[w][i][d] * f[w];
+        float y = a / total;
+        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
+    }
+}
+
+// A block per (row, head).
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
                 const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
                 const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
                 float* __restrict__ out) {
     pdl_start();
-    __shared__ float m_s[ATT_WARPS], l_s[ATT_WARPS];
-    __shared__ float acc_s[ATT_WARPS][ATT_HD];
-    const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int kvh = h / (ATT_HEADS / ATT_KV_HEADS);
-    const int pos = pos_arr[r];
-    const size_t base = (size_t)kv_base_arr[r];
-    const float* qr = q + ((size_t)r * ATT_HEADS + h) * ATT_HD;
-    float qv[ATT_DPL], acc[ATT_DPL];
-#pragma unroll
-    for (int j = 0; j < ATT_DPL; j++) {
-        const int d = lane + WARP * j;
-        qv[j] = d < ATT_HD ? qr[d] : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int p0 = warp * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
-        float s[ATT_KEY_GROUP];
-#pragma unroll
-        for (int g = 0; g < ATT_KEY_GROUP; g++) {
-            float part = 0.0f;
-            if (p0 + g <= pos) {  // the same for the whole warp
-                const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-#pragma unroll
-                for (int j = 0; j < ATT_DPL; j++) {
-                    const int d = lane + WARP * j;
-                    if (d < ATT_HD) part += qv[j] * kv_load(kp[d]);
-                }
-            }
-            s[g] = warp_sum(part) * scale;
-        }
-#pragma unroll
-        for (int g = 0; g < ATT_KEY_GROUP; g++) {
-            if (p0 + g > pos) break;
-            const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-            const float m_new = fmaxf(m, s[g]);
-            const float c = expf(m - m_new), e = expf(s[g] - m_new);
-            l = l * c + e;
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[j] = acc[j] * c + e * kv_load(vp[d]);
-            }
-            m = m_new;
-        }
-    }
-    if (lane == 0) {
-        m_s[warp] = m;
-        l_s[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < ATT_DPL; j++) {
-        const int d = lane + WARP * j;
-        if (d < ATT_HD) acc_s[warp][d] = acc[j];
-    }
-    __syncthreads();
-    float big = -INFINITY;
-    for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w]);
-    float f[ATT_WARPS];
-    float total = 0.0f;
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = l_s[w] == 0.0f ? 0.0f : expf(m_s[w] - big);
-        total += l_s[w] * f[w];
-    }
-    for (int d = threadIdx.x; d < ATT_HD; d += ATT_THREADS) {
-        float a = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) a += acc_s[w][d] * f[w];
-        float y = a / total;
-        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
-        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
-    }
+    __shared__ float m_s[ATT_WARPS][1], l_s[ATT_WARPS][1];
+    __shared__ float acc_s[ATT_WARPS][1][ATT_HD];
+    attention_heads<1>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y, m_s, l_s, acc_s);
+}
+
+// A block per (row, ATT_GROUP heads of one KV head).
+extern "C" __global__ void __launch_bounds__(ATT_THREADS)
+attention_grouped(const float* __restrict__ q, const float* __restrict__ qkv,
+                  const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
+                  const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
+                  float* __restrict__ out) {
+    pdl_start();
+    __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
+    __shared__ float acc_s[ATT_WARPS][ATT_GROUP][ATT_HD];
+    attention_heads<ATT_GROUP>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
+                               blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
 }

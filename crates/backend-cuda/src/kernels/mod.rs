@@ -83,14 +83,19 @@ const MMT_STAGES: usize = 3;
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
-/// kernels: at least two row blocks and about two blocks a multiprocessor. Measured on the H200
-/// (`matmul_kernel_times`, bench/RESULTS.md session 9): with fewer blocks each one's chain of
-/// chunks is latency-bound and the 16-row kernels, which split k over their warps, are faster
-/// (the lm_head tiled at one row made an A3B-slice token 16 % longer); from 128 rows and 256
-/// blocks (a prefill chunk, Qwen3-4B's gate/up at 128 rows) the tiles, which read a weight once
-/// per 64 rows and x once per 128 outputs, are up to 1.6× faster.
-const MATMUL_TILED_MIN_ROWS: usize = 128;
-const MATMUL_TILED_MIN_BLOCKS: usize = 256;
+/// kernels. Measured on the H200 with the tiles over split rows (`matmul_kernel_times`,
+/// bench/RESULTS.md session 21): a tiled block walks all of k itself, so with few blocks each
+/// one's chain of chunks is latency-bound and the 16-row kernels, which split k over their
+/// warps, are faster (Qwen3-4B's 2,560-output o projection at 128 rows: 40 blocks, 96 µs
+/// against 39); from ~80 blocks the tiles, which read a weight once per 64 rows and x once per
+/// 128 outputs, win (the same o at 256 rows, 80 blocks: 60 against 72 µs; Qwen3-4B's q/k/v at
+/// 128 rows, 96 blocks: 39 against 55). One row block (up to 64 rows) needs more of them: the
+/// A3B slice's DeltaNet input projection at 64 rows (97 blocks) ran 54 µs tiled against 46,
+/// Qwen3-4B's gate/up (152) 68 against 91, and an lm_head (1,187) 286 against 485. Under 48
+/// rows the 16-row kernels win (that gate/up at 32 rows: 53 µs against the tiles' 68).
+const MATMUL_TILED_MIN_ROWS: usize = 48;
+const MATMUL_TILED_MIN_BLOCKS: usize = 80;
+const MATMUL_TILED_MIN_BLOCKS_ONE_ROW_BLOCK: usize = 128;
 /// Wide-kernel blocks (16 rows × 32 outputs) up to which a one-row-tile matmul runs the narrow
 /// kernel: Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
 /// faster narrow (by 7–25 %), Qwen3-4B's matrices (80 blocks and more) and every matrix at more
@@ -235,6 +240,25 @@ const MOE_TOP_K_MAX: usize = 32;
 /// Threads per (row, head) of `attention_gated`: 16 warps split the keys (a decode row at a few
 /// hundred positions then has a short chain of keys per warp).
 const ATT_THREADS: u32 = 512;
+/// Query heads of one KV head that `attention_grouped` takes in a block, at most: its merge
+/// keeps ATT_WARPS × heads × head_dim floats in shared memory (32 KiB at 16 warps).
+const ATT_GROUP_MAX_DIMS: usize = 512;
+/// Rows from which `attention` runs `attention_grouped` (the same bits as `attention_gated`): a
+/// prompt's many rows, whose blocks are short and many; a decode round keeps a block per head,
+/// so that a long context's keys spread over as many multiprocessors as there are heads.
+const ATT_GROUPED_MIN_ROWS: usize = 128;
+
+/// Heads of a block of `attention_grouped` for `heads` query heads over `kv_heads` of
+/// `head_dim`: the most of 4, 2, 1 that divides a KV head's query heads and keeps the merge
+/// within ATT_GROUP_MAX_DIMS.
+fn attention_group(heads: usize, kv_heads: usize, head_dim: usize) -> usize {
+    let per_kv = heads / kv_heads.max(1);
+    [4, 2, 1]
+        .into_iter()
+        .find(|&g| per_kv.is_multiple_of(g) && g * head_dim <= ATT_GROUP_MAX_DIMS)
+        .unwrap_or(1)
+}
+
 /// Threads per block of `argmax_rows`.
 const ARGMAX_THREADS: u32 = 1024;
 /// Blocks (one cluster) of `argmax_rows` a row: a 151,936-logit row read by one block took 18.8
@@ -462,6 +486,10 @@ impl Dims {
             ("DRAW_ASK_INTS", DRAW_ASK_INTS),
             ("ATT_HEADS", self.heads),
             ("ATT_KV_HEADS", self.kv_heads),
+            (
+                "ATT_GROUP",
+                attention_group(self.heads, self.kv_heads, self.head_dim),
+            ),
             ("ATT_HD", self.head_dim),
             ("ATT_ROT", self.rotary_dim),
             ("ATT_GATED", usize::from(self.qwen3_next)),
@@ -567,6 +595,7 @@ pub struct Kernels {
     embed: CudaFunction,
     attention_prep: CudaFunction,
     attention: CudaFunction,
+    attention_grouped: CudaFunction,
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
@@ -681,6 +710,7 @@ impl Kernels {
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
             attention: f("attention_gated")?,
+            attention_grouped: f("attention_grouped")?,
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
@@ -895,8 +925,12 @@ fn splits_recurrence(
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
-    rows >= MATMUL_TILED_MIN_ROWS
-        && rows.div_ceil(MMT_ROWS) * n_out.div_ceil(MMT_OUTS) >= MATMUL_TILED_MIN_BLOCKS
+    let row_blocks = rows.div_ceil(MMT_ROWS);
+    let least = match row_blocks {
+        1 => MATMUL_TILED_MIN_BLOCKS_ONE_ROW_BLOCK,
+        _ => MATMUL_TILED_MIN_BLOCKS,
+    };
+    rows >= MATMUL_TILED_MIN_ROWS && row_blocks * n_out.div_ceil(MMT_OUTS) >= least
 }
 
 impl Kernels {
@@ -1393,10 +1427,30 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
+        self.attention_with(gpu, dims, a, q, qkv, out, a.rows >= ATT_GROUPED_MIN_ROWS)
+    }
+
+    /// [`Kernels::attention`] by `attention_grouped` when `grouped`, else `attention_gated`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_with(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        q: u64,
+        qkv: u64,
+        out: u64,
+        grouped: bool,
+    ) -> Result<(), CudaError> {
         let scale = 1.0 / (dims.head_dim as f32).sqrt();
+        let group = attention_group(dims.heads, dims.kv_heads, dims.head_dim);
+        let (f, head_blocks) = match grouped {
+            true => (&self.attention_grouped, dims.heads / group),
+            false => (&self.attention, dims.heads),
+        };
         gpu.launch(
-            &self.attention,
-            (rows_u32(a.rows), dims.heads as u32, 1),
+            f,
+            (rows_u32(a.rows), head_blocks as u32, 1),
             ATT_THREADS,
             &[
                 Arg::Ptr(q),

@@ -503,6 +503,51 @@ fn deepens_takes_one_row_tile_of_at_most_a_block_a_multiprocessor() {
     assert!(!deepens(4, 1, 132));
 }
 
+/// `attention_group` (no device needed): the most of 4, 2, 1 that divides a KV head's query
+/// heads with the merge in 512 dims.
+#[test]
+fn attention_groups_divide_the_query_heads_of_a_kv_head() {
+    use super::attention_group;
+    assert_eq!(attention_group(32, 8, 128), 4);
+    assert_eq!(attention_group(64, 8, 128), 4);
+    assert_eq!(attention_group(16, 8, 128), 2);
+    assert_eq!(attention_group(16, 2, 256), 2);
+    assert_eq!(attention_group(40, 8, 128), 1);
+    assert_eq!(attention_group(64, 4, 64), 4);
+    assert_eq!(attention_group(8, 8, 64), 1);
+}
+
+/// `runs_tiled` (no device needed): the tiled kernel where session 21's `matmul_kernel_times`
+/// measured it faster, the 16-row kernels where they were.
+#[test]
+fn the_tiled_matmul_runs_where_it_was_measured_faster() {
+    use super::runs_tiled;
+    // (rows, outputs, tiled faster): Qwen3-4B's gate/up (19,456), q/k/v (6,144) and o
+    // (2,560), the A3B slice's DeltaNet input projection (12,352) and lm_head (151,936),
+    // Qwen3-0.6B's q/k/v (4,096) and gate/up (6,144).
+    for (rows, n_out, tiled) in [
+        (32, 19456, false),
+        (48, 19456, true),
+        (64, 19456, true),
+        (64, 6144, false),
+        (128, 6144, true),
+        (128, 2560, false),
+        (256, 2560, true),
+        (64, 12352, false),
+        (128, 12352, true),
+        (32, 151936, false),
+        (48, 151936, true),
+        (64, 4096, false),
+        (128, 4096, false),
+        (256, 4096, true),
+        (64, 6144, false),
+        (128, 6144, true),
+        (8192, 1024, true),
+    ] {
+        assert_eq!(runs_tiled(rows, n_out), tiled, "{rows} rows × {n_out}");
+    }
+}
+
 /// `block_tiles` (no device needed): a count of MATMUL_BLOCK_TILES whose waves cost least; for
 /// one row tile MMA_NT on ties, for more from MMA_NT up and the most on ties (MMA_NT alone
 /// without `multi_row`); the A3B slice's matrices as its doc says.
@@ -1079,7 +1124,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         Buf::from_host(&gpu, &bytes).unwrap()
     };
     let (k_buf, v_buf) = (stored(&mut keys), stored(&mut values));
-    let bufs = (
+    let mut bufs = (
         Buf::from_host(&gpu, &q).unwrap(),
         Buf::from_host(&gpu, &qkv).unwrap(),
         Buf::from_host(&gpu, &pos).unwrap(),
@@ -1093,9 +1138,28 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         k_cache: k_buf.at(0),
         v_cache: v_buf.at(0),
     };
-    k.attention(&gpu, &dims, &a, bufs.0.at(0), bufs.1.at(0), bufs.4.at(0))
+    let mut run = |grouped: bool| {
+        bufs.4
+            .write(&gpu, &vec![f32::NAN; rows * heads * hd])
+            .unwrap();
+        k.attention_with(
+            &gpu,
+            &dims,
+            &a,
+            bufs.0.at(0),
+            bufs.1.at(0),
+            bufs.4.at(0),
+            grouped,
+        )
         .unwrap();
-    let got = bufs.4.read(&gpu, rows * heads * hd).unwrap();
+        bufs.4.read(&gpu, rows * heads * hd).unwrap()
+    };
+    let got = run(false);
+    // A block per group of a KV head's query heads (a prompt's rows): the same bits.
+    assert!(
+        same_bits(&run(true), &got),
+        "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: grouped differs"
+    );
     let shape = AttentionShape {
         heads,
         kv_heads,
