@@ -88,14 +88,17 @@ const MMT_THREADS: u32 = 256;
 /// one's chain of chunks is latency-bound and the 16-row kernels, which split k over their
 /// warps, are faster (Qwen3-4B's 2,560-output o projection at 128 rows: 40 blocks, 96 µs
 /// against 39); from ~80 blocks the tiles, which read a weight once per 64 rows and x once per
-/// 128 outputs, win (the same o at 256 rows, 80 blocks: 60 against 72 µs; Qwen3-4B's q/k/v at
-/// 128 rows, 96 blocks: 39 against 55). One row block (up to 64 rows) needs more of them: the
-/// A3B slice's DeltaNet input projection at 64 rows (97 blocks) ran 54 µs tiled against 46,
-/// Qwen3-4B's gate/up (152) 68 against 91, and an lm_head (1,187) 286 against 485. Under 48
-/// rows the 16-row kernels win (that gate/up at 32 rows: 53 µs against the tiles' 68).
+/// 128 outputs, won in those timings (Qwen3-4B's q/k/v at 128 rows, 96 blocks: 39 against 55
+/// µs). Those timings launch one kernel after another, each overlapping the last one's tail
+/// (programmatic dependent launch), which flatters a grid of a wave and a little: end to end,
+/// Qwen3-4B's gate/up tiled at 64 rows (152 blocks, 68 against 91 µs alone) made a 64-stream
+/// decode 5 % slower. So one row block (up to 64 rows) runs tiled only with many waves of
+/// blocks — an lm_head (1,187 blocks at 64 rows: 286 against 485 µs; the A3B slice's 64-stream
+/// decode +2.6 %) — and more row blocks from 128 blocks (a prefill chunk). Under 48 rows the
+/// 16-row kernels win (that gate/up at 32 rows: 53 µs against the tiles' 68).
 const MATMUL_TILED_MIN_ROWS: usize = 48;
-const MATMUL_TILED_MIN_BLOCKS: usize = 80;
-const MATMUL_TILED_MIN_BLOCKS_ONE_ROW_BLOCK: usize = 128;
+const MATMUL_TILED_MIN_BLOCKS: usize = 128;
+const MATMUL_TILED_MIN_BLOCKS_ONE_ROW_BLOCK: usize = 512;
 /// Wide-kernel blocks (16 rows × 32 outputs) up to which a one-row-tile matmul runs the narrow
 /// kernel: Qwen3-0.6B's 1,024-output o and down projections (32 blocks) at up to 16 rows ran
 /// faster narrow (by 7–25 %), Qwen3-4B's matrices (80 blocks and more) and every matrix at more
