@@ -464,7 +464,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
                 block_rows,
                 block_cols,
             };
-            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales), 0);
+            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales));
             k.matmul_with(&gpu, &m, kernel).unwrap();
             y.read(&gpu, rows * n_out).unwrap()
         };
@@ -1711,16 +1711,10 @@ fn matmul_kernel_times() {
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
-            let m = packed_matmul(
-                x.at(0),
-                w.at(0),
-                depth,
-                n_out,
-                y.at(0),
-                rows,
-                None,
-                xs.at(0),
-            );
+            let m = Matmul {
+                x_split: xs.at(0),
+                ..packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None)
+            };
             let mut line = format!("{name:>13} rows {rows:>5}:");
             for &kernel in &kernels {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
@@ -1771,8 +1765,8 @@ fn write_kernel_sources() {
 }
 
 /// `y = x · Wᵀ` over `rows` packed rows of `depth` into `n_out` packed outputs (FP8 weights where
-/// `fp8` gives their scales), neither gathered nor accumulated; `x_split` the tiled kernel's room
-/// (0: none).
+/// `fp8` gives their scales), neither gathered nor accumulated, without room for the tiled
+/// kernel's split rows (set `x_split` for it).
 fn packed_matmul(
     x: u64,
     w: u64,
@@ -1781,10 +1775,9 @@ fn packed_matmul(
     y: u64,
     rows: usize,
     fp8: Option<Fp8Scales>,
-    x_split: u64,
 ) -> Matmul {
     Matmul {
-        x_split,
+        x_split: 0,
         fp8,
         x,
         x_stride: depth,
@@ -1960,16 +1953,10 @@ fn kernel_define_times() {
                     block_rows: br,
                     block_cols: bc,
                 });
-                let mm = packed_matmul(
-                    xb.at(0),
-                    w.at(0),
-                    depth,
-                    n_out,
-                    y.at(0),
-                    rows,
-                    fp8_scales,
-                    xs.at(0),
-                );
+                let mm = Matmul {
+                    x_split: xs.at(0),
+                    ..packed_matmul(xb.at(0), w.at(0), depth, n_out, y.at(0), rows, fp8_scales)
+                };
                 let us = time_launches(&gpu, reps, || {
                     k.matmul_with(&gpu, &mm, kernel).unwrap();
                 });
