@@ -829,7 +829,7 @@ pub enum MatmulKernel {
 }
 
 /// The arguments of every 16-row bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`,
-/// `_deep`), in order.
+/// `_deep`), in order (`matmul_bf16_tiled` takes the split rows, then those from W on).
 fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
     [
         Arg::Ptr(m.x),
@@ -943,6 +943,9 @@ impl Kernels {
             m.x_split != 0,
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
         );
+        // The 16-row kernels' arguments from W on, after the split rows.
+        let mut tiled_args = [Arg::Ptr(m.x_split); 8];
+        tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
         let hi_words = split_row_words(m.k) / 2;
         gpu.launch(
             &self.split_rows,
@@ -970,16 +973,7 @@ impl Kernels {
             ),
             MMT_THREADS,
             MMT_SHARED_BYTES as u32,
-            &[
-                Arg::Ptr(m.x_split),
-                Arg::Ptr(m.w),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.y),
-                Arg::I32(m.y_stride as i32),
-                Arg::I32(i32::from(m.accumulate)),
-                Arg::I32(m.rows as i32),
-            ],
+            &tiled_args,
         )
     }
 
