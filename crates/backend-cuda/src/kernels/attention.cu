@@ -109,8 +109,10 @@ static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 #define ATT_KEY_GROUP 4
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
-// Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x.
-template <int G>
+// Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
+// ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
+// memory for the merge), so that every (row, head) is the same chain whatever PW.
+template <int G, int PW>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ qkv,
                                                 const kv_t* __restrict__ k_cache,
                                                 const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
@@ -121,6 +123,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     const int kvh = h0 / (ATT_HEADS / ATT_KV_HEADS);
     const int pos = pos_arr[r];
     const size_t base = (size_t)kv_base_arr[r];
+    static_assert(ATT_WARPS % PW == 0, "each warp walks as many of ATT_WARPS' warps");
     float qv[G][ATT_DPL], acc[G][ATT_DPL], m[G], l[G];
 #pragma unroll
     for (int i = 0; i < G; i++) {
@@ -134,66 +137,78 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
-    for (int p0 = warp * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
-        float s[ATT_KEY_GROUP][G];
+    // Key split lw; with PW = ATT_WARPS the loop runs once (the code of a warp a split).
+    for (int lw = warp;;) {
+        for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
+            float s[ATT_KEY_GROUP][G];
 #pragma unroll
-        for (int g = 0; g < ATT_KEY_GROUP; g++) {
-            float part[G];
+            for (int g = 0; g < ATT_KEY_GROUP; g++) {
+                float part[G];
 #pragma unroll
-            for (int i = 0; i < G; i++) part[i] = 0.0f;
-            if (p0 + g <= pos) {  // the same for the whole warp
-                const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+                for (int i = 0; i < G; i++) part[i] = 0.0f;
+                if (p0 + g <= pos) {  // the same for the whole warp
+                    const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+#pragma unroll
+                    for (int j = 0; j < ATT_DPL; j++) {
+                        const int d = lane + WARP * j;
+                        if (d < ATT_HD) {
+                            const float kd = kv_load(kp[d]);
+#pragma unroll
+                            for (int i = 0; i < G; i++) part[i] += qv[i][j] * kd;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < G; i++) s[g][i] = warp_sum(part[i]) * scale;
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_KEY_GROUP; g++) {
+                if (p0 + g > pos) break;
+                const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+                float vd[ATT_DPL];
 #pragma unroll
                 for (int j = 0; j < ATT_DPL; j++) {
                     const int d = lane + WARP * j;
-                    if (d < ATT_HD) {
-                        const float kd = kv_load(kp[d]);
+                    vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
+                }
 #pragma unroll
-                        for (int i = 0; i < G; i++) part[i] += qv[i][j] * kd;
+                for (int i = 0; i < G; i++) {
+                    const float m_new = fmaxf(m[i], s[g][i]);
+                    const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
+                    l[i] = l[i] * c + e;
+#pragma unroll
+                    for (int j = 0; j < ATT_DPL; j++) {
+                        const int d = lane + WARP * j;
+                        if (d < ATT_HD) acc[i][j] = acc[i][j] * c + e * vd[j];
                     }
+                    m[i] = m_new;
                 }
             }
-#pragma unroll
-            for (int i = 0; i < G; i++) s[g][i] = warp_sum(part[i]) * scale;
         }
 #pragma unroll
-        for (int g = 0; g < ATT_KEY_GROUP; g++) {
-            if (p0 + g > pos) break;
-            const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-            float vd[ATT_DPL];
+        for (int i = 0; i < G; i++) {
+            if (lane == 0) {
+                m_s[lw][i] = m[i];
+                l_s[lw][i] = l[i];
+            }
 #pragma unroll
             for (int j = 0; j < ATT_DPL; j++) {
                 const int d = lane + WARP * j;
-                vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
-            }
-#pragma unroll
-            for (int i = 0; i < G; i++) {
-                const float m_new = fmaxf(m[i], s[g][i]);
-                const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
-                l[i] = l[i] * c + e;
-#pragma unroll
-                for (int j = 0; j < ATT_DPL; j++) {
-                    const int d = lane + WARP * j;
-                    if (d < ATT_HD) acc[i][j] = acc[i][j] * c + e * vd[j];
-                }
-                m[i] = m_new;
+                if (d < ATT_HD) acc_s[lw][i][d] = acc[i][j];
             }
         }
-    }
+        lw += PW;
+        if (PW == ATT_WARPS || lw >= ATT_WARPS) break;
 #pragma unroll
-    for (int i = 0; i < G; i++) {
-        if (lane == 0) {
-            m_s[warp][i] = m[i];
-            l_s[warp][i] = l[i];
-        }
+        for (int i = 0; i < G; i++) {
 #pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = lane + WARP * j;
-            if (d < ATT_HD) acc_s[warp][i][d] = acc[i][j];
+            for (int j = 0; j < ATT_DPL; j++) acc[i][j] = 0.0f;
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
         }
     }
     __syncthreads();
-    for (int x = threadIdx.x; x < G * ATT_HD; x += ATT_THREADS) {
+    for (int x = threadIdx.x; x < G * ATT_HD; x += PW * WARP) {
         const int i = x / ATT_HD, d = x % ATT_HD, h = h0 + i;
         float big = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
@@ -220,7 +235,8 @@ attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
     pdl_start();
     __shared__ float m_s[ATT_WARPS][1], l_s[ATT_WARPS][1];
     __shared__ float acc_s[ATT_WARPS][1][ATT_HD];
-    attention_heads<1>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y, m_s, l_s, acc_s);
+    attention_heads<1, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y, m_s, l_s,
+                                  acc_s);
 }
 
 // A block per (row, ATT_GROUP heads of one KV head).
@@ -232,6 +248,22 @@ attention_grouped(const float* __restrict__ q, const float* __restrict__ qkv,
     pdl_start();
     __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
     __shared__ float acc_s[ATT_WARPS][ATT_GROUP][ATT_HD];
-    attention_heads<ATT_GROUP>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
-                               blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
+    attention_heads<ATT_GROUP, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
+                                          blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
+}
+
+// `attention_grouped` by ATT_FEW_WARPS warps, each walking several of ATT_WARPS' key splits: a
+// prompt's short rows leave most of the 16 warps without keys (a row at position 40 has 11 groups
+// of 4), and a block of fewer warps leaves the multiprocessor's warp slots to more rows. The
+// same chain, the same bits.
+extern "C" __global__ void __launch_bounds__(ATT_FEW_WARPS * WARP)
+attention_grouped_few(const float* __restrict__ q, const float* __restrict__ qkv,
+                      const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
+                      const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
+                      float* __restrict__ out) {
+    pdl_start();
+    __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
+    __shared__ float acc_s[ATT_WARPS][ATT_GROUP][ATT_HD];
+    attention_heads<ATT_GROUP, ATT_FEW_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
+                                              blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
 }

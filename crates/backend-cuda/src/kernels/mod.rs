@@ -251,6 +251,14 @@ const ATT_GROUP_MAX_DIMS: usize = 512;
 /// so that a long context's keys spread over as many multiprocessors as there are heads.
 const ATT_GROUPED_MIN_ROWS: usize = 128;
 
+/// Warps of `attention_grouped_few`, each walking ATT_THREADS / 32 / ATT_FEW_WARPS of the
+/// per-head kernel's key splits one after the other (the same chain).
+const ATT_FEW_WARPS: usize = 4;
+/// `FLASHLANE_ATTENTION_FEW_WARPS=1` runs a prompt's attention by `attention_grouped_few`
+/// instead of `attention_grouped` (the same bits; written in session 21 and not yet measured,
+/// so off by default until an A/B on the GPU says which is faster).
+pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
+
 /// Heads of a block of `attention_grouped` for `heads` query heads over `kv_heads` of
 /// `head_dim`: the most of 4, 2, 1 that divides a KV head's query heads and keeps the merge
 /// within ATT_GROUP_MAX_DIMS.
@@ -481,6 +489,7 @@ impl Dims {
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
+            ("ATT_FEW_WARPS", ATT_FEW_WARPS),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),
             ("ARGMAX_SPLIT", block(ARGMAX_SPLIT)),
@@ -599,6 +608,9 @@ pub struct Kernels {
     attention_prep: CudaFunction,
     attention: CudaFunction,
     attention_grouped: CudaFunction,
+    attention_grouped_few: CudaFunction,
+    /// Whether a prompt's attention runs `attention_grouped_few` ([`ATTENTION_FEW_WARPS_ENV`]).
+    attention_few_warps: bool,
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
@@ -714,6 +726,8 @@ impl Kernels {
             attention_prep: f("attention_prep")?,
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
+            attention_grouped_few: f("attention_grouped_few")?,
+            attention_few_warps: std::env::var(ATTENTION_FEW_WARPS_ENV).is_ok_and(|v| v == "1"),
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
@@ -1361,6 +1375,17 @@ pub struct NormAfter {
     pub out: u64,
 }
 
+/// Which attention kernel computes a call (they give the same bits; see `attention.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// `attention_gated`: a block per (row, head).
+    PerHead,
+    /// `attention_grouped`: a block per (row, group of a KV head's query heads).
+    Grouped,
+    /// `attention_grouped_few`: as `Grouped`, by ATT_FEW_WARPS warps a block.
+    GroupedFewWarps,
+}
+
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
@@ -1424,10 +1449,15 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
-        self.attention_with(gpu, dims, a, q, qkv, out, a.rows >= ATT_GROUPED_MIN_ROWS)
+        let kernel = match (a.rows >= ATT_GROUPED_MIN_ROWS, self.attention_few_warps) {
+            (false, _) => AttentionKernel::PerHead,
+            (true, false) => AttentionKernel::Grouped,
+            (true, true) => AttentionKernel::GroupedFewWarps,
+        };
+        self.attention_with(gpu, dims, a, q, qkv, out, kernel)
     }
 
-    /// [`Kernels::attention`] by `attention_grouped` when `grouped`, else `attention_gated`.
+    /// [`Kernels::attention`] by `kernel` (each gives the same bits).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_with(
         &self,
@@ -1437,18 +1467,23 @@ impl Kernels {
         q: u64,
         qkv: u64,
         out: u64,
-        grouped: bool,
+        kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
         let scale = 1.0 / (dims.head_dim as f32).sqrt();
         let group = attention_group(dims.heads, dims.kv_heads, dims.head_dim);
-        let (f, head_blocks) = match grouped {
-            true => (&self.attention_grouped, dims.heads / group),
-            false => (&self.attention, dims.heads),
+        let (f, head_blocks, threads) = match kernel {
+            AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),
+            AttentionKernel::Grouped => (&self.attention_grouped, dims.heads / group, ATT_THREADS),
+            AttentionKernel::GroupedFewWarps => (
+                &self.attention_grouped_few,
+                dims.heads / group,
+                (ATT_FEW_WARPS * 32) as u32,
+            ),
         };
         gpu.launch(
             f,
             (rows_u32(a.rows), head_blocks as u32, 1),
-            ATT_THREADS,
+            threads,
             &[
                 Arg::Ptr(q),
                 Arg::Ptr(qkv),

@@ -1136,7 +1136,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         k_cache: k_buf.at(0),
         v_cache: v_buf.at(0),
     };
-    let mut run = |grouped: bool| {
+    let mut run = |kernel: super::AttentionKernel| {
         bufs.4
             .write(&gpu, &vec![f32::NAN; rows * heads * hd])
             .unwrap();
@@ -1147,17 +1147,23 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             bufs.0.at(0),
             bufs.1.at(0),
             bufs.4.at(0),
-            grouped,
+            kernel,
         )
         .unwrap();
         bufs.4.read(&gpu, rows * heads * hd).unwrap()
     };
-    let got = run(false);
-    // A block per group of a KV head's query heads (a prompt's rows): the same bits.
-    assert!(
-        same_bits(&run(true), &got),
-        "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: grouped differs"
-    );
+    let got = run(super::AttentionKernel::PerHead);
+    // A block per group of a KV head's query heads (a prompt's rows), by 16 warps or by a few
+    // that walk the 16 warps' key splits: the same bits.
+    for kernel in [
+        super::AttentionKernel::Grouped,
+        super::AttentionKernel::GroupedFewWarps,
+    ] {
+        assert!(
+            same_bits(&run(kernel), &got),
+            "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: {kernel:?} differs"
+        );
+    }
     let shape = AttentionShape {
         heads,
         kv_heads,
