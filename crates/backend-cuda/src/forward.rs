@@ -8,7 +8,7 @@ use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch,
-    NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
+    NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES, MATMUL_SPLIT_K_MAX_ROWS,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -32,6 +32,9 @@ pub struct Scratch {
     act: Buf<f32>,
     /// A matmul's rows split for the tiled kernel (`split_rows`): the widest k's words a row.
     x_split: Buf<u32>,
+    /// A k split's partials (`matmul_bf16_tiled_split`): MATMUL_RESIDUES blocks of up to
+    /// MMT_ROWS rows of the widest output but the lm_head's.
+    partials: Buf<f32>,
     /// The MoE layers' routes, pair order and tiles (see [`MoeIndexLayout`]).
     moe_idx: Buf<i32>,
     moe_probs: Buf<f32>,
@@ -64,6 +67,9 @@ pub(crate) struct Ptrs {
     pub(crate) x_split: u64,
     /// u32 words `x_split` holds.
     pub(crate) x_split_words: usize,
+    pub(crate) partials: u64,
+    /// f32 `partials` holds.
+    pub(crate) partials_floats: usize,
     pub(crate) moe_idx: u64,
     pub(crate) moe_probs: u64,
     pub(crate) moe_act_sh: u64,
@@ -158,6 +164,7 @@ impl Scratch {
             att: z()?,
             act: z()?,
             x_split: Buf::zeros(gpu, 1)?,
+            partials: z()?,
             moe_idx: Buf::zeros(gpu, 1)?,
             moe_probs: z()?,
             moe_act_sh: z()?,
@@ -182,6 +189,10 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
+        // The k split runs on one row block at most (`runs_split_k`): outputs of any matrix
+        // but the lm_head, the widest projection's or the hidden state's.
+        let partials_floats =
+            MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * w.wide.max(w.hidden);
         let (moe_idx, moe_pairs, moe_is, moe_rows) =
             m.config.moe.as_ref().map_or((1, 1, 1, 1), |c| {
                 let r = rows.min(MOE_CHUNK_ROWS);
@@ -202,6 +213,7 @@ impl Scratch {
             self.att.ensure(g, rows * w.heads)?,
             self.act.ensure(g, rows * w.act)?,
             self.x_split.ensure(g, rows * w.split)?,
+            self.partials.ensure(g, partials_floats)?,
             self.moe_idx.ensure(g, moe_idx)?,
             self.moe_probs.ensure(g, moe_pairs)?,
             self.moe_act_sh.ensure(g, moe_is)?,
@@ -228,6 +240,8 @@ impl Scratch {
             act: self.act.at(0),
             x_split: self.x_split.at(0),
             x_split_words: rows * w.split,
+            partials: self.partials.at(0),
+            partials_floats,
             moe_idx: self.moe_idx.at(0),
             moe_probs: self.moe_probs.at(0),
             moe_act_sh: self.moe_act_sh.at(0),
@@ -348,6 +362,7 @@ impl Pass<'_> {
                 self.gpu(),
                 &Matmul {
                     x_split: self.x_split_for(rows, w.cols),
+                    partials: self.partials_for(rows, part.rows),
                     x,
                     x_stride: w.cols,
                     row_index: 0,
@@ -374,6 +389,15 @@ impl Pass<'_> {
             self.p.x_split_words
         );
         self.p.x_split
+    }
+
+    /// The k split's room for a matmul of `rows` × `n_out`, or 0 where it does not fit (the
+    /// lm_head, more rows than a split takes): that matmul then never splits k.
+    fn partials_for(&self, rows: usize, n_out: usize) -> u64 {
+        match MATMUL_RESIDUES * rows * n_out <= self.p.partials_floats {
+            true => self.p.partials,
+            false => 0,
+        }
     }
 
     pub(crate) fn norm(
@@ -581,6 +605,7 @@ impl Pass<'_> {
             self.gpu(),
             &Matmul {
                 x_split: self.x_split_for(rows, h),
+                partials: self.partials_for(rows, v),
                 x,
                 x_stride: h,
                 row_index,

@@ -573,10 +573,12 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
-template <int BM, int NT>
+// SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
+// part_stride (see `matmul_bf16_tiled_split`).
+template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
-                                                   int accumulate, int rows) {
+                                                   int accumulate, int rows, int part_stride = 0) {
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
     constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
     constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
@@ -595,6 +597,10 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
+    // The residues this block walks, and how many chunks it multiplies.
+    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
+    const int visits =
+        SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
     matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
 
     // This thread's pieces of every stage's copy: piece p of rows r, r + RX, r + 2·RX … of x
@@ -626,7 +632,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
         }
     };
     // The chunk the next load fetches: visits walk residue 0's chunks (0, R, 2R, …), then 1's, …
-    int load_res = 0, load_c = 0;
+    int load_res = res_first, load_c = res_first;
     auto next_load = [&]() {
         load_c += MMT_RESIDUES;
         if (load_c >= chunks) load_c = ++load_res;
@@ -649,18 +655,18 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
 
 #pragma unroll
     for (int s = 0; s < MMT_STAGES - 1; s++) {
-        if (s < chunks) {
+        if (s < visits) {
             load(s, load_c);
             next_load();
         }
         cp_async_commit();
     }
     int v = 0;  // visits so far (chunks multiplied)
-    for (int res = 0; res < MMT_RESIDUES; res++) {
+    for (int res = res_first; res < res_end; res++) {
         for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
             cp_async_wait<MMT_STAGES - 2>();
             __syncthreads();
-            if (v + MMT_STAGES - 1 < chunks) {
+            if (v + MMT_STAGES - 1 < visits) {
                 load((v + MMT_STAGES - 1) % MMT_STAGES, load_c);
                 next_load();
             }
@@ -707,7 +713,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    total[m][j][i] = res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+                    total[m][j][i] = SPLIT_K || res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
                     acc[m][j][i] = 0.0f;
                 }
     }
@@ -721,7 +727,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                 const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                 if (r < rows && o < n_out) {
-                    float* out = y + (size_t)r * y_stride + o;
+                    float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
                 }
             }
@@ -733,4 +739,33 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
     static_assert(MMT_OUTS == MMT_WARPS / (MMT_ROWS / 32) * 4 * MMA_COLS, "4 n-tiles a warp make MMT_OUTS");
     matmul_tiled_block<MMT_ROWS, 4>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The tiles with k split by residue over blocks (grid z = MMT_RESIDUES): block z writes residue
+// z's partial of its tile, unfolded, into `part` + z · part_stride ([rows, n_out] each), and
+// `matmul_fold_residues` then folds the partials in residue order — the fold the tiles and the
+// 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a decode
+// round of that many streams) then has MMT_RESIDUES times the blocks of the tiles, each an
+// eighth of k's chain long, and reads each weight once (the 16-row kernels' blocks read it once
+// per row tile, and x once per 40–48 outputs).
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
+matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                        float* __restrict__ part, int part_stride, int rows) {
+    matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+}
+
+// y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
+// part_stride apart). A thread an output.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out, float* __restrict__ y,
+                     int y_stride, int accumulate) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int i = blockIdx.x * SPLIT_THREADS + threadIdx.x;
+    if (i >= rows * n_out) return;
+    float total = part[i];
+#pragma unroll
+    for (int z = 1; z < MMT_RESIDUES; z++) total += part[(size_t)z * part_stride + i];
+    float* out = y + (size_t)(i / n_out) * y_stride + i % n_out;
+    *out = accumulate ? *out + total : total;
 }

@@ -110,6 +110,18 @@ const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
 /// do not change); 63 gives the rule before session 14. A value that is not a number leaves 64.
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
+/// `FLASHLANE_MATMUL_SPLIT_K=1` runs a bf16 matmul of 32–64 rows that the tiles do not take
+/// (a decode round of that many streams) by `matmul_bf16_tiled_split` and its fold (the same
+/// bits): written in session 21 and not yet measured, so off by default until an A/B on the GPU
+/// says whether it beats the 16-row kernels there (Qwen3-4B's gate/up at 64 rows: 91 µs, ~1.1
+/// TB/s, each of 4 row-tile blocks reading the weights and its rows of x from L2).
+pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
+/// Rows from which [`MATMUL_SPLIT_K_ENV`] splits k, and to which (one row block).
+const MATMUL_SPLIT_K_MIN_ROWS: usize = 32;
+pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
+/// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
+pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
+
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -596,6 +608,10 @@ pub struct Kernels {
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
     split_rows: CudaFunction,
+    matmul_tiled_split: CudaFunction,
+    matmul_fold: CudaFunction,
+    /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`MATMUL_SPLIT_K_ENV`]).
+    matmul_split_k: bool,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
@@ -689,6 +705,11 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMT_SHARED_BYTES as i32,
         )?;
+        let matmul_tiled_split = f("matmul_bf16_tiled_split")?;
+        matmul_tiled_split.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MMT_SHARED_BYTES as i32,
+        )?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -713,6 +734,9 @@ impl Kernels {
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             split_rows: f("split_rows")?,
+            matmul_tiled_split,
+            matmul_fold: f("matmul_fold_residues")?,
+            matmul_split_k: std::env::var(MATMUL_SPLIT_K_ENV).is_ok_and(|v| v == "1"),
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .ok()
@@ -781,6 +805,9 @@ pub struct Matmul {
     /// Room for the rows split for `matmul_bf16_tiled` (`rows` · [`split_row_words`]`(k)` u32),
     /// or 0: then `MatmulKernel::Auto` never runs the tiled kernel.
     pub x_split: u64,
+    /// Room for the k split's partials (`MATMUL_RESIDUES · rows · n_out` f32), or 0: then
+    /// `MatmulKernel::Auto` never splits k.
+    pub partials: u64,
     pub fp8: Option<Fp8Scales>,
     pub x: u64,
     pub x_stride: usize,
@@ -837,6 +864,8 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
+    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
+    TiledSplitK,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
@@ -941,6 +970,12 @@ fn splits_recurrence(
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
+/// Whether a bf16 matmul of `rows` × `n_out` splits k ([`MATMUL_SPLIT_K_ENV`] on): 32 to 64 rows
+/// that the tiles do not take.
+fn runs_split_k(rows: usize, n_out: usize) -> bool {
+    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows) && !runs_tiled(rows, n_out)
+}
+
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     let row_blocks = rows.div_ceil(MMT_ROWS);
     let least = match row_blocks {
@@ -951,13 +986,18 @@ fn runs_tiled(rows: usize, n_out: usize) -> bool {
 }
 
 impl Kernels {
-    /// x split into `m.x_split` (`split_rows`), then the tiles over it.
-    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+    /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
+    /// split into `m.partials` and folded into y when `split_k`.
+    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul, split_k: bool) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
         );
         // The 16-row kernels' arguments from W on, after the split rows.
+        assert!(
+            !split_k || m.partials != 0,
+            "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
+        );
         let mut tiled_args = [Arg::Ptr(m.x_split); 8];
         tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
         let hi_words = split_row_words(m.k) / 2;
@@ -978,16 +1018,46 @@ impl Kernels {
                 Arg::Ptr(m.x_split),
             ],
         )?;
+        let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
+        let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
+        if !split_k {
+            return gpu.launch_with_shared(
+                &self.matmul_tiled,
+                (row_blocks, out_blocks, 1),
+                MMT_THREADS,
+                MMT_SHARED_BYTES as u32,
+                &tiled_args,
+            );
+        }
+        let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
         gpu.launch_with_shared(
-            &self.matmul_tiled,
-            (
-                rows_u32(m.rows.div_ceil(MMT_ROWS)),
-                u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid"),
-                1,
-            ),
+            &self.matmul_tiled_split,
+            (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
             MMT_SHARED_BYTES as u32,
-            &tiled_args,
+            &[
+                Arg::Ptr(m.x_split),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.partials),
+                Arg::I32(part_stride),
+                Arg::I32(m.rows as i32),
+            ],
+        )?;
+        gpu.launch(
+            &self.matmul_fold,
+            (blocks(m.rows * m.n_out, SPLIT_THREADS), 1, 1),
+            SPLIT_THREADS,
+            &[
+                Arg::Ptr(m.partials),
+                Arg::I32(part_stride),
+                Arg::I32(m.rows as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+            ],
         )
     }
 
@@ -1016,24 +1086,34 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(());
         }
+        let split_k = match kernel {
+            MatmulKernel::Auto => {
+                self.matmul_split_k
+                    && m.x_split != 0
+                    && m.partials != 0
+                    && runs_split_k(m.rows, m.n_out)
+            }
+            MatmulKernel::TiledSplitK => true,
+            _ => false,
+        };
         let tiled = match kernel {
             MatmulKernel::Auto => {
-                self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out)
+                split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled => true,
+            MatmulKernel::Tiled | MatmulKernel::TiledSplitK => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
             | MatmulKernel::Deep(_) => false,
         };
         if tiled && m.fp8.is_none() {
-            return self.matmul_tiled(gpu, m);
+            return self.matmul_tiled(gpu, m, split_k);
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
         let n_tiles = m.n_out.div_ceil(MMA_COLS);
         // N-tiles a block: 1 is the narrow kernel.
         let tiles = match kernel {
-            MatmulKernel::Auto | MatmulKernel::Tiled => {
+            MatmulKernel::Auto | MatmulKernel::Tiled | MatmulKernel::TiledSplitK => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,

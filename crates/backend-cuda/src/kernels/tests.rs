@@ -322,6 +322,8 @@ fn matmul_case(
     let xb = Buf::from_host(gpu, &x).unwrap();
     // The tiled kernel's split rows, for every run's rows (at most rows + 2).
     let xs = Buf::<u32>::zeros(gpu, (rows + 2) * super::split_row_words(depth)).unwrap();
+    // And the k split's partials.
+    let partials = Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * (rows + 2) * n_out).unwrap();
     // Room for the gathers below even when `rows` is 1.
     // NaN before every run that does not accumulate: an output a kernel leaves unwritten fails.
     let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap());
@@ -332,6 +334,7 @@ fn matmul_case(
         }
         let m = Matmul {
             x_split: xs.at(0),
+            partials: partials.at(0),
             fp8: None,
             x,
             x_stride: depth,
@@ -369,6 +372,7 @@ fn matmul_case(
         MatmulKernel::Tiles(5),
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
+        MatmulKernel::TiledSplitK,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
     ] {
@@ -1197,8 +1201,10 @@ fn attention_of_wide_heads_matches_backend_cpu() {
 
 #[test]
 fn attention_of_many_heads_matches_backend_cpu() {
-    // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128.
+    // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128; Qwen3-0.6B's
+    // 16 over 8 (the grouped kernels two heads a block).
     attention_matches_backend_cpu(KvDtype::Bf16, 64, 8, 128);
+    attention_matches_backend_cpu(KvDtype::Bf16, 16, 8, 128);
     attention_matches_backend_cpu(KvDtype::F32, 32, 8, 128);
 }
 
@@ -1704,6 +1710,10 @@ fn matmul_kernel_times() {
     let w = Buf::<u16>::zeros(&gpu, 151936 * 2048).unwrap();
     let y = Buf::<f32>::zeros(&gpu, max_rows * 19456).unwrap();
     let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(9728)).unwrap();
+    // The k split up to 256 rows of the projections (not the lm_head).
+    let split_rows_max = 256;
+    let partials =
+        Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * split_rows_max * 19456).unwrap();
     let kernels = [
         MatmulKernel::Auto,
         MatmulKernel::Narrow,
@@ -1712,6 +1722,7 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(5),
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
+        MatmulKernel::TiledSplitK,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
     ];
@@ -1719,6 +1730,7 @@ fn matmul_kernel_times() {
         for rows in rows_of(n_out) {
             let m = Matmul {
                 x_split: xs.at(0),
+                partials: partials.at(0),
                 ..packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None)
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
@@ -1726,7 +1738,11 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                if (kernel == MatmulKernel::Tiled && rows < 64) || (deep && rows > 64) {
+                let split = kernel == MatmulKernel::TiledSplitK;
+                if (kernel == MatmulKernel::Tiled && rows < 64)
+                    || (deep && rows > 64)
+                    || (split && (rows < 16 || rows > split_rows_max || n_out > 19456))
+                {
                     continue;
                 }
                 let reps = if rows >= 2048 { 5 } else { 30 };
@@ -1784,6 +1800,7 @@ fn packed_matmul(
 ) -> Matmul {
     Matmul {
         x_split: 0,
+        partials: 0,
         fp8,
         x,
         x_stride: depth,

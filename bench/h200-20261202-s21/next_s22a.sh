@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# For the next device session (written in session 21, not yet run): the two switches prepared
+# off by default — FLASHLANE_MATMUL_SPLIT_K=1 (k split by residue over blocks for 32-64-row
+# matmuls) and FLASHLANE_ATTENTION_FEW_WARPS=1 (a prompt's attention by 4 warps a block) — their
+# kernel tests (bits against the other kernels), the matmul times with the split, and A/Bs on
+# the 4B shape and the A3B slice. Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz}
+# (bench/pack_gpu_tests.sh --flashlane) with the default model moved out of the tree.
+set -u
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
+FL=/tmp/fl; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
+B=$(mktemp -d); tar -C $B -xJf bench/peers/gpu-tests.tar.xz
+timeout 150 $B/backend_cuda attention matmul --test-threads 1 > $OUT/kernel_tests.txt 2>&1
+echo "kernel tests rc=$? at $(el) s"; grep "test result\|panicked" $OUT/kernel_tests.txt
+timeout 120 $B/backend_cuda --ignored matmul_kernel_times --nocapture --test-threads 1 > $OUT/matmul_times.txt 2>&1
+echo "times rc=$? at $(el) s"
+grep -E "rows +(32|48|64):" $OUT/matmul_times.txt | grep -E "4B|A3B (lin|qkv)" | sed -E 's/Narrow.*Tiled /... Tiled /; s/Deep.*//'
+for shape in qwen3-4b qwen3-next-a3b-slice; do
+  SETTINGS="base:FLASHLANE_AB=1 splitk:FLASHLANE_MATMUL_SPLIT_K=1 few:FLASHLANE_ATTENTION_FEW_WARPS=1" \
+    ROUNDS=1 STREAMS=1,32,64 timeout 240 bench/gpu_ab.sh /tmp/ab-$shape $shape $FL > /dev/null 2>&1
+  echo "A/B $shape rc=$? at $(el) s"; cat /tmp/ab-$shape/ab.txt | tee -a $OUT/ab.txt
+done
+echo "total $(el) s"
