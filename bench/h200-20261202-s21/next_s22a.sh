@@ -13,6 +13,9 @@ FL=/tmp/fl; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
 B=$(mktemp -d); tar -C $B -xJf bench/peers/gpu-tests.tar.xz
 timeout 150 $B/backend_cuda attention matmul --test-threads 1 > $OUT/kernel_tests.txt 2>&1
 echo "kernel tests rc=$? at $(el) s"; grep "test result\|panicked" $OUT/kernel_tests.txt
+# Auto's own choice splitting k too (the gathered and row-alone runs of matmul_case).
+FLASHLANE_MATMUL_SPLIT_K=1 timeout 100 $B/backend_cuda matmul --test-threads 1 > $OUT/kernel_tests_splitk.txt 2>&1
+echo "matmul tests, split k on, rc=$? at $(el) s"; grep "test result\|panicked" $OUT/kernel_tests_splitk.txt
 timeout 120 $B/backend_cuda --ignored matmul_kernel_times --nocapture --test-threads 1 > $OUT/matmul_times.txt 2>&1
 echo "times rc=$? at $(el) s"
 grep -E "rows +(32|48|64):" $OUT/matmul_times.txt | grep -E "4B|A3B (lin|qkv)" | sed -E 's/Narrow.*Tiled /... Tiled /; s/Deep.*//'

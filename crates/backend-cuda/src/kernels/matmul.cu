@@ -601,7 +601,13 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
     const int visits =
         SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
-    matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
+    // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
+    if (!SPLIT_K || blockIdx.z == 0) {
+        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
+    } else {
+        pdl_launch_dependents();
+        pdl_wait();
+    }
 
     // This thread's pieces of every stage's copy: piece p of rows r, r + RX, r + 2·RX … of x
     // (RX = THREADS / 16) and of outputs o, o + RW, … of W (RW = THREADS / 8), the same for each

@@ -969,13 +969,13 @@ fn splits_recurrence(
         && (value_head_dim / LIN_CLUSTER * LIN_SPLIT).is_multiple_of(32)
 }
 
-/// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 /// Whether a bf16 matmul of `rows` × `n_out` splits k ([`MATMUL_SPLIT_K_ENV`] on): 32 to 64 rows
 /// that the tiles do not take.
 fn runs_split_k(rows: usize, n_out: usize) -> bool {
     (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows) && !runs_tiled(rows, n_out)
 }
 
+/// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     let row_blocks = rows.div_ceil(MMT_ROWS);
     let least = match row_blocks {
@@ -1089,6 +1089,7 @@ impl Kernels {
         let split_k = match kernel {
             MatmulKernel::Auto => {
                 self.matmul_split_k
+                    && self.matmul_tiled_auto
                     && m.x_split != 0
                     && m.partials != 0
                     && runs_split_k(m.rows, m.n_out)

@@ -1103,93 +1103,95 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             .collect()
     };
     // Rows at positions start..start+rows of one session whose cache holds start+rows rows: past
-    // 64 keys, so each of the 16 warps takes several groups of 4, the last one partly full.
-    let (start, rows) = (150, 5);
-    let kv_row = kv_heads * hd;
-    let q = random(rows * heads * hd);
-    let mut keys = random((start + rows) * kv_row);
-    let mut values = random((start + rows) * kv_row);
-    let qkv_width = heads * 2 * hd + 2 * kv_row;
-    let qkv = random(rows * qkv_width);
-    let pos: Vec<i32> = (start..start + rows).map(|p| p as i32).collect();
-    // The cache as the kernel stores it; the reference sees the stored values.
-    let stored = |v: &mut Vec<f32>| -> Buf<u8> {
-        let bytes: Vec<u8> = match kv {
-            KvDtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            KvDtype::Bf16 => {
-                v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
-                v.iter()
-                    .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
-                    .collect()
-            }
+    // 64 keys, so each of the 16 warps takes several groups of 4, the last one partly full; and
+    // a prompt's first rows, where most warps' key splits are empty.
+    for (start, rows) in [(150, 5), (0, 6)] {
+        let kv_row = kv_heads * hd;
+        let q = random(rows * heads * hd);
+        let mut keys = random((start + rows) * kv_row);
+        let mut values = random((start + rows) * kv_row);
+        let qkv_width = heads * 2 * hd + 2 * kv_row;
+        let qkv = random(rows * qkv_width);
+        let pos: Vec<i32> = (start..start + rows).map(|p| p as i32).collect();
+        // The cache as the kernel stores it; the reference sees the stored values.
+        let stored = |v: &mut Vec<f32>| -> Buf<u8> {
+            let bytes: Vec<u8> = match kv {
+                KvDtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                KvDtype::Bf16 => {
+                    v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
+                    v.iter()
+                        .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                        .collect()
+                }
+            };
+            Buf::from_host(&gpu, &bytes).unwrap()
         };
-        Buf::from_host(&gpu, &bytes).unwrap()
-    };
-    let (k_buf, v_buf) = (stored(&mut keys), stored(&mut values));
-    let mut bufs = (
-        Buf::from_host(&gpu, &q).unwrap(),
-        Buf::from_host(&gpu, &qkv).unwrap(),
-        Buf::from_host(&gpu, &pos).unwrap(),
-        Buf::<i32>::zeros(&gpu, rows).unwrap(),
-        Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
-    );
-    let a = super::AttentionRows {
-        rows,
-        pos: bufs.2.at(0),
-        kv_base: bufs.3.at(0),
-        k_cache: k_buf.at(0),
-        v_cache: v_buf.at(0),
-    };
-    let mut run = |kernel: super::AttentionKernel| {
-        bufs.4
-            .write(&gpu, &vec![f32::NAN; rows * heads * hd])
-            .unwrap();
-        k.attention_with(
-            &gpu,
-            &dims,
-            &a,
-            bufs.0.at(0),
-            bufs.1.at(0),
-            bufs.4.at(0),
-            kernel,
-        )
-        .unwrap();
-        bufs.4.read(&gpu, rows * heads * hd).unwrap()
-    };
-    let got = run(super::AttentionKernel::PerHead);
-    // A block per group of a KV head's query heads (a prompt's rows), by 16 warps or by a few
-    // that walk the 16 warps' key splits: the same bits.
-    for kernel in [
-        super::AttentionKernel::Grouped,
-        super::AttentionKernel::GroupedFewWarps,
-    ] {
-        assert!(
-            same_bits(&run(kernel), &got),
-            "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: {kernel:?} differs"
+        let (k_buf, v_buf) = (stored(&mut keys), stored(&mut values));
+        let mut bufs = (
+            Buf::from_host(&gpu, &q).unwrap(),
+            Buf::from_host(&gpu, &qkv).unwrap(),
+            Buf::from_host(&gpu, &pos).unwrap(),
+            Buf::<i32>::zeros(&gpu, rows).unwrap(),
+            Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
         );
-    }
-    let shape = AttentionShape {
-        heads,
-        kv_heads,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-    };
-    let mut want = vec![0f32; q.len()];
-    causal_attention(&q, &keys, &values, start, shape, &mut want);
-    for r in 0..rows {
-        for h in 0..heads {
-            for d in 0..hd {
-                let gate = qkv[r * qkv_width + h * 2 * hd + hd + d];
-                want[(r * heads + h) * hd + d] *= 1.0 / (1.0 + (-gate).exp());
+        let a = super::AttentionRows {
+            rows,
+            pos: bufs.2.at(0),
+            kv_base: bufs.3.at(0),
+            k_cache: k_buf.at(0),
+            v_cache: v_buf.at(0),
+        };
+        let mut run = |kernel: super::AttentionKernel| {
+            bufs.4
+                .write(&gpu, &vec![f32::NAN; rows * heads * hd])
+                .unwrap();
+            k.attention_with(
+                &gpu,
+                &dims,
+                &a,
+                bufs.0.at(0),
+                bufs.1.at(0),
+                bufs.4.at(0),
+                kernel,
+            )
+            .unwrap();
+            bufs.4.read(&gpu, rows * heads * hd).unwrap()
+        };
+        let got = run(super::AttentionKernel::PerHead);
+        // A block per group of a KV head's query heads (a prompt's rows), by 16 warps or by a few
+        // that walk the 16 warps' key splits: the same bits.
+        for kernel in [
+            super::AttentionKernel::Grouped,
+            super::AttentionKernel::GroupedFewWarps,
+        ] {
+            assert!(
+                same_bits(&run(kernel), &got),
+                "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: {kernel:?} differs"
+            );
+        }
+        let shape = AttentionShape {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let mut want = vec![0f32; q.len()];
+        causal_attention(&q, &keys, &values, start, shape, &mut want);
+        for r in 0..rows {
+            for h in 0..heads {
+                for d in 0..hd {
+                    let gate = qkv[r * qkv_width + h * 2 * hd + hd + d];
+                    want[(r * heads + h) * hd + d] *= 1.0 / (1.0 + (-gate).exp());
+                }
             }
         }
+        // Softmax sums in another order and the device's exp, as the layer tests allow.
+        let d = relative_diff(&got, &want);
+        assert!(
+            d <= 1e-4,
+            "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: relative diff {d}"
+        );
     }
-    // Softmax sums in another order and the device's exp, as the layer tests allow.
-    let d = relative_diff(&got, &want);
-    assert!(
-        d <= 1e-4,
-        "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: relative diff {d}"
-    );
 }
 
 #[test]
