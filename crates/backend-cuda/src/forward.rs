@@ -189,10 +189,13 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
-        // The k split runs on one row block at most (`runs_split_k`): outputs of any matrix
-        // but the lm_head, the widest projection's or the hidden state's.
-        let partials_floats =
-            MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * w.wide.max(w.hidden);
+        // The k split (where the kernels split k at all) runs on one row block at most
+        // (`runs_split_k`): outputs of any matrix but the lm_head, the widest projection's or
+        // the hidden state's.
+        let partials_floats = match m.kernels.splits_k() {
+            true => MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * w.wide.max(w.hidden),
+            false => 1,
+        };
         let (moe_idx, moe_pairs, moe_is, moe_rows) =
             m.config.moe.as_ref().map_or((1, 1, 1, 1), |c| {
                 let r = rows.min(MOE_CHUNK_ROWS);

@@ -1061,6 +1061,12 @@ impl Kernels {
         )
     }
 
+    /// Whether `MatmulKernel::Auto` may split k ([`MATMUL_SPLIT_K_ENV`]): the scratch then
+    /// keeps room for the partials.
+    pub fn splits_k(&self) -> bool {
+        self.matmul_split_k && self.matmul_tiled_auto
+    }
+
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
