@@ -39,13 +39,18 @@ def find(pattern):
              "nvidia-cuda-nvcc-cu12 (or point FLASHLANE_CUDA_WHEELS at where they are unpacked)")
 
 
+# The architecture the backend compiles for; `--arch sm_90a` for the wgmma probe
+# (`crates/backend-cuda/src/kernels/probe_tc.cu`).
+ARCH = "sm_90"
+
+
 def compile_ptx(nvrtc, source, name):
     prog = ctypes.c_void_p()
     rc = nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
     if rc != 0:
         sys.exit(f"{name}: nvrtcCreateProgram failed ({rc})")
     # The options of the backend's compile: only the architecture.
-    opts = [b"--gpu-architecture=sm_90"]
+    opts = [f"--gpu-architecture={ARCH}".encode()]
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
@@ -104,9 +109,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sources", nargs="+", help="kernel sources written by write_kernel_sources")
     ap.add_argument("--kernel", default="", help="report only kernels whose name contains this")
+    ap.add_argument("--arch", default="sm_90", help="the architecture (sm_90a for the wgmma probe)")
     ap.add_argument("--compare", metavar="OLD_DIR",
                     help="compare each kernel's PTX with the same-named source in OLD_DIR instead")
     args = ap.parse_args()
+    globals()["ARCH"] = args.arch
     lib = find("cuda_nvrtc/lib/libnvrtc.so.*[0-9]")
     nvrtc = ctypes.CDLL(lib)
     if args.compare:
@@ -120,7 +127,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             ptx_path = os.path.join(tmp, "k.ptx")
             open(ptx_path, "w").write(ptx)
-            run = subprocess.run([ptxas, "-arch=sm_90", "-v", ptx_path, "-o", os.path.join(tmp, "k.cubin")],
+            run = subprocess.run([ptxas, f"-arch={ARCH}", "-v", ptx_path, "-o", os.path.join(tmp, "k.cubin")],
                                  capture_output=True, text=True)
         if run.returncode != 0:
             print(run.stderr)

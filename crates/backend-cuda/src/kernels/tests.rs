@@ -8,7 +8,7 @@ use super::{
     lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
     MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
-use crate::device::{Buf, Gpu};
+use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
 use backend_cpu::kernels::matmul::matmul;
@@ -1994,4 +1994,107 @@ fn kernel_define_times() {
         }
         println!("{line}");
     }
+}
+
+/// Not a test: what a warpgroup (wgmma) matmul would have to respect to keep `matmul.cu`'s chain
+/// (`--ignored tensor_core_numerics_probe --nocapture` on the GPU; `probe_tc.cu`, compiled alone
+/// for sm_90a). On random bf16 products of mixed magnitudes added to f32 accumulators, it counts
+/// the outputs where one wgmma m64n8k16 and four mma.sync m16n8k16 over the same k-slots differ
+/// in any bit, and where an mma.sync with its 16 products in other k-slots differs from the
+/// natural order; and checks each against an f64 sum (a layout mistake in the probe would show
+/// as large errors there, a difference of arithmetic as a last-bit one).
+#[test]
+#[ignore]
+fn tensor_core_numerics_probe() {
+    use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    let Some(gpu) = open_gpu() else { return };
+    let opts = CompileOptions {
+        arch: Some("sm_90a"),
+        ..Default::default()
+    };
+    let ptx = compile_ptx_with_opts(include_str!("probe_tc.cu"), opts).expect("the probe compiles");
+    let module = gpu.ctx.load_module(ptx).expect("the probe loads");
+    let f = module.load_function("tc_probe").expect("tc_probe");
+    let mut rng = Rng::fresh();
+    println!("seed {}", rng.0);
+    // bf16 of mixed magnitudes: 2^(-8 … 8) × [1, 2), either sign.
+    let value = |rng: &mut Rng| {
+        let m = 1.0 + rng.below(1 << 16) as f32 / (1 << 16) as f32;
+        let e = rng.below(17) as i32 - 8;
+        let s = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+        bf16::from_f32(s * m * 2f32.powi(e))
+    };
+    let perms: [[i32; 16]; 3] = [
+        // The halves swapped; each half reversed; the chain's order of `mma_tile` (slot 2t + j ←
+        // 4t + j, slot 8 + 2t + j ← 4t + 2 + j, over one step's 16 elements).
+        [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7],
+        [7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8],
+        [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15],
+    ];
+    let (mut outputs, mut wgmma_diff, mut worst_wgmma, mut worst_mma) =
+        (0usize, 0usize, 0f64, 0f64);
+    let mut perm_diff = [0usize; 3];
+    for trial in 0..60 {
+        let a: Vec<bf16> = (0..64 * 16).map(|_| value(&mut rng)).collect();
+        let w: Vec<bf16> = (0..8 * 16).map(|_| value(&mut rng)).collect();
+        let c: Vec<f32> = (0..64 * 8)
+            .map(|_| value(&mut rng).to_f32() * if rng.below(4) == 0 { 64.0 } else { 1.0 })
+            .collect();
+        let perm = &perms[trial % perms.len()];
+        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        let (ab, wb) = (
+            Buf::from_host(&gpu, &bits(&a)).unwrap(),
+            Buf::from_host(&gpu, &bits(&w)).unwrap(),
+        );
+        let (cb, pb) = (
+            Buf::from_host(&gpu, &c).unwrap(),
+            Buf::from_host(&gpu, &perm[..]).unwrap(),
+        );
+        let outs: Vec<Buf<f32>> = (0..3).map(|_| Buf::zeros(&gpu, 64 * 8).unwrap()).collect();
+        gpu.sync().unwrap();
+        gpu.launch(
+            &f,
+            (1, 1, 1),
+            128,
+            &[
+                Arg::Ptr(ab.at(0)),
+                Arg::Ptr(wb.at(0)),
+                Arg::Ptr(cb.at(0)),
+                Arg::Ptr(pb.at(0)),
+                Arg::Ptr(outs[0].at(0)),
+                Arg::Ptr(outs[1].at(0)),
+                Arg::Ptr(outs[2].at(0)),
+            ],
+        )
+        .unwrap();
+        gpu.sync().unwrap();
+        let [mma, permuted, wgmma] = [0, 1, 2].map(|i| outs[i].read(&gpu, 64 * 8).unwrap());
+        for r in 0..64 {
+            for n in 0..8 {
+                let i = r * 8 + n;
+                let exact: f64 = c[i] as f64
+                    + (0..16)
+                        .map(|k| a[r * 16 + k].to_f64() * w[n * 16 + k].to_f64())
+                        .sum::<f64>();
+                let err = |v: f32| (v as f64 - exact).abs() / exact.abs().max(1e-30);
+                worst_mma = worst_mma.max(err(mma[i]));
+                worst_wgmma = worst_wgmma.max(err(wgmma[i]));
+                outputs += 1;
+                wgmma_diff += usize::from(wgmma[i].to_bits() != mma[i].to_bits());
+                perm_diff[trial % perms.len()] +=
+                    usize::from(permuted[i].to_bits() != mma[i].to_bits());
+            }
+        }
+    }
+    println!(
+        "{outputs} outputs: wgmma differs from mma.sync in {wgmma_diff}; mma.sync with slots \
+         permuted differs from the natural order in {} / {} / {} (halves swapped / reversed / the \
+         chain's order, a third of the outputs each); worst relative error against f64: mma.sync \
+         {worst_mma:.2e}, wgmma {worst_wgmma:.2e}",
+        perm_diff[0], perm_diff[1], perm_diff[2]
+    );
+    assert!(
+        worst_wgmma < 1e-3,
+        "the wgmma probe's layout is wrong (its sums are not A·B + C)"
+    );
 }
