@@ -1473,6 +1473,17 @@ pub enum AttentionKernel {
     GroupedFewWarps,
 }
 
+/// The attention kernel for a call of `rows` rows: a block per head for a decode round, per
+/// group of a KV head's query heads for a prompt's many rows (by 4 warps with `few_warps`,
+/// [`ATTENTION_FEW_WARPS_ENV`]).
+fn attention_kernel(rows: usize, few_warps: bool) -> AttentionKernel {
+    match (rows >= ATT_GROUPED_MIN_ROWS, few_warps) {
+        (false, _) => AttentionKernel::PerHead,
+        (true, false) => AttentionKernel::Grouped,
+        (true, true) => AttentionKernel::GroupedFewWarps,
+    }
+}
+
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
@@ -1536,11 +1547,7 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
-        let kernel = match (a.rows >= ATT_GROUPED_MIN_ROWS, self.attention_few_warps) {
-            (false, _) => AttentionKernel::PerHead,
-            (true, false) => AttentionKernel::Grouped,
-            (true, true) => AttentionKernel::GroupedFewWarps,
-        };
+        let kernel = attention_kernel(a.rows, self.attention_few_warps);
         self.attention_with(gpu, dims, a, q, qkv, out, kernel)
     }
 

@@ -521,6 +521,20 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
     assert_eq!(attention_group(8, 8, 64), 1);
 }
 
+/// `attention_kernel` (no device needed): a block per head under 128 rows (a decode round, a
+/// short prompt), by groups of heads from 128 (a prompt), by few warps only when asked.
+#[test]
+fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
+    use super::{attention_kernel, AttentionKernel};
+    assert_eq!(attention_kernel(1, false), AttentionKernel::PerHead);
+    assert_eq!(attention_kernel(127, true), AttentionKernel::PerHead);
+    assert_eq!(attention_kernel(128, false), AttentionKernel::Grouped);
+    assert_eq!(
+        attention_kernel(8192, true),
+        AttentionKernel::GroupedFewWarps
+    );
+}
+
 /// `runs_tiled` (no device needed): the tiled kernel where session 21's measurements found it
 /// faster, end to end where they differed from the kernel's own timings, the 16-row kernels
 /// elsewhere.
