@@ -90,7 +90,7 @@ const MMT_THREADS: u32 = 256;
 /// against 39); from ~80 blocks the tiles, which read a weight once per 64 rows and x once per
 /// 128 outputs, won in those timings (Qwen3-4B's q/k/v at 128 rows, 96 blocks: 39 against 55
 /// µs). Those timings launch one kernel after another, each overlapping the last one's tail
-/// (programmatic dependent launch), which flatters a grid of a wave and a little: end to end,
+/// (programmatic dependent launch), which likely flatters a grid of a wave and a little: end to end,
 /// Qwen3-4B's gate/up tiled at 64 rows (152 blocks, 68 against 91 µs alone) made a 64-stream
 /// decode 5 % slower. So one row block (up to 64 rows) runs tiled only with many waves of
 /// blocks — an lm_head (1,187 blocks at 64 rows: 286 against 485 µs; the A3B slice's 64-stream
