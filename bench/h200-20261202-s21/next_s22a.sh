@@ -4,7 +4,8 @@
 # off by default — FLASHLANE_MATMUL_SPLIT_K=1 (k split by residue over blocks for 32-64-row
 # matmuls) and FLASHLANE_ATTENTION_FEW_WARPS=1 (a prompt's attention by 4 warps a block) — their
 # kernel tests (bits against the other kernels), the matmul times with the split, and A/Bs on
-# the 4B shape and the A3B slice. Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz}
+# the 4B shape and the A3B slice; then the one-stream attention kernel's time before and after
+# session 21 (carry bench/peers/flashlane_old.xz, a d317402 build, for that). Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz}
 # (bench/pack_gpu_tests.sh --flashlane) with the default model moved out of the tree.
 set -u
 T0=$(date +%s)
@@ -36,4 +37,14 @@ for shape in qwen3-4b qwen3-next-a3b-slice; do
     ROUNDS=1 STREAMS=1,32,64 timeout 240 bench/gpu_ab.sh /tmp/ab-$shape $shape $FL > /dev/null 2>&1
   echo "A/B $shape rc=$? at $(el) s"; cat /tmp/ab-$shape/ab.txt | tee -a $OUT/ab.txt
 done
+# The A3B slice's one stream lost 1-2 % with the grouped attention code (session 21): the
+# per-head kernel's time before (d317402, bench/peers/flashlane_old.xz if carried) and now.
+if [ -f bench/peers/flashlane_old.xz ]; then
+  OLD=/tmp/fl_old; xz -dc bench/peers/flashlane_old.xz > $OLD; chmod +x $OLD
+  for which in old new; do
+    BIN=$FL; [ $which = old ] && BIN=$OLD
+    NEW_TOKENS=12 RUN_TIMEOUT=60 timeout 70 bench/gpu_profile.sh /tmp/p-$which qwen3-next-a3b-slice $BIN 1 \
+      2>&1 | grep -E "per decode step|attention" | sed "s/^/$which: /" | tee -a $OUT/attention_1stream.txt
+  done
+fi
 echo "total $(el) s"
