@@ -226,44 +226,24 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     }
 }
 
+// The kernels: NAME computes G heads of one KV head a block (blockIdx.y their group) by PW warps.
+#define ATTENTION_KERNEL(NAME, G, PW)                                                                    \
+    extern "C" __global__ void __launch_bounds__(PW * WARP)                                              \
+    NAME(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,  \
+         const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,                             \
+         const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {                   \
+        pdl_start();                                                                                     \
+        __shared__ float m_s[ATT_WARPS][G], l_s[ATT_WARPS][G];                                           \
+        __shared__ float acc_s[ATT_WARPS][G][ATT_HD];                                                    \
+        attention_heads<G, PW>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y * G, \
+                               m_s, l_s, acc_s);                                                         \
+    }
 // A block per (row, head).
-extern "C" __global__ void __launch_bounds__(ATT_THREADS)
-attention_gated(const float* __restrict__ q, const float* __restrict__ qkv,
-                const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
-                const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
-                float* __restrict__ out) {
-    pdl_start();
-    __shared__ float m_s[ATT_WARPS][1], l_s[ATT_WARPS][1];
-    __shared__ float acc_s[ATT_WARPS][1][ATT_HD];
-    attention_heads<1, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y, m_s, l_s,
-                                  acc_s);
-}
-
+ATTENTION_KERNEL(attention_gated, 1, ATT_WARPS)
 // A block per (row, ATT_GROUP heads of one KV head).
-extern "C" __global__ void __launch_bounds__(ATT_THREADS)
-attention_grouped(const float* __restrict__ q, const float* __restrict__ qkv,
-                  const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
-                  const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
-                  float* __restrict__ out) {
-    pdl_start();
-    __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
-    __shared__ float acc_s[ATT_WARPS][ATT_GROUP][ATT_HD];
-    attention_heads<ATT_GROUP, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
-                                          blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
-}
-
+ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS)
 // `attention_grouped` by ATT_FEW_WARPS warps, each walking several of ATT_WARPS' key splits: a
 // prompt's short rows leave most of the 16 warps without keys (a row at position 40 has 11 groups
 // of 4), and a block of fewer warps leaves the multiprocessor's warp slots to more rows. The
 // same chain, the same bits.
-extern "C" __global__ void __launch_bounds__(ATT_FEW_WARPS * WARP)
-attention_grouped_few(const float* __restrict__ q, const float* __restrict__ qkv,
-                      const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
-                      const int* __restrict__ pos_arr, const int* __restrict__ kv_base_arr, float scale,
-                      float* __restrict__ out) {
-    pdl_start();
-    __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
-    __shared__ float acc_s[ATT_WARPS][ATT_GROUP][ATT_HD];
-    attention_heads<ATT_GROUP, ATT_FEW_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,
-                                              blockIdx.y * ATT_GROUP, m_s, l_s, acc_s);
-}
+ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS)

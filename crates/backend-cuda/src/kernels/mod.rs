@@ -699,17 +699,17 @@ impl Kernels {
             .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
         let module = gpu.ctx.load_module(ptx)?;
         let f = |name: &str| module.load_function(name);
-        let matmul_tiled = f("matmul_bf16_tiled")?;
-        // Over the 48 KiB a block gets without asking.
-        matmul_tiled.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            MMT_SHARED_BYTES as i32,
-        )?;
-        let matmul_tiled_split = f("matmul_bf16_tiled_split")?;
-        matmul_tiled_split.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            MMT_SHARED_BYTES as i32,
-        )?;
+        // The tiles' stages: over the 48 KiB a block gets without asking.
+        let tiles = |name: &str| -> Result<CudaFunction, CudaError> {
+            let function = f(name)?;
+            function.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                MMT_SHARED_BYTES as i32,
+            )?;
+            Ok(function)
+        };
+        let matmul_tiled = tiles("matmul_bf16_tiled")?;
+        let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -993,13 +993,10 @@ impl Kernels {
             m.x_split != 0,
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
         );
-        // The 16-row kernels' arguments from W on, after the split rows.
         assert!(
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        let mut tiled_args = [Arg::Ptr(m.x_split); 8];
-        tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
         let hi_words = split_row_words(m.k) / 2;
         gpu.launch(
             &self.split_rows,
@@ -1021,6 +1018,9 @@ impl Kernels {
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
+            // The 16-row kernels' arguments from W on, after the split rows.
+            let mut tiled_args = [Arg::Ptr(m.x_split); 8];
+            tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
             return gpu.launch_with_shared(
                 &self.matmul_tiled,
                 (row_blocks, out_blocks, 1),
@@ -1094,8 +1094,7 @@ impl Kernels {
         }
         let split_k = match kernel {
             MatmulKernel::Auto => {
-                self.matmul_split_k
-                    && self.matmul_tiled_auto
+                self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
                     && runs_split_k(m.rows, m.n_out)
@@ -1564,13 +1563,13 @@ impl Kernels {
         kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
         let scale = 1.0 / (dims.head_dim as f32).sqrt();
-        let group = attention_group(dims.heads, dims.kv_heads, dims.head_dim);
+        let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
         let (f, head_blocks, threads) = match kernel {
             AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),
-            AttentionKernel::Grouped => (&self.attention_grouped, dims.heads / group, ATT_THREADS),
+            AttentionKernel::Grouped => (&self.attention_grouped, groups, ATT_THREADS),
             AttentionKernel::GroupedFewWarps => (
                 &self.attention_grouped_few,
-                dims.heads / group,
+                groups,
                 (ATT_FEW_WARPS * 32) as u32,
             ),
         };
