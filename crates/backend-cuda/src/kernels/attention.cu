@@ -165,6 +165,22 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
             for (int g = 0; g < ATT_KEY_GROUP; g++) {
                 if (p0 + g > pos) break;
                 const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+                // One head loads each V element where it adds it (the code the per-head kernel
+                // always had; loaded ahead of the softmax's exps, the A3B slice's one-stream
+                // decode ran 1-2 % slower, bench/RESULTS.md session 21); a group loads them
+                // once for its heads. The same operations either way.
+                if (G == 1) {
+                    const float m_new = fmaxf(m[0], s[g][0]);
+                    const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
+                    l[0] = l[0] * c + e;
+#pragma unroll
+                    for (int j = 0; j < ATT_DPL; j++) {
+                        const int d = lane + WARP * j;
+                        if (d < ATT_HD) acc[0][j] = acc[0][j] * c + e * kv_load(vp[d]);
+                    }
+                    m[0] = m_new;
+                    continue;
+                }
                 float vd[ATT_DPL];
 #pragma unroll
                 for (int j = 0; j < ATT_DPL; j++) {
@@ -209,7 +225,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     }
     __syncthreads();
     for (int x = threadIdx.x; x < G * ATT_HD; x += PW * WARP) {
-        const int i = x / ATT_HD, d = x % ATT_HD, h = h0 + i;
+        const int i = G == 1 ? 0 : x / ATT_HD, d = G == 1 ? x : x % ATT_HD, h = h0 + i;
         float big = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
         float f[ATT_WARPS];
