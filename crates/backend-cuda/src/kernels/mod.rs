@@ -110,15 +110,22 @@ const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 /// `FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=N` moves that bound (for A/B runs of one binary: the bits
 /// do not change); 63 gives the rule before session 14. A value that is not a number leaves 64.
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
-/// `FLASHLANE_MATMUL_SPLIT_K=1` runs a bf16 matmul of 32–64 rows that the tiles do not take
-/// (a decode round of that many streams) by `matmul_bf16_tiled_split` and its fold (the same
-/// bits): written in session 21 and not yet measured, so off by default until an A/B on the GPU
-/// says whether it beats the 16-row kernels there (Qwen3-4B's gate/up at 64 rows: 91 µs, ~1.1
-/// TB/s, each of 4 row-tile blocks reading the weights and its rows of x from L2).
+/// A bf16 matmul of 48–64 rows that the tiles do not take (a decode round of that many streams)
+/// runs `matmul_bf16_tiled_split` and its fold (the same bits): each weight read once, by 8
+/// times the tiles' blocks with an eighth of the chain each. Measured on the H200 (session 22,
+/// `matmul_kernel_times` and `bench/gpu_ab.sh`): the Qwen3-4B shape's 64-stream decode 6,024 →
+/// 6,561 tok/s; at 32 rows it lost (32 streams 4,509 → 4,386; gate/up 52.6 → 61.0 µs).
+/// `FLASHLANE_MATMUL_SPLIT_K=0` keeps those matmuls on the 16-row kernels (A/B runs of one
+/// binary: the bits do not change).
 pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
-/// Rows from which [`MATMUL_SPLIT_K_ENV`] splits k, and to which (one row block).
-const MATMUL_SPLIT_K_MIN_ROWS: usize = 32;
+/// Rows from which the k split runs, and to which (one row block).
+const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
+/// Blocks of the split (output tiles × residues) from which it runs: a matrix of few outputs
+/// splits into a wave and a little (Qwen3-4B's o projection, 2,560 outputs: 160 blocks, 24.7
+/// µs at 64 rows against 21.2 on the 16-row kernels); q/k/v (384 blocks) and gate/up (1,216)
+/// gained.
+const MATMUL_SPLIT_K_MIN_BLOCKS: usize = 256;
 /// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 
@@ -266,9 +273,13 @@ const ATT_GROUPED_MIN_ROWS: usize = 128;
 /// Warps of `attention_grouped_few`, each walking ATT_THREADS / 32 / ATT_FEW_WARPS of the
 /// per-head kernel's key splits one after the other (the same chain).
 const ATT_FEW_WARPS: usize = 4;
-/// `FLASHLANE_ATTENTION_FEW_WARPS=1` runs a prompt's attention by `attention_grouped_few`
-/// instead of `attention_grouped` (the same bits; written in session 21 and not yet measured,
-/// so off by default until an A/B on the GPU says which is faster).
+/// Head dims to which a prompt's attention runs `attention_grouped_few` (the same bits): with
+/// heads of 128 (Qwen3-4B's shape) its prefill of 32 × 128 and 64 × 128 rose 7–8 % (16,304 →
+/// 17,439 and 15,438 → 16,619 tok/s); with heads of 256 (the A3B slice, two heads a group) a
+/// 128-token prompt fell 5 % (13,906 → 13,230) and 64 × 128 1.5 % (session 22, bench/RESULTS.md).
+const ATT_FEW_WARPS_MAX_HEAD_DIM: usize = 128;
+/// `FLASHLANE_ATTENTION_FEW_WARPS=0` keeps a prompt's attention on `attention_grouped`, `=1`
+/// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 
 /// Heads of a block of `attention_grouped` for `heads` query heads over `kv_heads` of
@@ -610,7 +621,8 @@ pub struct Kernels {
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
-    /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`MATMUL_SPLIT_K_ENV`]).
+    /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] (unless [`MATMUL_SPLIT_K_ENV`]
+    /// is 0).
     matmul_split_k: bool,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
@@ -625,8 +637,9 @@ pub struct Kernels {
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
-    /// Whether a prompt's attention runs `attention_grouped_few` ([`ATTENTION_FEW_WARPS_ENV`]).
-    attention_few_warps: bool,
+    /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
+    /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim.
+    attention_few_warps: Option<bool>,
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
@@ -736,7 +749,7 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
-            matmul_split_k: std::env::var(MATMUL_SPLIT_K_ENV).is_ok_and(|v| v == "1"),
+            matmul_split_k: std::env::var(MATMUL_SPLIT_K_ENV).map_or(true, |v| v != "0"),
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .ok()
@@ -751,7 +764,11 @@ impl Kernels {
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
-            attention_few_warps: std::env::var(ATTENTION_FEW_WARPS_ENV).is_ok_and(|v| v == "1"),
+            attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
+                Ok("0") => Some(false),
+                Ok("1") => Some(true),
+                _ => None,
+            },
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
@@ -969,10 +986,12 @@ fn splits_recurrence(
         && (value_head_dim / LIN_CLUSTER * LIN_SPLIT).is_multiple_of(32)
 }
 
-/// Whether a bf16 matmul of `rows` × `n_out` splits k ([`MATMUL_SPLIT_K_ENV`] on): 32 to 64 rows
-/// that the tiles do not take.
+/// Whether a bf16 matmul of `rows` × `n_out` splits k (unless [`MATMUL_SPLIT_K_ENV`] is 0): 48
+/// to 64 rows that the tiles do not take, of outputs enough for [`MATMUL_SPLIT_K_MIN_BLOCKS`].
 fn runs_split_k(rows: usize, n_out: usize) -> bool {
-    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows) && !runs_tiled(rows, n_out)
+    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows)
+        && n_out.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_BLOCKS
+        && !runs_tiled(rows, n_out)
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
@@ -1061,7 +1080,7 @@ impl Kernels {
         )
     }
 
-    /// Whether `MatmulKernel::Auto` may split k ([`MATMUL_SPLIT_K_ENV`]): the scratch then
+    /// Whether `MatmulKernel::Auto` may split k (unless [`MATMUL_SPLIT_K_ENV`] is 0): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
         self.matmul_split_k && self.matmul_tiled_auto
@@ -1472,11 +1491,13 @@ pub enum AttentionKernel {
     GroupedFewWarps,
 }
 
-/// The attention kernel for a call of `rows` rows: a block per head for a decode round, per
-/// group of a KV head's query heads for a prompt's many rows (by 4 warps with `few_warps`,
-/// [`ATTENTION_FEW_WARPS_ENV`]).
-fn attention_kernel(rows: usize, few_warps: bool) -> AttentionKernel {
-    match (rows >= ATT_GROUPED_MIN_ROWS, few_warps) {
+/// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for a
+/// decode round, per group of a KV head's query heads for a prompt's many rows, by 4 warps where
+/// the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`],
+/// forces that choice).
+fn attention_kernel(rows: usize, head_dim: usize, few_warps: Option<bool>) -> AttentionKernel {
+    let few = few_warps.unwrap_or(head_dim <= ATT_FEW_WARPS_MAX_HEAD_DIM);
+    match (rows >= ATT_GROUPED_MIN_ROWS, few) {
         (false, _) => AttentionKernel::PerHead,
         (true, false) => AttentionKernel::Grouped,
         (true, true) => AttentionKernel::GroupedFewWarps,
@@ -1546,7 +1567,7 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
-        let kernel = attention_kernel(a.rows, self.attention_few_warps);
+        let kernel = attention_kernel(a.rows, dims.head_dim, self.attention_few_warps);
         self.attention_with(gpu, dims, a, q, qkv, out, kernel)
     }
 

@@ -522,17 +522,50 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
 }
 
 /// `attention_kernel` (no device needed): a block per head under 128 rows (a decode round, a
-/// short prompt), by groups of heads from 128 (a prompt), by few warps only when asked.
+/// short prompt), by groups of heads from 128 (a prompt), by few warps for heads of at most 128
+/// (Qwen3's dense shapes) unless the setting forces a choice.
 #[test]
 fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
     use super::{attention_kernel, AttentionKernel};
-    assert_eq!(attention_kernel(1, false), AttentionKernel::PerHead);
-    assert_eq!(attention_kernel(127, true), AttentionKernel::PerHead);
-    assert_eq!(attention_kernel(128, false), AttentionKernel::Grouped);
+    assert_eq!(attention_kernel(1, 128, None), AttentionKernel::PerHead);
     assert_eq!(
-        attention_kernel(8192, true),
+        attention_kernel(127, 128, Some(true)),
+        AttentionKernel::PerHead
+    );
+    assert_eq!(
+        attention_kernel(128, 128, None),
         AttentionKernel::GroupedFewWarps
     );
+    assert_eq!(attention_kernel(128, 256, None), AttentionKernel::Grouped);
+    assert_eq!(
+        attention_kernel(128, 128, Some(false)),
+        AttentionKernel::Grouped
+    );
+    assert_eq!(
+        attention_kernel(8192, 256, Some(true)),
+        AttentionKernel::GroupedFewWarps
+    );
+}
+
+/// `runs_split_k` (no device needed): k split for 48–64 rows of matrices wide enough (Qwen3-4B's
+/// gate/up 19,456 and q/k/v 6,144 outputs), not for its o and down (2,560: a wave and a little),
+/// not at 32 rows (slower there), nor where the tiles run (an lm_head).
+#[test]
+fn the_k_split_runs_where_it_was_measured_faster() {
+    use super::runs_split_k;
+    for (rows, n_out, split) in [
+        (32, 19456, false),
+        (47, 19456, false),
+        (48, 19456, true),
+        (64, 19456, true),
+        (65, 19456, false),
+        (64, 6144, true),
+        (64, 4096, true),
+        (64, 2560, false),
+        (64, 151936, false),
+    ] {
+        assert_eq!(runs_split_k(rows, n_out), split, "{rows} rows × {n_out}");
+    }
 }
 
 /// `runs_tiled` (no device needed): the tiled kernel where session 21's measurements found it
