@@ -112,20 +112,18 @@ const MATMUL_NARROW_MAX_BLOCKS: usize = 64;
 pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOCKS";
 /// A bf16 matmul of 48–64 rows that the tiles do not take (a decode round of that many streams)
 /// runs `matmul_bf16_tiled_split` and its fold (the same bits): each weight read once, by 8
-/// times the tiles' blocks with an eighth of the chain each. Measured on the H200 (session 22,
-/// `matmul_kernel_times` and `bench/gpu_ab.sh`): the Qwen3-4B shape's 64-stream decode 6,024 →
-/// 6,561 tok/s; at 32 rows it lost (32 streams 4,509 → 4,386; gate/up 52.6 → 61.0 µs).
-/// `FLASHLANE_MATMUL_SPLIT_K=0` keeps those matmuls on the 16-row kernels (A/B runs of one
-/// binary: the bits do not change).
+/// times the tiles' blocks with an eighth of the chain each, in models where
+/// [`model_splits_k`]. `FLASHLANE_MATMUL_SPLIT_K=0` keeps every such matmul on the 16-row
+/// kernels, `=1` splits them in any model (A/B runs of one binary: the bits do not change).
 pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
-/// Rows from which the k split runs, and to which (one row block).
+/// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
+/// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
-/// Blocks of the split (output tiles × residues) from which it runs: a matrix of few outputs
-/// splits into a wave and a little (Qwen3-4B's o projection, 2,560 outputs: 160 blocks, 24.7
-/// µs at 64 rows against 21.2 on the 16-row kernels); q/k/v (384 blocks) and gate/up (1,216)
-/// gained.
-const MATMUL_SPLIT_K_MIN_BLOCKS: usize = 256;
+/// Split blocks (output tiles × residues) that a dense model's narrowest matrices (its o and
+/// down projections, `hidden` outputs) need for its matmuls to split: Qwen3-4B's 2,560 outputs
+/// make 160.
+const MATMUL_SPLIT_K_MIN_LAYER_BLOCKS: usize = 160;
 /// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 
@@ -621,8 +619,8 @@ pub struct Kernels {
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
-    /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] (unless [`MATMUL_SPLIT_K_ENV`]
-    /// is 0).
+    /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
+    /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
@@ -749,7 +747,11 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
-            matmul_split_k: std::env::var(MATMUL_SPLIT_K_ENV).map_or(true, |v| v != "0"),
+            matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
+                Ok("0") => false,
+                Ok("1") => true,
+                _ => model_splits_k(dims),
+            },
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .ok()
@@ -986,12 +988,24 @@ fn splits_recurrence(
         && (value_head_dim / LIN_CLUSTER * LIN_SPLIT).is_multiple_of(32)
 }
 
-/// Whether a bf16 matmul of `rows` × `n_out` splits k (unless [`MATMUL_SPLIT_K_ENV`] is 0): 48
-/// to 64 rows that the tiles do not take, of outputs enough for [`MATMUL_SPLIT_K_MIN_BLOCKS`].
+/// Whether a model's matmuls split k where [`runs_split_k`]: a dense model (no experts, no
+/// DeltaNet) whose every layer matrix splits into [`MATMUL_SPLIT_K_MIN_LAYER_BLOCKS`] blocks or
+/// more. Measured on the H200 (session 22, bench/RESULTS.md), 64 streams: with all of a layer's
+/// matrices split the Qwen3-4B shape decoded 9 % faster (6,024 → 6,561 tok/s) and Qwen3-8B 26 %
+/// (3,879 → 4,897); with q/k/v and gate/up split but o and down on the 16-row kernels (a rule
+/// by each matrix's own timing) 4B lost 11 %, Qwen3-0.6B 9 % and the A3B slice (whose experts
+/// never split) 5 %. Whether all split pays where the narrow matrices make few blocks (0.6B's
+/// 1,024 outputs: 64) or beside the experts is not measured: those stay unsplit.
+fn model_splits_k(dims: &Dims) -> bool {
+    dims.moe.is_none()
+        && dims.linear.is_none()
+        && dims.hidden.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_LAYER_BLOCKS
+}
+
+/// Whether a bf16 matmul of `rows` × `n_out` splits k (in a model that does): 48 to 64 rows that
+/// the tiles do not take.
 fn runs_split_k(rows: usize, n_out: usize) -> bool {
-    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows)
-        && n_out.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_BLOCKS
-        && !runs_tiled(rows, n_out)
+    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows) && !runs_tiled(rows, n_out)
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
@@ -1080,7 +1094,7 @@ impl Kernels {
         )
     }
 
-    /// Whether `MatmulKernel::Auto` may split k (unless [`MATMUL_SPLIT_K_ENV`] is 0): the scratch then
+    /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
         self.matmul_split_k && self.matmul_tiled_auto

@@ -547,11 +547,10 @@ fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
     );
 }
 
-/// `runs_split_k` (no device needed): k split for 48–64 rows of matrices wide enough (Qwen3-4B's
-/// gate/up 19,456 and q/k/v 6,144 outputs), not for its o and down (2,560: a wave and a little),
-/// not at 32 rows (slower there), nor where the tiles run (an lm_head).
+/// `runs_split_k` (no device needed): k split for 48–64 rows, not at 32 (slower there), nor where
+/// the tiles run (an lm_head).
 #[test]
-fn the_k_split_runs_where_it_was_measured_faster() {
+fn the_k_split_runs_for_48_to_64_rows_off_the_tiles() {
     use super::runs_split_k;
     for (rows, n_out, split) in [
         (32, 19456, false),
@@ -559,13 +558,37 @@ fn the_k_split_runs_where_it_was_measured_faster() {
         (48, 19456, true),
         (64, 19456, true),
         (65, 19456, false),
-        (64, 6144, true),
-        (64, 4096, true),
-        (64, 2560, false),
+        (64, 2560, true),
+        (64, 1024, true),
         (64, 151936, false),
     ] {
         assert_eq!(runs_split_k(rows, n_out), split, "{rows} rows × {n_out}");
     }
+}
+
+/// `model_splits_k` (no device needed) on the real shapes' configs: the dense models whose
+/// narrowest matrices split into 160 blocks or more (Qwen3-4B, -8B, -32B: measured or their
+/// kind), not Qwen3-0.6B (64 blocks) nor the hybrid models (experts never split).
+#[test]
+fn models_split_k_as_measured() {
+    use super::model_splits_k;
+    let shapes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes");
+    for (shape, split) in [
+        ("qwen3-0.6b", false),
+        ("qwen3-4b", true),
+        ("qwen3-8b", true),
+        ("qwen3-32b", true),
+        ("qwen3-next-a3b-slice", false),
+        ("qwen3-next-80b-a3b", false),
+    ] {
+        let config = Config::from_dir(&shapes.join(shape)).expect("config");
+        let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+        assert_eq!(model_splits_k(&dims), split, "{shape}");
+    }
+    assert!(
+        !model_splits_k(&tiny_dims().1),
+        "the default model is hybrid"
+    );
 }
 
 /// `runs_tiled` (no device needed): the tiled kernel where session 21's measurements found it
