@@ -276,6 +276,12 @@ const ATT_FEW_WARPS: usize = 4;
 /// 17,439 and 15,438 → 16,619 tok/s); with heads of 256 (the A3B slice, two heads a group) a
 /// 128-token prompt fell 5 % (13,906 → 13,230) and 64 × 128 1.5 % (session 22, bench/RESULTS.md).
 const ATT_FEW_WARPS_MAX_HEAD_DIM: usize = 128;
+/// Rows from which a prompt's attention runs `attention_grouped_few` by default: at 128 rows (one
+/// 128-token prompt) it measured the same or a little slower (Qwen3-0.6B 36,993 → 36,451 tok/s,
+/// Qwen3-4B 7,519 → 7,556, Qwen3-8B 4,638 → 4,627; session 22), its fewer warps a block then
+/// filling a quarter of the GPU's warp slots; from 4,096 rows it gained 4–25 %. A decode round
+/// of 128–511 streams (long rows, few of them) keeps the 16 warps, as measured before.
+const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// `FLASHLANE_ATTENTION_FEW_WARPS=0` keeps a prompt's attention on `attention_grouped`, `=1`
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
@@ -1507,10 +1513,11 @@ pub enum AttentionKernel {
 
 /// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for a
 /// decode round, per group of a KV head's query heads for a prompt's many rows, by 4 warps where
-/// the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`],
-/// forces that choice).
+/// the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] and the rows [`ATT_FEW_WARPS_MIN_ROWS`]
+/// or more (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`], forces that choice).
 fn attention_kernel(rows: usize, head_dim: usize, few_warps: Option<bool>) -> AttentionKernel {
-    let few = few_warps.unwrap_or(head_dim <= ATT_FEW_WARPS_MAX_HEAD_DIM);
+    let few = few_warps
+        .unwrap_or(head_dim <= ATT_FEW_WARPS_MAX_HEAD_DIM && rows >= ATT_FEW_WARPS_MIN_ROWS);
     match (rows >= ATT_GROUPED_MIN_ROWS, few) {
         (false, _) => AttentionKernel::PerHead,
         (true, false) => AttentionKernel::Grouped,

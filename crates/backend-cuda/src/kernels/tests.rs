@@ -522,8 +522,8 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
 }
 
 /// `attention_kernel` (no device needed): a block per head under 128 rows (a decode round, a
-/// short prompt), by groups of heads from 128 (a prompt), by few warps for heads of at most 128
-/// (Qwen3's dense shapes) unless the setting forces a choice.
+/// short prompt), by groups of heads from 128 (a prompt), by few warps from 512 rows for heads
+/// of at most 128 (Qwen3's dense shapes) unless the setting forces a choice.
 #[test]
 fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
     use super::{attention_kernel, AttentionKernel};
@@ -532,11 +532,13 @@ fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
         attention_kernel(127, 128, Some(true)),
         AttentionKernel::PerHead
     );
+    assert_eq!(attention_kernel(128, 128, None), AttentionKernel::Grouped);
+    assert_eq!(attention_kernel(511, 128, None), AttentionKernel::Grouped);
     assert_eq!(
-        attention_kernel(128, 128, None),
+        attention_kernel(512, 128, None),
         AttentionKernel::GroupedFewWarps
     );
-    assert_eq!(attention_kernel(128, 256, None), AttentionKernel::Grouped);
+    assert_eq!(attention_kernel(8192, 256, None), AttentionKernel::Grouped);
     assert_eq!(
         attention_kernel(128, 128, Some(false)),
         AttentionKernel::Grouped
@@ -1747,7 +1749,7 @@ fn check_moe(
     );
 }
 
-/// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B and Qwen3-4B shapes' matrices at
+/// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B, -4B and -8B shapes' and the A3B slice's matrices at
 /// decode and prefill row counts (`--ignored matmul_kernel_times --nocapture` on the GPU), to
 /// choose which kernel `MatmulKernel::Auto` runs. Prints µs a launch, the weights' read rate and
 /// the tensor cores' rate (hi and lo products counted once).
@@ -1765,6 +1767,10 @@ fn matmul_kernel_times() {
         ("4B o", 2560, 4096),
         ("4B gate_up", 19456, 2560),
         ("4B down", 2560, 9728),
+        ("8B qkv", 6144, 4096),
+        ("8B o", 4096, 4096),
+        ("8B gate_up", 24576, 4096),
+        ("8B down", 4096, 12288),
         ("A3B lin in", 12352, 2048),
         ("A3B qkv", 9216, 2048),
         ("A3B o", 2048, 4096),
@@ -1778,14 +1784,22 @@ fn matmul_kernel_times() {
             .into_iter()
             .filter(move |&rows| n_out < 100_000 || rows <= 64)
     };
-    let x = Buf::<f32>::zeros(&gpu, max_rows * 9728).unwrap();
+    // The widest k and the most outputs of a projection (the lm_head has its own bound above).
+    let k_max = shapes.iter().map(|s| s.2).max().unwrap();
+    let out_max = shapes
+        .iter()
+        .map(|s| s.1)
+        .filter(|&n| n < 100_000)
+        .max()
+        .unwrap();
+    let x = Buf::<f32>::zeros(&gpu, max_rows * k_max).unwrap();
     let w = Buf::<u16>::zeros(&gpu, 151936 * 2048).unwrap();
-    let y = Buf::<f32>::zeros(&gpu, max_rows * 19456).unwrap();
-    let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(9728)).unwrap();
+    let y = Buf::<f32>::zeros(&gpu, max_rows * out_max).unwrap();
+    let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(k_max)).unwrap();
     // The k split up to 256 rows of the projections (not the lm_head).
     let split_rows_max = 256;
     let partials =
-        Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * split_rows_max * 19456).unwrap();
+        Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * split_rows_max * out_max).unwrap();
     let kernels = [
         MatmulKernel::Auto,
         MatmulKernel::Narrow,
@@ -1813,7 +1827,7 @@ fn matmul_kernel_times() {
                 let split = kernel == MatmulKernel::TiledSplitK;
                 if (kernel == MatmulKernel::Tiled && rows < 64)
                     || (deep && rows > 64)
-                    || (split && (rows < 16 || rows > split_rows_max || n_out > 19456))
+                    || (split && (rows < 16 || rows > split_rows_max || n_out > out_max))
                 {
                     continue;
                 }

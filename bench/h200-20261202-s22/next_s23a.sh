@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# For the next device session (written in session 22, not yet run). Carry
+# bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz,llama.cpp.tar.xz}
+# (bench/pack_gpu_tests.sh --flashlane, bench/pack_llamacpp.sh) with the default model moved out
+# of the tree. In the background: llama.cpp built and the four shapes' checkpoints made for
+# next_s23b.sh's same-run table. Meanwhile: the matmul kernel times (now with Qwen3-8B's
+# matrices: its o and down run on 171 blocks at one row, `call4/profile_qwen3-8b_s1.txt`), the
+# k split forced on all of a layer (FLASHLANE_MATMUL_SPLIT_K=1) against the default (no split)
+# on Qwen3-0.6B and the A3B slice at 48 and 64 streams, the 8B's one-row kernel choice by the
+# existing knobs (narrow for up to 128 wide blocks; every wide matmul at 4 n-tiles), and the GPU
+# tests.
+set -u
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
+FL=/tmp/fl; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
+FLASHLANE_COMMIT=prep nice -n 15 bench/gpu_vs_llamacpp.sh $OUT/prep \
+  --shapes qwen3-0.6b,qwen3-4b,qwen3-8b,qwen3-next-a3b-slice --prepare-only --keep-models --flashlane $FL \
+  > /tmp/prep.log 2>&1 &
+PREP=$!
+B=$(mktemp -d); tar -C $B -xJf bench/peers/gpu-tests.tar.xz
+timeout 90 $B/backend_cuda --ignored matmul_kernel_times --nocapture --test-threads 1 > $OUT/matmul_times.txt 2>&1
+echo "times rc=$? at $(el) s"; grep -E "8B (o|down) rows +1:" $OUT/matmul_times.txt
+for shape in qwen3-0.6b qwen3-next-a3b-slice; do
+  SETTINGS="default:FLASHLANE_AB=1 all:FLASHLANE_MATMUL_SPLIT_K=1" ROUNDS=2 STREAMS=48,64 timeout 120 \
+    bench/gpu_ab.sh /tmp/ab-$shape $shape $FL > /dev/null 2>&1
+  echo "A/B $shape rc=$? at $(el) s"; { echo "== $shape"; cat /tmp/ab-$shape/ab.txt; } | tee -a $OUT/ab.txt
+done
+SETTINGS="default:FLASHLANE_AB=1 narrow128:FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=128 nofit:FLASHLANE_MATMUL_FIT=0" \
+  ROUNDS=2 STREAMS=1,8 timeout 150 bench/gpu_ab.sh /tmp/ab-8b qwen3-8b $FL > /dev/null 2>&1
+echo "A/B 8B rc=$? at $(el) s"; { echo "== qwen3-8b"; cat /tmp/ab-8b/ab.txt; } | tee -a $OUT/ab.txt
+SETTINGS="" TESTS_SECONDS=200 timeout 205 bench/gpu_session.sh $OUT/session
+echo "tests at $(el) s; waiting for the llama.cpp build"
+while kill -0 $PREP 2>/dev/null && [ $(el) -lt 585 ]; do sleep 2; done
+tail -5 /tmp/prep.log
+echo "total $(el) s"
