@@ -7,8 +7,8 @@
 # matrices: its o and down run on 171 blocks at one row, `call4/profile_qwen3-8b_s1.txt`), the
 # k split forced on all of a layer (FLASHLANE_MATMUL_SPLIT_K=1) against the default (no split)
 # on Qwen3-0.6B and the A3B slice at 48 and 64 streams, the 8B's one-row kernel choice by the
-# existing knobs (narrow for up to 128 wide blocks; every wide matmul at 4 n-tiles), and the GPU
-# tests.
+# existing knobs (narrow for up to 128 wide blocks; every wide matmul at 4 n-tiles), the 4B
+# shape's layer split in part, and the GPU tests.
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -29,6 +29,15 @@ done
 SETTINGS="default:FLASHLANE_AB=1 narrow128:FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=128 nofit:FLASHLANE_MATMUL_FIT=0" \
   ROUNDS=2 STREAMS=1,8 timeout 150 bench/gpu_ab.sh /tmp/ab-8b qwen3-8b $FL > /dev/null 2>&1
 echo "A/B 8B rc=$? at $(el) s"; { echo "== qwen3-8b"; cat /tmp/ab-8b/ab.txt; } | tee -a $OUT/ab.txt
+# Why a layer split in part decoded slower than none or all split (session 22): the 4B shape at
+# 64 streams all split (the default), q/k/v and gate/up only (6,144 outputs or more), none; each
+# also without programmatic dependent launch. If the half split's loss goes with PDL off, it
+# is in how the two kinds of kernel overlap.
+SETTINGS="all:FLASHLANE_AB=1 half:FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS=6144 off:FLASHLANE_MATMUL_SPLIT_K=0 \
+all_nopdl:FLASHLANE_PDL=0 half_nopdl:FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS=6144,FLASHLANE_PDL=0 \
+off_nopdl:FLASHLANE_MATMUL_SPLIT_K=0,FLASHLANE_PDL=0" ROUNDS=1 STREAMS=64 timeout 120 \
+  bench/gpu_ab.sh /tmp/ab-4b qwen3-4b $FL > /dev/null 2>&1
+echo "A/B 4B rc=$? at $(el) s"; { echo "== qwen3-4b"; cat /tmp/ab-4b/ab.txt; } | tee -a $OUT/ab.txt
 SETTINGS="" TESTS_SECONDS=200 timeout 205 bench/gpu_session.sh $OUT/session
 echo "tests at $(el) s; waiting for the llama.cpp build"
 while kill -0 $PREP 2>/dev/null && [ $(el) -lt 585 ]; do sleep 2; done

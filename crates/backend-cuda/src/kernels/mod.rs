@@ -120,6 +120,10 @@ pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
+/// `FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS=N` splits only the matrices of N outputs or more (where
+/// the model splits at all): a layer split in part, the case measured slower than none split or
+/// all (bench/RESULTS.md session 22), kept reproducible for the profile that explains it.
+pub const MATMUL_SPLIT_K_MIN_OUTPUTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS";
 /// Split blocks (output tiles × residues) that a dense model's narrowest matrices (its o and
 /// down projections, `hidden` outputs) need for its matmuls to split: Qwen3-4B's 2,560 outputs
 /// make 160.
@@ -628,6 +632,8 @@ pub struct Kernels {
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
+    /// [`MATMUL_SPLIT_K_MIN_OUTPUTS_ENV`]'s value, else 0.
+    matmul_split_k_min_outputs: usize,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
     matmul_tiled_auto: bool,
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
@@ -758,6 +764,10 @@ impl Kernels {
                 Ok("1") => true,
                 _ => model_splits_k(dims),
             },
+            matmul_split_k_min_outputs: std::env::var(MATMUL_SPLIT_K_MIN_OUTPUTS_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
             matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .ok()
@@ -1009,9 +1019,12 @@ fn model_splits_k(dims: &Dims) -> bool {
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` splits k (in a model that does): 48 to 64 rows that
-/// the tiles do not take.
-fn runs_split_k(rows: usize, n_out: usize) -> bool {
-    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows) && !runs_tiled(rows, n_out)
+/// the tiles do not take, of `min_outputs` outputs or more (0 by default:
+/// [`MATMUL_SPLIT_K_MIN_OUTPUTS_ENV`]).
+fn runs_split_k(rows: usize, n_out: usize, min_outputs: usize) -> bool {
+    (MATMUL_SPLIT_K_MIN_ROWS..=MATMUL_SPLIT_K_MAX_ROWS).contains(&rows)
+        && n_out >= min_outputs
+        && !runs_tiled(rows, n_out)
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
@@ -1136,7 +1149,7 @@ impl Kernels {
                 self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
-                    && runs_split_k(m.rows, m.n_out)
+                    && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
             }
             MatmulKernel::TiledSplitK => true,
             _ => false,

@@ -564,8 +564,11 @@ fn the_k_split_runs_for_48_to_64_rows_off_the_tiles() {
         (64, 1024, true),
         (64, 151936, false),
     ] {
-        assert_eq!(runs_split_k(rows, n_out), split, "{rows} rows × {n_out}");
+        assert_eq!(runs_split_k(rows, n_out, 0), split, "{rows} rows × {n_out}");
     }
+    // A layer split in part, for the profile (FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS).
+    assert!(runs_split_k(64, 6144, 4096));
+    assert!(!runs_split_k(64, 2560, 4096));
 }
 
 /// `model_splits_k` (no device needed) on the real shapes' configs: the dense models whose
