@@ -648,7 +648,7 @@ pub struct Kernels {
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
-    /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim.
+    /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim and rows.
     attention_few_warps: Option<bool>,
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
