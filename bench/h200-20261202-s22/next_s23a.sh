@@ -8,7 +8,7 @@
 # k split forced on all of a layer (FLASHLANE_MATMUL_SPLIT_K=1) against the default (no split)
 # on Qwen3-0.6B and the A3B slice at 48 and 64 streams, the 8B's one-row kernel choice by the
 # existing knobs (narrow for up to 128 wide blocks; every wide matmul at 4 n-tiles), the 4B
-# shape's layer split in part, and the GPU tests.
+# shape's layer split in part, the warpgroup matmul's test and A/B, and the GPU tests.
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -21,13 +21,25 @@ PREP=$!
 B=$(mktemp -d); tar -C $B -xJf bench/peers/gpu-tests.tar.xz
 timeout 90 $B/backend_cuda --ignored matmul_kernel_times --nocapture --test-threads 1 > $OUT/matmul_times.txt 2>&1
 echo "times rc=$? at $(el) s"; grep -E "8B (o|down) rows +1:" $OUT/matmul_times.txt
+# The warpgroup matmul (FLASHLANE_MATMUL_WGMMA, written in session 22): its kernel test first,
+# then, if it passed, prefill with it on the 4B and 8B shapes.
+timeout 120 $B/backend_cuda wgmma --test-threads 1 > $OUT/wgmma_test.txt 2>&1
+wg=$?; echo "wgmma test rc=$wg at $(el) s"; grep -E "test result|panicked|differs" $OUT/wgmma_test.txt | head -5
+grep -E "(4B|8B) gate_up rows +(512|8192):" $OUT/matmul_times.txt | sed -E 's/Narrow.*Tiled /... Tiled /'
+if [ $wg = 0 ]; then
+  for shape in qwen3-4b qwen3-8b; do
+    SETTINGS="base:FLASHLANE_AB=1 wgmma:FLASHLANE_MATMUL_WGMMA=1" ROUNDS=1 STREAMS=1,64 timeout 100 \
+      bench/gpu_ab.sh /tmp/ab-wg-$shape $shape $FL > /dev/null 2>&1
+    echo "A/B wgmma $shape rc=$? at $(el) s"; { echo "== $shape wgmma"; cat /tmp/ab-wg-$shape/ab.txt; } | tee -a $OUT/ab.txt
+  done
+fi
 for shape in qwen3-0.6b qwen3-next-a3b-slice; do
-  SETTINGS="default:FLASHLANE_AB=1 all:FLASHLANE_MATMUL_SPLIT_K=1" ROUNDS=2 STREAMS=48,64 timeout 120 \
+  SETTINGS="default:FLASHLANE_AB=1 all:FLASHLANE_MATMUL_SPLIT_K=1" ROUNDS=1 STREAMS=48,64 timeout 90 \
     bench/gpu_ab.sh /tmp/ab-$shape $shape $FL > /dev/null 2>&1
   echo "A/B $shape rc=$? at $(el) s"; { echo "== $shape"; cat /tmp/ab-$shape/ab.txt; } | tee -a $OUT/ab.txt
 done
 SETTINGS="default:FLASHLANE_AB=1 narrow128:FLASHLANE_MATMUL_NARROW_MAX_BLOCKS=128 nofit:FLASHLANE_MATMUL_FIT=0" \
-  ROUNDS=2 STREAMS=1,8 timeout 150 bench/gpu_ab.sh /tmp/ab-8b qwen3-8b $FL > /dev/null 2>&1
+  ROUNDS=1 STREAMS=1,8 timeout 100 bench/gpu_ab.sh /tmp/ab-8b qwen3-8b $FL > /dev/null 2>&1
 echo "A/B 8B rc=$? at $(el) s"; { echo "== qwen3-8b"; cat /tmp/ab-8b/ab.txt; } | tee -a $OUT/ab.txt
 # Why a layer split in part decoded slower than none or all split (session 22): the 4B shape at
 # 64 streams all split (the default), q/k/v and gate/up only (6,144 outputs or more), none; each

@@ -142,6 +142,9 @@ def main():
                 continue
             if kernel and args.kernel in kernel and ("Used" in line or "spill" in line):
                 print(f"  {kernel:28} {line.split('info    :')[-1].strip()}")
+            elif "warning" in line.lower():
+                # ptxas's advisories (a wgmma serialised, a stack in use …) name their kernel.
+                print(f"  {line.strip()}")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,12 @@ const MOE: &str = include_str!("moe.cu");
 const MTP: &str = include_str!("mtp.cu");
 const DRAW: &str = include_str!("draw.cu");
 const DENSE: &str = include_str!("dense.cu");
+const MATMUL_WG: &str = include_str!("matmul_wg.cu");
 
 /// The GPU the kernels are built for (Hopper: H100, H200).
 const ARCH: &str = "sm_90";
+/// The architecture of the warpgroup matmul's module (`wgmma` needs sm_90a's features).
+const ARCH_WGMMA: &str = "sm_90a";
 
 // Block shapes, defined here only: the kernels get them as `#define`s of the same names.
 /// Warps per block of the matmul kernels: they split k (fixed by k alone) of one tile of 16 rows
@@ -134,6 +137,21 @@ pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
+
+/// `FLASHLANE_MATMUL_WGMMA=1` compiles `matmul_wg.cu` (for sm_90a) and runs the bf16 matmuls
+/// the tiles would take, from [`MMW_ROWS`] rows, on the warpgroup MMA (`matmul_bf16_wgmma`): the
+/// tiles' chain, so the same bits (the tensor-core probe of session 22 found a wgmma sums a
+/// step as mma.sync does, whatever the k-slots). Written in session 22 and not yet run on a GPU:
+/// off by default until its kernel test and an A/B have.
+pub const MATMUL_WGMMA_ENV: &str = "FLASHLANE_MATMUL_WGMMA";
+/// Rows and outputs of a `matmul_bf16_wgmma` block (two warpgroups of 64 rows, each an
+/// m64n128k16 a step), and the k-chunks it keeps in flight.
+const MMW_ROWS: usize = 128;
+const MMW_OUTS: usize = 128;
+const MMW_STAGES: usize = 4;
+const MMW_THREADS: u32 = 256;
+/// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
+const MMW_SHARED_BYTES: usize = MMW_STAGES * (MMW_ROWS * 64 * 4 + MMW_OUTS * 64 * 2);
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -566,6 +584,20 @@ impl Dims {
         d
     }
 
+    /// The warpgroup matmul's module: the sizes, the warpgroup block's, the common code, the
+    /// matmuls' and `matmul_wg.cu`.
+    fn wgmma_source(&self) -> String {
+        let mut defines = self.defines();
+        for (name, v) in [
+            ("MMW_ROWS", MMW_ROWS),
+            ("MMW_OUTS", MMW_OUTS),
+            ("MMW_STAGES", MMW_STAGES),
+        ] {
+            defines.push_str(&format!("#define {name} {v}\n"));
+        }
+        [defines, COMMON.into(), MATMUL.into(), MATMUL_WG.into()].concat()
+    }
+
     /// Every source this model needs, after its sizes.
     fn source(&self) -> String {
         self.source_with(self.defines())
@@ -660,6 +692,10 @@ pub struct Kernels {
     /// Whether steps that suit it run `deltanet_recurrence_split` ([`DELTANET_SPLIT_ENV`]).
     deltanet_split: bool,
     moe: Option<MoeKernels>,
+    /// The warpgroup matmul, where compiled ([`Kernels::compile_wgmma`]).
+    wgmma: Option<WgmmaKernels>,
+    /// Whether `MatmulKernel::Auto` runs it ([`MATMUL_WGMMA_ENV`]).
+    matmul_wgmma_auto: bool,
 }
 
 /// The MoE layer's kernels, in launch order.
@@ -737,7 +773,7 @@ impl Kernels {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
         };
-        Ok(Kernels {
+        let mut kernels = Kernels {
             matmul_by_tiles: [
                 by_tiles(MATMUL_BLOCK_TILES[0])?,
                 by_tiles(MATMUL_BLOCK_TILES[1])?,
@@ -821,8 +857,43 @@ impl Kernels {
                 }),
                 None => None,
             },
-        })
+            wgmma: None,
+            matmul_wgmma_auto: std::env::var(MATMUL_WGMMA_ENV).is_ok_and(|v| v == "1"),
+        };
+        if kernels.matmul_wgmma_auto {
+            kernels.compile_wgmma(gpu, dims)?;
+        }
+        Ok(kernels)
     }
+
+    /// Compiles the warpgroup matmul's module (`matmul_wg.cu`, sm_90a) for `MatmulKernel::Wgmma`
+    /// (the kernel tests), and for `MatmulKernel::Auto` where the tiles would run from
+    /// [`MMW_ROWS`] rows when [`MATMUL_WGMMA_ENV`] asks (compiled at start then).
+    pub(crate) fn compile_wgmma(&mut self, gpu: &Gpu, dims: &Dims) -> Result<(), CudaError> {
+        let opts = CompileOptions {
+            arch: Some(ARCH_WGMMA),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(dims.wgmma_source(), opts)
+            .map_err(|e| CudaError::Compile(format!("matmul_wg.cu: {e:?}")))?;
+        let module = gpu.ctx.load_module(ptx)?;
+        let matmul = module.load_function("matmul_bf16_wgmma")?;
+        matmul.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MMW_SHARED_BYTES as i32,
+        )?;
+        self.wgmma = Some(WgmmaKernels {
+            split_rows: module.load_function("split_rows_wg")?,
+            matmul,
+        });
+        Ok(())
+    }
+}
+
+/// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`]).
+struct WgmmaKernels {
+    split_rows: CudaFunction,
+    matmul: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -904,6 +975,8 @@ pub enum MatmulKernel {
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
+    /// `split_rows_wg` and `matmul_bf16_wgmma` (bf16 only; needs [`Kernels::compile_wgmma`]).
+    Wgmma,
 }
 
 /// The arguments of every 16-row bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`,
@@ -1113,6 +1186,49 @@ impl Kernels {
         )
     }
 
+    /// x split into `m.x_split` in the warpgroup's k order (`split_rows_wg`), then
+    /// `matmul_bf16_wgmma` over it.
+    fn matmul_wgmma(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        let wg = self.wgmma.as_ref().expect(
+            "[matmul-wgmma-compiled] MatmulKernel::Wgmma needs Kernels::compile_wgmma first",
+        );
+        assert!(
+            m.x_split != 0,
+            "[matmul-wgmma-split] the warpgroup matmul needs room for its split rows (Matmul::x_split)"
+        );
+        let hi_words = split_row_words(m.k) / 2;
+        gpu.launch(
+            &wg.split_rows,
+            (
+                rows_u32(m.rows),
+                u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
+                1,
+            ),
+            SPLIT_THREADS,
+            &[
+                Arg::Ptr(m.x),
+                Arg::I32(m.x_stride as i32),
+                Arg::Ptr(m.row_index),
+                Arg::I32(m.rows as i32),
+                Arg::I32(m.k as i32),
+                Arg::Ptr(m.x_split),
+            ],
+        )?;
+        let mut args = [Arg::Ptr(m.x_split); 8];
+        args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+        gpu.launch_with_shared(
+            &wg.matmul,
+            (
+                rows_u32(m.rows.div_ceil(MMW_ROWS)),
+                u32::try_from(m.n_out.div_ceil(MMW_OUTS)).expect("outputs fit a grid"),
+                1,
+            ),
+            MMW_THREADS,
+            MMW_SHARED_BYTES as u32,
+            &args,
+        )
+    }
+
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
@@ -1158,20 +1274,33 @@ impl Kernels {
             MatmulKernel::Auto => {
                 split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled | MatmulKernel::TiledSplitK => true,
+            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
             | MatmulKernel::Deep(_) => false,
         };
+        let wgmma = match kernel {
+            MatmulKernel::Auto => {
+                self.matmul_wgmma_auto && self.wgmma.is_some() && !split_k && m.rows >= MMW_ROWS
+            }
+            MatmulKernel::Wgmma => true,
+            _ => false,
+        };
         if tiled && m.fp8.is_none() {
-            return self.matmul_tiled(gpu, m, split_k);
+            return match wgmma {
+                true => self.matmul_wgmma(gpu, m),
+                false => self.matmul_tiled(gpu, m, split_k),
+            };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
         let n_tiles = m.n_out.div_ceil(MMA_COLS);
         // N-tiles a block: 1 is the narrow kernel.
         let tiles = match kernel {
-            MatmulKernel::Auto | MatmulKernel::Tiled | MatmulKernel::TiledSplitK => {
+            MatmulKernel::Auto
+            | MatmulKernel::Tiled
+            | MatmulKernel::TiledSplitK
+            | MatmulKernel::Wgmma => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,

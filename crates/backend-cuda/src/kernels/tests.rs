@@ -292,6 +292,28 @@ fn matmul_with_bf16_inputs_matches_rounded_x_and_is_the_same_alone_or_batched() 
     matmul_case(&gpu, &k, &mut rng, depth, 300, false);
 }
 
+/// The warpgroup matmul (`matmul_wg.cu`, [`super::MATMUL_WGMMA_ENV`]; written in session 22,
+/// first run on a GPU in the next): in `matmul_case` beside every other kernel, so the same bits
+/// as they, gathered and accumulated, with x split in hi and lo and taken as one bf16.
+#[test]
+fn wgmma_matmul_gives_the_other_kernels_bits() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    for split in [true, false] {
+        let (_, mut dims) = tiny_dims();
+        dims.matmul_split = split;
+        let mut k = Kernels::compile(&gpu, &dims).expect("kernels");
+        k.compile_wgmma(&gpu, &dims)
+            .expect("the warpgroup matmul compiles");
+        for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
+            matmul_case(&gpu, &k, &mut rng, depth, 40, split);
+        }
+        // Rows over several blocks (128 rows a block), the last in part.
+        let depth = 16 * (1 + rng.below(160));
+        matmul_case(&gpu, &k, &mut rng, depth, 300, split);
+    }
+}
+
 /// One random matmul through every kernel (`k` compiled with the hi/lo split or without it:
 /// `split`, the reference then taking x rounded to bf16).
 fn matmul_case(
@@ -365,6 +387,8 @@ fn matmul_case(
     let index = Buf::from_host(gpu, &index).unwrap();
     let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
+    // The warpgroup matmul where the caller compiled it (`Kernels::compile_wgmma`).
+    let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
     for kernel in [
         MatmulKernel::Narrow,
         MatmulKernel::Wide,
@@ -375,7 +399,10 @@ fn matmul_case(
         MatmulKernel::TiledSplitK,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
-    ] {
+    ]
+    .into_iter()
+    .chain(wgmma)
+    {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
             same_bits(&other, &all),
@@ -1759,7 +1786,9 @@ fn check_moe(
 #[test]
 #[ignore]
 fn matmul_kernel_times() {
-    let Some((gpu, k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup() else { return };
+    k.compile_wgmma(&gpu, &tiny_dims().1)
+        .expect("the warpgroup matmul compiles");
     // (name, n_out, k) of a layer's projections.
     let shapes = [
         ("0.6B qkv", 4096, 1024),
@@ -1814,6 +1843,7 @@ fn matmul_kernel_times() {
         MatmulKernel::TiledSplitK,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
+        MatmulKernel::Wgmma,
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -1828,7 +1858,8 @@ fn matmul_kernel_times() {
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
                 let split = kernel == MatmulKernel::TiledSplitK;
-                if (kernel == MatmulKernel::Tiled && rows < 64)
+                let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
+                if (many && rows < 64)
                     || (deep && rows > 64)
                     || (split && (rows < 16 || rows > split_rows_max || n_out > out_max))
                 {
@@ -1871,6 +1902,10 @@ fn write_kernel_sources() {
         let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
         let path = out.join(format!("{name}.cu"));
         std::fs::write(&path, dims.source()).expect("write the source");
+        println!("{}", path.display());
+        // The warpgroup matmul's module (`cuda_check.py --arch sm_90a`).
+        let path = out.join(format!("{name}.wgmma.cu"));
+        std::fs::write(&path, dims.wgmma_source()).expect("write the source");
         println!("{}", path.display());
     }
 }

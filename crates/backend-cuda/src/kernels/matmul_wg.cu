@@ -1,0 +1,209 @@
+// Many rows on Hopper's warpgroup MMA (`wgmma`, sm_90a): `split_rows_wg`, then
+// `matmul_bf16_wgmma`. Compiled into a module of its own (with common.cu and matmul.cu, for
+// sm_90a, which wgmma needs) only where asked (FLASHLANE_MATMUL_WGMMA=1): written in session 22
+// and not yet run on a GPU.
+//
+// Batch invariance: the chain of `matmul_tiled_block`. A k16 step of `mma.sync` sums the 16
+// products of elements 16t + 4s + {0, 1, 2, 3} (t = 0..3) of a chunk; on the H200 a wgmma
+// m64n8k16 gives bit for bit what four mma.sync give on the same products, and an mma.sync's
+// result does not depend on which k-slot holds which product (`tensor_core_numerics_probe`,
+// bench/RESULTS.md session 22). So each wgmma here takes one step's 16 elements, in an order of
+// k-slots that lets both operands be copied in pieces of 8 bytes: slot 8c + 4u + j holds element
+// 16(2c + u) + 4s + j. Per chunk, steps s = 0..3 in order, the hi then the lo product; the chunks
+// of residue 0 (0, 8, 16, …), then of residue 1, …, each residue's partial from zero, folded into
+// the total in residue order (total = p0, then total += pw): the tiles' operations on the same
+// values.
+//
+// A block: MMW_ROWS rows (two warpgroups of 64) × MMW_OUTS outputs; warp q of warpgroup h holds
+// rows 64h + 16q … + 15 as an mma.sync row tile (A from registers by `ldmatrix`, as the tiles
+// load it), and each step is one m64n128k16 per warpgroup with B, the step's 128 × 16 weights,
+// from shared memory: core matrices of 8 outputs × 8 k-slots (16 bytes a row), the two k-halves
+// 2,048 bytes apart (the descriptor's leading offset) and the 16 groups of 8 outputs 128 bytes
+// apart (its stride offset), a step's 4,096 bytes after the one before.
+//
+// Host defines: MMW_ROWS (128), MMW_OUTS (128), MMW_STAGES.
+
+#define MMW_THREADS 256
+#define MMW_X_STAGE_WORDS (MMW_ROWS * MMA_CHUNK)          // split rows of a chunk: 32 hi, 32 lo words a row
+#define MMW_W_STAGE_BYTES (MMW_OUTS * MMA_CHUNK * 2)      // the weights of a chunk
+#define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step
+#define MMW_HALF_BYTES (MMW_STEP_BYTES / 2)               // of one k-half of a step
+
+// x's rows split as `split_rows` splits them, in the warpgroup's k order: per chunk, 32 words of
+// hi, then 32 of lo; word 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j and + 1.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_wg(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
+              unsigned* __restrict__ xs) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const int r = blockIdx.x;
+    const int i = blockIdx.y * SPLIT_THREADS + threadIdx.x;  // the row's i-th word of hi
+    if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
+    const float* src = x + (size_t)(row_index ? row_index[r] : r) * x_stride;
+    const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
+    const int s = w / 8, half = (w / 4) % 2, u = (w / 2) % 2, j = w % 2;
+    // k % 16 == 0: e < k means e + 1 < k too.
+    const int e = c * MMA_CHUNK + 16 * (2 * half + u) + 4 * s + 2 * j;
+    const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
+    unsigned hi, lo;
+    split_pair(x0, x1, hi, lo);
+    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
+    dst[w] = hi;
+    dst[MMA_CHUNK / 2 + w] = lo;
+}
+
+// 8 bytes from global to shared memory (src-size 0: zeros, nothing read).
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem, bool valid) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(gmem), "r"(valid ? 8 : 0));
+}
+
+// A shared-memory matrix descriptor without swizzle: start, leading (k) and stride (n) offsets.
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsigned leading, unsigned stride) {
+    const unsigned long long a = (unsigned long long)__cvta_generic_to_shared(smem);
+    return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(leading >> 4) << 16) |
+           ((unsigned long long)(stride >> 4) << 32);
+}
+
+// d += A · B: A (64 × 16, this warp's 16 rows in mma.sync's fragment) from registers, B (16 × 128)
+// by its descriptor; d as 16 mma.sync n-tiles, d[4j + i] that of n-tile j.
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+// Pins the accumulators in their registers across the asynchronous products (the compiler may
+// otherwise move or copy them while a wgmma still writes them).
+__device__ __forceinline__ void wgmma_pin(float* d) {
+#pragma unroll
+    for (int i = 0; i < MMW_OUTS / 2; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// y[r0 … r0 + MMW_ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`.
+extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
+matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    extern __shared__ float4 mmw_smem4[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(mmw_smem4);
+    constexpr int STAGE_BYTES = MMW_X_STAGE_WORDS * 4 + MMW_W_STAGE_BYTES;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int r0 = blockIdx.x * MMW_ROWS, o0 = blockIdx.y * MMW_OUTS;
+    matmul_start(w, o0, MMW_OUTS, n_out, (size_t)k * sizeof(bf16_t));
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
+
+    // This thread's copies, the same for every chunk but for its offset: x pieces (16 bytes) of
+    // rows xr + 16i (piece xp, placed at xp ^ (row & 7) as the tiles place them), weight runs (8
+    // bytes: elements 16·tt + 4s … + 3) of outputs wo + 16i.
+    static_assert(MMW_THREADS == 16 * 16, "16 threads a row, 16 rows a pass");
+    const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
+    const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
+    const int w_elem = 16 * tt + 4 * ws;
+    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (wo / 8) * 128 + (wo % 8) * 16 + (tt % 2) * 8;
+    auto load = [&](int stage, int c) {
+        unsigned char* base = smem + stage * STAGE_BYTES;
+        unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
+#pragma unroll
+        for (int i = 0; i < MMW_ROWS / 16; i++) {
+            const int row = xr + 16 * i;
+            const bool in = r0 + row < rows;
+            cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
+                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
+        }
+        unsigned char* w_base = base + MMW_X_STAGE_WORDS * 4;
+        const bool k_in = c * MMA_CHUNK + w_elem < k;
+#pragma unroll
+        for (int i = 0; i < MMW_OUTS / 16; i++) {
+            const int o = wo + 16 * i;
+            const bool in = k_in && o0 + o < n_out;
+            // Outputs o and o + 16 are two groups of 8 apart: 256 bytes.
+            cp_async8(w_base + w_dst + i * 256, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
+        }
+    };
+    int load_c = 0, load_res = 0;
+    auto next_load = [&]() {
+        load_c += MMT_RESIDUES;
+        if (load_c >= chunks) load_c = ++load_res;
+    };
+
+    // This lane's ldmatrix row of its warp's 16 and its swizzle; which half of a step's slots.
+    const int x_row = ((warp / 4) * 64 + (warp % 4) * 16 + (lane & 15)) * MMA_CHUNK;
+    const int x_swz = lane & 7, x_half = lane >> 4;
+
+    float acc[MMW_OUTS / 2], total[MMW_OUTS / 2];
+#pragma unroll
+    for (int i = 0; i < MMW_OUTS / 2; i++) acc[i] = total[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < MMW_STAGES - 1; s++) {
+        if (s < chunks) {
+            load(s, load_c);
+            next_load();
+        }
+        cp_async_commit();
+    }
+    int v = 0;  // chunks multiplied
+    for (int res = 0; res < MMT_RESIDUES; res++) {
+        for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
+            cp_async_wait<MMW_STAGES - 2>();
+            // The copies are the generic proxy's writes; wgmma reads through the async proxy.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads();
+            if (v + MMW_STAGES - 1 < chunks) {
+                load((v + MMW_STAGES - 1) % MMW_STAGES, load_c);
+                next_load();
+            }
+            cp_async_commit();
+            const unsigned char* stage = smem + (v % MMW_STAGES) * STAGE_BYTES;
+            const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
+            const unsigned char* ws_s = stage + MMW_X_STAGE_WORDS * 4;
+            unsigned ah[4][4], al[4][4];
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
+                ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
+                if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
+            }
+            wgmma_pin(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, 128);
+                wgmma_m64n128k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
+                if (MMA_SPLIT) wgmma_m64n128k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
+            }
+            wgmma_commit();
+            // The A registers and this stage are free again only when the products are done.
+            wgmma_wait_all();
+            wgmma_pin(acc);
+        }
+        // Residue `res` done (or empty: a zero partial).
+#pragma unroll
+        for (int i = 0; i < MMW_OUTS / 2; i++) {
+            total[i] = res == 0 ? acc[i] : total[i] + acc[i];
+            acc[i] = 0.0f;
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MMW_OUTS / 2; i++) {
+        const int r = r0 + (warp / 4) * 64 + (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
+        const int o = o0 + (i / 4) * MMA_COLS + 2 * t + i % 2;
+        if (r < rows && o < n_out) {
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + total[i] : total[i];
+        }
+    }
+}
