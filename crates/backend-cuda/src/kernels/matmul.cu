@@ -527,10 +527,12 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 #define MMT_W_PIECES (MMA_CHUNK / 8)  // of a chunk of W (bf16)
 
 // x's rows as split rows (above): row r of `xs` is x's row `row_index[r]` (r without an index),
-// ceil(k / 64) · 64 words. Grid (rows, ceil(words of hi a row / SPLIT_THREADS)).
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
-           unsigned* __restrict__ xs) {
+// ceil(k / 64) · 64 words. With WG, the warpgroup matmul's k order (`matmul_wg.cu`): word
+// 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j and + 1.
+template <bool WG>
+__device__ __forceinline__ void split_rows_of(const float* __restrict__ x, int x_stride,
+                                              const int* __restrict__ row_index, int rows, int k,
+                                              unsigned* __restrict__ xs) {
     pdl_launch_dependents();
     pdl_wait();
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
@@ -541,13 +543,21 @@ split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
     const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
     const int s = w / 8, h = (w / 4) % 2, t = w % 4;
     // k % 16 == 0: e < k means e + 1 < k too.
-    const int e = c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
+    const int e = WG ? c * MMA_CHUNK + 16 * (2 * h + t / 2) + 4 * s + 2 * (t % 2)
+                     : c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
     const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
     unsigned hi, lo;
     split_pair(x0, x1, hi, lo);
     unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
     dst[w] = hi;
     dst[MMA_CHUNK / 2 + w] = lo;
+}
+
+// Grid (rows, ceil(words of hi a row / SPLIT_THREADS)).
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
+           unsigned* __restrict__ xs) {
+    split_rows_of<false>(x, x_stride, row_index, rows, k, xs);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

@@ -29,28 +29,13 @@
 #define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step
 #define MMW_HALF_BYTES (MMW_STEP_BYTES / 2)               // of one k-half of a step
 
-// x's rows split as `split_rows` splits them, in the warpgroup's k order: per chunk, 32 words of
-// hi, then 32 of lo; word 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j and + 1.
+// x's rows split as `split_rows` splits them, in the warpgroup's k order (`split_rows_of`): per
+// chunk, 32 words of hi, then 32 of lo; word 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j
+// and + 1.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
 split_rows_wg(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
               unsigned* __restrict__ xs) {
-    pdl_launch_dependents();
-    pdl_wait();
-    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
-    const int r = blockIdx.x;
-    const int i = blockIdx.y * SPLIT_THREADS + threadIdx.x;  // the row's i-th word of hi
-    if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
-    const float* src = x + (size_t)(row_index ? row_index[r] : r) * x_stride;
-    const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
-    const int s = w / 8, half = (w / 4) % 2, u = (w / 2) % 2, j = w % 2;
-    // k % 16 == 0: e < k means e + 1 < k too.
-    const int e = c * MMA_CHUNK + 16 * (2 * half + u) + 4 * s + 2 * j;
-    const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
-    unsigned hi, lo;
-    split_pair(x0, x1, hi, lo);
-    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
-    dst[w] = hi;
-    dst[MMA_CHUNK / 2 + w] = lo;
+    split_rows_of<true>(x, x_stride, row_index, rows, k, xs);
 }
 
 // 8 bytes from global to shared memory (src-size 0: zeros, nothing read).

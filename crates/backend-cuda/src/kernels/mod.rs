@@ -1110,6 +1110,28 @@ fn runs_tiled(rows: usize, n_out: usize) -> bool {
     rows >= MATMUL_TILED_MIN_ROWS && row_blocks * n_out.div_ceil(MMT_OUTS) >= least
 }
 
+/// `m`'s rows of x into `m.x_split` as split rows, by `split_rows` or `split_rows_wg`.
+fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result<(), CudaError> {
+    let hi_words = split_row_words(m.k) / 2;
+    gpu.launch(
+        split_rows,
+        (
+            rows_u32(m.rows),
+            u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
+            1,
+        ),
+        SPLIT_THREADS,
+        &[
+            Arg::Ptr(m.x),
+            Arg::I32(m.x_stride as i32),
+            Arg::Ptr(m.row_index),
+            Arg::I32(m.rows as i32),
+            Arg::I32(m.k as i32),
+            Arg::Ptr(m.x_split),
+        ],
+    )
+}
+
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k`.
@@ -1122,24 +1144,7 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        let hi_words = split_row_words(m.k) / 2;
-        gpu.launch(
-            &self.split_rows,
-            (
-                rows_u32(m.rows),
-                u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
-                1,
-            ),
-            SPLIT_THREADS,
-            &[
-                Arg::Ptr(m.x),
-                Arg::I32(m.x_stride as i32),
-                Arg::Ptr(m.row_index),
-                Arg::I32(m.rows as i32),
-                Arg::I32(m.k as i32),
-                Arg::Ptr(m.x_split),
-            ],
-        )?;
+        launch_split_rows(gpu, &self.split_rows, m)?;
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
@@ -1196,24 +1201,7 @@ impl Kernels {
             m.x_split != 0,
             "[matmul-wgmma-split] the warpgroup matmul needs room for its split rows (Matmul::x_split)"
         );
-        let hi_words = split_row_words(m.k) / 2;
-        gpu.launch(
-            &wg.split_rows,
-            (
-                rows_u32(m.rows),
-                u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
-                1,
-            ),
-            SPLIT_THREADS,
-            &[
-                Arg::Ptr(m.x),
-                Arg::I32(m.x_stride as i32),
-                Arg::Ptr(m.row_index),
-                Arg::I32(m.rows as i32),
-                Arg::I32(m.k as i32),
-                Arg::Ptr(m.x_split),
-            ],
-        )?;
+        launch_split_rows(gpu, &wg.split_rows, m)?;
         let mut args = [Arg::Ptr(m.x_split); 8];
         args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
         gpu.launch_with_shared(
