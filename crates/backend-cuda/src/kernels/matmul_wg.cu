@@ -21,9 +21,8 @@
 // 2,048 bytes apart (the descriptor's leading offset) and the 16 groups of 8 outputs 128 bytes
 // apart (its stride offset), a step's 4,096 bytes after the one before.
 //
-// Host defines: MMW_ROWS (128), MMW_OUTS (128), MMW_STAGES.
+// Host defines: MMW_ROWS (128), MMW_OUTS (128), MMW_STAGES, MMW_THREADS (256).
 
-#define MMW_THREADS 256
 #define MMW_X_STAGE_WORDS (MMW_ROWS * MMA_CHUNK)          // split rows of a chunk: 32 hi, 32 lo words a row
 #define MMW_W_STAGE_BYTES (MMW_OUTS * MMA_CHUNK * 2)      // the weights of a chunk
 #define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step

@@ -592,6 +592,7 @@ impl Dims {
             ("MMW_ROWS", MMW_ROWS),
             ("MMW_OUTS", MMW_OUTS),
             ("MMW_STAGES", MMW_STAGES),
+            ("MMW_THREADS", MMW_THREADS as usize),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
