@@ -27,6 +27,7 @@
 #define MMW_W_STAGE_BYTES (MMW_OUTS * MMA_CHUNK * 2)      // the weights of a chunk
 #define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step
 #define MMW_HALF_BYTES (MMW_STEP_BYTES / 2)               // of one k-half of a step
+#define MMW_GROUP_BYTES 128                               // a core matrix: 8 outputs × 16 bytes
 
 // x's rows split as `split_rows` splits them, in the warpgroup's k order (`split_rows_of`): per
 // chunk, 32 words of hi, then 32 of lo; word 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j
@@ -95,7 +96,8 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
     const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
     const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
     const int w_elem = 16 * tt + 4 * ws;
-    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (wo / 8) * 128 + (wo % 8) * 16 + (tt % 2) * 8;
+    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
+                      (tt % 2) * 8;
     auto load = [&](int stage, int c) {
         unsigned char* base = smem + stage * STAGE_BYTES;
         unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
@@ -112,8 +114,8 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
         for (int i = 0; i < MMW_OUTS / 16; i++) {
             const int o = wo + 16 * i;
             const bool in = k_in && o0 + o < n_out;
-            // Outputs o and o + 16 are two groups of 8 apart: 256 bytes.
-            cp_async8(w_base + w_dst + i * 256, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
+            // Outputs o and o + 16 are two groups of 8 apart.
+            cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
         }
     };
     int load_c = 0, load_res = 0;
@@ -164,7 +166,7 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, 128);
+                const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, MMW_GROUP_BYTES);
                 wgmma_m64n128k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
                 if (MMA_SPLIT) wgmma_m64n128k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
             }

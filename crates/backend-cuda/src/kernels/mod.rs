@@ -151,7 +151,7 @@ const MMW_OUTS: usize = 128;
 const MMW_STAGES: usize = 4;
 const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
-const MMW_SHARED_BYTES: usize = MMW_STAGES * (MMW_ROWS * 64 * 4 + MMW_OUTS * 64 * 2);
+const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -302,7 +302,7 @@ const ATT_FEW_WARPS_MAX_HEAD_DIM: usize = 128;
 /// 128-token prompt) it measured the same or a little slower (Qwen3-0.6B 36,993 → 36,451 tok/s,
 /// Qwen3-4B 7,519 → 7,556, Qwen3-8B 4,638 → 4,627; session 22), its fewer warps a block then
 /// filling a quarter of the GPU's warp slots; from 4,096 rows it gained 4–25 %. A decode round
-/// of 128–511 streams (long rows, few of them) keeps the 16 warps, as measured before.
+/// of 128–511 streams (long rows, few of them) keeps the 16 warps (4 were not measured there).
 const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// `FLASHLANE_ATTENTION_FEW_WARPS=0` keeps a prompt's attention on `attention_grouped`, `=1`
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
@@ -959,8 +959,10 @@ pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
     /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
     /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
-    /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; FP8: the wide kernel from
-    /// [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
+    /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
+    /// [`model_splits_k`], and from [`MMW_ROWS`] rows on the warpgroup MMA with
+    /// [`MATMUL_WGMMA_ENV`]; FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
+    /// n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
@@ -1270,9 +1272,8 @@ impl Kernels {
             | MatmulKernel::Deep(_) => false,
         };
         let wgmma = match kernel {
-            MatmulKernel::Auto => {
-                self.matmul_wgmma_auto && self.wgmma.is_some() && !split_k && m.rows >= MMW_ROWS
-            }
+            // Compiled at start whenever `matmul_wgmma_auto` is set.
+            MatmulKernel::Auto => self.matmul_wgmma_auto && !split_k && m.rows >= MMW_ROWS,
             MatmulKernel::Wgmma => true,
             _ => false,
         };

@@ -1779,9 +1779,9 @@ fn check_moe(
     );
 }
 
-/// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B, -4B and -8B shapes' and the A3B slice's matrices at
-/// decode and prefill row counts (`--ignored matmul_kernel_times --nocapture` on the GPU), to
-/// choose which kernel `MatmulKernel::Auto` runs. Prints µs a launch, the weights' read rate and
+/// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B, -4B and -8B shapes' and the
+/// A3B slice's matrices at decode and prefill row counts (`--ignored matmul_kernel_times
+/// --nocapture` on the GPU), to choose which kernel `MatmulKernel::Auto` runs. Prints µs a launch, the weights' read rate and
 /// the tensor cores' rate (hi and lo products counted once).
 #[test]
 #[ignore]
@@ -1879,7 +1879,8 @@ fn matmul_kernel_times() {
 }
 
 /// Not a test: writes the kernel source of the default model and of the A3B-slice and Qwen3-4B
-/// shapes (bench/shapes) into the folder `FLASHLANE_KERNEL_SOURCES` names, so that
+/// shapes (bench/shapes), and each one's warpgroup matmul module (`NAME.wgmma.cu`, for
+/// `cuda_check.py --arch sm_90a`), into the folder `FLASHLANE_KERNEL_SOURCES` names, so that
 /// `tools/cuda_check.py` can compile them with NVRTC and ptxas on a machine without a GPU
 /// (`--ignored write_kernel_sources`).
 #[test]
