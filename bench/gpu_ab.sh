@@ -7,6 +7,7 @@
 #   ROUNDS=2 STREAMS=1,8 bench/gpu_ab.sh OUT_DIR SHAPE BINARY...
 #   SETTINGS="fit:FLASHLANE_MATMUL_FIT=1 nofit:FLASHLANE_MATMUL_FIT=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
 #   (a setting may set several variables, label:A=1,B=1; values hold no commas, spaces or globs)
+#   PROMPT_TOKENS=4096 NEW_TOKENS=16 STREAMS=1 bench/gpu_ab.sh …   (a long prompt's prefill; 128 and 128 unless set)
 #
 # Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt); raw JSON
 # and stderr in OUT_DIR.
@@ -28,7 +29,8 @@ for round in $(seq "${ROUNDS:-2}"); do
       json="$out/$shape.$label.round$round.json"
       vars=${setting#*:}
       env ${vars//,/ } timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
-        --streams "${STREAMS:-1,8}" --prompt-tokens 128 --new-tokens 128 --json \
+        --streams "${STREAMS:-1,8}" --prompt-tokens "${PROMPT_TOKENS:-128}" \
+        --new-tokens "${NEW_TOKENS:-128}" --json \
         >"$json" 2>"$out/$shape.$label.round$round.err"
       python3 - "$json" "$label ($bin)" "$round" <<'PY' | tee -a "$out/ab.txt"
 import json, sys

@@ -141,11 +141,14 @@ pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 /// `FLASHLANE_MATMUL_WGMMA=1` compiles `matmul_wg.cu` (for sm_90a) and runs the bf16 matmuls
 /// the tiles would take, from [`MMW_ROWS`] rows, on the warpgroup MMA (`matmul_bf16_wgmma`): the
 /// tiles' chain, so the same bits (the tensor-core probe of session 22 found a wgmma sums a
-/// step as mma.sync does, whatever the k-slots). Written in session 22 and not yet run on a GPU:
-/// off by default until its kernel test and an A/B have.
+/// step as mma.sync does, whatever the k-slots). Off by default: its first version (session 23,
+/// A from registers, each chunk's products awaited) gave the tiles' bits on the H200 but took as
+/// long as they do from 2,048 rows and longer below; the second (both operands in shared memory,
+/// a chunk's products running while the next is issued) is to be measured.
 pub const MATMUL_WGMMA_ENV: &str = "FLASHLANE_MATMUL_WGMMA";
 /// Rows and outputs of a `matmul_bf16_wgmma` block (two warpgroups of 64 rows, each an
-/// m64n128k16 a step), and the k-chunks it keeps in flight.
+/// m64n128k16 a step), and its stages: two chunks copied ahead, the one multiplied, and the one
+/// before it, whose products may still run.
 const MMW_ROWS: usize = 128;
 const MMW_OUTS: usize = 128;
 const MMW_STAGES: usize = 4;
@@ -957,7 +960,7 @@ pub struct DeltaNetLaunch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
-    /// [`block_tiles`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
+    /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
     /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
     /// [`model_splits_k`], and from [`MMW_ROWS`] rows on the warpgroup MMA with
@@ -1051,6 +1054,24 @@ fn one_row_tiles(n_tiles: usize, resident: usize) -> usize {
             )
         })
         .expect("MATMUL_BLOCK_TILES is not empty")
+}
+
+/// The n-tiles a block of a matmul of `row_tiles` × `n_tiles` once [`block_tiles`] chose
+/// `fitted`: where one row tile's fitted blocks outnumber the `multiprocessors` but a deep
+/// kernel's count ([`MATMUL_DEEP_TILES`]) makes at most one a multiprocessor, the first such
+/// count, so that [`deepens`] runs it deep. Qwen3-8B's o and down projections (4,096 outputs:
+/// 171 blocks of 3, or 128 of 4) at 1 / 8 / 16 rows took 10.6 / 12.0 / 16.3 and 36.0 / 41.0 /
+/// 48.3 µs fitted against 9.8 / 11.4 / 14.1 and 32.3 / 33.8 / 39.2 deep at 4, and Qwen3-0.6B's
+/// q/k/v (4,096 outputs) 4.3 / 4.9 / 6.3 against 4.0 / 4.9 / 5.4 (`matmul_kernel_times`,
+/// bench/RESULTS.md session 23).
+fn deep_fit(row_tiles: usize, n_tiles: usize, fitted: usize, multiprocessors: usize) -> usize {
+    if row_tiles != 1 || deepens(1, n_tiles.div_ceil(fitted), multiprocessors) {
+        return fitted;
+    }
+    MATMUL_DEEP_TILES
+        .into_iter()
+        .find(|&tiles| deepens(1, n_tiles.div_ceil(tiles), multiprocessors))
+        .unwrap_or(fitted)
 }
 
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
@@ -1300,7 +1321,13 @@ impl Kernels {
                 let resident = self.multiprocessors * MMA_MIN_BLOCKS;
                 match (wide, m.fp8.is_some()) {
                     (false, _) => 1,
-                    (true, false) if fit => block_tiles(row_tiles, n_tiles, resident, multi_row),
+                    (true, false) if fit => {
+                        let fitted = block_tiles(row_tiles, n_tiles, resident, multi_row);
+                        match self.matmul_deep {
+                            true => deep_fit(row_tiles, n_tiles, fitted, self.multiprocessors),
+                            false => fitted,
+                        }
+                    }
                     (true, _) => MMA_NT,
                 }
             }

@@ -534,6 +534,39 @@ fn deepens_takes_one_row_tile_of_at_most_a_block_a_multiprocessor() {
     assert!(!deepens(4, 1, 132));
 }
 
+/// `deep_fit` (no device needed): one row tile whose fitted blocks outnumber the
+/// multiprocessors takes the first deep count that makes at most one a multiprocessor; other
+/// matrices keep their fit. The H200's 132 multiprocessors: Qwen3-8B's o and down (512 n-tiles:
+/// 171 blocks of 3) run 128 blocks of 4; Qwen3-4B's (320: 107 of 3) and q/k/v (768: 256 of 3,
+/// 192 of 4) stay.
+#[test]
+fn deep_fit_runs_one_row_tile_deep_where_a_deep_count_fits() {
+    use super::{deep_fit, deepens, MATMUL_DEEP_TILES, MMA_NT};
+    assert_eq!(deep_fit(1, 512, 3, 132), MMA_NT);
+    assert_eq!(deep_fit(1, 320, 3, 132), 3);
+    assert_eq!(deep_fit(1, 768, 3, 132), 3);
+    assert_eq!(deep_fit(4, 512, 3, 132), 3);
+    for mp in [1, 7, 132] {
+        for n_tiles in 1..=1200 {
+            for fitted in [3, MMA_NT, 5, 6] {
+                let chosen = deep_fit(1, n_tiles, fitted, mp);
+                if deepens(1, n_tiles.div_ceil(fitted), mp) {
+                    assert_eq!(chosen, fitted);
+                } else if chosen != fitted {
+                    assert!(MATMUL_DEEP_TILES.contains(&chosen));
+                    assert!(deepens(1, n_tiles.div_ceil(chosen), mp));
+                } else {
+                    assert!(MATMUL_DEEP_TILES.iter().all(|&t| !deepens(
+                        1,
+                        n_tiles.div_ceil(t),
+                        mp
+                    )));
+                }
+            }
+        }
+    }
+}
+
 /// `attention_group` (no device needed): the most of 4, 2, 1 that divides a KV head's query
 /// heads with the merge in 512 dims.
 #[test]
