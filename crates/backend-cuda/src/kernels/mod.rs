@@ -138,14 +138,17 @@ pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
-/// `FLASHLANE_MATMUL_WGMMA=1` compiles `matmul_wg.cu` (for sm_90a) and runs the bf16 matmuls
-/// the tiles would take, from [`MMW_ROWS`] rows, on the warpgroup MMA (`matmul_bf16_wgmma`): the
-/// tiles' chain, so the same bits (the tensor-core probe of session 22 found a wgmma sums a
-/// step as mma.sync does, whatever the k-slots). Off by default: its first version (session 23,
-/// A from registers, each chunk's products awaited) gave the tiles' bits on the H200 but took as
-/// long as they do from 2,048 rows and longer below; the second (both operands in shared memory,
-/// a chunk's products running while the next is issued) is to be measured.
+/// The warpgroup matmul (`matmul_wg.cu`, compiled for sm_90a) runs the bf16 matmuls the tiles
+/// would take from [`MMW_MIN_ROWS`] rows on a GPU of compute capability 9.0 (the tiles' chain,
+/// so the same bits: the tensor-core probe of session 22 found a wgmma sums a step as mma.sync
+/// does, whatever the k-slots). `FLASHLANE_MATMUL_WGMMA=0` keeps them on the tiles (A/B runs of
+/// one binary), `=1` runs it from [`MMW_ROWS`] rows and fails the start where it does not
+/// compile.
 pub const MATMUL_WGMMA_ENV: &str = "FLASHLANE_MATMUL_WGMMA";
+/// Rows from which the warpgroup matmul takes the tiles' matmuls by default. Its first version
+/// (session 23) gained 7–11 % on the 4B and 8B shapes' 64 × 128 prompts (8,192 rows) and lost
+/// ~1 % on one 128-row prompt; this bound is that call's, for the second version to confirm.
+const MMW_MIN_ROWS: usize = 512;
 /// Rows and outputs of a `matmul_bf16_wgmma` block (two warpgroups of 64 rows, each an
 /// m64n128k16 a step), and its stages: two chunks copied ahead, the one multiplied, and the one
 /// before it, whose products may still run.
@@ -698,8 +701,8 @@ pub struct Kernels {
     moe: Option<MoeKernels>,
     /// The warpgroup matmul, where compiled ([`Kernels::compile_wgmma`]).
     wgmma: Option<WgmmaKernels>,
-    /// Whether `MatmulKernel::Auto` runs it ([`MATMUL_WGMMA_ENV`]).
-    matmul_wgmma_auto: bool,
+    /// The rows from which `MatmulKernel::Auto` runs it, if it does ([`MATMUL_WGMMA_ENV`]).
+    matmul_wgmma_min_rows: Option<usize>,
 }
 
 /// The MoE layer's kernels, in launch order.
@@ -862,17 +865,30 @@ impl Kernels {
                 None => None,
             },
             wgmma: None,
-            matmul_wgmma_auto: std::env::var(MATMUL_WGMMA_ENV).is_ok_and(|v| v == "1"),
+            matmul_wgmma_min_rows: None,
         };
-        if kernels.matmul_wgmma_auto {
-            kernels.compile_wgmma(gpu, dims)?;
+        match std::env::var(MATMUL_WGMMA_ENV).as_deref() {
+            Ok("0") => {}
+            Ok("1") => {
+                kernels.compile_wgmma(gpu, dims)?;
+                kernels.matmul_wgmma_min_rows = Some(MMW_ROWS);
+            }
+            // sm_90a code runs on compute capability 9.0 only.
+            // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA 12.0
+            // and later have it) would cost only the speed of long prompts, not the start.
+            _ if gpu.compute_capability()? == (9, 0)
+                && kernels.compile_wgmma(gpu, dims).is_ok() =>
+            {
+                kernels.matmul_wgmma_min_rows = Some(MMW_MIN_ROWS);
+            }
+            _ => {}
         }
         Ok(kernels)
     }
 
     /// Compiles the warpgroup matmul's module (`matmul_wg.cu`, sm_90a) for `MatmulKernel::Wgmma`
     /// (the kernel tests), and for `MatmulKernel::Auto` where the tiles would run from
-    /// [`MMW_ROWS`] rows when [`MATMUL_WGMMA_ENV`] asks (compiled at start then).
+    /// [`MMW_MIN_ROWS`] rows (compiled at start then; [`MATMUL_WGMMA_ENV`]).
     pub(crate) fn compile_wgmma(&mut self, gpu: &Gpu, dims: &Dims) -> Result<(), CudaError> {
         let opts = CompileOptions {
             arch: Some(ARCH_WGMMA),
@@ -963,8 +979,8 @@ pub enum MatmulKernel {
     /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
     /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`], and from [`MMW_ROWS`] rows on the warpgroup MMA with
-    /// [`MATMUL_WGMMA_ENV`]; FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
+    /// [`model_splits_k`], and from [`MMW_MIN_ROWS`] rows on the warpgroup MMA on
+    /// compute capability 9.0 ([`MATMUL_WGMMA_ENV`]); FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
     /// n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -1293,8 +1309,10 @@ impl Kernels {
             | MatmulKernel::Deep(_) => false,
         };
         let wgmma = match kernel {
-            // Compiled at start whenever `matmul_wgmma_auto` is set.
-            MatmulKernel::Auto => self.matmul_wgmma_auto && !split_k && m.rows >= MMW_ROWS,
+            // Compiled at start whenever `matmul_wgmma_min_rows` is set.
+            MatmulKernel::Auto => {
+                !split_k && self.matmul_wgmma_min_rows.is_some_and(|min| m.rows >= min)
+            }
             MatmulKernel::Wgmma => true,
             _ => false,
         };

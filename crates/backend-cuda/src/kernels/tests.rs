@@ -1857,8 +1857,19 @@ fn matmul_kernel_times() {
         .filter(|&n| n < 100_000)
         .max()
         .unwrap();
-    let x = Buf::<f32>::zeros(&gpu, max_rows * k_max).unwrap();
-    let w = Buf::<u16>::zeros(&gpu, 151936 * 2048).unwrap();
+    // Random operands, as a model's: on zeros the tensor cores draw less power and the GPU
+    // holds higher clocks than under real weights (session 23's kernel times were of zeros, and
+    // a prompt's end-to-end gain with the warpgroup matmul did not show in them).
+    let mut rng = Rng::fresh();
+    let x = Buf::from_host(&gpu, &rng.vec(max_rows * k_max)).unwrap();
+    let w_host: Vec<u16> = (0..151936 * 2048)
+        .map(|_| {
+            half::bf16::from_f32(((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1)
+                .to_bits()
+        })
+        .collect();
+    let w = Buf::from_host(&gpu, &w_host).unwrap();
+    drop(w_host);
     let y = Buf::<f32>::zeros(&gpu, max_rows * out_max).unwrap();
     let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(k_max)).unwrap();
     // The k split up to 256 rows of the projections (not the lm_head).
