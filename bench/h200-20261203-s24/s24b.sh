@@ -10,10 +10,10 @@ set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
-tools/train_tiny/device_stage.sh /tmp/s4n_files s4n -- --init models/flashlane-tiny --mix skills --seed 2323 \
+tools/train_tiny/device_stage.sh /tmp/s4n_files s4n -- --init models/flashlane-tiny --mix skills --seed 2424 \
   --steps 1000 --phase1-steps 360 --phase1-len 2048 --batch 8 --seq-len 4096 --lr 3e-4 --warmup 10 \
   --train-seconds 470 --total-seconds 500 --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 \
-  --stop-weight 1 --decision-weight 8 --count-share 0.70 --short-count-frac 0.35 --count-kinds 0.3,0.35,0.25,0.1 \
+  --stop-weight 1 --decision-weight 8 --count-share 0.70 --short-count-frac 0.25 --count-kinds 0.3,0.35,0.25,0.1 \
   --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}' \
   > /tmp/train.out 2>&1 &
 TR=$!
