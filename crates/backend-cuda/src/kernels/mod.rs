@@ -139,15 +139,18 @@ pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
 /// The warpgroup matmul (`matmul_wg.cu`, compiled for sm_90a) runs the bf16 matmuls the tiles
-/// would take from [`MMW_MIN_ROWS`] rows on a GPU of compute capability 9.0 (the tiles' chain,
-/// so the same bits: the tensor-core probe of session 22 found a wgmma sums a step as mma.sync
-/// does, whatever the k-slots). `FLASHLANE_MATMUL_WGMMA=0` keeps them on the tiles (A/B runs of
-/// one binary), `=1` runs it from [`MMW_ROWS`] rows and fails the start where it does not
-/// compile.
+/// would take (the tiles' chain, so the same bits: the tensor-core probe of session 22 found a
+/// wgmma sums a step as mma.sync does, whatever the k-slots): from [`MMW_MIN_ROWS`] rows on a
+/// GPU of compute capability 9.0 where [`MMW_BY_DEFAULT`], from [`MMW_ROWS`] rows with
+/// `FLASHLANE_MATMUL_WGMMA=1` (the start fails where it does not compile), never with `=0`.
 pub const MATMUL_WGMMA_ENV: &str = "FLASHLANE_MATMUL_WGMMA";
-/// Rows from which the warpgroup matmul takes the tiles' matmuls by default. Its first version
-/// (session 23) gained 7–11 % on the 4B and 8B shapes' 64 × 128 prompts (8,192 rows) and lost
-/// ~1 % on one 128-row prompt; this bound is that call's, for the second version to confirm.
+/// Whether the warpgroup matmul runs without [`MATMUL_WGMMA_ENV`]. Not yet: its first version
+/// (session 23: A from registers, each chunk's products awaited) gave the tiles' bits on the
+/// H200 and gained 7–11 % on the 4B and 8B shapes' 64 × 128 prompts, but was no faster in
+/// kernel timings; the second (both operands from shared memory, pipelined) has not run on a GPU.
+const MMW_BY_DEFAULT: bool = false;
+/// Rows from which the warpgroup matmul takes the tiles' matmuls by default: the first
+/// version lost ~1 % on one 128-row prompt and gained on 8,192 rows.
 const MMW_MIN_ROWS: usize = 512;
 /// Rows and outputs of a `matmul_bf16_wgmma` block (two warpgroups of 64 rows, each an
 /// m64n128k16 a step), and its stages: two chunks copied ahead, the one multiplied, and the one
@@ -876,7 +879,8 @@ impl Kernels {
             // sm_90a code runs on compute capability 9.0 only.
             // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA 12.0
             // and later have it) would cost only the speed of long prompts, not the start.
-            _ if gpu.compute_capability()? == (9, 0)
+            _ if MMW_BY_DEFAULT
+                && gpu.compute_capability()? == (9, 0)
                 && kernels.compile_wgmma(gpu, dims).is_ok() =>
             {
                 kernels.matmul_wgmma_min_rows = Some(MMW_MIN_ROWS);
@@ -979,8 +983,7 @@ pub enum MatmulKernel {
     /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
     /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`], and from [`MMW_MIN_ROWS`] rows on the warpgroup MMA on
-    /// compute capability 9.0 ([`MATMUL_WGMMA_ENV`]); FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
+    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
     /// n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
