@@ -980,11 +980,11 @@ pub struct DeltaNetLaunch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
     /// bf16: the tiled kernel where [`runs_tiled`], else the wide one (its n-tiles a block by
-    /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin where [`deepens`],
-    /// unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
+    /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin
+    /// where [`deepens`], unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT
-    /// n-tiles a block), else the narrow.
+    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
+    /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
