@@ -1,9 +1,10 @@
 // Many rows on Hopper's warpgroup MMA (`wgmma`, sm_90a): `split_rows_wg`, then
 // `matmul_bf16_wgmma`. Compiled into a module of its own (with common.cu and matmul.cu, for
-// sm_90a, which wgmma needs) only where asked (FLASHLANE_MATMUL_WGMMA=1). Session 23 ran a first
-// version (A from registers by ldmatrix, each chunk's products awaited before the next) on the
-// H200: the other kernels' bits, but no faster than the tiles; this one takes A from shared
-// memory and keeps a chunk's products running while the next is issued.
+// sm_90a, which wgmma needs) on compute capability 9.0 for the models it is taken by default in,
+// or where asked (FLASHLANE_MATMUL_WGMMA=1). Its bits are the tiles' on the H200 (session 23). A
+// second version with both operands from shared memory and `wait_group 1` (session 24) gave the
+// same bits but took prompts 20–25 % longer than the tiles, this one 5–10 % less at 4,096 rows
+// and more on the 4B and 8B shapes.
 //
 // Batch invariance: the chain of `matmul_tiled_block`. A k16 step of `mma.sync` sums the 16
 // products of elements 16t + 4s + {0, 1, 2, 3} (t = 0..3) of a chunk; on the H200 a wgmma
@@ -16,28 +17,20 @@
 // the total in residue order (total = p0, then total += pw): the tiles' operations on the same
 // values.
 //
-// A block: MMW_ROWS rows (two warpgroups of 64) × MMW_OUTS outputs; each step is one
-// m64n128k16 per warpgroup with both operands in shared memory, read by descriptor (no swizzle:
-// core matrices of 8 rows × 16 bytes, 128 contiguous bytes each). x: a stage holds the 16
-// 16-byte pieces of every split row piece by piece (piece p of row r at p · MMW_PIECE_BYTES +
-// 16r; pieces 2s + c hi and 8 + 2s + c lo hold step s's k-half c), so a warpgroup's A is its 64
-// rows of one piece pair: leading offset MMW_PIECE_BYTES (the k-halves), stride 128 (the
-// 8-row groups). W: the step's 128 × 16 weights, the two k-halves 2,048 bytes apart and the 16
-// groups of 8 outputs 128 bytes apart, a step's 4,096 bytes after the one before.
-//
-// Pipelined: the products of a chunk run while the next chunk's are issued (`wait_group 1`), so
-// a stage is refilled two chunks after it was read; every copy's warp writes 128-byte runs of
-// shared memory without bank conflicts beyond the one a 256- or 512-byte write needs.
+// A block: MMW_ROWS rows (two warpgroups of 64) × MMW_OUTS outputs; warp q of warpgroup h holds
+// rows 64h + 16q … + 15 as an mma.sync row tile (A from registers by `ldmatrix`, as the tiles
+// load it), and each step is one m64n128k16 per warpgroup with B, the step's 128 × 16 weights,
+// from shared memory: core matrices of 8 outputs × 8 k-slots (16 bytes a row), the two k-halves
+// 2,048 bytes apart (the descriptor's leading offset) and the 16 groups of 8 outputs 128 bytes
+// apart (its stride offset), a step's 4,096 bytes after the one before.
 //
 // Host defines: MMW_ROWS (128), MMW_OUTS (128), MMW_STAGES, MMW_THREADS (256).
 
-#define MMW_X_STAGE_BYTES (MMW_ROWS * MMA_CHUNK * 4)      // split rows of a chunk: 32 hi, 32 lo words a row
-#define MMW_PIECE_BYTES (MMW_ROWS * 16)                   // one 16-byte piece of every row of a stage
+#define MMW_X_STAGE_WORDS (MMW_ROWS * MMA_CHUNK)          // split rows of a chunk: 32 hi, 32 lo words a row
 #define MMW_W_STAGE_BYTES (MMW_OUTS * MMA_CHUNK * 2)      // the weights of a chunk
 #define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step
 #define MMW_HALF_BYTES (MMW_STEP_BYTES / 2)               // of one k-half of a step
-#define MMW_GROUP_BYTES 128                               // a core matrix: 8 rows × 16 bytes
-#define MMW_AHEAD (MMW_STAGES - 2)                        // chunks copied ahead of the one multiplied
+#define MMW_GROUP_BYTES 128                               // a core matrix: 8 outputs × 16 bytes
 
 // x's rows split as `split_rows` splits them, in the warpgroup's k order (`split_rows_of`): per
 // chunk, 32 words of hi, then 32 of lo; word 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j
@@ -61,17 +54,18 @@ __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsig
            ((unsigned long long)(stride >> 4) << 32);
 }
 
-// d += A · B: A (64 × 16) and B (16 × 128) by their descriptors; d as 16 mma.sync n-tiles,
-// d[4j + i] that of n-tile j.
-__device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
+// d += A · B: A (64 × 16, this warp's 16 rows in mma.sync's fragment) from registers, B (16 × 128)
+// by its descriptor; d as 16 mma.sync n-tiles, d[4j + i] that of n-tile j.
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long b) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(1));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
 }
 
 // Pins the accumulators in their registers across the asynchronous products (the compiler may
@@ -83,8 +77,7 @@ __device__ __forceinline__ void wgmma_pin(float* d) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
 // y[r0 … r0 + MMW_ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`.
 extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
@@ -92,40 +85,37 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
     extern __shared__ float4 mmw_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mmw_smem4);
-    constexpr int STAGE_BYTES = MMW_X_STAGE_BYTES + MMW_W_STAGE_BYTES;
+    constexpr int STAGE_BYTES = MMW_X_STAGE_WORDS * 4 + MMW_W_STAGE_BYTES;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const int r0 = blockIdx.x * MMW_ROWS, o0 = blockIdx.y * MMW_OUTS;
     matmul_start(w, o0, MMW_OUTS, n_out, (size_t)k * sizeof(bf16_t));
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
 
-    // This thread's copies, the same for every chunk but for its offset. x: piece x_piece (16
-    // bytes) of rows x_row + 16i; a warp copies 4 pieces of 8 rows (4 runs of 128 bytes in
-    // shared memory, 64 bytes of each row read). W: the 8-byte run of elements 16·tt + 4·ws … + 3
-    // of outputs w_o + 16i; a warp copies 8 outputs × 2 tt × 2 ws, which land on every 8-byte
-    // bank position of a 128-byte run twice (the least a 256-byte write can take).
-    static_assert(MMW_THREADS == 256 && MMW_ROWS == 128 && MMW_OUTS == 128, "the copies' lane maps");
-    const int x_row = (warp >> 2) * 8 + (lane & 7), x_piece = (warp & 3) * 4 + (lane >> 3);
-    const int x_dst = x_piece * MMW_PIECE_BYTES + x_row * 16;
-    const int w_o = (warp >> 2) * 8 + (lane & 7);
-    const int tt = (warp & 1) * 2 + ((lane >> 3) & 1), ws = ((warp >> 1) & 1) * 2 + (lane >> 4);
+    // This thread's copies, the same for every chunk but for its offset: x pieces (16 bytes) of
+    // rows xr + 16i (piece xp, placed at xp ^ (row & 7) as the tiles place them), weight runs (8
+    // bytes: elements 16·tt + 4s … + 3) of outputs wo + 16i.
+    static_assert(MMW_THREADS == 16 * 16, "16 threads a row, 16 rows a pass");
+    const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
+    const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
     const int w_elem = 16 * tt + 4 * ws;
-    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (w_o / 8) * MMW_GROUP_BYTES + (w_o % 8) * 16 +
+    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
                       (tt % 2) * 8;
     auto load = [&](int stage, int c) {
         unsigned char* base = smem + stage * STAGE_BYTES;
+        unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
 #pragma unroll
         for (int i = 0; i < MMW_ROWS / 16; i++) {
-            const int row = x_row + 16 * i;
+            const int row = xr + 16 * i;
             const bool in = r0 + row < rows;
-            cp_async16(base + x_dst + i * 16 * 16,
-                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * x_piece : xs, in);
+            cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
+                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
         }
-        unsigned char* w_base = base + MMW_X_STAGE_BYTES;
+        unsigned char* w_base = base + MMW_X_STAGE_WORDS * 4;
         const bool k_in = c * MMA_CHUNK + w_elem < k;
 #pragma unroll
         for (int i = 0; i < MMW_OUTS / 16; i++) {
-            const int o = w_o + 16 * i;
+            const int o = wo + 16 * i;
             const bool in = k_in && o0 + o < n_out;
             // Outputs o and o + 16 are two groups of 8 apart.
             cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
@@ -136,15 +126,17 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
         load_c += MMT_RESIDUES;
         if (load_c >= chunks) load_c = ++load_res;
     };
-    // This warpgroup's 64 rows of a stage's x pieces.
-    const int a_rows = (warp / 4) * 64 * 16;
+
+    // This lane's ldmatrix row of its warp's 16 and its swizzle; which half of a step's slots.
+    const int x_row = ((warp / 4) * 64 + (warp % 4) * 16 + (lane & 15)) * MMA_CHUNK;
+    const int x_swz = lane & 7, x_half = lane >> 4;
 
     float acc[MMW_OUTS / 2], total[MMW_OUTS / 2];
 #pragma unroll
     for (int i = 0; i < MMW_OUTS / 2; i++) acc[i] = total[i] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < MMW_AHEAD; s++) {
+    for (int s = 0; s < MMW_STAGES - 1; s++) {
         if (s < chunks) {
             load(s, load_c);
             next_load();
@@ -154,42 +146,39 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
     int v = 0;  // chunks multiplied
     for (int res = 0; res < MMT_RESIDUES; res++) {
         for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
-            cp_async_wait<MMW_AHEAD - 1>();
+            cp_async_wait<MMW_STAGES - 2>();
             // The copies are the generic proxy's writes; wgmma reads through the async proxy.
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            // After it every warp has its copies of chunk v in place and has seen chunk v - 2's
-            // products done (the `wait_group 1` below), so that chunk's stage takes chunk v + 2.
             __syncthreads();
-            if (v + MMW_AHEAD < chunks) {
-                load((v + MMW_AHEAD) % MMW_STAGES, load_c);
+            if (v + MMW_STAGES - 1 < chunks) {
+                load((v + MMW_STAGES - 1) % MMW_STAGES, load_c);
                 next_load();
             }
             cp_async_commit();
             const unsigned char* stage = smem + (v % MMW_STAGES) * STAGE_BYTES;
-            const unsigned char* xs_s = stage + a_rows;
-            const unsigned char* ws_s = stage + MMW_X_STAGE_BYTES;
+            const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
+            const unsigned char* ws_s = stage + MMW_X_STAGE_WORDS * 4;
+            unsigned ah[4][4], al[4][4];
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
+                ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
+                if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
+            }
             wgmma_pin(acc);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, MMW_GROUP_BYTES);
-                const unsigned long long a_hi = wgmma_desc(xs_s + 2 * s * MMW_PIECE_BYTES, MMW_PIECE_BYTES, MMW_GROUP_BYTES);
-                wgmma_m64n128k16(acc, a_hi, b);
-                if (MMA_SPLIT) {
-                    const unsigned long long a_lo =
-                        wgmma_desc(xs_s + (8 + 2 * s) * MMW_PIECE_BYTES, MMW_PIECE_BYTES, MMW_GROUP_BYTES);
-                    wgmma_m64n128k16(acc, a_lo, b);
-                }
+                wgmma_m64n128k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
+                if (MMA_SPLIT) wgmma_m64n128k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
             }
             wgmma_commit();
-            // The chunk before this one is done (its stage is free after the next barrier); this
-            // one's products still run while the next chunk is issued.
-            wgmma_wait<1>();
+            // The A registers and this stage are free again only when the products are done.
+            wgmma_wait_all();
             wgmma_pin(acc);
         }
         // Residue `res` done (or empty: a zero partial).
-        wgmma_wait<0>();
-        wgmma_pin(acc);
 #pragma unroll
         for (int i = 0; i < MMW_OUTS / 2; i++) {
             total[i] = res == 0 ? acc[i] : total[i] + acc[i];

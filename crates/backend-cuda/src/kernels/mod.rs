@@ -140,21 +140,15 @@ pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
 
 /// The warpgroup matmul (`matmul_wg.cu`, compiled for sm_90a) runs the bf16 matmuls the tiles
 /// would take (the tiles' chain, so the same bits: the tensor-core probe of session 22 found a
-/// wgmma sums a step as mma.sync does, whatever the k-slots): from [`MMW_MIN_ROWS`] rows on a
-/// GPU of compute capability 9.0 where [`MMW_BY_DEFAULT`], from [`MMW_ROWS`] rows with
-/// `FLASHLANE_MATMUL_WGMMA=1` (the start fails where it does not compile), never with `=0`.
+/// wgmma sums a step as mma.sync does, whatever the k-slots): as [`wgmma_default_min_rows`]
+/// says by default, from [`MMW_ROWS`] rows with `FLASHLANE_MATMUL_WGMMA=1` (the start fails
+/// where it does not compile), never with `=0`.
 pub const MATMUL_WGMMA_ENV: &str = "FLASHLANE_MATMUL_WGMMA";
-/// Whether the warpgroup matmul runs without [`MATMUL_WGMMA_ENV`]. Not yet: its first version
-/// (session 23: A from registers, each chunk's products awaited) gave the tiles' bits on the
-/// H200 and gained 7–11 % on the 4B and 8B shapes' 64 × 128 prompts, but was no faster in
-/// kernel timings; the second (both operands from shared memory, pipelined) has not run on a GPU.
-const MMW_BY_DEFAULT: bool = false;
-/// Rows from which the warpgroup matmul takes the tiles' matmuls by default: the first
-/// version lost ~1 % on one 128-row prompt and gained on 8,192 rows.
-const MMW_MIN_ROWS: usize = 512;
+/// Rows from which the warpgroup matmul takes the tiles' matmuls by default (see
+/// [`wgmma_default_min_rows`]).
+const MMW_MIN_ROWS: usize = 4096;
 /// Rows and outputs of a `matmul_bf16_wgmma` block (two warpgroups of 64 rows, each an
-/// m64n128k16 a step), and its stages: two chunks copied ahead, the one multiplied, and the one
-/// before it, whose products may still run.
+/// m64n128k16 a step), and the k-chunks it keeps in flight.
 const MMW_ROWS: usize = 128;
 const MMW_OUTS: usize = 128;
 const MMW_STAGES: usize = 4;
@@ -876,23 +870,22 @@ impl Kernels {
                 kernels.compile_wgmma(gpu, dims)?;
                 kernels.matmul_wgmma_min_rows = Some(MMW_ROWS);
             }
-            // sm_90a code runs on compute capability 9.0 only.
-            // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA 12.0
-            // and later have it) would cost only the speed of long prompts, not the start.
-            _ if MMW_BY_DEFAULT
-                && gpu.compute_capability()? == (9, 0)
-                && kernels.compile_wgmma(gpu, dims).is_ok() =>
-            {
-                kernels.matmul_wgmma_min_rows = Some(MMW_MIN_ROWS);
+            _ => {
+                if let Some(rows) = wgmma_default_min_rows(dims, gpu.compute_capability()?) {
+                    // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA
+                    // 12.0 and later have it) costs only the speed of many prompts at once.
+                    if kernels.compile_wgmma(gpu, dims).is_ok() {
+                        kernels.matmul_wgmma_min_rows = Some(rows);
+                    }
+                }
             }
-            _ => {}
         }
         Ok(kernels)
     }
 
     /// Compiles the warpgroup matmul's module (`matmul_wg.cu`, sm_90a) for `MatmulKernel::Wgmma`
-    /// (the kernel tests), and for `MatmulKernel::Auto` where the tiles would run from
-    /// [`MMW_MIN_ROWS`] rows (compiled at start then; [`MATMUL_WGMMA_ENV`]).
+    /// (the kernel tests), and for `MatmulKernel::Auto` where the tiles would run (compiled at
+    /// start then: [`MATMUL_WGMMA_ENV`]).
     pub(crate) fn compile_wgmma(&mut self, gpu: &Gpu, dims: &Dims) -> Result<(), CudaError> {
         let opts = CompileOptions {
             arch: Some(ARCH_WGMMA),
@@ -1132,6 +1125,18 @@ fn model_splits_k(dims: &Dims) -> bool {
     dims.moe.is_none()
         && dims.linear.is_none()
         && dims.hidden.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_LAYER_BLOCKS
+}
+
+/// The rows from which a model's bf16 matmuls run on the warpgroup MMA by default on a GPU of
+/// `compute_capability`, if they do: [`MMW_MIN_ROWS`] in the dense models whose layers split k
+/// ([`model_splits_k`]: Qwen3-4B, -8B and wider), on 9.0 only (sm_90a code runs nowhere else).
+/// Measured on the H200 (sessions 23–24, bench/RESULTS.md; prompts of 128 tokens, the tiles
+/// against the warpgroup MMA from 128 rows, by rows a round): Qwen3-8B 128 rows 4,638 → 4,554
+/// tok/s, 1,024 10,569 → 10,339, 8,192 9,116 → 10,057 (+10 %; session 23 +11 %); Qwen3-4B 2,048
+/// 18,235 → 16,686, 4,096 17,291 → 18,160 (+5 %), 8,192 16,472 → 17,994 (+9 %; session 23 +7 %);
+/// Qwen3-0.6B −6 % at 2,048 and 4,096 rows, −3 % at 8,192; the A3B slice within 1 % either way.
+fn wgmma_default_min_rows(dims: &Dims, compute_capability: (i32, i32)) -> Option<usize> {
+    (compute_capability == (9, 0) && model_splits_k(dims)).then_some(MMW_MIN_ROWS)
 }
 
 /// Whether a bf16 matmul of `rows` × `n_out` splits k (in a model that does): 48 to 64 rows that

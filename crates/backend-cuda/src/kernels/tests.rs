@@ -656,6 +656,33 @@ fn models_split_k_as_measured() {
     );
 }
 
+/// `wgmma_default_min_rows` (no device needed): the warpgroup matmul from 4,096 rows in the
+/// dense models whose layers split k, on compute capability 9.0 only; not in Qwen3-0.6B or the
+/// hybrid models, where it was measured slower or no faster.
+#[test]
+fn the_warpgroup_matmul_runs_by_default_where_measured_faster() {
+    use super::{wgmma_default_min_rows, MMW_MIN_ROWS};
+    let shapes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes");
+    for (shape, takes) in [
+        ("qwen3-0.6b", false),
+        ("qwen3-4b", true),
+        ("qwen3-8b", true),
+        ("qwen3-next-a3b-slice", false),
+    ] {
+        let config = Config::from_dir(&shapes.join(shape)).expect("config");
+        let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+        let want = takes.then_some(MMW_MIN_ROWS);
+        assert_eq!(wgmma_default_min_rows(&dims, (9, 0)), want, "{shape}");
+        for other in [(8, 0), (8, 9), (10, 0), (12, 0)] {
+            assert_eq!(
+                wgmma_default_min_rows(&dims, other),
+                None,
+                "{shape} on {other:?}"
+            );
+        }
+    }
+}
+
 /// `runs_tiled` (no device needed): the tiled kernel where session 21's measurements found it
 /// faster, end to end where they differed from the kernel's own timings, the 16-row kernels
 /// elsewhere.
