@@ -631,13 +631,19 @@ fn the_k_split_runs_for_48_to_64_rows_off_the_tiles() {
     assert!(!runs_split_k(64, 2560, 4096));
 }
 
+/// The sizes of a real shape's config (`bench/shapes/SHAPE`), bf16 KV.
+fn shape_dims(shape: &str) -> Dims {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes");
+    let config = Config::from_dir(&dir.join(shape)).expect("config");
+    Dims::of(&config, KvDtype::Bf16).expect("dims")
+}
+
 /// `model_splits_k` (no device needed) on the real shapes' configs: the dense models whose
 /// narrowest matrices split into 160 blocks or more (Qwen3-4B, -8B, -32B: measured or their
 /// kind), not Qwen3-0.6B (64 blocks) nor the hybrid models (experts never split).
 #[test]
 fn models_split_k_as_measured() {
     use super::model_splits_k;
-    let shapes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes");
     for (shape, split) in [
         ("qwen3-0.6b", false),
         ("qwen3-4b", true),
@@ -646,9 +652,7 @@ fn models_split_k_as_measured() {
         ("qwen3-next-a3b-slice", false),
         ("qwen3-next-80b-a3b", false),
     ] {
-        let config = Config::from_dir(&shapes.join(shape)).expect("config");
-        let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
-        assert_eq!(model_splits_k(&dims), split, "{shape}");
+        assert_eq!(model_splits_k(&shape_dims(shape)), split, "{shape}");
     }
     assert!(
         !model_splits_k(&tiny_dims().1),
@@ -662,15 +666,13 @@ fn models_split_k_as_measured() {
 #[test]
 fn the_warpgroup_matmul_runs_by_default_where_measured_faster() {
     use super::{wgmma_default_min_rows, MMW_MIN_ROWS};
-    let shapes = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes");
     for (shape, takes) in [
         ("qwen3-0.6b", false),
         ("qwen3-4b", true),
         ("qwen3-8b", true),
         ("qwen3-next-a3b-slice", false),
     ] {
-        let config = Config::from_dir(&shapes.join(shape)).expect("config");
-        let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+        let dims = shape_dims(shape);
         let want = takes.then_some(MMW_MIN_ROWS);
         assert_eq!(wgmma_default_min_rows(&dims, (9, 0)), want, "{shape}");
         for other in [(8, 0), (8, 9), (10, 0), (12, 0)] {
