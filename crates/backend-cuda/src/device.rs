@@ -41,17 +41,6 @@ impl Gpu {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    /// The device's compute capability (major, minor): (9, 0) on an H200.
-    pub fn compute_capability(&self) -> Result<(i32, i32), CudaError> {
-        use cudarc::driver::sys::CUdevice_attribute as A;
-        Ok((
-            self.ctx
-                .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            self.ctx
-                .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        ))
-    }
-
     /// Opens device 0, or says why not (no driver, no device).
     pub fn open() -> Result<Arc<Gpu>, CudaError> {
         // cudarc loads the driver library on first use and panics when it is missing: ask first.

@@ -3,8 +3,9 @@
 // sm_90a, which wgmma needs) on compute capability 9.0 for the models it is taken by default in,
 // or where asked (FLASHLANE_MATMUL_WGMMA=1). Its bits are the tiles' on the H200 (session 23). A
 // second version with both operands from shared memory and `wait_group 1` (session 24) gave the
-// same bits but took prompts 20–25 % longer than the tiles, this one 5–10 % less at 4,096 rows
-// and more on the 4B and 8B shapes.
+// same bits but took prompts 20–25 % longer than the tiles; this one takes the 4B and 8B shapes'
+// rounds of 4,096 and 8,192 rows 4–10 % faster than they do, and smaller rounds or Qwen3-0.6B's
+// up to 6 % slower (bench/RESULTS.md, session 24).
 //
 // Batch invariance: the chain of `matmul_tiled_block`. A k16 step of `mma.sync` sums the 16
 // products of elements 16t + 4s + {0, 1, 2, 3} (t = 0..3) of a chunk; on the H200 a wgmma

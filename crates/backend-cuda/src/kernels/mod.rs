@@ -871,7 +871,7 @@ impl Kernels {
                 kernels.matmul_wgmma_min_rows = Some(MMW_ROWS);
             }
             _ => {
-                if let Some(rows) = wgmma_default_min_rows(dims, gpu.compute_capability()?) {
+                if let Some(rows) = wgmma_default_min_rows(dims, gpu.ctx.compute_capability()?) {
                     // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA
                     // 12.0 and later have it) costs only the speed of many prompts at once.
                     if kernels.compile_wgmma(gpu, dims).is_ok() {

@@ -1891,11 +1891,9 @@ fn matmul_kernel_times() {
     // a prompt's end-to-end gain with the warpgroup matmul did not show in them).
     let mut rng = Rng::fresh();
     let x = Buf::from_host(&gpu, &rng.vec(max_rows * k_max)).unwrap();
-    let w_host: Vec<u16> = (0..151936 * 2048)
-        .map(|_| {
-            half::bf16::from_f32(((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1)
-                .to_bits()
-        })
+    let w_host: Vec<u16> = bf16_vec(&mut rng, 151936 * 2048, 0.05)
+        .iter()
+        .map(|v| v.to_bits())
         .collect();
     let w = Buf::from_host(&gpu, &w_host).unwrap();
     drop(w_host);
