@@ -520,7 +520,10 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 // 16-byte-load phase, hit 8 different bank groups: x piece p (0–7 hi, 8–15 lo) of row r at
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
-// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS.
+// Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
+// MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
+// multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
+// alone take, the results meaningless).
 
 #define MMT_WARPS 8
 #define MMT_X_PIECES 16                // 16-byte pieces of a chunk of a split row (8 hi, 8 lo)
@@ -640,6 +643,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                        in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
         }
         const bool k_in = c * MMA_CHUNK + 8 * wp < k;
+        if (MMT_PROBE == 2) return;
 #pragma unroll
         for (int j = 0; j < WP; j++) {
             const bool in = k_in && o0 + wo + j * RW < n_out;
@@ -687,6 +691,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 next_load();
             }
             cp_async_commit();
+            if (MMT_PROBE == 1) continue;
             const unsigned* xs_s = smem + (v % MMT_STAGES) * STAGE;
             const bf16_t* ws = reinterpret_cast<const bf16_t*>(xs_s + X_STAGE);
             // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.

@@ -83,6 +83,10 @@ const MMA_CHUNK: usize = 64;
 /// Chunks of x and W `matmul_bf16_tiled` keeps in flight (cp.async stages in shared memory):
 /// one being multiplied while the next ones load.
 const MMT_STAGES: usize = 3;
+/// 0: the tiles as they are. 1 and 2 (only in `tiled_define_times`'s recompiled kernels) time
+/// their copies without the products and the products without the weights' copies. Probes,
+/// not chains.
+const MMT_PROBE: usize = 0;
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
@@ -162,7 +166,11 @@ const MMT_ROWS: usize = 64;
 const MMT_OUTS: usize = 128;
 /// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
 /// hi and lo bf16, 4 bytes an element) and W (bf16).
-const MMT_SHARED_BYTES: usize = MMT_STAGES * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2);
+const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
+
+const fn mmt_shared_bytes(stages: usize) -> usize {
+    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
+}
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -219,14 +227,19 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_FP8_F16, MMA_X_PRESPLIT), which the host never reads, and MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the
-/// deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident blocks a
-/// multiprocessor when it fits n-tiles to waves). Any other (a block's warps or n-tiles, a
-/// model's sizes) would make launches that do not match.
+/// (MMA_FP8_F16, MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; MMA_MIN_BLOCKS, of
+/// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
+/// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves);
+/// MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose shared memory the
+/// compiled kernels then launch with. Any other (a block's warps or n-tiles, a model's sizes)
+/// would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 9] = [
+const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_FP8_F16",
     "MMA_X_PRESPLIT",
+    "MMT_PROBE",
+    "MMA_SPLIT",
+    "MMT_STAGES",
     "MMA_NARROW_DEPTH",
     "MMA_DEEP_DEPTH",
     "MMA_FP8_NARROW_DEPTH",
@@ -529,6 +542,7 @@ impl Dims {
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
             ("MMT_STAGES", MMT_STAGES),
+            ("MMT_PROBE", MMT_PROBE),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
@@ -662,6 +676,9 @@ pub struct Kernels {
     /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
+    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`: MMT_SHARED_BYTES,
+    /// or what other stages take in kernels compiled to measure them.
+    tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
@@ -736,7 +753,7 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
-        Self::compile_source(gpu, dims, dims.source())
+        Self::compile_source(gpu, dims, dims.source(), MMT_SHARED_BYTES)
     }
 
     /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
@@ -750,10 +767,21 @@ impl Kernels {
         let source = dims
             .source_overriding(overrides)
             .map_err(|name| CudaError::Compile(format!("{name} is not a define to override")))?;
-        Self::compile_source(gpu, dims, source)
+        let stages = overrides
+            .iter()
+            .find(|(name, _)| *name == "MMT_STAGES")
+            .map_or(MMT_STAGES, |&(_, stages)| stages);
+        Self::compile_source(gpu, dims, source, mmt_shared_bytes(stages))
     }
 
-    fn compile_source(gpu: &Gpu, dims: &Dims, source: String) -> Result<Kernels, CudaError> {
+    /// `tiled_shared_bytes`: what a tiled block's stages take (MMT_SHARED_BYTES but where a
+    /// measurement compiles other stages).
+    fn compile_source(
+        gpu: &Gpu,
+        dims: &Dims,
+        source: String,
+        tiled_shared_bytes: usize,
+    ) -> Result<Kernels, CudaError> {
         let opts = CompileOptions {
             arch: Some(ARCH),
             ..Default::default()
@@ -767,7 +795,7 @@ impl Kernels {
             let function = f(name)?;
             function.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                MMT_SHARED_BYTES as i32,
+                tiled_shared_bytes as i32,
             )?;
             Ok(function)
         };
@@ -796,6 +824,7 @@ impl Kernels {
             },
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
+            tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
@@ -1203,7 +1232,7 @@ impl Kernels {
                 &self.matmul_tiled,
                 (row_blocks, out_blocks, 1),
                 MMT_THREADS,
-                MMT_SHARED_BYTES as u32,
+                self.tiled_shared_bytes as u32,
                 &tiled_args,
             );
         }
@@ -1212,7 +1241,7 @@ impl Kernels {
             &self.matmul_tiled_split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            MMT_SHARED_BYTES as u32,
+            self.tiled_shared_bytes as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),

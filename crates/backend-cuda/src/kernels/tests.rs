@@ -2190,6 +2190,99 @@ fn kernel_define_times() {
     }
 }
 
+/// Not a test: where the tiles' time goes in a 64-stream decode round of the dense shapes (the k
+/// split) and in a prompt (the tiles over 4,096 rows), on Qwen3-4B's and -8B's matrices with
+/// random operands (`--ignored tiled_define_times --nocapture` on the GPU): the tiles as built,
+/// with other stages and launch bounds, with bf16 inputs (`MMA_SPLIT` 0: half the products), and
+/// the two probes (`MMT_PROBE`: the copies alone, the products alone). µs a launch, the
+/// weights' read rate and the useful TFLOP/s.
+#[test]
+#[ignore]
+fn tiled_define_times() {
+    let Some(gpu) = open_gpu() else { return };
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/shapes/qwen3-4b");
+    let config = Config::from_dir(&dir).expect("the Qwen3-4B shape's config");
+    let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
+    // (name, n_out, k).
+    let matrices = [
+        ("4B qkv", 6144, 2560),
+        ("4B o", 2560, 4096),
+        ("4B gate_up", 19456, 2560),
+        ("4B down", 2560, 9728),
+        ("8B qkv", 6144, 4096),
+        ("8B o", 4096, 4096),
+        ("8B gate_up", 24576, 4096),
+        ("8B down", 4096, 12288),
+    ];
+    let (max_rows, k_max, out_max) = (4096, 12288, 24576);
+    let mut rng = Rng::fresh();
+    let x = Buf::from_host(&gpu, &rng.vec(max_rows * k_max)).unwrap();
+    let w_host: Vec<u16> = bf16_vec(&mut rng, out_max * 4096, 0.05)
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    let w = Buf::from_host(&gpu, &w_host).unwrap();
+    drop(w_host);
+    let y = Buf::<f32>::zeros(&gpu, max_rows * out_max).unwrap();
+    let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(k_max)).unwrap();
+    let partials = Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * 64 * out_max).unwrap();
+    let variants: [(&str, &[(&str, usize)]); 9] = [
+        ("as built", &[]),
+        ("MMT_STAGES 2", &[("MMT_STAGES", 2)]),
+        ("MMT_STAGES 4", &[("MMT_STAGES", 4)]),
+        (
+            "STAGES 4, MIN_BLOCKS 1",
+            &[("MMT_STAGES", 4), ("MMA_MIN_BLOCKS", 1)],
+        ),
+        (
+            "STAGES 5, MIN_BLOCKS 1",
+            &[("MMT_STAGES", 5), ("MMA_MIN_BLOCKS", 1)],
+        ),
+        ("MMA_MIN_BLOCKS 1", &[("MMA_MIN_BLOCKS", 1)]),
+        ("MMA_SPLIT 0 (bf16 x)", &[("MMA_SPLIT", 0)]),
+        ("PROBE 1 (copies only)", &[("MMT_PROBE", 1)]),
+        ("PROBE 2 (no W copies)", &[("MMT_PROBE", 2)]),
+    ];
+    let runs = [
+        (64, MatmulKernel::TiledSplitK, "split@64"),
+        (64, MatmulKernel::Tiled, "tiled@64"),
+        (4096, MatmulKernel::Tiled, "tiled@4096"),
+    ];
+    // FLASHLANE_TIMES_VARIANT=TEXT: only the variants whose name holds TEXT (one under ncu).
+    let only = std::env::var("FLASHLANE_TIMES_VARIANT").ok();
+    for (name, overrides) in variants {
+        if only.as_deref().is_some_and(|text| !name.contains(text)) {
+            continue;
+        }
+        let k = match Kernels::compile_overriding(&gpu, &dims, overrides) {
+            Ok(k) => k,
+            Err(err) => {
+                println!("{name:>24}: does not compile: {err}");
+                continue;
+            }
+        };
+        for (matrix, n_out, depth) in matrices {
+            let mut line = format!("{name:>24} {matrix:>10}:");
+            for (rows, kernel, what) in runs {
+                let m = Matmul {
+                    x_split: xs.at(0),
+                    partials: partials.at(0),
+                    ..packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None)
+                };
+                let reps = if rows >= 2048 { 5 } else { 30 };
+                let us = time_launches(&gpu, reps, || {
+                    k.matmul_with(&gpu, &m, kernel).unwrap();
+                });
+                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+                let tflops = (2 * rows * n_out * depth) as f64 / us / 1e6;
+                line += &format!("  {what} {us:.1}us {tbs:.2}TB/s {tflops:.0}TF");
+            }
+            println!("{line}");
+        }
+    }
+}
+
 /// Not a test: what a warpgroup (wgmma) matmul would have to respect to keep `matmul.cu`'s chain
 /// (`--ignored tensor_core_numerics_probe --nocapture` on the GPU; `probe_tc.cu`, compiled alone
 /// for sm_90a). On random bf16 products of mixed magnitudes added to f32 accumulators, it counts
