@@ -521,7 +521,6 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
-// MMT_FOLD_STRIDE (floats between rows of a block's partial in `matmul_bf16_tiled_cluster`),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -585,64 +584,14 @@ __device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, uns
 
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
 
-// The fold of a tile's residues by its cluster (MMT_RESIDUES blocks, block z residue z's
-// partial `part` in its shared memory, [BM][MMT_FOLD_STRIDE]): block z folds rows
-// z · BM / MMT_RESIDUES … of the tile, each output ((p0 + p1) + p2) + … in residue order from
-// the blocks' shared memory, as `matmul_fold_residues` folds them from global memory — the
-// same operations on the same values, so the same bits — and writes it to y. Every thread of
-// every block of the cluster calls it.
-template <int BM, int BN>
-__device__ __forceinline__ void cluster_tiled_fold(const float* part, int r0, int o0, int n_out, float* __restrict__ y,
-                                                   int y_stride, int accumulate, int rows) {
-    constexpr int ROWS = BM / MMT_RESIDUES, THREADS = MMT_WARPS * WARP;
-    static_assert(ROWS * BN == 4 * THREADS, "a block folds 4 outputs a thread");
-    // Every block's partial is in its shared memory.
-    cluster_sync();
-    const int row = blockIdx.z * ROWS + threadIdx.x / (BN / 4), col = 4 * (threadIdx.x % (BN / 4));
-    const float* mine = part + row * MMT_FOLD_STRIDE + col;
-    float4 total;
-#pragma unroll
-    for (int z = 0; z < MMT_RESIDUES; z++) {
-        float4 p;
-        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w)
-                     : "r"(cluster_shared_addr(mine, z)));
-        if (z == 0) {
-            total = p;
-        } else {
-            total.x += p.x;
-            total.y += p.y;
-            total.z += p.z;
-            total.w += p.w;
-        }
-    }
-    const int r = r0 + row;
-    if (r < rows) {
-        const float v[4] = {total.x, total.y, total.z, total.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int o = o0 + col + i;
-            if (o < n_out) {
-                float* out = y + (size_t)r * y_stride + o;
-                *out = accumulate ? *out + v[i] : v[i];
-            }
-        }
-    }
-    // No block leaves while another of its cluster may still read its partial.
-    cluster_sync();
-}
-
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
-// part_stride (see `matmul_bf16_tiled_split`); with CLUSTER too, into its shared memory, where
-// the cluster of the tile's MMT_RESIDUES blocks folds the partials into y itself (see
-// `matmul_bf16_tiled_cluster`).
-template <int BM, int NT, bool SPLIT_K = false, bool CLUSTER = false>
+// part_stride (see `matmul_bf16_tiled_split`).
+template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
                                                    int accumulate, int rows, int part_stride = 0) {
-    static_assert(!CLUSTER || SPLIT_K, "a cluster folds the residues of a split k");
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
     constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
     constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
@@ -790,24 +739,6 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
     }
     cp_async_wait<0>();
-    if (CLUSTER) {
-        // Every warp is done with the stages: the block's partial goes there, [BM][MMT_FOLD_STRIDE].
-        __syncthreads();
-        float* part = reinterpret_cast<float*>(smem);
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wr * 32 + m * 16 + g + h * 8;
-                    const int o = (wc * NT + j) * MMA_COLS + 2 * t;
-                    *reinterpret_cast<float2*>(part + r * MMT_FOLD_STRIDE + o) =
-                        make_float2(total[m][j][2 * h], total[m][j][2 * h + 1]);
-                }
-        cluster_tiled_fold<BM, BN>(part, r0, o0, n_out, y, y_stride, accumulate, rows);
-        return;
-    }
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -842,17 +773,6 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-
-// The k split folded inside clusters: grid z = MMT_RESIDUES as `matmul_bf16_tiled_split`, a
-// tile's MMT_RESIDUES blocks one cluster, and their partials folded in residue order through
-// distributed shared memory (`cluster_tiled_fold`) instead of global memory and a second kernel:
-// the same bits as the split and its fold, without a decode round's partials (8 × its outputs,
-// stored a half sector at a time) written and read again, nor the fold's launch.
-extern "C" __global__ void __cluster_dims__(1, 1, MMT_RESIDUES) __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_tiled_cluster(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                          float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_tiled_block<MMT_ROWS, 4, true, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

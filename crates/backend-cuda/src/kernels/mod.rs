@@ -137,11 +137,6 @@ pub const MATMUL_SPLIT_K_MIN_OUTPUTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_MIN_O
 const MATMUL_SPLIT_K_MIN_LAYER_BLOCKS: usize = 160;
 /// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
-/// Where `MatmulKernel::Auto`'s k split folds its residues: by default inside each tile's
-/// cluster of MMT_RESIDUES blocks (`matmul_bf16_tiled_cluster`: no partials in global memory,
-/// no fold kernel); `FLASHLANE_MATMUL_CLUSTER_FOLD=0` folds them from `Matmul::partials` by
-/// `matmul_fold_residues` as before (A/B runs of one binary: the bits do not change).
-pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
@@ -172,12 +167,6 @@ const MMT_OUTS: usize = 128;
 /// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
 /// hi and lo bf16, 4 bytes an element) and W (bf16).
 const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
-/// Floats between rows of a block's partial in `matmul_bf16_tiled_cluster`: 8 past its
-/// MMT_OUTS, so that the 8 rows of a warp's fragment store to two sets of banks each 128 bytes
-/// (the fewest for its 256 bytes) instead of one set eight times.
-const MMT_FOLD_STRIDE: usize = MMT_OUTS + 8;
-/// That partial, in its block's stages once they are done.
-const MMT_FOLD_BYTES: usize = MMT_ROWS * MMT_FOLD_STRIDE * 4;
 
 const fn mmt_shared_bytes(stages: usize) -> usize {
     stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
@@ -558,7 +547,6 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
-            ("MMT_FOLD_STRIDE", MMT_FOLD_STRIDE),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
@@ -694,9 +682,6 @@ pub struct Kernels {
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
-    matmul_tiled_cluster: CudaFunction,
-    /// Whether `MatmulKernel::Auto`'s k split folds in clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
-    matmul_cluster_fold: bool,
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
@@ -816,7 +801,6 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        let matmul_tiled_cluster = tiles("matmul_bf16_tiled_cluster")?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -844,8 +828,6 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
-            matmul_tiled_cluster,
-            matmul_cluster_fold: std::env::var(MATMUL_CLUSTER_FOLD_ENV).map_or(true, |v| v != "0"),
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
@@ -1016,15 +998,6 @@ pub struct DeltaNetLaunch {
     pub out: u64,
 }
 
-/// Where a k split's residues are folded into y.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum KFold {
-    /// Each residue's partial into `Matmul::partials`, then `matmul_fold_residues`.
-    Partials,
-    /// Inside each tile's cluster, through distributed shared memory.
-    Cluster,
-}
-
 /// Which matmul kernel computes a product (they give the same bits; see `matmul.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
@@ -1046,8 +1019,6 @@ pub enum MatmulKernel {
     Tiled,
     /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
     TiledSplitK,
-    /// `matmul_bf16_tiled_cluster`: the k split folded by each tile's cluster (bf16 only).
-    TiledCluster,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
@@ -1239,47 +1210,31 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 }
 
 impl Kernels {
-    /// x split into `m.x_split` (`split_rows`), then the tiles over it; with k split, each
-    /// residue's partial folded into y as `split_k` says.
-    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul, split_k: Option<KFold>) -> Result<(), CudaError> {
+    /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
+    /// split into `m.partials` and folded into y when `split_k`.
+    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul, split_k: bool) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
         );
         assert!(
-            split_k != Some(KFold::Partials) || m.partials != 0,
+            !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
         launch_split_rows(gpu, &self.split_rows, m)?;
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
-        // The 16-row kernels' arguments from W on, after the split rows.
-        let mut tiled_args = [Arg::Ptr(m.x_split); 8];
-        tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
-        match split_k {
-            None => {
-                return gpu.launch_with_shared(
-                    &self.matmul_tiled,
-                    (row_blocks, out_blocks, 1),
-                    MMT_THREADS,
-                    self.tiled_shared_bytes as u32,
-                    &tiled_args,
-                )
-            }
-            Some(KFold::Cluster) => {
-                assert!(
-                    self.tiled_shared_bytes >= MMT_FOLD_BYTES,
-                    "[matmul-cluster-fold-room] a block's stages hold its partial"
-                );
-                return gpu.launch_with_shared(
-                    &self.matmul_tiled_cluster,
-                    (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
-                    MMT_THREADS,
-                    self.tiled_shared_bytes as u32,
-                    &tiled_args,
-                );
-            }
-            Some(KFold::Partials) => {}
+        if !split_k {
+            // The 16-row kernels' arguments from W on, after the split rows.
+            let mut tiled_args = [Arg::Ptr(m.x_split); 8];
+            tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+            return gpu.launch_with_shared(
+                &self.matmul_tiled,
+                (row_blocks, out_blocks, 1),
+                MMT_THREADS,
+                self.tiled_shared_bytes as u32,
+                &tiled_args,
+            );
         }
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
         gpu.launch_with_shared(
@@ -1372,29 +1327,19 @@ impl Kernels {
         }
         let split_k = match kernel {
             MatmulKernel::Auto => {
-                let splits = self.splits_k()
+                self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
-                    && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs);
-                match (splits, self.matmul_cluster_fold) {
-                    (false, _) => None,
-                    (true, true) => Some(KFold::Cluster),
-                    (true, false) => Some(KFold::Partials),
-                }
+                    && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
             }
-            MatmulKernel::TiledSplitK => Some(KFold::Partials),
-            MatmulKernel::TiledCluster => Some(KFold::Cluster),
-            _ => None,
+            MatmulKernel::TiledSplitK => true,
+            _ => false,
         };
         let tiled = match kernel {
             MatmulKernel::Auto => {
-                split_k.is_some()
-                    || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
+                split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled
-            | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledCluster
-            | MatmulKernel::Wgmma => true,
+            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1403,7 +1348,7 @@ impl Kernels {
         let wgmma = match kernel {
             // Compiled at start whenever `matmul_wgmma_min_rows` is set.
             MatmulKernel::Auto => {
-                split_k.is_none() && self.matmul_wgmma_min_rows.is_some_and(|min| m.rows >= min)
+                !split_k && self.matmul_wgmma_min_rows.is_some_and(|min| m.rows >= min)
             }
             MatmulKernel::Wgmma => true,
             _ => false,
@@ -1421,7 +1366,6 @@ impl Kernels {
             MatmulKernel::Auto
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledCluster
             | MatmulKernel::Wgmma => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {

@@ -397,7 +397,6 @@ fn matmul_case(
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
         MatmulKernel::TiledSplitK,
-        MatmulKernel::TiledCluster,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
     ]
@@ -1913,7 +1912,6 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
         MatmulKernel::TiledSplitK,
-        MatmulKernel::TiledCluster,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
@@ -1930,10 +1928,7 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                let split = matches!(
-                    kernel,
-                    MatmulKernel::TiledSplitK | MatmulKernel::TiledCluster
-                );
+                let split = kernel == MatmulKernel::TiledSplitK;
                 let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
                 if (many && rows < 64)
                     || (deep && rows > 64)
@@ -2251,7 +2246,6 @@ fn tiled_define_times() {
     ];
     let runs = [
         (64, MatmulKernel::TiledSplitK, "split@64"),
-        (64, MatmulKernel::TiledCluster, "cluster@64"),
         (64, MatmulKernel::Tiled, "tiled@64"),
         (4096, MatmulKernel::Tiled, "tiled@4096"),
     ];
