@@ -1886,17 +1886,7 @@ fn matmul_kernel_times() {
         .filter(|&n| n < 100_000)
         .max()
         .unwrap();
-    // Random operands, as a model's: on zeros the tensor cores draw less power and the GPU
-    // holds higher clocks than under real weights (session 23's kernel times were of zeros, and
-    // a prompt's end-to-end gain with the warpgroup matmul did not show in them).
-    let mut rng = Rng::fresh();
-    let x = Buf::from_host(&gpu, &rng.vec(max_rows * k_max)).unwrap();
-    let w_host: Vec<u16> = bf16_vec(&mut rng, 151936 * 2048, 0.05)
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let w = Buf::from_host(&gpu, &w_host).unwrap();
-    drop(w_host);
+    let (x, w) = random_operands(&gpu, max_rows * k_max, 151936 * 2048);
     let y = Buf::<f32>::zeros(&gpu, max_rows * out_max).unwrap();
     let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(k_max)).unwrap();
     // The k split up to 256 rows of the projections (not the lm_head).
@@ -2012,6 +2002,43 @@ fn packed_matmul(
 }
 
 /// µs a launch of `run` (after one launch to warm up), averaged over `reps`.
+/// Random operands for the kernel timings, as a model's: `x_len` f32 inputs and `w_len` bf16
+/// weights (as bits). On zeros the tensor cores draw less power and the GPU holds higher clocks
+/// than under real weights (session 23's kernel times were of zeros, and a prompt's end-to-end
+/// gain with the warpgroup matmul did not show in them).
+fn random_operands(gpu: &Arc<Gpu>, x_len: usize, w_len: usize) -> (Buf<f32>, Buf<u16>) {
+    let mut rng = Rng::fresh();
+    let x = Buf::from_host(gpu, &rng.vec(x_len)).unwrap();
+    let w_host: Vec<u16> = bf16_vec(&mut rng, w_len, 0.05)
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    (x, Buf::from_host(gpu, &w_host).unwrap())
+}
+
+/// The kernels of each timing variant (a name and its define overrides) that compiles, in
+/// order; one that does not is named with why. `FLASHLANE_TIMES_VARIANT=TEXT` keeps only the
+/// variants whose name holds TEXT (one under ncu).
+fn compiled_variants<'a>(
+    gpu: &'a Arc<Gpu>,
+    dims: &'a Dims,
+    variants: &'a [(&'a str, &'a [(&'a str, usize)])],
+) -> impl Iterator<Item = (&'a str, Kernels)> + 'a {
+    let only = std::env::var("FLASHLANE_TIMES_VARIANT").ok();
+    variants
+        .iter()
+        .filter(move |(name, _)| only.as_deref().is_none_or(|text| name.contains(text)))
+        .filter_map(
+            |&(name, overrides)| match Kernels::compile_overriding(gpu, dims, overrides) {
+                Ok(k) => Some((name, k)),
+                Err(err) => {
+                    println!("{name:>24}: does not compile: {err}");
+                    None
+                }
+            },
+        )
+}
+
 fn time_launches(gpu: &Gpu, reps: usize, mut run: impl FnMut()) -> f64 {
     run();
     gpu.sync().unwrap();
@@ -2132,14 +2159,7 @@ fn kernel_define_times() {
         ("MOE_FP8_DEPTH 1", &[("MOE_FP8_DEPTH", 1)]),
     ];
     let reps = 50;
-    for (name, overrides) in variants {
-        let k = match Kernels::compile_overriding(&gpu, &dims, overrides) {
-            Ok(k) => k,
-            Err(err) => {
-                println!("{name:>24}: does not compile: {err}");
-                continue;
-            }
-        };
+    for (name, k) in compiled_variants(&gpu, &dims, &variants) {
         let mut line = format!("{name:>24}: MoE");
         for fp8 in [false, true] {
             line += if fp8 { " | FP8" } else { " bf16" };
@@ -2216,14 +2236,7 @@ fn tiled_define_times() {
         ("8B down", 4096, 12288),
     ];
     let (max_rows, k_max, out_max) = (4096, 12288, 24576);
-    let mut rng = Rng::fresh();
-    let x = Buf::from_host(&gpu, &rng.vec(max_rows * k_max)).unwrap();
-    let w_host: Vec<u16> = bf16_vec(&mut rng, out_max * 4096, 0.05)
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let w = Buf::from_host(&gpu, &w_host).unwrap();
-    drop(w_host);
+    let (x, w) = random_operands(&gpu, max_rows * k_max, out_max * 4096);
     let y = Buf::<f32>::zeros(&gpu, max_rows * out_max).unwrap();
     let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(k_max)).unwrap();
     let partials = Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * 64 * out_max).unwrap();
@@ -2249,19 +2262,7 @@ fn tiled_define_times() {
         (64, MatmulKernel::Tiled, "tiled@64"),
         (4096, MatmulKernel::Tiled, "tiled@4096"),
     ];
-    // FLASHLANE_TIMES_VARIANT=TEXT: only the variants whose name holds TEXT (one under ncu).
-    let only = std::env::var("FLASHLANE_TIMES_VARIANT").ok();
-    for (name, overrides) in variants {
-        if only.as_deref().is_some_and(|text| !name.contains(text)) {
-            continue;
-        }
-        let k = match Kernels::compile_overriding(&gpu, &dims, overrides) {
-            Ok(k) => k,
-            Err(err) => {
-                println!("{name:>24}: does not compile: {err}");
-                continue;
-            }
-        };
+    for (name, k) in compiled_variants(&gpu, &dims, &variants) {
         for (matrix, n_out, depth) in matrices {
             let mut line = format!("{name:>24} {matrix:>10}:");
             for (rows, kernel, what) in runs {
