@@ -2001,7 +2001,6 @@ fn packed_matmul(
     }
 }
 
-/// µs a launch of `run` (after one launch to warm up), averaged over `reps`.
 /// Random operands for the kernel timings, as a model's: `x_len` f32 inputs and `w_len` bf16
 /// weights (as bits). On zeros the tensor cores draw less power and the GPU holds higher clocks
 /// than under real weights (session 23's kernel times were of zeros, and a prompt's end-to-end
@@ -2039,6 +2038,7 @@ fn compiled_variants<'a>(
         )
 }
 
+/// µs a launch of `run` (after one launch to warm up), averaged over `reps`.
 fn time_launches(gpu: &Gpu, reps: usize, mut run: impl FnMut()) -> f64 {
     run();
     gpu.sync().unwrap();
