@@ -193,15 +193,12 @@ def main():
             with ThreadPoolExecutor(WORKERS) as pool:
                 for i, ok, reply, calls in pool.map(one, range(len(all_cases))):
                     case = all_cases[i]
-                    r = results.setdefault(case.skill, {}).setdefault(str(temperature),
-                                                                      {"asked": 0, "right": 0, "failures": []})
-                    r["asked"] += 1
-                    r["right"] += int(ok)
-                    for row in case.also:
-                        a = results.setdefault(row, {}).setdefault(str(temperature),
-                                                                   {"asked": 0, "right": 0, "failures": []})
-                        a["asked"] += 1
-                        a["right"] += int(ok)
+                    for row in (case.skill, *case.also):
+                        tally = results.setdefault(row, {}).setdefault(str(temperature),
+                                                                       {"asked": 0, "right": 0, "failures": []})
+                        tally["asked"] += 1
+                        tally["right"] += int(ok)
+                    r = results[case.skill][str(temperature)]
                     if not ok:
                         expect = shorten(case.expect) if isinstance(case.expect, str) else case.expect
                         r["failures"].append({"messages": case.messages[-1]["content"], "expected": expect,
