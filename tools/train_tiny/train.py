@@ -154,11 +154,31 @@ NEWLINE_ID = -1  # the tokenizer's id of "\n" (a newline is one token), set in m
 # 33 stops, too few to tell 30 % of missed stops from 20 %; 16 rows hold about twice as many.
 VAL_SKILL_COUNT_ROWS = 16
 DIGIT_IDS = None  # tensor of the ids of "0".."9" (a digit is one token), set in main
+# Extra loss weight of the decisions next to a count's stop (set from --near-stop-weight and
+# --near-stop-window): the stop itself and the NEAR_STOP_WINDOW go-ons before it, on top of
+# DECISION_WEIGHT. Stage 4m's late stops wrote the count's last number and went on (a count of
+# 380 decisions has one stop): the hard decisions are the few where the number is B or next to
+# it, and with every decision weighted alike they are a fraction of a percent of the weight.
+NEAR_STOP_WEIGHT = 1.0
+NEAR_STOP_WINDOW = 3
 
 
 def decision_targets(targets, prev, stop_id):
     """Where a count goes on or stops: the targets after a digit that are a newline or `stop_id`."""
     return torch.isin(prev, DIGIT_IDS) & ((targets == NEWLINE_ID) | (targets == stop_id))
+
+
+def near_stop_targets(targets, prev, stop_id, window):
+    """The decisions (`decision_targets`) at most `window` decisions before a stop in the same
+    row, the stop included: each decision's count of decisions up to the next stop after a digit,
+    from a reversed running minimum of the stops' positions in the decisions' running count."""
+    at = decision_targets(targets, prev, stop_id)
+    seen = torch.cumsum(at.long(), dim=-1)  # decisions so far, this one included
+    stops = at & (targets == stop_id)
+    far = torch.iinfo(torch.long).max
+    at_stop = torch.where(stops, seen, torch.full_like(seen, far))
+    next_stop = torch.flip(torch.cummin(torch.flip(at_stop, [-1]), dim=-1).values, [-1])
+    return at & (next_stop != far) & (next_stop - seen <= window)
 
 
 def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
@@ -167,11 +187,15 @@ def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
     by `mask` (0: left out; a count's first step may weigh more, `weight_first_steps`)."""
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
     decide = DECISION_WEIGHT != 1.0 and prev is not None
-    if STOP_WEIGHT == 1.0 and mask is None and not decide:
+    near = NEAR_STOP_WEIGHT != 1.0 and prev is not None
+    if STOP_WEIGHT == 1.0 and mask is None and not decide and not near:
         return ce.mean()
     w = 1.0 + (STOP_WEIGHT - 1.0) * (targets.reshape(-1) == stop_id).float()
     if decide:
         w = w * (1.0 + (DECISION_WEIGHT - 1.0) * decision_targets(targets, prev, stop_id).reshape(-1).float())
+    if near:
+        close = near_stop_targets(targets, prev, stop_id, NEAR_STOP_WINDOW).reshape(-1).float()
+        w = w * (1.0 + (NEAR_STOP_WEIGHT - 1.0) * close)
     if mask is not None:
         w = w * mask.reshape(-1).float()
     return (ce * w).sum() / w.sum().clamp(min=1.0)
@@ -183,7 +207,9 @@ def count_decisions(greedy, targets, prev, stop_id):
     these: each is one token of a reply, and a count of n numbers is right only if all n are."""
     at = decision_targets(targets, prev, stop_id)
     stops, goes = at & (targets == stop_id), at & (targets == NEWLINE_ID)
+    close_goes = near_stop_targets(targets, prev, stop_id, NEAR_STOP_WINDOW) & (targets == NEWLINE_ID)
     return {"decisions": int(at.sum()),
+            "early_stops_near_end": float(((greedy == stop_id) & close_goes).sum() / close_goes.sum().clamp(min=1)),
             "decision_errors": float(((greedy != targets) & at).sum() / at.sum().clamp(min=1)),
             "missed_stops": float(((greedy != targets) & stops).sum() / stops.sum().clamp(min=1)),
             "early_stops": float(((greedy == stop_id) & goes).sum() / goes.sum().clamp(min=1))}
@@ -695,6 +721,10 @@ def main():
     ap.add_argument("--stop-weight", type=float, default=1.0)
     ap.add_argument("--decision-weight", type=float, default=1.0,
                     help="loss weight of the newline or <|im_end|> right after a number (go on or stop)")
+    ap.add_argument("--near-stop-weight", type=float, default=1.0,
+                    help="extra loss weight of a count's stop and the go-ons just before it (see --near-stop-window)")
+    ap.add_argument("--near-stop-window", type=int, default=3,
+                    help="how many go-on decisions before a stop --near-stop-weight weighs too")
     ap.add_argument("--first-step-weight", type=int, default=1,
                     help="loss weight (1-255) of a count's second number, where it takes its step")
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
@@ -717,9 +747,10 @@ def main():
     args = ap.parse_args()
     if not 1 <= args.first_step_weight <= 255:
         raise SystemExit(f"--first-step-weight takes 1 to 255 (a weight per token in uint8): {args.first_step_weight}")
-    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS
+    global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS, NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW
     STOP_WEIGHT = args.stop_weight
     DECISION_WEIGHT = args.decision_weight
+    NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW = args.near_stop_weight, args.near_stop_window
 
     data.SHORT_COUNT_FRAC = args.short_count_frac
     random.seed(args.seed)
