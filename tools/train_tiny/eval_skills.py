@@ -8,7 +8,8 @@ success rates and every failure to a JSON file; prints a Markdown table.
     python tools/train_tiny/eval_skills.py --flashlane target/release/flashlane \
         --model models/flashlane-tiny --out models/flashlane-tiny/skills_eval.json
 
-Needs the `openai` client, `jinja2` (skills.py renders nothing here, but imports cleanly) only.
+Needs the `openai` client, `jinja2` (skills.py renders nothing here, but imports cleanly) only;
+on the GPU machine, which has no network, from the wheels `fetch_eval_wheels.sh` downloads.
 """
 
 import argparse
@@ -132,8 +133,9 @@ def ask(client, case, temperature, seed):
     return m.content or "", calls
 
 
-def start(binary, model):
-    cmd = [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--served-model-name", "m", "--model", model]
+def start(binary, model, serve_args=()):
+    cmd = [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--served-model-name", "m", "--model", model,
+           *serve_args]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + START_TIMEOUT_S
     for line in proc.stderr:
@@ -174,12 +176,15 @@ def main():
     ap.add_argument("--url", help="an already running server")
     ap.add_argument("--cases", type=int, default=40, help="cases per skill")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for `flashlane serve` (repeat it: --serve-arg=--device "
+                         "--serve-arg=cuda screens a stage on the GPU machine; the shipped figures are the CPU's)")
     args = ap.parse_args()
     proc = None
     if args.url:
         url = args.url
     else:
-        proc, url = start(args.flashlane, args.model)
+        proc, url = start(args.flashlane, args.model, args.serve_arg)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
     all_cases = cases(args.cases)
     results = {}
@@ -211,7 +216,7 @@ def main():
             proc.wait(timeout=30)
     summary = {s: {t: round(100.0 * v["right"] / v["asked"], 1) for t, v in r.items()} for s, r in results.items()}
     with open(args.out, "w") as f:
-        json.dump({"model": args.model, "seed": EVAL_SEED, "cases_per_skill": args.cases,
+        json.dump({"model": args.model, "serve_args": args.serve_arg, "seed": EVAL_SEED, "cases_per_skill": args.cases,
                    "seconds": round(time.time() - t0, 1), "success_percent": summary, "results": results}, f, indent=1)
     print("| skill | cases | T = 0 | T = 0.7 |")
     print("|---|---|---|---|")
