@@ -202,7 +202,7 @@ mod avx2 {
     /// 8 bf16 at `p` widened to f32 (exact).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn widen8(p: *const bf16) -> __m256 {
+    pub(super) unsafe fn widen8(p: *const bf16) -> __m256 {
         let h = _mm_loadu_si128(p as *const __m128i);
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
@@ -708,6 +708,102 @@ mod tests {
         assert_eq!(tiles_for(MAX_TILE_ROWS, true), Tiles::Avx2);
         assert_eq!(tiles_for(MAX_TILE_ROWS + 1, true), Tiles::Avx512);
         assert_eq!(tiles_for(64, false), Tiles::Avx2);
+    }
+
+    /// Weights of each group of [`INTERLEAVE`] rows stored interleaved in pieces of [`LANES`]
+    /// elements (16 bytes): piece `p` of rows `4g … 4g + 3` one after the other, so a tile over
+    /// the group reads one sequential stream instead of four streams `k` apart.
+    const INTERLEAVE: usize = 4;
+
+    fn interleaved(w: &[bf16], k: usize) -> Vec<bf16> {
+        assert!(k.is_multiple_of(LANES) && (w.len() / k).is_multiple_of(INTERLEAVE));
+        let mut out = vec![bf16::ZERO; w.len()];
+        for g in 0..w.len() / k / INTERLEAVE {
+            for p in 0..k / LANES {
+                for c in 0..INTERLEAVE {
+                    let from = (g * INTERLEAVE + c) * k + p * LANES;
+                    let to = g * INTERLEAVE * k + (p * INTERLEAVE + c) * LANES;
+                    out[to..to + LANES].copy_from_slice(&w[from..from + LANES]);
+                }
+            }
+        }
+        out
+    }
+
+    /// One row against one interleaved group of 4 weight rows: `avx2::tile::<1, 4>`'s chain
+    /// (8 lanes, element `j` into lane `j % 8`, one fused multiply-add per element in
+    /// increasing `j`, then [`reduce`]) over the interleaved layout.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn interleaved_tile(x: &[f32], group: &[bf16], k: usize) -> [f32; INTERLEAVE] {
+        use super::avx2::widen8;
+        use std::arch::x86_64::*;
+        let mut acc = [_mm256_setzero_ps(); INTERLEAVE];
+        let w = group.as_ptr();
+        for j in (0..k).step_by(LANES) {
+            let xv = _mm256_loadu_ps(x.as_ptr().add(j));
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(xv, widen8(w.add(INTERLEAVE * j + c * LANES)), *a);
+            }
+        }
+        acc.map(|a| {
+            let mut lanes = [0.0f32; LANES];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), a);
+            reduce(&lanes)
+        })
+    }
+
+    /// Not a test: a decode step's one-row matmul over the weights as they are stored and over
+    /// the same weights interleaved by groups of 4 rows ([`interleaved`]), the same chain, so
+    /// the same bits (asserted). Prints the best and median rate of each over alternating runs.
+    /// `cargo test --release -p backend-cpu --lib -- --ignored one_row_interleaved --nocapture`
+    #[test]
+    #[ignore]
+    fn one_row_interleaved_weights_speed() {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+            return;
+        }
+        // 512 MiB of weights: far past any cache, as a decode step's experts are.
+        let (k, out) = (2048, 131_072);
+        let mut rng = Rng::fresh();
+        let x = rng.vec(k);
+        let w = bf16s(&rng.vec(out * k));
+        let wi = interleaved(&w, k);
+        let (mut stored, mut inter) = (vec![0.0f32; out], vec![0.0f32; out]);
+        let run_interleaved = |y: &mut [f32]| {
+            y.par_chunks_mut(COL_BLOCK)
+                .zip(wi.par_chunks(COL_BLOCK * k))
+                .for_each(|(yb, wb)| {
+                    for (yg, wg) in yb.chunks_mut(INTERLEAVE).zip(wb.chunks(INTERLEAVE * k)) {
+                        // SAFETY: `supported()` checked AVX2 and FMA.
+                        #[cfg(target_arch = "x86_64")]
+                        yg.copy_from_slice(&unsafe { interleaved_tile(&x, wg, k) });
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let _ = (yg, wg);
+                    }
+                })
+        };
+        let (mut t_stored, mut t_inter) = (vec![], vec![]);
+        for _ in 0..9 {
+            let t = std::time::Instant::now();
+            matmul_bf16_in(&x, &w, k, &mut stored, Tiles::Avx2);
+            t_stored.push(t.elapsed().as_secs_f64());
+            let t = std::time::Instant::now();
+            run_interleaved(&mut inter);
+            t_inter.push(t.elapsed().as_secs_f64());
+        }
+        assert_eq!(stored, inter, "the interleaved layout changed the bits");
+        let gbs = |t: &mut Vec<f64>| {
+            t.sort_by(f64::total_cmp);
+            let bytes = (out * k * 2) as f64;
+            (bytes / t[0] / 1e9, bytes / t[t.len() / 2] / 1e9)
+        };
+        let ((s_best, s_med), (i_best, i_med)) = (gbs(&mut t_stored), gbs(&mut t_inter));
+        eprintln!(
+            "one row, {out} x {k} bf16: as stored {s_best:.1} GB/s best, {s_med:.1} median; \
+             interleaved by {INTERLEAVE} {i_best:.1} best, {i_med:.1} median"
+        );
     }
 
     #[test]
