@@ -161,6 +161,12 @@ DIGIT_IDS = None  # tensor of the ids of "0".."9" (a digit is one token), set in
 # it, and with every decision weighted alike they are a fraction of a percent of the weight.
 NEAR_STOP_WEIGHT = 1.0
 NEAR_STOP_WINDOW = 3
+# The ids of `<|im_start|>` and of the role word "assistant" after it (set in main): the near-stop
+# marks count only the stops of assistant turns. A user turn that ends on a digit ("Count from 5
+# to 35") is also a digit before `<|im_end|>`, and `decision_targets` counts it (as every stage
+# did); stages 4o and 4p ran before this rule and weighted those ends by the near-stop weight too.
+IM_START_ID = -1
+ASSISTANT_ID = -1
 
 
 def decision_targets(targets, prev, stop_id):
@@ -168,17 +174,35 @@ def decision_targets(targets, prev, stop_id):
     return torch.isin(prev, DIGIT_IDS) & ((targets == NEWLINE_ID) | (targets == stop_id))
 
 
+def in_assistant_turn(targets, prev):
+    """Whether each target lies in an assistant turn: the turn opened by the last
+    `<|im_start|>` at or before it (in the same row) is an assistant's (its first target, the
+    role word, is ASSISTANT_ID). False before a row's first `<|im_start|>`."""
+    opens = prev == IM_START_ID  # the target is the turn's role word
+    where = torch.arange(targets.shape[-1], device=targets.device).expand_as(targets)
+    last_open = torch.cummax(torch.where(opens, where, torch.zeros_like(where)), dim=-1).values
+    seen_open = torch.cummax(opens.long(), dim=-1).values.bool()
+    return seen_open & (torch.gather(targets, -1, last_open) == ASSISTANT_ID)
+
+
 def near_stop_targets(targets, prev, stop_id, window):
-    """The decisions (`decision_targets`) at most `window` decisions before a stop in the same
-    row, the stop included: each decision's count of decisions up to the next stop after a digit,
-    from a reversed running minimum of the stops' positions in the decisions' running count."""
+    """The decisions (`decision_targets`) at most `window` decisions before a stop of an
+    assistant turn, in that turn, the stop included: each decision's count of decisions up to the
+    next such stop, from a reversed running minimum of the stops' places in the decisions' running
+    count (and in the turns' running count, so that no mark crosses into an earlier turn or into
+    the text packed between two chats)."""
     at = decision_targets(targets, prev, stop_id)
     seen = torch.cumsum(at.long(), dim=-1)  # decisions so far, this one included
-    stops = at & (targets == stop_id)
+    turn = torch.cumsum((prev == IM_START_ID).long(), dim=-1)  # turns opened so far
+    stops = at & (targets == stop_id) & in_assistant_turn(targets, prev)
     far = torch.iinfo(torch.long).max
-    at_stop = torch.where(stops, seen, torch.full_like(seen, far))
-    next_stop = torch.flip(torch.cummin(torch.flip(at_stop, [-1]), dim=-1).values, [-1])
-    return at & (next_stop != far) & (next_stop - seen <= window)
+
+    def at_next_stop(v):  # v (non-decreasing along the row) at the next stop, `far` past the last
+        return torch.flip(torch.cummin(torch.flip(torch.where(stops, v, torch.full_like(v, far)), [-1]),
+                                       dim=-1).values, [-1])
+
+    next_stop = at_next_stop(seen)
+    return at & (next_stop != far) & (next_stop - seen <= window) & (at_next_stop(turn) == turn)
 
 
 def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
@@ -748,6 +772,7 @@ def main():
     if not 1 <= args.first_step_weight <= 255:
         raise SystemExit(f"--first-step-weight takes 1 to 255 (a weight per token in uint8): {args.first_step_weight}")
     global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS, NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW
+    global IM_START_ID, ASSISTANT_ID
     STOP_WEIGHT = args.stop_weight
     DECISION_WEIGHT = args.decision_weight
     NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW = args.near_stop_weight, args.near_stop_window
@@ -778,6 +803,10 @@ def main():
     digits = [tok.encode(d).ids for d in "0123456789"]
     assert all(len(d) == 1 for d in digits), f"[train-digits] a digit must be one token, got {digits}"
     DIGIT_IDS = torch.tensor([d[0] for d in digits], device=device)
+    IM_START_ID = ids_of["<|im_start|>"]
+    ASSISTANT_ID = tok.encode("assistant").ids[0]
+    others = {tok.encode(role).ids[0] for role in ("system", "user", "tool")}
+    assert ASSISTANT_ID not in others, f"[train-roles] a role word starts like 'assistant': {others}"
     cfg = make_config(tok.get_vocab_size(), args, ids_of)
     cfg._attn_implementation = "sdpa"
 
