@@ -135,11 +135,69 @@ fn reduce(acc: &[f32; LANES]) -> f32 {
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
 pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     let tiles = tiles_for(x.len() / k.max(1), wide_tiles_enabled());
-    matmul_bf16_in(x, w, k, y, tiles);
+    matmul_bf16_in::<1>(x, w, k, y, tiles);
 }
 
-/// [`matmul_bf16`] in the given tiles (the AVX-512 ones only where the CPU has AVX-512F).
-fn matmul_bf16_in(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], tiles: Tiles) {
+/// Weight rows per group of the interleaved layout ([`interleave_rows`]).
+pub const INTERLEAVE_ROWS: usize = 4;
+
+/// Whether a `[out, k]` matrix can be stored interleaved: whole pieces of [`LANES`] elements (no
+/// tail) and whole groups of [`INTERLEAVE_ROWS`] rows.
+pub fn interleavable(k: usize, out: usize) -> bool {
+    k > 0 && k.is_multiple_of(LANES) && out.is_multiple_of(INTERLEAVE_ROWS)
+}
+
+/// `w` (`[out, k]`, row-major) with each group of [`INTERLEAVE_ROWS`] rows interleaved in pieces of
+/// [`LANES`] elements (16 bytes): piece `p` of the group's rows one after the other, then piece
+/// `p + 1`. A tile over a group's rows then reads one sequential stream instead of four streams
+/// `k` apart: a one-row call reads its weights 26-42 % faster on the 2-core EPYC
+/// (`one_row_interleaved_weights_speed`, bench/RESULTS.md session 26). The products and their
+/// order are the stored layout's, so are the bits. Panics unless [`interleavable`].
+pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && interleavable(k, w.len() / k),
+        "interleave_rows: [{}, {k}] is not whole groups of {INTERLEAVE_ROWS} rows × pieces of {LANES}",
+        w.len() / k.max(1)
+    );
+    let mut out = Vec::with_capacity(w.len());
+    for group in w.chunks_exact(INTERLEAVE_ROWS * k) {
+        for p in 0..k / LANES {
+            for c in 0..INTERLEAVE_ROWS {
+                let at = c * k + p * LANES;
+                out.extend_from_slice(&group[at..at + LANES]);
+            }
+        }
+    }
+    out
+}
+
+/// [`matmul_bf16`] over weights stored by [`interleave_rows`]: the same bits as over the stored
+/// weights. Panics when [`supported`] is false or the shape is not [`interleavable`].
+pub fn matmul_bf16_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && interleavable(k, w.len() / k),
+        "matmul_bf16_interleaved: [{}, {k}] is not an interleaved shape",
+        w.len() / k.max(1)
+    );
+    let tiles = tiles_for(x.len() / k, wide_tiles_enabled());
+    matmul_bf16_in::<INTERLEAVE_ROWS>(x, w, k, y, tiles);
+}
+
+/// Where weight row `c` of a column block starts, and (with `S`, the distance between a row's
+/// pieces in pieces) where its piece at element `j` (a multiple of [`LANES`]) is: `row + S * j`.
+/// `S` 1: rows as stored; [`INTERLEAVE_ROWS`]: interleaved by [`interleave_rows`].
+#[inline(always)]
+fn row_start<const S: usize>(w: *const bf16, c: usize, k: usize) -> *const bf16 {
+    if S == 1 {
+        w.wrapping_add(c * k)
+    } else {
+        w.wrapping_add((c / S) * S * k + (c % S) * LANES)
+    }
+}
+
+/// [`matmul_bf16`] in the given tiles (the AVX-512 ones only where the CPU has AVX-512F), over
+/// weights whose rows' pieces lie `S` pieces apart ([`row_start`]).
+fn matmul_bf16_in<const S: usize>(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], tiles: Tiles) {
     assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
     assert!(
         k > 0 && x.len().is_multiple_of(k),
@@ -167,9 +225,9 @@ fn matmul_bf16_in(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], tiles: Tiles) 
         // this task writes only its columns `start..start + cols` of them.
         unsafe {
             if let Some(packed) = &packed {
-                avx512::block(x, packed, k, wb, cols, y.at(start), out)
+                avx512::block::<S>(x, packed, k, wb, cols, y.at(start), out)
             } else {
-                avx2::block(x, k, rows, wb, cols, y.at(start), out)
+                avx2::block::<S>(x, k, rows, wb, cols, y.at(start), out)
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
@@ -193,7 +251,7 @@ impl Output {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{
-        reduce, COL_GROUP, FEW_ROWS_AHEAD, FEW_ROWS_GROUP_NARROW, LANES, MAX_TILE_ROWS,
+        reduce, row_start, COL_GROUP, FEW_ROWS_AHEAD, FEW_ROWS_GROUP_NARROW, LANES, MAX_TILE_ROWS,
         PREFETCH_STEP, ROW_SUPER,
     };
     use half::bf16;
@@ -208,13 +266,14 @@ mod avx2 {
     }
 
     /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long,
-    /// one after the other in memory): `out[r][c]`. Each (r, c) has its own register of 8 lanes;
-    /// the tile shape never changes its bits. With `ahead > 0`, also prefetches the weights
-    /// `ahead` elements past those the tile reads, as one stream over its `C` rows (the lines
-    /// it consumes per step, [`PREFETCH_STEP`] elements of each row per step).
+    /// one after the other in memory, or interleaved with `S` > 1: [`row_start`]): `out[r][c]`.
+    /// Each (r, c) has its own register of 8 lanes; the tile shape and the layout never change
+    /// its bits. With `ahead > 0`, also prefetches the weights `ahead` elements past those the
+    /// tile reads, as one stream over its `C` rows (the lines it consumes per step,
+    /// [`PREFETCH_STEP`] elements of each row per step).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<const R: usize, const C: usize>(
+    unsafe fn tile<const R: usize, const C: usize, const S: usize>(
         xs: [*const f32; R],
         ws: [*const bf16; C],
         k: usize,
@@ -222,16 +281,18 @@ mod avx2 {
     ) -> [[f32; C]; R] {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let n = k / LANES * LANES;
+        debug_assert!(S == 1 || n == k, "an interleaved matrix has no tail");
         let mut j = 0;
         while j < n {
             if ahead > 0 && j % PREFETCH_STEP == 0 {
-                // The C weight rows are contiguous: C lines of the stream per step of `j`.
-                let stream = ws[0].wrapping_add(ahead + C * j);
+                // The C weight rows are contiguous: C lines of the stream per step of `j` (an
+                // interleaved group of S rows: S lines, from its first row).
+                let stream = ws[0].wrapping_add(ahead + if S == 1 { C } else { S } * j);
                 for c in 0..C {
                     _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
                 }
             }
-            let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(j)));
+            let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(S * j)));
             for (x, a) in xs.iter().zip(acc.iter_mut()) {
                 let xv = _mm256_loadu_ps(x.add(j));
                 for (w, a) in wv.iter().zip(a.iter_mut()) {
@@ -259,7 +320,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn put<const R: usize, const C: usize>(
+    unsafe fn put<const R: usize, const C: usize, const S: usize>(
         x: &[f32],
         k: usize,
         r0: usize,
@@ -270,8 +331,8 @@ mod avx2 {
         ahead: usize,
     ) {
         let xs: [*const f32; R] = std::array::from_fn(|r| x.as_ptr().add((r0 + r) * k));
-        let ws: [*const bf16; C] = std::array::from_fn(|c| w.as_ptr().add((c0 + c) * k));
-        let t = tile::<R, C>(xs, ws, k, ahead);
+        let ws: [*const bf16; C] = std::array::from_fn(|c| row_start::<S>(w.as_ptr(), c0 + c, k));
+        let t = tile::<R, C, S>(xs, ws, k, ahead);
         for (r, row) in t.iter().enumerate() {
             for (c, v) in row.iter().enumerate() {
                 *y.add((r0 + r) * ld + c0 + c) = *v;
@@ -284,7 +345,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_by_cols(
+    unsafe fn rows_by_cols<const S: usize>(
         x: &[f32],
         k: usize,
         r0: usize,
@@ -297,18 +358,18 @@ mod avx2 {
         ahead: usize,
     ) {
         match (nr, nc) {
-            (4, 3) => put::<4, 3>(x, k, r0, w, c0, y, ld, ahead),
-            (4, 2) => put::<4, 2>(x, k, r0, w, c0, y, ld, ahead),
-            (4, _) => put::<4, 1>(x, k, r0, w, c0, y, ld, ahead),
-            (3, 3) => put::<3, 3>(x, k, r0, w, c0, y, ld, ahead),
-            (3, 2) => put::<3, 2>(x, k, r0, w, c0, y, ld, ahead),
-            (3, _) => put::<3, 1>(x, k, r0, w, c0, y, ld, ahead),
-            (2, 3) => put::<2, 3>(x, k, r0, w, c0, y, ld, ahead),
-            (2, 2) => put::<2, 2>(x, k, r0, w, c0, y, ld, ahead),
-            (2, _) => put::<2, 1>(x, k, r0, w, c0, y, ld, ahead),
-            (_, 3) => put::<1, 3>(x, k, r0, w, c0, y, ld, ahead),
-            (_, 2) => put::<1, 2>(x, k, r0, w, c0, y, ld, ahead),
-            _ => put::<1, 1>(x, k, r0, w, c0, y, ld, ahead),
+            (4, 3) => put::<4, 3, S>(x, k, r0, w, c0, y, ld, ahead),
+            (4, 2) => put::<4, 2, S>(x, k, r0, w, c0, y, ld, ahead),
+            (4, _) => put::<4, 1, S>(x, k, r0, w, c0, y, ld, ahead),
+            (3, 3) => put::<3, 3, S>(x, k, r0, w, c0, y, ld, ahead),
+            (3, 2) => put::<3, 2, S>(x, k, r0, w, c0, y, ld, ahead),
+            (3, _) => put::<3, 1, S>(x, k, r0, w, c0, y, ld, ahead),
+            (2, 3) => put::<2, 3, S>(x, k, r0, w, c0, y, ld, ahead),
+            (2, 2) => put::<2, 2, S>(x, k, r0, w, c0, y, ld, ahead),
+            (2, _) => put::<2, 1, S>(x, k, r0, w, c0, y, ld, ahead),
+            (_, 3) => put::<1, 3, S>(x, k, r0, w, c0, y, ld, ahead),
+            (_, 2) => put::<1, 2, S>(x, k, r0, w, c0, y, ld, ahead),
+            _ => put::<1, 1, S>(x, k, r0, w, c0, y, ld, ahead),
         }
     }
 
@@ -327,7 +388,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn few_rows_by_cols(
+    unsafe fn few_rows_by_cols<const S: usize>(
         x: &[f32],
         k: usize,
         rows: usize,
@@ -339,9 +400,9 @@ mod avx2 {
     ) {
         let a = FEW_ROWS_AHEAD;
         match (rows, nc) {
-            (1, 4) => put::<1, 4>(x, k, 0, w, c0, y, ld, a),
-            (2, 4) => put::<2, 4>(x, k, 0, w, c0, y, ld, a),
-            _ => rows_by_cols(x, k, 0, rows, w, c0, nc, y, ld, a),
+            (1, 4) => put::<1, 4, S>(x, k, 0, w, c0, y, ld, a),
+            (2, 4) => put::<2, 4, S>(x, k, 0, w, c0, y, ld, a),
+            _ => rows_by_cols::<S>(x, k, 0, rows, w, c0, nc, y, ld, a),
         }
     }
 
@@ -362,7 +423,7 @@ mod avx2 {
     /// The CPU must have AVX2 and FMA; `y` must be valid for writes at every `r * ld + c`, and no
     /// one else may access those elements during the call.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block(
+    pub unsafe fn block<const S: usize>(
         x: &[f32],
         k: usize,
         rows: usize,
@@ -380,7 +441,7 @@ mod avx2 {
                 if rows <= MAX_TILE_ROWS {
                     // A decode window: one tile of every row per group, its weights streamed.
                     let nc = few_rows_group(rows).min(cols - c0);
-                    few_rows_by_cols(x, k, rows, w, c0, nc, y, ld);
+                    few_rows_by_cols::<S>(x, k, rows, w, c0, nc, y, ld);
                     c0 += nc;
                     continue;
                 }
@@ -391,7 +452,7 @@ mod avx2 {
                 let mut r0 = s0;
                 while r0 < s1 {
                     let nr = tile_rows(s1 - r0);
-                    rows_by_cols(x, k, r0, nr, w, c0, nc, y, ld, ahead);
+                    rows_by_cols::<S>(x, k, r0, nr, w, c0, nc, y, ld, ahead);
                     ahead = 0;
                     r0 += nr;
                 }
@@ -415,7 +476,7 @@ mod avx2 {
 /// for the 6 weight rows (16 of them cannot hold 8 row pointers, 6 weight pointers and the loop).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{reduce, LANES, PREFETCH_STEP, ROW_SUPER};
+    use super::{reduce, row_start, LANES, PREFETCH_STEP, ROW_SUPER};
     use half::bf16;
     use std::arch::x86_64::*;
 
@@ -493,7 +554,7 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<const R: usize>(
+    unsafe fn tile<const R: usize, const S: usize>(
         xp: *const f32,
         xs: *const f32,
         k: usize,
@@ -505,18 +566,20 @@ mod avx512 {
     ) {
         let mut acc = [[_mm512_setzero_ps(); PAIRS]; R];
         let n = k / LANES * LANES;
+        debug_assert!(S == 1 || n == k, "an interleaved matrix has no tail");
         let mut j = 0;
         let mut x = xp;
         while j < n {
             if ahead > 0 && j % PREFETCH_STEP == 0 {
-                // The tile's weight rows are contiguous: 2P lines of the stream per step of `j`.
-                let stream = ws[0][0].wrapping_add(ahead + 2 * PAIRS * j);
+                // The tile's weight rows are contiguous: 2P lines of the stream per step of `j`
+                // (interleaved: their groups' S lines a step, from the first row's).
+                let stream = ws[0][0].wrapping_add(ahead + if S == 1 { 2 * PAIRS } else { S } * j);
                 for c in 0..2 * PAIRS {
                     _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
                 }
             }
             let wv: [__m512; PAIRS] =
-                std::array::from_fn(|p| widen_pair(ws[p][0].add(j), ws[p][1].add(j)));
+                std::array::from_fn(|p| widen_pair(ws[p][0].add(S * j), ws[p][1].add(S * j)));
             for (r, a) in acc.iter_mut().enumerate() {
                 // 8 floats of row r in both halves (a 256-bit broadcast; the f64 form is
                 // AVX-512F's).
@@ -558,7 +621,7 @@ mod avx512 {
     /// As `avx2::block`, and the CPU must have AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn block(
+    pub(super) unsafe fn block<const S: usize>(
         x: &[f32],
         packed: &Packed,
         k: usize,
@@ -582,19 +645,19 @@ mod avx512 {
             while c0 < cols {
                 let nc = (2 * PAIRS).min(cols - c0);
                 // A missing last weight row repeats the one before (computed, not stored).
-                let row = |c: usize| w.as_ptr().add((c0 + c.min(nc - 1)) * k);
+                let row = |c: usize| row_start::<S>(w.as_ptr(), c0 + c.min(nc - 1), k);
                 let ws: [[*const bf16; 2]; PAIRS] =
                     std::array::from_fn(|p| [row(2 * p), row(2 * p + 1)]);
                 let yc = yt.add(c0);
                 match nr {
-                    8 => tile::<8>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    7 => tile::<7>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    6 => tile::<6>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    5 => tile::<5>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    4 => tile::<4>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    3 => tile::<3>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    2 => tile::<2>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    _ => tile::<1>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    8 => tile::<8, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    7 => tile::<7, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    6 => tile::<6, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    5 => tile::<5, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    4 => tile::<4, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    3 => tile::<3, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    2 => tile::<2, S>(xp, xs, k, ws, nc, yc, ld, ahead),
+                    _ => tile::<1, S>(xp, xs, k, ws, nc, yc, ld, ahead),
                 }
                 c0 += nc;
             }
@@ -696,8 +759,8 @@ mod tests {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
             let (mut narrow, mut wide) = (vec![0.0; rows * out], vec![0.0; rows * out]);
-            matmul_bf16_in(&x, &w, k, &mut narrow, Tiles::Avx2);
-            matmul_bf16_in(&x, &w, k, &mut wide, Tiles::Avx512);
+            matmul_bf16_in::<1>(&x, &w, k, &mut narrow, Tiles::Avx2);
+            matmul_bf16_in::<1>(&x, &w, k, &mut wide, Tiles::Avx512);
             assert_eq!(narrow, wide, "seed {seed} {rows}x{k}x{out}");
         }
     }
@@ -710,52 +773,68 @@ mod tests {
         assert_eq!(tiles_for(64, false), Tiles::Avx2);
     }
 
-    /// Weights of each group of [`INTERLEAVE`] rows stored interleaved in pieces of [`LANES`]
-    /// elements (16 bytes): piece `p` of rows `4g … 4g + 3` one after the other, so a tile over
-    /// the group reads one sequential stream instead of four streams `k` apart.
-    const INTERLEAVE: usize = 4;
-
-    fn interleaved(w: &[bf16], k: usize) -> Vec<bf16> {
-        assert!(k.is_multiple_of(LANES) && (w.len() / k).is_multiple_of(INTERLEAVE));
-        let mut out = vec![bf16::ZERO; w.len()];
-        for g in 0..w.len() / k / INTERLEAVE {
-            for p in 0..k / LANES {
-                for c in 0..INTERLEAVE {
-                    let from = (g * INTERLEAVE + c) * k + p * LANES;
-                    let to = g * INTERLEAVE * k + (p * INTERLEAVE + c) * LANES;
-                    out[to..to + LANES].copy_from_slice(&w[from..from + LANES]);
+    #[test]
+    fn interleaved_weights_give_the_stored_weights_bits() {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        // Weight rows within one block, over several blocks, and ending in a part block; rows
+        // of a decode window, of one or two AVX-512 tiles, and past a super-block.
+        for (k, out) in [(64, 4), (1024, 100), (256, 196), (1024, 1024)] {
+            assert!(interleavable(k, out));
+            let w = bf16s(&rng.vec(out * k));
+            let wi = interleave_rows(&w, k);
+            for rows in [1, 2, 3, 4, 5, 8, 9, 13, 17, 40] {
+                let x = rng.vec(rows * k);
+                let mut tiles = vec![Tiles::Avx2];
+                if wide {
+                    tiles.push(Tiles::Avx512);
                 }
+                for t in tiles {
+                    let (mut stored, mut inter) = (vec![0.0; rows * out], vec![0.0; rows * out]);
+                    matmul_bf16_in::<1>(&x, &w, k, &mut stored, t);
+                    matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &wi, k, &mut inter, t);
+                    assert_eq!(stored, inter, "seed {seed} {rows}x{k}x{out} {t:?}");
+                }
+                let mut chosen = vec![0.0; rows * out];
+                matmul_bf16_interleaved(&x, &wi, k, &mut chosen);
+                let mut reference = vec![0.0; rows * out];
+                matmul_bf16(&x, &w, k, &mut reference);
+                assert_eq!(chosen, reference, "seed {seed} {rows}x{k}x{out}");
             }
         }
-        out
     }
 
-    /// One row against one interleaved group of 4 weight rows: `avx2::tile::<1, 4>`'s chain
-    /// (8 lanes, element `j` into lane `j % 8`, one fused multiply-add per element in
-    /// increasing `j`, then [`reduce`]) over the interleaved layout.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn interleaved_tile(x: &[f32], group: &[bf16], k: usize) -> [f32; INTERLEAVE] {
-        use super::avx2::widen8;
-        use std::arch::x86_64::*;
-        let mut acc = [_mm256_setzero_ps(); INTERLEAVE];
-        let w = group.as_ptr();
-        for j in (0..k).step_by(LANES) {
-            let xv = _mm256_loadu_ps(x.as_ptr().add(j));
-            for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(xv, widen8(w.add(INTERLEAVE * j + c * LANES)), *a);
-            }
-        }
-        acc.map(|a| {
-            let mut lanes = [0.0f32; LANES];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), a);
-            reduce(&lanes)
-        })
+    #[test]
+    fn interleaving_keeps_every_element_and_refuses_other_shapes() {
+        let (k, out) = (16, 8);
+        let w: Vec<bf16> = (0..out * k).map(|i| bf16::from_f32(i as f32)).collect();
+        let wi = interleave_rows(&w, k);
+        // Group 0, piece 0: rows 0-3's elements 0-7; then piece 1 of rows 0-3; then group 1.
+        assert_eq!(wi[8].to_f32(), 16.0, "row 1's first piece follows row 0's");
+        assert_eq!(
+            wi[32].to_f32(),
+            8.0,
+            "row 0's second piece follows the group's first"
+        );
+        assert_eq!(wi[64].to_f32(), 64.0, "group 1 starts with row 4");
+        let mut sorted: Vec<f32> = wi.iter().map(|v| v.to_f32()).collect();
+        sorted.sort_by(f32::total_cmp);
+        assert_eq!(sorted, w.iter().map(|v| v.to_f32()).collect::<Vec<_>>());
+        assert!(!interleavable(12, 8), "k not whole pieces");
+        assert!(!interleavable(16, 6), "rows not whole groups");
+        let refused = std::panic::catch_unwind(|| interleave_rows(&w[..6 * k], k));
+        assert!(refused.is_err(), "6 rows are not whole groups of 4");
     }
 
     /// Not a test: a decode step's one-row matmul over the weights as they are stored and over
-    /// the same weights interleaved by groups of 4 rows ([`interleaved`]), the same chain, so
-    /// the same bits (asserted). Prints the best and median rate of each over alternating runs.
+    /// the same weights interleaved by groups of 4 rows ([`interleave_rows`]), the same kernel
+    /// and chain, so the same bits (asserted). Prints the best and median rate of each over
+    /// alternating runs.
     /// `cargo test --release -p backend-cpu --lib -- --ignored one_row_interleaved --nocapture`
     #[test]
     #[ignore]
@@ -769,28 +848,15 @@ mod tests {
         let mut rng = Rng::fresh();
         let x = rng.vec(k);
         let w = bf16s(&rng.vec(out * k));
-        let wi = interleaved(&w, k);
+        let wi = interleave_rows(&w, k);
         let (mut stored, mut inter) = (vec![0.0f32; out], vec![0.0f32; out]);
-        let run_interleaved = |y: &mut [f32]| {
-            y.par_chunks_mut(COL_BLOCK)
-                .zip(wi.par_chunks(COL_BLOCK * k))
-                .for_each(|(yb, wb)| {
-                    for (yg, wg) in yb.chunks_mut(INTERLEAVE).zip(wb.chunks(INTERLEAVE * k)) {
-                        // SAFETY: `supported()` checked AVX2 and FMA.
-                        #[cfg(target_arch = "x86_64")]
-                        yg.copy_from_slice(&unsafe { interleaved_tile(&x, wg, k) });
-                        #[cfg(not(target_arch = "x86_64"))]
-                        let _ = (yg, wg);
-                    }
-                })
-        };
         let (mut t_stored, mut t_inter) = (vec![], vec![]);
         for _ in 0..9 {
             let t = std::time::Instant::now();
-            matmul_bf16_in(&x, &w, k, &mut stored, Tiles::Avx2);
+            matmul_bf16(&x, &w, k, &mut stored);
             t_stored.push(t.elapsed().as_secs_f64());
             let t = std::time::Instant::now();
-            run_interleaved(&mut inter);
+            matmul_bf16_interleaved(&x, &wi, k, &mut inter);
             t_inter.push(t.elapsed().as_secs_f64());
         }
         assert_eq!(stored, inter, "the interleaved layout changed the bits");
@@ -802,7 +868,7 @@ mod tests {
         let ((s_best, s_med), (i_best, i_med)) = (gbs(&mut t_stored), gbs(&mut t_inter));
         eprintln!(
             "one row, {out} x {k} bf16: as stored {s_best:.1} GB/s best, {s_med:.1} median; \
-             interleaved by {INTERLEAVE} {i_best:.1} best, {i_med:.1} median"
+             interleaved by {INTERLEAVE_ROWS} {i_best:.1} best, {i_med:.1} median"
         );
     }
 
