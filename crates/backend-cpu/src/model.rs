@@ -8,7 +8,7 @@ use crate::kernels::matmul::{matmul, matmul_rows};
 use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::kernels::on_pool;
 use crate::layers::{Mixer, Mlp, Segment};
-use crate::linear::{load_norm, FusedDenseMlp};
+use crate::linear::{load_norm, FusedDenseMlp, Linear};
 use crate::qwen3::Attention;
 use crate::qwen3_next;
 use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
@@ -36,8 +36,9 @@ pub struct CpuModel {
     pub layers: Vec<DecoderLayer>,
     /// `model.norm.weight`.
     pub norm: Vec<f32>,
-    /// `lm_head.weight`, or `None` when tied to the embedding.
-    pub lm_head: Option<Tensor>,
+    /// `lm_head.weight` (interleaved where the fast kernel runs: [`Linear`]), or `None` when
+    /// tied to the embedding (stored as loaded: its rows are also the embeddings).
+    pub lm_head: Option<Linear>,
     /// Plain for Qwen3, zero-centred for Qwen3-Next.
     pub norm_kind: NormKind,
     /// The MTP draft head, when the checkpoint has one (`mtp.*`); sessions then hold its state.
@@ -135,7 +136,7 @@ impl CpuModel {
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(w.tensor(names::LM_HEAD, &[v, h])?)
+            Some(Linear::load_weight(w, names::LM_HEAD, v, h)?)
         };
         let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {
@@ -238,8 +239,10 @@ impl CpuModel {
     pub fn logits_into(&self, hidden: &[f32], out: &mut Vec<f32>) {
         let (v, h) = (self.config.vocab_size, self.config.hidden_size);
         out.resize(hidden.len() / h * v, 0.0);
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        on_pool(|| matmul(hidden, head.data(), h, out));
+        match &self.lm_head {
+            Some(head) => on_pool(|| head.forward_into(hidden, out)),
+            None => on_pool(|| matmul(hidden, self.embed.data(), h, out)),
+        }
     }
 
     /// The logits of the token ids `0..n` only, `[rows, n]`: each the same bits as in
@@ -247,9 +250,11 @@ impl CpuModel {
     pub fn logits_of_first(&self, hidden: &[f32], n: usize) -> Vec<f32> {
         let (v, h) = (self.config.vocab_size, self.config.hidden_size);
         assert!(n <= v, "logits of the first {n} ids of a vocabulary of {v}");
+        if let Some(head) = &self.lm_head {
+            return head.first_outputs(hidden, n);
+        }
         let mut out = vec![0.0f32; hidden.len() / h * n];
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        matmul_rows(hidden, head.data(), h, 0..n, &mut out);
+        matmul_rows(hidden, self.embed.data(), h, 0..n, &mut out);
         out
     }
 }

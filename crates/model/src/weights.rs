@@ -235,7 +235,7 @@ impl Tensor {
     /// (the page cache keeps them, reclaimable; a later read faults them in again from the file),
     /// so that copying a checkpoint onto huge pages does not hold it twice: a 2.45 GB checkpoint
     /// peaked at 4.8 GB of resident memory without this. Owned tensors are left as they are.
-    fn release_source(&self) {
+    pub fn release_source(&self) {
         if let Storage::Mapped {
             map, offset, len, ..
         } = &self.storage

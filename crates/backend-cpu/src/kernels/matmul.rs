@@ -201,6 +201,23 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
     }
 }
 
+/// Whether a bf16 `[out, k]` projection is worth storing interleaved
+/// ([`super::matmul_fast::interleave_rows`]) for [`matmul_interleaved`]: the fast kernel runs
+/// in this process and the shape is whole groups and pieces. The bits are the same either way.
+pub fn interleave_wanted(k: usize, out: usize) -> bool {
+    super::matmul_fast::enabled() && super::matmul_fast::interleavable(k, out)
+}
+
+/// [`matmul`] over bf16 weights stored by [`super::matmul_fast::interleave_rows`] (only where
+/// [`interleave_wanted`] said so): the same bits as [`matmul`] over the stored weights.
+pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    assert!(
+        super::matmul_fast::enabled(),
+        "matmul_interleaved: interleaved weights without the fast kernel"
+    );
+    super::matmul_fast::matmul_bf16_interleaved(x, w, k, y)
+}
+
 /// Like [`matmul`] on the weight rows `rows_of_w` only (an expert's slice of a fused tensor, or
 /// the vocabulary rows of an embedding used as lm_head): `y[rows, rows_of_w.len()]`.
 pub fn matmul_rows(

@@ -147,6 +147,7 @@ mod tests {
         let data = rng.vec(out * inp).iter().map(|v| v * 0.4).collect();
         Linear {
             weight: Tensor::from_f32("w", vec![out, inp], data),
+            interleaved: false,
             bias: None,
             in_features: inp,
             out_features: out,

@@ -190,6 +190,7 @@ mod tests {
         let (o, i) = (t.shape()[0], t.shape()[1]);
         Linear {
             weight: t,
+            interleaved: false,
             bias: None,
             in_features: i,
             out_features: o,
