@@ -33,12 +33,8 @@ impl Linear {
         if w.placement() == Placement::Resident && interleave_wanted(inp, out) {
             // Read from the mapping and copied once, interleaved, onto huge pages (under
             // `--mmap` the weights stay in the mapping as stored: no copy).
-            let l =
-                Linear::load_from(w, name, out, inp, bias, Weights::tensor_mapped)?.interleave();
-            return Ok(Linear {
-                weight: w.place(l.weight)?,
-                ..l
-            });
+            let l = Linear::load_from(w, name, out, inp, bias, Weights::tensor_mapped)?;
+            return l.interleaved_and_placed(w);
         }
         Linear::load_from(w, name, out, inp, bias, Weights::tensor)
     }
@@ -67,7 +63,13 @@ impl Linear {
         if !interleave {
             return Ok(l);
         }
-        let l = l.interleave();
+        l.interleaved_and_placed(w)
+    }
+
+    /// This projection, read from the mapping, interleaved ([`Linear::interleave`]) and copied
+    /// where `w` places weights (onto huge pages).
+    fn interleaved_and_placed(self, w: &Weights) -> Result<Linear, LoadError> {
+        let l = self.interleave();
         Ok(Linear {
             weight: w.place(l.weight)?,
             ..l
