@@ -185,13 +185,12 @@ def in_assistant_turn(targets, prev):
     return seen_open & (torch.gather(targets, -1, last_open) == ASSISTANT_ID)
 
 
-def near_stop_targets(targets, prev, stop_id, window):
-    """The decisions (`decision_targets`) at most `window` decisions before a stop of an
+def near_stop_targets(at, targets, prev, stop_id, window):
+    """The decisions (`at`, `decision_targets`' mask) at most `window` decisions before a stop of an
     assistant turn, in that turn, the stop included: each decision's count of decisions up to the
     next such stop, from a reversed running minimum of the stops' places in the decisions' running
     count (and in the turns' running count, so that no mark crosses into an earlier turn or into
     the text packed between two chats)."""
-    at = decision_targets(targets, prev, stop_id)
     seen = torch.cumsum(at.long(), dim=-1)  # decisions so far, this one included
     turn = torch.cumsum((prev == IM_START_ID).long(), dim=-1)  # turns opened so far
     stops = at & (targets == stop_id) & in_assistant_turn(targets, prev)
@@ -215,10 +214,11 @@ def weighted_ce(logits, targets, stop_id, mask=None, prev=None):
     if STOP_WEIGHT == 1.0 and mask is None and not decide and not near:
         return ce.mean()
     w = 1.0 + (STOP_WEIGHT - 1.0) * (targets.reshape(-1) == stop_id).float()
+    at = decision_targets(targets, prev, stop_id) if decide or near else None
     if decide:
-        w = w * (1.0 + (DECISION_WEIGHT - 1.0) * decision_targets(targets, prev, stop_id).reshape(-1).float())
+        w = w * (1.0 + (DECISION_WEIGHT - 1.0) * at.reshape(-1).float())
     if near:
-        close = near_stop_targets(targets, prev, stop_id, NEAR_STOP_WINDOW).reshape(-1).float()
+        close = near_stop_targets(at, targets, prev, stop_id, NEAR_STOP_WINDOW).reshape(-1).float()
         w = w * (1.0 + (NEAR_STOP_WEIGHT - 1.0) * close)
     if mask is not None:
         w = w * mask.reshape(-1).float()
@@ -231,7 +231,7 @@ def count_decisions(greedy, targets, prev, stop_id):
     these: each is one token of a reply, and a count of n numbers is right only if all n are."""
     at = decision_targets(targets, prev, stop_id)
     stops, goes = at & (targets == stop_id), at & (targets == NEWLINE_ID)
-    close_goes = near_stop_targets(targets, prev, stop_id, NEAR_STOP_WINDOW) & (targets == NEWLINE_ID)
+    close_goes = near_stop_targets(at, targets, prev, stop_id, NEAR_STOP_WINDOW) & (targets == NEWLINE_ID)
     return {"decisions": int(at.sum()),
             "early_stops_near_end": float(((greedy == stop_id) & close_goes).sum() / close_goes.sum().clamp(min=1)),
             "decision_errors": float(((greedy != targets) & at).sum() / at.sum().clamp(min=1)),

@@ -30,13 +30,8 @@ impl Linear {
         inp: usize,
         bias: bool,
     ) -> Result<Linear, LoadError> {
-        if w.placement() == Placement::Resident && interleave_wanted(inp, out) {
-            // Read from the mapping and copied once, interleaved, onto huge pages (under
-            // `--mmap` the weights stay in the mapping as stored: no copy).
-            let l = Linear::load_from(w, name, out, inp, bias, Weights::tensor_mapped)?;
-            return l.interleaved_and_placed(w);
-        }
-        Linear::load_from(w, name, out, inp, bias, Weights::tensor)
+        let bias = bias.then(|| names::bias(name));
+        Linear::load_placed(w, &names::weight(name), bias.as_deref(), out, inp)
     }
 
     /// The projection whose weight is the tensor `tensor` (its full name: the lm_head's
@@ -47,33 +42,28 @@ impl Linear {
         out: usize,
         inp: usize,
     ) -> Result<Linear, LoadError> {
-        let interleave = w.placement() == Placement::Resident && interleave_wanted(inp, out);
-        let fetch = if interleave {
-            Weights::tensor_mapped
-        } else {
-            Weights::tensor
-        };
-        let l = Linear {
-            weight: fetch(w, tensor, &[out, inp])?,
-            interleaved: false,
-            bias: None,
-            in_features: inp,
-            out_features: out,
-        };
-        if !interleave {
-            return Ok(l);
-        }
-        l.interleaved_and_placed(w)
+        Linear::load_placed(w, tensor, None, out, inp)
     }
 
-    /// This projection, read from the mapping, interleaved ([`Linear::interleave`]) and copied
-    /// where `w` places weights (onto huge pages).
-    fn interleaved_and_placed(self, w: &Weights) -> Result<Linear, LoadError> {
-        let l = self.interleave();
-        Ok(Linear {
-            weight: w.place(l.weight)?,
-            ..l
-        })
+    /// The weight `weight` (and bias `bias`) where `w` places weights. Where the fast kernel
+    /// wants it interleaved, it is read from the mapping, interleaved and copied once onto huge
+    /// pages; under `--mmap` it stays in the mapping as stored (no copy).
+    fn load_placed(
+        w: &Weights,
+        weight: &str,
+        bias: Option<&str>,
+        out: usize,
+        inp: usize,
+    ) -> Result<Linear, LoadError> {
+        if w.placement() == Placement::Resident && interleave_wanted(inp, out) {
+            let l =
+                Linear::load_from(w, weight, bias, out, inp, Weights::tensor_mapped)?.interleave();
+            return Ok(Linear {
+                weight: w.place(l.weight)?,
+                ..l
+            });
+        }
+        Linear::load_from(w, weight, bias, out, inp, Weights::tensor)
     }
 
     /// This projection with its bf16 weight interleaved ([`interleave_rows`], an owned copy)
@@ -96,21 +86,20 @@ impl Linear {
         }
     }
 
-    /// [`Linear::load`] with the weight fetched by `fetch` (from the mapping for the parts of a
-    /// [`FusedLinear`], which copies them into one tensor).
+    /// The weight tensor `weight` and bias tensor `bias` fetched by `fetch` (from the mapping for
+    /// the parts of a [`FusedLinear`], which copies them into one tensor), as stored.
     fn load_from(
         w: &Weights,
-        name: &str,
+        weight: &str,
+        bias: Option<&str>,
         out: usize,
         inp: usize,
-        bias: bool,
         fetch: impl Fn(&Weights, &str, &[usize]) -> Result<Tensor, LoadError>,
     ) -> Result<Linear, LoadError> {
-        let weight = fetch(w, &names::weight(name), &[out, inp])?;
-        let bias = if bias {
-            Some(w.tensor_mapped(&names::bias(name), &[out])?.to_f32_vec())
-        } else {
-            None
+        let weight = fetch(w, weight, &[out, inp])?;
+        let bias = match bias {
+            Some(b) => Some(w.tensor_mapped(b, &[out])?.to_f32_vec()),
+            None => None,
         };
         Ok(Linear {
             weight,
@@ -162,6 +151,10 @@ impl Linear {
         match (self.interleaved, self.weight.data()) {
             (true, TensorData::Bf16(w)) => {
                 let whole = n.next_multiple_of(crate::kernels::matmul_fast::INTERLEAVE_ROWS);
+                if whole == n {
+                    matmul_interleaved(x, &w[..n * k], k, &mut out);
+                    return out;
+                }
                 let mut groups = vec![0.0f32; rows * whole];
                 matmul_interleaved(x, &w[..whole * k], k, &mut groups);
                 if n > 0 {
@@ -215,14 +208,18 @@ impl FusedLinear {
     ) -> Result<FusedLinear, LoadError> {
         let parts: Vec<Linear> = parts
             .iter()
-            .map(|(name, out)| Linear::load_from(w, name, *out, inp, bias, Weights::tensor_mapped))
+            .map(|(name, out)| {
+                let b = bias.then(|| names::bias(name));
+                let fetch = Weights::tensor_mapped;
+                Linear::load_from(w, &names::weight(name), b.as_deref(), *out, inp, fetch)
+            })
             .collect::<Result<_, _>>()?;
         if w.placement() == Placement::Mapped {
             let outs = parts.iter().map(|p| p.out_features).collect();
             return Ok(FusedLinear { parts, outs });
         }
         // Each part interleaved on its own (whole groups of rows), so their concatenation is the
-        // fused projection interleaved.
+        // fused projection interleaved; all or none, since `concat` fuses only parts of one layout.
         let parts: Vec<Linear> = if parts
             .iter()
             .all(|p| interleave_wanted(p.in_features, p.out_features))

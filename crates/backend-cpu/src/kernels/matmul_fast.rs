@@ -150,15 +150,11 @@ pub fn interleavable(k: usize, out: usize) -> bool {
 /// `w` (`[out, k]`, row-major) with each group of [`INTERLEAVE_ROWS`] rows interleaved in pieces of
 /// [`LANES`] elements (16 bytes): piece `p` of the group's rows one after the other, then piece
 /// `p + 1`. A tile over a group's rows then reads one sequential stream instead of four streams
-/// `k` apart: a one-row call reads its weights 26-42 % faster on the 2-core EPYC
+/// `k` apart: a one-row call reads its weights 25-49 % faster on the 2-core EPYC
 /// (`one_row_interleaved_weights_speed`, bench/RESULTS.md session 26). The products and their
 /// order are the stored layout's, so are the bits. Panics unless [`interleavable`].
 pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
-    assert!(
-        k > 0 && w.len().is_multiple_of(k) && interleavable(k, w.len() / k),
-        "interleave_rows: [{}, {k}] is not whole groups of {INTERLEAVE_ROWS} rows × pieces of {LANES}",
-        w.len() / k.max(1)
-    );
+    assert_interleavable("interleave_rows", w, k);
     let mut out = Vec::with_capacity(w.len());
     for group in w.chunks_exact(INTERLEAVE_ROWS * k) {
         for p in 0..k / LANES {
@@ -174,13 +170,18 @@ pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
 /// [`matmul_bf16`] over weights stored by [`interleave_rows`]: the same bits as over the stored
 /// weights. Panics when [`supported`] is false or the shape is not [`interleavable`].
 pub fn matmul_bf16_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
-    assert!(
-        k > 0 && w.len().is_multiple_of(k) && interleavable(k, w.len() / k),
-        "matmul_bf16_interleaved: [{}, {k}] is not an interleaved shape",
-        w.len() / k.max(1)
-    );
+    assert_interleavable("matmul_bf16_interleaved", w, k);
     let tiles = tiles_for(x.len() / k, wide_tiles_enabled());
     matmul_bf16_in::<INTERLEAVE_ROWS>(x, w, k, y, tiles);
+}
+
+/// Panics (naming `what`) unless `w` is whole rows of `k` of an [`interleavable`] shape.
+fn assert_interleavable(what: &str, w: &[bf16], k: usize) {
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && interleavable(k, w.len() / k),
+        "{what}: [{}, {k}] is not whole groups of {INTERLEAVE_ROWS} rows × pieces of {LANES}",
+        w.len() / k.max(1)
+    );
 }
 
 /// Where weight row `c` of a column block starts, and (with `S`, the distance between a row's
@@ -260,7 +261,7 @@ mod avx2 {
     /// 8 bf16 at `p` widened to f32 (exact).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn widen8(p: *const bf16) -> __m256 {
+    unsafe fn widen8(p: *const bf16) -> __m256 {
         let h = _mm_loadu_si128(p as *const __m128i);
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
@@ -672,14 +673,21 @@ mod tests {
     use crate::kernels::testutil::{max_abs_diff, Rng};
     use model::TensorData;
 
+    /// True (and says so) where this CPU lacks AVX2 or FMA: the test has nothing to run.
+    fn skipped_without_the_fast_kernel() -> bool {
+        if !supported() {
+            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        }
+        !supported()
+    }
+
     fn bf16s(v: &[f32]) -> Vec<bf16> {
         v.iter().map(|x| bf16::from_f32(*x)).collect()
     }
 
     #[test]
     fn fast_bf16_matmul_matches_reference_on_random_inputs() {
-        if !supported() {
-            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        if skipped_without_the_fast_kernel() {
             return;
         }
         let mut rng = Rng::fresh();
@@ -711,8 +719,7 @@ mod tests {
 
     #[test]
     fn fast_bf16_row_is_bit_identical_alone_or_in_a_batch() {
-        if !supported() {
-            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        if skipped_without_the_fast_kernel() {
             return;
         }
         let mut rng = Rng::fresh();
@@ -775,8 +782,7 @@ mod tests {
 
     #[test]
     fn interleaved_weights_give_the_stored_weights_bits() {
-        if !supported() {
-            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        if skipped_without_the_fast_kernel() {
             return;
         }
         let mut rng = Rng::fresh();
@@ -839,8 +845,7 @@ mod tests {
     #[test]
     #[ignore]
     fn one_row_interleaved_weights_speed() {
-        if !supported() {
-            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        if skipped_without_the_fast_kernel() {
             return;
         }
         // 512 MiB of weights: far past any cache, as a decode step's experts are.
@@ -874,8 +879,7 @@ mod tests {
 
     #[test]
     fn fast_bf16_row_of_a_batch_of_8_equals_the_row_alone_at_model_shapes() {
-        if !supported() {
-            eprintln!("skipped: this CPU lacks AVX2 or FMA");
+        if skipped_without_the_fast_kernel() {
             return;
         }
         let mut rng = Rng::fresh();
