@@ -20,8 +20,9 @@
 //! memory once per call and reused from cache for every row of `x`, so decoding 8 streams reads
 //! the weights about as often as decoding 1. With several rows, the first tile over a group of
 //! weight rows prefetches the next group, so memory and arithmetic overlap; a decode window (at most
-//! 4 rows) goes through each group of weight rows in one tile, streaming them 8 KiB ahead. bf16
-//! widens exactly to f32 (a 16-bit shift), in registers.
+//! 4 rows) goes through each group of weight rows in one tile, streaming them ahead (into L1 8 KiB
+//! ahead, or on Intel CPUs into L2 3 KiB ahead: [`weight_prefetch_for`]). bf16 widens exactly to
+//! f32 (a 16-bit shift), in registers.
 //!
 //! On a CPU with AVX-512F, calls of more than 4 rows use tiles of 8 rows × 6 weight rows in the
 //! 32 AVX-512 registers (`avx512`): each register holds the 8 partial sums of two dot products,
@@ -49,12 +50,134 @@ const ROW_SUPER: usize = 16;
 /// Rows of `x` in the largest tile.
 const MAX_TILE_ROWS: usize = 4;
 /// Weights a call of at most [`MAX_TILE_ROWS`] rows (a decode window) prefetches ahead of those
-/// it reads (8 KiB). Measured for a single row on the 2-core EPYC (quiet, 1-stream decode,
-/// alternating runs): no prefetch 10.4-10.7 tok/s, 8 KiB ahead 10.6-12.9 (mean 11.75); 2, 4, 16
-/// or 32 KiB ahead were no better than 8.
-const FEW_ROWS_AHEAD: usize = 4096;
+/// it reads into L1 (8 KiB), where [`weight_prefetch_for`] says L1. Measured for a single row on
+/// the 2-core AMD EPYC (quiet, 1-stream decode, alternating runs): no prefetch 10.4-10.7 tok/s,
+/// 8 KiB ahead 10.6-12.9 (mean 11.75); 2, 4, 16 or 32 KiB ahead were no better than 8.
+const FEW_ROWS_AHEAD_L1: usize = 4096;
+/// The same into L2 (3 KiB), where [`weight_prefetch_for`] says L2. Measured on a 2-core Intel
+/// Xeon with AMX (Sapphire Rapids class; small hybrid, `flashlane bench --streams 1
+/// --prompt-tokens 1 --new-tokens 128`, two runs each, tok/s): 1 KiB 43.0-43.9, 2 KiB 48.6-49.6,
+/// 3 KiB 50.5-50.9, 4 KiB 48.0-48.1, 8 KiB 43.7-43.9, 16 KiB 43.2-43.7, 32 KiB 42.7-43.2.
+const FEW_ROWS_AHEAD_L2: usize = 1536;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
 const PREFETCH_STEP: usize = 32;
+
+/// The cache a software prefetch of weights fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefetchInto {
+    /// All levels (`prefetcht0`).
+    L1,
+    /// L2 and beyond, not L1 (`prefetcht1`).
+    L2,
+}
+
+/// How the kernel streams weights from memory: where its software prefetches go and how far a
+/// decode window's tile prefetches ahead (in weight elements). The bits never depend on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightPrefetch {
+    pub into: PrefetchInto,
+    pub few_rows_ahead: usize,
+}
+
+/// Who made the CPU (`cpuid` leaf 0), which decides [`weight_prefetch_for`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuVendor {
+    Intel,
+    Amd,
+    Other,
+}
+
+/// The weight streaming that measured fastest on each vendor's CPU. On the 2-core Intel Xeon
+/// with AMX (the small hybrid, `flashlane bench`, two runs each, tok/s): one stream's decode
+/// 31.4-32.2 with L1 prefetches 8 KiB ahead (the AMD choice), 41.9-42.4 with none, 43.6-44.2
+/// into L2 8 KiB ahead, 50.5-50.9 into L2 3 KiB ahead ([`FEW_ROWS_AHEAD_L2`]); 8 streams
+/// 108-113 into L1, 119-124 into L2; prefill the same. An L1 prefetch holds a line-fill buffer
+/// until the line arrives, and an Intel core has few of them; L2's queue is deeper. On the
+/// 2-core AMD EPYC, L1 prefetches 8 KiB ahead were measured against none (see
+/// [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs keep that.
+pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
+    match vendor {
+        CpuVendor::Intel => WeightPrefetch {
+            into: PrefetchInto::L2,
+            few_rows_ahead: FEW_ROWS_AHEAD_L2,
+        },
+        CpuVendor::Amd | CpuVendor::Other => WeightPrefetch {
+            into: PrefetchInto::L1,
+            few_rows_ahead: FEW_ROWS_AHEAD_L1,
+        },
+    }
+}
+
+/// Set to `l1` or `l2` to choose where the kernel's weight prefetches go (with that level's
+/// distance) instead of [`weight_prefetch_for`] this CPU's vendor (to compare; read once per
+/// process).
+pub const PREFETCH_ENV: &str = "FLASHLANE_CPU_PREFETCH";
+
+/// This CPU's vendor from `cpuid` leaf 0.
+fn cpu_vendor() -> CpuVendor {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0 exists on every x86-64 CPU: the vendor's 12 bytes in ebx, edx, ecx.
+        let id = std::arch::x86_64::__cpuid(0);
+        let name: Vec<u8> = [id.ebx, id.edx, id.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .collect();
+        match &name[..] {
+            b"GenuineIntel" => CpuVendor::Intel,
+            b"AuthenticAMD" => CpuVendor::Amd,
+            _ => CpuVendor::Other,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        CpuVendor::Other
+    }
+}
+
+/// The weight streaming of this process: [`PREFETCH_ENV`] where set to `l1` or `l2`, otherwise
+/// [`weight_prefetch_for`] this CPU's vendor. Fixed for the life of the process.
+pub fn weight_prefetch() -> WeightPrefetch {
+    static PLAN: std::sync::OnceLock<WeightPrefetch> = std::sync::OnceLock::new();
+    *PLAN.get_or_init(|| match std::env::var(PREFETCH_ENV).as_deref() {
+        Ok("l1") => weight_prefetch_for(CpuVendor::Amd),
+        Ok("l2") => weight_prefetch_for(CpuVendor::Intel),
+        _ => weight_prefetch_for(cpu_vendor()),
+    })
+}
+
+/// A tile's software prefetch: `elements` weights past those it reads (none when 0), into
+/// `into`.
+#[derive(Clone, Copy, Debug)]
+struct Ahead {
+    elements: usize,
+    into: PrefetchInto,
+}
+
+impl Ahead {
+    /// No prefetch: the tile finds its weights in cache.
+    const NONE: Ahead = Ahead {
+        elements: 0,
+        into: PrefetchInto::L1,
+    };
+}
+
+/// One software prefetch of the line holding `p` into `into` (a hint: it never faults, so `p`
+/// may lie past the weights).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_line(p: *const bf16, into: PrefetchInto) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+    let p = p as *const i8;
+    // SAFETY: SSE (x86-64's baseline) has the prefetch instructions, and a prefetch of any
+    // address is allowed (it does not fault).
+    unsafe {
+        match into {
+            PrefetchInto::L1 => _mm_prefetch::<_MM_HINT_T0>(p),
+            PrefetchInto::L2 => _mm_prefetch::<_MM_HINT_T1>(p),
+        }
+    }
+}
 
 /// Whether this CPU runs the fast kernel (AVX2 and FMA).
 pub fn supported() -> bool {
@@ -135,7 +258,7 @@ fn reduce(acc: &[f32; LANES]) -> f32 {
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
 pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     let tiles = tiles_for(x.len() / k.max(1), wide_tiles_enabled());
-    matmul_bf16_in::<1>(x, w, k, y, tiles);
+    matmul_bf16_in::<1>(x, w, k, y, tiles, weight_prefetch());
 }
 
 /// Weight rows per group of the interleaved layout ([`interleave_rows`]).
@@ -172,7 +295,7 @@ pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
 pub fn matmul_bf16_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     assert_interleavable("matmul_bf16_interleaved", w, k);
     let tiles = tiles_for(x.len() / k, wide_tiles_enabled());
-    matmul_bf16_in::<INTERLEAVE_ROWS>(x, w, k, y, tiles);
+    matmul_bf16_in::<INTERLEAVE_ROWS>(x, w, k, y, tiles, weight_prefetch());
 }
 
 /// Panics (naming `what`) unless `w` is whole rows of `k` of an [`interleavable`] shape.
@@ -197,8 +320,15 @@ fn row_start<const S: usize>(w: *const bf16, c: usize, k: usize) -> *const bf16 
 }
 
 /// [`matmul_bf16`] in the given tiles (the AVX-512 ones only where the CPU has AVX-512F), over
-/// weights whose rows' pieces lie `S` pieces apart ([`row_start`]).
-fn matmul_bf16_in<const S: usize>(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], tiles: Tiles) {
+/// weights whose rows' pieces lie `S` pieces apart ([`row_start`]), streamed as `prefetch` says.
+fn matmul_bf16_in<const S: usize>(
+    x: &[f32],
+    w: &[bf16],
+    k: usize,
+    y: &mut [f32],
+    tiles: Tiles,
+    prefetch: WeightPrefetch,
+) {
     assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
     assert!(
         k > 0 && x.len().is_multiple_of(k),
@@ -226,13 +356,13 @@ fn matmul_bf16_in<const S: usize>(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]
         // this task writes only its columns `start..start + cols` of them.
         unsafe {
             if let Some(packed) = &packed {
-                avx512::block::<S>(x, packed, k, wb, cols, y.at(start), out)
+                avx512::block::<S>(x, packed, k, wb, cols, y.at(start), out, prefetch.into)
             } else {
-                avx2::block::<S>(x, k, rows, wb, cols, y.at(start), out)
+                avx2::block::<S>(x, k, rows, wb, cols, y.at(start), out, prefetch)
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (wb, &y);
+        let _ = (wb, &y, prefetch);
     });
 }
 
@@ -252,8 +382,8 @@ impl Output {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{
-        reduce, row_start, COL_GROUP, FEW_ROWS_AHEAD, FEW_ROWS_GROUP_NARROW, LANES, MAX_TILE_ROWS,
-        PREFETCH_STEP, ROW_SUPER,
+        prefetch_line, reduce, row_start, Ahead, WeightPrefetch, COL_GROUP, FEW_ROWS_GROUP_NARROW,
+        LANES, MAX_TILE_ROWS, PREFETCH_STEP, ROW_SUPER,
     };
     use half::bf16;
     use std::arch::x86_64::*;
@@ -269,28 +399,28 @@ mod avx2 {
     /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long,
     /// one after the other in memory, or interleaved with `S` > 1: [`row_start`]): `out[r][c]`.
     /// Each (r, c) has its own register of 8 lanes; the tile shape and the layout never change
-    /// its bits. With `ahead > 0`, also prefetches the weights `ahead` elements past those the
+    /// its bits. With `ahead.elements > 0`, also prefetches the weights that far past those the
     /// tile reads, as one stream over its `C` rows (the lines it consumes per step,
-    /// [`PREFETCH_STEP`] elements of each row per step).
+    /// [`PREFETCH_STEP`] elements of each row per step), into `ahead.into`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile<const R: usize, const C: usize, const S: usize>(
         xs: [*const f32; R],
         ws: [*const bf16; C],
         k: usize,
-        ahead: usize,
+        ahead: Ahead,
     ) -> [[f32; C]; R] {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let n = k / LANES * LANES;
         debug_assert!(S == 1 || n == k, "an interleaved matrix has no tail");
         let mut j = 0;
         while j < n {
-            if ahead > 0 && j % PREFETCH_STEP == 0 {
+            if ahead.elements > 0 && j % PREFETCH_STEP == 0 {
                 // The C weight rows are contiguous: C lines of the stream per step of `j` (an
                 // interleaved group of S rows: S lines, from its first row).
-                let stream = ws[0].wrapping_add(ahead + if S == 1 { C } else { S } * j);
+                let stream = ws[0].wrapping_add(ahead.elements + if S == 1 { C } else { S } * j);
                 for c in 0..C {
-                    _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
+                    prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
                 }
             }
             let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(S * j)));
@@ -329,7 +459,7 @@ mod avx2 {
         c0: usize,
         y: *mut f32,
         ld: usize,
-        ahead: usize,
+        ahead: Ahead,
     ) {
         let xs: [*const f32; R] = std::array::from_fn(|r| x.as_ptr().add((r0 + r) * k));
         let ws: [*const bf16; C] = std::array::from_fn(|c| row_start::<S>(w.as_ptr(), c0 + c, k));
@@ -356,7 +486,7 @@ mod avx2 {
         nc: usize,
         y: *mut f32,
         ld: usize,
-        ahead: usize,
+        ahead: Ahead,
     ) {
         match (nr, nc) {
             (4, 3) => put::<4, 3, S>(x, k, r0, w, c0, y, ld, ahead),
@@ -385,7 +515,7 @@ mod avx2 {
     }
 
     /// All `rows` rows against the weight rows `c0..c0+nc` (nc ≤ [`few_rows_group`]) as one
-    /// tile, prefetching [`FEW_ROWS_AHEAD`] weights ahead.
+    /// tile, prefetching `prefetch.few_rows_ahead` weights ahead.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -398,8 +528,12 @@ mod avx2 {
         nc: usize,
         y: *mut f32,
         ld: usize,
+        prefetch: WeightPrefetch,
     ) {
-        let a = FEW_ROWS_AHEAD;
+        let a = Ahead {
+            elements: prefetch.few_rows_ahead,
+            into: prefetch.into,
+        };
         match (rows, nc) {
             (1, 4) => put::<1, 4, S>(x, k, 0, w, c0, y, ld, a),
             (2, 4) => put::<2, 4, S>(x, k, 0, w, c0, y, ld, a),
@@ -424,6 +558,7 @@ mod avx2 {
     /// The CPU must have AVX2 and FMA; `y` must be valid for writes at every `r * ld + c`, and no
     /// one else may access those elements during the call.
     #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn block<const S: usize>(
         x: &[f32],
         k: usize,
@@ -432,6 +567,7 @@ mod avx2 {
         cols: usize,
         y: *mut f32,
         ld: usize,
+        prefetch: WeightPrefetch,
     ) {
         debug_assert!(x.len() == rows * k && w.len() == cols * k && cols <= ld);
         let mut s0 = 0;
@@ -442,19 +578,22 @@ mod avx2 {
                 if rows <= MAX_TILE_ROWS {
                     // A decode window: one tile of every row per group, its weights streamed.
                     let nc = few_rows_group(rows).min(cols - c0);
-                    few_rows_by_cols::<S>(x, k, rows, w, c0, nc, y, ld);
+                    few_rows_by_cols::<S>(x, k, rows, w, c0, nc, y, ld, prefetch);
                     c0 += nc;
                     continue;
                 }
                 let nc = COL_GROUP.min(cols - c0);
                 // The first row tile also prefetches the next group's weight rows, so they
                 // come from memory while this group computes from cache.
-                let mut ahead = COL_GROUP * k;
+                let mut ahead = Ahead {
+                    elements: COL_GROUP * k,
+                    into: prefetch.into,
+                };
                 let mut r0 = s0;
                 while r0 < s1 {
                     let nr = tile_rows(s1 - r0);
                     rows_by_cols::<S>(x, k, r0, nr, w, c0, nc, y, ld, ahead);
-                    ahead = 0;
+                    ahead = Ahead::NONE;
                     r0 += nr;
                 }
                 c0 += nc;
@@ -477,7 +616,9 @@ mod avx2 {
 /// for the 6 weight rows (16 of them cannot hold 8 row pointers, 6 weight pointers and the loop).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{reduce, row_start, LANES, PREFETCH_STEP, ROW_SUPER};
+    use super::{
+        prefetch_line, reduce, row_start, Ahead, PrefetchInto, LANES, PREFETCH_STEP, ROW_SUPER,
+    };
     use half::bf16;
     use std::arch::x86_64::*;
 
@@ -563,7 +704,7 @@ mod avx512 {
         nc: usize,
         y: *mut f32,
         ld: usize,
-        ahead: usize,
+        ahead: Ahead,
     ) {
         let mut acc = [[_mm512_setzero_ps(); PAIRS]; R];
         let n = k / LANES * LANES;
@@ -571,12 +712,13 @@ mod avx512 {
         let mut j = 0;
         let mut x = xp;
         while j < n {
-            if ahead > 0 && j % PREFETCH_STEP == 0 {
+            if ahead.elements > 0 && j % PREFETCH_STEP == 0 {
                 // The tile's weight rows are contiguous: 2P lines of the stream per step of `j`
                 // (interleaved: their groups' S lines a step, from the first row's).
-                let stream = ws[0][0].wrapping_add(ahead + if S == 1 { 2 * PAIRS } else { S } * j);
+                let stream =
+                    ws[0][0].wrapping_add(ahead.elements + if S == 1 { 2 * PAIRS } else { S } * j);
                 for c in 0..2 * PAIRS {
-                    _mm_prefetch::<_MM_HINT_T0>(stream.wrapping_add(c * PREFETCH_STEP) as *const i8);
+                    prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
                 }
             }
             let wv: [__m512; PAIRS] =
@@ -630,14 +772,18 @@ mod avx512 {
         cols: usize,
         y: *mut f32,
         ld: usize,
+        into: PrefetchInto,
     ) {
         for (t, (&(r0, nr), &offset)) in packed.tiles.iter().zip(&packed.offsets).enumerate() {
             // The first tile reads the block's weights from memory: it prefetches the next
             // group's while it computes; the others find them in cache.
             let ahead = if t == 0 {
-                AHEAD_GROUPS * 2 * PAIRS * k
+                Ahead {
+                    elements: AHEAD_GROUPS * 2 * PAIRS * k,
+                    into,
+                }
             } else {
-                0
+                Ahead::NONE
             };
             let xp = packed.data.as_ptr().add(offset);
             let xs = x.as_ptr().add(r0 * k);
@@ -766,10 +912,63 @@ mod tests {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
             let (mut narrow, mut wide) = (vec![0.0; rows * out], vec![0.0; rows * out]);
-            matmul_bf16_in::<1>(&x, &w, k, &mut narrow, Tiles::Avx2);
-            matmul_bf16_in::<1>(&x, &w, k, &mut wide, Tiles::Avx512);
+            let plan = weight_prefetch();
+            matmul_bf16_in::<1>(&x, &w, k, &mut narrow, Tiles::Avx2, plan);
+            matmul_bf16_in::<1>(&x, &w, k, &mut wide, Tiles::Avx512, plan);
             assert_eq!(narrow, wide, "seed {seed} {rows}x{k}x{out}");
         }
+    }
+
+    #[test]
+    fn either_prefetch_plan_gives_the_same_bits() {
+        if skipped_without_the_fast_kernel() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        let plans = [CpuVendor::Amd, CpuVendor::Intel].map(weight_prefetch_for);
+        for (k, out) in [(64, 8), (1024, 100), (512, 196)] {
+            let w = bf16s(&rng.vec(out * k));
+            let wi = interleave_rows(&w, k);
+            for rows in [1, 2, 4, 8, 13] {
+                let x = rng.vec(rows * k);
+                let mut tiles = vec![Tiles::Avx2];
+                if wide {
+                    tiles.push(Tiles::Avx512);
+                }
+                for t in tiles {
+                    let mut outs = vec![];
+                    for plan in plans {
+                        let (mut stored, mut inter) =
+                            (vec![0.0; rows * out], vec![0.0; rows * out]);
+                        matmul_bf16_in::<1>(&x, &w, k, &mut stored, t, plan);
+                        matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &wi, k, &mut inter, t, plan);
+                        outs.push(stored);
+                        outs.push(inter);
+                    }
+                    assert!(
+                        outs.windows(2).all(|p| p[0] == p[1]),
+                        "seed {seed} {rows}x{k}x{out} {t:?}: a prefetch plan changed the bits"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn intel_cpus_prefetch_weights_into_l2_and_others_into_l1() {
+        let intel = weight_prefetch_for(CpuVendor::Intel);
+        assert_eq!(intel.into, PrefetchInto::L2);
+        assert_eq!(intel.few_rows_ahead, FEW_ROWS_AHEAD_L2);
+        for other in [CpuVendor::Amd, CpuVendor::Other] {
+            let plan = weight_prefetch_for(other);
+            assert_eq!(plan.into, PrefetchInto::L1);
+            assert_eq!(plan.few_rows_ahead, FEW_ROWS_AHEAD_L1);
+        }
+        // A distance is whole cache lines of weights, so each prefetch starts a line.
+        assert!(FEW_ROWS_AHEAD_L1.is_multiple_of(PREFETCH_STEP));
+        assert!(FEW_ROWS_AHEAD_L2.is_multiple_of(PREFETCH_STEP));
     }
 
     #[test]
@@ -802,8 +1001,9 @@ mod tests {
                 }
                 for t in tiles {
                     let (mut stored, mut inter) = (vec![0.0; rows * out], vec![0.0; rows * out]);
-                    matmul_bf16_in::<1>(&x, &w, k, &mut stored, t);
-                    matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &wi, k, &mut inter, t);
+                    let plan = weight_prefetch();
+                    matmul_bf16_in::<1>(&x, &w, k, &mut stored, t, plan);
+                    matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &wi, k, &mut inter, t, plan);
                     assert_eq!(stored, inter, "seed {seed} {rows}x{k}x{out} {t:?}");
                 }
                 let mut chosen = vec![0.0; rows * out];
