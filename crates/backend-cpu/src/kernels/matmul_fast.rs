@@ -56,8 +56,9 @@ const MAX_TILE_ROWS: usize = 4;
 const FEW_ROWS_AHEAD_L1: usize = 4096;
 /// The same into L2 (3 KiB), where [`weight_prefetch_for`] says L2. Measured on a 2-core Intel
 /// Xeon with AMX (Sapphire Rapids class; small hybrid, `flashlane bench --streams 1
-/// --prompt-tokens 1 --new-tokens 128`, two runs each, tok/s): 1 KiB 43.0-43.9, 2 KiB 48.6-49.6,
-/// 3 KiB 50.5-50.9, 4 KiB 48.0-48.1, 8 KiB 43.7-43.9, 16 KiB 43.2-43.7, 32 KiB 42.7-43.2.
+/// --prompt-tokens 1 --new-tokens 128`, an experiment build taking the distance from the
+/// environment, two to four runs each, tok/s): 1 KiB 43.0-43.9, 2 KiB 48.6-49.6, 3 KiB
+/// 50.5-50.9, 4 KiB 46.9-48.1, 8 KiB 43.7-43.9, 16 KiB 43.3-43.9, 32 KiB 42.7-43.2.
 const FEW_ROWS_AHEAD_L2: usize = 1536;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
 const PREFETCH_STEP: usize = 32;
@@ -89,12 +90,13 @@ pub enum CpuVendor {
 
 /// The weight streaming that measured fastest on each vendor's CPU. On the 2-core Intel Xeon
 /// with AMX (the small hybrid, `flashlane bench`, two runs each, tok/s): one stream's decode
-/// 31.4-32.2 with L1 prefetches 8 KiB ahead (the AMD choice), 41.9-42.4 with none, 43.6-44.2
+/// 31.4-32.2 with L1 prefetches 8 KiB ahead (the AMD choice), 41.9-42.4 with none, 43.6-43.8
 /// into L2 8 KiB ahead, 50.5-50.9 into L2 3 KiB ahead ([`FEW_ROWS_AHEAD_L2`]); 8 streams
-/// 108-113 into L1, 119-124 into L2; prefill the same. An L1 prefetch holds a line-fill buffer
-/// until the line arrives, and an Intel core has few of them; L2's queue is deeper. On the
-/// 2-core AMD EPYC, L1 prefetches 8 KiB ahead were measured against none (see
-/// [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs keep that.
+/// 108-113 into L1, 119-124 into L2; prefill the same. (The weights stored as they are, not
+/// interleaved, gave 31.9-33.4 with or without L1 prefetches: the interleaved layout stays.)
+/// An L1 prefetch holds a line-fill buffer until the line arrives, and an Intel core has few of
+/// them; L2's queue is deeper. On the 2-core AMD EPYC, L1 prefetches 8 KiB ahead were measured
+/// against none (see [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs keep that.
 pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
     match vendor {
         CpuVendor::Intel => WeightPrefetch {
