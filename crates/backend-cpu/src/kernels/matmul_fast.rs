@@ -58,7 +58,7 @@ const FEW_ROWS_AHEAD_L1: usize = 4096;
 /// Xeon with AMX (Sapphire Rapids class; small hybrid, `flashlane bench --streams 1
 /// --prompt-tokens 1 --new-tokens 128`, an experiment build taking the distance from the
 /// environment, two to four runs each, tok/s): 1 KiB 43.0-43.9, 2 KiB 48.6-49.6, 3 KiB
-/// 50.5-50.9, 4 KiB 46.9-48.1, 8 KiB 43.7-43.9, 16 KiB 43.3-43.9, 32 KiB 42.7-43.2.
+/// 50.5-50.9, 4 KiB 46.9-48.1, 8 KiB 43.6-43.9, 16 KiB 43.3-43.9, 32 KiB 42.7-43.2.
 const FEW_ROWS_AHEAD_L2: usize = 1536;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
 const PREFETCH_STEP: usize = 32;
@@ -89,14 +89,15 @@ pub enum CpuVendor {
 }
 
 /// The weight streaming that measured fastest on each vendor's CPU. On the 2-core Intel Xeon
-/// with AMX (the small hybrid, `flashlane bench`, two runs each, tok/s): one stream's decode
-/// 31.4-32.2 with L1 prefetches 8 KiB ahead (the AMD choice), 41.9-42.4 with none, 43.6-43.8
-/// into L2 8 KiB ahead, 50.5-50.9 into L2 3 KiB ahead ([`FEW_ROWS_AHEAD_L2`]); 8 streams
-/// 108-113 into L1, 119-124 into L2; prefill the same. (The weights stored as they are, not
-/// interleaved, gave 31.9-33.4 with or without L1 prefetches: the interleaved layout stays.)
-/// An L1 prefetch holds a line-fill buffer until the line arrives, and an Intel core has few of
-/// them; L2's queue is deeper. On the 2-core AMD EPYC, L1 prefetches 8 KiB ahead were measured
-/// against none (see [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs keep that.
+/// with AMX (the small hybrid, `flashlane bench`, two to four runs each, tok/s): one stream's
+/// decode 31.4-32.8 with L1 prefetches 8 KiB ahead (the AMD choice), 41.0-42.4 with none,
+/// 43.6-43.9 into L2 8 KiB ahead, 50.5-50.9 into L2 3 KiB ahead ([`FEW_ROWS_AHEAD_L2`]);
+/// 8 streams 108-113 into L1, 119-124 into L2; prefill the same. (The weights stored as they
+/// are, not interleaved, gave 31.9-33.4 with or without L1 prefetches: the interleaved layout
+/// stays.) An L1 prefetch holds a line-fill buffer until the line arrives, and an Intel core has
+/// few of them; L2's queue is deeper. On the 2-core AMD EPYC, L1 prefetches 8 KiB ahead were
+/// measured against none (see [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs
+/// keep that.
 pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
     match vendor {
         CpuVendor::Intel => WeightPrefetch {
@@ -119,8 +120,11 @@ pub const PREFETCH_ENV: &str = "FLASHLANE_CPU_PREFETCH";
 fn cpu_vendor() -> CpuVendor {
     #[cfg(target_arch = "x86_64")]
     {
-        // Leaf 0 exists on every x86-64 CPU: the vendor's 12 bytes in ebx, edx, ecx.
-        let id = std::arch::x86_64::__cpuid(0);
+        // `__cpuid` is a safe function in recent Rust and `unsafe` in older releases: the block
+        // keeps those building.
+        #[allow(unused_unsafe)]
+        // SAFETY: leaf 0 exists on every x86-64 CPU (the vendor's 12 bytes in ebx, edx, ecx).
+        let id = unsafe { std::arch::x86_64::__cpuid(0) };
         let name: Vec<u8> = [id.ebx, id.edx, id.ecx]
             .iter()
             .flat_map(|r| r.to_le_bytes())
@@ -150,12 +154,14 @@ pub fn weight_prefetch() -> WeightPrefetch {
 
 /// A tile's software prefetch: `elements` weights past those it reads (none when 0), into
 /// `into`.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
 struct Ahead {
     elements: usize,
     into: PrefetchInto,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Ahead {
     /// No prefetch: the tile finds its weights in cache.
     const NONE: Ahead = Ahead {
@@ -415,14 +421,30 @@ mod avx2 {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let n = k / LANES * LANES;
         debug_assert!(S == 1 || n == k, "an interleaved matrix has no tail");
+        // Interleaved, the tile's rows lie in one group of S rows or, where the tile crosses a
+        // group's end, in two: each group is its own stream (its row's piece sits in the line
+        // that starts the group's piece, so the lines from any of its rows are the group's).
+        let second_group = S > 1 && (ws[C - 1] as usize - ws[0] as usize) >= S * LANES * 2;
         let mut j = 0;
         while j < n {
             if ahead.elements > 0 && j % PREFETCH_STEP == 0 {
-                // The C weight rows are contiguous: C lines of the stream per step of `j` (an
-                // interleaved group of S rows: S lines, from its first row).
-                let stream = ws[0].wrapping_add(ahead.elements + if S == 1 { C } else { S } * j);
-                for c in 0..C {
-                    prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
+                if S == 1 {
+                    // The C weight rows are contiguous: C lines of the stream per step of `j`.
+                    let stream = ws[0].wrapping_add(ahead.elements + C * j);
+                    for c in 0..C {
+                        prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
+                    }
+                } else {
+                    // A group takes S lines per step of `j`, whichever of its rows the tile reads.
+                    for (g, row) in [ws[0], ws[C - 1]].into_iter().enumerate() {
+                        if g == 1 && !second_group {
+                            break;
+                        }
+                        let stream = row.wrapping_add(ahead.elements + S * j);
+                        for l in 0..S {
+                            prefetch_line(stream.wrapping_add(l * PREFETCH_STEP), ahead.into);
+                        }
+                    }
                 }
             }
             let wv: [__m256; C] = std::array::from_fn(|c| widen8(ws[c].add(S * j)));
