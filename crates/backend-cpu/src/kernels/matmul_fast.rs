@@ -113,7 +113,7 @@ pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
 
 /// Set to `l1` or `l2` to choose where the kernel's weight prefetches go (with that level's
 /// distance) instead of [`weight_prefetch_for`] this CPU's vendor (to compare; read once per
-/// process).
+/// process; any other value leaves the vendor's choice, as the bits are the same either way).
 pub const PREFETCH_ENV: &str = "FLASHLANE_CPU_PREFETCH";
 
 /// This CPU's vendor from `cpuid` leaf 0.
