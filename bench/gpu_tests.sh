@@ -12,12 +12,8 @@
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
 mkdir -p "$out"
-# A call that moved the 43 MB default model out of the tree (to carry more within the 64 MiB)
-# brings it as bench/peers/tiny_model.xz (bench/pack_gpu_tests.sh --flashlane makes it).
-model=models/flashlane-tiny/model.safetensors
-if [ ! -f "$model" ] && [ -f bench/peers/tiny_model.xz ]; then
-  xz -dc bench/peers/tiny_model.xz >"$model"
-fi
+# The default model, where a call moved it out of the tree and brought it packed.
+. bench/unpack_peers.sh
 bin=$(mktemp -d)
 tar -C "$bin" -xJf bench/peers/gpu-tests.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1

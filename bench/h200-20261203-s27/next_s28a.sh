@@ -14,9 +14,8 @@ set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 python3 -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' || { echo "eval wheels need Python 3.12"; exit 2; }
-xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
+. bench/unpack_peers.sh
 sha256sum models/flashlane-tiny/model.safetensors
-FL=/tmp/fl; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
 python3 -m pip install -q --no-deps --no-index --target /tmp/evalsite .whl/eval/*.whl
 M=/tmp/meta; mkdir -p $M
 common=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096 --batch 32

@@ -8,9 +8,8 @@
 # Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz} with the default model moved out.
 set -u
 T0=$(date +%s)
-xz -T16 -dc bench/peers/tiny_model.xz > models/flashlane-tiny/model.safetensors
+. bench/unpack_peers.sh
 sha256sum models/flashlane-tiny/model.safetensors
-FL=/tmp/fl; xz -dc bench/peers/flashlane.xz > $FL; chmod +x $FL
 PYTHONUNBUFFERED=1 timeout 240 python3 tools/train_tiny/train_mtp_chain.py --init models/flashlane-tiny \
     --out /tmp/chain --chain 4 --step-weights 1,1,1,1 --steps 700 --train-seconds 90 --mix skills \
     --code-mb 4 --per-package-mb 1 --count-share 0.45 > $OUT/chain_log.txt 2>&1

@@ -97,10 +97,9 @@ impl Linear {
         fetch: impl Fn(&Weights, &str, &[usize]) -> Result<Tensor, LoadError>,
     ) -> Result<Linear, LoadError> {
         let weight = fetch(w, weight, &[out, inp])?;
-        let bias = match bias {
-            Some(b) => Some(w.tensor_mapped(b, &[out])?.to_f32_vec()),
-            None => None,
-        };
+        let bias = bias
+            .map(|b| w.tensor_mapped(b, &[out]).map(|t| t.to_f32_vec()))
+            .transpose()?;
         Ok(Linear {
             weight,
             interleaved: false,

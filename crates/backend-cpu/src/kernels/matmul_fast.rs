@@ -170,19 +170,21 @@ impl Ahead {
     };
 }
 
-/// One software prefetch of the line holding `p` into `into` (a hint: it never faults, so `p`
-/// may lie past the weights).
+/// Software prefetches of the `lines` cache lines of weights from the one holding `from` on, into
+/// `into` (hints: they never fault, so the lines may lie past the weights).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_line(p: *const bf16, into: PrefetchInto) {
+fn prefetch_lines(from: *const bf16, lines: usize, into: PrefetchInto) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
-    let p = p as *const i8;
-    // SAFETY: SSE (x86-64's baseline) has the prefetch instructions, and a prefetch of any
-    // address is allowed (it does not fault).
-    unsafe {
-        match into {
-            PrefetchInto::L1 => _mm_prefetch::<_MM_HINT_T0>(p),
-            PrefetchInto::L2 => _mm_prefetch::<_MM_HINT_T1>(p),
+    for l in 0..lines {
+        let p = from.wrapping_add(l * PREFETCH_STEP) as *const i8;
+        // SAFETY: SSE (x86-64's baseline) has the prefetch instructions, and a prefetch of any
+        // address is allowed (it does not fault).
+        unsafe {
+            match into {
+                PrefetchInto::L1 => _mm_prefetch::<_MM_HINT_T0>(p),
+                PrefetchInto::L2 => _mm_prefetch::<_MM_HINT_T1>(p),
+            }
         }
     }
 }
@@ -390,7 +392,7 @@ impl Output {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{
-        prefetch_line, reduce, row_start, Ahead, WeightPrefetch, COL_GROUP, FEW_ROWS_GROUP_NARROW,
+        prefetch_lines, reduce, row_start, Ahead, WeightPrefetch, COL_GROUP, FEW_ROWS_GROUP_NARROW,
         LANES, MAX_TILE_ROWS, PREFETCH_STEP, ROW_SUPER,
     };
     use half::bf16;
@@ -407,9 +409,10 @@ mod avx2 {
     /// Dot products of the `R` rows at `xs` with the `C` weight rows at `ws` (each `k` long,
     /// one after the other in memory, or interleaved with `S` > 1: [`row_start`]): `out[r][c]`.
     /// Each (r, c) has its own register of 8 lanes; the tile shape and the layout never change
-    /// its bits. With `ahead.elements > 0`, also prefetches the weights that far past those the
-    /// tile reads, as one stream over its `C` rows (the lines it consumes per step,
-    /// [`PREFETCH_STEP`] elements of each row per step), into `ahead.into`.
+    /// its bits. With `ahead.elements > 0`, also prefetches, into `ahead.into`, the weights that
+    /// far past those the tile reads: as stored, its `C` rows are one stream of `C` lines a step
+    /// ([`PREFETCH_STEP`] elements of each row); interleaved, each group of `S` rows it reads is
+    /// one stream of `S` lines a step.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile<const R: usize, const C: usize, const S: usize>(
@@ -422,28 +425,19 @@ mod avx2 {
         let n = k / LANES * LANES;
         debug_assert!(S == 1 || n == k, "an interleaved matrix has no tail");
         // Interleaved, the tile's rows lie in one group of S rows or, where the tile crosses a
-        // group's end, in two: each group is its own stream (its row's piece sits in the line
-        // that starts the group's piece, so the lines from any of its rows are the group's).
+        // group's end, in two: each group is its own stream (a row's piece sits in the line that
+        // holds its group's piece, so the lines from any of its rows are the group's).
         let second_group = S > 1 && (ws[C - 1] as usize - ws[0] as usize) >= S * LANES * 2;
         let mut j = 0;
         while j < n {
             if ahead.elements > 0 && j % PREFETCH_STEP == 0 {
                 if S == 1 {
-                    // The C weight rows are contiguous: C lines of the stream per step of `j`.
-                    let stream = ws[0].wrapping_add(ahead.elements + C * j);
-                    for c in 0..C {
-                        prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
-                    }
+                    prefetch_lines(ws[0].wrapping_add(ahead.elements + C * j), C, ahead.into);
                 } else {
-                    // A group takes S lines per step of `j`, whichever of its rows the tile reads.
-                    for (g, row) in [ws[0], ws[C - 1]].into_iter().enumerate() {
-                        if g == 1 && !second_group {
-                            break;
-                        }
-                        let stream = row.wrapping_add(ahead.elements + S * j);
-                        for l in 0..S {
-                            prefetch_line(stream.wrapping_add(l * PREFETCH_STEP), ahead.into);
-                        }
+                    let at = ahead.elements + S * j;
+                    prefetch_lines(ws[0].wrapping_add(at), S, ahead.into);
+                    if second_group {
+                        prefetch_lines(ws[C - 1].wrapping_add(at), S, ahead.into);
                     }
                 }
             }
@@ -641,7 +635,7 @@ mod avx2 {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
-        prefetch_line, reduce, row_start, Ahead, PrefetchInto, LANES, PREFETCH_STEP, ROW_SUPER,
+        prefetch_lines, reduce, row_start, Ahead, PrefetchInto, LANES, PREFETCH_STEP, ROW_SUPER,
     };
     use half::bf16;
     use std::arch::x86_64::*;
@@ -737,13 +731,12 @@ mod avx512 {
         let mut x = xp;
         while j < n {
             if ahead.elements > 0 && j % PREFETCH_STEP == 0 {
-                // The tile's weight rows are contiguous: 2P lines of the stream per step of `j`
-                // (interleaved: their groups' S lines a step, from the first row's).
-                let stream =
-                    ws[0][0].wrapping_add(ahead.elements + if S == 1 { 2 * PAIRS } else { S } * j);
-                for c in 0..2 * PAIRS {
-                    prefetch_line(stream.wrapping_add(c * PREFETCH_STEP), ahead.into);
-                }
+                // 2P lines a step of `j`, from the first row's stream on: as stored, the tile's
+                // 2P contiguous rows; interleaved, the next 2P lines of memory from its first
+                // group's stream, which advances S lines a step (this tile warms the tiles of
+                // weight rows ahead, whose groups follow one another in memory).
+                let at = ahead.elements + if S == 1 { 2 * PAIRS } else { S } * j;
+                prefetch_lines(ws[0][0].wrapping_add(at), 2 * PAIRS, ahead.into);
             }
             let wv: [__m512; PAIRS] =
                 std::array::from_fn(|p| widen_pair(ws[p][0].add(S * j), ws[p][1].add(S * j)));
