@@ -844,6 +844,15 @@ mod tests {
         !supported()
     }
 
+    /// The tile kinds this CPU runs: the AVX2 ones, and the AVX-512 ones where it has AVX-512F.
+    fn tile_kinds() -> Vec<Tiles> {
+        let mut tiles = vec![Tiles::Avx2];
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            tiles.push(Tiles::Avx512);
+        }
+        tiles
+    }
+
     fn bf16s(v: &[f32]) -> Vec<bf16> {
         v.iter().map(|x| bf16::from_f32(*x)).collect()
     }
@@ -943,18 +952,13 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        let wide = std::arch::is_x86_feature_detected!("avx512f");
         let plans = [CpuVendor::Amd, CpuVendor::Intel].map(weight_prefetch_for);
         for (k, out) in [(64, 8), (1024, 100), (512, 196)] {
             let w = bf16s(&rng.vec(out * k));
             let wi = interleave_rows(&w, k);
             for rows in [1, 2, 4, 8, 13] {
                 let x = rng.vec(rows * k);
-                let mut tiles = vec![Tiles::Avx2];
-                if wide {
-                    tiles.push(Tiles::Avx512);
-                }
-                for t in tiles {
+                for t in tile_kinds() {
                     let mut outs = vec![];
                     for plan in plans {
                         let (mut stored, mut inter) =
@@ -1003,7 +1007,6 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        let wide = std::arch::is_x86_feature_detected!("avx512f");
         // Weight rows within one block, over several blocks, and ending in a part block; rows
         // of a decode window, of one or two AVX-512 tiles, and past a super-block.
         for (k, out) in [(64, 4), (1024, 100), (256, 196), (1024, 1024)] {
@@ -1012,11 +1015,7 @@ mod tests {
             let wi = interleave_rows(&w, k);
             for rows in [1, 2, 3, 4, 5, 8, 9, 13, 17, 40] {
                 let x = rng.vec(rows * k);
-                let mut tiles = vec![Tiles::Avx2];
-                if wide {
-                    tiles.push(Tiles::Avx512);
-                }
-                for t in tiles {
+                for t in tile_kinds() {
                     let (mut stored, mut inter) = (vec![0.0; rows * out], vec![0.0; rows * out]);
                     let plan = weight_prefetch();
                     matmul_bf16_in::<1>(&x, &w, k, &mut stored, t, plan);
