@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Session 28, call 1: two stages of the default model from the shipped trunk (4p's; the shipped
+# file is 5c, 4p's trunk with the chain head), at 32 rows a step, trained side by side for 460 s
+# each (session 27's prepared next_s28a.sh had 300 s and a GPU screen; here the screen is dropped
+# for 160 s more training a stage, and both trunks come back for the CPU evaluation that decides):
+#   4t: 4p's recipe at 32 rows (4s's arguments), seed 3131;
+#   4u: the same with the stop's neighbourhood weighted more and wider (--near-stop-weight 8
+#       --near-stop-window 5), seed 3232: 4p's T = 0 failures are still mostly late stops.
+# Each trunk comes back without its mtp.* tensors (xz, parts of 15 MiB); the chain head is
+# trained for a shipped trunk in a later call.
+# Carry bench/peers/tiny_model.xz, the default model moved out.
+set -u
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. bench/unpack_peers.sh
+sha256sum models/flashlane-tiny/model.safetensors
+M=/tmp/meta; mkdir -p $M
+common=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
+    --steps 300 --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds 460 --total-seconds 470
+    --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 --stop-weight 1 --decision-weight 8
+    --first-step-weight 8 --count-share 0.70 --short-count-frac 0.35 --count-kinds 0.3,0.35,0.25,0.1
+    --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}')
+tools/train_tiny/device_stage.sh /tmp/s4t_out s4t -- "${common[@]}" --seed 3131 \
+    --near-stop-weight 4 --near-stop-window 3 > /dev/null 2>&1 &
+tools/train_tiny/device_stage.sh /tmp/s4u_out s4u -- "${common[@]}" --seed 3232 \
+    --near-stop-weight 8 --near-stop-window 5 > /dev/null 2>&1 &
+wait
+el "stages done"
+for s in s4t s4u; do
+    cp /tmp/${s}_out/train_log_$s.txt $M/; tail -4 $M/train_log_$s.txt
+    [ -f /tmp/$s/model.safetensors ] || continue
+    python3 - "$s" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+s = sys.argv[1]
+t = {k: v for k, v in load_file(f"/tmp/{s}/model.safetensors").items() if not k.startswith("mtp.")}
+save_file(t, f"/tmp/{s}/trunk.safetensors", metadata={"format": "pt"})
+PY
+    (cd /tmp/$s && sha256sum trunk.safetensors) > $M/trunk_$s.sha256
+    xz -T16 -6 -c /tmp/$s/trunk.safetensors | split -b 15M - $OUT/trunk_$s.safetensors.xz.part-
+done
+el "packed"
+tar -C /tmp -cJf $OUT/meta.tar.xz meta
+ls -l $OUT
+el total
