@@ -8,6 +8,9 @@
 #       --near-stop-window 5), seed 3232: 4p's T = 0 failures are still mostly late stops.
 # Each trunk comes back without its mtp.* tensors (xz, parts of 15 MiB); the chain head is
 # trained for a shipped trunk in a later call.
+#   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from the mean of 4p's
+#       and 4u's trunks (tools/train_tiny/average_models.py), carried as tiny_model.xz.
+# Every stage starts from models/flashlane-tiny as the carried tiny_model.xz holds it.
 # Carry bench/peers/tiny_model.xz, the default model moved out.
 set -u
 T0=$(date +%s)
@@ -16,17 +19,23 @@ el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 sha256sum models/flashlane-tiny/model.safetensors
 M=/tmp/meta; mkdir -p $M
 common=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
-    --steps 300 --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds 460 --total-seconds 470
+    --steps ${STEPS:-300} --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds ${TRAIN_S:-460} --total-seconds $(( ${TRAIN_S:-460} + 10 ))
     --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 --stop-weight 1 --decision-weight 8
     --first-step-weight 8 --count-share 0.70 --short-count-frac 0.35 --count-kinds 0.3,0.35,0.25,0.1
     --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}')
-tools/train_tiny/device_stage.sh /tmp/s4t_out s4t -- "${common[@]}" --seed 3131 \
-    --near-stop-weight 4 --near-stop-window 3 > /dev/null 2>&1 &
-tools/train_tiny/device_stage.sh /tmp/s4u_out s4u -- "${common[@]}" --seed 3232 \
-    --near-stop-weight 8 --near-stop-window 5 > /dev/null 2>&1 &
+# Two 32-row stages do not fit one H200 side by side (each holds ~70 GiB: call 1 ran out of
+# memory at 73 s), so STAGES picks which run, one after the other's call.
+STAGES=${STAGES:-s4u}
+case " $STAGES " in *" s4t "*) tools/train_tiny/device_stage.sh /tmp/s4t_out s4t -- "${common[@]}" --seed 3131 \
+    --near-stop-weight 4 --near-stop-window 3 > /dev/null 2>&1 & ;; esac
+for s in s4u s4v; do
+    seed=$([ $s = s4u ] && echo 3232 || echo 3434)
+    case " $STAGES " in *" $s "*) tools/train_tiny/device_stage.sh /tmp/${s}_out $s -- "${common[@]}" \
+        --seed $seed --near-stop-weight 8 --near-stop-window 5 > /dev/null 2>&1 & ;; esac
+done
 wait
 el "stages done"
-for s in s4t s4u; do
+for s in $STAGES; do
     cp /tmp/${s}_out/train_log_$s.txt $M/; tail -4 $M/train_log_$s.txt
     [ -f /tmp/$s/model.safetensors ] || continue
     python3 - "$s" <<'PY'
