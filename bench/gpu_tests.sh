@@ -8,7 +8,7 @@
 # Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR, or with
 # SETTINGS (label:VAR=VALUE[,VAR=VALUE…], values without commas or spaces, as bench/gpu_ab.sh
 # takes them: switches that keep the bits) the whole run once per setting into OUT_DIR/LABEL/,
-# and every line into OUT_DIR/summary.txt.
+# and every line into OUT_DIR/summary.txt. TESTS (default: all six) names the binaries to run.
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
 mkdir -p "$out"
@@ -23,7 +23,7 @@ run_all() {
   local dir=$1 setting=$2
   mkdir -p "$dir"
   : >"$dir/summary.txt"
-  for t in backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults; do
+  for t in ${TESTS:-backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults}; do
     local start rc
     start=$(date +%s)
     env ${setting//,/ } FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
