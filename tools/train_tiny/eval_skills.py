@@ -55,8 +55,8 @@ def exact(want):
     return lambda reply, calls: (reply.strip() == want and not calls)
 
 
-def cases(n):
-    rng = random.Random(EVAL_SEED)
+def cases(n, seed=EVAL_SEED):
+    rng = random.Random(seed)
     out = []
     # counting: half short (2-60 numbers), half long (61-400 numbers, and the engine's 1 to 1000)
     for i in range(n):
@@ -176,6 +176,11 @@ def main():
     ap.add_argument("--url", help="an already running server")
     ap.add_argument("--cases", type=int, default=40, help="cases per skill")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=EVAL_SEED,
+                    help="draws the cases (another seed: another set of held-out cases, to confirm a choice "
+                         "made on the default set)")
+    ap.add_argument("--skills", default="",
+                    help="comma-separated prefixes of the skills to ask (e.g. 'count'); default all")
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="one more argument for `flashlane serve` (repeat it: --serve-arg=--device "
                          "--serve-arg=cuda screens a stage on the GPU machine; the shipped figures are the CPU's)")
@@ -186,7 +191,10 @@ def main():
     else:
         proc, url = start(args.flashlane, args.model, args.serve_arg)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-    all_cases = cases(args.cases)
+    prefixes = [p.strip() for p in args.skills.split(",") if p.strip()]
+    all_cases = [c for c in cases(args.cases, args.seed) if not prefixes or c.skill.startswith(tuple(prefixes))]
+    if not all_cases:
+        ap.error(f"--skills {args.skills!r} matches no skill")
     results = {}
     t0 = time.time()
     try:
@@ -216,7 +224,8 @@ def main():
             proc.wait(timeout=30)
     summary = {s: {t: round(100.0 * v["right"] / v["asked"], 1) for t, v in r.items()} for s, r in results.items()}
     with open(args.out, "w") as f:
-        json.dump({"model": args.model, "serve_args": args.serve_arg, "seed": EVAL_SEED, "cases_per_skill": args.cases,
+        json.dump({"model": args.model, "serve_args": args.serve_arg, "seed": args.seed,
+                   "skills": args.skills or "all", "cases_per_skill": args.cases,
                    "seconds": round(time.time() - t0, 1), "success_percent": summary, "results": results}, f, indent=1)
     print("| skill | cases | T = 0 | T = 0.7 |")
     print("|---|---|---|---|")
