@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Session 28, call 1: two stages of the default model from the shipped trunk (4p's; the shipped
-# file is 5c, 4p's trunk with the chain head), at 32 rows a step, trained side by side for 460 s
-# each (session 27's prepared next_s28a.sh had 300 s and a GPU screen; here the screen is dropped
-# for 160 s more training a stage, and both trunks come back for the CPU evaluation that decides):
-#   4t: 4p's recipe at 32 rows (4s's arguments), seed 3131;
-#   4u: the same with the stop's neighbourhood weighted more and wider (--near-stop-weight 8
-#       --near-stop-window 5), seed 3232: 4p's T = 0 failures are still mostly late stops.
-# Each trunk comes back without its mtp.* tensors (xz, parts of 15 MiB); the chain head is
-# trained for a shipped trunk in a later call.
-#   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from the mean of 4p's
-#       and 4u's trunks (tools/train_tiny/average_models.py), carried as tiny_model.xz.
-# Every stage starts from models/flashlane-tiny as the carried tiny_model.xz holds it.
+# Session 28: one stage of the default model a call (STAGES; two 32-row stages side by side ran
+# out of the H200's memory in call 1), at 32 rows a step, from models/flashlane-tiny as the
+# carried tiny_model.xz holds it. The trunk comes back without its mtp.* tensors (xz, parts of
+# 15 MiB) for the CPU evaluation that decides; the chain head is trained for a shipped trunk in a
+# later call (s28b.sh). TRAIN_S (default 460) and STEPS (300) bound the training; EXTRA is
+# appended to every stage's train.py arguments.
+#   4t (call 1, out of memory; not run since): 4p's recipe (4s's arguments), seed 3131;
+#   4u (call 2, STAGES=s4u TRAIN_S=470, from 4p): the stop's neighbourhood weighted more and
+#       wider (--near-stop-weight 8 --near-stop-window 5), seed 3232: 4p's T = 0 failures were
+#       mostly late stops;
+#   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from 4w, the mean of
+#       4p's and 4u's trunks (tools/train_tiny/average_models.py);
+#   4x (prepared for the next session, not run: STAGES=s4x EXTRA="--ema 0.995", from 4w): 4u's
+#       recipe, seed 3535, saving the moving average of its weights, which starts at 4w's
+#       (train.py --ema): a stage averaged with its parent along the way, as 4w is at the end.
 # Carry bench/peers/tiny_model.xz, the default model moved out.
 set -u
 T0=$(date +%s)
@@ -28,10 +31,10 @@ common=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 40
 STAGES=${STAGES:-s4u}
 case " $STAGES " in *" s4t "*) tools/train_tiny/device_stage.sh /tmp/s4t_out s4t -- "${common[@]}" --seed 3131 \
     --near-stop-weight 4 --near-stop-window 3 > /dev/null 2>&1 & ;; esac
-for s in s4u s4v; do
-    seed=$([ $s = s4u ] && echo 3232 || echo 3434)
+for s in s4u s4v s4x; do
+    case $s in s4u) seed=3232 ;; s4v) seed=3434 ;; s4x) seed=3535 ;; esac
     case " $STAGES " in *" $s "*) tools/train_tiny/device_stage.sh /tmp/${s}_out $s -- "${common[@]}" \
-        --seed $seed --near-stop-weight 8 --near-stop-window 5 > /dev/null 2>&1 & ;; esac
+        --seed $seed --near-stop-weight 8 --near-stop-window 5 ${EXTRA:-} > /dev/null 2>&1 & ;; esac
 done
 wait
 el "stages done"

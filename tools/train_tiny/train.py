@@ -730,6 +730,10 @@ def main():
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=60)
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="save an exponential moving average of the weights with this decay a step (0: the "
+                         "last step's weights). It starts at the --init weights, so a stage ends between its "
+                         "parent and its last step, as session 28's mean of 4p and 4u did (kept: 4w)")
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--aux-coef", type=float, default=0.01)
     ap.add_argument("--vocab", type=int, default=8192)
@@ -897,6 +901,11 @@ def main():
         log("val", json.dumps(r))
         return r
 
+    # The moving average in f32 beside the (possibly bf16) weights: lerp after each step.
+    if not 0.0 <= args.ema < 1.0:
+        raise SystemExit(f"--ema {args.ema}: the decay must be in [0, 1)")
+    ema = [p.detach().float().clone() for _, p in params] if args.ema > 0 else None
+
     hist = {"train": [], "val": []}
     t_train = time.time()
     step = 0
@@ -935,6 +944,9 @@ def main():
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            with torch.no_grad():
+                torch._foreach_lerp_(ema, [p.detach().float() for _, p in params], 1.0 - args.ema)
         tokens += x.numel()
         if step % 10 == 0 or step == 1 or args.smoke:
             rec = {"step": step, "loss": lo.item(), "mtp": ml.item(), "aux": float(ax.detach()), "lr": lr,
@@ -945,6 +957,16 @@ def main():
         if step % max(1, args.steps // 4) == 0 and step != args.steps:
             hist["val"].append(validate(step))
     hist["val"].append(validate(step))
+    if ema is not None:
+        # The last step's figures are logged above; from here on (the last validation, the saved
+        # file, the evaluation) the weights are the average.
+        with torch.no_grad():
+            for (_, p), e in zip(params, ema):
+                p.copy_(e.to(p.dtype))
+        log(f"weights: the moving average (decay {args.ema}; the --init weights' share {args.ema ** step:.3f})")
+        r = validate(step)
+        r["ema"] = args.ema
+        hist["val"].append(r)
     train_seconds = time.time() - t_train
     log(f"trained {step} steps, {tokens / 1e6:.1f} M tokens in {train_seconds:.0f} s")
 
