@@ -29,8 +29,11 @@ common=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 40
 # Two 32-row stages do not fit one H200 side by side (each holds ~70 GiB: call 1 ran out of
 # memory at 73 s), so STAGES picks which run, one after the other's call.
 STAGES=${STAGES:-s4u}
+for s in $STAGES; do
+    case $s in s4t|s4u|s4v|s4x) ;; *) echo "unknown stage $s (s4t, s4u, s4v or s4x)"; exit 2 ;; esac
+done
 case " $STAGES " in *" s4t "*) tools/train_tiny/device_stage.sh /tmp/s4t_out s4t -- "${common[@]}" --seed 3131 \
-    --near-stop-weight 4 --near-stop-window 3 > /dev/null 2>&1 & ;; esac
+    --near-stop-weight 4 --near-stop-window 3 ${EXTRA:-} > /dev/null 2>&1 & ;; esac
 for s in s4u s4v s4x; do
     case $s in s4u) seed=3232 ;; s4v) seed=3434 ;; s4x) seed=3535 ;; esac
     case " $STAGES " in *" $s "*) tools/train_tiny/device_stage.sh /tmp/${s}_out $s -- "${common[@]}" \

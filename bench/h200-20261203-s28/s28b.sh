@@ -22,7 +22,11 @@ chain=$!
 TESTS=backend_cuda bench/gpu_tests.sh /tmp/gpu_tests_kernels > /tmp/gpu_tests_kernels.log 2>&1
 el "kernel tests: $(cat /tmp/gpu_tests_kernels/summary.txt)"
 wait $chain
-el "chain rc=$?"; grep -E '"?(before|after)' $OUT/chain_log.txt | cut -c1-400
+el "chain rc=$?"
+# (Moved here after the call, which ran it after the model tests: the kernel tests' logs come back
+# even when the head fails.)
+tar -C /tmp -cJf $OUT/gpu_tests_kernels.tar.xz gpu_tests_kernels gpu_tests_kernels.log
+grep -E '"?(before|after)' $OUT/chain_log.txt | cut -c1-400
 [ -f /tmp/chain/model.safetensors ] || { echo "no chain head: the model tests are not run"; exit 1; }
 cp /tmp/chain/chain_eval.json $OUT/
 python3 -c "
@@ -33,7 +37,7 @@ cp /tmp/chain/model.safetensors models/flashlane-tiny/model.safetensors
 sha256sum models/flashlane-tiny/model.safetensors | tee $OUT/model.sha256
 TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults" bench/gpu_tests.sh /tmp/gpu_tests > /tmp/gpu_tests.log 2>&1
 el "model tests"; cat /tmp/gpu_tests/summary.txt
-tar -C /tmp -cJf $OUT/gpu_tests.tar.xz gpu_tests gpu_tests.log gpu_tests_kernels gpu_tests_kernels.log
+tar -C /tmp -cJf $OUT/gpu_tests.tar.xz gpu_tests gpu_tests.log
 MODEL=models/flashlane-tiny FLASHLANE=$FL BENCH_ARGS="--device cuda" TASKS=counting \
     DRAFTS="none mtp:2 mtp:3" REPS=3 timeout 100 bench/mtp_speedup.sh /tmp/mtp > $OUT/mtp_speedup.txt 2>&1
 el "mtp rc=$?"; tail -8 $OUT/mtp_speedup.txt

@@ -185,27 +185,30 @@ def main():
                     help="one more argument for `flashlane serve` (repeat it: --serve-arg=--device "
                          "--serve-arg=cuda screens a stage on the GPU machine; the shipped figures are the CPU's)")
     args = ap.parse_args()
+    # Filtered before a server starts; each case keeps its place in the whole set, whose index
+    # seeds its sampling, so a filtered run's replies are the whole run's.
+    prefixes = tuple(p.strip() for p in args.skills.split(",") if p.strip())
+    all_cases = list(enumerate(cases(args.cases, args.seed)))
+    if prefixes:
+        all_cases = [(i, c) for i, c in all_cases if c.skill.startswith(prefixes)]
+    if not all_cases:
+        ap.error(f"--skills {args.skills!r} matches no skill")
     proc = None
     if args.url:
         url = args.url
     else:
         proc, url = start(args.flashlane, args.model, args.serve_arg)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-    prefixes = [p.strip() for p in args.skills.split(",") if p.strip()]
-    all_cases = [c for c in cases(args.cases, args.seed) if not prefixes or c.skill.startswith(tuple(prefixes))]
-    if not all_cases:
-        ap.error(f"--skills {args.skills!r} matches no skill")
     results = {}
     t0 = time.time()
     try:
         for temperature in (0.0, 0.7):
-            def one(i):
-                case = all_cases[i]
+            def one(numbered):
+                i, case = numbered
                 reply, calls = ask(client, case, temperature, seed=i)
-                return i, case.check(reply, calls), reply, calls
+                return case, case.check(reply, calls), reply, calls
             with ThreadPoolExecutor(WORKERS) as pool:
-                for i, ok, reply, calls in pool.map(one, range(len(all_cases))):
-                    case = all_cases[i]
+                for case, ok, reply, calls in pool.map(one, all_cases):
                     for row in (case.skill, *case.also):
                         tally = results.setdefault(row, {}).setdefault(str(temperature),
                                                                        {"asked": 0, "right": 0, "failures": []})

@@ -773,6 +773,12 @@ def main():
     ap.add_argument("--require-fla", action="store_true",
                     help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
+    # Checked before the data (a minute on the GPU machine) is made.
+    if not 0.0 <= args.ema < 1.0:
+        ap.error(f"--ema {args.ema}: the decay must be in [0, 1)")
+    if args.ema > 0 and not args.init:
+        ap.error("--ema averages from the --init weights: give --init (from random weights the average "
+                 "would keep a share of noise)")
     if not 1 <= args.first_step_weight <= 255:
         raise SystemExit(f"--first-step-weight takes 1 to 255 (a weight per token in uint8): {args.first_step_weight}")
     global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS, NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW
@@ -901,9 +907,7 @@ def main():
         log("val", json.dumps(r))
         return r
 
-    # The moving average in f32 beside the (possibly bf16) weights: lerp after each step.
-    if not 0.0 <= args.ema < 1.0:
-        raise SystemExit(f"--ema {args.ema}: the decay must be in [0, 1)")
+    # The moving average in f32 (a copy, so it does not move with the weights): lerp after each step.
     ema = [p.detach().float().clone() for _, p in params] if args.ema > 0 else None
 
     hist = {"train": [], "val": []}
