@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Session 28: one stage of the default model a call (STAGES; two 32-row stages side by side ran
-# out of the H200's memory in call 1), at 32 rows a step, from models/flashlane-tiny as the
-# carried tiny_model.xz holds it. The trunk comes back without its mtp.* tensors (xz, parts of
-# 15 MiB) for the CPU evaluation that decides; the chain head is trained for a shipped trunk in a
-# later call (s28b.sh). TRAIN_S (default 460) and STEPS (300) bound the training; EXTRA is
-# appended to every stage's train.py arguments.
+# Session 28 (from session 27's prepared next_s28a.sh, at 27279b5): one stage of the default model
+# a call (STAGES; two 32-row stages side by side ran out of the H200's memory in call 1), at 32
+# rows a step, from models/flashlane-tiny as the carried tiny_model.xz holds it. The trunk comes
+# back without its mtp.* tensors (xz, parts of 15 MiB) for the CPU evaluation that decides; the
+# chain head is trained for a shipped trunk in a later call (s28b.sh). TRAIN_S (default 460) and
+# STEPS (300) bound the training; EXTRA is appended to every stage's train.py arguments.
 #   4t (call 1, out of memory; not run since): 4p's recipe (4s's arguments), seed 3131;
 #   4u (call 2, STAGES=s4u TRAIN_S=470, from 4p): the stop's neighbourhood weighted more and
-#       wider (--near-stop-weight 8 --near-stop-window 5), seed 3232: 4p's T = 0 failures were
-#       mostly late stops;
+#       wider (--near-stop-weight 8 --near-stop-window 5), seed 3232: late stops were the
+#       largest kind of 4p's T = 0 count failures (8 of 17);
 #   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from 4w, the mean of
 #       4p's and 4u's trunks (tools/train_tiny/average_models.py);
 #   4x (prepared for the next session, not run: STAGES=s4x EXTRA="--ema 0.995", from 4w): 4u's

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 28, last call: for the trunk shipped from this session's stages (carried as
-# tiny_model.xz, with 5c's head as it came from average_models.py), the MTP head trained again
-# for chained drafts (stage 5c's command, `train_mtp_chain.py`), then the GPU tests and MTP's
-# speed-up with the head in place. To fit the device time left, backend_cuda's kernel tests run
-# while the head trains, on the same trunk with 5c's head (they compare the GPU with the CPU and
-# batch with batch: what they check holds for any head); the five model-level test binaries and
-# the speed-up run after it, on the final file.
+# Session 28, last call (grown from session 27's prepared next_s28b.sh, at 27279b5): for the trunk
+# shipped from this session's stages (carried as tiny_model.xz, with 5c's head as it came from
+# average_models.py), the MTP head trained again for chained drafts (stage 5c's command,
+# `train_mtp_chain.py`), then the GPU tests and MTP's speed-up with the head in place. To fit the
+# device time left, backend_cuda's kernel tests run while the head trains, on the same trunk with
+# 5c's head (they compare the GPU with the CPU and batch with batch: what they check holds for any
+# head); the five model-level test binaries and the speed-up run after it, on the final file.
 # Brings back the head's mtp.* tensors (spliced into the trunk's file here; the file's sha256
 # must then match) and every log. CHAIN_S (default 90, 5c's) is the head's training time.
 # Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz,tiny_model.xz}, the default model moved out.

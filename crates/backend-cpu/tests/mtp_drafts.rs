@@ -633,24 +633,59 @@ fn tiny_capacities() -> Vec<u64> {
     c
 }
 
-/// The tiny model's 8 counting streams at once with MTP drafts of `k`, moving between sessions,
-/// reply as without drafts, token for token; returns the run's counters.
-fn tiny_eight_streams_with_mtp_drafts(k: u64) -> Counters {
+/// The tiny model's `requests` at once with MTP drafts of `k`, moving between sessions, reply as
+/// `plain` (their replies without drafts), token for token; returns the run's counters.
+fn tiny_streams_with_mtp_drafts(
+    task: &str,
+    requests: &[Request],
+    plain: &[Vec<u32>],
+    k: u64,
+) -> Counters {
     let (model, ..) = tiny();
-    let (requests, plain) = tiny_plain();
-    let (together, c) = run_in(model, &tiny_capacities(), requests, DraftMode::Mtp, k);
+    let (drafted, c) = run_in(model, &tiny_capacities(), requests, DraftMode::Mtp, k);
     eprintln!(
-        "flashlane-tiny counting, K {k}, 8 streams: {} moves, {} of {} drafts accepted",
-        c.moves, c.draft_accepted, c.draft_proposed
+        "flashlane-tiny {task}, K {k}, {} streams: {} moves, {} of {} drafts accepted",
+        requests.len(),
+        c.moves,
+        c.draft_accepted,
+        c.draft_proposed
     );
-    assert!(c.moves > 0, "K {k}: streams should move mid-reply");
-    for (i, reply) in together.iter().enumerate() {
+    assert!(c.moves > 0, "{task} K {k}: streams should move mid-reply");
+    for (i, reply) in drafted.iter().enumerate() {
         assert_eq!(
             reply, &plain[i],
-            "K {k}: stream {i} among 8 differs from plain"
+            "{task} K {k}: stream {i} differs from plain"
         );
     }
     c
+}
+
+/// The tiny model's 8 counting streams ([`tiny_plain`]) with MTP drafts of `k`.
+fn tiny_eight_streams_with_mtp_drafts(k: u64) -> Counters {
+    let (requests, plain) = tiny_plain();
+    tiny_streams_with_mtp_drafts("counting", requests, plain, k)
+}
+
+/// Four of [`tiny_plain`]'s counting requests and four code completions, and their greedy replies
+/// without drafts (from one batch).
+fn tiny_code_plain() -> &'static (Vec<Request>, Vec<Vec<u32>>) {
+    static PLAIN: std::sync::OnceLock<(Vec<Request>, Vec<Vec<u32>>)> = std::sync::OnceLock::new();
+    PLAIN.get_or_init(|| {
+        let (model, ..) = tiny();
+        let mut requests = tiny_plain().0[..4].to_vec();
+        requests.extend(
+            [
+                "is_prime(n)",
+                "fibonacci(n)",
+                "reverse_words(text)",
+                "mean(values)",
+            ]
+            .iter()
+            .map(|f| chat_request(&format!("Complete this Python function:\ndef {f}:"), 40)),
+        );
+        let (plain, _) = run_in(model, &tiny_capacities(), &requests, DraftMode::None, 0);
+        (requests, plain)
+    })
 }
 
 /// On the trained default model, 8 counting streams with one MTP draft per window reply as
@@ -678,29 +713,8 @@ fn tiny_model_counting_among_eight_with_two_mtp_drafts_replies_as_plain() {
 /// rejected, so rollbacks run. The head trained for chained drafts (stage 5c on) gets every draft
 /// of these short counts right; on code it misses some.
 fn tiny_code_beside_counting_with_mtp_drafts(k: u64) {
-    let (model, ..) = tiny();
-    let (counts, _) = tiny_plain();
-    let mut requests = counts[..4].to_vec();
-    requests.extend(
-        [
-            "is_prime(n)",
-            "fibonacci(n)",
-            "reverse_words(text)",
-            "mean(values)",
-        ]
-        .iter()
-        .map(|f| chat_request(&format!("Complete this Python function:\ndef {f}:"), 40)),
-    );
-    let (plain, _) = run_in(model, &tiny_capacities(), &requests, DraftMode::None, 0);
-    let (drafted, c) = run_in(model, &tiny_capacities(), &requests, DraftMode::Mtp, k);
-    eprintln!(
-        "flashlane-tiny counting and code, K {k}, 8 streams: {} moves, {} of {} drafts accepted",
-        c.moves, c.draft_accepted, c.draft_proposed
-    );
-    assert!(c.moves > 0, "K {k}: streams should move mid-reply");
-    for (i, reply) in drafted.iter().enumerate() {
-        assert_eq!(reply, &plain[i], "K {k}: stream {i} differs from plain");
-    }
+    let (requests, plain) = tiny_code_plain();
+    let c = tiny_streams_with_mtp_drafts("counting and code", requests, plain, k);
     assert!(
         0 < c.draft_accepted && c.draft_accepted < c.draft_proposed,
         "K {k}: some drafts accepted and some rejected ({} of {})",

@@ -923,6 +923,7 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
+        let plan = weight_prefetch();
         // k not a multiple of 8, weight rows not a multiple of 6 or of a block, rows filling
         // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks.
         for (rows, k, out) in [
@@ -938,7 +939,6 @@ mod tests {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
             let (mut narrow, mut wide) = (vec![0.0; rows * out], vec![0.0; rows * out]);
-            let plan = weight_prefetch();
             matmul_bf16_in::<1>(&x, &w, k, &mut narrow, Tiles::Avx2, plan);
             matmul_bf16_in::<1>(&x, &w, k, &mut wide, Tiles::Avx512, plan);
             assert_eq!(narrow, wide, "seed {seed} {rows}x{k}x{out}");
@@ -1007,6 +1007,7 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
+        let plan = weight_prefetch();
         // Weight rows within one block, over several blocks, and ending in a part block; rows
         // of a decode window, of one or two AVX-512 tiles, and past a super-block.
         for (k, out) in [(64, 4), (1024, 100), (256, 196), (1024, 1024)] {
@@ -1017,7 +1018,6 @@ mod tests {
                 let x = rng.vec(rows * k);
                 for t in tile_kinds() {
                     let (mut stored, mut inter) = (vec![0.0; rows * out], vec![0.0; rows * out]);
-                    let plan = weight_prefetch();
                     matmul_bf16_in::<1>(&x, &w, k, &mut stored, t, plan);
                     matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &wi, k, &mut inter, t, plan);
                     assert_eq!(stored, inter, "seed {seed} {rows}x{k}x{out} {t:?}");
