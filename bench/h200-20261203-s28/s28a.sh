@@ -11,7 +11,8 @@
 #       largest kind of 4p's T = 0 count failures (8 of 17);
 #   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from 4w, the mean of
 #       4p's and 4u's trunks (tools/train_tiny/average_models.py);
-#   4x (prepared for the next session, not run: STAGES=s4x EXTRA="--ema 0.995", from 4w): 4u's
+#   4x (session 29's call 1: STAGES=s4x EXTRA="--ema 0.995", from 4w; the last step's trunk
+#       comes back too, as trunk_s4x_raw): 4u's
 #       recipe, seed 3535, saving the moving average of its weights, which starts at 4w's
 #       (train.py --ema): a stage averaged with its parent along the way, as 4w is at the end.
 # Carry bench/peers/tiny_model.xz, the default model moved out.
@@ -43,6 +44,9 @@ wait
 el "stages done"
 for s in $STAGES; do
     cp /tmp/${s}_out/train_log_$s.txt $M/; tail -4 $M/train_log_$s.txt
+done
+# A stage with --ema leaves its last step's weights in /tmp/NAME_raw (train.py): both come back.
+for s in $STAGES ${STAGES// /_raw }_raw; do
     [ -f /tmp/$s/model.safetensors ] || continue
     python3 - "$s" <<'PY'
 import sys

@@ -732,7 +732,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--ema", type=float, default=0.0,
                     help="save an exponential moving average of the weights with this decay a step (0: the "
-                         "last step's weights). It starts at the --init weights, so a stage ends between its "
+                         "last step's weights; with it, the last step's go to OUT_raw too). It starts at the "
+                         "--init weights, so a stage ends between its "
                          "parent and its last step, as session 28's mean of 4p and 4u did (kept: 4w)")
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--aux-coef", type=float, default=0.01)
@@ -963,7 +964,12 @@ def main():
     hist["val"].append(validate(step))
     if ema is not None:
         # The last step's figures are logged above; from here on (the last validation, the saved
-        # file, the evaluation) the weights are the average.
+        # file, the evaluation) the weights are the average. The last step's own weights are saved
+        # first, beside it (OUT_raw), so one run gives both for the evaluation that chooses.
+        model.eval(); mtp.eval()
+        save_checkpoint(model, mtp, cfg, tok, args.out + "_raw", args)
+        log(f"weights: the last step's saved to {args.out}_raw")
+        model.train(); mtp.train()
         with torch.no_grad():
             for (_, p), e in zip(params, ema):
                 p.copy_(e.to(p.dtype))
