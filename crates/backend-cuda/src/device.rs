@@ -7,6 +7,7 @@ use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     PinnedHostSlice, ValidAsZeroBits,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 impl From<result::DriverError> for CudaError {
@@ -19,14 +20,40 @@ impl From<result::DriverError> for CudaError {
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
-    /// Whether kernels launch with programmatic dependent launch ([`PDL_ENV`]).
-    pdl: bool,
+    /// Whether kernels launch with programmatic dependent launch: by round, always or never
+    /// ([`PDL_ENV`]).
+    pdl: PdlSetting,
+    /// The current round's choice ([`Gpu::set_round_launches`]), read under
+    /// [`PdlSetting::ByRound`]. One stream, one engine thread: relaxed order is enough.
+    round_overlapped: AtomicBool,
 }
 
-/// `FLASHLANE_PDL=0` launches every kernel only once the one ahead of it has finished (for A/B
-/// runs of one binary: the bits do not change). By default each kernel may start while the one
-/// ahead runs and waits inside for it (`pdl_wait` in `common.cu`), after pulling its weights
-/// into L2.
+/// How the kernels of a round follow one another on the stream (chosen a round by
+/// `kernels::round_launches`: the bits are the same either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launches {
+    /// Programmatic dependent launch: each kernel may start while the one ahead runs, and waits
+    /// inside for it (`pdl_wait` in `common.cu`) after pulling its weights into L2.
+    Overlapped,
+    /// Each kernel starts once the one ahead of it has finished.
+    Serial,
+}
+
+/// What [`PDL_ENV`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PdlSetting {
+    /// Each round as `kernels::round_launches` chooses (unset, or any other value).
+    ByRound,
+    /// `1`: every round overlapped (the rule before session 29).
+    Always,
+    /// `0`: every round serial.
+    Never,
+}
+
+/// `FLASHLANE_PDL=0` launches every kernel only once the one ahead of it has finished, `=1`
+/// launches every round's kernels overlapped ([`Launches::Overlapped`]); unset, each round is
+/// launched as `kernels::round_launches` chooses. For A/B runs of one binary: the bits do not
+/// change.
 pub const PDL_ENV: &str = "FLASHLANE_PDL";
 
 /// Most arguments a kernel of this crate takes (`deltanet_recurrence` takes 15).
@@ -64,8 +91,35 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
-        let pdl = std::env::var(PDL_ENV).map_or(true, |v| v != "0");
-        Ok(Arc::new(Gpu { ctx, stream, pdl }))
+        let pdl = match std::env::var(PDL_ENV).as_deref() {
+            Ok("0") => PdlSetting::Never,
+            Ok("1") => PdlSetting::Always,
+            _ => PdlSetting::ByRound,
+        };
+        Ok(Arc::new(Gpu {
+            ctx,
+            stream,
+            pdl,
+            round_overlapped: AtomicBool::new(true),
+        }))
+    }
+
+    /// How the launches from here on follow one another (under [`PDL_ENV`]'s default; `0` and
+    /// `1` override it). Set before a round is launched or captured: a captured graph keeps the
+    /// launches' attributes, and its key (the round's rows) decides the choice, so a graph
+    /// replays what it was captured with.
+    pub fn set_round_launches(&self, launches: Launches) {
+        self.round_overlapped
+            .store(launches == Launches::Overlapped, Ordering::Relaxed);
+    }
+
+    /// Whether the next launch overlaps the one ahead of it.
+    fn overlapped(&self) -> bool {
+        match self.pdl {
+            PdlSetting::Always => true,
+            PdlSetting::Never => false,
+            PdlSetting::ByRound => self.round_overlapped.load(Ordering::Relaxed),
+        }
     }
 
     /// The device's name and its (free, total) memory in bytes.
@@ -90,10 +144,10 @@ impl Gpu {
     }
 
     /// [`Gpu::launch`] with `shared_bytes` of dynamic shared memory a block (over 48 KiB only for
-    /// a function whose limit was raised when it was loaded). With [`PDL_ENV`] on (the default)
-    /// it is a programmatic dependent launch: the kernel may start before the one ahead of it on
-    /// the stream has finished (every kernel of this crate waits for it before it touches
-    /// anything but its weights; see `common.cu`).
+    /// a function whose limit was raised when it was loaded). Where the round's launches are
+    /// [`Launches::Overlapped`] (see [`PDL_ENV`]) it is a programmatic dependent launch: the
+    /// kernel may start before the one ahead of it on the stream has finished (every kernel of
+    /// this crate waits for it before it touches anything but its weights; see `common.cu`).
     pub fn launch_with_shared(
         &self,
         f: &CudaFunction,
@@ -137,7 +191,7 @@ impl Gpu {
             sharedMemBytes: shared_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: u32::from(self.pdl),
+            numAttrs: u32::from(self.overlapped()),
         };
         self.ctx.bind_to_thread()?;
         // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in

@@ -7,8 +7,8 @@
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch,
-    NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES, MATMUL_SPLIT_K_MAX_ROWS,
+    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout,
+    MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES, MATMUL_SPLIT_K_MAX_ROWS,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -718,6 +718,8 @@ pub fn forward<'a>(
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
     // them, or every row in a round of none).
     let greedy = logit_rows < rm.num_logits;
+    // Before a graph's capture or replay: its key's rows decide the launches it holds.
+    m.gpu.set_round_launches(round_launches(&m.dims, rows));
     let enqueue = || {
         enqueue_round(&pass, sessions, base, &rm, plans.len(), rows)?;
         if greedy {

@@ -5,7 +5,7 @@
 
 use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then};
 use crate::graphs::GraphKey;
-use crate::kernels::AttentionRows;
+use crate::kernels::{round_launches, AttentionRows};
 use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::CudaError;
@@ -63,6 +63,7 @@ pub fn draft(
     let ptrs = scratch.ensure(m, rows, rows)?;
     let base = scratch.upload(&m.gpu, &meta)?;
     let pass = Pass { m, p: ptrs };
+    m.gpu.set_round_launches(round_launches(&m.dims, rows));
     let key = GraphKey::Draft { rows, steps: num };
     scratch.graphs.run(&m.gpu, key, || {
         enqueue_draft(&pass, sessions, base, &offsets, num)

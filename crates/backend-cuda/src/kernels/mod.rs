@@ -5,7 +5,7 @@
 //! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
 //! Every kernel is batch-invariant by construction: see `common.cu`.
 
-use crate::device::{Arg, Gpu};
+use crate::device::{Arg, Gpu, Launches};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
@@ -1154,6 +1154,34 @@ fn model_splits_k(dims: &Dims) -> bool {
     dims.moe.is_none()
         && dims.linear.is_none()
         && dims.hidden.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_LAYER_BLOCKS
+}
+
+/// Rounds of these many rows launch their kernels one after another ([`Launches::Serial`]) in
+/// the models of [`round_launches`]: the Qwen3-0.6B shape's decode (dummy weights, 128-token
+/// prompts, session 29, `FLASHLANE_PDL=0` against overlapped in one binary, tok/s) ran 16
+/// streams 9,974 → 10,194 (+2 %), 32 streams 14,271 / 14,557 → 15,491 / 15,531 (+7–9 %) and 64
+/// 19,688 / 20,017 → 20,881 / 20,954 (+5–6 %) serial, but 1 and 8 streams 858 → 804 and 5,893 →
+/// 5,807, and its prompts of 128 rows and more (1–64 × 128 tokens) 1–4 % slower.
+const SERIAL_LAUNCH_ROWS: std::ops::RangeInclusive<usize> = 16..=64;
+/// The widest hidden size of a dense model whose many-stream rounds launch serially. Qwen3-0.6B
+/// (1,024) is measured faster serial; Qwen3-4B (2,560: 8, 32, 64 streams 2,072 / 4,524 / 6,553
+/// overlapped against 1,923 / 4,389 / 6,393 serial) and the A3B slice (a hybrid: 1, 8, 64
+/// streams 888 / 3,410 / 10,773 against 834 / 3,310 / 10,623; 32 within 1 %) faster overlapped.
+/// Widths between are not measured and keep the overlap, as every model did before.
+const SERIAL_LAUNCH_MAX_HIDDEN: usize = 1024;
+
+/// How a round of `rows` rows launches its kernels (unless [`crate::device::PDL_ENV`] overrides
+/// it): serially in the narrow dense models' decode rounds of [`SERIAL_LAUNCH_ROWS`], overlapped
+/// everywhere else. Why the overlap loses there is not measured; a guess: the next kernel's blocks, launched early
+/// to wait, take the multiprocessors' slots from the blocks of the kernel ahead, which at 16–64
+/// rows are several row tiles of short blocks.
+pub fn round_launches(dims: &Dims, rows: usize) -> Launches {
+    let dense = dims.moe.is_none() && dims.linear.is_none();
+    if dense && dims.hidden <= SERIAL_LAUNCH_MAX_HIDDEN && SERIAL_LAUNCH_ROWS.contains(&rows) {
+        Launches::Serial
+    } else {
+        Launches::Overlapped
+    }
 }
 
 /// The rows from which a model's bf16 matmuls run on the warpgroup MMA by default on a GPU of

@@ -660,6 +660,56 @@ fn models_split_k_as_measured() {
     );
 }
 
+/// `round_launches` (no device needed): serial launches only in Qwen3-0.6B's decode rounds of
+/// 16–64 rows, where they were measured faster; overlapped in its 1–8-stream rounds and prompts,
+/// in the wider dense models and in the hybrids (the default model too) at every row count.
+#[test]
+fn rounds_launch_serially_only_where_measured_faster() {
+    use super::round_launches;
+    use crate::device::Launches::{Overlapped, Serial};
+    let small = shape_dims("qwen3-0.6b");
+    for (rows, want) in [
+        (1, Overlapped),
+        (8, Overlapped),
+        (15, Overlapped),
+        (16, Serial),
+        (32, Serial),
+        (64, Serial),
+        (65, Overlapped),
+        (128, Overlapped),
+        (8192, Overlapped),
+    ] {
+        assert_eq!(
+            round_launches(&small, rows),
+            want,
+            "qwen3-0.6b, {rows} rows"
+        );
+    }
+    for shape in [
+        "qwen3-4b",
+        "qwen3-8b",
+        "qwen3-next-a3b-slice",
+        "qwen3-next-small",
+    ] {
+        let dims = shape_dims(shape);
+        for rows in [1, 8, 16, 32, 64, 128] {
+            assert_eq!(
+                round_launches(&dims, rows),
+                Overlapped,
+                "{shape}, {rows} rows"
+            );
+        }
+    }
+    let tiny = tiny_dims().1;
+    for rows in [1, 16, 64] {
+        assert_eq!(
+            round_launches(&tiny, rows),
+            Overlapped,
+            "the default model, {rows} rows"
+        );
+    }
+}
+
 /// `wgmma_default_min_rows` (no device needed): the warpgroup matmul from 4,096 rows in the
 /// dense models whose layers split k, on compute capability 9.0 only; not in Qwen3-0.6B or the
 /// hybrid models, where it was measured slower or no faster.
