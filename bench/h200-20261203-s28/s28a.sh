@@ -11,10 +11,11 @@
 #       largest kind of 4p's T = 0 count failures (8 of 17);
 #   4v (call 3, STAGES=s4v STEPS=340 TRAIN_S=400): 4u's recipe, seed 3434, from 4w, the mean of
 #       4p's and 4u's trunks (tools/train_tiny/average_models.py);
-#   4x (session 29's call 1: STAGES=s4x EXTRA="--ema 0.995", from 4w; the last step's trunk
-#       comes back too, as trunk_s4x_raw): 4u's
-#       recipe, seed 3535, saving the moving average of its weights, which starts at 4w's
+#   4x (session 29's call 1: STAGES=s4x STEPS=400 TRAIN_S=450 EXTRA="--ema 0.995", from 4w):
+#       4u's recipe, seed 3535, saving the moving average of its weights, which starts at 4w's
 #       (train.py --ema): a stage averaged with its parent along the way, as 4w is at the end.
+#       Its last step's trunk comes back too, as trunk_s4x_raw (the call ran past its 600 s
+#       while packing it: keep STEPS and TRAIN_S lower beside --ema).
 # Carry bench/peers/tiny_model.xz, the default model moved out.
 set -u
 T0=$(date +%s)

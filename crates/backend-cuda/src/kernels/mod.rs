@@ -1172,9 +1172,9 @@ const SERIAL_LAUNCH_MAX_HIDDEN: usize = 1024;
 
 /// How a round of `rows` rows launches its kernels (unless [`crate::device::PDL_ENV`] overrides
 /// it): serially in the narrow dense models' decode rounds of [`SERIAL_LAUNCH_ROWS`], overlapped
-/// everywhere else. Why the overlap loses there is not measured; a guess: the next kernel's blocks, launched early
-/// to wait, take the multiprocessors' slots from the blocks of the kernel ahead, which at 16–64
-/// rows are several row tiles of short blocks.
+/// everywhere else. Why the overlap loses there is not measured; a guess: the next kernel's
+/// blocks, launched early to wait, take the multiprocessors' slots from the blocks of the kernel
+/// ahead, which at 16–64 rows are several row tiles of short blocks.
 pub fn round_launches(dims: &Dims, rows: usize) -> Launches {
     let dense = dims.moe.is_none() && dims.linear.is_none();
     if dense && dims.hidden <= SERIAL_LAUNCH_MAX_HIDDEN && SERIAL_LAUNCH_ROWS.contains(&rows) {
