@@ -967,8 +967,9 @@ def main():
         # file, the evaluation) the weights are the average. The last step's own weights are saved
         # first, beside it (OUT_raw), so one run gives both for the evaluation that chooses.
         model.eval(); mtp.eval()
-        save_checkpoint(model, mtp, cfg, tok, args.out + "_raw", args)
-        log(f"weights: the last step's saved to {args.out}_raw")
+        raw_out = args.out.rstrip("/") + "_raw"
+        save_checkpoint(model, mtp, cfg, tok, raw_out, args)
+        log(f"weights: the last step's saved to {raw_out}")
         model.train(); mtp.train()
         with torch.no_grad():
             for (_, p), e in zip(params, ema):

@@ -1161,7 +1161,7 @@ fn model_splits_k(dims: &Dims) -> bool {
 /// prompts, session 29, `FLASHLANE_PDL=0` against overlapped in one binary, tok/s) ran 16
 /// streams 9,974 → 10,194 (+2 %), 32 streams 14,271 / 14,557 → 15,491 / 15,531 (+7–9 %) and 64
 /// 19,688 / 20,017 → 20,881 / 20,954 (+5–6 %) serial, but 1 and 8 streams 858 → 804 and 5,893 →
-/// 5,807, and its prompts of 128 rows and more (1–64 × 128 tokens) 1–4 % slower.
+/// 5,807, and its prompts of 128 rows and more (1–64 × 128 tokens) 1–5 % slower.
 const SERIAL_LAUNCH_ROWS: std::ops::RangeInclusive<usize> = 16..=64;
 /// The widest hidden size of a dense model whose many-stream rounds launch serially. Qwen3-0.6B
 /// (1,024) is measured faster serial; Qwen3-4B (2,560: 8, 32, 64 streams 2,072 / 4,524 / 6,553
@@ -1171,8 +1171,9 @@ const SERIAL_LAUNCH_ROWS: std::ops::RangeInclusive<usize> = 16..=64;
 const SERIAL_LAUNCH_MAX_HIDDEN: usize = 1024;
 
 /// How a round of `rows` rows launches its kernels (unless [`crate::device::PDL_ENV`] overrides
-/// it): serially in the narrow dense models' decode rounds of [`SERIAL_LAUNCH_ROWS`], overlapped
-/// everywhere else. Why the overlap loses there is not measured; a guess: the next kernel's
+/// it): serially in the narrow dense models' rounds of [`SERIAL_LAUNCH_ROWS`] (decode rounds of
+/// 16–64 streams as measured; prompt chunks and verify rounds of those sizes unmeasured),
+/// overlapped everywhere else. Why the overlap loses there is not measured; a guess: the next kernel's
 /// blocks, launched early to wait, take the multiprocessors' slots from the blocks of the kernel
 /// ahead, which at 16–64 rows are several row tiles of short blocks.
 pub fn round_launches(dims: &Dims, rows: usize) -> Launches {
