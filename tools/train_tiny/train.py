@@ -966,11 +966,9 @@ def main():
         # The last step's figures are logged above; from here on (the last validation, the saved
         # file, the evaluation) the weights are the average. The last step's own weights are saved
         # first, beside it (OUT_raw), so one run gives both for the evaluation that chooses.
-        model.eval(); mtp.eval()
         raw_out = args.out.rstrip("/") + "_raw"
         save_checkpoint(model, mtp, cfg, tok, raw_out, args)
         log(f"weights: the last step's saved to {raw_out}")
-        model.train(); mtp.train()
         with torch.no_grad():
             for (_, p), e in zip(params, ema):
                 p.copy_(e.to(p.dtype))
