@@ -12,7 +12,9 @@ use crate::kernels::{
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
-use crate::weights::{DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MixerWeights, MoeWeights};
+use crate::weights::{
+    DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MatrixPart, MixerWeights, MoeWeights,
+};
 use crate::CudaError;
 use lane::{DrawAsk, RoundOut, RoundWindow, Want};
 use mtp_absorb::{absorb, mtp_meta, MtpMeta};
@@ -361,27 +363,41 @@ impl Pass<'_> {
     ) -> Result<(), CudaError> {
         let mut first_column = 0;
         for part in &w.parts {
-            self.m.kernels.matmul(
-                self.gpu(),
-                &Matmul {
-                    x_split: self.x_split_for(rows, w.cols),
-                    partials: self.partials_for(rows, part.rows),
-                    x,
-                    x_stride: w.cols,
-                    row_index: 0,
-                    w: part.ptr(),
-                    fp8: part.fp8(),
-                    k: w.cols,
-                    n_out: part.rows,
-                    y: y + (first_column * std::mem::size_of::<f32>()) as u64,
-                    y_stride: w.rows,
-                    rows,
-                    accumulate,
-                },
-            )?;
+            let m = self.part_matmul(x, w, part, first_column, rows, y, accumulate);
+            self.m.kernels.matmul(self.gpu(), &m)?;
             first_column += part.rows;
         }
         Ok(())
+    }
+
+    /// The matmul of `rows` rows of `x` by `part` of `w`, whose outputs start at `first_column`
+    /// of `y`'s rows (of `w.rows` floats).
+    #[allow(clippy::too_many_arguments)]
+    fn part_matmul(
+        &self,
+        x: u64,
+        w: &Matrix,
+        part: &MatrixPart,
+        first_column: usize,
+        rows: usize,
+        y: u64,
+        accumulate: bool,
+    ) -> Matmul {
+        Matmul {
+            x_split: self.x_split_for(rows, w.cols),
+            partials: self.partials_for(rows, part.rows),
+            x,
+            x_stride: w.cols,
+            row_index: 0,
+            w: part.ptr(),
+            fp8: part.fp8(),
+            k: w.cols,
+            n_out: part.rows,
+            y: y + (first_column * std::mem::size_of::<f32>()) as u64,
+            y_stride: w.rows,
+            rows,
+            accumulate,
+        }
     }
 
     /// The split rows' room for a matmul of `rows` rows of depth `k`.
@@ -460,10 +476,20 @@ impl Pass<'_> {
     /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
     pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
         let p = self.p;
-        self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
-        self.m
-            .kernels
-            .swiglu(self.gpu(), p.wide, w.down.cols, rows, p.act)?;
+        match w.gate_up.parts.as_slice() {
+            // One kind of weights: the kernels put the SwiGLU where it runs fastest
+            // (`swiglu_place`).
+            [part] => {
+                let m = self.part_matmul(p.xn, &w.gate_up, part, 0, rows, p.wide, false);
+                self.m.kernels.gate_up_swiglu(self.gpu(), &m, p.act)?;
+            }
+            _ => {
+                self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
+                self.m
+                    .kernels
+                    .swiglu(self.gpu(), p.wide, w.down.cols, rows, p.act)?;
+            }
+        }
         self.matmul(p.act, &w.down, rows, p.x, true)
     }
 

@@ -232,22 +232,37 @@ __device__ __forceinline__ void store_tile(const float* d, float* y, int y_strid
 // the kernel ahead, whose output x may be. A decode step's matrix then loads while the norm,
 // the recurrence or the attention ahead of it runs, instead of after.
 #define MMA_PREFETCH_PIECE 4096
+// Weight rows [o0, min(o0 + outs, n_out)) of `w` (`row_bytes` each) into L2, the block's
+// threads taking pieces in turn.
+__device__ __forceinline__ void prefetch_rows_l2(const void* w, int o0, int outs, int n_out, size_t row_bytes) {
+    const int last = min(o0 + outs, n_out);
+    const size_t bytes = (size_t)(last - o0) * row_bytes;
+    const char* base = (const char*)w + (size_t)o0 * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
+         off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
+        prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
+}
+
 __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes) {
     pdl_launch_dependents();
-    if (blockIdx.x == 0) {
-        const int last = min(o0 + outs, n_out);
-        const size_t bytes = (size_t)(last - o0) * row_bytes;
-        const char* base = (const char*)w + (size_t)o0 * row_bytes;
-        for (size_t off = (size_t)threadIdx.x * MMA_PREFETCH_PIECE; off < bytes;
-             off += (size_t)blockDim.x * MMA_PREFETCH_PIECE)
-            prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
-    }
+    if (blockIdx.x == 0) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
     pdl_wait();
 }
 
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
-template <int NT, int DEPTH, bool X_AHEAD = false>
+//
+// With SWIGLU (a dense MLP's fused gate/up, `matmul_bf16_swiglu_*`): W is [gate (width) | up
+// (width)], n_out = 2·width, and the block writes act[r, u] = silu(gate[r, u]) · up[r, u] to y
+// (stride y_stride) instead of the products, as the MoE's `gate_up_block` does: n-tile j's
+// outputs 0..3 are the gate rows of units u0 + 4j …, its outputs 4..7 the up rows of the same
+// units, so lane (g, t < 2) holds a gate and lane t + 2 the matching up. Grid (row tiles,
+// ceil(width / (4·NT))): as many blocks as the plain kernel for the same NT. Each product is
+// the plain kernel's chain (an MMA's output depends only on its row of A and column of B), and
+// silu · up is `swiglu_rows`' expression on the same values: the bits of the matmul and
+// `swiglu_rows` one after the other, without the launch between them or the products' trip
+// through memory. `accumulate` is ignored.
+template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
@@ -255,16 +270,46 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
-    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t));
+    const int width = n_out / 2, u0 = blockIdx.y * NT * 4;
+    if (SWIGLU) {
+        pdl_launch_dependents();
+        if (blockIdx.x == 0) {
+            prefetch_rows_l2(w, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
+        }
+        pdl_wait();
+    } else {
+        matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t));
+    }
     const float *xa, *xb;
     tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     // This lane's outputs' weight rows (the last valid one past the end: computed, never written).
     const bf16_t* wr[NT];
 #pragma unroll
-    for (int j = 0; j < NT; j++) wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
+    for (int j = 0; j < NT; j++) {
+        if (SWIGLU) {
+            const int unit = min(u0 + 4 * j + g % 4, width - 1);
+            wr[j] = w + (size_t)(g < 4 ? unit : width + unit) * k;
+        } else {
+            wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
+        }
+    }
     float d[4];
     if (!mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d)) return;
-    store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
+    if (!SWIGLU) {
+        store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
+    } else {
+        float up[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) up[i] = __shfl_down_sync(FULL_MASK, d[i], 2);
+        const int t = lane % 4, warp = threadIdx.x / WARP;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = r0 + g + (i / 2) * 8;
+            const int unit = u0 + 4 * warp + 2 * t + (i % 2);
+            if (t < 2 && r < rows && unit < width) y[(size_t)r * y_stride + unit] = siluf_(d[i]) * up[i];
+        }
+    }
 }
 
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
@@ -306,6 +351,23 @@ MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
 
+// A dense MLP's gate/up with its SwiGLU (`matmul_block`'s SWIGLU) at NT n-tiles a block, NT of
+// the plain kernels' counts (`matmul_bf16_swiglu_t3` … `_t6`): the host takes the count, and
+// whether deep (below), that the plain gate/up would run.
+#define MATMUL_BF16_SWIGLU_TILES(NT)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    matmul_bf16_swiglu_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
+                             const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,     \
+                             int y_stride, int accumulate, int rows) {                                  \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, 1, false, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,  \
+                                         rows, part);                                                   \
+    }
+MATMUL_BF16_SWIGLU_TILES(3)
+MATMUL_BF16_SWIGLU_TILES(4)
+MATMUL_BF16_SWIGLU_TILES(5)
+MATMUL_BF16_SWIGLU_TILES(6)
+
 // 3 and MMA_NT n-tiles a block with MMA_DEEP_DEPTH chunks of a warp's weights and their x
 // loaded at once (`matmul_bf16_t3_deep`, `matmul_bf16_t4_deep`), for a one-row-tile matrix of
 // few outputs and long k that leaves each multiprocessor one block at most (Qwen3-4B's o and
@@ -327,6 +389,20 @@ MATMUL_BF16_TILES(6)
 static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
 MATMUL_BF16_DEEP(4)
+
+// The deep kernels with a dense MLP's SwiGLU (`matmul_bf16_swiglu_t3_deep`, `_t4_deep`).
+#define MATMUL_BF16_SWIGLU_DEEP(NT)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
+    matmul_bf16_swiglu_t##NT##_deep(const float* __restrict__ x, int x_stride,                          \
+                                    const int* __restrict__ row_index, const bf16_t* __restrict__ w,    \
+                                    int k, int n_out, float* __restrict__ y, int y_stride,              \
+                                    int accumulate, int rows) {                                         \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, MMA_DEEP_DEPTH, true, true>(x, x_stride, row_index, w, k, n_out, y, y_stride,  \
+                                                     accumulate, rows, part);                           \
+    }
+MATMUL_BF16_SWIGLU_DEEP(3)
+MATMUL_BF16_SWIGLU_DEEP(4)
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

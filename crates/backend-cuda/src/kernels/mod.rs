@@ -255,6 +255,11 @@ pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
+/// Not yet run on a GPU, so off by default: `FLASHLANE_SWIGLU_IN_GATE_UP=1` puts a dense MLP's SwiGLU in the gate/up
+/// matmul where [`swiglu_place`] would; otherwise it stays in `swiglu_rows` after its gate/up
+/// matmul, where [`swiglu_place`] would put it in the matmul (for A/B runs of one binary: the
+/// bits do not change).
+pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -666,6 +671,13 @@ pub struct Kernels {
     matmul_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     /// The deep kernels, as [`MATMUL_DEEP_TILES`] lists them.
     matmul_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
+    /// The wide and the deep kernels with a dense MLP's SwiGLU (`matmul_bf16_swiglu_t3` …), in
+    /// the same orders.
+    matmul_swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    matmul_swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
+    /// Whether [`Kernels::gate_up_swiglu`] may put the SwiGLU in the matmul
+    /// ([`SWIGLU_IN_GATE_UP_ENV`]).
+    swiglu_in_gate_up: bool,
     /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
     /// ([`MATMUL_DEEP_ENV`]).
     matmul_deep: bool,
@@ -816,6 +828,23 @@ impl Kernels {
                 f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[0]))?,
                 f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ],
+            matmul_swiglu_by_tiles: [
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[0]))?,
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[1]))?,
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[2]))?,
+                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[3]))?,
+            ],
+            matmul_swiglu_deep_by_tiles: [
+                f(&format!(
+                    "matmul_bf16_swiglu_t{}_deep",
+                    MATMUL_DEEP_TILES[0]
+                ))?,
+                f(&format!(
+                    "matmul_bf16_swiglu_t{}_deep",
+                    MATMUL_DEEP_TILES[1]
+                ))?,
+            ],
+            swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -1024,6 +1053,60 @@ pub enum MatmulKernel {
     Deep(usize),
     /// `split_rows_wg` and `matmul_bf16_wgmma` (bf16 only; needs [`Kernels::compile_wgmma`]).
     Wgmma,
+}
+
+/// What every matmul kernel needs of its operands.
+fn check_matmul(m: &Matmul) {
+    // 16-byte loads (8 bf16 weights, 4 f32 inputs) in pieces of 16 elements: another k would
+    // read past a row.
+    assert!(
+        m.k.is_multiple_of(MMA_K_ALIGN) && m.x_stride.is_multiple_of(4),
+        "matmul: k {} must be a multiple of {MMA_K_ALIGN} and x_stride {} of 4",
+        m.k,
+        m.x_stride
+    );
+    debug_assert!(
+        m.x.is_multiple_of(16) && m.w.is_multiple_of(16),
+        "matmul: x and W must start 16-byte aligned"
+    );
+}
+
+/// How a matmul runs, as [`Kernels`] chose for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MatmulLaunch {
+    /// `split_rows_wg`, then `matmul_bf16_wgmma`.
+    Wgmma,
+    /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
+    /// `matmul_fold_residues`.
+    Tiled { split_k: bool },
+    /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
+    /// runs its narrow kernel at 1, its wide one otherwise).
+    RowTiles { tiles: usize, deep: bool },
+}
+
+/// Where a dense MLP's SwiGLU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwigluPlace {
+    /// In the gate/up matmul's last step (`matmul_bf16_swiglu_*`, the twin of the 16-row
+    /// kernel the plain gate/up would run): one launch, and the products never go to memory.
+    InGateUp { tiles: usize, deep: bool },
+    /// `swiglu_rows` after the plain matmul: the tiles, the warpgroup MMA, the narrow kernel and
+    /// FP8 have no twin.
+    Apart,
+}
+
+/// Where the SwiGLU of a gate/up matmul that runs as `launch` goes: into the matmul where its
+/// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts;
+/// `enabled` false, [`SWIGLU_IN_GATE_UP_ENV`] 0, keeps it apart).
+fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
+    match launch {
+        MatmulLaunch::RowTiles { tiles, deep }
+            if enabled && !fp8 && MATMUL_BLOCK_TILES.contains(&tiles) =>
+        {
+            SwigluPlace::InGateUp { tiles, deep }
+        }
+        _ => SwigluPlace::Apart,
+    }
 }
 
 /// The arguments of every 16-row bf16 matmul kernel (`matmul_bf16`, `_t3` …, `_narrow`,
@@ -1339,21 +1422,16 @@ impl Kernels {
         m: &Matmul,
         kernel: MatmulKernel,
     ) -> Result<(), CudaError> {
-        // 16-byte loads (8 bf16 weights, 4 f32 inputs) in pieces of 16 elements: another k would
-        // read past a row.
-        assert!(
-            m.k.is_multiple_of(MMA_K_ALIGN) && m.x_stride.is_multiple_of(4),
-            "matmul: k {} must be a multiple of {MMA_K_ALIGN} and x_stride {} of 4",
-            m.k,
-            m.x_stride
-        );
-        debug_assert!(
-            m.x.is_multiple_of(16) && m.w.is_multiple_of(16),
-            "matmul: x and W must start 16-byte aligned"
-        );
+        check_matmul(m);
         if m.rows == 0 {
             return Ok(());
         }
+        self.run_matmul(gpu, m, self.plan_matmul(m, kernel))
+    }
+
+    /// Which kernel computes `m` when asked for `kernel` (`Auto`: the choice
+    /// [`MatmulKernel::Auto`] describes).
+    fn plan_matmul(&self, m: &Matmul, kernel: MatmulKernel) -> MatmulLaunch {
         let split_k = match kernel {
             MatmulKernel::Auto => {
                 self.splits_k()
@@ -1384,8 +1462,8 @@ impl Kernels {
         };
         if tiled && m.fp8.is_none() {
             return match wgmma {
-                true => self.matmul_wgmma(gpu, m),
-                false => self.matmul_tiled(gpu, m, split_k),
+                true => MatmulLaunch::Wgmma,
+                false => MatmulLaunch::Tiled { split_k },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
@@ -1434,11 +1512,6 @@ impl Kernels {
                 }
             }
         };
-        let grid = (
-            rows_u32(row_tiles),
-            u32::try_from(n_tiles.div_ceil(tiles)).expect("outputs fit a grid"),
-            1,
-        );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         let deep = match kernel {
             MatmulKernel::Deep(_) => true,
@@ -1449,6 +1522,22 @@ impl Kernels {
             }
             _ => false,
         };
+        MatmulLaunch::RowTiles { tiles, deep }
+    }
+
+    /// `m` by the kernel `launch` names.
+    fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
+        let (tiles, deep) = match launch {
+            MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
+            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k),
+            MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
+        };
+        let grid = (
+            rows_u32(m.rows.div_ceil(MMA_ROWS)),
+            u32::try_from(m.n_out.div_ceil(MMA_COLS).div_ceil(tiles)).expect("outputs fit a grid"),
+            1,
+        );
+        let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         let Some(fp8) = m.fp8 else {
             let f = match (
                 deep,
@@ -1493,6 +1582,72 @@ impl Kernels {
                 Arg::I32(m.rows as i32),
             ],
         )
+    }
+
+    /// `act[rows, width] = silu(gate) · up` of a dense MLP's gate/up matmul `m` (W `[gate (width)
+    /// | up (width)]`, n_out = 2·width; `m.y`, of stride n_out, holds the products where they go
+    /// through memory), as [`swiglu_place`] puts it.
+    pub fn gate_up_swiglu(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        act: u64,
+    ) -> Result<SwigluPlace, CudaError> {
+        self.gate_up_swiglu_with(gpu, m, act, MatmulKernel::Auto)
+    }
+
+    /// [`Kernels::gate_up_swiglu`] with the matmul's kernel asked for (the tests).
+    pub(crate) fn gate_up_swiglu_with(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        act: u64,
+        kernel: MatmulKernel,
+    ) -> Result<SwigluPlace, CudaError> {
+        assert!(
+            m.n_out.is_multiple_of(2) && m.y_stride == m.n_out && !m.accumulate,
+            "[gate-up-swiglu-shape] a gate/up matmul writes gate and up halves of one width \
+             ({} outputs, y stride {}, accumulate {})",
+            m.n_out,
+            m.y_stride,
+            m.accumulate
+        );
+        check_matmul(m);
+        let width = m.n_out / 2;
+        let launch = self.plan_matmul(m, kernel);
+        let place = swiglu_place(launch, m.fp8.is_some(), self.swiglu_in_gate_up);
+        if m.rows == 0 {
+            return Ok(place);
+        }
+        let SwigluPlace::InGateUp { tiles, deep } = place else {
+            self.run_matmul(gpu, m, launch)?;
+            self.swiglu(gpu, m.y, width, m.rows, act)?;
+            return Ok(place);
+        };
+        let f = match (deep, MATMUL_DEEP_TILES.iter().position(|&t| t == tiles)) {
+            (true, Some(i)) => &self.matmul_swiglu_deep_by_tiles[i],
+            _ => {
+                let i = MATMUL_BLOCK_TILES
+                    .iter()
+                    .position(|&t| t == tiles)
+                    .expect("swiglu_place puts the SwiGLU in MATMUL_BLOCK_TILES' kernels only");
+                &self.matmul_swiglu_by_tiles[i]
+            }
+        };
+        // Units (a gate and its up) a block: 4 an n-tile.
+        let units = 4 * tiles;
+        let grid = (
+            rows_u32(m.rows.div_ceil(MMA_ROWS)),
+            u32::try_from(width.div_ceil(units)).expect("outputs fit a grid"),
+            1,
+        );
+        let fused = Matmul {
+            y: act,
+            y_stride: width,
+            ..*m
+        };
+        gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(&fused))?;
+        Ok(place)
     }
 
     /// `out[r] = norm(x[r])` over rows of `n`, zero-centred weight when `zero_centred`.

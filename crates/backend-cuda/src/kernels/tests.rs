@@ -447,6 +447,136 @@ fn matmul_case(
     }
 }
 
+/// A dense MLP's gate/up with its SwiGLU in the matmul (`matmul_bf16_swiglu_*`): the bits of
+/// the plain matmul then `swiglu_rows` through every 16-row kernel that has a twin, widths with
+/// a partial last block and Qwen3-0.6B's, rows in one and in several row tiles; a row alone the
+/// bits it has in the batch; and backend-cpu's silu(gate) · up within the matmul's tolerance.
+#[test]
+fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
+    let Some((gpu, k)) = setup() else { return };
+    let gpu = gpu.as_ref();
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let cases = [
+        (1 + rng.below(200), 16 * (1 + rng.below(100))),
+        (3072, 1024),
+    ];
+    for (width, depth) in cases {
+        let rows = [1, 1 + rng.below(16), 16 + 1 + rng.below(30)];
+        let max_rows = rows.iter().copied().max().unwrap();
+        let x_host = rng.vec(max_rows * depth);
+        let w_host = bf16_vec(&mut rng, 2 * width * depth, 0.05);
+        let x = Buf::from_host(gpu, &x_host).unwrap();
+        let w_bits: Vec<u16> = w_host.iter().map(|v| v.to_bits()).collect();
+        let w = Buf::from_host(gpu, &w_bits).unwrap();
+        let wide = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
+        // NaN before every run: an output a kernel leaves unwritten fails.
+        let act = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * width).unwrap());
+        let nan = vec![f32::NAN; max_rows * width];
+        let fresh_act = || {
+            act.borrow_mut().write(gpu, &nan).unwrap();
+            act.borrow().at(0)
+        };
+        let mut gate_up = vec![0.0f32; max_rows * 2 * width];
+        matmul(&x_host, TensorData::Bf16(&w_host), depth, &mut gate_up);
+        let want: Vec<f32> = gate_up
+            .chunks(2 * width)
+            .flat_map(|r| (0..width).map(move |i| silu(r[i]) * r[width + i]))
+            .collect();
+        for rows in rows {
+            let m = packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None);
+            // The plain path: the matmul with the kernel asked, then `swiglu_rows`.
+            let apart = |kernel: MatmulKernel| {
+                k.matmul_with(gpu, &m, kernel).unwrap();
+                k.swiglu(gpu, wide.at(0), width, rows, fresh_act()).unwrap();
+                act.borrow().read(gpu, rows * width).unwrap()
+            };
+            let fused = |kernel: MatmulKernel| {
+                let place = k.gate_up_swiglu_with(gpu, &m, fresh_act(), kernel).unwrap();
+                (place, act.borrow().read(gpu, rows * width).unwrap())
+            };
+            let base = apart(MatmulKernel::Auto);
+            let d = relative_diff(&base, &want[..rows * width]);
+            assert!(
+                d <= TOLERANCE,
+                "seed {seed}, width {width}: relative diff {d}"
+            );
+            for kernel in [
+                MatmulKernel::Auto,
+                MatmulKernel::Narrow,
+                MatmulKernel::Wide,
+                MatmulKernel::Tiles(3),
+                MatmulKernel::Tiles(5),
+                MatmulKernel::Tiles(6),
+                MatmulKernel::Deep(3),
+                MatmulKernel::Deep(super::MMA_NT),
+            ] {
+                let (place, got) = fused(kernel);
+                // Auto's kernel (and so its place) depends on the width and the rows.
+                if kernel != MatmulKernel::Auto {
+                    assert_eq!(
+                        matches!(place, super::SwigluPlace::InGateUp { .. }),
+                        kernel != MatmulKernel::Narrow,
+                        "seed {seed}, width {width}, {rows} rows, {kernel:?}: {place:?}"
+                    );
+                }
+                assert!(
+                    same_bits(&got, &base),
+                    "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}) differs"
+                );
+                assert!(
+                    same_bits(&apart(kernel), &base),
+                    "seed {seed}, width {width}: the plain {kernel:?} differs"
+                );
+            }
+            // The last row alone.
+            let r = rows - 1;
+            let one = Matmul {
+                x: x.at(0) + f32_bytes(r * depth),
+                rows: 1,
+                ..packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), 1, None)
+            };
+            k.gate_up_swiglu(gpu, &one, fresh_act()).unwrap();
+            let alone = act.borrow().read(gpu, width).unwrap();
+            assert!(
+                same_bits(&alone, &base[r * width..]),
+                "seed {seed}, width {width}: row {r} alone differs from the batch of {rows}"
+            );
+        }
+    }
+}
+
+/// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin, apart elsewhere.
+#[test]
+fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
+    use super::{swiglu_place, MatmulLaunch, SwigluPlace};
+    let rows = |tiles, deep| MatmulLaunch::RowTiles { tiles, deep };
+    assert_eq!(
+        swiglu_place(rows(3, false), false, true),
+        SwigluPlace::InGateUp {
+            tiles: 3,
+            deep: false
+        }
+    );
+    assert_eq!(
+        swiglu_place(rows(4, true), false, true),
+        SwigluPlace::InGateUp {
+            tiles: 4,
+            deep: true
+        }
+    );
+    for apart in [
+        swiglu_place(rows(1, false), false, true),
+        swiglu_place(rows(4, false), true, true),
+        swiglu_place(rows(4, false), false, false),
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
+        swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
+        swiglu_place(MatmulLaunch::Wgmma, false, true),
+    ] {
+        assert_eq!(apart, SwigluPlace::Apart);
+    }
+}
+
 /// The FP8 matmul (e4m3 weights, f32 scales per block) against backend-cpu's f32 matmul on the
 /// dequantised weights (`q · scale`, as the model crate dequantises them for the CPU); the narrow
 /// and the wide kernel give the same bits, and a row alone the bits it has in the batch. Blocks
