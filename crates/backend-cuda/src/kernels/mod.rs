@@ -255,10 +255,9 @@ pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
-/// Not yet run on a GPU, so off by default: `FLASHLANE_SWIGLU_IN_GATE_UP=1` puts a dense MLP's SwiGLU in the gate/up
-/// matmul where [`swiglu_place`] would; otherwise it stays in `swiglu_rows` after its gate/up
-/// matmul, where [`swiglu_place`] would put it in the matmul (for A/B runs of one binary: the
-/// bits do not change).
+/// `FLASHLANE_SWIGLU_IN_GATE_UP=1` puts a dense MLP's SwiGLU in its gate/up matmul where
+/// [`swiglu_place`] allows; off by default until the kernels have run on a GPU (the bits do not
+/// change either way).
 pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
