@@ -312,41 +312,34 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     }
 }
 
+// A 16-row bf16 matmul kernel NAME: `matmul_block` of NT n-tiles a block, DEPTH chunks of a
+// warp's weights loaded at once (their x too with X_AHEAD), launch bounds of BLOCKS blocks a
+// multiprocessor, with the SwiGLU in it or not. Every kernel below is one of these.
+#define MATMUL_BF16_KERNEL(NAME, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)                                    \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows) {                                                                    \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_block<NT, DEPTH, X_AHEAD, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,      \
+                                                 accumulate, rows, part);                               \
+    }
+
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-            const bf16_t* __restrict__ w, int k, int n_out,
-            float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
-    matmul_block<MMA_NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);
-}
+MATMUL_BF16_KERNEL(matmul_bf16, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
 
 // One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
 // (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
 // loaded at once, their x too: a decode step's narrow matrices have too few blocks to keep
 // enough loads in flight one chunk at a time (the A3B slice's o projection: 9.1 µs with x
 // chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_narrow(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                   const bf16_t* __restrict__ w, int k, int n_out,
-                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][1][WARP][4];
-    matmul_block<1, MMA_NARROW_DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows,
-                                            part);
-}
+MATMUL_BF16_KERNEL(matmul_bf16_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
 
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
 // same products in the same order as `matmul_bf16`: the same bits.
-#define MATMUL_BF16_TILES(NT)                                                                          \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    matmul_bf16_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,     \
-                      const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,            \
-                      int y_stride, int accumulate, int rows) {                                         \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, 1>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, rows, part);  \
-    }
+#define MATMUL_BF16_TILES(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT, NT, 1, false, MMA_MIN_BLOCKS, false)
 MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
@@ -354,15 +347,8 @@ MATMUL_BF16_TILES(6)
 // A dense MLP's gate/up with its SwiGLU (`matmul_block`'s SWIGLU) at NT n-tiles a block, NT of
 // the plain kernels' counts (`matmul_bf16_swiglu_t3` … `_t6`): the host takes the count, and
 // whether deep (below), that the plain gate/up would run.
-#define MATMUL_BF16_SWIGLU_TILES(NT)                                                                   \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
-    matmul_bf16_swiglu_t##NT(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
-                             const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,     \
-                             int y_stride, int accumulate, int rows) {                                  \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, 1, false, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate,  \
-                                         rows, part);                                                   \
-    }
+#define MATMUL_BF16_SWIGLU_TILES(NT) \
+    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT, NT, 1, false, MMA_MIN_BLOCKS, true)
 MATMUL_BF16_SWIGLU_TILES(3)
 MATMUL_BF16_SWIGLU_TILES(4)
 MATMUL_BF16_SWIGLU_TILES(5)
@@ -377,30 +363,14 @@ MATMUL_BF16_SWIGLU_TILES(6)
 // one row the 4B shape's o projection takes 7.5 µs against 9.4 for `matmul_bf16_t3`, its down
 // projection 19.0 against 23.5 (`kernel_define_times`, bench/RESULTS.md session 18). The same
 // products in the same order: the same bits.
-#define MATMUL_BF16_DEEP(NT)                                                                           \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
-    matmul_bf16_t##NT##_deep(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
-                             const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,     \
-                             int y_stride, int accumulate, int rows) {                                  \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, MMA_DEEP_DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride,        \
-                                               accumulate, rows, part);                                 \
-    }
+#define MATMUL_BF16_DEEP(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, false)
 static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
 MATMUL_BF16_DEEP(4)
 
 // The deep kernels with a dense MLP's SwiGLU (`matmul_bf16_swiglu_t3_deep`, `_t4_deep`).
-#define MATMUL_BF16_SWIGLU_DEEP(NT)                                                                    \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
-    matmul_bf16_swiglu_t##NT##_deep(const float* __restrict__ x, int x_stride,                          \
-                                    const int* __restrict__ row_index, const bf16_t* __restrict__ w,    \
-                                    int k, int n_out, float* __restrict__ y, int y_stride,              \
-                                    int accumulate, int rows) {                                         \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_block<NT, MMA_DEEP_DEPTH, true, true>(x, x_stride, row_index, w, k, n_out, y, y_stride,  \
-                                                     accumulate, rows, part);                           \
-    }
+#define MATMUL_BF16_SWIGLU_DEEP(NT) \
+    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, true)
 MATMUL_BF16_SWIGLU_DEEP(3)
 MATMUL_BF16_SWIGLU_DEEP(4)
 

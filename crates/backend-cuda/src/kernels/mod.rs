@@ -1095,8 +1095,8 @@ pub enum SwigluPlace {
 }
 
 /// Where the SwiGLU of a gate/up matmul that runs as `launch` goes: into the matmul where its
-/// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts;
-/// `enabled` false, [`SWIGLU_IN_GATE_UP_ENV`] 0, keeps it apart).
+/// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts),
+/// when `enabled` ([`SWIGLU_IN_GATE_UP_ENV`] 1; apart otherwise).
 fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
     match launch {
         MatmulLaunch::RowTiles { tiles, deep }
