@@ -314,6 +314,17 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
     }
 }
 
+/// Every 16-row bf16 matmul kernel a test may ask for by name.
+const SIXTEEN_ROW_KERNELS: [MatmulKernel; 7] = [
+    MatmulKernel::Narrow,
+    MatmulKernel::Wide,
+    MatmulKernel::Tiles(3),
+    MatmulKernel::Tiles(5),
+    MatmulKernel::Tiles(6),
+    MatmulKernel::Deep(3),
+    MatmulKernel::Deep(super::MMA_NT),
+];
+
 /// One random matmul through every kernel (`k` compiled with the hi/lo split or without it:
 /// `split`, the reference then taking x rounded to bf16).
 fn matmul_case(
@@ -389,19 +400,10 @@ fn matmul_case(
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
     // The warpgroup matmul where the caller compiled it (`Kernels::compile_wgmma`).
     let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
-    for kernel in [
-        MatmulKernel::Narrow,
-        MatmulKernel::Wide,
-        MatmulKernel::Tiles(3),
-        MatmulKernel::Tiles(5),
-        MatmulKernel::Tiles(6),
-        MatmulKernel::Tiled,
-        MatmulKernel::TiledSplitK,
-        MatmulKernel::Deep(3),
-        MatmulKernel::Deep(super::MMA_NT),
-    ]
-    .into_iter()
-    .chain(wgmma)
+    for kernel in SIXTEEN_ROW_KERNELS
+        .into_iter()
+        .chain([MatmulKernel::Tiled, MatmulKernel::TiledSplitK])
+        .chain(wgmma)
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
@@ -503,16 +505,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 d <= TOLERANCE,
                 "seed {seed}, width {width}: relative diff {d}"
             );
-            for kernel in [
-                MatmulKernel::Auto,
-                MatmulKernel::Narrow,
-                MatmulKernel::Wide,
-                MatmulKernel::Tiles(3),
-                MatmulKernel::Tiles(5),
-                MatmulKernel::Tiles(6),
-                MatmulKernel::Deep(3),
-                MatmulKernel::Deep(super::MMA_NT),
-            ] {
+            for kernel in [MatmulKernel::Auto].into_iter().chain(SIXTEEN_ROW_KERNELS) {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 if kernel != MatmulKernel::Auto {
