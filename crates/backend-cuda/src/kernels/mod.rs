@@ -255,9 +255,10 @@ pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// `FLASHLANE_MATMUL_FIT=0` keeps every wide bf16 matmul at MMA_NT n-tiles a block, `1` fits
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
-/// `FLASHLANE_SWIGLU_IN_GATE_UP=1` puts a dense MLP's SwiGLU in its gate/up matmul where
-/// [`swiglu_place`] allows; off by default until the kernels have run on a GPU (the bits do not
-/// change either way).
+/// `FLASHLANE_SWIGLU_IN_GATE_UP=0` keeps a dense MLP's SwiGLU apart from its gate/up matmul,
+/// which by default computes it where [`swiglu_place`] allows (for A/B runs of one binary: the
+/// bits do not change; on the H200 the fused kernels took Qwen3-0.6B 3–6 % faster at 1–64
+/// streams, bench/RESULTS.md session 31).
 pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
@@ -843,7 +844,7 @@ impl Kernels {
                     MATMUL_DEEP_TILES[1]
                 ))?,
             ],
-            swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).is_ok_and(|v| v == "1"),
+            swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).map_or(true, |v| v != "0"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -1096,7 +1097,7 @@ pub enum SwigluPlace {
 
 /// Where the SwiGLU of a gate/up matmul that runs as `launch` goes: into the matmul where its
 /// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts),
-/// when `enabled` ([`SWIGLU_IN_GATE_UP_ENV`] 1; apart otherwise).
+/// when `enabled` (unless [`SWIGLU_IN_GATE_UP_ENV`] is 0; apart otherwise).
 fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
     match launch {
         MatmulLaunch::RowTiles { tiles, deep }

@@ -456,7 +456,7 @@ fn matmul_case(
 #[test]
 fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     let Some((gpu, mut k)) = setup() else { return };
-    // The twins run only where the switch lets them (off by default).
+    // The twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0).
     k.swiglu_in_gate_up = true;
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
