@@ -836,3 +836,26 @@ matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, 
     float* out = y + (size_t)(i / n_out) * y_stride + i % n_out;
     *out = accumulate ? *out + total : total;
 }
+
+// A dense MLP's gate/up split by residue, folded and its SwiGLU taken in one pass:
+// act[r, i] = silu(gate) · up, gate and up each folded as `matmul_fold_residues` folds them
+// (partials `[rows, 2 · width]`, gate outputs first), the product the expression of
+// `swiglu_rows`: the bits of the fold into y and then `swiglu_rows`, without y's round trip and
+// one launch fewer. A thread a unit (a gate and its up).
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows, int width,
+                            float* __restrict__ act) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int j = blockIdx.x * SPLIT_THREADS + threadIdx.x;
+    if (j >= rows * width) return;
+    const int r = j / width, i = j % width;
+    const int gi = r * 2 * width + i, ui = gi + width;
+    float gate = part[gi], up = part[ui];
+#pragma unroll
+    for (int z = 1; z < MMT_RESIDUES; z++) {
+        gate += part[(size_t)z * part_stride + gi];
+        up += part[(size_t)z * part_stride + ui];
+    }
+    act[j] = siluf_(gate) * up;
+}

@@ -256,7 +256,8 @@ pub const MATMUL_DEEP_ENV: &str = "FLASHLANE_MATMUL_DEEP";
 /// only one-row-tile matmuls (for A/B runs of one binary: the bits do not change).
 pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
 /// `FLASHLANE_SWIGLU_IN_GATE_UP=0` keeps a dense MLP's SwiGLU apart from its gate/up matmul,
-/// which by default computes it where [`swiglu_place`] allows (for A/B runs of one binary: the
+/// which by default computes it (in its 16-row kernels or its split k's fold) where
+/// [`swiglu_place`] allows (for A/B runs of one binary: the
 /// bits do not change; on the H200 the fused kernels took Qwen3-0.6B 3–6 % faster at 1–64
 /// streams, bench/RESULTS.md session 31).
 pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
@@ -694,6 +695,8 @@ pub struct Kernels {
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
+    /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
+    matmul_fold_swiglu: CudaFunction,
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
@@ -857,6 +860,7 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
+            matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
@@ -1090,14 +1094,18 @@ pub enum SwigluPlace {
     /// In the gate/up matmul's last step (`matmul_bf16_swiglu_*`, the twin of the 16-row
     /// kernel the plain gate/up would run): one launch, and the products never go to memory.
     InGateUp { tiles: usize, deep: bool },
-    /// `swiglu_rows` after the plain matmul: the tiles, the warpgroup MMA, the narrow kernel and
-    /// FP8 have no twin.
+    /// In the fold of a gate/up whose k is split by residue (`matmul_fold_residues_swiglu`):
+    /// one launch fewer, and the folded products never go to memory.
+    InFold,
+    /// `swiglu_rows` after the plain matmul: the unsplit tiles, the warpgroup MMA, the narrow
+    /// kernel and FP8 have no twin.
     Apart,
 }
 
 /// Where the SwiGLU of a gate/up matmul that runs as `launch` goes: into the matmul where its
-/// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts),
-/// when `enabled` (unless [`SWIGLU_IN_GATE_UP_ENV`] is 0; apart otherwise).
+/// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts), into
+/// the fold where k is split (dense 4B and larger at 48–64 streams), when `enabled` (unless
+/// [`SWIGLU_IN_GATE_UP_ENV`] is 0; apart otherwise).
 fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
     match launch {
         MatmulLaunch::RowTiles { tiles, deep }
@@ -1105,6 +1113,7 @@ fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
         {
             SwigluPlace::InGateUp { tiles, deep }
         }
+        MatmulLaunch::Tiled { split_k: true } if enabled => SwigluPlace::InFold,
         _ => SwigluPlace::Apart,
     }
 }
@@ -1323,8 +1332,15 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
-    /// split into `m.partials` and folded into y when `split_k`.
-    fn matmul_tiled(&self, gpu: &Gpu, m: &Matmul, split_k: bool) -> Result<(), CudaError> {
+    /// split into `m.partials` and folded into y when `split_k` (or, with `swiglu_act`, folded
+    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`).
+    fn matmul_tiled(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        split_k: bool,
+        swiglu_act: Option<u64>,
+    ) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
@@ -1348,6 +1364,10 @@ impl Kernels {
                 &tiled_args,
             );
         }
+        assert!(
+            swiglu_act.is_none() || split_k,
+            "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
+        );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
         gpu.launch_with_shared(
             &self.matmul_tiled_split,
@@ -1364,6 +1384,21 @@ impl Kernels {
                 Arg::I32(m.rows as i32),
             ],
         )?;
+        if let Some(act) = swiglu_act {
+            let width = m.n_out / 2;
+            return gpu.launch(
+                &self.matmul_fold_swiglu,
+                (blocks(m.rows * width, SPLIT_THREADS), 1, 1),
+                SPLIT_THREADS,
+                &[
+                    Arg::Ptr(m.partials),
+                    Arg::I32(part_stride),
+                    Arg::I32(m.rows as i32),
+                    Arg::I32(width as i32),
+                    Arg::Ptr(act),
+                ],
+            );
+        }
         gpu.launch(
             &self.matmul_fold,
             (blocks(m.rows * m.n_out, SPLIT_THREADS), 1, 1),
@@ -1529,7 +1564,7 @@ impl Kernels {
     fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
-            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k),
+            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (
@@ -1619,10 +1654,17 @@ impl Kernels {
         if m.rows == 0 {
             return Ok(place);
         }
-        let SwigluPlace::InGateUp { tiles, deep } = place else {
-            self.run_matmul(gpu, m, launch)?;
-            self.swiglu(gpu, m.y, width, m.rows, act)?;
-            return Ok(place);
+        let (tiles, deep) = match place {
+            SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
+            SwigluPlace::InFold => {
+                self.matmul_tiled(gpu, m, true, Some(act))?;
+                return Ok(place);
+            }
+            SwigluPlace::Apart => {
+                self.run_matmul(gpu, m, launch)?;
+                self.swiglu(gpu, m.y, width, m.rows, act)?;
+                return Ok(place);
+            }
         };
         let f = match (deep, MATMUL_DEEP_TILES.iter().position(|&t| t == tiles)) {
             (true, Some(i)) => &self.matmul_swiglu_deep_by_tiles[i],

@@ -449,10 +449,12 @@ fn matmul_case(
     }
 }
 
-/// A dense MLP's gate/up with its SwiGLU in the matmul (`matmul_bf16_swiglu_*`): the bits of
-/// the plain matmul then `swiglu_rows` through every 16-row kernel that has a twin, widths with
-/// a partial last block and Qwen3-0.6B's, rows in one and in several row tiles; a row alone the
-/// bits it has in the batch; and backend-cpu's silu(gate) · up within the matmul's tolerance.
+/// A dense MLP's gate/up with its SwiGLU in the matmul (`matmul_bf16_swiglu_*`) or in a split
+/// k's fold (`matmul_fold_residues_swiglu`): the bits of the plain matmul then `swiglu_rows`
+/// through every 16-row kernel that has a twin and the k split, widths with a partial last
+/// block and Qwen3-0.6B's, rows in one and in several row tiles and a 48–64-stream round's; a
+/// row alone the bits it has in the batch; and backend-cpu's silu(gate) · up within the
+/// matmul's tolerance.
 #[test]
 fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     let Some((gpu, mut k)) = setup() else { return };
@@ -466,7 +468,12 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         (3072, 1024),
     ];
     for (width, depth) in cases {
-        let rows = [1, 1 + rng.below(16), 16 + 1 + rng.below(30)];
+        let rows = [
+            1,
+            1 + rng.below(16),
+            16 + 1 + rng.below(30),
+            48 + rng.below(17),
+        ];
         let max_rows = rows.iter().copied().max().unwrap();
         let x_host = rng.vec(max_rows * depth);
         let w_host = bf16_vec(&mut rng, 2 * width * depth, 0.05);
@@ -474,6 +481,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         let w_bits: Vec<u16> = w_host.iter().map(|v| v.to_bits()).collect();
         let w = Buf::from_host(gpu, &w_bits).unwrap();
         let wide = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
+        // The k split's split rows and partials.
+        let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
+        let partials =
+            Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap();
         // NaN before every run: an output a kernel leaves unwritten fails.
         let act = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * width).unwrap());
         let nan = vec![f32::NAN; max_rows * width];
@@ -488,7 +499,11 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .flat_map(|r| (0..width).map(move |i| silu(r[i]) * r[width + i]))
             .collect();
         for rows in rows {
-            let m = packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None);
+            let m = Matmul {
+                x_split: xs.at(0),
+                partials: partials.at(0),
+                ..packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None)
+            };
             // The plain path: the matmul with the kernel asked, then `swiglu_rows`.
             let apart = |kernel: MatmulKernel| {
                 k.matmul_with(gpu, &m, kernel).unwrap();
@@ -505,16 +520,21 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 d <= TOLERANCE,
                 "seed {seed}, width {width}: relative diff {d}"
             );
-            for kernel in [MatmulKernel::Auto].into_iter().chain(SIXTEEN_ROW_KERNELS) {
+            let kernels = [MatmulKernel::Auto, MatmulKernel::TiledSplitK];
+            for kernel in kernels.into_iter().chain(SIXTEEN_ROW_KERNELS) {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
-                if kernel != MatmulKernel::Auto {
-                    assert_eq!(
-                        matches!(place, super::SwigluPlace::InGateUp { .. }),
-                        kernel != MatmulKernel::Narrow,
-                        "seed {seed}, width {width}, {rows} rows, {kernel:?}: {place:?}"
-                    );
-                }
+                use super::SwigluPlace::{Apart, InFold, InGateUp};
+                let placed = match kernel {
+                    MatmulKernel::Auto => true,
+                    MatmulKernel::TiledSplitK => place == InFold,
+                    MatmulKernel::Narrow => place == Apart,
+                    _ => matches!(place, InGateUp { .. }),
+                };
+                assert!(
+                    placed,
+                    "seed {seed}, width {width}, {rows} rows, {kernel:?}: {place:?}"
+                );
                 assert!(
                     same_bits(&got, &base),
                     "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}) differs"
@@ -541,7 +561,8 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     }
 }
 
-/// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin, apart elsewhere.
+/// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin and in a split k's
+/// fold, apart elsewhere.
 #[test]
 fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
     use super::{swiglu_place, MatmulLaunch, SwigluPlace};
@@ -560,11 +581,15 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
+    assert_eq!(
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
+        SwigluPlace::InFold
+    );
     for apart in [
         swiglu_place(rows(1, false), false, true),
         swiglu_place(rows(4, false), true, true),
         swiglu_place(rows(4, false), false, false),
-        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
     ] {
