@@ -630,48 +630,6 @@ __device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, uns
 
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
 
-// A warp's products of one stage of the tiles (x_s: the stage's split rows, ws: its weights)
-// into acc: its 2 row tiles (ldmatrix rows x_row, whose swizzle x_swz is lane & 7; x_half 1 for
-// lanes 16–31, which hold the second half of a step's k-slots) × NT n-tiles of warp column wc,
-// steps 0–3, each the hi then the lo product (g = lane / 4, t = lane % 4).
-template <int NT>
-__device__ __forceinline__ void tiled_multiply_stage(float (&acc)[2][NT][4], const unsigned* __restrict__ xs_s,
-                                                     const bf16_t* __restrict__ ws, const int (&x_row)[2], int x_swz,
-                                                     int x_half, int g, int t, int wc) {
-    // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
-    uint4 wlo[NT], whi[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-        const int o = (wc * NT + j) * MMA_COLS + g;
-        wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
-        whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
-    }
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        // Rows g and g + 8 of each row tile, k-slots 2t + {0, 1} and 8 + 2t + {0, 1}:
-        // pieces 2s and 2s + 1 (hi), 8 + 2s and 9 + 2s (lo).
-        unsigned ah[2][4], al[2][4];
-        const int piece = (2 * s + x_half) ^ x_swz;
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const unsigned* at = xs_s + x_row[m] + 4 * piece;
-            ldmatrix_x4(at, ah[m][0], ah[m][1], ah[m][2], ah[m][3]);
-            if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[m][0], al[m][1], al[m][2], al[m][3]);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const uint4 lo = wlo[j], hi = whi[j];
-            const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
-            const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-                mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
-                if (MMA_SPLIT) mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
-            }
-        }
-    }
-}
-
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
@@ -781,8 +739,39 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             cp_async_commit();
             if (MMT_PROBE == 1) continue;
             const unsigned* xs_s = smem + (v % MMT_STAGES) * STAGE;
-            tiled_multiply_stage<NT>(acc, xs_s, reinterpret_cast<const bf16_t*>(xs_s + X_STAGE), x_row, x_swz, x_half,
-                                     g, t, wc);
+            const bf16_t* ws = reinterpret_cast<const bf16_t*>(xs_s + X_STAGE);
+            // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
+            uint4 wlo[NT], whi[NT];
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int o = (wc * NT + j) * MMA_COLS + g;
+                wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
+                whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
+            }
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                // Rows g and g + 8 of each row tile, k-slots 2t + {0, 1} and 8 + 2t + {0, 1}:
+                // pieces 2s and 2s + 1 (hi), 8 + 2s and 9 + 2s (lo).
+                unsigned ah[2][4], al[2][4];
+                const int piece = (2 * s + x_half) ^ x_swz;
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const unsigned* at = xs_s + x_row[m] + 4 * piece;
+                    ldmatrix_x4(at, ah[m][0], ah[m][1], ah[m][2], ah[m][3]);
+                    if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[m][0], al[m][1], al[m][2], al[m][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 lo = wlo[j], hi = whi[j];
+                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
+                        if (MMA_SPLIT) mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
+                    }
+                }
+            }
         }
         // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there).
 #pragma unroll
@@ -830,132 +819,6 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-
-// The k split walked by resident blocks (`FLASHLANE_MATMUL_SPLIT_WALK=1`): the split's items
-// — (row block, tile, residue), residues of a tile adjacent — dealt to a grid of about the blocks
-// the GPU holds at once, block b taking items b, b + grid, … in turn, with its copies running
-// on from one item's last chunk into the next item's first. A split block of a 48–64-row round
-// walks only a few chunks (5 of Qwen3-4B's gate/up), so `matmul_bf16_tiled_split`'s blocks
-// each fill and drain their pipeline and the last wave runs part empty; here a block fills it
-// once. Each item's partial is `matmul_bf16_tiled_split`'s: the same chunks multiplied by the
-// same warp code (`tiled_multiply_stage`) into an accumulator from zero, written unfolded to
-// part + residue · part_stride; the fold then makes the same bits.
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_tiled_split_walk(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                             float* __restrict__ part, int part_stride, int rows) {
-    constexpr int BM = MMT_ROWS, NT = 4;
-    constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
-    constexpr int X_STAGE = BM * MMA_CHUNK, W_STAGE = BN * MMA_CHUNK / 2, STAGE = X_STAGE + W_STAGE;
-    constexpr int THREADS = MMT_WARPS * WARP;
-    constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
-    constexpr int RX = THREADS / MMT_X_PIECES, RW = THREADS / MMT_W_PIECES;
-    static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES, "whole stages");
-    static_assert(RX % 8 == 0 && RW % 2 == 0, "a thread's rows share their swizzle");
-    extern __shared__ float4 mmt_smem4[];
-    unsigned* smem = reinterpret_cast<unsigned*>(mmt_smem4);
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int wr = warp / WC, wc = warp % WC;
-    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
-    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    const int row_blocks = (rows + BM - 1) / BM, tiles = (n_out + BN - 1) / BN;
-    const int items = row_blocks * tiles * MMT_RESIDUES;
-    // Item i: row block i % row_blocks, then residue, then tile.
-    auto item_r0 = [&](int i) { return (i % row_blocks) * BM; };
-    auto item_res = [&](int i) { return (i / row_blocks) % MMT_RESIDUES; };
-    auto item_o0 = [&](int i) { return (i / row_blocks / MMT_RESIDUES) * BN; };
-    pdl_launch_dependents();
-    pdl_wait();
-
-    const int xr = threadIdx.x / MMT_X_PIECES, xp = threadIdx.x % MMT_X_PIECES;
-    const int wo = threadIdx.x / MMT_W_PIECES, wp = threadIdx.x % MMT_W_PIECES;
-    const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
-    const int w_dst = X_STAGE + wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
-    // Chunk c of item i into a stage, as `matmul_tiled_block` copies it.
-    auto load = [&](int stage, int i, int c) {
-        unsigned* base = smem + stage * STAGE;
-        const int r0 = item_r0(i), o0 = item_o0(i);
-        const unsigned* x_src = xs + (size_t)min(r0 + xr, rows - 1) * xs_stride + 4 * xp;
-        const bf16_t* w_src = w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
-#pragma unroll
-        for (int j = 0; j < XP; j++) {
-            const bool in = r0 + xr + j * RX < rows;
-            cp_async16(base + x_dst + j * RX * MMA_CHUNK,
-                       in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
-        }
-        const bool k_in = c * MMA_CHUNK + 8 * wp < k;
-#pragma unroll
-        for (int j = 0; j < WP; j++) {
-            const bool in = k_in && o0 + wo + j * RW < n_out;
-            cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
-                       in ? w_src + (size_t)j * RW * k + (size_t)c * MMA_CHUNK : w, in);
-        }
-    };
-    // The next copy's item and chunk: an item's chunks are its residue's (r, r + R, …); items
-    // of a residue past the last chunk have none.
-    int load_i = blockIdx.x, load_c = load_i < items ? item_res(load_i) : 0;
-    auto settle = [&]() {
-        while (load_i < items && load_c >= chunks) {
-            load_i += gridDim.x;
-            load_c = load_i < items ? item_res(load_i) : 0;
-        }
-    };
-    settle();
-    auto next_load = [&]() {
-        load_c += MMT_RESIDUES;
-        settle();
-    };
-
-    int x_row[2];
-#pragma unroll
-    for (int m = 0; m < 2; m++) x_row[m] = (wr * 32 + m * 16 + (lane & 15)) * MMA_CHUNK;
-    const int x_swz = lane & 7, x_half = lane >> 4;
-
-#pragma unroll
-    for (int s = 0; s < MMT_STAGES - 1; s++) {
-        if (load_i < items) {
-            load(s, load_i, load_c);
-            next_load();
-        }
-        cp_async_commit();
-    }
-    int v = 0;  // chunks multiplied by this block
-    for (int i = blockIdx.x; i < items; i += gridDim.x) {
-        float acc[2][NT][4];
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
-        const int res = item_res(i);
-        for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
-            cp_async_wait<MMT_STAGES - 2>();
-            __syncthreads();
-            if (load_i < items) {
-                load((v + MMT_STAGES - 1) % MMT_STAGES, load_i, load_c);
-                next_load();
-            }
-            cp_async_commit();
-            const unsigned* xs_s = smem + (v % MMT_STAGES) * STAGE;
-            tiled_multiply_stage<NT>(acc, xs_s, reinterpret_cast<const bf16_t*>(xs_s + X_STAGE), x_row, x_swz, x_half,
-                                     g, t, wc);
-        }
-        // The item's partial (zeros for a residue without chunks), unfolded.
-        const int r0 = item_r0(i), o0 = item_o0(i);
-        float* out = part + (size_t)res * part_stride;
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = r0 + wr * 32 + m * 16 + g + (e / 2) * 8;
-                    const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (e % 2);
-                    if (r < rows && o < n_out) out[(size_t)r * n_out + o] = acc[m][j][e];
-                }
-    }
-    cp_async_wait<0>();
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

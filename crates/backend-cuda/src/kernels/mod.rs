@@ -123,11 +123,6 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// [`model_splits_k`]. `FLASHLANE_MATMUL_SPLIT_K=0` keeps every such matmul on the 16-row
 /// kernels, `=1` splits them in any model (A/B runs of one binary: the bits do not change).
 pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
-/// `FLASHLANE_MATMUL_SPLIT_WALK=1` runs the k split by `matmul_bf16_tiled_split_walk`: its
-/// items (tile, residue) dealt to the blocks the GPU holds at once, each block's copies running
-/// on from one item into the next instead of every block filling and draining its pipeline over
-/// a few chunks (the same bits; off until measured on a GPU).
-pub const MATMUL_SPLIT_WALK_ENV: &str = "FLASHLANE_MATMUL_SPLIT_WALK";
 /// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
@@ -699,10 +694,6 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    matmul_tiled_split_walk: CudaFunction,
-    /// Whether `MatmulKernel::Auto`'s k split is walked by resident blocks
-    /// ([`MATMUL_SPLIT_WALK_ENV`]).
-    matmul_split_walk: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -825,7 +816,6 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        let matmul_tiled_split_walk = tiles("matmul_bf16_tiled_split_walk")?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -869,8 +859,6 @@ impl Kernels {
             tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
-            matmul_tiled_split_walk,
-            matmul_split_walk: std::env::var(MATMUL_SPLIT_WALK_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1064,9 +1052,6 @@ pub enum MatmulKernel {
     Tiled,
     /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
     TiledSplitK,
-    /// `matmul_bf16_tiled_split_walk` and `matmul_fold_residues`: the k split walked by
-    /// resident blocks (bf16 only; needs `partials`).
-    TiledSplitWalk,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
@@ -1097,8 +1082,7 @@ enum MatmulLaunch {
     Wgmma,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
-    /// `walk`: a split walked by resident blocks (`matmul_bf16_tiled_split_walk`).
-    Tiled { split_k: bool, walk: bool },
+    Tiled { split_k: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
     RowTiles { tiles: usize, deep: bool },
@@ -1129,7 +1113,7 @@ fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
         {
             SwigluPlace::InGateUp { tiles, deep }
         }
-        MatmulLaunch::Tiled { split_k: true, .. } if enabled => SwigluPlace::InFold,
+        MatmulLaunch::Tiled { split_k: true } if enabled => SwigluPlace::InFold,
         _ => SwigluPlace::Apart,
     }
 }
@@ -1349,14 +1333,12 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (or, with `swiglu_act`, folded
-    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`); the split
-    /// walked by resident blocks when `walk` (`matmul_bf16_tiled_split_walk`).
+    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         split_k: bool,
-        walk: bool,
         swiglu_act: Option<u64>,
     ) -> Result<(), CudaError> {
         assert!(
@@ -1387,20 +1369,9 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        // The walk: its items dealt to at most the blocks the GPU holds at once.
-        let items = row_blocks * out_blocks * MATMUL_RESIDUES as u32;
-        let resident =
-            u32::try_from(self.multiprocessors * MMA_MIN_BLOCKS).expect("blocks fit u32");
-        let (split, grid) = match walk {
-            false => (
-                &self.matmul_tiled_split,
-                (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
-            ),
-            true => (&self.matmul_tiled_split_walk, (items.min(resident), 1, 1)),
-        };
         gpu.launch_with_shared(
-            split,
-            grid,
+            &self.matmul_tiled_split,
+            (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
             self.tiled_shared_bytes as u32,
             &[
@@ -1503,23 +1474,14 @@ impl Kernels {
                     && m.partials != 0
                     && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
             }
-            MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWalk => true,
+            MatmulKernel::TiledSplitK => true,
             _ => false,
         };
-        let walk = split_k
-            && match kernel {
-                MatmulKernel::Auto => self.matmul_split_walk,
-                MatmulKernel::TiledSplitWalk => true,
-                _ => false,
-            };
         let tiled = match kernel {
             MatmulKernel::Auto => {
                 split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled
-            | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledSplitWalk
-            | MatmulKernel::Wgmma => true,
+            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1536,7 +1498,7 @@ impl Kernels {
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
-                false => MatmulLaunch::Tiled { split_k, walk },
+                false => MatmulLaunch::Tiled { split_k },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
@@ -1546,7 +1508,6 @@ impl Kernels {
             MatmulKernel::Auto
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledSplitWalk
             | MatmulKernel::Wgmma => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
@@ -1603,9 +1564,7 @@ impl Kernels {
     fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
-            MatmulLaunch::Tiled { split_k, walk } => {
-                return self.matmul_tiled(gpu, m, split_k, walk, None)
-            }
+            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (
@@ -1698,10 +1657,7 @@ impl Kernels {
         let (tiles, deep) = match place {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
-                let MatmulLaunch::Tiled { walk, .. } = launch else {
-                    unreachable!("swiglu_place folds the SwiGLU of a split k only")
-                };
-                self.matmul_tiled(gpu, m, true, walk, Some(act))?;
+                self.matmul_tiled(gpu, m, true, Some(act))?;
                 return Ok(place);
             }
             SwigluPlace::Apart => {

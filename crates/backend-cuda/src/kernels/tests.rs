@@ -402,11 +402,7 @@ fn matmul_case(
     let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
     for kernel in SIXTEEN_ROW_KERNELS
         .into_iter()
-        .chain([
-            MatmulKernel::Tiled,
-            MatmulKernel::TiledSplitK,
-            MatmulKernel::TiledSplitWalk,
-        ])
+        .chain([MatmulKernel::Tiled, MatmulKernel::TiledSplitK])
         .chain(wgmma)
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
@@ -524,18 +520,14 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 d <= TOLERANCE,
                 "seed {seed}, width {width}: relative diff {d}"
             );
-            let kernels = [
-                MatmulKernel::Auto,
-                MatmulKernel::TiledSplitK,
-                MatmulKernel::TiledSplitWalk,
-            ];
+            let kernels = [MatmulKernel::Auto, MatmulKernel::TiledSplitK];
             for kernel in kernels.into_iter().chain(SIXTEEN_ROW_KERNELS) {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
                 let placed = match kernel {
                     MatmulKernel::Auto => true,
-                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWalk => place == InFold,
+                    MatmulKernel::TiledSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
                 };
@@ -589,39 +581,16 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
-    for walk in [false, true] {
-        assert_eq!(
-            swiglu_place(
-                MatmulLaunch::Tiled {
-                    split_k: true,
-                    walk
-                },
-                false,
-                true
-            ),
-            SwigluPlace::InFold
-        );
-    }
+    assert_eq!(
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
+        SwigluPlace::InFold
+    );
     for apart in [
         swiglu_place(rows(1, false), false, true),
         swiglu_place(rows(4, false), true, true),
         swiglu_place(rows(4, false), false, false),
-        swiglu_place(
-            MatmulLaunch::Tiled {
-                split_k: true,
-                walk: false,
-            },
-            false,
-            false,
-        ),
-        swiglu_place(
-            MatmulLaunch::Tiled {
-                split_k: false,
-                walk: false,
-            },
-            false,
-            true,
-        ),
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, false),
+        swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
@@ -2133,7 +2102,6 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
         MatmulKernel::TiledSplitK,
-        MatmulKernel::TiledSplitWalk,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
@@ -2150,10 +2118,7 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                let split = matches!(
-                    kernel,
-                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWalk
-                );
+                let split = kernel == MatmulKernel::TiledSplitK;
                 let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
                 if (many && rows < 64)
                     || (deep && rows > 64)
