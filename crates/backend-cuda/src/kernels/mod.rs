@@ -123,6 +123,34 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// [`model_splits_k`]. `FLASHLANE_MATMUL_SPLIT_K=0` keeps every such matmul on the 16-row
 /// kernels, `=1` splits them in any model (A/B runs of one binary: the bits do not change).
 pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
+/// `FLASHLANE_MATMUL_SPLIT_WIDE=1` runs the k split of the widest matrices ([`splits_wide`]) on
+/// `matmul_bf16_tiled_split_wide`'s blocks of 256 outputs, one a multiprocessor: a third of what
+/// a block copies is x instead of half (the same bits; off until measured on a GPU).
+pub const MATMUL_SPLIT_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT_WIDE";
+/// Outputs of a `matmul_bf16_tiled_split_wide` block (8 warps of 32 rows × 64 outputs).
+const MMT_WIDE_OUTS: usize = 256;
+/// Waves of wide split blocks (one a multiprocessor) from which a matrix takes them: with
+/// fewer, the last wave's idle multiprocessors cost more than the copies save (Qwen3-4B's o
+/// and down projections would make 80 blocks for 132 multiprocessors; its gate/up 608, 4.6
+/// waves; Qwen3-8B's 768).
+const SPLIT_WIDE_MIN_WAVES: usize = 4;
+
+/// The most dynamic shared memory a block may ask for on compute capability 9.0 (227 KiB).
+const BLOCK_SHARED_MAX: usize = 227 * 1024;
+
+/// Whether a split matrix of `n_out` outputs takes the wide split blocks: at least
+/// [`SPLIT_WIDE_MIN_WAVES`] waves of them.
+fn splits_wide(n_out: usize, multiprocessors: usize) -> bool {
+    n_out.div_ceil(MMT_WIDE_OUTS) * MATMUL_RESIDUES >= SPLIT_WIDE_MIN_WAVES * multiprocessors
+}
+
+/// The dynamic shared memory of a wide split block, whose stages hold MMT_WIDE_OUTS rows of
+/// weights where a tiled block's (of `tiled_shared_bytes`) hold MMT_OUTS.
+const fn mmt_wide_shared_bytes(tiled_shared_bytes: usize) -> usize {
+    let stages = tiled_shared_bytes / mmt_shared_bytes(1);
+    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_WIDE_OUTS * 2)
+}
+
 /// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
@@ -694,6 +722,10 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
+    matmul_tiled_split_wide: CudaFunction,
+    /// Whether `MatmulKernel::Auto`'s k split takes the wide blocks where [`splits_wide`]
+    /// ([`MATMUL_SPLIT_WIDE_ENV`]).
+    matmul_split_wide: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -816,6 +848,15 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
+        let matmul_tiled_split_wide = f("matmul_bf16_tiled_split_wide")?;
+        // Measurement builds of many stages (`compile_overriding`) may not fit it: their wide
+        // split is then refused at launch, never taken by default.
+        if mmt_wide_shared_bytes(tiled_shared_bytes) <= BLOCK_SHARED_MAX {
+            matmul_tiled_split_wide.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                mmt_wide_shared_bytes(tiled_shared_bytes) as i32,
+            )?;
+        }
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -859,6 +900,8 @@ impl Kernels {
             tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
+            matmul_tiled_split_wide,
+            matmul_split_wide: std::env::var(MATMUL_SPLIT_WIDE_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1052,6 +1095,9 @@ pub enum MatmulKernel {
     Tiled,
     /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
     TiledSplitK,
+    /// `matmul_bf16_tiled_split_wide` (blocks of 256 outputs) and `matmul_fold_residues` (bf16
+    /// only; needs `partials`).
+    TiledSplitWide,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
@@ -1082,7 +1128,8 @@ enum MatmulLaunch {
     Wgmma,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
-    Tiled { split_k: bool },
+    /// `wide`: a split on `matmul_bf16_tiled_split_wide`'s blocks of 256 outputs.
+    Tiled { split_k: bool, wide: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
     RowTiles { tiles: usize, deep: bool },
@@ -1113,7 +1160,7 @@ fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
         {
             SwigluPlace::InGateUp { tiles, deep }
         }
-        MatmulLaunch::Tiled { split_k: true } if enabled => SwigluPlace::InFold,
+        MatmulLaunch::Tiled { split_k: true, .. } if enabled => SwigluPlace::InFold,
         _ => SwigluPlace::Apart,
     }
 }
@@ -1333,12 +1380,14 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (or, with `swiglu_act`, folded
-    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`).
+    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`); the split on
+    /// blocks of 256 outputs when `wide` (`matmul_bf16_tiled_split_wide`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         split_k: bool,
+        wide: bool,
         swiglu_act: Option<u64>,
     ) -> Result<(), CudaError> {
         assert!(
@@ -1369,11 +1418,23 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
+        let (split, out_blocks, shared) = match wide {
+            false => (
+                &self.matmul_tiled_split,
+                out_blocks,
+                self.tiled_shared_bytes,
+            ),
+            true => (
+                &self.matmul_tiled_split_wide,
+                u32::try_from(m.n_out.div_ceil(MMT_WIDE_OUTS)).expect("outputs fit a grid"),
+                mmt_wide_shared_bytes(self.tiled_shared_bytes),
+            ),
+        };
         gpu.launch_with_shared(
-            &self.matmul_tiled_split,
+            split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            self.tiled_shared_bytes as u32,
+            shared as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),
@@ -1474,14 +1535,25 @@ impl Kernels {
                     && m.partials != 0
                     && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
             }
-            MatmulKernel::TiledSplitK => true,
+            MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => true,
             _ => false,
         };
+        let wide = split_k
+            && match kernel {
+                MatmulKernel::Auto => {
+                    self.matmul_split_wide && splits_wide(m.n_out, self.multiprocessors)
+                }
+                MatmulKernel::TiledSplitWide => true,
+                _ => false,
+            };
         let tiled = match kernel {
             MatmulKernel::Auto => {
                 split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
+            MatmulKernel::Tiled
+            | MatmulKernel::TiledSplitK
+            | MatmulKernel::TiledSplitWide
+            | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1498,7 +1570,7 @@ impl Kernels {
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
-                false => MatmulLaunch::Tiled { split_k },
+                false => MatmulLaunch::Tiled { split_k, wide },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
@@ -1508,6 +1580,7 @@ impl Kernels {
             MatmulKernel::Auto
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
+            | MatmulKernel::TiledSplitWide
             | MatmulKernel::Wgmma => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
@@ -1564,7 +1637,9 @@ impl Kernels {
     fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
-            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
+            MatmulLaunch::Tiled { split_k, wide } => {
+                return self.matmul_tiled(gpu, m, split_k, wide, None)
+            }
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (
@@ -1657,7 +1732,10 @@ impl Kernels {
         let (tiles, deep) = match place {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
-                self.matmul_tiled(gpu, m, true, Some(act))?;
+                let MatmulLaunch::Tiled { wide, .. } = launch else {
+                    unreachable!("swiglu_place folds the SwiGLU of a split k only")
+                };
+                self.matmul_tiled(gpu, m, true, wide, Some(act))?;
                 return Ok(place);
             }
             SwigluPlace::Apart => {

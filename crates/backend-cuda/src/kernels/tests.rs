@@ -402,7 +402,11 @@ fn matmul_case(
     let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
     for kernel in SIXTEEN_ROW_KERNELS
         .into_iter()
-        .chain([MatmulKernel::Tiled, MatmulKernel::TiledSplitK])
+        .chain([
+            MatmulKernel::Tiled,
+            MatmulKernel::TiledSplitK,
+            MatmulKernel::TiledSplitWide,
+        ])
         .chain(wgmma)
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
@@ -520,14 +524,18 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 d <= TOLERANCE,
                 "seed {seed}, width {width}: relative diff {d}"
             );
-            let kernels = [MatmulKernel::Auto, MatmulKernel::TiledSplitK];
+            let kernels = [
+                MatmulKernel::Auto,
+                MatmulKernel::TiledSplitK,
+                MatmulKernel::TiledSplitWide,
+            ];
             for kernel in kernels.into_iter().chain(SIXTEEN_ROW_KERNELS) {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
                 let placed = match kernel {
                     MatmulKernel::Auto => true,
-                    MatmulKernel::TiledSplitK => place == InFold,
+                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
                 };
@@ -561,6 +569,24 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     }
 }
 
+/// The wide split blocks go to the matrices that make 4 waves of them: on the H200 (132
+/// multiprocessors) Qwen3-4B's and -8B's gate/up, not their o, down or q/k/v projections.
+#[test]
+fn the_wide_split_takes_only_the_widest_matrices() {
+    use super::splits_wide;
+    let h200 = 132;
+    assert!(splits_wide(2 * 9728, h200), "Qwen3-4B gate/up: 608 blocks");
+    assert!(splits_wide(2 * 12288, h200), "Qwen3-8B gate/up: 768 blocks");
+    assert!(!splits_wide(2560, h200), "Qwen3-4B o and down: 80 blocks");
+    assert!(
+        !splits_wide(4096 + 2 * 1024, h200),
+        "Qwen3-4B q/k/v: 192 blocks"
+    );
+    assert!(!splits_wide(4096, h200), "Qwen3-8B o and down: 128 blocks");
+    // The bound itself: 4 waves exactly.
+    assert!(splits_wide(256 * 66, h200) && !splits_wide(256 * 65, h200));
+}
+
 /// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin and in a split k's
 /// fold, apart elsewhere.
 #[test]
@@ -581,16 +607,39 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
-    assert_eq!(
-        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
-        SwigluPlace::InFold
-    );
+    for wide in [false, true] {
+        assert_eq!(
+            swiglu_place(
+                MatmulLaunch::Tiled {
+                    split_k: true,
+                    wide
+                },
+                false,
+                true
+            ),
+            SwigluPlace::InFold
+        );
+    }
     for apart in [
         swiglu_place(rows(1, false), false, true),
         swiglu_place(rows(4, false), true, true),
         swiglu_place(rows(4, false), false, false),
-        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, false),
-        swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
+        swiglu_place(
+            MatmulLaunch::Tiled {
+                split_k: true,
+                wide: false,
+            },
+            false,
+            false,
+        ),
+        swiglu_place(
+            MatmulLaunch::Tiled {
+                split_k: false,
+                wide: false,
+            },
+            false,
+            true,
+        ),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
@@ -2102,6 +2151,7 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
         MatmulKernel::TiledSplitK,
+        MatmulKernel::TiledSplitWide,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
@@ -2118,7 +2168,10 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                let split = kernel == MatmulKernel::TiledSplitK;
+                let split = matches!(
+                    kernel,
+                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide
+                );
                 let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
                 if (many && rows < 64)
                     || (deep && rows > 64)
