@@ -135,9 +135,6 @@ const MMT_WIDE_OUTS: usize = 256;
 /// waves; Qwen3-8B's 768).
 const SPLIT_WIDE_MIN_WAVES: usize = 4;
 
-/// The most dynamic shared memory a block may ask for on compute capability 9.0 (227 KiB).
-const BLOCK_SHARED_MAX: usize = 227 * 1024;
-
 /// Whether a split matrix of `n_out` outputs takes the wide split blocks: at least
 /// [`SPLIT_WIDE_MIN_WAVES`] waves of them.
 fn splits_wide(n_out: usize, multiprocessors: usize) -> bool {
@@ -581,6 +578,7 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
+            ("MMT_WIDE_OUTS", MMT_WIDE_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
@@ -722,7 +720,8 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    matmul_tiled_split_wide: CudaFunction,
+    /// None where its stages do not fit a block's shared memory.
+    matmul_tiled_split_wide: Option<CudaFunction>,
     /// Whether `MatmulKernel::Auto`'s k split takes the wide blocks where [`splits_wide`]
     /// ([`MATMUL_SPLIT_WIDE_ENV`]).
     matmul_split_wide: bool,
@@ -848,15 +847,21 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        let matmul_tiled_split_wide = f("matmul_bf16_tiled_split_wide")?;
-        // Measurement builds of many stages (`compile_overriding`) may not fit it: their wide
-        // split is then refused at launch, never taken by default.
-        if mmt_wide_shared_bytes(tiled_shared_bytes) <= BLOCK_SHARED_MAX {
-            matmul_tiled_split_wide.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                mmt_wide_shared_bytes(tiled_shared_bytes) as i32,
-            )?;
-        }
+        // Only where its stages fit a block (not on GPUs of less shared memory, nor in
+        // measurement builds of many stages: `compile_overriding`); the split keeps its usual
+        // blocks there.
+        let wide_shared = mmt_wide_shared_bytes(tiled_shared_bytes);
+        let matmul_tiled_split_wide = match wide_shared <= gpu.block_shared_optin()? {
+            false => None,
+            true => {
+                let function = f("matmul_bf16_tiled_split_wide")?;
+                function.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    wide_shared as i32,
+                )?;
+                Some(function)
+            }
+        };
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -1081,7 +1086,8 @@ pub enum MatmulKernel {
     /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin
     /// where [`deepens`], unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
+    /// [`model_splits_k`] (on blocks of 256 outputs where [`splits_wide`] and
+    /// [`MATMUL_SPLIT_WIDE_ENV`] is 1), and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
     /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -1093,10 +1099,11 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
-    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
+    /// `matmul_bf16_tiled_split` and its fold (`matmul_fold_residues`, or
+    /// `matmul_fold_residues_swiglu` for a gate/up's SwiGLU; bf16 only; needs `partials`).
     TiledSplitK,
-    /// `matmul_bf16_tiled_split_wide` (blocks of 256 outputs) and `matmul_fold_residues` (bf16
-    /// only; needs `partials`).
+    /// `matmul_bf16_tiled_split_wide` (blocks of 256 outputs) and its fold, as `TiledSplitK`
+    /// (which it falls back on where the wide blocks do not fit the GPU's shared memory).
     TiledSplitWide,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
@@ -1398,6 +1405,10 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
+        assert!(
+            swiglu_act.is_none() || split_k,
+            "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
+        );
         launch_split_rows(gpu, &self.split_rows, m)?;
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
@@ -1413,10 +1424,6 @@ impl Kernels {
                 &tiled_args,
             );
         }
-        assert!(
-            swiglu_act.is_none() || split_k,
-            "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
-        );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
         let (split, out_blocks, shared) = match wide {
             false => (
@@ -1425,7 +1432,9 @@ impl Kernels {
                 self.tiled_shared_bytes,
             ),
             true => (
-                &self.matmul_tiled_split_wide,
+                self.matmul_tiled_split_wide
+                    .as_ref()
+                    .expect("plan_matmul takes the wide split only where it was compiled"),
                 u32::try_from(m.n_out.div_ceil(MMT_WIDE_OUTS)).expect("outputs fit a grid"),
                 mmt_wide_shared_bytes(self.tiled_shared_bytes),
             ),
@@ -1538,7 +1547,8 @@ impl Kernels {
             MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => true,
             _ => false,
         };
-        let wide = split_k
+        let split_wide = split_k
+            && self.matmul_tiled_split_wide.is_some()
             && match kernel {
                 MatmulKernel::Auto => {
                     self.matmul_split_wide && splits_wide(m.n_out, self.multiprocessors)
@@ -1570,7 +1580,10 @@ impl Kernels {
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
-                false => MatmulLaunch::Tiled { split_k, wide },
+                false => MatmulLaunch::Tiled {
+                    split_k,
+                    wide: split_wide,
+                },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);

@@ -356,7 +356,10 @@ fn matmul_case(
     // The tiled kernel's split rows, for every run's rows (at most rows + 2).
     let xs = Buf::<u32>::zeros(gpu, (rows + 2) * super::split_row_words(depth)).unwrap();
     // And the k split's partials.
-    let partials = Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * (rows + 2) * n_out).unwrap();
+    let partials = std::cell::RefCell::new(
+        Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * (rows + 2) * n_out).unwrap(),
+    );
+    let nan_partials = vec![f32::NAN; super::MATMUL_RESIDUES * (rows + 2) * n_out];
     // Room for the gathers below even when `rows` is 1.
     // NaN before every run that does not accumulate: an output a kernel leaves unwritten fails.
     let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, (rows + 2) * n_out).unwrap());
@@ -365,9 +368,12 @@ fn matmul_case(
         if !accumulate {
             y.borrow_mut().write(gpu, &nan).unwrap();
         }
+        // And the partials: a partial a split kernel leaves unwritten fails (the runs before
+        // left theirs there).
+        partials.borrow_mut().write(gpu, &nan_partials).unwrap();
         let m = Matmul {
             x_split: xs.at(0),
-            partials: partials.at(0),
+            partials: partials.borrow().at(0),
             fp8: None,
             x,
             x_stride: depth,
@@ -462,8 +468,11 @@ fn matmul_case(
 #[test]
 fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     let Some((gpu, mut k)) = setup() else { return };
-    // The twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0).
+    // The twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0);
+    // and Auto splits k at 48–64 rows here as in Qwen3-4B and larger (the default model does
+    // not).
     k.swiglu_in_gate_up = true;
+    k.matmul_split_k = true;
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -487,13 +496,17 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         let wide = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
         // The k split's split rows and partials.
         let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
-        let partials =
-            Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap();
+        let partials = std::cell::RefCell::new(
+            Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap(),
+        );
+        let nan_partials = vec![f32::NAN; super::MATMUL_RESIDUES * max_rows * 2 * width];
         // NaN before every run: an output a kernel leaves unwritten fails.
         let act = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * width).unwrap());
         let nan = vec![f32::NAN; max_rows * width];
+        // The partials too: a partial a split kernel leaves unwritten fails.
         let fresh_act = || {
             act.borrow_mut().write(gpu, &nan).unwrap();
+            partials.borrow_mut().write(gpu, &nan_partials).unwrap();
             act.borrow().at(0)
         };
         let mut gate_up = vec![0.0f32; max_rows * 2 * width];
@@ -505,7 +518,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         for rows in rows {
             let m = Matmul {
                 x_split: xs.at(0),
-                partials: partials.at(0),
+                partials: partials.borrow().at(0),
                 ..packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None)
             };
             // The plain path: the matmul with the kernel asked, then `swiglu_rows`.
@@ -534,7 +547,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
                 let placed = match kernel {
-                    MatmulKernel::Auto => true,
+                    MatmulKernel::Auto => (place == InFold) == (48..=64).contains(&rows),
                     MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
