@@ -283,7 +283,7 @@ pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
 /// `FLASHLANE_SWIGLU_IN_GATE_UP=0` keeps a dense MLP's SwiGLU apart from its gate/up matmul,
 /// which by default computes it (in its 16-row kernels or its split k's fold) where
 /// [`swiglu_place`] allows. For A/B runs of one binary: the bits do not change. On the H200 the
-/// fused kernels took Qwen3-0.6B 3–6 % faster at 1–64 streams and Qwen3-4B 1.5–3 % at 48–64
+/// fused kernels took Qwen3-0.6B 3–6 % faster at 1–64 streams and Qwen3-4B 1.5–2.7 % at 48–64
 /// (bench/RESULTS.md, session 31).
 pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
