@@ -68,14 +68,6 @@ impl Gpu {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    /// The most shared memory a block may ask for (227 KiB on an H200).
-    pub fn block_shared_optin(&self) -> Result<usize, CudaError> {
-        let n = self.ctx.attribute(
-            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-        )?;
-        Ok(usize::try_from(n).unwrap_or(0))
-    }
-
     /// Opens device 0, or says why not (no driver, no device).
     pub fn open() -> Result<Arc<Gpu>, CudaError> {
         // cudarc loads the driver library on first use and panics when it is missing: ask first.

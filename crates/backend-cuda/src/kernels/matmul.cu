@@ -821,21 +821,6 @@ matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restric
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
-// The k split with blocks twice as wide (64 rows × 256 outputs: a warp's 32 rows × 8 n-tiles),
-// one a multiprocessor (its 168 registers a thread, and its 144 KiB of stages;
-// FLASHLANE_MATMUL_SPLIT_WIDE=1, for the widest matrices only). A split
-// block copies its 64 split rows of each chunk (4 bytes an element) beside its weights' rows of
-// it (2 bytes), so at 128 outputs x is half of what it copies; at 256 a third, and each A
-// fragment a warp loads feeds 8 n-tiles' products instead of 4. Each output's chain is the
-// tiles' (an MMA's output depends only on its row of A and column of B): the same partials, the
-// same fold, the same bits.
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1)
-matmul_bf16_tiled_split_wide(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                             float* __restrict__ part, int part_stride, int rows) {
-    static_assert(MMT_WIDE_OUTS == MMT_WARPS / (MMT_ROWS / 32) * 8 * MMA_COLS, "8 n-tiles a warp make MMT_WIDE_OUTS");
-    matmul_tiled_block<MMT_ROWS, 8, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

@@ -123,31 +123,6 @@ pub const MATMUL_NARROW_MAX_BLOCKS_ENV: &str = "FLASHLANE_MATMUL_NARROW_MAX_BLOC
 /// [`model_splits_k`]. `FLASHLANE_MATMUL_SPLIT_K=0` keeps every such matmul on the 16-row
 /// kernels, `=1` splits them in any model (A/B runs of one binary: the bits do not change).
 pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
-/// `FLASHLANE_MATMUL_SPLIT_WIDE=1` runs the k split of the widest matrices ([`splits_wide`]) on
-/// `matmul_bf16_tiled_split_wide`'s blocks of 256 outputs, one a multiprocessor: a third of what
-/// a block copies is x instead of half (the same bits; off until measured on a GPU).
-pub const MATMUL_SPLIT_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT_WIDE";
-/// Outputs of a `matmul_bf16_tiled_split_wide` block (8 warps of 32 rows × 64 outputs).
-const MMT_WIDE_OUTS: usize = 256;
-/// Waves of wide split blocks (one a multiprocessor) from which a matrix takes them: with
-/// fewer, the last wave's idle multiprocessors cost more than the copies save (Qwen3-4B's o
-/// and down projections would make 80 blocks for 132 multiprocessors; its gate/up 608, 4.6
-/// waves; Qwen3-8B's 768).
-const SPLIT_WIDE_MIN_WAVES: usize = 4;
-
-/// Whether a split matrix of `n_out` outputs takes the wide split blocks: at least
-/// [`SPLIT_WIDE_MIN_WAVES`] waves of them.
-fn splits_wide(n_out: usize, multiprocessors: usize) -> bool {
-    n_out.div_ceil(MMT_WIDE_OUTS) * MATMUL_RESIDUES >= SPLIT_WIDE_MIN_WAVES * multiprocessors
-}
-
-/// The dynamic shared memory of a wide split block, whose stages hold MMT_WIDE_OUTS rows of
-/// weights where a tiled block's (of `tiled_shared_bytes`) hold MMT_OUTS.
-const fn mmt_wide_shared_bytes(tiled_shared_bytes: usize) -> usize {
-    let stages = tiled_shared_bytes / mmt_shared_bytes(1);
-    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_WIDE_OUTS * 2)
-}
-
 /// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
@@ -578,7 +553,6 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
-            ("MMT_WIDE_OUTS", MMT_WIDE_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
@@ -720,11 +694,6 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    /// None where its stages do not fit a block's shared memory.
-    matmul_tiled_split_wide: Option<CudaFunction>,
-    /// Whether `MatmulKernel::Auto`'s k split takes the wide blocks where [`splits_wide`]
-    /// ([`MATMUL_SPLIT_WIDE_ENV`]).
-    matmul_split_wide: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -847,21 +816,6 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        // Only where its stages fit a block (not on GPUs of less shared memory, nor in
-        // measurement builds of many stages: `compile_overriding`); the split keeps its usual
-        // blocks there.
-        let wide_shared = mmt_wide_shared_bytes(tiled_shared_bytes);
-        let matmul_tiled_split_wide = match wide_shared <= gpu.block_shared_optin()? {
-            false => None,
-            true => {
-                let function = f("matmul_bf16_tiled_split_wide")?;
-                function.set_attribute(
-                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    wide_shared as i32,
-                )?;
-                Some(function)
-            }
-        };
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -905,8 +859,6 @@ impl Kernels {
             tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
-            matmul_tiled_split_wide,
-            matmul_split_wide: std::env::var(MATMUL_SPLIT_WIDE_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1086,8 +1038,7 @@ pub enum MatmulKernel {
     /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin
     /// where [`deepens`], unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`] (on blocks of 256 outputs where [`splits_wide`] and
-    /// [`MATMUL_SPLIT_WIDE_ENV`] is 1), and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
+    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
     /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -1099,12 +1050,8 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
-    /// `matmul_bf16_tiled_split` and its fold (`matmul_fold_residues`, or
-    /// `matmul_fold_residues_swiglu` for a gate/up's SwiGLU; bf16 only; needs `partials`).
+    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
     TiledSplitK,
-    /// `matmul_bf16_tiled_split_wide` (blocks of 256 outputs) and its fold, as `TiledSplitK`
-    /// (which it falls back on where the wide blocks do not fit the GPU's shared memory).
-    TiledSplitWide,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
     Deep(usize),
@@ -1135,8 +1082,7 @@ enum MatmulLaunch {
     Wgmma,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
-    /// `wide`: a split on `matmul_bf16_tiled_split_wide`'s blocks of 256 outputs.
-    Tiled { split_k: bool, wide: bool },
+    Tiled { split_k: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
     RowTiles { tiles: usize, deep: bool },
@@ -1167,7 +1113,7 @@ fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
         {
             SwigluPlace::InGateUp { tiles, deep }
         }
-        MatmulLaunch::Tiled { split_k: true, .. } if enabled => SwigluPlace::InFold,
+        MatmulLaunch::Tiled { split_k: true } if enabled => SwigluPlace::InFold,
         _ => SwigluPlace::Apart,
     }
 }
@@ -1387,14 +1333,12 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (or, with `swiglu_act`, folded
-    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`); the split on
-    /// blocks of 256 outputs when `wide` (`matmul_bf16_tiled_split_wide`).
+    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         split_k: bool,
-        wide: bool,
         swiglu_act: Option<u64>,
     ) -> Result<(), CudaError> {
         assert!(
@@ -1404,10 +1348,6 @@ impl Kernels {
         assert!(
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
-        );
-        assert!(
-            swiglu_act.is_none() || split_k,
-            "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         launch_split_rows(gpu, &self.split_rows, m)?;
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
@@ -1424,26 +1364,16 @@ impl Kernels {
                 &tiled_args,
             );
         }
+        assert!(
+            swiglu_act.is_none() || split_k,
+            "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
+        );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        let (split, out_blocks, shared) = match wide {
-            false => (
-                &self.matmul_tiled_split,
-                out_blocks,
-                self.tiled_shared_bytes,
-            ),
-            true => (
-                self.matmul_tiled_split_wide
-                    .as_ref()
-                    .expect("plan_matmul takes the wide split only where it was compiled"),
-                u32::try_from(m.n_out.div_ceil(MMT_WIDE_OUTS)).expect("outputs fit a grid"),
-                mmt_wide_shared_bytes(self.tiled_shared_bytes),
-            ),
-        };
         gpu.launch_with_shared(
-            split,
+            &self.matmul_tiled_split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            shared as u32,
+            self.tiled_shared_bytes as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),
@@ -1544,26 +1474,14 @@ impl Kernels {
                     && m.partials != 0
                     && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
             }
-            MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => true,
+            MatmulKernel::TiledSplitK => true,
             _ => false,
         };
-        let split_wide = split_k
-            && self.matmul_tiled_split_wide.is_some()
-            && match kernel {
-                MatmulKernel::Auto => {
-                    self.matmul_split_wide && splits_wide(m.n_out, self.multiprocessors)
-                }
-                MatmulKernel::TiledSplitWide => true,
-                _ => false,
-            };
         let tiled = match kernel {
             MatmulKernel::Auto => {
                 split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled
-            | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledSplitWide
-            | MatmulKernel::Wgmma => true,
+            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1580,10 +1498,7 @@ impl Kernels {
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
-                false => MatmulLaunch::Tiled {
-                    split_k,
-                    wide: split_wide,
-                },
+                false => MatmulLaunch::Tiled { split_k },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
@@ -1593,7 +1508,6 @@ impl Kernels {
             MatmulKernel::Auto
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
-            | MatmulKernel::TiledSplitWide
             | MatmulKernel::Wgmma => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
@@ -1650,9 +1564,7 @@ impl Kernels {
     fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
-            MatmulLaunch::Tiled { split_k, wide } => {
-                return self.matmul_tiled(gpu, m, split_k, wide, None)
-            }
+            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (
@@ -1745,10 +1657,7 @@ impl Kernels {
         let (tiles, deep) = match place {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
-                let MatmulLaunch::Tiled { wide, .. } = launch else {
-                    unreachable!("swiglu_place folds the SwiGLU of a split k only")
-                };
-                self.matmul_tiled(gpu, m, true, wide, Some(act))?;
+                self.matmul_tiled(gpu, m, true, Some(act))?;
                 return Ok(place);
             }
             SwigluPlace::Apart => {

@@ -408,11 +408,7 @@ fn matmul_case(
     let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
     for kernel in SIXTEEN_ROW_KERNELS
         .into_iter()
-        .chain([
-            MatmulKernel::Tiled,
-            MatmulKernel::TiledSplitK,
-            MatmulKernel::TiledSplitWide,
-        ])
+        .chain([MatmulKernel::Tiled, MatmulKernel::TiledSplitK])
         .chain(wgmma)
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
@@ -537,18 +533,14 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 d <= TOLERANCE,
                 "seed {seed}, width {width}: relative diff {d}"
             );
-            let kernels = [
-                MatmulKernel::Auto,
-                MatmulKernel::TiledSplitK,
-                MatmulKernel::TiledSplitWide,
-            ];
+            let kernels = [MatmulKernel::Auto, MatmulKernel::TiledSplitK];
             for kernel in kernels.into_iter().chain(SIXTEEN_ROW_KERNELS) {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
                 let placed = match kernel {
                     MatmulKernel::Auto => (place == InFold) == (48..=64).contains(&rows),
-                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide => place == InFold,
+                    MatmulKernel::TiledSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
                 };
@@ -582,24 +574,6 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     }
 }
 
-/// The wide split blocks go to the matrices that make 4 waves of them: on the H200 (132
-/// multiprocessors) Qwen3-4B's and -8B's gate/up, not their o, down or q/k/v projections.
-#[test]
-fn the_wide_split_takes_only_the_widest_matrices() {
-    use super::splits_wide;
-    let h200 = 132;
-    assert!(splits_wide(2 * 9728, h200), "Qwen3-4B gate/up: 608 blocks");
-    assert!(splits_wide(2 * 12288, h200), "Qwen3-8B gate/up: 768 blocks");
-    assert!(!splits_wide(2560, h200), "Qwen3-4B o and down: 80 blocks");
-    assert!(
-        !splits_wide(4096 + 2 * 1024, h200),
-        "Qwen3-4B q/k/v: 192 blocks"
-    );
-    assert!(!splits_wide(4096, h200), "Qwen3-8B o and down: 128 blocks");
-    // The bound itself: 4 waves exactly.
-    assert!(splits_wide(256 * 66, h200) && !splits_wide(256 * 65, h200));
-}
-
 /// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin and in a split k's
 /// fold, apart elsewhere.
 #[test]
@@ -620,39 +594,16 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
-    for wide in [false, true] {
-        assert_eq!(
-            swiglu_place(
-                MatmulLaunch::Tiled {
-                    split_k: true,
-                    wide
-                },
-                false,
-                true
-            ),
-            SwigluPlace::InFold
-        );
-    }
+    assert_eq!(
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
+        SwigluPlace::InFold
+    );
     for apart in [
         swiglu_place(rows(1, false), false, true),
         swiglu_place(rows(4, false), true, true),
         swiglu_place(rows(4, false), false, false),
-        swiglu_place(
-            MatmulLaunch::Tiled {
-                split_k: true,
-                wide: false,
-            },
-            false,
-            false,
-        ),
-        swiglu_place(
-            MatmulLaunch::Tiled {
-                split_k: false,
-                wide: false,
-            },
-            false,
-            true,
-        ),
+        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, false),
+        swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
@@ -2164,7 +2115,6 @@ fn matmul_kernel_times() {
         MatmulKernel::Tiles(6),
         MatmulKernel::Tiled,
         MatmulKernel::TiledSplitK,
-        MatmulKernel::TiledSplitWide,
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
@@ -2181,10 +2131,7 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                let split = matches!(
-                    kernel,
-                    MatmulKernel::TiledSplitK | MatmulKernel::TiledSplitWide
-                );
+                let split = kernel == MatmulKernel::TiledSplitK;
                 let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
                 if (many && rows < 64)
                     || (deep && rows > 64)
