@@ -106,32 +106,6 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
-// The input RMSNorm a NORM matmul applies to x as it loads it: `w` the norm's weight (k floats),
-// `inva` / `invb` 1 / RMS of this lane's rows g and g + 8 (`tile_norms`; 0 for an absent row),
-// `kind` NORM_PLAIN or NORM_ZERO_CENTRED.
-struct NormIn {
-    const float* w;
-    float inva, invb;
-    int kind;
-};
-
-// 16 floats of the norm's weight at `p` (or zeros past k).
-__device__ __forceinline__ void load_norm16(const float* p, bool in, float* gm) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float4 f = in ? *reinterpret_cast<const float4*>(p + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
-        gm[4 * q] = f.x; gm[4 * q + 1] = f.y; gm[4 * q + 2] = f.z; gm[4 * q + 3] = f.w;
-    }
-}
-
-// v[i] = v[i] · inv · scale(gm[i]): `rmsnorm_rows`' expression on the same values, so a row
-// normalised here has the bits that kernel writes. Absent rows (inv 0) and elements past k
-// (zeros) stay zeros.
-__device__ __forceinline__ void normalise16(float* v, float inv, const float* gm, int kind) {
-#pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = v[i] * inv * norm_scale(gm[i], kind);
-}
-
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -149,12 +123,9 @@ __device__ __forceinline__ void normalise16(float* v, float inv, const float* gm
 // chunk as it is multiplied (each chunk after the first then waits for its x from L2 behind the
 // products of the one before: `kernel_define_times`, bench/RESULTS.md session 18). The same
 // values either way: the bits do not depend on X_AHEAD.
-//
-// With NORM, x is the residual stream and each chunk's x is normalised by `norm` (its weight
-// loaded with x) before it is split: the values `rmsnorm_rows` would have written.
-template <int NT, int DEPTH = 1, bool X_AHEAD = false, bool NORM = false>
+template <int NT, int DEPTH = 1, bool X_AHEAD = false>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
-                                         float (*part)[NT][WARP][4], float* d, NormIn norm = NormIn{}) {
+                                         float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
@@ -163,8 +134,6 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
     float va[X_AHEAD ? DEPTH : 1][16], vb[X_AHEAD ? DEPTH : 1][16];
-    // The norm's weight of each chunk's x (NORM only).
-    float gm[NORM && X_AHEAD ? DEPTH : 1][16];
     uint4 w0[DEPTH][NT], w1[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
@@ -181,7 +150,6 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             if (X_AHEAD) {
                 load16(xa && in ? xa + e : nullptr, va[X_AHEAD ? p : 0]);
                 load16(xb && in ? xb + e : nullptr, vb[X_AHEAD ? p : 0]);
-                if (NORM) load_norm16(norm.w + e, in, gm[X_AHEAD ? p : 0]);
             }
         }
 #pragma unroll
@@ -196,12 +164,6 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             if (!X_AHEAD) {
                 load16(xa && in ? xa + e : nullptr, va[xs]);
                 load16(xb && in ? xb + e : nullptr, vb[xs]);
-                if (NORM) load_norm16(norm.w + e, in, gm[0]);
-            }
-            if (NORM) {
-                const int gs = NORM && X_AHEAD ? p : 0;
-                normalise16(va[xs], norm.inva, gm[gs], norm.kind);
-                normalise16(vb[xs], norm.invb, gm[gs], norm.kind);
             }
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
@@ -247,28 +209,6 @@ __device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const 
     const int ra = r0 + g, rb = r0 + g + 8;
     xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
     xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
-}
-
-// 1 / RMS of each row of the row tile from r0 (`inv[i]` for row r0 + i; 0 past `rows`), summed in
-// `norm_share`'s order: the block's warps take the (row, share-warp) pairs in turn, each pair
-// one warp's butterfly of its 32 shares into `sums`, then a warp a row adds a row's 32 by the
-// same butterfly (`rmsnorm_rows`' `block_sum`). Every thread of the block must call it.
-__device__ __forceinline__ void tile_norms(const float* x, int x_stride, const int* row_index, int rows, int r0,
-                                           int k, float eps, float (*sums)[NORM_WARPS], float* inv) {
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int tile_rows = min(MMA_ROWS, rows - r0);
-    for (int item = warp; item < tile_rows * NORM_WARPS; item += MMA_WARPS) {
-        const int i = item / NORM_WARPS, v = item % NORM_WARPS;
-        const float* xr = x + (size_t)(row_index ? row_index[r0 + i] : r0 + i) * x_stride;
-        const float share = warp_sum(norm_share(xr, k, v * WARP + lane));
-        if (lane == 0) sums[i][v] = share;
-    }
-    __syncthreads();
-    for (int i = warp; i < MMA_ROWS; i += MMA_WARPS) {
-        const float total = i < tile_rows ? warp_sum(sums[i][lane]) : 0.0f;
-        if (lane == 0) inv[i] = i < tile_rows ? norm_inv(total, k, eps) : 0.0f;
-    }
-    __syncthreads();
 }
 
 // Writes (or adds) a tile's d: lane (g, t) of warp j holds rows g (d[0], d[1]) and g + 8 (d[2],
@@ -322,20 +262,11 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 // silu · up is `swiglu_rows`' expression on the same values: the bits of the matmul and
 // `swiglu_rows` one after the other, without the launch between them or the products' trip
 // through memory. `accumulate` is ignored.
-//
-// With NORM (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`), x is the residual stream and the
-// block applies the RMSNorm (weight `norm_w`, `eps`, `norm_kind`) that would run before it: each
-// block sums its rows' squares in `rmsnorm_rows`' order (`tile_norms`) and normalises x as it
-// loads it, so the products are those of the plain kernel on `rmsnorm_rows`' output: the same
-// bits, without that launch or its rows' trip through memory.
-template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false, bool NORM = false>
+template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
-                                             int accumulate, int rows, float (*part)[NT][WARP][4],
-                                             const float* __restrict__ norm_w = nullptr, float eps = 0.0f,
-                                             int norm_kind = 0, float (*norm_sums)[NORM_WARPS] = nullptr,
-                                             float* norm_inv_s = nullptr) {
+                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
@@ -363,13 +294,8 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
             wr[j] = w + (size_t)min(o0 + j * MMA_COLS + g, n_out - 1) * k;
         }
     }
-    NormIn norm{};
-    if (NORM) {
-        tile_norms(x, x_stride, row_index, rows, r0, k, eps, norm_sums, norm_inv_s);
-        norm = NormIn{norm_w, norm_inv_s[g], norm_inv_s[g + 8], norm_kind};
-    }
     float d[4];
-    if (!mma_tile<NT, DEPTH, X_AHEAD, NORM>(xa, xb, wr, k, part, d, norm)) return;
+    if (!mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d)) return;
     if (!SWIGLU) {
         store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
     } else {
@@ -399,43 +325,21 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
                                                  accumulate, rows, part);                               \
     }
 
-// NAME's twin with the input RMSNorm in it (`matmul_block`'s NORM): three arguments more, the
-// norm's weight, eps and kind.
-#define MATMUL_BF16_NORM_KERNEL(NAME, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)                               \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind) {        \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
-        __shared__ float norm_inv_s[MMA_ROWS];                                                          \
-        matmul_block<NT, DEPTH, X_AHEAD, SWIGLU, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, \
-                                                       accumulate, rows, part, norm_w, eps, norm_kind,    \
-                                                       norm_sums, norm_inv_s);                            \
-    }
-
-// Each 16-row kernel below and its norm twin (`matmul_bf16…` and `matmul_bf16_norm…`,
-// `matmul_bf16_swiglu…` and `matmul_bf16_swiglu_norm…`).
-#define MATMUL_BF16_KERNELS(PLAIN, NORMED, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU) \
-    MATMUL_BF16_KERNEL(PLAIN, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)              \
-    MATMUL_BF16_NORM_KERNEL(NORMED, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)
-
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
-MATMUL_BF16_KERNELS(matmul_bf16, matmul_bf16_norm, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_KERNEL(matmul_bf16, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
 
 // One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
 // (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
 // loaded at once, their x too: a decode step's narrow matrices have too few blocks to keep
 // enough loads in flight one chunk at a time (the A3B slice's o projection: 9.1 µs with x
 // chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
-MATMUL_BF16_KERNELS(matmul_bf16_narrow, matmul_bf16_norm_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_KERNEL(matmul_bf16_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
 
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
 // same products in the same order as `matmul_bf16`: the same bits.
-#define MATMUL_BF16_TILES(NT) \
-    MATMUL_BF16_KERNELS(matmul_bf16_t##NT, matmul_bf16_norm_t##NT, NT, 1, false, MMA_MIN_BLOCKS, false)
+#define MATMUL_BF16_TILES(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT, NT, 1, false, MMA_MIN_BLOCKS, false)
 MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
@@ -443,9 +347,8 @@ MATMUL_BF16_TILES(6)
 // A dense MLP's gate/up with its SwiGLU (`matmul_block`'s SWIGLU) at NT n-tiles a block, NT of
 // the plain kernels' counts (`matmul_bf16_swiglu_t3` … `_t6`): the host takes the count, and
 // whether deep (below), that the plain gate/up would run.
-#define MATMUL_BF16_SWIGLU_TILES(NT)                                                             \
-    MATMUL_BF16_KERNELS(matmul_bf16_swiglu_t##NT, matmul_bf16_swiglu_norm_t##NT, NT, 1, false, MMA_MIN_BLOCKS, \
-                        true)
+#define MATMUL_BF16_SWIGLU_TILES(NT) \
+    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT, NT, 1, false, MMA_MIN_BLOCKS, true)
 MATMUL_BF16_SWIGLU_TILES(3)
 MATMUL_BF16_SWIGLU_TILES(4)
 MATMUL_BF16_SWIGLU_TILES(5)
@@ -460,16 +363,14 @@ MATMUL_BF16_SWIGLU_TILES(6)
 // one row the 4B shape's o projection takes 7.5 µs against 9.4 for `matmul_bf16_t3`, its down
 // projection 19.0 against 23.5 (`kernel_define_times`, bench/RESULTS.md session 18). The same
 // products in the same order: the same bits.
-#define MATMUL_BF16_DEEP(NT) \
-    MATMUL_BF16_KERNELS(matmul_bf16_t##NT##_deep, matmul_bf16_norm_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, false)
+#define MATMUL_BF16_DEEP(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, false)
 static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
 MATMUL_BF16_DEEP(4)
 
 // The deep kernels with a dense MLP's SwiGLU (`matmul_bf16_swiglu_t3_deep`, `_t4_deep`).
-#define MATMUL_BF16_SWIGLU_DEEP(NT)                                                                  \
-    MATMUL_BF16_KERNELS(matmul_bf16_swiglu_t##NT##_deep, matmul_bf16_swiglu_norm_t##NT##_deep, NT, MMA_DEEP_DEPTH, \
-                        true, 1, true)
+#define MATMUL_BF16_SWIGLU_DEEP(NT) \
+    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, true)
 MATMUL_BF16_SWIGLU_DEEP(3)
 MATMUL_BF16_SWIGLU_DEEP(4)
 
