@@ -273,10 +273,6 @@ const MOE_GATE_UP_TILES: [usize; 3] = [1, 2, MMA_NT];
 /// [`moe_gate_up_tiles`]' count (an A/B switch; the bits do not change; any other value keeps
 /// the default: before session 17, `1` fitted every step, prompts too).
 pub const MOE_FIT_ENV: &str = "FLASHLANE_MOE_FIT";
-/// `FLASHLANE_MOE_PREFETCH=0` leaves out the bf16 experts' L2 prefetches (`moe.cu`: each gate/up
-/// block's rows after its wait, each down block's rows before its wait, while the gate/up runs).
-/// For A/B runs of one binary: prefetches are hints, the bits do not change.
-pub const MOE_PREFETCH_ENV: &str = "FLASHLANE_MOE_PREFETCH";
 /// Waves of resident blocks at MMA_NT n-tiles below which a step's gate/up takes fewer n-tiles a
 /// block: on the H200 (session 17) a 1-stream A3B step (1.33 waves at 4, 2.67 at 2) decoded
 /// 846 / 846 tok/s against 825 / 839, while fitting every step (a prefill of 128 rows: 27 waves
@@ -752,9 +748,6 @@ struct MoeKernels {
     gate_up_fit: bool,
     /// Tests: every step's bf16 gate/up at this many n-tiles a block.
     gate_up_tiles_forced: Option<usize>,
-    /// Whether the bf16 gate/up and down prefetch their experts' rows into L2
-    /// ([`MOE_PREFETCH_ENV`]).
-    prefetch: bool,
     down: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
@@ -922,7 +915,6 @@ impl Kernels {
                     ],
                     gate_up_fit: std::env::var(MOE_FIT_ENV).map_or(true, |v| v != "0"),
                     gate_up_tiles_forced: None,
-                    prefetch: std::env::var(MOE_PREFETCH_ENV).map_or(true, |v| v != "0"),
                     down: f("moe_down")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
@@ -2193,7 +2185,6 @@ impl Kernels {
                         Arg::Ptr(l.n_tiles),
                         Arg::Ptr(l.gate_up),
                         Arg::Ptr(l.act),
-                        Arg::I32(i32::from(k.prefetch)),
                     ],
                 )?;
                 gpu.launch(
@@ -2209,7 +2200,6 @@ impl Kernels {
                         Arg::Ptr(l.shared_down),
                         Arg::Ptr(l.y_exp),
                         Arg::Ptr(l.y_sh),
-                        Arg::I32(i32::from(k.prefetch)),
                     ],
                 )?;
             }

@@ -278,24 +278,6 @@ moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, f
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
-// The experts' weights into L2 ahead of their loads (`prefetch` 1; the host's
-// FLASHLANE_MOE_PREFETCH=0 leaves them out, for A/B runs: hints only, the bits do not change).
-// A decode step's experts are known only once `moe_route_group` has run, so unlike the dense
-// matmuls (`matmul_start`) the gate/up cannot pull its rows in while the kernel ahead runs:
-// - each gate/up block, right after its wait, asks for all its gate and up rows at once, so its
-//   warps' later chunks come from L2 instead of memory;
-// - each down block asks for its rows before its wait, while the gate/up still runs: the
-//   gate/up lets the down kernel start only after its own wait (`moe_gate_up_start`), once the
-//   routing that wrote the tiles has finished. The tiles are read through L2 (`__ldcg`) and the
-//   expert clamped to one that exists, so a stale tile asks for valid rows that go unused.
-
-// The start of a gate/up block: waits for the routing, then lets the down kernel start (so
-// that its pre-wait reads of the tiles see this step's).
-__device__ __forceinline__ void moe_gate_up_start() {
-    pdl_wait();
-    pdl_launch_dependents();
-}
-
 // Grid (tile slots, MOE_I / (4·NT)): block (t, b) computes gate units u0 … u0 + 4·NT − 1
 // (u0 = 4·NT·b) and the matching up units of expert tile t, then act[pos, u] = silu(gate)·up for
 // each pair of the tile. Tile slots vary fastest, so an expert's tiles run together and share
@@ -305,18 +287,13 @@ template <int NT>
 __device__ __forceinline__ void gate_up_block(const float* __restrict__ xn, const int* __restrict__ pair_row,
                                               const int* __restrict__ tiles, const int* __restrict__ n_tiles,
                                               const bf16_t* __restrict__ gate_up, float* __restrict__ act,
-                                              int prefetch, float (*part)[NT][WARP][4]) {
-    moe_gate_up_start();
+                                              float (*part)[NT][WARP][4]) {
+    pdl_start();
     if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
     const int e = tile[0], start = tile[1], count = tile[2];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const int u0 = blockIdx.y * 4 * NT;
-    if (prefetch) {
-        const bf16_t* gate = gate_up + (size_t)e * 2 * MOE_I * MOE_H;
-        prefetch_rows_l2(gate, u0, 4 * NT, MOE_I, (size_t)MOE_H * sizeof(bf16_t));
-        prefetch_rows_l2(gate + (size_t)MOE_I * MOE_H, u0, 4 * NT, MOE_I, (size_t)MOE_H * sizeof(bf16_t));
-    }
     const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
     const float* xb = g + 8 < count ? xn + (size_t)pair_row[start + g + 8] * MOE_H : nullptr;
     // N-tile j: outputs 0..3 are the gate rows of units u0 + 4j …, outputs 4..7 the up rows of
@@ -349,10 +326,9 @@ __device__ __forceinline__ void gate_up_block(const float* __restrict__ xn, cons
 #define MOE_GATE_UP(NAME, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
     NAME(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,   \
-         const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act,    \
-         int prefetch) {                                                                                  \
+         const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {  \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        gate_up_block<NT>(xn, pair_row, tiles, n_tiles, gate_up, act, prefetch, part);                  \
+        gate_up_block<NT>(xn, pair_row, tiles, n_tiles, gate_up, act, part);                            \
     }
 MOE_GATE_UP(moe_gate_up, MMA_NT)
 MOE_GATE_UP(moe_gate_up_t2, 2)
@@ -364,21 +340,9 @@ MOE_GATE_UP(moe_gate_up_t1, 1)
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
-         float* __restrict__ y_exp, float* __restrict__ y_sh, int prefetch) {
-    pdl_launch_dependents();
+         float* __restrict__ y_exp, float* __restrict__ y_sh) {
+    pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
-    const int o0 = blockIdx.y * MMA_NT * MMA_COLS;
-    if (prefetch && (int)blockIdx.x < __ldcg(n_tiles + 1)) {
-        // This step's tile, written by the routing that finished before the gate/up let this
-        // kernel start (a hint: any expert it names has rows).
-        const int pe = min(max(__ldcg(tiles + 3 * blockIdx.x), 0), (int)MOE_E);
-        if (pe == MOE_E && MOE_IS > 0)
-            prefetch_rows_l2(shared_down, o0, MMA_NT * MMA_COLS, MOE_H, (size_t)MOE_IS * sizeof(bf16_t));
-        else if (pe < MOE_E)
-            prefetch_rows_l2(down + (size_t)pe * MOE_H * MOE_I, o0, MMA_NT * MMA_COLS, MOE_H,
-                             (size_t)MOE_I * sizeof(bf16_t));
-    }
-    pdl_wait();
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
     const int* tile = tiles + 3 * blockIdx.x;
     const int e = tile[0], start = tile[1], count = tile[2];
@@ -386,6 +350,7 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
     const int k = shared ? MOE_IS : MOE_I;
     const float* src = shared ? act_sh : act;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * MMA_NT * MMA_COLS;
     const float* xa = g < count ? src + (size_t)(start + g) * k : nullptr;
     const float* xb = g + 8 < count ? src + (size_t)(start + g + 8) * k : nullptr;
     // Past the last output: the last valid row, computed and never written.
