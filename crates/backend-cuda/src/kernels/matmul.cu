@@ -335,57 +335,6 @@ MATMUL_BF16_KERNEL(matmul_bf16, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
 // chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
 MATMUL_BF16_KERNEL(matmul_bf16_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
 
-// The narrow kernel with its row tile's x staged in shared memory (`matmul_bf16_staged`, a
-// decode step of one or two rows: the host's `stages_x`): the block copies its rows of x (k
-// floats each, gathered by `row_index`) once, all loads issued together, then its warps take x
-// from there, so a warp holds only weights in registers and loads MMA_STAGED_DEPTH chunks of them
-// at once. At one row the narrow kernel's warps wait on a memory round trip per MMA_NARROW_DEPTH
-// chunks (ncu at one stream: 8 warps a multiprocessor, 12–16 % of the HBM's rate on Qwen3-0.6B's
-// o and down projections, bench/RESULTS.md session 32); here all of a warp's chunks of those
-// matrices (4 and 6) are one. `mma_tile`'s chain on the same values: the narrow kernel's bits.
-// Dynamic shared memory: min(rows, MMA_ROWS) · k floats.
-__device__ __forceinline__ void stage_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                                           int r0, int tile_rows, int k, float* xs) {
-    const int quads = k / 4, n = tile_rows * quads;
-    for (int base = threadIdx.x; base < n; base += 4 * blockDim.x) {
-        float4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int i = base + j * blockDim.x;
-            if (i < n) {
-                const float* src = x + (size_t)(row_index ? row_index[r0 + i / quads] : r0 + i / quads) * x_stride;
-                v[j] = reinterpret_cast<const float4*>(src)[i % quads];
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int i = base + j * blockDim.x;
-            if (i < n) reinterpret_cast<float4*>(xs)[i] = v[j];
-        }
-    }
-    __syncthreads();
-}
-
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_staged(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                   const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
-                   int accumulate, int rows) {
-    __shared__ float part[MMA_WARPS][1][WARP][4];
-    extern __shared__ float4 staged_x4[];
-    float* xs = reinterpret_cast<float*>(staged_x4);
-    const int g = threadIdx.x % WARP / 4;
-    const int r0 = blockIdx.x * MMA_ROWS, o0 = blockIdx.y * MMA_COLS;
-    matmul_start(w, o0, MMA_COLS, n_out, (size_t)k * sizeof(bf16_t));
-    const int tile_rows = min(MMA_ROWS, rows - r0);
-    stage_rows(x, x_stride, row_index, r0, tile_rows, k, xs);
-    const float* xa = g < tile_rows ? xs + (size_t)g * k : nullptr;
-    const float* xb = g + 8 < tile_rows ? xs + (size_t)(g + 8) * k : nullptr;
-    const bf16_t* wr[1] = {w + (size_t)min(o0 + g, n_out - 1) * k};
-    float d[4];
-    if (!mma_tile<1, MMA_STAGED_DEPTH, false>(xa, xb, wr, k, part, d)) return;
-    store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
-}
-
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The

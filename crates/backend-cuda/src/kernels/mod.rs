@@ -40,23 +40,6 @@ const FP8_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
 /// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
 const MMA_NARROW_DEPTH: usize = 2;
-/// Chunks of k a warp of `matmul_bf16_staged` (the narrow kernel with x in shared memory) loads
-/// before it multiplies any: with x out of its registers a warp holds 8 chunks of weights in 64
-/// registers, every chunk of Qwen3-0.6B's o and down projections and 8 of a 4,096-deep matrix's
-/// 8 at one round trip. The bits do not depend on it.
-const MMA_STAGED_DEPTH: usize = 8;
-/// The most rows whose x `matmul_bf16_staged` stages ([`stages_x`]): a decode step of one or
-/// two streams (each block copies its rows once; at 16 rows a 3,072-deep x is 192 KiB).
-const MATMUL_STAGED_MAX_ROWS: usize = 2;
-/// `FLASHLANE_MATMUL_STAGED=0` keeps the narrow kernel where [`stages_x`] would stage x. For A/B
-/// runs of one binary: the bits do not change.
-pub const MATMUL_STAGED_ENV: &str = "FLASHLANE_MATMUL_STAGED";
-
-/// Whether a narrow bf16 matmul of `rows` rows of depth `k` runs `matmul_bf16_staged`: up to
-/// [`MATMUL_STAGED_MAX_ROWS`] rows whose x fits the shared memory a block gets unasked.
-fn stages_x(rows: usize, k: usize) -> bool {
-    rows <= MATMUL_STAGED_MAX_ROWS && rows * k * std::mem::size_of::<f32>() <= BLOCK_SHARED_UNASKED
-}
 /// Chunks of k a warp of `matmul_bf16_t3_deep` / `_t4_deep` loads before it multiplies any: the
 /// narrow kernel's depth, for wide blocks of one row tile that leave each multiprocessor one
 /// block at most ([`deepens`]). The bits do not depend on it.
@@ -251,14 +234,13 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// compiled kernels then launch with. Any other (a block's warps or n-tiles, a model's sizes)
 /// would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 13] = [
+const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_FP8_F16",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
     "MMT_STAGES",
     "MMA_NARROW_DEPTH",
-    "MMA_STAGED_DEPTH",
     "MMA_DEEP_DEPTH",
     "MMA_FP8_NARROW_DEPTH",
     "MMA_FP8_WIDE_DEPTH",
@@ -555,7 +537,6 @@ impl Dims {
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
             ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
-            ("MMA_STAGED_DEPTH", MMA_STAGED_DEPTH),
             ("MMA_DEEP_DEPTH", MMA_DEEP_DEPTH),
             ("MMA_SPLIT", usize::from(self.matmul_split)),
             ("MMA_CHUNK", MMA_CHUNK),
@@ -726,9 +707,6 @@ pub struct Kernels {
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
-    matmul_staged: CudaFunction,
-    /// Whether `MatmulKernel::Auto` stages x where [`stages_x`] ([`MATMUL_STAGED_ENV`]).
-    matmul_stage_x: bool,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -898,8 +876,6 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
-            matmul_staged: f("matmul_bf16_staged")?,
-            matmul_stage_x: std::env::var(MATMUL_STAGED_ENV).map_or(true, |v| v != "0"),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -1067,8 +1043,6 @@ pub enum MatmulKernel {
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,
-    /// `matmul_bf16_staged` where [`stages_x`] (bf16), else as `Narrow`.
-    Staged,
     /// `matmul_bf16`: MMA_NT n-tiles a block.
     Wide,
     /// The wide kernel with this many n-tiles a block (one of [`MATMUL_BLOCK_TILES`]; FP8 runs
@@ -1112,8 +1086,6 @@ enum MatmulLaunch {
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
     RowTiles { tiles: usize, deep: bool },
-    /// `matmul_bf16_staged`: the narrow kernel with its rows of x in shared memory.
-    Staged,
 }
 
 /// Where a dense MLP's SwiGLU runs.
@@ -1511,7 +1483,6 @@ impl Kernels {
             }
             MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
             MatmulKernel::Narrow
-            | MatmulKernel::Staged
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
             | MatmulKernel::Deep(_) => false,
@@ -1557,7 +1528,7 @@ impl Kernels {
                     (true, _) => MMA_NT,
                 }
             }
-            MatmulKernel::Narrow | MatmulKernel::Staged => 1,
+            MatmulKernel::Narrow => 1,
             MatmulKernel::Wide => MMA_NT,
             MatmulKernel::Deep(tiles) | MatmulKernel::Tiles(tiles) => {
                 let (offered, which) = match kernel {
@@ -1586,18 +1557,7 @@ impl Kernels {
             }
             _ => false,
         };
-        let staged = tiles == 1
-            && m.fp8.is_none()
-            && stages_x(m.rows, m.k)
-            && match kernel {
-                MatmulKernel::Auto => self.matmul_stage_x,
-                MatmulKernel::Staged => true,
-                _ => false,
-            };
-        match staged {
-            true => MatmulLaunch::Staged,
-            false => MatmulLaunch::RowTiles { tiles, deep },
-        }
+        MatmulLaunch::RowTiles { tiles, deep }
     }
 
     /// `m` by the kernel `launch` names.
@@ -1605,21 +1565,6 @@ impl Kernels {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
-            MatmulLaunch::Staged => {
-                let rows_staged = m.rows.min(MMA_ROWS);
-                return gpu.launch_with_shared(
-                    &self.matmul_staged,
-                    (
-                        rows_u32(m.rows.div_ceil(MMA_ROWS)),
-                        u32::try_from(m.n_out.div_ceil(MMA_COLS)).expect("outputs fit a grid"),
-                        1,
-                    ),
-                    MMA_WARPS * 32,
-                    u32::try_from(rows_staged * m.k * std::mem::size_of::<f32>())
-                        .expect("stages_x bounds the staged rows"),
-                    &bf16_matmul_args(m),
-                );
-            }
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (

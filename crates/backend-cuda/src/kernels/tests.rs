@@ -315,9 +315,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
 }
 
 /// Every 16-row bf16 matmul kernel a test may ask for by name.
-const SIXTEEN_ROW_KERNELS: [MatmulKernel; 8] = [
+const SIXTEEN_ROW_KERNELS: [MatmulKernel; 7] = [
     MatmulKernel::Narrow,
-    MatmulKernel::Staged,
     MatmulKernel::Wide,
     MatmulKernel::Tiles(3),
     MatmulKernel::Tiles(5),
@@ -432,30 +431,12 @@ fn matmul_case(
         let one = run(xb.at(0) + f32_bytes(r * depth), 0, 1, false);
         let same = same_bits(&one, &all[r * n_out..(r + 1) * n_out]);
         assert!(same, "seed {seed}: row {r} alone differs from the batch");
-        // The staged kernel at the one row it stages here, whatever Auto chose.
-        let staged = run_with(
-            xb.at(0) + f32_bytes(r * depth),
-            0,
-            1,
-            false,
-            MatmulKernel::Staged,
-        );
-        let same = same_bits(&staged, &all[r * n_out..(r + 1) * n_out]);
-        assert!(
-            same,
-            "seed {seed}, depth {depth}: row {r} staged differs from the batch"
-        );
     }
     // Gather the last row then the first; then add the same rows again.
     let index = Buf::from_host(gpu, &[rows as i32 - 1, 0]).unwrap();
     let gathered = run(xb.at(0), index.at(0), 2, false);
     assert_eq!(gathered[..n_out], all[(rows - 1) * n_out..]);
     assert_eq!(gathered[n_out..], all[..n_out]);
-    let staged = run_with(xb.at(0), index.at(0), 2, false, MatmulKernel::Staged);
-    assert!(
-        same_bits(&staged, &gathered),
-        "seed {seed}: two rows gathered and staged differ"
-    );
     let doubled = run(xb.at(0), index.at(0), 2, true);
     for (d, g) in doubled.iter().zip(&gathered) {
         assert_eq!(*d, g + g, "seed {seed}: accumulate adds the product to y");
@@ -561,8 +542,6 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                     MatmulKernel::Auto => (place == InFold) == (48..=64).contains(&rows),
                     MatmulKernel::TiledSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
-                    // Staged where its x fits (one or two rows), narrow past that: apart.
-                    MatmulKernel::Staged => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
                 };
                 assert!(
