@@ -715,6 +715,10 @@ pub struct Kernels {
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
+    /// `attention_gated_prep` ([`PrepPlace::InAttention`]).
+    attention_fused: CudaFunction,
+    /// Whether [`prep_place`] may put the prep into the attention ([`ATTENTION_PREP_FUSED_ENV`]).
+    pub(crate) attention_prep_fused: bool,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
     /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim and rows.
     attention_few_warps: Option<bool>,
@@ -884,6 +888,8 @@ impl Kernels {
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
+            attention_fused: f("attention_gated_prep")?,
+            attention_prep_fused: std::env::var(ATTENTION_PREP_FUSED_ENV).is_ok_and(|v| v == "1"),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
                 Ok("1") => Some(true),
@@ -1940,6 +1946,33 @@ pub struct NormAfter {
     pub out: u64,
 }
 
+/// `FLASHLANE_ATTENTION_PREP_FUSED=1` lets [`prep_place`] put `attention_prep` into the
+/// attention (`attention_gated_prep`). Off by default: written in session 32 and not yet run on
+/// a GPU (its kernel test is `attention_with_its_prep_gives_the_bits_of_both_apart`). For A/B
+/// runs of one binary: the bits do not change.
+pub const ATTENTION_PREP_FUSED_ENV: &str = "FLASHLANE_ATTENTION_PREP_FUSED";
+
+/// Where a call's q/k norms, RoPE and cache write (`attention_prep`) run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepPlace {
+    /// In the attention (`attention_gated_prep`): each block makes its head's q, and the warp
+    /// whose keys hold the row's position its k and v, as `attention_prep` would; the first
+    /// query head of each KV head writes them to the cache. One launch fewer a layer.
+    InAttention,
+    /// `attention_prep`, then the attention kernel.
+    Apart,
+}
+
+/// Where `attention_prep` runs for a call that `kernel` computes: in the attention where a block
+/// takes one head and every row is its session's only one (`alone`: no row reads a cache row
+/// another row of the call writes), when `enabled` ([`ATTENTION_PREP_FUSED_ENV`]).
+fn prep_place(kernel: AttentionKernel, alone: bool, enabled: bool) -> PrepPlace {
+    match (kernel, alone, enabled) {
+        (AttentionKernel::PerHead, true, true) => PrepPlace::InAttention,
+        _ => PrepPlace::Apart,
+    }
+}
+
 /// Which attention kernel computes a call (they give the same bits; see `attention.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionKernel {
@@ -1965,9 +1998,18 @@ fn attention_kernel(rows: usize, head_dim: usize, few_warps: Option<bool>) -> At
     }
 }
 
+/// The softmax's scale of a model's heads: 1 / √head_dim.
+fn attention_scale(dims: &Dims) -> f32 {
+    1.0 / (dims.head_dim as f32).sqrt()
+}
+
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
+    /// Whether each row is its session's only row in the call (a decode round without drafts
+    /// to verify, a draft step): then no row reads a cache row another row writes, and
+    /// [`prep_place`] may put `attention_prep` into the attention.
+    pub alone: bool,
     pub pos: u64,
     pub kv_base: u64,
     pub k_cache: u64,
@@ -2015,6 +2057,55 @@ impl Kernels {
         )
     }
 
+    /// `attention_prep` then [`Kernels::attention`] of `qkv`'s rows into `out`, the prep where
+    /// [`prep_place`] puts it (apart: q through `q_out`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prep_and_attention(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        qkv: u64,
+        norms: (u64, u64),
+        inv_freq: u64,
+        eps: f32,
+        q_out: u64,
+        out: u64,
+    ) -> Result<PrepPlace, CudaError> {
+        let kernel = attention_kernel(a.rows, dims.head_dim, self.attention_few_warps);
+        let place = prep_place(kernel, a.alone, self.attention_prep_fused);
+        if a.rows == 0 {
+            return Ok(place);
+        }
+        match place {
+            PrepPlace::Apart => {
+                self.attention_prep(gpu, dims, a, qkv, norms.0, norms.1, inv_freq, eps, q_out)?;
+                self.attention_with(gpu, dims, a, q_out, qkv, out, kernel)?;
+            }
+            PrepPlace::InAttention => {
+                gpu.launch(
+                    &self.attention_fused,
+                    (rows_u32(a.rows), dims.heads as u32, 1),
+                    ATT_THREADS,
+                    &[
+                        Arg::Ptr(qkv),
+                        Arg::Ptr(a.k_cache),
+                        Arg::Ptr(a.v_cache),
+                        Arg::Ptr(a.pos),
+                        Arg::Ptr(a.kv_base),
+                        Arg::Ptr(norms.0),
+                        Arg::Ptr(norms.1),
+                        Arg::Ptr(inv_freq),
+                        Arg::F32(eps),
+                        Arg::F32(attention_scale(dims)),
+                        Arg::Ptr(out),
+                    ],
+                )?;
+            }
+        }
+        Ok(place)
+    }
+
     /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
     pub fn attention(
         &self,
@@ -2044,7 +2135,7 @@ impl Kernels {
         out: u64,
         kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
-        let scale = 1.0 / (dims.head_dim as f32).sqrt();
+        let scale = attention_scale(dims);
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
         let (f, head_blocks, threads) = match kernel {
             AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),

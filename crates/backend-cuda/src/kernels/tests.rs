@@ -1513,6 +1513,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         );
         let a = super::AttentionRows {
             rows,
+            alone: false,
             pos: bufs.2.at(0),
             kv_base: bufs.3.at(0),
             k_cache: k_buf.at(0),
@@ -1587,6 +1588,140 @@ fn attention_of_many_heads_matches_backend_cpu() {
     attention_matches_backend_cpu(KvDtype::F32, 32, 8, 128);
 }
 
+/// `attention_gated_prep` (the prep in the attention, `PrepPlace::InAttention`) against
+/// `attention_prep` then `attention_gated`: the same outputs and the same cache bytes, bit for
+/// bit, for Qwen3's plain heads (full RoPE) and Qwen3-Next's gated ones (zero-centred norms,
+/// partial RoPE, heads of 256), both cache dtypes, rows of sessions alone at positions from 0
+/// (the first token) past 64 keys; and `prep_place` takes the fused kernel only where asked.
+#[test]
+fn attention_with_its_prep_gives_the_bits_of_both_apart() {
+    let Some(gpu) = open_gpu() else { return };
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let qwen3 = {
+        let mut c = Config::from_dir(&root.join("qwen3_bf16/model")).expect("config");
+        (c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim) = (16, 8, 128, 128);
+        c
+    };
+    let next = Config::from_dir(&root.join("qwen3_next_fp8_heads_16x2x256/model")).expect("config");
+    for config in [qwen3, next] {
+        for kv in [KvDtype::Bf16, KvDtype::F32] {
+            let dims = Dims::of(&config, kv).expect("dims");
+            let mut k = Kernels::compile(&gpu, &dims).expect("kernels");
+            let (heads, kv_heads, hd) = (dims.heads, dims.kv_heads, dims.head_dim);
+            let what = format!("seed {seed}, {heads}/{kv_heads} heads of {hd}, {kv:?}");
+            let q_head = if dims.qwen3_next { 2 * hd } else { hd };
+            let (q_w, kv_row) = (heads * q_head, kv_heads * hd);
+            let qkv_w = q_w + 2 * kv_row;
+            // Five sessions alone, cache rows from 300·r, at positions from 0 to 250.
+            let rows = 5;
+            let cap = 300;
+            let pos: Vec<i32> = (0..rows)
+                .map(|r| if r == 0 { 0 } else { rng.below(251) as i32 })
+                .collect();
+            let kv_base: Vec<i32> = (0..rows as i32).map(|r| r * cap as i32).collect();
+            let elem = kv.bytes() as usize;
+            let cache_bytes = rows * cap * kv_row * elem;
+            // Random cache contents as stored values (bf16 bits or f32 bytes).
+            let cache_init = |rng: &mut Rng| -> Vec<u8> {
+                rng.vec(rows * cap * kv_row)
+                    .into_iter()
+                    .flat_map(|v| match kv {
+                        KvDtype::F32 => v.to_le_bytes().to_vec(),
+                        KvDtype::Bf16 => bf16::from_f32(v).to_le_bytes().to_vec(),
+                    })
+                    .collect()
+            };
+            let (k_init, v_init) = (cache_init(&mut rng), cache_init(&mut rng));
+            let qkv: Vec<f32> = rng.vec(rows * qkv_w).iter().map(|v| 3.0 * v).collect();
+            let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
+            let inv_freq: Vec<f32> = (0..dims.rotary_dim / 2)
+                .map(|d| 1e6f32.powf(-((2 * d) as f32) / dims.rotary_dim as f32))
+                .collect();
+            let b = (
+                Buf::from_host(&gpu, &qkv).unwrap(),
+                Buf::from_host(&gpu, &pos).unwrap(),
+                Buf::from_host(&gpu, &kv_base).unwrap(),
+                Buf::from_host(&gpu, &q_norm).unwrap(),
+                Buf::from_host(&gpu, &k_norm).unwrap(),
+                Buf::from_host(&gpu, &inv_freq).unwrap(),
+                Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
+            );
+            // Each way's caches, output and the place it took.
+            let run = |k: &Kernels, alone: bool| {
+                let caches = (
+                    Buf::from_host(&gpu, &k_init).unwrap(),
+                    Buf::from_host(&gpu, &v_init).unwrap(),
+                );
+                let out = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
+                let a = super::AttentionRows {
+                    rows,
+                    alone,
+                    pos: b.1.at(0),
+                    kv_base: b.2.at(0),
+                    k_cache: caches.0.at(0),
+                    v_cache: caches.1.at(0),
+                };
+                let place = k
+                    .prep_and_attention(
+                        &gpu,
+                        &dims,
+                        &a,
+                        b.0.at(0),
+                        (b.3.at(0), b.4.at(0)),
+                        b.5.at(0),
+                        1e-6,
+                        b.6.at(0),
+                        out.at(0),
+                    )
+                    .unwrap();
+                (
+                    place,
+                    out.read(&gpu, rows * heads * hd).unwrap(),
+                    caches.0.read(&gpu, cache_bytes).unwrap(),
+                    caches.1.read(&gpu, cache_bytes).unwrap(),
+                )
+            };
+            k.attention_prep_fused = false;
+            let apart = run(&k, true);
+            assert_eq!(apart.0, super::PrepPlace::Apart, "{what}: off unless asked");
+            k.attention_prep_fused = true;
+            let fused = run(&k, true);
+            assert_eq!(fused.0, super::PrepPlace::InAttention, "{what}");
+            assert!(
+                same_bits(&fused.1, &apart.1),
+                "{what}: the fused attention's bits differ"
+            );
+            assert!(fused.2 == apart.2, "{what}: the K caches differ");
+            assert!(fused.3 == apart.3, "{what}: the V caches differ");
+            // Rows of one session together: apart, whatever is asked.
+            let together = run(&k, false);
+            assert_eq!(together.0, super::PrepPlace::Apart, "{what}");
+            assert!(same_bits(&together.1, &apart.1), "{what}");
+        }
+    }
+}
+
+/// `prep_place` (no device needed): the prep goes into the attention only for a block a head,
+/// rows alone, when asked.
+#[test]
+fn the_prep_goes_into_the_attention_only_for_rows_alone() {
+    use super::{prep_place, AttentionKernel, PrepPlace};
+    assert_eq!(
+        prep_place(AttentionKernel::PerHead, true, true),
+        PrepPlace::InAttention
+    );
+    for apart in [
+        prep_place(AttentionKernel::PerHead, true, false),
+        prep_place(AttentionKernel::PerHead, false, true),
+        prep_place(AttentionKernel::Grouped, true, true),
+        prep_place(AttentionKernel::GroupedFewWarps, true, true),
+    ] {
+        assert_eq!(apart, PrepPlace::Apart);
+    }
+}
+
 /// `attention_prep` for many heads (they span blocks) against a reference written here: each
 /// head RMSNormed with its weight (plain, Qwen3's), the first `rotary_dim` dims rotated by
 /// position (rotate-half), q to `q_out` and K, V into the cache rows in `kv`.
@@ -1634,6 +1769,7 @@ fn attention_prep_of_many_heads_matches_a_reference() {
         );
         let a = super::AttentionRows {
             rows,
+            alone: false,
             pos: b.1.at(0),
             kv_base: b.2.at(0),
             k_cache: b.7.at(0),
