@@ -311,6 +311,11 @@ const ATT_GROUP_MAX_DIMS: usize = 512;
 /// prompt's many rows, whose blocks are short and many; a decode round keeps a block per head,
 /// so that a long context's keys spread over as many multiprocessors as there are heads.
 const ATT_GROUPED_MIN_ROWS: usize = 128;
+/// `FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=N` moves that bound (A/B runs of one binary: the same
+/// bits). A decode round of 32–64 streams on the per-head kernel loads each KV head's keys once
+/// per query head (4 times on Qwen3-4B and -8B); whether the grouped kernel's once a group pays
+/// there was not measured (written in session 32).
+pub const ATTENTION_GROUPED_MIN_ROWS_ENV: &str = "FLASHLANE_ATTENTION_GROUPED_MIN_ROWS";
 
 /// Warps of `attention_grouped_few`, each walking ATT_THREADS / 32 / ATT_FEW_WARPS of the
 /// per-head kernel's key splits one after the other (the same chain).
@@ -722,6 +727,8 @@ pub struct Kernels {
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
     /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim and rows.
     attention_few_warps: Option<bool>,
+    /// The rows from which [`attention_kernel`] groups heads ([`ATTENTION_GROUPED_MIN_ROWS_ENV`]).
+    attention_grouped_min_rows: usize,
     mtp_input: CudaFunction,
     copy_rows: CudaFunction,
     argmax: CudaFunction,
@@ -895,6 +902,10 @@ impl Kernels {
                 Ok("1") => Some(true),
                 _ => None,
             },
+            attention_grouped_min_rows: std::env::var(ATTENTION_GROUPED_MIN_ROWS_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(ATT_GROUPED_MIN_ROWS),
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
             argmax: f("argmax_rows")?,
@@ -1985,13 +1996,20 @@ pub enum AttentionKernel {
 }
 
 /// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for a
-/// decode round, per group of a KV head's query heads for a prompt's many rows, by 4 warps where
-/// the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] and the rows [`ATT_FEW_WARPS_MIN_ROWS`]
-/// or more (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`], forces that choice).
-fn attention_kernel(rows: usize, head_dim: usize, few_warps: Option<bool>) -> AttentionKernel {
+/// decode round, per group of a KV head's query heads for a prompt's many rows (from
+/// `grouped_min_rows`, [`ATT_GROUPED_MIN_ROWS`] unless [`ATTENTION_GROUPED_MIN_ROWS_ENV`]), by 4
+/// warps where the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] and the rows
+/// [`ATT_FEW_WARPS_MIN_ROWS`] or more (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`], forces that
+/// choice).
+fn attention_kernel(
+    rows: usize,
+    head_dim: usize,
+    few_warps: Option<bool>,
+    grouped_min_rows: usize,
+) -> AttentionKernel {
     let few = few_warps
         .unwrap_or(head_dim <= ATT_FEW_WARPS_MAX_HEAD_DIM && rows >= ATT_FEW_WARPS_MIN_ROWS);
-    match (rows >= ATT_GROUPED_MIN_ROWS, few) {
+    match (rows >= grouped_min_rows, few) {
         (false, _) => AttentionKernel::PerHead,
         (true, false) => AttentionKernel::Grouped,
         (true, true) => AttentionKernel::GroupedFewWarps,
@@ -2072,7 +2090,12 @@ impl Kernels {
         q_out: u64,
         out: u64,
     ) -> Result<PrepPlace, CudaError> {
-        let kernel = attention_kernel(a.rows, dims.head_dim, self.attention_few_warps);
+        let kernel = attention_kernel(
+            a.rows,
+            dims.head_dim,
+            self.attention_few_warps,
+            self.attention_grouped_min_rows,
+        );
         let place = prep_place(kernel, a.alone, self.attention_prep_fused);
         if a.rows == 0 {
             return Ok(place);
@@ -2119,7 +2142,12 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
-        let kernel = attention_kernel(a.rows, dims.head_dim, self.attention_few_warps);
+        let kernel = attention_kernel(
+            a.rows,
+            dims.head_dim,
+            self.attention_few_warps,
+            self.attention_grouped_min_rows,
+        );
         self.attention_with(gpu, dims, a, q, qkv, out, kernel)
     }
 

@@ -750,24 +750,45 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
 #[test]
 fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
     use super::{attention_kernel, AttentionKernel};
-    assert_eq!(attention_kernel(1, 128, None), AttentionKernel::PerHead);
     assert_eq!(
-        attention_kernel(127, 128, Some(true)),
+        attention_kernel(1, 128, None, super::ATT_GROUPED_MIN_ROWS),
         AttentionKernel::PerHead
     );
-    assert_eq!(attention_kernel(128, 128, None), AttentionKernel::Grouped);
-    assert_eq!(attention_kernel(511, 128, None), AttentionKernel::Grouped);
+    // The setting's bound: a 32-stream decode round grouped.
     assert_eq!(
-        attention_kernel(512, 128, None),
-        AttentionKernel::GroupedFewWarps
-    );
-    assert_eq!(attention_kernel(8192, 256, None), AttentionKernel::Grouped);
-    assert_eq!(
-        attention_kernel(128, 128, Some(false)),
+        attention_kernel(32, 128, None, 32),
         AttentionKernel::Grouped
     );
     assert_eq!(
-        attention_kernel(8192, 256, Some(true)),
+        attention_kernel(31, 128, None, 32),
+        AttentionKernel::PerHead
+    );
+    assert_eq!(
+        attention_kernel(127, 128, Some(true), super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::PerHead
+    );
+    assert_eq!(
+        attention_kernel(128, 128, None, super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::Grouped
+    );
+    assert_eq!(
+        attention_kernel(511, 128, None, super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::Grouped
+    );
+    assert_eq!(
+        attention_kernel(512, 128, None, super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::GroupedFewWarps
+    );
+    assert_eq!(
+        attention_kernel(8192, 256, None, super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::Grouped
+    );
+    assert_eq!(
+        attention_kernel(128, 128, Some(false), super::ATT_GROUPED_MIN_ROWS),
+        AttentionKernel::Grouped
+    );
+    assert_eq!(
+        attention_kernel(8192, 256, Some(true), super::ATT_GROUPED_MIN_ROWS),
         AttentionKernel::GroupedFewWarps
     );
 }
