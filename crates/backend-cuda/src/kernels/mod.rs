@@ -210,6 +210,13 @@ pub fn moe_fp8_blocks_fit(
 /// warps `moe_combine_norm` (80 loads a thread for Qwen3-Next's 10 experts) took 9.0 µs a row,
 /// more than `moe_combine` over 8 blocks and `rmsnorm_rows` after it (3.8 + 3.3; ncu, session 13).
 const NORM_WARPS: u32 = 32;
+/// Warps per block of `rmsnorm_rows_few` ([`NORM_FEW_WARPS_ENV`]): 4 elements a lane of
+/// Qwen3-0.6B's 1,024-wide row, 10 of Qwen3-4B's 2,560.
+const NORM_FEW_WARPS: u32 = 8;
+/// `FLASHLANE_NORM_FEW_WARPS=1` runs every `rmsnorm_rows` as `rmsnorm_rows_few` (8 warps a row,
+/// another fixed order: other bits, each still the same alone or batched; the norms fused into
+/// other kernels keep theirs). For A/B runs; written in session 32, not yet measured.
+pub const NORM_FEW_WARPS_ENV: &str = "FLASHLANE_NORM_FEW_WARPS";
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
 const MMA_COLS: usize = 8;
 /// N-tiles a block of the matmul computes: each warp loads (and splits into hi and lo) its chunk
@@ -560,6 +567,7 @@ impl Dims {
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
+            ("NORM_FEW_WARPS", block(NORM_FEW_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
@@ -715,6 +723,9 @@ pub struct Kernels {
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
+    rmsnorm_few: CudaFunction,
+    /// Whether [`Kernels::rmsnorm`] runs `rmsnorm_rows_few` ([`NORM_FEW_WARPS_ENV`]).
+    pub(crate) norm_few_warps: bool,
     embed: CudaFunction,
     attention_prep: CudaFunction,
     attention: CudaFunction,
@@ -890,6 +901,8 @@ impl Kernels {
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
+            rmsnorm_few: f("rmsnorm_rows_few")?,
+            norm_few_warps: std::env::var(NORM_FEW_WARPS_ENV).is_ok_and(|v| v == "1"),
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
             attention: f("attention_gated")?,
@@ -1725,10 +1738,14 @@ impl Kernels {
         if rows == 0 {
             return Ok(());
         }
+        let (f, warps) = match self.norm_few_warps {
+            false => (&self.rmsnorm, NORM_WARPS),
+            true => (&self.rmsnorm_few, NORM_FEW_WARPS),
+        };
         gpu.launch(
-            &self.rmsnorm,
+            f,
             (rows_u32(rows), 1, 1),
-            NORM_WARPS * 32,
+            warps * 32,
             &[
                 Arg::Ptr(x),
                 Arg::Ptr(w),

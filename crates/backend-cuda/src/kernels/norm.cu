@@ -18,6 +18,29 @@ rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, in
         out[(size_t)r * n + i] = xr[i] * inv * norm_scale(w[i], kind);
 }
 
+// `rmsnorm_rows` by NORM_FEW_WARPS warps a row (FLASHLANE_NORM_FEW_WARPS=1, an A/B of one binary,
+// off by default): its own fixed order (NORM_FEW_WARPS · 32 strided shares, then `block_sum`'s
+// trees), the same for every row, so a row's bits still never depend on the batch; not those of
+// `rmsnorm_rows`. A decode step's norm is one block of latency (ncu, session 32: 4.3 µs for one
+// row at 32 warps); fewer warps wait on a cheaper barrier, each lane's few loads issued together.
+extern "C" __global__ void __launch_bounds__(NORM_FEW_WARPS * WARP)
+rmsnorm_rows_few(const float* __restrict__ x, const float* __restrict__ w, int n, int rows, float eps,
+                 int kind, float* __restrict__ out) {
+    __shared__ float warp_sums[NORM_FEW_WARPS];
+    __shared__ float total_s;
+    pdl_start();
+    const int r = blockIdx.x;
+    const float* xr = x + (size_t)r * n;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NORM_FEW_WARPS * WARP) acc += xr[i] * xr[i];
+    const float total = block_sum<NORM_FEW_WARPS>(acc, warp_sums, &total_s);
+    const float inv = 1.0f / sqrtf(total / (float)n + eps);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NORM_FEW_WARPS * WARP)
+        out[(size_t)r * n + i] = xr[i] * inv * norm_scale(w[i], kind);
+}
+
 // Embedding rows: x[r] = widen(embed[tokens[r]]).
 extern "C" __global__ void embed_rows(const int* __restrict__ tokens, const bf16_t* __restrict__ embed,
                                       int hidden, float* __restrict__ x) {

@@ -1182,7 +1182,7 @@ fn moe_gate_up_tiles_runs_a_step_in_the_fewest_waves() {
 
 #[test]
 fn rmsnorm_matches_backend_cpu_in_both_kinds() {
-    let Some((gpu, k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let (n, rows) = (1 + rng.below(700), 1 + rng.below(40));
@@ -1193,7 +1193,12 @@ fn rmsnorm_matches_backend_cpu_in_both_kinds() {
         Buf::from_host(&gpu, &w).unwrap(),
     );
     let out = Buf::<f32>::zeros(&gpu, rows * n).unwrap();
-    for (kind, zero_centred) in [(NormKind::Plain, false), (NormKind::ZeroCentred, true)] {
+    // Both kernels (`rmsnorm_rows`, and `rmsnorm_rows_few` under FLASHLANE_NORM_FEW_WARPS=1).
+    for (few, (kind, zero_centred)) in [false, true]
+        .into_iter()
+        .flat_map(|few| [(NormKind::Plain, false), (NormKind::ZeroCentred, true)].map(|c| (few, c)))
+    {
+        k.norm_few_warps = few;
         let mut want = vec![0f32; rows * n];
         rmsnorm(&x, &w, 1e-6, kind, &mut want);
         k.rmsnorm(
@@ -1209,7 +1214,27 @@ fn rmsnorm_matches_backend_cpu_in_both_kinds() {
         .unwrap();
         let got = out.read(&gpu, rows * n).unwrap();
         let d = relative_diff(&got, &want);
-        assert!(d <= TOLERANCE, "seed {seed} {kind:?}: relative diff {d}");
+        assert!(
+            d <= TOLERANCE,
+            "seed {seed} {kind:?}, few warps {few}: relative diff {d}"
+        );
+        // A row alone: the bits it has among the others.
+        k.rmsnorm(
+            &gpu,
+            xb.at(0) + f32_bytes((rows - 1) * n),
+            wb.at(0),
+            n,
+            1,
+            1e-6,
+            zero_centred,
+            out.at(0),
+        )
+        .unwrap();
+        let alone = out.read(&gpu, n).unwrap();
+        assert!(
+            same_bits(&alone, &got[(rows - 1) * n..]),
+            "seed {seed}, few warps {few}: a row alone differs"
+        );
     }
 }
 
