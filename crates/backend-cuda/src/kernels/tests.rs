@@ -749,48 +749,29 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
 /// of at most 128 (Qwen3's dense shapes) unless the setting forces a choice.
 #[test]
 fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
-    use super::{attention_kernel, AttentionKernel};
-    assert_eq!(
-        attention_kernel(1, 128, None, super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::PerHead
-    );
-    // The setting's bound: a 32-stream decode round grouped.
-    assert_eq!(
-        attention_kernel(32, 128, None, 32),
-        AttentionKernel::Grouped
-    );
-    assert_eq!(
-        attention_kernel(31, 128, None, 32),
-        AttentionKernel::PerHead
-    );
-    assert_eq!(
-        attention_kernel(127, 128, Some(true), super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::PerHead
-    );
-    assert_eq!(
-        attention_kernel(128, 128, None, super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::Grouped
-    );
-    assert_eq!(
-        attention_kernel(511, 128, None, super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::Grouped
-    );
-    assert_eq!(
-        attention_kernel(512, 128, None, super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::GroupedFewWarps
-    );
-    assert_eq!(
-        attention_kernel(8192, 256, None, super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::Grouped
-    );
-    assert_eq!(
-        attention_kernel(128, 128, Some(false), super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::Grouped
-    );
-    assert_eq!(
-        attention_kernel(8192, 256, Some(true), super::ATT_GROUPED_MIN_ROWS),
-        AttentionKernel::GroupedFewWarps
-    );
+    use super::{attention_kernel, AttentionKernel, ATT_GROUPED_MIN_ROWS};
+    use AttentionKernel::{Grouped, GroupedFewWarps, PerHead};
+    // (rows, head dim, the setting's force, the rows from which heads are grouped, the kernel).
+    let cases = [
+        (1, 128, None, ATT_GROUPED_MIN_ROWS, PerHead),
+        (127, 128, Some(true), ATT_GROUPED_MIN_ROWS, PerHead),
+        (128, 128, None, ATT_GROUPED_MIN_ROWS, Grouped),
+        (511, 128, None, ATT_GROUPED_MIN_ROWS, Grouped),
+        (512, 128, None, ATT_GROUPED_MIN_ROWS, GroupedFewWarps),
+        (8192, 256, None, ATT_GROUPED_MIN_ROWS, Grouped),
+        (128, 128, Some(false), ATT_GROUPED_MIN_ROWS, Grouped),
+        (8192, 256, Some(true), ATT_GROUPED_MIN_ROWS, GroupedFewWarps),
+        // FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=32: a 32-stream decode round grouped.
+        (32, 128, None, 32, Grouped),
+        (31, 128, None, 32, PerHead),
+    ];
+    for (rows, head_dim, few, grouped_from, want) in cases {
+        assert_eq!(
+            attention_kernel(rows, head_dim, few, grouped_from),
+            want,
+            "{rows} rows of {head_dim}, few warps {few:?}, grouped from {grouped_from}"
+        );
+    }
 }
 
 /// `runs_split_k` (no device needed): k split for 48–64 rows, not at 32 (slower there), nor where
