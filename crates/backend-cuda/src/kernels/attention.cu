@@ -38,17 +38,17 @@ __device__ __forceinline__ float kv_load(kv_t v) { return v; }
 // Head dims a lane of attention_prep takes.
 #define ATT_PREP_DPL ((ATT_HD + WARP - 1) / WARP)
 
-// One head's RMSNorm (weight `nw`) and RoPE at `pos` by one warp, for `attention_gated_prep`:
-// `src` the head's ATT_HD projections, `buf` ATT_HD floats of shared memory of this warp's own;
-// the lane's dims lane + 32j into y[j]. `attention_prep`'s expressions on the same values (its
-// code, with the stores left to the caller), so the fused kernel's q, k and v have its bits
-// (`attention_with_its_prep_gives_the_bits_of_both_apart`). `attention_prep` keeps its own copy
-// until the fused kernel has run on a GPU (session 32 wrote it without one); then it can call
-// this.
+// One head's RMSNorm (weight `nw`) and RoPE at `pos` by one warp: `src` the head's ATT_HD
+// projections, `buf` ATT_HD floats of shared memory of this warp's own; `store(i, j, y)` takes
+// dim i (= lane + 32j) of the result. `attention_prep` stores into q and the cache,
+// `attention_gated_prep` into its registers: one code, the same bits.
+template <class Store>
 __device__ __forceinline__ void prep_head(const float* __restrict__ src, const float* __restrict__ nw,
                                           const float* __restrict__ inv_freq, int pos, float eps, float* buf,
-                                          float (&y)[ATT_PREP_DPL]) {
+                                          Store store) {
     const int lane = threadIdx.x % WARP;
+    // The loops over a head's dims run ATT_PREP_DPL times, unrolled so that each one's loads
+    // are issued together (rolled, a 1-row call waited on ~30 loads one after another).
     const float inv = 1.0f / sqrtf(warp_sum_squares_n<ATT_HD>(src, lane) / (float)ATT_HD + eps);
 #pragma unroll
     for (int j = 0; j < ATT_PREP_DPL; j++) {
@@ -60,21 +60,17 @@ __device__ __forceinline__ void prep_head(const float* __restrict__ src, const f
 #pragma unroll
     for (int j = 0; j < ATT_PREP_DPL; j++) {
         const int i = lane + j * WARP;
-        float v = 0.0f;
-        if (i < ATT_HD) {
-            v = buf[i];
-            if (i < ATT_ROT) {
-                const int d = i < half ? i : i - half;
-                const float angle = (float)pos * inv_freq[d];
-                const float c = cosf(angle), s = sinf(angle);
-                const float a = buf[d], b = buf[d + half];
-                v = i < half ? a * c + (-b) * s : b * c + a * s;
-            }
+        if (i >= ATT_HD) break;
+        float y = buf[i];
+        if (i < ATT_ROT) {
+            const int d = i < half ? i : i - half;
+            const float angle = (float)pos * inv_freq[d];
+            const float c = cosf(angle), s = sinf(angle);
+            const float a = buf[d], b = buf[d + half];
+            y = i < half ? a * c + (-b) * s : b * c + a * s;
         }
-        y[j] = v;
+        store(i, j, y);
     }
-    // `buf` is the warp's again.
-    __syncwarp();
 }
 
 extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
@@ -97,8 +93,6 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
     const int kvh = w - ATT_HEADS;
     const float* src = query ? row + w * ATT_Q_HEAD_W : row + ATT_Q_W + kvh * ATT_HD;
     const float* nw = query ? q_norm : k_norm;
-    // The loops over a head's dims run ATT_PREP_DPL times, unrolled so that each one's loads
-    // are issued together (rolled, a 1-row call waited on ~30 loads one after another).
     if (!query) {
         const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
 #pragma unroll
@@ -107,29 +101,10 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
             if (i < ATT_HD) v_cache[cache_row + kvh * ATT_HD + i] = kv_store(v[i]);
         }
     }
-    const float inv = 1.0f / sqrtf(warp_sum_squares_n<ATT_HD>(src, lane) / (float)ATT_HD + eps);
-#pragma unroll
-    for (int j = 0; j < ATT_PREP_DPL; j++) {
-        const int i = lane + j * WARP;
-        if (i < ATT_HD) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
-    }
-    __syncwarp();
-    const int half = ATT_ROT / 2;
-#pragma unroll
-    for (int j = 0; j < ATT_PREP_DPL; j++) {
-        const int i = lane + j * WARP;
-        if (i >= ATT_HD) break;
-        float y = buf[i];
-        if (i < ATT_ROT) {
-            const int d = i < half ? i : i - half;
-            const float angle = (float)pos * inv_freq[d];
-            const float c = cosf(angle), s = sinf(angle);
-            const float a = buf[d], b = buf[d + half];
-            y = i < half ? a * c + (-b) * s : b * c + a * s;
-        }
+    prep_head(src, nw, inv_freq, pos, eps, buf, [&](int i, int, float y) {
         if (query) q_out[((size_t)r * ATT_HEADS + w) * ATT_HD + i] = y;
         else k_cache[cache_row + kvh * ATT_HD + i] = kv_store(y);
-    }
+    });
 }
 
 // attention_gated: ATT_WARPS warps split the keys 0..=pos in groups of ATT_KEY_GROUP consecutive
@@ -153,7 +128,7 @@ static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads shar
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
 //
 // With FRESH (`attention_gated_prep`: one head a block, a row a session), the row's q, and its
-// own key and value at `pos`, come from `qkv` as `attention_prep` would make them (`prep_head`,
+// own key and value at `pos`, come from `qkv` as `attention_prep` makes them (`prep_head`,
 // each warp its q in `prep_buf`'s row of its own; the warp whose keys hold `pos` its k and v,
 // rounded as the cache stores them), not from `q` and the cache; the block of the first query
 // head of each KV head writes that k and v into the cache rows (`k_store`, `v_store`: the
@@ -185,10 +160,14 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     if (FRESH) {
         const float* row = qkv + (size_t)r * ATT_QKV_W;
         float* buf = prep_buf + warp * ATT_HD;
-        prep_head(row + h0 * ATT_Q_HEAD_W, q_norm, inv_freq, pos, eps, buf, qv[0]);
+        prep_head(row + h0 * ATT_Q_HEAD_W, q_norm, inv_freq, pos, eps, buf,
+                  [&](int, int j, float y) { qv[0][j] = y; });
         if (holds_pos) {
             float yk[ATT_PREP_DPL];
-            prep_head(row + ATT_Q_W + kvh * ATT_HD, k_norm, inv_freq, pos, eps, buf, yk);
+            // `buf` is free again once every lane has read its q's pairs.
+            __syncwarp();
+            prep_head(row + ATT_Q_W + kvh * ATT_HD, k_norm, inv_freq, pos, eps, buf,
+                      [&](int, int j, float y) { yk[j] = y; });
             const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
             const bool writes = h0 % (ATT_HEADS / ATT_KV_HEADS) == 0;
             const size_t cache_row = (base + pos) * ATT_KV_ROW + kvh * ATT_HD;

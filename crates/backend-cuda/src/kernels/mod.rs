@@ -2092,8 +2092,8 @@ impl Kernels {
         )
     }
 
-    /// `attention_prep` then [`Kernels::attention`] of `qkv`'s rows into `out`, the prep where
-    /// [`prep_place`] puts it (apart: q through `q_out`).
+    /// `attention_prep` then the attention ([`attention_kernel`]'s) of `qkv`'s rows into `out`,
+    /// the prep where [`prep_place`] puts it (apart: q through `q_out`).
     #[allow(clippy::too_many_arguments)]
     pub fn prep_and_attention(
         &self,
@@ -2146,29 +2146,8 @@ impl Kernels {
         Ok(place)
     }
 
-    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
-    pub fn attention(
-        &self,
-        gpu: &Gpu,
-        dims: &Dims,
-        a: &AttentionRows,
-        q: u64,
-        qkv: u64,
-        out: u64,
-    ) -> Result<(), CudaError> {
-        if a.rows == 0 {
-            return Ok(());
-        }
-        let kernel = attention_kernel(
-            a.rows,
-            dims.head_dim,
-            self.attention_few_warps,
-            self.attention_grouped_min_rows,
-        );
-        self.attention_with(gpu, dims, a, q, qkv, out, kernel)
-    }
-
-    /// [`Kernels::attention`] by `kernel` (each gives the same bits).
+    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`, by
+    /// `kernel` (each gives the same bits), q read from `q`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_with(
         &self,

@@ -1615,6 +1615,42 @@ fn attention_of_many_heads_matches_backend_cpu() {
     attention_matches_backend_cpu(KvDtype::F32, 32, 8, 128);
 }
 
+/// RoPE's inverse frequencies over `rotary_dim` dims (base 10⁶, Qwen3's).
+fn rope_inv_freq(rotary_dim: usize) -> Vec<f32> {
+    (0..rotary_dim / 2)
+        .map(|d| 1e6f32.powf(-((2 * d) as f32) / rotary_dim as f32))
+        .collect()
+}
+
+/// `attention_prep`'s inputs on the device.
+struct PrepInputs {
+    qkv: Buf<f32>,
+    pos: Buf<i32>,
+    kv_base: Buf<i32>,
+    q_norm: Buf<f32>,
+    k_norm: Buf<f32>,
+    inv_freq: Buf<f32>,
+}
+
+impl PrepInputs {
+    fn upload(
+        gpu: &Arc<Gpu>,
+        qkv: &[f32],
+        (pos, kv_base): (&[i32], &[i32]),
+        (q_norm, k_norm): (&[f32], &[f32]),
+        inv_freq: &[f32],
+    ) -> PrepInputs {
+        PrepInputs {
+            qkv: Buf::from_host(gpu, qkv).unwrap(),
+            pos: Buf::from_host(gpu, pos).unwrap(),
+            kv_base: Buf::from_host(gpu, kv_base).unwrap(),
+            q_norm: Buf::from_host(gpu, q_norm).unwrap(),
+            k_norm: Buf::from_host(gpu, k_norm).unwrap(),
+            inv_freq: Buf::from_host(gpu, inv_freq).unwrap(),
+        }
+    }
+}
+
 /// `attention_gated_prep` (the prep in the attention, `PrepPlace::InAttention`) against
 /// `attention_prep` then `attention_gated`: the same outputs and the same cache bytes, bit for
 /// bit, for Qwen3's plain heads (full RoPE) and Qwen3-Next's gated ones (zero-centred norms,
@@ -1663,18 +1699,14 @@ fn attention_with_its_prep_gives_the_bits_of_both_apart() {
             let (k_init, v_init) = (cache_init(&mut rng), cache_init(&mut rng));
             let qkv: Vec<f32> = rng.vec(rows * qkv_w).iter().map(|v| 3.0 * v).collect();
             let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
-            let inv_freq: Vec<f32> = (0..dims.rotary_dim / 2)
-                .map(|d| 1e6f32.powf(-((2 * d) as f32) / dims.rotary_dim as f32))
-                .collect();
-            let b = (
-                Buf::from_host(&gpu, &qkv).unwrap(),
-                Buf::from_host(&gpu, &pos).unwrap(),
-                Buf::from_host(&gpu, &kv_base).unwrap(),
-                Buf::from_host(&gpu, &q_norm).unwrap(),
-                Buf::from_host(&gpu, &k_norm).unwrap(),
-                Buf::from_host(&gpu, &inv_freq).unwrap(),
-                Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap(),
+            let b = PrepInputs::upload(
+                &gpu,
+                &qkv,
+                (&pos, &kv_base),
+                (&q_norm, &k_norm),
+                &rope_inv_freq(dims.rotary_dim),
             );
+            let q_out = Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap();
             // Each way's caches, output and the place it took.
             let run = |k: &Kernels, alone: bool| {
                 let caches = (
@@ -1685,8 +1717,8 @@ fn attention_with_its_prep_gives_the_bits_of_both_apart() {
                 let a = super::AttentionRows {
                     rows,
                     alone,
-                    pos: b.1.at(0),
-                    kv_base: b.2.at(0),
+                    pos: b.pos.at(0),
+                    kv_base: b.kv_base.at(0),
                     k_cache: caches.0.at(0),
                     v_cache: caches.1.at(0),
                 };
@@ -1695,11 +1727,11 @@ fn attention_with_its_prep_gives_the_bits_of_both_apart() {
                         &gpu,
                         &dims,
                         &a,
-                        b.0.at(0),
-                        (b.3.at(0), b.4.at(0)),
-                        b.5.at(0),
+                        b.qkv.at(0),
+                        (b.q_norm.at(0), b.k_norm.at(0)),
+                        b.inv_freq.at(0),
                         1e-6,
-                        b.6.at(0),
+                        q_out.at(0),
                         out.at(0),
                     )
                     .unwrap();
@@ -1774,47 +1806,38 @@ fn attention_prep_of_many_heads_matches_a_reference() {
         let qkv = rng.vec(rows * qkv_w);
         let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
         let half = hd / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|d| 1e6f32.powf(-((2 * d) as f32) / hd as f32))
-            .collect();
+        let inv_freq = rope_inv_freq(hd);
         // Rows of two sessions: cache rows from 0 and from 16, at positions 5, 6 and 3.
         let pos = [5i32, 6, 3];
         let kv_base = [0i32, 0, 16];
         let cache_rows = 24;
         let eps = 1e-6f32;
         let elem = kv.bytes() as usize;
-        let b = (
-            Buf::from_host(&gpu, &qkv).unwrap(),
-            Buf::from_host(&gpu, &pos).unwrap(),
-            Buf::from_host(&gpu, &kv_base).unwrap(),
-            Buf::from_host(&gpu, &q_norm).unwrap(),
-            Buf::from_host(&gpu, &k_norm).unwrap(),
-            Buf::from_host(&gpu, &inv_freq).unwrap(),
-            Buf::<f32>::zeros(&gpu, rows * q_w).unwrap(),
-            Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap(),
-            Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap(),
-        );
+        let b = PrepInputs::upload(&gpu, &qkv, (&pos, &kv_base), (&q_norm, &k_norm), &inv_freq);
+        let q_buf = Buf::<f32>::zeros(&gpu, rows * q_w).unwrap();
+        let k_buf = Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap();
+        let v_buf = Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap();
         let a = super::AttentionRows {
             rows,
             alone: false,
-            pos: b.1.at(0),
-            kv_base: b.2.at(0),
-            k_cache: b.7.at(0),
-            v_cache: b.8.at(0),
+            pos: b.pos.at(0),
+            kv_base: b.kv_base.at(0),
+            k_cache: k_buf.at(0),
+            v_cache: v_buf.at(0),
         };
         k.attention_prep(
             &gpu,
             &dims,
             &a,
-            b.0.at(0),
-            b.3.at(0),
-            b.4.at(0),
-            b.5.at(0),
+            b.qkv.at(0),
+            b.q_norm.at(0),
+            b.k_norm.at(0),
+            b.inv_freq.at(0),
             eps,
-            b.6.at(0),
+            q_buf.at(0),
         )
         .unwrap();
-        let q_out = b.6.read(&gpu, rows * q_w).unwrap();
+        let q_out = q_buf.read(&gpu, rows * q_w).unwrap();
         let decode = |bytes: Vec<u8>| -> Vec<f32> {
             match kv {
                 KvDtype::F32 => bytes
@@ -1827,8 +1850,8 @@ fn attention_prep_of_many_heads_matches_a_reference() {
                     .collect(),
             }
         };
-        let k_cache = decode(b.7.read(&gpu, cache_rows * kv_row * elem).unwrap());
-        let v_cache = decode(b.8.read(&gpu, cache_rows * kv_row * elem).unwrap());
+        let k_cache = decode(k_buf.read(&gpu, cache_rows * kv_row * elem).unwrap());
+        let v_cache = decode(v_buf.read(&gpu, cache_rows * kv_row * elem).unwrap());
         // The reference, in f64.
         let prep = |x: &[f32], w: &[f32], p: i32| -> Vec<f32> {
             let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / hd as f64;
