@@ -537,17 +537,20 @@ impl Pass<'_> {
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
                 self.matmul(p.xn, &w.qkv, rows, p.wide, false)?;
-                self.m.kernels.prep_and_attention(
+                let k = &self.m.kernels;
+                let inv_freq = self.m.weights.inv_freq.at(0);
+                k.attention_prep(
                     self.gpu(),
                     &self.m.dims,
                     a,
                     p.wide,
-                    (w.q_norm.at(0), w.k_norm.at(0)),
-                    self.m.weights.inv_freq.at(0),
+                    w.q_norm.at(0),
+                    w.k_norm.at(0),
+                    inv_freq,
                     self.eps(),
                     p.q,
-                    p.att,
                 )?;
+                k.attention(self.gpu(), &self.m.dims, a, p.q, p.wide, p.att)?;
                 self.matmul(p.att, &w.o_proj, rows, p.x, true)?;
             }
             _ => unreachable!("a layer's mixer rows match its mixer weights"),
@@ -743,10 +746,8 @@ pub fn forward<'a>(
     let greedy = logit_rows < rm.num_logits;
     // Before a graph's capture or replay: its key's rows decide the launches it holds.
     m.gpu.set_round_launches(round_launches(&m.dims, rows));
-    // Every window one row: each row its session's only one in the round.
-    let alone = plans.iter().all(|p| p.len == 1);
     let enqueue = || {
-        enqueue_round(&pass, sessions, base, &rm, (plans.len(), alone), rows)?;
+        enqueue_round(&pass, sessions, base, &rm, plans.len(), rows)?;
         if greedy {
             m.kernels
                 .argmax(&m.gpu, ptrs.logits, rm.num_logits, v, ptrs.ids, -1)?;
@@ -761,7 +762,6 @@ pub fn forward<'a>(
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
             greedy,
-            alone,
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {
@@ -812,7 +812,7 @@ fn enqueue_round(
     sessions: &Sessions,
     base: u64,
     rm: &RoundMeta,
-    (windows, alone): (usize, bool),
+    windows: usize,
     rows: usize,
 ) -> Result<(), CudaError> {
     let (m, ptrs) = (pass.m, pass.p);
@@ -852,7 +852,6 @@ fn enqueue_round(
                 attn += 1;
                 MixerRows::Attention(AttentionRows {
                     rows,
-                    alone,
                     pos: at(base, rm.pos),
                     kv_base: at(base, rm.kv_base),
                     k_cache: cache.k.at(0),

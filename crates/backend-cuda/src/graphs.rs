@@ -30,9 +30,6 @@ pub enum GraphKey {
         mtp_pairs: usize,
         /// Whether the round ends by choosing each row's greedy token.
         greedy: bool,
-        /// Whether every window is one row (`AttentionRows::alone`: it decides where
-        /// `attention_prep` runs).
-        alone: bool,
     },
     Draft {
         rows: usize,

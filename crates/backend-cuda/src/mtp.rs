@@ -115,8 +115,6 @@ fn enqueue_draft(
         pass.matmul(ptrs.cat, &head.fc, n, ptrs.x, false)?;
         let rows = MixerRows::Attention(AttentionRows {
             rows: n,
-            // A draft step: a row a session.
-            alone: true,
             pos: at(base, d.pos + s * n),
             kv_base: at(base, d.kv_base),
             k_cache: cache.k.at(0),

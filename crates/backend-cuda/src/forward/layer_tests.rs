@@ -104,8 +104,6 @@ fn layers_match_backend_cpu(dir: &str) {
                 attn += 1;
                 MixerRows::Attention(AttentionRows {
                     rows,
-                    // One session's rows.
-                    alone: rows == 1,
                     pos: at(base, rm.pos),
                     kv_base: at(base, rm.kv_base),
                     k_cache: sessions.kv[attn - 1].k.at(0),

@@ -108,8 +108,6 @@ pub(crate) fn absorb(
     pass.matmul(p.xn, &aw.qkv, mtp.rows, p.wide, false)?;
     let rows = AttentionRows {
         rows: mtp.rows,
-        // Only `attention_prep` runs here.
-        alone: false,
         pos: at(base, mtp.pos),
         kv_base: at(base, mtp.kv_base),
         k_cache: cache.k.at(0),

@@ -38,41 +38,6 @@ __device__ __forceinline__ float kv_load(kv_t v) { return v; }
 // Head dims a lane of attention_prep takes.
 #define ATT_PREP_DPL ((ATT_HD + WARP - 1) / WARP)
 
-// One head's RMSNorm (weight `nw`) and RoPE at `pos` by one warp: `src` the head's ATT_HD
-// projections, `buf` ATT_HD floats of shared memory of this warp's own; `store(i, j, y)` takes
-// dim i (= lane + 32j) of the result. `attention_prep` stores into q and the cache,
-// `attention_gated_prep` into its registers: one code, the same bits.
-template <class Store>
-__device__ __forceinline__ void prep_head(const float* __restrict__ src, const float* __restrict__ nw,
-                                          const float* __restrict__ inv_freq, int pos, float eps, float* buf,
-                                          Store store) {
-    const int lane = threadIdx.x % WARP;
-    // The loops over a head's dims run ATT_PREP_DPL times, unrolled so that each one's loads
-    // are issued together (rolled, a 1-row call waited on ~30 loads one after another).
-    const float inv = 1.0f / sqrtf(warp_sum_squares_n<ATT_HD>(src, lane) / (float)ATT_HD + eps);
-#pragma unroll
-    for (int j = 0; j < ATT_PREP_DPL; j++) {
-        const int i = lane + j * WARP;
-        if (i < ATT_HD) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
-    }
-    __syncwarp();
-    const int half = ATT_ROT / 2;
-#pragma unroll
-    for (int j = 0; j < ATT_PREP_DPL; j++) {
-        const int i = lane + j * WARP;
-        if (i >= ATT_HD) break;
-        float y = buf[i];
-        if (i < ATT_ROT) {
-            const int d = i < half ? i : i - half;
-            const float angle = (float)pos * inv_freq[d];
-            const float c = cosf(angle), s = sinf(angle);
-            const float a = buf[d], b = buf[d + half];
-            y = i < half ? a * c + (-b) * s : b * c + a * s;
-        }
-        store(i, j, y);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
 attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
                const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
@@ -93,6 +58,8 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
     const int kvh = w - ATT_HEADS;
     const float* src = query ? row + w * ATT_Q_HEAD_W : row + ATT_Q_W + kvh * ATT_HD;
     const float* nw = query ? q_norm : k_norm;
+    // The loops over a head's dims run ATT_PREP_DPL times, unrolled so that each one's loads
+    // are issued together (rolled, a 1-row call waited on ~30 loads one after another).
     if (!query) {
         const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
 #pragma unroll
@@ -101,10 +68,29 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
             if (i < ATT_HD) v_cache[cache_row + kvh * ATT_HD + i] = kv_store(v[i]);
         }
     }
-    prep_head(src, nw, inv_freq, pos, eps, buf, [&](int i, int, float y) {
+    const float inv = 1.0f / sqrtf(warp_sum_squares_n<ATT_HD>(src, lane) / (float)ATT_HD + eps);
+#pragma unroll
+    for (int j = 0; j < ATT_PREP_DPL; j++) {
+        const int i = lane + j * WARP;
+        if (i < ATT_HD) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
+    }
+    __syncwarp();
+    const int half = ATT_ROT / 2;
+#pragma unroll
+    for (int j = 0; j < ATT_PREP_DPL; j++) {
+        const int i = lane + j * WARP;
+        if (i >= ATT_HD) break;
+        float y = buf[i];
+        if (i < ATT_ROT) {
+            const int d = i < half ? i : i - half;
+            const float angle = (float)pos * inv_freq[d];
+            const float c = cosf(angle), s = sinf(angle);
+            const float a = buf[d], b = buf[d + half];
+            y = i < half ? a * c + (-b) * s : b * c + a * s;
+        }
         if (query) q_out[((size_t)r * ATT_HEADS + w) * ATT_HD + i] = y;
         else k_cache[cache_row + kvh * ATT_HD + i] = kv_store(y);
-    });
+    }
 }
 
 // attention_gated: ATT_WARPS warps split the keys 0..=pos in groups of ATT_KEY_GROUP consecutive
@@ -115,7 +101,8 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 // `attention_grouped` runs the same chain for ATT_GROUP query heads of one KV head in one block
 // (a block per (row, group)): each key's K and V are loaded once for the group's heads instead of
 // once per head, and a block's fixed work (q, the merge) is shared by more heads — for a prompt's
-// many short rows, where that fixed work is most of a block's. Every operation of a (row, head) is
+// many short rows, where that fixed work is most of a block's, and for a decode round of many
+// streams, whose keys it loads a fraction as often. Every operation of a (row, head) is
 // the one `attention_gated` does on the same values: the same bits (kernel test).
 #define ATT_WARPS (ATT_THREADS / WARP)
 static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
@@ -126,74 +113,26 @@ static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads shar
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
 // ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
-//
-// With FRESH (`attention_gated_prep`: one head a block, a row a session), the row's q, and its
-// own key and value at `pos`, come from `qkv` as `attention_prep` makes them (`prep_head`,
-// each warp its q in `prep_buf`'s row of its own; the warp whose keys hold `pos` its k and v,
-// rounded as the cache stores them), not from `q` and the cache; the block of the first query
-// head of each KV head writes that k and v into the cache rows (`k_store`, `v_store`: the
-// cache, written only at `pos`, which no block of the launch reads there). The same values in
-// the same chain: the bits of `attention_prep` then `attention_gated`, one launch fewer.
-template <int G, int PW, bool FRESH = false>
+template <int G, int PW>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ qkv,
                                                 const kv_t* __restrict__ k_cache,
                                                 const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
                                                 const int* __restrict__ kv_base_arr, float scale,
                                                 float* __restrict__ out, int h0, float (*m_s)[G],
-                                                float (*l_s)[G], float (*acc_s)[G][ATT_HD],
-                                                const float* __restrict__ q_norm = nullptr,
-                                                const float* __restrict__ k_norm = nullptr,
-                                                const float* __restrict__ inv_freq = nullptr, float eps = 0.0f,
-                                                kv_t* k_store = nullptr, kv_t* v_store = nullptr,
-                                                float* prep_buf = nullptr) {
+                                                float (*l_s)[G], float (*acc_s)[G][ATT_HD]) {
     const int r = blockIdx.x, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int kvh = h0 / (ATT_HEADS / ATT_KV_HEADS);
     const int pos = pos_arr[r];
     const size_t base = (size_t)kv_base_arr[r];
     static_assert(ATT_WARPS % PW == 0, "each warp walks as many of ATT_WARPS' warps");
-    static_assert(!FRESH || (G == 1 && PW == ATT_WARPS), "FRESH: a head a block, a key split a warp");
-    static_assert(ATT_PREP_DPL == ATT_DPL, "prep_head's dims of a lane are attention's");
     float qv[G][ATT_DPL], acc[G][ATT_DPL], m[G], l[G];
-    // FRESH: this row's key and value at `pos` (the warp whose keys hold it).
-    float kf[ATT_DPL], vf[ATT_DPL];
-    const bool holds_pos = FRESH && warp == (pos / ATT_KEY_GROUP) % ATT_WARPS;
-    if (FRESH) {
-        const float* row = qkv + (size_t)r * ATT_QKV_W;
-        float* buf = prep_buf + warp * ATT_HD;
-        prep_head(row + h0 * ATT_Q_HEAD_W, q_norm, inv_freq, pos, eps, buf,
-                  [&](int, int j, float y) { qv[0][j] = y; });
-        if (holds_pos) {
-            float yk[ATT_PREP_DPL];
-            // `buf` is free again once every lane has read its q's pairs.
-            __syncwarp();
-            prep_head(row + ATT_Q_W + kvh * ATT_HD, k_norm, inv_freq, pos, eps, buf,
-                      [&](int, int j, float y) { yk[j] = y; });
-            const float* v = row + ATT_Q_W + ATT_KV_ROW + kvh * ATT_HD;
-            const bool writes = h0 % (ATT_HEADS / ATT_KV_HEADS) == 0;
-            const size_t cache_row = (base + pos) * ATT_KV_ROW + kvh * ATT_HD;
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) {
-                    const kv_t ks = kv_store(yk[j]), vs = kv_store(v[d]);
-                    kf[j] = kv_load(ks);
-                    vf[j] = kv_load(vs);
-                    if (writes) {
-                        k_store[cache_row + d] = ks;
-                        v_store[cache_row + d] = vs;
-                    }
-                }
-            }
-        }
-    }
 #pragma unroll
     for (int i = 0; i < G; i++) {
-        const float* qr = FRESH ? nullptr : q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
+        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
 #pragma unroll
         for (int j = 0; j < ATT_DPL; j++) {
             const int d = lane + WARP * j;
-            if (!FRESH) qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
-            else if (d >= ATT_HD) qv[i][j] = 0.0f;
+            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
             acc[i][j] = 0.0f;
         }
         m[i] = -INFINITY;
@@ -210,12 +149,11 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                 for (int i = 0; i < G; i++) part[i] = 0.0f;
                 if (p0 + g <= pos) {  // the same for the whole warp
                     const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-                    const bool fresh = FRESH && p0 + g == pos;
 #pragma unroll
                     for (int j = 0; j < ATT_DPL; j++) {
                         const int d = lane + WARP * j;
                         if (d < ATT_HD) {
-                            const float kd = fresh ? kf[j] : kv_load(kp[d]);
+                            const float kd = kv_load(kp[d]);
 #pragma unroll
                             for (int i = 0; i < G; i++) part[i] += qv[i][j] * kd;
                         }
@@ -236,11 +174,10 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                     const float m_new = fmaxf(m[0], s[g][0]);
                     const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
                     l[0] = l[0] * c + e;
-                    const bool fresh = FRESH && p0 + g == pos;
 #pragma unroll
                     for (int j = 0; j < ATT_DPL; j++) {
                         const int d = lane + WARP * j;
-                        if (d < ATT_HD) acc[0][j] = acc[0][j] * c + e * (fresh ? vf[j] : kv_load(vp[d]));
+                        if (d < ATT_HD) acc[0][j] = acc[0][j] * c + e * kv_load(vp[d]);
                     }
                     m[0] = m_new;
                     continue;
@@ -320,22 +257,6 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     }
 // A block per (row, head).
 ATTENTION_KERNEL(attention_gated, 1, ATT_WARPS)
-
-// `attention_prep` and `attention_gated` in one launch (attention_heads' FRESH), for a launch
-// whose rows are each a session's only one (a decode round without drafts to verify): a row's
-// blocks read its cache only below `pos`, which earlier rounds wrote. A block per (row, head).
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
-attention_gated_prep(const float* __restrict__ qkv, kv_t* k_cache, kv_t* v_cache, const int* __restrict__ pos_arr,
-                     const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
-                     const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps, float scale,
-                     float* __restrict__ out) {
-    pdl_start();
-    __shared__ float m_s[ATT_WARPS][1], l_s[ATT_WARPS][1];
-    __shared__ float acc_s[ATT_WARPS][1][ATT_HD];
-    __shared__ float prep_s[ATT_WARPS * ATT_HD];
-    attention_heads<1, ATT_WARPS, true>(nullptr, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y,
-                                        m_s, l_s, acc_s, q_norm, k_norm, inv_freq, eps, k_cache, v_cache, prep_s);
-}
 // A block per (row, ATT_GROUP heads of one KV head).
 ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS)
 // `attention_grouped` by ATT_FEW_WARPS warps, each walking several of ATT_WARPS' key splits: a

@@ -210,13 +210,6 @@ pub fn moe_fp8_blocks_fit(
 /// warps `moe_combine_norm` (80 loads a thread for Qwen3-Next's 10 experts) took 9.0 µs a row,
 /// more than `moe_combine` over 8 blocks and `rmsnorm_rows` after it (3.8 + 3.3; ncu, session 13).
 const NORM_WARPS: u32 = 32;
-/// Warps per block of `rmsnorm_rows_few` ([`NORM_FEW_WARPS_ENV`]): 4 elements a lane of
-/// Qwen3-0.6B's 1,024-wide row, 10 of Qwen3-4B's 2,560.
-const NORM_FEW_WARPS: u32 = 8;
-/// `FLASHLANE_NORM_FEW_WARPS=1` runs every `rmsnorm_rows` as `rmsnorm_rows_few` (8 warps a row,
-/// another fixed order: other bits, each still the same alone or batched; the norms fused into
-/// other kernels keep theirs). For A/B runs; written in session 32, not yet measured.
-pub const NORM_FEW_WARPS_ENV: &str = "FLASHLANE_NORM_FEW_WARPS";
 /// Outputs of one n-tile of the matmul (an m16n8k16 tile's width).
 const MMA_COLS: usize = 8;
 /// N-tiles a block of the matmul computes: each warp loads (and splits into hi and lo) its chunk
@@ -314,14 +307,15 @@ const ATT_THREADS: u32 = 512;
 /// Query heads of one KV head that `attention_grouped` takes in a block, at most: its merge
 /// keeps ATT_WARPS × heads × head_dim floats in shared memory (32 KiB at 16 warps).
 const ATT_GROUP_MAX_DIMS: usize = 512;
-/// Rows from which `attention` runs `attention_grouped` (the same bits as `attention_gated`): a
-/// prompt's many rows, whose blocks are short and many; a decode round keeps a block per head,
-/// so that a long context's keys spread over as many multiprocessors as there are heads.
-const ATT_GROUPED_MIN_ROWS: usize = 128;
+/// Rows from which `attention` runs `attention_grouped` (the same bits as `attention_gated`),
+/// which loads a KV head's keys once for its group of query heads, not once a head. Under it a
+/// block a head, so that few rows' keys spread over as many multiprocessors as there are heads.
+/// Measured on the H200 in session 33 (bench/RESULTS.md), decode tok/s from 128 to 32: Qwen3-0.6B
+/// +6 % at 32 and 64 streams, Qwen3-4B +3–4 %, the A3B slice (two KV heads) the same; a bound of
+/// 16 cost Qwen3-0.6B 10 % at 16 streams (128 blocks of 8 heads' pairs: under one wave).
+const ATT_GROUPED_MIN_ROWS: usize = 32;
 /// `FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=N` moves that bound (A/B runs of one binary: the same
-/// bits). A decode round of 32–64 streams on the per-head kernel loads each KV head's keys once
-/// per query head (4 times on Qwen3-4B and -8B); whether the grouped kernel's once a group pays
-/// there was not measured (written in session 32).
+/// bits).
 pub const ATTENTION_GROUPED_MIN_ROWS_ENV: &str = "FLASHLANE_ATTENTION_GROUPED_MIN_ROWS";
 
 /// Warps of `attention_grouped_few`, each walking ATT_THREADS / 32 / ATT_FEW_WARPS of the
@@ -567,7 +561,6 @@ impl Dims {
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
-            ("NORM_FEW_WARPS", block(NORM_FEW_WARPS)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
@@ -723,18 +716,11 @@ pub struct Kernels {
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
-    rmsnorm_few: CudaFunction,
-    /// Whether [`Kernels::rmsnorm`] runs `rmsnorm_rows_few` ([`NORM_FEW_WARPS_ENV`]).
-    pub(crate) norm_few_warps: bool,
     embed: CudaFunction,
     attention_prep: CudaFunction,
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
-    /// `attention_gated_prep` ([`PrepPlace::InAttention`]).
-    attention_fused: CudaFunction,
-    /// Whether [`prep_place`] may put the prep into the attention ([`ATTENTION_PREP_FUSED_ENV`]).
-    pub(crate) attention_prep_fused: bool,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
     /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim and rows.
     attention_few_warps: Option<bool>,
@@ -901,15 +887,11 @@ impl Kernels {
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
-            rmsnorm_few: f("rmsnorm_rows_few")?,
-            norm_few_warps: std::env::var(NORM_FEW_WARPS_ENV).is_ok_and(|v| v == "1"),
             embed: f("embed_rows")?,
             attention_prep: f("attention_prep")?,
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
-            attention_fused: f("attention_gated_prep")?,
-            attention_prep_fused: std::env::var(ATTENTION_PREP_FUSED_ENV).is_ok_and(|v| v == "1"),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
                 Ok("1") => Some(true),
@@ -1738,14 +1720,10 @@ impl Kernels {
         if rows == 0 {
             return Ok(());
         }
-        let (f, warps) = match self.norm_few_warps {
-            false => (&self.rmsnorm, NORM_WARPS),
-            true => (&self.rmsnorm_few, NORM_FEW_WARPS),
-        };
         gpu.launch(
-            f,
+            &self.rmsnorm,
             (rows_u32(rows), 1, 1),
-            warps * 32,
+            NORM_WARPS * 32,
             &[
                 Arg::Ptr(x),
                 Arg::Ptr(w),
@@ -1974,33 +1952,6 @@ pub struct NormAfter {
     pub out: u64,
 }
 
-/// `FLASHLANE_ATTENTION_PREP_FUSED=1` lets [`prep_place`] put `attention_prep` into the
-/// attention (`attention_gated_prep`). Off by default: written in session 32 and not yet run on
-/// a GPU (its kernel test is `attention_with_its_prep_gives_the_bits_of_both_apart`). For A/B
-/// runs of one binary: the bits do not change.
-pub const ATTENTION_PREP_FUSED_ENV: &str = "FLASHLANE_ATTENTION_PREP_FUSED";
-
-/// Where a call's q/k norms, RoPE and cache write (`attention_prep`) run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrepPlace {
-    /// In the attention (`attention_gated_prep`): each block makes its head's q, and the warp
-    /// whose keys hold the row's position its k and v, as `attention_prep` would; the first
-    /// query head of each KV head writes them to the cache. One launch fewer a layer.
-    InAttention,
-    /// `attention_prep`, then the attention kernel.
-    Apart,
-}
-
-/// Where `attention_prep` runs for a call that `kernel` computes: in the attention where a block
-/// takes one head and every row is its session's only one (`alone`: no row reads a cache row
-/// another row of the call writes), when `enabled` ([`ATTENTION_PREP_FUSED_ENV`]).
-fn prep_place(kernel: AttentionKernel, alone: bool, enabled: bool) -> PrepPlace {
-    match (kernel, alone, enabled) {
-        (AttentionKernel::PerHead, true, true) => PrepPlace::InAttention,
-        _ => PrepPlace::Apart,
-    }
-}
-
 /// Which attention kernel computes a call (they give the same bits; see `attention.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionKernel {
@@ -2012,8 +1963,8 @@ pub enum AttentionKernel {
     GroupedFewWarps,
 }
 
-/// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for a
-/// decode round, per group of a KV head's query heads for a prompt's many rows (from
+/// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for
+/// few rows, per group of a KV head's query heads for many (from
 /// `grouped_min_rows`, [`ATT_GROUPED_MIN_ROWS`] unless [`ATTENTION_GROUPED_MIN_ROWS_ENV`]), by 4
 /// warps where the heads are at most [`ATT_FEW_WARPS_MAX_HEAD_DIM`] and the rows
 /// [`ATT_FEW_WARPS_MIN_ROWS`] or more (`few_warps`, [`ATTENTION_FEW_WARPS_ENV`], forces that
@@ -2033,18 +1984,9 @@ fn attention_kernel(
     }
 }
 
-/// The softmax's scale of a model's heads: 1 / √head_dim.
-fn attention_scale(dims: &Dims) -> f32 {
-    1.0 / (dims.head_dim as f32).sqrt()
-}
-
 /// Rows of one attention call and where their positions and cache rows are.
 pub struct AttentionRows {
     pub rows: usize,
-    /// Whether each row is its session's only row in the call (a decode round without drafts
-    /// to verify, a draft step): then no row reads a cache row another row writes, and
-    /// [`prep_place`] may put `attention_prep` into the attention.
-    pub alone: bool,
     pub pos: u64,
     pub kv_base: u64,
     pub k_cache: u64,
@@ -2092,62 +2034,29 @@ impl Kernels {
         )
     }
 
-    /// `attention_prep` then the attention ([`attention_kernel`]'s) of `qkv`'s rows into `out`,
-    /// the prep where [`prep_place`] puts it (apart: q through `q_out`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn prep_and_attention(
+    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
+    pub fn attention(
         &self,
         gpu: &Gpu,
         dims: &Dims,
         a: &AttentionRows,
+        q: u64,
         qkv: u64,
-        norms: (u64, u64),
-        inv_freq: u64,
-        eps: f32,
-        q_out: u64,
         out: u64,
-    ) -> Result<PrepPlace, CudaError> {
+    ) -> Result<(), CudaError> {
+        if a.rows == 0 {
+            return Ok(());
+        }
         let kernel = attention_kernel(
             a.rows,
             dims.head_dim,
             self.attention_few_warps,
             self.attention_grouped_min_rows,
         );
-        let place = prep_place(kernel, a.alone, self.attention_prep_fused);
-        if a.rows == 0 {
-            return Ok(place);
-        }
-        match place {
-            PrepPlace::Apart => {
-                self.attention_prep(gpu, dims, a, qkv, norms.0, norms.1, inv_freq, eps, q_out)?;
-                self.attention_with(gpu, dims, a, q_out, qkv, out, kernel)?;
-            }
-            PrepPlace::InAttention => {
-                gpu.launch(
-                    &self.attention_fused,
-                    (rows_u32(a.rows), dims.heads as u32, 1),
-                    ATT_THREADS,
-                    &[
-                        Arg::Ptr(qkv),
-                        Arg::Ptr(a.k_cache),
-                        Arg::Ptr(a.v_cache),
-                        Arg::Ptr(a.pos),
-                        Arg::Ptr(a.kv_base),
-                        Arg::Ptr(norms.0),
-                        Arg::Ptr(norms.1),
-                        Arg::Ptr(inv_freq),
-                        Arg::F32(eps),
-                        Arg::F32(attention_scale(dims)),
-                        Arg::Ptr(out),
-                    ],
-                )?;
-            }
-        }
-        Ok(place)
+        self.attention_with(gpu, dims, a, q, qkv, out, kernel)
     }
 
-    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`, by
-    /// `kernel` (each gives the same bits), q read from `q`.
+    /// [`Kernels::attention`] by `kernel` (each gives the same bits).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_with(
         &self,
@@ -2159,7 +2068,7 @@ impl Kernels {
         out: u64,
         kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
-        let scale = attention_scale(dims);
+        let scale = 1.0 / (dims.head_dim as f32).sqrt();
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
         let (f, head_blocks, threads) = match kernel {
             AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),

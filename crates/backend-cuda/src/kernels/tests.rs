@@ -744,26 +744,34 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
     assert_eq!(attention_group(8, 8, 64), 1);
 }
 
-/// `attention_kernel` (no device needed): a block per head under 128 rows (a decode round, a
-/// short prompt), by groups of heads from 128 (a prompt), by few warps from 512 rows for heads
-/// of at most 128 (Qwen3's dense shapes) unless the setting forces a choice.
+/// `attention_kernel` (no device needed): a block per head under 32 rows (a decode round of few
+/// streams, a short prompt), by groups of heads from 32 (many streams, a prompt), by few warps
+/// from 512 rows for heads of at most 128 (Qwen3's dense shapes) unless the setting forces a
+/// choice.
 #[test]
-fn attention_runs_by_groups_of_heads_for_a_prompts_rows() {
+fn attention_runs_by_groups_of_heads_for_many_rows() {
     use super::{attention_kernel, AttentionKernel, ATT_GROUPED_MIN_ROWS};
     use AttentionKernel::{Grouped, GroupedFewWarps, PerHead};
+    assert_eq!(
+        ATT_GROUPED_MIN_ROWS, 32,
+        "the cases below assume the default bound"
+    );
     // (rows, head dim, the setting's force, the rows from which heads are grouped, the kernel).
     let cases = [
-        (1, 128, None, ATT_GROUPED_MIN_ROWS, PerHead),
-        (127, 128, Some(true), ATT_GROUPED_MIN_ROWS, PerHead),
-        (128, 128, None, ATT_GROUPED_MIN_ROWS, Grouped),
-        (511, 128, None, ATT_GROUPED_MIN_ROWS, Grouped),
-        (512, 128, None, ATT_GROUPED_MIN_ROWS, GroupedFewWarps),
-        (8192, 256, None, ATT_GROUPED_MIN_ROWS, Grouped),
-        (128, 128, Some(false), ATT_GROUPED_MIN_ROWS, Grouped),
-        (8192, 256, Some(true), ATT_GROUPED_MIN_ROWS, GroupedFewWarps),
-        // FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=32: a 32-stream decode round grouped.
+        (1, 128, None, 32, PerHead),
+        (16, 128, None, 32, PerHead),
+        (31, 128, Some(true), 32, PerHead),
         (32, 128, None, 32, Grouped),
-        (31, 128, None, 32, PerHead),
+        (64, 256, None, 32, Grouped),
+        (511, 128, None, 32, Grouped),
+        (512, 128, None, 32, GroupedFewWarps),
+        (8192, 256, None, 32, Grouped),
+        (128, 128, Some(false), 32, Grouped),
+        (8192, 256, Some(true), 32, GroupedFewWarps),
+        // FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=128 (the bound before session 33): a 64-stream
+        // decode round a block a head.
+        (64, 128, None, 128, PerHead),
+        (128, 128, None, 128, Grouped),
     ];
     for (rows, head_dim, few, grouped_from, want) in cases {
         assert_eq!(
@@ -1163,7 +1171,7 @@ fn moe_gate_up_tiles_runs_a_step_in_the_fewest_waves() {
 
 #[test]
 fn rmsnorm_matches_backend_cpu_in_both_kinds() {
-    let Some((gpu, mut k)) = setup() else { return };
+    let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let (n, rows) = (1 + rng.below(700), 1 + rng.below(40));
@@ -1174,12 +1182,7 @@ fn rmsnorm_matches_backend_cpu_in_both_kinds() {
         Buf::from_host(&gpu, &w).unwrap(),
     );
     let out = Buf::<f32>::zeros(&gpu, rows * n).unwrap();
-    // Both kernels (`rmsnorm_rows`, and `rmsnorm_rows_few` under FLASHLANE_NORM_FEW_WARPS=1).
-    for (few, (kind, zero_centred)) in [false, true]
-        .into_iter()
-        .flat_map(|few| [(NormKind::Plain, false), (NormKind::ZeroCentred, true)].map(|c| (few, c)))
-    {
-        k.norm_few_warps = few;
+    for (kind, zero_centred) in [(NormKind::Plain, false), (NormKind::ZeroCentred, true)] {
         let mut want = vec![0f32; rows * n];
         rmsnorm(&x, &w, 1e-6, kind, &mut want);
         k.rmsnorm(
@@ -1195,10 +1198,7 @@ fn rmsnorm_matches_backend_cpu_in_both_kinds() {
         .unwrap();
         let got = out.read(&gpu, rows * n).unwrap();
         let d = relative_diff(&got, &want);
-        assert!(
-            d <= TOLERANCE,
-            "seed {seed} {kind:?}, few warps {few}: relative diff {d}"
-        );
+        assert!(d <= TOLERANCE, "seed {seed} {kind:?}: relative diff {d}");
         // A row alone: the bits it has among the others.
         k.rmsnorm(
             &gpu,
@@ -1214,7 +1214,7 @@ fn rmsnorm_matches_backend_cpu_in_both_kinds() {
         let alone = out.read(&gpu, n).unwrap();
         assert!(
             same_bits(&alone, &got[(rows - 1) * n..]),
-            "seed {seed}, few warps {few}: a row alone differs"
+            "seed {seed} {kind:?}: a row alone differs"
         );
     }
 }
@@ -1540,7 +1540,6 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         );
         let a = super::AttentionRows {
             rows,
-            alone: false,
             pos: bufs.2.at(0),
             kv_base: bufs.3.at(0),
             k_cache: k_buf.at(0),
@@ -1651,136 +1650,6 @@ impl PrepInputs {
     }
 }
 
-/// `attention_gated_prep` (the prep in the attention, `PrepPlace::InAttention`) against
-/// `attention_prep` then `attention_gated`: the same outputs and the same cache bytes, bit for
-/// bit, for Qwen3's plain heads (full RoPE) and Qwen3-Next's gated ones (zero-centred norms,
-/// partial RoPE, heads of 256), both cache dtypes, rows of sessions alone at positions from 0
-/// (the first token) past 64 keys; and `prep_place` takes the fused kernel only where asked.
-#[test]
-fn attention_with_its_prep_gives_the_bits_of_both_apart() {
-    let Some(gpu) = open_gpu() else { return };
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-    let mut rng = Rng::fresh();
-    let seed = rng.0;
-    let qwen3 = {
-        let mut c = Config::from_dir(&root.join("qwen3_bf16/model")).expect("config");
-        (c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim) = (16, 8, 128, 128);
-        c
-    };
-    let next = Config::from_dir(&root.join("qwen3_next_fp8_heads_16x2x256/model")).expect("config");
-    for config in [qwen3, next] {
-        for kv in [KvDtype::Bf16, KvDtype::F32] {
-            let dims = Dims::of(&config, kv).expect("dims");
-            let mut k = Kernels::compile(&gpu, &dims).expect("kernels");
-            let (heads, kv_heads, hd) = (dims.heads, dims.kv_heads, dims.head_dim);
-            let what = format!("seed {seed}, {heads}/{kv_heads} heads of {hd}, {kv:?}");
-            let q_head = if dims.qwen3_next { 2 * hd } else { hd };
-            let (q_w, kv_row) = (heads * q_head, kv_heads * hd);
-            let qkv_w = q_w + 2 * kv_row;
-            // Five sessions alone, cache rows from 300·r, at positions from 0 to 250.
-            let rows = 5;
-            let cap = 300;
-            let pos: Vec<i32> = (0..rows)
-                .map(|r| if r == 0 { 0 } else { rng.below(251) as i32 })
-                .collect();
-            let kv_base: Vec<i32> = (0..rows as i32).map(|r| r * cap as i32).collect();
-            let elem = kv.bytes() as usize;
-            let cache_bytes = rows * cap * kv_row * elem;
-            // Random cache contents as stored values (bf16 bits or f32 bytes).
-            let cache_init = |rng: &mut Rng| -> Vec<u8> {
-                rng.vec(rows * cap * kv_row)
-                    .into_iter()
-                    .flat_map(|v| match kv {
-                        KvDtype::F32 => v.to_le_bytes().to_vec(),
-                        KvDtype::Bf16 => bf16::from_f32(v).to_le_bytes().to_vec(),
-                    })
-                    .collect()
-            };
-            let (k_init, v_init) = (cache_init(&mut rng), cache_init(&mut rng));
-            let qkv: Vec<f32> = rng.vec(rows * qkv_w).iter().map(|v| 3.0 * v).collect();
-            let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
-            let b = PrepInputs::upload(
-                &gpu,
-                &qkv,
-                (&pos, &kv_base),
-                (&q_norm, &k_norm),
-                &rope_inv_freq(dims.rotary_dim),
-            );
-            let q_out = Buf::<f32>::zeros(&gpu, rows * heads * hd).unwrap();
-            // Each way's caches, output and the place it took.
-            let run = |k: &Kernels, alone: bool| {
-                let caches = (
-                    Buf::from_host(&gpu, &k_init).unwrap(),
-                    Buf::from_host(&gpu, &v_init).unwrap(),
-                );
-                let out = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
-                let a = super::AttentionRows {
-                    rows,
-                    alone,
-                    pos: b.pos.at(0),
-                    kv_base: b.kv_base.at(0),
-                    k_cache: caches.0.at(0),
-                    v_cache: caches.1.at(0),
-                };
-                let place = k
-                    .prep_and_attention(
-                        &gpu,
-                        &dims,
-                        &a,
-                        b.qkv.at(0),
-                        (b.q_norm.at(0), b.k_norm.at(0)),
-                        b.inv_freq.at(0),
-                        1e-6,
-                        q_out.at(0),
-                        out.at(0),
-                    )
-                    .unwrap();
-                (
-                    place,
-                    out.read(&gpu, rows * heads * hd).unwrap(),
-                    caches.0.read(&gpu, cache_bytes).unwrap(),
-                    caches.1.read(&gpu, cache_bytes).unwrap(),
-                )
-            };
-            k.attention_prep_fused = false;
-            let apart = run(&k, true);
-            assert_eq!(apart.0, super::PrepPlace::Apart, "{what}: off unless asked");
-            k.attention_prep_fused = true;
-            let fused = run(&k, true);
-            assert_eq!(fused.0, super::PrepPlace::InAttention, "{what}");
-            assert!(
-                same_bits(&fused.1, &apart.1),
-                "{what}: the fused attention's bits differ"
-            );
-            assert!(fused.2 == apart.2, "{what}: the K caches differ");
-            assert!(fused.3 == apart.3, "{what}: the V caches differ");
-            // Rows of one session together: apart, whatever is asked.
-            let together = run(&k, false);
-            assert_eq!(together.0, super::PrepPlace::Apart, "{what}");
-            assert!(same_bits(&together.1, &apart.1), "{what}");
-        }
-    }
-}
-
-/// `prep_place` (no device needed): the prep goes into the attention only for a block a head,
-/// rows alone, when asked.
-#[test]
-fn the_prep_goes_into_the_attention_only_for_rows_alone() {
-    use super::{prep_place, AttentionKernel, PrepPlace};
-    assert_eq!(
-        prep_place(AttentionKernel::PerHead, true, true),
-        PrepPlace::InAttention
-    );
-    for apart in [
-        prep_place(AttentionKernel::PerHead, true, false),
-        prep_place(AttentionKernel::PerHead, false, true),
-        prep_place(AttentionKernel::Grouped, true, true),
-        prep_place(AttentionKernel::GroupedFewWarps, true, true),
-    ] {
-        assert_eq!(apart, PrepPlace::Apart);
-    }
-}
-
 /// `attention_prep` for many heads (they span blocks) against a reference written here: each
 /// head RMSNormed with its weight (plain, Qwen3's), the first `rotary_dim` dims rotated by
 /// position (rotate-half), q to `q_out` and K, V into the cache rows in `kv`.
@@ -1819,7 +1688,6 @@ fn attention_prep_of_many_heads_matches_a_reference() {
         let v_buf = Buf::<u8>::zeros(&gpu, cache_rows * kv_row * elem).unwrap();
         let a = super::AttentionRows {
             rows,
-            alone: false,
             pos: b.pos.at(0),
             kv_base: b.kv_base.at(0),
             k_cache: k_buf.at(0),
