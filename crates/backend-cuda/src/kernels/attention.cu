@@ -108,6 +108,17 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 #define ATT_DPL ((ATT_HD + WARP - 1) / WARP)
 #define ATT_KEY_GROUP 4
+
+// The chain's multiply-adds, each rounded as written: the compiler would fuse `acc * c + e * v`
+// either way round (fma(acc, c, e·v) or fma(e, v, acc·c)), and chose differently in the per-head
+// and grouped kernels for heads of 16, so their bits differed (a 32-row decode round of the
+// dense test fixture, session 33).
+// A key's part of a score: part + q·k.
+__device__ __forceinline__ float att_dot_step(float part, float q, float k) { return __fmaf_rn(q, k, part); }
+// The online softmax's rescale of a running sum by c, adding e·v: acc·c + round(e·v).
+__device__ __forceinline__ float att_rescale_add(float acc, float c, float e, float v) {
+    return __fmaf_rn(acc, c, __fmul_rn(e, v));
+}
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
@@ -155,7 +166,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                         if (d < ATT_HD) {
                             const float kd = kv_load(kp[d]);
 #pragma unroll
-                            for (int i = 0; i < G; i++) part[i] += qv[i][j] * kd;
+                            for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
                         }
                     }
                 }
@@ -173,11 +184,11 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                 if (G == 1) {
                     const float m_new = fmaxf(m[0], s[g][0]);
                     const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
-                    l[0] = l[0] * c + e;
+                    l[0] = __fmaf_rn(l[0], c, e);
 #pragma unroll
                     for (int j = 0; j < ATT_DPL; j++) {
                         const int d = lane + WARP * j;
-                        if (d < ATT_HD) acc[0][j] = acc[0][j] * c + e * kv_load(vp[d]);
+                        if (d < ATT_HD) acc[0][j] = att_rescale_add(acc[0][j], c, e, kv_load(vp[d]));
                     }
                     m[0] = m_new;
                     continue;
@@ -192,11 +203,11 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                 for (int i = 0; i < G; i++) {
                     const float m_new = fmaxf(m[i], s[g][i]);
                     const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
-                    l[i] = l[i] * c + e;
+                    l[i] = __fmaf_rn(l[i], c, e);
 #pragma unroll
                     for (int j = 0; j < ATT_DPL; j++) {
                         const int d = lane + WARP * j;
-                        if (d < ATT_HD) acc[i][j] = acc[i][j] * c + e * vd[j];
+                        if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
                     }
                     m[i] = m_new;
                 }
@@ -233,10 +244,10 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         float total = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) {
             f[w] = l_s[w][i] == 0.0f ? 0.0f : expf(m_s[w][i] - big);
-            total += l_s[w][i] * f[w];
+            total = __fmaf_rn(l_s[w][i], f[w], total);
         }
         float a = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) a += acc_s[w][i][d] * f[w];
+        for (int w = 0; w < ATT_WARPS; w++) a = __fmaf_rn(acc_s[w][i][d], f[w], a);
         float y = a / total;
         if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
         out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;

@@ -1606,6 +1606,15 @@ fn attention_of_wide_heads_matches_backend_cpu() {
 }
 
 #[test]
+fn attention_of_narrow_heads_matches_backend_cpu() {
+    // The dense test fixture's 8 query heads over 2 of 16 dims (half a warp's lanes idle, four
+    // heads a group): the per-head and grouped kernels once fused their multiply-adds
+    // differently there.
+    attention_matches_backend_cpu(KvDtype::Bf16, 8, 2, 16);
+    attention_matches_backend_cpu(KvDtype::F32, 8, 2, 16);
+}
+
+#[test]
 fn attention_of_many_heads_matches_backend_cpu() {
     // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128; Qwen3-0.6B's
     // 16 over 8 (the grouped kernels two heads a block).
@@ -2226,6 +2235,11 @@ fn write_kernel_sources() {
             root.join("bench/shapes/qwen3-next-a3b-slice"),
         ),
         ("qwen3-4b", root.join("bench/shapes/qwen3-4b")),
+        // The dense test fixture: heads of 16, four query heads a KV head.
+        (
+            "qwen3-bf16-fixture",
+            root.join("tests/fixtures/qwen3_bf16/model"),
+        ),
     ] {
         let config = Config::from_dir(&dir).expect("config");
         let dims = Dims::of(&config, KvDtype::Bf16).expect("dims");
