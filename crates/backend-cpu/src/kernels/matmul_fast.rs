@@ -95,9 +95,12 @@ pub enum CpuVendor {
 /// 8 streams 108-113 into L1, 119-124 into L2; prefill the same. (The weights stored as they
 /// are, not interleaved, gave 31.9-33.4 with or without L1 prefetches: the interleaved layout
 /// stays.) An L1 prefetch holds a line-fill buffer until the line arrives, and an Intel core has
-/// few of them; L2's queue is deeper. On the 2-core AMD EPYC, L1 prefetches 8 KiB ahead were
-/// measured against none (see [`FEW_ROWS_AHEAD_L1`]); L2 was not measured there, so other CPUs
-/// keep that.
+/// few of them; L2's queue is deeper. On a 2-core AMD EPYC (Zen 4, AVX-512 BF16), L1
+/// prefetches 8 KiB ahead were measured against none (see [`FEW_ROWS_AHEAD_L1`]), and in session
+/// 34 against L2 3 KiB ahead (`FLASHLANE_CPU_PREFETCH`, dummy weights, two alternating rounds,
+/// 1 / 8 streams' decode tok/s): the small hybrid 56.9, 55.0 / 165.5, 167.3 into L1 against
+/// 47.8, 49.3 / 161.3, 167.6 into L2; the A3B slice 14.6, 15.4 / 35.7, 34.8 against 13.8, 13.5
+/// / 34.6, 33.7. So AMD (and other) CPUs keep L1.
 pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
     match vendor {
         CpuVendor::Intel => WeightPrefetch {
