@@ -112,7 +112,7 @@ static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 // The chain's multiply-adds, each rounded as written: the compiler would fuse `acc * c + e * v`
 // either way round (fma(acc, c, e·v) or fma(e, v, acc·c)), and chose differently in the per-head
 // and grouped kernels for heads of 16, so their bits differed (a 32-row decode round of the
-// dense test fixture, session 33).
+// dense test fixture, session 34).
 // A key's part of a score: part + q·k.
 __device__ __forceinline__ float att_dot_step(float part, float q, float k) { return __fmaf_rn(q, k, part); }
 // The online softmax's rescale of a running sum by c, adding e·v: acc·c + round(e·v).
