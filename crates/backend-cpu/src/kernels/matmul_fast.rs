@@ -24,9 +24,10 @@
 //! ahead, or on Intel CPUs into L2 3 KiB ahead: [`weight_prefetch_for`]). bf16 widens exactly to
 //! f32 (a 16-bit shift), in registers.
 //!
-//! On a CPU with AVX-512F, calls of more than 4 rows use tiles of 8 rows × 6 weight rows in the
-//! 32 AVX-512 registers (`avx512`): each register holds the 8 partial sums of two dot products,
-//! so the bits are the AVX2 tiles' (a test compares them) and only the speed changes.
+//! On a CPU with AVX-512F, calls of more than 4 rows (on AMD CPUs, of 3 rows or more) use tiles of
+//! up to 8 rows × 6 weight rows in the 32 AVX-512 registers (`avx512`): each register holds the
+//! 8 partial sums of two dot products, so the bits are the AVX2 tiles' (a test compares them) and
+//! only the speed changes.
 
 use half::bf16;
 use rayon::prelude::*;
@@ -220,17 +221,53 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| supported() && kernels_env().is_none_or(|v| v != "portable"))
 }
 
-/// Whether calls of more than [`MAX_TILE_ROWS`] rows go through the AVX-512 tiles
-/// ([`avx512`]): the CPU has AVX-512F and [`KERNELS_ENV`] does not say `avx2`. Either way the
-/// bits are the same; only the speed differs.
-fn wide_tiles_enabled() -> bool {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| {
+/// Rows from which a call takes the AVX-512 tiles on an AMD CPU. On the 2-core EPYC (Zen 4,
+/// session 34) windows of 3–4 rows streamed weights from memory faster in them than in the AVX2
+/// tiles, whose 3 weight rows a tile straddle the interleaved groups of 4, and 2 rows slower
+/// (`few_rows_tile_kinds_speed`, 512 MiB, four runs, median GB/s AVX2 → AVX-512: 2 rows
+/// 28.9–29.8 → 24.7–25.8, 3 rows 18.9–19.2 → 23.8–24.4, 4 rows 17.5–18.0 → 23.0–24.4). Whole
+/// models (`flashlane bench --device cpu`, real bf16 checkpoints, alternating runs, decode
+/// tok/s): the A3B slice at 4 streams, five rounds, 21.0, 23.5, 22.9, 22.1, 24.2 → 24.6, 24.4,
+/// 26.7, 26.4, 26.0 (median +13.5 %), at 8 streams median 34.5 → 34.1; the small hybrid at 4
+/// streams +15–20 % in two rounds and −1–3 % in two later ones (this VM's memory rate drifts);
+/// one stream unchanged (1-row calls keep the AVX2 tiles).
+const WIDE_TILES_MIN_ROWS_AMD: usize = 3;
+/// Rows from which a call takes the AVX-512 tiles on other CPUs: more than the AVX2 tiles hold,
+/// where the packing of `x` paid on the EPYC's matmul timings (see [`tiles_for`]). Intel's
+/// decode windows stream into L2 ([`weight_prefetch_for`]); whether the AVX-512 tiles pay for
+/// them there is not measured.
+const WIDE_TILES_MIN_ROWS: usize = MAX_TILE_ROWS + 1;
+
+/// Set to a number of rows to move where the AVX-512 tiles start (to compare; read once per
+/// process; the bits are the same either way).
+pub const WIDE_TILES_FROM_ENV: &str = "FLASHLANE_CPU_WIDE_TILES_FROM";
+
+/// The rows from which a call takes the AVX-512 tiles on a CPU of `vendor` that has AVX-512F.
+fn wide_tiles_from_for(vendor: CpuVendor) -> usize {
+    match vendor {
+        CpuVendor::Amd => WIDE_TILES_MIN_ROWS_AMD,
+        CpuVendor::Intel | CpuVendor::Other => WIDE_TILES_MIN_ROWS,
+    }
+}
+
+/// The rows from which calls go through the AVX-512 tiles ([`avx512`]) in this process, `None`
+/// when never: the CPU lacks AVX-512F or [`KERNELS_ENV`] says `avx2`; otherwise
+/// [`WIDE_TILES_FROM_ENV`] where set, else [`wide_tiles_from_for`] this CPU's vendor. Either way
+/// the bits are the same; only the speed differs.
+fn wide_tiles_from() -> Option<usize> {
+    static FROM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *FROM.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         let avx512 = std::arch::is_x86_feature_detected!("avx512f");
         #[cfg(not(target_arch = "x86_64"))]
         let avx512 = false;
-        avx512 && kernels_env().is_none_or(|v| v != "avx2")
+        let wanted = avx512 && kernels_env().is_none_or(|v| v != "avx2");
+        wanted.then(|| {
+            std::env::var(WIDE_TILES_FROM_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| wide_tiles_from_for(cpu_vendor()))
+        })
     })
 }
 
@@ -243,16 +280,16 @@ enum Tiles {
     Avx512,
 }
 
-/// The tiles for a call of `rows` rows: the AVX-512 tiles pay their packing of `x` only where
-/// a tile has more rows than the AVX2 tiles hold. Measured on the 2-core EPYC with AVX-512
-/// (`matmul_speed`, three interleaved runs): at 8 rows the 151,936 × 1,024 lm_head took
+/// The tiles for a call of `rows` rows: the AVX-512 ones from `wide_from` rows (`None`: never).
+/// Measured on the 2-core EPYC with AVX-512 (`matmul_speed`, three interleaved runs, the weights
+/// as stored, before they were interleaved): at 8 rows the 151,936 × 1,024 lm_head took
 /// 18.0-18.4 ms against 25.7-26.0, and a cached 1,024 → 3,072 projection 0.27-0.34 ms against
-/// 0.32-0.34; at 4 rows and at 1 they were no faster.
-fn tiles_for(rows: usize, wide_tiles: bool) -> Tiles {
-    if wide_tiles && rows > MAX_TILE_ROWS {
-        Tiles::Avx512
-    } else {
-        Tiles::Avx2
+/// 0.32-0.34; at 4 rows and at 1 they were no faster. Over interleaved weights, whole models'
+/// 3–4-row windows gained on that EPYC ([`WIDE_TILES_MIN_ROWS_AMD`]).
+fn tiles_for(rows: usize, wide_from: Option<usize>) -> Tiles {
+    match wide_from {
+        Some(from) if rows >= from => Tiles::Avx512,
+        _ => Tiles::Avx2,
     }
 }
 
@@ -270,7 +307,7 @@ fn reduce(acc: &[f32; LANES]) -> f32 {
 
 /// `y[rows, out] = x[rows, k] · W[out, k]ᵀ` with bf16 `w`. Panics when [`supported`] is false.
 pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
-    let tiles = tiles_for(x.len() / k.max(1), wide_tiles_enabled());
+    let tiles = tiles_for(x.len() / k.max(1), wide_tiles_from());
     matmul_bf16_in::<1>(x, w, k, y, tiles, weight_prefetch());
 }
 
@@ -307,7 +344,7 @@ pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
 /// weights. Panics when [`supported`] is false or the shape is not [`interleavable`].
 pub fn matmul_bf16_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     assert_interleavable("matmul_bf16_interleaved", w, k);
-    let tiles = tiles_for(x.len() / k, wide_tiles_enabled());
+    let tiles = tiles_for(x.len() / k, wide_tiles_from());
     matmul_bf16_in::<INTERLEAVE_ROWS>(x, w, k, y, tiles, weight_prefetch());
 }
 
@@ -997,10 +1034,30 @@ mod tests {
 
     #[test]
     fn tiles_are_chosen_by_the_rows_of_the_call_and_the_cpu() {
-        assert_eq!(tiles_for(1, true), Tiles::Avx2);
-        assert_eq!(tiles_for(MAX_TILE_ROWS, true), Tiles::Avx2);
-        assert_eq!(tiles_for(MAX_TILE_ROWS + 1, true), Tiles::Avx512);
-        assert_eq!(tiles_for(64, false), Tiles::Avx2);
+        // (rows, the vendor of a CPU with AVX-512F or none without, the tiles).
+        let amd = Some(wide_tiles_from_for(CpuVendor::Amd));
+        let intel = Some(wide_tiles_from_for(CpuVendor::Intel));
+        let other = Some(wide_tiles_from_for(CpuVendor::Other));
+        let cases = [
+            (1, amd, Tiles::Avx2),
+            (2, amd, Tiles::Avx2),
+            (3, amd, Tiles::Avx512),
+            (4, amd, Tiles::Avx512),
+            (64, amd, Tiles::Avx512),
+            (1, intel, Tiles::Avx2),
+            (MAX_TILE_ROWS, intel, Tiles::Avx2),
+            (MAX_TILE_ROWS + 1, intel, Tiles::Avx512),
+            (MAX_TILE_ROWS, other, Tiles::Avx2),
+            (MAX_TILE_ROWS + 1, other, Tiles::Avx512),
+            (64, None, Tiles::Avx2),
+        ];
+        for (rows, from, want) in cases {
+            assert_eq!(
+                tiles_for(rows, from),
+                want,
+                "{rows} rows, AVX-512 from {from:?}"
+            );
+        }
     }
 
     #[test]
@@ -1094,6 +1151,50 @@ mod tests {
             "one row, {out} x {k} bf16: as stored {s_best:.1} GB/s best, {s_med:.1} median; \
              interleaved by {INTERLEAVE_ROWS} {i_best:.1} best, {i_med:.1} median"
         );
+    }
+
+    /// Decode windows of 2–4 rows over interleaved weights, the AVX2 tiles against the AVX-512
+    /// ones (the choice [`WIDE_TILES_MIN_ROWS_AMD`] makes), alternating, on 512 MiB of weights
+    /// (from memory, as a decode step's) and on 4 MiB (an expert's gate/up, but found in the
+    /// last-level cache here from the second run on): median GB/s of each. A timing, not a
+    /// test: `cargo test --release -p backend-cpu --lib -- --ignored few_rows_tile_kinds_speed
+    /// --nocapture`.
+    #[test]
+    #[ignore]
+    fn few_rows_tile_kinds_speed() {
+        if skipped_without_the_fast_kernel() || !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let k = 2048;
+        let mut rng = Rng::fresh();
+        for (out, runs) in [(131_072, 9), (1024, 401)] {
+            let w = interleave_rows(&bf16s(&rng.vec(out * k)), k);
+            for rows in [2, 3, 4] {
+                let x = rng.vec(rows * k);
+                let (mut narrow, mut wide) = (vec![0.0f32; rows * out], vec![0.0f32; rows * out]);
+                let (mut t_narrow, mut t_wide) = (vec![], vec![]);
+                for _ in 0..runs {
+                    let t = std::time::Instant::now();
+                    let plan = weight_prefetch();
+                    matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &w, k, &mut narrow, Tiles::Avx2, plan);
+                    t_narrow.push(t.elapsed().as_secs_f64());
+                    let t = std::time::Instant::now();
+                    matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &w, k, &mut wide, Tiles::Avx512, plan);
+                    t_wide.push(t.elapsed().as_secs_f64());
+                }
+                assert_eq!(narrow, wide, "the tile kinds' bits differ");
+                let gbs = |t: &mut Vec<f64>| {
+                    t.sort_by(f64::total_cmp);
+                    (out * k * 2) as f64 / t[t.len() / 2] / 1e9
+                };
+                eprintln!(
+                    "{rows} rows, {out} x {k} interleaved: AVX2 tiles {:.1} GB/s, AVX-512 tiles \
+                     {:.1} (medians of {runs})",
+                    gbs(&mut t_narrow),
+                    gbs(&mut t_wide)
+                );
+            }
+        }
     }
 
     #[test]
