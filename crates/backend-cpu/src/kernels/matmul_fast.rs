@@ -223,13 +223,14 @@ pub fn enabled() -> bool {
 
 /// Rows from which a call takes the AVX-512 tiles on an AMD CPU. On the 2-core EPYC (Zen 4,
 /// session 34) windows of 3–4 rows streamed weights from memory faster in them than in the AVX2
-/// tiles, whose 3 weight rows a tile straddle the interleaved groups of 4, and 2 rows slower
+/// tiles (whose 3 weight rows a tile straddle the interleaved groups of 4: our reading of why,
+/// not measured by itself), and 2 rows slower
 /// (`few_rows_tile_kinds_speed`, 512 MiB, four runs, median GB/s AVX2 → AVX-512: 2 rows
 /// 28.9–29.8 → 24.7–25.8, 3 rows 18.9–19.2 → 23.8–24.4, 4 rows 17.5–18.0 → 23.0–24.4). Whole
 /// models (`flashlane bench --device cpu`, real bf16 checkpoints, alternating runs, decode
 /// tok/s): the A3B slice at 4 streams, five rounds, 21.0, 23.5, 22.9, 22.1, 24.2 → 24.6, 24.4,
 /// 26.7, 26.4, 26.0 (median +13.5 %), at 8 streams median 34.5 → 34.1; the small hybrid at 4
-/// streams +15–20 % in two rounds and −1–3 % in two later ones (this VM's memory rate drifts);
+/// streams +15–20 % in two rounds and −1–3 % in two later ones (the rounds drift);
 /// one stream unchanged (1-row calls keep the AVX2 tiles).
 const WIDE_TILES_MIN_ROWS_AMD: usize = 3;
 /// Rows from which a call takes the AVX-512 tiles on other CPUs: more than the AVX2 tiles hold,
@@ -1155,8 +1156,8 @@ mod tests {
 
     /// Decode windows of 2–4 rows over interleaved weights, the AVX2 tiles against the AVX-512
     /// ones (the choice [`WIDE_TILES_MIN_ROWS_AMD`] makes), alternating, on 512 MiB of weights
-    /// (from memory, as a decode step's) and on 4 MiB (an expert's gate/up, but found in the
-    /// last-level cache here from the second run on): median GB/s of each. A timing, not a
+    /// (from memory, as a decode step's) and on 4 MiB (an expert's gate/up, small enough to stay
+    /// in a last-level cache between runs): median GB/s of each. A timing, not a
     /// test: `cargo test --release -p backend-cpu --lib -- --ignored few_rows_tile_kinds_speed
     /// --nocapture`.
     #[test]
@@ -1173,9 +1174,9 @@ mod tests {
                 let x = rng.vec(rows * k);
                 let (mut narrow, mut wide) = (vec![0.0f32; rows * out], vec![0.0f32; rows * out]);
                 let (mut t_narrow, mut t_wide) = (vec![], vec![]);
+                let plan = weight_prefetch();
                 for _ in 0..runs {
                     let t = std::time::Instant::now();
-                    let plan = weight_prefetch();
                     matmul_bf16_in::<INTERLEAVE_ROWS>(&x, &w, k, &mut narrow, Tiles::Avx2, plan);
                     t_narrow.push(t.elapsed().as_secs_f64());
                     let t = std::time::Instant::now();

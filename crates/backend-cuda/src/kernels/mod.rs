@@ -311,10 +311,11 @@ const ATT_GROUP_MAX_DIMS: usize = 512;
 /// which loads a KV head's keys once for its group of query heads, not once a head. Under it a
 /// block a head, so that few rows' keys spread over as many multiprocessors as there are heads.
 /// Measured on the H200 in sessions 33–34 (bench/RESULTS.md), decode tok/s from 128 to 32:
-/// Qwen3-0.6B +6 % at 32 and 64 streams, Qwen3-4B and -8B +3–4 %, the A3B slice (two KV heads)
-/// the same. A bound of 16 cost Qwen3-0.6B 10 % at 16 streams (128 blocks of 8 heads' pairs:
-/// under one wave); on Qwen3-4B and -8B (4 heads a group) it gained 2–4 % at 16 streams but
-/// lost 2 % on 4B at 24 (192 blocks: one and a half waves), so no shape takes it.
+/// Qwen3-0.6B +3–7 % at 32 and 64 streams, Qwen3-4B +3–6 %, -8B +3–4 %, the A3B slice (two KV
+/// heads) the same. A bound of 16 cost Qwen3-0.6B 10 % at 16 streams (perhaps its 128 blocks of
+/// 8 heads' pairs, under one wave); on Qwen3-4B and -8B (4 heads a group) it gained 2–4 % at 16
+/// streams but lost 2 % on 4B at 24 (perhaps its 192 blocks, one and a half waves), so no shape
+/// takes it.
 const ATT_GROUPED_MIN_ROWS: usize = 32;
 /// `FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=N` moves that bound (A/B runs of one binary: the same
 /// bits).
