@@ -4,6 +4,7 @@
 //! Everything is queued on one stream; the host uploads the round's metadata once (token ids,
 //! positions, cache bases, windows, gathers) and copies the logits back once at the end.
 
+use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
@@ -53,6 +54,8 @@ pub struct Scratch {
     pub(crate) meta: Buf<i32>,
     /// Captured rounds over these buffers.
     pub(crate) graphs: Graphs,
+    /// Where rounds' wall time goes, when asked (`FLASHLANE_ROUND_CLOCK=1`).
+    pub(crate) clock: RoundClock,
 }
 
 /// The scratch addresses of one pass (plain numbers, so passes borrow nothing mutably).
@@ -179,6 +182,7 @@ impl Scratch {
             host_logits: HostLogits::default(),
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
+            clock: RoundClock::new(gpu)?,
         })
     }
 
@@ -739,6 +743,7 @@ pub fn forward<'a>(
     }
     let asks_at = rm.meta.push_raw(asks);
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
+    scratch.clock.start(&m.gpu, rows)?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
@@ -771,7 +776,8 @@ pub fn forward<'a>(
     // there are is not part of its shape).
     m.kernels
         .draw(&m.gpu, ptrs.logits, v, at(base, asks_at), draws, ptrs.ids)?;
-    Ok(match (greedy, logit_rows) {
+    scratch.clock.launched(&m.gpu)?;
+    let out = match (greedy, logit_rows) {
         (true, 0) => RoundOut::Tokens(scratch.ids.read(&m.gpu, rm.num_logits)?),
         (true, _) => RoundOut::Split {
             ids: scratch.ids.read(&m.gpu, rm.num_logits)?,
@@ -786,7 +792,9 @@ pub fn forward<'a>(
             &scratch.logits,
             &[(0, rm.num_logits * v)],
         )?)),
-    })
+    };
+    scratch.clock.done()?;
+    Ok(out)
 }
 
 /// One row's draw as `draw_rows` reads it: its logits row, top_k, the bits of temperature,

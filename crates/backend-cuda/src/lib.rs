@@ -26,6 +26,8 @@
 
 mod bytes;
 #[cfg(feature = "cuda")]
+mod clock;
+#[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
 mod forward;
