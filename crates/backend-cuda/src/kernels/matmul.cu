@@ -228,9 +228,10 @@ __device__ __forceinline__ void store_tile(const float* d, float* y, int y_strid
 
 // The start of every matmul block under programmatic dependent launch (see common.cu): lets the
 // next kernel start, pulls this block's weight rows [o0, o0 + outs) (`row_bytes` each, contiguous)
-// into L2 (by the first row tile's block only: the others read the same rows), then waits for
-// the kernel ahead, whose output x may be. A decode step's matrix then loads while the norm,
-// the recurrence or the attention ahead of it runs, instead of after.
+// into L2 (by the first row tile's block only: the others read the same rows; and only for a
+// matrix of at most MMA_PREFETCH_MAX_BYTES, see `prefetches_rows`), then waits for the kernel
+// ahead, whose output x may be. A decode step's small matrix then loads while the norm, the
+// recurrence or the attention ahead of it runs, instead of after.
 #define MMA_PREFETCH_PIECE 4096
 // Weight rows [o0, min(o0 + outs, n_out)) of `w` (`row_bytes` each) into L2, the block's
 // threads taking pieces in turn.
@@ -243,9 +244,15 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* w, int o0, int outs
         prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
 }
 
+// Whether this block pulls its rows into L2: the first row tile's, where the whole matrix (n_out
+// rows of row_bytes) is at most MMA_PREFETCH_MAX_BYTES (host define).
+__device__ __forceinline__ bool prefetches_rows(int n_out, size_t row_bytes) {
+    return blockIdx.x == 0 && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
+}
+
 __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes) {
     pdl_launch_dependents();
-    if (blockIdx.x == 0) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
+    if (prefetches_rows(n_out, row_bytes)) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
     pdl_wait();
 }
 
@@ -273,7 +280,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     const int width = n_out / 2, u0 = blockIdx.y * NT * 4;
     if (SWIGLU) {
         pdl_launch_dependents();
-        if (blockIdx.x == 0) {
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
             prefetch_rows_l2(w, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
             prefetch_rows_l2(w + (size_t)width * k, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
         }

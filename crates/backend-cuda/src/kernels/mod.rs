@@ -87,6 +87,17 @@ const MMT_STAGES: usize = 3;
 /// their copies without the products and the products without the weights' copies. Probes,
 /// not chains.
 const MMT_PROBE: usize = 0;
+/// A matmul's first row tile pulls its weight rows into L2 before it waits for the kernel ahead
+/// (so a decode step's matrix loads while that kernel runs) only where the whole matrix is at
+/// most this many bytes (16 MiB: every matrix of Qwen3-0.6B but its lm_head, the A3B slice's
+/// output projections). Larger matrices decode faster without (bench/RESULTS.md session 35, 1
+/// and 8 streams against prefetching every matrix: Qwen3-4B +11 %, Qwen3-8B +18 %, the A3B
+/// slice +4 % at one stream; no prefetch at all cost Qwen3-0.6B 3 %). Our reading, not
+/// measured by itself: a large matrix's first wave alone pulls tens of MB into the 50 MB L2,
+/// evicting rows before their loads. `FLASHLANE_MATMUL_PREFETCH_MAX_MB=N` moves the bound (an
+/// A/B switch: the same bits).
+const MMA_PREFETCH_MAX_BYTES: usize = 16 << 20;
+const MATMUL_PREFETCH_MAX_MB_ENV: &str = "FLASHLANE_MATMUL_PREFETCH_MAX_MB";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
@@ -558,6 +569,13 @@ impl Dims {
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
             ("MMT_STAGES", MMT_STAGES),
             ("MMT_PROBE", MMT_PROBE),
+            (
+                "MMA_PREFETCH_MAX_BYTES",
+                std::env::var(MATMUL_PREFETCH_MAX_MB_ENV)
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .map_or(MMA_PREFETCH_MAX_BYTES, |mb| mb << 20),
+            ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
