@@ -27,3 +27,8 @@ for shape in qwen3-4b qwen3-8b; do
   el "$shape choices rc=$?"
   cat /tmp/ab2_$shape/ab.txt | tee -a $OUT/ab_choices.txt
 done
+# The bound itself on the A3B slice, whose 16 MiB output projections sit on it: 8 MiB (they do
+# not prefetch), 16 (the default), 32.
+SETTINGS="max8:FLASHLANE_MATMUL_PREFETCH_MAX_MB=8 max16:FLASHLANE_AB=1 max32:FLASHLANE_MATMUL_PREFETCH_MAX_MB=32" \
+  STREAMS=1,8 ROUNDS=2 bench/gpu_ab.sh /tmp/ab3 qwen3-next-a3b-slice $FL > /dev/null 2>&1
+el "a3b bound rc=$?"; cat /tmp/ab3/ab.txt | tee -a $OUT/ab_bound_a3b.txt
