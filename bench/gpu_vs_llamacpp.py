@@ -3,7 +3,8 @@
 
 Run on the GPU machine from the repository root (bench/gpu_vs_llamacpp.sh is the entry point):
 1. unpacks llama.cpp (bench/peers/llama.cpp.tar.xz, made here by bench/pack_llamacpp.sh) and
-   builds `llama-bench` and `llama-batched-bench` with CUDA for sm_90 in the background;
+   builds `llama-bench` and `llama-batched-bench` with CUDA for sm_90 in the background, unless
+   the pack brought them built (`bench/pack_llamacpp.sh --cuda-build`) and they load here;
 2. meanwhile makes each shape's random bf16 checkpoint with transformers and its GGUF twin
    (bench/make_model.py);
 3. runs both engines in ROUNDS interleaved rounds per shape: flashlane `bench --device cuda` at
@@ -26,6 +27,7 @@ uses them and the llama.cpp build instead of making them again).
 """
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -54,6 +56,31 @@ def log(msg: str, out: Path) -> None:
         f.write(line + "\n")
 
 
+def missing_libraries(binary: Path) -> list:
+    """The shared libraries the loader does not find for `binary` (ldd's "not found")."""
+    r = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    return [line.split()[0] for line in r.stdout.splitlines() if "not found" in line]
+
+
+def loads(binary: Path, out: Path) -> bool:
+    """Whether `binary` finds its shared libraries here. A llama.cpp built on another machine
+    (bench/pack_llamacpp.sh --cuda-build) links cudart and cuBLAS 13 by name only: where the
+    loader alone does not find them, the places a CUDA install or NVIDIA's wheels (PyTorch's)
+    keep them go on LD_LIBRARY_PATH, which every later command inherits."""
+    missing = missing_libraries(binary)
+    if not missing:
+        return True
+    dirs = glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/targets/x86_64-linux/lib")
+    for base in sys.path:
+        dirs += glob.glob(os.path.join(base, "nvidia/*/lib")) + glob.glob(os.path.join(base, "nvidia/cu13/lib"))
+    found = sorted({d for d in dirs for lib in missing if os.path.exists(os.path.join(d, lib))})
+    if found:
+        os.environ["LD_LIBRARY_PATH"] = ":".join(found + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p])
+    still = missing_libraries(binary)
+    log(f"llama.cpp binaries: {missing} not found by the loader; added {found}; still missing {still}", out)
+    return not still
+
+
 def start_llama_build(work: Path, pack: Path, out: Path, quantize: bool) -> subprocess.Popen:
     src = work / "llama.cpp"
     if not (src / "convert_hf_to_gguf.py").is_file():
@@ -61,10 +88,13 @@ def start_llama_build(work: Path, pack: Path, out: Path, quantize: bool) -> subp
             t.extractall(work, filter="data")
     wanted = ["llama-bench", "llama-batched-bench"] + (["llama-quantize"] if quantize else [])
     if all((src / "build/bin" / b).is_file() for b in wanted):
-        # Built by an earlier call on this (still warm) machine, or unpacked there from a build
-        # brought back from one: building again costs 4-7 minutes of a 10-minute command.
-        log("llama.cpp: already built under the work folder; not built again", out)
-        return subprocess.Popen(["true"])
+        # Built by an earlier call on this (still warm) machine, or brought built in the pack:
+        # building again costs 4-7 minutes of a 10-minute command.
+        if loads(src / "build/bin/llama-bench", out):
+            log("llama.cpp: already built under the work folder; not built again", out)
+            return subprocess.Popen(["true"])
+        log("llama.cpp: the binaries brought do not load here; built again", out)
+        shutil.rmtree(src / "build")
     jobs = os.cpu_count() or 8
     script = (
         "cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # flashlane vs llama.cpp on the GPU machine, side by side, on the same weights, in one run (see
 # bench/gpu_vs_llamacpp.py). Here, before the run: `bench/pack_llamacpp.sh` (llama.cpp's source,
-# packed into bench/peers/) and `cargo build --release -p flashlane --no-default-features --features cuda`; copy the
+# packed into bench/peers/; with --cuda-build its benchmarks built here too, which saves the GPU
+# machine the 340-445 s build) and `cargo build --release -p flashlane --no-default-features --features cuda`; copy the
 # stripped binary to bench/peers/flashlane and carry bench/peers. There, from the repo root:
 #
 #   bench/gpu_vs_llamacpp.sh OUT_DIR [--shapes qwen3-next-a3b-slice,qwen3-0.6b] [--rounds 2] ...
