@@ -43,22 +43,12 @@ done
 ln -sfn lib64 "$dir/lib"
 # The wheels lose the executable bits.
 chmod +x "$dir"/bin/* "$dir"/nvvm/bin/* 2>/dev/null || true
-cat >"$work/cuda_stub.c" <<'EOF'
-/* Link-time stand-ins for the CUDA driver calls of ggml-cuda (its VMM pool); never run. */
-int cuInit(void) { return 0; }
-int cuDriverGetVersion(void) { return 0; }
-int cuDeviceGet(void) { return 0; }
-int cuDeviceGetAttribute(void) { return 0; }
-int cuGetErrorString(void) { return 0; }
-int cuMemAddressFree(void) { return 0; }
-int cuMemAddressReserve(void) { return 0; }
-int cuMemCreate(void) { return 0; }
-int cuMemGetAllocationGranularity(void) { return 0; }
-int cuMemMap(void) { return 0; }
-int cuMemRelease(void) { return 0; }
-int cuMemSetAccess(void) { return 0; }
-int cuMemUnmap(void) { return 0; }
-EOF
+# Link-time stand-ins for the CUDA driver calls of ggml-cuda (its VMM pool); never run.
+for f in cuInit cuDriverGetVersion cuDeviceGet cuDeviceGetAttribute cuGetErrorString \
+  cuMemAddressFree cuMemAddressReserve cuMemCreate cuMemGetAllocationGranularity cuMemMap \
+  cuMemRelease cuMemSetAccess cuMemUnmap; do
+  echo "int $f(void) { return 0; }"
+done >"$work/cuda_stub.c"
 gcc -shared -fPIC -Wl,-soname,libcuda.so.1 "$work/cuda_stub.c" -o "$dir/lib64/stubs/libcuda.so"
 # The name the linker looks for when it checks a library that needs libcuda.so.1 (-rpath-link).
 ln -sf libcuda.so "$dir/lib64/stubs/libcuda.so.1"

@@ -72,7 +72,7 @@ def loads(binary: Path, out: Path) -> bool:
         return True
     dirs = glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/targets/x86_64-linux/lib")
     for base in sys.path:
-        dirs += glob.glob(os.path.join(base, "nvidia/*/lib")) + glob.glob(os.path.join(base, "nvidia/cu13/lib"))
+        dirs += glob.glob(os.path.join(base, "nvidia/*/lib"))
     found = sorted({d for d in dirs for lib in missing if os.path.exists(os.path.join(d, lib))})
     if found:
         os.environ["LD_LIBRARY_PATH"] = ":".join(found + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p])

@@ -79,7 +79,7 @@ if [ "$cuda_build" = yes ]; then
     rm -rf build
     mkdir -p build
     mv "$work/bin" build/bin
-    strip build/bin/llama-* build/bin/*.so.*[0-9] )
+    find build/bin -type f -exec strip {} + )
 fi
 mkdir -p bench/peers
 tar cJf "$out" -C "$(dirname "$src")" llama.cpp

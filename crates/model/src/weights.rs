@@ -993,7 +993,8 @@ impl InitValue {
         InitValue { scale, offset, log }
     }
 
-    /// `scale · u + offset`: the value, or its `ln` for [`Init::ALog`] (`log`).
+    /// `scale · u + offset`: the value itself, or (where `log`, [`Init::ALog`]) what its `ln` is
+    /// taken of.
     fn affine(self, u: f32) -> f32 {
         self.scale * u + self.offset
     }
