@@ -182,6 +182,13 @@ const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
 const fn mmt_shared_bytes(stages: usize) -> usize {
     stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
 }
+/// Split blocks (output tiles of MMT_OUTS × residues) below which a k split runs
+/// `matmul_bf16_tiled_split_half` (blocks of MMT_OUTS / 2 outputs: twice as many): 0, never,
+/// until measured (ncu, bench/RESULTS.md session 36: Qwen3-4B's o and down at 64 rows make 160
+/// blocks, 14 % occupancy, 77 % of cycles without an eligible warp).
+/// `FLASHLANE_MATMUL_SPLIT_HALF_BELOW=N` sets it for A/B runs of one binary (the same bits).
+const MATMUL_SPLIT_HALF_BELOW_BLOCKS: usize = 0;
+const MATMUL_SPLIT_HALF_BELOW_ENV: &str = "FLASHLANE_MATMUL_SPLIT_HALF_BELOW";
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -716,6 +723,9 @@ pub struct Kernels {
     /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
+    /// `matmul_bf16_tiled_split_half`, and the split blocks below which it runs.
+    matmul_tiled_split_half: CudaFunction,
+    matmul_split_half_below: usize,
     /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`: MMT_SHARED_BYTES,
     /// or what other stages take in kernels compiled to measure them.
     tiled_shared_bytes: usize,
@@ -845,6 +855,7 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
+        let matmul_tiled_split_half = tiles("matmul_bf16_tiled_split_half")?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -888,6 +899,11 @@ impl Kernels {
             tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
+            matmul_tiled_split_half,
+            matmul_split_half_below: std::env::var(MATMUL_SPLIT_HALF_BELOW_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MATMUL_SPLIT_HALF_BELOW_BLOCKS),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1331,6 +1347,25 @@ fn runs_split_k(rows: usize, n_out: usize, min_outputs: usize) -> bool {
         && !runs_tiled(rows, n_out)
 }
 
+/// The blocks a k split of `rows` × `n_out` runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SplitBlocks {
+    /// `matmul_bf16_tiled_split`: MMT_OUTS outputs a block.
+    Full,
+    /// `matmul_bf16_tiled_split_half`: MMT_OUTS / 2, twice the blocks.
+    Half,
+}
+
+/// Half blocks where the full ones (row blocks × output tiles × residues) are fewer than
+/// `half_below` ([`MATMUL_SPLIT_HALF_BELOW_BLOCKS`] unless the variable moves it).
+fn split_blocks(rows: usize, n_out: usize, half_below: usize) -> SplitBlocks {
+    let full = rows.div_ceil(MMT_ROWS) * n_out.div_ceil(MMT_OUTS) * MATMUL_RESIDUES;
+    match full < half_below {
+        true => SplitBlocks::Half,
+        false => SplitBlocks::Full,
+    }
+}
+
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     let row_blocks = rows.div_ceil(MMT_ROWS);
@@ -1402,11 +1437,27 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
+        // The half blocks' stages hold half the weights (three blocks a multiprocessor fit).
+        let half_shared =
+            self.tiled_shared_bytes / (MMT_ROWS * 4 + MMT_OUTS * 2) * (MMT_ROWS * 4 + MMT_OUTS);
+        let (split, out_blocks, shared) =
+            match split_blocks(m.rows, m.n_out, self.matmul_split_half_below) {
+                SplitBlocks::Half => (
+                    &self.matmul_tiled_split_half,
+                    u32::try_from(m.n_out.div_ceil(MMT_OUTS / 2)).expect("outputs fit a grid"),
+                    half_shared,
+                ),
+                SplitBlocks::Full => (
+                    &self.matmul_tiled_split,
+                    out_blocks,
+                    self.tiled_shared_bytes,
+                ),
+            };
         gpu.launch_with_shared(
-            &self.matmul_tiled_split,
+            split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            self.tiled_shared_bytes as u32,
+            shared as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),
