@@ -668,7 +668,9 @@ mod avx2 {
 /// takes the same fused multiply-adds in the same order as in [`avx2::tile`], and the tail and
 /// the reduction are the same code. The bits are the AVX2 kernel's on every CPU; what changes is
 /// the tile: 32 registers hold 8 rows × 6 weight rows (24 accumulators), so a weight row is
-/// widened once for 8 rows instead of twice for two tiles of 4.
+/// widened once for 8 rows instead of twice for two tiles of 4; and in a call of more than one
+/// tile, the first tile keeps what it widens (`Widened`), which the others read instead of
+/// widening the same weights again.
 ///
 /// The rows of `x` are first packed tile by tile, 8 floats of each row of a tile in turn
 /// ([`Packed`]): a tile then reads `x` through one pointer, which leaves the general registers
@@ -690,6 +692,23 @@ mod avx512 {
     /// 8-row lm_head above took 20.3-23.1 ms without prefetching, 18.4-19.2 one group ahead
     /// and 18.0-18.4 two groups ahead.
     const AHEAD_GROUPS: usize = 2;
+    /// Rows from which a block's first tile keeps the weights it widens to f32 for the block's
+    /// other tiles (two tiles: with one, no tile reads them), instead of each tile widening the
+    /// same column block again (3 × 5 instructions beside a step's 24 multiply-adds). Measured
+    /// on the 2-core AMD EPYC (session 36, small hybrid, dummy weights, prefill tok/s,
+    /// interleaved runs): one 512-token prompt 471-492 → 544-560, four of 128 tokens 529-565 →
+    /// 570-585, one of 128 (its experts' calls of ~16 rows gain from 9 rows, not from 64) 486-522
+    /// → 511-534; the A3B slice, whose prompts stream their experts' weights, within noise.
+    /// The bits are the same (the same widened values).
+    const WIDEN_ONCE_MIN_ROWS: usize = 9;
+    /// Most bytes of a block's widened weights (48 rows × k f32: k ≤ 4,096), so that they stay
+    /// in the per-core L2 with the tile's rows of x.
+    const WIDEN_ONCE_MAX_BYTES: usize = 768 << 10;
+
+    thread_local! {
+        /// A thread's widened column block (reused from call to call: no allocation a block).
+        static WIDENED: std::cell::RefCell<Vec<__m512>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
 
     /// The rows of `x` in tiles: tile `t` covers rows `tiles[t].0 .. +tiles[t].1`, and its
     /// packed data (`k / 8` steps of `rows × 8` floats) starts at `offsets[t]`.
@@ -752,6 +771,11 @@ mod avx512 {
     /// The `R` packed rows at `xp` (their unpacked rows at `xs`, for the tail) against the `2P`
     /// weight rows at `ws`, into `y[r * ld + c]` for the first `nc` weight rows: the same bits
     /// as `avx2::tile`.
+    ///
+    /// `widened` (or null): the pairs' weights widened to f32, step by step (pair p's steps, then
+    /// pair p + 1's): with `Widened::Fill` the tile widens `ws` as it goes and stores them there,
+    /// with `Widened::Read` it reads them from there instead of `ws` (the same values, so the same
+    /// bits).
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[allow(clippy::too_many_arguments)]
@@ -760,6 +784,7 @@ mod avx512 {
         xs: *const f32,
         k: usize,
         ws: [[*const bf16; 2]; PAIRS],
+        widened: Widened,
         nc: usize,
         y: *mut f32,
         ld: usize,
@@ -779,8 +804,17 @@ mod avx512 {
                 let at = ahead.elements + if S == 1 { 2 * PAIRS } else { S } * j;
                 prefetch_lines(ws[0][0].wrapping_add(at), 2 * PAIRS, ahead.into);
             }
-            let wv: [__m512; PAIRS] =
-                std::array::from_fn(|p| widen_pair(ws[p][0].add(S * j), ws[p][1].add(S * j)));
+            let at = |p: usize| p * (n / LANES) + j / LANES;
+            let widen = |p: usize| widen_pair(ws[p][0].add(S * j), ws[p][1].add(S * j));
+            let wv: [__m512; PAIRS] = match widened {
+                Widened::No => std::array::from_fn(widen),
+                Widened::Fill(to) => std::array::from_fn(|p| {
+                    let v = widen(p);
+                    *to.add(at(p)) = v;
+                    v
+                }),
+                Widened::Read(from) => std::array::from_fn(|p| *from.add(at(p))),
+            };
             for (r, a) in acc.iter_mut().enumerate() {
                 // 8 floats of row r in both halves (a 256-bit broadcast; the f64 form is
                 // AVX-512F's).
@@ -832,41 +866,75 @@ mod avx512 {
         ld: usize,
         into: PrefetchInto,
     ) {
-        for (t, (&(r0, nr), &offset)) in packed.tiles.iter().zip(&packed.offsets).enumerate() {
-            // The first tile reads the block's weights from memory: it prefetches the next
-            // group's while it computes; the others find them in cache.
-            let ahead = if t == 0 {
-                Ahead {
-                    elements: AHEAD_GROUPS * 2 * PAIRS * k,
-                    into,
-                }
-            } else {
-                Ahead::NONE
-            };
-            let xp = packed.data.as_ptr().add(offset);
-            let xs = x.as_ptr().add(r0 * k);
-            let yt = y.add(r0 * ld);
-            let mut c0 = 0;
-            while c0 < cols {
-                let nc = (2 * PAIRS).min(cols - c0);
-                // A missing last weight row repeats the one before (computed, not stored).
-                let row = |c: usize| row_start::<S>(w.as_ptr(), c0 + c.min(nc - 1), k);
-                let ws: [[*const bf16; 2]; PAIRS] =
-                    std::array::from_fn(|p| [row(2 * p), row(2 * p + 1)]);
-                let yc = yt.add(c0);
-                match nr {
-                    8 => tile::<8, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    7 => tile::<7, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    6 => tile::<6, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    5 => tile::<5, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    4 => tile::<4, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    3 => tile::<3, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    2 => tile::<2, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                    _ => tile::<1, S>(xp, xs, k, ws, nc, yc, ld, ahead),
-                }
-                c0 += nc;
+        // The weight rows of group `c0` (6 from c0; a missing last one repeats the one before:
+        // computed, not stored).
+        let group = |c0: usize| -> (usize, [[*const bf16; 2]; PAIRS]) {
+            let nc = (2 * PAIRS).min(cols - c0);
+            let row = |c: usize| row_start::<S>(w.as_ptr(), c0 + c.min(nc - 1), k);
+            (nc, std::array::from_fn(|p| [row(2 * p), row(2 * p + 1)]))
+        };
+        let steps = k / LANES;
+        let rows = packed.tiles.last().map_or(0, |&(r0, nr)| r0 + nr);
+        let widen_once = rows >= WIDEN_ONCE_MIN_ROWS
+            && steps > 0
+            && cols * k * std::mem::size_of::<f32>() <= WIDEN_ONCE_MAX_BYTES;
+        WIDENED.with_borrow_mut(|widened| {
+            if widen_once {
+                widened.resize(
+                    cols.div_ceil(2 * PAIRS) * PAIRS * steps,
+                    _mm512_setzero_ps(),
+                );
             }
-        }
+            for (t, (&(r0, nr), &offset)) in packed.tiles.iter().zip(&packed.offsets).enumerate() {
+                // The first tile reads the block's weights from memory: it prefetches the next
+                // group's while it computes; the others find them in cache, or widened by the
+                // first tile.
+                let ahead = if t == 0 {
+                    Ahead {
+                        elements: AHEAD_GROUPS * 2 * PAIRS * k,
+                        into,
+                    }
+                } else {
+                    Ahead::NONE
+                };
+                let xp = packed.data.as_ptr().add(offset);
+                let xs = x.as_ptr().add(r0 * k);
+                let yt = y.add(r0 * ld);
+                let mut c0 = 0;
+                while c0 < cols {
+                    let (nc, ws) = group(c0);
+                    let at = c0 / (2 * PAIRS) * PAIRS * steps;
+                    let wd = match (widen_once, t) {
+                        (false, _) => Widened::No,
+                        (true, 0) => Widened::Fill(widened.as_mut_ptr().add(at)),
+                        (true, _) => Widened::Read(widened.as_ptr().add(at)),
+                    };
+                    let yc = yt.add(c0);
+                    match nr {
+                        8 => tile::<8, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        7 => tile::<7, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        6 => tile::<6, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        5 => tile::<5, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        4 => tile::<4, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        3 => tile::<3, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        2 => tile::<2, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                        _ => tile::<1, S>(xp, xs, k, ws, wd, nc, yc, ld, ahead),
+                    }
+                    c0 += nc;
+                }
+            }
+        });
+    }
+
+    /// Where a tile's widened weights come from (see `tile`).
+    #[derive(Clone, Copy)]
+    enum Widened {
+        /// Widened from `ws` step by step, as before.
+        No,
+        /// Widened from `ws` and stored here, for the block's later tiles.
+        Fill(*mut __m512),
+        /// Read from here, stored by the block's first tile.
+        Read(*const __m512),
     }
 }
 
@@ -966,7 +1034,9 @@ mod tests {
         let seed = rng.0;
         let plan = weight_prefetch();
         // k not a multiple of 8, weight rows not a multiple of 6 or of a block, rows filling
-        // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks.
+        // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks; from 9 rows the
+        // later tiles read the weights the first widened (a block of 48 rows of k = 4,096 is the
+        // most that keeps them: 768 KiB; 4,104 widens in every tile).
         for (rows, k, out) in [
             (5, 64, 40),
             (8, 1024, 97),
@@ -976,6 +1046,8 @@ mod tests {
             (16, 48, 6),
             (17, 160, 45),
             (40, 33, 101),
+            (70, 4096, 50),
+            (20, 4104, 13),
         ] {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
