@@ -668,8 +668,8 @@ mod avx2 {
 /// takes the same fused multiply-adds in the same order as in [`avx2::tile`], and the tail and
 /// the reduction are the same code. The bits are the AVX2 kernel's on every CPU; what changes is
 /// the tile: 32 registers hold 8 rows × 6 weight rows (24 accumulators), so a weight row is
-/// widened once for 8 rows instead of twice for two tiles of 4; and in a call of more than one
-/// tile, the first tile keeps what it widens (`Widened`), which the others read instead of
+/// widened once for 8 rows instead of twice for two tiles of 4; and in a call of four tiles or
+/// more, the first tile keeps what it widens (`Widened`), which the others read instead of
 /// widening the same weights again.
 ///
 /// The rows of `x` are first packed tile by tile, 8 floats of each row of a tile in turn
@@ -693,14 +693,15 @@ mod avx512 {
     /// and 18.0-18.4 two groups ahead.
     const AHEAD_GROUPS: usize = 2;
     /// Rows from which a block's first tile keeps the weights it widens to f32 for the block's
-    /// other tiles (two tiles: with one, no tile reads them), instead of each tile widening the
-    /// same column block again (3 × 5 instructions beside a step's 24 multiply-adds). Measured
-    /// on the 2-core AMD EPYC (session 36, small hybrid, dummy weights, prefill tok/s,
-    /// interleaved runs): one 512-token prompt 471-492 → 544-560, four of 128 tokens 529-565 →
-    /// 570-585, one of 128 (its experts' calls of ~16 rows gain from 9 rows, not from 64) 486-522
-    /// → 511-534; the A3B slice, whose prompts stream their experts' weights, within noise.
-    /// The bits are the same (the same widened values).
-    const WIDEN_ONCE_MIN_ROWS: usize = 9;
+    /// other tiles, instead of each tile widening the same column block again (3 × 5
+    /// instructions beside a step's 24 multiply-adds): four tiles. Measured on the 2-core AMD
+    /// EPYC (session 36, prefill tok/s, interleaved runs; this VM's noise is ±10 % a run): the
+    /// small hybrid's 512-token prompt +13-17 % and four 128-token prompts +4-10 %; from 9 rows
+    /// (two tiles) the A3B slice's 128-token prompt lost 5-8 % in every paired run (its experts'
+    /// calls of ~10 rows stored and reread 384 KiB to spare one 2-row tile its widening), from
+    /// 32 rows it is within noise, as is the small hybrid's 128-token prompt either way. The
+    /// bits are the same (the same widened values).
+    const WIDEN_ONCE_MIN_ROWS: usize = 32;
     /// Most bytes of a block's widened weights (48 rows × k f32: k ≤ 4,096), so that they stay
     /// in the per-core L2 with the tile's rows of x.
     const WIDEN_ONCE_MAX_BYTES: usize = 768 << 10;
@@ -1034,7 +1035,7 @@ mod tests {
         let seed = rng.0;
         let plan = weight_prefetch();
         // k not a multiple of 8, weight rows not a multiple of 6 or of a block, rows filling
-        // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks; from 9 rows the
+        // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks; from 32 rows the
         // later tiles read the weights the first widened (a block of 48 rows of k = 4,096 is the
         // most that keeps them: 768 KiB; 4,104 widens in every tile).
         for (rows, k, out) in [
@@ -1047,7 +1048,7 @@ mod tests {
             (17, 160, 45),
             (40, 33, 101),
             (70, 4096, 50),
-            (20, 4104, 13),
+            (36, 4104, 13),
         ] {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
