@@ -702,8 +702,8 @@ mod avx512 {
     /// 32 rows it is within noise, as is the small hybrid's 128-token prompt either way. The
     /// bits are the same (the same widened values).
     const WIDEN_ONCE_MIN_ROWS: usize = 32;
-    /// Most bytes of a block's widened weights (48 rows × k f32: k ≤ 4,096), so that they stay
-    /// in the per-core L2 with the tile's rows of x.
+    /// Most bytes of a block's widened weights (48 rows × k f32: k ≤ 4,096): chosen, not
+    /// measured, to leave room in a 1 MiB per-core L2 (this EPYC's) for the tiles' rows of x.
     const WIDEN_ONCE_MAX_BYTES: usize = 768 << 10;
 
     thread_local! {
@@ -877,7 +877,6 @@ mod avx512 {
         let steps = k / LANES;
         let rows = packed.tiles.last().map_or(0, |&(r0, nr)| r0 + nr);
         let widen_once = rows >= WIDEN_ONCE_MIN_ROWS
-            && steps > 0
             && cols * k * std::mem::size_of::<f32>() <= WIDEN_ONCE_MAX_BYTES;
         WIDENED.with_borrow_mut(|widened| {
             if widen_once {
@@ -930,7 +929,7 @@ mod avx512 {
     /// Where a tile's widened weights come from (see `tile`).
     #[derive(Clone, Copy)]
     enum Widened {
-        /// Widened from `ws` step by step, as before.
+        /// Widened from `ws` step by step (a call of few tiles, or a block too large to keep).
         No,
         /// Widened from `ws` and stored here, for the block's later tiles.
         Fill(*mut __m512),
@@ -1037,7 +1036,8 @@ mod tests {
         // k not a multiple of 8, weight rows not a multiple of 6 or of a block, rows filling
         // tiles of 8, splitting 9 to 15 in two, and spanning super-blocks; from 32 rows the
         // later tiles read the weights the first widened (a block of 48 rows of k = 4,096 is the
-        // most that keeps them: 768 KiB; 4,104 widens in every tile).
+        // most that keeps them: 768 KiB, and its second block of 2 rows; 48 rows of 4,104 are
+        // past it and widen in every tile, the last block of 2 rows of 4,104 keeps them).
         for (rows, k, out) in [
             (5, 64, 40),
             (8, 1024, 97),
@@ -1048,7 +1048,7 @@ mod tests {
             (17, 160, 45),
             (40, 33, 101),
             (70, 4096, 50),
-            (36, 4104, 13),
+            (36, 4104, 50),
         ] {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));

@@ -175,12 +175,11 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
 const MMT_OUTS: usize = 128;
-/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
-/// hi and lo bf16, 4 bytes an element) and W (bf16).
-const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
-
-const fn mmt_shared_bytes(stages: usize) -> usize {
-    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
+/// Dynamic shared memory of a tiled block of MMT_ROWS rows × `outs` outputs: `stages` chunks of
+/// x (split rows: hi and lo bf16, 4 bytes an element) and W (bf16). `matmul_bf16_tiled` and
+/// `_split` have MMT_OUTS outputs, `_split_half` half as many.
+const fn mmt_shared_bytes(stages: usize, outs: usize) -> usize {
+    stages * MMA_CHUNK * (MMT_ROWS * 4 + outs * 2)
 }
 /// Split blocks (output tiles of MMT_OUTS × residues) below which a k split runs
 /// `matmul_bf16_tiled_split_half` (blocks of MMT_OUTS / 2 outputs: twice as many): 0, never,
@@ -726,9 +725,10 @@ pub struct Kernels {
     /// `matmul_bf16_tiled_split_half`, and the split blocks below which it runs.
     matmul_tiled_split_half: CudaFunction,
     matmul_split_half_below: usize,
-    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`: MMT_SHARED_BYTES,
-    /// or what other stages take in kernels compiled to measure them.
+    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`, and of
+    /// `matmul_tiled_split_half` (`mmt_shared_bytes` of the stages compiled).
     tiled_shared_bytes: usize,
+    split_half_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
@@ -807,7 +807,7 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
-        Self::compile_source(gpu, dims, dims.source(), MMT_SHARED_BYTES)
+        Self::compile_source(gpu, dims, dims.source(), MMT_STAGES)
     }
 
     /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
@@ -825,17 +825,18 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMT_STAGES")
             .map_or(MMT_STAGES, |&(_, stages)| stages);
-        Self::compile_source(gpu, dims, source, mmt_shared_bytes(stages))
+        Self::compile_source(gpu, dims, source, stages)
     }
 
-    /// `tiled_shared_bytes`: what a tiled block's stages take (MMT_SHARED_BYTES but where a
-    /// measurement compiles other stages).
+    /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
+    /// compiles other stages), of which the tiled blocks' shared memory follows.
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
-        tiled_shared_bytes: usize,
+        tiled_stages: usize,
     ) -> Result<Kernels, CudaError> {
+        let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_OUTS);
         let opts = CompileOptions {
             arch: Some(ARCH),
             ..Default::default()
@@ -897,6 +898,7 @@ impl Kernels {
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             tiled_shared_bytes,
+            split_half_shared_bytes: mmt_shared_bytes(tiled_stages, MMT_OUTS / 2),
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split_half,
@@ -1437,15 +1439,13 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        // The half blocks' stages hold half the weights (three blocks a multiprocessor fit).
-        let half_shared =
-            self.tiled_shared_bytes / (MMT_ROWS * 4 + MMT_OUTS * 2) * (MMT_ROWS * 4 + MMT_OUTS);
         let (split, out_blocks, shared) =
             match split_blocks(m.rows, m.n_out, self.matmul_split_half_below) {
                 SplitBlocks::Half => (
                     &self.matmul_tiled_split_half,
                     u32::try_from(m.n_out.div_ceil(MMT_OUTS / 2)).expect("outputs fit a grid"),
-                    half_shared,
+                    // Half the weights a stage: three blocks a multiprocessor fit.
+                    self.split_half_shared_bytes,
                 ),
                 SplitBlocks::Full => (
                     &self.matmul_tiled_split,
