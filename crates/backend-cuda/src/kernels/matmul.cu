@@ -828,16 +828,6 @@ matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restric
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
-// The split with blocks of half the outputs (64 rows × 64 outputs, each warp 32 rows × 2 n-tiles):
-// twice the blocks, for matrices whose split leaves the multiprocessors about one block each
-// (Qwen3-4B's o and down projections at 64 rows: 160 blocks of 128 outputs). The same chains,
-// so the same bits (a product's chain does not depend on the tile's width).
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_tiled_split_half(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                             float* __restrict__ part, int part_stride, int rows) {
-    matmul_tiled_block<MMT_ROWS, 2, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

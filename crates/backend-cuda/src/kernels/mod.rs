@@ -175,19 +175,13 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
 const MMT_OUTS: usize = 128;
-/// Dynamic shared memory of a tiled block of MMT_ROWS rows × `outs` outputs: `stages` chunks of
-/// x (split rows: hi and lo bf16, 4 bytes an element) and W (bf16). `matmul_bf16_tiled` and
-/// `_split` have MMT_OUTS outputs, `_split_half` half as many.
-const fn mmt_shared_bytes(stages: usize, outs: usize) -> usize {
-    stages * MMA_CHUNK * (MMT_ROWS * 4 + outs * 2)
+/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
+/// hi and lo bf16, 4 bytes an element) and W (bf16).
+const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
+
+const fn mmt_shared_bytes(stages: usize) -> usize {
+    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
 }
-/// Split blocks (output tiles of MMT_OUTS × residues) below which a k split runs
-/// `matmul_bf16_tiled_split_half` (blocks of MMT_OUTS / 2 outputs: twice as many): 0, never,
-/// until measured (ncu, bench/RESULTS.md session 36: Qwen3-4B's o and down at 64 rows make 160
-/// blocks, 14 % occupancy, 77 % of cycles without an eligible warp).
-/// `FLASHLANE_MATMUL_SPLIT_HALF_BELOW=N` sets it for A/B runs of one binary (the same bits).
-const MATMUL_SPLIT_HALF_BELOW_BLOCKS: usize = 0;
-const MATMUL_SPLIT_HALF_BELOW_ENV: &str = "FLASHLANE_MATMUL_SPLIT_HALF_BELOW";
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -722,13 +716,9 @@ pub struct Kernels {
     /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
-    /// `matmul_bf16_tiled_split_half`, and the split blocks below which it runs.
-    matmul_tiled_split_half: CudaFunction,
-    matmul_split_half_below: usize,
-    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`, and of
-    /// `matmul_tiled_split_half` (`mmt_shared_bytes` of the stages compiled).
+    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`: MMT_SHARED_BYTES,
+    /// or what other stages take in kernels compiled to measure them.
     tiled_shared_bytes: usize,
-    split_half_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
     matmul_fold: CudaFunction,
@@ -807,7 +797,7 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
-        Self::compile_source(gpu, dims, dims.source(), MMT_STAGES)
+        Self::compile_source(gpu, dims, dims.source(), MMT_SHARED_BYTES)
     }
 
     /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
@@ -825,18 +815,17 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMT_STAGES")
             .map_or(MMT_STAGES, |&(_, stages)| stages);
-        Self::compile_source(gpu, dims, source, stages)
+        Self::compile_source(gpu, dims, source, mmt_shared_bytes(stages))
     }
 
-    /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
-    /// compiles other stages), of which the tiled blocks' shared memory follows.
+    /// `tiled_shared_bytes`: what a tiled block's stages take (MMT_SHARED_BYTES but where a
+    /// measurement compiles other stages).
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
-        tiled_stages: usize,
+        tiled_shared_bytes: usize,
     ) -> Result<Kernels, CudaError> {
-        let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_OUTS);
         let opts = CompileOptions {
             arch: Some(ARCH),
             ..Default::default()
@@ -856,7 +845,6 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        let matmul_tiled_split_half = tiles("matmul_bf16_tiled_split_half")?;
         let by_tiles = |tiles: usize| match tiles {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
@@ -898,14 +886,8 @@ impl Kernels {
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             tiled_shared_bytes,
-            split_half_shared_bytes: mmt_shared_bytes(tiled_stages, MMT_OUTS / 2),
             split_rows: f("split_rows")?,
             matmul_tiled_split,
-            matmul_tiled_split_half,
-            matmul_split_half_below: std::env::var(MATMUL_SPLIT_HALF_BELOW_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MATMUL_SPLIT_HALF_BELOW_BLOCKS),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1349,25 +1331,6 @@ fn runs_split_k(rows: usize, n_out: usize, min_outputs: usize) -> bool {
         && !runs_tiled(rows, n_out)
 }
 
-/// The blocks a k split of `rows` × `n_out` runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SplitBlocks {
-    /// `matmul_bf16_tiled_split`: MMT_OUTS outputs a block.
-    Full,
-    /// `matmul_bf16_tiled_split_half`: MMT_OUTS / 2, twice the blocks.
-    Half,
-}
-
-/// Half blocks where the full ones (row blocks × output tiles × residues) are fewer than
-/// `half_below` ([`MATMUL_SPLIT_HALF_BELOW_BLOCKS`] unless the variable moves it).
-fn split_blocks(rows: usize, n_out: usize, half_below: usize) -> SplitBlocks {
-    let full = rows.div_ceil(MMT_ROWS) * n_out.div_ceil(MMT_OUTS) * MATMUL_RESIDUES;
-    match full < half_below {
-        true => SplitBlocks::Half,
-        false => SplitBlocks::Full,
-    }
-}
-
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     let row_blocks = rows.div_ceil(MMT_ROWS);
@@ -1439,25 +1402,11 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        let (split, out_blocks, shared) =
-            match split_blocks(m.rows, m.n_out, self.matmul_split_half_below) {
-                SplitBlocks::Half => (
-                    &self.matmul_tiled_split_half,
-                    u32::try_from(m.n_out.div_ceil(MMT_OUTS / 2)).expect("outputs fit a grid"),
-                    // Half the weights a stage: three blocks a multiprocessor fit.
-                    self.split_half_shared_bytes,
-                ),
-                SplitBlocks::Full => (
-                    &self.matmul_tiled_split,
-                    out_blocks,
-                    self.tiled_shared_bytes,
-                ),
-            };
         gpu.launch_with_shared(
-            split,
+            &self.matmul_tiled_split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            shared as u32,
+            self.tiled_shared_bytes as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),

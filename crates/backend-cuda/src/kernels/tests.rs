@@ -259,7 +259,7 @@ fn f32_bytes(n: usize) -> u64 {
 
 #[test]
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
-    let Some((gpu, mut k)) = setup() else { return };
+    let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
     // block's warps from 0 to 10 chunks of 64. Also fixed depths: one piece; and 3 rounds of the
@@ -271,25 +271,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // Rows over several blocks of the tiled kernel (64 rows a block), the last in part.
     let depth = 16 * (1 + rng.below(160));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
-    // Every k split on blocks of half the outputs: the other kernels' bits.
-    k.matmul_split_half_below = usize::MAX;
-    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
-        matmul_case(&gpu, &k, &mut rng, depth, 300, true);
-    }
-}
-
-/// `split_blocks` (no device needed): half blocks only below the bound, which is 0 (never) by
-/// default; at 64 rows Qwen3-4B's o and down (2,560 outputs) make 160 full blocks, its q/k/v
-/// (6,144) 384.
-#[test]
-fn the_k_split_takes_half_blocks_only_below_its_bound() {
-    use super::{split_blocks, SplitBlocks, MATMUL_SPLIT_HALF_BELOW_BLOCKS};
-    assert_eq!(MATMUL_SPLIT_HALF_BELOW_BLOCKS, 0);
-    assert_eq!(split_blocks(64, 2560, 0), SplitBlocks::Full);
-    assert_eq!(split_blocks(64, 2560, 264), SplitBlocks::Half);
-    assert_eq!(split_blocks(48, 2560, 161), SplitBlocks::Half);
-    assert_eq!(split_blocks(64, 2560, 160), SplitBlocks::Full);
-    assert_eq!(split_blocks(64, 6144, 264), SplitBlocks::Full);
 }
 
 /// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
