@@ -25,15 +25,9 @@
 // 2,048 bytes apart (the descriptor's leading offset) and the 16 groups of 8 outputs 128 bytes
 // apart (its stride offset), a step's 4,096 bytes after the one before.
 //
-// A decode round of 48–64 rows whose k is split by residue (the tiles' `matmul_bf16_tiled_split`)
-// can run `matmul_bf16_wgmma_split_s3` / `_s4` instead: a block of 64 rows × MMW_OUTS outputs,
-// the two warpgroups on the same 64 rows, each an m64n64k16 a step over its half of the outputs,
-// block z walking residue z's chunks alone and writing that partial unfolded, as the tiles'
-// split does (the same partials, folded by the same `matmul_fold_residues`); 3 or 4 stages of
-// chunks in flight (96 KB of shared memory, two blocks a multiprocessor; or 128 KB, one).
-//
 // Host defines: MMW_ROWS (128), MMW_OUTS (128), MMW_STAGES, MMW_THREADS (256).
 
+#define MMW_X_STAGE_WORDS (MMW_ROWS * MMA_CHUNK)          // split rows of a chunk: 32 hi, 32 lo words a row
 #define MMW_W_STAGE_BYTES (MMW_OUTS * MMA_CHUNK * 2)      // the weights of a chunk
 #define MMW_STEP_BYTES (MMW_W_STAGE_BYTES / 4)            // of one k16 step
 #define MMW_HALF_BYTES (MMW_STEP_BYTES / 2)               // of one k-half of a step
@@ -75,61 +69,29 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned a0, unsigned
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
 }
 
-// As `wgmma_m64n128k16` over 64 outputs: d as 8 mma.sync n-tiles.
-__device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                unsigned long long b) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-}
-
 // Pins the accumulators in their registers across the asynchronous products (the compiler may
 // otherwise move or copy them while a wgmma still writes them).
-template <int N>
 __device__ __forceinline__ void wgmma_pin(float* d) {
 #pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < MMW_OUTS / 2; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
-// y[r0 … r0 + ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`:
-// ROWS 128, warpgroup h rows 64h … + 63 and every output (m64n128k16 a step); ROWS 64, both
-// warpgroups rows 0 … 63, warpgroup h outputs 64h … + 63 (m64n64k16). SPLIT_K: residue
-// blockIdx.z's chunks alone, its partial written unfolded into y + blockIdx.z · part_stride.
-template <int ROWS, int STAGES, bool SPLIT_K>
-__device__ __forceinline__ void matmul_wgmma_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
-                                                   int k, int n_out, float* __restrict__ y, int y_stride,
-                                                   int accumulate, int rows, int part_stride) {
-    static_assert(ROWS == 128 || ROWS == 64, "two warpgroups: on two row halves, or on two output halves");
-    constexpr int WG_OUTS = ROWS == 128 ? MMW_OUTS : MMW_OUTS / 2;  // a warpgroup's outputs
-    constexpr int ACC = WG_OUTS / 2;                                 // its accumulators a thread
-    constexpr int X_STAGE_WORDS = ROWS * MMA_CHUNK;                  // split rows of a chunk: 32 hi, 32 lo words a row
+// y[r0 … r0 + MMW_ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`.
+extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
+matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
     extern __shared__ float4 mmw_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mmw_smem4);
-    constexpr int STAGE_BYTES = X_STAGE_WORDS * 4 + MMW_W_STAGE_BYTES;
+    constexpr int STAGE_BYTES = MMW_X_STAGE_WORDS * 4 + MMW_W_STAGE_BYTES;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int r0 = blockIdx.x * ROWS, o0 = blockIdx.y * MMW_OUTS;
+    const int r0 = blockIdx.x * MMW_ROWS, o0 = blockIdx.y * MMW_OUTS;
+    matmul_start(w, o0, MMW_OUTS, n_out, (size_t)k * sizeof(bf16_t));
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    // The residues this block walks, and how many chunks it multiplies.
-    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
-    const int visits =
-        SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
-    // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
-    if (!SPLIT_K || blockIdx.z == 0) {
-        matmul_start(w, o0, MMW_OUTS, n_out, (size_t)k * sizeof(bf16_t));
-    } else {
-        pdl_launch_dependents();
-        pdl_wait();
-    }
 
     // This thread's copies, the same for every chunk but for its offset: x pieces (16 bytes) of
     // rows xr + 16i (piece xp, placed at xp ^ (row & 7) as the tiles place them), weight runs (8
@@ -144,13 +106,13 @@ __device__ __forceinline__ void matmul_wgmma_block(const unsigned* __restrict__ 
         unsigned char* base = smem + stage * STAGE_BYTES;
         unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
 #pragma unroll
-        for (int i = 0; i < ROWS / 16; i++) {
+        for (int i = 0; i < MMW_ROWS / 16; i++) {
             const int row = xr + 16 * i;
             const bool in = r0 + row < rows;
             cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
                        in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
         }
-        unsigned char* w_base = base + X_STAGE_WORDS * 4;
+        unsigned char* w_base = base + MMW_X_STAGE_WORDS * 4;
         const bool k_in = c * MMA_CHUNK + w_elem < k;
 #pragma unroll
         for (int i = 0; i < MMW_OUTS / 16; i++) {
@@ -160,47 +122,43 @@ __device__ __forceinline__ void matmul_wgmma_block(const unsigned* __restrict__ 
             cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
         }
     };
-    int load_c = res_first, load_res = res_first;
+    int load_c = 0, load_res = 0;
     auto next_load = [&]() {
         load_c += MMT_RESIDUES;
         if (load_c >= chunks) load_c = ++load_res;
     };
 
-    // This warp's first row and output; this lane's ldmatrix row of its warp's 16 and its
-    // swizzle; which half of a step's slots.
-    const int warp_row = (ROWS == 128 ? (warp / 4) * 64 : 0) + (warp % 4) * 16;
-    const int warp_out = ROWS == 128 ? 0 : (warp / 4) * WG_OUTS;
-    const int x_row = (warp_row + (lane & 15)) * MMA_CHUNK;
+    // This lane's ldmatrix row of its warp's 16 and its swizzle; which half of a step's slots.
+    const int x_row = ((warp / 4) * 64 + (warp % 4) * 16 + (lane & 15)) * MMA_CHUNK;
     const int x_swz = lane & 7, x_half = lane >> 4;
 
-    float acc[ACC], total[ACC];
+    float acc[MMW_OUTS / 2], total[MMW_OUTS / 2];
 #pragma unroll
-    for (int i = 0; i < ACC; i++) acc[i] = total[i] = 0.0f;
+    for (int i = 0; i < MMW_OUTS / 2; i++) acc[i] = total[i] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < visits) {
+    for (int s = 0; s < MMW_STAGES - 1; s++) {
+        if (s < chunks) {
             load(s, load_c);
             next_load();
         }
         cp_async_commit();
     }
     int v = 0;  // chunks multiplied
-    for (int res = res_first; res < res_end; res++) {
+    for (int res = 0; res < MMT_RESIDUES; res++) {
         for (int c = res; c < chunks; c += MMT_RESIDUES, v++) {
-            cp_async_wait<STAGES - 2>();
+            cp_async_wait<MMW_STAGES - 2>();
             // The copies are the generic proxy's writes; wgmma reads through the async proxy.
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads();
-            if (v + STAGES - 1 < visits) {
-                load((v + STAGES - 1) % STAGES, load_c);
+            if (v + MMW_STAGES - 1 < chunks) {
+                load((v + MMW_STAGES - 1) % MMW_STAGES, load_c);
                 next_load();
             }
             cp_async_commit();
-            const unsigned char* stage = smem + (v % STAGES) * STAGE_BYTES;
+            const unsigned char* stage = smem + (v % MMW_STAGES) * STAGE_BYTES;
             const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
-            // This warpgroup's outputs: groups of 8 from warp_out / 8 on.
-            const unsigned char* ws_s = stage + X_STAGE_WORDS * 4 + (warp_out / 8) * MMW_GROUP_BYTES;
+            const unsigned char* ws_s = stage + MMW_X_STAGE_WORDS * 4;
             unsigned ah[4][4], al[4][4];
 #pragma unroll
             for (int s = 0; s < 4; s++) {
@@ -208,60 +166,34 @@ __device__ __forceinline__ void matmul_wgmma_block(const unsigned* __restrict__ 
                 ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
                 if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
             }
-            wgmma_pin<ACC>(acc);
+            wgmma_pin(acc);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, MMW_GROUP_BYTES);
-                if (ROWS == 128) {
-                    wgmma_m64n128k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
-                    if (MMA_SPLIT) wgmma_m64n128k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
-                } else {
-                    wgmma_m64n64k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
-                    if (MMA_SPLIT) wgmma_m64n64k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
-                }
+                wgmma_m64n128k16(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
+                if (MMA_SPLIT) wgmma_m64n128k16(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
             }
             wgmma_commit();
             // The A registers and this stage are free again only when the products are done.
             wgmma_wait_all();
-            wgmma_pin<ACC>(acc);
+            wgmma_pin(acc);
         }
         // Residue `res` done (or empty: a zero partial).
 #pragma unroll
-        for (int i = 0; i < ACC; i++) {
-            total[i] = SPLIT_K || res == 0 ? acc[i] : total[i] + acc[i];
+        for (int i = 0; i < MMW_OUTS / 2; i++) {
+            total[i] = res == 0 ? acc[i] : total[i] + acc[i];
             acc[i] = 0.0f;
         }
     }
     cp_async_wait<0>();
 #pragma unroll
-    for (int i = 0; i < ACC; i++) {
-        const int r = r0 + warp_row + g + ((i % 4) / 2) * 8;
-        const int o = o0 + warp_out + (i / 4) * MMA_COLS + 2 * t + i % 2;
+    for (int i = 0; i < MMW_OUTS / 2; i++) {
+        const int r = r0 + (warp / 4) * 64 + (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
+        const int o = o0 + (i / 4) * MMA_COLS + 2 * t + i % 2;
         if (r < rows && o < n_out) {
-            float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
+            float* out = y + (size_t)r * y_stride + o;
             *out = accumulate ? *out + total[i] : total[i];
         }
     }
-}
-
-// MMW_ROWS rows × MMW_OUTS outputs a block (a prompt's many rows).
-extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
-matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_wgmma_block<MMW_ROWS, MMW_STAGES, false>(xs, w, k, n_out, y, y_stride, accumulate, rows, 0);
-}
-
-// k split by residue over blocks (grid z = MMT_RESIDUES), 64 rows × MMW_OUTS outputs a block:
-// the partials of `matmul_bf16_tiled_split`, for `matmul_fold_residues` (see above). 3 stages
-// (two blocks a multiprocessor) or 4 (one).
-extern "C" __global__ void __launch_bounds__(MMW_THREADS, 2)
-matmul_bf16_wgmma_split_s3(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                           float* __restrict__ part, int part_stride, int rows) {
-    matmul_wgmma_block<64, 3, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
-matmul_bf16_wgmma_split_s4(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                           float* __restrict__ part, int part_stride, int rows) {
-    matmul_wgmma_block<64, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }

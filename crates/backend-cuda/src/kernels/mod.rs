@@ -169,23 +169,7 @@ const MMW_OUTS: usize = 128;
 const MMW_STAGES: usize = 4;
 const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
-const MMW_SHARED_BYTES: usize = mmw_shared_bytes(MMW_STAGES, MMW_ROWS);
-
-const fn mmw_shared_bytes(stages: usize, rows: usize) -> usize {
-    stages * MMA_CHUNK * (rows * 4 + MMW_OUTS * 2)
-}
-
-/// `FLASHLANE_MATMUL_SPLIT_WGMMA=3|4`: a k split by residue (48–64 rows in dense Qwen3-4B and
-/// larger) runs on the warpgroup MMA (`matmul_bf16_wgmma_split_s3` / `_s4`: blocks of 64 rows ×
-/// MMW_OUTS, that many stages; the tiles' partials, so the same bits) where the warpgroup matmul
-/// is compiled; unset or `0`: on the tiles (`matmul_bf16_tiled_split`).
-pub const MATMUL_SPLIT_WGMMA_ENV: &str = "FLASHLANE_MATMUL_SPLIT_WGMMA";
-/// Rows of a warpgroup split block (the two warpgroups on the same 64 rows, each on half the
-/// outputs): a decode round's 48–64 rows in one block row, as the tiles' split.
-const MMW_SPLIT_ROWS: usize = 64;
-/// The stage counts the warpgroup split is compiled for (`_s3`: 96 KB, two blocks a
-/// multiprocessor; `_s4`: 128 KB, one).
-const MMW_SPLIT_STAGES: [usize; 2] = [3, 4];
+const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -777,9 +761,6 @@ pub struct Kernels {
     wgmma: Option<WgmmaKernels>,
     /// The rows from which `MatmulKernel::Auto` runs it, if it does ([`MATMUL_WGMMA_ENV`]).
     matmul_wgmma_min_rows: Option<usize>,
-    /// The stages of the warpgroup split a k split runs on, if it does (one of
-    /// [`MMW_SPLIT_STAGES`]; [`MATMUL_SPLIT_WGMMA_ENV`]) and the warpgroup matmul is compiled.
-    matmul_split_wgmma: Option<usize>,
 }
 
 /// The MoE layer's kernels, in launch order.
@@ -977,19 +958,6 @@ impl Kernels {
             },
             wgmma: None,
             matmul_wgmma_min_rows: None,
-            matmul_split_wgmma: match std::env::var(MATMUL_SPLIT_WGMMA_ENV).as_deref() {
-                Ok("0") | Err(_) => None,
-                Ok(v) => Some(
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|stages| MMW_SPLIT_STAGES.contains(stages))
-                        .ok_or_else(|| {
-                            CudaError::Unsupported(format!(
-                                "{MATMUL_SPLIT_WGMMA_ENV}={v} (expected 0 or one of {MMW_SPLIT_STAGES:?})"
-                            ))
-                        })?,
-                ),
-            },
         };
         match std::env::var(MATMUL_WGMMA_ENV).as_deref() {
             Ok("0") => {}
@@ -1021,47 +989,23 @@ impl Kernels {
         let ptx = compile_ptx_with_opts(dims.wgmma_source(), opts)
             .map_err(|e| CudaError::Compile(format!("matmul_wg.cu: {e:?}")))?;
         let module = gpu.ctx.load_module(ptx)?;
-        let with_shared = |name: &str, bytes: usize| -> Result<CudaFunction, CudaError> {
-            let f = module.load_function(name)?;
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )?;
-            Ok(f)
-        };
-        let split = |stages: usize| {
-            with_shared(
-                &format!("matmul_bf16_wgmma_split_s{stages}"),
-                mmw_shared_bytes(stages, MMW_SPLIT_ROWS),
-            )
-        };
+        let matmul = module.load_function("matmul_bf16_wgmma")?;
+        matmul.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MMW_SHARED_BYTES as i32,
+        )?;
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
-            matmul: with_shared("matmul_bf16_wgmma", MMW_SHARED_BYTES)?,
-            split_by_stages: [split(MMW_SPLIT_STAGES[0])?, split(MMW_SPLIT_STAGES[1])?],
+            matmul,
         });
         Ok(())
     }
-
-    /// The warpgroup split kernel and its shared memory, where a k split runs on it.
-    fn split_on_wgmma(&self) -> Option<(&WgmmaKernels, &CudaFunction, usize)> {
-        let stages = self.matmul_split_wgmma?;
-        let wg = self.wgmma.as_ref()?;
-        let at = MMW_SPLIT_STAGES.iter().position(|&s| s == stages)?;
-        Some((
-            wg,
-            &wg.split_by_stages[at],
-            mmw_shared_bytes(stages, MMW_SPLIT_ROWS),
-        ))
-    }
 }
 
-/// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`], [`MATMUL_SPLIT_WGMMA_ENV`]).
+/// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`]).
 struct WgmmaKernels {
     split_rows: CudaFunction,
     matmul: CudaFunction,
-    /// `matmul_bf16_wgmma_split_s3` and `_s4`, as [`MMW_SPLIT_STAGES`] lists them.
-    split_by_stages: [CudaFunction; MMW_SPLIT_STAGES.len()],
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1438,12 +1382,7 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        let on_wgmma = self.split_on_wgmma().filter(|_| split_k);
-        let split_rows = match on_wgmma {
-            Some((wg, _, _)) => &wg.split_rows,
-            None => &self.split_rows,
-        };
-        launch_split_rows(gpu, split_rows, m)?;
+        launch_split_rows(gpu, &self.split_rows, m)?;
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
@@ -1463,21 +1402,11 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        // The warpgroup split's blocks are the tiles' (64 rows × 128 outputs), so is its grid.
-        const _: () = assert!(MMW_SPLIT_ROWS == MMT_ROWS && MMW_OUTS == MMT_OUTS);
-        let (split, threads, shared) = match on_wgmma {
-            Some((_, f, bytes)) => (f, MMW_THREADS, bytes),
-            None => (
-                &self.matmul_tiled_split,
-                MMT_THREADS,
-                self.tiled_shared_bytes,
-            ),
-        };
         gpu.launch_with_shared(
-            split,
+            &self.matmul_tiled_split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
-            threads,
-            shared as u32,
+            MMT_THREADS,
+            self.tiled_shared_bytes as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),
