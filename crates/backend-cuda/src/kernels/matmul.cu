@@ -640,8 +640,9 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
-// part_stride (see `matmul_bf16_tiled_split`).
-template <int BM, int NT, bool SPLIT_K = false>
+// part_stride (see `matmul_bf16_tiled_split`); with RES_FAST the residue is blockIdx.x and the
+// row block blockIdx.z, so that a tile's residues are launched side by side.
+template <int BM, int NT, bool SPLIT_K = false, bool RES_FAST = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
                                                    int accumulate, int rows, int part_stride = 0) {
@@ -660,15 +661,17 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
     // the same in session 9.)
-    const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
+    static_assert(SPLIT_K || !RES_FAST, "residues by block only in a split");
+    const int row_block = RES_FAST ? blockIdx.z : blockIdx.x, res_block = RES_FAST ? blockIdx.x : blockIdx.z;
+    const int r0 = row_block * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     // The residues this block walks, and how many chunks it multiplies.
-    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
+    const int res_first = SPLIT_K ? res_block : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
     const int visits =
         SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
-    if (!SPLIT_K || blockIdx.z == 0) {
+    if (!SPLIT_K || res_block == 0) {
         matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
     } else {
         pdl_launch_dependents();
@@ -801,7 +804,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                 const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                 if (r < rows && o < n_out) {
-                    float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
+                    float* out = y + (SPLIT_K ? (size_t)(RES_FAST ? blockIdx.x : blockIdx.z) * part_stride : 0) + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
                 }
             }
@@ -826,6 +829,63 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+}
+
+// The k split with its fold in the same launch (grid (MMT_RESIDUES, out blocks, row blocks): a
+// tile's residues side by side): each block writes its residue's partial as
+// `matmul_bf16_tiled_split` does, then counts itself in at its tile's counter; the block that
+// arrives last folds the tile's partials in residue order, the expression of
+// `matmul_fold_residues` (into y) or, with `act`, of `matmul_fold_residues_swiglu` (a gate/up of
+// `width` units, width a multiple of MMT_OUTS: gate tile u and up tile u + width / MMT_OUTS share
+// counter u, 2·MMT_RESIDUES arrivals), so the same bits whichever block folds; and sets the
+// counter back to 0 for the next launch. The partials are then read within the launch, mostly
+// from L2, and the fold's launch is gone.
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
+matmul_bf16_tiled_split_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                             float* __restrict__ part, int part_stride, int rows, float* __restrict__ y,
+                             int y_stride, int accumulate, float* __restrict__ act, int width,
+                             unsigned* __restrict__ counters) {
+    matmul_tiled_block<MMT_ROWS, 4, true, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+    __shared__ int folds;
+    const bool swiglu = act != nullptr;
+    const int unit_tiles = width / MMT_OUTS;
+    const int tile = swiglu ? blockIdx.y % unit_tiles : blockIdx.y;
+    unsigned* counter = counters + (size_t)blockIdx.z * gridDim.y + tile;
+    // This block's partial, visible to the GPU before its arrival counts.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned arrivals = swiglu ? 2 * MMT_RESIDUES : MMT_RESIDUES;
+        folds = atomicAdd(counter, 1u) == arrivals - 1;
+    }
+    __syncthreads();
+    if (!folds) return;
+    __threadfence();
+    const int r0 = blockIdx.z * MMT_ROWS, o0 = tile * MMT_OUTS, outs = swiglu ? width : n_out;
+    // From L2 (`ld.global.cg`): another tile's fold on this multiprocessor may hold a line of
+    // these partials in L1 from before their last residue wrote it.
+    for (int i = threadIdx.x; i < MMT_ROWS * MMT_OUTS; i += MMT_WARPS * WARP) {
+        const int r = r0 + i / MMT_OUTS, o = o0 + i % MMT_OUTS;
+        if (r >= rows || o >= outs) continue;
+        if (!swiglu) {
+            const size_t at = (size_t)r * n_out + o;
+            float total = __ldcg(part + at);
+#pragma unroll
+            for (int z = 1; z < MMT_RESIDUES; z++) total += __ldcg(part + (size_t)z * part_stride + at);
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + total : total;
+        } else {
+            const size_t gi = (size_t)r * 2 * width + o, ui = gi + width;
+            float gate = __ldcg(part + gi), up = __ldcg(part + ui);
+#pragma unroll
+            for (int z = 1; z < MMT_RESIDUES; z++) {
+                gate += __ldcg(part + (size_t)z * part_stride + gi);
+                up += __ldcg(part + (size_t)z * part_stride + ui);
+            }
+            act[(size_t)r * width + o] = siluf_(gate) * up;
+        }
+    }
+    if (threadIdx.x == 0) *counter = 0;
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

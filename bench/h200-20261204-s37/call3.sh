@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Session 37, call 3: the k split with its fold in its own launch (matmul_bf16_tiled_split_fold,
+# FLASHLANE_MATMUL_SPLIT_FOLD_IN=1; off by default). The matmul and SwiGLU kernel tests (both run
+# it beside every other kernel, bit for bit), then Qwen3-4B and -8B at 48 and 64 streams, two
+# rounds, against the separate fold; where it won by 2 % or more at 64 streams on both shapes,
+# the six GPU test binaries under it.
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz}.
+set -u
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. bench/unpack_peers.sh
+b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
+for f in matmul_matches_backend gate_up_swiglu; do
+  FLASHLANE_REQUIRE_GPU=1 timeout 60 $b/backend_cuda $f --test-threads 1 >> $OUT/tests_fold.txt 2>&1
+  el "backend_cuda $f rc=$?"
+done; grep -E "^test .*(ok|FAILED)|test result|panicked" $OUT/tests_fold.txt | tail -8
+S="base:FLASHLANE_AB=1 fold:FLASHLANE_MATMUL_SPLIT_FOLD_IN=1"
+for shape in qwen3-4b qwen3-8b; do
+  SETTINGS="$S" STREAMS=48,64 ROUNDS=2 timeout 120 bench/gpu_ab.sh /tmp/ab_$shape $shape $FL > /tmp/ab_$shape.log 2>&1
+  el "$shape rc=$?"
+  cat /tmp/ab_$shape/ab.txt | tee -a $OUT/ab_fold.txt
+done
+win=$(python3 - $OUT/ab_fold.txt <<'PY'
+import re, sys, collections
+dec = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"bin1\.(\w+) .*round (\d+): .*64: (\d+) dec", line)
+    if m:
+        dec[m.group(1)].append(int(m.group(3)))
+b, f = dec["base"], dec["fold"]
+ok = len(b) == 4 and len(f) == 4 and all(sum(f[i:i+2]) >= 1.02 * sum(b[i:i+2]) for i in (0, 2))
+print("yes" if ok else "")
+PY
+)
+el "fold won: '${win:-no}'"
+if [ -n "$win" ]; then
+  # With k split in every model (the test models are too small to split by default).
+  SETTINGS="fold:FLASHLANE_MATMUL_SPLIT_FOLD_IN=1,FLASHLANE_MATMUL_SPLIT_K=1" timeout 320 bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
+  el "tests rc=$?"; cat /tmp/tests/summary.txt | tee $OUT/tests_summary.txt
+  grep -h -B 2 -A 20 "panicked\|FAILED" /tmp/tests/*/*.log | head -60 > $OUT/failures.txt
+fi
