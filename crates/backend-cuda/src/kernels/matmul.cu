@@ -846,6 +846,9 @@ matmul_bf16_tiled_split_fold(const unsigned* __restrict__ xs, const bf16_t* __re
                              int y_stride, int accumulate, float* __restrict__ act, int width,
                              unsigned* __restrict__ counters) {
     matmul_tiled_block<MMT_ROWS, 4, true, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+    // Without counters (`FLASHLANE_MATMUL_SPLIT_FOLD_IN=order`): the partials alone, folded by
+    // the separate kernel after (this grid's order measured without the fold in it).
+    if (counters == nullptr) return;
     __shared__ int folds;
     const bool swiglu = act != nullptr;
     const int unit_tiles = width / MMT_OUTS;
@@ -863,26 +866,66 @@ matmul_bf16_tiled_split_fold(const unsigned* __restrict__ xs, const bf16_t* __re
     __threadfence();
     const int r0 = blockIdx.z * MMT_ROWS, o0 = tile * MMT_OUTS, outs = swiglu ? width : n_out;
     // From L2 (`ld.global.cg`): another tile's fold on this multiprocessor may hold a line of
-    // these partials in L1 from before their last residue wrote it.
-    for (int i = threadIdx.x; i < MMT_ROWS * MMT_OUTS; i += MMT_WARPS * WARP) {
-        const int r = r0 + i / MMT_OUTS, o = o0 + i % MMT_OUTS;
-        if (r >= rows || o >= outs) continue;
-        if (!swiglu) {
+    // these partials in L1 from before their last residue wrote it. Four outputs a thread and
+    // two rows a pass where every row is 16-byte aligned: a warp a row of the tile, each thread
+    // 16 loads in flight (the fold is the tail of this tile's last block, latency-bound).
+    const bool by4 = n_out % 4 == 0 && (swiglu || (y_stride % 4 == 0 && ((size_t)y & 15) == 0));
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    if (by4) {
+        static_assert(MMT_OUTS == 4 * WARP && MMT_ROWS % (2 * MMT_WARPS) == 0, "a warp a row of the tile");
+        const int o = o0 + 4 * lane;
+#pragma unroll 1
+        for (int rr = warp; rr < MMT_ROWS; rr += 2 * MMT_WARPS) {
+            float4 a[2], b[2];  // the fold (gate, without act) and act's up, for two rows
+            bool in[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + rr + h * MMT_WARPS;
+                in[h] = r < rows && o < outs;
+                const size_t at = in[h] ? (size_t)r * (swiglu ? 2 * width : n_out) + o : 0;
+                a[h] = __ldcg(reinterpret_cast<const float4*>(part + at));
+                if (swiglu) b[h] = __ldcg(reinterpret_cast<const float4*>(part + at + width));
+#pragma unroll
+                for (int z = 1; z < MMT_RESIDUES; z++) {
+                    const float4 p = __ldcg(reinterpret_cast<const float4*>(part + (size_t)z * part_stride + at));
+                    a[h].x += p.x; a[h].y += p.y; a[h].z += p.z; a[h].w += p.w;
+                    if (swiglu) {
+                        const float4 q =
+                            __ldcg(reinterpret_cast<const float4*>(part + (size_t)z * part_stride + at + width));
+                        b[h].x += q.x; b[h].y += q.y; b[h].z += q.z; b[h].w += q.w;
+                    }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (!in[h]) continue;
+                const int r = r0 + rr + h * MMT_WARPS;
+                if (swiglu) {
+                    float4 v;
+                    v.x = siluf_(a[h].x) * b[h].x; v.y = siluf_(a[h].y) * b[h].y;
+                    v.z = siluf_(a[h].z) * b[h].z; v.w = siluf_(a[h].w) * b[h].w;
+                    *reinterpret_cast<float4*>(act + (size_t)r * width + o) = v;
+                } else {
+                    float4* out = reinterpret_cast<float4*>(y + (size_t)r * y_stride + o);
+                    if (accumulate) {
+                        const float4 old = *out;
+                        a[h].x = old.x + a[h].x; a[h].y = old.y + a[h].y;
+                        a[h].z = old.z + a[h].z; a[h].w = old.w + a[h].w;
+                    }
+                    *out = a[h];
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < MMT_ROWS * MMT_OUTS; i += MMT_WARPS * WARP) {
+            const int r = r0 + i / MMT_OUTS, o = o0 + i % MMT_OUTS;
+            if (r >= rows || o >= outs) continue;
             const size_t at = (size_t)r * n_out + o;
             float total = __ldcg(part + at);
 #pragma unroll
             for (int z = 1; z < MMT_RESIDUES; z++) total += __ldcg(part + (size_t)z * part_stride + at);
             float* out = y + (size_t)r * y_stride + o;
             *out = accumulate ? *out + total : total;
-        } else {
-            const size_t gi = (size_t)r * 2 * width + o, ui = gi + width;
-            float gate = __ldcg(part + gi), up = __ldcg(part + ui);
-#pragma unroll
-            for (int z = 1; z < MMT_RESIDUES; z++) {
-                gate += __ldcg(part + (size_t)z * part_stride + gi);
-                up += __ldcg(part + (size_t)z * part_stride + ui);
-            }
-            act[(size_t)r * width + o] = siluf_(gate) * up;
         }
     }
     if (threadIdx.x == 0) *counter = 0;

@@ -6,7 +6,7 @@
 
 use super::{
     lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
-    MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
+    MoeLaunch, SplitFold, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
@@ -273,9 +273,11 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
     // The k split with its fold in its own launch (`matmul_bf16_tiled_split_fold`) where
     // `TiledSplitK` runs: the other kernels' bits, accumulated too, over several row blocks.
-    k.matmul_split_fold_in = true;
-    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
-        matmul_case(&gpu, &k, &mut rng, depth, 150, true);
+    for fold in [SplitFold::InLaunch, SplitFold::ApartResiduesSideBySide] {
+        k.matmul_split_fold_in = fold;
+        for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+            matmul_case(&gpu, &k, &mut rng, depth, 150, true);
+        }
     }
 }
 
@@ -486,7 +488,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     ];
     for ((width, depth), fold_in) in cases
         .into_iter()
-        .flat_map(|case| [(case, false), (case, true)])
+        .flat_map(|case| [(case, SplitFold::Apart), (case, SplitFold::InLaunch)])
     {
         k.matmul_split_fold_in = fold_in;
         let rows = [
@@ -562,7 +564,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 );
                 assert!(
                     same_bits(&got, &base),
-                    "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}, fold in the split {fold_in}) differs"
+                    "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}, {fold_in:?}) differs"
                 );
                 assert!(
                     same_bits(&apart(kernel), &base),
