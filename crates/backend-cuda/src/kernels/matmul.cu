@@ -640,9 +640,8 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
-// part_stride (see `matmul_bf16_tiled_split`); with RES_FAST the residue is blockIdx.x and the
-// row block blockIdx.z, so that a tile's residues are launched side by side.
-template <int BM, int NT, bool SPLIT_K = false, bool RES_FAST = false>
+// part_stride (see `matmul_bf16_tiled_split`).
+template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
                                                    int accumulate, int rows, int part_stride = 0) {
@@ -661,17 +660,15 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
     // the same in session 9.)
-    static_assert(SPLIT_K || !RES_FAST, "residues by block only in a split");
-    const int row_block = RES_FAST ? blockIdx.z : blockIdx.x, res_block = RES_FAST ? blockIdx.x : blockIdx.z;
-    const int r0 = row_block * BM, o0 = blockIdx.y * BN;
+    const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     // The residues this block walks, and how many chunks it multiplies.
-    const int res_first = SPLIT_K ? res_block : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
+    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
     const int visits =
         SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
-    if (!SPLIT_K || res_block == 0) {
+    if (!SPLIT_K || blockIdx.z == 0) {
         matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
     } else {
         pdl_launch_dependents();
@@ -804,7 +801,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                 const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                 if (r < rows && o < n_out) {
-                    float* out = y + (SPLIT_K ? (size_t)(RES_FAST ? blockIdx.x : blockIdx.z) * part_stride : 0) + (size_t)r * y_stride + o;
+                    float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
                 }
             }
@@ -829,106 +826,6 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-}
-
-// The k split with its fold in the same launch (grid (MMT_RESIDUES, out blocks, row blocks): a
-// tile's residues side by side): each block writes its residue's partial as
-// `matmul_bf16_tiled_split` does, then counts itself in at its tile's counter; the block that
-// arrives last folds the tile's partials in residue order, the expression of
-// `matmul_fold_residues` (into y) or, with `act`, of `matmul_fold_residues_swiglu` (a gate/up of
-// `width` units, width a multiple of MMT_OUTS: gate tile u and up tile u + width / MMT_OUTS share
-// counter u, 2·MMT_RESIDUES arrivals), so the same bits whichever block folds; and sets the
-// counter back to 0 for the next launch. The partials are then read within the launch, mostly
-// from L2, and the fold's launch is gone.
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
-matmul_bf16_tiled_split_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                             float* __restrict__ part, int part_stride, int rows, float* __restrict__ y,
-                             int y_stride, int accumulate, float* __restrict__ act, int width,
-                             unsigned* __restrict__ counters) {
-    matmul_tiled_block<MMT_ROWS, 4, true, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
-    // Without counters (`FLASHLANE_MATMUL_SPLIT_FOLD_IN=order`): the partials alone, folded by
-    // the separate kernel after (this grid's order measured without the fold in it).
-    if (counters == nullptr) return;
-    __shared__ int folds;
-    const bool swiglu = act != nullptr;
-    const int unit_tiles = width / MMT_OUTS;
-    const int tile = swiglu ? blockIdx.y % unit_tiles : blockIdx.y;
-    unsigned* counter = counters + (size_t)blockIdx.z * gridDim.y + tile;
-    // This block's partial, visible to the GPU before its arrival counts.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned arrivals = swiglu ? 2 * MMT_RESIDUES : MMT_RESIDUES;
-        folds = atomicAdd(counter, 1u) == arrivals - 1;
-    }
-    __syncthreads();
-    if (!folds) return;
-    __threadfence();
-    const int r0 = blockIdx.z * MMT_ROWS, o0 = tile * MMT_OUTS, outs = swiglu ? width : n_out;
-    // From L2 (`ld.global.cg`): another tile's fold on this multiprocessor may hold a line of
-    // these partials in L1 from before their last residue wrote it. Four outputs a thread and
-    // two rows a pass where every row is 16-byte aligned: a warp a row of the tile, each thread
-    // 16 loads in flight (the fold is the tail of this tile's last block, latency-bound).
-    const bool by4 = n_out % 4 == 0 && (swiglu || (y_stride % 4 == 0 && ((size_t)y & 15) == 0));
-    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-    if (by4) {
-        static_assert(MMT_OUTS == 4 * WARP && MMT_ROWS % (2 * MMT_WARPS) == 0, "a warp a row of the tile");
-        const int o = o0 + 4 * lane;
-#pragma unroll 1
-        for (int rr = warp; rr < MMT_ROWS; rr += 2 * MMT_WARPS) {
-            float4 a[2], b[2];  // the fold (gate, without act) and act's up, for two rows
-            bool in[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = r0 + rr + h * MMT_WARPS;
-                in[h] = r < rows && o < outs;
-                const size_t at = in[h] ? (size_t)r * (swiglu ? 2 * width : n_out) + o : 0;
-                a[h] = __ldcg(reinterpret_cast<const float4*>(part + at));
-                if (swiglu) b[h] = __ldcg(reinterpret_cast<const float4*>(part + at + width));
-#pragma unroll
-                for (int z = 1; z < MMT_RESIDUES; z++) {
-                    const float4 p = __ldcg(reinterpret_cast<const float4*>(part + (size_t)z * part_stride + at));
-                    a[h].x += p.x; a[h].y += p.y; a[h].z += p.z; a[h].w += p.w;
-                    if (swiglu) {
-                        const float4 q =
-                            __ldcg(reinterpret_cast<const float4*>(part + (size_t)z * part_stride + at + width));
-                        b[h].x += q.x; b[h].y += q.y; b[h].z += q.z; b[h].w += q.w;
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (!in[h]) continue;
-                const int r = r0 + rr + h * MMT_WARPS;
-                if (swiglu) {
-                    float4 v;
-                    v.x = siluf_(a[h].x) * b[h].x; v.y = siluf_(a[h].y) * b[h].y;
-                    v.z = siluf_(a[h].z) * b[h].z; v.w = siluf_(a[h].w) * b[h].w;
-                    *reinterpret_cast<float4*>(act + (size_t)r * width + o) = v;
-                } else {
-                    float4* out = reinterpret_cast<float4*>(y + (size_t)r * y_stride + o);
-                    if (accumulate) {
-                        const float4 old = *out;
-                        a[h].x = old.x + a[h].x; a[h].y = old.y + a[h].y;
-                        a[h].z = old.z + a[h].z; a[h].w = old.w + a[h].w;
-                    }
-                    *out = a[h];
-                }
-            }
-        }
-    } else {
-        for (int i = threadIdx.x; i < MMT_ROWS * MMT_OUTS; i += MMT_WARPS * WARP) {
-            const int r = r0 + i / MMT_OUTS, o = o0 + i % MMT_OUTS;
-            if (r >= rows || o >= outs) continue;
-            const size_t at = (size_t)r * n_out + o;
-            float total = __ldcg(part + at);
-#pragma unroll
-            for (int z = 1; z < MMT_RESIDUES; z++) total += __ldcg(part + (size_t)z * part_stride + at);
-            float* out = y + (size_t)r * y_stride + o;
-            *out = accumulate ? *out + total : total;
-        }
-    }
-    if (threadIdx.x == 0) *counter = 0;
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

@@ -5,7 +5,7 @@
 //! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
 //! Every kernel is batch-invariant by construction: see `common.cu`.
 
-use crate::device::{Arg, Buf, Gpu, Launches};
+use crate::device::{Arg, Gpu, Launches};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
@@ -142,17 +142,6 @@ pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
 /// the model splits at all): a layer split in part, the case measured slower than none split or
 /// all (bench/RESULTS.md session 22), kept reproducible for the profile that explains it.
 pub const MATMUL_SPLIT_K_MIN_OUTPUTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS";
-/// `FLASHLANE_MATMUL_SPLIT_FOLD_IN=1`: a k split folds its partials in its own launch
-/// (`matmul_bf16_tiled_split_fold`: a tile's residues launched side by side, the last to finish
-/// folds them in residue order, the same bits) instead of in `matmul_fold_residues` or
-/// `matmul_fold_residues_swiglu` after it; `order`: that kernel's grid, the fold apart (what the
-/// order alone does); `0` or unset: the tiles' split and the separate fold.
-pub const MATMUL_SPLIT_FOLD_IN_ENV: &str = "FLASHLANE_MATMUL_SPLIT_FOLD_IN";
-/// Tiles (row blocks × output blocks) of a split whose fold is in its launch, each a counter of
-/// `Kernels::split_counters`: far past a 64-row round's widest matrix (Qwen3-8B's gate/up, 192
-/// tiles; a 32B model's 400), and a split of more (prompts asked for `TiledSplitK` in the tests)
-/// folds apart.
-const SPLIT_FOLD_MAX_TILES: usize = 1 << 14;
 /// Split blocks (output tiles × residues) that a dense model's narrowest matrices (its o and
 /// down projections, `hidden` outputs) need for its matmuls to split: Qwen3-4B's 2,560 outputs
 /// make 160.
@@ -735,12 +724,6 @@ pub struct Kernels {
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
-    /// `matmul_bf16_tiled_split_fold`, whether a split runs it ([`MATMUL_SPLIT_FOLD_IN_ENV`]),
-    /// and its tiles' arrival counters ([`SPLIT_FOLD_MAX_TILES`], zero between launches: each
-    /// tile's last block sets its counter back).
-    matmul_split_fold: CudaFunction,
-    matmul_split_fold_in: SplitFold,
-    split_counters: Buf<u32>,
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
@@ -907,13 +890,6 @@ impl Kernels {
             matmul_tiled_split,
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
-            matmul_split_fold: tiles("matmul_bf16_tiled_split_fold")?,
-            matmul_split_fold_in: match std::env::var(MATMUL_SPLIT_FOLD_IN_ENV).as_deref() {
-                Ok("1") => SplitFold::InLaunch,
-                Ok("order") => SplitFold::ApartResiduesSideBySide,
-                _ => SplitFold::Apart,
-            },
-            split_counters: Buf::zeros(gpu, SPLIT_FOLD_MAX_TILES)?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
@@ -1143,17 +1119,6 @@ enum MatmulLaunch {
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
     RowTiles { tiles: usize, deep: bool },
-}
-
-/// Where a k split's partials are folded ([`MATMUL_SPLIT_FOLD_IN_ENV`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SplitFold {
-    /// `matmul_bf16_tiled_split`, then `matmul_fold_residues` (or its SwiGLU twin).
-    Apart,
-    /// `matmul_bf16_tiled_split_fold` with its counters: the fold in the split's launch.
-    InLaunch,
-    /// `matmul_bf16_tiled_split_fold` without counters, then the separate fold.
-    ApartResiduesSideBySide,
 }
 
 /// Where a dense MLP's SwiGLU runs.
@@ -1437,56 +1402,21 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        let fold_in = self.matmul_split_fold_in == SplitFold::InLaunch
-            && (row_blocks * out_blocks) as usize <= SPLIT_FOLD_MAX_TILES
-            && swiglu_act.is_none_or(|_| (m.n_out / 2).is_multiple_of(MMT_OUTS));
-        let side_by_side = self.matmul_split_fold_in == SplitFold::ApartResiduesSideBySide;
-        if fold_in || side_by_side {
-            gpu.launch_with_shared(
-                &self.matmul_split_fold,
-                (MATMUL_RESIDUES as u32, out_blocks, row_blocks),
-                MMT_THREADS,
-                self.tiled_shared_bytes as u32,
-                &[
-                    Arg::Ptr(m.x_split),
-                    Arg::Ptr(m.w),
-                    Arg::I32(m.k as i32),
-                    Arg::I32(m.n_out as i32),
-                    Arg::Ptr(m.partials),
-                    Arg::I32(part_stride),
-                    Arg::I32(m.rows as i32),
-                    Arg::Ptr(m.y),
-                    Arg::I32(m.y_stride as i32),
-                    Arg::I32(i32::from(m.accumulate)),
-                    Arg::Ptr(swiglu_act.unwrap_or(0)),
-                    Arg::I32((m.n_out / 2) as i32),
-                    Arg::Ptr(if fold_in {
-                        self.split_counters.at(0)
-                    } else {
-                        0
-                    }),
-                ],
-            )?;
-            if fold_in {
-                return Ok(());
-            }
-        } else {
-            gpu.launch_with_shared(
-                &self.matmul_tiled_split,
-                (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
-                MMT_THREADS,
-                self.tiled_shared_bytes as u32,
-                &[
-                    Arg::Ptr(m.x_split),
-                    Arg::Ptr(m.w),
-                    Arg::I32(m.k as i32),
-                    Arg::I32(m.n_out as i32),
-                    Arg::Ptr(m.partials),
-                    Arg::I32(part_stride),
-                    Arg::I32(m.rows as i32),
-                ],
-            )?;
-        }
+        gpu.launch_with_shared(
+            &self.matmul_tiled_split,
+            (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
+            MMT_THREADS,
+            self.tiled_shared_bytes as u32,
+            &[
+                Arg::Ptr(m.x_split),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.partials),
+                Arg::I32(part_stride),
+                Arg::I32(m.rows as i32),
+            ],
+        )?;
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(

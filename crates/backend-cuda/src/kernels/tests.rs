@@ -6,7 +6,7 @@
 
 use super::{
     lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
-    MoeLaunch, SplitFold, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
+    MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
@@ -259,7 +259,7 @@ fn f32_bytes(n: usize) -> u64 {
 
 #[test]
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
-    let Some((gpu, mut k)) = setup() else { return };
+    let Some((gpu, k)) = setup() else { return };
     let mut rng = Rng::fresh();
     // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
     // block's warps from 0 to 10 chunks of 64. Also fixed depths: one piece; and 3 rounds of the
@@ -271,14 +271,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // Rows over several blocks of the tiled kernel (64 rows a block), the last in part.
     let depth = 16 * (1 + rng.below(160));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
-    // The k split with its fold in its own launch (`matmul_bf16_tiled_split_fold`) where
-    // `TiledSplitK` runs: the other kernels' bits, accumulated too, over several row blocks.
-    for fold in [SplitFold::InLaunch, SplitFold::ApartResiduesSideBySide] {
-        k.matmul_split_fold_in = fold;
-        for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
-            matmul_case(&gpu, &k, &mut rng, depth, 150, true);
-        }
-    }
 }
 
 /// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
@@ -480,17 +472,11 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    // Widths of whole output blocks (128) take the fold in the split's launch where asked.
     let cases = [
         (1 + rng.below(200), 16 * (1 + rng.below(100))),
         (3072, 1024),
-        (128 * (1 + rng.below(4)), 16 * (1 + rng.below(100))),
     ];
-    for ((width, depth), fold_in) in cases
-        .into_iter()
-        .flat_map(|case| [(case, SplitFold::Apart), (case, SplitFold::InLaunch)])
-    {
-        k.matmul_split_fold_in = fold_in;
+    for (width, depth) in cases {
         let rows = [
             1,
             1 + rng.below(16),
@@ -564,7 +550,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 );
                 assert!(
                     same_bits(&got, &base),
-                    "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}, {fold_in:?}) differs"
+                    "seed {seed}, width {width}, depth {depth}, {rows} rows: {kernel:?} ({place:?}) differs"
                 );
                 assert!(
                     same_bits(&apart(kernel), &base),
