@@ -828,6 +828,16 @@ matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restric
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
+// The k split of a round of 17–32 rows (`FLASHLANE_MATMUL_SPLIT32=1`): blocks of 32 rows × 128
+// outputs (8 warps of 32 rows × 2 n-tiles), half the rows' x copies and products of the 64-row
+// blocks, and each weight read once where the 16-row kernels read it once per row tile; the
+// same partials, so the same fold and bits.
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
+matmul_bf16_tiled_split32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                          float* __restrict__ part, int part_stride, int rows) {
+    matmul_tiled_block<32, 2, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+}
+
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

@@ -137,6 +137,14 @@ pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
 /// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
+/// `FLASHLANE_MATMUL_SPLIT32=1`: where k splits, rounds of 17–32 rows (which the 64-row split
+/// lost at) split it too, on blocks of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the
+/// same partials and bits); off by default, for A/B runs.
+pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
+/// Rows of a `matmul_bf16_tiled_split32` block, and the rows from which it runs (16 and fewer
+/// are one row tile of the 16-row kernels: each weight read once already).
+const SPLIT32_ROWS: usize = 32;
+const SPLIT32_MIN_ROWS: usize = 17;
 pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
 /// `FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS=N` splits only the matrices of N outputs or more (where
 /// the model splits at all): a layer split in part, the case measured slower than none split or
@@ -181,6 +189,13 @@ const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
 
 const fn mmt_shared_bytes(stages: usize) -> usize {
     stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
+}
+
+/// `matmul_bf16_tiled_split32`'s shared memory for the stages `tiled_shared_bytes` holds (its
+/// blocks stage half the rows of x).
+fn split32_shared_bytes(tiled_shared_bytes: usize) -> usize {
+    let stages = tiled_shared_bytes / mmt_shared_bytes(1);
+    stages * MMA_CHUNK * (SPLIT32_ROWS * 4 + MMT_OUTS * 2)
 }
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
@@ -721,6 +736,10 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
+    /// `matmul_bf16_tiled_split32`, and whether `Auto` and `TiledSplitK` run it for 17–32 rows
+    /// ([`MATMUL_SPLIT32_ENV`]).
+    matmul_tiled_split32: CudaFunction,
+    matmul_split32: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -888,6 +907,8 @@ impl Kernels {
             tiled_shared_bytes,
             split_rows: f("split_rows")?,
             matmul_tiled_split,
+            matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
+            matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1402,11 +1423,23 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
+        let (split, row_blocks, shared) = match self.matmul_split32 && m.rows <= SPLIT32_ROWS {
+            true => (
+                &self.matmul_tiled_split32,
+                rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
+                split32_shared_bytes(self.tiled_shared_bytes),
+            ),
+            false => (
+                &self.matmul_tiled_split,
+                row_blocks,
+                self.tiled_shared_bytes,
+            ),
+        };
         gpu.launch_with_shared(
-            &self.matmul_tiled_split,
+            split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
             MMT_THREADS,
-            self.tiled_shared_bytes as u32,
+            shared as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Ptr(m.w),
@@ -1505,7 +1538,9 @@ impl Kernels {
                 self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
-                    && runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
+                    && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
+                        || (self.matmul_split32
+                            && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows)))
             }
             MatmulKernel::TiledSplitK => true,
             _ => false,

@@ -259,7 +259,7 @@ fn f32_bytes(n: usize) -> u64 {
 
 #[test]
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
-    let Some((gpu, k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup() else { return };
     let mut rng = Rng::fresh();
     // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
     // block's warps from 0 to 10 chunks of 64. Also fixed depths: one piece; and 3 rounds of the
@@ -271,6 +271,12 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // Rows over several blocks of the tiled kernel (64 rows a block), the last in part.
     let depth = 16 * (1 + rng.below(160));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+    // The k split on 32-row blocks (`matmul_bf16_tiled_split32`) where `TiledSplitK` runs on up
+    // to 32 rows: the other kernels' bits, gathered and accumulated.
+    k.matmul_split32 = true;
+    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+        matmul_case(&gpu, &k, &mut rng, depth, 32, true);
+    }
 }
 
 /// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
