@@ -545,7 +545,11 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
                 let placed = match kernel {
-                    MatmulKernel::Auto => (place == InFold) == (48..=64).contains(&rows),
+                    MatmulKernel::Auto => {
+                        (place == InFold)
+                            == ((48..=64).contains(&rows)
+                                || (k.matmul_split32 && (17..=32).contains(&rows)))
+                    }
                     MatmulKernel::TiledSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
