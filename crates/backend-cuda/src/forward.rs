@@ -9,7 +9,7 @@ use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     round_launches, split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout,
-    MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES, MATMUL_SPLIT_K_MAX_ROWS,
+    MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -36,7 +36,8 @@ pub struct Scratch {
     /// A matmul's rows split for the tiled kernel (`split_rows`): the widest k's words a row.
     x_split: Buf<u32>,
     /// A k split's partials (`matmul_bf16_tiled_split`): MATMUL_RESIDUES blocks of up to
-    /// MMT_ROWS rows of the widest output but the lm_head's.
+    /// MMT_ROWS rows of the widest output but the lm_head's, or a prompt's split's bound
+    /// (`Kernels::split_partials_floats`).
     partials: Buf<f32>,
     /// The MoE layers' routes, pair order and tiles (see [`MoeIndexLayout`]).
     moe_idx: Buf<i32>,
@@ -195,13 +196,9 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
-        // The k split (where the kernels split k at all) runs on one row block at most
-        // (`runs_split_k`): outputs of any matrix but the lm_head, the widest projection's or
-        // the hidden state's.
-        let partials_floats = match m.kernels.splits_k() {
-            true => MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * w.wide.max(w.hidden),
-            false => 1,
-        };
+        // The k split (where the kernels split k at all): outputs of any matrix but the
+        // lm_head, the widest projection's or the hidden state's.
+        let partials_floats = m.kernels.split_partials_floats(rows, w.wide.max(w.hidden));
         let (moe_idx, moe_pairs, moe_is, moe_rows) =
             m.config.moe.as_ref().map_or((1, 1, 1, 1), |c| {
                 let r = rows.min(MOE_CHUNK_ROWS);

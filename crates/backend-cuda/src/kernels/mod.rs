@@ -141,6 +141,17 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// lost at) split it too, on blocks of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the
 /// same partials and bits); off by default, for A/B runs.
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
+/// `FLASHLANE_MATMUL_SPLIT_K_PROMPTS=1`: where k splits, a matmul of more than 64 rows (a
+/// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which runs on
+/// the 16-row kernels instead, reading each weight once per 16 rows (Qwen3-4B's o, down and
+/// q/k/v for one 128-token prompt: 40–96 tile blocks) — runs the tiles with k split by residue
+/// (8 times the blocks, each weight read once per 64 rows; the same chain, so the same bits).
+/// Off by default, for A/B runs.
+pub const MATMUL_SPLIT_K_PROMPTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_PROMPTS";
+/// The partials such a split writes at most: its tiles are fewer than MATMUL_TILED_MIN_BLOCKS,
+/// so rows · n_out < MATMUL_TILED_MIN_BLOCKS · MMT_ROWS · MMT_OUTS (1 M floats, 32 MB in all).
+const SPLIT_K_PROMPT_PARTIALS_FLOATS: usize =
+    MATMUL_RESIDUES * MATMUL_TILED_MIN_BLOCKS * MMT_ROWS * MMT_OUTS;
 /// Rows of a `matmul_bf16_tiled_split32` block, and the rows from which it runs (16 and fewer
 /// are one row tile of the 16-row kernels: each weight read once already).
 const SPLIT32_ROWS: usize = 32;
@@ -740,6 +751,9 @@ pub struct Kernels {
     /// ([`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
     matmul_split32: bool,
+    /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
+    /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
+    matmul_split_k_prompts: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -909,6 +923,8 @@ impl Kernels {
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).is_ok_and(|v| v == "1"),
+            matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
+                .is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1352,6 +1368,13 @@ fn runs_split_k(rows: usize, n_out: usize, min_outputs: usize) -> bool {
         && !runs_tiled(rows, n_out)
 }
 
+/// Whether a bf16 matmul of `rows` × `n_out`, a prompt's, splits k where
+/// [`MATMUL_SPLIT_K_PROMPTS_ENV`] asks: more rows than a decode round's split takes, too few
+/// tile blocks for the tiles alone.
+fn runs_split_k_prompt(rows: usize, n_out: usize) -> bool {
+    rows > MATMUL_SPLIT_K_MAX_ROWS && !runs_tiled(rows, n_out)
+}
+
 /// Whether a bf16 matmul of `rows` × `n_out` runs `matmul_bf16_tiled`.
 fn runs_tiled(rows: usize, n_out: usize) -> bool {
     let row_blocks = rows.div_ceil(MMT_ROWS);
@@ -1513,6 +1536,22 @@ impl Kernels {
         self.matmul_split_k && self.matmul_tiled_auto
     }
 
+    /// The f32 room a forward of `rows` rows needs for `Auto`'s k splits, whose widest matrix
+    /// (not the lm_head, which never splits) has `widest` outputs: a decode round's split of up
+    /// to 64 rows, and a prompt's where [`MATMUL_SPLIT_K_PROMPTS_ENV`] asks; 1 where k never
+    /// splits.
+    pub fn split_partials_floats(&self, rows: usize, widest: usize) -> usize {
+        if !self.splits_k() {
+            return 1;
+        }
+        let round = MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * widest;
+        let prompt = match self.matmul_split_k_prompts && rows > MATMUL_SPLIT_K_MAX_ROWS {
+            true => SPLIT_K_PROMPT_PARTIALS_FLOATS,
+            false => 0,
+        };
+        round.max(prompt).max(1)
+    }
+
     pub fn matmul(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
         self.matmul_with(gpu, m, MatmulKernel::Auto)
     }
@@ -1540,7 +1579,8 @@ impl Kernels {
                     && m.partials != 0
                     && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
                         || (self.matmul_split32
-                            && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows)))
+                            && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
+                        || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out)))
             }
             MatmulKernel::TiledSplitK => true,
             _ => false,

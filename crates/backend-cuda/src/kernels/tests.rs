@@ -277,6 +277,36 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
         matmul_case(&gpu, &k, &mut rng, depth, 32, true);
     }
+    // `Auto` splitting k as in Qwen3-4B and larger, a prompt's few tile blocks too
+    // (`FLASHLANE_MATMUL_SPLIT_K_PROMPTS`): every row count past 64 here (at most 300 outputs:
+    // 3 output blocks) splits, the other kernels' bits.
+    k.matmul_split_k = true;
+    k.matmul_split_k_prompts = true;
+    let depth = 16 * (1 + rng.below(320));
+    matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+}
+
+/// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
+/// prompt split, its gate/up (304 tile blocks) and a 1,024-row prompt's matrices do not; and
+/// no split it allows writes more partials than `split_partials_floats` makes room for.
+#[test]
+fn a_prompt_splits_k_only_where_its_tiles_are_few() {
+    use super::{runs_split_k_prompt, MATMUL_RESIDUES, SPLIT_K_PROMPT_PARTIALS_FLOATS};
+    assert!(runs_split_k_prompt(128, 2560));
+    assert!(runs_split_k_prompt(128, 6144));
+    assert!(!runs_split_k_prompt(128, 19456));
+    assert!(!runs_split_k_prompt(1024, 2560));
+    assert!(
+        !runs_split_k_prompt(64, 2560),
+        "a decode round's rows are runs_split_k's"
+    );
+    for rows in (65..=4096).step_by(7) {
+        for n_out in (1..=40_000).step_by(97) {
+            if runs_split_k_prompt(rows, n_out) {
+                assert!(MATMUL_RESIDUES * rows * n_out <= SPLIT_K_PROMPT_PARTIALS_FLOATS);
+            }
+        }
+    }
 }
 
 /// The matmuls compiled to take x as one bf16 (`FLASHLANE_MATMUL_INPUT=bf16`, MMA_SPLIT 0):
