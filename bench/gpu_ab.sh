@@ -9,8 +9,9 @@
 #   (a setting may set several variables, label:A=1,B=1; values hold no commas, spaces or globs)
 #   PROMPT_TOKENS=4096 NEW_TOKENS=16 STREAMS=1 bench/gpu_ab.sh …   (a long prompt's prefill; 128 and 128 unless set)
 #
-# Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt); raw JSON
-# and stderr in OUT_DIR.
+# Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt), then each
+# variant's means over the rounds with their ratios to the first variant (OUT_DIR/ab_means.txt);
+# raw JSON and stderr in OUT_DIR.
 set -uo pipefail
 out=${1:?usage: bench/gpu_ab.sh OUT_DIR SHAPE BINARY...}
 shape=${2:?usage: bench/gpu_ab.sh OUT_DIR SHAPE BINARY...}
@@ -46,3 +47,29 @@ PY
   done
 done
 rm -rf "$dir"
+# Each variant's mean over the rounds, by stream count, and its ratio to the first variant's
+# (the change a variant makes, the figure a decision reads; also to OUT_DIR/ab_means.txt).
+python3 - "$out/ab.txt" <<'PY' | tee "$out/ab_means.txt"
+import collections, re, sys
+dec, pre = collections.defaultdict(list), collections.defaultdict(list)
+order = []
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+) \(.*\) round \d+: (.*)", line)
+    if not m:
+        continue
+    label = m.group(1)
+    if label not in order:
+        order.append(label)
+    for s, d, p in re.findall(r"(\d+): (\d+) dec / (\d+) pre", m.group(2)):
+        dec[(label, int(s))].append(int(d))
+        pre[(label, int(s))].append(int(p))
+mean = lambda v: sum(v) / len(v)
+for label in order:
+    cells = []
+    for (l, s) in sorted(k for k in dec if k[0] == label):
+        base = (order[0], s)
+        d, p = mean(dec[(l, s)]), mean(pre[(l, s)])
+        ratio = lambda x, b: f" ({x / mean(b):.3f}x)" if b and label != order[0] else ""
+        cells.append(f"{s}: {d:.0f}{ratio(d, dec.get(base))} dec / {p:.0f}{ratio(p, pre.get(base))} pre")
+    print(f"mean {label}: " + "  ".join(cells))
+PY
