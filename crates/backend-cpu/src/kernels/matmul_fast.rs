@@ -773,8 +773,9 @@ mod avx512 {
     /// weight rows at `ws`, into `y[r * ld + c]` for the first `nc` weight rows: the same bits
     /// as `avx2::tile`.
     ///
-    /// `widened` (or null): the pairs' weights widened to f32, step by step (pair p's steps, then
-    /// pair p + 1's): with `Widened::Fill` the tile widens `ws` as it goes and stores them there,
+    /// `widened`: where the pairs' weights widened to f32 come from (`Widened::No`: widened here
+    /// from `ws`), step by step (pair p's steps, then pair p + 1's): with `Widened::Fill` the
+    /// tile widens `ws` as it goes and stores them there,
     /// with `Widened::Read` it reads them from there instead of `ws` (the same values, so the same
     /// bits).
     #[inline]

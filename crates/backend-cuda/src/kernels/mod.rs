@@ -194,19 +194,11 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
 const MMT_ROWS: usize = 64;
 const MMT_OUTS: usize = 128;
-/// Dynamic shared memory of a `matmul_bf16_tiled` block: MMT_STAGES chunks of x (split rows:
-/// hi and lo bf16, 4 bytes an element) and W (bf16).
-const MMT_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES);
-
-const fn mmt_shared_bytes(stages: usize) -> usize {
-    stages * MMA_CHUNK * (MMT_ROWS * 4 + MMT_OUTS * 2)
-}
-
-/// `matmul_bf16_tiled_split32`'s shared memory for the stages `tiled_shared_bytes` holds (its
-/// blocks stage half the rows of x).
-fn split32_shared_bytes(tiled_shared_bytes: usize) -> usize {
-    let stages = tiled_shared_bytes / mmt_shared_bytes(1);
-    stages * MMA_CHUNK * (SPLIT32_ROWS * 4 + MMT_OUTS * 2)
+/// Dynamic shared memory of a tiled block of `rows` rows × MMT_OUTS outputs: `stages` chunks of
+/// x (split rows: hi and lo bf16, 4 bytes an element) and W (bf16). `matmul_bf16_tiled` and
+/// `_split` have MMT_ROWS rows, `_split32` SPLIT32_ROWS.
+const fn mmt_shared_bytes(stages: usize, rows: usize) -> usize {
+    stages * MMA_CHUNK * (rows * 4 + MMT_OUTS * 2)
 }
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
@@ -742,13 +734,15 @@ pub struct Kernels {
     /// MMA_MIN_BLOCKS times as many (the deep kernels' one a multiprocessor).
     multiprocessors: usize,
     matmul_tiled: CudaFunction,
-    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`: MMT_SHARED_BYTES,
-    /// or what other stages take in kernels compiled to measure them.
+    /// The dynamic shared memory of `matmul_tiled` and `matmul_tiled_split`, and of
+    /// `matmul_tiled_split32` (`mmt_shared_bytes` of the stages compiled: MMT_STAGES, or others
+    /// in kernels compiled to measure them).
     tiled_shared_bytes: usize,
+    split32_shared_bytes: usize,
     split_rows: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    /// `matmul_bf16_tiled_split32`, and whether `Auto` and `TiledSplitK` run it for 17–32 rows
-    /// ([`MATMUL_SPLIT32_ENV`]).
+    /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
+    /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
     matmul_split32: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
@@ -830,7 +824,7 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
-        Self::compile_source(gpu, dims, dims.source(), MMT_SHARED_BYTES)
+        Self::compile_source(gpu, dims, dims.source(), MMT_STAGES)
     }
 
     /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
@@ -848,17 +842,18 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMT_STAGES")
             .map_or(MMT_STAGES, |&(_, stages)| stages);
-        Self::compile_source(gpu, dims, source, mmt_shared_bytes(stages))
+        Self::compile_source(gpu, dims, source, stages)
     }
 
-    /// `tiled_shared_bytes`: what a tiled block's stages take (MMT_SHARED_BYTES but where a
-    /// measurement compiles other stages).
+    /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
+    /// compiles other stages), of which the tiled blocks' shared memory follows.
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
-        tiled_shared_bytes: usize,
+        tiled_stages: usize,
     ) -> Result<Kernels, CudaError> {
+        let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let opts = CompileOptions {
             arch: Some(ARCH),
             ..Default::default()
@@ -919,6 +914,7 @@ impl Kernels {
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             tiled_shared_bytes,
+            split32_shared_bytes: mmt_shared_bytes(tiled_stages, SPLIT32_ROWS),
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
@@ -1450,7 +1446,7 @@ impl Kernels {
             true => (
                 &self.matmul_tiled_split32,
                 rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
-                split32_shared_bytes(self.tiled_shared_bytes),
+                self.split32_shared_bytes,
             ),
             false => (
                 &self.matmul_tiled_split,

@@ -578,7 +578,9 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                     MatmulKernel::Auto => {
                         (place == InFold)
                             == ((48..=64).contains(&rows)
-                                || (k.matmul_split32 && (17..=32).contains(&rows)))
+                                || (k.matmul_split32
+                                    && (super::SPLIT32_MIN_ROWS..=super::SPLIT32_ROWS)
+                                        .contains(&rows)))
                     }
                     MatmulKernel::TiledSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
