@@ -137,16 +137,18 @@ pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
 /// Rows from which the k split runs, and to which (one row block). At 32 rows it lost (the
 /// Qwen3-4B shape's 32-stream decode 4,509 → 4,386 tok/s; gate/up 52.6 → 61.0 µs).
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
-/// `FLASHLANE_MATMUL_SPLIT32=1`: where k splits, rounds of 17–32 rows (which the 64-row split
-/// lost at) split it too, on blocks of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the
-/// same partials and bits); off by default, for A/B runs.
+/// Where k splits, rounds of 17–32 rows (which the 64-row split lost at) split it too, on blocks
+/// of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the same partials and bits): Qwen3-4B
+/// and -8B decode 5–8 % faster at 17–32 streams (bench/RESULTS.md sessions 37–38).
+/// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds on the 16-row kernels (A/B runs).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// `FLASHLANE_MATMUL_SPLIT_K_PROMPTS=1`: where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which runs on
 /// the 16-row kernels instead, reading each weight once per 16 rows (Qwen3-4B's o, down and
 /// q/k/v for one 128-token prompt: 40–96 tile blocks) — runs the tiles with k split by residue
-/// (8 times the blocks, each weight read once per 64 rows; the same chain, so the same bits).
-/// Off by default, for A/B runs.
+/// (8 times the blocks, each weight read once per 64 rows; the same chain, so the same bits):
+/// a 128-token prompt's prefill 48 % faster on Qwen3-4B, 73 % on -8B (bench/RESULTS.md
+/// session 38). `FLASHLANE_MATMUL_SPLIT_K_PROMPTS=0` keeps them on the 16-row kernels.
 pub const MATMUL_SPLIT_K_PROMPTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_PROMPTS";
 /// The partials such a split writes at most: its tiles are fewer than MATMUL_TILED_MIN_BLOCKS,
 /// so rows · n_out < MATMUL_TILED_MIN_BLOCKS · MMT_ROWS · MMT_OUTS (1 M floats, 32 MB in all).
@@ -918,9 +920,9 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
-            matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).is_ok_and(|v| v == "1"),
+            matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
-                .is_ok_and(|v| v == "1"),
+                .map_or(true, |v| v != "0"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
