@@ -197,3 +197,192 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The k split of a decode round (17–64 rows) on the warpgroup MMA with the operands swapped
+// (`matmul_bf16_wg_split_n32` / `_n64`, FLASHLANE_MATMUL_WG_SPLIT=1): yᵀ = W · xᵀ, so a wgmma
+// m64nNk16's A (64 outputs × 16 k-slots) is the weights, straight from global memory into
+// registers as the 16-row kernels load them (lane (g, t) elements 16t … 16t + 15 of a chunk of
+// its outputs g and g + 8: two 16-byte loads each, no shared memory, no 8-byte copies), and B
+// (16 k-slots × N rows) is x's split rows from shared memory in `split_rows`' order, which is
+// already the A fragment's: word 8s + 4h + t of a chunk holds elements 16t + 4s + 2h and + 1,
+// the k-slots 8h + 2t + {0, 1} of step s, for W (a0, a1: h 0; a2, a3: h 1) and x alike. So a
+// step sums the same 16 products as `mma_tile`'s step (a wgmma sums a step as mma.sync does,
+// whatever the k-slots and whichever operand holds which factor: the tensor-core probe of
+// session 22), the hi then the lo product; a block walks one residue's chunks (blockIdx.z) in
+// order from a zero partial, and `matmul_fold_residues` folds the partials in residue order: the
+// bits of `matmul_bf16_tiled_split`, whose partials and grid these are.
+//
+// A block: two warpgroups of 64 outputs (MWS_OUTS 128, the tiles' block), N rows. Shared
+// memory: MWS_X_STAGES chunks of x, each 16-byte piece p (0–7 hi, 8–15 lo: 2s + h) of row r at
+// (p·N + r)·16 — for step s a k-half's core matrices (8 rows × 16 bytes) 128 bytes apart, the
+// other k-half N·16 bytes on (the descriptor's offsets). MWS_W_DEPTH chunks of weights are in
+// registers ahead of the products (the loads of the first issued before the kernel ahead
+// finishes: weights are never written while kernels run).
+//
+// Host defines: MWS_X_STAGES, MWS_W_DEPTH.
+
+#define MWS_OUTS 128
+#define MWS_THREADS 256
+
+// d += A · B for a warpgroup: A (64 × 16, this warp's 16 rows in mma.sync's fragment) from
+// registers, B (16 × N) by its descriptor; d as N / 8 mma.sync n-tiles, d[4j + i] that of n-tile j.
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned long long b);
+
+template <>
+__device__ __forceinline__ void wgmma_m64k16<32>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_m64k16<64>(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_pin_n(float* d) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
+// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`.
+template <int N>
+__device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
+                                                      int k, int n_out, float* __restrict__ part, int part_stride,
+                                                      int rows) {
+    constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
+    constexpr int X_PIECES = N * MMT_X_PIECES / MWS_THREADS;  // a thread's copies a chunk
+    static_assert(X_PIECES * MWS_THREADS == N * MMT_X_PIECES, "every thread copies as many pieces");
+    extern __shared__ float4 mws_smem4[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(mws_smem4);
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = blockIdx.z;
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
+    const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+
+    // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
+    const int oa = o0 + 64 * (warp / 4) + 16 * (warp % 4) + g;
+    const bool a_in = oa < n_out, b_in = oa + 8 < n_out;
+    const bf16_t* wa = w + (size_t)(a_in ? oa : 0) * k + 16 * t;
+    const bf16_t* wb = w + (size_t)(b_in ? oa + 8 : 0) * k + 16 * t;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    // Chunk c's pieces of the lane's rows: [row g: elements 16t …, 16t + 8 …; row g + 8: …]
+    // (pieces past k are zeros: k % 16 == 0, a piece is all in or all out).
+    auto load_w = [&](uint4* q, int c) {
+        const int e = c * MMA_CHUNK;
+        const bool in = e + 16 * t < k;
+        q[0] = in && a_in ? *reinterpret_cast<const uint4*>(wa + e) : zero;
+        q[1] = in && a_in ? *reinterpret_cast<const uint4*>(wa + e + 8) : zero;
+        q[2] = in && b_in ? *reinterpret_cast<const uint4*>(wb + e) : zero;
+        q[3] = in && b_in ? *reinterpret_cast<const uint4*>(wb + e + 8) : zero;
+    };
+
+    pdl_launch_dependents();
+    // A split's first residue alone pulls the tile's weights into L2, as the tiles' split does.
+    if (res == 0 && prefetches_rows(n_out, (size_t)k * sizeof(bf16_t)))
+        prefetch_rows_l2(w, o0, MWS_OUTS, n_out, (size_t)k * sizeof(bf16_t));
+    uint4 wq[MWS_W_DEPTH][4];
+#pragma unroll
+    for (int d = 0; d < MWS_W_DEPTH; d++)
+        if (d < visits) load_w(wq[d], res + d * MMT_RESIDUES);
+    // x is the kernel ahead's output.
+    pdl_wait();
+
+    // This thread's x copies: pieces p of rows r (index i = threadIdx.x + j · MWS_THREADS: r =
+    // i % N, p = i / N), rows past `rows` zeros.
+    auto load_x = [&](int stage, int c) {
+        unsigned char* base = smem + stage * X_STAGE_BYTES;
+#pragma unroll
+        for (int j = 0; j < X_PIECES; j++) {
+            const int i = threadIdx.x + j * MWS_THREADS, r = i % N, p = i / N;
+            const bool in = r0 + r < rows;
+            cp_async16(base + (p * N + r) * 16,
+                       in ? xs + (size_t)(r0 + r) * xs_stride + (size_t)c * MMA_CHUNK + 4 * p : xs, in);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < MWS_X_STAGES - 1; s++) {
+        if (s < visits) load_x(s, res + s * MMT_RESIDUES);
+        cp_async_commit();
+    }
+
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+    for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
+#pragma unroll
+        for (int d = 0; d < MWS_W_DEPTH; d++) {
+            const int v = v0 + d;
+            if (v >= visits) break;
+            cp_async_wait<MWS_X_STAGES - 2>();
+            // The copies are the generic proxy's writes; wgmma reads through the async proxy.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads();
+            if (v + MWS_X_STAGES - 1 < visits)
+                load_x((v + MWS_X_STAGES - 1) % MWS_X_STAGES, res + (v + MWS_X_STAGES - 1) * MMT_RESIDUES);
+            cp_async_commit();
+            const unsigned char* stage = smem + (v % MWS_X_STAGES) * X_STAGE_BYTES;
+            const uint4 ga = wq[d][0], ha = wq[d][1], gb = wq[d][2], hb = wq[d][3];
+            wgmma_pin_n<N>(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                // Step s: k-slots 2t + {0, 1} (a0 row g, a1 row g + 8) and 8 + 2t + {0, 1} (a2, a3).
+                const unsigned a0 = s == 0 ? ga.x : s == 1 ? ga.z : s == 2 ? ha.x : ha.z;
+                const unsigned a2 = s == 0 ? ga.y : s == 1 ? ga.w : s == 2 ? ha.y : ha.w;
+                const unsigned a1 = s == 0 ? gb.x : s == 1 ? gb.z : s == 2 ? hb.x : hb.z;
+                const unsigned a3 = s == 0 ? gb.y : s == 1 ? gb.w : s == 2 ? hb.y : hb.w;
+                wgmma_m64k16<N>(acc, a0, a1, a2, a3, wgmma_desc(stage + 2 * s * N * 16, N * 16, 128));
+                if (MMA_SPLIT)
+                    wgmma_m64k16<N>(acc, a0, a1, a2, a3, wgmma_desc(stage + (8 + 2 * s) * N * 16, N * 16, 128));
+            }
+            wgmma_commit();
+            // The A registers and this stage are free again only when the products are done.
+            wgmma_wait_all();
+            wgmma_pin_n<N>(acc);
+            if (v + MWS_W_DEPTH < visits) load_w(wq[d], res + (v + MWS_W_DEPTH) * MMT_RESIDUES);
+        }
+    }
+    cp_async_wait<0>();
+    // d[4j + i]: output oa + 8·(i / 2), row 8j + 2t + i % 2 (an empty residue: a zero partial,
+    // as the tiles' split writes it).
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const int o = oa + 8 * ((i % 4) / 2);
+        const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
+        if (r < rows && o < n_out) part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
+    }
+}
+
+// Grid (ceil(rows / N), ceil(n_out / MWS_OUTS), MMT_RESIDUES), as `matmul_bf16_tiled_split`'s.
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_bf16_wg_split_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                         float* __restrict__ part, int part_stride, int rows) {
+    matmul_wg_split_block<32>(xs, w, k, n_out, part, part_stride, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                         float* __restrict__ part, int part_stride, int rows) {
+    matmul_wg_split_block<64>(xs, w, k, n_out, part, part_stride, rows);
+}

@@ -191,6 +191,30 @@ const MMW_STAGES: usize = 4;
 const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
 const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
+/// `FLASHLANE_MATMUL_WG_SPLIT=1`: where the warpgroup matmul's module is compiled (see
+/// [`MATMUL_WGMMA_ENV`]) and k splits, a round of up to [`MWS_MAX_ROWS`] rows runs the split on
+/// the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
+/// `matmul_wg.cu`: the weights straight from memory into registers as the 16-row kernels load
+/// them, x's split rows from shared memory; the tiles' split's partials and fold, so its bits).
+/// Off by default: written in session 38 without a GPU, not yet run on one.
+pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
+/// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
+/// rows are a prompt's, whose tiles read each weight once per 64 rows already).
+const MWS_MAX_ROWS: usize = 64;
+/// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
+const MWS_N32_ROWS: usize = 32;
+/// Outputs of its block (two warpgroups of 64: the tiles' MMT_OUTS, so the same grid).
+const MWS_OUTS: usize = 128;
+const MWS_THREADS: u32 = 256;
+/// Chunks of x its block keeps in shared memory, and chunks of weights in registers ahead of
+/// the products (each 64 bytes a thread; with 2, 64 KB in flight a multiprocessor at two blocks).
+const MWS_X_STAGES: usize = 3;
+const MWS_W_DEPTH: usize = 2;
+/// Dynamic shared memory of its block of `rows` (32 or 64) rows: MWS_X_STAGES chunks of split
+/// rows (4 bytes an element).
+const fn mws_shared_bytes(rows: usize) -> usize {
+    MWS_X_STAGES * rows * MMA_CHUNK * 4
+}
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -663,6 +687,8 @@ impl Dims {
             ("MMW_OUTS", MMW_OUTS),
             ("MMW_STAGES", MMW_STAGES),
             ("MMW_THREADS", MMW_THREADS as usize),
+            ("MWS_X_STAGES", MWS_X_STAGES),
+            ("MWS_W_DEPTH", MWS_W_DEPTH),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
@@ -750,6 +776,9 @@ pub struct Kernels {
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
     matmul_split_k_prompts: bool,
+    /// Whether `Auto` runs a k split of up to [`MWS_MAX_ROWS`] rows on the warpgroup MMA where
+    /// its module is compiled ([`MATMUL_WG_SPLIT_ENV`]).
+    matmul_wg_split: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -923,6 +952,7 @@ impl Kernels {
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
+            matmul_wg_split: std::env::var(MATMUL_WG_SPLIT_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1029,9 +1059,17 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
+        let split_n32 = module.load_function("matmul_bf16_wg_split_n32")?;
+        let split_n64 = module.load_function("matmul_bf16_wg_split_n64")?;
+        split_n64.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            mws_shared_bytes(MWS_MAX_ROWS) as i32,
+        )?;
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
             matmul,
+            split_n32,
+            split_n64,
         });
         Ok(())
     }
@@ -1041,6 +1079,9 @@ impl Kernels {
 struct WgmmaKernels {
     split_rows: CudaFunction,
     matmul: CudaFunction,
+    /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a block.
+    split_n32: CudaFunction,
+    split_n64: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1125,6 +1166,9 @@ pub enum MatmulKernel {
     Deep(usize),
     /// `split_rows_wg` and `matmul_bf16_wgmma` (bf16 only; needs [`Kernels::compile_wgmma`]).
     Wgmma,
+    /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` and `matmul_fold_residues` (bf16 only;
+    /// needs [`Kernels::compile_wgmma`] and `partials`).
+    WgmmaSplitK,
 }
 
 /// What every matmul kernel needs of its operands.
@@ -1148,6 +1192,9 @@ fn check_matmul(m: &Matmul) {
 enum MatmulLaunch {
     /// `split_rows_wg`, then `matmul_bf16_wgmma`.
     Wgmma,
+    /// `split_rows`, then the k split on the warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and
+    /// `matmul_fold_residues`.
+    WgmmaSplitK,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
     Tiled { split_k: bool },
@@ -1181,7 +1228,9 @@ fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
         {
             SwigluPlace::InGateUp { tiles, deep }
         }
-        MatmulLaunch::Tiled { split_k: true } if enabled => SwigluPlace::InFold,
+        MatmulLaunch::Tiled { split_k: true } | MatmulLaunch::WgmmaSplitK if enabled => {
+            SwigluPlace::InFold
+        }
         _ => SwigluPlace::Apart,
     }
 }
@@ -1407,13 +1456,15 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
-    /// split into `m.partials` and folded into y when `split_k` (or, with `swiglu_act`, folded
-    /// as a gate/up into `act = silu(gate) · up`: `matmul_fold_residues_swiglu`).
+    /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
+    /// when `on_wgmma`; or, with `swiglu_act`, folded as a gate/up into `act = silu(gate) ·
+    /// up`: `matmul_fold_residues_swiglu`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         split_k: bool,
+        on_wgmma: bool,
         swiglu_act: Option<u64>,
     ) -> Result<(), CudaError> {
         assert!(
@@ -1444,18 +1495,38 @@ impl Kernels {
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
-        let (split, row_blocks, shared) = match self.matmul_split32 && m.rows <= SPLIT32_ROWS {
-            true => (
-                &self.matmul_tiled_split32,
-                rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
-                self.split32_shared_bytes,
-            ),
-            false => (
-                &self.matmul_tiled_split,
-                row_blocks,
-                self.tiled_shared_bytes,
-            ),
+        let wgmma = match on_wgmma {
+            true => Some(self.wgmma.as_ref().expect(
+                "[matmul-wg-split-compiled] MatmulKernel::WgmmaSplitK needs Kernels::compile_wgmma first",
+            )),
+            false => None,
         };
+        let (split, row_blocks, shared) =
+            match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
+                (Some(wg), _) => match m.rows <= MWS_N32_ROWS {
+                    true => (
+                        &wg.split_n32,
+                        rows_u32(m.rows.div_ceil(MWS_N32_ROWS)),
+                        mws_shared_bytes(MWS_N32_ROWS),
+                    ),
+                    false => (
+                        &wg.split_n64,
+                        rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
+                        mws_shared_bytes(MWS_MAX_ROWS),
+                    ),
+                },
+                (None, true) => (
+                    &self.matmul_tiled_split32,
+                    rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
+                    self.split32_shared_bytes,
+                ),
+                (None, false) => (
+                    &self.matmul_tiled_split,
+                    row_blocks,
+                    self.tiled_shared_bytes,
+                ),
+            };
+        const _: () = assert!(MWS_OUTS == MMT_OUTS && MWS_THREADS == MMT_THREADS);
         gpu.launch_with_shared(
             split,
             (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
@@ -1580,14 +1651,17 @@ impl Kernels {
                             && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
                         || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out)))
             }
-            MatmulKernel::TiledSplitK => true,
+            MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK => true,
             _ => false,
         };
         let tiled = match kernel {
             MatmulKernel::Auto => {
                 split_k || (self.matmul_tiled_auto && m.x_split != 0 && runs_tiled(m.rows, m.n_out))
             }
-            MatmulKernel::Tiled | MatmulKernel::TiledSplitK | MatmulKernel::Wgmma => true,
+            MatmulKernel::Tiled
+            | MatmulKernel::TiledSplitK
+            | MatmulKernel::Wgmma
+            | MatmulKernel::WgmmaSplitK => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1601,10 +1675,19 @@ impl Kernels {
             MatmulKernel::Wgmma => true,
             _ => false,
         };
+        let wgmma_split = split_k
+            && match kernel {
+                MatmulKernel::Auto => {
+                    self.matmul_wg_split && self.wgmma.is_some() && m.rows <= MWS_MAX_ROWS
+                }
+                MatmulKernel::WgmmaSplitK => true,
+                _ => false,
+            };
         if tiled && m.fp8.is_none() {
-            return match wgmma {
-                true => MatmulLaunch::Wgmma,
-                false => MatmulLaunch::Tiled { split_k },
+            return match (wgmma, wgmma_split) {
+                (true, _) => MatmulLaunch::Wgmma,
+                (false, true) => MatmulLaunch::WgmmaSplitK,
+                (false, false) => MatmulLaunch::Tiled { split_k },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);
@@ -1614,7 +1697,8 @@ impl Kernels {
             MatmulKernel::Auto
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
-            | MatmulKernel::Wgmma => {
+            | MatmulKernel::Wgmma
+            | MatmulKernel::WgmmaSplitK => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
@@ -1670,7 +1754,10 @@ impl Kernels {
     fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
-            MatmulLaunch::Tiled { split_k } => return self.matmul_tiled(gpu, m, split_k, None),
+            MatmulLaunch::Tiled { split_k } => {
+                return self.matmul_tiled(gpu, m, split_k, false, None)
+            }
+            MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (
@@ -1763,7 +1850,8 @@ impl Kernels {
         let (tiles, deep) = match place {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
-                self.matmul_tiled(gpu, m, true, Some(act))?;
+                let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
+                self.matmul_tiled(gpu, m, true, on_wgmma, Some(act))?;
                 return Ok(place);
             }
             SwigluPlace::Apart => {

@@ -329,8 +329,11 @@ fn matmul_with_bf16_inputs_matches_rounded_x_and_is_the_same_alone_or_batched() 
 }
 
 /// The warpgroup matmul (`matmul_wg.cu`, [`super::MATMUL_WGMMA_ENV`]; written in session 22,
-/// first run on a GPU in the next): in `matmul_case` beside every other kernel, so the same bits
-/// as they, gathered and accumulated, with x split in hi and lo and taken as one bf16.
+/// first run on a GPU in the next) and its k split with the operands swapped
+/// ([`super::MATMUL_WG_SPLIT_ENV`]; written in session 38, not yet run on a GPU: 1–40 rows are
+/// its blocks of 32 and 64 rows, 300 rows five row blocks of 64): in `matmul_case` beside every
+/// other kernel, so the same bits as they, gathered and accumulated, with x split in hi and lo
+/// and taken as one bf16.
 #[test]
 fn wgmma_matmul_gives_the_other_kernels_bits() {
     let Some(gpu) = open_gpu() else { return };
@@ -344,6 +347,9 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
             matmul_case(&gpu, &k, &mut rng, depth, 40, split);
         }
+        // Up to 64 rows: the swapped split's blocks of 64 rows, in part.
+        let depth = 16 * (1 + rng.below(320));
+        matmul_case(&gpu, &k, &mut rng, depth, 64, split);
         // Rows over several blocks (128 rows a block), the last in part.
         let depth = 16 * (1 + rng.below(160));
         matmul_case(&gpu, &k, &mut rng, depth, 300, split);
@@ -440,12 +446,16 @@ fn matmul_case(
     let index = Buf::from_host(gpu, &index).unwrap();
     let reversed = run_with(xb.at(0), index.at(0), rows, false, MatmulKernel::Narrow);
     let twice = run_with(xb.at(0), index.at(0), rows, true, MatmulKernel::Narrow);
-    // The warpgroup matmul where the caller compiled it (`Kernels::compile_wgmma`).
-    let wgmma = k.wgmma.is_some().then_some(MatmulKernel::Wgmma);
+    // The warpgroup matmul and its k split with the operands swapped where the caller compiled
+    // them (`Kernels::compile_wgmma`).
+    let wgmma = match k.wgmma.is_some() {
+        true => &[MatmulKernel::Wgmma, MatmulKernel::WgmmaSplitK][..],
+        false => &[],
+    };
     for kernel in SIXTEEN_ROW_KERNELS
         .into_iter()
         .chain([MatmulKernel::Tiled, MatmulKernel::TiledSplitK])
-        .chain(wgmma)
+        .chain(wgmma.iter().copied())
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
         assert!(
@@ -505,6 +515,8 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     // not).
     k.swiglu_in_gate_up = true;
     k.matmul_split_k = true;
+    // And the k split on the warpgroup MMA where it compiles (sm_90a: the H200).
+    let wgmma_split = k.compile_wgmma(&gpu, &tiny_dims().1).is_ok();
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -570,7 +582,12 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 "seed {seed}, width {width}: relative diff {d}"
             );
             let kernels = [MatmulKernel::Auto, MatmulKernel::TiledSplitK];
-            for kernel in kernels.into_iter().chain(SIXTEEN_ROW_KERNELS) {
+            let on_wgmma = wgmma_split.then_some(MatmulKernel::WgmmaSplitK);
+            for kernel in kernels
+                .into_iter()
+                .chain(on_wgmma)
+                .chain(SIXTEEN_ROW_KERNELS)
+            {
                 let (place, got) = fused(kernel);
                 // Auto's kernel (and so its place) depends on the width and the rows.
                 use super::SwigluPlace::{Apart, InFold, InGateUp};
@@ -582,7 +599,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                                     && (super::SPLIT32_MIN_ROWS..=super::SPLIT32_ROWS)
                                         .contains(&rows)))
                     }
-                    MatmulKernel::TiledSplitK => place == InFold,
+                    MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK => place == InFold,
                     MatmulKernel::Narrow => place == Apart,
                     _ => matches!(place, InGateUp { .. }),
                 };
