@@ -218,7 +218,8 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 // (p·N + r)·16 — for step s a k-half's core matrices (8 rows × 16 bytes) 128 bytes apart, the
 // other k-half N·16 bytes on (the descriptor's offsets). MWS_W_DEPTH chunks of weights are in
 // registers ahead of the products (the loads of the first issued before the kernel ahead
-// finishes: weights are never written while kernels run).
+// finishes: weights are never written while kernels run), loaded unconditionally and masked
+// where multiplied.
 //
 // Host defines: MWS_X_STAGES, MWS_W_DEPTH.
 
@@ -285,17 +286,21 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     const bool a_in = oa < n_out, b_in = oa + 8 < n_out;
     const bf16_t* wa = w + (size_t)(a_in ? oa : 0) * k + 16 * t;
     const bf16_t* wb = w + (size_t)(b_in ? oa + 8 : 0) * k + 16 * t;
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    // Chunk c's pieces of the lane's rows: [row g: elements 16t …, 16t + 8 …; row g + 8: …]
-    // (pieces past k are zeros: k % 16 == 0, a piece is all in or all out).
+    // Chunk c's pieces of the lane's rows: [row g: elements 16t …, 16t + 8 …; row g + 8: …].
+    // Loaded whatever the bounds, from a row's start where the piece is past k (k % 16 == 0: a
+    // piece is all in or all out; k ≥ 16) and from row 0 past n_out, and zeroed by `chunk_mask`
+    // where the chunk is multiplied: a select at the load would make the registers wait for
+    // the load there (ptxas builds the wgmma's register groups with moves right after it),
+    // leaving one chunk in flight instead of MWS_W_DEPTH.
     auto load_w = [&](uint4* q, int c) {
-        const int e = c * MMA_CHUNK;
-        const bool in = e + 16 * t < k;
-        q[0] = in && a_in ? *reinterpret_cast<const uint4*>(wa + e) : zero;
-        q[1] = in && a_in ? *reinterpret_cast<const uint4*>(wa + e + 8) : zero;
-        q[2] = in && b_in ? *reinterpret_cast<const uint4*>(wb + e) : zero;
-        q[3] = in && b_in ? *reinterpret_cast<const uint4*>(wb + e + 8) : zero;
+        const int e = c * MMA_CHUNK + 16 * t < k ? c * MMA_CHUNK : -16 * t;
+        q[0] = *reinterpret_cast<const uint4*>(wa + e);
+        q[1] = *reinterpret_cast<const uint4*>(wa + e + 8);
+        q[2] = *reinterpret_cast<const uint4*>(wb + e);
+        q[3] = *reinterpret_cast<const uint4*>(wb + e + 8);
     };
+    // All ones where chunk c's pieces of the row (g: a_in; g + 8: b_in) are in the matrix.
+    auto chunk_mask = [&](int c, bool row_in) { return c * MMA_CHUNK + 16 * t < k && row_in ? ~0u : 0u; };
 
     pdl_launch_dependents();
     // A split's first residue alone pulls the tile's weights into L2, as the tiles' split does.
@@ -308,13 +313,14 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     // x is the kernel ahead's output.
     pdl_wait();
 
-    // This thread's x copies: pieces p of rows r (index i = threadIdx.x + j · MWS_THREADS: r =
-    // i % N, p = i / N), rows past `rows` zeros.
+    // This thread's x copies: with i = threadIdx.x + j · MWS_THREADS, pieces p = 2(i / 2N) +
+    // i % 2 of rows r = (i / 2) % N — two lanes a row's 32 bytes, one sector — rows past `rows`
+    // zeros.
     auto load_x = [&](int stage, int c) {
         unsigned char* base = smem + stage * X_STAGE_BYTES;
 #pragma unroll
         for (int j = 0; j < X_PIECES; j++) {
-            const int i = threadIdx.x + j * MWS_THREADS, r = i % N, p = i / N;
+            const int i = threadIdx.x + j * MWS_THREADS, r = (i / 2) % N, p = 2 * (i / (2 * N)) + i % 2;
             const bool in = r0 + r < rows;
             cp_async16(base + (p * N + r) * 16,
                        in ? xs + (size_t)(r0 + r) * xs_stride + (size_t)c * MMA_CHUNK + 4 * p : xs, in);
@@ -342,19 +348,29 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                 load_x((v + MWS_X_STAGES - 1) % MWS_X_STAGES, res + (v + MWS_X_STAGES - 1) * MMT_RESIDUES);
             cp_async_commit();
             const unsigned char* stage = smem + (v % MWS_X_STAGES) * X_STAGE_BYTES;
+            const int c = res + v * MMT_RESIDUES;
+            const unsigned ma = chunk_mask(c, a_in), mb = chunk_mask(c, b_in);
             const uint4 ga = wq[d][0], ha = wq[d][1], gb = wq[d][2], hb = wq[d][3];
+            // Step s's A: k-slots 2t + {0, 1} (a[s][0] row g, a[s][1] row g + 8) and 8 + 2t +
+            // {0, 1} (a[s][2], a[s][3]): elements 16t + 4s + {0, 1} and + {2, 3}.
+            unsigned a[4][4] = {{ga.x & ma, gb.x & mb, ga.y & ma, gb.y & mb},
+                                {ga.z & ma, gb.z & mb, ga.w & ma, gb.w & mb},
+                                {ha.x & ma, hb.x & mb, ha.y & ma, hb.y & mb},
+                                {ha.z & ma, hb.z & mb, ha.w & ma, hb.w & mb}};
+            // Every A register written before the fence (else ptxas fences each step's wgmma).
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[s][q]));
             wgmma_pin_n<N>(acc);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                // Step s: k-slots 2t + {0, 1} (a0 row g, a1 row g + 8) and 8 + 2t + {0, 1} (a2, a3).
-                const unsigned a0 = s == 0 ? ga.x : s == 1 ? ga.z : s == 2 ? ha.x : ha.z;
-                const unsigned a2 = s == 0 ? ga.y : s == 1 ? ga.w : s == 2 ? ha.y : ha.w;
-                const unsigned a1 = s == 0 ? gb.x : s == 1 ? gb.z : s == 2 ? hb.x : hb.z;
-                const unsigned a3 = s == 0 ? gb.y : s == 1 ? gb.w : s == 2 ? hb.y : hb.w;
-                wgmma_m64k16<N>(acc, a0, a1, a2, a3, wgmma_desc(stage + 2 * s * N * 16, N * 16, 128));
+                wgmma_m64k16<N>(acc, a[s][0], a[s][1], a[s][2], a[s][3],
+                                wgmma_desc(stage + 2 * s * N * 16, N * 16, 128));
                 if (MMA_SPLIT)
-                    wgmma_m64k16<N>(acc, a0, a1, a2, a3, wgmma_desc(stage + (8 + 2 * s) * N * 16, N * 16, 128));
+                    wgmma_m64k16<N>(acc, a[s][0], a[s][1], a[s][2], a[s][3],
+                                    wgmma_desc(stage + (8 + 2 * s) * N * 16, N * 16, 128));
             }
             wgmma_commit();
             // The A registers and this stage are free again only when the products are done.

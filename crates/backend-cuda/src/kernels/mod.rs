@@ -192,7 +192,8 @@ const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
 const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
 /// `FLASHLANE_MATMUL_WG_SPLIT=1`: where the warpgroup matmul's module is compiled (see
-/// [`MATMUL_WGMMA_ENV`]) and k splits, a round of up to [`MWS_MAX_ROWS`] rows runs the split on
+/// [`MATMUL_WGMMA_ENV`]) and k splits, a round of up to [`MWS_MAX_ROWS`] rows (those of 17–32
+/// and 48–64 rows: [`MATMUL_SPLIT_K_MIN_ROWS`], [`SPLIT32_MIN_ROWS`]) runs the split on
 /// the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
 /// `matmul_wg.cu`: the weights straight from memory into registers as the 16-row kernels load
 /// them, x's split rows from shared memory; the tiles' split's partials and fold, so its bits).

@@ -653,15 +653,18 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
-    assert_eq!(
-        swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, true),
-        SwigluPlace::InFold
-    );
+    for split in [
+        MatmulLaunch::Tiled { split_k: true },
+        MatmulLaunch::WgmmaSplitK,
+    ] {
+        assert_eq!(swiglu_place(split, false, true), SwigluPlace::InFold);
+    }
     for apart in [
         swiglu_place(rows(1, false), false, true),
         swiglu_place(rows(4, false), true, true),
         swiglu_place(rows(4, false), false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: true }, false, false),
+        swiglu_place(MatmulLaunch::WgmmaSplitK, false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
     ] {
