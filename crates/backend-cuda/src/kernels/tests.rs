@@ -458,9 +458,18 @@ fn matmul_case(
         .chain(wgmma.iter().copied())
     {
         let other = run_with(xb.at(0), 0, rows, false, kernel);
+        // How far, and where first, says a wrong layout (far) from another order of sums (an
+        // ulp or so).
         assert!(
             same_bits(&other, &all),
-            "seed {seed}, depth {depth}, {rows} rows: {kernel:?} differs"
+            "seed {seed}, depth {depth}, {rows} rows × {n_out} outputs: {kernel:?} differs \
+             (relative {}, first at (row, output) {:?})",
+            relative_diff(&other, &all),
+            other
+                .iter()
+                .zip(&all)
+                .position(|(a, b)| a.to_bits() != b.to_bits())
+                .map(|i| (i / n_out, i % n_out))
         );
         let other = run_with(xb.at(0), index.at(0), rows, false, kernel);
         assert!(
