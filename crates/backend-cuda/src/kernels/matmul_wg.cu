@@ -265,14 +265,21 @@ __device__ __forceinline__ void wgmma_pin_n(float* d) {
 }
 
 // Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
-// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`.
-template <int N>
-__device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
-                                                      int k, int n_out, float* __restrict__ part, int part_stride,
+// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With FP8, W is e4m3
+// bytes scaled by `scales` in blocks of br × bc (`mma_tile_fp8`'s chain: each chunk's products
+// summed unscaled from zero into `tmp`, then acc = fma(s, tmp, acc) with the output's scale):
+// a lane's chunk of a row is one 16-byte piece, each word a step's four elements, widened
+// exactly to bf16 pairs.
+template <int N, bool FP8>
+__device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const void* __restrict__ w,
+                                                      const float* __restrict__ scales, int br, int bc, int k,
+                                                      int n_out, float* __restrict__ part, int part_stride,
                                                       int rows) {
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
     constexpr int X_PIECES = N * MMT_X_PIECES / MWS_THREADS;  // a thread's copies a chunk
     static_assert(X_PIECES * MWS_THREADS == N * MMT_X_PIECES, "every thread copies as many pieces");
+    constexpr int ELEM = FP8 ? 1 : 2;    // bytes a weight
+    constexpr int PIECES = FP8 ? 1 : 2;  // 16-byte pieces of a lane's 16 elements
     extern __shared__ float4 mws_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mws_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
@@ -284,32 +291,43 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
     const int oa = o0 + 64 * (warp / 4) + 16 * (warp % 4) + g;
     const bool a_in = oa < n_out, b_in = oa + 8 < n_out;
-    const bf16_t* wa = w + (size_t)(a_in ? oa : 0) * k + 16 * t;
-    const bf16_t* wb = w + (size_t)(b_in ? oa + 8 : 0) * k + 16 * t;
-    // Chunk c's pieces of the lane's rows: [row g: elements 16t …, 16t + 8 …; row g + 8: …].
-    // Loaded whatever the bounds, from a row's start where the piece is past k (k % 16 == 0: a
-    // piece is all in or all out; k ≥ 16) and from row 0 past n_out, and zeroed by `chunk_mask`
-    // where the chunk is multiplied: a select at the load would make the registers wait for
-    // the load there (ptxas builds the wgmma's register groups with moves right after it),
-    // leaving one chunk in flight instead of MWS_W_DEPTH.
-    auto load_w = [&](uint4* q, int c) {
+    const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(w);
+    const unsigned char* wa = wbytes + ((size_t)(a_in ? oa : 0) * k + 16 * t) * ELEM;
+    const unsigned char* wb = wbytes + ((size_t)(b_in ? oa + 8 : 0) * k + 16 * t) * ELEM;
+    // FP8: the rows' scales along k (a row block holds both rows of a lane only when br ≥ 16).
+    const float* sa = FP8 ? scales + (size_t)((a_in ? oa : 0) / br) * (k / bc) : nullptr;
+    const float* sb = FP8 ? scales + (size_t)((b_in ? oa + 8 : 0) / br) * (k / bc) : nullptr;
+    // Chunk c's pieces of the lane's rows (q[0 …]: row g, q[PIECES …]: row g + 8), and with FP8
+    // its two scales. Loaded whatever the bounds, from a row's start where the piece is past k
+    // (k % 16 == 0: a piece is all in or all out; k ≥ 16) and from row 0 past n_out, and zeroed
+    // by `chunk_mask` where the chunk is multiplied: a select at the load would make the
+    // registers wait for the load there (ptxas builds the wgmma's register groups with moves
+    // right after it), leaving one chunk in flight instead of MWS_W_DEPTH.
+    auto load_w = [&](uint4* q, float* sc, int c) {
         const int e = c * MMA_CHUNK + 16 * t < k ? c * MMA_CHUNK : -16 * t;
-        q[0] = *reinterpret_cast<const uint4*>(wa + e);
-        q[1] = *reinterpret_cast<const uint4*>(wa + e + 8);
-        q[2] = *reinterpret_cast<const uint4*>(wb + e);
-        q[3] = *reinterpret_cast<const uint4*>(wb + e + 8);
+#pragma unroll
+        for (int p = 0; p < PIECES; p++) {
+            q[p] = *reinterpret_cast<const uint4*>(wa + (e + 8 * p) * ELEM);
+            q[PIECES + p] = *reinterpret_cast<const uint4*>(wb + (e + 8 * p) * ELEM);
+        }
+        if (FP8) {
+            // c · 64 < k for every chunk a residue visits.
+            sc[0] = sa[c * MMA_CHUNK / bc];
+            sc[1] = sb[c * MMA_CHUNK / bc];
+        }
     };
     // All ones where chunk c's pieces of the row (g: a_in; g + 8: b_in) are in the matrix.
     auto chunk_mask = [&](int c, bool row_in) { return c * MMA_CHUNK + 16 * t < k && row_in ? ~0u : 0u; };
 
     pdl_launch_dependents();
     // A split's first residue alone pulls the tile's weights into L2, as the tiles' split does.
-    if (res == 0 && prefetches_rows(n_out, (size_t)k * sizeof(bf16_t)))
-        prefetch_rows_l2(w, o0, MWS_OUTS, n_out, (size_t)k * sizeof(bf16_t));
-    uint4 wq[MWS_W_DEPTH][4];
+    if (res == 0 && prefetches_rows(n_out, (size_t)k * ELEM))
+        prefetch_rows_l2(w, o0, MWS_OUTS, n_out, (size_t)k * ELEM);
+    uint4 wq[MWS_W_DEPTH][2 * PIECES];
+    float wsc[MWS_W_DEPTH][2];
 #pragma unroll
     for (int d = 0; d < MWS_W_DEPTH; d++)
-        if (d < visits) load_w(wq[d], res + d * MMT_RESIDUES);
+        if (d < visits) load_w(wq[d], wsc[d], res + d * MMT_RESIDUES);
     // x is the kernel ahead's output.
     pdl_wait();
 
@@ -332,9 +350,11 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
         cp_async_commit();
     }
 
-    float acc[N / 2];
+    // The wgmmas accumulate into acc (bf16), or into tmp, a chunk's unscaled sum (FP8).
+    float acc[N / 2], tmp[N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+    for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = 0.0f;
+    float* const sum = FP8 ? tmp : acc;
     for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
 #pragma unroll
         for (int d = 0; d < MWS_W_DEPTH; d++) {
@@ -350,38 +370,66 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
             const unsigned char* stage = smem + (v % MWS_X_STAGES) * X_STAGE_BYTES;
             const int c = res + v * MMT_RESIDUES;
             const unsigned ma = chunk_mask(c, a_in), mb = chunk_mask(c, b_in);
-            const uint4 ga = wq[d][0], ha = wq[d][1], gb = wq[d][2], hb = wq[d][3];
             // Step s's A: k-slots 2t + {0, 1} (a[s][0] row g, a[s][1] row g + 8) and 8 + 2t +
             // {0, 1} (a[s][2], a[s][3]): elements 16t + 4s + {0, 1} and + {2, 3}.
-            unsigned a[4][4] = {{ga.x & ma, gb.x & mb, ga.y & ma, gb.y & mb},
-                                {ga.z & ma, gb.z & mb, ga.w & ma, gb.w & mb},
-                                {ha.x & ma, hb.x & mb, ha.y & ma, hb.y & mb},
-                                {ha.z & ma, hb.z & mb, ha.w & ma, hb.w & mb}};
+            unsigned a[4][4];
+            if (FP8) {
+                const uint4 qa = wq[d][0], qb = wq[d][PIECES];
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const unsigned wa_s = s == 0 ? qa.x : s == 1 ? qa.y : s == 2 ? qa.z : qa.w;
+                    const unsigned wb_s = s == 0 ? qb.x : s == 1 ? qb.y : s == 2 ? qb.z : qb.w;
+                    a[s][0] = e4m3_pair(wa_s) & ma;
+                    a[s][1] = e4m3_pair(wb_s) & mb;
+                    a[s][2] = e4m3_pair(wa_s >> 16) & ma;
+                    a[s][3] = e4m3_pair(wb_s >> 16) & mb;
+                }
+            } else {
+                const uint4 ga = wq[d][0], ha = wq[d][PIECES - 1], gb = wq[d][PIECES], hb = wq[d][2 * PIECES - 1];
+                const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
+                                            {ga.z, gb.z, ga.w, gb.w},
+                                            {ha.x, hb.x, ha.y, hb.y},
+                                            {ha.z, hb.z, ha.w, hb.w}};
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) a[s][q] = g_a[s][q] & (q % 2 ? mb : ma);
+            }
             // Every A register written before the fence (else ptxas fences each step's wgmma).
 #pragma unroll
             for (int s = 0; s < 4; s++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[s][q]));
-            wgmma_pin_n<N>(acc);
+            wgmma_pin_n<N>(sum);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                wgmma_m64k16<N>(acc, a[s][0], a[s][1], a[s][2], a[s][3],
+                wgmma_m64k16<N>(sum, a[s][0], a[s][1], a[s][2], a[s][3],
                                 wgmma_desc(stage + 2 * s * N * 16, N * 16, 128));
                 if (MMA_SPLIT)
-                    wgmma_m64k16<N>(acc, a[s][0], a[s][1], a[s][2], a[s][3],
+                    wgmma_m64k16<N>(sum, a[s][0], a[s][1], a[s][2], a[s][3],
                                     wgmma_desc(stage + (8 + 2 * s) * N * 16, N * 16, 128));
             }
             wgmma_commit();
             // The A registers and this stage are free again only when the products are done.
             wgmma_wait_all();
-            wgmma_pin_n<N>(acc);
-            if (v + MWS_W_DEPTH < visits) load_w(wq[d], res + (v + MWS_W_DEPTH) * MMT_RESIDUES);
+            wgmma_pin_n<N>(sum);
+            if (FP8) {
+                // d[4j + i] is output oa + 8·((i % 4) / 2): its scale, then the next chunk's
+                // sum from zero.
+#pragma unroll
+                for (int i = 0; i < N / 2; i++) {
+                    acc[i] = fmaf((i % 4) / 2 ? wsc[d][1] : wsc[d][0], tmp[i], acc[i]);
+                    tmp[i] = 0.0f;
+                }
+            }
+            if (v + MWS_W_DEPTH < visits)
+                load_w(wq[d], wsc[d], res + (v + MWS_W_DEPTH) * MMT_RESIDUES);
         }
     }
     cp_async_wait<0>();
-    // d[4j + i]: output oa + 8·(i / 2), row 8j + 2t + i % 2 (an empty residue: a zero partial,
-    // as the tiles' split writes it).
+    // d[4j + i]: output oa + 8·((i % 4) / 2), row 8j + 2t + i % 2 (an empty residue: a zero
+    // partial, as the tiles' split writes it).
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const int o = oa + 8 * ((i % 4) / 2);
@@ -394,11 +442,27 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
 extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_split_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                          float* __restrict__ part, int part_stride, int rows) {
-    matmul_wg_split_block<32>(xs, w, k, n_out, part, part_stride, rows);
+    matmul_wg_split_block<32, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
 }
 
 extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                          float* __restrict__ part, int part_stride, int rows) {
-    matmul_wg_split_block<64>(xs, w, k, n_out, part, part_stride, rows);
+    matmul_wg_split_block<64, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
+}
+
+// FP8 (block-scaled e4m3, `scales` [n_out / br, k / bc]): the chain of `matmul_fp8`'s kernels,
+// whose warps' sums in warp order are this split's partials folded in residue order.
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_fp8_wg_split_n32(const unsigned* __restrict__ xs, const unsigned char* __restrict__ w,
+                        const float* __restrict__ scales, int br, int bc, int k, int n_out,
+                        float* __restrict__ part, int part_stride, int rows) {
+    matmul_wg_split_block<32, true>(xs, w, scales, br, bc, k, n_out, part, part_stride, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_fp8_wg_split_n64(const unsigned* __restrict__ xs, const unsigned char* __restrict__ w,
+                        const float* __restrict__ scales, int br, int bc, int k, int n_out,
+                        float* __restrict__ part, int part_stride, int rows) {
+    matmul_wg_split_block<64, true>(xs, w, scales, br, bc, k, n_out, part, part_stride, rows);
 }

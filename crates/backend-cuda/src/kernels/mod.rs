@@ -197,7 +197,9 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
 /// `matmul_wg.cu`: the weights straight from memory into registers as the 16-row kernels load
 /// them, x's split rows from shared memory; the tiles' split's partials and fold, so its bits).
-/// Off by default: written in session 38 without a GPU, not yet run on one.
+/// Block-scaled FP8 weights too (`matmul_fp8_wg_split_*`: the FP8 kernels' chain, whose warps
+/// are its residues), which otherwise run the 16-row kernels at any rows. Off by default:
+/// written in session 38 without a GPU, not yet run on one.
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
@@ -1060,17 +1062,21 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
-        let split_n32 = module.load_function("matmul_bf16_wg_split_n32")?;
-        let split_n64 = module.load_function("matmul_bf16_wg_split_n64")?;
-        split_n64.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            mws_shared_bytes(MWS_MAX_ROWS) as i32,
-        )?;
+        // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
+        let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
+            let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
+            let n64 = module.load_function(&format!("matmul_{weights}_wg_split_n64"))?;
+            n64.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                mws_shared_bytes(MWS_MAX_ROWS) as i32,
+            )?;
+            Ok([n32, n64])
+        };
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
             matmul,
-            split_n32,
-            split_n64,
+            split_bf16: splits("bf16")?,
+            split_fp8: splits("fp8")?,
         });
         Ok(())
     }
@@ -1080,9 +1086,10 @@ impl Kernels {
 struct WgmmaKernels {
     split_rows: CudaFunction,
     matmul: CudaFunction,
-    /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a block.
-    split_n32: CudaFunction,
-    split_n64: CudaFunction,
+    /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
+    /// block, for bf16 and for block-scaled FP8 weights.
+    split_bf16: [CudaFunction; 2],
+    split_fp8: [CudaFunction; 2],
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1502,20 +1509,27 @@ impl Kernels {
             )),
             false => None,
         };
+        assert!(
+            m.fp8.is_none() || wgmma.is_some(),
+            "[matmul-fp8-split] FP8 weights split k on the warpgroup MMA only"
+        );
         let (split, row_blocks, shared) =
             match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
-                (Some(wg), _) => match m.rows <= MWS_N32_ROWS {
-                    true => (
-                        &wg.split_n32,
-                        rows_u32(m.rows.div_ceil(MWS_N32_ROWS)),
-                        mws_shared_bytes(MWS_N32_ROWS),
-                    ),
-                    false => (
-                        &wg.split_n64,
-                        rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
-                        mws_shared_bytes(MWS_MAX_ROWS),
-                    ),
-                },
+                (Some(wg), _) => {
+                    let kernels = match m.fp8 {
+                        Some(_) => &wg.split_fp8,
+                        None => &wg.split_bf16,
+                    };
+                    let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
+                        true => (&kernels[0], MWS_N32_ROWS),
+                        false => (&kernels[1], MWS_MAX_ROWS),
+                    };
+                    (
+                        kernel,
+                        rows_u32(m.rows.div_ceil(rows)),
+                        mws_shared_bytes(rows),
+                    )
+                }
                 (None, true) => (
                     &self.matmul_tiled_split32,
                     rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
@@ -1528,21 +1542,32 @@ impl Kernels {
                 ),
             };
         const _: () = assert!(MWS_OUTS == MMT_OUTS && MWS_THREADS == MMT_THREADS);
-        gpu.launch_with_shared(
-            split,
-            (row_blocks, out_blocks, MATMUL_RESIDUES as u32),
-            MMT_THREADS,
-            shared as u32,
-            &[
-                Arg::Ptr(m.x_split),
-                Arg::Ptr(m.w),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.partials),
-                Arg::I32(part_stride),
-                Arg::I32(m.rows as i32),
-            ],
-        )?;
+        let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
+        let tail = [
+            Arg::I32(m.k as i32),
+            Arg::I32(m.n_out as i32),
+            Arg::Ptr(m.partials),
+            Arg::I32(part_stride),
+            Arg::I32(m.rows as i32),
+        ];
+        let mut args = vec![Arg::Ptr(m.x_split), Arg::Ptr(m.w)];
+        if let Some(fp8) = m.fp8 {
+            assert!(
+                fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
+                "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
+                fp8.block_rows,
+                fp8.block_cols,
+                m.n_out,
+                m.k
+            );
+            args.extend([
+                Arg::Ptr(fp8.scales),
+                Arg::I32(fp8.block_rows as i32),
+                Arg::I32(fp8.block_cols as i32),
+            ]);
+        }
+        args.extend(tail);
+        gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, &args)?;
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(
@@ -1684,11 +1709,14 @@ impl Kernels {
                 MatmulKernel::WgmmaSplitK => true,
                 _ => false,
             };
+        // FP8 too: its chain is `mma_tile_fp8`'s, whose warps are this split's residues.
+        if wgmma_split && !wgmma {
+            return MatmulLaunch::WgmmaSplitK;
+        }
         if tiled && m.fp8.is_none() {
-            return match (wgmma, wgmma_split) {
-                (true, _) => MatmulLaunch::Wgmma,
-                (false, true) => MatmulLaunch::WgmmaSplitK,
-                (false, false) => MatmulLaunch::Tiled { split_k },
+            return match wgmma {
+                true => MatmulLaunch::Wgmma,
+                false => MatmulLaunch::Tiled { split_k },
             };
         }
         let row_tiles = m.rows.div_ceil(MMA_ROWS);

@@ -687,7 +687,9 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
 /// of Qwen's 128 × 128 and of the smallest shape the kernel takes (8 rows × 64 columns).
 #[test]
 fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
-    let Some((gpu, k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup() else { return };
+    // The k split on the warpgroup MMA too, where it compiles (sm_90a: the H200).
+    let wgmma_split = k.compile_wgmma(&gpu, &tiny_dims().1).is_ok();
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let table = model::e4m3_table();
@@ -722,16 +724,41 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             Buf::from_host(&gpu, &scales).unwrap(),
             Buf::from_host(&gpu, &x).unwrap(),
         );
-        let y = Buf::<f32>::zeros(&gpu, rows * n_out).unwrap();
+        // The split rows and partials of the k split; NaN in y and the partials before every
+        // run: an output or partial a kernel leaves unwritten fails.
+        let y = std::cell::RefCell::new(Buf::<f32>::zeros(&gpu, rows * n_out).unwrap());
+        let xs = Buf::<u32>::zeros(&gpu, rows * super::split_row_words(depth)).unwrap();
+        let partials = std::cell::RefCell::new(
+            Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * rows * n_out).unwrap(),
+        );
         let run = |x: u64, rows: usize, kernel| {
             let scales = Fp8Scales {
                 scales: sb.at(0),
                 block_rows,
                 block_cols,
             };
-            let m = packed_matmul(x, qb.at(0), depth, n_out, y.at(0), rows, Some(scales));
+            y.borrow_mut()
+                .write(&gpu, &vec![f32::NAN; rows * n_out])
+                .unwrap();
+            partials
+                .borrow_mut()
+                .write(&gpu, &vec![f32::NAN; super::MATMUL_RESIDUES * rows * n_out])
+                .unwrap();
+            let m = Matmul {
+                x_split: xs.at(0),
+                partials: partials.borrow().at(0),
+                ..packed_matmul(
+                    x,
+                    qb.at(0),
+                    depth,
+                    n_out,
+                    y.borrow().at(0),
+                    rows,
+                    Some(scales),
+                )
+            };
             k.matmul_with(&gpu, &m, kernel).unwrap();
-            y.read(&gpu, rows * n_out).unwrap()
+            y.borrow().read(&gpu, rows * n_out).unwrap()
         };
         let all = run(xb.at(0), rows, MatmulKernel::Auto);
         let d = relative_diff(&all, &want);
@@ -739,14 +766,23 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             d <= TOLERANCE,
             "seed {seed}, blocks {block_rows}×{block_cols}: relative diff {d}"
         );
+        let on_wgmma = wgmma_split.then_some(MatmulKernel::WgmmaSplitK);
         for kernel in [
             MatmulKernel::Narrow,
             MatmulKernel::Wide,
             MatmulKernel::Tiles(3),
             MatmulKernel::Tiles(6),
-        ] {
+        ]
+        .into_iter()
+        .chain(on_wgmma)
+        {
             let other = run(xb.at(0), rows, kernel);
-            assert!(same_bits(&other, &all), "seed {seed}: {kernel:?} differs");
+            assert!(
+                same_bits(&other, &all),
+                "seed {seed}, blocks {block_rows}×{block_cols}, {rows} rows: {kernel:?} differs \
+                 (relative {})",
+                relative_diff(&other, &all)
+            );
         }
         for r in 0..rows {
             let one = run(xb.at(0) + f32_bytes(r * depth), 1, MatmulKernel::Auto);
