@@ -67,8 +67,13 @@ def compile_ptx(nvrtc, source, name):
 
 
 def kernels_of(ptx):
-    """Each entry function's PTX text, by name."""
-    return {m.group(1): m.group(0) for m in re.finditer(r"\.visible \.entry (\w+)\((.*?)\n\}\n", ptx, re.S)}
+    """Each entry function's PTX text, by name: from its `.entry` to the next one (not to the
+    first line "}": an inline-asm block's closing brace, as the wgmma kernels' are, stands at the
+    start of a line too, and cut those kernels short)."""
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.visible \.entry (\w+)\(", ptx)]
+    ends = [pos for pos, _ in starts[1:]] + [len(ptx)]
+    # Through the last "}" before the next entry (not the next entry's `.globl` comment).
+    return {name: ptx[pos:ptx.rindex("\n}", pos, end) + 2] for (pos, name), end in zip(starts, ends)}
 
 
 def normalised(text):

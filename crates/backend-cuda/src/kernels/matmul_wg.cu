@@ -291,12 +291,15 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
     const int oa = o0 + 64 * (warp / 4) + 16 * (warp % 4) + g;
     const bool a_in = oa < n_out, b_in = oa + 8 < n_out;
+    // Byte offsets of the rows and the scale rows in 32 bits (the host asserts a matrix under
+    // 4 GiB): 64-bit pointers cost FP8 n64 its last registers and spilled the scales between a
+    // chunk's load and its products.
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(w);
-    const unsigned char* wa = wbytes + ((size_t)(a_in ? oa : 0) * k + 16 * t) * ELEM;
-    const unsigned char* wb = wbytes + ((size_t)(b_in ? oa + 8 : 0) * k + 16 * t) * ELEM;
+    const unsigned wa = ((unsigned)(a_in ? oa : 0) * k + 16 * t) * ELEM;
+    const unsigned wb = ((unsigned)(b_in ? oa + 8 : 0) * k + 16 * t) * ELEM;
     // FP8: the rows' scales along k (a row block holds both rows of a lane only when br ≥ 16).
-    const float* sa = FP8 ? scales + (size_t)((a_in ? oa : 0) / br) * (k / bc) : nullptr;
-    const float* sb = FP8 ? scales + (size_t)((b_in ? oa + 8 : 0) / br) * (k / bc) : nullptr;
+    const unsigned sa = FP8 ? (unsigned)(((a_in ? oa : 0) / br) * (k / bc)) : 0u;
+    const unsigned sb = FP8 ? (unsigned)(((b_in ? oa + 8 : 0) / br) * (k / bc)) : 0u;
     // Chunk c's pieces of the lane's rows (q[0 …]: row g, q[PIECES …]: row g + 8), and with FP8
     // its two scales. Loaded whatever the bounds, from a row's start where the piece is past k
     // (k % 16 == 0: a piece is all in or all out; k ≥ 16) and from row 0 past n_out, and zeroed
@@ -307,13 +310,13 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
         const int e = c * MMA_CHUNK + 16 * t < k ? c * MMA_CHUNK : -16 * t;
 #pragma unroll
         for (int p = 0; p < PIECES; p++) {
-            q[p] = *reinterpret_cast<const uint4*>(wa + (e + 8 * p) * ELEM);
-            q[PIECES + p] = *reinterpret_cast<const uint4*>(wb + (e + 8 * p) * ELEM);
+            q[p] = *reinterpret_cast<const uint4*>(wbytes + wa + (e + 8 * p) * ELEM);
+            q[PIECES + p] = *reinterpret_cast<const uint4*>(wbytes + wb + (e + 8 * p) * ELEM);
         }
         if (FP8) {
             // c · 64 < k for every chunk a residue visits.
-            sc[0] = sa[c * MMA_CHUNK / bc];
-            sc[1] = sb[c * MMA_CHUNK / bc];
+            sc[0] = scales[sa + c * MMA_CHUNK / bc];
+            sc[1] = scales[sb + c * MMA_CHUNK / bc];
         }
     };
     // All ones where chunk c's pieces of the row (g: a_in; g + 8: b_in) are in the matrix.
@@ -338,7 +341,8 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
         unsigned char* base = smem + stage * X_STAGE_BYTES;
 #pragma unroll
         for (int j = 0; j < X_PIECES; j++) {
-            const int i = threadIdx.x + j * MWS_THREADS, r = (i / 2) % N, p = 2 * (i / (2 * N)) + i % 2;
+            const unsigned i = threadIdx.x + j * MWS_THREADS;
+            const int r = (i / 2) % N, p = 2 * (i / (2 * N)) + i % 2;
             const bool in = r0 + r < rows;
             cp_async16(base + (p * N + r) * 16,
                        in ? xs + (size_t)(r0 + r) * xs_stride + (size_t)c * MMA_CHUNK + 4 * p : xs, in);

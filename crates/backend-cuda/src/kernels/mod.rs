@@ -1174,8 +1174,8 @@ pub enum MatmulKernel {
     Deep(usize),
     /// `split_rows_wg` and `matmul_bf16_wgmma` (bf16 only; needs [`Kernels::compile_wgmma`]).
     Wgmma,
-    /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` and `matmul_fold_residues` (bf16 only;
-    /// needs [`Kernels::compile_wgmma`] and `partials`).
+    /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` (FP8: `matmul_fp8_wg_split_*`) and
+    /// `matmul_fold_residues` (needs [`Kernels::compile_wgmma`] and `partials`).
     WgmmaSplitK,
 }
 
@@ -1221,13 +1221,14 @@ pub enum SwigluPlace {
     /// one launch fewer, and the folded products never go to memory.
     InFold,
     /// `swiglu_rows` after the plain matmul: the unsplit tiles, the warpgroup MMA, the narrow
-    /// kernel and FP8 have no twin.
+    /// kernel and FP8's 16-row kernels have no twin.
     Apart,
 }
 
 /// Where the SwiGLU of a gate/up matmul that runs as `launch` goes: into the matmul where its
 /// bf16 16-row kernel of 3 n-tiles a block or more runs (decode rounds and short prompts), into
-/// the fold where k is split (dense 4B and larger at 48–64 streams), when `enabled` (unless
+/// the fold where k is split (dense 4B and larger at 17–32 and 48–64 streams; FP8 too where its
+/// k splits on the warpgroup MMA), when `enabled` (unless
 /// [`SWIGLU_IN_GATE_UP_ENV`] is 0; apart otherwise).
 fn swiglu_place(launch: MatmulLaunch, fp8: bool, enabled: bool) -> SwigluPlace {
     match launch {
@@ -1480,6 +1481,10 @@ impl Kernels {
             "[matmul-tiled-split] the tiled matmul needs room for its split rows (Matmul::x_split)"
         );
         assert!(
+            m.fp8.is_none() || (split_k && on_wgmma),
+            "[matmul-fp8-split] FP8 weights run here only as a k split on the warpgroup MMA"
+        );
+        assert!(
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
@@ -1509,13 +1514,17 @@ impl Kernels {
             )),
             false => None,
         };
-        assert!(
-            m.fp8.is_none() || wgmma.is_some(),
-            "[matmul-fp8-split] FP8 weights split k on the warpgroup MMA only"
-        );
         let (split, row_blocks, shared) =
             match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
                 (Some(wg), _) => {
+                    // Its kernels address a matrix's rows in 32 bits.
+                    let bytes = m.n_out * m.k * if m.fp8.is_some() { 1 } else { 2 };
+                    assert!(
+                        bytes < 1 << 32,
+                        "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
+                        m.n_out,
+                        m.k
+                    );
                     let kernels = match m.fp8 {
                         Some(_) => &wg.split_fp8,
                         None => &wg.split_bf16,

@@ -46,6 +46,17 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
     Some((gpu, kernels))
 }
 
+/// The warpgroup matmul's module compiled into `k` on compute capability 9.0 (the H200), where
+/// it must compile, so that the tests run its kernels there: whether it is.
+fn compile_wgmma_on_hopper(gpu: &Gpu, k: &mut Kernels) -> bool {
+    let hopper = gpu.ctx.compute_capability().expect("compute capability") == (9, 0);
+    if hopper {
+        k.compile_wgmma(gpu, &tiny_dims().1)
+            .expect("the warpgroup matmul compiles on compute capability 9.0");
+    }
+    hopper
+}
+
 fn tiny_dims() -> (Config, Dims) {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
@@ -524,8 +535,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     // not).
     k.swiglu_in_gate_up = true;
     k.matmul_split_k = true;
-    // And the k split on the warpgroup MMA where it compiles (sm_90a: the H200).
-    let wgmma_split = k.compile_wgmma(&gpu, &tiny_dims().1).is_ok();
+    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -662,11 +672,12 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
             deep: true
         }
     );
-    for split in [
-        MatmulLaunch::Tiled { split_k: true },
-        MatmulLaunch::WgmmaSplitK,
+    for (split, fp8) in [
+        (MatmulLaunch::Tiled { split_k: true }, false),
+        (MatmulLaunch::WgmmaSplitK, false),
+        (MatmulLaunch::WgmmaSplitK, true),
     ] {
-        assert_eq!(swiglu_place(split, false, true), SwigluPlace::InFold);
+        assert_eq!(swiglu_place(split, fp8, true), SwigluPlace::InFold);
     }
     for apart in [
         swiglu_place(rows(1, false), false, true),
@@ -688,13 +699,20 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
 #[test]
 fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
     let Some((gpu, mut k)) = setup() else { return };
-    // The k split on the warpgroup MMA too, where it compiles (sm_90a: the H200).
-    let wgmma_split = k.compile_wgmma(&gpu, &tiny_dims().1).is_ok();
+    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
     let mut rng = Rng::fresh();
     let seed = rng.0;
     let table = model::e4m3_table();
-    for (block_rows, block_cols, n_out, depth) in [(128, 128, 256, 384), (8, 64, 40, 192)] {
-        let rows = 1 + rng.below(40);
+    // Depths of at most one chunk a residue (k split's 8), then of several (the split's running
+    // sum over chunks and its rings; 25 chunks: residues of 4 and 3), at rows of the split's
+    // blocks of 32 and of 64.
+    let cases = [
+        (128, 128, 256, 384, 1 + rng.below(40)),
+        (8, 64, 40, 192, 1 + rng.below(40)),
+        (128, 128, 256, 2048, 17 + rng.below(16)),
+        (8, 64, 40, 1600, 33 + rng.below(32)),
+    ];
+    for (block_rows, block_cols, n_out, depth, rows) in cases {
         // Any e4m3 byte but the two NaNs.
         let q: Vec<u8> = (0..n_out * depth)
             .map(|_| {
