@@ -7,7 +7,10 @@
 #    test (its fold with the SwiGLU) and the FP8 matmul test (the FP8 kernels' bits).
 # 2. Where they pass, Qwen3-4B and -8B, bf16 and FP8, at 17, 24, 32, 48 and 64 streams, two
 #    rounds: the defaults (bf16: the tiles' split; FP8: the 16-row kernels) against wgsplit.
-# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the model moved out).
+# 3. Where the bf16 tests pass, the prompts' swapped matmul (`matmul_bf16_wg_swap`,
+#    FLASHLANE_MATMUL_WG_SWAP=1): Qwen3-4B and -8B prefill of 1, 8, 32 and 64 prompts of 128
+#    tokens (128 to 8,192 rows) against the tiles and `matmul_bf16_wgmma`.
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the model moved out); ~500 s.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -33,3 +36,11 @@ for shape in $shapes; do
   el "$shape rc=$?"
   cat /tmp/ab_$shape/ab.txt /tmp/ab_$shape/ab_means.txt | tee -a $OUT/ab_wg_split.txt
 done
+if [ $bf16 = 1 ]; then
+  S="base:FLASHLANE_AB=1 swap:FLASHLANE_MATMUL_WG_SWAP=1"
+  for shape in qwen3-4b qwen3-8b; do
+    SETTINGS="$S" STREAMS=1,8,32,64 NEW_TOKENS=16 ROUNDS=2 timeout 100 bench/gpu_ab.sh /tmp/sw_$shape $shape $FL > /tmp/sw_$shape.log 2>&1
+    el "$shape swap rc=$?"
+    cat /tmp/sw_$shape/ab.txt /tmp/sw_$shape/ab_means.txt | tee -a $OUT/ab_wg_swap.txt
+  done
+fi

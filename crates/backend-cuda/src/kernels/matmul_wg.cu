@@ -265,16 +265,21 @@ __device__ __forceinline__ void wgmma_pin_n(float* d) {
 }
 
 // Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
-// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With FP8, W is e4m3
+// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With ALL (a prompt's
+// matmul, FLASHLANE_MATMUL_WG_SWAP=1; bf16 only) the block walks every residue itself, residue
+// 0's chunks, then 1's, … each residue's partial from zero folded into its total in residue
+// order (total = p0, then total += pr: the tiles' operations), and writes y (stride
+// part_stride, added to it with `accumulate`) instead of a partial. With FP8, W is e4m3
 // bytes scaled by `scales` in blocks of br × bc (`mma_tile_fp8`'s chain: each chunk's products
 // summed unscaled from zero into `tmp`, then acc = fma(s, tmp, acc) with the output's scale):
 // a lane's chunk of a row is one 16-byte piece, each word a step's four elements, widened
 // exactly to bf16 pairs.
-template <int N, bool FP8>
+template <int N, bool FP8, bool ALL = false>
 __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const void* __restrict__ w,
                                                       const float* __restrict__ scales, int br, int bc, int k,
                                                       int n_out, float* __restrict__ part, int part_stride,
-                                                      int rows) {
+                                                      int rows, int accumulate = 0) {
+    static_assert(!(FP8 && ALL), "FP8 splits k only (a third accumulator would not fit)");
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
     constexpr int X_PIECES = N * MMT_X_PIECES / MWS_THREADS;  // a thread's copies a chunk
     static_assert(X_PIECES * MWS_THREADS == N * MMT_X_PIECES, "every thread copies as many pieces");
@@ -283,10 +288,17 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     extern __shared__ float4 mws_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mws_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = blockIdx.z;
+    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = ALL ? 0 : blockIdx.z;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    const int visits = ALL ? chunks : res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    // The chunk after c: the next of its residue, or with ALL past a residue's last the next
+    // residue's first (residue-major order: residue 0's chunks 0, 8, 16 …, then 1's …). Three
+    // cursors walk it: the weights' loads, x's copies and the products.
+    auto next_chunk = [&](int c) {
+        return !ALL || c + MMT_RESIDUES < chunks ? c + MMT_RESIDUES : c % MMT_RESIDUES + 1;
+    };
+    int w_next = res, x_next = res, c_next = res;
 
     // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
     const int oa = o0 + 64 * (warp / 4) + 16 * (warp % 4) + g;
@@ -330,7 +342,10 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     float wsc[MWS_W_DEPTH][2];
 #pragma unroll
     for (int d = 0; d < MWS_W_DEPTH; d++)
-        if (d < visits) load_w(wq[d], wsc[d], res + d * MMT_RESIDUES);
+        if (d < visits) {
+            load_w(wq[d], wsc[d], w_next);
+            w_next = next_chunk(w_next);
+        }
     // x is the kernel ahead's output.
     pdl_wait();
 
@@ -350,14 +365,17 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     };
 #pragma unroll
     for (int s = 0; s < MWS_X_STAGES - 1; s++) {
-        if (s < visits) load_x(s, res + s * MMT_RESIDUES);
+        if (s < visits) {
+            load_x(s, x_next);
+            x_next = next_chunk(x_next);
+        }
         cp_async_commit();
     }
 
     // The wgmmas accumulate into acc (bf16), or into tmp, a chunk's unscaled sum (FP8).
-    float acc[N / 2], tmp[N / 2];
+    float acc[N / 2], tmp[N / 2], total[N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = 0.0f;
+    for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = total[i] = 0.0f;
     float* const sum = FP8 ? tmp : acc;
     for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
 #pragma unroll
@@ -368,11 +386,14 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
             // The copies are the generic proxy's writes; wgmma reads through the async proxy.
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads();
-            if (v + MWS_X_STAGES - 1 < visits)
-                load_x((v + MWS_X_STAGES - 1) % MWS_X_STAGES, res + (v + MWS_X_STAGES - 1) * MMT_RESIDUES);
+            if (v + MWS_X_STAGES - 1 < visits) {
+                load_x((v + MWS_X_STAGES - 1) % MWS_X_STAGES, x_next);
+                x_next = next_chunk(x_next);
+            }
             cp_async_commit();
             const unsigned char* stage = smem + (v % MWS_X_STAGES) * X_STAGE_BYTES;
-            const int c = res + v * MMT_RESIDUES;
+            const int c = c_next;
+            c_next = next_chunk(c_next);
             const unsigned ma = chunk_mask(c, a_in), mb = chunk_mask(c, b_in);
             // Step s's A: k-slots 2t + {0, 1} (a[s][0] row g, a[s][1] row g + 8) and 8 + 2t +
             // {0, 1} (a[s][2], a[s][3]): elements 16t + 4s + {0, 1} and + {2, 3}.
@@ -427,18 +448,37 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                     tmp[i] = 0.0f;
                 }
             }
-            if (v + MWS_W_DEPTH < visits)
-                load_w(wq[d], wsc[d], res + (v + MWS_W_DEPTH) * MMT_RESIDUES);
+            if (ALL && c + MMT_RESIDUES >= chunks) {
+                // Residue c % 8 done: into the total in residue order, the next from zero.
+#pragma unroll
+                for (int i = 0; i < N / 2; i++) {
+                    total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
+                    acc[i] = 0.0f;
+                }
+            }
+            if (v + MWS_W_DEPTH < visits) {
+                load_w(wq[d], wsc[d], w_next);
+                w_next = next_chunk(w_next);
+            }
         }
     }
     cp_async_wait<0>();
     // d[4j + i]: output oa + 8·((i % 4) / 2), row 8j + 2t + i % 2 (an empty residue: a zero
-    // partial, as the tiles' split writes it).
+    // partial, as the tiles' split writes it; with ALL, its zero added to the total, as the
+    // tiles add it: -0 + 0 is +0).
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const int o = oa + 8 * ((i % 4) / 2);
         const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
-        if (r < rows && o < n_out) part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
+        if (ALL) {
+            for (int e = chunks; e < MMT_RESIDUES; e++) total[i] += acc[i];
+            if (r < rows && o < n_out) {
+                float* out = part + (size_t)r * part_stride + o;
+                *out = accumulate ? *out + total[i] : total[i];
+            }
+        } else if (r < rows && o < n_out) {
+            part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
+        }
     }
 }
 
@@ -453,6 +493,14 @@ extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                          float* __restrict__ part, int part_stride, int rows) {
     matmul_wg_split_block<64, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
+}
+
+// A prompt's matmul (FLASHLANE_MATMUL_WG_SWAP=1): the tiles' arguments and their bits, each
+// weight read once per 64 rows. Grid (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 1)
+matmul_bf16_wg_swap(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_wg_split_block<64, false, true>(xs, w, nullptr, 1, 1, k, n_out, y, y_stride, rows, accumulate);
 }
 
 // FP8 (block-scaled e4m3, `scales` [n_out / br, k / bc]): the chain of `matmul_fp8`'s kernels,

@@ -201,6 +201,13 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// are its residues), which otherwise run the 16-row kernels at any rows. Off by default:
 /// written in session 38 without a GPU, not yet run on one.
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
+/// `FLASHLANE_MATMUL_WG_SWAP=1`: where the warpgroup matmul's module is compiled, the bf16
+/// matmuls the tiles or `matmul_bf16_wgmma` would take unsplit (a prompt's, an lm_head's of
+/// many rows) run `matmul_bf16_wg_swap` instead: the swapped operands of
+/// [`MATMUL_WG_SPLIT_ENV`]'s kernels on blocks of 64 rows × 128 outputs, every residue in the
+/// block as the tiles walk them (their bits). Off by default: written in session 38 without a
+/// GPU, not yet run on one.
+pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
@@ -782,6 +789,9 @@ pub struct Kernels {
     /// Whether `Auto` runs a k split of up to [`MWS_MAX_ROWS`] rows on the warpgroup MMA where
     /// its module is compiled ([`MATMUL_WG_SPLIT_ENV`]).
     matmul_wg_split: bool,
+    /// Whether `Auto` runs the unsplit tiled matmuls on `matmul_bf16_wg_swap` where its module
+    /// is compiled ([`MATMUL_WG_SWAP_ENV`]).
+    matmul_wg_swap: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -956,6 +966,7 @@ impl Kernels {
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
             matmul_wg_split: std::env::var(MATMUL_WG_SPLIT_ENV).is_ok_and(|v| v == "1"),
+            matmul_wg_swap: std::env::var(MATMUL_WG_SWAP_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1062,6 +1073,11 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
+        let swap = module.load_function("matmul_bf16_wg_swap")?;
+        swap.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            mws_shared_bytes(MWS_MAX_ROWS) as i32,
+        )?;
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
             let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
@@ -1077,6 +1093,7 @@ impl Kernels {
             matmul,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
+            swap,
         });
         Ok(())
     }
@@ -1090,6 +1107,8 @@ struct WgmmaKernels {
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
     split_fp8: [CudaFunction; 2],
+    /// The same operands unsplit, 64 rows a block ([`MATMUL_WG_SWAP_ENV`]).
+    swap: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1177,6 +1196,8 @@ pub enum MatmulKernel {
     /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` (FP8: `matmul_fp8_wg_split_*`) and
     /// `matmul_fold_residues` (needs [`Kernels::compile_wgmma`] and `partials`).
     WgmmaSplitK,
+    /// `split_rows` and `matmul_bf16_wg_swap` (bf16 only; needs [`Kernels::compile_wgmma`]).
+    WgmmaSwapped,
 }
 
 /// What every matmul kernel needs of its operands.
@@ -1203,6 +1224,8 @@ enum MatmulLaunch {
     /// `split_rows`, then the k split on the warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and
     /// `matmul_fold_residues`.
     WgmmaSplitK,
+    /// `split_rows`, then `matmul_bf16_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
+    WgmmaSwapped,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
     Tiled { split_k: bool },
@@ -1634,6 +1657,37 @@ impl Kernels {
         )
     }
 
+    /// x split into `m.x_split` (`split_rows`), then `matmul_bf16_wg_swap` over it.
+    fn matmul_wg_swap(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        let wg = self.wgmma.as_ref().expect(
+            "[matmul-wg-swap-compiled] MatmulKernel::WgmmaSwapped needs Kernels::compile_wgmma first",
+        );
+        assert!(
+            m.x_split != 0,
+            "[matmul-wg-swap-split] the swapped matmul needs room for its split rows (Matmul::x_split)"
+        );
+        assert!(
+            m.n_out * m.k * 2 < 1 << 32,
+            "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
+            m.n_out,
+            m.k
+        );
+        launch_split_rows(gpu, &self.split_rows, m)?;
+        let mut args = [Arg::Ptr(m.x_split); 8];
+        args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+        gpu.launch_with_shared(
+            &wg.swap,
+            (
+                rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
+                u32::try_from(m.n_out.div_ceil(MWS_OUTS)).expect("outputs fit a grid"),
+                1,
+            ),
+            MWS_THREADS,
+            mws_shared_bytes(MWS_MAX_ROWS) as u32,
+            &args,
+        )
+    }
+
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
@@ -1696,7 +1750,8 @@ impl Kernels {
             MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK => true,
+            | MatmulKernel::WgmmaSplitK
+            | MatmulKernel::WgmmaSwapped => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1722,6 +1777,15 @@ impl Kernels {
         if wgmma_split && !wgmma {
             return MatmulLaunch::WgmmaSplitK;
         }
+        let wgmma_swap = !split_k
+            && match kernel {
+                MatmulKernel::Auto => self.matmul_wg_swap && self.wgmma.is_some(),
+                MatmulKernel::WgmmaSwapped => true,
+                _ => false,
+            };
+        if tiled && m.fp8.is_none() && wgmma_swap {
+            return MatmulLaunch::WgmmaSwapped;
+        }
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
@@ -1736,7 +1800,8 @@ impl Kernels {
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK => {
+            | MatmulKernel::WgmmaSplitK
+            | MatmulKernel::WgmmaSwapped => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
@@ -1796,6 +1861,7 @@ impl Kernels {
                 return self.matmul_tiled(gpu, m, split_k, false, None)
             }
             MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None),
+            MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (

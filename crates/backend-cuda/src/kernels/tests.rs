@@ -460,7 +460,11 @@ fn matmul_case(
     // The warpgroup matmul and its k split with the operands swapped where the caller compiled
     // them (`Kernels::compile_wgmma`).
     let wgmma = match k.wgmma.is_some() {
-        true => &[MatmulKernel::Wgmma, MatmulKernel::WgmmaSplitK][..],
+        true => &[
+            MatmulKernel::Wgmma,
+            MatmulKernel::WgmmaSplitK,
+            MatmulKernel::WgmmaSwapped,
+        ][..],
         false => &[],
     };
     for kernel in SIXTEEN_ROW_KERNELS
@@ -687,6 +691,7 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
         swiglu_place(MatmulLaunch::WgmmaSplitK, false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
+        swiglu_place(MatmulLaunch::WgmmaSwapped, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
     }
