@@ -373,9 +373,17 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     }
 
     // The wgmmas accumulate into acc (bf16), or into tmp, a chunk's unscaled sum (FP8).
-    float acc[N / 2], tmp[N / 2], total[N / 2];
+    float acc[N / 2], tmp[N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = total[i] = 0.0f;
+    for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = 0.0f;
+    // With ALL, this thread's total in shared memory after the x stages, a column of its own
+    // (no barrier): in registers beside acc and two chunks of weights it took 195 registers,
+    // one block a multiprocessor; here 126, two. Zero first: with k = 0 no residue folds.
+    float* const total = reinterpret_cast<float*>(smem + MWS_X_STAGES * X_STAGE_BYTES) + threadIdx.x;
+    if (ALL) {
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) total[i * MWS_THREADS] = 0.0f;
+    }
     float* const sum = FP8 ? tmp : acc;
     for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
 #pragma unroll
@@ -425,6 +433,15 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
             for (int s = 0; s < 4; s++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[s][q]));
+            // The chunk's weights are in `a` now: its registers take the chunk MWS_W_DEPTH on,
+            // whose loads then fly during these products (the loads share one scoreboard, so a
+            // wait for one waits for all: issued after the products, the next visit's wait
+            // covered them too).
+            const float s_a = wsc[d][0], s_b = wsc[d][1];
+            if (v + MWS_W_DEPTH < visits) {
+                load_w(wq[d], wsc[d], w_next);
+                w_next = next_chunk(w_next);
+            }
             wgmma_pin_n<N>(sum);
             wgmma_fence();
 #pragma unroll
@@ -444,7 +461,7 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                 // sum from zero.
 #pragma unroll
                 for (int i = 0; i < N / 2; i++) {
-                    acc[i] = fmaf((i % 4) / 2 ? wsc[d][1] : wsc[d][0], tmp[i], acc[i]);
+                    acc[i] = fmaf((i % 4) / 2 ? s_b : s_a, tmp[i], acc[i]);
                     tmp[i] = 0.0f;
                 }
             }
@@ -452,13 +469,10 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                 // Residue c % 8 done: into the total in residue order, the next from zero.
 #pragma unroll
                 for (int i = 0; i < N / 2; i++) {
-                    total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
+                    float& t_i = total[i * MWS_THREADS];
+                    t_i = c % MMT_RESIDUES == 0 ? acc[i] : t_i + acc[i];
                     acc[i] = 0.0f;
                 }
-            }
-            if (v + MWS_W_DEPTH < visits) {
-                load_w(wq[d], wsc[d], w_next);
-                w_next = next_chunk(w_next);
             }
         }
     }
@@ -471,10 +485,12 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
         const int o = oa + 8 * ((i % 4) / 2);
         const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
         if (ALL) {
-            for (int e = chunks; e < MMT_RESIDUES; e++) total[i] += acc[i];
+            // The empty residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).
+            float t_i = total[i * MWS_THREADS];
+            if (chunks < MMT_RESIDUES) t_i += 0.0f;
             if (r < rows && o < n_out) {
                 float* out = part + (size_t)r * part_stride + o;
-                *out = accumulate ? *out + total[i] : total[i];
+                *out = accumulate ? *out + t_i : t_i;
             }
         } else if (r < rows && o < n_out) {
             part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
@@ -497,7 +513,7 @@ matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restri
 
 // A prompt's matmul (FLASHLANE_MATMUL_WG_SWAP=1): the tiles' arguments and their bits, each
 // weight read once per 64 rows. Grid (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
-extern "C" __global__ void __launch_bounds__(MWS_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_swap(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                     float* __restrict__ y, int y_stride, int accumulate, int rows) {
     matmul_wg_split_block<64, false, true>(xs, w, nullptr, 1, 1, k, n_out, y, y_stride, rows, accumulate);

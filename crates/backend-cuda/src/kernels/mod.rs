@@ -225,6 +225,10 @@ const MWS_W_DEPTH: usize = 2;
 const fn mws_shared_bytes(rows: usize) -> usize {
     MWS_X_STAGES * rows * MMA_CHUNK * 4
 }
+/// `matmul_bf16_wg_swap`'s: its x stages of 64 rows, then each thread's total over the
+/// residues (32 floats a thread: kept out of its registers, two blocks fit a multiprocessor).
+const MWS_SWAP_SHARED_BYTES: usize =
+    mws_shared_bytes(MWS_MAX_ROWS) + MWS_MAX_ROWS / 2 * MWS_THREADS as usize * 4;
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -1076,7 +1080,7 @@ impl Kernels {
         let swap = module.load_function("matmul_bf16_wg_swap")?;
         swap.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            mws_shared_bytes(MWS_MAX_ROWS) as i32,
+            MWS_SWAP_SHARED_BYTES as i32,
         )?;
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
@@ -1683,7 +1687,7 @@ impl Kernels {
                 1,
             ),
             MWS_THREADS,
-            mws_shared_bytes(MWS_MAX_ROWS) as u32,
+            MWS_SWAP_SHARED_BYTES as u32,
             &args,
         )
     }

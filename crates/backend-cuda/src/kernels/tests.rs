@@ -358,9 +358,12 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         for depth in [16 * (1 + rng.below(320)), 16, 3 * 8 * 64 + 16] {
             matmul_case(&gpu, &k, &mut rng, depth, 40, split);
         }
-        // Up to 64 rows: the swapped split's blocks of 64 rows, in part.
-        let depth = 16 * (1 + rng.below(320));
-        matmul_case(&gpu, &k, &mut rng, depth, 64, split);
+        // Up to 64 rows: the swapped split's blocks of 64 rows, in part; and depths of 8 and 9
+        // chunks and of 5 and a part (the residues' edges: all of one chunk, one of two, empty
+        // residues after a partial chunk) for the swapped kernels' chunk walks.
+        for depth in [16 * (1 + rng.below(320)), 512, 576, 368] {
+            matmul_case(&gpu, &k, &mut rng, depth, 64, split);
+        }
         // Rows over several blocks (128 rows a block), the last in part.
         let depth = 16 * (1 + rng.below(160));
         matmul_case(&gpu, &k, &mut rng, depth, 300, split);
