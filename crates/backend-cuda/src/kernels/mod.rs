@@ -213,9 +213,10 @@ pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 const MWS_MAX_ROWS: usize = 64;
 /// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
 const MWS_N32_ROWS: usize = 32;
-/// Outputs of its block (two warpgroups of 64: the tiles' MMT_OUTS, so the same grid).
-const MWS_OUTS: usize = 128;
-const MWS_THREADS: u32 = 256;
+/// Outputs and threads of its block (two warpgroups of 64 outputs): the tiles', so the tiles'
+/// split's grid (`matmul_wg.cu` defines them the same).
+const MWS_OUTS: usize = MMT_OUTS;
+const MWS_THREADS: u32 = MMT_THREADS;
 /// Chunks of x its block keeps in shared memory, and chunks of weights in registers ahead of
 /// the products (each 64 bytes a thread; with 2, 64 KB in flight a multiprocessor at two blocks).
 const MWS_X_STAGES: usize = 3;
@@ -1204,6 +1205,18 @@ pub enum MatmulKernel {
     WgmmaSwapped,
 }
 
+/// What every FP8 matmul kernel needs of the blocks of its scales.
+fn check_fp8_blocks(fp8: &Fp8Scales, m: &Matmul) {
+    assert!(
+        fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
+        "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
+        fp8.block_rows,
+        fp8.block_cols,
+        m.n_out,
+        m.k
+    );
+}
+
 /// What every matmul kernel needs of its operands.
 fn check_matmul(m: &Matmul) {
     // 16-byte loads (8 bf16 weights, 4 f32 inputs) in pieces of 16 elements: another k would
@@ -1490,6 +1503,33 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
     )
 }
 
+/// `m`'s rows of x split into `m.x_split` by `kernels.0`, then `kernels.1` over them with the
+/// tiles' arguments (the split rows, then the 16-row kernels' from W on), a block of
+/// `block.0` rows × `block.1` outputs.
+fn launch_over_split_rows(
+    gpu: &Gpu,
+    kernels: (&CudaFunction, &CudaFunction),
+    m: &Matmul,
+    block: (usize, usize),
+    threads: u32,
+    shared_bytes: usize,
+) -> Result<(), CudaError> {
+    launch_split_rows(gpu, kernels.0, m)?;
+    let mut args = [Arg::Ptr(m.x_split); 8];
+    args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+    gpu.launch_with_shared(
+        kernels.1,
+        (
+            rows_u32(m.rows.div_ceil(block.0)),
+            u32::try_from(m.n_out.div_ceil(block.1)).expect("outputs fit a grid"),
+            1,
+        ),
+        threads,
+        shared_bytes as u32,
+        &args,
+    )
+}
+
 impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
@@ -1577,7 +1617,6 @@ impl Kernels {
                     self.tiled_shared_bytes,
                 ),
             };
-        const _: () = assert!(MWS_OUTS == MMT_OUTS && MWS_THREADS == MMT_THREADS);
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let tail = [
             Arg::I32(m.k as i32),
@@ -1588,14 +1627,7 @@ impl Kernels {
         ];
         let mut args = vec![Arg::Ptr(m.x_split), Arg::Ptr(m.w)];
         if let Some(fp8) = m.fp8 {
-            assert!(
-                fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
-                "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
-                fp8.block_rows,
-                fp8.block_cols,
-                m.n_out,
-                m.k
-            );
+            check_fp8_blocks(&fp8, m);
             args.extend([
                 Arg::Ptr(fp8.scales),
                 Arg::I32(fp8.block_rows as i32),
@@ -1645,19 +1677,13 @@ impl Kernels {
             m.x_split != 0,
             "[matmul-wgmma-split] the warpgroup matmul needs room for its split rows (Matmul::x_split)"
         );
-        launch_split_rows(gpu, &wg.split_rows, m)?;
-        let mut args = [Arg::Ptr(m.x_split); 8];
-        args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
-        gpu.launch_with_shared(
-            &wg.matmul,
-            (
-                rows_u32(m.rows.div_ceil(MMW_ROWS)),
-                u32::try_from(m.n_out.div_ceil(MMW_OUTS)).expect("outputs fit a grid"),
-                1,
-            ),
+        launch_over_split_rows(
+            gpu,
+            (&wg.split_rows, &wg.matmul),
+            m,
+            (MMW_ROWS, MMW_OUTS),
             MMW_THREADS,
-            MMW_SHARED_BYTES as u32,
-            &args,
+            MMW_SHARED_BYTES,
         )
     }
 
@@ -1676,19 +1702,13 @@ impl Kernels {
             m.n_out,
             m.k
         );
-        launch_split_rows(gpu, &self.split_rows, m)?;
-        let mut args = [Arg::Ptr(m.x_split); 8];
-        args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
-        gpu.launch_with_shared(
-            &wg.swap,
-            (
-                rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
-                u32::try_from(m.n_out.div_ceil(MWS_OUTS)).expect("outputs fit a grid"),
-                1,
-            ),
+        launch_over_split_rows(
+            gpu,
+            (&self.split_rows, &wg.swap),
+            m,
+            (MWS_MAX_ROWS, MWS_OUTS),
             MWS_THREADS,
-            MWS_SWAP_SHARED_BYTES as u32,
-            &args,
+            MWS_SWAP_SHARED_BYTES,
         )
     }
 
@@ -1886,14 +1906,7 @@ impl Kernels {
             };
             return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
         };
-        assert!(
-            fp8_blocks_fit(fp8.block_rows, fp8.block_cols, m.n_out, m.k),
-            "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
-            fp8.block_rows,
-            fp8.block_cols,
-            m.n_out,
-            m.k
-        );
+        check_fp8_blocks(&fp8, m);
         let f = match tiles {
             1 => &self.matmul_fp8_narrow,
             _ => &self.matmul_fp8,
