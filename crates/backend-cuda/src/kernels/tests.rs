@@ -2314,6 +2314,8 @@ fn matmul_kernel_times() {
         MatmulKernel::Deep(3),
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
+        MatmulKernel::WgmmaSplitK,
+        MatmulKernel::WgmmaSwapped,
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -2327,8 +2329,14 @@ fn matmul_kernel_times() {
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
-                let split = kernel == MatmulKernel::TiledSplitK;
-                let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
+                let split = matches!(
+                    kernel,
+                    MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK
+                );
+                let many = matches!(
+                    kernel,
+                    MatmulKernel::Tiled | MatmulKernel::Wgmma | MatmulKernel::WgmmaSwapped
+                );
                 if (many && rows < 64)
                     || (deep && rows > 64)
                     || (split && (rows < 16 || rows > split_rows_max || n_out > out_max))
