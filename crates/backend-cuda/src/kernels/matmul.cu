@@ -828,7 +828,7 @@ matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restric
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
-// The k split of a round of 17–32 rows (`FLASHLANE_MATMUL_SPLIT32=1`): blocks of 32 rows × 128
+// The k split of a round of 17–32 rows (unless FLASHLANE_MATMUL_SPLIT32=0): blocks of 32 rows × 128
 // outputs (8 warps of 32 rows × 2 n-tiles), half the rows' x copies and products of the 64-row
 // blocks, and each weight read once where the 16-row kernels read it once per row tile; the
 // same partials, so the same fold and bits.

@@ -437,7 +437,7 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
             // whose loads then fly during these products (the loads share one scoreboard, so a
             // wait for one waits for all: issued after the products, the next visit's wait
             // covered them too).
-            const float s_a = wsc[d][0], s_b = wsc[d][1];
+            const float s_a = FP8 ? wsc[d][0] : 0.0f, s_b = FP8 ? wsc[d][1] : 0.0f;
             if (v + MWS_W_DEPTH < visits) {
                 load_w(wq[d], wsc[d], w_next);
                 w_next = next_chunk(w_next);

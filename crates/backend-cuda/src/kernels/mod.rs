@@ -139,12 +139,12 @@ pub const MATMUL_SPLIT_K_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K";
 const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// Where k splits, rounds of 17–32 rows (which the 64-row split lost at) split it too, on blocks
 /// of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the same partials and bits): Qwen3-4B
-/// and -8B decode 5–8 % faster at 17–32 streams (bench/RESULTS.md sessions 37–38).
+/// and -8B decode 4–8 % faster at 17–32 streams (bench/RESULTS.md sessions 37–38).
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds on the 16-row kernels (A/B runs).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
-/// `FLASHLANE_MATMUL_SPLIT_K_PROMPTS=1`: where k splits, a matmul of more than 64 rows (a
-/// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which runs on
-/// the 16-row kernels instead, reading each weight once per 16 rows (Qwen3-4B's o, down and
+/// Where k splits, a matmul of more than 64 rows (a
+/// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
+/// otherwise run on the 16-row kernels, reading each weight once per 16 rows (Qwen3-4B's o, down and
 /// q/k/v for one 128-token prompt: 40–96 tile blocks) — runs the tiles with k split by residue
 /// (8 times the blocks, each weight read once per 64 rows; the same chain, so the same bits):
 /// a 128-token prompt's prefill 48 % faster on Qwen3-4B, 73 % on -8B (bench/RESULTS.md
@@ -1618,24 +1618,29 @@ impl Kernels {
                 ),
             };
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
-        let tail = [
+        // The split rows and W, FP8's scales and their blocks, then k … rows (no allocation: a
+        // round's matmuls launch through here).
+        let mut args = [Arg::Ptr(m.x_split); 10];
+        args[1] = Arg::Ptr(m.w);
+        let mut head = 2;
+        if let Some(fp8) = m.fp8 {
+            check_fp8_blocks(&fp8, m);
+            args[2..5].copy_from_slice(&[
+                Arg::Ptr(fp8.scales),
+                Arg::I32(fp8.block_rows as i32),
+                Arg::I32(fp8.block_cols as i32),
+            ]);
+            head = 5;
+        }
+        args[head..head + 5].copy_from_slice(&[
             Arg::I32(m.k as i32),
             Arg::I32(m.n_out as i32),
             Arg::Ptr(m.partials),
             Arg::I32(part_stride),
             Arg::I32(m.rows as i32),
-        ];
-        let mut args = vec![Arg::Ptr(m.x_split), Arg::Ptr(m.w)];
-        if let Some(fp8) = m.fp8 {
-            check_fp8_blocks(&fp8, m);
-            args.extend([
-                Arg::Ptr(fp8.scales),
-                Arg::I32(fp8.block_rows as i32),
-                Arg::I32(fp8.block_cols as i32),
-            ]);
-        }
-        args.extend(tail);
-        gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, &args)?;
+        ]);
+        let args = &args[..head + 5];
+        gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)?;
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(
