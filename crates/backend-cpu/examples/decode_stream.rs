@@ -60,7 +60,7 @@ fn main() -> anyhow::Result<()> {
                 for (t, k) in ws.iter() {
                     let x = vec![0.01f32; rows * k];
                     let mut y = vec![0.0f32; rows * t.shape()[0]];
-                    matmul(&x, t.data(), *k, &mut y);
+                    matmul(&x, t.data(), *k, &mut y, model::MatmulInput::Exact);
                 }
             };
             step();

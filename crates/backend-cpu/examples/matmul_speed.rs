@@ -28,11 +28,23 @@ fn main() {
                 .map(|i| ((i * 31) % 97) as f32 * 1e-2)
                 .collect();
             let mut y = vec![0.0f32; rows * out];
-            matmul(&x, TensorData::Bf16(w), k, &mut y);
+            matmul(
+                &x,
+                TensorData::Bf16(w),
+                k,
+                &mut y,
+                model::MatmulInput::Exact,
+            );
             let reps = (2e9 / (rows * k * out) as f64).clamp(1.0, 50.0) as usize;
             let t = Instant::now();
             for _ in 0..reps {
-                matmul(&x, TensorData::Bf16(w), k, &mut y);
+                matmul(
+                    &x,
+                    TensorData::Bf16(w),
+                    k,
+                    &mut y,
+                    model::MatmulInput::Exact,
+                );
             }
             let s = t.elapsed().as_secs_f64() / reps as f64;
             println!(

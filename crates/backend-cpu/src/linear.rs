@@ -6,7 +6,7 @@ use crate::kernels::matmul::{interleave_wanted, matmul, matmul_interleaved, matm
 use crate::kernels::matmul_fast::interleave_rows;
 use crate::layers::Mlp;
 use model::schema::names;
-use model::{LoadError, Placement, Tensor, TensorData, Weights};
+use model::{LoadError, MatmulInput, Placement, Tensor, TensorData, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
@@ -18,6 +18,8 @@ pub struct Linear {
     pub bias: Option<Vec<f32>>,
     pub in_features: usize,
     pub out_features: usize,
+    /// What x is multiplied as ([`Weights::matmul_input`] of the weights it was loaded from).
+    pub input: MatmulInput,
 }
 
 impl Linear {
@@ -106,6 +108,7 @@ impl Linear {
             bias,
             in_features: inp,
             out_features: out,
+            input: w.matmul_input(),
         })
     }
 
@@ -120,11 +123,13 @@ impl Linear {
     /// [`Linear::forward`] into `y` (`[rows, out]`, every element overwritten).
     pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
         match (self.interleaved, self.weight.data()) {
-            (true, TensorData::Bf16(w)) => matmul_interleaved(x, w, self.in_features, y),
+            (true, TensorData::Bf16(w)) => {
+                matmul_interleaved(x, w, self.in_features, y, self.input)
+            }
             (true, TensorData::F32(_)) => {
                 unreachable!("[linear-interleaved] only bf16 is interleaved")
             }
-            (false, data) => matmul(x, data, self.in_features, y),
+            (false, data) => matmul(x, data, self.in_features, y, self.input),
         }
         if let Some(b) = &self.bias {
             for row in y.chunks_exact_mut(self.out_features) {
@@ -151,11 +156,11 @@ impl Linear {
             (true, TensorData::Bf16(w)) => {
                 let whole = n.next_multiple_of(crate::kernels::matmul_fast::INTERLEAVE_ROWS);
                 if whole == n {
-                    matmul_interleaved(x, &w[..n * k], k, &mut out);
+                    matmul_interleaved(x, &w[..n * k], k, &mut out, self.input);
                     return out;
                 }
                 let mut groups = vec![0.0f32; rows * whole];
-                matmul_interleaved(x, &w[..whole * k], k, &mut groups);
+                matmul_interleaved(x, &w[..whole * k], k, &mut groups, self.input);
                 if n > 0 {
                     for (o, g) in out.chunks_exact_mut(n).zip(groups.chunks_exact(whole)) {
                         o.copy_from_slice(&g[..n]);
@@ -165,7 +170,7 @@ impl Linear {
             (true, TensorData::F32(_)) => {
                 unreachable!("[linear-interleaved] only bf16 is interleaved")
             }
-            (false, data) => matmul_rows(x, data, k, 0..n, &mut out),
+            (false, data) => matmul_rows(x, data, k, 0..n, &mut out, self.input),
         }
         out
     }
@@ -270,9 +275,10 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
     let inp = parts.first()?.in_features;
     let out: usize = parts.iter().map(|p| p.out_features).sum();
     let interleaved = parts.first()?.interleaved;
+    let input = parts.first()?.input;
     if parts
         .iter()
-        .any(|p| p.in_features != inp || p.interleaved != interleaved)
+        .any(|p| p.in_features != inp || p.interleaved != interleaved || p.input != input)
     {
         return None;
     }
@@ -305,6 +311,7 @@ fn concat(parts: &[Linear]) -> Option<Linear> {
         bias,
         in_features: inp,
         out_features: out,
+        input,
     })
 }
 
@@ -406,6 +413,7 @@ mod tests {
             bias: bias.then(|| rng.vec(out)),
             in_features: inp,
             out_features: out,
+            input: MatmulInput::Exact,
         }
     }
 
@@ -421,6 +429,7 @@ mod tests {
             bias: l.bias.clone(),
             in_features: l.in_features,
             out_features: l.out_features,
+            input: l.input,
         }
     }
 

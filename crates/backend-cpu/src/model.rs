@@ -14,7 +14,8 @@ use crate::qwen3_next;
 use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
 use model::schema::names;
 use model::{
-    Arch, Config, LayerKind, LoadError, LoadFormat, Placement, Tensor, TensorData, Weights,
+    Arch, Config, LayerKind, LoadError, LoadFormat, MatmulInput, Placement, Tensor, TensorData,
+    Weights,
 };
 use std::path::Path;
 
@@ -45,6 +46,9 @@ pub struct CpuModel {
     pub mtp: Option<qwen3_next::Mtp>,
     /// Bytes the weights take in memory (the checkpoint's, with f16 and FP8 widened to f32).
     pub weight_bytes: u64,
+    /// What x is multiplied as in the tied lm_head's matmuls (the layers' [`Linear`]s carry
+    /// their own).
+    pub matmul_input: MatmulInput,
 }
 
 impl CpuModel {
@@ -72,24 +76,30 @@ impl CpuModel {
         placement: Placement,
         format: LoadFormat,
     ) -> Result<CpuModel, LoadError> {
-        CpuModel::load_head(dir, progress, placement, format, true)
+        CpuModel::load_head(dir, progress, placement, format, true, MatmulInput::Exact)
     }
 
     /// [`CpuModel::load_as`], leaving out the MTP head when `mtp_head` is false (a model served
-    /// without MTP drafts: the head would only cost memory and a pass of its layer a round).
+    /// without MTP drafts: the head would only cost memory and a pass of its layer a round), its
+    /// matmuls multiplying x as `matmul_input` says ([`MatmulInput::Bf16`] only where
+    /// [`crate::kernels::matmul::bf16_input_available`]).
     pub fn load_head(
         dir: &Path,
         progress: bool,
         placement: Placement,
         format: LoadFormat,
         mtp_head: bool,
+        matmul_input: MatmulInput,
     ) -> Result<CpuModel, LoadError> {
         let config = Config::from_dir(dir)?;
         let mut weights = Weights::load(dir, format)?;
         if !mtp_head {
             weights = weights.without_mtp_head();
         }
-        let weights = weights.with_placement(placement).with_progress(progress);
+        let weights = weights
+            .with_placement(placement)
+            .with_matmul_input(matmul_input)
+            .with_progress(progress);
         let model = CpuModel::from_weights(config, &weights);
         weights.finish_progress();
         model
@@ -142,6 +152,7 @@ impl CpuModel {
         Ok(CpuModel {
             mtp,
             weight_bytes: w.fetched_bytes(),
+            matmul_input: w.matmul_input(),
             config,
             embed,
             layers,
@@ -241,7 +252,7 @@ impl CpuModel {
         out.resize(hidden.len() / h * v, 0.0);
         match &self.lm_head {
             Some(head) => on_pool(|| head.forward_into(hidden, out)),
-            None => on_pool(|| matmul(hidden, self.embed.data(), h, out)),
+            None => on_pool(|| matmul(hidden, self.embed.data(), h, out, self.matmul_input)),
         }
     }
 
@@ -254,7 +265,14 @@ impl CpuModel {
             return head.first_outputs(hidden, n);
         }
         let mut out = vec![0.0f32; hidden.len() / h * n];
-        matmul_rows(hidden, self.embed.data(), h, 0..n, &mut out);
+        matmul_rows(
+            hidden,
+            self.embed.data(),
+            h,
+            0..n,
+            &mut out,
+            self.matmul_input,
+        );
         out
     }
 }

@@ -811,3 +811,69 @@ fn tiny_model_mtp_acceptance_on_counting_and_code() {
         }
     }
 }
+
+/// With bf16 inputs (`--matmul-input bf16`, where the CPU has AVX-512 BF16) the trained default
+/// model still counts, and its replies keep every promise of the exact kernels: a stream alone
+/// replies as among 8, and 4 counting streams beside 4 code completions, moving between sessions
+/// with 3 MTP drafts a window (some rejected: rollbacks), reply as without drafts.
+#[test]
+fn tiny_model_with_bf16_inputs_replies_alone_as_batched_moved_and_with_drafts() {
+    if !backend_cpu::kernels::matmul::bf16_input_available() {
+        eprintln!("skipped: this CPU lacks AVX-512 BF16");
+        return;
+    }
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let model = Arc::new(
+        CpuModel::load_head(
+            &dir,
+            false,
+            model::Placement::Resident,
+            model::LoadFormat::Safetensors,
+            true,
+            model::MatmulInput::Bf16,
+        )
+        .expect("models/flashlane-tiny"),
+    );
+    let (_, tokenizer, _) = tiny();
+    let (requests, _) = tiny_code_plain();
+    let (plain, _) = run_in(&model, &tiny_capacities(), requests, DraftMode::None, 0);
+    let text = tokenizer.decode(&plain[0]).expect("decode");
+    assert!(
+        text.starts_with("1\n2\n3\n4\n"),
+        "the model counts: {text:?}"
+    );
+    let (solo, _) = run_in(
+        &model,
+        &tiny_capacities(),
+        &requests[..1],
+        DraftMode::None,
+        0,
+    );
+    assert_eq!(solo[0], plain[0], "stream 0 alone differs from among 8");
+    let (drafted, c) = run_in(&model, &tiny_capacities(), requests, DraftMode::Mtp, 3);
+    assert!(c.moves > 0, "streams should move mid-reply");
+    assert!(
+        0 < c.draft_accepted && c.draft_accepted < c.draft_proposed,
+        "some drafts accepted and some rejected ({} of {})",
+        c.draft_accepted,
+        c.draft_proposed
+    );
+    for (i, reply) in drafted.iter().enumerate() {
+        assert_eq!(
+            reply, &plain[i],
+            "stream {i} with drafts differs from plain"
+        );
+    }
+    // The rounding is real: exact inputs give other logits (the replies may still agree).
+    let (exact, ..) = tiny();
+    let prompt = &requests[4].prompt;
+    let logits = |m: &Arc<CpuModel>| {
+        let mut t = CpuBackend::target(m.clone(), &[prompt.len() as u64 + MARGIN]);
+        t.logits(&[window(0, 0, prompt, 1)]).unwrap().remove(0)
+    };
+    assert!(
+        logits(&model) != logits(exact),
+        "bf16 inputs changed no logit"
+    );
+}

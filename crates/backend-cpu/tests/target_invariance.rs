@@ -1,7 +1,7 @@
 //! The CPU target's determinism (design §9) on a committed Qwen3 fixture model: a stream's logits
 //! are bit-identical whether it runs alone or among 8 streams, whether or not its state was moved
 //! to another session, whether it decoded token by token or in one forward, and after rejected
-//! drafts were rolled back.
+//! drafts were rolled back; alone or among 8 with bf16 inputs too.
 
 mod common;
 
@@ -9,16 +9,23 @@ use backend_cpu::{CpuBackend, CpuModel, CpuTarget};
 use common::*;
 use lane::TargetExt;
 use lane::{Target, Window};
+use model::{LoadFormat, MatmulInput, Placement};
 use slots::SessionId;
 use std::sync::Arc;
 
 fn model(name: &str) -> Arc<CpuModel> {
+    model_as(name, MatmulInput::Exact)
+}
+
+/// The fixture `name`, its matmuls multiplying x as `input` says.
+fn model_as(name: &str, input: MatmulInput) -> Arc<CpuModel> {
     let fixture = fixtures("qwen3")
         .into_iter()
         .find(|f| f["name"] == name)
         .expect("fixture");
     let dir = fixtures_dir().join(fixture["model_dir"].as_str().unwrap());
-    Arc::new(CpuModel::load(&dir, false).unwrap())
+    let (placement, format) = (Placement::Resident, LoadFormat::Safetensors);
+    Arc::new(CpuModel::load_head(&dir, false, placement, format, true, input).unwrap())
 }
 
 /// A prompt of `len` ids derived from `seed` (any ids below 256 are in the fixtures' vocab).
@@ -76,8 +83,17 @@ fn run_solo(model: &Arc<CpuModel>, p: Vec<u32>) -> Vec<Vec<f32>> {
 
 #[test]
 fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
-    for name in ["qwen3_f32_untied", "qwen3_bf16"] {
-        let model = model(name);
+    let mut runs = vec![
+        ("qwen3_f32_untied", MatmulInput::Exact),
+        ("qwen3_bf16", MatmulInput::Exact),
+    ];
+    if backend_cpu::kernels::matmul::bf16_input_available() {
+        runs.push(("qwen3_bf16", MatmulInput::Bf16));
+    } else {
+        eprintln!("bf16 inputs not run: this CPU lacks AVX-512 BF16");
+    }
+    for (name, input) in runs {
+        let model = model_as(name, input);
         let prompts: Vec<Vec<u32>> = (0..8).map(|i| prompt(i, 1 + 5 * i as usize)).collect();
         let solo: Vec<_> = prompts
             .iter()
@@ -104,7 +120,7 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
             assert_eq!(s.logits.len(), STEPS);
             assert!(
                 s.logits == solo[i],
-                "{name}: stream {i} differs from its solo run"
+                "{name} ({input:?}): stream {i} differs from its solo run"
             );
         }
     }

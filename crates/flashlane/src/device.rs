@@ -38,8 +38,8 @@ pub enum MatmulInputArg {
     Exact,
     /// The activations rounded to bf16 first (for bf16 and FP8 weights), as vLLM and llama.cpp
     /// multiply bf16 weights: faster where many streams or long prompts keep the multipliers
-    /// busy; replies differ from exact's (each still the same alone, batched or moved).
-    /// --device cuda only
+    /// busy; replies differ from exact's (each still the same alone, batched or moved). On the
+    /// CPU it needs AVX-512 BF16
     Bf16,
 }
 
@@ -99,14 +99,18 @@ impl Device {
     }
 
     /// The matmul input `--matmul-input` asks for, if this device computes it: the CPU backend
-    /// multiplies exact f32 activations only (a kernel of bf16 inputs, `vdpbf16ps`, was no
-    /// faster there: bench/RESULTS.md session 17).
+    /// multiplies bf16 inputs with AVX-512 BF16 (`vdpbf16ps`) only, and refuses them elsewhere
+    /// rather than run them slower than exact.
     pub fn matmul_input(self, arg: MatmulInputArg) -> Result<MatmulInput, Failure> {
         match (self, arg.input()) {
-            (Device::Cpu, MatmulInput::Bf16) => Err(Failure::bad_input(anyhow!(
-                "--matmul-input bf16: the CPU backend multiplies the activations in f32; use \
-                 --matmul-input exact, or --device cuda"
-            ))),
+            (Device::Cpu, MatmulInput::Bf16)
+                if !backend_cpu::kernels::matmul::bf16_input_available() =>
+            {
+                Err(Failure::bad_input(anyhow!(
+                    "--matmul-input bf16: the CPU backend multiplies bf16 activations with \
+                     AVX-512 BF16, which this CPU lacks; use --matmul-input exact, or --device cuda"
+                )))
+            }
             (_, input) => Ok(input),
         }
     }
@@ -233,10 +237,18 @@ impl Device {
     pub fn load(self, dir: &Path, how: LoadHow) -> anyhow::Result<LoadedModel> {
         Ok(match self {
             // `how.kv` comes from `Device::kv_dtype`, which refuses what the CPU cannot keep.
-            // `how.matmul_input` comes from `Device::matmul_input`: exact on the CPU.
+            // `how.matmul_input` comes from `Device::matmul_input`, which refuses bf16 inputs
+            // where the CPU cannot multiply them.
             Device::Cpu => {
-                let model = CpuModel::load_head(dir, true, how.placement, how.format, how.mtp_head)
-                    .map_err(|e| anyhow!(e))?;
+                let model = CpuModel::load_head(
+                    dir,
+                    true,
+                    how.placement,
+                    how.format,
+                    how.mtp_head,
+                    how.matmul_input,
+                )
+                .map_err(|e| anyhow!(e))?;
                 LoadedModel::Cpu(Arc::new(model))
             }
             Device::Cuda => {
@@ -311,8 +323,8 @@ pub struct ModelArgs {
     #[arg(long, value_enum)]
     pub kv_dtype: Option<KvDtypeArg>,
     /// What the matmuls multiply: exact keeps the activations in f32; bf16 rounds them first
-    /// (faster at many streams and in long prompts, replies differ from exact's; --device cuda
-    /// only)
+    /// (faster at many streams and in long prompts, replies differ from exact's; on the CPU it
+    /// needs AVX-512 BF16)
     #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
           ignore_case = true)]
     pub matmul_input: MatmulInputArg,

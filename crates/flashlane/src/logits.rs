@@ -43,13 +43,14 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 }
 
 /// Loads a model for the CPU as `args` say (its directory, where its weights live, dummy or
-/// not), reporting the load on stderr (a bar on a terminal, a line per shard otherwise). The CPU
-/// keeps keys and values in f32: `--kv-dtype bf16` is refused.
+/// not, what its matmuls multiply), reporting the load on stderr (a bar on a terminal, a line
+/// per shard otherwise). The CPU keeps keys and values in f32: `--kv-dtype bf16` is refused.
 pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
     Device::Cpu.kv_dtype(args.kv_dtype)?;
-    Device::Cpu.matmul_input(args.matmul_input)?;
+    let input = Device::Cpu.matmul_input(args.matmul_input)?;
     let dir = args.dir()?;
-    let model = CpuModel::load_as(&dir, true, args.placement(), args.load_format.format())
+    let format = args.load_format.format();
+    let model = CpuModel::load_head(&dir, true, args.placement(), format, true, input)
         .map_err(|e| Failure::from(anyhow!(e)))?;
     Ok(Arc::new(model))
 }

@@ -10,7 +10,7 @@
 
 use crate::resident::{Arena, HugeRegion};
 use crate::schema::{checkpoint_tensors, declares_mtp, Init};
-use crate::{Config, Fp8Blocks, LoadError};
+use crate::{Config, Fp8Blocks, LoadError, MatmulInput};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -84,6 +84,9 @@ pub struct Weights {
     progress: Option<Mutex<LoadProgress>>,
     /// Where [`Placement::Resident`] copies go; `None` for [`Placement::Mapped`].
     arena: Option<Mutex<Arena>>,
+    /// What the matmuls built from these weights multiply them by (the CPU backend's layers
+    /// read it as they load, as they read [`Weights::placement`]).
+    matmul_input: MatmulInput,
 }
 
 /// A tensor's elements, borrowed.
@@ -426,6 +429,7 @@ impl Weights {
             total_bytes,
             progress: None,
             arena: None,
+            matmul_input: MatmulInput::Exact,
         })
     }
 
@@ -475,6 +479,7 @@ impl Weights {
             total_bytes,
             progress: None,
             arena: None,
+            matmul_input: MatmulInput::Exact,
         }
     }
 
@@ -510,6 +515,18 @@ impl Weights {
             Placement::Resident => Some(Mutex::new(Arena::default())),
         };
         self
+    }
+
+    /// What the matmuls built from these weights multiply them by ([`MatmulInput::Exact`] unless
+    /// set).
+    pub fn with_matmul_input(mut self, input: MatmulInput) -> Weights {
+        self.matmul_input = input;
+        self
+    }
+
+    /// What the matmuls built from these weights multiply them by.
+    pub fn matmul_input(&self) -> MatmulInput {
+        self.matmul_input
     }
 
     /// Reports loading while tensors are fetched (and paged in): on a terminal a progress bar

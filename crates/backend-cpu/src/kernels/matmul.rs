@@ -8,9 +8,13 @@
 //!
 //! Rust never contracts `a * b + c` into an FMA on its own, so the AVX2 build of the same source
 //! (chosen at run time) gives the same bits as the portable one.
+//!
+//! Each entry takes the [`MatmulInput`]: with [`MatmulInput::Bf16`] the products of bf16 weights
+//! are those of x rounded to bf16 ([`super::matmul_bf16_input`], where [`bf16_input_available`]);
+//! f32 weights keep f32 products either way.
 
 use half::bf16;
-use model::TensorData;
+use model::{MatmulInput, TensorData};
 use rayon::prelude::*;
 
 /// Partial sums per dot product: a multiple of the widest vector (AVX-512: 16 lanes of f32).
@@ -161,8 +165,38 @@ fn run_block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize
     block(x, k, w, cols, yt)
 }
 
-/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`.
-pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
+/// Whether this CPU multiplies bf16 inputs ([`MatmulInput::Bf16`]): it needs AVX-512 BF16.
+pub fn bf16_input_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::matmul_bf16_input::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The bf16-input kernel over `w`, stored or interleaved. Callers choose [`MatmulInput::Bf16`]
+/// only where [`bf16_input_available`] (the CLI refuses it elsewhere).
+fn matmul_bf16_input(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], interleaved: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if interleaved {
+            super::matmul_bf16_input::matmul_interleaved(x, w, k, y)
+        } else {
+            super::matmul_bf16_input::matmul_stored(x, w, k, y)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, w, k, y, interleaved);
+        panic!("[matmul-bf16-input] bf16 inputs need an x86-64 CPU with AVX-512 BF16");
+    }
+}
+
+/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`, x multiplied as `input` says.
+pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: MatmulInput) {
     assert!(
         k > 0 && x.len().is_multiple_of(k),
         "matmul: x is not whole rows of {k}"
@@ -175,6 +209,9 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
         return;
     }
     if let TensorData::Bf16(wb) = w {
+        if input == MatmulInput::Bf16 {
+            return matmul_bf16_input(x, wb, k, y, false);
+        }
         if super::matmul_fast::enabled() {
             return super::matmul_fast::matmul_bf16(x, wb, k, y);
         }
@@ -210,12 +247,15 @@ pub fn interleave_wanted(k: usize, out: usize) -> bool {
 
 /// [`matmul`] over bf16 weights stored by [`super::matmul_fast::interleave_rows`] (only where
 /// [`interleave_wanted`] said so): the same bits as [`matmul`] over the stored weights.
-pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], input: MatmulInput) {
     assert!(
         super::matmul_fast::enabled(),
         "matmul_interleaved: interleaved weights without the fast kernel"
     );
-    super::matmul_fast::matmul_bf16_interleaved(x, w, k, y)
+    match input {
+        MatmulInput::Exact => super::matmul_fast::matmul_bf16_interleaved(x, w, k, y),
+        MatmulInput::Bf16 => matmul_bf16_input(x, w, k, y, true),
+    }
 }
 
 /// Like [`matmul`] on the weight rows `rows_of_w` only (an expert's slice of a fused tensor, or
@@ -226,12 +266,13 @@ pub fn matmul_rows(
     k: usize,
     rows_of_w: std::ops::Range<usize>,
     y: &mut [f32],
+    input: MatmulInput,
 ) {
     let sub = match w {
         TensorData::F32(s) => TensorData::F32(&s[rows_of_w.start * k..rows_of_w.end * k]),
         TensorData::Bf16(s) => TensorData::Bf16(&s[rows_of_w.start * k..rows_of_w.end * k]),
     };
-    matmul(x, sub, k, y)
+    matmul(x, sub, k, y, input)
 }
 
 /// The plain definition in f64, for tests.
@@ -266,7 +307,7 @@ mod tests {
             let wb: Vec<bf16> = wf.iter().map(|v| bf16::from_f32(*v)).collect();
             for w in [TensorData::F32(&wf), TensorData::Bf16(&wb)] {
                 let mut y = vec![0.0; rows * out];
-                matmul(&x, w, k, &mut y);
+                matmul(&x, w, k, &mut y, MatmulInput::Exact);
                 let d = max_abs_diff(&y, &matmul_reference(&x, w, k));
                 assert!(
                     d < 1e-4 * (k as f32).sqrt(),
@@ -286,10 +327,10 @@ mod tests {
             for rows in [2, 4, 7, 13] {
                 let x = rng.vec(rows * k);
                 let mut all = vec![0.0; rows * out];
-                matmul(&x, w, k, &mut all);
+                matmul(&x, w, k, &mut all, MatmulInput::Exact);
                 for r in 0..rows {
                     let mut one = vec![0.0; out];
-                    matmul(&x[r * k..(r + 1) * k], w, k, &mut one);
+                    matmul(&x[r * k..(r + 1) * k], w, k, &mut one, MatmulInput::Exact);
                     assert_eq!(one, all[r * out..(r + 1) * out], "row {r} of {rows}");
                 }
             }

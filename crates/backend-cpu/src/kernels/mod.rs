@@ -10,6 +10,8 @@
 pub mod activation;
 pub mod attention;
 pub mod matmul;
+#[cfg(target_arch = "x86_64")]
+pub mod matmul_bf16_input;
 pub mod matmul_fast;
 pub mod norm;
 pub mod rope;

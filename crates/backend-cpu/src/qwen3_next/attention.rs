@@ -151,6 +151,7 @@ mod tests {
             bias: None,
             in_features: inp,
             out_features: out,
+            input: model::MatmulInput::Exact,
         }
     }
 

@@ -494,6 +494,7 @@ mod tests {
             bias: None,
             in_features: inp,
             out_features: out,
+            input: model::MatmulInput::Exact,
         }
     }
 

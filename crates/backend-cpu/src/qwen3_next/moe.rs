@@ -12,7 +12,7 @@ use crate::kernels::matmul::matmul_rows;
 use crate::layers::Mlp;
 use crate::linear::{DenseMlp, Linear};
 use model::schema::names;
-use model::{Config, LoadError, Tensor, Weights};
+use model::{Config, LoadError, MatmulInput, Tensor, Weights};
 use rayon::prelude::*;
 
 /// Expert weights as the checkpoint stores them.
@@ -34,6 +34,9 @@ pub struct SparseMoe {
     width: usize,
     /// The shared expert and its `[1, H]` gate, when the model has one.
     shared: Option<(DenseMlp, Linear)>,
+    /// What x is multiplied as in the fused experts' matmuls (the separate ones' [`Linear`]s
+    /// carry their own).
+    input: MatmulInput,
 }
 
 impl SparseMoe {
@@ -75,6 +78,7 @@ impl SparseMoe {
             hidden: h,
             width: i,
             shared,
+            input: w.matmul_input(),
         })
     }
 
@@ -87,10 +91,12 @@ impl SparseMoe {
             Experts::Separate(list) => list[e].forward(x, &mut y),
             Experts::Fused { gate_up, down } => {
                 let (mut g, mut u) = (vec![0f32; n * i], vec![0f32; n * i]);
-                matmul_rows(x, gate_up.data(), h, e * 2 * i..e * 2 * i + i, &mut g);
-                matmul_rows(x, gate_up.data(), h, e * 2 * i + i..(e + 1) * 2 * i, &mut u);
+                let input = self.input;
+                let (gate, up) = (e * 2 * i..e * 2 * i + i, e * 2 * i + i..(e + 1) * 2 * i);
+                matmul_rows(x, gate_up.data(), h, gate, &mut g, input);
+                matmul_rows(x, gate_up.data(), h, up, &mut u, input);
                 swiglu(&mut g, &u);
-                matmul_rows(&g, down.data(), i, e * h..(e + 1) * h, &mut y);
+                matmul_rows(&g, down.data(), i, e * h..(e + 1) * h, &mut y, input);
             }
         }
         y
@@ -194,6 +200,7 @@ mod tests {
             bias: None,
             in_features: i,
             out_features: o,
+            input: MatmulInput::Exact,
         }
     }
 
@@ -252,6 +259,7 @@ mod tests {
                 mlp(copy(&sh[0]), copy(&sh[1]), copy(&sh[2])),
                 lin(copy(&sg)),
             )),
+            input: MatmulInput::Exact,
         };
         let separate = Experts::Separate(
             w.iter()

@@ -1,0 +1,543 @@
+//! `y = bf16(x) · Wᵀ` for bf16 weights with the activations rounded to bf16 first
+//! (`--matmul-input bf16` on the CPU), on x86-64 with AVX-512 BF16 (`vdpbf16ps`): each
+//! instruction multiplies 32 pairs of bf16 and adds them into 16 f32 sums, twice the products of
+//! an f32 fused multiply-add, and the weights need no widening. It is how llama.cpp multiplies
+//! bf16 weights on such CPUs. The replies differ from the exact kernels' (x keeps 8 bits of
+//! mantissa instead of 24), and each is still the same alone or batched.
+//!
+//! Batch invariance: every output `y[r, o]` is one chain whatever the batch. A 512-bit register
+//! holds one 16-byte piece (8 elements) of each of 4 weight rows; `vdpbf16ps` against the row of
+//! x's piece repeated 4 times adds, in the 4 lanes of weight row q, the pairs (0, 1), (2, 3),
+//! (4, 5), (6, 7) of the piece. So `y[r, o]`'s 4 lanes take the pieces in increasing order, one
+//! instruction each, and end as `(l0 + l1) + (l2 + l3)`. How many rows and weight rows a tile
+//! holds, how the weights are laid out, and how they are prefetched decide only which chains
+//! share a pass over memory, never the operations of one. Threads split the output columns.
+//!
+//! Layouts: the interleaved weights ([`super::matmul_fast::interleave_rows`]) give a group's 4
+//! pieces as one 64-byte load; weights as stored (the experts of a fused tensor, an embedding
+//! used as lm_head, `--mmap`) give them as 4 loads of 16 bytes, the same values in the same
+//! lanes, so the same bits (tested). A row whose length is not a multiple of 8 ends with a piece
+//! loaded under a mask (zeros past the row: their products add +0).
+
+use half::bf16;
+use rayon::prelude::*;
+use std::arch::x86_64::*;
+
+/// Elements of a weight row in one 16-byte piece.
+const PIECE: usize = 8;
+/// Weight rows in one register: 4 pieces of 16 bytes.
+const GROUP_ROWS: usize = 4;
+/// Rows of x in the largest tile: with [`MANY_ROWS_GROUPS`] groups, 24 sums, 3 weight registers
+/// and one of x take 28 of the 32 AVX-512 registers.
+const MAX_TILE_ROWS: usize = 8;
+/// Calls of at most this many rows (decode windows of one or two streams, most experts' calls
+/// at 8 streams) stream their weights with the few-rows plan: memory is their limit, not the
+/// multiplies.
+const FEW_ROWS: usize = 2;
+/// Groups of 4 weight rows a tile holds in a call of few rows: one stream of memory a tile. On
+/// the 2-core EPYC (Zen 4), 1-2 rows over 311 MiB and 512 MiB of interleaved weights read at
+/// 27-31 GB/s with one group (the exact kernel's 25-31 in the same runs), 21-33 with two, 21-29
+/// with four (`bf16_input_speed`'s forerunner, median of 7, this VM's noise ±15 %).
+const FEW_ROWS_GROUPS: usize = 1;
+/// Groups a tile holds in a call of more rows: 12 weight rows against up to 8 rows of x, 24
+/// independent chains to cover the instruction's latency.
+const MANY_ROWS_GROUPS: usize = 3;
+/// Output columns per rayon task (whole groups of every tile width): 48 weight rows of 1,024 bf16
+/// are 96 KiB, which stay in the per-core L2 while every tile of rows passes over them.
+const COL_BLOCK: usize = 48;
+/// Weights (elements) a few-rows tile prefetches ahead of those it reads, into L1: 8 KiB, the
+/// exact kernel's distance on AMD ([`super::matmul_fast`]'s `FEW_ROWS_AHEAD_L1`).
+const FEW_ROWS_AHEAD: usize = 4096;
+/// Weights (elements) the first tile of rows of a many-rows call prefetches ahead, into L2:
+/// 48 KiB. The 8-row lm_head of the small hybrid (151,936 × 1,024, 2-core EPYC, median of 7):
+/// no prefetch 16.4 ms, into L1 48 KiB ahead 15.0, into L2 8 / 24 / 48 / 96 KiB ahead 14.0 /
+/// 12.5 / 12.3 / 12.4 (the exact kernel: 16.9).
+const MANY_ROWS_AHEAD: usize = 24_576;
+/// Bytes a software prefetch fetches (one cache line).
+const LINE: usize = 64;
+
+/// Whether this CPU runs the kernel: AVX-512F, BW, VL (masked 16-bit loads) and BF16.
+pub fn available() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bf16")
+}
+
+/// `y[rows, out] = bf16(x[rows, k]) · W[out, k]ᵀ`, W as stored (row-major).
+/// Panics unless [`available`].
+pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    run::<1>(x, w, k, y);
+}
+
+/// [`matmul_stored`] over weights interleaved by [`super::matmul_fast::interleave_rows`]: the
+/// same bits. Panics unless [`available`] and the shape is interleavable.
+pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && super::matmul_fast::interleavable(k, w.len() / k),
+        "matmul_bf16_input::matmul_interleaved: [{}, {k}] is not interleaved whole groups",
+        w.len() / k.max(1)
+    );
+    run::<GROUP_ROWS>(x, w, k, y);
+}
+
+/// x's rows rounded to bf16 (to nearest, ties to even; the reference's rounding).
+fn round_rows(x: &[f32]) -> Vec<bf16> {
+    x.iter().map(|&v| bf16::from_f32(v)).collect()
+}
+
+/// How a call streams its weights.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Groups of 4 weight rows a tile holds.
+    groups: usize,
+    /// Elements the first tile of rows prefetches ahead (0: none).
+    ahead: usize,
+    /// Into L2 (`prefetcht1`) rather than L1.
+    into_l2: bool,
+}
+
+fn plan_for(rows: usize) -> Plan {
+    if rows <= FEW_ROWS {
+        Plan {
+            groups: FEW_ROWS_GROUPS,
+            ahead: FEW_ROWS_AHEAD,
+            into_l2: false,
+        }
+    } else {
+        Plan {
+            groups: MANY_ROWS_GROUPS,
+            ahead: MANY_ROWS_AHEAD,
+            into_l2: true,
+        }
+    }
+}
+
+/// Rows in the next tile when `left` remain: up to 8, and 9 to 15 as two tiles of equal height.
+fn tile_rows(left: usize) -> usize {
+    match left {
+        0..=MAX_TILE_ROWS => left,
+        9..=15 => left.div_ceil(2),
+        _ => MAX_TILE_ROWS,
+    }
+}
+
+/// `y` shared by the tasks, each writing only its own columns (disjoint elements).
+struct Output(*mut f32);
+// SAFETY: the tasks write disjoint elements, and `run` holds `&mut y` until they end.
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+impl Output {
+    fn at(&self, c: usize) -> *mut f32 {
+        self.0.wrapping_add(c)
+    }
+}
+
+/// The kernel over weights whose groups are stored as `S` says: 1 as stored, 4 interleaved.
+fn run<const S: usize>(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    assert!(
+        available(),
+        "matmul_bf16_input: this CPU lacks AVX-512 BF16 (the caller checks available())"
+    );
+    assert!(
+        k > 0 && x.len().is_multiple_of(k),
+        "matmul: x is not whole rows of {k}"
+    );
+    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
+    let rows = x.len() / k;
+    let out = w.len() / k;
+    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    if rows == 0 || out == 0 {
+        return;
+    }
+    let xb = round_rows(x);
+    let plan = plan_for(rows);
+    let y = Output(y.as_mut_ptr());
+    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let start = b * COL_BLOCK;
+        let cols = COL_BLOCK.min(out - start);
+        // SAFETY: `available()` was asserted; the block's weights are `cols` whole rows (`S` 4:
+        // whole groups, as `interleavable` asserted), `xb` holds `rows × k` values and `y`
+        // `rows × out`, of which this task writes only its columns `start..start + cols`.
+        unsafe {
+            block::<S>(
+                &xb,
+                rows,
+                k,
+                &w[start * k..(start + cols) * k],
+                cols,
+                y.at(start),
+                out,
+                plan,
+            )
+        }
+    });
+}
+
+/// One column block: every tile of rows over every tile of groups.
+///
+/// # Safety
+/// The CPU has what [`available`] checks; `y` holds `rows × ld` floats from the block's column 0.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block<const S: usize>(
+    xb: &[bf16],
+    rows: usize,
+    k: usize,
+    w: &[bf16],
+    cols: usize,
+    y: *mut f32,
+    ld: usize,
+    plan: Plan,
+) {
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = tile_rows(rows - r0);
+        // The first tile of rows reads the block's weights from memory; the others find them
+        // in cache.
+        let (ahead, into_l2) = if r0 == 0 {
+            (plan.ahead, plan.into_l2)
+        } else {
+            (0, false)
+        };
+        let x = xb.as_ptr().add(r0 * k);
+        let mut c0 = 0;
+        while c0 < cols {
+            let nc = (GROUP_ROWS * plan.groups).min(cols - c0);
+            let t = Tile {
+                x,
+                k,
+                w: w.as_ptr(),
+                c0,
+                cols,
+                ahead,
+                into_l2,
+                y: y.add(r0 * ld + c0),
+                ld,
+                nc,
+            };
+            match plan.groups {
+                FEW_ROWS_GROUPS => t.run_rows::<FEW_ROWS_GROUPS, S>(nr),
+                _ => t.run_rows::<MANY_ROWS_GROUPS, S>(nr),
+            }
+            c0 += nc;
+        }
+        r0 += nr;
+    }
+}
+
+/// One tile's operands: `nr` rows of x from `x` against the weight rows `c0..c0 + nc` of a block
+/// of `cols` rows at `w`.
+struct Tile {
+    x: *const bf16,
+    k: usize,
+    w: *const bf16,
+    c0: usize,
+    cols: usize,
+    ahead: usize,
+    into_l2: bool,
+    y: *mut f32,
+    ld: usize,
+    nc: usize,
+}
+
+impl Tile {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn run_rows<const G: usize, const S: usize>(&self, nr: usize) {
+        match nr {
+            8 => self.run::<8, G, S>(),
+            7 => self.run::<7, G, S>(),
+            6 => self.run::<6, G, S>(),
+            5 => self.run::<5, G, S>(),
+            4 => self.run::<4, G, S>(),
+            3 => self.run::<3, G, S>(),
+            2 => self.run::<2, G, S>(),
+            _ => self.run::<1, G, S>(),
+        }
+    }
+
+    /// `R` rows × `G` groups: `R · G` registers of sums, one piece of every weight row a step.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn run<const R: usize, const G: usize, const S: usize>(&self) {
+        let k = self.k;
+        // Weight row c's start (as stored) or its group's (interleaved: a group's pieces follow
+        // one another); rows past the block repeat its last (computed, not stored).
+        let last = self.cols - 1;
+        let row = |c: usize| self.w.add(c.min(last) * k);
+        let groups: [[*const bf16; GROUP_ROWS]; G] = std::array::from_fn(|g| {
+            let c = self.c0 + GROUP_ROWS * g;
+            if S == 1 {
+                std::array::from_fn(|q| row(c + q))
+            } else {
+                [row(c.min(self.cols - GROUP_ROWS)); GROUP_ROWS]
+            }
+        });
+        // The tile's weights are G · 4 whole rows in one stretch of memory in either layout,
+        // read at G · 4 · 8 elements a step: the sweep prefetches the stretch `ahead` further on,
+        // the next tiles' weights.
+        let sweep = self.w.wrapping_add(self.c0 * k + self.ahead);
+        let lines_per_step = G * GROUP_ROWS * PIECE * 2 / LINE;
+        let steps = k / PIECE;
+        let tail = k % PIECE;
+        let mut acc = [[_mm512_setzero_ps(); G]; R];
+        for s in 0..steps {
+            if self.ahead > 0 {
+                for l in 0..lines_per_step {
+                    let p = sweep.wrapping_add((s * lines_per_step + l) * LINE / 2) as *const i8;
+                    if self.into_l2 {
+                        _mm_prefetch::<_MM_HINT_T1>(p);
+                    } else {
+                        _mm_prefetch::<_MM_HINT_T0>(p);
+                    }
+                }
+            }
+            let wv: [__m512bh; G] =
+                std::array::from_fn(|g| weights::<S>(&groups[g], s * PIECE, PIECE));
+            for (r, sums) in acc.iter_mut().enumerate() {
+                let xv = x_piece(self.x.add(r * k + s * PIECE), PIECE);
+                for (a, w) in sums.iter_mut().zip(&wv) {
+                    *a = _mm512_dpbf16_ps(*a, xv, *w);
+                }
+            }
+        }
+        if tail > 0 {
+            let at = steps * PIECE;
+            let wv: [__m512bh; G] = std::array::from_fn(|g| weights::<S>(&groups[g], at, tail));
+            for (r, sums) in acc.iter_mut().enumerate() {
+                let xv = x_piece(self.x.add(r * k + at), tail);
+                for (a, w) in sums.iter_mut().zip(&wv) {
+                    *a = _mm512_dpbf16_ps(*a, xv, *w);
+                }
+            }
+        }
+        for (r, sums) in acc.iter().enumerate() {
+            for (g, a) in sums.iter().enumerate() {
+                let mut lanes = [0.0f32; 16];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
+                for q in 0..GROUP_ROWS {
+                    let c = GROUP_ROWS * g + q;
+                    if c < self.nc {
+                        let l = &lanes[4 * q..4 * q + 4];
+                        *self.y.add(r * self.ld + c) = (l[0] + l[1]) + (l[2] + l[3]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first `n` (8, or the tail's fewer) elements at `p` in 16 bytes, zeros past them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn piece(p: *const bf16, n: usize) -> __m128i {
+    if n == PIECE {
+        _mm_loadu_si128(p as *const __m128i)
+    } else {
+        _mm_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask8, p as *const i16)
+    }
+}
+
+/// x's piece at `p` in each of the 4 places of a group's pieces.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn x_piece(p: *const bf16, n: usize) -> __m512bh {
+    std::mem::transmute::<__m512i, __m512bh>(_mm512_broadcast_i32x4(piece(p, n)))
+}
+
+/// The pieces at element `at` of a group's 4 weight rows: one 64-byte load interleaved (the
+/// rows' pieces follow one another from `4 · at` on), four of 16 bytes as stored.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn weights<const S: usize>(
+    rows: &[*const bf16; GROUP_ROWS],
+    at: usize,
+    n: usize,
+) -> __m512bh {
+    let v = if S == 1 {
+        let v = _mm512_castsi128_si512(piece(rows[0].add(at), n));
+        let v = _mm512_inserti32x4::<1>(v, piece(rows[1].add(at), n));
+        let v = _mm512_inserti32x4::<2>(v, piece(rows[2].add(at), n));
+        _mm512_inserti32x4::<3>(v, piece(rows[3].add(at), n))
+    } else {
+        debug_assert_eq!(n, PIECE, "an interleaved matrix has no tail");
+        _mm512_loadu_si512(rows[0].add(GROUP_ROWS * at) as *const _)
+    };
+    std::mem::transmute::<__m512i, __m512bh>(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::matmul_fast::interleave_rows;
+    use crate::kernels::testutil::Rng;
+
+    /// True (and says so) where this CPU lacks AVX-512 BF16: the test has nothing to run.
+    fn skipped() -> bool {
+        if !available() {
+            eprintln!("skipped: this CPU lacks AVX-512 BF16");
+        }
+        !available()
+    }
+
+    fn bf16s(v: &[f32]) -> Vec<bf16> {
+        v.iter().map(|x| bf16::from_f32(*x)).collect()
+    }
+
+    /// The products of bf16(x) and w summed in f64: the kernel's result within its f32 rounding.
+    fn reference(x: &[f32], w: &[bf16], k: usize) -> Vec<f64> {
+        let (rows, out) = (x.len() / k, w.len() / k);
+        let mut y = vec![0.0f64; rows * out];
+        for r in 0..rows {
+            for o in 0..out {
+                y[r * out + o] = (0..k)
+                    .map(|j| bf16::from_f32(x[r * k + j]).to_f64() * w[o * k + j].to_f64())
+                    .sum();
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn bf16_input_matmul_is_the_products_of_rounded_inputs() {
+        if skipped() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // k with and without a tail piece, columns not whole groups or blocks, rows of every
+        // plan and tile height.
+        for (rows, k, out) in [
+            (1, 64, 40),
+            (1, 1024, 97),
+            (2, 48, 7),
+            (3, 100, 70),
+            (5, 256, 130),
+            (8, 1024, 64),
+            (9, 37, 33),
+            (17, 160, 45),
+            (40, 33, 70),
+        ] {
+            let x = rng.vec(rows * k);
+            let w = bf16s(&rng.vec(out * k));
+            let mut y = vec![0.0; rows * out];
+            matmul_stored(&x, &w, k, &mut y);
+            let want = reference(&x, &w, k);
+            let d = y
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                d < 1e-5 * k as f64,
+                "seed {seed} {rows}x{k}x{out}: diff {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn bf16_input_row_is_bit_identical_alone_or_in_a_batch_in_either_layout() {
+        if skipped() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // (k, out): a tail piece and a part group (stored only), and interleavable shapes.
+        for (k, out) in [(1024, 75), (200, 33), (37, 9), (1024, 96), (64, 52)] {
+            let w = bf16s(&rng.vec(out * k));
+            let interleaved =
+                super::super::matmul_fast::interleavable(k, out).then(|| interleave_rows(&w, k));
+            for rows in [1, 2, 3, 4, 5, 7, 8, 13, 17, 33] {
+                let x = rng.vec(rows * k);
+                let mut all = vec![0.0; rows * out];
+                matmul_stored(&x, &w, k, &mut all);
+                if let Some(wi) = &interleaved {
+                    let mut inter = vec![0.0; rows * out];
+                    matmul_interleaved(&x, wi, k, &mut inter);
+                    assert_eq!(
+                        inter, all,
+                        "seed {seed} k {k} out {out} rows {rows}: layouts"
+                    );
+                }
+                for r in 0..rows {
+                    let mut one = vec![0.0; out];
+                    matmul_stored(&x[r * k..(r + 1) * k], &w, k, &mut one);
+                    assert_eq!(
+                        one,
+                        all[r * out..(r + 1) * out],
+                        "seed {seed} k {k} out {out}: row {r} of {rows}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_input_rounds_x_once_to_nearest_even() {
+        if skipped() {
+            return;
+        }
+        // x = 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7: ties to even gives 1; and
+        // 1 + 3·2^-9 rounds up to 1 + 2^-7. With w = 1 the output is bf16(x) itself.
+        let k = 8;
+        let w = bf16s(&[1.0; 8]);
+        let mut x = vec![0.0f32; k];
+        for (v, want) in [
+            (1.0 + 2f32.powi(-8), 1.0),
+            (1.0 + 3.0 * 2f32.powi(-9), 1.0 + 2f32.powi(-7)),
+        ] {
+            x[0] = v;
+            let mut y = vec![0.0; 1];
+            matmul_stored(&x, &w, k, &mut y);
+            assert_eq!(y[0], want, "x {v}");
+        }
+    }
+
+    /// The kernel against the exact one (over x already rounded to bf16, so both compute the
+    /// same products), alternating, median of several runs, at 1-64 rows: on the small hybrid's
+    /// lm_head (311 MiB, from memory) and a 6,144 × 1,024 projection (12 MiB, in the last-level
+    /// cache). A timing, not a test: `cargo test --release -p backend-cpu --lib -- --ignored
+    /// bf16_input_speed --nocapture`.
+    #[test]
+    #[ignore]
+    fn bf16_input_speed() {
+        if skipped() {
+            return;
+        }
+        use crate::kernels::matmul_fast::matmul_bf16_interleaved;
+        let mut rng = Rng::fresh();
+        for (out, k, runs) in [(151_936, 1024, 7), (6144, 1024, 101)] {
+            let w = interleave_rows(&bf16s(&rng.vec(out * k)), k);
+            for rows in [1, 2, 4, 8, 16, 64] {
+                let x: Vec<f32> = bf16s(&rng.vec(rows * k))
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect();
+                let (mut exact, mut pairs) = (vec![0.0f32; rows * out], vec![0.0f32; rows * out]);
+                let (mut t_exact, mut t_pairs) = (vec![], vec![]);
+                for _ in 0..runs {
+                    let t = std::time::Instant::now();
+                    matmul_bf16_interleaved(&x, &w, k, &mut exact);
+                    t_exact.push(t.elapsed().as_secs_f64());
+                    let t = std::time::Instant::now();
+                    matmul_interleaved(&x, &w, k, &mut pairs);
+                    t_pairs.push(t.elapsed().as_secs_f64());
+                }
+                let median = |t: &mut Vec<f64>| {
+                    t.sort_by(f64::total_cmp);
+                    t[t.len() / 2] * 1e3
+                };
+                let (te, tp) = (median(&mut t_exact), median(&mut t_pairs));
+                let gb = (out * k * 2) as f64 / 1e6;
+                eprintln!(
+                    "{out} x {k}, {rows} rows: exact {te:.3} ms ({:.1} GB/s), bf16 input \
+                     {tp:.3} ms ({:.1} GB/s): {:.2}x",
+                    gb / te,
+                    gb / tp,
+                    te / tp
+                );
+            }
+        }
+    }
+}
