@@ -11,12 +11,16 @@ use super::{
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
 use backend_cpu::kernels::activation::{sigmoid, silu};
-use backend_cpu::kernels::matmul::matmul;
 use backend_cpu::kernels::norm::{rmsnorm, NormKind};
 use backend_cpu::qwen3_next::moe::top_k_softmax;
 use half::bf16;
 use model::{Config, KvDtype, MoeConfig, TensorData};
 use std::sync::Arc;
+
+/// The CPU's exact matmul (f32 products): the reference every GPU matmul is checked against.
+fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32]) {
+    backend_cpu::kernels::matmul::matmul(x, w, k, y, model::MatmulInput::Exact)
+}
 
 /// Largest difference allowed relative to the largest reference magnitude: f32 sums in another
 /// order, nothing more.
