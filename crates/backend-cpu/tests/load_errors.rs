@@ -4,17 +4,18 @@ mod common;
 
 use backend_cpu::CpuModel;
 use common::fixtures_dir;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A private copy of a fixture's model directory, to break.
-fn copy_fixture(name: &str, tag: &str) -> PathBuf {
+/// A private copy of a fixture's model directory, to break (removed when dropped).
+fn copy_fixture(name: &str, tag: &str) -> tempfile::TempDir {
     let src = fixtures_dir().join(name).join("model");
-    let dst = std::env::temp_dir().join(format!("flashlane-load-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dst);
-    std::fs::create_dir_all(&dst).unwrap();
+    let dst = tempfile::Builder::new()
+        .prefix(&format!("flashlane-load-{tag}-"))
+        .tempdir()
+        .unwrap();
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
-        std::fs::copy(&path, dst.join(path.file_name().unwrap())).unwrap();
+        std::fs::copy(&path, dst.path().join(path.file_name().unwrap())).unwrap();
     }
     dst
 }
@@ -36,7 +37,8 @@ fn load_error(dir: &Path) -> String {
 
 #[test]
 fn a_layer_missing_from_the_weights_is_named_with_its_file() {
-    let dir = copy_fixture("qwen3_f32_untied", "missing");
+    let tmp = copy_fixture("qwen3_f32_untied", "missing");
+    let dir = tmp.path();
     let layers = serde_json::from_str::<serde_json::Value>(
         &std::fs::read_to_string(dir.join("config.json")).unwrap(),
     )
@@ -55,7 +57,8 @@ fn a_layer_missing_from_the_weights_is_named_with_its_file() {
 
 #[test]
 fn a_shape_that_contradicts_the_config_is_named_with_both_shapes() {
-    let dir = copy_fixture("qwen3_f32_untied", "shape");
+    let tmp = copy_fixture("qwen3_f32_untied", "shape");
+    let dir = tmp.path();
     edit_config(&dir, "intermediate_size", serde_json::json!(1000));
     let err = load_error(&dir);
     assert!(
@@ -68,7 +71,8 @@ fn a_shape_that_contradicts_the_config_is_named_with_both_shapes() {
 
 #[test]
 fn a_truncated_shard_is_named() {
-    let dir = copy_fixture("qwen3_f32_tied_hd32_sharded", "truncated");
+    let tmp = copy_fixture("qwen3_f32_tied_hd32_sharded", "truncated");
+    let dir = tmp.path();
     let shard = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -86,7 +90,8 @@ fn a_truncated_shard_is_named() {
 
 #[test]
 fn an_unsupported_model_type_is_refused_naming_config_json() {
-    let dir = copy_fixture("qwen3_f32_untied", "arch");
+    let tmp = copy_fixture("qwen3_f32_untied", "arch");
+    let dir = tmp.path();
     edit_config(&dir, "model_type", serde_json::json!("llama"));
     let err = load_error(&dir);
     assert!(

@@ -1557,8 +1557,9 @@ mod tests {
     }
 
     /// A checkpoint directory with an FP8 config (blocks of 2 × 2) and `tensors`.
-    fn fp8_dir(tag: &str, block: &str, tensors: &[Raw<'_>]) -> PathBuf {
-        let dir = tempdir(tag);
+    fn fp8_dir(tag: &str, block: &str, tensors: &[Raw<'_>]) -> tempfile::TempDir {
+        let tmp = tempdir(tag);
+        let dir = tmp.path();
         let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/qwen3_f32_untied/model/config.json");
         let mut config: serde_json::Value =
@@ -1569,7 +1570,7 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
         write_raw(&dir.join(SINGLE_FILE), tensors);
-        dir
+        tmp
     }
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -1604,7 +1605,7 @@ mod tests {
                 ("w.weight_scale_inv", "F32", vec![2, 2], f32_bytes(&scales)),
             ],
         );
-        let w = Weights::open(&dir).unwrap();
+        let w = Weights::open(dir.path()).unwrap();
         let t = w.tensor("w.weight", &[4, 4]).unwrap();
         let got = t.to_f32_vec();
         for o in 0..4 {
@@ -1668,7 +1669,7 @@ mod tests {
         ];
         for (tag, block, tensors, want) in cases {
             let dir = fp8_dir(&format!("fp8-{tag}"), block, &tensors);
-            let err = Weights::open(&dir)
+            let err = Weights::open(dir.path())
                 .unwrap()
                 .tensor("w.weight", &[4, 4])
                 .unwrap_err()
@@ -1679,7 +1680,8 @@ mod tests {
             );
         }
         // Without a quantization_config, FP8 values cannot be scaled.
-        let dir = tempdir("fp8-noconfig");
+        let tmp = tempdir("fp8-noconfig");
+        let dir = tmp.path();
         write_raw(
             &dir.join(SINGLE_FILE),
             &[("w.weight", "F8_E4M3", vec![4, 4], q)],
@@ -1695,17 +1697,18 @@ mod tests {
         );
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("flashlane-weights-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A fresh scratch directory, removed when dropped.
+    fn tempdir(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("flashlane-weights-{tag}-"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn bf16_stays_bf16_and_f16_widens_to_f32() {
-        let dir = tempdir("dtypes");
+        let tmp = tempdir("dtypes");
+        let dir = tmp.path();
         let vals = vec![1.0f32, -2.5, 0.375, 3.0];
         write_safetensors(
             &dir.join("a.safetensors"),
@@ -1730,7 +1733,8 @@ mod tests {
 
     #[test]
     fn shape_mismatch_and_missing_tensor_name_file_and_tensor() {
-        let dir = tempdir("errors");
+        let tmp = tempdir("errors");
+        let dir = tmp.path();
         write_safetensors(
             &dir.join(SINGLE_FILE),
             &[("w", vec![2, 2], vec![0.5; 4])],
@@ -1746,7 +1750,8 @@ mod tests {
 
     #[test]
     fn truncated_file_fails_at_open_naming_the_file() {
-        let dir = tempdir("truncated");
+        let tmp = tempdir("truncated");
+        let dir = tmp.path();
         let path = dir.join(SINGLE_FILE);
         write_safetensors(&path, &[("w", vec![64], vec![0.5; 64])], Dtype::F32).unwrap();
         let bytes = std::fs::read(&path).unwrap();
@@ -1757,7 +1762,8 @@ mod tests {
 
     #[test]
     fn sharded_checkpoint_loads_through_its_index_and_checks_it() {
-        let dir = tempdir("sharded");
+        let tmp = tempdir("sharded");
+        let dir = tmp.path();
         write_safetensors(
             &dir.join("s1.safetensors"),
             &[("a", vec![2], vec![1.0, 2.0])],

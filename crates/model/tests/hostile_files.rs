@@ -13,12 +13,12 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// A scratch directory of this process and `tag`, emptied.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flashlane-hostile-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory, removed when dropped (each case's: no run leaves files behind).
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("flashlane-hostile-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Opens `bytes` as the checkpoint of `dir` (with the FP8 fixture's config, so that FP8 paths are
@@ -51,9 +51,10 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_are_refused_naming_the_file(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-        let dir = scratch("bytes");
+        let tmp = scratch("bytes");
+        let dir = tmp.path();
         std::fs::write(dir.join("config.json"), valid_config()).unwrap();
-        load(&dir, &bytes);
+        load(dir, &bytes);
     }
 
     /// A byte of the header (length, JSON: dtypes, shapes, offsets) changed, or the file cut.
@@ -70,9 +71,10 @@ proptest! {
         if let Some(cut) = cut {
             bytes.truncate(cut % bytes.len());
         }
-        let dir = scratch("damaged");
+        let tmp = scratch("damaged");
+        let dir = tmp.path();
         std::fs::write(dir.join("config.json"), valid_config()).unwrap();
-        load(&dir, &bytes);
+        load(dir, &bytes);
     }
 
     #[test]
