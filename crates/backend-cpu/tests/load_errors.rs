@@ -45,9 +45,9 @@ fn a_layer_missing_from_the_weights_is_named_with_its_file() {
     .unwrap()["num_hidden_layers"]
         .as_u64()
         .unwrap();
-    edit_config(&dir, "num_hidden_layers", serde_json::json!(layers + 1));
-    edit_config(&dir, "layer_types", serde_json::Value::Null);
-    let err = load_error(&dir);
+    edit_config(dir, "num_hidden_layers", serde_json::json!(layers + 1));
+    edit_config(dir, "layer_types", serde_json::Value::Null);
+    let err = load_error(dir);
     assert!(
         err.contains(&format!("model.layers.{layers}.")) && err.contains("model.safetensors"),
         "{err}"
@@ -59,8 +59,8 @@ fn a_layer_missing_from_the_weights_is_named_with_its_file() {
 fn a_shape_that_contradicts_the_config_is_named_with_both_shapes() {
     let tmp = copy_fixture("qwen3_f32_untied", "shape");
     let dir = tmp.path();
-    edit_config(&dir, "intermediate_size", serde_json::json!(1000));
-    let err = load_error(&dir);
+    edit_config(dir, "intermediate_size", serde_json::json!(1000));
+    let err = load_error(dir);
     assert!(
         err.contains("mlp.gate_proj.weight")
             && err.contains("1000")
@@ -73,7 +73,7 @@ fn a_shape_that_contradicts_the_config_is_named_with_both_shapes() {
 fn a_truncated_shard_is_named() {
     let tmp = copy_fixture("qwen3_f32_tied_hd32_sharded", "truncated");
     let dir = tmp.path();
-    let shard = std::fs::read_dir(&dir)
+    let shard = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
@@ -81,7 +81,7 @@ fn a_truncated_shard_is_named() {
         .unwrap();
     let bytes = std::fs::read(&shard).unwrap();
     std::fs::write(&shard, &bytes[..bytes.len() / 2]).unwrap();
-    let err = load_error(&dir);
+    let err = load_error(dir);
     assert!(
         err.contains(shard.file_name().unwrap().to_str().unwrap()),
         "{err}"
@@ -92,8 +92,8 @@ fn a_truncated_shard_is_named() {
 fn an_unsupported_model_type_is_refused_naming_config_json() {
     let tmp = copy_fixture("qwen3_f32_untied", "arch");
     let dir = tmp.path();
-    edit_config(&dir, "model_type", serde_json::json!("llama"));
-    let err = load_error(&dir);
+    edit_config(dir, "model_type", serde_json::json!("llama"));
+    let err = load_error(dir);
     assert!(
         err.contains("config.json") && err.contains("llama"),
         "{err}"

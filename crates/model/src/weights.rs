@@ -1686,7 +1686,7 @@ mod tests {
             &dir.join(SINGLE_FILE),
             &[("w.weight", "F8_E4M3", vec![4, 4], q)],
         );
-        let err = Weights::open(&dir)
+        let err = Weights::open(dir)
             .unwrap()
             .tensor("w.weight", &[4, 4])
             .unwrap_err()
@@ -1722,7 +1722,7 @@ mod tests {
             Dtype::F16,
         )
         .unwrap();
-        let w = Weights::open(&dir).unwrap();
+        let w = Weights::open(dir).unwrap();
         let t = w.tensor("w", &[2, 2]).unwrap();
         assert!(t.is_bf16());
         assert_eq!(t.to_f32_vec(), vals);
@@ -1741,7 +1741,7 @@ mod tests {
             Dtype::F32,
         )
         .unwrap();
-        let w = Weights::open(&dir).unwrap();
+        let w = Weights::open(dir).unwrap();
         let err = w.tensor("w", &[4, 1]).unwrap_err().to_string();
         assert!(err.contains("`w`") && err.contains(SINGLE_FILE), "{err}");
         let err = w.tensor("nope", &[1]).unwrap_err().to_string();
@@ -1756,7 +1756,7 @@ mod tests {
         write_safetensors(&path, &[("w", vec![64], vec![0.5; 64])], Dtype::F32).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
-        let err = Weights::open(&dir).err().unwrap().to_string();
+        let err = Weights::open(dir).err().unwrap().to_string();
         assert!(err.contains(SINGLE_FILE), "{err}");
     }
 
@@ -1778,12 +1778,12 @@ mod tests {
         .unwrap();
         let index = r#"{"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}"#;
         std::fs::write(dir.join(INDEX_FILE), index).unwrap();
-        let w = Weights::open(&dir).unwrap();
+        let w = Weights::open(dir).unwrap();
         assert_eq!(w.tensor("b", &[1]).unwrap().to_f32_vec(), vec![3.0]);
         let bad =
             r#"{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s2.safetensors"}}"#;
         std::fs::write(dir.join(INDEX_FILE), bad).unwrap();
-        let err = Weights::open(&dir).err().unwrap().to_string();
+        let err = Weights::open(dir).err().unwrap().to_string();
         assert!(
             err.contains("`c`") && err.contains("s2.safetensors"),
             "{err}"

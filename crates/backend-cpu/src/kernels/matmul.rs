@@ -195,16 +195,22 @@ fn matmul_bf16_input(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], interleaved
     }
 }
 
-/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`, x multiplied as `input` says.
-pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: MatmulInput) {
+/// `(rows, out)` of a matmul of `x` by a weight of `w_len` elements, both rows of `k`, into `y`
+/// of `y_len` elements; panics naming what does not fit.
+pub(super) fn matmul_shape(x: &[f32], w_len: usize, k: usize, y_len: usize) -> (usize, usize) {
     assert!(
         k > 0 && x.len().is_multiple_of(k),
         "matmul: x is not whole rows of {k}"
     );
-    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
-    let rows = x.len() / k;
-    let out = w.len() / k;
-    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    assert_eq!(w_len % k, 0, "matmul: weight is not whole rows of {k}");
+    let (rows, out) = (x.len() / k, w_len / k);
+    assert_eq!(y_len, rows * out, "matmul: y must be [{rows}, {out}]");
+    (rows, out)
+}
+
+/// `y[rows, out] = x[rows, k] · W[out, k]ᵀ`, x multiplied as `input` says.
+pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: MatmulInput) {
+    let (rows, out) = matmul_shape(x, w.len(), k, y.len());
     if rows == 0 {
         return;
     }

@@ -19,6 +19,9 @@
 //! lanes, so the same bits (tested). A row whose length is not a multiple of 8 ends with a piece
 //! loaded under a mask (zeros past the row: their products add +0).
 
+use super::matmul::matmul_shape;
+use super::matmul_fast::avx512::tile_rows;
+use super::matmul_fast::Output;
 use half::bf16;
 use rayon::prelude::*;
 use std::arch::x86_64::*;
@@ -27,9 +30,6 @@ use std::arch::x86_64::*;
 const PIECE: usize = 8;
 /// Weight rows in one register: 4 pieces of 16 bytes.
 const GROUP_ROWS: usize = 4;
-/// Rows of x in the largest tile: with [`MANY_ROWS_GROUPS`] groups, 24 sums, 3 weight registers
-/// and one of x take 28 of the 32 AVX-512 registers.
-const MAX_TILE_ROWS: usize = 8;
 /// Calls of at most this many rows (decode windows of one or two streams, most experts' calls
 /// at 8 streams) stream their weights with the few-rows plan: memory is their limit, not the
 /// multiplies.
@@ -39,8 +39,10 @@ const FEW_ROWS: usize = 2;
 /// 27-31 GB/s with one group (the exact kernel's 25-31 in the same runs), 21-33 with two, 21-29
 /// with four (`bf16_input_speed`'s forerunner, median of 7, this VM's noise ±15 %).
 const FEW_ROWS_GROUPS: usize = 1;
-/// Groups a tile holds in a call of more rows: 12 weight rows against up to 8 rows of x, 24
-/// independent chains to cover the instruction's latency.
+/// Groups a tile holds in a call of more rows: 12 weight rows against up to 8 rows of x (rows
+/// split into tiles as the exact AVX-512 tiles split them, `tile_rows`): 24 independent chains
+/// to cover the instruction's latency, and with 3 weight registers and one of x 28 of the 32
+/// AVX-512 registers.
 const MANY_ROWS_GROUPS: usize = 3;
 /// Output columns per rayon task (whole groups of every tile width): 48 weight rows of 1,024 bf16
 /// are 96 KiB, which stay in the per-core L2 while every tile of rows passes over them.
@@ -113,41 +115,13 @@ fn plan_for(rows: usize) -> Plan {
     }
 }
 
-/// Rows in the next tile when `left` remain: up to 8, and 9 to 15 as two tiles of equal height.
-fn tile_rows(left: usize) -> usize {
-    match left {
-        0..=MAX_TILE_ROWS => left,
-        9..=15 => left.div_ceil(2),
-        _ => MAX_TILE_ROWS,
-    }
-}
-
-/// `y` shared by the tasks, each writing only its own columns (disjoint elements).
-struct Output(*mut f32);
-// SAFETY: the tasks write disjoint elements, and `run` holds `&mut y` until they end.
-unsafe impl Send for Output {}
-unsafe impl Sync for Output {}
-
-impl Output {
-    fn at(&self, c: usize) -> *mut f32 {
-        self.0.wrapping_add(c)
-    }
-}
-
 /// The kernel over weights whose groups are stored as `S` says: 1 as stored, 4 interleaved.
 fn run<const S: usize>(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     assert!(
         available(),
         "matmul_bf16_input: this CPU lacks AVX-512 BF16 (the caller checks available())"
     );
-    assert!(
-        k > 0 && x.len().is_multiple_of(k),
-        "matmul: x is not whole rows of {k}"
-    );
-    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
-    let rows = x.len() / k;
-    let out = w.len() / k;
-    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    let (rows, out) = matmul_shape(x, w.len(), k, y.len());
     if rows == 0 || out == 0 {
         return;
     }
@@ -371,7 +345,7 @@ unsafe fn weights<const S: usize>(
 mod tests {
     use super::*;
     use crate::kernels::matmul_fast::interleave_rows;
-    use crate::kernels::testutil::Rng;
+    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, Rng, EDGE_SHAPES};
 
     /// True (and says so) where this CPU lacks AVX-512 BF16: the test has nothing to run.
     fn skipped() -> bool {
@@ -379,10 +353,6 @@ mod tests {
             eprintln!("skipped: this CPU lacks AVX-512 BF16");
         }
         !available()
-    }
-
-    fn bf16s(v: &[f32]) -> Vec<bf16> {
-        v.iter().map(|x| bf16::from_f32(*x)).collect()
     }
 
     /// The products of bf16(x) and w summed in f64: the kernel's result within its f32 rounding.
@@ -406,19 +376,9 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        // k with and without a tail piece, columns not whole groups or blocks, rows of every
-        // plan and tile height.
-        for (rows, k, out) in [
-            (1, 64, 40),
-            (1, 1024, 97),
-            (2, 48, 7),
-            (3, 100, 70),
-            (5, 256, 130),
-            (8, 1024, 64),
-            (9, 37, 33),
-            (17, 160, 45),
-            (40, 33, 70),
-        ] {
+        // k with and without a tail piece, columns not whole groups or blocks, rows of both
+        // plans and every tile height.
+        for (rows, k, out) in EDGE_SHAPES {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
             let mut y = vec![0.0; rows * out];
@@ -450,24 +410,13 @@ mod tests {
                 super::super::matmul_fast::interleavable(k, out).then(|| interleave_rows(&w, k));
             for rows in [1, 2, 3, 4, 5, 7, 8, 13, 17, 33] {
                 let x = rng.vec(rows * k);
-                let mut all = vec![0.0; rows * out];
-                matmul_stored(&x, &w, k, &mut all);
+                let what = format!("seed {seed} k {k} out {out}");
+                let f = |x: &[f32], y: &mut [f32]| matmul_stored(x, &w, k, y);
+                let all = batch_as_rows_alone(f, &x, k, out, &what);
                 if let Some(wi) = &interleaved {
                     let mut inter = vec![0.0; rows * out];
                     matmul_interleaved(&x, wi, k, &mut inter);
-                    assert_eq!(
-                        inter, all,
-                        "seed {seed} k {k} out {out} rows {rows}: layouts"
-                    );
-                }
-                for r in 0..rows {
-                    let mut one = vec![0.0; out];
-                    matmul_stored(&x[r * k..(r + 1) * k], &w, k, &mut one);
-                    assert_eq!(
-                        one,
-                        all[r * out..(r + 1) * out],
-                        "seed {seed} k {k} out {out}: row {r} of {rows}"
-                    );
+                    assert_eq!(inter, all, "{what} rows {rows}: layouts");
                 }
             }
         }

@@ -381,14 +381,7 @@ fn matmul_bf16_in<const S: usize>(
     prefetch: WeightPrefetch,
 ) {
     assert!(supported(), "matmul_bf16: this CPU lacks AVX2 or FMA");
-    assert!(
-        k > 0 && x.len().is_multiple_of(k),
-        "matmul: x is not whole rows of {k}"
-    );
-    assert_eq!(w.len() % k, 0, "matmul: weight is not whole rows of {k}");
-    let rows = x.len() / k;
-    let out = w.len() / k;
-    assert_eq!(y.len(), rows * out, "matmul: y must be [{rows}, {out}]");
+    let (rows, out) = super::matmul::matmul_shape(x, w.len(), k, y.len());
     if rows == 0 {
         return;
     }
@@ -418,14 +411,14 @@ fn matmul_bf16_in<const S: usize>(
 }
 
 /// `y` shared by the tasks, each writing only its own columns (disjoint elements).
-struct Output(*mut f32);
-// SAFETY: the tasks write disjoint elements, and `matmul_bf16` holds `&mut y` until they end.
+pub(super) struct Output(pub(super) *mut f32);
+// SAFETY: the tasks write disjoint elements, and the matmul holds `&mut y` until they end.
 unsafe impl Send for Output {}
 unsafe impl Sync for Output {}
 
 impl Output {
     /// Column `c` of row 0 (a method, so closures capture the whole `Output`, which is `Sync`).
-    fn at(&self, c: usize) -> *mut f32 {
+    pub(super) fn at(&self, c: usize) -> *mut f32 {
         self.0.wrapping_add(c)
     }
 }
@@ -676,7 +669,7 @@ mod avx2 {
 /// ([`Packed`]): a tile then reads `x` through one pointer, which leaves the general registers
 /// for the 6 weight rows (16 of them cannot hold 8 row pointers, 6 weight pointers and the loop).
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::{
         prefetch_lines, reduce, row_start, Ahead, PrefetchInto, LANES, PREFETCH_STEP, ROW_SUPER,
     };
@@ -721,7 +714,7 @@ mod avx512 {
 
     /// Rows in the next tile when `left` rows of a super-block remain: up to 8, and 9 to 15 in
     /// two tiles of equal height rather than a full one and a narrow rest.
-    fn tile_rows(left: usize) -> usize {
+    pub(in super::super) fn tile_rows(left: usize) -> usize {
         match left {
             0..=MAX_TILE_ROWS => left,
             9..=15 => left.div_ceil(2),
@@ -943,7 +936,7 @@ mod avx512 {
 mod tests {
     use super::*;
     use crate::kernels::matmul::matmul_reference;
-    use crate::kernels::testutil::{max_abs_diff, Rng};
+    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, max_abs_diff, Rng, EDGE_SHAPES};
     use model::TensorData;
 
     /// True (and says so) where this CPU lacks AVX2 or FMA: the test has nothing to run.
@@ -963,10 +956,6 @@ mod tests {
         tiles
     }
 
-    fn bf16s(v: &[f32]) -> Vec<bf16> {
-        v.iter().map(|x| bf16::from_f32(*x)).collect()
-    }
-
     #[test]
     fn fast_bf16_matmul_matches_reference_on_random_inputs() {
         if skipped_without_the_fast_kernel() {
@@ -974,19 +963,7 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        // Shapes with k not a multiple of 16, columns not a multiple of the group or block, and
-        // more rows than a tile or a super-block.
-        for (rows, k, out) in [
-            (1, 64, 40),
-            (1, 1024, 97),
-            (2, 48, 7),
-            (3, 100, 70),
-            (5, 256, 130),
-            (8, 1024, 64),
-            (9, 37, 33),
-            (17, 160, 45),
-            (40, 33, 70),
-        ] {
+        for (rows, k, out) in EDGE_SHAPES {
             let x = rng.vec(rows * k);
             let w = bf16s(&rng.vec(out * k));
             let mut y = vec![0.0; rows * out];
@@ -1010,17 +987,8 @@ mod tests {
             let w = bf16s(&rng.vec(out * k));
             for rows in [2, 3, 4, 5, 7, 8, 13, 17, 33] {
                 let x = rng.vec(rows * k);
-                let mut all = vec![0.0; rows * out];
-                matmul_bf16(&x, &w, k, &mut all);
-                for r in 0..rows {
-                    let mut one = vec![0.0; out];
-                    matmul_bf16(&x[r * k..(r + 1) * k], &w, k, &mut one);
-                    assert_eq!(
-                        one,
-                        all[r * out..(r + 1) * out],
-                        "seed {seed} k {k}: row {r} of {rows}"
-                    );
-                }
+                let f = |x: &[f32], y: &mut [f32]| matmul_bf16(x, &w, k, y);
+                batch_as_rows_alone(f, &x, k, out, &format!("seed {seed} k {k}"));
             }
         }
     }

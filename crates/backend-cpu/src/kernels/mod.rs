@@ -59,6 +59,50 @@ pub(crate) mod testutil {
         }
     }
 
+    /// Each value rounded to bf16.
+    pub fn bf16s(v: &[f32]) -> Vec<half::bf16> {
+        v.iter().map(|x| half::bf16::from_f32(*x)).collect()
+    }
+
+    /// Matmul shapes `(rows, k, out)` that reach every edge of a tiled kernel: k not a multiple
+    /// of 8 or 16, outputs not whole groups or blocks, rows of every tile height and more than a
+    /// tile or a super-block.
+    pub const EDGE_SHAPES: [(usize, usize, usize); 9] = [
+        (1, 64, 40),
+        (1, 1024, 97),
+        (2, 48, 7),
+        (3, 100, 70),
+        (5, 256, 130),
+        (8, 1024, 64),
+        (9, 37, 33),
+        (17, 160, 45),
+        (40, 33, 70),
+    ];
+
+    /// `matmul` (x rows of `k` → y rows of `out`) of `x`'s rows in one batch, asserted to be each
+    /// row's result alone, bit for bit (`what` names the case); returns the batch's.
+    pub fn batch_as_rows_alone(
+        matmul: impl Fn(&[f32], &mut [f32]),
+        x: &[f32],
+        k: usize,
+        out: usize,
+        what: &str,
+    ) -> Vec<f32> {
+        let rows = x.len() / k;
+        let mut all = vec![0.0; rows * out];
+        matmul(x, &mut all);
+        for r in 0..rows {
+            let mut one = vec![0.0; out];
+            matmul(&x[r * k..(r + 1) * k], &mut one);
+            assert_eq!(
+                one,
+                all[r * out..(r + 1) * out],
+                "{what}: row {r} of {rows}"
+            );
+        }
+        all
+    }
+
     pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len());
         a.iter()
