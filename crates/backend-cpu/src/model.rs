@@ -81,8 +81,10 @@ impl CpuModel {
 
     /// [`CpuModel::load_as`], leaving out the MTP head when `mtp_head` is false (a model served
     /// without MTP drafts: the head would only cost memory and a pass of its layer a round), its
-    /// matmuls multiplying x as `matmul_input` says ([`MatmulInput::Bf16`] only where
-    /// [`crate::kernels::matmul::bf16_input_available`]).
+    /// matmuls multiplying x as `matmul_input` says ([`MatmulInput::Bf16`] is refused where
+    /// [`crate::kernels::matmul::bf16_input_available`] is false; it rounds x for bf16 weights
+    /// only: f32 weights, and f16 and FP8 ones, which the CPU widens to f32 at load, keep f32
+    /// products).
     pub fn load_head(
         dir: &Path,
         progress: bool,
@@ -91,6 +93,14 @@ impl CpuModel {
         mtp_head: bool,
         matmul_input: MatmulInput,
     ) -> Result<CpuModel, LoadError> {
+        if matmul_input == MatmulInput::Bf16 && !crate::kernels::matmul::bf16_input_available() {
+            return Err(LoadError::Unsupported {
+                option: "--matmul-input bf16".into(),
+                reason: "the CPU backend multiplies bf16 activations with AVX-512 BF16, which \
+                         this CPU lacks"
+                    .into(),
+            });
+        }
         let config = Config::from_dir(dir)?;
         let mut weights = Weights::load(dir, format)?;
         if !mtp_head {

@@ -19,12 +19,18 @@ fn model(name: &str) -> Arc<CpuModel> {
 
 /// The fixture `name`, its matmuls multiplying x as `input` says.
 fn model_as(name: &str, input: MatmulInput) -> Arc<CpuModel> {
-    let fixture = fixtures("qwen3")
-        .into_iter()
+    load_fixture(name, Placement::Resident, input)
+}
+
+/// The fixture `name` (either family), its weights placed as `placement` says.
+fn load_fixture(name: &str, placement: Placement, input: MatmulInput) -> Arc<CpuModel> {
+    let fixture = ["qwen3", "qwen3_next"]
+        .iter()
+        .flat_map(|family| fixtures(family))
         .find(|f| f["name"] == name)
         .expect("fixture");
     let dir = fixtures_dir().join(fixture["model_dir"].as_str().unwrap());
-    let (placement, format) = (Placement::Resident, LoadFormat::Safetensors);
+    let format = LoadFormat::Safetensors;
     Arc::new(CpuModel::load_head(&dir, false, placement, format, true, input).unwrap())
 }
 
@@ -123,6 +129,40 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
                 "{name} ({input:?}): stream {i} differs from its solo run"
             );
         }
+    }
+}
+
+/// With bf16 inputs, the weights read from the file's mapping as stored (`--mmap`) give the bits
+/// of the interleaved copy, on a dense model and on a tied-embedding MoE model (whose lm_head and
+/// fused experts run on the stored layout either way); and the rounding is real: exact inputs
+/// give other logits.
+#[test]
+fn bf16_inputs_give_the_same_bits_from_the_mapping_and_other_bits_than_exact() {
+    if !backend_cpu::kernels::matmul::bf16_input_available() {
+        eprintln!("skipped: this CPU lacks AVX-512 BF16");
+        return;
+    }
+    for name in ["qwen3_bf16", "qwen3_next_bf16_legacy_config"] {
+        let p = prompt(4, 7);
+        let logits = |placement, input| {
+            let mut target = CpuBackend::target(load_fixture(name, placement, input), &[64]);
+            let window = Window {
+                session: SessionId(0),
+                start: 0,
+                tokens: &p,
+                num_logits: p.len(),
+            };
+            target.logits(&[window]).unwrap().remove(0)
+        };
+        let resident = logits(Placement::Resident, MatmulInput::Bf16);
+        assert!(
+            logits(Placement::Mapped, MatmulInput::Bf16) == resident,
+            "{name}: mapped differs from resident"
+        );
+        assert!(
+            logits(Placement::Resident, MatmulInput::Exact) != resident,
+            "{name}: bf16 inputs changed no logit"
+        );
     }
 }
 

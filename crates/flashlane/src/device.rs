@@ -39,7 +39,8 @@ pub enum MatmulInputArg {
     /// The activations rounded to bf16 first (for bf16 and FP8 weights), as vLLM and llama.cpp
     /// multiply bf16 weights: faster where many streams or long prompts keep the multipliers
     /// busy; replies differ from exact's (each still the same alone, batched or moved). On the
-    /// CPU it needs AVX-512 BF16
+    /// CPU it needs AVX-512 BF16 and changes bf16 weights' matmuls only (f16 and FP8 weights are
+    /// widened to f32 there, and keep f32 products)
     Bf16,
 }
 

@@ -358,6 +358,20 @@ fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewher
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("AVX-512 BF16"), "{stderr}");
     }
+    if available {
+        // The flag reaches the model: the default model's logits move (by rounding, not much).
+        let logits = |input: &str| {
+            let (code, stdout, stderr) =
+                flashlane(&["logits", "--ids", "1,2,3", "--matmul-input", input]);
+            assert_eq!(code, 0, "{input}: {stderr}");
+            stdout
+        };
+        assert_ne!(
+            logits("exact"),
+            logits("bf16"),
+            "bf16 inputs changed no logit"
+        );
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
         .args(["generate", "--prompt", "Hi", "--max-tokens", "2"])
         .env("FLASHLANE_MATMUL_INPUT", "bf16")

@@ -121,6 +121,9 @@ pub enum LoadError {
     Inconsistent { file: PathBuf, reason: String },
     #[error("{file}: {reason}")]
     Tokenizer { file: PathBuf, reason: String },
+    /// A load option this machine cannot honour (`option` names it as the CLI spells it).
+    #[error("{option}: {reason}")]
+    Unsupported { option: String, reason: String },
 }
 
 impl LoadError {
