@@ -77,8 +77,17 @@ pub enum PrefetchInto {
 /// decode window's tile prefetches ahead (in weight elements). The bits never depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WeightPrefetch {
+    /// Where the AVX2 tiles' prefetches go (calls of 1-2 rows; on Intel CPUs of up to 4).
     pub into: PrefetchInto,
     pub few_rows_ahead: usize,
+    /// Where the AVX-512 tiles' prefetches go (the first tile of a call's column block, two
+    /// groups of weight rows ahead): L2 on every vendor. On the 2-core AMD EPYC (session 39,
+    /// interleaved weights from memory, median of 7-9 alternating runs, L1 → L2, ms): 3 rows
+    /// 13.7 → 10.9 and 23.0 → 18.5, 4 rows 14.6 → 11.9 and 24.4 → 19.4, 8 rows 16.2 → 15.5 and
+    /// 35.9 → 32.2 (151,936 × 1,024 and 131,072 × 2,048); 32 rows, and matrices of 8-48 MiB,
+    /// the same within 1-2 % or better. A 3-4-row tile is the one that streams its weights while
+    /// it multiplies, and L2's queue keeps more lines coming than L1's fill buffers.
+    pub wide_into: PrefetchInto,
 }
 
 /// Who made the CPU (`cpuid` leaf 0), which decides [`weight_prefetch_for`].
@@ -107,10 +116,12 @@ pub fn weight_prefetch_for(vendor: CpuVendor) -> WeightPrefetch {
         CpuVendor::Intel => WeightPrefetch {
             into: PrefetchInto::L2,
             few_rows_ahead: FEW_ROWS_AHEAD_L2,
+            wide_into: PrefetchInto::L2,
         },
         CpuVendor::Amd | CpuVendor::Other => WeightPrefetch {
             into: PrefetchInto::L1,
             few_rows_ahead: FEW_ROWS_AHEAD_L1,
+            wide_into: PrefetchInto::L2,
         },
     }
 }
@@ -145,12 +156,16 @@ fn cpu_vendor() -> CpuVendor {
     }
 }
 
-/// The weight streaming of this process: [`PREFETCH_ENV`] where set to `l1` or `l2`, otherwise
-/// [`weight_prefetch_for`] this CPU's vendor. Fixed for the life of the process.
+/// The weight streaming of this process: [`PREFETCH_ENV`] where set to `l1` (every prefetch into
+/// L1, the AMD plan before session 39) or `l2` (the Intel plan), otherwise [`weight_prefetch_for`]
+/// this CPU's vendor. Fixed for the life of the process.
 pub fn weight_prefetch() -> WeightPrefetch {
     static PLAN: std::sync::OnceLock<WeightPrefetch> = std::sync::OnceLock::new();
     *PLAN.get_or_init(|| match std::env::var(PREFETCH_ENV).as_deref() {
-        Ok("l1") => weight_prefetch_for(CpuVendor::Amd),
+        Ok("l1") => WeightPrefetch {
+            wide_into: PrefetchInto::L1,
+            ..weight_prefetch_for(CpuVendor::Amd)
+        },
         Ok("l2") => weight_prefetch_for(CpuVendor::Intel),
         _ => weight_prefetch_for(cpu_vendor()),
     })
@@ -400,7 +415,7 @@ fn matmul_bf16_in<const S: usize>(
         // this task writes only its columns `start..start + cols` of them.
         unsafe {
             if let Some(packed) = &packed {
-                avx512::block::<S>(x, packed, k, wb, cols, y.at(start), out, prefetch.into)
+                avx512::block::<S>(x, packed, k, wb, cols, y.at(start), out, prefetch.wide_into)
             } else {
                 avx2::block::<S>(x, k, rows, wb, cols, y.at(start), out, prefetch)
             }
@@ -1035,7 +1050,15 @@ mod tests {
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        let plans = [CpuVendor::Amd, CpuVendor::Intel].map(weight_prefetch_for);
+        let amd = weight_prefetch_for(CpuVendor::Amd);
+        let plans = [
+            amd,
+            weight_prefetch_for(CpuVendor::Intel),
+            WeightPrefetch {
+                wide_into: PrefetchInto::L1,
+                ..amd
+            },
+        ];
         for (k, out) in [(64, 8), (1024, 100), (512, 196)] {
             let w = bf16s(&rng.vec(out * k));
             let wi = interleave_rows(&w, k);
@@ -1061,7 +1084,7 @@ mod tests {
     }
 
     #[test]
-    fn intel_cpus_prefetch_weights_into_l2_and_others_into_l1() {
+    fn intel_cpus_prefetch_few_rows_into_l2_others_into_l1_and_wide_tiles_all_into_l2() {
         let intel = weight_prefetch_for(CpuVendor::Intel);
         assert_eq!(intel.into, PrefetchInto::L2);
         assert_eq!(intel.few_rows_ahead, FEW_ROWS_AHEAD_L2);
@@ -1069,6 +1092,9 @@ mod tests {
             let plan = weight_prefetch_for(other);
             assert_eq!(plan.into, PrefetchInto::L1);
             assert_eq!(plan.few_rows_ahead, FEW_ROWS_AHEAD_L1);
+        }
+        for vendor in [CpuVendor::Intel, CpuVendor::Amd, CpuVendor::Other] {
+            assert_eq!(weight_prefetch_for(vendor).wide_into, PrefetchInto::L2);
         }
         // A distance is whole cache lines of weights, so each prefetch starts a line.
         assert!(FEW_ROWS_AHEAD_L1.is_multiple_of(PREFETCH_STEP));
