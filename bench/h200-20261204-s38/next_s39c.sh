@@ -9,6 +9,9 @@ set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 . bench/unpack_peers.sh
+# INPUT=bf16 (session 39): flashlane's activations rounded to bf16, the arithmetic llama.cpp's
+# bf16 matmuls use, as the CPU table of session 39 compared both ways.
+if [ -n "${INPUT:-}" ]; then export FLASHLANE_MATMUL_INPUT=$INPUT; fi
 FLASHLANE=$FL FLASHLANE_COMMIT=${COMMIT:-2204338} timeout 570 bench/gpu_vs_llamacpp.sh /tmp/vs \
   --shapes qwen3-4b,qwen3-8b,qwen3-0.6b --rounds 2 --deadline 470
 el "vs rc=$?"
