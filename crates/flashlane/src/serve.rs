@@ -165,7 +165,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         dir.display()
     );
     eprintln!(
-        "device: {} · weights {:.2} GiB{} · keys and values {}",
+        "device: {} · weights {:.2} GiB{} · keys and values {} · matmul input {}",
         cap.description,
         on.weight_bytes as f64 / (1u64 << 30) as f64,
         if format == model::LoadFormat::Dummy {
@@ -173,7 +173,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         } else {
             ""
         },
-        kv_dtype.name()
+        kv_dtype.name(),
+        matmul_input.name()
     );
     eprintln!(
         "sampling a request leaves unsaid: {}",
