@@ -19,8 +19,7 @@
 # (extra llama.cpp arguments, e.g. "--poll 0"), FLASHLANE_ARGS (extra flashlane bench
 # arguments, e.g. "--mmap", or "--matmul-input bf16" for llama.cpp's own arithmetic: its bf16
 # matmuls round the activations to bf16 too), FLASHLANE (the binary). Run it on an otherwise
-# idle machine (it
-# prints the load and CPU pressure before and after).
+# idle machine (it prints the load and CPU pressure before and after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-/work/peers/qwen3-0.6b-random}
