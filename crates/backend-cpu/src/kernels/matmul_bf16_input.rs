@@ -21,22 +21,25 @@
 
 use super::matmul::matmul_shape;
 use super::matmul_fast::avx512::tile_rows;
-use super::matmul_fast::Output;
+use super::matmul_fast::{
+    prefetch_lines, Ahead, Output, PrefetchInto, FEW_ROWS_AHEAD_L1, INTERLEAVE_ROWS, LANES,
+    PREFETCH_STEP,
+};
 use half::bf16;
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
-/// Elements of a weight row in one 16-byte piece.
-const PIECE: usize = 8;
-/// Weight rows in one register: 4 pieces of 16 bytes.
-const GROUP_ROWS: usize = 4;
+/// Elements of a weight row in one 16-byte piece (the interleaved layout's piece).
+const PIECE: usize = LANES;
+/// Weight rows in one register: 4 pieces of 16 bytes (the interleaved layout's group).
+const GROUP_ROWS: usize = INTERLEAVE_ROWS;
 /// Calls of at most this many rows (decode windows of one or two streams, most experts' calls
 /// at 8 streams) stream their weights with the few-rows plan: memory is their limit, not the
 /// multiplies.
 const FEW_ROWS: usize = 2;
 /// Groups of 4 weight rows a tile holds in a call of few rows: one stream of memory a tile. On
 /// the 2-core EPYC (Zen 4), 1-2 rows over 311 MiB and 512 MiB of interleaved weights read at
-/// 27-31 GB/s with one group (the exact kernel's 25-31 in the same runs), 21-33 with two, 21-29
+/// 25-30 GB/s with one group (the exact kernel's 20-29 in the same runs), 21-33 with two, 21-27
 /// with four (`bf16_input_speed`'s forerunner, median of 7, this VM's noise ±15 %).
 const FEW_ROWS_GROUPS: usize = 1;
 /// Groups a tile holds in a call of more rows: 12 weight rows against up to 8 rows of x (rows
@@ -47,16 +50,21 @@ const MANY_ROWS_GROUPS: usize = 3;
 /// Output columns per rayon task (whole groups of every tile width): 48 weight rows of 1,024 bf16
 /// are 96 KiB, which stay in the per-core L2 while every tile of rows passes over them.
 const COL_BLOCK: usize = 48;
-/// Weights (elements) a few-rows tile prefetches ahead of those it reads, into L1: 8 KiB, the
-/// exact kernel's distance on AMD ([`super::matmul_fast`]'s `FEW_ROWS_AHEAD_L1`).
-const FEW_ROWS_AHEAD: usize = 4096;
-/// Weights (elements) the first tile of rows of a many-rows call prefetches ahead, into L2:
-/// 48 KiB. The 8-row lm_head of the small hybrid (151,936 × 1,024, 2-core EPYC, median of 7):
-/// no prefetch 16.4 ms, into L1 48 KiB ahead 15.0, into L2 8 / 24 / 48 / 96 KiB ahead 14.0 /
-/// 12.5 / 12.3 / 12.4 (the exact kernel: 16.9).
-const MANY_ROWS_AHEAD: usize = 24_576;
-/// Bytes a software prefetch fetches (one cache line).
-const LINE: usize = 64;
+/// A few-rows tile prefetches into L1, as far ahead as the exact kernel's on AMD.
+const FEW_ROWS_AHEAD: Ahead = Ahead {
+    elements: FEW_ROWS_AHEAD_L1,
+    into: PrefetchInto::L1,
+};
+/// The first tile of rows of a many-rows call prefetches into L2, 48 KiB ahead. This kernel on
+/// the 2-core EPYC (interleaved weights from memory, median of 7 alternating runs, ms; 4 / 8 / 64
+/// rows): the small hybrid's lm_head (151,936 × 1,024) no prefetch 11.1 / 12.5 / 54.5, into L1
+/// 48 KiB ahead 10.7 / 13.6 / 55.0, into L2 8 / 24 / 48 / 96 KiB ahead 9.4 / 10.7 / 52.0, 7.6 /
+/// 7.4 / 48.9, 7.4 / 7.9 / 48.9, 7.5 / 7.1 / 49.0; 131,072 × 2,048 into L2 24 / 48 / 96 KiB
+/// ahead 14.4 / 14.9 / 82.7, 12.9 / 12.6 / 80.2, 12.9 / 12.6 / 81.6 (none 17.7 / 20.0 / 87.8).
+const MANY_ROWS_AHEAD: Ahead = Ahead {
+    elements: 24_576,
+    into: PrefetchInto::L2,
+};
 
 /// Whether this CPU runs the kernel: AVX-512F, BW, VL (masked 16-bit loads) and BF16.
 pub fn available() -> bool {
@@ -93,10 +101,8 @@ fn round_rows(x: &[f32]) -> Vec<bf16> {
 struct Plan {
     /// Groups of 4 weight rows a tile holds.
     groups: usize,
-    /// Elements the first tile of rows prefetches ahead (0: none).
-    ahead: usize,
-    /// Into L2 (`prefetcht1`) rather than L1.
-    into_l2: bool,
+    /// The first tile of rows' prefetch.
+    ahead: Ahead,
 }
 
 fn plan_for(rows: usize) -> Plan {
@@ -104,13 +110,11 @@ fn plan_for(rows: usize) -> Plan {
         Plan {
             groups: FEW_ROWS_GROUPS,
             ahead: FEW_ROWS_AHEAD,
-            into_l2: false,
         }
     } else {
         Plan {
             groups: MANY_ROWS_GROUPS,
             ahead: MANY_ROWS_AHEAD,
-            into_l2: true,
         }
     }
 }
@@ -170,11 +174,7 @@ unsafe fn block<const S: usize>(
         let nr = tile_rows(rows - r0);
         // The first tile of rows reads the block's weights from memory; the others find them
         // in cache.
-        let (ahead, into_l2) = if r0 == 0 {
-            (plan.ahead, plan.into_l2)
-        } else {
-            (0, false)
-        };
+        let ahead = if r0 == 0 { plan.ahead } else { Ahead::NONE };
         let x = xb.as_ptr().add(r0 * k);
         let mut c0 = 0;
         while c0 < cols {
@@ -186,7 +186,6 @@ unsafe fn block<const S: usize>(
                 c0,
                 cols,
                 ahead,
-                into_l2,
                 y: y.add(r0 * ld + c0),
                 ld,
                 nc,
@@ -209,8 +208,7 @@ struct Tile {
     w: *const bf16,
     c0: usize,
     cols: usize,
-    ahead: usize,
-    into_l2: bool,
+    ahead: Ahead,
     y: *mut f32,
     ld: usize,
     nc: usize,
@@ -251,21 +249,15 @@ impl Tile {
         // The tile's weights are G · 4 whole rows in one stretch of memory in either layout,
         // read at G · 4 · 8 elements a step: the sweep prefetches the stretch `ahead` further on,
         // the next tiles' weights.
-        let sweep = self.w.wrapping_add(self.c0 * k + self.ahead);
-        let lines_per_step = G * GROUP_ROWS * PIECE * 2 / LINE;
+        let sweep = self.w.wrapping_add(self.c0 * k + self.ahead.elements);
+        let lines_per_step = G * GROUP_ROWS * PIECE / PREFETCH_STEP;
         let steps = k / PIECE;
         let tail = k % PIECE;
         let mut acc = [[_mm512_setzero_ps(); G]; R];
         for s in 0..steps {
-            if self.ahead > 0 {
-                for l in 0..lines_per_step {
-                    let p = sweep.wrapping_add((s * lines_per_step + l) * LINE / 2) as *const i8;
-                    if self.into_l2 {
-                        _mm_prefetch::<_MM_HINT_T1>(p);
-                    } else {
-                        _mm_prefetch::<_MM_HINT_T0>(p);
-                    }
-                }
+            if self.ahead.elements > 0 {
+                let from = sweep.wrapping_add(s * lines_per_step * PREFETCH_STEP);
+                prefetch_lines(from, lines_per_step, self.ahead.into);
             }
             let wv: [__m512bh; G] =
                 std::array::from_fn(|g| weights::<S>(&groups[g], s * PIECE, PIECE));

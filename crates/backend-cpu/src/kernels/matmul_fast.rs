@@ -33,7 +33,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 /// Partial sums per dot product: one AVX2 register of f32.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 /// Weight rows per tile: 4 rows × 3 weight rows is 12 accumulators, the most that fit the 16
 /// AVX2 registers with the 3 weight vectors and one of `x`.
 const COL_GROUP: usize = 3;
@@ -54,7 +54,7 @@ const MAX_TILE_ROWS: usize = 4;
 /// it reads into L1 (8 KiB), where [`weight_prefetch_for`] says L1. Measured for a single row on
 /// the 2-core AMD EPYC (quiet, 1-stream decode, alternating runs): no prefetch 10.4-10.7 tok/s,
 /// 8 KiB ahead 10.6-12.9 (mean 11.75); 2, 4, 16 or 32 KiB ahead were no better than 8.
-const FEW_ROWS_AHEAD_L1: usize = 4096;
+pub(super) const FEW_ROWS_AHEAD_L1: usize = 4096;
 /// The same into L2 (3 KiB), where [`weight_prefetch_for`] says L2. Measured on a 2-core Intel
 /// Xeon with AMX (Sapphire Rapids class; small hybrid, `flashlane bench --streams 1
 /// --prompt-tokens 1 --new-tokens 128`, an experiment build taking the distance from the
@@ -62,7 +62,7 @@ const FEW_ROWS_AHEAD_L1: usize = 4096;
 /// 50.5-50.9, 4 KiB 46.9-48.1, 8 KiB 43.6-43.9, 16 KiB 43.3-43.9, 32 KiB 42.7-43.2.
 const FEW_ROWS_AHEAD_L2: usize = 1536;
 /// bf16 weights per cache line (64 bytes): one software prefetch each.
-const PREFETCH_STEP: usize = 32;
+pub(super) const PREFETCH_STEP: usize = 32;
 
 /// The cache a software prefetch of weights fills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,15 +175,15 @@ pub fn weight_prefetch() -> WeightPrefetch {
 /// `into`.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
-struct Ahead {
-    elements: usize,
-    into: PrefetchInto,
+pub(super) struct Ahead {
+    pub(super) elements: usize,
+    pub(super) into: PrefetchInto,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Ahead {
     /// No prefetch: the tile finds its weights in cache.
-    const NONE: Ahead = Ahead {
+    pub(super) const NONE: Ahead = Ahead {
         elements: 0,
         into: PrefetchInto::L1,
     };
@@ -193,7 +193,7 @@ impl Ahead {
 /// `into` (hints: they never fault, so the lines may lie past the weights).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_lines(from: *const bf16, lines: usize, into: PrefetchInto) {
+pub(super) fn prefetch_lines(from: *const bf16, lines: usize, into: PrefetchInto) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
     for l in 0..lines {
         let p = from.wrapping_add(l * PREFETCH_STEP) as *const i8;
