@@ -336,8 +336,10 @@ unsafe fn weights<const S: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::matmul::matmul_reference;
     use crate::kernels::matmul_fast::interleave_rows;
-    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, Rng, EDGE_SHAPES};
+    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, max_abs_diff, Rng, EDGE_SHAPES};
+    use model::TensorData;
 
     /// True (and says so) where this CPU lacks AVX-512 BF16: the test has nothing to run.
     fn skipped() -> bool {
@@ -345,20 +347,6 @@ mod tests {
             eprintln!("skipped: this CPU lacks AVX-512 BF16");
         }
         !available()
-    }
-
-    /// The products of bf16(x) and w summed in f64: the kernel's result within its f32 rounding.
-    fn reference(x: &[f32], w: &[bf16], k: usize) -> Vec<f64> {
-        let (rows, out) = (x.len() / k, w.len() / k);
-        let mut y = vec![0.0f64; rows * out];
-        for r in 0..rows {
-            for o in 0..out {
-                y[r * out + o] = (0..k)
-                    .map(|j| bf16::from_f32(x[r * k + j]).to_f64() * w[o * k + j].to_f64())
-                    .sum();
-            }
-        }
-        y
     }
 
     #[test]
@@ -375,14 +363,11 @@ mod tests {
             let w = bf16s(&rng.vec(out * k));
             let mut y = vec![0.0; rows * out];
             matmul_stored(&x, &w, k, &mut y);
-            let want = reference(&x, &w, k);
-            let d = y
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (*a as f64 - b).abs())
-                .fold(0.0, f64::max);
+            // The plain definition (f64 sums) over x rounded to bf16.
+            let rounded: Vec<f32> = bf16s(&x).iter().map(|v| v.to_f32()).collect();
+            let d = max_abs_diff(&y, &matmul_reference(&rounded, TensorData::Bf16(&w), k));
             assert!(
-                d < 1e-5 * k as f64,
+                d < 1e-5 * k as f32,
                 "seed {seed} {rows}x{k}x{out}: diff {d}"
             );
         }
