@@ -6,6 +6,7 @@
 //! threads split (row, KV head) pairs only.
 
 use super::matmul::dot;
+use super::matmul_fast::KERNELS_ENV;
 use rayon::prelude::*;
 
 /// Keys a task asks the memory for ahead of the one it scores. A KV head's slice of a key row
@@ -44,16 +45,96 @@ fn score_dot(a: &[f32], b: &[f32]) -> f32 {
     dot(a, b)
 }
 
-/// Whether [`causal_attention`] takes its AVX2 path for heads of `hd` dimensions: several
-/// heads per pass over a key row and the weighted sums in registers (the same bits as the
-/// portable path: the same operations per score and per output element, in the same order).
-fn simd_heads(hd: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        return hd > 0 && hd.is_multiple_of(16);
+/// How [`causal_attention`] computes a call. Every path gives the same bits (the same
+/// operations per score and per output element, in the same order); only the speed differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttentionPath {
+    /// Scalar code, one (row, KV head) a task.
+    Portable,
+    /// AVX2, one (row, KV head) a task: the group's query heads read each key and value row
+    /// once, the weighted sums stay in registers.
+    Avx2,
+    /// AVX-512, several rows of one KV head a task ([`rows_per_task`]): every query vector of
+    /// the task (row × head of the group) scores four keys at a time and reads each value row
+    /// once per four query vectors, and sixteen scores share one horizontal reduction.
+    Avx512,
+}
+
+/// The path for heads of `hd` dimensions on this CPU: AVX-512F (unless [`KERNELS_ENV`] says
+/// `avx2` or `portable`), else AVX2; both need `hd` a multiple of 16.
+fn path_for(hd: usize) -> AttentionPath {
+    if hd == 0 || !hd.is_multiple_of(16) {
+        return AttentionPath::Portable;
     }
-    let _ = hd;
-    false
+    path_of_cpu()
+}
+
+impl AttentionPath {
+    /// Whether this CPU has the path's instructions and the path takes heads of `hd` dimensions.
+    fn runs(self, hd: usize) -> bool {
+        let chunks = hd > 0 && hd.is_multiple_of(16);
+        match self {
+            AttentionPath::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            AttentionPath::Avx2 => chunks && std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            AttentionPath::Avx512 => {
+                chunks
+                    && std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("avx512f")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// [`path_for`]'s choice for whole 16-float chunks, fixed for the life of the process.
+fn path_of_cpu() -> AttentionPath {
+    static PATH: std::sync::OnceLock<AttentionPath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| {
+        let wanted = std::env::var(KERNELS_ENV).ok();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (avx512, avx2) = (
+                std::arch::is_x86_feature_detected!("avx512f"),
+                std::arch::is_x86_feature_detected!("avx2"),
+            );
+            match wanted.as_deref() {
+                Some("portable") => AttentionPath::Portable,
+                Some("avx2") if avx2 => AttentionPath::Avx2,
+                _ if avx512 => AttentionPath::Avx512,
+                _ if avx2 => AttentionPath::Avx2,
+                _ => AttentionPath::Portable,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = wanted;
+            AttentionPath::Portable
+        }
+    })
+}
+
+/// Rows an AVX-512 task takes at most: four rows of a group of two heads are eight query
+/// vectors, two blocks of four, and each key and value row is read once per block instead of
+/// once per row. Past four, the triangle of keys only some of a task's rows see grows and the
+/// tasks of a short window get too few to share among the threads.
+const ROWS_PER_TASK: usize = 16;
+
+/// Tasks a call wants per thread before it puts several rows in one: rows of a causal window
+/// cost more the later they are, so the threads balance only over several tasks each.
+const TASKS_PER_THREAD: usize = 4;
+
+/// How many consecutive rows of one KV head an AVX-512 task takes in a window of `n` rows over
+/// `kv_heads` KV heads on `threads` threads: up to [`ROWS_PER_TASK`], fewer while that would leave
+/// fewer than [`TASKS_PER_THREAD`] tasks a thread. The bits never depend on it.
+fn rows_per_task(n: usize, kv_heads: usize, threads: usize) -> usize {
+    let mut rows = ROWS_PER_TASK.min(n).max(1);
+    while rows > 1 && n.div_ceil(rows) * kv_heads < TASKS_PER_THREAD * threads {
+        rows -= 1;
+    }
+    rows
 }
 
 /// `o[d] += p · v[d]`, element by element (vectorised; each element is one multiply and one add).
@@ -223,6 +304,465 @@ mod avx2 {
     }
 }
 
+/// The AVX-512 path ([`AttentionPath::Avx512`]): the bits of [`avx2`]'s (each score is a
+/// 16-lane [`avx2::dot`] with its final reduction; each output element a multiply then an add
+/// per key, in key order, from 0), with one register where AVX2 takes two.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::super::expf;
+    use std::arch::x86_64::*;
+
+    /// Bytes of key (or value) rows a chunk holds: 16 KiB, half of the smallest first-level
+    /// data cache of the CPUs with AVX-512 (32 KiB on AMD Zen 4), so a chunk's rows stay there
+    /// while every block of the task's query vectors reads them.
+    const CHUNK_BYTES: usize = 16 << 10;
+
+    /// Keys a chunk holds for heads of `hd` dimensions: [`CHUNK_BYTES`]' worth, a multiple of
+    /// four (the score blocks' keys), at least four.
+    fn keys_per_chunk(hd: usize) -> usize {
+        (CHUNK_BYTES / (hd * 4) / 4 * 4).max(4)
+    }
+
+    /// Query vectors a block scores and sums together (each key and value row read once for
+    /// them): with four keys at a time, 16 accumulators, 4 query and 4 key registers of the 32.
+    const BLOCK: usize = 4;
+
+    /// Attention of one task's query vectors over one KV head: `queries[i]` (hd floats) sees
+    /// keys `0..visible[i]`; key or value `j` is at `k` or `v` + `j · row_stride`. `out` gets
+    /// `queries.len()` outputs of hd floats. `vector_exp`: the softmax's exp through
+    /// [`expf::avx512::exp16`] ([`expf::matches_libm`] must hold), else `f32::exp`.
+    ///
+    /// # Safety
+    /// AVX-512F and AVX2 are present (FMA too with `vector_exp`); hd is a multiple of 16; every query pointer is valid for
+    /// hd floats; `k` and `v` are valid for the rows of every visible key; `visible` is as long
+    /// as `queries`, each at least 1; `out` holds `queries.len() · hd` floats.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx2")]
+    pub unsafe fn attend_task(
+        queries: &[*const f32],
+        visible: &[usize],
+        k: *const f32,
+        v: *const f32,
+        row_stride: usize,
+        hd: usize,
+        scale: f32,
+        vector_exp: bool,
+        out: &mut [f32],
+    ) {
+        let nq = queries.len();
+        let width = visible.iter().copied().max().unwrap_or(0);
+        // 1. scores [query, key], a row `width` wide (a query's keys past its own are never
+        // read), a chunk of keys at a time so that every block of query vectors finds the
+        // chunk's key rows in the nearest cache
+        let mut scores = vec![0.0f32; nq * width];
+        let sp = scores.as_mut_ptr();
+        let chunk = keys_per_chunk(hd);
+        let mut from = 0;
+        while from < width {
+            let to = (from + chunk).min(width);
+            let mut i = 0;
+            while i < nq {
+                let m = (nq - i).min(BLOCK);
+                let keys = visible[i..i + m].iter().copied().max().unwrap_or(0).min(to);
+                let s = |a: usize| sp.add((i + a) * width);
+                let q = |a: usize| queries[i + a];
+                let range = from..keys.max(from);
+                match m {
+                    4 => score_block::<4>(
+                        std::array::from_fn(q),
+                        k,
+                        row_stride,
+                        range,
+                        hd,
+                        scale,
+                        std::array::from_fn(s),
+                    ),
+                    3 => score_block::<3>(
+                        std::array::from_fn(q),
+                        k,
+                        row_stride,
+                        range,
+                        hd,
+                        scale,
+                        std::array::from_fn(s),
+                    ),
+                    2 => score_block::<2>(
+                        std::array::from_fn(q),
+                        k,
+                        row_stride,
+                        range,
+                        hd,
+                        scale,
+                        std::array::from_fn(s),
+                    ),
+                    _ => score_block::<1>([q(0)], k, row_stride, range, hd, scale, [s(0)]),
+                }
+                i += m;
+            }
+            from = to;
+        }
+        // 2. softmax weights (max-subtracted, unnormalised) and the inverse of their sums: the
+        // portable path's max (NaN skipped, so the same max), its exp (vectorised where that
+        // gives the library's bits), its sum in key order
+        let mut inv = vec![0.0f32; nq];
+        for (a, inv) in inv.iter_mut().enumerate() {
+            let row = &mut scores[a * width..a * width + visible[a]];
+            let max = row_max(row);
+            if vector_exp {
+                exp_minus_in_place(row, max);
+            } else {
+                for s in row.iter_mut() {
+                    *s = (*s - max).exp();
+                }
+            }
+            let mut sum = 0.0f32;
+            for s in row.iter() {
+                sum += *s;
+            }
+            *inv = 1.0 / sum;
+        }
+        // 3. weighted sums of the values, a chunk of keys at a time (each element's running sum
+        // kept in `out` between chunks), BLOCK query vectors and up to 64 dimensions at a time
+        let sp = scores.as_ptr();
+        let op = out.as_mut_ptr();
+        let mut from = 0;
+        while from < width {
+            let to = (from + chunk).min(width);
+            let mut i = 0;
+            while i < nq {
+                let m = (nq - i).min(BLOCK);
+                // A query's keys in this chunk: from..vis[a] (none where vis[a] <= from).
+                let vis: [usize; BLOCK] =
+                    std::array::from_fn(|a| visible[(i + a).min(i + m - 1)].clamp(from, to));
+                let mut d0 = 0;
+                while d0 < hd {
+                    let c = ((hd - d0) / 16).min(4);
+                    let p = |a: usize| sp.add((i + a) * width);
+                    let o = |a: usize| op.add((i + a) * hd + d0);
+                    let vd = v.add(d0);
+                    match (m, c) {
+                        (4, 4) => sum_block::<4, 4>(
+                            std::array::from_fn(p),
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            std::array::from_fn(o),
+                        ),
+                        (4, _) => sum_one_chunk_at_a_time::<4>(
+                            std::array::from_fn(p),
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            std::array::from_fn(o),
+                            c,
+                        ),
+                        (3, _) => sum_one_chunk_at_a_time::<3>(
+                            std::array::from_fn(p),
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            std::array::from_fn(o),
+                            c,
+                        ),
+                        (2, 4) => sum_block::<2, 4>(
+                            std::array::from_fn(p),
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            std::array::from_fn(o),
+                        ),
+                        (2, _) => sum_one_chunk_at_a_time::<2>(
+                            std::array::from_fn(p),
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            std::array::from_fn(o),
+                            c,
+                        ),
+                        (_, 4) => sum_block::<1, 4>([p(0)], vd, row_stride, from, vis, [o(0)]),
+                        _ => sum_one_chunk_at_a_time::<1>(
+                            [p(0)],
+                            vd,
+                            row_stride,
+                            from,
+                            vis,
+                            [o(0)],
+                            c,
+                        ),
+                    }
+                    d0 += c * 16;
+                }
+                i += m;
+            }
+            from = to;
+        }
+        // 4. the normalisation
+        for (a, o) in out.chunks_exact_mut(hd).enumerate() {
+            for x in o.iter_mut() {
+                *x *= inv[a];
+            }
+        }
+    }
+
+    /// The largest of `row`, NaN skipped (`fold(-∞, f32::max)`'s value; of +0 and −0 either,
+    /// which `s − max` and its exp cannot tell apart).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn row_max(row: &[f32]) -> f32 {
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        let chunks = row.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            // The second operand where either is NaN: the running max.
+            m = _mm512_max_ps(_mm512_loadu_ps(c.as_ptr()), m);
+        }
+        let max = _mm512_reduce_max_ps(m);
+        rest.iter().copied().fold(max, f32::max)
+    }
+
+    /// `row[j] = e^(row[j] − max)`, sixteen at a time.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn exp_minus_in_place(row: &mut [f32], max: f32) {
+        let m = _mm512_set1_ps(max);
+        let mut chunks = row.chunks_exact_mut(16);
+        for c in &mut chunks {
+            let x = _mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m);
+            _mm512_storeu_ps(c.as_mut_ptr(), expf::avx512::exp16(x));
+        }
+        let rest = chunks.into_remainder();
+        let lanes = (1u32 << rest.len()) - 1;
+        let x = _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes as u16, rest.as_ptr()), m);
+        _mm512_mask_storeu_ps(rest.as_mut_ptr(), lanes as u16, expf::avx512::exp16(x));
+    }
+
+    /// Scores of `M` query vectors against the keys `keys`: `s[a][j]` = `scale` × the 16-lane
+    /// dot of query `a` and key `j` ([`super::avx2::dot`]'s bits). Sixteen dots at a time
+    /// (4 queries × 4 keys, 2 × 8 or 1 × 16) share one reduction ([`reduce_sixteen`]); the rest
+    /// four or one key at a time.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn score_block<const M: usize>(
+        q: [*const f32; M],
+        k: *const f32,
+        row_stride: usize,
+        keys: std::ops::Range<usize>,
+        hd: usize,
+        scale: f32,
+        s: [*mut f32; M],
+    ) {
+        let (mut j, keys) = (keys.start, keys.end);
+        match M {
+            4 => score_sixteen::<M, 4>(q, k, row_stride, &mut j, keys, hd, scale, s),
+            2 => score_sixteen::<M, 8>(q, k, row_stride, &mut j, keys, hd, scale, s),
+            1 => score_sixteen::<M, 16>(q, k, row_stride, &mut j, keys, hd, scale, s),
+            _ => {}
+        }
+        while j + 4 <= keys {
+            let kj: [*const f32; 4] = std::array::from_fn(|c| k.add((j + c) * row_stride));
+            let acc = dot_sums::<M, 4>(q, kj, hd);
+            for a in 0..M {
+                for (c, x) in acc[a].iter().enumerate() {
+                    *s[a].add(j + c) = reduce16(*x) * scale;
+                }
+            }
+            j += 4;
+        }
+        while j < keys {
+            let acc = dot_sums::<M, 1>(q, [k.add(j * row_stride)], hd);
+            for a in 0..M {
+                *s[a].add(j) = reduce16(acc[a][0]) * scale;
+            }
+            j += 1;
+        }
+    }
+
+    /// [`score_block`]'s keys `*j..keys`, `K` at a time while they last (`M · K` = 16), `*j`
+    /// moved past them.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn score_sixteen<const M: usize, const K: usize>(
+        q: [*const f32; M],
+        k: *const f32,
+        row_stride: usize,
+        j: &mut usize,
+        keys: usize,
+        hd: usize,
+        scale: f32,
+        s: [*mut f32; M],
+    ) {
+        debug_assert_eq!(M * K, 16, "score_sixteen: {M} × {K} dots");
+        let scale = _mm512_set1_ps(scale);
+        let mut lanes = [0.0f32; 16];
+        while *j + K <= keys {
+            let kj: [*const f32; K] = std::array::from_fn(|c| k.add((*j + c) * row_stride));
+            let acc = dot_sums::<M, K>(q, kj, hd);
+            let sums = reduce_sixteen(std::array::from_fn(|r| acc[r / K][r % K]));
+            _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_mul_ps(sums, scale));
+            for (a, s) in s.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(lanes.as_ptr().add(a * K), s.add(*j), K);
+            }
+            *j += K;
+        }
+    }
+
+    /// The sums of `M` query vectors' products with `K` key rows: lane `l` of a register sums
+    /// dimensions `l, l + 16, …` (a multiply then an add each), as [`super::avx2::dots`]' two
+    /// registers do; [`reduce16`] or [`reduce_sixteen`] finishes each dot.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn dot_sums<const M: usize, const K: usize>(
+        q: [*const f32; M],
+        k: [*const f32; K],
+        hd: usize,
+    ) -> [[__m512; K]; M] {
+        let mut acc = [[_mm512_setzero_ps(); K]; M];
+        let mut t = 0;
+        while t < hd {
+            let kt: [__m512; K] = std::array::from_fn(|c| _mm512_loadu_ps(k[c].add(t)));
+            for (a, acc) in acc.iter_mut().enumerate() {
+                let qt = _mm512_loadu_ps(q[a].add(t));
+                for (x, kc) in acc.iter_mut().zip(&kt) {
+                    *x = _mm512_add_ps(*x, _mm512_mul_ps(qt, *kc));
+                }
+            }
+            t += 16;
+        }
+        acc
+    }
+
+    /// [`reduce16`] of sixteen registers at once, lane `r` of the result register `r`'s: the
+    /// same additions of the same pairs, four registers' worth in each instruction. With
+    /// `h = lo + hi` (eight lanes), `q = h[0..4] + h[4..8]`, `t = (q0 + q2, q1 + q3)`, the sum
+    /// `t0 + t1`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn reduce_sixteen(x: [__m512; 16]) -> __m512 {
+        // h of registers 2p and 2p + 1 side by side (128-bit blocks: h.lo, h.hi of each).
+        let h: [__m512; 8] = std::array::from_fn(|p| {
+            let (a, b) = (x[2 * p], x[2 * p + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            )
+        });
+        // q of registers 4u..4u + 4, a 128-bit block each.
+        let q: [__m512; 4] = std::array::from_fn(|u| {
+            let (a, b) = (h[2 * u], h[2 * u + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            )
+        });
+        // Block b of t: (t0, t1) of registers b and 4 + b (or 8 + b and 12 + b).
+        let t: [__m512; 2] = std::array::from_fn(|w| {
+            let (a, b) = (q[2 * w], q[2 * w + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xEE>(a, b),
+            )
+        });
+        // Block b: the sums of registers b, 4 + b, 8 + b, 12 + b; lane 4b + i holds register
+        // 4i + b's, put back in register order.
+        let sums = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x88>(t[0], t[1]),
+            _mm512_shuffle_ps::<0xDD>(t[0], t[1]),
+        );
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_ps(order, sums)
+    }
+
+    /// [`super::avx2::reduce16`] of a register's low and high eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn reduce16(x: __m512) -> f32 {
+        let lo = _mm512_castps512_ps256(x);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)));
+        let h = _mm256_add_ps(lo, hi);
+        let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let t = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)))
+    }
+
+    /// `o[a][d] += Σ_j p[a][j] · v[j][d]` for `C` registers of dimensions (16 each) of `M`
+    /// query vectors, query `a` over keys `from..vis[a]` (`vis[a] >= from`): a multiply then an
+    /// add per key in key order onto the running sums in `o` (zero before the first key), so
+    /// chunk after chunk gives [`super::avx2::weighted_sums`]' bits. The keys every query sees
+    /// are read once for all; the rest, query by query.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn sum_block<const M: usize, const C: usize>(
+        p: [*const f32; M],
+        v: *const f32,
+        row_stride: usize,
+        from: usize,
+        vis: [usize; BLOCK],
+        o: [*mut f32; M],
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); C]; M];
+        for (a, acc) in acc.iter_mut().enumerate() {
+            for (c, x) in acc.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(o[a].add(c * 16));
+            }
+        }
+        let common = vis[..M].iter().copied().min().unwrap_or(from);
+        for j in from..common {
+            let vj: [__m512; C] =
+                std::array::from_fn(|c| _mm512_loadu_ps(v.add(j * row_stride + c * 16)));
+            for (a, acc) in acc.iter_mut().enumerate() {
+                let pa = _mm512_set1_ps(*p[a].add(j));
+                for (x, vc) in acc.iter_mut().zip(&vj) {
+                    *x = _mm512_add_ps(*x, _mm512_mul_ps(pa, *vc));
+                }
+            }
+        }
+        for (a, acc) in acc.iter_mut().enumerate() {
+            for j in common..vis[a] {
+                let pa = _mm512_set1_ps(*p[a].add(j));
+                for (c, x) in acc.iter_mut().enumerate() {
+                    let vc = _mm512_loadu_ps(v.add(j * row_stride + c * 16));
+                    *x = _mm512_add_ps(*x, _mm512_mul_ps(pa, vc));
+                }
+            }
+            for (c, x) in acc.iter().enumerate() {
+                _mm512_storeu_ps(o[a].add(c * 16), *x);
+            }
+        }
+    }
+
+    /// [`sum_block`] of `chunks` (< 4) registers of dimensions, or of `M` < 4 query vectors,
+    /// one register at a time.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn sum_one_chunk_at_a_time<const M: usize>(
+        p: [*const f32; M],
+        v: *const f32,
+        row_stride: usize,
+        from: usize,
+        vis: [usize; BLOCK],
+        o: [*mut f32; M],
+        chunks: usize,
+    ) {
+        for c in 0..chunks {
+            sum_block::<M, 1>(
+                p,
+                v.add(c * 16),
+                row_stride,
+                from,
+                vis,
+                std::array::from_fn(|a| o[a].add(c * 16)),
+            );
+        }
+    }
+}
+
 /// Shapes of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionShape {
@@ -245,16 +785,7 @@ pub fn causal_attention(
     out: &mut [f32],
 ) {
     let layout = KvLayout::token_major(shape);
-    attend(
-        q,
-        k,
-        v,
-        layout,
-        start,
-        shape,
-        out,
-        simd_heads(shape.head_dim),
-    )
+    attend(q, k, v, layout, start, shape, out, path_for(shape.head_dim))
 }
 
 /// Where the K or V floats of position `j`, KV head `h` start: `j · row_stride + h · head_stride`.
@@ -301,19 +832,11 @@ pub fn causal_attention_in(
     shape: AttentionShape,
     out: &mut [f32],
 ) {
-    attend(
-        q,
-        k,
-        v,
-        layout,
-        start,
-        shape,
-        out,
-        simd_heads(shape.head_dim),
-    )
+    attend(q, k, v, layout, start, shape, out, path_for(shape.head_dim))
 }
 
-/// [`causal_attention_in`], on the AVX2 path when `simd` ([`simd_heads`] must hold then).
+/// [`causal_attention_in`] on `path` (an AVX2 or AVX-512 path only where [`path_for`] would
+/// allow it: the CPU has it and the head dimensions are whole 16-float chunks).
 #[allow(clippy::too_many_arguments)]
 fn attend(
     q: &[f32],
@@ -323,7 +846,7 @@ fn attend(
     start: usize,
     shape: AttentionShape,
     out: &mut [f32],
-    simd: bool,
+    path: AttentionPath,
 ) {
     let AttentionShape {
         heads,
@@ -349,9 +872,18 @@ fn attend(
     );
     let group = heads / kv_heads;
     assert!(
-        !simd || simd_heads(hd),
-        "attention: no AVX2 path for head_dim {hd} here"
+        path.runs(hd),
+        "attention: no {path:?} path for head_dim {hd} on this CPU"
     );
+    if n == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path == AttentionPath::Avx512 {
+        let rows = rows_per_task(n, kv_heads, rayon::current_num_threads());
+        return attend_rows(q, k, v, layout, start, shape, out, rows);
+    }
+    let simd = path != AttentionPath::Portable;
     // One task per (row, KV head): the query heads sharing that KV head read each K and V row
     // once. Each head's arithmetic is unchanged by the grouping (its own scores in key order, its
     // own sum, its own output accumulated in key order).
@@ -451,6 +983,74 @@ fn attend(
                 }
             }
         });
+}
+
+/// [`attend`]'s AVX-512 path: a task is `rows` consecutive rows of one KV head (the last task of
+/// a KV head may have fewer), computed into its own buffer and copied into `out` after.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn attend_rows(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    layout: KvLayout,
+    start: usize,
+    shape: AttentionShape,
+    out: &mut [f32],
+    rows: usize,
+) {
+    let AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        scale,
+    } = shape;
+    let (n, group) = (q.len() / (heads * hd), heads / kv_heads);
+    let blocks = n.div_ceil(rows);
+    let vector_exp = super::expf::matches_libm();
+    let pieces: Vec<Vec<f32>> = (0..blocks * kv_heads)
+        .into_par_iter()
+        .map(|task| {
+            let (block, kvh) = (task / kv_heads, task % kv_heads);
+            let window = block * rows..(block * rows + rows).min(n);
+            // The task's query vectors, row by row and head by head within a row.
+            let mut queries = Vec::with_capacity(window.len() * group);
+            let mut visible = Vec::with_capacity(window.len() * group);
+            for i in window {
+                for g in 0..group {
+                    let at = (i * heads + kvh * group + g) * hd;
+                    queries.push(q[at..at + hd].as_ptr());
+                    visible.push(start + i + 1);
+                }
+            }
+            let mut o = vec![0.0f32; queries.len() * hd];
+            // SAFETY: AVX-512F and AVX2 are present and hd a multiple of 16 (`path.runs`,
+            // asserted by `attend`); every query vector holds hd floats (sliced above); K and V
+            // hold positions 0..start + n of this KV head at row_stride apart from its first
+            // (asserted by `attend`), and no query sees past start + n.
+            unsafe {
+                avx512::attend_task(
+                    &queries,
+                    &visible,
+                    k[layout.at(0, kvh)..].as_ptr(),
+                    v[layout.at(0, kvh)..].as_ptr(),
+                    layout.row_stride,
+                    hd,
+                    scale,
+                    vector_exp,
+                    &mut o,
+                )
+            };
+            o
+        })
+        .collect();
+    for (task, o) in pieces.iter().enumerate() {
+        let (block, kvh) = (task / kv_heads, task % kv_heads);
+        for (r, rows_o) in o.chunks_exact(group * hd).enumerate() {
+            let at = ((block * rows + r) * heads + kvh * group) * hd;
+            out[at..at + group * hd].copy_from_slice(rows_o);
+        }
+    }
 }
 
 /// The plain definition in f64, for tests.
@@ -625,43 +1225,117 @@ mod tests {
         assert_eq!(one, all[row * 64..(row + 1) * 64]);
     }
 
+    /// The shapes the path tests run: groups of 1 to 8 heads (pairs, singles, blocks of four
+    /// query vectors and their rests), head dims of 64-dimension chunks and 16-48-dimension
+    /// rests, windows of 1 and several rows, past the prefetch distance and over several of the
+    /// AVX-512 path's key chunks.
+    const PATH_SHAPES: [(usize, usize, usize, usize, usize); 9] = [
+        (8, 2, 128, 70, 17),
+        (4, 2, 64, 150, 9),
+        (16, 8, 128, 40, 1),
+        (2, 2, 16, 0, 3),
+        (6, 2, 48, 13, 2),
+        (4, 1, 64, 5, 4),
+        (3, 1, 80, 20, 1),
+        (16, 2, 256, 9, 7),
+        (12, 4, 112, 3, 9),
+    ];
+
+    /// The bits of `out` and `want` are the same (`what` names the case).
+    fn assert_same_bits(out: &[f32], want: &[f32], what: &str) {
+        assert!(
+            out.iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{what}"
+        );
+    }
+
     #[test]
-    fn avx2_path_gives_the_bits_of_the_portable_path() {
-        if !simd_heads(16) {
-            eprintln!("skipped: this CPU lacks AVX2");
+    fn every_simd_path_gives_the_bits_of_the_portable_path() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for path in [AttentionPath::Avx2, AttentionPath::Avx512] {
+            if !path.runs(16) {
+                eprintln!("skipped {path:?}: this CPU lacks it");
+                continue;
+            }
+            for (heads, kv_heads, hd, start, n) in PATH_SHAPES {
+                let shape = AttentionShape {
+                    heads,
+                    kv_heads,
+                    head_dim: hd,
+                    scale: (hd as f32).powf(-0.5),
+                };
+                let q = rng.vec(n * heads * hd);
+                let k = rng.vec((start + n) * kv_heads * hd);
+                let v = rng.vec((start + n) * kv_heads * hd);
+                let (mut fast, mut plain) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+                let layout = KvLayout::token_major(shape);
+                attend(&q, &k, &v, layout, start, shape, &mut fast, path);
+                let portable = AttentionPath::Portable;
+                attend(&q, &k, &v, layout, start, shape, &mut plain, portable);
+                let what = format!("seed {seed} {path:?} {heads}/{kv_heads} hd {hd} {start}+{n}");
+                assert_same_bits(&fast, &plain, &what);
+            }
+        }
+    }
+
+    #[test]
+    fn avx512_tasks_of_any_rows_give_the_bits_of_the_portable_path() {
+        if !AttentionPath::Avx512.runs(16) {
+            eprintln!("skipped: this CPU lacks AVX-512F");
             return;
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        // Groups of 1 to 3 heads (pairs and a single), head dims of 32-dimension chunks and a
-        // 16-dimension rest, windows of 1 and several rows, past the prefetch distance.
-        for (heads, kv_heads, hd, start, n) in [
-            (16, 8, 128, 40, 1),
-            (2, 2, 16, 0, 3),
-            (6, 2, 48, 13, 2),
-            (4, 1, 64, 5, 4),
-            (3, 1, 80, 20, 1),
-        ] {
+        for (heads, kv_heads, hd, start, n) in PATH_SHAPES {
             let shape = AttentionShape {
                 heads,
                 kv_heads,
                 head_dim: hd,
-                scale: (hd as f32).powf(-0.5),
+                scale: 0.3,
             };
             let q = rng.vec(n * heads * hd);
-            let k = rng.vec((start + n) * kv_heads * hd);
-            let v = rng.vec((start + n) * kv_heads * hd);
-            let (mut fast, mut plain) = (vec![0.0; q.len()], vec![0.0; q.len()]);
-            let layout = KvLayout::token_major(shape);
-            attend(&q, &k, &v, layout, start, shape, &mut fast, true);
-            attend(&q, &k, &v, layout, start, shape, &mut plain, false);
-            assert!(
-                fast.iter()
-                    .zip(&plain)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "seed {seed} heads {heads}/{kv_heads} hd {hd} start {start} n {n}"
+            let capacity = start + n + 3;
+            let layout = KvLayout::head_major(shape, capacity);
+            let k = rng.vec(capacity * kv_heads * hd);
+            let v = rng.vec(capacity * kv_heads * hd);
+            let mut want = vec![0.0; q.len()];
+            attend(
+                &q,
+                &k,
+                &v,
+                layout,
+                start,
+                shape,
+                &mut want,
+                AttentionPath::Portable,
             );
+            for rows in 1..=n + 1 {
+                let mut got = vec![0.0; q.len()];
+                attend_rows(&q, &k, &v, layout, start, shape, &mut got, rows);
+                let what =
+                    format!("seed {seed} {heads}/{kv_heads} hd {hd} {start}+{n} rows {rows}");
+                assert_same_bits(&got, &want, &what);
+            }
         }
+    }
+
+    #[test]
+    fn tasks_take_several_rows_only_where_the_threads_keep_enough_tasks() {
+        // A prompt of 1024 rows over 8 KV heads on 2 threads: four rows a task.
+        assert_eq!(rows_per_task(1024, 8, 2), ROWS_PER_TASK);
+        // One decode row: a task per KV head, as on the other paths.
+        assert_eq!(rows_per_task(1, 8, 2), 1);
+        // Four draft rows over 8 KV heads on 2 threads: 8 tasks of four rows are enough.
+        assert_eq!(rows_per_task(4, 8, 2), 4);
+        // The same on 64 threads, or over 2 KV heads: a row a task keeps the threads busy.
+        assert_eq!(rows_per_task(4, 8, 64), 1);
+        assert_eq!(rows_per_task(4, 2, 2), 1);
+        // Never more rows than the window has, never fewer than one.
+        assert_eq!(rows_per_task(3, 64, 1), 3);
+        assert_eq!(rows_per_task(0, 8, 2), 1);
     }
 
     #[test]

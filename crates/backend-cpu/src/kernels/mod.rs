@@ -9,6 +9,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod expf;
 pub mod matmul;
 #[cfg(target_arch = "x86_64")]
 pub mod matmul_bf16_input;
