@@ -13,9 +13,12 @@
 #                          vs flashlane bench --streams 1 --prompt-tokens 128 --new-tokens 64
 #   N streams:             llama-batched-bench -t 2 -npp 32 -ntg 64 -npl 1,4,8
 #                          vs flashlane bench --streams 1,4,8 --prompt-tokens 32 --new-tokens 64
-# Prefill is compared on 128-token prompts (pp128 vs flashlane's 128-token prompt) and on the
-# N-stream rows.
-# Environment: THREADS (2), ROUNDS (3), REPS (llama-bench repetitions per round, 2), LLAMA_ARGS
+# Prefill is compared on 128-token prompts (pp128 vs flashlane's 128-token prompt), on the
+# N-stream rows, and on one long prompt of each LONG_PROMPTS length:
+#   llama-bench -t 2 -p 512,2048 -n 0 vs flashlane bench --streams 1 --prompt-tokens 512 (2048)
+# (where attention over the prompt weighs as much as the matmuls).
+# Environment: THREADS (2), ROUNDS (3), REPS (llama-bench repetitions per round, 2),
+# LONG_PROMPTS ("512 2048"; empty skips those rows), LLAMA_ARGS
 # (extra llama.cpp arguments, e.g. "--poll 0"), FLASHLANE_ARGS (extra flashlane bench
 # arguments, e.g. "--mmap", or "--matmul-input bf16" for llama.cpp's own arithmetic: its bf16
 # matmuls round the activations to bf16 too), FLASHLANE (the binary). Run it on an otherwise
@@ -28,6 +31,7 @@ OUT=${3:-/tmp/flashlane-bench-$(date -u +%Y%m%dT%H%M%SZ)}
 GGUF=$MODEL/model-bf16.gguf
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
+LONG_PROMPTS=${LONG_PROMPTS-512 2048}
 REPS=${REPS:-2}
 LLAMA_ARGS=${LLAMA_ARGS:-}
 FLASHLANE_ARGS=${FLASHLANE_ARGS:-}
@@ -68,19 +72,28 @@ for round in $(seq 1 "$ROUNDS"); do
   # shellcheck disable=SC2086
   "$LLAMA/llama-batched-bench" -m "$GGUF" -t "$THREADS" -c 2048 -npp 32 -ntg 64 -npl 1,4,8 $LLAMA_ARGS 2>&1 \
     | grep -E '^\|' | tee "$OUT/r${round}_llama_batched.txt"
+  if [ -n "$LONG_PROMPTS" ]; then
+    for p in $LONG_PROMPTS; do
+      flashlane "r${round}_flashlane_p$p" --streams 1 --prompt-tokens "$p" --new-tokens 1
+    done
+    echo "== llama-bench -t $THREADS -p ${LONG_PROMPTS// /,} -n 0 -r $REPS $LLAMA_ARGS"
+    # shellcheck disable=SC2086
+    "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p "${LONG_PROMPTS// /,}" -n 0 -r "$REPS" $LLAMA_ARGS \
+      2>/dev/null | tee "$OUT/r${round}_llama_prompts.txt"
+  fi
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)  cpu pressure after: $(pressure)" | tee -a "$OUT/machine.txt"
 
 # Side by side: medians over the rounds of decode tokens/s (aggregate over the streams), of
 # prefill tokens/s, and of the per-round decode ratios.
-python3 - "$OUT" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$LONG_PROMPTS" <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, long_prompts = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[3].split()]
 
-def llama_bench(r):
+def llama_bench(r, name="bench"):
     """{(test, depth): tokens/s} from a llama-bench table: 'tg64', 'tg64 @ d128', 'pp128', ..."""
     rows = {}
-    for line in open(f"{out}/r{r}_llama_bench.txt"):
+    for line in open(f"{out}/r{r}_llama_{name}.txt"):
         cells = [c.strip() for c in line.split("|")]
         if len(cells) > 3 and cells[-3][:2] in ("pp", "tg"):
             test, _, depth = cells[-3].partition(" @ d")
@@ -128,6 +141,16 @@ for label, rows in shapes:
     each = ", ".join(f"{x:.2f}" for x in ratios)
     ratio = "–" if not ratios else f"**{med(ratios):.2f}×** ({each})"
     lines.append(f"| {label} | {fmt(col(0))} | {fmt(col(1))} | {ratio} | {fmt(col(2))} | {fmt(col(3))} |")
+if long_prompts:
+    lines += ["", "| one prompt of | flashlane prefill tok/s | llama.cpp prefill tok/s (llama-bench) | ratio (median; per round) |",
+              "|---|---|---|---|"]
+    for p in long_prompts:
+        pairs = [(flashlane(r, f"p{p}")[1]["prefill_tokens_per_s"], llama_bench(r, "prompts").get((f"pp{p}", 0)))
+                 for r in range(1, rounds + 1)]
+        ratios = [f / l for f, l in pairs if l]
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        ratio = "–" if not ratios else f"**{med(ratios):.2f}×** ({each})"
+        lines.append(f"| {p} tokens | {fmt(med([f for f, _ in pairs]))} | {fmt(med([l for _, l in pairs if l]))} | {ratio} |")
 open(f"{out}/table.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

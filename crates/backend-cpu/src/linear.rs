@@ -1,7 +1,7 @@
 //! The building blocks both model families share: linear projections (alone, or several reading
 //! the same input fused into one matmul) and the SwiGLU MLP.
 
-use crate::kernels::activation::swiglu;
+use crate::kernels::activation::{swiglu, swiglu_fused};
 use crate::kernels::matmul::{interleave_wanted, matmul, matmul_interleaved, matmul_rows};
 use crate::kernels::matmul_fast::interleave_rows;
 use crate::layers::Mlp;
@@ -245,6 +245,12 @@ impl FusedLinear {
         Ok(FusedLinear { parts, outs })
     }
 
+    /// The one matmul's `[rows, Σ out_i]` output (each row the projections' outputs side by
+    /// side), for `x[rows, in]`; `None` where the projections could not be fused.
+    pub fn forward_joined(&self, x: &[f32]) -> Option<Vec<f32>> {
+        (self.parts.len() < self.outs.len()).then(|| self.parts[0].forward(x))
+    }
+
     /// One `[rows, out_i]` output per projection, for `x[rows, in]`.
     pub fn forward(&self, x: &[f32]) -> Vec<Vec<f32>> {
         if self.parts.len() == self.outs.len() {
@@ -377,6 +383,14 @@ impl FusedDenseMlp {
 
 impl Mlp for FusedDenseMlp {
     fn forward(&self, xn: &[f32], out: &mut [f32]) {
+        if let Some(gate_up) = self.gate_up_proj.forward_joined(xn) {
+            // SwiGLU straight from the joined rows: no split into two more buffers.
+            let width = self.down_proj.in_features;
+            let mut act = vec![0.0f32; gate_up.len() / 2];
+            swiglu_fused(&gate_up, width, &mut act);
+            self.down_proj.forward_into(&act, out);
+            return;
+        }
         let [gate, up]: [Vec<f32>; 2] = self
             .gate_up_proj
             .forward(xn)
@@ -389,7 +403,7 @@ impl Mlp for FusedDenseMlp {
 /// `out = down(silu(gate) ⊙ up)`.
 fn swiglu_down(mut gate: Vec<f32>, up: &[f32], down: &Linear, out: &mut [f32]) {
     swiglu(&mut gate, up);
-    out.copy_from_slice(&down.forward(&gate));
+    down.forward_into(&gate, out);
 }
 
 #[cfg(test)]
