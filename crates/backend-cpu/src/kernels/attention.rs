@@ -404,8 +404,7 @@ mod avx512 {
         // 2. softmax weights (max-subtracted, unnormalised) and the inverse of their sums: the
         // portable path's max (NaN skipped, so the same max), its exp (vectorised where that
         // gives the library's bits), its sum in key order
-        let mut inv = vec![0.0f32; nq];
-        for (a, inv) in inv.iter_mut().enumerate() {
+        for a in 0..nq {
             let row = &mut scores[a * width..a * width + visible[a]];
             let max = row_max(row);
             if vector_exp {
@@ -415,12 +414,40 @@ mod avx512 {
                     *s = (*s - max).exp();
                 }
             }
-            let mut sum = 0.0f32;
-            for s in row.iter() {
-                sum += *s;
-            }
-            *inv = 1.0 / sum;
         }
+        // Each query's sum in key order, four queries' chains side by side (one add waits for
+        // the one before it in its own chain only).
+        let mut sums = vec![0.0f32; nq];
+        for (block, sums) in sums.chunks_mut(4).enumerate() {
+            let first = block * 4;
+            let common = visible[first..first + sums.len()]
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(0);
+            let rows: [usize; 4] = std::array::from_fn(|a| (first + a.min(sums.len() - 1)) * width);
+            if sums.len() == 4 {
+                let mut acc = [0.0f32; 4];
+                for j in 0..common {
+                    for (a, acc) in acc.iter_mut().enumerate() {
+                        *acc += scores[rows[a] + j];
+                    }
+                }
+                sums.copy_from_slice(&acc);
+            } else {
+                for (a, sum) in sums.iter_mut().enumerate() {
+                    for j in 0..common {
+                        *sum += scores[rows[a] + j];
+                    }
+                }
+            }
+            for (a, sum) in sums.iter_mut().enumerate() {
+                for j in common..visible[first + a] {
+                    *sum += scores[rows[a] + j];
+                }
+            }
+        }
+        let inv: Vec<f32> = sums.iter().map(|sum| 1.0 / sum).collect();
         // 3. weighted sums of the values, a chunk of keys at a time (each element's running sum
         // kept in `out` between chunks), BLOCK query vectors and up to 64 dimensions at a time
         let sp = scores.as_ptr();
