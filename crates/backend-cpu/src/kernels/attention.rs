@@ -312,6 +312,31 @@ mod avx512 {
     use super::super::expf;
     use std::arch::x86_64::*;
 
+    /// `$body` with `$M` a constant of the block's query vectors, `$m` (4, 3, 2 or 1): one
+    /// monomorphised kernel a block size.
+    macro_rules! with_block {
+        ($m:expr, $M:ident => $body:expr) => {
+            match $m {
+                4 => {
+                    const $M: usize = 4;
+                    $body
+                }
+                3 => {
+                    const $M: usize = 3;
+                    $body
+                }
+                2 => {
+                    const $M: usize = 2;
+                    $body
+                }
+                _ => {
+                    const $M: usize = 1;
+                    $body
+                }
+            }
+        };
+    }
+
     /// Bytes of key (or value) rows a chunk holds: 16 KiB, half of the smallest first-level
     /// data cache of the CPUs with AVX-512 (32 KiB on AMD Zen 4), so a chunk's rows stay there
     /// while every block of the task's query vectors reads them.
@@ -367,36 +392,15 @@ mod avx512 {
                 let s = |a: usize| sp.add((i + a) * width);
                 let q = |a: usize| queries[i + a];
                 let range = from..keys.max(from);
-                match m {
-                    4 => score_block::<4>(
-                        std::array::from_fn(q),
-                        k,
-                        row_stride,
-                        range,
-                        hd,
-                        scale,
-                        std::array::from_fn(s),
-                    ),
-                    3 => score_block::<3>(
-                        std::array::from_fn(q),
-                        k,
-                        row_stride,
-                        range,
-                        hd,
-                        scale,
-                        std::array::from_fn(s),
-                    ),
-                    2 => score_block::<2>(
-                        std::array::from_fn(q),
-                        k,
-                        row_stride,
-                        range,
-                        hd,
-                        scale,
-                        std::array::from_fn(s),
-                    ),
-                    _ => score_block::<1>([q(0)], k, row_stride, range, hd, scale, [s(0)]),
-                }
+                with_block!(m, M => score_block::<M>(
+                    std::array::from_fn(q),
+                    k,
+                    row_stride,
+                    range,
+                    hd,
+                    scale,
+                    std::array::from_fn(s),
+                ));
                 i += m;
             }
             from = to;
@@ -467,61 +471,15 @@ mod avx512 {
                     let p = |a: usize| sp.add((i + a) * width);
                     let o = |a: usize| op.add((i + a) * hd + d0);
                     let vd = v.add(d0);
-                    match (m, c) {
-                        (4, 4) => sum_block::<4, 4>(
-                            std::array::from_fn(p),
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            std::array::from_fn(o),
-                        ),
-                        (4, _) => sum_one_chunk_at_a_time::<4>(
-                            std::array::from_fn(p),
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            std::array::from_fn(o),
-                            c,
-                        ),
-                        (3, _) => sum_one_chunk_at_a_time::<3>(
-                            std::array::from_fn(p),
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            std::array::from_fn(o),
-                            c,
-                        ),
-                        (2, 4) => sum_block::<2, 4>(
-                            std::array::from_fn(p),
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            std::array::from_fn(o),
-                        ),
-                        (2, _) => sum_one_chunk_at_a_time::<2>(
-                            std::array::from_fn(p),
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            std::array::from_fn(o),
-                            c,
-                        ),
-                        (_, 4) => sum_block::<1, 4>([p(0)], vd, row_stride, from, vis, [o(0)]),
-                        _ => sum_one_chunk_at_a_time::<1>(
-                            [p(0)],
-                            vd,
-                            row_stride,
-                            from,
-                            vis,
-                            [o(0)],
-                            c,
-                        ),
-                    }
+                    with_block!(m, M => sum_quad::<M>(
+                        std::array::from_fn(p),
+                        vd,
+                        row_stride,
+                        from,
+                        vis,
+                        std::array::from_fn(o),
+                        c,
+                    ));
                     d0 += c * 16;
                 }
                 i += m;
@@ -764,11 +722,11 @@ mod avx512 {
         }
     }
 
-    /// [`sum_block`] of `chunks` (< 4) registers of dimensions, or of `M` < 4 query vectors,
-    /// one register at a time.
+    /// [`sum_block`] of `chunks` (1 to 4) registers of dimensions: four at once, fewer one at a
+    /// time.
     #[inline]
     #[target_feature(enable = "avx512f,avx2")]
-    unsafe fn sum_one_chunk_at_a_time<const M: usize>(
+    unsafe fn sum_quad<const M: usize>(
         p: [*const f32; M],
         v: *const f32,
         row_stride: usize,
@@ -777,6 +735,9 @@ mod avx512 {
         o: [*mut f32; M],
         chunks: usize,
     ) {
+        if chunks == 4 {
+            return sum_block::<M, 4>(p, v, row_stride, from, vis, o);
+        }
         for c in 0..chunks {
             sum_block::<M, 1>(
                 p,
