@@ -39,7 +39,8 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 
 /// [`swiglu`] sixteen lanes at a time: `silu`'s exp through [`super::expf::avx512::exp16`]
 /// (the library's bits where [`super::expf::matches_libm`] holds), its sum, division and
-/// product as the scalar code rounds them, so the same bits.
+/// product as the scalar code rounds them, so the same bits (of two NaN inputs, the vector
+/// product may keep the other NaN: NaN's bits are not defined).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;

@@ -83,10 +83,15 @@ fn probe_inputs() -> Vec<f32> {
 }
 
 /// Whether [`avx512::exp16`] gives `f32::exp`'s bits here (decided once a process): the CPU
-/// has AVX-512F and FMA, and every [`probe_inputs`] value agrees (NaN agrees with NaN).
+/// has AVX-512F and FMA, every [`probe_inputs`] value agrees (NaN agrees with NaN: which NaN
+/// is not defined), and `FLASHLANE_CPU_KERNELS` is not `portable`.
 pub fn matches_libm() -> bool {
     static MATCHES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *MATCHES.get_or_init(|| {
+        // `FLASHLANE_CPU_KERNELS=portable` asks for scalar code everywhere.
+        if std::env::var(super::matmul_fast::KERNELS_ENV).is_ok_and(|v| v == "portable") {
+            return false;
+        }
         #[cfg(target_arch = "x86_64")]
         if avx512::supported() {
             let xs = probe_inputs();
