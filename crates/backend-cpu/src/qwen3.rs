@@ -1,10 +1,10 @@
 //! Dense Qwen3 blocks, read in checkpoint order: GQA attention with QK-norm and RoPE
 //! (`self_attn.*`), and the SwiGLU MLP (`mlp.*`).
 
-use crate::kernels::attention::{causal_attention_in, AttentionShape};
+use crate::kernels::attention::AttentionShape;
 use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
-use crate::layers::{Mixer, Segment};
+use crate::layers::{attend_spans, KvSpan, Mixer, Segment};
 use crate::linear::{load_norm, FusedLinear, Linear};
 use crate::state::LayerState;
 use model::schema::names;
@@ -55,12 +55,6 @@ impl Attention {
 
 impl Mixer for Attention {
     fn forward(&self, layer: usize, xn: &[f32], segments: &mut [Segment<'_>], out: &mut [f32]) {
-        let AttentionShape {
-            heads,
-            kv_heads,
-            head_dim: hd,
-            ..
-        } = self.shape;
         // 1. projections for every row of the batch: q [T, heads·hd], k and v [T, kv_heads·hd]
         let [mut q, mut k, v]: [Vec<f32>; 3] = self
             .qkv_proj
@@ -70,29 +64,30 @@ impl Mixer for Attention {
         // 2. QK-norm per head, then RoPE at each row's own position
         rmsnorm_in_place(&mut q, &self.q_norm, self.eps, NormKind::Plain);
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::Plain);
+        // 3. RoPE at each row's own position, this window's k, v appended to its session,
+        // attention over all its rows
+        let mut spans: Vec<KvSpan<'_>> = segments
+            .iter_mut()
+            .map(|seg| {
+                let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
+                    panic!("layer {layer} is attention but its session state is not KV rows");
+                };
+                KvSpan {
+                    rows: seg.rows.clone(),
+                    start: seg.start,
+                    kv,
+                }
+            })
+            .collect();
         let mut attn = vec![0.0f32; q.len()];
-        for seg in segments.iter_mut() {
-            let shape = (heads, kv_heads, hd);
-            self.rope
-                .apply_rows(&mut q, &mut k, shape, seg.rows.clone(), seg.start);
-            // 3. append this window's k, v to the session, then attend over all its rows
-            let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
-                panic!("layer {layer} is attention but its session state is not KV rows");
-            };
-            let kv_span = seg.rows.start * kv_heads * hd..seg.rows.end * kv_heads * hd;
-            kv.write(seg.start, &k[kv_span.clone()], &v[kv_span]);
-            let q_span = seg.rows.start * heads * hd..seg.rows.end * heads * hd;
-            causal_attention_in(
-                &q[q_span.clone()],
-                &kv.k,
-                &kv.v,
-                kv.layout(),
-                seg.start,
-                self.shape,
-                &mut attn[q_span],
-            );
-        }
+        attend_spans(
+            &self.rope,
+            self.shape,
+            (&mut q, &mut k, &v),
+            &mut spans,
+            &mut attn,
+        );
         // 4. output projection
-        out.copy_from_slice(&self.o_proj.forward(&attn));
+        self.o_proj.forward_into(&attn, out);
     }
 }

@@ -9,15 +9,15 @@
 //! 5. output × sigmoid(gate), then `o_proj`.
 
 use crate::kernels::activation::sigmoid;
-use crate::kernels::attention::{causal_attention_in, AttentionShape};
+use crate::kernels::attention::AttentionShape;
 use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
-use crate::layers::{Mixer, Segment};
+pub(crate) use crate::layers::KvSpan;
+use crate::layers::{attend_spans, Mixer, Segment};
 use crate::linear::{load_norm, Linear};
-use crate::state::{KvRows, LayerState};
+use crate::state::LayerState;
 use model::schema::names;
 use model::{Config, LoadError, Weights};
-use std::ops::Range;
 
 pub struct GatedAttention {
     q_proj: Linear,
@@ -29,14 +29,6 @@ pub struct GatedAttention {
     rope: Rope,
     shape: AttentionShape,
     eps: f32,
-}
-
-/// One stream's rows in an attention call: its rows in the batch, the position of the first,
-/// and the K/V rows it reads and appends to.
-pub(crate) struct KvSpan<'a> {
-    pub rows: Range<usize>,
-    pub start: usize,
-    pub kv: &'a mut KvRows,
 }
 
 impl GatedAttention {
@@ -70,7 +62,6 @@ impl GatedAttention {
     pub(crate) fn attend(&self, xn: &[f32], spans: &mut [KvSpan<'_>]) -> Vec<f32> {
         let AttentionShape {
             heads,
-            kv_heads,
             head_dim: hd,
             ..
         } = self.shape;
@@ -88,26 +79,16 @@ impl GatedAttention {
         // 2. Zero-centred norms per head.
         rmsnorm_in_place(&mut q, &self.q_norm, self.eps, NormKind::ZeroCentred);
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::ZeroCentred);
+        // 3.-4. Partial RoPE at each row's own position, this window's K, V appended, attention
+        // over the session's rows.
         let mut attn = vec![0f32; q.len()];
-        for span in spans.iter_mut() {
-            // 3. Partial RoPE at each row's own position.
-            let shape = (heads, kv_heads, hd);
-            self.rope
-                .apply_rows(&mut q, &mut k, shape, span.rows.clone(), span.start);
-            // 4. Append this window's K, V; attend over the session's rows.
-            let kv_span = span.rows.start * kv_heads * hd..span.rows.end * kv_heads * hd;
-            span.kv.write(span.start, &k[kv_span.clone()], &v[kv_span]);
-            let q_span = span.rows.start * heads * hd..span.rows.end * heads * hd;
-            causal_attention_in(
-                &q[q_span.clone()],
-                &span.kv.k,
-                &span.kv.v,
-                span.kv.layout(),
-                span.start,
-                self.shape,
-                &mut attn[q_span],
-            );
-        }
+        attend_spans(
+            &self.rope,
+            self.shape,
+            (&mut q, &mut k, &v),
+            spans,
+            &mut attn,
+        );
         // 5. Output gate, then o_proj.
         for (o, g) in attn.iter_mut().zip(&gate) {
             *o *= sigmoid(*g);
@@ -141,6 +122,7 @@ mod tests {
     use crate::kernels::matmul::matmul_reference;
     use crate::kernels::norm::rmsnorm_reference;
     use crate::kernels::testutil::{max_abs_diff, Rng};
+    use crate::state::KvRows;
     use model::Tensor;
 
     fn linear(rng: &mut Rng, out: usize, inp: usize) -> Linear {
