@@ -224,31 +224,61 @@ mod tests {
     fn the_vector_exp_gives_the_library_bits_on_this_machine() {
         #[cfg(target_arch = "x86_64")]
         if avx512::supported() {
-            assert!(
-                matches_libm(),
-                "the vectorised exp differs from f32::exp on this CPU and C library"
-            );
+            if !matches_libm() {
+                // Another C library (or a newer glibc with another expf): attention and SwiGLU
+                // call the library then, so its bits hold by construction.
+                eprintln!("skipped: this C library's expf computes other bits; it is called");
+                return;
+            }
             // Every 4099th bit pattern of the floats softmax asks (x ≤ 0, -0 to -∞ and NaN),
             // half a million of them, in sixteens.
-            let mut bits = 0x8000_0000u32;
-            let mut lanes = [0.0f32; 16];
-            let mut filled = 0;
-            while let Some(next) = bits.checked_add(4099) {
-                lanes[filled] = f32::from_bits(bits);
-                filled += 1;
-                if filled == 16 {
-                    // SAFETY: AVX-512F and FMA are present (checked above).
-                    let got = unsafe { avx512::exp_of(lanes) };
-                    for (x, y) in lanes.iter().zip(got) {
-                        assert!(same(x.exp(), y), "exp({x:e}) = {:e}, not {y:e}", x.exp());
-                    }
-                    filled = 0;
-                }
-                bits = next;
-            }
+            for_negative_floats(4099, |x, y| {
+                assert!(same(x.exp(), y), "exp({x:e}) = {:e}, not {y:e}", x.exp());
+            });
             return;
         }
         eprintln!("skipped: this CPU lacks AVX-512F or FMA");
+    }
+
+    #[test]
+    fn the_vector_exp_is_within_an_ulp_of_e_to_the_x() {
+        // Whatever the C library: the method itself, against e^x in double precision rounded
+        // to f32 (at most one unit in the last place apart, 0 below the smallest subnormal).
+        #[cfg(target_arch = "x86_64")]
+        if avx512::supported() {
+            for_negative_floats(4099, |x, y| {
+                let want = (x as f64).exp() as f32;
+                if x.is_nan() {
+                    assert!(y.is_nan(), "exp(NaN) = {y:e}");
+                } else {
+                    let ulps = (want.to_bits() as i64 - y.to_bits() as i64).abs();
+                    assert!(ulps <= 1, "exp({x:e}) = {y:e}, e^x = {want:e}");
+                }
+            });
+            return;
+        }
+        eprintln!("skipped: this CPU lacks AVX-512F or FMA");
+    }
+
+    /// `check(x, exp16(x))` for every `step`th bit pattern of the floats from -0 down (and NaN).
+    #[cfg(target_arch = "x86_64")]
+    fn for_negative_floats(step: u32, check: impl Fn(f32, f32)) {
+        let mut bits = 0x8000_0000u32;
+        let mut lanes = [0.0f32; 16];
+        let mut filled = 0;
+        while let Some(next) = bits.checked_add(step) {
+            lanes[filled] = f32::from_bits(bits);
+            filled += 1;
+            if filled == 16 {
+                // SAFETY: AVX-512F and FMA are present (the callers check).
+                let got = unsafe { avx512::exp_of(lanes) };
+                for (x, y) in lanes.iter().zip(got) {
+                    check(*x, y);
+                }
+                filled = 0;
+            }
+            bits = next;
+        }
     }
 
     #[test]
