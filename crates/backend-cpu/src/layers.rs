@@ -5,7 +5,7 @@
 
 use crate::kernels::attention::{causal_attention_in, AttentionShape};
 use crate::kernels::rope::Rope;
-use crate::state::{KvRows, SessionState};
+use crate::state::{KvRows, LayerState, SessionState};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -15,6 +15,25 @@ pub(crate) struct KvSpan<'a> {
     pub rows: Range<usize>,
     pub start: usize,
     pub kv: &'a mut KvRows,
+}
+
+impl<'a> KvSpan<'a> {
+    /// Each segment's rows, first position and KV rows of attention layer `layer`.
+    pub fn of_segments(segments: &'a mut [Segment<'_>], layer: usize) -> Vec<KvSpan<'a>> {
+        segments
+            .iter_mut()
+            .map(|seg| {
+                let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
+                    panic!("layer {layer} is attention but its session state is not KV rows");
+                };
+                KvSpan {
+                    rows: seg.rows.clone(),
+                    start: seg.start,
+                    kv,
+                }
+            })
+            .collect()
+    }
 }
 
 /// The part of an attention layer between its projections and its output: for every span, RoPE

@@ -6,7 +6,6 @@ use crate::kernels::norm::{rmsnorm_in_place, NormKind};
 use crate::kernels::rope::Rope;
 use crate::layers::{attend_spans, KvSpan, Mixer, Segment};
 use crate::linear::{load_norm, FusedLinear, Linear};
-use crate::state::LayerState;
 use model::schema::names;
 use model::{Config, LoadError, Weights};
 
@@ -66,19 +65,7 @@ impl Mixer for Attention {
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::Plain);
         // 3. RoPE at each row's own position, this window's k, v appended to its session,
         // attention over all its rows
-        let mut spans: Vec<KvSpan<'_>> = segments
-            .iter_mut()
-            .map(|seg| {
-                let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
-                    panic!("layer {layer} is attention but its session state is not KV rows");
-                };
-                KvSpan {
-                    rows: seg.rows.clone(),
-                    start: seg.start,
-                    kv,
-                }
-            })
-            .collect();
+        let mut spans = KvSpan::of_segments(segments, layer);
         let mut attn = vec![0.0f32; q.len()];
         attend_spans(
             &self.rope,

@@ -15,7 +15,6 @@ use crate::kernels::rope::Rope;
 pub(crate) use crate::layers::KvSpan;
 use crate::layers::{attend_spans, Mixer, Segment};
 use crate::linear::{load_norm, Linear};
-use crate::state::LayerState;
 use model::schema::names;
 use model::{Config, LoadError, Weights};
 
@@ -99,19 +98,7 @@ impl GatedAttention {
 
 impl Mixer for GatedAttention {
     fn forward(&self, layer: usize, xn: &[f32], segments: &mut [Segment<'_>], out: &mut [f32]) {
-        let mut spans: Vec<KvSpan<'_>> = segments
-            .iter_mut()
-            .map(|seg| {
-                let LayerState::Attention(kv) = &mut seg.state.layers[layer] else {
-                    panic!("layer {layer} is attention but its session state is not KV rows");
-                };
-                KvSpan {
-                    rows: seg.rows.clone(),
-                    start: seg.start,
-                    kv,
-                }
-            })
-            .collect();
+        let mut spans = KvSpan::of_segments(segments, layer);
         out.copy_from_slice(&self.attend(xn, &mut spans));
     }
 }
