@@ -60,7 +60,7 @@ impl Mixer for Attention {
             .forward(xn)
             .try_into()
             .expect("three projections");
-        // 2. QK-norm per head, then RoPE at each row's own position
+        // 2. QK-norm per head
         rmsnorm_in_place(&mut q, &self.q_norm, self.eps, NormKind::Plain);
         rmsnorm_in_place(&mut k, &self.k_norm, self.eps, NormKind::Plain);
         // 3. RoPE at each row's own position, this window's k, v appended to its session,
