@@ -122,8 +122,9 @@ fn path_of_cpu() -> AttentionPath {
 /// Rows an AVX-512 task takes at most: 16 rows of a group of two heads are 32 query vectors,
 /// eight blocks of four, that read each chunk of keys and values from L1 once it is there
 /// instead of each row streaming them from L2 or L3 (a KV head's keys are 1 MiB at 2,048
-/// positions). Chosen with the key chunks (the two together: a 2,048-token prompt 158 → 164
-/// tok/s, before the shared reductions; 16 against 4 rows with chunks was not measured apart).
+/// positions). Chosen with the key chunks (the two together: a 2,048-token prompt 157 → 164
+/// tok/s, single runs, before the shared reductions; 16 against 4 rows with chunks was not
+/// measured apart).
 /// More rows leave a short window too few tasks, which [`rows_per_task`] guards against.
 const ROWS_PER_TASK: usize = 16;
 
@@ -424,39 +425,29 @@ mod avx512 {
                 }
             }
         }
-        // Each query's sum in key order, four queries' chains side by side (one add waits for
-        // the one before it in its own chain only).
-        let mut sums = vec![0.0f32; nq];
-        for (block, sums) in sums.chunks_mut(4).enumerate() {
+        // Each query's sum in key order, then its inverse: four queries' chains side by side
+        // (one add waits for the one before it in its own chain only; a block of fewer than
+        // four repeats its last query's row in the spare chains and drops them).
+        let mut inv = vec![0.0f32; nq];
+        for (block, inv) in inv.chunks_mut(4).enumerate() {
             let first = block * 4;
-            let common = visible[first..first + sums.len()]
-                .iter()
-                .copied()
-                .min()
-                .unwrap_or(0);
-            let rows: [usize; 4] = std::array::from_fn(|a| (first + a.min(sums.len() - 1)) * width);
-            if sums.len() == 4 {
-                let mut acc = [0.0f32; 4];
-                for j in 0..common {
-                    for (a, acc) in acc.iter_mut().enumerate() {
-                        *acc += scores[rows[a] + j];
-                    }
-                }
-                sums.copy_from_slice(&acc);
-            } else {
+            let last = first + inv.len() - 1;
+            let common = visible[first..=last].iter().copied().min().unwrap_or(0);
+            let rows: [usize; 4] = std::array::from_fn(|a| (first + a).min(last) * width);
+            let mut sums = [0.0f32; 4];
+            for j in 0..common {
                 for (a, sum) in sums.iter_mut().enumerate() {
-                    for j in 0..common {
-                        *sum += scores[rows[a] + j];
-                    }
-                }
-            }
-            for (a, sum) in sums.iter_mut().enumerate() {
-                for j in common..visible[first + a] {
                     *sum += scores[rows[a] + j];
                 }
             }
+            for (a, inv) in inv.iter_mut().enumerate() {
+                let mut sum = sums[a];
+                for j in common..visible[first + a] {
+                    sum += scores[rows[a] + j];
+                }
+                *inv = 1.0 / sum;
+            }
         }
-        let inv: Vec<f32> = sums.iter().map(|sum| 1.0 / sum).collect();
         // 3. weighted sums of the values, a chunk of keys at a time (each element's running sum
         // kept in `out` between chunks), BLOCK query vectors and up to 64 dimensions at a time
         let sp = scores.as_ptr();

@@ -240,6 +240,65 @@ mod tests {
         eprintln!("skipped: this CPU lacks AVX-512F or FMA");
     }
 
+    /// The module's method for one float in scalar code (`f64::mul_add` is one rounding, as
+    /// the vector FMAs): the specification the vector code must meet bit for bit, whatever the
+    /// C library computes.
+    fn exp_by_the_method(x: f32) -> f32 {
+        let f = |bits: u64| f64::from_bits(bits);
+        if x.is_nan() || x == f32::INFINITY {
+            return x + x;
+        }
+        if x > f32::from_bits(OVERFLOW_ABOVE) {
+            return f32::INFINITY;
+        }
+        if x < f32::from_bits(ZERO_BELOW) {
+            return 0.0;
+        }
+        if x < f32::from_bits(SMALLEST_BELOW) {
+            return f32::from_bits(1);
+        }
+        let xd = x as f64;
+        let kd_shifted = f(INV_LN2_N).mul_add(xd, f(SHIFT));
+        let ki = kd_shifted.to_bits();
+        let kd = kd_shifted - f(SHIFT);
+        let r = f(INV_LN2_N).mul_add(xd, -kd);
+        let t = table()[(ki % (1 << TABLE_BITS)) as usize].wrapping_add(ki << (52 - TABLE_BITS));
+        let z = r.mul_add(f(C0), f(C1));
+        let y = r.mul_add(f(C2), 1.0);
+        let y = z.mul_add(r * r, y);
+        (y * f64::from_bits(t)) as f32
+    }
+
+    #[test]
+    fn the_vector_exp_is_the_method_bit_for_bit() {
+        // Independent of the C library: every 4099th negative float, and positive ones up to
+        // past the overflow threshold.
+        #[cfg(target_arch = "x86_64")]
+        if avx512::supported() {
+            let check = |x: f32, y: f32| {
+                let want = exp_by_the_method(x);
+                assert!(
+                    same(want, y),
+                    "exp({x:e}) = {y:e}, the method gives {want:e}"
+                );
+            };
+            for_negative_floats(4099, check);
+            for chunk in (0..=90 * 64).collect::<Vec<u32>>().chunks(16) {
+                let mut lanes = [0.0f32; 16];
+                for (l, i) in lanes.iter_mut().zip(chunk) {
+                    *l = *i as f32 / 64.0;
+                }
+                // SAFETY: AVX-512F and FMA are present (checked above).
+                let got = unsafe { avx512::exp_of(lanes) };
+                for (x, y) in lanes.iter().zip(got) {
+                    check(*x, y);
+                }
+            }
+            return;
+        }
+        eprintln!("skipped: this CPU lacks AVX-512F or FMA");
+    }
+
     #[test]
     fn the_vector_exp_is_within_an_ulp_of_e_to_the_x() {
         // Whatever the C library: the method itself, against e^x in double precision rounded
