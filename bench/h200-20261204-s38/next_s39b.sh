@@ -9,6 +9,8 @@
 # Carry bench/peers/{gpu-tests.tar.xz,tiny_model.xz}.
 set -u
 S="split:FLASHLANE_MATMUL_SPLIT_K=1"
+# BASE=1 (session 41): the defaults first, so one call is also the plain pass at the packs' commit.
+[ "${BASE:-0}" = 1 ] && S="base:FLASHLANE_AB=1 $S"
 [ "${WG:-0}" = 1 ] && S="$S wg:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_WGMMA=1,FLASHLANE_MATMUL_WG_SPLIT=1,FLASHLANE_MATMUL_WG_SWAP=1"
 SETTINGS="$S" timeout 580 bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 echo "tests rc=$?"; cat /tmp/tests/summary.txt | tee $OUT/tests_summary.txt
