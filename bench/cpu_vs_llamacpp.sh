@@ -22,7 +22,10 @@
 # (extra llama.cpp arguments, e.g. "--poll 0"), FLASHLANE_ARGS (extra flashlane bench
 # arguments, e.g. "--mmap", or "--matmul-input bf16" for llama.cpp's own arithmetic: its bf16
 # matmuls round the activations to bf16 too), FLASHLANE (the binary). Run it on an otherwise
-# idle machine (it prints the load and CPU pressure before and after).
+# idle machine (it prints the load and CPU pressure before and after). Where a C compiler is
+# found, bench/membw.c measures the machine's plain memory read rate (THREADS threads, 1 GiB)
+# before and after each round, into machine.txt and under the table: a memory-bound decode moves
+# with it, and on a shared VM it moves between levels (bench/RESULTS.md, session 41).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-/work/peers/qwen3-0.6b-random}
@@ -41,6 +44,15 @@ mkdir -p "$OUT"
 [ -f "$GGUF" ] || { echo "no $GGUF: run bench/make_model.py --llama-cpp ..." >&2; exit 1; }
 
 pressure() { sed -n 's/^some avg10=\([0-9.]*\).*/\1 %/p' /proc/pressure/cpu 2>/dev/null || echo "n/a"; }
+# The plain memory read rate, GB/s ("n/a" without a C compiler). Its binary stays out of OUT,
+# whose files are kept beside the results.
+MEMBW=""
+membw_dir=$(mktemp -d)
+trap 'rm -rf "$membw_dir"' EXIT
+if command -v cc >/dev/null && cc -O2 -pthread bench/membw.c -o "$membw_dir/membw" 2>/dev/null; then
+  MEMBW="$membw_dir/membw"
+fi
+membw() { if [ -n "$MEMBW" ]; then "$MEMBW" 1 "$THREADS"; else echo "n/a"; fi; }
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes in crates/)')"
@@ -60,7 +72,9 @@ flashlane() { # output name, bench args...
   cat "$OUT/$name.json"
 }
 for round in $(seq 1 "$ROUNDS"); do
-  echo "=== round $round of $ROUNDS (cpu pressure $(pressure))"
+  bw=$(membw)
+  echo "round $round memory read before: $bw GB/s" >>"$OUT/machine.txt"
+  echo "=== round $round of $ROUNDS (cpu pressure $(pressure), memory read $bw GB/s)"
   flashlane "r${round}_flashlane_d0" --streams 1 --prompt-tokens 1 --new-tokens 64
   echo "== llama-bench -t $THREADS -p 128 -n 64 -d 0,128 -r $REPS $LLAMA_ARGS"
   # shellcheck disable=SC2086
@@ -81,6 +95,7 @@ for round in $(seq 1 "$ROUNDS"); do
     "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p "${LONG_PROMPTS// /,}" -n 0 -r "$REPS" $LLAMA_ARGS \
       2>/dev/null | tee "$OUT/r${round}_llama_prompts.txt"
   fi
+  echo "round $round memory read after: $(membw) GB/s" | tee -a "$OUT/machine.txt"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)  cpu pressure after: $(pressure)" | tee -a "$OUT/machine.txt"
 
@@ -151,6 +166,9 @@ if long_prompts:
         each = ", ".join(f"{x:.2f}" for x in ratios)
         ratio = "–" if not ratios else f"**{med(ratios):.2f}×** ({each})"
         lines.append(f"| {p} tokens | {fmt(med([f for f, _ in pairs]))} | {fmt(med([l for _, l in pairs if l]))} | {ratio} |")
+reads = [l.strip() for l in open(f"{out}/machine.txt") if l.startswith("round ") and "memory read" in l]
+if reads:
+    lines += ["", "Plain memory read (bench/membw.c), GB/s: " + "; ".join(r.replace(" memory read", "").replace(" GB/s", "") for r in reads)]
 open(f"{out}/table.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
