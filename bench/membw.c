@@ -1,6 +1,6 @@
 /* The plain memory read rate of this machine now: THREADS threads (argv[2], default 2) each read
- * its half (or share) of an anonymous region of argv[1] GiB (default 1) three times, 64 bytes a
- * load, no software prefetch; prints the best pass in GB/s.
+ * its share of an anonymous region of argv[1] GiB (default 1) three times, one 64-byte line a
+ * step, no software prefetch; prints the best pass in GB/s.
  *
  * Why: on a shared VM the host's memory rate moves between levels from minute to minute (on the
  * 2-core EPYC of session 41: ~32 and ~56-60 GB/s, switching even inside one process), and a
@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-/* Passes over the region: the first may still fault pages in or meet cold TLBs. */
+/* Passes over the region (the best counts: the first may meet cold TLBs). */
 #define PASSES 3
 #define MAX_THREADS 64
 
