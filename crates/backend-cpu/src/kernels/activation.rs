@@ -81,13 +81,16 @@ mod avx512 {
 /// holding `silu(gate) · up`.
 pub fn swiglu_fused(gate_up: &[f32], width: usize, out: &mut [f32]) {
     assert_eq!(gate_up.len(), 2 * out.len(), "swiglu_fused: shapes");
+    // Decided once a call, not once a row.
+    #[cfg(target_arch = "x86_64")]
+    let vector = super::expf::matches_libm();
     for (row, o) in gate_up
         .chunks_exact(2 * width)
         .zip(out.chunks_exact_mut(width))
     {
         let (g, u) = row.split_at(width);
         #[cfg(target_arch = "x86_64")]
-        if super::expf::matches_libm() {
+        if vector {
             // SAFETY: AVX-512F and FMA are present (`matches_libm`); g, u and o hold width
             // floats each (split above).
             unsafe { avx512::swiglu(g.as_ptr(), u.as_ptr(), o.as_mut_ptr(), width) };

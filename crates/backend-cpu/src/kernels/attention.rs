@@ -354,6 +354,30 @@ mod avx512 {
         (CHUNK_BYTES / (hd * 4) / 4 * 4).max(4)
     }
 
+    /// `each(from, to, i, m)` for every chunk `from..to` of `width` keys (`chunk` a time) and,
+    /// within it, every block of `m` (at most [`BLOCK`]) of the `nq` query vectors from `i`:
+    /// the walk the scores and the weighted sums share, keys outermost so that every block reads
+    /// a chunk's rows from L1.
+    #[inline(always)]
+    fn chunks_by_blocks(
+        width: usize,
+        chunk: usize,
+        nq: usize,
+        mut each: impl FnMut(usize, usize, usize, usize),
+    ) {
+        let mut from = 0;
+        while from < width {
+            let to = (from + chunk).min(width);
+            let mut i = 0;
+            while i < nq {
+                let m = (nq - i).min(BLOCK);
+                each(from, to, i, m);
+                i += m;
+            }
+            from = to;
+        }
+    }
+
     /// Query vectors a block scores and sums together (each key and value row read once for
     /// them): with four keys at a time, 16 accumulators, 4 query and 4 key registers of the 32.
     const BLOCK: usize = 4;
@@ -388,29 +412,21 @@ mod avx512 {
         let mut scores = vec![0.0f32; nq * width];
         let sp = scores.as_mut_ptr();
         let chunk = keys_per_chunk(hd);
-        let mut from = 0;
-        while from < width {
-            let to = (from + chunk).min(width);
-            let mut i = 0;
-            while i < nq {
-                let m = (nq - i).min(BLOCK);
-                let keys = visible[i..i + m].iter().copied().max().unwrap_or(0).min(to);
-                let s = |a: usize| sp.add((i + a) * width);
-                let q = |a: usize| queries[i + a];
-                let range = from..keys.max(from);
-                with_block!(m, M => score_block::<M>(
-                    std::array::from_fn(q),
-                    k,
-                    row_stride,
-                    range,
-                    hd,
-                    scale,
-                    std::array::from_fn(s),
-                ));
-                i += m;
-            }
-            from = to;
-        }
+        chunks_by_blocks(width, chunk, nq, |from, to, i, m| {
+            let keys = visible[i..i + m].iter().copied().max().unwrap_or(0).min(to);
+            let s = |a: usize| sp.add((i + a) * width);
+            let q = |a: usize| queries[i + a];
+            let range = from..keys.max(from);
+            with_block!(m, M => score_block::<M>(
+                std::array::from_fn(q),
+                k,
+                row_stride,
+                range,
+                hd,
+                scale,
+                std::array::from_fn(s),
+            ));
+        });
         // 2. softmax weights (max-subtracted, unnormalised) and the inverse of their sums: the
         // portable path's max (NaN skipped, so the same max), its exp (vectorised where that
         // gives the library's bits), its sum in key order
@@ -452,36 +468,28 @@ mod avx512 {
         // kept in `out` between chunks), BLOCK query vectors and up to 64 dimensions at a time
         let sp = scores.as_ptr();
         let op = out.as_mut_ptr();
-        let mut from = 0;
-        while from < width {
-            let to = (from + chunk).min(width);
-            let mut i = 0;
-            while i < nq {
-                let m = (nq - i).min(BLOCK);
-                // A query's keys in this chunk: from..vis[a] (none where vis[a] <= from).
-                let vis: [usize; BLOCK] =
-                    std::array::from_fn(|a| visible[(i + a).min(i + m - 1)].clamp(from, to));
-                let mut d0 = 0;
-                while d0 < hd {
-                    let c = ((hd - d0) / 16).min(4);
-                    let p = |a: usize| sp.add((i + a) * width);
-                    let o = |a: usize| op.add((i + a) * hd + d0);
-                    let vd = v.add(d0);
-                    with_block!(m, M => sum_quad::<M>(
-                        std::array::from_fn(p),
-                        vd,
-                        row_stride,
-                        from,
-                        vis,
-                        std::array::from_fn(o),
-                        c,
-                    ));
-                    d0 += c * 16;
-                }
-                i += m;
+        chunks_by_blocks(width, chunk, nq, |from, to, i, m| {
+            // A query's keys in this chunk: from..vis[a] (none where vis[a] <= from).
+            let vis: [usize; BLOCK] =
+                std::array::from_fn(|a| visible[(i + a).min(i + m - 1)].clamp(from, to));
+            let mut d0 = 0;
+            while d0 < hd {
+                let c = ((hd - d0) / 16).min(4);
+                let p = |a: usize| sp.add((i + a) * width);
+                let o = |a: usize| op.add((i + a) * hd + d0);
+                let vd = v.add(d0);
+                with_block!(m, M => sum_quad::<M>(
+                    std::array::from_fn(p),
+                    vd,
+                    row_stride,
+                    from,
+                    vis,
+                    std::array::from_fn(o),
+                    c,
+                ));
+                d0 += c * 16;
             }
-            from = to;
-        }
+        });
         // 4. the normalisation
         for (a, o) in out.chunks_exact_mut(hd).enumerate() {
             for x in o.iter_mut() {
