@@ -2,17 +2,19 @@
 //! the same input fused into one matmul) and the SwiGLU MLP.
 
 use crate::kernels::activation::{swiglu, swiglu_fused};
-use crate::kernels::matmul::{interleave_wanted, matmul, matmul_interleaved, matmul_rows};
-use crate::kernels::matmul_fast::interleave_rows;
+use crate::kernels::matmul::{
+    interleave_for, interleave_group, interleave_wanted, matmul, matmul_interleaved, matmul_rows,
+};
 use crate::layers::Mlp;
 use model::schema::names;
 use model::{LoadError, MatmulInput, Placement, Tensor, TensorData, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
-    /// W as stored, or (with `interleaved`) each group of 4 rows interleaved in pieces of 8
-    /// ([`interleave_rows`]): the fast kernel then reads a group as one stream (a one-row call
-    /// 25-49 % faster on the 2-core EPYC, bench/RESULTS.md session 26), with the same bits.
+    /// W as stored, or (with `interleaved`) in its kernel's layout ([`interleave_for`]): each
+    /// group of 4 rows interleaved in pieces of 8, or AMX's panels of 16 rows in chunks of 32.
+    /// The kernel then reads a group as one stream (a one-row call 25-49 % faster on the 2-core
+    /// EPYC, bench/RESULTS.md session 26), with the same bits.
     pub weight: Tensor,
     pub interleaved: bool,
     pub bias: Option<Vec<f32>>,
@@ -57,7 +59,7 @@ impl Linear {
         out: usize,
         inp: usize,
     ) -> Result<Linear, LoadError> {
-        if w.placement() == Placement::Resident && interleave_wanted(inp, out) {
+        if w.placement() == Placement::Resident && interleave_wanted(inp, out, w.matmul_input()) {
             let l =
                 Linear::load_from(w, weight, bias, out, inp, Weights::tensor_mapped)?.interleave();
             return Ok(Linear {
@@ -68,16 +70,16 @@ impl Linear {
         Linear::load_from(w, weight, bias, out, inp, Weights::tensor)
     }
 
-    /// This projection with its bf16 weight interleaved ([`interleave_rows`], an owned copy)
-    /// where [`interleave_wanted`] says so; as it is otherwise.
+    /// This projection with its bf16 weight in its kernel's layout ([`interleave_for`], an owned
+    /// copy) where [`interleave_wanted`] says so; as it is otherwise.
     fn interleave(self) -> Linear {
-        if self.interleaved || !interleave_wanted(self.in_features, self.out_features) {
+        if self.interleaved || !interleave_wanted(self.in_features, self.out_features, self.input) {
             return self;
         }
         let TensorData::Bf16(stored) = self.weight.data() else {
             return self;
         };
-        let rows = interleave_rows(stored, self.in_features);
+        let rows = interleave_for(stored, self.in_features, self.input);
         // The stored pages of a mapped weight are not needed again: drop them from this
         // process's memory, as `Weights::place` does after a copy.
         self.weight.release_source();
@@ -154,7 +156,7 @@ impl Linear {
         let mut out = vec![0.0f32; rows * n];
         match (self.interleaved, self.weight.data()) {
             (true, TensorData::Bf16(w)) => {
-                let whole = n.next_multiple_of(crate::kernels::matmul_fast::INTERLEAVE_ROWS);
+                let whole = n.next_multiple_of(interleave_group(k, self.input));
                 if whole == n {
                     matmul_interleaved(x, &w[..n * k], k, &mut out, self.input);
                     return out;
@@ -226,7 +228,7 @@ impl FusedLinear {
         // fused projection interleaved; all or none, since `concat` fuses only parts of one layout.
         let parts: Vec<Linear> = if parts
             .iter()
-            .all(|p| interleave_wanted(p.in_features, p.out_features))
+            .all(|p| interleave_wanted(p.in_features, p.out_features, p.input))
         {
             parts.into_iter().map(Linear::interleave).collect()
         } else {
@@ -481,36 +483,48 @@ mod tests {
 
     #[test]
     fn interleaved_projections_give_the_stored_ones_bits() {
-        if !interleave_wanted(64, 12) {
-            eprintln!("skipped: the fast kernel does not run here");
-            return;
+        let mut inputs = vec![MatmulInput::Exact];
+        if crate::kernels::matmul::bf16_input_available() {
+            inputs.push(MatmulInput::Bf16);
         }
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        for (out, inp, bias) in [(12, 64, false), (100, 256, true), (1024, 512, false)] {
-            let stored = linear(&mut rng, out, inp, true, bias);
-            let inter = copy(&stored).interleave();
-            assert!(inter.interleaved, "[{out}, {inp}] is an interleaved shape");
-            for rows in [1, 3, 8, 17] {
-                let x = rng.vec(rows * inp);
-                let want = stored.forward(&x);
-                assert_eq!(inter.forward(&x), want, "seed {seed} {rows}x[{out}, {inp}]");
-                if bias {
-                    continue; // first_outputs leaves the bias out (the lm_head has none)
-                }
-                for n in [1, 5, out - 1, out] {
-                    let firsts: Vec<f32> = want
-                        .chunks_exact(out)
-                        .flat_map(|r| r[..n].to_vec())
-                        .collect();
-                    assert_eq!(inter.first_outputs(&x, n), firsts, "seed {seed} first {n}");
-                    assert_eq!(stored.first_outputs(&x, n), firsts, "seed {seed} first {n}");
+        for input in inputs {
+            // Whole groups of 4 and not of 16 (AMX's panels), whole panels, and neither.
+            for (out, inp, bias) in [
+                (12, 64, false),
+                (100, 256, true),
+                (1024, 512, false),
+                (208, 320, true),
+                (10, 64, false),
+            ] {
+                let mut stored = linear(&mut rng, out, inp, true, bias);
+                stored.input = input;
+                let inter = copy(&stored).interleave();
+                let what = format!("seed {seed} {input:?} [{out}, {inp}]");
+                assert_eq!(
+                    inter.interleaved,
+                    interleave_wanted(inp, out, input),
+                    "{what}: laid out as wanted"
+                );
+                for rows in [1, 3, 8, 17] {
+                    let x = rng.vec(rows * inp);
+                    let want = stored.forward(&x);
+                    assert_eq!(inter.forward(&x), want, "{what} {rows} rows");
+                    if bias {
+                        continue; // first_outputs leaves the bias out (the lm_head has none)
+                    }
+                    for n in [1, 5, out - 1, out] {
+                        let firsts: Vec<f32> = want
+                            .chunks_exact(out)
+                            .flat_map(|r| r[..n].to_vec())
+                            .collect();
+                        assert_eq!(inter.first_outputs(&x, n), firsts, "{what} first {n}");
+                        assert_eq!(stored.first_outputs(&x, n), firsts, "{what} first {n}");
+                    }
                 }
             }
         }
-        // A shape that is not whole groups stays as stored.
-        let odd = linear(&mut rng, 10, 64, true, false).interleave();
-        assert!(!odd.interleaved, "10 rows are not whole groups of 4");
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub enum MatmulInputArg {
     /// The activations rounded to bf16 first (for bf16 and FP8 weights), as vLLM and llama.cpp
     /// multiply bf16 weights: faster where many streams or long prompts keep the multipliers
     /// busy; replies differ from exact's (each still the same alone, batched or moved). On the
-    /// CPU it needs AVX-512 BF16 and changes bf16 weights' matmuls only (f16 and FP8 weights are
-    /// widened to f32 there, and keep f32 products)
+    /// CPU it needs AVX-512 BF16, runs on AMX tiles where the CPU has AMX-BF16 (other bits than
+    /// AVX-512 BF16's; FLASHLANE_CPU_AMX=0 keeps them off), and changes bf16 weights' matmuls
+    /// only (f16 and FP8 weights are widened to f32 there, and keep f32 products)
     Bf16,
 }
 
@@ -100,8 +101,8 @@ impl Device {
     }
 
     /// The matmul input `--matmul-input` asks for, if this device computes it: the CPU backend
-    /// multiplies bf16 inputs with AVX-512 BF16 (`vdpbf16ps`) only, and refuses them elsewhere
-    /// rather than run them slower than exact.
+    /// multiplies bf16 inputs with AVX-512 BF16 (`vdpbf16ps`, or AMX's tiles where the CPU has
+    /// them) only, and refuses them elsewhere rather than run them slower than exact.
     pub fn matmul_input(self, arg: MatmulInputArg) -> Result<MatmulInput, Failure> {
         match (self, arg.input()) {
             (Device::Cpu, MatmulInput::Bf16)
@@ -113,6 +114,21 @@ impl Device {
                 )))
             }
             (_, input) => Ok(input),
+        }
+    }
+
+    /// `input`'s name, and on the CPU with bf16 inputs the kernel that multiplies them (AMX's
+    /// tiles or AVX-512 BF16: their bits differ, so the startup line says which).
+    pub fn matmul_input_label(self, input: MatmulInput) -> String {
+        match (
+            self,
+            input,
+            backend_cpu::kernels::matmul::bf16_input_kernel(),
+        ) {
+            (Device::Cpu, MatmulInput::Bf16, Some(kernel)) => {
+                format!("{} ({kernel})", input.name())
+            }
+            _ => input.name().to_string(),
         }
     }
 
@@ -325,7 +341,7 @@ pub struct ModelArgs {
     pub kv_dtype: Option<KvDtypeArg>,
     /// What the matmuls multiply: exact keeps the activations in f32; bf16 rounds them first
     /// (faster at many streams and in long prompts, replies differ from exact's; on the CPU it
-    /// needs AVX-512 BF16)
+    /// needs AVX-512 BF16, and runs on AMX tiles where the CPU has them)
     #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
           ignore_case = true)]
     pub matmul_input: MatmulInputArg,

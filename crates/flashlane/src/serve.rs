@@ -174,7 +174,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             ""
         },
         kv_dtype.name(),
-        matmul_input.name()
+        args.device.matmul_input_label(matmul_input)
     );
     eprintln!(
         "sampling a request leaves unsaid: {}",

@@ -177,15 +177,45 @@ pub fn bf16_input_available() -> bool {
     }
 }
 
-/// The bf16-input kernel over `w`, stored or interleaved. Callers choose [`MatmulInput::Bf16`]
-/// only where [`bf16_input_available`] (the CLI refuses it elsewhere).
+/// Which kernel multiplies bf16 inputs in this process, for the startup line: AMX's tiles (for
+/// rows of k whole chunks of 32, every projection of the models served) or AVX-512 BF16's
+/// `vdpbf16ps`; `None` where neither runs.
+pub fn bf16_input_kernel() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::matmul_amx::enabled() {
+            return Some("AMX tiles");
+        }
+    }
+    bf16_input_available().then_some("AVX-512 BF16")
+}
+
+/// Whether bf16-input matmuls with rows of `k` run on AMX tiles in this process
+/// ([`super::matmul_amx::in_use`]): a function of the process and k alone, so a row's bits
+/// never depend on the batch.
+fn amx_in_use(k: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::matmul_amx::in_use(k)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = k;
+        false
+    }
+}
+
+/// The bf16-input kernel over `w`, stored or in the layout [`interleave_for`] made (AMX's panels
+/// where [`amx_in_use`], the interleaved groups elsewhere). Callers choose
+/// [`MatmulInput::Bf16`] only where [`bf16_input_available`] (the CLI refuses it elsewhere).
 fn matmul_bf16_input(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], interleaved: bool) {
     #[cfg(target_arch = "x86_64")]
     {
-        if interleaved {
-            super::matmul_bf16_input::matmul_interleaved(x, w, k, y)
-        } else {
-            super::matmul_bf16_input::matmul_stored(x, w, k, y)
+        match (amx_in_use(k), interleaved) {
+            (true, true) => super::matmul_amx::matmul_panels(x, w, k, y),
+            (true, false) => super::matmul_amx::matmul_stored(x, w, k, y),
+            (false, true) => super::matmul_bf16_input::matmul_interleaved(x, w, k, y),
+            (false, false) => super::matmul_bf16_input::matmul_stored(x, w, k, y),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -244,22 +274,51 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: Matm
     }
 }
 
-/// Whether a bf16 `[out, k]` projection is worth storing interleaved
-/// ([`super::matmul_fast::interleave_rows`]) for [`matmul_interleaved`]: the fast kernel runs
-/// in this process and the shape is whole groups and pieces. The bits are the same either way.
-pub fn interleave_wanted(k: usize, out: usize) -> bool {
+/// Whether a bf16 `[out, k]` projection multiplied as `input` says is worth storing in its
+/// kernel's layout ([`interleave_for`]): AMX's panels where bf16 inputs run on AMX
+/// ([`super::matmul_amx::panels_fit`]); elsewhere the interleaved groups, where the fast kernel
+/// runs in this process and the shape is whole groups and pieces. The bits are the same either
+/// way.
+pub fn interleave_wanted(k: usize, out: usize, input: MatmulInput) -> bool {
+    if input == MatmulInput::Bf16 && amx_in_use(k) {
+        #[cfg(target_arch = "x86_64")]
+        return super::matmul_amx::panels_fit(k, out);
+    }
     super::matmul_fast::enabled() && super::matmul_fast::interleavable(k, out)
 }
 
-/// [`matmul`] over bf16 weights stored by [`super::matmul_fast::interleave_rows`] (only where
-/// [`interleave_wanted`] said so): the same bits as [`matmul`] over the stored weights.
+/// `w` (`[out, k]`) in the layout [`matmul_interleaved`] reads for `input`: AMX's panels
+/// ([`super::matmul_amx::panel_rows`]) or the interleaved groups
+/// ([`super::matmul_fast::interleave_rows`]). Only where [`interleave_wanted`] said so.
+pub fn interleave_for(w: &[bf16], k: usize, input: MatmulInput) -> Vec<bf16> {
+    if input == MatmulInput::Bf16 && amx_in_use(k) {
+        #[cfg(target_arch = "x86_64")]
+        return super::matmul_amx::panel_rows(w, k);
+    }
+    super::matmul_fast::interleave_rows(w, k)
+}
+
+/// The rows of one group of [`interleave_for`]'s layout for `input` (16 in AMX's panels, 4
+/// interleaved): a prefix of the outputs is computed in whole groups.
+pub fn interleave_group(k: usize, input: MatmulInput) -> usize {
+    if input == MatmulInput::Bf16 && amx_in_use(k) {
+        #[cfg(target_arch = "x86_64")]
+        return super::matmul_amx::PANEL_ROWS;
+    }
+    super::matmul_fast::INTERLEAVE_ROWS
+}
+
+/// [`matmul`] over bf16 weights stored by [`interleave_for`] (only where [`interleave_wanted`]
+/// said so): the same bits as [`matmul`] over the stored weights.
 pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], input: MatmulInput) {
-    assert!(
-        super::matmul_fast::enabled(),
-        "matmul_interleaved: interleaved weights without the fast kernel"
-    );
     match input {
-        MatmulInput::Exact => super::matmul_fast::matmul_bf16_interleaved(x, w, k, y),
+        MatmulInput::Exact => {
+            assert!(
+                super::matmul_fast::enabled(),
+                "matmul_interleaved: interleaved weights without the fast kernel"
+            );
+            super::matmul_fast::matmul_bf16_interleaved(x, w, k, y)
+        }
         MatmulInput::Bf16 => matmul_bf16_input(x, w, k, y, true),
     }
 }

@@ -12,6 +12,8 @@ pub mod attention;
 pub mod expf;
 pub mod matmul;
 #[cfg(target_arch = "x86_64")]
+pub mod matmul_amx;
+#[cfg(target_arch = "x86_64")]
 pub mod matmul_bf16_input;
 pub mod matmul_fast;
 pub mod norm;

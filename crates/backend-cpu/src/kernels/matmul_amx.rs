@@ -1,0 +1,502 @@
+//! `y = bf16(x) · Wᵀ` for bf16 weights on Intel AMX (`tdpbf16ps`), for `--matmul-input bf16` on
+//! CPUs with AMX-BF16 where the kernel grants this process the tile registers. One instruction
+//! multiplies a 16 × 32 tile of weights by a 32 × 16 tile of x (16 rows) and adds the products
+//! into a 16 × 16 tile of f32 sums: 8,192 products, against `vdpbf16ps`'s 32. On the 2-core Xeon
+//! (bench/RESULTS.md, session 42) that made prompts' matmuls several times faster, and decode's
+//! memory-bound ones read at the plain read's rate.
+//!
+//! Bits: `tdpbf16ps` sums the 32 products of one output over one chunk of 32 elements of k in a
+//! wide internal format and adds that sum to the output's f32 sum with one rounding. `vdpbf16ps`
+//! rounds after each product instead, so the two kernels give different bits (measured on this
+//! Xeon: 2^25 plus 32 products of 1 is 2^25 + 32 in one `tdpbf16ps`, 2^25 in 16 `vdpbf16ps`).
+//! Where this kernel runs ([`in_use`]), every bf16-input matmul of the process with such a k
+//! runs on it, so a row's bits never depend on the kernel chosen.
+//!
+//! Batch invariance: `y[r, o]` is the chain over k's chunks of 32 in increasing order, one
+//! `tdpbf16ps` each, in the tile element (weight row o, x row r) that no other row's values
+//! enter. Which tile row or column holds it, how many rows x has, how the weights are laid out
+//! and how the threads split the outputs decide only which chains share an instruction, never
+//! the operations of one. Rows of x past the batch and weight rows past the matrix are zeros or
+//! repeats whose results are dropped.
+//!
+//! Layouts: the weights as stored (row-major: a tile is 16 rows of 64 bytes, `2k` bytes apart),
+//! or in panels ([`panel_rows`]: each tile's 1 KiB one after the other), which the loader makes
+//! where it copies weights anyway: one stream a tile instead of sixteen (on the 2-core Xeon from
+//! memory 24–30 GB/s against 14–17; `/tmp` C probes of session 42). Both give the same bits.
+
+use super::matmul::matmul_shape;
+use super::matmul_fast::Output;
+use half::bf16;
+use rayon::prelude::*;
+use std::arch::asm;
+use std::sync::OnceLock;
+
+/// Elements of k one `tdpbf16ps` takes from each weight row: a tile row of 64 bytes.
+pub const CHUNK: usize = 32;
+/// Weight rows in a tile (its 16 rows), and so in a panel of [`panel_rows`].
+pub const PANEL_ROWS: usize = 16;
+/// Rows of x in a tile of x (its 16 columns of pairs).
+const X_TILE_ROWS: usize = 16;
+/// Tiles of sums a task holds (`tmm0`–`tmm3`): 64 outputs. With two tiles of weights (`tmm4`,
+/// `tmm5`, loaded in turn) and one of x (`tmm6`), 7 of the 8 tile registers.
+const SUM_TILES: usize = 4;
+/// Output columns a rayon task computes.
+const COL_BLOCK: usize = SUM_TILES * PANEL_ROWS;
+/// Chunks ahead of the one multiplied that a task's first pass prefetches (into L1): the panels'
+/// streams read at 25–30 GB/s with 2–16 chunks ahead or none on the 2-core Xeon (C probe); 4
+/// was the best of them by a little.
+const AHEAD_CHUNKS: usize = 4;
+/// Set to `0` to keep this process off AMX (the `vdpbf16ps` kernel then runs every bf16-input
+/// matmul), to compare them; read once per process.
+pub const AMX_ENV: &str = "FLASHLANE_CPU_AMX";
+
+/// Linux's `arch_prctl` request for permission to use an extended state component, and AMX's
+/// tile data component.
+const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+const XFEATURE_XTILEDATA: i64 = 18;
+/// `arch_prctl`'s system call number on x86-64.
+const SYS_ARCH_PRCTL: i64 = 158;
+
+/// Whether this process multiplies bf16 inputs on AMX: the CPU has AMX-TILE and AMX-BF16, the
+/// kernel granted the tile data, and [`AMX_ENV`] is not `0`. Fixed for the life of the process.
+pub fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::env::var(AMX_ENV).map_or(true, |v| v != "0") && cpu_has_amx() && request_tiles()
+    })
+}
+
+/// Whether a bf16-input matmul with rows of `k` runs here: [`enabled`] and k whole chunks. A
+/// function of the process and k alone, never of the batch.
+pub fn in_use(k: usize) -> bool {
+    k > 0 && k.is_multiple_of(CHUNK) && enabled()
+}
+
+/// AMX-TILE (leaf 7 EDX bit 24) and AMX-BF16 (bit 22).
+fn cpu_has_amx() -> bool {
+    // `__cpuid_count` is a safe function in recent Rust and `unsafe` in older releases.
+    #[allow(unused_unsafe)]
+    let max_leaf = unsafe { std::arch::x86_64::__cpuid(0) }.eax;
+    if max_leaf < 7 {
+        return false;
+    }
+    #[allow(unused_unsafe)]
+    let edx = unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.edx;
+    edx & (1 << 24) != 0 && edx & (1 << 22) != 0
+}
+
+/// Asks Linux for the tile data state (each process must, before its first tile instruction);
+/// false where the kernel refuses or predates it.
+fn request_tiles() -> bool {
+    let ret: i64;
+    // SAFETY: `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` only changes this process's
+    // permissions; the system call clobbers rcx and r11, declared.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret == 0
+}
+
+/// Whether a `[out, k]` matrix can be stored in panels: whole chunks and whole panels.
+pub fn panels_fit(k: usize, out: usize) -> bool {
+    k > 0 && k.is_multiple_of(CHUNK) && out.is_multiple_of(PANEL_ROWS)
+}
+
+/// `w` (`[out, k]`, row-major) in panels of [`PANEL_ROWS`] rows: in each, chunk `c` of its 16
+/// rows (16 × 32 elements, one tile) one after the other, then chunk `c + 1`. Panics unless
+/// [`panels_fit`].
+pub fn panel_rows(w: &[bf16], k: usize) -> Vec<bf16> {
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && panels_fit(k, w.len() / k),
+        "panel_rows: [{}, {k}] is not whole panels of {PANEL_ROWS} rows × chunks of {CHUNK}",
+        w.len() / k.max(1)
+    );
+    let mut out = Vec::with_capacity(w.len());
+    for panel in w.chunks_exact(PANEL_ROWS * k) {
+        for c in 0..k / CHUNK {
+            for r in 0..PANEL_ROWS {
+                let at = r * k + c * CHUNK;
+                out.extend_from_slice(&panel[at..at + CHUNK]);
+            }
+        }
+    }
+    out
+}
+
+/// `y[rows, out] = bf16(x[rows, k]) · W[out, k]ᵀ`, W as stored. Panics unless [`in_use`]`(k)`.
+pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    let (rows, out) = matmul_shape(x, w.len(), k, y.len());
+    assert!(in_use(k), "matmul_amx: not in use for k {k}");
+    if rows == 0 || out == 0 {
+        return;
+    }
+    let whole = out / PANEL_ROWS * PANEL_ROWS;
+    let xt = x_tiles(x, rows, k);
+    if whole > 0 {
+        run(&xt, rows, k, Weights::Stored(&w[..whole * k]), y, out, 0);
+    }
+    if whole < out {
+        // The last rows, fewer than a tile: a tile of them with zero rows after (computed,
+        // dropped), from a copy, since a tile load past the matrix would leave its memory.
+        let mut tail = vec![bf16::ZERO; PANEL_ROWS * k];
+        tail[..(out - whole) * k].copy_from_slice(&w[whole * k..]);
+        let mut yt = vec![0.0f32; rows * PANEL_ROWS];
+        run(&xt, rows, k, Weights::Stored(&tail), &mut yt, PANEL_ROWS, 0);
+        for (row, t) in y.chunks_exact_mut(out).zip(yt.chunks_exact(PANEL_ROWS)) {
+            row[whole..].copy_from_slice(&t[..out - whole]);
+        }
+    }
+}
+
+/// [`matmul_stored`] over weights laid out by [`panel_rows`]: the same bits. Panics unless
+/// [`in_use`]`(k)` and the shape [`panels_fit`].
+pub fn matmul_panels(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
+    let (rows, out) = matmul_shape(x, w.len(), k, y.len());
+    assert!(in_use(k), "matmul_amx: not in use for k {k}");
+    assert!(
+        panels_fit(k, out),
+        "matmul_amx::matmul_panels: [{out}, {k}] is not whole panels"
+    );
+    if rows == 0 || out == 0 {
+        return;
+    }
+    let xt = x_tiles(x, rows, k);
+    run(&xt, rows, k, Weights::Panels(w), y, out, 0);
+}
+
+/// x rounded to bf16 (to nearest, ties to even) in tiles: for each group of 16 rows and each
+/// chunk of k, 16 rows of pairs (`[p][row][2]`: elements `2p`, `2p + 1` of the chunk of each
+/// row), 1 KiB; rows past `rows` are zeros.
+fn x_tiles(x: &[f32], rows: usize, k: usize) -> Vec<bf16> {
+    let chunks = k / CHUNK;
+    let tile = X_TILE_ROWS * CHUNK;
+    let mut xt = vec![bf16::ZERO; rows.div_ceil(X_TILE_ROWS) * chunks * tile];
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        let (g, n) = (r / X_TILE_ROWS, r % X_TILE_ROWS);
+        for (c, chunk) in row.chunks_exact(CHUNK).enumerate() {
+            let base = (g * chunks + c) * tile + 2 * n;
+            for (p, pair) in chunk.chunks_exact(2).enumerate() {
+                let at = base + p * 2 * X_TILE_ROWS;
+                xt[at] = bf16::from_f32(pair[0]);
+                xt[at + 1] = bf16::from_f32(pair[1]);
+            }
+        }
+    }
+    xt
+}
+
+/// Where a tile of weights lies.
+#[derive(Clone, Copy)]
+enum Weights<'a> {
+    /// Row-major, whole tiles of rows.
+    Stored(&'a [bf16]),
+    /// [`panel_rows`]'s layout.
+    Panels(&'a [bf16]),
+}
+
+/// Every output column block of `w` (whole tiles of rows) as a rayon task, into `y[rows, ld]`
+/// from column `col0`.
+fn run(xt: &[bf16], rows: usize, k: usize, w: Weights<'_>, y: &mut [f32], ld: usize, col0: usize) {
+    let len = match w {
+        Weights::Stored(s) | Weights::Panels(s) => s.len(),
+    };
+    let out = len / k;
+    debug_assert!(out.is_multiple_of(PANEL_ROWS) && col0 + out <= ld);
+    let y = Output(y.as_mut_ptr());
+    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let start = b * COL_BLOCK;
+        let tiles = (COL_BLOCK.min(out - start)) / PANEL_ROWS;
+        // SAFETY: enabled() (asserted by the callers) checked AMX and the tile permission; the
+        // block's `tiles` whole tiles of rows lie inside `w`, `xt` holds every group's tiles,
+        // and this task writes only its columns `col0 + start..` of `y`'s `rows × ld`.
+        unsafe { block(xt, rows, k, w, start, tiles, y.at(col0 + start), ld) }
+    });
+}
+
+/// The tile configuration: palette 1, every tile 16 rows of 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    fn all_full() -> TileConfig {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for t in 0..8 {
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+        }
+        TileConfig(c)
+    }
+}
+
+/// Loads weight tile `$t` (`tmm4` or `tmm5`) from `$p`, rows `$s` bytes apart, and adds its
+/// products with the x tile (`tmm6`) into sum tile `$c`.
+macro_rules! tile_step {
+    ($c:literal, $t:literal, $p:expr, $s:expr) => {
+        asm!(
+            concat!("tileloadd tmm", $t, ", [{p} + {s}*1]"),
+            p = in(reg) $p,
+            s = in(reg) $s,
+            options(nostack, readonly)
+        );
+        asm!(concat!("tdpbf16ps tmm", $c, ", tmm", $t, ", tmm6"), options(nostack, nomem));
+    };
+}
+
+/// Stores sum tile `$c` to `$p` (16 rows of 64 bytes).
+macro_rules! tile_store {
+    ($c:literal, $p:expr) => {
+        asm!(
+            concat!("tilestored [{p} + {s}*1], tmm", $c),
+            p = in(reg) $p,
+            s = in(reg) 64usize,
+            options(nostack)
+        );
+    };
+}
+
+/// One task: `tiles` (1–4) tiles of weight rows from row `start` against every group of x's
+/// rows. Tiles past `tiles` repeat the last (computed, not stored).
+///
+/// # Safety
+/// AMX is [`enabled`]; the tiles lie inside `w`; `y` holds `rows × ld` floats from the block's
+/// column 0.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    xt: &[bf16],
+    rows: usize,
+    k: usize,
+    w: Weights<'_>,
+    start: usize,
+    tiles: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let chunks = k / CHUNK;
+    let x_tile = X_TILE_ROWS * CHUNK;
+    // Tile t's chunk c at base[t] + c · step, its rows `stride` bytes apart.
+    let (base, step, stride): ([*const bf16; SUM_TILES], usize, usize) = match w {
+        Weights::Stored(s) => (
+            std::array::from_fn(|t| s.as_ptr().add((start + PANEL_ROWS * t.min(tiles - 1)) * k)),
+            CHUNK,
+            2 * k,
+        ),
+        Weights::Panels(s) => (
+            std::array::from_fn(|t| s.as_ptr().add((start + PANEL_ROWS * t.min(tiles - 1)) * k)),
+            PANEL_ROWS * CHUNK,
+            2 * CHUNK,
+        ),
+    };
+    let config = TileConfig::all_full();
+    asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+    let mut sums = [[0.0f32; X_TILE_ROWS]; PANEL_ROWS];
+    for g in 0..rows.div_ceil(X_TILE_ROWS) {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        );
+        let xg = xt.as_ptr().add(g * chunks * x_tile);
+        // The first group reads the block's weights from memory; the others find them in L2.
+        let prefetch = g == 0 && matches!(w, Weights::Panels(_));
+        for c in 0..chunks {
+            if prefetch && c + AHEAD_CHUNKS < chunks {
+                for b in &base[..tiles] {
+                    let p = b.add((c + AHEAD_CHUNKS) * step) as *const i8;
+                    for line in 0..PANEL_ROWS {
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                            p.add(64 * line),
+                        );
+                    }
+                }
+            }
+            asm!(
+                "tileloadd tmm6, [{p} + {s}*1]",
+                p = in(reg) xg.add(c * x_tile),
+                s = in(reg) 64usize,
+                options(nostack, readonly)
+            );
+            let at = c * step;
+            tile_step!("0", "4", base[0].add(at), stride);
+            tile_step!("1", "5", base[1].add(at), stride);
+            tile_step!("2", "4", base[2].add(at), stride);
+            tile_step!("3", "5", base[3].add(at), stride);
+        }
+        let n_rows = (rows - g * X_TILE_ROWS).min(X_TILE_ROWS);
+        for t in 0..tiles {
+            let p = sums.as_mut_ptr() as *mut f32;
+            match t {
+                0 => {
+                    tile_store!("0", p);
+                }
+                1 => {
+                    tile_store!("1", p);
+                }
+                2 => {
+                    tile_store!("2", p);
+                }
+                _ => {
+                    tile_store!("3", p);
+                }
+            }
+            // sums[m][n]: weight row start + 16t + m against x row 16g + n.
+            for (m, col) in sums.iter().enumerate() {
+                for (n, v) in col[..n_rows].iter().enumerate() {
+                    *y.add((g * X_TILE_ROWS + n) * ld + PANEL_ROWS * t + m) = *v;
+                }
+            }
+        }
+    }
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::matmul::matmul_reference;
+    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, max_abs_diff, Rng};
+    use model::TensorData;
+
+    /// True (and says so) where this process does not run AMX: the test has nothing to run.
+    fn skipped() -> bool {
+        if !enabled() {
+            eprintln!("skipped: no AMX-BF16 here (or {AMX_ENV}=0)");
+        }
+        !enabled()
+    }
+
+    #[test]
+    fn amx_matmul_is_the_products_of_rounded_inputs() {
+        if skipped() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // Rows of one and several tiles of x, outputs of part, one and several tiles and
+        // blocks, k of one and many chunks.
+        for (rows, k, out) in [
+            (1, 32, 1),
+            (1, 64, 16),
+            (3, 96, 17),
+            (8, 1024, 75),
+            (16, 256, 64),
+            (17, 128, 130),
+            (40, 320, 200),
+        ] {
+            let x = rng.vec(rows * k);
+            let w = bf16s(&rng.vec(out * k));
+            let mut y = vec![0.0; rows * out];
+            matmul_stored(&x, &w, k, &mut y);
+            let rounded: Vec<f32> = bf16s(&x).iter().map(|v| v.to_f32()).collect();
+            let d = max_abs_diff(&y, &matmul_reference(&rounded, TensorData::Bf16(&w), k));
+            assert!(
+                d < 1e-5 * k as f32,
+                "seed {seed} {rows}x{k}x{out}: diff {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn amx_row_is_bit_identical_alone_or_in_a_batch_in_either_layout() {
+        if skipped() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        // (k, out): a part tile (stored only), whole panels of one and several blocks.
+        for (k, out) in [(1024, 75), (64, 16), (320, 96), (128, 208)] {
+            let w = bf16s(&rng.vec(out * k));
+            let panels = panels_fit(k, out).then(|| panel_rows(&w, k));
+            for rows in [1, 2, 7, 15, 16, 17, 33] {
+                let x = rng.vec(rows * k);
+                let what = format!("seed {seed} k {k} out {out}");
+                let f = |x: &[f32], y: &mut [f32]| matmul_stored(x, &w, k, y);
+                let all = batch_as_rows_alone(f, &x, k, out, &what);
+                if let Some(wp) = &panels {
+                    let mut p = vec![0.0; rows * out];
+                    matmul_panels(&x, wp, k, &mut p);
+                    assert_eq!(p, all, "{what} rows {rows}: layouts");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn amx_sums_a_chunk_before_rounding() {
+        if skipped() {
+            return;
+        }
+        // 2^25 (its f32 neighbours 4 apart) plus 32 products of 1 in one chunk: one rounding of
+        // the chunk's sum gives 2^25 + 32; one rounding a product would leave 2^25. The first
+        // chunk gives 2^25 as one product (2^12 · 2^13); the second the 32 ones.
+        let k = 64;
+        let mut w = vec![0.0f32; k];
+        let mut x = vec![0.0f32; k];
+        w[0] = 4096.0;
+        x[0] = 8192.0;
+        for j in 32..64 {
+            w[j] = 1.0;
+            x[j] = 1.0;
+        }
+        let mut y = vec![0.0; 1];
+        matmul_stored(&x, &bf16s(&w), k, &mut y);
+        assert_eq!(y[0], 2f32.powi(25) + 32.0);
+    }
+
+    /// The kernel against the `vdpbf16ps` one on the same weights from memory (the small
+    /// hybrid's lm_head, 311 MiB) and in cache (6,144 × 1,024), stored and in panels, median of
+    /// several alternating runs. A timing, not a test: `cargo test --release -p backend-cpu
+    /// --lib -- --ignored amx_speed --nocapture`.
+    #[test]
+    #[ignore]
+    fn amx_speed() {
+        if skipped() || !crate::kernels::matmul_bf16_input::available() {
+            return;
+        }
+        use crate::kernels::matmul_bf16_input::matmul_interleaved;
+        use crate::kernels::matmul_fast::interleave_rows;
+        let mut rng = Rng::fresh();
+        for (out, k, runs) in [(151_936, 1024, 7), (6144, 1024, 101)] {
+            let w = bf16s(&rng.vec(out * k));
+            let (inter, panels) = (interleave_rows(&w, k), panel_rows(&w, k));
+            for rows in [1, 2, 4, 8, 16, 64, 128] {
+                let x = rng.vec(rows * k);
+                let mut y = vec![0.0f32; rows * out];
+                let mut t: [Vec<f64>; 3] = [vec![], vec![], vec![]];
+                for _ in 0..runs {
+                    let s = std::time::Instant::now();
+                    matmul_interleaved(&x, &inter, k, &mut y);
+                    t[0].push(s.elapsed().as_secs_f64());
+                    let s = std::time::Instant::now();
+                    matmul_stored(&x, &w, k, &mut y);
+                    t[1].push(s.elapsed().as_secs_f64());
+                    let s = std::time::Instant::now();
+                    matmul_panels(&x, &panels, k, &mut y);
+                    t[2].push(s.elapsed().as_secs_f64());
+                }
+                let [v, s, p] = t.map(|mut t| {
+                    t.sort_by(f64::total_cmp);
+                    t[t.len() / 2] * 1e3
+                });
+                let gb = (out * k * 2) as f64 / 1e6;
+                eprintln!(
+                    "{out} x {k}, {rows} rows: vdpbf16ps {v:.3} ms ({:.1} GB/s), AMX stored \
+                     {s:.3} ms ({:.1} GB/s), AMX panels {p:.3} ms ({:.1} GB/s)",
+                    gb / v,
+                    gb / s,
+                    gb / p
+                );
+            }
+        }
+    }
+}
