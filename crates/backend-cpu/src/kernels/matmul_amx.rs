@@ -417,7 +417,7 @@ mod tests {
         for (k, out) in [(1024, 75), (64, 16), (320, 96), (128, 208)] {
             let w = bf16s(&rng.vec(out * k));
             let panels = panels_fit(k, out).then(|| panel_rows(&w, k));
-            for rows in [1, 2, 7, 15, 16, 17, 33] {
+            for rows in [1, 2, 7, 15, 16, 17, 33, 49, 64] {
                 let x = rng.vec(rows * k);
                 let what = format!("seed {seed} k {k} out {out}");
                 let f = |x: &[f32], y: &mut [f32]| matmul_stored(x, &w, k, y);
@@ -451,6 +451,71 @@ mod tests {
         let mut y = vec![0.0; 1];
         matmul_stored(&x, &bf16s(&w), k, &mut y);
         assert_eq!(y[0], 2f32.powi(25) + 32.0);
+    }
+
+    /// An 8-stream MoE round's expert calls of the A3B slice's shape: 64 distinct experts (gate
+    /// and up `[512, 2,048]`, down `[2,048, 512]`, 6 MiB each, 384 MiB in all, from memory) in
+    /// panels, each over 1-2 gathered rows, the experts in parallel as the MoE runs them; GB/s of
+    /// weights, median of 9, against the plain read of the same bytes in the same loop. A timing,
+    /// not a test: `cargo test --release -p backend-cpu --lib -- --ignored amx_expert_speed
+    /// --nocapture`.
+    #[test]
+    #[ignore]
+    fn amx_expert_speed() {
+        if skipped() {
+            return;
+        }
+        let (h, i, experts) = (2048, 512, 64);
+        let mut rng = Rng::fresh();
+        let mk = |rng: &mut Rng, out: usize, k: usize| panel_rows(&bf16s(&rng.vec(out * k)), k);
+        let set: Vec<[Vec<bf16>; 3]> = (0..experts)
+            .map(|_| [mk(&mut rng, i, h), mk(&mut rng, i, h), mk(&mut rng, h, i)])
+            .collect();
+        let bytes = (experts * 3 * i * h * 2) as f64;
+        for rows in [1, 2] {
+            let x = rng.vec(rows * h);
+            let mut times = vec![];
+            for _ in 0..9 {
+                let t = std::time::Instant::now();
+                set.par_iter().for_each(|[g, u, d]| {
+                    let (mut yg, mut yu) = (vec![0.0; rows * i], vec![0.0; rows * i]);
+                    matmul_panels(&x, g, h, &mut yg);
+                    matmul_panels(&x, u, h, &mut yu);
+                    let mut y = vec![0.0; rows * h];
+                    matmul_panels(&yg, d, i, &mut y);
+                });
+                times.push(t.elapsed().as_secs_f64());
+            }
+            times.sort_by(f64::total_cmp);
+            let t = times[4];
+            let mut reads = vec![];
+            for _ in 0..9 {
+                let t = std::time::Instant::now();
+                let sum: u64 = set
+                    .par_iter()
+                    .map(|m| {
+                        m.iter()
+                            .map(|w| {
+                                w.iter()
+                                    .step_by(32)
+                                    .map(|v| v.to_bits() as u64)
+                                    .sum::<u64>()
+                            })
+                            .sum::<u64>()
+                    })
+                    .sum();
+                std::hint::black_box(sum);
+                reads.push(t.elapsed().as_secs_f64());
+            }
+            reads.sort_by(f64::total_cmp);
+            eprintln!(
+                "{rows} rows: experts {:.2} ms ({:.1} GB/s); a read of every line {:.2} ms ({:.1} GB/s)",
+                t * 1e3,
+                bytes / t / 1e9,
+                reads[4] * 1e3,
+                bytes / reads[4] / 1e9
+            );
+        }
     }
 
     /// The kernel against the `vdpbf16ps` one on the same weights from memory (the small
