@@ -535,7 +535,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             flag(args.task.to_possible_value()),
             args.new_tokens,
             flag(args.draft.to_possible_value()),
-            flag(args.model.matmul_input.to_possible_value()),
+            args.device
+                .matmul_input_label(args.model.matmul_input.input()),
         );
     }
     // Untimed warm-up.
@@ -605,6 +606,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "draft_cost_percent": drafts.cost_percent,
                 "matmul_input": args.model.matmul_input.input().name(),
+                // Which kernel multiplies it (the CPU's AMX tiles or AVX-512 BF16 with bf16
+                // inputs): their bits and speeds differ.
+                "matmul_kernel": args.device.matmul_input_label(args.model.matmul_input.input()),
                 "temperature": args.temperature,
                 "top_k": args.top_k,
                 "top_p": args.top_p,
