@@ -3,7 +3,8 @@
 
 use crate::kernels::activation::{swiglu, swiglu_fused};
 use crate::kernels::matmul::{
-    interleave_for, interleave_group, interleave_wanted, matmul, matmul_interleaved, matmul_rows,
+    interleave_for, interleave_group, interleave_wanted, interleaved_row, matmul,
+    matmul_interleaved, matmul_rows,
 };
 use crate::layers::Mlp;
 use model::schema::names;
@@ -139,6 +140,21 @@ impl Linear {
                     *v += bb;
                 }
             }
+        }
+    }
+
+    /// Weight row `r` (output `r`'s weights) widened to f32 into `out` (`in_features` values),
+    /// read through the layout the weight is stored in.
+    pub fn weight_row(&self, r: usize, out: &mut [f32]) {
+        let k = self.in_features;
+        match (self.interleaved, self.weight.data()) {
+            (true, TensorData::Bf16(w)) => interleaved_row(w, k, r, self.input, out),
+            (_, TensorData::Bf16(w)) => {
+                for (o, v) in out.iter_mut().zip(&w[r * k..(r + 1) * k]) {
+                    *o = v.to_f32();
+                }
+            }
+            (_, TensorData::F32(w)) => out.copy_from_slice(&w[r * k..(r + 1) * k]),
         }
     }
 
@@ -522,6 +538,35 @@ mod tests {
                         assert_eq!(inter.first_outputs(&x, n), firsts, "{what} first {n}");
                         assert_eq!(stored.first_outputs(&x, n), firsts, "{what} first {n}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weight_rows_read_back_through_every_layout() {
+        let mut inputs = vec![MatmulInput::Exact];
+        if crate::kernels::matmul::bf16_input_available() {
+            inputs.push(MatmulInput::Bf16);
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for input in inputs {
+            for (out, inp) in [(12, 64), (208, 320), (10, 64)] {
+                let mut stored = linear(&mut rng, out, inp, true, false);
+                stored.input = input;
+                let laid = copy(&stored).interleave();
+                let TensorData::Bf16(w) = stored.weight.data() else {
+                    unreachable!("bf16 weights")
+                };
+                for r in 0..out {
+                    let want: Vec<f32> = w[r * inp..(r + 1) * inp]
+                        .iter()
+                        .map(|v| v.to_f32())
+                        .collect();
+                    let mut got = vec![0.0; inp];
+                    laid.weight_row(r, &mut got);
+                    assert_eq!(got, want, "seed {seed} {input:?} [{out}, {inp}] row {r}");
                 }
             }
         }

@@ -32,13 +32,17 @@ pub struct DecoderLayer {
 /// A model ready to compute on the CPU.
 pub struct CpuModel {
     pub config: Config,
-    /// `model.embed_tokens.weight` `[vocab, hidden]`.
-    pub embed: Tensor,
+    /// `model.embed_tokens.weight` `[vocab, hidden]` as stored; `None` where it is tied to the
+    /// lm_head and stored once, in the lm_head's kernel's layout (`lm_head`), its rows read
+    /// through that layout.
+    pub embed: Option<Tensor>,
     pub layers: Vec<DecoderLayer>,
     /// `model.norm.weight`.
     pub norm: Vec<f32>,
-    /// `lm_head.weight` (interleaved where the fast kernel runs: [`Linear`]), or `None` when
-    /// tied to the embedding (stored as loaded: its rows are also the embeddings).
+    /// `lm_head.weight` (in its kernel's layout where the matmul wants one: [`Linear`]); when
+    /// tied, the embedding itself in that layout, or `None` where it stays as stored (`embed`).
+    /// A tied lm_head laid out once reads its weights in one stream a group of rows (AMX's
+    /// panels: 16 rows of a tile 2k bytes apart otherwise), with the same bits.
     pub lm_head: Option<Linear>,
     /// Plain for Qwen3, zero-centred for Qwen3-Next.
     pub norm_kind: NormKind,
@@ -122,7 +126,18 @@ impl CpuModel {
             Arch::Qwen3 => NormKind::Plain,
             Arch::Qwen3Next => NormKind::ZeroCentred,
         };
-        let embed = w.tensor(names::EMBED, &[v, h])?;
+        // A tied embedding is also the lm_head: loaded as one ([`Linear::load_weight`] lays it
+        // out for the matmul where it is worth it), and kept as a table only where it was not.
+        let (embed, tied_head) = if config.tie_word_embeddings {
+            let head = Linear::load_weight(w, names::EMBED, v, h)?;
+            if head.interleaved {
+                (None, Some(head))
+            } else {
+                (Some(head.weight), None)
+            }
+        } else {
+            (Some(w.tensor(names::EMBED, &[v, h])?), None)
+        };
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
             let layer = names::Layer::main(i);
@@ -154,7 +169,7 @@ impl CpuModel {
         }
         let norm = load_norm(w, names::FINAL_NORM, h)?;
         let lm_head = if config.tie_word_embeddings {
-            None
+            tied_head
         } else {
             Some(Linear::load_weight(w, names::LM_HEAD, v, h)?)
         };
@@ -198,16 +213,29 @@ impl CpuModel {
         let mut x = vec![0.0f32; tokens.len() * h];
         for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
             let t = t as usize;
-            match self.embed.data() {
-                TensorData::F32(s) => row.copy_from_slice(&s[t * h..(t + 1) * h]),
-                TensorData::Bf16(s) => {
-                    for (o, v) in row.iter_mut().zip(&s[t * h..(t + 1) * h]) {
-                        *o = v.to_f32();
+            match (&self.embed, &self.lm_head) {
+                (Some(table), _) => match table.data() {
+                    TensorData::F32(s) => row.copy_from_slice(&s[t * h..(t + 1) * h]),
+                    TensorData::Bf16(s) => {
+                        for (o, v) in row.iter_mut().zip(&s[t * h..(t + 1) * h]) {
+                            *o = v.to_f32();
+                        }
                     }
-                }
+                },
+                (None, Some(tied)) => tied.weight_row(t, row),
+                (None, None) => unreachable!(
+                    "[embed-tied] a model without an embedding table has a tied lm_head"
+                ),
             }
         }
         x
+    }
+
+    /// The embedding table as stored, which serves as the lm_head where `lm_head` is `None`.
+    fn table(&self) -> &Tensor {
+        self.embed
+            .as_ref()
+            .expect("[embed-tied] without an lm_head the embedding table is kept")
     }
 
     /// Runs every layer over the batch (`tokens` are the segments' rows concatenated) and returns
@@ -262,7 +290,7 @@ impl CpuModel {
         out.resize(hidden.len() / h * v, 0.0);
         match &self.lm_head {
             Some(head) => on_pool(|| head.forward_into(hidden, out)),
-            None => on_pool(|| matmul(hidden, self.embed.data(), h, out, self.matmul_input)),
+            None => on_pool(|| matmul(hidden, self.table().data(), h, out, self.matmul_input)),
         }
     }
 
@@ -277,7 +305,7 @@ impl CpuModel {
         let mut out = vec![0.0f32; hidden.len() / h * n];
         matmul_rows(
             hidden,
-            self.embed.data(),
+            self.table().data(),
             h,
             0..n,
             &mut out,

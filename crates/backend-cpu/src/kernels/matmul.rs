@@ -308,6 +308,31 @@ pub fn interleave_group(k: usize, input: MatmulInput) -> usize {
     super::matmul_fast::INTERLEAVE_ROWS
 }
 
+/// Row `r` of a bf16 `[out, k]` matrix stored by [`interleave_for`] for `input`, widened into
+/// `out` (`k` values): the layout undone for one row (a tied embedding's rows are read from its
+/// lm_head's copy). Each group of rows holds, piece after piece, one piece of each of its rows.
+pub fn interleaved_row(w: &[bf16], k: usize, r: usize, input: MatmulInput, out: &mut [f32]) {
+    let group = interleave_group(k, input);
+    let piece = if group == super::matmul_fast::INTERLEAVE_ROWS {
+        super::matmul_fast::INTERLEAVE_PIECE
+    } else {
+        #[cfg(target_arch = "x86_64")]
+        {
+            super::matmul_amx::CHUNK
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("[interleaved-row] AMX's panels only on x86-64")
+    };
+    assert_eq!(out.len(), k, "interleaved_row: out must hold a row of {k}");
+    let first = (r / group) * group * k + (r % group) * piece;
+    for (p, dst) in out.chunks_exact_mut(piece).enumerate() {
+        let src = &w[first + p * group * piece..][..piece];
+        for (d, v) in dst.iter_mut().zip(src) {
+            *d = widen(*v);
+        }
+    }
+}
+
 /// [`matmul`] over bf16 weights stored by [`interleave_for`] (only where [`interleave_wanted`]
 /// said so): the same bits as [`matmul`] over the stored weights.
 pub fn matmul_interleaved(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], input: MatmulInput) {

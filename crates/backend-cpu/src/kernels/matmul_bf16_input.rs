@@ -14,9 +14,9 @@
 //! share a pass over memory, never the operations of one. Threads split the output columns.
 //!
 //! Layouts: the interleaved weights ([`super::matmul_fast::interleave_rows`]) give a group's 4
-//! pieces as one 64-byte load; weights as stored (the experts of a fused tensor, an embedding
-//! used as lm_head, `--mmap`) give them as 4 loads of 16 bytes, the same values in the same
-//! lanes, so the same bits (tested). A row whose length is not a multiple of 8 ends with a piece
+//! pieces as one 64-byte load; weights as stored (the experts of a fused tensor, every weight
+//! under `--mmap`) give them as 4 loads of 16 bytes, the same values in the same lanes, so the
+//! same bits (tested). A row whose length is not a multiple of 8 ends with a piece
 //! loaded under a mask (zeros past the row: their products add +0).
 
 use super::matmul::matmul_shape;

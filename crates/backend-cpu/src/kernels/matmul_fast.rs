@@ -329,6 +329,8 @@ pub fn matmul_bf16(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
 
 /// Weight rows per group of the interleaved layout ([`interleave_rows`]).
 pub const INTERLEAVE_ROWS: usize = 4;
+/// Elements of a row in one piece of the interleaved layout (16 bytes).
+pub const INTERLEAVE_PIECE: usize = LANES;
 
 /// Whether a `[out, k]` matrix can be stored interleaved: whole pieces of [`LANES`] elements (no
 /// tail) and whole groups of [`INTERLEAVE_ROWS`] rows.
