@@ -449,6 +449,15 @@ mod tests {
         }
     }
 
+    /// Exact inputs, and bf16 inputs where this CPU multiplies them.
+    fn inputs_here() -> Vec<MatmulInput> {
+        let mut inputs = vec![MatmulInput::Exact];
+        if crate::kernels::matmul::bf16_input_available() {
+            inputs.push(MatmulInput::Bf16);
+        }
+        inputs
+    }
+
     /// A copy of `l` (the fused projection takes its parts by value).
     fn copy(l: &Linear) -> Linear {
         let weight = match l.weight.data() {
@@ -499,10 +508,7 @@ mod tests {
 
     #[test]
     fn interleaved_projections_give_the_stored_ones_bits() {
-        let mut inputs = vec![MatmulInput::Exact];
-        if crate::kernels::matmul::bf16_input_available() {
-            inputs.push(MatmulInput::Bf16);
-        }
+        let inputs = inputs_here();
         let mut rng = Rng::fresh();
         let seed = rng.0;
         for input in inputs {
@@ -545,10 +551,7 @@ mod tests {
 
     #[test]
     fn weight_rows_read_back_through_every_layout() {
-        let mut inputs = vec![MatmulInput::Exact];
-        if crate::kernels::matmul::bf16_input_available() {
-            inputs.push(MatmulInput::Bf16);
-        }
+        let inputs = inputs_here();
         let mut rng = Rng::fresh();
         let seed = rng.0;
         for input in inputs {

@@ -119,16 +119,7 @@ pub fn panel_rows(w: &[bf16], k: usize) -> Vec<bf16> {
         "panel_rows: [{}, {k}] is not whole panels of {PANEL_ROWS} rows × chunks of {CHUNK}",
         w.len() / k.max(1)
     );
-    let mut out = Vec::with_capacity(w.len());
-    for panel in w.chunks_exact(PANEL_ROWS * k) {
-        for c in 0..k / CHUNK {
-            for r in 0..PANEL_ROWS {
-                let at = r * k + c * CHUNK;
-                out.extend_from_slice(&panel[at..at + CHUNK]);
-            }
-        }
-    }
-    out
+    super::matmul_fast::interleave_groups(w, k, PANEL_ROWS, CHUNK)
 }
 
 /// `y[rows, out] = bf16(x[rows, k]) · W[out, k]ᵀ`, W as stored. Panics unless [`in_use`]`(k)`.
@@ -363,9 +354,9 @@ unsafe fn block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::matmul::matmul_reference;
-    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, max_abs_diff, Rng};
-    use model::TensorData;
+    use crate::kernels::testutil::{
+        bf16s, is_the_products_of_rounded_inputs, rows_alone_and_layouts_agree, LaidOutKernel, Rng,
+    };
 
     /// True (and says so) where this process does not run AMX: the test has nothing to run.
     fn skipped() -> bool {
@@ -380,30 +371,20 @@ mod tests {
         if skipped() {
             return;
         }
-        let mut rng = Rng::fresh();
-        let seed = rng.0;
         // Rows of one and several tiles of x, outputs of part, one and several tiles and
         // blocks, k of one and many chunks.
-        for (rows, k, out) in [
-            (1, 32, 1),
-            (1, 64, 16),
-            (3, 96, 17),
-            (8, 1024, 75),
-            (16, 256, 64),
-            (17, 128, 130),
-            (40, 320, 200),
-        ] {
-            let x = rng.vec(rows * k);
-            let w = bf16s(&rng.vec(out * k));
-            let mut y = vec![0.0; rows * out];
-            matmul_stored(&x, &w, k, &mut y);
-            let rounded: Vec<f32> = bf16s(&x).iter().map(|v| v.to_f32()).collect();
-            let d = max_abs_diff(&y, &matmul_reference(&rounded, TensorData::Bf16(&w), k));
-            assert!(
-                d < 1e-5 * k as f32,
-                "seed {seed} {rows}x{k}x{out}: diff {d}"
-            );
-        }
+        is_the_products_of_rounded_inputs(
+            matmul_stored,
+            &[
+                (1, 32, 1),
+                (1, 64, 16),
+                (3, 96, 17),
+                (8, 1024, 75),
+                (16, 256, 64),
+                (17, 128, 130),
+                (40, 320, 200),
+            ],
+        );
     }
 
     #[test]
@@ -411,24 +392,17 @@ mod tests {
         if skipped() {
             return;
         }
-        let mut rng = Rng::fresh();
-        let seed = rng.0;
+        let kernel = LaidOutKernel {
+            stored: matmul_stored,
+            lay: |w, k, out| panels_fit(k, out).then(|| panel_rows(w, k)),
+            laid: matmul_panels,
+        };
         // (k, out): a part tile (stored only), whole panels of one and several blocks.
-        for (k, out) in [(1024, 75), (64, 16), (320, 96), (128, 208)] {
-            let w = bf16s(&rng.vec(out * k));
-            let panels = panels_fit(k, out).then(|| panel_rows(&w, k));
-            for rows in [1, 2, 7, 15, 16, 17, 33, 49, 64] {
-                let x = rng.vec(rows * k);
-                let what = format!("seed {seed} k {k} out {out}");
-                let f = |x: &[f32], y: &mut [f32]| matmul_stored(x, &w, k, y);
-                let all = batch_as_rows_alone(f, &x, k, out, &what);
-                if let Some(wp) = &panels {
-                    let mut p = vec![0.0; rows * out];
-                    matmul_panels(&x, wp, k, &mut p);
-                    assert_eq!(p, all, "{what} rows {rows}: layouts");
-                }
-            }
-        }
+        rows_alone_and_layouts_agree(
+            &kernel,
+            &[(1024, 75), (64, 16), (320, 96), (128, 208)],
+            &[1, 2, 7, 15, 16, 17, 33, 49, 64],
+        );
     }
 
     #[test]

@@ -336,10 +336,11 @@ unsafe fn weights<const S: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::matmul::matmul_reference;
     use crate::kernels::matmul_fast::interleave_rows;
-    use crate::kernels::testutil::{batch_as_rows_alone, bf16s, max_abs_diff, Rng, EDGE_SHAPES};
-    use model::TensorData;
+    use crate::kernels::testutil::{
+        bf16s, is_the_products_of_rounded_inputs, rows_alone_and_layouts_agree, LaidOutKernel, Rng,
+        EDGE_SHAPES,
+    };
 
     /// True (and says so) where this CPU lacks AVX-512 BF16: the test has nothing to run.
     fn skipped() -> bool {
@@ -354,23 +355,9 @@ mod tests {
         if skipped() {
             return;
         }
-        let mut rng = Rng::fresh();
-        let seed = rng.0;
         // k with and without a tail piece, columns not whole groups or blocks, rows of both
         // plans and every tile height.
-        for (rows, k, out) in EDGE_SHAPES {
-            let x = rng.vec(rows * k);
-            let w = bf16s(&rng.vec(out * k));
-            let mut y = vec![0.0; rows * out];
-            matmul_stored(&x, &w, k, &mut y);
-            // The plain definition (f64 sums) over x rounded to bf16.
-            let rounded: Vec<f32> = bf16s(&x).iter().map(|v| v.to_f32()).collect();
-            let d = max_abs_diff(&y, &matmul_reference(&rounded, TensorData::Bf16(&w), k));
-            assert!(
-                d < 1e-5 * k as f32,
-                "seed {seed} {rows}x{k}x{out}: diff {d}"
-            );
-        }
+        is_the_products_of_rounded_inputs(matmul_stored, &EDGE_SHAPES);
     }
 
     #[test]
@@ -378,25 +365,19 @@ mod tests {
         if skipped() {
             return;
         }
-        let mut rng = Rng::fresh();
-        let seed = rng.0;
+        let kernel = LaidOutKernel {
+            stored: matmul_stored,
+            lay: |w, k, out| {
+                super::super::matmul_fast::interleavable(k, out).then(|| interleave_rows(w, k))
+            },
+            laid: matmul_interleaved,
+        };
         // (k, out): a tail piece and a part group (stored only), and interleavable shapes.
-        for (k, out) in [(1024, 75), (200, 33), (37, 9), (1024, 96), (64, 52)] {
-            let w = bf16s(&rng.vec(out * k));
-            let interleaved =
-                super::super::matmul_fast::interleavable(k, out).then(|| interleave_rows(&w, k));
-            for rows in [1, 2, 3, 4, 5, 7, 8, 13, 17, 33] {
-                let x = rng.vec(rows * k);
-                let what = format!("seed {seed} k {k} out {out}");
-                let f = |x: &[f32], y: &mut [f32]| matmul_stored(x, &w, k, y);
-                let all = batch_as_rows_alone(f, &x, k, out, &what);
-                if let Some(wi) = &interleaved {
-                    let mut inter = vec![0.0; rows * out];
-                    matmul_interleaved(&x, wi, k, &mut inter);
-                    assert_eq!(inter, all, "{what} rows {rows}: layouts");
-                }
-            }
-        }
+        rows_alone_and_layouts_agree(
+            &kernel,
+            &[(1024, 75), (200, 33), (37, 9), (1024, 96), (64, 52)],
+            &[1, 2, 3, 4, 5, 7, 8, 13, 17, 33],
+        );
     }
 
     #[test]

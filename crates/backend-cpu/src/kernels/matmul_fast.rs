@@ -346,12 +346,20 @@ pub fn interleavable(k: usize, out: usize) -> bool {
 /// order are the stored layout's, so are the bits. Panics unless [`interleavable`].
 pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
     assert_interleavable("interleave_rows", w, k);
+    interleave_groups(w, k, INTERLEAVE_ROWS, LANES)
+}
+
+/// `w` (`[out, k]`, row-major, whole groups of `group` rows and pieces of `piece`) with each
+/// group's rows interleaved by pieces: piece `p` of each of the group's rows, then piece `p + 1`
+/// (this kernel's groups, and AMX's panels of 16 rows in chunks of 32).
+pub(super) fn interleave_groups(w: &[bf16], k: usize, group: usize, piece: usize) -> Vec<bf16> {
+    debug_assert!(k.is_multiple_of(piece) && w.len().is_multiple_of(group * k));
     let mut out = Vec::with_capacity(w.len());
-    for group in w.chunks_exact(INTERLEAVE_ROWS * k) {
-        for p in 0..k / LANES {
-            for c in 0..INTERLEAVE_ROWS {
-                let at = c * k + p * LANES;
-                out.extend_from_slice(&group[at..at + LANES]);
+    for rows in w.chunks_exact(group * k) {
+        for p in 0..k / piece {
+            for c in 0..group {
+                let at = c * k + p * piece;
+                out.extend_from_slice(&rows[at..at + piece]);
             }
         }
     }

@@ -106,6 +106,66 @@ pub(crate) mod testutil {
         all
     }
 
+    /// A bf16 matmul kernel over weights as stored and over its own layout of them.
+    pub struct LaidOutKernel {
+        /// `y = x · Wᵀ` over W as stored.
+        pub stored: fn(&[f32], &[half::bf16], usize, &mut [f32]),
+        /// W (`[out, k]`) in the kernel's layout, where the shape has one.
+        pub lay: fn(&[half::bf16], usize, usize) -> Option<Vec<half::bf16>>,
+        /// `y = x · Wᵀ` over the laid-out W.
+        pub laid: fn(&[f32], &[half::bf16], usize, &mut [f32]),
+    }
+
+    /// For fresh random weights of each `(k, out)` and x of each row count: every row's result
+    /// alone equals the batch's, bit for bit ([`batch_as_rows_alone`]), and the laid-out weights
+    /// give the stored weights' bits.
+    pub fn rows_alone_and_layouts_agree(
+        kernel: &LaidOutKernel,
+        shapes: &[(usize, usize)],
+        row_counts: &[usize],
+    ) {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for &(k, out) in shapes {
+            let w = bf16s(&rng.vec(out * k));
+            let laid = (kernel.lay)(&w, k, out);
+            for &rows in row_counts {
+                let x = rng.vec(rows * k);
+                let what = format!("seed {seed} k {k} out {out}");
+                let f = |x: &[f32], y: &mut [f32]| (kernel.stored)(x, &w, k, y);
+                let all = batch_as_rows_alone(f, &x, k, out, &what);
+                if let Some(wl) = &laid {
+                    let mut y = vec![0.0; rows * out];
+                    (kernel.laid)(&x, wl, k, &mut y);
+                    assert_eq!(y, all, "{what} rows {rows}: layouts");
+                }
+            }
+        }
+    }
+
+    /// For fresh random x and bf16 weights of each `(rows, k, out)`: a bf16-input kernel's `y`
+    /// is the plain definition (f64 sums) over x rounded to bf16, within f32 rounding.
+    pub fn is_the_products_of_rounded_inputs(
+        stored: fn(&[f32], &[half::bf16], usize, &mut [f32]),
+        shapes: &[(usize, usize, usize)],
+    ) {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for &(rows, k, out) in shapes {
+            let x = rng.vec(rows * k);
+            let w = bf16s(&rng.vec(out * k));
+            let mut y = vec![0.0; rows * out];
+            stored(&x, &w, k, &mut y);
+            let rounded: Vec<f32> = bf16s(&x).iter().map(|v| v.to_f32()).collect();
+            let want = super::matmul::matmul_reference(&rounded, model::TensorData::Bf16(&w), k);
+            let d = max_abs_diff(&y, &want);
+            assert!(
+                d < 1e-5 * k as f32,
+                "seed {seed} {rows}x{k}x{out}: diff {d}"
+            );
+        }
+    }
+
     pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len());
         a.iter()
