@@ -2,15 +2,16 @@
 //! CPUs with AMX-BF16 where the kernel grants this process the tile registers. One instruction
 //! multiplies a 16 × 32 tile of weights by a 32 × 16 tile of x (16 rows) and adds the products
 //! into a 16 × 16 tile of f32 sums: 8,192 products, against `vdpbf16ps`'s 32. On the 2-core Xeon
-//! (bench/RESULTS.md, session 42) that made prompts' matmuls several times faster, and decode's
-//! memory-bound ones read at the plain read's rate.
+//! (bench/RESULTS.md, session 42) that made prompts' matmuls several times faster and many-row
+//! decode rounds' faster; one-row calls, which only stream their weights, read them a little
+//! slower than the `vdpbf16ps` kernel does (one stream 5-15 % slower there).
 //!
 //! Bits: `tdpbf16ps` sums the 32 products of one output over one chunk of 32 elements of k in a
 //! wide internal format and adds that sum to the output's f32 sum with one rounding. `vdpbf16ps`
 //! rounds after each product instead, so the two kernels give different bits (measured on this
 //! Xeon: 2^25 plus 32 products of 1 is 2^25 + 32 in one `tdpbf16ps`, 2^25 in 16 `vdpbf16ps`).
 //! Where this kernel runs ([`in_use`]), every bf16-input matmul of the process with such a k
-//! runs on it, so a row's bits never depend on the kernel chosen.
+//! runs on it, whatever its rows: which kernel computes a row never depends on the batch.
 //!
 //! Batch invariance: `y[r, o]` is the chain over k's chunks of 32 in increasing order, one
 //! `tdpbf16ps` each, in the tile element (weight row o, x row r) that no other row's values
@@ -43,8 +44,8 @@ const SUM_TILES: usize = 4;
 /// Output columns a rayon task computes.
 const COL_BLOCK: usize = SUM_TILES * PANEL_ROWS;
 /// Chunks ahead of the one multiplied that a task's first pass prefetches (into L1): the panels'
-/// streams read at 25–30 GB/s with 2–16 chunks ahead or none on the 2-core Xeon (C probe); 4
-/// was the best of them by a little.
+/// streams read at 25–30 GB/s with 2–16 chunks ahead or none on the 2-core Xeon (C probe), 4
+/// the best of them by a little; in this kernel none, 8 ahead and into L2 measured about the same.
 const AHEAD_CHUNKS: usize = 4;
 /// Set to `0` to keep this process off AMX (the `vdpbf16ps` kernel then runs every bf16-input
 /// matmul), to compare them; read once per process.
