@@ -133,7 +133,15 @@ pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
     let whole = out / PANEL_ROWS * PANEL_ROWS;
     let xt = x_tiles(x, rows, k);
     if whole > 0 {
-        run(&xt, rows, k, Weights::Stored(&w[..whole * k]), y, out, 0);
+        run(
+            xt.as_slice(),
+            rows,
+            k,
+            Weights::Stored(&w[..whole * k]),
+            y,
+            out,
+            0,
+        );
     }
     if whole < out {
         // The last rows, fewer than a tile: a tile of them with zero rows after (computed,
@@ -141,7 +149,15 @@ pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
         let mut tail = vec![bf16::ZERO; PANEL_ROWS * k];
         tail[..(out - whole) * k].copy_from_slice(&w[whole * k..]);
         let mut yt = vec![0.0f32; rows * PANEL_ROWS];
-        run(&xt, rows, k, Weights::Stored(&tail), &mut yt, PANEL_ROWS, 0);
+        run(
+            xt.as_slice(),
+            rows,
+            k,
+            Weights::Stored(&tail),
+            &mut yt,
+            PANEL_ROWS,
+            0,
+        );
         for (row, t) in y.chunks_exact_mut(out).zip(yt.chunks_exact(PANEL_ROWS)) {
             row[whole..].copy_from_slice(&t[..out - whole]);
         }
@@ -161,16 +177,42 @@ pub fn matmul_panels(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
         return;
     }
     let xt = x_tiles(x, rows, k);
-    run(&xt, rows, k, Weights::Panels(w), y, out, 0);
+    run(xt.as_slice(), rows, k, Weights::Panels(w), y, out, 0);
+}
+
+/// One 64-byte row of a tile, on a cache line of its own: a tile load then reads 16 whole lines
+/// (from the allocator's 16-byte alignment a tile's rows would straddle 17).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct TileRow([bf16; CHUNK]);
+
+/// x's tiles, on cache lines ([`x_tiles`]).
+struct XTiles(Vec<TileRow>);
+
+impl XTiles {
+    fn as_slice(&self) -> &[bf16] {
+        // SAFETY: `TileRow` is `CHUNK` bf16 with no padding (64 bytes, aligned to 64), so the
+        // rows are `len · CHUNK` contiguous, initialised bf16.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr() as *const bf16, self.0.len() * CHUNK) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [bf16] {
+        // SAFETY: as in `as_slice`, borrowed mutably once.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.0.as_mut_ptr() as *mut bf16, self.0.len() * CHUNK)
+        }
+    }
 }
 
 /// x rounded to bf16 (to nearest, ties to even) in tiles: for each group of 16 rows and each
 /// chunk of k, 16 rows of pairs (`[p][row][2]`: elements `2p`, `2p + 1` of the chunk of each
-/// row), 1 KiB; rows past `rows` are zeros.
-fn x_tiles(x: &[f32], rows: usize, k: usize) -> Vec<bf16> {
+/// row), 1 KiB on 16 cache lines; rows past `rows` are zeros.
+fn x_tiles(x: &[f32], rows: usize, k: usize) -> XTiles {
     let chunks = k / CHUNK;
     let tile = X_TILE_ROWS * CHUNK;
-    let mut xt = vec![bf16::ZERO; rows.div_ceil(X_TILE_ROWS) * chunks * tile];
+    let lines = rows.div_ceil(X_TILE_ROWS) * chunks * X_TILE_ROWS;
+    let mut tiles = XTiles(vec![TileRow([bf16::ZERO; CHUNK]); lines]);
+    let xt = tiles.as_mut_slice();
     for (r, row) in x.chunks_exact(k).enumerate() {
         let (g, n) = (r / X_TILE_ROWS, r % X_TILE_ROWS);
         for (c, chunk) in row.chunks_exact(CHUNK).enumerate() {
@@ -182,7 +224,7 @@ fn x_tiles(x: &[f32], rows: usize, k: usize) -> Vec<bf16> {
             }
         }
     }
-    xt
+    tiles
 }
 
 /// Where a tile of weights lies.
@@ -359,6 +401,13 @@ mod tests {
         bf16s, is_the_products_of_rounded_inputs, rows_alone_and_layouts_agree, LaidOutKernel, Rng,
     };
 
+    /// `w` (whole cache lines of bf16) on cache lines, as the loader's arena places weights.
+    fn on_lines(w: &[bf16]) -> XTiles {
+        let mut lines = XTiles(vec![TileRow([bf16::ZERO; CHUNK]); w.len() / CHUNK]);
+        lines.as_mut_slice().copy_from_slice(w);
+        lines
+    }
+
     /// True (and says so) where this process does not run AMX: the test has nothing to run.
     fn skipped() -> bool {
         if !enabled() {
@@ -442,8 +491,10 @@ mod tests {
         }
         let (h, i, experts) = (2048, 512, 64);
         let mut rng = Rng::fresh();
-        let mk = |rng: &mut Rng, out: usize, k: usize| panel_rows(&bf16s(&rng.vec(out * k)), k);
-        let set: Vec<[Vec<bf16>; 3]> = (0..experts)
+        let mk = |rng: &mut Rng, out: usize, k: usize| {
+            on_lines(&panel_rows(&bf16s(&rng.vec(out * k)), k))
+        };
+        let set: Vec<[XTiles; 3]> = (0..experts)
             .map(|_| [mk(&mut rng, i, h), mk(&mut rng, i, h), mk(&mut rng, h, i)])
             .collect();
         let bytes = (experts * 3 * i * h * 2) as f64;
@@ -454,10 +505,10 @@ mod tests {
                 let t = std::time::Instant::now();
                 set.par_iter().for_each(|[g, u, d]| {
                     let (mut yg, mut yu) = (vec![0.0; rows * i], vec![0.0; rows * i]);
-                    matmul_panels(&x, g, h, &mut yg);
-                    matmul_panels(&x, u, h, &mut yu);
+                    matmul_panels(&x, g.as_slice(), h, &mut yg);
+                    matmul_panels(&x, u.as_slice(), h, &mut yu);
                     let mut y = vec![0.0; rows * h];
-                    matmul_panels(&yg, d, i, &mut y);
+                    matmul_panels(&yg, d.as_slice(), i, &mut y);
                 });
                 times.push(t.elapsed().as_secs_f64());
             }
@@ -471,7 +522,8 @@ mod tests {
                     .map(|m| {
                         m.iter()
                             .map(|w| {
-                                w.iter()
+                                w.as_slice()
+                                    .iter()
                                     .step_by(32)
                                     .map(|v| v.to_bits() as u64)
                                     .sum::<u64>()
@@ -507,21 +559,26 @@ mod tests {
         use crate::kernels::matmul_fast::interleave_rows;
         let mut rng = Rng::fresh();
         for (out, k, runs) in [(151_936, 1024, 7), (6144, 1024, 101)] {
-            let w = bf16s(&rng.vec(out * k));
-            let (inter, panels) = (interleave_rows(&w, k), panel_rows(&w, k));
+            // On cache lines, as the loader's arena places weights.
+            let w = on_lines(&bf16s(&rng.vec(out * k)));
+            let (inter, panels) = (
+                on_lines(&interleave_rows(w.as_slice(), k)),
+                on_lines(&panel_rows(w.as_slice(), k)),
+            );
+            let (w, inter, panels) = (w.as_slice(), inter.as_slice(), panels.as_slice());
             for rows in [1, 2, 4, 8, 16, 64, 128] {
                 let x = rng.vec(rows * k);
                 let mut y = vec![0.0f32; rows * out];
                 let mut t: [Vec<f64>; 3] = [vec![], vec![], vec![]];
                 for _ in 0..runs {
                     let s = std::time::Instant::now();
-                    matmul_interleaved(&x, &inter, k, &mut y);
+                    matmul_interleaved(&x, inter, k, &mut y);
                     t[0].push(s.elapsed().as_secs_f64());
                     let s = std::time::Instant::now();
-                    matmul_stored(&x, &w, k, &mut y);
+                    matmul_stored(&x, w, k, &mut y);
                     t[1].push(s.elapsed().as_secs_f64());
                     let s = std::time::Instant::now();
-                    matmul_panels(&x, &panels, k, &mut y);
+                    matmul_panels(&x, panels, k, &mut y);
                     t[2].push(s.elapsed().as_secs_f64());
                 }
                 let [v, s, p] = t.map(|mut t| {
