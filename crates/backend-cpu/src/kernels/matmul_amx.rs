@@ -3,8 +3,9 @@
 //! multiplies a 16 × 32 tile of weights by a 32 × 16 tile of x (16 rows) and adds the products
 //! into a 16 × 16 tile of f32 sums: 8,192 products, against `vdpbf16ps`'s 32. On the 2-core Xeon
 //! (bench/RESULTS.md, session 42) that made prompts' matmuls several times faster and many-row
-//! decode rounds' faster; one-row calls, which only stream their weights, read them a little
-//! slower than the `vdpbf16ps` kernel does (one stream 5-15 % slower there).
+//! decode rounds' faster. One-row calls only stream their weights: from memory AMX reads them
+//! faster than the `vdpbf16ps` kernel, from cache 10-20 % slower (one stream of the small hybrid,
+//! whose weights partly sit in that Xeon's large L3, 15 % slower).
 //!
 //! Bits: `tdpbf16ps` sums the 32 products of one output over one chunk of 32 elements of k in a
 //! wide internal format and adds that sum to the output's f32 sum with one rounding. `vdpbf16ps`
