@@ -141,7 +141,6 @@ pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
             Weights::Stored(&w[..whole * k]),
             y,
             out,
-            0,
         );
     }
     if whole < out {
@@ -157,7 +156,6 @@ pub fn matmul_stored(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
             Weights::Stored(&tail),
             &mut yt,
             PANEL_ROWS,
-            0,
         );
         for (row, t) in y.chunks_exact_mut(out).zip(yt.chunks_exact(PANEL_ROWS)) {
             row[whole..].copy_from_slice(&t[..out - whole]);
@@ -178,7 +176,7 @@ pub fn matmul_panels(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
         return;
     }
     let xt = x_tiles(x, rows, k);
-    run(xt.as_slice(), rows, k, Weights::Panels(w), y, out, 0);
+    run(xt.as_slice(), rows, k, Weights::Panels(w), y, out);
 }
 
 /// One 64-byte row of a tile, on a cache line of its own: a tile load then reads 16 whole lines
@@ -237,22 +235,22 @@ enum Weights<'a> {
     Panels(&'a [bf16]),
 }
 
-/// Every output column block of `w` (whole tiles of rows) as a rayon task, into `y[rows, ld]`
-/// from column `col0`.
-fn run(xt: &[bf16], rows: usize, k: usize, w: Weights<'_>, y: &mut [f32], ld: usize, col0: usize) {
+/// Every output column block of `w` (whole tiles of rows) as a rayon task, into the first
+/// columns of `y[rows, ld]`.
+fn run(xt: &[bf16], rows: usize, k: usize, w: Weights<'_>, y: &mut [f32], ld: usize) {
     let len = match w {
         Weights::Stored(s) | Weights::Panels(s) => s.len(),
     };
     let out = len / k;
-    debug_assert!(out.is_multiple_of(PANEL_ROWS) && col0 + out <= ld);
+    debug_assert!(out.is_multiple_of(PANEL_ROWS) && out <= ld);
     let y = Output(y.as_mut_ptr());
     (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
         let start = b * COL_BLOCK;
         let tiles = (COL_BLOCK.min(out - start)) / PANEL_ROWS;
         // SAFETY: enabled() (asserted by the callers) checked AMX and the tile permission; the
         // block's `tiles` whole tiles of rows lie inside `w`, `xt` holds every group's tiles,
-        // and this task writes only its columns `col0 + start..` of `y`'s `rows × ld`.
-        unsafe { block(xt, rows, k, w, start, tiles, y.at(col0 + start), ld) }
+        // and this task writes only its columns `start..` of `y`'s `rows × ld`.
+        unsafe { block(xt, rows, k, w, start, tiles, y.at(start), ld) }
     });
 }
 
