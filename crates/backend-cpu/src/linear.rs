@@ -149,12 +149,7 @@ impl Linear {
         let k = self.in_features;
         match (self.interleaved, self.weight.data()) {
             (true, TensorData::Bf16(w)) => interleaved_row(w, k, r, self.input, out),
-            (_, TensorData::Bf16(w)) => {
-                for (o, v) in out.iter_mut().zip(&w[r * k..(r + 1) * k]) {
-                    *o = v.to_f32();
-                }
-            }
-            (_, TensorData::F32(w)) => out.copy_from_slice(&w[r * k..(r + 1) * k]),
+            (_, data) => stored_row(data, k, r, out),
         }
     }
 
@@ -191,6 +186,18 @@ impl Linear {
             (false, data) => matmul_rows(x, data, k, 0..n, &mut out, self.input),
         }
         out
+    }
+}
+
+/// Row `r` of a `[rows, k]` weight as stored, widened to f32 into `out` (`k` values).
+pub fn stored_row(data: TensorData<'_>, k: usize, r: usize, out: &mut [f32]) {
+    match data {
+        TensorData::Bf16(w) => {
+            for (o, v) in out.iter_mut().zip(&w[r * k..(r + 1) * k]) {
+                *o = v.to_f32();
+            }
+        }
+        TensorData::F32(w) => out.copy_from_slice(&w[r * k..(r + 1) * k]),
     }
 }
 

@@ -8,14 +8,13 @@ use crate::kernels::matmul::{matmul, matmul_rows};
 use crate::kernels::norm::{rmsnorm, NormKind};
 use crate::kernels::on_pool;
 use crate::layers::{Mixer, Mlp, Segment};
-use crate::linear::{load_norm, FusedDenseMlp, Linear};
+use crate::linear::{load_norm, stored_row, FusedDenseMlp, Linear};
 use crate::qwen3::Attention;
 use crate::qwen3_next;
 use crate::state::{session_costs, RollbackWindow, SessionCosts, SessionState};
 use model::schema::names;
 use model::{
-    Arch, Config, LayerKind, LoadError, LoadFormat, MatmulInput, Placement, Tensor, TensorData,
-    Weights,
+    Arch, Config, LayerKind, LoadError, LoadFormat, MatmulInput, Placement, Tensor, Weights,
 };
 use std::path::Path;
 
@@ -214,14 +213,7 @@ impl CpuModel {
         for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
             let t = t as usize;
             match (&self.embed, &self.lm_head) {
-                (Some(table), _) => match table.data() {
-                    TensorData::F32(s) => row.copy_from_slice(&s[t * h..(t + 1) * h]),
-                    TensorData::Bf16(s) => {
-                        for (o, v) in row.iter_mut().zip(&s[t * h..(t + 1) * h]) {
-                            *o = v.to_f32();
-                        }
-                    }
-                },
+                (Some(table), _) => stored_row(table.data(), h, t, row),
                 (None, Some(tied)) => tied.weight_row(t, row),
                 (None, None) => unreachable!(
                     "[embed-tied] a model without an embedding table has a tied lm_head"

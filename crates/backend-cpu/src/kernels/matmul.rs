@@ -274,55 +274,55 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: Matm
     }
 }
 
-/// Whether a bf16 `[out, k]` projection multiplied as `input` says is worth storing in its
-/// kernel's layout ([`interleave_for`]): AMX's panels where bf16 inputs run on AMX
-/// ([`super::matmul_amx::panels_fit`]); elsewhere the interleaved groups, where the fast kernel
-/// runs in this process and the shape is whole groups and pieces. The bits are the same either
-/// way.
-pub fn interleave_wanted(k: usize, out: usize, input: MatmulInput) -> bool {
+/// The layout [`interleave_for`] makes for rows of `k` multiplied as `input` says, as (rows a
+/// group, elements a piece): AMX's panels (16, 32) where bf16 inputs run on AMX
+/// ([`amx_in_use`]), else the interleaved groups (4, 8).
+fn layout(k: usize, input: MatmulInput) -> (usize, usize) {
+    #[cfg(target_arch = "x86_64")]
     if input == MatmulInput::Bf16 && amx_in_use(k) {
-        #[cfg(target_arch = "x86_64")]
-        return super::matmul_amx::panels_fit(k, out);
+        return (super::matmul_amx::PANEL_ROWS, super::matmul_amx::CHUNK);
     }
-    super::matmul_fast::enabled() && super::matmul_fast::interleavable(k, out)
+    let _ = (k, input);
+    (
+        super::matmul_fast::INTERLEAVE_ROWS,
+        super::matmul_fast::INTERLEAVE_PIECE,
+    )
 }
 
-/// `w` (`[out, k]`) in the layout [`matmul_interleaved`] reads for `input`: AMX's panels
-/// ([`super::matmul_amx::panel_rows`]) or the interleaved groups
-/// ([`super::matmul_fast::interleave_rows`]). Only where [`interleave_wanted`] said so.
+/// Whether a bf16 `[out, k]` projection multiplied as `input` says is worth storing in its
+/// kernel's [`layout`] ([`interleave_for`]): whole groups and pieces, and a kernel that reads
+/// the layout runs in this process (AMX's, or the fast exact one, whose interleaved groups the
+/// `vdpbf16ps` kernel reads too). The bits are the same either way.
+pub fn interleave_wanted(k: usize, out: usize, input: MatmulInput) -> bool {
+    let (group, piece) = layout(k, input);
+    let whole = k > 0 && k.is_multiple_of(piece) && out.is_multiple_of(group);
+    whole && ((input == MatmulInput::Bf16 && amx_in_use(k)) || super::matmul_fast::enabled())
+}
+
+/// `w` (`[out, k]`) in the [`layout`] [`matmul_interleaved`] reads for `input`: each group of
+/// rows interleaved by pieces (AMX's panels, or the interleaved groups of
+/// [`super::matmul_fast::interleave_rows`]). Only where [`interleave_wanted`] said so.
 pub fn interleave_for(w: &[bf16], k: usize, input: MatmulInput) -> Vec<bf16> {
-    if input == MatmulInput::Bf16 && amx_in_use(k) {
-        #[cfg(target_arch = "x86_64")]
-        return super::matmul_amx::panel_rows(w, k);
-    }
-    super::matmul_fast::interleave_rows(w, k)
+    let (group, piece) = layout(k, input);
+    assert!(
+        k > 0 && w.len().is_multiple_of(k) && interleave_wanted(k, w.len() / k, input),
+        "interleave_for: [{}, {k}] is not whole groups of {group} rows × pieces of {piece}",
+        w.len() / k.max(1)
+    );
+    super::matmul_fast::interleave_groups(w, k, group, piece)
 }
 
 /// The rows of one group of [`interleave_for`]'s layout for `input` (16 in AMX's panels, 4
 /// interleaved): a prefix of the outputs is computed in whole groups.
 pub fn interleave_group(k: usize, input: MatmulInput) -> usize {
-    if input == MatmulInput::Bf16 && amx_in_use(k) {
-        #[cfg(target_arch = "x86_64")]
-        return super::matmul_amx::PANEL_ROWS;
-    }
-    super::matmul_fast::INTERLEAVE_ROWS
+    layout(k, input).0
 }
 
 /// Row `r` of a bf16 `[out, k]` matrix stored by [`interleave_for`] for `input`, widened into
 /// `out` (`k` values): the layout undone for one row (a tied embedding's rows are read from its
 /// lm_head's copy). Each group of rows holds, piece after piece, one piece of each of its rows.
 pub fn interleaved_row(w: &[bf16], k: usize, r: usize, input: MatmulInput, out: &mut [f32]) {
-    let group = interleave_group(k, input);
-    let piece = if group == super::matmul_fast::INTERLEAVE_ROWS {
-        super::matmul_fast::INTERLEAVE_PIECE
-    } else {
-        #[cfg(target_arch = "x86_64")]
-        {
-            super::matmul_amx::CHUNK
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("[interleaved-row] AMX's panels only on x86-64")
-    };
+    let (group, piece) = layout(k, input);
     assert_eq!(out.len(), k, "interleaved_row: out must hold a row of {k}");
     let first = (r / group) * group * k + (r % group) * piece;
     for (p, dst) in out.chunks_exact_mut(piece).enumerate() {

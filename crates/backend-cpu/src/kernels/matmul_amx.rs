@@ -4,8 +4,8 @@
 //! into a 16 × 16 tile of f32 sums: 8,192 products, against `vdpbf16ps`'s 32. On the 2-core Xeon
 //! (bench/RESULTS.md, session 42) that made prompts' matmuls several times faster and many-row
 //! decode rounds' faster. One-row calls only stream their weights: from memory AMX reads them
-//! faster than the `vdpbf16ps` kernel, from cache 10-20 % slower (one stream of the small hybrid,
-//! whose weights partly sit in that Xeon's large L3, 15 % slower).
+//! faster than the `vdpbf16ps` kernel, from cache 10-20 % slower (`amx_speed`); one stream of
+//! the small hybrid decodes 15 % slower, of the A3B slice as fast.
 //!
 //! Bits: `tdpbf16ps` sums the 32 products of one output over one chunk of 32 elements of k in a
 //! wide internal format and adds that sum to the output's f32 sum with one rounding. `vdpbf16ps`
@@ -185,10 +185,15 @@ pub fn matmul_panels(x: &[f32], w: &[bf16], k: usize, y: &mut [f32]) {
 #[repr(C, align(64))]
 struct TileRow([bf16; CHUNK]);
 
-/// x's tiles, on cache lines ([`x_tiles`]).
-struct XTiles(Vec<TileRow>);
+/// bf16 values on cache lines (x's tiles: [`x_tiles`]), whole lines of [`CHUNK`].
+struct Lines(Vec<TileRow>);
 
-impl XTiles {
+impl Lines {
+    /// `n` zeros (`n` whole lines).
+    fn zeros(n: usize) -> Lines {
+        Lines(vec![TileRow([bf16::ZERO; CHUNK]); n / CHUNK])
+    }
+
     fn as_slice(&self) -> &[bf16] {
         // SAFETY: `TileRow` is `CHUNK` bf16 with no padding (64 bytes, aligned to 64), so the
         // rows are `len · CHUNK` contiguous, initialised bf16.
@@ -206,11 +211,10 @@ impl XTiles {
 /// x rounded to bf16 (to nearest, ties to even) in tiles: for each group of 16 rows and each
 /// chunk of k, 16 rows of pairs (`[p][row][2]`: elements `2p`, `2p + 1` of the chunk of each
 /// row), 1 KiB on 16 cache lines; rows past `rows` are zeros.
-fn x_tiles(x: &[f32], rows: usize, k: usize) -> XTiles {
+fn x_tiles(x: &[f32], rows: usize, k: usize) -> Lines {
     let chunks = k / CHUNK;
     let tile = X_TILE_ROWS * CHUNK;
-    let lines = rows.div_ceil(X_TILE_ROWS) * chunks * X_TILE_ROWS;
-    let mut tiles = XTiles(vec![TileRow([bf16::ZERO; CHUNK]); lines]);
+    let mut tiles = Lines::zeros(rows.div_ceil(X_TILE_ROWS) * chunks * tile);
     let xt = tiles.as_mut_slice();
     for (r, row) in x.chunks_exact(k).enumerate() {
         let (g, n) = (r / X_TILE_ROWS, r % X_TILE_ROWS);
@@ -235,13 +239,18 @@ enum Weights<'a> {
     Panels(&'a [bf16]),
 }
 
+impl<'a> Weights<'a> {
+    fn slice(self) -> &'a [bf16] {
+        match self {
+            Weights::Stored(s) | Weights::Panels(s) => s,
+        }
+    }
+}
+
 /// Every output column block of `w` (whole tiles of rows) as a rayon task, into the first
 /// columns of `y[rows, ld]`.
 fn run(xt: &[bf16], rows: usize, k: usize, w: Weights<'_>, y: &mut [f32], ld: usize) {
-    let len = match w {
-        Weights::Stored(s) | Weights::Panels(s) => s.len(),
-    };
-    let out = len / k;
+    let out = w.slice().len() / k;
     debug_assert!(out.is_multiple_of(PANEL_ROWS) && out <= ld);
     let y = Output(y.as_mut_ptr());
     (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
@@ -254,21 +263,22 @@ fn run(xt: &[bf16], rows: usize, k: usize, w: Weights<'_>, y: &mut [f32], ld: us
     });
 }
 
-/// The tile configuration: palette 1, every tile 16 rows of 64 bytes.
+/// A tile configuration (`ldtilecfg`'s 64 bytes).
 #[repr(C, align(64))]
 struct TileConfig([u8; 64]);
 
-impl TileConfig {
-    fn all_full() -> TileConfig {
-        let mut c = [0u8; 64];
-        c[0] = 1;
-        for t in 0..8 {
-            c[16 + 2 * t] = 64;
-            c[48 + t] = 16;
-        }
-        TileConfig(c)
+/// Palette 1, every tile 16 rows of 64 bytes.
+static ALL_FULL: TileConfig = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
+        t += 1;
     }
-}
+    TileConfig(c)
+};
 
 /// Loads weight tile `$t` (`tmm4` or `tmm5`) from `$p`, rows `$s` bytes apart, and adds its
 /// products with the x tile (`tmm6`) into sum tile `$c`.
@@ -315,21 +325,18 @@ unsafe fn block(
 ) {
     let chunks = k / CHUNK;
     let x_tile = X_TILE_ROWS * CHUNK;
-    // Tile t's chunk c at base[t] + c · step, its rows `stride` bytes apart.
-    let (base, step, stride): ([*const bf16; SUM_TILES], usize, usize) = match w {
-        Weights::Stored(s) => (
-            std::array::from_fn(|t| s.as_ptr().add((start + PANEL_ROWS * t.min(tiles - 1)) * k)),
-            CHUNK,
-            2 * k,
-        ),
-        Weights::Panels(s) => (
-            std::array::from_fn(|t| s.as_ptr().add((start + PANEL_ROWS * t.min(tiles - 1)) * k)),
-            PANEL_ROWS * CHUNK,
-            2 * CHUNK,
-        ),
+    // Tile t's chunk c at base[t] + c · step, its rows `stride` bytes apart: a tile's rows
+    // start at the same element in either layout.
+    let base: [*const bf16; SUM_TILES] = std::array::from_fn(|t| {
+        w.slice()
+            .as_ptr()
+            .add((start + PANEL_ROWS * t.min(tiles - 1)) * k)
+    });
+    let (step, stride) = match w {
+        Weights::Stored(_) => (CHUNK, 2 * k),
+        Weights::Panels(_) => (PANEL_ROWS * CHUNK, 2 * CHUNK),
     };
-    let config = TileConfig::all_full();
-    asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+    asm!("ldtilecfg [{}]", in(reg) ALL_FULL.0.as_ptr(), options(nostack, readonly));
     let mut sums = [[0.0f32; X_TILE_ROWS]; PANEL_ROWS];
     for g in 0..rows.div_ceil(X_TILE_ROWS) {
         asm!(
@@ -401,8 +408,8 @@ mod tests {
     };
 
     /// `w` (whole cache lines of bf16) on cache lines, as the loader's arena places weights.
-    fn on_lines(w: &[bf16]) -> XTiles {
-        let mut lines = XTiles(vec![TileRow([bf16::ZERO; CHUNK]); w.len() / CHUNK]);
+    fn on_lines(w: &[bf16]) -> Lines {
+        let mut lines = Lines::zeros(w.len());
         lines.as_mut_slice().copy_from_slice(w);
         lines
     }
@@ -493,7 +500,7 @@ mod tests {
         let mk = |rng: &mut Rng, out: usize, k: usize| {
             on_lines(&panel_rows(&bf16s(&rng.vec(out * k)), k))
         };
-        let set: Vec<[XTiles; 3]> = (0..experts)
+        let set: Vec<[Lines; 3]> = (0..experts)
             .map(|_| [mk(&mut rng, i, h), mk(&mut rng, i, h), mk(&mut rng, h, i)])
             .collect();
         let bytes = (experts * 3 * i * h * 2) as f64;
