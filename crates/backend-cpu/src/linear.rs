@@ -12,7 +12,8 @@ use model::{LoadError, MatmulInput, Placement, Tensor, TensorData, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
-    /// W as stored, or (with `interleaved`) in its kernel's layout ([`interleave_for`]): each
+    /// W as stored (block-scaled FP8 kept as FP8), or (with `interleaved`, bf16 only) in its
+    /// kernel's layout ([`interleave_for`]): each
     /// group of 4 rows interleaved in pieces of 8, or AMX's panels of 16 rows in chunks of 32.
     /// The kernel then reads a group as one stream (a one-row call 25-49 % faster on the 2-core
     /// EPYC, bench/RESULTS.md session 26), with the same bits.
@@ -52,7 +53,9 @@ impl Linear {
 
     /// The weight `weight` (and bias `bias`) where `w` places weights. Where the fast kernel
     /// wants it interleaved, it is read from the mapping, interleaved and copied once onto huge
-    /// pages; under `--mmap` it stays in the mapping as stored (no copy).
+    /// pages; under `--mmap` it stays in the mapping as stored (no copy). A block-scaled FP8
+    /// weight is kept as stored, bytes and scales ([`Weights::tensor_kept`]: an owned copy,
+    /// a quarter of its dequantised f32 values' memory).
     fn load_placed(
         w: &Weights,
         weight: &str,
@@ -61,14 +64,14 @@ impl Linear {
         inp: usize,
     ) -> Result<Linear, LoadError> {
         if w.placement() == Placement::Resident && interleave_wanted(inp, out, w.matmul_input()) {
-            let l =
-                Linear::load_from(w, weight, bias, out, inp, Weights::tensor_mapped)?.interleave();
+            let fetch = Weights::tensor_kept_mapped;
+            let l = Linear::load_from(w, weight, bias, out, inp, fetch)?.interleave();
             return Ok(Linear {
                 weight: w.place(l.weight)?,
                 ..l
             });
         }
-        Linear::load_from(w, weight, bias, out, inp, Weights::tensor)
+        Linear::load_from(w, weight, bias, out, inp, Weights::tensor_kept)
     }
 
     /// This projection with its bf16 weight in its kernel's layout ([`interleave_for`], an owned
@@ -129,7 +132,7 @@ impl Linear {
             (true, TensorData::Bf16(w)) => {
                 matmul_interleaved(x, w, self.in_features, y, self.input)
             }
-            (true, TensorData::F32(_)) => {
+            (true, TensorData::F32(_) | TensorData::Fp8(_)) => {
                 unreachable!("[linear-interleaved] only bf16 is interleaved")
             }
             (false, data) => matmul(x, data, self.in_features, y, self.input),
@@ -180,7 +183,7 @@ impl Linear {
                     }
                 }
             }
-            (true, TensorData::F32(_)) => {
+            (true, TensorData::F32(_) | TensorData::Fp8(_)) => {
                 unreachable!("[linear-interleaved] only bf16 is interleaved")
             }
             (false, data) => matmul_rows(x, data, k, 0..n, &mut out, self.input),
@@ -198,6 +201,7 @@ pub fn stored_row(data: TensorData<'_>, k: usize, r: usize, out: &mut [f32]) {
             }
         }
         TensorData::F32(w) => out.copy_from_slice(&w[r * k..(r + 1) * k]),
+        TensorData::Fp8(m) => m.row_into(r, out),
     }
 }
 
@@ -239,7 +243,7 @@ impl FusedLinear {
             .iter()
             .map(|(name, out)| {
                 let b = bias.then(|| names::bias(name));
-                let fetch = Weights::tensor_mapped;
+                let fetch = Weights::tensor_kept_mapped;
                 Linear::load_from(w, &names::weight(name), b.as_deref(), *out, inp, fetch)
             })
             .collect::<Result<_, _>>()?;
@@ -470,6 +474,17 @@ mod tests {
         let weight = match l.weight.data() {
             TensorData::F32(s) => Tensor::from_f32("w", l.weight.shape().to_vec(), s.to_vec()),
             TensorData::Bf16(s) => Tensor::from_bf16("w", l.weight.shape().to_vec(), s.to_vec()),
+            TensorData::Fp8(m) => Tensor::from_fp8(
+                "w",
+                model::Fp8Matrix {
+                    q: m.q.to_vec(),
+                    scales: m.scales.to_vec(),
+                    rows: l.out_features,
+                    cols: m.cols,
+                    block_rows: m.block_rows,
+                    block_cols: m.block_cols,
+                },
+            ),
         };
         Linear {
             weight,
@@ -578,6 +593,57 @@ mod tests {
                     laid.weight_row(r, &mut got);
                     assert_eq!(got, want, "seed {seed} {input:?} [{out}, {inp}] row {r}");
                 }
+            }
+        }
+    }
+
+    /// FP8 projections kept as stored give their dequantised f32 twins' bits: alone, fused
+    /// (q, k, v-like parts of whole blocks), their first outputs, their rows read back; with
+    /// exact and bf16 inputs (FP8 keeps f32 products either way).
+    #[test]
+    fn fp8_projections_give_the_bits_of_their_dequantised_values() {
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        let inp = 256;
+        for input in inputs_here() {
+            let mut kept = Vec::new();
+            let mut deq = Vec::new();
+            for out in [128, 64, 64] {
+                let m = crate::kernels::testutil::random_fp8(&mut rng, out, inp, (64, 128));
+                let t = Tensor::from_fp8("w", m);
+                let values = Tensor::from_f32("w", vec![out, inp], t.to_f32_vec());
+                for (list, weight) in [(&mut kept, t), (&mut deq, values)] {
+                    list.push(Linear {
+                        weight,
+                        interleaved: false,
+                        bias: None,
+                        in_features: inp,
+                        out_features: out,
+                        input,
+                    });
+                }
+            }
+            let fused = FusedLinear::new(kept.iter().map(copy).collect());
+            assert_eq!(fused.parts.len(), 1, "FP8 parts of whole blocks fuse");
+            for rows in [1, 3, 4, 6, 17] {
+                let x = rng.vec(rows * inp);
+                let what = format!("seed {seed} {input:?} rows {rows}");
+                let joined = fused.forward(&x);
+                for (i, (k, d)) in kept.iter().zip(&deq).enumerate() {
+                    let want = d.forward(&x);
+                    assert_eq!(k.forward(&x), want, "{what} part {i}");
+                    assert_eq!(joined[i], want, "{what} part {i} fused");
+                    let o = k.out_features;
+                    let firsts: Vec<f32> =
+                        want.chunks_exact(o).flat_map(|r| r[..5].to_vec()).collect();
+                    assert_eq!(k.first_outputs(&x, 5), firsts, "{what} part {i} first 5");
+                }
+            }
+            let (mut a, mut b) = (vec![0f32; inp], vec![0f32; inp]);
+            for r in [0, 63, 64, 127] {
+                kept[0].weight_row(r, &mut a);
+                deq[0].weight_row(r, &mut b);
+                assert_eq!(a, b, "seed {seed} row {r} read back");
             }
         }
     }

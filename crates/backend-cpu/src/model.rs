@@ -47,7 +47,8 @@ pub struct CpuModel {
     pub norm_kind: NormKind,
     /// The MTP draft head, when the checkpoint has one (`mtp.*`); sessions then hold its state.
     pub mtp: Option<qwen3_next::Mtp>,
-    /// Bytes the weights take in memory (the checkpoint's, with f16 and FP8 widened to f32).
+    /// Bytes the weights take in memory (the checkpoint's, with f16 widened to f32; FP8 kept as
+    /// stored, its scales in f32).
     pub weight_bytes: u64,
     /// What x is multiplied as in the tied lm_head's matmuls (the layers' [`Linear`]s carry
     /// their own).
@@ -86,8 +87,8 @@ impl CpuModel {
     /// without MTP drafts: the head would only cost memory and a pass of its layer a round), its
     /// matmuls multiplying x as `matmul_input` says ([`MatmulInput::Bf16`] is refused where
     /// [`crate::kernels::matmul::bf16_input_available`] is false; it rounds x for bf16 weights
-    /// only: f32 weights, and f16 and FP8 ones, which the CPU widens to f32 at load, keep f32
-    /// products).
+    /// only: f32 weights, f16 ones, which the CPU widens to f32 at load, and FP8 ones, whose
+    /// values `e4m3 · scale` are not bf16, keep f32 products).
     pub fn load_head(
         dir: &Path,
         progress: bool,
@@ -135,7 +136,7 @@ impl CpuModel {
                 (Some(head.weight), None)
             }
         } else {
-            (Some(w.tensor(names::EMBED, &[v, h])?), None)
+            (Some(w.tensor_kept(names::EMBED, &[v, h])?), None)
         };
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
@@ -175,7 +176,7 @@ impl CpuModel {
         let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {
             mtp,
-            weight_bytes: w.fetched_bytes(),
+            weight_bytes: w.fetched_bytes(true),
             matmul_input: w.matmul_input(),
             config,
             embed,
@@ -318,7 +319,7 @@ fn add_in_place(x: &mut [f32], delta: &[f32]) {
 pub struct ModelCosts {
     pub config: Config,
     pub with_mtp: bool,
-    /// Bytes the CPU holds the weights in (f16 and FP8 widened to f32).
+    /// Bytes the CPU holds the weights in (f16 widened to f32; FP8 kept, its scales in f32).
     pub weight_bytes: u64,
     /// Each tensor's name and bytes as stored (what a backend that computes on the tensors as
     /// they are holds, and what a tensor-parallel plan splits).
@@ -352,7 +353,7 @@ impl ModelCosts {
             .collect();
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
-            weight_bytes: weights.fetched_bytes(),
+            weight_bytes: weights.fetched_bytes(true),
             tensors,
             config,
         })

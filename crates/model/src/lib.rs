@@ -32,7 +32,8 @@ pub use grammar::{CompiledGrammar, GrammarCompiler, GrammarError, GrammarMatcher
 pub use tokenizer::{TextError, Tokenizer};
 pub use vocab::draft_vocab;
 pub use weights::{
-    e4m3_table, Fp8Matrix, LoadFormat, Placement, Tensor, TensorData, Weights, DUMMY_SEED,
+    e4m3_table, e4m3_value, Fp8Matrix, Fp8Rows, LoadFormat, Placement, Tensor, TensorData, Weights,
+    DUMMY_SEED, E4M3_BIAS_SHIFT,
 };
 
 use std::path::{Path, PathBuf};

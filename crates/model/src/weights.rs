@@ -94,13 +94,30 @@ pub struct Weights {
 pub enum TensorData<'a> {
     F32(&'a [f32]),
     Bf16(&'a [bf16]),
+    /// Block-scaled FP8 kept as stored ([`Weights::tensor_kept`]): element `i` is
+    /// [`Fp8Rows::get`], the value [`Weights::tensor`] dequantises it to.
+    Fp8(Fp8Rows<'a>),
 }
 
-impl TensorData<'_> {
+impl<'a> TensorData<'a> {
     pub fn len(&self) -> usize {
         match self {
             TensorData::F32(s) => s.len(),
             TensorData::Bf16(s) => s.len(),
+            TensorData::Fp8(m) => m.q.len(),
+        }
+    }
+
+    /// The rows `rows` of a matrix with rows of `cols` elements.
+    pub fn rows(self, cols: usize, rows: std::ops::Range<usize>) -> TensorData<'a> {
+        let elems = rows.start * cols..rows.end * cols;
+        match self {
+            TensorData::F32(s) => TensorData::F32(&s[elems]),
+            TensorData::Bf16(s) => TensorData::Bf16(&s[elems]),
+            TensorData::Fp8(m) => {
+                assert_eq!(cols, m.cols, "[fp8-rows] rows of {} elements, not {cols}", m.cols);
+                TensorData::Fp8(m.rows(rows))
+            }
         }
     }
 
@@ -113,6 +130,55 @@ impl TensorData<'_> {
         match self {
             TensorData::F32(s) => s[i],
             TensorData::Bf16(s) => s[i].to_f32(),
+            TensorData::Fp8(m) => m.get(i),
+        }
+    }
+}
+
+/// Rows of a block-scaled FP8 matrix as stored, borrowed: the e4m3 bytes of the rows, and the
+/// whole matrix's scales (`[rows / block_rows, cols / block_cols]`) with the index of the first
+/// row here, so that a slice of rows finds its blocks' scales.
+#[derive(Clone, Copy, Debug)]
+pub struct Fp8Rows<'a> {
+    pub q: &'a [u8],
+    pub scales: &'a [f32],
+    pub cols: usize,
+    pub block_rows: usize,
+    pub block_cols: usize,
+    /// The matrix row that `q`'s first row is.
+    pub first_row: usize,
+}
+
+impl<'a> Fp8Rows<'a> {
+    /// The rows `rows` (indices into these rows).
+    pub fn rows(self, rows: std::ops::Range<usize>) -> Fp8Rows<'a> {
+        Fp8Rows {
+            q: &self.q[rows.start * self.cols..rows.end * self.cols],
+            first_row: self.first_row + rows.start,
+            ..self
+        }
+    }
+
+    /// The scales of row `r`'s blocks (`cols / block_cols` values).
+    pub fn row_scales(&self, r: usize) -> &'a [f32] {
+        let per_row = self.cols / self.block_cols;
+        let b = (self.first_row + r) / self.block_rows;
+        &self.scales[b * per_row..(b + 1) * per_row]
+    }
+
+    /// Element `i` (row-major): `e4m3(q[i]) · scale`, one f32 product, the value
+    /// [`Weights::tensor`] dequantises it to.
+    pub fn get(&self, i: usize) -> f32 {
+        let (r, c) = (i / self.cols, i % self.cols);
+        e4m3_value(self.q[i]) * self.row_scales(r)[c / self.block_cols]
+    }
+
+    /// Row `r` dequantised into `out` (`cols` values), as [`Fp8Rows::get`].
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let scales = self.row_scales(r);
+        let q = &self.q[r * self.cols..(r + 1) * self.cols];
+        for ((o, b), j) in out.iter_mut().zip(q).zip(0..) {
+            *o = e4m3_value(*b) * scales[j / self.block_cols];
         }
     }
 }
@@ -133,9 +199,11 @@ enum Storage {
     },
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
+    /// Block-scaled FP8 as stored, owned ([`Weights::tensor_kept`]).
+    Fp8(Fp8Matrix),
 }
 
-/// One weight tensor, row-major, f32 or bf16.
+/// One weight tensor, row-major, f32 or bf16 (or block-scaled FP8 where a backend keeps it so).
 #[derive(Debug)]
 pub struct Tensor {
     name: String,
@@ -169,6 +237,21 @@ impl Tensor {
             name: name.into(),
             shape,
             storage: Storage::Bf16(data),
+        }
+    }
+
+    /// An owned block-scaled FP8 matrix, kept as stored.
+    pub fn from_fp8(name: impl Into<String>, m: Fp8Matrix) -> Tensor {
+        assert_eq!(m.q.len(), m.rows * m.cols, "[fp8-shape] bytes vs rows × cols");
+        assert_eq!(
+            m.scales.len(),
+            m.rows / m.block_rows * (m.cols / m.block_cols),
+            "[fp8-shape] one scale per block"
+        );
+        Tensor {
+            name: name.into(),
+            shape: vec![m.rows, m.cols],
+            storage: Storage::Fp8(m),
         }
     }
 
@@ -207,12 +290,17 @@ impl Tensor {
         let Some(first) = parts.first() else {
             return Ok(None);
         };
+        if let Storage::Fp8(m) = &first.storage {
+            return Ok(Tensor::concat_fp8(name, m, parts));
+        }
         let bf16 = first.is_bf16();
         let inp = first.shape.last().copied().unwrap_or(0);
-        if parts
-            .iter()
-            .any(|p| p.is_bf16() != bf16 || p.shape.len() != 2 || p.shape[1] != inp)
-        {
+        if parts.iter().any(|p| {
+            p.is_bf16() != bf16
+                || p.shape.len() != 2
+                || p.shape[1] != inp
+                || matches!(p.storage, Storage::Fp8(_))
+        }) {
             return Ok(None);
         }
         let out: usize = parts.iter().map(|p| p.shape[0]).sum();
@@ -232,6 +320,39 @@ impl Tensor {
                 bf16,
             },
         }))
+    }
+
+    /// FP8 `parts` (the first is `first`) as one owned FP8 matrix: bytes and scales row after row
+    /// (each part is whole blocks of rows, as the load checked); `None` unless every part is FP8
+    /// of `first`'s width and blocks.
+    fn concat_fp8(name: impl Into<String>, first: &Fp8Matrix, parts: &[&Tensor]) -> Option<Tensor> {
+        let mut q = Vec::new();
+        let mut scales = Vec::new();
+        let mut rows = 0;
+        for p in parts {
+            let Storage::Fp8(m) = &p.storage else {
+                return None;
+            };
+            let same = (m.cols, m.block_rows, m.block_cols)
+                == (first.cols, first.block_rows, first.block_cols);
+            if !same || !m.rows.is_multiple_of(m.block_rows) {
+                return None;
+            }
+            q.extend_from_slice(&m.q);
+            scales.extend_from_slice(&m.scales);
+            rows += m.rows;
+        }
+        Some(Tensor::from_fp8(
+            name,
+            Fp8Matrix {
+                q,
+                scales,
+                rows,
+                cols: first.cols,
+                block_rows: first.block_rows,
+                block_cols: first.block_cols,
+            },
+        ))
     }
 
     /// Drops the pages of a mapped tensor from this process's memory once they have been copied
@@ -262,6 +383,7 @@ impl Tensor {
             TensorData::Bf16(s) => unsafe {
                 std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s))
             },
+            TensorData::Fp8(m) => m.q,
         }
     }
 
@@ -269,6 +391,14 @@ impl Tensor {
         match &self.storage {
             Storage::F32(v) => TensorData::F32(v),
             Storage::Bf16(v) => TensorData::Bf16(v),
+            Storage::Fp8(m) => TensorData::Fp8(Fp8Rows {
+                q: &m.q,
+                scales: &m.scales,
+                cols: m.cols,
+                block_rows: m.block_rows,
+                block_cols: m.block_cols,
+                first_row: 0,
+            }),
             Storage::Mapped {
                 map,
                 offset,
@@ -289,12 +419,16 @@ impl Tensor {
         match self.data() {
             TensorData::F32(s) => s.to_vec(),
             TensorData::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
+            d @ TensorData::Fp8(_) => (0..d.len()).map(|i| d.get(i)).collect(),
         }
     }
 
-    /// Bytes this tensor occupies in memory.
+    /// Bytes this tensor occupies in memory (an FP8 matrix's scales included).
     pub fn bytes(&self) -> usize {
-        self.numel() * if self.is_bf16() { 2 } else { 4 }
+        match &self.storage {
+            Storage::Fp8(m) => m.q.len() + 4 * m.scales.len(),
+            _ => self.numel() * if self.is_bf16() { 2 } else { 4 },
+        }
     }
 }
 
@@ -631,16 +765,21 @@ impl Weights {
         self.total_bytes
     }
 
-    /// Bytes the tensors take once fetched: as stored, but f16 widened to f32 and FP8 weights
+    /// Bytes the tensors take once fetched: as stored, but f16 widened to f32, and FP8 weights
+    /// either kept as stored with their scales in f32 (`fp8_kept`: [`Weights::tensor_kept`]) or
     /// dequantised to f32 (their scales folded in, not kept).
-    pub fn fetched_bytes(&self) -> u64 {
+    pub fn fetched_bytes(&self, fp8_kept: bool) -> u64 {
         if self.is_dummy() {
             return self
                 .dummy
                 .values()
                 .map(|d| {
                     let numel = d.shape.iter().product::<usize>() as u64;
-                    numel * if d.fp8.is_some() { 4 } else { 2 }
+                    match d.fp8 {
+                        Some((r, c)) if fp8_kept => numel + numel / (r * c) as u64 * 4,
+                        Some(_) => numel * 4,
+                        None => numel * 2,
+                    }
                 })
                 .sum();
         }
@@ -649,7 +788,10 @@ impl Weights {
             .map(|(name, e)| {
                 let numel = e.shape.iter().product::<usize>() as u64;
                 match e.dtype {
+                    Dtype::F8_E4M3 if fp8_kept => numel,
                     Dtype::F8_E4M3 | Dtype::F16 => numel * 4,
+                    // Kept beside their bytes as f32; folded into the values otherwise.
+                    _ if name.ends_with(FP8_SCALE_SUFFIX) && fp8_kept => numel * 4,
                     _ if name.ends_with(FP8_SCALE_SUFFIX) => 0,
                     _ => e.len as u64,
                 }
@@ -668,6 +810,24 @@ impl Weights {
     /// also copied into the huge-page arena.
     pub fn tensor_mapped(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
         self.fetch_checked(name, Some(shape))
+    }
+
+    /// [`Weights::tensor`], but a block-scaled FP8 matrix kept as stored ([`TensorData::Fp8`],
+    /// an owned copy of its bytes and scales) instead of dequantised to f32: for backends whose
+    /// kernels read FP8.
+    pub fn tensor_kept(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        match self.fp8_matrix(name, shape)? {
+            Some(m) => Ok(Tensor::from_fp8(name, m)),
+            None => self.tensor(name, shape),
+        }
+    }
+
+    /// [`Weights::tensor_kept`] whatever the placement ([`Weights::tensor_mapped`]).
+    pub fn tensor_kept_mapped(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        match self.fp8_matrix(name, shape)? {
+            Some(m) => Ok(Tensor::from_fp8(name, m)),
+            None => self.tensor_mapped(name, shape),
+        }
     }
 
     /// `name`, its shape checked against `shape` when given: from the files, or made up.
@@ -735,7 +895,8 @@ impl Weights {
         let Some(arena) = &self.arena else {
             return Ok(t);
         };
-        if t.is_resident() {
+        // FP8 matrices are owned copies already (bytes and scales together).
+        if t.is_resident() || matches!(t.storage, Storage::Fp8(_)) {
             return Ok(t);
         }
         let bf16 = t.is_bf16();
@@ -1153,6 +1314,7 @@ impl Weights {
         }
         let bytes = &entry.map[entry.offset..entry.offset + entry.len];
         let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
+        refuse_fp8_nan(name, entry, bytes)?;
         self.advance(Some(&entry.file), entry.len as u64);
         Ok(Some(Fp8Matrix {
             q: bytes.to_vec(),
@@ -1206,10 +1368,7 @@ impl Weights {
                 found: scale_entry.shape.clone(),
             });
         }
-        let scales = match self.fetch(&scale_name, scale_entry)?.data() {
-            TensorData::F32(s) => s.to_vec(),
-            TensorData::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
-        };
+        let scales = self.fetch(&scale_name, scale_entry)?.to_f32_vec();
         if let Some(bad_scale) = scales.iter().find(|s| !s.is_finite()) {
             return Err(LoadError::Inconsistent {
                 file: scale_entry.file.to_path_buf(),
@@ -1231,6 +1390,7 @@ impl Weights {
         bytes: &[u8],
     ) -> Result<Vec<f32>, LoadError> {
         let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
+        refuse_fp8_nan(name, entry, bytes)?;
         let inp = entry.shape[1];
         let bc = inp / block_cols;
         let table = e4m3_table();
@@ -1248,6 +1408,45 @@ impl Weights {
         Ok(out_values)
     }
 }
+
+/// Refuses an FP8 weight holding a NaN code (`S.1111.111`): a NaN weight turns every output
+/// it touches into NaN, so the checkpoint is corrupt; the error names the tensor and the first
+/// such element.
+fn refuse_fp8_nan(name: &str, entry: &Entry, bytes: &[u8]) -> Result<(), LoadError> {
+    // A branch-free pass first (it vectorises: the whole tensor at memory speed), then the
+    // position only when there is one.
+    if !bytes.iter().fold(false, |any, b| any | (b & 0x7f == 0x7f)) {
+        return Ok(());
+    }
+    let at = bytes.iter().position(|b| b & 0x7f == 0x7f).unwrap_or(0);
+    let cols = entry.shape.get(1).copied().unwrap_or(1).max(1);
+    Err(LoadError::Inconsistent {
+        file: entry.file.to_path_buf(),
+        reason: format!(
+            "FP8 tensor `{name}` holds a NaN (byte {:#04x}) at [{}, {}]: not a usable weight",
+            bytes[at],
+            at / cols,
+            at % cols
+        ),
+    })
+}
+
+/// The value of the e4m3 byte `b` (as [`e4m3_table`]): its bits moved into an f32's (sign to
+/// the sign, exponent and mantissa to the bottom of the exponent field and the top of the
+/// mantissa), then scaled by 2^120 (exact: the bias 127 − 7; e4m3's subnormals are f32
+/// subnormals before it). The CPU's FP8 kernels widen this way, in registers.
+#[inline(always)]
+pub fn e4m3_value(b: u8) -> f32 {
+    if b & 0x7f == 0x7f {
+        return f32::NAN;
+    }
+    let bits = (u32::from(b & 0x80) << 24) | (u32::from(b & 0x7f) << 20);
+    f32::from_bits(bits) * E4M3_BIAS_SHIFT
+}
+
+/// 2^120: the factor that turns an e4m3 byte's bits placed in an f32 ([`e4m3_value`]) into its
+/// value.
+pub const E4M3_BIAS_SHIFT: f32 = f32::from_bits((127 + 120) << 23);
 
 /// The value of every e4m3 byte (OCP FP8 E4M3, "fn": 1 sign, 4 exponent bits of bias 7, 3
 /// mantissa bits; no infinities, S.1111.111 is NaN).
@@ -1435,7 +1634,7 @@ mod tests {
             let shape = w.shape(name).unwrap().to_vec();
             match w.tensor(name, &shape).unwrap().data() {
                 TensorData::Bf16(v) => v.iter().map(|x| x.to_bits()).collect(),
-                TensorData::F32(_) => panic!("dummy tensors are bf16"),
+                TensorData::F32(_) | TensorData::Fp8(_) => panic!("dummy tensors are bf16"),
             }
         };
         let embed = "model.embed_tokens.weight";
@@ -1618,7 +1817,71 @@ mod tests {
                 );
             }
         }
-        assert_eq!(w.fetched_bytes(), 16 * 4);
+        assert_eq!(w.fetched_bytes(false), 16 * 4);
+        // Kept as stored: the same values element by element, row by row and in a slice of
+        // rows; 16 bytes and 4 f32 scales.
+        let kept = w.tensor_kept("w.weight", &[4, 4]).unwrap();
+        assert_eq!(kept.bytes(), 16 + 4 * 4);
+        assert_eq!(w.fetched_bytes(true), 16 + 4 * 4);
+        assert_eq!(kept.to_f32_vec(), got);
+        let TensorData::Fp8(m) = kept.data() else {
+            panic!("tensor_kept keeps FP8")
+        };
+        let mut row = [0f32; 4];
+        for r in 0..4 {
+            m.row_into(r, &mut row);
+            assert_eq!(row, got[r * 4..(r + 1) * 4], "row {r}");
+        }
+        let lower = kept.data().rows(4, 2..4);
+        assert_eq!(
+            (0..8).map(|i| lower.get(i)).collect::<Vec<_>>(),
+            got[8..],
+            "rows 2..4 find their blocks' scales"
+        );
+        // Two kept parts concatenated: rows (and their blocks' scales) one after the other.
+        let other = w.tensor_kept("w.weight", &[4, 4]).unwrap();
+        let both = Tensor::concat_rows("both", &[&kept, &other]).unwrap().unwrap();
+        assert_eq!(both.shape(), [8, 4]);
+        assert_eq!(both.to_f32_vec(), [got.clone(), got].concat());
+        let bf = Tensor::from_bf16("b", vec![2, 4], vec![bf16::ONE; 8]);
+        assert!(Tensor::concat_rows("mixed", &[&kept, &bf]).unwrap().is_none());
+    }
+
+    #[test]
+    fn e4m3_bytes_widen_by_their_bits_as_the_table_says() {
+        let table = e4m3_table();
+        for b in 0..=255u8 {
+            let (v, t) = (e4m3_value(b), table[b as usize]);
+            assert!(
+                v.to_bits() == t.to_bits() || (v.is_nan() && t.is_nan()),
+                "byte {b:#04x}: {v} vs {t}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_fp8_weight_holding_a_nan_is_refused_naming_the_tensor_and_element() {
+        let mut q = vec![0x38u8; 16];
+        q[6] = 0xff;
+        let dir = fp8_dir(
+            "fp8-nan",
+            "[2, 2]",
+            &[
+                ("w.weight", "F8_E4M3", vec![4, 4], q),
+                ("w.weight_scale_inv", "F32", vec![2, 2], f32_bytes(&[1.0; 4])),
+            ],
+        );
+        let w = Weights::open(dir.path()).unwrap();
+        for e in [
+            w.tensor("w.weight", &[4, 4]).unwrap_err(),
+            w.tensor_kept("w.weight", &[4, 4]).unwrap_err(),
+        ] {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("`w.weight`") && msg.contains("NaN") && msg.contains("[1, 2]"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -107,6 +107,7 @@ fn resident_tensors_hold_the_mapped_bits_on_their_own_memory() {
                 match t.data() {
                     TensorData::F32(s) => s.iter().map(|v| v.to_bits()).collect(),
                     TensorData::Bf16(s) => s.iter().map(|v| v.to_bits() as u32).collect(),
+                    TensorData::Fp8(_) => unreachable!("`tensor_any_shape` dequantises FP8"),
                 }
             };
             assert_eq!(bits(&a), bits(&b), "{} {name}", dir.display());

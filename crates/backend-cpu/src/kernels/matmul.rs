@@ -1,4 +1,5 @@
-//! `y = x · Wᵀ` with W `[out, in]` in f32 or bf16 (widened on the fly), f32 accumulation.
+//! `y = x · Wᵀ` with W `[out, in]` in f32, bf16 or block-scaled FP8 (widened on the fly), f32
+//! accumulation.
 //!
 //! Batch invariance: every output element `y[r, o]` is one dot product of `x[r]` and `W[o]`,
 //! computed by the same code in the same order (16 interleaved partial sums over `in`, then a
@@ -11,7 +12,10 @@
 //!
 //! Each entry takes the [`MatmulInput`]: with [`MatmulInput::Bf16`] the products of bf16 weights
 //! are those of x rounded to bf16 ([`super::matmul_bf16_input`], where [`bf16_input_available`]);
-//! f32 weights keep f32 products either way.
+//! f32 weights keep f32 products either way, and so do FP8 ones: their values (`e4m3 · scale`)
+//! are not bf16. FP8 weights give the bits of their dequantised f32 values through this kernel
+//! (widened a row at a time), or through [`super::matmul_fp8`] where it runs, which widens in
+//! registers to the same values and sums as this kernel does.
 
 use half::bf16;
 use model::{MatmulInput, TensorData};
@@ -31,8 +35,9 @@ fn widen(w: bf16) -> f32 {
     f32::from_bits((w.to_bits() as u32) << 16)
 }
 
+/// The fixed pairwise reduction of a dot product's 16 partial sums.
 #[inline(always)]
-fn reduce(acc: &[f32; LANES]) -> f32 {
+pub(crate) fn reduce(acc: &[f32; LANES]) -> f32 {
     let mut h = [0.0f32; 8];
     for i in 0..8 {
         h[i] = acc[i] + acc[i + 8];
@@ -113,6 +118,12 @@ fn block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, y
     for (c, out) in cols.zip(yt.chunks_exact_mut(rows)) {
         let wrow: &[f32] = match w {
             TensorData::F32(s) => &s[c * k..(c + 1) * k],
+            TensorData::Fp8(m) => {
+                // Dequantised a row at a time: the bits of the f32 values `Weights::tensor` gives.
+                wide.resize(k, 0.0);
+                m.row_into(c, &mut wide);
+                &wide
+            }
             TensorData::Bf16(s) => {
                 let s = &s[c * k..(c + 1) * k];
                 if rows == 1 {
@@ -244,6 +255,12 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: Matm
     if rows == 0 {
         return;
     }
+    if let TensorData::Fp8(m) = w {
+        // FP8 weights keep f32 products whatever `input` says (the values are not bf16).
+        if super::matmul_fp8::enabled() && super::matmul_fp8::fits(&m, k) {
+            return super::matmul_fp8::matmul(x, m, k, y);
+        }
+    }
     if let TensorData::Bf16(wb) = w {
         if input == MatmulInput::Bf16 {
             return matmul_bf16_input(x, wb, k, y, false);
@@ -358,11 +375,7 @@ pub fn matmul_rows(
     y: &mut [f32],
     input: MatmulInput,
 ) {
-    let sub = match w {
-        TensorData::F32(s) => TensorData::F32(&s[rows_of_w.start * k..rows_of_w.end * k]),
-        TensorData::Bf16(s) => TensorData::Bf16(&s[rows_of_w.start * k..rows_of_w.end * k]),
-    };
-    matmul(x, sub, k, y, input)
+    matmul(x, w.rows(k, rows_of_w), k, y, input)
 }
 
 /// The plain definition in f64, for tests.

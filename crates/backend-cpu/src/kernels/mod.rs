@@ -5,7 +5,8 @@
 //! test comparing the two on fresh random inputs.
 //!
 //! Layouts are row-major: activations `[rows, features]` in f32, weights `[out, in]` as stored in
-//! the checkpoint (f32 or bf16, converted on the fly; accumulation is always f32).
+//! the checkpoint (f32, bf16 or block-scaled FP8, converted on the fly; accumulation is always
+//! f32).
 
 pub mod activation;
 pub mod attention;
@@ -16,6 +17,7 @@ pub mod matmul_amx;
 #[cfg(target_arch = "x86_64")]
 pub mod matmul_bf16_input;
 pub mod matmul_fast;
+pub mod matmul_fp8;
 pub mod norm;
 pub mod rope;
 
@@ -61,6 +63,39 @@ pub(crate) mod testutil {
             (0..n).map(|_| self.uniform()).collect()
         }
     }
+
+    /// A random FP8 matrix `[rows, cols]` in blocks of `block`: every finite code (subnormals
+    /// and zeros among them, NaN left out), scales of both signs over several magnitudes.
+    pub fn random_fp8(
+        rng: &mut Rng,
+        rows: usize,
+        cols: usize,
+        block: (usize, usize),
+    ) -> model::Fp8Matrix {
+        let q = (0..rows * cols)
+            .map(|_| {
+                let b = (rng.next_u64() & 0xff) as u8;
+                if b & 0x7f == 0x7f {
+                    b & 0xf0
+                } else {
+                    b
+                }
+            })
+            .collect();
+        let n = rows / block.0 * (cols / block.1);
+        let scales = (0..n)
+            .map(|i| rng.uniform() * [1e-3f32, 0.05, 3.0, 1e-30][i % 4])
+            .collect();
+        model::Fp8Matrix {
+            q,
+            scales,
+            rows,
+            cols,
+            block_rows: block.0,
+            block_cols: block.1,
+        }
+    }
+
 
     /// Each value rounded to bf16.
     pub fn bf16s(v: &[f32]) -> Vec<half::bf16> {
