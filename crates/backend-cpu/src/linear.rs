@@ -597,11 +597,12 @@ mod tests {
         }
     }
 
-    /// FP8 projections kept as stored give their dequantised f32 twins' bits: alone, fused
-    /// (q, k, v-like parts of whole blocks), their first outputs, their rows read back; with
-    /// exact and bf16 inputs (FP8 keeps f32 products either way).
+    /// FP8 projections kept as stored: alone, fused (q, k, v-like parts of whole blocks) and
+    /// their first outputs give the same bits, within f32 rounding of their dequantised f32
+    /// twins; their rows read back as the dequantised values; with exact and bf16 inputs (FP8
+    /// keeps f32 products either way).
     #[test]
-    fn fp8_projections_give_the_bits_of_their_dequantised_values() {
+    fn fp8_projections_fuse_and_read_back_as_their_dequantised_values() {
         let mut rng = Rng::fresh();
         let seed = rng.0;
         let inp = 256;
@@ -630,12 +631,17 @@ mod tests {
                 let what = format!("seed {seed} {input:?} rows {rows}");
                 let joined = fused.forward(&x);
                 for (i, (k, d)) in kept.iter().zip(&deq).enumerate() {
-                    let want = d.forward(&x);
-                    assert_eq!(k.forward(&x), want, "{what} part {i}");
-                    assert_eq!(joined[i], want, "{what} part {i} fused");
+                    let got = k.forward(&x);
                     let o = k.out_features;
+                    // f32 rounding of k products: a few ulps of the largest output's size.
+                    let want = d.forward(&x);
+                    let size = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!((g - w).abs() <= 1e-5 * size, "{what} part {i}: {g} vs {w}");
+                    }
+                    assert_eq!(joined[i], got, "{what} part {i} fused");
                     let firsts: Vec<f32> =
-                        want.chunks_exact(o).flat_map(|r| r[..5].to_vec()).collect();
+                        got.chunks_exact(o).flat_map(|r| r[..5].to_vec()).collect();
                     assert_eq!(k.first_outputs(&x, 5), firsts, "{what} part {i} first 5");
                 }
             }

@@ -41,7 +41,8 @@ pub enum MatmulInputArg {
     /// busy; replies differ from exact's (each still the same alone, batched or moved). On the
     /// CPU it needs AVX-512 BF16, runs on AMX tiles where the CPU has AMX-BF16 (other bits than
     /// AVX-512 BF16's; FLASHLANE_CPU_AMX=0 keeps them off), and changes bf16 weights' matmuls
-    /// only (f16 and FP8 weights are widened to f32 there, and keep f32 products)
+    /// only (f16 and FP8 weights keep f32 products there: f16 is widened to f32 at load, FP8's
+    /// values, e4m3 times a block's scale, are not bf16)
     Bf16,
 }
 

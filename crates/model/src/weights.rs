@@ -115,7 +115,11 @@ impl<'a> TensorData<'a> {
             TensorData::F32(s) => TensorData::F32(&s[elems]),
             TensorData::Bf16(s) => TensorData::Bf16(&s[elems]),
             TensorData::Fp8(m) => {
-                assert_eq!(cols, m.cols, "[fp8-rows] rows of {} elements, not {cols}", m.cols);
+                assert_eq!(
+                    cols, m.cols,
+                    "[fp8-rows] rows of {} elements, not {cols}",
+                    m.cols
+                );
                 TensorData::Fp8(m.rows(rows))
             }
         }
@@ -242,7 +246,11 @@ impl Tensor {
 
     /// An owned block-scaled FP8 matrix, kept as stored.
     pub fn from_fp8(name: impl Into<String>, m: Fp8Matrix) -> Tensor {
-        assert_eq!(m.q.len(), m.rows * m.cols, "[fp8-shape] bytes vs rows × cols");
+        assert_eq!(
+            m.q.len(),
+            m.rows * m.cols,
+            "[fp8-shape] bytes vs rows × cols"
+        );
         assert_eq!(
             m.scales.len(),
             m.rows / m.block_rows * (m.cols / m.block_cols),
@@ -1261,6 +1269,10 @@ impl LoadProgress {
     }
 }
 
+/// A factor every FP8 block scale must stay finite times: the CPU multiplies block sums by
+/// `scale · 2^8` (its widened weights are e4m3 / 2^8).
+pub const FP8_SCALE_HEADROOM: f32 = 256.0;
+
 /// What a block-scaled FP8 weight `X.weight` keeps its scales in: `X.weight_scale_inv` (the name
 /// is DeepSeek's and Qwen's; the values multiply, despite the `inv`).
 pub const FP8_SCALE_SUFFIX: &str = "_scale_inv";
@@ -1369,11 +1381,17 @@ impl Weights {
             });
         }
         let scales = self.fetch(&scale_name, scale_entry)?.to_f32_vec();
-        if let Some(bad_scale) = scales.iter().find(|s| !s.is_finite()) {
+        // The CPU's kernels scale a block's sum by `scale · 2^8` (backend-cpu's `matmul_fp8`):
+        // finite for any scale a real checkpoint holds (they are block maxima / 448).
+        if let Some(bad_scale) = scales
+            .iter()
+            .find(|s| !(*s * FP8_SCALE_HEADROOM).is_finite())
+        {
             return Err(LoadError::Inconsistent {
                 file: scale_entry.file.to_path_buf(),
                 reason: format!(
-                    "tensor `{scale_name}` holds the scale {bad_scale}: not a finite number"
+                    "tensor `{scale_name}` holds the scale {bad_scale}: not a finite number \
+                     (or one of at least 2^120, past any real weight's)"
                 ),
             });
         }
@@ -1840,11 +1858,15 @@ mod tests {
         );
         // Two kept parts concatenated: rows (and their blocks' scales) one after the other.
         let other = w.tensor_kept("w.weight", &[4, 4]).unwrap();
-        let both = Tensor::concat_rows("both", &[&kept, &other]).unwrap().unwrap();
+        let both = Tensor::concat_rows("both", &[&kept, &other])
+            .unwrap()
+            .unwrap();
         assert_eq!(both.shape(), [8, 4]);
         assert_eq!(both.to_f32_vec(), [got.clone(), got].concat());
         let bf = Tensor::from_bf16("b", vec![2, 4], vec![bf16::ONE; 8]);
-        assert!(Tensor::concat_rows("mixed", &[&kept, &bf]).unwrap().is_none());
+        assert!(Tensor::concat_rows("mixed", &[&kept, &bf])
+            .unwrap()
+            .is_none());
     }
 
     #[test]
@@ -1868,7 +1890,12 @@ mod tests {
             "[2, 2]",
             &[
                 ("w.weight", "F8_E4M3", vec![4, 4], q),
-                ("w.weight_scale_inv", "F32", vec![2, 2], f32_bytes(&[1.0; 4])),
+                (
+                    "w.weight_scale_inv",
+                    "F32",
+                    vec![2, 2],
+                    f32_bytes(&[1.0; 4]),
+                ),
             ],
         );
         let w = Weights::open(dir.path()).unwrap();

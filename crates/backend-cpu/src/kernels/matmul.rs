@@ -12,10 +12,8 @@
 //!
 //! Each entry takes the [`MatmulInput`]: with [`MatmulInput::Bf16`] the products of bf16 weights
 //! are those of x rounded to bf16 ([`super::matmul_bf16_input`], where [`bf16_input_available`]);
-//! f32 weights keep f32 products either way, and so do FP8 ones: their values (`e4m3 · scale`)
-//! are not bf16. FP8 weights give the bits of their dequantised f32 values through this kernel
-//! (widened a row at a time), or through [`super::matmul_fp8`] where it runs, which widens in
-//! registers to the same values and sums as this kernel does.
+//! f32 weights keep f32 products either way, and so do FP8 ones ([`super::matmul_fp8`], with a
+//! definition of its own: a block's sum scaled once).
 
 use half::bf16;
 use model::{MatmulInput, TensorData};
@@ -118,12 +116,7 @@ fn block(x: &[f32], k: usize, w: TensorData<'_>, cols: std::ops::Range<usize>, y
     for (c, out) in cols.zip(yt.chunks_exact_mut(rows)) {
         let wrow: &[f32] = match w {
             TensorData::F32(s) => &s[c * k..(c + 1) * k],
-            TensorData::Fp8(m) => {
-                // Dequantised a row at a time: the bits of the f32 values `Weights::tensor` gives.
-                wide.resize(k, 0.0);
-                m.row_into(c, &mut wide);
-                &wide
-            }
+            TensorData::Fp8(_) => unreachable!("[fp8-kernel] FP8 goes through matmul_fp8"),
             TensorData::Bf16(s) => {
                 let s = &s[c * k..(c + 1) * k];
                 if rows == 1 {
@@ -256,10 +249,8 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: Matm
         return;
     }
     if let TensorData::Fp8(m) = w {
-        // FP8 weights keep f32 products whatever `input` says (the values are not bf16).
-        if super::matmul_fp8::enabled() && super::matmul_fp8::fits(&m, k) {
-            return super::matmul_fp8::matmul(x, m, k, y);
-        }
+        // FP8 weights keep f32 products whatever `input` says (their values are not bf16).
+        return super::matmul_fp8::matmul(x, m, k, y);
     }
     if let TensorData::Bf16(wb) = w {
         if input == MatmulInput::Bf16 {

@@ -96,7 +96,6 @@ pub(crate) mod testutil {
         }
     }
 
-
     /// Each value rounded to bf16.
     pub fn bf16s(v: &[f32]) -> Vec<half::bf16> {
         v.iter().map(|x| half::bf16::from_f32(*x)).collect()
