@@ -372,12 +372,7 @@ impl Tensor {
             map, offset, len, ..
         } = &self.storage
         {
-            // SAFETY: the mapping is of a file, read-only: MADV_DONTNEED only unmaps its pages,
-            // and any later access (a neighbouring tensor sharing a boundary page, or this one)
-            // reads the same bytes back from the file. The result is advisory: ignored.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *offset, *len)
-            };
+            release_pages(map, *offset, *len);
         }
     }
 
@@ -438,6 +433,15 @@ impl Tensor {
             _ => self.numel() * if self.is_bf16() { 2 } else { 4 },
         }
     }
+}
+
+/// Drops the mapping's pages of `offset..offset + len` from this process's memory (a copy of
+/// them is kept elsewhere; see [`Tensor::release_source`]).
+fn release_pages(map: &Mmap, offset: usize, len: usize) {
+    // SAFETY: the mapping is of a file, read-only: MADV_DONTNEED only unmaps its pages, and any
+    // later access (a neighbouring tensor sharing a boundary page, or this one) reads the same
+    // bytes back from the file. The result is advisory: ignored.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
 }
 
 /// `bytes` as the elements they hold.
@@ -1328,8 +1332,12 @@ impl Weights {
         let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
         refuse_fp8_nan(name, entry, bytes)?;
         self.advance(Some(&entry.file), entry.len as u64);
+        let q = bytes.to_vec();
+        // The copy is what the backend keeps: the mapped pages need not stay in this process
+        // (a checkpoint would otherwise be held twice while it loads).
+        release_pages(&entry.map, entry.offset, entry.len);
         Ok(Some(Fp8Matrix {
-            q: bytes.to_vec(),
+            q,
             scales,
             rows: entry.shape[0],
             cols: entry.shape[1],
