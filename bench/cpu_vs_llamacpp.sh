@@ -17,8 +17,13 @@
 # N-stream rows, and on one long prompt of each LONG_PROMPTS length:
 #   llama-bench -t 2 -p 512,2048 -n 0 vs flashlane bench --streams 1 --prompt-tokens 512 (2048)
 # (where attention over the prompt weighs as much as the matmuls).
-# Environment: THREADS (2), ROUNDS (3), REPS (llama-bench repetitions per round, 2),
-# LONG_PROMPTS ("512 2048"; empty skips those rows), LLAMA_ARGS
+# Environment: GGUF (llama.cpp's model file; default MODEL/model-bf16.gguf: an FP8 twin made by
+# bench/quantise_fp8.py is compared with llama.cpp's Q8_0 of the bf16 GGUF, its nearest format,
+# made by `llama-quantize MODEL/model-bf16.gguf OUT.gguf Q8_0`), THREADS (2), ROUNDS (3), REPS (llama-bench repetitions per round, 2),
+# LONG_PROMPTS ("512 2048"; empty skips those rows), LLAMA_BENCH_ARGS and LLAMA_BATCHED_ARGS
+# (extra arguments of llama-bench and llama-batched-bench alone, whose flags differ: a Q8_0
+# GGUF on a Xeon whose AMX repacking faults in llama.cpp runs with "--repack 0" and
+# "--no-repack", bench/RESULTS.md session 43), LLAMA_ARGS
 # (extra llama.cpp arguments, e.g. "--poll 0"), FLASHLANE_ARGS (extra flashlane bench
 # arguments, e.g. "--mmap", or "--matmul-input bf16" for llama.cpp's own arithmetic: its bf16
 # matmuls round the activations to bf16 too), FLASHLANE (the binary). Run it on an otherwise
@@ -31,12 +36,14 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-/work/peers/qwen3-0.6b-random}
 LLAMA=${2:-/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin}
 OUT=${3:-/tmp/flashlane-bench-$(date -u +%Y%m%dT%H%M%SZ)}
-GGUF=$MODEL/model-bf16.gguf
+GGUF=${GGUF:-$MODEL/model-bf16.gguf}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 LONG_PROMPTS=${LONG_PROMPTS-512 2048}
 REPS=${REPS:-2}
 LLAMA_ARGS=${LLAMA_ARGS:-}
+LLAMA_BENCH_ARGS="$LLAMA_ARGS ${LLAMA_BENCH_ARGS:-}"
+LLAMA_BATCHED_ARGS="$LLAMA_ARGS ${LLAMA_BATCHED_ARGS:-}"
 FLASHLANE_ARGS=${FLASHLANE_ARGS:-}
 FLASHLANE=${FLASHLANE:-target/release/flashlane}
 mkdir -p "$OUT"
@@ -59,7 +66,7 @@ membw() { if [ -n "$MEMBW" ]; then "$MEMBW" 1 "$THREADS"; else echo "n/a"; fi; }
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p')"
   echo "cores: $(nproc)  threads used: $THREADS  rounds: $ROUNDS  llama-bench reps: $REPS"
   echo "simd flags: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_bf16|avx512vnni|amx_tile|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  echo "flashlane args: ${FLASHLANE_ARGS:-none}  llama.cpp args: ${LLAMA_ARGS:-none}"
+  echo "flashlane args: ${FLASHLANE_ARGS:-none}  llama-bench args:${LLAMA_BENCH_ARGS}  llama-batched-bench args:${LLAMA_BATCHED_ARGS}"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cpu pressure before: $(pressure)"
 } | tee "$OUT/machine.txt"
 
@@ -76,23 +83,23 @@ for round in $(seq 1 "$ROUNDS"); do
   echo "round $round memory read before: $bw GB/s" >>"$OUT/machine.txt"
   echo "=== round $round of $ROUNDS (cpu pressure $(pressure), memory read $bw GB/s)"
   flashlane "r${round}_flashlane_d0" --streams 1 --prompt-tokens 1 --new-tokens 64
-  echo "== llama-bench -t $THREADS -p 128 -n 64 -d 0,128 -r $REPS $LLAMA_ARGS"
+  echo "== llama-bench -t $THREADS -p 128 -n 64 -d 0,128 -r $REPS $LLAMA_BENCH_ARGS"
   # shellcheck disable=SC2086
-  "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 64 -d 0,128 -r "$REPS" $LLAMA_ARGS 2>/dev/null \
+  "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 64 -d 0,128 -r "$REPS" $LLAMA_BENCH_ARGS 2>/dev/null \
     | tee "$OUT/r${round}_llama_bench.txt"
   flashlane "r${round}_flashlane_d128" --streams 1 --prompt-tokens 128 --new-tokens 64
   flashlane "r${round}_flashlane_n" --streams 1,4,8 --prompt-tokens 32 --new-tokens 64
-  echo "== llama-batched-bench -t $THREADS -npp 32 -ntg 64 -npl 1,4,8 $LLAMA_ARGS"
+  echo "== llama-batched-bench -t $THREADS -npp 32 -ntg 64 -npl 1,4,8 $LLAMA_BATCHED_ARGS"
   # shellcheck disable=SC2086
-  "$LLAMA/llama-batched-bench" -m "$GGUF" -t "$THREADS" -c 2048 -npp 32 -ntg 64 -npl 1,4,8 $LLAMA_ARGS 2>&1 \
+  "$LLAMA/llama-batched-bench" -m "$GGUF" -t "$THREADS" -c 2048 -npp 32 -ntg 64 -npl 1,4,8 $LLAMA_BATCHED_ARGS 2>&1 \
     | grep -E '^\|' | tee "$OUT/r${round}_llama_batched.txt"
   if [ -n "$LONG_PROMPTS" ]; then
     for p in $LONG_PROMPTS; do
       flashlane "r${round}_flashlane_p$p" --streams 1 --prompt-tokens "$p" --new-tokens 1
     done
-    echo "== llama-bench -t $THREADS -p ${LONG_PROMPTS// /,} -n 0 -r $REPS $LLAMA_ARGS"
+    echo "== llama-bench -t $THREADS -p ${LONG_PROMPTS// /,} -n 0 -r $REPS $LLAMA_BENCH_ARGS"
     # shellcheck disable=SC2086
-    "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p "${LONG_PROMPTS// /,}" -n 0 -r "$REPS" $LLAMA_ARGS \
+    "$LLAMA/llama-bench" -m "$GGUF" -t "$THREADS" -p "${LONG_PROMPTS// /,}" -n 0 -r "$REPS" $LLAMA_BENCH_ARGS \
       2>/dev/null | tee "$OUT/r${round}_llama_prompts.txt"
   fi
   echo "round $round memory read after: $(membw) GB/s" | tee -a "$OUT/machine.txt"
