@@ -6,9 +6,10 @@ use crate::kernels::matmul::{
     interleave_for, interleave_group, interleave_wanted, interleaved_row, matmul,
     matmul_interleaved, matmul_rows,
 };
+use crate::kernels::matmul_fp8;
 use crate::layers::Mlp;
 use model::schema::names;
-use model::{LoadError, MatmulInput, Placement, Tensor, TensorData, Weights};
+use model::{Fp8Matrix, LoadError, MatmulInput, Placement, Tensor, TensorData, Weights};
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
@@ -63,7 +64,12 @@ impl Linear {
         out: usize,
         inp: usize,
     ) -> Result<Linear, LoadError> {
-        if w.placement() == Placement::Resident && interleave_wanted(inp, out, w.matmul_input()) {
+        let fp8 = w.is_fp8(weight);
+        if fp8
+            || (w.placement() == Placement::Resident
+                && interleave_wanted(inp, out, w.matmul_input()))
+        {
+            // (An FP8 weight is an owned copy whatever the placement: laid out as it is copied.)
             let fetch = Weights::tensor_kept_mapped;
             let l = Linear::load_from(w, weight, bias, out, inp, fetch)?.interleave();
             return Ok(Linear {
@@ -77,6 +83,26 @@ impl Linear {
     /// This projection with its bf16 weight in its kernel's layout ([`interleave_for`], an owned
     /// copy) where [`interleave_wanted`] says so; as it is otherwise.
     fn interleave(self) -> Linear {
+        if let TensorData::Fp8(m) = self.weight.data() {
+            let k = self.in_features;
+            if self.interleaved || !matmul_fp8::interleave_wanted(&m, k) {
+                return self;
+            }
+            let q = matmul_fp8::interleave(m.q, k);
+            let laid = Fp8Matrix {
+                q,
+                scales: m.scales.to_vec(),
+                rows: self.out_features,
+                cols: k,
+                block_rows: m.block_rows,
+                block_cols: m.block_cols,
+            };
+            return Linear {
+                weight: Tensor::from_fp8(self.weight.name(), laid),
+                interleaved: true,
+                ..self
+            };
+        }
         if self.interleaved || !interleave_wanted(self.in_features, self.out_features, self.input) {
             return self;
         }
@@ -132,8 +158,9 @@ impl Linear {
             (true, TensorData::Bf16(w)) => {
                 matmul_interleaved(x, w, self.in_features, y, self.input)
             }
-            (true, TensorData::F32(_) | TensorData::Fp8(_)) => {
-                unreachable!("[linear-interleaved] only bf16 is interleaved")
+            (true, TensorData::Fp8(w)) => matmul_fp8::matmul_interleaved(x, w, self.in_features, y),
+            (true, TensorData::F32(_)) => {
+                unreachable!("[linear-interleaved] only bf16 and FP8 are interleaved")
             }
             (false, data) => matmul(x, data, self.in_features, y, self.input),
         }
@@ -152,6 +179,14 @@ impl Linear {
         let k = self.in_features;
         match (self.interleaved, self.weight.data()) {
             (true, TensorData::Bf16(w)) => interleaved_row(w, k, r, self.input, out),
+            (true, TensorData::Fp8(w)) => {
+                let mut q = vec![0u8; k];
+                matmul_fp8::interleaved_row(w.q, k, r, &mut q);
+                let scales = w.row_scales(r);
+                for (j, (o, b)) in out.iter_mut().zip(&q).enumerate() {
+                    *o = model::e4m3_value(*b) * scales[j / w.block_cols];
+                }
+            }
             (_, data) => stored_row(data, k, r, out),
         }
     }
@@ -183,8 +218,18 @@ impl Linear {
                     }
                 }
             }
-            (true, TensorData::F32(_) | TensorData::Fp8(_)) => {
-                unreachable!("[linear-interleaved] only bf16 is interleaved")
+            (true, TensorData::Fp8(w)) => {
+                let whole = n.next_multiple_of(matmul_fp8::GROUP_ROWS);
+                let mut groups = vec![0.0f32; rows * whole];
+                matmul_fp8::matmul_interleaved(x, w.rows(0..whole), k, &mut groups);
+                if n > 0 {
+                    for (o, g) in out.chunks_exact_mut(n).zip(groups.chunks_exact(whole)) {
+                        o.copy_from_slice(&g[..n]);
+                    }
+                }
+            }
+            (true, TensorData::F32(_)) => {
+                unreachable!("[linear-interleaved] only bf16 and FP8 are interleaved")
             }
             (false, data) => matmul_rows(x, data, k, 0..n, &mut out, self.input),
         }
@@ -255,7 +300,7 @@ impl FusedLinear {
         // fused projection interleaved; all or none, since `concat` fuses only parts of one layout.
         let parts: Vec<Linear> = if parts
             .iter()
-            .all(|p| interleave_wanted(p.in_features, p.out_features, p.input))
+            .all(|p| p.weight.is_fp8() || interleave_wanted(p.in_features, p.out_features, p.input))
         {
             parts.into_iter().map(Linear::interleave).collect()
         } else {
@@ -626,10 +671,23 @@ mod tests {
             }
             let fused = FusedLinear::new(kept.iter().map(copy).collect());
             assert_eq!(fused.parts.len(), 1, "FP8 parts of whole blocks fuse");
+            // Laid out in interleaved groups where the kernel reads them (AVX-512), fused too.
+            let laid: Vec<Linear> = kept.iter().map(|l| copy(l).interleave()).collect();
+            let want_laid = matmul_fp8::interleave_wanted(
+                &match kept[0].weight.data() {
+                    TensorData::Fp8(m) => m,
+                    _ => unreachable!("FP8 parts"),
+                },
+                inp,
+            );
+            assert!(laid.iter().all(|l| l.interleaved == want_laid));
+            let laid_fused = FusedLinear::new(laid.iter().map(copy).collect());
+            assert_eq!(laid_fused.parts.len(), 1, "interleaved FP8 parts fuse");
             for rows in [1, 3, 4, 6, 17] {
                 let x = rng.vec(rows * inp);
                 let what = format!("seed {seed} {input:?} rows {rows}");
                 let joined = fused.forward(&x);
+                let laid_joined = laid_fused.forward(&x);
                 for (i, (k, d)) in kept.iter().zip(&deq).enumerate() {
                     let got = k.forward(&x);
                     let o = k.out_features;
@@ -640,16 +698,28 @@ mod tests {
                         assert!((g - w).abs() <= 1e-5 * size, "{what} part {i}: {g} vs {w}");
                     }
                     assert_eq!(joined[i], got, "{what} part {i} fused");
+                    assert_eq!(laid[i].forward(&x), got, "{what} part {i} interleaved");
+                    assert_eq!(laid_joined[i], got, "{what} part {i} interleaved, fused");
                     let firsts: Vec<f32> =
                         got.chunks_exact(o).flat_map(|r| r[..5].to_vec()).collect();
                     assert_eq!(k.first_outputs(&x, 5), firsts, "{what} part {i} first 5");
+                    assert_eq!(
+                        laid[i].first_outputs(&x, 5),
+                        firsts,
+                        "{what} part {i} first 5"
+                    );
                 }
             }
             let (mut a, mut b) = (vec![0f32; inp], vec![0f32; inp]);
-            for r in [0, 63, 64, 127] {
-                kept[0].weight_row(r, &mut a);
+            for r in [0, 1, 63, 64, 126, 127] {
                 deq[0].weight_row(r, &mut b);
+                kept[0].weight_row(r, &mut a);
                 assert_eq!(a, b, "seed {seed} row {r} read back");
+                laid[0].weight_row(r, &mut a);
+                assert_eq!(
+                    a, b,
+                    "seed {seed} row {r} read back through the interleaving"
+                );
             }
         }
     }

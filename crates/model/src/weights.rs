@@ -284,6 +284,11 @@ impl Tensor {
         )
     }
 
+    /// Whether this is a block-scaled FP8 matrix kept as stored.
+    pub fn is_fp8(&self) -> bool {
+        matches!(self.storage, Storage::Fp8(_))
+    }
+
     /// Whether the elements live in anonymous memory advised to use huge pages.
     pub fn is_resident(&self) -> bool {
         matches!(self.storage, Storage::Resident { .. })

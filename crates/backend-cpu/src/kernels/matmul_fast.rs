@@ -352,7 +352,7 @@ pub fn interleave_rows(w: &[bf16], k: usize) -> Vec<bf16> {
 /// `w` (`[out, k]`, row-major, whole groups of `group` rows and pieces of `piece`) with each
 /// group's rows interleaved by pieces: piece `p` of each of the group's rows, then piece `p + 1`
 /// (this kernel's groups, and AMX's panels of 16 rows in chunks of 32).
-pub(super) fn interleave_groups(w: &[bf16], k: usize, group: usize, piece: usize) -> Vec<bf16> {
+pub(super) fn interleave_groups<T: Copy>(w: &[T], k: usize, group: usize, piece: usize) -> Vec<T> {
     debug_assert!(k.is_multiple_of(piece) && w.len().is_multiple_of(group * k));
     let mut out = Vec::with_capacity(w.len());
     for rows in w.chunks_exact(group * k) {

@@ -40,6 +40,9 @@ const COL_GROUP: usize = 4;
 const MANY_ROWS_COL_GROUP: usize = 3;
 /// Rows of x in the largest tile.
 const MAX_TILE_ROWS: usize = 8;
+/// Rows of x a tile over an interleaved group (4 weight rows) takes in calls of more than 4
+/// rows: 6 × 4 is 24 block sums.
+const MANY_ROWS_INTERLEAVED: usize = 6;
 /// Bytes ahead of the weights a tile reads that it prefetches into L1: the groups after the
 /// next. Measured on the 2-core Xeon with AMX (`fp8_speed`, one row, 256 MiB of [2048, 2048]
 /// matrices, G weights/s): none 8.1, 1 KiB 9.4, 2 KiB 10.2, 4 KiB 10.9-11.3, 8 KiB 13.3-13.9,
@@ -122,6 +125,61 @@ pub fn matmul(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
     });
 }
 
+/// Weight rows in a group of the interleaved layout ([`interleave`]).
+pub const GROUP_ROWS: usize = 4;
+
+/// Whether an FP8 `[out, k]` matrix can be stored interleaved ([`interleave`]) for the AVX-512
+/// kernel: it runs here, the blocks are whole vectors and the rows whole groups.
+pub fn interleave_wanted(w: &Fp8Rows<'_>, k: usize) -> bool {
+    enabled() && fits(w, k) && (w.q.len() / k).is_multiple_of(GROUP_ROWS)
+}
+
+/// `q` (`[out, k]` e4m3 bytes) with each group of [`GROUP_ROWS`] rows interleaved in pieces of
+/// 16 bytes: piece `p` of the group's 4 rows (one 64-byte cache line), then piece `p + 1`, so a
+/// tile over a group reads one stream. The bits are the stored layout's.
+pub fn interleave(q: &[u8], k: usize) -> Vec<u8> {
+    assert!(
+        k.is_multiple_of(LANES) && q.len().is_multiple_of(GROUP_ROWS * k),
+        "[fp8-interleave] [{}, {k}] is not whole groups of {GROUP_ROWS} rows × pieces of {LANES}",
+        q.len() / k.max(1)
+    );
+    super::matmul_fast::interleave_groups(q, k, GROUP_ROWS, LANES)
+}
+
+/// Row `r` of bytes stored by [`interleave`], as stored (`k` bytes into `out`).
+pub fn interleaved_row(q: &[u8], k: usize, r: usize, out: &mut [u8]) {
+    let first = (r / GROUP_ROWS) * GROUP_ROWS * k + (r % GROUP_ROWS) * LANES;
+    for (p, dst) in out.chunks_exact_mut(LANES).enumerate() {
+        dst.copy_from_slice(&q[first + p * GROUP_ROWS * LANES..][..LANES]);
+    }
+}
+
+/// [`matmul`] over `w` whose bytes [`interleave`] laid out (only where [`interleave_wanted`]
+/// said so): the same bits.
+pub fn matmul_interleaved(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
+    assert!(
+        interleave_wanted(&w, k),
+        "[fp8-interleave] interleaved FP8 weights this kernel does not take"
+    );
+    let (rows, out) = super::matmul::matmul_shape(x, w.q.len(), k, y.len());
+    if rows == 0 {
+        return;
+    }
+    let y = super::matmul_fast::Output(y.as_mut_ptr());
+    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let start = b * COL_BLOCK;
+        let cols = COL_BLOCK.min(out - start);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `matmul`; the task's rows are whole groups (COL_BLOCK and out are
+        // multiples of GROUP_ROWS), so its bytes are the groups' contiguous bytes.
+        unsafe {
+            avx512::block_interleaved(x, rows, k, &w.rows(start..start + cols), y.at(start), out)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (&y, start, cols);
+    });
+}
+
 /// The module's arithmetic in scalar code (`f32::mul_add` is the fused multiply-add), any block
 /// shape: the definition the AVX-512 kernel reproduces bit for bit.
 pub fn matmul_portable(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
@@ -165,7 +223,8 @@ fn dot_portable(x: &[f32], q: &[u8], scales: &[f32], block_cols: usize) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
-        block_scale, COL_GROUP, LANES, MANY_ROWS_COL_GROUP, MAX_TILE_ROWS, PREFETCH_AHEAD,
+        block_scale, COL_GROUP, GROUP_ROWS, LANES, MANY_ROWS_COL_GROUP, MANY_ROWS_INTERLEAVED,
+        MAX_TILE_ROWS, PREFETCH_AHEAD,
     };
     use crate::kernels::matmul::reduce;
     use model::Fp8Rows;
@@ -219,6 +278,41 @@ mod avx512 {
         }
     }
 
+    /// [`block`] over interleaved groups ([`super::interleave`]): tiles of 4 weight rows (one
+    /// group) against up to 4 rows, or 6 where there are more.
+    #[target_feature(enable = "avx512f,avx2,f16c,fma")]
+    pub(super) unsafe fn block_interleaved(
+        x: &[f32],
+        rows: usize,
+        k: usize,
+        w: &Fp8Rows<'_>,
+        y: *mut f32,
+        ld: usize,
+    ) {
+        let cols = w.q.len() / k;
+        let tile_max = if rows <= 4 { 4 } else { MANY_ROWS_INTERLEAVED };
+        let mut c = 0;
+        while c < cols {
+            let ws = w.rows(c..c + GROUP_ROWS);
+            let mut r = 0;
+            while r < rows {
+                let tile_rows = tile_max.min(rows - r);
+                let xr = &x[r * k..(r + tile_rows) * k];
+                let yr = y.add(r * ld + c);
+                match tile_rows {
+                    6 => tile::<6, 4, true>(xr, k, &ws, yr, ld),
+                    5 => tile::<5, 4, true>(xr, k, &ws, yr, ld),
+                    4 => tile::<4, 4, true>(xr, k, &ws, yr, ld),
+                    3 => tile::<3, 4, true>(xr, k, &ws, yr, ld),
+                    2 => tile::<2, 4, true>(xr, k, &ws, yr, ld),
+                    _ => tile::<1, 4, true>(xr, k, &ws, yr, ld),
+                }
+                r += tile_rows;
+            }
+            c += GROUP_ROWS;
+        }
+    }
+
     /// [`tile`] of `rows` × `cols` as constants, so that every block sum stays in a register.
     #[target_feature(enable = "avx512f,avx2,f16c,fma")]
     unsafe fn tile_of(
@@ -233,19 +327,19 @@ mod avx512 {
         macro_rules! by_cols {
             ($r:literal) => {
                 match cols {
-                    4 => tile::<$r, 4>(x, k, w, y, ld),
-                    3 => tile::<$r, 3>(x, k, w, y, ld),
-                    2 => tile::<$r, 2>(x, k, w, y, ld),
-                    _ => tile::<$r, 1>(x, k, w, y, ld),
+                    4 => tile::<$r, 4, false>(x, k, w, y, ld),
+                    3 => tile::<$r, 3, false>(x, k, w, y, ld),
+                    2 => tile::<$r, 2, false>(x, k, w, y, ld),
+                    _ => tile::<$r, 1, false>(x, k, w, y, ld),
                 }
             };
         }
         macro_rules! by_cols_many {
             ($r:literal) => {
                 match cols {
-                    3 => tile::<$r, 3>(x, k, w, y, ld),
-                    2 => tile::<$r, 2>(x, k, w, y, ld),
-                    _ => tile::<$r, 1>(x, k, w, y, ld),
+                    3 => tile::<$r, 3, false>(x, k, w, y, ld),
+                    2 => tile::<$r, 2, false>(x, k, w, y, ld),
+                    _ => tile::<$r, 1, false>(x, k, w, y, ld),
                 }
             };
         }
@@ -261,10 +355,11 @@ mod avx512 {
         }
     }
 
-    /// `R` rows of `x` against the `C` weight rows of `w` (`k` bytes apart), widened as read,
-    /// prefetching [`PREFETCH_AHEAD`] bytes ahead (the next groups' rows).
+    /// `R` rows of `x` against the `C` weight rows of `w` (`k` bytes apart, or with `IL` one
+    /// interleaved group), widened as read, prefetching [`PREFETCH_AHEAD`] bytes ahead (the next
+    /// groups' rows).
     #[target_feature(enable = "avx512f,avx2,f16c,fma")]
-    unsafe fn tile<const R: usize, const C: usize>(
+    unsafe fn tile<const R: usize, const C: usize, const IL: bool>(
         x: &[f32],
         k: usize,
         w: &Fp8Rows<'_>,
@@ -279,14 +374,24 @@ mod avx512 {
             let mut j = b * w.block_cols;
             let end = j + w.block_cols;
             while j < end {
-                if j % 64 == 0 {
+                // A hint only: an address past the weights is never read.
+                if IL {
+                    let ahead = q.wrapping_add(j * GROUP_ROWS + PREFETCH_AHEAD);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                } else if j % 64 == 0 {
                     for c in 0..C {
-                        // A hint only: an address past the weights is never read.
                         let ahead = q.wrapping_add(c * k + j + PREFETCH_AHEAD);
                         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                     }
                 }
-                let wv: [__m512; C] = std::array::from_fn(|c| widen16(q.add(c * k + j)));
+                let at = |c: usize| {
+                    if IL {
+                        j * GROUP_ROWS + c * LANES
+                    } else {
+                        c * k + j
+                    }
+                };
+                let wv: [__m512; C] = std::array::from_fn(|c| widen16(q.add(at(c))));
                 for (r, sums_r) in sums.iter_mut().enumerate() {
                     let xv = _mm512_loadu_ps(x.as_ptr().add(r * k + j));
                     for c in 0..C {
@@ -340,7 +445,12 @@ mod tests {
     fn the_fp8_kernel_gives_the_definitions_bits_alone_or_batched() {
         let mut rng = Rng::fresh();
         let seed = rng.0;
-        for (out, k, block) in [(128, 256, (128, 128)), (70, 96, (2, 32)), (33, 64, (1, 16))] {
+        for (out, k, block) in [
+            (128, 256, (128, 128)),
+            (70, 96, (2, 32)),
+            (33, 64, (1, 16)),
+            (72, 64, (4, 16)),
+        ] {
             let m = random_fp8(&mut rng, out, k, block);
             let w = rows_of(&m);
             for rows in [1, 2, 3, 4, 5, 9, 17] {
@@ -366,6 +476,17 @@ mod tests {
                 let mut got = vec![0f32; rows * out];
                 matmul(&x, w, k, &mut got);
                 assert_eq!(bits(&got), bits(&want), "{what}");
+                if interleave_wanted(&w, k) {
+                    let laid = interleave(&m.q, k);
+                    let mut got = vec![0f32; rows * out];
+                    matmul_interleaved(&x, Fp8Rows { q: &laid, ..w }, k, &mut got);
+                    assert_eq!(bits(&got), bits(&want), "{what} interleaved");
+                    let mut row = vec![0u8; k];
+                    for r in 0..out {
+                        interleaved_row(&laid, k, r, &mut row);
+                        assert_eq!(row, m.q[r * k..(r + 1) * k], "{what} row {r} read back");
+                    }
+                }
                 for r in 0..rows {
                     let mut one = vec![0f32; out];
                     matmul(&x[r * k..(r + 1) * k], w, k, &mut one);
@@ -471,6 +592,14 @@ mod tests {
         let ms: Vec<model::Fp8Matrix> = (0..mats)
             .map(|_| random_fp8(&mut rng, out_each, k, (128, 128)))
             .collect();
+        let ims: Vec<model::Fp8Matrix> = ms
+            .iter()
+            .map(|m| model::Fp8Matrix {
+                q: interleave(&m.q, k),
+                scales: m.scales.clone(),
+                ..*m
+            })
+            .collect();
         let bf: Vec<Vec<half::bf16>> = (0..mats)
             .map(|_| {
                 (0..out_each * k)
@@ -488,6 +617,11 @@ mod tests {
                 }
                 let fp8 = t.elapsed().as_secs_f64();
                 let t = std::time::Instant::now();
+                for m in &ims {
+                    matmul_interleaved(&x, rows_of(m), k, &mut y);
+                }
+                let il = t.elapsed().as_secs_f64();
+                let t = std::time::Instant::now();
                 for w in &bf {
                     crate::kernels::matmul::matmul(
                         &x,
@@ -500,9 +634,9 @@ mod tests {
                 let b16 = t.elapsed().as_secs_f64();
                 let n = (mats * out_each * k) as f64;
                 eprintln!(
-                    "rows {rows} round {round}: fp8 {:.2} G weights/s ({:.1} GB/s), bf16 {:.2} G weights/s ({:.1} GB/s)",
+                    "rows {rows} round {round}: fp8 {:.2} G weights/s, interleaved {:.2}, bf16 {:.2} G weights/s ({:.1} GB/s)",
                     n / fp8 / 1e9,
-                    n / fp8 / 1e9,
+                    n / il / 1e9,
                     n / b16 / 1e9,
                     2.0 * n / b16 / 1e9
                 );
