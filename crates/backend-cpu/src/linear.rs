@@ -13,8 +13,9 @@ use model::{Fp8Matrix, LoadError, MatmulInput, Placement, Tensor, TensorData, We
 
 /// A linear projection `y = x Wᵀ (+ b)`, W `[out, in]`.
 pub struct Linear {
-    /// W as stored (block-scaled FP8 kept as FP8), or (with `interleaved`, bf16 only) in its
-    /// kernel's layout ([`interleave_for`]): each
+    /// W as stored (block-scaled FP8 kept as FP8), or (with `interleaved`) in its kernel's
+    /// layout: FP8 bytes in groups of 4 rows ([`matmul_fp8::interleave`]; the tensor's
+    /// elements are then read through [`Linear::weight_row`] only), or bf16 ([`interleave_for`]): each
     /// group of 4 rows interleaved in pieces of 8, or AMX's panels of 16 rows in chunks of 32.
     /// The kernel then reads a group as one stream (a one-row call 25-49 % faster on the 2-core
     /// EPYC, bench/RESULTS.md session 26), with the same bits.
