@@ -4,7 +4,7 @@
 use crate::kernels::activation::{swiglu, swiglu_fused};
 use crate::kernels::matmul::{
     interleave_for, interleave_group, interleave_wanted, interleaved_row, matmul,
-    matmul_interleaved, matmul_rows,
+    matmul_fp8_weights, matmul_interleaved, matmul_rows,
 };
 use crate::kernels::matmul_fp8;
 use crate::layers::Mlp;
@@ -159,7 +159,9 @@ impl Linear {
             (true, TensorData::Bf16(w)) => {
                 matmul_interleaved(x, w, self.in_features, y, self.input)
             }
-            (true, TensorData::Fp8(w)) => matmul_fp8::matmul_interleaved(x, w, self.in_features, y),
+            (interleaved, TensorData::Fp8(w)) => {
+                matmul_fp8_weights(x, w, self.in_features, y, self.input, interleaved)
+            }
             (true, TensorData::F32(_)) => {
                 unreachable!("[linear-interleaved] only bf16 and FP8 are interleaved")
             }
@@ -219,10 +221,12 @@ impl Linear {
                     }
                 }
             }
-            (true, TensorData::Fp8(w)) => {
-                let whole = n.next_multiple_of(matmul_fp8::GROUP_ROWS);
+            (interleaved, TensorData::Fp8(w)) => {
+                // Whole blocks of rows, so that the kernel is the one the whole matrix takes.
+                let whole = n.next_multiple_of(w.block_rows).min(self.out_features);
                 let mut groups = vec![0.0f32; rows * whole];
-                matmul_fp8::matmul_interleaved(x, w.rows(0..whole), k, &mut groups);
+                let some = w.rows(0..whole);
+                matmul_fp8_weights(x, some, k, &mut groups, self.input, interleaved);
                 if n > 0 {
                     for (o, g) in out.chunks_exact_mut(n).zip(groups.chunks_exact(whole)) {
                         o.copy_from_slice(&g[..n]);
@@ -643,10 +647,31 @@ mod tests {
         }
     }
 
+    /// Whether the FP8 projection `l` multiplies x rounded to bf16 (AMX with bf16 inputs).
+    fn rounds_x(l: &Linear) -> bool {
+        let TensorData::Fp8(w) = l.weight.data() else {
+            return false;
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            l.input == MatmulInput::Bf16
+                && crate::kernels::matmul_amx::fp8_in_use(&w, l.in_features)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = w;
+            false
+        }
+    }
+
+    fn rounded(x: &[f32]) -> Vec<f32> {
+        x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect()
+    }
+
     /// FP8 projections kept as stored: alone, fused (q, k, v-like parts of whole blocks) and
     /// their first outputs give the same bits, within f32 rounding of their dequantised f32
-    /// twins; their rows read back as the dequantised values; with exact and bf16 inputs (FP8
-    /// keeps f32 products either way).
+    /// twins; their rows read back as the dequantised values; with exact and bf16 inputs (on
+    /// AMX the latter rounds x to bf16; elsewhere FP8 keeps f32 products).
     #[test]
     fn fp8_projections_fuse_and_read_back_as_their_dequantised_values() {
         let mut rng = Rng::fresh();
@@ -692,8 +717,9 @@ mod tests {
                 for (i, (k, d)) in kept.iter().zip(&deq).enumerate() {
                     let got = k.forward(&x);
                     let o = k.out_features;
-                    // f32 rounding of k products: a few ulps of the largest output's size.
-                    let want = d.forward(&x);
+                    // f32 rounding of k products: a few ulps of the largest output's size
+                    // (of x rounded to bf16 where the AMX kernel rounds it).
+                    let want = d.forward(&if rounds_x(k) { rounded(&x) } else { x.clone() });
                     let size = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
                     for (g, w) in got.iter().zip(&want) {
                         assert!((g - w).abs() <= 1e-5 * size, "{what} part {i}: {g} vs {w}");

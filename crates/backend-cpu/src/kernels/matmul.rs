@@ -229,6 +229,31 @@ fn matmul_bf16_input(x: &[f32], w: &[bf16], k: usize, y: &mut [f32], interleaved
     }
 }
 
+/// `y = x · Wᵀ` for the FP8 rows `w`, their bytes as stored or (with `interleaved`) in
+/// [`super::matmul_fp8::interleave`]'s groups: with [`MatmulInput::Bf16`] on AMX where
+/// [`super::matmul_amx::fp8_in_use`] (x rounded to bf16, a block's chain of `tdpbf16ps` scaled
+/// once), else in f32 ([`super::matmul_fp8`]: x as it is, whatever `input` says). The kernel is a
+/// function of the process, `input` and the weights' shape, never of the batch.
+pub fn matmul_fp8_weights(
+    x: &[f32],
+    w: model::Fp8Rows<'_>,
+    k: usize,
+    y: &mut [f32],
+    input: MatmulInput,
+    interleaved: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if input == MatmulInput::Bf16 && super::matmul_amx::fp8_in_use(&w, k) {
+        return super::matmul_amx::matmul_fp8(x, w, k, y, interleaved);
+    }
+    let _ = input;
+    if interleaved {
+        super::matmul_fp8::matmul_interleaved(x, w, k, y)
+    } else {
+        super::matmul_fp8::matmul(x, w, k, y)
+    }
+}
+
 /// `(rows, out)` of a matmul of `x` by a weight of `w_len` elements, both rows of `k`, into `y`
 /// of `y_len` elements; panics naming what does not fit.
 pub(super) fn matmul_shape(x: &[f32], w_len: usize, k: usize, y_len: usize) -> (usize, usize) {
@@ -249,8 +274,7 @@ pub fn matmul(x: &[f32], w: TensorData<'_>, k: usize, y: &mut [f32], input: Matm
         return;
     }
     if let TensorData::Fp8(m) = w {
-        // FP8 weights keep f32 products whatever `input` says (their values are not bf16).
-        return super::matmul_fp8::matmul(x, m, k, y);
+        return matmul_fp8_weights(x, m, k, y, input, false);
     }
     if let TensorData::Bf16(wb) = w {
         if input == MatmulInput::Bf16 {

@@ -29,6 +29,7 @@
 use super::matmul::matmul_shape;
 use super::matmul_fast::Output;
 use half::bf16;
+use model::{Fp8Rows, FP8_SCALE_HEADROOM};
 use rayon::prelude::*;
 use std::arch::asm;
 use std::sync::OnceLock;
@@ -400,6 +401,230 @@ unsafe fn block(
     asm!("tilerelease", options(nostack, nomem));
 }
 
+/// Set to `1` to run bf16-input matmuls of FP8 weights on AMX ([`matmul_fp8`]); read once per
+/// process. Off by default: on the 2-core Xeon (bench/RESULTS.md, session 43) it made the A3B
+/// slice's FP8 twin's prompts 2.3× faster (8 × 32 tokens: 164.5 against 71.5 tok/s) but its
+/// decoding 39 % slower at one stream (9.8 against 16.0 tok/s) and 33 % at eight (25.1 against
+/// 37.6): each call widens its weights to bf16 panels before the tiles read them, which costs
+/// more than the f32 kernel's whole pass where few rows share the weights.
+pub const AMX_FP8_ENV: &str = "FLASHLANE_CPU_AMX_FP8";
+
+/// Whether [`AMX_FP8_ENV`] asks for FP8 on AMX (and AMX is [`enabled`]).
+fn fp8_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var(AMX_FP8_ENV).is_ok_and(|v| v == "1") && enabled())
+}
+
+/// Whether a bf16-input matmul of the FP8 rows `w` (rows of `k`) runs on AMX
+/// ([`matmul_fp8`]): asked for ([`AMX_FP8_ENV`]), AMX [`in_use`] for k, whole chunks in a block
+/// of columns and whole panels in a block of rows. A function of the process and the weights'
+/// shape alone, never of the batch.
+pub fn fp8_in_use(w: &Fp8Rows<'_>, k: usize) -> bool {
+    fp8_kernel_fits(w, k) && fp8_enabled()
+}
+
+/// [`fp8_in_use`] but for the ask: AMX runs and the shape fits [`matmul_fp8`].
+fn fp8_kernel_fits(w: &Fp8Rows<'_>, k: usize) -> bool {
+    in_use(k)
+        && k == w.cols
+        && w.block_cols.is_multiple_of(CHUNK)
+        && w.block_rows.is_multiple_of(PANEL_ROWS)
+        && w.first_row.is_multiple_of(PANEL_ROWS)
+        && (w.q.len() / k).is_multiple_of(PANEL_ROWS)
+}
+
+thread_local! {
+    /// A task's weights widened to bf16 panels ([`matmul_fp8`]), kept between calls.
+    static FP8_PANELS: std::cell::RefCell<Lines> = std::cell::RefCell::new(Lines::zeros(0));
+}
+
+/// `y[rows, out] = bf16(x[rows, k]) · Wᵀ` for the FP8 rows `w`, their bytes as stored or (with
+/// `interleaved`) in [`super::matmul_fp8::interleave`]'s groups. Each task widens its weights
+/// once, exactly, to bf16 panels of their e4m3 values / 2^8 (as [`super::matmul_fp8`] widens
+/// them to f32). Per output: for each block of k, the chain of `tdpbf16ps` over the block's
+/// chunks from zero (as [`matmul_panels`] sums a whole row), times the block's scale · 2^8,
+/// added by one fused multiply-add to the output's f32 total; blocks in increasing order.
+/// Panics unless AMX runs and the shape fits ([`fp8_in_use`] but for [`AMX_FP8_ENV`]).
+pub fn matmul_fp8(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleaved: bool) {
+    assert!(
+        fp8_kernel_fits(&w, k),
+        "matmul_amx::matmul_fp8: FP8 rows of [{}, {k}] in blocks of {}×{} do not run here",
+        w.q.len() / k.max(1),
+        w.block_rows,
+        w.block_cols
+    );
+    let (rows, out) = matmul_shape(x, w.q.len(), k, y.len());
+    if rows == 0 || out == 0 {
+        return;
+    }
+    let xt = x_tiles(x, rows, k);
+    let y = Output(y.as_mut_ptr());
+    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let start = b * COL_BLOCK;
+        let tiles = COL_BLOCK.min(out - start) / PANEL_ROWS;
+        FP8_PANELS.with(|panels| {
+            let mut panels = panels.borrow_mut();
+            let need = tiles * k * PANEL_ROWS;
+            if panels.0.len() * CHUNK < need {
+                *panels = Lines::zeros(need);
+            }
+            // SAFETY: fp8_in_use (asserted) checked AMX and the tile permission, so the CPU has
+            // AVX-512 (BF16, F16C); the task's `tiles` panels lie inside `w` and `panels`; this
+            // task writes only its columns `start..` of `y`'s `rows × out`.
+            unsafe {
+                widen_panels(&w, k, start, tiles, interleaved, panels.as_mut_slice());
+                block_fp8(
+                    xt.as_slice(),
+                    rows,
+                    k,
+                    panels.as_slice(),
+                    &w,
+                    start,
+                    tiles,
+                    y.at(start),
+                    out,
+                )
+            }
+        })
+    });
+}
+
+/// Panels `0..tiles` of rows from `start` of `w`, widened into `panels` ([`panel_rows`]'s
+/// layout of the bf16 values e4m3 / 2^8).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c")]
+unsafe fn widen_panels(
+    w: &Fp8Rows<'_>,
+    k: usize,
+    start: usize,
+    tiles: usize,
+    interleaved: bool,
+    panels: &mut [bf16],
+) {
+    use super::matmul_fp8::{avx512::widen16, GROUP_ROWS};
+    use std::arch::x86_64::*;
+    let chunks = k / CHUNK;
+    let q = w.q.as_ptr();
+    for t in 0..tiles {
+        for m in 0..PANEL_ROWS {
+            let r = start + PANEL_ROWS * t + m;
+            for c in 0..chunks {
+                // The chunk's two 16-byte pieces of row r.
+                let (lo, hi) = if interleaved {
+                    let group = q.add((r / GROUP_ROWS) * GROUP_ROWS * k + (r % GROUP_ROWS) * 16);
+                    (group.add(2 * c * 64), group.add((2 * c + 1) * 64))
+                } else {
+                    (q.add(r * k + c * CHUNK), q.add(r * k + c * CHUNK + 16))
+                };
+                // Exact: an e4m3 value / 2^8 has 4 significant bits and a bf16 exponent.
+                let pair = _mm512_cvtne2ps_pbh(widen16(hi), widen16(lo));
+                let dst = panels
+                    .as_mut_ptr()
+                    .add(((t * chunks + c) * PANEL_ROWS + m) * CHUNK);
+                _mm512_storeu_si512(
+                    dst as *mut __m512i,
+                    std::mem::transmute::<__m512bh, __m512i>(pair),
+                );
+            }
+        }
+    }
+}
+
+/// [`block`] over a task's widened FP8 panels, each block of k's chain scaled into the totals.
+///
+/// # Safety
+/// AMX is [`enabled`] and the CPU has FMA; `panels` holds the task's `tiles` panels; `y` holds
+/// `rows × ld` floats from the block's column 0.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn block_fp8(
+    xt: &[bf16],
+    rows: usize,
+    k: usize,
+    panels: &[bf16],
+    w: &Fp8Rows<'_>,
+    start: usize,
+    tiles: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let chunks = k / CHUNK;
+    let per_block = w.block_cols / CHUNK;
+    let x_tile = X_TILE_ROWS * CHUNK;
+    let panel = chunks * PANEL_ROWS * CHUNK;
+    let base: [*const bf16; SUM_TILES] =
+        std::array::from_fn(|t| panels.as_ptr().add(t.min(tiles - 1) * panel));
+    let (step, stride) = (PANEL_ROWS * CHUNK, 2 * CHUNK);
+    // Each panel's 16 rows lie in one block of rows (fp8_in_use): one scale a panel and block.
+    let scales: [&[f32]; SUM_TILES] =
+        std::array::from_fn(|t| w.row_scales(start + PANEL_ROWS * t.min(tiles - 1)));
+    asm!("ldtilecfg [{}]", in(reg) ALL_FULL.0.as_ptr(), options(nostack, readonly));
+    let mut sums = [[0.0f32; X_TILE_ROWS]; PANEL_ROWS];
+    let mut totals = [[[0.0f32; X_TILE_ROWS]; PANEL_ROWS]; SUM_TILES];
+    for g in 0..rows.div_ceil(X_TILE_ROWS) {
+        for t in totals.iter_mut() {
+            *t = [[0.0; X_TILE_ROWS]; PANEL_ROWS];
+        }
+        let xg = xt.as_ptr().add(g * chunks * x_tile);
+        // Only the group's rows of x are summed into the totals (the tiles' other columns are
+        // zero rows' products).
+        let n_rows = (rows - g * X_TILE_ROWS).min(X_TILE_ROWS);
+        for b in 0..k / w.block_cols {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+            for c in b * per_block..(b + 1) * per_block {
+                asm!(
+                    "tileloadd tmm6, [{p} + {s}*1]",
+                    p = in(reg) xg.add(c * x_tile),
+                    s = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+                let at = c * step;
+                tile_step!("0", "4", base[0].add(at), stride);
+                tile_step!("1", "5", base[1].add(at), stride);
+                tile_step!("2", "4", base[2].add(at), stride);
+                tile_step!("3", "5", base[3].add(at), stride);
+            }
+            for (t, total) in totals.iter_mut().enumerate().take(tiles) {
+                let p = sums.as_mut_ptr() as *mut f32;
+                match t {
+                    0 => {
+                        tile_store!("0", p);
+                    }
+                    1 => {
+                        tile_store!("1", p);
+                    }
+                    2 => {
+                        tile_store!("2", p);
+                    }
+                    _ => {
+                        tile_store!("3", p);
+                    }
+                }
+                let s = scales[t][b] * FP8_SCALE_HEADROOM;
+                for (tot, sum) in total.iter_mut().zip(&sums) {
+                    for (a, v) in tot[..n_rows].iter_mut().zip(&sum[..n_rows]) {
+                        *a = v.mul_add(s, *a);
+                    }
+                }
+            }
+        }
+        for (t, total) in totals.iter().enumerate().take(tiles) {
+            // total[m][n]: weight row start + 16t + m against x row 16g + n.
+            for (m, col) in total.iter().enumerate() {
+                for (n, v) in col[..n_rows].iter().enumerate() {
+                    *y.add((g * X_TILE_ROWS + n) * ld + PANEL_ROWS * t + m) = *v;
+                }
+            }
+        }
+    }
+    asm!("tilerelease", options(nostack, nomem));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,6 +684,87 @@ mod tests {
             &[(1024, 75), (64, 16), (320, 96), (128, 208)],
             &[1, 2, 7, 15, 16, 17, 33, 49, 64],
         );
+    }
+
+    /// FP8 weights on AMX: each block of k's `tdpbf16ps` chain (the bf16 kernel's over that
+    /// block's columns, the weights widened to e4m3 / 2^8, exact in bf16) times the block's
+    /// scale · 2^8, fused into the total block by block; the same bits stored or interleaved,
+    /// alone or batched.
+    #[test]
+    fn amx_fp8_scales_each_blocks_chain_into_the_totals() {
+        if skipped() {
+            return;
+        }
+        let mut rng = Rng::fresh();
+        let seed = rng.0;
+        for (out, k, block) in [
+            (32, 256, (16, 128)),
+            (128, 256, (128, 128)),
+            (80, 64, (16, 32)),
+        ] {
+            let m = crate::kernels::testutil::random_fp8(&mut rng, out, k, block);
+            let w = Fp8Rows {
+                q: &m.q,
+                scales: &m.scales,
+                cols: k,
+                block_rows: block.0,
+                block_cols: block.1,
+                first_row: 0,
+            };
+            assert!(
+                fp8_kernel_fits(&w, k),
+                "[{out}, {k}] {block:?} fits the AMX kernel"
+            );
+            let w16: Vec<bf16> =
+                m.q.iter()
+                    .map(|b| {
+                        let v = super::super::matmul_fp8::widened(*b);
+                        assert_eq!(bf16::from_f32(v).to_f32(), v, "byte {b:#04x} exact in bf16");
+                        bf16::from_f32(v)
+                    })
+                    .collect();
+            let laid = super::super::matmul_fp8::interleave(&m.q, k);
+            let bc = block.1;
+            for rows in [1, 3, 16, 17, 40] {
+                let what = format!("seed {seed} [{out}, {k}] {block:?} rows {rows}");
+                let x = rng.vec(rows * k);
+                let mut want = vec![0f32; rows * out];
+                for b in 0..k / bc {
+                    let cols = |v: &[f32]| -> Vec<f32> {
+                        v.chunks_exact(k)
+                            .flat_map(|r| r[b * bc..(b + 1) * bc].to_vec())
+                            .collect()
+                    };
+                    let wb: Vec<bf16> = w16
+                        .chunks_exact(k)
+                        .flat_map(|r| r[b * bc..(b + 1) * bc].to_vec())
+                        .collect();
+                    let mut chain = vec![0f32; rows * out];
+                    matmul_stored(&cols(&x), &wb, bc, &mut chain);
+                    for (i, (want, t)) in want.iter_mut().zip(&chain).enumerate() {
+                        let o = i % out;
+                        let s = m.scales[(o / block.0) * (k / bc) + b] * FP8_SCALE_HEADROOM;
+                        *want = t.mul_add(s, *want);
+                    }
+                }
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                let mut got = vec![0f32; rows * out];
+                matmul_fp8(&x, w, k, &mut got, false);
+                assert_eq!(bits(&got), bits(&want), "{what}");
+                let mut inter = vec![0f32; rows * out];
+                matmul_fp8(&x, Fp8Rows { q: &laid, ..w }, k, &mut inter, true);
+                assert_eq!(bits(&inter), bits(&want), "{what} interleaved");
+                for r in [0, rows - 1] {
+                    let mut one = vec![0f32; out];
+                    matmul_fp8(&x[r * k..(r + 1) * k], w, k, &mut one, false);
+                    assert_eq!(
+                        bits(&one),
+                        bits(&got[r * out..(r + 1) * out]),
+                        "{what} row {r}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn dot_portable(x: &[f32], q: &[u8], scales: &[f32], block_cols: usize) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::{
         block_scale, COL_GROUP, GROUP_ROWS, LANES, MANY_ROWS_COL_GROUP, MANY_ROWS_INTERLEAVED,
         MAX_TILE_ROWS, PREFETCH_AHEAD,
@@ -240,7 +240,7 @@ mod avx512 {
     /// The 16 bytes at `q` widened: each e4m3 value / 2^8 (module docs).
     #[inline]
     #[target_feature(enable = "avx512f,avx2,f16c")]
-    unsafe fn widen16(q: *const u8) -> __m512 {
+    pub(in crate::kernels) unsafe fn widen16(q: *const u8) -> __m512 {
         // Sign-extended, a byte's sign fills bits 15..7 of its word; shifted by 7 its exponent
         // and mantissa sit in bits 13..7 and the sign in 15 and 14; the mask clears 14 (f16's
         // top exponent bit, always 0 here) and the bits below 7.
