@@ -188,6 +188,11 @@ fn bits_of(t: &Tensor) -> Result<&[u16], CudaError> {
             "{} is f32: the CUDA backend keeps matrices in bf16 and would round it",
             t.name()
         ))),
+        // `tensor_mapped` dequantises FP8; FP8 projections come through `fp8_matrix`.
+        TensorData::Fp8(_) => Err(CudaError::Unsupported(format!(
+            "{} is FP8 here: read it through its FP8 path",
+            t.name()
+        ))),
     }
 }
 

@@ -203,8 +203,9 @@ enum Storage {
     },
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
-    /// Block-scaled FP8 as stored, owned ([`Weights::tensor_kept`]).
-    Fp8(Fp8Matrix),
+    /// Block-scaled FP8 as stored, owned ([`Weights::tensor_kept`]); boxed, so that a tensor
+    /// stays the size of its other kinds.
+    Fp8(Box<Fp8Matrix>),
 }
 
 /// One weight tensor, row-major, f32 or bf16 (or block-scaled FP8 where a backend keeps it so).
@@ -259,7 +260,7 @@ impl Tensor {
         Tensor {
             name: name.into(),
             shape: vec![m.rows, m.cols],
-            storage: Storage::Fp8(m),
+            storage: Storage::Fp8(Box::new(m)),
         }
     }
 

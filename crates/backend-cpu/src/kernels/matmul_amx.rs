@@ -534,7 +534,7 @@ unsafe fn widen_panels(
 /// # Safety
 /// AMX is [`enabled`] and the CPU has FMA; `panels` holds the task's `tiles` panels; `y` holds
 /// `rows × ld` floats from the block's column 0.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // b: scales and chunks
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn block_fp8(
     xt: &[bf16],

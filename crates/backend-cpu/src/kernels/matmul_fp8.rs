@@ -365,6 +365,7 @@ pub(super) mod avx512 {
     /// `R` rows of `x` against the `C` weight rows of `w` (`k` bytes apart, or with `IL` one
     /// interleaved group), widened as read, prefetching [`PREFETCH_AHEAD`] bytes ahead (the next
     /// groups' rows).
+    #[allow(clippy::needless_range_loop)] // b walks the blocks' scales and their columns
     #[target_feature(enable = "avx512f,avx2,f16c,fma")]
     unsafe fn tile<const R: usize, const C: usize, const IL: bool>(
         x: &[f32],
@@ -385,7 +386,7 @@ pub(super) mod avx512 {
                 if IL {
                     let ahead = q.wrapping_add(j * GROUP_ROWS + PREFETCH_AHEAD);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                } else if j % 64 == 0 {
+                } else if j.is_multiple_of(64) {
                     for c in 0..C {
                         let ahead = q.wrapping_add(c * k + j + PREFETCH_AHEAD);
                         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
