@@ -400,14 +400,7 @@ impl Tensor {
         match &self.storage {
             Storage::F32(v) => TensorData::F32(v),
             Storage::Bf16(v) => TensorData::Bf16(v),
-            Storage::Fp8(m) => TensorData::Fp8(Fp8Rows {
-                q: &m.q,
-                scales: &m.scales,
-                cols: m.cols,
-                block_rows: m.block_rows,
-                block_cols: m.block_cols,
-                first_row: 0,
-            }),
+            Storage::Fp8(m) => TensorData::Fp8(m.view()),
             Storage::Mapped {
                 map,
                 offset,
@@ -1297,6 +1290,20 @@ pub struct Fp8Matrix {
     pub cols: usize,
     pub block_rows: usize,
     pub block_cols: usize,
+}
+
+impl Fp8Matrix {
+    /// All its rows, borrowed.
+    pub fn view(&self) -> Fp8Rows<'_> {
+        Fp8Rows {
+            q: &self.q,
+            scales: &self.scales,
+            cols: self.cols,
+            block_rows: self.block_rows,
+            block_cols: self.block_cols,
+            first_row: 0,
+        }
+    }
 }
 
 impl Weights {

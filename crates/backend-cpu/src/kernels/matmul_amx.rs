@@ -307,6 +307,43 @@ macro_rules! tile_store {
     };
 }
 
+/// One chunk's step of a task: weight tile `t`'s chunk at `base[t] + at` (rows `stride` bytes
+/// apart) times the x tile in `tmm6`, into sum tile `t`, for the 4 tiles.
+///
+/// # Safety
+/// The tile configuration is loaded, `tmm6` holds the chunk's x tile, and the 4 tiles lie in
+/// the weights.
+#[inline(always)]
+unsafe fn four_steps(base: &[*const bf16; SUM_TILES], at: usize, stride: usize) {
+    tile_step!("0", "4", base[0].add(at), stride);
+    tile_step!("1", "5", base[1].add(at), stride);
+    tile_step!("2", "4", base[2].add(at), stride);
+    tile_step!("3", "5", base[3].add(at), stride);
+}
+
+/// Sum tile `t` (0-3) stored into `sums` (`sums[m][n]`: its weight row m against x row n).
+///
+/// # Safety
+/// The tile configuration is loaded.
+#[inline(always)]
+unsafe fn store_sums(t: usize, sums: &mut [[f32; X_TILE_ROWS]; PANEL_ROWS]) {
+    let p = sums.as_mut_ptr() as *mut f32;
+    match t {
+        0 => {
+            tile_store!("0", p);
+        }
+        1 => {
+            tile_store!("1", p);
+        }
+        2 => {
+            tile_store!("2", p);
+        }
+        _ => {
+            tile_store!("3", p);
+        }
+    }
+}
+
 /// One task: `tiles` (1–4) tiles of weight rows from row `start` against every group of x's
 /// rows. Tiles past `tiles` repeat the last (computed, not stored).
 ///
@@ -367,29 +404,11 @@ unsafe fn block(
                 s = in(reg) 64usize,
                 options(nostack, readonly)
             );
-            let at = c * step;
-            tile_step!("0", "4", base[0].add(at), stride);
-            tile_step!("1", "5", base[1].add(at), stride);
-            tile_step!("2", "4", base[2].add(at), stride);
-            tile_step!("3", "5", base[3].add(at), stride);
+            four_steps(&base, c * step, stride);
         }
         let n_rows = (rows - g * X_TILE_ROWS).min(X_TILE_ROWS);
         for t in 0..tiles {
-            let p = sums.as_mut_ptr() as *mut f32;
-            match t {
-                0 => {
-                    tile_store!("0", p);
-                }
-                1 => {
-                    tile_store!("1", p);
-                }
-                2 => {
-                    tile_store!("2", p);
-                }
-                _ => {
-                    tile_store!("3", p);
-                }
-            }
+            store_sums(t, &mut sums);
             // sums[m][n]: weight row start + 16t + m against x row 16g + n.
             for (m, col) in sums.iter().enumerate() {
                 for (n, v) in col[..n_rows].iter().enumerate() {
@@ -583,28 +602,10 @@ unsafe fn block_fp8(
                     s = in(reg) 64usize,
                     options(nostack, readonly)
                 );
-                let at = c * step;
-                tile_step!("0", "4", base[0].add(at), stride);
-                tile_step!("1", "5", base[1].add(at), stride);
-                tile_step!("2", "4", base[2].add(at), stride);
-                tile_step!("3", "5", base[3].add(at), stride);
+                four_steps(&base, c * step, stride);
             }
             for (t, total) in totals.iter_mut().enumerate().take(tiles) {
-                let p = sums.as_mut_ptr() as *mut f32;
-                match t {
-                    0 => {
-                        tile_store!("0", p);
-                    }
-                    1 => {
-                        tile_store!("1", p);
-                    }
-                    2 => {
-                        tile_store!("2", p);
-                    }
-                    _ => {
-                        tile_store!("3", p);
-                    }
-                }
+                store_sums(t, &mut sums);
                 let s = scales[t][b] * FP8_SCALE_HEADROOM;
                 for (tot, sum) in total.iter_mut().zip(&sums) {
                     for (a, v) in tot[..n_rows].iter_mut().zip(&sum[..n_rows]) {
@@ -703,14 +704,7 @@ mod tests {
             (80, 64, (16, 32)),
         ] {
             let m = crate::kernels::testutil::random_fp8(&mut rng, out, k, block);
-            let w = Fp8Rows {
-                q: &m.q,
-                scales: &m.scales,
-                cols: k,
-                block_rows: block.0,
-                block_cols: block.1,
-                first_row: 0,
-            };
+            let w = m.view();
             assert!(
                 fp8_kernel_fits(&w, k),
                 "[{out}, {k}] {block:?} fits the AMX kernel"

@@ -113,6 +113,13 @@ pub fn matmul(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
     if !(enabled() && fits(&w, k)) {
         return matmul_portable(x, w, k, y);
     }
+    run(x, w, k, y, false)
+}
+
+/// The AVX-512 kernel's tasks, one per [`COL_BLOCK`] output columns, over bytes as stored or
+/// (`interleaved`) in [`interleave`]'s groups. Only where [`enabled`] and [`fits`] (and, with
+/// `interleaved`, [`interleave_wanted`]).
+fn run(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleaved: bool) {
     let (rows, out) = super::matmul::matmul_shape(x, w.q.len(), k, y.len());
     if rows == 0 {
         return;
@@ -121,14 +128,21 @@ pub fn matmul(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
     (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
         let start = b * COL_BLOCK;
         let cols = COL_BLOCK.min(out - start);
+        let task = w.rows(start..start + cols);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `enabled()` checked AVX-512F, F16C and FMA; `fits` the shapes; `y` holds
-        // `rows × out` floats and this task writes only its columns `start..start + cols`.
+        // SAFETY: `enabled()` checked AVX-512F, F16C and FMA; `fits` the shapes (interleaved:
+        // the task's rows are whole groups, COL_BLOCK and out being multiples of GROUP_ROWS,
+        // so its bytes are its groups'); `y` holds `rows × out` floats and this task writes
+        // only its columns `start..start + cols`.
         unsafe {
-            avx512::block(x, rows, k, &w.rows(start..start + cols), y.at(start), out)
+            if interleaved {
+                avx512::block_interleaved(x, rows, k, &task, y.at(start), out)
+            } else {
+                avx512::block(x, rows, k, &task, y.at(start), out)
+            }
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (&y, start, cols);
+        let _ = (&y, &task, interleaved);
     });
 }
 
@@ -168,23 +182,7 @@ pub fn matmul_interleaved(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32]) {
         interleave_wanted(&w, k),
         "[fp8-interleave] interleaved FP8 weights this kernel does not take"
     );
-    let (rows, out) = super::matmul::matmul_shape(x, w.q.len(), k, y.len());
-    if rows == 0 {
-        return;
-    }
-    let y = super::matmul_fast::Output(y.as_mut_ptr());
-    (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
-        let start = b * COL_BLOCK;
-        let cols = COL_BLOCK.min(out - start);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `matmul`; the task's rows are whole groups (COL_BLOCK and out are
-        // multiples of GROUP_ROWS), so its bytes are the groups' contiguous bytes.
-        unsafe {
-            avx512::block_interleaved(x, rows, k, &w.rows(start..start + cols), y.at(start), out)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (&y, start, cols);
-    });
+    run(x, w, k, y, true)
 }
 
 /// The module's arithmetic in scalar code (`f32::mul_add` is the fused multiply-add), any block
@@ -433,14 +431,7 @@ mod tests {
     use model::TensorData;
 
     fn rows_of(m: &model::Fp8Matrix) -> Fp8Rows<'_> {
-        Fp8Rows {
-            q: &m.q,
-            scales: &m.scales,
-            cols: m.cols,
-            block_rows: m.block_rows,
-            block_cols: m.block_cols,
-            first_row: 0,
-        }
+        m.view()
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
