@@ -307,18 +307,39 @@ macro_rules! tile_store {
     };
 }
 
-/// One chunk's step of a task: weight tile `t`'s chunk at `base[t] + at` (rows `stride` bytes
-/// apart) times the x tile in `tmm6`, into sum tile `t`, for the 4 tiles.
+/// One chunk's step of a task: the chunk's x tile at `x` into `tmm6`, then weight tile `t`'s
+/// chunk at `base[t] + at` (rows `stride` bytes apart) times it into sum tile `t`, for the 4
+/// tiles.
 ///
 /// # Safety
-/// The tile configuration is loaded, `tmm6` holds the chunk's x tile, and the 4 tiles lie in
-/// the weights.
+/// The tile configuration is loaded; the x tile and the 4 weight tiles lie in their buffers.
 #[inline(always)]
-unsafe fn four_steps(base: &[*const bf16; SUM_TILES], at: usize, stride: usize) {
+unsafe fn chunk_step(x: *const bf16, base: &[*const bf16; SUM_TILES], at: usize, stride: usize) {
+    asm!(
+        "tileloadd tmm6, [{p} + {s}*1]",
+        p = in(reg) x,
+        s = in(reg) 64usize,
+        options(nostack, readonly)
+    );
     tile_step!("0", "4", base[0].add(at), stride);
     tile_step!("1", "5", base[1].add(at), stride);
     tile_step!("2", "4", base[2].add(at), stride);
     tile_step!("3", "5", base[3].add(at), stride);
+}
+
+/// The 4 sum tiles set to zero.
+///
+/// # Safety
+/// The tile configuration is loaded.
+#[inline(always)]
+unsafe fn zero_sums() {
+    asm!(
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        options(nostack, nomem)
+    );
 }
 
 /// Sum tile `t` (0-3) stored into `sums` (`sums[m][n]`: its weight row m against x row n).
@@ -377,13 +398,7 @@ unsafe fn block(
     asm!("ldtilecfg [{}]", in(reg) ALL_FULL.0.as_ptr(), options(nostack, readonly));
     let mut sums = [[0.0f32; X_TILE_ROWS]; PANEL_ROWS];
     for g in 0..rows.div_ceil(X_TILE_ROWS) {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
-        );
+        zero_sums();
         let xg = xt.as_ptr().add(g * chunks * x_tile);
         // The first group reads the block's weights from memory; the others find them in L2.
         let prefetch = g == 0 && matches!(w, Weights::Panels(_));
@@ -398,13 +413,7 @@ unsafe fn block(
                     }
                 }
             }
-            asm!(
-                "tileloadd tmm6, [{p} + {s}*1]",
-                p = in(reg) xg.add(c * x_tile),
-                s = in(reg) 64usize,
-                options(nostack, readonly)
-            );
-            four_steps(&base, c * step, stride);
+            chunk_step(xg.add(c * x_tile), &base, c * step, stride);
         }
         let n_rows = (rows - g * X_TILE_ROWS).min(X_TILE_ROWS);
         for t in 0..tiles {
@@ -588,21 +597,9 @@ unsafe fn block_fp8(
         // zero rows' products).
         let n_rows = (rows - g * X_TILE_ROWS).min(X_TILE_ROWS);
         for b in 0..k / w.block_cols {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem)
-            );
+            zero_sums();
             for c in b * per_block..(b + 1) * per_block {
-                asm!(
-                    "tileloadd tmm6, [{p} + {s}*1]",
-                    p = in(reg) xg.add(c * x_tile),
-                    s = in(reg) 64usize,
-                    options(nostack, readonly)
-                );
-                four_steps(&base, c * step, stride);
+                chunk_step(xg.add(c * x_tile), &base, c * step, stride);
             }
             for (t, total) in totals.iter_mut().enumerate().take(tiles) {
                 store_sums(t, &mut sums);

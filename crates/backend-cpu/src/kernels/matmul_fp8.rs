@@ -135,11 +135,7 @@ fn run(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleaved: bool) {
         // so its bytes are its groups'); `y` holds `rows × out` floats and this task writes
         // only its columns `start..start + cols`.
         unsafe {
-            if interleaved {
-                avx512::block_interleaved(x, rows, k, &task, y.at(start), out)
-            } else {
-                avx512::block(x, rows, k, &task, y.at(start), out)
-            }
+            avx512::block(x, rows, k, &task, interleaved, y.at(start), out)
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (&y, &task, interleaved);
@@ -251,22 +247,26 @@ pub(super) mod avx512 {
     }
 
     /// One task's columns: `w`'s rows against every row of `x`, into `y` (row stride `ld`).
-    /// A decode window (at most 4 rows) takes groups of 4 weight rows in one tile; more rows take
-    /// groups of 3 weight rows, each widened once per tile of up to 8 rows.
+    /// Stored bytes: a decode window (at most 4 rows) takes groups of 4 weight rows in one
+    /// tile, more rows groups of 3 in tiles of up to 8 rows. Interleaved bytes
+    /// ([`super::interleave`]): tiles of one group (4 weight rows) against up to 4 rows, or 6
+    /// where there are more.
     #[target_feature(enable = "avx512f,avx2,f16c,fma")]
     pub(super) unsafe fn block(
         x: &[f32],
         rows: usize,
         k: usize,
         w: &Fp8Rows<'_>,
+        interleaved: bool,
         y: *mut f32,
         ld: usize,
     ) {
         let cols = w.q.len() / k;
-        let group_cols = if rows <= 4 {
-            COL_GROUP
-        } else {
-            MANY_ROWS_COL_GROUP
+        let (group_cols, tile_max) = match (interleaved, rows <= 4) {
+            (false, true) => (COL_GROUP, 4),
+            (false, false) => (MANY_ROWS_COL_GROUP, MAX_TILE_ROWS),
+            (true, true) => (GROUP_ROWS, 4),
+            (true, false) => (GROUP_ROWS, MANY_ROWS_INTERLEAVED),
         };
         let mut c = 0;
         while c < cols {
@@ -274,47 +274,37 @@ pub(super) mod avx512 {
             let ws = w.rows(c..c + group);
             let mut r = 0;
             while r < rows {
-                let tile_rows = MAX_TILE_ROWS.min(rows - r);
+                let tile_rows = tile_max.min(rows - r);
                 let xr = &x[r * k..(r + tile_rows) * k];
-                tile_of(tile_rows, group, xr, k, &ws, y.add(r * ld + c), ld);
+                let yr = y.add(r * ld + c);
+                if interleaved {
+                    interleaved_tile_of(tile_rows, xr, k, &ws, yr, ld);
+                } else {
+                    tile_of(tile_rows, group, xr, k, &ws, yr, ld);
+                }
                 r += tile_rows;
             }
             c += group;
         }
     }
 
-    /// [`block`] over interleaved groups ([`super::interleave`]): tiles of 4 weight rows (one
-    /// group) against up to 4 rows, or 6 where there are more.
+    /// [`tile`] of `rows` (1 to 6) × one interleaved group, `rows` as a constant.
     #[target_feature(enable = "avx512f,avx2,f16c,fma")]
-    pub(super) unsafe fn block_interleaved(
-        x: &[f32],
+    unsafe fn interleaved_tile_of(
         rows: usize,
+        x: &[f32],
         k: usize,
         w: &Fp8Rows<'_>,
         y: *mut f32,
         ld: usize,
     ) {
-        let cols = w.q.len() / k;
-        let tile_max = if rows <= 4 { 4 } else { MANY_ROWS_INTERLEAVED };
-        let mut c = 0;
-        while c < cols {
-            let ws = w.rows(c..c + GROUP_ROWS);
-            let mut r = 0;
-            while r < rows {
-                let tile_rows = tile_max.min(rows - r);
-                let xr = &x[r * k..(r + tile_rows) * k];
-                let yr = y.add(r * ld + c);
-                match tile_rows {
-                    6 => tile::<6, 4, true>(xr, k, &ws, yr, ld),
-                    5 => tile::<5, 4, true>(xr, k, &ws, yr, ld),
-                    4 => tile::<4, 4, true>(xr, k, &ws, yr, ld),
-                    3 => tile::<3, 4, true>(xr, k, &ws, yr, ld),
-                    2 => tile::<2, 4, true>(xr, k, &ws, yr, ld),
-                    _ => tile::<1, 4, true>(xr, k, &ws, yr, ld),
-                }
-                r += tile_rows;
-            }
-            c += GROUP_ROWS;
+        match rows {
+            6 => tile::<6, GROUP_ROWS, true>(x, k, w, y, ld),
+            5 => tile::<5, GROUP_ROWS, true>(x, k, w, y, ld),
+            4 => tile::<4, GROUP_ROWS, true>(x, k, w, y, ld),
+            3 => tile::<3, GROUP_ROWS, true>(x, k, w, y, ld),
+            2 => tile::<2, GROUP_ROWS, true>(x, k, w, y, ld),
+            _ => tile::<1, GROUP_ROWS, true>(x, k, w, y, ld),
         }
     }
 
