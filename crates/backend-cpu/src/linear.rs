@@ -15,8 +15,9 @@ use model::{Fp8Matrix, LoadError, MatmulInput, Placement, Tensor, TensorData, We
 pub struct Linear {
     /// W as stored (block-scaled FP8 kept as FP8), or (with `interleaved`) in its kernel's
     /// layout: FP8 bytes in groups of 4 rows ([`matmul_fp8::interleave`]; the tensor's
-    /// elements are then read through [`Linear::weight_row`] only), or bf16 ([`interleave_for`]): each
-    /// group of 4 rows interleaved in pieces of 8, or AMX's panels of 16 rows in chunks of 32.
+    /// elements are then read through [`Linear::weight_row`] only), or bf16
+    /// ([`interleave_for`]): each group of 4 rows interleaved in pieces of 8, or AMX's panels
+    /// of 16 rows in chunks of 32.
     /// The kernel then reads a group as one stream (a one-row call 25-49 % faster on the 2-core
     /// EPYC, bench/RESULTS.md session 26), with the same bits.
     pub weight: Tensor,
@@ -81,8 +82,9 @@ impl Linear {
         Linear::load_from(w, weight, bias, out, inp, Weights::tensor_kept)
     }
 
-    /// This projection with its bf16 weight in its kernel's layout ([`interleave_for`], an owned
-    /// copy) where [`interleave_wanted`] says so; as it is otherwise.
+    /// This projection with its weight in its kernel's layout (an owned copy) where the kernel
+    /// reads one: FP8 bytes where [`matmul_fp8::interleave_wanted`] says so, bf16 where
+    /// [`interleave_wanted`] does ([`interleave_for`]); as it is otherwise.
     fn interleave(self) -> Linear {
         if let TensorData::Fp8(m) = self.weight.data() {
             let k = self.in_features;

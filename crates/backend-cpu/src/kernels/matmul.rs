@@ -13,7 +13,8 @@
 //! Each entry takes the [`MatmulInput`]: with [`MatmulInput::Bf16`] the products of bf16 weights
 //! are those of x rounded to bf16 ([`super::matmul_bf16_input`], where [`bf16_input_available`]);
 //! f32 weights keep f32 products either way, and so do FP8 ones ([`super::matmul_fp8`], with a
-//! definition of its own: a block's sum scaled once).
+//! definition of its own: a block's sum scaled once), unless `FLASHLANE_CPU_AMX_FP8=1` puts
+//! them on AMX ([`matmul_fp8_weights`]).
 
 use half::bf16;
 use model::{MatmulInput, TensorData};
