@@ -1,7 +1,8 @@
 //! The CPU target's determinism (design §9) on a committed Qwen3 fixture model: a stream's logits
 //! are bit-identical whether it runs alone or among 8 streams, whether or not its state was moved
 //! to another session, whether it decoded token by token or in one forward, and after rejected
-//! drafts were rolled back; alone or among 8 with bf16 inputs too.
+//! drafts were rolled back; alone or among 8 with bf16 inputs too, and on the block-scaled FP8
+//! fixtures (and an FP8 config's dummy weights) that the CPU keeps as FP8.
 
 mod common;
 
@@ -24,13 +25,22 @@ fn model_as(name: &str, input: MatmulInput) -> Arc<CpuModel> {
 
 /// The fixture `name` (either family), its weights placed as `placement` says.
 fn load_fixture(name: &str, placement: Placement, input: MatmulInput) -> Arc<CpuModel> {
+    load_fixture_as(name, placement, input, LoadFormat::Safetensors)
+}
+
+/// [`load_fixture`] with the weights `format` gives (dummy: made from its config.json).
+fn load_fixture_as(
+    name: &str,
+    placement: Placement,
+    input: MatmulInput,
+    format: LoadFormat,
+) -> Arc<CpuModel> {
     let fixture = ["qwen3", "qwen3_next"]
         .iter()
         .flat_map(|family| fixtures(family))
         .find(|f| f["name"] == name)
         .expect("fixture");
     let dir = fixtures_dir().join(fixture["model_dir"].as_str().unwrap());
-    let format = LoadFormat::Safetensors;
     Arc::new(CpuModel::load_head(&dir, false, placement, format, true, input).unwrap())
 }
 
@@ -87,19 +97,46 @@ fn run_solo(model: &Arc<CpuModel>, p: Vec<u32>) -> Vec<Vec<f32>> {
     s.logits
 }
 
+/// Block-scaled FP8 fixtures, kept as FP8 by the CPU (dense and hybrid), and an FP8 config's
+/// dummy weights (made FP8 at load): alone = among 8, with exact and (where the CPU has them)
+/// bf16 inputs.
 #[test]
 fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
     let mut runs = vec![
-        ("qwen3_f32_untied", MatmulInput::Exact),
-        ("qwen3_bf16", MatmulInput::Exact),
+        (
+            "qwen3_f32_untied",
+            MatmulInput::Exact,
+            LoadFormat::Safetensors,
+        ),
+        ("qwen3_bf16", MatmulInput::Exact, LoadFormat::Safetensors),
+        (
+            "qwen3_fp8_block",
+            MatmulInput::Exact,
+            LoadFormat::Safetensors,
+        ),
+        (
+            "qwen3_next_fp8_heads_16x2x256",
+            MatmulInput::Exact,
+            LoadFormat::Safetensors,
+        ),
+        (
+            "qwen3_next_fp8_heads_16x2x256",
+            MatmulInput::Exact,
+            LoadFormat::Dummy,
+        ),
     ];
     if backend_cpu::kernels::matmul::bf16_input_available() {
-        runs.push(("qwen3_bf16", MatmulInput::Bf16));
+        runs.push(("qwen3_bf16", MatmulInput::Bf16, LoadFormat::Safetensors));
+        runs.push((
+            "qwen3_fp8_block",
+            MatmulInput::Bf16,
+            LoadFormat::Safetensors,
+        ));
     } else {
         eprintln!("bf16 inputs not run: this CPU lacks AVX-512 BF16");
     }
-    for (name, input) in runs {
-        let model = model_as(name, input);
+    for (name, input, format) in runs {
+        let model = load_fixture_as(name, Placement::Resident, input, format);
         let prompts: Vec<Vec<u32>> = (0..8).map(|i| prompt(i, 1 + 5 * i as usize)).collect();
         let solo: Vec<_> = prompts
             .iter()
@@ -126,7 +163,7 @@ fn eight_concurrent_streams_give_bit_identical_logits_to_each_stream_alone() {
             assert_eq!(s.logits.len(), STEPS);
             assert!(
                 s.logits == solo[i],
-                "{name} ({input:?}): stream {i} differs from its solo run"
+                "{name} ({input:?}, {format:?}): stream {i} differs from its solo run"
             );
         }
     }
