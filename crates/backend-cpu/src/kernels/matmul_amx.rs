@@ -490,6 +490,25 @@ pub fn matmul_fp8(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleave
     (0..out.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
         let start = b * COL_BLOCK;
         let tiles = COL_BLOCK.min(out - start) / PANEL_ROWS;
+        if rows <= X_TILE_ROWS {
+            // One group of x's rows reads each weight tile once: widened as it is needed.
+            let src = Fp8Source::Bytes { interleaved };
+            // SAFETY: as below, without the panels.
+            unsafe {
+                block_fp8(
+                    xt.as_slice(),
+                    rows,
+                    k,
+                    src,
+                    &w,
+                    start,
+                    tiles,
+                    y.at(start),
+                    out,
+                )
+            };
+            return;
+        }
         FP8_PANELS.with(|panels| {
             let mut panels = panels.borrow_mut();
             let need = tiles * k * PANEL_ROWS;
@@ -505,7 +524,7 @@ pub fn matmul_fp8(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleave
                     xt.as_slice(),
                     rows,
                     k,
-                    panels.as_slice(),
+                    Fp8Source::Panels(panels.as_slice()),
                     &w,
                     start,
                     tiles,
@@ -515,6 +534,16 @@ pub fn matmul_fp8(x: &[f32], w: Fp8Rows<'_>, k: usize, y: &mut [f32], interleave
             }
         })
     });
+}
+
+/// Where [`block_fp8`] finds its weight tiles.
+#[derive(Clone, Copy)]
+enum Fp8Source<'a> {
+    /// The task's panels, widened beforehand ([`widen_panels`]): for calls of several groups of
+    /// x's rows, which read every tile once a group.
+    Panels(&'a [bf16]),
+    /// The FP8 bytes (stored, or interleaved), each chunk's tiles widened as they are needed.
+    Bytes { interleaved: bool },
 }
 
 /// Panels `0..tiles` of rows from `start` of `w`, widened into `panels` ([`panel_rows`]'s
@@ -528,47 +557,72 @@ unsafe fn widen_panels(
     interleaved: bool,
     panels: &mut [bf16],
 ) {
+    let chunks = k / CHUNK;
+    for c in 0..chunks {
+        let dst = panels.as_mut_ptr().add(c * PANEL_ROWS * CHUNK);
+        widen_chunk(
+            w,
+            k,
+            start,
+            tiles,
+            c,
+            interleaved,
+            dst,
+            chunks * PANEL_ROWS * CHUNK,
+        );
+    }
+}
+
+/// Chunk `c` of tiles `0..tiles` of rows from `start` of `w`, widened to bf16 (e4m3 / 2^8) at
+/// `dst`: tile t's 16 rows of 32 from `dst + t · tile_stride` (elements).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c")]
+unsafe fn widen_chunk(
+    w: &Fp8Rows<'_>,
+    k: usize,
+    start: usize,
+    tiles: usize,
+    c: usize,
+    interleaved: bool,
+    dst: *mut bf16,
+    tile_stride: usize,
+) {
     use super::matmul_fp8::{avx512::widen16, GROUP_ROWS};
     use std::arch::x86_64::*;
-    let chunks = k / CHUNK;
     let q = w.q.as_ptr();
     for t in 0..tiles {
         for m in 0..PANEL_ROWS {
             let r = start + PANEL_ROWS * t + m;
-            for c in 0..chunks {
-                // The chunk's two 16-byte pieces of row r.
-                let (lo, hi) = if interleaved {
-                    let group = q.add((r / GROUP_ROWS) * GROUP_ROWS * k + (r % GROUP_ROWS) * 16);
-                    (group.add(2 * c * 64), group.add((2 * c + 1) * 64))
-                } else {
-                    (q.add(r * k + c * CHUNK), q.add(r * k + c * CHUNK + 16))
-                };
-                // Exact: an e4m3 value / 2^8 has 4 significant bits and a bf16 exponent.
-                let pair = _mm512_cvtne2ps_pbh(widen16(hi), widen16(lo));
-                let dst = panels
-                    .as_mut_ptr()
-                    .add(((t * chunks + c) * PANEL_ROWS + m) * CHUNK);
-                _mm512_storeu_si512(
-                    dst as *mut __m512i,
-                    std::mem::transmute::<__m512bh, __m512i>(pair),
-                );
-            }
+            // The chunk's two 16-byte pieces of row r.
+            let (lo, hi) = if interleaved {
+                let group = q.add((r / GROUP_ROWS) * GROUP_ROWS * k + (r % GROUP_ROWS) * 16);
+                (group.add(2 * c * 64), group.add((2 * c + 1) * 64))
+            } else {
+                (q.add(r * k + c * CHUNK), q.add(r * k + c * CHUNK + 16))
+            };
+            // Exact: an e4m3 value / 2^8 has 4 significant bits and a bf16 exponent.
+            let pair = _mm512_cvtne2ps_pbh(widen16(hi), widen16(lo));
+            let at = dst.add(t * tile_stride + m * CHUNK);
+            _mm512_storeu_si512(
+                at as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(pair),
+            );
         }
     }
 }
 
-/// [`block`] over a task's widened FP8 panels, each block of k's chain scaled into the totals.
+/// [`block`] over a task's FP8 weights (`src`), each block of k's chain scaled into the totals.
 ///
 /// # Safety
-/// AMX is [`enabled`] and the CPU has FMA; `panels` holds the task's `tiles` panels; `y` holds
-/// `rows × ld` floats from the block's column 0.
+/// AMX is [`enabled`] and the CPU has AVX-512 BF16 and FMA; the task's `tiles` tiles of rows lie
+/// in `w` (and `src`'s panels); `y` holds `rows × ld` floats from the block's column 0.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // b: scales and chunks
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn block_fp8(
     xt: &[bf16],
     rows: usize,
     k: usize,
-    panels: &[bf16],
+    src: Fp8Source<'_>,
     w: &Fp8Rows<'_>,
     start: usize,
     tiles: usize,
@@ -578,10 +632,21 @@ unsafe fn block_fp8(
     let chunks = k / CHUNK;
     let per_block = w.block_cols / CHUNK;
     let x_tile = X_TILE_ROWS * CHUNK;
-    let panel = chunks * PANEL_ROWS * CHUNK;
+    let tile = PANEL_ROWS * CHUNK;
+    // A chunk's tiles widened as needed (`Fp8Source::Bytes`): 4 KiB, each row on a line.
+    let mut widened = [TileRow([bf16::ZERO; CHUNK]); SUM_TILES * PANEL_ROWS];
+    // One pointer for the writes and the tile loads alike.
+    let jit = widened.as_mut_ptr() as *mut bf16;
+    let (from, panel) = match src {
+        Fp8Source::Panels(p) => (p.as_ptr(), chunks * tile),
+        Fp8Source::Bytes { .. } => (jit as *const bf16, tile),
+    };
     let base: [*const bf16; SUM_TILES] =
-        std::array::from_fn(|t| panels.as_ptr().add(t.min(tiles - 1) * panel));
-    let (step, stride) = (PANEL_ROWS * CHUNK, 2 * CHUNK);
+        std::array::from_fn(|t| from.add(t.min(tiles - 1) * panel));
+    let (step, stride) = match src {
+        Fp8Source::Panels(_) => (tile, 2 * CHUNK),
+        Fp8Source::Bytes { .. } => (0, 2 * CHUNK),
+    };
     // Each panel's 16 rows lie in one block of rows (fp8_in_use): one scale a panel and block.
     let scales: [&[f32]; SUM_TILES] =
         std::array::from_fn(|t| w.row_scales(start + PANEL_ROWS * t.min(tiles - 1)));
@@ -599,6 +664,9 @@ unsafe fn block_fp8(
         for b in 0..k / w.block_cols {
             zero_sums();
             for c in b * per_block..(b + 1) * per_block {
+                if let Fp8Source::Bytes { interleaved } = src {
+                    widen_chunk(w, k, start, tiles, c, interleaved, jit, tile);
+                }
                 chunk_step(xg.add(c * x_tile), &base, c * step, stride);
             }
             for (t, total) in totals.iter_mut().enumerate().take(tiles) {
