@@ -430,11 +430,12 @@ unsafe fn block(
 }
 
 /// Set to `1` to run bf16-input matmuls of FP8 weights on AMX ([`matmul_fp8`]); read once per
-/// process. Off by default: on the 2-core Xeon (bench/RESULTS.md, session 43) it made the A3B
-/// slice's FP8 twin's prompts 2.3× faster (8 × 32 tokens: 164.5 against 71.5 tok/s) but its
-/// decoding 39 % slower at one stream (9.8 against 16.0 tok/s) and 33 % at eight (25.1 against
-/// 37.6): each call widens its weights to bf16 panels before the tiles read them, which costs
-/// more than the f32 kernel's whole pass where few rows share the weights.
+/// process. Off by default: on the 2-core Xeon (bench/RESULTS.md, session 43) it made prompts
+/// 2.3-4.9× faster (the A3B slice's FP8 twin 176 against 78 tok/s on 8 × 32 tokens; the
+/// Qwen3-0.6B shape's 453-501 against 103-169) and 8 streams of the dense shape 14 % faster,
+/// but one stream 15-23 % slower (12.6 against 16.3 tok/s; 21.4 against 25.1) and the A3B
+/// slice's 8 streams 20 % slower: widening the weights for the tiles costs about what the f32
+/// kernel's whole pass does, and the tiles' stores come on top where few rows share them.
 pub const AMX_FP8_ENV: &str = "FLASHLANE_CPU_AMX_FP8";
 
 /// Whether [`AMX_FP8_ENV`] asks for FP8 on AMX (and AMX is [`enabled`]).
