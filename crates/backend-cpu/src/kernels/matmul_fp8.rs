@@ -61,8 +61,8 @@ const COL_BLOCK: usize = 32;
 /// 2^8: a widened byte is the e4m3 value / 2^8 ([`widened`]), so a block's scale is taken × 2^8.
 const F16_SHIFT: f32 = model::FP8_SCALE_HEADROOM;
 
-/// The value a byte widens to: e4m3 / 2^8 (exact: a division by a power of two, ≥ 2^-17 in magnitude
-/// where not zero). Not for NaN codes, which the load refuses.
+/// The value a byte widens to: e4m3 / 2^8 (exact: a division by a power of two; at least
+/// 2^-17 in magnitude where not zero). Not for NaN codes, which the load refuses.
 #[inline(always)]
 pub fn widened(b: u8) -> f32 {
     model::e4m3_value(b) * (1.0 / F16_SHIFT)
