@@ -66,8 +66,7 @@ impl Linear {
         out: usize,
         inp: usize,
     ) -> Result<Linear, LoadError> {
-        let fp8 = w.is_fp8(weight);
-        if fp8
+        if w.is_fp8(weight)
             || (w.placement() == Placement::Resident
                 && interleave_wanted(inp, out, w.matmul_input()))
         {
@@ -187,10 +186,7 @@ impl Linear {
             (true, TensorData::Fp8(w)) => {
                 let mut q = vec![0u8; k];
                 matmul_fp8::interleaved_row(w.q, k, r, &mut q);
-                let scales = w.row_scales(r);
-                for (j, (o, b)) in out.iter_mut().zip(&q).enumerate() {
-                    *o = model::e4m3_value(*b) * scales[j / w.block_cols];
-                }
+                w.dequantise_row(r, &q, out);
             }
             (_, data) => stored_row(data, k, r, out),
         }

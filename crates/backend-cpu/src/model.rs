@@ -88,7 +88,8 @@ impl CpuModel {
     /// matmuls multiplying x as `matmul_input` says ([`MatmulInput::Bf16`] is refused where
     /// [`crate::kernels::matmul::bf16_input_available`] is false; it rounds x for bf16 weights
     /// only: f32 weights, f16 ones, which the CPU widens to f32 at load, and FP8 ones, whose
-    /// values `e4m3 · scale` are not bf16, keep f32 products).
+    /// values `e4m3 · scale` are not bf16, keep f32 products; FP8 ones unless
+    /// `FLASHLANE_CPU_AMX_FP8=1` puts them on AMX).
     pub fn load_head(
         dir: &Path,
         progress: bool,
@@ -176,7 +177,7 @@ impl CpuModel {
         let mtp = qwen3_next::Mtp::load(w, &config)?;
         Ok(CpuModel {
             mtp,
-            weight_bytes: w.fetched_bytes(true),
+            weight_bytes: w.fetched_bytes(),
             matmul_input: w.matmul_input(),
             config,
             embed,
@@ -353,7 +354,7 @@ impl ModelCosts {
             .collect();
         Ok(ModelCosts {
             with_mtp: weights.contains(MTP_MARKER),
-            weight_bytes: weights.fetched_bytes(true),
+            weight_bytes: weights.fetched_bytes(),
             tensors,
             config,
         })

@@ -42,7 +42,8 @@ pub enum MatmulInputArg {
     /// CPU it needs AVX-512 BF16, runs on AMX tiles where the CPU has AMX-BF16 (other bits than
     /// AVX-512 BF16's; FLASHLANE_CPU_AMX=0 keeps them off), and changes bf16 weights' matmuls
     /// only (f16 and FP8 weights keep f32 products there: f16 is widened to f32 at load, FP8's
-    /// values, e4m3 times a block's scale, are not bf16)
+    /// values, e4m3 times a block's scale, are not bf16; FLASHLANE_CPU_AMX_FP8=1 puts FP8 on
+    /// AMX too)
     Bf16,
 }
 

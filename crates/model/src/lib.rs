@@ -33,7 +33,7 @@ pub use tokenizer::{TextError, Tokenizer};
 pub use vocab::draft_vocab;
 pub use weights::{
     e4m3_table, e4m3_value, Fp8Matrix, Fp8Rows, LoadFormat, Placement, Tensor, TensorData, Weights,
-    DUMMY_SEED, E4M3_BIAS_SHIFT, FP8_SCALE_HEADROOM,
+    DUMMY_SEED, FP8_SCALE_HEADROOM,
 };
 
 use std::path::{Path, PathBuf};

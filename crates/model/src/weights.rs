@@ -179,11 +179,25 @@ impl<'a> Fp8Rows<'a> {
 
     /// Row `r` dequantised into `out` (`cols` values), as [`Fp8Rows::get`].
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        self.dequantise_row(r, &self.q[r * self.cols..(r + 1) * self.cols], out);
+    }
+
+    /// Row `r`'s bytes `q` (as stored, wherever a layout keeps them) dequantised into `out`
+    /// with row `r`'s scales: `e4m3(q[j]) · scale`, one f32 product each.
+    pub fn dequantise_row(&self, r: usize, q: &[u8], out: &mut [f32]) {
         let scales = self.row_scales(r);
-        let q = &self.q[r * self.cols..(r + 1) * self.cols];
         for ((o, b), j) in out.iter_mut().zip(q).zip(0..) {
             *o = e4m3_value(*b) * scales[j / self.block_cols];
         }
+    }
+
+    /// Every element dequantised, row-major (the values [`Weights::tensor`] gives).
+    pub fn dequantised(&self) -> Vec<f32> {
+        let mut values = vec![0f32; self.q.len()];
+        for (r, row) in values.chunks_exact_mut(self.cols).enumerate() {
+            self.row_into(r, row);
+        }
+        values
     }
 }
 
@@ -421,7 +435,7 @@ impl Tensor {
         match self.data() {
             TensorData::F32(s) => s.to_vec(),
             TensorData::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
-            d @ TensorData::Fp8(_) => (0..d.len()).map(|i| d.get(i)).collect(),
+            TensorData::Fp8(m) => m.dequantised(),
         }
     }
 
@@ -776,10 +790,9 @@ impl Weights {
         self.total_bytes
     }
 
-    /// Bytes the tensors take once fetched: as stored, but f16 widened to f32, and FP8 weights
-    /// either kept as stored with their scales in f32 (`fp8_kept`: [`Weights::tensor_kept`]) or
-    /// dequantised to f32 (their scales folded in, not kept).
-    pub fn fetched_bytes(&self, fp8_kept: bool) -> u64 {
+    /// Bytes the tensors take once fetched as a backend that keeps FP8 ([`Weights::tensor_kept`])
+    /// holds them: as stored, but f16 widened to f32 and FP8 scales in f32.
+    pub fn fetched_bytes(&self) -> u64 {
         if self.is_dummy() {
             return self
                 .dummy
@@ -787,8 +800,7 @@ impl Weights {
                 .map(|d| {
                     let numel = d.shape.iter().product::<usize>() as u64;
                     match d.fp8 {
-                        Some((r, c)) if fp8_kept => numel + numel / (r * c) as u64 * 4,
-                        Some(_) => numel * 4,
+                        Some((r, c)) => numel + numel / (r * c) as u64 * 4,
                         None => numel * 2,
                     }
                 })
@@ -799,11 +811,10 @@ impl Weights {
             .map(|(name, e)| {
                 let numel = e.shape.iter().product::<usize>() as u64;
                 match e.dtype {
-                    Dtype::F8_E4M3 if fp8_kept => numel,
-                    Dtype::F8_E4M3 | Dtype::F16 => numel * 4,
-                    // Kept beside their bytes as f32; folded into the values otherwise.
-                    _ if name.ends_with(FP8_SCALE_SUFFIX) && fp8_kept => numel * 4,
-                    _ if name.ends_with(FP8_SCALE_SUFFIX) => 0,
+                    Dtype::F8_E4M3 => numel,
+                    Dtype::F16 => numel * 4,
+                    // Kept beside their bytes as f32, whatever their stored dtype.
+                    _ if name.ends_with(FP8_SCALE_SUFFIX) => numel * 4,
                     _ => e.len as u64,
                 }
             })
@@ -855,17 +866,11 @@ impl Weights {
             });
         }
         if let Some(m) = dummy_fp8(d) {
-            let table = e4m3_table();
-            let bc = m.cols / m.block_cols;
-            let values =
-                m.q.iter()
-                    .enumerate()
-                    .map(|(i, b)| {
-                        let (o, c) = (i / m.cols, i % m.cols);
-                        table[*b as usize] * m.scales[(o / m.block_rows) * bc + c / m.block_cols]
-                    })
-                    .collect();
-            return Ok(Tensor::from_f32(name, d.shape.clone(), values));
+            return Ok(Tensor::from_f32(
+                name,
+                d.shape.clone(),
+                m.view().dequantised(),
+            ));
         }
         let data = dummy_values(d);
         self.advance(None, data.len() as u64 * 2);
@@ -1430,21 +1435,15 @@ impl Weights {
     ) -> Result<Vec<f32>, LoadError> {
         let (scales, block_rows, block_cols) = self.fp8_scales(name, entry)?;
         refuse_fp8_nan(name, entry, bytes)?;
-        let inp = entry.shape[1];
-        let bc = inp / block_cols;
-        let table = e4m3_table();
-        let mut out_values = vec![0f32; bytes.len()];
-        for (o, (row, q)) in out_values
-            .chunks_exact_mut(inp)
-            .zip(bytes.chunks_exact(inp))
-            .enumerate()
-        {
-            let scale_row = &scales[(o / block_rows) * bc..(o / block_rows + 1) * bc];
-            for (i, (v, b)) in row.iter_mut().zip(q).enumerate() {
-                *v = table[*b as usize] * scale_row[i / block_cols];
-            }
-        }
-        Ok(out_values)
+        let rows = Fp8Rows {
+            q: bytes,
+            scales: &scales,
+            cols: entry.shape[1],
+            block_rows,
+            block_cols,
+            first_row: 0,
+        };
+        Ok(rows.dequantised())
     }
 }
 
@@ -1485,7 +1484,7 @@ pub fn e4m3_value(b: u8) -> f32 {
 
 /// 2^120: the factor that turns an e4m3 byte's bits placed in an f32 ([`e4m3_value`]) into its
 /// value.
-pub const E4M3_BIAS_SHIFT: f32 = f32::from_bits((127 + 120) << 23);
+const E4M3_BIAS_SHIFT: f32 = f32::from_bits((127 + 120) << 23);
 
 /// The value of every e4m3 byte (OCP FP8 E4M3, "fn": 1 sign, 4 exponent bits of bias 7, 3
 /// mantissa bits; no infinities, S.1111.111 is NaN).
@@ -1856,12 +1855,11 @@ mod tests {
                 );
             }
         }
-        assert_eq!(w.fetched_bytes(false), 16 * 4);
         // Kept as stored: the same values element by element, row by row and in a slice of
         // rows; 16 bytes and 4 f32 scales.
         let kept = w.tensor_kept("w.weight", &[4, 4]).unwrap();
         assert_eq!(kept.bytes(), 16 + 4 * 4);
-        assert_eq!(w.fetched_bytes(true), 16 + 4 * 4);
+        assert_eq!(w.fetched_bytes(), 16 + 4 * 4);
         assert_eq!(kept.to_f32_vec(), got);
         let TensorData::Fp8(m) = kept.data() else {
             panic!("tensor_kept keeps FP8")

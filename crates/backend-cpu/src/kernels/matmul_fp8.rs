@@ -42,7 +42,7 @@ const LANES: usize = 16;
 /// lanes' totals change once a block; the compiler keeps them where it can).
 const COL_GROUP: usize = 4;
 /// Weight rows a tile multiplies at once in calls of more than 4 rows: 8 rows × 3 weight rows
-/// is 24 block sums, so each widened weight vector serves 8 rows (widening costs 5 instructions
+/// is 24 block sums, so each widened weight vector serves 8 rows (widening costs 4 instructions
 /// a vector, a row's product one).
 const MANY_ROWS_COL_GROUP: usize = 3;
 /// Rows of x in the largest tile.
@@ -420,10 +420,6 @@ mod tests {
     use crate::kernels::testutil::{random_fp8, Rng};
     use model::TensorData;
 
-    fn rows_of(m: &model::Fp8Matrix) -> Fp8Rows<'_> {
-        m.view()
-    }
-
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
     }
@@ -441,7 +437,7 @@ mod tests {
             (72, 64, (4, 16)),
         ] {
             let m = random_fp8(&mut rng, out, k, block);
-            let w = rows_of(&m);
+            let w = m.view();
             for rows in [1, 2, 3, 4, 5, 9, 17] {
                 let x = rng.vec(rows * k);
                 let what = format!("seed {seed} [{out}, {k}] blocks {block:?} rows {rows}");
@@ -497,7 +493,7 @@ mod tests {
         let m = random_fp8(&mut rng, 4, 24, (2, 4));
         let x = rng.vec(2 * 24);
         let mut y = vec![0f32; 2 * 4];
-        matmul(&x, rows_of(&m), 24, &mut y);
+        matmul(&x, m.view(), 24, &mut y);
         for r in 0..2 {
             for c in 0..4 {
                 let (mut total, mut block) = ([0f32; LANES], [0f32; LANES]);
@@ -525,9 +521,9 @@ mod tests {
         let m = random_fp8(&mut rng, 8, 64, (2, 32));
         let x = rng.vec(3 * 64);
         let mut whole = vec![0f32; 3 * 8];
-        matmul(&x, rows_of(&m), 64, &mut whole);
+        matmul(&x, m.view(), 64, &mut whole);
         let mut part = vec![0f32; 3 * 3];
-        matmul(&x, rows_of(&m).rows(3..6), 64, &mut part);
+        matmul(&x, m.view().rows(3..6), 64, &mut part);
         for r in 0..3 {
             assert_eq!(
                 part[r * 3..(r + 1) * 3],
@@ -557,7 +553,7 @@ mod tests {
                 let mut x = vec![0f32; k];
                 x[i] = 1.0;
                 let mut y = [0f32];
-                matmul(&x, rows_of(&m), k, &mut y);
+                matmul(&x, m.view(), k, &mut y);
                 // (== : the sum's zero is +0 where the weight is −0.)
                 let want = model::e4m3_value(m.q[i]) * scale;
                 assert!(
@@ -602,12 +598,12 @@ mod tests {
             for round in 0..3 {
                 let t = std::time::Instant::now();
                 for m in &ms {
-                    matmul(&x, rows_of(m), k, &mut y);
+                    matmul(&x, m.view(), k, &mut y);
                 }
                 let fp8 = t.elapsed().as_secs_f64();
                 let t = std::time::Instant::now();
                 for m in &ims {
-                    matmul_interleaved(&x, rows_of(m), k, &mut y);
+                    matmul_interleaved(&x, m.view(), k, &mut y);
                 }
                 let il = t.elapsed().as_secs_f64();
                 let t = std::time::Instant::now();
