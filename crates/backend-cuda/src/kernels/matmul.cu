@@ -106,6 +106,38 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
     }
 }
 
+// This lane's rows g and g + 8 of the row tile from r0 (gathered by `row_index` when not null;
+// none past the end: null, read as zeros).
+__device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const int* row_index, int rows,
+                                            int r0, const float*& xa, const float*& xb) {
+    const int g = threadIdx.x % WARP / 4;
+    const int ra = r0 + g, rb = r0 + g + 8;
+    xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
+    xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
+}
+
+// What `mma_tile` and `mma_tile_fp8` do between their first chunks' weight loads and the rest:
+// with `InputsReady` nothing (the caller waited for the kernel ahead and found its rows, as the
+// MoE's tiles must: their weight rows are the routing's output); with `InputsAfterWait` (the
+// dense matmuls under MMA_EARLY_WEIGHTS) wait for the kernel ahead (`pdl_wait`) and only then
+// find the input rows, so that the weights, never written while kernels run, are already on
+// their way when the kernel ahead ends. The same loads of the same values: the same bits.
+struct InputsReady {
+    static constexpr bool EARLY = false;
+    __device__ __forceinline__ void operator()(const float*&, const float*&) const {}
+};
+struct InputsAfterWait {
+    static constexpr bool EARLY = true;
+    const float* x;
+    int x_stride;
+    const int* row_index;
+    int rows, r0;
+    __device__ __forceinline__ void operator()(const float*& xa, const float*& xb) const {
+        pdl_wait();
+        tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    }
+};
+
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -123,9 +155,12 @@ __device__ __forceinline__ void load16(const float* p, float* v) {
 // chunk as it is multiplied (each chunk after the first then waits for its x from L2 behind the
 // products of the one before: `kernel_define_times`, bench/RESULTS.md session 18). The same
 // values either way: the bits do not depend on X_AHEAD.
-template <int NT, int DEPTH = 1, bool X_AHEAD = false>
+//
+// `ready` runs once every thread has issued its first DEPTH chunks' weight loads (see
+// InputsReady); with InputsAfterWait it also finds xa and xb.
+template <int NT, int DEPTH = 1, bool X_AHEAD = false, class Ready = InputsReady>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
-                                         float (*part)[NT][WARP][4], float* d) {
+                                         float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
@@ -136,16 +171,33 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
     float va[X_AHEAD ? DEPTH : 1][16], vb[X_AHEAD ? DEPTH : 1][16];
     uint4 w0[DEPTH][NT], w1[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+    const int first = warp * MMA_CHUNK;
+    if (Ready::EARLY) {
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
-            // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
-            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const int e = first + p * MMA_WARPS * MMA_CHUNK + 16 * t;
             const bool in = e < k;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 w0[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
                 w1[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
+            }
+        }
+    }
+    ready(xa, xb);
+    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            // Pieces past k are zeros (k % 16 == 0: a piece is all in or all out).
+            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const bool in = e < k;
+            // The first chunks' weights are in flight already where `ready` came after them.
+            if (!Ready::EARLY || c0 != first) {
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    w0[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+                    w1[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e + 8) : zero;
+                }
             }
             if (X_AHEAD) {
                 load16(xa && in ? xa + e : nullptr, va[X_AHEAD ? p : 0]);
@@ -201,16 +253,6 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
     return true;
 }
 
-// This lane's rows g and g + 8 of the row tile from r0 (gathered by `row_index` when not null;
-// none past the end: null, read as zeros).
-__device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const int* row_index, int rows,
-                                            int r0, const float*& xa, const float*& xb) {
-    const int g = threadIdx.x % WARP / 4;
-    const int ra = r0 + g, rb = r0 + g + 8;
-    xa = ra < rows ? x + (size_t)(row_index ? row_index[ra] : ra) * x_stride : nullptr;
-    xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
-}
-
 // Writes (or adds) a tile's d: lane (g, t) of warp j holds rows g (d[0], d[1]) and g + 8 (d[2],
 // d[3]) × outputs 2t and 2t + 1 of n-tile j; nothing past `rows` or `n_out`.
 __device__ __forceinline__ void store_tile(const float* d, float* y, int y_stride, int accumulate, int rows,
@@ -250,10 +292,12 @@ __device__ __forceinline__ bool prefetches_rows(int n_out, size_t row_bytes) {
     return blockIdx.x == 0 && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
 }
 
-__device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes) {
+// Without `wait` the caller waits itself, later (MMA_EARLY_WEIGHTS: after its first weight loads).
+__device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes,
+                                             bool wait = true) {
     pdl_launch_dependents();
     if (prefetches_rows(n_out, row_bytes)) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
-    pdl_wait();
+    if (wait) pdl_wait();
 }
 
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
@@ -284,12 +328,12 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
             prefetch_rows_l2(w, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
             prefetch_rows_l2(w + (size_t)width * k, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
         }
-        pdl_wait();
+        if (!MMA_EARLY_WEIGHTS) pdl_wait();
     } else {
-        matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t));
+        matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
     }
-    const float *xa, *xb;
-    tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    const float *xa = nullptr, *xb = nullptr;
+    if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     // This lane's outputs' weight rows (the last valid one past the end: computed, never written).
     const bf16_t* wr[NT];
 #pragma unroll
@@ -302,7 +346,12 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
         }
     }
     float d[4];
-    if (!mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d)) return;
+    bool mine;
+    if (MMA_EARLY_WEIGHTS)
+        mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, r0});
+    else
+        mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d);
+    if (!mine) return;
     if (!SWIGLU) {
         store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
     } else {
@@ -411,10 +460,11 @@ __device__ __forceinline__ unsigned e4m3_pair(unsigned two) {
 // `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
 // there; `srow[j]` the scale row (the scales along k) of the outputs this lane's d holds, 2t and
 // 2t + 1 of n-tile j, which may lie in another row block than output g (the MoE's gate/up tiles).
-template <int NT, int DEPTH>
+// `ready` as in `mma_tile`.
+template <int NT, int DEPTH, class Ready = InputsReady>
 __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, const unsigned char* const* wr,
                                              const float* const* srow, int bc, int k,
-                                             float (*part)[NT][WARP][4], float* d) {
+                                             float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     constexpr bool F16 = MMA_FP8_F16;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
@@ -429,16 +479,34 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
     // once the products are done would wait a whole memory latency more per chunk.
     float sc[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+    const int first = warp * MMA_CHUNK;
+    if (Ready::EARLY) {
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
-            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            const int c = first + p * MMA_WARPS * MMA_CHUNK;
             const int e = c + 16 * t;
             const bool in = e < k;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
                 sc[p][j] = c < k ? srow[j][c / bc] : 0.0f;
+            }
+        }
+    }
+    ready(xa, xb);
+    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+        // The first chunks' weights and scales are in flight already where `ready` came after them.
+        if (!Ready::EARLY || c0 != first) {
+#pragma unroll
+            for (int p = 0; p < DEPTH; p++) {
+                const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+                const int e = c + 16 * t;
+                const bool in = e < k;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
+                    sc[p][j] = c < k ? srow[j][c / bc] : 0.0f;
+                }
             }
         }
 #pragma unroll
@@ -505,9 +573,9 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
-    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k);
-    const float *xa, *xb;
-    tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k, !MMA_EARLY_WEIGHTS);
+    const float *xa = nullptr, *xb = nullptr;
+    if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     const int t = lane % 4;
     const unsigned char* wr[NT];
     const float* srow[NT];
@@ -518,7 +586,13 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
         srow[j] = scales + (size_t)(min(o0 + j * MMA_COLS + 2 * t, n_out - 1) / br) * (k / bc);
     }
     float d[4];
-    if (!mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
+    bool mine;
+    if (MMA_EARLY_WEIGHTS)
+        mine = mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d,
+                                       InputsAfterWait{x, x_stride, row_index, rows, r0});
+    else
+        mine = mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d);
+    if (!mine) return;
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 

@@ -98,6 +98,13 @@ const MMT_PROBE: usize = 0;
 /// A/B switch: the same bits).
 const MMA_PREFETCH_MAX_BYTES: usize = 16 << 20;
 const MATMUL_PREFETCH_MAX_MB_ENV: &str = "FLASHLANE_MATMUL_PREFETCH_MAX_MB";
+/// `FLASHLANE_MATMUL_EARLY_WEIGHTS=1`: the dense 16-row matmuls (bf16 and FP8) load their first
+/// chunks of weights into registers before they wait for the kernel ahead, and find their input
+/// rows after (`InputsAfterWait` in matmul.cu), so that under programmatic dependent launch a
+/// decode step's matmul has its first weights on the way when the norm or attention ahead of it
+/// ends, instead of starting its loads then. The same loads of the same values: the same bits.
+/// An A/B switch, off until measured on the GPU.
+const MATMUL_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_EARLY_WEIGHTS";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
@@ -634,6 +641,10 @@ impl Dims {
                     .ok()
                     .and_then(|v| v.parse::<usize>().ok())
                     .map_or(MMA_PREFETCH_MAX_BYTES, |mb| mb << 20),
+            ),
+            (
+                "MMA_EARLY_WEIGHTS",
+                usize::from(std::env::var(MATMUL_EARLY_WEIGHTS_ENV).is_ok_and(|v| v == "1")),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
