@@ -116,12 +116,14 @@ __device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const 
     xb = rb < rows ? x + (size_t)(row_index ? row_index[rb] : rb) * x_stride : nullptr;
 }
 
-// What `mma_tile` and `mma_tile_fp8` do between their first chunks' weight loads and the rest:
+// What `mma_tile` does between its first chunks' weight loads and the rest:
 // with `InputsReady` nothing (the caller waited for the kernel ahead and found its rows, as the
 // MoE's tiles must: their weight rows are the routing's output); with `InputsAfterWait` (the
-// dense matmuls under MMA_EARLY_WEIGHTS) wait for the kernel ahead (`pdl_wait`) and only then
-// find the input rows, so that the weights, never written while kernels run, are already on
-// their way when the kernel ahead ends. The same loads of the same values: the same bits.
+// dense models' bf16 matmuls under MMA_EARLY_WEIGHTS) wait for the kernel ahead (`pdl_wait`)
+// and only then find the input rows, so that the weights, never written while kernels run, are
+// already on their way when the kernel ahead ends. The same loads of the same values: the same
+// bits. (The FP8 kernels took it too and measured 0–2 % slower decode, 5 % slower prompts on
+// Qwen3-4B-FP8: bench/RESULTS.md session 44.)
 struct InputsReady {
     static constexpr bool EARLY = false;
     __device__ __forceinline__ void operator()(const float*&, const float*&) const {}
@@ -460,11 +462,10 @@ __device__ __forceinline__ unsigned e4m3_pair(unsigned two) {
 // `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
 // there; `srow[j]` the scale row (the scales along k) of the outputs this lane's d holds, 2t and
 // 2t + 1 of n-tile j, which may lie in another row block than output g (the MoE's gate/up tiles).
-// `ready` as in `mma_tile`.
-template <int NT, int DEPTH, class Ready = InputsReady>
+template <int NT, int DEPTH>
 __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, const unsigned char* const* wr,
                                              const float* const* srow, int bc, int k,
-                                             float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
+                                             float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
     constexpr bool F16 = MMA_FP8_F16;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
@@ -479,34 +480,16 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
     // once the products are done would wait a whole memory latency more per chunk.
     float sc[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    const int first = warp * MMA_CHUNK;
-    if (Ready::EARLY) {
+    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
-            const int c = first + p * MMA_WARPS * MMA_CHUNK;
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
             const int e = c + 16 * t;
             const bool in = e < k;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
                 sc[p][j] = c < k ? srow[j][c / bc] : 0.0f;
-            }
-        }
-    }
-    ready(xa, xb);
-    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
-        // The first chunks' weights and scales are in flight already where `ready` came after them.
-        if (!Ready::EARLY || c0 != first) {
-#pragma unroll
-            for (int p = 0; p < DEPTH; p++) {
-                const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
-                const int e = c + 16 * t;
-                const bool in = e < k;
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    wq[p][j] = in ? *reinterpret_cast<const uint4*>(wr[j] + e) : zero;
-                    sc[p][j] = c < k ? srow[j][c / bc] : 0.0f;
-                }
             }
         }
 #pragma unroll
@@ -573,9 +556,9 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
-    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k, !MMA_EARLY_WEIGHTS);
-    const float *xa = nullptr, *xb = nullptr;
-    if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k);
+    const float *xa, *xb;
+    tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     const int t = lane % 4;
     const unsigned char* wr[NT];
     const float* srow[NT];
@@ -586,13 +569,7 @@ __device__ __forceinline__ void matmul_fp8_block(const float* __restrict__ x, in
         srow[j] = scales + (size_t)(min(o0 + j * MMA_COLS + 2 * t, n_out - 1) / br) * (k / bc);
     }
     float d[4];
-    bool mine;
-    if (MMA_EARLY_WEIGHTS)
-        mine = mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d,
-                                       InputsAfterWait{x, x_stride, row_index, rows, r0});
-    else
-        mine = mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d);
-    if (!mine) return;
+    if (!mma_tile_fp8<NT, DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
     store_tile(d, y, y_stride, accumulate, rows, n_out, r0, o0);
 }
 

@@ -98,12 +98,16 @@ const MMT_PROBE: usize = 0;
 /// A/B switch: the same bits).
 const MMA_PREFETCH_MAX_BYTES: usize = 16 << 20;
 const MATMUL_PREFETCH_MAX_MB_ENV: &str = "FLASHLANE_MATMUL_PREFETCH_MAX_MB";
-/// `FLASHLANE_MATMUL_EARLY_WEIGHTS=1`: the dense 16-row matmuls (bf16 and FP8) load their first
-/// chunks of weights into registers before they wait for the kernel ahead, and find their input
-/// rows after (`InputsAfterWait` in matmul.cu), so that under programmatic dependent launch a
-/// decode step's matmul has its first weights on the way when the norm or attention ahead of it
-/// ends, instead of starting its loads then. The same loads of the same values: the same bits.
-/// An A/B switch, off until measured on the GPU.
+/// In dense models the 16-row bf16 matmuls load their first chunks of weights into registers
+/// before they wait for the kernel ahead, and find their input rows after (`InputsAfterWait` in
+/// matmul.cu): under programmatic dependent launch a decode step's matmul then has its first
+/// weights on the way when the norm or attention ahead of it ends, instead of starting its loads
+/// then. The same loads of the same values: the same bits. Measured on the H200 (bench/RESULTS.md
+/// session 44, 2 rounds, decode at 1 / 2 / 8 streams): Qwen3-0.6B +1.5 / +2.4 / +3.3 %, Qwen3-4B
+/// +2.1 / +1.9 / +2.3 %; the A3B slice +1.3 % at one stream but −1.0 % at 2 and 8, and the FP8
+/// kernels (Qwen3-4B-FP8) 0–2 % slower decode and 5 % slower prompts, so hybrid models and FP8
+/// weights wait first, as before. `FLASHLANE_MATMUL_EARLY_WEIGHTS=0` / `=1` turns it off / on
+/// for the bf16 matmuls of any model (A/B runs: the same bits).
 const MATMUL_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_EARLY_WEIGHTS";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
@@ -198,26 +202,67 @@ const MMW_STAGES: usize = 4;
 const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
 const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
-/// `FLASHLANE_MATMUL_WG_SPLIT=1`: where the warpgroup matmul's module is compiled (see
-/// [`MATMUL_WGMMA_ENV`]) and k splits, a round of up to [`MWS_MAX_ROWS`] rows (those of 17–32
-/// and 48–64 rows: [`MATMUL_SPLIT_K_MIN_ROWS`], [`SPLIT32_MIN_ROWS`]) runs the split on
-/// the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
+/// Where the warpgroup matmul's module is compiled (see [`MATMUL_WGMMA_ENV`]) and k splits, a
+/// round's split (17–32 and 48–64 rows: [`SPLIT32_MIN_ROWS`], [`MATMUL_SPLIT_K_MIN_ROWS`]) may
+/// run on the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
 /// `matmul_wg.cu`: the weights straight from memory into registers as the 16-row kernels load
 /// them, x's split rows from shared memory; the tiles' split's partials and fold, so its bits).
 /// Block-scaled FP8 weights too (`matmul_fp8_wg_split_*`: the FP8 kernels' chain, whose warps
-/// are its residues), which otherwise run the 16-row kernels at any rows. Off by default:
-/// written in session 38 without a GPU, not yet run on one.
+/// are its residues), which otherwise run the 16-row kernels at any rows. Which splits take it
+/// is [`WgSplit`]'s; `FLASHLANE_MATMUL_WG_SPLIT=0` none, `=1` every one (A/B runs: the same
+/// bits, `wgmma_matmul_gives_the_other_kernels_bits` and the FP8 matmul test on the H200).
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// `FLASHLANE_MATMUL_WG_SWAP=1`: where the warpgroup matmul's module is compiled, the bf16
 /// matmuls the tiles or `matmul_bf16_wgmma` would take unsplit (a prompt's, an lm_head's of
 /// many rows) run `matmul_bf16_wg_swap` instead: the swapped operands of
 /// [`MATMUL_WG_SPLIT_ENV`]'s kernels on blocks of 64 rows × 128 outputs, every residue in the
-/// block as the tiles walk them (their bits). Off by default: written in session 38 without a
-/// GPU, not yet run on one.
+/// block as the tiles walk them (their bits: its kernel test passed on the H200 in session 44).
+/// Off: it took the prefill of 1–64 prompts of 128 tokens 13–27 % longer on Qwen3-4B and 21–29 %
+/// on -8B than the tiles and `matmul_bf16_wgmma` (bench/RESULTS.md session 44).
 pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
+/// Rows up to which a bf16 matrix's split takes the warpgroup MMA by default. Measured on the
+/// H200 against the tiles' split (bench/RESULTS.md session 44, 2 rounds, decode tok/s): Qwen3-4B
+/// +9.1 % at 17 streams, +4.3 % at 24, the same at 32, −7.8 % at 48, −9.1 % at 64; Qwen3-8B +6.1 %
+/// at 17, the same at 24, −6.9 % at 32, −16 % at 48, −20 % at 64.
+const WG_SPLIT_BF16_MAX_ROWS: usize = 24;
+
+/// Which k splits of a round run on the warpgroup MMA with the operands swapped
+/// ([`MATMUL_WG_SPLIT_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WgSplit {
+    /// None: the tiles' split for bf16, the 16-row kernels for FP8 (`=0`).
+    Off,
+    /// The measured default: FP8 weights' rounds of 17–32 and 48–64 rows (Qwen3-4B-FP8 +31–41 %
+    /// at 17–48 streams and +11 % at 64, Qwen3-8B-FP8 +44–50 % at 17–32 and +13 % at 48–64,
+    /// against the 16-row kernels: bench/RESULTS.md session 44), bf16's of up to
+    /// [`WG_SPLIT_BF16_MAX_ROWS`] rows.
+    Measured,
+    /// Every split of up to [`MWS_MAX_ROWS`] rows (`=1`).
+    All,
+}
+
+impl WgSplit {
+    fn from_env() -> WgSplit {
+        match std::env::var(MATMUL_WG_SPLIT_ENV).as_deref() {
+            Ok("0") => WgSplit::Off,
+            Ok("1") => WgSplit::All,
+            _ => WgSplit::Measured,
+        }
+    }
+
+    /// Whether a split of `rows` rows takes it, of FP8 weights or bf16.
+    fn takes(self, rows: usize, fp8: bool) -> bool {
+        rows <= MWS_MAX_ROWS
+            && match self {
+                WgSplit::Off => false,
+                WgSplit::Measured => fp8 || rows <= WG_SPLIT_BF16_MAX_ROWS,
+                WgSplit::All => true,
+            }
+    }
+}
 /// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
 const MWS_N32_ROWS: usize = 32;
 /// Outputs and threads of its block (two warpgroups of 64 outputs): the tiles', so the tiles'
@@ -644,7 +689,11 @@ impl Dims {
             ),
             (
                 "MMA_EARLY_WEIGHTS",
-                usize::from(std::env::var(MATMUL_EARLY_WEIGHTS_ENV).is_ok_and(|v| v == "1")),
+                usize::from(match std::env::var(MATMUL_EARLY_WEIGHTS_ENV).as_deref() {
+                    Ok("0") => false,
+                    Ok("1") => true,
+                    _ => loads_weights_early(self),
+                }),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -802,9 +851,9 @@ pub struct Kernels {
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
     matmul_split_k_prompts: bool,
-    /// Whether `Auto` runs a k split of up to [`MWS_MAX_ROWS`] rows on the warpgroup MMA where
-    /// its module is compiled ([`MATMUL_WG_SPLIT_ENV`]).
-    matmul_wg_split: bool,
+    /// Which k splits `Auto` runs on the warpgroup MMA where its module is compiled
+    /// ([`MATMUL_WG_SPLIT_ENV`]).
+    matmul_wg_split: WgSplit,
     /// Whether `Auto` runs the unsplit tiled matmuls on `matmul_bf16_wg_swap` where its module
     /// is compiled ([`MATMUL_WG_SWAP_ENV`]).
     matmul_wg_swap: bool,
@@ -981,7 +1030,7 @@ impl Kernels {
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
-            matmul_wg_split: std::env::var(MATMUL_WG_SPLIT_ENV).is_ok_and(|v| v == "1"),
+            matmul_wg_split: WgSplit::from_env(),
             matmul_wg_swap: std::env::var(MATMUL_WG_SWAP_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
@@ -1466,6 +1515,13 @@ fn wgmma_default_min_rows(dims: &Dims, compute_capability: (i32, i32)) -> Option
     (compute_capability == (9, 0) && model_splits_k(dims)).then_some(MMW_MIN_ROWS)
 }
 
+/// Whether a model's 16-row bf16 matmuls load their first weights before they wait for the
+/// kernel ahead by default ([`MATMUL_EARLY_WEIGHTS_ENV`]): in dense models, where it was measured
+/// faster.
+fn loads_weights_early(dims: &Dims) -> bool {
+    dims.moe.is_none() && dims.linear.is_none()
+}
+
 /// Whether a bf16 matmul of `rows` × `n_out` splits k (in a model that does): 48 to 64 rows that
 /// the tiles do not take, of `min_outputs` outputs or more (0 by default:
 /// [`MATMUL_SPLIT_K_MIN_OUTPUTS_ENV`]).
@@ -1808,7 +1864,7 @@ impl Kernels {
         let wgmma_split = split_k
             && match kernel {
                 MatmulKernel::Auto => {
-                    self.matmul_wg_split && self.wgmma.is_some() && m.rows <= MWS_MAX_ROWS
+                    self.wgmma.is_some() && self.matmul_wg_split.takes(m.rows, m.fp8.is_some())
                 }
                 MatmulKernel::WgmmaSplitK => true,
                 _ => false,

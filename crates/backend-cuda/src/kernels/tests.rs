@@ -345,7 +345,7 @@ fn matmul_with_bf16_inputs_matches_rounded_x_and_is_the_same_alone_or_batched() 
 
 /// The warpgroup matmul (`matmul_wg.cu`, [`super::MATMUL_WGMMA_ENV`]; written in session 22,
 /// first run on a GPU in the next) and its k split with the operands swapped
-/// ([`super::MATMUL_WG_SPLIT_ENV`]; written in session 38, not yet run on a GPU: 1–40 rows are
+/// ([`super::MATMUL_WG_SPLIT_ENV`]; written in session 38, passed on the H200 in session 44: 1–40 rows are
 /// its blocks of 32 and 64 rows, 300 rows five row blocks of 64): in `matmul_case` beside every
 /// other kernel, so the same bits as they, gathered and accumulated, with x split in hi and lo
 /// and taken as one bf16.
@@ -1042,6 +1042,50 @@ fn the_warpgroup_matmul_runs_by_default_where_measured_faster() {
                 "{shape} on {other:?}"
             );
         }
+    }
+}
+
+/// `WgSplit` (no device needed): by default the swapped warpgroup split takes FP8 rounds of any
+/// split size and bf16 rounds of up to 24 rows, as session 44 measured them faster; `=0` none,
+/// `=1` every split of up to 64 rows.
+#[test]
+fn the_swapped_split_runs_where_measured_faster() {
+    use super::{WgSplit, MWS_MAX_ROWS, WG_SPLIT_BF16_MAX_ROWS};
+    for rows in [17, 24, 25, 32, 48, 64] {
+        assert!(WgSplit::Measured.takes(rows, true), "FP8 at {rows} rows");
+        assert_eq!(
+            WgSplit::Measured.takes(rows, false),
+            rows <= WG_SPLIT_BF16_MAX_ROWS,
+            "bf16 at {rows} rows"
+        );
+        for fp8 in [false, true] {
+            assert!(WgSplit::All.takes(rows, fp8));
+            assert!(!WgSplit::Off.takes(rows, fp8));
+        }
+    }
+    for fp8 in [false, true] {
+        for split in [WgSplit::Measured, WgSplit::All] {
+            assert!(!split.takes(MWS_MAX_ROWS + 1, fp8), "a prompt's rows");
+        }
+    }
+}
+
+/// The dense models' bf16 matmuls load their first weights before the wait (measured faster
+/// there, session 44); hybrid models' as before (no device needed).
+#[test]
+fn dense_models_load_their_first_weights_early() {
+    for (shape, early) in [
+        ("qwen3-0.6b", true),
+        ("qwen3-4b", true),
+        ("qwen3-8b-fp8", true),
+        ("qwen3-next-a3b-slice", false),
+        ("qwen3-next-small", false),
+    ] {
+        assert_eq!(
+            super::loads_weights_early(&shape_dims(shape)),
+            early,
+            "{shape}"
+        );
     }
 }
 
