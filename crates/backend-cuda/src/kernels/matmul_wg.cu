@@ -200,7 +200,7 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 
 // ---------------------------------------------------------------------------------------------
 // The k split of a decode round (17–64 rows) on the warpgroup MMA with the operands swapped
-// (`matmul_bf16_wg_split_n32` / `_n64`, FLASHLANE_MATMUL_WG_SPLIT=1): yᵀ = W · xᵀ, so a wgmma
+// (`matmul_bf16_wg_split_n32` / `_n64`, where `WgSplit` in mod.rs takes it): yᵀ = W · xᵀ, so a wgmma
 // m64nNk16's A (64 outputs × 16 k-slots) is the weights, straight from global memory into
 // registers as the 16-row kernels load them (lane (g, t) elements 16t … 16t + 15 of a chunk of
 // its outputs g and g + 8: two 16-byte loads each, no shared memory, no 8-byte copies), and B
@@ -265,21 +265,16 @@ __device__ __forceinline__ void wgmma_pin_n(float* d) {
 }
 
 // Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
-// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With ALL (a prompt's
-// matmul, FLASHLANE_MATMUL_WG_SWAP=1; bf16 only) the block walks every residue itself, residue
-// 0's chunks, then 1's, … each residue's partial from zero folded into its total in residue
-// order (total = p0, then total += pr: the tiles' operations), and writes y (stride
-// part_stride, added to it with `accumulate`) instead of a partial. With FP8, W is e4m3
+// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With FP8, W is e4m3
 // bytes scaled by `scales` in blocks of br × bc (`mma_tile_fp8`'s chain: each chunk's products
 // summed unscaled from zero into `tmp`, then acc = fma(s, tmp, acc) with the output's scale):
 // a lane's chunk of a row is one 16-byte piece, each word a step's four elements, widened
 // exactly to bf16 pairs.
-template <int N, bool FP8, bool ALL = false>
+template <int N, bool FP8>
 __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const void* __restrict__ w,
                                                       const float* __restrict__ scales, int br, int bc, int k,
                                                       int n_out, float* __restrict__ part, int part_stride,
-                                                      int rows, int accumulate = 0) {
-    static_assert(!(FP8 && ALL), "FP8 splits k only (a third accumulator would not fit)");
+                                                      int rows) {
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
     constexpr int X_PIECES = N * MMT_X_PIECES / MWS_THREADS;  // a thread's copies a chunk
     static_assert(X_PIECES * MWS_THREADS == N * MMT_X_PIECES, "every thread copies as many pieces");
@@ -288,16 +283,13 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     extern __shared__ float4 mws_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mws_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = ALL ? 0 : blockIdx.z;
+    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = blockIdx.z;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    const int visits = ALL ? chunks : res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    // The chunk after c: the next of its residue, or with ALL past a residue's last the next
-    // residue's first (residue-major order: residue 0's chunks 0, 8, 16 …, then 1's …). Three
-    // cursors walk it: the weights' loads, x's copies and the products.
-    auto next_chunk = [&](int c) {
-        return !ALL || c + MMT_RESIDUES < chunks ? c + MMT_RESIDUES : c % MMT_RESIDUES + 1;
-    };
+    const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    // The chunk after c: the next of its residue. Three cursors walk them: the weights' loads,
+    // x's copies and the products.
+    auto next_chunk = [&](int c) { return c + MMT_RESIDUES; };
     int w_next = res, x_next = res, c_next = res;
 
     // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
@@ -376,14 +368,6 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     float acc[N / 2], tmp[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = 0.0f;
-    // With ALL, this thread's total in shared memory after the x stages, a column of its own
-    // (no barrier): in registers beside acc and two chunks of weights it took 195 registers,
-    // one block a multiprocessor; here 126, two. Zero first: with k = 0 no residue folds.
-    float* const total = reinterpret_cast<float*>(smem + MWS_X_STAGES * X_STAGE_BYTES) + threadIdx.x;
-    if (ALL) {
-#pragma unroll
-        for (int i = 0; i < N / 2; i++) total[i * MWS_THREADS] = 0.0f;
-    }
     float* const sum = FP8 ? tmp : acc;
     for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
 #pragma unroll
@@ -465,36 +449,16 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                     tmp[i] = 0.0f;
                 }
             }
-            if (ALL && c + MMT_RESIDUES >= chunks) {
-                // Residue c % 8 done: into the total in residue order, the next from zero.
-#pragma unroll
-                for (int i = 0; i < N / 2; i++) {
-                    float& t_i = total[i * MWS_THREADS];
-                    t_i = c % MMT_RESIDUES == 0 ? acc[i] : t_i + acc[i];
-                    acc[i] = 0.0f;
-                }
-            }
         }
     }
     cp_async_wait<0>();
     // d[4j + i]: output oa + 8·((i % 4) / 2), row 8j + 2t + i % 2 (an empty residue: a zero
-    // partial, as the tiles' split writes it; with ALL, its zero added to the total, as the
-    // tiles add it: -0 + 0 is +0).
+    // partial, as the tiles' split writes it).
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const int o = oa + 8 * ((i % 4) / 2);
         const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
-        if (ALL) {
-            // The empty residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).
-            float t_i = total[i * MWS_THREADS];
-            if (chunks < MMT_RESIDUES) t_i += 0.0f;
-            if (r < rows && o < n_out) {
-                float* out = part + (size_t)r * part_stride + o;
-                *out = accumulate ? *out + t_i : t_i;
-            }
-        } else if (r < rows && o < n_out) {
-            part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
-        }
+        if (r < rows && o < n_out) part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
     }
 }
 
@@ -509,14 +473,6 @@ extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                          float* __restrict__ part, int part_stride, int rows) {
     matmul_wg_split_block<64, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
-}
-
-// A prompt's matmul (FLASHLANE_MATMUL_WG_SWAP=1): the tiles' arguments and their bits, each
-// weight read once per 64 rows. Grid (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
-extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
-matmul_bf16_wg_swap(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_wg_split_block<64, false, true>(xs, w, nullptr, 1, 1, k, n_out, y, y_stride, rows, accumulate);
 }
 
 // FP8 (block-scaled e4m3, `scales` [n_out / br, k / bc]): the chain of `matmul_fp8`'s kernels,

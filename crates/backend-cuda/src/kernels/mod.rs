@@ -212,14 +212,6 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// is [`WgSplit`]'s; `FLASHLANE_MATMUL_WG_SPLIT=0` none, `=1` every one (A/B runs: the same
 /// bits, `wgmma_matmul_gives_the_other_kernels_bits` and the FP8 matmul test on the H200).
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
-/// `FLASHLANE_MATMUL_WG_SWAP=1`: where the warpgroup matmul's module is compiled, the bf16
-/// matmuls the tiles or `matmul_bf16_wgmma` would take unsplit (a prompt's, an lm_head's of
-/// many rows) run `matmul_bf16_wg_swap` instead: the swapped operands of
-/// [`MATMUL_WG_SPLIT_ENV`]'s kernels on blocks of 64 rows × 128 outputs, every residue in the
-/// block as the tiles walk them (their bits: its kernel test passed on the H200 in session 44).
-/// Off: it took the prefill of 1–64 prompts of 128 tokens 13–27 % longer on Qwen3-4B and 21–29 %
-/// on -8B than the tiles and `matmul_bf16_wgmma` (bench/RESULTS.md session 44).
-pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
@@ -265,10 +257,8 @@ impl WgSplit {
 }
 /// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
 const MWS_N32_ROWS: usize = 32;
-/// Outputs and threads of its block (two warpgroups of 64 outputs): the tiles', so the tiles'
-/// split's grid (`matmul_wg.cu` defines them the same).
-const MWS_OUTS: usize = MMT_OUTS;
-const MWS_THREADS: u32 = MMT_THREADS;
+// Its block's outputs and threads (two warpgroups of 64 outputs) are the tiles', MMT_OUTS and
+// MMT_THREADS, so it launches on the tiles' split's grid (`matmul_wg.cu` defines them the same).
 /// Chunks of x its block keeps in shared memory, and chunks of weights in registers ahead of
 /// the products (each 64 bytes a thread; with 2, 64 KB in flight a multiprocessor at two blocks).
 const MWS_X_STAGES: usize = 3;
@@ -278,10 +268,6 @@ const MWS_W_DEPTH: usize = 2;
 const fn mws_shared_bytes(rows: usize) -> usize {
     MWS_X_STAGES * rows * MMA_CHUNK * 4
 }
-/// `matmul_bf16_wg_swap`'s: its x stages of 64 rows, then each thread's total over the
-/// residues (32 floats a thread: kept out of its registers, two blocks fit a multiprocessor).
-const MWS_SWAP_SHARED_BYTES: usize =
-    mws_shared_bytes(MWS_MAX_ROWS) + MWS_MAX_ROWS / 2 * MWS_THREADS as usize * 4;
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -854,9 +840,6 @@ pub struct Kernels {
     /// Which k splits `Auto` runs on the warpgroup MMA where its module is compiled
     /// ([`MATMUL_WG_SPLIT_ENV`]).
     matmul_wg_split: WgSplit,
-    /// Whether `Auto` runs the unsplit tiled matmuls on `matmul_bf16_wg_swap` where its module
-    /// is compiled ([`MATMUL_WG_SWAP_ENV`]).
-    matmul_wg_swap: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1031,7 +1014,6 @@ impl Kernels {
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
             matmul_wg_split: WgSplit::from_env(),
-            matmul_wg_swap: std::env::var(MATMUL_WG_SWAP_ENV).is_ok_and(|v| v == "1"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1138,11 +1120,6 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
-        let swap = module.load_function("matmul_bf16_wg_swap")?;
-        swap.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            MWS_SWAP_SHARED_BYTES as i32,
-        )?;
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
             let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
@@ -1158,7 +1135,6 @@ impl Kernels {
             matmul,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
-            swap,
         });
         Ok(())
     }
@@ -1172,8 +1148,6 @@ struct WgmmaKernels {
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
     split_fp8: [CudaFunction; 2],
-    /// The same operands unsplit, 64 rows a block ([`MATMUL_WG_SWAP_ENV`]).
-    swap: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1261,8 +1235,6 @@ pub enum MatmulKernel {
     /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` (FP8: `matmul_fp8_wg_split_*`) and
     /// `matmul_fold_residues` (needs [`Kernels::compile_wgmma`] and `partials`).
     WgmmaSplitK,
-    /// `split_rows` and `matmul_bf16_wg_swap` (bf16 only; needs [`Kernels::compile_wgmma`]).
-    WgmmaSwapped,
 }
 
 /// What every FP8 matmul kernel needs of the blocks of its scales.
@@ -1301,8 +1273,6 @@ enum MatmulLaunch {
     /// `split_rows`, then the k split on the warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and
     /// `matmul_fold_residues`.
     WgmmaSplitK,
-    /// `split_rows`, then `matmul_bf16_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
-    WgmmaSwapped,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
     Tiled { split_k: bool },
@@ -1759,31 +1729,6 @@ impl Kernels {
         )
     }
 
-    /// x split into `m.x_split` (`split_rows`), then `matmul_bf16_wg_swap` over it.
-    fn matmul_wg_swap(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
-        let wg = self.wgmma.as_ref().expect(
-            "[matmul-wg-swap-compiled] MatmulKernel::WgmmaSwapped needs Kernels::compile_wgmma first",
-        );
-        assert!(
-            m.x_split != 0,
-            "[matmul-wg-swap-split] the swapped matmul needs room for its split rows (Matmul::x_split)"
-        );
-        assert!(
-            m.n_out * m.k * 2 < 1 << 32,
-            "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
-            m.n_out,
-            m.k
-        );
-        launch_over_split_rows(
-            gpu,
-            (&self.split_rows, &wg.swap),
-            m,
-            (MWS_MAX_ROWS, MWS_OUTS),
-            MWS_THREADS,
-            MWS_SWAP_SHARED_BYTES,
-        )
-    }
-
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
@@ -1846,8 +1791,7 @@ impl Kernels {
             MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK
-            | MatmulKernel::WgmmaSwapped => true,
+            | MatmulKernel::WgmmaSplitK => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1873,15 +1817,6 @@ impl Kernels {
         if wgmma_split && !wgmma {
             return MatmulLaunch::WgmmaSplitK;
         }
-        let wgmma_swap = !split_k
-            && match kernel {
-                MatmulKernel::Auto => self.matmul_wg_swap && self.wgmma.is_some(),
-                MatmulKernel::WgmmaSwapped => true,
-                _ => false,
-            };
-        if tiled && m.fp8.is_none() && wgmma_swap {
-            return MatmulLaunch::WgmmaSwapped;
-        }
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
@@ -1896,8 +1831,7 @@ impl Kernels {
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK
-            | MatmulKernel::WgmmaSwapped => {
+            | MatmulKernel::WgmmaSplitK => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
@@ -1957,7 +1891,6 @@ impl Kernels {
                 return self.matmul_tiled(gpu, m, split_k, false, None)
             }
             MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None),
-            MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (

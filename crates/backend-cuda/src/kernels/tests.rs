@@ -467,11 +467,7 @@ fn matmul_case(
     // The warpgroup matmul and its k split with the operands swapped where the caller compiled
     // them (`Kernels::compile_wgmma`).
     let wgmma = match k.wgmma.is_some() {
-        true => &[
-            MatmulKernel::Wgmma,
-            MatmulKernel::WgmmaSplitK,
-            MatmulKernel::WgmmaSwapped,
-        ][..],
+        true => &[MatmulKernel::Wgmma, MatmulKernel::WgmmaSplitK][..],
         false => &[],
     };
     for kernel in SIXTEEN_ROW_KERNELS
@@ -698,7 +694,6 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
         swiglu_place(MatmulLaunch::WgmmaSplitK, false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
-        swiglu_place(MatmulLaunch::WgmmaSwapped, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
     }
@@ -2363,7 +2358,6 @@ fn matmul_kernel_times() {
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
         MatmulKernel::WgmmaSplitK,
-        MatmulKernel::WgmmaSwapped,
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -2381,10 +2375,7 @@ fn matmul_kernel_times() {
                     kernel,
                     MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK
                 );
-                let many = matches!(
-                    kernel,
-                    MatmulKernel::Tiled | MatmulKernel::Wgmma | MatmulKernel::WgmmaSwapped
-                );
+                let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
                 if (many && rows < 64)
                     || (deep && rows > 64)
                     || (split && (rows < 16 || rows > split_rows_max || n_out > out_max))
