@@ -227,10 +227,10 @@ const WG_SPLIT_BF16_MAX_ROWS: usize = 24;
 enum WgSplit {
     /// None: the tiles' split for bf16, the 16-row kernels for FP8 (`=0`).
     Off,
-    /// The measured default: FP8 weights' rounds of 17–32 and 48–64 rows (Qwen3-4B-FP8 +31–41 %
-    /// at 17–48 streams and +11 % at 64, Qwen3-8B-FP8 +44–50 % at 17–32 and +13 % at 48–64,
-    /// against the 16-row kernels: bench/RESULTS.md session 44), bf16's of up to
-    /// [`WG_SPLIT_BF16_MAX_ROWS`] rows.
+    /// The measured default: FP8 weights' rounds of 17–64 rows (Qwen3-4B-FP8 +31–41 % at 17–48
+    /// streams and +11 % at 64, Qwen3-8B-FP8 +44–50 % at 17–32 and +13 % at 48–64, against the
+    /// 16-row kernels: bench/RESULTS.md session 44; 33–47 rows by `fp8_round_splits`' reasoning),
+    /// bf16's of up to [`WG_SPLIT_BF16_MAX_ROWS`] rows.
     Measured,
     /// Every split of up to [`MWS_MAX_ROWS`] rows (`=1`).
     All,
@@ -1729,6 +1729,19 @@ impl Kernels {
         )
     }
 
+    /// Whether `Auto` splits an FP8 matmul of a round of 17–64 rows for the swapped warpgroup
+    /// split ([`WgSplit`]), 33–47 rows included, which no bf16 round splits: the 16-row FP8
+    /// kernels take those as three row tiles, reading each weight three times, where the split's
+    /// blocks of 64 rows read it once. Not measured at 33–47 rows by itself: both kernels' cost
+    /// there is that of 48 rows (as many row tiles, one block of 64), where the split measured
+    /// 1.41× (Qwen3-4B-FP8) and 1.13× (-8B-FP8) the 16-row kernels (bench/RESULTS.md session 44).
+    fn fp8_round_splits(&self, m: &Matmul) -> bool {
+        m.fp8.is_some()
+            && m.rows >= SPLIT32_MIN_ROWS
+            && self.wgmma.is_some()
+            && self.matmul_wg_split.takes(m.rows, true)
+    }
+
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
@@ -1779,7 +1792,8 @@ impl Kernels {
                     && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
                         || (self.matmul_split32
                             && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
-                        || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out)))
+                        || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out))
+                        || self.fp8_round_splits(m))
             }
             MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK => true,
             _ => false,
