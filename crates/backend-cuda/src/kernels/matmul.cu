@@ -719,11 +719,13 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int visits =
         SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
+    // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
+    // copies (below).
     if (!SPLIT_K || blockIdx.z == 0) {
-        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t));
+        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
     } else {
         pdl_launch_dependents();
-        pdl_wait();
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
     }
 
     // This thread's pieces of every stage's copy: piece p of rows r, r + RX, r + 2·RX … of x
@@ -738,7 +740,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
     const bf16_t* w_src = w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
     const int w_dst = X_STAGE + wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
-    auto load = [&](int stage, int c) {
+    auto load_x = [&](int stage, int c) {
         unsigned* base = smem + stage * STAGE;
 #pragma unroll
         for (int j = 0; j < XP; j++) {
@@ -746,6 +748,9 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             cp_async16(base + x_dst + j * RX * MMA_CHUNK,
                        in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
         }
+    };
+    auto load_w = [&](int stage, int c) {
+        unsigned* base = smem + stage * STAGE;
         const bool k_in = c * MMA_CHUNK + 8 * wp < k;
         if (MMT_PROBE == 2) return;
 #pragma unroll
@@ -754,6 +759,10 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
                        in ? w_src + (size_t)j * RW * k + (size_t)c * MMA_CHUNK : w, in);
         }
+    };
+    auto load = [&](int stage, int c) {
+        load_x(stage, c);
+        load_w(stage, c);
     };
     // The chunk the next load fetches: visits walk residue 0's chunks (0, R, 2R, …), then 1's, …
     int load_res = res_first, load_c = res_first;
@@ -777,10 +786,28 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][j][i] = total[m][j][i] = 0.0f;
 
+    if (MMT_EARLY_WEIGHTS) {
+        // The first stages' weights (never written while kernels run) before the wait for the
+        // kernel ahead, whose output x is; their copies join the first stage's commit group, so
+        // that group's wait covers them all.
+        int c = load_c, c_res = load_res;
+#pragma unroll
+        for (int s = 0; s < MMT_STAGES - 1; s++) {
+            if (s < visits) {
+                load_w(s, c);
+                c += MMT_RESIDUES;
+                if (c >= chunks) c = ++c_res;
+            }
+        }
+        pdl_wait();
+    }
 #pragma unroll
     for (int s = 0; s < MMT_STAGES - 1; s++) {
         if (s < visits) {
-            load(s, load_c);
+            if (MMT_EARLY_WEIGHTS)
+                load_x(s, load_c);
+            else
+                load(s, load_c);
             next_load();
         }
         cp_async_commit();

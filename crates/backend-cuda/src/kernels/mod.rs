@@ -109,6 +109,12 @@ const MATMUL_PREFETCH_MAX_MB_ENV: &str = "FLASHLANE_MATMUL_PREFETCH_MAX_MB";
 /// weights wait first, as before. `FLASHLANE_MATMUL_EARLY_WEIGHTS=0` / `=1` turns it off / on
 /// for the bf16 matmuls of any model (A/B runs: the same bits).
 const MATMUL_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_EARLY_WEIGHTS";
+/// `FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS=1`: the tiles (`matmul_bf16_tiled`, its k splits) copy
+/// their first stages' weights into shared memory before they wait for the kernel ahead, and x
+/// after (`MMT_EARLY_WEIGHTS` in matmul.cu): the 16-row kernels' early weights for decode rounds
+/// of 17–64 streams and prompts. The same copies of the same values: the same bits. An A/B
+/// switch, off: written in session 44 after its device time ran out, not yet run on a GPU.
+const MATMUL_TILED_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
@@ -680,6 +686,10 @@ impl Dims {
                     Ok("1") => true,
                     _ => loads_weights_early(self),
                 }),
+            ),
+            (
+                "MMT_EARLY_WEIGHTS",
+                usize::from(std::env::var(MATMUL_TILED_EARLY_WEIGHTS_ENV).is_ok_and(|v| v == "1")),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
