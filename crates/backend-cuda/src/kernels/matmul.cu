@@ -440,8 +440,10 @@ MATMUL_BF16_SWIGLU_DEEP(4)
 // so each chunk's products are summed unscaled into `tmp` and added as acc = fma(s, tmp, acc).
 //
 // Batch invariance: as the bf16 matmul's (the same chunks to the same warps, the same warp-order
-// sum); the chain differs from the bf16 one by the per-chunk scaling, and FP8 matrices only ever
-// run these kernels, whatever the batch.
+// sum); the chain differs from the bf16 one by the per-chunk scaling. FP8 matrices run these
+// kernels, or the warpgroup split's FP8 kernels (`matmul_fp8_wg_split_*` in matmul_wg.cu, decode
+// rounds of 17–64 rows in the models that compile them), whose residues are these kernels' warps:
+// the same chain, whatever the batch.
 
 // MMA_FP8_F16 (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels, which
 // measure it): the FP8 tiles take e4m3 as f16 (one conversion a pair instead of four) and x

@@ -157,7 +157,8 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// Where k splits, rounds of 17–32 rows (which the 64-row split lost at) split it too, on blocks
 /// of [`SPLIT32_ROWS`] rows (`matmul_bf16_tiled_split32`, the same partials and bits): Qwen3-4B
 /// and -8B decode 4–8 % faster at 17–32 streams (bench/RESULTS.md sessions 37–38).
-/// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds on the 16-row kernels (A/B runs).
+/// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
+/// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
@@ -178,7 +179,8 @@ const SPLIT32_MIN_ROWS: usize = 17;
 pub const MATMUL_SPLIT_K_MAX_ROWS: usize = MMT_ROWS;
 /// `FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS=N` splits only the matrices of N outputs or more (where
 /// the model splits at all): a layer split in part, the case measured slower than none split or
-/// all (bench/RESULTS.md session 22), kept reproducible for the profile that explains it.
+/// all (bench/RESULTS.md session 22), kept reproducible for the profile that explains it. bf16
+/// only: FP8 rounds split as [`MATMUL_WG_SPLIT_ENV`] says.
 pub const MATMUL_SPLIT_K_MIN_OUTPUTS_ENV: &str = "FLASHLANE_MATMUL_SPLIT_K_MIN_OUTPUTS";
 /// Split blocks (output tiles × residues) that a dense model's narrowest matrices (its o and
 /// down projections, `hidden` outputs) need for its matmuls to split: Qwen3-4B's 2,560 outputs
@@ -1223,8 +1225,9 @@ pub enum MatmulKernel {
     /// [`block_tiles`] and [`deep_fit`], or MMA_NT with [`MATMUL_FIT_ENV`] 0; its deep twin
     /// where [`deepens`], unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
-    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the wide
-    /// kernel from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
+    /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the
+    /// warpgroup split for a round of 17–64 rows where [`WgSplit`] takes it, else the wide kernel
+    /// from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
     Narrow,

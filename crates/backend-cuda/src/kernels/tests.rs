@@ -659,6 +659,142 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     }
 }
 
+/// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
+/// by default where its module compiles (Hopper), its SwiGLU in the split's fold: the bits of the
+/// FP8 16-row kernels' matmul then `swiglu_rows`, and of each row alone. Off Hopper only the
+/// 16-row kernels run, and the test checks them against the reference.
+#[test]
+fn fp8_gate_up_swiglu_in_the_split_fold_gives_the_bits_of_the_matmul_then_swiglu() {
+    let Some((gpu, mut k)) = setup() else { return };
+    k.swiglu_in_gate_up = true;
+    k.matmul_split_k = true;
+    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
+    let gpu = gpu.as_ref();
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let table = model::e4m3_table();
+    let (block_rows, block_cols, width, depth) = (128, 128, 256, 1024);
+    let n_out = 2 * width;
+    let q: Vec<u8> = (0..n_out * depth)
+        .map(|_| {
+            // Any e4m3 byte but the two NaNs.
+            let b = rng.below(254) as u8;
+            if b >= 0x7f {
+                b + 1
+            } else {
+                b
+            }
+        })
+        .collect();
+    let bc = depth / block_cols;
+    let scales: Vec<f32> = (0..(n_out / block_rows) * bc)
+        .map(|_| (rng.below(1000) as f32 + 1.0) * 1e-4)
+        .collect();
+    let w: Vec<f32> = (0..n_out * depth)
+        .map(|i| {
+            let (o, c) = (i / depth, i % depth);
+            table[q[i] as usize] * scales[(o / block_rows) * bc + c / block_cols]
+        })
+        .collect();
+    let rows_of = [17 + rng.below(16), 33 + rng.below(15), 48 + rng.below(17)];
+    let max_rows = 64;
+    let x_host = rng.vec(max_rows * depth);
+    let mut gate_up = vec![0f32; max_rows * n_out];
+    matmul(&x_host, TensorData::F32(&w), depth, &mut gate_up);
+    let want: Vec<f32> = gate_up
+        .chunks(n_out)
+        .flat_map(|r| (0..width).map(move |i| silu(r[i]) * r[width + i]))
+        .collect();
+    let (qb, sb, x) = (
+        Buf::from_host(gpu, &q).unwrap(),
+        Buf::from_host(gpu, &scales).unwrap(),
+        Buf::from_host(gpu, &x_host).unwrap(),
+    );
+    let wide = Buf::<f32>::zeros(gpu, max_rows * n_out).unwrap();
+    let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
+    let partials = std::cell::RefCell::new(
+        Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * n_out).unwrap(),
+    );
+    let act = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * width).unwrap());
+    // NaN in the output and the partials before every run: what a kernel leaves unwritten fails.
+    let fresh_act = || {
+        act.borrow_mut()
+            .write(gpu, &vec![f32::NAN; max_rows * width])
+            .unwrap();
+        partials
+            .borrow_mut()
+            .write(
+                gpu,
+                &vec![f32::NAN; super::MATMUL_RESIDUES * max_rows * n_out],
+            )
+            .unwrap();
+        act.borrow().at(0)
+    };
+    let scales_of = || Fp8Scales {
+        scales: sb.at(0),
+        block_rows,
+        block_cols,
+    };
+    for rows in rows_of {
+        let m = Matmul {
+            x_split: xs.at(0),
+            partials: partials.borrow().at(0),
+            ..packed_matmul(
+                x.at(0),
+                qb.at(0),
+                depth,
+                n_out,
+                wide.at(0),
+                rows,
+                Some(scales_of()),
+            )
+        };
+        // The FP8 wide kernel, then `swiglu_rows`.
+        k.matmul_with(gpu, &m, MatmulKernel::Wide).unwrap();
+        k.swiglu(gpu, wide.at(0), width, rows, fresh_act()).unwrap();
+        let base = act.borrow().read(gpu, rows * width).unwrap();
+        let d = relative_diff(&base, &want[..rows * width]);
+        assert!(
+            d <= TOLERANCE,
+            "seed {seed}, {rows} rows: relative diff {d}"
+        );
+        let place = k.gate_up_swiglu(gpu, &m, fresh_act()).unwrap();
+        let got = act.borrow().read(gpu, rows * width).unwrap();
+        use super::SwigluPlace::{Apart, InFold};
+        // (`FLASHLANE_MATMUL_WG_SPLIT=0` keeps FP8 on the 16-row kernels.)
+        let split = wgmma_split && k.matmul_wg_split.takes(rows, true);
+        assert_eq!(
+            place,
+            if split { InFold } else { Apart },
+            "seed {seed}, {rows} rows"
+        );
+        assert!(
+            same_bits(&got, &base),
+            "seed {seed}, {rows} rows: the FP8 gate/up with its SwiGLU ({place:?}) differs"
+        );
+        for r in [0, rows - 1] {
+            let one = Matmul {
+                x: x.at(0) + f32_bytes(r * depth),
+                ..packed_matmul(
+                    x.at(0),
+                    qb.at(0),
+                    depth,
+                    n_out,
+                    wide.at(0),
+                    1,
+                    Some(scales_of()),
+                )
+            };
+            k.gate_up_swiglu(gpu, &one, fresh_act()).unwrap();
+            let alone = act.borrow().read(gpu, width).unwrap();
+            assert!(
+                same_bits(&alone, &base[r * width..(r + 1) * width]),
+                "seed {seed}: row {r} alone differs from the batch of {rows}"
+            );
+        }
+    }
+}
+
 /// Where a dense MLP's SwiGLU runs: in the 16-row kernels that have a twin and in a split k's
 /// fold, apart elsewhere.
 #[test]
