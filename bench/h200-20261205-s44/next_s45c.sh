@@ -5,7 +5,13 @@
 #    bits as every other kernel.
 # 2. Where they pass, Qwen3-4B and -8B at 32, 48 and 64 streams (the tiles' k split) and their
 #    prefill of 1 and 64 prompts of 128 tokens (the tiles, the prompt split), two rounds.
-# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the model moved out); ~250 s.
+# 3. Whether the hybrid models' FP8 projections would gain from the warpgroup split as the dense
+#    FP8 shapes did (session 44: +11-50 % at 17-64 streams): the A3B slice's FP8 twin with k
+#    split and the warpgroup module forced (FLASHLANE_MATMUL_SPLIT_K=1, FLASHLANE_MATMUL_WGMMA=1:
+#    its FP8 rounds of 17-64 rows then take the split; its bf16 matmuls split and its prompts of
+#    128+ rows take the warpgroup MMA too, so this bounds the change, not yet a default) against
+#    its defaults at 8, 24, 40 and 64 streams.
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the model moved out); ~330 s.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -24,3 +30,7 @@ for shape in qwen3-4b qwen3-8b; do
   el "$shape rc=$?"
   cat /tmp/te_$shape/ab.txt /tmp/te_$shape/ab_means.txt | tee -a $OUT/ab_tiled_early.txt
 done
+S="base:FLASHLANE_AB=1 wg:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_WGMMA=1"
+SETTINGS="$S" STREAMS=8,24,40,64 NEW_TOKENS=64 ROUNDS=2 timeout 120 bench/gpu_ab.sh /tmp/hy qwen3-next-a3b-slice-fp8 $FL > /dev/null 2>&1
+el "a3b-slice-fp8 rc=$?"
+cat /tmp/hy/ab.txt /tmp/hy/ab_means.txt | tee -a $OUT/ab_hybrid_fp8.txt
