@@ -528,6 +528,17 @@ fn matmul_case(
     }
 }
 
+/// The kernels of the gate/up SwiGLU tests, and whether the warpgroup split compiled (Hopper):
+/// the twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0), and
+/// Auto splits k here as in Qwen3-4B and larger (the default model does not).
+fn swiglu_setup() -> Option<(Arc<Gpu>, Kernels, bool)> {
+    let (gpu, mut k) = setup()?;
+    k.swiglu_in_gate_up = true;
+    k.matmul_split_k = true;
+    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
+    Some((gpu, k, wgmma_split))
+}
+
 /// A dense MLP's gate/up with its SwiGLU in the matmul (`matmul_bf16_swiglu_*`) or in a split
 /// k's fold (`matmul_fold_residues_swiglu`): the bits of the plain matmul then `swiglu_rows`
 /// through every 16-row kernel that has a twin and the k split, widths with a partial last
@@ -536,13 +547,9 @@ fn matmul_case(
 /// matmul's tolerance.
 #[test]
 fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
-    let Some((gpu, mut k)) = setup() else { return };
-    // The twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0);
-    // and Auto splits k at 48–64 rows here as in Qwen3-4B and larger (the default model does
-    // not).
-    k.swiglu_in_gate_up = true;
-    k.matmul_split_k = true;
-    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
+    let Some((gpu, k, wgmma_split)) = swiglu_setup() else {
+        return;
+    };
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -665,37 +672,15 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
 /// 16-row kernels run, and the test checks them against the reference.
 #[test]
 fn fp8_gate_up_swiglu_in_the_split_fold_gives_the_bits_of_the_matmul_then_swiglu() {
-    let Some((gpu, mut k)) = setup() else { return };
-    k.swiglu_in_gate_up = true;
-    k.matmul_split_k = true;
-    let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
+    let Some((gpu, k, wgmma_split)) = swiglu_setup() else {
+        return;
+    };
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let table = model::e4m3_table();
     let (block_rows, block_cols, width, depth) = (128, 128, 256, 1024);
     let n_out = 2 * width;
-    let q: Vec<u8> = (0..n_out * depth)
-        .map(|_| {
-            // Any e4m3 byte but the two NaNs.
-            let b = rng.below(254) as u8;
-            if b >= 0x7f {
-                b + 1
-            } else {
-                b
-            }
-        })
-        .collect();
-    let bc = depth / block_cols;
-    let scales: Vec<f32> = (0..(n_out / block_rows) * bc)
-        .map(|_| (rng.below(1000) as f32 + 1.0) * 1e-4)
-        .collect();
-    let w: Vec<f32> = (0..n_out * depth)
-        .map(|i| {
-            let (o, c) = (i / depth, i % depth);
-            table[q[i] as usize] * scales[(o / block_rows) * bc + c / block_cols]
-        })
-        .collect();
+    let (q, scales, w) = fp8_weights(&mut rng, n_out, depth, block_rows, block_cols);
     let rows_of = [17 + rng.below(16), 33 + rng.below(15), 48 + rng.below(17)];
     let max_rows = 64;
     let x_host = rng.vec(max_rows * depth);
@@ -835,6 +820,40 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
     }
 }
 
+/// Random block-scaled FP8 weights `[n_out, depth]`: e4m3 bytes (any but the two NaNs), a scale
+/// per `block_rows × block_cols` block, and the weights they stand for dequantised to f32 (as the
+/// model crate dequantises them for the CPU).
+fn fp8_weights(
+    rng: &mut Rng,
+    n_out: usize,
+    depth: usize,
+    block_rows: usize,
+    block_cols: usize,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let table = model::e4m3_table();
+    let q: Vec<u8> = (0..n_out * depth)
+        .map(|_| {
+            let b = rng.below(254) as u8;
+            if b >= 0x7f {
+                b + 1
+            } else {
+                b
+            }
+        })
+        .collect();
+    let bc = depth / block_cols;
+    let scales: Vec<f32> = (0..(n_out / block_rows) * bc)
+        .map(|_| (rng.below(1000) as f32 + 1.0) * 1e-4)
+        .collect();
+    let w: Vec<f32> = (0..n_out * depth)
+        .map(|i| {
+            let (o, c) = (i / depth, i % depth);
+            table[q[i] as usize] * scales[(o / block_rows) * bc + c / block_cols]
+        })
+        .collect();
+    (q, scales, w)
+}
+
 /// The FP8 matmul (e4m3 weights, f32 scales per block) against backend-cpu's f32 matmul on the
 /// dequantised weights (`q · scale`, as the model crate dequantises them for the CPU); the narrow
 /// and the wide kernel give the same bits, and a row alone the bits it has in the batch. Blocks
@@ -845,7 +864,6 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
     let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let table = model::e4m3_table();
     // Depths of at most one chunk a residue (k split's 8), then of several (the split's running
     // sum over chunks and its rings; 25 chunks: residues of 4 and 3), at rows of the split's
     // blocks of 32 and of 64.
@@ -856,27 +874,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
         (8, 64, 40, 1600, 33 + rng.below(32)),
     ];
     for (block_rows, block_cols, n_out, depth, rows) in cases {
-        // Any e4m3 byte but the two NaNs.
-        let q: Vec<u8> = (0..n_out * depth)
-            .map(|_| {
-                let b = rng.below(254) as u8;
-                if b >= 0x7f {
-                    b + 1
-                } else {
-                    b
-                }
-            })
-            .collect();
-        let bc = depth / block_cols;
-        let scales: Vec<f32> = (0..(n_out / block_rows) * bc)
-            .map(|_| (rng.below(1000) as f32 + 1.0) * 1e-4)
-            .collect();
-        let w: Vec<f32> = (0..n_out * depth)
-            .map(|i| {
-                let (o, c) = (i / depth, i % depth);
-                table[q[i] as usize] * scales[(o / block_rows) * bc + c / block_cols]
-            })
-            .collect();
+        let (q, scales, w) = fp8_weights(&mut rng, n_out, depth, block_rows, block_cols);
         let x = rng.vec(rows * depth);
         let mut want = vec![0f32; rows * n_out];
         matmul(&x, TensorData::F32(&w), depth, &mut want);
