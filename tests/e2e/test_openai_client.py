@@ -227,3 +227,25 @@ def test_thinking_budget_forces_the_close_tag(server):
     short_thought = getattr(short, "reasoning_content", None) or ""
     assert short_thought and thought.startswith(short_thought[:1]) and len(short_thought) < len(thought), short
     assert short.content, short
+
+
+def test_tokenize_counts_the_chat_a_completion_sees_and_detokenize_inverts_a_prompt(server):
+    # The real tokenizer and chat template: /tokenize's count is the chat's prompt_tokens.
+    status, counted = post_raw(server, "/tokenize",
+                               json.dumps({"model": "m", "messages": COUNT_PROMPT}).encode())
+    assert status == 200, counted
+    whole = server.client().chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=1,
+                                                    temperature=0)
+    assert counted["count"] == whole.usage.prompt_tokens == len(counted["tokens"])
+    assert counted["max_model_len"] > counted["count"]
+    text = "Count from 1 to 60, then stop. <|im_end|>"
+    status, tokens = post_raw(server, "/tokenize",
+                              json.dumps({"prompt": text, "return_token_strs": True}).encode())
+    assert status == 200, tokens
+    # The special token written in a prompt is one token, as a completion's prompt reads it.
+    assert "<|im_end|>" in tokens["token_strs"]
+    status, back = post_raw(server, "/detokenize", json.dumps({"tokens": tokens["tokens"]}).encode())
+    assert status == 200, back
+    assert back["prompt"] == text.replace(" <|im_end|>", " ")
+    status, err = post_raw(server, "/detokenize", json.dumps({"tokens": [10**9]}).encode())
+    assert status == 400 and err["error"]["param"] == "tokens", err

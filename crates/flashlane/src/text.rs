@@ -150,7 +150,7 @@ impl server::TextModel for ModelText {
     }
 
     fn token_text(&self, id: u32) -> String {
-        self.tokenizer.decode(&[id]).unwrap_or_default()
+        self.tokenizer.token_text(id).unwrap_or_default()
     }
 
     fn chat_prompt_ids(
@@ -195,6 +195,10 @@ impl server::TextModel for ModelText {
 
     fn max_token_bytes(&self) -> Option<usize> {
         Some(self.max_token_bytes)
+    }
+
+    fn vocab_size(&self) -> Option<usize> {
+        Some(self.tokenizer.vocab_size())
     }
 
     fn thinking_tags(&self) -> Option<(u32, u32)> {

@@ -98,6 +98,17 @@ impl Tokenizer {
         })
     }
 
+    /// The text of one token, a special one's included (`<|im_end|>`): what `logprobs` and
+    /// `/tokenize`'s `token_strs` show for it.
+    pub fn token_text(&self, id: u32) -> Result<String, TextError> {
+        self.inner
+            .decode(&[id], false)
+            .map_err(|e| TextError::Decode {
+                file: self.file.clone(),
+                reason: e.to_string(),
+            })
+    }
+
     /// The id of a token written as text (`<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)

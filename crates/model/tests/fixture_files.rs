@@ -23,6 +23,23 @@ fn tokenizer_json_encodes_like_the_python_tokenizers_package_and_round_trips() {
 }
 
 #[test]
+fn a_special_tokens_text_is_shown_by_token_text_and_left_out_of_decoded_text() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let tok = Tokenizer::from_dir(&dir).unwrap();
+    let end = tok
+        .token_id("<|im_end|>")
+        .expect("the default model's end of turn");
+    assert_eq!(tok.token_text(end).unwrap(), "<|im_end|>");
+    let ids = tok.encode("hi<|im_end|>").unwrap();
+    assert_eq!(ids.last(), Some(&end));
+    assert_eq!(tok.decode(&ids).unwrap(), "hi");
+    assert_eq!(
+        tok.token_text(ids[0]).unwrap(),
+        tok.decode(&ids[..1]).unwrap()
+    );
+}
+
+#[test]
 fn missing_tokenizer_is_an_error_naming_the_file() {
     let err = Tokenizer::from_dir(&fixtures()).err().unwrap().to_string();
     assert!(err.contains("tokenizer.json"), "{err}");

@@ -51,30 +51,16 @@ struct Prepared {
     grammar: Option<lane::Grammar>,
 }
 
-/// Parses the body, renders the chat template and tokenises the prompt on the blocking pool (a
-/// megabyte of JSON or text takes the CPU for seconds, which on the async runtime would stall
-/// every other connection), holding one of `app.prepare`'s permits.
+/// Parses the body, renders the chat template and tokenises the prompt on the blocking pool.
 async fn prepare(app: &AppState, body: Bytes, shape: Shape) -> Result<Prepared, ApiError> {
-    let _permit = app
-        .prepare
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
-    let app = app.clone();
-    tokio::task::spawn_blocking(move || {
+    on_prepare_pool(app, move |app| {
         let req = match shape {
             Shape::Completion => request::parse_completion(&body)?,
             Shape::Chat => request::parse_chat(&body)?,
         };
-        // As OpenAI and vLLM answer a name they do not serve (leaving `model` out is fine).
-        if let Some(asked) = req.model.as_deref() {
-            if asked != app.text.model_id() {
-                return Err(ApiError::model_not_found(asked, app.text.model_id()));
-            }
-        }
-        let prompt = prompt_tokens(&app, &req)?;
-        let grammar = grammar(&app, shape, &req, &prompt)?;
+        check_model(app, req.model.as_deref())?;
+        let prompt = prompt_tokens(app, &req)?;
+        let grammar = grammar(app, shape, &req, &prompt)?;
         Ok(Prepared {
             req,
             prompt,
@@ -82,7 +68,35 @@ async fn prepare(app: &AppState, body: Bytes, shape: Shape) -> Result<Prepared, 
         })
     })
     .await
-    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+/// Runs `work` (parsing a body, rendering a chat template, tokenising) on the blocking pool: a
+/// megabyte of JSON or text takes the CPU for seconds, which on the async runtime would stall
+/// every other connection. It holds one of `app.prepare`'s permits meanwhile.
+pub(crate) async fn on_prepare_pool<T: Send + 'static>(
+    app: &AppState,
+    work: impl FnOnce(&AppState) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let _permit = app
+        .prepare
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || work(&app))
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+/// As OpenAI and vLLM answer a name they do not serve (leaving `model` out is fine).
+pub(crate) fn check_model(app: &AppState, asked: Option<&str>) -> Result<(), ApiError> {
+    match asked {
+        Some(asked) if asked != app.text.model_id() => {
+            Err(ApiError::model_not_found(asked, app.text.model_id()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The grammar the reply must follow, compiled for the model: the request's response format,
@@ -255,24 +269,7 @@ fn text_fits(app: &AppState, req: &GenerateRequest) -> Result<(), ApiError> {
 
 fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiError> {
     text_fits(app, req)?;
-    let tokens = match &req.input {
-        Input::Prompt(Prompt::Tokens(ids)) => ids.clone(),
-        Input::Prompt(Prompt::Text(text)) => app
-            .text
-            .encode(text)
-            .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))?,
-        Input::Messages(messages) => {
-            // Tools reach the template as transformers passes them: a `tools` variable.
-            let mut args = req.template_args.clone();
-            if !req.tools.tools.is_empty() {
-                let definitions = req.tools.tools.iter().map(|t| t.definition.clone());
-                args.insert("tools".into(), Value::Array(definitions.collect()));
-            }
-            app.text
-                .chat_prompt_ids(messages, &args)
-                .map_err(|e| ApiError::invalid("messages", e))?
-        }
-    };
+    let tokens = input_tokens(app, req)?;
     if tokens.is_empty() {
         let param = if matches!(req.input, Input::Messages(_)) {
             "messages"
@@ -282,6 +279,29 @@ fn prompt_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiE
         return Err(ApiError::invalid(param, "the prompt is empty"));
     }
     Ok(tokens)
+}
+
+/// The tokens of a request's prompt text, token ids or chat (rendered with its template
+/// variables and tools), as the engine would get them.
+pub(crate) fn input_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<u32>, ApiError> {
+    match &req.input {
+        Input::Prompt(Prompt::Tokens(ids)) => Ok(ids.clone()),
+        Input::Prompt(Prompt::Text(text)) => app
+            .text
+            .encode(text)
+            .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))),
+        Input::Messages(messages) => {
+            // Tools reach the template as transformers passes them: a `tools` variable.
+            let mut args = req.template_args.clone();
+            if !req.tools.tools.is_empty() {
+                let definitions = req.tools.tools.iter().map(|t| t.definition.clone());
+                args.insert("tools".into(), Value::Array(definitions.collect()));
+            }
+            app.text
+                .chat_prompt_ids(messages, &args)
+                .map_err(|e| ApiError::invalid("messages", e))
+        }
+    }
 }
 
 fn refusal_error(refusal: Refusal) -> ApiError {

@@ -33,6 +33,7 @@ mod state;
 pub mod structured;
 pub mod text;
 mod text_model;
+mod tokenize;
 
 pub use body::MAX_BODY_BYTES;
 pub use engine_thread::{

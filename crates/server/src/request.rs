@@ -193,6 +193,88 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     Ok(req)
 }
 
+/// A `/tokenize` body (vLLM's): a completion's `prompt` text, or a chat's `messages` (with its
+/// `chat_template_kwargs` and `tools`) as `/v1/chat/completions` would render them.
+#[derive(Debug)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    /// The text or the chat; a chat's other fields are parsed as a chat request's.
+    pub input: GenerateRequest,
+    /// `return_token_strs`: each token's text beside its id.
+    pub token_strs: bool,
+}
+
+/// Parses a `/tokenize` body. `add_special_tokens` may be either value: no BOS or EOS is added,
+/// as a prompt sent to generate gets none (special tokens written in a `prompt` are recognised).
+/// `add_generation_prompt: false` is refused: a chat is counted as it is sent to generate, with
+/// the assistant's turn opened.
+pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
+    let fields = object(body)?;
+    optional_bool(&fields, "add_special_tokens")?;
+    let token_strs = optional_bool(&fields, "return_token_strs")?.unwrap_or(false);
+    let input = match (fields.get("messages"), fields.get("prompt")) {
+        (Some(m), Some(p)) if !m.is_null() && !p.is_null() => {
+            return Err(ApiError::invalid(
+                "messages",
+                "send `prompt` or `messages`, not both",
+            ))
+        }
+        (Some(m), _) if !m.is_null() => {
+            if optional_bool(&fields, "add_generation_prompt")? == Some(false) {
+                return Err(ApiError::invalid(
+                    "add_generation_prompt",
+                    "only `true`: a chat is tokenised as it is sent to generate, with the \
+                     assistant's turn opened",
+                ));
+            }
+            parse_chat(body)?
+        }
+        (_, Some(Value::String(_))) => parse_completion(body)?,
+        (_, Some(p)) if !p.is_null() => {
+            return Err(ApiError::invalid("prompt", "`prompt` must be a string"))
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "`prompt` (a text) or `messages` (a chat) is required",
+            ))
+        }
+    };
+    Ok(TokenizeRequest {
+        model: input.model.clone(),
+        input,
+        token_strs,
+    })
+}
+
+/// A `/detokenize` body: `tokens`, an array of token ids, and the `model` asked for.
+#[derive(Debug)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+}
+
+/// Parses a `/detokenize` body.
+pub fn parse_detokenize(body: &[u8]) -> Result<DetokenizeRequest, ApiError> {
+    let fields = object(body)?;
+    let wrong = || ApiError::invalid("tokens", "`tokens` must be an array of token ids");
+    let tokens = match fields.get("tokens") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("tokens", "`tokens` is required"))
+        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(wrong)?,
+        Some(_) => return Err(wrong()),
+    };
+    Ok(DetokenizeRequest {
+        model: model_name(&fields)?,
+        tokens,
+    })
+}
+
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(fields)) => Ok(fields),
@@ -219,11 +301,7 @@ fn common(
         }
     }
     let adjustments = adjustments(fields)?;
-    let model = match fields.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
-    };
+    let model = model_name(fields)?;
     let max_tokens = match (
         fields.get("max_completion_tokens"),
         fields.get("max_tokens"),
@@ -552,6 +630,15 @@ fn refuse_unsupported(fields: &Map<String, Value>, names: &[&str]) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// `model`, the name of the model asked for (any model when unsaid).
+fn model_name(fields: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    match fields.get("model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name.clone())),
+        Some(_) => Err(ApiError::invalid("model", "`model` must be a string")),
+    }
 }
 
 fn optional_bool(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {

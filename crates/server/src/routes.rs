@@ -20,6 +20,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         // Layers run last-added first: the key is checked before the body is read.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -35,6 +35,11 @@ pub trait TextModel: Send + Sync + 'static {
     fn max_token_bytes(&self) -> Option<usize> {
         None
     }
+    /// How many token ids the tokenizer knows (ids 0 to n − 1, added tokens included), when
+    /// known: `/detokenize` refuses the others.
+    fn vocab_size(&self) -> Option<usize> {
+        None
+    }
     /// The ids of `<think>` and `</think>`, for models that think.
     fn thinking_tags(&self) -> Option<(u32, u32)> {
         None

@@ -50,6 +50,9 @@ impl TextModel for ByteText {
     fn max_token_bytes(&self) -> Option<usize> {
         Some(1)
     }
+    fn vocab_size(&self) -> Option<usize> {
+        Some(256)
+    }
 }
 
 /// `ByteText` with thinking tags: `{` opens a thought, `}` closes it.
@@ -1381,4 +1384,98 @@ async fn during_shutdown_new_requests_get_503_and_running_replies_finish() {
         .expect("serve returned after the drain")
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn tokenize_counts_a_prompt_or_a_chat_as_generate_would_see_it_and_detokenize_inverts_it() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let reply = post(
+        server.addr,
+        "/tokenize",
+        json!({"prompt": "héllo", "add_special_tokens": true, "return_token_strs": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    let ids = ByteText.encode("héllo").unwrap();
+    assert_eq!(body["tokens"], json!(ids));
+    assert_eq!(body["count"], 6);
+    assert_eq!(body["max_model_len"], 1056);
+    assert_eq!(body["token_strs"][0], "h");
+    assert_eq!(body["token_strs"].as_array().unwrap().len(), 6);
+    // A chat: the template's tokens, which a completion of the same chat counts as its prompt.
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let reply = post(server.addr, "/tokenize", json!({"messages": messages})).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    assert!(body["token_strs"].is_null());
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 1, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(body["count"], chat.json()["usage"]["prompt_tokens"]);
+    // And back.
+    let reply = post(server.addr, "/detokenize", json!({"tokens": ids})).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["prompt"], "héllo");
+}
+
+#[tokio::test]
+async fn bad_tokenize_and_detokenize_requests_get_json_errors_naming_the_field() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let chat = json!([{"role": "user", "content": "hi"}]);
+    for (path, body, param) in [
+        ("/tokenize", json!({}), "prompt"),
+        ("/tokenize", json!({"prompt": [1, 2]}), "prompt"),
+        (
+            "/tokenize",
+            json!({"prompt": "a", "messages": chat}),
+            "messages",
+        ),
+        (
+            "/tokenize",
+            json!({"messages": chat, "add_generation_prompt": false}),
+            "add_generation_prompt",
+        ),
+        ("/tokenize", json!({"messages": []}), "messages"),
+        (
+            "/tokenize",
+            json!({"prompt": "a", "return_token_strs": 1}),
+            "return_token_strs",
+        ),
+        ("/tokenize", json!({"prompt": "a", "model": 3}), "model"),
+        ("/detokenize", json!({}), "tokens"),
+        ("/detokenize", json!({"tokens": [1, -2]}), "tokens"),
+        ("/detokenize", json!({"tokens": "ab"}), "tokens"),
+        ("/detokenize", json!({"tokens": [65, 256]}), "tokens"),
+    ] {
+        let reply = post(server.addr, path, body.clone()).await;
+        assert_eq!(reply.status, 400, "{path} {body}: {}", reply.body);
+        assert_eq!(reply.json()["error"]["param"], param, "{path} {body}");
+    }
+    let reply = post(
+        server.addr,
+        "/tokenize",
+        json!({"prompt": "a", "model": "other"}),
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    let reply = request(server.addr, "POST", "/detokenize", "{not json", None).await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    // The server still answers.
+    let reply = post(server.addr, "/detokenize", json!({"tokens": [104, 105]})).await;
+    assert_eq!(reply.json()["prompt"], "hi");
+}
+
+#[tokio::test]
+async fn tokenize_needs_the_api_key_when_one_is_set() {
+    let server = start(&[1056; 2], EQUAL, 64, Some("sesame")).await;
+    let body = json!({"prompt": "a"}).to_string();
+    let reply = request(server.addr, "POST", "/tokenize", &body, None).await;
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let reply = request(server.addr, "POST", "/tokenize", &body, Some("sesame")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["tokens"], json!([97]));
 }
