@@ -142,7 +142,7 @@ def test_bad_requests_get_json_errors_and_the_server_keeps_serving(server):
         (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, "max_tokens"),
         (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400, "temperature"),
         (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000000}', 400, "max_tokens"),
-        (b'{"messages": [{"role": "user", "content": "x"}], "n": 3}', 400, "n"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "n": 129}', 400, "n"),
     ]
     for body, status, param in cases:
         code, reply = post_raw(server, "/v1/chat/completions", body)
@@ -249,3 +249,23 @@ def test_tokenize_counts_the_chat_a_completion_sees_and_detokenize_inverts_a_pro
     assert back["prompt"] == text.replace(" <|im_end|>", " ")
     status, err = post_raw(server, "/detokenize", json.dumps({"tokens": [10**9]}).encode())
     assert status == 400 and err["error"]["param"] == "tokens", err
+
+
+def test_n_choices_come_back_indexed_from_the_official_client(server):
+    client = server.client()
+    reply = client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=12,
+                                           temperature=0.7, seed=11, n=3)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    alone = client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=12,
+                                           temperature=0.7, seed=11)
+    assert reply.choices[0].message.content == alone.choices[0].message.content
+    assert reply.usage.prompt_tokens == alone.usage.prompt_tokens
+    # Every choice's tokens: 12 for each that ran to max_tokens, at least 1 for the others.
+    long = sum(1 for c in reply.choices if c.finish_reason == "length")
+    assert 12 * long + (3 - long) <= reply.usage.completion_tokens <= 36
+    streamed = list(client.chat.completions.create(model="m", messages=COUNT_PROMPT, max_tokens=12,
+                                                   temperature=0.7, seed=11, n=3, stream=True))
+    for choice in reply.choices:
+        text = "".join(c.choices[0].delta.content or "" for c in streamed
+                       if c.choices and c.choices[0].index == choice.index)
+        assert text == choice.message.content

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use lane::{LogitAdjustments, Refusal, StreamId};
 use serde_json::{json, Value};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
@@ -221,30 +222,65 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         grammar,
         cache_prompt: req.cache_prompt,
     };
-    let (outcome, events) = match app.engine.submit(lane_request).await {
-        Ok(submitted) => submitted,
-        Err(SendError::Busy) => return ApiError::overloaded(1).into_response(),
-        Err(SendError::Stopped) => {
-            return ApiError::unavailable("the server is shutting down").into_response()
+    // A chat reply's thinking goes to `reasoning_content`; its tool calls are read from it.
+    let new_reply = || {
+        let mut reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
+        if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
+            reply = reply.split_thinking(tags);
         }
+        if shape == Shape::Chat && req.tools.parses_calls() {
+            reply = reply.parse_tool_calls();
+        }
+        reply
     };
-    let stream_id = match outcome {
-        Ok(id) => id,
-        Err(refusal) => return refusal_error(refusal).into_response(),
-    };
-    let mut reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
-    if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
-        reply = reply.split_thinking(tags);
+    let mut choices: Vec<Choice> = Vec::with_capacity(req.choices as usize);
+    for index in 0..req.choices as usize {
+        let mut choice_request = lane_request.clone();
+        choice_request.sampling.seed = choice_seed(lane_request.sampling.seed, index);
+        let failure = match app.engine.submit(choice_request).await {
+            Ok((Ok(stream), events)) => {
+                choices.push(Choice {
+                    index,
+                    stream,
+                    reply: new_reply(),
+                    events,
+                });
+                continue;
+            }
+            Ok((Err(refusal), _)) => refusal_error(refusal),
+            Err(SendError::Busy) => ApiError::overloaded(1),
+            Err(SendError::Stopped) => ApiError::unavailable("the server is shutting down"),
+        };
+        // All choices or none: the ones already admitted go.
+        for choice in &choices {
+            app.engine.cancel(choice.stream);
+        }
+        return failure.into_response();
     }
-    if shape == Shape::Chat && req.tools.parses_calls() {
-        reply = reply.parse_tool_calls();
-    }
-    let meta = Meta::new(&app, shape, stream_id);
+    let meta = Arc::new(Meta::new(&app, shape, choices[0].stream));
     if req.stream {
-        stream_reply(app, meta, reply, events, req.include_usage)
+        stream_reply(app, meta, choices, req.include_usage)
     } else {
-        whole_reply(app, meta, reply, events).await
+        whole_reply(app, meta, choices).await
     }
+}
+
+/// The sampling seed of choice `index`: the request's own for the first (so the first of `n`
+/// choices is the reply `n: 1` gives), one mixed from it for each other; without a seed each
+/// stream draws its own.
+fn choice_seed(seed: Option<u64>, index: usize) -> Option<u64> {
+    seed.map(|s| match index {
+        0 => s,
+        _ => lane::sampling::mix64(s ^ index as u64),
+    })
+}
+
+/// One choice of a request: its stream, the state of its text, and the engine's events for it.
+struct Choice {
+    index: usize,
+    stream: StreamId,
+    reply: Reply,
+    events: mpsc::Receiver<StreamEvent>,
 }
 
 /// Refuses a request whose text cannot fit the largest session whatever the tokenizer makes of
@@ -332,7 +368,6 @@ struct Meta {
     id: String,
     created: u64,
     model: String,
-    stream: StreamId,
 }
 
 impl Meta {
@@ -349,21 +384,26 @@ impl Meta {
             id: format!("{prefix}-{created:x}{:08x}", stream.0),
             created,
             model: app.text.model_id().to_string(),
-            stream,
         }
     }
 
-    /// The id of the reply's `index`-th tool call: unique per reply and server run.
-    fn tool_call_id(&self, index: usize) -> String {
-        let mixed =
-            lane::sampling::mix64(self.stream.0 ^ self.created.rotate_left(32)) ^ index as u64;
+    /// The id of the `index`-th tool call of the reply `stream` writes: unique per reply and
+    /// server run.
+    fn tool_call_id(&self, stream: StreamId, index: usize) -> String {
+        let mixed = lane::sampling::mix64(stream.0 ^ self.created.rotate_left(32)) ^ index as u64;
         format!("call_{mixed:016x}")
     }
 
     /// A tool call as OpenAI writes it (a stream's delta adds its `index`).
-    fn tool_call_json(&self, index: usize, call: &ToolCall, streamed: bool) -> Value {
+    fn tool_call_json(
+        &self,
+        stream: StreamId,
+        index: usize,
+        call: &ToolCall,
+        streamed: bool,
+    ) -> Value {
         let mut value = json!({
-            "id": self.tool_call_id(index),
+            "id": self.tool_call_id(stream, index),
             "type": "function",
             "function": {"name": call.name, "arguments": call.arguments},
         });
@@ -400,11 +440,12 @@ fn finish_reason(ending: &Ending, tool_calls: usize) -> &'static str {
     }
 }
 
-fn usage(reply: &Reply) -> Value {
+/// The prompt's tokens (once, however many choices) and every choice's.
+fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
     json!({
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
     })
 }
 
@@ -433,12 +474,53 @@ fn logprobs_json(shape: Shape, entries: &[LogprobEntry], want: bool) -> Value {
     }
 }
 
-async fn whole_reply(
+/// The whole response: every choice's reply, read at once (a choice left unread would be
+/// cancelled as a client that stopped reading).
+async fn whole_reply(app: AppState, meta: Arc<Meta>, choices: Vec<Choice>) -> Response {
+    let streams: Vec<StreamId> = choices.iter().map(|c| c.stream).collect();
+    let tasks: Vec<_> = choices
+        .into_iter()
+        .map(|choice| tokio::spawn(whole_choice(app.clone(), meta.clone(), choice)))
+        .collect();
+    let mut values = Vec::with_capacity(tasks.len());
+    let (mut prompt_tokens, mut completion_tokens) = (0, 0);
+    for task in tasks {
+        let done = task
+            .await
+            .map_err(|e| ApiError::internal(format!("a choice's reply failed: {e}")))
+            .and_then(|done| done);
+        match done {
+            Ok((value, prompt, completion)) => {
+                values.push(value);
+                prompt_tokens = prompt;
+                completion_tokens += completion;
+            }
+            Err(error) => {
+                for &stream in &streams {
+                    app.engine.cancel(stream);
+                }
+                return error.into_response();
+            }
+        }
+    }
+    let mut body = meta.envelope(false, Value::Array(values));
+    body["usage"] = usage(prompt_tokens, completion_tokens);
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// One choice's whole reply as the response's `choices` entry, with the prompt's and its own
+/// token counts.
+async fn whole_choice(
     app: AppState,
-    meta: Meta,
-    mut reply: Reply,
-    mut events: mpsc::Receiver<StreamEvent>,
-) -> Response {
+    meta: Arc<Meta>,
+    choice: Choice,
+) -> Result<(Value, u64, u64), ApiError> {
+    let Choice {
+        index,
+        stream,
+        mut reply,
+        mut events,
+    } = choice;
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
@@ -453,7 +535,7 @@ async fn whole_reply(
                 calls.extend(delta.tool_calls);
                 entries.extend(delta.logprobs);
                 if reply.stopped() {
-                    app.engine.cancel(meta.stream);
+                    app.engine.cancel(stream);
                     break Ending::Stop;
                 }
             }
@@ -468,11 +550,11 @@ async fn whole_reply(
         }
     };
     if let Some(error) = ending_error(&ending) {
-        return error.into_response();
+        return Err(error);
     }
-    let choice = match meta.shape {
+    let value = match meta.shape {
         Shape::Completion => json!({
-            "index": 0,
+            "index": index,
             "text": text,
             "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
             "finish_reason": ending.finish_reason(),
@@ -490,31 +572,28 @@ async fn whole_reply(
                 message["tool_calls"] = calls
                     .iter()
                     .enumerate()
-                    .map(|(i, call)| meta.tool_call_json(i, call, false))
+                    .map(|(i, call)| meta.tool_call_json(stream, i, call, false))
                     .collect();
             }
             json!({
-                "index": 0,
+                "index": index,
                 "message": message,
                 "logprobs": logprobs_json(meta.shape, &entries, want_logprobs),
                 "finish_reason": finish_reason(&ending, calls.len()),
             })
         }
     };
-    let mut body = meta.envelope(false, json!([choice]));
-    body["usage"] = usage(&reply);
-    (StatusCode::OK, axum::Json(body)).into_response()
+    Ok((value, reply.prompt_tokens, reply.completion_tokens))
 }
 
 fn stream_reply(
     app: AppState,
-    meta: Meta,
-    reply: Reply,
-    events: mpsc::Receiver<StreamEvent>,
+    meta: Arc<Meta>,
+    choices: Vec<Choice>,
     include_usage: bool,
 ) -> Response {
     let (frames, body) = mpsc::channel::<Result<Bytes, Infallible>>(SSE_FRAMES_MAX);
-    tokio::spawn(write_sse(app, meta, reply, events, include_usage, frames));
+    tokio::spawn(write_sse(app, meta, choices, include_usage, frames));
     let stream = tokio_stream::wrappers::ReceiverStream::new(body);
     Response::builder()
         .status(StatusCode::OK)
@@ -528,8 +607,16 @@ fn frame(value: &Value) -> Result<Bytes, Infallible> {
     Ok(Bytes::from(format!("data: {value}\n\n")))
 }
 
+/// Which choice a chunk is of: its `index`, and its stream (whose tool calls' ids it names).
+#[derive(Clone, Copy)]
+struct ChoiceId {
+    index: usize,
+    stream: StreamId,
+}
+
 fn chunk(
     meta: &Meta,
+    of: ChoiceId,
     delta: &Delta,
     want_logprobs: bool,
     finish: Option<&str>,
@@ -539,7 +626,7 @@ fn chunk(
     let logprobs = logprobs_json(meta.shape, &delta.logprobs, want_logprobs);
     let choice = match meta.shape {
         Shape::Completion => json!({
-            "index": 0, "text": delta.text, "logprobs": logprobs, "finish_reason": finish,
+            "index": of.index, "text": delta.text, "logprobs": logprobs, "finish_reason": finish,
         }),
         Shape::Chat => {
             let mut message = json!({});
@@ -557,32 +644,79 @@ fn chunk(
                     .tool_calls
                     .iter()
                     .enumerate()
-                    .map(|(i, call)| meta.tool_call_json(calls_before + i, call, true))
+                    .map(|(i, call)| meta.tool_call_json(of.stream, calls_before + i, call, true))
                     .collect();
             }
-            json!({"index": 0, "delta": message, "logprobs": logprobs, "finish_reason": finish})
+            json!({"index": of.index, "delta": message, "logprobs": logprobs, "finish_reason": finish})
         }
     };
     meta.envelope(true, json!([choice]))
 }
 
-/// Writes one SSE frame per round. If the client goes away, sending fails, this task ends and
-/// drops the event receiver, and the engine thread cancels the stream before its next round.
+/// Writes the choices' frames as their rounds come (each its own task, so that one choice's
+/// slow rounds never hold another's frames), then the usage where asked (when every choice
+/// ended well) and `[DONE]`. If the client goes away, sending fails, the tasks end and drop
+/// their event receivers, and the engine thread cancels the streams before their next round.
 async fn write_sse(
     app: AppState,
-    meta: Meta,
-    mut reply: Reply,
-    mut events: mpsc::Receiver<StreamEvent>,
+    meta: Arc<Meta>,
+    choices: Vec<Choice>,
     include_usage: bool,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
+    let tasks: Vec<_> = choices
+        .into_iter()
+        .map(|choice| {
+            tokio::spawn(write_choice(
+                app.clone(),
+                meta.clone(),
+                choice,
+                frames.clone(),
+            ))
+        })
+        .collect();
+    let mut counts = Some((0, 0));
+    for task in tasks {
+        match (task.await, counts.as_mut()) {
+            (Ok(Some((prompt, completion))), Some(counts)) => {
+                counts.0 = prompt;
+                counts.1 += completion;
+            }
+            _ => counts = None,
+        }
+    }
+    if let (true, Some((prompt, completion))) = (include_usage, counts) {
+        let mut usage_chunk = meta.envelope(true, json!([]));
+        usage_chunk["usage"] = usage(prompt, completion);
+        let _ = frames.send(frame(&usage_chunk)).await;
+    }
+    let _ = frames
+        .send(Ok(Bytes::from_static(b"data: [DONE]\n\n")))
+        .await;
+}
+
+/// One choice's frames, one a round, ending with its `finish_reason` (or an error event).
+/// Returns the prompt's and the choice's token counts where it ended well.
+async fn write_choice(
+    app: AppState,
+    meta: Arc<Meta>,
+    choice: Choice,
+    frames: mpsc::Sender<Result<Bytes, Infallible>>,
+) -> Option<(u64, u64)> {
+    let Choice {
+        index,
+        stream,
+        mut reply,
+        mut events,
+    } = choice;
+    let of = ChoiceId { index, stream };
     let want_logprobs = reply.wants_logprobs();
     let mut first = true;
     let mut calls = 0;
     let ending = loop {
         let event = tokio::select! {
             event = events.recv() => event,
-            _ = frames.closed() => return,
+            _ = frames.closed() => return None,
         };
         match event {
             Some(StreamEvent::Tokens(tokens)) => {
@@ -593,15 +727,15 @@ async fn write_sse(
                     || !delta.logprobs.is_empty()
                     || !delta.tool_calls.is_empty();
                 if says_something || opens_chat {
-                    let value = chunk(&meta, &delta, want_logprobs, None, first, calls);
+                    let value = chunk(&meta, of, &delta, want_logprobs, None, first, calls);
                     calls += delta.tool_calls.len();
                     first = false;
                     if frames.send(frame(&value)).await.is_err() {
-                        return;
+                        return None;
                     }
                 }
                 if reply.stopped() {
-                    app.engine.cancel(meta.stream);
+                    app.engine.cancel(stream);
                     break Ending::Stop;
                 }
             }
@@ -611,7 +745,7 @@ async fn write_sse(
                     || !tail.reasoning.is_empty()
                     || !tail.tool_calls.is_empty()
                 {
-                    let value = chunk(&meta, &tail, want_logprobs, None, first, calls);
+                    let value = chunk(&meta, of, &tail, want_logprobs, None, first, calls);
                     calls += tail.tool_calls.len();
                     let _ = frames.send(frame(&value)).await;
                     first = false;
@@ -623,23 +757,10 @@ async fn write_sse(
     };
     if let Some(error) = ending_error(&ending) {
         let _ = frames.send(frame(&error.body())).await;
-    } else {
-        let last = chunk(
-            &meta,
-            &Delta::default(),
-            false,
-            Some(finish_reason(&ending, calls)),
-            first,
-            calls,
-        );
-        let _ = frames.send(frame(&last)).await;
-        if include_usage {
-            let mut usage_chunk = meta.envelope(true, json!([]));
-            usage_chunk["usage"] = usage(&reply);
-            let _ = frames.send(frame(&usage_chunk)).await;
-        }
+        return None;
     }
-    let _ = frames
-        .send(Ok(Bytes::from_static(b"data: [DONE]\n\n")))
-        .await;
+    let finish = Some(finish_reason(&ending, calls));
+    let last = chunk(&meta, of, &Delta::default(), false, finish, first, calls);
+    let _ = frames.send(frame(&last)).await;
+    Some((reply.prompt_tokens, reply.completion_tokens))
 }

@@ -17,6 +17,9 @@ pub const MAX_STOP_BYTES: usize = 256;
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 /// Most stop token ids per request.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
+/// Most choices (`n`) per request: OpenAI's bound. Each is a stream of its own, waiting for a
+/// session as any request's does.
+pub const MAX_CHOICES: u32 = 128;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prompt {
@@ -94,6 +97,8 @@ pub struct GenerateRequest {
     pub stop_token_ids: Vec<u32>,
     pub stream: bool,
     pub include_usage: bool,
+    /// `n`: the replies (choices) to generate for the prompt, each a stream of its own.
+    pub choices: u32,
     /// `Some(n)`: return each token's logprob and its `n` most likely alternatives.
     pub logprobs: Option<u32>,
     /// Thinking tokens after which `</think>` is forced (chat templates with `<think>`).
@@ -292,14 +297,10 @@ fn common(
     input: Input,
     logprobs: Option<u32>,
 ) -> Result<GenerateRequest, ApiError> {
-    if let Some(n) = fields.get("n").filter(|v| !v.is_null()) {
-        if n.as_u64() != Some(1) {
-            return Err(ApiError::invalid(
-                "n",
-                "only `n: 1` is supported; send several requests",
-            ));
-        }
-    }
+    let choices = match fields.get("n") {
+        None | Some(Value::Null) => 1,
+        Some(value) => bounded_u32(value, "n", 1, MAX_CHOICES)?,
+    };
     let adjustments = adjustments(fields)?;
     let model = model_name(fields)?;
     let max_tokens = match (
@@ -327,6 +328,7 @@ fn common(
         stop_token_ids: stop_token_ids(fields)?,
         stream,
         include_usage,
+        choices,
         logprobs,
         adjustments,
         template_args: Map::new(),
@@ -780,7 +782,8 @@ mod tests {
 
     #[test]
     fn wrong_types_and_ranges_name_their_param() {
-        let cases: [(&[u8], &str); 14] = [
+        let cases: [(&[u8], &str); 15] = [
+            (br#"{"prompt":"a","n":129}"#, "n"),
             (br#"{"prompt":"a","max_tokens":-5}"#, "max_tokens"),
             (br#"{"prompt":"a","max_tokens":0}"#, "max_tokens"),
             (br#"{"prompt":"a","max_tokens":"ten"}"#, "max_tokens"),
@@ -789,7 +792,7 @@ mod tests {
             (br#"{"prompt":"a","temperature":"hot"}"#, "temperature"),
             (br#"{"prompt":"a","top_p":0}"#, "top_p"),
             (br#"{"prompt":"a","top_k":-2}"#, "top_k"),
-            (br#"{"prompt":"a","n":2}"#, "n"),
+            (br#"{"prompt":"a","n":0}"#, "n"),
             (br#"{"prompt":"a","stop":[1]}"#, "stop"),
             (br#"{"prompt":"a","logprobs":99}"#, "logprobs"),
             (br#"{"prompt":["a","b"]}"#, "prompt"),

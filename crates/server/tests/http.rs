@@ -1479,3 +1479,89 @@ async fn tokenize_needs_the_api_key_when_one_is_set() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["tokens"], json!([97]));
 }
+
+#[tokio::test]
+async fn n_choices_are_streams_of_their_own_indexed_and_counted_once_for_the_prompt() {
+    // Fewer sessions than choices: the others wait for one, as requests do.
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let greedy = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 12, "temperature": 0, "n": 3}),
+    )
+    .await;
+    assert_eq!(greedy.status, 200, "{}", greedy.body);
+    let body = greedy.json();
+    let choices = body["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i);
+        assert_eq!(choice["text"], expected_text(&server, "hello", 12));
+    }
+    assert_eq!(body["usage"]["prompt_tokens"], 5);
+    assert_eq!(body["usage"]["completion_tokens"], 36);
+    assert_eq!(body["usage"]["total_tokens"], 41);
+    // Sampled with a seed: the first choice is the reply of n 1 with that seed, the others
+    // differ from it, and the whole answer is the same again.
+    let sampled = json!({"prompt": "sample", "max_tokens": 30, "temperature": 1.0, "seed": 42});
+    let alone = post(server.addr, "/v1/completions", sampled.clone())
+        .await
+        .json();
+    let mut asked = sampled.clone();
+    asked["n"] = json!(3);
+    let three = post(server.addr, "/v1/completions", asked.clone())
+        .await
+        .json();
+    let texts: Vec<&Value> = (0..3).map(|i| &three["choices"][i]["text"]).collect();
+    assert_eq!(texts[0], &alone["choices"][0]["text"]);
+    assert_ne!(texts[1], texts[0]);
+    assert_ne!(texts[2], texts[1]);
+    let again = post(server.addr, "/v1/completions", asked).await.json();
+    assert_eq!(again["choices"], three["choices"]);
+    wait_all_free(server.addr).await;
+}
+
+#[tokio::test]
+async fn n_choices_stream_their_chunks_by_index_and_end_with_one_usage_and_done() {
+    let server = start(&[1056; 4], EQUAL, 64, None).await;
+    let messages = json!([{"role": "user", "content": "hi there"}]);
+    let whole = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 20, "temperature": 0.8, "seed": 7, "n": 2}),
+    )
+    .await
+    .json();
+    let streamed = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 20, "temperature": 0.8, "seed": 7, "n": 2,
+               "stream": true, "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    let (chunks, done) = sse_texts(&streamed.body);
+    assert!(done);
+    for index in 0..2 {
+        let of_index: Vec<&Value> = chunks
+            .iter()
+            .filter(|c| c["choices"].as_array().is_some_and(|a| !a.is_empty()))
+            .filter(|c| c["choices"][0]["index"] == index)
+            .collect();
+        assert_eq!(of_index[0]["choices"][0]["delta"]["role"], "assistant");
+        let text: String = of_index
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, whole["choices"][index]["message"]["content"]);
+        let finish = of_index
+            .iter()
+            .filter_map(|c| c["choices"][0]["finish_reason"].as_str())
+            .collect::<Vec<_>>();
+        assert_eq!(finish, ["length"]);
+    }
+    let usage: Vec<&Value> = chunks.iter().filter(|c| !c["usage"].is_null()).collect();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0]["usage"]["completion_tokens"], 40);
+    assert_eq!(usage[0]["usage"], whole["usage"]);
+}
