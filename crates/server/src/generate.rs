@@ -475,37 +475,24 @@ fn logprobs_json(shape: Shape, entries: &[LogprobEntry], want: bool) -> Value {
 }
 
 /// The whole response: every choice's reply, read at once (a choice left unread would be
-/// cancelled as a client that stopped reading).
+/// cancelled as a client that stopped reading). The choices run inside this handler's future:
+/// a client that goes away drops them, and with them their streams. A choice that fails drops
+/// the others the same way.
 async fn whole_reply(app: AppState, meta: Arc<Meta>, choices: Vec<Choice>) -> Response {
-    let streams: Vec<StreamId> = choices.iter().map(|c| c.stream).collect();
-    let tasks: Vec<_> = choices
+    let replies = choices
         .into_iter()
-        .map(|choice| tokio::spawn(whole_choice(app.clone(), meta.clone(), choice)))
-        .collect();
-    let mut values = Vec::with_capacity(tasks.len());
-    let (mut prompt_tokens, mut completion_tokens) = (0, 0);
-    for task in tasks {
-        let done = task
-            .await
-            .map_err(|e| ApiError::internal(format!("a choice's reply failed: {e}")))
-            .and_then(|done| done);
-        match done {
-            Ok((value, prompt, completion)) => {
-                values.push(value);
-                prompt_tokens = prompt;
-                completion_tokens += completion;
-            }
-            Err(error) => {
-                for &stream in &streams {
-                    app.engine.cancel(stream);
-                }
-                return error.into_response();
-            }
+        .map(|choice| whole_choice(app.clone(), meta.clone(), choice));
+    match futures_util::future::try_join_all(replies).await {
+        Ok(done) => {
+            let prompt_tokens = done.first().map_or(0, |d| d.1);
+            let completion_tokens = done.iter().map(|d| d.2).sum();
+            let values = done.into_iter().map(|d| d.0).collect();
+            let mut body = meta.envelope(false, Value::Array(values));
+            body["usage"] = usage(prompt_tokens, completion_tokens);
+            (StatusCode::OK, axum::Json(body)).into_response()
         }
+        Err(error) => error.into_response(),
     }
-    let mut body = meta.envelope(false, Value::Array(values));
-    body["usage"] = usage(prompt_tokens, completion_tokens);
-    (StatusCode::OK, axum::Json(body)).into_response()
 }
 
 /// One choice's whole reply as the response's `choices` entry, with the prompt's and its own
@@ -653,9 +640,9 @@ fn chunk(
     meta.envelope(true, json!([choice]))
 }
 
-/// Writes the choices' frames as their rounds come (each its own task, so that one choice's
+/// Writes the choices' frames as their rounds come (polled together, so that one choice's
 /// slow rounds never hold another's frames), then the usage where asked (when every choice
-/// ended well) and `[DONE]`. If the client goes away, sending fails, the tasks end and drop
+/// ended well) and `[DONE]`. If the client goes away, sending fails, the writers end and drop
 /// their event receivers, and the engine thread cancels the streams before their next round.
 async fn write_sse(
     app: AppState,
@@ -664,27 +651,17 @@ async fn write_sse(
     include_usage: bool,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
-    let tasks: Vec<_> = choices
+    let writers = choices
         .into_iter()
-        .map(|choice| {
-            tokio::spawn(write_choice(
-                app.clone(),
-                meta.clone(),
-                choice,
-                frames.clone(),
-            ))
-        })
+        .map(|choice| write_choice(app.clone(), meta.clone(), choice, frames.clone()));
+    let ended: Option<Vec<(u64, u64)>> = futures_util::future::join_all(writers)
+        .await
+        .into_iter()
         .collect();
-    let mut counts = Some((0, 0));
-    for task in tasks {
-        match (task.await, counts.as_mut()) {
-            (Ok(Some((prompt, completion))), Some(counts)) => {
-                counts.0 = prompt;
-                counts.1 += completion;
-            }
-            _ => counts = None,
-        }
-    }
+    let counts = ended.map(|ended| {
+        let prompt = ended.first().map_or(0, |e| e.0);
+        (prompt, ended.iter().map(|e| e.1).sum::<u64>())
+    });
     if let (true, Some((prompt, completion))) = (include_usage, counts) {
         let mut usage_chunk = meta.envelope(true, json!([]));
         usage_chunk["usage"] = usage(prompt, completion);

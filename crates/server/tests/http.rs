@@ -1565,3 +1565,38 @@ async fn n_choices_stream_their_chunks_by_index_and_end_with_one_usage_and_done(
     assert_eq!(usage[0]["usage"]["completion_tokens"], 40);
     assert_eq!(usage[0]["usage"], whole["usage"]);
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_on_a_whole_reply_of_n_choices_frees_their_sessions() {
+    // Rounds of 200 µs: 50,000 tokens would take each choice ten seconds.
+    let options = Options {
+        fake: FakeConfig {
+            round_time: Duration::from_micros(200),
+            ..fake_config()
+        },
+        ..Options::default()
+    };
+    let server = start_with(&[60_000, 60_000], EQUAL, 64, options).await;
+    let mut client = TcpStream::connect(server.addr).await.unwrap();
+    let body = json!({"prompt": "a", "max_tokens": 50_000, "temperature": 0, "n": 2}).to_string();
+    let raw = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(raw.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut held = false;
+    while started.elapsed() < Duration::from_secs(10) && !held {
+        let view = slots(server.addr).await;
+        held =
+            view["sessions"][0]["holder"].is_number() && view["sessions"][1]["holder"].is_number();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(held, "both choices hold a session");
+    drop(client);
+    let view = wait_all_free(server.addr).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the choices ran on after the client left: {view}"
+    );
+}
