@@ -233,25 +233,38 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         }
         reply
     };
-    let mut choices: Vec<Choice> = Vec::with_capacity(req.choices as usize);
-    for index in 0..req.choices as usize {
+    // Every choice's command is sent before any answer is awaited, so that the engine takes
+    // them all between the same two rounds (one submission at a time would start choice k k
+    // rounds late).
+    let submits = (0..req.choices as usize).map(|index| {
         let mut choice_request = lane_request.clone();
         choice_request.sampling.seed = choice_seed(lane_request.sampling.seed, index);
-        let failure = match app.engine.submit(choice_request).await {
-            Ok((Ok(stream), events)) => {
-                choices.push(Choice {
-                    index,
-                    stream,
-                    reply: new_reply(),
-                    events,
-                });
-                continue;
+        app.engine.submit(choice_request)
+    });
+    let answers = futures_util::future::join_all(submits).await;
+    let mut choices: Vec<Choice> = Vec::with_capacity(answers.len());
+    let mut failure = None;
+    for (index, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok((Ok(stream), events)) => choices.push(Choice {
+                index,
+                stream,
+                reply: new_reply(),
+                events,
+            }),
+            Ok((Err(refusal), _)) => {
+                failure.get_or_insert(refusal_error(refusal));
             }
-            Ok((Err(refusal), _)) => refusal_error(refusal),
-            Err(SendError::Busy) => ApiError::overloaded(1),
-            Err(SendError::Stopped) => ApiError::unavailable("the server is shutting down"),
-        };
-        // All choices or none: the ones already admitted go.
+            Err(SendError::Busy) => {
+                failure.get_or_insert(ApiError::overloaded(1));
+            }
+            Err(SendError::Stopped) => {
+                failure.get_or_insert(ApiError::unavailable("the server is shutting down"));
+            }
+        }
+    }
+    // All choices or none: the ones admitted go.
+    if let Some(failure) = failure {
         for choice in &choices {
             app.engine.cancel(choice.stream);
         }
@@ -651,9 +664,16 @@ async fn write_sse(
     include_usage: bool,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
-    let writers = choices
-        .into_iter()
-        .map(|choice| write_choice(app.clone(), meta.clone(), choice, frames.clone()));
+    let streams: Arc<[StreamId]> = choices.iter().map(|c| c.stream).collect();
+    let writers = choices.into_iter().map(|choice| {
+        write_choice(
+            app.clone(),
+            meta.clone(),
+            choice,
+            streams.clone(),
+            frames.clone(),
+        )
+    });
     let ended: Option<Vec<(u64, u64)>> = futures_util::future::join_all(writers)
         .await
         .into_iter()
@@ -678,6 +698,7 @@ async fn write_choice(
     app: AppState,
     meta: Arc<Meta>,
     choice: Choice,
+    all_streams: Arc<[StreamId]>,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> Option<(u64, u64)> {
     let Choice {
@@ -733,6 +754,11 @@ async fn write_choice(
         }
     };
     if let Some(error) = ending_error(&ending) {
+        // The response is broken: its other choices end too (as a whole reply's do), so no
+        // chunk follows the error but theirs already on the way.
+        for &other in all_streams.iter() {
+            app.engine.cancel(other);
+        }
         let _ = frames.send(frame(&error.body())).await;
         return None;
     }

@@ -225,6 +225,14 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
             ))
         }
         (Some(m), _) if !m.is_null() => {
+            // What would change the rendering from generate's is refused, not ignored.
+            refuse_unsupported(&fields, &["chat_template"])?;
+            if optional_bool(&fields, "continue_final_message")? == Some(true) {
+                return Err(ApiError::invalid(
+                    "continue_final_message",
+                    "only `false`: a chat is tokenised as it is sent to generate",
+                ));
+            }
             if optional_bool(&fields, "add_generation_prompt")? == Some(false) {
                 return Err(ApiError::invalid(
                     "add_generation_prompt",

@@ -1400,7 +1400,9 @@ async fn tokenize_counts_a_prompt_or_a_chat_as_generate_would_see_it_and_detoken
     let ids = ByteText.encode("héllo").unwrap();
     assert_eq!(body["tokens"], json!(ids));
     assert_eq!(body["count"], 6);
-    assert_eq!(body["max_model_len"], 1056);
+    // The largest session less the one token a round may write past a reply's end: a prompt
+    // and `max_tokens` of this many tokens together are admitted.
+    assert_eq!(body["max_model_len"], 1055);
     assert_eq!(body["token_strs"][0], "h");
     assert_eq!(body["token_strs"].as_array().unwrap().len(), 6);
     // A chat: the template's tokens, which a completion of the same chat counts as its prompt.
@@ -1440,6 +1442,16 @@ async fn bad_tokenize_and_detokenize_requests_get_json_errors_naming_the_field()
             "add_generation_prompt",
         ),
         ("/tokenize", json!({"messages": []}), "messages"),
+        (
+            "/tokenize",
+            json!({"messages": chat, "chat_template": "{{ messages }}"}),
+            "chat_template",
+        ),
+        (
+            "/tokenize",
+            json!({"messages": chat, "continue_final_message": true}),
+            "continue_final_message",
+        ),
         (
             "/tokenize",
             json!({"prompt": "a", "return_token_strs": 1}),
@@ -1516,6 +1528,7 @@ async fn n_choices_are_streams_of_their_own_indexed_and_counted_once_for_the_pro
     assert_eq!(texts[0], &alone["choices"][0]["text"]);
     assert_ne!(texts[1], texts[0]);
     assert_ne!(texts[2], texts[1]);
+    assert_ne!(texts[2], texts[0]);
     let again = post(server.addr, "/v1/completions", asked).await.json();
     assert_eq!(again["choices"], three["choices"]);
     wait_all_free(server.addr).await;
@@ -1542,6 +1555,12 @@ async fn n_choices_stream_their_chunks_by_index_and_end_with_one_usage_and_done(
     assert_eq!(streamed.status, 200, "{}", streamed.body);
     let (chunks, done) = sse_texts(&streamed.body);
     assert!(done);
+    // One `[DONE]`, last; the usage chunk just before it, after every choice's finish.
+    assert_eq!(streamed.body.matches("[DONE]").count(), 1);
+    assert!(streamed.body.trim_end().ends_with("data: [DONE]"));
+    assert!(!chunks.last().unwrap()["usage"].is_null());
+    let usage_at = chunks.iter().position(|c| !c["usage"].is_null()).unwrap();
+    assert_eq!(usage_at, chunks.len() - 1);
     for index in 0..2 {
         let of_index: Vec<&Value> = chunks
             .iter()
