@@ -72,6 +72,7 @@ fn cases(tool_open: Tag<'_>, tool_close: Tag<'_>) -> Vec<Case> {
     let tools = Tools {
         tools: vec![weather],
         choice: ToolChoice::Function("get_weather".into()),
+        parallel: true,
     };
     let person = json!({
         "type": "object",

@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one and prints it)
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 requests (an empty key is refused)
+    /// Require the key on /v1 requests, as `Authorization: Bearer KEY` or `x-api-key: KEY` (an
+    /// empty key is refused)
     #[arg(long, env = "FLASHLANE_API_KEY", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
     /// Read the API key from this file (its first line), so that it does not show in `ps`

@@ -200,7 +200,7 @@ pub fn reply_stream(data: &[u8]) {
             });
         }
         if flags & 4 != 0 {
-            reply = reply.parse_tool_calls();
+            reply = reply.parse_tool_calls(flags & 8 == 0);
         }
         reply
     };

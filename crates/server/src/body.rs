@@ -5,7 +5,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::StreamExt;
 
 /// Largest request body: a prompt of a few hundred thousand tokens of text fits, a runaway upload
@@ -58,19 +58,18 @@ pub async fn read_body_in_time(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let read = read_limited(body, MAX_BODY_BYTES);
-    match tokio::time::timeout(app.limits.body_timeout, read).await {
+    let refused = match tokio::time::timeout(app.limits.body_timeout, read).await {
         Err(_) => ApiError::timeout(format!(
             "the request body did not arrive within {} s",
             app.limits.body_timeout.as_secs_f64()
-        ))
-        .into_response(),
-        Ok(BodyRead::TooLarge) => ApiError::too_large(MAX_BODY_BYTES).into_response(),
-        Ok(BodyRead::Broken) => {
-            ApiError::malformed("the request body could not be read").into_response()
-        }
+        )),
+        Ok(BodyRead::TooLarge) => ApiError::too_large(MAX_BODY_BYTES),
+        Ok(BodyRead::Broken) => ApiError::malformed("the request body could not be read"),
         Ok(BodyRead::Complete(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-    }
+    };
+    refused.response_for(parts.uri.path())
 }

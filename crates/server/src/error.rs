@@ -1,4 +1,5 @@
-//! OpenAI-style errors: `{"error":{"message","type","param","code"}}` with the right status.
+//! OpenAI-style errors: `{"error":{"message","type","param","code"}}` with the right status;
+//! Anthropic's shape of the same errors for `/v1/messages` ([`AnthropicError`]).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -69,7 +70,9 @@ impl ApiError {
     pub fn unauthorized() -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
-            message: "missing or wrong API key (send `Authorization: Bearer KEY`)".into(),
+            message:
+                "missing or wrong API key (send `Authorization: Bearer KEY` or `x-api-key: KEY`)"
+                    .into(),
             kind: "authentication_error",
             param: None,
             code: Some("invalid_api_key"),
@@ -172,10 +175,63 @@ impl ApiError {
     }
 }
 
+/// Where Anthropic's Messages API is served: errors under it take [`AnthropicError`]'s shape.
+pub const ANTHROPIC_PATHS: &str = "/v1/messages";
+
+impl ApiError {
+    /// The response, in the shape of the API that `path` belongs to: for the errors answered
+    /// before a handler runs (the API key, the body's size and time).
+    pub fn response_for(self, path: &str) -> Response {
+        if path.starts_with(ANTHROPIC_PATHS) {
+            AnthropicError(self).into_response()
+        } else {
+            self.into_response()
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
         if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// An [`ApiError`] as Anthropic's API writes it: `{"type": "error", "error": {"type", "message"}}`
+/// with the same status (and `Retry-After`), the type from the status as Anthropic names them.
+/// The field a 400 is about is named in the message.
+pub struct AnthropicError(pub ApiError);
+
+impl AnthropicError {
+    pub fn body(&self) -> serde_json::Value {
+        let error = &self.0;
+        let kind = match error.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        };
+        let message = match error.param.as_deref().filter(|p| !p.is_empty()) {
+            Some(param) => format!("{param}: {}", error.message),
+            None => error.message.clone(),
+        };
+        json!({"type": "error", "error": {"type": kind, "message": message}})
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let mut response = (self.0.status, axum::Json(self.body())).into_response();
+        if let Some(seconds) = self.0.retry_after_s {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));

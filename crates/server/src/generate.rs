@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use lane::{LogitAdjustments, Refusal, StreamId};
 use serde_json::{json, Value};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 /// own bound ([`crate::engine_thread::STREAM_BACKLOG_MAX`]).
 const SSE_FRAMES_MAX: usize = 64;
 
+/// How a request's prompt is made and its reply read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     Completion,
@@ -39,26 +41,37 @@ pub async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Respo
 
 /// A completion request of either shape, from its body to its response.
 async fn answer(app: AppState, body: Bytes, shape: Shape) -> Response {
-    match prepare(&app, body, shape).await {
+    let parse: ParseBody = match shape {
+        Shape::Completion => |_, body| request::parse_completion(body),
+        Shape::Chat => |_, body| request::parse_chat(body),
+    };
+    match prepare(&app, body, shape, parse).await {
         Ok(prepared) => generate(app, shape, prepared).await,
         Err(e) => e.into_response(),
     }
 }
 
 /// A request ready for the engine: checked, its prompt tokenised, its grammar compiled.
-struct Prepared {
-    req: GenerateRequest,
-    prompt: Vec<u32>,
-    grammar: Option<lane::Grammar>,
+pub(crate) struct Prepared {
+    pub req: GenerateRequest,
+    pub prompt: Vec<u32>,
+    pub grammar: Option<lane::Grammar>,
 }
 
+/// Reads a request body of one API into the request the engine is asked (the served model's
+/// text side at hand).
+pub(crate) type ParseBody = fn(&AppState, &[u8]) -> Result<GenerateRequest, ApiError>;
+
 /// Parses the body, renders the chat template and tokenises the prompt on the blocking pool.
-async fn prepare(app: &AppState, body: Bytes, shape: Shape) -> Result<Prepared, ApiError> {
+/// `shape` is how the prompt is made and the reply read: a chat's or a completion's.
+pub(crate) async fn prepare(
+    app: &AppState,
+    body: Bytes,
+    shape: Shape,
+    parse: ParseBody,
+) -> Result<Prepared, ApiError> {
     on_prepare_pool(app, move |app| {
-        let req = match shape {
-            Shape::Completion => request::parse_completion(&body)?,
-            Shape::Chat => request::parse_chat(&body)?,
-        };
+        let req = parse(app, &body)?;
         check_model(app, req.model.as_deref())?;
         let prompt = prompt_tokens(app, &req)?;
         let grammar = grammar(app, shape, &req, &prompt)?;
@@ -158,6 +171,25 @@ fn grammar(
 }
 
 async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
+    let (req, choices) = match admit(&app, shape, prepared).await {
+        Ok(admitted) => admitted,
+        Err(error) => return error.into_response(),
+    };
+    let meta = Arc::new(Meta::new(&app, shape, choices[0].stream));
+    if req.stream {
+        stream_reply(app, meta, choices, req.include_usage)
+    } else {
+        whole_reply(app, meta, choices).await
+    }
+}
+
+/// Submits a prepared request's choices to the engine: all are admitted (returned with the
+/// request, in choice order), or none and the error.
+pub(crate) async fn admit(
+    app: &AppState,
+    shape: Shape,
+    prepared: Prepared,
+) -> Result<(GenerateRequest, Vec<Choice>), ApiError> {
     let Prepared {
         req,
         prompt,
@@ -174,11 +206,10 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         {
             Some(n) => n,
             None => {
-                return ApiError::context_full(
+                return Err(ApiError::context_full(
                     prompt_len + app.engine.window + 1,
                     app.engine.largest_capacity,
-                )
-                .into_response()
+                ))
             }
         },
     };
@@ -190,8 +221,10 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
             max_thinking_tokens: budget,
         }),
         (Some(_), None) => {
-            return ApiError::invalid("thinking_budget", "this model has no <think> tags")
-                .into_response()
+            return Err(ApiError::invalid(
+                "thinking_budget",
+                "this model has no <think> tags",
+            ))
         }
     };
     // A chat reply's thinking goes to `reasoning_content` (models with <think> tags).
@@ -229,7 +262,7 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
             reply = reply.split_thinking(tags);
         }
         if shape == Shape::Chat && req.tools.parses_calls() {
-            reply = reply.parse_tool_calls();
+            reply = reply.parse_tool_calls(req.tools.parallel);
         }
         reply
     };
@@ -268,14 +301,9 @@ async fn generate(app: AppState, shape: Shape, prepared: Prepared) -> Response {
         for choice in &choices {
             app.engine.cancel(choice.stream);
         }
-        return failure.into_response();
+        return Err(failure);
     }
-    let meta = Arc::new(Meta::new(&app, shape, choices[0].stream));
-    if req.stream {
-        stream_reply(app, meta, choices, req.include_usage)
-    } else {
-        whole_reply(app, meta, choices).await
-    }
+    Ok((req, choices))
 }
 
 /// The sampling seed of choice `index`: the request's own for the first (so the first of `n`
@@ -289,11 +317,11 @@ fn choice_seed(seed: Option<u64>, index: usize) -> Option<u64> {
 }
 
 /// One choice of a request: its stream, the state of its text, and the engine's events for it.
-struct Choice {
-    index: usize,
-    stream: StreamId,
-    reply: Reply,
-    events: mpsc::Receiver<StreamEvent>,
+pub(crate) struct Choice {
+    pub index: usize,
+    pub stream: StreamId,
+    pub reply: Reply,
+    pub events: mpsc::Receiver<StreamEvent>,
 }
 
 /// Refuses a request whose text cannot fit the largest session whatever the tokenizer makes of
@@ -362,7 +390,7 @@ fn refusal_error(refusal: Refusal) -> ApiError {
     }
 }
 
-fn ending_error(ending: &Ending) -> Option<ApiError> {
+pub(crate) fn ending_error(ending: &Ending) -> Option<ApiError> {
     match ending {
         Ending::Stop | Ending::Length => None,
         Ending::Failed(message) => {
@@ -607,6 +635,13 @@ fn frame(value: &Value) -> Result<Bytes, Infallible> {
     Ok(Bytes::from(format!("data: {value}\n\n")))
 }
 
+/// The streams of one streamed response's choices, and whether one of them failed (then the
+/// others are cancelled, and the failure is the one error the client is told).
+struct Siblings {
+    streams: Vec<StreamId>,
+    broken: AtomicBool,
+}
+
 /// Which choice a chunk is of: its `index`, and its stream (whose tool calls' ids it names).
 #[derive(Clone, Copy)]
 struct ChoiceId {
@@ -664,13 +699,16 @@ async fn write_sse(
     include_usage: bool,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
-    let streams: Arc<[StreamId]> = choices.iter().map(|c| c.stream).collect();
+    let siblings = Arc::new(Siblings {
+        streams: choices.iter().map(|c| c.stream).collect(),
+        broken: AtomicBool::new(false),
+    });
     let writers = choices.into_iter().map(|choice| {
         write_choice(
             app.clone(),
             meta.clone(),
             choice,
-            streams.clone(),
+            siblings.clone(),
             frames.clone(),
         )
     });
@@ -698,7 +736,7 @@ async fn write_choice(
     app: AppState,
     meta: Arc<Meta>,
     choice: Choice,
-    all_streams: Arc<[StreamId]>,
+    siblings: Arc<Siblings>,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> Option<(u64, u64)> {
     let Choice {
@@ -754,12 +792,14 @@ async fn write_choice(
         }
     };
     if let Some(error) = ending_error(&ending) {
-        // The response is broken: its other choices end too (as a whole reply's do), so no
-        // chunk follows the error but theirs already on the way.
-        for &other in all_streams.iter() {
-            app.engine.cancel(other);
+        // The response is broken: its other choices end too (as a whole reply's do), and the
+        // first failure alone is told (not the others' cancellation it caused).
+        if !siblings.broken.swap(true, Ordering::SeqCst) {
+            for &other in siblings.streams.iter() {
+                app.engine.cancel(other);
+            }
+            let _ = frames.send(frame(&error.body())).await;
         }
-        let _ = frames.send(frame(&error.body())).await;
         return None;
     }
     let finish = Some(finish_reason(&ending, calls));

@@ -11,6 +11,7 @@
 //! | request bodies read whole: size and time limits | `body.rs` |
 //! | the accept loop: connection cap, shutdown | `listen.rs` |
 //! | completions and chat, SSE and not | `generate.rs` |
+//! | Anthropic's Messages API: its bodies, its replies and events | [`anthropic`], `messages.rs` |
 //! | request bodies checked field by field | [`request`] |
 //! | text from tokens, stop strings | [`text`], `reply.rs` |
 //! | the engine thread and its channels | [`engine_thread`] |
@@ -18,12 +19,14 @@
 //! | the live sessions page (`GET /`) and its events | `live.rs`, `live.html` |
 
 pub mod advice;
+pub mod anthropic;
 mod body;
 pub mod engine_thread;
 pub mod error;
 mod generate;
 mod listen;
 mod live;
+mod messages;
 mod metrics;
 // Public for the fuzz targets (`crates/fuzz`: a reply's stream in any rounds).
 pub mod reply;

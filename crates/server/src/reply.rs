@@ -84,6 +84,9 @@ pub struct Reply {
     matcher: StopMatcher,
     /// Set for a chat reply whose `<tool_call>` blocks become `tool_calls`.
     tool_calls: Option<ToolCallParser>,
+    /// The calls a reply may still make (`None`: any number); the one that uses the last ends
+    /// the reply, as a stop string would.
+    calls_left: Option<usize>,
     want_logprobs: bool,
     /// A stop string matched: everything after it is dropped.
     stopped: bool,
@@ -98,6 +101,7 @@ impl Reply {
             split: None,
             matcher: StopMatcher::new(stops),
             tool_calls: None,
+            calls_left: None,
             want_logprobs,
             stopped: false,
             completion_tokens: 0,
@@ -117,9 +121,11 @@ impl Reply {
         self
     }
 
-    /// Reads the reply's `<tool_call>` blocks into [`Delta::tool_calls`] instead of the text.
-    pub fn parse_tool_calls(mut self) -> Reply {
+    /// Reads the reply's `<tool_call>` blocks into [`Delta::tool_calls`] instead of the text; a
+    /// reply without `parallel` calls ends after its first.
+    pub fn parse_tool_calls(mut self, parallel: bool) -> Reply {
         self.tool_calls = Some(ToolCallParser::default());
+        self.calls_left = (!parallel).then_some(1);
         self
     }
 
@@ -129,10 +135,22 @@ impl Reply {
             Some(parser) => {
                 let parsed = parser.push(text);
                 delta.text.push_str(&parsed.text);
-                delta.tool_calls.extend(parsed.calls);
+                self.take_calls(parsed.calls, delta);
             }
             None => delta.text.push_str(text),
         }
+    }
+
+    /// Adds the calls the reply may still make to `delta`; the last it may make ends it.
+    fn take_calls(&mut self, mut calls: Vec<ToolCall>, delta: &mut Delta) {
+        if let Some(left) = &mut self.calls_left {
+            calls.truncate(*left);
+            *left -= calls.len();
+            if *left == 0 {
+                self.stopped = true;
+            }
+        }
+        delta.tool_calls.extend(calls);
     }
 
     pub fn wants_logprobs(&self) -> bool {
@@ -142,6 +160,11 @@ impl Reply {
     /// Whether a stop string ended the reply (the host cancels the engine stream).
     pub fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// The stop string that ended the reply, if one did.
+    pub fn stop_string(&self) -> Option<&str> {
+        self.matcher.matched()
     }
 
     pub fn on_tokens(&mut self, text_model: &dyn TextModel, tokens: &[TokenOut]) -> Delta {
@@ -180,14 +203,15 @@ impl Reply {
             }
             let matched = self.matcher.push(&piece);
             self.route_text(&matched.emit, &mut delta);
-            self.stopped = matched.stopped;
+            // (The call that uses the last a reply may make has stopped it too.)
+            self.stopped |= matched.stopped;
             // A stop string ends the reply here: what the tool-call parser holds back is the
             // reply's end (text, or a call it completes), as `on_finish` would have flushed it.
-            if self.stopped {
+            if matched.stopped {
                 if let Some(parser) = &mut self.tool_calls {
                     let rest = parser.finish();
                     delta.text.push_str(&rest.text);
-                    delta.tool_calls.extend(rest.calls);
+                    self.take_calls(rest.calls, &mut delta);
                 }
             }
             self.push_logprobs(text_model, out, &mut delta);
@@ -219,6 +243,10 @@ impl Reply {
         text_model: &dyn TextModel,
         reason: &FinishReason,
     ) -> (Delta, Ending) {
+        // A stop string or the last call the reply may make ended it: nothing held back is its.
+        if self.stopped {
+            return (Delta::default(), Ending::Stop);
+        }
         let (mut tail, ending) = self.finish_text(text_model, reason);
         if self.tool_calls.is_some() {
             let text = std::mem::take(&mut tail.text);
@@ -226,7 +254,7 @@ impl Reply {
             if let Some(parser) = &mut self.tool_calls {
                 let rest = parser.finish();
                 tail.text.push_str(&rest.text);
-                tail.tool_calls.extend(rest.calls);
+                self.take_calls(rest.calls, &mut tail);
             }
         }
         (tail, ending)
@@ -401,19 +429,60 @@ mod tests {
     fn a_stop_string_keeps_what_the_tool_call_parser_held_back() {
         for batch in [1, 3, 100] {
             // `<` could start `<tool_call>` until the stop string ends the reply.
-            let reply = Reply::new(vec!["b".into()], false, 0).parse_tool_calls();
+            let reply = Reply::new(vec!["b".into()], false, 0).parse_tool_calls(true);
             assert_eq!(
                 run(reply, "x<b and more", batch).0,
                 "x<",
                 "batches of {batch}"
             );
             // An unclosed block the stop string cuts is text, as the model wrote it.
-            let reply = Reply::new(vec!["STOP".into()], false, 0).parse_tool_calls();
+            let reply = Reply::new(vec!["STOP".into()], false, 0).parse_tool_calls(true);
             assert_eq!(
                 run(reply, "<tool_call>oops STOP more", batch).0,
                 "<tool_call>oops ",
                 "batches of {batch}"
             );
+        }
+    }
+
+    #[test]
+    fn a_reply_without_parallel_calls_ends_after_its_first_in_any_batches() {
+        let call = |name: &str| {
+            format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {{}}}}\n</tool_call>")
+        };
+        // (`{` and `}` are the thinking tags of `tokens`: the calls' JSON goes in bytes.)
+        let text = format!("a{}\n{} tail", call("f"), call("g"));
+        let bytes: Vec<TokenOut> = text
+            .bytes()
+            .map(|b| TokenOut {
+                token: u32::from(b),
+                logprob: None,
+                top_logprobs: Vec::new(),
+            })
+            .collect();
+        for parallel in [false, true] {
+            for batch in [1, 7, 1000] {
+                let mut reply = Reply::new(Vec::new(), false, 0).parse_tool_calls(parallel);
+                let (mut content, mut names) = (String::new(), Vec::new());
+                for chunk in bytes.chunks(batch) {
+                    let delta = reply.on_tokens(&Tagged, chunk);
+                    content.push_str(&delta.text);
+                    names.extend(delta.tool_calls.into_iter().map(|c| c.name));
+                }
+                let (tail, ending) = reply.on_finish(&Tagged, &FinishReason::Length);
+                content.push_str(&tail.text);
+                names.extend(tail.tool_calls.into_iter().map(|c| c.name));
+                if parallel {
+                    assert_eq!(names, ["f", "g"], "batches of {batch}");
+                    assert_eq!(ending, Ending::Length);
+                } else {
+                    assert_eq!(names, ["f"], "batches of {batch}");
+                    assert_eq!(content, "a", "batches of {batch}");
+                    assert!(reply.stopped());
+                    assert_eq!(ending, Ending::Stop);
+                    assert_eq!(reply.stop_string(), None);
+                }
+            }
         }
     }
 

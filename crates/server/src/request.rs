@@ -346,6 +346,7 @@ fn common(
         tools: Tools {
             tools: Vec::new(),
             choice: structured::ToolChoice::Auto,
+            parallel: true,
         },
         thinking_budget: match fields.get("thinking_budget") {
             None | Some(Value::Null) => None,

@@ -18,6 +18,11 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(crate::messages::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::messages::count_tokens),
+        )
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(crate::tokenize::tokenize))
@@ -50,14 +55,16 @@ pub fn router(state: AppState) -> Router {
 
 async fn require_key(State(app): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        let given = request
-            .headers()
+        // OpenAI's clients send the key as a bearer token, Anthropic's as `x-api-key`.
+        let headers = request.headers();
+        let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
             .unwrap_or("");
         if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
-            return ApiError::unauthorized().into_response();
+            return ApiError::unauthorized().response_for(request.uri().path());
         }
     }
     next.run(request).await
@@ -143,12 +150,12 @@ async fn slots(State(app): State<AppState>) -> Response {
 async fn method_not_allowed(request: Request) -> Response {
     let path = request.uri().path();
     ApiError::method_not_allowed(format!("{path} does not take {}", request.method()))
-        .into_response()
+        .response_for(path)
 }
 
 async fn not_found(request: Request) -> Response {
     let path = request.uri().path();
-    ApiError::not_found(format!("no route for {} {path}", request.method())).into_response()
+    ApiError::not_found(format!("no route for {} {path}", request.method())).response_for(path)
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ pub const PREPARE_PER_CORE: usize = 2;
 pub struct AppState {
     pub engine: EngineHandle,
     pub text: Arc<dyn TextModel>,
-    /// `--api-key`: when set, every `/v1` request must carry `Authorization: Bearer KEY`.
+    /// `--api-key`: when set, every `/v1` request must carry `Authorization: Bearer KEY` (or
+    /// `x-api-key: KEY`, as Anthropic's clients send it).
     pub api_key: Option<Arc<str>>,
     /// Permits to prepare a request off the async runtime (see [`PREPARE_PER_CORE`]).
     pub prepare: Arc<tokio::sync::Semaphore>,

@@ -59,7 +59,7 @@ pub enum ToolChoice {
     Auto,
     /// No tool calls are read from the reply.
     None,
-    /// At least one call, enforced by the grammar.
+    /// At least one call, enforced by the grammar (exactly one without parallel calls).
     Required,
     /// Exactly one call to this function, enforced by the grammar.
     Function(String),
@@ -70,6 +70,10 @@ pub enum ToolChoice {
 pub struct Tools {
     pub tools: Vec<Tool>,
     pub choice: ToolChoice,
+    /// Whether a reply may make more than one call (OpenAI's `parallel_tool_calls`, Anthropic's
+    /// `disable_parallel_tool_use` negated; default true). Without, a required call is exactly
+    /// one and a free reply ends after its first call.
+    pub parallel: bool,
 }
 
 impl Tools {
@@ -184,7 +188,10 @@ fn response_format(format: &Value) -> Result<Option<OutputFormat>, ApiError> {
     }
 }
 
-fn json_schema_value(param: &'static str, value: &Value) -> Result<OutputFormat, ApiError> {
+pub(crate) fn json_schema_value(
+    param: &'static str,
+    value: &Value,
+) -> Result<OutputFormat, ApiError> {
     // vLLM accepts the schema as an object or as its JSON text.
     let schema = match value {
         Value::String(text) => serde_json::from_str(text).map_err(|e| {
@@ -313,7 +320,21 @@ pub fn tools(fields: &Map<String, Value>) -> Result<Tools, ApiError> {
             "`tool_choice` needs `tools`",
         ));
     }
-    Ok(Tools { tools, choice })
+    let parallel = match fields.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(parallel)) => *parallel,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "parallel_tool_calls",
+                "`parallel_tool_calls` must be a boolean",
+            ))
+        }
+    };
+    Ok(Tools {
+        tools,
+        choice,
+        parallel,
+    })
 }
 
 fn tool(i: usize, item: &Value) -> Result<Tool, ApiError> {
@@ -454,7 +475,8 @@ pub fn format_grammar(format: &OutputFormat, thinking: Thinking) -> String {
 }
 
 /// The grammar of a reply that must call tools: one call to the named function, or one or more
-/// calls to any of them (`required`). `None` when the choice leaves the reply free.
+/// calls to any of them (`required`; exactly one where parallel calls are off). `None` when the
+/// choice leaves the reply free.
 pub fn tool_grammar(
     tools: &Tools,
     open: Tag<'_>,
@@ -478,7 +500,7 @@ pub fn tool_grammar(
         [one] => call_schema(one),
         many => json!({"anyOf": many.iter().map(|t| call_schema(t)).collect::<Vec<_>>()}),
     };
-    let repeat = if tools.choice == ToolChoice::Required {
+    let repeat = if tools.choice == ToolChoice::Required && tools.parallel {
         "+"
     } else {
         ""
@@ -730,6 +752,11 @@ mod tests {
             ok.tools[0].parameters["properties"]["city"]["type"],
             "string"
         );
+        assert!(ok.parallel);
+        let single = tools(&fields(
+            json!({"tools": [weather], "parallel_tool_calls": false}),
+        ));
+        assert!(!single.unwrap().parallel);
         for (body, param) in [
             (
                 json!({"tools": [{"type": "function", "function": {}}]}),
@@ -752,6 +779,10 @@ mod tests {
             (
                 json!({"tools": [weather.clone()], "tool_choice": "sometimes"}),
                 "tool_choice",
+            ),
+            (
+                json!({"tools": [weather.clone()], "parallel_tool_calls": "no"}),
+                "parallel_tool_calls",
             ),
         ] {
             let error = tools(&fields(body.clone())).unwrap_err();
@@ -817,6 +848,7 @@ mod tests {
                 definition: json!({}),
             }],
             choice: ToolChoice::Required,
+            parallel: true,
         };
         let g = tool_grammar(
             &t,
@@ -830,6 +862,12 @@ mod tests {
             "{g}"
         );
         assert!(g.contains("thought: <[1]> THOUGHT? <[2]> WS?"), "{g}");
+        let one = Tools {
+            parallel: false,
+            ..t.clone()
+        };
+        let g = tool_grammar(&one, Tag::Token(5), Tag::Token(6), Thinking::Never).unwrap();
+        assert!(g.contains("body: call\ncall: <[5]>"), "{g}");
         let auto = Tools {
             choice: ToolChoice::Auto,
             ..t

@@ -58,6 +58,8 @@ pub struct Matched {
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
+    /// The stop string that ended the text, once one has.
+    matched: Option<usize>,
 }
 
 impl StopMatcher {
@@ -65,17 +67,21 @@ impl StopMatcher {
         StopMatcher {
             stops,
             held: String::new(),
+            matched: None,
         }
     }
 
     pub fn push(&mut self, piece: &str) -> Matched {
         self.held.push_str(piece);
+        // The stop that starts first; of two starting together, the first listed.
         let first_stop = self
             .stops
             .iter()
-            .filter_map(|stop| self.held.find(stop.as_str()))
+            .enumerate()
+            .filter_map(|(which, stop)| self.held.find(stop.as_str()).map(|at| (at, which)))
             .min();
-        if let Some(at) = first_stop {
+        if let Some((at, which)) = first_stop {
+            self.matched = Some(which);
             let emit = self.held[..at].to_string();
             self.held.clear();
             return Matched {
@@ -91,6 +97,11 @@ impl StopMatcher {
             emit,
             stopped: false,
         }
+    }
+
+    /// The stop string that ended the text (Anthropic's `stop_sequence`).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|which| self.stops[which].as_str())
     }
 
     /// Whatever is held back when the reply ends without a stop.
@@ -177,6 +188,7 @@ mod tests {
                 stopped: true
             }
         );
+        assert_eq!(matcher.matched(), Some("END"));
     }
 
     #[test]
@@ -200,6 +212,12 @@ mod tests {
                 stopped: true
             }
         );
+        assert_eq!(matcher.matched(), Some("b"));
+        // Two that start together: the first listed.
+        let mut matcher = StopMatcher::new(vec!["xy".into(), "x".into()]);
+        assert_eq!(matcher.matched(), None);
+        assert_eq!(matcher.push("axyz").emit, "a");
+        assert_eq!(matcher.matched(), Some("xy"));
     }
 
     #[test]

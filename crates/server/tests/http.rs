@@ -1619,3 +1619,288 @@ async fn a_client_that_hangs_up_on_a_whole_reply_of_n_choices_frees_their_sessio
         "the choices ran on after the client left: {view}"
     );
 }
+
+/// A stream of Anthropic's typed events: each `event:` name with its `data:` JSON, in order.
+fn anthropic_events(body: &str) -> Vec<(String, Value)> {
+    let mut events = Vec::new();
+    let mut name = None;
+    for line in body.lines() {
+        if let Some(event) = line.strip_prefix("event: ") {
+            name = Some(event.to_string());
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(data).unwrap();
+            let name = name.take().expect("every data line follows its event line");
+            assert_eq!(data["type"], name.as_str(), "{body}");
+            events.push((name, data));
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn anthropic_messages_give_the_chat_apis_reply_as_content_blocks_whole_and_streamed() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
+               "max_tokens": 25, "temperature": 0}),
+    )
+    .await
+    .json();
+    let want = chat["choices"][0]["message"]["content"].as_str().unwrap();
+    let body = json!({"model": "fake", "system": "be brief", "max_tokens": 25, "temperature": 0,
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]});
+    let reply = post(server.addr, "/v1/messages", body.clone()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let message = reply.json();
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["role"], "assistant");
+    assert_eq!(message["model"], "fake");
+    assert!(message["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(message["content"], json!([{"type": "text", "text": want}]));
+    assert_eq!(message["stop_reason"], "max_tokens");
+    assert_eq!(message["stop_sequence"], Value::Null);
+    assert_eq!(
+        message["usage"],
+        json!({"input_tokens": chat["usage"]["prompt_tokens"], "output_tokens": 25})
+    );
+    // Streamed: message_start, a ping, one text block, the stop reason, message_stop.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let reply = post(server.addr, "/v1/messages", streamed).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply
+        .headers
+        .to_ascii_lowercase()
+        .contains("content-type: text/event-stream"));
+    let events = anthropic_events(&reply.body);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "ping", "content_block_start"]);
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    assert!(names[3..names.len() - 3]
+        .iter()
+        .all(|&n| n == "content_block_delta"));
+    let start = &events[0].1["message"];
+    assert_eq!(
+        start["id"].as_str().unwrap().len(),
+        message["id"].as_str().unwrap().len()
+    );
+    assert_eq!(start["content"], json!([]));
+    assert_eq!(
+        start["usage"]["input_tokens"],
+        message["usage"]["input_tokens"]
+    );
+    assert_eq!(
+        events[2].1["content_block"],
+        json!({"type": "text", "text": ""})
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|(_, e)| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, want);
+    let end = &events[events.len() - 2].1;
+    assert_eq!(end["delta"]["stop_reason"], "max_tokens");
+    assert_eq!(end["usage"]["output_tokens"], 25);
+}
+
+#[tokio::test]
+async fn an_anthropic_stop_sequence_ends_the_message_and_is_named() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let ask = |extra: Value| {
+        let mut body = json!({"max_tokens": 60, "temperature": 0,
+                              "messages": [{"role": "user", "content": "stop test"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        post(server.addr, "/v1/messages", body)
+    };
+    let full = ask(json!({})).await.json()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stop: String = full.chars().skip(20).take(3).collect();
+    let cut = &full[..full.find(&stop).unwrap()];
+    let whole = ask(json!({"stop_sequences": ["\u{1}never", stop]}))
+        .await
+        .json();
+    assert_eq!(whole["content"][0]["text"], cut);
+    assert_eq!(whole["stop_reason"], "stop_sequence");
+    assert_eq!(whole["stop_sequence"], stop.as_str());
+    let events = anthropic_events(
+        &ask(json!({"stop_sequences": [stop], "stream": true}))
+            .await
+            .body,
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|(_, e)| e["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, cut);
+    let end = &events[events.len() - 2].1;
+    assert_eq!(end["delta"]["stop_reason"], "stop_sequence");
+    assert_eq!(end["delta"]["stop_sequence"], stop.as_str());
+}
+
+#[tokio::test]
+async fn anthropic_thinking_comes_as_a_thinking_block_before_the_text() {
+    let options = Options {
+        text: Arc::new(ThinkingText),
+        ..Options::default()
+    };
+    let server = start_with(&[1056; 2], EQUAL, 64, options).await;
+    // As the chat API's test: the user's message opens a thought, which the budget ends.
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "think about it {"}], "max_tokens": 80,
+               "temperature": 0, "thinking_budget": 10}),
+    )
+    .await
+    .json();
+    let want = &chat["choices"][0]["message"];
+    let body = json!({"messages": [{"role": "user", "content": "think about it {"}],
+                      "max_tokens": 80, "temperature": 0,
+                      "thinking": {"type": "enabled", "budget_tokens": 10}});
+    let message = post(server.addr, "/v1/messages", body.clone()).await.json();
+    let content = message["content"].as_array().unwrap();
+    // The blocks in the order the model wrote them (this reply thinks again later), all of
+    // them the chat API's reasoning and content.
+    assert_eq!(content[0]["type"], "thinking");
+    assert_eq!(content[1]["type"], "text");
+    let joined = |kind: &str| -> String {
+        content
+            .iter()
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[kind].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        joined("thinking"),
+        want["reasoning_content"].as_str().unwrap()
+    );
+    assert_eq!(
+        joined("text"),
+        want["content"].as_str().unwrap().trim_end(),
+        "{message}"
+    );
+    // Streamed: the same blocks, block by block.
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = anthropic_events(&post(server.addr, "/v1/messages", streamed).await.body);
+    let mut rebuilt: Vec<Value> = Vec::new();
+    for (name, event) in &events {
+        match name.as_str() {
+            "content_block_start" => {
+                assert_eq!(event["index"], rebuilt.len());
+                rebuilt.push(event["content_block"].clone());
+            }
+            "content_block_delta" => {
+                let block = &mut rebuilt[event["index"].as_u64().unwrap() as usize];
+                for field in ["text", "thinking"] {
+                    if let Some(piece) = event["delta"][field].as_str() {
+                        let whole = format!("{}{piece}", block[field].as_str().unwrap());
+                        block[field] = json!(whole);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(&rebuilt, content);
+}
+
+#[tokio::test]
+async fn anthropic_errors_come_in_anthropics_shape() {
+    let server = start(&[1056; 2], EQUAL, 64, Some("sesame")).await;
+    let with_key = |body: &str| {
+        format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: sesame\r\n\
+             anthropic-version: 2023-06-01\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let ok = r#"{"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}"#;
+    // Anthropic's clients send the key as `x-api-key`.
+    let reply = send_raw(server.addr, with_key(ok).as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        (
+            with_key("{nope"),
+            400,
+            "invalid_request_error",
+            "not valid JSON",
+        ),
+        (
+            with_key(
+                r#"{"max_tokens":3,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}"#,
+            ),
+            400,
+            "invalid_request_error",
+            "messages[0].content[0]",
+        ),
+        (
+            with_key(r#"{"model":"claude","messages":[{"role":"user","content":"hi"}]}"#),
+            404,
+            "not_found_error",
+            "claude",
+        ),
+        (
+            format!(
+                "POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: wrong\r\n\
+                 Content-Length: {}\r\n\r\n{ok}",
+                ok.len()
+            ),
+            401,
+            "authentication_error",
+            "API key",
+        ),
+    ];
+    for (raw, status, kind, says) in cases {
+        let reply = send_raw(server.addr, raw.as_bytes()).await;
+        assert_eq!(reply.status, status, "{}", reply.body);
+        let body = reply.json();
+        assert_eq!(body["type"], "error", "{}", reply.body);
+        assert_eq!(body["error"]["type"], kind, "{}", reply.body);
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(says),
+            "{}",
+            reply.body
+        );
+    }
+    // An oversized body, refused before any handler: the same shape.
+    let huge = format!(r#"{{"system":"{}"}}"#, "x".repeat(server::MAX_BODY_BYTES));
+    let reply = send_raw(server.addr, with_key(&huge).as_bytes()).await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.json()["error"]["type"], "request_too_large");
+}
+
+#[tokio::test]
+async fn anthropic_count_tokens_counts_the_prompt_a_message_sends() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let messages = json!([{"role": "user", "content": "hi there"}]);
+    let counted = post(
+        server.addr,
+        "/v1/messages/count_tokens",
+        json!({"system": "be brief", "messages": messages}),
+    )
+    .await;
+    assert_eq!(counted.status, 200, "{}", counted.body);
+    let message = post(
+        server.addr,
+        "/v1/messages",
+        json!({"system": "be brief", "messages": messages, "max_tokens": 1}),
+    )
+    .await
+    .json();
+    assert_eq!(
+        counted.json()["input_tokens"],
+        message["usage"]["input_tokens"]
+    );
+    // "system: be brief\nuser: hi there\n", a byte a token.
+    assert_eq!(counted.json()["input_tokens"], 32);
+}
