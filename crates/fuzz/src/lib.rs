@@ -1,5 +1,5 @@
-//! Fuzz targets (request bodies, the chat template, a reply's stream, session specs, configs,
-//! safetensors files):
+//! Fuzz targets (request bodies of both APIs, the chat template, a reply's stream, session specs,
+//! configs, safetensors files):
 //! each takes arbitrary bytes and must return without panicking; what it may
 //! return is checked where there is something to check. The AFL binaries (`src/bin/`) feed them
 //! inputs under coverage guidance; `tests/corpus.rs` replays every committed input (the seeds
@@ -17,8 +17,9 @@ pub const INPUT_MAX: usize = 1 << 16;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name, for the corpus replay.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("chat", chat),
+    ("messages", messages),
     ("chat_template", chat_template),
     ("completion", completion),
     ("reply_stream", reply_stream),
@@ -30,6 +31,12 @@ pub const TARGETS: [(&str, Target); 7] = [
 /// A `/v1/chat/completions` body: a parsed request or a 400 naming what is wrong.
 pub fn chat(data: &[u8]) {
     request_body(data, server::request::parse_chat);
+}
+
+/// A `/v1/messages` body (Anthropic's Messages API): a parsed request or a 400 naming what is
+/// wrong.
+pub fn messages(data: &[u8]) {
+    request_body(data, server::anthropic::parse_messages);
 }
 
 /// A request body through its parser: a parsed request or an error that says what is wrong.
