@@ -147,3 +147,15 @@ def test_bad_requests_get_anthropics_errors_and_the_key_is_checked(server):
     stranger = anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         stranger.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_an_output_format_holds_the_reply_to_its_schema(server):
+    claude, _ = clients(server)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
+              "required": ["n"], "additionalProperties": False}
+    message = claude.messages.create(model="m", max_tokens=60, extra_body=GREEDY,
+                                     messages=[{"role": "user", "content": "Count from 1 to 5."}],
+                                     output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert message.stop_reason == "end_turn", message
+    value = json.loads(message.content[0].text)
+    assert isinstance(value["n"], int) and 1 <= value["n"] <= 9 and set(value) == {"n"}
