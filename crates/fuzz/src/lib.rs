@@ -17,9 +17,10 @@ pub const INPUT_MAX: usize = 1 << 16;
 pub type Target = fn(&[u8]);
 
 /// Every target, by name, for the corpus replay.
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("chat", chat),
     ("messages", messages),
+    ("responses", responses),
     ("chat_template", chat_template),
     ("completion", completion),
     ("reply_stream", reply_stream),
@@ -37,6 +38,12 @@ pub fn chat(data: &[u8]) {
 /// wrong.
 pub fn messages(data: &[u8]) {
     request_body(data, server::anthropic::parse_messages);
+}
+
+/// A `/v1/responses` body (OpenAI's Responses API): a parsed request or a 400 naming what is
+/// wrong.
+pub fn responses(data: &[u8]) {
+    request_body(data, server::openai_responses::parse_responses);
 }
 
 /// A request body through its parser: a parsed request or an error that says what is wrong.

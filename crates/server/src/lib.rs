@@ -12,6 +12,8 @@
 //! | the accept loop: connection cap, shutdown | `listen.rs` |
 //! | completions and chat, SSE and not | `generate.rs` |
 //! | Anthropic's Messages API: its bodies, its replies and events | [`anthropic`], `messages.rs` |
+//! | OpenAI's Responses API: its bodies, its replies and events | [`openai_responses`], `responses.rs` |
+//! | a reply as blocks (thinking, text, tool calls), for both | `blocks.rs` |
 //! | request bodies checked field by field | [`request`] |
 //! | text from tokens, stop strings | [`text`], `reply.rs` |
 //! | the engine thread and its channels | [`engine_thread`] |
@@ -20,6 +22,7 @@
 
 pub mod advice;
 pub mod anthropic;
+mod blocks;
 mod body;
 pub mod engine_thread;
 pub mod error;
@@ -28,9 +31,11 @@ mod listen;
 mod live;
 mod messages;
 mod metrics;
+pub mod openai_responses;
 // Public for the fuzz targets (`crates/fuzz`: a reply's stream in any rounds).
 pub mod reply;
 pub mod request;
+mod responses;
 mod routes;
 mod state;
 pub mod structured;

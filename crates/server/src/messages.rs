@@ -5,12 +5,13 @@
 //! `text` and `tool_use`, whole or as Anthropic's typed server-sent events.
 
 use crate::anthropic;
+use crate::blocks::{Block, BlockEvent, Blocks, Growing};
 use crate::engine_thread::StreamEvent;
 use crate::error::{AnthropicError, ApiError};
 use crate::generate::{
     admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, Choice, Shape,
 };
-use crate::reply::{Delta, Ending};
+use crate::reply::Ending;
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::ToolCall;
@@ -168,13 +169,13 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
         ..
     } = choice;
     let mut blocks = Blocks::default();
-    // The events are the streamed reply's; a whole one keeps only the blocks they built.
+    // A whole reply keeps the blocks; their events are the stream's business.
     let mut unsent = Vec::new();
     let ending = loop {
         match events.recv().await {
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&meta, &delta, &mut unsent);
+                blocks.on_delta(&delta, &mut unsent);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     break Ending::Stop;
@@ -182,7 +183,7 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
             }
             Some(StreamEvent::Finished { reason, .. }) => {
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&meta, &tail, &mut unsent);
+                blocks.on_delta(&tail, &mut unsent);
                 break ending;
             }
             None => break Ending::Failed("the engine stopped".into()),
@@ -194,8 +195,12 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
     }
     blocks.finish(&mut unsent);
     let stop = stop_of(&ending, reply.stop_string(), blocks.calls);
+    let content = blocks
+        .content
+        .iter()
+        .map(|block| content_block(&meta, block));
     let body = meta.message(
-        Value::Array(blocks.content),
+        Value::Array(content.collect()),
         Some(&stop),
         usage(reply.prompt_tokens, reply.completion_tokens),
     );
@@ -219,130 +224,71 @@ fn stream_message(app: AppState, meta: MessageMeta, choice: Choice) -> Response 
         .expect("static headers are valid")
 }
 
-/// The kind of the content block a stream has open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpenBlock {
-    Thinking,
-    Text,
-}
-
-/// Turns a reply's deltas into content blocks and the events that stream them: a block opens
-/// when its kind of content first comes and closes when another kind comes or the reply ends;
-/// each tool call is a block of its own (its input as one `input_json_delta`). Whitespace at the
-/// end of the text so far waits until more text comes: the whitespace a model writes around its
-/// calls opens no block and ends none. A whole message is the blocks; a stream, the events.
-#[derive(Debug, Default)]
-struct Blocks {
-    /// The blocks so far, the last one open or not.
-    content: Vec<Value>,
-    open: Option<OpenBlock>,
-    /// Whitespace not yet sent: it goes out with the text that follows it, or never.
-    held_space: String,
-    calls: usize,
-}
-
-impl Blocks {
-    fn on_delta(
-        &mut self,
-        meta: &MessageMeta,
-        delta: &Delta,
-        out: &mut Vec<(&'static str, Value)>,
-    ) {
-        if !delta.reasoning.is_empty() {
-            self.ensure(OpenBlock::Thinking, out);
-            self.add(OpenBlock::Thinking, &delta.reasoning, out);
+/// A block as Anthropic writes it. No signature on thinking: this server keeps no thinking to
+/// verify (past thinking sent back is left out of the prompt).
+fn content_block(meta: &MessageMeta, block: &Block) -> Value {
+    match block {
+        Block::Thinking(thinking) => {
+            json!({"type": "thinking", "thinking": thinking, "signature": ""})
         }
-        if !delta.text.is_empty() {
-            let mut text = std::mem::take(&mut self.held_space);
-            text.push_str(&delta.text);
-            let said = text.trim_end().len();
-            self.held_space = text.split_off(said);
-            if said > 0 {
-                self.ensure(OpenBlock::Text, out);
-                self.add(OpenBlock::Text, &text, out);
+        Block::Text(text) => json!({"type": "text", "text": text}),
+        Block::Call { call, tool } => meta.tool_use(*call, tool),
+    }
+}
+
+/// The events of Anthropic's stream for some block events: a thinking or text block opens empty
+/// and grows by deltas; a tool call is a block whose whole input is one `input_json_delta`.
+fn anthropic_events(
+    meta: &MessageMeta,
+    blocks: &Blocks,
+    happened: &[BlockEvent],
+    out: &mut Vec<(&'static str, Value)>,
+) {
+    for event in happened {
+        match event {
+            BlockEvent::Open { index, kind } => {
+                let empty = match kind {
+                    Growing::Thinking => Block::Thinking(String::new()),
+                    Growing::Text => Block::Text(String::new()),
+                };
+                out.push((
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                           "content_block": content_block(meta, &empty)}),
+                ));
             }
-        }
-        for call in &delta.tool_calls {
-            self.close(out);
-            self.held_space.clear();
-            let index = self.content.len();
-            let block = meta.tool_use(self.calls, call);
-            let mut start = block.clone();
-            start["input"] = json!({});
-            out.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index, "content_block": start}),
-            ));
-            out.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": index,
-                       "delta": {"type": "input_json_delta", "partial_json": block["input"].to_string()}}),
-            ));
-            out.push((
+            BlockEvent::Piece { index, kind, text } => {
+                let delta = match kind {
+                    Growing::Thinking => json!({"type": "thinking_delta", "thinking": text}),
+                    Growing::Text => json!({"type": "text_delta", "text": text}),
+                };
+                out.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index, "delta": delta}),
+                ));
+            }
+            BlockEvent::Close { index, .. } => out.push((
                 "content_block_stop",
                 json!({"type": "content_block_stop", "index": index}),
-            ));
-            self.content.push(block);
-            self.calls += 1;
-        }
-    }
-
-    /// Opens a block of `kind` unless one is open.
-    fn ensure(&mut self, kind: OpenBlock, out: &mut Vec<(&'static str, Value)>) {
-        if self.open == Some(kind) {
-            return;
-        }
-        self.close(out);
-        // No signature: this server keeps no thinking to verify (past thinking sent back is
-        // left out of the prompt).
-        let block = match kind {
-            OpenBlock::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
-            OpenBlock::Text => json!({"type": "text", "text": ""}),
-        };
-        out.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": self.content.len(), "content_block": block}),
-        ));
-        self.content.push(block);
-        self.open = Some(kind);
-    }
-
-    /// Adds `piece` to the open block, of `kind`.
-    fn add(&mut self, kind: OpenBlock, piece: &str, out: &mut Vec<(&'static str, Value)>) {
-        let (field, delta) = match kind {
-            OpenBlock::Thinking => ("thinking", "thinking_delta"),
-            OpenBlock::Text => ("text", "text_delta"),
-        };
-        let index = self.content.len() - 1;
-        if let Value::String(text) = &mut self.content[index][field] {
-            text.push_str(piece);
-        }
-        out.push((
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": index,
-                   "delta": {"type": delta, field: piece}}),
-        ));
-    }
-
-    /// The reply's end: an open text block takes the whitespace held back, a reply that said
-    /// nothing is one text block (of its whitespace), and the open block closes.
-    fn finish(&mut self, out: &mut Vec<(&'static str, Value)>) {
-        let held = std::mem::take(&mut self.held_space);
-        if self.content.is_empty() {
-            self.ensure(OpenBlock::Text, out);
-        }
-        if self.open == Some(OpenBlock::Text) && !held.is_empty() {
-            self.add(OpenBlock::Text, &held, out);
-        }
-        self.close(out);
-    }
-
-    fn close(&mut self, out: &mut Vec<(&'static str, Value)>) {
-        if self.open.take().is_some() {
-            out.push((
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": self.content.len() - 1}),
-            ));
+            )),
+            BlockEvent::Call { index } => {
+                let block = content_block(meta, &blocks.content[*index]);
+                let mut start = block.clone();
+                start["input"] = json!({});
+                out.push((
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index, "content_block": start}),
+                ));
+                out.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "input_json_delta", "partial_json": block["input"].to_string()}}),
+                ));
+                out.push((
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": index}),
+                ));
+            }
         }
     }
 }
@@ -377,6 +323,7 @@ async fn write_events(
         }
     }
     let mut blocks = Blocks::default();
+    let mut happened = Vec::new();
     let mut out: Vec<(&'static str, Value)> = Vec::new();
     let ending = loop {
         let next = tokio::select! {
@@ -386,7 +333,7 @@ async fn write_events(
         let ending = match next {
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&meta, &delta, &mut out);
+                blocks.on_delta(&delta, &mut happened);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     Some(Ending::Stop)
@@ -396,11 +343,13 @@ async fn write_events(
             }
             Some(StreamEvent::Finished { reason, .. }) => {
                 let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&meta, &tail, &mut out);
+                blocks.on_delta(&tail, &mut happened);
                 Some(ending)
             }
             None => Some(Ending::Failed("the engine stopped".into())),
         };
+        anthropic_events(&meta, &blocks, &happened, &mut out);
+        happened.clear();
         for (name, data) in out.drain(..) {
             if sink.send(event(name, &data)).await.is_err() {
                 return;
@@ -416,7 +365,8 @@ async fn write_events(
             .await;
         return;
     }
-    blocks.finish(&mut out);
+    blocks.finish(&mut happened);
+    anthropic_events(&meta, &blocks, &happened, &mut out);
     let stop = stop_of(&ending, reply.stop_string(), blocks.calls);
     out.push((
         "message_delta",
@@ -447,24 +397,24 @@ mod tests {
         }
     }
 
-    fn delta(text: &str, reasoning: &str, calls: &[&str]) -> Delta {
-        Delta {
-            text: text.into(),
-            reasoning: reasoning.into(),
-            tool_calls: calls
-                .iter()
-                .map(|name| ToolCall {
-                    name: name.to_string(),
-                    arguments: "{\"a\": 1}".into(),
-                })
-                .collect(),
-            ..Delta::default()
-        }
-    }
-
-    /// Each event as "name index kind", for a short comparison.
-    fn summary(out: &[(&'static str, Value)]) -> Vec<String> {
-        out.iter()
+    #[test]
+    fn block_events_become_anthropics_events() {
+        let meta = meta();
+        let delta = crate::reply::Delta {
+            text: "Sure.\n".into(),
+            reasoning: "hm".into(),
+            tool_calls: vec![ToolCall {
+                name: "f".into(),
+                arguments: "{\"a\": 1}".into(),
+            }],
+            ..Default::default()
+        };
+        let (mut blocks, mut happened, mut out) = (Blocks::default(), Vec::new(), Vec::new());
+        blocks.on_delta(&delta, &mut happened);
+        blocks.finish(&mut happened);
+        anthropic_events(&meta, &blocks, &happened, &mut out);
+        let summary: Vec<String> = out
+            .iter()
             .map(|(name, data)| {
                 let kind = data["content_block"]["type"]
                     .as_str()
@@ -472,25 +422,11 @@ mod tests {
                     .unwrap_or("");
                 format!("{name} {} {kind}", data["index"])
             })
-            .collect()
-    }
-
-    #[test]
-    fn blocks_open_and_close_as_the_kind_of_content_changes() {
-        let (meta, mut blocks, mut out) = (meta(), Blocks::default(), Vec::new());
-        blocks.on_delta(&meta, &delta("", "let me", &[]), &mut out);
-        blocks.on_delta(&meta, &delta("", " see", &[]), &mut out);
-        // Whitespace alone opens nothing; it goes out with the text after it.
-        blocks.on_delta(&meta, &delta("\n", "", &[]), &mut out);
-        blocks.on_delta(&meta, &delta("Sure.", "", &[]), &mut out);
-        blocks.on_delta(&meta, &delta("\n\n", "", &["f", "g"]), &mut out);
-        blocks.on_delta(&meta, &delta("\n", "", &[]), &mut out);
-        blocks.finish(&mut out);
+            .collect();
         assert_eq!(
-            summary(&out),
+            summary,
             [
                 "content_block_start 0 thinking",
-                "content_block_delta 0 thinking_delta",
                 "content_block_delta 0 thinking_delta",
                 "content_block_stop 0 ",
                 "content_block_start 1 text",
@@ -499,54 +435,23 @@ mod tests {
                 "content_block_start 2 tool_use",
                 "content_block_delta 2 input_json_delta",
                 "content_block_stop 2 ",
-                "content_block_start 3 tool_use",
-                "content_block_delta 3 input_json_delta",
-                "content_block_stop 3 ",
             ]
         );
-        assert_eq!(out[5].1["delta"]["text"], "\nSure.");
-        assert_eq!(out[8].1["delta"]["partial_json"], "{\"a\":1}");
-        assert_eq!(out[7].1["content_block"]["input"], json!({}));
-        assert_ne!(
-            out[7].1["content_block"]["id"],
-            out[10].1["content_block"]["id"]
-        );
-        assert_eq!(blocks.calls, 2);
-        // The blocks the events built, as a whole message has them.
-        assert_eq!(blocks.content.len(), 4);
         assert_eq!(
-            blocks.content[0],
-            json!({"type": "thinking", "thinking": "let me see", "signature": ""})
+            out[0].1["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
         );
+        assert_eq!(out[4].1["delta"]["text"], "Sure.");
+        assert_eq!(out[6].1["content_block"]["input"], json!({}));
+        assert_eq!(out[6].1["content_block"]["name"], "f");
+        assert!(out[6].1["content_block"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("toolu_"));
+        assert_eq!(out[7].1["delta"]["partial_json"], "{\"a\":1}");
         assert_eq!(
-            blocks.content[1],
-            json!({"type": "text", "text": "\nSure."})
-        );
-        assert_eq!(blocks.content[2]["input"], json!({"a": 1}));
-        assert_eq!(blocks.content[3]["name"], "g");
-    }
-
-    #[test]
-    fn a_reply_that_says_nothing_is_one_text_block_and_trailing_whitespace_stays_in_its_block() {
-        let (meta, mut blocks, mut out) = (meta(), Blocks::default(), Vec::new());
-        blocks.on_delta(&meta, &delta(" \n", "", &[]), &mut out);
-        blocks.finish(&mut out);
-        assert_eq!(blocks.content, [json!({"type": "text", "text": " \n"})]);
-        assert_eq!(
-            summary(&out),
-            [
-                "content_block_start 0 text",
-                "content_block_delta 0 text_delta",
-                "content_block_stop 0 "
-            ]
-        );
-        let (mut blocks, mut out) = (Blocks::default(), Vec::new());
-        blocks.on_delta(&meta, &delta("Done. ", "", &[]), &mut out);
-        blocks.on_delta(&meta, &delta("\n", "", &[]), &mut out);
-        blocks.finish(&mut out);
-        assert_eq!(
-            blocks.content,
-            [json!({"type": "text", "text": "Done. \n"})]
+            content_block(&meta, &blocks.content[2])["input"],
+            json!({"a": 1})
         );
     }
 

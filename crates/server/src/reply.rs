@@ -91,6 +91,8 @@ pub struct Reply {
     /// A stop string matched: everything after it is dropped.
     stopped: bool,
     pub completion_tokens: u64,
+    /// Of the completion's tokens, those of its thinking (the tags included).
+    pub reasoning_tokens: u64,
     pub prompt_tokens: u64,
 }
 
@@ -105,6 +107,7 @@ impl Reply {
             want_logprobs,
             stopped: false,
             completion_tokens: 0,
+            reasoning_tokens: 0,
             prompt_tokens,
         }
     }
@@ -176,6 +179,9 @@ impl Reply {
             self.completion_tokens += 1;
             if let Some(split) = &mut self.split {
                 let detok = ModelDetokenizer(text_model);
+                if split.thinking || out.token == split.tags.open {
+                    self.reasoning_tokens += 1;
+                }
                 if split.thinking {
                     if out.token == split.tags.close {
                         split.thinking = false;

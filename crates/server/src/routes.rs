@@ -18,6 +18,7 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/messages", post(crate::messages::messages))
         .route(
             "/v1/messages/count_tokens",

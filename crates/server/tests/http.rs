@@ -1904,3 +1904,73 @@ async fn anthropic_count_tokens_counts_the_prompt_a_message_sends() {
     // "system: be brief\nuser: hi there\n", a byte a token.
     assert_eq!(counted.json()["input_tokens"], 32);
 }
+
+#[tokio::test]
+async fn a_response_of_the_responses_api_is_the_chat_apis_reply_whole_and_streamed() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
+               "max_tokens": 25, "temperature": 0}),
+    )
+    .await
+    .json();
+    let want = chat["choices"][0]["message"]["content"].as_str().unwrap();
+    let body = json!({"instructions": "be brief", "max_output_tokens": 25, "temperature": 0,
+                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi there"}]}]});
+    let reply = post(server.addr, "/v1/responses", body.clone()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let response = reply.json();
+    assert_eq!(response["object"], "response");
+    // Cut by max_output_tokens: incomplete, and says why.
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(
+        response["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert_eq!(response["output"][0]["type"], "message");
+    assert_eq!(response["output"][0]["content"][0]["text"], want);
+    assert_eq!(
+        response["usage"]["input_tokens"],
+        chat["usage"]["prompt_tokens"]
+    );
+    assert_eq!(response["usage"]["output_tokens"], 25);
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let reply = post(server.addr, "/v1/responses", streamed).await;
+    let events = anthropic_events(&reply.body);
+    let kinds: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        kinds[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added"
+        ]
+    );
+    assert_eq!(kinds.last(), Some(&"response.incomplete"));
+    for (i, (_, event)) in events.iter().enumerate() {
+        assert_eq!(event["sequence_number"], i, "{}", reply.body);
+    }
+    let text: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, e)| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, want);
+    let mut final_output = events.last().unwrap().1["response"]["output"].clone();
+    // (Another response: its own ids.)
+    final_output[0]["id"] = response["output"][0]["id"].clone();
+    assert_eq!(final_output, response["output"]);
+    // Errors are the OpenAI API's, naming the field.
+    let refused = post(
+        server.addr,
+        "/v1/responses",
+        json!({"input": "x", "previous_response_id": "resp_1"}),
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["param"], "previous_response_id");
+}

@@ -1,0 +1,243 @@
+//! A reply as a sequence of blocks — thinking, text, tool calls — in the order the model wrote
+//! them, and the events that open, fill and close them as the rounds come. Anthropic's Messages
+//! API (content blocks) and OpenAI's Responses API (output items) are both this sequence in
+//! their own words, so a whole reply is always the blocks its stream would have sent.
+
+use crate::reply::Delta;
+use crate::structured::ToolCall;
+
+/// The kind of a block that grows piece by piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growing {
+    Thinking,
+    Text,
+}
+
+/// One block of a reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Block {
+    Thinking(String),
+    Text(String),
+    /// The reply's `call`-th tool call.
+    Call {
+        call: usize,
+        tool: ToolCall,
+    },
+}
+
+/// What happened to the blocks: each `index` is the block's place in the reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BlockEvent {
+    /// A thinking or text block opens, empty.
+    Open { index: usize, kind: Growing },
+    /// A piece of text is added to the open block.
+    Piece {
+        index: usize,
+        kind: Growing,
+        text: String,
+    },
+    /// A thinking or text block closes.
+    Close { index: usize, kind: Growing },
+    /// A tool call, a whole block at once (`blocks.content[index]`).
+    Call { index: usize },
+}
+
+/// The blocks so far and the open one. A block opens when its kind of content first comes and
+/// closes when another kind comes or the reply ends; each tool call is a block of its own.
+/// Whitespace at the end of the text so far waits until more text comes: the whitespace a model
+/// writes around its calls opens no block and ends none; a reply's last whitespace stays in its
+/// open text block.
+#[derive(Debug, Default)]
+pub struct Blocks {
+    pub content: Vec<Block>,
+    open: Option<Growing>,
+    /// Whitespace not yet sent: it goes out with the text that follows it, or at the end.
+    held_space: String,
+    pub calls: usize,
+}
+
+impl Blocks {
+    pub fn on_delta(&mut self, delta: &Delta, out: &mut Vec<BlockEvent>) {
+        if !delta.reasoning.is_empty() {
+            self.add(Growing::Thinking, &delta.reasoning, out);
+        }
+        if !delta.text.is_empty() {
+            let mut text = std::mem::take(&mut self.held_space);
+            text.push_str(&delta.text);
+            let said = text.trim_end().len();
+            self.held_space = text.split_off(said);
+            if said > 0 {
+                self.add(Growing::Text, &text, out);
+            }
+        }
+        for tool in &delta.tool_calls {
+            self.close(out);
+            self.held_space.clear();
+            out.push(BlockEvent::Call {
+                index: self.content.len(),
+            });
+            self.content.push(Block::Call {
+                call: self.calls,
+                tool: tool.clone(),
+            });
+            self.calls += 1;
+        }
+    }
+
+    /// The reply's end: an open text block takes the whitespace held back, a reply that said
+    /// nothing is one text block (of its whitespace), and the open block closes.
+    pub fn finish(&mut self, out: &mut Vec<BlockEvent>) {
+        let held = std::mem::take(&mut self.held_space);
+        if self.content.is_empty() {
+            self.open_block(Growing::Text, out);
+        }
+        if self.open == Some(Growing::Text) && !held.is_empty() {
+            self.add(Growing::Text, &held, out);
+        }
+        self.close(out);
+    }
+
+    /// Adds `piece` to a block of `kind`, opening one unless it is open.
+    fn add(&mut self, kind: Growing, piece: &str, out: &mut Vec<BlockEvent>) {
+        if self.open != Some(kind) {
+            self.close(out);
+            self.open_block(kind, out);
+        }
+        let index = self.content.len() - 1;
+        if let Some(Block::Thinking(text) | Block::Text(text)) = self.content.last_mut() {
+            text.push_str(piece);
+        }
+        out.push(BlockEvent::Piece {
+            index,
+            kind,
+            text: piece.to_string(),
+        });
+    }
+
+    fn open_block(&mut self, kind: Growing, out: &mut Vec<BlockEvent>) {
+        out.push(BlockEvent::Open {
+            index: self.content.len(),
+            kind,
+        });
+        self.content.push(match kind {
+            Growing::Thinking => Block::Thinking(String::new()),
+            Growing::Text => Block::Text(String::new()),
+        });
+        self.open = Some(kind);
+    }
+
+    fn close(&mut self, out: &mut Vec<BlockEvent>) {
+        if let Some(kind) = self.open.take() {
+            out.push(BlockEvent::Close {
+                index: self.content.len() - 1,
+                kind,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(text: &str, reasoning: &str, calls: &[&str]) -> Delta {
+        Delta {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            tool_calls: calls
+                .iter()
+                .map(|name| ToolCall {
+                    name: name.to_string(),
+                    arguments: "{\"a\": 1}".into(),
+                })
+                .collect(),
+            ..Delta::default()
+        }
+    }
+
+    fn call(call: usize, name: &str) -> Block {
+        Block::Call {
+            call,
+            tool: ToolCall {
+                name: name.into(),
+                arguments: "{\"a\": 1}".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn blocks_open_and_close_as_the_kind_of_content_changes() {
+        let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+        blocks.on_delta(&delta("", "let me", &[]), &mut out);
+        blocks.on_delta(&delta("", " see", &[]), &mut out);
+        // Whitespace alone opens nothing; it goes out with the text after it.
+        blocks.on_delta(&delta("\n", "", &[]), &mut out);
+        blocks.on_delta(&delta("Sure.", "", &[]), &mut out);
+        // Nor does it end a block: the whitespace before the calls is dropped.
+        blocks.on_delta(&delta("\n\n", "", &["f", "g"]), &mut out);
+        blocks.on_delta(&delta("\n", "", &[]), &mut out);
+        blocks.finish(&mut out);
+        use BlockEvent::*;
+        use Growing::*;
+        let piece = |index, kind, text: &str| Piece {
+            index,
+            kind,
+            text: text.into(),
+        };
+        assert_eq!(
+            out,
+            [
+                Open {
+                    index: 0,
+                    kind: Thinking
+                },
+                piece(0, Thinking, "let me"),
+                piece(0, Thinking, " see"),
+                Close {
+                    index: 0,
+                    kind: Thinking
+                },
+                Open {
+                    index: 1,
+                    kind: Text
+                },
+                piece(1, Text, "\nSure."),
+                Close {
+                    index: 1,
+                    kind: Text
+                },
+                Call { index: 2 },
+                Call { index: 3 },
+            ]
+        );
+        assert_eq!(
+            blocks.content,
+            [
+                Block::Thinking("let me see".into()),
+                Block::Text("\nSure.".into()),
+                call(0, "f"),
+                call(1, "g"),
+            ]
+        );
+        assert_eq!(blocks.calls, 2);
+    }
+
+    #[test]
+    fn a_reply_that_says_nothing_is_one_text_block_and_its_last_whitespace_stays() {
+        let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+        blocks.on_delta(&delta(" \n", "", &[]), &mut out);
+        blocks.finish(&mut out);
+        assert_eq!(blocks.content, [Block::Text(" \n".into())]);
+        assert_eq!(out.len(), 3, "{out:?}");
+        let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+        blocks.on_delta(&delta("Done. ", "", &[]), &mut out);
+        blocks.on_delta(&delta("\n", "", &[]), &mut out);
+        blocks.finish(&mut out);
+        assert_eq!(blocks.content, [Block::Text("Done. \n".into())]);
+        // Thinking, then whitespace, then nothing: no text block.
+        let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+        blocks.on_delta(&delta("\n", "hm", &[]), &mut out);
+        blocks.finish(&mut out);
+        assert_eq!(blocks.content, [Block::Thinking("hm".into())]);
+    }
+}
