@@ -1974,3 +1974,52 @@ async fn a_response_of_the_responses_api_is_the_chat_apis_reply_whole_and_stream
     assert_eq!(refused.status, 400);
     assert_eq!(refused.json()["error"]["param"], "previous_response_id");
 }
+
+/// A client that goes away from a Messages or Responses reply, streamed or whole, frees its
+/// session before the reply's end (as the chat API's do, above).
+#[tokio::test]
+async fn a_client_that_leaves_a_messages_or_responses_reply_frees_its_session() {
+    // Rounds of 200 µs: 50,000 tokens would take ten seconds.
+    let options = || Options {
+        fake: FakeConfig {
+            round_time: Duration::from_micros(200),
+            ..fake_config()
+        },
+        ..Options::default()
+    };
+    let user = json!([{"role": "user", "content": "a"}]);
+    for stream in [true, false] {
+        for (path, body) in [
+            (
+                "/v1/messages",
+                json!({"messages": user, "max_tokens": 50_000, "stream": stream}),
+            ),
+            (
+                "/v1/responses",
+                json!({"input": user, "max_output_tokens": 50_000, "stream": stream}),
+            ),
+        ] {
+            let server = start_with(&[60_000], EQUAL, 64, options()).await;
+            let mut client = TcpStream::connect(server.addr).await.unwrap();
+            let body = body.to_string();
+            let raw = format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            client.write_all(raw.as_bytes()).await.unwrap();
+            let started = Instant::now();
+            let mut held = false;
+            while started.elapsed() < Duration::from_secs(10) && !held {
+                held = slots(server.addr).await["sessions"][0]["holder"].is_number();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(held, "{path} (stream {stream}) holds a session");
+            drop(client);
+            let view = wait_all_free(server.addr).await;
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{path} (stream {stream}) ran on after the client left: {view}"
+            );
+        }
+    }
+}
