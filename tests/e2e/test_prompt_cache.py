@@ -60,3 +60,36 @@ def test_concurrent_requests_from_the_cache_equal_their_solo_replies(cache_serve
     with ThreadPoolExecutor(max_workers=8) as pool:
         together = list(pool.map(lambda n: ask(client, n), counts))
     assert together == solo
+
+
+def test_every_api_reports_the_prompt_tokens_the_cache_held(cache_server):
+    """The chat API's `prompt_tokens_details.cached_tokens`, the Responses API's
+    `input_tokens_details.cached_tokens` and Anthropic's `cache_read_input_tokens` (with its
+    `input_tokens` the rest of the prompt) all say how much of the prompt came from the cache."""
+    import anthropic
+
+    client = cache_server.client()
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Count from 1 to 4."}]
+    uncached = client.chat.completions.create(model="m", temperature=0, max_tokens=8, messages=messages,
+                                              extra_body={"cache_prompt": False}).usage
+    assert uncached.prompt_tokens_details.cached_tokens == 0
+    client.chat.completions.create(model="m", temperature=0, max_tokens=8, messages=messages)  # fills the cache
+    chat = client.chat.completions.create(model="m", temperature=0, max_tokens=8, messages=messages).usage
+    assert chat.prompt_tokens == uncached.prompt_tokens
+    assert 1024 <= chat.prompt_tokens_details.cached_tokens < chat.prompt_tokens, chat
+    response = client.responses.create(model="m", temperature=0, max_output_tokens=8, instructions=SYSTEM,
+                                       input="Count from 1 to 4.").usage
+    assert (response.input_tokens, response.input_tokens_details.cached_tokens) == \
+        (chat.prompt_tokens, chat.prompt_tokens_details.cached_tokens)
+    claude = anthropic.Anthropic(base_url=cache_server.url, api_key="none", max_retries=0)
+    message = claude.messages.create(model="m", max_tokens=8, system=SYSTEM, extra_body={"temperature": 0},
+                                     messages=[{"role": "user", "content": "Count from 1 to 4."}]).usage
+    assert message.cache_read_input_tokens == chat.prompt_tokens_details.cached_tokens
+    assert message.input_tokens + message.cache_read_input_tokens == chat.prompt_tokens
+    with claude.messages.stream(model="m", max_tokens=8, system=SYSTEM, extra_body={"temperature": 0},
+                                messages=[{"role": "user", "content": "Count from 1 to 4."}]) as stream:
+        first = next(iter(stream))
+        assert first.type == "message_start"
+        assert first.message.usage.cache_read_input_tokens == message.cache_read_input_tokens
+        final = stream.get_final_message()
+    assert final.usage.cache_read_input_tokens == message.cache_read_input_tokens

@@ -312,6 +312,7 @@ pub fn measure<T: Target>(
         rounds += 1;
         for event in events {
             match event {
+                Event::Admitted { .. } => {}
                 Event::Token { stream, .. } => {
                     generated += 1;
                     let seen = &mut first_token[stream.0 as usize];

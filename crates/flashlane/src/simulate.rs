@@ -481,7 +481,8 @@ fn simulate(layout: &Layout, trace: &[TraceRequest], step: StepTime, slo: Slo) -
                         engine.cancel(id);
                     }
                 }
-                Event::Token { .. } => {}
+                // Admission is dated by the first token's round (above), as before the event.
+                Event::Admitted { .. } | Event::Token { .. } => {}
                 Event::Finished { .. } => {
                     done.entry(i).or_insert(now);
                 }

@@ -562,6 +562,10 @@ impl<T: Target> Engine<T> {
             return;
         }
         self.restore_cached_prefix(self.live.len() - 1);
+        self.out.push(Event::Admitted {
+            stream: id,
+            cached_tokens: self.live[self.live.len() - 1].cache.restored,
+        });
         if self.config.policy != Policy::FirstFree {
             self.place(id);
         }

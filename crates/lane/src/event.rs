@@ -20,6 +20,13 @@ pub enum FinishReason {
 /// One event for the host to forward to a client.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The stream took a session: its prompt starts computing, `cached_tokens` of it restored
+    /// from the prompt cache instead (APIs report them: `cached_tokens`,
+    /// `cache_read_input_tokens`). Before any of its tokens.
+    Admitted {
+        stream: StreamId,
+        cached_tokens: u64,
+    },
     /// One token of a reply, in order.
     Token {
         stream: StreamId,
@@ -41,7 +48,9 @@ pub enum Event {
 impl Event {
     pub fn stream(&self) -> StreamId {
         match self {
-            Event::Token { stream, .. } | Event::Finished { stream, .. } => *stream,
+            Event::Admitted { stream, .. }
+            | Event::Token { stream, .. }
+            | Event::Finished { stream, .. } => *stream,
         }
     }
 }

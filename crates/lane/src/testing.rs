@@ -36,6 +36,7 @@ pub fn run_to_end<T: Target>(
                 .position(|id| *id == event.stream())
                 .expect("a stream of these requests");
             match event {
+                crate::Event::Admitted { .. } => {}
                 crate::Event::Token { token, .. } => replies[i].push(token),
                 crate::Event::Finished { reason, .. } => reasons[i] = Some(reason),
             }

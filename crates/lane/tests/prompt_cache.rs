@@ -64,6 +64,19 @@ fn a_shared_prefix_is_restored_and_the_reply_is_the_reply_from_scratch() {
 }
 
 #[test]
+fn a_streams_admission_says_how_much_of_its_prompt_the_cache_held() {
+    let mut engine = cached(Setup::unset(&[cap(256)]), 1 << 20).build();
+    let mut replies = Replies::default();
+    let first = engine.submit(greedy(with_prefix(50, 7, 0), 5)).unwrap();
+    run_until_idle(&mut engine, &mut replies, 10_000);
+    let second = engine.submit(greedy(with_prefix(50, 7, 1), 5)).unwrap();
+    run_until_idle(&mut engine, &mut replies, 10_000);
+    // The first computed its whole prompt; the second found the 3 whole shared blocks.
+    assert_eq!(replies.admitted[&first], 0);
+    assert_eq!(replies.admitted[&second], 3 * CHUNK);
+}
+
+#[test]
 fn cache_prompt_false_computes_everything_and_caches_nothing() {
     let setup = cached(Setup::unset(&[cap(256)]), 1 << 20);
     let mut engine = setup.build();

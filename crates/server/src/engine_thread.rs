@@ -36,6 +36,11 @@ pub struct TokenOut {
 /// What a stream's receiver gets: every round's tokens, then its end.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
+    /// The stream took a session; `cached_tokens` of its prompt came from the prompt cache.
+    /// Before its first tokens.
+    Admitted {
+        cached_tokens: u64,
+    },
     Tokens(Vec<TokenOut>),
     Finished {
         reason: FinishReason,
@@ -330,6 +335,20 @@ impl<T: Target> EngineLoop<T> {
         let mut finished: Vec<(StreamId, StreamEvent)> = Vec::new();
         for event in events {
             match event {
+                // Sent at once: a stream's admission goes before its tokens, sent below.
+                Event::Admitted {
+                    stream,
+                    cached_tokens,
+                } => {
+                    let delivered = self.senders.get(&stream).is_some_and(|sender| {
+                        sender
+                            .try_send(StreamEvent::Admitted { cached_tokens })
+                            .is_ok()
+                    });
+                    if !delivered {
+                        self.drop_stream(stream);
+                    }
+                }
                 Event::Token {
                     stream,
                     token,

@@ -481,12 +481,34 @@ fn finish_reason(ending: &Ending, tool_calls: usize) -> &'static str {
     }
 }
 
-/// The prompt's tokens (once, however many choices) and every choice's.
-fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
+/// One choice's tokens: the prompt's, of those the ones the prompt cache held, and its own.
+#[derive(Clone, Copy, Debug)]
+struct Counts {
+    prompt: u64,
+    cached: u64,
+    completion: u64,
+}
+
+impl Counts {
+    fn of(reply: &Reply) -> Counts {
+        Counts {
+            prompt: reply.prompt_tokens,
+            cached: reply.cached_tokens,
+            completion: reply.completion_tokens,
+        }
+    }
+}
+
+/// The prompt's tokens (once, however many choices: the first's, with the cached ones it
+/// found) and every choice's.
+fn usage(choices: &[Counts]) -> Value {
+    let (prompt, cached) = choices.first().map_or((0, 0), |c| (c.prompt, c.cached));
+    let completion: u64 = choices.iter().map(|c| c.completion).sum();
     json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 
@@ -525,24 +547,22 @@ async fn whole_reply(app: AppState, meta: Arc<Meta>, choices: Vec<Choice>) -> Re
         .map(|choice| whole_choice(app.clone(), meta.clone(), choice));
     match futures_util::future::try_join_all(replies).await {
         Ok(done) => {
-            let prompt_tokens = done.first().map_or(0, |d| d.1);
-            let completion_tokens = done.iter().map(|d| d.2).sum();
+            let counts: Vec<Counts> = done.iter().map(|d| d.1).collect();
             let values = done.into_iter().map(|d| d.0).collect();
             let mut body = meta.envelope(false, Value::Array(values));
-            body["usage"] = usage(prompt_tokens, completion_tokens);
+            body["usage"] = usage(&counts);
             (StatusCode::OK, axum::Json(body)).into_response()
         }
         Err(error) => error.into_response(),
     }
 }
 
-/// One choice's whole reply as the response's `choices` entry, with the prompt's and its own
-/// token counts.
+/// One choice's whole reply as the response's `choices` entry, with its token counts.
 async fn whole_choice(
     app: AppState,
     meta: Arc<Meta>,
     choice: Choice,
-) -> Result<(Value, u64, u64), ApiError> {
+) -> Result<(Value, Counts), ApiError> {
     let Choice {
         index,
         stream,
@@ -556,6 +576,9 @@ async fn whole_choice(
     let want_logprobs = reply.wants_logprobs();
     let ending = loop {
         match events.recv().await {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                reply.cached_tokens = cached_tokens;
+            }
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 text.push_str(&delta.text);
@@ -611,7 +634,7 @@ async fn whole_choice(
             })
         }
     };
-    Ok((value, reply.prompt_tokens, reply.completion_tokens))
+    Ok((value, Counts::of(&reply)))
 }
 
 fn stream_reply(
@@ -712,17 +735,13 @@ async fn write_sse(
             frames.clone(),
         )
     });
-    let ended: Option<Vec<(u64, u64)>> = futures_util::future::join_all(writers)
+    let ended: Option<Vec<Counts>> = futures_util::future::join_all(writers)
         .await
         .into_iter()
         .collect();
-    let counts = ended.map(|ended| {
-        let prompt = ended.first().map_or(0, |e| e.0);
-        (prompt, ended.iter().map(|e| e.1).sum::<u64>())
-    });
-    if let (true, Some((prompt, completion))) = (include_usage, counts) {
+    if let (true, Some(counts)) = (include_usage, ended) {
         let mut usage_chunk = meta.envelope(true, json!([]));
-        usage_chunk["usage"] = usage(prompt, completion);
+        usage_chunk["usage"] = usage(&counts);
         let _ = frames.send(frame(&usage_chunk)).await;
     }
     let _ = frames
@@ -731,14 +750,14 @@ async fn write_sse(
 }
 
 /// One choice's frames, one a round, ending with its `finish_reason` (or an error event).
-/// Returns the prompt's and the choice's token counts where it ended well.
+/// Returns its token counts where it ended well.
 async fn write_choice(
     app: AppState,
     meta: Arc<Meta>,
     choice: Choice,
     siblings: Arc<Siblings>,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
-) -> Option<(u64, u64)> {
+) -> Option<Counts> {
     let Choice {
         index,
         stream,
@@ -755,6 +774,9 @@ async fn write_choice(
             _ = frames.closed() => return None,
         };
         match event {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                reply.cached_tokens = cached_tokens;
+            }
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 let opens_chat = first && meta.shape == Shape::Chat;
@@ -805,5 +827,5 @@ async fn write_choice(
     let finish = Some(finish_reason(&ending, calls));
     let last = chunk(&meta, of, &Delta::default(), false, finish, first, calls);
     let _ = frames.send(frame(&last)).await;
-    Some((reply.prompt_tokens, reply.completion_tokens))
+    Some(Counts::of(&reply))
 }

@@ -11,7 +11,7 @@ use crate::error::{AnthropicError, ApiError};
 use crate::generate::{
     admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, Choice, Shape,
 };
-use crate::reply::Ending;
+use crate::reply::{Ending, Reply};
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::ToolCall;
@@ -155,8 +155,14 @@ fn stop_of(ending: &Ending, stop_string: Option<&str>, tool_calls: usize) -> Sto
     }
 }
 
-fn usage(input_tokens: u64, output_tokens: u64) -> Value {
-    json!({"input_tokens": input_tokens, "output_tokens": output_tokens})
+/// Anthropic's usage: `input_tokens` are the prompt's tokens not read from the prompt cache,
+/// `cache_read_input_tokens` those that were (together the whole prompt, as Anthropic counts).
+fn usage(reply: &Reply) -> Value {
+    json!({
+        "input_tokens": reply.prompt_tokens - reply.cached_tokens.min(reply.prompt_tokens),
+        "cache_read_input_tokens": reply.cached_tokens,
+        "output_tokens": reply.completion_tokens,
+    })
 }
 
 /// The whole message: the content blocks the stream would have sent. The stream runs inside this
@@ -173,6 +179,9 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
     let mut unsent = Vec::new();
     let ending = loop {
         match events.recv().await {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                reply.cached_tokens = cached_tokens;
+            }
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 blocks.on_delta(&delta, &mut unsent);
@@ -199,11 +208,7 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
         .content
         .iter()
         .map(|block| content_block(&meta, block));
-    let body = meta.message(
-        Value::Array(content.collect()),
-        Some(&stop),
-        usage(reply.prompt_tokens, reply.completion_tokens),
-    );
+    let body = meta.message(Value::Array(content.collect()), Some(&stop), usage(&reply));
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
@@ -309,28 +314,33 @@ async fn write_events(
         mut events,
         ..
     } = choice;
-    let start = meta.message(json!([]), None, usage(reply.prompt_tokens, 0));
-    let opening = [
-        event(
-            "message_start",
-            &json!({"type": "message_start", "message": start}),
-        ),
-        event("ping", &json!({"type": "ping"})),
-    ];
-    for frame in opening {
-        if sink.send(frame).await.is_err() {
-            return;
-        }
-    }
     let mut blocks = Blocks::default();
     let mut happened = Vec::new();
     let mut out: Vec<(&'static str, Value)> = Vec::new();
+    // `message_start` waits for the stream's admission, which says how much of the prompt the
+    // cache held (a stream that ends unadmitted starts with none).
+    let mut started = false;
     let ending = loop {
         let next = tokio::select! {
             next = events.recv() => next,
             _ = sink.closed() => return,
         };
+        if let Some(StreamEvent::Admitted { cached_tokens }) = next {
+            reply.cached_tokens = cached_tokens;
+        }
+        if !started {
+            started = true;
+            let mut start = usage(&reply);
+            start["output_tokens"] = json!(0);
+            let start = meta.message(json!([]), None, start);
+            out.push((
+                "message_start",
+                json!({"type": "message_start", "message": start}),
+            ));
+            out.push(("ping", json!({"type": "ping"})));
+        }
         let ending = match next {
+            Some(StreamEvent::Admitted { .. }) => None,
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 blocks.on_delta(&delta, &mut happened);
@@ -373,7 +383,7 @@ async fn write_events(
         json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop.reason, "stop_sequence": stop.sequence},
-            "usage": {"output_tokens": reply.completion_tokens},
+            "usage": usage(&reply),
         }),
     ));
     out.push(("message_stop", json!({"type": "message_stop"})));

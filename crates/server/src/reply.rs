@@ -94,6 +94,8 @@ pub struct Reply {
     /// Of the completion's tokens, those of its thinking (the tags included).
     pub reasoning_tokens: u64,
     pub prompt_tokens: u64,
+    /// Of the prompt's tokens, those restored from the prompt cache (known at admission).
+    pub cached_tokens: u64,
 }
 
 impl Reply {
@@ -109,6 +111,7 @@ impl Reply {
             completion_tokens: 0,
             reasoning_tokens: 0,
             prompt_tokens,
+            cached_tokens: 0,
         }
     }
 

@@ -8,7 +8,7 @@ use crate::blocks::{Block, BlockEvent, Blocks, Growing};
 use crate::engine_thread::StreamEvent;
 use crate::generate::{admit, ending_error, prepare, Choice, Shape};
 use crate::openai_responses;
-use crate::reply::Ending;
+use crate::reply::{Ending, Reply};
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::{ToolChoice, Tools};
@@ -169,13 +169,15 @@ fn tool_choice(tools: &Tools) -> Value {
     }
 }
 
-/// The tokens of the prompt and the reply (and of those, the reply's thinking).
-fn usage(input: u64, output: u64, reasoning: u64) -> Value {
+/// The tokens of the prompt (of those, the ones the prompt cache held) and of the reply (of
+/// those, its thinking's).
+fn usage(reply: &Reply) -> Value {
     json!({
-        "input_tokens": input,
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": input + output,
+        "input_tokens": reply.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": reply.cached_tokens},
+        "output_tokens": reply.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
     })
 }
 
@@ -192,6 +194,9 @@ async fn whole_response(app: AppState, meta: ResponseMeta, choice: Choice) -> Re
     let mut unsent = Vec::new();
     let ending = loop {
         match events.recv().await {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                reply.cached_tokens = cached_tokens;
+            }
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 blocks.on_delta(&delta, &mut unsent);
@@ -219,11 +224,7 @@ async fn whole_response(app: AppState, meta: ResponseMeta, choice: Choice) -> Re
         .enumerate()
         .map(|(index, block)| meta.item(index, block, true))
         .collect();
-    let usage = usage(
-        reply.prompt_tokens,
-        reply.completion_tokens,
-        reply.reasoning_tokens,
-    );
+    let usage = usage(&reply);
     let body = meta.response(output, Some(&ending), usage);
     (StatusCode::OK, axum::Json(body)).into_response()
 }
@@ -366,6 +367,10 @@ async fn write_events(
             _ = sink.closed() => return,
         };
         let ending = match next {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                reply.cached_tokens = cached_tokens;
+                None
+            }
             Some(StreamEvent::Tokens(tokens)) => {
                 let delta = reply.on_tokens(app.text.as_ref(), &tokens);
                 blocks.on_delta(&delta, &mut happened);
@@ -400,11 +405,7 @@ async fn write_events(
             .enumerate()
             .map(|(index, block)| meta.item(index, block, true))
             .collect();
-        let usage = usage(
-            reply.prompt_tokens,
-            reply.completion_tokens,
-            reply.reasoning_tokens,
-        );
+        let usage = usage(&reply);
         let kind = match ending {
             Ending::Length => "response.incomplete",
             _ => "response.completed",

@@ -1663,7 +1663,8 @@ async fn anthropic_messages_give_the_chat_apis_reply_as_content_blocks_whole_and
     assert_eq!(message["stop_sequence"], Value::Null);
     assert_eq!(
         message["usage"],
-        json!({"input_tokens": chat["usage"]["prompt_tokens"], "output_tokens": 25})
+        json!({"input_tokens": chat["usage"]["prompt_tokens"], "cache_read_input_tokens": 0,
+               "output_tokens": 25})
     );
     // Streamed: message_start, a ping, one text block, the stop reason, message_stop.
     let mut streamed = body.clone();

@@ -98,13 +98,30 @@ pub fn sampled(prompt: Vec<u32>, max_new: u64, seed: u64) -> Request {
 pub struct Replies {
     pub tokens: BTreeMap<StreamId, Vec<u32>>,
     pub finished: BTreeMap<StreamId, FinishReason>,
+    /// Each admitted stream's prompt tokens restored from the prompt cache.
+    pub admitted: BTreeMap<StreamId, u64>,
 }
 
 impl Replies {
     pub fn absorb(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
+                Event::Admitted {
+                    stream,
+                    cached_tokens,
+                } => {
+                    assert!(
+                        !self.tokens.contains_key(&stream) && !self.finished.contains_key(&stream),
+                        "{stream} admitted after its first token or its end"
+                    );
+                    let before = self.admitted.insert(stream, cached_tokens);
+                    assert!(before.is_none(), "{stream} admitted twice");
+                }
                 Event::Token { stream, token, .. } => {
+                    assert!(
+                        self.admitted.contains_key(&stream),
+                        "{stream} got a token before its admission"
+                    );
                     assert!(
                         !self.finished.contains_key(&stream),
                         "{stream} got a token after its final event"

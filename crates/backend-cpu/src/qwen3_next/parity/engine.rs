@@ -40,6 +40,7 @@ fn the_engine_with_drafts_and_moves_replies_as_plain_solo_decoding() {
                     .position(|id| *id == event.stream())
                     .expect("known stream");
                 match event {
+                    Event::Admitted { .. } => {}
                     Event::Token { token, .. } => replies[i].push(token),
                     Event::Finished { reason, .. } => {
                         assert_eq!(reason, FinishReason::Length, "stream {i}");
