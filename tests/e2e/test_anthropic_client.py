@@ -159,3 +159,16 @@ def test_an_output_format_holds_the_reply_to_its_schema(server):
     assert message.stop_reason == "end_turn", message
     value = json.loads(message.content[0].text)
     assert isinstance(value["n"], int) and 1 <= value["n"] <= 9 and set(value) == {"n"}
+
+
+def test_a_prefilled_assistant_turn_is_continued_as_the_chat_api_continues_it(server):
+    """Anthropic's prefill and the chat API's `continue_final_message`: the reply goes on from
+    the assistant's text (and does not repeat it)."""
+    claude, openai_client = clients(server)
+    conversation = [{"role": "user", "content": "Count from 1 to 6."}, {"role": "assistant", "content": "1\n2\n3\n"}]
+    chat = openai_client.chat.completions.create(
+        model="m", messages=conversation, temperature=0, max_tokens=40,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False}).choices[0].message.content
+    assert chat.startswith("4\n5\n6"), chat
+    message = claude.messages.create(model="m", max_tokens=40, extra_body=GREEDY, messages=conversation)
+    assert message.content[0].text == chat

@@ -134,6 +134,26 @@ impl ModelText {
         self.tokenizer.encode("hello")?;
         Ok(())
     }
+
+    fn template(&self) -> Result<&ChatTemplate, String> {
+        self.template
+            .as_ref()
+            .ok_or_else(|| "this model has no chat template; use /v1/completions".to_string())
+    }
+}
+
+/// A request's messages as the model crate's template takes them.
+fn model_messages(messages: &[ChatMessage]) -> Vec<model::ChatMessage> {
+    messages
+        .iter()
+        .map(|m| model::ChatMessage {
+            role: m.role.clone(),
+            content: m.content.clone(),
+            tool_calls: m.tool_calls.clone(),
+            tool_call_id: m.tool_call_id.clone(),
+            name: m.name.clone(),
+        })
+        .collect()
 }
 
 impl server::TextModel for ModelText {
@@ -158,22 +178,25 @@ impl server::TextModel for ModelText {
         messages: &[ChatMessage],
         template_args: &model::TemplateArgs,
     ) -> Result<Vec<u32>, String> {
-        let template = self
-            .template
-            .as_ref()
-            .ok_or("this model has no chat template; use /v1/completions")?;
-        let messages: Vec<model::ChatMessage> = messages
-            .iter()
-            .map(|m| model::ChatMessage {
-                role: m.role.clone(),
-                content: m.content.clone(),
-                tool_calls: m.tool_calls.clone(),
-                tool_call_id: m.tool_call_id.clone(),
-                name: m.name.clone(),
-            })
-            .collect();
+        let template = self.template()?;
         template
-            .render_ids_with(&self.tokenizer, &messages, true, template_args)
+            .render_ids_with(
+                &self.tokenizer,
+                &model_messages(messages),
+                true,
+                template_args,
+            )
+            .map_err(|e| format!("chat template: {e:#}"))
+    }
+
+    fn continued_chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        template_args: &model::TemplateArgs,
+    ) -> Result<Vec<u32>, String> {
+        let template = self.template()?;
+        template
+            .render_ids_continuing(&self.tokenizer, &model_messages(messages), template_args)
             .map_err(|e| format!("chat template: {e:#}"))
     }
 

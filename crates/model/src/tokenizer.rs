@@ -15,6 +15,10 @@ pub enum TextError {
     Template(#[from] minijinja::Error),
     #[error("the chat template altered a marker of written text")]
     MarkerAltered,
+    /// A chat whose last message the reply should continue, where the template does not write
+    /// that message's text as given (or it is empty).
+    #[error("the chat template does not write the last message's text as given, so a reply cannot continue it")]
+    LastMessageNotWritten,
 }
 
 /// A loaded tokenizer; text in, ids out, and back.

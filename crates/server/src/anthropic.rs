@@ -38,6 +38,20 @@ pub fn parse_messages(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     let mut messages = system(&fields)?;
     messages.extend(conversation(&fields)?);
     let (template_args, thinking_budget) = thinking(&fields)?;
+    // Anthropic's "prefill": a last turn of the assistant's is continued, its text the start of
+    // the reply (which the response does not repeat).
+    let continue_final = match messages.last() {
+        Some(last) if last.role == "assistant" => {
+            if last.tool_calls.is_some() || last.content.is_empty() {
+                return Err(ApiError::invalid(
+                    &format!("messages[{}]", message_count(&fields) - 1),
+                    "a last assistant turn is continued (prefill): it takes text, not tool calls",
+                ));
+            }
+            true
+        }
+        _ => false,
+    };
     let constraint = output_format(&fields)?;
     if constraint.is_some() && tools.choice_is_enforced() {
         return Err(ApiError::invalid(
@@ -74,11 +88,20 @@ pub fn parse_messages(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         thinking_budget,
         adjustments: LogitAdjustments::default(),
         template_args,
+        continue_final,
         constraint,
         tools,
         cache_prompt: true,
         ignore_eos: false,
     })
+}
+
+/// How many messages the body holds (after [`conversation`] read them).
+fn message_count(fields: &Map<String, Value>) -> usize {
+    fields
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 /// Fields whose features this server does not have: refused when they ask for anything.
@@ -351,15 +374,6 @@ fn conversation(fields: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
         };
         if role == "user" {
             user_turn(&param, &blocks, &call_names, &mut out)?;
-        } else if i + 1 == items.len() {
-            // Anthropic's "prefill": the reply would continue this turn's text. The template
-            // opens a new turn after the last message instead, so it is refused, as Anthropic
-            // refuses it for models without prefill.
-            return Err(ApiError::invalid(
-                &param,
-                "the last message must be the user's: continuing an assistant turn (prefill) \
-                 is not supported",
-            ));
         } else {
             out.push(assistant_turn(&param, &blocks, &mut call_names)?);
         }
@@ -811,11 +825,20 @@ mod tests {
             refused(json!({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})),
             "messages[0].content[0].tool_use_id"
         );
-        // Prefill: the last turn the assistant's.
+        // Prefill takes text only.
         assert_eq!(
             refused(json!({"messages": [{"role": "user", "content": "x"},
-                                        {"role": "assistant", "content": "The answer is"}]})),
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]})),
             "messages[1]"
+        );
+        let prefill = parse(json!({"messages": [{"role": "user", "content": "x"},
+                                                {"role": "assistant", "content": "The answer is"}]}))
+        .unwrap();
+        assert!(prefill.continue_final);
+        assert!(
+            !parse(json!({"messages": [{"role": "user", "content": "x"}]}))
+                .unwrap()
+                .continue_final
         );
         assert_eq!(
             with(

@@ -374,9 +374,11 @@ pub(crate) fn input_tokens(app: &AppState, req: &GenerateRequest) -> Result<Vec<
                 let definitions = req.tools.tools.iter().map(|t| t.definition.clone());
                 args.insert("tools".into(), Value::Array(definitions.collect()));
             }
-            app.text
-                .chat_prompt_ids(messages, &args)
-                .map_err(|e| ApiError::invalid("messages", e))
+            let ids = match req.continue_final {
+                true => app.text.continued_chat_prompt_ids(messages, &args),
+                false => app.text.chat_prompt_ids(messages, &args),
+            };
+            ids.map_err(|e| ApiError::invalid("messages", e))
         }
     }
 }

@@ -102,6 +102,7 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         thinking_budget: None,
         adjustments: LogitAdjustments::default(),
         template_args: reasoning(&fields)?,
+        continue_final: false,
         constraint,
         tools,
         cache_prompt: true,

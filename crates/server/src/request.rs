@@ -108,6 +108,9 @@ pub struct GenerateRequest {
     pub adjustments: LogitAdjustments,
     /// Chat: `chat_template_kwargs`, more variables for the chat template (`enable_thinking`).
     pub template_args: Map<String, Value>,
+    /// Chat: the reply continues the last message, the assistant's (`continue_final_message`,
+    /// Anthropic's prefill), instead of opening a new turn.
+    pub continue_final: bool,
     /// `response_format`, `guided_*` or `structured_outputs`: what the reply's text must be.
     pub constraint: Option<OutputConstraint>,
     /// Chat: the functions the model may call, and `tool_choice`.
@@ -180,8 +183,10 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
             ))
         }
     };
+    let continue_final = continue_final(&fields, &messages)?;
     let mut req = common(&fields, Input::Messages(messages), logprobs)?;
     req.template_args = template_args;
+    req.continue_final = continue_final;
     // Both would be the reply's grammar.
     if req.constraint.is_some()
         && matches!(
@@ -196,6 +201,34 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     }
     req.tools = tools;
     Ok(req)
+}
+
+/// `continue_final_message: true` (vLLM's, with `add_generation_prompt: false`): the reply
+/// continues the last message, which must be the assistant's. `add_generation_prompt: false`
+/// alone is refused (a prompt that ends on a closed turn is not a chat this API answers).
+fn continue_final(fields: &Map<String, Value>, messages: &[ChatMessage]) -> Result<bool, ApiError> {
+    let continues = optional_bool(fields, "continue_final_message")?.unwrap_or(false);
+    let header = optional_bool(fields, "add_generation_prompt")?.unwrap_or(!continues);
+    match (continues, header) {
+        (false, true) => Ok(false),
+        (true, false) => match messages.last() {
+            Some(last) if last.role == "assistant" => Ok(true),
+            _ => Err(ApiError::invalid(
+                "continue_final_message",
+                "the last message must be the assistant's to be continued",
+            )),
+        },
+        (true, true) => Err(ApiError::invalid(
+            "add_generation_prompt",
+            "`continue_final_message: true` continues the last message: it takes \
+             `add_generation_prompt: false`",
+        )),
+        (false, false) => Err(ApiError::invalid(
+            "add_generation_prompt",
+            "`false` is only for `continue_final_message: true`: a reply opens the assistant's \
+             turn",
+        )),
+    }
 }
 
 /// A `/tokenize` body (vLLM's): a completion's `prompt` text, or a chat's `messages` (with its
@@ -226,20 +259,9 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
         }
         (Some(m), _) if !m.is_null() => {
             // What would change the rendering from generate's is refused, not ignored.
+            // (`add_generation_prompt` and `continue_final_message` are read as generate reads
+            // them.)
             refuse_unsupported(&fields, &["chat_template"])?;
-            if optional_bool(&fields, "continue_final_message")? == Some(true) {
-                return Err(ApiError::invalid(
-                    "continue_final_message",
-                    "only `false`: a chat is tokenised as it is sent to generate",
-                ));
-            }
-            if optional_bool(&fields, "add_generation_prompt")? == Some(false) {
-                return Err(ApiError::invalid(
-                    "add_generation_prompt",
-                    "only `true`: a chat is tokenised as it is sent to generate, with the \
-                     assistant's turn opened",
-                ));
-            }
             parse_chat(body)?
         }
         (_, Some(Value::String(_))) => parse_completion(body)?,
@@ -340,6 +362,7 @@ fn common(
         logprobs,
         adjustments,
         template_args: Map::new(),
+        continue_final: false,
         constraint: structured::output_constraint(fields)?,
         cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
         ignore_eos: optional_bool(fields, "ignore_eos")?.unwrap_or(false),
@@ -816,6 +839,47 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn a_chat_may_continue_its_last_message_the_assistants() {
+        let chat = |extra: &str| {
+            parse_chat(
+                format!(
+                    r#"{{"messages":[{{"role":"user","content":"x"}},{{"role":"assistant","content":"1, 2"}}]{extra}}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        assert!(!chat("").unwrap().continue_final);
+        assert!(
+            chat(r#","continue_final_message":true"#)
+                .unwrap()
+                .continue_final
+        );
+        assert!(
+            chat(r#","continue_final_message":true,"add_generation_prompt":false"#)
+                .unwrap()
+                .continue_final
+        );
+        assert_eq!(
+            param_of(chat(
+                r#","continue_final_message":true,"add_generation_prompt":true"#
+            ))
+            .as_deref(),
+            Some("add_generation_prompt")
+        );
+        assert_eq!(
+            param_of(chat(r#","add_generation_prompt":false"#)).as_deref(),
+            Some("add_generation_prompt")
+        );
+        assert_eq!(
+            param_of(parse_chat(
+                br#"{"messages":[{"role":"user","content":"x"}],"continue_final_message":true}"#
+            ))
+            .as_deref(),
+            Some("continue_final_message")
+        );
     }
 
     #[test]

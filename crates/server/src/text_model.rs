@@ -22,6 +22,16 @@ pub trait TextModel: Send + Sync + 'static {
         messages: &[ChatMessage],
         template_args: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Vec<u32>, String>;
+    /// The prompt ids of a chat whose last message the reply continues (`continue_final_message`,
+    /// Anthropic's prefill): as [`TextModel::chat_prompt_ids`] renders it but without the
+    /// assistant's header, and cut right after the last message's text.
+    fn continued_chat_prompt_ids(
+        &self,
+        _messages: &[ChatMessage],
+        _template_args: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Vec<u32>, String> {
+        Err("this model cannot continue a message".into())
+    }
     /// Tokens that end a reply (end of text, end of turn).
     fn stop_token_ids(&self) -> Vec<u32>;
     /// What the model recommends for the sampling a request leaves unsaid, as a request that

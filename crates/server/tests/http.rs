@@ -43,6 +43,16 @@ impl TextModel for ByteText {
             .collect();
         self.encode(&text)
     }
+    /// The chat as rendered, less the newline that closes the last message.
+    fn continued_chat_prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        args: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<u32>, String> {
+        let mut ids = self.chat_prompt_ids(messages, args)?;
+        ids.pop();
+        Ok(ids)
+    }
     fn stop_token_ids(&self) -> Vec<u32> {
         Vec::new()
     }
@@ -2023,4 +2033,44 @@ async fn a_client_that_leaves_a_messages_or_responses_reply_frees_its_session() 
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_reply_may_continue_the_assistants_last_message_in_the_chat_and_messages_apis() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let prompt = "user: count\nassistant: 1, 2,";
+    let want = expected_text(&server, prompt, 20);
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1, 2,"}],
+               "continue_final_message": true, "add_generation_prompt": false,
+               "max_tokens": 20, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(chat.status, 200, "{}", chat.body);
+    let chat = chat.json();
+    assert_eq!(chat["choices"][0]["message"]["content"], want);
+    assert_eq!(chat["usage"]["prompt_tokens"], prompt.len());
+    // Anthropic's prefill: the same prompt, the same continuation (not repeating the prefill).
+    let message = post(
+        server.addr,
+        "/v1/messages",
+        json!({"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1, 2,"}],
+               "max_tokens": 20, "temperature": 0}),
+    )
+    .await
+    .json();
+    assert_eq!(message["content"][0]["text"], want);
+    assert_eq!(message["usage"]["input_tokens"], prompt.len());
+    // /tokenize counts the continued chat as generate sends it.
+    let counted = post(
+        server.addr,
+        "/tokenize",
+        json!({"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1, 2,"}],
+               "continue_final_message": true, "add_generation_prompt": false}),
+    )
+    .await
+    .json();
+    assert_eq!(counted["count"], prompt.len());
 }
