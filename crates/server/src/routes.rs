@@ -1,13 +1,13 @@
 //! The router: endpoints, the API key check, the body limit, and the JSON 404.
 
 use crate::body::{read_body_in_time, MAX_BODY_BYTES};
-use crate::error::ApiError;
+use crate::error::{AnthropicError, ApiError};
 use crate::generate::{chat_completions, completions};
 use crate::live::session_json;
 use crate::metrics;
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -80,29 +80,72 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Anthropic's clients send this header on every request: `/v1/models` answers them in their
+/// API's shape.
+const ANTHROPIC_VERSION: &str = "anthropic-version";
+
+/// Which API's shape a models listing takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ModelsShape {
+    OpenAi,
+    Anthropic,
+}
+
+fn models_shape(headers: &HeaderMap) -> ModelsShape {
+    match headers.contains_key(ANTHROPIC_VERSION) {
+        true => ModelsShape::Anthropic,
+        false => ModelsShape::OpenAi,
+    }
+}
+
 /// The served model as `/v1/models` lists it.
-fn model_object(app: &AppState) -> serde_json::Value {
-    json!({
-        "id": app.text.model_id(),
-        "object": "model",
-        "created": 0,
-        "owned_by": "flashlane",
+fn model_object(app: &AppState, shape: ModelsShape) -> serde_json::Value {
+    let id = app.text.model_id();
+    match shape {
+        ModelsShape::OpenAi => json!({
+            "id": id,
+            "object": "model",
+            "created": 0,
+            "owned_by": "flashlane",
+        }),
+        ModelsShape::Anthropic => json!({
+            "type": "model",
+            "id": id,
+            "display_name": id,
+            "created_at": "1970-01-01T00:00:00Z",
+        }),
+    }
+}
+
+async fn models(State(app): State<AppState>, headers: HeaderMap) -> Json<serde_json::Value> {
+    let shape = models_shape(&headers);
+    let model = model_object(&app, shape);
+    Json(match shape {
+        ModelsShape::OpenAi => json!({"object": "list", "data": [model]}),
+        ModelsShape::Anthropic => json!({
+            "data": [model],
+            "has_more": false,
+            "first_id": app.text.model_id(),
+            "last_id": app.text.model_id(),
+        }),
     })
 }
 
-async fn models(State(app): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [model_object(&app)],
-    }))
-}
-
 /// `GET /v1/models/{id}`: the served model, or 404 `model_not_found` for any other name.
-async fn model(State(app): State<AppState>, Path(id): Path<String>) -> Response {
+async fn model(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let shape = models_shape(&headers);
     if id == app.text.model_id() {
-        Json(model_object(&app)).into_response()
+        Json(model_object(&app, shape)).into_response()
     } else {
-        ApiError::model_not_found(&id, app.text.model_id()).into_response()
+        let error = ApiError::model_not_found(&id, app.text.model_id());
+        match shape {
+            ModelsShape::OpenAi => error.into_response(),
+            ModelsShape::Anthropic => AnthropicError(error).into_response(),
+        }
     }
 }
 

@@ -1205,6 +1205,24 @@ async fn models_lists_the_served_model() {
         assert_eq!(refused.status, 404, "{path}");
         assert_eq!(refused.json()["error"]["code"], "model_not_found");
     }
+    // Anthropic's clients (their `anthropic-version` header) get their API's shapes.
+    let anthropic = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nanthropic-version: 2023-06-01\r\n\r\n")
+    };
+    let listed = send_raw(server.addr, anthropic("/v1/models").as_bytes())
+        .await
+        .json();
+    assert_eq!(
+        (
+            listed["data"][0]["type"].as_str(),
+            listed["data"][0]["id"].as_str()
+        ),
+        (Some("model"), Some("fake"))
+    );
+    assert_eq!(listed["has_more"], false);
+    let other = send_raw(server.addr, anthropic("/v1/models/claude").as_bytes()).await;
+    assert_eq!(other.status, 404);
+    assert_eq!(other.json()["error"]["type"], "not_found_error");
 }
 
 /// Limits short enough for a test to wait them out.
