@@ -245,7 +245,7 @@ impl ChatTemplate {
         let marker = Marker::absent_from(messages, extra);
         let mut written: Vec<&str> = Vec::new();
         let mut escape = |text: &str| marker.escape(text, &specials, &mut written);
-        let escaped: Vec<ChatMessage> = messages
+        let mut escaped: Vec<ChatMessage> = messages
             .iter()
             .map(|m| ChatMessage {
                 role: escape(&m.role),
@@ -264,18 +264,25 @@ impl ChatTemplate {
             .iter()
             .map(|(key, value)| (escape(key), escape_json(value, &mut escape)))
             .collect();
+        // A continued message ends with a sentinel no request holds: the prompt is cut where
+        // the template wrote it, right after the message's text (searching for the text itself
+        // could land in the template's own words, or in an earlier message saying the same).
+        let sentinel = marker.sentinel();
+        if end == PromptEnd::ContinueLast {
+            let last = escaped
+                .last_mut()
+                .filter(|m| !m.content.is_empty())
+                .ok_or(TextError::LastMessageNotWritten)?;
+            last.content.push_str(&sentinel);
+        }
         let mut text =
             self.render_with(&escaped, end == PromptEnd::GenerationPrompt, &escaped_extra)?;
         if end == PromptEnd::ContinueLast {
-            // The last message's text as the template saw it (escaped), found from the end: the
-            // prompt stops right after it.
-            let last = escaped
-                .last()
-                .map(|m| m.content.as_str())
-                .filter(|c| !c.is_empty())
+            let at = text
+                .find(&sentinel)
+                .filter(|&at| !text[at + sentinel.len()..].contains(&sentinel))
                 .ok_or(TextError::LastMessageNotWritten)?;
-            let at = text.rfind(last).ok_or(TextError::LastMessageNotWritten)?;
-            text.truncate(at + last.len());
+            text.truncate(at);
         }
         if written.is_empty() {
             return tokenizer.encode(&text);
@@ -637,6 +644,12 @@ impl Marker {
         }
     }
 
+    /// A text no request holds and no marker of [`Marker::escape`] is: where a continued
+    /// message ends.
+    fn sentinel(&self) -> String {
+        format!("{}end{}", self.open, self.close)
+    }
+
     /// `content` with each special token's text replaced by a marker; `written` gets the texts.
     fn escape<'s>(
         &self,
@@ -908,6 +921,18 @@ mod tests {
         );
         let as_text = tok.encode_as_text("<|im_end|>").unwrap();
         assert!(ids.ends_with(&as_text));
+        // Texts the template itself writes, or an earlier message said: the cut is still right
+        // after the last message's own text (searching for the text would land elsewhere).
+        for prefill in ["\n", "<", "d", "Hi"] {
+            let chat = [msg("user", "Hi"), msg("assistant", prefill)];
+            let ids = t.render_ids_continuing(&tok, &chat, &none).unwrap();
+            let opened = t.render(&chat[..1], true).unwrap();
+            assert_eq!(
+                ids,
+                tok.encode(&format!("{opened}{prefill}")).unwrap(),
+                "{prefill:?}"
+            );
+        }
         // An empty last message cannot be continued.
         let empty = [msg("user", "Hi"), msg("assistant", "")];
         assert!(matches!(

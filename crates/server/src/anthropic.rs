@@ -89,6 +89,7 @@ pub fn parse_messages(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         adjustments: LogitAdjustments::default(),
         template_args,
         continue_final,
+        echo: Map::new(),
         constraint,
         tools,
         cache_prompt: true,
@@ -260,12 +261,13 @@ fn thinking(fields: &Map<String, Value>) -> Result<(Map<String, Value>, Option<u
     }
 }
 
-/// `output_config.format`: `{"type": "json_schema", "schema": {…}}`, the reply JSON valid under
-/// the schema (as the chat API's `response_format`). `output_config.effort` is accepted: the
-/// model's effort is what it was trained to give.
+/// `output_config.format` (or the beta's top-level `output_format`): `{"type": "json_schema",
+/// "schema": {…}}`, the reply JSON valid under the schema (as the chat API's `response_format`).
+/// `output_config.effort` is accepted: the model's effort is what it was trained to give.
 fn output_format(fields: &Map<String, Value>) -> Result<Option<OutputConstraint>, ApiError> {
+    let empty = Map::new();
     let config = match fields.get("output_config") {
-        None | Some(Value::Null) => return Ok(None),
+        None | Some(Value::Null) => &empty,
         Some(Value::Object(config)) => config,
         Some(_) => {
             return Err(ApiError::invalid(
@@ -275,7 +277,11 @@ fn output_format(fields: &Map<String, Value>) -> Result<Option<OutputConstraint>
         }
     };
     let param = "output_config.format";
-    match config.get("format") {
+    let format = match (config.get("format"), fields.get("output_format")) {
+        (Some(format), _) if !format.is_null() => Some(format),
+        _ => fields.get("output_format"),
+    };
+    match format {
         None | Some(Value::Null) => Ok(None),
         Some(format) if format.get("type").and_then(Value::as_str) == Some("json_schema") => {
             let schema = format.get("schema").ok_or_else(|| {
@@ -767,6 +773,14 @@ mod tests {
         assert_eq!(
             constraint.format,
             structured::OutputFormat::JsonSchema(schema)
+        );
+        // The beta's top-level spelling.
+        let request = parse(json!({"messages": [{"role": "user", "content": "x"}],
+            "output_format": {"type": "json_schema", "schema": {"type": "object"}}}))
+        .unwrap();
+        assert_eq!(
+            request.constraint.unwrap().format,
+            structured::OutputFormat::JsonSchema(json!({"type": "object"}))
         );
         // Effort alone asks for nothing more.
         let request = parse(json!({"messages": [{"role": "user", "content": "x"}],

@@ -3,8 +3,10 @@
 //! API (content blocks) and OpenAI's Responses API (output items) are both this sequence in
 //! their own words, so a whole reply is always the blocks its stream would have sent.
 
-use crate::reply::Delta;
+use crate::engine_thread::TokenOut;
+use crate::reply::{Delta, Reply};
 use crate::structured::ToolCall;
+use crate::text_model::TextModel;
 
 /// The kind of a block that grows piece by piece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +59,22 @@ pub struct Blocks {
 }
 
 impl Blocks {
+    /// A round's tokens through `reply`, one at a time: a [`Delta`] keeps a round's thinking,
+    /// text and calls apart, so a round of several tokens (drafts) would lose the order the
+    /// model wrote them in, and the blocks would depend on how the tokens came.
+    pub fn on_tokens(
+        &mut self,
+        reply: &mut Reply,
+        text: &dyn TextModel,
+        tokens: &[TokenOut],
+        out: &mut Vec<BlockEvent>,
+    ) {
+        for token in tokens.chunks(1) {
+            let delta = reply.on_tokens(text, token);
+            self.on_delta(&delta, out);
+        }
+    }
+
     pub fn on_delta(&mut self, delta: &Delta, out: &mut Vec<BlockEvent>) {
         if !delta.reasoning.is_empty() {
             self.add(Growing::Thinking, &delta.reasoning, out);
@@ -220,6 +238,75 @@ mod tests {
             ]
         );
         assert_eq!(blocks.calls, 2);
+    }
+
+    /// Bytes are tokens.
+    struct Bytes;
+
+    impl TextModel for Bytes {
+        fn model_id(&self) -> &str {
+            "bytes"
+        }
+        fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+            Ok(text.bytes().map(u32::from).collect())
+        }
+        fn decode(&self, ids: &[u32]) -> String {
+            String::from_utf8_lossy(&ids.iter().map(|&i| i as u8).collect::<Vec<u8>>()).into()
+        }
+        fn token_text(&self, id: u32) -> String {
+            self.decode(&[id])
+        }
+        fn chat_prompt_ids(
+            &self,
+            _: &[crate::request::ChatMessage],
+            _: &serde_json::Map<String, serde_json::Value>,
+        ) -> Result<Vec<u32>, String> {
+            Ok(Vec::new())
+        }
+        fn stop_token_ids(&self) -> Vec<u32> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn the_blocks_keep_the_models_order_whatever_the_rounds() {
+        let text =
+            "Let me look.<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>Then this.";
+        let tokens: Vec<TokenOut> = Bytes
+            .encode(text)
+            .unwrap()
+            .into_iter()
+            .map(|token| TokenOut {
+                token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for round in [1, 5, tokens.len()] {
+            let mut reply = Reply::new(Vec::new(), false, 0).parse_tool_calls(true);
+            let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+            for chunk in tokens.chunks(round) {
+                blocks.on_tokens(&mut reply, &Bytes, chunk, &mut out);
+            }
+            blocks.finish(&mut out);
+            seen.push(blocks.content);
+        }
+        assert_eq!(
+            seen[0],
+            [
+                Block::Text("Let me look.".into()),
+                Block::Call {
+                    call: 0,
+                    tool: ToolCall {
+                        name: "f".into(),
+                        arguments: "{}".into()
+                    }
+                },
+                Block::Text("Then this.".into()),
+            ]
+        );
+        assert!(seen.iter().all(|c| c == &seen[0]), "{seen:?}");
     }
 
     #[test]

@@ -183,8 +183,7 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
                 reply.cached_tokens = cached_tokens;
             }
             Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&delta, &mut unsent);
+                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut unsent);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     break Ending::Stop;
@@ -342,8 +341,7 @@ async fn write_events(
         let ending = match next {
             Some(StreamEvent::Admitted { .. }) => None,
             Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&delta, &mut happened);
+                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut happened);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     Some(Ending::Stop)

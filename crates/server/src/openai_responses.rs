@@ -103,6 +103,10 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         adjustments: LogitAdjustments::default(),
         template_args: reasoning(&fields)?,
         continue_final: false,
+        echo: ["instructions", "text"]
+            .into_iter()
+            .filter_map(|key| Some((key.to_string(), fields.get(key)?.clone())))
+            .collect(),
         constraint,
         tools,
         cache_prompt: true,

@@ -111,6 +111,9 @@ pub struct GenerateRequest {
     /// Chat: the reply continues the last message, the assistant's (`continue_final_message`,
     /// Anthropic's prefill), instead of opening a new turn.
     pub continue_final: bool,
+    /// Fields of the request that the answer repeats as sent (the Responses API's
+    /// `instructions` and `text`); empty for the other APIs.
+    pub echo: Map<String, Value>,
     /// `response_format`, `guided_*` or `structured_outputs`: what the reply's text must be.
     pub constraint: Option<OutputConstraint>,
     /// Chat: the functions the model may call, and `tool_choice`.
@@ -363,6 +366,7 @@ fn common(
         adjustments,
         template_args: Map::new(),
         continue_final: false,
+        echo: Map::new(),
         constraint: structured::output_constraint(fields)?,
         cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
         ignore_eos: optional_bool(fields, "ignore_eos")?.unwrap_or(false),

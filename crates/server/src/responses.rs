@@ -51,8 +51,8 @@ struct ResponseMeta {
     created: u64,
     model: String,
     stream: StreamId,
-    /// `instructions`, `max_output_tokens`, `temperature`, `top_p`, `tool_choice`, `tools` and
-    /// `parallel_tool_calls` as the response object repeats them.
+    /// `instructions`, `text`, `max_output_tokens`, `temperature`, `top_p`, `tool_choice`,
+    /// `tools` and `parallel_tool_calls` as the response object repeats them.
     echo: Value,
 }
 
@@ -61,15 +61,9 @@ impl ResponseMeta {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let instructions = match &req.input {
-            crate::request::Input::Messages(messages) => messages
-                .first()
-                .filter(|m| m.role == "system")
-                .map(|m| m.content.clone()),
-            crate::request::Input::Prompt(_) => None,
-        };
-        let echo = json!({
-            "instructions": instructions,
+        let mut echo = json!({
+            "instructions": null,
+            "text": {"format": {"type": "text"}},
             "max_output_tokens": req.max_tokens,
             "temperature": req.sampling.temperature,
             "top_p": req.sampling.top_p,
@@ -81,6 +75,10 @@ impl ResponseMeta {
             }).collect::<Vec<_>>(),
             "parallel_tool_calls": req.tools.parallel,
         });
+        // As the request sent them.
+        if let Value::Object(echo) = &mut echo {
+            echo.extend(req.echo.clone());
+        }
         ResponseMeta {
             id: format!("resp_{created:x}{:08x}", stream.0),
             created,
@@ -146,7 +144,6 @@ impl ResponseMeta {
             "store": false,
             "truncation": "disabled",
             "metadata": {},
-            "text": {"format": {"type": "text"}},
         });
         if let (Value::Object(response), Value::Object(echo)) = (&mut response, &self.echo) {
             response.extend(echo.clone());
@@ -198,8 +195,7 @@ async fn whole_response(app: AppState, meta: ResponseMeta, choice: Choice) -> Re
                 reply.cached_tokens = cached_tokens;
             }
             Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&delta, &mut unsent);
+                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut unsent);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     break Ending::Stop;
@@ -256,6 +252,16 @@ impl Numbered {
         self.out
             .push(Bytes::from(format!("event: {name}\ndata: {data}\n\n")));
     }
+}
+
+/// The items of the blocks so far, each as it stands.
+fn output_so_far(meta: &ResponseMeta, blocks: &Blocks) -> Vec<Value> {
+    blocks
+        .content
+        .iter()
+        .enumerate()
+        .map(|(index, block)| meta.item(index, block, true))
+        .collect()
 }
 
 /// The events for some block events: an item is added, its one content part added, grown by
@@ -335,8 +341,8 @@ fn response_events(
 }
 
 /// Writes `response.created` and `response.in_progress`, the items as the rounds come, and
-/// `response.completed` (or `response.incomplete` at `max_output_tokens`); or an `error` event
-/// where the reply failed. If the client goes away, sending fails, the writer ends and drops its
+/// `response.completed` (or `response.incomplete` at `max_output_tokens`); or
+/// `response.failed` (its `error` saying why) where the reply failed. If the client goes away, sending fails, the writer ends and drops its
 /// receiver, and the engine cancels the stream before its next round.
 async fn write_events(
     app: AppState,
@@ -372,8 +378,7 @@ async fn write_events(
                 None
             }
             Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                blocks.on_delta(&delta, &mut happened);
+                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut happened);
                 if reply.stopped() {
                     app.engine.cancel(stream);
                     Some(Ending::Stop)
@@ -395,7 +400,17 @@ async fn write_events(
         }
     };
     if let Some(error) = ending_error(&ending) {
-        out.push(json!({"type": "error", "code": error.code, "message": error.message, "param": error.param}));
+        // The stream's last event says the response failed, and why (a client that retries
+        // on a dropped stream reads this one as final).
+        let mut failed = meta.response(output_so_far(&meta, &blocks), None, Value::Null);
+        failed["status"] = json!("failed");
+        let code = match error.code {
+            Some("context_full") => "context_length_exceeded",
+            Some(code) => code,
+            None => "server_error",
+        };
+        failed["error"] = json!({"code": code, "message": error.message});
+        out.push(json!({"type": "response.failed", "response": failed}));
     } else {
         blocks.finish(&mut happened);
         response_events(&meta, &blocks, &happened, &mut out);

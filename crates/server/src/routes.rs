@@ -56,15 +56,19 @@ pub fn router(state: AppState) -> Router {
 
 async fn require_key(State(app): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        // OpenAI's clients send the key as a bearer token, Anthropic's as `x-api-key`.
+        // OpenAI's clients send the key as a bearer token, Anthropic's as `x-api-key` (some
+        // send both, one of them a placeholder): either one right is enough.
         let headers = request.headers();
-        let given = headers
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .unwrap_or("");
-        if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        let right = [bearer, x_api_key]
+            .into_iter()
+            .flatten()
+            .any(|given| constant_time_eq(given.as_bytes(), key.as_bytes()));
+        if !right {
             return ApiError::unauthorized().response_for(request.uri().path());
         }
     }

@@ -554,8 +554,9 @@ const CALL_CLOSE: &str = "</tool_call>";
 pub struct ToolCallParser {
     held: String,
     in_call: bool,
-    /// Calls already read: text between two calls is whitespace the model puts there.
-    seen_calls: usize,
+    /// A call was read and no text has come since: the whitespace the model puts between and
+    /// after calls is dropped.
+    after_call: bool,
 }
 
 impl ToolCallParser {
@@ -573,7 +574,7 @@ impl ToolCallParser {
                 match call_of(&block) {
                     Some(call) => {
                         out.calls.push(call);
-                        self.seen_calls += 1;
+                        self.after_call = true;
                     }
                     None => out
                         .text
@@ -613,12 +614,17 @@ impl ToolCallParser {
         out
     }
 
-    fn emit_text(&self, text: &str, out: &mut Parsed) {
-        // Between and after calls the model writes newlines: not content.
-        if self.seen_calls > 0 && text.trim().is_empty() {
-            return;
+    fn emit_text(&mut self, text: &str, out: &mut Parsed) {
+        // Between and after calls the model writes newlines: not content. Whitespace inside
+        // text after a call is the text's own, however the pieces cut it.
+        let text = match self.after_call {
+            true => text.trim_start(),
+            false => text,
+        };
+        if !text.is_empty() {
+            self.after_call = false;
+            out.text.push_str(text);
         }
-        out.text.push_str(text);
     }
 }
 
@@ -788,6 +794,25 @@ mod tests {
             let error = tools(&fields(body.clone())).unwrap_err();
             assert_eq!(error.param.as_deref(), Some(param), "{body}");
         }
+    }
+
+    #[test]
+    fn whitespace_after_a_call_is_dropped_but_the_next_texts_own_is_kept() {
+        let mut parser = ToolCallParser::default();
+        let pieces = [
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+            "\n",
+            "Then",
+            " ",
+            "this.",
+            "\n",
+        ];
+        let mut text = String::new();
+        for piece in pieces {
+            text.push_str(&parser.push(piece).text);
+        }
+        text.push_str(&parser.finish().text);
+        assert_eq!(text, "Then this.\n");
     }
 
     #[test]
