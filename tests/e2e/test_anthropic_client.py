@@ -28,7 +28,8 @@ WEATHER_FUNCTION = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server("--api-key", "sesame")
+    # An alias as an agent's background requests name their model (Claude Code's small model).
+    s = Server("--api-key", "sesame", "--served-model-name", "claude-haiku-4-5")
     yield s
     assert s.stop() == 0, "".join(s.log)
 
@@ -172,3 +173,12 @@ def test_a_prefilled_assistant_turn_is_continued_as_the_chat_api_continues_it(se
     assert chat.startswith("4\n5\n6"), chat
     message = claude.messages.create(model="m", max_tokens=40, extra_body=GREEDY, messages=conversation)
     assert message.content[0].text == chat
+
+
+def test_an_alias_of_the_served_model_is_served_and_listed(server):
+    claude, openai_client = clients(server)
+    message = claude.messages.create(model="claude-haiku-4-5", max_tokens=5, extra_body=GREEDY,
+                                     messages=[{"role": "user", "content": "Count from 1 to 5."}])
+    assert message.model == "m" and message.content[0].text
+    assert [m.id for m in openai_client.models.list().data] == ["m", "claude-haiku-4-5"]
+    assert [m.id for m in claude.models.list().data] == ["m", "claude-haiku-4-5"]

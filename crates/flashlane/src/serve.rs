@@ -66,9 +66,10 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = GenerationConfig::Auto, env = "FLASHLANE_GENERATION_CONFIG")]
     pub generation_config: GenerationConfig,
     /// Name the API reports for the model [default: flashlane-tiny for the built-in model, else the
-    /// directory's name]
-    #[arg(long)]
-    pub served_model_name: Option<String>,
+    /// directory's name]; more names after it (`a b` or `a,b`) are aliases requests may ask for
+    /// too, as agents that name their own models for background work do
+    #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = non_empty_name)]
+    pub served_model_name: Vec<String>,
     /// Every N finished requests, replay the last ones served (up to 1,024) through the simulator
     /// and show the --slot-contexts `flashlane suggest` would choose for them in /metrics and
     /// /slots (advice only: the sessions never change while serving)
@@ -123,7 +124,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let dir = args.model.dir()?;
     // The name clients ask for: --served-model-name, else the built-in model's name, else the
     // model folder's.
-    let id = match (&args.served_model_name, &args.model.model) {
+    let id = match (args.served_model_name.first(), &args.model.model) {
         (Some(name), _) => name.clone(),
         (None, None) => crate::embedded::DEFAULT_MODEL_NAME.to_string(),
         (None, Some(_)) => dir
@@ -159,7 +160,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .set_nonblocking(true)
         .context("setting the listening socket non-blocking")?;
     let recommend = args.generation_config == GenerationConfig::Auto;
-    let text = Arc::new(ModelText::load(&dir, id.clone(), &config, recommend)?);
+    let aliases = args.served_model_name.iter().skip(1).cloned().collect();
+    let text =
+        Arc::new(ModelText::load(&dir, id.clone(), &config, recommend)?.with_aliases(aliases));
     eprintln!(
         "flashlane {} serving {id} from {}",
         env!("CARGO_PKG_VERSION"),
@@ -332,5 +335,13 @@ mod tests {
         for bad in ["0", "-1", "nan", "inf", "1e9", "soon"] {
             assert!(seconds(bad).is_err(), "{bad}");
         }
+    }
+}
+
+/// A `--served-model-name`: not empty.
+fn non_empty_name(name: &str) -> Result<String, String> {
+    match name.trim() {
+        "" => Err("a model name cannot be empty".into()),
+        _ => Ok(name.to_string()),
     }
 }

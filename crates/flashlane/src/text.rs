@@ -10,6 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 pub struct ModelText {
     id: String,
+    /// More names requests may ask for (`--served-model-name`'s after the first).
+    aliases: Vec<String>,
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     stop_ids: Vec<u32>,
@@ -80,6 +82,13 @@ impl lane::GrammarState for State {
 }
 
 impl ModelText {
+    /// The model also answers to `aliases` (as vLLM's `--served-model-name a b`: agents that
+    /// send their own names for their background work).
+    pub fn with_aliases(mut self, aliases: Vec<String>) -> ModelText {
+        self.aliases = aliases;
+        self
+    }
+
     /// What the model recommends for the sampling a request leaves unsaid, for `serve`'s log.
     pub fn recommended(&self) -> &model::GenerationDefaults {
         &self.recommended
@@ -104,6 +113,7 @@ impl ModelText {
         };
         let text = ModelText {
             id,
+            aliases: Vec::new(),
             tokenizer,
             template,
             stop_ids,
@@ -159,6 +169,10 @@ fn model_messages(messages: &[ChatMessage]) -> Vec<model::ChatMessage> {
 impl server::TextModel for ModelText {
     fn model_id(&self) -> &str {
         &self.id
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {

@@ -106,7 +106,7 @@ pub(crate) async fn on_prepare_pool<T: Send + 'static>(
 /// As OpenAI and vLLM answer a name they do not serve (leaving `model` out is fine).
 pub(crate) fn check_model(app: &AppState, asked: Option<&str>) -> Result<(), ApiError> {
     match asked {
-        Some(asked) if asked != app.text.model_id() => {
+        Some(asked) if !app.text.serves(asked) => {
             Err(ApiError::model_not_found(asked, app.text.model_id()))
         }
         _ => Ok(()),

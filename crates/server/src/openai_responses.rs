@@ -45,6 +45,25 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
             Some(_) => return Err(ApiError::invalid(name, why)),
         }
     }
+    // Log-probabilities are not written into output items here: asked for, refused.
+    if fields
+        .get("top_logprobs")
+        .is_some_and(|n| !n.is_null() && n.as_u64() != Some(0))
+    {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "log-probabilities are not returned by /v1/responses; use /v1/chat/completions",
+        ));
+    }
+    let asks_logprobs = |item: &Value| item.as_str().is_some_and(|i| i.ends_with("logprobs"));
+    if let Some(Value::Array(include)) = fields.get("include") {
+        if include.iter().any(asks_logprobs) {
+            return Err(ApiError::invalid(
+                "include",
+                "log-probabilities are not returned by /v1/responses; use /v1/chat/completions",
+            ));
+        }
+    }
     let mut messages = Vec::new();
     match fields.get("instructions") {
         None | Some(Value::Null) => {}
@@ -585,5 +604,18 @@ mod tests {
             refused(json!({"input": [{"type": "function_call_output", "output": "x"}]})),
             "input[0].call_id"
         );
+        assert_eq!(
+            refused(json!({"input": "x", "top_logprobs": 3})),
+            "top_logprobs"
+        );
+        assert_eq!(
+            refused(json!({"input": "x", "include": ["message.output_text.logprobs"]})),
+            "include"
+        );
+        // What Codex sends: accepted.
+        assert!(parse(
+            json!({"input": "x", "include": ["reasoning.encrypted_content"], "store": false})
+        )
+        .is_ok());
     }
 }

@@ -102,9 +102,8 @@ fn models_shape(headers: &HeaderMap) -> ModelsShape {
     }
 }
 
-/// The served model as `/v1/models` lists it.
-fn model_object(app: &AppState, shape: ModelsShape) -> serde_json::Value {
-    let id = app.text.model_id();
+/// The served model under `id` (its name or an alias) as `/v1/models` lists it.
+fn model_object(id: &str, shape: ModelsShape) -> serde_json::Value {
     match shape {
         ModelsShape::OpenAi => json!({
             "id": id,
@@ -121,16 +120,20 @@ fn model_object(app: &AppState, shape: ModelsShape) -> serde_json::Value {
     }
 }
 
+/// Every name the model answers to, its own first.
 async fn models(State(app): State<AppState>, headers: HeaderMap) -> Json<serde_json::Value> {
     let shape = models_shape(&headers);
-    let model = model_object(&app, shape);
+    let names: Vec<&str> = std::iter::once(app.text.model_id())
+        .chain(app.text.aliases().iter().map(String::as_str))
+        .collect();
+    let data: Vec<_> = names.iter().map(|id| model_object(id, shape)).collect();
     Json(match shape {
-        ModelsShape::OpenAi => json!({"object": "list", "data": [model]}),
+        ModelsShape::OpenAi => json!({"object": "list", "data": data}),
         ModelsShape::Anthropic => json!({
-            "data": [model],
+            "data": data,
             "has_more": false,
-            "first_id": app.text.model_id(),
-            "last_id": app.text.model_id(),
+            "first_id": names.first(),
+            "last_id": names.last(),
         }),
     })
 }
@@ -142,8 +145,8 @@ async fn model(
     Path(id): Path<String>,
 ) -> Response {
     let shape = models_shape(&headers);
-    if id == app.text.model_id() {
-        Json(model_object(&app, shape)).into_response()
+    if app.text.serves(&id) {
+        Json(model_object(&id, shape)).into_response()
     } else {
         let error = ApiError::model_not_found(&id, app.text.model_id());
         match shape {

@@ -6,6 +6,14 @@ use crate::text::Detokenizer;
 pub trait TextModel: Send + Sync + 'static {
     /// The name `/v1/models` lists and responses carry.
     fn model_id(&self) -> &str;
+    /// More names requests may ask for, besides [`TextModel::model_id`].
+    fn aliases(&self) -> &[String] {
+        &[]
+    }
+    /// Whether `name` is one this model answers to.
+    fn serves(&self, name: &str) -> bool {
+        name == self.model_id() || self.aliases().iter().any(|alias| alias == name)
+    }
     /// Tokens of a prompt as the model's tokenizer splits it (special tokens in the text honoured:
     /// a raw completion prompt is the caller's to shape).
     fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
