@@ -306,6 +306,14 @@ async fn shutdown_signal() {
     eprintln!("shutting down: no new requests; running replies get a few seconds to finish");
 }
 
+/// A `--served-model-name`: not empty.
+fn non_empty_name(name: &str) -> Result<String, String> {
+    match name.trim() {
+        "" => Err("a model name cannot be empty".into()),
+        _ => Ok(name.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,18 +338,17 @@ mod tests {
     }
 
     #[test]
+    fn served_names_are_not_empty() {
+        assert_eq!(non_empty_name("m"), Ok("m".to_string()));
+        assert!(non_empty_name("").is_err());
+        assert!(non_empty_name("  ").is_err());
+    }
+
+    #[test]
     fn timeouts_are_positive_seconds_up_to_a_day() {
         assert_eq!(seconds("2.5"), Ok(2.5));
         for bad in ["0", "-1", "nan", "inf", "1e9", "soon"] {
             assert!(seconds(bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// A `--served-model-name`: not empty.
-fn non_empty_name(name: &str) -> Result<String, String> {
-    match name.trim() {
-        "" => Err("a model name cannot be empty".into()),
-        _ => Ok(name.to_string()),
     }
 }
