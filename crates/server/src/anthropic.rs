@@ -9,30 +9,15 @@
 //! the field, never ignored.
 
 use crate::error::ApiError;
-use crate::request::{
-    ChatMessage, GenerateRequest, Input, SamplingRequest, MAX_STOP_BYTES, MAX_STOP_STRINGS,
-};
+use crate::request::{self, ChatMessage, GenerateRequest, SamplingRequest};
 use crate::structured::{self, OutputConstraint, Tools};
-use lane::LogitAdjustments;
 use serde_json::{json, Map, Value};
 
 /// Parses a `/v1/messages` body (or a `/v1/messages/count_tokens` one). `max_tokens` is
 /// optional here, as in OpenAI's API: unsaid, the reply may take what the largest session
 /// leaves.
 pub fn parse_messages(body: &[u8]) -> Result<GenerateRequest, ApiError> {
-    let fields = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(fields)) => fields,
-        Ok(_) => {
-            return Err(ApiError::malformed(
-                "the request body must be a JSON object",
-            ))
-        }
-        Err(e) => {
-            return Err(ApiError::malformed(format!(
-                "the request body is not valid JSON: {e}"
-            )))
-        }
-    };
+    let fields = request::object(body)?;
     refuse_present(&fields, &["mcp_servers", "container"])?;
     let tools = tools(&fields)?;
     let mut messages = system(&fields)?;
@@ -59,42 +44,17 @@ pub fn parse_messages(body: &[u8]) -> Result<GenerateRequest, ApiError> {
             "a tool choice of `any` or `tool` cannot be combined with `output_config.format`",
         ));
     }
-    Ok(GenerateRequest {
-        model: match fields.get("model") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(name)) => Some(name.clone()),
-            Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
-        },
-        input: Input::Messages(messages),
-        max_tokens: match fields.get("max_tokens") {
-            None | Some(Value::Null) => None,
-            Some(value) => match value.as_u64() {
-                Some(n) if n > 0 => Some(n),
-                _ => {
-                    return Err(ApiError::invalid(
-                        "max_tokens",
-                        "`max_tokens` must be a positive integer",
-                    ))
-                }
-            },
-        },
-        sampling: sampling(&fields)?,
-        stop: stop_sequences(&fields)?,
-        stop_token_ids: Vec::new(),
-        stream: bool_field(&fields, "stream")?.unwrap_or(false),
-        include_usage: true,
-        choices: 1,
-        logprobs: None,
-        thinking_budget,
-        adjustments: LogitAdjustments::default(),
-        template_args,
-        continue_final,
-        echo: Map::new(),
-        constraint,
-        tools,
-        cache_prompt: true,
-        ignore_eos: false,
-    })
+    let mut req = GenerateRequest::chat(request::model_name(&fields)?, messages);
+    req.max_tokens = request::optional_positive(&fields, "max_tokens")?;
+    req.sampling = sampling(&fields)?;
+    req.stop = stop_sequences(&fields)?;
+    req.stream = request::optional_bool(&fields, "stream")?.unwrap_or(false);
+    req.thinking_budget = thinking_budget;
+    req.template_args = template_args;
+    req.continue_final = continue_final;
+    req.constraint = constraint;
+    req.tools = tools;
+    Ok(req)
 }
 
 /// How many messages the body holds (after [`conversation`] read them).
@@ -122,39 +82,21 @@ fn refuse_present(fields: &Map<String, Value>, names: &[&str]) -> Result<(), Api
     Ok(())
 }
 
-fn bool_field(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
-    match fields.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ApiError::invalid(
-            name,
-            format!("`{name}` must be a boolean"),
-        )),
-    }
-}
-
 /// Anthropic's sampling fields and ranges: temperature 0–1, top_p (0, 1], top_k ≥ 1. Unsaid,
 /// the model's recommendation applies, as in the chat API.
 fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
-    let number = |name: &str| match fields.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(_) => Err(ApiError::invalid(
-            name,
-            format!("`{name}` must be a number"),
-        )),
-    };
-    let temperature = number("temperature")?;
-    if temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
-        return Err(ApiError::invalid(
-            "temperature",
-            "`temperature` must be between 0 and 1",
-        ));
-    }
-    let top_p = number("top_p")?;
-    if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-        return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
-    }
+    let temperature = request::checked_f32(
+        fields,
+        "temperature",
+        |t| (0.0..=1.0).contains(&t),
+        "`temperature` must be between 0 and 1",
+    )?;
+    let top_p = request::checked_f32(
+        fields,
+        "top_p",
+        |p| p > 0.0 && p <= 1.0,
+        "`top_p` must be in (0, 1]",
+    )?;
     let top_k = match fields.get("top_k") {
         None | Some(Value::Null) => None,
         Some(value) => match value.as_u64() {
@@ -168,8 +110,8 @@ fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
         },
     };
     Ok(SamplingRequest {
-        temperature: temperature.map(|t| t as f32),
-        top_p: top_p.map(|p| p as f32),
+        temperature,
+        top_p,
         top_k,
         ..SamplingRequest::default()
     })
@@ -191,22 +133,7 @@ fn stop_sequences(fields: &Map<String, Value>) -> Result<Vec<String>, ApiError> 
             ))
         }
     };
-    if stops.len() > MAX_STOP_STRINGS {
-        return Err(ApiError::invalid(
-            param,
-            format!("at most {MAX_STOP_STRINGS} stop sequences"),
-        ));
-    }
-    if stops
-        .iter()
-        .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
-    {
-        return Err(ApiError::invalid(
-            param,
-            format!("stop sequences must be 1 to {MAX_STOP_BYTES} bytes long"),
-        ));
-    }
-    Ok(stops)
+    request::check_stops(param, stops)
 }
 
 /// `thinking`: `{"type": "enabled", "budget_tokens": N}` asks the template to think and forces
@@ -342,19 +269,7 @@ fn text_block<'a>(param: &str, block: &'a Value) -> Result<&'a str, ApiError> {
 /// become its `tool_calls`; its `thinking` blocks are left out (chat templates drop past
 /// thinking too).
 fn conversation(fields: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
-    let items = match fields.get("messages") {
-        Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "`messages` must not be empty",
-            ))
-        }
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid("messages", "`messages` is required"))
-        }
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be an array")),
-    };
+    let items = request::non_empty_array(fields, "messages")?;
     let mut out = Vec::new();
     // Tool names by call id, for the results that answer them.
     let mut call_names: Vec<(String, String)> = Vec::new();
@@ -634,7 +549,7 @@ fn anthropic_param(mut error: ApiError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::request::Input;
     use crate::structured::ToolChoice;
 
     fn parse(body: Value) -> Result<GenerateRequest, ApiError> {

@@ -4,9 +4,12 @@
 //! their own words, so a whole reply is always the blocks its stream would have sent.
 
 use crate::engine_thread::TokenOut;
-use crate::reply::{Delta, Reply};
+use crate::generate::{Choice, Next};
+use crate::reply::{Delta, Ending, Reply};
+use crate::state::AppState;
 use crate::structured::ToolCall;
 use crate::text_model::TextModel;
+use std::future::Future;
 
 /// The kind of a block that grows piece by piece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +61,60 @@ pub struct Blocks {
     pub calls: usize,
 }
 
+/// What reading one more of a choice's events into its blocks did.
+pub enum Round {
+    Going,
+    Ended(Ending),
+    /// The client went away first.
+    ClientGone,
+}
+
 impl Blocks {
+    /// A whole reply's blocks: the choice's rounds read into them until it ends (the block
+    /// events dropped: a whole answer is the blocks a stream's events would have built).
+    pub async fn read_whole(app: &AppState, choice: &mut Choice) -> (Blocks, Ending) {
+        let (mut blocks, mut unsent) = (Blocks::default(), Vec::new());
+        loop {
+            match blocks
+                .read_round(app, choice, std::future::pending(), &mut unsent)
+                .await
+            {
+                Round::Going => unsent.clear(),
+                Round::Ended(ending) => {
+                    blocks.finish(&mut unsent);
+                    return (blocks, ending);
+                }
+                Round::ClientGone => return (blocks, Ending::Cancelled),
+            }
+        }
+    }
+
+    /// Reads the choice's next round (or its end) into the blocks, their events into `out`;
+    /// `gone` finishing first (a streamed answer's client left) ends it.
+    pub async fn read_round(
+        &mut self,
+        app: &AppState,
+        choice: &mut Choice,
+        gone: impl Future<Output = ()>,
+        out: &mut Vec<BlockEvent>,
+    ) -> Round {
+        match choice.next(gone).await {
+            Next::ClientGone => Round::ClientGone,
+            Next::Tokens(tokens) => {
+                self.on_tokens(&mut choice.reply, app.text.as_ref(), &tokens, out);
+                match choice.ended_itself(app) {
+                    true => Round::Ended(Ending::Stop),
+                    false => Round::Going,
+                }
+            }
+            Next::Finished(reason) => {
+                let (tail, ending) = choice.reply.on_finish(app.text.as_ref(), &reason);
+                self.on_delta(&tail, out);
+                Round::Ended(ending)
+            }
+        }
+    }
+
     /// A round's tokens through `reply`, one at a time: a [`Delta`] keeps a round's thinking,
     /// text and calls apart, so a round of several tokens (drafts) would lose the order the
     /// model wrote them in, and the blocks would depend on how the tokens came.
@@ -152,6 +208,25 @@ impl Blocks {
             });
         }
     }
+}
+
+/// A reply that thinks "hm", says `text` and calls `f` with `{"a": 1}`, all in one round,
+/// through the blocks: their events, and the blocks after the reply's end.
+#[cfg(test)]
+pub fn think_say_call(text: &str) -> (Blocks, Vec<BlockEvent>) {
+    let delta = Delta {
+        text: text.into(),
+        reasoning: "hm".into(),
+        tool_calls: vec![ToolCall {
+            name: "f".into(),
+            arguments: "{\"a\": 1}".into(),
+        }],
+        ..Delta::default()
+    };
+    let (mut blocks, mut happened) = (Blocks::default(), Vec::new());
+    blocks.on_delta(&delta, &mut happened);
+    blocks.finish(&mut happened);
+    (blocks, happened)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions`, streaming (SSE) and not.
 
-use crate::engine_thread::{SendError, StreamEvent};
+use crate::engine_thread::{SendError, StreamEvent, TokenOut};
 use crate::error::ApiError;
 use crate::reply::{Delta, Ending, LogprobEntry, Reply, ThinkTags};
 use crate::request::{self, GenerateRequest, Input, Prompt};
@@ -10,9 +10,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use lane::{LogitAdjustments, Refusal, StreamId};
+use lane::{FinishReason, LogitAdjustments, Refusal, StreamId};
 use serde_json::{json, Value};
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -324,6 +325,49 @@ pub(crate) struct Choice {
     pub events: mpsc::Receiver<StreamEvent>,
 }
 
+/// What a choice's stream says next, for the writer of its answer.
+pub(crate) enum Next {
+    /// A round's tokens, for the reply to read.
+    Tokens(Vec<TokenOut>),
+    /// The stream's end (an engine that stopped answering ends it as an error).
+    Finished(FinishReason),
+    /// The client went away first.
+    ClientGone,
+}
+
+impl Choice {
+    /// The stream's next round or its end, its admission read on the way (the prompt tokens
+    /// the cache held, into the reply); `ClientGone` if `gone` finishes first (a streamed
+    /// answer's client closed the connection).
+    pub(crate) async fn next(&mut self, gone: impl Future<Output = ()>) -> Next {
+        tokio::pin!(gone);
+        loop {
+            let event = tokio::select! {
+                event = self.events.recv() => event,
+                _ = &mut gone => return Next::ClientGone,
+            };
+            match event {
+                Some(StreamEvent::Admitted { cached_tokens }) => {
+                    self.reply.cached_tokens = cached_tokens;
+                }
+                Some(StreamEvent::Tokens(tokens)) => return Next::Tokens(tokens),
+                Some(StreamEvent::Finished { reason, .. }) => return Next::Finished(reason),
+                None => return Next::Finished(FinishReason::Error("the engine stopped".into())),
+            }
+        }
+    }
+
+    /// Whether the reply, having read a round, ended itself (a stop string, or the last tool
+    /// call it may make): its stream is cancelled, the engine having nothing more to give it.
+    pub(crate) fn ended_itself(&self, app: &AppState) -> bool {
+        let ended = self.reply.stopped();
+        if ended {
+            app.engine.cancel(self.stream);
+        }
+        ended
+    }
+}
+
 /// Refuses a request whose text cannot fit the largest session whatever the tokenizer makes of
 /// it (at most [`crate::text_model::TextModel::max_token_bytes`] bytes a token), before any tokenising: a 7.8 MB
 /// prompt then costs a length check, not seconds of a tokenizer thread.
@@ -565,43 +609,36 @@ async fn whole_choice(
     meta: Arc<Meta>,
     choice: Choice,
 ) -> Result<(Value, Counts), ApiError> {
-    let Choice {
-        index,
-        stream,
-        mut reply,
-        mut events,
-    } = choice;
+    let mut choice = choice;
+    let (index, stream) = (choice.index, choice.stream);
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut entries: Vec<LogprobEntry> = Vec::new();
-    let want_logprobs = reply.wants_logprobs();
+    let want_logprobs = choice.reply.wants_logprobs();
+    let mut take = |delta: Delta| {
+        text.push_str(&delta.text);
+        reasoning.push_str(&delta.reasoning);
+        calls.extend(delta.tool_calls);
+        entries.extend(delta.logprobs);
+    };
     let ending = loop {
-        match events.recv().await {
-            Some(StreamEvent::Admitted { cached_tokens }) => {
-                reply.cached_tokens = cached_tokens;
-            }
-            Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
-                text.push_str(&delta.text);
-                reasoning.push_str(&delta.reasoning);
-                calls.extend(delta.tool_calls);
-                entries.extend(delta.logprobs);
-                if reply.stopped() {
-                    app.engine.cancel(stream);
+        match choice.next(std::future::pending()).await {
+            Next::Tokens(tokens) => {
+                take(choice.reply.on_tokens(app.text.as_ref(), &tokens));
+                if choice.ended_itself(&app) {
                     break Ending::Stop;
                 }
             }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                text.push_str(&tail.text);
-                reasoning.push_str(&tail.reasoning);
-                calls.extend(tail.tool_calls);
+            Next::Finished(reason) => {
+                let (tail, ending) = choice.reply.on_finish(app.text.as_ref(), &reason);
+                take(tail);
                 break ending;
             }
-            None => break Ending::Failed("the engine stopped".into()),
+            Next::ClientGone => break Ending::Cancelled,
         }
     };
+    let reply = choice.reply;
     if let Some(error) = ending_error(&ending) {
         return Err(error);
     }
@@ -645,8 +682,19 @@ fn stream_reply(
     choices: Vec<Choice>,
     include_usage: bool,
 ) -> Response {
+    sse_response(|frames| write_sse(app, meta, choices, include_usage, frames))
+}
+
+/// Where a streamed answer's writer sends its frames (the response body reads them).
+pub(crate) type Frames = mpsc::Sender<Result<Bytes, Infallible>>;
+
+/// A streamed answer: `write` runs on a task of its own, its frames the body as they come
+/// (at most [`SSE_FRAMES_MAX`] unread: a slow client makes the writer wait).
+pub(crate) fn sse_response<W: Future<Output = ()> + Send + 'static>(
+    write: impl FnOnce(Frames) -> W,
+) -> Response {
     let (frames, body) = mpsc::channel::<Result<Bytes, Infallible>>(SSE_FRAMES_MAX);
-    tokio::spawn(write_sse(app, meta, choices, include_usage, frames));
+    tokio::spawn(write(frames));
     let stream = tokio_stream::wrappers::ReceiverStream::new(body);
     Response::builder()
         .status(StatusCode::OK)
@@ -760,27 +808,19 @@ async fn write_choice(
     siblings: Arc<Siblings>,
     frames: mpsc::Sender<Result<Bytes, Infallible>>,
 ) -> Option<Counts> {
-    let Choice {
-        index,
-        stream,
-        mut reply,
-        mut events,
-    } = choice;
-    let of = ChoiceId { index, stream };
-    let want_logprobs = reply.wants_logprobs();
+    let mut choice = choice;
+    let of = ChoiceId {
+        index: choice.index,
+        stream: choice.stream,
+    };
+    let want_logprobs = choice.reply.wants_logprobs();
     let mut first = true;
     let mut calls = 0;
     let ending = loop {
-        let event = tokio::select! {
-            event = events.recv() => event,
-            _ = frames.closed() => return None,
-        };
-        match event {
-            Some(StreamEvent::Admitted { cached_tokens }) => {
-                reply.cached_tokens = cached_tokens;
-            }
-            Some(StreamEvent::Tokens(tokens)) => {
-                let delta = reply.on_tokens(app.text.as_ref(), &tokens);
+        match choice.next(frames.closed()).await {
+            Next::ClientGone => return None,
+            Next::Tokens(tokens) => {
+                let delta = choice.reply.on_tokens(app.text.as_ref(), &tokens);
                 let opens_chat = first && meta.shape == Shape::Chat;
                 let says_something = !delta.text.is_empty()
                     || !delta.reasoning.is_empty()
@@ -794,13 +834,12 @@ async fn write_choice(
                         return None;
                     }
                 }
-                if reply.stopped() {
-                    app.engine.cancel(stream);
+                if choice.ended_itself(&app) {
                     break Ending::Stop;
                 }
             }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
+            Next::Finished(reason) => {
+                let (tail, ending) = choice.reply.on_finish(app.text.as_ref(), &reason);
                 if !tail.text.is_empty()
                     || !tail.reasoning.is_empty()
                     || !tail.tool_calls.is_empty()
@@ -812,7 +851,6 @@ async fn write_choice(
                 }
                 break ending;
             }
-            None => break Ending::Failed("the engine stopped".into()),
         }
     };
     if let Some(error) = ending_error(&ending) {
@@ -829,5 +867,5 @@ async fn write_choice(
     let finish = Some(finish_reason(&ending, calls));
     let last = chunk(&meta, of, &Delta::default(), false, finish, first, calls);
     let _ = frames.send(frame(&last)).await;
-    Some(Counts::of(&reply))
+    Some(Counts::of(&choice.reply))
 }

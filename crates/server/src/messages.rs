@@ -5,28 +5,24 @@
 //! `text` and `tool_use`, whole or as Anthropic's typed server-sent events.
 
 use crate::anthropic;
-use crate::blocks::{Block, BlockEvent, Blocks, Growing};
-use crate::engine_thread::StreamEvent;
+use crate::blocks::{Block, BlockEvent, Blocks, Growing, Round};
 use crate::error::{AnthropicError, ApiError};
 use crate::generate::{
-    admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, Choice, Shape,
+    admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, sse_response, Choice,
+    Frames, Shape,
 };
 use crate::reply::{Ending, Reply};
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::ToolCall;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lane::StreamId;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc;
-
-/// Events a slow client may leave unread before the writer waits (as the chat API's frames).
-const SSE_EVENTS_MAX: usize = 64;
 
 /// `POST /v1/messages`.
 pub async fn messages(State(app): State<AppState>, body: Bytes) -> Response {
@@ -168,40 +164,12 @@ fn usage(reply: &Reply) -> Value {
 /// The whole message: the content blocks the stream would have sent. The stream runs inside this
 /// handler's future: a client that goes away drops it, and the engine cancels the stream.
 async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Response {
-    let Choice {
-        stream,
-        mut reply,
-        mut events,
-        ..
-    } = choice;
-    let mut blocks = Blocks::default();
-    // A whole reply keeps the blocks; their events are the stream's business.
-    let mut unsent = Vec::new();
-    let ending = loop {
-        match events.recv().await {
-            Some(StreamEvent::Admitted { cached_tokens }) => {
-                reply.cached_tokens = cached_tokens;
-            }
-            Some(StreamEvent::Tokens(tokens)) => {
-                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut unsent);
-                if reply.stopped() {
-                    app.engine.cancel(stream);
-                    break Ending::Stop;
-                }
-            }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&tail, &mut unsent);
-                break ending;
-            }
-            None => break Ending::Failed("the engine stopped".into()),
-        }
-        unsent.clear();
-    };
+    let mut choice = choice;
+    let (blocks, ending) = Blocks::read_whole(&app, &mut choice).await;
     if let Some(error) = ending_error(&ending) {
         return AnthropicError(error).into_response();
     }
-    blocks.finish(&mut unsent);
+    let reply = choice.reply;
     let stop = stop_of(&ending, reply.stop_string(), blocks.calls);
     let content = blocks
         .content
@@ -217,15 +185,7 @@ fn event(name: &str, data: &Value) -> Result<Bytes, Infallible> {
 }
 
 fn stream_message(app: AppState, meta: MessageMeta, choice: Choice) -> Response {
-    let (events, body) = mpsc::channel::<Result<Bytes, Infallible>>(SSE_EVENTS_MAX);
-    tokio::spawn(write_events(app, meta, choice, events));
-    let stream = tokio_stream::wrappers::ReceiverStream::new(body);
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("static headers are valid")
+    sse_response(|frames| write_events(app, meta, choice, frames))
 }
 
 /// A block as Anthropic writes it. No signature on thinking: this server keeps no thinking to
@@ -301,35 +261,24 @@ fn anthropic_events(
 /// stop reason and the output tokens) and `message_stop`; or an `error` event where the reply
 /// failed. If the client goes away, sending fails, the writer ends and drops its receiver, and
 /// the engine cancels the stream before its next round.
-async fn write_events(
-    app: AppState,
-    meta: MessageMeta,
-    choice: Choice,
-    sink: mpsc::Sender<Result<Bytes, Infallible>>,
-) {
-    let Choice {
-        stream,
-        mut reply,
-        mut events,
-        ..
-    } = choice;
+async fn write_events(app: AppState, meta: MessageMeta, choice: Choice, sink: Frames) {
+    let mut choice = choice;
     let mut blocks = Blocks::default();
     let mut happened = Vec::new();
     let mut out: Vec<(&'static str, Value)> = Vec::new();
-    // `message_start` waits for the stream's admission, which says how much of the prompt the
-    // cache held (a stream that ends unadmitted starts with none).
     let mut started = false;
     let ending = loop {
-        let next = tokio::select! {
-            next = events.recv() => next,
-            _ = sink.closed() => return,
-        };
-        if let Some(StreamEvent::Admitted { cached_tokens }) = next {
-            reply.cached_tokens = cached_tokens;
+        let round = blocks
+            .read_round(&app, &mut choice, sink.closed(), &mut happened)
+            .await;
+        if let Round::ClientGone = round {
+            return;
         }
+        // `message_start` goes with the first round: by then the stream's admission has said
+        // how much of the prompt the cache held (a stream that ends unadmitted, none).
         if !started {
             started = true;
-            let mut start = usage(&reply);
+            let mut start = usage(&choice.reply);
             start["output_tokens"] = json!(0);
             let start = meta.message(json!([]), None, start);
             out.push((
@@ -338,24 +287,6 @@ async fn write_events(
             ));
             out.push(("ping", json!({"type": "ping"})));
         }
-        let ending = match next {
-            Some(StreamEvent::Admitted { .. }) => None,
-            Some(StreamEvent::Tokens(tokens)) => {
-                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut happened);
-                if reply.stopped() {
-                    app.engine.cancel(stream);
-                    Some(Ending::Stop)
-                } else {
-                    None
-                }
-            }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&tail, &mut happened);
-                Some(ending)
-            }
-            None => Some(Ending::Failed("the engine stopped".into())),
-        };
         anthropic_events(&meta, &blocks, &happened, &mut out);
         happened.clear();
         for (name, data) in out.drain(..) {
@@ -363,7 +294,7 @@ async fn write_events(
                 return;
             }
         }
-        if let Some(ending) = ending {
+        if let Round::Ended(ending) = round {
             break ending;
         }
     };
@@ -375,13 +306,14 @@ async fn write_events(
     }
     blocks.finish(&mut happened);
     anthropic_events(&meta, &blocks, &happened, &mut out);
+    let reply = &choice.reply;
     let stop = stop_of(&ending, reply.stop_string(), blocks.calls);
     out.push((
         "message_delta",
         json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop.reason, "stop_sequence": stop.sequence},
-            "usage": usage(&reply),
+            "usage": usage(reply),
         }),
     ));
     out.push(("message_stop", json!({"type": "message_stop"})));
@@ -408,18 +340,8 @@ mod tests {
     #[test]
     fn block_events_become_anthropics_events() {
         let meta = meta();
-        let delta = crate::reply::Delta {
-            text: "Sure.\n".into(),
-            reasoning: "hm".into(),
-            tool_calls: vec![ToolCall {
-                name: "f".into(),
-                arguments: "{\"a\": 1}".into(),
-            }],
-            ..Default::default()
-        };
-        let (mut blocks, mut happened, mut out) = (Blocks::default(), Vec::new(), Vec::new());
-        blocks.on_delta(&delta, &mut happened);
-        blocks.finish(&mut happened);
+        let (blocks, happened) = crate::blocks::think_say_call("Sure.\n");
+        let mut out = Vec::new();
         anthropic_events(&meta, &blocks, &happened, &mut out);
         let summary: Vec<String> = out
             .iter()

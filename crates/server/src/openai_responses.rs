@@ -8,26 +8,13 @@
 //! are refused too: only `function` tools run here.
 
 use crate::error::ApiError;
-use crate::request::{ChatMessage, GenerateRequest, Input, SamplingRequest};
+use crate::request::{self, ChatMessage, GenerateRequest, SamplingRequest};
 use crate::structured::{self, OutputConstraint, OutputFormat, Tools};
-use lane::LogitAdjustments;
 use serde_json::{json, Map, Value};
 
 /// Parses a `/v1/responses` body.
 pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
-    let fields = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(fields)) => fields,
-        Ok(_) => {
-            return Err(ApiError::malformed(
-                "the request body must be a JSON object",
-            ))
-        }
-        Err(e) => {
-            return Err(ApiError::malformed(format!(
-                "the request body is not valid JSON: {e}"
-            )))
-        }
-    };
+    let fields = request::object(body)?;
     for (name, why) in [
         (
             "previous_response_id",
@@ -88,75 +75,35 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
             "a required or named `tool_choice` cannot be combined with `text.format`",
         ));
     }
-    Ok(GenerateRequest {
-        model: match fields.get("model") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(name)) => Some(name.clone()),
-            Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
-        },
-        input: Input::Messages(messages),
-        max_tokens: match fields.get("max_output_tokens") {
-            None | Some(Value::Null) => None,
-            Some(value) => match value.as_u64() {
-                Some(n) if n > 0 => Some(n),
-                _ => {
-                    return Err(ApiError::invalid(
-                        "max_output_tokens",
-                        "`max_output_tokens` must be a positive integer",
-                    ))
-                }
-            },
-        },
-        sampling: sampling(&fields)?,
-        stop: Vec::new(),
-        stop_token_ids: Vec::new(),
-        stream: match fields.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ApiError::invalid("stream", "`stream` must be a boolean")),
-        },
-        include_usage: true,
-        choices: 1,
-        logprobs: None,
-        thinking_budget: None,
-        adjustments: LogitAdjustments::default(),
-        template_args: reasoning(&fields)?,
-        continue_final: false,
-        echo: ["instructions", "text"]
-            .into_iter()
-            .filter_map(|key| Some((key.to_string(), fields.get(key)?.clone())))
-            .collect(),
-        constraint,
-        tools,
-        cache_prompt: true,
-        ignore_eos: false,
-    })
+    let mut req = GenerateRequest::chat(request::model_name(&fields)?, messages);
+    req.max_tokens = request::optional_positive(&fields, "max_output_tokens")?;
+    req.sampling = sampling(&fields)?;
+    req.stream = request::optional_bool(&fields, "stream")?.unwrap_or(false);
+    req.template_args = reasoning(&fields)?;
+    req.echo = ["instructions", "text"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_string(), fields.get(key)?.clone())))
+        .collect();
+    req.constraint = constraint;
+    req.tools = tools;
+    Ok(req)
 }
 
 /// `temperature` (0–2) and `top_p` ((0, 1]); unsaid, the model's recommendation.
 fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
-    let number = |name: &str| match fields.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(_) => Err(ApiError::invalid(
-            name,
-            format!("`{name}` must be a number"),
-        )),
-    };
-    let temperature = number("temperature")?;
-    if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
-        return Err(ApiError::invalid(
-            "temperature",
-            "`temperature` must be between 0 and 2",
-        ));
-    }
-    let top_p = number("top_p")?;
-    if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-        return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]"));
-    }
     Ok(SamplingRequest {
-        temperature: temperature.map(|t| t as f32),
-        top_p: top_p.map(|p| p as f32),
+        temperature: request::checked_f32(
+            fields,
+            "temperature",
+            |t| (0.0..=2.0).contains(&t),
+            "`temperature` must be between 0 and 2",
+        )?,
+        top_p: request::checked_f32(
+            fields,
+            "top_p",
+            |p| p > 0.0 && p <= 1.0,
+            "`top_p` must be in (0, 1]",
+        )?,
         ..SamplingRequest::default()
     })
 }
@@ -242,17 +189,7 @@ fn input(fields: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
                 ..ChatMessage::default()
             }])
         }
-        Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid("input", "`input` must not be empty"))
-        }
-        None | Some(Value::Null) => return Err(ApiError::invalid("input", "`input` is required")),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "input",
-                "`input` must be a string or an array of items",
-            ))
-        }
+        _ => request::non_empty_array(fields, "input")?,
     };
     let mut out: Vec<ChatMessage> = Vec::new();
     let mut call_names: Vec<(String, String)> = Vec::new();
@@ -463,6 +400,7 @@ fn text_format(fields: &Map<String, Value>) -> Result<Option<OutputConstraint>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Input;
     use crate::structured::ToolChoice;
 
     fn parse(body: Value) -> Result<GenerateRequest, ApiError> {

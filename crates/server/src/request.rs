@@ -125,6 +125,104 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
 }
 
+impl GenerateRequest {
+    /// A chat request as another API's body becomes one (Anthropic's Messages, OpenAI's
+    /// Responses): one choice, no logprobs or penalties, usage reported, the prompt cache on;
+    /// the caller fills in what its API says.
+    pub(crate) fn chat(model: Option<String>, messages: Vec<ChatMessage>) -> GenerateRequest {
+        GenerateRequest {
+            model,
+            input: Input::Messages(messages),
+            max_tokens: None,
+            sampling: SamplingRequest::default(),
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            stream: false,
+            include_usage: true,
+            choices: 1,
+            logprobs: None,
+            thinking_budget: None,
+            adjustments: LogitAdjustments::default(),
+            template_args: Map::new(),
+            continue_final: false,
+            echo: Map::new(),
+            constraint: None,
+            tools: Tools {
+                tools: Vec::new(),
+                choice: structured::ToolChoice::Auto,
+                parallel: true,
+            },
+            cache_prompt: true,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// A required array field that must not be empty (`messages`, `input`).
+pub(crate) fn non_empty_array<'a>(
+    fields: &'a Map<String, Value>,
+    name: &str,
+) -> Result<&'a Vec<Value>, ApiError> {
+    match fields.get(name) {
+        Some(Value::Array(items)) if !items.is_empty() => Ok(items),
+        Some(Value::Array(_)) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must not be empty"),
+        )),
+        None | Some(Value::Null) => Err(ApiError::invalid(name, format!("`{name}` is required"))),
+        Some(_) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be an array"),
+        )),
+    }
+}
+
+/// Stop strings as every API bounds them: at most [`MAX_STOP_STRINGS`], each 1 to
+/// [`MAX_STOP_BYTES`] bytes (`param` names the field).
+pub(crate) fn check_stops(param: &str, stops: Vec<String>) -> Result<Vec<String>, ApiError> {
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid(
+            param,
+            format!("at most {MAX_STOP_STRINGS} stop strings"),
+        ));
+    }
+    if stops
+        .iter()
+        .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
+        return Err(ApiError::invalid(
+            param,
+            format!("stop strings must be 1 to {MAX_STOP_BYTES} bytes long"),
+        ));
+    }
+    Ok(stops)
+}
+
+/// A positive integer field (`max_tokens` and its kin), `None` when absent or null.
+pub(crate) fn optional_positive(
+    fields: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<u64>, ApiError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => positive_u64(value, name).map(Some),
+    }
+}
+
+/// A number field the check accepts (`message` says what it must be), `None` when absent or
+/// null.
+pub(crate) fn checked_f32(
+    fields: &Map<String, Value>,
+    name: &str,
+    ok: fn(f64) -> bool,
+    message: &str,
+) -> Result<Option<f32>, ApiError> {
+    match optional_f64(fields, name)? {
+        Some(v) if !ok(v) => Err(ApiError::invalid(name, message)),
+        v => Ok(v.map(|v| v as f32)),
+    }
+}
+
 /// Parses a `/v1/completions` body.
 pub fn parse_completion(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     let fields = object(body)?;
@@ -145,23 +243,11 @@ pub fn parse_completion(body: &[u8]) -> Result<GenerateRequest, ApiError> {
 /// Parses a `/v1/chat/completions` body.
 pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     let fields = object(body)?;
-    let messages = match fields.get("messages") {
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .map(|(idx, item)| message(idx, item))
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "`messages` must not be empty",
-            ))
-        }
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid("messages", "`messages` is required"))
-        }
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be an array")),
-    };
+    let messages = non_empty_array(&fields, "messages")?
+        .iter()
+        .enumerate()
+        .map(|(idx, item)| message(idx, item))
+        .collect::<Result<Vec<_>, _>>()?;
     refuse_unsupported(&fields, &["functions", "function_call", "audio"])?;
     let tools = structured::tools(&fields)?;
     let wants_logprobs = optional_bool(&fields, "logprobs")?.unwrap_or(false);
@@ -313,7 +399,7 @@ pub fn parse_detokenize(body: &[u8]) -> Result<DetokenizeRequest, ApiError> {
     })
 }
 
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(fields)) => Ok(fields),
         Ok(_) => Err(ApiError::malformed(
@@ -383,14 +469,7 @@ fn common(
 }
 
 fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
-    // A number the check accepts, or None when the field is absent or null.
-    let checked =
-        |name: &'static str, ok: fn(f64) -> bool, message: &'static str| match optional_f64(
-            fields, name,
-        )? {
-            Some(v) if !ok(v) => Err(ApiError::invalid(name, message)),
-            v => Ok(v.map(|v| v as f32)),
-        };
+    let checked = |name, ok, message| checked_f32(fields, name, ok, message);
     let temperature = checked(
         "temperature",
         |t| (0.0..=2.0).contains(&t),
@@ -462,22 +541,7 @@ fn stop(fields: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
             ))
         }
     };
-    if stops.len() > MAX_STOP_STRINGS {
-        return Err(ApiError::invalid(
-            "stop",
-            format!("at most {MAX_STOP_STRINGS} stop strings"),
-        ));
-    }
-    if stops
-        .iter()
-        .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
-    {
-        return Err(ApiError::invalid(
-            "stop",
-            format!("stop strings must be 1 to {MAX_STOP_BYTES} bytes long"),
-        ));
-    }
-    Ok(stops)
+    check_stops("stop", stops)
 }
 
 fn stop_token_ids(fields: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
@@ -671,7 +735,7 @@ fn refuse_unsupported(fields: &Map<String, Value>, names: &[&str]) -> Result<(),
 }
 
 /// `model`, the name of the model asked for (any model when unsaid).
-fn model_name(fields: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+pub(crate) fn model_name(fields: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     match fields.get("model") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(name)) => Ok(Some(name.clone())),
@@ -679,7 +743,10 @@ fn model_name(fields: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn optional_bool(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn optional_bool(
+    fields: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<bool>, ApiError> {
     match fields.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -690,7 +757,10 @@ fn optional_bool(fields: &Map<String, Value>, name: &str) -> Result<Option<bool>
     }
 }
 
-fn optional_f64(fields: &Map<String, Value>, name: &str) -> Result<Option<f64>, ApiError> {
+pub(crate) fn optional_f64(
+    fields: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<f64>, ApiError> {
     match fields.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => Ok(n.as_f64()),
@@ -701,7 +771,7 @@ fn optional_f64(fields: &Map<String, Value>, name: &str) -> Result<Option<f64>, 
     }
 }
 
-fn positive_u64(value: &Value, name: &str) -> Result<u64, ApiError> {
+pub(crate) fn positive_u64(value: &Value, name: &str) -> Result<u64, ApiError> {
     match value.as_u64() {
         Some(n) if n > 0 => Ok(n),
         _ => Err(ApiError::invalid(

@@ -4,26 +4,20 @@
 //! items — `reasoning`, `message`, `function_call` — whole or as the API's typed events. No
 //! response is stored (`store` is accepted and the answer says `false`).
 
-use crate::blocks::{Block, BlockEvent, Blocks, Growing};
-use crate::engine_thread::StreamEvent;
-use crate::generate::{admit, ending_error, prepare, Choice, Shape};
+use crate::blocks::{Block, BlockEvent, Blocks, Growing, Round};
+use crate::generate::{admit, ending_error, prepare, sse_response, Choice, Frames, Shape};
 use crate::openai_responses;
 use crate::reply::{Ending, Reply};
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::{ToolChoice, Tools};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lane::StreamId;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc;
-
-/// Events a slow client may leave unread before the writer waits (as the chat API's frames).
-const SSE_EVENTS_MAX: usize = 64;
 
 /// `POST /v1/responses`.
 pub async fn responses(State(app): State<AppState>, body: Bytes) -> Response {
@@ -181,60 +175,18 @@ fn usage(reply: &Reply) -> Value {
 /// The whole response: the output items its stream would have sent. The stream runs inside
 /// this handler's future: a client that goes away drops it, and the engine cancels the stream.
 async fn whole_response(app: AppState, meta: ResponseMeta, choice: Choice) -> Response {
-    let Choice {
-        stream,
-        mut reply,
-        mut events,
-        ..
-    } = choice;
-    let mut blocks = Blocks::default();
-    let mut unsent = Vec::new();
-    let ending = loop {
-        match events.recv().await {
-            Some(StreamEvent::Admitted { cached_tokens }) => {
-                reply.cached_tokens = cached_tokens;
-            }
-            Some(StreamEvent::Tokens(tokens)) => {
-                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut unsent);
-                if reply.stopped() {
-                    app.engine.cancel(stream);
-                    break Ending::Stop;
-                }
-            }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&tail, &mut unsent);
-                break ending;
-            }
-            None => break Ending::Failed("the engine stopped".into()),
-        }
-        unsent.clear();
-    };
+    let mut choice = choice;
+    let (blocks, ending) = Blocks::read_whole(&app, &mut choice).await;
     if let Some(error) = ending_error(&ending) {
         return error.into_response();
     }
-    blocks.finish(&mut unsent);
-    let output = blocks
-        .content
-        .iter()
-        .enumerate()
-        .map(|(index, block)| meta.item(index, block, true))
-        .collect();
-    let usage = usage(&reply);
-    let body = meta.response(output, Some(&ending), usage);
+    let output = output_so_far(&meta, &blocks);
+    let body = meta.response(output, Some(&ending), usage(&choice.reply));
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
 fn stream_response(app: AppState, meta: ResponseMeta, choice: Choice) -> Response {
-    let (events, body) = mpsc::channel::<Result<Bytes, Infallible>>(SSE_EVENTS_MAX);
-    tokio::spawn(write_events(app, meta, choice, events));
-    let stream = tokio_stream::wrappers::ReceiverStream::new(body);
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("static headers are valid")
+    sse_response(|frames| write_events(app, meta, choice, frames))
 }
 
 /// The Responses API's events, numbered in order (`sequence_number`).
@@ -254,7 +206,7 @@ impl Numbered {
     }
 }
 
-/// The items of the blocks so far, each as it stands.
+/// The items of the blocks (so far), each as it stands.
 fn output_so_far(meta: &ResponseMeta, blocks: &Blocks) -> Vec<Value> {
     blocks
         .content
@@ -344,18 +296,8 @@ fn response_events(
 /// `response.completed` (or `response.incomplete` at `max_output_tokens`); or
 /// `response.failed` (its `error` saying why) where the reply failed. If the client goes away, sending fails, the writer ends and drops its
 /// receiver, and the engine cancels the stream before its next round.
-async fn write_events(
-    app: AppState,
-    meta: ResponseMeta,
-    choice: Choice,
-    sink: mpsc::Sender<Result<Bytes, Infallible>>,
-) {
-    let Choice {
-        stream,
-        mut reply,
-        mut events,
-        ..
-    } = choice;
+async fn write_events(app: AppState, meta: ResponseMeta, choice: Choice, sink: Frames) {
+    let mut choice = choice;
     let mut out = Numbered::default();
     let started = meta.response(Vec::new(), None, Value::Null);
     out.push(json!({"type": "response.created", "response": started}));
@@ -368,35 +310,15 @@ async fn write_events(
                 return;
             }
         }
-        let next = tokio::select! {
-            next = events.recv() => next,
-            _ = sink.closed() => return,
-        };
-        let ending = match next {
-            Some(StreamEvent::Admitted { cached_tokens }) => {
-                reply.cached_tokens = cached_tokens;
-                None
-            }
-            Some(StreamEvent::Tokens(tokens)) => {
-                blocks.on_tokens(&mut reply, app.text.as_ref(), &tokens, &mut happened);
-                if reply.stopped() {
-                    app.engine.cancel(stream);
-                    Some(Ending::Stop)
-                } else {
-                    None
-                }
-            }
-            Some(StreamEvent::Finished { reason, .. }) => {
-                let (tail, ending) = reply.on_finish(app.text.as_ref(), &reason);
-                blocks.on_delta(&tail, &mut happened);
-                Some(ending)
-            }
-            None => Some(Ending::Failed("the engine stopped".into())),
-        };
+        let round = blocks
+            .read_round(&app, &mut choice, sink.closed(), &mut happened)
+            .await;
         response_events(&meta, &blocks, &happened, &mut out);
         happened.clear();
-        if let Some(ending) = ending {
-            break ending;
+        match round {
+            Round::Going => {}
+            Round::Ended(ending) => break ending,
+            Round::ClientGone => return,
         }
     };
     if let Some(error) = ending_error(&ending) {
@@ -414,13 +336,8 @@ async fn write_events(
     } else {
         blocks.finish(&mut happened);
         response_events(&meta, &blocks, &happened, &mut out);
-        let output = blocks
-            .content
-            .iter()
-            .enumerate()
-            .map(|(index, block)| meta.item(index, block, true))
-            .collect();
-        let usage = usage(&reply);
+        let output = output_so_far(&meta, &blocks);
+        let usage = usage(&choice.reply);
         let kind = match ending {
             Ending::Length => "response.incomplete",
             _ => "response.completed",
@@ -437,7 +354,6 @@ async fn write_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::structured::ToolCall;
 
     fn meta() -> ResponseMeta {
         ResponseMeta {
@@ -452,19 +368,8 @@ mod tests {
     #[test]
     fn block_events_become_the_responses_apis_numbered_events() {
         let meta = meta();
-        let delta = crate::reply::Delta {
-            text: "Sure.".into(),
-            reasoning: "hm".into(),
-            tool_calls: vec![ToolCall {
-                name: "f".into(),
-                arguments: "{\"a\": 1}".into(),
-            }],
-            ..Default::default()
-        };
-        let (mut blocks, mut happened, mut out) =
-            (Blocks::default(), Vec::new(), Numbered::default());
-        blocks.on_delta(&delta, &mut happened);
-        blocks.finish(&mut happened);
+        let (blocks, happened) = crate::blocks::think_say_call("Sure.");
+        let mut out = Numbered::default();
         response_events(&meta, &blocks, &happened, &mut out);
         let events: Vec<Value> = out
             .out

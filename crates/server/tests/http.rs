@@ -1665,17 +1665,23 @@ fn anthropic_events(body: &str) -> Vec<(String, Value)> {
     events
 }
 
-#[tokio::test]
-async fn anthropic_messages_give_the_chat_apis_reply_as_content_blocks_whole_and_streamed() {
-    let server = start(&[1056; 2], EQUAL, 64, None).await;
-    let chat = post(
+/// The chat API's greedy reply of 25 tokens to "be brief" / "hi there": what the other APIs
+/// must answer the same conversation with.
+async fn brief_chat(server: &Server) -> Value {
+    post(
         server.addr,
         "/v1/chat/completions",
         json!({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
                "max_tokens": 25, "temperature": 0}),
     )
     .await
-    .json();
+    .json()
+}
+
+#[tokio::test]
+async fn anthropic_messages_give_the_chat_apis_reply_as_content_blocks_whole_and_streamed() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let chat = brief_chat(&server).await;
     let want = chat["choices"][0]["message"]["content"].as_str().unwrap();
     let body = json!({"model": "fake", "system": "be brief", "max_tokens": 25, "temperature": 0,
                       "messages": [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]});
@@ -1937,14 +1943,7 @@ async fn anthropic_count_tokens_counts_the_prompt_a_message_sends() {
 #[tokio::test]
 async fn a_response_of_the_responses_api_is_the_chat_apis_reply_whole_and_streamed() {
     let server = start(&[1056; 2], EQUAL, 64, None).await;
-    let chat = post(
-        server.addr,
-        "/v1/chat/completions",
-        json!({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
-               "max_tokens": 25, "temperature": 0}),
-    )
-    .await
-    .json();
+    let chat = brief_chat(&server).await;
     let want = chat["choices"][0]["message"]["content"].as_str().unwrap();
     let body = json!({"instructions": "be brief", "max_output_tokens": 25, "temperature": 0,
                       "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi there"}]}]});
