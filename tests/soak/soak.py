@@ -137,6 +137,40 @@ def stream_text(port, body, read_pause=0.0, stop_after=None):
     return 200, "".join(text)
 
 
+def other_api_text(port, api, prompt, max_tokens):
+    """A greedy reply through Anthropic's Messages API or OpenAI's Responses API, streamed: the
+    same chat as the chat API's, so the same text. Returns (status, text or None)."""
+    if api == "messages":
+        body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                "temperature": 0, "stream": True}
+        path, delta_type, field = "/v1/messages", "content_block_delta", "text"
+    else:
+        body = {"model": "m", "input": prompt, "max_output_tokens": max_tokens, "temperature": 0, "stream": True}
+        path, delta_type, field = "/v1/responses", "response.output_text.delta", "delta"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
+    conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        resp.read()
+        conn.close()
+        return resp.status, None
+    text, ended = [], False
+    for line in resp:
+        line = line.strip()
+        if not line.startswith(b"data: "):
+            continue
+        event = json.loads(line[6:])
+        if event.get("type") == delta_type:
+            piece = event.get("delta", {}).get(field) if api == "messages" else event.get(field)
+            text.append(piece or "")
+        if event.get("type") in ("message_stop", "response.completed", "response.incomplete"):
+            ended = True
+        if event.get("type") in ("error", "response.failed"):
+            break
+    conn.close()
+    return (200, "".join(text)) if ended else (200, None)
+
+
 def slowloris(port):
     """Sends a header line every second and never finishes; returns seconds until closed."""
     start = time.time()
@@ -200,7 +234,7 @@ def main():
     # (kind, weight)
     mix = [("greedy", 25), ("stream", 20), ("seeded", 10), ("slow_reader", 5), ("disconnect", 10),
            ("malformed", 10), ("oversized", 6), ("huge_max_tokens", 6), ("unknown_model", 4),
-           ("slowloris", 4)]
+           ("slowloris", 4), ("messages", 8), ("responses", 8)]
     names = [k for k, _ in mix]
     weights = [w for _, w in mix]
 
@@ -226,6 +260,12 @@ def main():
                     want = solo[("greedy", p)]
                     note(kind, status, None if status == 200 and text == want
                          else f"{p!r}: status {status}, {text!r} != {want!r}")
+                elif kind in ("messages", "responses"):
+                    p, m = rng.choice(PROMPTS)
+                    status, text = other_api_text(port, kind, p, m)
+                    want = solo[("greedy", p)]
+                    note(kind, status, None if status == 200 and text == want
+                         else f"{p!r}: status {status}, {text!r} != {want!r}")
                 elif kind == "seeded":
                     p, seed = rng.choice(SEEDED)
                     status, text = chat_text(port, chat_body(p, temperature=0.8, seed=seed))
@@ -239,8 +279,9 @@ def main():
                 elif kind == "malformed":
                     raw = rng.choice([b"{not json", b"[]", b'{"messages": 3}', b'{"model":"m"}',
                                       bytes(rng.getrandbits(8) for _ in range(64))])
-                    status, _ = request(port, "POST", "/v1/chat/completions", raw=raw)
-                    note(kind, status, None if status in (400, 422) else f"status {status} for {raw!r}")
+                    path = rng.choice(["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+                    status, _ = request(port, "POST", path, raw=raw)
+                    note(kind, status, None if status in (400, 422) else f"status {status} for {path} {raw!r}")
                 elif kind == "oversized":
                     status, _ = request(port, "POST", "/v1/chat/completions",
                                         chat_body("word " * rng.randint(3000, 6000), max_tokens=8))
