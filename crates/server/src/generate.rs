@@ -259,6 +259,9 @@ pub(crate) async fn admit(
     // A chat reply's thinking goes to `reasoning_content`; its tool calls are read from it.
     let new_reply = || {
         let mut reply = Reply::new(req.stop.clone(), req.logprobs.is_some(), prompt_len);
+        if req.include_stop {
+            reply = reply.including_stops();
+        }
         if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
             reply = reply.split_thinking(tags);
         }
@@ -527,12 +530,14 @@ fn finish_reason(ending: &Ending, tool_calls: usize) -> &'static str {
     }
 }
 
-/// One choice's tokens: the prompt's, of those the ones the prompt cache held, and its own.
+/// One choice's tokens: the prompt's, of those the ones the prompt cache held, and its own
+/// (of those, its thinking's).
 #[derive(Clone, Copy, Debug)]
 struct Counts {
     prompt: u64,
     cached: u64,
     completion: u64,
+    reasoning: u64,
 }
 
 impl Counts {
@@ -541,20 +546,23 @@ impl Counts {
             prompt: reply.prompt_tokens,
             cached: reply.cached_tokens,
             completion: reply.completion_tokens,
+            reasoning: reply.reasoning_tokens,
         }
     }
 }
 
 /// The prompt's tokens (once, however many choices: the first's, with the cached ones it
-/// found) and every choice's.
+/// found) and every choice's (with their thinking's).
 fn usage(choices: &[Counts]) -> Value {
     let (prompt, cached) = choices.first().map_or((0, 0), |c| (c.prompt, c.cached));
     let completion: u64 = choices.iter().map(|c| c.completion).sum();
+    let reasoning: u64 = choices.iter().map(|c| c.reasoning).sum();
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     })
 }
 

@@ -127,6 +127,12 @@ impl Reply {
         self
     }
 
+    /// Sends the stop string that ends the reply as its last text (`include_stop_str_in_output`).
+    pub fn including_stops(mut self) -> Reply {
+        self.matcher = self.matcher.including_stops();
+        self
+    }
+
     /// Reads the reply's `<tool_call>` blocks into [`Delta::tool_calls`] instead of the text; a
     /// reply without `parallel` calls ends after its first.
     pub fn parse_tool_calls(mut self, parallel: bool) -> Reply {

@@ -123,6 +123,9 @@ pub struct GenerateRequest {
     /// `ignore_eos` (vLLM's; default false): the model's end tokens do not end the reply (only
     /// `max_tokens`, stop strings and `stop_token_ids` do), as benchmarks ask for.
     pub ignore_eos: bool,
+    /// `include_stop_str_in_output` (vLLM's; default false): the stop string that ends the
+    /// reply is sent as its last text.
+    pub include_stop: bool,
 }
 
 impl GenerateRequest {
@@ -154,6 +157,7 @@ impl GenerateRequest {
             },
             cache_prompt: true,
             ignore_eos: false,
+            include_stop: false,
         }
     }
 }
@@ -411,11 +415,44 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// vLLM's sampling extras this server does not implement, refused when they ask for anything
+/// (each with the value that asks for nothing: absent and null always do).
+const VLLM_UNIMPLEMENTED: [(&str, fn(&Value) -> bool); 9] = [
+    ("min_tokens", |v| v.as_u64() == Some(0)),
+    ("bad_words", |v| v.as_array().is_some_and(Vec::is_empty)),
+    ("allowed_token_ids", |v| {
+        v.as_array().is_some_and(Vec::is_empty)
+    }),
+    ("prompt_logprobs", |v| v.as_u64() == Some(0)),
+    ("use_beam_search", |v| v == &Value::Bool(false)),
+    ("length_penalty", |v| v.as_f64() == Some(1.0)),
+    ("truncate_prompt_tokens", |_| false),
+    ("skip_special_tokens", |v| v == &Value::Bool(true)),
+    ("guided_whitespace_pattern", |_| false),
+];
+
+fn refuse_vllm_unimplemented(fields: &Map<String, Value>) -> Result<(), ApiError> {
+    for (name, asks_nothing) in VLLM_UNIMPLEMENTED {
+        match fields.get(name) {
+            None | Some(Value::Null) => {}
+            Some(value) if asks_nothing(value) => {}
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` is not supported by this server"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn common(
     fields: &Map<String, Value>,
     input: Input,
     logprobs: Option<u32>,
 ) -> Result<GenerateRequest, ApiError> {
+    refuse_vllm_unimplemented(fields)?;
     let choices = match fields.get("n") {
         None | Some(Value::Null) => 1,
         Some(value) => bounded_u32(value, "n", 1, MAX_CHOICES)?,
@@ -456,6 +493,7 @@ fn common(
         constraint: structured::output_constraint(fields)?,
         cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
         ignore_eos: optional_bool(fields, "ignore_eos")?.unwrap_or(false),
+        include_stop: optional_bool(fields, "include_stop_str_in_output")?.unwrap_or(false),
         tools: Tools {
             tools: Vec::new(),
             choice: structured::ToolChoice::Auto,
@@ -1115,6 +1153,35 @@ mod tests {
         assert_eq!(
             param_of(parse_completion(br#"{"prompt":"a","echo":true}"#)).as_deref(),
             Some("echo")
+        );
+        // vLLM's extras that would change the reply: refused unless they ask for nothing.
+        for (field, neutral, asks) in [
+            ("min_tokens", "0", "5"),
+            ("bad_words", "[]", "[\"x\"]"),
+            ("allowed_token_ids", "[]", "[1]"),
+            ("prompt_logprobs", "0", "1"),
+            ("use_beam_search", "false", "true"),
+            ("length_penalty", "1.0", "0.5"),
+            ("skip_special_tokens", "true", "false"),
+        ] {
+            let body = |v: &str| format!(r#"{{"prompt":"a","{field}":{v}}}"#);
+            assert!(
+                parse_completion(body(neutral).as_bytes()).is_ok(),
+                "{field}"
+            );
+            assert_eq!(
+                param_of(parse_chat(
+                    format!(r#"{{"messages":[{{"role":"user","content":"x"}}],"{field}":{asks}}}"#)
+                        .as_bytes()
+                ))
+                .as_deref(),
+                Some(field)
+            );
+        }
+        assert!(
+            parse_completion(br#"{"prompt":"a","include_stop_str_in_output":true}"#)
+                .unwrap()
+                .include_stop
         );
     }
 }

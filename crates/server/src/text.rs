@@ -57,6 +57,8 @@ pub struct Matched {
 #[derive(Debug)]
 pub struct StopMatcher {
     stops: Vec<String>,
+    /// The stop string that ends the text is emitted too (vLLM's `include_stop_str_in_output`).
+    include: bool,
     held: String,
     /// The stop string that ended the text, once one has.
     matched: Option<usize>,
@@ -66,6 +68,7 @@ impl StopMatcher {
     pub fn new(stops: Vec<String>) -> StopMatcher {
         StopMatcher {
             stops,
+            include: false,
             held: String::new(),
             matched: None,
         }
@@ -82,7 +85,11 @@ impl StopMatcher {
             .min();
         if let Some((at, which)) = first_stop {
             self.matched = Some(which);
-            let emit = self.held[..at].to_string();
+            let end = match self.include {
+                true => at + self.stops[which].len(),
+                false => at,
+            };
+            let emit = self.held[..end].to_string();
             self.held.clear();
             return Matched {
                 emit,
@@ -97,6 +104,12 @@ impl StopMatcher {
             emit,
             stopped: false,
         }
+    }
+
+    /// Emits the stop string that ends the text, after the text before it.
+    pub fn including_stops(mut self) -> StopMatcher {
+        self.include = true;
+        self
     }
 
     /// The stop string that ended the text (Anthropic's `stop_sequence`).
@@ -189,6 +202,10 @@ mod tests {
             }
         );
         assert_eq!(matcher.matched(), Some("END"));
+        // Included: the same place, the stop string sent.
+        let mut matcher = StopMatcher::new(vec!["END".into()]).including_stops();
+        assert_eq!(matcher.push("hello E").emit, "hello ");
+        assert_eq!(matcher.push("NDgame").emit, "END");
     }
 
     #[test]

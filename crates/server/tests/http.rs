@@ -2091,3 +2091,33 @@ async fn a_reply_may_continue_the_assistants_last_message_in_the_chat_and_messag
     .json();
     assert_eq!(counted["count"], prompt.len());
 }
+
+#[tokio::test]
+async fn include_stop_str_in_output_sends_the_stop_string_last() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let full = expected_text(&server, "stop test", 60);
+    let stop: String = full.chars().skip(20).take(3).collect();
+    let at = full.find(&stop).unwrap();
+    for stream in [false, true] {
+        let reply = post(
+            server.addr,
+            "/v1/completions",
+            json!({"prompt": "stop test", "max_tokens": 60, "temperature": 0, "stop": [stop],
+                   "include_stop_str_in_output": true, "stream": stream}),
+        )
+        .await;
+        let text: String = if stream {
+            sse_texts(&reply.body)
+                .0
+                .iter()
+                .filter_map(|c| c["choices"][0]["text"].as_str())
+                .collect()
+        } else {
+            reply.json()["choices"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(text, &full[..at + stop.len()], "stream {stream}");
+    }
+}
