@@ -417,7 +417,10 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 /// vLLM's sampling extras this server does not implement, refused when they ask for anything
 /// (each with the value that asks for nothing: absent and null always do).
-const VLLM_UNIMPLEMENTED: [(&str, fn(&Value) -> bool); 9] = [
+/// Whether a field's value asks for nothing (the feature off).
+type AsksNothing = fn(&Value) -> bool;
+
+const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 9] = [
     ("min_tokens", |v| v.as_u64() == Some(0)),
     ("bad_words", |v| v.as_array().is_some_and(Vec::is_empty)),
     ("allowed_token_ids", |v| {
