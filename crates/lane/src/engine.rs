@@ -540,6 +540,7 @@ impl<T: Target> Engine<T> {
             tokens: request.prompt,
             computed: 0,
             max_new_tokens: request.max_new_tokens,
+            min_new_tokens: request.min_new_tokens,
             sampling: request.sampling,
             rng: Rng::new(seed),
             stop_tokens: request.stop_tokens,
@@ -1193,6 +1194,8 @@ struct Draw<'a> {
     adjustments: &'a LogitAdjustments,
     seen: Option<&'a SeenTokens>,
     stop_tokens: &'a [u32],
+    /// The window's first rows whose stop tokens are −∞ (`min_new_tokens` not reached).
+    stops_held: u64,
 }
 
 /// The token `stream`'s thinking budget forces at each position along `drafts` (one per draft,
@@ -1210,11 +1213,16 @@ fn micros(d: std::time::Duration) -> u64 {
 }
 
 /// What a window needs of its rows. Streams that need no more than each row's greedy token (no
-/// log-probabilities, penalties, biases or grammar) let the target choose it beside the model;
+/// log-probabilities, penalties, biases, grammar or held stop tokens) let the target choose it
+/// beside the model;
 /// sampled ones with nothing forced along the window let the target draw each row with the
 /// uniform the stream's generator would give it (the host's draw takes the same ones).
 fn want_of(stream: &Stream, plan: &Planned) -> Want {
-    if stream.logprobs || stream.seen.is_some() || stream.grammar.is_some() {
+    if stream.logprobs
+        || stream.seen.is_some()
+        || stream.grammar.is_some()
+        || stream.stops_held() > 0
+    {
         return Want::Logits;
     }
     if stream.sampling.is_greedy() {
@@ -1259,6 +1267,7 @@ fn draw_all(
             let (_, stream) = streams
                 .find(|(idx, _)| *idx == plan.idx)
                 .expect("G2: every plan's stream is live");
+            let stops_held = stream.stops_held();
             Draw {
                 id: stream.id,
                 plan,
@@ -1268,6 +1277,7 @@ fn draw_all(
                 adjustments: &stream.adjustments,
                 seen: stream.seen.as_ref(),
                 stop_tokens: &stream.stop_tokens,
+                stops_held,
             }
         })
         .collect();
@@ -1306,12 +1316,19 @@ fn draw(d: Draw<'_>, vocab: usize) -> Drawn {
         masks.is_none_or(|m| m.len() == plan.num_logits),
         "G1: a constrained window has one mask per logits row"
     );
-    let adjusted: Vec<Vec<f32>> = if d.seen.is_some() || masks.is_some() {
+    let adjusted: Vec<Vec<f32>> = if d.seen.is_some() || masks.is_some() || d.stops_held > 0 {
         logits_rows
             .iter()
             .enumerate()
             .map(|(i, row)| {
                 let mut row = row.to_vec();
+                if (i as u64) < d.stops_held {
+                    for &stop in d.stop_tokens {
+                        if let Some(l) = row.get_mut(stop as usize) {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
                 if let Some(seen) = d.seen {
                     let pending = &drafts[..i.min(drafts.len())];
                     adjust_logits(&mut row, d.adjustments, seen, pending);

@@ -108,6 +108,9 @@ impl LogitAdjustments {
 pub struct Request {
     pub prompt: Vec<u32>,
     pub max_new_tokens: u64,
+    /// The stop tokens cannot end the reply before this many tokens (vLLM's `min_tokens`):
+    /// their logits are −∞ at every earlier position, drafts verified likewise; 0 is off.
+    pub min_new_tokens: u64,
     pub sampling: SamplingParams,
     /// Token ids that end the reply (reason `stop`); the stop token itself is not emitted.
     pub stop_tokens: Vec<u32>,
@@ -135,6 +138,7 @@ impl Request {
         Request {
             prompt,
             max_new_tokens,
+            min_new_tokens: 0,
             sampling: SamplingParams::greedy(),
             stop_tokens: Vec::new(),
             draft: None,
@@ -194,6 +198,22 @@ pub(crate) fn validate(
     }
     if request.max_new_tokens == 0 {
         return Err(invalid("max_tokens", "must be at least 1".into()));
+    }
+    if request.min_new_tokens > request.max_new_tokens {
+        return Err(invalid(
+            "min_tokens",
+            format!(
+                "{} is more than max_tokens ({})",
+                request.min_new_tokens, request.max_new_tokens
+            ),
+        ));
+    }
+    // A complete grammar ends the reply with a stop token, which min_tokens may forbid.
+    if request.min_new_tokens > 0 && request.grammar.is_some() {
+        return Err(invalid(
+            "min_tokens",
+            "cannot be combined with a constrained reply".into(),
+        ));
     }
     let s = &request.sampling;
     if !(s.temperature.is_finite() && s.temperature >= 0.0) {

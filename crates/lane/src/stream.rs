@@ -63,6 +63,8 @@ pub(crate) struct Stream {
     pub tokens: Vec<u32>,
     pub computed: u64,
     pub max_new_tokens: u64,
+    /// No stop token before this many tokens ([`crate::Request::min_new_tokens`]).
+    pub min_new_tokens: u64,
     pub sampling: SamplingParams,
     pub rng: Rng,
     pub stop_tokens: Vec<u32>,
@@ -92,6 +94,12 @@ impl Stream {
     /// Tokens drawn so far.
     pub fn generated(&self) -> u64 {
         (self.tokens.len() - self.prompt_len) as u64
+    }
+
+    /// How many positions from the next token on may not be a stop token (`min_new_tokens`
+    /// not reached yet).
+    pub fn stops_held(&self) -> u64 {
+        self.min_new_tokens.saturating_sub(self.generated())
     }
 
     /// Still reading its prompt: no token drawn yet.

@@ -238,3 +238,68 @@ fn greedy_tokens_from_the_target_give_the_replies_of_its_logits() {
         }
     }
 }
+
+/// `min_new_tokens`: the stop token cannot end the reply before it; where the model would have
+/// stopped, the reply goes on with the model's next choice without it, and the reply is the
+/// same with drafts, beside other streams and on a target that picks greedy tokens itself.
+#[test]
+fn min_new_tokens_holds_the_stop_tokens_back_until_then() {
+    let setup = Setup::spec(&three_sessions(), 64);
+    let p = prompt(12, 8);
+    let full = solo(&setup, greedy(p.clone(), 100));
+    let stop = full[10];
+    let first = full.iter().position(|&t| t == stop).unwrap();
+    let held = |min: u64| Request {
+        stop_tokens: vec![stop],
+        min_new_tokens: min,
+        ..greedy(p.clone(), 100)
+    };
+    // Without: it stops at the stop token's first place.
+    let mut engine = setup.build();
+    let id = engine.submit(held(0)).unwrap();
+    let mut replies = Replies::default();
+    run_until_idle(&mut engine, &mut replies, 1000);
+    assert_eq!(replies.reply(id), full[..first]);
+    // With: the first `first` tokens are the same, then no stop before `min`.
+    let min = first as u64 + 20;
+    let mut engine = setup.build();
+    let id = engine.submit(held(min)).unwrap();
+    let mut replies = Replies::default();
+    run_until_idle(&mut engine, &mut replies, 1000);
+    let reply = replies.reply(id);
+    assert!(reply.len() as u64 >= min, "{} tokens", reply.len());
+    assert_eq!(reply[..first], full[..first]);
+    assert!(!reply[..min as usize].contains(&stop));
+    // The same with drafts, and beside others.
+    for (mode, k) in [(DraftMode::Mtp, 3), (DraftMode::Ngram, 3)] {
+        let drafted = Setup::spec(&three_sessions(), 64).drafts(mode, k);
+        let mut engine = drafted.build();
+        let ids: Vec<_> = [
+            held(min),
+            greedy(prompt(9, 2), 30),
+            sampled(prompt(7, 3), 30, 5),
+        ]
+        .into_iter()
+        .map(|r| engine.submit(r).unwrap())
+        .collect();
+        let mut together = Replies::default();
+        run_until_idle(&mut engine, &mut together, 1000);
+        assert_eq!(together.reply(ids[0]), reply, "{mode:?}");
+    }
+    // More than max_tokens: refused naming the field.
+    let mut engine = setup.build();
+    let refused = engine.submit(Request {
+        min_new_tokens: 101,
+        ..greedy(p, 100)
+    });
+    assert!(
+        matches!(
+            refused,
+            Err(lane::Refusal::Invalid {
+                param: "min_tokens",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}

@@ -243,6 +243,7 @@ pub(crate) async fn admit(
     let lane_request = lane::Request {
         prompt,
         max_new_tokens,
+        min_new_tokens: req.min_tokens,
         sampling,
         stop_tokens,
         draft: None,
@@ -262,6 +263,7 @@ pub(crate) async fn admit(
         if req.include_stop {
             reply = reply.including_stops();
         }
+        reply = reply.stops_from(req.min_tokens);
         if let (Shape::Chat, Some(tags)) = (shape, think_tags) {
             reply = reply.split_thinking(tags);
         }

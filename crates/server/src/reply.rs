@@ -3,7 +3,7 @@
 
 use crate::engine_thread::TokenOut;
 use crate::structured::{ToolCall, ToolCallParser};
-use crate::text::{IncrementalDecoder, StopMatcher};
+use crate::text::{IncrementalDecoder, Matched, StopMatcher};
 use crate::text_model::{ModelDetokenizer, TextModel};
 use lane::FinishReason;
 
@@ -87,6 +87,8 @@ pub struct Reply {
     /// The calls a reply may still make (`None`: any number); the one that uses the last ends
     /// the reply, as a stop string would.
     calls_left: Option<usize>,
+    /// Stop strings are looked for only in the text of the tokens after this many (`min_tokens`).
+    stops_from: u64,
     want_logprobs: bool,
     /// A stop string matched: everything after it is dropped.
     stopped: bool,
@@ -106,6 +108,7 @@ impl Reply {
             matcher: StopMatcher::new(stops),
             tool_calls: None,
             calls_left: None,
+            stops_from: 0,
             want_logprobs,
             stopped: false,
             completion_tokens: 0,
@@ -124,6 +127,13 @@ impl Reply {
             reasoning: IncrementalDecoder::default(),
             trim_newlines: false,
         });
+        self
+    }
+
+    /// Looks for stop strings only in the text of the tokens after the first `min_tokens` (as
+    /// vLLM's `min_tokens` holds them back; the engine holds the stop tokens).
+    pub fn stops_from(mut self, min_tokens: u64) -> Reply {
+        self.stops_from = min_tokens;
         self
     }
 
@@ -216,7 +226,14 @@ impl Reply {
                 piece = piece.trim_start_matches('\n').to_string();
                 split.trim_newlines = piece.is_empty();
             }
-            let matched = self.matcher.push(&piece);
+            let matched = match self.completion_tokens > self.stops_from {
+                true => self.matcher.push(&piece),
+                // Before `min_tokens`, text goes out as it comes (the matcher holds nothing yet).
+                false => Matched {
+                    emit: piece,
+                    stopped: false,
+                },
+            };
             self.route_text(&matched.emit, &mut delta);
             // (The call that uses the last a reply may make has stopped it too.)
             self.stopped |= matched.stopped;

@@ -126,6 +126,9 @@ pub struct GenerateRequest {
     /// `include_stop_str_in_output` (vLLM's; default false): the stop string that ends the
     /// reply is sent as its last text.
     pub include_stop: bool,
+    /// `min_tokens` (vLLM's; default 0): neither the model's end tokens nor stop strings end
+    /// the reply before this many tokens.
+    pub min_tokens: u64,
 }
 
 impl GenerateRequest {
@@ -158,6 +161,7 @@ impl GenerateRequest {
             cache_prompt: true,
             ignore_eos: false,
             include_stop: false,
+            min_tokens: 0,
         }
     }
 }
@@ -420,8 +424,7 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// Whether a field's value asks for nothing (the feature off).
 type AsksNothing = fn(&Value) -> bool;
 
-const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 9] = [
-    ("min_tokens", |v| v.as_u64() == Some(0)),
+const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 8] = [
     ("bad_words", |v| v.as_array().is_some_and(Vec::is_empty)),
     ("allowed_token_ids", |v| {
         v.as_array().is_some_and(Vec::is_empty)
@@ -497,6 +500,10 @@ fn common(
         cache_prompt: optional_bool(fields, "cache_prompt")?.unwrap_or(true),
         ignore_eos: optional_bool(fields, "ignore_eos")?.unwrap_or(false),
         include_stop: optional_bool(fields, "include_stop_str_in_output")?.unwrap_or(false),
+        min_tokens: match fields.get("min_tokens") {
+            None | Some(Value::Null) => 0,
+            Some(value) => non_negative_u64(value, "min_tokens")?,
+        },
         tools: Tools {
             tools: Vec::new(),
             choice: structured::ToolChoice::Auto,
@@ -1159,7 +1166,6 @@ mod tests {
         );
         // vLLM's extras that would change the reply: refused unless they ask for nothing.
         for (field, neutral, asks) in [
-            ("min_tokens", "0", "5"),
             ("bad_words", "[]", "[\"x\"]"),
             ("allowed_token_ids", "[]", "[1]"),
             ("prompt_logprobs", "0", "1"),
@@ -1185,6 +1191,16 @@ mod tests {
             parse_completion(br#"{"prompt":"a","include_stop_str_in_output":true}"#)
                 .unwrap()
                 .include_stop
+        );
+        assert_eq!(
+            parse_completion(br#"{"prompt":"a","min_tokens":5}"#)
+                .unwrap()
+                .min_tokens,
+            5
+        );
+        assert_eq!(
+            param_of(parse_completion(br#"{"prompt":"a","min_tokens":-1}"#)).as_deref(),
+            Some("min_tokens")
         );
     }
 }

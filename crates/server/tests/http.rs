@@ -2121,3 +2121,35 @@ async fn include_stop_str_in_output_sends_the_stop_string_last() {
         assert_eq!(text, &full[..at + stop.len()], "stream {stream}");
     }
 }
+
+#[tokio::test]
+async fn min_tokens_holds_back_stop_tokens_and_stop_strings() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let full = expected_text(&server, "stop test", 60);
+    // A stop token and a stop string from the reply's start: without min_tokens they end it.
+    let stop_byte = full.as_bytes()[3];
+    let stop_string: String = full.chars().skip(4).take(2).collect();
+    let ask = |extra: Value| {
+        let mut body = json!({"prompt": "stop test", "max_tokens": 60, "temperature": 0});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        post(server.addr, "/v1/completions", body)
+    };
+    let cut = ask(json!({"stop_token_ids": [stop_byte]})).await.json();
+    assert!(cut["choices"][0]["text"].as_str().unwrap().len() <= 3);
+    let cut = ask(json!({"stop": [stop_string]})).await.json();
+    assert!(cut["choices"][0]["text"].as_str().unwrap().len() <= 4);
+    // With min_tokens 20 neither ends the reply in its first 20 tokens (a byte a token).
+    let held =
+        ask(json!({"stop_token_ids": [stop_byte], "stop": [stop_string], "min_tokens": 20})).await;
+    assert_eq!(held.status, 200, "{}", held.body);
+    let held = held.json();
+    let text = held["choices"][0]["text"].as_str().unwrap();
+    assert!(text.len() >= 20, "{text:?}");
+    assert!(held["usage"]["completion_tokens"].as_u64().unwrap() >= 20);
+    // More than max_tokens: a 400 naming the field.
+    let refused = ask(json!({"min_tokens": 61})).await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["param"], "min_tokens");
+}
