@@ -160,7 +160,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         .set_nonblocking(true)
         .context("setting the listening socket non-blocking")?;
     let recommend = args.generation_config == GenerationConfig::Auto;
-    let aliases = args.served_model_name.iter().skip(1).cloned().collect();
+    let mut aliases: Vec<String> = Vec::new();
+    for name in args.served_model_name.iter().skip(1) {
+        if name != &id && !aliases.contains(name) {
+            aliases.push(name.clone());
+        }
+    }
     let text =
         Arc::new(ModelText::load(&dir, id.clone(), &config, recommend)?.with_aliases(aliases));
     eprintln!(
@@ -306,11 +311,11 @@ async fn shutdown_signal() {
     eprintln!("shutting down: no new requests; running replies get a few seconds to finish");
 }
 
-/// A `--served-model-name`: not empty.
+/// A `--served-model-name`: not empty, without the spaces around it (`a, b`).
 fn non_empty_name(name: &str) -> Result<String, String> {
     match name.trim() {
         "" => Err("a model name cannot be empty".into()),
-        _ => Ok(name.to_string()),
+        name => Ok(name.to_string()),
     }
 }
 
@@ -340,6 +345,7 @@ mod tests {
     #[test]
     fn served_names_are_not_empty() {
         assert_eq!(non_empty_name("m"), Ok("m".to_string()));
+        assert_eq!(non_empty_name(" b"), Ok("b".to_string()));
         assert!(non_empty_name("").is_err());
         assert!(non_empty_name("  ").is_err());
     }

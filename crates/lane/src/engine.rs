@@ -871,6 +871,13 @@ impl<T: Target> Engine<T> {
             let valid = state.valid_prefix(&drafts).unwrap_or(0);
             drafts.truncate(valid);
         }
+        // No window crosses the end of `min_new_tokens`: its rows are all drawn with the stop
+        // tokens held (on the host, `want_of`), and the positions after it as a window of
+        // their own, where the target may draw them as it would without drafts.
+        let held = stream.stops_held() as usize;
+        if held > 0 {
+            drafts.truncate(held - 1);
+        }
         // No draft past a token the thinking budget forces: its window's rows are then all
         // drawn (or all forced, alone), never a mix (`want_of`).
         let mut forced = forced_along(stream, &drafts);

@@ -97,9 +97,12 @@ impl Stream {
     }
 
     /// How many positions from the next token on may not be a stop token (`min_new_tokens`
-    /// not reached yet).
+    /// not reached yet); 0 for a stream without stop tokens, which has nothing to hold.
     pub fn stops_held(&self) -> u64 {
-        self.min_new_tokens.saturating_sub(self.generated())
+        match self.stop_tokens.is_empty() {
+            true => 0,
+            false => self.min_new_tokens.saturating_sub(self.generated()),
+        }
     }
 
     /// Still reading its prompt: no token drawn yet.

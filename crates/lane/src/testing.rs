@@ -72,6 +72,10 @@ pub struct FakeConfig {
     /// tokens (as a GPU target does; the draw as the host's, from the same uniform) rather than
     /// their logits.
     pub token_rows: bool,
+    /// With `token_rows`: draw with the complement of the host's uniform (`1 − u`), as a GPU's
+    /// own draw may give other tokens than the host's. Replies must then still be the same with
+    /// or without drafts: a test that each position is drawn on the same side either way.
+    pub draw_apart: bool,
     /// How long each forward pass takes at least (zero: as fast as the host runs it). A test that
     /// needs a stream to outlast it, whatever the machine's load, slows the rounds down.
     pub round_time: std::time::Duration,
@@ -85,6 +89,7 @@ impl Default for FakeConfig {
             draft_accept: 0.7,
             has_drafter: true,
             token_rows: true,
+            draw_apart: false,
             round_time: std::time::Duration::ZERO,
         }
     }
@@ -388,6 +393,7 @@ impl Target for FakeTarget {
     ) -> Result<Vec<WindowRows>, TargetError> {
         let vocab = self.config.vocab_size;
         let token_rows = self.config.token_rows;
+        let draw_apart = self.config.draw_apart;
         let logits = self.logits_of(windows)?;
         Ok(logits
             .into_iter()
@@ -404,7 +410,8 @@ impl Target for FakeTarget {
                         .enumerate()
                         .map(|(j, row)| {
                             let d = Distribution::new(row, &params).ok()?;
-                            Some(d.sample_at(ask.uniform(j)))
+                            let u = ask.uniform(j);
+                            Some(d.sample_at(if draw_apart { 1.0 - u } else { u }))
                         })
                         .collect();
                     WindowRows::Tokens(drawn)

@@ -303,3 +303,29 @@ fn min_new_tokens_holds_the_stop_tokens_back_until_then() {
         "{refused:?}"
     );
 }
+
+/// A target whose own draw differs from the host's (as a GPU's may): with `min_new_tokens`, a
+/// seeded sampled reply is still the same with drafts as without, because no window crosses
+/// the minimum's end (the held positions are drawn on the host, the rest by the target, the same
+/// positions either way).
+#[test]
+fn min_new_tokens_keeps_each_position_on_the_same_side_with_drafts() {
+    let mut plain = Setup::spec(&three_sessions(), 64);
+    plain.fake.draw_apart = true;
+    let mut drafted = plain.clone().drafts(DraftMode::Mtp, 3).draft_accept(0.95);
+    drafted.fake.draw_apart = true;
+    for seed in 0..16 {
+        let mut request = Request {
+            stop_tokens: vec![(seed % 48) as u32],
+            min_new_tokens: 20 + seed % 3,
+            ..sampled(prompt(10, seed), 60, 100 + seed)
+        };
+        // Cool enough that drafts are accepted and windows grow to carry several.
+        request.sampling.temperature = 0.2;
+        assert_eq!(
+            solo(&drafted, request.clone()),
+            solo(&plain, request),
+            "seed {seed}"
+        );
+    }
+}

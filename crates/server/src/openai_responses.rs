@@ -26,6 +26,10 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         ),
         ("background", "responses run while the request waits"),
         ("prompt", "this server keeps no prompt templates"),
+        (
+            "max_tool_calls",
+            "not supported: use `parallel_tool_calls: false` for one call at most",
+        ),
     ] {
         match fields.get(name) {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}

@@ -168,7 +168,8 @@ impl Reply {
         if let Some(left) = &mut self.calls_left {
             calls.truncate(*left);
             *left -= calls.len();
-            if *left == 0 {
+            // (Not before `min_tokens`: the reply goes on, making no more calls.)
+            if *left == 0 && self.completion_tokens > self.stops_from {
                 self.stopped = true;
             }
         }
@@ -228,9 +229,10 @@ impl Reply {
             }
             let matched = match self.completion_tokens > self.stops_from {
                 true => self.matcher.push(&piece),
-                // Before `min_tokens`, text goes out as it comes (the matcher holds nothing yet).
+                // Before `min_tokens`, text goes out as it comes (the matcher keeps its end, for
+                // a stop string that starts there and ends after).
                 false => Matched {
-                    emit: piece,
+                    emit: self.matcher.pass(&piece),
                     stopped: false,
                 },
             };
@@ -301,6 +303,20 @@ impl Reply {
         if self.stopped {
             return (Delta::default(), Ending::Stop);
         }
+        // A reply that failed (the engine's error, a cancellation, no room) says so, whatever
+        // its held-back text would have matched.
+        let failed = match reason {
+            FinishReason::Stop | FinishReason::Length => None,
+            FinishReason::Error(message) => Some(Ending::Failed(message.clone())),
+            FinishReason::ContextFull { reply_end, largest } => Some(Ending::ContextFull {
+                reply_end: *reply_end,
+                largest: *largest,
+            }),
+            FinishReason::Cancelled => Some(Ending::Cancelled),
+        };
+        if let Some(failed) = failed {
+            return (Delta::default(), failed);
+        }
         let reasoning = match &mut self.split {
             Some(split) if split.thinking => split.reasoning.finish(&ModelDetokenizer(text_model)),
             _ => String::new(),
@@ -321,14 +337,8 @@ impl Reply {
         }
         text.push_str(&self.matcher.finish());
         let ending = match reason {
-            FinishReason::Stop => Ending::Stop,
             FinishReason::Length => Ending::Length,
-            FinishReason::Error(message) => Ending::Failed(message.clone()),
-            FinishReason::ContextFull { reply_end, largest } => Ending::ContextFull {
-                reply_end: *reply_end,
-                largest: *largest,
-            },
-            FinishReason::Cancelled => Ending::Cancelled,
+            _ => Ending::Stop,
         };
         let tail = Delta {
             text,

@@ -256,7 +256,7 @@ pub fn parse_chat(body: &[u8]) -> Result<GenerateRequest, ApiError> {
         .enumerate()
         .map(|(idx, item)| message(idx, item))
         .collect::<Result<Vec<_>, _>>()?;
-    refuse_unsupported(&fields, &["functions", "function_call", "audio"])?;
+    refuse_unsupported(&fields, &["functions", "function_call", "audio", "echo"])?;
     let tools = structured::tools(&fields)?;
     let wants_logprobs = optional_bool(&fields, "logprobs")?.unwrap_or(false);
     let top_logprobs = match fields.get("top_logprobs") {
@@ -424,12 +424,17 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// Whether a field's value asks for nothing (the feature off).
 type AsksNothing = fn(&Value) -> bool;
 
-const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 8] = [
+const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 10] = [
     ("bad_words", |v| v.as_array().is_some_and(Vec::is_empty)),
     ("allowed_token_ids", |v| {
         v.as_array().is_some_and(Vec::is_empty)
     }),
-    ("prompt_logprobs", |v| v.as_u64() == Some(0)),
+    // (0 still asks for the prompt tokens' own log-probabilities.)
+    ("prompt_logprobs", |_| false),
+    ("return_tokens_as_token_ids", |v| v == &Value::Bool(false)),
+    ("logits_processors", |v| {
+        v.as_array().is_some_and(Vec::is_empty)
+    }),
     ("use_beam_search", |v| v == &Value::Bool(false)),
     ("length_penalty", |v| v.as_f64() == Some(1.0)),
     ("truncate_prompt_tokens", |_| false),
@@ -1168,7 +1173,7 @@ mod tests {
         for (field, neutral, asks) in [
             ("bad_words", "[]", "[\"x\"]"),
             ("allowed_token_ids", "[]", "[1]"),
-            ("prompt_logprobs", "0", "1"),
+            ("return_tokens_as_token_ids", "false", "true"),
             ("use_beam_search", "false", "true"),
             ("length_penalty", "1.0", "0.5"),
             ("skip_special_tokens", "true", "false"),

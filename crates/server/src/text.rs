@@ -60,6 +60,9 @@ pub struct StopMatcher {
     /// The stop string that ends the text is emitted too (vLLM's `include_stop_str_in_output`).
     include: bool,
     held: String,
+    /// The first bytes of `held` that were sent already, unmatched ([`StopMatcher::pass`]): a
+    /// stop string may start in them but must end after them.
+    sent: usize,
     /// The stop string that ended the text, once one has.
     matched: Option<usize>,
 }
@@ -70,18 +73,27 @@ impl StopMatcher {
             stops,
             include: false,
             held: String::new(),
+            sent: 0,
             matched: None,
         }
     }
 
     pub fn push(&mut self, piece: &str) -> Matched {
         self.held.push_str(piece);
-        // The stop that starts first; of two starting together, the first listed.
+        let sent = self.sent;
+        // The stop that starts first (ending after what was sent unmatched); of two starting
+        // together, the first listed.
         let first_stop = self
             .stops
             .iter()
             .enumerate()
-            .filter_map(|(which, stop)| self.held.find(stop.as_str()).map(|at| (at, which)))
+            .filter_map(|(which, stop)| {
+                self.held
+                    .match_indices(stop.as_str())
+                    .map(|(at, _)| at)
+                    .find(|&at| at + stop.len() > sent)
+                    .map(|at| (at, which))
+            })
             .min();
         if let Some((at, which)) = first_stop {
             self.matched = Some(which);
@@ -89,8 +101,9 @@ impl StopMatcher {
                 true => at + self.stops[which].len(),
                 false => at,
             };
-            let emit = self.held[..end].to_string();
+            let emit = self.held[sent.min(end)..end].to_string();
             self.held.clear();
+            self.sent = 0;
             return Matched {
                 emit,
                 stopped: true,
@@ -98,12 +111,28 @@ impl StopMatcher {
         }
         let keep = self.longest_stop_prefix_suffix();
         let split = self.held.len() - keep;
-        let emit = self.held[..split].to_string();
+        let emit = self.held[sent.min(split)..split].to_string();
         self.held.drain(..split);
+        self.sent = sent.saturating_sub(split);
         Matched {
             emit,
             stopped: false,
         }
+    }
+
+    /// Text sent as it comes, unmatched (before `min_tokens`): its end is kept, as much as a stop
+    /// string could start in, for the text that follows to be matched with.
+    pub fn pass(&mut self, piece: &str) -> String {
+        debug_assert_eq!(self.sent, self.held.len(), "S1: nothing unsent is held");
+        self.held.push_str(piece);
+        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
+        let mut cut = self.held.len().saturating_sub(longest.saturating_sub(1));
+        while !self.held.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.held.drain(..cut);
+        self.sent = self.held.len();
+        piece.to_string()
     }
 
     /// Emits the stop string that ends the text, after the text before it.
@@ -117,9 +146,11 @@ impl StopMatcher {
         self.matched.map(|which| self.stops[which].as_str())
     }
 
-    /// Whatever is held back when the reply ends without a stop.
+    /// Whatever is held back (and not sent yet) when the reply ends without a stop.
     pub fn finish(&mut self) -> String {
-        std::mem::take(&mut self.held)
+        let sent = std::mem::take(&mut self.sent);
+        let held = std::mem::take(&mut self.held);
+        held[sent.min(held.len())..].to_string()
     }
 
     /// Bytes at the end of `held` that are a proper prefix of some stop string.
@@ -206,6 +237,29 @@ mod tests {
         let mut matcher = StopMatcher::new(vec!["END".into()]).including_stops();
         assert_eq!(matcher.push("hello E").emit, "hello ");
         assert_eq!(matcher.push("NDgame").emit, "END");
+    }
+
+    #[test]
+    fn a_stop_string_may_start_in_text_sent_unmatched_and_end_after_it() {
+        // As before `min_tokens`: "a\n" is sent unmatched, then "\nb" completes the stop.
+        let mut matcher = StopMatcher::new(vec!["\n\n".into(), "xyz".into()]);
+        assert_eq!(matcher.pass("a\n"), "a\n");
+        let matched = matcher.push("\nb");
+        assert_eq!((matched.emit.as_str(), matched.stopped), ("", true));
+        assert_eq!(matcher.matched(), Some("\n\n"));
+        // A stop wholly inside the sent text is not one; the rest goes out once.
+        let mut matcher = StopMatcher::new(vec!["xyz".into()]);
+        assert_eq!(matcher.pass("axyz"), "axyz");
+        assert_eq!(matcher.pass("x"), "x");
+        let matched = matcher.push("y");
+        assert_eq!((matched.emit.as_str(), matched.stopped), ("", false));
+        let matched = matcher.push("q tail");
+        assert_eq!((matched.emit.as_str(), matched.stopped), ("yq tail", false));
+        assert_eq!(matcher.finish(), "");
+        // Included, the part of the stop after the sent text.
+        let mut matcher = StopMatcher::new(vec!["END".into()]).including_stops();
+        matcher.pass("E");
+        assert_eq!(matcher.push("ND!").emit, "ND");
     }
 
     #[test]
