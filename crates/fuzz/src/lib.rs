@@ -158,7 +158,8 @@ const REPLY_TOKENS_MAX: usize = 128;
 /// thinking, tool calls, token count and whether a stop string ended it are the same as when
 /// every token comes alone and when all come in one round; every frame is one JSON line.
 ///
-/// Input: a flags byte (think split, starting inside a thought, tool-call parsing), a byte of
+/// Input: a flags byte (think split, starting inside a thought, tool-call parsing, one call at
+/// most, stop strings only after its top three bits' tokens), a byte of
 /// stop-string count, each stop string as a length byte and its bytes, then the tokens as
 /// little-endian `u16`s (taken modulo the vocabulary) whose top bit ends a round.
 pub fn reply_stream(data: &[u8]) {
@@ -215,6 +216,10 @@ pub fn reply_stream(data: &[u8]) {
         }
         if flags & 4 != 0 {
             reply = reply.parse_tool_calls(flags & 8 == 0);
+        }
+        if flags & 16 != 0 {
+            // min_tokens: stop strings only after the first 0..=7 tokens.
+            reply = reply.stops_from(u64::from(flags >> 5));
         }
         reply
     };
