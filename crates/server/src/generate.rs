@@ -290,6 +290,7 @@ pub(crate) async fn admit(
                 stream,
                 reply: new_reply(),
                 events,
+                ahead: None,
             }),
             Ok((Err(refusal), _)) => {
                 failure.get_or_insert(refusal_error(refusal));
@@ -328,6 +329,8 @@ pub(crate) struct Choice {
     pub stream: StreamId,
     pub reply: Reply,
     pub events: mpsc::Receiver<StreamEvent>,
+    /// An event read ahead ([`Choice::admitted`]), for [`Choice::next`] to give first.
+    pub ahead: Option<StreamEvent>,
 }
 
 /// What a choice's stream says next, for the writer of its answer.
@@ -347,9 +350,12 @@ impl Choice {
     pub(crate) async fn next(&mut self, gone: impl Future<Output = ()>) -> Next {
         tokio::pin!(gone);
         loop {
-            let event = tokio::select! {
-                event = self.events.recv() => event,
-                _ = &mut gone => return Next::ClientGone,
+            let event = match self.ahead.take() {
+                Some(event) => Some(event),
+                None => tokio::select! {
+                    event = self.events.recv() => event,
+                    _ = &mut gone => return Next::ClientGone,
+                },
             };
             match event {
                 Some(StreamEvent::Admitted { cached_tokens }) => {
@@ -360,6 +366,25 @@ impl Choice {
                 None => return Next::Finished(FinishReason::Error("the engine stopped".into())),
             }
         }
+    }
+
+    /// Waits for the stream's admission (the prompt tokens the cache held, into the reply), so
+    /// that an answer may say them before the first round; an end that comes first is kept for
+    /// [`Choice::next`]. False if `gone` finishes first.
+    pub(crate) async fn admitted(&mut self, gone: impl Future<Output = ()>) -> bool {
+        let event = tokio::select! {
+            event = self.events.recv() => event,
+            _ = gone => return false,
+        };
+        match event {
+            Some(StreamEvent::Admitted { cached_tokens }) => {
+                self.reply.cached_tokens = cached_tokens;
+            }
+            Some(other) => self.ahead = Some(other),
+            // (The engine's end: `next` says so.)
+            None => {}
+        }
+        true
     }
 
     /// Whether the reply, having read a round, ended itself (a stop string, or the last tool

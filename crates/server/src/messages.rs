@@ -266,34 +266,34 @@ async fn write_events(app: AppState, meta: MessageMeta, choice: Choice, sink: Fr
     let mut blocks = Blocks::default();
     let mut happened = Vec::new();
     let mut out: Vec<(&'static str, Value)> = Vec::new();
-    let mut started = false;
+    // `message_start` goes once the stream has a session: its admission says how much of the
+    // prompt the cache held (a stream that ends unadmitted, none), before its prompt runs.
+    if !choice.admitted(sink.closed()).await {
+        return;
+    }
+    let mut start = usage(&choice.reply);
+    start["output_tokens"] = json!(0);
+    let start = meta.message(json!([]), None, start);
+    out.push((
+        "message_start",
+        json!({"type": "message_start", "message": start}),
+    ));
+    out.push(("ping", json!({"type": "ping"})));
     let ending = loop {
+        for (name, data) in out.drain(..) {
+            if sink.send(event(name, &data)).await.is_err() {
+                return;
+            }
+        }
         let round = blocks
             .read_round(&app, &mut choice, sink.closed(), &mut happened)
             .await;
         if let Round::ClientGone = round {
             return;
         }
-        // `message_start` goes with the first round: by then the stream's admission has said
-        // how much of the prompt the cache held (a stream that ends unadmitted, none).
-        if !started {
-            started = true;
-            let mut start = usage(&choice.reply);
-            start["output_tokens"] = json!(0);
-            let start = meta.message(json!([]), None, start);
-            out.push((
-                "message_start",
-                json!({"type": "message_start", "message": start}),
-            ));
-            out.push(("ping", json!({"type": "ping"})));
-        }
+        // (Sent at the top of the next turn, or with the end.)
         anthropic_events(&meta, &blocks, &happened, &mut out);
         happened.clear();
-        for (name, data) in out.drain(..) {
-            if sink.send(event(name, &data)).await.is_err() {
-                return;
-            }
-        }
         if let Round::Ended(ending) = round {
             break ending;
         }
