@@ -264,7 +264,7 @@ fn text_block<'a>(param: &str, block: &'a Value) -> Result<&'a str, ApiError> {
 }
 
 /// `messages`: user and assistant turns, each a string or blocks, as the chat the template
-/// renders. A user turn's `tool_result` blocks become `tool` messages (in their order, before
+/// renders (consecutive turns of one role combined, as Anthropic combines them). A user turn's `tool_result` blocks become `tool` messages (in their order, before
 /// the turn's text, as Anthropic's clients send them); an assistant turn's `tool_use` blocks
 /// become its `tool_calls`; its `thinking` blocks are left out (chat templates drop past
 /// thinking too).
@@ -296,7 +296,17 @@ fn conversation(fields: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
         if role == "user" {
             user_turn(&param, &blocks, &call_names, &mut out)?;
         } else {
-            out.push(assistant_turn(&param, &blocks, &mut call_names)?);
+            let turn = assistant_turn(&param, &blocks, &mut call_names)?;
+            // Consecutive assistant turns are one turn (as Anthropic combines them).
+            match out.last_mut() {
+                Some(last) if last.role == "assistant" => {
+                    last.content.push_str(&turn.content);
+                    if let Some(calls) = turn.tool_calls {
+                        last.tool_calls.get_or_insert_with(Vec::new).extend(calls);
+                    }
+                }
+                _ => out.push(turn),
+            }
         }
     }
     Ok(out)
@@ -370,11 +380,19 @@ fn user_turn(
         }
     }
     if !texts.is_empty() {
-        out.push(ChatMessage {
-            role: "user".into(),
-            content: texts.join("\n"),
-            ..ChatMessage::default()
-        });
+        let text = texts.join("\n");
+        // Consecutive user turns are one turn (as Anthropic combines them).
+        match out.last_mut() {
+            Some(last) if last.role == "user" => {
+                last.content.push('\n');
+                last.content.push_str(&text);
+            }
+            _ => out.push(ChatMessage {
+                role: "user".into(),
+                content: text,
+                ..ChatMessage::default()
+            }),
+        }
     }
     Ok(())
 }
@@ -781,6 +799,34 @@ mod tests {
         );
         assert!(parse_messages(b"[1]").is_err());
         assert!(parse_messages(b"{").is_err());
+    }
+
+    #[test]
+    fn consecutive_turns_of_one_role_are_one_turn() {
+        let request = parse(json!({"messages": [
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": [{"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": "c"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+            {"role": "user", "content": "d"},
+        ]}))
+        .unwrap();
+        let chat = messages(&request);
+        let turns: Vec<(&str, &str)> = chat
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        assert_eq!(
+            turns,
+            [
+                ("user", "a\nb"),
+                ("assistant", "c"),
+                ("tool", "r"),
+                ("user", "d")
+            ]
+        );
+        assert_eq!(chat[1].tool_calls.as_ref().map(Vec::len), Some(1));
     }
 
     #[test]
