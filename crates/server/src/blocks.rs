@@ -5,7 +5,7 @@
 
 use crate::engine_thread::TokenOut;
 use crate::generate::{Choice, Next};
-use crate::reply::{Delta, Ending, Reply};
+use crate::reply::{Delta, Ending, LogprobEntry, Reply};
 use crate::state::AppState;
 use crate::structured::ToolCall;
 use crate::text_model::TextModel;
@@ -35,11 +35,13 @@ pub enum Block {
 pub enum BlockEvent {
     /// A thinking or text block opens, empty.
     Open { index: usize, kind: Growing },
-    /// A piece of text is added to the open block.
+    /// A piece of text is added to the open block (a text piece with the log-probabilities
+    /// of its tokens, where the reply wants them).
     Piece {
         index: usize,
         kind: Growing,
         text: String,
+        logprobs: Vec<LogprobEntry>,
     },
     /// A thinking or text block closes.
     Close { index: usize, kind: Growing },
@@ -55,9 +57,15 @@ pub enum BlockEvent {
 #[derive(Debug, Default)]
 pub struct Blocks {
     pub content: Vec<Block>,
+    /// Each text block's tokens' log-probabilities (empty for the other blocks, and where the
+    /// reply wants none), by the block's place.
+    pub logprobs: Vec<Vec<LogprobEntry>>,
     open: Option<Growing>,
     /// Whitespace not yet sent: it goes out with the text that follows it, or at the end.
     held_space: String,
+    /// The log-probabilities of tokens whose text has not gone out yet: they go with the next
+    /// text piece; a thought or a call they turn out to be part of drops them.
+    held_logprobs: Vec<LogprobEntry>,
     pub calls: usize,
 }
 
@@ -132,7 +140,10 @@ impl Blocks {
     }
 
     pub fn on_delta(&mut self, delta: &Delta, out: &mut Vec<BlockEvent>) {
+        self.held_logprobs.extend(delta.logprobs.iter().cloned());
         if !delta.reasoning.is_empty() {
+            // (A thought's tokens have none to show.)
+            self.held_logprobs.clear();
             self.add(Growing::Thinking, &delta.reasoning, out);
         }
         if !delta.text.is_empty() {
@@ -147,6 +158,7 @@ impl Blocks {
         for tool in &delta.tool_calls {
             self.close(out);
             self.held_space.clear();
+            self.held_logprobs.clear();
             out.push(BlockEvent::Call {
                 index: self.content.len(),
             });
@@ -154,6 +166,7 @@ impl Blocks {
                 call: self.calls,
                 tool: tool.clone(),
             });
+            self.logprobs.push(Vec::new());
             self.calls += 1;
         }
     }
@@ -181,10 +194,16 @@ impl Blocks {
         if let Some(Block::Thinking(text) | Block::Text(text)) = self.content.last_mut() {
             text.push_str(piece);
         }
+        let logprobs = match kind {
+            Growing::Text => std::mem::take(&mut self.held_logprobs),
+            Growing::Thinking => Vec::new(),
+        };
+        self.logprobs[index].extend(logprobs.iter().cloned());
         out.push(BlockEvent::Piece {
             index,
             kind,
             text: piece.to_string(),
+            logprobs,
         });
     }
 
@@ -197,6 +216,7 @@ impl Blocks {
             Growing::Thinking => Block::Thinking(String::new()),
             Growing::Text => Block::Text(String::new()),
         });
+        self.logprobs.push(Vec::new());
         self.open = Some(kind);
     }
 
@@ -276,6 +296,7 @@ mod tests {
             index,
             kind,
             text: text.into(),
+            logprobs: Vec::new(),
         };
         assert_eq!(
             out,

@@ -221,7 +221,9 @@ fn anthropic_events(
                            "content_block": content_block(meta, &empty)}),
                 ));
             }
-            BlockEvent::Piece { index, kind, text } => {
+            BlockEvent::Piece {
+                index, kind, text, ..
+            } => {
                 let delta = match kind {
                     Growing::Thinking => json!({"type": "thinking_delta", "thinking": text}),
                     Growing::Text => json!({"type": "text_delta", "text": text}),

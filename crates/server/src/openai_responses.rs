@@ -36,25 +36,6 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
             Some(_) => return Err(ApiError::invalid(name, why)),
         }
     }
-    // Log-probabilities are not written into output items here: asked for, refused.
-    if fields
-        .get("top_logprobs")
-        .is_some_and(|n| !n.is_null() && n.as_u64() != Some(0))
-    {
-        return Err(ApiError::invalid(
-            "top_logprobs",
-            "log-probabilities are not returned by /v1/responses; use /v1/chat/completions",
-        ));
-    }
-    let asks_logprobs = |item: &Value| item.as_str().is_some_and(|i| i.ends_with("logprobs"));
-    if let Some(Value::Array(include)) = fields.get("include") {
-        if include.iter().any(asks_logprobs) {
-            return Err(ApiError::invalid(
-                "include",
-                "log-probabilities are not returned by /v1/responses; use /v1/chat/completions",
-            ));
-        }
-    }
     let mut messages = Vec::new();
     match fields.get("instructions") {
         None | Some(Value::Null) => {}
@@ -84,6 +65,7 @@ pub fn parse_responses(body: &[u8]) -> Result<GenerateRequest, ApiError> {
     req.sampling = sampling(&fields)?;
     req.stream = request::optional_bool(&fields, "stream")?.unwrap_or(false);
     req.template_args = reasoning(&fields)?;
+    req.logprobs = logprobs(&fields)?;
     req.echo = ["instructions", "text"]
         .into_iter()
         .filter_map(|key| Some((key.to_string(), fields.get(key)?.clone())))
@@ -109,6 +91,38 @@ fn sampling(fields: &Map<String, Value>) -> Result<SamplingRequest, ApiError> {
             "`top_p` must be in (0, 1]",
         )?,
         ..SamplingRequest::default()
+    })
+}
+
+/// The output text's log-probabilities: asked for by `include: ["message.output_text.logprobs"]`
+/// or a `top_logprobs` (0–20 alternatives at each token).
+fn logprobs(fields: &Map<String, Value>) -> Result<Option<u32>, ApiError> {
+    let top = match fields.get("top_logprobs") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_u64() {
+            Some(n) if n <= u64::from(request::MAX_TOP_LOGPROBS) => Some(n as u32),
+            _ => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    format!(
+                        "`top_logprobs` must be an integer from 0 to {}",
+                        request::MAX_TOP_LOGPROBS
+                    ),
+                ))
+            }
+        },
+    };
+    let included = match fields.get("include") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(items)) => items
+            .iter()
+            .any(|i| i.as_str() == Some("message.output_text.logprobs")),
+        Some(_) => return Err(ApiError::invalid("include", "`include` must be an array")),
+    };
+    Ok(match (included, top) {
+        (true, top) => Some(top.unwrap_or(0)),
+        (false, Some(top)) if top > 0 => Some(top),
+        _ => None,
     })
 }
 
@@ -547,13 +561,16 @@ mod tests {
             "input[0].call_id"
         );
         assert_eq!(
-            refused(json!({"input": "x", "top_logprobs": 3})),
+            refused(json!({"input": "x", "top_logprobs": 21})),
             "top_logprobs"
         );
+        let logprobs = |body: Value| parse(body).unwrap().logprobs;
+        assert_eq!(logprobs(json!({"input": "x", "top_logprobs": 3})), Some(3));
         assert_eq!(
-            refused(json!({"input": "x", "include": ["message.output_text.logprobs"]})),
-            "include"
+            logprobs(json!({"input": "x", "include": ["message.output_text.logprobs"]})),
+            Some(0)
         );
+        assert_eq!(logprobs(json!({"input": "x"})), None);
         // What Codex sends: accepted.
         assert!(parse(
             json!({"input": "x", "include": ["reasoning.encrypted_content"], "store": false})

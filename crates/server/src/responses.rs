@@ -7,7 +7,7 @@
 use crate::blocks::{Block, BlockEvent, Blocks, Growing, Round};
 use crate::generate::{admit, ending_error, prepare, sse_response, Choice, Frames, Shape};
 use crate::openai_responses;
-use crate::reply::{Ending, Reply};
+use crate::reply::{Ending, LogprobEntry, Reply};
 use crate::request::GenerateRequest;
 use crate::state::AppState;
 use crate::structured::{ToolChoice, Tools};
@@ -95,7 +95,7 @@ impl ResponseMeta {
     }
 
     /// The output item of block `index`, complete or still growing (`done`).
-    fn item(&self, index: usize, block: &Block, done: bool) -> Value {
+    fn item(&self, index: usize, block: &Block, logprobs: &[LogprobEntry], done: bool) -> Value {
         let status = if done { "completed" } else { "in_progress" };
         match block {
             Block::Thinking(text) => json!({
@@ -106,7 +106,7 @@ impl ResponseMeta {
             Block::Text(text) => json!({
                 "type": "message", "id": self.item_id("msg", index), "role": "assistant",
                 "status": status,
-                "content": if done { json!([output_text(text)]) } else { json!([]) },
+                "content": if done { json!([output_text(text, logprobs)]) } else { json!([]) },
             }),
             Block::Call { call, tool } => json!({
                 "type": "function_call", "id": self.item_id("fc", index),
@@ -146,8 +146,22 @@ impl ResponseMeta {
     }
 }
 
-fn output_text(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+fn output_text(text: &str, logprobs: &[LogprobEntry]) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs_json(logprobs)})
+}
+
+/// Text tokens' log-probabilities as the Responses API writes them (empty where none were
+/// asked for).
+fn logprobs_json(entries: &[LogprobEntry]) -> Value {
+    let one = |token: &str, logprob: f32| json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()});
+    entries
+        .iter()
+        .map(|e| {
+            let mut entry = one(&e.token, e.logprob);
+            entry["top_logprobs"] = e.top.iter().map(|(t, lp)| one(t, *lp)).collect();
+            entry
+        })
+        .collect()
 }
 
 /// `tool_choice` as the Responses API writes it.
@@ -212,7 +226,7 @@ fn output_so_far(meta: &ResponseMeta, blocks: &Blocks) -> Vec<Value> {
         .content
         .iter()
         .enumerate()
-        .map(|(index, block)| meta.item(index, block, true))
+        .map(|(index, block)| meta.item(index, block, &blocks.logprobs[index], true))
         .collect()
 }
 
@@ -231,10 +245,10 @@ fn response_events(
                     Growing::Thinking => Block::Thinking(String::new()),
                     Growing::Text => Block::Text(String::new()),
                 };
-                let item = meta.item(*index, &empty, false);
+                let item = meta.item(*index, &empty, &[], false);
                 let part = match kind {
                     Growing::Thinking => json!({"type": "reasoning_text", "text": ""}),
-                    Growing::Text => output_text(""),
+                    Growing::Text => output_text("", &[]),
                 };
                 out.push(json!({"type": "response.output_item.added", "output_index": index, "item": item}));
                 out.push(
@@ -242,20 +256,30 @@ fn response_events(
                                 "item_id": item["id"], "content_index": 0, "part": part}),
                 );
             }
-            BlockEvent::Piece { index, kind, text } => {
-                let item_id = meta.item(*index, &blocks.content[*index], false)["id"].clone();
+            BlockEvent::Piece {
+                index,
+                kind,
+                text,
+                logprobs,
+            } => {
+                let item_id = meta.item(*index, &blocks.content[*index], &[], false)["id"].clone();
                 let mut delta = json!({"output_index": index, "item_id": item_id, "content_index": 0, "delta": text});
                 match kind {
                     Growing::Thinking => delta["type"] = json!("response.reasoning_text.delta"),
                     Growing::Text => {
                         delta["type"] = json!("response.output_text.delta");
-                        delta["logprobs"] = json!([]);
+                        delta["logprobs"] = logprobs_json(logprobs);
                     }
                 }
                 out.push(delta);
             }
             BlockEvent::Close { index, kind } => {
-                let item = meta.item(*index, &blocks.content[*index], true);
+                let item = meta.item(
+                    *index,
+                    &blocks.content[*index],
+                    &blocks.logprobs[*index],
+                    true,
+                );
                 let part = item["content"][0].clone();
                 let mut done = json!({"output_index": index, "item_id": item["id"], "content_index": 0,
                                       "text": part["text"]});
@@ -263,7 +287,7 @@ fn response_events(
                     Growing::Thinking => done["type"] = json!("response.reasoning_text.done"),
                     Growing::Text => {
                         done["type"] = json!("response.output_text.done");
-                        done["logprobs"] = json!([]);
+                        done["logprobs"] = part["logprobs"].clone();
                     }
                 }
                 out.push(done);
@@ -275,10 +299,10 @@ fn response_events(
             }
             BlockEvent::Call { index } => {
                 let block = &blocks.content[*index];
-                let item = meta.item(*index, block, true);
+                let item = meta.item(*index, block, &[], true);
                 out.push(
                     json!({"type": "response.output_item.added", "output_index": index,
-                                "item": meta.item(*index, block, false)}),
+                                "item": meta.item(*index, block, &[], false)}),
                 );
                 out.push(
                     json!({"type": "response.function_call_arguments.delta", "output_index": index,

@@ -2153,3 +2153,40 @@ async fn min_tokens_holds_back_stop_tokens_and_stop_strings() {
     assert_eq!(refused.status, 400);
     assert_eq!(refused.json()["error"]["param"], "min_tokens");
 }
+
+#[tokio::test]
+async fn a_responses_output_text_carries_the_log_probabilities_the_chat_api_gives() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let chat = post(
+        server.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 12,
+               "temperature": 0, "logprobs": true, "top_logprobs": 2}),
+    )
+    .await
+    .json();
+    let want = &chat["choices"][0]["logprobs"]["content"];
+    let body = json!({"input": "hi there", "max_output_tokens": 12, "temperature": 0,
+                      "top_logprobs": 2, "include": ["message.output_text.logprobs"]});
+    let response = post(server.addr, "/v1/responses", body.clone()).await.json();
+    let got = &response["output"][0]["content"][0]["logprobs"];
+    assert_eq!(got.as_array().unwrap().len(), 12, "{response}");
+    for (g, w) in got.as_array().unwrap().iter().zip(want.as_array().unwrap()) {
+        assert_eq!(
+            (&g["token"], &g["logprob"], &g["bytes"]),
+            (&w["token"], &w["logprob"], &w["bytes"])
+        );
+        assert_eq!(g["top_logprobs"].as_array().unwrap().len(), 2);
+        assert_eq!(g["top_logprobs"][0]["logprob"], w["top_logprobs"][0]["logprob"]);
+    }
+    // Streamed: the deltas' log-probabilities add up to the same.
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = anthropic_events(&post(server.addr, "/v1/responses", streamed).await.body);
+    let pieces: Vec<Value> = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .flat_map(|(_, e)| e["logprobs"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(&Value::Array(pieces), got);
+}
