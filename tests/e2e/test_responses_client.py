@@ -109,3 +109,15 @@ def test_what_needs_a_stored_response_is_refused_naming_the_field(server):
     with pytest.raises(openai.BadRequestError) as refused:
         server.client().responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
     assert refused.value.body["param"] == "tools[0].type"
+
+
+def test_the_output_texts_log_probabilities_are_the_chat_apis(server):
+    client = server.client()
+    chat = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Count from 1 to 3."}],
+                                          temperature=0, max_tokens=10, logprobs=True, top_logprobs=2)
+    response = client.responses.create(model="m", input="Count from 1 to 3.", temperature=0, max_output_tokens=10,
+                                       include=["message.output_text.logprobs"], top_logprobs=2)
+    got = response.output[-1].content[0].logprobs
+    want = chat.choices[0].logprobs.content
+    assert [(g.token, g.logprob) for g in got] == [(w.token, w.logprob) for w in want[:len(got)]]
+    assert got and all(len(g.top_logprobs) == 2 for g in got)
