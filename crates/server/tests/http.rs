@@ -2168,7 +2168,9 @@ async fn a_responses_output_text_carries_the_log_probabilities_the_chat_api_give
     let want = &chat["choices"][0]["logprobs"]["content"];
     let body = json!({"input": "hi there", "max_output_tokens": 12, "temperature": 0,
                       "top_logprobs": 2, "include": ["message.output_text.logprobs"]});
-    let response = post(server.addr, "/v1/responses", body.clone()).await.json();
+    let response = post(server.addr, "/v1/responses", body.clone())
+        .await
+        .json();
     let got = &response["output"][0]["content"][0]["logprobs"];
     assert_eq!(got.as_array().unwrap().len(), 12, "{response}");
     for (g, w) in got.as_array().unwrap().iter().zip(want.as_array().unwrap()) {
@@ -2177,7 +2179,10 @@ async fn a_responses_output_text_carries_the_log_probabilities_the_chat_api_give
             (&w["token"], &w["logprob"], &w["bytes"])
         );
         assert_eq!(g["top_logprobs"].as_array().unwrap().len(), 2);
-        assert_eq!(g["top_logprobs"][0]["logprob"], w["top_logprobs"][0]["logprob"]);
+        assert_eq!(
+            g["top_logprobs"][0]["logprob"],
+            w["top_logprobs"][0]["logprob"]
+        );
     }
     // Streamed: the deltas' log-probabilities add up to the same.
     let mut streamed = body;
