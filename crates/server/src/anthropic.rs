@@ -300,6 +300,9 @@ fn conversation(fields: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
             // Consecutive assistant turns are one turn (as Anthropic combines them).
             match out.last_mut() {
                 Some(last) if last.role == "assistant" => {
+                    if !last.content.is_empty() && !turn.content.is_empty() {
+                        last.content.push('\n');
+                    }
                     last.content.push_str(&turn.content);
                     if let Some(calls) = turn.tool_calls {
                         last.tool_calls.get_or_insert_with(Vec::new).extend(calls);

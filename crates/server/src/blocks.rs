@@ -63,8 +63,11 @@ pub struct Blocks {
     open: Option<Growing>,
     /// Whitespace not yet sent: it goes out with the text that follows it, or at the end.
     held_space: String,
-    /// The log-probabilities of tokens whose text has not gone out yet: they go with the next
-    /// text piece; a thought or a call they turn out to be part of drops them.
+    /// The log-probabilities of `held_space`'s tokens.
+    held_space_logprobs: Vec<LogprobEntry>,
+    /// The log-probabilities of text tokens whose text has not come yet (held back by a stop
+    /// string's prefix or a tool call): they go with the next text piece; a call they turn out
+    /// to be, or a stop string, drops them.
     held_logprobs: Vec<LogprobEntry>,
     pub calls: usize,
 }
@@ -140,24 +143,28 @@ impl Blocks {
     }
 
     pub fn on_delta(&mut self, delta: &Delta, out: &mut Vec<BlockEvent>) {
-        self.held_logprobs.extend(delta.logprobs.iter().cloned());
+        self.held_logprobs
+            .extend(delta.text_logprobs.iter().cloned());
         if !delta.reasoning.is_empty() {
-            // (A thought's tokens have none to show.)
-            self.held_logprobs.clear();
-            self.add(Growing::Thinking, &delta.reasoning, out);
+            self.add(Growing::Thinking, &delta.reasoning, Vec::new(), out);
         }
         if !delta.text.is_empty() {
             let mut text = std::mem::take(&mut self.held_space);
             text.push_str(&delta.text);
+            let mut logprobs = std::mem::take(&mut self.held_space_logprobs);
+            logprobs.append(&mut self.held_logprobs);
             let said = text.trim_end().len();
             self.held_space = text.split_off(said);
-            if said > 0 {
-                self.add(Growing::Text, &text, out);
+            match said > 0 {
+                // (The tokens of a trailing space held now went out with the text.)
+                true => self.add(Growing::Text, &text, logprobs, out),
+                false => self.held_space_logprobs = logprobs,
             }
         }
         for tool in &delta.tool_calls {
             self.close(out);
             self.held_space.clear();
+            self.held_space_logprobs.clear();
             self.held_logprobs.clear();
             out.push(BlockEvent::Call {
                 index: self.content.len(),
@@ -175,17 +182,27 @@ impl Blocks {
     /// nothing is one text block (of its whitespace), and the open block closes.
     pub fn finish(&mut self, out: &mut Vec<BlockEvent>) {
         let held = std::mem::take(&mut self.held_space);
+        let logprobs = std::mem::take(&mut self.held_space_logprobs);
+        // (What else is held is a stop string's: never text.)
+        self.held_logprobs.clear();
         if self.content.is_empty() {
             self.open_block(Growing::Text, out);
         }
         if self.open == Some(Growing::Text) && !held.is_empty() {
-            self.add(Growing::Text, &held, out);
+            self.add(Growing::Text, &held, logprobs, out);
         }
         self.close(out);
     }
 
-    /// Adds `piece` to a block of `kind`, opening one unless it is open.
-    fn add(&mut self, kind: Growing, piece: &str, out: &mut Vec<BlockEvent>) {
+    /// Adds `piece` (with its tokens' log-probabilities) to a block of `kind`, opening one
+    /// unless it is open.
+    fn add(
+        &mut self,
+        kind: Growing,
+        piece: &str,
+        logprobs: Vec<LogprobEntry>,
+        out: &mut Vec<BlockEvent>,
+    ) {
         if self.open != Some(kind) {
             self.close(out);
             self.open_block(kind, out);
@@ -194,10 +211,6 @@ impl Blocks {
         if let Some(Block::Thinking(text) | Block::Text(text)) = self.content.last_mut() {
             text.push_str(piece);
         }
-        let logprobs = match kind {
-            Growing::Text => std::mem::take(&mut self.held_logprobs),
-            Growing::Thinking => Vec::new(),
-        };
         self.logprobs[index].extend(logprobs.iter().cloned());
         out.push(BlockEvent::Piece {
             index,
@@ -403,6 +416,64 @@ mod tests {
             ]
         );
         assert!(seen.iter().all(|c| c == &seen[0]), "{seen:?}");
+    }
+
+    /// Each text block's log-probability entries are its own tokens': not the thought's, its
+    /// tags', the newlines after it, a stop string's or a call's.
+    #[test]
+    fn text_blocks_carry_the_log_probabilities_of_their_own_tokens() {
+        use crate::reply::ThinkTags;
+        let run = |reply: Reply, text: &str| {
+            let mut reply = reply;
+            let (mut blocks, mut out) = (Blocks::default(), Vec::new());
+            let tokens: Vec<TokenOut> = Bytes
+                .encode(text)
+                .unwrap()
+                .into_iter()
+                .map(|token| TokenOut {
+                    token,
+                    logprob: Some(-(token as f32)),
+                    top_logprobs: Vec::new(),
+                })
+                .collect();
+            blocks.on_tokens(&mut reply, &Bytes, &tokens, &mut out);
+            if !reply.stopped() {
+                let (tail, _) = reply.on_finish(&Bytes, &lane::FinishReason::Length);
+                blocks.on_delta(&tail, &mut out);
+            }
+            blocks.finish(&mut out);
+            let texts: Vec<(String, String)> = blocks
+                .content
+                .iter()
+                .zip(&blocks.logprobs)
+                .filter_map(|(block, entries)| match block {
+                    Block::Text(text) => Some((
+                        text.clone(),
+                        entries.iter().map(|e| e.token.as_str()).collect(),
+                    )),
+                    _ => None,
+                })
+                .collect();
+            texts
+        };
+        let tags = ThinkTags {
+            open: u32::from(b'{'),
+            close: u32::from(b'}'),
+            starts_inside: false,
+        };
+        let thinking = Reply::new(Vec::new(), true, 0).split_thinking(tags);
+        assert_eq!(run(thinking, "{hm}\n\nHi"), [("Hi".into(), "Hi".into())]);
+        let stopped = Reply::new(vec!["END".into()], true, 0);
+        assert_eq!(run(stopped, "a ENDxx"), [("a ".into(), "a ".into())]);
+        let called = Reply::new(Vec::new(), true, 0).parse_tool_calls(true);
+        let after_call = run(
+            called,
+            "ok <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>Then.",
+        );
+        assert_eq!(
+            after_call,
+            [("ok".into(), "ok".into()), ("Then.".into(), "Then.".into())]
+        );
     }
 
     #[test]

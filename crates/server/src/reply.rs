@@ -23,6 +23,10 @@ pub struct Delta {
     /// out ([`ThinkTags`]).
     pub reasoning: String,
     pub logprobs: Vec<LogprobEntry>,
+    /// Of `logprobs`, the entries of the tokens whose text goes to the reply's text (or may: held
+    /// back by a stop string's prefix or a tool call): not the thinking's, its tags', or the
+    /// newlines dropped after a thought.
+    pub text_logprobs: Vec<LogprobEntry>,
     /// Tool calls read from the text (chat replies with tools), in order.
     pub tool_calls: Vec<ToolCall>,
 }
@@ -212,20 +216,23 @@ impl Reply {
                             .reasoning
                             .push_str(&split.reasoning.push(&detok, out.token));
                     }
-                    self.push_logprobs(text_model, out, &mut delta);
+                    self.push_logprobs(text_model, out, &mut delta, false);
                     continue;
                 }
                 if out.token == split.tags.open {
                     split.thinking = true;
                     split.reasoning = IncrementalDecoder::default();
-                    self.push_logprobs(text_model, out, &mut delta);
+                    self.push_logprobs(text_model, out, &mut delta, false);
                     continue;
                 }
             }
             let mut piece = self.decoder.push(&ModelDetokenizer(text_model), out.token);
+            let mut to_text = true;
             if let Some(split) = self.split.as_mut().filter(|s| s.trim_newlines) {
                 piece = piece.trim_start_matches('\n').to_string();
                 split.trim_newlines = piece.is_empty();
+                // (Newlines dropped after a thought are the thought's.)
+                to_text = !piece.is_empty();
             }
             let matched = match self.completion_tokens > self.stops_from {
                 true => self.matcher.push(&piece),
@@ -248,15 +255,22 @@ impl Reply {
                     self.take_calls(rest.calls, &mut delta);
                 }
             }
-            self.push_logprobs(text_model, out, &mut delta);
+            self.push_logprobs(text_model, out, &mut delta, to_text);
         }
         delta
     }
 
-    /// The token's logprob entry, when the reply wants them (thinking tokens included).
-    fn push_logprobs(&self, text_model: &dyn TextModel, out: &TokenOut, delta: &mut Delta) {
+    /// The token's logprob entry, when the reply wants them (thinking tokens included; also in
+    /// [`Delta::text_logprobs`] when the token is the text's).
+    fn push_logprobs(
+        &self,
+        text_model: &dyn TextModel,
+        out: &TokenOut,
+        delta: &mut Delta,
+        to_text: bool,
+    ) {
         if self.want_logprobs {
-            delta.logprobs.push(LogprobEntry {
+            let entry = LogprobEntry {
                 token: text_model.token_text(out.token),
                 logprob: out
                     .logprob
@@ -266,7 +280,11 @@ impl Reply {
                     .iter()
                     .map(|(id, lp)| (text_model.token_text(*id), *lp))
                     .collect(),
-            });
+            };
+            if to_text {
+                delta.text_logprobs.push(entry.clone());
+            }
+            delta.logprobs.push(entry);
         }
     }
 
