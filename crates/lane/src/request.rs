@@ -66,7 +66,8 @@ pub const PENALTY_MAX: f32 = 2.0;
 
 /// Changes to a stream's logits before its tokens are drawn or its drafts verified: the
 /// sampling fields OpenAI's and vLLM's clients send. Applied on the host to the stream's own rows
-/// in this order: `logit_bias`, then the repetition penalty, then the presence and frequency
+/// in this order: `allowed` (every other token −∞), `logit_bias`, then the repetition penalty, then
+/// the presence and frequency
 /// penalties. They never touch another stream's rows, and the log-probabilities reported are
 /// the model's own.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +81,9 @@ pub struct LogitAdjustments {
     pub repetition_penalty: f32,
     /// Added to the named tokens' logits (−100 … 100).
     pub logit_bias: Vec<(u32, f32)>,
+    /// When not empty, the only tokens that may be drawn (vLLM's `allowed_token_ids`): every
+    /// other logit is −∞, first. A stop token not listed cannot end the reply.
+    pub allowed: Vec<u32>,
 }
 
 impl Default for LogitAdjustments {
@@ -89,6 +93,7 @@ impl Default for LogitAdjustments {
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
             logit_bias: Vec::new(),
+            allowed: Vec::new(),
         }
     }
 }
@@ -100,6 +105,7 @@ impl LogitAdjustments {
             && self.frequency_penalty == 0.0
             && self.repetition_penalty == 1.0
             && self.logit_bias.is_empty()
+            && self.allowed.is_empty()
     }
 }
 
@@ -265,6 +271,19 @@ pub(crate) fn validate(
                 "at most {MAX_LOGIT_BIAS} tokens, got {}",
                 a.logit_bias.len()
             ),
+        ));
+    }
+    if let Some(bad) = a.allowed.iter().find(|&&t| t as u64 >= vocab) {
+        return Err(invalid(
+            "allowed_token_ids",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    // A grammar's mask and the list could leave no token at some position.
+    if !a.allowed.is_empty() && request.grammar.is_some() {
+        return Err(invalid(
+            "allowed_token_ids",
+            "cannot be combined with a constrained reply".into(),
         ));
     }
     for &(token, bias) in &a.logit_bias {

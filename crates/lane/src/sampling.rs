@@ -478,7 +478,8 @@ impl SeenTokens {
 }
 
 /// `row` (one position's logits) after `adjustments`, at a position whose reply holds what
-/// `seen` counts plus `pending` (the drafts before the position, as if accepted): the bias,
+/// `seen` counts plus `pending` (the drafts before the position, as if accepted): the allowed
+/// tokens alone, the bias,
 /// then the repetition penalty over the prompt's and the reply's tokens, then the presence and
 /// frequency penalties over the reply's (see [`LogitAdjustments`]). Each token's logit changes
 /// on its own, so the result is a function of the row and the stream alone.
@@ -488,6 +489,17 @@ pub fn adjust_logits(
     seen: &SeenTokens,
     pending: &[u32],
 ) {
+    if !adjustments.allowed.is_empty() {
+        let kept: Vec<(usize, f32)> = adjustments
+            .allowed
+            .iter()
+            .filter_map(|&t| row.get(t as usize).map(|&l| (t as usize, l)))
+            .collect();
+        row.fill(f32::NEG_INFINITY);
+        for (t, l) in kept {
+            row[t] = l;
+        }
+    }
     for &(token, bias) in &adjustments.logit_bias {
         if let Some(l) = row.get_mut(token as usize) {
             *l += bias;

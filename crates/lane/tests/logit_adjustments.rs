@@ -23,6 +23,7 @@ fn adjust_logits_applies_bias_then_repetition_then_presence_and_frequency() {
         frequency_penalty: 0.25,
         repetition_penalty: 2.0,
         logit_bias: vec![(4, -10.0), (0, 1.0)],
+        allowed: Vec::new(),
     };
     let seen = SeenTokens::of(&[0, 1, 3, 3, 2], 2, &a); // prompt {0, 1}; reply 3 twice, 2 once
     adjust_logits(&mut row, &a, &seen, &[]);
@@ -101,6 +102,7 @@ fn penalised_replies_equal_with_and_without_drafts_and_beside_others() {
         frequency_penalty: 0.3,
         repetition_penalty: 1.3,
         logit_bias: vec![(5, 2.0), (7, -3.0)],
+        allowed: Vec::new(),
     };
     let requests: Vec<Request> = (0..6)
         .map(|s| {
@@ -175,4 +177,61 @@ fn out_of_range_adjustments_are_refused_naming_the_field() {
             other => panic!("{field}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn only_the_allowed_tokens_are_drawn_alone_with_drafts_and_beside_others() {
+    let allow = |request: Request| {
+        adjusted(
+            request,
+            LogitAdjustments {
+                allowed: vec![3, 9, 17, 30],
+                ..LogitAdjustments::default()
+            },
+        )
+    };
+    let requests: Vec<Request> = (0..4)
+        .map(|s| {
+            allow(if s % 2 == 0 {
+                greedy(prompt(9, 60 + s), 30)
+            } else {
+                sampled(prompt(9, 60 + s), 30, 2000 + s)
+            })
+        })
+        .collect();
+    let plain = Setup::unset(&[cap(256); 4]);
+    let alone: Vec<Vec<u32>> = requests.iter().map(|r| solo(&plain, r.clone())).collect();
+    for reply in &alone {
+        assert_eq!(reply.len(), 30);
+        assert!(
+            reply.iter().all(|t| [3, 9, 17, 30].contains(t)),
+            "{reply:?}"
+        );
+    }
+    let drafted = Setup::unset(&[cap(256); 4])
+        .drafts(DraftMode::Mtp, 3)
+        .draft_accept(0.8);
+    for (r, want) in requests.iter().zip(&alone).step_by(2) {
+        assert_eq!(&solo(&drafted, r.clone()), want, "greedy with drafts");
+    }
+    together_equals_solo(&drafted, &requests);
+    // An id past the vocabulary is refused naming the field.
+    let vocab = lane::testing::FakeConfig::default().vocab_size as u32;
+    let refused = plain.build().submit(adjusted(
+        greedy(prompt(5, 1), 4),
+        LogitAdjustments {
+            allowed: vec![vocab],
+            ..LogitAdjustments::default()
+        },
+    ));
+    assert!(
+        matches!(
+            refused,
+            Err(Refusal::Invalid {
+                param: "allowed_token_ids",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }

@@ -67,7 +67,8 @@ pub struct Snapshot {
 
 pub enum Command {
     Submit {
-        request: Request,
+        /// (Boxed: a request is large beside the other commands that share the channel.)
+        request: Box<Request>,
         events: mpsc::Sender<StreamEvent>,
         reply: oneshot::Sender<Result<StreamId, Refusal>>,
     },
@@ -107,7 +108,7 @@ impl EngineHandle {
         let (events, receiver) = mpsc::channel(STREAM_BACKLOG_MAX);
         let (reply, answer) = oneshot::channel();
         self.send(Command::Submit {
-            request,
+            request: Box::new(request),
             events,
             reply,
         })?;
@@ -279,7 +280,7 @@ impl<T: Target> EngineLoop<T> {
                 let outcome = if self.shutdown_since.is_some() {
                     Err(Refusal::ShuttingDown)
                 } else {
-                    self.engine.submit(request)
+                    self.engine.submit(*request)
                 };
                 if let Ok(stream) = outcome {
                     self.senders.insert(stream, events);

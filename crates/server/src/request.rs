@@ -17,6 +17,9 @@ pub const MAX_STOP_BYTES: usize = 256;
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 /// Most stop token ids per request.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
+/// Most `allowed_token_ids`: more than any vocabulary served has (Qwen's is 151,936); each row of
+/// the stream keeps them in one pass.
+pub const MAX_ALLOWED_TOKEN_IDS: usize = 1 << 18;
 /// Most choices (`n`) per request: OpenAI's bound. Each is a stream of its own, waiting for a
 /// session as any request's does.
 pub const MAX_CHOICES: u32 = 128;
@@ -424,11 +427,8 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// Whether a field's value asks for nothing (the feature off).
 type AsksNothing = fn(&Value) -> bool;
 
-const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 10] = [
+const VLLM_UNIMPLEMENTED: [(&str, AsksNothing); 9] = [
     ("bad_words", |v| v.as_array().is_some_and(Vec::is_empty)),
-    ("allowed_token_ids", |v| {
-        v.as_array().is_some_and(Vec::is_empty)
-    }),
     // (0 still asks for the prompt tokens' own log-probabilities.)
     ("prompt_logprobs", |_| false),
     ("return_tokens_as_token_ids", |v| v == &Value::Bool(false)),
@@ -725,6 +725,30 @@ fn adjustments(fields: &Map<String, Value>) -> Result<LogitAdjustments, ApiError
                 ));
             }
             *slot = value as f32;
+        }
+    }
+    // vLLM's `allowed_token_ids`: the only tokens the reply may hold (the engine checks them
+    // against the vocabulary).
+    match fields.get("allowed_token_ids") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) if items.len() <= MAX_ALLOWED_TOKEN_IDS => {
+            a.allowed = items
+                .iter()
+                .map(|item| item.as_u64().and_then(|id| u32::try_from(id).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| {
+                    ApiError::invalid("allowed_token_ids", "token ids are non-negative integers")
+                })?;
+            a.allowed.sort_unstable();
+            a.allowed.dedup();
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "allowed_token_ids",
+                format!(
+                "`allowed_token_ids` must be an array of at most {MAX_ALLOWED_TOKEN_IDS} token ids"
+            ),
+            ))
         }
     }
     // `repetition_penalty` is read with the sampling (the model may recommend one).
@@ -1130,6 +1154,7 @@ mod tests {
                 frequency_penalty: -1.0,
                 repetition_penalty: 1.0,
                 logit_bias: vec![(3, 2.5), (17, -100.0)],
+                allowed: Vec::new(),
             }
         );
         assert_eq!(req.sampling.repetition_penalty, Some(1.2));
@@ -1172,7 +1197,6 @@ mod tests {
         // vLLM's extras that would change the reply: refused unless they ask for nothing.
         for (field, neutral, asks) in [
             ("bad_words", "[]", "[\"x\"]"),
-            ("allowed_token_ids", "[]", "[1]"),
             ("return_tokens_as_token_ids", "false", "true"),
             ("use_beam_search", "false", "true"),
             ("length_penalty", "1.0", "0.5"),
@@ -1202,6 +1226,20 @@ mod tests {
                 .unwrap()
                 .min_tokens,
             5
+        );
+        assert_eq!(
+            parse_completion(br#"{"prompt":"a","allowed_token_ids":[9,3,9]}"#)
+                .unwrap()
+                .adjustments
+                .allowed,
+            [3, 9]
+        );
+        assert_eq!(
+            param_of(parse_completion(
+                br#"{"prompt":"a","allowed_token_ids":[-1]}"#
+            ))
+            .as_deref(),
+            Some("allowed_token_ids")
         );
         assert_eq!(
             param_of(parse_completion(br#"{"prompt":"a","min_tokens":-1}"#)).as_deref(),

@@ -2195,3 +2195,30 @@ async fn a_responses_output_text_carries_the_log_probabilities_the_chat_api_give
         .collect();
     assert_eq!(&Value::Array(pieces), got);
 }
+
+#[tokio::test]
+async fn allowed_token_ids_are_the_only_tokens_a_reply_holds() {
+    let server = start(&[1056; 2], EQUAL, 64, None).await;
+    let reply = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 30, "temperature": 0.9, "seed": 7,
+               "allowed_token_ids": [b'a', b'b', b'c']}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let text = reply.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(text.len(), 30);
+    assert!(text.bytes().all(|b| b"abc".contains(&b)), "{text:?}");
+    let refused = post(
+        server.addr,
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 3, "allowed_token_ids": [100_000]}),
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["param"], "allowed_token_ids");
+}
