@@ -377,20 +377,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_blocks_keep_the_models_order_whatever_the_rounds() {
-        let text =
-            "Let me look.<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>Then this.";
-        let tokens: Vec<TokenOut> = Bytes
+    /// `text`'s bytes as the engine's tokens, each with a log-probability (its id, negated)
+    /// where `logprobs`.
+    fn byte_tokens(text: &str, logprobs: bool) -> Vec<TokenOut> {
+        Bytes
             .encode(text)
             .unwrap()
             .into_iter()
             .map(|token| TokenOut {
                 token,
-                logprob: None,
+                logprob: logprobs.then_some(-(token as f32)),
                 top_logprobs: Vec::new(),
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn the_blocks_keep_the_models_order_whatever_the_rounds() {
+        let text =
+            "Let me look.<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>Then this.";
+        let tokens = byte_tokens(text, false);
         let mut seen = Vec::new();
         for round in [1, 5, tokens.len()] {
             let mut reply = Reply::new(Vec::new(), false, 0).parse_tool_calls(true);
@@ -426,16 +432,7 @@ mod tests {
         let run = |reply: Reply, text: &str| {
             let mut reply = reply;
             let (mut blocks, mut out) = (Blocks::default(), Vec::new());
-            let tokens: Vec<TokenOut> = Bytes
-                .encode(text)
-                .unwrap()
-                .into_iter()
-                .map(|token| TokenOut {
-                    token,
-                    logprob: Some(-(token as f32)),
-                    top_logprobs: Vec::new(),
-                })
-                .collect();
+            let tokens = byte_tokens(text, true);
             blocks.on_tokens(&mut reply, &Bytes, &tokens, &mut out);
             if !reply.stopped() {
                 let (tail, _) = reply.on_finish(&Bytes, &lane::FinishReason::Length);
