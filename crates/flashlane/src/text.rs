@@ -145,10 +145,25 @@ impl ModelText {
         Ok(())
     }
 
-    fn template(&self) -> Result<&ChatTemplate, String> {
-        self.template
+    /// The prompt ids of `messages` rendered by the model's chat template, ending as `end` says.
+    fn prompt_ids(
+        &self,
+        messages: &[ChatMessage],
+        template_args: &model::TemplateArgs,
+        end: model::PromptEnd,
+    ) -> Result<Vec<u32>, String> {
+        let template = self
+            .template
             .as_ref()
-            .ok_or_else(|| "this model has no chat template; use /v1/completions".to_string())
+            .ok_or("this model has no chat template; use /v1/completions")?;
+        template
+            .render_ids_ending(
+                &self.tokenizer,
+                &model_messages(messages),
+                end,
+                template_args,
+            )
+            .map_err(|e| format!("chat template: {e:#}"))
     }
 }
 
@@ -192,15 +207,7 @@ impl server::TextModel for ModelText {
         messages: &[ChatMessage],
         template_args: &model::TemplateArgs,
     ) -> Result<Vec<u32>, String> {
-        let template = self.template()?;
-        template
-            .render_ids_with(
-                &self.tokenizer,
-                &model_messages(messages),
-                true,
-                template_args,
-            )
-            .map_err(|e| format!("chat template: {e:#}"))
+        self.prompt_ids(messages, template_args, model::PromptEnd::GenerationPrompt)
     }
 
     fn continued_chat_prompt_ids(
@@ -208,10 +215,7 @@ impl server::TextModel for ModelText {
         messages: &[ChatMessage],
         template_args: &model::TemplateArgs,
     ) -> Result<Vec<u32>, String> {
-        let template = self.template()?;
-        template
-            .render_ids_continuing(&self.tokenizer, &model_messages(messages), template_args)
-            .map_err(|e| format!("chat template: {e:#}"))
+        self.prompt_ids(messages, template_args, model::PromptEnd::ContinueLast)
     }
 
     fn stop_token_ids(&self) -> Vec<u32> {

@@ -36,7 +36,7 @@ pub struct ChatMessage {
 
 /// Where a rendered chat's prompt ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PromptEnd {
+pub enum PromptEnd {
     /// With the assistant's header, for a new reply (`add_generation_prompt`).
     GenerationPrompt,
     /// As the template ends it without the header.
@@ -232,7 +232,8 @@ impl ChatTemplate {
         self.render_ids_ending(tokenizer, messages, PromptEnd::ContinueLast, extra)
     }
 
-    fn render_ids_ending(
+    /// [`ChatTemplate::render_ids_with`] ending where `end` says.
+    pub fn render_ids_ending(
         &self,
         tokenizer: &Tokenizer,
         messages: &[ChatMessage],

@@ -24,7 +24,7 @@ pub mod tokenizer;
 pub mod vocab;
 pub mod weights;
 
-pub use chat::{ChatMessage, ChatTemplate, TemplateArgs};
+pub use chat::{ChatMessage, ChatTemplate, PromptEnd, TemplateArgs};
 pub use config::{Arch, Config, Fp8Blocks, LayerKind, LinearAttentionConfig, MoeConfig};
 pub use end_tokens::end_of_reply_ids;
 pub use generation::{GenerationConfigError, GenerationDefaults};

@@ -570,18 +570,10 @@ fn anthropic_param(mut error: ApiError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::Input;
     use crate::structured::ToolChoice;
 
     fn parse(body: Value) -> Result<GenerateRequest, ApiError> {
         parse_messages(body.to_string().as_bytes())
-    }
-
-    fn messages(request: &GenerateRequest) -> &[ChatMessage] {
-        match &request.input {
-            Input::Messages(messages) => messages,
-            other => panic!("not a chat: {other:?}"),
-        }
     }
 
     #[test]
@@ -608,7 +600,7 @@ mod tests {
             "stream": true,
         }))
         .unwrap();
-        let chat = messages(&request);
+        let chat = request.chat_messages();
         let roles: Vec<&str> = chat.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
         assert_eq!(chat[0].content, "Be brief.");
@@ -815,7 +807,7 @@ mod tests {
             {"role": "user", "content": "d"},
         ]}))
         .unwrap();
-        let chat = messages(&request);
+        let chat = request.chat_messages();
         let turns: Vec<(&str, &str)> = chat
             .iter()
             .map(|m| (m.role.as_str(), m.content.as_str()))
@@ -838,7 +830,7 @@ mod tests {
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "no such city", "is_error": true}]},
         ]}))
         .unwrap();
-        let chat = messages(&request);
+        let chat = request.chat_messages();
         assert_eq!(chat[0].role, "tool");
         assert_eq!(chat[0].content, "Error: no such city");
         // An id no earlier call had: no name, still answered.

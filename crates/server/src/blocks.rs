@@ -10,6 +10,7 @@ use crate::state::AppState;
 use crate::structured::ToolCall;
 use crate::text_model::TextModel;
 use std::future::Future;
+use std::ops::Range;
 
 /// The kind of a block that grows piece by piece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,12 +37,12 @@ pub enum BlockEvent {
     /// A thinking or text block opens, empty.
     Open { index: usize, kind: Growing },
     /// A piece of text is added to the open block (a text piece with the log-probabilities
-    /// of its tokens, where the reply wants them).
+    /// of its tokens, where the reply wants them: these entries of `blocks.logprobs[index]`).
     Piece {
         index: usize,
         kind: Growing,
         text: String,
-        logprobs: Vec<LogprobEntry>,
+        logprobs: Range<usize>,
     },
     /// A thinking or text block closes.
     Close { index: usize, kind: Growing },
@@ -143,8 +144,8 @@ impl Blocks {
     }
 
     pub fn on_delta(&mut self, delta: &Delta, out: &mut Vec<BlockEvent>) {
-        self.held_logprobs
-            .extend(delta.text_logprobs.iter().cloned());
+        let of_text = delta.logprobs.iter().filter(|e| e.of_text);
+        self.held_logprobs.extend(of_text.cloned());
         if !delta.reasoning.is_empty() {
             self.add(Growing::Thinking, &delta.reasoning, Vec::new(), out);
         }
@@ -211,12 +212,13 @@ impl Blocks {
         if let Some(Block::Thinking(text) | Block::Text(text)) = self.content.last_mut() {
             text.push_str(piece);
         }
-        self.logprobs[index].extend(logprobs.iter().cloned());
+        let start = self.logprobs[index].len();
+        self.logprobs[index].extend(logprobs);
         out.push(BlockEvent::Piece {
             index,
             kind,
             text: piece.to_string(),
-            logprobs,
+            logprobs: start..self.logprobs[index].len(),
         });
     }
 
@@ -309,7 +311,7 @@ mod tests {
             index,
             kind,
             text: text.into(),
-            logprobs: Vec::new(),
+            logprobs: 0..0,
         };
         assert_eq!(
             out,

@@ -723,6 +723,16 @@ fn stream_reply(
 /// Where a streamed answer's writer sends its frames (the response body reads them).
 pub(crate) type Frames = mpsc::Sender<Result<Bytes, Infallible>>;
 
+/// Sends `frames` in order; false once the client is gone (the writer then stops).
+pub(crate) async fn send_all(sink: &Frames, frames: impl IntoIterator<Item = Bytes>) -> bool {
+    for frame in frames {
+        if sink.send(Ok(frame)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
 /// A streamed answer: `write` runs on a task of its own, its frames the body as they come
 /// (at most [`SSE_FRAMES_MAX`] unread: a slow client makes the writer wait).
 pub(crate) fn sse_response<W: Future<Output = ()> + Send + 'static>(

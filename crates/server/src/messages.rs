@@ -8,8 +8,8 @@ use crate::anthropic;
 use crate::blocks::{Block, BlockEvent, Blocks, Growing, Round};
 use crate::error::{AnthropicError, ApiError};
 use crate::generate::{
-    admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, sse_response, Choice,
-    Frames, Shape,
+    admit, check_model, ending_error, input_tokens, on_prepare_pool, prepare, send_all,
+    sse_response, Choice, Frames, Shape,
 };
 use crate::reply::{Ending, Reply};
 use crate::request::GenerateRequest;
@@ -21,7 +21,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lane::StreamId;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `POST /v1/messages`.
@@ -180,8 +179,15 @@ async fn whole_message(app: AppState, meta: MessageMeta, choice: Choice) -> Resp
 }
 
 /// An event of Anthropic's stream: its name and its data.
-fn event(name: &str, data: &Value) -> Result<Bytes, Infallible> {
-    Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+fn event(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// The events queued in `out`, as frames, leaving it empty.
+fn drained(out: &mut Vec<(&'static str, Value)>) -> Vec<Bytes> {
+    out.drain(..)
+        .map(|(name, data)| event(name, &data))
+        .collect()
 }
 
 fn stream_message(app: AppState, meta: MessageMeta, choice: Choice) -> Response {
@@ -282,10 +288,8 @@ async fn write_events(app: AppState, meta: MessageMeta, choice: Choice, sink: Fr
     ));
     out.push(("ping", json!({"type": "ping"})));
     let ending = loop {
-        for (name, data) in out.drain(..) {
-            if sink.send(event(name, &data)).await.is_err() {
-                return;
-            }
+        if !send_all(&sink, drained(&mut out)).await {
+            return;
         }
         let round = blocks
             .read_round(&app, &mut choice, sink.closed(), &mut happened)
@@ -302,7 +306,7 @@ async fn write_events(app: AppState, meta: MessageMeta, choice: Choice, sink: Fr
     };
     if let Some(error) = ending_error(&ending) {
         let _ = sink
-            .send(event("error", &AnthropicError(error).body()))
+            .send(Ok(event("error", &AnthropicError(error).body())))
             .await;
         return;
     }
@@ -319,11 +323,7 @@ async fn write_events(app: AppState, meta: MessageMeta, choice: Choice, sink: Fr
         }),
     ));
     out.push(("message_stop", json!({"type": "message_stop"})));
-    for (name, data) in out.drain(..) {
-        if sink.send(event(name, &data)).await.is_err() {
-            return;
-        }
-    }
+    send_all(&sink, drained(&mut out)).await;
 }
 
 #[cfg(test)]

@@ -418,18 +418,10 @@ fn text_format(fields: &Map<String, Value>) -> Result<Option<OutputConstraint>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::Input;
     use crate::structured::ToolChoice;
 
     fn parse(body: Value) -> Result<GenerateRequest, ApiError> {
         parse_responses(body.to_string().as_bytes())
-    }
-
-    fn messages(request: &GenerateRequest) -> &[ChatMessage] {
-        match &request.input {
-            Input::Messages(messages) => messages,
-            other => panic!("not a chat: {other:?}"),
-        }
     }
 
     #[test]
@@ -455,7 +447,7 @@ mod tests {
             "stream": true,
         }))
         .unwrap();
-        let chat = messages(&request);
+        let chat = request.chat_messages();
         let roles: Vec<&str> = chat.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
         assert_eq!(chat[2].content, "Let me look.");
@@ -474,7 +466,7 @@ mod tests {
         assert_eq!(request.template_args["enable_thinking"], json!(false));
         // A string is one user message.
         let request = parse(json!({"input": "hi"})).unwrap();
-        assert_eq!(messages(&request)[0].role, "user");
+        assert_eq!(request.chat_messages()[0].role, "user");
     }
 
     #[test]

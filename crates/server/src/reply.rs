@@ -13,6 +13,10 @@ pub struct LogprobEntry {
     pub token: String,
     pub logprob: f32,
     pub top: Vec<(String, f32)>,
+    /// Whether the token's text goes to the reply's text (or may: held back by a stop string's
+    /// prefix or a tool call): not the thinking's, its tags', or the newlines dropped after a
+    /// thought. (The chat API shows every entry; a text block only its own.)
+    pub of_text: bool,
 }
 
 /// What a batch of tokens adds to the reply.
@@ -23,10 +27,6 @@ pub struct Delta {
     /// out ([`ThinkTags`]).
     pub reasoning: String,
     pub logprobs: Vec<LogprobEntry>,
-    /// Of `logprobs`, the entries of the tokens whose text goes to the reply's text (or may: held
-    /// back by a stop string's prefix or a tool call): not the thinking's, its tags', or the
-    /// newlines dropped after a thought.
-    pub text_logprobs: Vec<LogprobEntry>,
     /// Tool calls read from the text (chat replies with tools), in order.
     pub tool_calls: Vec<ToolCall>,
 }
@@ -260,8 +260,8 @@ impl Reply {
         delta
     }
 
-    /// The token's logprob entry, when the reply wants them (thinking tokens included; also in
-    /// [`Delta::text_logprobs`] when the token is the text's).
+    /// The token's logprob entry, when the reply wants them (thinking tokens included, marked
+    /// as not the text's: [`LogprobEntry::of_text`]).
     fn push_logprobs(
         &self,
         text_model: &dyn TextModel,
@@ -280,10 +280,8 @@ impl Reply {
                     .iter()
                     .map(|(id, lp)| (text_model.token_text(*id), *lp))
                     .collect(),
+                of_text: to_text,
             };
-            if to_text {
-                delta.text_logprobs.push(entry.clone());
-            }
             delta.logprobs.push(entry);
         }
     }

@@ -135,6 +135,15 @@ pub struct GenerateRequest {
 }
 
 impl GenerateRequest {
+    /// A chat request's messages (the tests of the parsers read them).
+    #[cfg(test)]
+    pub(crate) fn chat_messages(&self) -> &[ChatMessage] {
+        match &self.input {
+            Input::Messages(messages) => messages,
+            other => panic!("not a chat: {other:?}"),
+        }
+    }
+
     /// A chat request as another API's body becomes one (Anthropic's Messages, OpenAI's
     /// Responses): one choice, no logprobs or penalties, usage reported, the prompt cache on;
     /// the caller fills in what its API says.

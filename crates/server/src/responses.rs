@@ -5,7 +5,9 @@
 //! response is stored (`store` is accepted and the answer says `false`).
 
 use crate::blocks::{Block, BlockEvent, Blocks, Growing, Round};
-use crate::generate::{admit, ending_error, prepare, sse_response, Choice, Frames, Shape};
+use crate::generate::{
+    admit, ending_error, prepare, send_all, sse_response, Choice, Frames, Shape,
+};
 use crate::openai_responses;
 use crate::reply::{Ending, LogprobEntry, Reply};
 use crate::request::GenerateRequest;
@@ -268,7 +270,8 @@ fn response_events(
                     Growing::Thinking => delta["type"] = json!("response.reasoning_text.delta"),
                     Growing::Text => {
                         delta["type"] = json!("response.output_text.delta");
-                        delta["logprobs"] = logprobs_json(logprobs);
+                        delta["logprobs"] =
+                            logprobs_json(&blocks.logprobs[*index][logprobs.clone()]);
                     }
                 }
                 out.push(delta);
@@ -329,10 +332,8 @@ async fn write_events(app: AppState, meta: ResponseMeta, choice: Choice, sink: F
     let mut blocks = Blocks::default();
     let mut happened = Vec::new();
     let ending = loop {
-        for frame in out.out.drain(..) {
-            if sink.send(Ok(frame)).await.is_err() {
-                return;
-            }
+        if !send_all(&sink, out.out.drain(..)).await {
+            return;
         }
         let round = blocks
             .read_round(&app, &mut choice, sink.closed(), &mut happened)
@@ -368,11 +369,7 @@ async fn write_events(app: AppState, meta: ResponseMeta, choice: Choice, sink: F
         };
         out.push(json!({"type": kind, "response": meta.response(output, Some(&ending), usage)}));
     }
-    for frame in out.out.drain(..) {
-        if sink.send(Ok(frame)).await.is_err() {
-            return;
-        }
-    }
+    send_all(&sink, out.out.drain(..)).await;
 }
 
 #[cfg(test)]
