@@ -109,11 +109,15 @@ const MATMUL_PREFETCH_MAX_MB_ENV: &str = "FLASHLANE_MATMUL_PREFETCH_MAX_MB";
 /// weights wait first, as before. `FLASHLANE_MATMUL_EARLY_WEIGHTS=0` / `=1` turns it off / on
 /// for the bf16 matmuls of any model (A/B runs: the same bits).
 const MATMUL_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_EARLY_WEIGHTS";
-/// `FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS=1`: the tiles (`matmul_bf16_tiled`, its k splits) copy
-/// their first stages' weights into shared memory before they wait for the kernel ahead, and x
-/// after (`MMT_EARLY_WEIGHTS` in matmul.cu): the 16-row kernels' early weights for decode rounds
-/// of 17–64 streams and prompts. The same copies of the same values: the same bits. An A/B
-/// switch, off: written in session 44 after its device time ran out, not yet run on a GPU.
+/// In dense models the tiles (`matmul_bf16_tiled`, its k splits) copy their first stages'
+/// weights into shared memory before they wait for the kernel ahead, and x after
+/// (`MMT_EARLY_WEIGHTS` in matmul.cu): the 16-row kernels' early weights for decode rounds of
+/// 17–64 streams and prompts. The same copies of the same values: the same bits (the matmul,
+/// SwiGLU and warpgroup kernel tests with it on, H100, bench/RESULTS.md session 46). Measured
+/// there (2 rounds, decode at 1 / 32 / 48 / 64 streams): Qwen3-4B +0.4 / +5.4 / +2.4 / +1.6 %,
+/// Qwen3-8B +0.3 / +3.5 / +1.7 / +1.4 %, prompts within ±0.7 %; hybrid models, not measured,
+/// wait first as before. `FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS=0` / `=1` turns it off / on for
+/// any model (A/B runs: the same bits).
 const MATMUL_TILED_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
@@ -691,7 +695,13 @@ impl Dims {
             ),
             (
                 "MMT_EARLY_WEIGHTS",
-                usize::from(std::env::var(MATMUL_TILED_EARLY_WEIGHTS_ENV).is_ok_and(|v| v == "1")),
+                usize::from(
+                    match std::env::var(MATMUL_TILED_EARLY_WEIGHTS_ENV).as_deref() {
+                        Ok("0") => false,
+                        Ok("1") => true,
+                        _ => loads_weights_early(self),
+                    },
+                ),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -1498,9 +1508,9 @@ fn wgmma_default_min_rows(dims: &Dims, compute_capability: (i32, i32)) -> Option
     (compute_capability == (9, 0) && model_splits_k(dims)).then_some(MMW_MIN_ROWS)
 }
 
-/// Whether a model's 16-row bf16 matmuls load their first weights before they wait for the
-/// kernel ahead by default ([`MATMUL_EARLY_WEIGHTS_ENV`]): in dense models, where it was measured
-/// faster.
+/// Whether a model's 16-row bf16 matmuls and tiles load their first weights before they wait for
+/// the kernel ahead by default ([`MATMUL_EARLY_WEIGHTS_ENV`], [`MATMUL_TILED_EARLY_WEIGHTS_ENV`]):
+/// in dense models, where both were measured faster.
 fn loads_weights_early(dims: &Dims) -> bool {
     dims.moe.is_none() && dims.linear.is_none()
 }
