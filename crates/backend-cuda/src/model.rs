@@ -55,6 +55,7 @@ impl CudaModel {
         let gpu = Gpu::open()?;
         let mut dims = Dims::of(&config, kv)?;
         dims.matmul_split = input == MatmulInput::Exact;
+        dims.fp8_weights = w.has_fp8();
         let kernels = Kernels::compile(&gpu, &dims)?;
         let weights = ModelWeights::upload(&gpu, &config, w)?;
         gpu.sync()?;

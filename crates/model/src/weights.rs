@@ -1312,6 +1312,13 @@ impl Fp8Matrix {
 }
 
 impl Weights {
+    /// Whether any tensor is stored as block-scaled FP8 (in the files, or made so by dummy
+    /// weights): backends choose kernels for FP8 projections by it before they load a layer.
+    pub fn has_fp8(&self) -> bool {
+        self.dummy.values().any(|d| d.fp8.is_some())
+            || self.entries.values().any(|e| e.dtype == Dtype::F8_E4M3)
+    }
+
     /// Whether `name` is stored as block-scaled FP8 (in the files, or made so by dummy weights).
     pub fn is_fp8(&self, name: &str) -> bool {
         match self.dummy.get(name) {
@@ -1703,6 +1710,8 @@ mod tests {
             .join("../../tests/fixtures/qwen3_fp8_block/model");
         let config = Config::from_dir(&dir).unwrap();
         let w = Weights::dummy(&config, DUMMY_SEED);
+        assert!(w.has_fp8());
+        assert!(!Weights::dummy(&tiny_config(), DUMMY_SEED).has_fp8());
         let q = "model.layers.0.self_attn.q_proj.weight";
         let shape = w.shape(q).unwrap().to_vec();
         let m = w.fp8_matrix(q, &shape).unwrap().expect("an FP8 projection");
@@ -1843,6 +1852,7 @@ mod tests {
             ],
         );
         let w = Weights::open(dir.path()).unwrap();
+        assert!(w.has_fp8(), "an F8_E4M3 tensor makes the checkpoint FP8");
         let t = w.tensor("w.weight", &[4, 4]).unwrap();
         let got = t.to_f32_vec();
         for o in 0..4 {

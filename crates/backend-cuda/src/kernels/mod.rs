@@ -566,6 +566,10 @@ pub struct Dims {
     /// shape). The replies change (each stays the same alone or batched), so the parity
     /// fixtures, made for the split, do not hold under it.
     pub matmul_split: bool,
+    /// Whether the model's projections hold block-scaled FP8 weights (some or all): in hybrid
+    /// models that compiles the warpgroup module for their decode rounds' FP8 split
+    /// ([`hybrid_fp8_rounds_split`]).
+    pub fp8_weights: bool,
 }
 
 impl Dims {
@@ -581,6 +585,7 @@ impl Dims {
             moe: config.moe.clone(),
             kv,
             matmul_split: true,
+            fp8_weights: false,
         };
         dims.check()?;
         Ok(dims)
@@ -868,6 +873,10 @@ pub struct Kernels {
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
+    /// Whether `Auto` splits the FP8 matmuls of decode rounds ([`Kernels::fp8_round_splits`]) in
+    /// a model whose bf16 matmuls do not split k ([`hybrid_fp8_rounds_split`]; not with
+    /// `FLASHLANE_MATMUL_SPLIT_K=0`).
+    fp8_rounds_split_alone: bool,
     /// [`MATMUL_SPLIT_K_MIN_OUTPUTS_ENV`]'s value, else 0.
     matmul_split_k_min_outputs: usize,
     /// Whether `MatmulKernel::Auto` may choose them ([`MATMUL_TILED_ENV`]).
@@ -1043,6 +1052,8 @@ impl Kernels {
                 Ok("1") => true,
                 _ => model_splits_k(dims),
             },
+            fp8_rounds_split_alone: std::env::var(MATMUL_SPLIT_K_ENV).map_or(true, |v| v != "0")
+                && hybrid_fp8_rounds_split(dims),
             matmul_split_k_min_outputs: std::env::var(MATMUL_SPLIT_K_MIN_OUTPUTS_ENV)
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -1114,12 +1125,20 @@ impl Kernels {
                 kernels.matmul_wgmma_min_rows = Some(MMW_ROWS);
             }
             _ => {
-                if let Some(rows) = wgmma_default_min_rows(dims, gpu.ctx.compute_capability()?) {
+                let compute_capability = gpu.ctx.compute_capability()?;
+                if let Some(rows) = wgmma_default_min_rows(dims, compute_capability) {
                     // The tiles serve every row count: an NVRTC or driver without sm_90a (CUDA
                     // 12.0 and later have it) costs only the speed of many prompts at once.
                     if kernels.compile_wgmma(gpu, dims).is_ok() {
                         kernels.matmul_wgmma_min_rows = Some(rows);
                     }
+                } else if compute_capability == (9, 0)
+                    && kernels.fp8_rounds_split_alone
+                    && kernels.matmul_wg_split != WgSplit::Off
+                {
+                    // For the FP8 split alone: prompts stay on the tiles. Where it does not
+                    // compile the 16-row FP8 kernels take every round, as before.
+                    let _compiled = kernels.compile_wgmma(gpu, dims).is_ok();
                 }
             }
         }
@@ -1467,6 +1486,16 @@ fn model_splits_k(dims: &Dims) -> bool {
         && dims.hidden.div_ceil(MMT_OUTS) * MATMUL_RESIDUES >= MATMUL_SPLIT_K_MIN_LAYER_BLOCKS
 }
 
+/// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
+/// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
+/// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts stay on the tiles.
+/// Measured as a bound on the H100 (bench/RESULTS.md session 46): the A3B slice's FP8 twin with
+/// every split and the warpgroup MMA forced decoded +2.9 / +4.4 / +4.4 % at 24 / 40 / 64 streams
+/// (8: even) and its prompts took the warpgroup MMA, 0–3.6 % slower, which this leaves out.
+fn hybrid_fp8_rounds_split(dims: &Dims) -> bool {
+    dims.fp8_weights && (dims.moe.is_some() || dims.linear.is_some()) && !model_splits_k(dims)
+}
+
 /// Rounds of these many rows launch their kernels one after another ([`Launches::Serial`]) in
 /// the models of [`round_launches`]: the Qwen3-0.6B shape's decode (dummy weights, 128-token
 /// prompts, session 29, `FLASHLANE_PDL=0` against overlapped in one binary, tok/s) ran 16
@@ -1759,7 +1788,8 @@ impl Kernels {
     /// there is that of 48 rows (as many row tiles, one block of 64), where the split measured
     /// 1.41× (Qwen3-4B-FP8) and 1.13× (-8B-FP8) the 16-row kernels (bench/RESULTS.md session 44).
     fn fp8_round_splits(&self, m: &Matmul) -> bool {
-        m.fp8.is_some()
+        (self.matmul_split_k || self.fp8_rounds_split_alone)
+            && m.fp8.is_some()
             && m.rows >= SPLIT32_MIN_ROWS
             && self.wgmma.is_some()
             && self.matmul_wg_split.takes(m.rows, true)
@@ -1768,7 +1798,8 @@ impl Kernels {
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
-        self.matmul_split_k && self.matmul_tiled_auto
+        self.matmul_tiled_auto
+            && (self.matmul_split_k || (self.fp8_rounds_split_alone && self.wgmma.is_some()))
     }
 
     /// The f32 room a forward of `rows` rows needs for `Auto`'s k splits, whose widest matrix
@@ -1780,7 +1811,10 @@ impl Kernels {
             return 1;
         }
         let round = MATMUL_RESIDUES * rows.min(MATMUL_SPLIT_K_MAX_ROWS) * widest;
-        let prompt = match self.matmul_split_k_prompts && rows > MATMUL_SPLIT_K_MAX_ROWS {
+        let prompt = match self.matmul_split_k
+            && self.matmul_split_k_prompts
+            && rows > MATMUL_SPLIT_K_MAX_ROWS
+        {
             true => SPLIT_K_PROMPT_PARTIALS_FLOATS,
             false => 0,
         };
@@ -1812,10 +1846,12 @@ impl Kernels {
                 self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
-                    && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
-                        || (self.matmul_split32
-                            && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
-                        || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out))
+                    && ((self.matmul_split_k
+                        && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
+                            || (self.matmul_split32
+                                && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
+                            || (self.matmul_split_k_prompts
+                                && runs_split_k_prompt(m.rows, m.n_out))))
                         || self.fp8_round_splits(m))
             }
             MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK => true,

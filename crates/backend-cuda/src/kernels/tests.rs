@@ -1199,6 +1199,24 @@ fn the_swapped_split_runs_where_measured_faster() {
     }
 }
 
+/// Hybrid models with FP8 projections split k in their FP8 decode rounds alone (measured as a
+/// bound, session 46); dense models split as `model_splits_k` says, and bf16 hybrids never (no
+/// device needed).
+#[test]
+fn hybrid_fp8_models_split_only_their_fp8_rounds() {
+    for (shape, split) in [
+        ("qwen3-next-a3b-slice-fp8", true),
+        ("qwen3-next-80b-a3b-fp8", true),
+        ("qwen3-next-a3b-slice", false),
+        ("qwen3-4b-fp8", false),
+        ("qwen3-0.6b", false),
+    ] {
+        let mut dims = shape_dims(shape);
+        dims.fp8_weights = shape.ends_with("-fp8");
+        assert_eq!(super::hybrid_fp8_rounds_split(&dims), split, "{shape}");
+    }
+}
+
 /// The dense models' bf16 matmuls load their first weights before the wait (measured faster
 /// there, session 44); hybrid models' as before (no device needed).
 #[test]
