@@ -265,16 +265,21 @@ __device__ __forceinline__ void wgmma_pin_n(float* d) {
 }
 
 // Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
-// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With FP8, W is e4m3
+// z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With ALL (a prompt's
+// matmul, where `WgSwap` in mod.rs takes it) the block walks every residue itself, residue 0's
+// chunks, then 1's, … each residue's partial from zero folded into its total in residue order
+// (total = p0, then total += pr: the tiles' operations, and the FP8 kernels' sum of their warps
+// in warp order), and writes y (stride part_stride, added to it with `accumulate`) instead of a
+// partial. With FP8, W is e4m3
 // bytes scaled by `scales` in blocks of br × bc (`mma_tile_fp8`'s chain: each chunk's products
 // summed unscaled from zero into `tmp`, then acc = fma(s, tmp, acc) with the output's scale):
 // a lane's chunk of a row is one 16-byte piece, each word a step's four elements, widened
 // exactly to bf16 pairs.
-template <int N, bool FP8>
+template <int N, bool FP8, bool ALL = false>
 __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict__ xs, const void* __restrict__ w,
                                                       const float* __restrict__ scales, int br, int bc, int k,
                                                       int n_out, float* __restrict__ part, int part_stride,
-                                                      int rows) {
+                                                      int rows, int accumulate = 0) {
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
     constexpr int X_PIECES = N * MMT_X_PIECES / MWS_THREADS;  // a thread's copies a chunk
     static_assert(X_PIECES * MWS_THREADS == N * MMT_X_PIECES, "every thread copies as many pieces");
@@ -283,13 +288,16 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     extern __shared__ float4 mws_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mws_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = blockIdx.z;
+    const int r0 = blockIdx.x * N, o0 = blockIdx.y * MWS_OUTS, res = ALL ? 0 : blockIdx.z;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    // The chunk after c: the next of its residue. Three cursors walk them: the weights' loads,
-    // x's copies and the products.
-    auto next_chunk = [&](int c) { return c + MMT_RESIDUES; };
+    const int visits = ALL ? chunks : res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    // The chunk after c: the next of its residue, or with ALL past a residue's last the next
+    // residue's first (residue-major order: residue 0's chunks 0, 8, 16 …, then 1's …). Three
+    // cursors walk it: the weights' loads, x's copies and the products.
+    auto next_chunk = [&](int c) {
+        return !ALL || c + MMT_RESIDUES < chunks ? c + MMT_RESIDUES : c % MMT_RESIDUES + 1;
+    };
     int w_next = res, x_next = res, c_next = res;
 
     // This lane's weight rows: outputs oa and oa + 8 of its warp's 16 (A's rows g and g + 8).
@@ -368,6 +376,15 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     float acc[N / 2], tmp[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = tmp[i] = 0.0f;
+    // With ALL, this thread's total in shared memory after the x stages, a column of its own
+    // (no barrier): in registers beside acc and two chunks of weights it took 195 registers,
+    // one block a multiprocessor; here 126, two (FP8's tmp beside acc: no third accumulator in
+    // registers). Zero first: with k = 0 no residue folds.
+    float* const total = reinterpret_cast<float*>(smem + MWS_X_STAGES * X_STAGE_BYTES) + threadIdx.x;
+    if (ALL) {
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) total[i * MWS_THREADS] = 0.0f;
+    }
     float* const sum = FP8 ? tmp : acc;
     for (int v0 = 0; v0 < visits; v0 += MWS_W_DEPTH) {
 #pragma unroll
@@ -449,16 +466,36 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                     tmp[i] = 0.0f;
                 }
             }
+            if (ALL && c + MMT_RESIDUES >= chunks) {
+                // Residue c % 8 done: into the total in residue order, the next from zero.
+#pragma unroll
+                for (int i = 0; i < N / 2; i++) {
+                    float& t_i = total[i * MWS_THREADS];
+                    t_i = c % MMT_RESIDUES == 0 ? acc[i] : t_i + acc[i];
+                    acc[i] = 0.0f;
+                }
+            }
         }
     }
     cp_async_wait<0>();
     // d[4j + i]: output oa + 8·((i % 4) / 2), row 8j + 2t + i % 2 (an empty residue: a zero
-    // partial, as the tiles' split writes it).
+    // partial, as the tiles' split writes it; with ALL, its zero added to the total, as the
+    // tiles add it: -0 + 0 is +0).
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const int o = oa + 8 * ((i % 4) / 2);
         const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
-        if (r < rows && o < n_out) part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
+        if (ALL) {
+            // The empty residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).
+            float t_i = total[i * MWS_THREADS];
+            if (chunks < MMT_RESIDUES) t_i += 0.0f;
+            if (r < rows && o < n_out) {
+                float* out = part + (size_t)r * part_stride + o;
+                *out = accumulate ? *out + t_i : t_i;
+            }
+        } else if (r < rows && o < n_out) {
+            part[(size_t)res * part_stride + (size_t)r * n_out + o] = acc[i];
+        }
     }
 }
 
@@ -475,6 +512,14 @@ matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restri
     matmul_wg_split_block<64, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
 }
 
+// A prompt's matmul (`WgSwap`): the tiles' arguments and their bits, each weight read once per
+// 64 rows. Grid (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_bf16_wg_swap(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                    float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_wg_split_block<64, false, true>(xs, w, nullptr, 1, 1, k, n_out, y, y_stride, rows, accumulate);
+}
+
 // FP8 (block-scaled e4m3, `scales` [n_out / br, k / bc]): the chain of `matmul_fp8`'s kernels,
 // whose warps' sums in warp order are this split's partials folded in residue order.
 extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
@@ -489,4 +534,15 @@ matmul_fp8_wg_split_n64(const unsigned* __restrict__ xs, const unsigned char* __
                         const float* __restrict__ scales, int br, int bc, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_wg_split_block<64, true>(xs, w, scales, br, bc, k, n_out, part, part_stride, rows);
+}
+
+// A prompt's FP8 matmul (`WgSwap`): the chain of `matmul_fp8`'s kernels (a residue's chunks
+// each summed from zero and scaled into its partial, the partials summed in residue order), each
+// weight read once per 64 rows where the 16-row FP8 kernels read it once per 16. Grid
+// (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
+extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
+matmul_fp8_wg_swap(const unsigned* __restrict__ xs, const unsigned char* __restrict__ w,
+                   const float* __restrict__ scales, int br, int bc, int k, int n_out, float* __restrict__ y,
+                   int y_stride, int accumulate, int rows) {
+    matmul_wg_split_block<64, true, true>(xs, w, scales, br, bc, k, n_out, y, y_stride, rows, accumulate);
 }

@@ -224,6 +224,13 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// is [`WgSplit`]'s; `FLASHLANE_MATMUL_WG_SPLIT=0` none, `=1` every one (A/B runs: the same
 /// bits, `wgmma_matmul_gives_the_other_kernels_bits` and the FP8 matmul test on the H200).
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
+/// Where the warpgroup matmul's module is compiled, the matmuls of a prompt (more rows than a
+/// split takes) may run on the swapped operands of [`MATMUL_WG_SPLIT_ENV`]'s kernels unsplit
+/// (`matmul_bf16_wg_swap`, `matmul_fp8_wg_swap`): blocks of 64 rows × 128 outputs, each walking
+/// every residue as the tiles walk them, so the tiles' bits for bf16 and the FP8 kernels' for
+/// FP8. Which take it is [`WgSwap`]'s: `FLASHLANE_MATMUL_WG_SWAP=fp8` the FP8 ones, `=1` bf16
+/// too, none otherwise (A/B runs: the same bits).
+pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
@@ -267,10 +274,50 @@ impl WgSplit {
             }
     }
 }
+/// Which unsplit matmuls of more than [`MWS_MAX_ROWS`] rows (a prompt's) run on the warpgroup
+/// MMA with the operands swapped ([`MATMUL_WG_SWAP_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WgSwap {
+    /// None (the default until measured): bf16 prompts on the tiles or `matmul_bf16_wgmma`,
+    /// FP8 ones on the 16-row FP8 kernels, which read each weight once per 16 rows and split
+    /// x for every block (Qwen3-4B-FP8's prefill of 64 prompts of 128 tokens 5,462 tok/s
+    /// against bf16's 17,473 on the H100, bench/RESULTS.md session 46).
+    Off,
+    /// FP8 weights' (`=fp8`): each weight read once per 64 rows, on the warpgroup MMA. Not yet
+    /// run on a GPU.
+    Fp8,
+    /// bf16's too (`=1`): 13–29 % slower prompts than the tiles on Qwen3-4B and -8B
+    /// (bench/RESULTS.md session 44), kept for A/B runs and as the FP8 kernel's bf16 twin in
+    /// the kernel tests.
+    All,
+}
+
+impl WgSwap {
+    fn from_env() -> WgSwap {
+        match std::env::var(MATMUL_WG_SWAP_ENV).as_deref() {
+            Ok("fp8") => WgSwap::Fp8,
+            Ok("1") => WgSwap::All,
+            _ => WgSwap::Off,
+        }
+    }
+
+    /// Whether an unsplit matmul of `rows` rows takes it, of FP8 weights or bf16.
+    fn takes(self, rows: usize, fp8: bool) -> bool {
+        rows > MWS_MAX_ROWS
+            && match self {
+                WgSwap::Off => false,
+                WgSwap::Fp8 => fp8,
+                WgSwap::All => true,
+            }
+    }
+}
+
 /// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
 const MWS_N32_ROWS: usize = 32;
-// Its block's outputs and threads (two warpgroups of 64 outputs) are the tiles', MMT_OUTS and
-// MMT_THREADS, so it launches on the tiles' split's grid (`matmul_wg.cu` defines them the same).
+/// Outputs and threads of its block (two warpgroups of 64 outputs): the tiles', so the tiles'
+/// split's grid (`matmul_wg.cu` defines them the same).
+const MWS_OUTS: usize = MMT_OUTS;
+const MWS_THREADS: u32 = MMT_THREADS;
 /// Chunks of x its block keeps in shared memory, and chunks of weights in registers ahead of
 /// the products (each 64 bytes a thread; with 2, 64 KB in flight a multiprocessor at two blocks).
 const MWS_X_STAGES: usize = 3;
@@ -280,6 +327,10 @@ const MWS_W_DEPTH: usize = 2;
 const fn mws_shared_bytes(rows: usize) -> usize {
     MWS_X_STAGES * rows * MMA_CHUNK * 4
 }
+/// `matmul_bf16_wg_swap`'s and `matmul_fp8_wg_swap`'s: its x stages of 64 rows, then each thread's total over the
+/// residues (32 floats a thread: kept out of its registers, two blocks fit a multiprocessor).
+const MWS_SWAP_SHARED_BYTES: usize =
+    mws_shared_bytes(MWS_MAX_ROWS) + MWS_MAX_ROWS / 2 * MWS_THREADS as usize * 4;
 
 /// Rows and outputs of a `matmul_bf16_tiled` block (8 warps of 32 rows × 32 outputs). A
 /// 128 × 128 block (one a multiprocessor) was no faster at any size measured.
@@ -867,6 +918,9 @@ pub struct Kernels {
     /// Which k splits `Auto` runs on the warpgroup MMA where its module is compiled
     /// ([`MATMUL_WG_SPLIT_ENV`]).
     matmul_wg_split: WgSplit,
+    /// Which unsplit matmuls of a prompt `Auto` runs on `matmul_bf16_wg_swap` /
+    /// `matmul_fp8_wg_swap` where their module is compiled ([`MATMUL_WG_SWAP_ENV`]).
+    matmul_wg_swap: WgSwap,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1045,6 +1099,7 @@ impl Kernels {
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
             matmul_wg_split: WgSplit::from_env(),
+            matmul_wg_swap: WgSwap::from_env(),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1161,6 +1216,15 @@ impl Kernels {
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
+        // A prompt's swapped matmuls, bf16 and FP8.
+        let swap = |weights: &str| -> Result<CudaFunction, CudaError> {
+            let f = module.load_function(&format!("matmul_{weights}_wg_swap"))?;
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                MWS_SWAP_SHARED_BYTES as i32,
+            )?;
+            Ok(f)
+        };
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
             let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
@@ -1176,6 +1240,8 @@ impl Kernels {
             matmul,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
+            swap_bf16: swap("bf16")?,
+            swap_fp8: swap("fp8")?,
         });
         Ok(())
     }
@@ -1189,6 +1255,9 @@ struct WgmmaKernels {
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
     split_fp8: [CudaFunction; 2],
+    /// The same operands unsplit, 64 rows a block ([`MATMUL_WG_SWAP_ENV`]), bf16 and FP8.
+    swap_bf16: CudaFunction,
+    swap_fp8: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -1277,6 +1346,9 @@ pub enum MatmulKernel {
     /// `split_rows`, `matmul_bf16_wg_split_n32` / `_n64` (FP8: `matmul_fp8_wg_split_*`) and
     /// `matmul_fold_residues` (needs [`Kernels::compile_wgmma`] and `partials`).
     WgmmaSplitK,
+    /// `split_rows` and `matmul_bf16_wg_swap` (FP8: `matmul_fp8_wg_swap`; needs
+    /// [`Kernels::compile_wgmma`]).
+    WgmmaSwapped,
 }
 
 /// What every FP8 matmul kernel needs of the blocks of its scales.
@@ -1315,6 +1387,8 @@ enum MatmulLaunch {
     /// `split_rows`, then the k split on the warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and
     /// `matmul_fold_residues`.
     WgmmaSplitK,
+    /// `split_rows`, then `matmul_bf16_wg_swap` or `matmul_fp8_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
+    WgmmaSwapped,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
     /// `matmul_fold_residues`.
     Tiled { split_k: bool },
@@ -1795,6 +1869,61 @@ impl Kernels {
             && self.matmul_wg_split.takes(m.rows, true)
     }
 
+    /// x split into `m.x_split` (`split_rows`), then `matmul_bf16_wg_swap` or, for FP8 weights,
+    /// `matmul_fp8_wg_swap` over it.
+    fn matmul_wg_swap(&self, gpu: &Gpu, m: &Matmul) -> Result<(), CudaError> {
+        let wg = self.wgmma.as_ref().expect(
+            "[matmul-wg-swap-compiled] MatmulKernel::WgmmaSwapped needs Kernels::compile_wgmma first",
+        );
+        assert!(
+            m.x_split != 0,
+            "[matmul-wg-swap-split] the swapped matmul needs room for its split rows (Matmul::x_split)"
+        );
+        // Its kernels address a matrix's rows in 32 bits.
+        let bytes = m.n_out * m.k * if m.fp8.is_some() { 1 } else { 2 };
+        assert!(
+            bytes < 1 << 32,
+            "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
+            m.n_out,
+            m.k
+        );
+        let Some(fp8) = m.fp8 else {
+            return launch_over_split_rows(
+                gpu,
+                (&self.split_rows, &wg.swap_bf16),
+                m,
+                (MWS_MAX_ROWS, MWS_OUTS),
+                MWS_THREADS,
+                MWS_SWAP_SHARED_BYTES,
+            );
+        };
+        check_fp8_blocks(&fp8, m);
+        launch_split_rows(gpu, &self.split_rows, m)?;
+        gpu.launch_with_shared(
+            &wg.swap_fp8,
+            (
+                rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
+                u32::try_from(m.n_out.div_ceil(MWS_OUTS)).expect("outputs fit a grid"),
+                1,
+            ),
+            MWS_THREADS,
+            MWS_SWAP_SHARED_BYTES as u32,
+            &[
+                Arg::Ptr(m.x_split),
+                Arg::Ptr(m.w),
+                Arg::Ptr(fp8.scales),
+                Arg::I32(fp8.block_rows as i32),
+                Arg::I32(fp8.block_cols as i32),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.y),
+                Arg::I32(m.y_stride as i32),
+                Arg::I32(i32::from(m.accumulate)),
+                Arg::I32(m.rows as i32),
+            ],
+        )
+    }
+
     /// Whether `MatmulKernel::Auto` may split k ([`model_splits_k`], [`MATMUL_SPLIT_K_ENV`]): the scratch then
     /// keeps room for the partials.
     pub fn splits_k(&self) -> bool {
@@ -1864,7 +1993,8 @@ impl Kernels {
             MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK => true,
+            | MatmulKernel::WgmmaSplitK
+            | MatmulKernel::WgmmaSwapped => true,
             MatmulKernel::Narrow
             | MatmulKernel::Wide
             | MatmulKernel::Tiles(_)
@@ -1890,6 +2020,17 @@ impl Kernels {
         if wgmma_split && !wgmma {
             return MatmulLaunch::WgmmaSplitK;
         }
+        let wgmma_swap = !split_k
+            && match kernel {
+                MatmulKernel::Auto => {
+                    self.wgmma.is_some() && self.matmul_wg_swap.takes(m.rows, m.fp8.is_some())
+                }
+                MatmulKernel::WgmmaSwapped => true,
+                _ => false,
+            };
+        if tiled && wgmma_swap {
+            return MatmulLaunch::WgmmaSwapped;
+        }
         if tiled && m.fp8.is_none() {
             return match wgmma {
                 true => MatmulLaunch::Wgmma,
@@ -1904,7 +2045,8 @@ impl Kernels {
             | MatmulKernel::Tiled
             | MatmulKernel::TiledSplitK
             | MatmulKernel::Wgmma
-            | MatmulKernel::WgmmaSplitK => {
+            | MatmulKernel::WgmmaSplitK
+            | MatmulKernel::WgmmaSwapped => {
                 let wide_blocks = m.n_out.div_ceil(MMA_NT * MMA_COLS);
                 let wide = match m.fp8 {
                     None => row_tiles > 1 || wide_blocks > self.matmul_narrow_max_blocks,
@@ -1964,6 +2106,7 @@ impl Kernels {
                 return self.matmul_tiled(gpu, m, split_k, false, None)
             }
             MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None),
+            MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
         let grid = (

@@ -467,7 +467,11 @@ fn matmul_case(
     // The warpgroup matmul and its k split with the operands swapped where the caller compiled
     // them (`Kernels::compile_wgmma`).
     let wgmma = match k.wgmma.is_some() {
-        true => &[MatmulKernel::Wgmma, MatmulKernel::WgmmaSplitK][..],
+        true => &[
+            MatmulKernel::Wgmma,
+            MatmulKernel::WgmmaSplitK,
+            MatmulKernel::WgmmaSwapped,
+        ][..],
         false => &[],
     };
     for kernel in SIXTEEN_ROW_KERNELS
@@ -815,6 +819,7 @@ fn swiglu_goes_into_the_gate_up_kernels_that_have_a_twin() {
         swiglu_place(MatmulLaunch::WgmmaSplitK, false, false),
         swiglu_place(MatmulLaunch::Tiled { split_k: false }, false, true),
         swiglu_place(MatmulLaunch::Wgmma, false, true),
+        swiglu_place(MatmulLaunch::WgmmaSwapped, false, true),
     ] {
         assert_eq!(apart, SwigluPlace::Apart);
     }
@@ -866,12 +871,15 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
     let seed = rng.0;
     // Depths of at most one chunk a residue (k split's 8), then of several (the split's running
     // sum over chunks and its rings; 25 chunks: residues of 4 and 3), at rows of the split's
-    // blocks of 32 and of 64.
+    // blocks of 32 and of 64, and a prompt's rows (the swapped matmul's blocks of 64, the last
+    // one part empty).
     let cases = [
         (128, 128, 256, 384, 1 + rng.below(40)),
         (8, 64, 40, 192, 1 + rng.below(40)),
         (128, 128, 256, 2048, 17 + rng.below(16)),
         (8, 64, 40, 1600, 33 + rng.below(32)),
+        (128, 128, 384, 1600, 65 + rng.below(100)),
+        (8, 64, 40, 320, 65 + rng.below(100)),
     ];
     for (block_rows, block_cols, n_out, depth, rows) in cases {
         let (q, scales, w) = fp8_weights(&mut rng, n_out, depth, block_rows, block_cols);
@@ -925,7 +933,11 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             d <= TOLERANCE,
             "seed {seed}, blocks {block_rows}×{block_cols}: relative diff {d}"
         );
-        let on_wgmma = wgmma_split.then_some(MatmulKernel::WgmmaSplitK);
+        // The warpgroup split takes up to 64 rows; the swapped matmul any.
+        let on_wgmma = [
+            (wgmma_split && rows <= super::MWS_MAX_ROWS).then_some(MatmulKernel::WgmmaSplitK),
+            wgmma_split.then_some(MatmulKernel::WgmmaSwapped),
+        ];
         for kernel in [
             MatmulKernel::Narrow,
             MatmulKernel::Wide,
@@ -933,7 +945,7 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
             MatmulKernel::Tiles(6),
         ]
         .into_iter()
-        .chain(on_wgmma)
+        .chain(on_wgmma.into_iter().flatten())
         {
             let other = run(xb.at(0), rows, kernel);
             assert!(
@@ -2510,6 +2522,7 @@ fn matmul_kernel_times() {
         MatmulKernel::Deep(super::MMA_NT),
         MatmulKernel::Wgmma,
         MatmulKernel::WgmmaSplitK,
+        MatmulKernel::WgmmaSwapped,
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -2527,7 +2540,10 @@ fn matmul_kernel_times() {
                     kernel,
                     MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK
                 );
-                let many = matches!(kernel, MatmulKernel::Tiled | MatmulKernel::Wgmma);
+                let many = matches!(
+                    kernel,
+                    MatmulKernel::Tiled | MatmulKernel::Wgmma | MatmulKernel::WgmmaSwapped
+                );
                 if (many && rows < 64)
                     || (deep && rows > 64)
                     || (split && (rows < 16 || rows > split_rows_max || n_out > out_max))
