@@ -21,6 +21,8 @@ trap 'rm -rf "$work"' EXIT
 cuda_build=no
 if [ "${1:-}" = --cuda-build ]; then
   cuda_build=yes
+  command -v cmake >/dev/null ||
+    { echo "pack_llamacpp.sh --cuda-build needs cmake: python3 -m pip install cmake" >&2; exit 1; }
   shift
 fi
 sdist="${1:-}"
