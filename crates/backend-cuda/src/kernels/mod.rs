@@ -327,8 +327,9 @@ const MWS_W_DEPTH: usize = 2;
 const fn mws_shared_bytes(rows: usize) -> usize {
     MWS_X_STAGES * rows * MMA_CHUNK * 4
 }
-/// `matmul_bf16_wg_swap`'s and `matmul_fp8_wg_swap`'s: its x stages of 64 rows, then each thread's total over the
-/// residues (32 floats a thread: kept out of its registers, two blocks fit a multiprocessor).
+/// `matmul_bf16_wg_swap`'s and `matmul_fp8_wg_swap`'s: its x stages of 64 rows, then each
+/// thread's total over the residues (32 floats a thread: kept out of its registers, two blocks
+/// fit a multiprocessor).
 const MWS_SWAP_SHARED_BYTES: usize =
     mws_shared_bytes(MWS_MAX_ROWS) + MWS_MAX_ROWS / 2 * MWS_THREADS as usize * 4;
 
@@ -1563,9 +1564,8 @@ fn model_splits_k(dims: &Dims) -> bool {
 /// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
 /// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
 /// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts stay on the tiles.
-/// Measured as a bound on the H100 (bench/RESULTS.md session 46): the A3B slice's FP8 twin with
-/// every split and the warpgroup MMA forced decoded +2.9 / +4.4 / +4.4 % at 24 / 40 / 64 streams
-/// (8: even) and its prompts took the warpgroup MMA, 0–3.6 % slower, which this leaves out.
+/// Measured on the H100 (bench/RESULTS.md session 46, 2 rounds, against none): the A3B slice's
+/// FP8 twin decoded +1.9 / +4.7 / +6.3 % at 24 / 40 / 64 streams, 8 streams and prompts even.
 fn hybrid_fp8_rounds_split(dims: &Dims) -> bool {
     dims.fp8_weights && (dims.moe.is_some() || dims.linear.is_some()) && !model_splits_k(dims)
 }
