@@ -1229,6 +1229,23 @@ fn hybrid_fp8_models_split_only_their_fp8_rounds() {
     }
 }
 
+/// The swapped unsplit matmul takes only a prompt's rows (more than a split's 64), FP8 alone
+/// with `=fp8`, bf16 too with `=1`, none by default (no device needed).
+#[test]
+fn the_swapped_matmul_takes_prompts_as_its_switch_says() {
+    use super::{WgSwap, MWS_MAX_ROWS};
+    let prompt = MWS_MAX_ROWS + 1;
+    for (swap, fp8, bf16) in [
+        (WgSwap::Off, false, false),
+        (WgSwap::Fp8, true, false),
+        (WgSwap::All, true, true),
+    ] {
+        assert_eq!(swap.takes(prompt, true), fp8, "{swap:?} FP8");
+        assert_eq!(swap.takes(prompt, false), bf16, "{swap:?} bf16");
+        assert!(!swap.takes(MWS_MAX_ROWS, true), "{swap:?}: a split's rows");
+    }
+}
+
 /// The dense models' bf16 matmuls load their first weights before the wait (measured faster
 /// there, session 44); hybrid models' as before (no device needed).
 #[test]
