@@ -1192,8 +1192,8 @@ impl Kernels {
                     && kernels.fp8_rounds_split_alone
                     && kernels.matmul_wg_split != WgSplit::Off
                 {
-                    // For the FP8 split alone: prompts stay on the tiles. Where it does not
-                    // compile the 16-row FP8 kernels take every round, as before.
+                    // For the FP8 split alone: prompts run as before. Where it does not compile
+                    // the 16-row FP8 kernels take every round, as before.
                     let _compiled = kernels.compile_wgmma(gpu, dims).is_ok();
                 }
             }
@@ -1563,7 +1563,8 @@ fn model_splits_k(dims: &Dims) -> bool {
 
 /// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
 /// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
-/// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts stay on the tiles.
+/// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts run as before (FP8
+/// ones on the 16-row FP8 kernels unless [`MATMUL_WG_SWAP_ENV`] says otherwise).
 /// Measured on the H100 (bench/RESULTS.md session 46, 2 rounds, against none): the A3B slice's
 /// FP8 twin decoded +1.9 / +4.7 / +6.3 % at 24 / 40 / 64 streams, 8 streams and prompts even.
 fn hybrid_fp8_rounds_split(dims: &Dims) -> bool {
