@@ -1668,8 +1668,8 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
 }
 
 /// `m`'s rows of x split into `m.x_split` by `kernels.0`, then `kernels.1` over them with the
-/// tiles' arguments (the split rows, then the 16-row kernels' from W on), a block of
-/// `block.0` rows × `block.1` outputs.
+/// tiles' arguments (the split rows, then the 16-row kernels' from W on, FP8's scales and their
+/// blocks after W where `m` has them), a block of `block.0` rows × `block.1` outputs.
 fn launch_over_split_rows(
     gpu: &Gpu,
     kernels: (&CudaFunction, &CudaFunction),
@@ -1679,8 +1679,21 @@ fn launch_over_split_rows(
     shared_bytes: usize,
 ) -> Result<(), CudaError> {
     launch_split_rows(gpu, kernels.0, m)?;
-    let mut args = [Arg::Ptr(m.x_split); 8];
-    args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+    let from_w = &bf16_matmul_args(m)[3..];
+    let mut args = [Arg::Ptr(m.x_split); 11];
+    args[1] = from_w[0];
+    let mut head = 2;
+    if let Some(fp8) = m.fp8 {
+        check_fp8_blocks(&fp8, m);
+        args[2..5].copy_from_slice(&[
+            Arg::Ptr(fp8.scales),
+            Arg::I32(fp8.block_rows as i32),
+            Arg::I32(fp8.block_cols as i32),
+        ]);
+        head = 5;
+    }
+    args[head..head + 6].copy_from_slice(&from_w[1..]);
+    let args = &args[..head + 6];
     gpu.launch_with_shared(
         kernels.1,
         (
@@ -1690,7 +1703,7 @@ fn launch_over_split_rows(
         ),
         threads,
         shared_bytes as u32,
-        &args,
+        args,
     )
 }
 
@@ -1856,6 +1869,16 @@ impl Kernels {
         )
     }
 
+    /// Whether `Auto` splits k by `m`'s rows and outputs in a model whose matmuls split k
+    /// ([`model_splits_k`]): a decode round's 48–64 rows ([`runs_split_k`]), 17–32
+    /// ([`MATMUL_SPLIT32_ENV`]), a prompt's few tiles ([`runs_split_k_prompt`]).
+    fn rows_split(&self, m: &Matmul) -> bool {
+        self.matmul_split_k
+            && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
+                || (self.matmul_split32 && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
+                || (self.matmul_split_k_prompts && runs_split_k_prompt(m.rows, m.n_out)))
+    }
+
     /// Whether `Auto` splits an FP8 matmul of a round of 17–64 rows for the swapped warpgroup
     /// split ([`WgSplit`]), 33–47 rows included, which no bf16 round splits: the 16-row FP8
     /// kernels take those as three row tiles, reading each weight three times, where the split's
@@ -1863,8 +1886,7 @@ impl Kernels {
     /// there is that of 48 rows (as many row tiles, one block of 64), where the split measured
     /// 1.41× (Qwen3-4B-FP8) and 1.13× (-8B-FP8) the 16-row kernels (bench/RESULTS.md session 44).
     fn fp8_round_splits(&self, m: &Matmul) -> bool {
-        (self.matmul_split_k || self.fp8_rounds_split_alone)
-            && m.fp8.is_some()
+        m.fp8.is_some()
             && m.rows >= SPLIT32_MIN_ROWS
             && self.wgmma.is_some()
             && self.matmul_wg_split.takes(m.rows, true)
@@ -1888,40 +1910,17 @@ impl Kernels {
             m.n_out,
             m.k
         );
-        let Some(fp8) = m.fp8 else {
-            return launch_over_split_rows(
-                gpu,
-                (&self.split_rows, &wg.swap_bf16),
-                m,
-                (MWS_MAX_ROWS, MWS_OUTS),
-                MWS_THREADS,
-                MWS_SWAP_SHARED_BYTES,
-            );
+        let kernel = match m.fp8 {
+            Some(_) => &wg.swap_fp8,
+            None => &wg.swap_bf16,
         };
-        check_fp8_blocks(&fp8, m);
-        launch_split_rows(gpu, &self.split_rows, m)?;
-        gpu.launch_with_shared(
-            &wg.swap_fp8,
-            (
-                rows_u32(m.rows.div_ceil(MWS_MAX_ROWS)),
-                u32::try_from(m.n_out.div_ceil(MWS_OUTS)).expect("outputs fit a grid"),
-                1,
-            ),
+        launch_over_split_rows(
+            gpu,
+            (&self.split_rows, kernel),
+            m,
+            (MWS_MAX_ROWS, MWS_OUTS),
             MWS_THREADS,
-            MWS_SWAP_SHARED_BYTES as u32,
-            &[
-                Arg::Ptr(m.x_split),
-                Arg::Ptr(m.w),
-                Arg::Ptr(fp8.scales),
-                Arg::I32(fp8.block_rows as i32),
-                Arg::I32(fp8.block_cols as i32),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.y),
-                Arg::I32(m.y_stride as i32),
-                Arg::I32(i32::from(m.accumulate)),
-                Arg::I32(m.rows as i32),
-            ],
+            MWS_SWAP_SHARED_BYTES,
         )
     }
 
@@ -1976,13 +1975,7 @@ impl Kernels {
                 self.splits_k()
                     && m.x_split != 0
                     && m.partials != 0
-                    && ((self.matmul_split_k
-                        && (runs_split_k(m.rows, m.n_out, self.matmul_split_k_min_outputs)
-                            || (self.matmul_split32
-                                && (SPLIT32_MIN_ROWS..=SPLIT32_ROWS).contains(&m.rows))
-                            || (self.matmul_split_k_prompts
-                                && runs_split_k_prompt(m.rows, m.n_out))))
-                        || self.fp8_round_splits(m))
+                    && (self.rows_split(m) || self.fp8_round_splits(m))
             }
             MatmulKernel::TiledSplitK | MatmulKernel::WgmmaSplitK => true,
             _ => false,
