@@ -228,8 +228,8 @@ pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// split takes) may run on the swapped operands of [`MATMUL_WG_SPLIT_ENV`]'s kernels unsplit
 /// (`matmul_bf16_wg_swap`, `matmul_fp8_wg_swap`): blocks of 64 rows × 128 outputs, each walking
 /// every residue as the tiles walk them, so the tiles' bits for bf16 and the FP8 kernels' for
-/// FP8. Which take it is [`WgSwap`]'s: `FLASHLANE_MATMUL_WG_SWAP=fp8` the FP8 ones, `=1` bf16
-/// too, none otherwise (A/B runs: the same bits).
+/// FP8. Which take it is [`WgSwap`]'s: the FP8 ones by default (`=fp8` too), `=1` bf16 too,
+/// `=0` none (A/B runs: the same bits).
 pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
@@ -278,13 +278,15 @@ impl WgSplit {
 /// MMA with the operands swapped ([`MATMUL_WG_SWAP_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WgSwap {
-    /// None (the default until measured): bf16 prompts on the tiles or `matmul_bf16_wgmma`,
-    /// FP8 ones on the 16-row FP8 kernels, which read each weight once per 16 rows and split
-    /// x for every block (Qwen3-4B-FP8's prefill of 64 prompts of 128 tokens 5,462 tok/s
-    /// against bf16's 17,473 on the H100, bench/RESULTS.md session 46).
+    /// None (`=0`): bf16 prompts on the tiles or `matmul_bf16_wgmma`, FP8 ones on the 16-row
+    /// FP8 kernels, which read each weight once per 16 rows and split x for every block
+    /// (Qwen3-4B-FP8's prefill of 64 prompts of 128 tokens 5,462 tok/s against bf16's 17,473
+    /// on the H100, bench/RESULTS.md session 46).
     Off,
-    /// FP8 weights' (`=fp8`): each weight read once per 64 rows, on the warpgroup MMA. Not yet
-    /// run on a GPU.
+    /// The measured default (`=fp8` too): FP8 weights' prompts, each weight read once per 64
+    /// rows, on the warpgroup MMA. Prefill of 1 / 8 / 64 prompts of 128 tokens against `Off`
+    /// on the H100 (bench/RESULTS.md session 47, 2 rounds): Qwen3-4B-FP8 1.02 / 1.48 / 2.23×,
+    /// Qwen3-8B-FP8 1.08 / 1.73 / 2.25×, the A3B slice FP8 1.05 / 1.14 / 1.30×; decode the same.
     Fp8,
     /// bf16's too (`=1`): 13–29 % slower prompts than the tiles on Qwen3-4B and -8B
     /// (bench/RESULTS.md session 44), kept for A/B runs and as the FP8 kernel's bf16 twin in
@@ -295,9 +297,9 @@ enum WgSwap {
 impl WgSwap {
     fn from_env() -> WgSwap {
         match std::env::var(MATMUL_WG_SWAP_ENV).as_deref() {
-            Ok("fp8") => WgSwap::Fp8,
+            Ok("0") => WgSwap::Off,
             Ok("1") => WgSwap::All,
-            _ => WgSwap::Off,
+            _ => WgSwap::Fp8,
         }
     }
 
@@ -1563,8 +1565,8 @@ fn model_splits_k(dims: &Dims) -> bool {
 
 /// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
 /// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
-/// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts run as before (FP8
-/// ones on the 16-row FP8 kernels unless [`MATMUL_WG_SWAP_ENV`] says otherwise).
+/// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts' FP8 matmuls run
+/// on the swapped warpgroup MMA unsplit ([`WgSwap`]), its bf16 ones as before.
 /// Measured on the H100 (bench/RESULTS.md session 46, 2 rounds, against none): the A3B slice's
 /// FP8 twin decoded +1.9 / +4.7 / +6.3 % at 24 / 40 / 64 streams, 8 streams and prompts even.
 fn hybrid_fp8_rounds_split(dims: &Dims) -> bool {

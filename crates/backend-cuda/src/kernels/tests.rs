@@ -1230,7 +1230,7 @@ fn hybrid_fp8_models_split_only_their_fp8_rounds() {
 }
 
 /// The swapped unsplit matmul takes only a prompt's rows (more than a split's 64), FP8 alone
-/// with `=fp8`, bf16 too with `=1`, none by default (no device needed).
+/// by default, bf16 too with `=1`, none with `=0` (no device needed).
 #[test]
 fn the_swapped_matmul_takes_prompts_as_its_switch_says() {
     use super::{WgSwap, MWS_MAX_ROWS};
