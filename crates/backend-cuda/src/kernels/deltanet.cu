@@ -26,6 +26,12 @@
 #define L2_NORM_EPS 1e-6f
 // Rows of a state column each lane of `deltanet_recurrence` keeps in registers.
 #define LIN_ROWS (LIN_DK / LIN_SPLIT)
+// A stage's q and k in shared memory with a word of padding after each lane's LIN_ROWS rows, so
+// the LIN_SPLIT lanes of a column, which read row part·LIN_ROWS + i at the same time, read
+// different banks (unpadded, LIN_ROWS = 32 put all of them in one: ncu counted 4-way conflicts
+// on every read of the token loop, bench/RESULTS.md session 47). Addresses only: the same bits.
+#define LIN_DKP (LIN_DK + LIN_SPLIT)
+#define LIN_PAD(i) ((i) + (i) / LIN_ROWS)
 
 typedef unsigned long long u64;
 
@@ -108,7 +114,7 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
     // β and the decay of a stage's tokens are one thread's each; the host's stage fits the
     // shared memory a block gets unasked.
     static_assert(LIN_STAGE >= 1 && LIN_STAGE <= WARP, "a stage of 1 to 32 tokens");
-    __shared__ float qs[LIN_STAGE][LIN_DK], ks[LIN_STAGE][LIN_DK], vs[LIN_STAGE][COLS], os[LIN_STAGE][COLS];
+    __shared__ float qs[LIN_STAGE][LIN_DKP], ks[LIN_STAGE][LIN_DKP], vs[LIN_STAGE][COLS], os[LIN_STAGE][COLS];
     __shared__ float q_inv_s[LIN_STAGE], k_inv_s[LIN_STAGE], o_inv_s[LIN_STAGE];
     __shared__ float beta_s[LIN_STAGE], decay_s[LIN_STAGE];
     const int row0 = segs[4 * blockIdx.x], n = segs[4 * blockIdx.x + 1];
@@ -117,6 +123,7 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
     const int tid = threadIdx.x, jl = tid / LIN_SPLIT, j = rank * COLS + jl, part = tid % LIN_SPLIT;
     const int lane = tid % WARP, warp = tid / WARP;
     const int i0 = part * LIN_ROWS;  // this lane's first row of the column
+    const int p0 = LIN_PAD(i0);      // where it sits in a stage's padded q and k
     const bool keep = n <= rollback;
     const u64 s_off = layer_off + LIN_CONV_SIZE + (u64)h * LIN_DK * LIN_DV + j;
     float* s_g = state + session * lin_stride + s_off;
@@ -132,8 +139,8 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
         for (int x = tid; x < tn * LIN_DK; x += blockDim.x) {
             const int tt = x / LIN_DK, i = x % LIN_DK;
             const size_t row = row0 + t0 + tt;
-            qs[tt][i] = mixed[row * LIN_C + kh * LIN_DK + i];
-            ks[tt][i] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
+            qs[tt][LIN_PAD(i)] = mixed[row * LIN_C + kh * LIN_DK + i];
+            ks[tt][LIN_PAD(i)] = mixed[row * LIN_C + LIN_HK * LIN_DK + kh * LIN_DK + i];
         }
         for (int x = tid; x < tn * COLS; x += blockDim.x) {
             const int tt = x / COLS, c = x % COLS;
@@ -146,7 +153,15 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
         }
         __syncthreads();
         for (int tt = warp; tt < tn; tt += WARPS) {
-            const float qq = warp_sum_squares(qs[tt], LIN_DK, lane), kk = warp_sum_squares(ks[tt], LIN_DK, lane);
+            // warp_sum_squares' order over the padded rows.
+            float qq = 0.0f, kk = 0.0f;
+            for (int i = lane; i < LIN_DK; i += WARP) {
+                const float qi = qs[tt][LIN_PAD(i)], ki = ks[tt][LIN_PAD(i)];
+                qq += qi * qi;
+                kk += ki * ki;
+            }
+            qq = warp_sum(qq);
+            kk = warp_sum(kk);
             if (lane == 0) {
                 q_inv_s[tt] = 1.0f / sqrtf(qq + L2_NORM_EPS);
                 k_inv_s[tt] = 1.0f / sqrtf(kk + L2_NORM_EPS);
@@ -167,15 +182,15 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
             // S ← e^g·S; u = Sᵀk; δ = β(v − u); S ← S + kδᵀ; o = Sᵀq.
             float u = 0.0f;
 #pragma unroll
-            for (int i = 0; i < LIN_ROWS; i++) { s[i] *= decay; u += s[i] * (ks[tt][i0 + i] * k_inv); }
+            for (int i = 0; i < LIN_ROWS; i++) { s[i] *= decay; u += s[i] * (ks[tt][p0 + i] * k_inv); }
 #pragma unroll
             for (int o = 1; o < LIN_SPLIT; o <<= 1) u += __shfl_xor_sync(FULL_MASK, u, o);
             const float delta = beta * (v - u);
             float o = 0.0f;
 #pragma unroll
             for (int i = 0; i < LIN_ROWS; i++) {
-                s[i] += (ks[tt][i0 + i] * k_inv) * delta;
-                o += s[i] * ((qs[tt][i0 + i] * q_inv) * scale);
+                s[i] += (ks[tt][p0 + i] * k_inv) * delta;
+                o += s[i] * ((qs[tt][p0 + i] * q_inv) * scale);
             }
 #pragma unroll
             for (int m = 1; m < LIN_SPLIT; m <<= 1) o += __shfl_xor_sync(FULL_MASK, o, m);

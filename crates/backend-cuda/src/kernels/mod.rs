@@ -558,11 +558,11 @@ const LIN_STAGE_MAX: usize = 16;
 const BLOCK_SHARED_UNASKED: usize = 48 * 1024;
 
 /// Tokens `deltanet_recurrence` stages at once for heads of `dk` keys and `dv` values:
-/// [`LIN_STAGE_MAX`], fewer where a stage's arrays (each token's q, k, v and outputs, and five
-/// scalars) would not fit in [`BLOCK_SHARED_UNASKED`] (16 tokens are 32 KiB at Qwen3-Next's
-/// 128 and 128). The bits do not depend on it.
+/// [`LIN_STAGE_MAX`], fewer where a stage's arrays (each token's q and k with a word of padding
+/// a lane group, v and outputs, and five scalars) would not fit in [`BLOCK_SHARED_UNASKED`] (16
+/// tokens are 33 KiB at Qwen3-Next's 128 and 128). The bits do not depend on it.
 fn lin_stage(dk: usize, dv: usize) -> usize {
-    let per_token = 4 * (2 * dk + 2 * dv + 5);
+    let per_token = 4 * (2 * (dk + LIN_SPLIT) + 2 * dv + 5);
     ((BLOCK_SHARED_UNASKED - LIN_STAGE_SHARED_SLACK) / per_token).clamp(1, LIN_STAGE_MAX)
 }
 
@@ -577,7 +577,9 @@ const LIN_CLUSTER: usize = 4;
 /// barriers a stage of tokens (`lin_stage`); block-wide ones are cheaper.
 const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// `FLASHLANE_DELTANET_SPLIT=0` keeps every step on `deltanet_recurrence` (for A/B runs of one
-/// binary: the bits do not change).
+/// binary: the bits do not change). Splitting every decode step (the fill condition of
+/// [`splits_recurrence`] dropped) was measured 1 % slower at 8-64 streams on the A3B slice
+/// (H100, bench/RESULTS.md session 47).
 pub const DELTANET_SPLIT_ENV: &str = "FLASHLANE_DELTANET_SPLIT";
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
