@@ -12,7 +12,9 @@
 # (bench/ncu_steps.py), so NEW_TOKENS (12 by default) leaves several decode steps after it.
 # PROMPT_TOKENS (16 by default) sets each stream's prompt; STEPS=prompt summarises the longest
 # step (the prompt's) instead of the decode steps: `STEPS=prompt PROMPT_TOKENS=128
-# bench/gpu_profile.sh OUT SHAPE BIN 1` for where one 128-token prompt goes.
+# bench/gpu_profile.sh OUT SHAPE BIN 1` for where one 128-token prompt goes. HEALTH=1 also
+# collects each kernel's DRAM throughput, achieved occupancy, shared-memory bank conflicts and
+# spills (bench/ncu_steps.py's HEALTH_METRICS: several replays of each launch, so slower).
 set -uo pipefail
 out=${1:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
 shape=${2:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
@@ -26,13 +28,17 @@ dir=$(mktemp -d)
 cp "$here/bench/shapes/$shape/config.json" "$dir/"
 mkdir -p "$out"
 status=0
+metrics=gpu__time_duration.sum
+if [ "${HEALTH:-0}" = 1 ]; then
+  metrics+=$(python3 -c "import sys; sys.path.insert(0, '$here/bench'); import ncu_steps; print(''.join(',' + m for m, _ in ncu_steps.HEALTH_METRICS))")
+fi
 for n in ${streams//,/ }; do
   for setting in ${SETTINGS:-built:FLASHLANE_AB=1}; do
     label=${setting%%:*}
     vars=${setting#*:}
     base="$out/$shape.$label.s$n"
     env ${vars//,/ } FLASHLANE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-200}" "$ncu" --clock-control none \
-      --cache-control none --metrics gpu__time_duration.sum --csv "$bin" bench --device cuda --model "$dir" \
+      --cache-control none --metrics "$metrics" --csv "$bin" bench --device cuda --model "$dir" \
       --load-format dummy --streams "$n" --prompt-tokens "${PROMPT_TOKENS:-16}" --new-tokens "${NEW_TOKENS:-12}" \
       >"$base.csv" 2>"$base.err" || { echo "gpu_profile: $label at $n streams failed (see $base.err)" >&2; status=1; }
     python3 "$here/bench/ncu_steps.py" $([ "${STEPS:-decode}" = prompt ] && echo --prompt) "$base.csv" | tee "$base.txt"

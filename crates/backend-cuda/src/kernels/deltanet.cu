@@ -230,9 +230,10 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
 }
 
 // The recurrence's kernels: NAME with CS blocks a head (a cluster of them when CS > 1, ATTRS its
-// cluster dims), grid (windows, LIN_HV · CS), LIN_DV / CS · LIN_SPLIT threads a block.
-#define DELTANET_RECURRENCE(NAME, CS, ATTRS)                                                               \
-    extern "C" __global__ void ATTRS __launch_bounds__(LIN_DV / (CS) * LIN_SPLIT)                         \
+// cluster dims), grid (windows, LIN_HV · CS), LIN_DV / CS · LIN_SPLIT threads a block (BOUNDS:
+// its `__launch_bounds__`; an explicit minimum of one block changes ptxas's registers).
+#define DELTANET_RECURRENCE(NAME, CS, ATTRS, BOUNDS)                                                       \
+    extern "C" __global__ void ATTRS BOUNDS                                                               \
     NAME(const float* __restrict__ qkvz, const float* __restrict__ ba, int proj_stride,                   \
          const float* __restrict__ mixed, const int* __restrict__ segs, const float* __restrict__ neg_a,  \
          const float* __restrict__ dt_bias, const float* __restrict__ norm_w, float eps, float* state,    \
@@ -243,10 +244,17 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
     }
 
 // A block per (window, value head).
-DELTANET_RECURRENCE(deltanet_recurrence, 1, )
+DELTANET_RECURRENCE(deltanet_recurrence, 1, , __launch_bounds__(LIN_DV * LIN_SPLIT))
+
+// The same at two blocks a multiprocessor (64 registers a thread at Qwen3-Next's 512 threads,
+// some spilled): one block's loads of its head's state can then run under the other's
+// arithmetic and stores, where one block a multiprocessor (128 registers) does them one after
+// the other. The same code: the same bits.
+DELTANET_RECURRENCE(deltanet_recurrence_two, 1, , __launch_bounds__(LIN_DV * LIN_SPLIT, 2))
 
 // A cluster of LIN_CLUSTER blocks per (window, value head), each LIN_DV / LIN_CLUSTER columns. A
 // decode step's 32 heads on 32 blocks read their state (64 KiB a head at Qwen3-Next's sizes)
 // through 32 of the H200's 132 multiprocessors; split in 4 they use 128. The same bits as
 // `deltanet_recurrence`.
-DELTANET_RECURRENCE(deltanet_recurrence_split, LIN_CLUSTER, __cluster_dims__(1, LIN_CLUSTER, 1))
+DELTANET_RECURRENCE(deltanet_recurrence_split, LIN_CLUSTER, __cluster_dims__(1, LIN_CLUSTER, 1),
+                    __launch_bounds__(LIN_DV / LIN_CLUSTER * LIN_SPLIT))

@@ -581,6 +581,52 @@ const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// [`splits_recurrence`] dropped) was measured 1 % slower at 8-64 streams on the A3B slice
 /// (H100, bench/RESULTS.md session 47).
 pub const DELTANET_SPLIT_ENV: &str = "FLASHLANE_DELTANET_SPLIT";
+/// `FLASHLANE_DELTANET_TWO_BLOCKS=1` runs the steps of short windows that do not split on
+/// `deltanet_recurrence_two` (two blocks a multiprocessor, the same bits) instead of
+/// `deltanet_recurrence` (one: ncu on a 64-stream A3B step, bench/RESULTS.md session 47, found
+/// 86 % of its cycles with no warp ready and the HBM at 39 %). Off until measured.
+pub const DELTANET_TWO_BLOCKS_ENV: &str = "FLASHLANE_DELTANET_TWO_BLOCKS";
+
+/// Which kernel runs a DeltaNet step's recurrence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecurrenceKernel {
+    /// `deltanet_recurrence`: a block a (window, head), one a multiprocessor (prompts).
+    Whole,
+    /// `deltanet_recurrence_split`: a cluster of [`LIN_CLUSTER`] blocks a (window, head).
+    Split,
+    /// `deltanet_recurrence_two`: the whole kernel at two blocks a multiprocessor.
+    TwoBlocks,
+}
+
+/// The recurrence's kernel for a step of `rows` tokens in `windows` windows: the split where
+/// [`splits_recurrence`] takes the step (and `split` allows it), else for short windows (a
+/// decode step, drafts verified) the two-block kernel where `two_blocks` asks for it, else the
+/// whole kernel. All three give the same bits.
+fn recurrence_kernel(
+    split: bool,
+    two_blocks: bool,
+    rows: usize,
+    windows: usize,
+    value_heads: usize,
+    value_head_dim: usize,
+    multiprocessors: usize,
+) -> RecurrenceKernel {
+    if split && splits_recurrence(rows, windows, value_heads, value_head_dim, multiprocessors) {
+        RecurrenceKernel::Split
+    } else if two_blocks && windows > 0 && rows <= LIN_CLUSTER_MAX_TOKENS * windows {
+        RecurrenceKernel::TwoBlocks
+    } else {
+        RecurrenceKernel::Whole
+    }
+}
+
+/// The DeltaNet layer's kernels.
+struct DeltaNetKernels {
+    conv: CudaFunction,
+    whole: CudaFunction,
+    split: CudaFunction,
+    two_blocks: CudaFunction,
+}
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
 /// Threads per block of `swiglu_rows` (a grid-stride loop over every element of the batch).
@@ -961,10 +1007,13 @@ pub struct Kernels {
     argmax: CudaFunction,
     draw: CudaFunction,
     swiglu: CudaFunction,
-    /// `deltanet_conv`, `deltanet_recurrence` and `deltanet_recurrence_split`.
-    deltanet: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// Where the model has DeltaNet layers.
+    deltanet: Option<DeltaNetKernels>,
     /// Whether steps that suit it run `deltanet_recurrence_split` ([`DELTANET_SPLIT_ENV`]).
     deltanet_split: bool,
+    /// Whether short windows that do not split run `deltanet_recurrence_two`
+    /// ([`DELTANET_TWO_BLOCKS_ENV`]).
+    deltanet_two_blocks: bool,
     moe: Option<MoeKernels>,
     /// The warpgroup matmul, where compiled ([`Kernels::compile_wgmma`]).
     wgmma: Option<WgmmaKernels>,
@@ -1147,14 +1196,25 @@ impl Kernels {
             draw: f("draw_rows")?,
             swiglu: f("swiglu_rows")?,
             deltanet: match dims.linear {
-                Some(_) => Some((
-                    f("deltanet_conv")?,
-                    f("deltanet_recurrence")?,
-                    f("deltanet_recurrence_split")?,
-                )),
+                Some(_) => Some(DeltaNetKernels {
+                    conv: f("deltanet_conv")?,
+                    whole: f("deltanet_recurrence")?,
+                    split: f("deltanet_recurrence_split")?,
+                    two_blocks: {
+                        let two = f("deltanet_recurrence_two")?;
+                        // Two blocks' stage arrays (33 KiB each at Qwen3-Next's heads) need
+                        // more than the 64 KiB of shared memory the driver may carve out.
+                        two.set_attribute(
+                            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                            100,
+                        )?;
+                        two
+                    },
+                }),
                 None => None,
             },
             deltanet_split: std::env::var(DELTANET_SPLIT_ENV).map_or(true, |v| v != "0"),
+            deltanet_two_blocks: std::env::var(DELTANET_TWO_BLOCKS_ENV).is_ok_and(|v| v == "1"),
             moe: match dims.moe {
                 Some(_) => Some(MoeKernels {
                     route: f("moe_route")?,
@@ -2284,7 +2344,7 @@ impl Kernels {
     }
 
     pub fn deltanet(&self, gpu: &Gpu, d: &DeltaNetLaunch, dims: &Dims) -> Result<(), CudaError> {
-        let (conv, recurrence, recurrence_split) = self
+        let kernels = self
             .deltanet
             .as_ref()
             .expect("deltanet kernels exist for a model with linear layers");
@@ -2293,7 +2353,7 @@ impl Kernels {
             return Ok(());
         }
         gpu.launch(
-            conv,
+            &kernels.conv,
             (d.windows as u32, blocks(l.conv_channels(), CONV_THREADS), 1),
             CONV_THREADS,
             &[
@@ -2309,18 +2369,18 @@ impl Kernels {
                 Arg::Ptr(d.mixed),
             ],
         )?;
-        let split = self.deltanet_split
-            && splits_recurrence(
-                d.rows,
-                d.windows,
-                l.num_value_heads,
-                l.value_head_dim,
-                self.multiprocessors,
-            );
-        let (f, cluster) = if split {
-            (recurrence_split, LIN_CLUSTER)
-        } else {
-            (recurrence, 1)
+        let (f, cluster) = match recurrence_kernel(
+            self.deltanet_split,
+            self.deltanet_two_blocks,
+            d.rows,
+            d.windows,
+            l.num_value_heads,
+            l.value_head_dim,
+            self.multiprocessors,
+        ) {
+            RecurrenceKernel::Split => (&kernels.split, LIN_CLUSTER),
+            RecurrenceKernel::TwoBlocks => (&kernels.two_blocks, 1),
+            RecurrenceKernel::Whole => (&kernels.whole, 1),
         };
         gpu.launch(
             f,

@@ -1344,9 +1344,10 @@ fn block_tiles_runs_a_matrix_in_the_fewest_waves() {
     assert_eq!(block_tiles(4, 256, 264, true), MMA_NT);
 }
 
-/// `deltanet_recurrence_split` (a head over a cluster of blocks) against `deltanet_recurrence`:
-/// the same outputs, final states and rollback snapshots, bit for bit, for windows of one token
-/// (a decode step) and of three (drafts verified), from a stored state and from zero.
+/// `deltanet_recurrence_split` (a head over a cluster of blocks) and `deltanet_recurrence_two`
+/// (two blocks a multiprocessor) against `deltanet_recurrence`: the same outputs, final states
+/// and rollback snapshots, bit for bit, for windows of one token (a decode step) and of three
+/// (drafts verified), from a stored state and from zero.
 #[test]
 fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
     let Some((gpu, mut k)) = setup() else { return };
@@ -1432,21 +1433,60 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
         k.deltanet_split = true;
         let split = run(&k);
         k.deltanet_split = false;
+        k.deltanet_two_blocks = true;
+        let two = run(&k);
+        k.deltanet_two_blocks = false;
         let whole = run(&k);
+        k.deltanet_split = true;
         assert!(split.0.iter().all(|v| v.is_finite()), "seed {seed}");
-        assert!(
-            same_bits(&split.0, &whole.0),
-            "seed {seed}, {tokens}: outputs"
-        );
-        assert!(
-            same_bits(&split.1, &whole.1),
-            "seed {seed}, {tokens}: states"
-        );
-        assert!(
-            same_bits(&split.2, &whole.2),
-            "seed {seed}, {tokens}: snapshots"
-        );
+        for (name, other) in [("split", &split), ("two blocks", &two)] {
+            assert!(
+                same_bits(&other.0, &whole.0),
+                "seed {seed}, {tokens}, {name}: outputs"
+            );
+            assert!(
+                same_bits(&other.1, &whole.1),
+                "seed {seed}, {tokens}, {name}: states"
+            );
+            assert!(
+                same_bits(&other.2, &whole.2),
+                "seed {seed}, {tokens}, {name}: snapshots"
+            );
+        }
     }
+}
+
+/// `recurrence_kernel` (no device needed): the split where it takes the step, else the
+/// two-block kernel for short windows only when asked, prompts always on the whole kernel.
+#[test]
+fn recurrence_kernel_takes_short_windows_to_two_blocks_only_when_asked() {
+    use super::{recurrence_kernel, RecurrenceKernel as K};
+    // Qwen3-Next's 32 heads of 128 on 132 multiprocessors: (rows, windows) of 4 streams
+    // decoding, 64 streams decoding, 64 verifying 3 drafts each, one 128-token prompt.
+    for (two, expect) in [
+        (false, [K::Split, K::Whole, K::Whole, K::Whole]),
+        (true, [K::Split, K::TwoBlocks, K::TwoBlocks, K::Whole]),
+    ] {
+        for ((rows, windows), want) in [(4, 4), (64, 64), (256, 64), (128, 1)]
+            .into_iter()
+            .zip(expect)
+        {
+            assert_eq!(
+                recurrence_kernel(true, two, rows, windows, 32, 128, 132),
+                want,
+                "two blocks {two}: {rows} rows in {windows} windows"
+            );
+        }
+    }
+    // The split off: short windows go to two blocks where asked, else whole.
+    assert_eq!(
+        recurrence_kernel(false, true, 4, 4, 32, 128, 132),
+        K::TwoBlocks
+    );
+    assert_eq!(
+        recurrence_kernel(false, false, 4, 4, 32, 128, 132),
+        K::Whole
+    );
 }
 
 /// `splits_recurrence` (no device needed): a step splits only with windows of at most
