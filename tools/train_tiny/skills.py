@@ -157,11 +157,19 @@ def count_numbers(a, b, s):
 # Stage 4g's held-out failures were mostly counts down that ran past their end and steps misread
 # (by 7, 9, 11, 12, 15): `train.py --count-kinds` moves weight to those.
 COUNT_KINDS = (0.55, 0.30, 0.10, 0.05)
+# The share of stepped counts whose end is off the step's grid (`3 to 50 in steps of 4`: the
+# last number is 47). Two of the shipped model's held-out failures at T = 0 write the first
+# number past such an end (bench/RESULTS.md, "The default model's counting failures by
+# kind"): `train.py --count-off-grid` raises it for a stage. The evaluation's held-out cases
+# keep this value, so that their set does not move with a stage's training mix.
+COUNT_OFF_GRID = 0.3
 
 
-def count_case(rng, short, kinds=COUNT_KINDS):
+def count_case(rng, short, kinds=COUNT_KINDS, off_grid=COUNT_OFF_GRID):
     """(prompt, numbers) of a random count; `short` ones end within 60 numbers (many stops);
-    `kinds` weighs up by one, up in steps, down by one and down in steps."""
+    `kinds` weighs up by one, up in steps, down by one and down in steps; `off_grid` is the
+    share of stepped counts whose end is off the step's grid (the same draws whatever its
+    value, so a case's numbers change only where its end moves off or onto the grid)."""
     n = rng.randint(1, 60) if short else int(10 ** rng.uniform(0.3, 3.18))
     n = min(n, COUNT_MAX_NUMBERS - 1)
     kind = rng.choices(range(4), weights=kinds)[0]
@@ -179,10 +187,10 @@ def count_case(rng, short, kinds=COUNT_KINDS):
     if s > 0:
         a = low
         last = a + span
-        b = last if (abs(s) == 1 or rng.random() < 0.7) else last + rng.randint(1, abs(s) - 1)
+        b = last if (abs(s) == 1 or rng.random() < 1 - off_grid) else last + rng.randint(1, abs(s) - 1)
     else:
         b = low
-        a = b + span if (abs(s) == 1 or rng.random() < 0.7) else b + span + rng.randint(1, abs(s) - 1)
+        a = b + span if (abs(s) == 1 or rng.random() < 1 - off_grid) else b + span + rng.randint(1, abs(s) - 1)
     if s == 1:
         q = (rng.choice(COUNT_TO_PROMPTS).format(b=b) if a == 1 and rng.random() < 0.3
              else rng.choice(COUNT_PROMPTS).format(a=a, b=b))
@@ -199,7 +207,7 @@ def count_key(q):
     return "count:" + q.lower().rstrip(".?")
 
 
-def gen_count(rng, short_frac=0.5, kinds=COUNT_KINDS):
+def gen_count(rng, short_frac=0.5, kinds=COUNT_KINDS, off_grid=COUNT_OFF_GRID):
     r = rng.random()
     if r < 0.06:
         # the acceptance task of the engine's tests and benchmarks
@@ -207,7 +215,8 @@ def gen_count(rng, short_frac=0.5, kinds=COUNT_KINDS):
         q, nums = rng.choice(COUNT_PROMPTS).format(a=1, b=b), list(range(1, b + 1))
     else:
         short = r < short_frac
-        q, nums = pick_trained(rng, lambda: count_case(rng, short, kinds), lambda c: count_key(c[0]))
+        q, nums = pick_trained(rng, lambda: count_case(rng, short, kinds, off_grid),
+                               lambda c: count_key(c[0]))
     return conversation([(q, "\n".join(map(str, nums)))], maybe_system(rng))
 
 

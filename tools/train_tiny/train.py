@@ -424,10 +424,13 @@ def build_data(args, rng):
     count_kinds = tuple(float(v) for v in args.count_kinds.split(","))
     if len(count_kinds) != 4 or min(count_kinds) < 0 or sum(count_kinds) <= 0:
         raise SystemExit(f"--count-kinds takes four weights >= 0 (up, steps, down, down steps): {args.count_kinds}")
+    if not 0 <= args.count_off_grid <= 1:
+        raise SystemExit(f"--count-off-grid takes a share from 0 to 1: {args.count_off_grid}")
     if args.mix == "skills":
         # issue 18: the default model's skills (tools/train_tiny/skills.py) beside what it knew
         gens.update(skills.SKILL_KINDS, think=lambda r: data.gen_think(r, arithmetic=False),
-                    count=lambda r: skills.gen_count(r, args.short_count_frac, count_kinds))
+                    count=lambda r: skills.gen_count(r, args.short_count_frac, count_kinds,
+                                                     args.count_off_grid))
         shares = {"count": args.count_share, "arith": 0.08, "words": 0.06, "calendar": 0.04, "spell": 0.06,
                   "cannot": 0.04, "roles": 0.04, "tools": 0.12, "repeat": 0.03, "sequence": 0.03,
                   "think": 0.01, "code_chat": 0.06}
@@ -763,6 +766,8 @@ def main():
     ap.add_argument("--short-count-frac", type=float, default=0.35)
     ap.add_argument("--count-kinds", default=",".join(map(str, skills.COUNT_KINDS)),
                     help="skills mix: weights of counts up by one, up in steps, down by one, down in steps")
+    ap.add_argument("--count-off-grid", type=float, default=skills.COUNT_OFF_GRID,
+                    help="skills mix: share of stepped counts whose end is off the step's grid")
     ap.add_argument("--loss-on", choices=["all", "replies"], default="all",
                     help="train on every token, or only on the assistant's turns of chats (and all code)")
     ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
