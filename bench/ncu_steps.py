@@ -60,7 +60,11 @@ def launches(path):
         metric = r.get("Metric Name")
         if metric in health:
             # A launch's rows share its ID; the duration row may come before or after.
-            by_id.setdefault(r["ID"], {})[metric] = float(r["Metric Value"].replace(",", "") or "nan")
+            try:
+                value = float(r["Metric Value"].replace(",", ""))
+            except ValueError:  # "n/a" where ncu could not collect it
+                value = float("nan")
+            by_id.setdefault(r["ID"], {})[metric] = value
             continue
         if metric != DURATION:
             continue

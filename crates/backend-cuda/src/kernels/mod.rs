@@ -590,16 +590,20 @@ const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// [`splits_recurrence`] dropped) was measured 1 % slower at 8-64 streams on the A3B slice
 /// (H100, bench/RESULTS.md session 47).
 pub const DELTANET_SPLIT_ENV: &str = "FLASHLANE_DELTANET_SPLIT";
-/// `FLASHLANE_DELTANET_TWO_BLOCKS=1` runs the steps of short windows that do not split on
+/// `FLASHLANE_DELTANET_TWO_BLOCKS=1` runs the decode steps (one token a window) that do not split on
 /// `deltanet_recurrence_two` (two blocks a multiprocessor, the same bits) instead of
 /// `deltanet_recurrence` (one: ncu on a 64-stream A3B step, bench/RESULTS.md session 47, found
 /// 86 % of its cycles with no warp ready and the HBM at 39 %). Off until measured.
 pub const DELTANET_TWO_BLOCKS_ENV: &str = "FLASHLANE_DELTANET_TWO_BLOCKS";
 
+/// `deltanet_recurrence_two`'s preferred shared-memory carve-out, in percent of the most a
+/// multiprocessor has (228 KiB on Hopper): at least two blocks' 34 KiB, the least above.
+const DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT: i32 = 44;
+
 /// Which kernel runs a DeltaNet step's recurrence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RecurrenceKernel {
-    /// `deltanet_recurrence`: a block a (window, head), one a multiprocessor (prompts).
+    /// `deltanet_recurrence`: a block a (window, head), one a multiprocessor.
     Whole,
     /// `deltanet_recurrence_split`: a cluster of [`LIN_CLUSTER`] blocks a (window, head).
     Split,
@@ -608,9 +612,11 @@ enum RecurrenceKernel {
 }
 
 /// The recurrence's kernel for a step of `rows` tokens in `windows` windows: the split where
-/// [`splits_recurrence`] takes the step (and `split` allows it), else for short windows (a
-/// decode step, drafts verified) the two-block kernel where `two_blocks` asks for it, else the
-/// whole kernel. All three give the same bits.
+/// [`splits_recurrence`] takes the step (and `split` allows it), else for a decode step of one
+/// token a window the two-block kernel where `two_blocks` asks for it, else the whole kernel.
+/// All three give the same bits. Only rows and windows are known here (a round's graph is keyed
+/// by them), so a step of longer windows never takes the two-block kernel: an average would let
+/// a prompt chunk among decode windows run 128 tokens at 64 registers with spills.
 fn recurrence_kernel(
     split: bool,
     two_blocks: bool,
@@ -622,7 +628,7 @@ fn recurrence_kernel(
 ) -> RecurrenceKernel {
     if split && splits_recurrence(rows, windows, value_heads, value_head_dim, multiprocessors) {
         RecurrenceKernel::Split
-    } else if two_blocks && windows > 0 && rows <= LIN_CLUSTER_MAX_TOKENS * windows {
+    } else if two_blocks && windows > 0 && rows == windows {
         RecurrenceKernel::TwoBlocks
     } else {
         RecurrenceKernel::Whole
@@ -1024,7 +1030,7 @@ pub struct Kernels {
     deltanet: Option<DeltaNetKernels>,
     /// Whether steps that suit it run `deltanet_recurrence_split` ([`DELTANET_SPLIT_ENV`]).
     deltanet_split: bool,
-    /// Whether short windows that do not split run `deltanet_recurrence_two`
+    /// Whether decode steps that do not split run `deltanet_recurrence_two`
     /// ([`DELTANET_TWO_BLOCKS_ENV`]).
     deltanet_two_blocks: bool,
     moe: Option<MoeKernels>,
@@ -1215,11 +1221,13 @@ impl Kernels {
                     split: f("deltanet_recurrence_split")?,
                     two_blocks: {
                         let two = f("deltanet_recurrence_two")?;
-                        // Two blocks' stage arrays (33 KiB each at Qwen3-Next's heads) need
-                        // more than the 64 KiB of shared memory the driver may carve out.
+                        // Two blocks' stage arrays (33 KiB each at Qwen3-Next's heads, 1 KiB
+                        // more each for the driver) need more than the 64 KiB of shared memory
+                        // the driver may carve out: 44 % of Hopper's 228 KiB rounds up to its
+                        // 100 KiB carve-out, leaving the rest to L1 (where its spills go).
                         two.set_attribute(
                             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                            100,
+                            DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT,
                         )?;
                         two
                     },
@@ -1266,11 +1274,13 @@ impl Kernels {
                         kernels.matmul_wgmma_min_rows = Some(rows);
                     }
                 } else if compute_capability == (9, 0)
-                    && kernels.fp8_rounds_split_alone
-                    && kernels.matmul_wg_split != WgSplit::Off
+                    && hybrid_fp8_rounds_split(dims)
+                    && ((kernels.fp8_rounds_split_alone && kernels.matmul_wg_split != WgSplit::Off)
+                        || kernels.matmul_wg_swap != WgSwap::Off)
                 {
-                    // For the FP8 split alone: prompts run as before. Where it does not compile
-                    // the 16-row FP8 kernels take every round, as before.
+                    // For the FP8 matmuls alone: decode rounds' splits and prompts' swapped
+                    // blocks, each by its own switch; the bf16 ones run as before. Where it does
+                    // not compile the 16-row FP8 kernels take every round, as before.
                     let _compiled = kernels.compile_wgmma(gpu, dims).is_ok();
                 }
             }
@@ -1641,7 +1651,8 @@ fn model_splits_k(dims: &Dims) -> bool {
 /// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
 /// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
 /// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts' FP8 matmuls run
-/// on the swapped warpgroup MMA unsplit ([`WgSwap`]), its bf16 ones as before.
+/// on the swapped warpgroup MMA unsplit ([`WgSwap`]), its bf16 ones as before: the warpgroup
+/// module is compiled for it where either switch takes its FP8 matmuls.
 /// Measured on the H100 (bench/RESULTS.md session 46, 2 rounds, against none): the A3B slice's
 /// FP8 twin decoded +1.9 / +4.7 / +6.3 % at 24 / 40 / 64 streams, 8 streams and prompts even.
 fn hybrid_fp8_rounds_split(dims: &Dims) -> bool {

@@ -1457,17 +1457,19 @@ fn deltanet_split_recurrence_gives_the_bits_of_one_block_a_head() {
 }
 
 /// `recurrence_kernel` (no device needed): the split where it takes the step, else the
-/// two-block kernel for short windows only when asked, prompts always on the whole kernel.
+/// two-block kernel for decode steps of one token a window only when asked; drafts verified,
+/// prompts, and a prompt chunk among decode windows on the whole kernel.
 #[test]
-fn recurrence_kernel_takes_short_windows_to_two_blocks_only_when_asked() {
+fn recurrence_kernel_takes_decode_steps_to_two_blocks_only_when_asked() {
     use super::{recurrence_kernel, RecurrenceKernel as K};
     // Qwen3-Next's 32 heads of 128 on 132 multiprocessors: (rows, windows) of 4 streams
-    // decoding, 64 streams decoding, 64 verifying 3 drafts each, one 128-token prompt.
+    // decoding, 64 streams decoding, 64 verifying 3 drafts each, one 128-token prompt, and 63
+    // streams decoding beside a 128-token prompt chunk.
     for (two, expect) in [
-        (false, [K::Split, K::Whole, K::Whole, K::Whole]),
-        (true, [K::Split, K::TwoBlocks, K::TwoBlocks, K::Whole]),
+        (false, [K::Split, K::Whole, K::Whole, K::Whole, K::Whole]),
+        (true, [K::Split, K::TwoBlocks, K::Whole, K::Whole, K::Whole]),
     ] {
-        for ((rows, windows), want) in [(4, 4), (64, 64), (256, 64), (128, 1)]
+        for ((rows, windows), want) in [(4, 4), (64, 64), (256, 64), (128, 1), (191, 64)]
             .into_iter()
             .zip(expect)
         {
@@ -1478,13 +1480,17 @@ fn recurrence_kernel_takes_short_windows_to_two_blocks_only_when_asked() {
             );
         }
     }
-    // The split off: short windows go to two blocks where asked, else whole.
+    // The split off: decode steps go to two blocks where asked, else whole.
     assert_eq!(
         recurrence_kernel(false, true, 4, 4, 32, 128, 132),
         K::TwoBlocks
     );
     assert_eq!(
         recurrence_kernel(false, false, 4, 4, 32, 128, 132),
+        K::Whole
+    );
+    assert_eq!(
+        recurrence_kernel(false, true, 12, 4, 32, 128, 132),
         K::Whole
     );
 }
@@ -1819,8 +1825,8 @@ fn deltanet_stages_fit_the_shared_memory_of_any_head() {
     assert_eq!(lin_stage(64, 64), LIN_STAGE_MAX);
     // ptxas (tools/cuda_check) reported the kernel compiled with these stages at 33,600 bytes of
     // shared memory for 128 / 128 (16 tokens): the stage arrays' 4 × stage × (2·(dk + LIN_SPLIT)
-    // + 2·dv + 5) bytes (q and k padded) and 4 of alignment (before the padding: 33,088, and
-    // 46,384 for 128 / 256 at 15 tokens, 45,280 for 256 / 256 at 11, by the same rule).
+    // + 2·dv + 5) bytes (q and k padded), up to 4 of alignment (none here; before the padding
+    // 33,088, and 46,384 for 128 / 256 at 15 tokens, 45,280 for 256 / 256 at 11).
     assert_eq!(lin_stage(128, 256), 15);
     assert_eq!(lin_stage(256, 256), 11);
     for dk in (4..=512).step_by(4) {
@@ -2368,20 +2374,24 @@ fn partials_value_major_give_the_bits_of_lane_major() {
         .map(|v| v.to_bits())
         .collect();
     let w_bf16 = Buf::from_host(&gpu, &w_bf16).unwrap();
-    // e4m3 bytes short of the NaN codes (0x7f, 0xff), one scale a 64 × 64 block.
+    // e4m3 bytes short of the NaN codes (0x7f, 0xff), one scale a block of 8 outputs × 64 of k
+    // (blocks must tile the matrix whole).
     let w_fp8: Vec<u8> = (0..n_out * depth)
         .map(|_| (rng.below(0x7f) as u8) | if rng.below(2) == 1 { 0x80 } else { 0 })
         .collect();
     let w_fp8 = Buf::from_host(&gpu, &w_fp8).unwrap();
-    let (br, bc) = (64, 64);
+    let (br, bc) = (8, 64);
+    assert!(n_out.is_multiple_of(br) && depth.is_multiple_of(bc));
     let scales: Vec<f32> = rng
-        .vec(n_out.div_ceil(br) * depth.div_ceil(bc))
+        .vec((n_out / br) * (depth / bc))
         .iter()
         .map(|v| 0.01 + v.abs())
         .collect();
     let scales = Buf::from_host(&gpu, &scales).unwrap();
-    let y = Buf::<f32>::zeros(&gpu, max_rows * n_out).unwrap();
+    // y starts as NaN for every run, so an output a kernel leaves unwritten fails the test.
+    let unwritten = vec![f32::NAN; max_rows * n_out];
     let run = |k: &Kernels, rows: usize, kernel: MatmulKernel, fp8: bool| {
+        let y = Buf::from_host(&gpu, &unwritten).unwrap();
         let (w, fp8_scales) = match fp8 {
             true => (
                 w_fp8.at(0),
@@ -2410,7 +2420,10 @@ fn partials_value_major_give_the_bits_of_lane_major() {
                 run(&lane_major, rows, kernel, fp8),
                 run(&value_major, rows, kernel, fp8),
             );
-            assert!(a.iter().all(|v| v.is_finite()), "seed {seed}");
+            assert!(
+                a.iter().chain(&b).all(|v| v.is_finite()),
+                "seed {seed}: {rows} rows, {kernel:?}, FP8 {fp8}: an output unwritten"
+            );
             assert!(
                 same_bits(&a, &b),
                 "seed {seed}: {rows} rows, {kernel:?}, FP8 {fp8}"
