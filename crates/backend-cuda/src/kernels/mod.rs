@@ -642,6 +642,7 @@ struct DeltaNetKernels {
     split: CudaFunction,
     two_blocks: CudaFunction,
 }
+
 /// Threads per block of `deltanet_conv` (one per channel; a window's channels span blocks).
 const CONV_THREADS: u32 = 256;
 /// Threads per block of `swiglu_rows` (a grid-stride loop over every element of the batch).
