@@ -28,8 +28,9 @@
 #define LIN_ROWS (LIN_DK / LIN_SPLIT)
 // A stage's q and k in shared memory with a word of padding after each lane's LIN_ROWS rows, so
 // the LIN_SPLIT lanes of a column, which read row part·LIN_ROWS + i at the same time, read
-// different banks (unpadded, LIN_ROWS = 32 put all of them in one: ncu counted 4-way conflicts
-// on every read of the token loop, bench/RESULTS.md session 47). Addresses only: the same bits.
+// different banks (unpadded, LIN_ROWS = 32 put all four in one bank, 4-way conflicts on every
+// read of the token loop; ncu counted 11 ways on average over the kernel's shared loads,
+// bench/RESULTS.md session 47). Addresses only: the same bits.
 #define LIN_DKP (LIN_DK + LIN_SPLIT)
 #define LIN_PAD(i) ((i) + (i) / LIN_ROWS)
 

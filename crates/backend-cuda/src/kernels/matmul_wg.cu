@@ -200,7 +200,7 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 
 // ---------------------------------------------------------------------------------------------
 // The k split of a decode round (17–64 rows) on the warpgroup MMA with the operands swapped
-// (`matmul_bf16_wg_split_n32` / `_n64`, where `WgSplit` in mod.rs takes it): yᵀ = W · xᵀ, so a wgmma
+// (`matmul_bf16_wg_split_n32` / `_n64`, where `wg_split_takes` in mod.rs says): yᵀ = W · xᵀ, so a wgmma
 // m64nNk16's A (64 outputs × 16 k-slots) is the weights, straight from global memory into
 // registers as the 16-row kernels load them (lane (g, t) elements 16t … 16t + 15 of a chunk of
 // its outputs g and g + 8: two 16-byte loads each, no shared memory, no 8-byte copies), and B
@@ -266,7 +266,7 @@ __device__ __forceinline__ void wgmma_pin_n(float* d) {
 
 // Residue blockIdx.z's partial of rows r0 … r0 + N × outputs o0 … o0 + MWS_OUTS into `part` +
 // z · part_stride ([rows, n_out]); `xs` the rows split by `split_rows`. With ALL (a prompt's
-// matmul, where `WgSwap` in mod.rs takes it) the block walks every residue itself, residue 0's
+// matmul, where `wg_swap_takes` in mod.rs says) the block walks every residue itself, residue 0's
 // chunks, then 1's, … each residue's partial from zero folded into its total in residue order
 // (total = p0, then total += pr: the tiles' operations, and the FP8 kernels' sum of their warps
 // in warp order), and writes y (stride part_stride, added to it with `accumulate`) instead of a
@@ -512,7 +512,7 @@ matmul_bf16_wg_split_n64(const unsigned* __restrict__ xs, const bf16_t* __restri
     matmul_wg_split_block<64, false>(xs, w, nullptr, 1, 1, k, n_out, part, part_stride, rows);
 }
 
-// A prompt's matmul (`WgSwap`): the tiles' arguments and their bits, each weight read once per
+// A prompt's matmul (`wg_swap_takes`): the tiles' arguments and their bits, each weight read once per
 // 64 rows. Grid (ceil(rows / 64), ceil(n_out / MWS_OUTS)).
 extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_swap(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
@@ -536,7 +536,7 @@ matmul_fp8_wg_split_n64(const unsigned* __restrict__ xs, const unsigned char* __
     matmul_wg_split_block<64, true>(xs, w, scales, br, bc, k, n_out, part, part_stride, rows);
 }
 
-// A prompt's FP8 matmul (`WgSwap`): the chain of `matmul_fp8`'s kernels (a residue's chunks
+// A prompt's FP8 matmul (`wg_swap_takes`): the chain of `matmul_fp8`'s kernels (a residue's chunks
 // each summed from zero and scaled into its partial, the partials summed in residue order), each
 // weight read once per 64 rows where the 16-row FP8 kernels read it once per 16. Grid
 // (ceil(rows / 64), ceil(n_out / MWS_OUTS)).

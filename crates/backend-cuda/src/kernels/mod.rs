@@ -228,15 +228,15 @@ const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUT
 /// them, x's split rows from shared memory; the tiles' split's partials and fold, so its bits).
 /// Block-scaled FP8 weights too (`matmul_fp8_wg_split_*`: the FP8 kernels' chain, whose warps
 /// are its residues), which otherwise run the 16-row kernels at any rows. Which splits take it
-/// is [`WgSplit`]'s; `FLASHLANE_MATMUL_WG_SPLIT=0` none, `=1` every one (A/B runs: the same
+/// is [`wg_split_takes`]'; `FLASHLANE_MATMUL_WG_SPLIT=0` none, `=1` every one (A/B runs: the same
 /// bits, `wgmma_matmul_gives_the_other_kernels_bits` and the FP8 matmul test on the H200).
 pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// Where the warpgroup matmul's module is compiled, the matmuls of a prompt (more rows than a
 /// split takes) may run on the swapped operands of [`MATMUL_WG_SPLIT_ENV`]'s kernels unsplit
 /// (`matmul_bf16_wg_swap`, `matmul_fp8_wg_swap`): blocks of 64 rows × 128 outputs, each walking
 /// every residue as the tiles walk them, so the tiles' bits for bf16 and the FP8 kernels' for
-/// FP8. Which take it is [`WgSwap`]'s: the FP8 ones by default (`=fp8` too), `=1` bf16 too,
-/// `=0` none (A/B runs: the same bits).
+/// FP8. Which take it is [`wg_swap_takes`]': the FP8 ones by default, `=1` bf16 too, `=0` none
+/// (A/B runs: the same bits).
 pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
@@ -247,78 +247,59 @@ const MWS_MAX_ROWS: usize = 64;
 /// at 17, the same at 24, −6.9 % at 32, −16 % at 48, −20 % at 64.
 const WG_SPLIT_BF16_MAX_ROWS: usize = 24;
 
-/// Which k splits of a round run on the warpgroup MMA with the operands swapped
-/// ([`MATMUL_WG_SPLIT_ENV`]).
+/// What a warpgroup switch asks ([`MATMUL_WG_SPLIT_ENV`] for a round's k splits,
+/// [`MATMUL_WG_SWAP_ENV`] for a prompt's unsplit matmuls): `=0` none, `=1` every one, anything
+/// else the measured default ([`wg_split_takes`], [`wg_swap_takes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WgSplit {
-    /// None: the tiles' split for bf16, the 16-row kernels for FP8 (`=0`).
+enum WgChoice {
     Off,
-    /// The measured default: FP8 weights' rounds of 17–64 rows (Qwen3-4B-FP8 +31–41 % at 17–48
-    /// streams and +11 % at 64, Qwen3-8B-FP8 +44–50 % at 17–32 and +13 % at 48–64, against the
-    /// 16-row kernels: bench/RESULTS.md session 44; 33–47 rows by `fp8_round_splits`' reasoning),
-    /// bf16's of up to [`WG_SPLIT_BF16_MAX_ROWS`] rows.
     Measured,
-    /// Every split of up to [`MWS_MAX_ROWS`] rows (`=1`).
     All,
 }
 
-impl WgSplit {
-    fn from_env() -> WgSplit {
-        match std::env::var(MATMUL_WG_SPLIT_ENV).as_deref() {
-            Ok("0") => WgSplit::Off,
-            Ok("1") => WgSplit::All,
-            _ => WgSplit::Measured,
+impl WgChoice {
+    fn from_env(var: &str) -> WgChoice {
+        match std::env::var(var).as_deref() {
+            Ok("0") => WgChoice::Off,
+            Ok("1") => WgChoice::All,
+            _ => WgChoice::Measured,
         }
     }
-
-    /// Whether a split of `rows` rows takes it, of FP8 weights or bf16.
-    fn takes(self, rows: usize, fp8: bool) -> bool {
-        rows <= MWS_MAX_ROWS
-            && match self {
-                WgSplit::Off => false,
-                WgSplit::Measured => fp8 || rows <= WG_SPLIT_BF16_MAX_ROWS,
-                WgSplit::All => true,
-            }
-    }
-}
-/// Which unsplit matmuls of more than [`MWS_MAX_ROWS`] rows (a prompt's) run on the warpgroup
-/// MMA with the operands swapped ([`MATMUL_WG_SWAP_ENV`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WgSwap {
-    /// None (`=0`): bf16 prompts on the tiles or `matmul_bf16_wgmma`, FP8 ones on the 16-row
-    /// FP8 kernels, which read each weight once per 16 rows and split x for every block
-    /// (Qwen3-4B-FP8's prefill of 64 prompts of 128 tokens 5,462 tok/s against bf16's 17,473
-    /// on the H100, bench/RESULTS.md session 46).
-    Off,
-    /// The measured default (`=fp8` too): FP8 weights' prompts, each weight read once per 64
-    /// rows, on the warpgroup MMA. Prefill of 1 / 8 / 64 prompts of 128 tokens against `Off`
-    /// on the H100 (bench/RESULTS.md session 47, 2 rounds): Qwen3-4B-FP8 1.02 / 1.48 / 2.23×,
-    /// Qwen3-8B-FP8 1.08 / 1.73 / 2.25×, the A3B slice FP8 1.05 / 1.14 / 1.30×; decode the same.
-    Fp8,
-    /// bf16's too (`=1`): 13–29 % slower prompts than the tiles on Qwen3-4B and -8B
-    /// (bench/RESULTS.md session 44), kept for A/B runs and as the FP8 kernel's bf16 twin in
-    /// the kernel tests.
-    All,
 }
 
-impl WgSwap {
-    fn from_env() -> WgSwap {
-        match std::env::var(MATMUL_WG_SWAP_ENV).as_deref() {
-            Ok("0") => WgSwap::Off,
-            Ok("1") => WgSwap::All,
-            _ => WgSwap::Fp8,
+/// Whether a round's k split of `rows` rows, of FP8 weights or bf16, runs on the warpgroup MMA
+/// with the operands swapped. Off: the tiles' split for bf16, the 16-row kernels for FP8. The
+/// measured default: FP8 weights' rounds of 17–64 rows (Qwen3-4B-FP8 +31–41 % at 17–48 streams
+/// and +11 % at 64, Qwen3-8B-FP8 +44–50 % at 17–32 and +13 % at 48–64, against the 16-row
+/// kernels: bench/RESULTS.md session 44; 33–47 rows by `fp8_round_splits`' reasoning), bf16's
+/// of up to [`WG_SPLIT_BF16_MAX_ROWS`] rows. All: every split of up to [`MWS_MAX_ROWS`] rows.
+fn wg_split_takes(choice: WgChoice, rows: usize, fp8: bool) -> bool {
+    rows <= MWS_MAX_ROWS
+        && match choice {
+            WgChoice::Off => false,
+            WgChoice::Measured => fp8 || rows <= WG_SPLIT_BF16_MAX_ROWS,
+            WgChoice::All => true,
         }
-    }
+}
 
-    /// Whether an unsplit matmul of `rows` rows takes it, of FP8 weights or bf16.
-    fn takes(self, rows: usize, fp8: bool) -> bool {
-        rows > MWS_MAX_ROWS
-            && match self {
-                WgSwap::Off => false,
-                WgSwap::Fp8 => fp8,
-                WgSwap::All => true,
-            }
-    }
+/// Whether an unsplit matmul of `rows` rows (more than [`MWS_MAX_ROWS`]: a prompt's), of FP8
+/// weights or bf16, runs on the warpgroup MMA with the operands swapped. Off: bf16 prompts on
+/// the tiles or `matmul_bf16_wgmma`, FP8 ones on the 16-row FP8 kernels, which read each weight
+/// once per 16 rows and split x for every block (Qwen3-4B-FP8's prefill of 64 prompts of 128
+/// tokens 5,462 tok/s against bf16's 17,473 on the H100, bench/RESULTS.md session 46). The
+/// measured default: FP8 weights' prompts, each weight read once per 64 rows (prefill of 1 / 8 /
+/// 64 prompts of 128 tokens against Off on the H100, bench/RESULTS.md session 47, 2 rounds:
+/// Qwen3-4B-FP8 1.02 / 1.48 / 2.23×, Qwen3-8B-FP8 1.08 / 1.73 / 2.25×, the A3B slice FP8 1.05 /
+/// 1.14 / 1.30×; decode the same). All: bf16's too, 13–29 % slower prompts than the tiles on
+/// Qwen3-4B and -8B (session 44), kept for A/B runs and as the FP8 kernel's bf16 twin in the
+/// kernel tests.
+fn wg_swap_takes(choice: WgChoice, rows: usize, fp8: bool) -> bool {
+    rows > MWS_MAX_ROWS
+        && match choice {
+            WgChoice::Off => false,
+            WgChoice::Measured => fp8,
+            WgChoice::All => true,
+        }
 }
 
 /// Rows up to which its blocks are m64n32 (half the products and x copies of n64).
@@ -988,10 +969,10 @@ pub struct Kernels {
     matmul_split_k_prompts: bool,
     /// Which k splits `Auto` runs on the warpgroup MMA where its module is compiled
     /// ([`MATMUL_WG_SPLIT_ENV`]).
-    matmul_wg_split: WgSplit,
+    matmul_wg_split: WgChoice,
     /// Which unsplit matmuls of a prompt `Auto` runs on `matmul_bf16_wg_swap` /
     /// `matmul_fp8_wg_swap` where their module is compiled ([`MATMUL_WG_SWAP_ENV`]).
-    matmul_wg_swap: WgSwap,
+    matmul_wg_swap: WgChoice,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1172,8 +1153,8 @@ impl Kernels {
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
-            matmul_wg_split: WgSplit::from_env(),
-            matmul_wg_swap: WgSwap::from_env(),
+            matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
+            matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1276,8 +1257,9 @@ impl Kernels {
                     }
                 } else if compute_capability == (9, 0)
                     && hybrid_fp8_rounds_split(dims)
-                    && ((kernels.fp8_rounds_split_alone && kernels.matmul_wg_split != WgSplit::Off)
-                        || kernels.matmul_wg_swap != WgSwap::Off)
+                    && ((kernels.fp8_rounds_split_alone
+                        && kernels.matmul_wg_split != WgChoice::Off)
+                        || kernels.matmul_wg_swap != WgChoice::Off)
                 {
                     // For the FP8 matmuls alone: decode rounds' splits and prompts' swapped
                     // blocks, each by its own switch; the bf16 ones run as before. Where it does
@@ -1413,7 +1395,7 @@ pub enum MatmulKernel {
     /// where [`deepens`], unless [`MATMUL_DEEP_ENV`] 0) unless one row tile makes at most
     /// [`MATMUL_NARROW_MAX_BLOCKS`] wide blocks; the tiles' rows of 48–64 with k split where
     /// [`model_splits_k`], and on the warpgroup MMA as [`MATMUL_WGMMA_ENV`] says; FP8: the
-    /// warpgroup split for a round of 17–64 rows where [`WgSplit`] takes it, else the wide kernel
+    /// warpgroup split for a round of 17–64 rows where [`wg_split_takes`], else the wide kernel
     /// from [`FP8_WIDE_MIN_BLOCKS`] blocks (MMA_NT n-tiles a block), else the narrow.
     Auto,
     /// `matmul_bf16_narrow`: one n-tile a block.
@@ -1447,6 +1429,17 @@ fn check_fp8_blocks(fp8: &Fp8Scales, m: &Matmul) {
         "matmul: FP8 blocks {}×{} of a [{}, {}] matrix",
         fp8.block_rows,
         fp8.block_cols,
+        m.n_out,
+        m.k
+    );
+}
+
+/// The swapped warpgroup kernels (split and unsplit) address a matrix's rows in 32 bits.
+fn check_wg_matrix_size(m: &Matmul) {
+    let bytes = m.n_out * m.k * if m.fp8.is_some() { 1 } else { 2 };
+    assert!(
+        bytes < 1 << 32,
+        "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
         m.n_out,
         m.k
     );
@@ -1650,9 +1643,9 @@ fn model_splits_k(dims: &Dims) -> bool {
 }
 
 /// Whether a model splits k only in its FP8 matmuls' decode rounds of 17–64 rows (on the swapped
-/// warpgroup split, [`WgSplit`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
+/// warpgroup split, [`wg_split_takes`]), its bf16 matmuls never: a hybrid model (experts or DeltaNet,
 /// which [`model_splits_k`] keeps unsplit) with FP8 projections. Its prompts' FP8 matmuls run
-/// on the swapped warpgroup MMA unsplit ([`WgSwap`]), its bf16 ones as before: the warpgroup
+/// on the swapped warpgroup MMA unsplit ([`wg_swap_takes`]), its bf16 ones as before: the warpgroup
 /// module is compiled for it where either switch takes its FP8 matmuls.
 /// Measured on the H100 (bench/RESULTS.md session 46, 2 rounds, against none): the A3B slice's
 /// FP8 twin decoded +1.9 / +4.7 / +6.3 % at 24 / 40 / 64 streams, 8 streams and prompts even.
@@ -1850,14 +1843,7 @@ impl Kernels {
         let (split, row_blocks, shared) =
             match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
                 (Some(wg), _) => {
-                    // Its kernels address a matrix's rows in 32 bits.
-                    let bytes = m.n_out * m.k * if m.fp8.is_some() { 1 } else { 2 };
-                    assert!(
-                        bytes < 1 << 32,
-                        "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
-                        m.n_out,
-                        m.k
-                    );
+                    check_wg_matrix_size(m);
                     let kernels = match m.fp8 {
                         Some(_) => &wg.split_fp8,
                         None => &wg.split_bf16,
@@ -1969,7 +1955,7 @@ impl Kernels {
     }
 
     /// Whether `Auto` splits an FP8 matmul of a round of 17–64 rows for the swapped warpgroup
-    /// split ([`WgSplit`]), 33–47 rows included, which no bf16 round splits: the 16-row FP8
+    /// split ([`wg_split_takes`]), 33–47 rows included, which no bf16 round splits: the 16-row FP8
     /// kernels take those as three row tiles, reading each weight three times, where the split's
     /// blocks of 64 rows read it once. Not measured at 33–47 rows by itself: both kernels' cost
     /// there is that of 48 rows (as many row tiles, one block of 64), where the split measured
@@ -1978,7 +1964,7 @@ impl Kernels {
         m.fp8.is_some()
             && m.rows >= SPLIT32_MIN_ROWS
             && self.wgmma.is_some()
-            && self.matmul_wg_split.takes(m.rows, true)
+            && wg_split_takes(self.matmul_wg_split, m.rows, true)
     }
 
     /// x split into `m.x_split` (`split_rows`), then `matmul_bf16_wg_swap` or, for FP8 weights,
@@ -1991,14 +1977,7 @@ impl Kernels {
             m.x_split != 0,
             "[matmul-wg-swap-split] the swapped matmul needs room for its split rows (Matmul::x_split)"
         );
-        // Its kernels address a matrix's rows in 32 bits.
-        let bytes = m.n_out * m.k * if m.fp8.is_some() { 1 } else { 2 };
-        assert!(
-            bytes < 1 << 32,
-            "[matmul-wg-split-size] a [{}, {}] matrix past 4 GiB",
-            m.n_out,
-            m.k
-        );
+        check_wg_matrix_size(m);
         let kernel = match m.fp8 {
             Some(_) => &wg.swap_fp8,
             None => &wg.swap_bf16,
@@ -2094,7 +2073,8 @@ impl Kernels {
         let wgmma_split = split_k
             && match kernel {
                 MatmulKernel::Auto => {
-                    self.wgmma.is_some() && self.matmul_wg_split.takes(m.rows, m.fp8.is_some())
+                    self.wgmma.is_some()
+                        && wg_split_takes(self.matmul_wg_split, m.rows, m.fp8.is_some())
                 }
                 MatmulKernel::WgmmaSplitK => true,
                 _ => false,
@@ -2106,7 +2086,8 @@ impl Kernels {
         let wgmma_swap = !split_k
             && match kernel {
                 MatmulKernel::Auto => {
-                    self.wgmma.is_some() && self.matmul_wg_swap.takes(m.rows, m.fp8.is_some())
+                    self.wgmma.is_some()
+                        && wg_swap_takes(self.matmul_wg_swap, m.rows, m.fp8.is_some())
                 }
                 MatmulKernel::WgmmaSwapped => true,
                 _ => false,

@@ -751,7 +751,7 @@ fn fp8_gate_up_swiglu_in_the_split_fold_gives_the_bits_of_the_matmul_then_swiglu
         let got = act.borrow().read(gpu, rows * width).unwrap();
         use super::SwigluPlace::{Apart, InFold};
         // (`FLASHLANE_MATMUL_WG_SPLIT=0` keeps FP8 on the 16-row kernels.)
-        let split = wgmma_split && k.matmul_wg_split.takes(rows, true);
+        let split = wgmma_split && super::wg_split_takes(k.matmul_wg_split, rows, true);
         assert_eq!(
             place,
             if split { InFold } else { Apart },
@@ -1186,27 +1186,33 @@ fn the_warpgroup_matmul_runs_by_default_where_measured_faster() {
     }
 }
 
-/// `WgSplit` (no device needed): by default the swapped warpgroup split takes FP8 rounds of any
-/// split size and bf16 rounds of up to 24 rows, as session 44 measured them faster; `=0` none,
-/// `=1` every split of up to 64 rows.
+/// `wg_split_takes` (no device needed): by default the swapped warpgroup split takes FP8 rounds
+/// of any split size and bf16 rounds of up to 24 rows, as session 44 measured them faster; `=0`
+/// none, `=1` every split of up to 64 rows.
 #[test]
 fn the_swapped_split_runs_where_measured_faster() {
-    use super::{WgSplit, MWS_MAX_ROWS, WG_SPLIT_BF16_MAX_ROWS};
+    use super::{wg_split_takes, WgChoice, MWS_MAX_ROWS, WG_SPLIT_BF16_MAX_ROWS};
     for rows in [17, 24, 25, 32, 48, 64] {
-        assert!(WgSplit::Measured.takes(rows, true), "FP8 at {rows} rows");
+        assert!(
+            wg_split_takes(WgChoice::Measured, rows, true),
+            "FP8 at {rows} rows"
+        );
         assert_eq!(
-            WgSplit::Measured.takes(rows, false),
+            wg_split_takes(WgChoice::Measured, rows, false),
             rows <= WG_SPLIT_BF16_MAX_ROWS,
             "bf16 at {rows} rows"
         );
         for fp8 in [false, true] {
-            assert!(WgSplit::All.takes(rows, fp8));
-            assert!(!WgSplit::Off.takes(rows, fp8));
+            assert!(wg_split_takes(WgChoice::All, rows, fp8));
+            assert!(!wg_split_takes(WgChoice::Off, rows, fp8));
         }
     }
     for fp8 in [false, true] {
-        for split in [WgSplit::Measured, WgSplit::All] {
-            assert!(!split.takes(MWS_MAX_ROWS + 1, fp8), "a prompt's rows");
+        for choice in [WgChoice::Measured, WgChoice::All] {
+            assert!(
+                !wg_split_takes(choice, MWS_MAX_ROWS + 1, fp8),
+                "a prompt's rows"
+            );
         }
     }
 }
@@ -1233,16 +1239,23 @@ fn hybrid_fp8_models_split_only_their_fp8_rounds() {
 /// by default, bf16 too with `=1`, none with `=0` (no device needed).
 #[test]
 fn the_swapped_matmul_takes_prompts_as_its_switch_says() {
-    use super::{WgSwap, MWS_MAX_ROWS};
+    use super::{wg_swap_takes, WgChoice, MWS_MAX_ROWS};
     let prompt = MWS_MAX_ROWS + 1;
-    for (swap, fp8, bf16) in [
-        (WgSwap::Off, false, false),
-        (WgSwap::Fp8, true, false),
-        (WgSwap::All, true, true),
+    for (choice, fp8, bf16) in [
+        (WgChoice::Off, false, false),
+        (WgChoice::Measured, true, false),
+        (WgChoice::All, true, true),
     ] {
-        assert_eq!(swap.takes(prompt, true), fp8, "{swap:?} FP8");
-        assert_eq!(swap.takes(prompt, false), bf16, "{swap:?} bf16");
-        assert!(!swap.takes(MWS_MAX_ROWS, true), "{swap:?}: a split's rows");
+        assert_eq!(wg_swap_takes(choice, prompt, true), fp8, "{choice:?} FP8");
+        assert_eq!(
+            wg_swap_takes(choice, prompt, false),
+            bf16,
+            "{choice:?} bf16"
+        );
+        assert!(
+            !wg_swap_takes(choice, MWS_MAX_ROWS, true),
+            "{choice:?}: a split's rows"
+        );
     }
 }
 
