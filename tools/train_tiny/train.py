@@ -730,6 +730,9 @@ def main():
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--micro-batches", type=int, default=1,
+                    help="run each step's --batch rows in this many equal parts (the mean of their "
+                         "losses' gradients), for a batch larger than the card's memory holds at once")
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=60)
@@ -780,6 +783,8 @@ def main():
                     help="stop unless transformers runs the DeltaNet layers on fla's kernels (fetch_fla.sh)")
     args = ap.parse_args()
     # Checked before the data (a minute on the GPU machine) is made.
+    if args.micro_batches < 1 or args.batch % args.micro_batches:
+        ap.error(f"--micro-batches {args.micro_batches}: must be at least 1 and divide --batch {args.batch}")
     if not 0.0 <= args.ema < 1.0:
         ap.error(f"--ema {args.ema}: the decay must be in [0, 1)")
     if args.ema > 0 and not args.init:
@@ -947,10 +952,18 @@ def main():
         x = torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True)
         plain = args.loss_on == "all" and args.first_step_weight == 1 and not phase1
         mask = None if plain else torch.from_numpy(row_masks).to(device, non_blocking=True)
-        with amp:
-            lo, ml, ax, _, _ = forward_losses(model, mtp, x, tap, mask=mask)
-            loss = lo + args.mtp_weight * ml + args.aux_coef * ax
-        loss.backward()
+        # A step's rows in `--micro-batches` equal parts, each part's losses backward at 1/parts
+        # (the gradient of their mean), so a batch too large for the card's memory still takes
+        # one optimizer step; the logged losses are the parts' means.
+        parts = args.micro_batches
+        lo = ml = ax = 0.0
+        for part, x_part in enumerate(x.chunk(parts)):
+            mask_part = None if mask is None else mask.chunk(parts)[part]
+            with amp:
+                p_lo, p_ml, p_ax, _, _ = forward_losses(model, mtp, x_part, tap, mask=mask_part)
+                loss = (p_lo + args.mtp_weight * p_ml + args.aux_coef * p_ax) / parts
+            loss.backward()
+            lo, ml, ax = lo + p_lo.detach() / parts, ml + p_ml.detach() / parts, ax + p_ax.detach() / parts
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

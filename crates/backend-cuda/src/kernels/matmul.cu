@@ -27,8 +27,7 @@
 // kernel then computes that one chain, so a row's bits still never depend on the batch.
 //
 // Host defines: MMA_WARPS, MMA_NT, MMA_NARROW_DEPTH, MMA_DEEP_DEPTH, MMA_CHUNK (64), MMA_ROWS (16) and MMA_COLS (8),
-// the m16n8k16 tile this code is written for; MMA_SPLIT (1: hi and lo products, 0: hi only);
-// MMA_PART_T (the warps' partials value-major in shared memory: `part_slot`).
+// the m16n8k16 tile this code is written for; MMA_SPLIT (1: hi and lo products, 0: hi only).
 
 // MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
 
@@ -141,14 +140,6 @@ struct InputsAfterWait {
     }
 };
 
-// Where lane `lane`'s value i of a warp's n-tile sits in its 128 floats of the block's `part`:
-// lane-major as declared (each lane's 4 values together: the 32 lanes' stores and loads of one
-// value then fall 4 to a bank, 4-way conflicts), or with MMA_PART_T value-major (a lane's value
-// i at i · WARP + lane: one bank a lane). Addresses only: the same sums in the same order.
-__device__ __forceinline__ float& part_slot(float (&block)[WARP][4], int lane, int i) {
-    return MMA_PART_T ? (&block[0][0])[i * WARP + lane] : block[lane][i];
-}
-
 // The block's sum over its MMA_WARPS warps (each a residue of k) of every warp's NT n-tiles, in
 // warp order: warp j gets n-tile j's in d (false for warps past NT). Every thread calls it,
 // with its warp and lane.
@@ -158,14 +149,14 @@ __device__ __forceinline__ bool sum_warp_partials(const float (&acc)[NT][4], flo
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) part_slot(part[warp][j], lane, i) = acc[j][i];
+        for (int i = 0; i < 4; i++) part[warp][j][lane][i] = acc[j][i];
     __syncthreads();
     if (warp >= NT) return false;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float sum = part_slot(part[0][warp], lane, i);
+        float sum = part[0][warp][lane][i];
 #pragma unroll
-        for (int v = 1; v < MMA_WARPS; v++) sum += part_slot(part[v][warp], lane, i);
+        for (int v = 1; v < MMA_WARPS; v++) sum += part[v][warp][lane][i];
         d[i] = sum;
     }
     return true;

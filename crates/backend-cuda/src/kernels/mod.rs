@@ -64,13 +64,6 @@ const MMA_FP8_F16: usize = 0;
 /// rows the matmuls run at ~70 TF and ~1.1 TB/s, bound by neither (bench/RESULTS.md session 18).
 /// A probe, not a chain.
 const MMA_X_PRESPLIT: usize = 0;
-/// `FLASHLANE_MATMUL_PART_T=1` stores the 16-row kernels' per-warp partials value-major in shared
-/// memory (`part_slot` in matmul.cu): as declared, each lane's four values sit together, so the
-/// 32 lanes' stores and loads of one value fall four to a bank (4-way conflicts, 4 wavefronts an
-/// instruction, in the tail of every bf16 and FP8 16-row matmul and expert block: up to 8 warps
-/// × 32 loads at the end of a latency-bound block). The same sums in the same order: the same
-/// bits. Off until measured (A/B runs; `kernel_define_times` times it beside the others).
-const MATMUL_PART_T_ENV: &str = "FLASHLANE_MATMUL_PART_T";
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
 /// gate/up (k = hidden, 4 chunks a warp at Qwen3-Next's 2,048), each block's warps waiting on
@@ -389,18 +382,16 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_FP8_F16, MMA_X_PRESPLIT, MMT_PROBE) and the partials' layout (MMA_PART_T), which the
-/// host never reads; MMA_MIN_BLOCKS, of
+/// (MMA_FP8_F16, MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves);
 /// MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose shared memory the
 /// compiled kernels then launch with. Any other (a block's warps or n-tiles, a model's sizes)
 /// would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 13] = [
+const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_FP8_F16",
     "MMA_X_PRESPLIT",
-    "MMA_PART_T",
     "MMT_PROBE",
     "MMA_SPLIT",
     "MMT_STAGES",
@@ -571,10 +562,12 @@ const LIN_CLUSTER_MAX_TOKENS: usize = 4;
 /// [`splits_recurrence`] dropped) was measured 1 % slower at 8-64 streams on the A3B slice
 /// (H100, bench/RESULTS.md session 47).
 pub const DELTANET_SPLIT_ENV: &str = "FLASHLANE_DELTANET_SPLIT";
-/// `FLASHLANE_DELTANET_TWO_BLOCKS=1` runs the decode steps (one token a window) that do not split on
-/// `deltanet_recurrence_two` (two blocks a multiprocessor, the same bits) instead of
-/// `deltanet_recurrence` (one: ncu on a 64-stream A3B step, bench/RESULTS.md session 47, found
-/// 86 % of its cycles with no warp ready and the HBM at 39 %). Off until measured.
+/// The decode steps (one token a window) that do not split run on `deltanet_recurrence_two` (two
+/// blocks a multiprocessor, the same bits) instead of `deltanet_recurrence` (one: ncu on a
+/// 64-stream A3B step, bench/RESULTS.md session 47, found 86 % of its cycles with no warp ready
+/// and the HBM at 39 %). On the H100 (session 48, 2 rounds) the A3B slice decoded +1.9 % at 64
+/// streams, even at 8 and 32 (0.998 / 1.006×). `FLASHLANE_DELTANET_TWO_BLOCKS=0` keeps them on
+/// `deltanet_recurrence` (an A/B switch: the same bits).
 pub const DELTANET_TWO_BLOCKS_ENV: &str = "FLASHLANE_DELTANET_TWO_BLOCKS";
 
 /// `deltanet_recurrence_two`'s preferred shared-memory carve-out, in percent of the most a
@@ -777,10 +770,6 @@ impl Dims {
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
             ("MMA_FP8_F16", MMA_FP8_F16),
             ("MMA_X_PRESPLIT", MMA_X_PRESPLIT),
-            (
-                "MMA_PART_T",
-                usize::from(std::env::var(MATMUL_PART_T_ENV).is_ok_and(|v| v == "1")),
-            ),
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
             ("MMA_MIN_BLOCKS", MMA_MIN_BLOCKS),
@@ -1217,7 +1206,7 @@ impl Kernels {
                 None => None,
             },
             deltanet_split: std::env::var(DELTANET_SPLIT_ENV).map_or(true, |v| v != "0"),
-            deltanet_two_blocks: std::env::var(DELTANET_TWO_BLOCKS_ENV).is_ok_and(|v| v == "1"),
+            deltanet_two_blocks: std::env::var(DELTANET_TWO_BLOCKS_ENV).map_or(true, |v| v != "0"),
             moe: match dims.moe {
                 Some(_) => Some(MoeKernels {
                     route: f("moe_route")?,

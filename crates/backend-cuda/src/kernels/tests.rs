@@ -2366,108 +2366,6 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
     }
 }
 
-/// The warps' partials value-major in shared memory (`MMA_PART_T` 1, `FLASHLANE_MATMUL_PART_T`)
-/// against as declared (0): the same bits from every 16-row bf16 kernel (narrow, wide, 3
-/// n-tiles, deep) and both FP8 ones at 1-20 rows, and from the MoE layer, bf16 and FP8 experts.
-#[test]
-fn partials_value_major_give_the_bits_of_lane_major() {
-    let Some(gpu) = open_gpu() else { return };
-    let mut rng = Rng::fresh();
-    let seed = rng.0;
-    let (_, dims) = tiny_dims();
-    let compile = |part_t: usize| {
-        Kernels::compile_overriding(&gpu, &dims, &[("MMA_PART_T", part_t)]).expect("kernels")
-    };
-    let (lane_major, value_major) = (compile(0), compile(1));
-    // Three rounds of the 8 warps' chunks and a piece: every warp a partial of its own.
-    let (depth, n_out, max_rows) = (3 * 8 * 64 + 64, 200, 20);
-    let x = Buf::from_host(&gpu, &rng.vec(max_rows * depth)).unwrap();
-    let w_bf16: Vec<u16> = bf16_vec(&mut rng, n_out * depth, 0.05)
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let w_bf16 = Buf::from_host(&gpu, &w_bf16).unwrap();
-    // e4m3 bytes short of the NaN codes (0x7f, 0xff), one scale a block of 8 outputs × 64 of k
-    // (blocks must tile the matrix whole).
-    let w_fp8: Vec<u8> = (0..n_out * depth)
-        .map(|_| (rng.below(0x7f) as u8) | if rng.below(2) == 1 { 0x80 } else { 0 })
-        .collect();
-    let w_fp8 = Buf::from_host(&gpu, &w_fp8).unwrap();
-    let (br, bc) = (8, 64);
-    assert!(n_out.is_multiple_of(br) && depth.is_multiple_of(bc));
-    let scales: Vec<f32> = rng
-        .vec((n_out / br) * (depth / bc))
-        .iter()
-        .map(|v| 0.01 + v.abs())
-        .collect();
-    let scales = Buf::from_host(&gpu, &scales).unwrap();
-    // y starts as NaN for every run, so an output a kernel leaves unwritten fails the test.
-    let unwritten = vec![f32::NAN; max_rows * n_out];
-    let run = |k: &Kernels, rows: usize, kernel: MatmulKernel, fp8: bool| {
-        let y = Buf::from_host(&gpu, &unwritten).unwrap();
-        let (w, fp8_scales) = match fp8 {
-            true => (
-                w_fp8.at(0),
-                Some(Fp8Scales {
-                    scales: scales.at(0),
-                    block_rows: br,
-                    block_cols: bc,
-                }),
-            ),
-            false => (w_bf16.at(0), None),
-        };
-        let m = packed_matmul(x.at(0), w, depth, n_out, y.at(0), rows, fp8_scales);
-        k.matmul_with(&gpu, &m, kernel).unwrap();
-        y.read(&gpu, rows * n_out).unwrap()
-    };
-    for rows in [1, 5, 16, 20] {
-        for (kernel, fp8) in [
-            (MatmulKernel::Narrow, false),
-            (MatmulKernel::Wide, false),
-            (MatmulKernel::Tiles(3), false),
-            (MatmulKernel::Deep(3), false),
-            (MatmulKernel::Narrow, true),
-            (MatmulKernel::Wide, true),
-        ] {
-            let (a, b) = (
-                run(&lane_major, rows, kernel, fp8),
-                run(&value_major, rows, kernel, fp8),
-            );
-            assert!(
-                a.iter().chain(&b).all(|v| v.is_finite()),
-                "seed {seed}: {rows} rows, {kernel:?}, FP8 {fp8}: an output unwritten"
-            );
-            assert!(
-                same_bits(&a, &b),
-                "seed {seed}: {rows} rows, {kernel:?}, FP8 {fp8}"
-            );
-        }
-    }
-    let m = dims.moe.clone().expect("the default model has experts");
-    let hidden = dims.hidden;
-    for fp8 in [false, true] {
-        let case = match fp8 {
-            false => MoeCase::new(&gpu, &mut rng, m.clone(), hidden),
-            true => MoeCase::new_fp8(&gpu, &mut rng, m.clone(), hidden, 64, 64),
-        };
-        let rows = 1 + rng.below(24);
-        let (xn, x) = (rng.vec(rows * hidden), rng.vec(rows * hidden));
-        let mo: Vec<f32> = rng
-            .vec(rows * case.mo_width())
-            .iter()
-            .map(|v| 4.0 * v)
-            .collect();
-        let (a, b) = (
-            run_moe(&gpu, &lane_major, &dims, &case, &xn, &mo, &x, None).0,
-            run_moe(&gpu, &value_major, &dims, &case, &xn, &mo, &x, None).0,
-        );
-        assert!(
-            same_bits(&a, &b),
-            "seed {seed}: the MoE layer, FP8 {fp8}, {rows} rows"
-        );
-    }
-}
-
 /// Block-scaled FP8 experts (`moe_gate_up_fp8`, `moe_down_fp8`) against backend-cpu on the
 /// dequantised weights, a row alone = in the batch = reversed: Qwen3-Next's 128 × 128 blocks on
 /// its expert width (512, narrowed to 128 experts), and small blocks over several of them.
@@ -2944,9 +2842,8 @@ fn kernel_define_times() {
     // The depths and launch bounds of the kernels as built, each changed alone (session 18 ran
     // the MoE's depths 1 and 3 twice: both slower), and the probes of what the x split and the
     // e4m3 conversions cost (meaningless products, real times).
-    let variants: [(&str, &[(&str, usize)]); 15] = [
+    let variants: [(&str, &[(&str, usize)]); 14] = [
         ("as built", &[]),
-        ("MMA_PART_T 1", &[("MMA_PART_T", 1)]),
         ("X_PRESPLIT 1 (a probe)", &[("MMA_X_PRESPLIT", 1)]),
         ("FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
         (
