@@ -14,7 +14,11 @@
 # step (the prompt's) instead of the decode steps: `STEPS=prompt PROMPT_TOKENS=128
 # bench/gpu_profile.sh OUT SHAPE BIN 1` for where one 128-token prompt goes. HEALTH=1 also
 # collects each kernel's DRAM throughput, achieved occupancy, shared-memory bank conflicts and
-# spills (bench/ncu_steps.py's HEALTH_METRICS: several replays of each launch, so slower).
+# spills (bench/ncu_steps.py's HEALTH_METRICS: several replays of each launch, so slower: on the
+# H100 ~0.13 s a launch, a Qwen3-0.6B or -4B one-stream step of 230-290 launches ~30-40 s, so
+# NEW_TOKENS defaults to 5 there: the steps after the first two are averaged). Bound a run by
+# RUN_TIMEOUT (seconds a ncu run, 200 by default), not by a `timeout` around this script: that
+# kills the script and leaves its ncu running beside the next one (session 48 lost a call so).
 set -uo pipefail
 out=${1:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
 shape=${2:?usage: bench/gpu_profile.sh OUT_DIR SHAPE BINARY [STREAMS]}
@@ -29,7 +33,9 @@ cp "$here/bench/shapes/$shape/config.json" "$dir/"
 mkdir -p "$out"
 status=0
 metrics=gpu__time_duration.sum
+default_new_tokens=12
 if [ "${HEALTH:-0}" = 1 ]; then
+  default_new_tokens=5
   metrics+=$(python3 -c "import sys; sys.path.insert(0, '$here/bench'); import ncu_steps; print(''.join(',' + m for m, _ in ncu_steps.HEALTH_METRICS))")
 fi
 for n in ${streams//,/ }; do
@@ -39,7 +45,7 @@ for n in ${streams//,/ }; do
     base="$out/$shape.$label.s$n"
     env ${vars//,/ } FLASHLANE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-200}" "$ncu" --clock-control none \
       --cache-control none --metrics "$metrics" --csv "$bin" bench --device cuda --model "$dir" \
-      --load-format dummy --streams "$n" --prompt-tokens "${PROMPT_TOKENS:-16}" --new-tokens "${NEW_TOKENS:-12}" \
+      --load-format dummy --streams "$n" --prompt-tokens "${PROMPT_TOKENS:-16}" --new-tokens "${NEW_TOKENS:-$default_new_tokens}" \
       >"$base.csv" 2>"$base.err" || { echo "gpu_profile: $label at $n streams failed (see $base.err)" >&2; status=1; }
     python3 "$here/bench/ncu_steps.py" $([ "${STEPS:-decode}" = prompt ] && echo --prompt) "$base.csv" | tee "$base.txt"
   done

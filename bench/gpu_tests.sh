@@ -8,7 +8,9 @@
 # Writes each binary's log and summary.txt (rc, seconds, its result line) to OUT_DIR, or with
 # SETTINGS (label:VAR=VALUE[,VAR=VALUE…], values without commas or spaces, as bench/gpu_ab.sh
 # takes them: switches that keep the bits) the whole run once per setting into OUT_DIR/LABEL/,
-# and every line into OUT_DIR/summary.txt. TESTS (default: all six) names the binaries to run.
+# and every line into OUT_DIR/summary.txt. TESTS (default: all six) names the binaries to run;
+# TEST_TIMEOUT (seconds a binary, 300 by default) bounds each: bound a call by it rather than by a
+# `timeout` around this script, which would leave the binary it kills the script in running.
 set -u
 out=${1:?usage: bench/gpu_tests.sh OUT_DIR}
 mkdir -p "$out"
@@ -26,7 +28,7 @@ run_all() {
   for t in ${TESTS:-backend_cuda gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults}; do
     local start rc
     start=$(date +%s)
-    env ${setting//,/ } FLASHLANE_REQUIRE_GPU=1 timeout 300 "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
+    env ${setting//,/ } FLASHLANE_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-300}" "$bin/$t" --test-threads 1 >"$dir/$t.log" 2>&1
     rc=$?
     echo "$t rc=$rc $(($(date +%s) - start))s $(grep 'test result' "$dir/$t.log" | tail -1)" >>"$dir/summary.txt"
   done

@@ -470,6 +470,49 @@ __device__ __forceinline__ unsigned e4m3_pair(unsigned two) {
     return pack_pair(widen_half<true>(h2, false), widen_half<true>(h2, true));
 }
 
+// MMA_FP8_WIDEN (host define): how the bf16 FP8 tiles widen e4m3 weights. 0: `e4m3_pair`'s
+// conversions (four a pair: e4m3 to f16, each f16 to f32, the pair to bf16), which at one row
+// keep the FP8 matmuls busy where the bf16 ones wait on memory (bench/RESULTS.md session 18:
+// FP8 reads its half of the bytes at 0.8-1.0 TB/s, bf16 at 2.6-2.8). 1 and 2 by bit operations:
+// a byte's sign and its 7 exponent-and-mantissa bits placed as a bf16's sign and its bits 4-10
+// make the bf16 of the e4m3 value times 2^-120, exactly (a normal code's exponent bias 7 is
+// bf16's 127 less 120; a subnormal code m · 2^-9 lands on bf16's subnormal m · 2^-129), then
+// one product by 2^120 makes the value itself — exact, as a power of two whose every result is
+// a normal bf16 — on bf16 pairs (1: one `mul.rn.bf16x2`, no conversion) or on each half as f32
+// and packed (2: one conversion a pair, should bf16 arithmetic flush subnormals). The same bf16
+// for every code but the NaNs (0x7f, 0xff; the weights loader refuses them), so the same bits
+// (the kernel test `fp8_widened_by_bit_operations_give_the_bits_of_the_conversions`).
+// The bf16 pairs of a word's four e4m3 (bytes 0, 1 in `lo`, 2, 3 in `hi`, as `e4m3_pair` of the
+// word and of its high half give them).
+template <bool F16 = false>
+__device__ __forceinline__ void e4m3_quad(unsigned word, unsigned& lo, unsigned& hi) {
+    if (F16 || MMA_FP8_WIDEN == 0) {
+        lo = e4m3_pair<F16>(word);
+        hi = e4m3_pair<F16>(word >> 16);
+        return;
+    }
+    // Each byte into its 16-bit half, its sign copied over the byte above (`prmt`'s selectors
+    // 8 … b replicate a byte's sign; `__byte_perm` documents only 0 … 7), so that after the shift
+    // by 4 the sign sits on bit 15.
+    unsigned pairs[2];
+    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(pairs[0]) : "r"(word));
+    asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(pairs[1]) : "r"(word));
+    unsigned out[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const unsigned scaled = (pairs[i] << 4) & 0x87f087f0u;  // the values times 2^-120
+        if (MMA_FP8_WIDEN == 1) {
+            asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[i]) : "r"(scaled), "r"(0x7b807b80u));  // 2^120
+        } else {
+            const float two_120 = __uint_as_float(0x7b800000u);
+            out[i] = pack_pair(__uint_as_float(scaled << 16) * two_120,
+                               __uint_as_float(scaled & 0xffff0000u) * two_120);
+        }
+    }
+    lo = out[0];
+    hi = out[1];
+}
+
 // `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
 // there; `srow[j]` the scale row (the scales along k) of the outputs this lane's d holds, 2t and
 // 2t + 1 of n-tile j, which may lie in another row block than output g (the MoE's gate/up tiles).
@@ -529,8 +572,8 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                     // the bf16 kernel feeds them: bytes 4s … 4s + 3 of the piece, word s.
                     const uint4 q = wq[p][j];
                     const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
-                    const unsigned b0 = e4m3_pair<F16>(word);
-                    const unsigned b1 = e4m3_pair<F16>(word >> 16);
+                    unsigned b0, b1;
+                    e4m3_quad<F16>(word, b0, b1);
                     mma_16816<F16>(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
                     if (MMA_SPLIT) mma_16816<F16>(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
                 }

@@ -963,6 +963,156 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
     }
 }
 
+/// The FP8 tiles' e4m3 weights widened by bit operations (`MMA_FP8_WIDEN` 1: one bf16-pair
+/// product; 2: f32 products and one conversion a pair; `FLASHLANE_FP8_WIDEN`) against the
+/// conversions (0): the same bits from the 16-row FP8 kernels (narrow, wide, 3 and 6 n-tiles) and,
+/// on compute capability 9.0, the warpgroup split and swap, at rows of one tile, of several, of
+/// the split's blocks of 32 and 64 and of a prompt; and from the MoE layer's FP8 experts. Every
+/// e4m3 code but the two NaNs is in the weights, the subnormals (exponent bits 0) among them.
+#[test]
+fn fp8_widened_by_bit_operations_give_the_bits_of_the_conversions() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let (_, dims) = tiny_dims();
+    let hopper = gpu.ctx.compute_capability().expect("compute capability") == (9, 0);
+    let compile = |widen: usize| {
+        let overrides = [("MMA_FP8_WIDEN", widen)];
+        let mut k = Kernels::compile_overriding(&gpu, &dims, &overrides).expect("kernels");
+        if hopper {
+            k.compile_wgmma_overriding(&gpu, &dims, &overrides)
+                .expect("the warpgroup matmul compiles on compute capability 9.0");
+        }
+        k
+    };
+    let (conversions, bits) = (compile(0), [compile(1), compile(2)]);
+    let (block_rows, block_cols, n_out, depth) = (128, 128, 256, 1664);
+    let (q, scales, _) = fp8_weights(&mut rng, n_out, depth, block_rows, block_cols);
+    let mut seen = [false; 256];
+    for &b in &q {
+        seen[b as usize] = true;
+    }
+    let missing: Vec<usize> = (0..256)
+        .filter(|&b| !seen[b] && b != 0x7f && b != 0xff)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "seed {seed}: codes {missing:?} not drawn"
+    );
+    let max_rows = 100;
+    let (qb, sb, xb) = (
+        Buf::from_host(&gpu, &q).unwrap(),
+        Buf::from_host(&gpu, &scales).unwrap(),
+        Buf::from_host(&gpu, &rng.vec(max_rows * depth)).unwrap(),
+    );
+    let xs = Buf::<u32>::zeros(&gpu, max_rows * super::split_row_words(depth)).unwrap();
+    let mut partials = Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * max_rows * n_out).unwrap();
+    let mut y = Buf::<f32>::zeros(&gpu, max_rows * n_out).unwrap();
+    // NaN in y and the partials before every run: an output or partial a kernel leaves unwritten
+    // fails.
+    let mut run = |k: &Kernels, rows: usize, kernel: MatmulKernel| {
+        y.write(&gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
+        partials
+            .write(
+                &gpu,
+                &vec![f32::NAN; super::MATMUL_RESIDUES * max_rows * n_out],
+            )
+            .unwrap();
+        let scales = Fp8Scales {
+            scales: sb.at(0),
+            block_rows,
+            block_cols,
+        };
+        let m = Matmul {
+            x_split: xs.at(0),
+            partials: partials.at(0),
+            ..packed_matmul(
+                xb.at(0),
+                qb.at(0),
+                depth,
+                n_out,
+                y.at(0),
+                rows,
+                Some(scales),
+            )
+        };
+        k.matmul_with(&gpu, &m, kernel).unwrap();
+        y.read(&gpu, rows * n_out).unwrap()
+    };
+    for rows in [
+        1,
+        5,
+        16,
+        20,
+        17 + rng.below(16),
+        33 + rng.below(32),
+        65 + rng.below(36),
+    ] {
+        let on_wgmma = [
+            (hopper && rows <= super::MWS_MAX_ROWS).then_some(MatmulKernel::WgmmaSplitK),
+            hopper.then_some(MatmulKernel::WgmmaSwapped),
+        ];
+        for kernel in [
+            MatmulKernel::Narrow,
+            MatmulKernel::Wide,
+            MatmulKernel::Tiles(3),
+            MatmulKernel::Tiles(6),
+        ]
+        .into_iter()
+        .chain(on_wgmma.into_iter().flatten())
+        {
+            let want = run(&conversions, rows, kernel);
+            assert!(
+                want.iter().all(|v| v.is_finite()),
+                "seed {seed}: {rows} rows, {kernel:?}: an output unwritten"
+            );
+            for (widen, k) in (1..).zip(&bits) {
+                let got = run(k, rows, kernel);
+                assert!(
+                    same_bits(&got, &want),
+                    "seed {seed}: {rows} rows, {kernel:?}, MMA_FP8_WIDEN {widen} (relative {})",
+                    relative_diff(&got, &want)
+                );
+            }
+        }
+    }
+    let m = dims.moe.clone().expect("the default model has experts");
+    let hidden = dims.hidden;
+    let case = MoeCase::new_fp8(&gpu, &mut rng, m, hidden, 64, 64);
+    for rows in [1, 1 + rng.below(24)] {
+        let (xn, x) = (rng.vec(rows * hidden), rng.vec(rows * hidden));
+        let mo: Vec<f32> = rng
+            .vec(rows * case.mo_width())
+            .iter()
+            .map(|v| 4.0 * v)
+            .collect();
+        let want = run_moe(&gpu, &conversions, &dims, &case, &xn, &mo, &x, None).0;
+        for (widen, k) in (1..).zip(&bits) {
+            let got = run_moe(&gpu, k, &dims, &case, &xn, &mo, &x, None).0;
+            assert!(
+                same_bits(&got, &want),
+                "seed {seed}: the MoE layer's FP8 experts, {rows} rows, MMA_FP8_WIDEN {widen}"
+            );
+        }
+    }
+}
+
+/// `Fp8Widen::from_env_value` (no device needed): `1` and `2` the bit operations, anything else
+/// the conversions, whose define value is the one matmul.cu's `MMA_FP8_WIDEN == 0` takes.
+#[test]
+fn fp8_widen_takes_the_bit_operations_only_when_asked() {
+    use super::Fp8Widen as W;
+    assert_eq!(W::from_env_value(None), W::Conversions);
+    assert_eq!(W::from_env_value(Some("0")), W::Conversions);
+    assert_eq!(W::from_env_value(Some("yes")), W::Conversions);
+    assert_eq!(W::from_env_value(Some("1")), W::BitsBf16Product);
+    assert_eq!(W::from_env_value(Some("2")), W::BitsF32Product);
+    assert_eq!(
+        [W::Conversions, W::BitsBf16Product, W::BitsF32Product].map(|w| w as usize),
+        [0, 1, 2]
+    );
+}
+
 /// `deepens` (no device needed): one row tile and at most one block a multiprocessor; the 4B
 /// shape's o and down projections at one row (2,560 outputs: 107 blocks of 3) on the H200's 132.
 #[test]
@@ -2842,9 +2992,11 @@ fn kernel_define_times() {
     // The depths and launch bounds of the kernels as built, each changed alone (session 18 ran
     // the MoE's depths 1 and 3 twice: both slower), and the probes of what the x split and the
     // e4m3 conversions cost (meaningless products, real times).
-    let variants: [(&str, &[(&str, usize)]); 14] = [
+    let variants: [(&str, &[(&str, usize)]); 16] = [
         ("as built", &[]),
         ("X_PRESPLIT 1 (a probe)", &[("MMA_X_PRESPLIT", 1)]),
+        ("FP8_WIDEN 1", &[("MMA_FP8_WIDEN", 1)]),
+        ("FP8_WIDEN 2", &[("MMA_FP8_WIDEN", 2)]),
         ("FP8_F16 1 (a probe)", &[("MMA_FP8_F16", 1)]),
         (
             "PRESPLIT 1, FP8_F16 1",
