@@ -1113,6 +1113,27 @@ fn fp8_widen_takes_the_bit_operations_only_when_asked() {
     );
 }
 
+/// The arithmetic of `e4m3_quad`'s bit operations (no device needed), for every e4m3 code the
+/// loader accepts: the byte spread with its sign replicated above it (`prmt` selector 8 + i), the
+/// shift by 4 and the mask make the bf16 of the value times 2^-120 (a subnormal bf16 for e4m3's
+/// subnormals), which times 2^120 is the value itself, a normal bf16 or ±0 of the code's sign.
+#[test]
+fn e4m3_placed_as_bf16_bits_times_2_pow_120_is_the_value() {
+    let table = model::e4m3_table();
+    let two_120 = f32::from_bits(0x7b80_0000);
+    assert_eq!(two_120, 2f32.powi(120));
+    for b in (0u16..=255).filter(|&b| b != 0x7f && b != 0xff) {
+        let replicated_sign = if b & 0x80 != 0 { 0xff00 } else { 0 };
+        let scaled = ((replicated_sign | b) << 4) & 0x87f0;
+        let value = f32::from_bits(u32::from(scaled) << 16) * two_120;
+        let want = table[b as usize];
+        assert_eq!(value.to_bits(), want.to_bits(), "code {b:#04x}");
+        assert!(value == 0.0 || value.is_normal(), "code {b:#04x}");
+        // A bf16 exactly: the product's low 16 bits are zero.
+        assert_eq!(value.to_bits() & 0xffff, 0, "code {b:#04x}");
+    }
+}
+
 /// `deepens` (no device needed): one row tile and at most one block a multiprocessor; the 4B
 /// shape's o and down projections at one row (2,560 outputs: 107 blocks of 3) on the H200's 132.
 #[test]
