@@ -60,7 +60,9 @@ const MMA_FP8_WIDE_DEPTH: usize = 1;
 const MMA_FP8_F16: usize = 0;
 /// `FLASHLANE_FP8_WIDEN=1` / `=2` widens the FP8 tiles' e4m3 weights to bf16 by bit operations
 /// instead of four conversions a pair (`MMA_FP8_WIDEN` in matmul.cu, [`Fp8Widen`]): the same
-/// bf16, so the same bits. Off until measured (A/B runs; `kernel_define_times` times both).
+/// bf16, so the same bits. Off until measured (A/B runs; `kernel_define_times` times both in the
+/// 16-row FP8 kernels and the MoE's, not in the warpgroup split and swap, which only A/B runs
+/// measure).
 pub const FP8_WIDEN_ENV: &str = "FLASHLANE_FP8_WIDEN";
 
 /// How the FP8 tiles widen their e4m3 weights to bf16 (`MMA_FP8_WIDEN`, its value the define's).
@@ -408,14 +410,13 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_FP8_F16, MMA_X_PRESPLIT, MMT_PROBE) and how FP8 weights widen (MMA_FP8_WIDEN), which the
-/// host never reads; MMA_MIN_BLOCKS, of
-/// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
-/// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves);
-/// MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose shared memory the
-/// compiled kernels then launch with. Any other (a block's warps or n-tiles, a model's sizes)
-/// would make launches that do not match.
+/// The defines `Kernels::compile_overriding` may change: the depths and the probes (MMA_FP8_F16,
+/// MMA_X_PRESPLIT, MMT_PROBE) and how FP8 weights widen (MMA_FP8_WIDEN), which the host never
+/// reads; MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
+/// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits
+/// n-tiles to waves); MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose
+/// shared memory the compiled kernels then launch with. Any other (a block's warps or n-tiles, a
+/// model's sizes) would make launches that do not match.
 #[cfg(test)]
 const OVERRIDABLE_DEFINES: [&str; 13] = [
     "MMA_FP8_F16",
