@@ -8,6 +8,8 @@
 #   SETTINGS="fit:FLASHLANE_MATMUL_FIT=1 nofit:FLASHLANE_MATMUL_FIT=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
 #   (a setting may set several variables, label:A=1,B=1; values hold no commas, spaces or globs)
 #   PROMPT_TOKENS=4096 NEW_TOKENS=16 STREAMS=1 bench/gpu_ab.sh …   (a long prompt's prefill; 128 and 128 unless set)
+#   RUN_TIMEOUT (seconds a bench run, 300 by default) bounds each run: bound a call by it rather
+#   than by a `timeout` around this script, which would leave the run it kills the script in going.
 #
 # Prints decode (and prefill) tokens/s per variant and round (also to OUT_DIR/ab.txt), then each
 # variant's means over the rounds with their ratios to the first variant (OUT_DIR/ab_means.txt);
@@ -29,7 +31,7 @@ for round in $(seq "${ROUNDS:-2}"); do
       label=bin$i.${setting%%:*}
       json="$out/$shape.$label.round$round.json"
       vars=${setting#*:}
-      env ${vars//,/ } timeout 300 "$bin" bench --device cuda --model "$dir" --load-format dummy \
+      env ${vars//,/ } timeout "${RUN_TIMEOUT:-300}" "$bin" bench --device cuda --model "$dir" --load-format dummy \
         --streams "${STREAMS:-1,8}" --prompt-tokens "${PROMPT_TOKENS:-128}" \
         --new-tokens "${NEW_TOKENS:-128}" --json \
         >"$json" 2>"$out/$shape.$label.round$round.err"

@@ -3,10 +3,12 @@
 # tiles' e4m3 widened by bit operations (FLASHLANE_FP8_WIDEN=1: one bf16-pair product a pair;
 # =2: f32 products and one conversion a pair), never run on a GPU. Its kernel test (bits against
 # the conversions, every code, the 16-row, warpgroup and MoE FP8 kernels), then the whole-model
-# tests with =1, the kernel timings of both, and A/B on the FP8 shapes; also the two test
-# binaries session 48's call 5 did not reach at 7d2bb6a's defaults (gpu_fixtures, gpu_faults).
+# tests with =1 and the kernel timings of both (with the never-run probes MMA_X_PRESPLIT and
+# MMA_FP8_F16: what splitting x once and f16 FP8 tiles would save); also the two test binaries
+# session 48's call 5 did not reach at 7d2bb6a's defaults (gpu_fixtures, gpu_faults). The A/B
+# runs are next_s49b.sh's (the next call).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
-# the tree for the call); ~500 s on an H100.
+# the tree for the call); ~450 s on an H100.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -18,15 +20,9 @@ if [ $rc = 0 ]; then
   TESTS="gpu_conformance gpu_dense gpu_fixtures" SETTINGS="w1:FLASHLANE_FP8_WIDEN=1" \
     TEST_TIMEOUT=100 bench/gpu_tests.sh $OUT/tests_w1 > /dev/null 2>&1
   el "tests w1 rc=$?"; cat $OUT/tests_w1/summary.txt
-  FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda --ignored kernel_define_times --nocapture --test-threads 1 \
+  FLASHLANE_REQUIRE_GPU=1 timeout 200 $b/backend_cuda --ignored kernel_define_times --nocapture --test-threads 1 \
     > $OUT/define_times.txt 2>&1
-  el "define times rc=$?"; grep -E "as built|FP8_WIDEN" $OUT/define_times.txt | cut -c1-400
-  S="base:FLASHLANE_AB=1 w1:FLASHLANE_FP8_WIDEN=1 w2:FLASHLANE_FP8_WIDEN=2"
-  for run in "qwen3-4b-fp8 1,8,64" "qwen3-next-a3b-slice-fp8 1,8,64"; do
-    set -- $run
-    SETTINGS="$S" STREAMS=$2 NEW_TOKENS=64 ROUNDS=2 timeout 120 bench/gpu_ab.sh /tmp/ab_$1 $1 $FL > /dev/null 2>&1
-    el "widen $1 rc=$?"; cat /tmp/ab_$1/ab_means.txt | tee -a $OUT/ab_widen.txt
-  done
+  el "define times rc=$?"; grep -E ": MoE" $OUT/define_times.txt | cut -c1-300
 fi
 TESTS="gpu_fixtures gpu_faults" TEST_TIMEOUT=100 bench/gpu_tests.sh $OUT/tests_rest > /dev/null 2>&1
 el "rest rc=$?"; cat $OUT/tests_rest/summary.txt
