@@ -87,6 +87,7 @@ impl Fp8Widen {
         }
     }
 }
+
 /// 0: the tensor-core tiles split x into bf16 hi and lo in every block. 1 (only in
 /// `kernel_define_times`'s recompiled kernels) times them as if x came split already (the
 /// products meaningless): what splitting x once, where it is written, would save — at 64
