@@ -36,7 +36,16 @@ metrics=gpu__time_duration.sum
 default_new_tokens=12
 if [ "${HEALTH:-0}" = 1 ]; then
   default_new_tokens=5
-  metrics+=$(python3 -c "import sys; sys.path.insert(0, '$here/bench'); import ncu_steps; print(''.join(',' + m for m, _ in ncu_steps.HEALTH_METRICS))")
+  # Only the metrics this ncu knows (an unknown one fails the whole run); the others are left
+  # out with a word, and their columns read nan. Where the query gives nothing, all are asked.
+  known=$("$ncu" --query-metrics 2>/dev/null | awk '{print $1}')
+  for m in $(python3 -c "import sys; sys.path.insert(0, '$here/bench'); import ncu_steps; print(' '.join(m for m, _ in ncu_steps.HEALTH_METRICS))"); do
+    if [ -z "$known" ] || grep -qx "${m%.*}" <<<"$known"; then
+      metrics+=",$m"
+    else
+      echo "gpu_profile: this ncu has no $m: left out" >&2
+    fi
+  done
 fi
 for n in ${streams//,/ }; do
   for setting in ${SETTINGS:-built:FLASHLANE_AB=1}; do

@@ -41,7 +41,9 @@ HEALTH_METRICS = [
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram%"),
     ("sm__warps_active.avg.pct_of_peak_sustained_active", "occ%"),
     ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "shld_wf"),
-    ("l1tex__t_requests_pipe_lsu_mem_shared_op_ld.sum", "shld_req"),
+    # Shared loads executed (warp instructions): the H100's ncu gave "n/a" for the l1tex request
+    # count of the shared pipe (session 48), so wavefronts are counted a load instruction.
+    ("smsp__sass_inst_executed_op_shared_ld.sum", "shld_inst"),
     ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", "conflicts"),
     ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "local_ld"),
     ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "local_st"),
@@ -87,10 +89,10 @@ def health_of(metric_dicts):
         values = [m[metric] for m in metric_dicts if metric in m]
         return statistics.mean(values) if values else float("nan")
 
-    wavefronts, requests = mean(HEALTH_METRICS[2][0]), mean(HEALTH_METRICS[3][0])
-    per_request = wavefronts / requests if requests else float("nan")
+    wavefronts, loads = mean(HEALTH_METRICS[2][0]), mean(HEALTH_METRICS[3][0])
+    per_load = wavefronts / loads if loads else float("nan")
     return (f" dram={mean(HEALTH_METRICS[0][0]):5.1f}% occ={mean(HEALTH_METRICS[1][0]):5.1f}%"
-            f" shared wf/req={per_request:5.2f} conflicts={mean(HEALTH_METRICS[4][0]):9.0f}"
+            f" shared wf/load={per_load:5.2f} conflicts={mean(HEALTH_METRICS[4][0]):9.0f}"
             f" local ld/st sectors={mean(HEALTH_METRICS[5][0]):7.0f}/{mean(HEALTH_METRICS[6][0]):7.0f}")
 
 
