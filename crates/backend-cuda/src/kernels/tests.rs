@@ -966,9 +966,10 @@ fn fp8_matmul_matches_backend_cpu_on_dequantised_weights() {
 /// The FP8 tiles' e4m3 weights widened by bit operations (`MMA_FP8_WIDEN` 1: one bf16-pair
 /// product; 2: f32 products and one conversion a pair; `FLASHLANE_FP8_WIDEN`) against the
 /// conversions (0): the same bits from the 16-row FP8 kernels (narrow and wide: FP8 has no other
-/// n-tile counts) and, on compute capability 9.0, the warpgroup split and swap, at rows of one tile, of several, of
-/// the split's blocks of 32 and 64 and of a prompt; and from the MoE layer's FP8 experts. Every
-/// e4m3 code but the two NaNs is in the weights, the subnormals (exponent bits 0) among them.
+/// n-tile counts) and, on compute capability 9.0, the warpgroup split and swap, at rows of one
+/// tile, of several, of the split's blocks of 32 and 64 and of a prompt; and from the MoE layer's
+/// FP8 experts. Every e4m3 code but the two NaNs is in the weights, the subnormals (exponent bits
+/// 0) among them.
 #[test]
 fn fp8_widened_by_bit_operations_give_the_bits_of_the_conversions() {
     let Some(gpu) = open_gpu() else { return };
