@@ -956,9 +956,9 @@ def main():
         # (the gradient of their mean), so a batch too large for the card's memory still takes
         # one optimizer step; the logged losses are the parts' means.
         parts = args.micro_batches
+        mask_parts = [None] * parts if mask is None else mask.chunk(parts)
         lo = ml = ax = 0.0
-        for part, x_part in enumerate(x.chunk(parts)):
-            mask_part = None if mask is None else mask.chunk(parts)[part]
+        for x_part, mask_part in zip(x.chunk(parts), mask_parts):
             with amp:
                 p_lo, p_ml, p_ax, _, _ = forward_losses(model, mtp, x_part, tap, mask=mask_part)
                 loss = (p_lo + args.mtp_weight * p_ml + args.aux_coef * p_ax) / parts

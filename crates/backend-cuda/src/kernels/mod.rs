@@ -695,6 +695,13 @@ pub struct Dims {
     pub fp8_weights: bool,
 }
 
+/// `#define NAME VALUE` lines, one a (name, value).
+fn defines_text(list: &[(&str, usize)]) -> String {
+    list.iter()
+        .map(|(name, v)| format!("#define {name} {v}\n"))
+        .collect()
+}
+
 impl Dims {
     pub fn of(config: &Config, kv: KvDtype) -> Result<Dims, CudaError> {
         let dims = Dims {
@@ -779,10 +786,7 @@ impl Dims {
     }
 
     fn defines(&self) -> String {
-        self.define_list()
-            .iter()
-            .map(|(name, v)| format!("#define {name} {v}\n"))
-            .collect()
+        defines_text(&self.define_list())
     }
 
     /// The `#define`s the kernels are compiled with, as (name, value).
@@ -948,10 +952,7 @@ impl Dims {
                 .ok_or_else(|| name.to_string())?;
             slot.1 = value;
         }
-        Ok(list
-            .iter()
-            .map(|(name, v)| format!("#define {name} {v}\n"))
-            .collect())
+        Ok(defines_text(&list))
     }
 
     fn source_with(&self, defines: String) -> String {
@@ -1808,6 +1809,33 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
     )
 }
 
+/// Most arguments a kernel over split rows takes ([`split_rows_args`]).
+const SPLIT_ROWS_ARGS_MAX: usize = 12;
+
+/// The arguments of a kernel over `m`'s split rows, written into `room`: the split rows and W,
+/// FP8's scales and their blocks where `m` has them, then `tail` (no allocation: a round's
+/// matmuls launch through here).
+fn split_rows_args<'a>(
+    m: &Matmul,
+    tail: &[Arg],
+    room: &'a mut [Arg; SPLIT_ROWS_ARGS_MAX],
+) -> &'a [Arg] {
+    room[0] = Arg::Ptr(m.x_split);
+    room[1] = Arg::Ptr(m.w);
+    let mut head = 2;
+    if let Some(fp8) = m.fp8 {
+        check_fp8_blocks(&fp8, m);
+        room[2..5].copy_from_slice(&[
+            Arg::Ptr(fp8.scales),
+            Arg::I32(fp8.block_rows as i32),
+            Arg::I32(fp8.block_cols as i32),
+        ]);
+        head = 5;
+    }
+    room[head..head + tail.len()].copy_from_slice(tail);
+    &room[..head + tail.len()]
+}
+
 /// `m`'s rows of x split into `m.x_split` by `kernels.0`, then `kernels.1` over them with the
 /// tiles' arguments (the split rows, then the 16-row kernels' from W on, FP8's scales and their
 /// blocks after W where `m` has them), a block of `block.0` rows × `block.1` outputs.
@@ -1820,21 +1848,8 @@ fn launch_over_split_rows(
     shared_bytes: usize,
 ) -> Result<(), CudaError> {
     launch_split_rows(gpu, kernels.0, m)?;
-    let from_w = &bf16_matmul_args(m)[3..];
-    let mut args = [Arg::Ptr(m.x_split); 11];
-    args[1] = from_w[0];
-    let mut head = 2;
-    if let Some(fp8) = m.fp8 {
-        check_fp8_blocks(&fp8, m);
-        args[2..5].copy_from_slice(&[
-            Arg::Ptr(fp8.scales),
-            Arg::I32(fp8.block_rows as i32),
-            Arg::I32(fp8.block_cols as i32),
-        ]);
-        head = 5;
-    }
-    args[head..head + 6].copy_from_slice(&from_w[1..]);
-    let args = &args[..head + 6];
+    let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
+    let args = split_rows_args(m, &bf16_matmul_args(m)[4..], &mut room);
     gpu.launch_with_shared(
         kernels.1,
         (
@@ -1878,14 +1893,13 @@ impl Kernels {
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
             // The 16-row kernels' arguments from W on, after the split rows.
-            let mut tiled_args = [Arg::Ptr(m.x_split); 8];
-            tiled_args[1..].copy_from_slice(&bf16_matmul_args(m)[3..]);
+            let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
             return gpu.launch_with_shared(
                 &self.matmul_tiled,
                 (row_blocks, out_blocks, 1),
                 MMT_THREADS,
                 self.tiled_shared_bytes as u32,
-                &tiled_args,
+                split_rows_args(m, &bf16_matmul_args(m)[4..], &mut room),
             );
         }
         assert!(
@@ -1929,28 +1943,18 @@ impl Kernels {
                 ),
             };
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
-        // The split rows and W, FP8's scales and their blocks, then k … rows (no allocation: a
-        // round's matmuls launch through here).
-        let mut args = [Arg::Ptr(m.x_split); 10];
-        args[1] = Arg::Ptr(m.w);
-        let mut head = 2;
-        if let Some(fp8) = m.fp8 {
-            check_fp8_blocks(&fp8, m);
-            args[2..5].copy_from_slice(&[
-                Arg::Ptr(fp8.scales),
-                Arg::I32(fp8.block_rows as i32),
-                Arg::I32(fp8.block_cols as i32),
-            ]);
-            head = 5;
-        }
-        args[head..head + 5].copy_from_slice(&[
-            Arg::I32(m.k as i32),
-            Arg::I32(m.n_out as i32),
-            Arg::Ptr(m.partials),
-            Arg::I32(part_stride),
-            Arg::I32(m.rows as i32),
-        ]);
-        let args = &args[..head + 5];
+        let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
+        let args = split_rows_args(
+            m,
+            &[
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(m.partials),
+                Arg::I32(part_stride),
+                Arg::I32(m.rows as i32),
+            ],
+            &mut room,
+        );
         gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)?;
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
