@@ -8,8 +8,8 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, Matmul, MoeFp8, MoeIndexLayout,
-    MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
+    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
+    MoeIndexLayout, MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -322,16 +322,33 @@ pub(crate) enum MixerRows {
 pub(crate) struct Then<'w> {
     pub(crate) w: &'w Buf<f32>,
     pub(crate) out: u64,
+    /// Whether a dense layer may leave it to the next layer's first matmul
+    /// ([`LayerInput::Raw`]): the next layer's input norm (`out` is then `xn`, where that
+    /// matmul's norm goes when it runs apart), not the final norm, whose rows the logits gather
+    /// and the MTP head keeps.
+    pub(crate) deferrable: bool,
 }
 
 impl<'w> Then<'w> {
-    /// Layer `l`'s input norm into `out`.
-    fn input_of(l: &'w LayerWeights, out: u64) -> Then<'w> {
+    /// Layer `l`'s input norm into `xn`, which its first matmul may compute itself.
+    fn input_of(l: &'w LayerWeights, xn: u64) -> Then<'w> {
         Then {
             w: &l.input_norm,
-            out,
+            out: xn,
+            deferrable: true,
         }
     }
+}
+
+/// What a layer's first matmul (and a dense MLP's gate/up) reads.
+#[derive(Clone, Copy)]
+pub(crate) enum LayerInput<'w> {
+    /// `xn` holds the norm of x it takes (written by the kernel before: a MoE layer's last one,
+    /// or `rmsnorm_rows`).
+    Normed,
+    /// x itself, to be normalised with this weight first: by the matmul's own kernel where
+    /// [`crate::kernels::NormPlace::InMatmul`], else by `rmsnorm_rows` into `xn`.
+    Raw(&'w Buf<f32>),
 }
 
 /// One pass over the model with its scratch addresses.
@@ -420,6 +437,51 @@ impl Pass<'_> {
         }
     }
 
+    /// `y = input · Wᵀ` over `rows` rows: the matmul of a layer's (or an MTP head's) normalised
+    /// input, the norm in the matmul's kernel where it can be (`Kernels::normed_matmul`).
+    pub(crate) fn input_matmul(
+        &self,
+        input: LayerInput<'_>,
+        w: &Matrix,
+        rows: usize,
+        y: u64,
+    ) -> Result<(), CudaError> {
+        let p = self.p;
+        match (input, w.parts.as_slice()) {
+            (LayerInput::Normed, _) => self.matmul(p.xn, w, rows, y, false),
+            (LayerInput::Raw(norm_w), [part]) => {
+                let m = self.part_matmul(p.x, w, part, 0, rows, y, false);
+                let norm = self.input_norm(norm_w);
+                self.m.kernels.normed_matmul(self.gpu(), &m, &norm)?;
+                Ok(())
+            }
+            // Parts of more than one kind of weights: the norm once, for all of them.
+            (LayerInput::Raw(norm_w), _) => {
+                self.norm(p.x, norm_w, rows, p.xn)?;
+                self.matmul(p.xn, w, rows, y, false)
+            }
+        }
+    }
+
+    /// The norm of x with weight `w` as a matmul takes it: into `xn` where it runs apart.
+    fn input_norm(&self, w: &Buf<f32>) -> InputNorm {
+        InputNorm {
+            w: w.at(0),
+            eps: self.eps(),
+            zero_centred: self.m.dims.qwen3_next,
+            out: self.p.xn,
+        }
+    }
+
+    /// `xn` as `input` describes it: the norm run now where it was left to a matmul (for the
+    /// kernels that read `xn` themselves: the MoE's).
+    fn materialise(&self, input: LayerInput<'_>, rows: usize) -> Result<(), CudaError> {
+        match input {
+            LayerInput::Normed => Ok(()),
+            LayerInput::Raw(w) => self.norm(self.p.x, w, rows, self.p.xn),
+        }
+    }
+
     pub(crate) fn norm(
         &self,
         x: u64,
@@ -440,51 +502,79 @@ impl Pass<'_> {
         )
     }
 
-    /// One decoder layer on `x` (`rows` rows), `xn` holding its input norm of x (the previous
-    /// layer's `then`, or [`Pass::norm`] before the first): `x += mixer(xn)`, `x += ffn(norm(x))`,
-    /// then `then`'s norm of x (the next layer's input norm, or the model's final norm), which a
-    /// MoE layer's last kernel computes with its sum.
-    pub(crate) fn layer(
+    /// One decoder layer on `x` (`rows` rows) from `input` (the previous layer's `then`, left
+    /// to this layer's first matmul or written to `xn`): `x += mixer(norm(x))`,
+    /// `x += ffn(norm(x))`, then `then`'s norm of x (the next layer's input norm, or the model's
+    /// final norm), which a MoE layer's last kernel computes with its sum and a dense layer
+    /// leaves to the next layer's first matmul where it may. Returns the next layer's input.
+    pub(crate) fn layer<'w>(
         &self,
-        l: &LayerWeights,
+        l: &'w LayerWeights,
         rows: usize,
         mix: &MixerRows,
         sessions: &Sessions,
-        then: Then<'_>,
-    ) -> Result<(), CudaError> {
-        let p = self.p;
-        self.mixer(l, rows, mix, sessions)?;
-        self.norm(p.x, &l.post_norm, rows, p.xn)?;
-        self.ffn(&l.ffn, rows, then)
+        input: LayerInput<'w>,
+        then: Then<'w>,
+    ) -> Result<LayerInput<'w>, CudaError> {
+        self.mixer(l, rows, mix, sessions, input)?;
+        self.ffn(&l.ffn, rows, LayerInput::Raw(&l.post_norm), then)
     }
 
-    /// `x += ffn(xn)` over `rows` rows, then `then`'s norm of x.
-    pub(crate) fn ffn(
+    /// `x += ffn(input)` over `rows` rows, then `then`'s norm of x (or, where `then` may be
+    /// deferred, the next layer's input that leaves it to its first matmul).
+    pub(crate) fn ffn<'w>(
         &self,
         ffn: &FfnWeights,
         rows: usize,
-        then: Then<'_>,
-    ) -> Result<(), CudaError> {
+        input: LayerInput<'_>,
+        then: Then<'w>,
+    ) -> Result<LayerInput<'w>, CudaError> {
         match ffn {
-            FfnWeights::Moe(moe) => self.moe(moe, rows, then),
+            FfnWeights::Moe(moe) => {
+                // The experts read `xn` themselves.
+                self.materialise(input, rows)?;
+                self.moe(moe, rows, then)?;
+                Ok(LayerInput::Normed)
+            }
             FfnWeights::Dense(mlp) => {
-                self.dense_mlp(mlp, rows)?;
-                self.norm(self.p.x, then.w, rows, then.out)
+                self.dense_mlp(mlp, rows, input)?;
+                if then.deferrable {
+                    assert_eq!(
+                        then.out, self.p.xn,
+                        "[then-deferred-xn] a deferred norm goes to xn when it runs apart"
+                    );
+                    return Ok(LayerInput::Raw(then.w));
+                }
+                self.norm(self.p.x, then.w, rows, then.out)?;
+                Ok(LayerInput::Normed)
             }
         }
     }
 
-    /// `x += down(silu(gate(xn)) · up(xn))` over `rows` rows.
-    pub(crate) fn dense_mlp(&self, w: &DenseMlpWeights, rows: usize) -> Result<(), CudaError> {
+    /// `x += down(silu(gate(n)) · up(n))` over `rows` rows, n the norm of x `input` describes.
+    pub(crate) fn dense_mlp(
+        &self,
+        w: &DenseMlpWeights,
+        rows: usize,
+        input: LayerInput<'_>,
+    ) -> Result<(), CudaError> {
         let p = self.p;
-        match w.gate_up.parts.as_slice() {
-            // One kind of weights: the kernels put the SwiGLU where it runs fastest
-            // (`swiglu_place`).
-            [part] => {
+        match (w.gate_up.parts.as_slice(), input) {
+            // One kind of weights: the kernels put the SwiGLU, and the norm, where they run
+            // fastest (`swiglu_place`, `norm_place`).
+            ([part], LayerInput::Normed) => {
                 let m = self.part_matmul(p.xn, &w.gate_up, part, 0, rows, p.wide, false);
                 self.m.kernels.gate_up_swiglu(self.gpu(), &m, p.act)?;
             }
+            ([part], LayerInput::Raw(norm_w)) => {
+                let m = self.part_matmul(p.x, &w.gate_up, part, 0, rows, p.wide, false);
+                let norm = self.input_norm(norm_w);
+                self.m
+                    .kernels
+                    .gate_up_swiglu_normed(self.gpu(), &m, p.act, &norm)?;
+            }
             _ => {
+                self.materialise(input, rows)?;
                 self.matmul(p.xn, &w.gate_up, rows, p.wide, false)?;
                 self.m
                     .kernels
@@ -494,13 +584,14 @@ impl Pass<'_> {
         self.matmul(p.act, &w.down, rows, p.x, true)
     }
 
-    /// `x += mixer(xn)` over `rows` rows, with the sessions' state.
+    /// `x += mixer(input)` over `rows` rows, with the sessions' state.
     pub(crate) fn mixer(
         &self,
         l: &LayerWeights,
         rows: usize,
         mix: &MixerRows,
         sessions: &Sessions,
+        input: LayerInput<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
         match (&l.mixer, mix) {
@@ -512,7 +603,7 @@ impl Pass<'_> {
                     layer_off,
                 },
             ) => {
-                self.matmul(p.xn, &w.proj, rows, p.wide, false)?;
+                self.input_matmul(input, &w.proj, rows, p.wide)?;
                 let launch = DeltaNetLaunch {
                     qkvz: p.wide,
                     ba: p.wide + (w.qkvz_width * std::mem::size_of::<f32>()) as u64,
@@ -537,7 +628,7 @@ impl Pass<'_> {
                 self.matmul(p.att, &w.out_proj, rows, p.x, true)?;
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
-                self.matmul(p.xn, &w.qkv, rows, p.wide, false)?;
+                self.input_matmul(input, &w.qkv, rows, p.wide)?;
                 let k = &self.m.kernels;
                 let inv_freq = self.m.weights.inv_freq.at(0);
                 k.attention_prep(
@@ -836,10 +927,17 @@ fn enqueue_round(
     let final_norm = Then {
         w: &m.weights.norm,
         out: ptrs.hidden,
+        deferrable: false,
     };
     let input_norm = |l| Then::input_of(l, ptrs.xn);
-    let first = layers.first().map_or(final_norm, input_norm);
-    pass.norm(ptrs.x, first.w, rows, first.out)?;
+    // The first layer's input norm is its first matmul's to compute.
+    let mut input = match layers.first() {
+        Some(l) => LayerInput::Raw(&l.input_norm),
+        None => {
+            pass.norm(ptrs.x, final_norm.w, rows, final_norm.out)?;
+            LayerInput::Normed
+        }
+    };
     let (mut attn, mut linear) = (0, 0);
     for (i, l) in layers.iter().enumerate() {
         let mix = match &l.mixer {
@@ -865,7 +963,7 @@ fn enqueue_round(
             }
         };
         let then = layers.get(i + 1).map_or(final_norm, input_norm);
-        pass.layer(l, rows, &mix, sessions, then)?;
+        input = pass.layer(l, rows, &mix, sessions, input, then)?;
     }
     let v = m.config.vocab_size;
     pass.logits(ptrs.hidden, at(base, rm.logit_rows), rm.num_logits, v)?;

@@ -3,7 +3,7 @@
 //! feeds the head (the pairs `(h[i], x[i+1])` its windows completed, the hidden rows the
 //! sessions' rings keep) is part of the round: `forward/mtp_absorb.rs`.
 
-use crate::forward::{at, Meta, MixerRows, Pass, Scratch, Then};
+use crate::forward::{at, LayerInput, Meta, MixerRows, Pass, Scratch, Then};
 use crate::graphs::GraphKey;
 use crate::kernels::{round_launches, AttentionRows};
 use crate::model::CudaModel;
@@ -120,12 +120,13 @@ fn enqueue_draft(
             k_cache: cache.k.at(0),
             v_cache: cache.v.at(0),
         });
-        pass.norm(ptrs.x, &head.layer.input_norm, n, ptrs.xn)?;
         let then = Then {
             w: &head.norm,
             out: ptrs.draft_hidden,
+            deferrable: false,
         };
-        pass.layer(&head.layer, n, &rows, sessions, then)?;
+        let input = LayerInput::Raw(&head.layer.input_norm);
+        pass.layer(&head.layer, n, &rows, sessions, input, then)?;
         pass.logits(ptrs.draft_hidden, 0, n, vocab)?;
         // A row with no finite logit drafts token 0: a draft only proposes, and the next step
         // needs a valid id.

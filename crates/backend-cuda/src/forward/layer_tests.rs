@@ -114,7 +114,8 @@ fn layers_match_backend_cpu(dir: &str) {
         // The mixer: x = 0 + mixer(xn), from a fresh session.
         scratch.xn.write(&gm.gpu, &xn).unwrap();
         scratch.x.write(&gm.gpu, &zeros).unwrap();
-        pass.mixer(gl, rows, &mix, &sessions).unwrap();
+        pass.mixer(gl, rows, &mix, &sessions, super::LayerInput::Normed)
+            .unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         let mut state = cm.new_session(capacity, crate::RollbackWindow::MAX);
         let mut segments = [Segment {
@@ -135,8 +136,10 @@ fn layers_match_backend_cpu(dir: &str) {
         let then = super::Then {
             w: &gl.input_norm,
             out: pass.p.hidden,
+            deferrable: false,
         };
-        pass.ffn(&gl.ffn, rows, then).unwrap();
+        pass.ffn(&gl.ffn, rows, super::LayerInput::Normed, then)
+            .unwrap();
         let got = scratch.x.read(&gm.gpu, rows * h).unwrap();
         cl.mlp.forward(&xn, &mut want);
         // Rows whose router sits on a near-tie are left out: their experts may differ (each

@@ -2,7 +2,7 @@
 //! windows completed (only their K/V rows are kept), and the hidden rows each session's ring keeps
 //! for a rollback and the next draft.
 
-use super::{at, Meta, Pass};
+use super::{at, LayerInput, Meta, Pass};
 use crate::kernels::AttentionRows;
 use crate::state::Sessions;
 use crate::weights::MixerWeights;
@@ -104,8 +104,8 @@ pub(crate) fn absorb(
         p.cat,
     )?;
     pass.matmul(p.cat, &head.fc, mtp.rows, p.x, false)?;
-    pass.norm(p.x, &head.layer.input_norm, mtp.rows, p.xn)?;
-    pass.matmul(p.xn, &aw.qkv, mtp.rows, p.wide, false)?;
+    let input = LayerInput::Raw(&head.layer.input_norm);
+    pass.input_matmul(input, &aw.qkv, mtp.rows, p.wide)?;
     let rows = AttentionRows {
         rows: mtp.rows,
         pos: at(base, mtp.pos),

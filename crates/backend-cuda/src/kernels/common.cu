@@ -111,3 +111,21 @@ __device__ __forceinline__ float warp_sum_squares_n(const float* x, int lane) {
 __device__ __forceinline__ float norm_scale(float w, int kind) {
     return kind == NORM_ZERO_CENTRED ? 1.0f + w : w;
 }
+
+// An RMSNorm's sum of squares has one order for every kernel that computes it (`rmsnorm_rows`,
+// and the 16-row matmuls that normalise their own input): NORM_WARPS · WARP strided shares (share
+// v sums elements v, v + NORM_WARPS · WARP, … in increasing order), each warp's 32 shares by
+// `warp_sum`'s butterfly, then the NORM_WARPS warps' sums by the same butterfly.
+static_assert(NORM_WARPS == WARP, "the warps' sums of a row are one warp's butterfly");
+
+// Share `v` of a row's sum of squares (n elements).
+__device__ __forceinline__ float norm_share(const float* xr, int n, int v) {
+    float acc = 0.0f;
+    for (int i = v; i < n; i += NORM_WARPS * WARP) acc += xr[i] * xr[i];
+    return acc;
+}
+
+// 1 / RMS of a row of n elements whose sum of squares is `total`.
+__device__ __forceinline__ float norm_inv(float total, int n, float eps) {
+    return 1.0f / sqrtf(total / (float)n + eps);
+}

@@ -124,19 +124,128 @@ __device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const 
 // already on their way when the kernel ahead ends. The same loads of the same values: the same
 // bits. (The FP8 kernels took it too and measured 0–2 % slower decode, 5 % slower prompts on
 // Qwen3-4B-FP8: bench/RESULTS.md session 44.)
+//
+// Each also says whether x is the residual stream that `mma_tile` normalises as it loads it
+// (NORM: `InputsNormed`); these two leave x as it is (`load_norm` and `normalise` do nothing).
+#define INPUTS_AS_THEY_ARE                                                               \
+    static constexpr bool NORM = false;                                                  \
+    __device__ __forceinline__ void load_norm(int, bool, float*) const {}                \
+    __device__ __forceinline__ void normalise(float*, float*, const float*) const {}
 struct InputsReady {
     static constexpr bool EARLY = false;
-    __device__ __forceinline__ void operator()(const float*&, const float*&) const {}
+    INPUTS_AS_THEY_ARE
+    __device__ __forceinline__ void operator()(const float*&, const float*&) {}
 };
 struct InputsAfterWait {
     static constexpr bool EARLY = true;
+    INPUTS_AS_THEY_ARE
     const float* x;
     int x_stride;
     const int* row_index;
     int rows, r0;
-    __device__ __forceinline__ void operator()(const float*& xa, const float*& xb) const {
+    __device__ __forceinline__ void operator()(const float*& xa, const float*& xb) {
         pdl_wait();
         tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+    }
+};
+
+// 16 floats of the norm's weight at `p` (or zeros past k).
+__device__ __forceinline__ void load_norm16(const float* p, bool in, float* gm) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float4 f = in ? *reinterpret_cast<const float4*>(p + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        gm[4 * q] = f.x; gm[4 * q + 1] = f.y; gm[4 * q + 2] = f.z; gm[4 * q + 3] = f.w;
+    }
+}
+
+// v[i] = v[i] · inv · scale(gm[i]): `rmsnorm_rows`' expression on the same values, so a row
+// normalised here has the bits that kernel writes. Absent rows (inv 0) and elements past k
+// (zeros) stay zeros.
+__device__ __forceinline__ void normalise16(float* v, float inv, const float* gm, int kind) {
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = v[i] * inv * norm_scale(gm[i], kind);
+}
+
+// 1 / RMS of each row of the row tile from r0 (`inv[i]` for row r0 + i; 0 past `rows`), summed in
+// `norm_share`'s order (`rmsnorm_rows`'): share v of a row sums elements v, v + NORM_WARPS·WARP,
+// … in increasing order, share-warp w (shares 32w … 32w + 31) is one butterfly into `sums`, then
+// a warp a row adds a row's NORM_WARPS sums by the same butterfly (`block_sum`). Thread tid of
+// the block's MMA_WARPS·WARP reads elements tid + MMA_WARPS·WARP·q of a row, MMA_NORM_LOADS (a
+// multiple of NORM_SHARE_WARPS_A_THREAD) issued at once before any is summed: element q belongs
+// to share tid + MMA_WARPS·WARP·(q % NORM_SHARE_WARPS_A_THREAD), so a row of the model's width
+// costs one trip to L2, not one a share (session 32's twins walked the shares one after another
+// and took 6–33 % longer than the norm apart). Every thread of the block must call it.
+#define NORM_SHARE_WARPS_A_THREAD (NORM_WARPS / MMA_WARPS)
+static_assert(NORM_SHARE_WARPS_A_THREAD * MMA_WARPS == NORM_WARPS, "the share-warps split evenly over a block");
+static_assert(MMA_NORM_LOADS % NORM_SHARE_WARPS_A_THREAD == 0, "a batch of loads holds whole rounds of shares");
+__device__ __forceinline__ void tile_norms(const float* x, int x_stride, const int* row_index, int rows, int r0,
+                                           int k, float eps, float (*sums)[NORM_WARPS], float* inv) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int tile_rows = min(MMA_ROWS, rows - r0);
+    for (int i = 0; i < tile_rows; i++) {
+        const float* xr = x + (size_t)(row_index ? row_index[r0 + i] : r0 + i) * x_stride;
+        // `norm_share`'s sums: each share's elements in increasing order (the zeros past k add +0
+        // to a sum of squares: the same bits).
+        float share[NORM_SHARE_WARPS_A_THREAD];
+#pragma unroll
+        for (int j = 0; j < NORM_SHARE_WARPS_A_THREAD; j++) share[j] = 0.0f;
+        for (int e0 = threadIdx.x; e0 < k; e0 += MMA_NORM_LOADS * MMA_WARPS * WARP) {
+            float v[MMA_NORM_LOADS];
+#pragma unroll
+            for (int q = 0; q < MMA_NORM_LOADS; q++) {
+                const int e = e0 + q * MMA_WARPS * WARP;
+                v[q] = e < k ? xr[e] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < MMA_NORM_LOADS; q++)
+                share[q % NORM_SHARE_WARPS_A_THREAD] += v[q] * v[q];
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_SHARE_WARPS_A_THREAD; j++) {
+            const float s = warp_sum(share[j]);
+            if (lane == 0) sums[i][warp + j * MMA_WARPS] = s;
+        }
+    }
+    __syncthreads();
+    for (int i = warp; i < MMA_ROWS; i += MMA_WARPS) {
+        const float total = i < tile_rows ? warp_sum(sums[i][lane]) : 0.0f;
+        if (lane == 0) inv[i] = i < tile_rows ? norm_inv(total, k, eps) : 0.0f;
+    }
+    __syncthreads();
+}
+
+// The inputs of a 16-row matmul that applies the input RMSNorm itself (`matmul_block`'s NORM):
+// its weights' first loads go out before anything else (as `InputsAfterWait`'s: weights are never
+// written while kernels run), then it waits for the kernel ahead (under MMA_EARLY_WEIGHTS; else
+// the block waited before), finds its rows, sums their squares (`tile_norms`), and `mma_tile`
+// normalises each chunk of x as it loads it (`w` the norm's weight, `kind` NORM_PLAIN or
+// NORM_ZERO_CENTRED): the values `rmsnorm_rows` would have written.
+struct InputsNormed {
+    static constexpr bool EARLY = true;
+    static constexpr bool NORM = true;
+    const float* x;
+    int x_stride;
+    const int* row_index;
+    int rows, r0, k;
+    const float* w;
+    float eps;
+    int kind;
+    float (*sums)[NORM_WARPS];
+    float* inv_s;
+    // 1 / RMS of this lane's rows g and g + 8 (0 for an absent row), once found.
+    float inva, invb;
+    __device__ __forceinline__ void operator()(const float*& xa, const float*& xb) {
+        if (MMA_EARLY_WEIGHTS) pdl_wait();
+        tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
+        tile_norms(x, x_stride, row_index, rows, r0, k, eps, sums, inv_s);
+        const int g = threadIdx.x % WARP / 4;
+        inva = inv_s[g];
+        invb = inv_s[g + 8];
+    }
+    __device__ __forceinline__ void load_norm(int e, bool in, float* gm) const { load_norm16(w + e, in, gm); }
+    __device__ __forceinline__ void normalise(float* va, float* vb, const float* gm) const {
+        normalise16(va, inva, gm, kind);
+        normalise16(vb, invb, gm, kind);
     }
 };
 
@@ -181,7 +290,9 @@ __device__ __forceinline__ bool sum_warp_partials(const float (&acc)[NT][4], flo
 // values either way: the bits do not depend on X_AHEAD.
 //
 // `ready` runs once every thread has issued its first DEPTH chunks' weight loads (see
-// InputsReady); with InputsAfterWait it also finds xa and xb.
+// InputsReady); with InputsAfterWait it also finds xa and xb. With InputsNormed (Ready::NORM) x
+// is the residual stream and each chunk's x is normalised (its norm weight loaded with x) before
+// it is split: the values `rmsnorm_rows` would have written.
 template <int NT, int DEPTH = 1, bool X_AHEAD = false, class Ready = InputsReady>
 __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const bf16_t* const* wr, int k,
                                          float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
@@ -193,6 +304,8 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
     float va[X_AHEAD ? DEPTH : 1][16], vb[X_AHEAD ? DEPTH : 1][16];
+    // The norm's weight of each chunk's x (Ready::NORM only).
+    float gm[Ready::NORM && X_AHEAD ? DEPTH : 1][16];
     uint4 w0[DEPTH][NT], w1[DEPTH][NT];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     const int first = warp * MMA_CHUNK;
@@ -226,6 +339,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             if (X_AHEAD) {
                 load16(xa && in ? xa + e : nullptr, va[X_AHEAD ? p : 0]);
                 load16(xb && in ? xb + e : nullptr, vb[X_AHEAD ? p : 0]);
+                if (Ready::NORM) ready.load_norm(e, in, gm[X_AHEAD ? p : 0]);
             }
         }
 #pragma unroll
@@ -240,7 +354,9 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
             if (!X_AHEAD) {
                 load16(xa && in ? xa + e : nullptr, va[xs]);
                 load16(xb && in ? xb + e : nullptr, vb[xs]);
+                if (Ready::NORM) ready.load_norm(e, in, gm[0]);
             }
+            if (Ready::NORM) ready.normalise(va[xs], vb[xs], gm[Ready::NORM && X_AHEAD ? p : 0]);
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
 #pragma unroll
@@ -324,11 +440,21 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 // silu · up is `swiglu_rows`' expression on the same values: the bits of the matmul and
 // `swiglu_rows` one after the other, without the launch between them or the products' trip
 // through memory. `accumulate` is ignored.
-template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false>
+//
+// With NORM (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`), x is the residual stream and the
+// block applies the RMSNorm (weight `norm_w`, `eps`, `norm_kind`) that would run before it
+// (`InputsNormed`): its first weights are loaded first whatever MMA_EARLY_WEIGHTS says, then each
+// block sums its rows' squares in `rmsnorm_rows`' order (`tile_norms`) and normalises x as it
+// loads it, so the products are those of the plain kernel on `rmsnorm_rows`' output: the same
+// bits, without that launch or its rows' trip through memory.
+template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false, bool NORM = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                              int k, int n_out, float* __restrict__ y, int y_stride,
-                                             int accumulate, int rows, float (*part)[NT][WARP][4]) {
+                                             int accumulate, int rows, float (*part)[NT][WARP][4],
+                                             const float* __restrict__ norm_w = nullptr, float eps = 0.0f,
+                                             int norm_kind = 0, float (*norm_sums)[NORM_WARPS] = nullptr,
+                                             float* norm_inv_s = nullptr) {
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
@@ -358,7 +484,11 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     }
     float d[4];
     bool mine;
-    if (MMA_EARLY_WEIGHTS)
+    if (NORM)
+        mine = mma_tile<NT, DEPTH, X_AHEAD>(
+            xa, xb, wr, k, part, d,
+            InputsNormed{x, x_stride, row_index, rows, r0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s, 0.0f, 0.0f});
+    else if (MMA_EARLY_WEIGHTS)
         mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, r0});
     else
         mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d);
@@ -392,21 +522,50 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
                                                  accumulate, rows, part);                               \
     }
 
+// NAME's twin with the input RMSNorm in it (`matmul_block`'s NORM): three arguments more, the
+// norm's weight, eps and kind.
+#define MATMUL_BF16_NORM_KERNEL(NAME, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)                               \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind) {        \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
+        __shared__ float norm_inv_s[MMA_ROWS];                                                          \
+        matmul_block<NT, DEPTH, X_AHEAD, SWIGLU, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, \
+                                                       accumulate, rows, part, norm_w, eps, norm_kind,    \
+                                                       norm_sums, norm_inv_s);                            \
+    }
+
+// Each 16-row kernel below and, where compiled (MMA_NORM_TWINS: the host asks for them only
+// where a norm may go into a matmul, for they take NVRTC most of as long again as the rest), its
+// norm twin (`matmul_bf16…` and `matmul_bf16_norm…`, `matmul_bf16_swiglu…` and
+// `matmul_bf16_swiglu_norm…`).
+#if MMA_NORM_TWINS
+#define MATMUL_BF16_KERNELS(PLAIN, NORMED, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU) \
+    MATMUL_BF16_KERNEL(PLAIN, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)              \
+    MATMUL_BF16_NORM_KERNEL(NORMED, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)
+#else
+#define MATMUL_BF16_KERNELS(PLAIN, NORMED, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU) \
+    MATMUL_BF16_KERNEL(PLAIN, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)
+#endif
+
 // MMA_NT n-tiles a block: x read (and split) once per MMA_NT·MMA_COLS outputs.
-MATMUL_BF16_KERNEL(matmul_bf16, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_KERNELS(matmul_bf16, matmul_bf16_norm, MMA_NT, 1, false, MMA_MIN_BLOCKS, false)
 
 // One n-tile a block: four times the blocks, for matrices too narrow to fill the GPU otherwise
 // (the same products in the same order: the same bits), and MMA_NARROW_DEPTH chunks of a warp
 // loaded at once, their x too: a decode step's narrow matrices have too few blocks to keep
 // enough loads in flight one chunk at a time (the A3B slice's o projection: 9.1 µs with x
 // chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
-MATMUL_BF16_KERNEL(matmul_bf16_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_KERNELS(matmul_bf16_narrow, matmul_bf16_norm_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
 
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix
 // is 386 blocks of 4 n-tiles, 1.46 waves of the H200's 264, but 258 blocks of 6: one wave). The
 // same products in the same order as `matmul_bf16`: the same bits.
-#define MATMUL_BF16_TILES(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT, NT, 1, false, MMA_MIN_BLOCKS, false)
+#define MATMUL_BF16_TILES(NT) \
+    MATMUL_BF16_KERNELS(matmul_bf16_t##NT, matmul_bf16_norm_t##NT, NT, 1, false, MMA_MIN_BLOCKS, false)
 MATMUL_BF16_TILES(3)
 MATMUL_BF16_TILES(5)
 MATMUL_BF16_TILES(6)
@@ -414,8 +573,9 @@ MATMUL_BF16_TILES(6)
 // A dense MLP's gate/up with its SwiGLU (`matmul_block`'s SWIGLU) at NT n-tiles a block, NT of
 // the plain kernels' counts (`matmul_bf16_swiglu_t3` … `_t6`): the host takes the count, and
 // whether deep (below), that the plain gate/up would run.
-#define MATMUL_BF16_SWIGLU_TILES(NT) \
-    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT, NT, 1, false, MMA_MIN_BLOCKS, true)
+#define MATMUL_BF16_SWIGLU_TILES(NT)                                                             \
+    MATMUL_BF16_KERNELS(matmul_bf16_swiglu_t##NT, matmul_bf16_swiglu_norm_t##NT, NT, 1, false, MMA_MIN_BLOCKS, \
+                        true)
 MATMUL_BF16_SWIGLU_TILES(3)
 MATMUL_BF16_SWIGLU_TILES(4)
 MATMUL_BF16_SWIGLU_TILES(5)
@@ -430,14 +590,16 @@ MATMUL_BF16_SWIGLU_TILES(6)
 // one row the 4B shape's o projection takes 7.5 µs against 9.4 for `matmul_bf16_t3`, its down
 // projection 19.0 against 23.5 (`kernel_define_times`, bench/RESULTS.md session 18). The same
 // products in the same order: the same bits.
-#define MATMUL_BF16_DEEP(NT) MATMUL_BF16_KERNEL(matmul_bf16_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, false)
+#define MATMUL_BF16_DEEP(NT) \
+    MATMUL_BF16_KERNELS(matmul_bf16_t##NT##_deep, matmul_bf16_norm_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, false)
 static_assert(MMA_NT == 4, "the host finds the MMA_NT deep kernel as matmul_bf16_t{MMA_NT}_deep");
 MATMUL_BF16_DEEP(3)
 MATMUL_BF16_DEEP(4)
 
 // The deep kernels with a dense MLP's SwiGLU (`matmul_bf16_swiglu_t3_deep`, `_t4_deep`).
-#define MATMUL_BF16_SWIGLU_DEEP(NT) \
-    MATMUL_BF16_KERNEL(matmul_bf16_swiglu_t##NT##_deep, NT, MMA_DEEP_DEPTH, true, 1, true)
+#define MATMUL_BF16_SWIGLU_DEEP(NT)                                                                  \
+    MATMUL_BF16_KERNELS(matmul_bf16_swiglu_t##NT##_deep, matmul_bf16_swiglu_norm_t##NT##_deep, NT, MMA_DEEP_DEPTH, \
+                        true, 1, true)
 MATMUL_BF16_SWIGLU_DEEP(3)
 MATMUL_BF16_SWIGLU_DEEP(4)
 

@@ -413,13 +413,14 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes (MMA_FP8_F16,
 /// MMA_X_PRESPLIT, MMT_PROBE) and how FP8 weights widen (MMA_FP8_WIDEN), which the host never
-/// reads; MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
+/// reads; MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
 /// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits
 /// n-tiles to waves); MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose
 /// shared memory the compiled kernels then launch with. Any other (a block's warps or n-tiles, a
 /// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 13] = [
+const OVERRIDABLE_DEFINES: [&str; 14] = [
+    "MMA_NORM_TWINS",
     "MMA_FP8_F16",
     "MMA_FP8_WIDEN",
     "MMA_X_PRESPLIT",
@@ -447,6 +448,26 @@ pub const MATMUL_FIT_ENV: &str = "FLASHLANE_MATMUL_FIT";
 /// fused kernels took Qwen3-0.6B 3–6 % faster at 1–64 streams and Qwen3-4B 1.5–2.7 % at 48–64
 /// (bench/RESULTS.md, session 31).
 pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
+/// The most rows whose input RMSNorm a 16-row matmul computes itself ([`norm_place`]): each of
+/// its blocks sums its rows' squares again (k floats a row from L2, one trip for all of a
+/// thread's, then 32 warp butterflies) while its first weights load, in place of
+/// `rmsnorm_rows`' launch and its rows' trip through memory. 0, every norm apart, until it is
+/// measured: session 32's twins, which summed the shares one after another and loaded their
+/// weights only after, took 6 % longer at one stream and up to 33 % at 8 (bench/RESULTS.md).
+const NORM_IN_MATMUL_MAX_ROWS: usize = 0;
+/// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
+/// step's). For A/B runs of one binary: the bits do not change.
+pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS";
+
+/// The bound [`NORM_IN_MATMUL_MAX_ROWS_ENV`] asks for, else [`NORM_IN_MATMUL_MAX_ROWS`]. The norm
+/// twins are compiled only where it is above 0 (MMA_NORM_TWINS): they would take NVRTC ~75 %
+/// longer over the whole source (`tools/cuda_check`, Qwen3-4B's), at every start.
+fn norm_in_matmul_max_rows() -> usize {
+    std::env::var(NORM_IN_MATMUL_MAX_ROWS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
+}
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -845,6 +866,8 @@ impl Dims {
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
+            ("MMA_NORM_LOADS", norm_loads(self.hidden)),
+            ("MMA_NORM_TWINS", usize::from(norm_in_matmul_max_rows() > 0)),
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
@@ -984,6 +1007,12 @@ pub struct Kernels {
     /// Whether [`Kernels::gate_up_swiglu`] may put the SwiGLU in the matmul
     /// ([`SWIGLU_IN_GATE_UP_ENV`]).
     swiglu_in_gate_up: bool,
+    /// The twins of the families above that compute their input's RMSNorm, where compiled
+    /// (MMA_NORM_TWINS).
+    norm_twins: Option<NormTwins>,
+    /// The most rows whose norm goes into the matmul ([`NORM_IN_MATMUL_MAX_ROWS_ENV`]; none
+    /// without the twins).
+    pub(crate) norm_in_matmul_max_rows: usize,
     /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
     /// ([`MATMUL_DEEP_ENV`]).
     matmul_deep: bool,
@@ -1097,7 +1126,13 @@ fn rows_u32(rows: usize) -> u32 {
 impl Kernels {
     /// Compiles the sources for `dims` with NVRTC and loads them.
     pub fn compile(gpu: &Gpu, dims: &Dims) -> Result<Kernels, CudaError> {
-        Self::compile_source(gpu, dims, dims.source(), MMT_STAGES)
+        Self::compile_source(
+            gpu,
+            dims,
+            dims.source(),
+            MMT_STAGES,
+            norm_in_matmul_max_rows() > 0,
+        )
     }
 
     /// The kernels compiled with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
@@ -1115,16 +1150,22 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMT_STAGES")
             .map_or(MMT_STAGES, |&(_, stages)| stages);
-        Self::compile_source(gpu, dims, source, stages)
+        let norm_twins = overrides
+            .iter()
+            .find(|(name, _)| *name == "MMA_NORM_TWINS")
+            .map_or(norm_in_matmul_max_rows() > 0, |&(_, on)| on != 0);
+        Self::compile_source(gpu, dims, source, stages, norm_twins)
     }
 
     /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
-    /// compiles other stages), of which the tiled blocks' shared memory follows.
+    /// compiles other stages), of which the tiled blocks' shared memory follows; `norm_twins`:
+    /// whether it holds the norm twins (MMA_NORM_TWINS).
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
         tiled_stages: usize,
+        norm_twins: bool,
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let opts = CompileOptions {
@@ -1150,6 +1191,24 @@ impl Kernels {
             MMA_NT => f("matmul_bf16"),
             other => f(&format!("matmul_bf16_t{other}")),
         };
+        let norm_by_tiles = |tiles: usize| match tiles {
+            MMA_NT => f("matmul_bf16_norm"),
+            other => f(&format!("matmul_bf16_norm_t{other}")),
+        };
+        let tiles_of = |name: &str| -> Result<[CudaFunction; 4], CudaError> {
+            Ok([
+                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[0]))?,
+                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[1]))?,
+                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[2]))?,
+                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[3]))?,
+            ])
+        };
+        let deep_of = |name: &str| -> Result<[CudaFunction; 2], CudaError> {
+            Ok([
+                f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[0]))?,
+                f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
+            ])
+        };
         let mut kernels = Kernels {
             matmul_by_tiles: [
                 by_tiles(MATMUL_BLOCK_TILES[0])?,
@@ -1157,27 +1216,30 @@ impl Kernels {
                 by_tiles(MATMUL_BLOCK_TILES[2])?,
                 by_tiles(MATMUL_BLOCK_TILES[3])?,
             ],
-            matmul_deep_by_tiles: [
-                f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[0]))?,
-                f(&format!("matmul_bf16_t{}_deep", MATMUL_DEEP_TILES[1]))?,
-            ],
-            matmul_swiglu_by_tiles: [
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[0]))?,
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[1]))?,
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[2]))?,
-                f(&format!("matmul_bf16_swiglu_t{}", MATMUL_BLOCK_TILES[3]))?,
-            ],
-            matmul_swiglu_deep_by_tiles: [
-                f(&format!(
-                    "matmul_bf16_swiglu_t{}_deep",
-                    MATMUL_DEEP_TILES[0]
-                ))?,
-                f(&format!(
-                    "matmul_bf16_swiglu_t{}_deep",
-                    MATMUL_DEEP_TILES[1]
-                ))?,
-            ],
+            matmul_deep_by_tiles: deep_of("matmul_bf16")?,
+            matmul_swiglu_by_tiles: tiles_of("matmul_bf16_swiglu")?,
+            matmul_swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu")?,
             swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).map_or(true, |v| v != "0"),
+            norm_twins: match norm_twins {
+                false => None,
+                true => Some(NormTwins {
+                    by_tiles: [
+                        norm_by_tiles(MATMUL_BLOCK_TILES[0])?,
+                        norm_by_tiles(MATMUL_BLOCK_TILES[1])?,
+                        norm_by_tiles(MATMUL_BLOCK_TILES[2])?,
+                        norm_by_tiles(MATMUL_BLOCK_TILES[3])?,
+                    ],
+                    deep_by_tiles: deep_of("matmul_bf16_norm")?,
+                    narrow: f("matmul_bf16_norm_narrow")?,
+                    swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm")?,
+                    swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
+                }),
+            },
+            norm_in_matmul_max_rows: if norm_twins {
+                norm_in_matmul_max_rows()
+            } else {
+                0
+            },
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -1402,6 +1464,7 @@ pub struct Fp8Scales {
 /// One matmul: `rows` rows of `x` (stride `x_stride`, gathered by `row_index` when not 0)
 /// against W `[n_out, k]` (bf16, or e4m3 bytes scaled by `fp8`) into `y` (stride `y_stride`),
 /// added to `y` when `accumulate`.
+#[derive(Clone, Copy)]
 pub struct Matmul {
     /// Room for the rows split for `matmul_bf16_tiled` (`rows` · [`split_row_words`]`(k)` u32),
     /// or 0: then `MatmulKernel::Auto` never runs the tiled kernel.
@@ -1539,6 +1602,50 @@ enum MatmulLaunch {
     RowTiles { tiles: usize, deep: bool },
 }
 
+/// The 16-row bf16 kernels' twins that compute their input's RMSNorm (`matmul_bf16_norm_t3` …,
+/// `matmul_bf16_norm_narrow`, `matmul_bf16_swiglu_norm_t3` …), in the plain kernels' orders.
+struct NormTwins {
+    by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
+    narrow: CudaFunction,
+    swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
+    swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
+}
+
+/// The RMSNorm a matmul's input takes first: `x`'s rows are the residual stream, each
+/// normalised with weight `w` (k floats) before it is multiplied.
+#[derive(Clone, Copy, Debug)]
+pub struct InputNorm {
+    pub w: u64,
+    pub eps: f32,
+    /// Qwen3-Next's x̂·(1 + w) rather than x̂·w.
+    pub zero_centred: bool,
+    /// Where `rmsnorm_rows` writes the normalised rows (`rows` × k floats) when the norm runs
+    /// apart; the matmul then reads them there.
+    pub out: u64,
+}
+
+/// Where a matmul's input norm runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlace {
+    /// In the 16-row kernel's twin (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`): each
+    /// block sums its rows' squares in `rmsnorm_rows`' order and normalises x as it loads it,
+    /// so the products have the bits of the norm and the matmul apart, one launch fewer.
+    InMatmul,
+    /// `rmsnorm_rows` into [`InputNorm::out`], then the matmul on those rows.
+    Apart,
+}
+
+/// Where the input norm of a matmul that runs as `launch` over `rows` rows goes: into its bf16
+/// 16-row kernel for up to `max_rows` rows ([`NORM_IN_MATMUL_MAX_ROWS`]), apart otherwise (the
+/// tiles, the warpgroup MMA and FP8 have no twin).
+fn norm_place(launch: MatmulLaunch, fp8: bool, rows: usize, max_rows: usize) -> NormPlace {
+    match launch {
+        MatmulLaunch::RowTiles { .. } if !fp8 && rows <= max_rows => NormPlace::InMatmul,
+        _ => NormPlace::Apart,
+    }
+}
+
 /// Where a dense MLP's SwiGLU runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SwigluPlace {
@@ -1587,6 +1694,18 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
         Arg::I32(i32::from(m.accumulate)),
         Arg::I32(m.rows as i32),
     ]
+}
+
+/// The arguments of a norm twin (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`): the plain
+/// kernel's, then the norm's weight, eps and kind.
+fn bf16_norm_matmul_args(m: &Matmul, norm: &InputNorm) -> [Arg; 13] {
+    let plain = bf16_matmul_args(m);
+    std::array::from_fn(|i| match i {
+        10 => Arg::Ptr(norm.w),
+        11 => Arg::F32(norm.eps),
+        12 => Arg::I32(i32::from(norm.zero_centred)),
+        _ => plain[i],
+    })
 }
 
 /// N-tiles a block of the wide bf16 matmul for `row_tiles` × `n_tiles` with `resident` blocks
@@ -1659,6 +1778,18 @@ fn deep_fit(row_tiles: usize, n_tiles: usize, fitted: usize, multiprocessors: us
         .into_iter()
         .find(|&tiles| deepens(1, n_tiles.div_ceil(tiles), multiprocessors))
         .unwrap_or(fitted)
+}
+
+/// Elements of a row each thread of a norm twin's block loads at once for its sum of squares
+/// (MMA_NORM_LOADS, `tile_norms` in matmul.cu): the twins normalise a layer's input, rows of
+/// `hidden` read by MMA_WARPS·32 threads, so that a row comes in one batch of loads (longer rows
+/// take more); whole rounds of the NORM_WARPS / MMA_WARPS share-warps a thread sums.
+fn norm_loads(hidden: usize) -> usize {
+    let share_warps = (NORM_WARPS / MMA_WARPS) as usize;
+    hidden
+        .div_ceil(MMA_WARPS as usize * 32)
+        .next_multiple_of(share_warps)
+        .max(share_warps)
 }
 
 /// Whether a one-row-tile matmul of `blocks` wide blocks runs a deep kernel on a GPU of
@@ -2091,11 +2222,89 @@ impl Kernels {
         m: &Matmul,
         kernel: MatmulKernel,
     ) -> Result<(), CudaError> {
+        self.matmul_normed_with(gpu, m, None, kernel).map(|_| ())
+    }
+
+    /// `y (+)= norm(x) · Wᵀ`: the matmul `m` of rows that take `norm` first, the norm where
+    /// [`norm_place`] puts it.
+    pub fn normed_matmul(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        norm: &InputNorm,
+    ) -> Result<NormPlace, CudaError> {
+        self.matmul_normed_with(gpu, m, Some(norm), MatmulKernel::Auto)
+            .map(|place| place.expect("a norm is placed"))
+    }
+
+    /// [`Kernels::matmul_with`] whose rows take `norm` first, if any; where it ran.
+    pub(crate) fn matmul_normed_with(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        norm: Option<&InputNorm>,
+        kernel: MatmulKernel,
+    ) -> Result<Option<NormPlace>, CudaError> {
         check_matmul(m);
-        if m.rows == 0 {
-            return Ok(());
+        let launch = self.plan_matmul(m, kernel);
+        let (m, twin_norm, place) = self.place_norm(gpu, m, norm, launch)?;
+        if m.rows > 0 {
+            self.run_matmul(gpu, &m, launch, twin_norm.as_ref())?;
         }
-        self.run_matmul(gpu, m, self.plan_matmul(m, kernel))
+        Ok(place)
+    }
+
+    /// `m` with its input norm placed for `launch` ([`norm_place`]): where it goes apart,
+    /// `rmsnorm_rows` runs now and the matmul returned reads its rows; where it goes into the
+    /// kernel, the norm comes back for the twin.
+    fn place_norm(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        norm: Option<&InputNorm>,
+        launch: MatmulLaunch,
+    ) -> Result<(Matmul, Option<InputNorm>, Option<NormPlace>), CudaError> {
+        let Some(norm) = norm else {
+            return Ok((*m, None, None));
+        };
+        assert!(
+            m.row_index == 0 && m.x_stride == m.k,
+            "[matmul-norm-rows] a normed matmul reads whole rows of k in order (row index {:#x}, \
+             x stride {}, k {})",
+            m.row_index,
+            m.x_stride,
+            m.k
+        );
+        let place = norm_place(
+            launch,
+            m.fp8.is_some(),
+            m.rows,
+            self.norm_in_matmul_max_rows,
+        );
+        match place {
+            NormPlace::InMatmul => Ok((*m, Some(*norm), Some(place))),
+            NormPlace::Apart => {
+                self.rmsnorm(
+                    gpu,
+                    m.x,
+                    norm.w,
+                    m.k,
+                    m.rows,
+                    norm.eps,
+                    norm.zero_centred,
+                    norm.out,
+                )?;
+                Ok((Matmul { x: norm.out, ..*m }, None, Some(place)))
+            }
+        }
+    }
+
+    /// The norm twins, which [`norm_place`] puts a norm into only where they were compiled
+    /// (`norm_in_matmul_max_rows` is 0 without them).
+    fn twins(&self) -> &NormTwins {
+        self.norm_twins.as_ref().expect(
+            "[norm-twins-compiled] a norm goes into a matmul only where its twins were compiled",
+        )
     }
 
     /// Which kernel computes `m` when asked for `kernel` (`Auto`: the choice
@@ -2225,8 +2434,18 @@ impl Kernels {
         MatmulLaunch::RowTiles { tiles, deep }
     }
 
-    /// `m` by the kernel `launch` names.
-    fn run_matmul(&self, gpu: &Gpu, m: &Matmul, launch: MatmulLaunch) -> Result<(), CudaError> {
+    /// `m` by the kernel `launch` names (its norm twin with `norm`: [`NormPlace::InMatmul`]).
+    fn run_matmul(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        launch: MatmulLaunch,
+        norm: Option<&InputNorm>,
+    ) -> Result<(), CudaError> {
+        assert!(
+            norm.is_none() || (matches!(launch, MatmulLaunch::RowTiles { .. }) && m.fp8.is_none()),
+            "[matmul-norm-twin] only the bf16 16-row kernels have norm twins ({launch:?})"
+        );
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => {
@@ -2243,16 +2462,30 @@ impl Kernels {
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         let Some(fp8) = m.fp8 else {
+            let (deep_kernels, wide_kernels, narrow) = match norm {
+                None => (
+                    &self.matmul_deep_by_tiles,
+                    &self.matmul_by_tiles,
+                    &self.matmul_narrow,
+                ),
+                Some(_) => {
+                    let twins = self.twins();
+                    (&twins.deep_by_tiles, &twins.by_tiles, &twins.narrow)
+                }
+            };
             let f = match (
                 deep,
                 deep_at,
                 MATMUL_BLOCK_TILES.iter().position(|&t| t == tiles),
             ) {
-                (true, Some(i), _) => &self.matmul_deep_by_tiles[i],
-                (_, _, Some(i)) => &self.matmul_by_tiles[i],
-                (_, _, None) => &self.matmul_narrow,
+                (true, Some(i), _) => &deep_kernels[i],
+                (_, _, Some(i)) => &wide_kernels[i],
+                (_, _, None) => narrow,
             };
-            return gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m));
+            return match norm {
+                None => gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m)),
+                Some(norm) => gpu.launch(f, grid, MMA_WARPS * 32, &bf16_norm_matmul_args(m, norm)),
+            };
         };
         check_fp8_blocks(&fp8, m);
         let f = match tiles {
@@ -2290,17 +2523,33 @@ impl Kernels {
         m: &Matmul,
         act: u64,
     ) -> Result<SwigluPlace, CudaError> {
-        self.gate_up_swiglu_with(gpu, m, act, MatmulKernel::Auto)
+        self.gate_up_swiglu_with(gpu, m, act, None, MatmulKernel::Auto)
+            .map(|(place, _)| place)
     }
 
-    /// [`Kernels::gate_up_swiglu`] with the matmul's kernel asked for (the tests).
+    /// [`Kernels::gate_up_swiglu`] of rows that take `norm` first (a dense MLP's post-attention
+    /// norm), the norm where [`norm_place`] puts it.
+    pub fn gate_up_swiglu_normed(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        act: u64,
+        norm: &InputNorm,
+    ) -> Result<(SwigluPlace, NormPlace), CudaError> {
+        self.gate_up_swiglu_with(gpu, m, act, Some(norm), MatmulKernel::Auto)
+            .map(|(place, norm)| (place, norm.expect("a norm is placed")))
+    }
+
+    /// [`Kernels::gate_up_swiglu`] with the matmul's kernel asked for (the tests), its rows
+    /// normalised first by `norm` if any.
     pub(crate) fn gate_up_swiglu_with(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         act: u64,
+        norm: Option<&InputNorm>,
         kernel: MatmulKernel,
-    ) -> Result<SwigluPlace, CudaError> {
+    ) -> Result<(SwigluPlace, Option<NormPlace>), CudaError> {
         assert!(
             m.n_out.is_multiple_of(2) && m.y_stride == m.n_out && !m.accumulate,
             "[gate-up-swiglu-shape] a gate/up matmul writes gate and up halves of one width \
@@ -2313,30 +2562,43 @@ impl Kernels {
         let width = m.n_out / 2;
         let launch = self.plan_matmul(m, kernel);
         let place = swiglu_place(launch, m.fp8.is_some(), self.swiglu_in_gate_up);
+        let (m, twin_norm, norm_place) = self.place_norm(gpu, m, norm, launch)?;
+        let m = &m;
+        let places = (place, norm_place);
         if m.rows == 0 {
-            return Ok(place);
+            return Ok(places);
         }
         let (tiles, deep) = match place {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
                 let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
                 self.matmul_tiled(gpu, m, true, on_wgmma, Some(act))?;
-                return Ok(place);
+                return Ok(places);
             }
             SwigluPlace::Apart => {
-                self.run_matmul(gpu, m, launch)?;
+                self.run_matmul(gpu, m, launch, twin_norm.as_ref())?;
                 self.swiglu(gpu, m.y, width, m.rows, act)?;
-                return Ok(place);
+                return Ok(places);
+            }
+        };
+        let (deep_kernels, wide_kernels) = match twin_norm {
+            None => (
+                &self.matmul_swiglu_deep_by_tiles,
+                &self.matmul_swiglu_by_tiles,
+            ),
+            Some(_) => {
+                let twins = self.twins();
+                (&twins.swiglu_deep_by_tiles, &twins.swiglu_by_tiles)
             }
         };
         let f = match (deep, MATMUL_DEEP_TILES.iter().position(|&t| t == tiles)) {
-            (true, Some(i)) => &self.matmul_swiglu_deep_by_tiles[i],
+            (true, Some(i)) => &deep_kernels[i],
             _ => {
                 let i = MATMUL_BLOCK_TILES
                     .iter()
                     .position(|&t| t == tiles)
                     .expect("swiglu_place puts the SwiGLU in MATMUL_BLOCK_TILES' kernels only");
-                &self.matmul_swiglu_by_tiles[i]
+                &wide_kernels[i]
             }
         };
         // Units (a gate and its up) a block: 4 an n-tile.
@@ -2351,8 +2613,16 @@ impl Kernels {
             y_stride: width,
             ..*m
         };
-        gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(&fused))?;
-        Ok(place)
+        match twin_norm {
+            None => gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(&fused))?,
+            Some(norm) => gpu.launch(
+                f,
+                grid,
+                MMA_WARPS * 32,
+                &bf16_norm_matmul_args(&fused, &norm),
+            )?,
+        }
+        Ok(places)
     }
 
     /// `out[r] = norm(x[r])` over rows of `n`, zero-centred weight when `zero_centred`.

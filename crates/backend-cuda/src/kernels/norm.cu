@@ -1,7 +1,8 @@
 // RMSNorm of whole rows: out[r] = x[r] · rsqrt(mean(x[r]²) + eps) · (w or 1 + w). One block of
 // NORM_WARPS warps per row (a decode step's rows are few and long: one warp per row left the
 // GPU idle while 64 loads a lane came in one after another). The sum of squares is strided per
-// thread, then `block_sum`'s fixed trees: a fixed order for every row.
+// thread, then `block_sum`'s fixed trees (`norm_share`): the order of every row, and of the
+// matmuls that normalise their own input (`matmul_block`'s NORM), so their bits are these.
 extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
 rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, int rows, float eps,
              int kind, float* __restrict__ out) {
@@ -10,10 +11,8 @@ rmsnorm_rows(const float* __restrict__ x, const float* __restrict__ w, int n, in
     pdl_start();
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * n;
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < n; i += NORM_WARPS * WARP) acc += xr[i] * xr[i];
-    const float total = block_sum<NORM_WARPS>(acc, warp_sums, &total_s);
-    const float inv = 1.0f / sqrtf(total / (float)n + eps);
+    const float total = block_sum<NORM_WARPS>(norm_share(xr, n, threadIdx.x), warp_sums, &total_s);
+    const float inv = norm_inv(total, n, eps);
     for (int i = threadIdx.x; i < n; i += NORM_WARPS * WARP)
         out[(size_t)r * n + i] = xr[i] * inv * norm_scale(w[i], kind);
 }

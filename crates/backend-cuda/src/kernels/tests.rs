@@ -609,7 +609,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 act.borrow().read(gpu, rows * width).unwrap()
             };
             let fused = |kernel: MatmulKernel| {
-                let place = k.gate_up_swiglu_with(gpu, &m, fresh_act(), kernel).unwrap();
+                let place = k
+                    .gate_up_swiglu_with(gpu, &m, fresh_act(), None, kernel)
+                    .unwrap()
+                    .0;
                 (place, act.borrow().read(gpu, rows * width).unwrap())
             };
             let base = apart(MatmulKernel::Auto);
@@ -1750,6 +1753,196 @@ fn moe_gate_up_tiles_runs_a_step_in_the_fewest_waves() {
     assert_eq!(moe_gate_up_tiles(81, 512, 264), MMA_NT);
     // A 128-row prompt (216 slots): fitting would take 1 n-tile a block (105 waves × 1 < 27 × 4).
     assert_eq!(moe_gate_up_tiles(216, 512, 264), MMA_NT);
+}
+
+/// The 16-row kernels' norm twins give the bits of `rmsnorm_rows` then the plain kernel, for every
+/// 16-row kernel (the plain matmul and the gate/up with its SwiGLU), both kinds of norm, row
+/// counts within one row tile and over several, and depths whose shares of the sum of squares
+/// are uneven (k not a multiple of NORM_WARPS · 32).
+#[test]
+fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut k = Kernels::compile_overriding(&gpu, &tiny_dims().1, &[("MMA_NORM_TWINS", 1)])
+        .expect("kernels with the norm twins");
+    // Every row count into the twin, to check the twins across row tiles too.
+    k.norm_in_matmul_max_rows = usize::MAX;
+    k.swiglu_in_gate_up = true;
+    let gpu = gpu.as_ref();
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let max_rows = 40;
+    for (depth, width) in [
+        (1024, 96 + 8 * rng.below(40)),
+        (2560, 200),
+        (64 * (1 + rng.below(50)), 48),
+    ] {
+        // The residual stream: rows of different scales, as a model's.
+        let x: Vec<f32> = (0..max_rows * depth)
+            .map(|i| (1 + i / depth % 7) as f32 * 3.0 * rng.vec(1)[0])
+            .collect();
+        let norm_w = rng.vec(depth);
+        let w: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let (xb, nb, wb) = (
+            Buf::from_host(gpu, &x).unwrap(),
+            Buf::from_host(gpu, &norm_w).unwrap(),
+            Buf::from_host(gpu, &w).unwrap(),
+        );
+        let mut xn = Buf::<f32>::zeros(gpu, max_rows * depth).unwrap();
+        let mut y = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
+        let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+        let nan = vec![f32::NAN; max_rows * 2 * width];
+        for zero_centred in [false, true] {
+            let norm = super::InputNorm {
+                w: nb.at(0),
+                eps: 1e-6,
+                zero_centred,
+                out: xn.at(0),
+            };
+            for rows in [1, 2, 3, 4, 5, 16, 17, 33, max_rows] {
+                let m = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
+                let apart_m = Matmul { x: xn.at(0), ..m };
+                let what = format!("seed {seed}, depth {depth}, width {width}, rows {rows}, zero-centred {zero_centred}");
+                k.rmsnorm(
+                    gpu,
+                    xb.at(0),
+                    nb.at(0),
+                    depth,
+                    rows,
+                    1e-6,
+                    zero_centred,
+                    xn.at(0),
+                )
+                .unwrap();
+                for kernel in SIXTEEN_ROW_KERNELS {
+                    y.write(gpu, &nan).unwrap();
+                    k.matmul_with(gpu, &apart_m, kernel).unwrap();
+                    let want = y.read(gpu, rows * 2 * width).unwrap();
+                    y.write(gpu, &nan).unwrap();
+                    let place = k.matmul_normed_with(gpu, &m, Some(&norm), kernel).unwrap();
+                    assert_eq!(
+                        place,
+                        Some(super::NormPlace::InMatmul),
+                        "{what}, {kernel:?}"
+                    );
+                    let got = y.read(gpu, rows * 2 * width).unwrap();
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, {kernel:?}: the norm twin's bits differ"
+                    );
+                    // The gate/up with its SwiGLU (in the twin, or apart after the narrow kernel).
+                    act.write(gpu, &nan[..max_rows * width]).unwrap();
+                    k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
+                        .unwrap();
+                    let want = act.read(gpu, rows * width).unwrap();
+                    act.write(gpu, &nan[..max_rows * width]).unwrap();
+                    let (_, place) = k
+                        .gate_up_swiglu_with(gpu, &m, act.at(0), Some(&norm), kernel)
+                        .unwrap();
+                    assert_eq!(
+                        place,
+                        Some(super::NormPlace::InMatmul),
+                        "{what}, {kernel:?}"
+                    );
+                    let got = act.read(gpu, rows * width).unwrap();
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, {kernel:?}: the SwiGLU norm twin's bits differ"
+                    );
+                }
+                // Auto: the norm into its kernel up to the bound, apart (into `out`) past it;
+                // the same bits either way.
+                for bound in [0, 4] {
+                    k.norm_in_matmul_max_rows = bound;
+                    y.write(gpu, &nan).unwrap();
+                    k.matmul_with(gpu, &apart_m, MatmulKernel::Auto).unwrap();
+                    let want = y.read(gpu, rows * 2 * width).unwrap();
+                    y.write(gpu, &nan).unwrap();
+                    xn.write(gpu, &vec![f32::NAN; max_rows * depth]).unwrap();
+                    let place = k.normed_matmul(gpu, &m, &norm).unwrap();
+                    let got = y.read(gpu, rows * 2 * width).unwrap();
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, bound {bound}: Auto's bits differ"
+                    );
+                    assert_eq!(
+                        place == super::NormPlace::InMatmul,
+                        rows <= bound,
+                        "{what}, bound {bound}: {place:?}"
+                    );
+                    // Apart, the norm's rows are in `out` (and the runs above read them there).
+                    let written = xn.read(gpu, rows * depth).unwrap();
+                    k.rmsnorm(
+                        gpu,
+                        xb.at(0),
+                        nb.at(0),
+                        depth,
+                        rows,
+                        1e-6,
+                        zero_centred,
+                        xn.at(0),
+                    )
+                    .unwrap();
+                    if place == super::NormPlace::Apart {
+                        let normed = xn.read(gpu, rows * depth).unwrap();
+                        assert!(same_bits(&written, &normed), "{what}: the norm apart");
+                    }
+                }
+                k.norm_in_matmul_max_rows = usize::MAX;
+            }
+        }
+    }
+}
+
+/// A norm twin's thread loads a row of the model's width in one batch (`tile_norms`): enough
+/// loads for every element, whole rounds of its share-warps, and no round more than that.
+#[test]
+fn norm_twins_load_a_row_of_the_hidden_width_at_once() {
+    let threads = super::MMA_WARPS as usize * 32;
+    let share_warps = (super::NORM_WARPS / super::MMA_WARPS) as usize;
+    for hidden in (16..=8192).step_by(16) {
+        let loads = super::norm_loads(hidden);
+        assert!(loads * threads >= hidden, "hidden {hidden}: {loads} loads");
+        assert!(
+            loads.is_multiple_of(share_warps),
+            "hidden {hidden}: {loads} loads"
+        );
+        assert!(
+            loads == share_warps || (loads - share_warps) * threads < hidden,
+            "hidden {hidden}: {loads} loads, a round more than a row needs"
+        );
+    }
+    // Qwen3-0.6B, the A3B slice, Qwen3-4B, -8B.
+    assert_eq!(super::norm_loads(1024), 4);
+    assert_eq!(super::norm_loads(2048), 8);
+    assert_eq!(super::norm_loads(2560), 12);
+    assert_eq!(super::norm_loads(4096), 16);
+}
+
+/// Where a matmul's input norm runs: in a bf16 16-row kernel's twin up to the bound, apart on
+/// the tiles, the warpgroup MMA, FP8, and past the bound.
+#[test]
+fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
+    use super::{norm_place, MatmulLaunch, NormPlace};
+    let row_tiles = MatmulLaunch::RowTiles {
+        tiles: 4,
+        deep: true,
+    };
+    let max = 4;
+    assert_eq!(norm_place(row_tiles, false, 1, max), NormPlace::InMatmul);
+    assert_eq!(norm_place(row_tiles, false, max, max), NormPlace::InMatmul);
+    for apart in [
+        norm_place(row_tiles, false, max + 1, max),
+        norm_place(row_tiles, true, 1, max),
+        norm_place(row_tiles, false, 1, 0),
+        norm_place(MatmulLaunch::Tiled { split_k: false }, false, 1, max),
+        norm_place(MatmulLaunch::Tiled { split_k: true }, false, 1, max),
+        norm_place(MatmulLaunch::Wgmma, false, 1, max),
+    ] {
+        assert_eq!(apart, NormPlace::Apart);
+    }
 }
 
 #[test]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepared in session 49 (no device lent), never run on a GPU: the input RMSNorm in the 16-row bf16
+# matmuls (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`), off by default
+# (FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N takes it for rounds of up to N rows). Session 32's twins
+# lost 6 % at one stream; these load their first weights before they sum the squares and load a
+# row's squares in one batch. Its kernel tests (the twins' bits against rmsnorm_rows then the
+# plain kernel, every 16-row kernel, 1–40 rows), the whole-model tests with every round of up to 4
+# rows through the twins, then the A/B on Qwen3-0.6B and -4B at 1, 2 and 8 streams (a dense
+# layer's two norms a step are 57 of Qwen3-0.6B's 228 launches).
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
+# the tree for the call); ~330 s on an H100.
+set -u
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. bench/unpack_peers.sh
+b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
+FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda norm --test-threads 1 > $OUT/tests_kernels.txt 2>&1
+rc=$?; el "backend_cuda norm rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
+if [ $rc = 0 ]; then
+  TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures" SETTINGS="n4:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=4" \
+    TEST_TIMEOUT=100 bench/gpu_tests.sh $OUT/tests_n4 > /dev/null 2>&1
+  el "tests n4 rc=$?"; cat $OUT/tests_n4/summary.txt
+  S="base:FLASHLANE_AB=1 n1:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=1 n2:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=2"
+  for shape in qwen3-0.6b qwen3-4b; do
+    SETTINGS="$S" STREAMS=1,2,8 NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=60 bench/gpu_ab.sh /tmp/ab_$shape $shape $FL > /dev/null 2>&1
+    el "norm $shape rc=$?"; cat /tmp/ab_$shape/ab.txt /tmp/ab_$shape/ab_means.txt | tee -a $OUT/ab_norm.txt
+  done
+  tar -C $OUT -cJf $OUT/tests.tar.xz tests_n4 && rm -rf $OUT/tests_n4
+fi
