@@ -8,7 +8,7 @@
 # rows through the twins, then the A/B on Qwen3-0.6B and -4B at 1, 2 and 8 streams (a dense
 # layer's two norms a step are 57 of Qwen3-0.6B's 228 launches).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
-# the tree for the call); ~330 s on an H100.
+# the tree for the call); ~360 s on an H100.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -16,6 +16,14 @@ el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
 FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda norm --test-threads 1 > $OUT/tests_kernels.txt 2>&1
 rc=$?; el "backend_cuda norm rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
+# Packs older than e3ea569 have no such test and ignore the switch: nothing below would test it.
+grep -q "norm_twins_give_the_bits" $OUT/tests_kernels.txt || { el "stale packs: repack (bench/pack_gpu_tests.sh --flashlane)"; exit 1; }
+# The tiny model the kernel tests compile for is hybrid (no early weights): the dense models' path,
+# the wait inside the twin after its first weight loads, too.
+FLASHLANE_MATMUL_EARLY_WEIGHTS=1 FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda norm_twins --test-threads 1 \
+  > $OUT/tests_kernels_early.txt 2>&1
+rc2=$?; el "backend_cuda norm_twins (early weights) rc=$rc2"; grep -E "^test |test result|panicked" $OUT/tests_kernels_early.txt
+[ $rc2 = 0 ] || rc=$rc2
 if [ $rc = 0 ]; then
   TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures" SETTINGS="n4:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=4" \
     TEST_TIMEOUT=100 bench/gpu_tests.sh $OUT/tests_n4 > /dev/null 2>&1

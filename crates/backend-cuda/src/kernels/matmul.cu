@@ -159,11 +159,13 @@ __device__ __forceinline__ void load_norm16(const float* p, bool in, float* gm) 
 }
 
 // v[i] = v[i] · inv · scale(gm[i]): `rmsnorm_rows`' expression on the same values, so a row
-// normalised here has the bits that kernel writes. Absent rows (inv 0) and elements past k
-// (zeros) stay zeros.
+// normalised here has the bits that kernel writes. Both products rounded (`__fmul_rn`): the value
+// goes straight into the split's subtraction (`split_pair`), which a compiler may otherwise fuse
+// with the last product into one FMA, where `rmsnorm_rows` stores the rounded product. Absent rows
+// (inv 0) and elements past k (zeros) stay zeros.
 __device__ __forceinline__ void normalise16(float* v, float inv, const float* gm, int kind) {
 #pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = v[i] * inv * norm_scale(gm[i], kind);
+    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(__fmul_rn(v[i], inv), norm_scale(gm[i], kind));
 }
 
 // 1 / RMS of each row of the row tile from r0 (`inv[i]` for row r0 + i; 0 past `rows`), summed in
@@ -443,10 +445,11 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 //
 // With NORM (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`), x is the residual stream and the
 // block applies the RMSNorm (weight `norm_w`, `eps`, `norm_kind`) that would run before it
-// (`InputsNormed`): its first weights are loaded first whatever MMA_EARLY_WEIGHTS says, then each
-// block sums its rows' squares in `rmsnorm_rows`' order (`tile_norms`) and normalises x as it
-// loads it, so the products are those of the plain kernel on `rmsnorm_rows`' output: the same
-// bits, without that launch or its rows' trip through memory.
+// (`InputsNormed`): its first weights are loaded before the sums of squares (and, under
+// MMA_EARLY_WEIGHTS, before the wait for the kernel ahead; else the block waited at its start),
+// then each block sums its rows' squares in `rmsnorm_rows`' order (`tile_norms`) and normalises
+// x as it loads it, so the products are those of the plain kernel on `rmsnorm_rows`' output: the
+// same bits, without that launch or its rows' trip through memory.
 template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false, bool NORM = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,

@@ -1637,11 +1637,13 @@ pub enum NormPlace {
 }
 
 /// Where the input norm of a matmul that runs as `launch` over `rows` rows goes: into its bf16
-/// 16-row kernel for up to `max_rows` rows ([`NORM_IN_MATMUL_MAX_ROWS`]), apart otherwise (the
-/// tiles, the warpgroup MMA and FP8 have no twin).
+/// 16-row kernel for up to `max_rows` rows ([`NORM_IN_MATMUL_MAX_ROWS`]; 0: none, the twins
+/// then not compiled), apart otherwise (the tiles, the warpgroup MMA and FP8 have no twin).
 fn norm_place(launch: MatmulLaunch, fp8: bool, rows: usize, max_rows: usize) -> NormPlace {
     match launch {
-        MatmulLaunch::RowTiles { .. } if !fp8 && rows <= max_rows => NormPlace::InMatmul,
+        MatmulLaunch::RowTiles { .. } if !fp8 && max_rows > 0 && rows <= max_rows => {
+            NormPlace::InMatmul
+        }
         _ => NormPlace::Apart,
     }
 }

@@ -1937,6 +1937,7 @@ fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
         norm_place(row_tiles, false, max + 1, max),
         norm_place(row_tiles, true, 1, max),
         norm_place(row_tiles, false, 1, 0),
+        norm_place(row_tiles, false, 0, 0),
         norm_place(MatmulLaunch::Tiled { split_k: false }, false, 1, max),
         norm_place(MatmulLaunch::Tiled { split_k: true }, false, 1, max),
         norm_place(MatmulLaunch::Wgmma, false, 1, max),
