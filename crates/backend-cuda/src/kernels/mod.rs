@@ -1187,20 +1187,18 @@ impl Kernels {
         };
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
-        let by_tiles = |tiles: usize| match tiles {
-            MMA_NT => f("matmul_bf16"),
-            other => f(&format!("matmul_bf16_t{other}")),
-        };
-        let norm_by_tiles = |tiles: usize| match tiles {
-            MMA_NT => f("matmul_bf16_norm"),
-            other => f(&format!("matmul_bf16_norm_t{other}")),
-        };
-        let tiles_of = |name: &str| -> Result<[CudaFunction; 4], CudaError> {
+        // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
+        // suffix where `bare_at_nt` (`matmul_bf16`, `matmul_bf16_norm`; the SwiGLU's have it).
+        let tiles_of = |name: &str, bare_at_nt: bool| -> Result<[CudaFunction; 4], CudaError> {
+            let one = |tiles: usize| match tiles {
+                MMA_NT if bare_at_nt => f(name),
+                other => f(&format!("{name}_t{other}")),
+            };
             Ok([
-                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[0]))?,
-                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[1]))?,
-                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[2]))?,
-                f(&format!("{name}_t{}", MATMUL_BLOCK_TILES[3]))?,
+                one(MATMUL_BLOCK_TILES[0])?,
+                one(MATMUL_BLOCK_TILES[1])?,
+                one(MATMUL_BLOCK_TILES[2])?,
+                one(MATMUL_BLOCK_TILES[3])?,
             ])
         };
         let deep_of = |name: &str| -> Result<[CudaFunction; 2], CudaError> {
@@ -1210,28 +1208,18 @@ impl Kernels {
             ])
         };
         let mut kernels = Kernels {
-            matmul_by_tiles: [
-                by_tiles(MATMUL_BLOCK_TILES[0])?,
-                by_tiles(MATMUL_BLOCK_TILES[1])?,
-                by_tiles(MATMUL_BLOCK_TILES[2])?,
-                by_tiles(MATMUL_BLOCK_TILES[3])?,
-            ],
+            matmul_by_tiles: tiles_of("matmul_bf16", true)?,
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
-            matmul_swiglu_by_tiles: tiles_of("matmul_bf16_swiglu")?,
+            matmul_swiglu_by_tiles: tiles_of("matmul_bf16_swiglu", false)?,
             matmul_swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu")?,
             swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).map_or(true, |v| v != "0"),
             norm_twins: match norm_twins {
                 false => None,
                 true => Some(NormTwins {
-                    by_tiles: [
-                        norm_by_tiles(MATMUL_BLOCK_TILES[0])?,
-                        norm_by_tiles(MATMUL_BLOCK_TILES[1])?,
-                        norm_by_tiles(MATMUL_BLOCK_TILES[2])?,
-                        norm_by_tiles(MATMUL_BLOCK_TILES[3])?,
-                    ],
+                    by_tiles: tiles_of("matmul_bf16_norm", true)?,
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
-                    swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm")?,
+                    swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
             },

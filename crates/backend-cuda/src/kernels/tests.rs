@@ -1805,17 +1805,13 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                 let m = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let apart_m = Matmul { x: xn.at(0), ..m };
                 let what = format!("seed {seed}, depth {depth}, width {width}, rows {rows}, zero-centred {zero_centred}");
-                k.rmsnorm(
-                    gpu,
-                    xb.at(0),
-                    nb.at(0),
-                    depth,
-                    rows,
-                    1e-6,
-                    zero_centred,
-                    xn.at(0),
-                )
-                .unwrap();
+                // `rmsnorm_rows` into xn, as the norm runs apart.
+                let (x_at, norm_w_at, xn_at) = (xb.at(0), nb.at(0), xn.at(0));
+                let norm_apart = |k: &Kernels| {
+                    k.rmsnorm(gpu, x_at, norm_w_at, depth, rows, 1e-6, zero_centred, xn_at)
+                        .unwrap()
+                };
+                norm_apart(&k);
                 for kernel in SIXTEEN_ROW_KERNELS {
                     y.write(gpu, &nan).unwrap();
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
@@ -1874,17 +1870,7 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                     );
                     // Apart, the norm's rows are in `out` (and the runs above read them there).
                     let written = xn.read(gpu, rows * depth).unwrap();
-                    k.rmsnorm(
-                        gpu,
-                        xb.at(0),
-                        nb.at(0),
-                        depth,
-                        rows,
-                        1e-6,
-                        zero_centred,
-                        xn.at(0),
-                    )
-                    .unwrap();
+                    norm_apart(&k);
                     if place == super::NormPlace::Apart {
                         let normed = xn.read(gpu, rows * depth).unwrap();
                         assert!(same_bits(&written, &normed), "{what}: the norm apart");
