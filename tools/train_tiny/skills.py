@@ -12,6 +12,7 @@ transformers' `tojson`), so what the model is trained on is exactly what a serve
 
 import json
 import os
+import re
 import zlib
 
 # ---------------------------------------------------------------- the chat template
@@ -217,6 +218,71 @@ def gen_count(rng, short_frac=0.5, kinds=COUNT_KINDS, off_grid=COUNT_OFF_GRID):
         short = r < short_frac
         q, nums = pick_trained(rng, lambda: count_case(rng, short, kinds, off_grid),
                                lambda c: count_key(c[0]))
+    return conversation([(q, "\n".join(map(str, nums)))], maybe_system(rng))
+
+
+def count_ends(q):
+    """(a, b) a count prompt names: its first two numbers (every template names the start before
+    the end), or (1, b) for "Count to {b}." prompts."""
+    named = [int(w) for w in re.findall(r"-?\d+", q)]
+    return (named[0], named[1]) if len(named) >= 2 else (1, named[0])
+
+
+def count_prompt(rng, a, b, s):
+    """A prompt of the templates `count_case` draws for a count from a to b by s (sign of s =
+    direction)."""
+    if s == 1:
+        return (rng.choice(COUNT_TO_PROMPTS).format(b=b) if a == 1 and rng.random() < 0.3
+                else rng.choice(COUNT_PROMPTS).format(a=a, b=b))
+    if s > 1:
+        return rng.choice(COUNT_STEP_PROMPTS).format(a=a, b=b, s=s)
+    if s == -1:
+        return rng.choice(COUNT_DOWN_PROMPTS).format(a=a, b=b)
+    return rng.choice(COUNT_DOWN_STEP_PROMPTS).format(a=a, b=b, s=-s)
+
+
+def count_near(rng, q, nums):
+    """A count like the one asked by `q` (numbers `nums`): the same step and direction, the same
+    distance from its last number to the end it names (0 on the step's grid), a start of as many
+    digits, and within a quarter of as many numbers; never a held-out case. For a training stage
+    to practise the kind of count a model got wrong rather than the case itself
+    (`gen_count_replay`)."""
+    s = nums[1] - nums[0] if len(nums) > 1 else 1
+    _, b = count_ends(q)
+    past_last = b - nums[-1]  # 0, or between the last number and the next, on its side
+    digits = len(str(abs(nums[0])))
+    for _ in range(64):
+        n = max(2, min(COUNT_MAX_NUMBERS - 1, round(len(nums) * rng.uniform(0.8, 1.25))))
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        a = rng.randint(low, 10 ** digits - 1)
+        if s < 0:
+            # a count down must not pass 0 (the trained counts never do): a start above the
+            # least that keeps its end at 0 or more, of as many digits where there is room
+            least = (n - 1) * -s - past_last
+            if a < least:
+                a = rng.randint(least, max(least, 10 ** digits - 1))
+        last = a + (n - 1) * s
+        b = last + past_last
+        q2 = count_prompt(rng, a, b, s)
+        if not held_out(count_key(q2)):
+            return q2, count_numbers(a, b, s)
+    raise RuntimeError("no trainable count near " + q)
+
+
+def load_mined(path):
+    """The failed counts of a `mine_counts.py` file as (prompt, numbers), held-out cases (none,
+    as it draws them) left out."""
+    with open(path) as f:
+        failed = json.load(f)["failed"]
+    return [(c["prompt"], c["numbers"]) for c in failed if not held_out(count_key(c["prompt"]))]
+
+
+def gen_count_replay(rng, mined, near_frac=0.5):
+    """A count a model got wrong (`mine_counts.py`): with probability `near_frac` one like it
+    (`count_near`), else the case itself."""
+    q, nums = rng.choice(mined)
+    if rng.random() < near_frac:
+        q, nums = count_near(rng, q, nums)
     return conversation([(q, "\n".join(map(str, nums)))], maybe_system(rng))
 
 

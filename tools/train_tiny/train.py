@@ -435,6 +435,15 @@ def build_data(args, rng):
                   "cannot": 0.04, "roles": 0.04, "tools": 0.12, "repeat": 0.03, "sequence": 0.03,
                   "think": 0.01, "code_chat": 0.06}
         shares.update(json.loads(args.shares))
+        if args.replay:
+            # counts a model got wrong (tools/train_tiny/mine_counts.py), or counts like them
+            mined = [c for path in args.replay for c in skills.load_mined(path)]
+            if not mined or not 0 < args.replay_share < 1 or not 0 <= args.replay_near <= 1:
+                raise SystemExit(f"--replay: {len(mined)} failed counts in {args.replay}, share "
+                                 f"{args.replay_share} (0 to 1), near {args.replay_near} (0 to 1)")
+            gens["count_replay"] = lambda r: skills.gen_count_replay(r, mined, args.replay_near)
+            shares["count_replay"] = args.replay_share
+            log(f"replay: {len(mined)} failed counts, share {args.replay_share}, near {args.replay_near}")
     else:
         shares = {"count": args.count_share, "repeat": 0.05, "sequence": 0.05, "think": 0.04, "small_talk": 0.01,
                   "code_chat": 0.10}
@@ -771,6 +780,14 @@ def main():
                     help="skills mix: weights of counts up by one, up in steps, down by one, down in steps")
     ap.add_argument("--count-off-grid", type=float, default=skills.COUNT_OFF_GRID,
                     help="skills mix: share of stepped counts whose end is off the step's grid")
+    ap.add_argument("--replay", action="append", default=[],
+                    help="skills mix: a mine_counts.py file whose failed counts are trained again "
+                         "(repeat for several)")
+    ap.add_argument("--replay-share", type=float, default=0.1,
+                    help="with --replay: the token share of those counts (beside --count-share)")
+    ap.add_argument("--replay-near", type=float, default=0.5,
+                    help="with --replay: the share of them drawn like a failed count (skills.count_near) "
+                         "rather than as it was")
     ap.add_argument("--loss-on", choices=["all", "replies"], default="all",
                     help="train on every token, or only on the assistant's turns of chats (and all code)")
     ap.add_argument("--shares", default="{}", help="JSON: token shares replacing the skills mix's")
