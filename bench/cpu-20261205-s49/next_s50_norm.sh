@@ -6,9 +6,10 @@
 # row's squares in one batch. Its kernel tests (the twins' bits against rmsnorm_rows then the
 # plain kernel, every 16-row kernel, 1–40 rows), the whole-model tests with every round of up to 4
 # rows through the twins, then the A/B on Qwen3-0.6B and -4B at 1, 2 and 8 streams (a dense
-# layer's two norms a step are 57 of Qwen3-0.6B's 228 launches).
+# layer's two norms a step are 57 of Qwen3-0.6B's 228 launches), and on Qwen3-0.6B the narrow
+# kernel four chunks deep (FLASHLANE_MATMUL_NARROW_DEPTH=4).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
-# the tree for the call); ~360 s on an H100.
+# the tree for the call); ~420 s on an H100.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -30,7 +31,10 @@ if [ $rc = 0 ]; then
   el "tests n4 rc=$?"; cat $OUT/tests_n4/summary.txt
   S="base:FLASHLANE_AB=1 n1:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=1 n2:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=2"
   for shape in qwen3-0.6b qwen3-4b; do
-    SETTINGS="$S" STREAMS=1,2,8 NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=60 bench/gpu_ab.sh /tmp/ab_$shape $shape $FL > /dev/null 2>&1
+    # Qwen3-0.6B also with its narrow o and down projections (128 blocks, one a multiprocessor)
+    # four chunks deep (FLASHLANE_MATMUL_NARROW_DEPTH=4, one block a multiprocessor's registers).
+    extra=""; [ $shape = qwen3-0.6b ] && extra=" d4:FLASHLANE_MATMUL_NARROW_DEPTH=4"
+    SETTINGS="$S$extra" STREAMS=1,2,8 NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=60 bench/gpu_ab.sh /tmp/ab_$shape $shape $FL > /dev/null 2>&1
     el "norm $shape rc=$?"; cat /tmp/ab_$shape/ab.txt /tmp/ab_$shape/ab_means.txt | tee -a $OUT/ab_norm.txt
   done
   tar -C $OUT -cJf $OUT/tests.tar.xz tests_n4 && rm -rf $OUT/tests_n4

@@ -561,7 +561,15 @@ MATMUL_BF16_KERNELS(matmul_bf16, matmul_bf16_norm, MMA_NT, 1, false, MMA_MIN_BLO
 // loaded at once, their x too: a decode step's narrow matrices have too few blocks to keep
 // enough loads in flight one chunk at a time (the A3B slice's o projection: 9.1 µs with x
 // chunk by chunk, 7.0 with x ahead, `kernel_define_times`, bench/RESULTS.md session 18).
-MATMUL_BF16_KERNELS(matmul_bf16_narrow, matmul_bf16_norm_narrow, 1, MMA_NARROW_DEPTH, true, MMA_MIN_BLOCKS, false)
+// With MMA_NARROW_ONE_BLOCK (the host's FLASHLANE_MATMUL_NARROW_DEPTH above the default, an A/B
+// switch) its launch bounds are one block a multiprocessor, whose registers hold deeper chunks of
+// weights and x without spilling.
+#if MMA_NARROW_ONE_BLOCK
+#define MMA_NARROW_BLOCKS 1
+#else
+#define MMA_NARROW_BLOCKS MMA_MIN_BLOCKS
+#endif
+MATMUL_BF16_KERNELS(matmul_bf16_narrow, matmul_bf16_norm_narrow, 1, MMA_NARROW_DEPTH, true, MMA_NARROW_BLOCKS, false)
 
 // NT n-tiles a block for NT other than MMA_NT (3, 5, 6: `matmul_bf16_t3` …): the host picks the
 // count that fills the GPU's resident blocks in the fewest waves (a 12,352-output decode matrix

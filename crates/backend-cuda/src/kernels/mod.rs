@@ -40,6 +40,25 @@ const FP8_WIDE_MIN_BLOCKS: usize = 2 * 132;
 /// chunk at a time (320–768 blocks of 8 warps, each waiting on its 1 KiB), the wide gate/up at
 /// 3.2 (ncu, bench/RESULTS.md session 6). The bits do not depend on it.
 const MMA_NARROW_DEPTH: usize = 2;
+/// `FLASHLANE_MATMUL_NARROW_DEPTH=N` (1–8) compiles the narrow kernel with N chunks a warp in
+/// flight instead, and above 2 with launch bounds of one block a multiprocessor
+/// (MMA_NARROW_ONE_BLOCK: at 4 and two blocks, x's chunks ahead spill 304 bytes; for A/B runs of
+/// one binary: the bits do not change). Depth 4 lost at one stream
+/// on Qwen3-4B, whose narrow matrices make 320–768 blocks (two a multiprocessor or more: 224
+/// against 260 tok/s, session 6), and was even on the A3B slice; not measured where the narrow
+/// grid leaves a multiprocessor one block at most — Qwen3-0.6B's o and down projections, 128
+/// blocks of 4 and 6 chunks a warp (k 2,048 and 3,072), whose first DEPTH chunks a warp then load
+/// before the kernel ahead ends (the early weights): at 4, all of the o projection's.
+const MATMUL_NARROW_DEPTH_ENV: &str = "FLASHLANE_MATMUL_NARROW_DEPTH";
+
+/// The narrow kernel's depth: [`MATMUL_NARROW_DEPTH_ENV`]'s within 1–8, else [`MMA_NARROW_DEPTH`].
+fn narrow_depth() -> usize {
+    std::env::var(MATMUL_NARROW_DEPTH_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|depth| (1..=8).contains(depth))
+        .unwrap_or(MMA_NARROW_DEPTH)
+}
 /// Chunks of k a warp of `matmul_bf16_t3_deep` / `_t4_deep` loads before it multiplies any: the
 /// narrow kernel's depth, for wide blocks of one row tile that leave each multiprocessor one
 /// block at most ([`deepens`]). The bits do not depend on it.
@@ -818,7 +837,11 @@ impl Dims {
             ("MMA_ROWS", MMA_ROWS),
             ("MMA_COLS", MMA_COLS),
             ("MMA_NT", MMA_NT),
-            ("MMA_NARROW_DEPTH", MMA_NARROW_DEPTH),
+            ("MMA_NARROW_DEPTH", narrow_depth()),
+            (
+                "MMA_NARROW_ONE_BLOCK",
+                usize::from(narrow_depth() > MMA_NARROW_DEPTH),
+            ),
             ("MMA_DEEP_DEPTH", MMA_DEEP_DEPTH),
             ("MMA_SPLIT", usize::from(self.matmul_split)),
             ("MMA_CHUNK", MMA_CHUNK),
