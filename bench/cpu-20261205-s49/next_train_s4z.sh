@@ -10,6 +10,9 @@
 # neighbourhood weighted 8 over 5 decisions, --ema 0.995). Earlier stages moved the mix of all
 # counts (4y: more ends off the grid, no gain at T = 0); this one weights the kinds of count this
 # model fails. One stage, --micro-batches 2 (an H100's memory), seed 3838.
+# Caution from session 49's CPU run of the same replay (25 % of the tokens, batches of 2 × 2,048,
+# 1.2 M tokens: "4z-cpu", bench/RESULTS.md): every trunk it gave counted worse (455-484 of 533 at
+# T = 0 against 488), early stops and misread second numbers most; judge this stage on those too.
 # After it, on the CPU as for 4y (bench/h100-20261205-s48/call4_train.sh): reassemble the trunks,
 # means with the shipped trunk (tools/train_tiny/average_models.py), the three count sets
 # (`eval_skills.py --skills count`: the default set, seeds 20261203 and 20261204 with --cases
