@@ -9,7 +9,7 @@
 # layer's two norms a step are 57 of Qwen3-0.6B's 228 launches), and on Qwen3-0.6B the narrow
 # kernel four chunks deep (FLASHLANE_MATMUL_NARROW_DEPTH=4).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
-# the tree for the call); ~420 s on an H100.
+# the tree for the call); ~450 s on an H100.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -25,6 +25,11 @@ FLASHLANE_MATMUL_EARLY_WEIGHTS=1 FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_
   > $OUT/tests_kernels_early.txt 2>&1
 rc2=$?; el "backend_cuda norm_twins (early weights) rc=$rc2"; grep -E "^test |test result|panicked" $OUT/tests_kernels_early.txt
 [ $rc2 = 0 ] || rc=$rc2
+# The narrow kernel four chunks deep (the A/B's d4 below): the matmul test's bits at that depth.
+FLASHLANE_MATMUL_NARROW_DEPTH=4 FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda matmul_matches_backend_cpu \
+  --test-threads 1 > $OUT/tests_kernels_d4.txt 2>&1
+rc3=$?; el "backend_cuda matmul (narrow depth 4) rc=$rc3"; grep -E "^test |test result|panicked" $OUT/tests_kernels_d4.txt
+[ $rc3 = 0 ] || rc=$rc3
 if [ $rc = 0 ]; then
   TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures" SETTINGS="n4:FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=4" \
     TEST_TIMEOUT=100 bench/gpu_tests.sh $OUT/tests_n4 > /dev/null 2>&1
