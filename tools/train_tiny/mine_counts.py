@@ -34,21 +34,6 @@ import skills  # noqa: E402
 MINE_SEED = 20261205
 
 
-def draw(rng, n):
-    """n trained-side counts, half short and half of 61-400 numbers, as eval_skills.cases draws
-    its held-out ones."""
-    out = []
-    for i in range(n):
-        short = i < n // 2
-        while True:
-            q, nums = skills.pick_trained(rng, lambda: skills.count_case(rng, short),
-                                          lambda c: skills.count_key(c[0]))
-            if short or 60 < len(nums) <= 400:
-                break
-        out.append((q, nums))
-    return out
-
-
 def features(q, nums):
     step = nums[1] - nums[0] if len(nums) > 1 else 0
     # The end the prompt names is the last number unless it is off the step's grid.
@@ -74,7 +59,7 @@ def main():
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="an argument for `flashlane serve` (repeat for several)")
     args = ap.parse_args()
-    cases = draw(random.Random(args.seed), args.cases)
+    cases = skills.draw_counts(random.Random(args.seed), args.cases, skills.pick_trained)
     proc = None
     if args.flashlane:
         proc, url = eval_skills.start(args.flashlane, args.model, args.serve_arg)

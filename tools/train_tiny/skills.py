@@ -221,6 +221,20 @@ def gen_count(rng, short_frac=0.5, kinds=COUNT_KINDS, off_grid=COUNT_OFF_GRID):
     return conversation([(q, "\n".join(map(str, nums)))], maybe_system(rng))
 
 
+def draw_counts(rng, n, pick):
+    """n counts as the evaluation asks them, half of 2-60 numbers and half of 61-400, each drawn by
+    `pick` (`pick_held_out` for eval_skills.py's sets, `pick_trained` for mine_counts.py's)."""
+    out = []
+    for i in range(n):
+        short = i < n // 2
+        while True:
+            q, nums = pick(rng, lambda: count_case(rng, short), lambda c: count_key(c[0]))
+            if short or 60 < len(nums) <= 400:
+                break
+        out.append((q, nums))
+    return out
+
+
 def count_ends(q):
     """(a, b) a count prompt names: its first two numbers (every template names the start before
     the end), or (1, b) for "Count to {b}." prompts."""
