@@ -490,7 +490,8 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     if (NORM)
         mine = mma_tile<NT, DEPTH, X_AHEAD>(
             xa, xb, wr, k, part, d,
-            InputsNormed{x, x_stride, row_index, rows, r0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s, 0.0f, 0.0f});
+            InputsNormed{x, x_stride, row_index, rows, r0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s,
+                         0.0f, 0.0f});
     else if (MMA_EARLY_WEIGHTS)
         mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, r0});
     else
