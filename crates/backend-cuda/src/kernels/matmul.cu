@@ -542,7 +542,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     }
 
 // Each 16-row kernel below and, where compiled (MMA_NORM_TWINS: the host asks for them only
-// where a norm may go into a matmul, for they take NVRTC most of as long again as the rest), its
+// where a norm may go into a matmul, for with them NVRTC and ptxas take ~75 % longer), its
 // norm twin (`matmul_bf16…` and `matmul_bf16_norm…`, `matmul_bf16_swiglu…` and
 // `matmul_bf16_swiglu_norm…`).
 #if MMA_NORM_TWINS
