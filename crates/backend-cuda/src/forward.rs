@@ -8,8 +8,9 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
-    MoeIndexLayout, MoeLaunch, NormAfter, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
+    round_launches, rows_of_their_own, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm,
+    Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter, PrepWeights, DRAW_ASK_INTS,
+    DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -629,20 +630,21 @@ impl Pass<'_> {
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
                 self.input_matmul(input, &w.qkv, rows, p.wide)?;
-                let k = &self.m.kernels;
-                let inv_freq = self.m.weights.inv_freq.at(0);
-                k.attention_prep(
+                let prep = PrepWeights {
+                    q_norm: w.q_norm.at(0),
+                    k_norm: w.k_norm.at(0),
+                    inv_freq: self.m.weights.inv_freq.at(0),
+                    eps: self.eps(),
+                };
+                self.m.kernels.prep_and_attention(
                     self.gpu(),
                     &self.m.dims,
                     a,
                     p.wide,
-                    w.q_norm.at(0),
-                    w.k_norm.at(0),
-                    inv_freq,
-                    self.eps(),
+                    &prep,
                     p.q,
+                    p.att,
                 )?;
-                k.attention(self.gpu(), &self.m.dims, a, p.q, p.wide, p.att)?;
                 self.matmul(p.att, &w.o_proj, rows, p.x, true)?;
             }
             _ => unreachable!("a layer's mixer rows match its mixer weights"),
@@ -753,6 +755,8 @@ struct RoundMeta {
     logit_rows: usize,
     num_logits: usize,
     mtp: Option<MtpMeta>,
+    /// Whether each window is one row and no session has two ([`rows_of_their_own`]).
+    one_row_a_session: bool,
 }
 
 fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
@@ -783,6 +787,8 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
         logit_rows: l,
         num_logits,
         mtp,
+        one_row_a_session: plans.iter().all(|w| w.len == 1)
+            && rows_of_their_own(plans.iter().map(|w| w.session)),
     }
 }
 
@@ -855,6 +861,7 @@ pub fn forward<'a>(
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
             greedy,
+            one_row_a_session: rm.one_row_a_session,
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {
@@ -959,6 +966,7 @@ fn enqueue_round(
                     kv_base: at(base, rm.kv_base),
                     k_cache: cache.k.at(0),
                     v_cache: cache.v.at(0),
+                    one_row_a_session: rm.one_row_a_session,
                 })
             }
         };

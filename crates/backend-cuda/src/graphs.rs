@@ -30,10 +30,14 @@ pub enum GraphKey {
         mtp_pairs: usize,
         /// Whether the round ends by choosing each row's greedy token.
         greedy: bool,
+        /// Whether each row is its session's only one (where the attention's prep may run).
+        one_row_a_session: bool,
     },
     Draft {
         rows: usize,
         steps: usize,
+        /// As in `Round`: the starts' sessions named once each.
+        one_row_a_session: bool,
     },
 }
 

@@ -108,6 +108,7 @@ fn layers_match_backend_cpu(dir: &str) {
                     kv_base: at(base, rm.kv_base),
                     k_cache: sessions.kv[attn - 1].k.at(0),
                     v_cache: sessions.kv[attn - 1].v.at(0),
+                    one_row_a_session: false,
                 })
             }
         };

@@ -112,6 +112,8 @@ pub(crate) fn absorb(
         kv_base: at(base, mtp.kv_base),
         k_cache: cache.k.at(0),
         v_cache: cache.v.at(0),
+        // Runs attention_prep alone (the absorbed pairs' rows are written, never attended).
+        one_row_a_session: false,
     };
     m.kernels.attention_prep(
         &m.gpu,

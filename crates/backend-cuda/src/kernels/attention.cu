@@ -38,22 +38,15 @@ __device__ __forceinline__ float kv_load(kv_t v) { return v; }
 // Head dims a lane of attention_prep takes.
 #define ATT_PREP_DPL ((ATT_HD + WARP - 1) / WARP)
 
-extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
-attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
-               const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
-               const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
-               float* __restrict__ q_out, kv_t* __restrict__ k_cache, kv_t* __restrict__ v_cache) {
-    pdl_start();
-    __shared__ float bufs[ATT_PREP_WARPS][ATT_HD];
-    const int r = blockIdx.x, lane = threadIdx.x % WARP;
-    // Head w of the row: query heads first, then KV heads. A warp past the last head has none
-    // (only warps sync below, never the block).
-    const int w = blockIdx.y * ATT_PREP_WARPS + threadIdx.x / WARP;
-    if (w >= ATT_HEADS + ATT_KV_HEADS) return;
-    float* buf = bufs[threadIdx.x / WARP];
-    const int pos = pos_arr[r];
-    const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
-    const float* row = qkv + (size_t)r * ATT_QKV_W;
+// One warp's part of a row's prep: query head w (< ATT_HEADS) RMSNormed and RoPE'd into q_out,
+// or KV head w − ATT_HEADS's K so into the cache row and its V copied there; `buf` is ATT_HD
+// floats of the warp's shared memory. `attention_prep` and `attention_gated_prep` both run it:
+// every product and sum is rounded as written (`__fmul_rn` …), so that no compiler contracts
+// them differently in the two kernels (they give the same bits, kernel test).
+__device__ __forceinline__ void prep_head(const float* __restrict__ row, int w, int pos, size_t cache_row,
+                                          const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+                                          const float* __restrict__ inv_freq, float eps, float* q_head,
+                                          kv_t* k_cache, kv_t* v_cache, float* buf, int lane) {
     const bool query = w < ATT_HEADS;
     const int kvh = w - ATT_HEADS;
     const float* src = query ? row + w * ATT_Q_HEAD_W : row + ATT_Q_W + kvh * ATT_HD;
@@ -72,7 +65,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 #pragma unroll
     for (int j = 0; j < ATT_PREP_DPL; j++) {
         const int i = lane + j * WARP;
-        if (i < ATT_HD) buf[i] = src[i] * inv * norm_scale(nw[i], ATT_NORM_KIND);
+        if (i < ATT_HD) buf[i] = __fmul_rn(__fmul_rn(src[i], inv), norm_scale(nw[i], ATT_NORM_KIND));
     }
     __syncwarp();
     const int half = ATT_ROT / 2;
@@ -83,14 +76,33 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
         float y = buf[i];
         if (i < ATT_ROT) {
             const int d = i < half ? i : i - half;
-            const float angle = (float)pos * inv_freq[d];
+            const float angle = __fmul_rn((float)pos, inv_freq[d]);
             const float c = cosf(angle), s = sinf(angle);
             const float a = buf[d], b = buf[d + half];
-            y = i < half ? a * c + (-b) * s : b * c + a * s;
+            // a·c − b·s and b·c + a·s, as NVRTC compiled them before they were pinned.
+            y = i < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)) : __fmaf_rn(a, s, __fmul_rn(b, c));
         }
-        if (query) q_out[((size_t)r * ATT_HEADS + w) * ATT_HD + i] = y;
+        if (query) q_head[i] = y;
         else k_cache[cache_row + kvh * ATT_HD + i] = kv_store(y);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_PREP_WARPS * WARP)
+attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
+               const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
+               const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
+               float* __restrict__ q_out, kv_t* __restrict__ k_cache, kv_t* __restrict__ v_cache) {
+    pdl_start();
+    __shared__ float bufs[ATT_PREP_WARPS][ATT_HD];
+    const int r = blockIdx.x, lane = threadIdx.x % WARP;
+    // Head w of the row: query heads first, then KV heads. A warp past the last head has none
+    // (only warps sync below, never the block).
+    const int w = blockIdx.y * ATT_PREP_WARPS + threadIdx.x / WARP;
+    if (w >= ATT_HEADS + ATT_KV_HEADS) return;
+    const int pos = pos_arr[r];
+    const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
+    prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, cache_row, q_norm, k_norm, inv_freq, eps,
+              q_out + ((size_t)r * ATT_HEADS + w) * ATT_HD, k_cache, v_cache, bufs[threadIdx.x / WARP], lane);
 }
 
 // attention_gated: ATT_WARPS warps split the keys 0..=pos in groups of ATT_KEY_GROUP consecutive
@@ -275,3 +287,33 @@ ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS)
 // of 4), and a block of fewer warps leaves the multiprocessor's warp slots to more rows. The
 // same chain, the same bits.
 ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS)
+
+// `attention_prep` then `attention_gated` in one launch, for calls whose every row is its
+// session's only one (a decode round without drafts, a draft step): such a row's keys before its
+// own are in the cache from earlier launches, and its own is written by its block here. A block
+// per (row, head): warp 0 preps the query head, warp 1 its KV head (each of that KV head's query
+// heads' blocks writes the same bits to the same cache row), then the block's attention reads q
+// and the new K and V back after the barrier, which makes its threads' global writes visible to
+// each other. q, k_cache and v_cache are written here, so they are read through plain loads
+// (not the read-only path a `const __restrict__` parameter allows). The same prep and the same
+// chain as the two kernels: the same bits (kernel test).
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
+attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
+                     const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
+                     const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps, float scale,
+                     float* q, kv_t* k_cache, kv_t* v_cache, float* __restrict__ out) {
+    pdl_start();
+    __shared__ float bufs[2][ATT_HD];
+    __shared__ float m_s[ATT_WARPS][1], l_s[ATT_WARPS][1];
+    __shared__ float acc_s[ATT_WARPS][1][ATT_HD];
+    const int r = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / WARP;
+    if (warp < 2) {
+        const int pos = pos_arr[r];
+        const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
+        const int w = warp == 0 ? h : ATT_HEADS + h / (ATT_HEADS / ATT_KV_HEADS);
+        prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, cache_row, q_norm, k_norm, inv_freq, eps,
+                  q + ((size_t)r * ATT_HEADS + h) * ATT_HD, k_cache, v_cache, bufs[warp], threadIdx.x % WARP);
+    }
+    __syncthreads();
+    attention_heads<1, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, h, m_s, l_s, acc_s);
+}

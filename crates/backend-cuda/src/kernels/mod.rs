@@ -566,6 +566,12 @@ const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 
+/// `FLASHLANE_PREP_IN_ATTENTION=1` runs a call's q/k norms, RoPE and cache write inside the
+/// per-head attention kernel (`attention_gated_prep`) where every row is its session's only one:
+/// a launch fewer an attention layer in one-row rounds (a decode step of a few streams, a draft
+/// step). Off by default until the GPU tests have run it (the same bits by construction).
+pub const PREP_IN_ATTENTION_ENV: &str = "FLASHLANE_PREP_IN_ATTENTION";
+
 /// Heads of a block of `attention_grouped` for `heads` query heads over `kv_heads` of
 /// `head_dim`: the most of 4, 2, 1 that divides a KV head's query heads and keeps the merge
 /// within ATT_GROUP_MAX_DIMS.
@@ -1092,6 +1098,9 @@ pub struct Kernels {
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
+    attention_gated_prep: CudaFunction,
+    /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
+    prep_in_attention: bool,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
     /// `attention_grouped_few`; `None` lets [`attention_kernel`] choose by head dim and rows.
     attention_few_warps: Option<bool>,
@@ -1297,6 +1306,8 @@ impl Kernels {
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
+            attention_gated_prep: f("attention_gated_prep")?,
+            prep_in_attention: std::env::var(PREP_IN_ATTENTION_ENV).is_ok_and(|v| v == "1"),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
                 Ok("1") => Some(true),
@@ -2926,6 +2937,50 @@ pub struct AttentionRows {
     pub kv_base: u64,
     pub k_cache: u64,
     pub v_cache: u64,
+    /// Whether every row is its session's only one in the call ([`rows_of_their_own`]): then
+    /// the keys before each row are in the cache before the call starts.
+    pub one_row_a_session: bool,
+}
+
+/// The scale of a score, 1/√head_dim, as every attention kernel takes it.
+fn attention_scale(dims: &Dims) -> f32 {
+    1.0 / (dims.head_dim as f32).sqrt()
+}
+
+/// Whether the sessions of a call's rows, one entry a row, are each named once (a row's keys
+/// before it then come from earlier calls, never from another row of the same call).
+pub fn rows_of_their_own(sessions: impl IntoIterator<Item = usize>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    sessions.into_iter().all(|s| seen.insert(s))
+}
+
+/// Where a call's q/k norms, RoPE and cache writes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepPlace {
+    /// `attention_prep`, a launch ahead of the attention kernel.
+    Apart,
+    /// `attention_gated_prep`: in the per-head attention kernel's blocks, ahead of their
+    /// attention.
+    InAttention,
+}
+
+/// The prep goes into the attention where it is allowed ([`PREP_IN_ATTENTION_ENV`]), the call
+/// runs the per-head kernel (few rows; the grouped ones have no such twin) and no row needs a
+/// key another row of the call writes.
+pub fn prep_place(kernel: AttentionKernel, one_row_a_session: bool, allowed: bool) -> PrepPlace {
+    match (allowed, kernel, one_row_a_session) {
+        (true, AttentionKernel::PerHead, true) => PrepPlace::InAttention,
+        _ => PrepPlace::Apart,
+    }
+}
+
+/// What `attention_prep` applies to a layer's q and k heads: their RMSNorm weights, RoPE's
+/// inverse frequencies and the norms' epsilon.
+pub struct PrepWeights {
+    pub q_norm: u64,
+    pub k_norm: u64,
+    pub inv_freq: u64,
+    pub eps: f32,
 }
 
 impl Kernels {
@@ -2969,6 +3024,88 @@ impl Kernels {
         )
     }
 
+    /// `attention_prep` then `attention` of `qkv`'s rows (q through `q`, the output into `out`),
+    /// in one launch where [`prep_place`] puts the prep in the attention; says where it ran.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prep_and_attention(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        qkv: u64,
+        prep: &PrepWeights,
+        q: u64,
+        out: u64,
+    ) -> Result<PrepPlace, CudaError> {
+        let kernel = attention_kernel(
+            a.rows,
+            dims.head_dim,
+            self.attention_few_warps,
+            self.attention_grouped_min_rows,
+        );
+        let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
+        match place {
+            PrepPlace::Apart => {
+                self.attention_prep(
+                    gpu,
+                    dims,
+                    a,
+                    qkv,
+                    prep.q_norm,
+                    prep.k_norm,
+                    prep.inv_freq,
+                    prep.eps,
+                    q,
+                )?;
+                if a.rows > 0 {
+                    self.attention_with(gpu, dims, a, q, qkv, out, kernel)?;
+                }
+            }
+            PrepPlace::InAttention => self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?,
+        }
+        Ok(place)
+    }
+
+    /// `attention_gated_prep` over `a`'s rows, each its session's only one (callers check).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_gated_prep(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        qkv: u64,
+        prep: &PrepWeights,
+        q: u64,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        assert!(
+            a.one_row_a_session,
+            "A1: the prep runs in the attention only where each row is its session's only one"
+        );
+        if a.rows == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            &self.attention_gated_prep,
+            (rows_u32(a.rows), dims.heads as u32, 1),
+            ATT_THREADS,
+            &[
+                Arg::Ptr(qkv),
+                Arg::Ptr(a.pos),
+                Arg::Ptr(a.kv_base),
+                Arg::Ptr(prep.q_norm),
+                Arg::Ptr(prep.k_norm),
+                Arg::Ptr(prep.inv_freq),
+                Arg::F32(prep.eps),
+                Arg::F32(attention_scale(dims)),
+                Arg::Ptr(q),
+                Arg::Ptr(a.k_cache),
+                Arg::Ptr(a.v_cache),
+                Arg::Ptr(out),
+            ],
+        )
+    }
+
     /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
     pub fn attention(
         &self,
@@ -3003,7 +3140,7 @@ impl Kernels {
         out: u64,
         kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
-        let scale = 1.0 / (dims.head_dim as f32).sqrt();
+        let scale = attention_scale(dims);
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
         let (f, head_blocks, threads) = match kernel {
             AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),

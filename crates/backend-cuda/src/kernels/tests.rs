@@ -1192,6 +1192,32 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
     assert_eq!(attention_group(8, 8, 64), 1);
 }
 
+/// `prep_place` and `rows_of_their_own` (no device needed): the prep goes into the attention
+/// only where allowed, on the per-head kernel, with no session named twice.
+#[test]
+fn the_prep_runs_in_the_attention_only_for_rows_of_their_own() {
+    use super::{prep_place, rows_of_their_own, AttentionKernel, PrepPlace};
+    use AttentionKernel::{Grouped, GroupedFewWarps, PerHead};
+    assert!(rows_of_their_own([3, 0, 7]));
+    assert!(rows_of_their_own(std::iter::empty()));
+    assert!(!rows_of_their_own([3, 0, 3]), "a session's second row");
+    // (kernel, rows of their own, allowed, where).
+    let cases = [
+        (PerHead, true, true, PrepPlace::InAttention),
+        (PerHead, true, false, PrepPlace::Apart),
+        (PerHead, false, true, PrepPlace::Apart),
+        (Grouped, true, true, PrepPlace::Apart),
+        (GroupedFewWarps, true, true, PrepPlace::Apart),
+    ];
+    for (kernel, own, allowed, want) in cases {
+        assert_eq!(
+            prep_place(kernel, own, allowed),
+            want,
+            "{kernel:?}, rows of their own {own}, allowed {allowed}"
+        );
+    }
+}
+
 /// `attention_kernel` (no device needed): a block per head under 32 rows (a decode round of few
 /// streams, a short prompt), by groups of heads from 32 (many streams, a prompt), by few warps
 /// from 512 rows for heads of at most 128 (Qwen3's dense shapes) unless the setting forces a
@@ -2308,6 +2334,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             kv_base: bufs.3.at(0),
             k_cache: k_buf.at(0),
             v_cache: v_buf.at(0),
+            one_row_a_session: false,
         };
         let mut run = |kernel: super::AttentionKernel| {
             bufs.4
@@ -2465,6 +2492,7 @@ fn attention_prep_of_many_heads_matches_a_reference() {
             kv_base: b.kv_base.at(0),
             k_cache: k_buf.at(0),
             v_cache: v_buf.at(0),
+            one_row_a_session: false,
         };
         k.attention_prep(
             &gpu,
@@ -2544,6 +2572,131 @@ fn attention_prep_of_many_heads_matches_a_reference() {
         };
         let d = relative_diff(&got, &want);
         assert!(d <= tol, "seed {seed}, {kv:?}: relative diff {d}");
+    }
+}
+
+/// `attention_gated_prep` (the prep inside the per-head attention) against `attention_prep` then
+/// `attention_gated` on the same inputs: the same q, output and cache bits. Rows of sessions of
+/// their own at random positions (0, within the first key group, past 64 keys so that every
+/// warp walks several groups), the cache before each row filled with random stored keys and
+/// values; heads of both kinds (Qwen3's plain norms and ungated heads, Qwen3-Next's zero-centred
+/// and gated ones with partial RoPE), heads of 16 to 256 dims, both cache types.
+#[test]
+fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
+    let Some(gpu) = open_gpu() else { return };
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let shapes = [
+        // Qwen3-0.6B's heads (two query heads a KV head), Qwen3-4B's (four), the dense
+        // fixture's narrow ones (half a warp idle), Qwen3-Next's gated heads of 256.
+        ("tests/fixtures/qwen3_bf16/model", 16, 8, 128, 128),
+        ("tests/fixtures/qwen3_bf16/model", 32, 8, 128, 128),
+        ("tests/fixtures/qwen3_bf16/model", 8, 2, 16, 16),
+        ("models/flashlane-tiny", 16, 2, 256, 64),
+    ];
+    for (dir, heads, kv_heads, hd, rot) in shapes {
+        let mut config = Config::from_dir(&root.join(dir)).expect("config");
+        config.num_heads = heads;
+        config.num_kv_heads = kv_heads;
+        config.head_dim = hd;
+        config.rotary_dim = rot;
+        for kv in [KvDtype::Bf16, KvDtype::F32] {
+            let dims = Dims::of(&config, kv).expect("dims");
+            let k = Kernels::compile(&gpu, &dims).expect("kernels");
+            let mut rng = Rng::fresh();
+            let seed = rng.0;
+            let what =
+                format!("seed {seed}, {dir}, {heads}/{kv_heads} heads of {hd}, {kv:?} cache");
+            // Each row's session holds CACHE_ROWS cache rows from its base.
+            const CACHE_ROWS: usize = 200;
+            let pos: Vec<i32> = [0, 3, 70, 150, 199, rng.below(200) as i32]
+                .into_iter()
+                .collect();
+            let rows = pos.len();
+            let kv_base: Vec<i32> = (0..rows).map(|r| (r * CACHE_ROWS) as i32).collect();
+            let kv_row = kv_heads * hd;
+            let q_head_w = if dims.qwen3_next { 2 * hd } else { hd };
+            let qkv_w = heads * q_head_w + 2 * kv_row;
+            let qkv = rng.vec(rows * qkv_w);
+            let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
+            let inv_freq = rope_inv_freq(rot);
+            let b = PrepInputs::upload(&gpu, &qkv, (&pos, &kv_base), (&q_norm, &k_norm), &inv_freq);
+            let prep = super::PrepWeights {
+                q_norm: b.q_norm.at(0),
+                k_norm: b.k_norm.at(0),
+                inv_freq: b.inv_freq.at(0),
+                eps: 1e-6,
+            };
+            // The cache: random stored values everywhere (the rows' own are overwritten).
+            let cache_bytes: Vec<u8> = (0..rows * CACHE_ROWS * kv_row)
+                .flat_map(|_| {
+                    let x = rng.vec(1)[0] * 2.0;
+                    match kv {
+                        KvDtype::F32 => x.to_le_bytes().to_vec(),
+                        KvDtype::Bf16 => bf16::from_f32(x).to_le_bytes().to_vec(),
+                    }
+                })
+                .collect();
+            let run = |fused: bool| {
+                let k_buf = Buf::from_host(&gpu, &cache_bytes).unwrap();
+                let v_buf = Buf::from_host(&gpu, &cache_bytes).unwrap();
+                let q = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
+                let out = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
+                let a = super::AttentionRows {
+                    rows,
+                    pos: b.pos.at(0),
+                    kv_base: b.kv_base.at(0),
+                    k_cache: k_buf.at(0),
+                    v_cache: v_buf.at(0),
+                    one_row_a_session: true,
+                };
+                if fused {
+                    k.attention_gated_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0), out.at(0))
+                        .unwrap();
+                } else {
+                    k.attention_prep(
+                        &gpu,
+                        &dims,
+                        &a,
+                        b.qkv.at(0),
+                        prep.q_norm,
+                        prep.k_norm,
+                        prep.inv_freq,
+                        prep.eps,
+                        q.at(0),
+                    )
+                    .unwrap();
+                    k.attention_with(
+                        &gpu,
+                        &dims,
+                        &a,
+                        q.at(0),
+                        b.qkv.at(0),
+                        out.at(0),
+                        super::AttentionKernel::PerHead,
+                    )
+                    .unwrap();
+                }
+                let n = cache_bytes.len();
+                (
+                    q.read(&gpu, rows * heads * hd).unwrap(),
+                    out.read(&gpu, rows * heads * hd).unwrap(),
+                    k_buf.read(&gpu, n).unwrap(),
+                    v_buf.read(&gpu, n).unwrap(),
+                )
+            };
+            let (apart, inside) = (run(false), run(true));
+            assert!(
+                inside.1.iter().all(|x| x.is_finite()),
+                "{what}: outputs left unwritten"
+            );
+            assert!(same_bits(&inside.0, &apart.0), "{what}: q differs");
+            assert!(inside.2 == apart.2, "{what}: the K cache differs");
+            assert!(inside.3 == apart.3, "{what}: the V cache differs");
+            assert!(
+                same_bits(&inside.1, &apart.1),
+                "{what}: the attention differs"
+            );
+        }
     }
 }
 
