@@ -861,7 +861,7 @@ pub fn forward<'a>(
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
             greedy,
-            one_row_a_session: rm.one_row_a_session,
+            prep_in_attention: m.kernels.prep_in_attention(rm.one_row_a_session),
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {

@@ -30,14 +30,15 @@ pub enum GraphKey {
         mtp_pairs: usize,
         /// Whether the round ends by choosing each row's greedy token.
         greedy: bool,
-        /// Whether each row is its session's only one (where the attention's prep may run).
-        one_row_a_session: bool,
+        /// Whether the attention layers' prep runs inside their attention kernel (rows of their
+        /// own sessions, the setting on): one launch fewer a layer.
+        prep_in_attention: bool,
     },
     Draft {
         rows: usize,
         steps: usize,
-        /// As in `Round`: the starts' sessions named once each.
-        one_row_a_session: bool,
+        /// As in `Round`.
+        prep_in_attention: bool,
     },
 }
 

@@ -68,7 +68,7 @@ pub fn draft(
     let key = GraphKey::Draft {
         rows,
         steps: num,
-        one_row_a_session: offsets.one_row_a_session,
+        prep_in_attention: m.kernels.prep_in_attention(offsets.one_row_a_session),
     };
     scratch.graphs.run(&m.gpu, key, || {
         enqueue_draft(&pass, sessions, base, &offsets, num)

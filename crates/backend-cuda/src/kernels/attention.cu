@@ -79,8 +79,9 @@ __device__ __forceinline__ void prep_head(const float* __restrict__ row, int w, 
             const float angle = __fmul_rn((float)pos, inv_freq[d]);
             const float c = cosf(angle), s = sinf(angle);
             const float a = buf[d], b = buf[d + half];
-            // a·c − b·s and b·c + a·s, as NVRTC compiled them before they were pinned.
-            y = i < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)) : __fmaf_rn(a, s, __fmul_rn(b, c));
+            // a·c − b·s and b·c + a·s, as NVRTC and ptxas compiled them before they were pinned
+            // (each with one product rounded and the other fused: ptxas contracted the first).
+            y = i < half ? __fmaf_rn(a, c, -__fmul_rn(b, s)) : __fmaf_rn(a, s, __fmul_rn(b, c));
         }
         if (query) q_head[i] = y;
         else k_cache[cache_row + kvh * ATT_HD + i] = kv_store(y);
@@ -137,9 +138,11 @@ static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads shar
 // ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
 template <int G, int PW>
-__device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ qkv,
-                                                const kv_t* __restrict__ k_cache,
-                                                const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+// q, k_cache and v_cache carry no `__restrict__` here: `attention_gated_prep` writes them before
+// it reads them (the kernels' own parameters say where they are read-only).
+__device__ __forceinline__ void attention_heads(const float* q, const float* __restrict__ qkv,
+                                                const kv_t* k_cache,
+                                                const kv_t* v_cache, const int* __restrict__ pos_arr,
                                                 const int* __restrict__ kv_base_arr, float scale,
                                                 float* __restrict__ out, int h0, float (*m_s)[G],
                                                 float (*l_s)[G], float (*acc_s)[G][ATT_HD]) {
@@ -182,8 +185,10 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                         }
                     }
                 }
+                // Rounded as written, so that ptxas cannot fuse it into the softmax's `s - m_new` in one
+                // kernel and not in another.
 #pragma unroll
-                for (int i = 0; i < G; i++) s[g][i] = warp_sum(part[i]) * scale;
+                for (int i = 0; i < G; i++) s[g][i] = __fmul_rn(warp_sum(part[i]), scale);
             }
 #pragma unroll
             for (int g = 0; g < ATT_KEY_GROUP; g++) {

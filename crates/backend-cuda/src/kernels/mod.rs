@@ -3024,6 +3024,12 @@ impl Kernels {
         )
     }
 
+    /// Whether a call whose rows are each their session's only one may run its prep in the
+    /// attention ([`PREP_IN_ATTENTION_ENV`]): graphs of rounds are keyed by it.
+    pub fn prep_in_attention(&self, one_row_a_session: bool) -> bool {
+        self.prep_in_attention && one_row_a_session
+    }
+
     /// `attention_prep` then `attention` of `qkv`'s rows (q through `q`, the output into `out`),
     /// in one launch where [`prep_place`] puts the prep in the attention; says where it ran.
     #[allow(clippy::too_many_arguments)]

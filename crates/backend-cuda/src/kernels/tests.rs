@@ -2626,19 +2626,23 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                 inv_freq: b.inv_freq.at(0),
                 eps: 1e-6,
             };
-            // The cache: random stored values everywhere (the rows' own are overwritten).
-            let cache_bytes: Vec<u8> = (0..rows * CACHE_ROWS * kv_row)
-                .flat_map(|_| {
-                    let x = rng.vec(1)[0] * 2.0;
-                    match kv {
-                        KvDtype::F32 => x.to_le_bytes().to_vec(),
-                        KvDtype::Bf16 => bf16::from_f32(x).to_le_bytes().to_vec(),
-                    }
-                })
-                .collect();
+            // The caches: random stored values everywhere, K's and V's apart (the rows' own are
+            // overwritten).
+            let mut stored = || -> Vec<u8> {
+                (0..rows * CACHE_ROWS * kv_row)
+                    .flat_map(|_| {
+                        let x = rng.vec(1)[0] * 2.0;
+                        match kv {
+                            KvDtype::F32 => x.to_le_bytes().to_vec(),
+                            KvDtype::Bf16 => bf16::from_f32(x).to_le_bytes().to_vec(),
+                        }
+                    })
+                    .collect()
+            };
+            let (k_bytes, v_bytes) = (stored(), stored());
             let run = |fused: bool| {
-                let k_buf = Buf::from_host(&gpu, &cache_bytes).unwrap();
-                let v_buf = Buf::from_host(&gpu, &cache_bytes).unwrap();
+                let k_buf = Buf::from_host(&gpu, &k_bytes).unwrap();
+                let v_buf = Buf::from_host(&gpu, &v_bytes).unwrap();
                 let q = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
                 let out = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
                 let a = super::AttentionRows {
@@ -2676,7 +2680,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     )
                     .unwrap();
                 }
-                let n = cache_bytes.len();
+                let n = k_bytes.len();
                 (
                     q.read(&gpu, rows * heads * hd).unwrap(),
                     out.read(&gpu, rows * heads * hd).unwrap(),
