@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub fn default_model_dir() -> anyhow::Result<PathBuf> {
     #[cfg(feature = "embedded-model")]
     {
-        materialise(&cache_roots(), FILES)
+        materialise(&model::cache_dirs::cache_roots(), FILES)
     }
     #[cfg(not(feature = "embedded-model"))]
     {
@@ -71,42 +71,19 @@ const FILES: &[(&str, &[u8])] = &[
     ),
 ];
 
-/// Where the files may be written, in the order tried.
-#[cfg_attr(not(feature = "embedded-model"), allow(dead_code))]
-fn cache_roots() -> Vec<PathBuf> {
-    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let mut roots = Vec::new();
-    if let Some(dir) = env("FLASHLANE_CACHE_DIR") {
-        roots.push(PathBuf::from(dir));
-    }
-    if let Some(dir) = env("XDG_CACHE_HOME") {
-        roots.push(PathBuf::from(dir).join("flashlane"));
-    } else if let Some(home) = env("HOME") {
-        roots.push(PathBuf::from(home).join(".cache/flashlane"));
-    }
-    roots.push(std::env::temp_dir().join("flashlane"));
-    roots
-}
-
-/// FNV-1a over the files' names and bytes: the cache folder's name, so that another build's
-/// model never reads this one's files.
-#[cfg_attr(not(feature = "embedded-model"), allow(dead_code))]
-fn content_hash(files: &[(&str, &[u8])]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (name, bytes) in files {
-        for &b in name.as_bytes().iter().chain(*bytes) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
 /// The folder under the first usable root holding `files`, each written (to a temporary name,
 /// then renamed, so that a start racing this one never reads half a file) unless a file of its
 /// length is already there.
 #[cfg_attr(not(feature = "embedded-model"), allow(dead_code))]
 fn materialise(roots: &[PathBuf], files: &[(&str, &[u8])]) -> anyhow::Result<PathBuf> {
-    let name = format!("flashlane-tiny-{:016x}", content_hash(files));
+    // A hash of the files' names and bytes, so that another build's model never reads these.
+    let parts = files
+        .iter()
+        .flat_map(|(name, bytes)| [name.as_bytes(), *bytes]);
+    let name = format!(
+        "flashlane-tiny-{:016x}",
+        model::cache_dirs::content_hash(parts)
+    );
     let mut failures = Vec::new();
     for root in roots {
         let dir = root.join(&name);

@@ -8,10 +8,12 @@
 //! - [`tokenizer`]: `tokenizer.json` through the HF `tokenizers` crate.
 //! - [`chat`]: `tokenizer_config.json`'s chat template through minijinja with HF conventions.
 //! - [`vocab`]: which token ids speculative drafts choose among ([`draft_vocab`]).
+//! - [`cache_dirs`]: where flashlane keeps the files it writes for itself.
 //!
 //! The graphs (what to compute with the weights) live in the backends (`backend-cpu`), which own
 //! the per-session state; this crate only reads files and says clearly what is wrong with them.
 
+pub mod cache_dirs;
 pub mod chat;
 pub mod config;
 pub mod end_tokens;

@@ -8,7 +8,7 @@
 use crate::device::{Arg, Gpu, Launches};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use model::{Arch, Config, KvDtype, LinearAttentionConfig, MoeConfig};
 
 const COMMON: &str = include_str!("common.cu");
@@ -21,6 +21,35 @@ const MTP: &str = include_str!("mtp.cu");
 const DRAW: &str = include_str!("draw.cu");
 const DENSE: &str = include_str!("dense.cu");
 const MATMUL_WG: &str = include_str!("matmul_wg.cu");
+
+/// `source` compiled by NVRTC for `arch`, or its PTX read back from the kernel cache
+/// ([`ptx_cache`]: the same source, architecture and NVRTC compiled before); a compile error
+/// starts with `what`.
+fn module_ptx(source: String, arch: &'static str, what: &str) -> Result<Ptx, CudaError> {
+    let tag = format!("{arch} nvrtc {}", nvrtc_version());
+    let ptx = ptx_cache::PtxCache::from_env().ptx(&source, &tag, || {
+        let opts = CompileOptions {
+            arch: Some(arch),
+            ..Default::default()
+        };
+        compile_ptx_with_opts(&source, opts)
+            .map(|ptx| ptx.to_src())
+            .map_err(|e| CudaError::Compile(format!("{what}{e:?}")))
+    })?;
+    Ok(Ptx::from_src(ptx))
+}
+
+/// NVRTC's version as "major.minor" ("?" if it cannot say: then every compile's cache entry
+/// says so, and a later NVRTC that can say misses them).
+fn nvrtc_version() -> String {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through the pointers it is given, nothing else.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    match status {
+        cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS => format!("{major}.{minor}"),
+        _ => "?".to_string(),
+    }
+}
 
 /// The GPU the kernels are built for (Hopper: H100, H200).
 const ARCH: &str = "sm_90";
@@ -1201,13 +1230,7 @@ impl Kernels {
         norm_twins: bool,
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
-        let opts = CompileOptions {
-            arch: Some(ARCH),
-            ..Default::default()
-        };
-        let ptx = compile_ptx_with_opts(source, opts)
-            .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
-        let module = gpu.ctx.load_module(ptx)?;
+        let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
         let f = |name: &str| module.load_function(name);
         // The tiles' stages: over the 48 KiB a block gets without asking.
         let tiles = |name: &str| -> Result<CudaFunction, CudaError> {
@@ -1420,13 +1443,9 @@ impl Kernels {
     }
 
     fn compile_wgmma_source(&mut self, gpu: &Gpu, source: String) -> Result<(), CudaError> {
-        let opts = CompileOptions {
-            arch: Some(ARCH_WGMMA),
-            ..Default::default()
-        };
-        let ptx = compile_ptx_with_opts(source, opts)
-            .map_err(|e| CudaError::Compile(format!("matmul_wg.cu: {e:?}")))?;
-        let module = gpu.ctx.load_module(ptx)?;
+        let module = gpu
+            .ctx
+            .load_module(module_ptx(source, ARCH_WGMMA, "matmul_wg.cu: ")?)?;
         let matmul = module.load_function("matmul_bf16_wgmma")?;
         matmul.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -3516,6 +3535,8 @@ impl Kernels {
         )
     }
 }
+
+mod ptx_cache;
 
 #[cfg(test)]
 mod tests;
