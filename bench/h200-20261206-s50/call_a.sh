@@ -4,7 +4,8 @@
 # (FLASHLANE_PREP_IN_ATTENTION=1, `attention_gated_prep`): its kernel test against
 # attention_prep then attention_gated. (2) Session 49's input RMSNorm in the 16-row matmuls
 # (FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N): its kernel tests, also with early weights (the dense
-# models' wait path). Then the A/B on Qwen3-0.6B and -4B at 1 and 8 streams, if the tests passed.
+# models' wait path). Every other kernel test too. Then the A/B on Qwen3-0.6B and -4B at 1 and 8
+# streams, of each variant whose tests passed.
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
 # the tree for the call).
 set -u
@@ -13,8 +14,10 @@ el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 . bench/unpack_peers.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
 b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
-FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda prep_in_attention norm attention_ --test-threads 1 > $OUT/tests_kernels.txt 2>&1
-rc=$?; el "backend_cuda prep/norm/attention rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
+# Every kernel test (the new ones among them), at the defaults; the kernels' PTX cache
+# (FLASHLANE_KERNEL_CACHE, new) spares the recompiles of one source.
+FLASHLANE_REQUIRE_GPU=1 timeout 260 $b/backend_cuda --test-threads 1 > $OUT/tests_kernels.txt 2>&1
+rc=$?; el "backend_cuda rc=$rc"; grep -E "test result|panicked|FAILED|failed" $OUT/tests_kernels.txt; ls ~/.cache/flashlane/kernels | wc -l
 grep -q "prep_in_attention_gives_the_bits" $OUT/tests_kernels.txt || { el "stale packs: repack (bench/pack_gpu_tests.sh --flashlane)"; exit 1; }
 FLASHLANE_MATMUL_EARLY_WEIGHTS=1 FLASHLANE_REQUIRE_GPU=1 timeout 120 $b/backend_cuda norm_twins --test-threads 1 \
   > $OUT/tests_kernels_early.txt 2>&1
