@@ -15,7 +15,8 @@ use crate::kernels::{
 use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::weights::{
-    DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MatrixPart, MixerWeights, MoeWeights,
+    AttentionWeights, DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MatrixPart, MixerWeights,
+    MoeWeights,
 };
 use crate::CudaError;
 use lane::{DrawAsk, RoundOut, RoundWindow, Want};
@@ -363,6 +364,16 @@ impl Pass<'_> {
         &self.m.gpu
     }
 
+    /// What `attention_prep` applies to layer `w`'s q and k heads.
+    pub(crate) fn prep_weights(&self, w: &AttentionWeights) -> PrepWeights {
+        PrepWeights {
+            q_norm: w.q_norm.at(0),
+            k_norm: w.k_norm.at(0),
+            inv_freq: self.m.weights.inv_freq.at(0),
+            eps: self.eps(),
+        }
+    }
+
     pub(crate) fn eps(&self) -> f32 {
         self.m.config.rms_norm_eps as f32
     }
@@ -630,18 +641,12 @@ impl Pass<'_> {
             }
             (MixerWeights::Attention(w), MixerRows::Attention(a)) => {
                 self.input_matmul(input, &w.qkv, rows, p.wide)?;
-                let prep = PrepWeights {
-                    q_norm: w.q_norm.at(0),
-                    k_norm: w.k_norm.at(0),
-                    inv_freq: self.m.weights.inv_freq.at(0),
-                    eps: self.eps(),
-                };
                 self.m.kernels.prep_and_attention(
                     self.gpu(),
                     &self.m.dims,
                     a,
                     p.wide,
-                    &prep,
+                    &self.prep_weights(w),
                     p.q,
                     p.att,
                 )?;

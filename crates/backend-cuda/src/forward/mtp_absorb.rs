@@ -115,17 +115,8 @@ pub(crate) fn absorb(
         // Runs attention_prep alone (the absorbed pairs' rows are written, never attended).
         one_row_a_session: false,
     };
-    m.kernels.attention_prep(
-        &m.gpu,
-        &m.dims,
-        &rows,
-        p.wide,
-        aw.q_norm.at(0),
-        aw.k_norm.at(0),
-        m.weights.inv_freq.at(0),
-        pass.eps(),
-        p.q,
-    )?;
+    m.kernels
+        .attention_prep(&m.gpu, &m.dims, &rows, p.wide, &pass.prep_weights(aw), p.q)?;
     m.kernels.copy_rows(
         &m.gpu,
         p.hidden,

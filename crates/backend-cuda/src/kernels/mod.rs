@@ -3011,10 +3011,7 @@ impl Kernels {
         dims: &Dims,
         a: &AttentionRows,
         qkv: u64,
-        q_norm: u64,
-        k_norm: u64,
-        inv_freq: u64,
-        eps: f32,
+        prep: &PrepWeights,
         q_out: u64,
     ) -> Result<(), CudaError> {
         if a.rows == 0 {
@@ -3032,10 +3029,10 @@ impl Kernels {
                 Arg::Ptr(qkv),
                 Arg::Ptr(a.pos),
                 Arg::Ptr(a.kv_base),
-                Arg::Ptr(q_norm),
-                Arg::Ptr(k_norm),
-                Arg::Ptr(inv_freq),
-                Arg::F32(eps),
+                Arg::Ptr(prep.q_norm),
+                Arg::Ptr(prep.k_norm),
+                Arg::Ptr(prep.inv_freq),
+                Arg::F32(prep.eps),
                 Arg::Ptr(q_out),
                 Arg::Ptr(a.k_cache),
                 Arg::Ptr(a.v_cache),
@@ -3071,17 +3068,7 @@ impl Kernels {
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
         match place {
             PrepPlace::Apart => {
-                self.attention_prep(
-                    gpu,
-                    dims,
-                    a,
-                    qkv,
-                    prep.q_norm,
-                    prep.k_norm,
-                    prep.inv_freq,
-                    prep.eps,
-                    q,
-                )?;
+                self.attention_prep(gpu, dims, a, qkv, prep, q)?;
                 if a.rows > 0 {
                     self.attention_with(gpu, dims, a, q, qkv, out, kernel)?;
                 }
@@ -3131,29 +3118,8 @@ impl Kernels {
         )
     }
 
-    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]`.
-    pub fn attention(
-        &self,
-        gpu: &Gpu,
-        dims: &Dims,
-        a: &AttentionRows,
-        q: u64,
-        qkv: u64,
-        out: u64,
-    ) -> Result<(), CudaError> {
-        if a.rows == 0 {
-            return Ok(());
-        }
-        let kernel = attention_kernel(
-            a.rows,
-            dims.head_dim,
-            self.attention_few_warps,
-            self.attention_grouped_min_rows,
-        );
-        self.attention_with(gpu, dims, a, q, qkv, out, kernel)
-    }
-
-    /// [`Kernels::attention`] by `kernel` (each gives the same bits).
+    /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]` by
+    /// `kernel` (each gives the same bits).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_with(
         &self,

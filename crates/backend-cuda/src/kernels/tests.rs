@@ -2432,6 +2432,16 @@ struct PrepInputs {
 }
 
 impl PrepInputs {
+    /// The prep's weights as the kernels take them, with the norms' `eps`.
+    fn weights(&self, eps: f32) -> super::PrepWeights {
+        super::PrepWeights {
+            q_norm: self.q_norm.at(0),
+            k_norm: self.k_norm.at(0),
+            inv_freq: self.inv_freq.at(0),
+            eps,
+        }
+    }
+
     fn upload(
         gpu: &Arc<Gpu>,
         qkv: &[f32],
@@ -2494,18 +2504,8 @@ fn attention_prep_of_many_heads_matches_a_reference() {
             v_cache: v_buf.at(0),
             one_row_a_session: false,
         };
-        k.attention_prep(
-            &gpu,
-            &dims,
-            &a,
-            b.qkv.at(0),
-            b.q_norm.at(0),
-            b.k_norm.at(0),
-            b.inv_freq.at(0),
-            eps,
-            q_buf.at(0),
-        )
-        .unwrap();
+        k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &b.weights(eps), q_buf.at(0))
+            .unwrap();
         let q_out = q_buf.read(&gpu, rows * q_w).unwrap();
         let decode = |bytes: Vec<u8>| -> Vec<f32> {
             match kv {
@@ -2620,12 +2620,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             let (q_norm, k_norm) = (rng.vec(hd), rng.vec(hd));
             let inv_freq = rope_inv_freq(rot);
             let b = PrepInputs::upload(&gpu, &qkv, (&pos, &kv_base), (&q_norm, &k_norm), &inv_freq);
-            let prep = super::PrepWeights {
-                q_norm: b.q_norm.at(0),
-                k_norm: b.k_norm.at(0),
-                inv_freq: b.inv_freq.at(0),
-                eps: 1e-6,
-            };
+            let prep = b.weights(1e-6);
             // The caches: random stored values everywhere, K's and V's apart (the rows' own are
             // overwritten).
             let mut stored = || -> Vec<u8> {
@@ -2657,18 +2652,8 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     k.attention_gated_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0), out.at(0))
                         .unwrap();
                 } else {
-                    k.attention_prep(
-                        &gpu,
-                        &dims,
-                        &a,
-                        b.qkv.at(0),
-                        prep.q_norm,
-                        prep.k_norm,
-                        prep.inv_freq,
-                        prep.eps,
-                        q.at(0),
-                    )
-                    .unwrap();
+                    k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0))
+                        .unwrap();
                     k.attention_with(
                         &gpu,
                         &dims,
