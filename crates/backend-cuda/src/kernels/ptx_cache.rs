@@ -5,11 +5,12 @@
 //! PTX back instead of compiling it.
 //!
 //! A file `kernels/<hash>.ptx` under flashlane's cache folder ([`model::cache_dirs`]) holds one
-//! compile: a first line naming the options, the source's length and a second hash of it, then the
-//! PTX. A file whose first line is not the one expected is never used (it is compiled again and
-//! replaced), so two sources can only share PTX if both 64-bit hashes and the length agree. Files
-//! are written under a temporary name and renamed, so that a start racing this one never reads half
-//! of one. Any failure of the cache (no writable folder, a full disk) only means compiling.
+//! compile: a first line naming the options, the source's length, a second hash of it and the
+//! PTX's length, then the PTX. A file whose first line is not the one expected, or whose PTX is
+//! not of the length it names, is never used (it is compiled again and replaced), so two sources
+//! can only share PTX if both 64-bit hashes and the length agree. Files are written under a
+//! temporary name and renamed, so that a start racing this one never reads half of one. Any
+//! failure of the cache (no writable folder, a full disk) only means compiling.
 
 use model::cache_dirs::{cache_roots, content_hash};
 use std::path::{Path, PathBuf};
@@ -87,11 +88,17 @@ fn header(source: &str, tag: &str) -> String {
     format!("{HEADER} tag={tag} len={} check={check:016x}", source.len())
 }
 
-/// The PTX after `path`'s first line, if that line is `first_line`.
+/// The PTX after `path`'s first line, if that line is `first_line` followed by the PTX's length
+/// (a file cut short or grown is not used).
 fn read_entry(path: &Path, first_line: &str) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let (line, ptx) = text.split_once('\n')?;
-    (line == first_line && !ptx.is_empty()).then(|| ptx.to_string())
+    let length: usize = line
+        .strip_prefix(first_line)?
+        .strip_prefix(" ptx=")?
+        .parse()
+        .ok()?;
+    (length == ptx.len() && !ptx.is_empty()).then(|| ptx.to_string())
 }
 
 fn write_entry(path: &Path, first_line: &str, ptx: &str) -> std::io::Result<()> {
@@ -99,7 +106,7 @@ fn write_entry(path: &Path, first_line: &str, ptx: &str) -> std::io::Result<()> 
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let partial = path.with_extension(format!("{}.{nanos}.partial", std::process::id()));
-    std::fs::write(&partial, format!("{first_line}\n{ptx}"))?;
+    std::fs::write(&partial, format!("{first_line} ptx={}\n{ptx}", ptx.len()))?;
     std::fs::rename(&partial, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&partial);
     })
@@ -200,9 +207,15 @@ mod tests {
             .unwrap()
             .path();
         // A file under this name whose first line names another source (a hash collision, or
-        // another version's layout), a truncated one, an empty one.
+        // another version's layout), a file whose PTX was cut short or grew, a truncated first
+        // line, an empty file.
+        let good = std::fs::read_to_string(&file).unwrap();
+        let (line, _) = good.split_once('\n').unwrap();
+        let (cut, grown) = (format!("{line}\nPT"), format!("{line}\nPTX\n"));
         for damaged in [
-            "// flashlane kernel cache v1 tag=t len=9 check=0\nPTX",
+            "// flashlane kernel cache v1 tag=t len=9 check=0 ptx=3\nPTX",
+            &cut,
+            &grown,
             "// flashlane",
             "",
         ] {
