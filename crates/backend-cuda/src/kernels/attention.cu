@@ -137,9 +137,9 @@ static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads shar
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
 // ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
-template <int G, int PW>
 // q, k_cache and v_cache carry no `__restrict__` here: `attention_gated_prep` writes them before
 // it reads them (the kernels' own parameters say where they are read-only).
+template <int G, int PW>
 __device__ __forceinline__ void attention_heads(const float* q, const float* __restrict__ qkv,
                                                 const kv_t* k_cache,
                                                 const kv_t* v_cache, const int* __restrict__ pos_arr,
