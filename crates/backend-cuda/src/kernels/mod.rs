@@ -499,10 +499,14 @@ pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// The most rows whose input RMSNorm a 16-row matmul computes itself ([`norm_place`]): each of
 /// its blocks sums its rows' squares again (k floats a row from L2, one trip for all of a
 /// thread's, then 32 warp butterflies) while its first weights load, in place of
-/// `rmsnorm_rows`' launch and its rows' trip through memory. 0, every norm apart, until it is
-/// measured: session 32's twins, which summed the shares one after another and loaded their
-/// weights only after, took 6 % longer at one stream and up to 33 % at 8 (bench/RESULTS.md).
-const NORM_IN_MATMUL_MAX_ROWS: usize = 0;
+/// `rmsnorm_rows`' launch and its rows' trip through memory. Measured on the H100 (session 50,
+/// bench/RESULTS.md; two interleaved rounds, with the prep in the attention): Qwen3-0.6B at one
+/// stream 887 → 920 tok/s (+3.7 %; without the prep there +3.1 %), at 2 streams a bound of 2 and
+/// of 4 alike (no run without at 2), at 4 streams a bound of 4 4 % slower than 2; Qwen3-4B
+/// +1.1 % at one stream; the A3B slice
+/// (its first norm a layer) within 0.3 %. (Session 32's twins, which summed the shares one after
+/// another and loaded their weights only after, had been 6 % slower at one stream.)
+const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
 /// step's). For A/B runs of one binary: the bits do not change.
 pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS";
@@ -510,7 +514,7 @@ pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS
 /// The bound [`NORM_IN_MATMUL_MAX_ROWS_ENV`] asks for, else [`NORM_IN_MATMUL_MAX_ROWS`]. The norm
 /// twins are compiled only where it is above 0 (MMA_NORM_TWINS): with them NVRTC and the PTX's
 /// assembly took ~75 % longer over Qwen3-4B's source (`tools/cuda_check`: 5.1 → 8.9 s on a 2-core
-/// CPU), at every start.
+/// CPU), once a build and model shape now that the PTX is kept between starts ([`ptx_cache`]).
 fn norm_in_matmul_max_rows() -> usize {
     std::env::var(NORM_IN_MATMUL_MAX_ROWS_ENV)
         .ok()
@@ -595,10 +599,12 @@ const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 
-/// `FLASHLANE_PREP_IN_ATTENTION=1` runs a call's q/k norms, RoPE and cache write inside the
-/// per-head attention kernel (`attention_gated_prep`) where every row is its session's only one:
-/// a launch fewer an attention layer in one-row rounds (a decode step of a few streams, a draft
-/// step). Off by default until the GPU tests have run it (the same bits by construction).
+/// A call's q/k norms, RoPE and cache write run inside the per-head attention kernel
+/// (`attention_gated_prep`) where every row is its session's only one: a launch fewer an
+/// attention layer in one-row rounds (a decode step of up to 31 streams, a draft step). The same
+/// bits (kernel test). Measured on the H100 (session 50, bench/RESULTS.md; two interleaved
+/// rounds): Qwen3-0.6B +0.9 % at one stream and +4.2 % at 8, Qwen3-4B +0.7 % and +1.7 %.
+/// `FLASHLANE_PREP_IN_ATTENTION=0` keeps the prep a launch of its own (A/B runs of one binary).
 pub const PREP_IN_ATTENTION_ENV: &str = "FLASHLANE_PREP_IN_ATTENTION";
 
 /// Heads of a block of `attention_grouped` for `heads` query heads over `kv_heads` of
@@ -1330,7 +1336,7 @@ impl Kernels {
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
             attention_gated_prep: f("attention_gated_prep")?,
-            prep_in_attention: std::env::var(PREP_IN_ATTENTION_ENV).is_ok_and(|v| v == "1"),
+            prep_in_attention: std::env::var(PREP_IN_ATTENTION_ENV).map_or(true, |v| v != "0"),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
                 Ok("1") => Some(true),
