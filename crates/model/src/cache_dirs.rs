@@ -1,15 +1,23 @@
 //! Where flashlane keeps files it writes for itself (the built-in default model's files, the GPU
 //! kernels' compiled PTX): `$FLASHLANE_CACHE_DIR`, else `$XDG_CACHE_HOME/flashlane`, else
-//! `~/.cache/flashlane`, else the temporary folder. Callers try them in that order and use the
-//! first they can write.
+//! `~/.cache/flashlane`, else the temporary folder (not for files that run as code: other users
+//! may write there). Callers try them in that order and use the first they can write.
 
 use std::path::PathBuf;
 
 /// The variable that names flashlane's cache folder ahead of the usual places.
 pub const CACHE_DIR_ENV: &str = "FLASHLANE_CACHE_DIR";
 
-/// The folders to try, in order (unset or empty variables skipped).
+/// The folders to try, in order (unset or empty variables skipped), the temporary folder last.
 pub fn cache_roots() -> Vec<PathBuf> {
+    let mut roots = user_cache_roots();
+    roots.push(std::env::temp_dir().join("flashlane"));
+    roots
+}
+
+/// [`cache_roots`] without the temporary folder, which other users of the machine may write:
+/// for files whose contents run as they are read (the GPU kernels' PTX).
+pub fn user_cache_roots() -> Vec<PathBuf> {
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let mut roots = Vec::new();
     if let Some(dir) = env(CACHE_DIR_ENV) {
@@ -20,7 +28,6 @@ pub fn cache_roots() -> Vec<PathBuf> {
     } else if let Some(home) = env("HOME") {
         roots.push(PathBuf::from(home).join(".cache/flashlane"));
     }
-    roots.push(std::env::temp_dir().join("flashlane"));
     roots
 }
 

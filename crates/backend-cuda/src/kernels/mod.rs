@@ -23,32 +23,43 @@ const DENSE: &str = include_str!("dense.cu");
 const MATMUL_WG: &str = include_str!("matmul_wg.cu");
 
 /// `source` compiled by NVRTC for `arch`, or its PTX read back from the kernel cache
-/// ([`ptx_cache`]: the same source, architecture and NVRTC compiled before); a compile error
-/// starts with `what`.
+/// ([`ptx_cache`]: the same source compiled before with the same options by the same NVRTC); a
+/// compile error starts with `what`.
 fn module_ptx(source: String, arch: &'static str, what: &str) -> Result<Ptx, CudaError> {
-    let tag = format!("{arch} nvrtc {}", nvrtc_version());
-    let ptx = ptx_cache::PtxCache::from_env().ptx(&source, &tag, || {
-        let opts = CompileOptions {
-            arch: Some(arch),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(&source, opts)
+    // cudarc's dynamic loading panics on a missing library: say so as the driver's check does.
+    // SAFETY: only looks the library up.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(CudaError::Unavailable(
+            "the NVRTC library (libnvrtc) was not found: install the CUDA toolkit's NVRTC".into(),
+        ));
+    }
+    let opts = CompileOptions {
+        arch: Some(arch),
+        ..Default::default()
+    };
+    // Every option the compile takes and NVRTC's version: what besides the source shapes the PTX.
+    let version = nvrtc_version();
+    let cache = match version {
+        Some(_) => ptx_cache::PtxCache::from_env(),
+        None => ptx_cache::PtxCache::off(),
+    };
+    let tag = format!("{opts:?} nvrtc {}", version.unwrap_or_default());
+    let ptx = cache.ptx(&source, &tag, || {
+        compile_ptx_with_opts(&source, opts.clone())
             .map(|ptx| ptx.to_src())
             .map_err(|e| CudaError::Compile(format!("{what}{e:?}")))
     })?;
     Ok(Ptx::from_src(ptx))
 }
 
-/// NVRTC's version as "major.minor" ("?" if it cannot say: then every compile's cache entry
-/// says so, and a later NVRTC that can say misses them).
-fn nvrtc_version() -> String {
+/// NVRTC's version as "major.minor", if it says (without it nothing is cached: a later NVRTC
+/// could not be told apart).
+fn nvrtc_version() -> Option<String> {
     let (mut major, mut minor) = (0, 0);
-    // SAFETY: nvrtcVersion writes two ints through the pointers it is given, nothing else.
+    // SAFETY: nvrtcVersion writes two ints through the pointers it is given, nothing else (the
+    // library is there: `module_ptx` checked).
     let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    match status {
-        cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS => format!("{major}.{minor}"),
-        _ => "?".to_string(),
-    }
+    (status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{major}.{minor}"))
 }
 
 /// The GPU the kernels are built for (Hopper: H100, H200).
