@@ -8,9 +8,9 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    round_launches, rows_of_their_own, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm,
-    Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, NormAfter, PrepWeights, DRAW_ASK_INTS,
-    DRAW_MAX_VOCAB, MATMUL_RESIDUES,
+    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
+    MoeIndexLayout, MoeLaunch, NormAfter, PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
+    MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -760,7 +760,8 @@ struct RoundMeta {
     logit_rows: usize,
     num_logits: usize,
     mtp: Option<MtpMeta>,
-    /// Whether each window is one row and no session has two ([`rows_of_their_own`]).
+    /// Whether each window is one row (its session's only one: lane gives a round's windows
+    /// distinct sessions).
     one_row_a_session: bool,
 }
 
@@ -792,8 +793,7 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
         logit_rows: l,
         num_logits,
         mtp,
-        one_row_a_session: plans.iter().all(|w| w.len == 1)
-            && rows_of_their_own(plans.iter().map(|w| w.session)),
+        one_row_a_session: plans.iter().all(|w| w.len == 1),
     }
 }
 
@@ -866,7 +866,6 @@ pub fn forward<'a>(
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
             greedy,
-            prep_in_attention: m.kernels.prep_in_attention(rm.one_row_a_session),
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {

@@ -30,15 +30,10 @@ pub enum GraphKey {
         mtp_pairs: usize,
         /// Whether the round ends by choosing each row's greedy token.
         greedy: bool,
-        /// Whether the attention layers' prep runs inside their attention kernel (rows of their
-        /// own sessions, the setting on): one launch fewer a layer.
-        prep_in_attention: bool,
     },
     Draft {
         rows: usize,
         steps: usize,
-        /// As in `Round`.
-        prep_in_attention: bool,
     },
 }
 

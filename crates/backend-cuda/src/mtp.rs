@@ -5,7 +5,7 @@
 
 use crate::forward::{at, LayerInput, Meta, MixerRows, Pass, Scratch, Then};
 use crate::graphs::GraphKey;
-use crate::kernels::{round_launches, rows_of_their_own, AttentionRows};
+use crate::kernels::{round_launches, AttentionRows};
 use crate::model::CudaModel;
 use crate::state::Sessions;
 use crate::CudaError;
@@ -52,7 +52,6 @@ pub fn draft(
         kv_base: meta.push(starts.iter().map(|d| sessions.kv_base[d.session])),
         src: meta.data.len(),
         rows,
-        one_row_a_session: rows_of_their_own(starts.iter().map(|d| d.session)),
     };
     // Hidden sources: step 0 reads each session's ring row, later steps the head's own rows.
     meta.data.extend(
@@ -65,11 +64,7 @@ pub fn draft(
     let base = scratch.upload(&m.gpu, &meta)?;
     let pass = Pass { m, p: ptrs };
     m.gpu.set_round_launches(round_launches(&m.dims, rows));
-    let key = GraphKey::Draft {
-        rows,
-        steps: num,
-        prep_in_attention: m.kernels.prep_in_attention(offsets.one_row_a_session),
-    };
+    let key = GraphKey::Draft { rows, steps: num };
     scratch.graphs.run(&m.gpu, key, || {
         enqueue_draft(&pass, sessions, base, &offsets, num)
     })?;
@@ -87,8 +82,6 @@ struct DraftMeta {
     /// The hidden sources of step 0 (ring rows), then of later steps (the head's own rows).
     src: usize,
     rows: usize,
-    /// Whether the starts' sessions are named once each ([`rows_of_their_own`]).
-    one_row_a_session: bool,
 }
 
 fn enqueue_draft(
@@ -126,8 +119,9 @@ fn enqueue_draft(
             kv_base: at(base, d.kv_base),
             k_cache: cache.k.at(0),
             v_cache: cache.v.at(0),
-            // A step's keys before its rows are the earlier steps' (earlier launches).
-            one_row_a_session: d.one_row_a_session,
+            // One row a start, the starts of distinct sessions (lane's contract): a step's keys
+            // before its rows are the earlier steps' (earlier launches).
+            one_row_a_session: true,
         });
         let then = Then {
             w: &head.norm,

@@ -515,7 +515,7 @@ pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// stream 887 → 920 tok/s (+3.7 %; without the prep there +3.1 %), at 2 streams a bound of 2 and
 /// of 4 alike (no run without at 2), at 4 streams a bound of 4 4 % slower than 2; Qwen3-4B
 /// +1.1 % at one stream; the A3B slice
-/// (its first norm a layer) within 0.3 %. (Session 32's twins, which summed the shares one after
+/// (its first norm a layer), with the prep and against neither, within 0.3 %. (Session 32's twins, which summed the shares one after
 /// another and loaded their weights only after, had been 6 % slower at one stream.)
 const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
@@ -2973,21 +2973,15 @@ pub struct AttentionRows {
     pub kv_base: u64,
     pub k_cache: u64,
     pub v_cache: u64,
-    /// Whether every row is its session's only one in the call ([`rows_of_their_own`]): then
-    /// the keys before each row are in the cache before the call starts.
+    /// Whether every row is its session's only one in the call (a round's windows are of
+    /// distinct sessions, lane's contract, so: every window one row): then the keys before
+    /// each row are in the cache before the call starts.
     pub one_row_a_session: bool,
 }
 
 /// The scale of a score, 1/√head_dim, as every attention kernel takes it.
 fn attention_scale(dims: &Dims) -> f32 {
     1.0 / (dims.head_dim as f32).sqrt()
-}
-
-/// Whether the sessions of a call's rows, one entry a row, are each named once (a row's keys
-/// before it then come from earlier calls, never from another row of the same call).
-pub fn rows_of_their_own(sessions: impl IntoIterator<Item = usize>) -> bool {
-    let mut seen = std::collections::HashSet::new();
-    sessions.into_iter().all(|s| seen.insert(s))
 }
 
 /// Where a call's q/k norms, RoPE and cache writes run.
@@ -3055,12 +3049,6 @@ impl Kernels {
                 Arg::Ptr(a.v_cache),
             ],
         )
-    }
-
-    /// Whether a call whose rows are each their session's only one may run its prep in the
-    /// attention ([`PREP_IN_ATTENTION_ENV`]): graphs of rounds are keyed by it.
-    pub fn prep_in_attention(&self, one_row_a_session: bool) -> bool {
-        self.prep_in_attention && one_row_a_session
     }
 
     /// `attention_prep` then `attention` of `qkv`'s rows (q through `q`, the output into `out`),

@@ -1192,15 +1192,12 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
     assert_eq!(attention_group(8, 8, 64), 1);
 }
 
-/// `prep_place` and `rows_of_their_own` (no device needed): the prep goes into the attention
-/// only where allowed, on the per-head kernel, with no session named twice.
+/// `prep_place` (no device needed): the prep goes into the attention only where allowed, on the
+/// per-head kernel, for rows of their own sessions.
 #[test]
 fn the_prep_runs_in_the_attention_only_for_rows_of_their_own() {
-    use super::{prep_place, rows_of_their_own, AttentionKernel, PrepPlace};
+    use super::{prep_place, AttentionKernel, PrepPlace};
     use AttentionKernel::{Grouped, GroupedFewWarps, PerHead};
-    assert!(rows_of_their_own([3, 0, 7]));
-    assert!(rows_of_their_own(std::iter::empty()));
-    assert!(!rows_of_their_own([3, 0, 3]), "a session's second row");
     // (kernel, rows of their own, allowed, where).
     let cases = [
         (PerHead, true, true, PrepPlace::InAttention),
