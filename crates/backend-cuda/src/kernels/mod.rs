@@ -514,9 +514,9 @@ pub const SWIGLU_IN_GATE_UP_ENV: &str = "FLASHLANE_SWIGLU_IN_GATE_UP";
 /// bench/RESULTS.md; two interleaved rounds, with the prep in the attention): Qwen3-0.6B at one
 /// stream 887 → 920 tok/s (+3.7 %; without the prep there +3.1 %), at 2 streams a bound of 2 and
 /// of 4 alike (no run without at 2), at 4 streams a bound of 4 4 % slower than 2; Qwen3-4B
-/// +1.1 % at one stream; the A3B slice
-/// (its first norm a layer), with the prep and against neither, within 0.3 %. (Session 32's twins, which summed the shares one after
-/// another and loaded their weights only after, had been 6 % slower at one stream.)
+/// +1.1 % at one stream; the A3B slice (its first norm a layer), with the prep against neither,
+/// within 0.3 %. (Session 32's twins, which summed the shares one after another and loaded their
+/// weights only after, had been 6 % slower at one stream.)
 const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
 /// step's). For A/B runs of one binary: the bits do not change.
