@@ -31,21 +31,16 @@
 
 // MMA_CHUNK (host define, 64): elements of k per chunk, 4 lanes × 16.
 
-// The 16-bit pairs below are bf16, or f16 with F16 (only the FP8 probe MMA_FP8_F16 takes f16).
-
-// Two f32 as a 16-bit pair (round to nearest even): `first` in the low half (the lower k),
+// Two f32 as a bf16 pair (round to nearest even): `first` in the low half (the lower k),
 // `second` in the high half (cvt puts its first operand high).
-template <bool F16 = false>
 __device__ __forceinline__ unsigned pack_pair(float first, float second) {
     unsigned d;
-    if (F16)
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
-    else
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(second), "f"(first));
     return d;
 }
 
-// The low (`high` false) or high half of a 16-bit pair as f32, exactly.
+// The low (`high` false) or high half of a 16-bit pair as f32, exactly: a bf16 pair, or with
+// F16 an f16 pair (e4m3's conversion gives f16).
 template <bool F16 = false>
 __device__ __forceinline__ float widen_half(unsigned pair, bool high) {
     if (!F16) return __uint_as_float(high ? pair & 0xffff0000u : pair << 16);
@@ -54,47 +49,39 @@ __device__ __forceinline__ float widen_half(unsigned pair, bool high) {
     return f;
 }
 
-// The 16-bit pair of x0, x1 (hi) and of what it leaves out (lo). An infinite x gives lo = inf −
+// The bf16 pair of x0, x1 (hi) and of what it leaves out (lo). An infinite x gives lo = inf −
 // inf = NaN, so an infinite input makes its outputs NaN rather than ±inf (hidden states are
 // finite).
-template <bool F16 = false>
 __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
-    hi = pack_pair<F16>(x0, x1);
-    lo = pack_pair<F16>(x0 - widen_half<F16>(hi, false), x1 - widen_half<F16>(hi, true));
+    hi = pack_pair(x0, x1);
+    lo = pack_pair(x0 - widen_half(hi, false), x1 - widen_half(hi, true));
 }
 
 // MMA_X_PRESPLIT (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels): the
 // tiles take each two floats of x as if they were already the hi and lo bf16 pairs of two
 // elements (as x split once by the kernel that writes it would give them), leaving out the
 // split's six instructions a pair. A probe of what splitting x in every block costs: the
-// products are meaningless under it, the time is not.
-template <bool F16 = false>
+// products are meaningless under it, the time is not. Measured on the H100 (bench/RESULTS.md
+// session 51): a one-row output projection 4,096 → 2,048 took 6.1 µs against 6.9, the MoE's
+// tiles of 4–64 rows 5 % longer.
 __device__ __forceinline__ void split_x(float x0, float x1, unsigned& hi, unsigned& lo) {
     if (MMA_X_PRESPLIT) {
         hi = __float_as_uint(x0);
         lo = __float_as_uint(x1);
     } else {
-        split_pair<F16>(x0, x1, hi, lo);
+        split_pair(x0, x1, hi, lo);
     }
 }
 
-// d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, 16-bit pairs as
+// d += A · B for one m16n8k16 tile (A row-major 16 × 16, B column-major 16 × 8, bf16 pairs as
 // above; d f32).
-template <bool F16 = false>
 __device__ __forceinline__ void mma_16816(float* d, unsigned a0, unsigned a1, unsigned a2,
                                           unsigned a3, unsigned b0, unsigned b1) {
-    if (F16)
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // 16 floats of x at `p` (or zeros without a row).
@@ -628,63 +615,23 @@ MATMUL_BF16_SWIGLU_DEEP(4)
 // rounds of 17–64 rows in the models that compile them), whose residues are these kernels' warps:
 // the same chain, whatever the batch.
 
-// MMA_FP8_F16 (host define, 0; 1 only in `kernel_define_times`'s recompiled kernels, which
-// measure it): the FP8 tiles take e4m3 as f16 (one conversion a pair instead of four) and x
-// split into f16 hi and lo, on the f16 tensor cores. A probe of what the conversions cost, not a
-// chain any model runs: other bits than the FP8 chain above, and f16 cannot hold an x past
-// 65,504.
-
-// Two e4m3 (low byte: the lower k) as a 16-bit pair, exactly (every e4m3 value is an f16 and a
-// bf16): the f16 pair cvt gives, widened and packed again as bf16 unless F16.
-template <bool F16 = false>
+// Two e4m3 (low byte: the lower k) as a bf16 pair, exactly (every e4m3 value is an f16 and a
+// bf16): the f16 pair cvt gives, widened and packed again as bf16. Four conversions a pair keep
+// the FP8 matmuls busy at one row where the bf16 ones wait on memory (bench/RESULTS.md session
+// 18: FP8 reads its half of the bytes at 0.8-1.0 TB/s, bf16 at 2.6-2.8). Measured on the H100
+// in session 51 and removed: bit operations in their place (the byte placed in a bf16, scaled by
+// 2^120 exactly; the same bits) no faster, and f16 tiles of one conversion a pair (other bits,
+// and f16 cannot hold an x past 65,504) 0-9 % faster a matrix at one row.
 __device__ __forceinline__ unsigned e4m3_pair(unsigned two) {
     unsigned h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)two));
-    if (F16) return h2;
     return pack_pair(widen_half<true>(h2, false), widen_half<true>(h2, true));
 }
 
-// MMA_FP8_WIDEN (host define): how the bf16 FP8 tiles widen e4m3 weights. 0: `e4m3_pair`'s
-// conversions (four a pair: e4m3 to f16, each f16 to f32, the pair to bf16), which at one row
-// keep the FP8 matmuls busy where the bf16 ones wait on memory (bench/RESULTS.md session 18:
-// FP8 reads its half of the bytes at 0.8-1.0 TB/s, bf16 at 2.6-2.8). 1 and 2 by bit operations:
-// a byte's sign and its 7 exponent-and-mantissa bits placed as a bf16's sign and its bits 4-10
-// make the bf16 of the e4m3 value times 2^-120, exactly (a normal code's exponent bias 7 is
-// bf16's 127 less 120; a subnormal code m · 2^-9 lands on bf16's subnormal m · 2^-129), then
-// one product by 2^120 makes the value itself — exact, as a power of two whose every result is
-// a normal bf16 — on bf16 pairs (1: one `mul.rn.bf16x2`, no conversion) or on each half as f32
-// and packed (2: one conversion a pair, should bf16 arithmetic flush subnormals). The same bf16
-// for every code but the NaNs (0x7f, 0xff; the weights loader refuses them), so the same bits
-// (the kernel test `fp8_widened_by_bit_operations_give_the_bits_of_the_conversions`).
-// The bf16 pairs of a word's four e4m3 (bytes 0, 1 in `lo`, 2, 3 in `hi`, as `e4m3_pair` of the
-// word and of its high half give them).
-template <bool F16 = false>
+// The bf16 pairs of a word's four e4m3: bytes 0, 1 in `lo`, 2, 3 in `hi`.
 __device__ __forceinline__ void e4m3_quad(unsigned word, unsigned& lo, unsigned& hi) {
-    if (F16 || MMA_FP8_WIDEN == 0) {
-        lo = e4m3_pair<F16>(word);
-        hi = e4m3_pair<F16>(word >> 16);
-        return;
-    }
-    // Each byte into its 16-bit half, its sign copied over the byte above (`prmt`'s selectors
-    // 8 … b replicate a byte's sign; `__byte_perm` documents only 0 … 7), so that after the shift
-    // by 4 the sign sits on bit 15.
-    unsigned pairs[2];
-    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(pairs[0]) : "r"(word));
-    asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(pairs[1]) : "r"(word));
-    unsigned out[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const unsigned scaled = (pairs[i] << 4) & 0x87f087f0u;  // the values times 2^-120
-        if (MMA_FP8_WIDEN == 1) {
-            asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[i]) : "r"(scaled), "r"(0x7b807b80u));  // 2^120
-        } else {
-            const float two_120 = __uint_as_float(0x7b800000u);
-            out[i] = pack_pair(__uint_as_float(scaled << 16) * two_120,
-                               __uint_as_float(scaled & 0xffff0000u) * two_120);
-        }
-    }
-    lo = out[0];
-    hi = out[1];
+    lo = e4m3_pair(word);
+    hi = e4m3_pair(word >> 16);
 }
 
 // `mma_tile` for e4m3 weights: `wr[j]` is this lane's weight row (output g) of n-tile j, as
@@ -695,7 +642,6 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                                              const float* const* srow, int bc, int k,
                                              float (*part)[NT][WARP][4], float* d) {
     static_assert(NT <= MMA_WARPS, "warp j sums n-tile j: at most MMA_WARPS n-tiles a block");
-    constexpr bool F16 = MMA_FP8_F16;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
 #pragma unroll
@@ -736,10 +682,10 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 unsigned a0h, a0l, a1h, a1l, a2h, a2l, a3h, a3l;
-                split_x<F16>(va[4 * s], va[4 * s + 1], a0h, a0l);
-                split_x<F16>(vb[4 * s], vb[4 * s + 1], a1h, a1l);
-                split_x<F16>(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
-                split_x<F16>(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
+                split_x(va[4 * s], va[4 * s + 1], a0h, a0l);
+                split_x(vb[4 * s], vb[4 * s + 1], a1h, a1l);
+                split_x(va[4 * s + 2], va[4 * s + 3], a2h, a2l);
+                split_x(vb[4 * s + 2], vb[4 * s + 3], a3h, a3l);
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     // Elements 4s, 4s + 1 (b0) and 4s + 2, 4s + 3 (b1) of the lane's 16, as
@@ -747,9 +693,9 @@ __device__ __forceinline__ bool mma_tile_fp8(const float* xa, const float* xb, c
                     const uint4 q = wq[p][j];
                     const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
                     unsigned b0, b1;
-                    e4m3_quad<F16>(word, b0, b1);
-                    mma_16816<F16>(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
-                    if (MMA_SPLIT) mma_16816<F16>(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
+                    e4m3_quad(word, b0, b1);
+                    mma_16816(tmp[j], a0h, a1h, a2h, a3h, b0, b1);
+                    if (MMA_SPLIT) mma_16816(tmp[j], a0l, a1l, a2l, a3l, b0, b1);
                 }
             }
 #pragma unroll

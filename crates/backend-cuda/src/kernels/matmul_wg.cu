@@ -413,19 +413,10 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                 for (int s = 0; s < 4; s++) {
                     const unsigned wa_s = s == 0 ? qa.x : s == 1 ? qa.y : s == 2 ? qa.z : qa.w;
                     const unsigned wb_s = s == 0 ? qb.x : s == 1 ? qb.y : s == 2 ? qb.z : qb.w;
-                    if (MMA_FP8_WIDEN == 0) {  // `e4m3_quad`'s conversions, in this kernel's order
-                        a[s][0] = e4m3_pair(wa_s) & ma;
-                        a[s][1] = e4m3_pair(wb_s) & mb;
-                        a[s][2] = e4m3_pair(wa_s >> 16) & ma;
-                        a[s][3] = e4m3_pair(wb_s >> 16) & mb;
-                    } else {
-                        e4m3_quad(wa_s, a[s][0], a[s][2]);
-                        e4m3_quad(wb_s, a[s][1], a[s][3]);
-                        a[s][0] &= ma;
-                        a[s][2] &= ma;
-                        a[s][1] &= mb;
-                        a[s][3] &= mb;
-                    }
+                    a[s][0] = e4m3_pair(wa_s) & ma;
+                    a[s][1] = e4m3_pair(wb_s) & mb;
+                    a[s][2] = e4m3_pair(wa_s >> 16) & ma;
+                    a[s][3] = e4m3_pair(wb_s >> 16) & mb;
                 }
             } else {
                 const uint4 ga = wq[d][0], ha = wq[d][PIECES - 1], gb = wq[d][PIECES], hb = wq[d][2 * PIECES - 1];

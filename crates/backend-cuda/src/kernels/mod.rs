@@ -111,47 +111,12 @@ const MMA_DEEP_DEPTH: usize = 2;
 /// against 28.8 (`kernel_define_times`, bench/RESULTS.md session 18).
 const MMA_FP8_NARROW_DEPTH: usize = 4;
 const MMA_FP8_WIDE_DEPTH: usize = 1;
-/// 0: the FP8 tiles convert e4m3 to bf16 (the FP8 chain every model runs). 1 (only in
-/// `kernel_define_times`'s recompiled kernels) measures them on the f16 tensor cores instead,
-/// one conversion a pair of weights instead of four: the FP8 matmuls issue an instruction every
-/// ~6 cycles a warp at one row where the bf16 ones wait on memory (ncu, bench/RESULTS.md session
-/// 18). Other bits, and f16 cannot hold an x past 65,504: a probe, not a chain.
-const MMA_FP8_F16: usize = 0;
-/// `FLASHLANE_FP8_WIDEN=1` / `=2` widens the FP8 tiles' e4m3 weights to bf16 by bit operations
-/// instead of four conversions a pair (`MMA_FP8_WIDEN` in matmul.cu, [`Fp8Widen`]): the same
-/// bf16, so the same bits. Off until measured (A/B runs; `kernel_define_times` times both in the
-/// 16-row FP8 kernels and the MoE's, not in the warpgroup split and swap, which only A/B runs
-/// measure).
-pub const FP8_WIDEN_ENV: &str = "FLASHLANE_FP8_WIDEN";
-
-/// How the FP8 tiles widen their e4m3 weights to bf16 (`MMA_FP8_WIDEN`, its value the define's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fp8Widen {
-    /// `e4m3_pair`: e4m3 to f16, each f16 to f32, the pair to bf16.
-    Conversions = 0,
-    /// The bits placed as a bf16 of the value times 2^-120, one bf16-pair product by 2^120.
-    BitsBf16Product = 1,
-    /// The same bits, the product on each half as f32, one conversion a pair.
-    BitsF32Product = 2,
-}
-
-impl Fp8Widen {
-    /// [`FP8_WIDEN_ENV`]'s value: `1` and `2` the bit operations, anything else (or none) the
-    /// conversions.
-    fn from_env_value(value: Option<&str>) -> Fp8Widen {
-        match value {
-            Some("1") => Fp8Widen::BitsBf16Product,
-            Some("2") => Fp8Widen::BitsF32Product,
-            _ => Fp8Widen::Conversions,
-        }
-    }
-}
-
 /// 0: the tensor-core tiles split x into bf16 hi and lo in every block. 1 (only in
 /// `kernel_define_times`'s recompiled kernels) times them as if x came split already (the
 /// products meaningless): what splitting x once, where it is written, would save — at 64
 /// rows the matmuls run at ~70 TF and ~1.1 TB/s, bound by neither (bench/RESULTS.md session 18).
-/// A probe, not a chain.
+/// A probe, not a chain. Measured on the H100 (session 51): 12 % off a one-row 4,096 → 2,048
+/// projection, 5 % onto the MoE's tiles of 4–64 rows.
 const MMA_X_PRESPLIT: usize = 0;
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
@@ -470,18 +435,16 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths and the probes (MMA_FP8_F16,
-/// MMA_X_PRESPLIT, MMT_PROBE) and how FP8 weights widen (MMA_FP8_WIDEN), which the host never
+/// The defines `Kernels::compile_overriding` may change: the depths and the probes
+/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never
 /// reads; MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
 /// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits
 /// n-tiles to waves); MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose
 /// shared memory the compiled kernels then launch with. Any other (a block's warps or n-tiles, a
 /// model's sizes) would make launches that do not match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 14] = [
+const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_NORM_TWINS",
-    "MMA_FP8_F16",
-    "MMA_FP8_WIDEN",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -900,11 +863,6 @@ impl Dims {
             ("MMA_CHUNK", MMA_CHUNK),
             ("MMA_FP8_NARROW_DEPTH", MMA_FP8_NARROW_DEPTH),
             ("MMA_FP8_WIDE_DEPTH", MMA_FP8_WIDE_DEPTH),
-            ("MMA_FP8_F16", MMA_FP8_F16),
-            (
-                "MMA_FP8_WIDEN",
-                Fp8Widen::from_env_value(std::env::var(FP8_WIDEN_ENV).ok().as_deref()) as usize,
-            ),
             ("MMA_X_PRESPLIT", MMA_X_PRESPLIT),
             ("MOE_BF16_DEPTH", MOE_BF16_DEPTH),
             ("MOE_FP8_DEPTH", MOE_FP8_DEPTH),
@@ -999,17 +957,7 @@ impl Dims {
     /// The warpgroup matmul's module: the sizes, the warpgroup block's, the common code, the
     /// matmuls' and `matmul_wg.cu`.
     fn wgmma_source(&self) -> String {
-        self.wgmma_source_with(self.defines())
-    }
-
-    /// The warpgroup module's source with `overrides` in place of those defines (as
-    /// [`Dims::source_overriding`]).
-    #[cfg(test)]
-    fn wgmma_source_overriding(&self, overrides: &[(&str, usize)]) -> Result<String, String> {
-        Ok(self.wgmma_source_with(self.defines_overriding(overrides)?))
-    }
-
-    fn wgmma_source_with(&self, mut defines: String) -> String {
+        let mut defines = self.defines();
         for (name, v) in [
             ("MMW_ROWS", MMW_ROWS),
             ("MMW_OUTS", MMW_OUTS),
@@ -1441,28 +1389,11 @@ impl Kernels {
     /// (the kernel tests), and for `MatmulKernel::Auto` where the tiles would run (compiled at
     /// start then: [`MATMUL_WGMMA_ENV`]).
     pub(crate) fn compile_wgmma(&mut self, gpu: &Gpu, dims: &Dims) -> Result<(), CudaError> {
-        self.compile_wgmma_source(gpu, dims.wgmma_source())
-    }
-
-    /// [`Kernels::compile_wgmma`] with `overrides` in place of some of [`OVERRIDABLE_DEFINES`]
-    /// (as [`Kernels::compile_overriding`]).
-    #[cfg(test)]
-    pub(crate) fn compile_wgmma_overriding(
-        &mut self,
-        gpu: &Gpu,
-        dims: &Dims,
-        overrides: &[(&str, usize)],
-    ) -> Result<(), CudaError> {
-        let source = dims
-            .wgmma_source_overriding(overrides)
-            .map_err(|name| CudaError::Compile(format!("{name} is not a define to override")))?;
-        self.compile_wgmma_source(gpu, source)
-    }
-
-    fn compile_wgmma_source(&mut self, gpu: &Gpu, source: String) -> Result<(), CudaError> {
-        let module = gpu
-            .ctx
-            .load_module(module_ptx(source, ARCH_WGMMA, "matmul_wg.cu: ")?)?;
+        let module = gpu.ctx.load_module(module_ptx(
+            dims.wgmma_source(),
+            ARCH_WGMMA,
+            "matmul_wg.cu: ",
+        )?)?;
         let matmul = module.load_function("matmul_bf16_wgmma")?;
         matmul.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
