@@ -342,6 +342,15 @@ impl<'w> Then<'w> {
     }
 }
 
+/// Whether a matmul that normalises its input leaves the normalised rows in `xn` after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NormedRows {
+    /// Only the matmul reads them: a norm in its kernel writes none.
+    Dropped,
+    /// Kernels after it read them too (the MoE's experts): in `xn` wherever the norm ran.
+    Kept,
+}
+
 /// What a layer's first matmul (and a dense MLP's gate/up) reads.
 #[derive(Clone, Copy)]
 pub(crate) enum LayerInput<'w> {
@@ -458,12 +467,28 @@ impl Pass<'_> {
         rows: usize,
         y: u64,
     ) -> Result<(), CudaError> {
+        self.input_matmul_with(input, w, rows, y, NormedRows::Dropped)
+    }
+
+    /// [`Pass::input_matmul`], and the normalised input in `xn` after it where `normed` keeps it
+    /// (for kernels after the matmul that read it).
+    fn input_matmul_with(
+        &self,
+        input: LayerInput<'_>,
+        w: &Matrix,
+        rows: usize,
+        y: u64,
+        normed: NormedRows,
+    ) -> Result<(), CudaError> {
         let p = self.p;
         match (input, w.parts.as_slice()) {
             (LayerInput::Normed, _) => self.matmul(p.xn, w, rows, y, false),
             (LayerInput::Raw(norm_w), [part]) => {
                 let m = self.part_matmul(p.x, w, part, 0, rows, y, false);
-                let norm = self.input_norm(norm_w);
+                let norm = InputNorm {
+                    keep: normed == NormedRows::Kept,
+                    ..self.input_norm(norm_w)
+                };
                 self.m.kernels.normed_matmul(self.gpu(), &m, &norm)?;
                 Ok(())
             }
@@ -482,11 +507,12 @@ impl Pass<'_> {
             eps: self.eps(),
             zero_centred: self.m.dims.qwen3_next,
             out: self.p.xn,
+            keep: false,
         }
     }
 
-    /// `xn` as `input` describes it: the norm run now where it was left to a matmul (for the
-    /// kernels that read `xn` themselves: the MoE's).
+    /// `xn` as `input` describes it: the norm run now where it was left to a matmul (for a
+    /// gate/up of several kinds of weights, whose parts read `xn`).
     fn materialise(&self, input: LayerInput<'_>, rows: usize) -> Result<(), CudaError> {
         match input {
             LayerInput::Normed => Ok(()),
@@ -543,9 +569,7 @@ impl Pass<'_> {
     ) -> Result<LayerInput<'w>, CudaError> {
         match ffn {
             FfnWeights::Moe(moe) => {
-                // The experts read `xn` themselves.
-                self.materialise(input, rows)?;
-                self.moe(moe, rows, then)?;
+                self.moe(moe, rows, input, then)?;
                 Ok(LayerInput::Normed)
             }
             FfnWeights::Dense(mlp) => {
@@ -657,11 +681,19 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// `x += moe(xn)` over `rows` rows, in parts of at most [`MOE_CHUNK_ROWS`], then `then`'s
-    /// norm of x (each part's last kernel normalises the rows it added to).
-    pub(crate) fn moe(&self, w: &MoeWeights, rows: usize, then: Then<'_>) -> Result<(), CudaError> {
+    /// `x += moe(n)` over `rows` rows, n the norm of x `input` describes, in parts of at most
+    /// [`MOE_CHUNK_ROWS`], then `then`'s norm of x (each part's last kernel normalises the rows
+    /// it added to). The front projection takes the norm (in its kernel where it can) and keeps
+    /// it in `xn`, where the experts read it.
+    pub(crate) fn moe(
+        &self,
+        w: &MoeWeights,
+        rows: usize,
+        input: LayerInput<'_>,
+        then: Then<'_>,
+    ) -> Result<(), CudaError> {
         let p = self.p;
-        self.matmul(p.xn, &w.front, rows, p.wide, false)?;
+        self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?;
         let c = self
             .m
             .config

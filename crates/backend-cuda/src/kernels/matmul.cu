@@ -117,7 +117,7 @@ __device__ __forceinline__ void tile_inputs(const float* x, int x_stride, const 
 #define INPUTS_AS_THEY_ARE                                                               \
     static constexpr bool NORM = false;                                                  \
     __device__ __forceinline__ void load_norm(int, bool, float*) const {}                \
-    __device__ __forceinline__ void normalise(float*, float*, const float*) const {}
+    __device__ __forceinline__ void normalise(int, bool, float*, float*, const float*) const {}
 struct InputsReady {
     static constexpr bool EARLY = false;
     INPUTS_AS_THEY_ARE
@@ -135,6 +135,13 @@ struct InputsAfterWait {
         tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     }
 };
+
+// 16 floats to `p` (16-byte aligned).
+__device__ __forceinline__ void store16(float* p, const float* v) {
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        *reinterpret_cast<float4*>(p + 4 * q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
 
 // 16 floats of the norm's weight at `p` (or zeros past k).
 __device__ __forceinline__ void load_norm16(const float* p, bool in, float* gm) {
@@ -208,7 +215,11 @@ __device__ __forceinline__ void tile_norms(const float* x, int x_stride, const i
 // written while kernels run), then it waits for the kernel ahead (under MMA_EARLY_WEIGHTS; else
 // the block waited before), finds its rows, sums their squares (`tile_norms`), and `mma_tile`
 // normalises each chunk of x as it loads it (`w` the norm's weight, `kind` NORM_PLAIN or
-// NORM_ZERO_CENTRED): the values `rmsnorm_rows` would have written.
+// NORM_ZERO_CENTRED): the values `rmsnorm_rows` would have written. With `out` (not null) the
+// blocks of the first n-column also store them there, rows of k floats as `rmsnorm_rows` writes
+// them, for kernels after the matmul that read the normalised rows too (the MoE's experts after
+// its front projection): each of a block's chunks is one warp's, so the block writes every
+// element of its rows once.
 struct InputsNormed {
     static constexpr bool EARLY = true;
     static constexpr bool NORM = true;
@@ -221,6 +232,7 @@ struct InputsNormed {
     int kind;
     float (*sums)[NORM_WARPS];
     float* inv_s;
+    float* out;
     // 1 / RMS of this lane's rows g and g + 8 (0 for an absent row), once found.
     float inva, invb;
     __device__ __forceinline__ void operator()(const float*& xa, const float*& xb) {
@@ -232,9 +244,15 @@ struct InputsNormed {
         invb = inv_s[g + 8];
     }
     __device__ __forceinline__ void load_norm(int e, bool in, float* gm) const { load_norm16(w + e, in, gm); }
-    __device__ __forceinline__ void normalise(float* va, float* vb, const float* gm) const {
+    // Elements e … e + 15 of this lane's rows (`in`: within k), normalised in place, and kept
+    // in `out` where asked.
+    __device__ __forceinline__ void normalise(int e, bool in, float* va, float* vb, const float* gm) const {
         normalise16(va, inva, gm, kind);
         normalise16(vb, invb, gm, kind);
+        if (out == nullptr || blockIdx.y != 0 || !in) return;
+        const int ra = r0 + threadIdx.x % WARP / 4, rb = ra + 8;
+        if (ra < rows) store16(out + (size_t)ra * k + e, va);
+        if (rb < rows) store16(out + (size_t)rb * k + e, vb);
     }
 };
 
@@ -345,7 +363,7 @@ __device__ __forceinline__ bool mma_tile(const float* xa, const float* xb, const
                 load16(xb && in ? xb + e : nullptr, vb[xs]);
                 if (Ready::NORM) ready.load_norm(e, in, gm[0]);
             }
-            if (Ready::NORM) ready.normalise(va[xs], vb[xs], gm[Ready::NORM && X_AHEAD ? p : 0]);
+            if (Ready::NORM) ready.normalise(e, in, va[xs], vb[xs], gm[Ready::NORM && X_AHEAD ? p : 0]);
             // Step s: elements 4s … 4s + 3 of the lane's 16; each n-tile takes the hi then the
             // lo product.
 #pragma unroll
@@ -436,7 +454,9 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
 // MMA_EARLY_WEIGHTS, before the wait for the kernel ahead; else the block waited at its start),
 // then each block sums its rows' squares in `rmsnorm_rows`' order (`tile_norms`) and normalises
 // x as it loads it, so the products are those of the plain kernel on `rmsnorm_rows`' output: the
-// same bits, without that launch or its rows' trip through memory.
+// same bits, without that launch or its rows' trip through memory. With `norm_out`, the first
+// n-column's blocks also write the normalised rows there (`InputsNormed`), as `rmsnorm_rows`
+// would have, for the kernels after it that read them.
 template <int NT, int DEPTH, bool X_AHEAD = false, bool SWIGLU = false, bool NORM = false>
 __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_stride,
                                              const int* __restrict__ row_index, const bf16_t* __restrict__ w,
@@ -444,7 +464,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
                                              int accumulate, int rows, float (*part)[NT][WARP][4],
                                              const float* __restrict__ norm_w = nullptr, float eps = 0.0f,
                                              int norm_kind = 0, float (*norm_sums)[NORM_WARPS] = nullptr,
-                                             float* norm_inv_s = nullptr) {
+                                             float* norm_inv_s = nullptr, float* __restrict__ norm_out = nullptr) {
     const int lane = threadIdx.x % WARP, g = lane / 4;
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
@@ -478,7 +498,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
         mine = mma_tile<NT, DEPTH, X_AHEAD>(
             xa, xb, wr, k, part, d,
             InputsNormed{x, x_stride, row_index, rows, r0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s,
-                         0.0f, 0.0f});
+                         norm_out, 0.0f, 0.0f});
     else if (MMA_EARLY_WEIGHTS)
         mine = mma_tile<NT, DEPTH, X_AHEAD>(xa, xb, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, r0});
     else
@@ -513,19 +533,20 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
                                                  accumulate, rows, part);                               \
     }
 
-// NAME's twin with the input RMSNorm in it (`matmul_block`'s NORM): three arguments more, the
-// norm's weight, eps and kind.
+// NAME's twin with the input RMSNorm in it (`matmul_block`'s NORM): four arguments more, the
+// norm's weight, eps and kind, and where to keep the normalised rows (null: nowhere).
 #define MATMUL_BF16_NORM_KERNEL(NAME, NT, DEPTH, X_AHEAD, BLOCKS, SWIGLU)                               \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind) {        \
+         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind,          \
+         float* __restrict__ norm_out) {                                                                \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
         __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
         __shared__ float norm_inv_s[MMA_ROWS];                                                          \
         matmul_block<NT, DEPTH, X_AHEAD, SWIGLU, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, \
                                                        accumulate, rows, part, norm_w, eps, norm_kind,    \
-                                                       norm_sums, norm_inv_s);                            \
+                                                       norm_sums, norm_inv_s, norm_out);                  \
     }
 
 // Each 16-row kernel below and, where compiled (MMA_NORM_TWINS: the host asks for them only

@@ -1613,6 +1613,10 @@ pub struct InputNorm {
     /// Where `rmsnorm_rows` writes the normalised rows (`rows` × k floats) when the norm runs
     /// apart; the matmul then reads them there.
     pub out: u64,
+    /// Whether `out` must hold the normalised rows wherever the norm runs (kernels after the
+    /// matmul read them: the MoE's experts after its front projection): a norm twin then writes
+    /// them there too, from the blocks of its first n-column. Without, a twin writes no rows.
+    pub keep: bool,
 }
 
 /// Where a matmul's input norm runs.
@@ -1689,13 +1693,15 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 }
 
 /// The arguments of a norm twin (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`): the plain
-/// kernel's, then the norm's weight, eps and kind.
-fn bf16_norm_matmul_args(m: &Matmul, norm: &InputNorm) -> [Arg; 13] {
+/// kernel's, then the norm's weight, eps and kind, and where to keep the normalised rows (0:
+/// nowhere).
+fn bf16_norm_matmul_args(m: &Matmul, norm: &InputNorm) -> [Arg; 14] {
     let plain = bf16_matmul_args(m);
     std::array::from_fn(|i| match i {
         10 => Arg::Ptr(norm.w),
         11 => Arg::F32(norm.eps),
         12 => Arg::I32(i32::from(norm.zero_centred)),
+        13 => Arg::Ptr(if norm.keep { norm.out } else { 0 }),
         _ => plain[i],
     })
 }

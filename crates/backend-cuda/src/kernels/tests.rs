@@ -1656,7 +1656,10 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                 eps: 1e-6,
                 zero_centred,
                 out: xn.at(0),
+                keep: false,
             };
+            let kept = super::InputNorm { keep: true, ..norm };
+            let xn_nan = vec![f32::NAN; max_rows * depth];
             for rows in [1, 2, 3, 4, 5, 16, 17, 33, max_rows] {
                 let m = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let apart_m = Matmul { x: xn.at(0), ..m };
@@ -1668,42 +1671,65 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                         .unwrap()
                 };
                 norm_apart(&k);
+                let normed = xn.read(gpu, rows * depth).unwrap();
+                // A twin that keeps the normalised rows writes `rmsnorm_rows`' bits to `out`
+                // (every row, every element); one that does not writes none.
+                let xn_after = |xn: &Buf<f32>, kept_rows: bool, what: &str| {
+                    let after = xn.read(gpu, rows * depth).unwrap();
+                    match kept_rows {
+                        true => assert!(same_bits(&after, &normed), "{what}: the rows kept"),
+                        false => assert!(after.iter().all(|v| v.is_nan()), "{what}: rows written"),
+                    }
+                };
                 for kernel in SIXTEEN_ROW_KERNELS {
+                    norm_apart(&k);
                     y.write(gpu, &nan).unwrap();
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
-                    y.write(gpu, &nan).unwrap();
-                    let place = k.matmul_normed_with(gpu, &m, Some(&norm), kernel).unwrap();
-                    assert_eq!(
-                        place,
-                        Some(super::NormPlace::InMatmul),
-                        "{what}, {kernel:?}"
-                    );
-                    let got = y.read(gpu, rows * 2 * width).unwrap();
-                    assert!(
-                        same_bits(&got, &want),
-                        "{what}, {kernel:?}: the norm twin's bits differ"
-                    );
+                    for (twin_norm, keeps) in [(&norm, false), (&kept, true)] {
+                        xn.write(gpu, &xn_nan).unwrap();
+                        y.write(gpu, &nan).unwrap();
+                        let place = k
+                            .matmul_normed_with(gpu, &m, Some(twin_norm), kernel)
+                            .unwrap();
+                        assert_eq!(
+                            place,
+                            Some(super::NormPlace::InMatmul),
+                            "{what}, {kernel:?}"
+                        );
+                        let got = y.read(gpu, rows * 2 * width).unwrap();
+                        assert!(
+                            same_bits(&got, &want),
+                            "{what}, {kernel:?}, keep {keeps}: the norm twin's bits differ"
+                        );
+                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}"));
+                    }
+                    norm_apart(&k);
                     // The gate/up with its SwiGLU (in the twin, or apart after the narrow kernel).
                     act.write(gpu, &nan[..max_rows * width]).unwrap();
                     k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
-                    act.write(gpu, &nan[..max_rows * width]).unwrap();
-                    let (_, place) = k
-                        .gate_up_swiglu_with(gpu, &m, act.at(0), Some(&norm), kernel)
-                        .unwrap();
-                    assert_eq!(
-                        place,
-                        Some(super::NormPlace::InMatmul),
-                        "{what}, {kernel:?}"
-                    );
-                    let got = act.read(gpu, rows * width).unwrap();
-                    assert!(
-                        same_bits(&got, &want),
-                        "{what}, {kernel:?}: the SwiGLU norm twin's bits differ"
-                    );
+                    for (twin_norm, keeps) in [(&norm, false), (&kept, true)] {
+                        xn.write(gpu, &xn_nan).unwrap();
+                        act.write(gpu, &nan[..max_rows * width]).unwrap();
+                        let (_, place) = k
+                            .gate_up_swiglu_with(gpu, &m, act.at(0), Some(twin_norm), kernel)
+                            .unwrap();
+                        assert_eq!(
+                            place,
+                            Some(super::NormPlace::InMatmul),
+                            "{what}, {kernel:?}"
+                        );
+                        let got = act.read(gpu, rows * width).unwrap();
+                        assert!(
+                            same_bits(&got, &want),
+                            "{what}, {kernel:?}, keep {keeps}: the SwiGLU norm twin's bits differ"
+                        );
+                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}, SwiGLU"));
+                    }
                 }
+                norm_apart(&k);
                 // Auto: the norm into its kernel up to the bound, apart (into `out`) past it;
                 // the same bits either way.
                 for bound in [0, 4] {
