@@ -8,9 +8,9 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
-    MoeIndexLayout, MoeLaunch, NormAfter, PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
-    MATMUL_RESIDUES,
+    moe_sum_columns, round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm,
+    Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, MoeSum, MoeSumPlace, NormAfter, PrepWeights,
+    DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -47,6 +47,8 @@ pub struct Scratch {
     moe_act_sh: Buf<f32>,
     moe_y_exp: Buf<f32>,
     moe_y_sh: Buf<f32>,
+    /// `moe_down`'s counters where it sums a layer ([`MoeSum::InDown`]): zeros between launches.
+    moe_arrivals: Buf<u32>,
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
@@ -83,6 +85,7 @@ pub(crate) struct Ptrs {
     pub(crate) moe_act_sh: u64,
     pub(crate) moe_y_exp: u64,
     pub(crate) moe_y_sh: u64,
+    pub(crate) moe_arrivals: u64,
     pub(crate) logits: u64,
     pub(crate) cat: u64,
     pub(crate) draft_hidden: u64,
@@ -178,6 +181,7 @@ impl Scratch {
             moe_act_sh: z()?,
             moe_y_exp: z()?,
             moe_y_sh: z()?,
+            moe_arrivals: Buf::zeros(gpu, 1)?,
             logits: z()?,
             cat: z()?,
             draft_hidden: z()?,
@@ -227,6 +231,7 @@ impl Scratch {
             self.moe_act_sh.ensure(g, moe_is)?,
             self.moe_y_exp.ensure(g, moe_pairs * w.hidden)?,
             self.moe_y_sh.ensure(g, moe_rows * w.hidden)?,
+            self.moe_arrivals.ensure(g, moe_sum_columns(w.hidden))?,
             self.logits
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
@@ -255,6 +260,7 @@ impl Scratch {
             moe_act_sh: self.moe_act_sh.at(0),
             moe_y_exp: self.moe_y_exp.at(0),
             moe_y_sh: self.moe_y_sh.at(0),
+            moe_arrivals: self.moe_arrivals.at(0),
             logits: self.logits.at(0),
             cat: self.cat.at(0),
             draft_hidden: self.draft_hidden.at(0),
@@ -568,10 +574,7 @@ impl Pass<'_> {
         then: Then<'w>,
     ) -> Result<LayerInput<'w>, CudaError> {
         match ffn {
-            FfnWeights::Moe(moe) => {
-                self.moe(moe, rows, input, then)?;
-                Ok(LayerInput::Normed)
-            }
+            FfnWeights::Moe(moe) => self.moe(moe, rows, input, then),
             FfnWeights::Dense(mlp) => {
                 self.dense_mlp(mlp, rows, input)?;
                 if then.deferrable {
@@ -682,17 +685,23 @@ impl Pass<'_> {
     }
 
     /// `x += moe(n)` over `rows` rows, n the norm of x `input` describes, in parts of at most
-    /// [`MOE_CHUNK_ROWS`], then `then`'s norm of x (each part's last kernel normalises the rows
-    /// it added to). The front projection takes the norm (in its kernel where it can) and keeps
-    /// it in `xn`, where the experts read it.
-    pub(crate) fn moe(
+    /// [`MOE_CHUNK_ROWS`], then `then`'s norm of x: each part's last kernel normalises the rows
+    /// it added to, or where the sum runs in the experts' down launch ([`MoeSumPlace::InDown`])
+    /// the next layer's first matmul does (returned as its input). The front projection takes
+    /// the norm (in its kernel where it can) and keeps it in `xn`, where the experts read it.
+    pub(crate) fn moe<'w>(
         &self,
         w: &MoeWeights,
         rows: usize,
         input: LayerInput<'_>,
-        then: Then<'_>,
-    ) -> Result<(), CudaError> {
+        then: Then<'w>,
+    ) -> Result<LayerInput<'w>, CudaError> {
         let p = self.p;
+        let place = self.m.kernels.moe_sum_place(rows, then.deferrable);
+        assert!(
+            place == MoeSumPlace::WithNorm || rows <= MOE_CHUNK_ROWS,
+            "[moe-sum-in-down-one-part] a sum in the down launch leaves no norm to each part"
+        );
         self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?;
         let c = self
             .m
@@ -743,12 +752,25 @@ impl Pass<'_> {
                 zero_centred: self.m.dims.qwen3_next,
                 out: f32_at(then.out, done * h),
             };
-            self.m
-                .kernels
-                .moe(self.gpu(), &self.m.dims, &launch, Some(&norm))?;
+            let sum = match place {
+                MoeSumPlace::WithNorm => MoeSum::WithNorm(&norm),
+                MoeSumPlace::InDown => MoeSum::InDown {
+                    arrivals: p.moe_arrivals,
+                },
+            };
+            self.m.kernels.moe(self.gpu(), &self.m.dims, &launch, sum)?;
             done += part;
         }
-        Ok(())
+        match place {
+            MoeSumPlace::WithNorm => Ok(LayerInput::Normed),
+            MoeSumPlace::InDown => {
+                assert_eq!(
+                    then.out, p.xn,
+                    "[then-deferred-xn] a deferred norm goes to xn when it runs apart"
+                );
+                Ok(LayerInput::Raw(then.w))
+            }
+        }
     }
 
     /// Logits over the token ids `0..v` of `rows` rows of `x` (gathered by `row_index` when not

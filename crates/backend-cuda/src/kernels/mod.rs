@@ -495,6 +495,38 @@ fn norm_in_matmul_max_rows() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
 }
+/// `FLASHLANE_MOE_SUM_IN_DOWN=1` sums a MoE layer's experts in its `moe_down` launch where the
+/// norm after the layer goes into the next layer's first matmul ([`moe_sum_place`]): one launch
+/// fewer a MoE layer in rounds of up to [`NORM_IN_MATMUL_MAX_ROWS`] rows. Off until measured on a
+/// GPU: an A/B switch that keeps the bits.
+pub const MOE_SUM_IN_DOWN_ENV: &str = "FLASHLANE_MOE_SUM_IN_DOWN";
+
+/// Where a MoE layer's sum over its experts runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeSumPlace {
+    /// `moe_combine_norm`, the norm after the layer with it ([`MoeSum::WithNorm`]).
+    WithNorm,
+    /// In `moe_down`, the norm left to the next layer's first matmul ([`MoeSum::InDown`]).
+    InDown,
+}
+
+/// Where the sum of a MoE layer over `rows` rows runs: in `moe_down` when `enabled` and the norm
+/// after the layer may be left to the next layer's first matmul (`deferrable`: not the model's
+/// final norm, whose rows the logits and the MTP head read) and that matmul takes it in its own
+/// kernel (`rows` within `norm_in_matmul_max_rows`), so that no launch takes the sum's place;
+/// else with the norm in `moe_combine_norm`.
+pub fn moe_sum_place(
+    rows: usize,
+    deferrable: bool,
+    norm_in_matmul_max_rows: usize,
+    enabled: bool,
+) -> MoeSumPlace {
+    match enabled && deferrable && rows <= norm_in_matmul_max_rows {
+        true => MoeSumPlace::InDown,
+        false => MoeSumPlace::WithNorm,
+    }
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1037,6 +1069,8 @@ pub struct Kernels {
     /// The most rows whose norm goes into the matmul ([`NORM_IN_MATMUL_MAX_ROWS_ENV`]; none
     /// without the twins).
     pub(crate) norm_in_matmul_max_rows: usize,
+    /// Whether a MoE layer may sum its experts in `moe_down` ([`MOE_SUM_IN_DOWN_ENV`]).
+    pub(crate) moe_sum_in_down: bool,
     /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
     /// ([`MATMUL_DEEP_ENV`]).
     matmul_deep: bool,
@@ -1249,6 +1283,7 @@ impl Kernels {
             } else {
                 0
             },
+            moe_sum_in_down: std::env::var(MOE_SUM_IN_DOWN_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -2862,6 +2897,27 @@ pub struct MoeLaunch {
     pub y_sh: u64,
 }
 
+/// Where a MoE layer's experts' outputs are summed into x, and what follows the sum
+/// ([`Kernels::moe`]).
+#[derive(Clone, Copy)]
+pub enum MoeSum<'a> {
+    /// `moe_combine_norm` after the experts: the sum, then the RMSNorm after the layer.
+    WithNorm(&'a NormAfter),
+    /// In `moe_down`: the last block of each column of outputs to finish sums that column of
+    /// every row (`arrivals`: [`moe_sum_columns`] u32 counters, zeros before the first launch
+    /// and after each); the norm after the layer is left to what comes next (the next layer's
+    /// first matmul). One launch fewer a layer.
+    InDown { arrivals: u64 },
+    /// `moe_combine` alone (the kernel tests' reference).
+    Alone,
+}
+
+/// The counters [`MoeSum::InDown`] takes for a model of `hidden` outputs: one a column of
+/// `moe_down`'s blocks.
+pub fn moe_sum_columns(hidden: usize) -> usize {
+    hidden.div_ceil(MMA_NT * MMA_COLS)
+}
+
 /// The RMSNorm a MoE layer's last kernel applies to the rows it has just written:
 /// `out[r] = norm(x[r])` with weight `w` (as [`Kernels::rmsnorm`]).
 pub struct NormAfter {
@@ -3130,15 +3186,26 @@ impl Kernels {
         )
     }
 
+    /// Where a MoE layer over `rows` rows sums its experts ([`moe_sum_place`] with this build's
+    /// settings), its norm after it `deferrable` or not.
+    pub(crate) fn moe_sum_place(&self, rows: usize, deferrable: bool) -> MoeSumPlace {
+        moe_sum_place(
+            rows,
+            deferrable,
+            self.norm_in_matmul_max_rows,
+            self.moe_sum_in_down,
+        )
+    }
+
     /// The MoE layer over `l.rows` rows of `l.xn` (normed), adding into `l.x`; `l.mo` is the
-    /// fused front projection of `l.xn` (see `moe.cu`). With `then`, the same launch that adds
-    /// the layer's output into x writes its RMSNorm (the next layer's input) into `then.out`.
+    /// fused front projection of `l.xn` (see `moe.cu`), `sum` where the experts' outputs are
+    /// added into x (and what follows).
     pub fn moe(
         &self,
         gpu: &Gpu,
         dims: &Dims,
         l: &MoeLaunch,
-        then: Option<&NormAfter>,
+        sum: MoeSum<'_>,
     ) -> Result<(), CudaError> {
         let k = self
             .moe
@@ -3175,12 +3242,22 @@ impl Kernels {
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
         let resident = self.multiprocessors * MMA_MIN_BLOCKS;
-        Self::moe_experts(gpu, dims, k, m, l, slots, resident)?;
-        Self::moe_sum(gpu, dims, k, l, then)
+        let arrivals = match sum {
+            MoeSum::InDown { arrivals } => arrivals,
+            MoeSum::WithNorm(_) | MoeSum::Alone => 0,
+        };
+        Self::moe_experts(gpu, dims, k, m, l, slots, resident, arrivals)?;
+        match sum {
+            MoeSum::InDown { .. } => Ok(()),
+            MoeSum::WithNorm(norm) => Self::moe_sum(gpu, dims, k, l, Some(norm)),
+            MoeSum::Alone => Self::moe_sum(gpu, dims, k, l, None),
+        }
     }
 
     /// The experts' gate/up and down products of each tile (bf16 or FP8), `resident` blocks of
-    /// them on the GPU at once.
+    /// them on the GPU at once; with `arrivals` (not 0) the down kernel also adds them into x
+    /// ([`MoeSum::InDown`]).
+    #[allow(clippy::too_many_arguments)]
     fn moe_experts(
         gpu: &Gpu,
         dims: &Dims,
@@ -3189,7 +3266,17 @@ impl Kernels {
         l: &MoeLaunch,
         slots: u32,
         resident: usize,
+        arrivals: u64,
     ) -> Result<(), CudaError> {
+        // `moe_down`'s last arguments: what it needs to sum the layer itself.
+        let sum_in_down = [
+            Arg::Ptr(l.mo),
+            Arg::Ptr(l.probs),
+            Arg::Ptr(l.pair_pos),
+            Arg::Ptr(l.x),
+            Arg::I32(l.rows as i32),
+            Arg::Ptr(arrivals),
+        ];
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let tiles = match (k.gate_up_tiles_forced, k.gate_up_fit) {
             (Some(tiles), _) => tiles,
@@ -3200,7 +3287,7 @@ impl Kernels {
             .iter()
             .position(|&t| t == tiles)
             .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
-        let down_grid = (slots, dims.hidden.div_ceil(MMA_NT * MMA_COLS) as u32, 1);
+        let down_grid = (slots, moe_sum_columns(dims.hidden) as u32, 1);
         match l.fp8 {
             None => {
                 gpu.launch(
@@ -3216,20 +3303,21 @@ impl Kernels {
                         Arg::Ptr(l.act),
                     ],
                 )?;
+                let down = [
+                    Arg::Ptr(l.act),
+                    Arg::Ptr(l.act_sh),
+                    Arg::Ptr(l.tiles),
+                    Arg::Ptr(l.n_tiles),
+                    Arg::Ptr(l.down),
+                    Arg::Ptr(l.shared_down),
+                    Arg::Ptr(l.y_exp),
+                    Arg::Ptr(l.y_sh),
+                ];
                 gpu.launch(
                     &k.down,
                     down_grid,
                     MMA_WARPS * 32,
-                    &[
-                        Arg::Ptr(l.act),
-                        Arg::Ptr(l.act_sh),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.down),
-                        Arg::Ptr(l.shared_down),
-                        Arg::Ptr(l.y_exp),
-                        Arg::Ptr(l.y_sh),
-                    ],
+                    &[down.as_slice(), &sum_in_down].concat(),
                 )?;
             }
             Some(f) => {
@@ -3257,24 +3345,25 @@ impl Kernels {
                         Arg::Ptr(l.act),
                     ],
                 )?;
+                let down = [
+                    Arg::Ptr(l.act),
+                    Arg::Ptr(l.act_sh),
+                    Arg::Ptr(l.tiles),
+                    Arg::Ptr(l.n_tiles),
+                    Arg::Ptr(l.down),
+                    Arg::Ptr(f.down_scales),
+                    Arg::Ptr(l.shared_down),
+                    Arg::Ptr(f.shared_down_scales),
+                    Arg::I32(f.block_rows as i32),
+                    Arg::I32(f.block_cols as i32),
+                    Arg::Ptr(l.y_exp),
+                    Arg::Ptr(l.y_sh),
+                ];
                 gpu.launch(
                     &k.down_fp8,
                     down_grid,
                     MMA_WARPS * 32,
-                    &[
-                        Arg::Ptr(l.act),
-                        Arg::Ptr(l.act_sh),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.down),
-                        Arg::Ptr(f.down_scales),
-                        Arg::Ptr(l.shared_down),
-                        Arg::Ptr(f.shared_down_scales),
-                        Arg::I32(f.block_rows as i32),
-                        Arg::I32(f.block_cols as i32),
-                        Arg::Ptr(l.y_exp),
-                        Arg::Ptr(l.y_sh),
-                    ],
+                    &[down.as_slice(), &sum_in_down].concat(),
                 )?;
             }
         }

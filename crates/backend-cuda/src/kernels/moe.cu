@@ -17,12 +17,17 @@
 //   + sigmoid(shared gate)·shared_down, added to the residual `x`.
 // `moe_route_group` (up to MOE_ROUTE_GROUP_WARPS rows: a decode step) runs the first two in one
 // block, and `moe_combine_norm` the last with the RMSNorm after the layer, each the same code on
-// the same values as the kernels it stands for.
+// the same values as the kernels it stands for. Where the norm after the layer is left to the
+// next layer's first matmul (its norm twin: rounds of a few rows), `moe_down` itself can sum
+// (`combine_columns`): the last block of each column of outputs to finish its products sums that
+// column of every row, as `moe_combine` would.
 //
 // Batch invariance: a pair's products are `mma_tile` chains that depend on its own row and the
 // weights only (not on the tile's other rows or where the tile sits), and every sum over slots
 // or experts runs in a fixed order inside one thread. So a row's bits never depend on the rows
-// routed beside it. No atomics: the grouping walks the pairs in order.
+// routed beside it. No atomics in any value: the grouping walks the pairs in order; the one
+// atomic (`last_of_column`) only counts which block finishes last, and whichever it is sums
+// the same values in the same order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
 // MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
@@ -334,13 +339,81 @@ MOE_GATE_UP(moe_gate_up, MMA_NT)
 MOE_GATE_UP(moe_gate_up_t2, 2)
 MOE_GATE_UP(moe_gate_up_t1, 1)
 
+// Row r's output o of the layer: Σ_slots p · down_e in ascending expert index, then
+// + sigmoid(shared gate) · shared_down (`moe_combine`'s sum; `moe_combine_norm` writes the same
+// expression). y_exp and y_sh through L2 (`__ldcg`): `combine_columns` reads them in the kernel
+// that writes them, from other blocks, where L1 could hold nothing newer.
+__device__ __forceinline__ float combined(const float* __restrict__ mo, const float* __restrict__ probs,
+                                          const int* __restrict__ pair_pos, const float* y_exp,
+                                          const float* y_sh, int r, int o) {
+    float total = 0.0f;
+    for (int s = 0; s < MOE_K; s++) {
+        const size_t p = (size_t)r * MOE_K + s;
+        total += probs[p] * __ldcg(y_exp + (size_t)pair_pos[p] * MOE_H + o);
+    }
+    if (MOE_IS > 0) total += sigmoidf_(mo[(size_t)r * MOE_MO_W + MOE_E]) * __ldcg(y_sh + (size_t)r * MOE_H + o);
+    return total;
+}
+
+// Whether this block is the last of `blocks` to have written its share of a column (every
+// thread of the block calls it, after its writes): each block's writes are fenced before its
+// thread 0 counts it in `arrivals`, so the last one sees all of them; that one sets the count
+// back to 0 for the next launch (every block of this one has counted by then).
+__device__ __forceinline__ bool last_of_column(unsigned* arrivals, int blocks) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrivals, 1u) == (unsigned)blocks - 1u;
+        if (last) atomicExch(arrivals, 0u);
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// Outputs [o0, o0 + MMA_NT·MMA_COLS) of every row added into x (`combined`), the block's threads
+// taking (row, output) pairs in turn: `moe_combine` for one column of outputs.
+__device__ __forceinline__ void combine_columns(const float* __restrict__ mo, const float* __restrict__ probs,
+                                                const int* __restrict__ pair_pos, const float* y_exp,
+                                                const float* y_sh, float* __restrict__ x, int rows, int o0) {
+    constexpr int COLS = MMA_NT * MMA_COLS;
+    for (int i = threadIdx.x; i < rows * COLS; i += blockDim.x) {
+        const int r = i / COLS, o = o0 + i % COLS;
+        if (o < MOE_H) x[(size_t)r * MOE_H + o] += combined(mo, probs, pair_pos, y_exp, y_sh, r, o);
+    }
+}
+
+// What `moe_down` and `moe_down_fp8` need to sum the layer themselves: with `arrivals` (one
+// counter a column of outputs, zeros before the first launch) the last block of each column to
+// finish runs `combine_columns` for it; null, the sum is `moe_combine`'s or `moe_combine_norm`'s.
+struct SumInDown {
+    const float* mo;
+    const float* probs;
+    const int* pair_pos;
+    float* x;
+    int rows;
+    unsigned* arrivals;
+};
+
+// The end of a `moe_down` block: with `sum.arrivals`, the column's sum by its last block.
+__device__ __forceinline__ void sum_in_down(const SumInDown& sum, const int* n_tiles, const float* y_exp,
+                                            const float* y_sh) {
+    if (sum.arrivals == nullptr) return;
+    if (last_of_column(sum.arrivals + blockIdx.y, n_tiles[1]))
+        combine_columns(sum.mo, sum.probs, sum.pair_pos, y_exp, y_sh, sum.x, sum.rows,
+                        blockIdx.y * MMA_NT * MMA_COLS);
+}
+
 // Grid (tile slots, ceil(MOE_H / (MMA_NT·MMA_COLS))): the down projection of tile t's pairs into
 // y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared
-// expert's tiles, k = IS). Slots past the tiles return at once.
+// expert's tiles, k = IS), then with `arrivals` the layer's sum (`sum_in_down`). Slots past the
+// tiles return at once (and are not counted).
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
-         float* __restrict__ y_exp, float* __restrict__ y_sh) {
+         float* y_exp, float* y_sh, const float* __restrict__ mo, const float* __restrict__ probs,
+         const int* __restrict__ pair_pos, float* __restrict__ x, int rows, unsigned* __restrict__ arrivals) {
     pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
@@ -361,13 +434,15 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
         wr[j] = shared ? shared_down + (size_t)o * MOE_IS : down + ((size_t)e * MOE_H + o) * MOE_I;
     }
     float d[4];
-    if (!mma_tile<MMA_NT, MOE_BF16_DEPTH>(xa, xb, wr, k, part, d)) return;
-    float* y = shared ? y_sh : y_exp;
+    if (mma_tile<MMA_NT, MOE_BF16_DEPTH>(xa, xb, wr, k, part, d)) {
+        float* y = shared ? y_sh : y_exp;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
-        if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+        for (int i = 0; i < 4; i++) {
+            const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
+            if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+        }
     }
+    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
 }
 
 // moe_gate_up for block-scaled FP8 experts: gate_up e4m3 [E, 2I, H], scales f32
@@ -416,8 +491,9 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
              const int* __restrict__ n_tiles, const unsigned char* __restrict__ down,
              const float* __restrict__ down_scales, const unsigned char* __restrict__ shared_down,
-             const float* __restrict__ shared_scales, int br, int bc, float* __restrict__ y_exp,
-             float* __restrict__ y_sh) {
+             const float* __restrict__ shared_scales, int br, int bc, float* y_exp, float* y_sh,
+             const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
+             float* __restrict__ x, int rows, unsigned* __restrict__ arrivals) {
     pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
@@ -441,13 +517,15 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
                          : down_scales + ((size_t)e * (MOE_H / br) + os / br) * (MOE_I / bc);
     }
     float d[4];
-    if (!mma_tile_fp8<MMA_NT, MOE_FP8_DEPTH>(xa, xb, wr, srow, bc, k, part, d)) return;
-    float* y = shared ? y_sh : y_exp;
+    if (mma_tile_fp8<MMA_NT, MOE_FP8_DEPTH>(xa, xb, wr, srow, bc, k, part, d)) {
+        float* y = shared ? y_sh : y_exp;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
-        if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+        for (int i = 0; i < 4; i++) {
+            const int r = g + (i / 2) * 8, o = o0 + warp * MMA_COLS + 2 * t + (i % 2);
+            if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+        }
     }
+    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
 }
 
 // Grid (ceil(MOE_H / MOE_COMBINE_THREADS), rows).
@@ -457,13 +535,7 @@ moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const
     pdl_start();
     const int r = blockIdx.y, o = blockIdx.x * MOE_COMBINE_THREADS + threadIdx.x;
     if (o >= MOE_H) return;
-    float total = 0.0f;
-    for (int s = 0; s < MOE_K; s++) {
-        const size_t p = (size_t)r * MOE_K + s;
-        total += probs[p] * y_exp[(size_t)pair_pos[p] * MOE_H + o];
-    }
-    if (MOE_IS > 0) total += sigmoidf_(mo[(size_t)r * MOE_MO_W + MOE_E]) * y_sh[(size_t)r * MOE_H + o];
-    x[(size_t)r * MOE_H + o] += total;
+    x[(size_t)r * MOE_H + o] += combined(mo, probs, pair_pos, y_exp, y_sh, r, o);
 }
 
 // `moe_combine` and then the RMSNorm that follows the layer (the next layer's input norm, or the

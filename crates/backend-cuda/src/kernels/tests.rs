@@ -1764,6 +1764,19 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
     }
 }
 
+/// `moe_sum_place` (no device needed): in `moe_down` only when switched on, for a norm that may
+/// wait for the next layer's first matmul, in rounds that matmul normalises itself.
+#[test]
+fn moe_sums_in_down_only_where_the_next_matmul_takes_the_norm() {
+    use super::{moe_sum_place, MoeSumPlace as P};
+    assert_eq!(moe_sum_place(1, true, 2, true), P::InDown);
+    assert_eq!(moe_sum_place(2, true, 2, true), P::InDown);
+    assert_eq!(moe_sum_place(3, true, 2, true), P::WithNorm);
+    assert_eq!(moe_sum_place(1, false, 2, true), P::WithNorm);
+    assert_eq!(moe_sum_place(1, true, 0, true), P::WithNorm);
+    assert_eq!(moe_sum_place(1, true, 2, false), P::WithNorm);
+}
+
 /// A norm twin's thread loads a row of the model's width in one batch (`tile_norms`): enough
 /// loads for every element, whole rounds of its share-warps, and no round more than that.
 #[test]
@@ -2617,7 +2630,7 @@ fn run_moe(
     xn: &[f32],
     mo: &[f32],
     x: &[f32],
-    then_w: Option<&[f32]>,
+    sum: TestSum<'_>,
 ) -> (Vec<f32>, Vec<f32>) {
     let (h, m) = (case.hidden, &case.m);
     let rows = x.len() / h;
@@ -2649,19 +2662,40 @@ fn run_moe(
         ],
     );
     let out = f(rows * h);
-    let then_w = then_w.map(|w| Buf::from_host(gpu, w).unwrap());
+    let then_w = match sum {
+        TestSum::WithNorm(w) => Some(Buf::from_host(gpu, w).unwrap()),
+        TestSum::Alone | TestSum::InDown(_) => None,
+    };
     let then = then_w.as_ref().map(|w| super::NormAfter {
         w: w.at(0),
         eps: NORM_EPS,
         zero_centred: true,
         out: out.at(0),
     });
-    k.moe(gpu, dims, &launch, then.as_ref()).unwrap();
+    let sum = match (sum, &then) {
+        (TestSum::WithNorm(_), Some(then)) => super::MoeSum::WithNorm(then),
+        (TestSum::InDown(arrivals), _) => super::MoeSum::InDown {
+            arrivals: arrivals.at(0),
+        },
+        _ => super::MoeSum::Alone,
+    };
+    k.moe(gpu, dims, &launch, sum).unwrap();
     let normed = match then {
         Some(_) => out.read(gpu, rows * h).unwrap(),
         None => Vec::new(),
     };
     (x_b.read(gpu, rows * h).unwrap(), normed)
+}
+
+/// How `run_moe` sums the layer.
+#[derive(Clone, Copy)]
+enum TestSum<'a> {
+    /// `moe_combine` (the reference).
+    Alone,
+    /// `moe_combine_norm` with this norm weight.
+    WithNorm(&'a [f32]),
+    /// In `moe_down`, with these counters.
+    InDown(&'a Buf<u32>),
 }
 
 /// The norm the MoE tests apply after a layer.
@@ -2790,7 +2824,7 @@ fn check_moe(
         .collect();
     let x = rng.vec(rows * hidden);
     let want = case.reference(&xn, &mo, &x);
-    let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, None).0;
+    let all = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, TestSum::Alone).0;
     // The update against the reference's (x itself is exact on both sides).
     let delta = |v: &[f32]| v.iter().zip(&x).map(|(a, b)| a - b).collect::<Vec<f32>>();
     let d = relative_diff(&delta(&all), &delta(&want));
@@ -2807,7 +2841,7 @@ fn check_moe(
             &row(&xn, r),
             &row_of(&mo, r, w),
             &row(&x, r),
-            None,
+            TestSum::Alone,
         )
         .0;
         assert!(
@@ -2826,7 +2860,7 @@ fn check_moe(
         &rev(&xn, hidden),
         &rev(&mo, w),
         &rev(&x, hidden),
-        None,
+        TestSum::Alone,
     )
     .0;
     assert!(
@@ -2837,14 +2871,14 @@ fn check_moe(
     if fp8.is_none() {
         for tiles in super::MOE_GATE_UP_TILES {
             k.moe.as_mut().expect("MoE kernels").gate_up_tiles_forced = Some(tiles);
-            let other = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, None).0;
+            let other = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, TestSum::Alone).0;
             assert!(
                 same_bits(&other, &all),
                 "{what}: gate/up at {tiles} n-tiles a block differs"
             );
             let r = rows - 1;
             let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
-            let one = run_moe(gpu, &k, &dims, &case, &xn_r, &mo_r, &x_r, None).0;
+            let one = run_moe(gpu, &k, &dims, &case, &xn_r, &mo_r, &x_r, TestSum::Alone).0;
             assert!(
                 same_bits(&one, &row(&all, r)),
                 "{what}: row {r} alone at {tiles} n-tiles a block differs"
@@ -2854,7 +2888,16 @@ fn check_moe(
     }
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
-    let (fused, normed) = run_moe(gpu, &k, &dims, &case, &xn, &mo, &x, Some(&norm_w));
+    let (fused, normed) = run_moe(
+        gpu,
+        &k,
+        &dims,
+        &case,
+        &xn,
+        &mo,
+        &x,
+        TestSum::WithNorm(&norm_w),
+    );
     assert!(same_bits(&fused, &all), "{what}: the fused sum differs");
     let (x_b, w_b) = (
         Buf::from_host(gpu, &all).unwrap(),
@@ -2876,6 +2919,48 @@ fn check_moe(
     assert!(
         same_bits(&normed, &want_normed),
         "{what}: the fused norm differs from rmsnorm_rows"
+    );
+    // The sum in `moe_down` (each column by its last block): the same x, launch after launch on
+    // one set of counters (each launch leaves them at zero), for the batch and a row alone.
+    let arrivals = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
+    for launch in 0..2 {
+        let in_down = run_moe(
+            gpu,
+            &k,
+            &dims,
+            &case,
+            &xn,
+            &mo,
+            &x,
+            TestSum::InDown(&arrivals),
+        )
+        .0;
+        assert!(
+            same_bits(&in_down, &all),
+            "{what}: the sum in moe_down differs (launch {launch})"
+        );
+    }
+    let r = rows - 1;
+    let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
+    let one = run_moe(
+        gpu,
+        &k,
+        &dims,
+        &case,
+        &xn_r,
+        &mo_r,
+        &x_r,
+        TestSum::InDown(&arrivals),
+    )
+    .0;
+    assert!(
+        same_bits(&one, &row(&all, r)),
+        "{what}: row {r} alone, summed in moe_down, differs"
+    );
+    let left = arrivals.read(gpu, super::moe_sum_columns(hidden)).unwrap();
+    assert!(
+        left.iter().all(|&c| c == 0),
+        "{what}: moe_down left its counters at {left:?}"
     );
 }
 
@@ -3208,7 +3293,8 @@ fn kernel_define_times() {
             for rows in [1, 4, 8, 64] {
                 let l = launch(rows, fp8);
                 let us = time_launches(&gpu, reps, || {
-                    k.moe(&gpu, &dims, &l, Some(&then)).unwrap();
+                    k.moe(&gpu, &dims, &l, super::MoeSum::WithNorm(&then))
+                        .unwrap();
                 });
                 line += &format!(" {rows}: {us:6.1}");
             }
