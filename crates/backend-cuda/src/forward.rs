@@ -9,8 +9,8 @@ use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     moe_sum_columns, round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm,
-    Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, MoeSum, MoeSumPlace, NormAfter, PrepWeights,
-    DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
+    Matmul, MoeFp8, MoeFrontPlace, MoeIndexLayout, MoeLaunch, MoeSum, MoeSumPlace, NormAfter,
+    PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -231,7 +231,8 @@ impl Scratch {
             self.moe_act_sh.ensure(g, moe_is)?,
             self.moe_y_exp.ensure(g, moe_pairs * w.hidden)?,
             self.moe_y_sh.ensure(g, moe_rows * w.hidden)?,
-            self.moe_arrivals.ensure(g, moe_sum_columns(w.hidden))?,
+            // `moe_down`'s counters, then `moe_front_route`'s.
+            self.moe_arrivals.ensure(g, moe_sum_columns(w.hidden) + 1)?,
             self.logits
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
@@ -688,7 +689,8 @@ impl Pass<'_> {
     /// [`MOE_CHUNK_ROWS`], then `then`'s norm of x: each part's last kernel normalises the rows
     /// it added to, or where the sum runs in the experts' down launch ([`MoeSumPlace::InDown`])
     /// the next layer's first matmul does (returned as its input). The front projection takes
-    /// the norm (in its kernel where it can) and keeps it in `xn`, where the experts read it.
+    /// the norm (in its kernel where it can) and keeps it in `xn`, where the experts read it;
+    /// where [`MoeFrontPlace::RoutesInFront`], its launch also routes the rows.
     pub(crate) fn moe<'w>(
         &self,
         w: &MoeWeights,
@@ -702,7 +704,15 @@ impl Pass<'_> {
             place == MoeSumPlace::WithNorm || rows <= MOE_CHUNK_ROWS,
             "[moe-sum-in-down-one-part] a sum in the down launch leaves no norm to each part"
         );
-        self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?;
+        let one_bf16_part = matches!(w.front.parts.as_slice(), [part] if part.fp8().is_none());
+        let front = self.m.kernels.moe_front_place(
+            rows,
+            matches!(input, LayerInput::Raw(_)),
+            one_bf16_part,
+        );
+        if front == MoeFrontPlace::Apart {
+            self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?;
+        }
         let c = self
             .m
             .config
@@ -758,7 +768,28 @@ impl Pass<'_> {
                     arrivals: p.moe_arrivals,
                 },
             };
-            self.m.kernels.moe(self.gpu(), &self.m.dims, &launch, sum)?;
+            match (front, input, w.front.parts.as_slice()) {
+                (MoeFrontPlace::Apart, ..) => {
+                    self.m.kernels.moe(self.gpu(), &self.m.dims, &launch, sum)?
+                }
+                (MoeFrontPlace::RoutesInFront, LayerInput::Raw(norm_w), [front_part]) => {
+                    let m = self.part_matmul(p.x, &w.front, front_part, 0, part, p.wide, false);
+                    let norm = InputNorm {
+                        keep: true,
+                        ..self.input_norm(norm_w)
+                    };
+                    let arrival = at(p.moe_arrivals, moe_sum_columns(h));
+                    self.m
+                        .kernels
+                        .moe_front_route(self.gpu(), &m, &norm, &launch, arrival)?;
+                    self.m
+                        .kernels
+                        .moe_routed(self.gpu(), &self.m.dims, &launch, sum)?;
+                }
+                (MoeFrontPlace::RoutesInFront, ..) => {
+                    unreachable!("moe_front_place routes in front only a raw input of one part")
+                }
+            }
             done += part;
         }
         match place {

@@ -527,6 +527,41 @@ pub fn moe_sum_place(
     }
 }
 
+/// `FLASHLANE_MOE_ROUTE_IN_FRONT=1` routes a MoE layer's rows in its front projection's launch
+/// where that projection takes the norm before it ([`moe_front_place`]): `moe_front_route`'s
+/// last block to finish routes and groups, and `moe_route_group` does not run (one launch fewer
+/// a MoE layer). Off until measured on a GPU: an A/B switch that keeps the bits.
+pub const MOE_ROUTE_IN_FRONT_ENV: &str = "FLASHLANE_MOE_ROUTE_IN_FRONT";
+
+/// Where a MoE layer's front projection runs, and its routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeFrontPlace {
+    /// The front projection as any matmul (its norm in its kernel or apart), then the routing's
+    /// own launch (`moe_route_group`, or `moe_route` and `moe_group`).
+    Apart,
+    /// `moe_front_route`: the projection with its norm (the narrow twin's blocks), the normalised
+    /// rows kept for the experts, then the routing and grouping in its last block.
+    RoutesInFront,
+}
+
+/// Where the front projection of a MoE layer over `rows` rows runs: in `moe_front_route` when
+/// `enabled`, its norm is still to be applied (`input_raw`) to one part of bf16 weights
+/// (`one_bf16_part`), and the rows are few enough for the norm twins (`norm_in_matmul_max_rows`)
+/// and for one block's warps to route them ([`MOE_ROUTE_GROUP_WARPS`]).
+pub fn moe_front_place(
+    rows: usize,
+    input_raw: bool,
+    one_bf16_part: bool,
+    norm_in_matmul_max_rows: usize,
+    enabled: bool,
+) -> MoeFrontPlace {
+    let few = rows <= norm_in_matmul_max_rows && rows <= MOE_ROUTE_GROUP_WARPS;
+    match enabled && input_raw && one_bf16_part && few {
+        true => MoeFrontPlace::RoutesInFront,
+        false => MoeFrontPlace::Apart,
+    }
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1071,6 +1106,9 @@ pub struct Kernels {
     pub(crate) norm_in_matmul_max_rows: usize,
     /// Whether a MoE layer may sum its experts in `moe_down` ([`MOE_SUM_IN_DOWN_ENV`]).
     pub(crate) moe_sum_in_down: bool,
+    /// Whether a MoE layer may route in its front projection's launch
+    /// ([`MOE_ROUTE_IN_FRONT_ENV`]).
+    pub(crate) moe_route_in_front: bool,
     /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
     /// ([`MATMUL_DEEP_ENV`]).
     matmul_deep: bool,
@@ -1159,6 +1197,9 @@ struct MoeKernels {
     group: CudaFunction,
     /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
     route_group: CudaFunction,
+    /// The front projection with its input norm, then `route_group` in its last block
+    /// ([`MoeFrontPlace::RoutesInFront`]).
+    front_route: CudaFunction,
     /// bf16 gate/up by n-tiles a block, as [`MOE_GATE_UP_TILES`] lists them (`moe_gate_up_t1`,
     /// `_t2`, `moe_gate_up`).
     gate_up_by_tiles: [CudaFunction; MOE_GATE_UP_TILES.len()],
@@ -1284,6 +1325,7 @@ impl Kernels {
                 0
             },
             moe_sum_in_down: std::env::var(MOE_SUM_IN_DOWN_ENV).is_ok_and(|v| v == "1"),
+            moe_route_in_front: std::env::var(MOE_ROUTE_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -1372,6 +1414,7 @@ impl Kernels {
                     route: f("moe_route")?,
                     group: f("moe_group")?,
                     route_group: f("moe_route_group")?,
+                    front_route: f("moe_front_route")?,
                     gate_up_by_tiles: [
                         f("moe_gate_up_t1")?,
                         f("moe_gate_up_t2")?,
@@ -3211,11 +3254,95 @@ impl Kernels {
             .moe
             .as_ref()
             .expect("MoE kernels exist for a MoE model");
-        let m = dims.moe.as_ref().expect("MoE sizes");
         if l.rows == 0 {
             return Ok(());
         }
-        let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
+        Self::moe_route(gpu, k, l)?;
+        self.moe_routed(gpu, dims, l, sum)
+    }
+
+    /// Where a MoE layer over `rows` rows runs its front projection and routing
+    /// ([`moe_front_place`] with this build's settings).
+    pub(crate) fn moe_front_place(
+        &self,
+        rows: usize,
+        input_raw: bool,
+        one_bf16_part: bool,
+    ) -> MoeFrontPlace {
+        moe_front_place(
+            rows,
+            input_raw,
+            one_bf16_part,
+            self.norm_in_matmul_max_rows,
+            self.moe_route_in_front,
+        )
+    }
+
+    /// A MoE layer's front projection `m` (bf16, `mo`'s width of outputs) of rows that take
+    /// `norm` first, kept in `norm.out` (the experts' input), then the routing and grouping of
+    /// `l`'s rows, in one launch (`moe_front_route`; [`MoeFrontPlace::RoutesInFront`]);
+    /// `arrival` is one u32 counter, zero before the launch and after. [`Kernels::moe_routed`]
+    /// does the rest of the layer.
+    pub(crate) fn moe_front_route(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        norm: &InputNorm,
+        l: &MoeLaunch,
+        arrival: u64,
+    ) -> Result<(), CudaError> {
+        let k = self
+            .moe
+            .as_ref()
+            .expect("MoE kernels exist for a MoE model");
+        assert!(
+            m.fp8.is_none()
+                && m.row_index == 0
+                && m.x_stride == m.k
+                && m.y == l.mo
+                && m.y_stride == m.n_out
+                && !m.accumulate
+                && m.rows == l.rows
+                && (1..=MOE_ROUTE_GROUP_WARPS).contains(&m.rows),
+            "[moe-front-route] the front projection of 1..={MOE_ROUTE_GROUP_WARPS} whole bf16 \
+             rows into mo ({} rows)",
+            m.rows
+        );
+        check_matmul(m);
+        let grid = (
+            1,
+            u32::try_from(m.n_out.div_ceil(MMA_COLS)).expect("outputs fit a grid"),
+            1,
+        );
+        gpu.launch(
+            &k.front_route,
+            grid,
+            MMA_WARPS * 32,
+            &[
+                Arg::Ptr(m.x),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.rows as i32),
+                Arg::Ptr(norm.w),
+                Arg::F32(norm.eps),
+                Arg::I32(i32::from(norm.zero_centred)),
+                Arg::Ptr(norm.out),
+                Arg::Ptr(l.mo),
+                Arg::Ptr(l.ids),
+                Arg::Ptr(l.probs),
+                Arg::Ptr(l.act_sh),
+                Arg::Ptr(l.pair_row),
+                Arg::Ptr(l.pair_pos),
+                Arg::Ptr(l.tiles),
+                Arg::Ptr(l.n_tiles),
+                Arg::Ptr(arrival),
+            ],
+        )
+    }
+
+    /// The routing and grouping of `l`'s rows: one launch for a decode step's few rows, two
+    /// otherwise.
+    fn moe_route(gpu: &Gpu, k: &MoeKernels, l: &MoeLaunch) -> Result<(), CudaError> {
         // `moe_route`'s arguments, then `moe_group`'s (whose first two are the routes and the
         // rows); `moe_route_group` takes the first and the rest of the second.
         let route = [
@@ -3241,6 +3368,27 @@ impl Kernels {
             gpu.launch(&k.route, route_grid, MOE_ROUTE_WARPS * 32, &route)?;
             gpu.launch(&k.group, (1, 1, 1), MOE_GROUP_THREADS, &group)?;
         }
+        Ok(())
+    }
+
+    /// A MoE layer after its routing ([`Kernels::moe`] but the routing): the experts, then
+    /// `sum`.
+    pub(crate) fn moe_routed(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        l: &MoeLaunch,
+        sum: MoeSum<'_>,
+    ) -> Result<(), CudaError> {
+        let k = self
+            .moe
+            .as_ref()
+            .expect("MoE kernels exist for a MoE model");
+        let m = dims.moe.as_ref().expect("MoE sizes");
+        if l.rows == 0 {
+            return Ok(());
+        }
+        let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
         let resident = self.multiprocessors * MMA_MIN_BLOCKS;
         let arrivals = match sum {
             MoeSum::InDown { arrivals } => arrivals,

@@ -44,9 +44,16 @@ __device__ __forceinline__ float choice_weight(float numerator) {
     return numerator != numerator ? -0.5f : numerator;
 }
 
+// A value of `mo` as `route_rows` reads it: through L2 with FRESH (`moe_front_route`, whose other
+// blocks wrote it in the same launch, where L1 or the read-only path could hold nothing newer).
+template <bool FRESH>
+__device__ __forceinline__ float mo_at(const float* p) {
+    return FRESH ? __ldcg(p) : *p;
+}
+
 // Routes rows r0 … r0 + n − 1 (n at most the block's warps), every thread of the block calling
 // it: writes ids and probs [r, K] (ascending expert index) and act_sh [r, IS]. `ex` is n · MOE_E
-// floats and `chosen` n · MOE_K ints of shared memory.
+// floats and `chosen` n · MOE_K ints of shared memory. FRESH: `mo` read through L2 (`mo_at`).
 // - Warp w, row r0 + w: the softmax's numerators e^(l − max) and their sum, in f32 (each lane its
 //   experts in increasing order, then the lanes' sums by a fixed butterfly: every lane ends with
 //   the same bits).
@@ -60,6 +67,7 @@ __device__ __forceinline__ float choice_weight(float numerator) {
 //   when MOE_NORM_TOPK, summed most probable first as backend-cpu does), and its place in
 //   ascending expert index (transformers' summation order).
 // - The whole block: the shared expert's silu(gate)·up, an element a thread.
+template <bool FRESH = false>
 __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0, int n, int* __restrict__ ids,
                                            float* __restrict__ probs, float* __restrict__ act_sh, float* ex,
                                            int* chosen) {
@@ -74,12 +82,12 @@ __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0,
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++)
-            if (lane + j * WARP < MOE_E) mx = fmaxf(mx, logits[lane + j * WARP]);
+            if (lane + j * WARP < MOE_E) mx = fmaxf(mx, mo_at<FRESH>(logits + lane + j * WARP));
         for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++) {
             const int e = lane + j * WARP;
-            if (e < MOE_E) exw[e] = expf(logits[e] - mx);
+            if (e < MOE_E) exw[e] = expf(mo_at<FRESH>(logits + e) - mx);
         }
         __syncwarp();
         // One lane summing all 512 experts of Qwen3-Next-80B one after another took a fifth of a
@@ -167,7 +175,8 @@ __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0,
         for (int i = tid; i < n * MOE_IS; i += blockDim.x) {
             const float* logits = mo + (size_t)(r0 + i / MOE_IS) * MOE_MO_W;
             const int u = i % MOE_IS;
-            act_sh[(size_t)r0 * MOE_IS + i] = siluf_(logits[MOE_E + 1 + u]) * logits[MOE_E + 1 + MOE_IS + u];
+            act_sh[(size_t)r0 * MOE_IS + i] =
+                siluf_(mo_at<FRESH>(logits + MOE_E + 1 + u)) * mo_at<FRESH>(logits + MOE_E + 1 + MOE_IS + u);
         }
     }
 }
@@ -526,6 +535,34 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
         }
     }
     sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
+}
+
+// The MoE's front projection of a decode step's rows with its input norm, computed as the narrow
+// norm twin computes it (`matmul_bf16_norm_narrow`'s blocks, the same chain: the same bits),
+// the normalised rows kept in `xn` for the experts, then `moe_route_group`'s routing and grouping
+// by the last of its blocks to finish (`last_of_column` over the grid, one counter in
+// `arrivals`), which reads `mo` through L2: one launch for the two. Grid (1, ceil(MOE_MO_W /
+// MMA_COLS)); rows at most MOE_ROUTE_GROUP_WARPS and the block's warps (the host's
+// `moe_front_place`).
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_NARROW_BLOCKS)
+moe_front_route(const float* __restrict__ x, const bf16_t* __restrict__ w, int k, int rows,
+                const float* __restrict__ norm_w, float eps, int norm_kind, float* __restrict__ xn, float* mo,
+                int* __restrict__ ids, float* __restrict__ probs, float* __restrict__ act_sh,
+                int* __restrict__ pair_row, int* __restrict__ pair_pos, int* __restrict__ tiles,
+                int* __restrict__ n_tiles, unsigned* __restrict__ arrivals) {
+    static_assert(MOE_ROUTE_GROUP_WARPS <= MMA_WARPS, "a warp of the block routes each row");
+    __shared__ float part[MMA_WARPS][1][WARP][4];
+    __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];
+    __shared__ float norm_inv_s[MMA_ROWS];
+    matmul_block<1, MMA_NARROW_DEPTH, true, false, true>(x, k, nullptr, w, k, MOE_MO_W, mo, MOE_MO_W, 0, rows, part,
+                                                         norm_w, eps, norm_kind, norm_sums, norm_inv_s, xn);
+    if (!last_of_column(arrivals, gridDim.y)) return;
+    __shared__ float ex_s[MOE_ROUTE_GROUP_WARPS * MOE_E];
+    __shared__ int chosen_s[MOE_ROUTE_GROUP_WARPS * MOE_K];
+    route_rows<true>(mo, 0, min(rows, MOE_ROUTE_GROUP_WARPS), ids, probs, act_sh, ex_s, chosen_s);
+    // The block's writes of ids are visible to the whole block past the barrier.
+    __syncthreads();
+    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
 // Grid (ceil(MOE_H / MOE_COMBINE_THREADS), rows).
