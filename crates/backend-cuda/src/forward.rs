@@ -779,9 +779,14 @@ impl Pass<'_> {
                         ..self.input_norm(norm_w)
                     };
                     let arrival = at(p.moe_arrivals, moe_sum_columns(h));
-                    self.m
-                        .kernels
-                        .moe_front_route(self.gpu(), &m, &norm, &launch, arrival)?;
+                    self.m.kernels.moe_front_route(
+                        self.gpu(),
+                        &self.m.dims,
+                        &m,
+                        &norm,
+                        &launch,
+                        arrival,
+                    )?;
                     self.m
                         .kernels
                         .moe_routed(self.gpu(), &self.m.dims, &launch, sum)?;

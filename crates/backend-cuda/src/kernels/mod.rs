@@ -2955,6 +2955,15 @@ pub enum MoeSum<'a> {
     Alone,
 }
 
+/// Outputs of a MoE layer's front projection (`moe.cu`'s MOE_MO_W): the router logits, then with
+/// a shared expert its gate, gate_proj and up_proj.
+pub fn moe_front_width(m: &MoeConfig) -> usize {
+    match m.shared_expert_intermediate {
+        0 => m.num_experts,
+        is => m.num_experts + 1 + 2 * is,
+    }
+}
+
 /// The counters [`MoeSum::InDown`] takes for a model of `hidden` outputs: one a column of
 /// `moe_down`'s blocks.
 pub fn moe_sum_columns(hidden: usize) -> usize {
@@ -3286,6 +3295,7 @@ impl Kernels {
     pub(crate) fn moe_front_route(
         &self,
         gpu: &Gpu,
+        dims: &Dims,
         m: &Matmul,
         norm: &InputNorm,
         l: &MoeLaunch,
@@ -3303,10 +3313,12 @@ impl Kernels {
                 && m.y_stride == m.n_out
                 && !m.accumulate
                 && m.rows == l.rows
-                && (1..=MOE_ROUTE_GROUP_WARPS).contains(&m.rows),
+                && (1..=MOE_ROUTE_GROUP_WARPS).contains(&m.rows)
+                && Some(m.n_out) == dims.moe.as_ref().map(moe_front_width),
             "[moe-front-route] the front projection of 1..={MOE_ROUTE_GROUP_WARPS} whole bf16 \
-             rows into mo ({} rows)",
-            m.rows
+             rows into mo ({} rows, {} outputs)",
+            m.rows,
+            m.n_out
         );
         check_matmul(m);
         let grid = (

@@ -170,12 +170,7 @@ impl MoeCase {
     }
 
     fn mo_width(&self) -> usize {
-        let m = &self.m;
-        if m.shared_expert_intermediate > 0 {
-            m.num_experts + 1 + 2 * m.shared_expert_intermediate
-        } else {
-            m.num_experts
-        }
+        super::moe_front_width(&self.m)
     }
 
     /// backend-cpu's arithmetic: its router, its matmul per expert, the sums in its order.
@@ -2798,7 +2793,7 @@ fn moe_front_route_gives_the_bits_of_the_twin_then_the_routing() {
                     keep: true,
                 };
                 if fused {
-                    k.moe_front_route(gpu, &front, &norm, &l, arrival.at(0))
+                    k.moe_front_route(gpu, &dims, &front, &norm, &l, arrival.at(0))
                         .unwrap();
                     k.moe_routed(gpu, &dims, &l, super::MoeSum::Alone).unwrap();
                 } else {
