@@ -544,10 +544,16 @@ pub enum MoeFrontPlace {
     RoutesInFront,
 }
 
+/// Rows `moe_front_route` routes at most: its softmax numerators (rows × E floats of shared
+/// memory) beside the matmul's and the grouping's stay within a block's 48 KiB at
+/// [`MOE_EXPERTS_MAX`] experts (4: ~34 KiB; 8 would not fit there), and a decode step the norm
+/// twins take (up to [`NORM_IN_MATMUL_MAX_ROWS`]) is within it.
+const MOE_FRONT_ROUTE_ROWS: usize = 4;
+
 /// Where the front projection of a MoE layer over `rows` rows runs: in `moe_front_route` when
 /// `enabled`, its norm is still to be applied (`input_raw`) to one part of bf16 weights
 /// (`one_bf16_part`), and the rows are few enough for the norm twins (`norm_in_matmul_max_rows`)
-/// and for one block's warps to route them ([`MOE_ROUTE_GROUP_WARPS`]).
+/// and for that kernel's routing ([`MOE_FRONT_ROUTE_ROWS`]).
 pub fn moe_front_place(
     rows: usize,
     input_raw: bool,
@@ -555,7 +561,7 @@ pub fn moe_front_place(
     norm_in_matmul_max_rows: usize,
     enabled: bool,
 ) -> MoeFrontPlace {
-    let few = rows <= norm_in_matmul_max_rows && rows <= MOE_ROUTE_GROUP_WARPS;
+    let few = rows <= norm_in_matmul_max_rows && rows <= MOE_FRONT_ROUTE_ROWS;
     match enabled && input_raw && one_bf16_part && few {
         true => MoeFrontPlace::RoutesInFront,
         false => MoeFrontPlace::Apart,
@@ -972,6 +978,7 @@ impl Dims {
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
+            ("MOE_FRONT_ROUTE_ROWS", MOE_FRONT_ROUTE_ROWS),
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
@@ -3289,7 +3296,8 @@ impl Kernels {
 
     /// A MoE layer's front projection `m` (bf16, `mo`'s width of outputs) of rows that take
     /// `norm` first, kept in `norm.out` (the experts' input), then the routing and grouping of
-    /// `l`'s rows, in one launch (`moe_front_route`; [`MoeFrontPlace::RoutesInFront`]);
+    /// `l`'s rows (at most [`MOE_FRONT_ROUTE_ROWS`]), in one launch (`moe_front_route`;
+    /// [`MoeFrontPlace::RoutesInFront`]);
     /// `arrival` is one u32 counter, zero before the launch and after. [`Kernels::moe_routed`]
     /// does the rest of the layer.
     pub(crate) fn moe_front_route(
@@ -3313,10 +3321,11 @@ impl Kernels {
                 && m.y_stride == m.n_out
                 && !m.accumulate
                 && m.rows == l.rows
-                && (1..=MOE_ROUTE_GROUP_WARPS).contains(&m.rows)
-                && Some(m.n_out) == dims.moe.as_ref().map(moe_front_width),
-            "[moe-front-route] the front projection of 1..={MOE_ROUTE_GROUP_WARPS} whole bf16 \
-             rows into mo ({} rows, {} outputs)",
+                && (1..=MOE_FRONT_ROUTE_ROWS).contains(&m.rows)
+                && Some(m.n_out) == dims.moe.as_ref().map(moe_front_width)
+                && norm.out == l.xn,
+            "[moe-front-route] the front projection of 1..={MOE_FRONT_ROUTE_ROWS} whole bf16 \
+             rows into mo, its norm kept where the experts read it ({} rows, {} outputs)",
             m.rows,
             m.n_out
         );

@@ -373,6 +373,9 @@ __device__ __forceinline__ bool last_of_column(unsigned* arrivals, int blocks) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
+        // Thread 0's own fence after the barrier orders the block's writes (each fenced by its
+        // thread before the barrier) before the count, as the PTX memory model asks.
+        __threadfence();
         last = atomicAdd(arrivals, 1u) == (unsigned)blocks - 1u;
         if (last) atomicExch(arrivals, 0u);
     }
@@ -542,24 +545,25 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
 // the normalised rows kept in `xn` for the experts, then `moe_route_group`'s routing and grouping
 // by the last of its blocks to finish (`last_of_column` over the grid, one counter in
 // `arrivals`), which reads `mo` through L2: one launch for the two. Grid (1, ceil(MOE_MO_W /
-// MMA_COLS)); rows at most MOE_ROUTE_GROUP_WARPS and the block's warps (the host's
-// `moe_front_place`).
+// MMA_COLS)); rows at most MOE_FRONT_ROUTE_ROWS (host define, within the block's warps: the
+// host's `moe_front_place`), whose softmax numerators beside the matmul's and the grouping's
+// shared memory stay within a block's 48 KiB at 1,024 experts.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_NARROW_BLOCKS)
 moe_front_route(const float* __restrict__ x, const bf16_t* __restrict__ w, int k, int rows,
                 const float* __restrict__ norm_w, float eps, int norm_kind, float* __restrict__ xn, float* mo,
                 int* __restrict__ ids, float* __restrict__ probs, float* __restrict__ act_sh,
                 int* __restrict__ pair_row, int* __restrict__ pair_pos, int* __restrict__ tiles,
                 int* __restrict__ n_tiles, unsigned* __restrict__ arrivals) {
-    static_assert(MOE_ROUTE_GROUP_WARPS <= MMA_WARPS, "a warp of the block routes each row");
+    static_assert(MOE_FRONT_ROUTE_ROWS <= MMA_WARPS, "a warp of the block routes each row");
     __shared__ float part[MMA_WARPS][1][WARP][4];
     __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];
     __shared__ float norm_inv_s[MMA_ROWS];
     matmul_block<1, MMA_NARROW_DEPTH, true, false, true>(x, k, nullptr, w, k, MOE_MO_W, mo, MOE_MO_W, 0, rows, part,
                                                          norm_w, eps, norm_kind, norm_sums, norm_inv_s, xn);
     if (!last_of_column(arrivals, gridDim.y)) return;
-    __shared__ float ex_s[MOE_ROUTE_GROUP_WARPS * MOE_E];
-    __shared__ int chosen_s[MOE_ROUTE_GROUP_WARPS * MOE_K];
-    route_rows<true>(mo, 0, min(rows, MOE_ROUTE_GROUP_WARPS), ids, probs, act_sh, ex_s, chosen_s);
+    __shared__ float ex_s[MOE_FRONT_ROUTE_ROWS * MOE_E];
+    __shared__ int chosen_s[MOE_FRONT_ROUTE_ROWS * MOE_K];
+    route_rows<true>(mo, 0, min(rows, MOE_FRONT_ROUTE_ROWS), ids, probs, act_sh, ex_s, chosen_s);
     // The block's writes of ids are visible to the whole block past the barrier.
     __syncthreads();
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);

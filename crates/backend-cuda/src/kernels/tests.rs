@@ -1670,11 +1670,18 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                 // A twin that keeps the normalised rows writes `rmsnorm_rows`' bits to `out`
                 // (every row, every element); one that does not writes none.
                 let xn_after = |xn: &Buf<f32>, kept_rows: bool, what: &str| {
-                    let after = xn.read(gpu, rows * depth).unwrap();
+                    let after = xn.read(gpu, max_rows * depth).unwrap();
+                    let (rows_part, past) = after.split_at(rows * depth);
                     match kept_rows {
-                        true => assert!(same_bits(&after, &normed), "{what}: the rows kept"),
-                        false => assert!(after.iter().all(|v| v.is_nan()), "{what}: rows written"),
+                        true => assert!(same_bits(rows_part, &normed), "{what}: the rows kept"),
+                        false => {
+                            assert!(rows_part.iter().all(|v| v.is_nan()), "{what}: rows written")
+                        }
                     }
+                    assert!(
+                        past.iter().all(|v| v.is_nan()),
+                        "{what}: written past the rows"
+                    );
                 };
                 for kernel in SIXTEEN_ROW_KERNELS {
                     norm_apart(&k);
@@ -1776,7 +1783,7 @@ fn moe_sums_in_down_only_where_the_next_matmul_takes_the_norm() {
 /// switched on, for a raw input of one bf16 part, at rows the twins and a block's warps take.
 #[test]
 fn moe_routes_in_front_only_for_few_raw_bf16_rows() {
-    use super::{moe_front_place, MoeFrontPlace as P, MOE_ROUTE_GROUP_WARPS};
+    use super::{moe_front_place, MoeFrontPlace as P, MOE_FRONT_ROUTE_ROWS};
     assert_eq!(moe_front_place(1, true, true, 2, true), P::RoutesInFront);
     assert_eq!(moe_front_place(2, true, true, 2, true), P::RoutesInFront);
     assert_eq!(moe_front_place(3, true, true, 2, true), P::Apart);
@@ -1784,13 +1791,13 @@ fn moe_routes_in_front_only_for_few_raw_bf16_rows() {
     assert_eq!(moe_front_place(1, true, false, 2, true), P::Apart);
     assert_eq!(moe_front_place(1, true, true, 0, true), P::Apart);
     assert_eq!(moe_front_place(1, true, true, 2, false), P::Apart);
-    let many = MOE_ROUTE_GROUP_WARPS + 1;
+    let many = MOE_FRONT_ROUTE_ROWS + 1;
     assert_eq!(
         moe_front_place(many, true, true, usize::MAX, true),
         P::Apart
     );
     assert_eq!(
-        moe_front_place(MOE_ROUTE_GROUP_WARPS, true, true, usize::MAX, true),
+        moe_front_place(MOE_FRONT_ROUTE_ROWS, true, true, usize::MAX, true),
         P::RoutesInFront
     );
 }
@@ -2721,8 +2728,8 @@ const NORM_EPS: f32 = 1e-6;
 /// `moe_front_route` (the front projection with its input norm, then the routing and grouping in
 /// its last block) against the narrow norm twin that keeps its rows, then `moe_route_group`:
 /// the same `mo`, the same normalised rows and the same layer output, bit for bit, at 1, 2 and
-/// up to 8 rows, launch after launch on one counter (left at zero); the default model's MoE and
-/// Qwen3-Next's 128 experts of 10 with a shared expert.
+/// up to MOE_FRONT_ROUTE_ROWS rows, launch after launch on one counter (left at zero); the
+/// default model's MoE and Qwen3-Next's 128 experts of 10 with a shared expert.
 #[test]
 fn moe_front_route_gives_the_bits_of_the_twin_then_the_routing() {
     let Some(gpu) = open_gpu() else { return };
@@ -2770,7 +2777,7 @@ fn moe_front_route_gives_the_bits_of_the_twin_then_the_routing() {
             0 => 0,
             _ => case.on_gpu[2].at(0),
         };
-        for rows in [1, 2, 1 + rng.below(8)] {
+        for rows in [1, 2, 1 + rng.below(super::MOE_FRONT_ROUTE_ROWS as u64)] {
             let what = format!("seed {seed}, {m:?}, hidden {hidden}, {rows} rows");
             // The residual stream: rows of different scales.
             let x: Vec<f32> = (0..rows * hidden)
