@@ -513,8 +513,9 @@ pub enum MoeSumPlace {
 /// Where the sum of a MoE layer over `rows` rows runs: in `moe_down` when `enabled` and the norm
 /// after the layer may be left to the next layer's first matmul (`deferrable`: not the model's
 /// final norm, whose rows the logits and the MTP head read) and that matmul takes it in its own
-/// kernel (`rows` within `norm_in_matmul_max_rows`), so that no launch takes the sum's place;
-/// else with the norm in `moe_combine_norm`.
+/// kernel (`rows` within `norm_in_matmul_max_rows`), so that no launch takes the sum's place
+/// (where that matmul has no twin, FP8 or several kinds of weights, `rmsnorm_rows` takes it:
+/// the same launches as before); else with the norm in `moe_combine_norm`.
 pub fn moe_sum_place(
     rows: usize,
     deferrable: bool,
