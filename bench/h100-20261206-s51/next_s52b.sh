@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepared in session 51 (not run), after next_s52a.sh passed: the A/B of session 51's MoE
+# launches (bench/gpu_ab.sh: dummy weights, prompt 128, 64 new tokens, 2 interleaved rounds).
+# 1. Session 50's binary (`55a2dd9`, bench/peers/flashlane_55a2dd9.xz) against session 51's
+#    (bench/peers/flashlane.xz) as built (the norm in the MoE's front projection; every norm
+#    twin's PTX changed by its new argument): the A3B slice at 1, 2 and 8 streams, Qwen3-0.6B at 1.
+# 2. Session 51's binary as built, with FLASHLANE_MOE_SUM_IN_DOWN=1, with
+#    FLASHLANE_MOE_ROUTE_IN_FRONT=1 and with both: the A3B slice at 1, 2 and 8 streams; its FP8
+#    twin (FP8 experts) at 1 and 2 with the sum in the down launch.
+# Carry bench/peers/{flashlane.xz,flashlane_55a2dd9.xz} (the default model moved out); ~400 s.
+set -u
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. bench/unpack_peers.sh
+xz -dc bench/peers/flashlane_55a2dd9.xz > /tmp/fl_old && chmod +x /tmp/fl_old
+ab() {  # OUT_NAME SHAPE STREAMS SETTINGS BINARY...
+  local name=$1 shape=$2 streams=$3 settings=$4; shift 4
+  SETTINGS="$settings" STREAMS=$streams NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=90 \
+    bench/gpu_ab.sh /tmp/ab_$name $shape "$@" > /dev/null 2>&1
+  el "A/B $name rc=$?"; cat /tmp/ab_$name/ab.txt /tmp/ab_$name/ab_means.txt | tee -a $OUT/ab.txt
+}
+ab a3b_bins qwen3-next-a3b-slice 1,2,8 "built:FLASHLANE_AB=1" /tmp/fl_old $FL
+ab a3b_settings qwen3-next-a3b-slice 1,2,8 "base:FLASHLANE_AB=1 sum:FLASHLANE_MOE_SUM_IN_DOWN=1 route:FLASHLANE_MOE_ROUTE_IN_FRONT=1 both:FLASHLANE_MOE_SUM_IN_DOWN=1,FLASHLANE_MOE_ROUTE_IN_FRONT=1" $FL
+ab q06_bins qwen3-0.6b 1 "built:FLASHLANE_AB=1" /tmp/fl_old $FL
+ab a3b_fp8 qwen3-next-a3b-slice-fp8 1,2 "base:FLASHLANE_AB=1 sum:FLASHLANE_MOE_SUM_IN_DOWN=1" $FL
