@@ -624,6 +624,179 @@ MATMUL_BF16_SWIGLU_DEEP(3)
 MATMUL_BF16_SWIGLU_DEEP(4)
 
 // ---------------------------------------------------------------------------------------------
+// The 16-row chain with the operands swapped, for rounds of up to MMA_COLS rows (`matmul_bf16_swap`,
+// `_swap_t2`, and their norm twins; the host's FLASHLANE_MATMUL_SWAP_ROWS): yᵀ = W · xᵀ, so an
+// m16n8k16's A is 16 outputs' weights (lane (g, t): its outputs g and g + 8, elements 16t … 16t + 15
+// of a chunk, as the 16-row kernels' B takes its output g) and its B x's rows (column g: row g, the
+// elements the 16-row kernels' A takes of row g). Step s puts elements 16t + 4s + {0, 1} in k-slots
+// 2t + {0, 1} and 16t + 4s + {2, 3} in 8 + 2t + {0, 1} for both operands, as `mma_tile` does, so a
+// step sums the same 16 products of each (row, output) (a tensor-core step sums them alike
+// whichever operand holds which factor: the probe of session 22, see matmul_wg.cu), hi then lo;
+// chunks go to warps and the warps' sums are added as there. The same chain: the same bits, with
+// half the MMAs and half the splits of x a step (8 rows × 16 outputs instead of 16 × 8, where a
+// decode round fills one or two of the 16 rows).
+
+// `mma_tile` swapped: `wr[2j]`, `wr[2j + 1]` this lane's weight rows of outputs g and g + 8 of
+// output tile j (16 outputs), `xa` its x row g (null: zeros). Lane (g, t) of warp j < NT returns
+// true with d = output tile j's outputs g (d[0], d[1]) and g + 8 (d[2], d[3]) × rows 2t and 2t + 1;
+// the other warps return false. Every thread of the block must call it. `ready` as there (its
+// row g + 8 is always absent: vb stays zeros).
+template <int NT, int DEPTH, class Ready = InputsReady>
+__device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* const* wr, int k,
+                                                 float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
+    static_assert(NT <= MMA_WARPS, "warp j sums output tile j: at most MMA_WARPS tiles a block");
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    float va[DEPTH][16], vb[16], gm[Ready::NORM ? DEPTH : 1][16];
+    // Weights of outputs g (h = 0) and g + 8 (h = 1): elements 0-7 (w0) and 8-15 (w1) of the piece.
+    uint4 w0[DEPTH][NT][2], w1[DEPTH][NT][2];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    const int first = warp * MMA_CHUNK;
+    const float* xb = nullptr;
+    auto load_weights = [&](int c0) {
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const bool in = e < k;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    w0[p][j][h] = in ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e) : zero;
+                    w1[p][j][h] = in ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e + 8) : zero;
+                }
+        }
+    };
+    if (Ready::EARLY) load_weights(first);
+    ready(xa, xb);
+    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+        if (!Ready::EARLY || c0 != first) load_weights(c0);
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
+            const bool in = e < k;
+            load16(xa && in ? xa + e : nullptr, va[p]);
+            if (Ready::NORM) ready.load_norm(e, in, gm[Ready::NORM ? p : 0]);
+        }
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            if (c >= k) break;
+            const int e = c + 16 * t;
+            const bool in = e < k;
+            if (Ready::NORM) {
+#pragma unroll
+                for (int i = 0; i < 16; i++) vb[i] = 0.0f;
+                ready.normalise(e, in, va[p], vb, gm[Ready::NORM ? p : 0]);
+            }
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                unsigned b0h, b0l, b1h, b1l;
+                split_x(va[p][4 * s], va[p][4 * s + 1], b0h, b0l);
+                split_x(va[p][4 * s + 2], va[p][4 * s + 3], b1h, b1l);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    unsigned a[4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 lo = w0[p][j][h], hi = w1[p][j][h];
+                        // Elements 4s, 4s + 1 (a[h]) and 4s + 2, 4s + 3 (a[2 + h]), as
+                        // `mma_tile`'s b0 and b1.
+                        a[h] = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+                        a[2 + h] = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+                    }
+                    mma_16816(acc[j], a[0], a[1], a[2], a[3], b0h, b1h);
+                    if (MMA_SPLIT) mma_16816(acc[j], a[0], a[1], a[2], a[3], b0l, b1l);
+                }
+            }
+        }
+    }
+    return sum_warp_partials<NT>(acc, part, d, warp, lane);
+}
+
+// One block of the swapped chain: NT tiles of 16 outputs, every row (at most MMA_COLS). Grid (1,
+// ceil(n_out / (16·NT))). With NORM the input RMSNorm in it, as `matmul_block`'s (`InputsNormed`,
+// its rows kept in `norm_out` where not null).
+template <int NT, int DEPTH, bool NORM>
+__device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, int x_stride,
+                                                  const int* __restrict__ row_index, const bf16_t* __restrict__ w,
+                                                  int k, int n_out, float* __restrict__ y, int y_stride,
+                                                  int accumulate, int rows, float (*part)[NT][WARP][4],
+                                                  const float* __restrict__ norm_w, float eps, int norm_kind,
+                                                  float (*norm_sums)[NORM_WARPS], float* norm_inv_s,
+                                                  float* __restrict__ norm_out) {
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * NT * 16;
+    matmul_start(w, o0, NT * 16, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
+    const float *xa = nullptr, *xb = nullptr;
+    if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
+    // Outputs past the end: the last valid row, computed and never written.
+    const bf16_t* wr[2 * NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) wr[2 * j + h] = w + (size_t)min(o0 + 16 * j + g + 8 * h, n_out - 1) * k;
+    float d[4];
+    bool mine;
+    if (NORM)
+        mine = mma_tile_swapped<NT, DEPTH>(
+            xa, wr, k, part, d,
+            InputsNormed{x, x_stride, row_index, rows, 0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s,
+                         norm_out, 0.0f, 0.0f});
+    else if (MMA_EARLY_WEIGHTS)
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, 0});
+    else
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d);
+    if (!mine) return;
+    const int warp = threadIdx.x / WARP;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = 2 * t + (i % 2), o = o0 + 16 * warp + g + 8 * (i / 2);
+        if (r < rows && o < n_out) {
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + d[i] : d[i];
+        }
+    }
+}
+
+#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH)                                                        \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows) {                                                                    \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_swap_block<NT, DEPTH, false>(x, x_stride, row_index, w, k, n_out, y, y_stride,            \
+                                            accumulate, rows, part, nullptr, 0.0f, 0, nullptr, nullptr,  \
+                                            nullptr);                                                    \
+    }
+#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH)                                                   \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind,          \
+         float* __restrict__ norm_out) {                                                                \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
+        __shared__ float norm_inv_s[MMA_ROWS];                                                          \
+        matmul_swap_block<NT, DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, \
+                                           rows, part, norm_w, eps, norm_kind, norm_sums, norm_inv_s,    \
+                                           norm_out);                                                    \
+    }
+// One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth) and two
+// (depth 1, as the wide 16-row kernels: at the narrow depth its norm twin spilled 248 bytes); the
+// norm twins with the others.
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1)
+#if MMA_NORM_TWINS
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1)
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q
 // in e4m3 (one byte) and s f32, `scales` [n_out / br, k / bc]. e4m3 widens exactly to bf16, so the
 // tensor cores take q as they take bf16 weights (x split into hi and lo as above); a chunk of 64

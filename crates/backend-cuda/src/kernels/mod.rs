@@ -569,6 +569,28 @@ pub fn moe_front_place(
     }
 }
 
+/// `FLASHLANE_MATMUL_SWAP_ROWS=N` (at most MMA_COLS, 8) runs the bf16 16-row matmuls of rounds of
+/// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
+/// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
+/// fills few of the 16 rows; the same products in the same order: the same bits). 0 (the
+/// default until measured on a GPU) runs none. Not the dense MLP's gate/up with its SwiGLU in the
+/// matmul, nor FP8.
+pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
+
+/// [`MATMUL_SWAP_ROWS_ENV`]'s bound, at most MMA_COLS (the rows an MMA's B holds).
+fn matmul_swap_rows() -> usize {
+    std::env::var(MATMUL_SWAP_ROWS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(0, |n: usize| n.min(MMA_COLS))
+}
+
+/// Whether a bf16 16-row matmul of `rows` rows runs on the swapped chain: within the bound
+/// `swap_rows` ([`MATMUL_SWAP_ROWS_ENV`]) and one MMA's B (MMA_COLS rows).
+fn swaps(rows: usize, swap_rows: usize) -> bool {
+    rows <= swap_rows.min(MMA_COLS)
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1164,6 +1186,11 @@ pub struct Kernels {
     /// [`MATMUL_NARROW_MAX_BLOCKS`], or [`MATMUL_NARROW_MAX_BLOCKS_ENV`]'s value.
     matmul_narrow_max_blocks: usize,
     matmul_narrow: CudaFunction,
+    /// The swapped chain (`matmul_bf16_swap`, `_swap_t2`): one and two output tiles of 16 a block.
+    matmul_swap: [CudaFunction; 2],
+    /// Rounds of up to this many rows run their bf16 16-row matmuls on the swapped chain
+    /// ([`MATMUL_SWAP_ROWS_ENV`]; 0: none).
+    pub(crate) matmul_swap_rows: usize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1323,6 +1350,7 @@ impl Kernels {
                     by_tiles: tiles_of("matmul_bf16_norm", true)?,
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
+                    swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1371,6 +1399,8 @@ impl Kernels {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
+            matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
+            matmul_swap_rows: matmul_swap_rows(),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -1684,6 +1714,8 @@ struct NormTwins {
     by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
     narrow: CudaFunction,
+    /// The swapped chain's twins, one and two output tiles a block.
+    swap: [CudaFunction; 2],
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
 }
@@ -2545,6 +2577,30 @@ impl Kernels {
             1,
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
+        if m.fp8.is_none() && swaps(m.rows, self.matmul_swap_rows) {
+            // One output tile of 16 a block where the plan had one n-tile (narrow matrices: as
+            // many blocks as outputs allow), else two.
+            let nt = if tiles == 1 { 1 } else { 2 };
+            let grid = (
+                1,
+                u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),
+                1,
+            );
+            return match norm {
+                None => gpu.launch(
+                    &self.matmul_swap[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(m),
+                ),
+                Some(norm) => gpu.launch(
+                    &self.twins().swap[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_norm_matmul_args(m, norm),
+                ),
+            };
+        }
         let Some(fp8) = m.fp8 else {
             let (deep_kernels, wide_kernels, narrow) = match norm {
                 None => (

@@ -1766,6 +1766,118 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
     }
 }
 
+/// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row
+/// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
+/// two output tiles a block), plain and accumulating, and with the input norm in the kernel (its
+/// rows kept); output counts not a multiple of 16 and depths of a partial last chunk.
+#[test]
+fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
+    let Some(gpu) = open_gpu() else { return };
+    let gpu = gpu.as_ref();
+    let mut k = Kernels::compile_overriding(gpu, &tiny_dims().1, &[("MMA_NORM_TWINS", 1)])
+        .expect("kernels with the norm twins");
+    k.norm_in_matmul_max_rows = usize::MAX;
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let max_rows = super::MMA_COLS;
+    for (depth, n_out) in [
+        (1024, 200 + rng.below(100)),
+        (16 + 64 * (1 + rng.below(40)), 24),
+        (2048, 1153),
+    ] {
+        // The residual stream: rows of different scales.
+        let x: Vec<f32> = (0..max_rows * depth)
+            .map(|i| (1 + i / depth % 5) as f32 * 2.0 * rng.vec(1)[0])
+            .collect();
+        let w: Vec<u16> = bf16_vec(&mut rng, n_out * depth, 0.05)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let y0 = rng.vec(max_rows * n_out);
+        let (xb, wb, nb) = (
+            Buf::from_host(gpu, &x).unwrap(),
+            Buf::from_host(gpu, &w).unwrap(),
+            Buf::from_host(gpu, &rng.vec(depth)).unwrap(),
+        );
+        let mut y = Buf::<f32>::zeros(gpu, max_rows * n_out).unwrap();
+        let mut xn = Buf::<f32>::zeros(gpu, max_rows * depth).unwrap();
+        let xn_nan = vec![f32::NAN; max_rows * depth];
+        for rows in 1..=max_rows {
+            for kernel in [
+                MatmulKernel::Narrow,
+                MatmulKernel::Wide,
+                MatmulKernel::Tiles(6),
+                MatmulKernel::Deep(3),
+            ] {
+                let what =
+                    format!("seed {seed}, depth {depth}, {n_out} outputs, {rows} rows, {kernel:?}");
+                for accumulate in [false, true] {
+                    let m = Matmul {
+                        accumulate,
+                        ..packed_matmul(xb.at(0), wb.at(0), depth, n_out, y.at(0), rows, None)
+                    };
+                    let mut run = |swap_rows: usize| {
+                        k.matmul_swap_rows = swap_rows;
+                        y.write(gpu, &y0).unwrap();
+                        k.matmul_with(gpu, &m, kernel).unwrap();
+                        y.read(gpu, max_rows * n_out).unwrap()
+                    };
+                    let (want, got) = (run(0), run(max_rows));
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, accumulate {accumulate}: the swapped chain's bits differ"
+                    );
+                }
+                let m = packed_matmul(xb.at(0), wb.at(0), depth, n_out, y.at(0), rows, None);
+                let norm = super::InputNorm {
+                    w: nb.at(0),
+                    eps: 1e-6,
+                    zero_centred: true,
+                    out: xn.at(0),
+                    keep: true,
+                };
+                let mut run = |swap_rows: usize| {
+                    k.matmul_swap_rows = swap_rows;
+                    y.write(gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
+                    xn.write(gpu, &xn_nan).unwrap();
+                    let place = k.matmul_normed_with(gpu, &m, Some(&norm), kernel).unwrap();
+                    assert_eq!(place, Some(super::NormPlace::InMatmul), "{what}");
+                    (
+                        y.read(gpu, max_rows * n_out).unwrap(),
+                        xn.read(gpu, max_rows * depth).unwrap(),
+                    )
+                };
+                let (want, got) = (run(0), run(max_rows));
+                assert!(
+                    want.0[..rows * n_out].iter().all(|v| v.is_finite()),
+                    "{what}: the 16-row twin left outputs unwritten"
+                );
+                assert!(
+                    same_bits(&got.0, &want.0),
+                    "{what}: the swapped norm twin's bits differ"
+                );
+                assert!(
+                    same_bits(&got.1, &want.1),
+                    "{what}: the swapped norm twin's kept rows differ"
+                );
+            }
+        }
+    }
+    k.matmul_swap_rows = 0;
+}
+
+/// `swaps` (no device needed): within the bound and one MMA's B, never past either.
+#[test]
+fn swaps_within_the_bound_and_an_mma_s_rows() {
+    use super::{swaps, MMA_COLS};
+    assert!(!swaps(1, 0));
+    assert!(swaps(1, 1));
+    assert!(!swaps(2, 1));
+    assert!(swaps(MMA_COLS, MMA_COLS));
+    assert!(!swaps(MMA_COLS + 1, usize::MAX));
+    assert!(swaps(MMA_COLS, usize::MAX));
+}
+
 /// `moe_sum_place` (no device needed): in `moe_down` only when switched on, for a norm that may
 /// wait for the next layer's first matmul, in rounds that matmul normalises itself.
 #[test]
