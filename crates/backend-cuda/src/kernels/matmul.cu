@@ -720,8 +720,12 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
 
 // One block of the swapped chain: NT tiles of 16 outputs, every row (at most MMA_COLS). Grid (1,
 // ceil(n_out / (16·NT))). With NORM the input RMSNorm in it, as `matmul_block`'s (`InputsNormed`,
-// its rows kept in `norm_out` where not null).
-template <int NT, int DEPTH, bool NORM>
+// its rows kept in `norm_out` where not null). With SWIGLU (a dense MLP's gate/up: W = [gate
+// (width) | up (width)], n_out = 2·width) output tile j's rows 0–7 are the gate rows of units
+// u0 + 8j … and rows 8–15 the up rows of the same units, so lane (g, t) holds a unit's gate (d[0],
+// d[1]) and its up (d[2], d[3]) and writes act[r, u] = silu(gate) · up, `swiglu_rows`' expression
+// (as `matmul_block`'s SWIGLU); grid (1, ceil(width / (8·NT))); `accumulate` ignored.
+template <int NT, int DEPTH, bool NORM, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, int x_stride,
                                                   const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                                   int k, int n_out, float* __restrict__ y, int y_stride,
@@ -731,7 +735,17 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                                                   float* __restrict__ norm_out) {
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const int o0 = blockIdx.y * NT * 16;
-    matmul_start(w, o0, NT * 16, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
+    const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
+    if (SWIGLU) {
+        pdl_launch_dependents();
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
+            prefetch_rows_l2(w, u0, 8 * NT, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, 8 * NT, width, (size_t)k * sizeof(bf16_t));
+        }
+        if (!MMA_EARLY_WEIGHTS) pdl_wait();
+    } else {
+        matmul_start(w, o0, NT * 16, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
+    }
     const float *xa = nullptr, *xb = nullptr;
     if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
     // Outputs past the end: the last valid row, computed and never written.
@@ -739,7 +753,14 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) wr[2 * j + h] = w + (size_t)min(o0 + 16 * j + g + 8 * h, n_out - 1) * k;
+        for (int h = 0; h < 2; h++) {
+            if (SWIGLU) {
+                const int unit = min(u0 + 8 * j + g, width - 1);
+                wr[2 * j + h] = w + (size_t)(h * width + unit) * k;
+            } else {
+                wr[2 * j + h] = w + (size_t)min(o0 + 16 * j + g + 8 * h, n_out - 1) * k;
+            }
+        }
     float d[4];
     bool mine;
     if (NORM)
@@ -753,6 +774,15 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
         mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d);
     if (!mine) return;
     const int warp = threadIdx.x / WARP;
+    if (SWIGLU) {
+        const int unit = u0 + 8 * warp + g;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = 2 * t + i;
+            if (r < rows && unit < width) y[(size_t)r * y_stride + unit] = siluf_(d[i]) * d[2 + i];
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = 2 * t + (i % 2), o = o0 + 16 * warp + g + 8 * (i / 2);
@@ -763,17 +793,17 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
     }
 }
 
-#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH)                                                        \
+#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, SWIGLU)                                                \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
          int accumulate, int rows) {                                                                    \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_swap_block<NT, DEPTH, false>(x, x_stride, row_index, w, k, n_out, y, y_stride,            \
-                                            accumulate, rows, part, nullptr, 0.0f, 0, nullptr, nullptr,  \
-                                            nullptr);                                                    \
+        matmul_swap_block<NT, DEPTH, false, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,    \
+                                                    accumulate, rows, part, nullptr, 0.0f, 0, nullptr,   \
+                                                    nullptr, nullptr);                                   \
     }
-#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH)                                                   \
+#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH, SWIGLU)                                           \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
@@ -782,18 +812,21 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
         __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
         __shared__ float norm_inv_s[MMA_ROWS];                                                          \
-        matmul_swap_block<NT, DEPTH, true>(x, x_stride, row_index, w, k, n_out, y, y_stride, accumulate, \
-                                           rows, part, norm_w, eps, norm_kind, norm_sums, norm_inv_s,    \
-                                           norm_out);                                                    \
+        matmul_swap_block<NT, DEPTH, true, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,     \
+                                                   accumulate, rows, part, norm_w, eps, norm_kind,       \
+                                                   norm_sums, norm_inv_s, norm_out);                     \
     }
 // One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth) and two
 // (depth 1, as the wide 16-row kernels: at the narrow depth its norm twin spilled 248 bytes); the
 // norm twins with the others.
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1)
+// With a dense MLP's SwiGLU: two output tiles a block (8 units each; a gate/up is a wide matrix).
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, true)
 #if MMA_NORM_TWINS
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, true)
 #endif
 
 // ---------------------------------------------------------------------------------------------

@@ -572,9 +572,9 @@ pub fn moe_front_place(
 /// `FLASHLANE_MATMUL_SWAP_ROWS=N` (at most MMA_COLS, 8) runs the bf16 16-row matmuls of rounds of
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
-/// fills few of the 16 rows; the same products in the same order: the same bits). 0 (the
-/// default until measured on a GPU) runs none. Not the dense MLP's gate/up with its SwiGLU in the
-/// matmul, nor FP8.
+/// fills few of the 16 rows; the same products in the same order: the same bits), the dense
+/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`). 0 (the default until
+/// measured on a GPU) runs none. Not FP8.
 pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
 
 /// [`MATMUL_SWAP_ROWS_ENV`]'s bound, at most MMA_COLS (the rows an MMA's B holds).
@@ -1188,6 +1188,8 @@ pub struct Kernels {
     matmul_narrow: CudaFunction,
     /// The swapped chain (`matmul_bf16_swap`, `_swap_t2`): one and two output tiles of 16 a block.
     matmul_swap: [CudaFunction; 2],
+    /// The swapped chain's gate/up with its SwiGLU (`matmul_bf16_swiglu_swap_t2`).
+    matmul_swiglu_swap: CudaFunction,
     /// Rounds of up to this many rows run their bf16 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: usize,
@@ -1351,6 +1353,7 @@ impl Kernels {
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
+                    swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1400,6 +1403,7 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
+            matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_swap_rows: matmul_swap_rows(),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
@@ -1716,6 +1720,8 @@ struct NormTwins {
     narrow: CudaFunction,
     /// The swapped chain's twins, one and two output tiles a block.
     swap: [CudaFunction; 2],
+    /// The swapped chain's gate/up with its SwiGLU, with the norm.
+    swiglu_swap: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
 }
@@ -2721,6 +2727,34 @@ impl Kernels {
                 return Ok(places);
             }
         };
+        let fused = Matmul {
+            y: act,
+            y_stride: width,
+            ..*m
+        };
+        if swaps(m.rows, self.matmul_swap_rows) {
+            // Two output tiles a block: 16 units.
+            let grid = (
+                1,
+                u32::try_from(width.div_ceil(16)).expect("units fit a grid"),
+                1,
+            );
+            match twin_norm {
+                None => gpu.launch(
+                    &self.matmul_swiglu_swap,
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(&fused),
+                )?,
+                Some(norm) => gpu.launch(
+                    &self.twins().swiglu_swap,
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_norm_matmul_args(&fused, &norm),
+                )?,
+            }
+            return Ok(places);
+        }
         let (deep_kernels, wide_kernels) = match twin_norm {
             None => (
                 &self.matmul_swiglu_deep_by_tiles,
@@ -2748,11 +2782,6 @@ impl Kernels {
             u32::try_from(width.div_ceil(units)).expect("outputs fit a grid"),
             1,
         );
-        let fused = Matmul {
-            y: act,
-            y_stride: width,
-            ..*m
-        };
         match twin_norm {
             None => gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(&fused))?,
             Some(norm) => gpu.launch(

@@ -1768,8 +1768,9 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
 
 /// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row
 /// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
-/// two output tiles a block), plain and accumulating, and with the input norm in the kernel (its
-/// rows kept); output counts not a multiple of 16 and depths of a partial last chunk.
+/// two output tiles a block), plain and accumulating, with the input norm in the kernel (its rows
+/// kept), and a gate/up with its SwiGLU (plain and normed); output counts not a multiple of 16
+/// and depths of a partial last chunk.
 #[test]
 fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     let Some(gpu) = open_gpu() else { return };
@@ -1860,6 +1861,30 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     same_bits(&got.1, &want.1),
                     "{what}: the swapped norm twin's kept rows differ"
                 );
+                // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
+                // with the norm.
+                let width = n_out / 2;
+                let gu = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
+                let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+                for with_norm in [false, true] {
+                    let mut run = |swap_rows: usize| {
+                        k.matmul_swap_rows = swap_rows;
+                        act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
+                        let norm = with_norm.then_some(&norm);
+                        k.gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
+                            .unwrap();
+                        act.read(gpu, max_rows * width).unwrap()
+                    };
+                    let (want, got) = (run(0), run(max_rows));
+                    assert!(
+                        want[..rows * width].iter().all(|v| v.is_finite()),
+                        "{what}, norm {with_norm}: the 16-row SwiGLU left units unwritten"
+                    );
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
+                    );
+                }
             }
         }
     }
