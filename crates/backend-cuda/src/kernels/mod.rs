@@ -1246,6 +1246,9 @@ struct MoeKernels {
     /// Tests: every step's bf16 gate/up at this many n-tiles a block.
     gate_up_tiles_forced: Option<usize>,
     down: CudaFunction,
+    /// bf16 gate/up and down on the swapped chain, for rounds within [`MATMUL_SWAP_ROWS_ENV`].
+    gate_up_swap: CudaFunction,
+    down_swap: CudaFunction,
     gate_up_fp8: CudaFunction,
     down_fp8: CudaFunction,
     combine: CudaFunction,
@@ -1465,6 +1468,8 @@ impl Kernels {
                     gate_up_fit: std::env::var(MOE_FIT_ENV).map_or(true, |v| v != "0"),
                     gate_up_tiles_forced: None,
                     down: f("moe_down")?,
+                    gate_up_swap: f("moe_gate_up_swap")?,
+                    down_swap: f("moe_down_swap")?,
                     gate_up_fp8: f("moe_gate_up_fp8")?,
                     down_fp8: f("moe_down_fp8")?,
                     combine: f("moe_combine")?,
@@ -3497,11 +3502,15 @@ impl Kernels {
         }
         let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
         let resident = self.multiprocessors * MMA_MIN_BLOCKS;
+        // The swapped chain's experts: 16 units a block of gate/up.
+        let swap = l.fp8.is_none()
+            && swaps(l.rows, self.matmul_swap_rows)
+            && m.expert_intermediate.is_multiple_of(16);
         let arrivals = match sum {
             MoeSum::InDown { arrivals } => arrivals,
             MoeSum::WithNorm(_) | MoeSum::Alone => 0,
         };
-        Self::moe_experts(gpu, dims, k, m, l, slots, resident, arrivals)?;
+        Self::moe_experts(gpu, dims, k, m, l, slots, resident, arrivals, swap)?;
         match sum {
             MoeSum::InDown { .. } => Ok(()),
             MoeSum::WithNorm(norm) => Self::moe_sum(gpu, dims, k, l, Some(norm)),
@@ -3511,7 +3520,8 @@ impl Kernels {
 
     /// The experts' gate/up and down products of each tile (bf16 or FP8), `resident` blocks of
     /// them on the GPU at once; with `arrivals` (not 0) the down kernel also adds them into x
-    /// ([`MoeSum::InDown`]).
+    /// ([`MoeSum::InDown`]); with `swap` (bf16, a round of up to MMA_COLS rows) on the swapped
+    /// chain.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts(
         gpu: &Gpu,
@@ -3522,6 +3532,7 @@ impl Kernels {
         slots: u32,
         resident: usize,
         arrivals: u64,
+        swap: bool,
     ) -> Result<(), CudaError> {
         // `moe_down`'s last arguments: what it needs to sum the layer itself.
         let sum_in_down = [
@@ -3544,6 +3555,37 @@ impl Kernels {
             .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
         let down_grid = (slots, moe_sum_columns(dims.hidden) as u32, 1);
         match l.fp8 {
+            None if swap => {
+                gpu.launch(
+                    &k.gate_up_swap,
+                    (slots, (m.expert_intermediate / 16) as u32, 1),
+                    MMA_WARPS * 32,
+                    &[
+                        Arg::Ptr(l.xn),
+                        Arg::Ptr(l.pair_row),
+                        Arg::Ptr(l.tiles),
+                        Arg::Ptr(l.n_tiles),
+                        Arg::Ptr(l.gate_up),
+                        Arg::Ptr(l.act),
+                    ],
+                )?;
+                let down = [
+                    Arg::Ptr(l.act),
+                    Arg::Ptr(l.act_sh),
+                    Arg::Ptr(l.tiles),
+                    Arg::Ptr(l.n_tiles),
+                    Arg::Ptr(l.down),
+                    Arg::Ptr(l.shared_down),
+                    Arg::Ptr(l.y_exp),
+                    Arg::Ptr(l.y_sh),
+                ];
+                gpu.launch(
+                    &k.down_swap,
+                    down_grid,
+                    MMA_WARPS * 32,
+                    &[down.as_slice(), &sum_in_down].concat(),
+                )?;
+            }
             None => {
                 gpu.launch(
                     &k.gate_up_by_tiles[at],

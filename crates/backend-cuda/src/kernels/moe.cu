@@ -457,6 +457,82 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
     sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
 }
 
+// The bf16 experts of a round of up to MMA_COLS rows (every tile then holds at most MMA_COLS
+// pairs: a row takes an expert once) on the swapped chain (`mma_tile_swapped`, matmul.cu: the same
+// products in the same order as `mma_tile`'s, so the same bits; the host's
+// FLASHLANE_MATMUL_SWAP_ROWS). `moe_gate_up_swap`: grid (tile slots, MOE_I / 16), block (t, b)
+// units u0 … u0 + 15 (u0 = 16b) of expert tile t, output tile j's rows 0–7 the gate rows of units
+// u0 + 8j …, 8–15 their up rows, so lane (g, t) holds a unit's gate and up: act = silu(gate)·up
+// as `gate_up_block` writes it.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
+moe_gate_up_swap(const float* __restrict__ xn, const int* __restrict__ pair_row, const int* __restrict__ tiles,
+                 const int* __restrict__ n_tiles, const bf16_t* __restrict__ gate_up, float* __restrict__ act) {
+    pdl_start();
+    __shared__ float part[MMA_WARPS][2][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[0]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int u0 = blockIdx.y * 16;
+    const float* xa = g < count ? xn + (size_t)pair_row[start + g] * MOE_H : nullptr;
+    const bf16_t* wr[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            wr[2 * j + h] = gate_up + ((size_t)e * 2 * MOE_I + h * MOE_I + u0 + 8 * j + g) * MOE_H;
+    float d[4];
+    if (!mma_tile_swapped<2, MOE_BF16_DEPTH>(xa, wr, MOE_H, part, d)) return;
+    const int unit = u0 + 8 * warp + g;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = 2 * t + i;
+        if (r < count) act[(size_t)(start + r) * MOE_I + unit] = siluf_(d[i]) * d[2 + i];
+    }
+}
+
+// `moe_down` on the swapped chain (a round of up to MMA_COLS rows): grid (tile slots,
+// ceil(MOE_H / 32)), two output tiles of 16 a block, the columns of `moe_down`'s blocks (so its
+// sum in the down launch, `sum_in_down`, counts the same columns).
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
+moe_down_swap(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
+              const int* __restrict__ n_tiles, const bf16_t* __restrict__ down,
+              const bf16_t* __restrict__ shared_down, float* y_exp, float* y_sh, const float* __restrict__ mo,
+              const float* __restrict__ probs, const int* __restrict__ pair_pos, float* __restrict__ x, int rows,
+              unsigned* __restrict__ arrivals) {
+    static_assert(2 * 16 == MMA_NT * MMA_COLS, "moe_down's columns: 32 outputs a block");
+    pdl_start();
+    __shared__ float part[MMA_WARPS][2][WARP][4];
+    if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
+    const int* tile = tiles + 3 * blockIdx.x;
+    const int e = tile[0], start = tile[1], count = tile[2];
+    const bool shared = e == MOE_E;
+    const int k = shared ? MOE_IS : MOE_I;
+    const float* src = shared ? act_sh : act;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * 32;
+    const float* xa = g < count ? src + (size_t)(start + g) * k : nullptr;
+    // Past the last output: the last valid row, computed and never written.
+    const bf16_t* wr[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int o = min(o0 + 16 * j + g + 8 * h, MOE_H - 1);
+            wr[2 * j + h] = shared ? shared_down + (size_t)o * MOE_IS : down + ((size_t)e * MOE_H + o) * MOE_I;
+        }
+    float d[4];
+    if (mma_tile_swapped<2, MOE_BF16_DEPTH>(xa, wr, k, part, d)) {
+        float* y = shared ? y_sh : y_exp;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = 2 * t + (i % 2), o = o0 + 16 * warp + g + 8 * (i / 2);
+            if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
+        }
+    }
+    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
+}
+
 // moe_gate_up for block-scaled FP8 experts: gate_up e4m3 [E, 2I, H], scales f32
 // [E, 2I / br, H / bc]. Lane (g, t)'s outputs 2t, 2t + 1 of n-tile j are gate rows (t < 2) or up
 // rows of units u0 + 4j + 2(t % 2) …, whose scale row it reads.

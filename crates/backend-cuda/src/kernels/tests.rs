@@ -3159,6 +3159,39 @@ fn check_moe(
         }
         k.moe.as_mut().expect("MoE kernels").gate_up_tiles_forced = None;
     }
+    // The swapped chain's experts (rounds of up to MMA_COLS rows, `moe_gate_up_swap` and
+    // `moe_down_swap` where bf16): each row alone and the first rows together have the batch's
+    // bits, the sum in the down launch too.
+    k.matmul_swap_rows = super::MMA_COLS;
+    let n = rows.min(super::MMA_COLS);
+    let first = |v: &[f32], width: usize| v[..n * width].to_vec();
+    let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
+    for sum in [TestSum::Alone, TestSum::InDown(&arrivals_swap)] {
+        let together = run_moe(
+            gpu,
+            &k,
+            &dims,
+            &case,
+            &first(&xn, hidden),
+            &first(&mo, w),
+            &first(&x, hidden),
+            sum,
+        )
+        .0;
+        assert!(
+            same_bits(&together, &first(&all, hidden)),
+            "{what}: the first {n} rows on the swapped chain differ"
+        );
+        for r in [0, rows - 1] {
+            let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
+            let one = run_moe(gpu, &k, &dims, &case, &xn_r, &mo_r, &x_r, sum).0;
+            assert!(
+                same_bits(&one, &row(&all, r)),
+                "{what}: row {r} alone on the swapped chain differs"
+            );
+        }
+    }
+    k.matmul_swap_rows = 0;
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
     let (fused, normed) = run_moe(
