@@ -7,8 +7,10 @@
 #     to finish, the norm after the layer left to the next layer's first matmul (off).
 # (3) FLASHLANE_MOE_ROUTE_IN_FRONT=1: moe_front_route, the front projection whose last block
 #     routes and groups the rows (off).
+# (4) FLASHLANE_MATMUL_SWAP_ROWS=8: the 16-row chain with the MMA's operands swapped for rounds of
+#     up to 8 rows, the dense matmuls and the MoE's experts (off).
 # First their kernel tests (the norm twins' and the MoE's, cold PTX cache: ~200 s), then the
-# whole-model binaries at the defaults and with (2) and (3) on (alone = batched = moved = with
+# whole-model binaries at the defaults and with (2), (3) and (4) on (alone = batched = moved = with
 # drafts, bit for bit; one- and two-row rounds take the new paths, larger ones the old).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
 # the tree for the call); ~500 s on an H100.
@@ -18,11 +20,11 @@ el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 . bench/unpack_peers.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
 b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
-FLASHLANE_REQUIRE_GPU=1 timeout 240 $b/backend_cuda norm_twins moe_ --test-threads 1 > $OUT/tests_kernels.txt 2>&1
+FLASHLANE_REQUIRE_GPU=1 timeout 240 $b/backend_cuda norm_twins moe_ swap --test-threads 1 > $OUT/tests_kernels.txt 2>&1
 rc=$?; el "backend_cuda norm_twins moe_ rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
 grep -q "moe_front_route_gives_the_bits" $OUT/tests_kernels.txt || { el "stale packs: repack (bench/pack_gpu_tests.sh --flashlane)"; exit 1; }
 [ $rc = 0 ] || exit 1
 TESTS="gpu_target gpu_conformance gpu_dense gpu_fixtures gpu_faults" TEST_TIMEOUT=120 \
-  SETTINGS="base:FLASHLANE_AB=1 both:FLASHLANE_MOE_SUM_IN_DOWN=1,FLASHLANE_MOE_ROUTE_IN_FRONT=1" bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
+  SETTINGS="base:FLASHLANE_AB=1 all:FLASHLANE_MOE_SUM_IN_DOWN=1,FLASHLANE_MOE_ROUTE_IN_FRONT=1,FLASHLANE_MATMUL_SWAP_ROWS=8" bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 el "whole-model tests rc=$?"; cat /tmp/tests/summary.txt | tee $OUT/tests_summary.txt
 tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
