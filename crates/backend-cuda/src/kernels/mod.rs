@@ -3555,41 +3555,21 @@ impl Kernels {
             .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
         let down_grid = (slots, moe_sum_columns(dims.hidden) as u32, 1);
         match l.fp8 {
-            None if swap => {
-                gpu.launch(
-                    &k.gate_up_swap,
-                    (slots, (m.expert_intermediate / 16) as u32, 1),
-                    MMA_WARPS * 32,
-                    &[
-                        Arg::Ptr(l.xn),
-                        Arg::Ptr(l.pair_row),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.gate_up),
-                        Arg::Ptr(l.act),
-                    ],
-                )?;
-                let down = [
-                    Arg::Ptr(l.act),
-                    Arg::Ptr(l.act_sh),
-                    Arg::Ptr(l.tiles),
-                    Arg::Ptr(l.n_tiles),
-                    Arg::Ptr(l.down),
-                    Arg::Ptr(l.shared_down),
-                    Arg::Ptr(l.y_exp),
-                    Arg::Ptr(l.y_sh),
-                ];
-                gpu.launch(
-                    &k.down_swap,
-                    down_grid,
-                    MMA_WARPS * 32,
-                    &[down.as_slice(), &sum_in_down].concat(),
-                )?;
-            }
             None => {
+                // The swapped chain's gate/up: 16 units a block.
+                let (gate_up, grid) = match swap {
+                    true => (
+                        &k.gate_up_swap,
+                        (slots, (m.expert_intermediate / 16) as u32, 1),
+                    ),
+                    false => (
+                        &k.gate_up_by_tiles[at],
+                        (slots, (m.expert_intermediate / (4 * tiles)) as u32, 1),
+                    ),
+                };
                 gpu.launch(
-                    &k.gate_up_by_tiles[at],
-                    (slots, (m.expert_intermediate / (4 * tiles)) as u32, 1),
+                    gate_up,
+                    grid,
                     MMA_WARPS * 32,
                     &[
                         Arg::Ptr(l.xn),
@@ -3611,7 +3591,7 @@ impl Kernels {
                     Arg::Ptr(l.y_sh),
                 ];
                 gpu.launch(
-                    &k.down,
+                    if swap { &k.down_swap } else { &k.down },
                     down_grid,
                     MMA_WARPS * 32,
                     &[down.as_slice(), &sum_in_down].concat(),
