@@ -434,6 +434,24 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
     if (wait) pdl_wait();
 }
 
+// The start of a 16-row matmul block (`matmul_start`, its wait left to the inputs under
+// MMA_EARLY_WEIGHTS): its weight rows [o0, o0 + outs) pulled into L2, or with SWIGLU (W = [gate
+// (width) | up (width)], n_out = 2·width) the gate rows of units [u0, u0 + units) and their up rows.
+template <bool SWIGLU>
+__device__ __forceinline__ void matmul_block_start(const bf16_t* w, int k, int n_out, int o0, int outs, int width,
+                                                   int u0, int units) {
+    if (SWIGLU) {
+        pdl_launch_dependents();
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
+            prefetch_rows_l2(w, u0, units, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, units, width, (size_t)k * sizeof(bf16_t));
+        }
+        if (!MMA_EARLY_WEIGHTS) pdl_wait();
+    } else {
+        matmul_start(w, o0, outs, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
+    }
+}
+
 // One matmul block of NT n-tiles. Grid (ceil(rows / MMA_ROWS), ceil(n_out / (NT·MMA_COLS))): row
 // tiles vary fastest, so the blocks that read the same weights run together and share them in L2.
 //
@@ -469,16 +487,7 @@ __device__ __forceinline__ void matmul_block(const float* __restrict__ x, int x_
     const int r0 = blockIdx.x * MMA_ROWS;
     const int o0 = blockIdx.y * NT * MMA_COLS;
     const int width = n_out / 2, u0 = blockIdx.y * NT * 4;
-    if (SWIGLU) {
-        pdl_launch_dependents();
-        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
-            prefetch_rows_l2(w, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
-            prefetch_rows_l2(w + (size_t)width * k, u0, 4 * NT, width, (size_t)k * sizeof(bf16_t));
-        }
-        if (!MMA_EARLY_WEIGHTS) pdl_wait();
-    } else {
-        matmul_start(w, o0, NT * MMA_COLS, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
-    }
+    matmul_block_start<SWIGLU>(w, k, n_out, o0, NT * MMA_COLS, width, u0, 4 * NT);
     const float *xa = nullptr, *xb = nullptr;
     if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, r0, xa, xb);
     // This lane's outputs' weight rows (the last valid one past the end: computed, never written).
@@ -736,16 +745,7 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const int o0 = blockIdx.y * NT * 16;
     const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
-    if (SWIGLU) {
-        pdl_launch_dependents();
-        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
-            prefetch_rows_l2(w, u0, 8 * NT, width, (size_t)k * sizeof(bf16_t));
-            prefetch_rows_l2(w + (size_t)width * k, u0, 8 * NT, width, (size_t)k * sizeof(bf16_t));
-        }
-        if (!MMA_EARLY_WEIGHTS) pdl_wait();
-    } else {
-        matmul_start(w, o0, NT * 16, n_out, (size_t)k * sizeof(bf16_t), !MMA_EARLY_WEIGHTS);
-    }
+    matmul_block_start<SWIGLU>(w, k, n_out, o0, NT * 16, width, u0, 8 * NT);
     const float *xa = nullptr, *xb = nullptr;
     if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
     // Outputs past the end: the last valid row, computed and never written.
