@@ -3336,6 +3336,13 @@ impl Kernels {
         )
     }
 
+    /// The MoE kernels, which a MoE model's kernels always have.
+    fn moe_kernels(&self) -> &MoeKernels {
+        self.moe
+            .as_ref()
+            .expect("MoE kernels exist for a MoE model")
+    }
+
     /// Where a MoE layer over `rows` rows sums its experts ([`moe_sum_place`] with this build's
     /// settings), its norm after it `deferrable` or not.
     pub(crate) fn moe_sum_place(&self, rows: usize, deferrable: bool) -> MoeSumPlace {
@@ -3357,10 +3364,7 @@ impl Kernels {
         l: &MoeLaunch,
         sum: MoeSum<'_>,
     ) -> Result<(), CudaError> {
-        let k = self
-            .moe
-            .as_ref()
-            .expect("MoE kernels exist for a MoE model");
+        let k = self.moe_kernels();
         if l.rows == 0 {
             return Ok(());
         }
@@ -3400,10 +3404,7 @@ impl Kernels {
         l: &MoeLaunch,
         arrival: u64,
     ) -> Result<(), CudaError> {
-        let k = self
-            .moe
-            .as_ref()
-            .expect("MoE kernels exist for a MoE model");
+        let k = self.moe_kernels();
         assert!(
             m.fp8.is_none()
                 && m.row_index == 0
@@ -3492,10 +3493,7 @@ impl Kernels {
         l: &MoeLaunch,
         sum: MoeSum<'_>,
     ) -> Result<(), CudaError> {
-        let k = self
-            .moe
-            .as_ref()
-            .expect("MoE kernels exist for a MoE model");
+        let k = self.moe_kernels();
         let m = dims.moe.as_ref().expect("MoE sizes");
         if l.rows == 0 {
             return Ok(());
