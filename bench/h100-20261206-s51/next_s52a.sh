@@ -23,7 +23,12 @@ b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
 FLASHLANE_REQUIRE_GPU=1 timeout 240 $b/backend_cuda norm_twins moe_ swap --test-threads 1 > $OUT/tests_kernels.txt 2>&1
 rc=$?; el "backend_cuda norm_twins moe_ rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
 grep -q "moe_front_route_gives_the_bits" $OUT/tests_kernels.txt || { el "stale packs: repack (bench/pack_gpu_tests.sh --flashlane)"; exit 1; }
-[ $rc = 0 ] || exit 1
+# The swapped chain's plain kernels under early weights (the dense models' wait path; the test's
+# MoE model compiles without it).
+FLASHLANE_MATMUL_EARLY_WEIGHTS=1 FLASHLANE_REQUIRE_GPU=1 timeout 120 $b/backend_cuda swapped_chain norm_twins \
+  --test-threads 1 > $OUT/tests_kernels_early.txt 2>&1
+rc2=$?; el "backend_cuda swapped_chain norm_twins (early weights) rc=$rc2"; grep -E "^test |test result|panicked" $OUT/tests_kernels_early.txt
+[ $rc = 0 ] && [ $rc2 = 0 ] || exit 1
 TESTS="gpu_target gpu_conformance gpu_dense gpu_fixtures gpu_faults" TEST_TIMEOUT=120 \
   SETTINGS="base:FLASHLANE_AB=1 all:FLASHLANE_MOE_SUM_IN_DOWN=1,FLASHLANE_MOE_ROUTE_IN_FRONT=1,FLASHLANE_MATMUL_SWAP_ROWS=8" bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 el "whole-model tests rc=$?"; cat /tmp/tests/summary.txt | tee $OUT/tests_summary.txt

@@ -660,6 +660,9 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    // vb: the absent row g + 8 that `ready.normalise` takes beside row g (zeros, set where used:
+    // kept live across the loop they spilled; it never stores them, a round here has at most
+    // MMA_COLS rows).
     float va[DEPTH][16], vb[16], gm[Ready::NORM ? DEPTH : 1][16];
     // Weights of outputs g (h = 0) and g + 8 (h = 1): elements 0-7 (w0) and 8-15 (w1) of the piece.
     uint4 w0[DEPTH][NT][2], w1[DEPTH][NT][2];
@@ -793,8 +796,8 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
     }
 }
 
-#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, SWIGLU)                                                \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU)                                        \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
          int accumulate, int rows) {                                                                    \
@@ -803,8 +806,8 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                                                     accumulate, rows, part, nullptr, 0.0f, 0, nullptr,   \
                                                     nullptr, nullptr);                                   \
     }
-#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH, SWIGLU)                                           \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                      \
+#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU)                                   \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
          int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind,          \
@@ -816,17 +819,17 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                                                    accumulate, rows, part, norm_w, eps, norm_kind,       \
                                                    norm_sums, norm_inv_s, norm_out);                     \
     }
-// One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth) and two
-// (depth 1, as the wide 16-row kernels: at the narrow depth its norm twin spilled 248 bytes); the
-// norm twins with the others.
+// One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth and launch
+// bounds, which its A/B switch moves together) and two (depth 1, as the wide 16-row kernels: at
+// the narrow depth its norm twin spilled 248 bytes); the norm twins with the others.
 // With a dense MLP's SwiGLU: two output tiles a block (8 units each; a gate/up is a wide matrix).
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, false)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, false)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, true)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #if MMA_NORM_TWINS
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, true)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #endif
 
 // ---------------------------------------------------------------------------------------------

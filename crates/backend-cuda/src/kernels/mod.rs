@@ -1193,6 +1193,9 @@ pub struct Kernels {
     /// Rounds of up to this many rows run their bf16 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: usize,
+    /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
+    #[cfg(test)]
+    pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1408,6 +1411,8 @@ impl Kernels {
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_swap_rows: matmul_swap_rows(),
+            #[cfg(test)]
+            swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2589,6 +2594,7 @@ impl Kernels {
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         if m.fp8.is_none() && swaps(m.rows, self.matmul_swap_rows) {
+            self.count_swapped();
             // One output tile of 16 a block where the plan had one n-tile (narrow matrices: as
             // many blocks as outputs allow), else two.
             let nt = if tiles == 1 { 1 } else { 2 };
@@ -2738,6 +2744,7 @@ impl Kernels {
             ..*m
         };
         if swaps(m.rows, self.matmul_swap_rows) {
+            self.count_swapped();
             // Two output tiles a block: 16 units.
             let grid = (
                 1,
@@ -3336,6 +3343,13 @@ impl Kernels {
         )
     }
 
+    /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).
+    fn count_swapped(&self) {
+        #[cfg(test)]
+        self.swapped_launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The MoE kernels, which a MoE model's kernels always have.
     fn moe_kernels(&self) -> &MoeKernels {
         self.moe
@@ -3501,9 +3515,10 @@ impl Kernels {
         let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
         let resident = self.multiprocessors * MMA_MIN_BLOCKS;
         // The swapped chain's experts: 16 units a block of gate/up.
-        let swap = l.fp8.is_none()
-            && swaps(l.rows, self.matmul_swap_rows)
-            && m.expert_intermediate.is_multiple_of(16);
+        let swap = l.fp8.is_none() && swaps(l.rows, self.matmul_swap_rows);
+        if swap {
+            self.count_swapped();
+        }
         let arrivals = match sum {
             MoeSum::InDown { arrivals } => arrivals,
             MoeSum::WithNorm(_) | MoeSum::Alone => 0,

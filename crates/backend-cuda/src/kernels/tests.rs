@@ -1828,6 +1828,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         same_bits(&got, &want),
                         "{what}, accumulate {accumulate}: the swapped chain's bits differ"
                     );
+                    assert!(ran_swapped(&k), "{what}: the swapped chain did not run");
                 }
                 let m = packed_matmul(xb.at(0), wb.at(0), depth, n_out, y.at(0), rows, None);
                 let norm = super::InputNorm {
@@ -1861,6 +1862,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     same_bits(&got.1, &want.1),
                     "{what}: the swapped norm twin's kept rows differ"
                 );
+                assert!(ran_swapped(&k), "{what}: the swapped twin did not run");
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
                 // with the norm.
                 let width = n_out / 2;
@@ -1884,11 +1886,19 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         same_bits(&got, &want),
                         "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
                     );
+                    assert!(ran_swapped(&k), "{what}: the swapped gate/up did not run");
                 }
             }
         }
     }
     k.matmul_swap_rows = 0;
+}
+
+/// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
+fn ran_swapped(k: &Kernels) -> bool {
+    k.swapped_launches
+        .swap(0, std::sync::atomic::Ordering::Relaxed)
+        > 0
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
@@ -3167,6 +3177,7 @@ fn check_moe(
     let first = |v: &[f32], width: usize| v[..n * width].to_vec();
     let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
     for sum in [TestSum::Alone, TestSum::InDown(&arrivals_swap)] {
+        ran_swapped(&k);
         let together = run_moe(
             gpu,
             &k,
@@ -3181,6 +3192,11 @@ fn check_moe(
         assert!(
             same_bits(&together, &first(&all, hidden)),
             "{what}: the first {n} rows on the swapped chain differ"
+        );
+        assert_eq!(
+            ran_swapped(&k),
+            fp8.is_none(),
+            "{what}: the swapped chain ran for bf16 experts only"
         );
         for r in [0, rows - 1] {
             let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
