@@ -20,6 +20,10 @@ el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 . bench/unpack_peers.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
 b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
+# The tensor cores with the operands swapped (what the swapped chain rests on), in seconds.
+FLASHLANE_REQUIRE_GPU=1 timeout 60 $b/backend_cuda --ignored tensor_core_numerics_probe --nocapture \
+  --test-threads 1 > $OUT/probe_tc.txt 2>&1
+el "probe rc=$?"; grep -E "outputs:|test result|panicked" $OUT/probe_tc.txt
 FLASHLANE_REQUIRE_GPU=1 timeout 240 $b/backend_cuda norm_twins moe_ swap --test-threads 1 > $OUT/tests_kernels.txt 2>&1
 rc=$?; el "backend_cuda norm_twins moe_ rc=$rc"; grep -E "^test |test result|panicked" $OUT/tests_kernels.txt
 grep -q "moe_front_route_gives_the_bits" $OUT/tests_kernels.txt || { el "stale packs: repack (bench/pack_gpu_tests.sh --flashlane)"; exit 1; }

@@ -5,6 +5,8 @@
 //   products in the same k-slots (A in registers, B from shared memory)?
 // - does an mma.sync's result depend on which k-slot holds which product (the same 16 products
 //   placed by a permutation `perm`, slot s ← element perm[s], A and B alike)?
+// - does it depend on which operand holds which factor (yᵀ = W · xᵀ: A the 8 outputs' weights,
+//   rows 8–15 zeros, B the warp's first 8 rows of x; `matmul_bf16_swap`'s chain)?
 typedef unsigned short bf16_t;
 
 // Elements i and j of p as a 16-bit pair (i in the low half: the lower k-slot).
@@ -27,7 +29,7 @@ __device__ __forceinline__ void tc_mma(float* d, unsigned a0, unsigned a1, unsig
 extern "C" __global__ void __launch_bounds__(128)
 tc_probe(const bf16_t* __restrict__ a, const bf16_t* __restrict__ w, const float* __restrict__ c,
          const int* __restrict__ perm, float* __restrict__ out_mma, float* __restrict__ out_perm,
-         float* __restrict__ out_wgmma) {
+         float* __restrict__ out_wgmma, float* __restrict__ out_swap) {
     // B for wgmma, K-major without swizzle: two core matrices of 8 outputs × 8 elements (16
     // bytes a row), k 0–7 then k 8–15, 128 bytes apart (both of the descriptor's strides say
     // 128, so either reading of which stride is K's finds the second one).
@@ -52,6 +54,17 @@ tc_probe(const bf16_t* __restrict__ a, const bf16_t* __restrict__ w, const float
     const int s0 = perm[2 * t], s1 = perm[2 * t + 1], s2 = perm[8 + 2 * t], s3 = perm[9 + 2 * t];
     tc_mma(p, tc_pair(ra, s0, s1), tc_pair(rb, s0, s1), tc_pair(ra, s2, s3), tc_pair(rb, s2, s3), tc_pair(wn, s0, s1),
            tc_pair(wn, s2, s3));
+    // The operands swapped: D'[o][j] = Σ_k w[o][k] · a[16·warp + j][k] + c[16·warp + j][o] for
+    // outputs o = g (rows 8–15 of A zeros) and the warp's rows j = 2t, 2t + 1 (B's columns).
+    {
+        const bf16_t* xr = a + (size_t)(warp * 16 + g) * 16;
+        const int j0 = warp * 16 + 2 * t, j1 = j0 + 1;
+        float q[4] = {c[j0 * 8 + g], c[j1 * 8 + g], 0.0f, 0.0f};
+        tc_mma(q, tc_pair(wn, 2 * t, 2 * t + 1), 0u, tc_pair(wn, 8 + 2 * t, 9 + 2 * t), 0u,
+               tc_pair(xr, 2 * t, 2 * t + 1), tc_pair(xr, 8 + 2 * t, 9 + 2 * t));
+        out_swap[j0 * 8 + g] = q[0];
+        out_swap[j1 * 8 + g] = q[1];
+    }
     // The warpgroup's wgmma over the same A fragments and B from shared memory.
     __syncthreads();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

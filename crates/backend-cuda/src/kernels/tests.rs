@@ -3738,9 +3738,10 @@ fn tiled_define_times() {
 /// (`--ignored tensor_core_numerics_probe --nocapture` on the GPU; `probe_tc.cu`, compiled alone
 /// for sm_90a). On random bf16 products of mixed magnitudes added to f32 accumulators, it counts
 /// the outputs where one wgmma m64n8k16 and four mma.sync m16n8k16 over the same k-slots differ
-/// in any bit, and where an mma.sync with its 16 products in other k-slots differs from the
-/// natural order; and checks each against an f64 sum (a layout mistake in the probe would show
-/// as large errors there, a difference of arithmetic as a last-bit one).
+/// in any bit, where an mma.sync with its 16 products in other k-slots differs from the
+/// natural order, and where an mma.sync with its operands swapped (the weights in A, x in B:
+/// `matmul_bf16_swap`'s chain) differs; and checks each against an f64 sum (a layout mistake in
+/// the probe would show as large errors there, a difference of arithmetic as a last-bit one).
 #[test]
 #[ignore]
 fn tensor_core_numerics_probe() {
@@ -3771,6 +3772,7 @@ fn tensor_core_numerics_probe() {
     ];
     let (mut outputs, mut wgmma_diff, mut worst_wgmma, mut worst_mma) =
         (0usize, 0usize, 0f64, 0f64);
+    let (mut swapped, mut swap_diff, mut worst_swap) = (0usize, 0usize, 0f64);
     let mut perm_diff = [0usize; 3];
     for trial in 0..60 {
         let a: Vec<bf16> = (0..64 * 16).map(|_| value(&mut rng)).collect();
@@ -3788,7 +3790,7 @@ fn tensor_core_numerics_probe() {
             Buf::from_host(&gpu, &c).unwrap(),
             Buf::from_host(&gpu, &perm[..]).unwrap(),
         );
-        let outs: Vec<Buf<f32>> = (0..3).map(|_| Buf::zeros(&gpu, 64 * 8).unwrap()).collect();
+        let outs: Vec<Buf<f32>> = (0..4).map(|_| Buf::zeros(&gpu, 64 * 8).unwrap()).collect();
         gpu.sync().unwrap();
         gpu.launch(
             &f,
@@ -3802,11 +3804,13 @@ fn tensor_core_numerics_probe() {
                 Arg::Ptr(outs[0].at(0)),
                 Arg::Ptr(outs[1].at(0)),
                 Arg::Ptr(outs[2].at(0)),
+                Arg::Ptr(outs[3].at(0)),
             ],
         )
         .unwrap();
         gpu.sync().unwrap();
-        let [mma, permuted, wgmma] = [0, 1, 2].map(|i| outs[i].read(&gpu, 64 * 8).unwrap());
+        let [mma, permuted, wgmma, swap] =
+            [0, 1, 2, 3].map(|i| outs[i].read(&gpu, 64 * 8).unwrap());
         for r in 0..64 {
             for n in 0..8 {
                 let i = r * 8 + n;
@@ -3821,6 +3825,12 @@ fn tensor_core_numerics_probe() {
                 wgmma_diff += usize::from(wgmma[i].to_bits() != mma[i].to_bits());
                 perm_diff[trial % perms.len()] +=
                     usize::from(permuted[i].to_bits() != mma[i].to_bits());
+                // The swapped probe covers each warp's first 8 rows.
+                if r % 16 < 8 {
+                    swapped += 1;
+                    worst_swap = worst_swap.max(err(swap[i]));
+                    swap_diff += usize::from(swap[i].to_bits() != mma[i].to_bits());
+                }
             }
         }
     }
@@ -3828,11 +3838,16 @@ fn tensor_core_numerics_probe() {
         "{outputs} outputs: wgmma differs from mma.sync in {wgmma_diff}; mma.sync with slots \
          permuted differs from the natural order in {} / {} / {} (halves swapped / reversed / the \
          chain's order, a third of the outputs each); worst relative error against f64: mma.sync \
-         {worst_mma:.2e}, wgmma {worst_wgmma:.2e}",
+         {worst_mma:.2e}, wgmma {worst_wgmma:.2e}; mma.sync with its operands swapped differs \
+         in {swap_diff} of {swapped} (worst {worst_swap:.2e})",
         perm_diff[0], perm_diff[1], perm_diff[2]
     );
     assert!(
         worst_wgmma < 1e-3,
         "the wgmma probe's layout is wrong (its sums are not A·B + C)"
+    );
+    assert!(
+        worst_swap < 1e-3,
+        "the swapped probe's layout is wrong (its sums are not W·xᵀ + C)"
     );
 }
