@@ -591,6 +591,17 @@ fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }
 
+/// Output tiles of 16 a block of the swapped chain for a 16-row plan of `tiles` n-tiles a block
+/// (`deep`: the deep kernels', for matrices of at most a block a multiprocessor): one where the
+/// plan had one n-tile or went deep (matrices whose blocks are few: as many blocks as outputs
+/// allow), else two.
+fn swap_tiles(tiles: usize, deep: bool) -> usize {
+    match tiles == 1 || deep {
+        true => 1,
+        false => 2,
+    }
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -2595,9 +2606,7 @@ impl Kernels {
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         if m.fp8.is_none() && swaps(m.rows, self.matmul_swap_rows) {
             self.count_swapped();
-            // One output tile of 16 a block where the plan had one n-tile (narrow matrices: as
-            // many blocks as outputs allow), else two.
-            let nt = if tiles == 1 { 1 } else { 2 };
+            let nt = swap_tiles(tiles, deep);
             let grid = (
                 1,
                 u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),

@@ -1901,6 +1901,18 @@ fn ran_swapped(k: &Kernels) -> bool {
         > 0
 }
 
+/// `swap_tiles` (no device needed): one output tile a block for the narrow and the deep plans,
+/// two for the wide ones.
+#[test]
+fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
+    use super::swap_tiles;
+    assert_eq!(swap_tiles(1, false), 1);
+    assert_eq!(swap_tiles(3, true), 1);
+    assert_eq!(swap_tiles(4, true), 1);
+    assert_eq!(swap_tiles(3, false), 2);
+    assert_eq!(swap_tiles(6, false), 2);
+}
+
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
 #[test]
 fn swaps_within_the_bound_and_an_mma_s_rows() {
