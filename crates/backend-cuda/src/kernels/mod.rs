@@ -436,12 +436,13 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never
-/// reads; MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds change alone (the deep kernels' are
-/// one block; the host still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits
-/// n-tiles to waves); MMA_SPLIT (the products of `--matmul-input bf16`); and MMT_STAGES, whose
-/// shared memory the compiled kernels then launch with. Any other (a block's warps or n-tiles, a
-/// model's sizes) would make launches that do not match.
+/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; MMA_NORM_TWINS (the norm twins
+/// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
+/// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
+/// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
+/// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
+/// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
+/// match.
 #[cfg(test)]
 const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_NORM_TWINS",
