@@ -730,6 +730,21 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
     return sum_warp_partials<NT>(acc, part, d, warp, lane);
 }
 
+// Writes (or adds) a swapped tile's d: lane (g, t) of warp j holds outputs g (d[0], d[1]) and
+// g + 8 (d[2], d[3]) of output tile j × rows 2t and 2t + 1; nothing past `rows` or `n_out`.
+__device__ __forceinline__ void store_swapped_tile(const float* d, float* y, int y_stride, int accumulate, int rows,
+                                                   int n_out, int o0) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = 2 * t + (i % 2), o = o0 + 16 * warp + g + 8 * (i / 2);
+        if (r < rows && o < n_out) {
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + d[i] : d[i];
+        }
+    }
+}
+
 // One block of the swapped chain: NT tiles of 16 outputs, every row (at most MMA_COLS). Grid (1,
 // ceil(n_out / (16·NT))). With NORM the input RMSNorm in it, as `matmul_block`'s (`InputsNormed`,
 // its rows kept in `norm_out` where not null). With SWIGLU (a dense MLP's gate/up: W = [gate
@@ -786,14 +801,7 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
         }
         return;
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = 2 * t + (i % 2), o = o0 + 16 * warp + g + 8 * (i / 2);
-        if (r < rows && o < n_out) {
-            float* out = y + (size_t)r * y_stride + o;
-            *out = accumulate ? *out + d[i] : d[i];
-        }
-    }
+    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
 }
 
 #define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU)                                        \
@@ -981,6 +989,123 @@ matmul_fp8_narrow(const float* __restrict__ x, int x_stride, const int* __restri
     matmul_fp8_block<1, MMA_FP8_NARROW_DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,
                                           y_stride, accumulate, rows, part);
 }
+
+// `mma_tile_fp8` on the swapped chain (`mma_tile_swapped`'s operands: A the e4m3 weights of
+// outputs g and g + 8 of each output tile, widened as `mma_tile_fp8` widens them, B x's row g):
+// `wr[2j + h]` this lane's weight row and `srow[2j + h]` its scale row (along k) of output
+// g + 8h of tile j. Each chunk's products are summed unscaled, then acc = fma(s, tmp, acc) with
+// each output's own scale, as there: the same chain, the same bits.
+template <int NT, int DEPTH>
+__device__ __forceinline__ bool mma_tile_fp8_swapped(const float* xa, const unsigned char* const* wr,
+                                                     const float* const* srow, int bc, int k,
+                                                     float (*part)[NT][WARP][4], float* d) {
+    static_assert(NT <= MMA_WARPS, "warp j sums output tile j: at most MMA_WARPS tiles a block");
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    float va[16];
+    uint4 wq[DEPTH][NT][2];
+    float sc[DEPTH][NT][2];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int c0 = warp * MMA_CHUNK; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            const int e = c + 16 * t;
+            const bool in = e < k;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    wq[p][j][h] = in ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e) : zero;
+                    sc[p][j][h] = c < k ? srow[2 * j + h][c / bc] : 0.0f;
+                }
+        }
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            if (c >= k) break;
+            const int e = c + 16 * t;
+            const bool in = e < k;
+            load16(xa && in ? xa + e : nullptr, va);
+            float tmp[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) tmp[j][i] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                unsigned b0h, b0l, b1h, b1l;
+                split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
+                split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    // Word s of each output's piece: its elements 4s … 4s + 3, as `mma_tile_fp8`.
+                    unsigned a[4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 q = wq[p][j][h];
+                        const unsigned word = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
+                        e4m3_quad(word, a[h], a[2 + h]);
+                    }
+                    mma_16816(tmp[j], a[0], a[1], a[2], a[3], b0h, b1h);
+                    if (MMA_SPLIT) mma_16816(tmp[j], a[0], a[1], a[2], a[3], b0l, b1l);
+                }
+            }
+            // d[0], d[1] are output g's, d[2], d[3] output g + 8's.
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[j][i] = fmaf(sc[p][j][i / 2], tmp[j][i], acc[j][i]);
+        }
+    }
+    return sum_warp_partials<NT>(acc, part, d, warp, lane);
+}
+
+// `matmul_fp8_block` on the swapped chain: NT tiles of 16 outputs, every row (at most MMA_COLS).
+// Grid (1, ceil(n_out / (16·NT))).
+template <int NT, int DEPTH>
+__device__ __forceinline__ void matmul_fp8_swap_block(const float* __restrict__ x, int x_stride,
+                                                      const int* __restrict__ row_index,
+                                                      const unsigned char* __restrict__ w,
+                                                      const float* __restrict__ scales, int br, int bc, int k,
+                                                      int n_out, float* __restrict__ y, int y_stride,
+                                                      int accumulate, int rows, float (*part)[NT][WARP][4]) {
+    const int g = threadIdx.x % WARP / 4;
+    const int o0 = blockIdx.y * NT * 16;
+    matmul_start(w, o0, NT * 16, n_out, (size_t)k);
+    const float *xa, *xb;
+    tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
+    const unsigned char* wr[2 * NT];
+    const float* srow[2 * NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int o = min(o0 + 16 * j + g + 8 * h, n_out - 1);
+            wr[2 * j + h] = w + (size_t)o * k;
+            srow[2 * j + h] = scales + (size_t)(o / br) * (k / bc);
+        }
+    float d[4];
+    if (!mma_tile_fp8_swapped<NT, DEPTH>(xa, wr, srow, bc, k, part, d)) return;
+    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
+}
+
+#define MATMUL_FP8_SWAP_KERNEL(NAME, NT, DEPTH)                                                        \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)                     \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                 \
+         const unsigned char* __restrict__ w, const float* __restrict__ scales, int br, int bc, int k, \
+         int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {                   \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                 \
+        matmul_fp8_swap_block<NT, DEPTH>(x, x_stride, row_index, w, scales, br, bc, k, n_out, y,         \
+                                         y_stride, accumulate, rows, part);                            \
+    }
+// One output tile a block at the narrow FP8 kernel's depth, two at the wide one's.
+MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap, 1, MMA_FP8_NARROW_DEPTH)
+MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 
 // ---------------------------------------------------------------------------------------------
 // Many rows (a prefill chunk, a decode round of 128+ streams): `split_rows`, then

@@ -574,8 +574,9 @@ pub fn moe_front_place(
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
 /// fills few of the 16 rows; the same products in the same order: the same bits), the dense
-/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`). 0 (the default until
-/// measured on a GPU) runs none. Not FP8.
+/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`), block-scaled FP8 weights
+/// too (`matmul_fp8_swap*`, each output's own scale a chunk), the MoE's bf16 experts too. 0 (the
+/// default until measured on a GPU) runs none.
 pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
 
 /// [`MATMUL_SWAP_ROWS_ENV`]'s bound, at most MMA_COLS (the rows an MMA's B holds).
@@ -1202,6 +1203,8 @@ pub struct Kernels {
     matmul_swap: [CudaFunction; 2],
     /// The swapped chain's gate/up with its SwiGLU (`matmul_bf16_swiglu_swap_t2`).
     matmul_swiglu_swap: CudaFunction,
+    /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
+    matmul_fp8_swap: [CudaFunction; 2],
     /// Rounds of up to this many rows run their bf16 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: usize,
@@ -1422,6 +1425,7 @@ impl Kernels {
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
+            matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: matmul_swap_rows(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
@@ -1829,6 +1833,25 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
         Arg::I32(m.x_stride as i32),
         Arg::Ptr(m.row_index),
         Arg::Ptr(m.w),
+        Arg::I32(m.k as i32),
+        Arg::I32(m.n_out as i32),
+        Arg::Ptr(m.y),
+        Arg::I32(m.y_stride as i32),
+        Arg::I32(i32::from(m.accumulate)),
+        Arg::I32(m.rows as i32),
+    ]
+}
+
+/// The arguments of the FP8 16-row kernels (`matmul_fp8`, `_narrow`, `_swap`, `_swap_t2`).
+fn fp8_matmul_args(m: &Matmul, fp8: &Fp8Scales) -> [Arg; 13] {
+    [
+        Arg::Ptr(m.x),
+        Arg::I32(m.x_stride as i32),
+        Arg::Ptr(m.row_index),
+        Arg::Ptr(m.w),
+        Arg::Ptr(fp8.scales),
+        Arg::I32(fp8.block_rows as i32),
+        Arg::I32(fp8.block_cols as i32),
         Arg::I32(m.k as i32),
         Arg::I32(m.n_out as i32),
         Arg::Ptr(m.y),
@@ -2605,7 +2628,7 @@ impl Kernels {
             1,
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
-        if m.fp8.is_none() && swaps(m.rows, self.matmul_swap_rows) {
+        if swaps(m.rows, self.matmul_swap_rows) {
             self.count_swapped();
             let nt = swap_tiles(tiles, deep);
             let grid = (
@@ -2613,14 +2636,23 @@ impl Kernels {
                 u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),
                 1,
             );
-            return match norm {
-                None => gpu.launch(
+            return match (m.fp8, norm) {
+                (Some(fp8), _) => {
+                    check_fp8_blocks(&fp8, m);
+                    gpu.launch(
+                        &self.matmul_fp8_swap[nt - 1],
+                        grid,
+                        MMA_WARPS * 32,
+                        &fp8_matmul_args(m, &fp8),
+                    )
+                }
+                (None, None) => gpu.launch(
                     &self.matmul_swap[nt - 1],
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(m),
                 ),
-                Some(norm) => gpu.launch(
+                (None, Some(norm)) => gpu.launch(
                     &self.twins().swap[nt - 1],
                     grid,
                     MMA_WARPS * 32,
@@ -2659,26 +2691,7 @@ impl Kernels {
             1 => &self.matmul_fp8_narrow,
             _ => &self.matmul_fp8,
         };
-        gpu.launch(
-            f,
-            grid,
-            MMA_WARPS * 32,
-            &[
-                Arg::Ptr(m.x),
-                Arg::I32(m.x_stride as i32),
-                Arg::Ptr(m.row_index),
-                Arg::Ptr(m.w),
-                Arg::Ptr(fp8.scales),
-                Arg::I32(fp8.block_rows as i32),
-                Arg::I32(fp8.block_cols as i32),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.n_out as i32),
-                Arg::Ptr(m.y),
-                Arg::I32(m.y_stride as i32),
-                Arg::I32(i32::from(m.accumulate)),
-                Arg::I32(m.rows as i32),
-            ],
-        )
+        gpu.launch(f, grid, MMA_WARPS * 32, &fp8_matmul_args(m, &fp8))
     }
 
     /// `act[rows, width] = silu(gate) · up` of a dense MLP's gate/up matmul `m` (W `[gate (width)

@@ -1770,7 +1770,7 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
 /// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
 /// two output tiles a block), plain and accumulating, with the input norm in the kernel (its rows
 /// kept), and a gate/up with its SwiGLU (plain and normed); output counts not a multiple of 16
-/// and depths of a partial last chunk.
+/// and depths of a partial last chunk; and block-scaled FP8 weights.
 #[test]
 fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     let Some(gpu) = open_gpu() else { return };
@@ -1887,6 +1887,53 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
                     );
                     assert!(ran_swapped(&k), "{what}: the swapped gate/up did not run");
+                }
+            }
+        }
+    }
+    // FP8 weights (`matmul_fp8_swap`, `_swap_t2`) against the FP8 16-row kernels: blocks of
+    // 128 × 128 and small ones, several to an output tile.
+    for (br, bc, n_out, depth) in [
+        (128, 128, 384, 1024),
+        (8, 64, 200, 64 * (1 + rng.below(30))),
+    ] {
+        let (q, scales, _) = fp8_weights(&mut rng, n_out, depth, br, bc);
+        let x = rng.vec(max_rows * depth);
+        let y0 = rng.vec(max_rows * n_out);
+        let (qb, sb, xb) = (
+            Buf::from_host(gpu, &q).unwrap(),
+            Buf::from_host(gpu, &scales).unwrap(),
+            Buf::from_host(gpu, &x).unwrap(),
+        );
+        let mut y = Buf::<f32>::zeros(gpu, max_rows * n_out).unwrap();
+        for rows in 1..=max_rows {
+            for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+                for accumulate in [false, true] {
+                    let what = format!(
+                        "seed {seed}, FP8 {br}×{bc}, depth {depth}, {n_out} outputs, {rows} rows, \
+                         {kernel:?}, accumulate {accumulate}"
+                    );
+                    let fp8 = Fp8Scales {
+                        scales: sb.at(0),
+                        block_rows: br,
+                        block_cols: bc,
+                    };
+                    let m = Matmul {
+                        accumulate,
+                        ..packed_matmul(xb.at(0), qb.at(0), depth, n_out, y.at(0), rows, Some(fp8))
+                    };
+                    let mut run = |swap_rows: usize| {
+                        k.matmul_swap_rows = swap_rows;
+                        y.write(gpu, &y0).unwrap();
+                        k.matmul_with(gpu, &m, kernel).unwrap();
+                        y.read(gpu, max_rows * n_out).unwrap()
+                    };
+                    let (want, got) = (run(0), run(max_rows));
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}: the swapped FP8 chain's bits differ"
+                    );
+                    assert!(ran_swapped(&k), "{what}: the swapped FP8 chain did not run");
                 }
             }
         }
