@@ -8,8 +8,9 @@
 # 2. Session 51's binary: as built; the MoE's two launches (FLASHLANE_MOE_SUM_IN_DOWN=1,
 #    FLASHLANE_MOE_ROUTE_IN_FRONT=1); the swapped chain (FLASHLANE_MATMUL_SWAP_ROWS=8); all: on
 #    the A3B slice at 1, 2 and 8 streams; the swapped chain on Qwen3-0.6B and -4B at 1 and 8; the
-#    sum in the down launch on the A3B slice's FP8 twin (FP8 experts) at 1 and 2.
-# Carry bench/peers/{flashlane.xz,flashlane_55a2dd9.xz} (the default model moved out); ~420 s.
+#    sum in the down launch and the swapped chain on the A3B slice's FP8 twin at 1 and 2, the
+#    swapped chain on Qwen3-4B-FP8 at 1 and 8 (FP8's one stream: 0.87× llama.cpp's Q8_0).
+# Carry bench/peers/{flashlane.xz,flashlane_55a2dd9.xz} (the default model moved out); ~480 s.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -28,4 +29,5 @@ ab a3b_settings qwen3-next-a3b-slice 1,2,8 "base:FLASHLANE_AB=1 moe:$MOE swap:$S
 ab q06_bins qwen3-0.6b 1 "built:FLASHLANE_AB=1" /tmp/fl_old $FL
 ab q06_swap qwen3-0.6b 1,8 "base:FLASHLANE_AB=1 swap:$SWAP" $FL
 ab q4b_swap qwen3-4b 1,8 "base:FLASHLANE_AB=1 swap:$SWAP" $FL
-ab a3b_fp8 qwen3-next-a3b-slice-fp8 1,2 "base:FLASHLANE_AB=1 sum:FLASHLANE_MOE_SUM_IN_DOWN=1" $FL
+ab a3b_fp8 qwen3-next-a3b-slice-fp8 1,2 "base:FLASHLANE_AB=1 sum:FLASHLANE_MOE_SUM_IN_DOWN=1 swap:$SWAP" $FL
+ab q4b_fp8_swap qwen3-4b-fp8 1,8 "base:FLASHLANE_AB=1 swap:$SWAP" $FL
