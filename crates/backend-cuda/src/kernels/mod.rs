@@ -1843,22 +1843,16 @@ fn bf16_matmul_args(m: &Matmul) -> [Arg; 10] {
 }
 
 /// The arguments of the FP8 16-row kernels (`matmul_fp8`, `_narrow`, `_swap`, `_swap_t2`).
+/// The bf16 kernels' arguments with the scales' address and blocks after the weights'.
 fn fp8_matmul_args(m: &Matmul, fp8: &Fp8Scales) -> [Arg; 13] {
-    [
-        Arg::Ptr(m.x),
-        Arg::I32(m.x_stride as i32),
-        Arg::Ptr(m.row_index),
-        Arg::Ptr(m.w),
-        Arg::Ptr(fp8.scales),
-        Arg::I32(fp8.block_rows as i32),
-        Arg::I32(fp8.block_cols as i32),
-        Arg::I32(m.k as i32),
-        Arg::I32(m.n_out as i32),
-        Arg::Ptr(m.y),
-        Arg::I32(m.y_stride as i32),
-        Arg::I32(i32::from(m.accumulate)),
-        Arg::I32(m.rows as i32),
-    ]
+    let plain = bf16_matmul_args(m);
+    std::array::from_fn(|i| match i {
+        4 => Arg::Ptr(fp8.scales),
+        5 => Arg::I32(fp8.block_rows as i32),
+        6 => Arg::I32(fp8.block_cols as i32),
+        0..=3 => plain[i],
+        _ => plain[i - 3],
+    })
 }
 
 /// The arguments of a norm twin (`matmul_bf16_norm_*`, `matmul_bf16_swiglu_norm_*`): the plain
