@@ -519,7 +519,8 @@ impl Pass<'_> {
     }
 
     /// `xn` as `input` describes it: the norm run now where it was left to a matmul (for a
-    /// gate/up of several kinds of weights, whose parts read `xn`).
+    /// gate/up of several kinds of weights, whose parts read `xn`, and a MoE layer's experts
+    /// where `FLASHLANE_MOE_NORM_IN_FRONT=0`).
     fn materialise(&self, input: LayerInput<'_>, rows: usize) -> Result<(), CudaError> {
         match input {
             LayerInput::Normed => Ok(()),
@@ -710,8 +711,16 @@ impl Pass<'_> {
             matches!(input, LayerInput::Raw(_)),
             one_bf16_part,
         );
-        if front == MoeFrontPlace::Apart {
-            self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?;
+        match (front, self.m.kernels.moe_norm_in_front) {
+            (MoeFrontPlace::Apart, true) => {
+                self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?
+            }
+            // The norm apart into `xn` first (`FLASHLANE_MOE_NORM_IN_FRONT=0`).
+            (MoeFrontPlace::Apart, false) => {
+                self.materialise(input, rows)?;
+                self.matmul(p.xn, &w.front, rows, p.wide, false)?;
+            }
+            (MoeFrontPlace::RoutesInFront, _) => {}
         }
         let c = self
             .m

@@ -496,6 +496,12 @@ fn norm_in_matmul_max_rows() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
 }
+/// `FLASHLANE_MOE_NORM_IN_FRONT=0` runs a MoE layer's post-attention norm apart (`rmsnorm_rows`
+/// into `xn`) before its front projection, as before session 51, instead of in the front
+/// projection's norm twin that keeps the normalised rows for the experts (the default, rounds of
+/// up to [`NORM_IN_MATMUL_MAX_ROWS`] rows): an A/B switch that keeps the bits.
+pub const MOE_NORM_IN_FRONT_ENV: &str = "FLASHLANE_MOE_NORM_IN_FRONT";
+
 /// `FLASHLANE_MOE_SUM_IN_DOWN=1` sums a MoE layer's experts in its `moe_down` launch where the
 /// norm after the layer goes into the next layer's first matmul ([`moe_sum_place`]): one launch
 /// fewer a MoE layer in rounds of up to [`NORM_IN_MATMUL_MAX_ROWS`] rows. Off until measured on a
@@ -1147,6 +1153,9 @@ pub struct Kernels {
     /// The most rows whose norm goes into the matmul ([`NORM_IN_MATMUL_MAX_ROWS_ENV`]; none
     /// without the twins).
     pub(crate) norm_in_matmul_max_rows: usize,
+    /// Whether a MoE layer's front projection may take its norm in its twin
+    /// ([`MOE_NORM_IN_FRONT_ENV`]).
+    pub(crate) moe_norm_in_front: bool,
     /// Whether a MoE layer may sum its experts in `moe_down` ([`MOE_SUM_IN_DOWN_ENV`]).
     pub(crate) moe_sum_in_down: bool,
     /// Whether a MoE layer may route in its front projection's launch
@@ -1384,6 +1393,7 @@ impl Kernels {
             } else {
                 0
             },
+            moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).map_or(true, |v| v != "0"),
             moe_sum_in_down: std::env::var(MOE_SUM_IN_DOWN_ENV).is_ok_and(|v| v == "1"),
             moe_route_in_front: std::env::var(MOE_ROUTE_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
