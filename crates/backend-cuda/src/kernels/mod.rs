@@ -3594,6 +3594,21 @@ impl Kernels {
             .position(|&t| t == tiles)
             .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
         let down_grid = (slots, moe_sum_columns(dims.hidden) as u32, 1);
+        // The gate/up's and the down's first arguments, bf16 and FP8 alike.
+        let gate_up_head = [
+            Arg::Ptr(l.xn),
+            Arg::Ptr(l.pair_row),
+            Arg::Ptr(l.tiles),
+            Arg::Ptr(l.n_tiles),
+            Arg::Ptr(l.gate_up),
+        ];
+        let down_head = [
+            Arg::Ptr(l.act),
+            Arg::Ptr(l.act_sh),
+            Arg::Ptr(l.tiles),
+            Arg::Ptr(l.n_tiles),
+            Arg::Ptr(l.down),
+        ];
         match l.fp8 {
             None => {
                 // The swapped chain's gate/up: 16 units a block.
@@ -3611,30 +3626,14 @@ impl Kernels {
                     gate_up,
                     grid,
                     MMA_WARPS * 32,
-                    &[
-                        Arg::Ptr(l.xn),
-                        Arg::Ptr(l.pair_row),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.gate_up),
-                        Arg::Ptr(l.act),
-                    ],
+                    &[gate_up_head.as_slice(), &[Arg::Ptr(l.act)]].concat(),
                 )?;
-                let down = [
-                    Arg::Ptr(l.act),
-                    Arg::Ptr(l.act_sh),
-                    Arg::Ptr(l.tiles),
-                    Arg::Ptr(l.n_tiles),
-                    Arg::Ptr(l.down),
-                    Arg::Ptr(l.shared_down),
-                    Arg::Ptr(l.y_exp),
-                    Arg::Ptr(l.y_sh),
-                ];
+                let down_tail = [Arg::Ptr(l.shared_down), Arg::Ptr(l.y_exp), Arg::Ptr(l.y_sh)];
                 gpu.launch(
                     if swap { &k.down_swap } else { &k.down },
                     down_grid,
                     MMA_WARPS * 32,
-                    &[down.as_slice(), &sum_in_down].concat(),
+                    &[down_head.as_slice(), &down_tail, &sum_in_down].concat(),
                 )?;
             }
             Some(f) => {
@@ -3651,23 +3650,17 @@ impl Kernels {
                     gate_up_grid,
                     MMA_WARPS * 32,
                     &[
-                        Arg::Ptr(l.xn),
-                        Arg::Ptr(l.pair_row),
-                        Arg::Ptr(l.tiles),
-                        Arg::Ptr(l.n_tiles),
-                        Arg::Ptr(l.gate_up),
-                        Arg::Ptr(f.gate_up_scales),
-                        Arg::I32(f.block_rows as i32),
-                        Arg::I32(f.block_cols as i32),
-                        Arg::Ptr(l.act),
-                    ],
+                        gate_up_head.as_slice(),
+                        &[
+                            Arg::Ptr(f.gate_up_scales),
+                            Arg::I32(f.block_rows as i32),
+                            Arg::I32(f.block_cols as i32),
+                            Arg::Ptr(l.act),
+                        ],
+                    ]
+                    .concat(),
                 )?;
-                let down = [
-                    Arg::Ptr(l.act),
-                    Arg::Ptr(l.act_sh),
-                    Arg::Ptr(l.tiles),
-                    Arg::Ptr(l.n_tiles),
-                    Arg::Ptr(l.down),
+                let down_tail = [
                     Arg::Ptr(f.down_scales),
                     Arg::Ptr(l.shared_down),
                     Arg::Ptr(f.shared_down_scales),
@@ -3680,7 +3673,7 @@ impl Kernels {
                     &k.down_fp8,
                     down_grid,
                     MMA_WARPS * 32,
-                    &[down.as_slice(), &sum_in_down].concat(),
+                    &[down_head.as_slice(), &down_tail, &sum_in_down].concat(),
                 )?;
             }
         }

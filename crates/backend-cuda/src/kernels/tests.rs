@@ -1817,18 +1817,8 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         accumulate,
                         ..packed_matmul(xb.at(0), wb.at(0), depth, n_out, y.at(0), rows, None)
                     };
-                    let mut run = |swap_rows: usize| {
-                        k.matmul_swap_rows = swap_rows;
-                        y.write(gpu, &y0).unwrap();
-                        k.matmul_with(gpu, &m, kernel).unwrap();
-                        y.read(gpu, max_rows * n_out).unwrap()
-                    };
-                    let (want, got) = (run(0), run(max_rows));
-                    assert!(
-                        same_bits(&got, &want),
-                        "{what}, accumulate {accumulate}: the swapped chain's bits differ"
-                    );
-                    assert!(ran_swapped(&k), "{what}: the swapped chain did not run");
+                    let what = format!("{what}, accumulate {accumulate}");
+                    swapped_gives_the_16_row_bits(gpu, &mut k, &m, kernel, &mut y, &y0, &what);
                 }
                 let m = packed_matmul(xb.at(0), wb.at(0), depth, n_out, y.at(0), rows, None);
                 let norm = super::InputNorm {
@@ -1922,23 +1912,37 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         accumulate,
                         ..packed_matmul(xb.at(0), qb.at(0), depth, n_out, y.at(0), rows, Some(fp8))
                     };
-                    let mut run = |swap_rows: usize| {
-                        k.matmul_swap_rows = swap_rows;
-                        y.write(gpu, &y0).unwrap();
-                        k.matmul_with(gpu, &m, kernel).unwrap();
-                        y.read(gpu, max_rows * n_out).unwrap()
-                    };
-                    let (want, got) = (run(0), run(max_rows));
-                    assert!(
-                        same_bits(&got, &want),
-                        "{what}: the swapped FP8 chain's bits differ"
-                    );
-                    assert!(ran_swapped(&k), "{what}: the swapped FP8 chain did not run");
+                    swapped_gives_the_16_row_bits(gpu, &mut k, &m, kernel, &mut y, &y0, &what);
                 }
             }
         }
     }
     k.matmul_swap_rows = 0;
+}
+
+/// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
+/// the swapped chain: the same bits, and the swapped chain ran.
+fn swapped_gives_the_16_row_bits(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    m: &Matmul,
+    kernel: MatmulKernel,
+    y: &mut Buf<f32>,
+    y0: &[f32],
+    what: &str,
+) {
+    let mut run = |swap_rows: usize| {
+        k.matmul_swap_rows = swap_rows;
+        y.write(gpu, y0).unwrap();
+        k.matmul_with(gpu, m, kernel).unwrap();
+        y.read(gpu, y0.len()).unwrap()
+    };
+    let (want, got) = (run(0), run(super::MMA_COLS));
+    assert!(
+        same_bits(&got, &want),
+        "{what}: the swapped chain's bits differ"
+    );
+    assert!(ran_swapped(k), "{what}: the swapped chain did not run");
 }
 
 /// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
