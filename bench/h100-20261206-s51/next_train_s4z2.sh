@@ -40,18 +40,7 @@ args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096
 tools/train_tiny/device_stage.sh /tmp/s4z2_out s4z2 -- "${args[@]}" > /dev/null 2>&1
 el "stage rc=$?"
 cp /tmp/s4z2_out/train_log_s4z2.txt $M/; grep -E "replay|synthetic" $M/train_log_s4z2.txt | cut -c1-300; tail -6 $M/train_log_s4z2.txt
-for s in s4z2 s4z2_raw; do
-    [ -f /tmp/$s/model.safetensors ] || continue
-    python3 - "$s" <<'PY'
-import sys
-from safetensors.torch import load_file, save_file
-s = sys.argv[1]
-t = {k: v for k, v in load_file(f"/tmp/{s}/model.safetensors").items() if not k.startswith("mtp.")}
-save_file(t, f"/tmp/{s}/trunk.safetensors", metadata={"format": "pt"})
-PY
-    (cd /tmp/$s && sha256sum trunk.safetensors) > $M/trunk_$s.sha256
-    xz -T16 -6 -c /tmp/$s/trunk.safetensors | split -b 15M - $OUT/trunk_$s.safetensors.xz.part-
-done
+tools/train_tiny/pack_trunks.sh $OUT $M s4z2 s4z2_raw
 el "packed"
 tar -C /tmp -cJf $OUT/meta.tar.xz meta
 ls -l $OUT
