@@ -63,7 +63,7 @@ __device__ __forceinline__ void split_pair(float x0, float x1, unsigned& hi, uns
 // split's six instructions a pair. A probe of what splitting x in every block costs: the
 // products are meaningless under it, the time is not. Measured on the H100 (bench/RESULTS.md
 // session 51): a one-row output projection 4,096 → 2,048 took 6.1 µs against 6.9, the MoE's
-// tiles of 4–64 rows 5 % longer.
+// bf16 tiles of 4–64 rows 4–6 % longer.
 __device__ __forceinline__ void split_x(float x0, float x1, unsigned& hi, unsigned& lo) {
     if (MMA_X_PRESPLIT) {
         hi = __float_as_uint(x0);

@@ -116,7 +116,7 @@ const MMA_FP8_WIDE_DEPTH: usize = 1;
 /// products meaningless): what splitting x once, where it is written, would save — at 64
 /// rows the matmuls run at ~70 TF and ~1.1 TB/s, bound by neither (bench/RESULTS.md session 18).
 /// A probe, not a chain. Measured on the H100 (session 51): 12 % off a one-row 4,096 → 2,048
-/// projection, 5 % onto the MoE's tiles of 4–64 rows.
+/// projection, 4–6 % onto the MoE's bf16 tiles of 4–64 rows.
 const MMA_X_PRESPLIT: usize = 0;
 /// Chunks of k a warp of the MoE's expert matmuls loads before it multiplies any (bf16 and FP8
 /// experts): a decode round's experts are tiles of one or two rows, 32 blocks an expert for
