@@ -10,8 +10,11 @@
 # shipped trunk; ship only above 493 of 533 at T = 0 with the other skills kept and the head's
 # tokens a round on counting unchanged).
 # Carry bench/peers/{flashlane.xz,tiny_model.xz} and .whl (tools/train_tiny/fetch_eval_wheels.sh)
-# with the default model moved out of the tree (~66 of the 67 MB a call carries). MINE_S (default
-# 120) bounds the mining, TRAIN_S (default 340, the data's making included) the training: ~560 s.
+# with the default model moved out of the tree (~66 of the 67 MB a call carries), or, with
+# MINED_XZ=FILE (failures mined beforehand by the same mine_counts.py command), no .whl.
+# MINE_S (default 120) bounds the mining, TRAIN_S (default 340, the data's making included) the
+# training: ~560 s. Session 52 ran it with TRAIN_S=320 and no .whl (the tool refused the carry as
+# over 64 MiB): session 49's failures only.
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -20,7 +23,12 @@ sha256sum models/flashlane-tiny/model.safetensors
 M=/tmp/meta; mkdir -p $M
 xz -dc bench/cpu-20261205-s49/mined_6000.json.xz > /tmp/mined_6000.json
 replay=(/tmp/mined_6000.json)
-if python3 -m pip install -q --no-deps --no-index --target /tmp/evalsite .whl/eval/*.whl > /dev/null 2>&1; then
+if [ -n "${MINED_XZ:-}" ]; then
+  # Session 52: the shipped model's failures mined on the CPU beforehand (the wheels did not fit
+  # beside the packs in a call's 64 MiB), the same command and seed as below.
+  xz -dc "$MINED_XZ" > /tmp/mined_cpu.json && replay+=(/tmp/mined_cpu.json)
+  el "mined beforehand: $MINED_XZ"
+elif python3 -m pip install -q --no-deps --no-index --target /tmp/evalsite .whl/eval/*.whl > /dev/null 2>&1; then
   PYTHONPATH=/tmp/evalsite timeout ${MINE_S:-120} python3 tools/train_tiny/mine_counts.py --flashlane $FL \
     --model models/flashlane-tiny --serve-arg=--device --serve-arg=cuda --cases 3000 --seed 20261206 \
     --out /tmp/mined_gpu.json > $M/mine_log.txt 2>&1

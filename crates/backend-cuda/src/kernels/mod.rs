@@ -496,16 +496,18 @@ fn norm_in_matmul_max_rows() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
 }
-/// `FLASHLANE_MOE_NORM_IN_FRONT=0` runs a MoE layer's post-attention norm apart (`rmsnorm_rows`
-/// into `xn`) before its front projection, as before session 51, instead of in the front
-/// projection's norm twin that keeps the normalised rows for the experts (the default, rounds of
-/// up to [`NORM_IN_MATMUL_MAX_ROWS`] rows): an A/B switch that keeps the bits.
+/// `FLASHLANE_MOE_NORM_IN_FRONT=1` runs a MoE layer's post-attention norm in its front
+/// projection's norm twin, which keeps the normalised rows for the experts (rounds of up to
+/// [`NORM_IN_MATMUL_MAX_ROWS`] rows), instead of apart (`rmsnorm_rows` into `xn`, the default):
+/// an A/B switch that keeps the bits. Off: on the H100 the A3B slice decoded 0.98× with it at one
+/// and two streams (session 52, bench/RESULTS.md), the twin's stores of the normalised rows
+/// costing more than the launch they save.
 pub const MOE_NORM_IN_FRONT_ENV: &str = "FLASHLANE_MOE_NORM_IN_FRONT";
 
 /// `FLASHLANE_MOE_SUM_IN_DOWN=1` sums a MoE layer's experts in its `moe_down` launch where the
 /// norm after the layer goes into the next layer's first matmul ([`moe_sum_place`]): one launch
-/// fewer a MoE layer in rounds of up to [`NORM_IN_MATMUL_MAX_ROWS`] rows. Off until measured on a
-/// GPU: an A/B switch that keeps the bits.
+/// fewer a MoE layer in rounds of up to [`NORM_IN_MATMUL_MAX_ROWS`] rows. An A/B switch that keeps
+/// the bits; off: the A3B slice decoded 0.975× with it in FP8 on the H100 (session 52).
 pub const MOE_SUM_IN_DOWN_ENV: &str = "FLASHLANE_MOE_SUM_IN_DOWN";
 
 /// Where a MoE layer's sum over its experts runs.
@@ -538,7 +540,8 @@ pub fn moe_sum_place(
 /// `FLASHLANE_MOE_ROUTE_IN_FRONT=1` routes a MoE layer's rows in its front projection's launch
 /// where that projection takes the norm before it ([`moe_front_place`]): `moe_front_route`'s
 /// last block to finish routes and groups, and `moe_route_group` does not run (one launch fewer
-/// a MoE layer). Off until measured on a GPU: an A/B switch that keeps the bits.
+/// a MoE layer). An A/B switch that keeps the bits; off: with the sum in `moe_down` the A3B slice
+/// decoded 0.96× / 0.95× at one / two streams on the H100 (session 52).
 pub const MOE_ROUTE_IN_FRONT_ENV: &str = "FLASHLANE_MOE_ROUTE_IN_FRONT";
 
 /// Where a MoE layer's front projection runs, and its routing.
@@ -580,17 +583,62 @@ pub fn moe_front_place(
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
 /// fills few of the 16 rows; the same products in the same order: the same bits), the dense
-/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`), block-scaled FP8 weights
-/// too (`matmul_fp8_swap*`, each output's own scale a chunk), the MoE's bf16 experts too. 0 (the
-/// default until measured on a GPU) runs none.
+/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`), the MoE's bf16 experts too;
+/// 0 runs none. The default is [`MATMUL_SWAP_ROWS_BF16`].
 pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
+/// `FLASHLANE_MATMUL_SWAP_ROWS_FP8=N`: the same bound for block-scaled FP8 weights
+/// (`matmul_fp8_swap*`, each output's own scale a chunk); default [`MATMUL_SWAP_ROWS_FP8`].
+pub const MATMUL_SWAP_ROWS_FP8_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS_FP8";
 
-/// [`MATMUL_SWAP_ROWS_ENV`]'s bound, at most MMA_COLS (the rows an MMA's B holds).
-fn matmul_swap_rows() -> usize {
-    std::env::var(MATMUL_SWAP_ROWS_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(0, |n: usize| n.min(MMA_COLS))
+/// The bf16 swapped chain's default bound. Measured on the H100 (session 52, bench/RESULTS.md):
+/// one row 1.006-1.035× faster (Qwen3-4B, A3B slice, 0.6B) and two rows 1.016× on the A3B slice,
+/// but eight rows of Qwen3-4B 0.953× (its 16-row plan's wide tiles fill the GPU better there), so
+/// the chain takes the one- and two-row rounds only.
+const MATMUL_SWAP_ROWS_BF16: usize = 2;
+/// The FP8 swapped chain's default bound: every round it can take (MMA_COLS rows). Measured on
+/// the H100 (session 52): Qwen3-4B FP8 1.205× at one row and 1.287× at eight (the 16-row FP8
+/// kernels widen twice the bytes per MMA), the A3B slice in FP8 1.013× / 1.029× at one / two.
+const MATMUL_SWAP_ROWS_FP8: usize = MMA_COLS;
+
+/// Rounds of up to this many rows run their 16-row matmuls on the swapped chain, by weight kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SwapRows {
+    pub(crate) bf16: usize,
+    pub(crate) fp8: usize,
+}
+
+impl SwapRows {
+    /// The same bound for both kinds (tests).
+    #[cfg(test)]
+    pub(crate) fn all(rows: usize) -> Self {
+        Self {
+            bf16: rows,
+            fp8: rows,
+        }
+    }
+
+    /// The bound of one kind of weights.
+    fn of(self, fp8: bool) -> usize {
+        match fp8 {
+            true => self.fp8,
+            false => self.bf16,
+        }
+    }
+
+    /// The bounds from [`MATMUL_SWAP_ROWS_ENV`] and [`MATMUL_SWAP_ROWS_FP8_ENV`], each at most
+    /// MMA_COLS (the rows an MMA's B holds).
+    fn from_env() -> Self {
+        let bound = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(default, |n: usize| n.min(MMA_COLS))
+        };
+        Self {
+            bf16: bound(MATMUL_SWAP_ROWS_ENV, MATMUL_SWAP_ROWS_BF16),
+            fp8: bound(MATMUL_SWAP_ROWS_FP8_ENV, MATMUL_SWAP_ROWS_FP8),
+        }
+    }
 }
 
 /// Whether a bf16 16-row matmul of `rows` rows runs on the swapped chain: within the bound
@@ -1214,9 +1262,9 @@ pub struct Kernels {
     matmul_swiglu_swap: CudaFunction,
     /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
     matmul_fp8_swap: [CudaFunction; 2],
-    /// Rounds of up to this many rows run their bf16 16-row matmuls on the swapped chain
-    /// ([`MATMUL_SWAP_ROWS_ENV`]; 0: none).
-    pub(crate) matmul_swap_rows: usize,
+    /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
+    /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
+    pub(crate) matmul_swap_rows: SwapRows,
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
@@ -1393,7 +1441,7 @@ impl Kernels {
             } else {
                 0
             },
-            moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).map_or(true, |v| v != "0"),
+            moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
             moe_sum_in_down: std::env::var(MOE_SUM_IN_DOWN_ENV).is_ok_and(|v| v == "1"),
             moe_route_in_front: std::env::var(MOE_ROUTE_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
@@ -1436,7 +1484,7 @@ impl Kernels {
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
-            matmul_swap_rows: matmul_swap_rows(),
+            matmul_swap_rows: SwapRows::from_env(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
@@ -2632,7 +2680,7 @@ impl Kernels {
             1,
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
-        if swaps(m.rows, self.matmul_swap_rows) {
+        if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
             self.count_swapped();
             let nt = swap_tiles(tiles, deep);
             let grid = (
@@ -2770,7 +2818,7 @@ impl Kernels {
             y_stride: width,
             ..*m
         };
-        if swaps(m.rows, self.matmul_swap_rows) {
+        if swaps(m.rows, self.matmul_swap_rows.bf16) {
             self.count_swapped();
             // Two output tiles a block: 16 units.
             let grid = (
@@ -3542,7 +3590,7 @@ impl Kernels {
         let slots = u32::try_from(moe_tile_slots(l.rows, m)).expect("tile slots fit a grid");
         let resident = self.multiprocessors * MMA_MIN_BLOCKS;
         // The swapped chain's experts: 16 units a block of gate/up.
-        let swap = l.fp8.is_none() && swaps(l.rows, self.matmul_swap_rows);
+        let swap = l.fp8.is_none() && swaps(l.rows, self.matmul_swap_rows.bf16);
         if swap {
             self.count_swapped();
         }

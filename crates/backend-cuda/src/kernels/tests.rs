@@ -1829,7 +1829,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     keep: true,
                 };
                 let mut run = |swap_rows: usize| {
-                    k.matmul_swap_rows = swap_rows;
+                    k.matmul_swap_rows = super::SwapRows::all(swap_rows);
                     y.write(gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
                     xn.write(gpu, &xn_nan).unwrap();
                     let place = k.matmul_normed_with(gpu, &m, Some(&norm), kernel).unwrap();
@@ -1860,7 +1860,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
                     let mut run = |swap_rows: usize| {
-                        k.matmul_swap_rows = swap_rows;
+                        k.matmul_swap_rows = super::SwapRows::all(swap_rows);
                         act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
                         let norm = with_norm.then_some(&norm);
                         k.gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
@@ -1917,7 +1917,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
             }
         }
     }
-    k.matmul_swap_rows = 0;
+    k.matmul_swap_rows = super::SwapRows::all(0);
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
@@ -1932,7 +1932,7 @@ fn swapped_gives_the_16_row_bits(
     what: &str,
 ) {
     let mut run = |swap_rows: usize| {
-        k.matmul_swap_rows = swap_rows;
+        k.matmul_swap_rows = super::SwapRows::all(swap_rows);
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
         y.read(gpu, y0.len()).unwrap()
@@ -3235,7 +3235,7 @@ fn check_moe(
     // The swapped chain's experts (rounds of up to MMA_COLS rows, `moe_gate_up_swap` and
     // `moe_down_swap` where bf16): each row alone and the first rows together have the batch's
     // bits, the sum in the down launch too.
-    k.matmul_swap_rows = super::MMA_COLS;
+    k.matmul_swap_rows = super::SwapRows::all(super::MMA_COLS);
     let n = rows.min(super::MMA_COLS);
     let first = |v: &[f32], width: usize| v[..n * width].to_vec();
     let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
@@ -3270,7 +3270,7 @@ fn check_moe(
             );
         }
     }
-    k.matmul_swap_rows = 0;
+    k.matmul_swap_rows = super::SwapRows::all(0);
     // The sum fused with the norm after the layer: the same x, and `rmsnorm_rows`' bits of it.
     let norm_w = rng.vec(hidden);
     let (fused, normed) = run_moe(
