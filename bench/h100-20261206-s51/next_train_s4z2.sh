@@ -14,7 +14,9 @@
 # MINED_XZ=FILE (failures mined beforehand by the same mine_counts.py command), no .whl.
 # MINE_S (default 120) bounds the mining, TRAIN_S (default 340, the data's making included) the
 # training: ~560 s. Session 52 ran it with TRAIN_S=320 and no .whl (the tool refused the carry as
-# over 64 MiB): session 49's failures only.
+# over 64 MiB): session 49's failures only. STAGE (its name, s4z2), SEED (3939), COUNT_KINDS
+# (0.3,0.35,0.25,0.1: up, steps, down, down steps) and COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID)
+# set another stage of the same recipe (bench/h100-20261206-s52/NEXT.md: 4z3).
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -41,14 +43,16 @@ args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096
     --steps ${STEPS:-300} --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds ${TRAIN_S:-340}
     --total-seconds $(( ${TRAIN_S:-340} + 10 ))
     --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 --stop-weight 1 --decision-weight 8
-    --first-step-weight 8 --count-share 0.60 --short-count-frac 0.35 --count-kinds 0.3,0.35,0.25,0.1
+    --first-step-weight 8 --count-share 0.60 --short-count-frac 0.35 --count-kinds ${COUNT_KINDS:-0.3,0.35,0.25,0.1}
+    --count-off-grid ${COUNT_OFF_GRID:-0.3}
     --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}'
     --replay "${replay[@]}" --replay-share 0.10 --replay-near 0.5
-    --seed 3939 --near-stop-weight 8 --near-stop-window 5 --ema 0.995 --micro-batches 2)
-tools/train_tiny/device_stage.sh /tmp/s4z2_out s4z2 -- "${args[@]}" > /dev/null 2>&1
+    --seed ${SEED:-3939} --near-stop-weight 8 --near-stop-window 5 --ema 0.995 --micro-batches 2)
+S=${STAGE:-s4z2}
+tools/train_tiny/device_stage.sh /tmp/${S}_out $S -- "${args[@]}" > /dev/null 2>&1
 el "stage rc=$?"
-cp /tmp/s4z2_out/train_log_s4z2.txt $M/; grep -E "replay|synthetic" $M/train_log_s4z2.txt | cut -c1-300; tail -6 $M/train_log_s4z2.txt
-tools/train_tiny/pack_trunks.sh $OUT $M s4z2 s4z2_raw
+cp /tmp/${S}_out/train_log_$S.txt $M/; grep -E "replay|synthetic" $M/train_log_$S.txt | cut -c1-300; tail -6 $M/train_log_$S.txt
+tools/train_tiny/pack_trunks.sh $OUT $M $S ${S}_raw
 el "packed"
 tar -C /tmp -cJf $OUT/meta.tar.xz meta
 ls -l $OUT

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepared in session 52 (not run): the narrow kernels' depth on the swapped chain, the one-stream
+# question the profiles left (bench/RESULTS.md session 52). At one and two rows the projections
+# whose outputs fill half a GPU or less run `matmul_bf16_swap` (one output tile of 16 a block, the
+# narrow kernel's depth and launch bounds): Qwen3-0.6B's attention output and MLP down (64 blocks,
+# 7.0 µs each in ncu, 392 of a token's 1,276 µs), the A3B slice's DeltaNet/attention outputs (128
+# blocks, 12 µs) and its MoE front (73 blocks, 6 µs). Each warp streams 4-8 chunks of 64 k-elements
+# two at a time (MMA_NARROW_DEPTH 2); FLASHLANE_MATMUL_NARROW_DEPTH=3 / 4 compiles 3 / 4 at a time
+# with one block a multiprocessor (the bits never change). Then the whole kernel test binary at
+# the defaults (never run whole at session 52's), alone on the machine (cold: ~350 s).
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (the default model moved out of
+# the tree); ~560 s on an H100.
+set -u
+T0=$(date +%s)
+. bench/device_ab.sh
+. bench/unpack_peers.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+DEPTHS="d2:FLASHLANE_AB=1 d3:FLASHLANE_MATMUL_NARROW_DEPTH=3 d4:FLASHLANE_MATMUL_NARROW_DEPTH=4"
+ab q06_depth qwen3-0.6b 1,2,8 "$DEPTHS" $FL
+ab a3b_depth qwen3-next-a3b-slice 1,2,8 "$DEPTHS" $FL
+ab q4b_depth qwen3-4b 1,8 "$DEPTHS" $FL
+TESTS=backend_cuda TEST_TIMEOUT=400 bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
+el "backend_cuda rc=$?"; cat /tmp/tests/summary.txt | tee $OUT/tests_summary.txt
+grep -E "FAILED|panicked" /tmp/tests/backend_cuda.log | head -20
+tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
