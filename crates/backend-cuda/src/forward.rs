@@ -520,7 +520,7 @@ impl Pass<'_> {
 
     /// `xn` as `input` describes it: the norm run now where it was left to a matmul (for a
     /// gate/up of several kinds of weights, whose parts read `xn`, and a MoE layer's experts
-    /// where `FLASHLANE_MOE_NORM_IN_FRONT=0`).
+    /// unless `FLASHLANE_MOE_NORM_IN_FRONT=1`).
     fn materialise(&self, input: LayerInput<'_>, rows: usize) -> Result<(), CudaError> {
         match input {
             LayerInput::Normed => Ok(()),
@@ -715,7 +715,8 @@ impl Pass<'_> {
             (MoeFrontPlace::Apart, true) => {
                 self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?
             }
-            // The norm apart into `xn` first (`FLASHLANE_MOE_NORM_IN_FRONT=0`).
+            // The norm apart into `xn` first (the default; `FLASHLANE_MOE_NORM_IN_FRONT=1` takes
+            // it into the front projection, the arm above).
             (MoeFrontPlace::Apart, false) => {
                 self.materialise(input, rows)?;
                 self.matmul(p.xn, &w.front, rows, p.wide, false)?;
