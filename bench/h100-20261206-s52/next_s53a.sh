@@ -6,9 +6,10 @@
 # 7.0 µs each in ncu, 392 of a token's 1,276 µs), the A3B slice's DeltaNet/attention outputs (128
 # blocks, 12 µs) and its MoE front (73 blocks, 6 µs). Each warp streams 4-8 chunks of 64 k-elements
 # two at a time (MMA_NARROW_DEPTH 2); FLASHLANE_MATMUL_NARROW_DEPTH=3 / 4 compiles 3 / 4 at a time
-# with one block a multiprocessor (the bits never change). Then MTP's speed-up on the GPU with the
+# with one block a multiprocessor (the bits never change). Then the swapped chain's output tiles a
+# block forced to one or two (FLASHLANE_MATMUL_SWAP_TILES). Then MTP's speed-up on the GPU with the
 # default model of session 51. The whole kernel test binary is next_s53t.sh's (a call of its own).
-# Carry bench/peers/{flashlane.xz,tiny_model.xz} (the default model moved out of the tree); ~280 s
+# Carry bench/peers/{flashlane.xz,tiny_model.xz} (the default model moved out of the tree); ~400 s
 # on an H100.
 set -u
 T0=$(date +%s)
@@ -19,6 +20,14 @@ DEPTHS="d2:FLASHLANE_AB=1 d3:FLASHLANE_MATMUL_NARROW_DEPTH=3 d4:FLASHLANE_MATMUL
 ab q06_depth qwen3-0.6b 1,2,8 "$DEPTHS" $FL
 ab a3b_depth qwen3-next-a3b-slice 1,2,8 "$DEPTHS" $FL
 ab q4b_depth qwen3-4b 1,8 "$DEPTHS" $FL
+# The swapped chain's output tiles a block forced (FLASHLANE_MATMUL_SWAP_TILES, new in session 52):
+# one (twice the blocks of a wide matrix, each at the narrow depth) or two, against the plan's
+# (Qwen3-4B's one-row gate/up with its norm runs 608 two-tile blocks, 113 registers a thread: 2.3
+# waves of the 264 that fit at once, 2.3 TB/s in ncu; its FP8 twin swaps up to 8 rows).
+TILES="auto:FLASHLANE_AB=1 t1:FLASHLANE_MATMUL_SWAP_TILES=1 t2:FLASHLANE_MATMUL_SWAP_TILES=2"
+ab q4b_tiles qwen3-4b 1,2 "$TILES" $FL
+ab a3b_tiles qwen3-next-a3b-slice 1,2 "$TILES" $FL
+ab q4b_fp8_tiles qwen3-4b-fp8 1,8 "$TILES" $FL
 # MTP's speed-up on the GPU with the default model shipped in session 51 (issue 12: ≥ 1.5× at 1
 # and 8 streams on counting, kept; last measured on the model before it).
 TASKS=counting DRAFTS="none mtp:3" REPS=2 BENCH_ARGS="--device cuda" FLASHLANE=$FL \
