@@ -583,7 +583,8 @@ pub fn moe_front_place(
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
 /// fills few of the 16 rows; the same products in the same order: the same bits), the dense
-/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`), the MoE's bf16 experts too;
+/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`, or `matmul_bf16_swiglu_swap`
+/// where [`MATMUL_SWAP_TILES_ENV`] asks for one output tile a block), the MoE's bf16 experts too;
 /// 0 runs none. The default is [`MATMUL_SWAP_ROWS_BF16`].
 pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
 /// `FLASHLANE_MATMUL_SWAP_ROWS_FP8=N`: the same bound for block-scaled FP8 weights
@@ -641,8 +642,9 @@ impl SwapRows {
     }
 }
 
-/// Whether a bf16 16-row matmul of `rows` rows runs on the swapped chain: within the bound
-/// `swap_rows` ([`MATMUL_SWAP_ROWS_ENV`]) and one MMA's B (MMA_COLS rows).
+/// Whether a 16-row matmul of `rows` rows runs on the swapped chain: within the bound
+/// `swap_rows` of its weights' kind ([`SwapRows`]: [`MATMUL_SWAP_ROWS_ENV`] for bf16,
+/// [`MATMUL_SWAP_ROWS_FP8_ENV`] for FP8) and one MMA's B (MMA_COLS rows).
 fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }

@@ -1859,24 +1859,36 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                 let gu = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
-                    // The units and whether the swapped chain ran.
+                    // The units, whether the swapped chain ran, and where the SwiGLU went.
                     let mut run = |swap_rows: usize, tiles: Option<usize>| {
                         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
                         k.matmul_swap_tiles = tiles;
                         act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
                         let norm = with_norm.then_some(&norm);
-                        k.gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
+                        let (place, _) = k
+                            .gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
                             .unwrap();
-                        (act.read(gpu, max_rows * width).unwrap(), ran_swapped(&k))
+                        (
+                            act.read(gpu, max_rows * width).unwrap(),
+                            ran_swapped(&k),
+                            place,
+                        )
                     };
-                    let (want, _) = run(0, None);
+                    let (want, _, _) = run(0, None);
                     assert!(
                         want[..rows * width].iter().all(|v| v.is_finite()),
                         "{what}, norm {with_norm}: the 16-row SwiGLU left units unwritten"
                     );
                     // Two output tiles a block (the default), then one.
                     for tiles in [None, Some(1)] {
-                        let (got, swapped) = run(max_rows, tiles);
+                        let (got, swapped, place) = run(max_rows, tiles);
+                        // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap*`), but
+                        // for the narrow plan's, which has no twin and runs it apart.
+                        assert!(
+                            matches!(kernel, MatmulKernel::Narrow)
+                                || matches!(place, super::SwigluPlace::InGateUp { .. }),
+                            "{what}, norm {with_norm}: the SwiGLU ran {place:?} ({tiles:?})"
+                        );
                         assert!(
                             same_bits(&got, &want),
                             "{what}, norm {with_norm}: the swapped SwiGLU's bits differ \
@@ -3178,6 +3190,9 @@ fn check_moe(
     dims.check().expect("sizes the kernels take");
     let experts = m.num_experts;
     let mut k = Kernels::compile(gpu, &dims).expect("kernels");
+    // The 16-row chain's experts (the swapped chain's default bound would take rounds of 1-2
+    // rows): the reference the variants below are compared with, the swapped chain's included.
+    k.matmul_swap_rows = super::SwapRows::all(0);
     let case = match fp8 {
         None => MoeCase::new(gpu, rng, m, hidden),
         Some((br, bc)) => MoeCase::new_fp8(gpu, rng, m, hidden, br, bc),
