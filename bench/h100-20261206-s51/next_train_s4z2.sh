@@ -5,7 +5,7 @@
 # (bench/RESULTS.md session 51). This stage replays the failures of the model it starts from:
 # first 3,000 counts of the trained side asked of it on the GPU (`mine_counts.py`, another seed
 # than session 49's CPU run, flashlane serving on CUDA), then 4z's recipe with both sets of
-# failures at 10 % of the tokens (`train.py --replay A B`), seed 3939. Its trunks come back for
+# failures at 10 % of the tokens (`train.py --replay A --replay B`), seed 3939. Its trunks come back for
 # the CPU's evaluation as 4z's did (bench/RESULTS.md session 51: the three sets, the means with the
 # shipped trunk; ship only above 493 of 533 at T = 0 with the other skills kept and the head's
 # tokens a round on counting unchanged).
@@ -39,6 +39,9 @@ elif python3 -m pip install -q --no-deps --no-index --target /tmp/evalsite .whl/
 else
   el "no wheels: the old failures only"
 fi
+# train.py takes one file a --replay (session 52's run had one; two would have stopped it).
+replay_args=()
+for f in "${replay[@]}"; do replay_args+=(--replay "$f"); done
 args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
     --steps ${STEPS:-300} --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds ${TRAIN_S:-340}
     --total-seconds $(( ${TRAIN_S:-340} + 10 ))
@@ -46,7 +49,7 @@ args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096
     --first-step-weight 8 --count-share 0.60 --short-count-frac 0.35 --count-kinds ${COUNT_KINDS:-0.3,0.35,0.25,0.1}
     --count-off-grid ${COUNT_OFF_GRID:-0.3}
     --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}'
-    --replay "${replay[@]}" --replay-share 0.10 --replay-near 0.5
+    "${replay_args[@]}" --replay-share 0.10 --replay-near 0.5
     --seed ${SEED:-3939} --near-stop-weight 8 --near-stop-window 5 --ema 0.995 --micro-batches 2)
 S=${STAGE:-s4z2}
 tools/train_tiny/device_stage.sh /tmp/${S}_out $S -- "${args[@]}" > /dev/null 2>&1
