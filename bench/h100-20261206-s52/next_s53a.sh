@@ -9,7 +9,7 @@
 # with one block a multiprocessor (the bits never change). Then the swapped chain's output tiles a
 # block forced to one or two (FLASHLANE_MATMUL_SWAP_TILES). Then MTP's speed-up on the GPU with the
 # default model of session 51. The whole kernel test binary is next_s53t.sh's (a call of its own).
-# Carry bench/peers/{flashlane.xz,tiny_model.xz} (the default model moved out of the tree); ~400 s
+# Carry bench/peers/{flashlane.xz,tiny_model.xz} (the default model moved out of the tree); ~440 s
 # on an H100.
 set -u
 T0=$(date +%s)
@@ -28,6 +28,9 @@ TILES="auto:FLASHLANE_AB=1 t1:FLASHLANE_MATMUL_SWAP_TILES=1 t2:FLASHLANE_MATMUL_
 ab q4b_tiles qwen3-4b 1,2 "$TILES" $FL
 ab a3b_tiles qwen3-next-a3b-slice 1,2 "$TILES" $FL
 ab q4b_fp8_tiles qwen3-4b-fp8 1,8 "$TILES" $FL
+# Session 51's two MoE launches each alone in bf16 (measured only together, 0.96× / 0.95× at 1 / 2,
+# and the sum alone only in FP8, 0.975×): what decides whether they are removed.
+ab a3b_moe_alone qwen3-next-a3b-slice 1,2 "base:FLASHLANE_AB=1 sum:FLASHLANE_MOE_SUM_IN_DOWN=1 route:FLASHLANE_MOE_ROUTE_IN_FRONT=1" $FL
 # MTP's speed-up on the GPU with the default model shipped in session 51 (issue 12: ≥ 1.5× at 1
 # and 8 streams on counting, kept; last measured on the model before it).
 TASKS=counting DRAFTS="none mtp:3" REPS=2 BENCH_ARGS="--device cuda" FLASHLANE=$FL \

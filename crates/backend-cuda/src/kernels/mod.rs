@@ -500,8 +500,8 @@ fn norm_in_matmul_max_rows() -> usize {
 /// projection's norm twin, which keeps the normalised rows for the experts (rounds of up to
 /// [`NORM_IN_MATMUL_MAX_ROWS`] rows), instead of apart (`rmsnorm_rows` into `xn`, the default):
 /// an A/B switch that keeps the bits. Off: on the H100 the A3B slice decoded 0.98× with it at one
-/// and two streams (session 52, bench/RESULTS.md), the twin's stores of the normalised rows
-/// costing more than the launch they save.
+/// and two streams (session 52, bench/RESULTS.md): more than the launch it saves (why not looked
+/// into).
 pub const MOE_NORM_IN_FRONT_ENV: &str = "FLASHLANE_MOE_NORM_IN_FRONT";
 
 /// `FLASHLANE_MOE_SUM_IN_DOWN=1` sums a MoE layer's experts in its `moe_down` launch where the
@@ -3485,11 +3485,10 @@ impl Kernels {
         l: &MoeLaunch,
         sum: MoeSum<'_>,
     ) -> Result<(), CudaError> {
-        let k = self.moe_kernels();
         if l.rows == 0 {
             return Ok(());
         }
-        Self::moe_route(gpu, k, l)?;
+        Self::moe_route(gpu, self.moe_kernels(), l)?;
         self.moe_routed(gpu, dims, l, sum)
     }
 
