@@ -592,13 +592,13 @@ pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
 pub const MATMUL_SWAP_ROWS_FP8_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS_FP8";
 
 /// The bf16 swapped chain's default bound. Measured on the H100 (session 52, bench/RESULTS.md):
-/// one row 1.006-1.035× faster (Qwen3-4B, A3B slice, 0.6B) and two rows 1.016× on the A3B slice,
-/// but eight rows of Qwen3-4B 0.953× (its 16-row plan's wide tiles fill the GPU better there), so
-/// the chain takes the one- and two-row rounds only.
+/// one row 1.006-1.035× faster (Qwen3-4B, A3B slice, 0.6B) and two rows 1.00-1.016× (Qwen3-4B,
+/// 0.6B, A3B slice), but four and eight rows of Qwen3-4B 0.973× and 0.953× (why not looked
+/// into), so the chain takes the one- and two-row rounds only.
 const MATMUL_SWAP_ROWS_BF16: usize = 2;
 /// The FP8 swapped chain's default bound: every round it can take (MMA_COLS rows). Measured on
-/// the H100 (session 52): Qwen3-4B FP8 1.205× at one row and 1.287× at eight (the 16-row FP8
-/// kernels widen twice the bytes per MMA), the A3B slice in FP8 1.013× / 1.029× at one / two.
+/// the H100 (session 52): Qwen3-4B FP8 1.205× at one row and 1.287× at eight, the A3B slice in
+/// FP8 1.013× / 1.029× at one / two.
 const MATMUL_SWAP_ROWS_FP8: usize = MMA_COLS;
 
 /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain, by weight kind.

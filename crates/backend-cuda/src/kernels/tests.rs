@@ -1940,7 +1940,6 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
             }
         }
     }
-    k.matmul_swap_rows = super::SwapRows::all(0);
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
