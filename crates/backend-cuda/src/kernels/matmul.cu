@@ -434,6 +434,16 @@ __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, in
     if (wait) pdl_wait();
 }
 
+// `matmul_start` for a block that is its row tiles' first by `first_row_block` rather than by
+// blockIdx.x (the k split's blocks with their residues first in the grid: MMT_RESIDUE_FIRST).
+__device__ __forceinline__ void matmul_start_first(const void* w, int o0, int outs, int n_out, size_t row_bytes,
+                                                   bool wait, bool first_row_block) {
+    pdl_launch_dependents();
+    if (first_row_block && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES)
+        prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
+    if (wait) pdl_wait();
+}
+
 // The start of a 16-row matmul block (`matmul_start`, its wait left to the inputs under
 // MMA_EARLY_WEIGHTS): its weight rows [o0, o0 + outs) pulled into L2, or with SWIGLU (W = [gate
 // (width) | up (width)], n_out = 2·width) the gate rows of units [u0, u0 + units) and their up rows.
@@ -1145,6 +1155,7 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
+// MMT_SPLIT_GROUP and MMT_RESIDUE_FIRST (a k split's layout: `SplitLayout` in mod.rs),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -1230,19 +1241,33 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int wr = warp / WC, wc = warp % WC;
     // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
-    // the same in session 9.)
-    const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
+    // the same in session 9.) A k split's blocks: grid (row blocks, n-tiles, residue groups), or
+    // with MMT_RESIDUE_FIRST (residue groups, n-tiles, row blocks), so that the groups of one
+    // tile, which read the interleaved chunks of the same weight rows, run together.
+    const bool residue_first = SPLIT_K && MMT_RESIDUE_FIRST;
+    const int row_block = residue_first ? blockIdx.z : blockIdx.x;
+    const int res_group = !SPLIT_K ? 0 : residue_first ? blockIdx.x : blockIdx.z;
+    const int r0 = row_block * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    // The residues this block walks, and how many chunks it multiplies.
-    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
-    const int visits =
-        SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
+    // The residues this block walks (a split block MMT_SPLIT_GROUP of them, each into its own
+    // partial), and how many chunks it multiplies.
+    const int res_first = SPLIT_K ? res_group * MMT_SPLIT_GROUP : 0;
+    const int res_end = SPLIT_K ? res_first + MMT_SPLIT_GROUP : MMT_RESIDUES;
+    int visits = chunks;
+    if (SPLIT_K) {
+        visits = 0;
+        for (int res = res_first; res < res_end; res++)
+            visits += res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    }
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
     // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
     // copies (below).
-    if (!SPLIT_K || blockIdx.z == 0) {
-        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
+    if (!SPLIT_K || res_group == 0) {
+        if (residue_first)
+            matmul_start_first(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS, row_block == 0);
+        else
+            matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
     } else {
         pdl_launch_dependents();
         if (!MMT_EARLY_WEIGHTS) pdl_wait();
@@ -1378,18 +1403,26 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
             }
         }
-        // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there).
+        // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there):
+        // a split block writes it as partial `res`, the others fold it into their total.
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    total[m][j][i] = SPLIT_K || res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+                    if (SPLIT_K) {
+                        const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
+                        const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
+                        if (r < rows && o < n_out) y[(size_t)res * part_stride + (size_t)r * y_stride + o] = acc[m][j][i];
+                    } else {
+                        total[m][j][i] = res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+                    }
                     acc[m][j][i] = 0.0f;
                 }
     }
     cp_async_wait<0>();
+    if (SPLIT_K) return;
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -1399,7 +1432,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                 const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                 if (r < rows && o < n_out) {
-                    float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
+                    float* out = y + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
                 }
             }
@@ -1413,8 +1446,9 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
     matmul_tiled_block<MMT_ROWS, 4>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
-// The tiles with k split by residue over blocks (grid z = MMT_RESIDUES): block z writes residue
-// z's partial of its tile, unfolded, into `part` + z · part_stride ([rows, n_out] each), and
+// The tiles with k split by residue over blocks (MMT_RESIDUES / MMT_SPLIT_GROUP of them a tile:
+// grid z, or grid x with MMT_RESIDUE_FIRST): a block writes each of its MMT_SPLIT_GROUP
+// residues' partial of its tile, unfolded, into `part` + z · part_stride ([rows, n_out] each), and
 // `matmul_fold_residues` then folds the partials in residue order — the fold the tiles and the
 // 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a decode
 // round of that many streams) then has MMT_RESIDUES times the blocks of the tiles, each an

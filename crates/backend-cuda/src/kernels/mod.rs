@@ -247,6 +247,66 @@ const MATMUL_SPLIT_K_MIN_LAYER_BLOCKS: usize = 160;
 /// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 
+/// How the tiles' k split (`matmul_bf16_tiled_split`, `_split32`) lays its blocks out: each
+/// block walks `group` residues, writing each residue's partial apart (MMT_SPLIT_GROUP), and the
+/// grid is (residue groups, n-tiles, row blocks) where `residue_first`, else (row blocks, n-tiles,
+/// residue groups) (MMT_RESIDUE_FIRST). The partials and their fold are the same whatever the
+/// layout, so are the bits. Why it may matter (unmeasured): Qwen3-4B's 64-stream round ran its
+/// split matmuls at 1.2–1.5 TB/s (bench/RESULTS.md session 52's profile), each block five
+/// chunks of 64 long, and the blocks that read the same rows' interleaved chunks eight grid
+/// slices apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SplitLayout {
+    pub(crate) group: usize,
+    pub(crate) residue_first: bool,
+}
+/// One residue a block, residues last in the grid: the layout before session 53.
+const SPLIT_LAYOUT: SplitLayout = SplitLayout {
+    group: 1,
+    residue_first: false,
+};
+/// `FLASHLANE_MATMUL_SPLIT_GROUP=N` (1, 2, 4 or 8: a divisor of [`MATMUL_RESIDUES`]; another
+/// value leaves [`SPLIT_LAYOUT`]'s) sets the residues a split block walks, and
+/// `FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1|0` whether the grid puts them first: A/B switches that
+/// keep the bits.
+pub const MATMUL_SPLIT_GROUP_ENV: &str = "FLASHLANE_MATMUL_SPLIT_GROUP";
+pub const MATMUL_SPLIT_RESIDUE_FIRST_ENV: &str = "FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST";
+
+/// The layout the environment asks for ([`MATMUL_SPLIT_GROUP_ENV`],
+/// [`MATMUL_SPLIT_RESIDUE_FIRST_ENV`]), [`SPLIT_LAYOUT`]'s where it says nothing valid.
+fn split_layout() -> SplitLayout {
+    let group = std::env::var(MATMUL_SPLIT_GROUP_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&g| g > 0 && MATMUL_RESIDUES.is_multiple_of(g))
+        .unwrap_or(SPLIT_LAYOUT.group);
+    let residue_first = match std::env::var(MATMUL_SPLIT_RESIDUE_FIRST_ENV).as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => SPLIT_LAYOUT.residue_first,
+    };
+    SplitLayout {
+        group,
+        residue_first,
+    }
+}
+
+impl SplitLayout {
+    /// The grid of a split of `row_blocks` × `out_blocks` tiles.
+    fn grid(self, row_blocks: u32, out_blocks: u32) -> (u32, u32, u32) {
+        assert!(
+            self.group > 0 && MATMUL_RESIDUES.is_multiple_of(self.group),
+            "[split-layout-group] a split block's residues ({}) divide the {MATMUL_RESIDUES}",
+            self.group
+        );
+        let groups = (MATMUL_RESIDUES / self.group) as u32;
+        match self.residue_first {
+            true => (groups, out_blocks, row_blocks),
+            false => (row_blocks, out_blocks, groups),
+        }
+    }
+}
+
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -440,12 +500,15 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
 /// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
-/// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
-/// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
+/// `--matmul-input bf16`); MMT_STAGES, whose shared memory the compiled kernels then launch
+/// with; and MMT_SPLIT_GROUP and MMT_RESIDUE_FIRST, whose grid they then launch ([`SplitLayout`]).
+/// Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 12] = [
+const OVERRIDABLE_DEFINES: [&str; 14] = [
     "MMA_NORM_TWINS",
+    "MMT_SPLIT_GROUP",
+    "MMT_RESIDUE_FIRST",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -1078,6 +1141,11 @@ impl Dims {
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
+            ("MMT_SPLIT_GROUP", split_layout().group),
+            (
+                "MMT_RESIDUE_FIRST",
+                usize::from(split_layout().residue_first),
+            ),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
@@ -1248,6 +1316,8 @@ pub struct Kernels {
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
+    /// The layout `matmul_tiled_split` and `_split32` were compiled for, which their grid follows.
+    split_layout: SplitLayout,
     matmul_split32: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
@@ -1372,6 +1442,7 @@ impl Kernels {
             dims.source(),
             MMT_STAGES,
             norm_in_matmul_max_rows() > 0,
+            split_layout(),
         )
     }
 
@@ -1394,18 +1465,27 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMA_NORM_TWINS")
             .map_or(norm_in_matmul_max_rows() > 0, |&(_, on)| on != 0);
-        Self::compile_source(gpu, dims, source, stages, norm_twins)
+        let overridden = |name: &str| overrides.iter().find(|(n, _)| *n == name).map(|&(_, v)| v);
+        let default_layout = split_layout();
+        let layout = SplitLayout {
+            group: overridden("MMT_SPLIT_GROUP").unwrap_or(default_layout.group),
+            residue_first: overridden("MMT_RESIDUE_FIRST")
+                .map_or(default_layout.residue_first, |v| v != 0),
+        };
+        Self::compile_source(gpu, dims, source, stages, norm_twins, layout)
     }
 
     /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
     /// compiles other stages), of which the tiled blocks' shared memory follows; `norm_twins`:
-    /// whether it holds the norm twins (MMA_NORM_TWINS).
+    /// whether it holds the norm twins (MMA_NORM_TWINS); `split_layout`: the layout its k split
+    /// was compiled for (MMT_SPLIT_GROUP, MMT_RESIDUE_FIRST).
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
         tiled_stages: usize,
         norm_twins: bool,
+        split_layout: SplitLayout,
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
@@ -1483,6 +1563,7 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
+            split_layout,
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
@@ -2294,36 +2375,40 @@ impl Kernels {
             )),
             false => None,
         };
-        let (split, row_blocks, shared) =
-            match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
-                (Some(wg), _) => {
-                    check_wg_matrix_size(m);
-                    let kernels = match m.fp8 {
-                        Some(_) => &wg.split_fp8,
-                        None => &wg.split_bf16,
-                    };
-                    let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
-                        true => (&kernels[0], MWS_N32_ROWS),
-                        false => (&kernels[1], MWS_MAX_ROWS),
-                    };
+        let (split, grid, shared) = match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
+            (Some(wg), _) => {
+                check_wg_matrix_size(m);
+                let kernels = match m.fp8 {
+                    Some(_) => &wg.split_fp8,
+                    None => &wg.split_bf16,
+                };
+                let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
+                    true => (&kernels[0], MWS_N32_ROWS),
+                    false => (&kernels[1], MWS_MAX_ROWS),
+                };
+                // The warpgroup split: one residue a block, residues last.
+                (
+                    kernel,
                     (
-                        kernel,
                         rows_u32(m.rows.div_ceil(rows)),
-                        mws_shared_bytes(rows),
-                    )
-                }
-                (None, true) => (
-                    &self.matmul_tiled_split32,
-                    rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
-                    self.split32_shared_bytes,
-                ),
-                (None, false) => (
-                    &self.matmul_tiled_split,
-                    row_blocks,
-                    self.tiled_shared_bytes,
-                ),
-            };
-        let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
+                        out_blocks,
+                        MATMUL_RESIDUES as u32,
+                    ),
+                    mws_shared_bytes(rows),
+                )
+            }
+            (None, true) => (
+                &self.matmul_tiled_split32,
+                self.split_layout
+                    .grid(rows_u32(m.rows.div_ceil(SPLIT32_ROWS)), out_blocks),
+                self.split32_shared_bytes,
+            ),
+            (None, false) => (
+                &self.matmul_tiled_split,
+                self.split_layout.grid(row_blocks, out_blocks),
+                self.tiled_shared_bytes,
+            ),
+        };
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(
             m,

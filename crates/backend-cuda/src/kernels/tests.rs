@@ -6,7 +6,7 @@
 
 use super::{
     lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
-    MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
+    MoeLaunch, SplitLayout, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
@@ -294,6 +294,59 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     k.matmul_split_k_prompts = true;
     let depth = 16 * (1 + rng.below(320));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+}
+
+/// The k split's block layouts ([`SplitLayout`]: residues a block, residue groups first in the
+/// grid or last), compiled by override: each gives the other kernels' bits through the 32-row
+/// split (up to 32 rows), the 64-row split and a prompt's split over several row blocks,
+/// gathered and accumulated.
+#[test]
+fn every_split_layout_gives_the_bits_of_the_other_kernels() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    for (group, first) in [(1, 1), (2, 0), (2, 1), (4, 1), (8, 0)] {
+        let overrides = [("MMT_SPLIT_GROUP", group), ("MMT_RESIDUE_FIRST", first)];
+        let mut k = Kernels::compile_overriding(&gpu, &tiny_dims().1, &overrides)
+            .expect("kernels of another split layout");
+        assert_eq!(
+            k.split_layout,
+            SplitLayout {
+                group,
+                residue_first: first == 1
+            }
+        );
+        k.matmul_split_k = true;
+        k.matmul_split_k_prompts = true;
+        k.matmul_split32 = true;
+        for (depth, max_rows) in [
+            (16 * (1 + rng.below(320)), 32),
+            (3 * 8 * 64 + 16, 64),
+            (16 * (1 + rng.below(320)), 300),
+        ] {
+            matmul_case(&gpu, &k, &mut rng, depth, max_rows, true);
+        }
+    }
+}
+
+/// A split layout's grid (no device needed): residue groups first or last, as many as the
+/// residues a block divide the eight.
+#[test]
+fn a_split_layouts_grid_holds_its_residue_groups_where_it_says() {
+    let layout = |group, residue_first| SplitLayout {
+        group,
+        residue_first,
+    };
+    assert_eq!(layout(1, false).grid(3, 20), (3, 20, 8));
+    assert_eq!(layout(1, true).grid(3, 20), (8, 20, 3));
+    assert_eq!(layout(2, true).grid(1, 152), (4, 152, 1));
+    assert_eq!(layout(8, false).grid(5, 7), (5, 7, 1));
+    assert_eq!(
+        super::SPLIT_LAYOUT,
+        layout(1, false),
+        "the layout before session 53"
+    );
+    let odd = std::panic::catch_unwind(|| layout(3, false).grid(1, 1));
+    assert!(odd.is_err(), "three residues a block do not divide eight");
 }
 
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token

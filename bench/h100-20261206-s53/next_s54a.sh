@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepared in session 53 (not run): the tiles' k split laid out otherwise (`SplitLayout`,
+# kernels/mod.rs). Qwen3-4B's 64-stream round ran its split matmuls at 1.2-1.5 TB/s in session
+# 52's profile (gate/up 65 us a layer: 1,216 blocks of five chunks each; o/down 160 blocks), 5.4
+# of the round's 8.6 ms; 4B and 8B at 64 streams are 0.91x llama.cpp (1.5x asked).
+# FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 puts a tile's residue blocks next to each other in the
+# grid (they read the interleaved 128-byte chunks of the same weight rows); FLASHLANE_MATMUL_SPLIT_GROUP=N
+# has a block walk N residues (N times longer blocks, 1/N as many; each residue's partial written
+# apart). The partials and the fold are the same, so are the bits: first the kernel tests that
+# say so on the GPU (every layout compiled by override), then the A/B at 32 (the 32-row split) and
+# 64 streams (the 64-row split) on Qwen3-4B and at 64 on Qwen3-8B; prefill (a 128-token prompt's
+# split o/down/qkv) is in the same rows.
+# Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz} (rebuilt at the commit that prepared this,
+# bench/pack_gpu_tests.sh --flashlane) and tiny_model.xz, the default model moved out of the
+# tree. ~420 s on an H100.
+set -u
+T0=$(date +%s)
+. bench/device_ab.sh
+. bench/unpack_peers.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
+FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda every_split_layout matmul_matches --test-threads 1 > $OUT/tests_split.txt 2>&1
+el "backend_cuda every_split_layout matmul_matches rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_split.txt | head -20
+LAYOUTS="base:FLASHLANE_AB=1 first:FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g2first:FLASHLANE_MATMUL_SPLIT_GROUP=2,FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g4first:FLASHLANE_MATMUL_SPLIT_GROUP=4,FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g8:FLASHLANE_MATMUL_SPLIT_GROUP=8"
+ab q4b_layout qwen3-4b 32,64 "$LAYOUTS" $FL
+ab q8b_layout qwen3-8b 64 "$LAYOUTS" $FL
