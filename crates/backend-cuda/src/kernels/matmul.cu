@@ -840,17 +840,13 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
 // One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth and launch
 // bounds, which its A/B switch moves together) and two (depth 1, as the wide 16-row kernels: at
 // the narrow depth its norm twin spilled 248 bytes); the norm twins with the others.
-// With a dense MLP's SwiGLU: two output tiles a block (8 units each; a gate/up is a wide matrix),
-// and one (`matmul_bf16_swiglu_swap`, `_norm`: twice the blocks, at the narrow depth) where the
-// host's FLASHLANE_MATMUL_SWAP_TILES=1 asks for it.
+// With a dense MLP's SwiGLU: two output tiles a block (8 units each; a gate/up is a wide matrix).
 MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
 MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, MMA_MIN_BLOCKS, false)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, true)
 MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #if MMA_NORM_TWINS
 MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
 MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, true)
 MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #endif
 

@@ -646,8 +646,7 @@ pub fn moe_front_place(
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
 /// fills few of the 16 rows; the same products in the same order: the same bits), the dense
-/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`, or `matmul_bf16_swiglu_swap`
-/// where [`MATMUL_SWAP_TILES_ENV`] asks for one output tile a block), the MoE's bf16 experts too;
+/// MLP's gate/up with its SwiGLU too (`matmul_bf16_swiglu_swap_t2`), the MoE's bf16 experts too;
 /// 0 runs none. The default is [`MATMUL_SWAP_ROWS_BF16`].
 pub const MATMUL_SWAP_ROWS_ENV: &str = "FLASHLANE_MATMUL_SWAP_ROWS";
 /// `FLASHLANE_MATMUL_SWAP_ROWS_FP8=N`: the same bound for block-scaled FP8 weights
@@ -712,31 +711,14 @@ fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }
 
-/// `FLASHLANE_MATMUL_SWAP_TILES=1` or `=2` gives every block of the swapped chain's matmuls (bf16
-/// and FP8, their norm twins, the dense SwiGLU gate/up, which otherwise always holds two) that
-/// many output tiles of 16 instead of [`swap_tiles`]'s choice: one (the narrow kernel's depth and
-/// twice the blocks of a wide matrix: Qwen3-4B's one-row gate/up runs 608 two-tile blocks, 2.3
-/// waves of the H100's 264 resident, at 2.3 TB/s in ncu) or two. An A/B switch, not yet measured:
-/// the bits never depend on it (kernel test).
-const MATMUL_SWAP_TILES_ENV: &str = "FLASHLANE_MATMUL_SWAP_TILES";
-
-/// [`MATMUL_SWAP_TILES_ENV`]'s count where it is 1 or 2, else none (the plan's).
-fn matmul_swap_tiles() -> Option<usize> {
-    std::env::var(MATMUL_SWAP_TILES_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|tiles| (1..=2).contains(tiles))
-}
-
 /// Output tiles of 16 a block of the swapped chain for a 16-row plan of `tiles` n-tiles a block
-/// (`deep`: the deep kernels', for matrices of at most a block a multiprocessor): `forced` where
-/// set ([`MATMUL_SWAP_TILES_ENV`]), else one where the plan had one n-tile or went deep (matrices
-/// whose blocks are few: as many blocks as outputs allow), else two.
-fn swap_tiles(tiles: usize, deep: bool, forced: Option<usize>) -> usize {
-    match (forced, tiles == 1 || deep) {
-        (Some(nt), _) => nt,
-        (None, true) => 1,
-        (None, false) => 2,
+/// (`deep`: the deep kernels', for matrices of at most a block a multiprocessor): one where the
+/// plan had one n-tile or went deep (matrices whose blocks are few: as many blocks as outputs
+/// allow), else two.
+fn swap_tiles(tiles: usize, deep: bool) -> usize {
+    match tiles == 1 || deep {
+        true => 1,
+        false => 2,
     }
 }
 
@@ -1347,17 +1329,13 @@ pub struct Kernels {
     matmul_narrow: CudaFunction,
     /// The swapped chain (`matmul_bf16_swap`, `_swap_t2`): one and two output tiles of 16 a block.
     matmul_swap: [CudaFunction; 2],
-    /// The swapped chain's gate/up with its SwiGLU, one and two output tiles a block
-    /// (`matmul_bf16_swiglu_swap`, `_t2`).
-    matmul_swiglu_swap: [CudaFunction; 2],
+    /// The swapped chain's gate/up with its SwiGLU (`matmul_bf16_swiglu_swap_t2`).
+    matmul_swiglu_swap: CudaFunction,
     /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
     matmul_fp8_swap: [CudaFunction; 2],
     /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: SwapRows,
-    /// Output tiles a block of the swapped chain's matmuls where forced
-    /// ([`MATMUL_SWAP_TILES_ENV`]; none: by the plan).
-    pub(crate) matmul_swap_tiles: Option<usize>,
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
@@ -1534,10 +1512,7 @@ impl Kernels {
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
-                    swiglu_swap: [
-                        f("matmul_bf16_swiglu_swap_norm")?,
-                        f("matmul_bf16_swiglu_swap_norm_t2")?,
-                    ],
+                    swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1589,13 +1564,9 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
-            matmul_swiglu_swap: [
-                f("matmul_bf16_swiglu_swap")?,
-                f("matmul_bf16_swiglu_swap_t2")?,
-            ],
+            matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
-            matmul_swap_tiles: matmul_swap_tiles(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
@@ -1915,9 +1886,8 @@ struct NormTwins {
     narrow: CudaFunction,
     /// The swapped chain's twins, one and two output tiles a block.
     swap: [CudaFunction; 2],
-    /// The swapped chain's gate/up with its SwiGLU, with the norm, one and two output tiles a
-    /// block.
-    swiglu_swap: [CudaFunction; 2],
+    /// The swapped chain's gate/up with its SwiGLU, with the norm.
+    swiglu_swap: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
 }
@@ -2798,7 +2768,7 @@ impl Kernels {
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
             self.count_swapped();
-            let nt = swap_tiles(tiles, deep, self.matmul_swap_tiles);
+            let nt = swap_tiles(tiles, deep);
             let grid = (
                 1,
                 u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),
@@ -2936,22 +2906,21 @@ impl Kernels {
         };
         if swaps(m.rows, self.matmul_swap_rows.bf16) {
             self.count_swapped();
-            // Two output tiles a block (16 units), or one where forced.
-            let nt = self.matmul_swap_tiles.unwrap_or(2);
+            // Two output tiles a block: 16 units.
             let grid = (
                 1,
-                u32::try_from(width.div_ceil(8 * nt)).expect("units fit a grid"),
+                u32::try_from(width.div_ceil(16)).expect("units fit a grid"),
                 1,
             );
             match twin_norm {
                 None => gpu.launch(
-                    &self.matmul_swiglu_swap[nt - 1],
+                    &self.matmul_swiglu_swap,
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(&fused),
                 )?,
                 Some(norm) => gpu.launch(
-                    &self.twins().swiglu_swap[nt - 1],
+                    &self.twins().swiglu_swap,
                     grid,
                     MMA_WARPS * 32,
                     &bf16_norm_matmul_args(&fused, &norm),

@@ -1913,9 +1913,8 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
                     // The units, whether the swapped chain ran, and where the SwiGLU went.
-                    let mut run = |swap_rows: usize, tiles: Option<usize>| {
+                    let mut run = |swap_rows: usize| {
                         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-                        k.matmul_swap_tiles = tiles;
                         act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
                         let norm = with_norm.then_some(&norm);
                         let (place, _) = k
@@ -1927,32 +1926,24 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                             place,
                         )
                     };
-                    let (want, _, _) = run(0, None);
+                    let (want, _, _) = run(0);
                     assert!(
                         want[..rows * width].iter().all(|v| v.is_finite()),
                         "{what}, norm {with_norm}: the 16-row SwiGLU left units unwritten"
                     );
-                    // Two output tiles a block (the default), then one.
-                    for tiles in [None, Some(1)] {
-                        let (got, swapped, place) = run(max_rows, tiles);
-                        // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap*`), but
-                        // for the narrow plan's, which has no twin and runs it apart.
-                        assert!(
-                            matches!(kernel, MatmulKernel::Narrow)
-                                || matches!(place, super::SwigluPlace::InGateUp { .. }),
-                            "{what}, norm {with_norm}: the SwiGLU ran {place:?} ({tiles:?})"
-                        );
-                        assert!(
-                            same_bits(&got, &want),
-                            "{what}, norm {with_norm}: the swapped SwiGLU's bits differ \
-                             ({tiles:?} output tiles a block)"
-                        );
-                        assert!(
-                            swapped,
-                            "{what}: the swapped gate/up did not run ({tiles:?})"
-                        );
-                    }
-                    k.matmul_swap_tiles = None;
+                    let (got, swapped, place) = run(max_rows);
+                    // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap_t2`, `_norm_t2`),
+                    // but for the narrow plan's, which has no twin and runs it apart.
+                    assert!(
+                        matches!(kernel, MatmulKernel::Narrow)
+                            || matches!(place, super::SwigluPlace::InGateUp { .. }),
+                        "{what}, norm {with_norm}: the SwiGLU ran {place:?}"
+                    );
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
+                    );
+                    assert!(swapped, "{what}: the swapped gate/up did not run");
                 }
             }
         }
@@ -1996,8 +1987,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
-/// the swapped chain, at the plan's output tiles a block and at one and two
-/// (`FLASHLANE_MATMUL_SWAP_TILES`): the same bits each time, and the swapped chain ran.
+/// the swapped chain: the same bits, and the swapped chain ran.
 fn swapped_gives_the_16_row_bits(
     gpu: &Gpu,
     k: &mut Kernels,
@@ -2008,26 +1998,19 @@ fn swapped_gives_the_16_row_bits(
     what: &str,
 ) {
     // The outputs and whether anything ran on the swapped chain.
-    let mut run = |swap_rows: usize, tiles: Option<usize>| {
+    let mut run = |swap_rows: usize| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-        k.matmul_swap_tiles = tiles;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
         (y.read(gpu, y0.len()).unwrap(), ran_swapped(k))
     };
-    let (want, _) = run(0, None);
-    for tiles in [None, Some(1), Some(2)] {
-        let (got, swapped) = run(super::MMA_COLS, tiles);
-        assert!(
-            same_bits(&got, &want),
-            "{what}: the swapped chain's bits differ ({tiles:?} output tiles a block)"
-        );
-        assert!(
-            swapped,
-            "{what}: the swapped chain did not run ({tiles:?} tiles)"
-        );
-    }
-    k.matmul_swap_tiles = None;
+    let (want, _) = run(0);
+    let (got, swapped) = run(super::MMA_COLS);
+    assert!(
+        same_bits(&got, &want),
+        "{what}: the swapped chain's bits differ"
+    );
+    assert!(swapped, "{what}: the swapped chain did not run");
 }
 
 /// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
@@ -2042,15 +2025,11 @@ fn ran_swapped(k: &Kernels) -> bool {
 #[test]
 fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     use super::swap_tiles;
-    assert_eq!(swap_tiles(1, false, None), 1);
-    assert_eq!(swap_tiles(3, true, None), 1);
-    assert_eq!(swap_tiles(4, true, None), 1);
-    assert_eq!(swap_tiles(3, false, None), 2);
-    assert_eq!(swap_tiles(6, false, None), 2);
-    // Forced (FLASHLANE_MATMUL_SWAP_TILES): whatever the plan.
-    assert_eq!(swap_tiles(6, false, Some(1)), 1);
-    assert_eq!(swap_tiles(1, false, Some(2)), 2);
-    assert_eq!(swap_tiles(3, true, Some(2)), 2);
+    assert_eq!(swap_tiles(1, false), 1);
+    assert_eq!(swap_tiles(3, true), 1);
+    assert_eq!(swap_tiles(4, true), 1);
+    assert_eq!(swap_tiles(3, false), 2);
+    assert_eq!(swap_tiles(6, false), 2);
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
