@@ -1217,8 +1217,8 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
-// SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
-// part_stride (see `matmul_bf16_tiled_split`).
+// SPLIT_K: the block computes the partials of its MMT_SPLIT_GROUP residues, each alone into
+// y + residue · part_stride (see `matmul_bf16_tiled_split`).
 template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
@@ -1239,7 +1239,10 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
     // the same in session 9.) A k split's blocks: grid (row blocks, n-tiles, residue groups), or
     // with MMT_RESIDUE_FIRST (residue groups, n-tiles, row blocks), so that the groups of one
-    // tile, which read the interleaved chunks of the same weight rows, run together.
+    // tile, which read the interleaved chunks of the same weight rows, run together — and a
+    // prompt's row blocks of one tile, which read the same weights, run a grid slice apart.
+    static_assert(MMT_SPLIT_GROUP > 0 && MMT_RESIDUES % MMT_SPLIT_GROUP == 0,
+                  "a split block's residues divide the residues");
     const bool residue_first = SPLIT_K && MMT_RESIDUE_FIRST;
     const int row_block = residue_first ? blockIdx.z : blockIdx.x;
     const int res_group = !SPLIT_K ? 0 : residue_first ? blockIdx.x : blockIdx.z;
@@ -1256,7 +1259,8 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
         for (int res = res_first; res < res_end; res++)
             visits += res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
     }
-    // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
+    // A split's first residue group alone (its first row block) pulls the tile's weights into L2
+    // (the others read the same).
     // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
     // copies (below).
     if (!SPLIT_K || res_group == 0) {
@@ -1444,12 +1448,12 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 
 // The tiles with k split by residue over blocks (MMT_RESIDUES / MMT_SPLIT_GROUP of them a tile:
 // grid z, or grid x with MMT_RESIDUE_FIRST): a block writes each of its MMT_SPLIT_GROUP
-// residues' partial of its tile, unfolded, into `part` + z · part_stride ([rows, n_out] each), and
-// `matmul_fold_residues` then folds the partials in residue order — the fold the tiles and the
-// 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a decode
-// round of that many streams) then has MMT_RESIDUES times the blocks of the tiles, each an
-// eighth of k's chain long, and reads each weight once (the 16-row kernels' blocks read it once
-// per row tile, and x once per 40–48 outputs).
+// residues' partial of its tile, unfolded, into `part` + residue · part_stride ([rows, n_out]
+// each), and `matmul_fold_residues` then folds the partials in residue order — the fold the tiles
+// and the 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a
+// decode round of that many streams) then has MMT_RESIDUES / MMT_SPLIT_GROUP times the blocks of
+// the tiles, each MMT_SPLIT_GROUP eighths of k's chain long, and reads each weight once (the
+// 16-row kernels' blocks read it once per row tile, and x once per 40–48 outputs).
 extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {

@@ -253,8 +253,8 @@ pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 /// residue groups) (MMT_RESIDUE_FIRST). The partials and their fold are the same whatever the
 /// layout, so are the bits. Why it may matter (unmeasured): Qwen3-4B's 64-stream round ran its
 /// split matmuls at 1.2–1.5 TB/s (bench/RESULTS.md session 52's profile), each block five
-/// chunks of 64 long, and the blocks that read the same rows' interleaved chunks eight grid
-/// slices apart.
+/// chunks of 64 long, and the eight blocks that read the same rows' interleaved chunks one grid
+/// slice (every tile's block of one residue) apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitLayout {
     pub(crate) group: usize,

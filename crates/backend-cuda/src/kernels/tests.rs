@@ -298,13 +298,18 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
 
 /// The k split's block layouts ([`SplitLayout`]: residues a block, residue groups first in the
 /// grid or last), compiled by override: each gives the other kernels' bits through the 32-row
-/// split (up to 32 rows), the 64-row split and a prompt's split over several row blocks,
-/// gathered and accumulated.
+/// split (up to 32 rows), the 64-row split (up to 64 rows, the 32-row split off) and a prompt's
+/// split (65–300 rows: several row blocks), with depths whose residues hold few chunks or none
+/// (a group of a residue with chunks and one without), gathered and accumulated.
 #[test]
 fn every_split_layout_gives_the_bits_of_the_other_kernels() {
     let Some(gpu) = open_gpu() else { return };
     let mut rng = Rng::fresh();
-    for (group, first) in [(1, 1), (2, 0), (2, 1), (4, 1), (8, 0)] {
+    let layouts = [1, 2, 4, 8]
+        .into_iter()
+        .flat_map(|group| [(group, 0), (group, 1)])
+        .filter(|&layout| layout != (1, 0));
+    for (group, first) in layouts {
         let overrides = [("MMT_SPLIT_GROUP", group), ("MMT_RESIDUE_FIRST", first)];
         let mut k = Kernels::compile_overriding(&gpu, &tiny_dims().1, &overrides)
             .expect("kernels of another split layout");
@@ -317,13 +322,13 @@ fn every_split_layout_gives_the_bits_of_the_other_kernels() {
         );
         k.matmul_split_k = true;
         k.matmul_split_k_prompts = true;
-        k.matmul_split32 = true;
-        for (depth, max_rows) in [
-            (16 * (1 + rng.below(320)), 32),
-            (3 * 8 * 64 + 16, 64),
-            (16 * (1 + rng.below(320)), 300),
-        ] {
-            matmul_case(&gpu, &k, &mut rng, depth, max_rows, true);
+        // Depths of 1 and 6 chunks (residues without chunks, in a group beside ones with) and
+        // 3 rounds of the 8 residues plus a piece.
+        for depth in [16, 5 * 64 + 16, 3 * 8 * 64 + 16] {
+            for (rows, split32) in [(1..=32, true), (1..=64, false), (65..=300, false)] {
+                k.matmul_split32 = split32;
+                matmul_case_rows(&gpu, &k, &mut rng, depth, rows, true);
+            }
         }
     }
 }
@@ -443,9 +448,22 @@ fn matmul_case(
     max_rows: usize,
     split: bool,
 ) {
+    matmul_case_rows(gpu, k, rng, depth, 1..=max_rows, split)
+}
+
+/// [`matmul_case`] with its rows drawn from `rows`.
+fn matmul_case_rows(
+    gpu: &Arc<Gpu>,
+    k: &Kernels,
+    rng: &mut Rng,
+    depth: usize,
+    rows: std::ops::RangeInclusive<usize>,
+    split: bool,
+) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
+    let rows = rows.start() + rng.below((rows.end() - rows.start() + 1) as u64);
+    let n_out = 1 + rng.below(300);
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
