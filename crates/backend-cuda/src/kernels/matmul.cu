@@ -1508,3 +1508,104 @@ matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int
     }
     act[j] = siluf_(gate) * up;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The swapped chain's one-tile matmul with all of a block's weights in flight at once
+// (`matmul_bf16_swap_stream`; the host's FLASHLANE_MATMUL_SWAP_STREAM, for a matrix of at most a
+// block a multiprocessor whose weights fit shared memory). `matmul_bf16_swap` keeps
+// MMA_NARROW_DEPTH chunks of a warp's weights in registers, so a warp of Qwen3-0.6B's attention
+// output (four chunks) or MLP down (six) waits for memory two or three times, and its 64 blocks
+// took 7.0 µs each in ncu (0.6–0.9 TB/s; bench/RESULTS.md session 52). Here each warp copies
+// every chunk it will multiply into shared memory with `cp.async` before the wait for the kernel
+// ahead (the weights are never written while kernels run), then x's rows after it, and
+// multiplies from shared memory: one wait for memory a block.
+//
+// Batch invariance: `mma_tile_swapped`'s chain with NT = 1 — warp w takes chunks w, w + 8, … in
+// increasing order, each chunk's four steps with the same operands in the same k-slots (zeros
+// past k and for absent rows, as there), hi then lo; the warps' sums added in warp order
+// (`sum_warp_partials`). The same products in the same order: the same bits.
+//
+// Shared memory (dynamic, `swap_stream_shared_bytes` on the host): warp w's chunks, its i-th
+// (chunk w + 8i) as 16 weight rows of 8 pieces of 16 bytes, piece p of row r at p ^ (r & 7) (the
+// 8 lanes of a 16-byte-load phase, rows g and g + 1 at pieces 2t and 2t + 1, hit 8 different bank
+// groups), MMA_WARPS · SWS_WARP_CHUNKS(k) chunks in all; then x's `rows` rows of ceil(k / 64) · 64
+// floats (zeros past k). Grid (1, ceil(n_out / 16)).
+#define SWS_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
+#define SWS_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)
+matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
+                        const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
+                        int accumulate, int rows) {
+    extern __shared__ float4 sws_smem4[];
+    __shared__ float part[MMA_WARPS][1][WARP][4];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * 16;
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK, kp = chunks * MMA_CHUNK;
+    const int per_warp = (chunks + MMA_WARPS - 1) / MMA_WARPS;
+    char* const smem = reinterpret_cast<char*>(sws_smem4);
+    char* const ws = smem + (size_t)warp * per_warp * SWS_CHUNK_BYTES;
+    float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * per_warp * SWS_CHUNK_BYTES);
+    pdl_launch_dependents();
+    // This warp's chunks: lane l copies pieces l, l + 32, l + 64 and l + 96 of each (16 rows × 8).
+    static_assert(16 * SWS_PIECES == 4 * WARP, "four pieces a lane a chunk");
+    for (int i = 0; i < per_warp; i++) {
+        const int c = warp + i * MMA_WARPS;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int piece = lane + WARP * q, r = piece / SWS_PIECES, p = piece % SWS_PIECES;
+            const int e = c * MMA_CHUNK + 8 * p;
+            const bool in = c < chunks && e < k;
+            cp_async16(ws + (size_t)(i * 16 + r) * (MMA_CHUNK * 2) + 16 * (p ^ (r & 7)),
+                       in ? w + (size_t)min(o0 + r, n_out - 1) * k + e : w, in);
+        }
+    }
+    cp_async_commit();
+    // x's rows (gathered by `row_index`), written by the kernel ahead.
+    pdl_wait();
+    const int row_pieces = kp / 4;
+    for (int v = threadIdx.x; v < rows * row_pieces; v += MMA_WARPS * WARP) {
+        const int r = v / row_pieces, e = 4 * (v % row_pieces);
+        const bool in = e < k;
+        cp_async16(xs + (size_t)r * kp + e, in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x,
+                   in);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    const float* xa = g < rows ? xs + (size_t)g * kp : nullptr;
+    for (int i = 0; i < per_warp; i++) {
+        const int c = warp + i * MMA_WARPS;
+        if (c >= chunks) break;
+        const int e = c * MMA_CHUNK + 16 * t;
+        float va[16];
+        load16(xa ? xa + e : nullptr, va);
+        // Rows g (h = 0) and g + 8 (h = 1): elements 16t … 16t + 7 (piece 2t) and 16t + 8 … (2t + 1).
+        uint4 lo[2], hi[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = g + 8 * h;
+            const char* row = ws + (size_t)(i * 16 + r) * (MMA_CHUNK * 2);
+            lo[h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
+            hi[h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
+        }
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            unsigned b0h, b0l, b1h, b1l;
+            split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
+            split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
+            unsigned a[4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                a[h] = s == 0 ? lo[h].x : s == 1 ? lo[h].z : s == 2 ? hi[h].x : hi[h].z;
+                a[2 + h] = s == 0 ? lo[h].y : s == 1 ? lo[h].w : s == 2 ? hi[h].y : hi[h].w;
+            }
+            mma_16816(acc[0], a[0], a[1], a[2], a[3], b0h, b1h);
+            if (MMA_SPLIT) mma_16816(acc[0], a[0], a[1], a[2], a[3], b0l, b1l);
+        }
+    }
+    float d[4];
+    if (!sum_warp_partials<1>(acc, part, d, warp, lane)) return;
+    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
+}

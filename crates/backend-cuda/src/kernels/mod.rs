@@ -722,6 +722,46 @@ fn swap_tiles(tiles: usize, deep: bool) -> usize {
     }
 }
 
+/// `FLASHLANE_MATMUL_SWAP_STREAM=1` runs a swapped bf16 matmul of one output tile a block
+/// ([`swap_tiles`] 1, no norm in it) on `matmul_bf16_swap_stream` where [`streams_swapped`]
+/// allows: every chunk of a block's weights copied to shared memory before the wait for the
+/// kernel ahead, one wait for memory a block instead of one every MMA_NARROW_DEPTH chunks (the
+/// same chain: the same bits). An A/B switch, off: not yet measured (Qwen3-0.6B's one-stream
+/// attention output and MLP down, 64 such blocks, took 392 of a token's 1,276 µs in ncu; the A3B
+/// slice's 2,048-output projections 145 of 1,410: bench/RESULTS.md session 52).
+pub const MATMUL_SWAP_STREAM_ENV: &str = "FLASHLANE_MATMUL_SWAP_STREAM";
+/// The most dynamic shared memory a streamed swapped block takes: the H100's and H200's
+/// multiprocessors give a block up to 227 KiB, less the 4 KiB of its warps' sums; 200 KiB holds
+/// k up to 6,144 at two rows (the A3B slice's 4,096-wide outputs: 160 KiB).
+const SWAP_STREAM_MAX_SHARED: usize = 200 << 10;
+
+/// The dynamic shared memory of `matmul_bf16_swap_stream` for depth `k` and `rows` rows: every
+/// warp's chunks of 16 weight rows (bf16; as many a warp as the most any warp takes) and x's rows
+/// padded to whole chunks (f32).
+fn swap_stream_shared_bytes(k: usize, rows: usize) -> usize {
+    let chunks = k.div_ceil(MMA_CHUNK);
+    let warp_chunks = chunks.div_ceil(MMA_WARPS as usize);
+    MMA_WARPS as usize * warp_chunks * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
+        + rows * chunks * MMA_CHUNK * std::mem::size_of::<f32>()
+}
+
+/// Whether a swapped bf16 matmul of `tiles` output tiles a block streams its weights
+/// (`matmul_bf16_swap_stream`): where switched on, one tile a block, its blocks (one a
+/// multiprocessor: its shared memory) one wave, and its shared memory within
+/// [`SWAP_STREAM_MAX_SHARED`].
+fn streams_swapped(
+    on: bool,
+    tiles: usize,
+    n_out: usize,
+    k: usize,
+    rows: usize,
+    multiprocessors: usize,
+) -> bool {
+    on && tiles == 1
+        && n_out.div_ceil(16) <= multiprocessors
+        && swap_stream_shared_bytes(k, rows) <= SWAP_STREAM_MAX_SHARED
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1336,9 +1376,16 @@ pub struct Kernels {
     /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: SwapRows,
+    /// `matmul_bf16_swap_stream`, and whether [`streams_swapped`] may run it
+    /// ([`MATMUL_SWAP_STREAM_ENV`]).
+    matmul_swap_stream: CudaFunction,
+    pub(crate) matmul_swap_streams: bool,
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: launches of `matmul_bf16_swap_stream` so far.
+    #[cfg(test)]
+    pub(crate) streamed_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1567,8 +1614,19 @@ impl Kernels {
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
+            matmul_swap_stream: {
+                let function = f("matmul_bf16_swap_stream")?;
+                function.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    SWAP_STREAM_MAX_SHARED as i32,
+                )?;
+                function
+            },
+            matmul_swap_streams: std::env::var(MATMUL_SWAP_STREAM_ENV).is_ok_and(|v| v == "1"),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            streamed_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2782,6 +2840,27 @@ impl Kernels {
                         grid,
                         MMA_WARPS * 32,
                         &fp8_matmul_args(m, &fp8),
+                    )
+                }
+                (None, None)
+                    if streams_swapped(
+                        self.matmul_swap_streams,
+                        nt,
+                        m.n_out,
+                        m.k,
+                        m.rows,
+                        self.multiprocessors,
+                    ) =>
+                {
+                    #[cfg(test)]
+                    self.streamed_launches
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    gpu.launch_with_shared(
+                        &self.matmul_swap_stream,
+                        grid,
+                        MMA_WARPS * 32,
+                        swap_stream_shared_bytes(m.k, m.rows) as u32,
+                        &bf16_matmul_args(m),
                     )
                 }
                 (None, None) => gpu.launch(

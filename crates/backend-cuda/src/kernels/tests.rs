@@ -2005,7 +2005,9 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
-/// the swapped chain: the same bits, and the swapped chain ran.
+/// the swapped chain, then with its one-tile blocks' weights streamed
+/// (`matmul_bf16_swap_stream`): the same bits each time, and the swapped chain ran (streamed
+/// where the plan held one tile a block of bf16 weights: the narrow and deep plans here).
 fn swapped_gives_the_16_row_bits(
     gpu: &Gpu,
     k: &mut Kernels,
@@ -2015,20 +2017,51 @@ fn swapped_gives_the_16_row_bits(
     y0: &[f32],
     what: &str,
 ) {
-    // The outputs and whether anything ran on the swapped chain.
-    let mut run = |swap_rows: usize| {
+    // The outputs, whether anything ran on the swapped chain, and whether streamed.
+    let mut run = |swap_rows: usize, streams: bool| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
+        k.matmul_swap_streams = streams;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
-        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k))
+        k.matmul_swap_streams = false;
+        (
+            y.read(gpu, y0.len()).unwrap(),
+            ran_swapped(k),
+            ran_streamed(k),
+        )
     };
-    let (want, _) = run(0);
-    let (got, swapped) = run(super::MMA_COLS);
+    let (want, _, _) = run(0, false);
+    let (got, swapped, streamed) = run(super::MMA_COLS, false);
     assert!(
         same_bits(&got, &want),
         "{what}: the swapped chain's bits differ"
     );
-    assert!(swapped, "{what}: the swapped chain did not run");
+    assert!(
+        swapped && !streamed,
+        "{what}: the swapped chain did not run"
+    );
+    let (got, swapped, streamed) = run(super::MMA_COLS, true);
+    assert!(
+        same_bits(&got, &want),
+        "{what}: the streamed swapped chain's bits differ"
+    );
+    assert!(
+        swapped,
+        "{what}: the swapped chain did not run (streams on)"
+    );
+    let one_tile = matches!(kernel, MatmulKernel::Narrow | MatmulKernel::Deep(_));
+    assert_eq!(
+        streamed,
+        one_tile && m.fp8.is_none(),
+        "{what}: streamed where the plan holds one tile a block of bf16 weights, only there"
+    );
+}
+
+/// Whether `k` launched `matmul_bf16_swap_stream` since the last call (and resets the count).
+fn ran_streamed(k: &Kernels) -> bool {
+    k.streamed_launches
+        .swap(0, std::sync::atomic::Ordering::Relaxed)
+        > 0
 }
 
 /// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
@@ -2048,6 +2081,34 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     assert_eq!(swap_tiles(4, true), 1);
     assert_eq!(swap_tiles(3, false), 2);
     assert_eq!(swap_tiles(6, false), 2);
+}
+
+/// `streams_swapped` and its shared memory (no device needed): Qwen3-0.6B's one-row attention
+/// output (k 2,048) and MLP down (k 3,072) and the A3B slice's 4,096-deep outputs at two rows
+/// stream; two tiles a block, more blocks than multiprocessors, Qwen3-4B's MLP down (k 9,728)
+/// and a switch that is off do not.
+#[test]
+fn swapped_matmuls_stream_where_one_wave_fits_shared_memory() {
+    use super::{streams_swapped, swap_stream_shared_bytes, SWAP_STREAM_MAX_SHARED};
+    // 8 warps × 4 chunks × 2 KiB of weights, one row of 2,048 floats.
+    assert_eq!(swap_stream_shared_bytes(2048, 1), 65536 + 8192);
+    // 41 chunks: 6 a warp at most; 2 rows of 41 · 64 floats.
+    assert_eq!(
+        swap_stream_shared_bytes(2576, 2),
+        8 * 6 * 2048 + 2 * 41 * 64 * 4
+    );
+    assert!(streams_swapped(true, 1, 1024, 2048, 1, 132));
+    assert!(streams_swapped(true, 1, 1024, 3072, 2, 132));
+    assert!(streams_swapped(true, 1, 2048, 4096, 2, 132));
+    assert!(swap_stream_shared_bytes(4096, 8) > SWAP_STREAM_MAX_SHARED);
+    assert!(!streams_swapped(true, 1, 2048, 4096, 8, 132));
+    assert!(!streams_swapped(false, 1, 1024, 2048, 1, 132));
+    assert!(!streams_swapped(true, 2, 1024, 2048, 1, 132));
+    assert!(!streams_swapped(true, 1, 2560, 4096, 1, 132), "160 blocks");
+    assert!(
+        !streams_swapped(true, 1, 2560, 9728, 1, 160),
+        "Qwen3-4B's down: 304 KiB"
+    );
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
