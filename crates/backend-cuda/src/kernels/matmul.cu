@@ -1528,8 +1528,11 @@ matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int
 // Shared memory (dynamic, `swap_stream_shared_bytes` on the host): warp w's chunks, its i-th
 // (chunk w + 8i) as 16 weight rows of 8 pieces of 16 bytes, piece p of row r at p ^ (r & 7) (the
 // 8 lanes of a 16-byte-load phase, rows g and g + 1 at pieces 2t and 2t + 1, hit 8 different bank
-// groups), MMA_WARPS · SWS_WARP_CHUNKS(k) chunks in all; then x's `rows` rows of ceil(k / 64) · 64
-// floats (zeros past k). Grid (1, ceil(n_out / 16)).
+// groups), ceil(chunks / 8) chunks a warp (the most any warp takes), MMA_WARPS times; then x's
+// `rows` rows of ceil(k / 64) · 64 floats (zeros past k) and SWS_X_PAD (host define) more, the
+// 16-byte pieces q of each 16 elements 16u … 16u + 15 of a chunk placed at q ^ (u & 2): the 8
+// lanes of a 16-byte-load phase (rows g and g + 1, u = t = 0 … 3) then hit 8 different bank
+// groups. Grid (1, ceil(n_out / 16)).
 #define SWS_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
 #define SWS_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)
@@ -1545,6 +1548,7 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
     char* const smem = reinterpret_cast<char*>(sws_smem4);
     char* const ws = smem + (size_t)warp * per_warp * SWS_CHUNK_BYTES;
     float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * per_warp * SWS_CHUNK_BYTES);
+    const int x_row = kp + SWS_X_PAD;  // floats from one of x's rows in shared memory to the next
     pdl_launch_dependents();
     // This warp's chunks: lane l copies pieces l, l + 32, l + 64 and l + 96 of each (16 rows × 8).
     static_assert(16 * SWS_PIECES == 4 * WARP, "four pieces a lane a chunk");
@@ -1565,22 +1569,32 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
     const int row_pieces = kp / 4;
     for (int v = threadIdx.x; v < rows * row_pieces; v += MMA_WARPS * WARP) {
         const int r = v / row_pieces, e = 4 * (v % row_pieces);
+        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
         const bool in = e < k;
-        cp_async16(xs + (size_t)r * kp + e, in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x,
-                   in);
+        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
+                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
 
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    const float* xa = g < rows ? xs + (size_t)g * kp : nullptr;
+    const float* xa = g < rows ? xs + (size_t)g * x_row : nullptr;
     for (int i = 0; i < per_warp; i++) {
         const int c = warp + i * MMA_WARPS;
         if (c >= chunks) break;
         const int e = c * MMA_CHUNK + 16 * t;
+        // Elements e … e + 15 of row g (zeros without a row), piece q at q ^ (t & 2).
         float va[16];
-        load16(xa ? xa + e : nullptr, va);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            va[4 * q] = f.x;
+            va[4 * q + 1] = f.y;
+            va[4 * q + 2] = f.z;
+            va[4 * q + 3] = f.w;
+        }
         // Rows g (h = 0) and g + 8 (h = 1): elements 16t … 16t + 7 (piece 2t) and 16t + 8 … (2t + 1).
         uint4 lo[2], hi[2];
 #pragma unroll

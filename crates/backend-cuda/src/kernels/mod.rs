@@ -732,17 +732,22 @@ fn swap_tiles(tiles: usize, deep: bool) -> usize {
 pub const MATMUL_SWAP_STREAM_ENV: &str = "FLASHLANE_MATMUL_SWAP_STREAM";
 /// The most dynamic shared memory a streamed swapped block takes: the H100's and H200's
 /// multiprocessors give a block up to 227 KiB, less the 4 KiB of its warps' sums; 200 KiB holds
-/// k up to 6,144 at two rows (the A3B slice's 4,096-wide outputs: 160 KiB).
+/// k up to 5,056 at two rows and 5,632 at one (the A3B slice's 4,096-deep outputs at two rows:
+/// 160 KiB).
 const SWAP_STREAM_MAX_SHARED: usize = 200 << 10;
+
+/// Floats after each of x's rows in `matmul_bf16_swap_stream`'s shared memory (16 bytes: rows g
+/// and g + 1, read in one phase of 16-byte loads, then start in other bank groups).
+const SWAP_STREAM_X_PAD: usize = 4;
 
 /// The dynamic shared memory of `matmul_bf16_swap_stream` for depth `k` and `rows` rows: every
 /// warp's chunks of 16 weight rows (bf16; as many a warp as the most any warp takes) and x's rows
-/// padded to whole chunks (f32).
+/// padded to whole chunks and [`SWAP_STREAM_X_PAD`] (f32).
 fn swap_stream_shared_bytes(k: usize, rows: usize) -> usize {
     let chunks = k.div_ceil(MMA_CHUNK);
     let warp_chunks = chunks.div_ceil(MMA_WARPS as usize);
     MMA_WARPS as usize * warp_chunks * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
-        + rows * chunks * MMA_CHUNK * std::mem::size_of::<f32>()
+        + rows * (chunks * MMA_CHUNK + SWAP_STREAM_X_PAD) * std::mem::size_of::<f32>()
 }
 
 /// Whether a swapped bf16 matmul of `tiles` output tiles a block streams its weights
@@ -1168,6 +1173,7 @@ impl Dims {
                 "MMT_RESIDUE_FIRST",
                 usize::from(split_layout().residue_first),
             ),
+            ("SWS_X_PAD", SWAP_STREAM_X_PAD),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),

@@ -1854,7 +1854,8 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     let max_rows = super::MMA_COLS;
     for (depth, n_out) in [
         (1024, 200 + rng.below(100)),
-        (16 + 64 * (1 + rng.below(40)), 24),
+        // A last chunk of 16, 32 or 48 elements.
+        (16 * (1 + rng.below(3)) + 64 * (1 + rng.below(40)), 24),
         (2048, 1153),
     ] {
         // The residual stream: rows of different scales.
@@ -2017,8 +2018,9 @@ fn swapped_gives_the_16_row_bits(
     y0: &[f32],
     what: &str,
 ) {
+    let multiprocessors = k.multiprocessors;
     // The outputs, whether anything ran on the swapped chain, and whether streamed.
-    let mut run = |swap_rows: usize, streams: bool| {
+    let mut run = |m: &Matmul, swap_rows: usize, streams: bool| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
         k.matmul_swap_streams = streams;
         y.write(gpu, y0).unwrap();
@@ -2030,8 +2032,8 @@ fn swapped_gives_the_16_row_bits(
             ran_streamed(k),
         )
     };
-    let (want, _, _) = run(0, false);
-    let (got, swapped, streamed) = run(super::MMA_COLS, false);
+    let (want, _, _) = run(m, 0, false);
+    let (got, swapped, streamed) = run(m, super::MMA_COLS, false);
     assert!(
         same_bits(&got, &want),
         "{what}: the swapped chain's bits differ"
@@ -2040,7 +2042,7 @@ fn swapped_gives_the_16_row_bits(
         swapped && !streamed,
         "{what}: the swapped chain did not run"
     );
-    let (got, swapped, streamed) = run(super::MMA_COLS, true);
+    let (got, swapped, streamed) = run(m, super::MMA_COLS, true);
     assert!(
         same_bits(&got, &want),
         "{what}: the streamed swapped chain's bits differ"
@@ -2050,11 +2052,29 @@ fn swapped_gives_the_16_row_bits(
         "{what}: the swapped chain did not run (streams on)"
     );
     let one_tile = matches!(kernel, MatmulKernel::Narrow | MatmulKernel::Deep(_));
+    let streams = one_tile
+        && m.fp8.is_none()
+        && super::streams_swapped(true, 1, m.n_out, m.k, m.rows, multiprocessors);
     assert_eq!(
-        streamed,
-        one_tile && m.fp8.is_none(),
-        "{what}: streamed where the plan holds one tile a block of bf16 weights, only there"
+        streamed, streams,
+        "{what}: streamed where the plan holds one tile a block of bf16 weights that fit, only there"
     );
+    // x's rows gathered (`row_index`: in reverse order), which the streamed kernel copies.
+    if m.row_index == 0 && m.rows > 1 {
+        let order: Vec<i32> = (0..m.rows as i32).rev().collect();
+        let index = Buf::from_host(gpu, &order).unwrap();
+        let gathered = Matmul {
+            row_index: index.at(0),
+            ..*m
+        };
+        let (want, _, _) = run(&gathered, 0, false);
+        let (got, _, streamed) = run(&gathered, super::MMA_COLS, true);
+        assert!(
+            same_bits(&got, &want),
+            "{what}: the streamed swapped chain's bits differ, rows gathered"
+        );
+        assert_eq!(streamed, streams, "{what}: rows gathered");
+    }
 }
 
 /// Whether `k` launched `matmul_bf16_swap_stream` since the last call (and resets the count).
@@ -2090,12 +2110,12 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
 #[test]
 fn swapped_matmuls_stream_where_one_wave_fits_shared_memory() {
     use super::{streams_swapped, swap_stream_shared_bytes, SWAP_STREAM_MAX_SHARED};
-    // 8 warps × 4 chunks × 2 KiB of weights, one row of 2,048 floats.
-    assert_eq!(swap_stream_shared_bytes(2048, 1), 65536 + 8192);
-    // 41 chunks: 6 a warp at most; 2 rows of 41 · 64 floats.
+    // 8 warps × 4 chunks × 2 KiB of weights, one row of 2,048 floats and its 4 of padding.
+    assert_eq!(swap_stream_shared_bytes(2048, 1), 65536 + (2048 + 4) * 4);
+    // 41 chunks: 6 a warp at most; 2 rows of 41 · 64 floats and their padding.
     assert_eq!(
         swap_stream_shared_bytes(2576, 2),
-        8 * 6 * 2048 + 2 * 41 * 64 * 4
+        8 * 6 * 2048 + 2 * (41 * 64 + 4) * 4
     );
     assert!(streams_swapped(true, 1, 1024, 2048, 1, 132));
     assert!(streams_swapped(true, 1, 1024, 3072, 2, 132));
@@ -2107,7 +2127,7 @@ fn swapped_matmuls_stream_where_one_wave_fits_shared_memory() {
     assert!(!streams_swapped(true, 1, 2560, 4096, 1, 132), "160 blocks");
     assert!(
         !streams_swapped(true, 1, 2560, 9728, 1, 160),
-        "Qwen3-4B's down: 304 KiB"
+        "Qwen3-4B's down: 342 KiB"
     );
 }
 
