@@ -15,8 +15,9 @@
 # MINE_S (default 120) bounds the mining, TRAIN_S (default 340, the data's making included) the
 # training: ~560 s. Session 52 ran it with TRAIN_S=320 and no .whl (the tool refused the carry as
 # over 64 MiB): session 49's failures only. STAGE (its name, s4z2), SEED (3939), COUNT_KINDS
-# (0.3,0.35,0.25,0.1: up, steps, down, down steps) and COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID)
-# set another stage of the same recipe (bench/h100-20261206-s52/NEXT.md: 4z3).
+# (0.3,0.35,0.25,0.1: up, steps, down, down steps), COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID)
+# and SHORT_COUNT_FRAC (0.35: the share of counts of 2-60 numbers) set another stage of the same
+# recipe (bench/h100-20261206-s52/NEXT.md: 4z3; bench/h100-20261206-s53/NEXT.md: 4z4).
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -46,7 +47,7 @@ args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096
     --steps ${STEPS:-300} --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds ${TRAIN_S:-340}
     --total-seconds $(( ${TRAIN_S:-340} + 10 ))
     --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 --stop-weight 1 --decision-weight 8
-    --first-step-weight 8 --count-share 0.60 --short-count-frac 0.35 --count-kinds ${COUNT_KINDS:-0.3,0.35,0.25,0.1}
+    --first-step-weight 8 --count-share 0.60 --short-count-frac ${SHORT_COUNT_FRAC:-0.35} --count-kinds ${COUNT_KINDS:-0.3,0.35,0.25,0.1}
     --count-off-grid ${COUNT_OFF_GRID:-0.3}
     --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}'
     "${replay_args[@]}" --replay-share 0.10 --replay-near 0.5
