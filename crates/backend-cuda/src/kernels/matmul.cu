@@ -1623,3 +1623,221 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
     if (!sum_warp_partials<1>(acc, part, d, warp, lane)) return;
     store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The swapped chain with each warp's weights streamed through a ring of SWR_STAGES chunk slots
+// in shared memory (`matmul_bf16_swap_ring`, `_t2`, their norm twins and the dense SwiGLU
+// gate/up's; the host's FLASHLANE_MATMUL_SWAP_RING): `matmul_bf16_swap*` hold MMA_NARROW_DEPTH
+// chunks of a warp's weights in registers (one for two tiles a block), so a warp waits for
+// memory every chunk or two; Qwen3-4B's one-row gate/up with its norm read 2.3 TB/s in ncu
+// (bench/RESULTS.md session 52). Here a warp keeps SWR_STAGES chunks in flight with `cp.async`
+// (the first before the wait for the kernel ahead: weights are never written while kernels
+// run), refilling a slot as soon as its chunk is in registers; x's rows (and the norm's weight)
+// are copied to shared memory once, as `matmul_bf16_swap_stream` copies them.
+//
+// Batch invariance: `mma_tile_swapped`'s chain — warp w takes chunks w, w + 8, … in increasing
+// order, each chunk's four steps with the same operands in the same k-slots (zeros past k and
+// for absent rows), hi then lo; with NORM x normalised as `InputsNormed` does it (`tile_norms`'
+// 1 / RMS, `normalise16` of each 16 elements with the norm's weight); the warps' sums added in
+// warp order; with SWIGLU the same units and epilogue as `matmul_swap_block`'s. The same bits.
+//
+// Shared memory (dynamic, `swap_ring_shared_bytes` on the host): warp w's SWR_STAGES slots of
+// 16·NT weight rows × 8 pieces of 16 bytes (piece p of row r at p ^ (r & 7)); then x's `rows` rows
+// as `matmul_bf16_swap_stream` lays them (SWS_X_PAD, pieces swizzled); then with NORM the norm's
+// weight, ceil(k / 64) · 64 floats (zeros past k), its pieces swizzled as x's. Grid (1, ceil(n_out / (16·NT))), or with SWIGLU
+// (1, ceil(width / (8·NT))).
+template <int NT, bool NORM, bool SWIGLU>
+__device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__ x, int x_stride,
+                                                       const int* __restrict__ row_index,
+                                                       const bf16_t* __restrict__ w, int k, int n_out,
+                                                       float* __restrict__ y, int y_stride, int accumulate, int rows,
+                                                       float (*part)[NT][WARP][4], const float* __restrict__ norm_w,
+                                                       float eps, int norm_kind, float (*norm_sums)[NORM_WARPS],
+                                                       float* norm_inv_s) {
+    extern __shared__ float4 swr_smem4[];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int o0 = blockIdx.y * NT * 16;
+    const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK, kp = chunks * MMA_CHUNK;
+    const int mine = warp < chunks ? (chunks - warp + MMA_WARPS - 1) / MMA_WARPS : 0;  // this warp's chunks
+    constexpr int SLOT_BYTES = NT * SWS_CHUNK_BYTES;  // a chunk of the block's 16·NT weight rows
+    char* const smem = reinterpret_cast<char*>(swr_smem4);
+    char* const ring = smem + (size_t)warp * SWR_STAGES * SLOT_BYTES;
+    float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * SWR_STAGES * SLOT_BYTES);
+    const int x_row = kp + SWS_X_PAD;
+    float* const gms = xs + (size_t)rows * x_row;  // the norm's weight (NORM)
+    // The weight rows this lane copies pieces of: piece lane + 32q (q < 4·NT) of a chunk is row
+    // (lane + 32q) / 8 of the block's 16·NT (tile j = row / 16, its row rr = row % 16), piece
+    // (lane + 32q) % 8 — the same rows for every chunk.
+    const bf16_t* src[4 * NT];
+#pragma unroll
+    for (int q = 0; q < 4 * NT; q++) {
+        const int r = (lane + WARP * q) / SWS_PIECES, j = r / 16, rr = r % 16;
+        if (SWIGLU) {
+            const int unit = min(u0 + 8 * j + rr % 8, width - 1);
+            src[q] = w + (size_t)(rr < 8 ? unit : width + unit) * k;
+        } else {
+            src[q] = w + (size_t)min(o0 + r, n_out - 1) * k;
+        }
+    }
+    // Chunk i of this warp (chunk warp + 8i) into slot `slot`, one commit group (empty past its
+    // chunks, so that every lane counts the same groups).
+    auto fetch = [&](int i, int slot) {
+        if (i < mine) {
+            const int c = warp + i * MMA_WARPS;
+#pragma unroll
+            for (int q = 0; q < 4 * NT; q++) {
+                const int piece = lane + WARP * q, r = piece / SWS_PIECES, p = piece % SWS_PIECES;
+                const int e = c * MMA_CHUNK + 8 * p;
+                const bool in = e < k;
+                cp_async16(ring + (size_t)slot * SLOT_BYTES + r * (MMA_CHUNK * 2) + 16 * (p ^ (r & 7)),
+                           in ? src[q] + e : w, in);
+            }
+        }
+        cp_async_commit();
+    };
+    pdl_launch_dependents();
+    // The norm's weight (never written while kernels run) joins the first slot's group.
+    if (NORM)
+        for (int v = threadIdx.x; v < kp / 4; v += MMA_WARPS * WARP) {
+            const int e = 4 * v, u = e % MMA_CHUNK / 16, q = e % 16 / 4;
+            cp_async16(gms + e - 4 * q + 4 * (q ^ (u & 2)), e < k ? norm_w + e : norm_w, e < k);
+        }
+#pragma unroll
+    for (int s = 0; s < SWR_STAGES; s++) fetch(s, s);
+    // x's rows (gathered by `row_index`), written by the kernel ahead, and with NORM their
+    // 1 / RMS (`tile_norms`: one trip to L2 for the whole row, `rmsnorm_rows`' sums).
+    pdl_wait();
+    const int row_pieces = kp / 4;
+    for (int v = threadIdx.x; v < rows * row_pieces; v += MMA_WARPS * WARP) {
+        const int r = v / row_pieces, e = 4 * (v % row_pieces);
+        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
+        const bool in = e < k;
+        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
+                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
+    }
+    cp_async_commit();
+    float inv = 0.0f;
+    if (NORM) {
+        tile_norms(x, x_stride, row_index, rows, 0, k, eps, norm_sums, norm_inv_s);
+        inv = norm_inv_s[g];
+    }
+    // Every group but the ring's refills (none yet): x, the norm's weight and the first slots.
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    const float* xa = g < rows ? xs + (size_t)g * x_row : nullptr;
+    for (int i = 0; i < mine; i++) {
+        const int slot = i % SWR_STAGES;
+        // Chunk i's group: SWR_STAGES − 1 refills were committed after it.
+        cp_async_wait<SWR_STAGES - 1>();
+        __syncwarp();
+        const int c = warp + i * MMA_WARPS, e = c * MMA_CHUNK + 16 * t;
+        float va[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            va[4 * q] = f.x;
+            va[4 * q + 1] = f.y;
+            va[4 * q + 2] = f.z;
+            va[4 * q + 3] = f.w;
+        }
+        if (NORM) {
+            float gm[16];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 f = *reinterpret_cast<const float4*>(gms + e + 4 * (q ^ (t & 2)));
+                gm[4 * q] = f.x;
+                gm[4 * q + 1] = f.y;
+                gm[4 * q + 2] = f.z;
+                gm[4 * q + 3] = f.w;
+            }
+            normalise16(va, inv, gm, norm_kind);
+        }
+        // Rows g (h = 0) and g + 8 (h = 1) of each tile: pieces 2t and 2t + 1.
+        uint4 lo[NT][2], hi[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = 16 * j + g + 8 * h;
+                const char* row = ring + (size_t)slot * SLOT_BYTES + r * (MMA_CHUNK * 2);
+                lo[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
+                hi[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
+            }
+        // The slot read by every lane: refill it with chunk i + SWR_STAGES.
+        __syncwarp();
+        fetch(i + SWR_STAGES, slot);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            unsigned b0h, b0l, b1h, b1l;
+            split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
+            split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                unsigned a[4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    a[h] = s == 0 ? lo[j][h].x : s == 1 ? lo[j][h].z : s == 2 ? hi[j][h].x : hi[j][h].z;
+                    a[2 + h] = s == 0 ? lo[j][h].y : s == 1 ? lo[j][h].w : s == 2 ? hi[j][h].y : hi[j][h].w;
+                }
+                mma_16816(acc[j], a[0], a[1], a[2], a[3], b0h, b1h);
+                if (MMA_SPLIT) mma_16816(acc[j], a[0], a[1], a[2], a[3], b0l, b1l);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    float d[4];
+    if (!sum_warp_partials<NT>(acc, part, d, warp, lane)) return;
+    if (SWIGLU) {
+        const int unit = u0 + 8 * warp + g;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = 2 * t + i;
+            if (r < rows && unit < width) y[(size_t)r * y_stride + unit] = siluf_(d[i]) * d[2 + i];
+        }
+        return;
+    }
+    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
+}
+
+#define MATMUL_BF16_SWAP_RING_KERNEL(NAME, NT, SWIGLU)                                                   \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows) {                                                                    \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        matmul_swap_ring_block<NT, false, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,      \
+                                                  accumulate, rows, part, nullptr, 0.0f, 0, nullptr,     \
+                                                  nullptr);                                              \
+    }
+#define MATMUL_BF16_SWAP_RING_NORM_KERNEL(NAME, NT, SWIGLU)                                              \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
+    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
+         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
+         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind,          \
+         float* __restrict__ norm_out) {                                                                \
+        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
+        __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
+        __shared__ float norm_inv_s[MMA_ROWS];                                                          \
+        matmul_swap_ring_block<NT, true, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,       \
+                                                 accumulate, rows, part, norm_w, eps, norm_kind,         \
+                                                 norm_sums, norm_inv_s);                                 \
+    }
+// One and two output tiles a block, and the dense SwiGLU gate/up's two; their norm twins (which
+// take the twins' arguments; `norm_out`, the MoE's kept rows, is never asked of them: the host
+// runs them only where it is null).
+MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swap_ring, 1, false)
+MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swap_ring_t2, 2, false)
+MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swiglu_swap_ring_t2, 2, true)
+#if MMA_NORM_TWINS
+MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swap_ring_norm, 1, false)
+MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swap_ring_norm_t2, 2, false)
+MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swiglu_swap_ring_norm_t2, 2, true)
+#endif

@@ -767,6 +767,48 @@ fn streams_swapped(
         && swap_stream_shared_bytes(k, rows) <= SWAP_STREAM_MAX_SHARED
 }
 
+/// `FLASHLANE_MATMUL_SWAP_RING=1` runs the swapped bf16 matmuls (one and two tiles a block,
+/// their norm twins where they keep no rows, and the dense SwiGLU gate/up) on
+/// `matmul_bf16_swap_ring*` where [`rings_swapped`] allows (and `matmul_bf16_swap_stream` does
+/// not take them): each warp keeps [`swap_ring_stages`] chunks of its weights in flight through
+/// shared memory instead of one or two in registers (the same chain: the same bits). An A/B
+/// switch, off: not yet measured (Qwen3-4B's one-row gate/up with its norm, 43 µs a layer at
+/// 2.3 TB/s in ncu, is 1,557 of a token's 4,000 µs: bench/RESULTS.md session 52).
+pub const MATMUL_SWAP_RING_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING";
+/// Chunk slots a warp of `matmul_bf16_swap_ring*` keeps in flight (SWR_STAGES): four chunks of
+/// two tiles are 16 KiB a warp, 128 KiB a block, one block a multiprocessor.
+const SWAP_RING_STAGES: usize = 4;
+/// `FLASHLANE_MATMUL_SWAP_RING_STAGES=N` (2 to 8) compiles another count (A/B runs: the bits
+/// do not change); another value leaves [`SWAP_RING_STAGES`].
+pub const MATMUL_SWAP_RING_STAGES_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING_STAGES";
+
+/// The ring's chunk slots a warp ([`MATMUL_SWAP_RING_STAGES_ENV`], else [`SWAP_RING_STAGES`]).
+fn swap_ring_stages() -> usize {
+    std::env::var(MATMUL_SWAP_RING_STAGES_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|stages| (2..=8).contains(stages))
+        .unwrap_or(SWAP_RING_STAGES)
+}
+
+/// The dynamic shared memory of `matmul_bf16_swap_ring*` of `tiles` output tiles a block and
+/// `stages` slots a warp for depth `k` and `rows` rows: every warp's slots of 16·tiles weight
+/// rows (bf16), x's rows as `matmul_bf16_swap_stream` keeps them and, with `norm`, the norm's
+/// weight padded to whole chunks (f32).
+fn swap_ring_shared_bytes(k: usize, rows: usize, tiles: usize, stages: usize, norm: bool) -> usize {
+    let kp = k.div_ceil(MMA_CHUNK) * MMA_CHUNK;
+    MMA_WARPS as usize * stages * tiles * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
+        + rows * (kp + SWAP_STREAM_X_PAD) * std::mem::size_of::<f32>()
+        + usize::from(norm) * kp * std::mem::size_of::<f32>()
+}
+
+/// Whether a swapped bf16 matmul runs on the ring (`matmul_bf16_swap_ring*`): where switched on,
+/// for a norm twin only where it keeps no normalised rows (`keeps_rows`: the MoE's front
+/// projection, which the ring does not write), and within [`SWAP_STREAM_MAX_SHARED`].
+fn rings_swapped(on: bool, keeps_rows: bool, shared_bytes: usize) -> bool {
+    on && !keeps_rows && shared_bytes <= SWAP_STREAM_MAX_SHARED
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1174,6 +1216,7 @@ impl Dims {
                 usize::from(split_layout().residue_first),
             ),
             ("SWS_X_PAD", SWAP_STREAM_X_PAD),
+            ("SWR_STAGES", swap_ring_stages()),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
@@ -1386,12 +1429,22 @@ pub struct Kernels {
     /// ([`MATMUL_SWAP_STREAM_ENV`]).
     matmul_swap_stream: CudaFunction,
     pub(crate) matmul_swap_streams: bool,
+    /// `matmul_bf16_swap_ring` and `_t2`, `matmul_bf16_swiglu_swap_ring_t2`, the slots a warp
+    /// they were compiled with, and whether [`rings_swapped`] may run them
+    /// ([`MATMUL_SWAP_RING_ENV`]).
+    matmul_swap_ring: [CudaFunction; 2],
+    matmul_swiglu_swap_ring: CudaFunction,
+    swap_ring_stages: usize,
+    pub(crate) matmul_swap_rings: bool,
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
     /// Tests: launches of `matmul_bf16_swap_stream` so far.
     #[cfg(test)]
     pub(crate) streamed_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: launches of the ring's kernels so far.
+    #[cfg(test)]
+    pub(crate) ring_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1552,6 +1605,15 @@ impl Kernels {
                 f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ])
         };
+        // The kernels that stream their weights through shared memory: up to
+        // SWAP_STREAM_MAX_SHARED of it.
+        let shared_up_to = |function: CudaFunction| -> Result<CudaFunction, CudaError> {
+            function.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                SWAP_STREAM_MAX_SHARED as i32,
+            )?;
+            Ok(function)
+        };
         let mut kernels = Kernels {
             matmul_by_tiles: tiles_of("matmul_bf16", true)?,
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
@@ -1566,6 +1628,11 @@ impl Kernels {
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
                     swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
+                    swap_ring: [
+                        shared_up_to(f("matmul_bf16_swap_ring_norm")?)?,
+                        shared_up_to(f("matmul_bf16_swap_ring_norm_t2")?)?,
+                    ],
+                    swiglu_swap_ring: shared_up_to(f("matmul_bf16_swiglu_swap_ring_norm_t2")?)?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1620,19 +1687,21 @@ impl Kernels {
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
-            matmul_swap_stream: {
-                let function = f("matmul_bf16_swap_stream")?;
-                function.set_attribute(
-                    cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    SWAP_STREAM_MAX_SHARED as i32,
-                )?;
-                function
-            },
+            matmul_swap_stream: shared_up_to(f("matmul_bf16_swap_stream")?)?,
             matmul_swap_streams: std::env::var(MATMUL_SWAP_STREAM_ENV).is_ok_and(|v| v == "1"),
+            matmul_swap_ring: [
+                shared_up_to(f("matmul_bf16_swap_ring")?)?,
+                shared_up_to(f("matmul_bf16_swap_ring_t2")?)?,
+            ],
+            matmul_swiglu_swap_ring: shared_up_to(f("matmul_bf16_swiglu_swap_ring_t2")?)?,
+            swap_ring_stages: swap_ring_stages(),
+            matmul_swap_rings: std::env::var(MATMUL_SWAP_RING_ENV).is_ok_and(|v| v == "1"),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             streamed_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            ring_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -1952,6 +2021,10 @@ struct NormTwins {
     swap: [CudaFunction; 2],
     /// The swapped chain's gate/up with its SwiGLU, with the norm.
     swiglu_swap: CudaFunction,
+    /// The ring's twins (`matmul_bf16_swap_ring_norm`, `_t2`) and its SwiGLU gate/up's
+    /// (`matmul_bf16_swiglu_swap_ring_norm_t2`).
+    swap_ring: [CudaFunction; 2],
+    swiglu_swap_ring: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
 }
@@ -2869,11 +2942,25 @@ impl Kernels {
                         &bf16_matmul_args(m),
                     )
                 }
+                (None, None) if self.rings(m, nt, None) => gpu.launch_with_shared(
+                    &self.matmul_swap_ring[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    self.ring_shared_bytes(m, nt, false),
+                    &bf16_matmul_args(m),
+                ),
                 (None, None) => gpu.launch(
                     &self.matmul_swap[nt - 1],
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(m),
+                ),
+                (None, Some(norm)) if self.rings(m, nt, Some(norm)) => gpu.launch_with_shared(
+                    &self.twins().swap_ring[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    self.ring_shared_bytes(m, nt, true),
+                    &bf16_norm_matmul_args(m, norm),
                 ),
                 (None, Some(norm)) => gpu.launch(
                     &self.twins().swap[nt - 1],
@@ -2998,11 +3085,25 @@ impl Kernels {
                 1,
             );
             match twin_norm {
+                None if self.rings(&fused, 2, None) => gpu.launch_with_shared(
+                    &self.matmul_swiglu_swap_ring,
+                    grid,
+                    MMA_WARPS * 32,
+                    self.ring_shared_bytes(&fused, 2, false),
+                    &bf16_matmul_args(&fused),
+                )?,
                 None => gpu.launch(
                     &self.matmul_swiglu_swap,
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(&fused),
+                )?,
+                Some(norm) if self.rings(&fused, 2, Some(&norm)) => gpu.launch_with_shared(
+                    &self.twins().swiglu_swap_ring,
+                    grid,
+                    MMA_WARPS * 32,
+                    self.ring_shared_bytes(&fused, 2, true),
+                    &bf16_norm_matmul_args(&fused, &norm),
                 )?,
                 Some(norm) => gpu.launch(
                     &self.twins().swiglu_swap,
@@ -3594,6 +3695,28 @@ impl Kernels {
         #[cfg(test)]
         self.swapped_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the swapped matmul `m` of `tiles` output tiles a block (with `norm` in it) runs on
+    /// the ring ([`rings_swapped`]), counting the launch for the tests.
+    fn rings(&self, m: &Matmul, tiles: usize, norm: Option<&InputNorm>) -> bool {
+        let keeps_rows = norm.is_some_and(|n| n.keep);
+        let on = rings_swapped(
+            self.matmul_swap_rings,
+            keeps_rows,
+            swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm.is_some()),
+        );
+        #[cfg(test)]
+        if on {
+            self.ring_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        on
+    }
+
+    /// The ring's dynamic shared memory for `m` ([`swap_ring_shared_bytes`]).
+    fn ring_shared_bytes(&self, m: &Matmul, tiles: usize, norm: bool) -> u32 {
+        swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm) as u32
     }
 
     /// The MoE kernels, which a MoE model's kernels always have.

@@ -1925,44 +1925,88 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     "{what}: the swapped norm twin's kept rows differ"
                 );
                 assert!(ran_swapped(&k), "{what}: the swapped twin did not run");
+                // The ring's twin (`matmul_bf16_swap_ring_norm*`), which keeps no rows: the
+                // 16-row twin's outputs, and it ran.
+                let apart = super::InputNorm {
+                    keep: false,
+                    ..norm
+                };
+                let mut run_apart = |swap_rows: usize, rings: bool| {
+                    k.matmul_swap_rows = super::SwapRows::all(swap_rows);
+                    k.matmul_swap_rings = rings;
+                    y.write(gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
+                    let place = k.matmul_normed_with(gpu, &m, Some(&apart), kernel).unwrap();
+                    k.matmul_swap_rings = false;
+                    assert_eq!(place, Some(super::NormPlace::InMatmul), "{what}");
+                    (y.read(gpu, max_rows * n_out).unwrap(), ran_ring(&k))
+                };
+                let (want_apart, _) = run_apart(0, false);
+                assert!(
+                    same_bits(&want_apart, &want.0),
+                    "{what}: a twin's y with rows kept or not"
+                );
+                let (got, ring) = run_apart(max_rows, true);
+                assert!(
+                    same_bits(&got, &want.0),
+                    "{what}: the ring's norm twin's bits differ"
+                );
+                let tiles = swapped_tiles_of(kernel);
+                assert_eq!(
+                    ring,
+                    ring_fits(&k, depth, rows, tiles, true),
+                    "{what}: the ring's norm twin ran where it fits"
+                );
+                ran_swapped(&k);
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
                 // with the norm.
                 let width = n_out / 2;
                 let gu = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
+                    let fits = ring_fits(&k, depth, rows, 2, with_norm);
                     // The units, whether the swapped chain ran, and where the SwiGLU went.
-                    let mut run = |swap_rows: usize| {
+                    let mut run = |swap_rows: usize, rings: bool| {
                         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
+                        k.matmul_swap_rings = rings;
                         act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
-                        let norm = with_norm.then_some(&norm);
+                        let norm = with_norm.then_some(&apart);
                         let (place, _) = k
                             .gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
                             .unwrap();
+                        k.matmul_swap_rings = false;
                         (
                             act.read(gpu, max_rows * width).unwrap(),
                             ran_swapped(&k),
                             place,
+                            ran_ring(&k),
                         )
                     };
-                    let (want, _, _) = run(0);
+                    let (want, _, _, _) = run(0, false);
                     assert!(
                         want[..rows * width].iter().all(|v| v.is_finite()),
                         "{what}, norm {with_norm}: the 16-row SwiGLU left units unwritten"
                     );
-                    let (got, swapped, place) = run(max_rows);
-                    // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap_t2`, `_norm_t2`),
-                    // but for the narrow plan's, which has no twin and runs it apart.
-                    assert!(
-                        matches!(kernel, MatmulKernel::Narrow)
-                            || matches!(place, super::SwigluPlace::InGateUp { .. }),
-                        "{what}, norm {with_norm}: the SwiGLU ran {place:?}"
-                    );
-                    assert!(
-                        same_bits(&got, &want),
-                        "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
-                    );
-                    assert!(swapped, "{what}: the swapped gate/up did not run");
+                    for rings in [false, true] {
+                        let (got, swapped, place, ring) = run(max_rows, rings);
+                        // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap_t2`,
+                        // `_norm_t2`, the ring's), but for the narrow plan's, which has no twin
+                        // and runs it apart.
+                        assert!(
+                            matches!(kernel, MatmulKernel::Narrow)
+                                || matches!(place, super::SwigluPlace::InGateUp { .. }),
+                            "{what}, norm {with_norm}: the SwiGLU ran {place:?}"
+                        );
+                        assert!(
+                            same_bits(&got, &want),
+                            "{what}, norm {with_norm}, ring {rings}: the swapped SwiGLU's bits differ"
+                        );
+                        assert!(swapped, "{what}: the swapped gate/up did not run");
+                        assert_eq!(
+                            ring,
+                            rings && fits,
+                            "{what}, norm {with_norm}: the ring ran where it fits"
+                        );
+                    }
                 }
             }
         }
@@ -2019,21 +2063,25 @@ fn swapped_gives_the_16_row_bits(
     what: &str,
 ) {
     let multiprocessors = k.multiprocessors;
+    let rings = m.fp8.is_none() && ring_fits(k, m.k, m.rows, swapped_tiles_of(kernel), false);
     // The outputs, whether anything ran on the swapped chain, and whether streamed.
-    let mut run = |m: &Matmul, swap_rows: usize, streams: bool| {
+    let mut run = |m: &Matmul, swap_rows: usize, streams: bool, rings: bool| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
         k.matmul_swap_streams = streams;
+        k.matmul_swap_rings = rings;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
         k.matmul_swap_streams = false;
+        k.matmul_swap_rings = false;
         (
             y.read(gpu, y0.len()).unwrap(),
             ran_swapped(k),
             ran_streamed(k),
+            ran_ring(k),
         )
     };
-    let (want, _, _) = run(m, 0, false);
-    let (got, swapped, streamed) = run(m, super::MMA_COLS, false);
+    let (want, _, _, _) = run(m, 0, false, false);
+    let (got, swapped, streamed, _) = run(m, super::MMA_COLS, false, false);
     assert!(
         same_bits(&got, &want),
         "{what}: the swapped chain's bits differ"
@@ -2042,7 +2090,7 @@ fn swapped_gives_the_16_row_bits(
         swapped && !streamed,
         "{what}: the swapped chain did not run"
     );
-    let (got, swapped, streamed) = run(m, super::MMA_COLS, true);
+    let (got, swapped, streamed, _) = run(m, super::MMA_COLS, true, false);
     assert!(
         same_bits(&got, &want),
         "{what}: the streamed swapped chain's bits differ"
@@ -2059,6 +2107,16 @@ fn swapped_gives_the_16_row_bits(
         streamed, streams,
         "{what}: streamed where the plan holds one tile a block of bf16 weights that fit, only there"
     );
+    // On the ring (`matmul_bf16_swap_ring*`, bf16 only), the stream off.
+    let (got, _, _, ring) = run(m, super::MMA_COLS, false, true);
+    assert!(
+        same_bits(&got, &want),
+        "{what}: the ring's swapped chain's bits differ"
+    );
+    assert_eq!(
+        ring, rings,
+        "{what}: the ring ran for bf16 weights that fit"
+    );
     // x's rows gathered (`row_index`: in reverse order), which the streamed kernel copies.
     if m.row_index == 0 && m.rows > 1 {
         let order: Vec<i32> = (0..m.rows as i32).rev().collect();
@@ -2067,14 +2125,44 @@ fn swapped_gives_the_16_row_bits(
             row_index: index.at(0),
             ..*m
         };
-        let (want, _, _) = run(&gathered, 0, false);
-        let (got, _, streamed) = run(&gathered, super::MMA_COLS, true);
+        let (want, _, _, _) = run(&gathered, 0, false, false);
+        let (got, _, streamed, _) = run(&gathered, super::MMA_COLS, true, false);
+        let (ringed, _, _, ring) = run(&gathered, super::MMA_COLS, false, true);
+        assert!(
+            same_bits(&ringed, &want) && ring == rings,
+            "{what}: the ring's bits differ, rows gathered"
+        );
         assert!(
             same_bits(&got, &want),
             "{what}: the streamed swapped chain's bits differ, rows gathered"
         );
         assert_eq!(streamed, streams, "{what}: rows gathered");
     }
+}
+
+/// The swapped chain's output tiles a block for `kernel`'s plan (`swap_tiles`).
+fn swapped_tiles_of(kernel: MatmulKernel) -> usize {
+    match kernel {
+        MatmulKernel::Narrow => super::swap_tiles(1, false),
+        MatmulKernel::Deep(tiles) => super::swap_tiles(tiles, true),
+        MatmulKernel::Tiles(tiles) => super::swap_tiles(tiles, false),
+        _ => super::swap_tiles(super::MMA_NT, false),
+    }
+}
+
+/// Whether the ring takes a swapped matmul of depth `k`, `rows` rows and `tiles` output tiles a
+/// block (with the norm in it where `norm`, keeping no rows) in `kernels`.
+fn ring_fits(kernels: &Kernels, k: usize, rows: usize, tiles: usize, norm: bool) -> bool {
+    let bytes = super::swap_ring_shared_bytes(k, rows, tiles, kernels.swap_ring_stages, norm);
+    super::rings_swapped(true, false, bytes)
+}
+
+/// Whether `k` launched a ring kernel (`matmul_bf16_swap_ring*`) since the last call (and
+/// resets the count).
+fn ran_ring(k: &Kernels) -> bool {
+    k.ring_launches
+        .swap(0, std::sync::atomic::Ordering::Relaxed)
+        > 0
 }
 
 /// Whether `k` launched `matmul_bf16_swap_stream` since the last call (and resets the count).
