@@ -1734,7 +1734,8 @@ __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__
     const float* xa = g < rows ? xs + (size_t)g * x_row : nullptr;
     for (int i = 0; i < mine; i++) {
         const int slot = i % SWR_STAGES;
-        // Chunk i's group: SWR_STAGES − 1 refills were committed after it.
+        // Chunk i's group complete: the first SWR_STAGES chunks were waited for before the loop;
+        // after a later chunk's group (a refill) SWR_STAGES − 1 refills were committed.
         cp_async_wait<SWR_STAGES - 1>();
         __syncwarp();
         const int c = warp + i * MMA_WARPS, e = c * MMA_CHUNK + 16 * t;

@@ -730,8 +730,9 @@ fn swap_tiles(tiles: usize, deep: bool) -> usize {
 /// attention output and MLP down, 64 such blocks, took 392 of a token's 1,276 µs in ncu; the A3B
 /// slice's 2,048-output projections 145 of 1,410: bench/RESULTS.md session 52).
 pub const MATMUL_SWAP_STREAM_ENV: &str = "FLASHLANE_MATMUL_SWAP_STREAM";
-/// The most dynamic shared memory a streamed swapped block takes: the H100's and H200's
-/// multiprocessors give a block up to 227 KiB, less the 4 KiB of its warps' sums; 200 KiB holds
+/// The most dynamic shared memory a streamed swapped block takes (the stream's and the ring's):
+/// the H100's and H200's multiprocessors give a block up to 227 KiB, less its static shared
+/// memory (the warps' sums, with the norm's: up to ~10 KiB); for the stream 200 KiB holds
 /// k up to 5,056 at two rows and 5,632 at one (the A3B slice's 4,096-deep outputs at two rows:
 /// 160 KiB).
 const SWAP_STREAM_MAX_SHARED: usize = 200 << 10;

@@ -1963,7 +1963,14 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                 let gu = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
-                    let fits = ring_fits(&k, depth, rows, 2, with_norm);
+                    // The narrow plan's gate/up has no SwiGLU twin: its matmul runs apart, one
+                    // tile a block (the ring's `_norm` or plain one-tile kernel).
+                    let tiles = if matches!(kernel, MatmulKernel::Narrow) {
+                        1
+                    } else {
+                        2
+                    };
+                    let fits = ring_fits(&k, depth, rows, tiles, with_norm);
                     // The units, whether the swapped chain ran, and where the SwiGLU went.
                     let mut run = |swap_rows: usize, rings: bool| {
                         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
@@ -2051,8 +2058,9 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
 /// the swapped chain, then with its one-tile blocks' weights streamed
-/// (`matmul_bf16_swap_stream`): the same bits each time, and the swapped chain ran (streamed
-/// where the plan held one tile a block of bf16 weights: the narrow and deep plans here).
+/// (`matmul_bf16_swap_stream`), then on the ring (`matmul_bf16_swap_ring*`): the same bits each
+/// time, and the swapped chain ran (streamed where the plan held one tile a block of bf16 weights
+/// that fit: the narrow and deep plans here; on the ring where its shared memory fits).
 fn swapped_gives_the_16_row_bits(
     gpu: &Gpu,
     k: &mut Kernels,
@@ -2146,7 +2154,8 @@ fn swapped_tiles_of(kernel: MatmulKernel) -> usize {
         MatmulKernel::Narrow => super::swap_tiles(1, false),
         MatmulKernel::Deep(tiles) => super::swap_tiles(tiles, true),
         MatmulKernel::Tiles(tiles) => super::swap_tiles(tiles, false),
-        _ => super::swap_tiles(super::MMA_NT, false),
+        MatmulKernel::Wide => super::swap_tiles(super::MMA_NT, false),
+        other => panic!("{other:?} has no one plan of the swapped chain"),
     }
 }
 
