@@ -1510,6 +1510,82 @@ matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int
 }
 
 // ---------------------------------------------------------------------------------------------
+// The swapped chain's operands through shared memory: what `matmul_bf16_swap_stream` and
+// `matmul_bf16_swap_ring*` (below) share.
+#define SWS_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
+#define SWS_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
+
+// x's `rows` rows (gathered by `row_index`) into `xs`, row r at r · x_row floats, the 16-byte
+// pieces q of each 16 elements 16u … 16u + 15 of a chunk at q ^ (u & 2), zeros past k (kp: k in
+// whole chunks): the block's threads' `cp.async`s, which the caller commits.
+__device__ __forceinline__ void copy_x_rows_swizzled(float* xs, int x_row, const float* __restrict__ x, int x_stride,
+                                                     const int* __restrict__ row_index, int rows, int k, int kp) {
+    const int row_pieces = kp / 4;
+    for (int v = threadIdx.x; v < rows * row_pieces; v += blockDim.x) {
+        const int r = v / row_pieces, e = 4 * (v % row_pieces);
+        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
+        const bool in = e < k;
+        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
+                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
+    }
+}
+
+// Elements e … e + 15 (e = 16t within its chunk) of a row `copy_x_rows_swizzled` laid out at
+// `xa` (null: zeros), piece q at q ^ (t & 2).
+__device__ __forceinline__ void load_x16_swizzled(const float* xa, int e, int t, float* va) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        va[4 * q] = f.x;
+        va[4 * q + 1] = f.y;
+        va[4 * q + 2] = f.z;
+        va[4 * q + 3] = f.w;
+    }
+}
+
+// Lane (g, t)'s weights of a chunk of 16·NT rows in shared memory (`slot`, 128 bytes a row, piece
+// p of row r at p ^ (r & 7)): rows 16j + g (h = 0) and 16j + g + 8 (h = 1) of tile j, elements
+// 16t … 16t + 7 (piece 2t, `lo`) and 16t + 8 … 16t + 15 (piece 2t + 1, `hi`): the A fragments
+// `mma_tile_swapped` loads from memory as w0 and w1.
+template <int NT>
+__device__ __forceinline__ void load_swapped_weights(const char* slot, int g, int t, uint4 (&lo)[NT][2],
+                                                     uint4 (&hi)[NT][2]) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = 16 * j + g + 8 * h;
+            const char* row = slot + r * (MMA_CHUNK * 2);
+            lo[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
+            hi[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
+        }
+}
+
+// A chunk's four steps of `mma_tile_swapped`: x's 16 elements split into hi and lo, and each
+// tile's hi then lo product, the A operands in the k-slots that kernel puts them in.
+template <int NT>
+__device__ __forceinline__ void swapped_chunk_mmas(const float* va, const uint4 (&lo)[NT][2],
+                                                   const uint4 (&hi)[NT][2], float (&acc)[NT][4]) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        unsigned b0h, b0l, b1h, b1l;
+        split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
+        split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            unsigned a[4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                a[h] = s == 0 ? lo[j][h].x : s == 1 ? lo[j][h].z : s == 2 ? hi[j][h].x : hi[j][h].z;
+                a[2 + h] = s == 0 ? lo[j][h].y : s == 1 ? lo[j][h].w : s == 2 ? hi[j][h].y : hi[j][h].w;
+            }
+            mma_16816(acc[j], a[0], a[1], a[2], a[3], b0h, b1h);
+            if (MMA_SPLIT) mma_16816(acc[j], a[0], a[1], a[2], a[3], b0l, b1l);
+        }
+    }
+}
+
 // The swapped chain's one-tile matmul with all of a block's weights in flight at once
 // (`matmul_bf16_swap_stream`; the host's FLASHLANE_MATMUL_SWAP_STREAM, for a matrix of at most a
 // block a multiprocessor whose weights fit shared memory). `matmul_bf16_swap` keeps
@@ -1533,8 +1609,6 @@ matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int
 // 16-byte pieces q of each 16 elements 16u … 16u + 15 of a chunk placed at q ^ (u & 2): the 8
 // lanes of a 16-byte-load phase (rows g and g + 1, u = t = 0 … 3) then hit 8 different bank
 // groups. Grid (1, ceil(n_out / 16)).
-#define SWS_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
-#define SWS_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)
 matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
                         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
@@ -1566,14 +1640,7 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
     cp_async_commit();
     // x's rows (gathered by `row_index`), written by the kernel ahead.
     pdl_wait();
-    const int row_pieces = kp / 4;
-    for (int v = threadIdx.x; v < rows * row_pieces; v += MMA_WARPS * WARP) {
-        const int r = v / row_pieces, e = 4 * (v % row_pieces);
-        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
-        const bool in = e < k;
-        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
-                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
-    }
+    copy_x_rows_swizzled(xs, x_row, x, x_stride, row_index, rows, k, kp);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -1583,41 +1650,11 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
     for (int i = 0; i < per_warp; i++) {
         const int c = warp + i * MMA_WARPS;
         if (c >= chunks) break;
-        const int e = c * MMA_CHUNK + 16 * t;
-        // Elements e … e + 15 of row g (zeros without a row), piece q at q ^ (t & 2).
         float va[16];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
-            va[4 * q] = f.x;
-            va[4 * q + 1] = f.y;
-            va[4 * q + 2] = f.z;
-            va[4 * q + 3] = f.w;
-        }
-        // Rows g (h = 0) and g + 8 (h = 1): elements 16t … 16t + 7 (piece 2t) and 16t + 8 … (2t + 1).
-        uint4 lo[2], hi[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = g + 8 * h;
-            const char* row = ws + (size_t)(i * 16 + r) * (MMA_CHUNK * 2);
-            lo[h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
-            hi[h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
-        }
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            unsigned b0h, b0l, b1h, b1l;
-            split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
-            split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
-            unsigned a[4];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                a[h] = s == 0 ? lo[h].x : s == 1 ? lo[h].z : s == 2 ? hi[h].x : hi[h].z;
-                a[2 + h] = s == 0 ? lo[h].y : s == 1 ? lo[h].w : s == 2 ? hi[h].y : hi[h].w;
-            }
-            mma_16816(acc[0], a[0], a[1], a[2], a[3], b0h, b1h);
-            if (MMA_SPLIT) mma_16816(acc[0], a[0], a[1], a[2], a[3], b0l, b1l);
-        }
+        load_x16_swizzled(xa, c * MMA_CHUNK + 16 * t, t, va);
+        uint4 lo[1][2], hi[1][2];
+        load_swapped_weights<1>(ws + (size_t)i * SWS_CHUNK_BYTES, g, t, lo, hi);
+        swapped_chunk_mmas<1>(va, lo, hi, acc);
     }
     float d[4];
     if (!sum_warp_partials<1>(acc, part, d, warp, lane)) return;
@@ -1698,24 +1735,13 @@ __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__
     };
     pdl_launch_dependents();
     // The norm's weight (never written while kernels run) joins the first slot's group.
-    if (NORM)
-        for (int v = threadIdx.x; v < kp / 4; v += MMA_WARPS * WARP) {
-            const int e = 4 * v, u = e % MMA_CHUNK / 16, q = e % 16 / 4;
-            cp_async16(gms + e - 4 * q + 4 * (q ^ (u & 2)), e < k ? norm_w + e : norm_w, e < k);
-        }
+    if (NORM) copy_x_rows_swizzled(gms, kp, norm_w, 0, nullptr, 1, k, kp);
 #pragma unroll
     for (int s = 0; s < SWR_STAGES; s++) fetch(s, s);
     // x's rows (gathered by `row_index`), written by the kernel ahead, and with NORM their
     // 1 / RMS (`tile_norms`: one trip to L2 for the whole row, `rmsnorm_rows`' sums).
     pdl_wait();
-    const int row_pieces = kp / 4;
-    for (int v = threadIdx.x; v < rows * row_pieces; v += MMA_WARPS * WARP) {
-        const int r = v / row_pieces, e = 4 * (v % row_pieces);
-        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
-        const bool in = e < k;
-        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
-                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
-    }
+    copy_x_rows_swizzled(xs, x_row, x, x_stride, row_index, rows, k, kp);
     cp_async_commit();
     float inv = 0.0f;
     if (NORM) {
@@ -1740,58 +1766,18 @@ __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__
         __syncwarp();
         const int c = warp + i * MMA_WARPS, e = c * MMA_CHUNK + 16 * t;
         float va[16];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
-            va[4 * q] = f.x;
-            va[4 * q + 1] = f.y;
-            va[4 * q + 2] = f.z;
-            va[4 * q + 3] = f.w;
-        }
+        load_x16_swizzled(xa, e, t, va);
         if (NORM) {
             float gm[16];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const float4 f = *reinterpret_cast<const float4*>(gms + e + 4 * (q ^ (t & 2)));
-                gm[4 * q] = f.x;
-                gm[4 * q + 1] = f.y;
-                gm[4 * q + 2] = f.z;
-                gm[4 * q + 3] = f.w;
-            }
+            load_x16_swizzled(gms, e, t, gm);
             normalise16(va, inv, gm, norm_kind);
         }
-        // Rows g (h = 0) and g + 8 (h = 1) of each tile: pieces 2t and 2t + 1.
         uint4 lo[NT][2], hi[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = 16 * j + g + 8 * h;
-                const char* row = ring + (size_t)slot * SLOT_BYTES + r * (MMA_CHUNK * 2);
-                lo[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
-                hi[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
-            }
+        load_swapped_weights<NT>(ring + (size_t)slot * SLOT_BYTES, g, t, lo, hi);
         // The slot read by every lane: refill it with chunk i + SWR_STAGES.
         __syncwarp();
         fetch(i + SWR_STAGES, slot);
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            unsigned b0h, b0l, b1h, b1l;
-            split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
-            split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                unsigned a[4];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    a[h] = s == 0 ? lo[j][h].x : s == 1 ? lo[j][h].z : s == 2 ? hi[j][h].x : hi[j][h].z;
-                    a[2 + h] = s == 0 ? lo[j][h].y : s == 1 ? lo[j][h].w : s == 2 ? hi[j][h].y : hi[j][h].w;
-                }
-                mma_16816(acc[j], a[0], a[1], a[2], a[3], b0h, b1h);
-                if (MMA_SPLIT) mma_16816(acc[j], a[0], a[1], a[2], a[3], b0l, b1l);
-            }
-        }
+        swapped_chunk_mmas<NT>(va, lo, hi, acc);
     }
     cp_async_wait<0>();
     float d[4];
