@@ -1218,7 +1218,8 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes the partials of its MMT_SPLIT_GROUP residues, each alone into
-// y + residue · part_stride (see `matmul_bf16_tiled_split`).
+// y + residue · part_stride, or (the first group's block where the group holds several) their
+// prefix into y (see `matmul_bf16_tiled_split`).
 template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
@@ -1253,6 +1254,11 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // partial), and how many chunks it multiplies.
     const int res_first = SPLIT_K ? res_group * MMT_SPLIT_GROUP : 0;
     const int res_end = SPLIT_K ? res_first + MMT_SPLIT_GROUP : MMT_RESIDUES;
+    // Where a split block walks several residues, the first group's block folds its residues as
+    // the fold would (((p0 + p1) + p2) + …, the total's order) and writes that prefix as partial
+    // 0 alone; `matmul_fold_residues_prefixed` then folds the others onto it: the same sums in the
+    // same order, a fold of MMT_RESIDUES − MMT_SPLIT_GROUP + 1 partials.
+    const bool folds_here = !SPLIT_K || (MMT_SPLIT_GROUP > 1 && res_group == 0);
     int visits = chunks;
     if (SPLIT_K) {
         visits = 0;
@@ -1404,14 +1410,15 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             }
         }
         // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there):
-        // a split block writes it as partial `res`, the others fold it into their total.
+        // a split block writes it as partial `res`, the others (and a split's first residue group
+        // of several residues: `folds_here`) fold it into their total.
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    if (SPLIT_K) {
+                    if (!folds_here) {
                         const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                         const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                         if (r < rows && o < n_out) y[(size_t)res * part_stride + (size_t)r * y_stride + o] = acc[m][j][i];
@@ -1422,7 +1429,8 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
     }
     cp_async_wait<0>();
-    if (SPLIT_K) return;
+    if (!folds_here) return;
+    // The total, or a split's prefix (partial 0: `part` itself, never accumulated).
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -1449,8 +1457,9 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 // The tiles with k split by residue over blocks (MMT_RESIDUES / MMT_SPLIT_GROUP of them a tile:
 // grid z, or grid x with MMT_RESIDUE_FIRST): a block writes each of its MMT_SPLIT_GROUP
 // residues' partial of its tile, unfolded, into `part` + residue · part_stride ([rows, n_out]
-// each), and `matmul_fold_residues` then folds the partials in residue order — the fold the tiles
-// and the 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a
+// each; with several residues a block the first group's block their prefix, folded, as partial
+// 0), and `matmul_fold_residues` (`_prefixed`) then folds the partials in residue order — the
+// fold the tiles and the 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a
 // decode round of that many streams) then has MMT_RESIDUES / MMT_SPLIT_GROUP times the blocks of
 // the tiles, each MMT_SPLIT_GROUP eighths of k's chain long, and reads each weight once (the
 // 16-row kernels' blocks read it once per row tile, and x once per 40–48 outputs).
@@ -1470,20 +1479,32 @@ matmul_bf16_tiled_split32(const unsigned* __restrict__ xs, const bf16_t* __restr
     matmul_tiled_block<32, 2, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
-// y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
-// part_stride apart). A thread an output.
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out, float* __restrict__ y,
-                     int y_stride, int accumulate) {
+// y[r, o] (+)= ((part_0 + part_FIRST) + part_FIRST+1) + … (partials `[rows, n_out]` each,
+// part_stride apart; FIRST 1: all MMT_RESIDUES of them, or MMT_SPLIT_GROUP where partial 0 holds
+// the first group's prefix). A thread an output.
+template <int FIRST>
+__device__ __forceinline__ void fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out,
+                                              float* __restrict__ y, int y_stride, int accumulate) {
     pdl_launch_dependents();
     pdl_wait();
     const int i = blockIdx.x * SPLIT_THREADS + threadIdx.x;
     if (i >= rows * n_out) return;
     float total = part[i];
 #pragma unroll
-    for (int z = 1; z < MMT_RESIDUES; z++) total += part[(size_t)z * part_stride + i];
+    for (int z = FIRST; z < MMT_RESIDUES; z++) total += part[(size_t)z * part_stride + i];
     float* out = y + (size_t)(i / n_out) * y_stride + i % n_out;
     *out = accumulate ? *out + total : total;
+}
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out, float* __restrict__ y,
+                     int y_stride, int accumulate) {
+    fold_residues<1>(part, part_stride, rows, n_out, y, y_stride, accumulate);
+}
+// The tiles' split at a layout of several residues a block (partial 0 the first group's prefix).
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues_prefixed(const float* __restrict__ part, int part_stride, int rows, int n_out,
+                              float* __restrict__ y, int y_stride, int accumulate) {
+    fold_residues<MMT_SPLIT_GROUP>(part, part_stride, rows, n_out, y, y_stride, accumulate);
 }
 
 // A dense MLP's gate/up split by residue, folded and its SwiGLU taken in one pass:
@@ -1491,9 +1512,9 @@ matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, 
 // (partials `[rows, 2 · width]`, gate outputs first), the product the expression of
 // `swiglu_rows`: the bits of the fold into y and then `swiglu_rows`, without y's round trip and
 // one launch fewer. A thread a unit (a gate and its up).
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows, int width,
-                            float* __restrict__ act) {
+template <int FIRST>
+__device__ __forceinline__ void fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows,
+                                                     int width, float* __restrict__ act) {
     pdl_launch_dependents();
     pdl_wait();
     const int j = blockIdx.x * SPLIT_THREADS + threadIdx.x;
@@ -1502,11 +1523,22 @@ matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int
     const int gi = r * 2 * width + i, ui = gi + width;
     float gate = part[gi], up = part[ui];
 #pragma unroll
-    for (int z = 1; z < MMT_RESIDUES; z++) {
+    for (int z = FIRST; z < MMT_RESIDUES; z++) {
         gate += part[(size_t)z * part_stride + gi];
         up += part[(size_t)z * part_stride + ui];
     }
     act[j] = siluf_(gate) * up;
+}
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows, int width,
+                            float* __restrict__ act) {
+    fold_residues_swiglu<1>(part, part_stride, rows, width, act);
+}
+// The SwiGLU's fold of the tiles' split at a layout of several residues a block.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues_swiglu_prefixed(const float* __restrict__ part, int part_stride, int rows, int width,
+                                     float* __restrict__ act) {
+    fold_residues_swiglu<MMT_SPLIT_GROUP>(part, part_stride, rows, width, act);
 }
 
 // ---------------------------------------------------------------------------------------------

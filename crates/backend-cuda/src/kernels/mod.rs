@@ -248,13 +248,17 @@ const MATMUL_SPLIT_K_MIN_LAYER_BLOCKS: usize = 160;
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 
 /// How the tiles' k split (`matmul_bf16_tiled_split`, `_split32`) lays its blocks out: each
-/// block walks `group` residues, writing each residue's partial apart (MMT_SPLIT_GROUP), and the
-/// grid is (residue groups, n-tiles, row blocks) where `residue_first`, else (row blocks, n-tiles,
-/// residue groups) (MMT_RESIDUE_FIRST). The partials and their fold are the same whatever the
-/// layout, so are the bits. Why it may matter (unmeasured): Qwen3-4B's 64-stream round ran its
-/// split matmuls at 1.2–1.5 TB/s (bench/RESULTS.md session 52's profile), each block five
-/// chunks of 64 long, and the eight blocks that read the same rows' interleaved chunks one grid
-/// slice (every tile's block of one residue) apart.
+/// block walks `group` residues (MMT_SPLIT_GROUP), and the grid is (residue groups, n-tiles,
+/// row blocks) where `residue_first`, else (row blocks, n-tiles, residue groups)
+/// (MMT_RESIDUE_FIRST). A block writes each of its residues' partial apart, but where a block
+/// walks several residues the first group's block folds its own (((p0 + p1) + …), the fold's
+/// order) and writes that prefix as partial 0, and `matmul_fold_residues_prefixed` folds the
+/// rest onto it: fewer partials written and read (5 of 8 at 4 a block; at 8 the block writes
+/// the whole sum and the fold copies it). The same sums in the same order whatever the layout:
+/// the same bits. Why it may matter (unmeasured): Qwen3-4B's 64-stream round ran its split
+/// matmuls at 1.2–1.5 TB/s (bench/RESULTS.md session 52's profile), each block five chunks of 64
+/// long, and the eight blocks that read the same rows' interleaved chunks one grid slice (every
+/// tile's block of one residue) apart; its folds took 1.0 of its 8.6 ms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitLayout {
     pub(crate) group: usize,
@@ -1403,6 +1407,10 @@ pub struct Kernels {
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
+    /// `matmul_fold_residues_prefixed` and `_swiglu_prefixed`: the folds of the tiles' split
+    /// where a block walks several residues ([`SplitLayout`]: partial 0 the first group's prefix).
+    matmul_fold_prefixed: CudaFunction,
+    matmul_fold_swiglu_prefixed: CudaFunction,
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
@@ -1667,6 +1675,8 @@ impl Kernels {
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
+            matmul_fold_prefixed: f("matmul_fold_residues_prefixed")?,
+            matmul_fold_swiglu_prefixed: f("matmul_fold_residues_swiglu_prefixed")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
@@ -2530,10 +2540,19 @@ impl Kernels {
             &mut room,
         );
         gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)?;
+        // The tiles' split with several residues a block wrote the first group's prefix as
+        // partial 0 (the warpgroup split writes every residue's partial).
+        let (fold, fold_swiglu) = match wgmma.is_none() && self.split_layout.group > 1 {
+            true => (
+                &self.matmul_fold_prefixed,
+                &self.matmul_fold_swiglu_prefixed,
+            ),
+            false => (&self.matmul_fold, &self.matmul_fold_swiglu),
+        };
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(
-                &self.matmul_fold_swiglu,
+                fold_swiglu,
                 (blocks(m.rows * width, SPLIT_THREADS), 1, 1),
                 SPLIT_THREADS,
                 &[
@@ -2546,7 +2565,7 @@ impl Kernels {
             );
         }
         gpu.launch(
-            &self.matmul_fold,
+            fold,
             (blocks(m.rows * m.n_out, SPLIT_THREADS), 1, 1),
             SPLIT_THREADS,
             &[

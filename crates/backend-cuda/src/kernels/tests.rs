@@ -305,6 +305,18 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
 fn every_split_layout_gives_the_bits_of_the_other_kernels() {
     let Some(gpu) = open_gpu() else { return };
     let mut rng = Rng::fresh();
+    // The default layout's kernels: the split gate/up's SwiGLU in the fold
+    // (`matmul_fold_residues_swiglu`, `_prefixed` at the other layouts) against theirs.
+    let mut k0 = Kernels::compile(&gpu, &tiny_dims().1).expect("kernels");
+    k0.matmul_split32 = false;
+    let swiglu_cases: Vec<(usize, usize, usize)> = [16, 5 * 64 + 16, 3 * 8 * 64 + 16]
+        .into_iter()
+        .map(|depth| (depth, 1 + rng.below(150), 33 + rng.below(32)))
+        .collect();
+    let swiglu_want: Vec<Vec<f32>> = swiglu_cases
+        .iter()
+        .map(|&(depth, width, rows)| split_swiglu(&gpu, &k0, depth, width, rows))
+        .collect();
     let layouts = [1, 2, 4, 8]
         .into_iter()
         .flat_map(|group| [(group, 0), (group, 1)])
@@ -330,7 +342,50 @@ fn every_split_layout_gives_the_bits_of_the_other_kernels() {
                 matmul_case_rows(&gpu, &k, &mut rng, depth, rows, true);
             }
         }
+        k.matmul_split32 = false;
+        for (&(depth, width, rows), want) in swiglu_cases.iter().zip(&swiglu_want) {
+            let got = split_swiglu(&gpu, &k, depth, width, rows);
+            assert!(
+                same_bits(&got, want),
+                "layout {group}/{first}: the split gate/up's SwiGLU fold differs \
+                 (depth {depth}, width {width}, {rows} rows)"
+            );
+        }
     }
+}
+
+/// A gate/up of `width` units on rows of depth `depth` (weights and x from a seed of the
+/// sizes, the same for every call) through the 64-row tiles' k split with its SwiGLU in the
+/// fold: the act rows. Asserts the SwiGLU ran in the fold and wrote every unit.
+fn split_swiglu(gpu: &Arc<Gpu>, k: &Kernels, depth: usize, width: usize, rows: usize) -> Vec<f32> {
+    let gpu = gpu.as_ref();
+    let mut rng = Rng((depth * 1_000_003 + width * 7919 + rows) as u64 | 1);
+    let x = Buf::from_host(gpu, &rng.vec(rows * depth)).unwrap();
+    let w_bits: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    let w = Buf::from_host(gpu, &w_bits).unwrap();
+    let wide = Buf::<f32>::zeros(gpu, rows * 2 * width).unwrap();
+    let xs = Buf::<u32>::zeros(gpu, rows * super::split_row_words(depth)).unwrap();
+    let partials = Buf::from_host(
+        gpu,
+        &vec![f32::NAN; super::MATMUL_RESIDUES * rows * 2 * width],
+    )
+    .unwrap();
+    let act = Buf::from_host(gpu, &vec![f32::NAN; rows * width]).unwrap();
+    let m = Matmul {
+        x_split: xs.at(0),
+        partials: partials.at(0),
+        ..packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None)
+    };
+    let (place, _) = k
+        .gate_up_swiglu_with(gpu, &m, act.at(0), None, MatmulKernel::TiledSplitK)
+        .unwrap();
+    assert_eq!(place, super::SwigluPlace::InFold);
+    let got = act.read(gpu, rows * width).unwrap();
+    assert!(got.iter().all(|v| v.is_finite()), "every unit written");
+    got
 }
 
 /// A split layout's grid (no device needed): residue groups first or last, as many as the
