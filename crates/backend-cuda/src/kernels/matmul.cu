@@ -1251,7 +1251,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     // The residues this block walks (a split block MMT_SPLIT_GROUP of them, each into its own
-    // partial), and how many chunks it multiplies.
+    // partial but the first group's, below), and how many chunks it multiplies.
     const int res_first = SPLIT_K ? res_group * MMT_SPLIT_GROUP : 0;
     const int res_end = SPLIT_K ? res_first + MMT_SPLIT_GROUP : MMT_RESIDUES;
     // Where a split block walks several residues, the first group's block folds its residues as

@@ -1950,7 +1950,8 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
-    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
+    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (`_prefixed` at a [`SplitLayout`] of
+    /// several residues a block; bf16 only; needs `partials`).
     TiledSplitK,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
@@ -2015,7 +2016,7 @@ enum MatmulLaunch {
     /// `split_rows`, then `matmul_bf16_wg_swap` or `matmul_fp8_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
     WgmmaSwapped,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
-    /// `matmul_fold_residues`.
+    /// `matmul_fold_residues` (`_prefixed` at a [`SplitLayout`] of several residues a block).
     Tiled { split_k: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
@@ -2086,7 +2087,8 @@ pub enum SwigluPlace {
     /// In the gate/up matmul's last step (`matmul_bf16_swiglu_*`, the twin of the 16-row
     /// kernel the plain gate/up would run): one launch, and the products never go to memory.
     InGateUp { tiles: usize, deep: bool },
-    /// In the fold of a gate/up whose k is split by residue (`matmul_fold_residues_swiglu`):
+    /// In the fold of a gate/up whose k is split by residue (`matmul_fold_residues_swiglu`,
+    /// `_prefixed` at a [`SplitLayout`] of several residues a block):
     /// one launch fewer, and the folded products never go to memory.
     InFold,
     /// `swiglu_rows` after the plain matmul: the unsplit tiles, the warpgroup MMA, the narrow
@@ -2447,7 +2449,8 @@ impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
     /// when `on_wgmma`; or, with `swiglu_act`, folded as a gate/up into `act = silu(gate) ·
-    /// up`: `matmul_fold_residues_swiglu`).
+    /// up`: `matmul_fold_residues_swiglu`; the tiles' split at a [`SplitLayout`] of several
+    /// residues a block folds with the `_prefixed` folds).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,

@@ -307,7 +307,9 @@ fn every_split_layout_gives_the_bits_of_the_other_kernels() {
     let mut rng = Rng::fresh();
     // The default layout's kernels: the split gate/up's SwiGLU in the fold
     // (`matmul_fold_residues_swiglu`, `_prefixed` at the other layouts) against theirs.
-    let mut k0 = Kernels::compile(&gpu, &tiny_dims().1).expect("kernels");
+    let default_layout = [("MMT_SPLIT_GROUP", 1), ("MMT_RESIDUE_FIRST", 0)];
+    let mut k0 = Kernels::compile_overriding(&gpu, &tiny_dims().1, &default_layout)
+        .expect("kernels of the default layout");
     k0.matmul_split32 = false;
     let swiglu_cases: Vec<(usize, usize, usize)> = [16, 5 * 64 + 16, 3 * 8 * 64 + 16]
         .into_iter()
