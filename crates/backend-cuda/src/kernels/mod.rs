@@ -91,11 +91,15 @@ const MMA_NARROW_DEPTH: usize = 2;
 /// before the kernel ahead ends (the early weights): at 4, all of the o projection's.
 const MATMUL_NARROW_DEPTH_ENV: &str = "FLASHLANE_MATMUL_NARROW_DEPTH";
 
+/// The number the environment variable `name` holds, if any (the A/B switches' bounds, depths and
+/// counts; an unset or unparsable value is none, and each caller keeps its default).
+fn env_number(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// The narrow kernel's depth: [`MATMUL_NARROW_DEPTH_ENV`]'s within 1–8, else [`MMA_NARROW_DEPTH`].
 fn narrow_depth() -> usize {
-    std::env::var(MATMUL_NARROW_DEPTH_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
+    env_number(MATMUL_NARROW_DEPTH_ENV)
         .filter(|depth| (1..=8).contains(depth))
         .unwrap_or(MMA_NARROW_DEPTH)
 }
@@ -279,9 +283,7 @@ pub const MATMUL_SPLIT_RESIDUE_FIRST_ENV: &str = "FLASHLANE_MATMUL_SPLIT_RESIDUE
 /// The layout the environment asks for ([`MATMUL_SPLIT_GROUP_ENV`],
 /// [`MATMUL_SPLIT_RESIDUE_FIRST_ENV`]), [`SPLIT_LAYOUT`]'s where it says nothing valid.
 fn split_layout() -> SplitLayout {
-    let group = std::env::var(MATMUL_SPLIT_GROUP_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
+    let group = env_number(MATMUL_SPLIT_GROUP_ENV)
         .filter(|&g| g > 0 && MATMUL_RESIDUES.is_multiple_of(g))
         .unwrap_or(SPLIT_LAYOUT.group);
     let residue_first = match std::env::var(MATMUL_SPLIT_RESIDUE_FIRST_ENV).as_deref() {
@@ -558,10 +560,7 @@ pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS
 /// assembly took ~75 % longer over Qwen3-4B's source (`tools/cuda_check`: 5.1 → 8.9 s on a 2-core
 /// CPU), once a build and model shape now that the PTX is kept between starts ([`ptx_cache`]).
 fn norm_in_matmul_max_rows() -> usize {
-    std::env::var(NORM_IN_MATMUL_MAX_ROWS_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
+    env_number(NORM_IN_MATMUL_MAX_ROWS_ENV).unwrap_or(NORM_IN_MATMUL_MAX_ROWS)
 }
 /// `FLASHLANE_MOE_NORM_IN_FRONT=1` runs a MoE layer's post-attention norm in its front
 /// projection's norm twin, which keeps the normalised rows for the experts (rounds of up to
@@ -696,10 +695,7 @@ impl SwapRows {
     /// MMA_COLS (the rows an MMA's B holds).
     fn from_env() -> Self {
         let bound = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map_or(default, |n: usize| n.min(MMA_COLS))
+            env_number(name).map_or(default, |n: usize| n.min(MMA_COLS))
         };
         Self {
             bf16: bound(MATMUL_SWAP_ROWS_ENV, MATMUL_SWAP_ROWS_BF16),
@@ -789,9 +785,7 @@ pub const MATMUL_SWAP_RING_STAGES_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING_STAGES
 
 /// The ring's chunk slots a warp ([`MATMUL_SWAP_RING_STAGES_ENV`], else [`SWAP_RING_STAGES`]).
 fn swap_ring_stages() -> usize {
-    std::env::var(MATMUL_SWAP_RING_STAGES_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
+    env_number(MATMUL_SWAP_RING_STAGES_ENV)
         .filter(|stages| (2..=8).contains(stages))
         .unwrap_or(SWAP_RING_STAGES)
 }
@@ -1190,9 +1184,7 @@ impl Dims {
             ("MMT_PROBE", MMT_PROBE),
             (
                 "MMA_PREFETCH_MAX_BYTES",
-                std::env::var(MATMUL_PREFETCH_MAX_MB_ENV)
-                    .ok()
-                    .and_then(|v| v.parse::<usize>().ok())
+                env_number(MATMUL_PREFETCH_MAX_MB_ENV)
                     .map_or(MMA_PREFETCH_MAX_BYTES, |mb| mb << 20),
             ),
             (
@@ -1684,14 +1676,9 @@ impl Kernels {
             },
             fp8_rounds_split_alone: std::env::var(MATMUL_SPLIT_K_ENV).map_or(true, |v| v != "0")
                 && hybrid_fp8_rounds_split(dims),
-            matmul_split_k_min_outputs: std::env::var(MATMUL_SPLIT_K_MIN_OUTPUTS_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            matmul_split_k_min_outputs: env_number(MATMUL_SPLIT_K_MIN_OUTPUTS_ENV).unwrap_or(0),
             matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
-            matmul_narrow_max_blocks: std::env::var(MATMUL_NARROW_MAX_BLOCKS_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
+            matmul_narrow_max_blocks: env_number(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
@@ -1728,9 +1715,7 @@ impl Kernels {
                 Ok("1") => Some(true),
                 _ => None,
             },
-            attention_grouped_min_rows: std::env::var(ATTENTION_GROUPED_MIN_ROWS_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
+            attention_grouped_min_rows: env_number(ATTENTION_GROUPED_MIN_ROWS_ENV)
                 .unwrap_or(ATT_GROUPED_MIN_ROWS),
             mtp_input: f("mtp_input")?,
             copy_rows: f("copy_rows")?,
