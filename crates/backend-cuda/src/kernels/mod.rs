@@ -808,6 +808,15 @@ fn rings_swapped(on: bool, keeps_rows: bool, shared_bytes: usize) -> bool {
     on && !keeps_rows && shared_bytes <= SWAP_STREAM_MAX_SHARED
 }
 
+/// The launches the tests count, so that a comparison knows it ran the kernels it meant to
+/// ([`Kernels::count`]): anything on the swapped chain, `matmul_bf16_swap_stream`, the ring.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Counted {
+    Swapped = 0,
+    Streamed = 1,
+    Ring = 2,
+}
+
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
 const MMA_ROWS: usize = 16;
 /// The matmul reads x and W in 16-element pieces: every matmul's `k` is a multiple of this.
@@ -1437,15 +1446,9 @@ pub struct Kernels {
     matmul_swiglu_swap_ring: CudaFunction,
     swap_ring_stages: usize,
     pub(crate) matmul_swap_rings: bool,
-    /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
+    /// Tests: launches of each [`Counted`] kind so far (that a comparison ran what it meant to).
     #[cfg(test)]
-    pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: launches of `matmul_bf16_swap_stream` so far.
-    #[cfg(test)]
-    pub(crate) streamed_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: launches of the ring's kernels so far.
-    #[cfg(test)]
-    pub(crate) ring_launches: std::sync::atomic::AtomicUsize,
+    pub(crate) launches: [std::sync::atomic::AtomicUsize; 3],
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1695,11 +1698,7 @@ impl Kernels {
             swap_ring_stages: swap_ring_stages(),
             matmul_swap_rings: std::env::var(MATMUL_SWAP_RING_ENV).is_ok_and(|v| v == "1"),
             #[cfg(test)]
-            swapped_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            streamed_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            ring_launches: std::sync::atomic::AtomicUsize::new(0),
+            launches: Default::default(),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2912,7 +2911,7 @@ impl Kernels {
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
-            self.count_swapped();
+            self.count(Counted::Swapped);
             let nt = swap_tiles(tiles, deep);
             let grid = (
                 1,
@@ -2939,9 +2938,7 @@ impl Kernels {
                         self.multiprocessors,
                     ) =>
                 {
-                    #[cfg(test)]
-                    self.streamed_launches
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.count(Counted::Streamed);
                     gpu.launch_with_shared(
                         &self.matmul_swap_stream,
                         grid,
@@ -2950,11 +2947,13 @@ impl Kernels {
                         &bf16_matmul_args(m),
                     )
                 }
-                (None, None) if self.rings(m, nt, None) => gpu.launch_with_shared(
+                (None, None) if self.rings(m, nt, None) => self.launch_on_ring(
+                    gpu,
                     &self.matmul_swap_ring[nt - 1],
                     grid,
-                    MMA_WARPS * 32,
-                    self.ring_shared_bytes(m, nt, false),
+                    m,
+                    nt,
+                    false,
                     &bf16_matmul_args(m),
                 ),
                 (None, None) => gpu.launch(
@@ -2963,11 +2962,13 @@ impl Kernels {
                     MMA_WARPS * 32,
                     &bf16_matmul_args(m),
                 ),
-                (None, Some(norm)) if self.rings(m, nt, Some(norm)) => gpu.launch_with_shared(
+                (None, Some(norm)) if self.rings(m, nt, Some(norm)) => self.launch_on_ring(
+                    gpu,
                     &self.twins().swap_ring[nt - 1],
                     grid,
-                    MMA_WARPS * 32,
-                    self.ring_shared_bytes(m, nt, true),
+                    m,
+                    nt,
+                    true,
                     &bf16_norm_matmul_args(m, norm),
                 ),
                 (None, Some(norm)) => gpu.launch(
@@ -3085,7 +3086,7 @@ impl Kernels {
             ..*m
         };
         if swaps(m.rows, self.matmul_swap_rows.bf16) {
-            self.count_swapped();
+            self.count(Counted::Swapped);
             // Two output tiles a block: 16 units.
             let grid = (
                 1,
@@ -3093,11 +3094,13 @@ impl Kernels {
                 1,
             );
             match twin_norm {
-                None if self.rings(&fused, 2, None) => gpu.launch_with_shared(
+                None if self.rings(&fused, 2, None) => self.launch_on_ring(
+                    gpu,
                     &self.matmul_swiglu_swap_ring,
                     grid,
-                    MMA_WARPS * 32,
-                    self.ring_shared_bytes(&fused, 2, false),
+                    &fused,
+                    2,
+                    false,
                     &bf16_matmul_args(&fused),
                 )?,
                 None => gpu.launch(
@@ -3106,11 +3109,13 @@ impl Kernels {
                     MMA_WARPS * 32,
                     &bf16_matmul_args(&fused),
                 )?,
-                Some(norm) if self.rings(&fused, 2, Some(&norm)) => gpu.launch_with_shared(
+                Some(norm) if self.rings(&fused, 2, Some(&norm)) => self.launch_on_ring(
+                    gpu,
                     &self.twins().swiglu_swap_ring,
                     grid,
-                    MMA_WARPS * 32,
-                    self.ring_shared_bytes(&fused, 2, true),
+                    &fused,
+                    2,
+                    true,
                     &bf16_norm_matmul_args(&fused, &norm),
                 )?,
                 Some(norm) => gpu.launch(
@@ -3698,33 +3703,39 @@ impl Kernels {
         )
     }
 
-    /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).
-    fn count_swapped(&self) {
+    /// Counts a launch of kind `launch` (tests only: [`Kernels::launches`]).
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn count(&self, launch: Counted) {
         #[cfg(test)]
-        self.swapped_launches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.launches[launch as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the swapped matmul `m` of `tiles` output tiles a block (with `norm` in it) runs on
-    /// the ring ([`rings_swapped`]), counting the launch for the tests.
+    /// the ring ([`rings_swapped`]).
     fn rings(&self, m: &Matmul, tiles: usize, norm: Option<&InputNorm>) -> bool {
-        let keeps_rows = norm.is_some_and(|n| n.keep);
-        let on = rings_swapped(
+        rings_swapped(
             self.matmul_swap_rings,
-            keeps_rows,
+            norm.is_some_and(|n| n.keep),
             swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm.is_some()),
-        );
-        #[cfg(test)]
-        if on {
-            self.ring_launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        on
+        )
     }
 
-    /// The ring's dynamic shared memory for `m` ([`swap_ring_shared_bytes`]).
-    fn ring_shared_bytes(&self, m: &Matmul, tiles: usize, norm: bool) -> u32 {
-        swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm) as u32
+    /// `function`, a ring kernel (`matmul_bf16_swap_ring*`), over `m` of `tiles` output tiles a
+    /// block (`norm`: a twin, whose norm's weight the ring keeps too) with its shared memory.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_on_ring(
+        &self,
+        gpu: &Gpu,
+        function: &CudaFunction,
+        grid: (u32, u32, u32),
+        m: &Matmul,
+        tiles: usize,
+        norm: bool,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        self.count(Counted::Ring);
+        let shared = swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm);
+        gpu.launch_with_shared(function, grid, MMA_WARPS * 32, shared as u32, args)
     }
 
     /// The MoE kernels, which a MoE model's kernels always have.
@@ -3893,7 +3904,7 @@ impl Kernels {
         // The swapped chain's experts: 16 units a block of gate/up.
         let swap = l.fp8.is_none() && swaps(l.rows, self.matmul_swap_rows.bf16);
         if swap {
-            self.count_swapped();
+            self.count(Counted::Swapped);
         }
         let arrivals = match sum {
             MoeSum::InDown { arrivals } => arrivals,

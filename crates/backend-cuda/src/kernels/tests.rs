@@ -5,8 +5,8 @@
 //! (and says why) without a CUDA device.
 
 use super::{
-    lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
-    MoeLaunch, SplitLayout, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
+    lin_stage, Counted, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel,
+    MoeIndexLayout, MoeLaunch, SplitLayout, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
@@ -1981,7 +1981,10 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     same_bits(&got.1, &want.1),
                     "{what}: the swapped norm twin's kept rows differ"
                 );
-                assert!(ran_swapped(&k), "{what}: the swapped twin did not run");
+                assert!(
+                    ran(&k, Counted::Swapped),
+                    "{what}: the swapped twin did not run"
+                );
                 // The ring's twin (`matmul_bf16_swap_ring_norm*`), which keeps no rows: the
                 // 16-row twin's outputs, and it ran.
                 let apart = super::InputNorm {
@@ -1995,7 +1998,10 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     let place = k.matmul_normed_with(gpu, &m, Some(&apart), kernel).unwrap();
                     k.matmul_swap_rings = false;
                     assert_eq!(place, Some(super::NormPlace::InMatmul), "{what}");
-                    (y.read(gpu, max_rows * n_out).unwrap(), ran_ring(&k))
+                    (
+                        y.read(gpu, max_rows * n_out).unwrap(),
+                        ran(&k, Counted::Ring),
+                    )
                 };
                 let (want_apart, _) = run_apart(0, false);
                 assert!(
@@ -2013,7 +2019,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     ring_fits(&k, depth, rows, tiles, true),
                     "{what}: the ring's norm twin ran where it fits"
                 );
-                ran_swapped(&k);
+                ran(&k, Counted::Swapped);
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
                 // with the norm.
                 let width = n_out / 2;
@@ -2040,9 +2046,9 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         k.matmul_swap_rings = false;
                         (
                             act.read(gpu, max_rows * width).unwrap(),
-                            ran_swapped(&k),
+                            ran(&k, Counted::Swapped),
                             place,
-                            ran_ring(&k),
+                            ran(&k, Counted::Ring),
                         )
                     };
                     let (want, _, _, _) = run(0, false);
@@ -2140,9 +2146,9 @@ fn swapped_gives_the_16_row_bits(
         k.matmul_swap_rings = false;
         (
             y.read(gpu, y0.len()).unwrap(),
-            ran_swapped(k),
-            ran_streamed(k),
-            ran_ring(k),
+            ran(k, Counted::Swapped),
+            ran(k, Counted::Streamed),
+            ran(k, Counted::Ring),
         )
     };
     let (want, _, _, _) = run(m, 0, false, false);
@@ -2223,26 +2229,9 @@ fn ring_fits(kernels: &Kernels, k: usize, rows: usize, tiles: usize, norm: bool)
     super::rings_swapped(true, false, bytes)
 }
 
-/// Whether `k` launched a ring kernel (`matmul_bf16_swap_ring*`) since the last call (and
-/// resets the count).
-fn ran_ring(k: &Kernels) -> bool {
-    k.ring_launches
-        .swap(0, std::sync::atomic::Ordering::Relaxed)
-        > 0
-}
-
-/// Whether `k` launched `matmul_bf16_swap_stream` since the last call (and resets the count).
-fn ran_streamed(k: &Kernels) -> bool {
-    k.streamed_launches
-        .swap(0, std::sync::atomic::Ordering::Relaxed)
-        > 0
-}
-
-/// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
-fn ran_swapped(k: &Kernels) -> bool {
-    k.swapped_launches
-        .swap(0, std::sync::atomic::Ordering::Relaxed)
-        > 0
+/// Whether `k` launched anything of kind `launch` since the last call (and resets its count).
+fn ran(k: &Kernels, launch: Counted) -> bool {
+    k.launches[launch as usize].swap(0, std::sync::atomic::Ordering::Relaxed) > 0
 }
 
 /// `swap_tiles` (no device needed): one output tile a block for the narrow and the deep plans,
@@ -3564,7 +3553,7 @@ fn check_moe(
     let first = |v: &[f32], width: usize| v[..n * width].to_vec();
     let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
     for sum in [TestSum::Alone, TestSum::InDown(&arrivals_swap)] {
-        ran_swapped(&k);
+        ran(&k, Counted::Swapped);
         let together = run_moe(
             gpu,
             &k,
@@ -3581,7 +3570,7 @@ fn check_moe(
             "{what}: the first {n} rows on the swapped chain differ"
         );
         assert_eq!(
-            ran_swapped(&k),
+            ran(&k, Counted::Swapped),
             fp8.is_none(),
             "{what}: the swapped chain ran for bf16 experts only"
         );
