@@ -1170,6 +1170,7 @@ impl Dims {
     /// The `#define`s the kernels are compiled with, as (name, value).
     fn define_list(&self) -> Vec<(&'static str, usize)> {
         let block = |v: u32| v as usize;
+        let layout = split_layout();
         let mut d = vec![
             ("MMA_WARPS", block(MMA_WARPS)),
             ("MMA_ROWS", MMA_ROWS),
@@ -1216,11 +1217,8 @@ impl Dims {
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
-            ("MMT_SPLIT_GROUP", split_layout().group),
-            (
-                "MMT_RESIDUE_FIRST",
-                usize::from(split_layout().residue_first),
-            ),
+            ("MMT_SPLIT_GROUP", layout.group),
+            ("MMT_RESIDUE_FIRST", usize::from(layout.residue_first)),
             ("SWS_X_PAD", SWAP_STREAM_X_PAD),
             ("SWR_STAGES", swap_ring_stages()),
             ("MMT_ROWS", MMT_ROWS),
