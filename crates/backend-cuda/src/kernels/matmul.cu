@@ -420,27 +420,32 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* w, int o0, int outs
         prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
 }
 
-// Whether this block pulls its rows into L2: the first row tile's, where the whole matrix (n_out
-// rows of row_bytes) is at most MMA_PREFETCH_MAX_BYTES (host define).
+// Whether a block pulls its rows into L2: its row tiles' first (`first_row_block`), where the
+// whole matrix (n_out rows of row_bytes) is at most MMA_PREFETCH_MAX_BYTES (host define).
+__device__ __forceinline__ bool prefetches_rows_of(bool first_row_block, int n_out, size_t row_bytes) {
+    return first_row_block && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
+}
+// The same for a grid whose row blocks are blockIdx.x (every kernel's but a k split with its
+// residues first: MMT_RESIDUE_FIRST).
 __device__ __forceinline__ bool prefetches_rows(int n_out, size_t row_bytes) {
-    return blockIdx.x == 0 && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
+    return prefetches_rows_of(blockIdx.x == 0, n_out, row_bytes);
+}
+
+// `matmul_start` for a block that is its row tiles' first by `first_row_block`.
+__device__ __forceinline__ void matmul_start_first(const void* w, int o0, int outs, int n_out, size_t row_bytes,
+                                                   bool wait, bool first_row_block) {
+    pdl_launch_dependents();
+    if (prefetches_rows_of(first_row_block, n_out, row_bytes)) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
+    if (wait) pdl_wait();
 }
 
 // Without `wait` the caller waits itself, later (MMA_EARLY_WEIGHTS: after its first weight loads).
+// (Not written as `matmul_start_first` of blockIdx.x == 0: that reads blockIdx before the
+// `griddepcontrol` instruction and so changes every GPU-tested matmul's PTX.)
 __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes,
                                              bool wait = true) {
     pdl_launch_dependents();
     if (prefetches_rows(n_out, row_bytes)) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
-    if (wait) pdl_wait();
-}
-
-// `matmul_start` for a block that is its row tiles' first by `first_row_block` rather than by
-// blockIdx.x (the k split's blocks with their residues first in the grid: MMT_RESIDUE_FIRST).
-__device__ __forceinline__ void matmul_start_first(const void* w, int o0, int outs, int n_out, size_t row_bytes,
-                                                   bool wait, bool first_row_block) {
-    pdl_launch_dependents();
-    if (first_row_block && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES)
-        prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
     if (wait) pdl_wait();
 }
 
@@ -1459,10 +1464,11 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 // residues' partial of its tile, unfolded, into `part` + residue · part_stride ([rows, n_out]
 // each; with several residues a block the first group's block their prefix, folded, as partial
 // 0), and `matmul_fold_residues` (`_prefixed`) then folds the partials in residue order — the
-// fold the tiles and the 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a
-// decode round of that many streams) then has MMT_RESIDUES / MMT_SPLIT_GROUP times the blocks of
-// the tiles, each MMT_SPLIT_GROUP eighths of k's chain long, and reads each weight once (the
-// 16-row kernels' blocks read it once per row tile, and x once per 40–48 outputs).
+// fold the tiles and the 16-row kernels' warp-order sum make — so the bits are theirs. A round
+// of 32–64 rows (a decode round of that many streams) then has MMT_RESIDUES / MMT_SPLIT_GROUP
+// times the blocks of the tiles, each MMT_SPLIT_GROUP eighths of k's chain long, and reads each
+// weight once (the 16-row kernels' blocks read it once per row tile, and x once per 40–48
+// outputs).
 extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
