@@ -1548,10 +1548,9 @@ matmul_fold_residues_swiglu_prefixed(const float* __restrict__ part, int part_st
 }
 
 // ---------------------------------------------------------------------------------------------
-// The swapped chain's operands through shared memory: what `matmul_bf16_swap_stream` and
-// `matmul_bf16_swap_ring*` (below) share.
-#define SWS_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
-#define SWS_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
+// The swapped chain's operands through shared memory (`matmul_bf16_swap_ring*`, below).
+#define SWR_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
+#define SWR_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
 
 // x's `rows` rows (gathered by `row_index`) into `xs`, row r at r · x_row floats, the 16-byte
 // pieces q of each 16 elements 16u … 16u + 15 of a chunk at q ^ (u & 2), zeros past k (kp: k in
@@ -1624,81 +1623,6 @@ __device__ __forceinline__ void swapped_chunk_mmas(const float* va, const uint4 
     }
 }
 
-// The swapped chain's one-tile matmul with all of a block's weights in flight at once
-// (`matmul_bf16_swap_stream`; the host's FLASHLANE_MATMUL_SWAP_STREAM, for a matrix of at most a
-// block a multiprocessor whose weights fit shared memory). `matmul_bf16_swap` keeps
-// MMA_NARROW_DEPTH chunks of a warp's weights in registers, so a warp of Qwen3-0.6B's attention
-// output (four chunks) or MLP down (six) waits for memory two or three times, and its 64 blocks
-// took 7.0 µs each in ncu (0.6–0.9 TB/s; bench/RESULTS.md session 52). Here each warp copies
-// every chunk it will multiply into shared memory with `cp.async` before the wait for the kernel
-// ahead (the weights are never written while kernels run), then x's rows after it, and
-// multiplies from shared memory: one wait for memory a block.
-//
-// Batch invariance: `mma_tile_swapped`'s chain with NT = 1 — warp w takes chunks w, w + 8, … in
-// increasing order, each chunk's four steps with the same operands in the same k-slots (zeros
-// past k and for absent rows, as there), hi then lo; the warps' sums added in warp order
-// (`sum_warp_partials`). The same products in the same order: the same bits.
-//
-// Shared memory (dynamic, `swap_stream_shared_bytes` on the host): warp w's chunks, its i-th
-// (chunk w + 8i) as 16 weight rows of 8 pieces of 16 bytes, piece p of row r at p ^ (r & 7) (the
-// 8 lanes of a 16-byte-load phase, rows g and g + 1 at pieces 2t and 2t + 1, hit 8 different bank
-// groups), ceil(chunks / 8) chunks a warp (the most any warp takes), MMA_WARPS times; then x's
-// `rows` rows of ceil(k / 64) · 64 floats (zeros past k) and SWS_X_PAD (host define) more, the
-// 16-byte pieces q of each 16 elements 16u … 16u + 15 of a chunk placed at q ^ (u & 2): the 8
-// lanes of a 16-byte-load phase (rows g and g + 1, u = t = 0 … 3) then hit 8 different bank
-// groups. Grid (1, ceil(n_out / 16)).
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)
-matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,
-                        const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,
-                        int accumulate, int rows) {
-    extern __shared__ float4 sws_smem4[];
-    __shared__ float part[MMA_WARPS][1][WARP][4];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int o0 = blockIdx.y * 16;
-    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK, kp = chunks * MMA_CHUNK;
-    const int per_warp = (chunks + MMA_WARPS - 1) / MMA_WARPS;
-    char* const smem = reinterpret_cast<char*>(sws_smem4);
-    char* const ws = smem + (size_t)warp * per_warp * SWS_CHUNK_BYTES;
-    float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * per_warp * SWS_CHUNK_BYTES);
-    const int x_row = kp + SWS_X_PAD;  // floats from one of x's rows in shared memory to the next
-    pdl_launch_dependents();
-    // This warp's chunks: lane l copies pieces l, l + 32, l + 64 and l + 96 of each (16 rows × 8).
-    static_assert(16 * SWS_PIECES == 4 * WARP, "four pieces a lane a chunk");
-    for (int i = 0; i < per_warp; i++) {
-        const int c = warp + i * MMA_WARPS;
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int piece = lane + WARP * q, r = piece / SWS_PIECES, p = piece % SWS_PIECES;
-            const int e = c * MMA_CHUNK + 8 * p;
-            const bool in = c < chunks && e < k;
-            cp_async16(ws + (size_t)(i * 16 + r) * (MMA_CHUNK * 2) + 16 * (p ^ (r & 7)),
-                       in ? w + (size_t)min(o0 + r, n_out - 1) * k + e : w, in);
-        }
-    }
-    cp_async_commit();
-    // x's rows (gathered by `row_index`), written by the kernel ahead.
-    pdl_wait();
-    copy_x_rows_swizzled(xs, x_row, x, x_stride, row_index, rows, k, kp);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    const float* xa = g < rows ? xs + (size_t)g * x_row : nullptr;
-    for (int i = 0; i < per_warp; i++) {
-        const int c = warp + i * MMA_WARPS;
-        if (c >= chunks) break;
-        float va[16];
-        load_x16_swizzled(xa, c * MMA_CHUNK + 16 * t, t, va);
-        uint4 lo[1][2], hi[1][2];
-        load_swapped_weights<1>(ws + (size_t)i * SWS_CHUNK_BYTES, g, t, lo, hi);
-        swapped_chunk_mmas<1>(va, lo, hi, acc);
-    }
-    float d[4];
-    if (!sum_warp_partials<1>(acc, part, d, warp, lane)) return;
-    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
-}
-
 // ---------------------------------------------------------------------------------------------
 // The swapped chain with each warp's weights streamed through a ring of SWR_STAGES chunk slots
 // in shared memory (`matmul_bf16_swap_ring`, `_t2`, their norm twins and the dense SwiGLU
@@ -1708,7 +1632,9 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
 // (bench/RESULTS.md session 52). Here a warp keeps SWR_STAGES chunks in flight with `cp.async`
 // (the first before the wait for the kernel ahead: weights are never written while kernels
 // run), refilling a slot as soon as its chunk is in registers; x's rows (and the norm's weight)
-// are copied to shared memory once, as `matmul_bf16_swap_stream` copies them.
+// are copied to shared memory once. With as many slots as a warp has chunks, every chunk of the
+// block's weights is on its way before that wait (Qwen3-0.6B's one-stream attention output and
+// MLP down: 4–6 chunks a warp, whose register kernel waits for memory two or three times).
 //
 // Batch invariance: `mma_tile_swapped`'s chain — warp w takes chunks w, w + 8, … in increasing
 // order, each chunk's four steps with the same operands in the same k-slots (zeros past k and
@@ -1717,9 +1643,12 @@ matmul_bf16_swap_stream(const float* __restrict__ x, int x_stride, const int* __
 // warp order; with SWIGLU the same units and epilogue as `matmul_swap_block`'s. The same bits.
 //
 // Shared memory (dynamic, `swap_ring_shared_bytes` on the host): warp w's SWR_STAGES slots of
-// 16·NT weight rows × 8 pieces of 16 bytes (piece p of row r at p ^ (r & 7)); then x's `rows` rows
-// as `matmul_bf16_swap_stream` lays them (SWS_X_PAD, pieces swizzled); then with NORM the norm's
-// weight, ceil(k / 64) · 64 floats (zeros past k), its pieces swizzled as x's. Grid (1, ceil(n_out / (16·NT))), or with SWIGLU
+// 16·NT weight rows × 8 pieces of 16 bytes, piece p of row r at p ^ (r & 7) (the 8 lanes of a
+// 16-byte-load phase, rows g and g + 1 at pieces 2t and 2t + 1, hit 8 different bank groups);
+// then x's `rows` rows of ceil(k / 64) · 64 floats (zeros past k) and SWR_X_PAD (host define)
+// more, laid out by `copy_x_rows_swizzled` (a phase of 16-byte loads, rows g and g + 1, then hits
+// 8 bank groups too); then with NORM the norm's weight, ceil(k / 64) · 64 floats (zeros past k),
+// its pieces swizzled as x's. Grid (1, ceil(n_out / (16·NT))), or with SWIGLU
 // (1, ceil(width / (8·NT))).
 template <int NT, bool NORM, bool SWIGLU>
 __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__ x, int x_stride,
@@ -1735,19 +1664,20 @@ __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__
     const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK, kp = chunks * MMA_CHUNK;
     const int mine = warp < chunks ? (chunks - warp + MMA_WARPS - 1) / MMA_WARPS : 0;  // this warp's chunks
-    constexpr int SLOT_BYTES = NT * SWS_CHUNK_BYTES;  // a chunk of the block's 16·NT weight rows
+    constexpr int SLOT_BYTES = NT * SWR_CHUNK_BYTES;  // a chunk of the block's 16·NT weight rows
     char* const smem = reinterpret_cast<char*>(swr_smem4);
     char* const ring = smem + (size_t)warp * SWR_STAGES * SLOT_BYTES;
     float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * SWR_STAGES * SLOT_BYTES);
-    const int x_row = kp + SWS_X_PAD;
+    const int x_row = kp + SWR_X_PAD;
     float* const gms = xs + (size_t)rows * x_row;  // the norm's weight (NORM)
+    static_assert(16 * SWR_PIECES == 4 * WARP, "four pieces a lane a tile's chunk");
     // The weight rows this lane copies pieces of: piece lane + 32q (q < 4·NT) of a chunk is row
     // (lane + 32q) / 8 of the block's 16·NT (tile j = row / 16, its row rr = row % 16), piece
     // (lane + 32q) % 8 — the same rows for every chunk.
     const bf16_t* src[4 * NT];
 #pragma unroll
     for (int q = 0; q < 4 * NT; q++) {
-        const int r = (lane + WARP * q) / SWS_PIECES, j = r / 16, rr = r % 16;
+        const int r = (lane + WARP * q) / SWR_PIECES, j = r / 16, rr = r % 16;
         if (SWIGLU) {
             const int unit = min(u0 + 8 * j + rr % 8, width - 1);
             src[q] = w + (size_t)(rr < 8 ? unit : width + unit) * k;
@@ -1762,7 +1692,7 @@ __device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__
             const int c = warp + i * MMA_WARPS;
 #pragma unroll
             for (int q = 0; q < 4 * NT; q++) {
-                const int piece = lane + WARP * q, r = piece / SWS_PIECES, p = piece % SWS_PIECES;
+                const int piece = lane + WARP * q, r = piece / SWR_PIECES, p = piece % SWR_PIECES;
                 const int e = c * MMA_CHUNK + 8 * p;
                 const bool in = e < k;
                 cp_async16(ring + (size_t)slot * SLOT_BYTES + r * (MMA_CHUNK * 2) + 16 * (p ^ (r & 7)),

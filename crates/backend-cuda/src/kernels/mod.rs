@@ -722,59 +722,27 @@ fn swap_tiles(tiles: usize, deep: bool) -> usize {
     }
 }
 
-/// `FLASHLANE_MATMUL_SWAP_STREAM=1` runs a swapped bf16 matmul of one output tile a block
-/// ([`swap_tiles`] 1, no norm in it) on `matmul_bf16_swap_stream` where [`streams_swapped`]
-/// allows: every chunk of a block's weights copied to shared memory before the wait for the
-/// kernel ahead, one wait for memory a block instead of one every MMA_NARROW_DEPTH chunks (the
-/// same chain: the same bits). An A/B switch, off: not yet measured (Qwen3-0.6B's one-stream
-/// attention output and MLP down, 64 such blocks, took 392 of a token's 1,276 µs in ncu; the A3B
-/// slice's 2,048-output projections 145 of 1,410: bench/RESULTS.md session 52).
-pub const MATMUL_SWAP_STREAM_ENV: &str = "FLASHLANE_MATMUL_SWAP_STREAM";
-/// The most dynamic shared memory a streamed swapped block takes (the stream's and the ring's):
-/// the H100's and H200's multiprocessors give a block up to 227 KiB, less its static shared
-/// memory (the warps' sums, with the norm's: up to ~10 KiB); for the stream 200 KiB holds
-/// k up to 5,056 at two rows and 5,632 at one (the A3B slice's 4,096-deep outputs at two rows:
-/// 160 KiB).
-const SWAP_STREAM_MAX_SHARED: usize = 200 << 10;
+/// The most dynamic shared memory a ring block takes (`matmul_bf16_swap_ring*`): the H100's and
+/// H200's multiprocessors give a block up to 227 KiB, less its static shared memory (the warps'
+/// sums, with the norm's: up to ~10 KiB). At four slots a warp and two rows it holds one tile's k
+/// up to 17,344 (11,584 with the norm), two tiles' up to 9,152 (6,080 with the norm; Qwen3-4B's
+/// gate/up with its norm takes 158 KiB).
+const SWAP_RING_MAX_SHARED: usize = 200 << 10;
 
-/// Floats after each of x's rows in `matmul_bf16_swap_stream`'s shared memory (16 bytes: rows g
-/// and g + 1, read in one phase of 16-byte loads, then start in other bank groups).
-const SWAP_STREAM_X_PAD: usize = 4;
-
-/// The dynamic shared memory of `matmul_bf16_swap_stream` for depth `k` and `rows` rows: every
-/// warp's chunks of 16 weight rows (bf16; as many a warp as the most any warp takes) and x's rows
-/// padded to whole chunks and [`SWAP_STREAM_X_PAD`] (f32).
-fn swap_stream_shared_bytes(k: usize, rows: usize) -> usize {
-    let chunks = k.div_ceil(MMA_CHUNK);
-    let warp_chunks = chunks.div_ceil(MMA_WARPS as usize);
-    MMA_WARPS as usize * warp_chunks * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
-        + rows * (chunks * MMA_CHUNK + SWAP_STREAM_X_PAD) * std::mem::size_of::<f32>()
-}
-
-/// Whether a swapped bf16 matmul of `tiles` output tiles a block streams its weights
-/// (`matmul_bf16_swap_stream`): where switched on, one tile a block, its blocks (one a
-/// multiprocessor: its shared memory) one wave, and its shared memory within
-/// [`SWAP_STREAM_MAX_SHARED`].
-fn streams_swapped(
-    on: bool,
-    tiles: usize,
-    n_out: usize,
-    k: usize,
-    rows: usize,
-    multiprocessors: usize,
-) -> bool {
-    on && tiles == 1
-        && n_out.div_ceil(16) <= multiprocessors
-        && swap_stream_shared_bytes(k, rows) <= SWAP_STREAM_MAX_SHARED
-}
+/// Floats after each of x's rows in the ring's shared memory (16 bytes: rows g and g + 1, read
+/// in one phase of 16-byte loads, then start in other bank groups).
+const SWAP_RING_X_PAD: usize = 4;
 
 /// `FLASHLANE_MATMUL_SWAP_RING=1` runs the swapped bf16 matmuls (one and two tiles a block,
 /// their norm twins where they keep no rows, and the dense SwiGLU gate/up) on
-/// `matmul_bf16_swap_ring*` where [`rings_swapped`] allows (and `matmul_bf16_swap_stream` does
-/// not take them): each warp keeps [`swap_ring_stages`] chunks of its weights in flight through
-/// shared memory instead of one or two in registers (the same chain: the same bits). An A/B
-/// switch, off: not yet measured (Qwen3-4B's one-row gate/up with its norm, 43 µs a layer at
-/// 2.3 TB/s in ncu, is 1,557 of a token's 4,000 µs: bench/RESULTS.md session 52).
+/// `matmul_bf16_swap_ring*` where [`rings_swapped`] allows: each warp keeps
+/// [`swap_ring_stages`] chunks of its weights in flight through shared memory, the first before
+/// the wait for the kernel ahead, instead of one or two in registers (the same chain: the same
+/// bits). With as many slots as a warp has chunks (8 for k up to 4,096) all of a block's weights
+/// are on their way before that wait. An A/B switch, off: not yet measured (Qwen3-4B's one-row
+/// gate/up with its norm, 43 µs a layer at 2.3 TB/s in ncu, is 1,557 of a token's 4,000 µs;
+/// Qwen3-0.6B's one-stream attention output and MLP down, 64 one-tile blocks of 4–6 chunks a
+/// warp, 392 of 1,276 µs: bench/RESULTS.md session 52).
 pub const MATMUL_SWAP_RING_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING";
 /// Chunk slots a warp of `matmul_bf16_swap_ring*` keeps in flight (SWR_STAGES): four chunks of
 /// two tiles are 16 KiB a warp, 128 KiB a block, one block a multiprocessor.
@@ -792,29 +760,28 @@ fn swap_ring_stages() -> usize {
 
 /// The dynamic shared memory of `matmul_bf16_swap_ring*` of `tiles` output tiles a block and
 /// `stages` slots a warp for depth `k` and `rows` rows: every warp's slots of 16·tiles weight
-/// rows (bf16), x's rows as `matmul_bf16_swap_stream` keeps them and, with `norm`, the norm's
-/// weight padded to whole chunks (f32).
+/// rows (bf16), x's rows padded to whole chunks and [`SWAP_RING_X_PAD`] and, with `norm`, the
+/// norm's weight padded to whole chunks (f32).
 fn swap_ring_shared_bytes(k: usize, rows: usize, tiles: usize, stages: usize, norm: bool) -> usize {
     let kp = k.div_ceil(MMA_CHUNK) * MMA_CHUNK;
     MMA_WARPS as usize * stages * tiles * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
-        + rows * (kp + SWAP_STREAM_X_PAD) * std::mem::size_of::<f32>()
+        + rows * (kp + SWAP_RING_X_PAD) * std::mem::size_of::<f32>()
         + usize::from(norm) * kp * std::mem::size_of::<f32>()
 }
 
 /// Whether a swapped bf16 matmul runs on the ring (`matmul_bf16_swap_ring*`): where switched on,
 /// for a norm twin only where it keeps no normalised rows (`keeps_rows`: the MoE's front
-/// projection, which the ring does not write), and within [`SWAP_STREAM_MAX_SHARED`].
+/// projection, which the ring does not write), and within [`SWAP_RING_MAX_SHARED`].
 fn rings_swapped(on: bool, keeps_rows: bool, shared_bytes: usize) -> bool {
-    on && !keeps_rows && shared_bytes <= SWAP_STREAM_MAX_SHARED
+    on && !keeps_rows && shared_bytes <= SWAP_RING_MAX_SHARED
 }
 
 /// The launches the tests count, so that a comparison knows it ran the kernels it meant to
-/// ([`Kernels::count`]): anything on the swapped chain, `matmul_bf16_swap_stream`, the ring.
+/// ([`Kernels::count`]): anything on the swapped chain, the ring's kernels.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Counted {
     Swapped = 0,
-    Streamed = 1,
-    Ring = 2,
+    Ring = 1,
 }
 
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
@@ -1219,7 +1186,7 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_SPLIT_GROUP", layout.group),
             ("MMT_RESIDUE_FIRST", usize::from(layout.residue_first)),
-            ("SWS_X_PAD", SWAP_STREAM_X_PAD),
+            ("SWR_X_PAD", SWAP_RING_X_PAD),
             ("SWR_STAGES", swap_ring_stages()),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
@@ -1433,10 +1400,6 @@ pub struct Kernels {
     /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: SwapRows,
-    /// `matmul_bf16_swap_stream`, and whether [`streams_swapped`] may run it
-    /// ([`MATMUL_SWAP_STREAM_ENV`]).
-    matmul_swap_stream: CudaFunction,
-    pub(crate) matmul_swap_streams: bool,
     /// `matmul_bf16_swap_ring` and `_t2`, `matmul_bf16_swiglu_swap_ring_t2`, the slots a warp
     /// they were compiled with, and whether [`rings_swapped`] may run them
     /// ([`MATMUL_SWAP_RING_ENV`]).
@@ -1446,7 +1409,7 @@ pub struct Kernels {
     pub(crate) matmul_swap_rings: bool,
     /// Tests: launches of each [`Counted`] kind so far (that a comparison ran what it meant to).
     #[cfg(test)]
-    pub(crate) launches: [std::sync::atomic::AtomicUsize; 3],
+    pub(crate) launches: [std::sync::atomic::AtomicUsize; 2],
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1607,12 +1570,11 @@ impl Kernels {
                 f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ])
         };
-        // The kernels that stream their weights through shared memory: up to
-        // SWAP_STREAM_MAX_SHARED of it.
-        let shared_up_to = |function: CudaFunction| -> Result<CudaFunction, CudaError> {
+        // The ring's kernels: up to SWAP_RING_MAX_SHARED of shared memory.
+        let ring_shared_up_to = |function: CudaFunction| -> Result<CudaFunction, CudaError> {
             function.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                SWAP_STREAM_MAX_SHARED as i32,
+                SWAP_RING_MAX_SHARED as i32,
             )?;
             Ok(function)
         };
@@ -1631,10 +1593,12 @@ impl Kernels {
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
                     swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
                     swap_ring: [
-                        shared_up_to(f("matmul_bf16_swap_ring_norm")?)?,
-                        shared_up_to(f("matmul_bf16_swap_ring_norm_t2")?)?,
+                        ring_shared_up_to(f("matmul_bf16_swap_ring_norm")?)?,
+                        ring_shared_up_to(f("matmul_bf16_swap_ring_norm_t2")?)?,
                     ],
-                    swiglu_swap_ring: shared_up_to(f("matmul_bf16_swiglu_swap_ring_norm_t2")?)?,
+                    swiglu_swap_ring: ring_shared_up_to(f(
+                        "matmul_bf16_swiglu_swap_ring_norm_t2",
+                    )?)?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1686,13 +1650,11 @@ impl Kernels {
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
-            matmul_swap_stream: shared_up_to(f("matmul_bf16_swap_stream")?)?,
-            matmul_swap_streams: std::env::var(MATMUL_SWAP_STREAM_ENV).is_ok_and(|v| v == "1"),
             matmul_swap_ring: [
-                shared_up_to(f("matmul_bf16_swap_ring")?)?,
-                shared_up_to(f("matmul_bf16_swap_ring_t2")?)?,
+                ring_shared_up_to(f("matmul_bf16_swap_ring")?)?,
+                ring_shared_up_to(f("matmul_bf16_swap_ring_t2")?)?,
             ],
-            matmul_swiglu_swap_ring: shared_up_to(f("matmul_bf16_swiglu_swap_ring_t2")?)?,
+            matmul_swiglu_swap_ring: ring_shared_up_to(f("matmul_bf16_swiglu_swap_ring_t2")?)?,
             swap_ring_stages: swap_ring_stages(),
             matmul_swap_rings: std::env::var(MATMUL_SWAP_RING_ENV).is_ok_and(|v| v == "1"),
             #[cfg(test)]
@@ -2924,25 +2886,6 @@ impl Kernels {
                         grid,
                         MMA_WARPS * 32,
                         &fp8_matmul_args(m, &fp8),
-                    )
-                }
-                (None, None)
-                    if streams_swapped(
-                        self.matmul_swap_streams,
-                        nt,
-                        m.n_out,
-                        m.k,
-                        m.rows,
-                        self.multiprocessors,
-                    ) =>
-                {
-                    self.count(Counted::Streamed);
-                    gpu.launch_with_shared(
-                        &self.matmul_swap_stream,
-                        grid,
-                        MMA_WARPS * 32,
-                        swap_stream_shared_bytes(m.k, m.rows) as u32,
-                        &bf16_matmul_args(m),
                     )
                 }
                 (None, None) if self.rings(m, nt, None) => self.launch_on_ring(

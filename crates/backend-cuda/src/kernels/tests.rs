@@ -2120,10 +2120,9 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
-/// the swapped chain, then with its one-tile blocks' weights streamed
-/// (`matmul_bf16_swap_stream`), then on the ring (`matmul_bf16_swap_ring*`): the same bits each
-/// time, and the swapped chain ran (streamed where the plan held one tile a block of bf16 weights
-/// that fit: the narrow and deep plans here; on the ring where its shared memory fits).
+/// the swapped chain, then on the ring (`matmul_bf16_swap_ring*`), with x's rows as they are and
+/// gathered: the same bits each time, the swapped chain ran, and the ring where its shared memory
+/// fits (bf16 weights only).
 fn swapped_gives_the_16_row_bits(
     gpu: &Gpu,
     k: &mut Kernels,
@@ -2133,62 +2132,38 @@ fn swapped_gives_the_16_row_bits(
     y0: &[f32],
     what: &str,
 ) {
-    let multiprocessors = k.multiprocessors;
     let rings = m.fp8.is_none() && ring_fits(k, m.k, m.rows, swapped_tiles_of(kernel), false);
-    // The outputs, whether anything ran on the swapped chain, and whether streamed.
-    let mut run = |m: &Matmul, swap_rows: usize, streams: bool, rings: bool| {
+    // The outputs, whether anything ran on the swapped chain, and whether on the ring.
+    let mut run = |m: &Matmul, swap_rows: usize, on_ring: bool| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-        k.matmul_swap_streams = streams;
-        k.matmul_swap_rings = rings;
+        k.matmul_swap_rings = on_ring;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
-        k.matmul_swap_streams = false;
         k.matmul_swap_rings = false;
         (
             y.read(gpu, y0.len()).unwrap(),
             ran(k, Counted::Swapped),
-            ran(k, Counted::Streamed),
             ran(k, Counted::Ring),
         )
     };
-    let (want, _, _, _) = run(m, 0, false, false);
-    let (got, swapped, streamed, _) = run(m, super::MMA_COLS, false, false);
+    let (want, _, _) = run(m, 0, false);
+    let (got, swapped, ring) = run(m, super::MMA_COLS, false);
     assert!(
         same_bits(&got, &want),
         "{what}: the swapped chain's bits differ"
     );
-    assert!(
-        swapped && !streamed,
-        "{what}: the swapped chain did not run"
-    );
-    let (got, swapped, streamed, _) = run(m, super::MMA_COLS, true, false);
-    assert!(
-        same_bits(&got, &want),
-        "{what}: the streamed swapped chain's bits differ"
-    );
-    assert!(
-        swapped,
-        "{what}: the swapped chain did not run (streams on)"
-    );
-    let one_tile = matches!(kernel, MatmulKernel::Narrow | MatmulKernel::Deep(_));
-    let streams = one_tile
-        && m.fp8.is_none()
-        && super::streams_swapped(true, 1, m.n_out, m.k, m.rows, multiprocessors);
-    assert_eq!(
-        streamed, streams,
-        "{what}: streamed where the plan holds one tile a block of bf16 weights that fit, only there"
-    );
-    // On the ring (`matmul_bf16_swap_ring*`, bf16 only), the stream off.
-    let (got, _, _, ring) = run(m, super::MMA_COLS, false, true);
+    assert!(swapped && !ring, "{what}: the swapped chain did not run");
+    let (got, swapped, ring) = run(m, super::MMA_COLS, true);
     assert!(
         same_bits(&got, &want),
         "{what}: the ring's swapped chain's bits differ"
     );
+    assert!(swapped, "{what}: the swapped chain did not run (ring on)");
     assert_eq!(
         ring, rings,
         "{what}: the ring ran for bf16 weights that fit"
     );
-    // x's rows gathered (`row_index`: in reverse order), which the streamed kernel copies.
+    // x's rows gathered (`row_index`: in reverse order), which the ring copies.
     if m.row_index == 0 && m.rows > 1 {
         let order: Vec<i32> = (0..m.rows as i32).rev().collect();
         let index = Buf::from_host(gpu, &order).unwrap();
@@ -2196,18 +2171,12 @@ fn swapped_gives_the_16_row_bits(
             row_index: index.at(0),
             ..*m
         };
-        let (want, _, _, _) = run(&gathered, 0, false, false);
-        let (got, _, streamed, _) = run(&gathered, super::MMA_COLS, true, false);
-        let (ringed, _, _, ring) = run(&gathered, super::MMA_COLS, false, true);
+        let (want, _, _) = run(&gathered, 0, false);
+        let (got, _, ring) = run(&gathered, super::MMA_COLS, true);
         assert!(
-            same_bits(&ringed, &want) && ring == rings,
+            same_bits(&got, &want) && ring == rings,
             "{what}: the ring's bits differ, rows gathered"
         );
-        assert!(
-            same_bits(&got, &want),
-            "{what}: the streamed swapped chain's bits differ, rows gathered"
-        );
-        assert_eq!(streamed, streams, "{what}: rows gathered");
     }
 }
 
@@ -2246,32 +2215,36 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     assert_eq!(swap_tiles(6, false), 2);
 }
 
-/// `streams_swapped` and its shared memory (no device needed): Qwen3-0.6B's one-row attention
-/// output (k 2,048) and MLP down (k 3,072) and the A3B slice's 4,096-deep outputs at two rows
-/// stream; two tiles a block, more blocks than multiprocessors, Qwen3-4B's MLP down (k 9,728)
-/// and a switch that is off do not.
+/// The ring's shared memory and choice (no device needed): Qwen3-0.6B's one-row attention
+/// output (k 2,048, one tile) and Qwen3-4B's gate/up with its norm (k 2,560, two tiles) at two
+/// rows take the ring; a norm twin that keeps its rows, a switch that is off and a block over
+/// SWAP_RING_MAX_SHARED (Qwen3-4B's MLP down at eight slots and eight rows) do not.
 #[test]
-fn swapped_matmuls_stream_where_one_wave_fits_shared_memory() {
-    use super::{streams_swapped, swap_stream_shared_bytes, SWAP_STREAM_MAX_SHARED};
-    // 8 warps × 4 chunks × 2 KiB of weights, one row of 2,048 floats and its 4 of padding.
-    assert_eq!(swap_stream_shared_bytes(2048, 1), 65536 + (2048 + 4) * 4);
-    // 41 chunks: 6 a warp at most; 2 rows of 41 · 64 floats and their padding.
+fn swapped_matmuls_ring_where_their_shared_memory_fits() {
+    use super::{rings_swapped, swap_ring_shared_bytes, SWAP_RING_MAX_SHARED};
+    // 8 warps × 4 slots × 2 KiB of one tile's weights, one row of 2,048 floats and 4 of padding.
     assert_eq!(
-        swap_stream_shared_bytes(2576, 2),
-        8 * 6 * 2048 + 2 * (41 * 64 + 4) * 4
+        swap_ring_shared_bytes(2048, 1, 1, 4, false),
+        65536 + (2048 + 4) * 4
     );
-    assert!(streams_swapped(true, 1, 1024, 2048, 1, 132));
-    assert!(streams_swapped(true, 1, 1024, 3072, 2, 132));
-    assert!(streams_swapped(true, 1, 2048, 4096, 2, 132));
-    assert!(swap_stream_shared_bytes(4096, 8) > SWAP_STREAM_MAX_SHARED);
-    assert!(!streams_swapped(true, 1, 2048, 4096, 8, 132));
-    assert!(!streams_swapped(false, 1, 1024, 2048, 1, 132));
-    assert!(!streams_swapped(true, 2, 1024, 2048, 1, 132));
-    assert!(!streams_swapped(true, 1, 2560, 4096, 1, 132), "160 blocks");
+    // Two tiles (4 KiB a slot), 2 rows of 41 · 64 floats and their padding, the norm's weight.
+    assert_eq!(
+        swap_ring_shared_bytes(2576, 2, 2, 4, true),
+        8 * 4 * 4096 + 2 * (41 * 64 + 4) * 4 + 41 * 64 * 4
+    );
+    let fits = |k, rows, tiles, stages, norm| swap_ring_shared_bytes(k, rows, tiles, stages, norm);
+    assert!(rings_swapped(true, false, fits(2048, 1, 1, 4, false)));
+    assert!(rings_swapped(true, false, fits(2560, 2, 2, 4, true)));
     assert!(
-        !streams_swapped(true, 1, 2560, 9728, 1, 160),
-        "Qwen3-4B's down: 342 KiB"
+        !rings_swapped(true, true, fits(2560, 2, 2, 4, true)),
+        "rows kept"
     );
+    assert!(
+        !rings_swapped(false, false, fits(2048, 1, 1, 4, false)),
+        "off"
+    );
+    assert!(fits(9728, 8, 1, 8, false) > SWAP_RING_MAX_SHARED);
+    assert!(!rings_swapped(true, false, fits(9728, 8, 1, 8, false)));
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
