@@ -1,6 +1,10 @@
 # Sourced by a device call's script, from the repository root, after `T0=$(date +%s)`:
 #   . bench/device_ab.sh
 # el MESSAGE: MESSAGE after the seconds since T0.
+# gpu_info: the GPU's name, driver and memory into $OUT/gpu.txt, and printed.
+# kernel_tests NAME SECONDS FILTER...: the packed `backend_cuda` test binary
+#   (bench/peers/gpu-tests.tar.xz) on the tests whose names hold a FILTER, at most SECONDS, its
+#   log written to $OUT/tests_NAME.txt as it runs (a call cut short keeps what ran).
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
@@ -10,4 +14,14 @@ ab() {
   SETTINGS="$settings" STREAMS=$streams NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=90 \
     bench/gpu_ab.sh /tmp/ab_$name $shape "$@" > /dev/null 2>&1
   el "A/B $name rc=$?"; cat /tmp/ab_$name/ab.txt /tmp/ab_$name/ab_means.txt | tee -a $OUT/ab.txt
+}
+gpu_info() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1
+  cat $OUT/gpu.txt
+}
+kernel_tests() {
+  local name=$1 seconds=$2 b; shift 2
+  b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
+  FLASHLANE_REQUIRE_GPU=1 timeout $seconds $b/backend_cuda "$@" --test-threads 1 > $OUT/tests_$name.txt 2>&1
+  el "backend_cuda $* rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_$name.txt | head -20
 }

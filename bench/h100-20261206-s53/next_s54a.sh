@@ -18,10 +18,8 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 . bench/unpack_peers.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
-b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
-FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda swapped ring --test-threads 1 > $OUT/tests_s54a.txt 2>&1
-el "backend_cuda swapped/ring tests rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_s54a.txt | head -20
+gpu_info
+kernel_tests s54a 150 swapped ring
 SWAP="base:FLASHLANE_AB=1 ring:FLASHLANE_MATMUL_SWAP_RING=1 ring2:FLASHLANE_MATMUL_SWAP_RING=1,FLASHLANE_MATMUL_SWAP_RING_STAGES=2 ring8:FLASHLANE_MATMUL_SWAP_RING=1,FLASHLANE_MATMUL_SWAP_RING_STAGES=8"
 ab q06_swap qwen3-0.6b 1,2 "$SWAP" $FL
 ab a3b_swap qwen3-next-a3b-slice 1,2 "$SWAP" $FL

@@ -16,11 +16,8 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 . bench/unpack_peers.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
-b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
-FLASHLANE_REQUIRE_GPU=1 timeout 150 $b/backend_cuda every_split_layout matmul_matches --test-threads 1 \
-  > $OUT/tests_s54b.txt 2>&1
-el "backend_cuda every_split_layout matmul_matches rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_s54b.txt | head -20
+gpu_info
+kernel_tests s54b 150 every_split_layout matmul_matches
 LAYOUTS=${LAYOUTS:-"base:FLASHLANE_AB=1 first:FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g2first:FLASHLANE_MATMUL_SPLIT_GROUP=2,FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g4first:FLASHLANE_MATMUL_SPLIT_GROUP=4,FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1 g8:FLASHLANE_MATMUL_SPLIT_GROUP=8"}
 ab q4b_layout qwen3-4b 32,64 "$LAYOUTS" $FL
 [ "${Q8B:-0}" = 1 ] && ab q8b_layout qwen3-8b 48,64 "$LAYOUTS" $FL
