@@ -420,28 +420,13 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* w, int o0, int outs
         prefetch_l2(base + off, (unsigned)min((size_t)MMA_PREFETCH_PIECE, bytes - off));
 }
 
-// Whether a block pulls its rows into L2: its row tiles' first (`first_row_block`), where the
-// whole matrix (n_out rows of row_bytes) is at most MMA_PREFETCH_MAX_BYTES (host define).
-__device__ __forceinline__ bool prefetches_rows_of(bool first_row_block, int n_out, size_t row_bytes) {
-    return first_row_block && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
-}
-// The same for a grid whose row blocks are blockIdx.x (every kernel's but a k split with its
-// residues first: MMT_RESIDUE_FIRST).
+// Whether this block pulls its rows into L2: the first row tile's, where the whole matrix (n_out
+// rows of row_bytes) is at most MMA_PREFETCH_MAX_BYTES (host define).
 __device__ __forceinline__ bool prefetches_rows(int n_out, size_t row_bytes) {
-    return prefetches_rows_of(blockIdx.x == 0, n_out, row_bytes);
-}
-
-// `matmul_start` for a block that is its row tiles' first by `first_row_block`.
-__device__ __forceinline__ void matmul_start_first(const void* w, int o0, int outs, int n_out, size_t row_bytes,
-                                                   bool wait, bool first_row_block) {
-    pdl_launch_dependents();
-    if (prefetches_rows_of(first_row_block, n_out, row_bytes)) prefetch_rows_l2(w, o0, outs, n_out, row_bytes);
-    if (wait) pdl_wait();
+    return blockIdx.x == 0 && (unsigned long long)n_out * row_bytes <= (unsigned long long)MMA_PREFETCH_MAX_BYTES;
 }
 
 // Without `wait` the caller waits itself, later (MMA_EARLY_WEIGHTS: after its first weight loads).
-// (Not written as `matmul_start_first` of blockIdx.x == 0: that reads blockIdx before the
-// `griddepcontrol` instruction and so changes every GPU-tested matmul's PTX.)
 __device__ __forceinline__ void matmul_start(const void* w, int o0, int outs, int n_out, size_t row_bytes,
                                              bool wait = true) {
     pdl_launch_dependents();
@@ -1156,7 +1141,6 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
-// MMT_SPLIT_GROUP and MMT_RESIDUE_FIRST (a k split's layout: `SplitLayout` in mod.rs),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -1222,9 +1206,8 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
-// SPLIT_K: the block computes the partials of its MMT_SPLIT_GROUP residues, each alone into
-// y + residue · part_stride, or (the first group's block where the group holds several) their
-// prefix into y (see `matmul_bf16_tiled_split`).
+// SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
+// part_stride (see `matmul_bf16_tiled_split`).
 template <int BM, int NT, bool SPLIT_K = false>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
@@ -1243,42 +1226,19 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int wr = warp / WC, wc = warp % WC;
     // Row blocks vary fastest, as in the 16-row kernels: blocks that read the same weights run
     // together. (Walking groups of 16 row blocks instead, to keep a prefill's x in L2, measured
-    // the same in session 9.) A k split's blocks: grid (row blocks, n-tiles, residue groups), or
-    // with MMT_RESIDUE_FIRST (residue groups, n-tiles, row blocks), so that the groups of one
-    // tile, which read the interleaved chunks of the same weight rows, run together — and a
-    // prompt's row blocks of one tile, which read the same weights, run a grid slice apart.
-    static_assert(MMT_SPLIT_GROUP > 0 && MMT_RESIDUES % MMT_SPLIT_GROUP == 0,
-                  "a split block's residues divide the residues");
-    const bool residue_first = SPLIT_K && MMT_RESIDUE_FIRST;
-    const int row_block = residue_first ? blockIdx.z : blockIdx.x;
-    const int res_group = !SPLIT_K ? 0 : residue_first ? blockIdx.x : blockIdx.z;
-    const int r0 = row_block * BM, o0 = blockIdx.y * BN;
+    // the same in session 9.)
+    const int r0 = blockIdx.x * BM, o0 = blockIdx.y * BN;
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    // The residues this block walks (a split block MMT_SPLIT_GROUP of them, each into its own
-    // partial but the first group's, below), and how many chunks it multiplies.
-    const int res_first = SPLIT_K ? res_group * MMT_SPLIT_GROUP : 0;
-    const int res_end = SPLIT_K ? res_first + MMT_SPLIT_GROUP : MMT_RESIDUES;
-    // Where a split block walks several residues, the first group's block folds its residues as
-    // the fold would (((p0 + p1) + p2) + …, the total's order) and writes that prefix as partial
-    // 0 alone; `matmul_fold_residues_prefixed` then folds the others onto it: the same sums in the
-    // same order, a fold of MMT_RESIDUES − MMT_SPLIT_GROUP + 1 partials.
-    const bool folds_here = !SPLIT_K || (MMT_SPLIT_GROUP > 1 && res_group == 0);
-    int visits = chunks;
-    if (SPLIT_K) {
-        visits = 0;
-        for (int res = res_first; res < res_end; res++)
-            visits += res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    }
-    // A split's first residue group alone (its first row block) pulls the tile's weights into L2
-    // (the others read the same).
+    // The residues this block walks, and how many chunks it multiplies.
+    const int res_first = SPLIT_K ? blockIdx.z : 0, res_end = SPLIT_K ? res_first + 1 : MMT_RESIDUES;
+    const int visits =
+        SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
+    // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
     // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
     // copies (below).
-    if (!SPLIT_K || res_group == 0) {
-        if (residue_first)
-            matmul_start_first(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS, row_block == 0);
-        else
-            matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
+    if (!SPLIT_K || blockIdx.z == 0) {
+        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
     } else {
         pdl_launch_dependents();
         if (!MMT_EARLY_WEIGHTS) pdl_wait();
@@ -1414,28 +1374,18 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
             }
         }
-        // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there):
-        // a split block writes it as partial `res`, the others (and a split's first residue group
-        // of several residues: `folds_here`) fold it into their total.
+        // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there).
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    if (!folds_here) {
-                        const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
-                        const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
-                        if (r < rows && o < n_out) y[(size_t)res * part_stride + (size_t)r * y_stride + o] = acc[m][j][i];
-                    } else {
-                        total[m][j][i] = res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
-                    }
+                    total[m][j][i] = SPLIT_K || res == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
                     acc[m][j][i] = 0.0f;
                 }
     }
     cp_async_wait<0>();
-    if (!folds_here) return;
-    // The total, or a split's prefix (partial 0: `part` itself, never accumulated).
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -1445,7 +1395,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
                 const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
                 if (r < rows && o < n_out) {
-                    float* out = y + (size_t)r * y_stride + o;
+                    float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];
                 }
             }
@@ -1459,16 +1409,13 @@ matmul_bf16_tiled(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
     matmul_tiled_block<MMT_ROWS, 4>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
-// The tiles with k split by residue over blocks (MMT_RESIDUES / MMT_SPLIT_GROUP of them a tile:
-// grid z, or grid x with MMT_RESIDUE_FIRST): a block writes each of its MMT_SPLIT_GROUP
-// residues' partial of its tile, unfolded, into `part` + residue · part_stride ([rows, n_out]
-// each; with several residues a block the first group's block their prefix, folded, as partial
-// 0), and `matmul_fold_residues` (`_prefixed`) then folds the partials in residue order — the
-// fold the tiles and the 16-row kernels' warp-order sum make — so the bits are theirs. A round
-// of 32–64 rows (a decode round of that many streams) then has MMT_RESIDUES / MMT_SPLIT_GROUP
-// times the blocks of the tiles, each MMT_SPLIT_GROUP eighths of k's chain long, and reads each
-// weight once (the 16-row kernels' blocks read it once per row tile, and x once per 40–48
-// outputs).
+// The tiles with k split by residue over blocks (grid z = MMT_RESIDUES): block z writes residue
+// z's partial of its tile, unfolded, into `part` + z · part_stride ([rows, n_out] each), and
+// `matmul_fold_residues` then folds the partials in residue order — the fold the tiles and the
+// 16-row kernels' warp-order sum make — so the bits are theirs. A round of 32–64 rows (a decode
+// round of that many streams) then has MMT_RESIDUES times the blocks of the tiles, each an
+// eighth of k's chain long, and reads each weight once (the 16-row kernels' blocks read it once
+// per row tile, and x once per 40–48 outputs).
 extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
@@ -1485,32 +1432,20 @@ matmul_bf16_tiled_split32(const unsigned* __restrict__ xs, const bf16_t* __restr
     matmul_tiled_block<32, 2, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
-// y[r, o] (+)= ((part_0 + part_FIRST) + part_FIRST+1) + … (partials `[rows, n_out]` each,
-// part_stride apart; FIRST 1: all MMT_RESIDUES of them, or MMT_SPLIT_GROUP where partial 0 holds
-// the first group's prefix). A thread an output.
-template <int FIRST>
-__device__ __forceinline__ void fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out,
-                                              float* __restrict__ y, int y_stride, int accumulate) {
+// y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
+// part_stride apart). A thread an output.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out, float* __restrict__ y,
+                     int y_stride, int accumulate) {
     pdl_launch_dependents();
     pdl_wait();
     const int i = blockIdx.x * SPLIT_THREADS + threadIdx.x;
     if (i >= rows * n_out) return;
     float total = part[i];
 #pragma unroll
-    for (int z = FIRST; z < MMT_RESIDUES; z++) total += part[(size_t)z * part_stride + i];
+    for (int z = 1; z < MMT_RESIDUES; z++) total += part[(size_t)z * part_stride + i];
     float* out = y + (size_t)(i / n_out) * y_stride + i % n_out;
     *out = accumulate ? *out + total : total;
-}
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues(const float* __restrict__ part, int part_stride, int rows, int n_out, float* __restrict__ y,
-                     int y_stride, int accumulate) {
-    fold_residues<1>(part, part_stride, rows, n_out, y, y_stride, accumulate);
-}
-// The tiles' split at a layout of several residues a block (partial 0 the first group's prefix).
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues_prefixed(const float* __restrict__ part, int part_stride, int rows, int n_out,
-                              float* __restrict__ y, int y_stride, int accumulate) {
-    fold_residues<MMT_SPLIT_GROUP>(part, part_stride, rows, n_out, y, y_stride, accumulate);
 }
 
 // A dense MLP's gate/up split by residue, folded and its SwiGLU taken in one pass:
@@ -1518,9 +1453,9 @@ matmul_fold_residues_prefixed(const float* __restrict__ part, int part_stride, i
 // (partials `[rows, 2 · width]`, gate outputs first), the product the expression of
 // `swiglu_rows`: the bits of the fold into y and then `swiglu_rows`, without y's round trip and
 // one launch fewer. A thread a unit (a gate and its up).
-template <int FIRST>
-__device__ __forceinline__ void fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows,
-                                                     int width, float* __restrict__ act) {
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows, int width,
+                            float* __restrict__ act) {
     pdl_launch_dependents();
     pdl_wait();
     const int j = blockIdx.x * SPLIT_THREADS + threadIdx.x;
@@ -1529,270 +1464,9 @@ __device__ __forceinline__ void fold_residues_swiglu(const float* __restrict__ p
     const int gi = r * 2 * width + i, ui = gi + width;
     float gate = part[gi], up = part[ui];
 #pragma unroll
-    for (int z = FIRST; z < MMT_RESIDUES; z++) {
+    for (int z = 1; z < MMT_RESIDUES; z++) {
         gate += part[(size_t)z * part_stride + gi];
         up += part[(size_t)z * part_stride + ui];
     }
     act[j] = siluf_(gate) * up;
 }
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues_swiglu(const float* __restrict__ part, int part_stride, int rows, int width,
-                            float* __restrict__ act) {
-    fold_residues_swiglu<1>(part, part_stride, rows, width, act);
-}
-// The SwiGLU's fold of the tiles' split at a layout of several residues a block.
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-matmul_fold_residues_swiglu_prefixed(const float* __restrict__ part, int part_stride, int rows, int width,
-                                     float* __restrict__ act) {
-    fold_residues_swiglu<MMT_SPLIT_GROUP>(part, part_stride, rows, width, act);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The swapped chain's operands through shared memory (`matmul_bf16_swap_ring*`, below).
-#define SWR_PIECES (MMA_CHUNK / 8)                // 16-byte pieces of a chunk of a weight row
-#define SWR_CHUNK_BYTES (16 * MMA_CHUNK * 2)      // a chunk of 16 weight rows (bf16)
-
-// x's `rows` rows (gathered by `row_index`) into `xs`, row r at r · x_row floats, the 16-byte
-// pieces q of each 16 elements 16u … 16u + 15 of a chunk at q ^ (u & 2), zeros past k (kp: k in
-// whole chunks): the block's threads' `cp.async`s, which the caller commits.
-__device__ __forceinline__ void copy_x_rows_swizzled(float* xs, int x_row, const float* __restrict__ x, int x_stride,
-                                                     const int* __restrict__ row_index, int rows, int k, int kp) {
-    const int row_pieces = kp / 4;
-    for (int v = threadIdx.x; v < rows * row_pieces; v += blockDim.x) {
-        const int r = v / row_pieces, e = 4 * (v % row_pieces);
-        const int u = e % MMA_CHUNK / 16, q = e % 16 / 4;
-        const bool in = e < k;
-        cp_async16(xs + (size_t)r * x_row + e - 4 * q + 4 * (q ^ (u & 2)),
-                   in ? x + (size_t)(row_index ? row_index[r] : r) * x_stride + e : x, in);
-    }
-}
-
-// Elements e … e + 15 (e = 16t within its chunk) of a row `copy_x_rows_swizzled` laid out at
-// `xa` (null: zeros), piece q at q ^ (t & 2).
-__device__ __forceinline__ void load_x16_swizzled(const float* xa, int e, int t, float* va) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float4 f = xa ? *reinterpret_cast<const float4*>(xa + e + 4 * (q ^ (t & 2)))
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        va[4 * q] = f.x;
-        va[4 * q + 1] = f.y;
-        va[4 * q + 2] = f.z;
-        va[4 * q + 3] = f.w;
-    }
-}
-
-// Lane (g, t)'s weights of a chunk of 16·NT rows in shared memory (`slot`, 128 bytes a row, piece
-// p of row r at p ^ (r & 7)): rows 16j + g (h = 0) and 16j + g + 8 (h = 1) of tile j, elements
-// 16t … 16t + 7 (piece 2t, `lo`) and 16t + 8 … 16t + 15 (piece 2t + 1, `hi`): the A fragments
-// `mma_tile_swapped` loads from memory as w0 and w1.
-template <int NT>
-__device__ __forceinline__ void load_swapped_weights(const char* slot, int g, int t, uint4 (&lo)[NT][2],
-                                                     uint4 (&hi)[NT][2]) {
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = 16 * j + g + 8 * h;
-            const char* row = slot + r * (MMA_CHUNK * 2);
-            lo[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t) ^ (r & 7)));
-            hi[j][h] = *reinterpret_cast<const uint4*>(row + 16 * ((2 * t + 1) ^ (r & 7)));
-        }
-}
-
-// A chunk's four steps of `mma_tile_swapped`: x's 16 elements split into hi and lo, and each
-// tile's hi then lo product, the A operands in the k-slots that kernel puts them in.
-template <int NT>
-__device__ __forceinline__ void swapped_chunk_mmas(const float* va, const uint4 (&lo)[NT][2],
-                                                   const uint4 (&hi)[NT][2], float (&acc)[NT][4]) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        unsigned b0h, b0l, b1h, b1l;
-        split_x(va[4 * s], va[4 * s + 1], b0h, b0l);
-        split_x(va[4 * s + 2], va[4 * s + 3], b1h, b1l);
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            unsigned a[4];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                a[h] = s == 0 ? lo[j][h].x : s == 1 ? lo[j][h].z : s == 2 ? hi[j][h].x : hi[j][h].z;
-                a[2 + h] = s == 0 ? lo[j][h].y : s == 1 ? lo[j][h].w : s == 2 ? hi[j][h].y : hi[j][h].w;
-            }
-            mma_16816(acc[j], a[0], a[1], a[2], a[3], b0h, b1h);
-            if (MMA_SPLIT) mma_16816(acc[j], a[0], a[1], a[2], a[3], b0l, b1l);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The swapped chain with each warp's weights streamed through a ring of SWR_STAGES chunk slots
-// in shared memory (`matmul_bf16_swap_ring`, `_t2`, their norm twins and the dense SwiGLU
-// gate/up's; the host's FLASHLANE_MATMUL_SWAP_RING): `matmul_bf16_swap*` hold MMA_NARROW_DEPTH
-// chunks of a warp's weights in registers (one for two tiles a block), so a warp waits for
-// memory every chunk or two; Qwen3-4B's one-row gate/up with its norm read 2.3 TB/s in ncu
-// (bench/RESULTS.md session 52). Here a warp keeps SWR_STAGES chunks in flight with `cp.async`
-// (the first before the wait for the kernel ahead: weights are never written while kernels
-// run), refilling a slot as soon as its chunk is in registers; x's rows (and the norm's weight)
-// are copied to shared memory once. With as many slots as a warp has chunks, every chunk of the
-// block's weights is on its way before that wait (Qwen3-0.6B's one-stream attention output and
-// MLP down: 4–6 chunks a warp, whose register kernel waits for memory two or three times).
-//
-// Batch invariance: `mma_tile_swapped`'s chain — warp w takes chunks w, w + 8, … in increasing
-// order, each chunk's four steps with the same operands in the same k-slots (zeros past k and
-// for absent rows), hi then lo; with NORM x normalised as `InputsNormed` does it (`tile_norms`'
-// 1 / RMS, `normalise16` of each 16 elements with the norm's weight); the warps' sums added in
-// warp order; with SWIGLU the same units and epilogue as `matmul_swap_block`'s. The same bits.
-//
-// Shared memory (dynamic, `swap_ring_shared_bytes` on the host): warp w's SWR_STAGES slots of
-// 16·NT weight rows × 8 pieces of 16 bytes, piece p of row r at p ^ (r & 7) (the 8 lanes of a
-// 16-byte-load phase, rows g and g + 1 at pieces 2t and 2t + 1, hit 8 different bank groups);
-// then x's `rows` rows of ceil(k / 64) · 64 floats (zeros past k) and SWR_X_PAD (host define)
-// more, laid out by `copy_x_rows_swizzled` (a phase of 16-byte loads, rows g and g + 1, then hits
-// 8 bank groups too); then with NORM the norm's weight, ceil(k / 64) · 64 floats (zeros past k),
-// its pieces swizzled as x's. Grid (1, ceil(n_out / (16·NT))), or with SWIGLU
-// (1, ceil(width / (8·NT))).
-template <int NT, bool NORM, bool SWIGLU>
-__device__ __forceinline__ void matmul_swap_ring_block(const float* __restrict__ x, int x_stride,
-                                                       const int* __restrict__ row_index,
-                                                       const bf16_t* __restrict__ w, int k, int n_out,
-                                                       float* __restrict__ y, int y_stride, int accumulate, int rows,
-                                                       float (*part)[NT][WARP][4], const float* __restrict__ norm_w,
-                                                       float eps, int norm_kind, float (*norm_sums)[NORM_WARPS],
-                                                       float* norm_inv_s) {
-    extern __shared__ float4 swr_smem4[];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int o0 = blockIdx.y * NT * 16;
-    const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
-    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK, kp = chunks * MMA_CHUNK;
-    const int mine = warp < chunks ? (chunks - warp + MMA_WARPS - 1) / MMA_WARPS : 0;  // this warp's chunks
-    constexpr int SLOT_BYTES = NT * SWR_CHUNK_BYTES;  // a chunk of the block's 16·NT weight rows
-    char* const smem = reinterpret_cast<char*>(swr_smem4);
-    char* const ring = smem + (size_t)warp * SWR_STAGES * SLOT_BYTES;
-    float* const xs = reinterpret_cast<float*>(smem + (size_t)MMA_WARPS * SWR_STAGES * SLOT_BYTES);
-    const int x_row = kp + SWR_X_PAD;
-    float* const gms = xs + (size_t)rows * x_row;  // the norm's weight (NORM)
-    static_assert(16 * SWR_PIECES == 4 * WARP, "four pieces a lane a tile's chunk");
-    // The weight rows this lane copies pieces of: piece lane + 32q (q < 4·NT) of a chunk is row
-    // (lane + 32q) / 8 of the block's 16·NT (tile j = row / 16, its row rr = row % 16), piece
-    // (lane + 32q) % 8 — the same rows for every chunk.
-    const bf16_t* src[4 * NT];
-#pragma unroll
-    for (int q = 0; q < 4 * NT; q++) {
-        const int r = (lane + WARP * q) / SWR_PIECES, j = r / 16, rr = r % 16;
-        if (SWIGLU) {
-            const int unit = min(u0 + 8 * j + rr % 8, width - 1);
-            src[q] = w + (size_t)(rr < 8 ? unit : width + unit) * k;
-        } else {
-            src[q] = w + (size_t)min(o0 + r, n_out - 1) * k;
-        }
-    }
-    // Chunk i of this warp (chunk warp + 8i) into slot `slot`, one commit group (empty past its
-    // chunks, so that every lane counts the same groups).
-    auto fetch = [&](int i, int slot) {
-        if (i < mine) {
-            const int c = warp + i * MMA_WARPS;
-#pragma unroll
-            for (int q = 0; q < 4 * NT; q++) {
-                const int piece = lane + WARP * q, r = piece / SWR_PIECES, p = piece % SWR_PIECES;
-                const int e = c * MMA_CHUNK + 8 * p;
-                const bool in = e < k;
-                cp_async16(ring + (size_t)slot * SLOT_BYTES + r * (MMA_CHUNK * 2) + 16 * (p ^ (r & 7)),
-                           in ? src[q] + e : w, in);
-            }
-        }
-        cp_async_commit();
-    };
-    pdl_launch_dependents();
-    // The norm's weight (never written while kernels run) joins the first slot's group.
-    if (NORM) copy_x_rows_swizzled(gms, kp, norm_w, 0, nullptr, 1, k, kp);
-#pragma unroll
-    for (int s = 0; s < SWR_STAGES; s++) fetch(s, s);
-    // x's rows (gathered by `row_index`), written by the kernel ahead, and with NORM their
-    // 1 / RMS (`tile_norms`: one trip to L2 for the whole row, `rmsnorm_rows`' sums).
-    pdl_wait();
-    copy_x_rows_swizzled(xs, x_row, x, x_stride, row_index, rows, k, kp);
-    cp_async_commit();
-    float inv = 0.0f;
-    if (NORM) {
-        tile_norms(x, x_stride, row_index, rows, 0, k, eps, norm_sums, norm_inv_s);
-        inv = norm_inv_s[g];
-    }
-    // Every group but the ring's refills (none yet): x, the norm's weight and the first slots.
-    cp_async_wait<0>();
-    __syncthreads();
-
-    float acc[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    const float* xa = g < rows ? xs + (size_t)g * x_row : nullptr;
-    for (int i = 0; i < mine; i++) {
-        const int slot = i % SWR_STAGES;
-        // Chunk i's group complete: the first SWR_STAGES chunks were waited for before the loop;
-        // after a later chunk's group (a refill) SWR_STAGES − 1 refills were committed.
-        cp_async_wait<SWR_STAGES - 1>();
-        __syncwarp();
-        const int c = warp + i * MMA_WARPS, e = c * MMA_CHUNK + 16 * t;
-        float va[16];
-        load_x16_swizzled(xa, e, t, va);
-        if (NORM) {
-            float gm[16];
-            load_x16_swizzled(gms, e, t, gm);
-            normalise16(va, inv, gm, norm_kind);
-        }
-        uint4 lo[NT][2], hi[NT][2];
-        load_swapped_weights<NT>(ring + (size_t)slot * SLOT_BYTES, g, t, lo, hi);
-        // The slot read by every lane: refill it with chunk i + SWR_STAGES.
-        __syncwarp();
-        fetch(i + SWR_STAGES, slot);
-        swapped_chunk_mmas<NT>(va, lo, hi, acc);
-    }
-    cp_async_wait<0>();
-    float d[4];
-    if (!sum_warp_partials<NT>(acc, part, d, warp, lane)) return;
-    if (SWIGLU) {
-        const int unit = u0 + 8 * warp + g;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int r = 2 * t + i;
-            if (r < rows && unit < width) y[(size_t)r * y_stride + unit] = siluf_(d[i]) * d[2 + i];
-        }
-        return;
-    }
-    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
-}
-
-#define MATMUL_BF16_SWAP_RING_KERNEL(NAME, NT, SWIGLU)                                                   \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows) {                                                                    \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_swap_ring_block<NT, false, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,      \
-                                                  accumulate, rows, part, nullptr, 0.0f, 0, nullptr,     \
-                                                  nullptr);                                              \
-    }
-#define MATMUL_BF16_SWAP_RING_NORM_KERNEL(NAME, NT, SWIGLU)                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, 1)                                   \
-    NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
-         const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
-         int accumulate, int rows, const float* __restrict__ norm_w, float eps, int norm_kind,          \
-         float* __restrict__ norm_out) {                                                                \
-        __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
-        __shared__ float norm_inv_s[MMA_ROWS];                                                          \
-        matmul_swap_ring_block<NT, true, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,       \
-                                                 accumulate, rows, part, norm_w, eps, norm_kind,         \
-                                                 norm_sums, norm_inv_s);                                 \
-    }
-// One and two output tiles a block, and the dense SwiGLU gate/up's two; their norm twins (which
-// take the twins' arguments; `norm_out`, the MoE's kept rows, is never asked of them: the host
-// runs them only where it is null).
-MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swap_ring, 1, false)
-MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swap_ring_t2, 2, false)
-MATMUL_BF16_SWAP_RING_KERNEL(matmul_bf16_swiglu_swap_ring_t2, 2, true)
-#if MMA_NORM_TWINS
-MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swap_ring_norm, 1, false)
-MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swap_ring_norm_t2, 2, false)
-MATMUL_BF16_SWAP_RING_NORM_KERNEL(matmul_bf16_swiglu_swap_ring_norm_t2, 2, true)
-#endif

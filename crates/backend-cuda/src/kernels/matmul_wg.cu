@@ -211,8 +211,7 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
 // whatever the k-slots and whichever operand holds which factor: the tensor-core probe of
 // session 22), the hi then the lo product; a block walks one residue's chunks (blockIdx.z) in
 // order from a zero partial, and `matmul_fold_residues` folds the partials in residue order: the
-// bits of `matmul_bf16_tiled_split`, whose partials and grid these are at its default layout
-// (one residue a block, residues last; at others its first partial holds a group's prefix).
+// bits of `matmul_bf16_tiled_split`, whose partials and grid these are.
 //
 // A block: two warpgroups of 64 outputs (MWS_OUTS 128, the tiles' block), N rows. Shared
 // memory: MWS_X_STAGES chunks of x, each 16-byte piece p (0–7 hi, 8–15 lo: 2s + h) of row r at
@@ -500,8 +499,7 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
     }
 }
 
-// Grid (ceil(rows / N), ceil(n_out / MWS_OUTS), MMT_RESIDUES), `matmul_bf16_tiled_split`'s at its
-// default layout.
+// Grid (ceil(rows / N), ceil(n_out / MWS_OUTS), MMT_RESIDUES), as `matmul_bf16_tiled_split`'s.
 extern "C" __global__ void __launch_bounds__(MWS_THREADS, 2)
 matmul_bf16_wg_split_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                          float* __restrict__ part, int part_stride, int rows) {

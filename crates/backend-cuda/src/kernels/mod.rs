@@ -251,68 +251,6 @@ const MATMUL_SPLIT_K_MIN_LAYER_BLOCKS: usize = 160;
 /// The split partials of a matmul: one `[rows, n_out]` f32 block per residue of the k split.
 pub const MATMUL_RESIDUES: usize = MMA_WARPS as usize;
 
-/// How the tiles' k split (`matmul_bf16_tiled_split`, `_split32`) lays its blocks out: each
-/// block walks `group` residues (MMT_SPLIT_GROUP), and the grid is (residue groups, n-tiles,
-/// row blocks) where `residue_first`, else (row blocks, n-tiles, residue groups)
-/// (MMT_RESIDUE_FIRST). A block writes each of its residues' partial apart, but where a block
-/// walks several residues the first group's block folds its own (((p0 + p1) + …), the fold's
-/// order) and writes that prefix as partial 0, and `matmul_fold_residues_prefixed` folds the
-/// rest onto it: fewer partials written and read (5 of 8 at 4 a block; at 8 the block writes
-/// the whole sum and the fold copies it). The same sums in the same order whatever the layout:
-/// the same bits. Why it may matter (unmeasured): Qwen3-4B's 64-stream round ran its split
-/// matmuls at 1.2–1.5 TB/s (bench/RESULTS.md session 52's profile), each block five chunks of 64
-/// long, and the eight blocks that read the same rows' interleaved chunks one grid slice (every
-/// tile's block of one residue) apart; its folds took 1.0 of its 8.6 ms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SplitLayout {
-    pub(crate) group: usize,
-    pub(crate) residue_first: bool,
-}
-/// One residue a block, residues last in the grid: the layout before session 53.
-const SPLIT_LAYOUT: SplitLayout = SplitLayout {
-    group: 1,
-    residue_first: false,
-};
-/// `FLASHLANE_MATMUL_SPLIT_GROUP=N` (1, 2, 4 or 8: a divisor of [`MATMUL_RESIDUES`]; another
-/// value leaves [`SPLIT_LAYOUT`]'s) sets the residues a split block walks, and
-/// `FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST=1|0` whether the grid puts them first: A/B switches that
-/// keep the bits.
-pub const MATMUL_SPLIT_GROUP_ENV: &str = "FLASHLANE_MATMUL_SPLIT_GROUP";
-pub const MATMUL_SPLIT_RESIDUE_FIRST_ENV: &str = "FLASHLANE_MATMUL_SPLIT_RESIDUE_FIRST";
-
-/// The layout the environment asks for ([`MATMUL_SPLIT_GROUP_ENV`],
-/// [`MATMUL_SPLIT_RESIDUE_FIRST_ENV`]), [`SPLIT_LAYOUT`]'s where it says nothing valid.
-fn split_layout() -> SplitLayout {
-    let group = env_number(MATMUL_SPLIT_GROUP_ENV)
-        .filter(|&g| g > 0 && MATMUL_RESIDUES.is_multiple_of(g))
-        .unwrap_or(SPLIT_LAYOUT.group);
-    let residue_first = match std::env::var(MATMUL_SPLIT_RESIDUE_FIRST_ENV).as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => SPLIT_LAYOUT.residue_first,
-    };
-    SplitLayout {
-        group,
-        residue_first,
-    }
-}
-
-impl SplitLayout {
-    /// The grid of a split of `row_blocks` × `out_blocks` tiles.
-    fn grid(self, row_blocks: u32, out_blocks: u32) -> (u32, u32, u32) {
-        assert!(
-            self.group > 0 && MATMUL_RESIDUES.is_multiple_of(self.group),
-            "[split-layout-group] a split block's residues ({}) divide the {MATMUL_RESIDUES}",
-            self.group
-        );
-        let groups = (MATMUL_RESIDUES / self.group) as u32;
-        match self.residue_first {
-            true => (groups, out_blocks, row_blocks),
-            false => (row_blocks, out_blocks, groups),
-        }
-    }
-}
-
 /// `FLASHLANE_MATMUL_TILED=0` keeps every bf16 matmul on the 16-row kernels (for A/B runs of one
 /// binary: the bits do not change).
 pub const MATMUL_TILED_ENV: &str = "FLASHLANE_MATMUL_TILED";
@@ -506,15 +444,12 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
 /// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
-/// `--matmul-input bf16`); MMT_STAGES, whose shared memory the compiled kernels then launch
-/// with; and MMT_SPLIT_GROUP and MMT_RESIDUE_FIRST, whose grid they then launch ([`SplitLayout`]).
-/// Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
+/// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
+/// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 14] = [
+const OVERRIDABLE_DEFINES: [&str; 12] = [
     "MMA_NORM_TWINS",
-    "MMT_SPLIT_GROUP",
-    "MMT_RESIDUE_FIRST",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -720,68 +655,6 @@ fn swap_tiles(tiles: usize, deep: bool) -> usize {
         true => 1,
         false => 2,
     }
-}
-
-/// The most dynamic shared memory a ring block takes (`matmul_bf16_swap_ring*`): the H100's and
-/// H200's multiprocessors give a block up to 227 KiB, less its static shared memory (the warps'
-/// sums, with the norm's: up to ~10 KiB). At four slots a warp and two rows it holds one tile's k
-/// up to 17,344 (11,584 with the norm), two tiles' up to 9,152 (6,080 with the norm; Qwen3-4B's
-/// gate/up with its norm takes 158 KiB).
-const SWAP_RING_MAX_SHARED: usize = 200 << 10;
-
-/// Floats after each of x's rows in the ring's shared memory (16 bytes: rows g and g + 1, read
-/// in one phase of 16-byte loads, then start in other bank groups).
-const SWAP_RING_X_PAD: usize = 4;
-
-/// `FLASHLANE_MATMUL_SWAP_RING=1` runs the swapped bf16 matmuls (one and two tiles a block,
-/// their norm twins where they keep no rows, and the dense SwiGLU gate/up) on
-/// `matmul_bf16_swap_ring*` where [`rings_swapped`] allows: each warp keeps
-/// [`swap_ring_stages`] chunks of its weights in flight through shared memory, the first before
-/// the wait for the kernel ahead, instead of one or two in registers (the same chain: the same
-/// bits). With as many slots as a warp has chunks (8 for k up to 4,096) all of a block's weights
-/// are on their way before that wait. An A/B switch, off: not yet measured (Qwen3-4B's one-row
-/// gate/up with its norm, 43 µs a layer at 2.3 TB/s in ncu, is 1,557 of a token's 4,000 µs;
-/// Qwen3-0.6B's one-stream attention output and MLP down, 64 one-tile blocks of 4–6 chunks a
-/// warp, 392 of 1,276 µs: bench/RESULTS.md session 52).
-pub const MATMUL_SWAP_RING_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING";
-/// Chunk slots a warp of `matmul_bf16_swap_ring*` keeps in flight (SWR_STAGES): four chunks of
-/// two tiles are 16 KiB a warp, 128 KiB a block, one block a multiprocessor.
-const SWAP_RING_STAGES: usize = 4;
-/// `FLASHLANE_MATMUL_SWAP_RING_STAGES=N` (2 to 8) compiles another count (A/B runs: the bits
-/// do not change); another value leaves [`SWAP_RING_STAGES`].
-pub const MATMUL_SWAP_RING_STAGES_ENV: &str = "FLASHLANE_MATMUL_SWAP_RING_STAGES";
-
-/// The ring's chunk slots a warp ([`MATMUL_SWAP_RING_STAGES_ENV`], else [`SWAP_RING_STAGES`]).
-fn swap_ring_stages() -> usize {
-    env_number(MATMUL_SWAP_RING_STAGES_ENV)
-        .filter(|stages| (2..=8).contains(stages))
-        .unwrap_or(SWAP_RING_STAGES)
-}
-
-/// The dynamic shared memory of `matmul_bf16_swap_ring*` of `tiles` output tiles a block and
-/// `stages` slots a warp for depth `k` and `rows` rows: every warp's slots of 16·tiles weight
-/// rows (bf16), x's rows padded to whole chunks and [`SWAP_RING_X_PAD`] and, with `norm`, the
-/// norm's weight padded to whole chunks (f32).
-fn swap_ring_shared_bytes(k: usize, rows: usize, tiles: usize, stages: usize, norm: bool) -> usize {
-    let kp = k.div_ceil(MMA_CHUNK) * MMA_CHUNK;
-    MMA_WARPS as usize * stages * tiles * 16 * MMA_CHUNK * std::mem::size_of::<u16>()
-        + rows * (kp + SWAP_RING_X_PAD) * std::mem::size_of::<f32>()
-        + usize::from(norm) * kp * std::mem::size_of::<f32>()
-}
-
-/// Whether a swapped bf16 matmul runs on the ring (`matmul_bf16_swap_ring*`): where switched on,
-/// for a norm twin only where it keeps no normalised rows (`keeps_rows`: the MoE's front
-/// projection, which the ring does not write), and within [`SWAP_RING_MAX_SHARED`].
-fn rings_swapped(on: bool, keeps_rows: bool, shared_bytes: usize) -> bool {
-    on && !keeps_rows && shared_bytes <= SWAP_RING_MAX_SHARED
-}
-
-/// The launches the tests count, so that a comparison knows it ran the kernels it meant to
-/// ([`Kernels::count`]): anything on the swapped chain, the ring's kernels.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Counted {
-    Swapped = 0,
-    Ring = 1,
 }
 
 /// Rows one warp of the matmul computes (an m16n8k16 tile's height).
@@ -1137,7 +1010,6 @@ impl Dims {
     /// The `#define`s the kernels are compiled with, as (name, value).
     fn define_list(&self) -> Vec<(&'static str, usize)> {
         let block = |v: u32| v as usize;
-        let layout = split_layout();
         let mut d = vec![
             ("MMA_WARPS", block(MMA_WARPS)),
             ("MMA_ROWS", MMA_ROWS),
@@ -1184,10 +1056,6 @@ impl Dims {
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
-            ("MMT_SPLIT_GROUP", layout.group),
-            ("MMT_RESIDUE_FIRST", usize::from(layout.residue_first)),
-            ("SWR_X_PAD", SWAP_RING_X_PAD),
-            ("SWR_STAGES", swap_ring_stages()),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
@@ -1358,8 +1226,6 @@ pub struct Kernels {
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
-    /// The layout `matmul_tiled_split` and `_split32` were compiled for, which their grid follows.
-    split_layout: SplitLayout,
     matmul_split32: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
@@ -1373,10 +1239,6 @@ pub struct Kernels {
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
-    /// `matmul_fold_residues_prefixed` and `_swiglu_prefixed`: the folds of the tiles' split
-    /// where a block walks several residues ([`SplitLayout`]: partial 0 the first group's prefix).
-    matmul_fold_prefixed: CudaFunction,
-    matmul_fold_swiglu_prefixed: CudaFunction,
     /// Whether `MatmulKernel::Auto` splits k where [`runs_split_k`] ([`model_splits_k`], or
     /// [`MATMUL_SPLIT_K_ENV`]'s choice).
     matmul_split_k: bool,
@@ -1400,16 +1262,9 @@ pub struct Kernels {
     /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: SwapRows,
-    /// `matmul_bf16_swap_ring` and `_t2`, `matmul_bf16_swiglu_swap_ring_t2`, the slots a warp
-    /// they were compiled with, and whether [`rings_swapped`] may run them
-    /// ([`MATMUL_SWAP_RING_ENV`]).
-    matmul_swap_ring: [CudaFunction; 2],
-    matmul_swiglu_swap_ring: CudaFunction,
-    swap_ring_stages: usize,
-    pub(crate) matmul_swap_rings: bool,
-    /// Tests: launches of each [`Counted`] kind so far (that a comparison ran what it meant to).
+    /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
-    pub(crate) launches: [std::sync::atomic::AtomicUsize; 2],
+    pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1491,7 +1346,6 @@ impl Kernels {
             dims.source(),
             MMT_STAGES,
             norm_in_matmul_max_rows() > 0,
-            split_layout(),
         )
     }
 
@@ -1514,27 +1368,18 @@ impl Kernels {
             .iter()
             .find(|(name, _)| *name == "MMA_NORM_TWINS")
             .map_or(norm_in_matmul_max_rows() > 0, |&(_, on)| on != 0);
-        let overridden = |name: &str| overrides.iter().find(|(n, _)| *n == name).map(|&(_, v)| v);
-        let default_layout = split_layout();
-        let layout = SplitLayout {
-            group: overridden("MMT_SPLIT_GROUP").unwrap_or(default_layout.group),
-            residue_first: overridden("MMT_RESIDUE_FIRST")
-                .map_or(default_layout.residue_first, |v| v != 0),
-        };
-        Self::compile_source(gpu, dims, source, stages, norm_twins, layout)
+        Self::compile_source(gpu, dims, source, stages, norm_twins)
     }
 
     /// `tiled_stages`: the MMT_STAGES `source` has (other than MMT_STAGES where a measurement
     /// compiles other stages), of which the tiled blocks' shared memory follows; `norm_twins`:
-    /// whether it holds the norm twins (MMA_NORM_TWINS); `split_layout`: the layout its k split
-    /// was compiled for (MMT_SPLIT_GROUP, MMT_RESIDUE_FIRST).
+    /// whether it holds the norm twins (MMA_NORM_TWINS).
     fn compile_source(
         gpu: &Gpu,
         dims: &Dims,
         source: String,
         tiled_stages: usize,
         norm_twins: bool,
-        split_layout: SplitLayout,
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
@@ -1570,14 +1415,6 @@ impl Kernels {
                 f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ])
         };
-        // The ring's kernels: up to SWAP_RING_MAX_SHARED of shared memory.
-        let ring_shared_up_to = |function: CudaFunction| -> Result<CudaFunction, CudaError> {
-            function.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                SWAP_RING_MAX_SHARED as i32,
-            )?;
-            Ok(function)
-        };
         let mut kernels = Kernels {
             matmul_by_tiles: tiles_of("matmul_bf16", true)?,
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
@@ -1592,13 +1429,6 @@ impl Kernels {
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
                     swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
-                    swap_ring: [
-                        ring_shared_up_to(f("matmul_bf16_swap_ring_norm")?)?,
-                        ring_shared_up_to(f("matmul_bf16_swap_ring_norm_t2")?)?,
-                    ],
-                    swiglu_swap_ring: ring_shared_up_to(f(
-                        "matmul_bf16_swiglu_swap_ring_norm_t2",
-                    )?)?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
@@ -1624,7 +1454,6 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
-            split_layout,
             matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
             matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
                 .map_or(true, |v| v != "0"),
@@ -1632,8 +1461,6 @@ impl Kernels {
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
-            matmul_fold_prefixed: f("matmul_fold_residues_prefixed")?,
-            matmul_fold_swiglu_prefixed: f("matmul_fold_residues_swiglu_prefixed")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
@@ -1650,15 +1477,8 @@ impl Kernels {
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
-            matmul_swap_ring: [
-                ring_shared_up_to(f("matmul_bf16_swap_ring")?)?,
-                ring_shared_up_to(f("matmul_bf16_swap_ring_t2")?)?,
-            ],
-            matmul_swiglu_swap_ring: ring_shared_up_to(f("matmul_bf16_swiglu_swap_ring_t2")?)?,
-            swap_ring_stages: swap_ring_stages(),
-            matmul_swap_rings: std::env::var(MATMUL_SWAP_RING_ENV).is_ok_and(|v| v == "1"),
             #[cfg(test)]
-            launches: Default::default(),
+            swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -1894,8 +1714,7 @@ pub enum MatmulKernel {
     Tiles(usize),
     /// `matmul_bf16_tiled` (bf16 weights only; FP8 runs `Auto`'s choice).
     Tiled,
-    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (`_prefixed` at a [`SplitLayout`] of
-    /// several residues a block; bf16 only; needs `partials`).
+    /// `matmul_bf16_tiled_split` and `matmul_fold_residues` (bf16 only; needs `partials`).
     TiledSplitK,
     /// The deep kernel with this many n-tiles a block (one of [`MATMUL_DEEP_TILES`]; FP8 runs
     /// its wide kernel).
@@ -1960,7 +1779,7 @@ enum MatmulLaunch {
     /// `split_rows`, then `matmul_bf16_wg_swap` or `matmul_fp8_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
     WgmmaSwapped,
     /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
-    /// `matmul_fold_residues` (`_prefixed` at a [`SplitLayout`] of several residues a block).
+    /// `matmul_fold_residues`.
     Tiled { split_k: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
@@ -1977,10 +1796,6 @@ struct NormTwins {
     swap: [CudaFunction; 2],
     /// The swapped chain's gate/up with its SwiGLU, with the norm.
     swiglu_swap: CudaFunction,
-    /// The ring's twins (`matmul_bf16_swap_ring_norm`, `_t2`) and its SwiGLU gate/up's
-    /// (`matmul_bf16_swiglu_swap_ring_norm_t2`).
-    swap_ring: [CudaFunction; 2],
-    swiglu_swap_ring: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
     swiglu_deep_by_tiles: [CudaFunction; MATMUL_DEEP_TILES.len()],
 }
@@ -2031,8 +1846,7 @@ pub enum SwigluPlace {
     /// In the gate/up matmul's last step (`matmul_bf16_swiglu_*`, the twin of the 16-row
     /// kernel the plain gate/up would run): one launch, and the products never go to memory.
     InGateUp { tiles: usize, deep: bool },
-    /// In the fold of a gate/up whose k is split by residue (`matmul_fold_residues_swiglu`,
-    /// `_prefixed` at a [`SplitLayout`] of several residues a block):
+    /// In the fold of a gate/up whose k is split by residue (`matmul_fold_residues_swiglu`):
     /// one launch fewer, and the folded products never go to memory.
     InFold,
     /// `swiglu_rows` after the plain matmul: the unsplit tiles, the warpgroup MMA, the narrow
@@ -2393,8 +2207,7 @@ impl Kernels {
     /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
     /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
     /// when `on_wgmma`; or, with `swiglu_act`, folded as a gate/up into `act = silu(gate) ·
-    /// up`: `matmul_fold_residues_swiglu`; the tiles' split at a [`SplitLayout`] of several
-    /// residues a block folds with the `_prefixed` folds).
+    /// up`: `matmul_fold_residues_swiglu`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
@@ -2440,40 +2253,36 @@ impl Kernels {
             )),
             false => None,
         };
-        let (split, grid, shared) = match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
-            (Some(wg), _) => {
-                check_wg_matrix_size(m);
-                let kernels = match m.fp8 {
-                    Some(_) => &wg.split_fp8,
-                    None => &wg.split_bf16,
-                };
-                let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
-                    true => (&kernels[0], MWS_N32_ROWS),
-                    false => (&kernels[1], MWS_MAX_ROWS),
-                };
-                // The warpgroup split: one residue a block, residues last.
-                (
-                    kernel,
+        let (split, row_blocks, shared) =
+            match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
+                (Some(wg), _) => {
+                    check_wg_matrix_size(m);
+                    let kernels = match m.fp8 {
+                        Some(_) => &wg.split_fp8,
+                        None => &wg.split_bf16,
+                    };
+                    let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
+                        true => (&kernels[0], MWS_N32_ROWS),
+                        false => (&kernels[1], MWS_MAX_ROWS),
+                    };
                     (
+                        kernel,
                         rows_u32(m.rows.div_ceil(rows)),
-                        out_blocks,
-                        MATMUL_RESIDUES as u32,
-                    ),
-                    mws_shared_bytes(rows),
-                )
-            }
-            (None, true) => (
-                &self.matmul_tiled_split32,
-                self.split_layout
-                    .grid(rows_u32(m.rows.div_ceil(SPLIT32_ROWS)), out_blocks),
-                self.split32_shared_bytes,
-            ),
-            (None, false) => (
-                &self.matmul_tiled_split,
-                self.split_layout.grid(row_blocks, out_blocks),
-                self.tiled_shared_bytes,
-            ),
-        };
+                        mws_shared_bytes(rows),
+                    )
+                }
+                (None, true) => (
+                    &self.matmul_tiled_split32,
+                    rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
+                    self.split32_shared_bytes,
+                ),
+                (None, false) => (
+                    &self.matmul_tiled_split,
+                    row_blocks,
+                    self.tiled_shared_bytes,
+                ),
+            };
+        let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(
             m,
@@ -2487,19 +2296,10 @@ impl Kernels {
             &mut room,
         );
         gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)?;
-        // The tiles' split with several residues a block wrote the first group's prefix as
-        // partial 0 (the warpgroup split writes every residue's partial).
-        let (fold, fold_swiglu) = match wgmma.is_none() && self.split_layout.group > 1 {
-            true => (
-                &self.matmul_fold_prefixed,
-                &self.matmul_fold_swiglu_prefixed,
-            ),
-            false => (&self.matmul_fold, &self.matmul_fold_swiglu),
-        };
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(
-                fold_swiglu,
+                &self.matmul_fold_swiglu,
                 (blocks(m.rows * width, SPLIT_THREADS), 1, 1),
                 SPLIT_THREADS,
                 &[
@@ -2512,7 +2312,7 @@ impl Kernels {
             );
         }
         gpu.launch(
-            fold,
+            &self.matmul_fold,
             (blocks(m.rows * m.n_out, SPLIT_THREADS), 1, 1),
             SPLIT_THREADS,
             &[
@@ -2871,7 +2671,7 @@ impl Kernels {
         );
         let deep_at = MATMUL_DEEP_TILES.iter().position(|&t| t == tiles);
         if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
-            self.count(Counted::Swapped);
+            self.count_swapped();
             let nt = swap_tiles(tiles, deep);
             let grid = (
                 1,
@@ -2888,29 +2688,11 @@ impl Kernels {
                         &fp8_matmul_args(m, &fp8),
                     )
                 }
-                (None, None) if self.rings(m, nt, None) => self.launch_on_ring(
-                    gpu,
-                    &self.matmul_swap_ring[nt - 1],
-                    grid,
-                    m,
-                    nt,
-                    false,
-                    &bf16_matmul_args(m),
-                ),
                 (None, None) => gpu.launch(
                     &self.matmul_swap[nt - 1],
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(m),
-                ),
-                (None, Some(norm)) if self.rings(m, nt, Some(norm)) => self.launch_on_ring(
-                    gpu,
-                    &self.twins().swap_ring[nt - 1],
-                    grid,
-                    m,
-                    nt,
-                    true,
-                    &bf16_norm_matmul_args(m, norm),
                 ),
                 (None, Some(norm)) => gpu.launch(
                     &self.twins().swap[nt - 1],
@@ -3027,7 +2809,7 @@ impl Kernels {
             ..*m
         };
         if swaps(m.rows, self.matmul_swap_rows.bf16) {
-            self.count(Counted::Swapped);
+            self.count_swapped();
             // Two output tiles a block: 16 units.
             let grid = (
                 1,
@@ -3035,29 +2817,11 @@ impl Kernels {
                 1,
             );
             match twin_norm {
-                None if self.rings(&fused, 2, None) => self.launch_on_ring(
-                    gpu,
-                    &self.matmul_swiglu_swap_ring,
-                    grid,
-                    &fused,
-                    2,
-                    false,
-                    &bf16_matmul_args(&fused),
-                )?,
                 None => gpu.launch(
                     &self.matmul_swiglu_swap,
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(&fused),
-                )?,
-                Some(norm) if self.rings(&fused, 2, Some(&norm)) => self.launch_on_ring(
-                    gpu,
-                    &self.twins().swiglu_swap_ring,
-                    grid,
-                    &fused,
-                    2,
-                    true,
-                    &bf16_norm_matmul_args(&fused, &norm),
                 )?,
                 Some(norm) => gpu.launch(
                     &self.twins().swiglu_swap,
@@ -3644,39 +3408,11 @@ impl Kernels {
         )
     }
 
-    /// Counts a launch of kind `launch` (tests only: [`Kernels::launches`]).
-    #[cfg_attr(not(test), allow(unused_variables))]
-    fn count(&self, launch: Counted) {
+    /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).
+    fn count_swapped(&self) {
         #[cfg(test)]
-        self.launches[launch as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether the swapped matmul `m` of `tiles` output tiles a block (with `norm` in it) runs on
-    /// the ring ([`rings_swapped`]).
-    fn rings(&self, m: &Matmul, tiles: usize, norm: Option<&InputNorm>) -> bool {
-        rings_swapped(
-            self.matmul_swap_rings,
-            norm.is_some_and(|n| n.keep),
-            swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm.is_some()),
-        )
-    }
-
-    /// `function`, a ring kernel (`matmul_bf16_swap_ring*`), over `m` of `tiles` output tiles a
-    /// block (`norm`: a twin, whose norm's weight the ring keeps too) with its shared memory.
-    #[allow(clippy::too_many_arguments)]
-    fn launch_on_ring(
-        &self,
-        gpu: &Gpu,
-        function: &CudaFunction,
-        grid: (u32, u32, u32),
-        m: &Matmul,
-        tiles: usize,
-        norm: bool,
-        args: &[Arg],
-    ) -> Result<(), CudaError> {
-        self.count(Counted::Ring);
-        let shared = swap_ring_shared_bytes(m.k, m.rows, tiles, self.swap_ring_stages, norm);
-        gpu.launch_with_shared(function, grid, MMA_WARPS * 32, shared as u32, args)
+        self.swapped_launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The MoE kernels, which a MoE model's kernels always have.
@@ -3845,7 +3581,7 @@ impl Kernels {
         // The swapped chain's experts: 16 units a block of gate/up.
         let swap = l.fp8.is_none() && swaps(l.rows, self.matmul_swap_rows.bf16);
         if swap {
-            self.count(Counted::Swapped);
+            self.count_swapped();
         }
         let arrivals = match sum {
             MoeSum::InDown { arrivals } => arrivals,

@@ -5,8 +5,8 @@
 //! (and says why) without a CUDA device.
 
 use super::{
-    lin_stage, Counted, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel,
-    MoeIndexLayout, MoeLaunch, SplitLayout, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
+    lin_stage, DeltaNetLaunch, Dims, Fp8Scales, Kernels, Matmul, MatmulKernel, MoeIndexLayout,
+    MoeLaunch, BLOCK_SHARED_UNASKED, LIN_STAGE_MAX,
 };
 use crate::device::{Arg, Buf, Gpu};
 use crate::CudaError;
@@ -296,121 +296,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
 }
 
-/// The k split's block layouts ([`SplitLayout`]: residues a block, residue groups first in the
-/// grid or last), compiled by override: each gives the other kernels' bits through the 32-row
-/// split (up to 32 rows), the 64-row split (up to 64 rows, the 32-row split off) and a prompt's
-/// split (65–300 rows: several row blocks), with depths whose residues hold few chunks or none
-/// (a group of a residue with chunks and one without), gathered and accumulated.
-#[test]
-fn every_split_layout_gives_the_bits_of_the_other_kernels() {
-    let Some(gpu) = open_gpu() else { return };
-    let mut rng = Rng::fresh();
-    // The default layout's kernels: the split gate/up's SwiGLU in the fold
-    // (`matmul_fold_residues_swiglu`, `_prefixed` at the other layouts) against theirs.
-    let default_layout = [("MMT_SPLIT_GROUP", 1), ("MMT_RESIDUE_FIRST", 0)];
-    let mut k0 = Kernels::compile_overriding(&gpu, &tiny_dims().1, &default_layout)
-        .expect("kernels of the default layout");
-    k0.matmul_split32 = false;
-    let swiglu_cases: Vec<(usize, usize, usize)> = [16, 5 * 64 + 16, 3 * 8 * 64 + 16]
-        .into_iter()
-        .map(|depth| (depth, 1 + rng.below(150), 33 + rng.below(32)))
-        .collect();
-    let swiglu_want: Vec<Vec<f32>> = swiglu_cases
-        .iter()
-        .map(|&(depth, width, rows)| split_swiglu(&gpu, &k0, depth, width, rows))
-        .collect();
-    let layouts = [1, 2, 4, 8]
-        .into_iter()
-        .flat_map(|group| [(group, 0), (group, 1)])
-        .filter(|&layout| layout != (1, 0));
-    for (group, first) in layouts {
-        let overrides = [("MMT_SPLIT_GROUP", group), ("MMT_RESIDUE_FIRST", first)];
-        let mut k = Kernels::compile_overriding(&gpu, &tiny_dims().1, &overrides)
-            .expect("kernels of another split layout");
-        assert_eq!(
-            k.split_layout,
-            SplitLayout {
-                group,
-                residue_first: first == 1
-            }
-        );
-        k.matmul_split_k = true;
-        k.matmul_split_k_prompts = true;
-        // Depths of 1 and 6 chunks (residues without chunks, in a group beside ones with) and
-        // 3 rounds of the 8 residues plus a piece.
-        for depth in [16, 5 * 64 + 16, 3 * 8 * 64 + 16] {
-            for (rows, split32) in [(1..=32, true), (1..=64, false), (65..=300, false)] {
-                k.matmul_split32 = split32;
-                matmul_case_rows(&gpu, &k, &mut rng, depth, rows, true);
-            }
-        }
-        k.matmul_split32 = false;
-        for (&(depth, width, rows), want) in swiglu_cases.iter().zip(&swiglu_want) {
-            let got = split_swiglu(&gpu, &k, depth, width, rows);
-            assert!(
-                same_bits(&got, want),
-                "layout {group}/{first}: the split gate/up's SwiGLU fold differs \
-                 (depth {depth}, width {width}, {rows} rows)"
-            );
-        }
-    }
-}
-
-/// A gate/up of `width` units on rows of depth `depth` (weights and x from a seed of the
-/// sizes, the same for every call) through the 64-row tiles' k split with its SwiGLU in the
-/// fold: the act rows. Asserts the SwiGLU ran in the fold and wrote every unit.
-fn split_swiglu(gpu: &Arc<Gpu>, k: &Kernels, depth: usize, width: usize, rows: usize) -> Vec<f32> {
-    let gpu = gpu.as_ref();
-    let mut rng = Rng((depth * 1_000_003 + width * 7919 + rows) as u64 | 1);
-    let x = Buf::from_host(gpu, &rng.vec(rows * depth)).unwrap();
-    let w_bits: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let w = Buf::from_host(gpu, &w_bits).unwrap();
-    let wide = Buf::<f32>::zeros(gpu, rows * 2 * width).unwrap();
-    let xs = Buf::<u32>::zeros(gpu, rows * super::split_row_words(depth)).unwrap();
-    let partials = Buf::from_host(
-        gpu,
-        &vec![f32::NAN; super::MATMUL_RESIDUES * rows * 2 * width],
-    )
-    .unwrap();
-    let act = Buf::from_host(gpu, &vec![f32::NAN; rows * width]).unwrap();
-    let m = Matmul {
-        x_split: xs.at(0),
-        partials: partials.at(0),
-        ..packed_matmul(x.at(0), w.at(0), depth, 2 * width, wide.at(0), rows, None)
-    };
-    let (place, _) = k
-        .gate_up_swiglu_with(gpu, &m, act.at(0), None, MatmulKernel::TiledSplitK)
-        .unwrap();
-    assert_eq!(place, super::SwigluPlace::InFold);
-    let got = act.read(gpu, rows * width).unwrap();
-    assert!(got.iter().all(|v| v.is_finite()), "every unit written");
-    got
-}
-
-/// A split layout's grid (no device needed): residue groups first or last, as many as the
-/// residues a block divide the eight.
-#[test]
-fn a_split_layouts_grid_holds_its_residue_groups_where_it_says() {
-    let layout = |group, residue_first| SplitLayout {
-        group,
-        residue_first,
-    };
-    assert_eq!(layout(1, false).grid(3, 20), (3, 20, 8));
-    assert_eq!(layout(1, true).grid(3, 20), (8, 20, 3));
-    assert_eq!(layout(2, true).grid(1, 152), (4, 152, 1));
-    assert_eq!(layout(8, false).grid(5, 7), (5, 7, 1));
-    assert_eq!(
-        super::SPLIT_LAYOUT,
-        layout(1, false),
-        "the layout before session 53"
-    );
-    let odd = std::panic::catch_unwind(|| layout(3, false).grid(1, 1));
-    assert!(odd.is_err(), "three residues a block do not divide eight");
-}
-
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
 /// prompt split, its gate/up (304 tile blocks) and a 1,024-row prompt's matrices do not; and
 /// no split it allows writes more partials than `split_partials_floats` makes room for.
@@ -505,22 +390,9 @@ fn matmul_case(
     max_rows: usize,
     split: bool,
 ) {
-    matmul_case_rows(gpu, k, rng, depth, 1..=max_rows, split)
-}
-
-/// [`matmul_case`] with its rows drawn from `rows`.
-fn matmul_case_rows(
-    gpu: &Arc<Gpu>,
-    k: &Kernels,
-    rng: &mut Rng,
-    depth: usize,
-    rows: std::ops::RangeInclusive<usize>,
-    split: bool,
-) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let rows = rows.start() + rng.below((rows.end() - rows.start() + 1) as u64);
-    let n_out = 1 + rng.below(300);
+    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
@@ -1981,102 +1853,45 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     same_bits(&got.1, &want.1),
                     "{what}: the swapped norm twin's kept rows differ"
                 );
-                assert!(
-                    ran(&k, Counted::Swapped),
-                    "{what}: the swapped twin did not run"
-                );
-                // The ring's twin (`matmul_bf16_swap_ring_norm*`), which keeps no rows: the
-                // 16-row twin's outputs, and it ran.
-                let apart = super::InputNorm {
-                    keep: false,
-                    ..norm
-                };
-                let mut run_apart = |swap_rows: usize, rings: bool| {
-                    k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-                    k.matmul_swap_rings = rings;
-                    y.write(gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
-                    let place = k.matmul_normed_with(gpu, &m, Some(&apart), kernel).unwrap();
-                    k.matmul_swap_rings = false;
-                    assert_eq!(place, Some(super::NormPlace::InMatmul), "{what}");
-                    (
-                        y.read(gpu, max_rows * n_out).unwrap(),
-                        ran(&k, Counted::Ring),
-                    )
-                };
-                let (want_apart, _) = run_apart(0, false);
-                assert!(
-                    same_bits(&want_apart, &want.0),
-                    "{what}: a twin's y with rows kept or not"
-                );
-                let (got, ring) = run_apart(max_rows, true);
-                assert!(
-                    same_bits(&got, &want.0),
-                    "{what}: the ring's norm twin's bits differ"
-                );
-                let tiles = swapped_tiles_of(kernel);
-                assert_eq!(
-                    ring,
-                    ring_fits(&k, depth, rows, tiles, true),
-                    "{what}: the ring's norm twin ran where it fits"
-                );
-                ran(&k, Counted::Swapped);
+                assert!(ran_swapped(&k), "{what}: the swapped twin did not run");
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
                 // with the norm.
                 let width = n_out / 2;
                 let gu = packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None);
                 let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
                 for with_norm in [false, true] {
-                    // The narrow plan's gate/up has no SwiGLU twin: its matmul runs apart, one
-                    // tile a block (the ring's `_norm` or plain one-tile kernel).
-                    let tiles = if matches!(kernel, MatmulKernel::Narrow) {
-                        1
-                    } else {
-                        2
-                    };
-                    let fits = ring_fits(&k, depth, rows, tiles, with_norm);
                     // The units, whether the swapped chain ran, and where the SwiGLU went.
-                    let mut run = |swap_rows: usize, rings: bool| {
+                    let mut run = |swap_rows: usize| {
                         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-                        k.matmul_swap_rings = rings;
                         act.write(gpu, &vec![f32::NAN; max_rows * width]).unwrap();
-                        let norm = with_norm.then_some(&apart);
+                        let norm = with_norm.then_some(&norm);
                         let (place, _) = k
                             .gate_up_swiglu_with(gpu, &gu, act.at(0), norm, kernel)
                             .unwrap();
-                        k.matmul_swap_rings = false;
                         (
                             act.read(gpu, max_rows * width).unwrap(),
-                            ran(&k, Counted::Swapped),
+                            ran_swapped(&k),
                             place,
-                            ran(&k, Counted::Ring),
                         )
                     };
-                    let (want, _, _, _) = run(0, false);
+                    let (want, _, _) = run(0);
                     assert!(
                         want[..rows * width].iter().all(|v| v.is_finite()),
                         "{what}, norm {with_norm}: the 16-row SwiGLU left units unwritten"
                     );
-                    for rings in [false, true] {
-                        let (got, swapped, place, ring) = run(max_rows, rings);
-                        // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap_t2`,
-                        // `_norm_t2`, the ring's), but for the narrow plan's, which has no twin
-                        // and runs it apart.
-                        assert!(
-                            matches!(kernel, MatmulKernel::Narrow)
-                                || matches!(place, super::SwigluPlace::InGateUp { .. }),
-                            "{what}, norm {with_norm}: the SwiGLU ran {place:?}"
-                        );
-                        assert!(
-                            same_bits(&got, &want),
-                            "{what}, norm {with_norm}, ring {rings}: the swapped SwiGLU's bits differ"
-                        );
-                        assert!(swapped, "{what}: the swapped gate/up did not run");
-                        assert_eq!(
-                            ring,
-                            rings && fits,
-                            "{what}, norm {with_norm}: the ring ran where it fits"
-                        );
-                    }
+                    let (got, swapped, place) = run(max_rows);
+                    // The SwiGLU in the swapped gate/up (`matmul_bf16_swiglu_swap_t2`, `_norm_t2`),
+                    // but for the narrow plan's, which has no twin and runs it apart.
+                    assert!(
+                        matches!(kernel, MatmulKernel::Narrow)
+                            || matches!(place, super::SwigluPlace::InGateUp { .. }),
+                        "{what}, norm {with_norm}: the SwiGLU ran {place:?}"
+                    );
+                    assert!(
+                        same_bits(&got, &want),
+                        "{what}, norm {with_norm}: the swapped SwiGLU's bits differ"
+                    );
+                    assert!(swapped, "{what}: the swapped gate/up did not run");
                 }
             }
         }
@@ -2120,9 +1935,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
 }
 
 /// `m` (its `y` in `y`, which starts from `y0` each run) through `kernel` without and then with
-/// the swapped chain, then on the ring (`matmul_bf16_swap_ring*`), with x's rows as they are and
-/// gathered: the same bits each time, the swapped chain ran, and the ring where its shared memory
-/// fits (bf16 weights only).
+/// the swapped chain: the same bits, and the swapped chain ran.
 fn swapped_gives_the_16_row_bits(
     gpu: &Gpu,
     k: &mut Kernels,
@@ -2132,38 +1945,21 @@ fn swapped_gives_the_16_row_bits(
     y0: &[f32],
     what: &str,
 ) {
-    let rings = m.fp8.is_none() && ring_fits(k, m.k, m.rows, swapped_tiles_of(kernel), false);
-    // The outputs, whether anything ran on the swapped chain, and whether on the ring.
-    let mut run = |m: &Matmul, swap_rows: usize, on_ring: bool| {
+    // The outputs and whether anything ran on the swapped chain.
+    let mut run = |m: &Matmul, swap_rows: usize| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-        k.matmul_swap_rings = on_ring;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
-        k.matmul_swap_rings = false;
-        (
-            y.read(gpu, y0.len()).unwrap(),
-            ran(k, Counted::Swapped),
-            ran(k, Counted::Ring),
-        )
+        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k))
     };
-    let (want, _, _) = run(m, 0, false);
-    let (got, swapped, ring) = run(m, super::MMA_COLS, false);
+    let (want, _) = run(m, 0);
+    let (got, swapped) = run(m, super::MMA_COLS);
     assert!(
         same_bits(&got, &want),
         "{what}: the swapped chain's bits differ"
     );
-    assert!(swapped && !ring, "{what}: the swapped chain did not run");
-    let (got, swapped, ring) = run(m, super::MMA_COLS, true);
-    assert!(
-        same_bits(&got, &want),
-        "{what}: the ring's swapped chain's bits differ"
-    );
-    assert!(swapped, "{what}: the swapped chain did not run (ring on)");
-    assert_eq!(
-        ring, rings,
-        "{what}: the ring ran for bf16 weights that fit"
-    );
-    // x's rows gathered (`row_index`: in reverse order), which the ring copies.
+    assert!(swapped, "{what}: the swapped chain did not run");
+    // x's rows gathered (`row_index`: in reverse order).
     if m.row_index == 0 && m.rows > 1 {
         let order: Vec<i32> = (0..m.rows as i32).rev().collect();
         let index = Buf::from_host(gpu, &order).unwrap();
@@ -2171,36 +1967,20 @@ fn swapped_gives_the_16_row_bits(
             row_index: index.at(0),
             ..*m
         };
-        let (want, _, _) = run(&gathered, 0, false);
-        let (got, _, ring) = run(&gathered, super::MMA_COLS, true);
+        let (want, _) = run(&gathered, 0);
+        let (got, swapped) = run(&gathered, super::MMA_COLS);
         assert!(
-            same_bits(&got, &want) && ring == rings,
-            "{what}: the ring's bits differ, rows gathered"
+            same_bits(&got, &want) && swapped,
+            "{what}: the swapped chain's bits differ, rows gathered"
         );
     }
 }
 
-/// The swapped chain's output tiles a block for `kernel`'s plan (`swap_tiles`).
-fn swapped_tiles_of(kernel: MatmulKernel) -> usize {
-    match kernel {
-        MatmulKernel::Narrow => super::swap_tiles(1, false),
-        MatmulKernel::Deep(tiles) => super::swap_tiles(tiles, true),
-        MatmulKernel::Tiles(tiles) => super::swap_tiles(tiles, false),
-        MatmulKernel::Wide => super::swap_tiles(super::MMA_NT, false),
-        other => panic!("{other:?} has no one plan of the swapped chain"),
-    }
-}
-
-/// Whether the ring takes a swapped matmul of depth `k`, `rows` rows and `tiles` output tiles a
-/// block (with the norm in it where `norm`, keeping no rows) in `kernels`.
-fn ring_fits(kernels: &Kernels, k: usize, rows: usize, tiles: usize, norm: bool) -> bool {
-    let bytes = super::swap_ring_shared_bytes(k, rows, tiles, kernels.swap_ring_stages, norm);
-    super::rings_swapped(true, false, bytes)
-}
-
-/// Whether `k` launched anything of kind `launch` since the last call (and resets its count).
-fn ran(k: &Kernels, launch: Counted) -> bool {
-    k.launches[launch as usize].swap(0, std::sync::atomic::Ordering::Relaxed) > 0
+/// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
+fn ran_swapped(k: &Kernels) -> bool {
+    k.swapped_launches
+        .swap(0, std::sync::atomic::Ordering::Relaxed)
+        > 0
 }
 
 /// `swap_tiles` (no device needed): one output tile a block for the narrow and the deep plans,
@@ -2213,38 +1993,6 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     assert_eq!(swap_tiles(4, true), 1);
     assert_eq!(swap_tiles(3, false), 2);
     assert_eq!(swap_tiles(6, false), 2);
-}
-
-/// The ring's shared memory and choice (no device needed): Qwen3-0.6B's one-row attention
-/// output (k 2,048, one tile) and Qwen3-4B's gate/up with its norm (k 2,560, two tiles) at two
-/// rows take the ring; a norm twin that keeps its rows, a switch that is off and a block over
-/// SWAP_RING_MAX_SHARED (Qwen3-4B's MLP down at eight slots and eight rows) do not.
-#[test]
-fn swapped_matmuls_ring_where_their_shared_memory_fits() {
-    use super::{rings_swapped, swap_ring_shared_bytes, SWAP_RING_MAX_SHARED};
-    // 8 warps × 4 slots × 2 KiB of one tile's weights, one row of 2,048 floats and 4 of padding.
-    assert_eq!(
-        swap_ring_shared_bytes(2048, 1, 1, 4, false),
-        65536 + (2048 + 4) * 4
-    );
-    // Two tiles (4 KiB a slot), 2 rows of 41 · 64 floats and their padding, the norm's weight.
-    assert_eq!(
-        swap_ring_shared_bytes(2576, 2, 2, 4, true),
-        8 * 4 * 4096 + 2 * (41 * 64 + 4) * 4 + 41 * 64 * 4
-    );
-    let fits = |k, rows, tiles, stages, norm| swap_ring_shared_bytes(k, rows, tiles, stages, norm);
-    assert!(rings_swapped(true, false, fits(2048, 1, 1, 4, false)));
-    assert!(rings_swapped(true, false, fits(2560, 2, 2, 4, true)));
-    assert!(
-        !rings_swapped(true, true, fits(2560, 2, 2, 4, true)),
-        "rows kept"
-    );
-    assert!(
-        !rings_swapped(false, false, fits(2048, 1, 1, 4, false)),
-        "off"
-    );
-    assert!(fits(9728, 8, 1, 8, false) > SWAP_RING_MAX_SHARED);
-    assert!(!rings_swapped(true, false, fits(9728, 8, 1, 8, false)));
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
@@ -3526,7 +3274,7 @@ fn check_moe(
     let first = |v: &[f32], width: usize| v[..n * width].to_vec();
     let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
     for sum in [TestSum::Alone, TestSum::InDown(&arrivals_swap)] {
-        ran(&k, Counted::Swapped);
+        ran_swapped(&k);
         let together = run_moe(
             gpu,
             &k,
@@ -3543,7 +3291,7 @@ fn check_moe(
             "{what}: the first {n} rows on the swapped chain differ"
         );
         assert_eq!(
-            ran(&k, Counted::Swapped),
+            ran_swapped(&k),
             fp8.is_none(),
             "{what}: the swapped chain ran for bf16 experts only"
         );
