@@ -8,7 +8,7 @@ use cudarc::driver::{
     PinnedHostSlice, ValidAsZeroBits,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 impl From<result::DriverError> for CudaError {
     fn from(e: result::DriverError) -> CudaError {
@@ -26,6 +26,18 @@ pub struct Gpu {
     /// The current round's choice ([`Gpu::set_round_launches`]), read under
     /// [`PdlSetting::ByRound`]. One stream, one engine thread: relaxed order is enough.
     round_overlapped: AtomicBool,
+    /// Whether launches are recorded into `launches` (the kernel timeline only:
+    /// `timeline.rs`), checked before the lock so that a launch otherwise takes none.
+    recording: AtomicBool,
+    launches: Mutex<Vec<LaunchRecord>>,
+}
+
+/// One launch as the kernel timeline names it (`timeline.rs`): its function's handle and its
+/// blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaunchRecord {
+    pub(crate) function: usize,
+    pub(crate) blocks: u64,
 }
 
 /// How the kernels of a round follow one another on the stream (chosen a round by
@@ -102,6 +114,8 @@ impl Gpu {
             stream,
             pdl,
             round_overlapped: AtomicBool::new(true),
+            recording: AtomicBool::new(false),
+            launches: Mutex::new(Vec::new()),
         }))
     }
 
@@ -121,6 +135,41 @@ impl Gpu {
             PdlSetting::Never => false,
             PdlSetting::ByRound => self.round_overlapped.load(Ordering::Relaxed),
         }
+    }
+
+    /// Records the launches from here on (`on`) or stops (the kernel timeline).
+    pub(crate) fn record_launches(&self, on: bool) {
+        self.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// The launches recorded so far, taken.
+    pub(crate) fn take_launches(&self) -> Vec<LaunchRecord> {
+        std::mem::take(&mut *self.launch_log())
+    }
+
+    /// How many launches are recorded so far.
+    pub(crate) fn recorded_launches(&self) -> usize {
+        self.launch_log().len()
+    }
+
+    /// The launches recorded after the first `from`.
+    pub(crate) fn launches_since(&self, from: usize) -> Vec<LaunchRecord> {
+        self.launch_log()
+            .get(from..)
+            .map_or(Vec::new(), <[_]>::to_vec)
+    }
+
+    /// Records `launches` as launched now, where recording (a graph's replay: the launches it
+    /// was captured with).
+    pub(crate) fn record_replay(&self, launches: &[LaunchRecord]) {
+        if self.recording.load(Ordering::Relaxed) {
+            self.launch_log().extend_from_slice(launches);
+        }
+    }
+
+    fn launch_log(&self) -> std::sync::MutexGuard<'_, Vec<LaunchRecord>> {
+        // A poisoned log only lost a diagnostic's record: go on with what it holds.
+        self.launches.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device's name and its (free, total) memory in bytes.
@@ -208,6 +257,12 @@ impl Gpu {
             )
         }
         .result()?;
+        if self.recording.load(Ordering::Relaxed) {
+            self.launch_log().push(LaunchRecord {
+                function: f.cu_function() as usize,
+                blocks: u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2),
+            });
+        }
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use crate::kernels::{
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
+use crate::timeline::Timeline;
 use crate::weights::{
     AttentionWeights, DenseMlpWeights, FfnWeights, LayerWeights, Matrix, MatrixPart, MixerWeights,
     MoeWeights,
@@ -61,6 +62,8 @@ pub struct Scratch {
     pub(crate) graphs: Graphs,
     /// Where rounds' wall time goes, when asked (`FLASHLANE_ROUND_CLOCK=1`).
     pub(crate) clock: RoundClock,
+    /// Where rounds' GPU time goes launch by launch, when asked (`FLASHLANE_TIMELINE=1`).
+    pub(crate) timeline: Timeline,
 }
 
 /// The scratch addresses of one pass (plain numbers, so passes borrow nothing mutably).
@@ -190,6 +193,7 @@ impl Scratch {
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
             clock: RoundClock::new(gpu)?,
+            timeline: Timeline::new(),
         })
     }
 
@@ -943,6 +947,7 @@ pub fn forward<'a>(
     let asks_at = rm.meta.push_raw(asks);
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     scratch.clock.start(&m.gpu, rows)?;
+    scratch.timeline.start(&m.gpu, m.kernels.timeline_rooms())?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
@@ -993,6 +998,9 @@ pub fn forward<'a>(
         )?)),
     };
     scratch.clock.done()?;
+    scratch
+        .timeline
+        .done(&m.gpu, m.kernels.timeline_rooms(), rows)?;
     Ok(out)
 }
 

@@ -7,6 +7,7 @@
 //! round's shape only, and stays valid until a scratch buffer is reallocated ([`Graphs::clear`]).
 
 use crate::device::Gpu;
+use crate::timeline::GraphLaunches;
 use crate::CudaError;
 use cudarc::driver::{sys, CudaGraph};
 use std::collections::HashMap;
@@ -41,7 +42,9 @@ pub enum GraphKey {
 pub const GRAPHS_ENV: &str = "FLASHLANE_CUDA_GRAPHS";
 
 pub struct Graphs {
-    cache: HashMap<GraphKey, CudaGraph>,
+    /// Each graph with the launches it was captured with where the kernel timeline recorded
+    /// them (`timeline.rs`; empty otherwise), which a replay records again.
+    cache: HashMap<GraphKey, (CudaGraph, GraphLaunches)>,
     enabled: bool,
 }
 
@@ -80,10 +83,13 @@ impl Graphs {
             if self.cache.len() >= MAX_GRAPHS {
                 self.cache.clear();
             }
+            let from = gpu.recorded_launches();
             let graph = capture(gpu, enqueue)?;
-            self.cache.insert(key, graph);
+            self.cache.insert(key, (graph, gpu.launches_since(from)));
+        } else {
+            gpu.record_replay(&self.cache[&key].1);
         }
-        self.cache[&key].launch()?;
+        self.cache[&key].0.launch()?;
         Ok(())
     }
 }

@@ -15,6 +15,8 @@
 //!   drafting with the MTP head.
 //! - `graphs`: decode-sized rounds and drafts replayed as CUDA graphs (the tiny model is
 //!   launch-bound).
+//! - `clock`, `timeline`: diagnostics on request — where a round's wall time goes, and where its
+//!   GPU time goes launch by launch inside the graph.
 //! - `target`: [`CudaBackend`] (what `lane::Backend` asks of a backend), and [`CudaTarget`], the
 //!   `lane::Target` over it.
 //!
@@ -43,6 +45,8 @@ mod mtp;
 mod state;
 #[cfg(feature = "cuda")]
 mod target;
+#[cfg(feature = "cuda")]
+mod timeline;
 #[cfg(feature = "cuda")]
 mod weights;
 

@@ -56,7 +56,33 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums, float* tot
 // touched: the matmuls pull theirs into L2 there, so a decode step's small matrices load while
 // the kernel ahead of them still runs.
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+#if FL_TIMELINE
+// The kernel timeline (host: FLASHLANE_TIMELINE=1, `timeline.rs`; compiled in only then): thread
+// 0 of each launch's block (0, 0, 0) takes a slot and writes there when it reached its wait for
+// the kernel ahead and when that wait returned (%globaltimer, ns), FL_TIMELINE_CAP slots at most;
+// the host zeroes the count before a round and reads the slots after it, in the order of their
+// returns (a block 0 passes its wait only once the whole launch ahead has finished). Only the
+// slot is held across the wait, so that the probe adds as few live registers as it can there.
+__device__ unsigned long long fl_timeline[2 * FL_TIMELINE_CAP];
+__device__ unsigned int fl_timeline_count;
+__device__ __forceinline__ unsigned long long fl_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void pdl_wait() {
+    unsigned slot = FL_TIMELINE_CAP;
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+        const unsigned long long reached = fl_globaltimer();
+        slot = atomicAdd(&fl_timeline_count, 1u);
+        if (slot < FL_TIMELINE_CAP) fl_timeline[2 * slot] = reached;
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (slot < FL_TIMELINE_CAP) fl_timeline[2 * slot + 1] = fl_globaltimer();
+}
+#else
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#endif
 // Both, for kernels with nothing to load before the wait.
 __device__ __forceinline__ void pdl_start() {
     pdl_launch_dependents();

@@ -1112,6 +1112,13 @@ impl Dims {
                 ("MOE_H", self.hidden),
             ]);
         }
+        // Only when asked, so that the kernels' source (and PTX) is otherwise as without it.
+        if crate::timeline::timeline_on() {
+            d.extend([
+                ("FL_TIMELINE", 1),
+                ("FL_TIMELINE_CAP", crate::timeline::TIMELINE_CAPACITY),
+            ]);
+        }
         d
     }
 
@@ -1296,6 +1303,9 @@ pub struct Kernels {
     moe: Option<MoeKernels>,
     /// The warpgroup matmul, where compiled ([`Kernels::compile_wgmma`]).
     wgmma: Option<WgmmaKernels>,
+    /// Where each module's kernel timeline stamps are, when compiled with it
+    /// (`FLASHLANE_TIMELINE=1`, `timeline.rs`; empty otherwise).
+    timeline_rooms: Vec<crate::timeline::TimelineRoom>,
     /// The rows from which `MatmulKernel::Auto` runs it, if it does ([`MATMUL_WGMMA_ENV`]).
     matmul_wgmma_min_rows: Option<usize>,
 }
@@ -1547,6 +1557,9 @@ impl Kernels {
                 None => None,
             },
             wgmma: None,
+            timeline_rooms: crate::timeline::TimelineRoom::of(&module, gpu)?
+                .into_iter()
+                .collect(),
             matmul_wgmma_min_rows: None,
         };
         match std::env::var(MATMUL_WGMMA_ENV).as_deref() {
@@ -1612,6 +1625,11 @@ impl Kernels {
             )?;
             Ok([n32, n64])
         };
+        // A module compiled again replaces the one before (its stamps with it).
+        if self.wgmma.is_none() {
+            self.timeline_rooms
+                .extend(crate::timeline::TimelineRoom::of(&module, gpu)?);
+        }
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
             matmul,
@@ -2510,6 +2528,11 @@ impl Kernels {
 
     /// The norm twins, which [`norm_place`] puts a norm into only where they were compiled
     /// (`norm_in_matmul_max_rows` is 0 without them).
+    /// Where the modules' kernel timeline stamps are (empty unless `FLASHLANE_TIMELINE=1`).
+    pub(crate) fn timeline_rooms(&self) -> &[crate::timeline::TimelineRoom] {
+        &self.timeline_rooms
+    }
+
     fn twins(&self) -> &NormTwins {
         self.norm_twins.as_ref().expect(
             "[norm-twins-compiled] a norm goes into a matmul only where its twins were compiled",
