@@ -1,17 +1,20 @@
-//! Where a round's GPU time goes launch by launch inside the graph, on request
-//! (`FLASHLANE_TIMELINE=1`). ncu times each launch alone, one after another (its sums exceed a
-//! replayed round's: no launch overlaps the one ahead), and the round clock (`clock.rs`) times
-//! whole rounds; this sees the replayed round itself. With it on, the kernels are compiled with
+//! Where a round's GPU time goes launch by launch, on request (`FLASHLANE_TIMELINE=1`). ncu
+//! times each launch alone, one after another (its sums exceed a replayed round's: no launch
+//! overlaps the one ahead), and the round clock (`clock.rs`) times whole rounds; this sees the
+//! round as it runs (a decode round's graph replayed; rounds of more rows, launched one by one,
+//! are reported by their row count too). With it on, the kernels are compiled with
 //! `FL_TIMELINE` (`common.cu`): block 0 of every launch stamps when it reached its wait for the
-//! launch ahead and when that wait returned. The wait returns once the launch ahead has finished,
-//! so the time from one launch's return to the next's is what that launch adds to the round
-//! (its work after the wait, its blocks' tail, the hand-over), and a wait of almost nothing says
-//! that the launch's first block arrived only after the one ahead had finished (its start, not
-//! its predecessor, was on the round's path).
+//! launch ahead and when that wait returned, and ranks its return. The wait returns once the
+//! launch ahead has finished, so the time from one launch's return to the next's is what that
+//! launch adds to the round (its work after the wait, its blocks' tail, the hand-over), and a
+//! wait of almost nothing says that the launch's first block arrived only after the one ahead
+//! had finished (its start, not its predecessor, was on the round's path). In rounds launched
+//! serially (`FLASHLANE_PDL=0`, or the rounds `kernels::round_launches` keeps serial) a kernel
+//! starts only after the one ahead has finished, so its wait is none by construction.
 //!
-//! A diagnostic: each launch's block 0 also does an atomic add and two stores after its wait, so
-//! a round runs a little slower with it on; off by default, and the kernels' source is then the
-//! same as without it. The summary goes to stderr when the model is dropped.
+//! A diagnostic: each launch's block 0 also does two atomic adds and three stores around its
+//! wait, so a round runs a little slower with it on; off by default, and the kernels' source is
+//! then the same as without it. The summary goes to stderr when the model is dropped.
 
 use crate::device::{Gpu, LaunchRecord};
 use crate::CudaError;
@@ -22,7 +25,7 @@ use std::sync::Arc;
 /// `FLASHLANE_TIMELINE=1` turns the timeline on.
 pub const TIMELINE_ENV: &str = "FLASHLANE_TIMELINE";
 
-/// Stamp pairs a module keeps a round (FL_TIMELINE_CAP): a decode round of the largest models
+/// Launches' stamps a module keeps a round (FL_TIMELINE_CAP): a decode round of the largest models
 /// launches a few hundred kernels (Qwen3-8B: ~4 a layer, 36 layers, with its head and MTP ones),
 /// so a round never fills it; a round that does is left out of the summary.
 pub const TIMELINE_CAPACITY: usize = 4096;
@@ -41,8 +44,8 @@ pub fn timeline_on() -> bool {
 /// Where one module's stamps are (`fl_timeline`, `fl_timeline_count` in `common.cu`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TimelineRoom {
-    pairs: u64,
-    count: u64,
+    stamps: u64,
+    counts: u64,
 }
 
 impl TimelineRoom {
@@ -57,8 +60,8 @@ impl TimelineRoom {
             Ok(ptr)
         };
         Ok(Some(TimelineRoom {
-            pairs: address("fl_timeline")?,
-            count: address("fl_timeline_count")?,
+            stamps: address("fl_timeline")?,
+            counts: address("fl_timeline_count")?,
         }))
     }
 }
@@ -82,8 +85,10 @@ struct Totals {
     /// From the first launch's return to the last's (ns), over the rounds.
     span_ns: u64,
     /// Rounds left out: their stamps did not match their launches (a launch whose block 0 never
-    /// waits, a full room, stamps out of order).
+    /// waits, a full room, returns whose ranks and times disagree).
     unmatched: u64,
+    /// The smallest step between two launches' returns seen (ns): at most the timer's tick.
+    smallest_step_ns: Option<u64>,
     by_kernel: BTreeMap<String, Share>,
 }
 
@@ -110,10 +115,12 @@ impl Timeline {
             return Ok(());
         }
         for room in rooms {
-            // SAFETY: `count` is the address of a module's `unsigned int` global, alive as
+            // SAFETY: `counts` is the address of a module's two `unsigned int` counts, alive as
             // long as the kernels that hold its module.
-            unsafe { result::memset_d8_async(room.count, 0, 4, gpu.stream.cu_stream()) }?;
+            unsafe { result::memset_d8_async(room.counts, 0, 8, gpu.stream.cu_stream()) }?;
         }
+        // A round that failed before `done` left its launches in the log.
+        gpu.take_launches();
         gpu.record_launches(true);
         Ok(())
     }
@@ -130,29 +137,48 @@ impl Timeline {
         }
         let launches = gpu.take_launches();
         gpu.record_launches(false);
-        let mut stamps = Vec::new();
+        let mut modules = Vec::new();
         let mut full = false;
         for room in rooms {
-            let mut count = [0u32; 1];
+            let mut counts = [0u32; 2];
             // SAFETY: the stream is idle (the round's results were read), and both addresses
-            // are globals of the sizes read (`common.cu`: FL_TIMELINE_CAP pairs of u64).
-            unsafe { result::memcpy_dtoh_sync(&mut count, room.count) }?;
-            let n = count[0] as usize;
+            // are globals of the sizes read (`common.cu`: two counts, FL_TIMELINE_CAP stamps of
+            // three u64).
+            unsafe { result::memcpy_dtoh_sync(&mut counts, room.counts) }?;
+            let n = counts[0] as usize;
             full |= n > TIMELINE_CAPACITY;
-            let mut pairs = vec![0u64; 2 * n.min(TIMELINE_CAPACITY)];
-            if !pairs.is_empty() {
-                // SAFETY: as above; `pairs` holds at most FL_TIMELINE_CAP pairs.
-                unsafe { result::memcpy_dtoh_sync(&mut pairs, room.pairs) }?;
+            let mut words = vec![0u64; 3 * n.min(TIMELINE_CAPACITY)];
+            if !words.is_empty() {
+                // SAFETY: as above; `words` holds at most FL_TIMELINE_CAP stamps.
+                unsafe { result::memcpy_dtoh_sync(&mut words, room.stamps) }?;
             }
-            stamps.extend(pairs.chunks_exact(2).map(|p| (p[0], p[1])));
+            modules.push(
+                words
+                    .chunks_exact(3)
+                    .map(|w| Stamp {
+                        reached: w[0],
+                        passed: w[1],
+                        rank: w[2],
+                    })
+                    .collect::<Vec<_>>(),
+            );
         }
         let totals = self.totals.entry(rows).or_default();
-        let Some(shares) = launch_shares(&launches, stamps, full) else {
+        let Some(shares) = launch_shares(&launches, modules, full) else {
             totals.unmatched += 1;
             return Ok(());
         };
         totals.rounds += 1;
         totals.span_ns += shares.iter().filter_map(|l| l.added_ns).sum::<u64>();
+        let step = shares
+            .iter()
+            .filter_map(|l| l.added_ns)
+            .filter(|&ns| ns > 0)
+            .min();
+        totals.smallest_step_ns = match (totals.smallest_step_ns, step) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for l in shares {
             let name = self
                 .names
@@ -179,10 +205,12 @@ impl Timeline {
             let rounds = t.rounds.max(1) as f64;
             s.push_str(&format!(
                 "  rows {rows}: {} rounds ({} left out), {:.1} µs from the first launch's return \
-                 to the last's\n",
+                 to the last's, smallest step between returns {} ns\n",
                 t.rounds,
                 t.unmatched,
-                t.span_ns as f64 / rounds / 1e3
+                t.span_ns as f64 / rounds / 1e3,
+                t.smallest_step_ns
+                    .map_or("-".to_string(), |ns| ns.to_string()),
             ));
             let mut kernels: Vec<(&String, &Share)> = t.by_kernel.iter().collect();
             kernels.sort_by_key(|(_, share)| std::cmp::Reverse(share.added_ns));
@@ -216,6 +244,16 @@ impl Timeline {
     }
 }
 
+/// One launch's stamps as its block 0 wrote them (`common.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    /// When it reached its wait, and when the wait returned (ns).
+    reached: u64,
+    passed: u64,
+    /// Its return's rank among its module's: the launches' order within the module.
+    rank: u64,
+}
+
 /// What one launch of a round took, by its block 0's stamps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LaunchShare {
@@ -228,30 +266,51 @@ struct LaunchShare {
     wait_ns: u64,
 }
 
-/// Each of a round's `launches` (in launch order) with its stamps (`(reached, passed)` pairs
-/// in any order: the modules' rooms one after the other), or none where they do not match: a
-/// count that differs (a launch whose block 0 never waits, or waits twice), a room that was
-/// full (`full`), or no launches. The stamps go in the order of their returns, which is the
-/// launches' order (a block 0 passes its wait only once the whole launch ahead has finished).
+/// Each of a round's `launches` (in launch order) with its stamps (`modules`: each module's, in
+/// the order of their slots), or none where they do not match: a count that differs (a launch
+/// whose block 0 never waits, or waits twice), a module whose ranks are not 0, 1, 2, … or whose
+/// returns go back in time along them, a room that was full (`full`), or no launches. Within a
+/// module the ranks give the launches' order; the modules' launches interleave by return time.
 fn launch_shares(
     launches: &[LaunchRecord],
-    mut stamps: Vec<(u64, u64)>,
+    modules: Vec<Vec<Stamp>>,
     full: bool,
 ) -> Option<Vec<LaunchShare>> {
-    if full || launches.is_empty() || stamps.len() != launches.len() {
+    let total: usize = modules.iter().map(Vec::len).sum();
+    if full || launches.is_empty() || total != launches.len() {
         return None;
     }
-    stamps.sort_by_key(|&(_, passed)| passed);
+    let mut ordered: Vec<Vec<Stamp>> = Vec::new();
+    for mut stamps in modules {
+        stamps.sort_by_key(|s| s.rank);
+        let ranks_whole = stamps.iter().enumerate().all(|(i, s)| s.rank == i as u64);
+        let in_time = stamps.windows(2).all(|w| w[0].passed <= w[1].passed);
+        if !ranks_whole || !in_time {
+            return None;
+        }
+        ordered.push(stamps);
+    }
+    // Merge the modules' sequences by return time (ties: the earlier module first).
+    let mut heads = vec![0usize; ordered.len()];
+    let mut merged = Vec::with_capacity(total);
+    while merged.len() < total {
+        let next = (0..ordered.len())
+            .filter(|&m| heads[m] < ordered[m].len())
+            .min_by_key(|&m| (ordered[m][heads[m]].passed, m))
+            .expect("T1: stamps remain while fewer than the total are merged");
+        merged.push(ordered[next][heads[next]]);
+        heads[next] += 1;
+    }
     Some(
         launches
             .iter()
-            .zip(&stamps)
+            .zip(&merged)
             .enumerate()
-            .map(|(i, (launch, &(reached, passed)))| LaunchShare {
+            .map(|(i, (launch, stamp))| LaunchShare {
                 function: launch.function,
                 blocks: launch.blocks,
-                added_ns: stamps.get(i + 1).map(|&(_, next)| next - passed),
-                wait_ns: passed.saturating_sub(reached),
+                added_ns: merged.get(i + 1).map(|next| next.passed - stamp.passed),
+                wait_ns: stamp.passed.saturating_sub(stamp.reached),
             })
             .collect(),
     )
@@ -291,33 +350,35 @@ mod tests {
         LaunchRecord { function, blocks }
     }
 
+    fn stamp(reached: u64, passed: u64, rank: u64) -> Stamp {
+        Stamp {
+            reached,
+            passed,
+            rank,
+        }
+    }
+
     #[test]
-    fn a_rounds_stamps_go_to_its_launches_in_the_order_of_their_returns() {
-        let launches = [launch(1, 64), launch(2, 1), launch(1, 128)];
-        // Two modules' rooms one after the other: the third launch's stamps came first.
-        let stamps = vec![(100, 150), (140, 400), (90, 100)];
-        let shares = launch_shares(&launches, stamps, false).expect("the stamps match");
+    fn a_rounds_stamps_go_to_its_launches_by_rank_and_across_modules_by_time() {
+        let launches = [launch(1, 64), launch(2, 1), launch(3, 8), launch(1, 128)];
+        // The main module's slots out of rank order (a later launch's block 0 reached its wait
+        // first), two of its returns in one tick; the other module's launch third.
+        let main = vec![stamp(140, 400, 2), stamp(90, 100, 0), stamp(95, 100, 1)];
+        let other = vec![stamp(120, 250, 0)];
+        let shares = launch_shares(&launches, vec![main, other], false).expect("they match");
+        let share = |function, blocks, added_ns, wait_ns| LaunchShare {
+            function,
+            blocks,
+            added_ns,
+            wait_ns,
+        };
         assert_eq!(
             shares,
             vec![
-                LaunchShare {
-                    function: 1,
-                    blocks: 64,
-                    added_ns: Some(50),
-                    wait_ns: 10
-                },
-                LaunchShare {
-                    function: 2,
-                    blocks: 1,
-                    added_ns: Some(250),
-                    wait_ns: 50
-                },
-                LaunchShare {
-                    function: 1,
-                    blocks: 128,
-                    added_ns: None,
-                    wait_ns: 260
-                },
+                share(1, 64, Some(0), 10),
+                share(2, 1, Some(150), 5),
+                share(3, 8, Some(150), 130),
+                share(1, 128, None, 260),
             ]
         );
     }
@@ -325,24 +386,45 @@ mod tests {
     #[test]
     fn stamps_that_do_not_match_the_launches_leave_the_round_out() {
         let launches = [launch(1, 64), launch(2, 1)];
+        let two = || vec![stamp(1, 2, 0), stamp(3, 4, 1)];
+        assert!(launch_shares(&launches, vec![two()], false).is_some());
         assert_eq!(
-            launch_shares(&launches, vec![(1, 2)], false),
+            launch_shares(&launches, vec![vec![stamp(1, 2, 0)]], false),
             None,
             "one missing"
         );
         assert_eq!(
-            launch_shares(&launches, vec![(1, 2), (3, 4), (5, 6)], false),
+            launch_shares(&launches, vec![two(), vec![stamp(5, 6, 0)]], false),
             None,
             "one too many"
         );
         assert_eq!(
-            launch_shares(&launches, vec![(1, 2), (3, 4)], true),
+            launch_shares(&launches, vec![two()], true),
             None,
             "a room was full"
         );
-        assert_eq!(launch_shares(&[], Vec::new(), false), None, "no launches");
+        assert_eq!(
+            launch_shares(&[], vec![Vec::new()], false),
+            None,
+            "no launches"
+        );
+        assert_eq!(
+            launch_shares(&launches, vec![vec![stamp(1, 2, 0), stamp(3, 4, 2)]], false),
+            None,
+            "a rank missing"
+        );
+        assert_eq!(
+            launch_shares(&launches, vec![vec![stamp(1, 9, 0), stamp(3, 4, 1)]], false),
+            None,
+            "a later rank returned earlier"
+        );
         // A block 0 that arrived after the launch ahead was done waited nothing.
-        let shares = launch_shares(&launches, vec![(10, 5), (20, 20)], false).unwrap();
+        let shares = launch_shares(
+            &launches,
+            vec![vec![stamp(10, 5, 0), stamp(20, 20, 1)]],
+            false,
+        )
+        .unwrap();
         assert_eq!(shares[0].wait_ns, 0);
     }
 }

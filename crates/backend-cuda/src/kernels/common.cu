@@ -59,12 +59,16 @@ __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepc
 #if FL_TIMELINE
 // The kernel timeline (host: FLASHLANE_TIMELINE=1, `timeline.rs`; compiled in only then): thread
 // 0 of each launch's block (0, 0, 0) takes a slot and writes there when it reached its wait for
-// the kernel ahead and when that wait returned (%globaltimer, ns), FL_TIMELINE_CAP slots at most;
-// the host zeroes the count before a round and reads the slots after it, in the order of their
-// returns (a block 0 passes its wait only once the whole launch ahead has finished). Only the
-// slot is held across the wait, so that the probe adds as few live registers as it can there.
-__device__ unsigned long long fl_timeline[2 * FL_TIMELINE_CAP];
-__device__ unsigned int fl_timeline_count;
+// the kernel ahead, when that wait returned (%globaltimer, ns) and the return's rank among the
+// module's (a second count, taken after the wait: a block 0 passes its wait only once the whole
+// launch ahead, whose block 0 took its rank before finishing, has finished, so the ranks are the
+// launches' order even where two stamps fall in one tick of the timer, and the slots, taken
+// before the wait, need not be); FL_TIMELINE_CAP slots at most. The host zeroes both counts
+// before a round and reads the slots after it. Only the slot is held across the wait, so that
+// the probe adds as few live registers there as it can.
+__device__ unsigned long long fl_timeline[3 * FL_TIMELINE_CAP];
+// [0]: slots taken, [1]: returns ranked.
+__device__ unsigned int fl_timeline_count[2];
 __device__ __forceinline__ unsigned long long fl_globaltimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -74,11 +78,14 @@ __device__ __forceinline__ void pdl_wait() {
     unsigned slot = FL_TIMELINE_CAP;
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
         const unsigned long long reached = fl_globaltimer();
-        slot = atomicAdd(&fl_timeline_count, 1u);
-        if (slot < FL_TIMELINE_CAP) fl_timeline[2 * slot] = reached;
+        slot = atomicAdd(&fl_timeline_count[0], 1u);
+        if (slot < FL_TIMELINE_CAP) fl_timeline[3 * slot] = reached;
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (slot < FL_TIMELINE_CAP) fl_timeline[2 * slot + 1] = fl_globaltimer();
+    if (slot < FL_TIMELINE_CAP) {
+        fl_timeline[3 * slot + 1] = fl_globaltimer();
+        fl_timeline[3 * slot + 2] = atomicAdd(&fl_timeline_count[1], 1u);
+    }
 }
 #else
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -1303,9 +1303,9 @@ pub struct Kernels {
     moe: Option<MoeKernels>,
     /// The warpgroup matmul, where compiled ([`Kernels::compile_wgmma`]).
     wgmma: Option<WgmmaKernels>,
-    /// Where each module's kernel timeline stamps are, when compiled with it
-    /// (`FLASHLANE_TIMELINE=1`, `timeline.rs`; empty otherwise).
-    timeline_rooms: Vec<crate::timeline::TimelineRoom>,
+    /// Where the main module's kernel timeline stamps are, when compiled with it
+    /// (`FLASHLANE_TIMELINE=1`, `timeline.rs`).
+    timeline_room: Option<crate::timeline::TimelineRoom>,
     /// The rows from which `MatmulKernel::Auto` runs it, if it does ([`MATMUL_WGMMA_ENV`]).
     matmul_wgmma_min_rows: Option<usize>,
 }
@@ -1557,9 +1557,7 @@ impl Kernels {
                 None => None,
             },
             wgmma: None,
-            timeline_rooms: crate::timeline::TimelineRoom::of(&module, gpu)?
-                .into_iter()
-                .collect(),
+            timeline_room: crate::timeline::TimelineRoom::of(&module, gpu)?,
             matmul_wgmma_min_rows: None,
         };
         match std::env::var(MATMUL_WGMMA_ENV).as_deref() {
@@ -1625,11 +1623,8 @@ impl Kernels {
             )?;
             Ok([n32, n64])
         };
-        // A module compiled again replaces the one before (its stamps with it).
-        if self.wgmma.is_none() {
-            self.timeline_rooms
-                .extend(crate::timeline::TimelineRoom::of(&module, gpu)?);
-        }
+        // Set whole or not at all: a module compiled again replaces the one before, its
+        // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
             matmul,
@@ -1637,6 +1632,7 @@ impl Kernels {
             split_fp8: splits("fp8")?,
             swap_bf16: swap("bf16")?,
             swap_fp8: swap("fp8")?,
+            timeline_room: crate::timeline::TimelineRoom::of(&module, gpu)?,
         });
         Ok(())
     }
@@ -1653,6 +1649,8 @@ struct WgmmaKernels {
     /// The same operands unsplit, 64 rows a block ([`MATMUL_WG_SWAP_ENV`]), bf16 and FP8.
     swap_bf16: CudaFunction,
     swap_fp8: CudaFunction,
+    /// Where this module's kernel timeline stamps are (`FLASHLANE_TIMELINE=1`).
+    timeline_room: Option<crate::timeline::TimelineRoom>,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -2526,13 +2524,15 @@ impl Kernels {
         }
     }
 
-    /// The norm twins, which [`norm_place`] puts a norm into only where they were compiled
-    /// (`norm_in_matmul_max_rows` is 0 without them).
-    /// Where the modules' kernel timeline stamps are (empty unless `FLASHLANE_TIMELINE=1`).
-    pub(crate) fn timeline_rooms(&self) -> &[crate::timeline::TimelineRoom] {
-        &self.timeline_rooms
+    /// Where the modules' kernel timeline stamps are (none unless `FLASHLANE_TIMELINE=1`): the
+    /// main module's, and the warpgroup matmul's where it was compiled.
+    pub(crate) fn timeline_rooms(&self) -> Vec<crate::timeline::TimelineRoom> {
+        let wgmma = self.wgmma.as_ref().and_then(|w| w.timeline_room);
+        self.timeline_room.into_iter().chain(wgmma).collect()
     }
 
+    /// The norm twins, which [`norm_place`] puts a norm into only where they were compiled
+    /// (`norm_in_matmul_max_rows` is 0 without them).
     fn twins(&self) -> &NormTwins {
         self.norm_twins.as_ref().expect(
             "[norm-twins-compiled] a norm goes into a matmul only where its twins were compiled",
