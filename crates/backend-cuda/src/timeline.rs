@@ -33,6 +33,11 @@ pub const TIMELINE_CAPACITY: usize = 4096;
 /// A round's launches a kernel shows at most in the summary, by time (the rest summed in one row).
 const SUMMARY_KERNELS: usize = 24;
 
+/// A round's launches the summary lists in order, from its start and from its end (a layer of
+/// the models served is 4–9 launches: the first two or three layers and the head).
+const SEQUENCE_FIRST: usize = 24;
+const SEQUENCE_LAST: usize = 8;
+
 /// A wait shorter than this (ns) counts as none: block 0 arrived after the launch ahead was done.
 const NO_WAIT_NS: u64 = 200;
 
@@ -90,6 +95,10 @@ struct Totals {
     /// The smallest step between two launches' returns seen (ns): at most the timer's tick.
     smallest_step_ns: Option<u64>,
     by_kernel: BTreeMap<String, Share>,
+    /// The first matched round's launches in order, each with its sums over the rounds that
+    /// launched the same functions in the same order (`sequence_rounds` of them).
+    sequence: Vec<(usize, Share)>,
+    sequence_rounds: u64,
 }
 
 pub struct Timeline {
@@ -163,10 +172,22 @@ impl Timeline {
                     .collect::<Vec<_>>(),
             );
         }
+        self.record(rows, launch_shares(&launches, modules, full), function_name);
+        Ok(())
+    }
+
+    /// Adds a round of `rows` rows to the totals: its launches' shares, or none where its stamps
+    /// did not match them. `name_of` names a function handle (asked once a handle).
+    fn record(
+        &mut self,
+        rows: usize,
+        shares: Option<Vec<LaunchShare>>,
+        name_of: impl Fn(usize) -> String,
+    ) {
         let totals = self.totals.entry(rows).or_default();
-        let Some(shares) = launch_shares(&launches, modules, full) else {
+        let Some(shares) = shares else {
             totals.unmatched += 1;
-            return Ok(());
+            return;
         };
         totals.rounds += 1;
         totals.span_ns += shares.iter().filter_map(|l| l.added_ns).sum::<u64>();
@@ -179,20 +200,32 @@ impl Timeline {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if totals.sequence.is_empty() {
+            totals.sequence = shares
+                .iter()
+                .map(|l| (l.function, Share::default()))
+                .collect();
+        }
+        let same_launches = totals.sequence.len() == shares.len()
+            && totals
+                .sequence
+                .iter()
+                .zip(&shares)
+                .all(|((f, _), l)| *f == l.function);
+        if same_launches {
+            totals.sequence_rounds += 1;
+            for ((_, share), l) in totals.sequence.iter_mut().zip(&shares) {
+                share.add(l);
+            }
+        }
         for l in shares {
             let name = self
                 .names
                 .entry(l.function)
-                .or_insert_with(|| function_name(l.function))
+                .or_insert_with(|| name_of(l.function))
                 .clone();
-            let share = totals.by_kernel.entry(name).or_default();
-            share.launches += 1;
-            share.blocks += l.blocks;
-            share.added_ns += l.added_ns.unwrap_or(0);
-            share.wait_ns += l.wait_ns;
-            share.no_wait += u64::from(l.wait_ns < NO_WAIT_NS);
+            totals.by_kernel.entry(name).or_default().add(&l);
         }
-        Ok(())
     }
 
     fn summary(&self) -> String {
@@ -216,31 +249,65 @@ impl Timeline {
             kernels.sort_by_key(|(_, share)| std::cmp::Reverse(share.added_ns));
             let mut rest = Share::default();
             for (i, (name, share)) in kernels.iter().enumerate() {
-                if i >= SUMMARY_KERNELS {
-                    rest.launches += share.launches;
-                    rest.added_ns += share.added_ns;
-                    continue;
+                match i < SUMMARY_KERNELS {
+                    true => s.push_str(&share.line(name, rounds)),
+                    false => rest.merge(share),
                 }
-                s.push_str(&format!(
-                    "    {name:<40} {:>9.1} µs  {:>6.1} a round  {:>7.0} blocks  wait {:>6.2} µs  \
-                     no wait {:>5.1} %\n",
-                    share.added_ns as f64 / rounds / 1e3,
-                    share.launches as f64 / rounds,
-                    share.blocks as f64 / share.launches.max(1) as f64,
-                    share.wait_ns as f64 / share.launches.max(1) as f64 / 1e3,
-                    100.0 * share.no_wait as f64 / share.launches.max(1) as f64,
-                ));
             }
             if rest.launches > 0 {
+                s.push_str(&rest.line("(the others)", rounds));
+            }
+            // One round's launches in order (the means over the rounds that launched the same).
+            let n = t.sequence.len();
+            if t.sequence_rounds > 0 {
                 s.push_str(&format!(
-                    "    {:<40} {:>9.1} µs  {:>6.1} a round\n",
-                    "(the others)",
-                    rest.added_ns as f64 / rounds / 1e3,
-                    rest.launches as f64 / rounds
+                    "  rows {rows}, launch by launch ({} rounds alike; the first {SEQUENCE_FIRST} \
+                     and the last {SEQUENCE_LAST} of {n}):\n",
+                    t.sequence_rounds
                 ));
+            }
+            let shown = (0..n.min(SEQUENCE_FIRST))
+                .chain(n.saturating_sub(SEQUENCE_LAST).max(SEQUENCE_FIRST)..n);
+            for i in shown.take_while(|_| t.sequence_rounds > 0) {
+                let (function, share) = &t.sequence[i];
+                let name = self.names.get(function).map_or("?", String::as_str);
+                s.push_str(&share.line(&format!("{i:>4} {name}"), t.sequence_rounds as f64));
             }
         }
         s
+    }
+}
+
+impl Share {
+    fn merge(&mut self, other: &Share) {
+        self.launches += other.launches;
+        self.blocks += other.blocks;
+        self.added_ns += other.added_ns;
+        self.wait_ns += other.wait_ns;
+        self.no_wait += other.no_wait;
+    }
+
+    fn add(&mut self, l: &LaunchShare) {
+        self.launches += 1;
+        self.blocks += l.blocks;
+        self.added_ns += l.added_ns.unwrap_or(0);
+        self.wait_ns += l.wait_ns;
+        self.no_wait += u64::from(l.wait_ns < NO_WAIT_NS);
+    }
+
+    /// One summary line: µs it adds a round, launches a round, mean blocks, mean wait, and how
+    /// often it did not wait.
+    fn line(&self, name: &str, rounds: f64) -> String {
+        let launches = self.launches.max(1) as f64;
+        format!(
+            "    {name:<40} {:>9.1} µs  {:>6.1} a round  {:>7.0} blocks  wait {:>6.2} µs  \
+             no wait {:>5.1} %\n",
+            self.added_ns as f64 / rounds / 1e3,
+            self.launches as f64 / rounds,
+            self.blocks as f64 / launches,
+            self.wait_ns as f64 / launches / 1e3,
+            100.0 * self.no_wait as f64 / launches,
+        )
     }
 }
 
@@ -381,6 +448,57 @@ mod tests {
                 share(1, 128, None, 260),
             ]
         );
+    }
+
+    #[test]
+    fn the_summary_sums_a_kernels_launches_and_lists_a_round_in_order() {
+        let mut t = Timeline {
+            on: true,
+            totals: BTreeMap::new(),
+            names: BTreeMap::new(),
+        };
+        let share = |function, added_ns, wait_ns| LaunchShare {
+            function,
+            blocks: 64,
+            added_ns,
+            wait_ns,
+        };
+        let round = || {
+            Some(vec![
+                share(1, Some(4_000), 1_000),
+                share(2, Some(6_000), 0),
+                share(1, None, 500),
+            ])
+        };
+        let name = |f: usize| format!("kernel_{f}");
+        t.record(1, round(), name);
+        t.record(1, round(), name);
+        t.record(1, None, name);
+        let summary = t.summary();
+        assert!(
+            summary.contains("rows 1: 2 rounds (1 left out), 10.0 µs"),
+            "{summary}"
+        );
+        // kernel_2 adds 6 µs a round, kernel_1 4 (its last launch adds nothing stamped).
+        let line_of = |name: &str| {
+            summary
+                .lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap()
+                .to_string()
+        };
+        assert!(line_of("kernel_2").contains("6.0 µs"), "{summary}");
+        assert!(line_of("kernel_2").contains("no wait 100.0 %"), "{summary}");
+        assert!(line_of("kernel_1").contains("2.0 a round"), "{summary}");
+        let kernel_2_at = summary.find("    kernel_2").unwrap();
+        assert!(
+            kernel_2_at < summary.find("    kernel_1").unwrap(),
+            "by time: {summary}"
+        );
+        assert!(summary.contains("2 rounds alike"), "{summary}");
+        assert!(summary.contains("   1 kernel_2"), "{summary}");
+        // Nothing printed when the test's timeline drops.
+        t.on = false;
     }
 
     #[test]
