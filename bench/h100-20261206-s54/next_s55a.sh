@@ -11,7 +11,8 @@
 # round, block 0's wait, how often it did not wait) go to $OUT/timeline.txt; "left out" rounds
 # say the stamps did not match the launches (a kernel whose block 0 does not wait once).
 # Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz} (packed at the commit that
-# prepared this; the default model moved out of the tree). ~480 s on an H100; call limit 600.
+# prepared this; the default model moved out of the tree). ~520 s on an H100; call limit 600.
+# Then MTP's GPU speed-up with the new default model (between the shapes: the 4B timeline last).
 set -u
 T0=$(date +%s)
 . bench/device_ab.sh
@@ -23,10 +24,18 @@ el "whole-model tests rc=$?"; tee $OUT/tests_summary.txt < /tmp/tests/summary.tx
 tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
 kernel_tests s55a 120 swapped matmul_matches_backend_cpu_gathers
 TL="base:FLASHLANE_AB=1 tl:FLASHLANE_TIMELINE=1"
-for shape in qwen3-0.6b qwen3-next-a3b-slice qwen3-4b; do
-  ab tl_$shape $shape 1,8 "$TL" $FL
-  for f in /tmp/ab_tl_$shape/*.tl.round*.err; do
-    { echo "=== $shape $(basename $f)"; sed -n '/kernel timeline/,$p' $f; } >> $OUT/timeline.txt
+timeline() {
+  ab tl_$1 $1 1,8 "$TL" $FL
+  for f in /tmp/ab_tl_$1/*.tl.round*.err; do
+    { echo "=== $1 $(basename $f)"; sed -n '/kernel timeline/,$p' $f; } >> $OUT/timeline.txt
   done
-  el "timeline $shape"
-done
+  el "timeline $1"
+}
+timeline qwen3-0.6b
+timeline qwen3-next-a3b-slice
+# MTP's GPU speed-up with the default model shipped in session 54 (its head is session 29's, as
+# before: 2.00x / 1.89x at 1 / 8 streams in session 53).
+TASKS=counting DRAFTS="none mtp:3" REPS=1 BENCH_ARGS="--device cuda" FLASHLANE=$FL \
+  timeout 90 bench/mtp_speedup.sh /tmp/mtp > $OUT/mtp_speedup.txt 2>&1
+el "MTP rc=$?"; tail -6 $OUT/mtp_speedup.txt
+timeline qwen3-4b
