@@ -123,6 +123,9 @@ impl Timeline {
         if !self.on {
             return Ok(());
         }
+        // The raw driver calls below need the context current on this thread (cudarc's safe
+        // calls bind it themselves).
+        gpu.ctx.bind_to_thread()?;
         for room in rooms {
             // SAFETY: `counts` is the address of a module's two `unsigned int` counts, alive as
             // long as the kernels that hold its module.
@@ -146,6 +149,7 @@ impl Timeline {
         }
         let launches = gpu.take_launches();
         gpu.record_launches(false);
+        gpu.ctx.bind_to_thread()?;
         let mut modules = Vec::new();
         let mut full = false;
         for room in rooms {
