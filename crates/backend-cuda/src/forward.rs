@@ -193,7 +193,7 @@ impl Scratch {
             meta: Buf::zeros(gpu, 1)?,
             graphs: Graphs::default(),
             clock: RoundClock::new(gpu)?,
-            timeline: Timeline::new(),
+            timeline: Timeline::default(),
         })
     }
 
@@ -947,9 +947,7 @@ pub fn forward<'a>(
     let asks_at = rm.meta.push_raw(asks);
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     scratch.clock.start(&m.gpu, rows)?;
-    scratch
-        .timeline
-        .start(&m.gpu, &m.kernels.timeline_rooms())?;
+    scratch.timeline.start(&m.gpu, &m.kernels)?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
@@ -1000,9 +998,7 @@ pub fn forward<'a>(
         )?)),
     };
     scratch.clock.done()?;
-    scratch
-        .timeline
-        .done(&m.gpu, &m.kernels.timeline_rooms(), rows)?;
+    scratch.timeline.done(&m.gpu, &m.kernels, rows)?;
     Ok(out)
 }
 

@@ -6,8 +6,7 @@
 //! arguments are fixed addresses of scratch and session buffers. So a graph is keyed by the
 //! round's shape only, and stays valid until a scratch buffer is reallocated ([`Graphs::clear`]).
 
-use crate::device::Gpu;
-use crate::timeline::GraphLaunches;
+use crate::device::{Gpu, LaunchRecord};
 use crate::CudaError;
 use cudarc::driver::{sys, CudaGraph};
 use std::collections::HashMap;
@@ -44,7 +43,7 @@ pub const GRAPHS_ENV: &str = "FLASHLANE_CUDA_GRAPHS";
 pub struct Graphs {
     /// Each graph with the launches it was captured with where the kernel timeline recorded
     /// them (`timeline.rs`; empty otherwise), which a replay records again.
-    cache: HashMap<GraphKey, (CudaGraph, GraphLaunches)>,
+    cache: HashMap<GraphKey, (CudaGraph, Vec<LaunchRecord>)>,
     enabled: bool,
 }
 
@@ -79,17 +78,21 @@ impl Graphs {
         if !self.enabled {
             return enqueue();
         }
-        if !self.cache.contains_key(&key) {
+        let captured = !self.cache.contains_key(&key);
+        if captured {
             if self.cache.len() >= MAX_GRAPHS {
                 self.cache.clear();
             }
             let from = gpu.recorded_launches();
             let graph = capture(gpu, enqueue)?;
             self.cache.insert(key, (graph, gpu.launches_since(from)));
-        } else {
-            gpu.record_replay(&self.cache[&key].1);
         }
-        self.cache[&key].0.launch()?;
+        let (graph, launches) = &self.cache[&key];
+        // The capture recorded its launches; a replay records them again.
+        if !captured {
+            gpu.record_replay(launches);
+        }
+        graph.launch()?;
         Ok(())
     }
 }

@@ -17,6 +17,7 @@
 //! then the same as without it. The summary goes to stderr when the model is dropped.
 
 use crate::device::{Gpu, LaunchRecord};
+use crate::kernels::Kernels;
 use crate::CudaError;
 use cudarc::driver::{result, sys, CudaModule, DevicePtr};
 use std::collections::BTreeMap;
@@ -101,26 +102,21 @@ struct Totals {
     sequence_rounds: u64,
 }
 
+/// On where the kernels were compiled with it (they then have rooms for its stamps); a round
+/// otherwise costs it the check for rooms.
+#[derive(Default)]
 pub struct Timeline {
-    on: bool,
     totals: BTreeMap<usize, Totals>,
     /// Kernel names by function handle (asked of the driver once each).
     names: BTreeMap<usize, String>,
 }
 
 impl Timeline {
-    pub fn new() -> Timeline {
-        Timeline {
-            on: timeline_on(),
-            totals: BTreeMap::new(),
-            names: BTreeMap::new(),
-        }
-    }
-
     /// Before a round's first launch: its modules' counts zeroed (on the stream, ahead of the
     /// round) and its launches recorded from here.
-    pub fn start(&mut self, gpu: &Gpu, rooms: &[TimelineRoom]) -> Result<(), CudaError> {
-        if !self.on {
+    pub fn start(&mut self, gpu: &Gpu, kernels: &Kernels) -> Result<(), CudaError> {
+        let rooms = kernels.timeline_rooms();
+        if rooms.is_empty() {
             return Ok(());
         }
         // The raw driver calls below need the context current on this thread (cudarc's safe
@@ -138,13 +134,9 @@ impl Timeline {
     }
 
     /// Once the round's results are on the host (the stream has finished the round).
-    pub fn done(
-        &mut self,
-        gpu: &Gpu,
-        rooms: &[TimelineRoom],
-        rows: usize,
-    ) -> Result<(), CudaError> {
-        if !self.on {
+    pub fn done(&mut self, gpu: &Gpu, kernels: &Kernels, rows: usize) -> Result<(), CudaError> {
+        let rooms = kernels.timeline_rooms();
+        if rooms.is_empty() {
             return Ok(());
         }
         let launches = gpu.take_launches();
@@ -152,7 +144,7 @@ impl Timeline {
         gpu.ctx.bind_to_thread()?;
         let mut modules = Vec::new();
         let mut full = false;
-        for room in rooms {
+        for room in &rooms {
             let mut counts = [0u32; 2];
             // SAFETY: the stream is idle (the round's results were read), and both addresses
             // are globals of the sizes read (`common.cu`: two counts, FL_TIMELINE_CAP stamps of
@@ -404,14 +396,11 @@ fn function_name(function: usize) -> String {
 
 impl Drop for Timeline {
     fn drop(&mut self) {
-        if self.on && !self.totals.is_empty() {
+        if !self.totals.is_empty() {
             eprint!("{}", self.summary());
         }
     }
 }
-
-/// The launches a graph holds, kept with it so that a replay records them again.
-pub(crate) type GraphLaunches = Vec<LaunchRecord>;
 
 #[cfg(test)]
 mod tests {
@@ -456,11 +445,7 @@ mod tests {
 
     #[test]
     fn the_summary_sums_a_kernels_launches_and_lists_a_round_in_order() {
-        let mut t = Timeline {
-            on: true,
-            totals: BTreeMap::new(),
-            names: BTreeMap::new(),
-        };
+        let mut t = Timeline::default();
         let share = |function, added_ns, wait_ns| LaunchShare {
             function,
             blocks: 64,
@@ -502,7 +487,7 @@ mod tests {
         assert!(summary.contains("2 rounds alike"), "{summary}");
         assert!(summary.contains("   1 kernel_2"), "{summary}");
         // Nothing printed when the test's timeline drops.
-        t.on = false;
+        t.totals.clear();
     }
 
     #[test]
