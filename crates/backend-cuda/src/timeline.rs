@@ -13,7 +13,7 @@
 //! starts only after the one ahead has finished, so its wait is none by construction.
 //!
 //! A diagnostic: each launch's block 0 also does two atomic adds and three stores around its
-//! wait, so a round runs a little slower with it on; off by default, and the kernels' source is
+//! wait (what that costs a round is not measured yet); off by default, and the kernels' source is
 //! then the same as without it. The summary goes to stderr when the model is dropped.
 
 use crate::device::{Gpu, LaunchRecord};
