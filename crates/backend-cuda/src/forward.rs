@@ -947,7 +947,9 @@ pub fn forward<'a>(
     let asks_at = rm.meta.push_raw(asks);
     let ptrs = scratch.ensure(m, rows, rm.num_logits)?;
     scratch.clock.start(&m.gpu, rows)?;
-    scratch.timeline.start(&m.gpu, &m.kernels)?;
+    scratch
+        .timeline
+        .start(&m.gpu, &m.kernels.timeline_rooms())?;
     let base = scratch.upload(&m.gpu, &rm.meta)?;
     let pass = Pass { m, p: ptrs };
     // The GPU chooses tokens when some wanted row needs no more (a window of rows that wants
@@ -998,7 +1000,9 @@ pub fn forward<'a>(
         )?)),
     };
     scratch.clock.done()?;
-    scratch.timeline.done(&m.gpu, &m.kernels, rows)?;
+    scratch
+        .timeline
+        .done(&m.gpu, &m.kernels.timeline_rooms(), rows)?;
     Ok(out)
 }
 

@@ -17,7 +17,6 @@
 //! then the same as without it. The summary goes to stderr when the model is dropped.
 
 use crate::device::{Gpu, LaunchRecord};
-use crate::kernels::Kernels;
 use crate::CudaError;
 use cudarc::driver::{result, sys, CudaModule, DevicePtr};
 use std::collections::BTreeMap;
@@ -103,7 +102,7 @@ struct Totals {
 }
 
 /// On where the kernels were compiled with it (they then have rooms for its stamps); a round
-/// otherwise costs it the check for rooms.
+/// otherwise costs it the check for rooms (an empty list: no allocation).
 #[derive(Default)]
 pub struct Timeline {
     totals: BTreeMap<usize, Totals>,
@@ -114,8 +113,8 @@ pub struct Timeline {
 impl Timeline {
     /// Before a round's first launch: its modules' counts zeroed (on the stream, ahead of the
     /// round) and its launches recorded from here.
-    pub fn start(&mut self, gpu: &Gpu, kernels: &Kernels) -> Result<(), CudaError> {
-        let rooms = kernels.timeline_rooms();
+    /// `rooms`: the kernels' (`Kernels::timeline_rooms`; none unless compiled with the timeline).
+    pub fn start(&mut self, gpu: &Gpu, rooms: &[TimelineRoom]) -> Result<(), CudaError> {
         if rooms.is_empty() {
             return Ok(());
         }
@@ -134,8 +133,12 @@ impl Timeline {
     }
 
     /// Once the round's results are on the host (the stream has finished the round).
-    pub fn done(&mut self, gpu: &Gpu, kernels: &Kernels, rows: usize) -> Result<(), CudaError> {
-        let rooms = kernels.timeline_rooms();
+    pub fn done(
+        &mut self,
+        gpu: &Gpu,
+        rooms: &[TimelineRoom],
+        rows: usize,
+    ) -> Result<(), CudaError> {
         if rooms.is_empty() {
             return Ok(());
         }
@@ -144,7 +147,7 @@ impl Timeline {
         gpu.ctx.bind_to_thread()?;
         let mut modules = Vec::new();
         let mut full = false;
-        for room in &rooms {
+        for room in rooms {
             let mut counts = [0u32; 2];
             // SAFETY: the stream is idle (the round's results were read), and both addresses
             // are globals of the sizes read (`common.cu`: two counts, FL_TIMELINE_CAP stamps of
