@@ -134,6 +134,142 @@ __device__ __forceinline__ float att_rescale_add(float acc, float c, float e, fl
 }
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
+// One key group of split lw at keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos), ATT_KV_AHEAD 0:
+// each key's K loaded where its score is taken, its V where it is added.
+template <int G>
+__device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv_t* v_cache, size_t base,
+                                                   int p0, int pos, int kvh, int lane, float scale,
+                                                   const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL],
+                                                   float (&m)[G], float (&l)[G]) {
+    float s[ATT_KEY_GROUP][G];
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        float part[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) part[i] = 0.0f;
+        if (p0 + g <= pos) {  // the same for the whole warp
+            const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) {
+                    const float kd = kv_load(kp[d]);
+#pragma unroll
+                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
+                }
+            }
+        }
+        // Rounded as written, so that ptxas cannot fuse it into the softmax's `s - m_new` in one
+        // kernel and not in another.
+#pragma unroll
+        for (int i = 0; i < G; i++) s[g][i] = __fmul_rn(warp_sum(part[i]), scale);
+    }
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        if (p0 + g > pos) break;
+        const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
+        // One head loads each V element where it adds it (the code the per-head kernel
+        // always had; loaded ahead of the softmax's exps, the A3B slice's one-stream
+        // decode ran 1-2 % slower, bench/RESULTS.md session 21); a group loads them
+        // once for its heads. The same operations either way.
+        if (G == 1) {
+            const float m_new = fmaxf(m[0], s[g][0]);
+            const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
+            l[0] = __fmaf_rn(l[0], c, e);
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) acc[0][j] = att_rescale_add(acc[0][j], c, e, kv_load(vp[d]));
+            }
+            m[0] = m_new;
+            continue;
+        }
+        float vd[ATT_DPL];
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            const float m_new = fmaxf(m[i], s[g][i]);
+            const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
+            l[i] = __fmaf_rn(l[i], c, e);
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
+            }
+            m[i] = m_new;
+        }
+    }
+}
+
+// ATT_KV_AHEAD 1 and 2: a key group's K and V are loaded by `att_load_group` into registers, all
+// of them issued together (a key past pos loads the row at pos, which it never uses, so that no
+// load waits behind a branch), then `att_group_step` takes the same scores and the same softmax
+// steps from them as `att_group_in_place`: the same bits (kernel test). Heads of more than 128
+// dims take 1 for 2: two groups' K and V of heads of 256 are 128 registers a thread, and the
+// kernels spilled there (tools/cuda_check).
+#define ATT_KV_AHEAD_HERE (ATT_KV_AHEAD >= 2 && ATT_DPL > 4 ? 1 : ATT_KV_AHEAD)
+__device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL], kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL],
+                                               const kv_t* k_cache, const kv_t* v_cache, size_t base, int p0,
+                                               int pos, int kvh, int lane) {
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        const size_t at = (base + min(p0 + g, pos)) * ATT_KV_ROW + kvh * ATT_HD;
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            kr[g][j] = d < ATT_HD ? k_cache[at + d] : (kv_t)0;
+            vr[g][j] = d < ATT_HD ? v_cache[at + d] : (kv_t)0;
+        }
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void att_group_step(const kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL],
+                                               const kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL], int p0, int pos,
+                                               int lane, float scale, const float (&qv)[G][ATT_DPL],
+                                               float (&acc)[G][ATT_DPL], float (&m)[G], float (&l)[G]) {
+    float s[ATT_KEY_GROUP][G];
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        float part[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) part[i] = 0.0f;
+        if (p0 + g <= pos) {
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) {
+                    const float kd = kv_load(kr[g][j]);
+#pragma unroll
+                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < G; i++) s[g][i] = __fmul_rn(warp_sum(part[i]), scale);
+    }
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        if (p0 + g > pos) break;
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            const float m_new = fmaxf(m[i], s[g][i]);
+            const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
+            l[i] = __fmaf_rn(l[i], c, e);
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, kv_load(vr[g][j]));
+            }
+            m[i] = m_new;
+        }
+    }
+}
+
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
 // ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
@@ -166,68 +302,32 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     }
     // Key split lw; with PW = ATT_WARPS the loop runs once (the code of a warp a split).
     for (int lw = warp;;) {
-        for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += ATT_WARPS * ATT_KEY_GROUP) {
-            float s[ATT_KEY_GROUP][G];
+        constexpr int stride = ATT_WARPS * ATT_KEY_GROUP;
+        if (ATT_KV_AHEAD_HERE == 0) {
+            for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += stride)
+                att_group_in_place<G>(k_cache, v_cache, base, p0, pos, kvh, lane, scale, qv, acc, m, l);
+        } else {
+            // With ATT_KV_AHEAD_HERE 2 the next group's loads are issued before this group's arithmetic.
+            kv_t kn[ATT_KEY_GROUP][ATT_DPL], vn[ATT_KEY_GROUP][ATT_DPL];
+            int p0 = lw * ATT_KEY_GROUP;
+            if (ATT_KV_AHEAD_HERE >= 2 && p0 <= pos) att_load_group(kn, vn, k_cache, v_cache, base, p0, pos, kvh, lane);
+            for (; p0 <= pos; p0 += stride) {
+                kv_t kr[ATT_KEY_GROUP][ATT_DPL], vr[ATT_KEY_GROUP][ATT_DPL];
+                if (ATT_KV_AHEAD_HERE >= 2) {
 #pragma unroll
-            for (int g = 0; g < ATT_KEY_GROUP; g++) {
-                float part[G];
+                    for (int g = 0; g < ATT_KEY_GROUP; g++) {
 #pragma unroll
-                for (int i = 0; i < G; i++) part[i] = 0.0f;
-                if (p0 + g <= pos) {  // the same for the whole warp
-                    const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-#pragma unroll
-                    for (int j = 0; j < ATT_DPL; j++) {
-                        const int d = lane + WARP * j;
-                        if (d < ATT_HD) {
-                            const float kd = kv_load(kp[d]);
-#pragma unroll
-                            for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
+                        for (int j = 0; j < ATT_DPL; j++) {
+                            kr[g][j] = kn[g][j];
+                            vr[g][j] = vn[g][j];
                         }
                     }
+                    if (p0 + stride <= pos)
+                        att_load_group(kn, vn, k_cache, v_cache, base, p0 + stride, pos, kvh, lane);
+                } else {
+                    att_load_group(kr, vr, k_cache, v_cache, base, p0, pos, kvh, lane);
                 }
-                // Rounded as written, so that ptxas cannot fuse it into the softmax's `s - m_new` in one
-                // kernel and not in another.
-#pragma unroll
-                for (int i = 0; i < G; i++) s[g][i] = __fmul_rn(warp_sum(part[i]), scale);
-            }
-#pragma unroll
-            for (int g = 0; g < ATT_KEY_GROUP; g++) {
-                if (p0 + g > pos) break;
-                const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-                // One head loads each V element where it adds it (the code the per-head kernel
-                // always had; loaded ahead of the softmax's exps, the A3B slice's one-stream
-                // decode ran 1-2 % slower, bench/RESULTS.md session 21); a group loads them
-                // once for its heads. The same operations either way.
-                if (G == 1) {
-                    const float m_new = fmaxf(m[0], s[g][0]);
-                    const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
-                    l[0] = __fmaf_rn(l[0], c, e);
-#pragma unroll
-                    for (int j = 0; j < ATT_DPL; j++) {
-                        const int d = lane + WARP * j;
-                        if (d < ATT_HD) acc[0][j] = att_rescale_add(acc[0][j], c, e, kv_load(vp[d]));
-                    }
-                    m[0] = m_new;
-                    continue;
-                }
-                float vd[ATT_DPL];
-#pragma unroll
-                for (int j = 0; j < ATT_DPL; j++) {
-                    const int d = lane + WARP * j;
-                    vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
-                }
-#pragma unroll
-                for (int i = 0; i < G; i++) {
-                    const float m_new = fmaxf(m[i], s[g][i]);
-                    const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
-                    l[i] = __fmaf_rn(l[i], c, e);
-#pragma unroll
-                    for (int j = 0; j < ATT_DPL; j++) {
-                        const int d = lane + WARP * j;
-                        if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
-                    }
-                    m[i] = m_new;
-                }
+                att_group_step<G>(kr, vr, p0, pos, lane, scale, qv, acc, m, l);
             }
         }
 #pragma unroll

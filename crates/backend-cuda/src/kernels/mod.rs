@@ -440,7 +440,8 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; MMA_NORM_TWINS (the norm twins
+/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
+/// its keys: the same bits); MMA_NORM_TWINS (the norm twins
 /// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
 /// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
@@ -448,8 +449,9 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 12] = [
+const OVERRIDABLE_DEFINES: [&str; 13] = [
     "MMA_NORM_TWINS",
+    "ATT_KV_AHEAD",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -734,6 +736,27 @@ const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// `FLASHLANE_ATTENTION_FEW_WARPS=0` keeps a prompt's attention on `attention_grouped`, `=1`
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
+
+/// How attention loads a key group's K and V (`attention.cu`, ATT_KV_AHEAD): 0 each key's K
+/// where its score is taken and its V where it is added, behind the branch that ends a group
+/// past the row's position, so a group of 4 keys waited on five loads one after another; 1 the
+/// group's 4 K and 4 V rows issued together before its scores; 2 also the next group's before
+/// this group's arithmetic. The same arithmetic, the same bits (kernel test). The kernel
+/// timeline of session 55 (bench/RESULTS.md) had Qwen3-0.6B's one-row attention at 9–15 µs a
+/// layer, 25–40 % of a one-stream round.
+const ATT_KV_AHEAD: usize = 2;
+/// `FLASHLANE_ATTENTION_KV_AHEAD=0|1|2` sets that (A/B runs of one binary: the same bits).
+pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
+
+/// ATT_KV_AHEAD, or [`ATTENTION_KV_AHEAD_ENV`]'s 0, 1 or 2 where set.
+fn attention_kv_ahead() -> usize {
+    match std::env::var(ATTENTION_KV_AHEAD_ENV).as_deref() {
+        Ok("0") => 0,
+        Ok("1") => 1,
+        Ok("2") => 2,
+        _ => ATT_KV_AHEAD,
+    }
+}
 
 /// A call's q/k norms, RoPE and cache write run inside the per-head attention kernel
 /// (`attention_gated_prep`) where every row is its session's only one: a launch fewer an
@@ -1070,6 +1093,7 @@ impl Dims {
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ATT_FEW_WARPS", ATT_FEW_WARPS),
+            ("ATT_KV_AHEAD", attention_kv_ahead()),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),
             ("ARGMAX_SPLIT", block(ARGMAX_SPLIT)),

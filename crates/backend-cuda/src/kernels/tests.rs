@@ -2715,7 +2715,9 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// their own at random positions (0, within the first key group, past 64 keys so that every
 /// warp walks several groups), the cache before each row filled with random stored keys and
 /// values; heads of both kinds (Qwen3's plain norms and ungated heads, Qwen3-Next's zero-centred
-/// and gated ones with partial RoPE), heads of 16 to 256 dims, both cache types.
+/// and gated ones with partial RoPE), heads of 16 to 256 dims, both cache types. With the bf16
+/// cache, every way of loading the keys (ATT_KV_AHEAD) in every attention kernel gives the same
+/// bits too.
 #[test]
 fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
     let Some(gpu) = open_gpu() else { return };
@@ -2770,7 +2772,8 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     .collect()
             };
             let (k_bytes, v_bytes) = (stored(), stored());
-            let run = |fused: bool| {
+            // The prep inside the per-head attention (`None`), or apart and then `kernel`.
+            let run = |k: &Kernels, apart_then: Option<super::AttentionKernel>| {
                 let k_buf = Buf::from_host(&gpu, &k_bytes).unwrap();
                 let v_buf = Buf::from_host(&gpu, &v_bytes).unwrap();
                 let q = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
@@ -2783,22 +2786,24 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     v_cache: v_buf.at(0),
                     one_row_a_session: true,
                 };
-                if fused {
-                    k.attention_gated_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0), out.at(0))
-                        .unwrap();
-                } else {
-                    k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0))
-                        .unwrap();
-                    k.attention_with(
-                        &gpu,
-                        &dims,
-                        &a,
-                        q.at(0),
-                        b.qkv.at(0),
-                        out.at(0),
-                        super::AttentionKernel::PerHead,
-                    )
-                    .unwrap();
+                match apart_then {
+                    None => k
+                        .attention_gated_prep(
+                            &gpu,
+                            &dims,
+                            &a,
+                            b.qkv.at(0),
+                            &prep,
+                            q.at(0),
+                            out.at(0),
+                        )
+                        .unwrap(),
+                    Some(kernel) => {
+                        k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0))
+                            .unwrap();
+                        k.attention_with(&gpu, &dims, &a, q.at(0), b.qkv.at(0), out.at(0), kernel)
+                            .unwrap();
+                    }
                 }
                 let n = k_bytes.len();
                 (
@@ -2808,7 +2813,8 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     v_buf.read(&gpu, n).unwrap(),
                 )
             };
-            let (apart, inside) = (run(false), run(true));
+            let per_head = Some(super::AttentionKernel::PerHead);
+            let (apart, inside) = (run(&k, per_head), run(&k, None));
             assert!(
                 inside.1.iter().all(|x| x.is_finite()),
                 "{what}: outputs left unwritten"
@@ -2820,6 +2826,26 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                 same_bits(&inside.1, &apart.1),
                 "{what}: the attention differs"
             );
+            // Each way of loading the keys (ATT_KV_AHEAD), in every attention kernel: the same
+            // bits (the bf16 cache the models run with; each is a compile of its own).
+            if kv != KvDtype::Bf16 {
+                continue;
+            }
+            for ahead in 0..=2 {
+                let k_ahead = Kernels::compile_overriding(&gpu, &dims, &[("ATT_KV_AHEAD", ahead)])
+                    .expect("kernels");
+                for kernel in [
+                    None,
+                    per_head,
+                    Some(super::AttentionKernel::Grouped),
+                    Some(super::AttentionKernel::GroupedFewWarps),
+                ] {
+                    assert!(
+                        same_bits(&run(&k_ahead, kernel).1, &apart.1),
+                        "{what}: ATT_KV_AHEAD {ahead}, {kernel:?} differs"
+                    );
+                }
+            }
         }
     }
 }
