@@ -208,10 +208,8 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 // ATT_KV_AHEAD 1 and 2: a key group's K and V are loaded by `att_load_group` into registers, all
 // of them issued together (a key past pos loads the row at pos, which it never uses, so that no
 // load waits behind a branch), then `att_group_step` takes the same scores and the same softmax
-// steps from them as `att_group_in_place`: the same bits (kernel test). Heads of more than 128
-// dims take 1 for 2: two groups' K and V of heads of 256 are 128 registers a thread, and the
-// kernels spilled there (tools/cuda_check).
-#define ATT_KV_AHEAD_HERE (ATT_KV_AHEAD >= 2 && ATT_DPL > 4 ? 1 : ATT_KV_AHEAD)
+// steps from them as `att_group_in_place`: the same bits (kernel test). 2 is for blocks of one
+// head of at most 128 dims; the others take 1 for it (`att_kv_ahead`).
 __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL], kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL],
                                                const kv_t* k_cache, const kv_t* v_cache, size_t base, int p0,
                                                int pos, int kvh, int lane) {
@@ -225,6 +223,15 @@ __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL
             vr[g][j] = d < ATT_HD ? v_cache[at + d] : (kv_t)0;
         }
     }
+}
+
+// The ATT_KV_AHEAD a block of G heads runs: 2 only where G is 1 and the heads at most 128 dims.
+// Two groups' K and V of heads of 256 are 128 registers a thread, and the kernels spilled
+// (tools/cuda_check); on the H100 (session 55, bench/RESULTS.md) the grouped kernels ran a
+// 64-stream decode of Qwen3-0.6B 6 % slower with 2 than with 1, and its prompts 4-8 %.
+template <int G>
+__device__ __forceinline__ constexpr int att_kv_ahead() {
+    return (G > 1 || ATT_DPL > 4) && ATT_KV_AHEAD > 1 ? 1 : ATT_KV_AHEAD;
 }
 
 template <int G>
@@ -302,18 +309,18 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     }
     // Key split lw; with PW = ATT_WARPS the loop runs once (the code of a warp a split).
     for (int lw = warp;;) {
-        constexpr int stride = ATT_WARPS * ATT_KEY_GROUP;
-        if (ATT_KV_AHEAD_HERE == 0) {
+        constexpr int stride = ATT_WARPS * ATT_KEY_GROUP, ahead = att_kv_ahead<G>();
+        if (ahead == 0) {
             for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += stride)
                 att_group_in_place<G>(k_cache, v_cache, base, p0, pos, kvh, lane, scale, qv, acc, m, l);
         } else {
-            // With ATT_KV_AHEAD_HERE 2 the next group's loads are issued before this group's arithmetic.
+            // With `ahead` 2 the next group's loads are issued before this group's arithmetic.
             kv_t kn[ATT_KEY_GROUP][ATT_DPL], vn[ATT_KEY_GROUP][ATT_DPL];
             int p0 = lw * ATT_KEY_GROUP;
-            if (ATT_KV_AHEAD_HERE >= 2 && p0 <= pos) att_load_group(kn, vn, k_cache, v_cache, base, p0, pos, kvh, lane);
+            if (ahead >= 2 && p0 <= pos) att_load_group(kn, vn, k_cache, v_cache, base, p0, pos, kvh, lane);
             for (; p0 <= pos; p0 += stride) {
                 kv_t kr[ATT_KEY_GROUP][ATT_DPL], vr[ATT_KEY_GROUP][ATT_DPL];
-                if (ATT_KV_AHEAD_HERE >= 2) {
+                if (ahead >= 2) {
 #pragma unroll
                     for (int g = 0; g < ATT_KEY_GROUP; g++) {
 #pragma unroll

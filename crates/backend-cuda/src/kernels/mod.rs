@@ -741,9 +741,14 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// where its score is taken and its V where it is added, behind the branch that ends a group
 /// past the row's position, so a group of 4 keys waited on five loads one after another; 1 the
 /// group's 4 K and 4 V rows issued together before its scores; 2 also the next group's before
-/// this group's arithmetic. The same arithmetic, the same bits (kernel test). The kernel
-/// timeline of session 55 (bench/RESULTS.md) had Qwen3-0.6B's one-row attention at 9–15 µs a
-/// layer, 25–40 % of a one-stream round.
+/// this group's arithmetic, in blocks of one head of at most 128 dims (the others take 1). The
+/// same arithmetic, the same bits (kernel test). The kernel timeline had Qwen3-0.6B's one-row
+/// attention at 9–15 µs a layer, 25–40 % of a one-stream round; against 0 on the H100
+/// (session 55, bench/RESULTS.md; prompt 128, 64 new tokens, two interleaved rounds), decode
+/// with 2 everywhere: Qwen3-0.6B 1.17× / 1.11× / 1.06× at 1 / 8 / 64 streams, prompts
+/// 0.91–0.96×; Qwen3-4B 1.04× / 0.99× / 1.09×; with 1 everywhere: Qwen3-0.6B 1.03× / 1.03× /
+/// 1.13×, prompts 0.97–1.04×; Qwen3-4B 1.01× / 1.01× / 1.09×; the A3B slice (heads of 256)
+/// 1.01× either way.
 const ATT_KV_AHEAD: usize = 2;
 /// `FLASHLANE_ATTENTION_KV_AHEAD=0|1|2` sets that (A/B runs of one binary: the same bits).
 pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
