@@ -11,7 +11,8 @@
 //
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
-// ATT_GATED, ATT_NORM_KIND, ATT_THREADS, ATT_PREP_WARPS, ATT_KV_BF16.
+// ATT_GATED, ATT_NORM_KIND, ATT_THREADS, ATT_PREP_WARPS, ATT_KV_BF16, ATT_GROUP, ATT_FEW_WARPS,
+// ATT_KV_AHEAD.
 //
 // The cache holds K and V as bf16 (ATT_KV_BF16, rounded to nearest even when written) or f32;
 // attention widens them exactly to f32, so everything after the store is the same arithmetic.
@@ -168,10 +169,11 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
         if (p0 + g > pos) break;
         const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-        // One head loads each V element where it adds it (the code the per-head kernel
-        // always had; loaded ahead of the softmax's exps, the A3B slice's one-stream
-        // decode ran 1-2 % slower, bench/RESULTS.md session 21); a group loads them
-        // once for its heads. The same operations either way.
+        // One head loads each V element where it adds it (what the per-head kernel had
+        // before ATT_KV_AHEAD: loaded ahead of the softmax's exps, one key at a time, the
+        // A3B slice's one-stream decode ran 1-2 % slower, bench/RESULTS.md session 21;
+        // session 55's loads of whole groups superseded it); a group loads them once for its
+        // heads. The same operations either way.
         if (G == 1) {
             const float m_new = fmaxf(m[0], s[g][0]);
             const float c = expf(m[0] - m_new), e = expf(s[g][0] - m_new);
@@ -208,8 +210,8 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 // ATT_KV_AHEAD 1 and 2: a key group's K and V are loaded by `att_load_group` into registers, all
 // of them issued together (a key past pos loads the row at pos, which it never uses, so that no
 // load waits behind a branch), then `att_group_step` takes the same scores and the same softmax
-// steps from them as `att_group_in_place`: the same bits (kernel test). 2 is for blocks of one
-// head of at most 128 dims; the others take 1 for it (`att_kv_ahead`).
+// steps from them as `att_group_in_place`: the same bits (kernel test). 2 is for the per-head
+// kernels' blocks with heads of at most 128 dims; the others take 1 for it (`att_kv_ahead`).
 __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL], kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL],
                                                const kv_t* k_cache, const kv_t* v_cache, size_t base, int p0,
                                                int pos, int kvh, int lane) {
@@ -225,13 +227,15 @@ __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL
     }
 }
 
-// The ATT_KV_AHEAD a block of G heads runs: 2 only where G is 1 and the heads at most 128 dims.
-// Two groups' K and V of heads of 256 are 128 registers a thread, and the kernels spilled
-// (tools/cuda_check); on the H100 (session 55, bench/RESULTS.md) the grouped kernels ran a
-// 64-stream decode of Qwen3-0.6B 6 % slower with 2 than with 1, and its prompts 4-8 %.
-template <int G>
+// The ATT_KV_AHEAD a kernel's blocks run: at most AHEAD_MAX (2 for the per-head kernels, 1 for the
+// grouped ones, whatever their group: on the H100, session 55, bench/RESULTS.md, they ran a
+// 64-stream decode of Qwen3-0.6B 6 % slower with 2 than with 1, and its prompts 4-8 %), and 1 for
+// heads of more than 128 dims (two groups' K and V of heads of 256 are 128 registers a thread:
+// the kernels spilled, tools/cuda_check).
+template <int AHEAD_MAX>
 __device__ __forceinline__ constexpr int att_kv_ahead() {
-    return (G > 1 || ATT_DPL > 4) && ATT_KV_AHEAD > 1 ? 1 : ATT_KV_AHEAD;
+    // (No `min`: NVRTC's is not constexpr.)
+    return ATT_KV_AHEAD < (ATT_DPL > 4 ? 1 : AHEAD_MAX) ? ATT_KV_AHEAD : (ATT_DPL > 4 ? 1 : AHEAD_MAX);
 }
 
 template <int G>
@@ -282,7 +286,7 @@ __device__ __forceinline__ void att_group_step(const kv_t (&kr)[ATT_KEY_GROUP][A
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
 // q, k_cache and v_cache carry no `__restrict__` here: `attention_gated_prep` writes them before
 // it reads them (the kernels' own parameters say where they are read-only).
-template <int G, int PW>
+template <int G, int PW, int AHEAD_MAX>
 __device__ __forceinline__ void attention_heads(const float* q, const float* __restrict__ qkv,
                                                 const kv_t* k_cache,
                                                 const kv_t* v_cache, const int* __restrict__ pos_arr,
@@ -309,7 +313,7 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     }
     // Key split lw; with PW = ATT_WARPS the loop runs once (the code of a warp a split).
     for (int lw = warp;;) {
-        constexpr int stride = ATT_WARPS * ATT_KEY_GROUP, ahead = att_kv_ahead<G>();
+        constexpr int stride = ATT_WARPS * ATT_KEY_GROUP, ahead = att_kv_ahead<AHEAD_MAX>();
         if (ahead == 0) {
             for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += stride)
                 att_group_in_place<G>(k_cache, v_cache, base, p0, pos, kvh, lane, scale, qv, acc, m, l);
@@ -378,8 +382,9 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     }
 }
 
-// The kernels: NAME computes G heads of one KV head a block (blockIdx.y their group) by PW warps.
-#define ATTENTION_KERNEL(NAME, G, PW)                                                                    \
+// The kernels: NAME computes G heads of one KV head a block (blockIdx.y their group) by PW warps,
+// loading keys ahead by at most AHEAD_MAX (`att_kv_ahead`).
+#define ATTENTION_KERNEL(NAME, G, PW, AHEAD_MAX)                                                         \
     extern "C" __global__ void __launch_bounds__(PW * WARP)                                              \
     NAME(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,  \
          const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,                             \
@@ -387,18 +392,18 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
         pdl_start();                                                                                     \
         __shared__ float m_s[ATT_WARPS][G], l_s[ATT_WARPS][G];                                           \
         __shared__ float acc_s[ATT_WARPS][G][ATT_HD];                                                    \
-        attention_heads<G, PW>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, blockIdx.y * G, \
-                               m_s, l_s, acc_s);                                                         \
+        attention_heads<G, PW, AHEAD_MAX>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,       \
+                                          blockIdx.y * G, m_s, l_s, acc_s);                              \
     }
 // A block per (row, head).
-ATTENTION_KERNEL(attention_gated, 1, ATT_WARPS)
+ATTENTION_KERNEL(attention_gated, 1, ATT_WARPS, 2)
 // A block per (row, ATT_GROUP heads of one KV head).
-ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS)
+ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS, 1)
 // `attention_grouped` by ATT_FEW_WARPS warps, each walking several of ATT_WARPS' key splits: a
 // prompt's short rows leave most of the 16 warps without keys (a row at position 40 has 11 groups
 // of 4), and a block of fewer warps leaves the multiprocessor's warp slots to more rows. The
 // same chain, the same bits.
-ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS)
+ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS, 1)
 
 // `attention_prep` then `attention_gated` in one launch, for calls whose every row is its
 // session's only one (a decode round without drafts, a draft step): such a row's keys before its
@@ -427,5 +432,5 @@ attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_
                   q + ((size_t)r * ATT_HEADS + h) * ATT_HD, k_cache, v_cache, bufs[warp], threadIdx.x % WARP);
     }
     __syncthreads();
-    attention_heads<1, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, h, m_s, l_s, acc_s);
+    attention_heads<1, ATT_WARPS, 2>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, h, m_s, l_s, acc_s);
 }

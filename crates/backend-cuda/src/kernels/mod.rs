@@ -741,7 +741,8 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// where its score is taken and its V where it is added, behind the branch that ends a group
 /// past the row's position, so a group of 4 keys waited on five loads one after another; 1 the
 /// group's 4 K and 4 V rows issued together before its scores; 2 also the next group's before
-/// this group's arithmetic, in blocks of one head of at most 128 dims (the others take 1). The
+/// this group's arithmetic, in the per-head kernels with heads of at most 128 dims (the grouped
+/// kernels and heads of 256 take 1: `att_kv_ahead`). The
 /// same arithmetic, the same bits (kernel test). The kernel timeline had Qwen3-0.6B's one-row
 /// attention at 9–15 µs a layer, 25–40 % of a one-stream round; against 0 on the H100
 /// (session 55, bench/RESULTS.md; prompt 128, 64 new tokens, two interleaved rounds), decode
