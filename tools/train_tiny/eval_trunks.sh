@@ -13,7 +13,8 @@
 # call) the reassembled trunk's sha256 is checked. Environment: FLASHLANE (the binary,
 # target/release/flashlane), MODEL (the shipped model, models/flashlane-tiny), PYTHON (python3:
 # needs numpy, the `openai` client and jinja2), SETS ("default:120 20261203:240 20261204:240":
-# seed:cases, `default` for eval_skills.py's own seed). Writes OUT_DIR/m_* (the candidates),
+# seed:cases, `default` for eval_skills.py's own seed). Writes OUT_DIR/m_* (the candidates and
+# a copy of the shipped model), OUT_DIR/flashlane (a copy of the binary),
 # OUT_DIR/eval/SET_CANDIDATE.{json,txt} and OUT_DIR/table.md (also printed). ~2 min a candidate
 # and set of 240 on a 2-core machine; the shipped model's rows let the table stand on its own.
 set -euo pipefail
@@ -27,6 +28,13 @@ PYTHON=${PYTHON:-python3}
 SETS=${SETS:-default:120 20261203:240 20261204:240}
 [ -x "$FLASHLANE" ] || { echo "eval_trunks: no binary at $FLASHLANE (cargo build --release -p flashlane)" >&2; exit 1; }
 mkdir -p "$out/eval"
+# The shipped model and the binary copied first: the sets take ~35 minutes, during which the
+# checkout's model may be moved out of the tree (a device call's carry; session 55 lost a set
+# that way) and the binary rebuilt.
+rm -rf "$out/m_shipped"
+cp -r "$MODEL" "$out/m_shipped"
+cp "$FLASHLANE" "$out/flashlane"
+FLASHLANE=$out/flashlane
 candidates=(shipped)
 for spec in "$@"; do
     name=${spec%%=*}
@@ -41,8 +49,8 @@ for spec in "$@"; do
         got=$(sha256sum "$out/t_$name/model.safetensors" | cut -d' ' -f1)
         [ "$want" = "$got" ] || { echo "eval_trunks: trunk_$name sha256 $got, the device wrote $want" >&2; exit 1; }
     fi
-    "$PYTHON" tools/train_tiny/average_models.py "$out/m_$name" "$MODEL" "$out/t_$name" --weights 0,1
-    "$PYTHON" tools/train_tiny/average_models.py "$out/m_mean_$name" "$MODEL" "$out/t_$name"
+    "$PYTHON" tools/train_tiny/average_models.py "$out/m_$name" "$out/m_shipped" "$out/t_$name" --weights 0,1
+    "$PYTHON" tools/train_tiny/average_models.py "$out/m_mean_$name" "$out/m_shipped" "$out/t_$name"
     candidates+=("$name" "mean_$name")
 done
 for set in $SETS; do
@@ -50,7 +58,6 @@ for set in $SETS; do
     cases=${set#*:}
     for c in "${candidates[@]}"; do
         dir=$out/m_$c
-        [ "$c" = shipped ] && dir=$MODEL
         seed_arg=()
         [ "$seed" != default ] && seed_arg=(--seed "$seed")
         "$PYTHON" tools/train_tiny/eval_skills.py --flashlane "$FLASHLANE" --model "$dir" --skills count \
