@@ -8,9 +8,9 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    moe_sum_columns, round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm,
-    Matmul, MoeFp8, MoeFrontPlace, MoeIndexLayout, MoeLaunch, MoeSum, MoeSumPlace, NormAfter,
-    PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
+    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
+    MoeIndexLayout, MoeLaunch, MoeSum, NormAfter, PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
+    MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -48,8 +48,6 @@ pub struct Scratch {
     moe_act_sh: Buf<f32>,
     moe_y_exp: Buf<f32>,
     moe_y_sh: Buf<f32>,
-    /// `moe_down`'s counters where it sums a layer ([`MoeSum::InDown`]): zeros between launches.
-    moe_arrivals: Buf<u32>,
     logits: Buf<f32>,
     cat: Buf<f32>,
     draft_hidden: Buf<f32>,
@@ -88,7 +86,6 @@ pub(crate) struct Ptrs {
     pub(crate) moe_act_sh: u64,
     pub(crate) moe_y_exp: u64,
     pub(crate) moe_y_sh: u64,
-    pub(crate) moe_arrivals: u64,
     pub(crate) logits: u64,
     pub(crate) cat: u64,
     pub(crate) draft_hidden: u64,
@@ -184,7 +181,6 @@ impl Scratch {
             moe_act_sh: z()?,
             moe_y_exp: z()?,
             moe_y_sh: z()?,
-            moe_arrivals: Buf::zeros(gpu, 1)?,
             logits: z()?,
             cat: z()?,
             draft_hidden: z()?,
@@ -235,8 +231,6 @@ impl Scratch {
             self.moe_act_sh.ensure(g, moe_is)?,
             self.moe_y_exp.ensure(g, moe_pairs * w.hidden)?,
             self.moe_y_sh.ensure(g, moe_rows * w.hidden)?,
-            // `moe_down`'s counters, then `moe_front_route`'s.
-            self.moe_arrivals.ensure(g, moe_sum_columns(w.hidden) + 1)?,
             self.logits
                 .ensure(g, logit_rows.max(1) * m.config.vocab_size)?,
             self.cat.ensure(g, rows * 2 * w.hidden)?,
@@ -265,7 +259,6 @@ impl Scratch {
             moe_act_sh: self.moe_act_sh.at(0),
             moe_y_exp: self.moe_y_exp.at(0),
             moe_y_sh: self.moe_y_sh.at(0),
-            moe_arrivals: self.moe_arrivals.at(0),
             logits: self.logits.at(0),
             cat: self.cat.at(0),
             draft_hidden: self.draft_hidden.at(0),
@@ -692,10 +685,9 @@ impl Pass<'_> {
 
     /// `x += moe(n)` over `rows` rows, n the norm of x `input` describes, in parts of at most
     /// [`MOE_CHUNK_ROWS`], then `then`'s norm of x: each part's last kernel normalises the rows
-    /// it added to, or where the sum runs in the experts' down launch ([`MoeSumPlace::InDown`])
-    /// the next layer's first matmul does (returned as its input). The front projection takes
-    /// the norm (in its kernel where it can) and keeps it in `xn`, where the experts read it;
-    /// where [`MoeFrontPlace::RoutesInFront`], its launch also routes the rows.
+    /// it added to. The front projection reads the norm from `xn`, where the experts read it
+    /// (with `FLASHLANE_MOE_NORM_IN_FRONT=1` it takes it in its kernel where it can and keeps
+    /// it there).
     pub(crate) fn moe<'w>(
         &self,
         w: &MoeWeights,
@@ -704,28 +696,14 @@ impl Pass<'_> {
         then: Then<'w>,
     ) -> Result<LayerInput<'w>, CudaError> {
         let p = self.p;
-        let place = self.m.kernels.moe_sum_place(rows, then.deferrable);
-        assert!(
-            place == MoeSumPlace::WithNorm || rows <= MOE_CHUNK_ROWS,
-            "[moe-sum-in-down-one-part] a sum in the down launch leaves no norm to each part"
-        );
-        let one_bf16_part = matches!(w.front.parts.as_slice(), [part] if part.fp8().is_none());
-        let front = self.m.kernels.moe_front_place(
-            rows,
-            matches!(input, LayerInput::Raw(_)),
-            one_bf16_part,
-        );
-        match (front, self.m.kernels.moe_norm_in_front) {
-            (MoeFrontPlace::Apart, true) => {
-                self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?
-            }
+        match self.m.kernels.moe_norm_in_front {
+            true => self.input_matmul_with(input, &w.front, rows, p.wide, NormedRows::Kept)?,
             // The norm apart into `xn` first (the default; `FLASHLANE_MOE_NORM_IN_FRONT=1` takes
             // it into the front projection, the arm above).
-            (MoeFrontPlace::Apart, false) => {
+            false => {
                 self.materialise(input, rows)?;
                 self.matmul(p.xn, &w.front, rows, p.wide, false)?;
             }
-            (MoeFrontPlace::RoutesInFront, _) => {}
         }
         let c = self
             .m
@@ -776,51 +754,12 @@ impl Pass<'_> {
                 zero_centred: self.m.dims.qwen3_next,
                 out: f32_at(then.out, done * h),
             };
-            let sum = match place {
-                MoeSumPlace::WithNorm => MoeSum::WithNorm(&norm),
-                MoeSumPlace::InDown => MoeSum::InDown {
-                    arrivals: p.moe_arrivals,
-                },
-            };
-            match (front, input, w.front.parts.as_slice()) {
-                (MoeFrontPlace::Apart, ..) => {
-                    self.m.kernels.moe(self.gpu(), &self.m.dims, &launch, sum)?
-                }
-                (MoeFrontPlace::RoutesInFront, LayerInput::Raw(norm_w), [front_part]) => {
-                    let m = self.part_matmul(p.x, &w.front, front_part, 0, part, p.wide, false);
-                    let norm = InputNorm {
-                        keep: true,
-                        ..self.input_norm(norm_w)
-                    };
-                    let arrival = at(p.moe_arrivals, moe_sum_columns(h));
-                    self.m.kernels.moe_front_route(
-                        self.gpu(),
-                        &self.m.dims,
-                        &m,
-                        &norm,
-                        &launch,
-                        arrival,
-                    )?;
-                    self.m
-                        .kernels
-                        .moe_routed(self.gpu(), &self.m.dims, &launch, sum)?;
-                }
-                (MoeFrontPlace::RoutesInFront, ..) => {
-                    unreachable!("moe_front_place routes in front only a raw input of one part")
-                }
-            }
+            self.m
+                .kernels
+                .moe(self.gpu(), &self.m.dims, &launch, MoeSum::WithNorm(&norm))?;
             done += part;
         }
-        match place {
-            MoeSumPlace::WithNorm => Ok(LayerInput::Normed),
-            MoeSumPlace::InDown => {
-                assert_eq!(
-                    then.out, p.xn,
-                    "[then-deferred-xn] a deferred norm goes to xn when it runs apart"
-                );
-                Ok(LayerInput::Raw(then.w))
-            }
-        }
+        Ok(LayerInput::Normed)
     }
 
     /// Logits over the token ids `0..v` of `rows` rows of `x` (gathered by `row_index` when not

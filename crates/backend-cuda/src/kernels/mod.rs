@@ -507,81 +507,6 @@ fn norm_in_matmul_max_rows() -> usize {
 /// into).
 pub const MOE_NORM_IN_FRONT_ENV: &str = "FLASHLANE_MOE_NORM_IN_FRONT";
 
-/// `FLASHLANE_MOE_SUM_IN_DOWN=1` sums a MoE layer's experts in its `moe_down` launch where the
-/// norm after the layer goes into the next layer's first matmul ([`moe_sum_place`]): one launch
-/// fewer a MoE layer in rounds of up to [`NORM_IN_MATMUL_MAX_ROWS`] rows. An A/B switch that keeps
-/// the bits; off: the A3B slice decoded 0.975× with it in FP8 on the H100 (session 52).
-pub const MOE_SUM_IN_DOWN_ENV: &str = "FLASHLANE_MOE_SUM_IN_DOWN";
-
-/// Where a MoE layer's sum over its experts runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoeSumPlace {
-    /// `moe_combine_norm`, the norm after the layer with it ([`MoeSum::WithNorm`]).
-    WithNorm,
-    /// In `moe_down`, the norm left to the next layer's first matmul ([`MoeSum::InDown`]).
-    InDown,
-}
-
-/// Where the sum of a MoE layer over `rows` rows runs: in `moe_down` when `enabled` and the norm
-/// after the layer may be left to the next layer's first matmul (`deferrable`: not the model's
-/// final norm, whose rows the logits and the MTP head read) and that matmul takes it in its own
-/// kernel (`rows` within `norm_in_matmul_max_rows`), so that no launch takes the sum's place
-/// (where that matmul has no twin, FP8 or several kinds of weights, `rmsnorm_rows` takes it:
-/// the same launches as before); else with the norm in `moe_combine_norm`.
-pub fn moe_sum_place(
-    rows: usize,
-    deferrable: bool,
-    norm_in_matmul_max_rows: usize,
-    enabled: bool,
-) -> MoeSumPlace {
-    match enabled && deferrable && rows <= norm_in_matmul_max_rows {
-        true => MoeSumPlace::InDown,
-        false => MoeSumPlace::WithNorm,
-    }
-}
-
-/// `FLASHLANE_MOE_ROUTE_IN_FRONT=1` routes a MoE layer's rows in its front projection's launch
-/// where that projection takes the norm before it ([`moe_front_place`]): `moe_front_route`'s
-/// last block to finish routes and groups, and `moe_route_group` does not run (one launch fewer
-/// a MoE layer). An A/B switch that keeps the bits; off: with the sum in `moe_down` the A3B slice
-/// decoded 0.96× / 0.95× at one / two streams on the H100 (session 52).
-pub const MOE_ROUTE_IN_FRONT_ENV: &str = "FLASHLANE_MOE_ROUTE_IN_FRONT";
-
-/// Where a MoE layer's front projection runs, and its routing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoeFrontPlace {
-    /// The front projection as any matmul (its norm in its kernel or apart), then the routing's
-    /// own launch (`moe_route_group`, or `moe_route` and `moe_group`).
-    Apart,
-    /// `moe_front_route`: the projection with its norm (the narrow twin's blocks), the normalised
-    /// rows kept for the experts, then the routing and grouping in its last block.
-    RoutesInFront,
-}
-
-/// Rows `moe_front_route` routes at most: its softmax numerators (rows × E floats of shared
-/// memory) beside the matmul's and the grouping's stay within a block's 48 KiB at
-/// [`MOE_EXPERTS_MAX`] experts (4: ~34 KiB; 8 would not fit there), and a decode step the norm
-/// twins take (up to [`NORM_IN_MATMUL_MAX_ROWS`]) is within it.
-const MOE_FRONT_ROUTE_ROWS: usize = 4;
-
-/// Where the front projection of a MoE layer over `rows` rows runs: in `moe_front_route` when
-/// `enabled`, its norm is still to be applied (`input_raw`) to one part of bf16 weights
-/// (`one_bf16_part`), and the rows are few enough for the norm twins (`norm_in_matmul_max_rows`)
-/// and for that kernel's routing ([`MOE_FRONT_ROUTE_ROWS`]).
-pub fn moe_front_place(
-    rows: usize,
-    input_raw: bool,
-    one_bf16_part: bool,
-    norm_in_matmul_max_rows: usize,
-    enabled: bool,
-) -> MoeFrontPlace {
-    let few = rows <= norm_in_matmul_max_rows && rows <= MOE_FRONT_ROUTE_ROWS;
-    match enabled && input_raw && one_bf16_part && few {
-        true => MoeFrontPlace::RoutesInFront,
-        false => MoeFrontPlace::Apart,
-    }
-}
-
 /// `FLASHLANE_MATMUL_SWAP_ROWS=N` (at most MMA_COLS, 8) runs the bf16 16-row matmuls of rounds of
 /// up to N rows on the swapped chain (`matmul_bf16_swap*`: yᵀ = W · xᵀ, 16 outputs × 8 rows an
 /// MMA instead of 16 rows × 8 outputs, so half the MMAs and half the splits of x where a round
@@ -1094,7 +1019,6 @@ impl Dims {
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
-            ("MOE_FRONT_ROUTE_ROWS", MOE_FRONT_ROUTE_ROWS),
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),
@@ -1238,11 +1162,6 @@ pub struct Kernels {
     /// Whether a MoE layer's front projection may take its norm in its twin
     /// ([`MOE_NORM_IN_FRONT_ENV`]).
     pub(crate) moe_norm_in_front: bool,
-    /// Whether a MoE layer may sum its experts in `moe_down` ([`MOE_SUM_IN_DOWN_ENV`]).
-    pub(crate) moe_sum_in_down: bool,
-    /// Whether a MoE layer may route in its front projection's launch
-    /// ([`MOE_ROUTE_IN_FRONT_ENV`]).
-    pub(crate) moe_route_in_front: bool,
     /// Whether `MatmulKernel::Auto` runs a matrix that [`deepens`] on a deep kernel
     /// ([`MATMUL_DEEP_ENV`]).
     matmul_deep: bool,
@@ -1346,9 +1265,6 @@ struct MoeKernels {
     group: CudaFunction,
     /// `route` and `group` in one block, for at most [`MOE_ROUTE_GROUP_WARPS`] rows.
     route_group: CudaFunction,
-    /// The front projection with its input norm, then `route_group` in its last block
-    /// ([`MoeFrontPlace::RoutesInFront`]).
-    front_route: CudaFunction,
     /// bf16 gate/up by n-tiles a block, as [`MOE_GATE_UP_TILES`] lists them (`moe_gate_up_t1`,
     /// `_t2`, `moe_gate_up`).
     gate_up_by_tiles: [CudaFunction; MOE_GATE_UP_TILES.len()],
@@ -1479,8 +1395,6 @@ impl Kernels {
                 0
             },
             moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
-            moe_sum_in_down: std::env::var(MOE_SUM_IN_DOWN_ENV).is_ok_and(|v| v == "1"),
-            moe_route_in_front: std::env::var(MOE_ROUTE_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
             matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
@@ -1568,7 +1482,6 @@ impl Kernels {
                     route: f("moe_route")?,
                     group: f("moe_group")?,
                     route_group: f("moe_route_group")?,
-                    front_route: f("moe_front_route")?,
                     gate_up_by_tiles: [
                         f("moe_gate_up_t1")?,
                         f("moe_gate_up_t2")?,
@@ -3169,17 +3082,13 @@ pub struct MoeLaunch {
 pub enum MoeSum<'a> {
     /// `moe_combine_norm` after the experts: the sum, then the RMSNorm after the layer.
     WithNorm(&'a NormAfter),
-    /// In `moe_down`: the last block of each column of outputs to finish sums that column of
-    /// every row (`arrivals`: [`moe_sum_columns`] u32 counters, zeros before the first launch
-    /// and after each); the norm after the layer is left to what comes next (the next layer's
-    /// first matmul). One launch fewer a layer.
-    InDown { arrivals: u64 },
     /// `moe_combine` alone (the kernel tests' reference).
     Alone,
 }
 
 /// Outputs of a MoE layer's front projection (`moe.cu`'s MOE_MO_W): the router logits, then with
 /// a shared expert its gate, gate_proj and up_proj.
+#[cfg(test)]
 pub fn moe_front_width(m: &MoeConfig) -> usize {
     match m.shared_expert_intermediate {
         0 => m.num_experts,
@@ -3187,9 +3096,8 @@ pub fn moe_front_width(m: &MoeConfig) -> usize {
     }
 }
 
-/// The counters [`MoeSum::InDown`] takes for a model of `hidden` outputs: one a column of
-/// `moe_down`'s blocks.
-pub fn moe_sum_columns(hidden: usize) -> usize {
+/// The columns of `moe_down`'s blocks (its grid's y) for a model of `hidden` outputs.
+pub fn moe_down_columns(hidden: usize) -> usize {
     hidden.div_ceil(MMA_NT * MMA_COLS)
 }
 
@@ -3475,17 +3383,6 @@ impl Kernels {
             .expect("MoE kernels exist for a MoE model")
     }
 
-    /// Where a MoE layer over `rows` rows sums its experts ([`moe_sum_place`] with this build's
-    /// settings), its norm after it `deferrable` or not.
-    pub(crate) fn moe_sum_place(&self, rows: usize, deferrable: bool) -> MoeSumPlace {
-        moe_sum_place(
-            rows,
-            deferrable,
-            self.norm_in_matmul_max_rows,
-            self.moe_sum_in_down,
-        )
-    }
-
     /// The MoE layer over `l.rows` rows of `l.xn` (normed), adding into `l.x`; `l.mo` is the
     /// fused front projection of `l.xn` (see `moe.cu`), `sum` where the experts' outputs are
     /// added into x (and what follows).
@@ -3501,87 +3398,6 @@ impl Kernels {
         }
         Self::moe_route(gpu, self.moe_kernels(), l)?;
         self.moe_routed(gpu, dims, l, sum)
-    }
-
-    /// Where a MoE layer over `rows` rows runs its front projection and routing
-    /// ([`moe_front_place`] with this build's settings).
-    pub(crate) fn moe_front_place(
-        &self,
-        rows: usize,
-        input_raw: bool,
-        one_bf16_part: bool,
-    ) -> MoeFrontPlace {
-        moe_front_place(
-            rows,
-            input_raw,
-            one_bf16_part,
-            self.norm_in_matmul_max_rows,
-            self.moe_route_in_front,
-        )
-    }
-
-    /// A MoE layer's front projection `m` (bf16, `mo`'s width of outputs) of rows that take
-    /// `norm` first, kept in `norm.out` (the experts' input), then the routing and grouping of
-    /// `l`'s rows (at most [`MOE_FRONT_ROUTE_ROWS`]), in one launch (`moe_front_route`;
-    /// [`MoeFrontPlace::RoutesInFront`]);
-    /// `arrival` is one u32 counter, zero before the launch and after. [`Kernels::moe_routed`]
-    /// does the rest of the layer.
-    pub(crate) fn moe_front_route(
-        &self,
-        gpu: &Gpu,
-        dims: &Dims,
-        m: &Matmul,
-        norm: &InputNorm,
-        l: &MoeLaunch,
-        arrival: u64,
-    ) -> Result<(), CudaError> {
-        let k = self.moe_kernels();
-        assert!(
-            m.fp8.is_none()
-                && m.row_index == 0
-                && m.x_stride == m.k
-                && m.y == l.mo
-                && m.y_stride == m.n_out
-                && !m.accumulate
-                && m.rows == l.rows
-                && (1..=MOE_FRONT_ROUTE_ROWS).contains(&m.rows)
-                && Some(m.n_out) == dims.moe.as_ref().map(moe_front_width)
-                && norm.out == l.xn,
-            "[moe-front-route] the front projection of 1..={MOE_FRONT_ROUTE_ROWS} whole bf16 \
-             rows into mo, its norm kept where the experts read it ({} rows, {} outputs)",
-            m.rows,
-            m.n_out
-        );
-        check_matmul(m);
-        let grid = (
-            1,
-            u32::try_from(m.n_out.div_ceil(MMA_COLS)).expect("outputs fit a grid"),
-            1,
-        );
-        gpu.launch(
-            &k.front_route,
-            grid,
-            MMA_WARPS * 32,
-            &[
-                Arg::Ptr(m.x),
-                Arg::Ptr(m.w),
-                Arg::I32(m.k as i32),
-                Arg::I32(m.rows as i32),
-                Arg::Ptr(norm.w),
-                Arg::F32(norm.eps),
-                Arg::I32(i32::from(norm.zero_centred)),
-                Arg::Ptr(norm.out),
-                Arg::Ptr(l.mo),
-                Arg::Ptr(l.ids),
-                Arg::Ptr(l.probs),
-                Arg::Ptr(l.act_sh),
-                Arg::Ptr(l.pair_row),
-                Arg::Ptr(l.pair_pos),
-                Arg::Ptr(l.tiles),
-                Arg::Ptr(l.n_tiles),
-                Arg::Ptr(arrival),
-            ],
-        )
     }
 
     /// The routing and grouping of `l`'s rows: one launch for a decode step's few rows, two
@@ -3636,21 +3452,15 @@ impl Kernels {
         if swap {
             self.count_swapped();
         }
-        let arrivals = match sum {
-            MoeSum::InDown { arrivals } => arrivals,
-            MoeSum::WithNorm(_) | MoeSum::Alone => 0,
-        };
-        Self::moe_experts(gpu, dims, k, m, l, slots, resident, arrivals, swap)?;
+        Self::moe_experts(gpu, dims, k, m, l, slots, resident, swap)?;
         match sum {
-            MoeSum::InDown { .. } => Ok(()),
             MoeSum::WithNorm(norm) => Self::moe_sum(gpu, dims, k, l, Some(norm)),
             MoeSum::Alone => Self::moe_sum(gpu, dims, k, l, None),
         }
     }
 
     /// The experts' gate/up and down products of each tile (bf16 or FP8), `resident` blocks of
-    /// them on the GPU at once; with `arrivals` (not 0) the down kernel also adds them into x
-    /// ([`MoeSum::InDown`]); with `swap` (bf16, a round of up to MMA_COLS rows) on the swapped
+    /// them on the GPU at once; with `swap` (bf16, a round of up to MMA_COLS rows) on the swapped
     /// chain.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts(
@@ -3661,18 +3471,8 @@ impl Kernels {
         l: &MoeLaunch,
         slots: u32,
         resident: usize,
-        arrivals: u64,
         swap: bool,
     ) -> Result<(), CudaError> {
-        // `moe_down`'s last arguments: what it needs to sum the layer itself.
-        let sum_in_down = [
-            Arg::Ptr(l.mo),
-            Arg::Ptr(l.probs),
-            Arg::Ptr(l.pair_pos),
-            Arg::Ptr(l.x),
-            Arg::I32(l.rows as i32),
-            Arg::Ptr(arrivals),
-        ];
         let gate_up_grid = (slots, (m.expert_intermediate / (4 * MMA_NT)) as u32, 1);
         let tiles = match (k.gate_up_tiles_forced, k.gate_up_fit) {
             (Some(tiles), _) => tiles,
@@ -3683,7 +3483,7 @@ impl Kernels {
             .iter()
             .position(|&t| t == tiles)
             .expect("MoE gate/up n-tiles a block: one of MOE_GATE_UP_TILES");
-        let down_grid = (slots, moe_sum_columns(dims.hidden) as u32, 1);
+        let down_grid = (slots, moe_down_columns(dims.hidden) as u32, 1);
         // The gate/up's and the down's first arguments, bf16 and FP8 alike.
         let gate_up_head = [
             Arg::Ptr(l.xn),
@@ -3723,7 +3523,7 @@ impl Kernels {
                     if swap { &k.down_swap } else { &k.down },
                     down_grid,
                     MMA_WARPS * 32,
-                    &[down_head.as_slice(), &down_tail, &sum_in_down].concat(),
+                    &[down_head.as_slice(), &down_tail].concat(),
                 )?;
             }
             Some(f) => {
@@ -3763,7 +3563,7 @@ impl Kernels {
                     &k.down_fp8,
                     down_grid,
                     MMA_WARPS * 32,
-                    &[down_head.as_slice(), &down_tail, &sum_in_down].concat(),
+                    &[down_head.as_slice(), &down_tail].concat(),
                 )?;
             }
         }

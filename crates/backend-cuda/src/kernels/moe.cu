@@ -17,17 +17,12 @@
 //   + sigmoid(shared gate)·shared_down, added to the residual `x`.
 // `moe_route_group` (up to MOE_ROUTE_GROUP_WARPS rows: a decode step) runs the first two in one
 // block, and `moe_combine_norm` the last with the RMSNorm after the layer, each the same code on
-// the same values as the kernels it stands for. Where the norm after the layer is left to the
-// next layer's first matmul (its norm twin: rounds of a few rows), `moe_down` itself can sum
-// (`combine_columns`): the last block of each column of outputs to finish its products sums that
-// column of every row, as `moe_combine` would.
+// the same values as the kernels it stands for.
 //
 // Batch invariance: a pair's products are `mma_tile` chains that depend on its own row and the
 // weights only (not on the tile's other rows or where the tile sits), and every sum over slots
 // or experts runs in a fixed order inside one thread. So a row's bits never depend on the rows
-// routed beside it. No atomics in any value: the grouping walks the pairs in order; the one
-// atomic (`last_of_column`) only counts which block finishes last, and whichever it is sums
-// the same values in the same order.
+// routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
 // MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
@@ -44,16 +39,9 @@ __device__ __forceinline__ float choice_weight(float numerator) {
     return numerator != numerator ? -0.5f : numerator;
 }
 
-// A value of `mo` as `route_rows` reads it: through L2 with FRESH (`moe_front_route`, whose other
-// blocks wrote it in the same launch, where L1 or the read-only path could hold nothing newer).
-template <bool FRESH>
-__device__ __forceinline__ float mo_at(const float* p) {
-    return FRESH ? __ldcg(p) : *p;
-}
-
 // Routes rows r0 … r0 + n − 1 (n at most the block's warps), every thread of the block calling
 // it: writes ids and probs [r, K] (ascending expert index) and act_sh [r, IS]. `ex` is n · MOE_E
-// floats and `chosen` n · MOE_K ints of shared memory. FRESH: `mo` read through L2 (`mo_at`).
+// floats and `chosen` n · MOE_K ints of shared memory.
 // - Warp w, row r0 + w: the softmax's numerators e^(l − max) and their sum, in f32 (each lane its
 //   experts in increasing order, then the lanes' sums by a fixed butterfly: every lane ends with
 //   the same bits).
@@ -67,7 +55,6 @@ __device__ __forceinline__ float mo_at(const float* p) {
 //   when MOE_NORM_TOPK, summed most probable first as backend-cpu does), and its place in
 //   ascending expert index (transformers' summation order).
 // - The whole block: the shared expert's silu(gate)·up, an element a thread.
-template <bool FRESH = false>
 __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0, int n, int* __restrict__ ids,
                                            float* __restrict__ probs, float* __restrict__ act_sh, float* ex,
                                            int* chosen) {
@@ -82,12 +69,12 @@ __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0,
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++)
-            if (lane + j * WARP < MOE_E) mx = fmaxf(mx, mo_at<FRESH>(logits + lane + j * WARP));
+            if (lane + j * WARP < MOE_E) mx = fmaxf(mx, logits[lane + j * WARP]);
         for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
 #pragma unroll
         for (int j = 0; j < MOE_PER_LANE; j++) {
             const int e = lane + j * WARP;
-            if (e < MOE_E) exw[e] = expf(mo_at<FRESH>(logits + e) - mx);
+            if (e < MOE_E) exw[e] = expf(logits[e] - mx);
         }
         __syncwarp();
         // One lane summing all 512 experts of Qwen3-Next-80B one after another took a fifth of a
@@ -176,7 +163,7 @@ __device__ __forceinline__ void route_rows(const float* __restrict__ mo, int r0,
             const float* logits = mo + (size_t)(r0 + i / MOE_IS) * MOE_MO_W;
             const int u = i % MOE_IS;
             act_sh[(size_t)r0 * MOE_IS + i] =
-                siluf_(mo_at<FRESH>(logits + MOE_E + 1 + u)) * mo_at<FRESH>(logits + MOE_E + 1 + MOE_IS + u);
+                siluf_(logits[MOE_E + 1 + u]) * logits[MOE_E + 1 + MOE_IS + u];
         }
     }
 }
@@ -350,8 +337,8 @@ MOE_GATE_UP(moe_gate_up_t1, 1)
 
 // Row r's output o of the layer: Σ_slots p · down_e in ascending expert index, then
 // + sigmoid(shared gate) · shared_down (`moe_combine`'s sum; `moe_combine_norm` writes the same
-// expression). y_exp and y_sh through L2 (`__ldcg`): `combine_columns` reads them in the kernel
-// that writes them, from other blocks, where L1 could hold nothing newer.
+// expression). y_exp and y_sh through L2 (`__ldcg`), as when `moe_down` could sum them itself
+// (sessions 51–55; removed, it measured slower): the loads' path, not their values.
 __device__ __forceinline__ float combined(const float* __restrict__ mo, const float* __restrict__ probs,
                                           const int* __restrict__ pair_pos, const float* y_exp,
                                           const float* y_sh, int r, int o) {
@@ -364,68 +351,13 @@ __device__ __forceinline__ float combined(const float* __restrict__ mo, const fl
     return total;
 }
 
-// Whether this block is the last of `blocks` to have written its share of a column (every
-// thread of the block calls it, after its writes): each block's writes are fenced before its
-// thread 0 counts it in `arrivals`, so the last one sees all of them; that one sets the count
-// back to 0 for the next launch (every block of this one has counted by then).
-__device__ __forceinline__ bool last_of_column(unsigned* arrivals, int blocks) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        // Thread 0's own fence after the barrier orders the block's writes (each fenced by its
-        // thread before the barrier) before the count, as the PTX memory model asks.
-        __threadfence();
-        last = atomicAdd(arrivals, 1u) == (unsigned)blocks - 1u;
-        if (last) atomicExch(arrivals, 0u);
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
-// Outputs [o0, o0 + MMA_NT·MMA_COLS) of every row added into x (`combined`), the block's threads
-// taking (row, output) pairs in turn: `moe_combine` for one column of outputs.
-__device__ __forceinline__ void combine_columns(const float* __restrict__ mo, const float* __restrict__ probs,
-                                                const int* __restrict__ pair_pos, const float* y_exp,
-                                                const float* y_sh, float* __restrict__ x, int rows, int o0) {
-    constexpr int COLS = MMA_NT * MMA_COLS;
-    for (int i = threadIdx.x; i < rows * COLS; i += blockDim.x) {
-        const int r = i / COLS, o = o0 + i % COLS;
-        if (o < MOE_H) x[(size_t)r * MOE_H + o] += combined(mo, probs, pair_pos, y_exp, y_sh, r, o);
-    }
-}
-
-// What `moe_down` and `moe_down_fp8` need to sum the layer themselves: with `arrivals` (one
-// counter a column of outputs, zeros before the first launch) the last block of each column to
-// finish runs `combine_columns` for it; null, the sum is `moe_combine`'s or `moe_combine_norm`'s.
-struct SumInDown {
-    const float* mo;
-    const float* probs;
-    const int* pair_pos;
-    float* x;
-    int rows;
-    unsigned* arrivals;
-};
-
-// The end of a `moe_down` block: with `sum.arrivals`, the column's sum by its last block.
-__device__ __forceinline__ void sum_in_down(const SumInDown& sum, const int* n_tiles, const float* y_exp,
-                                            const float* y_sh) {
-    if (sum.arrivals == nullptr) return;
-    if (last_of_column(sum.arrivals + blockIdx.y, n_tiles[1]))
-        combine_columns(sum.mo, sum.probs, sum.pair_pos, y_exp, y_sh, sum.x, sum.rows,
-                        blockIdx.y * MMA_NT * MMA_COLS);
-}
-
 // Grid (tile slots, ceil(MOE_H / (MMA_NT·MMA_COLS))): the down projection of tile t's pairs into
 // y_exp [pairs, H] (expert tiles, k = I), or of its rows into y_sh [rows, H] (the shared
-// expert's tiles, k = IS), then with `arrivals` the layer's sum (`sum_in_down`). Slots past the
-// tiles return at once (and are not counted).
+// expert's tiles, k = IS). Slots past the tiles return at once.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
          const int* __restrict__ n_tiles, const bf16_t* __restrict__ down, const bf16_t* __restrict__ shared_down,
-         float* y_exp, float* y_sh, const float* __restrict__ mo, const float* __restrict__ probs,
-         const int* __restrict__ pair_pos, float* __restrict__ x, int rows, unsigned* __restrict__ arrivals) {
+         float* y_exp, float* y_sh) {
     pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
@@ -454,7 +386,6 @@ moe_down(const float* __restrict__ act, const float* __restrict__ act_sh, const 
             if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
         }
     }
-    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
 }
 
 // The bf16 experts of a round of up to MMA_COLS rows (every tile then holds at most MMA_COLS
@@ -492,14 +423,11 @@ moe_gate_up_swap(const float* __restrict__ xn, const int* __restrict__ pair_row,
 }
 
 // `moe_down` on the swapped chain (a round of up to MMA_COLS rows): grid (tile slots,
-// ceil(MOE_H / 32)), two output tiles of 16 a block, the columns of `moe_down`'s blocks (so its
-// sum in the down launch, `sum_in_down`, counts the same columns).
+// ceil(MOE_H / 32)), two output tiles of 16 a block, the columns of `moe_down`'s blocks.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down_swap(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
               const int* __restrict__ n_tiles, const bf16_t* __restrict__ down,
-              const bf16_t* __restrict__ shared_down, float* y_exp, float* y_sh, const float* __restrict__ mo,
-              const float* __restrict__ probs, const int* __restrict__ pair_pos, float* __restrict__ x, int rows,
-              unsigned* __restrict__ arrivals) {
+              const bf16_t* __restrict__ shared_down, float* y_exp, float* y_sh) {
     static_assert(2 * 16 == MMA_NT * MMA_COLS, "moe_down's columns: 32 outputs a block");
     pdl_start();
     __shared__ float part[MMA_WARPS][2][WARP][4];
@@ -530,7 +458,6 @@ moe_down_swap(const float* __restrict__ act, const float* __restrict__ act_sh, c
             if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
         }
     }
-    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
 }
 
 // moe_gate_up for block-scaled FP8 experts: gate_up e4m3 [E, 2I, H], scales f32
@@ -579,9 +506,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_MIN_BLOCKS)
 moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, const int* __restrict__ tiles,
              const int* __restrict__ n_tiles, const unsigned char* __restrict__ down,
              const float* __restrict__ down_scales, const unsigned char* __restrict__ shared_down,
-             const float* __restrict__ shared_scales, int br, int bc, float* y_exp, float* y_sh,
-             const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
-             float* __restrict__ x, int rows, unsigned* __restrict__ arrivals) {
+             const float* __restrict__ shared_scales, int br, int bc, float* y_exp, float* y_sh) {
     pdl_start();
     __shared__ float part[MMA_WARPS][MMA_NT][WARP][4];
     if ((int)blockIdx.x >= n_tiles[1]) return;  // the whole block
@@ -613,36 +538,6 @@ moe_down_fp8(const float* __restrict__ act, const float* __restrict__ act_sh, co
             if (r < count && o < MOE_H) y[(size_t)(start + r) * MOE_H + o] = d[i];
         }
     }
-    sum_in_down(SumInDown{mo, probs, pair_pos, x, rows, arrivals}, n_tiles, y_exp, y_sh);
-}
-
-// The MoE's front projection of a decode step's rows with its input norm, computed as the narrow
-// norm twin computes it (`matmul_bf16_norm_narrow`'s blocks, the same chain: the same bits),
-// the normalised rows kept in `xn` for the experts, then `moe_route_group`'s routing and grouping
-// by the last of its blocks to finish (`last_of_column` over the grid, one counter in
-// `arrivals`), which reads `mo` through L2: one launch for the two. Grid (1, ceil(MOE_MO_W /
-// MMA_COLS)); rows at most MOE_FRONT_ROUTE_ROWS (host define, within the block's warps: the
-// host's `moe_front_place`), whose softmax numerators beside the matmul's and the grouping's
-// shared memory stay within a block's 48 KiB at 1,024 experts.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_NARROW_BLOCKS)
-moe_front_route(const float* __restrict__ x, const bf16_t* __restrict__ w, int k, int rows,
-                const float* __restrict__ norm_w, float eps, int norm_kind, float* __restrict__ xn, float* mo,
-                int* __restrict__ ids, float* __restrict__ probs, float* __restrict__ act_sh,
-                int* __restrict__ pair_row, int* __restrict__ pair_pos, int* __restrict__ tiles,
-                int* __restrict__ n_tiles, unsigned* __restrict__ arrivals) {
-    static_assert(MOE_FRONT_ROUTE_ROWS <= MMA_WARPS, "a warp of the block routes each row");
-    __shared__ float part[MMA_WARPS][1][WARP][4];
-    __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];
-    __shared__ float norm_inv_s[MMA_ROWS];
-    matmul_block<1, MMA_NARROW_DEPTH, true, false, true>(x, k, nullptr, w, k, MOE_MO_W, mo, MOE_MO_W, 0, rows, part,
-                                                         norm_w, eps, norm_kind, norm_sums, norm_inv_s, xn);
-    if (!last_of_column(arrivals, gridDim.y)) return;
-    __shared__ float ex_s[MOE_FRONT_ROUTE_ROWS * MOE_E];
-    __shared__ int chosen_s[MOE_FRONT_ROUTE_ROWS * MOE_K];
-    route_rows<true>(mo, 0, min(rows, MOE_FRONT_ROUTE_ROWS), ids, probs, act_sh, ex_s, chosen_s);
-    // The block's writes of ids are visible to the whole block past the barrier.
-    __syncthreads();
-    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
 // Grid (ceil(MOE_H / MOE_COMBINE_THREADS), rows).

@@ -2007,42 +2007,6 @@ fn swaps_within_the_bound_and_an_mma_s_rows() {
     assert!(swaps(MMA_COLS, usize::MAX));
 }
 
-/// `moe_sum_place` (no device needed): in `moe_down` only when switched on, for a norm that may
-/// wait for the next layer's first matmul, in rounds that matmul normalises itself.
-#[test]
-fn moe_sums_in_down_only_where_the_next_matmul_takes_the_norm() {
-    use super::{moe_sum_place, MoeSumPlace as P};
-    assert_eq!(moe_sum_place(1, true, 2, true), P::InDown);
-    assert_eq!(moe_sum_place(2, true, 2, true), P::InDown);
-    assert_eq!(moe_sum_place(3, true, 2, true), P::WithNorm);
-    assert_eq!(moe_sum_place(1, false, 2, true), P::WithNorm);
-    assert_eq!(moe_sum_place(1, true, 0, true), P::WithNorm);
-    assert_eq!(moe_sum_place(1, true, 2, false), P::WithNorm);
-}
-
-/// `moe_front_place` (no device needed): routes in the front projection's launch only when
-/// switched on, for a raw input of one bf16 part, at rows the twins and a block's warps take.
-#[test]
-fn moe_routes_in_front_only_for_few_raw_bf16_rows() {
-    use super::{moe_front_place, MoeFrontPlace as P, MOE_FRONT_ROUTE_ROWS};
-    assert_eq!(moe_front_place(1, true, true, 2, true), P::RoutesInFront);
-    assert_eq!(moe_front_place(2, true, true, 2, true), P::RoutesInFront);
-    assert_eq!(moe_front_place(3, true, true, 2, true), P::Apart);
-    assert_eq!(moe_front_place(1, false, true, 2, true), P::Apart);
-    assert_eq!(moe_front_place(1, true, false, 2, true), P::Apart);
-    assert_eq!(moe_front_place(1, true, true, 0, true), P::Apart);
-    assert_eq!(moe_front_place(1, true, true, 2, false), P::Apart);
-    let many = MOE_FRONT_ROUTE_ROWS + 1;
-    assert_eq!(
-        moe_front_place(many, true, true, usize::MAX, true),
-        P::Apart
-    );
-    assert_eq!(
-        moe_front_place(MOE_FRONT_ROUTE_ROWS, true, true, usize::MAX, true),
-        P::RoutesInFront
-    );
-}
-
 /// A norm twin's thread loads a row of the model's width in one batch (`tile_norms`): enough
 /// loads for every element, whole rounds of its share-warps, and no round more than that.
 #[test]
@@ -2966,7 +2930,7 @@ fn run_moe(
     let out = f(rows * h);
     let then_w = match sum {
         TestSum::WithNorm(w) => Some(Buf::from_host(gpu, w).unwrap()),
-        TestSum::Alone | TestSum::InDown(_) => None,
+        TestSum::Alone => None,
     };
     let then = then_w.as_ref().map(|w| super::NormAfter {
         w: w.at(0),
@@ -2976,9 +2940,6 @@ fn run_moe(
     });
     let sum = match (sum, &then) {
         (TestSum::WithNorm(_), Some(then)) => super::MoeSum::WithNorm(then),
-        (TestSum::InDown(arrivals), _) => super::MoeSum::InDown {
-            arrivals: arrivals.at(0),
-        },
         _ => super::MoeSum::Alone,
     };
     k.moe(gpu, dims, &launch, sum).unwrap();
@@ -2996,124 +2957,10 @@ enum TestSum<'a> {
     Alone,
     /// `moe_combine_norm` with this norm weight.
     WithNorm(&'a [f32]),
-    /// In `moe_down`, with these counters.
-    InDown(&'a Buf<u32>),
 }
 
 /// The norm the MoE tests apply after a layer.
 const NORM_EPS: f32 = 1e-6;
-
-/// `moe_front_route` (the front projection with its input norm, then the routing and grouping in
-/// its last block) against the narrow norm twin that keeps its rows, then `moe_route_group`:
-/// the same `mo`, the same normalised rows and the same layer output, bit for bit, at 1, 2 and
-/// up to MOE_FRONT_ROUTE_ROWS rows, launch after launch on one counter (left at zero); the
-/// default model's MoE and Qwen3-Next's 128 experts of 10 with a shared expert.
-#[test]
-fn moe_front_route_gives_the_bits_of_the_twin_then_the_routing() {
-    let Some(gpu) = open_gpu() else { return };
-    let gpu = gpu.as_ref();
-    let mut rng = Rng::fresh();
-    let seed = rng.0;
-    let (_, tiny) = tiny_dims();
-    let qwen3_next = MoeConfig {
-        num_experts: 128,
-        experts_per_token: 10,
-        expert_intermediate: 64,
-        shared_expert_intermediate: 32,
-        norm_topk_prob: true,
-    };
-    let cases = [
-        (
-            tiny.moe.clone().expect("the default model has experts"),
-            tiny.hidden,
-        ),
-        (qwen3_next, 256),
-    ];
-    for (m, hidden) in cases {
-        let dims = Dims {
-            hidden,
-            moe: Some(m.clone()),
-            ..tiny_dims().1
-        };
-        dims.check().expect("sizes the kernels take");
-        let mut k = Kernels::compile_overriding(gpu, &dims, &[("MMA_NORM_TWINS", 1)])
-            .expect("kernels with the norm twins");
-        k.norm_in_matmul_max_rows = usize::MAX;
-        let k = k;
-        let case = MoeCase::new(gpu, &mut rng, m.clone(), hidden);
-        let width = case.mo_width();
-        let w: Vec<u16> = bf16_vec(&mut rng, width * hidden, 0.05)
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
-        let (wb, nb) = (
-            Buf::from_host(gpu, &w).unwrap(),
-            Buf::from_host(gpu, &rng.vec(hidden)).unwrap(),
-        );
-        let arrival = Buf::<u32>::zeros(gpu, 1).unwrap();
-        let shared = match m.shared_expert_intermediate {
-            0 => 0,
-            _ => case.on_gpu[2].at(0),
-        };
-        for rows in [1, 2, 1 + rng.below(super::MOE_FRONT_ROUTE_ROWS as u64)] {
-            let what = format!("seed {seed}, {m:?}, hidden {hidden}, {rows} rows");
-            // The residual stream: rows of different scales.
-            let x: Vec<f32> = (0..rows * hidden)
-                .map(|i| (1 + i / hidden % 5) as f32 * 2.0 * rng.vec(1)[0])
-                .collect();
-            // mo, the normalised rows and x after the layer (which reads x and adds into it).
-            let run = |fused: bool| -> [Vec<f32>; 3] {
-                let scratch = MoeScratch::new(gpu, &m, hidden, rows);
-                let xn = Buf::from_host(gpu, &vec![f32::NAN; rows * hidden]).unwrap();
-                let mo = Buf::from_host(gpu, &vec![f32::NAN; rows * width]).unwrap();
-                let xb = Buf::from_host(gpu, &x).unwrap();
-                let experts = [case.on_gpu[0].at(0), case.on_gpu[1].at(0), shared];
-                let l = scratch.launch(rows, None, [xn.at(0), mo.at(0), xb.at(0)], experts);
-                let front = packed_matmul(xb.at(0), wb.at(0), hidden, width, mo.at(0), rows, None);
-                let norm = super::InputNorm {
-                    w: nb.at(0),
-                    eps: NORM_EPS,
-                    zero_centred: true,
-                    out: xn.at(0),
-                    keep: true,
-                };
-                if fused {
-                    k.moe_front_route(gpu, &dims, &front, &norm, &l, arrival.at(0))
-                        .unwrap();
-                    k.moe_routed(gpu, &dims, &l, super::MoeSum::Alone).unwrap();
-                } else {
-                    k.matmul_normed_with(gpu, &front, Some(&norm), MatmulKernel::Narrow)
-                        .unwrap();
-                    k.moe(gpu, &dims, &l, super::MoeSum::Alone).unwrap();
-                }
-                [
-                    mo.read(gpu, rows * width).unwrap(),
-                    xn.read(gpu, rows * hidden).unwrap(),
-                    xb.read(gpu, rows * hidden).unwrap(),
-                ]
-            };
-            let apart = run(false);
-            assert!(
-                apart.iter().flatten().all(|v| v.is_finite()),
-                "{what}: the reference left values unwritten"
-            );
-            for launch in 0..2 {
-                let fused = run(true);
-                for (name, (got, want)) in ["mo", "the normalised rows", "x"]
-                    .iter()
-                    .zip(fused.iter().zip(&apart))
-                {
-                    assert!(
-                        same_bits(got, want),
-                        "{what}, launch {launch}: {name} differs"
-                    );
-                }
-            }
-            let left = arrival.read(gpu, 1).unwrap();
-            assert_eq!(left, [0], "{what}: moe_front_route left its counter");
-        }
-    }
-}
 
 #[test]
 fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
@@ -3305,12 +3152,12 @@ fn check_moe(
     }
     // The swapped chain's experts (rounds of up to MMA_COLS rows, `moe_gate_up_swap` and
     // `moe_down_swap` where bf16): each row alone and the first rows together have the batch's
-    // bits, the sum in the down launch too.
+    // bits.
     k.matmul_swap_rows = super::SwapRows::all(super::MMA_COLS);
     let n = rows.min(super::MMA_COLS);
     let first = |v: &[f32], width: usize| v[..n * width].to_vec();
-    let arrivals_swap = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
-    for sum in [TestSum::Alone, TestSum::InDown(&arrivals_swap)] {
+    {
+        let sum = TestSum::Alone;
         ran_swapped(&k);
         let together = run_moe(
             gpu,
@@ -3375,48 +3222,6 @@ fn check_moe(
     assert!(
         same_bits(&normed, &want_normed),
         "{what}: the fused norm differs from rmsnorm_rows"
-    );
-    // The sum in `moe_down` (each column by its last block): the same x, launch after launch on
-    // one set of counters (each launch leaves them at zero), for the batch and a row alone.
-    let arrivals = Buf::<u32>::zeros(gpu, super::moe_sum_columns(hidden)).unwrap();
-    for launch in 0..2 {
-        let in_down = run_moe(
-            gpu,
-            &k,
-            &dims,
-            &case,
-            &xn,
-            &mo,
-            &x,
-            TestSum::InDown(&arrivals),
-        )
-        .0;
-        assert!(
-            same_bits(&in_down, &all),
-            "{what}: the sum in moe_down differs (launch {launch})"
-        );
-    }
-    let r = rows - 1;
-    let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
-    let one = run_moe(
-        gpu,
-        &k,
-        &dims,
-        &case,
-        &xn_r,
-        &mo_r,
-        &x_r,
-        TestSum::InDown(&arrivals),
-    )
-    .0;
-    assert!(
-        same_bits(&one, &row(&all, r)),
-        "{what}: row {r} alone, summed in moe_down, differs"
-    );
-    let left = arrivals.read(gpu, super::moe_sum_columns(hidden)).unwrap();
-    assert!(
-        left.iter().all(|&c| c == 0),
-        "{what}: moe_down left its counters at {left:?}"
     );
 }
 
