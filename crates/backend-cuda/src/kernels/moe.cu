@@ -25,8 +25,9 @@
 // routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
-// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
-// MOE_BF16_DEPTH, MOE_FP8_DEPTH, MOE_RANK_COMPARES (and the matmul's MMA_*).
+// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_GROUP_ONE_ROW,
+// MOE_COMBINE_THREADS, NORM_WARPS, MOE_BF16_DEPTH, MOE_FP8_DEPTH, MOE_RANK_COMPARES (and the
+// matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
@@ -263,9 +264,35 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
+// `group_pairs` for one row, whose K experts are distinct and in ascending order (`route_rows`):
+// pair p sits at p, each expert's tile is its one pair, the shared expert's tile its one row —
+// the integers `group_pairs` writes for such a row, without its scans and barriers.
+__device__ __forceinline__ void group_one_row(const int* __restrict__ ids, int* __restrict__ pair_row,
+                                              int* __restrict__ pair_pos, int* __restrict__ tiles,
+                                              int* __restrict__ n_tiles) {
+    const int t = threadIdx.x;
+    static_assert(MOE_K + 1 <= MOE_GROUP_THREADS, "a thread a pair and one for the shared tile");
+    if (t < MOE_K) {
+        pair_pos[t] = t;
+        pair_row[t] = 0;
+        tiles[3 * t] = ids[t];
+        tiles[3 * t + 1] = t;
+        tiles[3 * t + 2] = 1;
+    } else if (MOE_IS > 0 && t == MOE_K) {
+        tiles[3 * MOE_K] = MOE_E;
+        tiles[3 * MOE_K + 1] = 0;
+        tiles[3 * MOE_K + 2] = 1;
+    }
+    if (t == 0) {
+        n_tiles[0] = MOE_K;
+        n_tiles[1] = MOE_K + (MOE_IS > 0 ? 1 : 0);
+    }
+}
+
 // `moe_route` then `moe_group` in one block, for a decode step's few rows (at most
-// MOE_ROUTE_GROUP_WARPS): warp w routes row w, the block waits, then groups. The same code on the
-// same values as the two kernels: the same bits, one launch fewer a layer.
+// MOE_ROUTE_GROUP_WARPS): warp w routes row w, the block waits, then groups (one row by
+// `group_one_row` where MOE_GROUP_ONE_ROW). The same code on the same values as the two kernels:
+// the same bits, one launch fewer a layer.
 extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
 moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
                 float* __restrict__ act_sh, int* __restrict__ pair_row, int* __restrict__ pair_pos,
@@ -276,7 +303,10 @@ moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, f
     route_rows(mo, 0, min(rows, MOE_ROUTE_GROUP_WARPS), ids, probs, act_sh, ex_s, chosen_s);
     // The block's writes of ids are visible to the whole block past the barrier.
     __syncthreads();
-    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
+    if (MOE_GROUP_ONE_ROW && rows == 1)
+        group_one_row(ids, pair_row, pair_pos, tiles, n_tiles);
+    else
+        group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
 // Grid (tile slots, MOE_I / (4·NT)): block (t, b) computes gate units u0 … u0 + 4·NT − 1

@@ -3006,6 +3006,75 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
     }
 }
 
+/// `moe_route_group`'s grouping of one row (`group_one_row`) against `group_pairs` (compiled with
+/// MOE_GROUP_ONE_ROW 0): the same routes and the same integers in every index buffer, for the
+/// default model's MoE, Qwen3-Next's 128 experts of 10 with a shared expert, and few experts
+/// without one; random and tied router logits (ties go to the lower index).
+#[test]
+fn one_row_grouping_writes_what_group_pairs_writes() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let tiny_moe = tiny_dims().1.moe.expect("the default model has experts");
+    let qwen3_next = MoeConfig {
+        num_experts: 128,
+        experts_per_token: 10,
+        expert_intermediate: 64,
+        shared_expert_intermediate: 32,
+        norm_topk_prob: true,
+    };
+    let few = MoeConfig {
+        num_experts: 4,
+        experts_per_token: 2,
+        expert_intermediate: 48,
+        shared_expert_intermediate: 0,
+        norm_topk_prob: false,
+    };
+    for m in [tiny_moe, qwen3_next, few] {
+        let dims = Dims {
+            moe: Some(m.clone()),
+            ..tiny_dims().1
+        };
+        let one_row = Kernels::compile(&gpu, &dims).expect("kernels");
+        let scanned =
+            Kernels::compile_overriding(&gpu, &dims, &[("MOE_GROUP_ONE_ROW", 0)]).expect("kernels");
+        let w = super::moe_front_width(&m);
+        for tied in [false, true] {
+            let what = format!("seed {seed}, {m:?}, tied {tied}");
+            let mo: Vec<f32> = rng
+                .vec(w)
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match tied && i < m.num_experts {
+                    true => (v * 2.0).round(),
+                    false => v,
+                })
+                .collect();
+            let mo_b = Buf::from_host(&gpu, &mo).unwrap();
+            let run = |k: &Kernels| {
+                let mut scratch = MoeScratch::new(&gpu, &m, dims.hidden, 1);
+                // Every integer the grouping may write starts as -1, so a slot it leaves shows.
+                scratch
+                    .ints
+                    .write(&gpu, &vec![-1; scratch.layout.len])
+                    .unwrap();
+                let l = scratch.launch(1, None, [0, mo_b.at(0), 0], [0, 0, 0]);
+                Kernels::moe_route(&gpu, k.moe_kernels(), &l).unwrap();
+                (
+                    scratch.ints.read(&gpu, scratch.layout.len).unwrap(),
+                    scratch.probs.read(&gpu, m.experts_per_token).unwrap(),
+                )
+            };
+            let (direct, by_scans) = (run(&one_row), run(&scanned));
+            assert_eq!(direct.0, by_scans.0, "{what}: the index buffers differ");
+            assert!(
+                same_bits(&direct.1, &by_scans.1),
+                "{what}: the routes' probabilities differ"
+            );
+        }
+    }
+}
+
 /// Block-scaled FP8 experts (`moe_gate_up_fp8`, `moe_down_fp8`) against backend-cpu on the
 /// dequantised weights, a row alone = in the batch = reversed: Qwen3-Next's 128 × 128 blocks on
 /// its expert width (512, narrowed to 128 experts), and small blocks over several of them.
