@@ -620,6 +620,12 @@ const MOE_ROUTE_GROUP_WARPS: usize = 8;
 /// block); what this saves is not yet measured. `FLASHLANE_MOE_GROUP_ONE_ROW=0` groups every row
 /// by `group_pairs` (A/B runs of one binary).
 pub const MOE_GROUP_ONE_ROW_ENV: &str = "FLASHLANE_MOE_GROUP_ONE_ROW";
+/// `moe_combine_norm` of one row takes its pairs' places as 0 … K − 1 without loading them (the
+/// grouping of one row puts them there), so the experts' outputs load at once rather than after
+/// `pair_pos`: the same values, the same bits (the whole-model tests' one stream against the
+/// batch; the MoE kernel test's row alone with the norm). Not yet measured;
+/// `FLASHLANE_MOE_COMBINE_ONE_ROW=0` loads them (A/B runs of one binary).
+pub const MOE_COMBINE_ONE_ROW_ENV: &str = "FLASHLANE_MOE_COMBINE_ONE_ROW";
 /// Threads per block of `moe_combine` (one per output of a row).
 const MOE_COMBINE_THREADS: u32 = 256;
 /// Most experts the MoE kernels take: `moe_route` keeps a row's softmax numerators in shared
@@ -1031,6 +1037,10 @@ impl Dims {
             (
                 "MOE_GROUP_ONE_ROW",
                 usize::from(std::env::var(MOE_GROUP_ONE_ROW_ENV).map_or(true, |v| v != "0")),
+            ),
+            (
+                "MOE_COMBINE_ONE_ROW",
+                usize::from(std::env::var(MOE_COMBINE_ONE_ROW_ENV).map_or(true, |v| v != "0")),
             ),
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),

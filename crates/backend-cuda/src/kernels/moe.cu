@@ -26,8 +26,8 @@
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
 // MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_GROUP_ONE_ROW,
-// MOE_COMBINE_THREADS, NORM_WARPS, MOE_BF16_DEPTH, MOE_FP8_DEPTH, MOE_RANK_COMPARES (and the
-// matmul's MMA_*).
+// MOE_COMBINE_ONE_ROW, MOE_COMBINE_THREADS, NORM_WARPS, MOE_BF16_DEPTH, MOE_FP8_DEPTH,
+// MOE_RANK_COMPARES (and the matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
@@ -584,15 +584,17 @@ moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const
 // model's final norm) in one launch: grid (rows), one block of NORM_WARPS warps a row. Each
 // output is summed as `moe_combine` sums it, and the norm sums the squares in `rmsnorm_rows`'
 // order (thread i takes outputs i, i + NORM_WARPS·WARP, …, then `block_sum`), so x and `out` hold
-// the same bits as the two kernels one after the other.
+// the same bits as the two kernels one after the other. A launch of one row (a one-stream step)
+// knows its pairs' places without reading them: the row's experts are distinct and ascending,
+// so the grouping put pair s at s (`group_one_row`, and `group_pairs` alike), and the experts'
+// outputs load at once instead of behind the load of `pair_pos`. The same values either way.
 #define MOE_COMBINE_NORM_PER_THREAD ((MOE_H + NORM_WARPS * WARP - 1) / (NORM_WARPS * WARP))
-extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
-moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
-                 const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x,
-                 const float* __restrict__ w, float eps, int kind, float* __restrict__ out) {
-    __shared__ float warp_sums[NORM_WARPS];
-    __shared__ float total_s;
-    pdl_start();
+template <bool ONE_ROW>
+__device__ __forceinline__ void combine_norm_row(const float* __restrict__ mo, const float* __restrict__ probs,
+                                                 const int* __restrict__ pair_pos, const float* __restrict__ y_exp,
+                                                 const float* __restrict__ y_sh, float* __restrict__ x,
+                                                 const float* __restrict__ w, float eps, int kind,
+                                                 float* __restrict__ out, float* warp_sums, float* total_s) {
     const int r = blockIdx.x;
     float* xr = x + (size_t)r * MOE_H;
     float p[MOE_K];
@@ -600,7 +602,7 @@ moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, 
 #pragma unroll
     for (int s = 0; s < MOE_K; s++) {
         p[s] = probs[(size_t)r * MOE_K + s];
-        pos[s] = pair_pos[(size_t)r * MOE_K + s];
+        pos[s] = ONE_ROW ? s : pair_pos[(size_t)r * MOE_K + s];
     }
     float v[MOE_COMBINE_NORM_PER_THREAD];
     float acc = 0.0f;
@@ -617,11 +619,24 @@ moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, 
             acc += v[j] * v[j];
         }
     }
-    const float total = block_sum<NORM_WARPS>(acc, warp_sums, &total_s);
+    const float total = block_sum<NORM_WARPS>(acc, warp_sums, total_s);
     const float inv = 1.0f / sqrtf(total / (float)MOE_H + eps);
 #pragma unroll
     for (int j = 0; j < MOE_COMBINE_NORM_PER_THREAD; j++) {
         const int o = threadIdx.x + j * NORM_WARPS * WARP;
         if (o < MOE_H) out[(size_t)r * MOE_H + o] = v[j] * inv * norm_scale(w[o], kind);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
+moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
+                 const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x,
+                 const float* __restrict__ w, float eps, int kind, float* __restrict__ out) {
+    __shared__ float warp_sums[NORM_WARPS];
+    __shared__ float total_s;
+    pdl_start();
+    if (MOE_COMBINE_ONE_ROW && gridDim.x == 1)
+        combine_norm_row<true>(mo, probs, pair_pos, y_exp, y_sh, x, w, eps, kind, out, warp_sums, &total_s);
+    else
+        combine_norm_row<false>(mo, probs, pair_pos, y_exp, y_sh, x, w, eps, kind, out, warp_sums, &total_s);
 }

@@ -3292,6 +3292,25 @@ fn check_moe(
         same_bits(&normed, &want_normed),
         "{what}: the fused norm differs from rmsnorm_rows"
     );
+    // A row alone with the fused norm (`moe_combine_norm` of one row takes its pairs' places
+    // without loading them): the batch's x and normed row.
+    for r in [0, rows - 1] {
+        let (xn_r, mo_r, x_r) = (row(&xn, r), row_of(&mo, r, w), row(&x, r));
+        let (one, one_normed) = run_moe(
+            gpu,
+            &k,
+            &dims,
+            &case,
+            &xn_r,
+            &mo_r,
+            &x_r,
+            TestSum::WithNorm(&norm_w),
+        );
+        assert!(
+            same_bits(&one, &row(&all, r)) && same_bits(&one_normed, &row(&want_normed, r)),
+            "{what}: row {r} alone with the fused norm differs"
+        );
+    }
 }
 
 /// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B, -4B and -8B shapes' and the
