@@ -135,13 +135,13 @@ __device__ __forceinline__ float att_rescale_add(float acc, float c, float e, fl
 }
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
-// One key group of split lw at keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos), ATT_KV_AHEAD 0:
-// each key's K loaded where its score is taken, its V where it is added.
-template <int G>
-__device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv_t* v_cache, size_t base,
-                                                   int p0, int pos, int kvh, int lane, float scale,
-                                                   const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL],
-                                                   float (&m)[G], float (&l)[G]) {
+// One key group of a split, keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos): their scores, then
+// the online softmax's steps, head dim lane + 32·j of key p0 + g's K and V from `k_at(g, j)` and
+// `v_at(g, j)` (as each way of loading the keys gives them: `attention_heads`).
+template <int G, typename KAt, typename VAt>
+__device__ __forceinline__ void att_group(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
+                                          const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL], float (&m)[G],
+                                          float (&l)[G]) {
     float s[ATT_KEY_GROUP][G];
 #pragma unroll
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
@@ -149,12 +149,11 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 #pragma unroll
         for (int i = 0; i < G; i++) part[i] = 0.0f;
         if (p0 + g <= pos) {  // the same for the whole warp
-            const kv_t* kp = k_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
 #pragma unroll
             for (int j = 0; j < ATT_DPL; j++) {
                 const int d = lane + WARP * j;
                 if (d < ATT_HD) {
-                    const float kd = kv_load(kp[d]);
+                    const float kd = k_at(g, j);
 #pragma unroll
                     for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
                 }
@@ -168,11 +167,10 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 #pragma unroll
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
         if (p0 + g > pos) break;
-        const kv_t* vp = v_cache + (base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD;
-        // One head loads each V element where it adds it (what the per-head kernel had
-        // before ATT_KV_AHEAD: loaded ahead of the softmax's exps, one key at a time, the
-        // A3B slice's one-stream decode ran 1-2 % slower, bench/RESULTS.md session 21;
-        // session 55's loads of whole groups superseded it); a group loads them once for its
+        // One head takes each V element where it adds it (loaded there with ATT_KV_AHEAD 0: what
+        // the per-head kernel had before ATT_KV_AHEAD; loaded ahead of the softmax's exps one key
+        // at a time, the A3B slice's one-stream decode ran 1-2 % slower, bench/RESULTS.md session
+        // 21; session 55's loads of whole groups superseded it); a group takes them once for its
         // heads. The same operations either way.
         if (G == 1) {
             const float m_new = fmaxf(m[0], s[g][0]);
@@ -181,7 +179,7 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 #pragma unroll
             for (int j = 0; j < ATT_DPL; j++) {
                 const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[0][j] = att_rescale_add(acc[0][j], c, e, kv_load(vp[d]));
+                if (d < ATT_HD) acc[0][j] = att_rescale_add(acc[0][j], c, e, v_at(g, j));
             }
             m[0] = m_new;
             continue;
@@ -190,7 +188,7 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 #pragma unroll
         for (int j = 0; j < ATT_DPL; j++) {
             const int d = lane + WARP * j;
-            vd[j] = d < ATT_HD ? kv_load(vp[d]) : 0.0f;
+            vd[j] = d < ATT_HD ? v_at(g, j) : 0.0f;
         }
 #pragma unroll
         for (int i = 0; i < G; i++) {
@@ -209,8 +207,8 @@ __device__ __forceinline__ void att_group_in_place(const kv_t* k_cache, const kv
 
 // ATT_KV_AHEAD 1 and 2: a key group's K and V are loaded by `att_load_group` into registers, all
 // of them issued together (a key past pos loads the row at pos, which it never uses, so that no
-// load waits behind a branch), then `att_group_step` takes the same scores and the same softmax
-// steps from them as `att_group_in_place`: the same bits (kernel test). 2 is for the per-head
+// load waits behind a branch), then `att_group` takes the same scores and the same softmax steps
+// from them as from the cache: the same bits (kernel test). 2 is for the per-head
 // kernels' blocks with heads of at most 128 dims; the others take 1 for it (`att_kv_ahead`).
 __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL], kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL],
                                                const kv_t* k_cache, const kv_t* v_cache, size_t base, int p0,
@@ -236,49 +234,6 @@ template <int AHEAD_MAX>
 __device__ __forceinline__ constexpr int att_kv_ahead() {
     // (No `min`: NVRTC's is not constexpr.)
     return ATT_KV_AHEAD < (ATT_DPL > 4 ? 1 : AHEAD_MAX) ? ATT_KV_AHEAD : (ATT_DPL > 4 ? 1 : AHEAD_MAX);
-}
-
-template <int G>
-__device__ __forceinline__ void att_group_step(const kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL],
-                                               const kv_t (&vr)[ATT_KEY_GROUP][ATT_DPL], int p0, int pos,
-                                               int lane, float scale, const float (&qv)[G][ATT_DPL],
-                                               float (&acc)[G][ATT_DPL], float (&m)[G], float (&l)[G]) {
-    float s[ATT_KEY_GROUP][G];
-#pragma unroll
-    for (int g = 0; g < ATT_KEY_GROUP; g++) {
-        float part[G];
-#pragma unroll
-        for (int i = 0; i < G; i++) part[i] = 0.0f;
-        if (p0 + g <= pos) {
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) {
-                    const float kd = kv_load(kr[g][j]);
-#pragma unroll
-                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < G; i++) s[g][i] = __fmul_rn(warp_sum(part[i]), scale);
-    }
-#pragma unroll
-    for (int g = 0; g < ATT_KEY_GROUP; g++) {
-        if (p0 + g > pos) break;
-#pragma unroll
-        for (int i = 0; i < G; i++) {
-            const float m_new = fmaxf(m[i], s[g][i]);
-            const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
-            l[i] = __fmaf_rn(l[i], c, e);
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, kv_load(vr[g][j]));
-            }
-            m[i] = m_new;
-        }
-    }
 }
 
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
@@ -315,8 +270,15 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     for (int lw = warp;;) {
         constexpr int stride = ATT_WARPS * ATT_KEY_GROUP, ahead = att_kv_ahead<AHEAD_MAX>();
         if (ahead == 0) {
-            for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += stride)
-                att_group_in_place<G>(k_cache, v_cache, base, p0, pos, kvh, lane, scale, qv, acc, m, l);
+            // Each key's K loaded where its score is taken, its V where it is added.
+            for (int p0 = lw * ATT_KEY_GROUP; p0 <= pos; p0 += stride) {
+                const auto in_cache = [&](const kv_t* cache, int g, int j) {
+                    return kv_load(cache[(base + p0 + g) * ATT_KV_ROW + kvh * ATT_HD + lane + WARP * j]);
+                };
+                att_group<G>([&](int g, int j) { return in_cache(k_cache, g, j); },
+                             [&](int g, int j) { return in_cache(v_cache, g, j); }, p0, pos, lane, scale, qv, acc,
+                             m, l);
+            }
         } else {
             // With `ahead` 2 the next group's loads are issued before this group's arithmetic.
             kv_t kn[ATT_KEY_GROUP][ATT_DPL], vn[ATT_KEY_GROUP][ATT_DPL];
@@ -338,7 +300,8 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
                 } else {
                     att_load_group(kr, vr, k_cache, v_cache, base, p0, pos, kvh, lane);
                 }
-                att_group_step<G>(kr, vr, p0, pos, lane, scale, qv, acc, m, l);
+                att_group<G>([&](int g, int j) { return kv_load(kr[g][j]); },
+                             [&](int g, int j) { return kv_load(vr[g][j]); }, p0, pos, lane, scale, qv, acc, m, l);
             }
         }
 #pragma unroll

@@ -441,7 +441,8 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
-/// its keys: the same bits); MOE_GROUP_ONE_ROW (how one row is grouped: the same integers); MMA_NORM_TWINS (the norm twins
+/// its keys: the same bits); MOE_GROUP_ONE_ROW and MOE_COMBINE_ONE_ROW (one row's grouping and
+/// its places: the same integers); MMA_NORM_TWINS (the norm twins
 /// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
 /// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
@@ -449,10 +450,11 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 14] = [
+const OVERRIDABLE_DEFINES: [&str; 15] = [
     "MMA_NORM_TWINS",
     "ATT_KV_AHEAD",
     "MOE_GROUP_ONE_ROW",
+    "MOE_COMBINE_ONE_ROW",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -3456,7 +3458,7 @@ impl Kernels {
 
     /// A MoE layer after its routing ([`Kernels::moe`] but the routing): the experts, then
     /// `sum`.
-    pub(crate) fn moe_routed(
+    fn moe_routed(
         &self,
         gpu: &Gpu,
         dims: &Dims,

@@ -3006,10 +3006,12 @@ fn moe_matches_backend_cpu_and_a_row_is_the_same_alone_or_among_others() {
     }
 }
 
-/// `moe_route_group`'s grouping of one row (`group_one_row`) against `group_pairs` (compiled with
-/// MOE_GROUP_ONE_ROW 0): the same routes and the same integers in every index buffer, for the
-/// default model's MoE, Qwen3-Next's 128 experts of 10 with a shared expert, and few experts
-/// without one; random and tied router logits (ties go to the lower index).
+/// `moe_route_group`'s grouping of one row (`group_one_row`) against `group_pairs` (each compiled
+/// by override, MOE_GROUP_ONE_ROW 1 and 0): the same routes and the same integers in every index
+/// buffer, for the default model's MoE, 128 experts of 10 with a shared expert (ranked over the
+/// block), Qwen3-Next-80B's 512 of 10 (chosen by rounds of warp maxima) and few experts without
+/// a shared one; random router logits, tied ones (ties go to the lower index), and ones with
+/// NaN and infinities.
 #[test]
 fn one_row_grouping_writes_what_group_pairs_writes() {
     let Some(gpu) = open_gpu() else { return };
@@ -3030,24 +3032,32 @@ fn one_row_grouping_writes_what_group_pairs_writes() {
         shared_expert_intermediate: 0,
         norm_topk_prob: false,
     };
-    for m in [tiny_moe, qwen3_next, few] {
+    let wide = MoeConfig {
+        num_experts: 512,
+        ..qwen3_next.clone()
+    };
+    for m in [tiny_moe, qwen3_next, wide, few] {
         let dims = Dims {
             moe: Some(m.clone()),
             ..tiny_dims().1
         };
-        let one_row = Kernels::compile(&gpu, &dims).expect("kernels");
+        let one_row =
+            Kernels::compile_overriding(&gpu, &dims, &[("MOE_GROUP_ONE_ROW", 1)]).expect("kernels");
         let scanned =
             Kernels::compile_overriding(&gpu, &dims, &[("MOE_GROUP_ONE_ROW", 0)]).expect("kernels");
         let w = super::moe_front_width(&m);
-        for tied in [false, true] {
-            let what = format!("seed {seed}, {m:?}, tied {tied}");
+        for logits in ["random", "tied", "nan and infinities"] {
+            let what = format!("seed {seed}, {m:?}, {logits} logits");
             let mo: Vec<f32> = rng
                 .vec(w)
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| match tied && i < m.num_experts {
-                    true => (v * 2.0).round(),
-                    false => v,
+                .map(|(i, v)| match (logits, i < m.num_experts, i % 7) {
+                    ("tied", true, _) => (v * 2.0).round(),
+                    ("nan and infinities", true, 0) => f32::NAN,
+                    ("nan and infinities", true, 3) => f32::INFINITY,
+                    ("nan and infinities", true, 5) => f32::NEG_INFINITY,
+                    _ => v,
                 })
                 .collect();
             let mo_b = Buf::from_host(&gpu, &mo).unwrap();
