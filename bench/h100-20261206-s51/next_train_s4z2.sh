@@ -15,7 +15,8 @@
 # MINE_S (default 120) bounds the mining, TRAIN_S (default 340, the data's making included) the
 # training: ~560 s. Session 52 ran it with TRAIN_S=320 and no .whl (the tool refused the carry as
 # over 64 MiB): session 49's failures only. STAGE (its name, s4z2), SEED (3939), COUNT_KINDS
-# (0.3,0.35,0.25,0.1: up, steps, down, down steps), COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID)
+# (0.3,0.35,0.25,0.1: up, steps, down, down steps), COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID),
+# GROW (session 55: "--copy L [--at P]", a model one layer deeper, tools/train_tiny/grow_depth.py)
 # and SHORT_COUNT_FRAC (0.35: the share of counts of 2-60 numbers) set another stage of the same
 # recipe (bench/h100-20261206-s52/NEXT.md: 4z3; bench/h100-20261206-s53/NEXT.md: 4z4).
 set -u
@@ -43,7 +44,14 @@ fi
 # train.py takes one file a --replay (session 52's run had one; two would have stopped it).
 replay_args=()
 for f in "${replay[@]}"; do replay_args+=(--replay "$f"); done
-args=(--init models/flashlane-tiny --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
+# GROW="--copy L [--at P]" (session 55) trains a model one layer deeper: grow_depth.py copies
+# layer L of the shipped model to a new layer that starts as the identity (the same logits).
+init=models/flashlane-tiny
+if [ -n "${GROW:-}" ]; then
+  python3 tools/train_tiny/grow_depth.py models/flashlane-tiny /tmp/grown $GROW && init=/tmp/grown
+  el "grown: $init"
+fi
+args=(--init $init --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
     --steps ${STEPS:-300} --phase1-steps 100 --lr 3e-4 --warmup 10 --train-seconds ${TRAIN_S:-340}
     --total-seconds $(( ${TRAIN_S:-340} + 10 ))
     --eval-gen-tokens 0 --code-mb 4 --per-package-mb 1 --stop-weight 1 --decision-weight 8

@@ -23,8 +23,6 @@ import os
 import shutil
 import struct
 
-import numpy as np
-
 COPIED = ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 # The floating-point dtypes averaged; any other tensor is the first input's, as it is.
 FLOAT_DTYPES = {"BF16", "F32"}
@@ -62,12 +60,16 @@ def save(path, tensors, metadata):
 
 
 def to_f32(dtype, data):
+    import numpy as np  # here, so that load and save need no numpy (grow_depth.py, its test)
+
     if dtype == "F32":
         return np.frombuffer(data, np.float32)
     return (np.frombuffer(data, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def from_f32(dtype, values):
+    import numpy as np
+
     if dtype == "F32":
         return values.astype(np.float32).tobytes()
     bits = values.astype(np.float32).view(np.uint32)
@@ -92,6 +94,8 @@ def main():
     if any(os.path.realpath(args.out) == os.path.realpath(d) for d in args.inputs):
         ap.error(f"OUT {args.out} is one of the inputs: write the mean elsewhere")
     weights = [w / sum(weights) for w in weights]
+    import numpy as np
+
     loaded = [load(os.path.join(d, "model.safetensors")) for d in args.inputs]
     models = [m for m, _ in loaded]
 
