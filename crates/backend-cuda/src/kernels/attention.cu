@@ -232,8 +232,8 @@ __device__ __forceinline__ void att_load_group(kv_t (&kr)[ATT_KEY_GROUP][ATT_DPL
 // the kernels spilled, tools/cuda_check).
 template <int AHEAD_MAX>
 __device__ __forceinline__ constexpr int att_kv_ahead() {
-    // (No `min`: NVRTC's is not constexpr.)
-    return ATT_KV_AHEAD < (ATT_DPL > 4 ? 1 : AHEAD_MAX) ? ATT_KV_AHEAD : (ATT_DPL > 4 ? 1 : AHEAD_MAX);
+    constexpr int most = ATT_DPL > 4 ? 1 : AHEAD_MAX;
+    return ATT_KV_AHEAD < most ? ATT_KV_AHEAD : most;  // (NVRTC's `min` is not constexpr)
 }
 
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of

@@ -97,6 +97,11 @@ fn env_number(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// An A/B switch that is on unless the variable `name` is "0".
+fn env_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
+}
+
 /// The narrow kernel's depth: [`MATMUL_NARROW_DEPTH_ENV`]'s within 1–8, else [`MMA_NARROW_DEPTH`].
 fn narrow_depth() -> usize {
     env_number(MATMUL_NARROW_DEPTH_ENV)
@@ -698,12 +703,9 @@ pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
 
 /// ATT_KV_AHEAD, or [`ATTENTION_KV_AHEAD_ENV`]'s 0, 1 or 2 where set.
 fn attention_kv_ahead() -> usize {
-    match std::env::var(ATTENTION_KV_AHEAD_ENV).as_deref() {
-        Ok("0") => 0,
-        Ok("1") => 1,
-        Ok("2") => 2,
-        _ => ATT_KV_AHEAD,
-    }
+    env_number(ATTENTION_KV_AHEAD_ENV)
+        .filter(|&ahead| ahead <= 2)
+        .unwrap_or(ATT_KV_AHEAD)
 }
 
 /// A call's q/k norms, RoPE and cache write run inside the per-head attention kernel
@@ -1038,11 +1040,11 @@ impl Dims {
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
             (
                 "MOE_GROUP_ONE_ROW",
-                usize::from(std::env::var(MOE_GROUP_ONE_ROW_ENV).map_or(true, |v| v != "0")),
+                usize::from(env_on(MOE_GROUP_ONE_ROW_ENV)),
             ),
             (
                 "MOE_COMBINE_ONE_ROW",
-                usize::from(std::env::var(MOE_COMBINE_ONE_ROW_ENV).map_or(true, |v| v != "0")),
+                usize::from(env_on(MOE_COMBINE_ONE_ROW_ENV)),
             ),
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
@@ -1401,7 +1403,7 @@ impl Kernels {
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
             matmul_swiglu_by_tiles: tiles_of("matmul_bf16_swiglu", false)?,
             matmul_swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu")?,
-            swiglu_in_gate_up: std::env::var(SWIGLU_IN_GATE_UP_ENV).map_or(true, |v| v != "0"),
+            swiglu_in_gate_up: env_on(SWIGLU_IN_GATE_UP_ENV),
             norm_twins: match norm_twins {
                 false => None,
                 true => Some(NormTwins {
@@ -1420,7 +1422,7 @@ impl Kernels {
                 0
             },
             moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
-            matmul_deep: std::env::var(MATMUL_DEEP_ENV).map_or(true, |v| v != "0"),
+            matmul_deep: env_on(MATMUL_DEEP_ENV),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),
                 Ok("1") => (true, false),
@@ -1433,9 +1435,8 @@ impl Kernels {
             split_rows: f("split_rows")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
-            matmul_split32: std::env::var(MATMUL_SPLIT32_ENV).map_or(true, |v| v != "0"),
-            matmul_split_k_prompts: std::env::var(MATMUL_SPLIT_K_PROMPTS_ENV)
-                .map_or(true, |v| v != "0"),
+            matmul_split32: env_on(MATMUL_SPLIT32_ENV),
+            matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_fold: f("matmul_fold_residues")?,
@@ -1445,10 +1446,9 @@ impl Kernels {
                 Ok("1") => true,
                 _ => model_splits_k(dims),
             },
-            fp8_rounds_split_alone: std::env::var(MATMUL_SPLIT_K_ENV).map_or(true, |v| v != "0")
-                && hybrid_fp8_rounds_split(dims),
+            fp8_rounds_split_alone: env_on(MATMUL_SPLIT_K_ENV) && hybrid_fp8_rounds_split(dims),
             matmul_split_k_min_outputs: env_number(MATMUL_SPLIT_K_MIN_OUTPUTS_ENV).unwrap_or(0),
-            matmul_tiled_auto: std::env::var(MATMUL_TILED_ENV).map_or(true, |v| v != "0"),
+            matmul_tiled_auto: env_on(MATMUL_TILED_ENV),
             matmul_narrow_max_blocks: env_number(MATMUL_NARROW_MAX_BLOCKS_ENV)
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
@@ -1467,7 +1467,7 @@ impl Kernels {
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
             attention_gated_prep: f("attention_gated_prep")?,
-            prep_in_attention: std::env::var(PREP_IN_ATTENTION_ENV).map_or(true, |v| v != "0"),
+            prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
                 Ok("1") => Some(true),
@@ -1500,8 +1500,8 @@ impl Kernels {
                 }),
                 None => None,
             },
-            deltanet_split: std::env::var(DELTANET_SPLIT_ENV).map_or(true, |v| v != "0"),
-            deltanet_two_blocks: std::env::var(DELTANET_TWO_BLOCKS_ENV).map_or(true, |v| v != "0"),
+            deltanet_split: env_on(DELTANET_SPLIT_ENV),
+            deltanet_two_blocks: env_on(DELTANET_TWO_BLOCKS_ENV),
             moe: match dims.moe {
                 Some(_) => Some(MoeKernels {
                     route: f("moe_route")?,
@@ -1512,7 +1512,7 @@ impl Kernels {
                         f("moe_gate_up_t2")?,
                         f("moe_gate_up")?,
                     ],
-                    gate_up_fit: std::env::var(MOE_FIT_ENV).map_or(true, |v| v != "0"),
+                    gate_up_fit: env_on(MOE_FIT_ENV),
                     gate_up_tiles_forced: None,
                     down: f("moe_down")?,
                     gate_up_swap: f("moe_gate_up_swap")?,
