@@ -1,7 +1,8 @@
 # Sourced by a device call's script, from the repository root, after `T0=$(date +%s)`:
 #   . bench/device_ab.sh
 # el MESSAGE: MESSAGE after the seconds since T0.
-# gpu_info: the GPU's name, driver and memory into $OUT/gpu.txt, and printed.
+# gpu_info: the GPU's name, driver and memory, and its device-to-device copy bandwidth
+#   (bench/copy_bandwidth.py: issue 12's ceiling for one stream), into $OUT/gpu.txt, and printed.
 # kernel_tests NAME SECONDS FILTER...: the packed `backend_cuda` test binary
 #   (bench/peers/gpu-tests.tar.xz) on the tests whose names hold a FILTER, at most SECONDS, its
 #   log written to $OUT/tests_NAME.txt as it runs (a call cut short keeps what ran).
@@ -17,6 +18,7 @@ ab() {
 }
 gpu_info() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1
+  timeout 60 python3 bench/copy_bandwidth.py >> $OUT/gpu.txt 2>&1
   cat $OUT/gpu.txt
 }
 kernel_tests() {

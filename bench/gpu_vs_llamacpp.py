@@ -11,7 +11,9 @@ Run on the GPU machine from the repository root (bench/gpu_vs_llamacpp.sh is the
    every stream count, `llama-bench` (1 stream: tg and pp) and `llama-batched-bench` (every
    stream count), prompt PROMPT and NEW new tokens;
 4. writes OUT/<shape>.json (every raw figure), OUT/table.md (medians over the rounds and their
-   ratios) and prints the table.
+   ratios; for a dense shape, one stream's weight bytes a second against the GPU's
+   device-to-device copy bandwidth measured first in the same run, issue 12's one-stream ceiling)
+   and prints the table.
 With --q8-peer, for each shape that has an FP8 config (bench/shapes/SHAPE-fp8) it then also
 quantises the GGUF to Q8_0 (`llama-quantize`) and runs flashlane on FP8 dummy weights of that
 shape against llama.cpp on the Q8_0 GGUF: 8-bit weights on both sides, not the same weights
@@ -207,6 +209,57 @@ def fp8_config(shape: str) -> Path | None:
     return src.parent if src.is_file() else None
 
 
+def copy_bandwidth(out: Path) -> float | None:
+    """This GPU's device-to-device copy bandwidth in TB/s (bench/copy_bandwidth.py's median), the
+    ceiling issue 12 states its one-stream goals against, or None where it could not be read."""
+    try:
+        text = subprocess.run([sys.executable, str(ROOT / "bench/copy_bandwidth.py")], capture_output=True,
+                              text=True, timeout=120).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    log(text.strip() or "copy bandwidth: no figure", out)
+    for word, nxt in zip(text.split(), text.split()[1:]):
+        if word == "median":
+            return float(nxt)
+    return None
+
+
+def dense_bytes_a_token(model: Path) -> float | None:
+    """Weight bytes a dense model's one-stream token reads: every tensor of its safetensors but an
+    untied embedding (of which a token reads one row); None for a model with experts (which read
+    only the experts routed to). The KV cache's few MB at these lengths are left out."""
+    config = json.loads((model / "config.json").read_text())
+    if config.get("num_experts"):
+        return None
+    sizes = {}
+    for f in sorted(model.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        for name, t in header.items():
+            if name != "__metadata__":
+                sizes[name] = t["data_offsets"][1] - t["data_offsets"][0]
+    total = sum(sizes.values())
+    if "lm_head.weight" in sizes:
+        total -= sizes.get("model.embed_tokens.weight", 0)
+    return float(total)
+
+
+def bandwidth_line(rounds: list, model: Path, copy_tb_s: float | None) -> str:
+    """One stream's weight bytes a second against the copy bandwidth, for a dense model."""
+    per_token = dense_bytes_a_token(model)
+    if per_token is None or copy_tb_s is None:
+        return ""
+    fl = median([(r["flashlane"] or {}).get("1", {}).get("decode") for r in rounds])
+    tg = median([r["llama"].get("bench_tg") for r in rounds])
+    parts = []
+    for name, rate in (("flashlane", fl), ("llama-bench", tg)):
+        if rate is not None:
+            tb_s = rate * per_token / 1e12
+            parts.append(f"{name} {tb_s:.2f} TB/s ({100 * tb_s / copy_tb_s:.0f} %)")
+    return (f"One stream reads {per_token / 1e9:.2f} GB of weights a token: " + ", ".join(parts) +
+            f" of this GPU's {copy_tb_s:.2f} TB/s device-to-device copy measured in this run.\n")
+
+
 def table(shape: str, rounds: list, args, title: str | None = None) -> str:
     fl = [r["flashlane"] or {} for r in rounds]
     ll = [r["llama"] for r in rounds]
@@ -292,8 +345,10 @@ def main() -> None:
     bin_dir = args.work / "llama.cpp/build/bin"
     if peer:
         log(f"llama.cpp build: rc {rc} after {time.time() - t0:.0f} s", args.out)
+    copy_tb_s = copy_bandwidth(args.out)
     report = [f"GPU: {gpu}; flashlane {os.environ.get('FLASHLANE_COMMIT', '?')}; prompt {args.prompt}, "
-              f"{args.new} new tokens; {time.strftime('%Y-%m-%d')}\n"]
+              f"{args.new} new tokens; {time.strftime('%Y-%m-%d')}; device-to-device copy "
+              f"{fmt(copy_tb_s, 2)} TB/s\n"]
     for shape in shapes:
         d = models.get(shape) or make_model(shape, args.work, args.out, peer)
         gguf = d / "model-bf16.gguf"
@@ -307,7 +362,7 @@ def main() -> None:
             rounds.append(r)
             (args.out / f"{shape}.json").write_text(json.dumps({"shape": shape, "gpu": gpu, "rounds": rounds},
                                                                indent=1))
-        report.append(table(shape, rounds, args))
+        report.append(table(shape, rounds, args) + bandwidth_line(rounds, d, copy_tb_s))
         (args.out / "table.md").write_text("\n".join(report))
         fp8 = fp8_config(shape)
         q8 = quantize(bin_dir, gguf, args.out) if args.q8_peer and peer and rc == 0 and fp8 else None

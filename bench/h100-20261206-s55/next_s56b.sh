@@ -7,6 +7,7 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 . bench/unpack_peers.sh
+gpu_info
 SHAPES=qwen3-0.6b,qwen3-next-a3b-slice,qwen3-4b LIMIT=${LIMIT:-480} COMMIT=${COMMIT:?set COMMIT} \
   bash bench/h100-20261205-s46/call5.sh
 el "table done"
