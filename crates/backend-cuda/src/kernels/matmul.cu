@@ -1141,6 +1141,7 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
+// MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -1187,6 +1188,21 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
     // src-size 0 fills the 16 bytes with zeros without reading (rows past the end, k past k).
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+// cp_async16 with an L2 policy (`l2_evict_first`): the tiles' weight copies under
+// MMT_WEIGHTS_EVICT_FIRST (host define, FLASHLANE_MATMUL_EVICT_FIRST), so that a matrix streaming
+// through L2 evicts its own lines before the rows of x, the k split's partials and the next
+// matrix's prefetched rows. A cache hint: the same values copied, the same bits.
+__device__ __forceinline__ void cp_async16_hint(void* smem, const void* gmem, bool valid, unsigned long long policy) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(gmem),
+                 "r"(valid ? 16 : 0), "l"(policy));
+}
+// An L2 policy that marks every line it touches first to go.
+__device__ __forceinline__ unsigned long long l2_evict_first() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
@@ -1265,6 +1281,12 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                        in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
         }
     };
+#if MMT_WEIGHTS_EVICT_FIRST
+    const unsigned long long w_policy = l2_evict_first();
+#define MMT_W_COPY(dst, src, valid) cp_async16_hint(dst, src, valid, w_policy)
+#else
+#define MMT_W_COPY(dst, src, valid) cp_async16(dst, src, valid)
+#endif
     auto load_w = [&](int stage, int c) {
         unsigned* base = smem + stage * STAGE;
         const bool k_in = c * MMA_CHUNK + 8 * wp < k;
@@ -1272,10 +1294,11 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
 #pragma unroll
         for (int j = 0; j < WP; j++) {
             const bool in = k_in && o0 + wo + j * RW < n_out;
-            cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
+            MMT_W_COPY(base + w_dst + j * RW * (MMA_CHUNK / 2),
                        in ? w_src + (size_t)j * RW * k + (size_t)c * MMA_CHUNK : w, in);
         }
     };
+#undef MMT_W_COPY
     auto load = [&](int stage, int c) {
         load_x(stage, c);
         load_w(stage, c);

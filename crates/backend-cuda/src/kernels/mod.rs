@@ -182,6 +182,14 @@ const MATMUL_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_EARLY_WEIGHTS";
 /// wait first as before. `FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS=0` / `=1` turns it off / on for
 /// any model (A/B runs: the same bits).
 const MATMUL_TILED_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_TILED_EARLY_WEIGHTS";
+/// `FLASHLANE_MATMUL_EVICT_FIRST=1` compiles the tiles (`matmul_bf16_tiled`, its k splits) to
+/// copy their weights under an L2 evict-first policy (`MMT_WEIGHTS_EVICT_FIRST` in matmul.cu),
+/// so that a matrix streaming through L2 gives way before x's split rows and the k split's
+/// partials, which its fold reads right after (Qwen3-4B at 64 streams writes and folds ~60 MB
+/// of partials a layer beside ~200 MB of weights; its folds took 991 of a round's 8,630 µs in
+/// session 52's profile). A cache hint: the same bits. Off by default until measured (an A/B
+/// switch).
+const MATMUL_EVICT_FIRST_ENV: &str = "FLASHLANE_MATMUL_EVICT_FIRST";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
 /// Rows and blocks from which a bf16 matmul runs `matmul_bf16_tiled` instead of the 16-row
@@ -446,7 +454,7 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
-/// its keys: the same bits); MOE_GROUP_ONE_ROW and MOE_COMBINE_ONE_ROW (one row's grouping and
+/// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits); MOE_GROUP_ONE_ROW and MOE_COMBINE_ONE_ROW (one row's grouping and
 /// its places: the same integers); MMA_NORM_TWINS (the norm twins
 /// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
@@ -455,9 +463,10 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 15] = [
+const OVERRIDABLE_DEFINES: [&str; 16] = [
     "MMA_NORM_TWINS",
     "ATT_KV_AHEAD",
+    "MMT_WEIGHTS_EVICT_FIRST",
     "MOE_GROUP_ONE_ROW",
     "MOE_COMBINE_ONE_ROW",
     "MMA_X_PRESPLIT",
@@ -1026,6 +1035,10 @@ impl Dims {
                         _ => loads_weights_early(self),
                     },
                 ),
+            ),
+            (
+                "MMT_WEIGHTS_EVICT_FIRST",
+                usize::from(env_number(MATMUL_EVICT_FIRST_ENV) == Some(1)),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),

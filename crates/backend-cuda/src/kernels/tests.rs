@@ -369,6 +369,29 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
     }
 }
 
+/// The tiles with their weights copied under an L2 evict-first policy
+/// ([`super::MATMUL_EVICT_FIRST_ENV`]): a cache hint, so every kernel's bits, in `matmul_case`
+/// beside the others and backend-cpu: the tiles (rows over several blocks), the k split of up
+/// to 64 rows, its 32-row blocks and a prompt's split.
+#[test]
+fn tiles_with_the_l2_hint_give_the_other_kernels_bits() {
+    let Some(gpu) = open_gpu() else { return };
+    let mut k =
+        Kernels::compile_overriding(&gpu, &tiny_dims().1, &[("MMT_WEIGHTS_EVICT_FIRST", 1)])
+            .expect("kernels with the tiles' L2 hint");
+    let mut rng = Rng::fresh();
+    let depth = 16 * (1 + rng.below(160));
+    matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+    k.matmul_split32 = true;
+    k.matmul_split_k = true;
+    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+        matmul_case(&gpu, &k, &mut rng, depth, 64, true);
+    }
+    k.matmul_split_k_prompts = true;
+    let depth = 16 * (1 + rng.below(320));
+    matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+}
+
 /// Every 16-row bf16 matmul kernel a test may ask for by name.
 const SIXTEEN_ROW_KERNELS: [MatmulKernel; 7] = [
     MatmulKernel::Narrow,
