@@ -8,7 +8,8 @@
 # changed, `moe_route`'s PTX reordered) and added one row's direct grouping and combine
 # (`one_row_grouping_writes_what_group_pairs_writes`, a row alone with the fused norm in the MoE
 # test); 3. the five whole-model GPU test binaries (alone = batched = moved = with drafts, bit for
-# bit) at these defaults. ~430 s. Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,
+# bit) at these defaults. Session 56 added the test of the tiles' L2 hint (`l2_hint`, off by
+# default) to the second. ~430 s. Carry bench/peers/{flashlane.xz,gpu-tests.tar.xz,
 # tiny_model.xz}, the default model moved out of the tree. The A/Bs: next_s56c.sh.
 set -u
 T0=$(date +%s)
@@ -16,7 +17,7 @@ T0=$(date +%s)
 . bench/unpack_peers.sh
 gpu_info
 kernel_tests s56a_attention 160 attention prep_in_attention
-kernel_tests s56a_moe 180 moe_ norm_twins one_row_grouping
+kernel_tests s56a_moe 180 moe_ norm_twins one_row_grouping l2_hint
 TESTS="gpu_target gpu_conformance gpu_dense gpu_fixtures gpu_faults" TEST_TIMEOUT=120 \
   bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 el "whole-model tests rc=$?"; tee $OUT/tests_summary.txt < /tmp/tests/summary.txt

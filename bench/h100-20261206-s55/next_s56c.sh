@@ -3,7 +3,8 @@
 # the call), since failed starts ate that session's device time. After next_s56a.sh's tests
 # pass: 1. the one-row MoE paths on the A3B slice at 1 and 2 streams: both off, the direct
 # grouping alone, both (FLASHLANE_MOE_GROUP_ONE_ROW, FLASHLANE_MOE_COMBINE_ONE_ROW; keep each
-# only where it is not slower). 2. Where a one-stream token and a 64-stream round go (issue 12's
+# only where it is not slower). 1b. Session 56's L2 hint on the tiles' weight copies
+# (FLASHLANE_MATMUL_EVICT_FIRST=1, off by default) on Qwen3-4B at 1, 32, 64 streams. 2. Where a one-stream token and a 64-stream round go (issue 12's
 # profile): the kernel timeline alone at 1 and 64 streams on Qwen3-4B and the A3B slice
 # ($OUT/timeline.txt). 3. Attention's key loads: the chosen default (ATT_KV_AHEAD 2 in the
 # per-head kernels with heads of at most 128 dims, 1 elsewhere; each variant's PTX measured in
@@ -26,6 +27,8 @@ timeline() {
   done
   el "timeline $1"
 }
+room 90 evict_4b &&
+  ab evict_4b qwen3-4b 1,32,64 "default:FLASHLANE_AB=1 evict:FLASHLANE_MATMUL_EVICT_FIRST=1" $FL
 room 70 timeline_4b && timeline qwen3-4b
 room 60 timeline_a3b && timeline qwen3-next-a3b-slice
 KV="old:FLASHLANE_ATTENTION_KV_AHEAD=0 default:FLASHLANE_AB=1"
