@@ -454,21 +454,18 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
-/// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits); MOE_GROUP_ONE_ROW and MOE_COMBINE_ONE_ROW (one row's grouping and
-/// its places: the same integers); MMA_NORM_TWINS (the norm twins
-/// compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
+/// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
+/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
 /// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
 /// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 16] = [
+const OVERRIDABLE_DEFINES: [&str; 14] = [
     "MMA_NORM_TWINS",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
-    "MOE_GROUP_ONE_ROW",
-    "MOE_COMBINE_ONE_ROW",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
     "MMA_SPLIT",
@@ -628,20 +625,6 @@ const MOE_GROUP_THREADS: u32 = 1024;
 /// E floats) and the grouping's counters (3 × E ints) fit the 48 KiB of a block at
 /// [`MOE_EXPERTS_MAX`] experts.
 const MOE_ROUTE_GROUP_WARPS: usize = 8;
-/// `moe_route_group` writes a one-row step's grouping directly (`group_one_row`: its K experts are
-/// distinct and ascending, so pair p sits at p and each tile holds one pair) instead of by
-/// `group_pairs`' scans over every expert and its barriers: the same integers, so the same bits
-/// (the MoE kernel test's rows alone against the batch). The kernel timeline had routing and
-/// grouping at 5.4 µs of each MoE layer of the A3B slice's one-stream round (session 55, one
-/// block); what this saves is not yet measured. `FLASHLANE_MOE_GROUP_ONE_ROW=0` groups every row
-/// by `group_pairs` (A/B runs of one binary).
-pub const MOE_GROUP_ONE_ROW_ENV: &str = "FLASHLANE_MOE_GROUP_ONE_ROW";
-/// `moe_combine_norm` of one row takes its pairs' places as 0 … K − 1 without loading them (the
-/// grouping of one row puts them there), so the experts' outputs load at once rather than after
-/// `pair_pos`: the same values, the same bits (the whole-model tests' one stream against the
-/// batch; the MoE kernel test's row alone with the norm). Not yet measured;
-/// `FLASHLANE_MOE_COMBINE_ONE_ROW=0` loads them (A/B runs of one binary).
-pub const MOE_COMBINE_ONE_ROW_ENV: &str = "FLASHLANE_MOE_COMBINE_ONE_ROW";
 /// Threads per block of `moe_combine` (one per output of a row).
 const MOE_COMBINE_THREADS: u32 = 256;
 /// Most experts the MoE kernels take: `moe_route` keeps a row's softmax numerators in shared
@@ -1051,14 +1034,6 @@ impl Dims {
             ("MOE_ROUTE_WARPS", block(MOE_ROUTE_WARPS)),
             ("MOE_GROUP_THREADS", block(MOE_GROUP_THREADS)),
             ("MOE_ROUTE_GROUP_WARPS", MOE_ROUTE_GROUP_WARPS),
-            (
-                "MOE_GROUP_ONE_ROW",
-                usize::from(env_on(MOE_GROUP_ONE_ROW_ENV)),
-            ),
-            (
-                "MOE_COMBINE_ONE_ROW",
-                usize::from(env_on(MOE_COMBINE_ONE_ROW_ENV)),
-            ),
             ("MOE_RANK_COMPARES", MOE_RANK_COMPARES),
             ("MOE_COMBINE_THREADS", block(MOE_COMBINE_THREADS)),
             ("ATT_THREADS", block(ATT_THREADS)),

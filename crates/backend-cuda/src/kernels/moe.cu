@@ -25,9 +25,8 @@
 // routed beside it. No atomics: the grouping walks the pairs in order.
 //
 // Host defines: MOE_E, MOE_K, MOE_I, MOE_IS (0 without a shared expert), MOE_NORM_TOPK, MOE_H,
-// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_GROUP_ONE_ROW,
-// MOE_COMBINE_ONE_ROW, MOE_COMBINE_THREADS, NORM_WARPS, MOE_BF16_DEPTH, MOE_FP8_DEPTH,
-// MOE_RANK_COMPARES (and the matmul's MMA_*).
+// MOE_ROUTE_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_GROUP_WARPS, MOE_COMBINE_THREADS, NORM_WARPS,
+// MOE_BF16_DEPTH, MOE_FP8_DEPTH, MOE_RANK_COMPARES (and the matmul's MMA_*).
 
 // Without a shared expert `mo` holds the router logits only.
 #define MOE_MO_W (MOE_IS > 0 ? MOE_E + 1 + 2 * MOE_IS : MOE_E)
@@ -264,35 +263,9 @@ moe_group(const int* __restrict__ ids, int rows, int* __restrict__ pair_row, int
     group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
-// `group_pairs` for one row, whose K experts are distinct and in ascending order (`route_rows`):
-// pair p sits at p, each expert's tile is its one pair, the shared expert's tile its one row —
-// the integers `group_pairs` writes for such a row, without its scans and barriers.
-__device__ __forceinline__ void group_one_row(const int* __restrict__ ids, int* __restrict__ pair_row,
-                                              int* __restrict__ pair_pos, int* __restrict__ tiles,
-                                              int* __restrict__ n_tiles) {
-    const int t = threadIdx.x;
-    static_assert(MOE_K + 1 <= MOE_GROUP_THREADS, "a thread a pair and one for the shared tile");
-    if (t < MOE_K) {
-        pair_pos[t] = t;
-        pair_row[t] = 0;
-        tiles[3 * t] = ids[t];
-        tiles[3 * t + 1] = t;
-        tiles[3 * t + 2] = 1;
-    } else if (MOE_IS > 0 && t == MOE_K) {
-        tiles[3 * MOE_K] = MOE_E;
-        tiles[3 * MOE_K + 1] = 0;
-        tiles[3 * MOE_K + 2] = 1;
-    }
-    if (t == 0) {
-        n_tiles[0] = MOE_K;
-        n_tiles[1] = MOE_K + (MOE_IS > 0 ? 1 : 0);
-    }
-}
-
 // `moe_route` then `moe_group` in one block, for a decode step's few rows (at most
-// MOE_ROUTE_GROUP_WARPS): warp w routes row w, the block waits, then groups (one row by
-// `group_one_row` where MOE_GROUP_ONE_ROW). The same code on the same values as the two kernels:
-// the same bits, one launch fewer a layer.
+// MOE_ROUTE_GROUP_WARPS): warp w routes row w, the block waits, then groups. The same code on the
+// same values as the two kernels: the same bits, one launch fewer a layer.
 extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS)
 moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, float* __restrict__ probs,
                 float* __restrict__ act_sh, int* __restrict__ pair_row, int* __restrict__ pair_pos,
@@ -303,10 +276,7 @@ moe_route_group(const float* __restrict__ mo, int rows, int* __restrict__ ids, f
     route_rows(mo, 0, min(rows, MOE_ROUTE_GROUP_WARPS), ids, probs, act_sh, ex_s, chosen_s);
     // The block's writes of ids are visible to the whole block past the barrier.
     __syncthreads();
-    if (MOE_GROUP_ONE_ROW && rows == 1)
-        group_one_row(ids, pair_row, pair_pos, tiles, n_tiles);
-    else
-        group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
+    group_pairs(ids, rows, pair_row, pair_pos, tiles, n_tiles);
 }
 
 // Grid (tile slots, MOE_I / (4·NT)): block (t, b) computes gate units u0 … u0 + 4·NT − 1
@@ -584,17 +554,15 @@ moe_combine(const float* __restrict__ mo, const float* __restrict__ probs, const
 // model's final norm) in one launch: grid (rows), one block of NORM_WARPS warps a row. Each
 // output is summed as `moe_combine` sums it, and the norm sums the squares in `rmsnorm_rows`'
 // order (thread i takes outputs i, i + NORM_WARPS·WARP, …, then `block_sum`), so x and `out` hold
-// the same bits as the two kernels one after the other. A launch of one row (a one-stream step)
-// knows its pairs' places without reading them: the row's experts are distinct and ascending,
-// so the grouping put pair s at s (`group_one_row`, and `group_pairs` alike), and the experts'
-// outputs load at once instead of behind the load of `pair_pos`. The same values either way.
+// the same bits as the two kernels one after the other.
 #define MOE_COMBINE_NORM_PER_THREAD ((MOE_H + NORM_WARPS * WARP - 1) / (NORM_WARPS * WARP))
-template <bool ONE_ROW>
-__device__ __forceinline__ void combine_norm_row(const float* __restrict__ mo, const float* __restrict__ probs,
-                                                 const int* __restrict__ pair_pos, const float* __restrict__ y_exp,
-                                                 const float* __restrict__ y_sh, float* __restrict__ x,
-                                                 const float* __restrict__ w, float eps, int kind,
-                                                 float* __restrict__ out, float* warp_sums, float* total_s) {
+extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
+moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
+                 const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x,
+                 const float* __restrict__ w, float eps, int kind, float* __restrict__ out) {
+    __shared__ float warp_sums[NORM_WARPS];
+    __shared__ float total_s;
+    pdl_start();
     const int r = blockIdx.x;
     float* xr = x + (size_t)r * MOE_H;
     float p[MOE_K];
@@ -602,7 +570,7 @@ __device__ __forceinline__ void combine_norm_row(const float* __restrict__ mo, c
 #pragma unroll
     for (int s = 0; s < MOE_K; s++) {
         p[s] = probs[(size_t)r * MOE_K + s];
-        pos[s] = ONE_ROW ? s : pair_pos[(size_t)r * MOE_K + s];
+        pos[s] = pair_pos[(size_t)r * MOE_K + s];
     }
     float v[MOE_COMBINE_NORM_PER_THREAD];
     float acc = 0.0f;
@@ -619,24 +587,11 @@ __device__ __forceinline__ void combine_norm_row(const float* __restrict__ mo, c
             acc += v[j] * v[j];
         }
     }
-    const float total = block_sum<NORM_WARPS>(acc, warp_sums, total_s);
+    const float total = block_sum<NORM_WARPS>(acc, warp_sums, &total_s);
     const float inv = 1.0f / sqrtf(total / (float)MOE_H + eps);
 #pragma unroll
     for (int j = 0; j < MOE_COMBINE_NORM_PER_THREAD; j++) {
         const int o = threadIdx.x + j * NORM_WARPS * WARP;
         if (o < MOE_H) out[(size_t)r * MOE_H + o] = v[j] * inv * norm_scale(w[o], kind);
     }
-}
-
-extern "C" __global__ void __launch_bounds__(NORM_WARPS * WARP)
-moe_combine_norm(const float* __restrict__ mo, const float* __restrict__ probs, const int* __restrict__ pair_pos,
-                 const float* __restrict__ y_exp, const float* __restrict__ y_sh, float* __restrict__ x,
-                 const float* __restrict__ w, float eps, int kind, float* __restrict__ out) {
-    __shared__ float warp_sums[NORM_WARPS];
-    __shared__ float total_s;
-    pdl_start();
-    if (MOE_COMBINE_ONE_ROW && gridDim.x == 1)
-        combine_norm_row<true>(mo, probs, pair_pos, y_exp, y_sh, x, w, eps, kind, out, warp_sums, &total_s);
-    else
-        combine_norm_row<false>(mo, probs, pair_pos, y_exp, y_sh, x, w, eps, kind, out, warp_sums, &total_s);
 }
