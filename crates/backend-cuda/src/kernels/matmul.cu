@@ -1184,6 +1184,48 @@ split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
     split_rows_of<false>(x, x_stride, row_index, rows, k, xs);
 }
 
+// `rmsnorm_rows` then `split_rows` in one launch, for a matmul over split rows whose input norm
+// runs here (the host's NormPlace::InSplit, FLASHLANE_NORM_IN_SPLIT): block (r, y) sums row r's
+// squares in `rmsnorm_rows`' order (`tile_norms`, the norm twins' sum), then splits its words of
+// the normalised row, each element `normalise16`'s expression (`rmsnorm_rows`' value), and with
+// `out` (not null) stores those elements there as `rmsnorm_rows` writes them. So the split rows,
+// and `out`, hold the bits of the two kernels one after the other. x holds whole rows of k (no
+// row index); the grid is `split_rows`'.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __restrict__ norm_w, float eps,
+                int kind, float* __restrict__ out, unsigned* __restrict__ xs) {
+    static_assert(SPLIT_THREADS == MMA_WARPS * WARP, "tile_norms sums a row over MMA_WARPS warps");
+    __shared__ float sums[MMA_ROWS][NORM_WARPS];
+    __shared__ float inv_s[MMA_ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int r = blockIdx.x;
+    // Row r alone: a tile of one row from r (every thread of the block takes part).
+    tile_norms(x, k, nullptr, r + 1, r, k, eps, sums, inv_s);
+    const float inv = inv_s[0];
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const int i = blockIdx.y * SPLIT_THREADS + threadIdx.x;  // the row's i-th word of hi
+    if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
+    const float* src = x + (size_t)r * k;
+    const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
+    const int s = w / 8, h = (w / 4) % 2, t = w % 4;
+    const int e = c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;  // `split_rows_of`'s element (not WG)
+    float x0 = 0.0f, x1 = 0.0f;
+    if (e < k) {  // k % 16 == 0: e + 1 < k too
+        x0 = __fmul_rn(__fmul_rn(src[e], inv), norm_scale(norm_w[e], kind));
+        x1 = __fmul_rn(__fmul_rn(src[e + 1], inv), norm_scale(norm_w[e + 1], kind));
+        if (out != nullptr) {
+            out[(size_t)r * k + e] = x0;
+            out[(size_t)r * k + e + 1] = x1;
+        }
+    }
+    unsigned hi, lo;
+    split_pair(x0, x1, hi, lo);
+    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
+    dst[w] = hi;
+    dst[MMA_CHUNK / 2 + w] = lo;
+}
+
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
     // src-size 0 fills the 16 bytes with zeros without reading (rows past the end, k past k).

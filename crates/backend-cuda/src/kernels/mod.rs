@@ -505,6 +505,13 @@ const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
 /// step's). For A/B runs of one binary: the bits do not change.
 pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS";
+/// `FLASHLANE_NORM_IN_SPLIT=1` runs the input RMSNorm of a bf16 matmul over split rows (the
+/// tiles and their k splits: decode rounds of 17+ streams in Qwen3-4B and larger, prompts) in
+/// the split itself (`split_rows_norm`, [`NormPlace::InSplit`]) instead of `rmsnorm_rows`
+/// before it: one launch fewer a norm, the same bits (kernel test). Off until measured: on the
+/// H200, Qwen3-4B's 64-stream round ran `rmsnorm_rows` 73 times (224 µs) and `split_rows` 145
+/// times (305 µs) of 7,668 µs (session 56, bench/RESULTS.md). An A/B switch.
+pub const NORM_IN_SPLIT_ENV: &str = "FLASHLANE_NORM_IN_SPLIT";
 
 /// The bound [`NORM_IN_MATMUL_MAX_ROWS_ENV`] asks for, else [`NORM_IN_MATMUL_MAX_ROWS`]. The norm
 /// twins are compiled only where it is above 0 (MMA_NORM_TWINS): with them NVRTC and the PTX's
@@ -1174,6 +1181,8 @@ pub struct Kernels {
     /// The most rows whose norm goes into the matmul ([`NORM_IN_MATMUL_MAX_ROWS_ENV`]; none
     /// without the twins).
     pub(crate) norm_in_matmul_max_rows: usize,
+    /// Whether a norm before the tiles goes into their split of x ([`NORM_IN_SPLIT_ENV`]).
+    pub(crate) norm_in_split: bool,
     /// Whether a MoE layer's front projection may take its norm in its twin
     /// ([`MOE_NORM_IN_FRONT_ENV`]).
     pub(crate) moe_norm_in_front: bool,
@@ -1193,6 +1202,8 @@ pub struct Kernels {
     tiled_shared_bytes: usize,
     split32_shared_bytes: usize,
     split_rows: CudaFunction,
+    /// `split_rows_norm`: `rmsnorm_rows` and `split_rows` in one launch ([`NormPlace::InSplit`]).
+    split_rows_norm: CudaFunction,
     matmul_tiled_split: CudaFunction,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
@@ -1404,6 +1415,7 @@ impl Kernels {
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
             },
+            norm_in_split: env_number(NORM_IN_SPLIT_ENV) == Some(1),
             norm_in_matmul_max_rows: if norm_twins {
                 norm_in_matmul_max_rows()
             } else {
@@ -1421,6 +1433,7 @@ impl Kernels {
             tiled_shared_bytes,
             split32_shared_bytes: mmt_shared_bytes(tiled_stages, SPLIT32_ROWS),
             split_rows: f("split_rows")?,
+            split_rows_norm: f("split_rows_norm")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
@@ -1796,6 +1809,9 @@ pub enum NormPlace {
     /// block sums its rows' squares in `rmsnorm_rows`' order and normalises x as it loads it,
     /// so the products have the bits of the norm and the matmul apart, one launch fewer.
     InMatmul,
+    /// In the split of x that the tiles read (`split_rows_norm`): each block sums its row's
+    /// squares in `rmsnorm_rows`' order and splits the normalised elements, one launch fewer.
+    InSplit,
     /// `rmsnorm_rows` into [`InputNorm::out`], then the matmul on those rows.
     Apart,
 }
@@ -1803,10 +1819,19 @@ pub enum NormPlace {
 /// Where the input norm of a matmul that runs as `launch` over `rows` rows goes: into its bf16
 /// 16-row kernel for up to `max_rows` rows ([`NORM_IN_MATMUL_MAX_ROWS`]; 0: none, the twins
 /// then not compiled), apart otherwise (the tiles, the warpgroup MMA and FP8 have no twin).
-fn norm_place(launch: MatmulLaunch, fp8: bool, rows: usize, max_rows: usize) -> NormPlace {
+fn norm_place(
+    launch: MatmulLaunch,
+    fp8: bool,
+    rows: usize,
+    max_rows: usize,
+    in_split: bool,
+) -> NormPlace {
     match launch {
         MatmulLaunch::RowTiles { .. } if !fp8 && max_rows > 0 && rows <= max_rows => {
             NormPlace::InMatmul
+        }
+        MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK if !fp8 && in_split => {
+            NormPlace::InSplit
         }
         _ => NormPlace::Apart,
     }
@@ -2121,6 +2146,40 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
     )
 }
 
+/// `m`'s rows of x normalised by `norm` and split into `m.x_split` by `split_rows_norm` (the
+/// grid of [`launch_split_rows`]), the normalised rows stored in `norm.out` where `norm.keep`.
+fn launch_split_rows_norm(
+    gpu: &Gpu,
+    split_rows_norm: &CudaFunction,
+    m: &Matmul,
+    norm: &InputNorm,
+) -> Result<(), CudaError> {
+    assert!(
+        m.row_index == 0 && m.x_stride == m.k,
+        "[split-rows-norm-rows] the norm in the split reads whole rows of k in order"
+    );
+    let hi_words = split_row_words(m.k) / 2;
+    gpu.launch(
+        split_rows_norm,
+        (
+            rows_u32(m.rows),
+            u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
+            1,
+        ),
+        SPLIT_THREADS,
+        &[
+            Arg::Ptr(m.x),
+            Arg::I32(m.rows as i32),
+            Arg::I32(m.k as i32),
+            Arg::Ptr(norm.w),
+            Arg::F32(norm.eps),
+            Arg::I32(i32::from(norm.zero_centred)),
+            Arg::Ptr(if norm.keep { norm.out } else { 0 }),
+            Arg::Ptr(m.x_split),
+        ],
+    )
+}
+
 /// Most arguments a kernel over split rows takes ([`split_rows_args`]).
 const SPLIT_ROWS_ARGS_MAX: usize = 12;
 
@@ -2176,10 +2235,11 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
-    /// x split into `m.x_split` (`split_rows`), then the tiles over it, each residue of k's
-    /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
-    /// when `on_wgmma`; or, with `swiglu_act`, folded as a gate/up into `act = silu(gate) ·
-    /// up`: `matmul_fold_residues_swiglu`).
+    /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
+    /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
+    /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
+    /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
+    /// `matmul_fold_residues_swiglu`).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
@@ -2187,6 +2247,7 @@ impl Kernels {
         split_k: bool,
         on_wgmma: bool,
         swiglu_act: Option<u64>,
+        norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
@@ -2200,7 +2261,10 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        launch_split_rows(gpu, &self.split_rows, m)?;
+        match norm {
+            None => launch_split_rows(gpu, &self.split_rows, m)?,
+            Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?,
+        }
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
@@ -2461,9 +2525,10 @@ impl Kernels {
             m.fp8.is_some(),
             m.rows,
             self.norm_in_matmul_max_rows,
+            self.norm_in_split,
         );
         match place {
-            NormPlace::InMatmul => Ok((*m, Some(*norm), Some(place))),
+            NormPlace::InMatmul | NormPlace::InSplit => Ok((*m, Some(*norm), Some(place))),
             NormPlace::Apart => {
                 self.rmsnorm(
                     gpu,
@@ -2622,7 +2687,8 @@ impl Kernels {
         MatmulLaunch::RowTiles { tiles, deep }
     }
 
-    /// `m` by the kernel `launch` names (its norm twin with `norm`: [`NormPlace::InMatmul`]).
+    /// `m` by the kernel `launch` names (with `norm`: its norm twin, [`NormPlace::InMatmul`], or
+    /// the norm in the split of x, [`NormPlace::InSplit`]).
     fn run_matmul(
         &self,
         gpu: &Gpu,
@@ -2631,15 +2697,22 @@ impl Kernels {
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
         assert!(
-            norm.is_none() || (matches!(launch, MatmulLaunch::RowTiles { .. }) && m.fp8.is_none()),
-            "[matmul-norm-twin] only the bf16 16-row kernels have norm twins ({launch:?})"
+            norm.is_none()
+                || (matches!(
+                    launch,
+                    MatmulLaunch::RowTiles { .. }
+                        | MatmulLaunch::Tiled { .. }
+                        | MatmulLaunch::WgmmaSplitK
+                ) && m.fp8.is_none()),
+            "[matmul-norm-twin] only the bf16 16-row kernels and the split of x take a norm \
+             ({launch:?})"
         );
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => {
-                return self.matmul_tiled(gpu, m, split_k, false, None)
+                return self.matmul_tiled(gpu, m, split_k, false, None, norm)
             }
-            MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None),
+            MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None, norm),
             MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
@@ -2773,7 +2846,7 @@ impl Kernels {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
                 let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
-                self.matmul_tiled(gpu, m, true, on_wgmma, Some(act))?;
+                self.matmul_tiled(gpu, m, true, on_wgmma, Some(act), twin_norm.as_ref())?;
                 return Ok(places);
             }
             SwigluPlace::Apart => {

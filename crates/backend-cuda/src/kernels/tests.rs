@@ -1789,6 +1789,139 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
     }
 }
 
+/// The input norm in the split of x (`split_rows_norm`, [`super::NORM_IN_SPLIT_ENV`]): the
+/// tiles unsplit and their k split (blocks of 64 rows, and of 32 up to 32 rows), a matmul and a
+/// gate/up with its SwiGLU (apart after the tiles, in the split's fold), give the bits of
+/// `rmsnorm_rows` and then the same kernel, for both kinds of norm; where the norm's rows are
+/// kept, `out` holds `rmsnorm_rows`' bits for every row and nothing past them, and where they are
+/// not, nothing.
+#[test]
+fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
+    let Some((gpu, mut k)) = setup() else { return };
+    let gpu = gpu.as_ref();
+    k.norm_in_split = true;
+    k.swiglu_in_gate_up = true;
+    k.matmul_split32 = true;
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let max_rows = 100;
+    for (depth, width) in [
+        (1024, 96 + 8 * rng.below(40)),
+        (64 * (1 + rng.below(50)), 200),
+    ] {
+        // The residual stream: rows of different scales, as a model's.
+        let x: Vec<f32> = (0..max_rows * depth)
+            .map(|i| (1 + i / depth % 7) as f32 * 3.0 * rng.vec(1)[0])
+            .collect();
+        let norm_w = rng.vec(depth);
+        let w: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let (xb, nb, wb) = (
+            Buf::from_host(gpu, &x).unwrap(),
+            Buf::from_host(gpu, &norm_w).unwrap(),
+            Buf::from_host(gpu, &w).unwrap(),
+        );
+        let mut xn = Buf::<f32>::zeros(gpu, max_rows * depth).unwrap();
+        let mut y = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
+        let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+        let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
+        let mut partials =
+            Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap();
+        let nan = vec![f32::NAN; max_rows * 2 * width];
+        let nan_partials = vec![f32::NAN; super::MATMUL_RESIDUES * max_rows * 2 * width];
+        let xn_nan = vec![f32::NAN; max_rows * depth];
+        for zero_centred in [false, true] {
+            let norm = super::InputNorm {
+                w: nb.at(0),
+                eps: 1e-6,
+                zero_centred,
+                out: xn.at(0),
+                keep: false,
+            };
+            let kept = super::InputNorm { keep: true, ..norm };
+            for rows in [17, 32, 33, 48, 64, max_rows] {
+                let m = Matmul {
+                    x_split: xs.at(0),
+                    partials: partials.at(0),
+                    ..packed_matmul(xb.at(0), wb.at(0), depth, 2 * width, y.at(0), rows, None)
+                };
+                let apart_m = Matmul { x: xn.at(0), ..m };
+                let what = format!(
+                    "seed {seed}, depth {depth}, width {width}, rows {rows}, zero-centred {zero_centred}"
+                );
+                let (x_at, norm_w_at, xn_at) = (xb.at(0), nb.at(0), xn.at(0));
+                let norm_apart = |k: &Kernels| {
+                    k.rmsnorm(gpu, x_at, norm_w_at, depth, rows, 1e-6, zero_centred, xn_at)
+                        .unwrap()
+                };
+                norm_apart(&k);
+                let normed = xn.read(gpu, rows * depth).unwrap();
+                let xn_after = |xn: &Buf<f32>, keeps: bool, what: &str| {
+                    let after = xn.read(gpu, max_rows * depth).unwrap();
+                    let (rows_part, past) = after.split_at(rows * depth);
+                    match keeps {
+                        true => assert!(same_bits(rows_part, &normed), "{what}: the rows kept"),
+                        false => {
+                            assert!(rows_part.iter().all(|v| v.is_nan()), "{what}: rows written")
+                        }
+                    }
+                    assert!(
+                        past.iter().all(|v| v.is_nan()),
+                        "{what}: written past the rows"
+                    );
+                };
+                for kernel in [MatmulKernel::Tiled, MatmulKernel::TiledSplitK] {
+                    norm_apart(&k);
+                    y.write(gpu, &nan).unwrap();
+                    partials.write(gpu, &nan_partials).unwrap();
+                    k.matmul_with(gpu, &apart_m, kernel).unwrap();
+                    let want = y.read(gpu, rows * 2 * width).unwrap();
+                    for (in_split, keeps) in [(&norm, false), (&kept, true)] {
+                        xn.write(gpu, &xn_nan).unwrap();
+                        y.write(gpu, &nan).unwrap();
+                        partials.write(gpu, &nan_partials).unwrap();
+                        let place = k
+                            .matmul_normed_with(gpu, &m, Some(in_split), kernel)
+                            .unwrap();
+                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}, {kernel:?}");
+                        let got = y.read(gpu, rows * 2 * width).unwrap();
+                        assert!(
+                            same_bits(&got, &want),
+                            "{what}, {kernel:?}, keep {keeps}: the norm in the split differs"
+                        );
+                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}"));
+                    }
+                    // The gate/up with its SwiGLU: apart after the unsplit tiles, in the fold
+                    // of the split.
+                    norm_apart(&k);
+                    act.write(gpu, &nan[..max_rows * width]).unwrap();
+                    partials.write(gpu, &nan_partials).unwrap();
+                    k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
+                        .unwrap();
+                    let want = act.read(gpu, rows * width).unwrap();
+                    for (in_split, keeps) in [(&norm, false), (&kept, true)] {
+                        xn.write(gpu, &xn_nan).unwrap();
+                        act.write(gpu, &nan[..max_rows * width]).unwrap();
+                        partials.write(gpu, &nan_partials).unwrap();
+                        let (_, place) = k
+                            .gate_up_swiglu_with(gpu, &m, act.at(0), Some(in_split), kernel)
+                            .unwrap();
+                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}, {kernel:?}");
+                        let got = act.read(gpu, rows * width).unwrap();
+                        assert!(
+                            same_bits(&got, &want),
+                            "{what}, {kernel:?}, keep {keeps}: the SwiGLU's norm in the split differs"
+                        );
+                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}, SwiGLU"));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row
 /// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
 /// two output tiles a block), plain and accumulating, with the input norm in the kernel (its rows
@@ -2055,8 +2188,10 @@ fn norm_twins_load_a_row_of_the_hidden_width_at_once() {
     assert_eq!(super::norm_loads(4096), 16);
 }
 
-/// Where a matmul's input norm runs: in a bf16 16-row kernel's twin up to the bound, apart on
-/// the tiles, the warpgroup MMA, FP8, and past the bound.
+/// Where a matmul's input norm runs: in a bf16 16-row kernel's twin up to the bound; in the
+/// split of x before the bf16 tiles (unsplit or split, on the mma.sync tiles or the warpgroup
+/// split) where the norm in the split is on; apart on the warpgroup MMA, FP8, past the bound,
+/// and on the tiles where the norm in the split is off.
 #[test]
 fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
     use super::{norm_place, MatmulLaunch, NormPlace};
@@ -2065,18 +2200,37 @@ fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
         deep: true,
     };
     let max = 4;
-    assert_eq!(norm_place(row_tiles, false, 1, max), NormPlace::InMatmul);
-    assert_eq!(norm_place(row_tiles, false, max, max), NormPlace::InMatmul);
-    for apart in [
-        norm_place(row_tiles, false, max + 1, max),
-        norm_place(row_tiles, true, 1, max),
-        norm_place(row_tiles, false, 1, 0),
-        norm_place(row_tiles, false, 0, 0),
-        norm_place(MatmulLaunch::Tiled { split_k: false }, false, 1, max),
-        norm_place(MatmulLaunch::Tiled { split_k: true }, false, 1, max),
-        norm_place(MatmulLaunch::Wgmma, false, 1, max),
-    ] {
-        assert_eq!(apart, NormPlace::Apart);
+    for in_split in [false, true] {
+        assert_eq!(
+            norm_place(row_tiles, false, 1, max, in_split),
+            NormPlace::InMatmul
+        );
+        assert_eq!(
+            norm_place(row_tiles, false, max, max, in_split),
+            NormPlace::InMatmul
+        );
+        for apart in [
+            norm_place(row_tiles, false, max + 1, max, in_split),
+            norm_place(row_tiles, true, 1, max, in_split),
+            norm_place(row_tiles, false, 1, 0, in_split),
+            norm_place(row_tiles, false, 0, 0, in_split),
+            norm_place(MatmulLaunch::Wgmma, false, 1, max, in_split),
+            norm_place(MatmulLaunch::WgmmaSwapped, false, 1, max, in_split),
+            norm_place(MatmulLaunch::WgmmaSplitK, true, 24, max, in_split),
+        ] {
+            assert_eq!(apart, NormPlace::Apart);
+        }
+        for tiles in [
+            MatmulLaunch::Tiled { split_k: false },
+            MatmulLaunch::Tiled { split_k: true },
+            MatmulLaunch::WgmmaSplitK,
+        ] {
+            let want = match in_split {
+                true => NormPlace::InSplit,
+                false => NormPlace::Apart,
+            };
+            assert_eq!(norm_place(tiles, false, 64, max, in_split), want);
+        }
     }
 }
 
