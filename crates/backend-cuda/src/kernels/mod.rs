@@ -2124,16 +2124,22 @@ fn runs_tiled(rows: usize, n_out: usize) -> bool {
     rows >= MATMUL_TILED_MIN_ROWS && row_blocks * n_out.div_ceil(MMT_OUTS) >= least
 }
 
+/// The grid of a split of `m`'s rows (`split_rows`, `split_rows_wg`, `split_rows_norm`): a row
+/// of blocks a row, a thread a word of hi.
+fn split_rows_grid(m: &Matmul) -> (u32, u32, u32) {
+    let hi_words = split_row_words(m.k) / 2;
+    (
+        rows_u32(m.rows),
+        u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
+        1,
+    )
+}
+
 /// `m`'s rows of x into `m.x_split` as split rows, by `split_rows` or `split_rows_wg`.
 fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result<(), CudaError> {
-    let hi_words = split_row_words(m.k) / 2;
     gpu.launch(
         split_rows,
-        (
-            rows_u32(m.rows),
-            u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
-            1,
-        ),
+        split_rows_grid(m),
         SPLIT_THREADS,
         &[
             Arg::Ptr(m.x),
@@ -2146,8 +2152,8 @@ fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result
     )
 }
 
-/// `m`'s rows of x normalised by `norm` and split into `m.x_split` by `split_rows_norm` (the
-/// grid of [`launch_split_rows`]), the normalised rows stored in `norm.out` where `norm.keep`.
+/// `m`'s rows of x normalised by `norm` and split into `m.x_split` by `split_rows_norm`, the
+/// normalised rows stored in `norm.out` where `norm.keep`.
 fn launch_split_rows_norm(
     gpu: &Gpu,
     split_rows_norm: &CudaFunction,
@@ -2158,14 +2164,9 @@ fn launch_split_rows_norm(
         m.row_index == 0 && m.x_stride == m.k,
         "[split-rows-norm-rows] the norm in the split reads whole rows of k in order"
     );
-    let hi_words = split_row_words(m.k) / 2;
     gpu.launch(
         split_rows_norm,
-        (
-            rows_u32(m.rows),
-            u32::try_from(hi_words.div_ceil(SPLIT_THREADS as usize)).expect("words fit a grid"),
-            1,
-        ),
+        split_rows_grid(m),
         SPLIT_THREADS,
         &[
             Arg::Ptr(m.x),

@@ -1629,6 +1629,61 @@ fn moe_gate_up_tiles_runs_a_step_in_the_fewest_waves() {
     assert_eq!(moe_gate_up_tiles(216, 512, 264), MMA_NT);
 }
 
+/// A normed gate/up's operands for the norm tests: `max_rows` rows of a residual stream whose
+/// rows have different scales (as a model's), the norm's weight, bf16 W of 2·width outputs, and
+/// room for the normalised rows (`xn`), the products (`y`) and the SwiGLU (`act`).
+struct NormOperands {
+    x: Buf<f32>,
+    norm_w: Buf<f32>,
+    w: Buf<u16>,
+    xn: Buf<f32>,
+    y: Buf<f32>,
+    act: Buf<f32>,
+}
+
+impl NormOperands {
+    fn new(gpu: &Gpu, rng: &mut Rng, max_rows: usize, depth: usize, width: usize) -> Self {
+        let x: Vec<f32> = (0..max_rows * depth)
+            .map(|i| (1 + i / depth % 7) as f32 * 3.0 * rng.vec(1)[0])
+            .collect();
+        let norm_w = rng.vec(depth);
+        let w: Vec<u16> = bf16_vec(rng, 2 * width * depth, 0.05)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        NormOperands {
+            x: Buf::from_host(gpu, &x).unwrap(),
+            norm_w: Buf::from_host(gpu, &norm_w).unwrap(),
+            w: Buf::from_host(gpu, &w).unwrap(),
+            xn: Buf::<f32>::zeros(gpu, max_rows * depth).unwrap(),
+            y: Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap(),
+            act: Buf::<f32>::zeros(gpu, max_rows * width).unwrap(),
+        }
+    }
+}
+
+/// What a normed matmul left in its norm's `out` (`after`, filled with NaN before it), where the
+/// norm went into a kernel: `rmsnorm_rows`' bits (`normed`) in every element of the first `rows`
+/// rows where it keeps them, nothing there where it does not, and nothing past them.
+fn assert_norm_rows(
+    after: &[f32],
+    rows: usize,
+    depth: usize,
+    normed: &[f32],
+    keeps: bool,
+    what: &str,
+) {
+    let (rows_part, past) = after.split_at(rows * depth);
+    match keeps {
+        true => assert!(same_bits(rows_part, normed), "{what}: the rows kept"),
+        false => assert!(rows_part.iter().all(|v| v.is_nan()), "{what}: rows written"),
+    }
+    assert!(
+        past.iter().all(|v| v.is_nan()),
+        "{what}: written past the rows"
+    );
+}
+
 /// The 16-row kernels' norm twins give the bits of `rmsnorm_rows` then the plain kernel, for every
 /// 16-row kernel (the plain matmul and the gate/up with its SwiGLU), both kinds of norm, row
 /// counts within one row tile and over several, and depths whose shares of the sum of squares
@@ -1650,23 +1705,14 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
         (2560, 200),
         (64 * (1 + rng.below(50)), 48),
     ] {
-        // The residual stream: rows of different scales, as a model's.
-        let x: Vec<f32> = (0..max_rows * depth)
-            .map(|i| (1 + i / depth % 7) as f32 * 3.0 * rng.vec(1)[0])
-            .collect();
-        let norm_w = rng.vec(depth);
-        let w: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
-        let (xb, nb, wb) = (
-            Buf::from_host(gpu, &x).unwrap(),
-            Buf::from_host(gpu, &norm_w).unwrap(),
-            Buf::from_host(gpu, &w).unwrap(),
-        );
-        let mut xn = Buf::<f32>::zeros(gpu, max_rows * depth).unwrap();
-        let mut y = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
-        let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+        let NormOperands {
+            x: xb,
+            norm_w: nb,
+            w: wb,
+            mut xn,
+            mut y,
+            mut act,
+        } = NormOperands::new(gpu, &mut rng, max_rows, depth, width);
         let nan = vec![f32::NAN; max_rows * 2 * width];
         for zero_centred in [false, true] {
             let norm = super::InputNorm {
@@ -1692,19 +1738,9 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
                 let normed = xn.read(gpu, rows * depth).unwrap();
                 // A twin that keeps the normalised rows writes `rmsnorm_rows`' bits to `out`
                 // (every row, every element); one that does not writes none.
-                let xn_after = |xn: &Buf<f32>, kept_rows: bool, what: &str| {
+                let xn_after = |xn: &Buf<f32>, keeps: bool, what: &str| {
                     let after = xn.read(gpu, max_rows * depth).unwrap();
-                    let (rows_part, past) = after.split_at(rows * depth);
-                    match kept_rows {
-                        true => assert!(same_bits(rows_part, &normed), "{what}: the rows kept"),
-                        false => {
-                            assert!(rows_part.iter().all(|v| v.is_nan()), "{what}: rows written")
-                        }
-                    }
-                    assert!(
-                        past.iter().all(|v| v.is_nan()),
-                        "{what}: written past the rows"
-                    );
+                    assert_norm_rows(&after, rows, depth, &normed, keeps, what);
                 };
                 for kernel in SIXTEEN_ROW_KERNELS {
                     norm_apart(&k);
@@ -1809,23 +1845,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
         (1024, 96 + 8 * rng.below(40)),
         (64 * (1 + rng.below(50)), 200),
     ] {
-        // The residual stream: rows of different scales, as a model's.
-        let x: Vec<f32> = (0..max_rows * depth)
-            .map(|i| (1 + i / depth % 7) as f32 * 3.0 * rng.vec(1)[0])
-            .collect();
-        let norm_w = rng.vec(depth);
-        let w: Vec<u16> = bf16_vec(&mut rng, 2 * width * depth, 0.05)
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
-        let (xb, nb, wb) = (
-            Buf::from_host(gpu, &x).unwrap(),
-            Buf::from_host(gpu, &norm_w).unwrap(),
-            Buf::from_host(gpu, &w).unwrap(),
-        );
-        let mut xn = Buf::<f32>::zeros(gpu, max_rows * depth).unwrap();
-        let mut y = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
-        let mut act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+        let NormOperands {
+            x: xb,
+            norm_w: nb,
+            w: wb,
+            mut xn,
+            mut y,
+            mut act,
+        } = NormOperands::new(gpu, &mut rng, max_rows, depth, width);
         let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
         let mut partials =
             Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap();
@@ -1860,17 +1887,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 let normed = xn.read(gpu, rows * depth).unwrap();
                 let xn_after = |xn: &Buf<f32>, keeps: bool, what: &str| {
                     let after = xn.read(gpu, max_rows * depth).unwrap();
-                    let (rows_part, past) = after.split_at(rows * depth);
-                    match keeps {
-                        true => assert!(same_bits(rows_part, &normed), "{what}: the rows kept"),
-                        false => {
-                            assert!(rows_part.iter().all(|v| v.is_nan()), "{what}: rows written")
-                        }
-                    }
-                    assert!(
-                        past.iter().all(|v| v.is_nan()),
-                        "{what}: written past the rows"
-                    );
+                    assert_norm_rows(&after, rows, depth, &normed, keeps, what);
                 };
                 for kernel in [MatmulKernel::Tiled, MatmulKernel::TiledSplitK] {
                     norm_apart(&k);
