@@ -14,7 +14,7 @@ T0=$(date +%s)
 . bench/unpack_peers.sh
 gpu_info
 kernel_tests s57a_attention 290 attention prep_in_attention
-kernel_tests s57a_moe 150 moe_ norm_twins l2_hint norm_in_split the_norm_goes
+kernel_tests s57a_moe 150 moe_ norm_twins l2_hint norm_in_split the_norm_goes_into
 TESTS="gpu_target" TEST_TIMEOUT=90 bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 el "gpu_target rc=$?"; tee $OUT/tests_summary_a.txt < /tmp/tests/summary.txt
 tar -C /tmp/tests -cJf $OUT/tests_logs_a.tar.xz .

@@ -362,7 +362,8 @@ pub(crate) enum LayerInput<'w> {
     /// or `rmsnorm_rows`).
     Normed,
     /// x itself, to be normalised with this weight first: by the matmul's own kernel where
-    /// [`crate::kernels::NormPlace::InMatmul`], else by `rmsnorm_rows` into `xn`.
+    /// [`crate::kernels::NormPlace::InMatmul`], by the split of x before the tiles where
+    /// [`crate::kernels::NormPlace::InSplit`], else by `rmsnorm_rows` into `xn`.
     Raw(&'w Buf<f32>),
 }
 

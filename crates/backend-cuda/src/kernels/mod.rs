@@ -506,12 +506,17 @@ const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// step's). For A/B runs of one binary: the bits do not change.
 pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS";
 /// `FLASHLANE_NORM_IN_SPLIT=1` runs the input RMSNorm of a bf16 matmul over split rows (the
-/// tiles and their k splits: decode rounds of 17+ streams in Qwen3-4B and larger, prompts) in
+/// tiles and their k splits: decode rounds of 17–64 streams in Qwen3-4B and larger) in
 /// the split itself (`split_rows_norm`, [`NormPlace::InSplit`]) instead of `rmsnorm_rows`
 /// before it: one launch fewer a norm, the same bits (kernel test). Off until measured: on the
 /// H200, Qwen3-4B's 64-stream round ran `rmsnorm_rows` 73 times (224 µs) and `split_rows` 145
 /// times (305 µs) of 7,668 µs (session 56, bench/RESULTS.md). An A/B switch.
 pub const NORM_IN_SPLIT_ENV: &str = "FLASHLANE_NORM_IN_SPLIT";
+/// Rows up to which the norm goes into the split where [`NORM_IN_SPLIT_ENV`] asks: decode
+/// rounds. Each of a row's split blocks sums the whole row's squares (k / 512 blocks a row:
+/// 5 at Qwen3-4B's 2,560), a few KB from L2 a row in a round, but a prompt's thousands of rows
+/// would read x that many times over (not measured).
+const NORM_IN_SPLIT_MAX_ROWS: usize = 64;
 
 /// The bound [`NORM_IN_MATMUL_MAX_ROWS_ENV`] asks for, else [`NORM_IN_MATMUL_MAX_ROWS`]. The norm
 /// twins are compiled only where it is above 0 (MMA_NORM_TWINS): with them NVRTC and the PTX's
@@ -1758,13 +1763,13 @@ fn check_matmul(m: &Matmul) {
 enum MatmulLaunch {
     /// `split_rows_wg`, then `matmul_bf16_wgmma`.
     Wgmma,
-    /// `split_rows`, then the k split on the warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and
-    /// `matmul_fold_residues`.
+    /// `split_rows` (or `split_rows_norm`: [`NormPlace::InSplit`]), then the k split on the
+    /// warpgroup MMA ([`MATMUL_WG_SPLIT_ENV`]) and `matmul_fold_residues`.
     WgmmaSplitK,
     /// `split_rows`, then `matmul_bf16_wg_swap` or `matmul_fp8_wg_swap` ([`MATMUL_WG_SWAP_ENV`]).
     WgmmaSwapped,
-    /// `split_rows`, then `matmul_bf16_tiled`, or with `split_k` `matmul_bf16_tiled_split` and
-    /// `matmul_fold_residues`.
+    /// `split_rows` (or `split_rows_norm`: [`NormPlace::InSplit`]), then `matmul_bf16_tiled`,
+    /// or with `split_k` `matmul_bf16_tiled_split` and `matmul_fold_residues`.
     Tiled { split_k: bool },
     /// A 16-row kernel of `tiles` n-tiles a block (1: the narrow kernel), deep or not (bf16; FP8
     /// runs its narrow kernel at 1, its wide one otherwise).
@@ -1798,7 +1803,8 @@ pub struct InputNorm {
     pub out: u64,
     /// Whether `out` must hold the normalised rows wherever the norm runs (kernels after the
     /// matmul read them: the MoE's experts after its front projection): a norm twin then writes
-    /// them there too, from the blocks of its first n-column. Without, a twin writes no rows.
+    /// them there too, from the blocks of its first n-column, and the norm in the split of x
+    /// every element. Without, neither writes any row.
     pub keep: bool,
 }
 
@@ -1818,7 +1824,10 @@ pub enum NormPlace {
 
 /// Where the input norm of a matmul that runs as `launch` over `rows` rows goes: into its bf16
 /// 16-row kernel for up to `max_rows` rows ([`NORM_IN_MATMUL_MAX_ROWS`]; 0: none, the twins
-/// then not compiled), apart otherwise (the tiles, the warpgroup MMA and FP8 have no twin).
+/// then not compiled); into the split of x before the bf16 tiles (unsplit or split, on mma.sync
+/// or the warpgroup split) of up to [`NORM_IN_SPLIT_MAX_ROWS`] rows where `in_split`
+/// ([`NORM_IN_SPLIT_ENV`]); apart otherwise (the warpgroup MMA unsplit or swapped and FP8 have
+/// neither).
 fn norm_place(
     launch: MatmulLaunch,
     fp8: bool,
@@ -1830,7 +1839,9 @@ fn norm_place(
         MatmulLaunch::RowTiles { .. } if !fp8 && max_rows > 0 && rows <= max_rows => {
             NormPlace::InMatmul
         }
-        MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK if !fp8 && in_split => {
+        MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK
+            if !fp8 && in_split && rows <= NORM_IN_SPLIT_MAX_ROWS =>
+        {
             NormPlace::InSplit
         }
         _ => NormPlace::Apart,
@@ -2705,7 +2716,7 @@ impl Kernels {
                         | MatmulLaunch::Tiled { .. }
                         | MatmulLaunch::WgmmaSplitK
                 ) && m.fp8.is_none()),
-            "[matmul-norm-twin] only the bf16 16-row kernels and the split of x take a norm \
+            "[matmul-norm-in-kernel] only the bf16 16-row kernels and the split of x take a norm \
              ({launch:?})"
         );
         let (tiles, deep) = match launch {

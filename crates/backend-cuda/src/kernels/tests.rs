@@ -1826,24 +1826,33 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
 }
 
 /// The input norm in the split of x (`split_rows_norm`, [`super::NORM_IN_SPLIT_ENV`]): the
-/// tiles unsplit and their k split (blocks of 64 rows, and of 32 up to 32 rows), a matmul and a
-/// gate/up with its SwiGLU (apart after the tiles, in the split's fold), give the bits of
-/// `rmsnorm_rows` and then the same kernel, for both kinds of norm; where the norm's rows are
-/// kept, `out` holds `rmsnorm_rows`' bits for every row and nothing past them, and where they are
-/// not, nothing.
+/// tiles unsplit and their k split (blocks of 64 rows, and of 32 up to 32 rows; on compute
+/// capability 9.0 the warpgroup split too), a matmul and a gate/up with its SwiGLU (apart after the tiles, in the
+/// split's fold), for both kinds of norm and depths with a last chunk in part: the split rows
+/// are word for word those of `rmsnorm_rows` then `split_rows`, the outputs the same bits; where
+/// the norm's rows are kept, `out` holds `rmsnorm_rows`' bits for every row and nothing past
+/// them, and where they are not, nothing. Every buffer a run writes holds NaN before it.
 #[test]
 fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     let Some((gpu, mut k)) = setup() else { return };
+    let on_hopper = compile_wgmma_on_hopper(&gpu, &mut k);
     let gpu = gpu.as_ref();
     k.norm_in_split = true;
     k.swiglu_in_gate_up = true;
     k.matmul_split32 = true;
+    let mut kernels = vec![MatmulKernel::Tiled, MatmulKernel::TiledSplitK];
+    if on_hopper {
+        kernels.push(MatmulKernel::WgmmaSplitK);
+    }
     let mut rng = Rng::fresh();
     let seed = rng.0;
-    let max_rows = 100;
+    // Decode rounds: the norm goes into the split up to NORM_IN_SPLIT_MAX_ROWS.
+    let max_rows = super::NORM_IN_SPLIT_MAX_ROWS;
     for (depth, width) in [
         (1024, 96 + 8 * rng.below(40)),
         (64 * (1 + rng.below(50)), 200),
+        // A last chunk of 16, 32 or 48 elements (zeros past k in the sum and the split).
+        (16 * (1 + rng.below(3)) + 64 * (1 + rng.below(40)), 64),
     ] {
         let NormOperands {
             x: xb,
@@ -1853,12 +1862,15 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
             mut y,
             mut act,
         } = NormOperands::new(gpu, &mut rng, max_rows, depth, width);
-        let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
+        let split_words = super::split_row_words(depth);
+        let mut xs = Buf::<u32>::zeros(gpu, max_rows * split_words).unwrap();
         let mut partials =
             Buf::<f32>::zeros(gpu, super::MATMUL_RESIDUES * max_rows * 2 * width).unwrap();
         let nan = vec![f32::NAN; max_rows * 2 * width];
         let nan_partials = vec![f32::NAN; super::MATMUL_RESIDUES * max_rows * 2 * width];
         let xn_nan = vec![f32::NAN; max_rows * depth];
+        // Two bf16 NaNs a word.
+        let xs_nan = vec![u32::MAX; max_rows * split_words];
         for zero_centred in [false, true] {
             let norm = super::InputNorm {
                 w: nb.at(0),
@@ -1868,7 +1880,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 keep: false,
             };
             let kept = super::InputNorm { keep: true, ..norm };
-            for rows in [17, 32, 33, 48, 64, max_rows] {
+            for rows in [17, 32, 33, 48, 64] {
                 let m = Matmul {
                     x_split: xs.at(0),
                     partials: partials.at(0),
@@ -1885,53 +1897,56 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 };
                 norm_apart(&k);
                 let normed = xn.read(gpu, rows * depth).unwrap();
-                let xn_after = |xn: &Buf<f32>, keeps: bool, what: &str| {
-                    let after = xn.read(gpu, max_rows * depth).unwrap();
-                    assert_norm_rows(&after, rows, depth, &normed, keeps, what);
-                };
-                for kernel in [MatmulKernel::Tiled, MatmulKernel::TiledSplitK] {
+                for &kernel in &kernels {
+                    // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
+                    xs.write(gpu, &xs_nan).unwrap();
                     y.write(gpu, &nan).unwrap();
                     partials.write(gpu, &nan_partials).unwrap();
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
+                    let want_xs = xs.read(gpu, rows * split_words).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
+                        let what = format!("{what}, {kernel:?}, keep {keeps}");
                         xn.write(gpu, &xn_nan).unwrap();
+                        xs.write(gpu, &xs_nan).unwrap();
                         y.write(gpu, &nan).unwrap();
                         partials.write(gpu, &nan_partials).unwrap();
                         let place = k
                             .matmul_normed_with(gpu, &m, Some(in_split), kernel)
                             .unwrap();
-                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}, {kernel:?}");
+                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}");
+                        let got_xs = xs.read(gpu, rows * split_words).unwrap();
+                        assert!(want_xs == got_xs, "{what}: the split rows differ");
                         let got = y.read(gpu, rows * 2 * width).unwrap();
-                        assert!(
-                            same_bits(&got, &want),
-                            "{what}, {kernel:?}, keep {keeps}: the norm in the split differs"
-                        );
-                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}"));
+                        assert!(same_bits(&got, &want), "{what}: the products differ");
+                        let after = xn.read(gpu, max_rows * depth).unwrap();
+                        assert_norm_rows(&after, rows, depth, &normed, keeps, &what);
                     }
                     // The gate/up with its SwiGLU: apart after the unsplit tiles, in the fold
                     // of the split.
                     norm_apart(&k);
                     act.write(gpu, &nan[..max_rows * width]).unwrap();
+                    y.write(gpu, &nan).unwrap();
                     partials.write(gpu, &nan_partials).unwrap();
                     k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
+                        let what = format!("{what}, {kernel:?}, keep {keeps}, SwiGLU");
                         xn.write(gpu, &xn_nan).unwrap();
+                        xs.write(gpu, &xs_nan).unwrap();
                         act.write(gpu, &nan[..max_rows * width]).unwrap();
+                        y.write(gpu, &nan).unwrap();
                         partials.write(gpu, &nan_partials).unwrap();
                         let (_, place) = k
                             .gate_up_swiglu_with(gpu, &m, act.at(0), Some(in_split), kernel)
                             .unwrap();
-                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}, {kernel:?}");
+                        assert_eq!(place, Some(super::NormPlace::InSplit), "{what}");
                         let got = act.read(gpu, rows * width).unwrap();
-                        assert!(
-                            same_bits(&got, &want),
-                            "{what}, {kernel:?}, keep {keeps}: the SwiGLU's norm in the split differs"
-                        );
-                        xn_after(&xn, keeps, &format!("{what}, {kernel:?}, SwiGLU"));
+                        assert!(same_bits(&got, &want), "{what}: the SwiGLU differs");
+                        let after = xn.read(gpu, max_rows * depth).unwrap();
+                        assert_norm_rows(&after, rows, depth, &normed, keeps, &what);
                     }
                 }
             }
@@ -2210,7 +2225,7 @@ fn norm_twins_load_a_row_of_the_hidden_width_at_once() {
 /// split) where the norm in the split is on; apart on the warpgroup MMA, FP8, past the bound,
 /// and on the tiles where the norm in the split is off.
 #[test]
-fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
+fn the_norm_goes_into_the_row_tile_kernels_of_few_rows_or_the_split_before_the_tiles() {
     use super::{norm_place, MatmulLaunch, NormPlace};
     let row_tiles = MatmulLaunch::RowTiles {
         tiles: 4,
@@ -2247,6 +2262,11 @@ fn the_norm_goes_into_the_bf16_row_tile_kernels_of_few_rows() {
                 false => NormPlace::Apart,
             };
             assert_eq!(norm_place(tiles, false, 64, max, in_split), want);
+            // A prompt's rows: apart.
+            assert_eq!(
+                norm_place(tiles, false, 65, max, in_split),
+                NormPlace::Apart
+            );
         }
     }
 }
