@@ -14,7 +14,8 @@
 //!
 //! A diagnostic: each launch's block 0 also does two atomic adds and three stores around its
 //! wait (on the H100 decode ran 1.8–4.3 % slower with it, prompts 0.5–2.3 %: bench/RESULTS.md
-//! session 55); off by default, and the kernels' source is then the same as without it. The summary goes to stderr when the model is dropped.
+//! session 55); off by default, and the kernels' source is then the same as without it. The
+//! summary goes to stderr when the model is dropped.
 
 use crate::device::{Gpu, LaunchRecord};
 use crate::CudaError;

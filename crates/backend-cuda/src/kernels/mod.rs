@@ -102,6 +102,11 @@ fn env_on(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }
 
+/// An A/B switch that is off unless the variable `name` is "1".
+fn env_asked(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
 /// The narrow kernel's depth: [`MATMUL_NARROW_DEPTH_ENV`]'s within 1–8, else [`MMA_NARROW_DEPTH`].
 fn narrow_depth() -> usize {
     env_number(MATMUL_NARROW_DEPTH_ENV)
@@ -455,9 +460,9 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
 /// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
-/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of which the kernels' launch bounds
-/// change alone (the deep kernels' are one block; the host still counts MMA_MIN_BLOCKS resident
-/// blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
+/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
+/// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
+/// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
@@ -1033,7 +1038,7 @@ impl Dims {
             ),
             (
                 "MMT_WEIGHTS_EVICT_FIRST",
-                usize::from(env_number(MATMUL_EVICT_FIRST_ENV) == Some(1)),
+                usize::from(env_asked(MATMUL_EVICT_FIRST_ENV)),
             ),
             // The tiled kernels walk the k split of the 16-row kernels' MMA_WARPS warps.
             ("MMT_RESIDUES", block(MMA_WARPS)),
@@ -1420,13 +1425,13 @@ impl Kernels {
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
             },
-            norm_in_split: env_number(NORM_IN_SPLIT_ENV) == Some(1),
+            norm_in_split: env_asked(NORM_IN_SPLIT_ENV),
             norm_in_matmul_max_rows: if norm_twins {
                 norm_in_matmul_max_rows()
             } else {
                 0
             },
-            moe_norm_in_front: std::env::var(MOE_NORM_IN_FRONT_ENV).is_ok_and(|v| v == "1"),
+            moe_norm_in_front: env_asked(MOE_NORM_IN_FRONT_ENV),
             matmul_deep: env_on(MATMUL_DEEP_ENV),
             matmul_fit: match std::env::var(MATMUL_FIT_ENV).as_deref() {
                 Ok("0") => (false, false),

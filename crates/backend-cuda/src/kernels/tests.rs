@@ -1662,6 +1662,18 @@ impl NormOperands {
     }
 }
 
+/// The norm tests' input norm: weight `w`, eps 1e-6, `out` its rows' place where they run apart,
+/// none kept.
+fn test_norm(w: &Buf<f32>, out: &Buf<f32>, zero_centred: bool) -> super::InputNorm {
+    super::InputNorm {
+        w: w.at(0),
+        eps: 1e-6,
+        zero_centred,
+        out: out.at(0),
+        keep: false,
+    }
+}
+
 /// What a normed matmul left in its norm's `out` (`after`, filled with NaN before it), where the
 /// norm went into a kernel: `rmsnorm_rows`' bits (`normed`) in every element of the first `rows`
 /// rows where it keeps them, nothing there where it does not, and nothing past them.
@@ -1715,13 +1727,7 @@ fn norm_twins_give_the_bits_of_the_norm_then_the_matmul() {
         } = NormOperands::new(gpu, &mut rng, max_rows, depth, width);
         let nan = vec![f32::NAN; max_rows * 2 * width];
         for zero_centred in [false, true] {
-            let norm = super::InputNorm {
-                w: nb.at(0),
-                eps: 1e-6,
-                zero_centred,
-                out: xn.at(0),
-                keep: false,
-            };
+            let norm = test_norm(&nb, &xn, zero_centred);
             let kept = super::InputNorm { keep: true, ..norm };
             let xn_nan = vec![f32::NAN; max_rows * depth];
             for rows in [1, 2, 3, 4, 5, 16, 17, 33, max_rows] {
@@ -1872,13 +1878,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
         // Two bf16 NaNs a word.
         let xs_nan = vec![u32::MAX; max_rows * split_words];
         for zero_centred in [false, true] {
-            let norm = super::InputNorm {
-                w: nb.at(0),
-                eps: 1e-6,
-                zero_centred,
-                out: xn.at(0),
-                keep: false,
-            };
+            let norm = test_norm(&nb, &xn, zero_centred);
             let kept = super::InputNorm { keep: true, ..norm };
             for rows in [17, 32, 33, 48, 64] {
                 let m = Matmul {
