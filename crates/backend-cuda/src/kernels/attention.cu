@@ -12,7 +12,7 @@
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
 // ATT_GATED, ATT_NORM_KIND, ATT_THREADS, ATT_PREP_WARPS, ATT_KV_BF16, ATT_GROUP, ATT_FEW_WARPS,
-// ATT_KV_AHEAD.
+// ATT_KV_AHEAD, ATT_STAGES.
 //
 // The cache holds K and V as bf16 (ATT_KV_BF16, rounded to nearest even when written) or f32;
 // attention widens them exactly to f32, so everything after the store is the same arithmetic.
@@ -121,7 +121,7 @@ attention_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
 #define ATT_WARPS (ATT_THREADS / WARP)
 static_assert(ATT_THREADS % WARP == 0, "attention_gated runs whole warps");
 #define ATT_DPL ((ATT_HD + WARP - 1) / WARP)
-#define ATT_KEY_GROUP 4
+#define ATT_KEY_GROUP 4  // the host's ATT_KEY_GROUP (kernels/mod.rs) is this
 
 // The chain's multiply-adds, each rounded as written: the compiler would fuse `acc * c + e * v`
 // either way round (fma(acc, c, e·v) or fma(e, v, acc·c)), and chose differently in the per-head
@@ -236,6 +236,48 @@ __device__ __forceinline__ constexpr int att_kv_ahead() {
     return ATT_KV_AHEAD < most ? ATT_KV_AHEAD : most;  // (NVRTC's `min` is not constexpr)
 }
 
+// Key split `lw`'s online softmax state (m, l, acc of G heads) into shared memory for the merge.
+template <int G>
+__device__ __forceinline__ void att_keep_split(float (&m_w)[G], float (&l_w)[G], float (&acc_w)[G][ATT_HD],
+                                               const float (&m)[G], const float (&l)[G],
+                                               const float (&acc)[G][ATT_DPL], int lane) {
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        if (lane == 0) {
+            m_w[i] = m[i];
+            l_w[i] = l[i];
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            if (d < ATT_HD) acc_w[i][d] = acc[i][j];
+        }
+    }
+}
+
+// The merge of the ATT_WARPS key splits' states in split order (after a barrier), by THREADS
+// threads, into heads h0 … h0 + G − 1 of row r of `out` (× sigmoid(gate) when ATT_GATED).
+template <int G, int THREADS>
+__device__ __forceinline__ void att_merge(const float* __restrict__ qkv, float* __restrict__ out, int r, int h0,
+                                          float (*m_s)[G], float (*l_s)[G], float (*acc_s)[G][ATT_HD]) {
+    for (int x = threadIdx.x; x < G * ATT_HD; x += THREADS) {
+        const int i = G == 1 ? 0 : x / ATT_HD, d = G == 1 ? x : x % ATT_HD, h = h0 + i;
+        float big = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
+        float f[ATT_WARPS];
+        float total = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) {
+            f[w] = l_s[w][i] == 0.0f ? 0.0f : expf(m_s[w][i] - big);
+            total = __fmaf_rn(l_s[w][i], f[w], total);
+        }
+        float a = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) a = __fmaf_rn(acc_s[w][i][d], f[w], a);
+        float y = a / total;
+        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
+    }
+}
+
 // Heads h0 … h0 + G − 1 (one KV head's) of row blockIdx.x, by PW warps: warp w walks the keys of
 // ATT_WARPS' warps w, w + PW, … one after the other (each from a fresh state, kept in shared
 // memory for the merge), so that every (row, head) is the same chain whatever PW.
@@ -304,18 +346,7 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
                              [&](int g, int j) { return kv_load(vr[g][j]); }, p0, pos, lane, scale, qv, acc, m, l);
             }
         }
-#pragma unroll
-        for (int i = 0; i < G; i++) {
-            if (lane == 0) {
-                m_s[lw][i] = m[i];
-                l_s[lw][i] = l[i];
-            }
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) acc_s[lw][i][d] = acc[i][j];
-            }
-        }
+        att_keep_split<G>(m_s[lw], l_s[lw], acc_s[lw], m, l, acc, lane);
         lw += PW;
         if (PW == ATT_WARPS || lw >= ATT_WARPS) break;
 #pragma unroll
@@ -327,22 +358,7 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
         }
     }
     __syncthreads();
-    for (int x = threadIdx.x; x < G * ATT_HD; x += PW * WARP) {
-        const int i = G == 1 ? 0 : x / ATT_HD, d = G == 1 ? x : x % ATT_HD, h = h0 + i;
-        float big = -INFINITY;
-        for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
-        float f[ATT_WARPS];
-        float total = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) {
-            f[w] = l_s[w][i] == 0.0f ? 0.0f : expf(m_s[w][i] - big);
-            total = __fmaf_rn(l_s[w][i], f[w], total);
-        }
-        float a = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) a = __fmaf_rn(acc_s[w][i][d], f[w], a);
-        float y = a / total;
-        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
-        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
-    }
+    att_merge<G, PW * WARP>(qkv, out, r, h0, m_s, l_s, acc_s);
 }
 
 // The kernels: NAME computes G heads of one KV head a block (blockIdx.y their group) by PW warps,
@@ -367,6 +383,120 @@ ATTENTION_KERNEL(attention_grouped, ATT_GROUP, ATT_WARPS, 1)
 // of 4), and a block of fewer warps leaves the multiprocessor's warp slots to more rows. The
 // same chain, the same bits.
 ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS, 1)
+
+// `attention_grouped` with the keys staged through shared memory (FLASHLANE_ATTENTION_STAGED):
+// the block walks the keys in rounds of ATT_STAGE_KEYS, the next key group of every one of the
+// ATT_WARPS key splits, and copies each round's K and V rows of its KV head into shared memory
+// with cp.async, ATT_STAGES − 1 rounds ahead of the one it multiplies. In the other kernels a
+// warp's next loads wait behind its arithmetic (a 64-stream decode round of Qwen3-4B read its
+// caches at ~1.2 TB/s on the H200, 42.6 µs a layer, session 56); here a block has up to 64 KiB
+// of keys in flight. PW warps each walk ATT_WARPS / PW key splits, their states live side by
+// side (split w + PW·i in slot i), so that every (row, head) is the same chain as in the other
+// kernels: the same scores, the same softmax steps in the same order, the same merge; the same
+// bits (kernel test). Dynamic shared memory: ATT_STAGES rounds of K and V (`att_staged_shared`
+// on the host), which the merge's states reuse once every round is done. The cache holds bf16
+// (or f32) rows whose head slice is a whole number of 16-byte pieces (the host checks).
+#define ATT_STAGE_KEYS (ATT_WARPS * ATT_KEY_GROUP)
+#define ATT_STAGE_ELEMS (2 * ATT_STAGE_KEYS * ATT_HD)  // kv_t: a round's K rows, then its V rows
+#define ATT_PIECE (16 / (int)sizeof(kv_t))             // kv_t a 16-byte copy
+template <int G, int PW>
+__device__ __forceinline__ void attention_heads_staged(const float* __restrict__ q, const float* __restrict__ qkv,
+                                                       const kv_t* __restrict__ k_cache,
+                                                       const kv_t* __restrict__ v_cache,
+                                                       const int* __restrict__ pos_arr,
+                                                       const int* __restrict__ kv_base_arr, float scale,
+                                                       float* __restrict__ out, int h0, kv_t* stages,
+                                                       float (*m_s)[G], float (*l_s)[G]) {
+    constexpr int SPLITS = ATT_WARPS / PW;  // key splits a warp walks, side by side
+    static_assert(ATT_WARPS % PW == 0, "each warp walks as many key splits");
+    static_assert(ATT_HD % ATT_PIECE == 0, "a head's row is whole 16-byte pieces");
+    const int r = blockIdx.x, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int kvh = h0 / (ATT_HEADS / ATT_KV_HEADS);
+    const int pos = pos_arr[r];
+    const size_t base = (size_t)kv_base_arr[r];
+    const int rounds = pos / ATT_STAGE_KEYS + 1;
+    // Round `round`'s K and V rows of this KV head into its stage; keys past pos copy the row at
+    // pos (never used), so that no copy reads past the session's rows.
+    auto load_round = [&](int round) {
+        kv_t* dst = stages + (size_t)(round % ATT_STAGES) * ATT_STAGE_ELEMS;
+        for (int e = threadIdx.x * ATT_PIECE; e < ATT_STAGE_ELEMS; e += PW * WARP * ATT_PIECE) {
+            const int half = ATT_STAGE_KEYS * ATT_HD;
+            const int key = (e % half) / ATT_HD, d = e % ATT_HD;
+            const size_t at = (base + min(round * ATT_STAGE_KEYS + key, pos)) * ATT_KV_ROW + kvh * ATT_HD + d;
+            cp_async16(dst + e, (e < half ? k_cache : v_cache) + at, true);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < ATT_STAGES - 1; s++) {
+        if (s < rounds) load_round(s);
+        cp_async_commit();
+    }
+    float qv[G][ATT_DPL], acc[SPLITS][G][ATT_DPL], m[SPLITS][G], l[SPLITS][G];
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
+        }
+#pragma unroll
+        for (int sp = 0; sp < SPLITS; sp++) {
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) acc[sp][i][j] = 0.0f;
+            m[sp][i] = -INFINITY;
+            l[sp][i] = 0.0f;
+        }
+    }
+    for (int round = 0; round < rounds; round++) {
+        // This round's stage is in (its copies, every thread's) and every warp is done with the
+        // round before, whose stage the next copies overwrite.
+        cp_async_wait<ATT_STAGES - 2>();
+        __syncthreads();
+        if (round + ATT_STAGES - 1 < rounds) load_round(round + ATT_STAGES - 1);
+        cp_async_commit();
+        const kv_t* ks = stages + (size_t)(round % ATT_STAGES) * ATT_STAGE_ELEMS;
+        const kv_t* vs = ks + ATT_STAGE_KEYS * ATT_HD;
+#pragma unroll
+        for (int sp = 0; sp < SPLITS; sp++) {
+            const int lw = warp + PW * sp, p0 = round * ATT_STAGE_KEYS + lw * ATT_KEY_GROUP;
+            if (p0 > pos) break;  // the same for the whole warp; later splits start later
+            const int at = lw * ATT_KEY_GROUP * ATT_HD + lane;
+            att_group<G>([&](int g, int j) { return kv_load(ks[at + g * ATT_HD + WARP * j]); },
+                         [&](int g, int j) { return kv_load(vs[at + g * ATT_HD + WARP * j]); }, p0, pos, lane,
+                         scale, qv, acc[sp], m[sp], l[sp]);
+        }
+    }
+    // Every copy landed and every warp done with the stages before the states take their place.
+    cp_async_wait<0>();
+    __syncthreads();
+    float(*acc_s)[G][ATT_HD] = reinterpret_cast<float(*)[G][ATT_HD]>(stages);
+#pragma unroll
+    for (int sp = 0; sp < SPLITS; sp++) {
+        const int lw = warp + PW * sp;
+        att_keep_split<G>(m_s[lw], l_s[lw], acc_s[lw], m[sp], l[sp], acc[sp], lane);
+    }
+    __syncthreads();
+    att_merge<G, PW * WARP>(qkv, out, r, h0, m_s, l_s, acc_s);
+}
+
+// NAME: `attention_heads_staged` for ATT_GROUP heads a block by PW warps.
+#define ATTENTION_STAGED_KERNEL(NAME, PW, MIN_BLOCKS)                                                   \
+    extern "C" __global__ void __launch_bounds__(PW * WARP, MIN_BLOCKS)                                 \
+    NAME(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache, \
+         const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,                            \
+         const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {                  \
+        pdl_start();                                                                                    \
+        __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];                         \
+        extern __shared__ float4 att_stages4[];                                                         \
+        attention_heads_staged<ATT_GROUP, PW>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, \
+                                              blockIdx.y * ATT_GROUP, reinterpret_cast<kv_t*>(att_stages4), \
+                                              m_s, l_s);                                                \
+    }
+// 16 warps, one key split each; and 8 warps, two each, bounded to two blocks a multiprocessor
+// (their registers at most 128 a thread; the shared memory of two fits with heads of 128).
+ATTENTION_STAGED_KERNEL(attention_grouped_staged, ATT_WARPS, 1)
+ATTENTION_STAGED_KERNEL(attention_grouped_staged8, ATT_WARPS / 2, 2)
 
 // `attention_prep` then `attention_gated` in one launch, for calls whose every row is its
 // session's only one (a decode round without drafts, a draft step): such a row's keys before its

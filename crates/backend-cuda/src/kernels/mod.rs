@@ -192,8 +192,9 @@ const MATMUL_TILED_EARLY_WEIGHTS_ENV: &str = "FLASHLANE_MATMUL_TILED_EARLY_WEIGH
 /// so that a matrix streaming through L2 gives way before x's split rows and the k split's
 /// partials, which its fold reads right after (Qwen3-4B at 64 streams writes and folds ~60 MB
 /// of partials a layer beside ~200 MB of weights; its folds took 991 of a round's 8,630 µs in
-/// session 52's profile). A cache hint: the same bits. Off by default until measured (an A/B
-/// switch).
+/// session 52's profile). A cache hint: the same bits. Off: against the default on the H100
+/// (session 57, bench/RESULTS.md) Qwen3-4B decoded 0.998× / 1.016× / 1.001× at 1 / 32 / 64
+/// streams, within the runs' spread (an A/B switch).
 const MATMUL_EVICT_FIRST_ENV: &str = "FLASHLANE_MATMUL_EVICT_FIRST";
 /// Threads of a `matmul_bf16_tiled` block (8 warps, each 32 rows × NT n-tiles of the tile).
 const MMT_THREADS: u32 = 256;
@@ -510,14 +511,16 @@ const NORM_IN_MATMUL_MAX_ROWS: usize = 2;
 /// `FLASHLANE_NORM_IN_MATMUL_MAX_ROWS=N` moves that bound (0: every norm apart; 1: a one-stream
 /// step's). For A/B runs of one binary: the bits do not change.
 pub const NORM_IN_MATMUL_MAX_ROWS_ENV: &str = "FLASHLANE_NORM_IN_MATMUL_MAX_ROWS";
-/// `FLASHLANE_NORM_IN_SPLIT=1` runs the input RMSNorm of a bf16 matmul over split rows (the
-/// tiles and their k splits: decode rounds of 17–64 streams in Qwen3-4B and larger) in
-/// the split itself (`split_rows_norm`, [`NormPlace::InSplit`]) instead of `rmsnorm_rows`
-/// before it: one launch fewer a norm, the same bits (kernel test). Off until measured: on the
-/// H200, Qwen3-4B's 64-stream round ran `rmsnorm_rows` 73 times (224 µs) and `split_rows` 145
-/// times (305 µs) of 7,668 µs (session 56, bench/RESULTS.md). An A/B switch.
+/// The input RMSNorm of a bf16 matmul over split rows (the tiles and their k splits: decode
+/// rounds of 17–64 streams in Qwen3-4B and larger) runs in the split itself
+/// (`split_rows_norm`, [`NormPlace::InSplit`]) instead of `rmsnorm_rows` before it: one launch
+/// fewer a norm, the same bits (kernel test). On the H200, Qwen3-4B's 64-stream round had run
+/// `rmsnorm_rows` 73 times (224 µs) and `split_rows` 145 times (305 µs) of 7,668 µs (session
+/// 56); against the norm apart on the H100 (session 57, bench/RESULTS.md; prompt 128, two
+/// interleaved rounds) Qwen3-4B decoded 1.020× / 1.007× at 32 / 64 streams.
+/// `FLASHLANE_NORM_IN_SPLIT=0` keeps the norm apart (A/B runs of one binary: the same bits).
 pub const NORM_IN_SPLIT_ENV: &str = "FLASHLANE_NORM_IN_SPLIT";
-/// Rows up to which the norm goes into the split where [`NORM_IN_SPLIT_ENV`] asks: decode
+/// Rows up to which the norm goes into the split (unless [`NORM_IN_SPLIT_ENV`] is 0): decode
 /// rounds. Each of a row's split blocks sums the whole row's squares (k / 512 blocks a row:
 /// 5 at Qwen3-4B's 2,560), a few KB from L2 a row in a round, but a prompt's thousands of rows
 /// would read x that many times over (not measured).
@@ -687,11 +690,47 @@ const ATT_FEW_WARPS_MAX_HEAD_DIM: usize = 128;
 /// 128-token prompt) it measured the same or a little slower (Qwen3-0.6B 36,993 → 36,451 tok/s,
 /// Qwen3-4B 7,519 → 7,556, Qwen3-8B 4,638 → 4,627; session 22), its fewer warps a block then
 /// filling a quarter of the GPU's warp slots; from 4,096 rows it gained 4–25 %. A decode round
-/// of 128–511 streams (long rows, few of them) keeps the 16 warps (4 were not measured there).
+/// of 128–511 streams (long rows, few of them) keeps the 16 warps (4 were not measured there),
+/// and so do rounds of 32–64: with 4 (`=1`) Qwen3-4B decoded 0.965× / 1.020× at 32 / 64 streams
+/// and Qwen3-0.6B 0.898× / 0.996× (H100, session 57, bench/RESULTS.md).
 const ATT_FEW_WARPS_MIN_ROWS: usize = 512;
 /// `FLASHLANE_ATTENTION_FEW_WARPS=0` keeps a prompt's attention on `attention_grouped`, `=1`
 /// runs `attention_grouped_few` whatever the head dim (A/B runs of one binary: the same bits).
 pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
+/// Rounds of keys `attention_grouped_staged` keeps in shared memory: it multiplies one while the
+/// next two are copied in (a round is the next key group of each of the 16 key splits: 64 keys,
+/// 32 KiB of K and V for a bf16 head of 128, so 64 KiB in flight a block).
+const ATT_STAGES: usize = 3;
+/// Shared memory a block may opt into on compute capability 9.0 (227 KiB), less what the staged
+/// kernels hold beside their stages (the merge's maxima and sums, 512 bytes): a model whose
+/// stages do not fit never runs them.
+const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 1024;
+/// `FLASHLANE_ATTENTION_STAGED=1` runs the grouped attention (rounds of 32 rows and more that
+/// do not take the few-warps kernel: decode rounds of 32–511 streams) with each round of keys
+/// copied into shared memory ATT_STAGES − 1 rounds ahead (`attention_grouped_staged`, 16
+/// warps a block), `=8` by 8 warps of two key splits each (`attention_grouped_staged8`); the
+/// same chain, the same bits (kernel test). Off until measured: on the H200 the grouped
+/// kernel read Qwen3-4B's caches at ~1.2 TB/s in a 64-stream round (42.6 µs a layer, 20 % of
+/// the round, session 56), each warp's next keys loaded only after its arithmetic on the last.
+/// An A/B switch.
+pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
+
+/// Dynamic shared memory of a block of the staged attention for `dims`: ATT_STAGES rounds of K
+/// and V rows of one KV head (the merge's states, ATT_WARPS × group × head_dim floats, reuse
+/// them once the rounds are done).
+fn att_staged_shared_bytes(dims: &Dims) -> usize {
+    let warps = ATT_THREADS as usize / 32;
+    let kv_bytes = match dims.kv {
+        KvDtype::Bf16 => 2,
+        KvDtype::F32 => 4,
+    };
+    let stages = ATT_STAGES * 2 * warps * ATT_KEY_GROUP * dims.head_dim * kv_bytes;
+    let merge =
+        warps * attention_group(dims.heads, dims.kv_heads, dims.head_dim) * dims.head_dim * 4;
+    stages.max(merge)
+}
+/// Keys of a key group of a split (ATT_KEY_GROUP in attention.cu).
+const ATT_KEY_GROUP: usize = 4;
 
 /// How attention loads a key group's K and V (`attention.cu`, ATT_KV_AHEAD): 0 each key's K
 /// where its score is taken and its V where it is added, behind the branch that ends a group
@@ -1056,6 +1095,7 @@ impl Dims {
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ATT_FEW_WARPS", ATT_FEW_WARPS),
             ("ATT_KV_AHEAD", attention_kv_ahead()),
+            ("ATT_STAGES", ATT_STAGES),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),
             ("ARGMAX_SPLIT", block(ARGMAX_SPLIT)),
@@ -1265,6 +1305,11 @@ pub struct Kernels {
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
+    /// `attention_grouped_staged` and `attention_grouped_staged8`, where their shared memory fits
+    /// ([`att_staged_shared_bytes`] within [`ATT_STAGED_SHARED_MAX`]), with its bytes.
+    attention_staged: Option<([CudaFunction; 2], u32)>,
+    /// [`ATTENTION_STAGED_ENV`]: the staged kernel that takes the grouped kernel's calls, if any.
+    pub(crate) attention_staged_asked: Option<AttentionKernel>,
     attention_gated_prep: CudaFunction,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
     prep_in_attention: bool,
@@ -1425,7 +1470,7 @@ impl Kernels {
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
                 }),
             },
-            norm_in_split: env_asked(NORM_IN_SPLIT_ENV),
+            norm_in_split: env_on(NORM_IN_SPLIT_ENV),
             norm_in_matmul_max_rows: if norm_twins {
                 norm_in_matmul_max_rows()
             } else {
@@ -1477,6 +1522,33 @@ impl Kernels {
             attention: f("attention_gated")?,
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
+            attention_staged: {
+                let bytes = att_staged_shared_bytes(dims);
+                if bytes <= ATT_STAGED_SHARED_MAX {
+                    let staged = |name: &str| -> Result<CudaFunction, CudaError> {
+                        let function = f(name)?;
+                        function.set_attribute(
+                            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            bytes as i32,
+                        )?;
+                        Ok(function)
+                    };
+                    Some((
+                        [
+                            staged("attention_grouped_staged")?,
+                            staged("attention_grouped_staged8")?,
+                        ],
+                        bytes as u32,
+                    ))
+                } else {
+                    None
+                }
+            },
+            attention_staged_asked: match std::env::var(ATTENTION_STAGED_ENV).as_deref() {
+                Ok("1") => Some(AttentionKernel::GroupedStaged),
+                Ok("8") => Some(AttentionKernel::GroupedStaged8),
+                _ => None,
+            },
             attention_gated_prep: f("attention_gated_prep")?,
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
@@ -3222,6 +3294,25 @@ pub enum AttentionKernel {
     Grouped,
     /// `attention_grouped_few`: as `Grouped`, by ATT_FEW_WARPS warps a block.
     GroupedFewWarps,
+    /// `attention_grouped_staged`: as `Grouped`, each round of keys copied into shared memory
+    /// ahead of its arithmetic ([`ATTENTION_STAGED_ENV`]).
+    GroupedStaged,
+    /// `attention_grouped_staged8`: as `GroupedStaged`, by 8 warps of two key splits each.
+    GroupedStaged8,
+}
+
+/// The kernel that computes a call [`attention_kernel`] gave to `kernel`: the staged kernel
+/// `staged` asks for ([`ATTENTION_STAGED_ENV`]) in place of the grouped one where it was
+/// compiled (`compiled`: its shared memory fits), else `kernel`.
+fn staged_in_place(
+    kernel: AttentionKernel,
+    staged: Option<AttentionKernel>,
+    compiled: bool,
+) -> AttentionKernel {
+    match (kernel, staged) {
+        (AttentionKernel::Grouped, Some(staged)) if compiled => staged,
+        _ => kernel,
+    }
 }
 
 /// The attention kernel for a call of `rows` rows of heads of `head_dim`: a block per head for
@@ -3343,11 +3434,15 @@ impl Kernels {
         q: u64,
         out: u64,
     ) -> Result<PrepPlace, CudaError> {
-        let kernel = attention_kernel(
-            a.rows,
-            dims.head_dim,
-            self.attention_few_warps,
-            self.attention_grouped_min_rows,
+        let kernel = staged_in_place(
+            attention_kernel(
+                a.rows,
+                dims.head_dim,
+                self.attention_few_warps,
+                self.attention_grouped_min_rows,
+            ),
+            self.attention_staged_asked,
+            self.attention_staged.is_some(),
         );
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
         match place {
@@ -3417,19 +3512,29 @@ impl Kernels {
     ) -> Result<(), CudaError> {
         let scale = attention_scale(dims);
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
-        let (f, head_blocks, threads) = match kernel {
-            AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS),
-            AttentionKernel::Grouped => (&self.attention_grouped, groups, ATT_THREADS),
+        let staged = |which: usize| {
+            let (functions, bytes) = self.attention_staged.as_ref().expect(
+                "[attention-staged-compiled] the staged attention runs only where its shared memory fits",
+            );
+            (&functions[which], groups, ATT_THREADS >> which, *bytes)
+        };
+        let (f, head_blocks, threads, shared) = match kernel {
+            AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS, 0),
+            AttentionKernel::Grouped => (&self.attention_grouped, groups, ATT_THREADS, 0),
             AttentionKernel::GroupedFewWarps => (
                 &self.attention_grouped_few,
                 groups,
                 (ATT_FEW_WARPS * 32) as u32,
+                0,
             ),
+            AttentionKernel::GroupedStaged => staged(0),
+            AttentionKernel::GroupedStaged8 => staged(1),
         };
-        gpu.launch(
+        gpu.launch_with_shared(
             f,
             (rows_u32(a.rows), head_blocks as u32, 1),
             threads,
+            shared,
             &[
                 Arg::Ptr(q),
                 Arg::Ptr(qkv),

@@ -1048,7 +1048,7 @@ fn attention_groups_divide_the_query_heads_of_a_kv_head() {
 #[test]
 fn the_prep_runs_in_the_attention_only_for_rows_of_their_own() {
     use super::{prep_place, AttentionKernel, PrepPlace};
-    use AttentionKernel::{Grouped, GroupedFewWarps, PerHead};
+    use AttentionKernel::{Grouped, GroupedFewWarps, GroupedStaged, GroupedStaged8, PerHead};
     // (kernel, rows of their own, allowed, where).
     let cases = [
         (PerHead, true, true, PrepPlace::InAttention),
@@ -1056,6 +1056,8 @@ fn the_prep_runs_in_the_attention_only_for_rows_of_their_own() {
         (PerHead, false, true, PrepPlace::Apart),
         (Grouped, true, true, PrepPlace::Apart),
         (GroupedFewWarps, true, true, PrepPlace::Apart),
+        (GroupedStaged, true, true, PrepPlace::Apart),
+        (GroupedStaged8, true, true, PrepPlace::Apart),
     ];
     for (kernel, own, allowed, want) in cases {
         assert_eq!(
@@ -1100,6 +1102,31 @@ fn attention_runs_by_groups_of_heads_for_many_rows() {
             attention_kernel(rows, head_dim, few, grouped_from),
             want,
             "{rows} rows of {head_dim}, few warps {few:?}, grouped from {grouped_from}"
+        );
+    }
+}
+
+/// `staged_in_place` (no device needed): the staged kernel asked for
+/// (`FLASHLANE_ATTENTION_STAGED`) takes the grouped kernel's calls where it was compiled, and
+/// no other kernel's.
+#[test]
+fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
+    use super::{staged_in_place, AttentionKernel};
+    use AttentionKernel::{Grouped, GroupedFewWarps, GroupedStaged, GroupedStaged8, PerHead};
+    // (the kernel chosen by rows and head dim, the one asked for, compiled, the kernel run).
+    let cases = [
+        (Grouped, None, true, Grouped),
+        (Grouped, Some(GroupedStaged), true, GroupedStaged),
+        (Grouped, Some(GroupedStaged8), true, GroupedStaged8),
+        (Grouped, Some(GroupedStaged), false, Grouped),
+        (PerHead, Some(GroupedStaged), true, PerHead),
+        (GroupedFewWarps, Some(GroupedStaged8), true, GroupedFewWarps),
+    ];
+    for (chosen, asked, compiled, want) in cases {
+        assert_eq!(
+            staged_in_place(chosen, asked, compiled),
+            want,
+            "{chosen:?}, asked {asked:?}, compiled {compiled}"
         );
     }
 }
@@ -2667,11 +2694,22 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         };
         let got = run(super::AttentionKernel::PerHead);
         // A block per group of a KV head's query heads (a prompt's rows), by 16 warps or by a few
-        // that walk the 16 warps' key splits: the same bits.
-        for kernel in [
+        // that walk the 16 warps' key splits, and the staged kernels (each round of keys copied
+        // into shared memory ahead: compiled wherever their stages fit, as bf16 heads of up to
+        // 256 do): the same bits.
+        assert!(
+            k.attention_staged.is_some() || (kv == KvDtype::F32 && hd > 128),
+            "{kv:?} cache, heads of {hd}: the staged attention was not compiled"
+        );
+        let mut kernels = vec![
             super::AttentionKernel::Grouped,
             super::AttentionKernel::GroupedFewWarps,
-        ] {
+        ];
+        if k.attention_staged.is_some() {
+            kernels.push(super::AttentionKernel::GroupedStaged);
+            kernels.push(super::AttentionKernel::GroupedStaged8);
+        }
+        for kernel in kernels {
             assert!(
                 same_bits(&run(kernel), &got),
                 "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: {kernel:?} differs"
@@ -3012,13 +3050,20 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             if kv != KvDtype::Bf16 {
                 continue;
             }
-            let kernels = [
+            let mut kernels = vec![
                 None,
                 per_head,
                 Some(super::AttentionKernel::Grouped),
                 Some(super::AttentionKernel::GroupedFewWarps),
             ];
-            for kernel in kernels {
+            // The staged kernels, wherever their stages fit (every bf16 head here).
+            assert!(
+                k.attention_staged.is_some(),
+                "{what}: the staged attention was not compiled"
+            );
+            kernels.push(Some(super::AttentionKernel::GroupedStaged));
+            kernels.push(Some(super::AttentionKernel::GroupedStaged8));
+            for &kernel in &kernels {
                 assert!(
                     same_bits(&run(&k, kernel).1, &apart.1),
                     "{what}: the default's {kernel:?} differs"
@@ -3028,7 +3073,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             for &ahead in others {
                 let k_ahead = Kernels::compile_overriding(&gpu, &dims, &[("ATT_KV_AHEAD", ahead)])
                     .expect("kernels");
-                for kernel in kernels {
+                for &kernel in &kernels {
                     assert!(
                         same_bits(&run(&k_ahead, kernel).1, &apart.1),
                         "{what}: ATT_KV_AHEAD {ahead}, {kernel:?} differs"
