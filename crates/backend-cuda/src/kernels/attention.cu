@@ -394,8 +394,10 @@ ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS, 1)
 // side (split w + PW·i in slot i), so that every (row, head) is the same chain as in the other
 // kernels: the same scores, the same softmax steps in the same order, the same merge; the same
 // bits (kernel test). Dynamic shared memory: ATT_STAGES rounds of K and V (`att_staged_shared`
-// on the host), which the merge's states reuse once every round is done. The cache holds bf16
-// (or f32) rows whose head slice is a whole number of 16-byte pieces (the host checks).
+// on the host), which the merge's states reuse once every round is done. Compiled only where a
+// head's slice of a cache row is a whole number of 16-byte pieces (the host loads them only
+// there: `att_staged_fits`).
+#if ATT_KV_BF16 ? ATT_HD % 8 == 0 : ATT_HD % 4 == 0
 #define ATT_STAGE_KEYS (ATT_WARPS * ATT_KEY_GROUP)
 #define ATT_STAGE_ELEMS (2 * ATT_STAGE_KEYS * ATT_HD)  // kv_t: a round's K rows, then its V rows
 #define ATT_PIECE (16 / (int)sizeof(kv_t))             // kv_t a 16-byte copy
@@ -497,6 +499,7 @@ __device__ __forceinline__ void attention_heads_staged(const float* __restrict__
 // (their registers at most 128 a thread; the shared memory of two fits with heads of 128).
 ATTENTION_STAGED_KERNEL(attention_grouped_staged, ATT_WARPS, 1)
 ATTENTION_STAGED_KERNEL(attention_grouped_staged8, ATT_WARPS / 2, 2)
+#endif
 
 // `attention_prep` then `attention_gated` in one launch, for calls whose every row is its
 // session's only one (a decode round without drafts, a draft step): such a row's keys before its

@@ -701,12 +701,13 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// next two are copied in (a round is the next key group of each of the 16 key splits: 64 keys,
 /// 32 KiB of K and V for a bf16 head of 128, so 64 KiB in flight a block).
 const ATT_STAGES: usize = 3;
-/// Shared memory a block may opt into on compute capability 9.0 (227 KiB), less what the staged
-/// kernels hold beside their stages (the merge's maxima and sums, 512 bytes): a model whose
-/// stages do not fit never runs them.
+/// Shared memory a block may opt into on compute capability 9.0 (227 KiB, the only target), less
+/// 1 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, at
+/// most 512 bytes): a model whose stages do not fit never runs them.
 const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 1024;
-/// `FLASHLANE_ATTENTION_STAGED=1` runs the grouped attention (rounds of 32 rows and more that
-/// do not take the few-warps kernel: decode rounds of 32–511 streams) with each round of keys
+/// `FLASHLANE_ATTENTION_STAGED=1` runs the grouped attention (calls of 32 rows and more that do
+/// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
+/// and every prompt with heads over 128 dims) with each round of keys
 /// copied into shared memory ATT_STAGES − 1 rounds ahead (`attention_grouped_staged`, 16
 /// warps a block), `=8` by 8 warps of two key splits each (`attention_grouped_staged8`); the
 /// same chain, the same bits (kernel test). Off until measured: on the H200 the grouped
@@ -720,14 +721,27 @@ pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
 /// them once the rounds are done).
 fn att_staged_shared_bytes(dims: &Dims) -> usize {
     let warps = ATT_THREADS as usize / 32;
-    let kv_bytes = match dims.kv {
-        KvDtype::Bf16 => 2,
-        KvDtype::F32 => 4,
-    };
-    let stages = ATT_STAGES * 2 * warps * ATT_KEY_GROUP * dims.head_dim * kv_bytes;
+    let stages = ATT_STAGES * 2 * warps * ATT_KEY_GROUP * dims.head_dim * kv_bytes(dims.kv);
     let merge =
         warps * attention_group(dims.heads, dims.kv_heads, dims.head_dim) * dims.head_dim * 4;
     stages.max(merge)
+}
+
+/// Bytes of one cached K or V element.
+fn kv_bytes(kv: KvDtype) -> usize {
+    match kv {
+        KvDtype::Bf16 => 2,
+        KvDtype::F32 => 4,
+    }
+}
+
+/// The shared memory bytes of the staged attention for `dims` where it is compiled (a head's
+/// slice of a cache row is whole 16-byte copies, as attention.cu's `#if` asks) and its stages
+/// fit a block ([`ATT_STAGED_SHARED_MAX`]); else none.
+fn att_staged_fits(dims: &Dims) -> Option<usize> {
+    let bytes = att_staged_shared_bytes(dims);
+    ((dims.head_dim * kv_bytes(dims.kv)).is_multiple_of(16) && bytes <= ATT_STAGED_SHARED_MAX)
+        .then_some(bytes)
 }
 /// Keys of a key group of a split (ATT_KEY_GROUP in attention.cu).
 const ATT_KEY_GROUP: usize = 4;
@@ -1305,8 +1319,8 @@ pub struct Kernels {
     attention: CudaFunction,
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
-    /// `attention_grouped_staged` and `attention_grouped_staged8`, where their shared memory fits
-    /// ([`att_staged_shared_bytes`] within [`ATT_STAGED_SHARED_MAX`]), with its bytes.
+    /// `attention_grouped_staged` and `attention_grouped_staged8` where they are compiled and
+    /// their shared memory fits ([`att_staged_fits`]), with its bytes.
     attention_staged: Option<([CudaFunction; 2], u32)>,
     /// [`ATTENTION_STAGED_ENV`]: the staged kernel that takes the grouped kernel's calls, if any.
     pub(crate) attention_staged_asked: Option<AttentionKernel>,
@@ -1523,8 +1537,7 @@ impl Kernels {
             attention_grouped: f("attention_grouped")?,
             attention_grouped_few: f("attention_grouped_few")?,
             attention_staged: {
-                let bytes = att_staged_shared_bytes(dims);
-                if bytes <= ATT_STAGED_SHARED_MAX {
+                if let Some(bytes) = att_staged_fits(dims) {
                     let staged = |name: &str| -> Result<CudaFunction, CudaError> {
                         let function = f(name)?;
                         function.set_attribute(

@@ -2639,7 +2639,9 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
     // Rows at positions start..start+rows of one session whose cache holds start+rows rows: past
     // 64 keys, so each of the 16 warps takes several groups of 4, the last one partly full; and
     // a prompt's first rows, where most warps' key splits are empty.
-    for (start, rows) in [(150, 5), (0, 6)] {
+    // Rows across the 64-key rounds of the staged kernels (61–64: the second round's first
+    // keys) and rows 16 rounds deep (each of their three stages reused five times).
+    for (start, rows) in [(150, 5), (0, 6), (61, 4), (1020, 8)] {
         let kv_row = kv_heads * hd;
         let q = random(rows * heads * hd);
         let mut keys = random((start + rows) * kv_row);
@@ -2754,6 +2756,8 @@ fn attention_of_narrow_heads_matches_backend_cpu() {
     // differently there.
     attention_matches_backend_cpu(KvDtype::Bf16, 8, 2, 16);
     attention_matches_backend_cpu(KvDtype::F32, 8, 2, 16);
+    // A query head a KV head (one head a group).
+    attention_matches_backend_cpu(KvDtype::Bf16, 4, 4, 64);
 }
 
 #[test]
