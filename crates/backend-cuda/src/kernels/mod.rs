@@ -607,6 +607,103 @@ fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }
 
+/// `FLASHLANE_MATMUL_SWAP_BALANCE=1` lets a bf16 matmul on the swapped chain (rounds of one or
+/// two rows) take the count of outputs a block — 32, 16 or 8 (`matmul_bf16_swap_h`, half an
+/// MMA's tile: its other 8 rows of A zeros, never loaded) — that leaves the busiest
+/// multiprocessor the fewest outputs ([`swap_shape`]), instead of [`swap_tiles`]' choice. On
+/// the H200 one stream of Qwen3-4B ran its o and down projections as 160 blocks of 16 outputs
+/// on 132 multiprocessors at 58 % and 68 % of the copy bandwidth, against 71 % for the gate/up's
+/// 608 blocks (session 56's timeline): 28 multiprocessors streamed twice the others' weights.
+/// Half tiles make 320 blocks there (at most 3 a multiprocessor against 2.4 on average). The
+/// same products in the same steps: the same bits (kernel test). Off until measured (an A/B
+/// switch; `=half` runs every such matmul on half tiles); the SwiGLU's gate/up keeps its tiles
+/// (a unit's gate and up share one).
+pub const MATMUL_SWAP_BALANCE_ENV: &str = "FLASHLANE_MATMUL_SWAP_BALANCE";
+
+/// Which block shapes the swapped chain's bf16 matmuls take ([`MATMUL_SWAP_BALANCE_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SwapBalance {
+    /// [`swap_tiles`]' tiles (the default).
+    Planned,
+    /// The shape whose busiest multiprocessor computes the fewest outputs (`=1`).
+    Fitted,
+    /// Half tiles everywhere (`=half`; the kernel test's way to run them on any shape).
+    Half,
+}
+
+impl SwapBalance {
+    fn from_env() -> Self {
+        match std::env::var(MATMUL_SWAP_BALANCE_ENV).as_deref() {
+            Ok("1") => SwapBalance::Fitted,
+            Ok("half") => SwapBalance::Half,
+            _ => SwapBalance::Planned,
+        }
+    }
+}
+
+/// How many outputs a block of the swapped chain computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SwapShape {
+    /// 1 or 2 output tiles of 16 (`matmul_bf16_swap`, `_swap_t2`).
+    Tiles(usize),
+    /// 8 outputs (`matmul_bf16_swap_h`).
+    Half,
+}
+
+impl SwapShape {
+    /// Outputs a block.
+    fn outputs(self) -> usize {
+        match self {
+            SwapShape::Tiles(nt) => 16 * nt,
+            SwapShape::Half => 8,
+        }
+    }
+}
+
+/// The block shape of a bf16 matmul of `n_out` outputs on the swapped chain whose plan gave
+/// `planned` tiles ([`swap_tiles`]), by `balance`: `Fitted` the one of `planned`, one tile and
+/// a half tile whose busiest multiprocessor computes the fewest outputs (its blocks' rounds over
+/// `multiprocessors`, times a block's outputs), ties to `planned`, then to fewer blocks, where
+/// it gains at least [`SWAP_FIT_MIN_GAIN`]'s share.
+pub(crate) fn swap_shape(
+    n_out: usize,
+    planned: usize,
+    multiprocessors: usize,
+    balance: SwapBalance,
+) -> SwapShape {
+    let planned_shape = SwapShape::Tiles(planned);
+    match balance {
+        SwapBalance::Planned => return planned_shape,
+        SwapBalance::Half => return SwapShape::Half,
+        SwapBalance::Fitted => {}
+    }
+    let busiest = |shape: SwapShape| {
+        let outputs = shape.outputs();
+        n_out.div_ceil(outputs).div_ceil(multiprocessors.max(1)) * outputs
+    };
+    let best = [planned_shape, SwapShape::Tiles(1), SwapShape::Half]
+        .into_iter()
+        .min_by_key(|&shape| {
+            (
+                busiest(shape),
+                shape != planned_shape,
+                n_out.div_ceil(shape.outputs()),
+            )
+        })
+        .expect("three shapes");
+    // Another shape only for a busiest multiprocessor SWAP_FIT_MIN_GAIN lighter.
+    match busiest(best) * SWAP_FIT_MIN_GAIN <= busiest(planned_shape) * (SWAP_FIT_MIN_GAIN - 1) {
+        true => best,
+        false => planned_shape,
+    }
+}
+
+/// [`swap_shape`] leaves the plan's tiles for a shape whose busiest multiprocessor computes at
+/// least 1 / SWAP_FIT_MIN_GAIN fewer outputs: smaller blocks load and split x for fewer outputs
+/// each, which a few percent of balance would not repay (a guess, unmeasured: Qwen3-4B's o and
+/// down projections gain a quarter, a 19,456-output matrix 5 %).
+const SWAP_FIT_MIN_GAIN: usize = 8;
+
 /// Output tiles of 16 a block of the swapped chain for a 16-row plan of `tiles` n-tiles a block
 /// (`deep`: the deep kernels', for matrices of at most a block a multiprocessor): one where the
 /// plan had one n-tile or went deep (matrices whose blocks are few: as many blocks as outputs
@@ -1301,6 +1398,10 @@ pub struct Kernels {
     matmul_narrow: CudaFunction,
     /// The swapped chain (`matmul_bf16_swap`, `_swap_t2`): one and two output tiles of 16 a block.
     matmul_swap: [CudaFunction; 2],
+    /// The swapped chain's half tiles (`matmul_bf16_swap_h`: 8 outputs a block).
+    matmul_swap_half: CudaFunction,
+    /// The block shapes of the swapped chain's bf16 matmuls ([`MATMUL_SWAP_BALANCE_ENV`]).
+    pub(crate) matmul_swap_balance: SwapBalance,
     /// The swapped chain's gate/up with its SwiGLU (`matmul_bf16_swiglu_swap_t2`).
     matmul_swiglu_swap: CudaFunction,
     /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
@@ -1479,6 +1580,7 @@ impl Kernels {
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
+                    swap_half: f("matmul_bf16_swap_norm_h")?,
                     swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
@@ -1523,6 +1625,8 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
+            matmul_swap_half: f("matmul_bf16_swap_h")?,
+            matmul_swap_balance: SwapBalance::from_env(),
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
@@ -1874,6 +1978,8 @@ struct NormTwins {
     narrow: CudaFunction,
     /// The swapped chain's twins, one and two output tiles a block.
     swap: [CudaFunction; 2],
+    /// The swapped chain's half-tile twin (`matmul_bf16_swap_norm_h`).
+    swap_half: CudaFunction,
     /// The swapped chain's gate/up with its SwiGLU, with the norm.
     swiglu_swap: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
@@ -2827,13 +2933,18 @@ impl Kernels {
         if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
             self.count_swapped();
             let nt = swap_tiles(tiles, deep);
+            // FP8 keeps the plan's tiles (no half-tile kernel there).
+            let shape = match m.fp8 {
+                Some(_) => SwapShape::Tiles(nt),
+                None => swap_shape(m.n_out, nt, self.multiprocessors, self.matmul_swap_balance),
+            };
             let grid = (
                 1,
-                u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),
+                u32::try_from(m.n_out.div_ceil(shape.outputs())).expect("outputs fit a grid"),
                 1,
             );
-            return match (m.fp8, norm) {
-                (Some(fp8), _) => {
+            return match (m.fp8, norm, shape) {
+                (Some(fp8), _, _) => {
                     check_fp8_blocks(&fp8, m);
                     gpu.launch(
                         &self.matmul_fp8_swap[nt - 1],
@@ -2842,14 +2953,26 @@ impl Kernels {
                         &fp8_matmul_args(m, &fp8),
                     )
                 }
-                (None, None) => gpu.launch(
-                    &self.matmul_swap[nt - 1],
+                (None, None, SwapShape::Tiles(t)) => gpu.launch(
+                    &self.matmul_swap[t - 1],
                     grid,
                     MMA_WARPS * 32,
                     &bf16_matmul_args(m),
                 ),
-                (None, Some(norm)) => gpu.launch(
-                    &self.twins().swap[nt - 1],
+                (None, None, SwapShape::Half) => gpu.launch(
+                    &self.matmul_swap_half,
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(m),
+                ),
+                (None, Some(norm), SwapShape::Tiles(t)) => gpu.launch(
+                    &self.twins().swap[t - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_norm_matmul_args(m, norm),
+                ),
+                (None, Some(norm), SwapShape::Half) => gpu.launch(
+                    &self.twins().swap_half,
                     grid,
                     MMA_WARPS * 32,
                     &bf16_norm_matmul_args(m, norm),
