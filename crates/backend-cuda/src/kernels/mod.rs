@@ -607,8 +607,8 @@ fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }
 
-/// `FLASHLANE_MATMUL_SWAP_BALANCE=1` lets a bf16 matmul on the swapped chain (rounds of one or
-/// two rows) take the count of outputs a block — 32, 16 or 8 (`matmul_bf16_swap_h`, half an
+/// `FLASHLANE_MATMUL_SWAP_BALANCE=1` lets a bf16 matmul on the swapped chain (rounds within
+/// [`MATMUL_SWAP_ROWS_ENV`]: one or two rows by default) take the count of outputs a block — 32, 16 or 8 (`matmul_bf16_swap_h`, half an
 /// MMA's tile: its other 8 rows of A zeros, never loaded) — that leaves the busiest
 /// multiprocessor the fewest outputs ([`swap_shape`]), instead of [`swap_tiles`]' choice. On
 /// the H200 one stream of Qwen3-4B ran its o and down projections as 160 blocks of 16 outputs
@@ -1412,6 +1412,9 @@ pub struct Kernels {
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: launches of the swapped chain's half tiles so far.
+    #[cfg(test)]
+    pub(crate) swapped_half_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1632,6 +1635,8 @@ impl Kernels {
             matmul_swap_rows: SwapRows::from_env(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            swapped_half_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2938,6 +2943,9 @@ impl Kernels {
                 Some(_) => SwapShape::Tiles(nt),
                 None => swap_shape(m.n_out, nt, self.multiprocessors, self.matmul_swap_balance),
             };
+            if shape == SwapShape::Half {
+                self.count_swapped_half();
+            }
             let grid = (
                 1,
                 u32::try_from(m.n_out.div_ceil(shape.outputs())).expect("outputs fit a grid"),
@@ -3717,6 +3725,13 @@ impl Kernels {
     fn count_swapped(&self) {
         #[cfg(test)]
         self.swapped_launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a launch of the swapped chain's half tiles (tests only).
+    fn count_swapped_half(&self) {
+        #[cfg(test)]
+        self.swapped_half_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 

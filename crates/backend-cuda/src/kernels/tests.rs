@@ -2088,6 +2088,7 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         y.read(gpu, max_rows * n_out).unwrap(),
                         xn.read(gpu, max_rows * depth).unwrap(),
                         ran_swapped(&k),
+                        ran_half(&k),
                     )
                 };
                 let want = run(0, super::SwapBalance::Planned);
@@ -2107,6 +2108,12 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                         "{what}, {balance:?}: the swapped norm twin's kept rows differ"
                     );
                     assert!(got.2, "{what}, {balance:?}: the swapped twin did not run");
+                    assert_eq!(
+                        got.3,
+                        balance == super::SwapBalance::Half,
+                        "{what}, {balance:?}: the half twin ran {}",
+                        got.3
+                    );
                 }
                 k.matmul_swap_balance = super::SwapBalance::Planned;
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
@@ -2202,22 +2209,33 @@ fn swapped_gives_the_16_row_bits(
 ) {
     // The outputs and whether anything ran on the swapped chain, its blocks of the plan's
     // tiles or of half tiles (`matmul_bf16_swap_h`).
+    let found = k.matmul_swap_balance;
     let mut run = |m: &Matmul, swap_rows: usize, balance: super::SwapBalance| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
         k.matmul_swap_balance = balance;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
-        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k))
+        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k), ran_half(k))
     };
-    for balance in [super::SwapBalance::Planned, super::SwapBalance::Half] {
+    // FP8 weights have no half tiles: their plan's tiles run either way.
+    let balances = match m.fp8 {
+        None => &[super::SwapBalance::Planned, super::SwapBalance::Half][..],
+        Some(_) => &[super::SwapBalance::Planned][..],
+    };
+    for &balance in balances {
         let what = format!("{what}, {balance:?}");
-        let (want, _) = run(m, 0, balance);
-        let (got, swapped) = run(m, super::MMA_COLS, balance);
+        let (want, _, _) = run(m, 0, balance);
+        let (got, swapped, half) = run(m, super::MMA_COLS, balance);
         assert!(
             same_bits(&got, &want),
             "{what}: the swapped chain's bits differ"
         );
         assert!(swapped, "{what}: the swapped chain did not run");
+        assert_eq!(
+            half,
+            balance == super::SwapBalance::Half,
+            "{what}: the half tiles ran {half}"
+        );
         // x's rows gathered (`row_index`: in reverse order).
         if m.row_index == 0 && m.rows > 1 {
             let order: Vec<i32> = (0..m.rows as i32).rev().collect();
@@ -2226,20 +2244,27 @@ fn swapped_gives_the_16_row_bits(
                 row_index: index.at(0),
                 ..*m
             };
-            let (want, _) = run(&gathered, 0, balance);
-            let (got, swapped) = run(&gathered, super::MMA_COLS, balance);
+            let (want, _, _) = run(&gathered, 0, balance);
+            let (got, swapped, _) = run(&gathered, super::MMA_COLS, balance);
             assert!(
                 same_bits(&got, &want) && swapped,
                 "{what}: the swapped chain's bits differ, rows gathered"
             );
         }
     }
-    k.matmul_swap_balance = super::SwapBalance::Planned;
+    k.matmul_swap_balance = found;
 }
 
 /// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
 fn ran_swapped(k: &Kernels) -> bool {
     k.swapped_launches
+        .swap(0, std::sync::atomic::Ordering::Relaxed)
+        > 0
+}
+
+/// Whether `k` launched the swapped chain's half tiles since the last call (and resets the count).
+fn ran_half(k: &Kernels) -> bool {
+    k.swapped_half_launches
         .swap(0, std::sync::atomic::Ordering::Relaxed)
         > 0
 }
