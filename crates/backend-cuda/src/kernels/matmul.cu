@@ -1298,11 +1298,75 @@ __device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, uns
 
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
 
+// Where a k split's partials go (`matmul_tiled_block`'s FOLD): to memory for
+// `matmul_fold_residues` (NONE), or folded in the tile's cluster into y (PLAIN) or into a
+// gate/up's SwiGLU (SWIGLU).
+#define MMT_FOLD_NONE 0
+#define MMT_FOLD_PLAIN 1
+#define MMT_FOLD_SWIGLU 2
+
+// Floats past each row of a cluster-folded tile's partial in shared memory: a warp's stores (rows
+// g, columns 2t + i) then fall in distinct banks.
+#define MMT_FOLD_PAD 4
+
+// The cluster's fold of a tile (`matmul_tiled_block`'s FOLD): every block's partial `mine` is in
+// its shared memory ([BM][BN + MMT_FOLD_PAD] floats); after the cluster's barrier, block z folds
+// the tile's rows z · BM / MMT_RESIDUES … in residue order, reading residue j's partial from block
+// j (`ld.shared::cluster`): ((p0 + p1) + p2) + …, `matmul_fold_residues`' sum (and
+// `matmul_fold_residues_swiglu`'s for a gate and its up, then silu(gate) · up), so the bits of the
+// split and its fold without the partials' trip through memory or the fold's launch. A second
+// barrier keeps every block's shared memory until the cluster has read it.
+template <int BM, int BN, int FOLD>
+__device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __restrict__ y, int y_stride,
+                                                 int accumulate, int rows, int n_out, int r0, int o0, int u0,
+                                                 int width) {
+    constexpr int ROWS_A_BLOCK = BM / MMT_RESIDUES;
+    static_assert(ROWS_A_BLOCK * MMT_RESIDUES == BM, "each block of the cluster folds as many rows");
+    constexpr int PS = BN + MMT_FOLD_PAD;
+    constexpr int COLS = FOLD == MMT_FOLD_SWIGLU ? BN / 2 : BN;  // units or outputs a row
+    cluster_sync();
+    const int z = blockIdx.z;  // the cluster's blocks are the tile's residues: rank z
+    // The sum of the residues' partials at `at` (floats into a partial), in residue order.
+    auto fold = [&](int at) {
+        float total;
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(total) : "r"(cluster_shared_addr(mine + at, 0)));
+#pragma unroll
+        for (int j = 1; j < MMT_RESIDUES; j++) {
+            float p;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(p) : "r"(cluster_shared_addr(mine + at, j)));
+            total += p;
+        }
+        return total;
+    };
+    for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
+        const int rl = z * ROWS_A_BLOCK + e / COLS, cl = e % COLS, r = r0 + rl;
+        if (r >= rows) continue;
+        if (FOLD == MMT_FOLD_SWIGLU) {
+            const int unit = u0 + cl;
+            if (unit >= width) continue;
+            const float gate = fold(rl * PS + cl), up = fold(rl * PS + BN / 2 + cl);
+            y[(size_t)r * y_stride + unit] = siluf_(gate) * up;
+        } else {
+            const int o = o0 + cl;
+            if (o >= n_out) continue;
+            const float total = fold(rl * PS + cl);
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + total : total;
+        }
+    }
+    cluster_sync();
+}
+
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
 // part_stride (see `matmul_bf16_tiled_split`).
-template <int BM, int NT, bool SPLIT_K = false>
+// FOLD (with SPLIT_K; the kernel's cluster the tile's MMT_RESIDUES blocks, rank blockIdx.z): the
+// partial goes to the block's shared memory instead, and the cluster folds the tile there
+// (`mmt_cluster_fold`): MMT_FOLD_PLAIN into y (stride y_stride, `accumulate` as the fold's),
+// MMT_FOLD_SWIGLU the units' act = silu(gate) · up into y (stride y_stride), the tile's outputs
+// BN / 2 units' gate rows then their up rows (units [blockIdx.y · BN / 2, …)).
+template <int BM, int NT, bool SPLIT_K = false, int FOLD = MMT_FOLD_NONE>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
                                                    int accumulate, int rows, int part_stride = 0) {
@@ -1314,6 +1378,9 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
     static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES,
                   "every thread copies as many pieces of a stage");
+    static_assert(FOLD == MMT_FOLD_NONE || SPLIT_K, "a cluster folds a split's partials");
+    static_assert(FOLD == MMT_FOLD_NONE || MMT_STAGES * STAGE >= BM * (BN + MMT_FOLD_PAD),
+                  "the stages' shared memory holds the block's partial for the cluster's fold");
     extern __shared__ float4 mmt_smem4[];
     unsigned* smem = reinterpret_cast<unsigned*>(mmt_smem4);
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
@@ -1331,7 +1398,16 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
     // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
     // copies (below).
-    if (!SPLIT_K || blockIdx.z == 0) {
+    // MMT_FOLD_SWIGLU: the tile's units and the matrix's (gate rows [0, width), up rows after).
+    const int width = n_out / 2, u0 = blockIdx.y * (BN / 2);
+    if (FOLD == MMT_FOLD_SWIGLU && blockIdx.z == 0) {
+        pdl_launch_dependents();
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
+            prefetch_rows_l2(w, u0, BN / 2, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, BN / 2, width, (size_t)k * sizeof(bf16_t));
+        }
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
+    } else if (!SPLIT_K || blockIdx.z == 0) {
         matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
     } else {
         pdl_launch_dependents();
@@ -1348,7 +1424,11 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int wo = threadIdx.x / MMT_W_PIECES, wp = threadIdx.x % MMT_W_PIECES;
     const unsigned* x_src = xs + (size_t)min(r0 + xr, rows - 1) * xs_stride + 4 * xp;
     const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
-    const bf16_t* w_src = w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
+    // A SwiGLU fold's local output ol is unit u0 + ol % (BN / 2)'s gate row (ol < BN / 2) or its up
+    // row: pass j's rows are the pass's first row's plus j · RW, plus width − BN / 2 from the up
+    // rows on.
+    const bf16_t* w_src = FOLD == MMT_FOLD_SWIGLU ? w + (size_t)min(u0 + wo, width - 1) * k + 8 * wp
+                                                  : w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
     const int w_dst = X_STAGE + wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
     auto load_x = [&](int stage, int c) {
         unsigned* base = smem + stage * STAGE;
@@ -1371,6 +1451,13 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
         if (MMT_PROBE == 2) return;
 #pragma unroll
         for (int j = 0; j < WP; j++) {
+            if (FOLD == MMT_FOLD_SWIGLU) {
+                const int ol = wo + j * RW, row_step = j * RW + (j * RW >= BN / 2 ? width - BN / 2 : 0);
+                const bool in = k_in && u0 + ol % (BN / 2) < width;
+                MMT_W_COPY(base + w_dst + j * RW * (MMA_CHUNK / 2),
+                           in ? w_src + (size_t)row_step * k + (size_t)c * MMA_CHUNK : w, in);
+                continue;
+            }
             const bool in = k_in && o0 + wo + j * RW < n_out;
             MMT_W_COPY(base + w_dst + j * RW * (MMA_CHUNK / 2),
                        in ? w_src + (size_t)j * RW * k + (size_t)c * MMA_CHUNK : w, in);
@@ -1487,6 +1574,24 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
     }
     cp_async_wait<0>();
+    if (FOLD != MMT_FOLD_NONE) {
+        // The partial into this block's shared memory (every warp done with the stages first),
+        // rows MMT_FOLD_STRIDE floats apart, then the cluster's fold.
+        __syncthreads();
+        float* mine = reinterpret_cast<float*>(smem);
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int rl = wr * 32 + m * 16 + g + (i / 2) * 8;
+                    const int ol = (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
+                    mine[rl * (BN + MMT_FOLD_PAD) + ol] = total[m][j][i];
+                }
+        mmt_cluster_fold<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width);
+        return;
+    }
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -1521,6 +1626,26 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS)
 matmul_bf16_tiled_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ part, int part_stride, int rows) {
     matmul_tiled_block<MMT_ROWS, 4, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
+}
+
+// `matmul_bf16_tiled_split` with its fold in the cluster of a tile's MMT_RESIDUES blocks
+// (FLASHLANE_MATMUL_CLUSTER_FOLD; `mmt_cluster_fold`): the arguments of `matmul_bf16_tiled` (y,
+// its stride, `accumulate`), the fold's bits, no partials in memory and no fold launch. Grid
+// (ceil(rows / 64), ceil(n_out / 128), MMT_RESIDUES).
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_tiled_split_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                             float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_tiled_block<MMT_ROWS, 4, true, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The same for a dense MLP's gate/up (W = [gate (width) | up (width)], n_out = 2 · width): a tile
+// is 64 units' gate rows and their up rows, folded into act[r, u] = silu(gate) · up
+// (`matmul_fold_residues_swiglu`'s bits; y = act, y_stride = width). Grid (ceil(rows / 64),
+// ceil(width / 64), MMT_RESIDUES).
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_tiled_split_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
+                                    int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_tiled_block<MMT_ROWS, 4, true, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // The k split of a round of 17–32 rows (unless FLASHLANE_MATMUL_SPLIT32=0): blocks of 32 rows × 128

@@ -241,6 +241,15 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
+/// `FLASHLANE_MATMUL_CLUSTER_FOLD=1` runs the 64-row k split (`matmul_bf16_tiled_split`: bf16
+/// rounds of 33–64 rows where k splits) as `matmul_bf16_tiled_split_fold` (or, for a dense MLP's
+/// gate/up with its SwiGLU, `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one cluster, each
+/// keeps its partial in its shared memory, and the cluster folds them there in residue order —
+/// the fold's sum, so the same bits (kernel test) — with no partials written to memory and read
+/// back, and no fold launch. Qwen3-4B at 64 streams wrote and read ~63 MB of partials a layer
+/// beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its folds took 586 of a
+/// round's 7,668 µs on the H200 (session 56). Off until measured (an A/B switch).
+pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
 /// otherwise run on the 16-row kernels, reading each weight once per 16 rows (Qwen3-4B's o, down and
@@ -1366,6 +1375,10 @@ pub struct Kernels {
     /// `split_rows_norm`: `rmsnorm_rows` and `split_rows` in one launch ([`NormPlace::InSplit`]).
     split_rows_norm: CudaFunction,
     matmul_tiled_split: CudaFunction,
+    /// `matmul_bf16_tiled_split_fold` and `_fold_swiglu`, and whether the 64-row split runs them
+    /// ([`MATMUL_CLUSTER_FOLD_ENV`]).
+    matmul_tiled_split_fold: [CudaFunction; 2],
+    pub(crate) matmul_cluster_fold: bool,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1610,6 +1623,11 @@ impl Kernels {
             split_rows_norm: f("split_rows_norm")?,
             matmul_tiled_split,
             matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
+            matmul_tiled_split_fold: [
+                tiles("matmul_bf16_tiled_split_fold")?,
+                tiles("matmul_bf16_tiled_split_fold_swiglu")?,
+            ],
+            matmul_cluster_fold: env_asked(MATMUL_CLUSTER_FOLD_ENV),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
@@ -2453,6 +2471,61 @@ impl Kernels {
     /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
     /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
     /// `matmul_fold_residues_swiglu`).
+    /// The 64-row k split of `m` (its rows already split) folded in each tile's cluster
+    /// (`matmul_bf16_tiled_split_fold`, [`MATMUL_CLUSTER_FOLD_ENV`]): into `m.y` as the fold
+    /// writes it, or with `swiglu_act` the SwiGLU of its gate/up into that address.
+    fn matmul_split_folded(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        swiglu_act: Option<u64>,
+        row_blocks: u32,
+    ) -> Result<(), CudaError> {
+        let (kernel, out_blocks, tail) = match swiglu_act {
+            None => (
+                &self.matmul_tiled_split_fold[0],
+                m.n_out.div_ceil(MMT_OUTS),
+                [
+                    Arg::I32(m.k as i32),
+                    Arg::I32(m.n_out as i32),
+                    Arg::Ptr(m.y),
+                    Arg::I32(m.y_stride as i32),
+                    Arg::I32(i32::from(m.accumulate)),
+                    Arg::I32(m.rows as i32),
+                ],
+            ),
+            Some(act) => {
+                let width = m.n_out / 2;
+                (
+                    &self.matmul_tiled_split_fold[1],
+                    // A tile: MMT_OUTS / 2 units' gate rows and their up rows.
+                    width.div_ceil(MMT_OUTS / 2),
+                    [
+                        Arg::I32(m.k as i32),
+                        Arg::I32(m.n_out as i32),
+                        Arg::Ptr(act),
+                        Arg::I32(width as i32),
+                        Arg::I32(0),
+                        Arg::I32(m.rows as i32),
+                    ],
+                )
+            }
+        };
+        let grid = (
+            row_blocks,
+            u32::try_from(out_blocks).expect("outputs fit a grid"),
+            MATMUL_RESIDUES as u32,
+        );
+        let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
+        gpu.launch_with_shared(
+            kernel,
+            grid,
+            MMT_THREADS,
+            self.tiled_shared_bytes as u32,
+            split_rows_args(m, &tail, &mut room),
+        )
+    }
+
     fn matmul_tiled(
         &self,
         gpu: &Gpu,
@@ -2531,6 +2604,11 @@ impl Kernels {
                     self.tiled_shared_bytes,
                 ),
             };
+        // The 64-row split on mma.sync (not the warpgroup's, not 32 rows') may fold in clusters.
+        let on_64_row_split = wgmma.is_none() && !(self.matmul_split32 && m.rows <= SPLIT32_ROWS);
+        if self.matmul_cluster_fold && on_64_row_split {
+            return self.matmul_split_folded(gpu, m, swiglu_act, row_blocks);
+        }
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(

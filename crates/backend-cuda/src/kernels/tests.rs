@@ -294,6 +294,19 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     k.matmul_split_k_prompts = true;
     let depth = 16 * (1 + rng.below(320));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
+    // The 64-row split folded in its clusters (`matmul_bf16_tiled_split_fold`,
+    // FLASHLANE_MATMUL_CLUSTER_FOLD), the 32-row blocks off so that every split takes it: rounds
+    // of 40 and 64 rows and rows over several row blocks, the other kernels' bits, gathered and
+    // accumulated.
+    k.matmul_cluster_fold = true;
+    k.matmul_split32 = false;
+    for (depth, rows) in [
+        (16 * (1 + rng.below(320)), 40),
+        (3 * 8 * 64 + 16, 64),
+        (16 * (1 + rng.below(160)), 300),
+    ] {
+        matmul_case(&gpu, &k, &mut rng, depth, rows, true);
+    }
 }
 
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
@@ -569,7 +582,7 @@ fn swiglu_setup() -> Option<(Arc<Gpu>, Kernels, bool)> {
 /// matmul's tolerance.
 #[test]
 fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
-    let Some((gpu, k, wgmma_split)) = swiglu_setup() else {
+    let Some((gpu, mut k, wgmma_split)) = swiglu_setup() else {
         return;
     };
     let gpu = gpu.as_ref();
@@ -614,7 +627,11 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .chunks(2 * width)
             .flat_map(|r| (0..width).map(move |i| silu(r[i]) * r[width + i]))
             .collect();
-        for rows in rows {
+        // Each row count with the 64-row split's partials folded through memory, then in its
+        // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
+        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| [(r, false), (r, true)]) {
+            k.matmul_cluster_fold = cluster_fold;
+            let seed = format!("{seed} (cluster fold {cluster_fold})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
