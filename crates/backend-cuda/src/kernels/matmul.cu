@@ -1306,7 +1306,8 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 #define MMT_FOLD_SWIGLU 2
 
 // Floats past each row of a cluster-folded tile's partial in shared memory: a warp's stores (rows
-// g, columns 2t + i) then fall in distinct banks.
+// g, columns 2t + i) then meet at most two to a bank (4g + 2t, where BN alone would put the 8
+// rows' same column in one bank).
 #define MMT_FOLD_PAD 4
 
 // The cluster's fold of a tile (`matmul_tiled_block`'s FOLD): every block's partial `mine` is in
@@ -1452,6 +1453,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
 #pragma unroll
         for (int j = 0; j < WP; j++) {
             if (FOLD == MMT_FOLD_SWIGLU) {
+                static_assert(BN / 2 % RW == 0, "no pass of the copies straddles the gate and up rows");
                 const int ol = wo + j * RW, row_step = j * RW + (j * RW >= BN / 2 ? width - BN / 2 : 0);
                 const bool in = k_in && u0 + ol % (BN / 2) < width;
                 MMT_W_COPY(base + w_dst + j * RW * (MMA_CHUNK / 2),
@@ -1576,7 +1578,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     cp_async_wait<0>();
     if (FOLD != MMT_FOLD_NONE) {
         // The partial into this block's shared memory (every warp done with the stages first),
-        // rows MMT_FOLD_STRIDE floats apart, then the cluster's fold.
+        // rows BN + MMT_FOLD_PAD floats apart, then the cluster's fold.
         __syncthreads();
         float* mine = reinterpret_cast<float*>(smem);
 #pragma unroll

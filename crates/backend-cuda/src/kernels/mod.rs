@@ -242,7 +242,8 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// `FLASHLANE_MATMUL_CLUSTER_FOLD=1` runs the 64-row k split (`matmul_bf16_tiled_split`: bf16
-/// rounds of 33–64 rows where k splits) as `matmul_bf16_tiled_split_fold` (or, for a dense MLP's
+/// rounds of 33–64 rows where k splits, of up to 32 with `FLASHLANE_MATMUL_SPLIT32=0`, and the
+/// prompts' splits) as `matmul_bf16_tiled_split_fold` (or, for a dense MLP's
 /// gate/up with its SwiGLU, `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one cluster, each
 /// keeps its partial in its shared memory, and the cluster folds them there in residue order —
 /// the fold's sum, so the same bits (kernel test) — with no partials written to memory and read
@@ -1428,6 +1429,9 @@ pub struct Kernels {
     /// Tests: launches of the swapped chain's half tiles so far.
     #[cfg(test)]
     pub(crate) swapped_half_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: launches of the k split folded in its clusters so far.
+    #[cfg(test)]
+    pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1655,6 +1659,8 @@ impl Kernels {
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             swapped_half_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2466,11 +2472,6 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
-    /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
-    /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
-    /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
-    /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
-    /// `matmul_fold_residues_swiglu`).
     /// The 64-row k split of `m` (its rows already split) folded in each tile's cluster
     /// (`matmul_bf16_tiled_split_fold`, [`MATMUL_CLUSTER_FOLD_ENV`]): into `m.y` as the fold
     /// writes it, or with `swiglu_act` the SwiGLU of its gate/up into that address.
@@ -2516,6 +2517,9 @@ impl Kernels {
             u32::try_from(out_blocks).expect("outputs fit a grid"),
             MATMUL_RESIDUES as u32,
         );
+        #[cfg(test)]
+        self.cluster_fold_launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         gpu.launch_with_shared(
             kernel,
@@ -2526,6 +2530,13 @@ impl Kernels {
         )
     }
 
+    /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
+    /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
+    /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
+    /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
+    /// `matmul_fold_residues_swiglu`).
+    /// With [`MATMUL_CLUSTER_FOLD_ENV`] the 64-row split on mma.sync folds in its clusters
+    /// instead ([`Kernels::matmul_split_folded`]).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,

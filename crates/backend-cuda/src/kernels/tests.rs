@@ -300,13 +300,24 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // accumulated.
     k.matmul_cluster_fold = true;
     k.matmul_split32 = false;
+    k.cluster_fold_launches
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    // One piece of k (residues 1–7 of every tile empty: each block still meets the cluster's
+    // barriers), three rounds of the residues plus a piece, and random depths.
     for (depth, rows) in [
         (16 * (1 + rng.below(320)), 40),
+        (16, 64),
         (3 * 8 * 64 + 16, 64),
         (16 * (1 + rng.below(160)), 300),
     ] {
         matmul_case(&gpu, &k, &mut rng, depth, rows, true);
     }
+    assert!(
+        k.cluster_fold_launches
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0,
+        "the split folded in its clusters never ran"
+    );
 }
 
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
