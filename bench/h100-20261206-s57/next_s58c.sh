@@ -3,7 +3,8 @@
 # (`matmul_bf16_tiled_split_fold`, `_fold_swiglu`; FLASHLANE_MATMUL_CLUSTER_FOLD=1, off): 1. the
 # matmul and SwiGLU kernel tests that run it against the other kernels (rounds of 40, 64 and
 # 300 rows; SwiGLU widths with a partial last tile); 2. its decode A/B on Qwen3-4B at 48 / 64
-# streams and -8B at 64 (the split takes rounds of 48–64 rows); 3. gpu_dense and gpu_target with
+# streams (also with the staged attention, FLASHLANE_ATTENTION_STAGED=1) and -8B at 64 (the
+# split takes rounds of 48–64 rows); 3. gpu_dense and gpu_target with
 # it on (alone = batched = moved = with drafts). ~480 s. Carry
 # bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz}, the model moved out; limit 600.
 set -u
@@ -15,7 +16,7 @@ gpu_info
 room() { [ $(( $(date +%s) - T0 + $1 )) -le $LIMIT ] || { el "skipped: $2 (no room)"; return 1; }; }
 kernel_tests s58c_fold 200 matmul_matches_backend_cpu_gathers gate_up_swiglu_gives
 FOLD="default:FLASHLANE_AB=1 fold:FLASHLANE_MATMUL_CLUSTER_FOLD=1"
-room 80 fold_4b && ab fold_4b qwen3-4b 48,64 "$FOLD" $FL
+room 110 fold_4b && ab fold_4b qwen3-4b 48,64 "$FOLD both:FLASHLANE_MATMUL_CLUSTER_FOLD=1,FLASHLANE_ATTENTION_STAGED=1" $FL
 room 90 fold_8b && ab fold_8b qwen3-8b 64 "$FOLD" $FL
 if room 100 whole_model_fold; then
   SETTINGS="fold:FLASHLANE_MATMUL_CLUSTER_FOLD=1" TESTS="gpu_dense gpu_target" TEST_TIMEOUT=60 \
