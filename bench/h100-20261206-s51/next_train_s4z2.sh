@@ -47,6 +47,14 @@ for f in "${replay[@]}"; do replay_args+=(--replay "$f"); done
 # GROW="--copy L [--at P]" (session 55) trains a model one layer deeper: grow_depth.py copies
 # layer L of the shipped model to a new layer that starts as the identity (the same logits).
 init=models/flashlane-tiny
+# INIT_TAR=FILE (session 57): a stage from another model than the shipped one, a tar.xz of its
+# folder (e.g. 4z6's grown model: bench/peers/s4z6_model.tar.xz, made on the 2-core machine
+# while its files last), carried without tiny_model.xz (the training reads only the init model
+# and the tree's tokenizer).
+if [ -n "${INIT_TAR:-}" ]; then
+  mkdir -p /tmp/init && tar -C /tmp/init -xJf "$INIT_TAR" && init=/tmp/init/$(tar -tJf "$INIT_TAR" | head -1 | cut -d/ -f1)
+  el "init: $init"
+fi
 if [ -n "${GROW:-}" ]; then
   python3 tools/train_tiny/grow_depth.py models/flashlane-tiny /tmp/grown $GROW && init=/tmp/grown
   el "grown: $init"
