@@ -1,6 +1,7 @@
 # Sourced by a device call's script, from the repository root, after `T0=$(date +%s)`:
 #   . bench/device_ab.sh
 # el MESSAGE: MESSAGE after the seconds since T0.
+# room SECONDS NAME: whether a step of SECONDS fits within $LIMIT (570 unset); else says so.
 # gpu_info: the GPU's name, driver and memory, and its device-to-device copy bandwidth
 #   (bench/copy_bandwidth.py: issue 12's ceiling for one stream), into $OUT/gpu.txt, and printed.
 # kernel_tests NAME SECONDS FILTER...: the packed `backend_cuda` test binary
@@ -10,6 +11,7 @@
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+room() { [ $(( $(date +%s) - T0 + $1 )) -le ${LIMIT:-570} ] || { el "skipped: $2 (no room)"; return 1; }; }
 ab() {
   local name=$1 shape=$2 streams=$3 settings=$4; shift 4
   SETTINGS="$settings" STREAMS=$streams NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=90 \

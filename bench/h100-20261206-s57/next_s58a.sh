@@ -14,7 +14,6 @@ LIMIT=${LIMIT:-560}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-room() { [ $(( $(date +%s) - T0 + $1 )) -le $LIMIT ] || { el "skipped: $2 (no room)"; return 1; }; }
 kernel_tests s58a_attention 170 attention_of_
 STAGED="default:FLASHLANE_AB=1 staged:FLASHLANE_ATTENTION_STAGED=1 staged8:FLASHLANE_ATTENTION_STAGED=8"
 room 100 staged_4b && ab staged_4b qwen3-4b 32,64 "$STAGED" $FL

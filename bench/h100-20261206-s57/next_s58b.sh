@@ -14,7 +14,6 @@ LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-room() { [ $(( $(date +%s) - T0 + $1 )) -le $LIMIT ] || { el "skipped: $2 (no room)"; return 1; }; }
 kernel_tests s58b_swap 100 swapped_chain
 BAL="default:FLASHLANE_AB=1 balance:FLASHLANE_MATMUL_SWAP_BALANCE=1"
 room 60 balance_4b && ab balance_4b qwen3-4b 1,2 "$BAL" $FL

@@ -13,7 +13,6 @@ LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-room() { [ $(( $(date +%s) - T0 + $1 )) -le $LIMIT ] || { el "skipped: $2 (no room)"; return 1; }; }
 kernel_tests s58c_fold 200 matmul_matches_backend_cpu_gathers gate_up_swiglu_gives
 FOLD="default:FLASHLANE_AB=1 fold:FLASHLANE_MATMUL_CLUSTER_FOLD=1"
 room 110 fold_4b && ab fold_4b qwen3-4b 48,64 "$FOLD both:FLASHLANE_MATMUL_CLUSTER_FOLD=1,FLASHLANE_ATTENTION_STAGED=1" $FL

@@ -834,6 +834,16 @@ fn att_staged_shared_bytes(dims: &Dims) -> usize {
     stages.max(merge)
 }
 
+/// `function` allowed `bytes` of dynamic shared memory a block (past the 48 KiB a block gets
+/// without asking).
+fn with_shared_bytes(function: CudaFunction, bytes: usize) -> Result<CudaFunction, CudaError> {
+    function.set_attribute(
+        cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        i32::try_from(bytes).expect("a block's shared memory fits i32"),
+    )?;
+    Ok(function)
+}
+
 /// Bytes of one cached K or V element.
 fn kv_bytes(kv: KvDtype) -> usize {
     match kv {
@@ -1557,14 +1567,7 @@ impl Kernels {
         let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
         let f = |name: &str| module.load_function(name);
         // The tiles' stages: over the 48 KiB a block gets without asking.
-        let tiles = |name: &str| -> Result<CudaFunction, CudaError> {
-            let function = f(name)?;
-            function.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                tiled_shared_bytes as i32,
-            )?;
-            Ok(function)
-        };
+        let tiles = |name: &str| with_shared_bytes(f(name)?, tiled_shared_bytes);
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
         // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
@@ -1671,14 +1674,7 @@ impl Kernels {
             attention_grouped_few: f("attention_grouped_few")?,
             attention_staged: {
                 if let Some(bytes) = att_staged_fits(dims) {
-                    let staged = |name: &str| -> Result<CudaFunction, CudaError> {
-                        let function = f(name)?;
-                        function.set_attribute(
-                            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            bytes as i32,
-                        )?;
-                        Ok(function)
-                    };
+                    let staged = |name: &str| with_shared_bytes(f(name)?, bytes);
                     Some((
                         [
                             staged("attention_grouped_staged")?,
