@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Prepared in session 57 (not run). The 64-row k split folded in its clusters
-# (`matmul_bf16_tiled_split_fold`, `_fold_swiglu`; FLASHLANE_MATMUL_CLUSTER_FOLD=1, off): 1. the
-# matmul and SwiGLU kernel tests that run it against the other kernels (rounds of 40, 64 and
-# 300 rows; SwiGLU widths with a partial last tile); 2. its decode A/B on Qwen3-4B at 48 / 64
-# streams (also with the staged attention, FLASHLANE_ATTENTION_STAGED=1) and -8B at 64 (the
-# split takes rounds of 48–64 rows); 3. gpu_dense and gpu_target with
-# it on (alone = batched = moved = with drafts). ~480 s. Carry
+# Prepared in session 57 (not run). The k splits on mma.sync folded in their clusters
+# (`matmul_bf16_tiled_split_fold`, `_split32_fold`, their `_fold_swiglu`;
+# FLASHLANE_MATMUL_CLUSTER_FOLD=1, off): 1. the matmul and SwiGLU kernel tests that run them
+# against the other kernels (rounds of 40, 64 and 300 rows, the 32-row blocks at 20 and 32;
+# SwiGLU widths with a partial last tile); 2. the decode A/B on Qwen3-4B at 32 / 48 / 64
+# streams (32 takes the 32-row blocks; also with the staged attention,
+# FLASHLANE_ATTENTION_STAGED=1) and -8B at 64; 3. gpu_dense and gpu_target with it on (alone =
+# batched = moved = with drafts). ~500 s. Carry
 # bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz}, the model moved out; limit 600.
 set -u
 T0=$(date +%s)
@@ -15,7 +16,7 @@ LIMIT=${LIMIT:-570}
 gpu_info
 kernel_tests s58c_fold 200 matmul_matches_backend_cpu_gathers gate_up_swiglu_gives
 FOLD="default:FLASHLANE_AB=1 fold:FLASHLANE_MATMUL_CLUSTER_FOLD=1"
-room 110 fold_4b && ab fold_4b qwen3-4b 48,64 "$FOLD both:FLASHLANE_MATMUL_CLUSTER_FOLD=1,FLASHLANE_ATTENTION_STAGED=1" $FL
+room 140 fold_4b && ab fold_4b qwen3-4b 32,48,64 "$FOLD both:FLASHLANE_MATMUL_CLUSTER_FOLD=1,FLASHLANE_ATTENTION_STAGED=1" $FL
 room 90 fold_8b && ab fold_8b qwen3-8b 64 "$FOLD" $FL
 if room 100 whole_model_fold; then
   SETTINGS="fold:FLASHLANE_MATMUL_CLUSTER_FOLD=1" TESTS="gpu_dense gpu_target" TEST_TIMEOUT=60 \

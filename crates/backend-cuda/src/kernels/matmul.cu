@@ -1660,6 +1660,22 @@ matmul_bf16_tiled_split32(const unsigned* __restrict__ xs, const bf16_t* __restr
     matmul_tiled_block<32, 2, true>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
+// `matmul_bf16_tiled_split32` folded in its clusters (`matmul_bf16_tiled_split_fold`'s way, each of
+// a tile's 8 blocks folding 4 of its 32 rows): the same arguments and bits. Grid (ceil(rows / 32),
+// ceil(n_out / 128), MMT_RESIDUES); for a gate/up with its SwiGLU (`_fold_swiglu`) ceil(width /
+// 64) tiles.
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_tiled_split32_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                               float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_tiled_block<32, 2, true, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_tiled_split32_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
+                                      int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

@@ -241,10 +241,10 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
-/// `FLASHLANE_MATMUL_CLUSTER_FOLD=1` runs the 64-row k split (`matmul_bf16_tiled_split`: bf16
-/// rounds of 33–64 rows where k splits, of up to 32 with `FLASHLANE_MATMUL_SPLIT32=0`, and the
-/// prompts' splits) as `matmul_bf16_tiled_split_fold` (or, for a dense MLP's
-/// gate/up with its SwiGLU, `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one cluster, each
+/// `FLASHLANE_MATMUL_CLUSTER_FOLD=1` runs the k splits on mma.sync (`matmul_bf16_tiled_split`:
+/// bf16 rounds of 48–64 rows where k splits, and the prompts' splits; `_split32`: rounds of
+/// 17–32) as `matmul_bf16_tiled_split_fold` / `matmul_bf16_tiled_split32_fold` (or, for a dense
+/// MLP's gate/up with its SwiGLU, their `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one cluster, each
 /// keeps its partial in its shared memory, and the cluster folds them there in residue order —
 /// the fold's sum, so the same bits (kernel test) — with no partials written to memory and read
 /// back, and no fold launch. Qwen3-4B at 64 streams wrote and read ~63 MB of partials a layer
@@ -1386,9 +1386,11 @@ pub struct Kernels {
     /// `split_rows_norm`: `rmsnorm_rows` and `split_rows` in one launch ([`NormPlace::InSplit`]).
     split_rows_norm: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    /// `matmul_bf16_tiled_split_fold` and `_fold_swiglu`, and whether the 64-row split runs them
+    /// `matmul_bf16_tiled_split_fold` and `_fold_swiglu`, and `matmul_bf16_tiled_split32_fold`
+    /// and its `_fold_swiglu`, and whether the mma.sync splits run them
     /// ([`MATMUL_CLUSTER_FOLD_ENV`]).
     matmul_tiled_split_fold: [CudaFunction; 2],
+    matmul_tiled_split32_fold: [CudaFunction; 2],
     pub(crate) matmul_cluster_fold: bool,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
@@ -1633,6 +1635,10 @@ impl Kernels {
             matmul_tiled_split_fold: [
                 tiles("matmul_bf16_tiled_split_fold")?,
                 tiles("matmul_bf16_tiled_split_fold_swiglu")?,
+            ],
+            matmul_tiled_split32_fold: [
+                tiles("matmul_bf16_tiled_split32_fold")?,
+                tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
             ],
             matmul_cluster_fold: env_asked(MATMUL_CLUSTER_FOLD_ENV),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
@@ -2468,19 +2474,22 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
-    /// The 64-row k split of `m` (its rows already split) folded in each tile's cluster
-    /// (`matmul_bf16_tiled_split_fold`, [`MATMUL_CLUSTER_FOLD_ENV`]): into `m.y` as the fold
-    /// writes it, or with `swiglu_act` the SwiGLU of its gate/up into that address.
+    /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
+    /// by `kernels` (plain, SwiGLU: `matmul_bf16_tiled_split_fold*` or
+    /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on `blocks` (the split's row
+    /// blocks and shared bytes): into `m.y` as the fold writes it, or with `swiglu_act` the
+    /// SwiGLU of its gate/up into that address.
     fn matmul_split_folded(
         &self,
         gpu: &Gpu,
         m: &Matmul,
         swiglu_act: Option<u64>,
-        row_blocks: u32,
+        kernels: &[CudaFunction; 2],
+        (row_blocks, shared): (u32, usize),
     ) -> Result<(), CudaError> {
         let (kernel, out_blocks, tail) = match swiglu_act {
             None => (
-                &self.matmul_tiled_split_fold[0],
+                &kernels[0],
                 m.n_out.div_ceil(MMT_OUTS),
                 [
                     Arg::I32(m.k as i32),
@@ -2494,7 +2503,7 @@ impl Kernels {
             Some(act) => {
                 let width = m.n_out / 2;
                 (
-                    &self.matmul_tiled_split_fold[1],
+                    &kernels[1],
                     // A tile: MMT_OUTS / 2 units' gate rows and their up rows.
                     width.div_ceil(MMT_OUTS / 2),
                     [
@@ -2521,7 +2530,7 @@ impl Kernels {
             kernel,
             grid,
             MMT_THREADS,
-            self.tiled_shared_bytes as u32,
+            shared as u32,
             split_rows_args(m, &tail, &mut room),
         )
     }
@@ -2582,39 +2591,42 @@ impl Kernels {
             )),
             false => None,
         };
-        let (split, row_blocks, shared) =
-            match (wgmma, self.matmul_split32 && m.rows <= SPLIT32_ROWS) {
-                (Some(wg), _) => {
-                    check_wg_matrix_size(m);
-                    let kernels = match m.fp8 {
-                        Some(_) => &wg.split_fp8,
-                        None => &wg.split_bf16,
-                    };
-                    let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
-                        true => (&kernels[0], MWS_N32_ROWS),
-                        false => (&kernels[1], MWS_MAX_ROWS),
-                    };
-                    (
-                        kernel,
-                        rows_u32(m.rows.div_ceil(rows)),
-                        mws_shared_bytes(rows),
-                    )
-                }
-                (None, true) => (
-                    &self.matmul_tiled_split32,
-                    rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
-                    self.split32_shared_bytes,
-                ),
-                (None, false) => (
-                    &self.matmul_tiled_split,
-                    row_blocks,
-                    self.tiled_shared_bytes,
-                ),
+        let on_32_rows = self.matmul_split32 && m.rows <= SPLIT32_ROWS;
+        let (split, row_blocks, shared) = match (wgmma, on_32_rows) {
+            (Some(wg), _) => {
+                check_wg_matrix_size(m);
+                let kernels = match m.fp8 {
+                    Some(_) => &wg.split_fp8,
+                    None => &wg.split_bf16,
+                };
+                let (kernel, rows) = match m.rows <= MWS_N32_ROWS {
+                    true => (&kernels[0], MWS_N32_ROWS),
+                    false => (&kernels[1], MWS_MAX_ROWS),
+                };
+                (
+                    kernel,
+                    rows_u32(m.rows.div_ceil(rows)),
+                    mws_shared_bytes(rows),
+                )
+            }
+            (None, true) => (
+                &self.matmul_tiled_split32,
+                rows_u32(m.rows.div_ceil(SPLIT32_ROWS)),
+                self.split32_shared_bytes,
+            ),
+            (None, false) => (
+                &self.matmul_tiled_split,
+                row_blocks,
+                self.tiled_shared_bytes,
+            ),
+        };
+        // The splits on mma.sync (not the warpgroup's) may fold in clusters.
+        if self.matmul_cluster_fold && wgmma.is_none() {
+            let kernels = match on_32_rows {
+                true => &self.matmul_tiled_split32_fold,
+                false => &self.matmul_tiled_split_fold,
             };
-        // The 64-row split on mma.sync (not the warpgroup's, not 32 rows') may fold in clusters.
-        let on_64_row_split = wgmma.is_none() && !(self.matmul_split32 && m.rows <= SPLIT32_ROWS);
-        if self.matmul_cluster_fold && on_64_row_split {
-            return self.matmul_split_folded(gpu, m, swiglu_act, row_blocks);
+            return self.matmul_split_folded(gpu, m, swiglu_act, kernels, (row_blocks, shared));
         }
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];

@@ -312,6 +312,11 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     ] {
         matmul_case(&gpu, &k, &mut rng, depth, rows, true);
     }
+    // And the 32-row blocks' split folded so (`matmul_bf16_tiled_split32_fold`): 32 and 20 rows.
+    k.matmul_split32 = true;
+    for (depth, rows) in [(16 * (1 + rng.below(320)), 32), (16, 20)] {
+        matmul_case(&gpu, &k, &mut rng, depth, rows, true);
+    }
     assert!(
         k.cluster_fold_launches
             .load(std::sync::atomic::Ordering::Relaxed)
