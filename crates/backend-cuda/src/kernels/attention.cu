@@ -401,10 +401,11 @@ ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS, 1)
 #define ATT_STAGE_KEYS (ATT_WARPS * ATT_KEY_GROUP)
 #define ATT_STAGE_ELEMS (2 * ATT_STAGE_KEYS * ATT_HD)  // kv_t: a round's K rows, then its V rows
 #define ATT_PIECE (16 / (int)sizeof(kv_t))             // kv_t a 16-byte copy
+// q, k_cache and v_cache carry no `__restrict__` here: `attention_grouped_staged_prep` writes
+// them before it reads them (the kernels' own parameters say where they are read-only).
 template <int G, int PW>
-__device__ __forceinline__ void attention_heads_staged(const float* __restrict__ q, const float* __restrict__ qkv,
-                                                       const kv_t* __restrict__ k_cache,
-                                                       const kv_t* __restrict__ v_cache,
+__device__ __forceinline__ void attention_heads_staged(const float* q, const float* __restrict__ qkv,
+                                                       const kv_t* k_cache, const kv_t* v_cache,
                                                        const int* __restrict__ pos_arr,
                                                        const int* __restrict__ kv_base_arr, float scale,
                                                        float* __restrict__ out, int h0, kv_t* stages,
@@ -499,6 +500,39 @@ __device__ __forceinline__ void attention_heads_staged(const float* __restrict__
 // (their registers at most 128 a thread; the shared memory of two fits with heads of 128).
 ATTENTION_STAGED_KERNEL(attention_grouped_staged, ATT_WARPS, 1)
 ATTENTION_STAGED_KERNEL(attention_grouped_staged8, ATT_WARPS / 2, 2)
+
+// `attention_prep` then `attention_grouped_staged` in one launch, for calls whose every row is
+// its session's only one (a decode round of many streams without drafts), as
+// `attention_gated_prep` is for the per-head kernel: warps 0 … ATT_GROUP − 1 prep the block's
+// query heads, warp ATT_GROUP its KV head (each of that KV head's groups' blocks writes the same
+// bits to the same cache row), then the block's attention reads q back and copies the keys, the
+// row's own among them, after the barrier, which makes the threads' global writes visible to
+// the block (cp.async reads through L2, where they are). The same prep and chain: the same bits
+// (kernel test).
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
+attention_grouped_staged_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
+                              const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
+                              const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
+                              float scale, float* q, kv_t* k_cache, kv_t* v_cache, float* __restrict__ out) {
+    static_assert(ATT_GROUP + 1 <= ATT_WARPS, "a warp a query head of the group and one for its KV head");
+    pdl_start();
+    __shared__ float bufs[ATT_GROUP + 1][ATT_HD];
+    __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];
+    extern __shared__ float4 att_stages4[];
+    const int r = blockIdx.x, h0 = blockIdx.y * ATT_GROUP, warp = threadIdx.x / WARP;
+    if (warp <= ATT_GROUP) {
+        const int pos = pos_arr[r];
+        const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
+        const int w = warp < ATT_GROUP ? h0 + warp : ATT_HEADS + h0 / (ATT_HEADS / ATT_KV_HEADS);
+        // (The KV head's warp writes no q: its q_head is never written.)
+        prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, cache_row, q_norm, k_norm, inv_freq, eps,
+                  q + ((size_t)r * ATT_HEADS + min(w, ATT_HEADS - 1)) * ATT_HD, k_cache, v_cache, bufs[warp],
+                  threadIdx.x % WARP);
+    }
+    __syncthreads();
+    attention_heads_staged<ATT_GROUP, ATT_WARPS>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, h0,
+                                                 reinterpret_cast<kv_t*>(att_stages4), m_s, l_s);
+}
 #endif
 
 // `attention_prep` then `attention_gated` in one launch, for calls whose every row is its

@@ -816,8 +816,10 @@ const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 1024;
 /// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
 /// and every prompt with heads over 128 dims) with each round of keys
 /// copied into shared memory ATT_STAGES − 1 rounds ahead (`attention_grouped_staged`, 16
-/// warps a block), `=8` by 8 warps of two key splits each (`attention_grouped_staged8`); the
-/// same chain, the same bits (kernel test). Off until measured: on the H200 the grouped
+/// warps a block; in a round whose every row is its session's only one, with the prep inside
+/// too, `attention_grouped_staged_prep`, where [`PREP_IN_ATTENTION_ENV`] allows: a launch fewer
+/// a layer), `=8` by 8 warps of two key splits each (`attention_grouped_staged8`, prep apart);
+/// the same chain, the same bits (kernel test). Off until measured: on the H200 the grouped
 /// kernel read Qwen3-4B's caches at ~1.2 TB/s in a 64-stream round (42.6 µs a layer, 20 % of
 /// the round, session 56), each warp's next keys loaded only after its arithmetic on the last.
 /// An A/B switch.
@@ -842,6 +844,15 @@ fn with_shared_bytes(function: CudaFunction, bytes: usize) -> Result<CudaFunctio
         i32::try_from(bytes).expect("a block's shared memory fits i32"),
     )?;
     Ok(function)
+}
+
+/// The staged attention's kernels ([`ATTENTION_STAGED_ENV`]) and their shared memory.
+struct StagedAttention {
+    /// `attention_grouped_staged` (16 warps) and `attention_grouped_staged8` (8).
+    by_warps: [CudaFunction; 2],
+    /// `attention_grouped_staged_prep`: the prep, then the 16-warp kernel's attention.
+    with_prep: CudaFunction,
+    shared_bytes: u32,
 }
 
 /// Bytes of one cached K or V element.
@@ -1453,8 +1464,9 @@ pub struct Kernels {
     attention_grouped: CudaFunction,
     attention_grouped_few: CudaFunction,
     /// `attention_grouped_staged` and `attention_grouped_staged8` where they are compiled and
-    /// their shared memory fits ([`att_staged_fits`]), with its bytes.
-    attention_staged: Option<([CudaFunction; 2], u32)>,
+    /// their shared memory fits ([`att_staged_fits`]), `attention_grouped_staged_prep`, and
+    /// their shared memory bytes.
+    attention_staged: Option<StagedAttention>,
     /// [`ATTENTION_STAGED_ENV`]: the staged kernel that takes the grouped kernel's calls, if any.
     pub(crate) attention_staged_asked: Option<AttentionKernel>,
     attention_gated_prep: CudaFunction,
@@ -1681,13 +1693,14 @@ impl Kernels {
             attention_staged: {
                 if let Some(bytes) = att_staged_fits(dims) {
                     let staged = |name: &str| with_shared_bytes(f(name)?, bytes);
-                    Some((
-                        [
+                    Some(StagedAttention {
+                        by_warps: [
                             staged("attention_grouped_staged")?,
                             staged("attention_grouped_staged8")?,
                         ],
-                        bytes as u32,
-                    ))
+                        with_prep: staged("attention_grouped_staged_prep")?,
+                        shared_bytes: bytes as u32,
+                    })
                 } else {
                     None
                 }
@@ -3600,17 +3613,20 @@ fn attention_scale(dims: &Dims) -> f32 {
 pub enum PrepPlace {
     /// `attention_prep`, a launch ahead of the attention kernel.
     Apart,
-    /// `attention_gated_prep`: in the per-head attention kernel's blocks, ahead of their
-    /// attention.
+    /// `attention_gated_prep` (or `attention_grouped_staged_prep`): in the attention kernel's
+    /// blocks, ahead of their attention.
     InAttention,
 }
 
 /// The prep goes into the attention where it is allowed ([`PREP_IN_ATTENTION_ENV`]), the call
-/// runs the per-head kernel (few rows; the grouped ones have no such twin) and no row needs a
-/// key another row of the call writes.
+/// runs the per-head kernel (few rows) or the 16-warp staged one ([`ATTENTION_STAGED_ENV`]:
+/// `attention_grouped_staged_prep`; the other grouped kernels have no such twin) and no row
+/// needs a key another row of the call writes.
 pub fn prep_place(kernel: AttentionKernel, one_row_a_session: bool, allowed: bool) -> PrepPlace {
     match (allowed, kernel, one_row_a_session) {
-        (true, AttentionKernel::PerHead, true) => PrepPlace::InAttention,
+        (true, AttentionKernel::PerHead | AttentionKernel::GroupedStaged, true) => {
+            PrepPlace::InAttention
+        }
         _ => PrepPlace::Apart,
     }
 }
@@ -3693,9 +3709,65 @@ impl Kernels {
                     self.attention_with(gpu, dims, a, q, qkv, out, kernel)?;
                 }
             }
-            PrepPlace::InAttention => self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?,
+            PrepPlace::InAttention => match kernel {
+                AttentionKernel::GroupedStaged => {
+                    self.attention_grouped_staged_prep(gpu, dims, a, qkv, prep, q, out)?
+                }
+                _ => self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?,
+            },
         }
         Ok(place)
+    }
+
+    /// The staged attention's kernels, which run only where they were compiled.
+    fn staged_attention(&self) -> &StagedAttention {
+        self.attention_staged.as_ref().expect(
+            "[attention-staged-compiled] the staged attention runs only where its shared memory fits",
+        )
+    }
+
+    /// `attention_grouped_staged_prep` over `a`'s rows, each its session's only one (callers
+    /// check): the prep, then the staged attention, in one launch.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_grouped_staged_prep(
+        &self,
+        gpu: &Gpu,
+        dims: &Dims,
+        a: &AttentionRows,
+        qkv: u64,
+        prep: &PrepWeights,
+        q: u64,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        assert!(
+            a.one_row_a_session,
+            "A1: the prep runs in the attention only where each row is its session's only one"
+        );
+        if a.rows == 0 {
+            return Ok(());
+        }
+        let staged = self.staged_attention();
+        let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
+        gpu.launch_with_shared(
+            &staged.with_prep,
+            (rows_u32(a.rows), groups as u32, 1),
+            ATT_THREADS,
+            staged.shared_bytes,
+            &[
+                Arg::Ptr(qkv),
+                Arg::Ptr(a.pos),
+                Arg::Ptr(a.kv_base),
+                Arg::Ptr(prep.q_norm),
+                Arg::Ptr(prep.k_norm),
+                Arg::Ptr(prep.inv_freq),
+                Arg::F32(prep.eps),
+                Arg::F32(attention_scale(dims)),
+                Arg::Ptr(q),
+                Arg::Ptr(a.k_cache),
+                Arg::Ptr(a.v_cache),
+                Arg::Ptr(out),
+            ],
+        )
     }
 
     /// `attention_gated_prep` over `a`'s rows, each its session's only one (callers check).
@@ -3754,10 +3826,13 @@ impl Kernels {
         let scale = attention_scale(dims);
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
         let staged = |which: usize| {
-            let (functions, bytes) = self.attention_staged.as_ref().expect(
-                "[attention-staged-compiled] the staged attention runs only where its shared memory fits",
-            );
-            (&functions[which], groups, ATT_THREADS >> which, *bytes)
+            let staged = self.staged_attention();
+            (
+                &staged.by_warps[which],
+                groups,
+                ATT_THREADS >> which,
+                staged.shared_bytes,
+            )
         };
         let (f, head_blocks, threads, shared) = match kernel {
             AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS, 0),

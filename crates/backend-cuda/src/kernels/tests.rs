@@ -1089,7 +1089,9 @@ fn the_prep_runs_in_the_attention_only_for_rows_of_their_own() {
         (PerHead, false, true, PrepPlace::Apart),
         (Grouped, true, true, PrepPlace::Apart),
         (GroupedFewWarps, true, true, PrepPlace::Apart),
-        (GroupedStaged, true, true, PrepPlace::Apart),
+        (GroupedStaged, true, true, PrepPlace::InAttention),
+        (GroupedStaged, false, true, PrepPlace::Apart),
+        (GroupedStaged, true, false, PrepPlace::Apart),
         (GroupedStaged8, true, true, PrepPlace::Apart),
     ];
     for (kernel, own, allowed, want) in cases {
@@ -3040,8 +3042,9 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// warp walks several groups), the cache before each row filled with random stored keys and
 /// values; heads of both kinds (Qwen3's plain norms and ungated heads, Qwen3-Next's zero-centred
 /// and gated ones with partial RoPE), heads of 16 to 256 dims, the bf16 cache (and the f32 one
-/// on two shapes). With the bf16 cache, every attention kernel and the ways of loading the keys
-/// (ATT_KV_AHEAD) each shape lists give the same bits too.
+/// on two shapes). The same for `attention_grouped_staged_prep` (the prep inside the staged
+/// attention) wherever the staged kernels were compiled. With the bf16 cache, every attention
+/// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too.
 #[test]
 fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
     let Some(gpu) = open_gpu() else { return };
@@ -3135,8 +3138,14 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     .collect()
             };
             let (k_bytes, v_bytes) = (stored(), stored());
-            // The prep inside the per-head attention (`None`), or apart and then `kernel`.
-            let run = |k: &Kernels, apart_then: Option<super::AttentionKernel>| {
+            // The prep inside the attention of `Way::PrepIn`'s kernel (the per-head one's or the
+            // staged one's), or apart and then `Way::Apart`'s.
+            #[derive(Clone, Copy, Debug)]
+            enum Way {
+                PrepIn(super::AttentionKernel),
+                Apart(super::AttentionKernel),
+            }
+            let run = |k: &Kernels, way: Way| {
                 let k_buf = Buf::from_host(&gpu, &k_bytes).unwrap();
                 let v_buf = Buf::from_host(&gpu, &v_bytes).unwrap();
                 let q = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
@@ -3149,8 +3158,19 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     v_cache: v_buf.at(0),
                     one_row_a_session: true,
                 };
-                match apart_then {
-                    None => k
+                match way {
+                    Way::PrepIn(super::AttentionKernel::GroupedStaged) => k
+                        .attention_grouped_staged_prep(
+                            &gpu,
+                            &dims,
+                            &a,
+                            b.qkv.at(0),
+                            &prep,
+                            q.at(0),
+                            out.at(0),
+                        )
+                        .unwrap(),
+                    Way::PrepIn(_) => k
                         .attention_gated_prep(
                             &gpu,
                             &dims,
@@ -3161,7 +3181,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                             out.at(0),
                         )
                         .unwrap(),
-                    Some(kernel) => {
+                    Way::Apart(kernel) => {
                         k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &prep, q.at(0))
                             .unwrap();
                         k.attention_with(&gpu, &dims, &a, q.at(0), b.qkv.at(0), out.at(0), kernel)
@@ -3176,38 +3196,49 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     v_buf.read(&gpu, n).unwrap(),
                 )
             };
-            let per_head = Some(super::AttentionKernel::PerHead);
-            let (apart, inside) = (run(&k, per_head), run(&k, None));
-            assert!(
-                inside.1.iter().all(|x| x.is_finite()),
-                "{what}: outputs left unwritten"
-            );
-            assert!(same_bits(&inside.0, &apart.0), "{what}: q differs");
-            assert!(inside.2 == apart.2, "{what}: the K cache differs");
-            assert!(inside.3 == apart.3, "{what}: the V cache differs");
-            assert!(
-                same_bits(&inside.1, &apart.1),
-                "{what}: the attention differs"
-            );
+            use super::AttentionKernel::{
+                Grouped, GroupedFewWarps, GroupedStaged, GroupedStaged8, PerHead,
+            };
+            let apart = run(&k, Way::Apart(PerHead));
+            // The prep in the per-head kernel, and in the staged one where it was compiled.
+            let mut preps = vec![Way::PrepIn(PerHead)];
+            if k.attention_staged.is_some() {
+                preps.push(Way::PrepIn(GroupedStaged));
+            }
+            for &way in &preps {
+                let inside = run(&k, way);
+                assert!(
+                    inside.1.iter().all(|x| x.is_finite()),
+                    "{what}, {way:?}: outputs left unwritten"
+                );
+                assert!(same_bits(&inside.0, &apart.0), "{what}, {way:?}: q differs");
+                assert!(inside.2 == apart.2, "{what}, {way:?}: the K cache differs");
+                assert!(inside.3 == apart.3, "{what}, {way:?}: the V cache differs");
+                assert!(
+                    same_bits(&inside.1, &apart.1),
+                    "{what}, {way:?}: the attention differs"
+                );
+            }
             // Each way of loading the keys (ATT_KV_AHEAD), in every attention kernel: the same
             // bits. The default's kernels, then the other ways the shape lists (each a compile of
             // its own), only with the bf16 cache the models run with.
             if kv != KvDtype::Bf16 {
                 continue;
             }
-            let mut kernels = vec![
-                None,
-                per_head,
-                Some(super::AttentionKernel::Grouped),
-                Some(super::AttentionKernel::GroupedFewWarps),
-            ];
             // The staged kernels, wherever their stages fit (every bf16 head here).
             assert!(
                 k.attention_staged.is_some(),
                 "{what}: the staged attention was not compiled"
             );
-            kernels.push(Some(super::AttentionKernel::GroupedStaged));
-            kernels.push(Some(super::AttentionKernel::GroupedStaged8));
+            let kernels = [
+                Way::PrepIn(PerHead),
+                Way::PrepIn(GroupedStaged),
+                Way::Apart(PerHead),
+                Way::Apart(Grouped),
+                Way::Apart(GroupedFewWarps),
+                Way::Apart(GroupedStaged),
+                Way::Apart(GroupedStaged8),
+            ];
             for &kernel in &kernels {
                 assert!(
                     same_bits(&run(&k, kernel).1, &apart.1),
