@@ -506,9 +506,11 @@ ATTENTION_STAGED_KERNEL(attention_grouped_staged8, ATT_WARPS / 2, 2)
 // `attention_gated_prep` is for the per-head kernel: warps 0 … ATT_GROUP − 1 prep the block's
 // query heads, warp ATT_GROUP its KV head (each of that KV head's groups' blocks writes the same
 // bits to the same cache row), then the block's attention reads q back and copies the keys, the
-// row's own among them, after the barrier, which makes the threads' global writes visible to
-// the block (cp.async reads through L2, where they are). The same prep and chain: the same bits
-// (kernel test).
+// row's own among them, after the barrier: cp.async (not the bulk copies) is a generic-proxy
+// read ordered after its thread's earlier instructions, so the barrier orders the prep warps'
+// stores before it, as it does the plain loads of q (q, k_cache and v_cache are not
+// `__restrict__` here, so no load takes the read-only path). The same prep and chain: the same
+// bits (kernel test).
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
 attention_grouped_staged_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
                               const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,

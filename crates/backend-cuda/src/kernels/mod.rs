@@ -809,9 +809,11 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// 32 KiB of K and V for a bf16 head of 128, so 64 KiB in flight a block).
 const ATT_STAGES: usize = 3;
 /// Shared memory a block may opt into on compute capability 9.0 (227 KiB, the only target), less
-/// 1 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, at
-/// most 512 bytes): a model whose stages do not fit never runs them.
-const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 1024;
+/// 8 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, 512
+/// bytes at most, and the prep's buffers in `attention_grouped_staged_prep`: (group + 1) ×
+/// head_dim floats, at most 5 × 256 × 4 bytes where a group's dims are at most
+/// ATT_GROUP_MAX_DIMS): a model whose stages do not fit never runs them.
+const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 8 * 1024;
 /// `FLASHLANE_ATTENTION_STAGED=1` runs the grouped attention (calls of 32 rows and more that do
 /// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
 /// and every prompt with heads over 128 dims) with each round of keys
@@ -3710,10 +3712,15 @@ impl Kernels {
                 }
             }
             PrepPlace::InAttention => match kernel {
+                AttentionKernel::PerHead => {
+                    self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?
+                }
                 AttentionKernel::GroupedStaged => {
                     self.attention_grouped_staged_prep(gpu, dims, a, qkv, prep, q, out)?
                 }
-                _ => self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?,
+                other => unreachable!(
+                    "[prep-in-attention-twin] prep_place puts the prep in {other:?}, which has no twin"
+                ),
             },
         }
         Ok(place)
