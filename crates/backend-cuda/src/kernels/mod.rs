@@ -3633,6 +3633,47 @@ pub fn prep_place(kernel: AttentionKernel, one_row_a_session: bool, allowed: boo
     }
 }
 
+/// A prep-in-attention kernel (`attention_gated_prep`, `attention_grouped_staged_prep`:
+/// `launch` is the function, its blocks a row and its dynamic shared bytes) over `a`'s rows, each
+/// its session's only one (callers check); `(q, out)` where q and the output go.
+fn launch_prep_in_attention(
+    gpu: &Gpu,
+    (f, blocks_a_row, shared_bytes): (&CudaFunction, usize, u32),
+    dims: &Dims,
+    a: &AttentionRows,
+    qkv: u64,
+    prep: &PrepWeights,
+    (q, out): (u64, u64),
+) -> Result<(), CudaError> {
+    assert!(
+        a.one_row_a_session,
+        "A1: the prep runs in the attention only where each row is its session's only one"
+    );
+    if a.rows == 0 {
+        return Ok(());
+    }
+    gpu.launch_with_shared(
+        f,
+        (rows_u32(a.rows), blocks_a_row as u32, 1),
+        ATT_THREADS,
+        shared_bytes,
+        &[
+            Arg::Ptr(qkv),
+            Arg::Ptr(a.pos),
+            Arg::Ptr(a.kv_base),
+            Arg::Ptr(prep.q_norm),
+            Arg::Ptr(prep.k_norm),
+            Arg::Ptr(prep.inv_freq),
+            Arg::F32(prep.eps),
+            Arg::F32(attention_scale(dims)),
+            Arg::Ptr(q),
+            Arg::Ptr(a.k_cache),
+            Arg::Ptr(a.v_cache),
+            Arg::Ptr(out),
+        ],
+    )
+}
+
 /// What `attention_prep` applies to a layer's q and k heads: their RMSNorm weights, RoPE's
 /// inverse frequencies and the norms' epsilon.
 pub struct PrepWeights {
@@ -3746,35 +3787,10 @@ impl Kernels {
         q: u64,
         out: u64,
     ) -> Result<(), CudaError> {
-        assert!(
-            a.one_row_a_session,
-            "A1: the prep runs in the attention only where each row is its session's only one"
-        );
-        if a.rows == 0 {
-            return Ok(());
-        }
         let staged = self.staged_attention();
         let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
-        gpu.launch_with_shared(
-            &staged.with_prep,
-            (rows_u32(a.rows), groups as u32, 1),
-            ATT_THREADS,
-            staged.shared_bytes,
-            &[
-                Arg::Ptr(qkv),
-                Arg::Ptr(a.pos),
-                Arg::Ptr(a.kv_base),
-                Arg::Ptr(prep.q_norm),
-                Arg::Ptr(prep.k_norm),
-                Arg::Ptr(prep.inv_freq),
-                Arg::F32(prep.eps),
-                Arg::F32(attention_scale(dims)),
-                Arg::Ptr(q),
-                Arg::Ptr(a.k_cache),
-                Arg::Ptr(a.v_cache),
-                Arg::Ptr(out),
-            ],
-        )
+        let launch = (&staged.with_prep, groups, staged.shared_bytes);
+        launch_prep_in_attention(gpu, launch, dims, a, qkv, prep, (q, out))
     }
 
     /// `attention_gated_prep` over `a`'s rows, each its session's only one (callers check).
@@ -3789,32 +3805,8 @@ impl Kernels {
         q: u64,
         out: u64,
     ) -> Result<(), CudaError> {
-        assert!(
-            a.one_row_a_session,
-            "A1: the prep runs in the attention only where each row is its session's only one"
-        );
-        if a.rows == 0 {
-            return Ok(());
-        }
-        gpu.launch(
-            &self.attention_gated_prep,
-            (rows_u32(a.rows), dims.heads as u32, 1),
-            ATT_THREADS,
-            &[
-                Arg::Ptr(qkv),
-                Arg::Ptr(a.pos),
-                Arg::Ptr(a.kv_base),
-                Arg::Ptr(prep.q_norm),
-                Arg::Ptr(prep.k_norm),
-                Arg::Ptr(prep.inv_freq),
-                Arg::F32(prep.eps),
-                Arg::F32(attention_scale(dims)),
-                Arg::Ptr(q),
-                Arg::Ptr(a.k_cache),
-                Arg::Ptr(a.v_cache),
-                Arg::Ptr(out),
-            ],
-        )
+        let launch = (&self.attention_gated_prep, dims.heads, 0);
+        launch_prep_in_attention(gpu, launch, dims, a, qkv, prep, (q, out))
     }
 
     /// Gated softmax attention of every (row, head) into `out` `[rows, heads·head_dim]` by
