@@ -393,8 +393,8 @@ ATTENTION_KERNEL(attention_grouped_few, ATT_GROUP, ATT_FEW_WARPS, 1)
 // of keys in flight. PW warps each walk ATT_WARPS / PW key splits, their states live side by
 // side (split w + PW·i in slot i), so that every (row, head) is the same chain as in the other
 // kernels: the same scores, the same softmax steps in the same order, the same merge; the same
-// bits (kernel test). Dynamic shared memory: ATT_STAGES rounds of K and V (`att_staged_shared`
-// on the host), which the merge's states reuse once every round is done. Compiled only where a
+// bits (kernel test). Dynamic shared memory: ATT_STAGES rounds of K and V
+// (`att_staged_shared_bytes` on the host), which the merge's states reuse once every round is done. Compiled only where a
 // head's slice of a cache row is a whole number of 16-byte pieces (the host loads them only
 // there: `att_staged_fits`).
 #if ATT_KV_BF16 ? ATT_HD % 8 == 0 : ATT_HD % 4 == 0

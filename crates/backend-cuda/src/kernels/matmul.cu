@@ -1186,6 +1186,25 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 #define MMT_X_PIECES 16                // 16-byte pieces of a chunk of a split row (8 hi, 8 lo)
 #define MMT_W_PIECES (MMA_CHUNK / 8)  // of a chunk of W (bf16)
 
+// The first of the two elements word w (< MMA_CHUNK / 2) of chunk c of a split row holds (with
+// WG, in the warpgroup matmul's k order: `split_rows_of`).
+template <bool WG>
+__device__ __forceinline__ int split_word_element(int c, int w) {
+    const int s = w / 8, h = (w / 4) % 2, t = w % 4;
+    return WG ? c * MMA_CHUNK + 16 * (2 * h + t / 2) + 4 * s + 2 * (t % 2) : c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
+}
+
+// Elements x0, x1 split into word w of chunk c of split row r (of `chunks` chunks) of `xs`: its
+// hi half, and its lo half MMA_CHUNK / 2 words on.
+__device__ __forceinline__ void store_split_word(unsigned* __restrict__ xs, int r, int chunks, int c, int w, float x0,
+                                                 float x1) {
+    unsigned hi, lo;
+    split_pair(x0, x1, hi, lo);
+    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
+    dst[w] = hi;
+    dst[MMA_CHUNK / 2 + w] = lo;
+}
+
 // x's rows as split rows (above): row r of `xs` is x's row `row_index[r]` (r without an index),
 // ceil(k / 64) · 64 words. With WG, the warpgroup matmul's k order (`matmul_wg.cu`): word
 // 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j and + 1.
@@ -1201,16 +1220,10 @@ __device__ __forceinline__ void split_rows_of(const float* __restrict__ x, int x
     if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
     const float* src = x + (size_t)(row_index ? row_index[r] : r) * x_stride;
     const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
-    const int s = w / 8, h = (w / 4) % 2, t = w % 4;
     // k % 16 == 0: e < k means e + 1 < k too.
-    const int e = WG ? c * MMA_CHUNK + 16 * (2 * h + t / 2) + 4 * s + 2 * (t % 2)
-                     : c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
+    const int e = split_word_element<WG>(c, w);
     const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
-    unsigned hi, lo;
-    split_pair(x0, x1, hi, lo);
-    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
-    dst[w] = hi;
-    dst[MMA_CHUNK / 2 + w] = lo;
+    store_split_word(xs, r, chunks, c, w, x0, x1);
 }
 
 // Grid (rows, ceil(words of hi a row / SPLIT_THREADS)).
@@ -1244,8 +1257,7 @@ split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __res
     if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
     const float* src = x + (size_t)r * k;
     const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
-    const int s = w / 8, h = (w / 4) % 2, t = w % 4;
-    const int e = c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;  // `split_rows_of`'s element (not WG)
+    const int e = split_word_element<false>(c, w);
     float x0 = 0.0f, x1 = 0.0f;
     if (e < k) {  // k % 16 == 0: e + 1 < k too
         x0 = __fmul_rn(__fmul_rn(src[e], inv), norm_scale(norm_w[e], kind));
@@ -1255,11 +1267,7 @@ split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __res
             out[(size_t)r * k + e + 1] = x1;
         }
     }
-    unsigned hi, lo;
-    split_pair(x0, x1, hi, lo);
-    unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
-    dst[w] = hi;
-    dst[MMA_CHUNK / 2 + w] = lo;
+    store_split_word(xs, r, chunks, c, w, x0, x1);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -1576,6 +1584,9 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
                 }
     }
     cp_async_wait<0>();
+    // Accumulator i of row tile m and n-tile j: the tile's row and output (an m16n8 D fragment).
+    auto tile_row = [&](int m, int i) { return wr * 32 + m * 16 + g + (i / 2) * 8; };
+    auto tile_out = [&](int j, int i) { return (wc * NT + j) * MMA_COLS + 2 * t + (i % 2); };
     if (FOLD != MMT_FOLD_NONE) {
         // The partial into this block's shared memory (every warp done with the stages first),
         // rows BN + MMT_FOLD_PAD floats apart, then the cluster's fold.
@@ -1586,11 +1597,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int rl = wr * 32 + m * 16 + g + (i / 2) * 8;
-                    const int ol = (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
-                    mine[rl * (BN + MMT_FOLD_PAD) + ol] = total[m][j][i];
-                }
+                for (int i = 0; i < 4; i++) mine[tile_row(m, i) * (BN + MMT_FOLD_PAD) + tile_out(j, i)] = total[m][j][i];
         mmt_cluster_fold<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width);
         return;
     }
@@ -1600,8 +1607,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const int r = r0 + wr * 32 + m * 16 + g + (i / 2) * 8;
-                const int o = o0 + (wc * NT + j) * MMA_COLS + 2 * t + (i % 2);
+                const int r = r0 + tile_row(m, i), o = o0 + tile_out(j, i);
                 if (r < rows && o < n_out) {
                     float* out = y + (SPLIT_K ? (size_t)blockIdx.z * part_stride : 0) + (size_t)r * y_stride + o;
                     *out = accumulate ? *out + total[m][j][i] : total[m][j][i];

@@ -3073,30 +3073,21 @@ impl Kernels {
                         &fp8_matmul_args(m, &fp8),
                     )
                 }
-                (None, None, SwapShape::Tiles(t)) => gpu.launch(
-                    &self.matmul_swap[t - 1],
-                    grid,
-                    MMA_WARPS * 32,
-                    &bf16_matmul_args(m),
-                ),
-                (None, None, SwapShape::Half) => gpu.launch(
-                    &self.matmul_swap_half,
-                    grid,
-                    MMA_WARPS * 32,
-                    &bf16_matmul_args(m),
-                ),
-                (None, Some(norm), SwapShape::Tiles(t)) => gpu.launch(
-                    &self.twins().swap[t - 1],
-                    grid,
-                    MMA_WARPS * 32,
-                    &bf16_norm_matmul_args(m, norm),
-                ),
-                (None, Some(norm), SwapShape::Half) => gpu.launch(
-                    &self.twins().swap_half,
-                    grid,
-                    MMA_WARPS * 32,
-                    &bf16_norm_matmul_args(m, norm),
-                ),
+                (None, None, _) => {
+                    let f = match shape {
+                        SwapShape::Tiles(t) => &self.matmul_swap[t - 1],
+                        SwapShape::Half => &self.matmul_swap_half,
+                    };
+                    gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m))
+                }
+                (None, Some(norm), _) => {
+                    let twins = self.twins();
+                    let f = match shape {
+                        SwapShape::Tiles(t) => &twins.swap[t - 1],
+                        SwapShape::Half => &twins.swap_half,
+                    };
+                    gpu.launch(f, grid, MMA_WARPS * 32, &bf16_norm_matmul_args(m, norm))
+                }
             };
         }
         let Some(fp8) = m.fp8 else {
