@@ -814,18 +814,39 @@ const ATT_STAGES: usize = 3;
 /// head_dim floats, at most 5 × 256 × 4 bytes where a group's dims are at most
 /// ATT_GROUP_MAX_DIMS): a model whose stages do not fit never runs them.
 const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 8 * 1024;
-/// `FLASHLANE_ATTENTION_STAGED=1` runs the grouped attention (calls of 32 rows and more that do
+/// The staged attention takes the grouped attention's calls (calls of 32 rows and more that do
 /// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
-/// and every prompt with heads over 128 dims) with each round of keys
-/// copied into shared memory ATT_STAGES − 1 rounds ahead (`attention_grouped_staged`, 16
-/// warps a block; in a round whose every row is its session's only one, with the prep inside
-/// too, `attention_grouped_staged_prep`, where [`PREP_IN_ATTENTION_ENV`] allows: a launch fewer
-/// a layer), `=8` by 8 warps of two key splits each (`attention_grouped_staged8`, prep apart);
-/// the same chain, the same bits (kernel test). Off until measured: on the H200 the grouped
-/// kernel read Qwen3-4B's caches at ~1.2 TB/s in a 64-stream round (42.6 µs a layer, 20 % of
-/// the round, session 56), each warp's next keys loaded only after its arithmetic on the last.
-/// An A/B switch.
+/// and every prompt with heads over 128 dims), each round of keys copied into shared memory
+/// ATT_STAGES − 1 rounds ahead. By default `attention_grouped_staged8` (8 warps of two key
+/// splits each, the prep apart) where a block holds [`ATT_STAGED_MIN_GROUP`] query heads of its
+/// KV head ([`staged_choice`]). `FLASHLANE_ATTENTION_STAGED=8` asks for it wherever it is
+/// compiled, `=1` for `attention_grouped_staged` (16 warps a block; in a round whose every row
+/// is its session's only one, with the prep inside too, `attention_grouped_staged_prep`, where
+/// [`PREP_IN_ATTENTION_ENV`] allows: a launch fewer a layer), `=0` for none. The same chain,
+/// the same bits (kernel tests). Measured on the H100 against the grouped kernel (session 58,
+/// bench/RESULTS.md, decode tok/s, two interleaved rounds): `=8` Qwen3-4B 1.007× / 1.029× at
+/// 32 / 64 streams, Qwen3-8B 1.015× at 64, Qwen3-0.6B (two heads a block) 0.998× / 0.994×; `=1`
+/// Qwen3-4B 0.984× / 0.982×, Qwen3-8B 0.988×, Qwen3-0.6B 1.027× / 1.002×; prompts the same
+/// (±0.9 %). An A/B switch.
 pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
+
+/// Query heads a block of the grouped attention must hold for the staged kernel to take its
+/// calls by default: a round of keys staged once serves that many heads. With 4 (Qwen3-4B and
+/// -8B) `attention_grouped_staged8` measured faster at every stream count it takes; with 2
+/// (Qwen3-0.6B) no faster (session 58).
+const ATT_STAGED_MIN_GROUP: usize = 4;
+
+/// The staged kernel that takes the grouped attention's calls: as `asked`
+/// ([`ATTENTION_STAGED_ENV`]'s value) says, else by default the 8-warp one where a block holds
+/// `group` ≥ [`ATT_STAGED_MIN_GROUP`] query heads, else none.
+fn staged_choice(asked: Option<&str>, group: usize) -> Option<AttentionKernel> {
+    match asked {
+        Some("0") => None,
+        Some("1") => Some(AttentionKernel::GroupedStaged),
+        Some("8") => Some(AttentionKernel::GroupedStaged8),
+        _ => (group >= ATT_STAGED_MIN_GROUP).then_some(AttentionKernel::GroupedStaged8),
+    }
+}
 
 /// Dynamic shared memory of a block of the staged attention for `dims`: ATT_STAGES rounds of K
 /// and V rows of one KV head (the merge's states, ATT_WARPS × group × head_dim floats, reuse
@@ -1469,8 +1490,8 @@ pub struct Kernels {
     /// their shared memory fits ([`att_staged_fits`]), `attention_grouped_staged_prep`, and
     /// their shared memory bytes.
     attention_staged: Option<StagedAttention>,
-    /// [`ATTENTION_STAGED_ENV`]: the staged kernel that takes the grouped kernel's calls, if any.
-    pub(crate) attention_staged_asked: Option<AttentionKernel>,
+    /// The staged kernel that takes the grouped kernel's calls, if any ([`staged_choice`]).
+    pub(crate) attention_staged_chosen: Option<AttentionKernel>,
     attention_gated_prep: CudaFunction,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
     prep_in_attention: bool,
@@ -1707,11 +1728,10 @@ impl Kernels {
                     None
                 }
             },
-            attention_staged_asked: match std::env::var(ATTENTION_STAGED_ENV).as_deref() {
-                Ok("1") => Some(AttentionKernel::GroupedStaged),
-                Ok("8") => Some(AttentionKernel::GroupedStaged8),
-                _ => None,
-            },
+            attention_staged_chosen: staged_choice(
+                std::env::var(ATTENTION_STAGED_ENV).ok().as_deref(),
+                attention_group(dims.heads, dims.kv_heads, dims.head_dim),
+            ),
             attention_gated_prep: f("attention_gated_prep")?,
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
@@ -3732,7 +3752,7 @@ impl Kernels {
                 self.attention_few_warps,
                 self.attention_grouped_min_rows,
             ),
-            self.attention_staged_asked,
+            self.attention_staged_chosen,
             self.attention_staged.is_some(),
         );
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);

@@ -1166,6 +1166,32 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
     }
 }
 
+/// `staged_choice` (no device needed): the switch's values first; unset, the 8-warp staged
+/// kernel where a block holds 4 query heads (Qwen3-4B, -8B), none where it holds fewer
+/// (Qwen3-0.6B and the A3B slice: 2).
+#[test]
+fn the_staged_attention_is_the_default_where_a_block_holds_four_heads() {
+    use super::{staged_choice, AttentionKernel::GroupedStaged, AttentionKernel::GroupedStaged8};
+    // (the switch's value, query heads a block, the kernel chosen).
+    let cases = [
+        (None, 4, Some(GroupedStaged8)),
+        (None, 2, None),
+        (None, 1, None),
+        (Some("0"), 4, None),
+        (Some("1"), 2, Some(GroupedStaged)),
+        (Some("8"), 1, Some(GroupedStaged8)),
+        (Some("yes"), 4, Some(GroupedStaged8)),
+        (Some("yes"), 2, None),
+    ];
+    for (asked, group, want) in cases {
+        assert_eq!(
+            staged_choice(asked, group),
+            want,
+            "asked {asked:?}, {group} heads a block"
+        );
+    }
+}
+
 /// `swap_shape` (no device needed): the plan's tiles unless asked; fitted, the shape whose
 /// busiest multiprocessor computes the fewest outputs, ties to the plan's, then to fewer blocks,
 /// where it gains at least an eighth.
