@@ -649,15 +649,11 @@ MATMUL_BF16_SWIGLU_DEEP(4)
 // output tile j (16 outputs), `xa` its x row g (null: zeros). Lane (g, t) of warp j < NT returns
 // true with d = output tile j's outputs g (d[0], d[1]) and g + 8 (d[2], d[3]) × rows 2t and 2t + 1;
 // the other warps return false. Every thread of the block must call it. `ready` as there (its
-// row g + 8 is always absent: vb stays zeros). HALF (NT 1): the tile's outputs g + 8 are
-// absent, their weights never loaded (zeros in A's rows 8–15, whose products are thrown away):
-// outputs g get the same products in the same steps, an MMA's row of D depending on its row of
-// A alone.
-template <int NT, int DEPTH, bool HALF = false, class Ready = InputsReady>
+// row g + 8 is always absent: vb stays zeros).
+template <int NT, int DEPTH, class Ready = InputsReady>
 __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* const* wr, int k,
                                                  float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
     static_assert(NT <= MMA_WARPS, "warp j sums output tile j: at most MMA_WARPS tiles a block");
-    static_assert(!HALF || NT == 1, "a half tile is a block's only tile");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
     float acc[NT][4];
 #pragma unroll
@@ -682,9 +678,8 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const bool load = in && !(HALF && h == 1);
-                    w0[p][j][h] = load ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e) : zero;
-                    w1[p][j][h] = load ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e + 8) : zero;
+                    w0[p][j][h] = in ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e) : zero;
+                    w1[p][j][h] = in ? *reinterpret_cast<const uint4*>(wr[2 * j + h] + e + 8) : zero;
                 }
         }
     };
@@ -750,33 +745,14 @@ __device__ __forceinline__ void store_swapped_tile(const float* d, float* y, int
     }
 }
 
-// Writes (or adds) a half tile's outputs g (d[0], d[1]) × rows 2t and 2t + 1 (warp 0's lanes;
-// `mma_tile_swapped`'s HALF): nothing past `rows` or `n_out`.
-__device__ __forceinline__ void store_swapped_half(const float* d, float* y, int y_stride, int accumulate, int rows,
-                                                   int n_out, int o0) {
-    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = 2 * t + i, o = o0 + g;
-        if (r < rows && o < n_out) {
-            float* out = y + (size_t)r * y_stride + o;
-            *out = accumulate ? *out + d[i] : d[i];
-        }
-    }
-}
-
 // One block of the swapped chain: NT tiles of 16 outputs, every row (at most MMA_COLS). Grid (1,
-// ceil(n_out / (16·NT))); with HALF (NT 1) one tile of 8 outputs, grid (1, ceil(n_out / 8)):
-// twice the blocks of 16, so that a matrix of a few blocks a multiprocessor spreads its weights
-// over the multiprocessors more evenly (Qwen3-4B's o and down projections: 160 blocks of 16 on
-// 132 multiprocessors, 28 of them streaming twice the others' bytes; 320 of 8: at most 3 against
-// an average of 2.4). With NORM the input RMSNorm in it, as `matmul_block`'s (`InputsNormed`,
+// ceil(n_out / (16·NT))). With NORM the input RMSNorm in it, as `matmul_block`'s (`InputsNormed`,
 // its rows kept in `norm_out` where not null). With SWIGLU (a dense MLP's gate/up: W = [gate
 // (width) | up (width)], n_out = 2·width) output tile j's rows 0–7 are the gate rows of units
 // u0 + 8j … and rows 8–15 the up rows of the same units, so lane (g, t) holds a unit's gate (d[0],
 // d[1]) and its up (d[2], d[3]) and writes act[r, u] = silu(gate) · up, `swiglu_rows`' expression
 // (as `matmul_block`'s SWIGLU); grid (1, ceil(width / (8·NT))); `accumulate` ignored.
-template <int NT, int DEPTH, bool NORM, bool SWIGLU = false, bool HALF = false>
+template <int NT, int DEPTH, bool NORM, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, int x_stride,
                                                   const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                                   int k, int n_out, float* __restrict__ y, int y_stride,
@@ -784,12 +760,10 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                                                   const float* __restrict__ norm_w, float eps, int norm_kind,
                                                   float (*norm_sums)[NORM_WARPS], float* norm_inv_s,
                                                   float* __restrict__ norm_out) {
-    static_assert(!(HALF && SWIGLU), "a SwiGLU tile holds a unit's gate and up: never half");
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    constexpr int OUTS = HALF ? 8 : NT * 16;  // outputs a block
-    const int o0 = blockIdx.y * OUTS;
+    const int o0 = blockIdx.y * NT * 16;
     const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
-    matmul_block_start<SWIGLU>(w, k, n_out, o0, OUTS, width, u0, 8 * NT);
+    matmul_block_start<SWIGLU>(w, k, n_out, o0, NT * 16, width, u0, 8 * NT);
     const float *xa = nullptr, *xb = nullptr;
     if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
     // Outputs past the end: the last valid row, computed and never written.
@@ -802,23 +776,20 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                 const int unit = min(u0 + 8 * j + g, width - 1);
                 wr[2 * j + h] = w + (size_t)(h * width + unit) * k;
             } else {
-                // A half tile's outputs g + 8 are never loaded: row g stands in for them.
-                const int o = HALF ? o0 + g : o0 + 16 * j + g + 8 * h;
-                wr[2 * j + h] = w + (size_t)min(o, n_out - 1) * k;
+                wr[2 * j + h] = w + (size_t)min(o0 + 16 * j + g + 8 * h, n_out - 1) * k;
             }
         }
     float d[4];
     bool mine;
     if (NORM)
-        mine = mma_tile_swapped<NT, DEPTH, HALF>(
+        mine = mma_tile_swapped<NT, DEPTH>(
             xa, wr, k, part, d,
             InputsNormed{x, x_stride, row_index, rows, 0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s,
                          norm_out, 0.0f, 0.0f});
     else if (MMA_EARLY_WEIGHTS)
-        mine = mma_tile_swapped<NT, DEPTH, HALF>(xa, wr, k, part, d,
-                                                 InputsAfterWait{x, x_stride, row_index, rows, 0});
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, 0});
     else
-        mine = mma_tile_swapped<NT, DEPTH, HALF>(xa, wr, k, part, d);
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d);
     if (!mine) return;
     const int warp = threadIdx.x / WARP;
     if (SWIGLU) {
@@ -830,23 +801,20 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
         }
         return;
     }
-    if (HALF)
-        store_swapped_half(d, y, y_stride, accumulate, rows, n_out, o0);
-    else
-        store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
+    store_swapped_tile(d, y, y_stride, accumulate, rows, n_out, o0);
 }
 
-#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU, HALF)                                  \
+#define MATMUL_BF16_SWAP_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU)                                        \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
          int accumulate, int rows) {                                                                    \
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
-        matmul_swap_block<NT, DEPTH, false, SWIGLU, HALF>(x, x_stride, row_index, w, k, n_out, y,        \
-                                                          y_stride, accumulate, rows, part, nullptr,    \
-                                                          0.0f, 0, nullptr, nullptr, nullptr);          \
+        matmul_swap_block<NT, DEPTH, false, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,    \
+                                                    accumulate, rows, part, nullptr, 0.0f, 0, nullptr,   \
+                                                    nullptr, nullptr);                                   \
     }
-#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU, HALF)                             \
+#define MATMUL_BF16_SWAP_NORM_KERNEL(NAME, NT, DEPTH, BLOCKS, SWIGLU)                                   \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * WARP, BLOCKS)                              \
     NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index,                  \
          const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y, int y_stride,           \
@@ -855,25 +823,21 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
         __shared__ float part[MMA_WARPS][NT][WARP][4];                                                  \
         __shared__ float norm_sums[MMA_ROWS][NORM_WARPS];                                               \
         __shared__ float norm_inv_s[MMA_ROWS];                                                          \
-        matmul_swap_block<NT, DEPTH, true, SWIGLU, HALF>(x, x_stride, row_index, w, k, n_out, y,         \
-                                                         y_stride, accumulate, rows, part, norm_w, eps, \
-                                                         norm_kind, norm_sums, norm_inv_s, norm_out);   \
+        matmul_swap_block<NT, DEPTH, true, SWIGLU>(x, x_stride, row_index, w, k, n_out, y, y_stride,     \
+                                                   accumulate, rows, part, norm_w, eps, norm_kind,       \
+                                                   norm_sums, norm_inv_s, norm_out);                     \
     }
 // One output tile a block (16 outputs, for narrow matrices: the narrow kernel's depth and launch
 // bounds, which its A/B switch moves together) and two (depth 1, as the wide 16-row kernels: at
 // the narrow depth its norm twin spilled 248 bytes); the norm twins with the others.
 // With a dense MLP's SwiGLU: two output tiles a block (8 units each; a gate/up is a wide matrix).
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false, false)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, MMA_MIN_BLOCKS, false, false)
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, MMA_MIN_BLOCKS, true, false)
-// Half tiles (8 outputs a block; `matmul_swap_block`'s HALF), at the narrow kernel's depth and
-// bounds as the one-tile kernels (the host's FLASHLANE_MATMUL_SWAP_BALANCE).
-MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_h, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false, true)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swap_t2, 2, 1, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_SWAP_KERNEL(matmul_bf16_swiglu_swap_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #if MMA_NORM_TWINS
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, false, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, true, false)
-MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_h, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false, true)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NARROW_BLOCKS, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, false)
+MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #endif
 
 // ---------------------------------------------------------------------------------------------

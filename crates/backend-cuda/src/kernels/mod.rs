@@ -249,7 +249,10 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// the fold's sum, so the same bits (kernel test) — with no partials written to memory and read
 /// back, and no fold launch. Qwen3-4B at 64 streams wrote and read ~63 MB of partials a layer
 /// beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its folds took 586 of a
-/// round's 7,668 µs on the H200 (session 56). Off until measured (an A/B switch).
+/// round's 7,668 µs on the H200 (session 56). Off: on the H100 (session 58, bench/RESULTS.md,
+/// two interleaved rounds) Qwen3-4B decoded 1.010× / 0.992× / 1.042× / 1.089× at 32 / 48 / 56 /
+/// 64 streams with it, but Qwen3-8B 0.993× and 0.985× at 64 (two calls): which launches gain
+/// and which lose is for a kernel timeline to say before a default. An A/B switch.
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
@@ -616,103 +619,6 @@ impl SwapRows {
 fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
 }
-
-/// `FLASHLANE_MATMUL_SWAP_BALANCE=1` lets a bf16 matmul on the swapped chain (rounds within
-/// [`MATMUL_SWAP_ROWS_ENV`]: one or two rows by default) take the count of outputs a block — 32, 16 or 8 (`matmul_bf16_swap_h`, half an
-/// MMA's tile: its other 8 rows of A zeros, never loaded) — that leaves the busiest
-/// multiprocessor the fewest outputs ([`swap_shape`]), instead of [`swap_tiles`]' choice. On
-/// the H200 one stream of Qwen3-4B ran its o and down projections as 160 blocks of 16 outputs
-/// on 132 multiprocessors at 58 % and 68 % of the copy bandwidth, against 71 % for the gate/up's
-/// 608 blocks (session 56's timeline): 28 multiprocessors streamed twice the others' weights.
-/// Half tiles make 320 blocks there (at most 3 a multiprocessor against 2.4 on average). The
-/// same products in the same steps: the same bits (kernel test). Off until measured (an A/B
-/// switch; `=half` runs every such matmul on half tiles); the SwiGLU's gate/up keeps its tiles
-/// (a unit's gate and up share one).
-pub const MATMUL_SWAP_BALANCE_ENV: &str = "FLASHLANE_MATMUL_SWAP_BALANCE";
-
-/// Which block shapes the swapped chain's bf16 matmuls take ([`MATMUL_SWAP_BALANCE_ENV`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SwapBalance {
-    /// [`swap_tiles`]' tiles (the default).
-    Planned,
-    /// The shape whose busiest multiprocessor computes the fewest outputs (`=1`).
-    Fitted,
-    /// Half tiles everywhere (`=half`; the kernel test's way to run them on any shape).
-    Half,
-}
-
-impl SwapBalance {
-    fn from_env() -> Self {
-        match std::env::var(MATMUL_SWAP_BALANCE_ENV).as_deref() {
-            Ok("1") => SwapBalance::Fitted,
-            Ok("half") => SwapBalance::Half,
-            _ => SwapBalance::Planned,
-        }
-    }
-}
-
-/// How many outputs a block of the swapped chain computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SwapShape {
-    /// 1 or 2 output tiles of 16 (`matmul_bf16_swap`, `_swap_t2`).
-    Tiles(usize),
-    /// 8 outputs (`matmul_bf16_swap_h`).
-    Half,
-}
-
-impl SwapShape {
-    /// Outputs a block.
-    fn outputs(self) -> usize {
-        match self {
-            SwapShape::Tiles(nt) => 16 * nt,
-            SwapShape::Half => 8,
-        }
-    }
-}
-
-/// The block shape of a bf16 matmul of `n_out` outputs on the swapped chain whose plan gave
-/// `planned` tiles ([`swap_tiles`]), by `balance`: `Fitted` the one of `planned`, one tile and
-/// a half tile whose busiest multiprocessor computes the fewest outputs (its blocks' rounds over
-/// `multiprocessors`, times a block's outputs), ties to `planned`, then to fewer blocks, where
-/// it gains at least [`SWAP_FIT_MIN_GAIN`]'s share.
-pub(crate) fn swap_shape(
-    n_out: usize,
-    planned: usize,
-    multiprocessors: usize,
-    balance: SwapBalance,
-) -> SwapShape {
-    let planned_shape = SwapShape::Tiles(planned);
-    match balance {
-        SwapBalance::Planned => return planned_shape,
-        SwapBalance::Half => return SwapShape::Half,
-        SwapBalance::Fitted => {}
-    }
-    let busiest = |shape: SwapShape| {
-        let outputs = shape.outputs();
-        n_out.div_ceil(outputs).div_ceil(multiprocessors.max(1)) * outputs
-    };
-    let best = [planned_shape, SwapShape::Tiles(1), SwapShape::Half]
-        .into_iter()
-        .min_by_key(|&shape| {
-            (
-                busiest(shape),
-                shape != planned_shape,
-                n_out.div_ceil(shape.outputs()),
-            )
-        })
-        .expect("three shapes");
-    // Another shape only for a busiest multiprocessor SWAP_FIT_MIN_GAIN lighter.
-    match busiest(best) * SWAP_FIT_MIN_GAIN <= busiest(planned_shape) * (SWAP_FIT_MIN_GAIN - 1) {
-        true => best,
-        false => planned_shape,
-    }
-}
-
-/// [`swap_shape`] leaves the plan's tiles for a shape whose busiest multiprocessor computes at
-/// least 1 / SWAP_FIT_MIN_GAIN fewer outputs: smaller blocks load and split x for fewer outputs
-/// each, which a few percent of balance would not repay (a guess, unmeasured: Qwen3-4B's o and
-/// down projections gain a quarter, a 19,456-output matrix 5 %).
-const SWAP_FIT_MIN_GAIN: usize = 8;
 
 /// Output tiles of 16 a block of the swapped chain for a 16-row plan of `tiles` n-tiles a block
 /// (`deep`: the deep kernels', for matrices of at most a block a multiprocessor): one where the
@@ -1458,10 +1364,6 @@ pub struct Kernels {
     matmul_narrow: CudaFunction,
     /// The swapped chain (`matmul_bf16_swap`, `_swap_t2`): one and two output tiles of 16 a block.
     matmul_swap: [CudaFunction; 2],
-    /// The swapped chain's half tiles (`matmul_bf16_swap_h`: 8 outputs a block).
-    matmul_swap_half: CudaFunction,
-    /// The block shapes of the swapped chain's bf16 matmuls ([`MATMUL_SWAP_BALANCE_ENV`]).
-    pub(crate) matmul_swap_balance: SwapBalance,
     /// The swapped chain's gate/up with its SwiGLU (`matmul_bf16_swiglu_swap_t2`).
     matmul_swiglu_swap: CudaFunction,
     /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
@@ -1472,9 +1374,6 @@ pub struct Kernels {
     /// Tests: launches on the swapped chain so far (that a comparison ran it at all).
     #[cfg(test)]
     pub(crate) swapped_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: launches of the swapped chain's half tiles so far.
-    #[cfg(test)]
-    pub(crate) swapped_half_launches: std::sync::atomic::AtomicUsize,
     /// Tests: launches of the k split folded in its clusters so far.
     #[cfg(test)]
     pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
@@ -1640,7 +1539,6 @@ impl Kernels {
                     deep_by_tiles: deep_of("matmul_bf16_norm")?,
                     narrow: f("matmul_bf16_norm_narrow")?,
                     swap: [f("matmul_bf16_swap_norm")?, f("matmul_bf16_swap_norm_t2")?],
-                    swap_half: f("matmul_bf16_swap_norm_h")?,
                     swiglu_swap: f("matmul_bf16_swiglu_swap_norm_t2")?,
                     swiglu_by_tiles: tiles_of("matmul_bf16_swiglu_norm", false)?,
                     swiglu_deep_by_tiles: deep_of("matmul_bf16_swiglu_norm")?,
@@ -1694,15 +1592,11 @@ impl Kernels {
                 .unwrap_or(MATMUL_NARROW_MAX_BLOCKS),
             matmul_narrow: f("matmul_bf16_narrow")?,
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
-            matmul_swap_half: f("matmul_bf16_swap_h")?,
-            matmul_swap_balance: SwapBalance::from_env(),
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
             matmul_swap_rows: SwapRows::from_env(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            swapped_half_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
@@ -2044,8 +1938,6 @@ struct NormTwins {
     narrow: CudaFunction,
     /// The swapped chain's twins, one and two output tiles a block.
     swap: [CudaFunction; 2],
-    /// The swapped chain's half-tile twin (`matmul_bf16_swap_norm_h`).
-    swap_half: CudaFunction,
     /// The swapped chain's gate/up with its SwiGLU, with the norm.
     swiglu_swap: CudaFunction,
     swiglu_by_tiles: [CudaFunction; MATMUL_BLOCK_TILES.len()],
@@ -3070,21 +2962,13 @@ impl Kernels {
         if swaps(m.rows, self.matmul_swap_rows.of(m.fp8.is_some())) {
             self.count_swapped();
             let nt = swap_tiles(tiles, deep);
-            // FP8 keeps the plan's tiles (no half-tile kernel there).
-            let shape = match m.fp8 {
-                Some(_) => SwapShape::Tiles(nt),
-                None => swap_shape(m.n_out, nt, self.multiprocessors, self.matmul_swap_balance),
-            };
-            if shape == SwapShape::Half {
-                self.count_swapped_half();
-            }
             let grid = (
                 1,
-                u32::try_from(m.n_out.div_ceil(shape.outputs())).expect("outputs fit a grid"),
+                u32::try_from(m.n_out.div_ceil(16 * nt)).expect("outputs fit a grid"),
                 1,
             );
-            return match (m.fp8, norm, shape) {
-                (Some(fp8), _, _) => {
+            return match (m.fp8, norm) {
+                (Some(fp8), _) => {
                     check_fp8_blocks(&fp8, m);
                     gpu.launch(
                         &self.matmul_fp8_swap[nt - 1],
@@ -3093,21 +2977,18 @@ impl Kernels {
                         &fp8_matmul_args(m, &fp8),
                     )
                 }
-                (None, None, _) => {
-                    let f = match shape {
-                        SwapShape::Tiles(t) => &self.matmul_swap[t - 1],
-                        SwapShape::Half => &self.matmul_swap_half,
-                    };
-                    gpu.launch(f, grid, MMA_WARPS * 32, &bf16_matmul_args(m))
-                }
-                (None, Some(norm), _) => {
-                    let twins = self.twins();
-                    let f = match shape {
-                        SwapShape::Tiles(t) => &twins.swap[t - 1],
-                        SwapShape::Half => &twins.swap_half,
-                    };
-                    gpu.launch(f, grid, MMA_WARPS * 32, &bf16_norm_matmul_args(m, norm))
-                }
+                (None, None) => gpu.launch(
+                    &self.matmul_swap[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(m),
+                ),
+                (None, Some(norm)) => gpu.launch(
+                    &self.twins().swap[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_norm_matmul_args(m, norm),
+                ),
             };
         }
         let Some(fp8) = m.fp8 else {
@@ -3907,13 +3788,6 @@ impl Kernels {
     fn count_swapped(&self) {
         #[cfg(test)]
         self.swapped_launches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Counts a launch of the swapped chain's half tiles (tests only).
-    fn count_swapped_half(&self) {
-        #[cfg(test)]
-        self.swapped_half_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 

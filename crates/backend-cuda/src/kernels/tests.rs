@@ -1192,39 +1192,6 @@ fn the_staged_attention_is_the_default_where_a_block_holds_four_heads() {
     }
 }
 
-/// `swap_shape` (no device needed): the plan's tiles unless asked; fitted, the shape whose
-/// busiest multiprocessor computes the fewest outputs, ties to the plan's, then to fewer blocks,
-/// where it gains at least an eighth.
-#[test]
-fn the_swapped_chain_fits_its_blocks_to_the_multiprocessors_where_asked() {
-    use super::{swap_shape, SwapBalance, SwapShape};
-    // (outputs, the plan's tiles, multiprocessors, balance, the shape).
-    let cases = [
-        (2560, 1, 132, SwapBalance::Planned, SwapShape::Tiles(1)),
-        (2560, 1, 132, SwapBalance::Half, SwapShape::Half),
-        // Qwen3-4B's o and down projections on an H100 or H200: 160 blocks of 16 (32 outputs on
-        // the busiest multiprocessor) or 320 of 8 (24).
-        (2560, 1, 132, SwapBalance::Fitted, SwapShape::Half),
-        // Its q/k/v: 192 blocks of 32 (64), 384 of 16 (48), 768 of 8 (48): one tile, the
-        // fewer blocks of the tie.
-        (6144, 2, 132, SwapBalance::Fitted, SwapShape::Tiles(1)),
-        // Qwen3-8B's o and down: 256 blocks of 16 or 512 of 8, 32 outputs both: the plan's.
-        (4096, 1, 132, SwapBalance::Fitted, SwapShape::Tiles(1)),
-        // Qwen3-0.6B's o and down: 64 blocks of 16 on 132 multiprocessors, or 128 of 8.
-        (1024, 1, 132, SwapBalance::Fitted, SwapShape::Half),
-        // A matrix of many waves keeps the plan's two tiles: half tiles would leave the busiest
-        // multiprocessor 152 outputs against 160, under an eighth fewer.
-        (19456, 2, 132, SwapBalance::Fitted, SwapShape::Tiles(2)),
-    ];
-    for (n_out, planned, multiprocessors, balance, want) in cases {
-        assert_eq!(
-            swap_shape(n_out, planned, multiprocessors, balance),
-            want,
-            "{n_out} outputs, {planned} tiles planned, {multiprocessors} multiprocessors, {balance:?}"
-        );
-    }
-}
-
 /// `runs_split_k` (no device needed): k split for 48–64 rows, not at 32 (slower there), nor where
 /// the tiles run (an lm_head).
 #[test]
@@ -2138,9 +2105,8 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     out: xn.at(0),
                     keep: true,
                 };
-                let mut run = |swap_rows: usize, balance: super::SwapBalance| {
+                let mut run = |swap_rows: usize| {
                     k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-                    k.matmul_swap_balance = balance;
                     y.write(gpu, &vec![f32::NAN; max_rows * n_out]).unwrap();
                     xn.write(gpu, &xn_nan).unwrap();
                     let place = k.matmul_normed_with(gpu, &m, Some(&norm), kernel).unwrap();
@@ -2148,35 +2114,22 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
                     (
                         y.read(gpu, max_rows * n_out).unwrap(),
                         xn.read(gpu, max_rows * depth).unwrap(),
-                        ran_swapped(&k),
-                        ran_half(&k),
                     )
                 };
-                let want = run(0, super::SwapBalance::Planned);
+                let (want, got) = (run(0), run(max_rows));
                 assert!(
                     want.0[..rows * n_out].iter().all(|v| v.is_finite()),
                     "{what}: the 16-row twin left outputs unwritten"
                 );
-                // The plan's tiles, then half tiles (`matmul_bf16_swap_norm_h`).
-                for balance in [super::SwapBalance::Planned, super::SwapBalance::Half] {
-                    let got = run(max_rows, balance);
-                    assert!(
-                        same_bits(&got.0, &want.0),
-                        "{what}, {balance:?}: the swapped norm twin's bits differ"
-                    );
-                    assert!(
-                        same_bits(&got.1, &want.1),
-                        "{what}, {balance:?}: the swapped norm twin's kept rows differ"
-                    );
-                    assert!(got.2, "{what}, {balance:?}: the swapped twin did not run");
-                    assert_eq!(
-                        got.3,
-                        balance == super::SwapBalance::Half,
-                        "{what}, {balance:?}: the half twin ran {}",
-                        got.3
-                    );
-                }
-                k.matmul_swap_balance = super::SwapBalance::Planned;
+                assert!(
+                    same_bits(&got.0, &want.0),
+                    "{what}: the swapped norm twin's bits differ"
+                );
+                assert!(
+                    same_bits(&got.1, &want.1),
+                    "{what}: the swapped norm twin's kept rows differ"
+                );
+                assert!(ran_swapped(&k), "{what}: the swapped twin did not run");
                 // The same weights as a gate/up of width n_out / 2 with its SwiGLU, plain and
                 // with the norm.
                 let width = n_out / 2;
@@ -2268,64 +2221,40 @@ fn swapped_gives_the_16_row_bits(
     y0: &[f32],
     what: &str,
 ) {
-    // The outputs and whether anything ran on the swapped chain, its blocks of the plan's
-    // tiles or of half tiles (`matmul_bf16_swap_h`).
-    let found = k.matmul_swap_balance;
-    let mut run = |m: &Matmul, swap_rows: usize, balance: super::SwapBalance| {
+    // The outputs and whether anything ran on the swapped chain.
+    let mut run = |m: &Matmul, swap_rows: usize| {
         k.matmul_swap_rows = super::SwapRows::all(swap_rows);
-        k.matmul_swap_balance = balance;
         y.write(gpu, y0).unwrap();
         k.matmul_with(gpu, m, kernel).unwrap();
-        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k), ran_half(k))
+        (y.read(gpu, y0.len()).unwrap(), ran_swapped(k))
     };
-    // FP8 weights have no half tiles: their plan's tiles run either way.
-    let balances = match m.fp8 {
-        None => &[super::SwapBalance::Planned, super::SwapBalance::Half][..],
-        Some(_) => &[super::SwapBalance::Planned][..],
-    };
-    for &balance in balances {
-        let what = format!("{what}, {balance:?}");
-        let (want, _, _) = run(m, 0, balance);
-        let (got, swapped, half) = run(m, super::MMA_COLS, balance);
+    let (want, _) = run(m, 0);
+    let (got, swapped) = run(m, super::MMA_COLS);
+    assert!(
+        same_bits(&got, &want),
+        "{what}: the swapped chain's bits differ"
+    );
+    assert!(swapped, "{what}: the swapped chain did not run");
+    // x's rows gathered (`row_index`: in reverse order).
+    if m.row_index == 0 && m.rows > 1 {
+        let order: Vec<i32> = (0..m.rows as i32).rev().collect();
+        let index = Buf::from_host(gpu, &order).unwrap();
+        let gathered = Matmul {
+            row_index: index.at(0),
+            ..*m
+        };
+        let (want, _) = run(&gathered, 0);
+        let (got, swapped) = run(&gathered, super::MMA_COLS);
         assert!(
-            same_bits(&got, &want),
-            "{what}: the swapped chain's bits differ"
+            same_bits(&got, &want) && swapped,
+            "{what}: the swapped chain's bits differ, rows gathered"
         );
-        assert!(swapped, "{what}: the swapped chain did not run");
-        assert_eq!(
-            half,
-            balance == super::SwapBalance::Half,
-            "{what}: the half tiles ran {half}"
-        );
-        // x's rows gathered (`row_index`: in reverse order).
-        if m.row_index == 0 && m.rows > 1 {
-            let order: Vec<i32> = (0..m.rows as i32).rev().collect();
-            let index = Buf::from_host(gpu, &order).unwrap();
-            let gathered = Matmul {
-                row_index: index.at(0),
-                ..*m
-            };
-            let (want, _, _) = run(&gathered, 0, balance);
-            let (got, swapped, _) = run(&gathered, super::MMA_COLS, balance);
-            assert!(
-                same_bits(&got, &want) && swapped,
-                "{what}: the swapped chain's bits differ, rows gathered"
-            );
-        }
     }
-    k.matmul_swap_balance = found;
 }
 
 /// Whether `k` launched anything on the swapped chain since the last call (and resets the count).
 fn ran_swapped(k: &Kernels) -> bool {
     k.swapped_launches
-        .swap(0, std::sync::atomic::Ordering::Relaxed)
-        > 0
-}
-
-/// Whether `k` launched the swapped chain's half tiles since the last call (and resets the count).
-fn ran_half(k: &Kernels) -> bool {
-    k.swapped_half_launches
         .swap(0, std::sync::atomic::Ordering::Relaxed)
         > 0
 }
