@@ -323,6 +323,39 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             > 0,
         "the split folded in its clusters never ran"
     );
+    // How many of its clusters this GPU runs at once (the fold's A/B differs by model: its
+    // clusters of MATMUL_RESIDUES blocks must share a GPC), for the logs; at least one, or its
+    // launches could not have run above.
+    for (kernel, shared, name) in [
+        (
+            &k.matmul_tiled_split_fold[0],
+            k.tiled_shared_bytes,
+            "matmul_bf16_tiled_split_fold",
+        ),
+        (
+            &k.matmul_tiled_split32_fold[0],
+            k.split32_shared_bytes,
+            "matmul_bf16_tiled_split32_fold",
+        ),
+    ] {
+        let config = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 32, super::MATMUL_RESIDUES as u32),
+            block_dim: (super::MMT_THREADS, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        let clusters = kernel
+            .occupancy_max_active_clusters(config, &gpu.stream)
+            .expect("the cluster occupancy query");
+        eprintln!(
+            "{name}: {clusters} clusters of {} blocks at once on {} multiprocessors",
+            super::MATMUL_RESIDUES,
+            gpu.multiprocessors().expect("the multiprocessor count"),
+        );
+        assert!(
+            clusters >= 1,
+            "[cluster-fold-fits] {name}: no cluster fits the GPU"
+        );
+    }
 }
 
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
