@@ -252,8 +252,82 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// round's 7,668 µs on the H200 (session 56). Off: on the H100 (session 58, bench/RESULTS.md,
 /// two interleaved rounds) Qwen3-4B decoded 1.010× / 0.992× / 1.042× / 1.089× at 32 / 48 / 56 /
 /// 64 streams with it, but Qwen3-8B 0.993× and 0.985× at 64 (two calls): which launches gain
-/// and which lose is for a kernel timeline to say before a default. An A/B switch.
+/// and which lose is for a kernel timeline to say before a default. An A/B switch; `=waves`
+/// folds only the launches whose clusters run in no more waves than the unfolded split's
+/// blocks ([`ClusterFold::Waves`]).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
+
+/// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClusterFold {
+    /// Partials to memory and a fold launch (the default).
+    Off,
+    /// Every such split folds in its clusters (`=1`).
+    All,
+    /// A split folds in its clusters where they take no more waves than its unfolded blocks
+    /// (`=waves`): a cluster's MATMUL_RESIDUES blocks must run at once within one GPC, so a
+    /// GPU may hold fewer of them than its block slots allow (Qwen3-8B's o and down make 32
+    /// clusters of 8, Qwen3-4B's 20: the fold lost on the one and won on the other, session
+    /// 58). Per split kind (the 64-row blocks, the 32-row ones): clusters and unfolded blocks
+    /// the GPU runs at once, from the driver's occupancy queries.
+    Waves {
+        clusters_at_once: [usize; 2],
+        blocks_at_once: [usize; 2],
+    },
+}
+
+/// Whether a k split of `tiles` tiles (each MATMUL_RESIDUES blocks, or one cluster folded) on
+/// the 64-row blocks (`on_32_rows` false) or the 32-row ones folds in its clusters.
+fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize) -> bool {
+    match fold {
+        ClusterFold::Off => false,
+        ClusterFold::All => true,
+        ClusterFold::Waves {
+            clusters_at_once,
+            blocks_at_once,
+        } => {
+            let kind = usize::from(on_32_rows);
+            let (clusters, blocks) = (clusters_at_once[kind], blocks_at_once[kind]);
+            clusters > 0
+                && blocks > 0
+                && tiles.div_ceil(clusters) <= (tiles * MATMUL_RESIDUES).div_ceil(blocks)
+        }
+    }
+}
+
+/// [`ClusterFold::Waves`]' counts for the fold kernels `folded` (64-row, 32-row blocks) and the
+/// unfolded splits `unfolded`, whose blocks take `shared` bytes each: clusters of the one and
+/// blocks of the other the GPU runs at once.
+fn cluster_fold_waves(
+    gpu: &Gpu,
+    folded: [&CudaFunction; 2],
+    unfolded: [&CudaFunction; 2],
+    shared: [usize; 2],
+) -> Result<ClusterFold, CudaError> {
+    let multiprocessors = gpu.multiprocessors()?;
+    let mut clusters_at_once = [0; 2];
+    let mut blocks_at_once = [0; 2];
+    for kind in 0..2 {
+        let config = cudarc::driver::LaunchConfig {
+            // The grid does not bound the count; one of Qwen3-8B's o projection at 64 rows.
+            grid_dim: (1, 32, MATMUL_RESIDUES as u32),
+            block_dim: (MMT_THREADS, 1, 1),
+            shared_mem_bytes: shared[kind] as u32,
+        };
+        clusters_at_once[kind] =
+            folded[kind].occupancy_max_active_clusters(config, &gpu.stream)? as usize;
+        blocks_at_once[kind] = unfolded[kind].occupancy_max_active_blocks_per_multiprocessor(
+            MMT_THREADS,
+            shared[kind],
+            None,
+        )? as usize
+            * multiprocessors;
+    }
+    Ok(ClusterFold::Waves {
+        clusters_at_once,
+        blocks_at_once,
+    })
+}
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
 /// otherwise run on the 16-row kernels, reading each weight once per 16 rows (Qwen3-4B's o, down and
@@ -1331,7 +1405,7 @@ pub struct Kernels {
     /// ([`MATMUL_CLUSTER_FOLD_ENV`]).
     matmul_tiled_split_fold: [CudaFunction; 2],
     matmul_tiled_split32_fold: [CudaFunction; 2],
-    pub(crate) matmul_cluster_fold: bool,
+    pub(crate) matmul_cluster_fold: ClusterFold,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1506,6 +1580,26 @@ impl Kernels {
         let tiles = |name: &str| with_shared_bytes(f(name)?, tiled_shared_bytes);
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
         let matmul_tiled_split = tiles("matmul_bf16_tiled_split")?;
+        let split32_shared_bytes = mmt_shared_bytes(tiled_stages, SPLIT32_ROWS);
+        let matmul_tiled_split32 = tiles("matmul_bf16_tiled_split32")?;
+        let matmul_tiled_split_fold = [
+            tiles("matmul_bf16_tiled_split_fold")?,
+            tiles("matmul_bf16_tiled_split_fold_swiglu")?,
+        ];
+        let matmul_tiled_split32_fold = [
+            tiles("matmul_bf16_tiled_split32_fold")?,
+            tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
+        ];
+        let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
+            Ok("1") => ClusterFold::All,
+            Ok("waves") => cluster_fold_waves(
+                gpu,
+                [&matmul_tiled_split_fold[0], &matmul_tiled_split32_fold[0]],
+                [&matmul_tiled_split, &matmul_tiled_split32],
+                [tiled_shared_bytes, split32_shared_bytes],
+            )?,
+            _ => ClusterFold::Off,
+        };
         // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
         // suffix where `bare_at_nt` (`matmul_bf16`, `matmul_bf16_norm`; the SwiGLU's have it).
         let tiles_of = |name: &str, bare_at_nt: bool| -> Result<[CudaFunction; 4], CudaError> {
@@ -1560,20 +1654,14 @@ impl Kernels {
             multiprocessors: gpu.multiprocessors()?,
             matmul_tiled,
             tiled_shared_bytes,
-            split32_shared_bytes: mmt_shared_bytes(tiled_stages, SPLIT32_ROWS),
+            split32_shared_bytes,
             split_rows: f("split_rows")?,
             split_rows_norm: f("split_rows_norm")?,
             matmul_tiled_split,
-            matmul_tiled_split32: tiles("matmul_bf16_tiled_split32")?,
-            matmul_tiled_split_fold: [
-                tiles("matmul_bf16_tiled_split_fold")?,
-                tiles("matmul_bf16_tiled_split_fold_swiglu")?,
-            ],
-            matmul_tiled_split32_fold: [
-                tiles("matmul_bf16_tiled_split32_fold")?,
-                tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
-            ],
-            matmul_cluster_fold: env_asked(MATMUL_CLUSTER_FOLD_ENV),
+            matmul_tiled_split32,
+            matmul_tiled_split_fold,
+            matmul_tiled_split32_fold,
+            matmul_cluster_fold,
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
@@ -2548,7 +2636,8 @@ impl Kernels {
             ),
         };
         // The splits on mma.sync (not the warpgroup's) may fold in clusters.
-        if self.matmul_cluster_fold && wgmma.is_none() {
+        let tiles = row_blocks as usize * out_blocks as usize;
+        if wgmma.is_none() && folds_in_clusters(self.matmul_cluster_fold, on_32_rows, tiles) {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,

@@ -298,7 +298,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // FLASHLANE_MATMUL_CLUSTER_FOLD), the 32-row blocks off so that every split takes it: rounds
     // of 40 and 64 rows and rows over several row blocks, the other kernels' bits, gathered and
     // accumulated.
-    k.matmul_cluster_fold = true;
+    k.matmul_cluster_fold = super::ClusterFold::All;
     k.matmul_split32 = false;
     k.cluster_fold_launches
         .store(0, std::sync::atomic::Ordering::Relaxed);
@@ -323,39 +323,33 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             > 0,
         "the split folded in its clusters never ran"
     );
-    // How many of its clusters this GPU runs at once (the fold's A/B differs by model: its
-    // clusters of MATMUL_RESIDUES blocks must share a GPC), for the logs; at least one, or its
-    // launches could not have run above.
-    for (kernel, shared, name) in [
-        (
+    // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
+    // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
+    // model), for the logs; at least one cluster, or its launches could not have run above.
+    let waves = super::cluster_fold_waves(
+        &gpu,
+        [
             &k.matmul_tiled_split_fold[0],
-            k.tiled_shared_bytes,
-            "matmul_bf16_tiled_split_fold",
-        ),
-        (
             &k.matmul_tiled_split32_fold[0],
-            k.split32_shared_bytes,
-            "matmul_bf16_tiled_split32_fold",
-        ),
-    ] {
-        let config = cudarc::driver::LaunchConfig {
-            grid_dim: (1, 32, super::MATMUL_RESIDUES as u32),
-            block_dim: (super::MMT_THREADS, 1, 1),
-            shared_mem_bytes: shared as u32,
-        };
-        let clusters = kernel
-            .occupancy_max_active_clusters(config, &gpu.stream)
-            .expect("the cluster occupancy query");
-        eprintln!(
-            "{name}: {clusters} clusters of {} blocks at once on {} multiprocessors",
-            super::MATMUL_RESIDUES,
-            gpu.multiprocessors().expect("the multiprocessor count"),
-        );
-        assert!(
-            clusters >= 1,
-            "[cluster-fold-fits] {name}: no cluster fits the GPU"
-        );
-    }
+        ],
+        [&k.matmul_tiled_split, &k.matmul_tiled_split32],
+        [k.tiled_shared_bytes, k.split32_shared_bytes],
+    )
+    .expect("the occupancy queries");
+    eprintln!(
+        "cluster fold on {} multiprocessors (64-row blocks, 32-row blocks): {waves:?}",
+        gpu.multiprocessors().expect("the multiprocessor count")
+    );
+    let super::ClusterFold::Waves {
+        clusters_at_once, ..
+    } = waves
+    else {
+        unreachable!("cluster_fold_waves gives Waves")
+    };
+    assert!(
+        clusters_at_once.iter().all(|&c| c >= 1),
+        "[cluster-fold-fits] no cluster of the fold fits the GPU: {waves:?}"
+    );
 }
 
 /// `runs_split_k_prompt` (no device needed): Qwen3-4B's o, down and q/k/v for one 128-token
@@ -678,9 +672,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
-        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| [(r, false), (r, true)]) {
+        let folds = [super::ClusterFold::Off, super::ClusterFold::All];
+        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = cluster_fold;
-            let seed = format!("{seed} (cluster fold {cluster_fold})");
+            let seed = format!("{seed} (cluster fold {cluster_fold:?})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -1197,6 +1192,48 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
             "{chosen:?}, asked {asked:?}, compiled {compiled}"
         );
     }
+}
+
+/// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
+/// clusters take no more waves than its unfolded blocks, by the kind of its row blocks.
+#[test]
+fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
+    use super::{folds_in_clusters, ClusterFold};
+    // 30 clusters and 264 unfolded blocks at once on the 64-row blocks; 33 and 396 on the
+    // 32-row ones.
+    let waves = ClusterFold::Waves {
+        clusters_at_once: [30, 33],
+        blocks_at_once: [264, 396],
+    };
+    // (the choice, 32-row blocks, tiles, folds).
+    let cases = [
+        (ClusterFold::Off, false, 20, false),
+        (ClusterFold::All, false, 32, true),
+        // 20 tiles: 1 wave of clusters, 160 blocks in 1.
+        (waves, false, 20, true),
+        // 32 tiles: 2 waves of clusters against 256 blocks in 1.
+        (waves, false, 32, false),
+        // 48 tiles: 2 waves against 384 blocks in 2.
+        (waves, false, 48, true),
+        // 152 tiles: 6 waves against 1,216 blocks in 5.
+        (waves, false, 152, false),
+        // The 32-row blocks' counts: 33 tiles, 1 wave against 264 blocks in 1.
+        (waves, true, 33, true),
+        (waves, true, 34, false),
+    ];
+    for (fold, on_32_rows, tiles, want) in cases {
+        assert_eq!(
+            folds_in_clusters(fold, on_32_rows, tiles),
+            want,
+            "{fold:?}, 32-row blocks {on_32_rows}, {tiles} tiles"
+        );
+    }
+    // A GPU that runs none folds nothing.
+    let none = ClusterFold::Waves {
+        clusters_at_once: [0, 0],
+        blocks_at_once: [264, 396],
+    };
+    assert!(!folds_in_clusters(none, false, 1));
 }
 
 /// `staged_choice` (no device needed): the switch's values first; unset, the 8-warp staged
