@@ -314,6 +314,8 @@ fn cluster_fold_waves(
             block_dim: (MMT_THREADS, 1, 1),
             shared_mem_bytes: shared[kind] as u32,
         };
+        // The plain fold kernel's count stands for its SwiGLU twin's too: the same block, the
+        // same shared memory and launch bounds.
         clusters_at_once[kind] =
             folded[kind].occupancy_max_active_clusters(config, &gpu.stream)? as usize;
         blocks_at_once[kind] = unfolded[kind].occupancy_max_active_blocks_per_multiprocessor(
@@ -812,13 +814,14 @@ pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
 
 /// Query heads a block of the grouped attention must hold for the staged kernel to take its
 /// calls by default: a round of keys staged once serves that many heads. With 4 (Qwen3-4B and
-/// -8B) `attention_grouped_staged8` measured faster at every stream count it takes; with 2
+/// -8B) `attention_grouped_staged8` measured faster at 32 and 64 streams; with 2
 /// (Qwen3-0.6B) no faster (session 58).
 const ATT_STAGED_MIN_GROUP: usize = 4;
 
 /// The staged kernel that takes the grouped attention's calls: as `asked`
-/// ([`ATTENTION_STAGED_ENV`]'s value) says, else by default the 8-warp one where a block holds
-/// `group` ≥ [`ATT_STAGED_MIN_GROUP`] query heads, else none.
+/// ([`ATTENTION_STAGED_ENV`]'s value) says — `0` none, `1` the 16-warp kernel, `8` the 8-warp
+/// one — else (unset or any other value, as the other on-by-default switches read theirs) the
+/// 8-warp one where a block holds `group` ≥ [`ATT_STAGED_MIN_GROUP`] query heads, else none.
 fn staged_choice(asked: Option<&str>, group: usize) -> Option<AttentionKernel> {
     match asked {
         Some("0") => None,
@@ -3539,7 +3542,7 @@ pub enum AttentionKernel {
 }
 
 /// The kernel that computes a call [`attention_kernel`] gave to `kernel`: the staged kernel
-/// `staged` asks for ([`ATTENTION_STAGED_ENV`]) in place of the grouped one where it was
+/// chosen, `staged` ([`staged_choice`]), in place of the grouped one where it was
 /// compiled (`compiled`: its shared memory fits), else `kernel`.
 fn staged_in_place(
     kernel: AttentionKernel,

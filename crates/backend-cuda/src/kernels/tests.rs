@@ -1169,8 +1169,8 @@ fn attention_runs_by_groups_of_heads_for_many_rows() {
     }
 }
 
-/// `staged_in_place` (no device needed): the staged kernel asked for
-/// (`FLASHLANE_ATTENTION_STAGED`) takes the grouped kernel's calls where it was compiled, and
+/// `staged_in_place` (no device needed): the staged kernel chosen (`staged_choice`,
+/// `FLASHLANE_ATTENTION_STAGED`) takes the grouped kernel's calls where it was compiled, and
 /// no other kernel's.
 #[test]
 fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
