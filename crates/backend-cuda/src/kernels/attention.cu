@@ -237,6 +237,20 @@ __device__ __forceinline__ constexpr int att_kv_ahead() {
 }
 
 // Key split `lw`'s online softmax state (m, l, acc of G heads) into shared memory for the merge.
+// Heads h0 … h0 + G − 1 of q's row r into qv: head dims lane + WARP·j (zeros past ATT_HD).
+template <int G>
+__device__ __forceinline__ void att_load_q(const float* q, int r, int h0, int lane, float (&qv)[G][ATT_DPL]) {
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
+        }
+    }
+}
+
 template <int G>
 __device__ __forceinline__ void att_keep_split(float (&m_w)[G], float (&l_w)[G], float (&acc_w)[G][ATT_HD],
                                                const float (&m)[G], const float (&l)[G],
@@ -296,15 +310,11 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     const size_t base = (size_t)kv_base_arr[r];
     static_assert(ATT_WARPS % PW == 0, "each warp walks as many of ATT_WARPS' warps");
     float qv[G][ATT_DPL], acc[G][ATT_DPL], m[G], l[G];
+    att_load_q<G>(q, r, h0, lane, qv);
 #pragma unroll
     for (int i = 0; i < G; i++) {
-        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
 #pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = lane + WARP * j;
-            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
-            acc[i][j] = 0.0f;
-        }
+        for (int j = 0; j < ATT_DPL; j++) acc[i][j] = 0.0f;
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
@@ -435,14 +445,9 @@ __device__ __forceinline__ void attention_heads_staged(const float* q, const flo
         cp_async_commit();
     }
     float qv[G][ATT_DPL], acc[SPLITS][G][ATT_DPL], m[SPLITS][G], l[SPLITS][G];
+    att_load_q<G>(q, r, h0, lane, qv);
 #pragma unroll
     for (int i = 0; i < G; i++) {
-        const float* qr = q + ((size_t)r * ATT_HEADS + h0 + i) * ATT_HD;
-#pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = lane + WARP * j;
-            qv[i][j] = d < ATT_HD ? qr[d] : 0.0f;
-        }
 #pragma unroll
         for (int sp = 0; sp < SPLITS; sp++) {
 #pragma unroll

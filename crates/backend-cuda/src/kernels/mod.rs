@@ -3736,17 +3736,9 @@ impl Kernels {
                     self.attention_with(gpu, dims, a, q, qkv, out, kernel)?;
                 }
             }
-            PrepPlace::InAttention => match kernel {
-                AttentionKernel::PerHead => {
-                    self.attention_gated_prep(gpu, dims, a, qkv, prep, q, out)?
-                }
-                AttentionKernel::GroupedStaged => {
-                    self.attention_grouped_staged_prep(gpu, dims, a, qkv, prep, q, out)?
-                }
-                other => unreachable!(
-                    "[prep-in-attention-twin] prep_place puts the prep in {other:?}, which has no twin"
-                ),
-            },
+            PrepPlace::InAttention => {
+                self.attention_with_prep(gpu, dims, a, qkv, prep, (q, out), kernel)?
+            }
         }
         Ok(place)
     }
@@ -3758,38 +3750,32 @@ impl Kernels {
         )
     }
 
-    /// `attention_grouped_staged_prep` over `a`'s rows, each its session's only one (callers
-    /// check): the prep, then the staged attention, in one launch.
+    /// The prep, then `kernel`'s attention, in one launch over `a`'s rows, each its session's
+    /// only one (callers check): `attention_gated_prep` for the per-head kernel,
+    /// `attention_grouped_staged_prep` for the 16-warp staged one (the kernels [`prep_place`]
+    /// puts the prep in); `(q, out)` where q and the output go.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attention_grouped_staged_prep(
+    pub(crate) fn attention_with_prep(
         &self,
         gpu: &Gpu,
         dims: &Dims,
         a: &AttentionRows,
         qkv: u64,
         prep: &PrepWeights,
-        q: u64,
-        out: u64,
+        (q, out): (u64, u64),
+        kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
-        let staged = self.staged_attention();
-        let groups = dims.heads / attention_group(dims.heads, dims.kv_heads, dims.head_dim);
-        let launch = (&staged.with_prep, groups, staged.shared_bytes);
-        launch_prep_in_attention(gpu, launch, dims, a, qkv, prep, (q, out))
-    }
-
-    /// `attention_gated_prep` over `a`'s rows, each its session's only one (callers check).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attention_gated_prep(
-        &self,
-        gpu: &Gpu,
-        dims: &Dims,
-        a: &AttentionRows,
-        qkv: u64,
-        prep: &PrepWeights,
-        q: u64,
-        out: u64,
-    ) -> Result<(), CudaError> {
-        let launch = (&self.attention_gated_prep, dims.heads, 0);
+        let launch = match kernel {
+            AttentionKernel::PerHead => (&self.attention_gated_prep, dims.heads, 0),
+            AttentionKernel::GroupedStaged => {
+                let staged = self.staged_attention();
+                let group = attention_group(dims.heads, dims.kv_heads, dims.head_dim);
+                (&staged.with_prep, dims.heads / group, staged.shared_bytes)
+            }
+            other => unreachable!(
+                "[prep-in-attention-twin] the prep runs inside {other:?}, which has no twin"
+            ),
+        };
         launch_prep_in_attention(gpu, launch, dims, a, qkv, prep, (q, out))
     }
 

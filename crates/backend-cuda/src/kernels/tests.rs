@@ -3184,26 +3184,15 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     one_row_a_session: true,
                 };
                 match way {
-                    Way::PrepIn(super::AttentionKernel::GroupedStaged) => k
-                        .attention_grouped_staged_prep(
+                    Way::PrepIn(kernel) => k
+                        .attention_with_prep(
                             &gpu,
                             &dims,
                             &a,
                             b.qkv.at(0),
                             &prep,
-                            q.at(0),
-                            out.at(0),
-                        )
-                        .unwrap(),
-                    Way::PrepIn(_) => k
-                        .attention_gated_prep(
-                            &gpu,
-                            &dims,
-                            &a,
-                            b.qkv.at(0),
-                            &prep,
-                            q.at(0),
-                            out.at(0),
+                            (q.at(0), out.at(0)),
+                            kernel,
                         )
                         .unwrap(),
                     Way::Apart(kernel) => {
