@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 58 (not run; session 57's next_s58d.sh with the warpgroup split added).
+# Prepared in session 58 (not run; replaces session 57's next_s58d.sh, adding the warpgroup split).
 # What holds the 64-row k split of a 64-stream Qwen3-4B round (60 % of it on the H200 at
 # ~1.2–1.7 TB/s): ncu on its launches (dummy weights, graphs off) as the default runs them
 # (`matmul_bf16_tiled_split`, mma.sync), folded in clusters (FLASHLANE_MATMUL_CLUSTER_FOLD=1)
