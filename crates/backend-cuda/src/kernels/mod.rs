@@ -254,7 +254,8 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// 64 streams with it, but Qwen3-8B 0.993× and 0.985× at 64 (two calls): which launches gain
 /// and which lose is for a kernel timeline to say before a default. An A/B switch; `=waves`
 /// folds only the launches whose clusters run in no more waves than the unfolded split's
-/// blocks ([`ClusterFold::Waves`]).
+/// blocks, and a gate/up's with its SwiGLU ([`ClusterFold::Waves`], from session 59's
+/// timelines).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 
 /// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
@@ -264,12 +265,16 @@ pub(crate) enum ClusterFold {
     Off,
     /// Every such split folds in its clusters (`=1`).
     All,
-    /// A split folds in its clusters where they take no more waves than its unfolded blocks
-    /// (`=waves`): a cluster's MATMUL_RESIDUES blocks must run at once within one GPC, so a
-    /// GPU may hold fewer of them than its block slots allow (Qwen3-8B's o and down make 32
-    /// clusters of 8, Qwen3-4B's 20: the fold lost on the one and won on the other, session
-    /// 58). Per split kind (the 64-row blocks, the 32-row ones): clusters and unfolded blocks
-    /// the GPU runs at once, from the driver's occupancy queries.
+    /// A split folds in its clusters where they take no more waves than its unfolded blocks,
+    /// and a gate/up's split with its SwiGLU always (`=waves`): a cluster's MATMUL_RESIDUES
+    /// blocks must run at once within one GPC, so a GPU may hold fewer of them than its block
+    /// slots allow. Qwen3-8B's o and down make 32 clusters of 8 where the H100 runs 30 at once:
+    /// folded, 29.7 and 67.7 µs a layer at 64 rows against 23.8 and 49.3 unfolded (split and
+    /// fold launch); Qwen3-4B's make 20 and gain 2–3 µs. A gate/up takes a wave more folded
+    /// (152 and 192 clusters) yet gains 12 and 21 µs a layer, its SwiGLU fold launch (the
+    /// largest, reading both halves' partials) gone (kernel timelines, session 59). Per split
+    /// kind (the 64-row blocks, the 32-row ones): clusters and unfolded blocks the GPU runs
+    /// at once, from the driver's occupancy queries.
     Waves {
         clusters_at_once: [usize; 2],
         blocks_at_once: [usize; 2],
@@ -277,8 +282,9 @@ pub(crate) enum ClusterFold {
 }
 
 /// Whether a k split of `tiles` tiles (each MATMUL_RESIDUES blocks, or one cluster folded) on
-/// the 64-row blocks (`on_32_rows` false) or the 32-row ones folds in its clusters.
-fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize) -> bool {
+/// the 64-row blocks (`on_32_rows` false) or the 32-row ones, a gate/up's with its SwiGLU
+/// where `swiglu`, folds in its clusters.
+fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize, swiglu: bool) -> bool {
     match fold {
         ClusterFold::Off => false,
         ClusterFold::All => true,
@@ -290,7 +296,8 @@ fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize) -> bool 
             let (clusters, blocks) = (clusters_at_once[kind], blocks_at_once[kind]);
             clusters > 0
                 && blocks > 0
-                && tiles.div_ceil(clusters) <= (tiles * MATMUL_RESIDUES).div_ceil(blocks)
+                && (swiglu
+                    || tiles.div_ceil(clusters) <= (tiles * MATMUL_RESIDUES).div_ceil(blocks))
         }
     }
 }
@@ -2640,7 +2647,14 @@ impl Kernels {
         };
         // The splits on mma.sync (not the warpgroup's) may fold in clusters.
         let tiles = row_blocks as usize * out_blocks as usize;
-        if wgmma.is_none() && folds_in_clusters(self.matmul_cluster_fold, on_32_rows, tiles) {
+        if wgmma.is_none()
+            && folds_in_clusters(
+                self.matmul_cluster_fold,
+                on_32_rows,
+                tiles,
+                swiglu_act.is_some(),
+            )
+        {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,

@@ -1195,7 +1195,8 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
 }
 
 /// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
-/// clusters take no more waves than its unfolded blocks, by the kind of its row blocks.
+/// clusters take no more waves than its unfolded blocks, by the kind of its row blocks, and a
+/// gate/up's with its SwiGLU always.
 #[test]
 fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     use super::{folds_in_clusters, ClusterFold};
@@ -1205,27 +1206,30 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
         clusters_at_once: [30, 33],
         blocks_at_once: [264, 396],
     };
-    // (the choice, 32-row blocks, tiles, folds).
+    // (the choice, 32-row blocks, tiles, a SwiGLU's, folds).
     let cases = [
-        (ClusterFold::Off, false, 20, false),
-        (ClusterFold::All, false, 32, true),
+        (ClusterFold::Off, false, 20, false, false),
+        (ClusterFold::Off, false, 20, true, false),
+        (ClusterFold::All, false, 32, false, true),
         // 20 tiles: 1 wave of clusters, 160 blocks in 1.
-        (waves, false, 20, true),
+        (waves, false, 20, false, true),
         // 32 tiles: 2 waves of clusters against 256 blocks in 1.
-        (waves, false, 32, false),
+        (waves, false, 32, false, false),
         // 48 tiles: 2 waves against 384 blocks in 2.
-        (waves, false, 48, true),
-        // 152 tiles: 6 waves against 1,216 blocks in 5.
-        (waves, false, 152, false),
+        (waves, false, 48, false, true),
+        // 152 tiles: 6 waves against 1,216 blocks in 5; a gate/up's with its SwiGLU folds.
+        (waves, false, 152, false, false),
+        (waves, false, 152, true, true),
         // The 32-row blocks' counts: 33 tiles, 1 wave against 264 blocks in 1.
-        (waves, true, 33, true),
-        (waves, true, 34, false),
+        (waves, true, 33, false, true),
+        (waves, true, 34, false, false),
+        (waves, true, 34, true, true),
     ];
-    for (fold, on_32_rows, tiles, want) in cases {
+    for (fold, on_32_rows, tiles, swiglu, want) in cases {
         assert_eq!(
-            folds_in_clusters(fold, on_32_rows, tiles),
+            folds_in_clusters(fold, on_32_rows, tiles, swiglu),
             want,
-            "{fold:?}, 32-row blocks {on_32_rows}, {tiles} tiles"
+            "{fold:?}, 32-row blocks {on_32_rows}, {tiles} tiles, SwiGLU {swiglu}"
         );
     }
     // A GPU that runs none folds nothing.
@@ -1233,7 +1237,8 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
         clusters_at_once: [0, 0],
         blocks_at_once: [264, 396],
     };
-    assert!(!folds_in_clusters(none, false, 1));
+    assert!(!folds_in_clusters(none, false, 1, false));
+    assert!(!folds_in_clusters(none, false, 1, true));
 }
 
 /// `staged_choice` (no device needed): the switch's values first; unset, the 8-warp staged
