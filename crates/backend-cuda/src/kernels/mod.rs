@@ -241,27 +241,30 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
-/// `FLASHLANE_MATMUL_CLUSTER_FOLD=1` runs the k splits on mma.sync (`matmul_bf16_tiled_split`:
-/// bf16 rounds of 48–64 rows where k splits, and the prompts' splits; `_split32`: rounds of
-/// 17–32) as `matmul_bf16_tiled_split_fold` / `matmul_bf16_tiled_split32_fold` (or, for a dense
-/// MLP's gate/up with its SwiGLU, their `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one cluster, each
-/// keeps its partial in its shared memory, and the cluster folds them there in residue order —
-/// the fold's sum, so the same bits (kernel test) — with no partials written to memory and read
-/// back, and no fold launch. Qwen3-4B at 64 streams wrote and read ~63 MB of partials a layer
-/// beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its folds took 586 of a
-/// round's 7,668 µs on the H200 (session 56). Off: on the H100 (session 58, bench/RESULTS.md,
-/// two interleaved rounds) Qwen3-4B decoded 1.010× / 0.992× / 1.042× / 1.089× at 32 / 48 / 56 /
-/// 64 streams with it, but Qwen3-8B 0.993× and 0.985× at 64 (two calls): which launches gain
-/// and which lose is for a kernel timeline to say before a default. An A/B switch; `=waves`
-/// folds only the launches whose clusters run in no more waves than the unfolded split's
-/// blocks, and a gate/up's with its SwiGLU ([`ClusterFold::Waves`], from session 59's
-/// timelines).
+/// The k splits on mma.sync (`matmul_bf16_tiled_split`: bf16 rounds of 48–64 rows where k
+/// splits, and the prompts' splits; `_split32`: rounds of 17–32) may run as
+/// `matmul_bf16_tiled_split_fold` / `matmul_bf16_tiled_split32_fold` (or, for a dense MLP's
+/// gate/up with its SwiGLU, their `_fold_swiglu`): a tile's MMT_RESIDUES blocks are one
+/// cluster, each keeps its partial in its shared memory, and the cluster folds them there in
+/// residue order — the fold's sum, so the same bits (kernel test) — with no partials written to
+/// memory and read back, and no fold launch. Qwen3-4B at 64 streams wrote and read ~63 MB of
+/// partials a layer beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its
+/// folds took 586 of a round's 7,668 µs on the H200 (session 56).
+///
+/// Unset, the 64-row splits fold by [`ClusterFold::Waves`] and the 32-row ones do not: on the
+/// H100 (session 59, bench/RESULTS.md, two interleaved rounds) Qwen3-8B decoded 1.024× /
+/// 1.035× / 1.073× at 48 / 56 / 64 streams, Qwen3-4B (where the rule folds every split, as
+/// `=1` does) 0.992–0.995× / 1.042× / 1.089–1.093× (sessions 58–59), prompts within ±1.5 %;
+/// the 32-row splits' rule is not measured (`=1` gave Qwen3-4B 1.010× at 32 streams).
+/// `FLASHLANE_MATMUL_CLUSTER_FOLD=0` folds none (partials and a fold launch), `=1` every such
+/// split, `=waves` the 32-row splits by the same rule too (A/B runs of one binary: the bits do
+/// not change).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 
 /// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ClusterFold {
-    /// Partials to memory and a fold launch (the default).
+    /// Partials to memory and a fold launch (`=0`).
     Off,
     /// Every such split folds in its clusters (`=1`).
     All,
@@ -278,6 +281,8 @@ pub(crate) enum ClusterFold {
     Waves {
         clusters_at_once: [usize; 2],
         blocks_at_once: [usize; 2],
+        /// Whether the 32-row splits fold by the rule too (`=waves`) or never (the default).
+        on_32_rows: bool,
     },
 }
 
@@ -291,10 +296,12 @@ fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize, swiglu: 
         ClusterFold::Waves {
             clusters_at_once,
             blocks_at_once,
+            on_32_rows: folds_32_rows,
         } => {
             let kind = usize::from(on_32_rows);
             let (clusters, blocks) = (clusters_at_once[kind], blocks_at_once[kind]);
-            clusters > 0
+            (folds_32_rows || !on_32_rows)
+                && clusters > 0
                 && blocks > 0
                 && (swiglu
                     || tiles.div_ceil(clusters) <= (tiles * MATMUL_RESIDUES).div_ceil(blocks))
@@ -304,12 +311,13 @@ fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize, swiglu: 
 
 /// [`ClusterFold::Waves`]' counts for the fold kernels `folded` (64-row, 32-row blocks) and the
 /// unfolded splits `unfolded`, whose blocks take `shared` bytes each: clusters of the one and
-/// blocks of the other the GPU runs at once.
+/// blocks of the other the GPU runs at once; the 32-row splits fold by them where `on_32_rows`.
 fn cluster_fold_waves(
     gpu: &Gpu,
     folded: [&CudaFunction; 2],
     unfolded: [&CudaFunction; 2],
     shared: [usize; 2],
+    on_32_rows: bool,
 ) -> Result<ClusterFold, CudaError> {
     let multiprocessors = gpu.multiprocessors()?;
     let mut clusters_at_once = [0; 2];
@@ -335,6 +343,7 @@ fn cluster_fold_waves(
     Ok(ClusterFold::Waves {
         clusters_at_once,
         blocks_at_once,
+        on_32_rows,
     })
 }
 /// Where k splits, a matmul of more than 64 rows (a
@@ -1600,15 +1609,20 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
         ];
-        let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
-            Ok("1") => ClusterFold::All,
-            Ok("waves") => cluster_fold_waves(
+        let by_waves = |on_32_rows| {
+            cluster_fold_waves(
                 gpu,
                 [&matmul_tiled_split_fold[0], &matmul_tiled_split32_fold[0]],
                 [&matmul_tiled_split, &matmul_tiled_split32],
                 [tiled_shared_bytes, split32_shared_bytes],
-            )?,
-            _ => ClusterFold::Off,
+                on_32_rows,
+            )
+        };
+        let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
+            Ok("0") => ClusterFold::Off,
+            Ok("1") => ClusterFold::All,
+            Ok("waves") => by_waves(true)?,
+            _ => by_waves(false)?,
         };
         // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
         // suffix where `bare_at_nt` (`matmul_bf16`, `matmul_bf16_norm`; the SwiGLU's have it).
@@ -2565,8 +2579,9 @@ impl Kernels {
     /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
     /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
     /// `matmul_fold_residues_swiglu`).
-    /// With [`MATMUL_CLUSTER_FOLD_ENV`] the 64-row split on mma.sync folds in its clusters
-    /// instead ([`Kernels::matmul_split_folded`]).
+    /// Where [`folds_in_clusters`] (by default the 64-row splits by [`ClusterFold::Waves`];
+    /// [`MATMUL_CLUSTER_FOLD_ENV`]) the split on mma.sync folds in its clusters instead
+    /// ([`Kernels::matmul_split_folded`]).
     fn matmul_tiled(
         &self,
         gpu: &Gpu,

@@ -282,7 +282,10 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     let depth = 16 * (1 + rng.below(160));
     matmul_case(&gpu, &k, &mut rng, depth, 300, true);
     // The k split on 32-row blocks (`matmul_bf16_tiled_split32`) where `TiledSplitK` runs on up
-    // to 32 rows: the other kernels' bits, gathered and accumulated.
+    // to 32 rows: the other kernels' bits, gathered and accumulated. Its partials folded through
+    // memory here (`ClusterFold::Off`; the default folds some 64-row splits in their clusters,
+    // which runs below).
+    k.matmul_cluster_fold = super::ClusterFold::Off;
     k.matmul_split32 = true;
     for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
         matmul_case(&gpu, &k, &mut rng, depth, 32, true);
@@ -334,6 +337,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         ],
         [&k.matmul_tiled_split, &k.matmul_tiled_split32],
         [k.tiled_shared_bytes, k.split32_shared_bytes],
+        true,
     )
     .expect("the occupancy queries");
     eprintln!(
@@ -1196,7 +1200,7 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
 
 /// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
 /// clusters take no more waves than its unfolded blocks, by the kind of its row blocks, and a
-/// gate/up's with its SwiGLU always.
+/// gate/up's with its SwiGLU always; by default the 32-row splits never.
 #[test]
 fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     use super::{folds_in_clusters, ClusterFold};
@@ -1205,6 +1209,13 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     let waves = ClusterFold::Waves {
         clusters_at_once: [30, 33],
         blocks_at_once: [264, 396],
+        on_32_rows: true,
+    };
+    // The default: the 32-row splits never fold.
+    let default = ClusterFold::Waves {
+        clusters_at_once: [30, 33],
+        blocks_at_once: [264, 396],
+        on_32_rows: false,
     };
     // (the choice, 32-row blocks, tiles, a SwiGLU's, folds).
     let cases = [
@@ -1224,6 +1235,12 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
         (waves, true, 33, false, true),
         (waves, true, 34, false, false),
         (waves, true, 34, true, true),
+        // The default folds the 64-row splits as `=waves` does, no 32-row one.
+        (default, false, 20, false, true),
+        (default, false, 32, false, false),
+        (default, false, 152, true, true),
+        (default, true, 33, false, false),
+        (default, true, 34, true, false),
     ];
     for (fold, on_32_rows, tiles, swiglu, want) in cases {
         assert_eq!(
@@ -1236,6 +1253,7 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     let none = ClusterFold::Waves {
         clusters_at_once: [0, 0],
         blocks_at_once: [264, 396],
+        on_32_rows: true,
     };
     assert!(!folds_in_clusters(none, false, 1, false));
     assert!(!folds_in_clusters(none, false, 1, true));
