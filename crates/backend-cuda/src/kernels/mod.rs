@@ -241,6 +241,14 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
+/// `FLASHLANE_MATMUL_SPLIT32_WIDE=1` runs the bf16 rounds of 48–64 rows' k splits on the 32-row
+/// blocks too (two row blocks: the same chain, so the same bits): an A/B switch, off. ncu of
+/// Qwen3-4B's 64-row split at 64 streams (session 59) found it latency-bound with 14–23 % of
+/// the warp slots active (two blocks of 96 KiB a multiprocessor, the o and down projections'
+/// 160 blocks filling 61 % of the 264 slots, q/k/v's 384 taking two waves); the 32-row blocks
+/// take three a multiprocessor (396 slots) and twice the blocks, each weight read twice from
+/// L2 but, the two row blocks of a tile running side by side, once from memory.
+pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// The k splits on mma.sync (`matmul_bf16_tiled_split`: bf16 rounds of 48–64 rows where k
 /// splits, and the prompts' splits; `_split32`: rounds of 17–32) may run as
 /// `matmul_bf16_tiled_split_fold` / `matmul_bf16_tiled_split32_fold` (or, for a dense MLP's
@@ -1429,6 +1437,8 @@ pub struct Kernels {
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
     matmul_split32: bool,
+    /// Whether the 48–64-row splits run on the 32-row blocks too ([`MATMUL_SPLIT32_WIDE_ENV`]).
+    matmul_split32_wide: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
     matmul_split_k_prompts: bool,
@@ -1687,6 +1697,7 @@ impl Kernels {
             matmul_tiled_split32_fold,
             matmul_cluster_fold,
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
+            matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
@@ -2631,7 +2642,9 @@ impl Kernels {
             )),
             false => None,
         };
-        let on_32_rows = self.matmul_split32 && m.rows <= SPLIT32_ROWS;
+        let on_32_rows = self.matmul_split32
+            && (m.rows <= SPLIT32_ROWS
+                || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS));
         let (split, row_blocks, shared) = match (wgmma, on_32_rows) {
             (Some(wg), _) => {
                 check_wg_matrix_size(m);

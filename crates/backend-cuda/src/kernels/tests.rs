@@ -290,6 +290,13 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
         matmul_case(&gpu, &k, &mut rng, depth, 32, true);
     }
+    // And rounds of 33–64 rows on two of its row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE; `Auto`
+    // splits 48–64 so), the second in part below 64.
+    k.matmul_split32_wide = true;
+    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+        matmul_case_rows(&gpu, &k, &mut rng, depth, 33..=64, true);
+    }
+    k.matmul_split32_wide = false;
     // `Auto` splitting k as in Qwen3-4B and larger, a prompt's few tile blocks too
     // (`FLASHLANE_MATMUL_SPLIT_K_PROMPTS`): every row count past 64 here (at most 300 outputs:
     // 3 output blocks) splits, the other kernels' bits.
@@ -320,6 +327,11 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for (depth, rows) in [(16 * (1 + rng.below(320)), 32), (16, 20)] {
         matmul_case(&gpu, &k, &mut rng, depth, rows, true);
     }
+    // And on two of its row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE): 33–64 rows.
+    k.matmul_split32_wide = true;
+    let depth = 16 * (1 + rng.below(320));
+    matmul_case_rows(&gpu, &k, &mut rng, depth, 33..=64, true);
+    k.matmul_split32_wide = false;
     assert!(
         k.cluster_fold_launches
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -473,9 +485,22 @@ fn matmul_case(
     max_rows: usize,
     split: bool,
 ) {
+    matmul_case_rows(gpu, k, rng, depth, 1..=max_rows, split);
+}
+
+/// `matmul_case` with its rows drawn from `rows_range`.
+fn matmul_case_rows(
+    gpu: &Arc<Gpu>,
+    k: &Kernels,
+    rng: &mut Rng,
+    depth: usize,
+    rows_range: std::ops::RangeInclusive<usize>,
+    split: bool,
+) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
+    let (first, span) = (*rows_range.start(), rows_range.count() as u64);
+    let (n_out, rows) = (1 + rng.below(300), first + rng.below(span));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
