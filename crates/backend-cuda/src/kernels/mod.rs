@@ -268,6 +268,44 @@ pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// split, `=waves` the 32-row splits by the same rule too (A/B runs of one binary: the bits do
 /// not change).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
+/// `FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1` (an A/B switch, off): where a dense MLP's gate/up folds in
+/// its clusters with its SwiGLU and the down projection reads split rows (the tiles, its k
+/// split), the fold writes act as the down's split rows (`matmul_bf16_tiled_split_fold_swiglu_split`,
+/// `split_rows`' words of the act the SwiGLU fold writes: the same bits) into a buffer of their
+/// own, and the down runs on them without its `split_rows` launch: 4.0 and 4.9 µs a layer of
+/// Qwen3-4B's and -8B's 64-stream rounds on the H100 (session 59's timelines), ~2 % of the round.
+pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
+
+/// Where a gate/up's SwiGLU goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SwigluOut {
+    /// `act[rows, width]`.
+    Act(u64),
+    /// The down projection's split rows of act (`split_rows`' layout, k = width); act itself is
+    /// not written. Only a fold in the clusters writes them ([`Kernels::swiglu_splits_in_fold`]).
+    DownSplit(u64),
+}
+
+/// How a tiled matmul's split rows come to be.
+#[derive(Clone, Copy)]
+enum XSplit<'a> {
+    /// `split_rows` of `m.x`, now.
+    Make,
+    /// `split_rows_norm`: `m.x` normalised, then split ([`NormPlace::InSplit`]).
+    MakeNormed(&'a InputNorm),
+    /// Already in `m.x_split` (a gate/up's fold wrote them: [`SwigluOut::DownSplit`]).
+    Ready,
+}
+
+/// What a dense MLP's gate/up with its SwiGLU wrote for the down projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlpAct {
+    /// act, which the down projection read (and split where its kernel takes split rows).
+    Act,
+    /// The down projection's split rows, which it read without a split launch
+    /// ([`SWIGLU_SPLIT_IN_FOLD_ENV`]).
+    DownSplit,
+}
 
 /// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1427,11 +1465,11 @@ pub struct Kernels {
     /// `split_rows_norm`: `rmsnorm_rows` and `split_rows` in one launch ([`NormPlace::InSplit`]).
     split_rows_norm: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    /// `matmul_bf16_tiled_split_fold` and `_fold_swiglu`, and `matmul_bf16_tiled_split32_fold`
-    /// and its `_fold_swiglu`, and whether the mma.sync splits run them
+    /// `matmul_bf16_tiled_split_fold`, `_fold_swiglu` and `_fold_swiglu_split`, and
+    /// `matmul_bf16_tiled_split32_fold`'s three, and whether the mma.sync splits run them
     /// ([`MATMUL_CLUSTER_FOLD_ENV`]).
-    matmul_tiled_split_fold: [CudaFunction; 2],
-    matmul_tiled_split32_fold: [CudaFunction; 2],
+    matmul_tiled_split_fold: [CudaFunction; 3],
+    matmul_tiled_split32_fold: [CudaFunction; 3],
     pub(crate) matmul_cluster_fold: ClusterFold,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
@@ -1439,6 +1477,9 @@ pub struct Kernels {
     matmul_split32: bool,
     /// Whether the 48–64-row splits run on the 32-row blocks too ([`MATMUL_SPLIT32_WIDE_ENV`]).
     matmul_split32_wide: bool,
+    /// Whether a gate/up's fold in its clusters may write the down projection's split rows
+    /// ([`SWIGLU_SPLIT_IN_FOLD_ENV`]).
+    pub(crate) swiglu_split_in_fold: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
     matmul_split_k_prompts: bool,
@@ -1614,10 +1655,12 @@ impl Kernels {
         let matmul_tiled_split_fold = [
             tiles("matmul_bf16_tiled_split_fold")?,
             tiles("matmul_bf16_tiled_split_fold_swiglu")?,
+            tiles("matmul_bf16_tiled_split_fold_swiglu_split")?,
         ];
         let matmul_tiled_split32_fold = [
             tiles("matmul_bf16_tiled_split32_fold")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
+            tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
         let by_waves = |on_32_rows| {
             cluster_fold_waves(
@@ -1698,6 +1741,7 @@ impl Kernels {
             matmul_cluster_fold,
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
+            swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
@@ -2524,20 +2568,44 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
+    /// Whether `m`'s k split on mma.sync runs on the 32-row blocks (`matmul_bf16_tiled_split32`)
+    /// rather than the 64-row ones.
+    fn split_on_32_rows(&self, m: &Matmul) -> bool {
+        self.matmul_split32
+            && (m.rows <= SPLIT32_ROWS
+                || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS))
+    }
+
+    /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
+    /// its clusters ([`folds_in_clusters`] of its tiles).
+    fn split_folds(&self, m: &Matmul, swiglu: bool) -> bool {
+        let on_32_rows = self.split_on_32_rows(m);
+        let block_rows = match on_32_rows {
+            true => SPLIT32_ROWS,
+            false => MMT_ROWS,
+        };
+        let tiles = m.rows.div_ceil(block_rows) * m.n_out.div_ceil(MMT_OUTS);
+        folds_in_clusters(self.matmul_cluster_fold, on_32_rows, tiles, swiglu)
+    }
+
     /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
-    /// by `kernels` (plain, SwiGLU: `matmul_bf16_tiled_split_fold*` or
+    /// by `kernels` (plain, SwiGLU, SwiGLU into split rows: `matmul_bf16_tiled_split_fold*` or
     /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on `blocks` (the split's row
-    /// blocks and shared bytes): into `m.y` as the fold writes it, or with `swiglu_act` the
-    /// SwiGLU of its gate/up into that address.
+    /// blocks and shared bytes): into `m.y` as the fold writes it, or with `swiglu` the SwiGLU
+    /// of its gate/up where that says.
     fn matmul_split_folded(
         &self,
         gpu: &Gpu,
         m: &Matmul,
-        swiglu_act: Option<u64>,
-        kernels: &[CudaFunction; 2],
+        swiglu: Option<SwigluOut>,
+        kernels: &[CudaFunction; 3],
         (row_blocks, shared): (u32, usize),
     ) -> Result<(), CudaError> {
-        let (kernel, out_blocks, tail) = match swiglu_act {
+        let swiglu = swiglu.map(|out| match out {
+            SwigluOut::Act(act) => (&kernels[1], act),
+            SwigluOut::DownSplit(split) => (&kernels[2], split),
+        });
+        let (kernel, out_blocks, tail) = match swiglu {
             None => (
                 &kernels[0],
                 m.n_out.div_ceil(MMT_OUTS),
@@ -2550,10 +2618,10 @@ impl Kernels {
                     Arg::I32(m.rows as i32),
                 ],
             ),
-            Some(act) => {
+            Some((kernel, act)) => {
                 let width = m.n_out / 2;
                 (
-                    &kernels[1],
+                    kernel,
                     // A tile: MMT_OUTS / 2 units' gate rows and their up rows.
                     width.div_ceil(MMT_OUTS / 2),
                     [
@@ -2585,10 +2653,10 @@ impl Kernels {
         )
     }
 
-    /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
-    /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
-    /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
-    /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
+    /// x split into `m.x_split` as `x_split` says (`split_rows`; normalised first in the same
+    /// launch: `split_rows_norm`; or there already), then the tiles over it, each residue of k's
+    /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
+    /// when `on_wgmma`; or, with `swiglu`, folded as a gate/up into `act = silu(gate) · up`:
     /// `matmul_fold_residues_swiglu`).
     /// Where [`folds_in_clusters`] (by default the 64-row splits by [`ClusterFold::Waves`];
     /// [`MATMUL_CLUSTER_FOLD_ENV`]) the split on mma.sync folds in its clusters instead
@@ -2599,8 +2667,8 @@ impl Kernels {
         m: &Matmul,
         split_k: bool,
         on_wgmma: bool,
-        swiglu_act: Option<u64>,
-        norm: Option<&InputNorm>,
+        swiglu: Option<SwigluOut>,
+        x_split: XSplit<'_>,
     ) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
@@ -2614,9 +2682,12 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        match norm {
-            None => launch_split_rows(gpu, &self.split_rows, m)?,
-            Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?,
+        match x_split {
+            XSplit::Make => launch_split_rows(gpu, &self.split_rows, m)?,
+            XSplit::MakeNormed(norm) => {
+                launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?
+            }
+            XSplit::Ready => {}
         }
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
@@ -2632,7 +2703,7 @@ impl Kernels {
             );
         }
         assert!(
-            swiglu_act.is_none() || split_k,
+            swiglu.is_none() || split_k,
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
@@ -2642,9 +2713,7 @@ impl Kernels {
             )),
             false => None,
         };
-        let on_32_rows = self.matmul_split32
-            && (m.rows <= SPLIT32_ROWS
-                || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS));
+        let on_32_rows = self.split_on_32_rows(m);
         let (split, row_blocks, shared) = match (wgmma, on_32_rows) {
             (Some(wg), _) => {
                 check_wg_matrix_size(m);
@@ -2674,21 +2743,19 @@ impl Kernels {
             ),
         };
         // The splits on mma.sync (not the warpgroup's) may fold in clusters.
-        let tiles = row_blocks as usize * out_blocks as usize;
-        if wgmma.is_none()
-            && folds_in_clusters(
-                self.matmul_cluster_fold,
-                on_32_rows,
-                tiles,
-                swiglu_act.is_some(),
-            )
-        {
+        if wgmma.is_none() && self.split_folds(m, swiglu.is_some()) {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,
             };
-            return self.matmul_split_folded(gpu, m, swiglu_act, kernels, (row_blocks, shared));
+            return self.matmul_split_folded(gpu, m, swiglu, kernels, (row_blocks, shared));
         }
+        let swiglu_act = swiglu.map(|out| match out {
+            SwigluOut::Act(act) => act,
+            SwigluOut::DownSplit(_) => panic!(
+                "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's split rows"
+            ),
+        });
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(
@@ -3081,9 +3148,13 @@ impl Kernels {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => {
-                return self.matmul_tiled(gpu, m, split_k, false, None, norm)
+                let x_split = norm.map_or(XSplit::Make, XSplit::MakeNormed);
+                return self.matmul_tiled(gpu, m, split_k, false, None, x_split);
             }
-            MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None, norm),
+            MatmulLaunch::WgmmaSplitK => {
+                let x_split = norm.map_or(XSplit::Make, XSplit::MakeNormed);
+                return self.matmul_tiled(gpu, m, true, true, None, x_split);
+            }
             MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
@@ -3185,6 +3256,65 @@ impl Kernels {
             .map(|(place, norm)| (place, norm.expect("a norm is placed")))
     }
 
+    /// A dense MLP's two matmuls: `gate_up` with its SwiGLU into `act` (its rows normalised
+    /// first by `norm` if any, as [`Kernels::gate_up_swiglu_normed`] places it), then `down`,
+    /// whose x is act. Where [`Kernels::swiglu_splits_in_fold`], the gate/up's fold writes the
+    /// down's split rows into `down.x_split` instead of act, and the down reads them without
+    /// its split launch ([`SWIGLU_SPLIT_IN_FOLD_ENV`]): the same bits.
+    pub fn dense_mlp_matmuls(
+        &self,
+        gpu: &Gpu,
+        gate_up: &Matmul,
+        act: u64,
+        norm: Option<&InputNorm>,
+        down: &Matmul,
+    ) -> Result<MlpAct, CudaError> {
+        if !self.swiglu_splits_in_fold(gate_up, down) {
+            self.gate_up_swiglu_out(gpu, gate_up, SwigluOut::Act(act), norm, MatmulKernel::Auto)?;
+            self.matmul(gpu, &Matmul { x: act, ..*down })?;
+            return Ok(MlpAct::Act);
+        }
+        let out = SwigluOut::DownSplit(down.x_split);
+        self.gate_up_swiglu_out(gpu, gate_up, out, norm, MatmulKernel::Auto)?;
+        check_matmul(down);
+        let x_split = XSplit::Ready;
+        match self.plan_matmul(down, MatmulKernel::Auto) {
+            MatmulLaunch::Tiled { split_k } => {
+                self.matmul_tiled(gpu, down, split_k, false, None, x_split)?
+            }
+            MatmulLaunch::WgmmaSplitK => self.matmul_tiled(gpu, down, true, true, None, x_split)?,
+            launch => {
+                unreachable!("[down-split-ready] swiglu_splits_in_fold let {launch:?} through")
+            }
+        }
+        Ok(MlpAct::DownSplit)
+    }
+
+    /// Whether a dense MLP's `gate_up` (n_out = 2 · width) writes its SwiGLU as `down`'s split
+    /// rows ([`SWIGLU_SPLIT_IN_FOLD_ENV`]): asked, room for them (`down.x_split`, apart from the
+    /// gate/up's own), the gate/up's k split on mma.sync folding in its clusters, and the down
+    /// (k = width, whole rows of act in order) on a kernel that reads those rows: the tiles or
+    /// the warpgroup's split, both after `split_rows`.
+    fn swiglu_splits_in_fold(&self, gate_up: &Matmul, down: &Matmul) -> bool {
+        self.swiglu_split_in_fold
+            && down.x_split != 0
+            && down.x_split != gate_up.x_split
+            && down.k == gate_up.n_out / 2
+            && down.k.is_multiple_of(MMA_K_ALIGN)
+            && down.rows == gate_up.rows
+            && down.row_index == 0
+            && down.x_stride == down.k
+            && gate_up.fp8.is_none()
+            && self.plan_matmul(gate_up, MatmulKernel::Auto)
+                == MatmulLaunch::Tiled { split_k: true }
+            && self.swiglu_in_gate_up
+            && self.split_folds(gate_up, true)
+            && matches!(
+                self.plan_matmul(down, MatmulKernel::Auto),
+                MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK
+            )
+    }
+
     /// [`Kernels::gate_up_swiglu`] with the matmul's kernel asked for (the tests), its rows
     /// normalised first by `norm` if any.
     pub(crate) fn gate_up_swiglu_with(
@@ -3192,6 +3322,19 @@ impl Kernels {
         gpu: &Gpu,
         m: &Matmul,
         act: u64,
+        norm: Option<&InputNorm>,
+        kernel: MatmulKernel,
+    ) -> Result<(SwigluPlace, Option<NormPlace>), CudaError> {
+        self.gate_up_swiglu_out(gpu, m, SwigluOut::Act(act), norm, kernel)
+    }
+
+    /// [`Kernels::gate_up_swiglu_with`] into `out`: act, or the down projection's split rows
+    /// (only where the fold runs in clusters: [`Kernels::swiglu_splits_in_fold`]).
+    fn gate_up_swiglu_out(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        out: SwigluOut,
         norm: Option<&InputNorm>,
         kernel: MatmulKernel,
     ) -> Result<(SwigluPlace, Option<NormPlace>), CudaError> {
@@ -3207,6 +3350,19 @@ impl Kernels {
         let width = m.n_out / 2;
         let launch = self.plan_matmul(m, kernel);
         let place = swiglu_place(launch, m.fp8.is_some(), self.swiglu_in_gate_up);
+        let act = match out {
+            SwigluOut::Act(act) => act,
+            SwigluOut::DownSplit(_) => {
+                assert!(
+                    place == SwigluPlace::InFold
+                        && launch == (MatmulLaunch::Tiled { split_k: true })
+                        && self.split_folds(m, true),
+                    "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's \
+                     split rows ({launch:?}, {place:?})"
+                );
+                0
+            }
+        };
         let (m, twin_norm, norm_place) = self.place_norm(gpu, m, norm, launch)?;
         let m = &m;
         let places = (place, norm_place);
@@ -3217,7 +3373,8 @@ impl Kernels {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
                 let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
-                self.matmul_tiled(gpu, m, true, on_wgmma, Some(act), twin_norm.as_ref())?;
+                let x_split = twin_norm.as_ref().map_or(XSplit::Make, XSplit::MakeNormed);
+                self.matmul_tiled(gpu, m, true, on_wgmma, Some(out), x_split)?;
                 return Ok(places);
             }
             SwigluPlace::Apart => {

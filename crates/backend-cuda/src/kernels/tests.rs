@@ -781,6 +781,115 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     }
 }
 
+/// A dense MLP's two matmuls (`Kernels::dense_mlp_matmuls`) with the gate/up's SwiGLU written
+/// by its fold in the clusters as the down projection's split rows
+/// (`matmul_bf16_tiled_split*_fold_swiglu_split`, FLASHLANE_SWIGLU_SPLIT_IN_FOLD): the down's
+/// output has the bits of the gate/up into act and the down split from act, for a decode
+/// round's 48–64 rows on the 64-row blocks and 17–32 on the 32-row ones, widths of whole chunks
+/// and with a last chunk in part; folded through memory (`ClusterFold::Off`) the SwiGLU goes to
+/// act, and so it does with the switch off.
+#[test]
+fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
+    let Some((gpu, mut k, _)) = swiglu_setup() else {
+        return;
+    };
+    let gpu = gpu.as_ref();
+    let mut rng = Rng::fresh();
+    let seed = rng.0;
+    let cases = [
+        (64 * (1 + rng.below(40)), 16 * (1 + rng.below(100))),
+        // A last chunk of act in part (a multiple of 16 units, not of 64).
+        (64 * rng.below(10) + 16 * (1 + rng.below(3)), 1024),
+    ];
+    for (width, depth) in cases {
+        let max_rows = 64;
+        let hidden = 1 + rng.below(300);
+        let x_host = rng.vec(max_rows * depth);
+        let x = Buf::from_host(gpu, &x_host).unwrap();
+        let bits = |v: Vec<bf16>| v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>();
+        let gate_up_w =
+            Buf::from_host(gpu, &bits(bf16_vec(&mut rng, 2 * width * depth, 0.05))).unwrap();
+        let down_w = Buf::from_host(gpu, &bits(bf16_vec(&mut rng, hidden * width, 0.05))).unwrap();
+        let wide = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
+        let act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
+        let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
+        let mut act_split =
+            Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(width)).unwrap();
+        let partials_floats = super::MATMUL_RESIDUES * max_rows * 2 * width.max(hidden);
+        let partials = Buf::<f32>::zeros(gpu, partials_floats).unwrap();
+        let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * hidden).unwrap());
+        let nan = vec![f32::NAN; max_rows * hidden];
+        let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
+        let folds = [super::ClusterFold::All, super::ClusterFold::Off];
+        for (rows, fold) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+            k.matmul_cluster_fold = fold;
+            let gate_up = Matmul {
+                x_split: xs.at(0),
+                partials: partials.at(0),
+                ..packed_matmul(
+                    x.at(0),
+                    gate_up_w.at(0),
+                    depth,
+                    2 * width,
+                    wide.at(0),
+                    rows,
+                    None,
+                )
+            };
+            let down = Matmul {
+                x_split: act_split.at(0),
+                partials: partials.at(0),
+                ..packed_matmul(
+                    act.at(0),
+                    down_w.at(0),
+                    width,
+                    hidden,
+                    y.borrow().at(0),
+                    rows,
+                    None,
+                )
+            };
+            let mut run = |split_in_fold: bool| {
+                k.swiglu_split_in_fold = split_in_fold;
+                y.borrow_mut().write(gpu, &nan).unwrap();
+                // The act split rows poisoned too: a word the fold leaves unwritten fails.
+                act_split
+                    .write(
+                        gpu,
+                        &vec![u32::MAX; max_rows * super::split_row_words(width)],
+                    )
+                    .unwrap();
+                let written = k
+                    .dense_mlp_matmuls(gpu, &gate_up, act.at(0), None, &down)
+                    .unwrap();
+                (written, y.borrow().read(gpu, rows * hidden).unwrap())
+            };
+            let (apart, want) = run(false);
+            let (written, got) = run(true);
+            let case = format!("seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}");
+            assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
+            let folds_in_clusters = fold == super::ClusterFold::All;
+            assert_eq!(
+                written,
+                match folds_in_clusters {
+                    true => super::MlpAct::DownSplit,
+                    false => super::MlpAct::Act,
+                },
+                "{case}"
+            );
+            assert!(
+                want.iter().all(|v| v.is_finite()),
+                "{case}: the down left outputs unwritten"
+            );
+            assert!(
+                same_bits(&got, &want),
+                "{case}: the down from the fold's split rows differs from the down from act"
+            );
+        }
+    }
+    k.swiglu_split_in_fold = false;
+}
+
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
 /// by default where its module compiles (Hopper), its SwiGLU in the split's fold: the bits of the
 /// FP8 16-row kernels' matmul then `swiglu_rows`, and of each row alone. Off Hopper only the
