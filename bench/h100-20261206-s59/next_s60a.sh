@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Prepared in session 59 (not run). 1. The matmul kernel test: the fold's cluster counts, and the
-# k split of 33–64 rows on two 32-row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE), folded and not.
+# k split of 33–64 rows on two 32-row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE), folded and not;
+# the SwiGLU fold writing the down's split rows (FLASHLANE_SWIGLU_SPLIT_IN_FOLD) against the down
+# from act.
 # 2. The five whole-model GPU test binaries at the defaults of `47345fe` on (the 64-row splits
 # folded in their clusters by waves; issue 12 asks them on the H200: if one comes, this is that
 # run). 3. gpu_target and gpu_dense with the 48–64-row splits on 32-row blocks, unfolded and
-# folded by the rule (`=waves` folds the 32-row splits too). ~450 s. Carry
+# folded by the rule (`=waves` folds the 32-row splits too), and with the SwiGLU fold writing the
+# down's split rows. ~480 s. Carry
 # bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz}, the default model moved out of the
 # tree; limit 600.
 set -u
@@ -13,14 +16,14 @@ LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-kernel_tests s60a_matmul 160 matmul_matches_backend_cpu_gathers --nocapture
+kernel_tests s60a_matmul 170 matmul_matches_backend_cpu_gathers swiglu_split_in_fold --nocapture
 grep -E "clusters of" $OUT/tests_s60a_matmul.txt
 TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults" TEST_TIMEOUT=150 \
   bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
 el "whole-model tests rc=$?"; tee $OUT/tests_summary.txt < /tmp/tests/summary.txt
 tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
 room 100 wide_tests || exit 0
-SETTINGS="wide:FLASHLANE_MATMUL_SPLIT32_WIDE=1 widefold:FLASHLANE_MATMUL_SPLIT32_WIDE=1,FLASHLANE_MATMUL_CLUSTER_FOLD=waves" \
+SETTINGS="wide:FLASHLANE_MATMUL_SPLIT32_WIDE=1 widefold:FLASHLANE_MATMUL_SPLIT32_WIDE=1,FLASHLANE_MATMUL_CLUSTER_FOLD=waves swsplit:FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1,FLASHLANE_MATMUL_CLUSTER_FOLD=waves" \
   TESTS="gpu_target gpu_dense" TEST_TIMEOUT=60 bench/gpu_tests.sh /tmp/tw > /dev/null 2>&1
 el "wide tests rc=$?"; tee $OUT/tests_summary_wide.txt < /tmp/tw/summary.txt
 tar -C /tmp/tw -cJf $OUT/tests_logs_wide.tar.xz .
