@@ -210,7 +210,11 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
-        let act_split_words = rows.min(MATMUL_SPLIT_K_MAX_ROWS) * split_row_words(w.act);
+        // Only where asked (FLASHLANE_SWIGLU_SPLIT_IN_FOLD); else one word, which no down fits.
+        let act_split_words = match m.kernels.swiglu_split_in_fold {
+            true => rows.min(MATMUL_SPLIT_K_MAX_ROWS) * split_row_words(w.act),
+            false => 0,
+        };
         // The k split (where the kernels split k at all): outputs of any matrix but the
         // lm_head, the widest projection's or the hidden state's.
         let partials_floats = m.kernels.split_partials_floats(rows, w.wide.max(w.hidden));

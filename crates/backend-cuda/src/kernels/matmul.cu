@@ -1335,8 +1335,10 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
             if (u0 + cl < width) {  // width % 16 == 0 (the down's k): the second unit too
                 const float gate0 = fold(rl * PS + cl), up0 = fold(rl * PS + BN / 2 + cl);
                 const float gate1 = fold(rl * PS + cl + 1), up1 = fold(rl * PS + BN / 2 + cl + 1);
-                a0 = siluf_(gate0) * up0;
-                a1 = siluf_(gate1) * up1;
+                // Rounded here as the SWIGLU fold's store rounds it: no FMA into split_pair's
+                // subtraction.
+                a0 = __fmul_rn(siluf_(gate0), up0);
+                a1 = __fmul_rn(siluf_(gate1), up1);
             }
             store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, blockIdx.y, w, a0, a1);
         }

@@ -247,7 +247,8 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// the warp slots active (two blocks of 96 KiB a multiprocessor, the o and down projections'
 /// 160 blocks filling 61 % of the 264 slots, q/k/v's 384 taking two waves); the 32-row blocks
 /// take three a multiprocessor (396 slots) and twice the blocks, each weight read twice from
-/// L2 but, the two row blocks of a tile running side by side, once from memory.
+/// L2 but, the two row blocks of a tile running side by side, once from memory. They fold in
+/// their clusters as the default rule says for those rounds, by the 32-row blocks' counts.
 pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// The k splits on mma.sync (`matmul_bf16_tiled_split`: bf16 rounds of 48–64 rows where k
 /// splits, and the prompts' splits; `_split32`: rounds of 17–32) may run as
@@ -259,14 +260,15 @@ pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// partials a layer beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its
 /// folds took 586 of a round's 7,668 µs on the H200 (session 56).
 ///
-/// Unset, the 64-row splits fold by [`ClusterFold::Waves`] and the 32-row ones do not: on the
-/// H100 (session 59, bench/RESULTS.md, two interleaved rounds) Qwen3-8B decoded 1.024× /
-/// 1.035× / 1.073× at 48 / 56 / 64 streams, Qwen3-4B (where the rule folds every split, as
-/// `=1` does) 0.992–0.995× / 1.042× / 1.089–1.093× (sessions 58–59), prompts within ±1.5 %;
-/// the 32-row splits' rule is not measured (`=1` gave Qwen3-4B 1.010× at 32 streams).
+/// Unset, the splits of more than 32 rows (decode rounds of 48–64 rows, prompts' splits) fold
+/// by [`ClusterFold::Waves`] and those of rounds of up to 32 rows do not: on the H100 (session
+/// 59, bench/RESULTS.md, two interleaved rounds) Qwen3-8B decoded 1.024× / 1.035× / 1.073× at
+/// 48 / 56 / 64 streams, Qwen3-4B (where the rule folds every split, as `=1` does) 0.992–0.995×
+/// / 1.042× / 1.089–1.093× (sessions 58–59), prompts within ±1.5 %; the rule at up to 32 rows
+/// is not measured (`=1` gave Qwen3-4B 1.010× at 32 streams).
 /// `FLASHLANE_MATMUL_CLUSTER_FOLD=0` folds none (partials and a fold launch), `=1` every such
-/// split, `=waves` the 32-row splits by the same rule too (A/B runs of one binary: the bits do
-/// not change).
+/// split, `=waves` rounds of up to 32 rows by the same rule too (A/B runs of one binary: the
+/// bits do not change).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 /// `FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1` (an A/B switch, off): where a dense MLP's gate/up folds in
 /// its clusters with its SwiGLU and the down projection reads split rows (the tiles, its k
@@ -327,26 +329,43 @@ pub(crate) enum ClusterFold {
     Waves {
         clusters_at_once: [usize; 2],
         blocks_at_once: [usize; 2],
-        /// Whether the 32-row splits fold by the rule too (`=waves`) or never (the default).
-        on_32_rows: bool,
+        /// Whether the splits of rounds of up to 32 rows fold by the rule too (`=waves`) or
+        /// never (the default: not measured); rounds of 33–64 rows fold by it on whichever
+        /// blocks they run.
+        small_rounds: bool,
     },
 }
 
-/// Whether a k split of `tiles` tiles (each MATMUL_RESIDUES blocks, or one cluster folded) on
-/// the 64-row blocks (`on_32_rows` false) or the 32-row ones, a gate/up's with its SwiGLU
-/// where `swiglu`, folds in its clusters.
-fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize, swiglu: bool) -> bool {
+/// A k split a cluster fold may take: its tiles (each MATMUL_RESIDUES blocks, or one cluster
+/// folded), on the 32-row blocks or the 64-row ones, of a round of up to 32 rows or not, a
+/// gate/up's with its SwiGLU or not.
+#[derive(Clone, Copy, Debug)]
+struct SplitShape {
+    tiles: usize,
+    on_32_rows: bool,
+    small_round: bool,
+    swiglu: bool,
+}
+
+/// Whether the k split `split` folds in its clusters.
+fn folds_in_clusters(fold: ClusterFold, split: SplitShape) -> bool {
+    let SplitShape {
+        tiles,
+        on_32_rows,
+        small_round,
+        swiglu,
+    } = split;
     match fold {
         ClusterFold::Off => false,
         ClusterFold::All => true,
         ClusterFold::Waves {
             clusters_at_once,
             blocks_at_once,
-            on_32_rows: folds_32_rows,
+            small_rounds,
         } => {
             let kind = usize::from(on_32_rows);
             let (clusters, blocks) = (clusters_at_once[kind], blocks_at_once[kind]);
-            (folds_32_rows || !on_32_rows)
+            (small_rounds || !small_round)
                 && clusters > 0
                 && blocks > 0
                 && (swiglu
@@ -357,13 +376,14 @@ fn folds_in_clusters(fold: ClusterFold, on_32_rows: bool, tiles: usize, swiglu: 
 
 /// [`ClusterFold::Waves`]' counts for the fold kernels `folded` (64-row, 32-row blocks) and the
 /// unfolded splits `unfolded`, whose blocks take `shared` bytes each: clusters of the one and
-/// blocks of the other the GPU runs at once; the 32-row splits fold by them where `on_32_rows`.
+/// blocks of the other the GPU runs at once; rounds of up to 32 rows fold by them where
+/// `small_rounds`.
 fn cluster_fold_waves(
     gpu: &Gpu,
     folded: [&CudaFunction; 2],
     unfolded: [&CudaFunction; 2],
     shared: [usize; 2],
-    on_32_rows: bool,
+    small_rounds: bool,
 ) -> Result<ClusterFold, CudaError> {
     let multiprocessors = gpu.multiprocessors()?;
     let mut clusters_at_once = [0; 2];
@@ -389,7 +409,7 @@ fn cluster_fold_waves(
     Ok(ClusterFold::Waves {
         clusters_at_once,
         blocks_at_once,
-        on_32_rows,
+        small_rounds,
     })
 }
 /// Where k splits, a matmul of more than 64 rows (a
@@ -1662,20 +1682,21 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
-        let by_waves = |on_32_rows| {
+        let by_waves = |small_rounds| {
             cluster_fold_waves(
                 gpu,
                 [&matmul_tiled_split_fold[0], &matmul_tiled_split32_fold[0]],
                 [&matmul_tiled_split, &matmul_tiled_split32],
                 [tiled_shared_bytes, split32_shared_bytes],
-                on_32_rows,
+                small_rounds,
             )
         };
         let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
             Ok("0") => ClusterFold::Off,
             Ok("1") => ClusterFold::All,
             Ok("waves") => by_waves(true)?,
-            _ => by_waves(false)?,
+            // A speed rule: where the driver's occupancy queries fail, no fold (the same bits).
+            _ => by_waves(false).unwrap_or(ClusterFold::Off),
         };
         // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
         // suffix where `bare_at_nt` (`matmul_bf16`, `matmul_bf16_norm`; the SwiGLU's have it).
@@ -2584,8 +2605,13 @@ impl Kernels {
             true => SPLIT32_ROWS,
             false => MMT_ROWS,
         };
-        let tiles = m.rows.div_ceil(block_rows) * m.n_out.div_ceil(MMT_OUTS);
-        folds_in_clusters(self.matmul_cluster_fold, on_32_rows, tiles, swiglu)
+        let split = SplitShape {
+            tiles: m.rows.div_ceil(block_rows) * m.n_out.div_ceil(MMT_OUTS),
+            on_32_rows,
+            small_round: m.rows <= SPLIT32_ROWS,
+            swiglu,
+        };
+        folds_in_clusters(self.matmul_cluster_fold, split)
     }
 
     /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
@@ -3296,9 +3322,14 @@ impl Kernels {
     /// (k = width, whole rows of act in order) on a kernel that reads those rows: the tiles or
     /// the warpgroup's split, both after `split_rows`.
     fn swiglu_splits_in_fold(&self, gate_up: &Matmul, down: &Matmul) -> bool {
+        // Words of split rows as bytes: the down's must not overlap the gate/up's, which the
+        // gate/up's other clusters still read while a cluster's fold writes.
+        let bytes = |m: &Matmul| (m.rows * split_row_words(m.k) * 4) as u64;
+        let apart = down.x_split + bytes(down) <= gate_up.x_split
+            || gate_up.x_split + bytes(gate_up) <= down.x_split;
         self.swiglu_split_in_fold
             && down.x_split != 0
-            && down.x_split != gate_up.x_split
+            && apart
             && down.k == gate_up.n_out / 2
             && down.k.is_multiple_of(MMA_K_ALIGN)
             && down.rows == gate_up.rows

@@ -785,9 +785,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
 /// by its fold in the clusters as the down projection's split rows
 /// (`matmul_bf16_tiled_split*_fold_swiglu_split`, FLASHLANE_SWIGLU_SPLIT_IN_FOLD): the down's
 /// output has the bits of the gate/up into act and the down split from act, for a decode
-/// round's 48–64 rows on the 64-row blocks and 17–32 on the 32-row ones, widths of whole chunks
-/// and with a last chunk in part; folded through memory (`ClusterFold::Off`) the SwiGLU goes to
-/// act, and so it does with the switch off.
+/// round's 48–64 rows on the 64-row blocks and 17–32 on the 32-row ones (or, up to 24 rows on
+/// Hopper, the warpgroup's split, whose SwiGLU goes to act), widths of whole chunks and with a
+/// last chunk in part; folded through memory (`ClusterFold::Off`) the SwiGLU goes to act, and
+/// so it does with the switch off.
 #[test]
 fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
     let Some((gpu, mut k, _)) = swiglu_setup() else {
@@ -820,6 +821,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * hidden).unwrap());
         let nan = vec![f32::NAN; max_rows * hidden];
         let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
+        let mut down_splits = 0;
         let folds = [super::ClusterFold::All, super::ClusterFold::Off];
         for (rows, fold) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = fold;
@@ -868,7 +870,15 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
             let (written, got) = run(true);
             let case = format!("seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}");
             assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
-            let folds_in_clusters = fold == super::ClusterFold::All;
+            // Folded in its clusters where the gate/up's k splits on the tiles (a round of up
+            // to 24 rows splits on the warpgroup MMA where it compiled); a 48–64-row round always.
+            let on_tiles = k.plan_matmul(&gate_up, MatmulKernel::Auto)
+                == (super::MatmulLaunch::Tiled { split_k: true });
+            assert!(
+                on_tiles || rows <= 24,
+                "{case}: the gate/up does not split on the tiles"
+            );
+            let folds_in_clusters = fold == super::ClusterFold::All && on_tiles;
             assert_eq!(
                 written,
                 match folds_in_clusters {
@@ -877,6 +887,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
                 },
                 "{case}"
             );
+            down_splits += usize::from(written == super::MlpAct::DownSplit);
             assert!(
                 want.iter().all(|v| v.is_finite()),
                 "{case}: the down left outputs unwritten"
@@ -886,6 +897,10 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
                 "{case}: the down from the fold's split rows differs from the down from act"
             );
         }
+        assert!(
+            down_splits > 0,
+            "seed {seed}, width {width}: no round wrote the down's split rows"
+        );
     }
     k.swiglu_split_in_fold = false;
 }
@@ -1334,63 +1349,78 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
 
 /// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
 /// clusters take no more waves than its unfolded blocks, by the kind of its row blocks, and a
-/// gate/up's with its SwiGLU always; by default the 32-row splits never.
+/// gate/up's with its SwiGLU always; by default a round of up to 32 rows never, one of 33–64 on
+/// either kind of blocks by the rule.
 #[test]
 fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
-    use super::{folds_in_clusters, ClusterFold};
+    use super::{folds_in_clusters, ClusterFold, SplitShape};
     // 30 clusters and 264 unfolded blocks at once on the 64-row blocks; 33 and 396 on the
     // 32-row ones.
     let waves = ClusterFold::Waves {
         clusters_at_once: [30, 33],
         blocks_at_once: [264, 396],
-        on_32_rows: true,
+        small_rounds: true,
     };
-    // The default: the 32-row splits never fold.
+    // The default: rounds of up to 32 rows never fold.
     let default = ClusterFold::Waves {
         clusters_at_once: [30, 33],
         blocks_at_once: [264, 396],
-        on_32_rows: false,
+        small_rounds: false,
     };
-    // (the choice, 32-row blocks, tiles, a SwiGLU's, folds).
+    // (the choice, 32-row blocks, a round of up to 32 rows, tiles, a SwiGLU's, folds).
     let cases = [
-        (ClusterFold::Off, false, 20, false, false),
-        (ClusterFold::Off, false, 20, true, false),
-        (ClusterFold::All, false, 32, false, true),
+        (ClusterFold::Off, false, false, 20, false, false),
+        (ClusterFold::Off, false, false, 20, true, false),
+        (ClusterFold::All, false, false, 32, false, true),
+        (ClusterFold::All, true, true, 34, false, true),
         // 20 tiles: 1 wave of clusters, 160 blocks in 1.
-        (waves, false, 20, false, true),
+        (waves, false, false, 20, false, true),
         // 32 tiles: 2 waves of clusters against 256 blocks in 1.
-        (waves, false, 32, false, false),
+        (waves, false, false, 32, false, false),
         // 48 tiles: 2 waves against 384 blocks in 2.
-        (waves, false, 48, false, true),
+        (waves, false, false, 48, false, true),
         // 152 tiles: 6 waves against 1,216 blocks in 5; a gate/up's with its SwiGLU folds.
-        (waves, false, 152, false, false),
-        (waves, false, 152, true, true),
+        (waves, false, false, 152, false, false),
+        (waves, false, false, 152, true, true),
         // The 32-row blocks' counts: 33 tiles, 1 wave against 264 blocks in 1.
-        (waves, true, 33, false, true),
-        (waves, true, 34, false, false),
-        (waves, true, 34, true, true),
-        // The default folds the 64-row splits as `=waves` does, no 32-row one.
-        (default, false, 20, false, true),
-        (default, false, 32, false, false),
-        (default, false, 152, true, true),
-        (default, true, 33, false, false),
-        (default, true, 34, true, false),
+        (waves, true, true, 33, false, true),
+        (waves, true, true, 34, false, false),
+        (waves, true, true, 34, true, true),
+        // The default folds as `=waves` does but for rounds of up to 32 rows; a round of 33–64
+        // on the 32-row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE) by the 32-row blocks' counts.
+        (default, false, false, 20, false, true),
+        (default, false, false, 32, false, false),
+        (default, false, false, 152, true, true),
+        (default, true, true, 33, false, false),
+        (default, true, true, 34, true, false),
+        (default, true, false, 33, false, true),
+        (default, true, false, 34, false, false),
+        (default, true, false, 34, true, true),
     ];
-    for (fold, on_32_rows, tiles, swiglu, want) in cases {
-        assert_eq!(
-            folds_in_clusters(fold, on_32_rows, tiles, swiglu),
-            want,
-            "{fold:?}, 32-row blocks {on_32_rows}, {tiles} tiles, SwiGLU {swiglu}"
-        );
+    for (fold, on_32_rows, small_round, tiles, swiglu, want) in cases {
+        let split = SplitShape {
+            tiles,
+            on_32_rows,
+            small_round,
+            swiglu,
+        };
+        assert_eq!(folds_in_clusters(fold, split), want, "{fold:?}, {split:?}");
     }
     // A GPU that runs none folds nothing.
     let none = ClusterFold::Waves {
         clusters_at_once: [0, 0],
         blocks_at_once: [264, 396],
-        on_32_rows: true,
+        small_rounds: true,
     };
-    assert!(!folds_in_clusters(none, false, 1, false));
-    assert!(!folds_in_clusters(none, false, 1, true));
+    for swiglu in [false, true] {
+        let split = SplitShape {
+            tiles: 1,
+            on_32_rows: false,
+            small_round: false,
+            swiglu,
+        };
+        assert!(!folds_in_clusters(none, split));
+    }
 }
 
 /// `staged_choice` (no device needed): the switch's values first; unset, the 8-warp staged
