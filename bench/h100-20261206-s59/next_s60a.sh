@@ -3,11 +3,11 @@
 # k split of 33–64 rows on two 32-row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE), folded and not;
 # the SwiGLU fold writing the down's split rows (FLASHLANE_SWIGLU_SPLIT_IN_FOLD) against the down
 # from act.
-# 2. The five whole-model GPU test binaries at the defaults of `47345fe` on (the 64-row splits
-# folded in their clusters by waves; issue 12 asks them on the H200: if one comes, this is that
-# run). 3. gpu_target and gpu_dense with the 48–64-row splits on 32-row blocks, unfolded and
-# folded by the rule (`=waves` folds the 32-row splits too), and with the SwiGLU fold writing the
-# down's split rows. ~480 s. Carry
+# 2. The five whole-model GPU test binaries at the defaults of session 59's last crate commit
+# (the splits of 33–64-row rounds folded in their clusters by waves; issue 12 asks them on the
+# H200: if one comes, this is that run). 3. gpu_target and gpu_dense with the 48–64-row splits on 32-row blocks (folded by the
+# rule), again with rounds of up to 32 rows folded too (`=waves`), and with the SwiGLU fold
+# writing the down's split rows. ~480 s. Carry
 # bench/peers/{flashlane.xz,gpu-tests.tar.xz,tiny_model.xz}, the default model moved out of the
 # tree; limit 600.
 set -u
