@@ -249,6 +249,9 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// take three a multiprocessor (396 slots) and twice the blocks, each weight read twice from
 /// L2 but, the two row blocks of a tile running side by side, once from memory. They fold in
 /// their clusters as the default rule says for those rounds, by the 32-row blocks' counts.
+/// Session 37's half blocks (64 rows × 64 outputs: twice the blocks, three a multiprocessor,
+/// the same +50 % of copies into shared memory a weight, x's there where these copy W's) lost
+/// 5–14 %: this is the other such layout, to be measured before it is dropped or kept.
 pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// The k splits on mma.sync (`matmul_bf16_tiled_split`: bf16 rounds of 48–64 rows where k
 /// splits, and the prompts' splits; `_split32`: rounds of 17–32) may run as
