@@ -10,7 +10,26 @@
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
+# ncu_summary CSV: each kernel's metrics in ncu's --csv --metrics output (one metric a row),
+#   averaged over its launches.
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+ncu_summary() {
+  python3 - "$1" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if len(rows) < 2: sys.exit("no rows")
+head = rows[0]
+if "Metric Name" not in head: sys.exit("no metric rows (sections?)")
+k = head.index("Kernel Name"); m = head.index("Metric Name"); v = head.index("Metric Value")
+by = collections.defaultdict(list)
+for r in rows[1:]:
+    try: value = float(r[v].replace(",", ""))
+    except ValueError: continue
+    by[(r[k], r[m])].append(value)
+for (kern, metric), vals in sorted(by.items()):
+    print(f"{kern[:40]:40} {metric[:80]:80} mean {sum(vals)/len(vals):12.2f} of {len(vals)}")
+PY
+}
 room() { [ $(( $(date +%s) - T0 + $1 )) -le ${LIMIT:-570} ] || { el "skipped: $2 (no room)"; return 1; }; }
 ab() {
   local name=$1 shape=$2 streams=$3 settings=$4; shift 4

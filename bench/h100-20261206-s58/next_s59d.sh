@@ -25,20 +25,6 @@ metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.a
 for s in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait lg_throttle; do
   metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
 done
-summary() {
-  python3 - "$1" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: sys.exit("no rows")
-head = rows[0]; k = head.index("Kernel Name"); m = head.index("Metric Name"); v = head.index("Metric Value")
-by = collections.defaultdict(list)
-for r in rows[1:]:
-    try: by[(r[k], r[m])].append(float(r[v].replace(",", "")))
-    except ValueError: pass
-for (kern, metric), vals in sorted(by.items()):
-    print(f"{kern[:40]:40} {metric[:80]:80} mean {sum(vals)/len(vals):10.2f} of {len(vals)}")
-PY
-}
 # LABEL SETTING KERNEL_REGEX NCU_ARGS…
 profile() {
   local label=$1 setting=$2 regex=$3; shift 3
@@ -47,7 +33,7 @@ profile() {
     $FL bench --device cuda --model $dir --load-format dummy --streams 64 \
     --prompt-tokens 128 --new-tokens 16 > $OUT/ncu_split_$label.csv 2> $OUT/ncu_split_$label.err
   el "ncu $label rc=$?"
-  summary $OUT/ncu_split_$label.csv
+  ncu_summary $OUT/ncu_split_$label.csv
 }
 room 80 ncu_default && profile default FLASHLANE_AB=1 'matmul_bf16_tiled_split' --metrics $metrics
 room 80 ncu_fold && profile fold FLASHLANE_MATMUL_CLUSTER_FOLD=1 'matmul_bf16_tiled_split' --metrics $metrics

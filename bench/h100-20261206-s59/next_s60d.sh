@@ -21,21 +21,6 @@ metrics+=,launch__occupancy_limit_registers,launch__registers_per_thread,launch_
 for s in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait lg_throttle no_instruction; do
   metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
 done
-# Each kernel's metrics: mean over its launches (ncu's CSV, one metric a row).
-summary() {
-  python3 - "$1" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if len(rows) < 2: sys.exit("no rows")
-head = rows[0]; k = head.index("Kernel Name"); m = head.index("Metric Name"); v = head.index("Metric Value")
-by = collections.defaultdict(list)
-for r in rows[1:]:
-    try: by[(r[k], r[m])].append(float(r[v].replace(",", "")))
-    except ValueError: pass
-for (kern, metric), vals in sorted(by.items()):
-    print(f"{kern[:34]:34} {metric[:78]:78} mean {sum(vals)/len(vals):12.2f} of {len(vals)}")
-PY
-}
 # LABEL PROMPT_TOKENS
 profile() {
   local label=$1 prompt=$2
@@ -45,7 +30,7 @@ profile() {
     $FL bench --device cuda --model $dir --load-format dummy --streams 64 \
     --prompt-tokens $prompt --new-tokens 16 > $OUT/ncu_att_$label.csv 2> $OUT/ncu_att_$label.err
   el "ncu $label rc=$?"
-  summary $OUT/ncu_att_$label.csv
+  ncu_summary $OUT/ncu_att_$label.csv
 }
 room 90 ncu_128 && profile p128 128
 room 90 ncu_512 && profile p512 512

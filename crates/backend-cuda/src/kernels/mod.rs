@@ -3325,13 +3325,15 @@ impl Kernels {
     /// (k = width, whole rows of act in order) on a kernel that reads those rows: the tiles or
     /// the warpgroup's split, both after `split_rows`.
     fn swiglu_splits_in_fold(&self, gate_up: &Matmul, down: &Matmul) -> bool {
+        if !self.swiglu_split_in_fold {
+            return false;
+        }
         // Words of split rows as bytes: the down's must not overlap the gate/up's, which the
         // gate/up's other clusters still read while a cluster's fold writes.
         let bytes = |m: &Matmul| (m.rows * split_row_words(m.k) * 4) as u64;
         let apart = down.x_split + bytes(down) <= gate_up.x_split
             || gate_up.x_split + bytes(gate_up) <= down.x_split;
-        self.swiglu_split_in_fold
-            && down.x_split != 0
+        down.x_split != 0
             && apart
             && down.k == gate_up.n_out / 2
             && down.k.is_multiple_of(MMA_K_ALIGN)
@@ -3869,26 +3871,40 @@ fn launch_prep_in_attention(
     if a.rows == 0 {
         return Ok(());
     }
+    let mut args = [Arg::Ptr(0); PREP_ARGS + 5];
+    args[..PREP_ARGS].copy_from_slice(&prep_args(qkv, a, prep));
+    args[PREP_ARGS..].copy_from_slice(&[
+        Arg::F32(attention_scale(dims)),
+        Arg::Ptr(q),
+        Arg::Ptr(a.k_cache),
+        Arg::Ptr(a.v_cache),
+        Arg::Ptr(out),
+    ]);
     gpu.launch_with_shared(
         f,
         (rows_u32(a.rows), blocks_a_row as u32, 1),
         ATT_THREADS,
         shared_bytes,
-        &[
-            Arg::Ptr(qkv),
-            Arg::Ptr(a.pos),
-            Arg::Ptr(a.kv_base),
-            Arg::Ptr(prep.q_norm),
-            Arg::Ptr(prep.k_norm),
-            Arg::Ptr(prep.inv_freq),
-            Arg::F32(prep.eps),
-            Arg::F32(attention_scale(dims)),
-            Arg::Ptr(q),
-            Arg::Ptr(a.k_cache),
-            Arg::Ptr(a.v_cache),
-            Arg::Ptr(out),
-        ],
+        &args,
     )
+}
+
+/// Arguments the prep's kernels take first ([`prep_args`]).
+const PREP_ARGS: usize = 7;
+
+/// The arguments every prep kernel (`attention_prep`, `attention_gated_prep`,
+/// `attention_grouped_staged_prep`) takes first: `qkv`, the rows' positions and cache bases, the
+/// q and k norms' weights, RoPE's inverse frequencies and the norms' epsilon.
+fn prep_args(qkv: u64, a: &AttentionRows, prep: &PrepWeights) -> [Arg; PREP_ARGS] {
+    [
+        Arg::Ptr(qkv),
+        Arg::Ptr(a.pos),
+        Arg::Ptr(a.kv_base),
+        Arg::Ptr(prep.q_norm),
+        Arg::Ptr(prep.k_norm),
+        Arg::Ptr(prep.inv_freq),
+        Arg::F32(prep.eps),
+    ]
 }
 
 /// What `attention_prep` applies to a layer's q and k heads: their RMSNorm weights, RoPE's
@@ -3915,6 +3931,13 @@ impl Kernels {
         if a.rows == 0 {
             return Ok(());
         }
+        let mut args = [Arg::Ptr(0); PREP_ARGS + 3];
+        args[..PREP_ARGS].copy_from_slice(&prep_args(qkv, a, prep));
+        args[PREP_ARGS..].copy_from_slice(&[
+            Arg::Ptr(q_out),
+            Arg::Ptr(a.k_cache),
+            Arg::Ptr(a.v_cache),
+        ]);
         gpu.launch(
             &self.attention_prep,
             (
@@ -3923,18 +3946,7 @@ impl Kernels {
                 1,
             ),
             ATT_PREP_WARPS * 32,
-            &[
-                Arg::Ptr(qkv),
-                Arg::Ptr(a.pos),
-                Arg::Ptr(a.kv_base),
-                Arg::Ptr(prep.q_norm),
-                Arg::Ptr(prep.k_norm),
-                Arg::Ptr(prep.inv_freq),
-                Arg::F32(prep.eps),
-                Arg::Ptr(q_out),
-                Arg::Ptr(a.k_cache),
-                Arg::Ptr(a.v_cache),
-            ],
+            &args,
         )
     }
 
