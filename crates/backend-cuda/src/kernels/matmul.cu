@@ -1141,6 +1141,7 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
+// MMT_FOLD_PAD, MMS_STAGES (the persistent split's ring of W chunks, `matmul_stream_block`),
 // MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
@@ -1270,6 +1271,48 @@ __device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, uns
 
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
 
+// One chunk's products into warp (·, wc)'s accumulators: its 2 row tiles of x (split rows at
+// xs_s, rows x_row[m] of the stage, swizzled by lane x_swz, k-slot half x_half) by its NT n-tiles
+// of W (at ws, BN rows of MMA_CHUNK bf16): per step of 16 k-slots the hi product then the lo one,
+// the chain every kernel of these tiles makes (so their bits).
+template <int NT>
+__device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const bf16_t* ws, float (&acc)[2][NT][4],
+                                                   const int (&x_row)[2], int x_swz, int x_half, int wc, int g,
+                                                   int t) {
+    // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
+    uint4 wlo[NT], whi[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const int o = (wc * NT + j) * MMA_COLS + g;
+        wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
+        whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
+    }
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        // Rows g and g + 8 of each row tile, k-slots 2t + {0, 1} and 8 + 2t + {0, 1}:
+        // pieces 2s and 2s + 1 (hi), 8 + 2s and 9 + 2s (lo).
+        unsigned ah[2][4], al[2][4];
+        const int piece = (2 * s + x_half) ^ x_swz;
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const unsigned* at = xs_s + x_row[m] + 4 * piece;
+            ldmatrix_x4(at, ah[m][0], ah[m][1], ah[m][2], ah[m][3]);
+            if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[m][0], al[m][1], al[m][2], al[m][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const uint4 lo = wlo[j], hi = whi[j];
+            const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
+            const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
+                if (MMA_SPLIT) mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
+            }
+        }
+    }
+}
+
 // Where a k split's partials go (`matmul_tiled_block`'s FOLD): to memory for
 // `matmul_fold_residues` (NONE), or folded in the tile's cluster into y (PLAIN), into a gate/up's
 // SwiGLU (SWIGLU), or into that SwiGLU written as the down projection's split rows of act
@@ -1284,10 +1327,9 @@ __device__ constexpr bool mmt_fold_swiglu(int fold) {
     return fold == MMT_FOLD_SWIGLU || fold == MMT_FOLD_SWIGLU_SPLIT;
 }
 
-// Floats past each row of a cluster-folded tile's partial in shared memory: a warp's stores (rows
-// g, columns 2t + i) then meet at most two to a bank (4g + 2t, where BN alone would put the 8
-// rows' same column in one bank).
-#define MMT_FOLD_PAD 4
+// MMT_FOLD_PAD (host define, 4): floats past each row of a cluster-folded tile's partial in
+// shared memory: a warp's stores (rows g, columns 2t + i) then meet at most two to a bank
+// (4g + 2t, where BN alone would put the 8 rows' same column in one bank).
 
 // The cluster's fold of a tile (`matmul_tiled_block`'s FOLD): every block's partial `mine` is in
 // its shared memory ([BM][BN + MMT_FOLD_PAD] floats); after the cluster's barrier, block z folds
@@ -1296,15 +1338,18 @@ __device__ constexpr bool mmt_fold_swiglu(int fold) {
 // `matmul_fold_residues_swiglu`'s for a gate and its up, then silu(gate) · up), so the bits of the
 // split and its fold without the partials' trip through memory or the fold's launch. A second
 // barrier keeps every block's shared memory until the cluster has read it.
+//
+// `mmt_cluster_fold_rows` is the fold alone, between barriers its caller places: tile `tile_y`
+// (of the tiles' grid y, or a persistent block's tile) whose partials every block of the cluster
+// has written, block z's rows of it.
 template <int BM, int BN, int FOLD>
-__device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __restrict__ y, int y_stride,
-                                                 int accumulate, int rows, int n_out, int r0, int o0, int u0,
-                                                 int width) {
+__device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* __restrict__ y, int y_stride,
+                                                      int accumulate, int rows, int n_out, int r0, int o0,
+                                                      int u0, int width, int tile_y) {
     constexpr int ROWS_A_BLOCK = BM / MMT_RESIDUES;
     static_assert(ROWS_A_BLOCK * MMT_RESIDUES == BM, "each block of the cluster folds as many rows");
     constexpr int PS = BN + MMT_FOLD_PAD;
     constexpr int COLS = mmt_fold_swiglu(FOLD) ? BN / 2 : BN;  // units or outputs a row
-    cluster_sync();
     const int z = blockIdx.z;  // the cluster's blocks are the tile's residues: rank z
     // The sum of the residues' partials at `at` (floats into a partial), in residue order.
     auto fold = [&](int at) {
@@ -1320,7 +1365,7 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
     };
     if (FOLD == MMT_FOLD_SWIGLU_SPLIT) {
         // y: the down projection's split rows of act (k = width, `split_rows`' layout). The
-        // tile's BN / 2 units are chunk blockIdx.y of every row; a thread a word (two units),
+        // tile's BN / 2 units are chunk tile_y of every row; a thread a word (two units),
         // each unit's act the SWIGLU fold's expression below, so the words `split_rows` makes
         // of the act that fold writes. Units past width (the last chunk's tail) are zeros, as
         // `split_rows` leaves them.
@@ -1340,7 +1385,7 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
                 a0 = __fmul_rn(siluf_(gate0), up0);
                 a1 = __fmul_rn(siluf_(gate1), up1);
             }
-            store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, blockIdx.y, w, a0, a1);
+            store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, tile_y, w, a0, a1);
         }
     } else {
         for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
@@ -1360,6 +1405,13 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
             }
         }
     }
+}
+template <int BM, int BN, int FOLD>
+__device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __restrict__ y, int y_stride,
+                                                 int accumulate, int rows, int n_out, int r0, int o0, int u0,
+                                                 int width) {
+    cluster_sync();
+    mmt_cluster_fold_rows<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width, blockIdx.y);
     cluster_sync();
 }
 
@@ -1536,39 +1588,8 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
             cp_async_commit();
             if (MMT_PROBE == 1) continue;
             const unsigned* xs_s = smem + (v % MMT_STAGES) * STAGE;
-            const bf16_t* ws = reinterpret_cast<const bf16_t*>(xs_s + X_STAGE);
-            // This lane's W pieces 2t (steps 0, 1) and 2t + 1 (steps 2, 3) of each n-tile's output g.
-            uint4 wlo[NT], whi[NT];
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const int o = (wc * NT + j) * MMA_COLS + g;
-                wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
-                whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
-            }
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                // Rows g and g + 8 of each row tile, k-slots 2t + {0, 1} and 8 + 2t + {0, 1}:
-                // pieces 2s and 2s + 1 (hi), 8 + 2s and 9 + 2s (lo).
-                unsigned ah[2][4], al[2][4];
-                const int piece = (2 * s + x_half) ^ x_swz;
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const unsigned* at = xs_s + x_row[m] + 4 * piece;
-                    ldmatrix_x4(at, ah[m][0], ah[m][1], ah[m][2], ah[m][3]);
-                    if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[m][0], al[m][1], al[m][2], al[m][3]);
-                }
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    const uint4 lo = wlo[j], hi = whi[j];
-                    const unsigned b0 = s == 0 ? lo.x : s == 1 ? lo.z : s == 2 ? hi.x : hi.z;
-                    const unsigned b1 = s == 0 ? lo.y : s == 1 ? lo.w : s == 2 ? hi.y : hi.w;
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        mma_16816(acc[m][j], ah[m][0], ah[m][1], ah[m][2], ah[m][3], b0, b1);
-                        if (MMA_SPLIT) mma_16816(acc[m][j], al[m][0], al[m][1], al[m][2], al[m][3], b0, b1);
-                    }
-                }
-            }
+            mmt_chunk_products<NT>(xs_s, reinterpret_cast<const bf16_t*>(xs_s + X_STAGE), acc, x_row, x_swz, x_half,
+                                   wc, g, t);
         }
         // Residue `res` done (or empty: a zero partial, as a warp without chunks sums there).
 #pragma unroll
@@ -1695,6 +1716,210 @@ matmul_bf16_tiled_split32_fold_swiglu_split(const unsigned* __restrict__ xs, con
                                             int n_out, float* __restrict__ y, int y_stride, int accumulate,
                                             int rows) {
     matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The cluster's barrier in halves: `cluster_arrive` when this thread's writes (or reads) of
+// shared memory are done, `cluster_wait` where it needs every thread of the cluster past its
+// arrive; between them the thread may work on (a persistent block's next chunks).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// The persistent k split of a decode round of up to BM rows (FLASHLANE_MATMUL_STREAM), folded in
+// its clusters: the partials, folds and bits of `matmul_tiled_block`'s SPLIT_K with FOLD, with
+// neither x's nor W's copies restarting at each tile.
+// - Cluster blockIdx.x of gridDim.x walks tiles blockIdx.x, + gridDim.x, …; its block z
+//   (blockIdx.z, rank z) multiplies residue z of each: chunks z, z + R, … (R = MMT_RESIDUES), in
+//   that order, from zero, as the split's block z does.
+// - x: the block's residue of the round's split rows (BM rows, one row block) is copied into
+//   shared memory once, chunk by chunk beside the first tile's weights, and stays for every tile:
+//   the split copies it again for each tile, as many bytes as its weights at 128 outputs.
+// - W: one ring of MMS_STAGES chunks runs through all of the block's (tile, chunk) items, so the
+//   next tile's first chunks are in flight while a tile ends and folds: no pipeline fill per
+//   tile, and no block launch.
+// - The fold: each tile's partial into its own room, the cluster's barrier, then
+//   `mmt_cluster_fold_rows`; the barrier that keeps the partial until the cluster has read it
+//   is split (`cluster_arrive` after the fold's reads, `cluster_wait` before the next tile's
+//   partial is written), so a block does not wait for it while its next tile runs.
+// Shared memory: the slice (x_room chunks: residue 0's count, the most), the ring, the partial.
+// The host keeps gridDim.x ≤ the tiles (every cluster has one) and runs it one block a
+// multiprocessor.
+template <int BM, int NT, int FOLD>
+__device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
+                                                    int k, int n_out, float* __restrict__ y, int y_stride,
+                                                    int accumulate, int rows) {
+    constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
+    constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
+    constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
+    constexpr int THREADS = MMT_WARPS * WARP;
+    constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
+    static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES,
+                  "every thread copies as many pieces of a chunk");
+    static_assert(FOLD != MMT_FOLD_NONE, "the persistent split folds in its clusters");
+    static_assert(MMS_STAGES >= 2, "a ring of at least two chunks");
+    constexpr int RX = THREADS / MMT_X_PIECES, RW = THREADS / MMT_W_PIECES;
+    static_assert(RX % 8 == 0 && RW % 2 == 0, "a thread's rows share their swizzle");
+    extern __shared__ float4 mmt_smem4[];
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
+    const int z = blockIdx.z;
+    const int visits = z < chunks ? (chunks - z + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    const int x_room = (chunks + MMT_RESIDUES - 1) / MMT_RESIDUES;
+    unsigned* x_slice = reinterpret_cast<unsigned*>(mmt_smem4);
+    unsigned* ring = x_slice + (size_t)x_room * X_STAGE;
+    float* mine = reinterpret_cast<float*>(ring + MMS_STAGES * W_STAGE);
+    const int width = n_out / 2;
+    const int tiles = mmt_fold_swiglu(FOLD) ? (width + BN / 2 - 1) / (BN / 2) : (n_out + BN - 1) / BN;
+    const int first = blockIdx.x, stride = gridDim.x;
+    const int my_tiles = first < tiles ? (tiles - first + stride - 1) / stride : 0;
+    const int items = my_tiles * visits;
+    pdl_launch_dependents();
+
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wr = warp / WC, wc = warp % WC;
+    // This thread's pieces of every chunk's copies, as in `matmul_tiled_block` (row block 0).
+    const int xr = threadIdx.x / MMT_X_PIECES, xp = threadIdx.x % MMT_X_PIECES;
+    const int wo = threadIdx.x / MMT_W_PIECES, wp = threadIdx.x % MMT_W_PIECES;
+    const unsigned* x_src = xs + (size_t)min(xr, rows - 1) * xs_stride + 4 * xp;
+    const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
+    const int w_dst = wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
+    // Visit v's chunk of x into the slice.
+    auto load_x = [&](int v) {
+        unsigned* base = x_slice + (size_t)v * X_STAGE;
+        const int c = z + v * MMT_RESIDUES;
+#pragma unroll
+        for (int j = 0; j < XP; j++) {
+            const bool in = xr + j * RX < rows;
+            cp_async16(base + x_dst + j * RX * MMA_CHUNK,
+                       in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
+        }
+    };
+    // Item i's chunk of W (the block's tile i / visits, its visit i % visits) into the ring.
+    auto load_w = [&](int i) {
+        const int tile = first + (i / visits) * stride, c = z + (i % visits) * MMT_RESIDUES;
+        unsigned* base = ring + (i % MMS_STAGES) * W_STAGE;
+        const bool k_in = c * MMA_CHUNK + 8 * wp < k;
+#pragma unroll
+        for (int j = 0; j < WP; j++) {
+            const int ol = wo + j * RW;
+            int row;
+            bool in;
+            if (mmt_fold_swiglu(FOLD)) {
+                // Local output ol: unit tile · BN / 2 + ol % (BN / 2)'s gate row, or its up row.
+                const int unit = tile * (BN / 2) + ol % (BN / 2);
+                row = ol < BN / 2 ? unit : width + unit;
+                in = k_in && unit < width;
+            } else {
+                row = tile * BN + ol;
+                in = k_in && row < n_out;
+            }
+            cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
+                       in ? w + (size_t)row * k + (size_t)c * MMA_CHUNK + 8 * wp : w, in);
+        }
+    };
+
+    // The ring's first chunks (weights: never written while kernels run) before the wait for
+    // the kernel ahead, which writes x; they join group 0. Group s then holds x's visit s (the
+    // first tile's items are visits 0, 1, …), and group i the ring's item i from MMS_STAGES − 1
+    // on: item i waits for groups ≤ i.
+#pragma unroll
+    for (int s = 0; s < MMS_STAGES - 1; s++)
+        if (s < items) load_w(s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < MMS_STAGES - 1; s++) {
+        if (s < visits) load_x(s);
+        cp_async_commit();
+    }
+
+    int x_row[2];
+#pragma unroll
+    for (int m = 0; m < 2; m++) x_row[m] = (wr * 32 + m * 16 + (lane & 15)) * MMA_CHUNK;
+    const int x_swz = lane & 7, x_half = lane >> 4;
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][j][i] = 0.0f;
+    auto tile_row = [&](int m, int i) { return wr * 32 + m * 16 + g + (i / 2) * 8; };
+    auto tile_out = [&](int j, int i) { return (wc * NT + j) * MMA_COLS + 2 * t + (i % 2); };
+
+    int item = 0;
+    for (int ti = 0; ti < my_tiles; ti++) {
+        const int tile = first + ti * stride;
+        for (int v = 0; v < visits; v++, item++) {
+            cp_async_wait<MMS_STAGES - 2>();
+            __syncthreads();  // every warp is done with the stage the next copy overwrites
+            const int next = item + MMS_STAGES - 1;
+            if (next < items) load_w(next);
+            if (next < visits) load_x(next);
+            cp_async_commit();
+            mmt_chunk_products<NT>(x_slice + (size_t)v * X_STAGE,
+                                   reinterpret_cast<const bf16_t*>(ring + (item % MMS_STAGES) * W_STAGE), acc,
+                                   x_row, x_swz, x_half, wc, g, t);
+        }
+        // The partial into its room once the cluster has read the last one (that fold's
+        // arrive), then the fold.
+        if (ti > 0) cluster_wait();
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    mine[tile_row(m, i) * (BN + MMT_FOLD_PAD) + tile_out(j, i)] = acc[m][j][i];
+                    acc[m][j][i] = 0.0f;
+                }
+        cluster_arrive();
+        cluster_wait();
+        mmt_cluster_fold_rows<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, 0, tile * BN,
+                                            tile * (BN / 2), width, tile);
+        cluster_arrive();
+    }
+    // No block leaves while the cluster may still read its partial.
+    if (my_tiles > 0) cluster_wait();
+    cp_async_wait<0>();
+}
+
+// `matmul_bf16_tiled_split_fold`'s arguments and bits (rows ≤ 64: one row block), persistent
+// (`matmul_stream_block`): grid (clusters, 1, MMT_RESIDUES), clusters ≤ the tiles.
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                        float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                               float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
+                                     int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The same on 32-row blocks (`matmul_bf16_tiled_split32_fold`'s bits; rows ≤ 32).
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream32_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                          float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_stream_block<32, 2, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream32_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                                 float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_stream_block<32, 2, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_stream32_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
+                                       int n_out, float* __restrict__ y, int y_stride, int accumulate,
+                                       int rows) {
+    matmul_stream_block<32, 2, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

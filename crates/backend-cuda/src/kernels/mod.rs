@@ -281,6 +281,28 @@ pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 /// Qwen3-4B's and -8B's 64-stream rounds on the H100 (session 59's timelines), ~2 % of the round.
 pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 
+/// `FLASHLANE_MATMUL_STREAM=1` (an A/B switch, off) runs the bf16 k splits of decode rounds that
+/// fit one row block (up to 64 rows; up to 32 on the 32-row blocks) on the persistent split
+/// (`matmul_bf16_stream_fold*`, `matmul_stream_block`) where its x slice fits a block's shared
+/// memory ([`mms_shared_bytes`]: k up to 4,096 at 64 rows, 8,192 at 32 — every matrix of
+/// Qwen3-4B and -8B but the down projection): one cluster of MATMUL_RESIDUES blocks a tile as
+/// the cluster fold has, but as many clusters as the GPU runs at once, each walking tiles, its
+/// blocks' residue of x copied once into shared memory and their weights through one ring
+/// across the tiles — the split copies x again for every tile (as many bytes from L2 as its
+/// weights from memory at 128 outputs) and fills its pipeline again in every block (5 chunks
+/// at k = 2,560). The same partials and fold: the bits of the split (kernel test).
+pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
+
+/// The persistent split's kernels ([`MATMUL_STREAM_ENV`]).
+struct StreamSplit {
+    /// `matmul_bf16_stream_fold`, `_fold_swiglu`, `_fold_swiglu_split` (64-row blocks), then
+    /// `matmul_bf16_stream32_fold`'s three.
+    kernels: [[CudaFunction; 3]; 2],
+    /// Clusters of each the GPU runs at once at the most shared memory a block may take (the
+    /// driver's occupancy query): a launch's grid, or its tiles where fewer.
+    clusters_at_once: [usize; 2],
+}
+
 /// Where a gate/up's SwiGLU goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SwigluOut {
@@ -289,6 +311,15 @@ enum SwigluOut {
     /// The down projection's split rows of act (`split_rows`' layout, k = width); act itself is
     /// not written. Only a fold in the clusters writes them ([`Kernels::swiglu_splits_in_fold`]).
     DownSplit(u64),
+}
+
+/// The grid of a k split folded in its clusters.
+#[derive(Clone, Copy, Debug)]
+enum FoldGrid {
+    /// A cluster a tile: the split's row blocks × its output tiles.
+    Tiles { row_blocks: u32 },
+    /// The persistent split: this many clusters (or the tiles, where fewer), walking the tiles.
+    Persistent { clusters: usize },
 }
 
 /// How a tiled matmul's split rows come to be.
@@ -415,6 +446,43 @@ fn cluster_fold_waves(
         small_rounds,
     })
 }
+/// The persistent split's kernels from the module's `load`, their shared memory allowed up to
+/// what a block may ask, and the clusters of each the GPU runs at once there.
+fn stream_split(
+    gpu: &Gpu,
+    load: &dyn Fn(&str) -> Result<CudaFunction, CudaError>,
+) -> Result<StreamSplit, CudaError> {
+    let family = |prefix: &str| -> Result<[CudaFunction; 3], CudaError> {
+        let one = |suffix: &str| {
+            with_shared_bytes(load(&format!("{prefix}{suffix}"))?, SM90_BLOCK_SHARED_MAX)
+        };
+        Ok([one("")?, one("_swiglu")?, one("_swiglu_split")?])
+    };
+    let kernels = [
+        family("matmul_bf16_stream_fold")?,
+        family("matmul_bf16_stream32_fold")?,
+    ];
+    let mut clusters_at_once = [0; 2];
+    for (kind, family) in kernels.iter().enumerate() {
+        let config = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, MATMUL_RESIDUES as u32),
+            block_dim: (MMT_THREADS, 1, 1),
+            shared_mem_bytes: SM90_BLOCK_SHARED_MAX as u32,
+        };
+        clusters_at_once[kind] =
+            family[0].occupancy_max_active_clusters(config, &gpu.stream)? as usize;
+    }
+    match clusters_at_once.contains(&0) {
+        true => Err(CudaError::Unsupported(
+            "the persistent split here: the driver runs none of its clusters".to_string(),
+        )),
+        false => Ok(StreamSplit {
+            kernels,
+            clusters_at_once,
+        }),
+    }
+}
+
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
 /// otherwise run on the 16-row kernels, reading each weight once per 16 rows (Qwen3-4B's o, down and
@@ -576,6 +644,26 @@ const MMT_OUTS: usize = 128;
 /// `_split` have MMT_ROWS rows, `_split32` SPLIT32_ROWS.
 const fn mmt_shared_bytes(stages: usize, rows: usize) -> usize {
     stages * MMA_CHUNK * (rows * 4 + MMT_OUTS * 2)
+}
+/// Floats past each row of a cluster-folded tile's partial in shared memory (MMT_FOLD_PAD): a
+/// warp's stores then meet at most two to a bank.
+const MMT_FOLD_PAD: usize = 4;
+/// Chunks of W in the persistent split's ring (MMS_STAGES, `matmul_stream_block`): three
+/// chunks ahead (48 KiB of weights at 128 outputs, one block a multiprocessor) while one
+/// multiplies — the ~25 KiB a multiprocessor must have in flight for the copy's bandwidth at
+/// HBM's latency, with room to spare — and the x slice of a 4,096-deep 64-row round (128 KiB)
+/// still fits beside it.
+const MMS_STAGES: usize = 4;
+/// Dynamic shared memory a block may ask for on sm_90 (227 KiB), which the persistent split's
+/// slice, ring and partial must fit.
+const SM90_BLOCK_SHARED_MAX: usize = 232_448;
+/// Dynamic shared memory of `matmul_stream_block` for `rows`-row blocks (MMT_OUTS outputs) and
+/// depth `k`: the x slice (residue 0's chunks of split rows), the W ring, the fold's partial.
+const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
+    let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
+    x_room * rows * MMA_CHUNK * 4
+        + MMS_STAGES * MMT_OUTS * MMA_CHUNK * 2
+        + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
 }
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
@@ -1316,6 +1404,8 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
+            ("MMT_FOLD_PAD", MMT_FOLD_PAD),
+            ("MMS_STAGES", MMS_STAGES),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),
@@ -1494,6 +1584,10 @@ pub struct Kernels {
     matmul_tiled_split_fold: [CudaFunction; 3],
     matmul_tiled_split32_fold: [CudaFunction; 3],
     pub(crate) matmul_cluster_fold: ClusterFold,
+    /// The persistent split, where the driver counts its clusters, and whether it runs
+    /// ([`MATMUL_STREAM_ENV`]).
+    matmul_stream: Option<StreamSplit>,
+    pub(crate) matmul_stream_on: bool,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1544,6 +1638,12 @@ pub struct Kernels {
     /// Tests: launches of the k split folded in its clusters so far.
     #[cfg(test)]
     pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: launches of the persistent split so far, and the most clusters it may take (so
+    /// that a small matrix's clusters each walk several tiles).
+    #[cfg(test)]
+    pub(crate) stream_launches: std::sync::atomic::AtomicUsize,
+    #[cfg(test)]
+    pub(crate) stream_clusters_cap: usize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1685,6 +1785,8 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
+        // A speed switch: where the occupancy query fails, the split as it is (the same bits).
+        let matmul_stream = stream_split(gpu, &|name| Ok(f(name)?)).ok();
         let by_waves = |small_rounds| {
             cluster_fold_waves(
                 gpu,
@@ -1763,6 +1865,8 @@ impl Kernels {
             matmul_tiled_split_fold,
             matmul_tiled_split32_fold,
             matmul_cluster_fold,
+            matmul_stream,
+            matmul_stream_on: env_asked(MATMUL_STREAM_ENV),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
             swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
@@ -1790,6 +1894,10 @@ impl Kernels {
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            stream_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            stream_clusters_cap: usize::MAX,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2600,6 +2708,35 @@ impl Kernels {
                 || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS))
     }
 
+    /// The persistent split's kernels for `m`'s k split on mma.sync, the clusters it may run and
+    /// their shared bytes, where asked ([`MATMUL_STREAM_ENV`]), its rows one row block (the
+    /// 32-row blocks' up to 32 rows where those run them) and its x slice fits.
+    fn streams(&self, m: &Matmul) -> Option<(&[CudaFunction; 3], usize, usize)> {
+        let stream = self
+            .matmul_stream
+            .as_ref()
+            .filter(|_| self.matmul_stream_on)?;
+        let kind = match m.rows {
+            0 => return None,
+            rows if rows <= SPLIT32_ROWS && self.matmul_split32 => 1,
+            rows if rows <= MMT_ROWS => 0,
+            _ => return None,
+        };
+        let block_rows = [MMT_ROWS, SPLIT32_ROWS][kind];
+        let shared = mms_shared_bytes(block_rows, m.k);
+        (m.fp8.is_none() && shared <= SM90_BLOCK_SHARED_MAX).then_some((
+            &stream.kernels[kind],
+            stream.clusters_at_once[kind],
+            shared,
+        ))
+    }
+
+    /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
+    /// clusters: persistent ([`Kernels::streams`]) or by [`folds_in_clusters`] of its tiles.
+    fn split_folds_somehow(&self, m: &Matmul, swiglu: bool) -> bool {
+        self.streams(m).is_some() || self.split_folds(m, swiglu)
+    }
+
     /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
     /// its clusters ([`folds_in_clusters`] of its tiles).
     fn split_folds(&self, m: &Matmul, swiglu: bool) -> bool {
@@ -2628,7 +2765,8 @@ impl Kernels {
         m: &Matmul,
         swiglu: Option<SwigluOut>,
         kernels: &[CudaFunction; 3],
-        (row_blocks, shared): (u32, usize),
+        grid: FoldGrid,
+        shared: usize,
     ) -> Result<(), CudaError> {
         let swiglu = swiglu.map(|out| match out {
             SwigluOut::Act(act) => (&kernels[1], act),
@@ -2664,11 +2802,27 @@ impl Kernels {
                 )
             }
         };
-        let grid = (
-            row_blocks,
-            u32::try_from(out_blocks).expect("outputs fit a grid"),
-            MATMUL_RESIDUES as u32,
-        );
+        let grid = match grid {
+            FoldGrid::Tiles { row_blocks } => (
+                row_blocks,
+                u32::try_from(out_blocks).expect("outputs fit a grid"),
+                MATMUL_RESIDUES as u32,
+            ),
+            // Every cluster has a tile (`matmul_stream_block`).
+            FoldGrid::Persistent { clusters } => {
+                #[cfg(test)]
+                let clusters = {
+                    self.stream_launches
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    clusters.min(self.stream_clusters_cap)
+                };
+                (
+                    u32::try_from(clusters.min(out_blocks)).expect("clusters fit a grid"),
+                    1,
+                    MATMUL_RESIDUES as u32,
+                )
+            }
+        };
         #[cfg(test)]
         self.cluster_fold_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -2771,13 +2925,20 @@ impl Kernels {
                 self.tiled_shared_bytes,
             ),
         };
-        // The splits on mma.sync (not the warpgroup's) may fold in clusters.
+        // The splits on mma.sync (not the warpgroup's) may run persistent, or fold in clusters.
+        if wgmma.is_none() {
+            if let Some((kernels, clusters, shared)) = self.streams(m) {
+                let grid = FoldGrid::Persistent { clusters };
+                return self.matmul_split_folded(gpu, m, swiglu, kernels, grid, shared);
+            }
+        }
         if wgmma.is_none() && self.split_folds(m, swiglu.is_some()) {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,
             };
-            return self.matmul_split_folded(gpu, m, swiglu, kernels, (row_blocks, shared));
+            let grid = FoldGrid::Tiles { row_blocks };
+            return self.matmul_split_folded(gpu, m, swiglu, kernels, grid, shared);
         }
         let swiglu_act = swiglu.map(|out| match out {
             SwigluOut::Act(act) => act,
@@ -3344,7 +3505,7 @@ impl Kernels {
             && self.plan_matmul(gate_up, MatmulKernel::Auto)
                 == MatmulLaunch::Tiled { split_k: true }
             && self.swiglu_in_gate_up
-            && self.split_folds(gate_up, true)
+            && self.split_folds_somehow(gate_up, true)
             && matches!(
                 self.plan_matmul(down, MatmulKernel::Auto),
                 MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK
@@ -3392,7 +3553,7 @@ impl Kernels {
                 assert!(
                     place == SwigluPlace::InFold
                         && launch == (MatmulLaunch::Tiled { split_k: true })
-                        && self.split_folds(m, true),
+                        && self.split_folds_somehow(m, true),
                     "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's \
                      split rows ({launch:?}, {place:?})"
                 );

@@ -338,6 +338,33 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             > 0,
         "the split folded in its clusters never ran"
     );
+    // The persistent split (`matmul_bf16_stream_fold`, `_stream32_fold`; FLASHLANE_MATMUL_STREAM):
+    // the 64-row blocks from 33 rows, the 32-row ones up to 32; its clusters capped at 1 and 2
+    // so that each walks several tiles (at most 3 here), and not; one piece of k (residues 1–7
+    // empty: each block still meets every fold's barriers), three rounds plus a piece, random
+    // depths (past 4,096 at 64 rows its x slice does not fit: the tiles' split then).
+    k.matmul_stream_on = true;
+    k.stream_launches
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    for (cap, split32) in [(1, false), (2, true), (usize::MAX, true)] {
+        k.stream_clusters_cap = cap;
+        k.matmul_split32 = split32;
+        for (depth, rows) in [
+            (16 * (1 + rng.below(320)), 40),
+            (16, 64),
+            (3 * 8 * 64 + 16, 64),
+            (16 * (1 + rng.below(320)), 32),
+            (16, 20),
+        ] {
+            matmul_case(&gpu, &k, &mut rng, depth, rows, true);
+        }
+    }
+    k.stream_clusters_cap = usize::MAX;
+    k.matmul_stream_on = false;
+    assert!(
+        k.stream_launches.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the persistent split never ran"
+    );
     // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
     // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
     // model), for the logs; at least one cluster, or its launches could not have run above.
@@ -701,10 +728,16 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
-        let folds = [super::ClusterFold::Off, super::ClusterFold::All];
-        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+        // And persistent (`matmul_bf16_stream_fold_swiglu`, FLASHLANE_MATMUL_STREAM).
+        let folds = [
+            (super::ClusterFold::Off, false),
+            (super::ClusterFold::All, false),
+            (super::ClusterFold::Off, true),
+        ];
+        for (rows, (cluster_fold, stream)) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = cluster_fold;
-            let seed = format!("{seed} (cluster fold {cluster_fold:?})");
+            k.matmul_stream_on = stream;
+            let seed = format!("{seed} (cluster fold {cluster_fold:?}, persistent {stream})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -779,6 +812,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
+    k.matmul_stream_on = false;
 }
 
 /// A dense MLP's two matmuls (`Kernels::dense_mlp_matmuls`) with the gate/up's SwiGLU written
@@ -822,9 +856,16 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         let nan = vec![f32::NAN; max_rows * hidden];
         let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
         let mut down_splits = 0;
-        let folds = [super::ClusterFold::All, super::ClusterFold::Off];
-        for (rows, fold) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+        // And persistent (`matmul_bf16_stream*_fold_swiglu_split`, FLASHLANE_MATMUL_STREAM),
+        // which folds in its clusters whatever the fold's switch says.
+        let folds = [
+            (super::ClusterFold::All, false),
+            (super::ClusterFold::Off, false),
+            (super::ClusterFold::Off, true),
+        ];
+        for (rows, (fold, stream)) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = fold;
+            k.matmul_stream_on = stream;
             let gate_up = Matmul {
                 x_split: xs.at(0),
                 partials: partials.at(0),
@@ -868,7 +909,9 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
             };
             let (apart, want) = run(false);
             let (written, got) = run(true);
-            let case = format!("seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}");
+            let case = format!(
+                "seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}, persistent {stream}"
+            );
             assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
             // Folded in its clusters where the gate/up's k splits on the tiles (a round of up
             // to 24 rows splits on the warpgroup MMA where it compiled); a 48–64-row round always.
@@ -878,7 +921,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
                 on_tiles || rows <= 24,
                 "{case}: the gate/up does not split on the tiles"
             );
-            let folds_in_clusters = fold == super::ClusterFold::All && on_tiles;
+            let folds_in_clusters = (fold == super::ClusterFold::All || stream) && on_tiles;
             assert_eq!(
                 written,
                 match folds_in_clusters {
@@ -903,6 +946,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         );
     }
     k.swiglu_split_in_fold = false;
+    k.matmul_stream_on = false;
 }
 
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
