@@ -1741,15 +1741,20 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 //   is split (`cluster_arrive` after the fold's reads, `cluster_wait` before the next tile's
 //   partial is written), so a block does not wait for it while its next tile runs.
 // Shared memory: the slice (x_room chunks: residue 0's count, the most), the ring, the partial.
-// The host keeps gridDim.x ≤ the tiles (every cluster has one) and runs it one block a
-// multiprocessor.
-template <int BM, int NT, int FOLD>
+// With X_STATIONARY false (a slice that does not fit: Qwen3-4B's and -8B's down projections) x
+// goes through the ring beside W instead, copied again for each tile as the split copies it:
+// the ring's stages then hold a chunk of x and one of W, and only the fill and the launches
+// are saved. The host keeps gridDim.x ≤ the tiles (every cluster has one) and runs it one block
+// a multiprocessor.
+template <int BM, int NT, int FOLD, bool X_STATIONARY>
 __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                     int k, int n_out, float* __restrict__ y, int y_stride,
                                                     int accumulate, int rows) {
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
     constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
     constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
+    // A ring stage: W's chunk, and x's after it where x is not stationary.
+    constexpr int RING_STAGE = X_STATIONARY ? W_STAGE : W_STAGE + X_STAGE;
     constexpr int THREADS = MMT_WARPS * WARP;
     constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
     static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES,
@@ -1763,10 +1768,10 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     const int z = blockIdx.z;
     const int visits = z < chunks ? (chunks - z + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    const int x_room = (chunks + MMT_RESIDUES - 1) / MMT_RESIDUES;
+    const int x_room = X_STATIONARY ? (chunks + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
     unsigned* x_slice = reinterpret_cast<unsigned*>(mmt_smem4);
     unsigned* ring = x_slice + (size_t)x_room * X_STAGE;
-    float* mine = reinterpret_cast<float*>(ring + MMS_STAGES * W_STAGE);
+    float* mine = reinterpret_cast<float*>(ring + MMS_STAGES * RING_STAGE);
     const int width = n_out / 2;
     const int tiles = mmt_fold_swiglu(FOLD) ? (width + BN / 2 - 1) / (BN / 2) : (n_out + BN - 1) / BN;
     const int first = blockIdx.x, stride = gridDim.x;
@@ -1782,9 +1787,11 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     const unsigned* x_src = xs + (size_t)min(xr, rows - 1) * xs_stride + 4 * xp;
     const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
     const int w_dst = wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
-    // Visit v's chunk of x into the slice.
-    auto load_x = [&](int v) {
-        unsigned* base = x_slice + (size_t)v * X_STAGE;
+    // Visit v's chunk of x into the slice (X_STATIONARY), or item i's into its ring stage.
+    auto load_x = [&](int v_or_item) {
+        const int v = X_STATIONARY ? v_or_item : v_or_item % visits;
+        unsigned* base = X_STATIONARY ? x_slice + (size_t)v * X_STAGE
+                                      : ring + (v_or_item % MMS_STAGES) * RING_STAGE + W_STAGE;
         const int c = z + v * MMT_RESIDUES;
 #pragma unroll
         for (int j = 0; j < XP; j++) {
@@ -1796,7 +1803,7 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     // Item i's chunk of W (the block's tile i / visits, its visit i % visits) into the ring.
     auto load_w = [&](int i) {
         const int tile = first + (i / visits) * stride, c = z + (i % visits) * MMT_RESIDUES;
-        unsigned* base = ring + (i % MMS_STAGES) * W_STAGE;
+        unsigned* base = ring + (i % MMS_STAGES) * RING_STAGE;
         const bool k_in = c * MMA_CHUNK + 8 * wp < k;
 #pragma unroll
         for (int j = 0; j < WP; j++) {
@@ -1819,15 +1826,15 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
 
     // The ring's first chunks (weights: never written while kernels run) before the wait for
     // the kernel ahead, which writes x; they join group 0. Group s then holds x's visit s (the
-    // first tile's items are visits 0, 1, …), and group i the ring's item i from MMS_STAGES − 1
-    // on: item i waits for groups ≤ i.
+    // first tile's items are visits 0, 1, …; or item s's x, not stationary), and group i the
+    // ring's item i from MMS_STAGES − 1 on: item i waits for groups ≤ i.
 #pragma unroll
     for (int s = 0; s < MMS_STAGES - 1; s++)
         if (s < items) load_w(s);
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < MMS_STAGES - 1; s++) {
-        if (s < visits) load_x(s);
+        if (s < (X_STATIONARY ? visits : items)) load_x(s);
         cp_async_commit();
     }
 
@@ -1853,11 +1860,11 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
             __syncthreads();  // every warp is done with the stage the next copy overwrites
             const int next = item + MMS_STAGES - 1;
             if (next < items) load_w(next);
-            if (next < visits) load_x(next);
+            if (next < (X_STATIONARY ? visits : items)) load_x(next);
             cp_async_commit();
-            mmt_chunk_products<NT>(x_slice + (size_t)v * X_STAGE,
-                                   reinterpret_cast<const bf16_t*>(ring + (item % MMS_STAGES) * W_STAGE), acc,
-                                   x_row, x_swz, x_half, wc, g, t);
+            const unsigned* stage = ring + (item % MMS_STAGES) * RING_STAGE;
+            mmt_chunk_products<NT>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
+                                   reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half, wc, g, t);
         }
         // The partial into its room once the cluster has read the last one (that fold's
         // arrive), then the fold.
@@ -1883,44 +1890,23 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
 }
 
 // `matmul_bf16_tiled_split_fold`'s arguments and bits (rows ≤ 64: one row block), persistent
-// (`matmul_stream_block`): grid (clusters, 1, MMT_RESIDUES), clusters ≤ the tiles.
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                        float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                               float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
-                                     int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_stream_block<MMT_ROWS, 4, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
+// (`matmul_stream_block`): grid (clusters, 1, MMT_RESIDUES), clusters ≤ the tiles. NAME: x
+// stationary; NAME_ring: x through the ring. The fold (PLAIN, SWIGLU, SWIGLU_SPLIT) by SUFFIX.
+#define MATMUL_STREAM_KERNEL(NAME, BM, NT, XS, FOLD)                                                      \
+    extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES) \
+    NAME(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,                \
+         float* __restrict__ y, int y_stride, int accumulate, int rows) {                                \
+        matmul_stream_block<BM, NT, FOLD, XS>(xs, w, k, n_out, y, y_stride, accumulate, rows);           \
+    }
+#define MATMUL_STREAM_FAMILY(NAME, BM, NT, XS)                                  \
+    MATMUL_STREAM_KERNEL(NAME, BM, NT, XS, MMT_FOLD_PLAIN)                      \
+    MATMUL_STREAM_KERNEL(NAME##_swiglu, BM, NT, XS, MMT_FOLD_SWIGLU)            \
+    MATMUL_STREAM_KERNEL(NAME##_swiglu_split, BM, NT, XS, MMT_FOLD_SWIGLU_SPLIT)
+MATMUL_STREAM_FAMILY(matmul_bf16_stream_fold, MMT_ROWS, 4, true)
+MATMUL_STREAM_FAMILY(matmul_bf16_stream_ring_fold, MMT_ROWS, 4, false)
 // The same on 32-row blocks (`matmul_bf16_tiled_split32_fold`'s bits; rows ≤ 32).
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream32_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                          float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_stream_block<32, 2, MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream32_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                                 float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_stream_block<32, 2, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_stream32_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
-                                       int n_out, float* __restrict__ y, int y_stride, int accumulate,
-                                       int rows) {
-    matmul_stream_block<32, 2, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
+MATMUL_STREAM_FAMILY(matmul_bf16_stream32_fold, 32, 2, true)
+MATMUL_STREAM_FAMILY(matmul_bf16_stream32_ring_fold, 32, 2, false)
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.

@@ -290,17 +290,42 @@ pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 /// blocks' residue of x copied once into shared memory and their weights through one ring
 /// across the tiles — the split copies x again for every tile (as many bytes from L2 as its
 /// weights from memory at 128 outputs) and fills its pipeline again in every block (5 chunks
-/// at k = 2,560). The same partials and fold: the bits of the split (kernel test).
+/// at k = 2,560). Where the slice does not fit, the persistent split with x through its ring
+/// beside W (`matmul_bf16_stream_ring_fold*`: only the fills and launches saved); `=ring` runs
+/// every such split so (A/B runs of one binary). The same partials and fold: the bits of the
+/// split (kernel test).
 pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
 
-/// The persistent split's kernels ([`MATMUL_STREAM_ENV`]).
+/// Which splits run persistent ([`MATMUL_STREAM_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamMode {
+    Off,
+    /// x stationary where its slice fits, else through the ring (`=1`).
+    Stationary,
+    /// x through the ring always (`=ring`).
+    Ring,
+}
+
+impl StreamMode {
+    fn from_env() -> StreamMode {
+        match std::env::var(MATMUL_STREAM_ENV).as_deref() {
+            Ok("1") => StreamMode::Stationary,
+            Ok("ring") => StreamMode::Ring,
+            _ => StreamMode::Off,
+        }
+    }
+}
+
+/// The persistent split's kernels ([`MATMUL_STREAM_ENV`]), by block rows (64, 32) and by where x
+/// lives (stationary, the ring).
 struct StreamSplit {
-    /// `matmul_bf16_stream_fold`, `_fold_swiglu`, `_fold_swiglu_split` (64-row blocks), then
-    /// `matmul_bf16_stream32_fold`'s three.
-    kernels: [[CudaFunction; 3]; 2],
-    /// Clusters of each the GPU runs at once at the most shared memory a block may take (the
-    /// driver's occupancy query): a launch's grid, or its tiles where fewer.
-    clusters_at_once: [usize; 2],
+    /// `matmul_bf16_stream_fold`, `_fold_swiglu`, `_fold_swiglu_split`, then
+    /// `matmul_bf16_stream_ring_fold`'s three; then `matmul_bf16_stream32_fold`'s and
+    /// `matmul_bf16_stream32_ring_fold`'s.
+    kernels: [[[CudaFunction; 3]; 2]; 2],
+    /// Clusters of each the GPU runs at once at the most shared memory it takes (the driver's
+    /// occupancy query): a launch's grid, or its tiles where fewer.
+    clusters_at_once: [[usize; 2]; 2],
 }
 
 /// Where a gate/up's SwiGLU goes.
@@ -452,27 +477,39 @@ fn stream_split(
     gpu: &Gpu,
     load: &dyn Fn(&str) -> Result<CudaFunction, CudaError>,
 ) -> Result<StreamSplit, CudaError> {
-    let family = |prefix: &str| -> Result<[CudaFunction; 3], CudaError> {
-        let one = |suffix: &str| {
-            with_shared_bytes(load(&format!("{prefix}{suffix}"))?, SM90_BLOCK_SHARED_MAX)
-        };
+    // A family's kernels and the most shared memory they take.
+    let family = |prefix: &str, shared: usize| -> Result<[CudaFunction; 3], CudaError> {
+        let one = |suffix: &str| with_shared_bytes(load(&format!("{prefix}{suffix}"))?, shared);
         Ok([one("")?, one("_swiglu")?, one("_swiglu_split")?])
     };
-    let kernels = [
-        family("matmul_bf16_stream_fold")?,
-        family("matmul_bf16_stream32_fold")?,
+    let shared = [
+        [SM90_BLOCK_SHARED_MAX, mms_ring_shared_bytes(MMT_ROWS)],
+        [SM90_BLOCK_SHARED_MAX, mms_ring_shared_bytes(SPLIT32_ROWS)],
     ];
-    let mut clusters_at_once = [0; 2];
-    for (kind, family) in kernels.iter().enumerate() {
-        let config = cudarc::driver::LaunchConfig {
-            grid_dim: (1, 1, MATMUL_RESIDUES as u32),
-            block_dim: (MMT_THREADS, 1, 1),
-            shared_mem_bytes: SM90_BLOCK_SHARED_MAX as u32,
-        };
-        clusters_at_once[kind] =
-            family[0].occupancy_max_active_clusters(config, &gpu.stream)? as usize;
+    let kernels = [
+        [
+            family("matmul_bf16_stream_fold", shared[0][0])?,
+            family("matmul_bf16_stream_ring_fold", shared[0][1])?,
+        ],
+        [
+            family("matmul_bf16_stream32_fold", shared[1][0])?,
+            family("matmul_bf16_stream32_ring_fold", shared[1][1])?,
+        ],
+    ];
+    let mut clusters_at_once = [[0; 2]; 2];
+    for kind in 0..2 {
+        for place in 0..2 {
+            let config = cudarc::driver::LaunchConfig {
+                grid_dim: (1, 1, MATMUL_RESIDUES as u32),
+                block_dim: (MMT_THREADS, 1, 1),
+                shared_mem_bytes: shared[kind][place] as u32,
+            };
+            clusters_at_once[kind][place] = kernels[kind][place][0]
+                .occupancy_max_active_clusters(config, &gpu.stream)?
+                as usize;
+        }
     }
-    match clusters_at_once.contains(&0) {
+    match clusters_at_once.iter().flatten().any(|&c| c == 0) {
         true => Err(CudaError::Unsupported(
             "the persistent split here: the driver runs none of its clusters".to_string(),
         )),
@@ -658,12 +695,17 @@ const MMS_STAGES: usize = 4;
 /// slice, ring and partial must fit.
 const SM90_BLOCK_SHARED_MAX: usize = 232_448;
 /// Dynamic shared memory of `matmul_stream_block` for `rows`-row blocks (MMT_OUTS outputs) and
-/// depth `k`: the x slice (residue 0's chunks of split rows), the W ring, the fold's partial.
+/// depth `k`, x stationary: the x slice (residue 0's chunks of split rows), the W ring, the
+/// fold's partial.
 const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
     let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
     x_room * rows * MMA_CHUNK * 4
         + MMS_STAGES * MMT_OUTS * MMA_CHUNK * 2
         + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
+}
+/// The same with x through the ring: chunks of x and W a stage, then the partial.
+const fn mms_ring_shared_bytes(rows: usize) -> usize {
+    mmt_shared_bytes(MMS_STAGES, rows) + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
 }
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
@@ -1587,7 +1629,7 @@ pub struct Kernels {
     /// The persistent split, where the driver counts its clusters, and whether it runs
     /// ([`MATMUL_STREAM_ENV`]).
     matmul_stream: Option<StreamSplit>,
-    pub(crate) matmul_stream_on: bool,
+    pub(crate) matmul_stream_mode: StreamMode,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1866,7 +1908,7 @@ impl Kernels {
             matmul_tiled_split32_fold,
             matmul_cluster_fold,
             matmul_stream,
-            matmul_stream_on: env_asked(MATMUL_STREAM_ENV),
+            matmul_stream_mode: StreamMode::from_env(),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
             swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
@@ -2709,13 +2751,14 @@ impl Kernels {
     }
 
     /// The persistent split's kernels for `m`'s k split on mma.sync, the clusters it may run and
-    /// their shared bytes, where asked ([`MATMUL_STREAM_ENV`]), its rows one row block (the
-    /// 32-row blocks' up to 32 rows where those run them) and its x slice fits.
+    /// their shared bytes, where asked ([`MATMUL_STREAM_ENV`]) and its rows are one row block
+    /// (the 32-row blocks' up to 32 rows where those run them): x stationary where asked and
+    /// its slice fits, else through the ring.
     fn streams(&self, m: &Matmul) -> Option<(&[CudaFunction; 3], usize, usize)> {
         let stream = self
             .matmul_stream
             .as_ref()
-            .filter(|_| self.matmul_stream_on)?;
+            .filter(|_| self.matmul_stream_mode != StreamMode::Off && m.fp8.is_none())?;
         let kind = match m.rows {
             0 => return None,
             rows if rows <= SPLIT32_ROWS && self.matmul_split32 => 1,
@@ -2723,10 +2766,14 @@ impl Kernels {
             _ => return None,
         };
         let block_rows = [MMT_ROWS, SPLIT32_ROWS][kind];
-        let shared = mms_shared_bytes(block_rows, m.k);
-        (m.fp8.is_none() && shared <= SM90_BLOCK_SHARED_MAX).then_some((
-            &stream.kernels[kind],
-            stream.clusters_at_once[kind],
+        let stationary = mms_shared_bytes(block_rows, m.k);
+        let (place, shared) = match self.matmul_stream_mode {
+            StreamMode::Stationary if stationary <= SM90_BLOCK_SHARED_MAX => (0, stationary),
+            _ => (1, mms_ring_shared_bytes(block_rows)),
+        };
+        Some((
+            &stream.kernels[kind][place],
+            stream.clusters_at_once[kind][place],
             shared,
         ))
     }

@@ -342,11 +342,19 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // the 64-row blocks from 33 rows, the 32-row ones up to 32; its clusters capped at 1 and 2
     // so that each walks several tiles (at most 3 here), and not; one piece of k (residues 1–7
     // empty: each block still meets every fold's barriers), three rounds plus a piece, random
-    // depths (past 4,096 at 64 rows its x slice does not fit: the tiles' split then).
-    k.matmul_stream_on = true;
+    // depths (past 4,096 at 64 rows its x slice does not fit: x through the ring then, as
+    // `=ring` puts it always).
+    use super::StreamMode;
     k.stream_launches
         .store(0, std::sync::atomic::Ordering::Relaxed);
-    for (cap, split32) in [(1, false), (2, true), (usize::MAX, true)] {
+    for (cap, split32, mode) in [
+        (1, false, StreamMode::Stationary),
+        (2, true, StreamMode::Stationary),
+        (usize::MAX, true, StreamMode::Stationary),
+        (2, false, StreamMode::Ring),
+        (usize::MAX, true, StreamMode::Ring),
+    ] {
+        k.matmul_stream_mode = mode;
         k.stream_clusters_cap = cap;
         k.matmul_split32 = split32;
         for (depth, rows) in [
@@ -360,7 +368,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         }
     }
     k.stream_clusters_cap = usize::MAX;
-    k.matmul_stream_on = false;
+    k.matmul_stream_mode = super::StreamMode::Off;
     assert!(
         k.stream_launches.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "the persistent split never ran"
@@ -728,16 +736,19 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
-        // And persistent (`matmul_bf16_stream_fold_swiglu`, FLASHLANE_MATMUL_STREAM).
+        // And persistent (`matmul_bf16_stream_fold_swiglu`, FLASHLANE_MATMUL_STREAM), x
+        // stationary and through the ring.
+        use super::StreamMode;
         let folds = [
-            (super::ClusterFold::Off, false),
-            (super::ClusterFold::All, false),
-            (super::ClusterFold::Off, true),
+            (super::ClusterFold::Off, StreamMode::Off),
+            (super::ClusterFold::All, StreamMode::Off),
+            (super::ClusterFold::Off, StreamMode::Stationary),
+            (super::ClusterFold::Off, StreamMode::Ring),
         ];
         for (rows, (cluster_fold, stream)) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = cluster_fold;
-            k.matmul_stream_on = stream;
-            let seed = format!("{seed} (cluster fold {cluster_fold:?}, persistent {stream})");
+            k.matmul_stream_mode = stream;
+            let seed = format!("{seed} (cluster fold {cluster_fold:?}, persistent {stream:?})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -812,7 +823,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
-    k.matmul_stream_on = false;
+    k.matmul_stream_mode = super::StreamMode::Off;
 }
 
 /// A dense MLP's two matmuls (`Kernels::dense_mlp_matmuls`) with the gate/up's SwiGLU written
@@ -856,16 +867,19 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         let nan = vec![f32::NAN; max_rows * hidden];
         let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
         let mut down_splits = 0;
-        // And persistent (`matmul_bf16_stream*_fold_swiglu_split`, FLASHLANE_MATMUL_STREAM),
-        // which folds in its clusters whatever the fold's switch says.
+        // And persistent (`matmul_bf16_stream*_fold_swiglu_split`, FLASHLANE_MATMUL_STREAM; x
+        // stationary and through the ring), which folds in its clusters whatever the fold's
+        // switch says.
+        use super::StreamMode;
         let folds = [
-            (super::ClusterFold::All, false),
-            (super::ClusterFold::Off, false),
-            (super::ClusterFold::Off, true),
+            (super::ClusterFold::All, StreamMode::Off),
+            (super::ClusterFold::Off, StreamMode::Off),
+            (super::ClusterFold::Off, StreamMode::Stationary),
+            (super::ClusterFold::Off, StreamMode::Ring),
         ];
         for (rows, (fold, stream)) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = fold;
-            k.matmul_stream_on = stream;
+            k.matmul_stream_mode = stream;
             let gate_up = Matmul {
                 x_split: xs.at(0),
                 partials: partials.at(0),
@@ -910,7 +924,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
             let (apart, want) = run(false);
             let (written, got) = run(true);
             let case = format!(
-                "seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}, persistent {stream}"
+                "seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}, persistent {stream:?}"
             );
             assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
             // Folded in its clusters where the gate/up's k splits on the tiles (a round of up
@@ -921,7 +935,8 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
                 on_tiles || rows <= 24,
                 "{case}: the gate/up does not split on the tiles"
             );
-            let folds_in_clusters = (fold == super::ClusterFold::All || stream) && on_tiles;
+            let folds_in_clusters =
+                (fold == super::ClusterFold::All || stream != StreamMode::Off) && on_tiles;
             assert_eq!(
                 written,
                 match folds_in_clusters {
@@ -946,7 +961,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         );
     }
     k.swiglu_split_in_fold = false;
-    k.matmul_stream_on = false;
+    k.matmul_stream_mode = super::StreamMode::Off;
 }
 
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
