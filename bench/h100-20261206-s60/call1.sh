@@ -3,8 +3,8 @@
 # beside the fold's and the wide split's; the SwiGLU fold into the down's split rows; the gate/up's SwiGLU
 # through every kernel, persistent too). 2. The five whole-model GPU test binaries at the defaults
 # (the 33–64-row splits folded in their clusters by waves; issue 12 asks them on the H200). 3. gpu_target
-# and gpu_dense with every model's matmuls split (FLASHLANE_MATMUL_SPLIT_K=1) on the persistent split,
-# and with the SwiGLU split too. Carry bench/peers/{gpu-tests.tar.xz,tiny_model.xz}, the default model
+# and gpu_dense with every model's matmuls split (FLASHLANE_MATMUL_SPLIT_K=1) on the persistent split
+# (x stationary; x through the ring, `=ring`), and with the SwiGLU split too. Carry bench/peers/{gpu-tests.tar.xz,tiny_model.xz}, the default model
 # moved out of the tree; limit 600.
 set -u
 T0=$(date +%s)
@@ -21,7 +21,7 @@ wait $kt
 grep -E "clusters of|cluster fold on" $OUT/tests_s60_kernels.txt
 tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
 room 100 stream_tests || exit 0
-SETTINGS="splitk:FLASHLANE_MATMUL_SPLIT_K=1 stream:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=1 streamsw:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=1,FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1" \
+SETTINGS="stream:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=1 streamring:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=ring streamsw:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=1,FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1" \
   PARALLEL=1 TESTS="gpu_target gpu_dense" TEST_TIMEOUT=90 bench/gpu_tests.sh /tmp/tw > /dev/null 2>&1
 el "stream tests rc=$?"; tee $OUT/tests_summary_stream.txt < /tmp/tw/summary.txt
 tar -C /tmp/tw -cJf $OUT/tests_logs_stream.tar.xz .
