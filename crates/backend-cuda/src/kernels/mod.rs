@@ -293,7 +293,10 @@ pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 /// at k = 2,560). Where the slice does not fit, the persistent split with x through its ring
 /// beside W (`matmul_bf16_stream_ring_fold*`: only the fills and launches saved); `=ring` runs
 /// every such split so (A/B runs of one binary). The same partials and fold: the bits of the
-/// split (kernel test).
+/// split (kernel tests, H200, session 60). Slower there: `=1` 0.85× / 0.83× / 0.85× at 32 / 48 /
+/// 64 streams on Qwen3-4B and 0.81× at 64 on -8B, `=ring` 0.78–0.87× — one block of 8 warps a
+/// multiprocessor against the split's two, 3 chunks of W ahead, each tile's fold stopping its
+/// block's products: which of these holds it is not yet measured.
 pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
 
 /// Which splits run persistent ([`MATMUL_STREAM_ENV`]).
@@ -2855,8 +2858,13 @@ impl Kernels {
                 u32::try_from(out_blocks).expect("outputs fit a grid"),
                 MATMUL_RESIDUES as u32,
             ),
-            // Every cluster has a tile (`matmul_stream_block`).
+            // Every cluster has a tile (`matmul_stream_block`), its rows one row block.
             FoldGrid::Persistent { clusters } => {
+                assert!(
+                    m.rows <= MMT_ROWS,
+                    "[stream-one-row-block] the persistent split takes one row block ({} rows)",
+                    m.rows
+                );
                 #[cfg(test)]
                 let clusters = {
                     self.stream_launches
