@@ -1275,7 +1275,9 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 // xs_s, rows x_row[m] of the stage, swizzled by lane x_swz, k-slot half x_half) by its NT n-tiles
 // of W (at ws, BN rows of MMA_CHUNK bf16): per step of 16 k-slots the hi product then the lo one,
 // the chain every kernel of these tiles makes (so their bits).
-template <int NT>
+// W_SWIZZLE: W's piece p of row o is at p ^ (o & W_SWIZZLE) (1: `mmt_w_pos`, the cp.async
+// copies'; 7: TMA's 128-byte swizzle).
+template <int NT, int W_SWIZZLE = 1>
 __device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const bf16_t* ws, float (&acc)[2][NT][4],
                                                    const int (&x_row)[2], int x_swz, int x_half, int wc, int g,
                                                    int t) {
@@ -1284,8 +1286,10 @@ __device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const b
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         const int o = (wc * NT + j) * MMA_COLS + g;
-        wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t));
-        whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * mmt_w_pos(o, 2 * t + 1));
+        const int pos_lo = W_SWIZZLE == 1 ? mmt_w_pos(o, 2 * t) : (2 * t) ^ (o & W_SWIZZLE);
+        const int pos_hi = W_SWIZZLE == 1 ? mmt_w_pos(o, 2 * t + 1) : (2 * t + 1) ^ (o & W_SWIZZLE);
+        wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * pos_lo);
+        whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * pos_hi);
     }
 #pragma unroll
     for (int s = 0; s < 4; s++) {
@@ -1718,6 +1722,44 @@ matmul_bf16_tiled_split32_fold_swiglu_split(const unsigned* __restrict__ xs, con
     matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
+// Hopper's tensor memory accelerator (TMA) for the persistent split's weights
+// (FLASHLANE_MATMUL_STREAM=tma): a CUtensorMap (128 opaque bytes the host encodes with
+// cuTensorMapEncodeTiled, passed as a __grid_constant__ parameter), one thread's bulk copy of a
+// box of it into shared memory, completing on an mbarrier that counts its bytes.
+struct __align__(64) tma_map_t {
+    unsigned long long opaque[16];
+};
+__device__ __forceinline__ unsigned shared_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(count) : "memory");
+}
+// This thread's arrival, and `bytes` more for the phase to wait for.
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(shared_addr(bar)), "r"(parity)
+            : "memory");
+    }
+}
+// The box of `map` at (element c0 of the inner dimension, row c1) into `dst` (1,024-byte aligned
+// for the 128-byte swizzle), its bytes counted on `bar`. Elements outside the tensor are zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int c0, int c1,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            shared_addr(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(shared_addr(bar))
+        : "memory");
+}
+
 // The cluster's barrier in halves: `cluster_arrive` when this thread's writes (or reads) of
 // shared memory are done, `cluster_wait` where it needs every thread of the cluster past its
 // arrive; between them the thread may work on (a persistent block's next chunks).
@@ -1746,10 +1788,17 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // the ring's stages then hold a chunk of x and one of W, and only the fill and the launches
 // are saved. The host keeps gridDim.x ≤ the tiles (every cluster has one) and runs it one block
 // a multiprocessor.
-template <int BM, int NT, int FOLD, bool X_STATIONARY>
+// With W_TMA (x stationary only) one thread copies each of the ring's W chunks by TMA (`w_map`:
+// W as a 2-D tensor [n_out][k] of bf16, boxes of 64 elements × BN rows, or two of BN / 2 rows for
+// a SwiGLU tile, 128-byte swizzle), completing on the stage's mbarrier, where the copy of a block
+// of 256 threads' cp.async pieces held few bytes in flight (session 60: the persistent split,
+// one block a multiprocessor, lost 13–22 % to the split's two). The 128-byte swizzle places W's
+// piece p of row o at p ^ (o & 7) (`mmt_chunk_products`' W_SWIZZLE 7): the same values, the same
+// products.
+template <int BM, int NT, int FOLD, bool X_STATIONARY, bool W_TMA = false>
 __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                     int k, int n_out, float* __restrict__ y, int y_stride,
-                                                    int accumulate, int rows) {
+                                                    int accumulate, int rows, const tma_map_t* w_map = nullptr) {
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
     constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
     constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
@@ -1761,6 +1810,8 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
                   "every thread copies as many pieces of a chunk");
     static_assert(FOLD != MMT_FOLD_NONE, "the persistent split folds in its clusters");
     static_assert(MMS_STAGES >= 2, "a ring of at least two chunks");
+    static_assert(!W_TMA || X_STATIONARY, "TMA copies W alone: x stationary");
+    static_assert(W_STAGE * 4 % 1024 == 0, "every stage of the ring 1,024-byte aligned for the swizzle");
     constexpr int RX = THREADS / MMT_X_PIECES, RW = THREADS / MMT_W_PIECES;
     static_assert(RX % 8 == 0 && RW % 2 == 0, "a thread's rows share their swizzle");
     extern __shared__ float4 mmt_smem4[];
@@ -1771,7 +1822,11 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     const int x_room = X_STATIONARY ? (chunks + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
     unsigned* x_slice = reinterpret_cast<unsigned*>(mmt_smem4);
     unsigned* ring = x_slice + (size_t)x_room * X_STAGE;
+    // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
+    if (W_TMA) ring += ((1024u - (shared_addr(ring) & 1023u)) & 1023u) / 4;
     float* mine = reinterpret_cast<float*>(ring + MMS_STAGES * RING_STAGE);
+    // TMA's stage barriers, after the partial.
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(mine + BM * (BN + MMT_FOLD_PAD));
     const int width = n_out / 2;
     const int tiles = mmt_fold_swiglu(FOLD) ? (width + BN / 2 - 1) / (BN / 2) : (n_out + BN - 1) / BN;
     const int first = blockIdx.x, stride = gridDim.x;
@@ -1804,6 +1859,21 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     auto load_w = [&](int i) {
         const int tile = first + (i / visits) * stride, c = z + (i % visits) * MMT_RESIDUES;
         unsigned* base = ring + (i % MMS_STAGES) * RING_STAGE;
+        if (W_TMA) {
+            // Thread 0 alone; past the tensor's rows and k the boxes are zeros. A SwiGLU tile's
+            // gate box past width holds up rows: their outputs are units past width, which the
+            // fold never writes.
+            if (threadIdx.x != 0) return;
+            unsigned long long* bar = full + i % MMS_STAGES;
+            mbar_expect_tx(bar, W_STAGE * 4);
+            if (mmt_fold_swiglu(FOLD)) {
+                tma_load_2d(base, w_map, c * MMA_CHUNK, tile * (BN / 2), bar);
+                tma_load_2d(base + W_STAGE / 2, w_map, c * MMA_CHUNK, width + tile * (BN / 2), bar);
+            } else {
+                tma_load_2d(base, w_map, c * MMA_CHUNK, tile * BN, bar);
+            }
+            return;
+        }
         const bool k_in = c * MMA_CHUNK + 8 * wp < k;
 #pragma unroll
         for (int j = 0; j < WP; j++) {
@@ -1828,6 +1898,14 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     // the kernel ahead, which writes x; they join group 0. Group s then holds x's visit s (the
     // first tile's items are visits 0, 1, …; or item s's x, not stationary), and group i the
     // ring's item i from MMS_STAGES − 1 on: item i waits for groups ≤ i.
+    if (W_TMA) {
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int s = 0; s < MMS_STAGES; s++) mbar_init(full + s, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+    }
 #pragma unroll
     for (int s = 0; s < MMS_STAGES - 1; s++)
         if (s < items) load_w(s);
@@ -1859,12 +1937,18 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
             cp_async_wait<MMS_STAGES - 2>();
             __syncthreads();  // every warp is done with the stage the next copy overwrites
             const int next = item + MMS_STAGES - 1;
+            if (W_TMA && threadIdx.x == 0) {
+                // The generic proxy's reads of that stage before the async proxy's writes.
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            }
             if (next < items) load_w(next);
             if (next < (X_STATIONARY ? visits : items)) load_x(next);
             cp_async_commit();
+            if (W_TMA) mbar_wait(full + item % MMS_STAGES, (item / MMS_STAGES) & 1);
             const unsigned* stage = ring + (item % MMS_STAGES) * RING_STAGE;
-            mmt_chunk_products<NT>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
-                                   reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half, wc, g, t);
+            mmt_chunk_products<NT, W_TMA ? 7 : 1>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
+                                                  reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half,
+                                                  wc, g, t);
         }
         // The partial into its room once the cluster has read the last one (that fold's
         // arrive), then the fold.
@@ -1902,7 +1986,21 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     MATMUL_STREAM_KERNEL(NAME, BM, NT, XS, MMT_FOLD_PLAIN)                      \
     MATMUL_STREAM_KERNEL(NAME##_swiglu, BM, NT, XS, MMT_FOLD_SWIGLU)            \
     MATMUL_STREAM_KERNEL(NAME##_swiglu_split, BM, NT, XS, MMT_FOLD_SWIGLU_SPLIT)
+// With W by TMA: W's tensor map in place of W.
+#define MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, FOLD)                                                      \
+    extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES) \
+    NAME(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,     \
+         float* __restrict__ y, int y_stride, int accumulate, int rows) {                                \
+        matmul_stream_block<BM, NT, FOLD, true, true>(xs, nullptr, k, n_out, y, y_stride, accumulate, rows,  \
+                                                      &w_map);                                           \
+    }
+#define MATMUL_STREAM_TMA_FAMILY(NAME, BM, NT)                              \
+    MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, MMT_FOLD_PLAIN)                  \
+    MATMUL_STREAM_TMA_KERNEL(NAME##_swiglu, BM, NT, MMT_FOLD_SWIGLU)        \
+    MATMUL_STREAM_TMA_KERNEL(NAME##_swiglu_split, BM, NT, MMT_FOLD_SWIGLU_SPLIT)
 MATMUL_STREAM_FAMILY(matmul_bf16_stream_fold, MMT_ROWS, 4, true)
+MATMUL_STREAM_TMA_FAMILY(matmul_bf16_stream_tma_fold, MMT_ROWS, 4)
+MATMUL_STREAM_TMA_FAMILY(matmul_bf16_stream32_tma_fold, 32, 2)
 MATMUL_STREAM_FAMILY(matmul_bf16_stream_ring_fold, MMT_ROWS, 4, false)
 // The same on 32-row blocks (`matmul_bf16_tiled_split32_fold`'s bits; rows ≤ 32).
 MATMUL_STREAM_FAMILY(matmul_bf16_stream32_fold, 32, 2, true)

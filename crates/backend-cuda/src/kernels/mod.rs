@@ -5,7 +5,7 @@
 //! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
 //! Every kernel is batch-invariant by construction: see `common.cu`.
 
-use crate::device::{Arg, Gpu, Launches};
+use crate::device::{Arg, Gpu, Launches, TensorMap};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
@@ -292,8 +292,10 @@ pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 /// weights from memory at 128 outputs) and fills its pipeline again in every block (5 chunks
 /// at k = 2,560). Where the slice does not fit, the persistent split with x through its ring
 /// beside W (`matmul_bf16_stream_ring_fold*`: only the fills and launches saved); `=ring` runs
-/// every such split so (A/B runs of one binary). The same partials and fold: the bits of the
-/// split (kernel tests, H200, session 60). Slower there: `=1` 0.85× / 0.83× / 0.85× at 32 / 48 /
+/// every such split so (A/B runs of one binary); `=tma` copies W by Hopper's TMA where x is
+/// stationary (`matmul_bf16_stream*_tma_fold*`: one thread's bulk copy of each chunk, not 256
+/// threads' 16-byte pieces). The same partials and fold: the bits of the split (kernel tests,
+/// H200, session 60). Slower there: `=1` 0.85× / 0.83× / 0.85× at 32 / 48 /
 /// 64 streams on Qwen3-4B and 0.81× at 64 on -8B, `=ring` 0.78–0.87× — one block of 8 warps a
 /// multiprocessor against the split's two, 3 chunks of W ahead, each tile's fold stopping its
 /// block's products: which of these holds it is not yet measured.
@@ -307,6 +309,8 @@ pub(crate) enum StreamMode {
     Stationary,
     /// x through the ring always (`=ring`).
     Ring,
+    /// As `Stationary`, W copied by TMA where x is stationary (`=tma`).
+    Tma,
 }
 
 impl StreamMode {
@@ -314,21 +318,33 @@ impl StreamMode {
         match std::env::var(MATMUL_STREAM_ENV).as_deref() {
             Ok("1") => StreamMode::Stationary,
             Ok("ring") => StreamMode::Ring,
+            Ok("tma") => StreamMode::Tma,
             _ => StreamMode::Off,
         }
     }
 }
 
 /// The persistent split's kernels ([`MATMUL_STREAM_ENV`]), by block rows (64, 32) and by where x
-/// lives (stationary, the ring).
+/// lives and how W comes ([`StreamPlace`]).
 struct StreamSplit {
     /// `matmul_bf16_stream_fold`, `_fold_swiglu`, `_fold_swiglu_split`, then
-    /// `matmul_bf16_stream_ring_fold`'s three; then `matmul_bf16_stream32_fold`'s and
-    /// `matmul_bf16_stream32_ring_fold`'s.
-    kernels: [[[CudaFunction; 3]; 2]; 2],
+    /// `matmul_bf16_stream_ring_fold`'s three, then `matmul_bf16_stream_tma_fold`'s; then the
+    /// same of `matmul_bf16_stream32_*`.
+    kernels: [[[CudaFunction; 3]; 3]; 2],
     /// Clusters of each the GPU runs at once at the most shared memory it takes (the driver's
     /// occupancy query): a launch's grid, or its tiles where fewer.
-    clusters_at_once: [[usize; 2]; 2],
+    clusters_at_once: [[usize; 3]; 2],
+}
+
+/// Where the persistent split keeps x and how W comes (an index of [`StreamSplit`]'s kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamPlace {
+    /// x stationary, W by cp.async.
+    Stationary = 0,
+    /// x and W through the ring by cp.async.
+    Ring = 1,
+    /// x stationary, W by TMA.
+    Tma = 2,
 }
 
 /// Where a gate/up's SwiGLU goes.
@@ -346,8 +362,51 @@ enum SwigluOut {
 enum FoldGrid {
     /// A cluster a tile: the split's row blocks × its output tiles.
     Tiles { row_blocks: u32 },
-    /// The persistent split: this many clusters (or the tiles, where fewer), walking the tiles.
-    Persistent { clusters: usize },
+    /// The persistent split: this many clusters (or the tiles, where fewer), walking the tiles;
+    /// with W by TMA where `tma` (its kernels take W's tensor map in W's place).
+    Persistent { clusters: usize, tma: bool },
+}
+
+/// A launch of the persistent split ([`Kernels::streams`]): its kernels (plain, SwiGLU, SwiGLU
+/// into split rows), the clusters it may run, its shared bytes, whether W comes by TMA.
+struct Stream<'a> {
+    kernels: &'a [CudaFunction; 3],
+    clusters: usize,
+    shared: usize,
+    tma: bool,
+}
+
+/// W of `m` as the persistent split's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16,
+/// k elements a row, n_out rows, boxes of MMA_CHUNK elements × `box_rows` rows, the 128-byte
+/// swizzle, zeros outside.
+fn weight_tensor_map(m: &Matmul, box_rows: usize) -> Result<TensorMap, CudaError> {
+    use cudarc::driver::sys;
+    let dims = [m.k as u64, m.n_out as u64];
+    let strides = [(m.k * std::mem::size_of::<u16>()) as u64];
+    let boxes = [MMA_CHUNK as u32, box_rows as u32];
+    let element_strides = [1u32, 1];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: the arrays live through the call and hold the rank's (2) entries the driver reads
+    // (strides: rank − 1); `map` is the 128 bytes it writes. W's address is only encoded here,
+    // not read (the kernel's copies read it, within the dimensions given).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            m.w as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()?;
+    Ok(TensorMap(map.opaque))
 }
 
 /// How a tiled matmul's split rows come to be.
@@ -486,22 +545,32 @@ fn stream_split(
         Ok([one("")?, one("_swiglu")?, one("_swiglu_split")?])
     };
     let shared = [
-        [SM90_BLOCK_SHARED_MAX, mms_ring_shared_bytes(MMT_ROWS)],
-        [SM90_BLOCK_SHARED_MAX, mms_ring_shared_bytes(SPLIT32_ROWS)],
+        [
+            SM90_BLOCK_SHARED_MAX,
+            mms_ring_shared_bytes(MMT_ROWS),
+            SM90_BLOCK_SHARED_MAX,
+        ],
+        [
+            SM90_BLOCK_SHARED_MAX,
+            mms_ring_shared_bytes(SPLIT32_ROWS),
+            SM90_BLOCK_SHARED_MAX,
+        ],
     ];
     let kernels = [
         [
             family("matmul_bf16_stream_fold", shared[0][0])?,
             family("matmul_bf16_stream_ring_fold", shared[0][1])?,
+            family("matmul_bf16_stream_tma_fold", shared[0][2])?,
         ],
         [
             family("matmul_bf16_stream32_fold", shared[1][0])?,
             family("matmul_bf16_stream32_ring_fold", shared[1][1])?,
+            family("matmul_bf16_stream32_tma_fold", shared[1][2])?,
         ],
     ];
-    let mut clusters_at_once = [[0; 2]; 2];
+    let mut clusters_at_once = [[0; 3]; 2];
     for kind in 0..2 {
-        for place in 0..2 {
+        for place in 0..3 {
             let config = cudarc::driver::LaunchConfig {
                 grid_dim: (1, 1, MATMUL_RESIDUES as u32),
                 block_dim: (MMT_THREADS, 1, 1),
@@ -709,6 +778,11 @@ const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
 /// The same with x through the ring: chunks of x and W a stage, then the partial.
 const fn mms_ring_shared_bytes(rows: usize) -> usize {
     mmt_shared_bytes(MMS_STAGES, rows) + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
+}
+/// The same with W by TMA: [`mms_shared_bytes`], up to 1,020 bytes to put the ring on a
+/// 1,024-byte boundary (the 128-byte swizzle's), and the ring's mbarriers.
+const fn mms_tma_shared_bytes(rows: usize, k: usize) -> usize {
+    mms_shared_bytes(rows, k) + 1024 + MMS_STAGES * 8
 }
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
@@ -1687,6 +1761,9 @@ pub struct Kernels {
     /// that a small matrix's clusters each walk several tiles).
     #[cfg(test)]
     pub(crate) stream_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: those of them with W by TMA.
+    #[cfg(test)]
+    pub(crate) stream_tma_launches: std::sync::atomic::AtomicUsize,
     #[cfg(test)]
     pub(crate) stream_clusters_cap: usize,
     matmul_fp8: CudaFunction,
@@ -1941,6 +2018,8 @@ impl Kernels {
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             stream_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            stream_tma_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             stream_clusters_cap: usize::MAX,
             matmul_fp8: f("matmul_fp8")?,
@@ -2757,7 +2836,7 @@ impl Kernels {
     /// their shared bytes, where asked ([`MATMUL_STREAM_ENV`]) and its rows are one row block
     /// (the 32-row blocks' up to 32 rows where those run them): x stationary where asked and
     /// its slice fits, else through the ring.
-    fn streams(&self, m: &Matmul) -> Option<(&[CudaFunction; 3], usize, usize)> {
+    fn streams(&self, m: &Matmul) -> Option<Stream<'_>> {
         let stream = self
             .matmul_stream
             .as_ref()
@@ -2769,16 +2848,24 @@ impl Kernels {
             _ => return None,
         };
         let block_rows = [MMT_ROWS, SPLIT32_ROWS][kind];
-        let stationary = mms_shared_bytes(block_rows, m.k);
+        let fits = |bytes: usize| (bytes <= SM90_BLOCK_SHARED_MAX).then_some(bytes);
+        // TMA reads W from a 16-byte-aligned start with rows a multiple of 16 bytes apart.
+        let tma_fits = m.w.is_multiple_of(16) && (m.k * 2).is_multiple_of(16);
         let (place, shared) = match self.matmul_stream_mode {
-            StreamMode::Stationary if stationary <= SM90_BLOCK_SHARED_MAX => (0, stationary),
-            _ => (1, mms_ring_shared_bytes(block_rows)),
-        };
-        Some((
-            &stream.kernels[kind][place],
-            stream.clusters_at_once[kind][place],
+            StreamMode::Tma if tma_fits => {
+                fits(mms_tma_shared_bytes(block_rows, m.k)).map(|bytes| (StreamPlace::Tma, bytes))
+            }
+            StreamMode::Tma | StreamMode::Stationary => fits(mms_shared_bytes(block_rows, m.k))
+                .map(|bytes| (StreamPlace::Stationary, bytes)),
+            _ => None,
+        }
+        .unwrap_or((StreamPlace::Ring, mms_ring_shared_bytes(block_rows)));
+        Some(Stream {
+            kernels: &stream.kernels[kind][place as usize],
+            clusters: stream.clusters_at_once[kind][place as usize],
             shared,
-        ))
+            tma: place == StreamPlace::Tma,
+        })
     }
 
     /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
@@ -2815,7 +2902,7 @@ impl Kernels {
         m: &Matmul,
         swiglu: Option<SwigluOut>,
         kernels: &[CudaFunction; 3],
-        grid: FoldGrid,
+        fold_grid: FoldGrid,
         shared: usize,
     ) -> Result<(), CudaError> {
         let swiglu = swiglu.map(|out| match out {
@@ -2852,14 +2939,14 @@ impl Kernels {
                 )
             }
         };
-        let grid = match grid {
+        let grid = match fold_grid {
             FoldGrid::Tiles { row_blocks } => (
                 row_blocks,
                 u32::try_from(out_blocks).expect("outputs fit a grid"),
                 MATMUL_RESIDUES as u32,
             ),
             // Every cluster has a tile (`matmul_stream_block`), its rows one row block.
-            FoldGrid::Persistent { clusters } => {
+            FoldGrid::Persistent { clusters, .. } => {
                 assert!(
                     m.rows <= MMT_ROWS,
                     "[stream-one-row-block] the persistent split takes one row block ({} rows)",
@@ -2882,13 +2969,20 @@ impl Kernels {
         self.cluster_fold_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
-        gpu.launch_with_shared(
-            kernel,
-            grid,
-            MMT_THREADS,
-            shared as u32,
-            split_rows_args(m, &tail, &mut room),
-        )
+        let count = split_rows_args(m, &tail, &mut room).len();
+        if let FoldGrid::Persistent { tma: true, .. } = fold_grid {
+            // W's tensor map in W's place (`split_rows_args`' second); a SwiGLU tile's boxes are
+            // its gate rows and its up rows (MMT_OUTS / 2 each).
+            let box_rows = match swiglu {
+                Some(_) => MMT_OUTS / 2,
+                None => MMT_OUTS,
+            };
+            room[1] = Arg::Map(weight_tensor_map(m, box_rows)?);
+            #[cfg(test)]
+            self.stream_tma_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, &room[..count])
     }
 
     /// x split into `m.x_split` as `x_split` says (`split_rows`; normalised first in the same
@@ -2982,9 +3076,19 @@ impl Kernels {
         };
         // The splits on mma.sync (not the warpgroup's) may run persistent, or fold in clusters.
         if wgmma.is_none() {
-            if let Some((kernels, clusters, shared)) = self.streams(m) {
-                let grid = FoldGrid::Persistent { clusters };
-                return self.matmul_split_folded(gpu, m, swiglu, kernels, grid, shared);
+            if let Some(stream) = self.streams(m) {
+                let grid = FoldGrid::Persistent {
+                    clusters: stream.clusters,
+                    tma: stream.tma,
+                };
+                return self.matmul_split_folded(
+                    gpu,
+                    m,
+                    swiglu,
+                    stream.kernels,
+                    grid,
+                    stream.shared,
+                );
             }
         }
         if wgmma.is_none() && self.split_folds(m, swiglu.is_some()) {

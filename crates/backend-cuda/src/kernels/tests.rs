@@ -343,7 +343,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // so that each walks several tiles (at most 3 here), and not; one piece of k (residues 1–7
     // empty: each block still meets every fold's barriers), three rounds plus a piece, random
     // depths (past 4,096 at 64 rows its x slice does not fit: x through the ring then, as
-    // `=ring` puts it always).
+    // `=ring` puts it always); W by TMA (`=tma`; the depths of whole 16-byte rows, every one
+    // here).
     use super::StreamMode;
     k.stream_launches
         .store(0, std::sync::atomic::Ordering::Relaxed);
@@ -353,6 +354,8 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         (usize::MAX, true, StreamMode::Stationary),
         (2, false, StreamMode::Ring),
         (usize::MAX, true, StreamMode::Ring),
+        (1, false, StreamMode::Tma),
+        (usize::MAX, true, StreamMode::Tma),
     ] {
         k.matmul_stream_mode = mode;
         k.stream_clusters_cap = cap;
@@ -372,6 +375,12 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     assert!(
         k.stream_launches.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "the persistent split never ran"
+    );
+    assert!(
+        k.stream_tma_launches
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0,
+        "the persistent split never copied W by TMA"
     );
     // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
     // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
@@ -744,6 +753,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             (super::ClusterFold::All, StreamMode::Off),
             (super::ClusterFold::Off, StreamMode::Stationary),
             (super::ClusterFold::Off, StreamMode::Ring),
+            (super::ClusterFold::Off, StreamMode::Tma),
         ];
         for (rows, (cluster_fold, stream)) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = cluster_fold;
@@ -876,6 +886,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
             (super::ClusterFold::Off, StreamMode::Off),
             (super::ClusterFold::Off, StreamMode::Stationary),
             (super::ClusterFold::Off, StreamMode::Ring),
+            (super::ClusterFold::Off, StreamMode::Tma),
         ];
         for (rows, (fold, stream)) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = fold;
