@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# Prepared in session 60 (not run). Why the persistent split (FLASHLANE_MATMUL_STREAM) lost 13–22 %
-# on the H200, and what holds the default 64-row split there (the H200's 41 % more bandwidth gave
-# flashlane's 64-stream round ~12 % over the H100, llama.cpp's 21 %):
-# 1. Qwen3-4B's kernel timelines at 64 streams, default / `=1` / `=ring`: each matmul's µs a layer
+# Prepared in session 60 (not run). The persistent split with W by TMA (FLASHLANE_MATMUL_STREAM=tma,
+# written after session 60's device time: never run on a GPU), and why the persistent split lost
+# 13–22 % on the H200 (the H200's 41 % more bandwidth gave flashlane's 64-stream round ~12 % over
+# the H100, llama.cpp's 21 %):
+# 0. The kernel tests with the TMA cases (matmul, gate/up SwiGLU, SwiGLU split); nothing of TMA
+#    runs after this unless they pass.
+# 1. Decode A/B default / `=1` / `=tma` on Qwen3-4B at 48, 64 and -8B at 64.
+# 2. Qwen3-4B's kernel timelines at 64 streams, default / `=1` / `=tma`: each matmul's µs a layer
 #    (session 60's call cut them from its output).
-# 2. ncu on one layer's matmuls at 64 streams, default (`matmul_bf16_tiled_split_fold*`, the
-#    down's unfolded split) and `=1` (`matmul_bf16_stream*`): DRAM, L2, shared-memory pipe,
-#    warps active, issue, FMA pipe, and the stall reasons per issue (barrier, long and short
-#    scoreboard, MIO throttle, math pipe, wait).
-# 3. If there is room, session 59's attention profile (bench/h100-20261206-s59/next_s60d.sh's
-#    metrics on `attention_grouped_staged8`, prompts 128 and 512).
-# ~330 s. Carry bench/peers/flashlane.xz (the default model moved out of the tree); limit 600.
+# 3. ncu on one layer's matmuls at 64 streams, default (`matmul_bf16_tiled_split_fold*`, the
+#    down's unfolded split) and `=tma`: DRAM, L2, shared-memory pipe, warps active, issue, tensor
+#    pipe, and the stall reasons per issue (barrier, long and short scoreboard, MIO throttle, …).
+# ~450 s. Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz} (the default model moved out of the
+# tree: neither reads it); limit 600.
 set -u
 T0=$(date +%s)
 LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-TL="tl:FLASHLANE_TIMELINE=1 tlstream:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=1 tlring:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=ring"
+kernel_tests s61_kernels 200 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits --nocapture
+tma_ok=0; grep -q "test result: ok. 3 passed" $OUT/tests_s61_kernels.txt && tma_ok=1
+if [ $tma_ok = 1 ]; then
+  S="default:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1 tma:FLASHLANE_MATMUL_STREAM=tma"
+  room 120 ab_4b && ab ab_4b qwen3-4b 48,64 "$S" $FL
+  room 80 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
+  TL="tl:FLASHLANE_TIMELINE=1 tlstream:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=1 tltma:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=tma"
+else
+  el "kernel tests did not all pass: no TMA runs"
+  TL="tl:FLASHLANE_TIMELINE=1 tlstream:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=1"
+fi
 room 110 timeline && {
   ab tl_4b qwen3-4b 64 "$TL" $FL > /dev/null
   for f in /tmp/ab_tl_4b/*.round1.err; do
@@ -48,5 +60,9 @@ profile() {
   ncu_summary $OUT/ncu_$label.csv
 }
 room 90 ncu_default && profile mm_default FLASHLANE_AB=1 'matmul_bf16_tiled_split'
-room 90 ncu_stream && profile mm_stream FLASHLANE_MATMUL_STREAM=1 'matmul_bf16_stream|matmul_bf16_tiled_split'
+if [ $tma_ok = 1 ]; then
+  room 90 ncu_tma && profile mm_tma FLASHLANE_MATMUL_STREAM=tma 'matmul_bf16_stream|matmul_bf16_tiled_split'
+else
+  room 90 ncu_stream && profile mm_stream FLASHLANE_MATMUL_STREAM=1 'matmul_bf16_stream|matmul_bf16_tiled_split'
+fi
 room 90 ncu_att && profile att_p128 FLASHLANE_AB=1 'attention_grouped_staged8|attention_prep|split_rows$'
