@@ -1944,7 +1944,10 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
             if (next < items) load_w(next);
             if (next < (X_STATIONARY ? visits : items)) load_x(next);
             cp_async_commit();
-            if (W_TMA) mbar_wait(full + item % MMS_STAGES, (item / MMS_STAGES) & 1);
+            if (W_TMA) {
+                mbar_wait(full + item % MMS_STAGES, (item / MMS_STAGES) & 1);
+                __syncwarp();  // the warp whole again for the aligned ldmatrix and mma.sync
+            }
             const unsigned* stage = ring + (item % MMS_STAGES) * RING_STAGE;
             mmt_chunk_products<NT, W_TMA ? 7 : 1>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
                                                   reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half,
