@@ -1794,11 +1794,14 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // of 256 threads' cp.async pieces held few bytes in flight (session 60: the persistent split,
 // one block a multiprocessor, lost 13–22 % to the split's two). The 128-byte swizzle places W's
 // piece p of row o at p ^ (o & 7) (`mmt_chunk_products`' W_SWIZZLE 7): the same values, the same
-// products.
+// products. Its ring has `tma_stages` chunks (the host's choice, as deep as shared memory
+// allows: a thread's copies hold no registers), and its x slice is copied whole before the
+// first product, while the ring's first chunks are in flight.
 template <int BM, int NT, int FOLD, bool X_STATIONARY, bool W_TMA = false>
 __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                     int k, int n_out, float* __restrict__ y, int y_stride,
-                                                    int accumulate, int rows, const tma_map_t* w_map = nullptr) {
+                                                    int accumulate, int rows, const tma_map_t* w_map = nullptr,
+                                                    int tma_stages = MMS_STAGES) {
     constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
     constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
     constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
@@ -1824,7 +1827,9 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     unsigned* ring = x_slice + (size_t)x_room * X_STAGE;
     // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
     if (W_TMA) ring += ((1024u - (shared_addr(ring) & 1023u)) & 1023u) / 4;
-    float* mine = reinterpret_cast<float*>(ring + MMS_STAGES * RING_STAGE);
+    // The ring's chunks.
+    const int stages = W_TMA ? tma_stages : MMS_STAGES;
+    float* mine = reinterpret_cast<float*>(ring + stages * RING_STAGE);
     // TMA's stage barriers, after the partial.
     unsigned long long* full = reinterpret_cast<unsigned long long*>(mine + BM * (BN + MMT_FOLD_PAD));
     const int width = n_out / 2;
@@ -1858,13 +1863,13 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     // Item i's chunk of W (the block's tile i / visits, its visit i % visits) into the ring.
     auto load_w = [&](int i) {
         const int tile = first + (i / visits) * stride, c = z + (i % visits) * MMT_RESIDUES;
-        unsigned* base = ring + (i % MMS_STAGES) * RING_STAGE;
+        unsigned* base = ring + (i % stages) * RING_STAGE;
         if (W_TMA) {
             // Thread 0 alone; past the tensor's rows and k the boxes are zeros. A SwiGLU tile's
             // gate box past width holds up rows: their outputs are units past width, which the
             // fold never writes.
             if (threadIdx.x != 0) return;
-            unsigned long long* bar = full + i % MMS_STAGES;
+            unsigned long long* bar = full + i % stages;
             mbar_expect_tx(bar, W_STAGE * 4);
             if (mmt_fold_swiglu(FOLD)) {
                 tma_load_2d(base, w_map, c * MMA_CHUNK, tile * (BN / 2), bar);
@@ -1899,21 +1904,30 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     // first tile's items are visits 0, 1, …; or item s's x, not stationary), and group i the
     // ring's item i from MMS_STAGES − 1 on: item i waits for groups ≤ i.
     if (W_TMA) {
+        // The stages' barriers; the ring's first chunks; then, after the wait for the kernel
+        // ahead, the whole x slice (one group), waited for before the first product.
         if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < MMS_STAGES; s++) mbar_init(full + s, 1);
+            for (int s = 0; s < stages; s++) mbar_init(full + s, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
-    }
-#pragma unroll
-    for (int s = 0; s < MMS_STAGES - 1; s++)
-        if (s < items) load_w(s);
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < MMS_STAGES - 1; s++) {
-        if (s < (X_STATIONARY ? visits : items)) load_x(s);
+        for (int s = 0; s < stages - 1; s++)
+            if (s < items) load_w(s);
+        pdl_wait();
+        for (int v = 0; v < visits; v++) load_x(v);
         cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    } else {
+#pragma unroll
+        for (int s = 0; s < MMS_STAGES - 1; s++)
+            if (s < items) load_w(s);
+        pdl_wait();
+#pragma unroll
+        for (int s = 0; s < MMS_STAGES - 1; s++) {
+            if (s < (X_STATIONARY ? visits : items)) load_x(s);
+            cp_async_commit();
+        }
     }
 
     int x_row[2];
@@ -1934,21 +1948,23 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     for (int ti = 0; ti < my_tiles; ti++) {
         const int tile = first + ti * stride;
         for (int v = 0; v < visits; v++, item++) {
-            cp_async_wait<MMS_STAGES - 2>();
+            if (!W_TMA) cp_async_wait<MMS_STAGES - 2>();
             __syncthreads();  // every warp is done with the stage the next copy overwrites
-            const int next = item + MMS_STAGES - 1;
-            if (W_TMA && threadIdx.x == 0) {
-                // The generic proxy's reads of that stage before the async proxy's writes.
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            }
-            if (next < items) load_w(next);
-            if (next < (X_STATIONARY ? visits : items)) load_x(next);
-            cp_async_commit();
+            const int next = item + stages - 1;
             if (W_TMA) {
-                mbar_wait(full + item % MMS_STAGES, (item / MMS_STAGES) & 1);
+                if (threadIdx.x == 0) {
+                    // The generic proxy's reads of that stage before the async proxy's writes.
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    if (next < items) load_w(next);
+                }
+                mbar_wait(full + item % stages, (item / stages) & 1);
                 __syncwarp();  // the warp whole again for the aligned ldmatrix and mma.sync
+            } else {
+                if (next < items) load_w(next);
+                if (next < (X_STATIONARY ? visits : items)) load_x(next);
+                cp_async_commit();
             }
-            const unsigned* stage = ring + (item % MMS_STAGES) * RING_STAGE;
+            const unsigned* stage = ring + (item % stages) * RING_STAGE;
             mmt_chunk_products<NT, W_TMA ? 7 : 1>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
                                                   reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half,
                                                   wc, g, t);
@@ -1993,9 +2009,9 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
 #define MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, FOLD)                                                      \
     extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES) \
     NAME(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,     \
-         float* __restrict__ y, int y_stride, int accumulate, int rows) {                                \
+         float* __restrict__ y, int y_stride, int accumulate, int rows, int stages) {                    \
         matmul_stream_block<BM, NT, FOLD, true, true>(xs, nullptr, k, n_out, y, y_stride, accumulate, rows,  \
-                                                      &w_map);                                           \
+                                                      &w_map, stages);                                   \
     }
 #define MATMUL_STREAM_TMA_FAMILY(NAME, BM, NT)                              \
     MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, MMT_FOLD_PLAIN)                  \

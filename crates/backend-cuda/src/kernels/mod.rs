@@ -363,17 +363,22 @@ enum FoldGrid {
     /// A cluster a tile: the split's row blocks × its output tiles.
     Tiles { row_blocks: u32 },
     /// The persistent split: this many clusters (or the tiles, where fewer), walking the tiles;
-    /// with W by TMA where `tma` (its kernels take W's tensor map in W's place).
-    Persistent { clusters: usize, tma: bool },
+    /// with W by TMA through a ring of this many chunks where `tma_stages` (its kernels take W's
+    /// tensor map in W's place, and the ring's chunks last).
+    Persistent {
+        clusters: usize,
+        tma_stages: Option<usize>,
+    },
 }
 
 /// A launch of the persistent split ([`Kernels::streams`]): its kernels (plain, SwiGLU, SwiGLU
-/// into split rows), the clusters it may run, its shared bytes, whether W comes by TMA.
+/// into split rows), the clusters it may run, its shared bytes, and with W by TMA its ring's
+/// chunks.
 struct Stream<'a> {
     kernels: &'a [CudaFunction; 3],
     clusters: usize,
     shared: usize,
-    tma: bool,
+    tma_stages: Option<usize>,
 }
 
 /// W of `m` as the persistent split's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16,
@@ -779,11 +784,24 @@ const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
 const fn mms_ring_shared_bytes(rows: usize) -> usize {
     mmt_shared_bytes(MMS_STAGES, rows) + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
 }
-/// The same with W by TMA: [`mms_shared_bytes`], up to 1,020 bytes to put the ring on a
-/// 1,024-byte boundary (the 128-byte swizzle's), and the ring's mbarriers.
-const fn mms_tma_shared_bytes(rows: usize, k: usize) -> usize {
-    mms_shared_bytes(rows, k) + 1024 + MMS_STAGES * 8
+/// The same with W by TMA and a ring of `stages` chunks: the x slice, up to 1,020 bytes to put
+/// the ring on a 1,024-byte boundary (the 128-byte swizzle's), the ring, the partial, the
+/// ring's mbarriers.
+const fn mms_tma_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
+    let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
+    x_room * rows * MMA_CHUNK * 4
+        + 1024
+        + stages * (MMT_OUTS * MMA_CHUNK * 2 + 8)
+        + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
 }
+/// The deepest ring the persistent split's TMA copies take (`FLASHLANE_MATMUL_STREAM_TMA_STAGES`
+/// caps it lower): as deep as shared memory allows up to this, 7 chunks ahead (112 KiB of W a
+/// multiprocessor in flight, several times what HBM's latency asks at the H200's bandwidth),
+/// where the cp.async ring's 256 threads held 3.
+const MMS_TMA_STAGES_MAX: usize = 8;
+/// `FLASHLANE_MATMUL_STREAM_TMA_STAGES=N` (2–8): the TMA ring's chunks at most (A/B runs: the
+/// bits do not change).
+pub const MATMUL_STREAM_TMA_STAGES_ENV: &str = "FLASHLANE_MATMUL_STREAM_TMA_STAGES";
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -1707,6 +1725,8 @@ pub struct Kernels {
     /// ([`MATMUL_STREAM_ENV`]).
     matmul_stream: Option<StreamSplit>,
     pub(crate) matmul_stream_mode: StreamMode,
+    /// The TMA ring's chunks at most ([`MATMUL_STREAM_TMA_STAGES_ENV`]).
+    pub(crate) matmul_stream_tma_stages: usize,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1989,6 +2009,8 @@ impl Kernels {
             matmul_cluster_fold,
             matmul_stream,
             matmul_stream_mode: StreamMode::from_env(),
+            matmul_stream_tma_stages: env_number(MATMUL_STREAM_TMA_STAGES_ENV)
+                .map_or(MMS_TMA_STAGES_MAX, |n| n.clamp(2, MMS_TMA_STAGES_MAX)),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
             swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
@@ -2851,20 +2873,28 @@ impl Kernels {
         let fits = |bytes: usize| (bytes <= SM90_BLOCK_SHARED_MAX).then_some(bytes);
         // TMA reads W from a 16-byte-aligned start with rows a multiple of 16 bytes apart.
         let tma_fits = m.w.is_multiple_of(16) && (m.k * 2).is_multiple_of(16);
-        let (place, shared) = match self.matmul_stream_mode {
-            StreamMode::Tma if tma_fits => {
-                fits(mms_tma_shared_bytes(block_rows, m.k)).map(|bytes| (StreamPlace::Tma, bytes))
+        // The TMA ring as deep as fits, at least 2 chunks.
+        let tma = (2..=self.matmul_stream_tma_stages)
+            .rev()
+            .find_map(|stages| {
+                fits(mms_tma_shared_bytes(block_rows, m.k, stages)).map(|bytes| (stages, bytes))
+            });
+        let (place, shared, tma_stages) = match (self.matmul_stream_mode, tma) {
+            (StreamMode::Tma, Some((stages, bytes))) if tma_fits => {
+                Some((StreamPlace::Tma, bytes, Some(stages)))
             }
-            StreamMode::Tma | StreamMode::Stationary => fits(mms_shared_bytes(block_rows, m.k))
-                .map(|bytes| (StreamPlace::Stationary, bytes)),
+            (StreamMode::Tma | StreamMode::Stationary, _) => {
+                fits(mms_shared_bytes(block_rows, m.k))
+                    .map(|bytes| (StreamPlace::Stationary, bytes, None))
+            }
             _ => None,
         }
-        .unwrap_or((StreamPlace::Ring, mms_ring_shared_bytes(block_rows)));
+        .unwrap_or((StreamPlace::Ring, mms_ring_shared_bytes(block_rows), None));
         Some(Stream {
             kernels: &stream.kernels[kind][place as usize],
             clusters: stream.clusters_at_once[kind][place as usize],
             shared,
-            tma: place == StreamPlace::Tma,
+            tma_stages,
         })
     }
 
@@ -2969,15 +2999,21 @@ impl Kernels {
         self.cluster_fold_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
-        let count = split_rows_args(m, &tail, &mut room).len();
-        if let FoldGrid::Persistent { tma: true, .. } = fold_grid {
-            // W's tensor map in W's place (`split_rows_args`' second); a SwiGLU tile's boxes are
-            // its gate rows and its up rows (MMT_OUTS / 2 each).
+        let mut count = split_rows_args(m, &tail, &mut room).len();
+        if let FoldGrid::Persistent {
+            tma_stages: Some(stages),
+            ..
+        } = fold_grid
+        {
+            // W's tensor map in W's place (`split_rows_args`' second), the ring's chunks last; a
+            // SwiGLU tile's boxes are its gate rows and its up rows (MMT_OUTS / 2 each).
             let box_rows = match swiglu {
                 Some(_) => MMT_OUTS / 2,
                 None => MMT_OUTS,
             };
             room[1] = Arg::Map(weight_tensor_map(m, box_rows)?);
+            room[count] = Arg::I32(stages as i32);
+            count += 1;
             #[cfg(test)]
             self.stream_tma_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -3079,7 +3115,7 @@ impl Kernels {
             if let Some(stream) = self.streams(m) {
                 let grid = FoldGrid::Persistent {
                     clusters: stream.clusters,
-                    tma: stream.tma,
+                    tma_stages: stream.tma_stages,
                 };
                 return self.matmul_split_folded(
                     gpu,

@@ -344,7 +344,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     // empty: each block still meets every fold's barriers), three rounds plus a piece, random
     // depths (past 4,096 at 64 rows its x slice does not fit: x through the ring then, as
     // `=ring` puts it always); W by TMA (`=tma`; the depths of whole 16-byte rows, every one
-    // here).
+    // here), its ring as deep as fits and of 2 chunks.
     use super::StreamMode;
     k.stream_launches
         .store(0, std::sync::atomic::Ordering::Relaxed);
@@ -356,8 +356,14 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         (usize::MAX, true, StreamMode::Ring),
         (1, false, StreamMode::Tma),
         (usize::MAX, true, StreamMode::Tma),
+        // The shallowest TMA ring (2 chunks: each stage's barrier wraps its parity most often).
+        (2, true, StreamMode::Tma),
     ] {
         k.matmul_stream_mode = mode;
+        k.matmul_stream_tma_stages = match cap {
+            2 if mode == StreamMode::Tma => 2,
+            _ => super::MMS_TMA_STAGES_MAX,
+        };
         k.stream_clusters_cap = cap;
         k.matmul_split32 = split32;
         for (depth, rows) in [
@@ -372,6 +378,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     }
     k.stream_clusters_cap = usize::MAX;
     k.matmul_stream_mode = super::StreamMode::Off;
+    k.matmul_stream_tma_stages = super::MMS_TMA_STAGES_MAX;
     assert!(
         k.stream_launches.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "the persistent split never ran"
