@@ -5,7 +5,8 @@
 # the H100, llama.cpp's 21 %):
 # 0. The kernel tests with the TMA cases (matmul, gate/up SwiGLU, SwiGLU split); nothing of TMA
 #    runs after this unless they pass.
-# 1. Decode A/B default / `=1` / `=tma` on Qwen3-4B at 48, 64 and -8B at 64.
+# 1. Decode A/B default / `=1` / `=tma` (its ring as deep as fits: 7 chunks on Qwen3-4B's 2,560-deep
+#    matrices, 4 on -8B's) / `=tma` with a ring of 4 on Qwen3-4B at 48, 64 and -8B at 64.
 # 2. Qwen3-4B's kernel timelines at 64 streams, default / `=1` / `=tma`: each matmul's µs a layer
 #    (session 60's call cut them from its output).
 # 3. ncu on one layer's matmuls at 64 streams, default (`matmul_bf16_tiled_split_fold*`, the
@@ -22,9 +23,9 @@ gpu_info
 kernel_tests s61_kernels 200 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits --nocapture
 tma_ok=0; grep -q "test result: ok. 3 passed" $OUT/tests_s61_kernels.txt && tma_ok=1
 if [ $tma_ok = 1 ]; then
-  S="default:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1 tma:FLASHLANE_MATMUL_STREAM=tma"
-  room 120 ab_4b && ab ab_4b qwen3-4b 48,64 "$S" $FL
-  room 80 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
+  S="default:FLASHLANE_AB=1 stream:FLASHLANE_MATMUL_STREAM=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"
+  room 150 ab_4b && ab ab_4b qwen3-4b 48,64 "$S" $FL
+  room 100 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
   TL="tl:FLASHLANE_TIMELINE=1 tlstream:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=1 tltma:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=tma"
 else
   el "kernel tests did not all pass: no TMA runs"
