@@ -1900,9 +1900,10 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     };
 
     // The ring's first chunks (weights: never written while kernels run) before the wait for
-    // the kernel ahead, which writes x; they join group 0. Group s then holds x's visit s (the
-    // first tile's items are visits 0, 1, …; or item s's x, not stationary), and group i the
-    // ring's item i from MMS_STAGES − 1 on: item i waits for groups ≤ i.
+    // the kernel ahead, which writes x. By cp.async (the `else`) they join group 0; group s
+    // then holds x's visit s (the first tile's items are visits 0, 1, …; or item s's x, not
+    // stationary), and group i the ring's item i from MMS_STAGES − 1 on: item i waits for
+    // groups ≤ i.
     if (W_TMA) {
         // The stages' barriers; the ring's first chunks; then, after the wait for the kernel
         // ahead, the whole x slice (one group), waited for before the first product.

@@ -1781,9 +1781,11 @@ pub struct Kernels {
     /// that a small matrix's clusters each walk several tiles).
     #[cfg(test)]
     pub(crate) stream_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: those of them with W by TMA.
+    /// Tests: those of them with W by TMA, and the fewest chunks a TMA ring had.
     #[cfg(test)]
     pub(crate) stream_tma_launches: std::sync::atomic::AtomicUsize,
+    #[cfg(test)]
+    pub(crate) stream_tma_fewest_stages: std::sync::atomic::AtomicUsize,
     #[cfg(test)]
     pub(crate) stream_clusters_cap: usize,
     matmul_fp8: CudaFunction,
@@ -2042,6 +2044,8 @@ impl Kernels {
             stream_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             stream_tma_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            stream_tma_fewest_stages: std::sync::atomic::AtomicUsize::new(usize::MAX),
             #[cfg(test)]
             stream_clusters_cap: usize::MAX,
             matmul_fp8: f("matmul_fp8")?,
@@ -3015,8 +3019,12 @@ impl Kernels {
             room[count] = Arg::I32(stages as i32);
             count += 1;
             #[cfg(test)]
-            self.stream_tma_launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            {
+                self.stream_tma_launches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.stream_tma_fewest_stages
+                    .fetch_min(stages, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, &room[..count])
     }

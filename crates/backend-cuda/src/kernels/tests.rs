@@ -348,30 +348,31 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     use super::StreamMode;
     k.stream_launches
         .store(0, std::sync::atomic::Ordering::Relaxed);
-    for (cap, split32, mode) in [
-        (1, false, StreamMode::Stationary),
-        (2, true, StreamMode::Stationary),
-        (usize::MAX, true, StreamMode::Stationary),
-        (2, false, StreamMode::Ring),
-        (usize::MAX, true, StreamMode::Ring),
-        (1, false, StreamMode::Tma),
-        (usize::MAX, true, StreamMode::Tma),
+    let deepest = super::MMS_TMA_STAGES_MAX;
+    for (cap, split32, mode, tma_stages) in [
+        (1, false, StreamMode::Stationary, deepest),
+        (2, true, StreamMode::Stationary, deepest),
+        (usize::MAX, true, StreamMode::Stationary, deepest),
+        (2, false, StreamMode::Ring, deepest),
+        (usize::MAX, true, StreamMode::Ring, deepest),
+        (1, false, StreamMode::Tma, deepest),
+        (usize::MAX, true, StreamMode::Tma, deepest),
         // The shallowest TMA ring (2 chunks: each stage's barrier wraps its parity most often).
-        (2, true, StreamMode::Tma),
+        (2, true, StreamMode::Tma, 2),
     ] {
         k.matmul_stream_mode = mode;
-        k.matmul_stream_tma_stages = match cap {
-            2 if mode == StreamMode::Tma => 2,
-            _ => super::MMS_TMA_STAGES_MAX,
-        };
+        k.matmul_stream_tma_stages = tma_stages;
         k.stream_clusters_cap = cap;
         k.matmul_split32 = split32;
+        // And 10 chunks a residue at 32 rows, where the deepest TMA ring (8) fits: its
+        // barriers wrap their parity.
         for (depth, rows) in [
             (16 * (1 + rng.below(320)), 40),
             (16, 64),
             (3 * 8 * 64 + 16, 64),
             (16 * (1 + rng.below(320)), 32),
             (16, 20),
+            (9 * 8 * 64 + 16, 32),
         ] {
             matmul_case(&gpu, &k, &mut rng, depth, rows, true);
         }
@@ -388,6 +389,12 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             .load(std::sync::atomic::Ordering::Relaxed)
             > 0,
         "the persistent split never copied W by TMA"
+    );
+    assert_eq!(
+        k.stream_tma_fewest_stages
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "the 2-chunk TMA ring never ran"
     );
     // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
     // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
