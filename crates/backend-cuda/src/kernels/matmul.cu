@@ -1993,6 +1993,10 @@ __device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__
     cp_async_wait<0>();
 }
 
+// MMS_KERNELS (host define): the persistent split's kernels are compiled only where asked
+// (FLASHLANE_MATMUL_STREAM): their 18 would add a third to NVRTC's and ptxas' time over a
+// model's source for a switch that is off.
+#if MMS_KERNELS
 // `matmul_bf16_tiled_split_fold`'s arguments and bits (rows ≤ 64: one row block), persistent
 // (`matmul_stream_block`): grid (clusters, 1, MMT_RESIDUES), clusters ≤ the tiles. NAME: x
 // stationary; NAME_ring: x through the ring. The fold (PLAIN, SWIGLU, SWIGLU_SPLIT) by SUFFIX.
@@ -2025,6 +2029,7 @@ MATMUL_STREAM_FAMILY(matmul_bf16_stream_ring_fold, MMT_ROWS, 4, false)
 // The same on 32-row blocks (`matmul_bf16_tiled_split32_fold`'s bits; rows ≤ 32).
 MATMUL_STREAM_FAMILY(matmul_bf16_stream32_fold, 32, 2, true)
 MATMUL_STREAM_FAMILY(matmul_bf16_stream32_ring_fold, 32, 2, false)
+#endif  // MMS_KERNELS
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.

@@ -860,15 +860,17 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
 /// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
-/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
+/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMS_KERNELS (the
+/// persistent split's kernels compiled, which the host then loads); MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 14] = [
+const OVERRIDABLE_DEFINES: [&str; 15] = [
     "MMA_NORM_TWINS",
+    "MMS_KERNELS",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
@@ -1543,6 +1545,10 @@ impl Dims {
             ("MMT_OUTS", MMT_OUTS),
             ("MMT_FOLD_PAD", MMT_FOLD_PAD),
             ("MMS_STAGES", MMS_STAGES),
+            (
+                "MMS_KERNELS",
+                usize::from(StreamMode::from_env() != StreamMode::Off),
+            ),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),
@@ -1929,7 +1935,8 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
-        // A speed switch: where the occupancy query fails, the split as it is (the same bits).
+        // A speed switch: where its kernels are not compiled (MMS_KERNELS: not asked) or the
+        // occupancy query fails, the split as it is (the same bits).
         let matmul_stream = stream_split(gpu, &|name| Ok(f(name)?)).ok();
         let by_waves = |small_rounds| {
             cluster_fold_waves(

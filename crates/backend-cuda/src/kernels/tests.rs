@@ -50,6 +50,19 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
     Some((gpu, kernels))
 }
 
+/// `setup` with the persistent split's kernels compiled (MMS_KERNELS: only where
+/// FLASHLANE_MATMUL_STREAM asks, outside the tests), so that the tests may turn it on.
+fn setup_with_stream() -> Option<(Arc<Gpu>, Kernels)> {
+    let gpu = open_gpu()?;
+    let (_, dims) = tiny_dims();
+    let kernels = Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1)]).expect("kernels");
+    assert!(
+        kernels.matmul_stream.is_some(),
+        "[stream-kernels] the persistent split's kernels compiled and their clusters counted"
+    );
+    Some((gpu, kernels))
+}
+
 /// The warpgroup matmul's module compiled into `k` on compute capability 9.0 (the H200), where
 /// it must compile, so that the tests run its kernels there: whether it is.
 fn compile_wgmma_on_hopper(gpu: &Gpu, k: &mut Kernels) -> bool {
@@ -269,7 +282,9 @@ fn f32_bytes(n: usize) -> u64 {
 
 #[test]
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
-    let Some((gpu, mut k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup_with_stream() else {
+        return;
+    };
     let mut rng = Rng::fresh();
     // The matmul reads k in pieces of MMA_K_ALIGN (16) elements; up to 5120 gives each of the
     // block's warps from 0 to 10 chunks of 64. Also fixed depths: one piece; and 3 rounds of the
@@ -697,7 +712,7 @@ fn matmul_case_rows(
 /// the twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0), and
 /// Auto splits k here as in Qwen3-4B and larger (the default model does not).
 fn swiglu_setup() -> Option<(Arc<Gpu>, Kernels, bool)> {
-    let (gpu, mut k) = setup()?;
+    let (gpu, mut k) = setup_with_stream()?;
     k.swiglu_in_gate_up = true;
     k.matmul_split_k = true;
     let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
