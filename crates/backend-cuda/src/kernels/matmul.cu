@@ -1775,14 +1775,16 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // - x: the block's residue of the round's split rows (BM rows, one row block) is copied into
 //   shared memory once, chunk by chunk beside the first tile's weights, and stays for every tile:
 //   the split copies it again for each tile, as many bytes as its weights at 128 outputs.
-// - W: one ring of MMS_STAGES chunks runs through all of the block's (tile, chunk) items, so the
+// - W: one ring of MMS_STAGES chunks (`tma_stages` with W_TMA) runs through all of the block's
+//   (tile, chunk) items, so the
 //   next tile's first chunks are in flight while a tile ends and folds: no pipeline fill per
 //   tile, and no block launch.
 // - The fold: each tile's partial into its own room, the cluster's barrier, then
 //   `mmt_cluster_fold_rows`; the barrier that keeps the partial until the cluster has read it
 //   is split (`cluster_arrive` after the fold's reads, `cluster_wait` before the next tile's
 //   partial is written), so a block does not wait for it while its next tile runs.
-// Shared memory: the slice (x_room chunks: residue 0's count, the most), the ring, the partial.
+// Shared memory: the slice (x_room chunks: residue 0's count, the most), the ring (with W_TMA
+// from the next 1,024-byte boundary), the partial (with W_TMA the ring's mbarriers after it).
 // With X_STATIONARY false (a slice that does not fit: Qwen3-4B's and -8B's down projections) x
 // goes through the ring beside W instead, copied again for each tile as the split copies it:
 // the ring's stages then hold a chunk of x and one of W, and only the fill and the launches
