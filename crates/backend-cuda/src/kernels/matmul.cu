@@ -1776,9 +1776,8 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 //   shared memory once, chunk by chunk beside the first tile's weights, and stays for every tile:
 //   the split copies it again for each tile, as many bytes as its weights at 128 outputs.
 // - W: one ring of MMS_STAGES chunks (`tma_stages` with W_TMA) runs through all of the block's
-//   (tile, chunk) items, so the
-//   next tile's first chunks are in flight while a tile ends and folds: no pipeline fill per
-//   tile, and no block launch.
+//   (tile, chunk) items, so the next tile's first chunks are in flight while a tile ends and
+//   folds: no pipeline fill per tile, and no block launch.
 // - The fold: each tile's partial into its own room, the cluster's barrier, then
 //   `mmt_cluster_fold_rows`; the barrier that keeps the partial until the cluster has read it
 //   is split (`cluster_arrive` after the fold's reads, `cluster_wait` before the next tile's
