@@ -236,7 +236,6 @@ __device__ __forceinline__ constexpr int att_kv_ahead() {
     return ATT_KV_AHEAD < most ? ATT_KV_AHEAD : most;  // (NVRTC's `min` is not constexpr)
 }
 
-// Key split `lw`'s online softmax state (m, l, acc of G heads) into shared memory for the merge.
 // Heads h0 … h0 + G − 1 of q's row r into qv: head dims lane + WARP·j (zeros past ATT_HD).
 template <int G>
 __device__ __forceinline__ void att_load_q(const float* q, int r, int h0, int lane, float (&qv)[G][ATT_DPL]) {
@@ -251,6 +250,7 @@ __device__ __forceinline__ void att_load_q(const float* q, int r, int h0, int la
     }
 }
 
+// Key split `lw`'s online softmax state (m, l, acc of G heads) into shared memory for the merge.
 template <int G>
 __device__ __forceinline__ void att_keep_split(float (&m_w)[G], float (&l_w)[G], float (&acc_w)[G][ATT_HD],
                                                const float (&m)[G], const float (&l)[G],

@@ -1760,12 +1760,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int
         : "memory");
 }
 
-// The cluster's barrier in halves: `cluster_arrive` when this thread's writes (or reads) of
-// shared memory are done, `cluster_wait` where it needs every thread of the cluster past its
-// arrive; between them the thread may work on (a persistent block's next chunks).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
 // The persistent k split of a decode round of up to BM rows (FLASHLANE_MATMUL_STREAM), folded in
 // its clusters: the partials, folds and bits of `matmul_tiled_block`'s SPLIT_K with FOLD, with
 // neither x's nor W's copies restarting at each tile.
@@ -1791,9 +1785,10 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // a multiprocessor.
 // With W_TMA (x stationary only) one thread copies each of the ring's W chunks by TMA (`w_map`:
 // W as a 2-D tensor [n_out][k] of bf16, boxes of 64 elements × BN rows, or two of BN / 2 rows for
-// a SwiGLU tile, 128-byte swizzle), completing on the stage's mbarrier, where the copy of a block
-// of 256 threads' cp.async pieces held few bytes in flight (session 60: the persistent split,
-// one block a multiprocessor, lost 13–22 % to the split's two). The 128-byte swizzle places W's
+// a SwiGLU tile, 128-byte swizzle), completing on the stage's mbarrier: one thread's bulk copies
+// hold as many bytes in flight as the ring has, where a block of 256 threads' cp.async pieces
+// may hold too few (a reading of why the persistent split, one block a multiprocessor, lost
+// 13–22 % to the split's two in session 60; not measured). The 128-byte swizzle places W's
 // piece p of row o at p ^ (o & 7) (`mmt_chunk_products`' W_SWIZZLE 7): the same values, the same
 // products. Its ring has `tma_stages` chunks (the host's choice, as deep as shared memory
 // allows: a thread's copies hold no registers), and its x slice is copied whole before the

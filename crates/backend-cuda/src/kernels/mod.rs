@@ -425,6 +425,13 @@ enum XSplit<'a> {
     Ready,
 }
 
+impl<'a> XSplit<'a> {
+    /// Split now, normalised first where `norm` is given.
+    fn made(norm: Option<&'a InputNorm>) -> XSplit<'a> {
+        norm.map_or(XSplit::Make, XSplit::MakeNormed)
+    }
+}
+
 /// What a dense MLP's gate/up with its SwiGLU wrote for the down projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MlpAct {
@@ -762,11 +769,11 @@ const fn mmt_shared_bytes(stages: usize, rows: usize) -> usize {
 /// Floats past each row of a cluster-folded tile's partial in shared memory (MMT_FOLD_PAD): a
 /// warp's stores then meet at most two to a bank.
 const MMT_FOLD_PAD: usize = 4;
-/// Chunks of W in the persistent split's ring (MMS_STAGES, `matmul_stream_block`): three
-/// chunks ahead (48 KiB of weights at 128 outputs, one block a multiprocessor) while one
-/// multiplies — the ~25 KiB a multiprocessor must have in flight for the copy's bandwidth at
-/// HBM's latency, with room to spare — and the x slice of a 4,096-deep 64-row round (128 KiB)
-/// still fits beside it.
+/// Chunks of W in the persistent split's cp.async ring (MMS_STAGES, `matmul_stream_block`):
+/// three chunks ahead (48 KiB of weights at 128 outputs, one block a multiprocessor) while one
+/// multiplies, the most that leaves room for the x slice of a 4,096-deep 64-row round (128
+/// KiB). (Its estimate of ~25 KiB in flight a multiprocessor for the copy's bandwidth at HBM's
+/// latency did not hold up: the split lost 13–22 % on the H200, session 60.)
 const MMS_STAGES: usize = 4;
 /// Dynamic shared memory a block may ask for on sm_90 (227 KiB), which the persistent split's
 /// slice, ring and partial must fit.
@@ -796,8 +803,7 @@ const fn mms_tma_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
 }
 /// The deepest ring the persistent split's TMA copies take (`FLASHLANE_MATMUL_STREAM_TMA_STAGES`
 /// caps it lower): as deep as shared memory allows up to this, 7 chunks ahead (112 KiB of W a
-/// multiprocessor in flight, several times what HBM's latency asks at the H200's bandwidth),
-/// where the cp.async ring's 256 threads held 3.
+/// multiprocessor in flight) where the cp.async ring held 3; not yet measured.
 const MMS_TMA_STAGES_MAX: usize = 8;
 /// `FLASHLANE_MATMUL_STREAM_TMA_STAGES=N` (2–8): the TMA ring's chunks at most (A/B runs: the
 /// bits do not change).
@@ -2884,17 +2890,21 @@ impl Kernels {
         let fits = |bytes: usize| (bytes <= SM90_BLOCK_SHARED_MAX).then_some(bytes);
         // TMA reads W from a 16-byte-aligned start with rows a multiple of 16 bytes apart.
         let tma_fits = m.w.is_multiple_of(16) && (m.k * 2).is_multiple_of(16);
-        // The TMA ring as deep as fits, at least 2 chunks.
-        let tma = (2..=self.matmul_stream_tma_stages)
-            .rev()
-            .find_map(|stages| {
-                fits(mms_tma_shared_bytes(block_rows, m.k, stages)).map(|bytes| (stages, bytes))
-            });
-        let (place, shared, tma_stages) = match (self.matmul_stream_mode, tma) {
-            (StreamMode::Tma, Some((stages, bytes))) if tma_fits => {
-                Some((StreamPlace::Tma, bytes, Some(stages)))
+        // With TMA, the ring as deep as fits (at least 2 chunks).
+        let tma = match self.matmul_stream_mode {
+            StreamMode::Tma if tma_fits => {
+                (2..=self.matmul_stream_tma_stages)
+                    .rev()
+                    .find_map(|stages| {
+                        fits(mms_tma_shared_bytes(block_rows, m.k, stages))
+                            .map(|bytes| (stages, bytes))
+                    })
             }
-            (StreamMode::Tma | StreamMode::Stationary, _) => {
+            _ => None,
+        };
+        let (place, shared, tma_stages) = match (self.matmul_stream_mode, tma) {
+            (_, Some((stages, bytes))) => Some((StreamPlace::Tma, bytes, Some(stages))),
+            (StreamMode::Tma | StreamMode::Stationary, None) => {
                 fits(mms_shared_bytes(block_rows, m.k))
                     .map(|bytes| (StreamPlace::Stationary, bytes, None))
             }
@@ -3548,11 +3558,11 @@ impl Kernels {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => {
-                let x_split = norm.map_or(XSplit::Make, XSplit::MakeNormed);
+                let x_split = XSplit::made(norm);
                 return self.matmul_tiled(gpu, m, split_k, false, None, x_split);
             }
             MatmulLaunch::WgmmaSplitK => {
-                let x_split = norm.map_or(XSplit::Make, XSplit::MakeNormed);
+                let x_split = XSplit::made(norm);
                 return self.matmul_tiled(gpu, m, true, true, None, x_split);
             }
             MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
@@ -3780,7 +3790,7 @@ impl Kernels {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
                 let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
-                let x_split = twin_norm.as_ref().map_or(XSplit::Make, XSplit::MakeNormed);
+                let x_split = XSplit::made(twin_norm.as_ref());
                 self.matmul_tiled(gpu, m, true, on_wgmma, Some(out), x_split)?;
                 return Ok(places);
             }
