@@ -4084,6 +4084,54 @@ fn matmul_kernel_times() {
     }
 }
 
+/// Not a test: whether a one-row matmul's time follows its blocks' balance over the
+/// multiprocessors (`--ignored one_row_grid_balance_times --nocapture` on the GPU). A layer's
+/// one-row launches read at 2.5–3.1 TB/s where the LM head's 4,748 blocks read at 4.6 (H200,
+/// bench/RESULTS.md session 60); the o and down projections run 160 blocks of 16 outputs, so 28
+/// multiprocessors hold two. Per depth, outputs in multiples of 16 from half a wave to four,
+/// one row, the weights rotated over copies larger than L2 so that they
+/// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most.
+/// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
+/// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
+/// holds: the multiprocessor's share of bandwidth does. The narrow kernel (16 outputs a block,
+/// `matmul_bf16_swap` at one row) throughout, so that outputs / 16 are the blocks.
+#[test]
+#[ignore]
+fn one_row_grid_balance_times() {
+    let Some((gpu, k)) = setup() else { return };
+    let sms = k.multiprocessors;
+    // Matrices of up to 12,288 × 4,096 (100 MB) rotated over copies past 8 × 25 MB.
+    let copies = 8;
+    let w_each = 12_288 * 4_096;
+    let (x, w) = random_operands(&gpu, 16 * 9_728, copies * w_each);
+    let y = Buf::<f32>::zeros(&gpu, 16 * 12_288).unwrap();
+    for depth in [2_560, 4_096, 9_728] {
+        let mut blocks_list = vec![sms / 2, sms, 160, sms + sms / 2, 2 * sms, 3 * sms, 4 * sms];
+        blocks_list.sort_unstable();
+        blocks_list.dedup();
+        for blocks in blocks_list {
+            let n_out = 16 * blocks;
+            if n_out * depth > w_each {
+                continue;
+            }
+            let mut copy = 0;
+            let us = time_launches(&gpu, 48, || {
+                let w_at = w.at(0) + (copy % copies * w_each * 2) as u64;
+                copy += 1;
+                let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
+                k.matmul_with(&gpu, &m, MatmulKernel::Narrow).unwrap();
+            });
+            let most = blocks.div_ceil(sms);
+            let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+            println!(
+                "depth {depth:>5} outputs {n_out:>6} blocks {blocks:>4} (at most {most} a \
+                 multiprocessor): {us:6.1} us {tbs:.2} TB/s {:.1} us per block held",
+                us / most as f64
+            );
+        }
+    }
+}
+
 /// Not a test: writes the kernel source of the default model and of the A3B-slice and Qwen3-4B
 /// shapes (bench/shapes), and each one's warpgroup matmul module (`NAME.wgmma.cu`, for
 /// `cuda_check.py --arch sm_90a`), into the folder `FLASHLANE_KERNEL_SOURCES` names, so that
