@@ -5,7 +5,7 @@
 #    split; FLASHLANE_MATMUL_STREAM=tma never ran on a GPU); nothing of TMA runs unless they pass.
 # 1. Decode A/B default / `=tma` (its ring as deep as fits) / `=tma` with a ring of 4 on
 #    Qwen3-4B at 48, 64 and -8B at 64 (`=1` was measured in session 60: 0.81–0.85×).
-# 2. `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), so the
+# 2. (after the Qwen3-4B A/B, before -8B's) `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), so the
 #    most a multiprocessor holds (1–4): flat from 132 to 264 blocks says a block's own loads in
 #    flight bound it, doubling says the multiprocessor's share of bandwidth does.
 # 3. Qwen3-4B's kernel timelines at 64 streams, default / `=tma`.
@@ -24,13 +24,13 @@ tma_ok=0; grep -q "test result: ok. 3 passed" $OUT/tests_s61_kernels.txt && tma_
 if [ $tma_ok = 1 ]; then
   S="default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"
   room 130 ab_4b && ab ab_4b qwen3-4b 48,64 "$S" $FL
-  room 90 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
   TL="tl:FLASHLANE_TIMELINE=1 tltma:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=tma"
 else
   el "kernel tests did not all pass: no TMA runs"
   TL="tl:FLASHLANE_TIMELINE=1"
 fi
 room 60 balance && { kernel_tests balance 60 one_row_grid_balance_times --ignored --nocapture; grep -E "^depth" $OUT/tests_balance.txt; }
+[ $tma_ok = 1 ] && room 90 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
 room 80 timeline && {
   ab tl_4b qwen3-4b 64 "$TL" $FL > /dev/null
   for f in /tmp/ab_tl_4b/*.round1.err; do
