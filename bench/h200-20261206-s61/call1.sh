@@ -7,7 +7,8 @@
 #    Qwen3-4B at 48, 64 and -8B at 64 (`=1` was measured in session 60: 0.81–0.85×).
 # 2. (after the Qwen3-4B A/B, before -8B's) `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), so the
 #    most a multiprocessor holds (1–4): flat from 132 to 264 blocks says a block's own loads in
-#    flight bound it, doubling says the multiprocessor's share of bandwidth does.
+#    flight bound it, doubling says the multiprocessor's share of bandwidth does. Then gpu_dense
+#    and gpu_fixtures with every matmul split on `=tma` (no default model carried).
 # 3. Qwen3-4B's kernel timelines at 64 streams, default / `=tma`.
 # 4. ncu of one layer's matmuls at 64 streams, default and `=tma`: DRAM, L2, shared-memory pipe,
 #    warps, issue, tensor pipe, stall reasons.
@@ -30,6 +31,13 @@ else
   TL="tl:FLASHLANE_TIMELINE=1"
 fi
 room 60 balance && { kernel_tests balance 60 one_row_grid_balance_times --ignored --nocapture; grep -E "^depth" $OUT/tests_balance.txt; }
+# The whole-model tests that need no default model (the dense fixture, the fixtures), every
+# model's matmuls split on the persistent split with W by TMA.
+[ $tma_ok = 1 ] && room 90 tma_tests && {
+  SETTINGS="tma:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=tma" PARALLEL=1 \
+    TESTS="gpu_dense gpu_fixtures" TEST_TIMEOUT=80 bench/gpu_tests.sh /tmp/tw > /dev/null 2>&1
+  el "tma tests rc=$?"; tee $OUT/tests_summary_tma.txt < /tmp/tw/summary.txt
+}
 [ $tma_ok = 1 ] && room 90 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
 room 80 timeline && {
   ab tl_4b qwen3-4b 64 "$TL" $FL > /dev/null
