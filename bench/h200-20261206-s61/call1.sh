@@ -23,8 +23,8 @@ gpu_info
 kernel_tests s61_kernels 200 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits --nocapture
 tma_ok=0; grep -q "test result: ok. 3 passed" $OUT/tests_s61_kernels.txt && tma_ok=1
 if [ $tma_ok = 1 ]; then
-  S="default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"
-  room 130 ab_4b && ab ab_4b qwen3-4b ${STREAMS_4B:-48,64} "$S" $FL
+  S=${AB_SETTINGS:-"default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"}
+  room ${AB_4B_S:-130} ab_4b && ab ab_4b qwen3-4b ${STREAMS_4B:-48,64} "$S" $FL
   TL="tl:FLASHLANE_TIMELINE=1 tltma:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=tma"
 else
   el "kernel tests did not all pass: no TMA runs"
