@@ -4089,7 +4089,7 @@ fn matmul_kernel_times() {
 /// one-row launches read at 2.5–3.1 TB/s where the LM head's 4,748 blocks read at 4.6 (H200,
 /// bench/RESULTS.md session 60); the o and down projections run 160 blocks of 16 outputs, so 28
 /// multiprocessors hold two. Per depth, outputs in multiples of 16 from half a wave to four,
-/// one row, the weights rotated over copies larger than L2 so that they
+/// one row, each launch on the next copy of the weights, spanning more than L2, so that they
 /// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most.
 /// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
 /// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
@@ -4100,10 +4100,12 @@ fn matmul_kernel_times() {
 fn one_row_grid_balance_times() {
     let Some((gpu, k)) = setup() else { return };
     let sms = k.multiprocessors;
-    // Matrices of up to 12,288 × 4,096 (100 MB) rotated over copies past 8 × 25 MB.
-    let copies = 8;
+    // Matrices of up to 12,288 × 4,096 elements (100 MB); each launch reads the next of as many
+    // copies as 800 MB holds, so that 48 launches of even the smallest (5.4 MB) span 260 MB,
+    // past the H200's 60 MB of L2.
     let w_each = 12_288 * 4_096;
-    let (x, w) = random_operands(&gpu, 16 * 9_728, copies * w_each);
+    let w_total = 8 * w_each;
+    let (x, w) = random_operands(&gpu, 16 * 9_728, w_total);
     let y = Buf::<f32>::zeros(&gpu, 16 * 12_288).unwrap();
     for depth in [2_560, 4_096, 9_728] {
         let mut blocks_list = vec![sms / 2, sms, 160, sms + sms / 2, 2 * sms, 3 * sms, 4 * sms];
@@ -4114,9 +4116,10 @@ fn one_row_grid_balance_times() {
             if n_out * depth > w_each {
                 continue;
             }
+            let copies = w_total / (n_out * depth);
             let mut copy = 0;
             let us = time_launches(&gpu, 48, || {
-                let w_at = w.at(0) + (copy % copies * w_each * 2) as u64;
+                let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
                 copy += 1;
                 let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
                 k.matmul_with(&gpu, &m, MatmulKernel::Narrow).unwrap();
