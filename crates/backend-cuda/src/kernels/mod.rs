@@ -284,7 +284,7 @@ pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 /// `FLASHLANE_MATMUL_STREAM=1` (an A/B switch, off) runs the bf16 k splits of decode rounds that
 /// fit one row block (up to 64 rows; up to 32 on the 32-row blocks) on the persistent split
 /// (`matmul_bf16_stream_fold*`, `matmul_stream_block`) where its x slice fits a block's shared
-/// memory ([`mms_shared_bytes`]: k up to 4,096 at 64 rows, 8,192 at 32 — every matrix of
+/// memory ([`mms_shared_bytes`]: k up to 4,096 at 64 rows, 9,216 at 32 — every matrix of
 /// Qwen3-4B and -8B but the down projection): one cluster of MATMUL_RESIDUES blocks a tile as
 /// the cluster fold has, but as many clusters as the GPU runs at once, each walking tiles, its
 /// blocks' residue of x copied once into shared memory and their weights through one ring
@@ -779,27 +779,36 @@ const MMS_STAGES: usize = 4;
 /// slice, ring and partial must fit.
 const SM90_BLOCK_SHARED_MAX: usize = 232_448;
 /// Dynamic shared memory of `matmul_stream_block` for `rows`-row blocks (MMT_OUTS outputs) and
-/// depth `k`, x stationary: the x slice (residue 0's chunks of split rows), the W ring, the
-/// fold's partial.
-const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
+/// depth `k`, x stationary, with a W ring of `stages` chunks: the x slice (residue 0's chunks of
+/// split rows), the W ring, the fold's partial.
+const fn mms_stationary_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
     let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
     x_room * rows * MMA_CHUNK * 4
-        + MMS_STAGES * MMT_OUTS * MMA_CHUNK * 2
+        + stages * MMT_OUTS * MMA_CHUNK * 2
         + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
+}
+/// The same with the cp.async ring's MMS_STAGES chunks.
+const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
+    mms_stationary_shared_bytes(rows, k, MMS_STAGES)
 }
 /// The same with x through the ring: chunks of x and W a stage, then the partial.
 const fn mms_ring_shared_bytes(rows: usize) -> usize {
     mmt_shared_bytes(MMS_STAGES, rows) + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
 }
-/// The same with W by TMA and a ring of `stages` chunks: the x slice, up to 1,020 bytes to put
-/// the ring on a 1,024-byte boundary (the 128-byte swizzle's), the ring, the partial, the
-/// ring's mbarriers.
+/// `mms_stationary_shared_bytes` with W by TMA through a ring of `stages` chunks, and room for
+/// up to 1,020 bytes that put the ring on a 1,024-byte boundary (the 128-byte swizzle's) and
+/// for the ring's mbarriers (8 bytes a chunk).
 const fn mms_tma_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
-    let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
-    x_room * rows * MMA_CHUNK * 4
-        + 1024
-        + stages * (MMT_OUTS * MMA_CHUNK * 2 + 8)
-        + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
+    mms_stationary_shared_bytes(rows, k, stages) + 1024 + stages * 8
+}
+/// The persistent split's TMA ring for `rows`-row blocks at depth `k`: as deep as sm_90's
+/// shared memory allows, at most `most` chunks and at least 2, and its shared bytes; none where
+/// even 2 do not fit (the x slice too large).
+fn tma_ring_stages(rows: usize, k: usize, most: usize) -> Option<(usize, usize)> {
+    (2..=most).rev().find_map(|stages| {
+        let bytes = mms_tma_shared_bytes(rows, k, stages);
+        (bytes <= SM90_BLOCK_SHARED_MAX).then_some((stages, bytes))
+    })
 }
 /// The deepest ring the persistent split's TMA copies take (`FLASHLANE_MATMUL_STREAM_TMA_STAGES`
 /// caps it lower): as deep as shared memory allows up to this, 7 chunks ahead (112 KiB of W a
@@ -2890,15 +2899,9 @@ impl Kernels {
         let fits = |bytes: usize| (bytes <= SM90_BLOCK_SHARED_MAX).then_some(bytes);
         // TMA reads W from a 16-byte-aligned start with rows a multiple of 16 bytes apart.
         let tma_fits = m.w.is_multiple_of(16) && (m.k * 2).is_multiple_of(16);
-        // With TMA, the ring as deep as fits (at least 2 chunks).
         let tma = match self.matmul_stream_mode {
             StreamMode::Tma if tma_fits => {
-                (2..=self.matmul_stream_tma_stages)
-                    .rev()
-                    .find_map(|stages| {
-                        fits(mms_tma_shared_bytes(block_rows, m.k, stages))
-                            .map(|bytes| (stages, bytes))
-                    })
+                tma_ring_stages(block_rows, m.k, self.matmul_stream_tma_stages)
             }
             _ => None,
         };

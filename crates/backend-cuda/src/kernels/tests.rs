@@ -2615,6 +2615,29 @@ fn ran_swapped(k: &Kernels) -> bool {
         > 0
 }
 
+/// The persistent split's shared memory (no device needed), as the docs state it: x stays
+/// stationary up to k 4,096 at 64 rows and 9,216 at 32; the TMA ring is 7 chunks deep on
+/// Qwen3-4B's 2,560-deep matrices and 4 on -8B's 4,096-deep ones at 64 rows, capped by its
+/// setting, and none where even 2 chunks leave no room for the x slice.
+#[test]
+fn persistent_split_rings_fit_the_shared_memory_the_docs_state() {
+    use super::{mms_shared_bytes, tma_ring_stages, MMS_TMA_STAGES_MAX, SM90_BLOCK_SHARED_MAX};
+    let fits = |rows, k| mms_shared_bytes(rows, k) <= SM90_BLOCK_SHARED_MAX;
+    assert!(fits(64, 4_096) && !fits(64, 4_096 + 512));
+    assert!(fits(32, 9_216) && !fits(32, 9_216 + 512));
+    let stages = |rows, k, most| tma_ring_stages(rows, k, most).map(|(stages, _)| stages);
+    assert_eq!(stages(64, 2_560, MMS_TMA_STAGES_MAX), Some(7));
+    assert_eq!(stages(64, 4_096, MMS_TMA_STAGES_MAX), Some(4));
+    assert_eq!(stages(64, 2_560, 4), Some(4));
+    assert_eq!(
+        stages(32, 2_560, MMS_TMA_STAGES_MAX),
+        Some(MMS_TMA_STAGES_MAX)
+    );
+    assert_eq!(stages(64, 9_728, MMS_TMA_STAGES_MAX), None);
+    let (_, bytes) = tma_ring_stages(64, 4_096, MMS_TMA_STAGES_MAX).unwrap();
+    assert!(bytes <= SM90_BLOCK_SHARED_MAX);
+}
+
 /// `swap_tiles` (no device needed): one output tile a block for the narrow and the deep plans,
 /// two for the wide ones.
 #[test]
