@@ -51,14 +51,22 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
 }
 
 /// `setup` with the persistent split's kernels compiled (MMS_KERNELS: only where
-/// FLASHLANE_MATMUL_STREAM asks, outside the tests), so that the tests may turn it on.
+/// FLASHLANE_MATMUL_STREAM asks, outside the tests) and the narrow swapped kernel's cluster twins
+/// (MMA_SWAP_CLUSTERS: only where FLASHLANE_MATMUL_SWAP_CLUSTER asks), so that the tests may turn
+/// them on.
 fn setup_with_stream() -> Option<(Arc<Gpu>, Kernels)> {
     let gpu = open_gpu()?;
     let (_, dims) = tiny_dims();
-    let kernels = Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1)]).expect("kernels");
+    let kernels =
+        Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1), ("MMA_SWAP_CLUSTERS", 1)])
+            .expect("kernels");
     assert!(
         kernels.matmul_stream.is_some(),
         "[stream-kernels] the persistent split's kernels compiled and their clusters counted"
+    );
+    assert!(
+        kernels.matmul_swap_cluster.is_some(),
+        "[swap-cluster-kernels] the narrow swapped kernel's cluster twins compiled"
     );
     Some((gpu, kernels))
 }
@@ -278,6 +286,33 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 fn f32_bytes(n: usize) -> u64 {
     (n * std::mem::size_of::<f32>()) as u64
+}
+
+/// The narrow swapped kernel's tiles over clusters of 2 and 4 blocks
+/// (FLASHLANE_MATMUL_SWAP_CLUSTER): `Auto` and `Narrow` take it on narrow matrices of one and two
+/// rows, the wide plans and the tiles do not, and every one gives the same bits, gathered and
+/// accumulated. Depths: one piece (every block but the first's residues empty, each still meets
+/// the cluster's barriers), random, and the residues walked three times and a piece.
+#[test]
+fn swapped_clusters_give_the_other_kernels_bits() {
+    let Some((gpu, mut k)) = setup_with_stream() else {
+        return;
+    };
+    let mut rng = Rng::fresh();
+    for size in super::SWAP_CLUSTER_SIZES {
+        k.matmul_swap_cluster_size = Some(size);
+        k.swap_cluster_launches
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        for depth in [16, 16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
+            matmul_case_rows(&gpu, &k, &mut rng, depth, 1..=2, true);
+        }
+        assert!(
+            k.swap_cluster_launches
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "the swapped kernel over clusters of {size} ran"
+        );
+    }
 }
 
 #[test]
@@ -2650,6 +2685,25 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     assert_eq!(swap_tiles(6, false), 2);
 }
 
+/// `swap_cluster_choice` (no device needed): only a plan of one tile a block takes a cluster
+/// twin, and only of a size that divides a block's residues; none where none is asked.
+#[test]
+fn swapped_clusters_take_only_the_narrow_kernel_at_the_sizes_offered() {
+    use super::{swap_cluster_choice, MATMUL_RESIDUES, SWAP_CLUSTER_SIZES};
+    for (at, &size) in SWAP_CLUSTER_SIZES.iter().enumerate() {
+        assert_eq!(
+            MATMUL_RESIDUES % size,
+            0,
+            "a cluster of {size} splits the residues evenly"
+        );
+        assert_eq!(swap_cluster_choice(Some(size), 1), Some(at));
+        assert_eq!(swap_cluster_choice(Some(size), 2), None);
+    }
+    assert_eq!(swap_cluster_choice(None, 1), None);
+    assert_eq!(swap_cluster_choice(Some(3), 1), None);
+    assert_eq!(swap_cluster_choice(Some(8 * MATMUL_RESIDUES), 1), None);
+}
+
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
 #[test]
 fn swaps_within_the_bound_and_an_mma_s_rows() {
@@ -4113,7 +4167,9 @@ fn matmul_kernel_times() {
 /// bench/RESULTS.md session 60); the o and down projections run 160 blocks of 16 outputs, so 28
 /// multiprocessors hold two. Per depth, outputs in multiples of 16 from half a wave to four,
 /// one row, each launch on the next copy of the weights, spanning more than L2, so that they
-/// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most.
+/// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most;
+/// each shape also with its tiles over clusters of 2 and 4 blocks (FLASHLANE_MATMUL_SWAP_CLUSTER),
+/// which spread the same loads evenly.
 /// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
 /// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
 /// holds: the multiprocessor's share of bandwidth does. The narrow kernel (16 outputs a block,
@@ -4121,7 +4177,9 @@ fn matmul_kernel_times() {
 #[test]
 #[ignore]
 fn one_row_grid_balance_times() {
-    let Some((gpu, k)) = setup() else { return };
+    let Some((gpu, mut k)) = setup_with_stream() else {
+        return;
+    };
     let sms = k.multiprocessors;
     // Matrices of up to 12,288 × 4,096 elements (100 MB); each launch reads the next of as many
     // copies as 800 MB holds, so that 48 launches of even the smallest (5.4 MB) span 260 MB,
@@ -4140,20 +4198,26 @@ fn one_row_grid_balance_times() {
                 continue;
             }
             let copies = w_total / (n_out * depth);
-            let mut copy = 0;
-            let us = time_launches(&gpu, 48, || {
-                let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
-                copy += 1;
-                let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
-                k.matmul_with(&gpu, &m, MatmulKernel::Narrow).unwrap();
-            });
-            let most = blocks.div_ceil(sms);
-            let tbs = (n_out * depth * 2) as f64 / us / 1e6;
-            println!(
-                "depth {depth:>5} outputs {n_out:>6} blocks {blocks:>4} (at most {most} a \
-                 multiprocessor): {us:6.1} us {tbs:.2} TB/s {:.1} us per block held",
-                us / most as f64
-            );
+            // One block a tile, then the tiles over clusters of 2 and 4
+            // (FLASHLANE_MATMUL_SWAP_CLUSTER): as many times the blocks, evenly spread.
+            for cluster in [None, Some(2), Some(4)] {
+                k.matmul_swap_cluster_size = cluster;
+                let mut copy = 0;
+                let us = time_launches(&gpu, 48, || {
+                    let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
+                    copy += 1;
+                    let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
+                    k.matmul_with(&gpu, &m, MatmulKernel::Narrow).unwrap();
+                });
+                let most = blocks.div_ceil(sms);
+                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+                println!(
+                    "depth {depth:>5} outputs {n_out:>6} tiles {blocks:>4} (at most {most} a \
+                     multiprocessor) cluster {}: {us:6.1} us {tbs:.2} TB/s {:.1} us per tile held",
+                    cluster.unwrap_or(1),
+                    us / most as f64
+                );
+            }
         }
     }
 }

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Session 62, call 1: session 61's call1.sh (never ran) with the narrow swapped kernel's cluster
+# twins added (FLASHLANE_MATMUL_SWAP_CLUSTER=2|4: their kernel test with the others, their times
+# in the balance probe beside one block a tile, and a one-stream A/B on Qwen3-4B where the test
+# passes). Session 61's plan:
+# 0. The kernel tests with the persistent split's TMA cases (matmul, gate/up SwiGLU, SwiGLU
+#    split; FLASHLANE_MATMUL_STREAM=tma never ran on a GPU); nothing of TMA runs unless they pass.
+# 1. Decode A/B default / `=tma` (its ring as deep as fits) / `=tma` with a ring of 4 on
+#    Qwen3-4B at 48, 64 and -8B at 64 (`=1` was measured in session 60: 0.81–0.85×).
+# 2. (after the Qwen3-4B A/B, before -8B's) `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), so the
+#    most a multiprocessor holds (1–4): flat from 132 to 264 blocks says a block's own loads in
+#    flight bound it, doubling says the multiprocessor's share of bandwidth does. Then gpu_dense
+#    and gpu_fixtures with every matmul split on `=tma` (no default model carried).
+# 3. Qwen3-4B's kernel timelines at 64 streams, default / `=tma`.
+# 4. ncu of one layer's matmuls at 64 streams, default and `=tma`: DRAM, L2, shared-memory pipe,
+#    warps, issue, tensor pipe, stall reasons.
+# ~520 s. Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz} (the default model moved out of the
+# tree: neither reads it); limit 600.
+set -u
+T0=$(date +%s)
+LIMIT=${LIMIT:-570}
+. bench/device_ab.sh
+. bench/unpack_peers.sh
+gpu_info
+kernel_tests s62_kernels 220 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits \
+  swapped_clusters_give_the_other_kernels_bits --nocapture
+passed() { grep -cE "^test kernels::tests::($1)[a-z_]* \.\.\. ok" $OUT/tests_s62_kernels.txt; }
+tma_ok=0; [ "$(passed 'matmul_matches_backend_cpu_gathers|swiglu_split_in_fold|gate_up_swiglu_gives_the_bits')" = 3 ] && tma_ok=1
+clu_ok=0; [ "$(passed swapped_clusters_give_the_other_kernels_bits)" = 1 ] && clu_ok=1
+el "tma_ok=$tma_ok clu_ok=$clu_ok"
+if [ $tma_ok = 1 ]; then
+  S=${AB_SETTINGS:-"default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"}
+  room ${AB_4B_S:-130} ab_4b && ab ab_4b qwen3-4b ${STREAMS_4B:-48,64} "$S" $FL
+  TL="tl:FLASHLANE_TIMELINE=1 tltma:FLASHLANE_TIMELINE=1,FLASHLANE_MATMUL_STREAM=tma"
+else
+  el "kernel tests did not all pass: no TMA runs"
+  TL="tl:FLASHLANE_TIMELINE=1"
+fi
+room 60 balance && { kernel_tests balance 60 one_row_grid_balance_times --ignored --nocapture; grep -E "^depth" $OUT/tests_balance.txt; }
+# One stream (and two) with the o and down projections' tiles over clusters of 2 and 4 blocks.
+[ $clu_ok = 1 ] && room 100 ab_1s && ab ab_1s qwen3-4b 1,2 \
+  "default:FLASHLANE_AB=1 c2:FLASHLANE_MATMUL_SWAP_CLUSTER=2 c4:FLASHLANE_MATMUL_SWAP_CLUSTER=4" $FL
+# The whole-model tests that need no default model (the dense fixture, the fixtures), every
+# model's matmuls split on the persistent split with W by TMA.
+[ $tma_ok = 1 ] && room 90 tma_tests && {
+  SETTINGS="tma:FLASHLANE_MATMUL_SPLIT_K=1,FLASHLANE_MATMUL_STREAM=tma" PARALLEL=1 \
+    TESTS="gpu_dense gpu_fixtures" TEST_TIMEOUT=80 bench/gpu_tests.sh /tmp/tw > /dev/null 2>&1
+  el "tma tests rc=$?"; tee $OUT/tests_summary_tma.txt < /tmp/tw/summary.txt
+}
+[ $tma_ok = 1 ] && room 90 ab_8b && ab ab_8b qwen3-8b 64 "$S" $FL
+room 80 timeline && {
+  ab tl_4b qwen3-4b 64 "$TL" $FL > /dev/null
+  for f in /tmp/ab_tl_4b/*.round1.err; do
+    # The 64-row part: its launches by µs, then one layer's launches one by one.
+    { echo "=== $(basename $f)"; awk '/^  rows 64:/{on=1} on{print; n++} n>=45{exit}' $f; } >> $OUT/timeline_64.txt
+  done
+  el "timeline"; grep -E "===|rows 64:|matmul_bf16_(tiled|stream)" $OUT/timeline_64.txt | head -40
+}
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+dir=$(mktemp -d); cp bench/shapes/qwen3-4b/config.json $dir/
+metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed
+metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed
+metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
+metrics+=,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
+metrics+=,launch__occupancy_limit_shared_mem,launch__occupancy_limit_registers,launch__registers_per_thread,launch__grid_size
+for s in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait lg_throttle membar no_instruction; do
+  metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
+done
+# LABEL SETTING(VAR=VALUE) KERNEL_REGEX
+profile() {
+  local label=$1 setting=$2 kernels=$3
+  env $setting FLASHLANE_CUDA_GRAPHS=0 timeout 110 $ncu --clock-control none --cache-control none \
+    --kernel-name regex:"$kernels" --launch-skip 200 --launch-count 12 --metrics $metrics --csv \
+    $FL bench --device cuda --model $dir --load-format dummy --streams 64 \
+    --prompt-tokens 128 --new-tokens 16 > $OUT/ncu_$label.csv 2> $OUT/ncu_$label.err
+  el "ncu $label rc=$?"
+  ncu_summary $OUT/ncu_$label.csv
+}
+room 80 ncu_default && profile mm_default FLASHLANE_AB=1 'matmul_bf16_tiled_split'
+[ $tma_ok = 1 ] && room 80 ncu_tma && profile mm_tma FLASHLANE_MATMUL_STREAM=tma 'matmul_bf16_stream|matmul_bf16_tiled_split'
+exit 0
