@@ -4220,6 +4220,37 @@ fn one_row_grid_balance_times() {
             }
         }
     }
+    // Qwen3-4B's one-row matrices as whole launches: one tile a block (`Narrow`, and over clusters
+    // of 2 and 4), two (`Wide`: the swapped chain's t2 blocks, as its q/k/v and gate/up take them
+    // with their norms; the gate/up here without its SwiGLU).
+    for (name, depth, n_out) in [
+        ("q/k/v", 2_560, 6_144),
+        ("o", 4_096, 2_560),
+        ("gate/up", 2_560, 19_456),
+        ("down", 9_728, 2_560),
+    ] {
+        let copies = w_total / (n_out * depth);
+        for (kernel, cluster) in [
+            (MatmulKernel::Narrow, None),
+            (MatmulKernel::Narrow, Some(2)),
+            (MatmulKernel::Narrow, Some(4)),
+            (MatmulKernel::Wide, None),
+        ] {
+            k.matmul_swap_cluster_size = cluster;
+            let mut copy = 0;
+            let us = time_launches(&gpu, 48, || {
+                let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
+                copy += 1;
+                let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
+                k.matmul_with(&gpu, &m, kernel).unwrap();
+            });
+            let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+            println!(
+                "Qwen3-4B {name:<7} {kernel:?} cluster {}: {us:6.1} us {tbs:.2} TB/s",
+                cluster.unwrap_or(1)
+            );
+        }
+    }
 }
 
 /// Not a test: writes the kernel source of the default model and of the A3B-slice and Qwen3-4B
