@@ -877,17 +877,19 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
 /// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMS_KERNELS (the
 /// persistent split's kernels compiled, which the host then loads); MMA_SWAP_CLUSTERS (the
-/// swapped kernel's cluster twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
+/// swapped kernel's cluster twins compiled, which the host then loads); MMA_EARLY_WEIGHTS (when
+/// the 16-row kernels wait for the kernel ahead: the same launches, the same bits); MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 16] = [
+const OVERRIDABLE_DEFINES: [&str; 17] = [
     "MMA_NORM_TWINS",
     "MMS_KERNELS",
     "MMA_SWAP_CLUSTERS",
+    "MMA_EARLY_WEIGHTS",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
@@ -4558,7 +4560,6 @@ impl Kernels {
         )
     }
 
-    /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).
     /// The cluster kernel and its size for a plain bf16 swapped launch of `tiles` output tiles a
     /// block ([`swap_cluster_choice`]), where compiled and asked.
     fn swap_cluster(&self, tiles: usize) -> Option<(&CudaFunction, usize)> {
@@ -4569,12 +4570,15 @@ impl Kernels {
         ))
     }
 
+    /// Counts a launch of the swapped kernel over clusters (tests only:
+    /// [`Kernels::swap_cluster_launches`]).
     fn count_swap_cluster(&self) {
         #[cfg(test)]
         self.swap_cluster_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).
     fn count_swapped(&self) {
         #[cfg(test)]
         self.swapped_launches
