@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
-# Session 62, call 1: session 61's call1.sh (never ran) with the narrow swapped kernel's cluster
-# twins added (FLASHLANE_MATMUL_SWAP_CLUSTER=2|4: their kernel test with the others, their times
-# in the balance probe beside one block a tile, and a one-stream A/B on Qwen3-4B where the test
-# passes). Session 61's plan:
-# 0. The kernel tests with the persistent split's TMA cases (matmul, gate/up SwiGLU, SwiGLU
-#    split; FLASHLANE_MATMUL_STREAM=tma never ran on a GPU); nothing of TMA runs unless they pass.
-# 1. Decode A/B default / `=tma` (its ring as deep as fits) / `=tma` with a ring of 4 on
-#    Qwen3-4B at 48, 64 and -8B at 64 (`=1` was measured in session 60: 0.81–0.85×).
-# 2. (after the Qwen3-4B A/B, before -8B's) `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), so the
-#    most a multiprocessor holds (1–4): flat from 132 to 264 blocks says a block's own loads in
-#    flight bound it, doubling says the multiprocessor's share of bandwidth does. Then gpu_dense
-#    and gpu_fixtures with every matmul split on `=tma` (no default model carried).
-# 3. Qwen3-4B's kernel timelines at 64 streams, default / `=tma`.
-# 4. ncu of one layer's matmuls at 64 streams, default and `=tma`: DRAM, L2, shared-memory pipe,
-#    warps, issue, tensor pipe, stall reasons.
-# ~520 s. Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz} (the default model moved out of the
-# tree: neither reads it); limit 600.
+# Session 62, call 1: session 61's call1.sh (never ran), with session 62's one-stream switches
+# first:
+# 0. The kernel tests: the persistent split's TMA cases (matmul, gate/up SwiGLU, SwiGLU split;
+#    FLASHLANE_MATMUL_STREAM=tma never ran on a GPU), the narrow swapped kernel over clusters
+#    (FLASHLANE_MATMUL_SWAP_CLUSTER=2|4) and the swapped chain with its weights' L2 prefetch
+#    (FLASHLANE_MATMUL_SWAP_PREFETCH=2). A switch runs below only where its tests passed.
+# 1. `one_row_grid_balance_times`: a one-row launch's µs against its blocks (66–528), one block a
+#    tile and over clusters of 2 and 4 (flat from 132 to 264 blocks says a block's own loads in
+#    flight bound it; doubling says the multiprocessor's share of bandwidth does); then Qwen3-4B's
+#    four one-row matrices whole, without and with the L2 prefetch 1, 2, 4 batches ahead.
+# 2. One-stream (and two) decode A/B on Qwen3-4B: default / prefetch 2 / prefetch 4 / the narrow
+#    kernel 4 deep / clusters of 4.
+# 3. Session 61's: decode A/B default / `=tma` / `=tma` with a ring of 4 on Qwen3-4B at 48, 64;
+#    gpu_dense and gpu_fixtures with every matmul split on `=tma`; -8B's A/B at 64; Qwen3-4B's
+#    64-stream timelines; ncu of one layer's matmuls at 64 streams (default, `=tma`).
+# Carry bench/peers/{gpu-tests.tar.xz,flashlane.xz} (the default model moved out of the tree:
+# nothing here reads it); limit 600. Short of time: LIMIT=N skips what does not fit.
 set -u
 T0=$(date +%s)
 LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
 . bench/unpack_peers.sh
 gpu_info
-kernel_tests s62_kernels 220 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits \
-  swapped_clusters_give_the_other_kernels_bits --nocapture
-passed() { grep -cE "^test kernels::tests::($1)[a-z_]* \.\.\. ok" $OUT/tests_s62_kernels.txt; }
+kernel_tests s62_kernels 240 matmul_matches_backend_cpu_gathers swiglu_split_in_fold gate_up_swiglu_gives_the_bits \
+  swapped_clusters_give_the_other_kernels_bits swapped_chain_gives_the_bits_of_the_16_row_kernels --nocapture
+passed() { grep -cE "^test kernels::tests::($1)[a-z_0-9]* \.\.\. ok" $OUT/tests_s62_kernels.txt; }
 tma_ok=0; [ "$(passed 'matmul_matches_backend_cpu_gathers|swiglu_split_in_fold|gate_up_swiglu_gives_the_bits')" = 3 ] && tma_ok=1
 clu_ok=0; [ "$(passed swapped_clusters_give_the_other_kernels_bits)" = 1 ] && clu_ok=1
-el "tma_ok=$tma_ok clu_ok=$clu_ok"
+pf_ok=0; [ "$(passed swapped_chain_gives_the_bits_of_the_16_row_kernels)" = 1 ] && pf_ok=1
+el "tma_ok=$tma_ok clu_ok=$clu_ok pf_ok=$pf_ok"
+room 120 balance && { kernel_tests balance 120 one_row_grid_balance_times --ignored --nocapture; grep -E "^(depth|Qwen3-4B)" $OUT/tests_balance.txt; }
+# One stream (and two): the weights' L2 prefetch, the narrow kernel 4 chunks deep
+# (FLASHLANE_MATMUL_NARROW_DEPTH=4: one block a multiprocessor; measured on Qwen3-0.6B only,
+# 0.99×), the o and down projections' tiles over clusters of 4 blocks.
+C1S="default:FLASHLANE_AB=1 nd4:FLASHLANE_MATMUL_NARROW_DEPTH=4"
+[ $pf_ok = 1 ] && C1S+=" pf2:FLASHLANE_MATMUL_SWAP_PREFETCH=2 pf4:FLASHLANE_MATMUL_SWAP_PREFETCH=4"
+[ $clu_ok = 1 ] && C1S+=" c4:FLASHLANE_MATMUL_SWAP_CLUSTER=4"
+room 150 ab_1s && ab ab_1s qwen3-4b 1,2 "$C1S" $FL
 if [ $tma_ok = 1 ]; then
   S=${AB_SETTINGS:-"default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_STREAM=tma tma4:FLASHLANE_MATMUL_STREAM=tma,FLASHLANE_MATMUL_STREAM_TMA_STAGES=4"}
   room ${AB_4B_S:-130} ab_4b && ab ab_4b qwen3-4b ${STREAMS_4B:-48,64} "$S" $FL
@@ -36,13 +45,6 @@ else
   el "kernel tests did not all pass: no TMA runs"
   TL="tl:FLASHLANE_TIMELINE=1"
 fi
-room 70 balance && { kernel_tests balance 70 one_row_grid_balance_times --ignored --nocapture; grep -E "^(depth|Qwen3-4B)" $OUT/tests_balance.txt; }
-# One stream (and two) with the o and down projections' tiles over clusters of 2 and 4 blocks,
-# and with the narrow kernel 4 chunks deep (FLASHLANE_MATMUL_NARROW_DEPTH=4: one block a
-# multiprocessor; measured on Qwen3-0.6B only, 0.99×).
-C1S="default:FLASHLANE_AB=1 nd4:FLASHLANE_MATMUL_NARROW_DEPTH=4"
-[ $clu_ok = 1 ] && C1S+=" c2:FLASHLANE_MATMUL_SWAP_CLUSTER=2 c4:FLASHLANE_MATMUL_SWAP_CLUSTER=4"
-room 120 ab_1s && ab ab_1s qwen3-4b 1,2 "$C1S" $FL
 # The whole-model tests that need no default model (the dense fixture, the fixtures), every
 # model's matmuls split on the persistent split with W by TMA.
 [ $tma_ok = 1 ] && room 90 tma_tests && {

@@ -727,9 +727,30 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
                 }
         }
     };
+    // MMA_SWAP_PREFETCH (host define, P; 0: none): the batch of DEPTH chunks P batches past the
+    // one loaded is pulled into L2 (lanes t = 0, 1 a row each of outputs g, g + 8: a chunk of 16
+    // rows in 16 bulk prefetches), so that each warp keeps P batches more of its weights in
+    // flight than its registers hold, and its loads find them in L2. A hint: the same loads, the
+    // same bits.
+    const int batch = DEPTH * MMA_WARPS * MMA_CHUNK;  // from one of this warp's batches to its next
+    auto prefetch_batch = [&](int c0) {
+        if (MMA_SWAP_PREFETCH == 0 || t >= 2) return;
+#pragma unroll
+        for (int p = 0; p < DEPTH; p++) {
+            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
+            if (c >= k) break;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                prefetch_l2((t == 0 ? wr[2 * j] : wr[2 * j + 1]) + c,
+                            (unsigned)(min(MMA_CHUNK, k - c) * sizeof(bf16_t)));
+        }
+    };
+#pragma unroll
+    for (int q = 1; q < MMA_SWAP_PREFETCH; q++) prefetch_batch(first + q * batch);
     if (Ready::EARLY) load_weights(first);
     ready(xa, xb);
-    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
+    for (int c0 = first; c0 < k; c0 += batch) {
+        prefetch_batch(c0 + MMA_SWAP_PREFETCH * batch);
         if (!Ready::EARLY || c0 != first) load_weights(c0);
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {

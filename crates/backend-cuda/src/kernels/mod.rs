@@ -878,18 +878,21 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMS_KERNELS (the
 /// persistent split's kernels compiled, which the host then loads); MMA_SWAP_CLUSTERS (the
 /// swapped kernel's cluster twins compiled, which the host then loads); MMA_EARLY_WEIGHTS (when
-/// the 16-row kernels wait for the kernel ahead: the same launches, the same bits); MMA_MIN_BLOCKS, of
+/// the 16-row kernels wait for the kernel ahead: the same launches, the same bits);
+/// MMA_SWAP_PREFETCH (the swapped chain's L2 prefetch distance: a hint, the same bits);
+/// MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 17] = [
+const OVERRIDABLE_DEFINES: [&str; 18] = [
     "MMA_NORM_TWINS",
     "MMS_KERNELS",
     "MMA_SWAP_CLUSTERS",
     "MMA_EARLY_WEIGHTS",
+    "MMA_SWAP_PREFETCH",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
@@ -1037,6 +1040,27 @@ fn swaps(rows: usize, swap_rows: usize) -> bool {
 /// 2.5–2.9 TB/s where the LM head's 4,748 blocks read at 4.6: bench/RESULTS.md session 60). An A/B
 /// switch, off (not yet measured); its kernels are compiled only where it asks (MMA_SWAP_CLUSTERS).
 pub const MATMUL_SWAP_CLUSTER_ENV: &str = "FLASHLANE_MATMUL_SWAP_CLUSTER";
+
+/// `FLASHLANE_MATMUL_SWAP_PREFETCH=P` (1 to [`SWAP_PREFETCH_MAX`]) compiles the swapped chain's
+/// kernels (`matmul_bf16_swap*`, their norm, SwiGLU and cluster twins, the MoE's swapped experts)
+/// to pull into L2, each time a warp loads its next batch of chunks into registers, its batch P
+/// batches further on (`cp.async.bulk.prefetch.L2`, 16 rows of a chunk in 16 copies): P batches
+/// more of each warp's weights in flight than its registers hold, its loads then served from L2.
+/// A hint: the same loads, the same bits. Why: a one-stream layer's matmuls read at 2.5–3.1 TB/s
+/// where the LM head's 4,748 blocks read at 4.6 (bench/RESULTS.md session 60), each warp of the
+/// q/k/v and gate/up holding one chunk in flight at a time, the o and down's two; prefetching a
+/// block's whole rows at its start lost 11 % on Qwen3-4B (session 35: rows evicted before their
+/// loads), where this keeps P batches a warp in L2. An A/B switch, off (not yet measured).
+pub const MATMUL_SWAP_PREFETCH_ENV: &str = "FLASHLANE_MATMUL_SWAP_PREFETCH";
+
+/// The most batches ahead [`MATMUL_SWAP_PREFETCH_ENV`] takes: at 8 a gate/up's resident warps
+/// would hold ~70 MB of prefetched weights, past the H200's L2.
+const SWAP_PREFETCH_MAX: usize = 8;
+
+/// [`MATMUL_SWAP_PREFETCH_ENV`]'s distance in batches (0: no prefetch).
+fn swap_prefetch_batches() -> usize {
+    env_number(MATMUL_SWAP_PREFETCH_ENV).map_or(0, |p: usize| p.min(SWAP_PREFETCH_MAX))
+}
 
 /// The cluster sizes [`MATMUL_SWAP_CLUSTER_ENV`] takes, in the order of
 /// [`Kernels::matmul_swap_cluster`]'s kernels: each divides MMA_WARPS (a block's residues).
@@ -1602,6 +1626,7 @@ impl Dims {
                 "MMA_SWAP_CLUSTERS",
                 usize::from(swap_cluster_from_env().is_some()),
             ),
+            ("MMA_SWAP_PREFETCH", swap_prefetch_batches()),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),

@@ -2446,13 +2446,28 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
 /// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
 /// two output tiles a block), plain and accumulating, with the input norm in the kernel (its rows
 /// kept), and a gate/up with its SwiGLU (plain and normed); output counts not a multiple of 16
-/// and depths of a partial last chunk; and block-scaled FP8 weights.
+/// and depths of a partial last chunk; and block-scaled FP8 weights. As compiled by default,
+/// then with the weights' L2 prefetch two batches ahead (FLASHLANE_MATMUL_SWAP_PREFETCH) and the
+/// weights loaded before the wait for the kernel ahead (as dense Qwen3 compiles them).
 #[test]
 fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     let Some(gpu) = open_gpu() else { return };
-    let gpu = gpu.as_ref();
-    let mut k = Kernels::compile_overriding(gpu, &tiny_dims().1, &[("MMA_NORM_TWINS", 1)])
-        .expect("kernels with the norm twins");
+    for overrides in [
+        &[("MMA_NORM_TWINS", 1)][..],
+        &[
+            ("MMA_NORM_TWINS", 1),
+            ("MMA_SWAP_PREFETCH", 2),
+            ("MMA_EARLY_WEIGHTS", 1),
+        ][..],
+    ] {
+        let k = Kernels::compile_overriding(&gpu, &tiny_dims().1, overrides)
+            .expect("kernels with the norm twins");
+        swapped_chain_case(&gpu, k);
+    }
+}
+
+/// [`swapped_chain_gives_the_bits_of_the_16_row_kernels`] on the kernels `k`.
+fn swapped_chain_case(gpu: &Gpu, mut k: Kernels) {
     k.norm_in_matmul_max_rows = usize::MAX;
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -4178,7 +4193,9 @@ fn matmul_kernel_times() {
 /// one row, each launch on the next copy of the weights, spanning more than L2, so that they
 /// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most;
 /// each shape also with its tiles over clusters of 2 and 4 blocks (FLASHLANE_MATMUL_SWAP_CLUSTER),
-/// which spread the same loads evenly.
+/// which spread the same loads evenly. Then Qwen3-4B's four one-row matrices whole, one and two
+/// tiles a block, without and with the weights' L2 prefetch 1, 2 and 4 batches ahead
+/// (FLASHLANE_MATMUL_SWAP_PREFETCH), which puts more of each warp's weights in flight.
 /// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
 /// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
 /// holds: the multiprocessor's share of bandwidth does. The narrow kernel (16 outputs a block,
@@ -4186,9 +4203,20 @@ fn matmul_kernel_times() {
 #[test]
 #[ignore]
 fn one_row_grid_balance_times() {
-    let Some((gpu, mut k)) = setup_with_stream() else {
-        return;
+    let Some(gpu) = open_gpu() else { return };
+    let (_, dims) = tiny_dims();
+    // The weights loaded before the wait for the kernel ahead, as Qwen3-4B compiles them (the
+    // default model does not); the L2 prefetch of the weights `batches` ahead (0: none).
+    let compiled = |batches| {
+        let overrides = [
+            ("MMS_KERNELS", 1),
+            ("MMA_SWAP_CLUSTERS", 1),
+            ("MMA_EARLY_WEIGHTS", 1),
+            ("MMA_SWAP_PREFETCH", batches),
+        ];
+        Kernels::compile_overriding(&gpu, &dims, &overrides).expect("kernels")
     };
+    let mut k = compiled(0);
     let sms = k.multiprocessors;
     // Matrices of up to 12,288 × 4,096 elements (100 MB); each launch reads the next of as many
     // copies as 800 MB holds, so that 48 launches of even the smallest (5.4 MB) span 260 MB,
@@ -4229,36 +4257,44 @@ fn one_row_grid_balance_times() {
             }
         }
     }
-    // Qwen3-4B's one-row matrices as whole launches: one tile a block (`Narrow`, and over clusters
-    // of 2 and 4), two (`Wide`: the swapped chain's t2 blocks, as its q/k/v and gate/up take them
-    // with their norms; the gate/up here without its SwiGLU).
-    for (name, depth, n_out) in [
-        ("q/k/v", 2_560, 6_144),
-        ("o", 4_096, 2_560),
-        ("gate/up", 2_560, 19_456),
-        ("down", 9_728, 2_560),
-    ] {
-        let copies = w_total / (n_out * depth);
-        for (kernel, cluster) in [
-            (MatmulKernel::Narrow, None),
-            (MatmulKernel::Narrow, Some(2)),
-            (MatmulKernel::Narrow, Some(4)),
-            (MatmulKernel::Wide, None),
+    // Qwen3-4B's one-row matrices as whole launches, as compiled, then with the weights' L2
+    // prefetch 1, 2 and 4 batches ahead (FLASHLANE_MATMUL_SWAP_PREFETCH).
+    let times = |k: &mut Kernels, label: &str| {
+        for (name, depth, n_out) in [
+            ("q/k/v", 2_560, 6_144),
+            ("o", 4_096, 2_560),
+            ("gate/up", 2_560, 19_456),
+            ("down", 9_728, 2_560),
         ] {
-            k.matmul_swap_cluster_size = cluster;
-            let mut copy = 0;
-            let us = time_launches(&gpu, 48, || {
-                let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
-                copy += 1;
-                let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
-                k.matmul_with(&gpu, &m, kernel).unwrap();
-            });
-            let tbs = (n_out * depth * 2) as f64 / us / 1e6;
-            println!(
-                "Qwen3-4B {name:<7} {kernel:?} cluster {}: {us:6.1} us {tbs:.2} TB/s",
-                cluster.unwrap_or(1)
-            );
+            let copies = w_total / (n_out * depth);
+            // One tile a block (`Narrow`, and over clusters of 2 and 4), two (`Wide`: the swapped
+            // chain's t2 blocks, as its q/k/v and gate/up take them with their norms; the
+            // gate/up here without its SwiGLU).
+            for (kernel, cluster) in [
+                (MatmulKernel::Narrow, None),
+                (MatmulKernel::Narrow, Some(2)),
+                (MatmulKernel::Narrow, Some(4)),
+                (MatmulKernel::Wide, None),
+            ] {
+                k.matmul_swap_cluster_size = cluster;
+                let mut copy = 0;
+                let us = time_launches(&gpu, 48, || {
+                    let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
+                    copy += 1;
+                    let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
+                    k.matmul_with(&gpu, &m, kernel).unwrap();
+                });
+                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+                println!(
+                    "Qwen3-4B {label} {name:<7} {kernel:?} cluster {}: {us:6.1} us {tbs:.2} TB/s",
+                    cluster.unwrap_or(1)
+                );
+            }
         }
+    };
+    times(&mut k, "no prefetch");
+    for batches in [1, 2, 4] {
+        times(&mut compiled(batches), &format!("prefetch {batches}"));
     }
 }
 
