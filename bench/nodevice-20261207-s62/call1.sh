@@ -9,8 +9,7 @@
 #    tile and over clusters of 2 and 4 (flat from 132 to 264 blocks says a block's own loads in
 #    flight bound it; doubling says the multiprocessor's share of bandwidth does); then Qwen3-4B's
 #    four one-row matrices whole, without and with the L2 prefetch 1, 2, 4 batches ahead.
-# 2. One-stream (and two) decode A/B on Qwen3-4B: default / prefetch 2 / prefetch 4 / the narrow
-#    kernel 4 deep / clusters of 4.
+# 2. One-stream (and two) decode A/B on Qwen3-4B: default / prefetch 1, 2, 4 / clusters of 4.
 # 3. Session 61's: decode A/B default / `=tma` / `=tma` with a ring of 4 on Qwen3-4B at 48, 64;
 #    gpu_dense and gpu_fixtures with every matmul split on `=tma`; -8B's A/B at 64; Qwen3-4B's
 #    64-stream timelines; ncu of one layer's matmuls at 64 streams (default, `=tma`).
@@ -30,11 +29,11 @@ clu_ok=0; [ "$(passed swapped_clusters_give_the_other_kernels_bits)" = 1 ] && cl
 pf_ok=0; [ "$(passed swapped_chain_gives_the_bits_of_the_16_row_kernels)" = 1 ] && pf_ok=1
 el "tma_ok=$tma_ok clu_ok=$clu_ok pf_ok=$pf_ok"
 room 120 balance && { kernel_tests balance 120 one_row_grid_balance_times --ignored --nocapture; grep -E "^(depth|Qwen3-4B)" $OUT/tests_balance.txt; }
-# One stream (and two): the weights' L2 prefetch, the narrow kernel 4 chunks deep
-# (FLASHLANE_MATMUL_NARROW_DEPTH=4: one block a multiprocessor; measured on Qwen3-0.6B only,
-# 0.99×), the o and down projections' tiles over clusters of 4 blocks.
-C1S="default:FLASHLANE_AB=1 nd4:FLASHLANE_MATMUL_NARROW_DEPTH=4"
-[ $pf_ok = 1 ] && C1S+=" pf2:FLASHLANE_MATMUL_SWAP_PREFETCH=2 pf4:FLASHLANE_MATMUL_SWAP_PREFETCH=4"
+# One stream (and two): the weights' L2 prefetch 1, 2, 4 batches ahead (at k 2,560 a warp walks 5
+# chunks: 3 batches of the narrow kernel, 5 of the t2), the o and down projections' tiles over
+# clusters of 4 blocks.
+C1S="default:FLASHLANE_AB=1"
+[ $pf_ok = 1 ] && C1S+=" pf1:FLASHLANE_MATMUL_SWAP_PREFETCH=1 pf2:FLASHLANE_MATMUL_SWAP_PREFETCH=2 pf4:FLASHLANE_MATMUL_SWAP_PREFETCH=4"
 [ $clu_ok = 1 ] && C1S+=" c4:FLASHLANE_MATMUL_SWAP_CLUSTER=4"
 room 150 ab_1s && ab ab_1s qwen3-4b 1,2 "$C1S" $FL
 if [ $tma_ok = 1 ]; then

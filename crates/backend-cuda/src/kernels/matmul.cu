@@ -745,13 +745,14 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
                             (unsigned)(min(MMA_CHUNK, k - c) * sizeof(bf16_t)));
         }
     };
+    // The loads a warp waits on go out first, the prefetches after them.
+    if (Ready::EARLY) load_weights(first);
 #pragma unroll
     for (int q = 1; q < MMA_SWAP_PREFETCH; q++) prefetch_batch(first + q * batch);
-    if (Ready::EARLY) load_weights(first);
     ready(xa, xb);
     for (int c0 = first; c0 < k; c0 += batch) {
-        prefetch_batch(c0 + MMA_SWAP_PREFETCH * batch);
         if (!Ready::EARLY || c0 != first) load_weights(c0);
+        prefetch_batch(c0 + MMA_SWAP_PREFETCH * batch);
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
             const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;

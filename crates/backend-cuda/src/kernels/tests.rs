@@ -2462,6 +2462,8 @@ fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     ] {
         let k = Kernels::compile_overriding(&gpu, &tiny_dims().1, overrides)
             .expect("kernels with the norm twins");
+        // A failure below is of these kernels.
+        println!("the swapped chain compiled with {overrides:?}");
         swapped_chain_case(&gpu, k);
     }
 }
