@@ -83,5 +83,6 @@ profile() {
   ncu_summary $OUT/ncu_$label.csv
 }
 room 80 ncu_default && profile mm_default FLASHLANE_AB=1 'matmul_bf16_tiled_split'
+room 80 ncu_attention && profile att_default FLASHLANE_AB=1 "attention_grouped"
 [ $tma_ok = 1 ] && room 80 ncu_tma && profile mm_tma FLASHLANE_MATMUL_STREAM=tma 'matmul_bf16_stream|matmul_bf16_tiled_split'
 exit 0
