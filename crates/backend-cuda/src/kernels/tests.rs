@@ -4227,6 +4227,20 @@ fn one_row_grid_balance_times() {
     let w_total = 8 * w_each;
     let (x, w) = random_operands(&gpu, 16 * 9_728, w_total);
     let y = Buf::<f32>::zeros(&gpu, 16 * 12_288).unwrap();
+    // µs a one-row launch of `kernel` over `n_out` × `depth` weights (each the next copy) and its
+    // read rate in TB/s, its tiles over clusters of `cluster` blocks (None: one block a tile).
+    let time = |k: &mut Kernels, depth: usize, n_out: usize, kernel, cluster| {
+        k.matmul_swap_cluster_size = cluster;
+        let copies = w_total / (n_out * depth);
+        let mut copy = 0;
+        let us = time_launches(&gpu, 48, || {
+            let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
+            copy += 1;
+            let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
+            k.matmul_with(&gpu, &m, kernel).unwrap();
+        });
+        (us, (n_out * depth * 2) as f64 / us / 1e6)
+    };
     for depth in [2_560, 4_096, 9_728] {
         let mut blocks_list = vec![sms / 2, sms, 160, sms + sms / 2, 2 * sms, 3 * sms, 4 * sms];
         blocks_list.sort_unstable();
@@ -4236,20 +4250,11 @@ fn one_row_grid_balance_times() {
             if n_out * depth > w_each {
                 continue;
             }
-            let copies = w_total / (n_out * depth);
             // One block a tile, then the tiles over clusters of 2 and 4
             // (FLASHLANE_MATMUL_SWAP_CLUSTER): as many times the blocks, evenly spread.
             for cluster in [None, Some(2), Some(4)] {
-                k.matmul_swap_cluster_size = cluster;
-                let mut copy = 0;
-                let us = time_launches(&gpu, 48, || {
-                    let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
-                    copy += 1;
-                    let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
-                    k.matmul_with(&gpu, &m, MatmulKernel::Narrow).unwrap();
-                });
+                let (us, tbs) = time(&mut k, depth, n_out, MatmulKernel::Narrow, cluster);
                 let most = blocks.div_ceil(sms);
-                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
                 println!(
                     "depth {depth:>5} outputs {n_out:>6} tiles {blocks:>4} (at most {most} a \
                      multiprocessor) cluster {}: {us:6.1} us {tbs:.2} TB/s {:.1} us per tile held",
@@ -4268,7 +4273,6 @@ fn one_row_grid_balance_times() {
             ("gate/up", 2_560, 19_456),
             ("down", 9_728, 2_560),
         ] {
-            let copies = w_total / (n_out * depth);
             // One tile a block (`Narrow`, and over clusters of 2 and 4), two (`Wide`: the swapped
             // chain's t2 blocks, as its q/k/v and gate/up take them with their norms; the
             // gate/up here without its SwiGLU).
@@ -4278,15 +4282,7 @@ fn one_row_grid_balance_times() {
                 (MatmulKernel::Narrow, Some(4)),
                 (MatmulKernel::Wide, None),
             ] {
-                k.matmul_swap_cluster_size = cluster;
-                let mut copy = 0;
-                let us = time_launches(&gpu, 48, || {
-                    let w_at = w.at(0) + (copy % copies * n_out * depth * 2) as u64;
-                    copy += 1;
-                    let m = packed_matmul(x.at(0), w_at, depth, n_out, y.at(0), 1, None);
-                    k.matmul_with(&gpu, &m, kernel).unwrap();
-                });
-                let tbs = (n_out * depth * 2) as f64 / us / 1e6;
+                let (us, tbs) = time(k, depth, n_out, kernel, cluster);
                 println!(
                     "Qwen3-4B {label} {name:<7} {kernel:?} cluster {}: {us:6.1} us {tbs:.2} TB/s",
                     cluster.unwrap_or(1)
