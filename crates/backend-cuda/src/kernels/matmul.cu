@@ -278,45 +278,6 @@ __device__ __forceinline__ bool sum_warp_partials(const float (&acc)[NT][4], flo
     return true;
 }
 
-// `sum_warp_partials` of a tile whose MMA_WARPS residues are spread over the CLUSTER blocks of its
-// cluster (`matmul_bf16_swap_c2`, `_c4`): block z's warp w holds residue z · (MMA_WARPS / CLUSTER)
-// + w. Every block keeps its warps' sums in its shared `part`; after the cluster's barrier warp j
-// < NT of block 0 adds residue v's sums for v = 0 … MMA_WARPS - 1 in that order, residue v's read
-// from block v / (MMA_WARPS / CLUSTER) (`ld.shared::cluster`): `sum_warp_partials`' sum, the same
-// bits. A second barrier keeps every block's shared memory until block 0 has read it. Every
-// thread of every block of the cluster must call it; block 0's warps j < NT return true.
-template <int NT, int CLUSTER>
-__device__ __forceinline__ bool sum_cluster_partials(const float (&acc)[NT][4], float (*part)[NT][WARP][4],
-                                                     float* d, int warp, int lane) {
-    constexpr int W = MMA_WARPS / CLUSTER;  // residues a block
-    static_assert(W * CLUSTER == MMA_WARPS, "the cluster's blocks hold as many residues each");
-    static_assert(NT <= W, "warp j of block 0 sums output tile j");
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) part[warp][j][lane][i] = acc[j][i];
-    cluster_sync();
-    const bool mine = blockIdx.z == 0 && warp < NT;
-    if (mine) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float sum;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(sum) : "r"(cluster_shared_addr(&part[0][warp][lane][i], 0)));
-#pragma unroll
-            for (int v = 1; v < MMA_WARPS; v++) {
-                float p;
-                asm volatile("ld.shared::cluster.f32 %0, [%1];"
-                             : "=f"(p)
-                             : "r"(cluster_shared_addr(&part[v % W][warp][lane][i], v / W)));
-                sum += p;
-            }
-            d[i] = sum;
-        }
-    }
-    cluster_sync();
-    return mine;
-}
-
 // This warp's share of one tile's k-split sum, then the warps' sums added in warp order. A tile
 // is MMA_ROWS rows × NT n-tiles of MMA_COLS outputs: each warp loads a chunk's x once (and
 // splits it into hi and lo once) for all its n-tiles. `xa` / `xb` are this lane's rows g and
@@ -689,16 +650,11 @@ MATMUL_BF16_SWIGLU_DEEP(4)
 // true with d = output tile j's outputs g (d[0], d[1]) and g + 8 (d[2], d[3]) × rows 2t and 2t + 1;
 // the other warps return false. Every thread of the block must call it. `ready` as there (its
 // row g + 8 is always absent: vb stays zeros).
-//
-// With CLUSTER > 1 the tile's residues are spread over the blocks of its cluster (grid z, rank
-// blockIdx.z: `sum_cluster_partials`), MMA_WARPS / CLUSTER warps a block, each walking its
-// residue's chunks as warp `residue` of one block would: the same chain.
-template <int NT, int DEPTH, class Ready = InputsReady, int CLUSTER = 1>
+template <int NT, int DEPTH, class Ready = InputsReady>
 __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* const* wr, int k,
                                                  float (*part)[NT][WARP][4], float* d, Ready ready = Ready()) {
     static_assert(NT <= MMA_WARPS, "warp j sums output tile j: at most MMA_WARPS tiles a block");
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
-    const int residue = CLUSTER == 1 ? warp : (int)blockIdx.z * (MMA_WARPS / CLUSTER) + warp;
     float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++)
@@ -711,7 +667,7 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
     // Weights of outputs g (h = 0) and g + 8 (h = 1): elements 0-7 (w0) and 8-15 (w1) of the piece.
     uint4 w0[DEPTH][NT][2], w1[DEPTH][NT][2];
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    const int first = residue * MMA_CHUNK;
+    const int first = warp * MMA_CHUNK;
     const float* xb = nullptr;
     auto load_weights = [&](int c0) {
 #pragma unroll
@@ -727,32 +683,10 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
                 }
         }
     };
-    // MMA_SWAP_PREFETCH (host define, P; 0: none): the batch of DEPTH chunks P batches past the
-    // one loaded is pulled into L2 (lanes t = 0, 1 a row each of outputs g, g + 8: a chunk of 16
-    // rows in 16 bulk prefetches), so that each warp keeps P batches more of its weights in
-    // flight than its registers hold, and its loads find them in L2. A hint: the same loads, the
-    // same bits.
-    const int batch = DEPTH * MMA_WARPS * MMA_CHUNK;  // from one of this warp's batches to its next
-    auto prefetch_batch = [&](int c0) {
-        if (MMA_SWAP_PREFETCH == 0 || t >= 2) return;
-#pragma unroll
-        for (int p = 0; p < DEPTH; p++) {
-            const int c = c0 + p * MMA_WARPS * MMA_CHUNK;
-            if (c >= k) break;
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-                prefetch_l2((t == 0 ? wr[2 * j] : wr[2 * j + 1]) + c,
-                            (unsigned)(min(MMA_CHUNK, k - c) * sizeof(bf16_t)));
-        }
-    };
-    // The loads a warp waits on go out first, the prefetches after them.
     if (Ready::EARLY) load_weights(first);
-#pragma unroll
-    for (int q = 1; q < MMA_SWAP_PREFETCH; q++) prefetch_batch(first + q * batch);
     ready(xa, xb);
-    for (int c0 = first; c0 < k; c0 += batch) {
+    for (int c0 = first; c0 < k; c0 += DEPTH * MMA_WARPS * MMA_CHUNK) {
         if (!Ready::EARLY || c0 != first) load_weights(c0);
-        prefetch_batch(c0 + MMA_SWAP_PREFETCH * batch);
 #pragma unroll
         for (int p = 0; p < DEPTH; p++) {
             const int e = c0 + p * MMA_WARPS * MMA_CHUNK + 16 * t;
@@ -793,7 +727,6 @@ __device__ __forceinline__ bool mma_tile_swapped(const float* xa, const bf16_t* 
             }
         }
     }
-    if (CLUSTER > 1) return sum_cluster_partials<NT, CLUSTER>(acc, part, d, warp, lane);
     return sum_warp_partials<NT>(acc, part, d, warp, lane);
 }
 
@@ -819,11 +752,7 @@ __device__ __forceinline__ void store_swapped_tile(const float* d, float* y, int
 // u0 + 8j … and rows 8–15 the up rows of the same units, so lane (g, t) holds a unit's gate (d[0],
 // d[1]) and its up (d[2], d[3]) and writes act[r, u] = silu(gate) · up, `swiglu_rows`' expression
 // (as `matmul_block`'s SWIGLU); grid (1, ceil(width / (8·NT))); `accumulate` ignored.
-//
-// With CLUSTER > 1 (neither NORM nor SWIGLU): the tile's residues over a cluster of CLUSTER blocks
-// (grid (1, ceil(n_out / (16·NT)), CLUSTER), MMA_WARPS / CLUSTER warps a block; `mma_tile_swapped`),
-// block 0 pulling the rows into L2 and writing the tile.
-template <int NT, int DEPTH, bool NORM, bool SWIGLU = false, int CLUSTER = 1>
+template <int NT, int DEPTH, bool NORM, bool SWIGLU = false>
 __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, int x_stride,
                                                   const int* __restrict__ row_index, const bf16_t* __restrict__ w,
                                                   int k, int n_out, float* __restrict__ y, int y_stride,
@@ -832,12 +761,9 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
                                                   float (*norm_sums)[NORM_WARPS], float* norm_inv_s,
                                                   float* __restrict__ norm_out) {
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    static_assert(CLUSTER == 1 || (!NORM && !SWIGLU), "a cluster's tile: the plain products only");
     const int o0 = blockIdx.y * NT * 16;
     const int width = n_out / 2, u0 = blockIdx.y * NT * 8;
-    // A cluster's rows pulled into L2 once, by its block 0 (none: no rows).
-    const int outs = CLUSTER == 1 || blockIdx.z == 0 ? NT * 16 : 0;
-    matmul_block_start<SWIGLU>(w, k, n_out, o0, outs, width, u0, 8 * NT);
+    matmul_block_start<SWIGLU>(w, k, n_out, o0, NT * 16, width, u0, 8 * NT);
     const float *xa = nullptr, *xb = nullptr;
     if (!MMA_EARLY_WEIGHTS) tile_inputs(x, x_stride, row_index, rows, 0, xa, xb);
     // Outputs past the end: the last valid row, computed and never written.
@@ -861,10 +787,9 @@ __device__ __forceinline__ void matmul_swap_block(const float* __restrict__ x, i
             InputsNormed{x, x_stride, row_index, rows, 0, k, norm_w, eps, norm_kind, norm_sums, norm_inv_s,
                          norm_out, 0.0f, 0.0f});
     else if (MMA_EARLY_WEIGHTS)
-        mine = mma_tile_swapped<NT, DEPTH, InputsAfterWait, CLUSTER>(
-            xa, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, 0});
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d, InputsAfterWait{x, x_stride, row_index, rows, 0});
     else
-        mine = mma_tile_swapped<NT, DEPTH, InputsReady, CLUSTER>(xa, wr, k, part, d);
+        mine = mma_tile_swapped<NT, DEPTH>(xa, wr, k, part, d);
     if (!mine) return;
     const int warp = threadIdx.x / WARP;
     if (SWIGLU) {
@@ -914,27 +839,6 @@ MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm, 1, MMA_NARROW_DEPTH, MMA_NAR
 MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, false)
 MATMUL_BF16_SWAP_NORM_KERNEL(matmul_bf16_swiglu_swap_norm_t2, 2, 1, MMA_MIN_BLOCKS, true)
 #endif
-
-// The narrow swapped kernel with each tile's residues over a cluster of C blocks of MMA_WARPS / C
-// warps (`matmul_bf16_swap_c2`, `_c4`; the host's FLASHLANE_MATMUL_SWAP_CLUSTER): C times the
-// blocks of a one-row matrix of few outputs, so that they spread evenly over the multiprocessors
-// (Qwen3-4B's o and down projections: 160 tiles of 16 outputs on the H200's 132, 28 of which ran
-// two while the rest ran one). The same chain: the same bits. MMA_SWAP_CLUSTERS (host define):
-// compiled only where asked.
-#if MMA_SWAP_CLUSTERS
-#define MATMUL_BF16_SWAP_CLUSTER_KERNEL(NAME, C)                                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS / C * WARP, MMA_NARROW_BLOCKS * C)                 \
-    __cluster_dims__(1, 1, C) NAME(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, \
-                                   const bf16_t* __restrict__ w, int k, int n_out, float* __restrict__ y,      \
-                                   int y_stride, int accumulate, int rows) {                                  \
-        __shared__ float part[MMA_WARPS / C][1][WARP][4];                                                     \
-        matmul_swap_block<1, MMA_NARROW_DEPTH, false, false, C>(x, x_stride, row_index, w, k, n_out, y,        \
-                                                               y_stride, accumulate, rows, part, nullptr,      \
-                                                               0.0f, 0, nullptr, nullptr, nullptr);            \
-    }
-MATMUL_BF16_SWAP_CLUSTER_KERNEL(matmul_bf16_swap_c2, 2)
-MATMUL_BF16_SWAP_CLUSTER_KERNEL(matmul_bf16_swap_c4, 4)
-#endif  // MMA_SWAP_CLUSTERS
 
 // ---------------------------------------------------------------------------------------------
 // Block-scaled FP8 weights (Qwen's -FP8 checkpoints): W[o, i] = q[o, i] · s[o / br, i / bc] with q

@@ -876,23 +876,16 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
 /// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
 /// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMS_KERNELS (the
-/// persistent split's kernels compiled, which the host then loads); MMA_SWAP_CLUSTERS (the
-/// swapped kernel's cluster twins compiled, which the host then loads); MMA_EARLY_WEIGHTS (when
-/// the 16-row kernels wait for the kernel ahead: the same launches, the same bits);
-/// MMA_SWAP_PREFETCH (the swapped chain's L2 prefetch distance: a hint, the same bits);
-/// MMA_MIN_BLOCKS, of
+/// persistent split's kernels compiled, which the host then loads); MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 18] = [
+const OVERRIDABLE_DEFINES: [&str; 15] = [
     "MMA_NORM_TWINS",
     "MMS_KERNELS",
-    "MMA_SWAP_CLUSTERS",
-    "MMA_EARLY_WEIGHTS",
-    "MMA_SWAP_PREFETCH",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
@@ -1028,57 +1021,6 @@ impl SwapRows {
 /// [`MATMUL_SWAP_ROWS_FP8_ENV`] for FP8) and one MMA's B (MMA_COLS rows).
 fn swaps(rows: usize, swap_rows: usize) -> bool {
     rows <= swap_rows.min(MMA_COLS)
-}
-
-/// `FLASHLANE_MATMUL_SWAP_CLUSTER=2|4` spreads each tile of the narrow swapped kernel (one output
-/// tile of 16 a block: the bf16 matrices of one- and two-row rounds that take one tile a block and
-/// no norm, such as Qwen3-4B's o and down projections) over a cluster of 2 or 4 blocks of
-/// MMA_WARPS / 2 or / 4 warps (`matmul_bf16_swap_c2`, `_c4`), each block walking its warps'
-/// residues, block 0 adding them in residue order: the same chain, the same bits, as many times
-/// the blocks. Why: those matrices make 160 blocks on the H200's 132 multiprocessors, so 28 of
-/// them run two blocks while the rest run one, and the launch lasts two blocks' time (read at
-/// 2.5–2.9 TB/s where the LM head's 4,748 blocks read at 4.6: bench/RESULTS.md session 60). An A/B
-/// switch, off (not yet measured); its kernels are compiled only where it asks (MMA_SWAP_CLUSTERS).
-pub const MATMUL_SWAP_CLUSTER_ENV: &str = "FLASHLANE_MATMUL_SWAP_CLUSTER";
-
-/// `FLASHLANE_MATMUL_SWAP_PREFETCH=P` (1 to [`SWAP_PREFETCH_MAX`]) compiles the swapped chain's
-/// kernels (`matmul_bf16_swap*`, their norm, SwiGLU and cluster twins, the MoE's swapped experts)
-/// to pull into L2, each time a warp loads its next batch of chunks into registers, its batch P
-/// batches further on (`cp.async.bulk.prefetch.L2`, 16 rows of a chunk in 16 copies): P batches
-/// more of each warp's weights in flight than its registers hold, its loads then served from L2.
-/// A hint: the same loads, the same bits. Why: a one-stream layer's matmuls read at 2.5–3.1 TB/s
-/// where the LM head's 4,748 blocks read at 4.6 (bench/RESULTS.md session 60), each warp of the
-/// q/k/v and gate/up holding one chunk in flight at a time, the o and down's two; prefetching a
-/// block's whole rows at its start lost 11 % on Qwen3-4B (session 35: rows evicted before their
-/// loads), where this keeps P batches a warp in L2. An A/B switch, off (not yet measured).
-pub const MATMUL_SWAP_PREFETCH_ENV: &str = "FLASHLANE_MATMUL_SWAP_PREFETCH";
-
-/// The most batches ahead [`MATMUL_SWAP_PREFETCH_ENV`] takes: at 8 a gate/up's resident warps
-/// would hold ~70 MB of prefetched weights, past the H200's L2.
-const SWAP_PREFETCH_MAX: usize = 8;
-
-/// [`MATMUL_SWAP_PREFETCH_ENV`]'s distance in batches (0: no prefetch).
-fn swap_prefetch_batches() -> usize {
-    env_number(MATMUL_SWAP_PREFETCH_ENV).map_or(0, |p: usize| p.min(SWAP_PREFETCH_MAX))
-}
-
-/// The cluster sizes [`MATMUL_SWAP_CLUSTER_ENV`] takes, in the order of
-/// [`Kernels::matmul_swap_cluster`]'s kernels: each divides MMA_WARPS (a block's residues).
-const SWAP_CLUSTER_SIZES: [usize; 2] = [2, 4];
-
-/// [`MATMUL_SWAP_CLUSTER_ENV`]'s cluster size, if it names one of [`SWAP_CLUSTER_SIZES`].
-fn swap_cluster_from_env() -> Option<usize> {
-    env_number(MATMUL_SWAP_CLUSTER_ENV).filter(|c| SWAP_CLUSTER_SIZES.contains(c))
-}
-
-/// Which cluster kernel (an index of [`SWAP_CLUSTER_SIZES`]) runs a plain bf16 swapped launch
-/// (no FP8, no norm in it) of `tiles` output tiles a block, where `size` is the cluster size
-/// asked: only the narrow kernel (one tile a block) has cluster twins.
-fn swap_cluster_choice(size: Option<usize>, tiles: usize) -> Option<usize> {
-    match (size, tiles) {
-        (Some(size), 1) => SWAP_CLUSTER_SIZES.iter().position(|&c| c == size),
-        _ => None,
-    }
 }
 
 /// Output tiles of 16 a block of the swapped chain for a 16-row plan of `tiles` n-tiles a block
@@ -1622,11 +1564,6 @@ impl Dims {
                 "MMS_KERNELS",
                 usize::from(StreamMode::from_env() != StreamMode::Off),
             ),
-            (
-                "MMA_SWAP_CLUSTERS",
-                usize::from(swap_cluster_from_env().is_some()),
-            ),
-            ("MMA_SWAP_PREFETCH", swap_prefetch_batches()),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),
@@ -1852,12 +1789,6 @@ pub struct Kernels {
     matmul_swiglu_swap: CudaFunction,
     /// The swapped chain's FP8 kernels (`matmul_fp8_swap`, `_swap_t2`).
     matmul_fp8_swap: [CudaFunction; 2],
-    /// The narrow swapped kernel's tiles over clusters (`matmul_bf16_swap_c2`, `_c4`, by
-    /// [`SWAP_CLUSTER_SIZES`]), where compiled (MMA_SWAP_CLUSTERS).
-    matmul_swap_cluster: Option<[CudaFunction; 2]>,
-    /// The cluster size the narrow swapped kernel's launches take ([`MATMUL_SWAP_CLUSTER_ENV`]),
-    /// where its kernels are compiled; None: one block a tile.
-    pub(crate) matmul_swap_cluster_size: Option<usize>,
     /// Rounds of up to this many rows run their 16-row matmuls on the swapped chain
     /// ([`MATMUL_SWAP_ROWS_ENV`], [`MATMUL_SWAP_ROWS_FP8_ENV`]; 0: none).
     pub(crate) matmul_swap_rows: SwapRows,
@@ -1867,9 +1798,6 @@ pub struct Kernels {
     /// Tests: launches of the k split folded in its clusters so far.
     #[cfg(test)]
     pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: launches of the narrow swapped kernel over clusters so far.
-    #[cfg(test)]
-    pub(crate) swap_cluster_launches: std::sync::atomic::AtomicUsize,
     /// Tests: launches of the persistent split so far, and the most clusters it may take (so
     /// that a small matrix's clusters each walk several tiles).
     #[cfg(test)]
@@ -2025,11 +1953,6 @@ impl Kernels {
         // A speed switch: where its kernels are not compiled (MMS_KERNELS: not asked) or the
         // occupancy query fails, the split as it is (the same bits).
         let matmul_stream = stream_split(gpu, &|name| Ok(f(name)?)).ok();
-        // Likewise: where not compiled (MMA_SWAP_CLUSTERS: not asked), one block a tile.
-        let matmul_swap_cluster = match (f("matmul_bf16_swap_c2"), f("matmul_bf16_swap_c4")) {
-            (Ok(c2), Ok(c4)) => Some([c2, c4]),
-            _ => None,
-        };
         let by_waves = |small_rounds| {
             cluster_fold_waves(
                 gpu,
@@ -2134,16 +2057,11 @@ impl Kernels {
             matmul_swap: [f("matmul_bf16_swap")?, f("matmul_bf16_swap_t2")?],
             matmul_swiglu_swap: f("matmul_bf16_swiglu_swap_t2")?,
             matmul_fp8_swap: [f("matmul_fp8_swap")?, f("matmul_fp8_swap_t2")?],
-            matmul_swap_cluster_size: swap_cluster_from_env()
-                .filter(|_| matmul_swap_cluster.is_some()),
-            matmul_swap_cluster,
             matmul_swap_rows: SwapRows::from_env(),
             #[cfg(test)]
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            swap_cluster_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             stream_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
@@ -3677,24 +3595,12 @@ impl Kernels {
                         &fp8_matmul_args(m, &fp8),
                     )
                 }
-                (None, None) => match self.swap_cluster(nt) {
-                    Some((f, size)) => {
-                        self.count_swap_cluster();
-                        let size = u32::try_from(size).expect("a cluster size");
-                        gpu.launch(
-                            f,
-                            (grid.0, grid.1, size),
-                            MMA_WARPS / size * 32,
-                            &bf16_matmul_args(m),
-                        )
-                    }
-                    None => gpu.launch(
-                        &self.matmul_swap[nt - 1],
-                        grid,
-                        MMA_WARPS * 32,
-                        &bf16_matmul_args(m),
-                    ),
-                },
+                (None, None) => gpu.launch(
+                    &self.matmul_swap[nt - 1],
+                    grid,
+                    MMA_WARPS * 32,
+                    &bf16_matmul_args(m),
+                ),
                 (None, Some(norm)) => gpu.launch(
                     &self.twins().swap[nt - 1],
                     grid,
@@ -4583,24 +4489,6 @@ impl Kernels {
                 Arg::Ptr(act),
             ],
         )
-    }
-
-    /// The cluster kernel and its size for a plain bf16 swapped launch of `tiles` output tiles a
-    /// block ([`swap_cluster_choice`]), where compiled and asked.
-    fn swap_cluster(&self, tiles: usize) -> Option<(&CudaFunction, usize)> {
-        let at = swap_cluster_choice(self.matmul_swap_cluster_size, tiles)?;
-        Some((
-            &self.matmul_swap_cluster.as_ref()?[at],
-            SWAP_CLUSTER_SIZES[at],
-        ))
-    }
-
-    /// Counts a launch of the swapped kernel over clusters (tests only:
-    /// [`Kernels::swap_cluster_launches`]).
-    fn count_swap_cluster(&self) {
-        #[cfg(test)]
-        self.swap_cluster_launches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts a launch on the swapped chain (tests only: [`Kernels::swapped_launches`]).

@@ -51,22 +51,14 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
 }
 
 /// `setup` with the persistent split's kernels compiled (MMS_KERNELS: only where
-/// FLASHLANE_MATMUL_STREAM asks, outside the tests) and the narrow swapped kernel's cluster twins
-/// (MMA_SWAP_CLUSTERS: only where FLASHLANE_MATMUL_SWAP_CLUSTER asks), so that the tests may turn
-/// them on.
+/// FLASHLANE_MATMUL_STREAM asks, outside the tests), so that the tests may turn it on.
 fn setup_with_stream() -> Option<(Arc<Gpu>, Kernels)> {
     let gpu = open_gpu()?;
     let (_, dims) = tiny_dims();
-    let kernels =
-        Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1), ("MMA_SWAP_CLUSTERS", 1)])
-            .expect("kernels");
+    let kernels = Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1)]).expect("kernels");
     assert!(
         kernels.matmul_stream.is_some(),
         "[stream-kernels] the persistent split's kernels compiled and their clusters counted"
-    );
-    assert!(
-        kernels.matmul_swap_cluster.is_some(),
-        "[swap-cluster-kernels] the narrow swapped kernel's cluster twins compiled"
     );
     Some((gpu, kernels))
 }
@@ -286,42 +278,6 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 fn f32_bytes(n: usize) -> u64 {
     (n * std::mem::size_of::<f32>()) as u64
-}
-
-/// The narrow swapped kernel's tiles over clusters of 2 and 4 blocks
-/// (FLASHLANE_MATMUL_SWAP_CLUSTER): `Auto` and `Narrow` take it on narrow matrices of one and two
-/// rows, the wide plans and the tiles do not, and every one gives the same bits, gathered and
-/// accumulated. Depths: one piece (every block but the first's residues empty, each still meets
-/// the cluster's barriers), random, and the residues walked three times and a piece. With the
-/// weights loaded before the wait for the kernel ahead and after it (MMA_EARLY_WEIGHTS: the
-/// default model has it off, dense Qwen3 on).
-#[test]
-fn swapped_clusters_give_the_other_kernels_bits() {
-    let Some(gpu) = open_gpu() else { return };
-    let (_, dims) = tiny_dims();
-    let mut rng = Rng::fresh();
-    for early in [0, 1] {
-        let overrides = [
-            ("MMS_KERNELS", 1),
-            ("MMA_SWAP_CLUSTERS", 1),
-            ("MMA_EARLY_WEIGHTS", early),
-        ];
-        let mut k = Kernels::compile_overriding(&gpu, &dims, &overrides).expect("kernels");
-        for size in super::SWAP_CLUSTER_SIZES {
-            k.matmul_swap_cluster_size = Some(size);
-            k.swap_cluster_launches
-                .store(0, std::sync::atomic::Ordering::Relaxed);
-            for depth in [16, 16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
-                matmul_case_rows(&gpu, &k, &mut rng, depth, 1..=2, true);
-            }
-            assert!(
-                k.swap_cluster_launches
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    > 0,
-                "the swapped kernel over clusters of {size} ran (early weights {early})"
-            );
-        }
-    }
 }
 
 #[test]
@@ -2446,30 +2402,13 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
 /// kernels' bits: every row count up to MMA_COLS, the narrow, wide, tiled and deep plans (one and
 /// two output tiles a block), plain and accumulating, with the input norm in the kernel (its rows
 /// kept), and a gate/up with its SwiGLU (plain and normed); output counts not a multiple of 16
-/// and depths of a partial last chunk; and block-scaled FP8 weights. As compiled by default,
-/// then with the weights' L2 prefetch two batches ahead (FLASHLANE_MATMUL_SWAP_PREFETCH) and the
-/// weights loaded before the wait for the kernel ahead (as dense Qwen3 compiles them).
+/// and depths of a partial last chunk; and block-scaled FP8 weights.
 #[test]
 fn swapped_chain_gives_the_bits_of_the_16_row_kernels() {
     let Some(gpu) = open_gpu() else { return };
-    for overrides in [
-        &[("MMA_NORM_TWINS", 1)][..],
-        &[
-            ("MMA_NORM_TWINS", 1),
-            ("MMA_SWAP_PREFETCH", 2),
-            ("MMA_EARLY_WEIGHTS", 1),
-        ][..],
-    ] {
-        let k = Kernels::compile_overriding(&gpu, &tiny_dims().1, overrides)
-            .expect("kernels with the norm twins");
-        // A failure below is of these kernels.
-        println!("the swapped chain compiled with {overrides:?}");
-        swapped_chain_case(&gpu, k);
-    }
-}
-
-/// [`swapped_chain_gives_the_bits_of_the_16_row_kernels`] on the kernels `k`.
-fn swapped_chain_case(gpu: &Gpu, mut k: Kernels) {
+    let gpu = gpu.as_ref();
+    let mut k = Kernels::compile_overriding(gpu, &tiny_dims().1, &[("MMA_NORM_TWINS", 1)])
+        .expect("kernels with the norm twins");
     k.norm_in_matmul_max_rows = usize::MAX;
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2709,25 +2648,6 @@ fn swapped_blocks_hold_one_tile_for_narrow_and_deep_plans() {
     assert_eq!(swap_tiles(4, true), 1);
     assert_eq!(swap_tiles(3, false), 2);
     assert_eq!(swap_tiles(6, false), 2);
-}
-
-/// `swap_cluster_choice` (no device needed): only a plan of one tile a block takes a cluster
-/// twin, and only of a size that divides a block's residues; none where none is asked.
-#[test]
-fn swapped_clusters_take_only_the_narrow_kernel_at_the_sizes_offered() {
-    use super::{swap_cluster_choice, MATMUL_RESIDUES, SWAP_CLUSTER_SIZES};
-    for (at, &size) in SWAP_CLUSTER_SIZES.iter().enumerate() {
-        assert_eq!(
-            MATMUL_RESIDUES % size,
-            0,
-            "a cluster of {size} splits the residues evenly"
-        );
-        assert_eq!(swap_cluster_choice(Some(size), 1), Some(at));
-        assert_eq!(swap_cluster_choice(Some(size), 2), None);
-    }
-    assert_eq!(swap_cluster_choice(None, 1), None);
-    assert_eq!(swap_cluster_choice(Some(3), 1), None);
-    assert_eq!(swap_cluster_choice(Some(8 * MATMUL_RESIDUES), 1), None);
 }
 
 /// `swaps` (no device needed): within the bound and one MMA's B, never past either.
@@ -4194,10 +4114,10 @@ fn matmul_kernel_times() {
 /// multiprocessors hold two. Per depth, outputs in multiples of 16 from half a wave to four,
 /// one row, each launch on the next copy of the weights, spanning more than L2, so that they
 /// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most;
-/// each shape also with its tiles over clusters of 2 and 4 blocks (FLASHLANE_MATMUL_SWAP_CLUSTER),
-/// which spread the same loads evenly. Then Qwen3-4B's four one-row matrices whole, one and two
-/// tiles a block, without and with the weights' L2 prefetch 1, 2 and 4 batches ahead
-/// (FLASHLANE_MATMUL_SWAP_PREFETCH), which puts more of each warp's weights in flight.
+/// then Qwen3-4B's four one-row matrices whole, one and two output tiles a block (the default
+/// model's kernels: its weights are loaded after the wait for the kernel ahead, Qwen3-4B's
+/// before). Session 62 ran it on the H100 (bench/RESULTS.md): the launch's µs follow neither the
+/// tiles nor the most a multiprocessor holds.
 /// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
 /// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
 /// holds: the multiprocessor's share of bandwidth does. The narrow kernel (16 outputs a block,
@@ -4205,20 +4125,7 @@ fn matmul_kernel_times() {
 #[test]
 #[ignore]
 fn one_row_grid_balance_times() {
-    let Some(gpu) = open_gpu() else { return };
-    let (_, dims) = tiny_dims();
-    // The weights loaded before the wait for the kernel ahead, as Qwen3-4B compiles them (the
-    // default model does not); the L2 prefetch of the weights `batches` ahead (0: none).
-    let compiled = |batches| {
-        let overrides = [
-            ("MMS_KERNELS", 1),
-            ("MMA_SWAP_CLUSTERS", 1),
-            ("MMA_EARLY_WEIGHTS", 1),
-            ("MMA_SWAP_PREFETCH", batches),
-        ];
-        Kernels::compile_overriding(&gpu, &dims, &overrides).expect("kernels")
-    };
-    let mut k = compiled(0);
+    let Some((gpu, k)) = setup() else { return };
     let sms = k.multiprocessors;
     // Matrices of up to 12,288 × 4,096 elements (100 MB); each launch reads the next of as many
     // copies as 800 MB holds, so that 48 launches of even the smallest (5.4 MB) span 260 MB,
@@ -4228,9 +4135,8 @@ fn one_row_grid_balance_times() {
     let (x, w) = random_operands(&gpu, 16 * 9_728, w_total);
     let y = Buf::<f32>::zeros(&gpu, 16 * 12_288).unwrap();
     // µs a one-row launch of `kernel` over `n_out` × `depth` weights (each the next copy) and its
-    // read rate in TB/s, its tiles over clusters of `cluster` blocks (None: one block a tile).
-    let time = |k: &mut Kernels, depth: usize, n_out: usize, kernel, cluster| {
-        k.matmul_swap_cluster_size = cluster;
+    // read rate in TB/s.
+    let time = |depth: usize, n_out: usize, kernel| {
         let copies = w_total / (n_out * depth);
         let mut copy = 0;
         let us = time_launches(&gpu, 48, || {
@@ -4250,49 +4156,28 @@ fn one_row_grid_balance_times() {
             if n_out * depth > w_each {
                 continue;
             }
-            // One block a tile, then the tiles over clusters of 2 and 4
-            // (FLASHLANE_MATMUL_SWAP_CLUSTER): as many times the blocks, evenly spread.
-            for cluster in [None, Some(2), Some(4)] {
-                let (us, tbs) = time(&mut k, depth, n_out, MatmulKernel::Narrow, cluster);
-                let most = blocks.div_ceil(sms);
-                println!(
-                    "depth {depth:>5} outputs {n_out:>6} tiles {blocks:>4} (at most {most} a \
-                     multiprocessor) cluster {}: {us:6.1} us {tbs:.2} TB/s {:.1} us per tile held",
-                    cluster.unwrap_or(1),
-                    us / most as f64
-                );
-            }
+            let (us, tbs) = time(depth, n_out, MatmulKernel::Narrow);
+            let most = blocks.div_ceil(sms);
+            println!(
+                "depth {depth:>5} outputs {n_out:>6} blocks {blocks:>4} (at most {most} a \
+                 multiprocessor): {us:6.1} us {tbs:.2} TB/s {:.1} us per block held",
+                us / most as f64
+            );
         }
     }
-    // Qwen3-4B's one-row matrices as whole launches, as compiled, then with the weights' L2
-    // prefetch 1, 2 and 4 batches ahead (FLASHLANE_MATMUL_SWAP_PREFETCH).
-    let times = |k: &mut Kernels, label: &str| {
-        for (name, depth, n_out) in [
-            ("q/k/v", 2_560, 6_144),
-            ("o", 4_096, 2_560),
-            ("gate/up", 2_560, 19_456),
-            ("down", 9_728, 2_560),
-        ] {
-            // One tile a block (`Narrow`, and over clusters of 2 and 4), two (`Wide`: the swapped
-            // chain's t2 blocks, as its q/k/v and gate/up take them with their norms; the
-            // gate/up here without its SwiGLU).
-            for (kernel, cluster) in [
-                (MatmulKernel::Narrow, None),
-                (MatmulKernel::Narrow, Some(2)),
-                (MatmulKernel::Narrow, Some(4)),
-                (MatmulKernel::Wide, None),
-            ] {
-                let (us, tbs) = time(k, depth, n_out, kernel, cluster);
-                println!(
-                    "Qwen3-4B {label} {name:<7} {kernel:?} cluster {}: {us:6.1} us {tbs:.2} TB/s",
-                    cluster.unwrap_or(1)
-                );
-            }
+    // Qwen3-4B's one-row matrices as whole launches: one output tile a block (`Narrow`) and two
+    // (`Wide`: the swapped chain's t2 blocks, as its q/k/v and gate/up take them with their
+    // norms; the gate/up here without its SwiGLU).
+    for (name, depth, n_out) in [
+        ("q/k/v", 2_560, 6_144),
+        ("o", 4_096, 2_560),
+        ("gate/up", 2_560, 19_456),
+        ("down", 9_728, 2_560),
+    ] {
+        for kernel in [MatmulKernel::Narrow, MatmulKernel::Wide] {
+            let (us, tbs) = time(depth, n_out, kernel);
+            println!("Qwen3-4B {name:<7} {kernel:?}: {us:6.1} us {tbs:.2} TB/s");
         }
-    };
-    times(&mut k, "no prefetch");
-    for batches in [1, 2, 4] {
-        times(&mut compiled(batches), &format!("prefetch {batches}"));
     }
 }
 
