@@ -296,9 +296,10 @@ pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 /// stationary (`matmul_bf16_stream*_tma_fold*`: one thread's bulk copy of each chunk, not 256
 /// threads' 16-byte pieces). The same partials and fold: the bits of the split (kernel tests,
 /// H200, session 60). Slower there: `=1` 0.85× / 0.83× / 0.85× at 32 / 48 /
-/// 64 streams on Qwen3-4B and 0.81× at 64 on -8B, `=ring` 0.78–0.87× — one block of 8 warps a
-/// multiprocessor against the split's two, 3 chunks of W ahead, each tile's fold stopping its
-/// block's products: which of these holds it is not yet measured.
+/// 64 streams on Qwen3-4B and 0.81× at 64 on -8B, `=ring` 0.78–0.87×; `=tma` 0.82× / 0.84× at
+/// 48 / 64 on Qwen3-4B and 0.84× at 64 on -8B (H100, session 62, as deep a ring as fits; a ring
+/// of 4 the same), so the few chunks of W ahead are not what holds it: one block of 8 warps a
+/// multiprocessor against the split's two, or each tile's fold stopping its block's products.
 pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
 
 /// Which splits run persistent ([`MATMUL_STREAM_ENV`]).
@@ -812,7 +813,8 @@ fn tma_ring_stages(rows: usize, k: usize, most: usize) -> Option<(usize, usize)>
 }
 /// The deepest ring the persistent split's TMA copies take (`FLASHLANE_MATMUL_STREAM_TMA_STAGES`
 /// caps it lower): as deep as shared memory allows up to this, 7 chunks ahead (112 KiB of W a
-/// multiprocessor in flight) where the cp.async ring held 3; not yet measured.
+/// multiprocessor in flight) where the cp.async ring held 3: 0.82–0.84× of the split on the H100
+/// (session 62), as 4 chunks.
 const MMS_TMA_STAGES_MAX: usize = 8;
 /// `FLASHLANE_MATMUL_STREAM_TMA_STAGES=N` (2–8): the TMA ring's chunks at most (A/B runs: the
 /// bits do not change).
