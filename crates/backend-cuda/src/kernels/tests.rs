@@ -4116,8 +4116,8 @@ fn matmul_kernel_times() {
 /// come from memory: µs a launch, the read rate, and µs per block a multiprocessor holds at most;
 /// then Qwen3-4B's four one-row matrices whole, one and two output tiles a block (the default
 /// model's kernels: its weights are loaded after the wait for the kernel ahead, Qwen3-4B's
-/// before). Session 62 ran it on the H100 (bench/RESULTS.md): the launch's µs follow neither the
-/// tiles nor the most a multiprocessor holds.
+/// before). Session 62 ran it on the H100 (bench/RESULTS.md): a launch's µs do not follow the
+/// most blocks a multiprocessor holds (132 blocks 6.0 µs, 160 6.4, 264 9.3 at k 2,560).
 /// Flat µs from 132 to 264 blocks: a block's own loads in flight bound it (more blocks, or
 /// more bytes in flight a block, would help); µs doubling with the most a multiprocessor
 /// holds: the multiprocessor's share of bandwidth does. The narrow kernel (16 outputs a block,
