@@ -108,7 +108,7 @@ __device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned 
 
 // The cluster's barrier in halves: `cluster_arrive` when this thread's writes (or reads) of
 // shared memory are done, `cluster_wait` where it needs every thread of the cluster past its
-// arrive; between them the thread may work on (a persistent block's next chunks).
+// arrive; between them the thread may work on.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 

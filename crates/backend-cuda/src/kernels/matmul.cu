@@ -1141,8 +1141,7 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
-// MMT_FOLD_PAD, MMS_STAGES (the persistent split's ring of W chunks, `matmul_stream_block`),
-// MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
+// MMT_FOLD_PAD, MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -1275,9 +1274,7 @@ __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1);
 // xs_s, rows x_row[m] of the stage, swizzled by lane x_swz, k-slot half x_half) by its NT n-tiles
 // of W (at ws, BN rows of MMA_CHUNK bf16): per step of 16 k-slots the hi product then the lo one,
 // the chain every kernel of these tiles makes (so their bits).
-// W_SWIZZLE: W's piece p of row o is at p ^ (o & W_SWIZZLE) (1: `mmt_w_pos`, the cp.async
-// copies'; 7: TMA's 128-byte swizzle).
-template <int NT, int W_SWIZZLE = 1>
+template <int NT>
 __device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const bf16_t* ws, float (&acc)[2][NT][4],
                                                    const int (&x_row)[2], int x_swz, int x_half, int wc, int g,
                                                    int t) {
@@ -1286,8 +1283,7 @@ __device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const b
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         const int o = (wc * NT + j) * MMA_COLS + g;
-        const int pos_lo = W_SWIZZLE == 1 ? mmt_w_pos(o, 2 * t) : (2 * t) ^ (o & W_SWIZZLE);
-        const int pos_hi = W_SWIZZLE == 1 ? mmt_w_pos(o, 2 * t + 1) : (2 * t + 1) ^ (o & W_SWIZZLE);
+        const int pos_lo = mmt_w_pos(o, 2 * t), pos_hi = mmt_w_pos(o, 2 * t + 1);
         wlo[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * pos_lo);
         whi[j] = *reinterpret_cast<const uint4*>(ws + o * MMA_CHUNK + 8 * pos_hi);
     }
@@ -1344,7 +1340,7 @@ __device__ constexpr bool mmt_fold_swiglu(int fold) {
 // barrier keeps every block's shared memory until the cluster has read it.
 //
 // `mmt_cluster_fold_rows` is the fold alone, between barriers its caller places: tile `tile_y`
-// (of the tiles' grid y, or a persistent block's tile) whose partials every block of the cluster
+// (of the tiles' grid y) whose partials every block of the cluster
 // has written, block z's rows of it.
 template <int BM, int BN, int FOLD>
 __device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* __restrict__ y, int y_stride,
@@ -1721,311 +1717,6 @@ matmul_bf16_tiled_split32_fold_swiglu_split(const unsigned* __restrict__ xs, con
                                             int rows) {
     matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
-
-// Hopper's tensor memory accelerator (TMA) for the persistent split's weights
-// (FLASHLANE_MATMUL_STREAM=tma): a CUtensorMap (128 opaque bytes the host encodes with
-// cuTensorMapEncodeTiled, passed as a __grid_constant__ parameter), one thread's bulk copy of a
-// box of it into shared memory, completing on an mbarrier that counts its bytes.
-struct __align__(64) tma_map_t {
-    unsigned long long opaque[16];
-};
-__device__ __forceinline__ unsigned shared_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(count) : "memory");
-}
-// This thread's arrival, and `bytes` more for the phase to wait for.
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-// Until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(shared_addr(bar)), "r"(parity)
-            : "memory");
-    }
-}
-// The box of `map` at (element c0 of the inner dimension, row c1) into `dst` (1,024-byte aligned
-// for the 128-byte swizzle), its bytes counted on `bar`. Elements outside the tensor are zeros.
-__device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int c0, int c1,
-                                            unsigned long long* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-            shared_addr(dst)),
-        "l"(map), "r"(c0), "r"(c1), "r"(shared_addr(bar))
-        : "memory");
-}
-
-// The persistent k split of a decode round of up to BM rows (FLASHLANE_MATMUL_STREAM), folded in
-// its clusters: the partials, folds and bits of `matmul_tiled_block`'s SPLIT_K with FOLD, with
-// neither x's nor W's copies restarting at each tile.
-// - Cluster blockIdx.x of gridDim.x walks tiles blockIdx.x, + gridDim.x, …; its block z
-//   (blockIdx.z, rank z) multiplies residue z of each: chunks z, z + R, … (R = MMT_RESIDUES), in
-//   that order, from zero, as the split's block z does.
-// - x: the block's residue of the round's split rows (BM rows, one row block) is copied into
-//   shared memory once, chunk by chunk beside the first tile's weights, and stays for every tile:
-//   the split copies it again for each tile, as many bytes as its weights at 128 outputs.
-// - W: one ring of MMS_STAGES chunks (`tma_stages` with W_TMA) runs through all of the block's
-//   (tile, chunk) items, so the next tile's first chunks are in flight while a tile ends and
-//   folds: no pipeline fill per tile, and no block launch.
-// - The fold: each tile's partial into its own room, the cluster's barrier, then
-//   `mmt_cluster_fold_rows`; the barrier that keeps the partial until the cluster has read it
-//   is split (`cluster_arrive` after the fold's reads, `cluster_wait` before the next tile's
-//   partial is written), so a block does not wait for it while its next tile runs.
-// Shared memory: the slice (x_room chunks: residue 0's count, the most), the ring (with W_TMA
-// from the next 1,024-byte boundary), the partial (with W_TMA the ring's mbarriers after it).
-// With X_STATIONARY false (a slice that does not fit: Qwen3-4B's and -8B's down projections) x
-// goes through the ring beside W instead, copied again for each tile as the split copies it:
-// the ring's stages then hold a chunk of x and one of W, and only the fill and the launches
-// are saved. The host keeps gridDim.x ≤ the tiles (every cluster has one) and runs it one block
-// a multiprocessor.
-// With W_TMA (x stationary only) one thread copies each of the ring's W chunks by TMA (`w_map`:
-// W as a 2-D tensor [n_out][k] of bf16, boxes of 64 elements × BN rows, or two of BN / 2 rows for
-// a SwiGLU tile, 128-byte swizzle), completing on the stage's mbarrier: one thread's bulk copies
-// hold as many bytes in flight as the ring has, where a block of 256 threads' cp.async pieces
-// may hold too few (a reading of why the persistent split, one block a multiprocessor, lost
-// 13–22 % to the split's two in session 60; not measured). The 128-byte swizzle places W's
-// piece p of row o at p ^ (o & 7) (`mmt_chunk_products`' W_SWIZZLE 7): the same values, the same
-// products. Its ring has `tma_stages` chunks (the host's choice, as deep as shared memory
-// allows: a thread's copies hold no registers), and its x slice is copied whole before the
-// first product, while the ring's first chunks are in flight.
-template <int BM, int NT, int FOLD, bool X_STATIONARY, bool W_TMA = false>
-__device__ __forceinline__ void matmul_stream_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
-                                                    int k, int n_out, float* __restrict__ y, int y_stride,
-                                                    int accumulate, int rows, const tma_map_t* w_map = nullptr,
-                                                    int tma_stages = MMS_STAGES) {
-    constexpr int WR = BM / 32, WC = MMT_WARPS / WR, BN = WC * NT * MMA_COLS;
-    constexpr int X_STAGE = BM * MMA_CHUNK;      // words: BM split rows of a chunk
-    constexpr int W_STAGE = BN * MMA_CHUNK / 2;  // words: BN rows of 64 bf16
-    // A ring stage: W's chunk, and x's after it where x is not stationary.
-    constexpr int RING_STAGE = X_STATIONARY ? W_STAGE : W_STAGE + X_STAGE;
-    constexpr int THREADS = MMT_WARPS * WARP;
-    constexpr int XP = BM * MMT_X_PIECES / THREADS, WP = BN * MMT_W_PIECES / THREADS;
-    static_assert(XP * THREADS == BM * MMT_X_PIECES && WP * THREADS == BN * MMT_W_PIECES,
-                  "every thread copies as many pieces of a chunk");
-    static_assert(FOLD != MMT_FOLD_NONE, "the persistent split folds in its clusters");
-    static_assert(MMS_STAGES >= 2, "a ring of at least two chunks");
-    static_assert(!W_TMA || X_STATIONARY, "TMA copies W alone: x stationary");
-    static_assert(W_STAGE * 4 % 1024 == 0, "every stage of the ring 1,024-byte aligned for the swizzle");
-    constexpr int RX = THREADS / MMT_X_PIECES, RW = THREADS / MMT_W_PIECES;
-    static_assert(RX % 8 == 0 && RW % 2 == 0, "a thread's rows share their swizzle");
-    extern __shared__ float4 mmt_smem4[];
-    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
-    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
-    const int z = blockIdx.z;
-    const int visits = z < chunks ? (chunks - z + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    const int x_room = X_STATIONARY ? (chunks + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
-    unsigned* x_slice = reinterpret_cast<unsigned*>(mmt_smem4);
-    unsigned* ring = x_slice + (size_t)x_room * X_STAGE;
-    // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
-    if (W_TMA) ring += ((1024u - (shared_addr(ring) & 1023u)) & 1023u) / 4;
-    // The ring's chunks.
-    const int stages = W_TMA ? tma_stages : MMS_STAGES;
-    float* mine = reinterpret_cast<float*>(ring + stages * RING_STAGE);
-    // TMA's stage barriers, after the partial.
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(mine + BM * (BN + MMT_FOLD_PAD));
-    const int width = n_out / 2;
-    const int tiles = mmt_fold_swiglu(FOLD) ? (width + BN / 2 - 1) / (BN / 2) : (n_out + BN - 1) / BN;
-    const int first = blockIdx.x, stride = gridDim.x;
-    const int my_tiles = first < tiles ? (tiles - first + stride - 1) / stride : 0;
-    const int items = my_tiles * visits;
-    pdl_launch_dependents();
-
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const int wr = warp / WC, wc = warp % WC;
-    // This thread's pieces of every chunk's copies, as in `matmul_tiled_block` (row block 0).
-    const int xr = threadIdx.x / MMT_X_PIECES, xp = threadIdx.x % MMT_X_PIECES;
-    const int wo = threadIdx.x / MMT_W_PIECES, wp = threadIdx.x % MMT_W_PIECES;
-    const unsigned* x_src = xs + (size_t)min(xr, rows - 1) * xs_stride + 4 * xp;
-    const int x_dst = xr * MMA_CHUNK + 4 * (xp ^ (xr & 7));
-    const int w_dst = wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
-    // Visit v's chunk of x into the slice (X_STATIONARY), or item i's into its ring stage.
-    auto load_x = [&](int v_or_item) {
-        const int v = X_STATIONARY ? v_or_item : v_or_item % visits;
-        unsigned* base = X_STATIONARY ? x_slice + (size_t)v * X_STAGE
-                                      : ring + (v_or_item % MMS_STAGES) * RING_STAGE + W_STAGE;
-        const int c = z + v * MMT_RESIDUES;
-#pragma unroll
-        for (int j = 0; j < XP; j++) {
-            const bool in = xr + j * RX < rows;
-            cp_async16(base + x_dst + j * RX * MMA_CHUNK,
-                       in ? x_src + (size_t)j * RX * xs_stride + (size_t)c * MMA_CHUNK : xs, in);
-        }
-    };
-    // Item i's chunk of W (the block's tile i / visits, its visit i % visits) into the ring.
-    auto load_w = [&](int i) {
-        const int tile = first + (i / visits) * stride, c = z + (i % visits) * MMT_RESIDUES;
-        unsigned* base = ring + (i % stages) * RING_STAGE;
-        if (W_TMA) {
-            // Thread 0 alone; past the tensor's rows and k the boxes are zeros. A SwiGLU tile's
-            // gate box past width holds up rows: their outputs are units past width, which the
-            // fold never writes.
-            if (threadIdx.x != 0) return;
-            unsigned long long* bar = full + i % stages;
-            mbar_expect_tx(bar, W_STAGE * 4);
-            if (mmt_fold_swiglu(FOLD)) {
-                tma_load_2d(base, w_map, c * MMA_CHUNK, tile * (BN / 2), bar);
-                tma_load_2d(base + W_STAGE / 2, w_map, c * MMA_CHUNK, width + tile * (BN / 2), bar);
-            } else {
-                tma_load_2d(base, w_map, c * MMA_CHUNK, tile * BN, bar);
-            }
-            return;
-        }
-        const bool k_in = c * MMA_CHUNK + 8 * wp < k;
-#pragma unroll
-        for (int j = 0; j < WP; j++) {
-            const int ol = wo + j * RW;
-            int row;
-            bool in;
-            if (mmt_fold_swiglu(FOLD)) {
-                // Local output ol: unit tile · BN / 2 + ol % (BN / 2)'s gate row, or its up row.
-                const int unit = tile * (BN / 2) + ol % (BN / 2);
-                row = ol < BN / 2 ? unit : width + unit;
-                in = k_in && unit < width;
-            } else {
-                row = tile * BN + ol;
-                in = k_in && row < n_out;
-            }
-            cp_async16(base + w_dst + j * RW * (MMA_CHUNK / 2),
-                       in ? w + (size_t)row * k + (size_t)c * MMA_CHUNK + 8 * wp : w, in);
-        }
-    };
-
-    // The ring's first chunks (weights: never written while kernels run) before the wait for
-    // the kernel ahead, which writes x. By cp.async (the `else`) they join group 0; group s
-    // then holds x's visit s (the first tile's items are visits 0, 1, …; or item s's x, not
-    // stationary), and group i the ring's item i from MMS_STAGES − 1 on: item i waits for
-    // groups ≤ i.
-    if (W_TMA) {
-        // The stages' barriers; the ring's first chunks; then, after the wait for the kernel
-        // ahead, the whole x slice (one group), waited for before the first product.
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < stages; s++) mbar_init(full + s, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncthreads();
-        for (int s = 0; s < stages - 1; s++)
-            if (s < items) load_w(s);
-        pdl_wait();
-        for (int v = 0; v < visits; v++) load_x(v);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-    } else {
-#pragma unroll
-        for (int s = 0; s < MMS_STAGES - 1; s++)
-            if (s < items) load_w(s);
-        pdl_wait();
-#pragma unroll
-        for (int s = 0; s < MMS_STAGES - 1; s++) {
-            if (s < (X_STATIONARY ? visits : items)) load_x(s);
-            cp_async_commit();
-        }
-    }
-
-    int x_row[2];
-#pragma unroll
-    for (int m = 0; m < 2; m++) x_row[m] = (wr * 32 + m * 16 + (lane & 15)) * MMA_CHUNK;
-    const int x_swz = lane & 7, x_half = lane >> 4;
-    float acc[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[m][j][i] = 0.0f;
-    auto tile_row = [&](int m, int i) { return wr * 32 + m * 16 + g + (i / 2) * 8; };
-    auto tile_out = [&](int j, int i) { return (wc * NT + j) * MMA_COLS + 2 * t + (i % 2); };
-
-    int item = 0;
-    for (int ti = 0; ti < my_tiles; ti++) {
-        const int tile = first + ti * stride;
-        for (int v = 0; v < visits; v++, item++) {
-            if (!W_TMA) cp_async_wait<MMS_STAGES - 2>();
-            __syncthreads();  // every warp is done with the stage the next copy overwrites
-            const int next = item + stages - 1;
-            if (W_TMA) {
-                if (threadIdx.x == 0) {
-                    // The generic proxy's reads of that stage before the async proxy's writes.
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    if (next < items) load_w(next);
-                }
-                mbar_wait(full + item % stages, (item / stages) & 1);
-                __syncwarp();  // the warp whole again for the aligned ldmatrix and mma.sync
-            } else {
-                if (next < items) load_w(next);
-                if (next < (X_STATIONARY ? visits : items)) load_x(next);
-                cp_async_commit();
-            }
-            const unsigned* stage = ring + (item % stages) * RING_STAGE;
-            mmt_chunk_products<NT, W_TMA ? 7 : 1>(X_STATIONARY ? x_slice + (size_t)v * X_STAGE : stage + W_STAGE,
-                                                  reinterpret_cast<const bf16_t*>(stage), acc, x_row, x_swz, x_half,
-                                                  wc, g, t);
-        }
-        // The partial into its room once the cluster has read the last one (that fold's
-        // arrive), then the fold.
-        if (ti > 0) cluster_wait();
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    mine[tile_row(m, i) * (BN + MMT_FOLD_PAD) + tile_out(j, i)] = acc[m][j][i];
-                    acc[m][j][i] = 0.0f;
-                }
-        cluster_arrive();
-        cluster_wait();
-        mmt_cluster_fold_rows<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, 0, tile * BN,
-                                            tile * (BN / 2), width, tile);
-        cluster_arrive();
-    }
-    // No block leaves while the cluster may still read its partial.
-    if (my_tiles > 0) cluster_wait();
-    cp_async_wait<0>();
-}
-
-// MMS_KERNELS (host define): the persistent split's kernels are compiled only where asked
-// (FLASHLANE_MATMUL_STREAM): their 18 would add a third to NVRTC's and ptxas' time over a
-// model's source for a switch that is off.
-#if MMS_KERNELS
-// `matmul_bf16_tiled_split_fold`'s arguments and bits (rows ≤ 64: one row block), persistent
-// (`matmul_stream_block`): grid (clusters, 1, MMT_RESIDUES), clusters ≤ the tiles. NAME: x
-// stationary; NAME_ring: x through the ring. The fold (PLAIN, SWIGLU, SWIGLU_SPLIT) by SUFFIX.
-#define MATMUL_STREAM_KERNEL(NAME, BM, NT, XS, FOLD)                                                      \
-    extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES) \
-    NAME(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,                \
-         float* __restrict__ y, int y_stride, int accumulate, int rows) {                                \
-        matmul_stream_block<BM, NT, FOLD, XS>(xs, w, k, n_out, y, y_stride, accumulate, rows);           \
-    }
-#define MATMUL_STREAM_FAMILY(NAME, BM, NT, XS)                                  \
-    MATMUL_STREAM_KERNEL(NAME, BM, NT, XS, MMT_FOLD_PLAIN)                      \
-    MATMUL_STREAM_KERNEL(NAME##_swiglu, BM, NT, XS, MMT_FOLD_SWIGLU)            \
-    MATMUL_STREAM_KERNEL(NAME##_swiglu_split, BM, NT, XS, MMT_FOLD_SWIGLU_SPLIT)
-// With W by TMA: W's tensor map in place of W.
-#define MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, FOLD)                                                      \
-    extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, 1) __cluster_dims__(1, 1, MMT_RESIDUES) \
-    NAME(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,     \
-         float* __restrict__ y, int y_stride, int accumulate, int rows, int stages) {                    \
-        matmul_stream_block<BM, NT, FOLD, true, true>(xs, nullptr, k, n_out, y, y_stride, accumulate, rows,  \
-                                                      &w_map, stages);                                   \
-    }
-#define MATMUL_STREAM_TMA_FAMILY(NAME, BM, NT)                              \
-    MATMUL_STREAM_TMA_KERNEL(NAME, BM, NT, MMT_FOLD_PLAIN)                  \
-    MATMUL_STREAM_TMA_KERNEL(NAME##_swiglu, BM, NT, MMT_FOLD_SWIGLU)        \
-    MATMUL_STREAM_TMA_KERNEL(NAME##_swiglu_split, BM, NT, MMT_FOLD_SWIGLU_SPLIT)
-MATMUL_STREAM_FAMILY(matmul_bf16_stream_fold, MMT_ROWS, 4, true)
-MATMUL_STREAM_TMA_FAMILY(matmul_bf16_stream_tma_fold, MMT_ROWS, 4)
-MATMUL_STREAM_TMA_FAMILY(matmul_bf16_stream32_tma_fold, 32, 2)
-MATMUL_STREAM_FAMILY(matmul_bf16_stream_ring_fold, MMT_ROWS, 4, false)
-// The same on 32-row blocks (`matmul_bf16_tiled_split32_fold`'s bits; rows ≤ 32).
-MATMUL_STREAM_FAMILY(matmul_bf16_stream32_fold, 32, 2, true)
-MATMUL_STREAM_FAMILY(matmul_bf16_stream32_ring_fold, 32, 2, false)
-#endif  // MMS_KERNELS
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,
 // part_stride apart). A thread an output.

@@ -5,7 +5,7 @@
 //! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
 //! Every kernel is batch-invariant by construction: see `common.cu`.
 
-use crate::device::{Arg, Gpu, Launches, TensorMap};
+use crate::device::{Arg, Gpu, Launches};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
@@ -281,73 +281,6 @@ pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 /// Qwen3-4B's and -8B's 64-stream rounds on the H100 (session 59's timelines), ~2 % of the round.
 pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
 
-/// `FLASHLANE_MATMUL_STREAM=1` (an A/B switch, off) runs the bf16 k splits of decode rounds that
-/// fit one row block (up to 64 rows; up to 32 on the 32-row blocks) on the persistent split
-/// (`matmul_bf16_stream_fold*`, `matmul_stream_block`) where its x slice fits a block's shared
-/// memory ([`mms_shared_bytes`]: k up to 4,096 at 64 rows, 9,216 at 32 — every matrix of
-/// Qwen3-4B and -8B but the down projection): one cluster of MATMUL_RESIDUES blocks a tile as
-/// the cluster fold has, but as many clusters as the GPU runs at once, each walking tiles, its
-/// blocks' residue of x copied once into shared memory and their weights through one ring
-/// across the tiles — the split copies x again for every tile (as many bytes from L2 as its
-/// weights from memory at 128 outputs) and fills its pipeline again in every block (5 chunks
-/// at k = 2,560). Where the slice does not fit, the persistent split with x through its ring
-/// beside W (`matmul_bf16_stream_ring_fold*`: only the fills and launches saved); `=ring` runs
-/// every such split so (A/B runs of one binary); `=tma` copies W by Hopper's TMA where x is
-/// stationary (`matmul_bf16_stream*_tma_fold*`: one thread's bulk copy of each chunk, not 256
-/// threads' 16-byte pieces). The same partials and fold: the bits of the split (kernel tests,
-/// H200, session 60). Slower there: `=1` 0.85× / 0.83× / 0.85× at 32 / 48 /
-/// 64 streams on Qwen3-4B and 0.81× at 64 on -8B, `=ring` 0.78–0.87×; `=tma` 0.82× / 0.84× at
-/// 48 / 64 on Qwen3-4B and 0.84× at 64 on -8B (H100, session 62, as deep a ring as fits; a ring
-/// of 4 the same), so the few chunks of W ahead are not what holds it: one block of 8 warps a
-/// multiprocessor against the split's two, or each tile's fold stopping its block's products.
-pub const MATMUL_STREAM_ENV: &str = "FLASHLANE_MATMUL_STREAM";
-
-/// Which splits run persistent ([`MATMUL_STREAM_ENV`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StreamMode {
-    Off,
-    /// x stationary where its slice fits, else through the ring (`=1`).
-    Stationary,
-    /// x through the ring always (`=ring`).
-    Ring,
-    /// As `Stationary`, W copied by TMA where x is stationary (`=tma`).
-    Tma,
-}
-
-impl StreamMode {
-    fn from_env() -> StreamMode {
-        match std::env::var(MATMUL_STREAM_ENV).as_deref() {
-            Ok("1") => StreamMode::Stationary,
-            Ok("ring") => StreamMode::Ring,
-            Ok("tma") => StreamMode::Tma,
-            _ => StreamMode::Off,
-        }
-    }
-}
-
-/// The persistent split's kernels ([`MATMUL_STREAM_ENV`]), by block rows (64, 32) and by where x
-/// lives and how W comes ([`StreamPlace`]).
-struct StreamSplit {
-    /// `matmul_bf16_stream_fold`, `_fold_swiglu`, `_fold_swiglu_split`, then
-    /// `matmul_bf16_stream_ring_fold`'s three, then `matmul_bf16_stream_tma_fold`'s; then the
-    /// same of `matmul_bf16_stream32_*`.
-    kernels: [[[CudaFunction; 3]; 3]; 2],
-    /// Clusters of each the GPU runs at once at the most shared memory it takes (the driver's
-    /// occupancy query): a launch's grid, or its tiles where fewer.
-    clusters_at_once: [[usize; 3]; 2],
-}
-
-/// Where the persistent split keeps x and how W comes (an index of [`StreamSplit`]'s kernels).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StreamPlace {
-    /// x stationary, W by cp.async.
-    Stationary = 0,
-    /// x and W through the ring by cp.async.
-    Ring = 1,
-    /// x stationary, W by TMA.
-    Tma = 2,
-}
-
 /// Where a gate/up's SwiGLU goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SwigluOut {
@@ -356,63 +289,6 @@ enum SwigluOut {
     /// The down projection's split rows of act (`split_rows`' layout, k = width); act itself is
     /// not written. Only a fold in the clusters writes them ([`Kernels::swiglu_splits_in_fold`]).
     DownSplit(u64),
-}
-
-/// The grid of a k split folded in its clusters.
-#[derive(Clone, Copy, Debug)]
-enum FoldGrid {
-    /// A cluster a tile: the split's row blocks × its output tiles.
-    Tiles { row_blocks: u32 },
-    /// The persistent split: this many clusters (or the tiles, where fewer), walking the tiles;
-    /// with W by TMA through a ring of this many chunks where `tma_stages` (its kernels take W's
-    /// tensor map in W's place, and the ring's chunks last).
-    Persistent {
-        clusters: usize,
-        tma_stages: Option<usize>,
-    },
-}
-
-/// A launch of the persistent split ([`Kernels::streams`]): its kernels (plain, SwiGLU, SwiGLU
-/// into split rows), the clusters it may run, its shared bytes, and with W by TMA its ring's
-/// chunks.
-struct Stream<'a> {
-    kernels: &'a [CudaFunction; 3],
-    clusters: usize,
-    shared: usize,
-    tma_stages: Option<usize>,
-}
-
-/// W of `m` as the persistent split's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16,
-/// k elements a row, n_out rows, boxes of MMA_CHUNK elements × `box_rows` rows, the 128-byte
-/// swizzle, zeros outside.
-fn weight_tensor_map(m: &Matmul, box_rows: usize) -> Result<TensorMap, CudaError> {
-    use cudarc::driver::sys;
-    let dims = [m.k as u64, m.n_out as u64];
-    let strides = [(m.k * std::mem::size_of::<u16>()) as u64];
-    let boxes = [MMA_CHUNK as u32, box_rows as u32];
-    let element_strides = [1u32, 1];
-    let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    // SAFETY: the arrays live through the call and hold the rank's (2) entries the driver reads
-    // (strides: rank − 1); `map` is the 128 bytes it writes. W's address is only encoded here,
-    // not read (the kernel's copies read it, within the dimensions given).
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            &mut map,
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            2,
-            m.w as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()?;
-    Ok(TensorMap(map.opaque))
 }
 
 /// How a tiled matmul's split rows come to be.
@@ -546,65 +422,6 @@ fn cluster_fold_waves(
         small_rounds,
     })
 }
-/// The persistent split's kernels from the module's `load`, their shared memory allowed up to
-/// what a block may ask, and the clusters of each the GPU runs at once there.
-fn stream_split(
-    gpu: &Gpu,
-    load: &dyn Fn(&str) -> Result<CudaFunction, CudaError>,
-) -> Result<StreamSplit, CudaError> {
-    // A family's kernels and the most shared memory they take.
-    let family = |prefix: &str, shared: usize| -> Result<[CudaFunction; 3], CudaError> {
-        let one = |suffix: &str| with_shared_bytes(load(&format!("{prefix}{suffix}"))?, shared);
-        Ok([one("")?, one("_swiglu")?, one("_swiglu_split")?])
-    };
-    let shared = [
-        [
-            SM90_BLOCK_SHARED_MAX,
-            mms_ring_shared_bytes(MMT_ROWS),
-            SM90_BLOCK_SHARED_MAX,
-        ],
-        [
-            SM90_BLOCK_SHARED_MAX,
-            mms_ring_shared_bytes(SPLIT32_ROWS),
-            SM90_BLOCK_SHARED_MAX,
-        ],
-    ];
-    let kernels = [
-        [
-            family("matmul_bf16_stream_fold", shared[0][0])?,
-            family("matmul_bf16_stream_ring_fold", shared[0][1])?,
-            family("matmul_bf16_stream_tma_fold", shared[0][2])?,
-        ],
-        [
-            family("matmul_bf16_stream32_fold", shared[1][0])?,
-            family("matmul_bf16_stream32_ring_fold", shared[1][1])?,
-            family("matmul_bf16_stream32_tma_fold", shared[1][2])?,
-        ],
-    ];
-    let mut clusters_at_once = [[0; 3]; 2];
-    for kind in 0..2 {
-        for place in 0..3 {
-            let config = cudarc::driver::LaunchConfig {
-                grid_dim: (1, 1, MATMUL_RESIDUES as u32),
-                block_dim: (MMT_THREADS, 1, 1),
-                shared_mem_bytes: shared[kind][place] as u32,
-            };
-            clusters_at_once[kind][place] = kernels[kind][place][0]
-                .occupancy_max_active_clusters(config, &gpu.stream)?
-                as usize;
-        }
-    }
-    match clusters_at_once.iter().flatten().any(|&c| c == 0) {
-        true => Err(CudaError::Unsupported(
-            "the persistent split here: the driver runs none of its clusters".to_string(),
-        )),
-        false => Ok(StreamSplit {
-            kernels,
-            clusters_at_once,
-        }),
-    }
-}
-
 /// Where k splits, a matmul of more than 64 rows (a
 /// prompt) whose tiles would make fewer than [`MATMUL_TILED_MIN_BLOCKS`] blocks — which would
 /// otherwise run on the 16-row kernels, reading each weight once per 16 rows (Qwen3-4B's o, down and
@@ -770,55 +587,6 @@ const fn mmt_shared_bytes(stages: usize, rows: usize) -> usize {
 /// Floats past each row of a cluster-folded tile's partial in shared memory (MMT_FOLD_PAD): a
 /// warp's stores then meet at most two to a bank.
 const MMT_FOLD_PAD: usize = 4;
-/// Chunks of W in the persistent split's cp.async ring (MMS_STAGES, `matmul_stream_block`):
-/// three chunks ahead (48 KiB of weights at 128 outputs, one block a multiprocessor) while one
-/// multiplies, the most that leaves room for the x slice of a 4,096-deep 64-row round (128
-/// KiB). (Its estimate of ~25 KiB in flight a multiprocessor for the copy's bandwidth at HBM's
-/// latency did not hold up: the split lost 13–22 % on the H200, session 60.)
-const MMS_STAGES: usize = 4;
-/// Dynamic shared memory a block may ask for on sm_90 (227 KiB), which the persistent split's
-/// slice, ring and partial must fit.
-const SM90_BLOCK_SHARED_MAX: usize = 232_448;
-/// Dynamic shared memory of `matmul_stream_block` for `rows`-row blocks (MMT_OUTS outputs) and
-/// depth `k`, x stationary, with a W ring of `stages` chunks: the x slice (residue 0's chunks of
-/// split rows), the W ring, the fold's partial.
-const fn mms_stationary_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
-    let x_room = k.div_ceil(MMA_CHUNK).div_ceil(MATMUL_RESIDUES);
-    x_room * rows * MMA_CHUNK * 4
-        + stages * MMT_OUTS * MMA_CHUNK * 2
-        + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
-}
-/// The same with the cp.async ring's MMS_STAGES chunks.
-const fn mms_shared_bytes(rows: usize, k: usize) -> usize {
-    mms_stationary_shared_bytes(rows, k, MMS_STAGES)
-}
-/// The same with x through the ring: chunks of x and W a stage, then the partial.
-const fn mms_ring_shared_bytes(rows: usize) -> usize {
-    mmt_shared_bytes(MMS_STAGES, rows) + rows * (MMT_OUTS + MMT_FOLD_PAD) * 4
-}
-/// `mms_stationary_shared_bytes` with W by TMA through a ring of `stages` chunks, and room for
-/// up to 1,020 bytes that put the ring on a 1,024-byte boundary (the 128-byte swizzle's) and
-/// for the ring's mbarriers (8 bytes a chunk).
-const fn mms_tma_shared_bytes(rows: usize, k: usize, stages: usize) -> usize {
-    mms_stationary_shared_bytes(rows, k, stages) + 1024 + stages * 8
-}
-/// The persistent split's TMA ring for `rows`-row blocks at depth `k`: as deep as sm_90's
-/// shared memory allows, at most `most` chunks and at least 2, and its shared bytes; none where
-/// even 2 do not fit (the x slice too large).
-fn tma_ring_stages(rows: usize, k: usize, most: usize) -> Option<(usize, usize)> {
-    (2..=most).rev().find_map(|stages| {
-        let bytes = mms_tma_shared_bytes(rows, k, stages);
-        (bytes <= SM90_BLOCK_SHARED_MAX).then_some((stages, bytes))
-    })
-}
-/// The deepest ring the persistent split's TMA copies take (`FLASHLANE_MATMUL_STREAM_TMA_STAGES`
-/// caps it lower): as deep as shared memory allows up to this, 7 chunks ahead (112 KiB of W a
-/// multiprocessor in flight) where the cp.async ring held 3: 0.82–0.84× of the split on the H100
-/// (session 62), as 4 chunks.
-const MMS_TMA_STAGES_MAX: usize = 8;
-/// `FLASHLANE_MATMUL_STREAM_TMA_STAGES=N` (2–8): the TMA ring's chunks at most (A/B runs: the
-/// bits do not change).
-pub const MATMUL_STREAM_TMA_STAGES_ENV: &str = "FLASHLANE_MATMUL_STREAM_TMA_STAGES";
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -877,17 +645,15 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
 /// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
-/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMS_KERNELS (the
-/// persistent split's kernels compiled, which the host then loads); MMA_MIN_BLOCKS, of
+/// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
 /// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 15] = [
+const OVERRIDABLE_DEFINES: [&str; 14] = [
     "MMA_NORM_TWINS",
-    "MMS_KERNELS",
     "ATT_KV_AHEAD",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
@@ -1561,11 +1327,6 @@ impl Dims {
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
             ("MMT_FOLD_PAD", MMT_FOLD_PAD),
-            ("MMS_STAGES", MMS_STAGES),
-            (
-                "MMS_KERNELS",
-                usize::from(StreamMode::from_env() != StreamMode::Off),
-            ),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),
@@ -1744,12 +1505,6 @@ pub struct Kernels {
     matmul_tiled_split_fold: [CudaFunction; 3],
     matmul_tiled_split32_fold: [CudaFunction; 3],
     pub(crate) matmul_cluster_fold: ClusterFold,
-    /// The persistent split, where the driver counts its clusters, and whether it runs
-    /// ([`MATMUL_STREAM_ENV`]).
-    matmul_stream: Option<StreamSplit>,
-    pub(crate) matmul_stream_mode: StreamMode,
-    /// The TMA ring's chunks at most ([`MATMUL_STREAM_TMA_STAGES_ENV`]).
-    pub(crate) matmul_stream_tma_stages: usize,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
@@ -1800,17 +1555,6 @@ pub struct Kernels {
     /// Tests: launches of the k split folded in its clusters so far.
     #[cfg(test)]
     pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: launches of the persistent split so far, and the most clusters it may take (so
-    /// that a small matrix's clusters each walk several tiles).
-    #[cfg(test)]
-    pub(crate) stream_launches: std::sync::atomic::AtomicUsize,
-    /// Tests: those of them with W by TMA, and the fewest chunks a TMA ring had.
-    #[cfg(test)]
-    pub(crate) stream_tma_launches: std::sync::atomic::AtomicUsize,
-    #[cfg(test)]
-    pub(crate) stream_tma_fewest_stages: std::sync::atomic::AtomicUsize,
-    #[cfg(test)]
-    pub(crate) stream_clusters_cap: usize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1952,9 +1696,6 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
-        // A speed switch: where its kernels are not compiled (MMS_KERNELS: not asked) or the
-        // occupancy query fails, the split as it is (the same bits).
-        let matmul_stream = stream_split(gpu, &|name| Ok(f(name)?)).ok();
         let by_waves = |small_rounds| {
             cluster_fold_waves(
                 gpu,
@@ -2033,10 +1774,6 @@ impl Kernels {
             matmul_tiled_split_fold,
             matmul_tiled_split32_fold,
             matmul_cluster_fold,
-            matmul_stream,
-            matmul_stream_mode: StreamMode::from_env(),
-            matmul_stream_tma_stages: env_number(MATMUL_STREAM_TMA_STAGES_ENV)
-                .map_or(MMS_TMA_STAGES_MAX, |n| n.clamp(2, MMS_TMA_STAGES_MAX)),
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
             matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
             swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
@@ -2064,14 +1801,6 @@ impl Kernels {
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            stream_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            stream_tma_launches: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(test)]
-            stream_tma_fewest_stages: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            #[cfg(test)]
-            stream_clusters_cap: usize::MAX,
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2882,54 +2611,6 @@ impl Kernels {
                 || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS))
     }
 
-    /// The persistent split's kernels for `m`'s k split on mma.sync, the clusters it may run and
-    /// their shared bytes, where asked ([`MATMUL_STREAM_ENV`]) and its rows are one row block
-    /// (the 32-row blocks' up to 32 rows where those run them): x stationary where asked and
-    /// its slice fits, else through the ring.
-    fn streams(&self, m: &Matmul) -> Option<Stream<'_>> {
-        let stream = self
-            .matmul_stream
-            .as_ref()
-            .filter(|_| self.matmul_stream_mode != StreamMode::Off && m.fp8.is_none())?;
-        let kind = match m.rows {
-            0 => return None,
-            rows if rows <= SPLIT32_ROWS && self.matmul_split32 => 1,
-            rows if rows <= MMT_ROWS => 0,
-            _ => return None,
-        };
-        let block_rows = [MMT_ROWS, SPLIT32_ROWS][kind];
-        let fits = |bytes: usize| (bytes <= SM90_BLOCK_SHARED_MAX).then_some(bytes);
-        // TMA reads W from a 16-byte-aligned start with rows a multiple of 16 bytes apart.
-        let tma_fits = m.w.is_multiple_of(16) && (m.k * 2).is_multiple_of(16);
-        let tma = match self.matmul_stream_mode {
-            StreamMode::Tma if tma_fits => {
-                tma_ring_stages(block_rows, m.k, self.matmul_stream_tma_stages)
-            }
-            _ => None,
-        };
-        let (place, shared, tma_stages) = match (self.matmul_stream_mode, tma) {
-            (_, Some((stages, bytes))) => Some((StreamPlace::Tma, bytes, Some(stages))),
-            (StreamMode::Tma | StreamMode::Stationary, None) => {
-                fits(mms_shared_bytes(block_rows, m.k))
-                    .map(|bytes| (StreamPlace::Stationary, bytes, None))
-            }
-            _ => None,
-        }
-        .unwrap_or((StreamPlace::Ring, mms_ring_shared_bytes(block_rows), None));
-        Some(Stream {
-            kernels: &stream.kernels[kind][place as usize],
-            clusters: stream.clusters_at_once[kind][place as usize],
-            shared,
-            tma_stages,
-        })
-    }
-
-    /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
-    /// clusters: persistent ([`Kernels::streams`]) or by [`folds_in_clusters`] of its tiles.
-    fn split_folds_somehow(&self, m: &Matmul, swiglu: bool) -> bool {
-        self.streams(m).is_some() || self.split_folds(m, swiglu)
-    }
-
     /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
     /// its clusters ([`folds_in_clusters`] of its tiles).
     fn split_folds(&self, m: &Matmul, swiglu: bool) -> bool {
@@ -2958,7 +2639,7 @@ impl Kernels {
         m: &Matmul,
         swiglu: Option<SwigluOut>,
         kernels: &[CudaFunction; 3],
-        fold_grid: FoldGrid,
+        row_blocks: u32,
         shared: usize,
     ) -> Result<(), CudaError> {
         let swiglu = swiglu.map(|out| match out {
@@ -2995,59 +2676,16 @@ impl Kernels {
                 )
             }
         };
-        let grid = match fold_grid {
-            FoldGrid::Tiles { row_blocks } => (
-                row_blocks,
-                u32::try_from(out_blocks).expect("outputs fit a grid"),
-                MATMUL_RESIDUES as u32,
-            ),
-            // Every cluster has a tile (`matmul_stream_block`), its rows one row block.
-            FoldGrid::Persistent { clusters, .. } => {
-                assert!(
-                    m.rows <= MMT_ROWS,
-                    "[stream-one-row-block] the persistent split takes one row block ({} rows)",
-                    m.rows
-                );
-                #[cfg(test)]
-                let clusters = {
-                    self.stream_launches
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    clusters.min(self.stream_clusters_cap)
-                };
-                (
-                    u32::try_from(clusters.min(out_blocks)).expect("clusters fit a grid"),
-                    1,
-                    MATMUL_RESIDUES as u32,
-                )
-            }
-        };
+        let grid = (
+            row_blocks,
+            u32::try_from(out_blocks).expect("outputs fit a grid"),
+            MATMUL_RESIDUES as u32,
+        );
         #[cfg(test)]
         self.cluster_fold_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
-        let mut count = split_rows_args(m, &tail, &mut room).len();
-        if let FoldGrid::Persistent {
-            tma_stages: Some(stages),
-            ..
-        } = fold_grid
-        {
-            // W's tensor map in W's place (`split_rows_args`' second), the ring's chunks last; a
-            // SwiGLU tile's boxes are its gate rows and its up rows (MMT_OUTS / 2 each).
-            let box_rows = match swiglu {
-                Some(_) => MMT_OUTS / 2,
-                None => MMT_OUTS,
-            };
-            room[1] = Arg::Map(weight_tensor_map(m, box_rows)?);
-            room[count] = Arg::I32(stages as i32);
-            count += 1;
-            #[cfg(test)]
-            {
-                self.stream_tma_launches
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.stream_tma_fewest_stages
-                    .fetch_min(stages, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        let count = split_rows_args(m, &tail, &mut room).len();
         gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, &room[..count])
     }
 
@@ -3140,30 +2778,13 @@ impl Kernels {
                 self.tiled_shared_bytes,
             ),
         };
-        // The splits on mma.sync (not the warpgroup's) may run persistent, or fold in clusters.
-        if wgmma.is_none() {
-            if let Some(stream) = self.streams(m) {
-                let grid = FoldGrid::Persistent {
-                    clusters: stream.clusters,
-                    tma_stages: stream.tma_stages,
-                };
-                return self.matmul_split_folded(
-                    gpu,
-                    m,
-                    swiglu,
-                    stream.kernels,
-                    grid,
-                    stream.shared,
-                );
-            }
-        }
+        // The splits on mma.sync (not the warpgroup's) may fold in clusters.
         if wgmma.is_none() && self.split_folds(m, swiglu.is_some()) {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,
             };
-            let grid = FoldGrid::Tiles { row_blocks };
-            return self.matmul_split_folded(gpu, m, swiglu, kernels, grid, shared);
+            return self.matmul_split_folded(gpu, m, swiglu, kernels, row_blocks, shared);
         }
         let swiglu_act = swiglu.map(|out| match out {
             SwigluOut::Act(act) => act,
@@ -3730,7 +3351,7 @@ impl Kernels {
             && self.plan_matmul(gate_up, MatmulKernel::Auto)
                 == MatmulLaunch::Tiled { split_k: true }
             && self.swiglu_in_gate_up
-            && self.split_folds_somehow(gate_up, true)
+            && self.split_folds(gate_up, true)
             && matches!(
                 self.plan_matmul(down, MatmulKernel::Auto),
                 MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK
@@ -3778,7 +3399,7 @@ impl Kernels {
                 assert!(
                     place == SwigluPlace::InFold
                         && launch == (MatmulLaunch::Tiled { split_k: true })
-                        && self.split_folds_somehow(m, true),
+                        && self.split_folds(m, true),
                     "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's \
                      split rows ({launch:?}, {place:?})"
                 );

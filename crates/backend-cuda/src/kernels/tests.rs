@@ -50,19 +50,6 @@ fn setup() -> Option<(Arc<Gpu>, Kernels)> {
     Some((gpu, kernels))
 }
 
-/// `setup` with the persistent split's kernels compiled (MMS_KERNELS: only where
-/// FLASHLANE_MATMUL_STREAM asks, outside the tests), so that the tests may turn it on.
-fn setup_with_stream() -> Option<(Arc<Gpu>, Kernels)> {
-    let gpu = open_gpu()?;
-    let (_, dims) = tiny_dims();
-    let kernels = Kernels::compile_overriding(&gpu, &dims, &[("MMS_KERNELS", 1)]).expect("kernels");
-    assert!(
-        kernels.matmul_stream.is_some(),
-        "[stream-kernels] the persistent split's kernels compiled and their clusters counted"
-    );
-    Some((gpu, kernels))
-}
-
 /// The warpgroup matmul's module compiled into `k` on compute capability 9.0 (the H200), where
 /// it must compile, so that the tests run its kernels there: whether it is.
 fn compile_wgmma_on_hopper(gpu: &Gpu, k: &mut Kernels) -> bool {
@@ -282,7 +269,7 @@ fn f32_bytes(n: usize) -> u64 {
 
 #[test]
 fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batched() {
-    let Some((gpu, mut k)) = setup_with_stream() else {
+    let Some((gpu, mut k)) = setup() else {
         return;
     };
     let mut rng = Rng::fresh();
@@ -352,64 +339,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
             .load(std::sync::atomic::Ordering::Relaxed)
             > 0,
         "the split folded in its clusters never ran"
-    );
-    // The persistent split (`matmul_bf16_stream_fold`, `_stream32_fold`; FLASHLANE_MATMUL_STREAM):
-    // the 64-row blocks from 33 rows, the 32-row ones up to 32; its clusters capped at 1 and 2
-    // so that each walks several tiles (at most 3 here), and not; one piece of k (residues 1–7
-    // empty: each block still meets every fold's barriers), three rounds plus a piece, random
-    // depths (past 4,096 at 64 rows its x slice does not fit: x through the ring then, as
-    // `=ring` puts it always); W by TMA (`=tma`; the depths of whole 16-byte rows, every one
-    // here), its ring as deep as fits and of 2 chunks.
-    use super::StreamMode;
-    k.stream_launches
-        .store(0, std::sync::atomic::Ordering::Relaxed);
-    let deepest = super::MMS_TMA_STAGES_MAX;
-    for (cap, split32, mode, tma_stages) in [
-        (1, false, StreamMode::Stationary, deepest),
-        (2, true, StreamMode::Stationary, deepest),
-        (usize::MAX, true, StreamMode::Stationary, deepest),
-        (2, false, StreamMode::Ring, deepest),
-        (usize::MAX, true, StreamMode::Ring, deepest),
-        (1, false, StreamMode::Tma, deepest),
-        (usize::MAX, true, StreamMode::Tma, deepest),
-        // The shallowest TMA ring (2 chunks: each stage's barrier wraps its parity most often).
-        (2, true, StreamMode::Tma, 2),
-    ] {
-        k.matmul_stream_mode = mode;
-        k.matmul_stream_tma_stages = tma_stages;
-        k.stream_clusters_cap = cap;
-        k.matmul_split32 = split32;
-        // And 10 chunks a residue at 32 rows, where the deepest TMA ring (8) fits: its
-        // barriers wrap their parity.
-        for (depth, rows) in [
-            (16 * (1 + rng.below(320)), 40),
-            (16, 64),
-            (3 * 8 * 64 + 16, 64),
-            (16 * (1 + rng.below(320)), 32),
-            (16, 20),
-            (9 * 8 * 64 + 16, 32),
-        ] {
-            matmul_case(&gpu, &k, &mut rng, depth, rows, true);
-        }
-    }
-    k.stream_clusters_cap = usize::MAX;
-    k.matmul_stream_mode = super::StreamMode::Off;
-    k.matmul_stream_tma_stages = super::MMS_TMA_STAGES_MAX;
-    assert!(
-        k.stream_launches.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "the persistent split never ran"
-    );
-    assert!(
-        k.stream_tma_launches
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0,
-        "the persistent split never copied W by TMA"
-    );
-    assert_eq!(
-        k.stream_tma_fewest_stages
-            .load(std::sync::atomic::Ordering::Relaxed),
-        2,
-        "the 2-chunk TMA ring never ran"
     );
     // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
     // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
@@ -712,7 +641,7 @@ fn matmul_case_rows(
 /// the twins run only where the switch lets them (on unless FLASHLANE_SWIGLU_IN_GATE_UP=0), and
 /// Auto splits k here as in Qwen3-4B and larger (the default model does not).
 fn swiglu_setup() -> Option<(Arc<Gpu>, Kernels, bool)> {
-    let (gpu, mut k) = setup_with_stream()?;
+    let (gpu, mut k) = setup()?;
     k.swiglu_in_gate_up = true;
     k.matmul_split_k = true;
     let wgmma_split = compile_wgmma_on_hopper(&gpu, &mut k);
@@ -774,20 +703,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
-        // And persistent (`matmul_bf16_stream_fold_swiglu`, FLASHLANE_MATMUL_STREAM), x
-        // stationary and through the ring.
-        use super::StreamMode;
-        let folds = [
-            (super::ClusterFold::Off, StreamMode::Off),
-            (super::ClusterFold::All, StreamMode::Off),
-            (super::ClusterFold::Off, StreamMode::Stationary),
-            (super::ClusterFold::Off, StreamMode::Ring),
-            (super::ClusterFold::Off, StreamMode::Tma),
-        ];
-        for (rows, (cluster_fold, stream)) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+        let folds = [super::ClusterFold::Off, super::ClusterFold::All];
+        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = cluster_fold;
-            k.matmul_stream_mode = stream;
-            let seed = format!("{seed} (cluster fold {cluster_fold:?}, persistent {stream:?})");
+            let seed = format!("{seed} (cluster fold {cluster_fold:?})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -862,7 +781,6 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
-    k.matmul_stream_mode = super::StreamMode::Off;
 }
 
 /// A dense MLP's two matmuls (`Kernels::dense_mlp_matmuls`) with the gate/up's SwiGLU written
@@ -906,20 +824,9 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         let nan = vec![f32::NAN; max_rows * hidden];
         let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
         let mut down_splits = 0;
-        // And persistent (`matmul_bf16_stream*_fold_swiglu_split`, FLASHLANE_MATMUL_STREAM; x
-        // stationary and through the ring), which folds in its clusters whatever the fold's
-        // switch says.
-        use super::StreamMode;
-        let folds = [
-            (super::ClusterFold::All, StreamMode::Off),
-            (super::ClusterFold::Off, StreamMode::Off),
-            (super::ClusterFold::Off, StreamMode::Stationary),
-            (super::ClusterFold::Off, StreamMode::Ring),
-            (super::ClusterFold::Off, StreamMode::Tma),
-        ];
-        for (rows, (fold, stream)) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+        let folds = [super::ClusterFold::All, super::ClusterFold::Off];
+        for (rows, fold) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
             k.matmul_cluster_fold = fold;
-            k.matmul_stream_mode = stream;
             let gate_up = Matmul {
                 x_split: xs.at(0),
                 partials: partials.at(0),
@@ -963,9 +870,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
             };
             let (apart, want) = run(false);
             let (written, got) = run(true);
-            let case = format!(
-                "seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}, persistent {stream:?}"
-            );
+            let case = format!("seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}");
             assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
             // Folded in its clusters where the gate/up's k splits on the tiles (a round of up
             // to 24 rows splits on the warpgroup MMA where it compiled); a 48–64-row round always.
@@ -975,8 +880,7 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
                 on_tiles || rows <= 24,
                 "{case}: the gate/up does not split on the tiles"
             );
-            let folds_in_clusters =
-                (fold == super::ClusterFold::All || stream != StreamMode::Off) && on_tiles;
+            let folds_in_clusters = fold == super::ClusterFold::All && on_tiles;
             assert_eq!(
                 written,
                 match folds_in_clusters {
@@ -1001,7 +905,6 @@ fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
         );
     }
     k.swiglu_split_in_fold = false;
-    k.matmul_stream_mode = super::StreamMode::Off;
 }
 
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
@@ -2613,29 +2516,6 @@ fn ran_swapped(k: &Kernels) -> bool {
     k.swapped_launches
         .swap(0, std::sync::atomic::Ordering::Relaxed)
         > 0
-}
-
-/// The persistent split's shared memory (no device needed), as the docs state it: x stays
-/// stationary up to k 4,096 at 64 rows and 9,216 at 32; the TMA ring is 7 chunks deep on
-/// Qwen3-4B's 2,560-deep matrices and 4 on -8B's 4,096-deep ones at 64 rows, capped by its
-/// setting, and none where even 2 chunks leave no room for the x slice.
-#[test]
-fn persistent_split_rings_fit_the_shared_memory_the_docs_state() {
-    use super::{mms_shared_bytes, tma_ring_stages, MMS_TMA_STAGES_MAX, SM90_BLOCK_SHARED_MAX};
-    let fits = |rows, k| mms_shared_bytes(rows, k) <= SM90_BLOCK_SHARED_MAX;
-    assert!(fits(64, 4_096) && !fits(64, 4_096 + 512));
-    assert!(fits(32, 9_216) && !fits(32, 9_216 + 512));
-    let stages = |rows, k, most| tma_ring_stages(rows, k, most).map(|(stages, _)| stages);
-    assert_eq!(stages(64, 2_560, MMS_TMA_STAGES_MAX), Some(7));
-    assert_eq!(stages(64, 4_096, MMS_TMA_STAGES_MAX), Some(4));
-    assert_eq!(stages(64, 2_560, 4), Some(4));
-    assert_eq!(
-        stages(32, 2_560, MMS_TMA_STAGES_MAX),
-        Some(MMS_TMA_STAGES_MAX)
-    );
-    assert_eq!(stages(64, 9_728, MMS_TMA_STAGES_MAX), None);
-    let (_, bytes) = tma_ring_stages(64, 4_096, MMS_TMA_STAGES_MAX).unwrap();
-    assert!(bytes <= SM90_BLOCK_SHARED_MAX);
 }
 
 /// `swap_tiles` (no device needed): one output tile a block for the narrow and the deep plans,
