@@ -106,9 +106,9 @@ __device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned 
     return remote;
 }
 
-// The cluster's barrier in halves: `cluster_arrive` when this thread's writes (or reads) of
-// shared memory are done, `cluster_wait` where it needs every thread of the cluster past its
-// arrive; between them the thread may work on.
+// The cluster's barrier in halves (`cluster_sync` runs both): `cluster_arrive` when this thread's
+// writes (or reads) of shared memory are done, `cluster_wait` where it needs every thread of the
+// cluster past its arrive.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 

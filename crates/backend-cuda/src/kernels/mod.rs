@@ -2630,9 +2630,9 @@ impl Kernels {
 
     /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
     /// by `kernels` (plain, SwiGLU, SwiGLU into split rows: `matmul_bf16_tiled_split_fold*` or
-    /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on `blocks` (the split's row
-    /// blocks and shared bytes): into `m.y` as the fold writes it, or with `swiglu` the SwiGLU
-    /// of its gate/up where that says.
+    /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on the split's
+    /// `row_blocks` row blocks of `shared` bytes each: into `m.y` as the fold writes it, or with
+    /// `swiglu` the SwiGLU of its gate/up where that says.
     fn matmul_split_folded(
         &self,
         gpu: &Gpu,
@@ -2685,8 +2685,8 @@ impl Kernels {
         self.cluster_fold_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
-        let count = split_rows_args(m, &tail, &mut room).len();
-        gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, &room[..count])
+        let args = split_rows_args(m, &tail, &mut room);
+        gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, args)
     }
 
     /// x split into `m.x_split` as `x_split` says (`split_rows`; normalised first in the same
