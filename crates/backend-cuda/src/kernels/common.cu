@@ -106,17 +106,10 @@ __device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned 
     return remote;
 }
 
-// The cluster's barrier in halves (`cluster_sync` runs both): `cluster_arrive` when this thread's
-// writes (or reads) of shared memory are done, `cluster_wait` where it needs every thread of the
-// cluster past its arrive.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
 // Every thread of every block of the cluster waits here; writes to shared memory before it are
 // seen by the cluster's blocks after it.
 __device__ __forceinline__ void cluster_sync() {
-    cluster_arrive();
-    cluster_wait();
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // Pulls `bytes` (a multiple of 16) from 16-byte-aligned global `p` into L2, without waiting.

@@ -1141,7 +1141,7 @@ MATMUL_FP8_SWAP_KERNEL(matmul_fp8_swap_t2, 2, MMA_FP8_WIDE_DEPTH)
 // p ^ (r & 7), W piece p of row r at p ^ (r & 1) (a lane reads pieces 2t and 2t + 1).
 //
 // Host defines: MMT_STAGES, MMT_RESIDUES, MMT_ROWS, MMT_OUTS (the block: 64 × 128), SPLIT_THREADS,
-// MMT_FOLD_PAD, MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
+// MMT_WEIGHTS_EVICT_FIRST (1: W's copies under an L2 evict-first policy, `cp_async16_hint`),
 // MMT_PROBE (0; only `tiled_define_times`'s recompiled kernels set it: 1 copies the stages and
 // multiplies nothing, 2 multiplies without copying W: what the copies alone and the products
 // alone take, the results meaningless).
@@ -1327,9 +1327,10 @@ __device__ constexpr bool mmt_fold_swiglu(int fold) {
     return fold == MMT_FOLD_SWIGLU || fold == MMT_FOLD_SWIGLU_SPLIT;
 }
 
-// MMT_FOLD_PAD (host define, 4): floats past each row of a cluster-folded tile's partial in
-// shared memory: a warp's stores (rows g, columns 2t + i) then meet at most two to a bank
-// (4g + 2t, where BN alone would put the 8 rows' same column in one bank).
+// Floats past each row of a cluster-folded tile's partial in shared memory: a warp's stores (rows
+// g, columns 2t + i) then meet at most two to a bank (4g + 2t, where BN alone would put the 8
+// rows' same column in one bank).
+#define MMT_FOLD_PAD 4
 
 // The cluster's fold of a tile (`matmul_tiled_block`'s FOLD): every block's partial `mine` is in
 // its shared memory ([BM][BN + MMT_FOLD_PAD] floats); after the cluster's barrier, block z folds
@@ -1338,18 +1339,15 @@ __device__ constexpr bool mmt_fold_swiglu(int fold) {
 // `matmul_fold_residues_swiglu`'s for a gate and its up, then silu(gate) · up), so the bits of the
 // split and its fold without the partials' trip through memory or the fold's launch. A second
 // barrier keeps every block's shared memory until the cluster has read it.
-//
-// `mmt_cluster_fold_rows` is the fold alone, between barriers its caller places: tile `tile_y`
-// (of the tiles' grid y) whose partials every block of the cluster
-// has written, block z's rows of it.
 template <int BM, int BN, int FOLD>
-__device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* __restrict__ y, int y_stride,
-                                                      int accumulate, int rows, int n_out, int r0, int o0,
-                                                      int u0, int width, int tile_y) {
+__device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __restrict__ y, int y_stride,
+                                                 int accumulate, int rows, int n_out, int r0, int o0, int u0,
+                                                 int width) {
     constexpr int ROWS_A_BLOCK = BM / MMT_RESIDUES;
     static_assert(ROWS_A_BLOCK * MMT_RESIDUES == BM, "each block of the cluster folds as many rows");
     constexpr int PS = BN + MMT_FOLD_PAD;
     constexpr int COLS = mmt_fold_swiglu(FOLD) ? BN / 2 : BN;  // units or outputs a row
+    cluster_sync();
     const int z = blockIdx.z;  // the cluster's blocks are the tile's residues: rank z
     // The sum of the residues' partials at `at` (floats into a partial), in residue order.
     auto fold = [&](int at) {
@@ -1365,7 +1363,7 @@ __device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* 
     };
     if (FOLD == MMT_FOLD_SWIGLU_SPLIT) {
         // y: the down projection's split rows of act (k = width, `split_rows`' layout). The
-        // tile's BN / 2 units are chunk tile_y of every row; a thread a word (two units),
+        // tile's BN / 2 units are chunk blockIdx.y of every row; a thread a word (two units),
         // each unit's act the SWIGLU fold's expression below, so the words `split_rows` makes
         // of the act that fold writes. Units past width (the last chunk's tail) are zeros, as
         // `split_rows` leaves them.
@@ -1385,7 +1383,7 @@ __device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* 
                 a0 = __fmul_rn(siluf_(gate0), up0);
                 a1 = __fmul_rn(siluf_(gate1), up1);
             }
-            store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, tile_y, w, a0, a1);
+            store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, blockIdx.y, w, a0, a1);
         }
     } else {
         for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
@@ -1405,13 +1403,6 @@ __device__ __forceinline__ void mmt_cluster_fold_rows(const float* mine, float* 
             }
         }
     }
-}
-template <int BM, int BN, int FOLD>
-__device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __restrict__ y, int y_stride,
-                                                 int accumulate, int rows, int n_out, int r0, int o0, int u0,
-                                                 int width) {
-    cluster_sync();
-    mmt_cluster_fold_rows<BM, BN, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width, blockIdx.y);
     cluster_sync();
 }
 

@@ -584,9 +584,6 @@ const MMT_OUTS: usize = 128;
 const fn mmt_shared_bytes(stages: usize, rows: usize) -> usize {
     stages * MMA_CHUNK * (rows * 4 + MMT_OUTS * 2)
 }
-/// Floats past each row of a cluster-folded tile's partial in shared memory (MMT_FOLD_PAD): a
-/// warp's stores then meet at most two to a bank.
-const MMT_FOLD_PAD: usize = 4;
 /// Threads of a `split_rows` block (a row's words of hi, 32 a chunk, in blocks of these).
 const SPLIT_THREADS: u32 = 256;
 
@@ -1326,7 +1323,6 @@ impl Dims {
             ("MMT_RESIDUES", block(MMA_WARPS)),
             ("MMT_ROWS", MMT_ROWS),
             ("MMT_OUTS", MMT_OUTS),
-            ("MMT_FOLD_PAD", MMT_FOLD_PAD),
             ("SPLIT_THREADS", block(SPLIT_THREADS)),
             ("NORM_WARPS", block(NORM_WARPS)),
             ("MMA_NORM_LOADS", norm_loads(self.hidden)),
