@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # RAN in session 62 (H100, bench/h100-20261207-s62/call1/); its switches are removed since
-# (clusters, prefetch), so as it stands its kernel tests name two tests that no longer exist.
+# (clusters, prefetch), so as it stands it names a kernel test that no longer exists
+# (swapped_clusters_give_the_other_kernels_bits) and A/B settings that do nothing.
 # Session 62, call 1: session 61's call1.sh (never ran), with session 62's one-stream switches
 # first:
 # 0. The kernel tests: the persistent split's TMA cases (matmul, gate/up SwiGLU, SwiGLU split;
