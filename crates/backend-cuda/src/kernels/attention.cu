@@ -571,3 +571,411 @@ attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_
     __syncthreads();
     attention_heads<1, ATT_WARPS, 2>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, h, m_s, l_s, acc_s);
 }
+
+// The tensor-core attention (FLASHLANE_ATTENTION_MMA, an A/B switch that changes replies). The
+// kernels above take a score as a warp's shuffle sum over the head's dims and the softmax a key
+// and a head at a time: a 64-stream decode round of Qwen3-4B spent 64 % of its issue slots
+// there and read its caches at 32 % of DRAM's rate (ncu, session 62). Here the products run on
+// the tensor cores, for one row's query heads of one KV head (at most 8: an MMA's n = 8
+// columns, the rest zeros):
+// - the row's keys are tiles of 16 (the MMA's rows), and the tiles ATT_MMA_SPLITS key splits:
+//   split s takes tiles s, s + SPLITS, … in order, from a fresh online-softmax state (a split
+//   fixed by the position alone, as the kernels above fix theirs);
+// - a warp walks a split's tiles, each copied by the warp into its own shared memory with
+//   cp.async ATT_MMA_STAGES − 1 tiles ahead, and per tile takes the scores Sᵀ (16 keys × 8
+//   heads) = K (`ldmatrix` of the bf16 rows) · qᵀ, q split into bf16 hi and lo as the matmuls
+//   split x (two MMAs a step: q keeps ~16 bits); the online softmax over the tile's keys per
+//   head (a fixed shuffle tree over the 8 lanes that hold a head's keys); and Oᵀ (ATT_HD × 8) =
+//   Oᵀ·c + Vᵀ (`ldmatrix.trans` of the V rows) · Pᵀ, P split into hi and lo likewise and turned
+//   from the scores' layout into the B operand's by `movmatrix`;
+// - the splits' states are merged in split order (`att_mma_merge_one`).
+// `attention_mma` walks all the splits in one block (warp w splits w, w + 4, …, one after the
+// other: many rows); `attention_mma_cluster` spreads them over a cluster of ATT_MMA_CLUSTER
+// blocks, a split a warp, merged through distributed shared memory (few rows, whose keys would
+// otherwise sit on a few multiprocessors). Every split is the same chain in both and so is the
+// merge: the same bits (kernel test). A tensor-core step sums its 16 products in an order of its
+// own, so these are other bits than the kernels above give (within the reference's tolerance,
+// kernel test); under the switch every attention call of the process runs one of the two, so a
+// row's bits still never depend on the batch. Compiled where the cache is bf16, a head a whole
+// number of MMA steps and a KV head's query heads at most 8 (the host's `att_mma_fits` asks the
+// same).
+// Host defines: ATT_MMA_WARPS (a block's warps), ATT_MMA_STAGES (a warp's tiles in shared
+// memory), ATT_MMA_SPLITS (key splits of a row: a multiple of ATT_MMA_WARPS).
+#if ATT_KV_BF16 && ATT_HD % 16 == 0 && ATT_HEADS / ATT_KV_HEADS <= 8
+#define ATT_MMA_KEYS 16                           // keys of a tile: the MMA's 16 rows
+#define ATT_MMA_STEPS (ATT_HD / 16)               // k-steps of a score tile; dim tiles of O
+#define ATT_MMA_G (ATT_HEADS / ATT_KV_HEADS)      // query heads of a block
+#define ATT_MMA_PIECES (ATT_HD / 8)               // 16-byte pieces of a head's K or V row
+#define ATT_MMA_TILE (2 * ATT_MMA_KEYS * ATT_HD)  // bf16 of a tile: its K rows, then its V rows
+#define ATT_MMA_CLUSTER (ATT_MMA_SPLITS / ATT_MMA_WARPS)
+static_assert(ATT_MMA_SPLITS % ATT_MMA_WARPS == 0, "a cluster's blocks take a split a warp");
+// A tile row's pieces are stored XOR-swizzled by the key, so that the 8 rows an `ldmatrix`
+// matrix reads fall in different banks: by the largest of 8, 4, 2 that divides the pieces (the
+// swizzle stays within the row).
+#define ATT_MMA_SWZ ((ATT_MMA_PIECES % 8 == 0 ? 8 : ATT_MMA_PIECES % 4 == 0 ? 4 : 2) - 1)
+
+// Where piece `piece` of key `key`'s row of a tile is stored, in bf16 from the tile's start.
+__device__ __forceinline__ int att_mma_at(int key, int piece) {
+    return key * ATT_HD + (piece ^ (key & ATT_MMA_SWZ)) * 8;
+}
+
+// `ldmatrix_x4` transposed: lane l gives the address of row l % 8 of matrix l / 8 and receives
+// elements 2(l % 4) and 2(l % 4) + 1 of column l / 4 of each.
+__device__ __forceinline__ void ldmatrix_x4_trans(const unsigned* p, unsigned& r0, unsigned& r1, unsigned& r2,
+                                                  unsigned& r3) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+// An 8 × 8 matrix of bf16 pairs held as an MMA fragment (lane (g, t): row g, columns 2t, 2t + 1)
+// transposed in the same layout.
+__device__ __forceinline__ unsigned att_mma_transpose(unsigned m) {
+    unsigned d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(m));
+    return d;
+}
+
+// The largest of v over the 8 lanes of a warp that share lane % 4, by a fixed tree.
+__device__ __forceinline__ float att_mma_column_max(float v) {
+#pragma unroll
+    for (int o = 4; o < WARP; o <<= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+// The sum of v over the same 8 lanes, by the same tree.
+__device__ __forceinline__ float att_mma_column_sum(float v) {
+#pragma unroll
+    for (int o = 4; o < WARP; o <<= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// Tiles of key split `split` for a row of `row_tiles` tiles (none past the last).
+__device__ __forceinline__ int att_mma_split_tiles(int split, int row_tiles) {
+    return split < row_tiles ? (row_tiles - split + ATT_MMA_SPLITS - 1) / ATT_MMA_SPLITS : 0;
+}
+
+// A split's online-softmax state in a warp: lane (g, t) holds Oᵀ's dim tile s as o[s]: dims
+// 16s + g (0, 1) and 16s + g + 8 (2, 3) of heads 2t (0, 2) and 2t + 1 (1, 3); m and l of heads
+// 2t and 2t + 1.
+struct AttMmaState {
+    float o[ATT_MMA_STEPS][4];
+    float m0, m1, l0, l1;
+};
+
+__device__ __forceinline__ void att_mma_fresh(AttMmaState& st) {
+#pragma unroll
+    for (int s = 0; s < ATT_MMA_STEPS; s++) st.o[s][0] = st.o[s][1] = st.o[s][2] = st.o[s][3] = 0.0f;
+    st.m0 = st.m1 = -INFINITY;
+    st.l0 = st.l1 = 0.0f;
+}
+
+// A split's state into its slot of shared memory for the merge: m and l of each head of the
+// group, then its G × ATT_HD outputs (heads past the group are dropped).
+struct AttMmaSlot {
+    float* m;    // ATT_MMA_G
+    float* l;    // ATT_MMA_G
+    float* acc;  // ATT_MMA_G × ATT_HD
+};
+
+__device__ __forceinline__ void att_mma_keep(const AttMmaState& st, AttMmaSlot slot, int lane) {
+    const int g = lane / 4, t = lane % 4;
+    const bool h0 = 2 * t < ATT_MMA_G, h1 = 2 * t + 1 < ATT_MMA_G;
+    if (g == 0) {
+        if (h0) {
+            slot.m[2 * t] = st.m0;
+            slot.l[2 * t] = st.l0;
+        }
+        if (h1) {
+            slot.m[2 * t + 1] = st.m1;
+            slot.l[2 * t + 1] = st.l1;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < ATT_MMA_STEPS; s++) {
+        if (h0) {
+            slot.acc[2 * t * ATT_HD + 16 * s + g] = st.o[s][0];
+            slot.acc[2 * t * ATT_HD + 16 * s + g + 8] = st.o[s][2];
+        }
+        if (h1) {
+            slot.acc[(2 * t + 1) * ATT_HD + 16 * s + g] = st.o[s][1];
+            slot.acc[(2 * t + 1) * ATT_HD + 16 * s + g + 8] = st.o[s][3];
+        }
+    }
+}
+
+// One tile's scores, softmax step and products into `st`: K and V rows at ks and vs (a stage),
+// keys p0 … p0 + 15 of a row at `pos`, q's B fragments at qb.
+__device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, const bf16_t* vs,
+                                             const uint4* qb, int p0, int pos, float scale, int lane) {
+    const int g = lane / 4, mat = lane / 8, mrow = lane % 8;
+    // Scores: lane (g, t) gets keys g (0, 1) and g + 8 (2, 3) of heads 2t and 2t + 1.
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < ATT_MMA_STEPS; s++) {
+        // A = K's keys 0–15 × dims 16s … 16s + 15: matrices (keys 0–7 | 8–15) × (dims low | high).
+        unsigned a0, a1, a2, a3;
+        const int key = mrow + 8 * (mat & 1);
+        ldmatrix_x4(reinterpret_cast<const unsigned*>(ks + att_mma_at(key, 2 * s + (mat >> 1))), a0, a1, a2, a3);
+        const uint4 b = qb[s * WARP + lane];
+        mma_16816(sc, a0, a1, a2, a3, b.x, b.y);
+        mma_16816(sc, a0, a1, a2, a3, b.z, b.w);
+    }
+    const bool in_g = p0 + g <= pos, in_g8 = p0 + g + 8 <= pos;
+    const float s0 = in_g ? __fmul_rn(sc[0], scale) : -INFINITY;
+    const float s1 = in_g ? __fmul_rn(sc[1], scale) : -INFINITY;
+    const float s2 = in_g8 ? __fmul_rn(sc[2], scale) : -INFINITY;
+    const float s3 = in_g8 ? __fmul_rn(sc[3], scale) : -INFINITY;
+    // Key p0 ≤ pos is in every tile a split takes: the maxima are finite.
+    const float n0 = fmaxf(st.m0, att_mma_column_max(fmaxf(s0, s2)));
+    const float n1 = fmaxf(st.m1, att_mma_column_max(fmaxf(s1, s3)));
+    const float c0 = expf(st.m0 - n0), c1 = expf(st.m1 - n1);
+    const float e0 = expf(s0 - n0), e1 = expf(s1 - n1), e2 = expf(s2 - n0), e3 = expf(s3 - n1);
+    st.l0 = __fmaf_rn(st.l0, c0, att_mma_column_sum(e0 + e2));
+    st.l1 = __fmaf_rn(st.l1, c1, att_mma_column_sum(e1 + e3));
+    st.m0 = n0;
+    st.m1 = n1;
+    // Pᵀ as the B operand: keys 2t, 2t + 1 (b0) and 8 + 2t, 9 + 2t (b1) of head g.
+    unsigned top_hi, top_lo, bottom_hi, bottom_lo;
+    split_pair(e0, e1, top_hi, top_lo);
+    split_pair(e2, e3, bottom_hi, bottom_lo);
+    const unsigned b0_hi = att_mma_transpose(top_hi), b1_hi = att_mma_transpose(bottom_hi);
+    const unsigned b0_lo = att_mma_transpose(top_lo), b1_lo = att_mma_transpose(bottom_lo);
+#pragma unroll
+    for (int s = 0; s < ATT_MMA_STEPS; s++) {
+        st.o[s][0] = __fmul_rn(st.o[s][0], c0);
+        st.o[s][1] = __fmul_rn(st.o[s][1], c1);
+        st.o[s][2] = __fmul_rn(st.o[s][2], c0);
+        st.o[s][3] = __fmul_rn(st.o[s][3], c1);
+        // A = Vᵀ's dims 16s … 16s + 15 × keys 0–15: V's matrices (keys 0–7 | 8–15) × (dims
+        // low | high), transposed.
+        unsigned a0, a1, a2, a3;
+        const int key = mrow + 8 * (mat >> 1);
+        ldmatrix_x4_trans(reinterpret_cast<const unsigned*>(vs + att_mma_at(key, 2 * s + (mat & 1))), a0, a1, a2, a3);
+        mma_16816(st.o[s], a0, a1, a2, a3, b0_hi, b1_hi);
+        mma_16816(st.o[s], a0, a1, a2, a3, b0_lo, b1_lo);
+    }
+}
+
+// q's heads h0 … h0 + G − 1 of row r as the score MMAs' B operand into qb, by the block's
+// THREADS threads: step s, lane (g, t) holds head g's dims 16s + 2t, +1 (b0) and 16s + 8 + 2t,
+// +1 (b1), hi in x and y, lo in z and w; heads past the group zeros.
+template <int THREADS>
+__device__ __forceinline__ void att_mma_load_q(const float* __restrict__ q, int r, int h0, uint4* qb) {
+    for (int x = threadIdx.x; x < ATT_MMA_STEPS * WARP; x += THREADS) {
+        const int s = x / WARP, head = x % WARP / 4, col = x % 4;
+        float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;
+        if (head < ATT_MMA_G) {
+            const float* qr = q + ((size_t)r * ATT_HEADS + h0 + head) * ATT_HD + 16 * s + 2 * col;
+            f0 = qr[0];
+            f1 = qr[1];
+            f2 = qr[8];
+            f3 = qr[9];
+        }
+        uint4 b;
+        split_pair(f0, f1, b.x, b.z);
+        split_pair(f2, f3, b.y, b.w);
+        qb[x] = b;
+    }
+}
+
+// One warp's walk of key splits first, first + step, … (below ATT_MMA_SPLITS) of row r's
+// KV head kvh, each from a fresh state into `keep(split, state)`, through its ATT_MMA_STAGES
+// stages at `stages` (one pipeline of copies across the splits). Splits without tiles are kept
+// as empty states (m −∞, l 0, zeros), which the merge weighs 0.
+template <typename Keep>
+__device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_t base, int kvh,
+                                             const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
+                                             const uint4* qb, float scale, bf16_t* stages, Keep keep) {
+    const int lane = threadIdx.x % WARP;
+    const int row_tiles = pos / ATT_MMA_KEYS + 1;
+    int items = 0;
+    for (int sp = first; sp < ATT_MMA_SPLITS; sp += step) items += att_mma_split_tiles(sp, row_tiles);
+    // The copies run ahead through the walk's (split, tile) items; a cursor is a split and the
+    // index of its tile (tile split + SPLITS · j).
+    int copy_split = first, copy_j = 0;
+    auto copy_next = [&](int item) {
+        bf16_t* dst = stages + (size_t)(item % ATT_MMA_STAGES) * ATT_MMA_TILE;
+        const int p0 = (copy_split + ATT_MMA_SPLITS * copy_j) * ATT_MMA_KEYS;
+        // Keys past pos copy the row at pos (never weighed: their scores are −∞, their weights
+        // 0 times finite values).
+#pragma unroll
+        for (int i = 0; i < ATT_MMA_PIECES; i++) {  // 2 · 16 · PIECES pieces over 32 lanes
+            const int e = lane + WARP * i;
+            const int is_v = e / (ATT_MMA_KEYS * ATT_MMA_PIECES);
+            const int key = e / ATT_MMA_PIECES % ATT_MMA_KEYS, piece = e % ATT_MMA_PIECES;
+            const size_t at = (base + min(p0 + key, pos)) * ATT_KV_ROW + kvh * ATT_HD + piece * 8;
+            cp_async16(dst + is_v * ATT_MMA_KEYS * ATT_HD + att_mma_at(key, piece), (is_v ? v_cache : k_cache) + at,
+                       true);
+        }
+        if (++copy_j == att_mma_split_tiles(copy_split, row_tiles)) {
+            copy_split += step;
+            copy_j = 0;
+        }
+    };
+#pragma unroll
+    for (int n = 0; n < ATT_MMA_STAGES - 1; n++) {
+        if (n < items) copy_next(n);
+        cp_async_commit();
+    }
+    AttMmaState st;
+    att_mma_fresh(st);
+    int split = first, j = 0;
+    for (int n = 0; n < items; n++) {
+        // Item n is in (every lane's copies) and every lane is done with item n − 1, whose
+        // stage the next copies overwrite.
+        cp_async_wait<ATT_MMA_STAGES - 2>();
+        __syncwarp();
+        if (n + ATT_MMA_STAGES - 1 < items) copy_next(n + ATT_MMA_STAGES - 1);
+        cp_async_commit();
+        const bf16_t* ks = stages + (size_t)(n % ATT_MMA_STAGES) * ATT_MMA_TILE;
+        att_mma_tile(st, ks, ks + ATT_MMA_KEYS * ATT_HD, qb, (split + ATT_MMA_SPLITS * j) * ATT_MMA_KEYS, pos, scale,
+                     lane);
+        if (++j == att_mma_split_tiles(split, row_tiles)) {
+            keep(split, st);
+            att_mma_fresh(st);
+            split += step;
+            j = 0;
+        }
+    }
+    // The splits past the row's tiles (the walk's last ones): empty states.
+    for (; split < ATT_MMA_SPLITS; split += step) keep(split, st);
+    cp_async_wait<0>();
+}
+
+// The merge of the ATT_MMA_SPLITS states, as the kernels above merge their splits, in two
+// parts: each head's weights first, by a thread a head (`att_mma_merge_weights`: split s's
+// weight exp(m_s − max m) into f[s][i], 0 for a split without keys, and the weighted sum of the
+// l's into total[i]; m_at(s, i) and l_at(s, i) read the states), then after a barrier each output
+// (`att_mma_merge_one`: head i, the splits' outputs by acc_at(s) weighed in split order).
+template <int THREADS, typename M, typename L>
+__device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[ATT_MMA_G], float* total) {
+    for (int i = threadIdx.x; i < ATT_MMA_G; i += THREADS) {
+        float big = -INFINITY;
+        for (int s = 0; s < ATT_MMA_SPLITS; s++) big = fmaxf(big, m_at(s, i));
+        float sum = 0.0f;
+        for (int s = 0; s < ATT_MMA_SPLITS; s++) {
+            const float l = l_at(s, i);
+            const float w = l == 0.0f ? 0.0f : expf(m_at(s, i) - big);
+            f[s][i] = w;
+            sum = __fmaf_rn(l, w, sum);
+        }
+        total[i] = sum;
+    }
+}
+
+template <typename A>
+__device__ __forceinline__ float att_mma_merge_one(A acc_at, const float (*f)[ATT_MMA_G], const float* total, int i) {
+    float a = 0.0f;
+    for (int s = 0; s < ATT_MMA_SPLITS; s++) a = __fmaf_rn(acc_at(s), f[s][i], a);
+    return a / total[i];
+}
+
+// Output (head h0 + i, dim d) of row r: y, × sigmoid(gate) when ATT_GATED.
+__device__ __forceinline__ void att_mma_store(const float* __restrict__ qkv, float* __restrict__ out, int r, int h0,
+                                              int i, int d, float y) {
+    const int h = h0 + i;
+    if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+    out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
+}
+
+// The kernels' dynamic shared memory (`att_mma_shared_bytes` on the host): q's B fragments
+// (ATT_MMA_STEPS × 32 lanes × 4 words), each warp's ATT_MMA_STAGES tiles, then the states of
+// SLOTS splits (m and l, ATT_MMA_G each, then ATT_MMA_G × ATT_HD outputs, a split after
+// another).
+#define ATT_MMA_SLOT (2 * ATT_MMA_G + ATT_MMA_G * ATT_HD)  // floats of a split's state
+struct AttMmaShared {
+    uint4* qb;
+    bf16_t* stages;
+    float* slots;
+};
+__device__ __forceinline__ AttMmaShared att_mma_shared(uint4* base) {
+    AttMmaShared s;
+    s.qb = base;
+    s.stages = reinterpret_cast<bf16_t*>(base + ATT_MMA_STEPS * WARP);
+    s.slots = reinterpret_cast<float*>(s.stages + ATT_MMA_WARPS * ATT_MMA_STAGES * ATT_MMA_TILE);
+    return s;
+}
+__device__ __forceinline__ AttMmaSlot att_mma_slot(float* slots, int k) {
+    float* p = slots + (size_t)k * ATT_MMA_SLOT;
+    return AttMmaSlot{p, p + ATT_MMA_G, p + 2 * ATT_MMA_G};
+}
+
+// A block per (row, KV head): warp w walks splits w, w + 4, … one after the other, every
+// split's state kept in shared memory, then the block merges them (calls of many rows).
+extern "C" __global__ void __launch_bounds__(ATT_MMA_WARPS * WARP)
+attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
+              const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+              const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
+    pdl_start();
+    __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
+    extern __shared__ uint4 att_mma_base[];
+    const AttMmaShared sh = att_mma_shared(att_mma_base);
+    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    att_mma_load_q<ATT_MMA_WARPS * WARP>(q, r, h0, sh.qb);
+    __syncthreads();
+    att_mma_walk(warp, ATT_MMA_WARPS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache, sh.qb, scale,
+                 sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE,
+                 [&](int split, const AttMmaState& st) { att_mma_keep(st, att_mma_slot(sh.slots, split), lane); });
+    __syncthreads();
+    att_mma_merge_weights<ATT_MMA_WARPS * WARP>([&](int s, int i) { return att_mma_slot(sh.slots, s).m[i]; },
+                                                [&](int s, int i) { return att_mma_slot(sh.slots, s).l[i]; }, f_s,
+                                                total_s);
+    __syncthreads();
+    for (int x = threadIdx.x; x < ATT_MMA_G * ATT_HD; x += ATT_MMA_WARPS * WARP) {
+        const int i = x / ATT_HD, d = x % ATT_HD;
+        const float y =
+            att_mma_merge_one([&](int s) { return att_mma_slot(sh.slots, s).acc[i * ATT_HD + d]; }, f_s, total_s, i);
+        att_mma_store(qkv, out, r, h0, i, d, y);
+    }
+}
+
+// A float of block `rank`'s shared memory at `p` (its own address) in this block's cluster.
+__device__ __forceinline__ float att_mma_cluster_load(const float* p, unsigned rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+
+// A cluster of ATT_MMA_CLUSTER blocks per (row, KV head), along z: warp w of block z walks split
+// 4z + w alone; after the cluster's barrier block z merges its share of the outputs, reading
+// every split's state from the block that kept it; a second barrier keeps the states until
+// read (calls of few rows).
+extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
+attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
+                      const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+                      const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
+    pdl_start();
+    __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
+    extern __shared__ uint4 att_mma_base[];
+    const AttMmaShared sh = att_mma_shared(att_mma_base);
+    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G, z = blockIdx.z;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    att_mma_load_q<ATT_MMA_WARPS * WARP>(q, r, h0, sh.qb);
+    __syncthreads();
+    att_mma_walk(z * ATT_MMA_WARPS + warp, ATT_MMA_SPLITS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache,
+                 sh.qb, scale, sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE,
+                 [&](int split, const AttMmaState& st) {
+                     att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);
+                 });
+    cluster_sync();
+    // Split s's state is in slot s % 4 of block s / 4.
+    const auto slot = [&](int s) { return att_mma_slot(sh.slots, s % ATT_MMA_WARPS); };
+    att_mma_merge_weights<ATT_MMA_WARPS * WARP>(
+        [&](int s, int i) { return att_mma_cluster_load(slot(s).m + i, s / ATT_MMA_WARPS); },
+        [&](int s, int i) { return att_mma_cluster_load(slot(s).l + i, s / ATT_MMA_WARPS); }, f_s, total_s);
+    __syncthreads();
+    constexpr int share = ATT_MMA_G * ATT_HD / ATT_MMA_CLUSTER;
+    static_assert(ATT_MMA_G * ATT_HD % ATT_MMA_CLUSTER == 0, "the cluster's blocks merge equal shares");
+    for (int x = z * share + threadIdx.x; x < (z + 1) * share; x += ATT_MMA_WARPS * WARP) {
+        const int i = x / ATT_HD, d = x % ATT_HD;
+        const float y = att_mma_merge_one(
+            [&](int s) { return att_mma_cluster_load(slot(s).acc + i * ATT_HD + d, s / ATT_MMA_WARPS); }, f_s,
+            total_s, i);
+        att_mma_store(qkv, out, r, h0, i, d, y);
+    }
+    cluster_sync();
+}
+#endif

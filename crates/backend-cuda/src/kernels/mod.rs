@@ -910,6 +910,62 @@ pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
 /// (Qwen3-0.6B) no faster (session 58).
 const ATT_STAGED_MIN_GROUP: usize = 4;
 
+/// Warps of a block of `attention_mma` and `attention_mma_cluster` (FLASHLANE_ATTENTION_MMA):
+/// each walks key splits of the row (4 blocks of 4 fit a multiprocessor's warps twice over
+/// while their tiles leave room for two blocks with heads of 128).
+const ATT_MMA_WARPS: usize = 4;
+/// Keys of one of the tensor-core attention's tiles: the MMA's 16 rows.
+const ATT_MMA_KEYS: usize = 16;
+/// Tiles a warp of the tensor-core attention keeps in shared memory: it multiplies one while
+/// the next is copied in (a tile of K and V rows of heads of 128 is 8 KiB; with 3 a block of
+/// Qwen3-4B's shape would not leave a second its room beside the splits' states).
+const ATT_MMA_STAGES: usize = 2;
+/// Query heads of a KV head that the tensor-core attention holds at most: the n = 8 columns of
+/// an MMA.
+const ATT_MMA_MAX_GROUP: usize = 8;
+/// `FLASHLANE_ATTENTION_MMA=1` runs every attention call of the process on the tensor-core
+/// attention (`attention_mma` for many rows, `attention_mma_cluster` for few: the same bits)
+/// where it is compiled ([`att_mma_fits`]): other bits than the other kernels' (within the
+/// reference's tolerance), the same for a row alone or batched. An A/B switch that changes
+/// replies; off by default until measured.
+pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
+
+/// Key splits of a row in the tensor-core attention, a fixed number for every call (its chain):
+/// 16, as the kernels above split a row, for heads of up to 128 dims; 8 for wider ones, whose
+/// splits' states (8 heads of 256 floats each) would not fit a block beside the tiles.
+fn att_mma_splits(head_dim: usize) -> usize {
+    if head_dim <= 128 {
+        16
+    } else {
+        8
+    }
+}
+
+/// Dynamic shared memory of a block of the tensor-core attention holding `slots` splits'
+/// states (`attention_mma` all of them, `attention_mma_cluster` a block's warps'): q's split
+/// B fragments (head_dim × 32 bytes), each warp's tiles of K and V rows, then the states (m and
+/// l of each head of the group, then its head_dim outputs a head, in f32).
+fn att_mma_shared_bytes(dims: &Dims, slots: usize) -> usize {
+    let group = dims.heads / dims.kv_heads.max(1);
+    let q = dims.head_dim * 32;
+    let tiles = ATT_MMA_WARPS * ATT_MMA_STAGES * 2 * ATT_MMA_KEYS * dims.head_dim * 2;
+    q + tiles + slots * (2 * group + group * dims.head_dim) * 4
+}
+
+/// The tensor-core attention's shared memory bytes (`attention_mma`'s, then
+/// `attention_mma_cluster`'s) where attention.cu compiles it (a bf16 cache, heads a whole number
+/// of MMA steps of 16 dims, at most [`ATT_MMA_MAX_GROUP`] query heads a KV head) and its blocks
+/// fit ([`ATT_STAGED_SHARED_MAX`]); else none.
+fn att_mma_fits(dims: &Dims) -> Option<(usize, usize)> {
+    let whole = att_mma_shared_bytes(dims, att_mma_splits(dims.head_dim));
+    let cluster = att_mma_shared_bytes(dims, ATT_MMA_WARPS);
+    (dims.kv == KvDtype::Bf16
+        && dims.head_dim.is_multiple_of(16)
+        && dims.heads / dims.kv_heads.max(1) <= ATT_MMA_MAX_GROUP
+        && whole <= ATT_STAGED_SHARED_MAX)
+        .then_some((whole, cluster))
+}
+
 /// The staged kernel that takes the grouped attention's calls: as `asked`
 /// ([`ATTENTION_STAGED_ENV`]'s value) says — `0` none, `1` the 16-warp kernel, `8` the 8-warp
 /// one — else (unset or any other value, as the other on-by-default switches read theirs) the
@@ -942,6 +998,16 @@ fn with_shared_bytes(function: CudaFunction, bytes: usize) -> Result<CudaFunctio
         i32::try_from(bytes).expect("a block's shared memory fits i32"),
     )?;
     Ok(function)
+}
+
+/// The tensor-core attention's kernels ([`ATTENTION_MMA_ENV`]), each with its shared memory
+/// bytes.
+struct MmaAttention {
+    /// `attention_mma`: a block per (row, KV head).
+    whole: (CudaFunction, u32),
+    /// `attention_mma_cluster`: a cluster of `cluster_blocks` blocks per (row, KV head).
+    cluster: (CudaFunction, u32),
+    cluster_blocks: usize,
 }
 
 /// The staged attention's kernels ([`ATTENTION_STAGED_ENV`]) and their shared memory.
@@ -1355,6 +1421,9 @@ impl Dims {
             ("ATT_NORM_KIND", usize::from(self.qwen3_next)),
             ("ATT_PREP_WARPS", block(ATT_PREP_WARPS)),
             ("ATT_KV_BF16", usize::from(self.kv == KvDtype::Bf16)),
+            ("ATT_MMA_WARPS", ATT_MMA_WARPS),
+            ("ATT_MMA_STAGES", ATT_MMA_STAGES),
+            ("ATT_MMA_SPLITS", att_mma_splits(self.head_dim)),
         ];
         if let Some(l) = &self.linear {
             d.extend([
@@ -1566,6 +1635,10 @@ pub struct Kernels {
     /// The staged kernel that takes the grouped kernel's calls, if any ([`staged_choice`]).
     pub(crate) attention_staged_chosen: Option<AttentionKernel>,
     attention_gated_prep: CudaFunction,
+    /// The tensor-core attention where it is compiled and fits ([`att_mma_fits`]).
+    attention_mma: Option<MmaAttention>,
+    /// [`ATTENTION_MMA_ENV`]: every attention call runs `attention_mma` where it is compiled.
+    attention_mma_asked: bool,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
     prep_in_attention: bool,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
@@ -1825,6 +1898,18 @@ impl Kernels {
                 attention_group(dims.heads, dims.kv_heads, dims.head_dim),
             ),
             attention_gated_prep: f("attention_gated_prep")?,
+            attention_mma: match att_mma_fits(dims) {
+                Some((whole, cluster)) => Some(MmaAttention {
+                    whole: (with_shared_bytes(f("attention_mma")?, whole)?, whole as u32),
+                    cluster: (
+                        with_shared_bytes(f("attention_mma_cluster")?, cluster)?,
+                        cluster as u32,
+                    ),
+                    cluster_blocks: att_mma_splits(dims.head_dim) / ATT_MMA_WARPS,
+                }),
+                None => None,
+            },
+            attention_mma_asked: env_asked(ATTENTION_MMA_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
@@ -3777,6 +3862,13 @@ pub enum AttentionKernel {
     GroupedStaged,
     /// `attention_grouped_staged8`: as `GroupedStaged`, by 8 warps of two key splits each.
     GroupedStaged8,
+    /// `attention_mma`: a block per (row, KV head), the products on the tensor cores (other
+    /// bits than the kernels above: every call of a process runs it or its cluster twin or
+    /// none does, [`ATTENTION_MMA_ENV`]).
+    Mma,
+    /// `attention_mma_cluster`: as `Mma`, the row's key splits over a cluster of blocks (the
+    /// same bits).
+    MmaCluster,
 }
 
 /// The kernel that computes a call [`attention_kernel`] gave to `kernel`: the staged kernel
@@ -3790,6 +3882,25 @@ fn staged_in_place(
     match (kernel, staged) {
         (AttentionKernel::Grouped, Some(staged)) if compiled => staged,
         _ => kernel,
+    }
+}
+
+/// The kernel that computes a call of `rows` rows: the tensor-core attention for every call
+/// where it was `asked` ([`ATTENTION_MMA_ENV`]) and `compiled` ([`att_mma_fits`]), else
+/// `kernel`. All or none: its bits are not the other kernels'. Its cluster twin for calls of
+/// fewer rows than `grouped_min_rows` (where the other kernels take a block a head: a few rows'
+/// blocks would leave most multiprocessors idle), `attention_mma` from there.
+fn mma_in_place(
+    kernel: AttentionKernel,
+    rows: usize,
+    grouped_min_rows: usize,
+    asked: bool,
+    compiled: bool,
+) -> AttentionKernel {
+    match (asked && compiled, rows >= grouped_min_rows) {
+        (false, _) => kernel,
+        (true, false) => AttentionKernel::MmaCluster,
+        (true, true) => AttentionKernel::Mma,
     }
 }
 
@@ -3966,15 +4077,21 @@ impl Kernels {
         q: u64,
         out: u64,
     ) -> Result<PrepPlace, CudaError> {
-        let kernel = staged_in_place(
-            attention_kernel(
-                a.rows,
-                dims.head_dim,
-                self.attention_few_warps,
-                self.attention_grouped_min_rows,
+        let kernel = mma_in_place(
+            staged_in_place(
+                attention_kernel(
+                    a.rows,
+                    dims.head_dim,
+                    self.attention_few_warps,
+                    self.attention_grouped_min_rows,
+                ),
+                self.attention_staged_chosen,
+                self.attention_staged.is_some(),
             ),
-            self.attention_staged_chosen,
-            self.attention_staged.is_some(),
+            a.rows,
+            self.attention_grouped_min_rows,
+            self.attention_mma_asked,
+            self.attention_mma.is_some(),
         );
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
         match place {
@@ -4046,26 +4163,39 @@ impl Kernels {
             let staged = self.staged_attention();
             (
                 &staged.by_warps[which],
-                groups,
+                (groups, 1),
                 ATT_THREADS >> which,
                 staged.shared_bytes,
             )
         };
-        let (f, head_blocks, threads, shared) = match kernel {
-            AttentionKernel::PerHead => (&self.attention, dims.heads, ATT_THREADS, 0),
-            AttentionKernel::Grouped => (&self.attention_grouped, groups, ATT_THREADS, 0),
+        let mma = |cluster: bool| {
+            let mma = self.attention_mma.as_ref().expect(
+                "[attention-mma-compiled] the tensor-core attention runs only where it is compiled",
+            );
+            let ((f, bytes), z) = if cluster {
+                (&mma.cluster, mma.cluster_blocks)
+            } else {
+                (&mma.whole, 1)
+            };
+            (f, (dims.kv_heads, z), (ATT_MMA_WARPS * 32) as u32, *bytes)
+        };
+        let (f, (head_blocks, z), threads, shared) = match kernel {
+            AttentionKernel::PerHead => (&self.attention, (dims.heads, 1), ATT_THREADS, 0),
+            AttentionKernel::Grouped => (&self.attention_grouped, (groups, 1), ATT_THREADS, 0),
             AttentionKernel::GroupedFewWarps => (
                 &self.attention_grouped_few,
-                groups,
+                (groups, 1),
                 (ATT_FEW_WARPS * 32) as u32,
                 0,
             ),
             AttentionKernel::GroupedStaged => staged(0),
             AttentionKernel::GroupedStaged8 => staged(1),
+            AttentionKernel::Mma => mma(false),
+            AttentionKernel::MmaCluster => mma(true),
         };
         gpu.launch_with_shared(
             f,
-            (rows_u32(a.rows), head_blocks as u32, 1),
+            (rows_u32(a.rows), head_blocks as u32, z as u32),
             threads,
             shared,
             &[

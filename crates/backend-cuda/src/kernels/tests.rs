@@ -1451,6 +1451,76 @@ fn the_staged_attention_is_the_default_where_a_block_holds_four_heads() {
     }
 }
 
+/// `mma_in_place` (no device needed): the tensor-core attention takes every call where it is
+/// asked and compiled, whatever kernel the call would run (its cluster twin under the grouped
+/// kernels' bound of rows, the block kernel from there), and none elsewhere; a call it takes
+/// preps apart (it has no prep twin).
+#[test]
+fn the_tensor_core_attention_takes_every_call_or_none() {
+    use super::{mma_in_place, prep_place, AttentionKernel::*, PrepPlace};
+    for kernel in [
+        PerHead,
+        Grouped,
+        GroupedFewWarps,
+        GroupedStaged,
+        GroupedStaged8,
+    ] {
+        for (rows, want) in [(1, MmaCluster), (31, MmaCluster), (32, Mma), (4096, Mma)] {
+            assert_eq!(
+                mma_in_place(kernel, rows, 32, true, true),
+                want,
+                "{kernel:?} {rows}"
+            );
+            assert_eq!(mma_in_place(kernel, rows, 32, true, false), kernel);
+            assert_eq!(mma_in_place(kernel, rows, 32, false, true), kernel);
+        }
+    }
+    for kernel in [Mma, MmaCluster] {
+        assert_eq!(prep_place(kernel, true, true), PrepPlace::Apart);
+    }
+}
+
+/// `att_mma_fits` (no device needed): compiled for bf16 caches of heads of 16-dim steps with at
+/// most 8 query heads a KV head (every Qwen3 and the A3B slice), not for f32 caches nor wider
+/// groups; two blocks' shared memory fits a multiprocessor with heads of 128.
+#[test]
+fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
+    use super::{att_mma_fits, ATT_STAGED_SHARED_MAX};
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let mut config = Config::from_dir(&dir).expect("config");
+    // (query heads, KV heads, head dim, cache, compiled).
+    let cases = [
+        (32, 8, 128, KvDtype::Bf16, true),
+        (64, 8, 128, KvDtype::Bf16, true),
+        (16, 2, 256, KvDtype::Bf16, true),
+        (8, 2, 16, KvDtype::Bf16, true),
+        (32, 8, 128, KvDtype::F32, false),
+        (16, 1, 128, KvDtype::Bf16, false),
+    ];
+    for (heads, kv_heads, hd, kv, compiled) in cases {
+        config.num_heads = heads;
+        config.num_kv_heads = kv_heads;
+        config.head_dim = hd;
+        config.rotary_dim = hd / 4;
+        let dims = Dims::of(&config, kv).expect("dims");
+        let fits = att_mma_fits(&dims);
+        assert_eq!(
+            fits.is_some(),
+            compiled,
+            "{heads}/{kv_heads} heads of {hd}, {kv:?}"
+        );
+        if let Some((whole, cluster)) = fits {
+            assert!(cluster < whole && whole <= ATT_STAGED_SHARED_MAX);
+            // Two blocks a multiprocessor (228 KiB, 1 KiB of it a block's own) where a block
+            // holds at most 4 query heads of 128.
+            if hd <= 128 && heads / kv_heads <= 4 {
+                assert!(2 * (whole + 1024) <= 228 * 1024, "{hd}: {whole} bytes");
+            }
+        }
+    }
+}
+
 /// `runs_split_k` (no device needed): k split for 48–64 rows, not at 32 (slower there), nor where
 /// the tiles run (an lm_head).
 #[test]
@@ -3059,6 +3129,57 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             d <= 1e-4,
             "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: relative diff {d}"
         );
+        // The tensor-core kernels (FLASHLANE_ATTENTION_MMA), compiled for every bf16 shape here:
+        // their own chain, so against the reference by the same tolerance; the block kernel and
+        // its cluster twin the same bits; and the call's last row alone (as the cluster twin
+        // takes a decode step of one stream) the bits it had in the call.
+        assert_eq!(
+            k.attention_mma.is_some(),
+            kv == KvDtype::Bf16,
+            "{kv:?} cache, {heads}/{kv_heads} heads of {hd}: attention_mma compiled?"
+        );
+        if k.attention_mma.is_some() {
+            let mma = run(super::AttentionKernel::Mma);
+            // Every output written and finite (the buffer is NaN before each run, and
+            // `relative_diff` and `same_bits` would let NaN through).
+            assert!(
+                mma.iter().all(|v| v.is_finite()),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma left NaN or inf"
+            );
+            let d = relative_diff(&mma, &want);
+            assert!(
+                d <= 1e-4,
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma's relative diff {d}"
+            );
+            assert!(
+                same_bits(&run(super::AttentionKernel::MmaCluster), &mma),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma_cluster differs"
+            );
+            let (last, width) = (rows - 1, heads * hd);
+            let alone = super::AttentionRows {
+                rows: 1,
+                pos: bufs.2.at(last),
+                kv_base: bufs.3.at(last),
+                k_cache: k_buf.at(0),
+                v_cache: v_buf.at(0),
+                one_row_a_session: false,
+            };
+            let out_alone = Buf::<f32>::from_host(&gpu, &vec![f32::NAN; width]).unwrap();
+            k.attention_with(
+                &gpu,
+                &dims,
+                &alone,
+                bufs.0.at(last * width),
+                bufs.1.at(last * qkv_width),
+                out_alone.at(0),
+                super::AttentionKernel::MmaCluster,
+            )
+            .unwrap();
+            assert!(
+                same_bits(&out_alone.read(&gpu, width).unwrap(), &mma[last * width..]),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma's row alone differs"
+            );
+        }
     }
 }
 
