@@ -10,7 +10,7 @@ use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
     round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
     MoeIndexLayout, MoeLaunch, MoeSum, NormAfter, PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
-    MATMUL_RESIDUES, MATMUL_SPLIT_K_MAX_ROWS,
+    MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -38,10 +38,6 @@ pub struct Scratch {
     act: Buf<f32>,
     /// A matmul's rows split for the tiled kernel (`split_rows`): the widest k's words a row.
     x_split: Buf<u32>,
-    /// A dense MLP's act as its down projection's split rows, which the gate/up's fold writes
-    /// while the gate/up still reads `x_split` (FLASHLANE_SWIGLU_SPLIT_IN_FOLD): rows of a
-    /// decode round's k split at most.
-    act_split: Buf<u32>,
     /// A k split's partials (`matmul_bf16_tiled_split`): MATMUL_RESIDUES blocks of up to
     /// MMT_ROWS rows of the widest output but the lm_head's, or a prompt's split's bound
     /// (`Kernels::split_partials_floats`).
@@ -82,9 +78,6 @@ pub(crate) struct Ptrs {
     pub(crate) x_split: u64,
     /// u32 words `x_split` holds.
     pub(crate) x_split_words: usize,
-    pub(crate) act_split: u64,
-    /// u32 words `act_split` holds.
-    pub(crate) act_split_words: usize,
     pub(crate) partials: u64,
     /// f32 `partials` holds.
     pub(crate) partials_floats: usize,
@@ -182,7 +175,6 @@ impl Scratch {
             att: z()?,
             act: z()?,
             x_split: Buf::zeros(gpu, 1)?,
-            act_split: Buf::zeros(gpu, 1)?,
             partials: z()?,
             moe_idx: Buf::zeros(gpu, 1)?,
             moe_probs: z()?,
@@ -210,11 +202,6 @@ impl Scratch {
         let g = &*m.gpu;
         let w = Widths::of(m);
         let rows = rows.max(1);
-        // Only where asked (FLASHLANE_SWIGLU_SPLIT_IN_FOLD); else one word, which no down fits.
-        let act_split_words = match m.kernels.swiglu_split_in_fold {
-            true => rows.min(MATMUL_SPLIT_K_MAX_ROWS) * split_row_words(w.act),
-            false => 0,
-        };
         // The k split (where the kernels split k at all): outputs of any matrix but the
         // lm_head, the widest projection's or the hidden state's.
         let partials_floats = m.kernels.split_partials_floats(rows, w.wide.max(w.hidden));
@@ -238,7 +225,6 @@ impl Scratch {
             self.att.ensure(g, rows * w.heads)?,
             self.act.ensure(g, rows * w.act)?,
             self.x_split.ensure(g, rows * w.split)?,
-            self.act_split.ensure(g, act_split_words.max(1))?,
             self.partials.ensure(g, partials_floats)?,
             self.moe_idx.ensure(g, moe_idx)?,
             self.moe_probs.ensure(g, moe_pairs)?,
@@ -266,8 +252,6 @@ impl Scratch {
             act: self.act.at(0),
             x_split: self.x_split.at(0),
             x_split_words: rows * w.split,
-            act_split: self.act_split.at(0),
-            act_split_words,
             partials: self.partials.at(0),
             partials_floats,
             moe_idx: self.moe_idx.at(0),
@@ -614,34 +598,9 @@ impl Pass<'_> {
         input: LayerInput<'_>,
     ) -> Result<(), CudaError> {
         let p = self.p;
-        // One kind of weights each: the kernels put the SwiGLU, and the norm, where they run
-        // fastest (`swiglu_place`, `norm_place`), and the SwiGLU may go to the down's split
-        // rows (`Kernels::dense_mlp_matmuls`).
-        if let ([gate_up], [down]) = (w.gate_up.parts.as_slice(), w.down.parts.as_slice()) {
-            let (x, norm) = match input {
-                LayerInput::Normed => (p.xn, None),
-                LayerInput::Raw(norm_w) => (p.x, Some(self.input_norm(norm_w))),
-            };
-            let gate_up = self.part_matmul(x, &w.gate_up, gate_up, 0, rows, p.wide, false);
-            // Where asked, the down's split rows in their own room where they fit (a decode
-            // round's), so that the gate/up's fold may write them; else where every matmul
-            // splits its rows (the gate/up's room: the SwiGLU then goes to act).
-            let down = self.part_matmul(p.act, &w.down, down, 0, rows, p.x, true);
-            let own_room = self.m.kernels.swiglu_split_in_fold
-                && rows * split_row_words(w.down.cols) <= p.act_split_words;
-            let down = Matmul {
-                x_split: match own_room {
-                    true => p.act_split,
-                    false => down.x_split,
-                },
-                ..down
-            };
-            self.m
-                .kernels
-                .dense_mlp_matmuls(self.gpu(), &gate_up, p.act, norm.as_ref(), &down)?;
-            return Ok(());
-        }
         match (w.gate_up.parts.as_slice(), input) {
+            // One kind of weights: the kernels put the SwiGLU, and the norm, where they run
+            // fastest (`swiglu_place`, `norm_place`).
             ([part], LayerInput::Normed) => {
                 let m = self.part_matmul(p.xn, &w.gate_up, part, 0, rows, p.wide, false);
                 self.m.kernels.gate_up_swiglu(self.gpu(), &m, p.act)?;

@@ -1314,18 +1314,11 @@ __device__ __forceinline__ void mmt_chunk_products(const unsigned* xs_s, const b
 }
 
 // Where a k split's partials go (`matmul_tiled_block`'s FOLD): to memory for
-// `matmul_fold_residues` (NONE), or folded in the tile's cluster into y (PLAIN), into a gate/up's
-// SwiGLU (SWIGLU), or into that SwiGLU written as the down projection's split rows of act
-// (SWIGLU_SPLIT: `split_rows`' words, so that no `split_rows` launch runs before the down).
+// `matmul_fold_residues` (NONE), or folded in the tile's cluster into y (PLAIN) or into a
+// gate/up's SwiGLU (SWIGLU).
 #define MMT_FOLD_NONE 0
 #define MMT_FOLD_PLAIN 1
 #define MMT_FOLD_SWIGLU 2
-#define MMT_FOLD_SWIGLU_SPLIT 3
-
-// Whether FOLD takes a gate/up's SwiGLU (its tiles then hold units' gate rows and their up rows).
-__device__ constexpr bool mmt_fold_swiglu(int fold) {
-    return fold == MMT_FOLD_SWIGLU || fold == MMT_FOLD_SWIGLU_SPLIT;
-}
 
 // Floats past each row of a cluster-folded tile's partial in shared memory: a warp's stores (rows
 // g, columns 2t + i) then meet at most two to a bank (4g + 2t, where BN alone would put the 8
@@ -1346,7 +1339,7 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
     constexpr int ROWS_A_BLOCK = BM / MMT_RESIDUES;
     static_assert(ROWS_A_BLOCK * MMT_RESIDUES == BM, "each block of the cluster folds as many rows");
     constexpr int PS = BN + MMT_FOLD_PAD;
-    constexpr int COLS = mmt_fold_swiglu(FOLD) ? BN / 2 : BN;  // units or outputs a row
+    constexpr int COLS = FOLD == MMT_FOLD_SWIGLU ? BN / 2 : BN;  // units or outputs a row
     cluster_sync();
     const int z = blockIdx.z;  // the cluster's blocks are the tile's residues: rank z
     // The sum of the residues' partials at `at` (floats into a partial), in residue order.
@@ -1361,46 +1354,20 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
         }
         return total;
     };
-    if (FOLD == MMT_FOLD_SWIGLU_SPLIT) {
-        // y: the down projection's split rows of act (k = width, `split_rows`' layout). The
-        // tile's BN / 2 units are chunk blockIdx.y of every row; a thread a word (two units),
-        // each unit's act the SWIGLU fold's expression below, so the words `split_rows` makes
-        // of the act that fold writes. Units past width (the last chunk's tail) are zeros, as
-        // `split_rows` leaves them.
-        static_assert(BN / 2 == MMA_CHUNK, "a SwiGLU tile's units are one chunk of a split row");
-        constexpr int WORDS = MMA_CHUNK / 2;  // of hi a chunk
-        const int chunks = (width + MMA_CHUNK - 1) / MMA_CHUNK;
-        for (int e = threadIdx.x; e < ROWS_A_BLOCK * WORDS; e += MMT_WARPS * WARP) {
-            const int rl = z * ROWS_A_BLOCK + e / WORDS, w = e % WORDS, r = r0 + rl;
-            if (r >= rows) continue;
-            const int cl = split_word_element<false>(0, w);  // the word's first unit in the chunk
-            float a0 = 0.0f, a1 = 0.0f;
-            if (u0 + cl < width) {  // width % 16 == 0 (the down's k): the second unit too
-                const float gate0 = fold(rl * PS + cl), up0 = fold(rl * PS + BN / 2 + cl);
-                const float gate1 = fold(rl * PS + cl + 1), up1 = fold(rl * PS + BN / 2 + cl + 1);
-                // Rounded here as the SWIGLU fold's store rounds it: no FMA into split_pair's
-                // subtraction.
-                a0 = __fmul_rn(siluf_(gate0), up0);
-                a1 = __fmul_rn(siluf_(gate1), up1);
-            }
-            store_split_word(reinterpret_cast<unsigned*>(y), r, chunks, blockIdx.y, w, a0, a1);
-        }
-    } else {
-        for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
-            const int rl = z * ROWS_A_BLOCK + e / COLS, cl = e % COLS, r = r0 + rl;
-            if (r >= rows) continue;
-            if (FOLD == MMT_FOLD_SWIGLU) {
-                const int unit = u0 + cl;
-                if (unit >= width) continue;
-                const float gate = fold(rl * PS + cl), up = fold(rl * PS + BN / 2 + cl);
-                y[(size_t)r * y_stride + unit] = siluf_(gate) * up;
-            } else {
-                const int o = o0 + cl;
-                if (o >= n_out) continue;
-                const float total = fold(rl * PS + cl);
-                float* out = y + (size_t)r * y_stride + o;
-                *out = accumulate ? *out + total : total;
-            }
+    for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
+        const int rl = z * ROWS_A_BLOCK + e / COLS, cl = e % COLS, r = r0 + rl;
+        if (r >= rows) continue;
+        if (FOLD == MMT_FOLD_SWIGLU) {
+            const int unit = u0 + cl;
+            if (unit >= width) continue;
+            const float gate = fold(rl * PS + cl), up = fold(rl * PS + BN / 2 + cl);
+            y[(size_t)r * y_stride + unit] = siluf_(gate) * up;
+        } else {
+            const int o = o0 + cl;
+            if (o >= n_out) continue;
+            const float total = fold(rl * PS + cl);
+            float* out = y + (size_t)r * y_stride + o;
+            *out = accumulate ? *out + total : total;
         }
     }
     cluster_sync();
@@ -1414,8 +1381,7 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
 // partial goes to the block's shared memory instead, and the cluster folds the tile there
 // (`mmt_cluster_fold`): MMT_FOLD_PLAIN into y (stride y_stride, `accumulate` as the fold's),
 // MMT_FOLD_SWIGLU the units' act = silu(gate) · up into y (stride y_stride), the tile's outputs
-// BN / 2 units' gate rows then their up rows (units [blockIdx.y · BN / 2, …)); MMT_FOLD_SWIGLU_SPLIT
-// that act as the split rows of the down projection's x into y (`split_rows`' words).
+// BN / 2 units' gate rows then their up rows (units [blockIdx.y · BN / 2, …)).
 template <int BM, int NT, bool SPLIT_K = false, int FOLD = MMT_FOLD_NONE>
 __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                    int k, int n_out, float* __restrict__ y, int y_stride,
@@ -1448,9 +1414,9 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
     // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
     // copies (below).
-    // A SwiGLU fold: the tile's units and the matrix's (gate rows [0, width), up rows after).
+    // MMT_FOLD_SWIGLU: the tile's units and the matrix's (gate rows [0, width), up rows after).
     const int width = n_out / 2, u0 = blockIdx.y * (BN / 2);
-    if (mmt_fold_swiglu(FOLD) && blockIdx.z == 0) {
+    if (FOLD == MMT_FOLD_SWIGLU && blockIdx.z == 0) {
         pdl_launch_dependents();
         if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
             prefetch_rows_l2(w, u0, BN / 2, width, (size_t)k * sizeof(bf16_t));
@@ -1477,7 +1443,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     // A SwiGLU fold's local output ol is unit u0 + ol % (BN / 2)'s gate row (ol < BN / 2) or its up
     // row: pass j's rows are the pass's first row's plus j · RW, plus width − BN / 2 from the up
     // rows on.
-    const bf16_t* w_src = mmt_fold_swiglu(FOLD) ? w + (size_t)min(u0 + wo, width - 1) * k + 8 * wp
+    const bf16_t* w_src = FOLD == MMT_FOLD_SWIGLU ? w + (size_t)min(u0 + wo, width - 1) * k + 8 * wp
                                                   : w + (size_t)min(o0 + wo, n_out - 1) * k + 8 * wp;
     const int w_dst = X_STAGE + wo * (MMA_CHUNK / 2) + 4 * mmt_w_pos(wo, wp);
     auto load_x = [&](int stage, int c) {
@@ -1501,7 +1467,7 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
         if (MMT_PROBE == 2) return;
 #pragma unroll
         for (int j = 0; j < WP; j++) {
-            if (mmt_fold_swiglu(FOLD)) {
+            if (FOLD == MMT_FOLD_SWIGLU) {
                 static_assert(BN / 2 % RW == 0, "no pass of the copies straddles the gate and up rows");
                 const int ol = wo + j * RW, row_step = j * RW + (j * RW >= BN / 2 ? width - BN / 2 : 0);
                 const bool in = k_in && u0 + ol % (BN / 2) < width;
@@ -1666,16 +1632,6 @@ matmul_bf16_tiled_split_fold_swiglu(const unsigned* __restrict__ xs, const bf16_
     matmul_tiled_block<MMT_ROWS, 4, true, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
-// The same with act written as the down projection's split rows (y: those rows' words, k =
-// width; y_stride and accumulate unused): `matmul_bf16_tiled_split_fold_swiglu` then
-// `split_rows` of its act, in one launch (FLASHLANE_SWIGLU_SPLIT_IN_FOLD).
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_tiled_split_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
-                                          int n_out, float* __restrict__ y, int y_stride, int accumulate,
-                                          int rows) {
-    matmul_tiled_block<MMT_ROWS, 4, true, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
 // The k split of a round of 17–32 rows (unless FLASHLANE_MATMUL_SPLIT32=0): blocks of 32 rows × 128
 // outputs (8 warps of 32 rows × 2 n-tiles), half the rows' x copies and products of the 64-row
 // blocks, and each weight read once where the 16-row kernels read it once per row tile; the
@@ -1700,13 +1656,6 @@ extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) _
 matmul_bf16_tiled_split32_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
                                       int n_out, float* __restrict__ y, int y_stride, int accumulate, int rows) {
     matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
-}
-
-extern "C" __global__ void __launch_bounds__(MMT_WARPS * WARP, MMA_MIN_BLOCKS) __cluster_dims__(1, 1, MMT_RESIDUES)
-matmul_bf16_tiled_split32_fold_swiglu_split(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k,
-                                            int n_out, float* __restrict__ y, int y_stride, int accumulate,
-                                            int rows) {
-    matmul_tiled_block<32, 2, true, MMT_FOLD_SWIGLU_SPLIT>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // y[r, o] (+)= ((part_0 + part_1) + part_2) + … (MMT_RESIDUES partials, `[rows, n_out]` each,

@@ -241,18 +241,6 @@ const MATMUL_SPLIT_K_MIN_ROWS: usize = 48;
 /// `FLASHLANE_MATMUL_SPLIT32=0` keeps those rounds' bf16 matmuls on the 16-row kernels (A/B
 /// runs; FP8 rounds split for the warpgroup split whatever it says: [`MATMUL_WG_SPLIT_ENV`]).
 pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
-/// `FLASHLANE_MATMUL_SPLIT32_WIDE=1` runs the bf16 rounds of 48–64 rows' k splits on the 32-row
-/// blocks too (two row blocks: the same chain, so the same bits): an A/B switch, off. ncu of
-/// Qwen3-4B's 64-row split at 64 streams (session 59) found it latency-bound with 14–23 % of
-/// the warp slots active (two blocks of 96 KiB a multiprocessor, the o and down projections'
-/// 160 blocks filling 61 % of the 264 slots, q/k/v's 384 taking two waves); the 32-row blocks
-/// take three a multiprocessor (396 slots) and twice the blocks, each weight read twice from
-/// L2 but, the two row blocks of a tile running side by side, once from memory. They fold in
-/// their clusters as the default rule says for those rounds, by the 32-row blocks' counts.
-/// Session 37's half blocks (64 rows × 64 outputs: twice the blocks, three a multiprocessor,
-/// the same +50 % of copies into shared memory a weight, x's there where these copy W's) lost
-/// 5–14 %: this is the other such layout, to be measured before it is dropped or kept.
-pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// The k splits on mma.sync (`matmul_bf16_tiled_split`: bf16 rounds of 48–64 rows where k
 /// splits, and the prompts' splits; `_split32`: rounds of 17–32) may run as
 /// `matmul_bf16_tiled_split_fold` / `matmul_bf16_tiled_split32_fold` (or, for a dense MLP's
@@ -273,51 +261,6 @@ pub const MATMUL_SPLIT32_WIDE_ENV: &str = "FLASHLANE_MATMUL_SPLIT32_WIDE";
 /// split, `=waves` rounds of up to 32 rows by the same rule too (A/B runs of one binary: the
 /// bits do not change).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
-/// `FLASHLANE_SWIGLU_SPLIT_IN_FOLD=1` (an A/B switch, off): where a dense MLP's gate/up folds in
-/// its clusters with its SwiGLU and the down projection reads split rows (the tiles, its k
-/// split), the fold writes act as the down's split rows (`matmul_bf16_tiled_split_fold_swiglu_split`,
-/// `split_rows`' words of the act the SwiGLU fold writes: the same bits) into a buffer of their
-/// own, and the down runs on them without its `split_rows` launch: 4.0 and 4.9 µs a layer of
-/// Qwen3-4B's and -8B's 64-stream rounds on the H100 (session 59's timelines), ~2 % of the round.
-pub const SWIGLU_SPLIT_IN_FOLD_ENV: &str = "FLASHLANE_SWIGLU_SPLIT_IN_FOLD";
-
-/// Where a gate/up's SwiGLU goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SwigluOut {
-    /// `act[rows, width]`.
-    Act(u64),
-    /// The down projection's split rows of act (`split_rows`' layout, k = width); act itself is
-    /// not written. Only a fold in the clusters writes them ([`Kernels::swiglu_splits_in_fold`]).
-    DownSplit(u64),
-}
-
-/// How a tiled matmul's split rows come to be.
-#[derive(Clone, Copy)]
-enum XSplit<'a> {
-    /// `split_rows` of `m.x`, now.
-    Make,
-    /// `split_rows_norm`: `m.x` normalised, then split ([`NormPlace::InSplit`]).
-    MakeNormed(&'a InputNorm),
-    /// Already in `m.x_split` (a gate/up's fold wrote them: [`SwigluOut::DownSplit`]).
-    Ready,
-}
-
-impl<'a> XSplit<'a> {
-    /// Split now, normalised first where `norm` is given.
-    fn made(norm: Option<&'a InputNorm>) -> XSplit<'a> {
-        norm.map_or(XSplit::Make, XSplit::MakeNormed)
-    }
-}
-
-/// What a dense MLP's gate/up with its SwiGLU wrote for the down projection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MlpAct {
-    /// act, which the down projection read (and split where its kernel takes split rows).
-    Act,
-    /// The down projection's split rows, which it read without a split launch
-    /// ([`SWIGLU_SPLIT_IN_FOLD_ENV`]).
-    DownSplit,
-}
 
 /// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,8 +283,7 @@ pub(crate) enum ClusterFold {
         clusters_at_once: [usize; 2],
         blocks_at_once: [usize; 2],
         /// Whether the splits of rounds of up to 32 rows fold by the rule too (`=waves`) or
-        /// never (the default: not measured); rounds of 33–64 rows fold by it on whichever
-        /// blocks they run.
+        /// never (the default: not measured); larger ones fold by it.
         small_rounds: bool,
     },
 }
@@ -1564,21 +1506,16 @@ pub struct Kernels {
     /// `split_rows_norm`: `rmsnorm_rows` and `split_rows` in one launch ([`NormPlace::InSplit`]).
     split_rows_norm: CudaFunction,
     matmul_tiled_split: CudaFunction,
-    /// `matmul_bf16_tiled_split_fold`, `_fold_swiglu` and `_fold_swiglu_split`, and
-    /// `matmul_bf16_tiled_split32_fold`'s three, and whether the mma.sync splits run them
+    /// `matmul_bf16_tiled_split_fold` and `_fold_swiglu`, and `matmul_bf16_tiled_split32_fold`
+    /// and its `_fold_swiglu`, and whether the mma.sync splits run them
     /// ([`MATMUL_CLUSTER_FOLD_ENV`]).
-    matmul_tiled_split_fold: [CudaFunction; 3],
-    matmul_tiled_split32_fold: [CudaFunction; 3],
+    matmul_tiled_split_fold: [CudaFunction; 2],
+    matmul_tiled_split32_fold: [CudaFunction; 2],
     pub(crate) matmul_cluster_fold: ClusterFold,
     /// `matmul_bf16_tiled_split32`, and whether a k split of up to 32 rows runs it (`Auto`
     /// splits from 17; [`MATMUL_SPLIT32_ENV`]).
     matmul_tiled_split32: CudaFunction,
     matmul_split32: bool,
-    /// Whether the 48–64-row splits run on the 32-row blocks too ([`MATMUL_SPLIT32_WIDE_ENV`]).
-    matmul_split32_wide: bool,
-    /// Whether a gate/up's fold in its clusters may write the down projection's split rows
-    /// ([`SWIGLU_SPLIT_IN_FOLD_ENV`]).
-    pub(crate) swiglu_split_in_fold: bool,
     /// Whether `Auto` splits a prompt's matmuls that [`runs_split_k_prompt`]
     /// ([`MATMUL_SPLIT_K_PROMPTS_ENV`]).
     matmul_split_k_prompts: bool,
@@ -1758,12 +1695,10 @@ impl Kernels {
         let matmul_tiled_split_fold = [
             tiles("matmul_bf16_tiled_split_fold")?,
             tiles("matmul_bf16_tiled_split_fold_swiglu")?,
-            tiles("matmul_bf16_tiled_split_fold_swiglu_split")?,
         ];
         let matmul_tiled_split32_fold = [
             tiles("matmul_bf16_tiled_split32_fold")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
-            tiles("matmul_bf16_tiled_split32_fold_swiglu_split")?,
         ];
         let by_waves = |small_rounds| {
             cluster_fold_waves(
@@ -1844,8 +1779,6 @@ impl Kernels {
             matmul_tiled_split32_fold,
             matmul_cluster_fold,
             matmul_split32: env_on(MATMUL_SPLIT32_ENV),
-            matmul_split32_wide: env_asked(MATMUL_SPLIT32_WIDE_ENV),
-            swiglu_split_in_fold: env_asked(SWIGLU_SPLIT_IN_FOLD_ENV),
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
@@ -2684,50 +2617,21 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
-    /// Whether `m`'s k split on mma.sync runs on the 32-row blocks (`matmul_bf16_tiled_split32`)
-    /// rather than the 64-row ones.
-    fn split_on_32_rows(&self, m: &Matmul) -> bool {
-        self.matmul_split32
-            && (m.rows <= SPLIT32_ROWS
-                || (self.matmul_split32_wide && m.rows <= MATMUL_SPLIT_K_MAX_ROWS))
-    }
-
-    /// Whether `m`'s k split on mma.sync (a gate/up's with its SwiGLU where `swiglu`) folds in
-    /// its clusters ([`folds_in_clusters`] of its tiles).
-    fn split_folds(&self, m: &Matmul, swiglu: bool) -> bool {
-        let on_32_rows = self.split_on_32_rows(m);
-        let block_rows = match on_32_rows {
-            true => SPLIT32_ROWS,
-            false => MMT_ROWS,
-        };
-        let split = SplitShape {
-            tiles: m.rows.div_ceil(block_rows) * m.n_out.div_ceil(MMT_OUTS),
-            on_32_rows,
-            small_round: m.rows <= SPLIT32_ROWS,
-            swiglu,
-        };
-        folds_in_clusters(self.matmul_cluster_fold, split)
-    }
-
     /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
-    /// by `kernels` (plain, SwiGLU, SwiGLU into split rows: `matmul_bf16_tiled_split_fold*` or
+    /// by `kernels` (plain, SwiGLU: `matmul_bf16_tiled_split_fold*` or
     /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on the split's
     /// `row_blocks` row blocks of `shared` bytes each: into `m.y` as the fold writes it, or with
-    /// `swiglu` the SwiGLU of its gate/up where that says.
+    /// `swiglu_act` the SwiGLU of its gate/up into that address.
     fn matmul_split_folded(
         &self,
         gpu: &Gpu,
         m: &Matmul,
-        swiglu: Option<SwigluOut>,
-        kernels: &[CudaFunction; 3],
+        swiglu_act: Option<u64>,
+        kernels: &[CudaFunction; 2],
         row_blocks: u32,
         shared: usize,
     ) -> Result<(), CudaError> {
-        let swiglu = swiglu.map(|out| match out {
-            SwigluOut::Act(act) => (&kernels[1], act),
-            SwigluOut::DownSplit(split) => (&kernels[2], split),
-        });
-        let (kernel, out_blocks, tail) = match swiglu {
+        let (kernel, out_blocks, tail) = match swiglu_act {
             None => (
                 &kernels[0],
                 m.n_out.div_ceil(MMT_OUTS),
@@ -2740,10 +2644,10 @@ impl Kernels {
                     Arg::I32(m.rows as i32),
                 ],
             ),
-            Some((kernel, act)) => {
+            Some(act) => {
                 let width = m.n_out / 2;
                 (
-                    kernel,
+                    &kernels[1],
                     // A tile: MMT_OUTS / 2 units' gate rows and their up rows.
                     width.div_ceil(MMT_OUTS / 2),
                     [
@@ -2770,10 +2674,10 @@ impl Kernels {
         gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, args)
     }
 
-    /// x split into `m.x_split` as `x_split` says (`split_rows`; normalised first in the same
-    /// launch: `split_rows_norm`; or there already), then the tiles over it, each residue of k's
-    /// split into `m.partials` and folded into y when `split_k` (the split on the warpgroup MMA
-    /// when `on_wgmma`; or, with `swiglu`, folded as a gate/up into `act = silu(gate) · up`:
+    /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
+    /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
+    /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
+    /// with `swiglu_act`, folded as a gate/up into `act = silu(gate) · up`:
     /// `matmul_fold_residues_swiglu`).
     /// Where [`folds_in_clusters`] (by default the 64-row splits by [`ClusterFold::Waves`];
     /// [`MATMUL_CLUSTER_FOLD_ENV`]) the split on mma.sync folds in its clusters instead
@@ -2784,8 +2688,8 @@ impl Kernels {
         m: &Matmul,
         split_k: bool,
         on_wgmma: bool,
-        swiglu: Option<SwigluOut>,
-        x_split: XSplit<'_>,
+        swiglu_act: Option<u64>,
+        norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
         assert!(
             m.x_split != 0,
@@ -2799,12 +2703,9 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
-        match x_split {
-            XSplit::Make => launch_split_rows(gpu, &self.split_rows, m)?,
-            XSplit::MakeNormed(norm) => {
-                launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?
-            }
-            XSplit::Ready => {}
+        match norm {
+            None => launch_split_rows(gpu, &self.split_rows, m)?,
+            Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?,
         }
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
@@ -2820,7 +2721,7 @@ impl Kernels {
             );
         }
         assert!(
-            swiglu.is_none() || split_k,
+            swiglu_act.is_none() || split_k,
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
         let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
@@ -2830,7 +2731,7 @@ impl Kernels {
             )),
             false => None,
         };
-        let on_32_rows = self.split_on_32_rows(m);
+        let on_32_rows = self.matmul_split32 && m.rows <= SPLIT32_ROWS;
         let (split, row_blocks, shared) = match (wgmma, on_32_rows) {
             (Some(wg), _) => {
                 check_wg_matrix_size(m);
@@ -2860,19 +2761,19 @@ impl Kernels {
             ),
         };
         // The splits on mma.sync (not the warpgroup's) may fold in clusters.
-        if wgmma.is_none() && self.split_folds(m, swiglu.is_some()) {
+        let split_shape = SplitShape {
+            tiles: row_blocks as usize * out_blocks as usize,
+            on_32_rows,
+            small_round: m.rows <= SPLIT32_ROWS,
+            swiglu: swiglu_act.is_some(),
+        };
+        if wgmma.is_none() && folds_in_clusters(self.matmul_cluster_fold, split_shape) {
             let kernels = match on_32_rows {
                 true => &self.matmul_tiled_split32_fold,
                 false => &self.matmul_tiled_split_fold,
             };
-            return self.matmul_split_folded(gpu, m, swiglu, kernels, row_blocks, shared);
+            return self.matmul_split_folded(gpu, m, swiglu_act, kernels, row_blocks, shared);
         }
-        let swiglu_act = swiglu.map(|out| match out {
-            SwigluOut::Act(act) => act,
-            SwigluOut::DownSplit(_) => panic!(
-                "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's split rows"
-            ),
-        });
         let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(
@@ -3265,13 +3166,9 @@ impl Kernels {
         let (tiles, deep) = match launch {
             MatmulLaunch::Wgmma => return self.matmul_wgmma(gpu, m),
             MatmulLaunch::Tiled { split_k } => {
-                let x_split = XSplit::made(norm);
-                return self.matmul_tiled(gpu, m, split_k, false, None, x_split);
+                return self.matmul_tiled(gpu, m, split_k, false, None, norm)
             }
-            MatmulLaunch::WgmmaSplitK => {
-                let x_split = XSplit::made(norm);
-                return self.matmul_tiled(gpu, m, true, true, None, x_split);
-            }
+            MatmulLaunch::WgmmaSplitK => return self.matmul_tiled(gpu, m, true, true, None, norm),
             MatmulLaunch::WgmmaSwapped => return self.matmul_wg_swap(gpu, m),
             MatmulLaunch::RowTiles { tiles, deep } => (tiles, deep),
         };
@@ -3373,72 +3270,6 @@ impl Kernels {
             .map(|(place, norm)| (place, norm.expect("a norm is placed")))
     }
 
-    /// A dense MLP's two matmuls: `gate_up` with its SwiGLU into `act` (its rows normalised
-    /// first by `norm` if any, as [`Kernels::gate_up_swiglu_normed`] places it), then `down`,
-    /// whose x is act. Where [`Kernels::swiglu_splits_in_fold`], the gate/up's fold writes the
-    /// down's split rows into `down.x_split` instead of act, and the down reads them without
-    /// its split launch ([`SWIGLU_SPLIT_IN_FOLD_ENV`]): the same bits.
-    pub fn dense_mlp_matmuls(
-        &self,
-        gpu: &Gpu,
-        gate_up: &Matmul,
-        act: u64,
-        norm: Option<&InputNorm>,
-        down: &Matmul,
-    ) -> Result<MlpAct, CudaError> {
-        if !self.swiglu_splits_in_fold(gate_up, down) {
-            self.gate_up_swiglu_out(gpu, gate_up, SwigluOut::Act(act), norm, MatmulKernel::Auto)?;
-            self.matmul(gpu, &Matmul { x: act, ..*down })?;
-            return Ok(MlpAct::Act);
-        }
-        let out = SwigluOut::DownSplit(down.x_split);
-        self.gate_up_swiglu_out(gpu, gate_up, out, norm, MatmulKernel::Auto)?;
-        check_matmul(down);
-        let x_split = XSplit::Ready;
-        match self.plan_matmul(down, MatmulKernel::Auto) {
-            MatmulLaunch::Tiled { split_k } => {
-                self.matmul_tiled(gpu, down, split_k, false, None, x_split)?
-            }
-            MatmulLaunch::WgmmaSplitK => self.matmul_tiled(gpu, down, true, true, None, x_split)?,
-            launch => {
-                unreachable!("[down-split-ready] swiglu_splits_in_fold let {launch:?} through")
-            }
-        }
-        Ok(MlpAct::DownSplit)
-    }
-
-    /// Whether a dense MLP's `gate_up` (n_out = 2 · width) writes its SwiGLU as `down`'s split
-    /// rows ([`SWIGLU_SPLIT_IN_FOLD_ENV`]): asked, room for them (`down.x_split`, apart from the
-    /// gate/up's own), the gate/up's k split on mma.sync folding in its clusters, and the down
-    /// (k = width, whole rows of act in order) on a kernel that reads those rows: the tiles or
-    /// the warpgroup's split, both after `split_rows`.
-    fn swiglu_splits_in_fold(&self, gate_up: &Matmul, down: &Matmul) -> bool {
-        if !self.swiglu_split_in_fold {
-            return false;
-        }
-        // Words of split rows as bytes: the down's must not overlap the gate/up's, which the
-        // gate/up's other clusters still read while a cluster's fold writes.
-        let bytes = |m: &Matmul| (m.rows * split_row_words(m.k) * 4) as u64;
-        let apart = down.x_split + bytes(down) <= gate_up.x_split
-            || gate_up.x_split + bytes(gate_up) <= down.x_split;
-        down.x_split != 0
-            && apart
-            && down.k == gate_up.n_out / 2
-            && down.k.is_multiple_of(MMA_K_ALIGN)
-            && down.rows == gate_up.rows
-            && down.row_index == 0
-            && down.x_stride == down.k
-            && gate_up.fp8.is_none()
-            && self.plan_matmul(gate_up, MatmulKernel::Auto)
-                == MatmulLaunch::Tiled { split_k: true }
-            && self.swiglu_in_gate_up
-            && self.split_folds(gate_up, true)
-            && matches!(
-                self.plan_matmul(down, MatmulKernel::Auto),
-                MatmulLaunch::Tiled { .. } | MatmulLaunch::WgmmaSplitK
-            )
-    }
-
     /// [`Kernels::gate_up_swiglu`] with the matmul's kernel asked for (the tests), its rows
     /// normalised first by `norm` if any.
     pub(crate) fn gate_up_swiglu_with(
@@ -3446,19 +3277,6 @@ impl Kernels {
         gpu: &Gpu,
         m: &Matmul,
         act: u64,
-        norm: Option<&InputNorm>,
-        kernel: MatmulKernel,
-    ) -> Result<(SwigluPlace, Option<NormPlace>), CudaError> {
-        self.gate_up_swiglu_out(gpu, m, SwigluOut::Act(act), norm, kernel)
-    }
-
-    /// [`Kernels::gate_up_swiglu_with`] into `out`: act, or the down projection's split rows
-    /// (only where the fold runs in clusters: [`Kernels::swiglu_splits_in_fold`]).
-    fn gate_up_swiglu_out(
-        &self,
-        gpu: &Gpu,
-        m: &Matmul,
-        out: SwigluOut,
         norm: Option<&InputNorm>,
         kernel: MatmulKernel,
     ) -> Result<(SwigluPlace, Option<NormPlace>), CudaError> {
@@ -3474,19 +3292,6 @@ impl Kernels {
         let width = m.n_out / 2;
         let launch = self.plan_matmul(m, kernel);
         let place = swiglu_place(launch, m.fp8.is_some(), self.swiglu_in_gate_up);
-        let act = match out {
-            SwigluOut::Act(act) => act,
-            SwigluOut::DownSplit(_) => {
-                assert!(
-                    place == SwigluPlace::InFold
-                        && launch == (MatmulLaunch::Tiled { split_k: true })
-                        && self.split_folds(m, true),
-                    "[swiglu-split-folds] only a gate/up folded in its clusters writes the down's \
-                     split rows ({launch:?}, {place:?})"
-                );
-                0
-            }
-        };
         let (m, twin_norm, norm_place) = self.place_norm(gpu, m, norm, launch)?;
         let m = &m;
         let places = (place, norm_place);
@@ -3497,8 +3302,7 @@ impl Kernels {
             SwigluPlace::InGateUp { tiles, deep } => (tiles, deep),
             SwigluPlace::InFold => {
                 let on_wgmma = launch == MatmulLaunch::WgmmaSplitK;
-                let x_split = XSplit::made(twin_norm.as_ref());
-                self.matmul_tiled(gpu, m, true, on_wgmma, Some(out), x_split)?;
+                self.matmul_tiled(gpu, m, true, on_wgmma, Some(act), twin_norm.as_ref())?;
                 return Ok(places);
             }
             SwigluPlace::Apart => {

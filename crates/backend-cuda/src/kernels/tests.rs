@@ -292,13 +292,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
         matmul_case(&gpu, &k, &mut rng, depth, 32, true);
     }
-    // And rounds of 33–64 rows on two of its row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE; `Auto`
-    // splits 48–64 so), the second in part below 64.
-    k.matmul_split32_wide = true;
-    for depth in [16 * (1 + rng.below(320)), 3 * 8 * 64 + 16] {
-        matmul_case_rows(&gpu, &k, &mut rng, depth, 33..=64, true);
-    }
-    k.matmul_split32_wide = false;
     // `Auto` splitting k as in Qwen3-4B and larger, a prompt's few tile blocks too
     // (`FLASHLANE_MATMUL_SPLIT_K_PROMPTS`): every row count past 64 here (at most 300 outputs:
     // 3 output blocks) splits, the other kernels' bits.
@@ -329,11 +322,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
     for (depth, rows) in [(16 * (1 + rng.below(320)), 32), (16, 20)] {
         matmul_case(&gpu, &k, &mut rng, depth, rows, true);
     }
-    // And on two of its row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE): 33–64 rows.
-    k.matmul_split32_wide = true;
-    let depth = 16 * (1 + rng.below(320));
-    matmul_case_rows(&gpu, &k, &mut rng, depth, 33..=64, true);
-    k.matmul_split32_wide = false;
     assert!(
         k.cluster_fold_launches
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -487,22 +475,9 @@ fn matmul_case(
     max_rows: usize,
     split: bool,
 ) {
-    matmul_case_rows(gpu, k, rng, depth, 1..=max_rows, split);
-}
-
-/// `matmul_case` with its rows drawn from `rows_range`.
-fn matmul_case_rows(
-    gpu: &Arc<Gpu>,
-    k: &Kernels,
-    rng: &mut Rng,
-    depth: usize,
-    rows_range: std::ops::RangeInclusive<usize>,
-    split: bool,
-) {
     let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let (first, span) = (*rows_range.start(), rows_range.count() as u64);
-    let (n_out, rows) = (1 + rng.below(300), first + rng.below(span));
+    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
@@ -781,130 +756,6 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
-}
-
-/// A dense MLP's two matmuls (`Kernels::dense_mlp_matmuls`) with the gate/up's SwiGLU written
-/// by its fold in the clusters as the down projection's split rows
-/// (`matmul_bf16_tiled_split*_fold_swiglu_split`, FLASHLANE_SWIGLU_SPLIT_IN_FOLD): the down's
-/// output has the bits of the gate/up into act and the down split from act, for a decode
-/// round's 48–64 rows on the 64-row blocks and 17–32 on the 32-row ones (or, up to 24 rows on
-/// Hopper, the warpgroup's split, whose SwiGLU goes to act), widths of whole chunks and with a
-/// last chunk in part; folded through memory (`ClusterFold::Off`) the SwiGLU goes to act, and
-/// so it does with the switch off.
-#[test]
-fn swiglu_split_in_fold_gives_the_down_the_bits_it_has_from_act() {
-    let Some((gpu, mut k, _)) = swiglu_setup() else {
-        return;
-    };
-    let gpu = gpu.as_ref();
-    let mut rng = Rng::fresh();
-    let seed = rng.0;
-    let cases = [
-        (64 * (1 + rng.below(40)), 16 * (1 + rng.below(100))),
-        // A last chunk of act in part (a multiple of 16 units, not of 64).
-        (64 * rng.below(10) + 16 * (1 + rng.below(3)), 1024),
-    ];
-    for (width, depth) in cases {
-        let max_rows = 64;
-        let hidden = 1 + rng.below(300);
-        let x_host = rng.vec(max_rows * depth);
-        let x = Buf::from_host(gpu, &x_host).unwrap();
-        let bits = |v: Vec<bf16>| v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>();
-        let gate_up_w =
-            Buf::from_host(gpu, &bits(bf16_vec(&mut rng, 2 * width * depth, 0.05))).unwrap();
-        let down_w = Buf::from_host(gpu, &bits(bf16_vec(&mut rng, hidden * width, 0.05))).unwrap();
-        let wide = Buf::<f32>::zeros(gpu, max_rows * 2 * width).unwrap();
-        let act = Buf::<f32>::zeros(gpu, max_rows * width).unwrap();
-        let xs = Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(depth)).unwrap();
-        let mut act_split =
-            Buf::<u32>::zeros(gpu, max_rows * super::split_row_words(width)).unwrap();
-        let partials_floats = super::MATMUL_RESIDUES * max_rows * 2 * width.max(hidden);
-        let partials = Buf::<f32>::zeros(gpu, partials_floats).unwrap();
-        let y = std::cell::RefCell::new(Buf::<f32>::zeros(gpu, max_rows * hidden).unwrap());
-        let nan = vec![f32::NAN; max_rows * hidden];
-        let rows_cases = [48 + rng.below(17), 17 + rng.below(16)];
-        let mut down_splits = 0;
-        let folds = [super::ClusterFold::All, super::ClusterFold::Off];
-        for (rows, fold) in rows_cases.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
-            k.matmul_cluster_fold = fold;
-            let gate_up = Matmul {
-                x_split: xs.at(0),
-                partials: partials.at(0),
-                ..packed_matmul(
-                    x.at(0),
-                    gate_up_w.at(0),
-                    depth,
-                    2 * width,
-                    wide.at(0),
-                    rows,
-                    None,
-                )
-            };
-            let down = Matmul {
-                x_split: act_split.at(0),
-                partials: partials.at(0),
-                ..packed_matmul(
-                    act.at(0),
-                    down_w.at(0),
-                    width,
-                    hidden,
-                    y.borrow().at(0),
-                    rows,
-                    None,
-                )
-            };
-            let mut run = |split_in_fold: bool| {
-                k.swiglu_split_in_fold = split_in_fold;
-                y.borrow_mut().write(gpu, &nan).unwrap();
-                // The act split rows poisoned too: a word the fold leaves unwritten fails.
-                act_split
-                    .write(
-                        gpu,
-                        &vec![u32::MAX; max_rows * super::split_row_words(width)],
-                    )
-                    .unwrap();
-                let written = k
-                    .dense_mlp_matmuls(gpu, &gate_up, act.at(0), None, &down)
-                    .unwrap();
-                (written, y.borrow().read(gpu, rows * hidden).unwrap())
-            };
-            let (apart, want) = run(false);
-            let (written, got) = run(true);
-            let case = format!("seed {seed}, width {width}, depth {depth}, {rows} rows, {fold:?}");
-            assert_eq!(apart, super::MlpAct::Act, "{case}: the switch off");
-            // Folded in its clusters where the gate/up's k splits on the tiles (a round of up
-            // to 24 rows splits on the warpgroup MMA where it compiled); a 48–64-row round always.
-            let on_tiles = k.plan_matmul(&gate_up, MatmulKernel::Auto)
-                == (super::MatmulLaunch::Tiled { split_k: true });
-            assert!(
-                on_tiles || rows <= 24,
-                "{case}: the gate/up does not split on the tiles"
-            );
-            let folds_in_clusters = fold == super::ClusterFold::All && on_tiles;
-            assert_eq!(
-                written,
-                match folds_in_clusters {
-                    true => super::MlpAct::DownSplit,
-                    false => super::MlpAct::Act,
-                },
-                "{case}"
-            );
-            down_splits += usize::from(written == super::MlpAct::DownSplit);
-            assert!(
-                want.iter().all(|v| v.is_finite()),
-                "{case}: the down left outputs unwritten"
-            );
-            assert!(
-                same_bits(&got, &want),
-                "{case}: the down from the fold's split rows differs from the down from act"
-            );
-        }
-        assert!(
-            down_splits > 0,
-            "seed {seed}, width {width}: no round wrote the down's split rows"
-        );
-    }
-    k.swiglu_split_in_fold = false;
 }
 
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
@@ -1351,8 +1202,8 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
 
 /// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
 /// clusters take no more waves than its unfolded blocks, by the kind of its row blocks, and a
-/// gate/up's with its SwiGLU always; by default a round of up to 32 rows never, one of 33–64 on
-/// either kind of blocks by the rule.
+/// gate/up's with its SwiGLU always; by default a round of up to 32 rows never, on either kind
+/// of blocks.
 #[test]
 fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     use super::{folds_in_clusters, ClusterFold, SplitShape};
@@ -1388,16 +1239,14 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
         (waves, true, true, 33, false, true),
         (waves, true, true, 34, false, false),
         (waves, true, true, 34, true, true),
-        // The default folds as `=waves` does but for rounds of up to 32 rows; a round of 33–64
-        // on the 32-row blocks (FLASHLANE_MATMUL_SPLIT32_WIDE) by the 32-row blocks' counts.
+        // The default folds as `=waves` does but for rounds of up to 32 rows, on the 64-row
+        // blocks too (a `TiledSplitK` asked for with the 32-row blocks off).
         (default, false, false, 20, false, true),
         (default, false, false, 32, false, false),
         (default, false, false, 152, true, true),
         (default, true, true, 33, false, false),
         (default, true, true, 34, true, false),
-        (default, true, false, 33, false, true),
-        (default, true, false, 34, false, false),
-        (default, true, false, 34, true, true),
+        (default, false, true, 20, false, false),
     ];
     for (fold, on_32_rows, small_round, tiles, swiglu, want) in cases {
         let split = SplitShape {
