@@ -10,6 +10,9 @@
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
+# whole_model_tests: the five whole-model GPU test binaries (bench/gpu_tests.sh, all at once, 200 s
+#   each at most) at the defaults into /tmp/tests, their summary to $OUT/tests_summary.txt
+#   (printed) and their logs to $OUT/tests_logs.tar.xz.
 # ncu_summary CSV: each kernel's metrics in ncu's --csv --metrics output (one metric a row),
 #   averaged over its launches.
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -47,4 +50,10 @@ kernel_tests() {
   b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
   FLASHLANE_REQUIRE_GPU=1 timeout $seconds $b/backend_cuda "$@" --test-threads 1 > $OUT/tests_$name.txt 2>&1
   el "backend_cuda $* rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_$name.txt | head -20
+}
+whole_model_tests() {
+  PARALLEL=1 TESTS="gpu_conformance gpu_dense gpu_target gpu_fixtures gpu_faults" TEST_TIMEOUT=200 \
+    bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
+  el "whole-model tests rc=$?"; tee $OUT/tests_summary.txt < /tmp/tests/summary.txt
+  tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
 }
