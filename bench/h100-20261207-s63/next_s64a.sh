@@ -3,7 +3,8 @@
 # 1. The tensor-core attention (`attention_mma` and `attention_mma_cluster`,
 #    FLASHLANE_ATTENTION_MMA=1, the commit that adds this script) on its first GPU: its kernel
 #    tests (`attention_of_*`: against backend-cpu's reference at 1e-4, the two kernels' bits
-#    alike, a row alone against the batch, beside the other kernels' bits).
+#    alike, a row alone against the batch, beside the other kernels' bits;
+#    `prep_in_attention_gives_*`: the cluster kernel's prep twin against the prep apart).
 # 2. If they pass, its A/B against the default on Qwen3-4B at 1, 8, 32, 64 streams and Qwen3-8B
 #    at 64 (prompt 128, 64 new tokens), then one stream after a 2,048-token prompt (the cluster
 #    twin's 16 splits against the per-head kernel's 16 warps a head).
@@ -23,7 +24,7 @@ LIMIT=${LIMIT:-570}
 gpu_info
 h200=0; grep -q H200 $OUT/gpu.txt && h200=1
 [ $h200 = 1 ] && room 200 tests && whole_model_tests
-kernel_tests mma 90 attention_of
+kernel_tests mma 200 attention_of prep_in_attention_gives
 if grep -q "test result: ok" $OUT/tests_mma.txt; then
   S="default:FLASHLANE_AB=1 mma:FLASHLANE_ATTENTION_MMA=1"
   room 150 ab_4b && ab ab_4b qwen3-4b 1,8,32,64 "$S" $FL

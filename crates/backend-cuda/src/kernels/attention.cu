@@ -761,8 +761,10 @@ __device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, 
 // q's heads h0 … h0 + G − 1 of row r as the score MMAs' B operand into qb, by the block's
 // THREADS threads: step s, lane (g, t) holds head g's dims 16s + 2t, +1 (b0) and 16s + 8 + 2t,
 // +1 (b1), hi in x and y, lo in z and w; heads past the group zeros.
+// q carries no `__restrict__` here, nor the caches in `att_mma_walk`: `attention_mma_cluster_prep`
+// writes them before it reads them (the kernels' own parameters say where they are read-only).
 template <int THREADS>
-__device__ __forceinline__ void att_mma_load_q(const float* __restrict__ q, int r, int h0, uint4* qb) {
+__device__ __forceinline__ void att_mma_load_q(const float* q, int r, int h0, uint4* qb) {
     for (int x = threadIdx.x; x < ATT_MMA_STEPS * WARP; x += THREADS) {
         const int s = x / WARP, head = x % WARP / 4, col = x % 4;
         float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;
@@ -786,7 +788,7 @@ __device__ __forceinline__ void att_mma_load_q(const float* __restrict__ q, int 
 // as empty states (m −∞, l 0, zeros), which the merge weighs 0.
 template <typename Keep>
 __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_t base, int kvh,
-                                             const kv_t* __restrict__ k_cache, const kv_t* __restrict__ v_cache,
+                                             const kv_t* k_cache, const kv_t* v_cache,
                                              const uint4* qb, float scale, bf16_t* stages, Keep keep) {
     const int lane = threadIdx.x % WARP;
     const int row_tiles = pos / ATT_MMA_KEYS + 1;
@@ -942,12 +944,13 @@ __device__ __forceinline__ float att_mma_cluster_load(const float* p, unsigned r
 // A cluster of ATT_MMA_CLUSTER blocks per (row, KV head), along z: warp w of block z walks split
 // 4z + w alone; after the cluster's barrier block z merges its share of the outputs, reading
 // every split's state from the block that kept it; a second barrier keeps the states until
-// read (calls of few rows).
-extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
-attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
-                      const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
-                      const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
-    pdl_start();
+// read (calls of few rows). q, k_cache and v_cache carry no `__restrict__`: the prep twin below
+// writes them first.
+__device__ __forceinline__ void att_mma_cluster_rows(const float* q, const float* __restrict__ qkv,
+                                                     const kv_t* k_cache, const kv_t* v_cache,
+                                                     const int* __restrict__ pos_arr,
+                                                     const int* __restrict__ kv_base_arr, float scale,
+                                                     float* __restrict__ out) {
     __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
     extern __shared__ uint4 att_mma_base[];
     const AttMmaShared sh = att_mma_shared(att_mma_base);
@@ -977,5 +980,43 @@ attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv
         att_mma_store(qkv, out, r, h0, i, d, y);
     }
     cluster_sync();
+}
+
+extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
+attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
+                      const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+                      const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
+    pdl_start();
+    att_mma_cluster_rows(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out);
+}
+
+// `attention_prep` then `attention_mma_cluster` in one launch, for calls whose every row is its
+// session's only one (a decode step of few streams, a draft step), as `attention_gated_prep` is
+// for the per-head kernel: the cluster's warps c = 4z + w prep query head h0 + c of the group
+// (c < ATT_MMA_G) or the KV head (c = ATT_MMA_G), a warp several where the cluster has fewer
+// warps than that; then, after the cluster's barrier (release and acquire at the cluster's
+// scope: the prep's stores to q and the cache row before every block's reads of them; the
+// tiles' cp.async copies are generic-proxy reads, ordered like the plain loads of q), the
+// cluster's attention. The same prep and chain: the same bits (kernel test).
+extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
+attention_mma_cluster_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
+                           const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
+                           const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
+                           float scale, float* q, kv_t* k_cache, kv_t* v_cache, float* __restrict__ out) {
+    pdl_start();
+    __shared__ float bufs[ATT_MMA_WARPS][ATT_HD];
+    const int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x / WARP;
+    const int pos = pos_arr[r];
+    const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
+    for (int c = blockIdx.z * ATT_MMA_WARPS + warp; c <= ATT_MMA_G; c += ATT_MMA_CLUSTER * ATT_MMA_WARPS) {
+        const int w = c < ATT_MMA_G ? kvh * ATT_MMA_G + c : ATT_HEADS + kvh;
+        // (The KV head's warp writes no q: its q_head is never written.)
+        prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, cache_row, q_norm, k_norm, inv_freq, eps,
+                  q + ((size_t)r * ATT_HEADS + min(w, ATT_HEADS - 1)) * ATT_HD, k_cache, v_cache, bufs[warp],
+                  threadIdx.x % WARP);
+        __syncwarp();  // bufs[warp] is the next head's
+    }
+    cluster_sync();
+    att_mma_cluster_rows(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out);
 }
 #endif

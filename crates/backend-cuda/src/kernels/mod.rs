@@ -949,6 +949,9 @@ struct MmaAttention {
     whole: (CudaFunction, u32),
     /// `attention_mma_cluster`: a cluster of `cluster_blocks` blocks per (row, KV head).
     cluster: (CudaFunction, u32),
+    /// `attention_mma_cluster_prep`: the prep, then the cluster kernel's attention (its shared
+    /// memory).
+    cluster_prep: CudaFunction,
     cluster_blocks: usize,
 }
 
@@ -1838,6 +1841,7 @@ impl Kernels {
                         with_shared_bytes(f("attention_mma_cluster")?, cluster)?,
                         cluster as u32,
                     ),
+                    cluster_prep: with_shared_bytes(f("attention_mma_cluster_prep")?, cluster)?,
                     cluster_blocks: att_mma_splits(dims.head_dim) / ATT_MMA_WARPS,
                 }),
                 None => None,
@@ -3758,24 +3762,28 @@ pub enum PrepPlace {
 }
 
 /// The prep goes into the attention where it is allowed ([`PREP_IN_ATTENTION_ENV`]), the call
-/// runs the per-head kernel (few rows) or the 16-warp staged one ([`ATTENTION_STAGED_ENV`]:
-/// `attention_grouped_staged_prep`; the other grouped kernels have no such twin) and no row
+/// runs the per-head kernel (few rows), the 16-warp staged one ([`ATTENTION_STAGED_ENV`]:
+/// `attention_grouped_staged_prep`; the other grouped kernels have no such twin) or the
+/// tensor-core attention's cluster kernel (few rows: `attention_mma_cluster_prep`), and no row
 /// needs a key another row of the call writes.
 pub fn prep_place(kernel: AttentionKernel, one_row_a_session: bool, allowed: bool) -> PrepPlace {
+    use AttentionKernel::{GroupedStaged, MmaCluster, PerHead};
     match (allowed, kernel, one_row_a_session) {
-        (true, AttentionKernel::PerHead | AttentionKernel::GroupedStaged, true) => {
-            PrepPlace::InAttention
-        }
+        (true, PerHead | GroupedStaged | MmaCluster, true) => PrepPlace::InAttention,
         _ => PrepPlace::Apart,
     }
 }
 
-/// A prep-in-attention kernel (`attention_gated_prep`, `attention_grouped_staged_prep`:
-/// `launch` is the function, its blocks a row and its dynamic shared bytes) over `a`'s rows, each
-/// its session's only one (callers check); `(q, out)` where q and the output go.
+/// How a prep-in-attention kernel is launched: the function, its blocks a row (y, z), threads a
+/// block and dynamic shared bytes.
+type PrepInAttentionLaunch<'a> = (&'a CudaFunction, (usize, usize), u32, u32);
+
+/// A prep-in-attention kernel (`attention_gated_prep`, `attention_grouped_staged_prep`,
+/// `attention_mma_cluster_prep`, as `launch` gives it) over `a`'s rows, each its session's only
+/// one (callers check); `(q, out)` where q and the output go.
 fn launch_prep_in_attention(
     gpu: &Gpu,
-    (f, blocks_a_row, shared_bytes): (&CudaFunction, usize, u32),
+    (f, (blocks_y, blocks_z), threads, shared_bytes): PrepInAttentionLaunch,
     dims: &Dims,
     a: &AttentionRows,
     qkv: u64,
@@ -3800,8 +3808,8 @@ fn launch_prep_in_attention(
     ]);
     gpu.launch_with_shared(
         f,
-        (rows_u32(a.rows), blocks_a_row as u32, 1),
-        ATT_THREADS,
+        (rows_u32(a.rows), blocks_y as u32, blocks_z as u32),
+        threads,
         shared_bytes,
         &args,
     )
@@ -3811,7 +3819,7 @@ fn launch_prep_in_attention(
 const PREP_ARGS: usize = 7;
 
 /// The arguments every prep kernel (`attention_prep`, `attention_gated_prep`,
-/// `attention_grouped_staged_prep`) takes first: `qkv`, the rows' positions and cache bases, the
+/// `attention_grouped_staged_prep`, `attention_mma_cluster_prep`) takes first: `qkv`, the rows' positions and cache bases, the
 /// q and k norms' weights, RoPE's inverse frequencies and the norms' epsilon.
 fn prep_args(qkv: u64, a: &AttentionRows, prep: &PrepWeights) -> [Arg; PREP_ARGS] {
     [
@@ -3912,6 +3920,13 @@ impl Kernels {
         Ok(place)
     }
 
+    /// The tensor-core attention's kernels, which run only where they were compiled.
+    fn mma_attention(&self) -> &MmaAttention {
+        self.attention_mma.as_ref().expect(
+            "[attention-mma-compiled] the tensor-core attention runs only where it is compiled",
+        )
+    }
+
     /// The staged attention's kernels, which run only where they were compiled.
     fn staged_attention(&self) -> &StagedAttention {
         self.attention_staged.as_ref().expect(
@@ -3921,8 +3936,9 @@ impl Kernels {
 
     /// The prep, then `kernel`'s attention, in one launch over `a`'s rows, each its session's
     /// only one (callers check): `attention_gated_prep` for the per-head kernel,
-    /// `attention_grouped_staged_prep` for the 16-warp staged one (the kernels [`prep_place`]
-    /// puts the prep in); `(q, out)` where q and the output go.
+    /// `attention_grouped_staged_prep` for the 16-warp staged one, `attention_mma_cluster_prep`
+    /// for the tensor-core attention's cluster kernel (the kernels [`prep_place`] puts the prep
+    /// in); `(q, out)` where q and the output go.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_with_prep(
         &self,
@@ -3935,11 +3951,27 @@ impl Kernels {
         kernel: AttentionKernel,
     ) -> Result<(), CudaError> {
         let launch = match kernel {
-            AttentionKernel::PerHead => (&self.attention_gated_prep, dims.heads, 0),
+            AttentionKernel::PerHead => {
+                (&self.attention_gated_prep, (dims.heads, 1), ATT_THREADS, 0)
+            }
             AttentionKernel::GroupedStaged => {
                 let staged = self.staged_attention();
                 let group = attention_group(dims.heads, dims.kv_heads, dims.head_dim);
-                (&staged.with_prep, dims.heads / group, staged.shared_bytes)
+                (
+                    &staged.with_prep,
+                    (dims.heads / group, 1),
+                    ATT_THREADS,
+                    staged.shared_bytes,
+                )
+            }
+            AttentionKernel::MmaCluster => {
+                let mma = self.mma_attention();
+                (
+                    &mma.cluster_prep,
+                    (dims.kv_heads, mma.cluster_blocks),
+                    (ATT_MMA_WARPS * 32) as u32,
+                    mma.cluster.1,
+                )
             }
             other => unreachable!(
                 "[prep-in-attention-twin] the prep runs inside {other:?}, which has no twin"
@@ -3973,9 +4005,7 @@ impl Kernels {
             )
         };
         let mma = |cluster: bool| {
-            let mma = self.attention_mma.as_ref().expect(
-                "[attention-mma-compiled] the tensor-core attention runs only where it is compiled",
-            );
+            let mma = self.mma_attention();
             let ((f, bytes), z) = if cluster {
                 (&mma.cluster, mma.cluster_blocks)
             } else {

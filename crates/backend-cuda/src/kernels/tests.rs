@@ -1302,8 +1302,8 @@ fn the_staged_attention_is_the_default_where_a_block_holds_four_heads() {
 
 /// `mma_in_place` (no device needed): the tensor-core attention takes every call where it is
 /// asked and compiled, whatever kernel the call would run (its cluster twin under the grouped
-/// kernels' bound of rows, the block kernel from there), and none elsewhere; a call it takes
-/// preps apart (it has no prep twin).
+/// kernels' bound of rows, the block kernel from there), and none elsewhere; the prep goes into
+/// the cluster kernel where allowed, never into the block kernel (it has no prep twin).
 #[test]
 fn the_tensor_core_attention_takes_every_call_or_none() {
     use super::{mma_in_place, prep_place, AttentionKernel::*, PrepPlace};
@@ -1324,9 +1324,12 @@ fn the_tensor_core_attention_takes_every_call_or_none() {
             assert_eq!(mma_in_place(kernel, rows, 32, false, true), kernel);
         }
     }
-    for kernel in [Mma, MmaCluster] {
-        assert_eq!(prep_place(kernel, true, true), PrepPlace::Apart);
-    }
+    // The cluster kernel has a prep twin (few rows, each its session's only one); the block
+    // kernel none.
+    assert_eq!(prep_place(MmaCluster, true, true), PrepPlace::InAttention);
+    assert_eq!(prep_place(MmaCluster, false, true), PrepPlace::Apart);
+    assert_eq!(prep_place(MmaCluster, true, false), PrepPlace::Apart);
+    assert_eq!(prep_place(Mma, true, true), PrepPlace::Apart);
 }
 
 /// `att_mma_fits` (no device needed): compiled for bf16 caches of heads of 16-dim steps with at
@@ -3228,7 +3231,9 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// and gated ones with partial RoPE), heads of 16 to 256 dims, the bf16 cache (and the f32 one
 /// on two shapes). The same for `attention_grouped_staged_prep` (the prep inside the staged
 /// attention) wherever the staged kernels were compiled. With the bf16 cache, every attention
-/// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too.
+/// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too;
+/// and the tensor-core attention (FLASHLANE_ATTENTION_MMA) its own bits, alike with its prep
+/// inside its cluster kernel (`attention_mma_cluster_prep`), apart, and in its block kernel.
 #[test]
 fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
     let Some(gpu) = open_gpu() else { return };
@@ -3397,6 +3402,41 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             // its own), only with the bf16 cache the models run with.
             if kv != KvDtype::Bf16 {
                 continue;
+            }
+            // The tensor-core attention (FLASHLANE_ATTENTION_MMA, every bf16 shape here): its own
+            // bits, the same with its prep inside its cluster kernel as apart, and the block
+            // kernel's.
+            {
+                use super::AttentionKernel::{Mma, MmaCluster};
+                assert!(
+                    k.attention_mma.is_some(),
+                    "{what}: attention_mma not compiled"
+                );
+                let mma_apart = run(&k, Way::Apart(MmaCluster));
+                assert!(
+                    mma_apart.1.iter().all(|x| x.is_finite()),
+                    "{what}: the tensor-core attention left outputs unwritten"
+                );
+                assert!(same_bits(&mma_apart.0, &apart.0), "{what}: q differs");
+                let inside = run(&k, Way::PrepIn(MmaCluster));
+                assert!(
+                    same_bits(&inside.0, &apart.0),
+                    "{what}, MMA prep in: q differs"
+                );
+                assert!(
+                    inside.2 == apart.2,
+                    "{what}, MMA prep in: the K cache differs"
+                );
+                assert!(
+                    inside.3 == apart.3,
+                    "{what}, MMA prep in: the V cache differs"
+                );
+                for (way, got) in [("prep in", inside.1), ("block", run(&k, Way::Apart(Mma)).1)] {
+                    assert!(
+                        same_bits(&got, &mma_apart.1),
+                        "{what}: the tensor-core attention's {way} differs"
+                    );
+                }
             }
             // The staged kernels, wherever their stages fit (every bf16 head here).
             assert!(
