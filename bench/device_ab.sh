@@ -10,6 +10,9 @@
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
+# timeline NAME SHAPE STREAMS SETTINGS BINARY: `ab` under SETTINGS (each with
+#   FLASHLANE_TIMELINE=1), each setting's first-round kernel timeline appended to
+#   $OUT/timeline_NAME.txt.
 # whole_model_tests: the five whole-model GPU test binaries (bench/gpu_tests.sh, all at once, 200 s
 #   each at most) at the defaults into /tmp/tests, their summary to $OUT/tests_summary.txt
 #   (printed) and their logs to $OUT/tests_logs.tar.xz.
@@ -56,4 +59,12 @@ whole_model_tests() {
     bench/gpu_tests.sh /tmp/tests > /dev/null 2>&1
   el "whole-model tests rc=$?"; tee $OUT/tests_summary.txt < /tmp/tests/summary.txt
   tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
+}
+timeline() {
+  local name=$1 shape=$2 streams=$3 settings=$4 f; shift 4
+  ab tl_$name $shape $streams "$settings" "$@" > /dev/null
+  for f in /tmp/ab_tl_$name/*.round1.err; do
+    { echo "=== $(basename $f)"; sed -n '/kernel timeline/,$p' $f | head -45; } >> $OUT/timeline_$name.txt
+  done
+  el "timeline $name"
 }

@@ -32,13 +32,7 @@ if grep -q "test result: ok" $OUT/tests_mma.txt; then
   room 60 ab_long && PROMPT_TOKENS=2048 ab ab_long qwen3-4b 1 "$S" $FL
   # Where the attention's time goes in a 64-stream round with and without the switch.
   TL="tl:FLASHLANE_TIMELINE=1 tlmma:FLASHLANE_TIMELINE=1,FLASHLANE_ATTENTION_MMA=1"
-  room 70 timeline && {
-    ab tl_4b qwen3-4b 64 "$TL" $FL > /dev/null
-    for f in /tmp/ab_tl_4b/*.round1.err; do
-      { echo "=== $(basename $f)"; sed -n '/kernel timeline/,$p' $f | head -45; } >> $OUT/timeline_64.txt
-    done
-    el "timeline"
-  }
+  room 70 timeline && timeline 64 qwen3-4b 64 "$TL" $FL
   # The engine's own checks under the switch: alone = batched = moved = with drafts, bit for bit
   # (gpu_target, gpu_conformance; their logits against transformers by tolerance).
   if room 150 tests_mma; then
