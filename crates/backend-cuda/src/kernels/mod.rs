@@ -852,9 +852,10 @@ pub const ATTENTION_STAGED_ENV: &str = "FLASHLANE_ATTENTION_STAGED";
 /// (Qwen3-0.6B) no faster (session 58).
 const ATT_STAGED_MIN_GROUP: usize = 4;
 
-/// Warps of a block of `attention_mma` and `attention_mma_cluster` (FLASHLANE_ATTENTION_MMA):
-/// each walks key splits of the row (4 blocks of 4 fit a multiprocessor's warps twice over
-/// while their tiles leave room for two blocks with heads of 128).
+/// Warps of a block of `attention_mma` and `attention_mma_cluster` (FLASHLANE_ATTENTION_MMA),
+/// each walking key splits of its row: with heads of 128 and 4 query heads a KV head a block of
+/// 4 takes 103 KB of shared memory (its tiles and its splits' states), so two fit a
+/// multiprocessor.
 const ATT_MMA_WARPS: usize = 4;
 /// Keys of one of the tensor-core attention's tiles: the MMA's 16 rows.
 const ATT_MMA_KEYS: usize = 16;
@@ -873,8 +874,9 @@ const ATT_MMA_MAX_GROUP: usize = 8;
 pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
 
 /// Key splits of a row in the tensor-core attention, a fixed number for every call (its chain):
-/// 16, as the kernels above split a row, for heads of up to 128 dims; 8 for wider ones, whose
-/// splits' states (8 heads of 256 floats each) would not fit a block beside the tiles.
+/// 16, as the other attention kernels split a row, for heads of up to 128 dims; 8 for wider
+/// ones, whose splits' states (8 heads of 256 floats each) would not fit a block beside the
+/// tiles.
 fn att_mma_splits(head_dim: usize) -> usize {
     if head_dim <= 128 {
         16
@@ -1577,7 +1579,8 @@ pub struct Kernels {
     attention_gated_prep: CudaFunction,
     /// The tensor-core attention where it is compiled and fits ([`att_mma_fits`]).
     attention_mma: Option<MmaAttention>,
-    /// [`ATTENTION_MMA_ENV`]: every attention call runs `attention_mma` where it is compiled.
+    /// [`ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
+    /// compiled.
     attention_mma_asked: bool,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
     prep_in_attention: bool,
@@ -3671,7 +3674,7 @@ pub enum AttentionKernel {
     /// `attention_grouped_staged8`: as `GroupedStaged`, by 8 warps of two key splits each.
     GroupedStaged8,
     /// `attention_mma`: a block per (row, KV head), the products on the tensor cores (other
-    /// bits than the kernels above: every call of a process runs it or its cluster twin or
+    /// bits than the other kernels': every call of a process runs it or its cluster twin, or
     /// none does, [`ATTENTION_MMA_ENV`]).
     Mma,
     /// `attention_mma_cluster`: as `Mma`, the row's key splits over a cluster of blocks (the
@@ -3819,8 +3822,9 @@ fn launch_prep_in_attention(
 const PREP_ARGS: usize = 7;
 
 /// The arguments every prep kernel (`attention_prep`, `attention_gated_prep`,
-/// `attention_grouped_staged_prep`, `attention_mma_cluster_prep`) takes first: `qkv`, the rows' positions and cache bases, the
-/// q and k norms' weights, RoPE's inverse frequencies and the norms' epsilon.
+/// `attention_grouped_staged_prep`, `attention_mma_cluster_prep`) takes first: `qkv`, the rows'
+/// positions and cache bases, the q and k norms' weights, RoPE's inverse frequencies and the
+/// norms' epsilon.
 fn prep_args(qkv: u64, a: &AttentionRows, prep: &PrepWeights) -> [Arg; PREP_ARGS] {
     [
         Arg::Ptr(qkv),
