@@ -4,7 +4,7 @@
 #    FLASHLANE_ATTENTION_MMA=1, the commit that adds this script) on its first GPU: its kernel
 #    tests (`attention_of_*`: against backend-cpu's reference at 1e-4, the two kernels' bits
 #    alike, a row alone against the batch, beside the other kernels' bits;
-#    `prep_in_attention_gives_*`: the cluster kernel's prep twin against the prep apart).
+#    later `prep_in_attention_gives_*`: the cluster kernel's prep twin against the prep apart).
 # 2. If they pass, its A/B against the default on Qwen3-4B at 1, 8, 32, 64 streams and Qwen3-8B
 #    at 64 (prompt 128, 64 new tokens), then one stream after a 2,048-token prompt (the cluster
 #    twin's 16 splits against the per-head kernel's 16 warps a head).
@@ -24,7 +24,8 @@ LIMIT=${LIMIT:-570}
 gpu_info
 h200=0; grep -q H200 $OUT/gpu.txt && h200=1
 [ $h200 = 1 ] && room 200 tests && whole_model_tests
-kernel_tests mma 200 attention_of prep_in_attention_gives
+# Each test compiles the module once a shape (~20 s on a fresh machine): attention_of_* 8 times.
+kernel_tests mma 240 attention_of
 if grep -q "test result: ok" $OUT/tests_mma.txt; then
   S="default:FLASHLANE_AB=1 mma:FLASHLANE_ATTENTION_MMA=1"
   room 150 ab_4b && ab ab_4b qwen3-4b 1,8,32,64 "$S" $FL
@@ -33,8 +34,9 @@ if grep -q "test result: ok" $OUT/tests_mma.txt; then
   # Where the attention's time goes in a 64-stream round with and without the switch.
   TL="tl:FLASHLANE_TIMELINE=1 tlmma:FLASHLANE_TIMELINE=1,FLASHLANE_ATTENTION_MMA=1"
   room 70 timeline && timeline 64 qwen3-4b 64 "$TL" $FL
-  # The engine's own checks under the switch: alone = batched = moved = with drafts, bit for bit
+  # The prep twin (its test compiles ~9 modules), then the engine's own checks under the switch: alone = batched = moved = with drafts, bit for bit
   # (gpu_target, gpu_conformance; their logits against transformers by tolerance).
+  room 200 prep_test && kernel_tests mma_prep 200 prep_in_attention_gives
   if room 150 tests_mma; then
     SETTINGS="mma:FLASHLANE_ATTENTION_MMA=1" PARALLEL=1 TESTS="gpu_target gpu_conformance gpu_fixtures" \
       TEST_TIMEOUT=140 bench/gpu_tests.sh /tmp/tests_mma > /dev/null 2>&1
