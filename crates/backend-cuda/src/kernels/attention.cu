@@ -588,7 +588,7 @@ attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_
 //   head (a fixed shuffle tree over the 8 lanes that hold a head's keys); and Oᵀ (ATT_HD × 8) =
 //   Oᵀ·c + Vᵀ (`ldmatrix.trans` of the V rows) · Pᵀ, P split into hi and lo likewise and turned
 //   from the scores' layout into the B operand's by `movmatrix`;
-// - the splits' states are merged in split order (`att_mma_merge_one`).
+// - the splits' states are merged in split order (`att_mma_merge_weights`, `att_mma_merge_one`).
 // `attention_mma` walks all the splits in one block (warp w splits w, w + 4, …, one after the
 // other: many rows); `attention_mma_cluster` spreads them over a cluster of ATT_MMA_CLUSTER
 // blocks, a split a warp, merged through distributed shared memory (few rows, whose keys would
