@@ -269,6 +269,13 @@ __device__ __forceinline__ void att_keep_split(float (&m_w)[G], float (&l_w)[G],
     }
 }
 
+// Output (head h, dim d) of row r: y, × sigmoid(gate) when ATT_GATED.
+__device__ __forceinline__ void att_store(const float* __restrict__ qkv, float* __restrict__ out, int r, int h, int d,
+                                          float y) {
+    if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
+    out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
+}
+
 // The merge of the ATT_WARPS key splits' states in split order (after a barrier), by THREADS
 // threads, into heads h0 … h0 + G − 1 of row r of `out` (× sigmoid(gate) when ATT_GATED).
 template <int G, int THREADS>
@@ -286,9 +293,7 @@ __device__ __forceinline__ void att_merge(const float* __restrict__ qkv, float* 
         }
         float a = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) a = __fmaf_rn(acc_s[w][i][d], f[w], a);
-        float y = a / total;
-        if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
-        out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
+        att_store(qkv, out, r, h, d, a / total);
     }
 }
 
@@ -874,14 +879,6 @@ __device__ __forceinline__ float att_mma_merge_one(A acc_at, const float (*f)[AT
     return a / total[i];
 }
 
-// Output (head h0 + i, dim d) of row r: y, × sigmoid(gate) when ATT_GATED.
-__device__ __forceinline__ void att_mma_store(const float* __restrict__ qkv, float* __restrict__ out, int r, int h0,
-                                              int i, int d, float y) {
-    const int h = h0 + i;
-    if (ATT_GATED) y *= sigmoidf_(qkv[(size_t)r * ATT_QKV_W + h * ATT_Q_HEAD_W + ATT_HD + d]);
-    out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
-}
-
 // The kernels' dynamic shared memory (`att_mma_shared_bytes` on the host): q's B fragments
 // (ATT_MMA_STEPS × 32 lanes × 4 words), each warp's ATT_MMA_STAGES tiles, then the states of
 // SLOTS splits (m and l, ATT_MMA_G each, then ATT_MMA_G × ATT_HD outputs, a split after
@@ -930,15 +927,8 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
         const int i = x / ATT_HD, d = x % ATT_HD;
         const float y =
             att_mma_merge_one([&](int s) { return att_mma_slot(sh.slots, s).acc[i * ATT_HD + d]; }, f_s, total_s, i);
-        att_mma_store(qkv, out, r, h0, i, d, y);
+        att_store(qkv, out, r, h0 + i, d, y);
     }
-}
-
-// A float of block `rank`'s shared memory at `p` (its own address) in this block's cluster.
-__device__ __forceinline__ float att_mma_cluster_load(const float* p, unsigned rank) {
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_shared_addr(p, rank)));
-    return v;
 }
 
 // A cluster of ATT_MMA_CLUSTER blocks per (row, KV head), along z: warp w of block z walks split
@@ -967,17 +957,17 @@ __device__ __forceinline__ void att_mma_cluster_rows(const float* q, const float
     // Split s's state is in slot s % 4 of block s / 4.
     const auto slot = [&](int s) { return att_mma_slot(sh.slots, s % ATT_MMA_WARPS); };
     att_mma_merge_weights<ATT_MMA_WARPS * WARP>(
-        [&](int s, int i) { return att_mma_cluster_load(slot(s).m + i, s / ATT_MMA_WARPS); },
-        [&](int s, int i) { return att_mma_cluster_load(slot(s).l + i, s / ATT_MMA_WARPS); }, f_s, total_s);
+        [&](int s, int i) { return cluster_load_f32(slot(s).m + i, s / ATT_MMA_WARPS); },
+        [&](int s, int i) { return cluster_load_f32(slot(s).l + i, s / ATT_MMA_WARPS); }, f_s, total_s);
     __syncthreads();
     constexpr int share = ATT_MMA_G * ATT_HD / ATT_MMA_CLUSTER;
     static_assert(ATT_MMA_G * ATT_HD % ATT_MMA_CLUSTER == 0, "the cluster's blocks merge equal shares");
     for (int x = z * share + threadIdx.x; x < (z + 1) * share; x += ATT_MMA_WARPS * WARP) {
         const int i = x / ATT_HD, d = x % ATT_HD;
         const float y = att_mma_merge_one(
-            [&](int s) { return att_mma_cluster_load(slot(s).acc + i * ATT_HD + d, s / ATT_MMA_WARPS); }, f_s,
+            [&](int s) { return cluster_load_f32(slot(s).acc + i * ATT_HD + d, s / ATT_MMA_WARPS); }, f_s,
             total_s, i);
-        att_mma_store(qkv, out, r, h0, i, d, y);
+        att_store(qkv, out, r, h0 + i, d, y);
     }
     cluster_sync();
 }

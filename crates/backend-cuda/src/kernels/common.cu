@@ -106,6 +106,24 @@ __device__ __forceinline__ unsigned cluster_shared_addr(const void* p, unsigned 
     return remote;
 }
 
+// A 32-bit float, word or 64-bit word at `p` (this block's address of it) in the shared memory of
+// block `rank` of the cluster.
+__device__ __forceinline__ float cluster_load_f32(const void* p, unsigned rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+__device__ __forceinline__ unsigned cluster_load_u32(const void* p, unsigned rank) {
+    unsigned v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+__device__ __forceinline__ unsigned long long cluster_load_u64(const void* p, unsigned rank) {
+    unsigned long long v;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cluster_shared_addr(p, rank)));
+    return v;
+}
+
 // Every thread of every block of the cluster waits here; writes to shared memory before it are
 // seen by the cluster's blocks after it.
 __device__ __forceinline__ void cluster_sync() {

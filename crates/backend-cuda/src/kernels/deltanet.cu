@@ -205,9 +205,7 @@ __device__ __forceinline__ void recurrence_head(const float* __restrict__ qkvz, 
             for (int c = lane; c < LIN_DV; c += WARP) {
                 float oc;
                 if (CS > 1)
-                    asm volatile("ld.shared::cluster.f32 %0, [%1];"
-                                 : "=f"(oc)
-                                 : "r"(cluster_shared_addr(&os[tt][c % COLS], c / COLS)));
+                    oc = cluster_load_f32(&os[tt][c % COLS], c / COLS);
                 else
                     oc = os[tt][c];
                 acc += oc * oc;

@@ -55,18 +55,6 @@ __device__ __forceinline__ unsigned draw_key(float l) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__device__ __forceinline__ unsigned long long cluster_load_u64(const void* p, unsigned rank) {
-    unsigned long long v;
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cluster_shared_addr(p, rank)));
-    return v;
-}
-
-__device__ __forceinline__ unsigned cluster_load_u32(const void* p, unsigned rank) {
-    unsigned v;
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_shared_addr(p, rank)));
-    return v;
-}
-
 struct DrawRow {
     const float* row;
     int n;

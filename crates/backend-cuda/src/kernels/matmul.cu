@@ -1344,14 +1344,9 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
     const int z = blockIdx.z;  // the cluster's blocks are the tile's residues: rank z
     // The sum of the residues' partials at `at` (floats into a partial), in residue order.
     auto fold = [&](int at) {
-        float total;
-        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(total) : "r"(cluster_shared_addr(mine + at, 0)));
+        float total = cluster_load_f32(mine + at, 0);
 #pragma unroll
-        for (int j = 1; j < MMT_RESIDUES; j++) {
-            float p;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(p) : "r"(cluster_shared_addr(mine + at, j)));
-            total += p;
-        }
+        for (int j = 1; j < MMT_RESIDUES; j++) total += cluster_load_f32(mine + at, j);
         return total;
     };
     for (int e = threadIdx.x; e < ROWS_A_BLOCK * COLS; e += MMT_WARPS * WARP) {
