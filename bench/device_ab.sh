@@ -1,5 +1,7 @@
-# Sourced by a device call's script, from the repository root, after `T0=$(date +%s)`:
+# Sourced by a device call's script, from the repository root:
 #   . bench/device_ab.sh
+# It takes T0 (the call's start, for `el` and `room`) as the script set it, else now, and sources
+# bench/unpack_peers.sh (the default model and $FL from the packs carried).
 # el MESSAGE: MESSAGE after the seconds since T0.
 # room SECONDS NAME: whether a step of SECONDS fits within $LIMIT (570 unset); else says so.
 # gpu_info: the GPU's name, driver and memory, and its device-to-device copy bandwidth
@@ -18,6 +20,8 @@
 #   (printed) and their logs to $OUT/tests_logs.tar.xz.
 # ncu_summary CSV: each kernel's metrics in ncu's --csv --metrics output (one metric a row),
 #   averaged over its launches.
+T0=${T0:-$(date +%s)}
+. bench/unpack_peers.sh
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 ncu_summary() {
   python3 - "$1" <<'PY'

@@ -17,10 +17,7 @@
 # --flashlane at the commit run), the default model moved out of the tree and old bench folders
 # too if the tool refuses the size; limit 600.
 set -u
-T0=$(date +%s)
-LIMIT=${LIMIT:-570}
 . bench/device_ab.sh
-. bench/unpack_peers.sh
 gpu_info
 h200=0; grep -q H200 $OUT/gpu.txt && h200=1
 [ $h200 = 1 ] && room 200 tests && whole_model_tests
