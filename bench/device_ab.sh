@@ -8,13 +8,14 @@
 #   (bench/copy_bandwidth.py: issue 12's ceiling for one stream), into $OUT/gpu.txt, and printed.
 # kernel_tests NAME SECONDS FILTER...: the packed `backend_cuda` test binary
 #   (bench/peers/gpu-tests.tar.xz) on the tests whose names hold a FILTER, at most SECONDS, its
-#   log written to $OUT/tests_NAME.txt as it runs (a call cut short keeps what ran).
+#   log written to $OUT/tests_NAME.txt as it runs (a call cut short keeps what ran); one test at
+#   a time, or $TEST_THREADS (each compiles its modules on the CPU).
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
 #   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
 # timeline NAME SHAPE STREAMS SETTINGS BINARY: `ab` under SETTINGS (each with
-#   FLASHLANE_TIMELINE=1), each setting's first-round kernel timeline appended to
-#   $OUT/timeline_NAME.txt.
+#   FLASHLANE_TIMELINE=1), each setting's first-round kernel timeline (each round size's
+#   kernels, without the launch-by-launch lines) appended to $OUT/timeline_NAME.txt.
 # whole_model_tests: the five whole-model GPU test binaries (bench/gpu_tests.sh, all at once, 200 s
 #   each at most) at the defaults into /tmp/tests, their summary to $OUT/tests_summary.txt
 #   (printed) and their logs to $OUT/tests_logs.tar.xz.
@@ -55,7 +56,8 @@ gpu_info() {
 kernel_tests() {
   local name=$1 seconds=$2 b; shift 2
   b=$(mktemp -d); tar -C $b -xJf bench/peers/gpu-tests.tar.xz backend_cuda
-  FLASHLANE_REQUIRE_GPU=1 timeout $seconds $b/backend_cuda "$@" --test-threads 1 > $OUT/tests_$name.txt 2>&1
+  FLASHLANE_REQUIRE_GPU=1 timeout $seconds $b/backend_cuda "$@" --test-threads ${TEST_THREADS:-1} \
+    > $OUT/tests_$name.txt 2>&1
   el "backend_cuda $* rc=$?"; grep -E "^test |test result|panicked|FAILED" $OUT/tests_$name.txt | head -20
 }
 whole_model_tests() {
@@ -68,7 +70,9 @@ timeline() {
   local name=$1 shape=$2 streams=$3 settings=$4 f; shift 4
   ab tl_$name $shape $streams "$settings" "$@" > /dev/null
   for f in /tmp/ab_tl_$name/*.round1.err; do
-    { echo "=== $(basename $f)"; sed -n '/kernel timeline/,$p' $f | head -45; } >> $OUT/timeline_$name.txt
+    # Each round size's kernels (the launch-by-launch lines, numbered, left out).
+    { echo "=== $(basename $f)"; sed -n '/kernel timeline/,$p' $f | grep -Ev '^ +[0-9]+ ' | head -120; } \
+      >> $OUT/timeline_$name.txt
   done
   el "timeline $name"
 }

@@ -763,18 +763,19 @@ __device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, 
     }
 }
 
-// q's heads h0 … h0 + G − 1 of row r as the score MMAs' B operand into qb, by the block's
-// THREADS threads: step s, lane (g, t) holds head g's dims 16s + 2t, +1 (b0) and 16s + 8 + 2t,
-// +1 (b1), hi in x and y, lo in z and w; heads past the group zeros.
-// q carries no `__restrict__` here, nor the caches in `att_mma_walk`: `attention_mma_cluster_prep`
-// writes them before it reads them (the kernels' own parameters say where they are read-only).
+// A group's G query heads at `heads` (ATT_HD floats a head, one after another: a row's in q, or
+// the prep twin's in shared memory) as the score MMAs' B operand into qb, by the block's THREADS
+// threads: step s, lane (g, t) holds head g's dims 16s + 2t, +1 (b0) and 16s + 8 + 2t, +1 (b1),
+// hi in x and y, lo in z and w; heads past the group zeros.
+// The caches carry no `__restrict__` in `att_mma_walk`: `attention_mma_cluster_prep` writes the
+// row's own key before it reads it (the kernels' own parameters say where they are read-only).
 template <int THREADS>
-__device__ __forceinline__ void att_mma_load_q(const float* q, int r, int h0, uint4* qb) {
+__device__ __forceinline__ void att_mma_load_q(const float* heads, uint4* qb) {
     for (int x = threadIdx.x; x < ATT_MMA_STEPS * WARP; x += THREADS) {
         const int s = x / WARP, head = x % WARP / 4, col = x % 4;
         float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;
         if (head < ATT_MMA_G) {
-            const float* qr = q + ((size_t)r * ATT_HEADS + h0 + head) * ATT_HD + 16 * s + 2 * col;
+            const float* qr = heads + head * ATT_HD + 16 * s + 2 * col;
             f0 = qr[0];
             f1 = qr[1];
             f2 = qr[8];
@@ -790,11 +791,15 @@ __device__ __forceinline__ void att_mma_load_q(const float* q, int r, int h0, ui
 // One warp's walk of key splits first, first + step, … (below ATT_MMA_SPLITS) of row r's
 // KV head kvh, each from a fresh state into `keep(split, state)`, through its ATT_MMA_STAGES
 // stages at `stages` (one pipeline of copies across the splits). Splits without tiles are kept
-// as empty states (m −∞, l 0, zeros), which the merge weighs 0.
-template <typename Keep>
+// as empty states (m −∞, l 0, zeros), which the merge weighs 0. `before()` runs once the first
+// tiles' copies are under way and before q's fragments at qb are read (the prep twin preps there,
+// its copies in flight meanwhile); where `hold_last`, the walk's last tile (the row's own key's,
+// written by that prep) is copied only after it.
+template <typename Before, typename Keep>
 __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_t base, int kvh,
                                              const kv_t* k_cache, const kv_t* v_cache,
-                                             const uint4* qb, float scale, bf16_t* stages, Keep keep) {
+                                             const uint4* qb, float scale, bf16_t* stages, bool hold_last,
+                                             Before before, Keep keep) {
     const int lane = threadIdx.x % WARP;
     const int row_tiles = pos / ATT_MMA_KEYS + 1;
     int items = 0;
@@ -821,9 +826,17 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_
             copy_j = 0;
         }
     };
-#pragma unroll
-    for (int n = 0; n < ATT_MMA_STAGES - 1; n++) {
-        if (n < items) copy_next(n);
+    // The first ATT_MMA_STAGES − 1 items' copies, a commit group each in item order: those
+    // before `before()` but a held last item, which (and any past it) after.
+    const int early = hold_last ? items - 1 : items;
+    int n0 = 0;
+    for (; n0 < ATT_MMA_STAGES - 1 && (n0 < early || n0 >= items); n0++) {
+        if (n0 < items) copy_next(n0);
+        cp_async_commit();
+    }
+    before();
+    for (; n0 < ATT_MMA_STAGES - 1; n0++) {
+        if (n0 < items) copy_next(n0);
         cp_async_commit();
     }
     AttMmaState st;
@@ -856,17 +869,27 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_
 // weight exp(m_s − max m) into f[s][i], 0 for a split without keys, and the weighted sum of the
 // l's into total[i]; m_at(s, i) and l_at(s, i) read the states), then after a barrier each output
 // (`att_mma_merge_one`: head i, the splits' outputs by acc_at(s) weighed in split order).
+// Every m and l is read first, all loads in flight at once: read inside the loop, each
+// iteration's load waited behind the last one's store to f (which may alias it), 32 round trips
+// to distributed shared memory one after another (a third of a one-row call, kernel timeline).
 template <int THREADS, typename M, typename L>
 __device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[ATT_MMA_G], float* total) {
     for (int i = threadIdx.x; i < ATT_MMA_G; i += THREADS) {
-        float big = -INFINITY;
-        for (int s = 0; s < ATT_MMA_SPLITS; s++) big = fmaxf(big, m_at(s, i));
-        float sum = 0.0f;
+        float m[ATT_MMA_SPLITS], l[ATT_MMA_SPLITS];
+#pragma unroll
         for (int s = 0; s < ATT_MMA_SPLITS; s++) {
-            const float l = l_at(s, i);
-            const float w = l == 0.0f ? 0.0f : expf(m_at(s, i) - big);
+            m[s] = m_at(s, i);
+            l[s] = l_at(s, i);
+        }
+        float big = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < ATT_MMA_SPLITS; s++) big = fmaxf(big, m[s]);
+        float sum = 0.0f;
+#pragma unroll
+        for (int s = 0; s < ATT_MMA_SPLITS; s++) {
+            const float w = l[s] == 0.0f ? 0.0f : expf(m[s] - big);
             f[s][i] = w;
-            sum = __fmaf_rn(l, w, sum);
+            sum = __fmaf_rn(l[s], w, sum);
         }
         total[i] = sum;
     }
@@ -913,10 +936,10 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
     const AttMmaShared sh = att_mma_shared(att_mma_base);
     const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    att_mma_load_q<ATT_MMA_WARPS * WARP>(q, r, h0, sh.qb);
+    att_mma_load_q<ATT_MMA_WARPS * WARP>(q + ((size_t)r * ATT_HEADS + h0) * ATT_HD, sh.qb);
     __syncthreads();
     att_mma_walk(warp, ATT_MMA_WARPS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache, sh.qb, scale,
-                 sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE,
+                 sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
                  [&](int split, const AttMmaState& st) { att_mma_keep(st, att_mma_slot(sh.slots, split), lane); });
     __syncthreads();
     att_mma_merge_weights<ATT_MMA_WARPS * WARP>([&](int s, int i) { return att_mma_slot(sh.slots, s).m[i]; },
@@ -931,82 +954,126 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
     }
 }
 
-// A cluster of ATT_MMA_CLUSTER blocks per (row, KV head), along z: warp w of block z walks split
-// 4z + w alone; after the cluster's barrier block z merges its share of the outputs, reading
-// every split's state from the block that kept it; a second barrier keeps the states until
-// read (calls of few rows). q, k_cache and v_cache carry no `__restrict__`: the prep twin below
-// writes them first.
-__device__ __forceinline__ void att_mma_cluster_rows(const float* q, const float* __restrict__ qkv,
-                                                     const kv_t* k_cache, const kv_t* v_cache,
-                                                     const int* __restrict__ pos_arr,
-                                                     const int* __restrict__ kv_base_arr, float scale,
-                                                     float* __restrict__ out) {
-    __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
-    extern __shared__ uint4 att_mma_base[];
-    const AttMmaShared sh = att_mma_shared(att_mma_base);
-    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G, z = blockIdx.z;
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    att_mma_load_q<ATT_MMA_WARPS * WARP>(q, r, h0, sh.qb);
-    __syncthreads();
-    att_mma_walk(z * ATT_MMA_WARPS + warp, ATT_MMA_SPLITS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache,
-                 sh.qb, scale, sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE,
-                 [&](int split, const AttMmaState& st) {
-                     att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);
-                 });
+// The cluster kernels' end, by a block of THREADS threads once its warps < ATT_MMA_WARPS have
+// kept their splits' states in `slots` (split s's in slot s % 4 of block s / 4): after the
+// cluster's barrier block z merges its share of row r's outputs of the group at h0, reading
+// every split's state from the block that kept it; then it tells the cluster it has read them
+// (an arrive, whose release waits for those loads, before the output's global stores, which it
+// would wait for too) and stores its share while the others finish, and waits for every block's
+// arrival before it leaves, so that no block's states go while another reads them.
+template <int THREADS>
+__device__ __forceinline__ void att_mma_cluster_merge(const float* __restrict__ qkv, float* __restrict__ out, int r,
+                                                      int h0, float* slots, float (*f_s)[ATT_MMA_G],
+                                                      float* total_s) {
+    const int z = blockIdx.z;
     cluster_sync();
-    // Split s's state is in slot s % 4 of block s / 4.
-    const auto slot = [&](int s) { return att_mma_slot(sh.slots, s % ATT_MMA_WARPS); };
-    att_mma_merge_weights<ATT_MMA_WARPS * WARP>(
-        [&](int s, int i) { return cluster_load_f32(slot(s).m + i, s / ATT_MMA_WARPS); },
-        [&](int s, int i) { return cluster_load_f32(slot(s).l + i, s / ATT_MMA_WARPS); }, f_s, total_s);
+    const auto slot = [&](int s) { return att_mma_slot(slots, s % ATT_MMA_WARPS); };
+    att_mma_merge_weights<THREADS>([&](int s, int i) { return cluster_load_f32(slot(s).m + i, s / ATT_MMA_WARPS); },
+                                   [&](int s, int i) { return cluster_load_f32(slot(s).l + i, s / ATT_MMA_WARPS); },
+                                   f_s, total_s);
     __syncthreads();
-    constexpr int share = ATT_MMA_G * ATT_HD / ATT_MMA_CLUSTER;
+    constexpr int share = ATT_MMA_G * ATT_HD / ATT_MMA_CLUSTER, per_thread = (share + THREADS - 1) / THREADS;
     static_assert(ATT_MMA_G * ATT_HD % ATT_MMA_CLUSTER == 0, "the cluster's blocks merge equal shares");
-    for (int x = z * share + threadIdx.x; x < (z + 1) * share; x += ATT_MMA_WARPS * WARP) {
-        const int i = x / ATT_HD, d = x % ATT_HD;
-        const float y = att_mma_merge_one(
-            [&](int s) { return cluster_load_f32(slot(s).acc + i * ATT_HD + d, s / ATT_MMA_WARPS); }, f_s,
-            total_s, i);
-        att_store(qkv, out, r, h0 + i, d, y);
+    // Output x of the group (head x / ATT_HD, dim x % ATT_HD): this thread's x0 + k · THREADS.
+    const int x0 = z * share + threadIdx.x;
+    float y[per_thread];
+#pragma unroll
+    for (int k = 0; k < per_thread; k++) {
+        const int x = x0 + k * THREADS;
+        if (x < (z + 1) * share)
+            y[k] = att_mma_merge_one([&](int s) { return cluster_load_f32(slot(s).acc + x, s / ATT_MMA_WARPS); }, f_s,
+                                     total_s, x / ATT_HD);
     }
-    cluster_sync();
+    cluster_arrive();
+#pragma unroll
+    for (int k = 0; k < per_thread; k++) {
+        const int x = x0 + k * THREADS;
+        if (x < (z + 1) * share) att_store(qkv, out, r, h0 + x / ATT_HD, x % ATT_HD, y[k]);
+    }
+    cluster_wait();
 }
 
+// A cluster of ATT_MMA_CLUSTER blocks per (row, KV head), along z: warp w of block z walks split
+// 4z + w alone, then the cluster merges (`att_mma_cluster_merge`; calls of few rows).
 extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
 attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
                       const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
                       const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
     pdl_start();
-    att_mma_cluster_rows(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out);
+    __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
+    extern __shared__ uint4 att_mma_base[];
+    const AttMmaShared sh = att_mma_shared(att_mma_base);
+    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G, z = blockIdx.z;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    att_mma_load_q<ATT_MMA_WARPS * WARP>(q + ((size_t)r * ATT_HEADS + h0) * ATT_HD, sh.qb);
+    __syncthreads();
+    att_mma_walk(z * ATT_MMA_WARPS + warp, ATT_MMA_SPLITS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache,
+                 sh.qb, scale, sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
+                 [&](int split, const AttMmaState& st) {
+                     att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);
+                 });
+    att_mma_cluster_merge<ATT_MMA_WARPS * WARP>(qkv, out, r, h0, sh.slots, f_s, total_s);
 }
+
+// Warps of a block of `attention_mma_cluster_prep` (the host's `att_mma_prep_warps`): a warp for
+// each query head of the group and one for the KV head, at least the ATT_MMA_WARPS that walk.
+#define ATT_MMA_PREP_WARPS (ATT_MMA_G + 1 > ATT_MMA_WARPS ? ATT_MMA_G + 1 : ATT_MMA_WARPS)
 
 // `attention_prep` then `attention_mma_cluster` in one launch, for calls whose every row is its
 // session's only one (a decode step of few streams, a draft step), as `attention_gated_prep` is
-// for the per-head kernel: the cluster's warps c = 4z + w prep query head h0 + c of the group
-// (c < ATT_MMA_G) or the KV head (c = ATT_MMA_G), a warp several where the cluster has fewer
-// warps than that; then, after the cluster's barrier (release and acquire at the cluster's
-// scope: the prep's stores to q and the cache row before every block's reads of them; the
-// tiles' cp.async copies are generic-proxy reads, ordered like the plain loads of q), the
-// cluster's attention. The same prep and chain: the same bits (kernel test).
-extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_WARPS * WARP)
+// for the per-head kernel. Each block of the cluster preps the group's query heads itself into
+// shared memory (warp c head c; block 0 also stores them to q), so no block waits on another
+// before its walk; the KV head is prepped (by warp G) only in the block whose split holds the
+// row's own key, the walk's only reader of the cache row it writes (every other tile ends before
+// it), and only after the block's barrier does that split's warp copy its last tile (`hold_last`;
+// cp.async is a generic-proxy read ordered after its thread's earlier instructions, so the
+// barrier orders the prep warp's stores before it, as in `attention_grouped_staged_prep`). The
+// walking warps' first tiles are copied meanwhile. The same prep and chain: the same bits
+// (kernel test).
+extern "C" __global__ void __cluster_dims__(1, 1, ATT_MMA_CLUSTER) __launch_bounds__(ATT_MMA_PREP_WARPS * WARP)
 attention_mma_cluster_prep(const float* __restrict__ qkv, const int* __restrict__ pos_arr,
                            const int* __restrict__ kv_base_arr, const float* __restrict__ q_norm,
                            const float* __restrict__ k_norm, const float* __restrict__ inv_freq, float eps,
-                           float scale, float* q, kv_t* k_cache, kv_t* v_cache, float* __restrict__ out) {
+                           float scale, float* __restrict__ q, kv_t* k_cache, kv_t* v_cache,
+                           float* __restrict__ out) {
+    constexpr int THREADS = ATT_MMA_PREP_WARPS * WARP;
     pdl_start();
-    __shared__ float bufs[ATT_MMA_WARPS][ATT_HD];
-    const int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x / WARP;
+    __shared__ float bufs[ATT_MMA_PREP_WARPS][ATT_HD];
+    __shared__ float q_s[ATT_MMA_G * ATT_HD];
+    __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
+    extern __shared__ uint4 att_mma_base[];
+    const AttMmaShared sh = att_mma_shared(att_mma_base);
+    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G, z = blockIdx.z;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int pos = pos_arr[r];
-    const size_t cache_row = (size_t)(kv_base_arr[r] + pos) * ATT_KV_ROW;
-    for (int c = blockIdx.z * ATT_MMA_WARPS + warp; c <= ATT_MMA_G; c += ATT_MMA_CLUSTER * ATT_MMA_WARPS) {
-        const int w = c < ATT_MMA_G ? kvh * ATT_MMA_G + c : ATT_HEADS + kvh;
-        // (The KV head's warp writes no q: its q_head is never written.)
-        prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, cache_row, q_norm, k_norm, inv_freq, eps,
-                  q + ((size_t)r * ATT_HEADS + min(w, ATT_HEADS - 1)) * ATT_HD, k_cache, v_cache, bufs[warp],
-                  threadIdx.x % WARP);
-        __syncwarp();  // bufs[warp] is the next head's
+    const size_t base = (size_t)kv_base_arr[r];
+    // The split whose last tile holds the row's own key, and so the block that preps the KV head.
+    const int own_split = pos / ATT_MMA_KEYS % ATT_MMA_SPLITS;
+    const auto prep_then_q = [&] {
+        const int heads = ATT_MMA_G + (own_split / ATT_MMA_WARPS == z);
+        if (warp < heads) {
+            const int w = warp < ATT_MMA_G ? h0 + warp : ATT_HEADS + kvh;
+            // (The KV head's warp writes no q: its q_head is never written.)
+            prep_head(qkv + (size_t)r * ATT_QKV_W, w, pos, (base + pos) * ATT_KV_ROW, q_norm, k_norm, inv_freq, eps,
+                      q_s + min(warp, ATT_MMA_G - 1) * ATT_HD, k_cache, v_cache, bufs[warp], lane);
+        }
+        __syncthreads();
+        att_mma_load_q<THREADS>(q_s, sh.qb);
+        if (z == 0)
+            for (int x = threadIdx.x; x < ATT_MMA_G * ATT_HD; x += THREADS)
+                q[((size_t)r * ATT_HEADS + h0) * ATT_HD + x] = q_s[x];
+        __syncthreads();
+    };
+    if (warp < ATT_MMA_WARPS) {
+        const int split = z * ATT_MMA_WARPS + warp;
+        att_mma_walk(split, ATT_MMA_SPLITS, pos, base, kvh, k_cache, v_cache, sh.qb, scale,
+                     sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, split == own_split, prep_then_q,
+                     [&](int split, const AttMmaState& st) {
+                         att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);
+                     });
+    } else {
+        prep_then_q();
     }
-    cluster_sync();
-    att_mma_cluster_rows(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out);
+    att_mma_cluster_merge<THREADS>(qkv, out, r, h0, sh.slots, f_s, total_s);
 }
 #endif

@@ -885,6 +885,14 @@ fn att_mma_splits(head_dim: usize) -> usize {
     }
 }
 
+/// Warps of a block of `attention_mma_cluster_prep` for `group` query heads a KV head
+/// (attention.cu's ATT_MMA_PREP_WARPS): every block preps the group's query heads, a warp each,
+/// and one block the KV head too, so that none waits on another before its walk; at least the
+/// [`ATT_MMA_WARPS`] that walk.
+fn att_mma_prep_warps(group: usize) -> usize {
+    (group + 1).max(ATT_MMA_WARPS)
+}
+
 /// Dynamic shared memory of a block of the tensor-core attention holding `slots` splits'
 /// states (`attention_mma` all of them, `attention_mma_cluster` a block's warps'): q's split
 /// B fragments (head_dim × 32 bytes), each warp's tiles of K and V rows, then the states (m and
@@ -3973,7 +3981,7 @@ impl Kernels {
                 (
                     &mma.cluster_prep,
                     (dims.kv_heads, mma.cluster_blocks),
-                    (ATT_MMA_WARPS * 32) as u32,
+                    (att_mma_prep_warps(dims.heads / dims.kv_heads.max(1)) * 32) as u32,
                     mma.cluster.1,
                 )
             }
