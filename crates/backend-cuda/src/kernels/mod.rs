@@ -251,15 +251,15 @@ pub const MATMUL_SPLIT32_ENV: &str = "FLASHLANE_MATMUL_SPLIT32";
 /// partials a layer beside ~200 MB of weights (its gate/up's alone 40 MB each way), and its
 /// folds took 586 of a round's 7,668 µs on the H200 (session 56).
 ///
-/// Unset, the splits of more than 32 rows (decode rounds of 48–64 rows, prompts' splits) fold
-/// by [`ClusterFold::Waves`] and those of rounds of up to 32 rows do not: on the H100 (session
-/// 59, bench/RESULTS.md, two interleaved rounds) Qwen3-8B decoded 1.024× / 1.035× / 1.073× at
-/// 48 / 56 / 64 streams, Qwen3-4B (where the rule folds every split, as `=1` does) 0.992–0.995×
-/// / 1.042× / 1.089–1.093× (sessions 58–59), prompts within ±1.5 %; the rule at up to 32 rows
-/// is not measured (`=1` gave Qwen3-4B 1.010× at 32 streams).
-/// `FLASHLANE_MATMUL_CLUSTER_FOLD=0` folds none (partials and a fold launch), `=1` every such
-/// split, `=waves` rounds of up to 32 rows by the same rule too (A/B runs of one binary: the
-/// bits do not change).
+/// Unset, every split folds by [`ClusterFold::Waves`]. On the H100 (bench/RESULTS.md, two
+/// interleaved rounds each): rounds of 48–64 rows (session 59) Qwen3-8B 1.024× / 1.035× /
+/// 1.073× at 48 / 56 / 64 streams, Qwen3-4B (where the rule folds every split, as `=1` does)
+/// 0.992–0.995× / 1.042× / 1.089–1.093× (sessions 58–59), prompts within ±1.5 %; rounds of
+/// 17–32 rows (the 32-row splits; sessions 63–64, against folding none of them) 1.020× on
+/// Qwen3-4B at 32 streams, Qwen3-8B 1.000× / 1.080× and -0.6B 1.002× / 1.003× at 24 / 32.
+/// Rounds of up to 16 rows split no k. `FLASHLANE_MATMUL_CLUSTER_FOLD=0` folds none (partials
+/// and a fold launch), `=1` every such split, `=waves` is the default (A/B runs of one binary:
+/// the bits do not change).
 pub const MATMUL_CLUSTER_FOLD_ENV: &str = "FLASHLANE_MATMUL_CLUSTER_FOLD";
 
 /// Whether the k splits on mma.sync fold in their clusters ([`MATMUL_CLUSTER_FOLD_ENV`]).
@@ -270,9 +270,9 @@ pub(crate) enum ClusterFold {
     /// Every such split folds in its clusters (`=1`).
     All,
     /// A split folds in its clusters where they take no more waves than its unfolded blocks,
-    /// and a gate/up's split with its SwiGLU always (`=waves`): a cluster's MATMUL_RESIDUES
-    /// blocks must run at once within one GPC, so a GPU may hold fewer of them than its block
-    /// slots allow. Qwen3-8B's o and down make 32 clusters of 8 where the H100 runs 30 at once:
+    /// and a gate/up's split with its SwiGLU always (the default, `=waves`): a cluster's
+    /// MATMUL_RESIDUES blocks must run at once within one GPC, so a GPU may hold fewer of them
+    /// than its block slots allow. Qwen3-8B's o and down make 32 clusters of 8 where the H100 runs 30 at once:
     /// folded, 29.7 and 67.7 µs a layer at 64 rows against 23.8 and 49.3 unfolded (split and
     /// fold launch); Qwen3-4B's make 20 and gain 2–3 µs. A gate/up takes a wave more folded
     /// (152 and 192 clusters) yet gains 12 and 21 µs a layer, its SwiGLU fold launch (the
@@ -282,20 +282,15 @@ pub(crate) enum ClusterFold {
     Waves {
         clusters_at_once: [usize; 2],
         blocks_at_once: [usize; 2],
-        /// Whether the splits of rounds of up to 32 rows fold by the rule too (`=waves`) or
-        /// never (the default: not measured); larger ones fold by it.
-        small_rounds: bool,
     },
 }
 
 /// A k split a cluster fold may take: its tiles (each MATMUL_RESIDUES blocks, or one cluster
-/// folded), on the 32-row blocks or the 64-row ones, of a round of up to 32 rows or not, a
-/// gate/up's with its SwiGLU or not.
+/// folded), on the 32-row blocks or the 64-row ones, a gate/up's with its SwiGLU or not.
 #[derive(Clone, Copy, Debug)]
 struct SplitShape {
     tiles: usize,
     on_32_rows: bool,
-    small_round: bool,
     swiglu: bool,
 }
 
@@ -304,7 +299,6 @@ fn folds_in_clusters(fold: ClusterFold, split: SplitShape) -> bool {
     let SplitShape {
         tiles,
         on_32_rows,
-        small_round,
         swiglu,
     } = split;
     match fold {
@@ -313,12 +307,10 @@ fn folds_in_clusters(fold: ClusterFold, split: SplitShape) -> bool {
         ClusterFold::Waves {
             clusters_at_once,
             blocks_at_once,
-            small_rounds,
         } => {
             let kind = usize::from(on_32_rows);
             let (clusters, blocks) = (clusters_at_once[kind], blocks_at_once[kind]);
-            (small_rounds || !small_round)
-                && clusters > 0
+            clusters > 0
                 && blocks > 0
                 && (swiglu
                     || tiles.div_ceil(clusters) <= (tiles * MATMUL_RESIDUES).div_ceil(blocks))
@@ -328,14 +320,12 @@ fn folds_in_clusters(fold: ClusterFold, split: SplitShape) -> bool {
 
 /// [`ClusterFold::Waves`]' counts for the fold kernels `folded` (64-row, 32-row blocks) and the
 /// unfolded splits `unfolded`, whose blocks take `shared` bytes each: clusters of the one and
-/// blocks of the other the GPU runs at once; rounds of up to 32 rows fold by them where
-/// `small_rounds`.
+/// blocks of the other the GPU runs at once.
 fn cluster_fold_waves(
     gpu: &Gpu,
     folded: [&CudaFunction; 2],
     unfolded: [&CudaFunction; 2],
     shared: [usize; 2],
-    small_rounds: bool,
 ) -> Result<ClusterFold, CudaError> {
     let multiprocessors = gpu.multiprocessors()?;
     let mut clusters_at_once = [0; 2];
@@ -361,7 +351,6 @@ fn cluster_fold_waves(
     Ok(ClusterFold::Waves {
         clusters_at_once,
         blocks_at_once,
-        small_rounds,
     })
 }
 /// Where k splits, a matmul of more than 64 rows (a
@@ -1714,21 +1703,18 @@ impl Kernels {
             tiles("matmul_bf16_tiled_split32_fold")?,
             tiles("matmul_bf16_tiled_split32_fold_swiglu")?,
         ];
-        let by_waves = |small_rounds| {
-            cluster_fold_waves(
+        let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
+            Ok("0") => ClusterFold::Off,
+            Ok("1") => ClusterFold::All,
+            // A speed rule (`=waves` or unset): where the driver's occupancy queries fail, no
+            // fold (the same bits).
+            _ => cluster_fold_waves(
                 gpu,
                 [&matmul_tiled_split_fold[0], &matmul_tiled_split32_fold[0]],
                 [&matmul_tiled_split, &matmul_tiled_split32],
                 [tiled_shared_bytes, split32_shared_bytes],
-                small_rounds,
             )
-        };
-        let matmul_cluster_fold = match std::env::var(MATMUL_CLUSTER_FOLD_ENV).as_deref() {
-            Ok("0") => ClusterFold::Off,
-            Ok("1") => ClusterFold::All,
-            Ok("waves") => by_waves(true)?,
-            // A speed rule: where the driver's occupancy queries fail, no fold (the same bits).
-            _ => by_waves(false).unwrap_or(ClusterFold::Off),
+            .unwrap_or(ClusterFold::Off),
         };
         // The wide family `name` by MATMUL_BLOCK_TILES: `name_t3` …, the MMA_NT one without its
         // suffix where `bare_at_nt` (`matmul_bf16`, `matmul_bf16_norm`; the SwiGLU's have it).
@@ -2779,7 +2765,6 @@ impl Kernels {
         let split_shape = SplitShape {
             tiles: row_blocks as usize * out_blocks as usize,
             on_32_rows,
-            small_round: m.rows <= SPLIT32_ROWS,
             swiglu: swiglu_act.is_some(),
         };
         if wgmma.is_none() && folds_in_clusters(self.matmul_cluster_fold, split_shape) {

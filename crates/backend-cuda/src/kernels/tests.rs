@@ -329,7 +329,7 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         "the split folded in its clusters never ran"
     );
     // How many of its clusters this GPU runs at once, and of the unfolded split's blocks
-    // (`FLASHLANE_MATMUL_CLUSTER_FOLD=waves` compares their waves; the fold's A/B differs by
+    // (the default, `ClusterFold::Waves`, compares their waves; the fold's A/B differs by
     // model), for the logs; at least one cluster, or its launches could not have run above.
     let waves = super::cluster_fold_waves(
         &gpu,
@@ -339,7 +339,6 @@ fn matmul_matches_backend_cpu_gathers_accumulates_and_is_the_same_alone_or_batch
         ],
         [&k.matmul_tiled_split, &k.matmul_tiled_split32],
         [k.tiled_shared_bytes, k.split32_shared_bytes],
-        true,
     )
     .expect("the occupancy queries");
     eprintln!(
@@ -1202,8 +1201,7 @@ fn the_staged_attention_takes_only_the_grouped_kernels_calls() {
 
 /// `folds_in_clusters` (no device needed): off, all, and by waves — a split folds where its
 /// clusters take no more waves than its unfolded blocks, by the kind of its row blocks, and a
-/// gate/up's with its SwiGLU always; by default a round of up to 32 rows never, on either kind
-/// of blocks.
+/// gate/up's with its SwiGLU always.
 #[test]
 fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     use super::{folds_in_clusters, ClusterFold, SplitShape};
@@ -1212,47 +1210,31 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     let waves = ClusterFold::Waves {
         clusters_at_once: [30, 33],
         blocks_at_once: [264, 396],
-        small_rounds: true,
     };
-    // The default: rounds of up to 32 rows never fold.
-    let default = ClusterFold::Waves {
-        clusters_at_once: [30, 33],
-        blocks_at_once: [264, 396],
-        small_rounds: false,
-    };
-    // (the choice, 32-row blocks, a round of up to 32 rows, tiles, a SwiGLU's, folds).
+    // (the choice, 32-row blocks, tiles, a SwiGLU's, folds).
     let cases = [
-        (ClusterFold::Off, false, false, 20, false, false),
-        (ClusterFold::Off, false, false, 20, true, false),
-        (ClusterFold::All, false, false, 32, false, true),
-        (ClusterFold::All, true, true, 34, false, true),
+        (ClusterFold::Off, false, 20, false, false),
+        (ClusterFold::Off, false, 20, true, false),
+        (ClusterFold::All, false, 32, false, true),
+        (ClusterFold::All, true, 34, false, true),
         // 20 tiles: 1 wave of clusters, 160 blocks in 1.
-        (waves, false, false, 20, false, true),
+        (waves, false, 20, false, true),
         // 32 tiles: 2 waves of clusters against 256 blocks in 1.
-        (waves, false, false, 32, false, false),
+        (waves, false, 32, false, false),
         // 48 tiles: 2 waves against 384 blocks in 2.
-        (waves, false, false, 48, false, true),
+        (waves, false, 48, false, true),
         // 152 tiles: 6 waves against 1,216 blocks in 5; a gate/up's with its SwiGLU folds.
-        (waves, false, false, 152, false, false),
-        (waves, false, false, 152, true, true),
+        (waves, false, 152, false, false),
+        (waves, false, 152, true, true),
         // The 32-row blocks' counts: 33 tiles, 1 wave against 264 blocks in 1.
-        (waves, true, true, 33, false, true),
-        (waves, true, true, 34, false, false),
-        (waves, true, true, 34, true, true),
-        // The default folds as `=waves` does but for rounds of up to 32 rows, on the 64-row
-        // blocks too (a `TiledSplitK` asked for with the 32-row blocks off).
-        (default, false, false, 20, false, true),
-        (default, false, false, 32, false, false),
-        (default, false, false, 152, true, true),
-        (default, true, true, 33, false, false),
-        (default, true, true, 34, true, false),
-        (default, false, true, 20, false, false),
+        (waves, true, 33, false, true),
+        (waves, true, 34, false, false),
+        (waves, true, 34, true, true),
     ];
-    for (fold, on_32_rows, small_round, tiles, swiglu, want) in cases {
+    for (fold, on_32_rows, tiles, swiglu, want) in cases {
         let split = SplitShape {
             tiles,
             on_32_rows,
-            small_round,
             swiglu,
         };
         assert_eq!(folds_in_clusters(fold, split), want, "{fold:?}, {split:?}");
@@ -1261,13 +1243,11 @@ fn the_cluster_fold_by_waves_folds_where_its_clusters_take_no_more_waves() {
     let none = ClusterFold::Waves {
         clusters_at_once: [0, 0],
         blocks_at_once: [264, 396],
-        small_rounds: true,
     };
     for swiglu in [false, true] {
         let split = SplitShape {
             tiles: 1,
             on_32_rows: false,
-            small_round: false,
             swiglu,
         };
         assert!(!folds_in_clusters(none, split));
