@@ -677,16 +677,18 @@ __device__ __forceinline__ void att_mma_fresh(AttMmaState& st) {
 }
 
 // A split's state into its slot of shared memory for the merge: m and l of each head of the
-// group, then its G × ATT_HD outputs (heads past the group are dropped).
+// group, then its G × ATT_HD outputs (heads past the group are dropped). `attention_mma_rows`
+// keeps NC columns (a few rows' groups side by side) where the others keep the G heads.
 struct AttMmaSlot {
-    float* m;    // ATT_MMA_G
-    float* l;    // ATT_MMA_G
-    float* acc;  // ATT_MMA_G × ATT_HD
+    float* m;    // NC (ATT_MMA_G)
+    float* l;    // NC
+    float* acc;  // NC × ATT_HD
 };
 
+template <int NC = ATT_MMA_G>
 __device__ __forceinline__ void att_mma_keep(const AttMmaState& st, AttMmaSlot slot, int lane) {
     const int g = lane / 4, t = lane % 4;
-    const bool h0 = 2 * t < ATT_MMA_G, h1 = 2 * t + 1 < ATT_MMA_G;
+    const bool h0 = 2 * t < NC, h1 = 2 * t + 1 < NC;
     if (g == 0) {
         if (h0) {
             slot.m[2 * t] = st.m0;
@@ -711,9 +713,11 @@ __device__ __forceinline__ void att_mma_keep(const AttMmaState& st, AttMmaSlot s
 }
 
 // One tile's scores, softmax step and products into `st`: K and V rows at ks and vs (a stage),
-// keys p0 … p0 + 15 of a row at `pos`, q's B fragments at qb.
+// keys p0 … p0 + 15, q's B fragments at qb; the lane's columns (2t, 2t + 1: a row's heads, or in
+// `attention_mma_rows` heads of several rows) see keys up to pos_a and pos_b.
 __device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, const bf16_t* vs,
-                                             const uint4* qb, int p0, int pos, float scale, int lane) {
+                                             const uint4* qb, int p0, int pos_a, int pos_b, float scale,
+                                             int lane) {
     const int g = lane / 4, mat = lane / 8, mrow = lane % 8;
     // Scores: lane (g, t) gets keys g (0, 1) and g + 8 (2, 3) of heads 2t and 2t + 1.
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -727,16 +731,19 @@ __device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, 
         mma_16816(sc, a0, a1, a2, a3, b.x, b.y);
         mma_16816(sc, a0, a1, a2, a3, b.z, b.w);
     }
-    const bool in_g = p0 + g <= pos, in_g8 = p0 + g + 8 <= pos;
-    const float s0 = in_g ? __fmul_rn(sc[0], scale) : -INFINITY;
-    const float s1 = in_g ? __fmul_rn(sc[1], scale) : -INFINITY;
-    const float s2 = in_g8 ? __fmul_rn(sc[2], scale) : -INFINITY;
-    const float s3 = in_g8 ? __fmul_rn(sc[3], scale) : -INFINITY;
-    // Key p0 ≤ pos is in every tile a split takes: the maxima are finite.
+    const float s0 = p0 + g <= pos_a ? __fmul_rn(sc[0], scale) : -INFINITY;
+    const float s1 = p0 + g <= pos_b ? __fmul_rn(sc[1], scale) : -INFINITY;
+    const float s2 = p0 + g + 8 <= pos_a ? __fmul_rn(sc[2], scale) : -INFINITY;
+    const float s3 = p0 + g + 8 <= pos_b ? __fmul_rn(sc[3], scale) : -INFINITY;
+    // For a row's own columns every tile a split takes holds key p0 ≤ pos: the maxima are
+    // finite. A column of `attention_mma_rows` whose row ends before the tile sees only −∞: its
+    // state stays as it was (a maximum of −∞ taken as 0 in the exps, so that a fresh state
+    // stays fresh, not NaN; a state with keys gets c = 1 and weights 0, and its products 0).
     const float n0 = fmaxf(st.m0, att_mma_column_max(fmaxf(s0, s2)));
     const float n1 = fmaxf(st.m1, att_mma_column_max(fmaxf(s1, s3)));
-    const float c0 = expf(st.m0 - n0), c1 = expf(st.m1 - n1);
-    const float e0 = expf(s0 - n0), e1 = expf(s1 - n1), e2 = expf(s2 - n0), e3 = expf(s3 - n1);
+    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+    const float c0 = expf(st.m0 - b0), c1 = expf(st.m1 - b1);
+    const float e0 = expf(s0 - b0), e1 = expf(s1 - b1), e2 = expf(s2 - b0), e3 = expf(s3 - b1);
     st.l0 = __fmaf_rn(st.l0, c0, att_mma_column_sum(e0 + e2));
     st.l1 = __fmaf_rn(st.l1, c1, att_mma_column_sum(e1 + e3));
     st.m0 = n0;
@@ -769,13 +776,15 @@ __device__ __forceinline__ void att_mma_tile(AttMmaState& st, const bf16_t* ks, 
 // hi in x and y, lo in z and w; heads past the group zeros.
 // The caches carry no `__restrict__` in `att_mma_walk`: `attention_mma_cluster_prep` writes the
 // row's own key before it reads it (the kernels' own parameters say where they are read-only).
-template <int THREADS>
-__device__ __forceinline__ void att_mma_load_q(const float* heads, uint4* qb) {
+// `att_mma_load_cols` takes the NC columns' q from column(c) instead (`attention_mma_rows`).
+template <int THREADS, int NC, typename Column>
+__device__ __forceinline__ void att_mma_load_cols(Column column, uint4* qb) {
     for (int x = threadIdx.x; x < ATT_MMA_STEPS * WARP; x += THREADS) {
         const int s = x / WARP, head = x % WARP / 4, col = x % 4;
         float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;
-        if (head < ATT_MMA_G) {
-            const float* qr = heads + head * ATT_HD + 16 * s + 2 * col;
+        const float* q_col = head < NC ? column(head) : nullptr;  // (none: a column unused)
+        if (q_col != nullptr) {
+            const float* qr = q_col + 16 * s + 2 * col;
             f0 = qr[0];
             f1 = qr[1];
             f2 = qr[8];
@@ -787,16 +796,22 @@ __device__ __forceinline__ void att_mma_load_q(const float* heads, uint4* qb) {
         qb[x] = b;
     }
 }
+template <int THREADS>
+__device__ __forceinline__ void att_mma_load_q(const float* heads, uint4* qb) {
+    att_mma_load_cols<THREADS, ATT_MMA_G>([&](int c) { return heads + c * ATT_HD; }, qb);
+}
 
 // One warp's walk of key splits first, first + step, … (below ATT_MMA_SPLITS) of row r's
 // KV head kvh, each from a fresh state into `keep(split, state)`, through its ATT_MMA_STAGES
 // stages at `stages` (one pipeline of copies across the splits). Splits without tiles are kept
-// as empty states (m −∞, l 0, zeros), which the merge weighs 0. `before()` runs once the first
+// as empty states (m −∞, l 0, zeros), which the merge weighs 0. The tiles are a row's at `pos`;
+// the lane's columns see keys up to pos_a and pos_b (pos, but in `attention_mma_rows`, where pos
+// is the last row's). `before()` runs once the first
 // tiles' copies are under way and before q's fragments at qb are read (the prep twin preps there,
 // its copies in flight meanwhile); where `hold_last`, the walk's last tile (the row's own key's,
 // written by that prep) is copied only after it.
 template <typename Before, typename Keep>
-__device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_t base, int kvh,
+__device__ __forceinline__ void att_mma_walk(int first, int step, int pos, int pos_a, int pos_b, size_t base, int kvh,
                                              const kv_t* k_cache, const kv_t* v_cache,
                                              const uint4* qb, float scale, bf16_t* stages, bool hold_last,
                                              Before before, Keep keep) {
@@ -850,8 +865,8 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_
         if (n + ATT_MMA_STAGES - 1 < items) copy_next(n + ATT_MMA_STAGES - 1);
         cp_async_commit();
         const bf16_t* ks = stages + (size_t)(n % ATT_MMA_STAGES) * ATT_MMA_TILE;
-        att_mma_tile(st, ks, ks + ATT_MMA_KEYS * ATT_HD, qb, (split + ATT_MMA_SPLITS * j) * ATT_MMA_KEYS, pos, scale,
-                     lane);
+        att_mma_tile(st, ks, ks + ATT_MMA_KEYS * ATT_HD, qb, (split + ATT_MMA_SPLITS * j) * ATT_MMA_KEYS, pos_a,
+                     pos_b, scale, lane);
         if (++j == att_mma_split_tiles(split, row_tiles)) {
             keep(split, st);
             att_mma_fresh(st);
@@ -872,9 +887,9 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, size_
 // Every m and l is read first, all loads in flight at once: read inside the loop, each
 // iteration's load waited behind the last one's store to f (which may alias it), 32 round trips
 // to distributed shared memory one after another (a third of a one-row call, kernel timeline).
-template <int THREADS, typename M, typename L>
-__device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[ATT_MMA_G], float* total) {
-    for (int i = threadIdx.x; i < ATT_MMA_G; i += THREADS) {
+template <int THREADS, int NC = ATT_MMA_G, typename M, typename L>
+__device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[NC], float* total) {
+    for (int i = threadIdx.x; i < NC; i += THREADS) {
         float m[ATT_MMA_SPLITS], l[ATT_MMA_SPLITS];
 #pragma unroll
         for (int s = 0; s < ATT_MMA_SPLITS; s++) {
@@ -895,8 +910,8 @@ __device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)
     }
 }
 
-template <typename A>
-__device__ __forceinline__ float att_mma_merge_one(A acc_at, const float (*f)[ATT_MMA_G], const float* total, int i) {
+template <int NC = ATT_MMA_G, typename A>
+__device__ __forceinline__ float att_mma_merge_one(A acc_at, const float (*f)[NC], const float* total, int i) {
     float a = 0.0f;
     for (int s = 0; s < ATT_MMA_SPLITS; s++) a = __fmaf_rn(acc_at(s), f[s][i], a);
     return a / total[i];
@@ -905,8 +920,7 @@ __device__ __forceinline__ float att_mma_merge_one(A acc_at, const float (*f)[AT
 // The kernels' dynamic shared memory (`att_mma_shared_bytes` on the host): q's B fragments
 // (ATT_MMA_STEPS × 32 lanes × 4 words), each warp's ATT_MMA_STAGES tiles, then the states of
 // SLOTS splits (m and l, ATT_MMA_G each, then ATT_MMA_G × ATT_HD outputs, a split after
-// another).
-#define ATT_MMA_SLOT (2 * ATT_MMA_G + ATT_MMA_G * ATT_HD)  // floats of a split's state
+// another; `attention_mma_rows`' of its NC columns).
 struct AttMmaShared {
     uint4* qb;
     bf16_t* stages;
@@ -919,13 +933,57 @@ __device__ __forceinline__ AttMmaShared att_mma_shared(uint4* base) {
     s.slots = reinterpret_cast<float*>(s.stages + ATT_MMA_WARPS * ATT_MMA_STAGES * ATT_MMA_TILE);
     return s;
 }
+template <int NC = ATT_MMA_G>
 __device__ __forceinline__ AttMmaSlot att_mma_slot(float* slots, int k) {
-    float* p = slots + (size_t)k * ATT_MMA_SLOT;
-    return AttMmaSlot{p, p + ATT_MMA_G, p + 2 * ATT_MMA_G};
+    float* p = slots + (size_t)k * (2 * NC + NC * ATT_HD);
+    return AttMmaSlot{p, p + NC, p + 2 * NC};
 }
 
-// A block per (row, KV head): warp w walks splits w, w + 4, … one after the other, every
-// split's state kept in shared memory, then the block merges them (calls of many rows).
+// The block kernels' body: `n_rows` rows r0, r0 + 1, … of one session (their keys the same cache
+// rows) for KV head kvh, as NC columns, column c row r0 + c / G's query head kvh · G + c % G
+// (columns past the rows' unused). Warp w walks splits w, w + 4, … one after the other over the
+// tiles of the rows' last key, each column seeing its own row's keys; every split's state is
+// kept in shared memory, then the block merges them. A column's chain is its row's alone: the
+// same bits as `attention_mma` and the cluster kernels give it (an MMA's element is its own
+// row and column's sum; the tiles past a column's row leave its state as it was).
+template <int NC>
+__device__ __forceinline__ void att_mma_block_rows(const float* __restrict__ q, const float* __restrict__ qkv,
+                                                   const kv_t* __restrict__ k_cache,
+                                                   const kv_t* __restrict__ v_cache,
+                                                   const int* __restrict__ pos_arr, size_t base, int r0, int n_rows,
+                                                   int kvh, float scale, float* __restrict__ out,
+                                                   const AttMmaShared& sh, float (*f_s)[NC], float* total_s) {
+    constexpr int THREADS = ATT_MMA_WARPS * WARP;
+    const int h0 = kvh * ATT_MMA_G, cols = n_rows * ATT_MMA_G;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, t = lane % 4;
+    att_mma_load_cols<THREADS, NC>(
+        [&](int c) -> const float* {
+            return c < cols ? q + ((size_t)(r0 + c / ATT_MMA_G) * ATT_HEADS + h0 + c % ATT_MMA_G) * ATT_HD : nullptr;
+        },
+        sh.qb);
+    int last = 0;
+    for (int i = 0; i < n_rows; i++) last = max(last, pos_arr[r0 + i]);
+    // The lane's columns 2t and 2t + 1 (−1, no key, where unused).
+    const int pos_a = 2 * t < cols ? pos_arr[r0 + 2 * t / ATT_MMA_G] : -1;
+    const int pos_b = 2 * t + 1 < cols ? pos_arr[r0 + (2 * t + 1) / ATT_MMA_G] : -1;
+    __syncthreads();
+    att_mma_walk(warp, ATT_MMA_WARPS, last, pos_a, pos_b, base, kvh, k_cache, v_cache, sh.qb, scale,
+                 sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
+                 [&](int split, const AttMmaState& st) { att_mma_keep<NC>(st, att_mma_slot<NC>(sh.slots, split), lane); });
+    __syncthreads();
+    att_mma_merge_weights<THREADS, NC>([&](int s, int i) { return att_mma_slot<NC>(sh.slots, s).m[i]; },
+                                       [&](int s, int i) { return att_mma_slot<NC>(sh.slots, s).l[i]; }, f_s,
+                                       total_s);
+    __syncthreads();
+    for (int x = threadIdx.x; x < cols * ATT_HD; x += THREADS) {
+        const int i = x / ATT_HD, d = x % ATT_HD;
+        const float y = att_mma_merge_one<NC>([&](int s) { return att_mma_slot<NC>(sh.slots, s).acc[i * ATT_HD + d]; },
+                                              f_s, total_s, i);
+        att_store(qkv, out, r0 + i / ATT_MMA_G, h0 + i % ATT_MMA_G, d, y);
+    }
+}
+
+// A block per (row, KV head) (calls of many rows).
 extern "C" __global__ void __launch_bounds__(ATT_MMA_WARPS * WARP)
 attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
               const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
@@ -934,23 +992,41 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
     __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
     extern __shared__ uint4 att_mma_base[];
     const AttMmaShared sh = att_mma_shared(att_mma_base);
-    const int r = blockIdx.x, kvh = blockIdx.y, h0 = kvh * ATT_MMA_G;
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    att_mma_load_q<ATT_MMA_WARPS * WARP>(q + ((size_t)r * ATT_HEADS + h0) * ATT_HD, sh.qb);
-    __syncthreads();
-    att_mma_walk(warp, ATT_MMA_WARPS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache, sh.qb, scale,
-                 sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
-                 [&](int split, const AttMmaState& st) { att_mma_keep(st, att_mma_slot(sh.slots, split), lane); });
-    __syncthreads();
-    att_mma_merge_weights<ATT_MMA_WARPS * WARP>([&](int s, int i) { return att_mma_slot(sh.slots, s).m[i]; },
-                                                [&](int s, int i) { return att_mma_slot(sh.slots, s).l[i]; }, f_s,
-                                                total_s);
-    __syncthreads();
-    for (int x = threadIdx.x; x < ATT_MMA_G * ATT_HD; x += ATT_MMA_WARPS * WARP) {
-        const int i = x / ATT_HD, d = x % ATT_HD;
-        const float y =
-            att_mma_merge_one([&](int s) { return att_mma_slot(sh.slots, s).acc[i * ATT_HD + d]; }, f_s, total_s, i);
-        att_store(qkv, out, r, h0 + i, d, y);
+    const int r = blockIdx.x;
+    att_mma_block_rows<ATT_MMA_G>(q, qkv, k_cache, v_cache, pos_arr, (size_t)kv_base_arr[r], r, 1, blockIdx.y, scale,
+                                  out, sh, f_s, total_s);
+}
+
+// Rows a block of `attention_mma_rows` takes (the host's `att_mma_rows`): as many whole groups
+// as fill an MMA's 8 columns.
+#define ATT_MMA_ROWS (8 / ATT_MMA_G)
+
+// A block per ATT_MMA_ROWS rows (of `rows`) and KV head (a prompt's rows: calls whose rows need
+// keys other rows of the call write): where the block's rows are one session's, it walks their
+// keys once for all of them, its MMAs' columns their query heads side by side
+// (`att_mma_block_rows`); else a row at a time. Every row gets `attention_mma`'s bits.
+extern "C" __global__ void __launch_bounds__(ATT_MMA_WARPS * WARP)
+attention_mma_rows(const float* __restrict__ q, const float* __restrict__ qkv, const kv_t* __restrict__ k_cache,
+                   const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
+                   const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out, int rows) {
+    constexpr int NC = ATT_MMA_ROWS * ATT_MMA_G;
+    pdl_start();
+    __shared__ float f_s[ATT_MMA_SPLITS][NC], total_s[NC];
+    extern __shared__ uint4 att_mma_base[];
+    const AttMmaShared sh = att_mma_shared(att_mma_base);
+    const int r0 = blockIdx.x * ATT_MMA_ROWS, n_rows = min(ATT_MMA_ROWS, rows - r0);
+    const int base = kv_base_arr[r0];
+    bool one_session = true;
+    for (int i = 1; i < n_rows; i++) one_session = one_session && kv_base_arr[r0 + i] == base;
+    if (one_session) {
+        att_mma_block_rows<NC>(q, qkv, k_cache, v_cache, pos_arr, (size_t)base, r0, n_rows, blockIdx.y, scale, out,
+                               sh, f_s, total_s);
+        return;
+    }
+    for (int i = 0; i < n_rows; i++) {
+        __syncthreads();  // the last row's merge done with the states
+        att_mma_block_rows<NC>(q, qkv, k_cache, v_cache, pos_arr, (size_t)kv_base_arr[r0 + i], r0 + i, 1,
+                               blockIdx.y, scale, out, sh, f_s, total_s);
     }
 }
 
@@ -1007,7 +1083,8 @@ attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     att_mma_load_q<ATT_MMA_WARPS * WARP>(q + ((size_t)r * ATT_HEADS + h0) * ATT_HD, sh.qb);
     __syncthreads();
-    att_mma_walk(z * ATT_MMA_WARPS + warp, ATT_MMA_SPLITS, pos_arr[r], (size_t)kv_base_arr[r], kvh, k_cache, v_cache,
+    const int pos = pos_arr[r];
+    att_mma_walk(z * ATT_MMA_WARPS + warp, ATT_MMA_SPLITS, pos, pos, pos, (size_t)kv_base_arr[r], kvh, k_cache, v_cache,
                  sh.qb, scale, sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
                  [&](int split, const AttMmaState& st) {
                      att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);
@@ -1066,7 +1143,7 @@ attention_mma_cluster_prep(const float* __restrict__ qkv, const int* __restrict_
     };
     if (warp < ATT_MMA_WARPS) {
         const int split = z * ATT_MMA_WARPS + warp;
-        att_mma_walk(split, ATT_MMA_SPLITS, pos, base, kvh, k_cache, v_cache, sh.qb, scale,
+        att_mma_walk(split, ATT_MMA_SPLITS, pos, pos, pos, base, kvh, k_cache, v_cache, sh.qb, scale,
                      sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, split == own_split, prep_then_q,
                      [&](int split, const AttMmaState& st) {
                          att_mma_keep(st, att_mma_slot(sh.slots, split % ATT_MMA_WARPS), lane);

@@ -852,15 +852,25 @@ const ATT_MMA_KEYS: usize = 16;
 /// the next is copied in (a tile of K and V rows of heads of 128 is 8 KiB; with 3 a block of
 /// Qwen3-4B's shape would not leave a second its room beside the splits' states).
 const ATT_MMA_STAGES: usize = 2;
-/// Query heads of a KV head that the tensor-core attention holds at most: the n = 8 columns of
-/// an MMA.
-const ATT_MMA_MAX_GROUP: usize = 8;
+/// Columns of the tensor-core attention's MMAs (n = 8): a row's query heads of a KV head, or
+/// in `attention_mma_rows` several rows' side by side.
+const ATT_MMA_COLUMNS: usize = 8;
+/// Query heads of a KV head that the tensor-core attention holds at most: the MMA's columns.
+const ATT_MMA_MAX_GROUP: usize = ATT_MMA_COLUMNS;
 /// `FLASHLANE_ATTENTION_MMA=1` runs every attention call of the process on the tensor-core
 /// attention (`attention_mma` for many rows, `attention_mma_cluster` for few: the same bits)
 /// where it is compiled ([`att_mma_fits`]): other bits than the other kernels' (within the
 /// reference's tolerance), the same for a row alone or batched. An A/B switch that changes
 /// replies; off by default until measured.
 pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
+/// `FLASHLANE_ATTENTION_MMA_ROWS=1` (with [`ATTENTION_MMA_ENV`]) runs a call's rows that may
+/// share keys (a prompt's) on `attention_mma_rows`, a block taking as many rows of one session
+/// as an MMA's 8 columns hold groups of query heads (2 of Qwen3-4B's, 4 of -0.6B's), so their
+/// keys are copied and multiplied once for all: the same bits as `attention_mma` (kernel test).
+/// Its block's split states take 8 columns (136 KB of shared memory with heads of 128: one
+/// block a multiprocessor, where `attention_mma`'s two fit), so it is an A/B switch, off until
+/// measured.
+pub const ATTENTION_MMA_ROWS_ENV: &str = "FLASHLANE_ATTENTION_MMA_ROWS";
 
 /// Key splits of a row in the tensor-core attention, a fixed number for every call (its chain):
 /// 16, as the other attention kernels split a row, for heads of up to 128 dims; 8 for wider
@@ -883,28 +893,48 @@ fn att_mma_prep_warps(group: usize) -> usize {
 }
 
 /// Dynamic shared memory of a block of the tensor-core attention holding `slots` splits'
-/// states (`attention_mma` all of them, `attention_mma_cluster` a block's warps'): q's split
-/// B fragments (head_dim × 32 bytes), each warp's tiles of K and V rows, then the states (m and
-/// l of each head of the group, then its head_dim outputs a head, in f32).
-fn att_mma_shared_bytes(dims: &Dims, slots: usize) -> usize {
-    let group = dims.heads / dims.kv_heads.max(1);
+/// states of `columns` columns each (`attention_mma` all splits of a group's heads,
+/// `attention_mma_cluster` a block's warps', `attention_mma_rows` all of [`att_mma_rows`] rows'
+/// groups): q's split B fragments (head_dim × 32 bytes), each warp's tiles of K and V rows, then
+/// the states (m and l of each column, then its head_dim outputs a column, in f32).
+fn att_mma_shared_bytes(dims: &Dims, slots: usize, columns: usize) -> usize {
     let q = dims.head_dim * 32;
     let tiles = ATT_MMA_WARPS * ATT_MMA_STAGES * 2 * ATT_MMA_KEYS * dims.head_dim * 2;
-    q + tiles + slots * (2 * group + group * dims.head_dim) * 4
+    q + tiles + slots * (2 * columns + columns * dims.head_dim) * 4
 }
 
-/// The tensor-core attention's shared memory bytes (`attention_mma`'s, then
-/// `attention_mma_cluster`'s) where attention.cu compiles it (a bf16 cache, heads a whole number
-/// of MMA steps of 16 dims, at most [`ATT_MMA_MAX_GROUP`] query heads a KV head) and its blocks
-/// fit ([`ATT_STAGED_SHARED_MAX`]); else none.
-fn att_mma_fits(dims: &Dims) -> Option<(usize, usize)> {
-    let whole = att_mma_shared_bytes(dims, att_mma_splits(dims.head_dim));
-    let cluster = att_mma_shared_bytes(dims, ATT_MMA_WARPS);
+/// Rows of one session a block of `attention_mma_rows` takes (attention.cu's ATT_MMA_ROWS): as
+/// many whole groups of `group` query heads as fill an MMA's 8 columns, so that the rows' keys
+/// are copied and multiplied once for all of them.
+fn att_mma_rows(group: usize) -> usize {
+    ATT_MMA_COLUMNS / group.max(1)
+}
+
+/// The tensor-core attention's shared memory bytes a block (`attention_mma`'s,
+/// `attention_mma_cluster`'s, `attention_mma_rows`') where attention.cu compiles it (a bf16
+/// cache, heads a whole number of MMA steps of 16 dims, at most [`ATT_MMA_MAX_GROUP`] query
+/// heads a KV head) and its blocks fit ([`ATT_STAGED_SHARED_MAX`]); else none.
+fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
+    let group = dims.heads / dims.kv_heads.max(1);
+    let splits = att_mma_splits(dims.head_dim);
+    let bytes = MmaShared {
+        whole: att_mma_shared_bytes(dims, splits, group),
+        cluster: att_mma_shared_bytes(dims, ATT_MMA_WARPS, group),
+        rows: att_mma_shared_bytes(dims, splits, att_mma_rows(group) * group),
+    };
     (dims.kv == KvDtype::Bf16
         && dims.head_dim.is_multiple_of(16)
-        && dims.heads / dims.kv_heads.max(1) <= ATT_MMA_MAX_GROUP
-        && whole <= ATT_STAGED_SHARED_MAX)
-        .then_some((whole, cluster))
+        && group <= ATT_MMA_MAX_GROUP
+        && bytes.whole.max(bytes.rows) <= ATT_STAGED_SHARED_MAX)
+        .then_some(bytes)
+}
+
+/// The tensor-core attention's dynamic shared memory a block, by kernel.
+#[derive(Clone, Copy, Debug)]
+struct MmaShared {
+    whole: usize,
+    cluster: usize,
+    rows: usize,
 }
 
 /// The staged kernel that takes the grouped attention's calls: as `asked`
@@ -952,6 +982,11 @@ struct MmaAttention {
     /// memory).
     cluster_prep: CudaFunction,
     cluster_blocks: usize,
+    /// `attention_mma_rows`: a block per [`att_mma_rows`] rows (one session's, where they are)
+    /// and KV head.
+    rows: (CudaFunction, u32),
+    /// Rows a block of `rows` takes.
+    rows_a_block: usize,
 }
 
 /// The staged attention's kernels ([`ATTENTION_STAGED_ENV`]) and their shared memory.
@@ -1579,6 +1614,8 @@ pub struct Kernels {
     /// [`ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
     /// compiled.
     attention_mma_asked: bool,
+    /// [`ATTENTION_MMA_ROWS_ENV`]: a prompt's rows take `attention_mma_rows` there.
+    attention_mma_rows_asked: bool,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
     prep_in_attention: bool,
     /// [`ATTENTION_FEW_WARPS_ENV`]: `Some` forces whether a prompt's attention runs
@@ -1832,7 +1869,11 @@ impl Kernels {
             ),
             attention_gated_prep: f("attention_gated_prep")?,
             attention_mma: match att_mma_fits(dims) {
-                Some((whole, cluster)) => Some(MmaAttention {
+                Some(MmaShared {
+                    whole,
+                    cluster,
+                    rows,
+                }) => Some(MmaAttention {
                     whole: (with_shared_bytes(f("attention_mma")?, whole)?, whole as u32),
                     cluster: (
                         with_shared_bytes(f("attention_mma_cluster")?, cluster)?,
@@ -1840,10 +1881,16 @@ impl Kernels {
                     ),
                     cluster_prep: with_shared_bytes(f("attention_mma_cluster_prep")?, cluster)?,
                     cluster_blocks: att_mma_splits(dims.head_dim) / ATT_MMA_WARPS,
+                    rows: (
+                        with_shared_bytes(f("attention_mma_rows")?, rows)?,
+                        rows as u32,
+                    ),
+                    rows_a_block: att_mma_rows(dims.heads / dims.kv_heads.max(1)),
                 }),
                 None => None,
             },
             attention_mma_asked: env_asked(ATTENTION_MMA_ENV),
+            attention_mma_rows_asked: env_asked(ATTENTION_MMA_ROWS_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),
@@ -3673,6 +3720,9 @@ pub enum AttentionKernel {
     /// `attention_mma_cluster`: as `Mma`, the row's key splits over a cluster of blocks (the
     /// same bits).
     MmaCluster,
+    /// `attention_mma_rows`: as `Mma`, a block taking a few rows of one session at once (a
+    /// prompt's), their keys copied and multiplied once for all (the same bits).
+    MmaRows,
 }
 
 /// The kernel that computes a call [`attention_kernel`] gave to `kernel`: the staged kernel
@@ -3693,18 +3743,27 @@ fn staged_in_place(
 /// where it was `asked` ([`ATTENTION_MMA_ENV`]) and `compiled` ([`att_mma_fits`]), else
 /// `kernel`. All or none: its bits are not the other kernels'. Its cluster twin for calls of
 /// fewer rows than `grouped_min_rows` (where the other kernels take a block a head: a few rows'
-/// blocks would leave most multiprocessors idle), `attention_mma` from there.
+/// blocks would leave most multiprocessors idle); from there `attention_mma`, or
+/// `attention_mma_rows` where rows of one session may share a block (not `one_row_a_session`:
+/// a prompt's rows) and a block takes more than one (`rows_a_block`). The same bits, each.
 fn mma_in_place(
     kernel: AttentionKernel,
     rows: usize,
     grouped_min_rows: usize,
+    one_row_a_session: bool,
+    rows_a_block: usize,
     asked: bool,
     compiled: bool,
 ) -> AttentionKernel {
-    match (asked && compiled, rows >= grouped_min_rows) {
-        (false, _) => kernel,
-        (true, false) => AttentionKernel::MmaCluster,
-        (true, true) => AttentionKernel::Mma,
+    match (
+        asked && compiled,
+        rows >= grouped_min_rows,
+        !one_row_a_session && rows_a_block > 1,
+    ) {
+        (false, _, _) => kernel,
+        (true, false, _) => AttentionKernel::MmaCluster,
+        (true, true, false) => AttentionKernel::Mma,
+        (true, true, true) => AttentionKernel::MmaRows,
     }
 }
 
@@ -3899,6 +3958,11 @@ impl Kernels {
             ),
             a.rows,
             self.attention_grouped_min_rows,
+            a.one_row_a_session,
+            match self.attention_mma_rows_asked {
+                true => self.attention_mma.as_ref().map_or(0, |m| m.rows_a_block),
+                false => 1,
+            },
             self.attention_mma_asked,
             self.attention_mma.is_some(),
         );
@@ -4023,22 +4087,37 @@ impl Kernels {
             AttentionKernel::GroupedStaged8 => staged(1),
             AttentionKernel::Mma => mma(false),
             AttentionKernel::MmaCluster => mma(true),
+            AttentionKernel::MmaRows => {
+                let mma = self.mma_attention();
+                let (f, bytes) = &mma.rows;
+                (f, (dims.kv_heads, 1), (ATT_MMA_WARPS * 32) as u32, *bytes)
+            }
+        };
+        let args = [
+            Arg::Ptr(q),
+            Arg::Ptr(qkv),
+            Arg::Ptr(a.k_cache),
+            Arg::Ptr(a.v_cache),
+            Arg::Ptr(a.pos),
+            Arg::Ptr(a.kv_base),
+            Arg::F32(scale),
+            Arg::Ptr(out),
+            Arg::I32(i32::try_from(a.rows).expect("a call's rows fit i32")),
+        ];
+        // `attention_mma_rows` takes a block per rows_a_block rows, and the call's rows last.
+        let (row_blocks, args) = match kernel {
+            AttentionKernel::MmaRows => (
+                a.rows.div_ceil(self.mma_attention().rows_a_block),
+                &args[..],
+            ),
+            _ => (a.rows, &args[..8]),
         };
         gpu.launch_with_shared(
             f,
-            (rows_u32(a.rows), head_blocks as u32, z as u32),
+            (rows_u32(row_blocks), head_blocks as u32, z as u32),
             threads,
             shared,
-            &[
-                Arg::Ptr(q),
-                Arg::Ptr(qkv),
-                Arg::Ptr(a.k_cache),
-                Arg::Ptr(a.v_cache),
-                Arg::Ptr(a.pos),
-                Arg::Ptr(a.kv_base),
-                Arg::F32(scale),
-                Arg::Ptr(out),
-            ],
+            args,
         )
     }
 

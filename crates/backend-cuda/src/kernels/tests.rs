@@ -1294,14 +1294,37 @@ fn the_tensor_core_attention_takes_every_call_or_none() {
         GroupedStaged,
         GroupedStaged8,
     ] {
-        for (rows, want) in [(1, MmaCluster), (31, MmaCluster), (32, Mma), (4096, Mma)] {
+        // (rows, each its session's only one, rows a block of attention_mma_rows, the kernel).
+        for (rows, one_a_session, rows_a_block, want) in [
+            (1, true, 2, MmaCluster),
+            (31, true, 2, MmaCluster),
+            (31, false, 2, MmaCluster),
+            (32, true, 2, Mma),
+            (4096, true, 2, Mma),
+            // A prompt's rows: a block takes several where the group leaves columns for them.
+            (32, false, 2, MmaRows),
+            (4096, false, 4, MmaRows),
+            (4096, false, 1, Mma),
+        ] {
             assert_eq!(
-                mma_in_place(kernel, rows, 32, true, true),
+                mma_in_place(kernel, rows, 32, one_a_session, rows_a_block, true, true),
                 want,
-                "{kernel:?} {rows}"
+                "{kernel:?} {rows} {one_a_session} {rows_a_block}"
             );
-            assert_eq!(mma_in_place(kernel, rows, 32, true, false), kernel);
-            assert_eq!(mma_in_place(kernel, rows, 32, false, true), kernel);
+            for (asked, compiled) in [(true, false), (false, true)] {
+                assert_eq!(
+                    mma_in_place(
+                        kernel,
+                        rows,
+                        32,
+                        one_a_session,
+                        rows_a_block,
+                        asked,
+                        compiled
+                    ),
+                    kernel
+                );
+            }
         }
     }
     // The cluster kernel has a prep twin (few rows, each its session's only one); the block
@@ -1342,10 +1365,15 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
             compiled,
             "{heads}/{kv_heads} heads of {hd}, {kv:?}"
         );
-        if let Some((whole, cluster)) = fits {
-            assert!(cluster < whole && whole <= ATT_STAGED_SHARED_MAX);
+        if let Some(super::MmaShared {
+            whole,
+            cluster,
+            rows,
+        }) = fits
+        {
+            assert!(cluster < whole && whole <= rows && rows <= ATT_STAGED_SHARED_MAX);
             // Two blocks a multiprocessor (228 KiB, 1 KiB of it a block's own) where a block
-            // holds at most 4 query heads of 128.
+            // holds at most 4 query heads of 128 (the prompts' kernel, 8 columns, one).
             if hd <= 128 && heads / kv_heads <= 4 {
                 assert!(2 * (whole + 1024) <= 228 * 1024, "{hd}: {whole} bytes");
             }
@@ -2987,6 +3015,12 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
                 same_bits(&run(super::AttentionKernel::MmaCluster), &mma),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma_cluster differs"
             );
+            // The prompts' kernel: the rows one session's, several a block where the group
+            // leaves the MMA columns for them (and the last block's rows fewer).
+            assert!(
+                same_bits(&run(super::AttentionKernel::MmaRows), &mma),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma_rows differs"
+            );
             let (last, width) = (rows - 1, heads * hd);
             let alone = super::AttentionRows {
                 rows: 1,
@@ -3010,6 +3044,52 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             assert!(
                 same_bits(&out_alone.read(&gpu, width).unwrap(), &mma[last * width..]),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma's row alone differs"
+            );
+            // Rows of two sessions side by side (`attention_mma_rows` then takes a block's rows
+            // one at a time): a cache with a row more in front, the even rows' session from
+            // its row 1 (the keys above), the odd rows' from its row 0 (other keys); the block
+            // kernel's bits, every output finite.
+            let front = |v: &[f32]| -> Vec<u8> {
+                let mut row: Vec<f32> = v[..kv_row].iter().map(|x| -x).collect();
+                row.extend_from_slice(v);
+                row.iter()
+                    .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                    .collect()
+            };
+            let k_two = Buf::from_host(&gpu, &front(&keys)).unwrap();
+            let v_two = Buf::from_host(&gpu, &front(&values)).unwrap();
+            let bases: Vec<i32> = (0..rows).map(|r| 1 - (r % 2) as i32).collect();
+            let bases = Buf::from_host(&gpu, &bases).unwrap();
+            let two = super::AttentionRows {
+                kv_base: bases.at(0),
+                k_cache: k_two.at(0),
+                v_cache: v_two.at(0),
+                ..a
+            };
+            let mut run_two = |kernel: super::AttentionKernel| {
+                bufs.4
+                    .write(&gpu, &vec![f32::NAN; rows * heads * hd])
+                    .unwrap();
+                k.attention_with(
+                    &gpu,
+                    &dims,
+                    &two,
+                    bufs.0.at(0),
+                    bufs.1.at(0),
+                    bufs.4.at(0),
+                    kernel,
+                )
+                .unwrap();
+                bufs.4.read(&gpu, rows * heads * hd).unwrap()
+            };
+            let block = run_two(super::AttentionKernel::Mma);
+            assert!(
+                block.iter().all(|v| v.is_finite()),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: two sessions, NaN or inf"
+            );
+            assert!(
+                same_bits(&run_two(super::AttentionKernel::MmaRows), &block),
+                "seed {seed}, {heads}/{kv_heads} heads of {hd}: two sessions' attention_mma_rows differs"
             );
         }
     }
