@@ -945,7 +945,8 @@ __device__ __forceinline__ AttMmaSlot att_mma_slot(float* slots, int k) {
 // tiles of the rows' last key, each column seeing its own row's keys; every split's state is
 // kept in shared memory, then the block merges them. A column's chain is its row's alone: the
 // same bits as `attention_mma` and the cluster kernels give it (an MMA's element is its own
-// row and column's sum; the tiles past a column's row leave its state as it was).
+// row and column's sum; the tiles past a column's row leave its state as it was, their keys'
+// weights 0 times the finite V rows of the session's later keys).
 template <int NC>
 __device__ __forceinline__ void att_mma_block_rows(const float* __restrict__ q, const float* __restrict__ qkv,
                                                    const kv_t* __restrict__ k_cache,

@@ -913,7 +913,8 @@ fn att_mma_rows(group: usize) -> usize {
 /// The tensor-core attention's shared memory bytes a block (`attention_mma`'s,
 /// `attention_mma_cluster`'s, `attention_mma_rows`') where attention.cu compiles it (a bf16
 /// cache, heads a whole number of MMA steps of 16 dims, at most [`ATT_MMA_MAX_GROUP`] query
-/// heads a KV head) and its blocks fit ([`ATT_STAGED_SHARED_MAX`]); else none.
+/// heads a KV head) and its blocks fit ([`ATT_STAGED_SHARED_MAX`]: `attention_mma_rows`' too, or
+/// it never runs); else none.
 fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
     let group = dims.heads / dims.kv_heads.max(1);
     let splits = att_mma_splits(dims.head_dim);
@@ -925,7 +926,7 @@ fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
     (dims.kv == KvDtype::Bf16
         && dims.head_dim.is_multiple_of(16)
         && group <= ATT_MMA_MAX_GROUP
-        && bytes.whole.max(bytes.rows) <= ATT_STAGED_SHARED_MAX)
+        && bytes.whole <= ATT_STAGED_SHARED_MAX)
         .then_some(bytes)
 }
 
@@ -935,6 +936,13 @@ struct MmaShared {
     whole: usize,
     cluster: usize,
     rows: usize,
+}
+
+impl MmaShared {
+    /// Whether `attention_mma_rows`' blocks fit.
+    fn rows_fit(&self) -> bool {
+        self.rows <= ATT_STAGED_SHARED_MAX
+    }
 }
 
 /// The staged kernel that takes the grouped attention's calls: as `asked`
@@ -1869,11 +1877,13 @@ impl Kernels {
             ),
             attention_gated_prep: f("attention_gated_prep")?,
             attention_mma: match att_mma_fits(dims) {
-                Some(MmaShared {
-                    whole,
-                    cluster,
-                    rows,
-                }) => Some(MmaAttention {
+                Some(
+                    bytes @ MmaShared {
+                        whole,
+                        cluster,
+                        rows,
+                    },
+                ) => Some(MmaAttention {
                     whole: (with_shared_bytes(f("attention_mma")?, whole)?, whole as u32),
                     cluster: (
                         with_shared_bytes(f("attention_mma_cluster")?, cluster)?,
@@ -1881,11 +1891,18 @@ impl Kernels {
                     ),
                     cluster_prep: with_shared_bytes(f("attention_mma_cluster_prep")?, cluster)?,
                     cluster_blocks: att_mma_splits(dims.head_dim) / ATT_MMA_WARPS,
-                    rows: (
-                        with_shared_bytes(f("attention_mma_rows")?, rows)?,
-                        rows as u32,
-                    ),
-                    rows_a_block: att_mma_rows(dims.heads / dims.kv_heads.max(1)),
+                    // (Where its blocks do not fit, a block a row: it never runs.)
+                    rows: match bytes.rows_fit() {
+                        true => (
+                            with_shared_bytes(f("attention_mma_rows")?, rows)?,
+                            rows as u32,
+                        ),
+                        false => (f("attention_mma_rows")?, 0),
+                    },
+                    rows_a_block: match bytes.rows_fit() {
+                        true => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
+                        false => 1,
+                    },
                 }),
                 None => None,
             },

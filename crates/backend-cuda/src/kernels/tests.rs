@@ -1371,7 +1371,7 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
             rows,
         }) = fits
         {
-            assert!(cluster < whole && whole <= rows && rows <= ATT_STAGED_SHARED_MAX);
+            assert!(cluster < whole && whole <= rows && whole <= ATT_STAGED_SHARED_MAX);
             // Two blocks a multiprocessor (228 KiB, 1 KiB of it a block's own) where a block
             // holds at most 4 query heads of 128 (the prompts' kernel, 8 columns, one).
             if hd <= 128 && heads / kv_heads <= 4 {
@@ -2890,8 +2890,10 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
     // 64 keys, so each of the 16 warps takes several groups of 4, the last one partly full; and
     // a prompt's first rows, where most warps' key splits are empty.
     // Rows across the 64-key rounds of the staged kernels (61–64: the second round's first
-    // keys) and rows 16 rounds deep (each of their three stages reused five times).
-    for (start, rows) in [(150, 5), (0, 6), (61, 4), (1020, 8)] {
+    // keys) and rows 16 rounds deep (each of their three stages reused five times); and rows
+    // from 1,023, whose `attention_mma_rows` blocks straddle a tile of 16 keys (a column's state
+    // kept through the tile past its row).
+    for (start, rows) in [(150, 5), (0, 6), (61, 4), (1020, 8), (1023, 6)] {
         let kv_row = kv_heads * hd;
         let q = random(rows * heads * hd);
         let mut keys = random((start + rows) * kv_row);
