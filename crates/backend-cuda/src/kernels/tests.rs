@@ -2930,14 +2930,15 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             v_cache: v_buf.at(0),
             one_row_a_session: false,
         };
-        let mut run = |kernel: super::AttentionKernel| {
+        // The call's output by `kernel` over `rows_at` (`a`, or other sessions' caches).
+        let mut run_on = |rows_at: &super::AttentionRows, kernel: super::AttentionKernel| {
             bufs.4
                 .write(&gpu, &vec![f32::NAN; rows * heads * hd])
                 .unwrap();
             k.attention_with(
                 &gpu,
                 &dims,
-                &a,
+                rows_at,
                 bufs.0.at(0),
                 bufs.1.at(0),
                 bufs.4.at(0),
@@ -2946,7 +2947,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             .unwrap();
             bufs.4.read(&gpu, rows * heads * hd).unwrap()
         };
-        let got = run(super::AttentionKernel::PerHead);
+        let got = run_on(&a, super::AttentionKernel::PerHead);
         // A block per group of a KV head's query heads (a prompt's rows), by 16 warps or by a few
         // that walk the 16 warps' key splits, and the staged kernels (each round of keys copied
         // into shared memory ahead: compiled wherever their stages fit, as bf16 heads of up to
@@ -2965,7 +2966,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
         }
         for kernel in kernels {
             assert!(
-                same_bits(&run(kernel), &got),
+                same_bits(&run_on(&a, kernel), &got),
                 "seed {seed}, {kv:?} cache, {heads}/{kv_heads} heads of {hd}: {kernel:?} differs"
             );
         }
@@ -3001,7 +3002,7 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
             "{kv:?} cache, {heads}/{kv_heads} heads of {hd}: attention_mma compiled?"
         );
         if k.attention_mma.is_some() {
-            let mma = run(super::AttentionKernel::Mma);
+            let mma = run_on(&a, super::AttentionKernel::Mma);
             // Every output written and finite (the buffer is NaN before each run, and
             // `relative_diff` and `same_bits` would let NaN through).
             assert!(
@@ -3014,13 +3015,13 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma's relative diff {d}"
             );
             assert!(
-                same_bits(&run(super::AttentionKernel::MmaCluster), &mma),
+                same_bits(&run_on(&a, super::AttentionKernel::MmaCluster), &mma),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma_cluster differs"
             );
             // The prompts' kernel: the rows one session's, several a block where the group
             // leaves the MMA columns for them (and the last block's rows fewer).
             assert!(
-                same_bits(&run(super::AttentionKernel::MmaRows), &mma),
+                same_bits(&run_on(&a, super::AttentionKernel::MmaRows), &mma),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: attention_mma_rows differs"
             );
             let (last, width) = (rows - 1, heads * hd);
@@ -3068,29 +3069,13 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
                 v_cache: v_two.at(0),
                 ..a
             };
-            let mut run_two = |kernel: super::AttentionKernel| {
-                bufs.4
-                    .write(&gpu, &vec![f32::NAN; rows * heads * hd])
-                    .unwrap();
-                k.attention_with(
-                    &gpu,
-                    &dims,
-                    &two,
-                    bufs.0.at(0),
-                    bufs.1.at(0),
-                    bufs.4.at(0),
-                    kernel,
-                )
-                .unwrap();
-                bufs.4.read(&gpu, rows * heads * hd).unwrap()
-            };
-            let block = run_two(super::AttentionKernel::Mma);
+            let block = run_on(&two, super::AttentionKernel::Mma);
             assert!(
                 block.iter().all(|v| v.is_finite()),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: two sessions, NaN or inf"
             );
             assert!(
-                same_bits(&run_two(super::AttentionKernel::MmaRows), &block),
+                same_bits(&run_on(&two, super::AttentionKernel::MmaRows), &block),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: two sessions' attention_mma_rows differs"
             );
         }
