@@ -806,10 +806,10 @@ __device__ __forceinline__ void att_mma_load_q(const float* heads, uint4* qb) {
 // stages at `stages` (one pipeline of copies across the splits). Splits without tiles are kept
 // as empty states (m −∞, l 0, zeros), which the merge weighs 0. The tiles are a row's at `pos`;
 // the lane's columns see keys up to pos_a and pos_b (pos, but in `attention_mma_rows`, where pos
-// is the last row's). `before()` runs once the first
-// tiles' copies are under way and before q's fragments at qb are read (the prep twin preps there,
-// its copies in flight meanwhile); where `hold_last`, the walk's last tile (the row's own key's,
-// written by that prep) is copied only after it.
+// is the last row's). `before()` runs once the first tiles' copies are under way and before q's
+// fragments at qb are read (the prep twin preps there, its copies in flight meanwhile); where
+// `hold_last`, the walk's last tile (the row's own key's, written by that prep) is copied only
+// after it.
 template <typename Before, typename Keep>
 __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, int pos_a, int pos_b, size_t base, int kvh,
                                              const kv_t* k_cache, const kv_t* v_cache,
@@ -886,7 +886,7 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, int p
 // (`att_mma_merge_one`: head i, the splits' outputs by acc_at(s) weighed in split order).
 // Every m and l is read first, all loads in flight at once: read inside the loop, each
 // iteration's load waited behind the last one's store to f (which may alias it), 32 round trips
-// to distributed shared memory one after another (a third of a one-row call, kernel timeline).
+// to distributed shared memory one after another in the cluster kernels (their SASS).
 template <int THREADS, int NC = ATT_MMA_G, typename M, typename L>
 __device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[NC], float* total) {
     for (int i = threadIdx.x; i < NC; i += THREADS) {
@@ -970,7 +970,9 @@ __device__ __forceinline__ void att_mma_block_rows(const float* __restrict__ q, 
     __syncthreads();
     att_mma_walk(warp, ATT_MMA_WARPS, last, pos_a, pos_b, base, kvh, k_cache, v_cache, sh.qb, scale,
                  sh.stages + (size_t)warp * ATT_MMA_STAGES * ATT_MMA_TILE, false, [] {},
-                 [&](int split, const AttMmaState& st) { att_mma_keep<NC>(st, att_mma_slot<NC>(sh.slots, split), lane); });
+                 [&](int split, const AttMmaState& st) {
+                     att_mma_keep<NC>(st, att_mma_slot<NC>(sh.slots, split), lane);
+                 });
     __syncthreads();
     att_mma_merge_weights<THREADS, NC>([&](int s, int i) { return att_mma_slot<NC>(sh.slots, s).m[i]; },
                                        [&](int s, int i) { return att_mma_slot<NC>(sh.slots, s).l[i]; }, f_s,
