@@ -42,6 +42,22 @@ fn open_gpu() -> Option<Arc<Gpu>> {
     }
 }
 
+/// Compiles the modules of every `dims` (with each list of overrides, `&[]` for none) at once, a
+/// thread each, and drops them: NVRTC's compile and the driver's JIT take ~20 s a module on a
+/// cold GPU machine, and a test that then compiles them one after another in its loop reads
+/// them back from the PTX cache ([`super::ptx_cache`]) and the driver's own cache instead. Only
+/// time: a module that fails here fails again, with its error, where the test compiles it.
+fn warm_kernel_caches(gpu: &Gpu, modules: &[(Dims, &[(&str, usize)])]) {
+    std::thread::scope(|threads| {
+        for (dims, overrides) in modules {
+            threads.spawn(move || match overrides.is_empty() {
+                true => drop(Kernels::compile(gpu, dims)),
+                false => drop(Kernels::compile_overriding(gpu, dims, overrides)),
+            });
+        }
+    });
+}
+
 /// The default model's config and kernels.
 fn setup() -> Option<(Arc<Gpu>, Kernels)> {
     let gpu = open_gpu()?;
@@ -2867,17 +2883,15 @@ fn dims_take_every_head_layout_and_refuse_what_the_kernels_cannot_hold() {
 /// `attention_gated` against backend-cpu's causal attention × sigmoid(gate) (Qwen3-Next's gated
 /// heads) on rows of several positions, grouped query heads, with the cache in `kv`: bf16 rows
 /// are checked against the reference on the same rounded keys and values.
-fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd: usize) {
+fn attention_matches_backend_cpu(
+    gpu: Arc<Gpu>,
+    kv: KvDtype,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+) {
     use backend_cpu::kernels::attention::{causal_attention, AttentionShape};
-    let Some(gpu) = open_gpu() else { return };
-    let dir =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
-    let mut config = Config::from_dir(&dir).expect("config");
-    config.num_heads = heads;
-    config.num_kv_heads = kv_heads;
-    config.head_dim = hd;
-    config.rotary_dim = hd / 4;
-    let dims = Dims::of(&config, kv).expect("dims");
+    let dims = attention_dims(kv, heads, kv_heads, hd);
     let k = Kernels::compile(&gpu, &dims).expect("kernels");
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -3082,31 +3096,60 @@ fn attention_matches_backend_cpu(kv: KvDtype, heads: usize, kv_heads: usize, hd:
     }
 }
 
+/// flashlane-tiny's config with `heads` query heads over `kv_heads` of `hd` dims (a quarter of
+/// them rotated) and the cache in `kv`.
+fn attention_dims(kv: KvDtype, heads: usize, kv_heads: usize, hd: usize) -> Dims {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
+    let mut config = Config::from_dir(&dir).expect("config");
+    config.num_heads = heads;
+    config.num_kv_heads = kv_heads;
+    config.head_dim = hd;
+    config.rotary_dim = hd / 4;
+    Dims::of(&config, kv).expect("dims")
+}
+
+/// [`attention_matches_backend_cpu`] on each (cache, query heads, KV heads, head dim), their
+/// modules compiled at once first ([`warm_kernel_caches`]).
+fn attention_shapes_match_backend_cpu(shapes: &[(KvDtype, usize, usize, usize)]) {
+    let Some(gpu) = open_gpu() else { return };
+    let modules: Vec<(Dims, &[(&str, usize)])> = shapes
+        .iter()
+        .map(|&(kv, heads, kv_heads, hd)| (attention_dims(kv, heads, kv_heads, hd), &[][..]))
+        .collect();
+    warm_kernel_caches(&gpu, &modules);
+    for &(kv, heads, kv_heads, hd) in shapes {
+        attention_matches_backend_cpu(gpu.clone(), kv, heads, kv_heads, hd);
+    }
+}
+
 #[test]
 fn attention_of_wide_heads_matches_backend_cpu() {
     // flashlane-tiny's heads widened to Qwen3-Next's 256 (8 dims a lane).
-    attention_matches_backend_cpu(KvDtype::F32, 4, 2, 256);
-    attention_matches_backend_cpu(KvDtype::Bf16, 4, 2, 256);
+    attention_shapes_match_backend_cpu(&[(KvDtype::F32, 4, 2, 256), (KvDtype::Bf16, 4, 2, 256)]);
 }
 
 #[test]
 fn attention_of_narrow_heads_matches_backend_cpu() {
     // The dense test fixture's 8 query heads over 2 of 16 dims (half a warp's lanes idle, four
     // heads a group): the per-head and grouped kernels once fused their multiply-adds
-    // differently there.
-    attention_matches_backend_cpu(KvDtype::Bf16, 8, 2, 16);
-    attention_matches_backend_cpu(KvDtype::F32, 8, 2, 16);
-    // A query head a KV head (one head a group).
-    attention_matches_backend_cpu(KvDtype::Bf16, 4, 4, 64);
+    // differently there. And a query head a KV head (one head a group).
+    attention_shapes_match_backend_cpu(&[
+        (KvDtype::Bf16, 8, 2, 16),
+        (KvDtype::F32, 8, 2, 16),
+        (KvDtype::Bf16, 4, 4, 64),
+    ]);
 }
 
 #[test]
 fn attention_of_many_heads_matches_backend_cpu() {
     // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128; Qwen3-0.6B's
     // 16 over 8 (the grouped kernels two heads a block).
-    attention_matches_backend_cpu(KvDtype::Bf16, 64, 8, 128);
-    attention_matches_backend_cpu(KvDtype::Bf16, 16, 8, 128);
-    attention_matches_backend_cpu(KvDtype::F32, 32, 8, 128);
+    attention_shapes_match_backend_cpu(&[
+        (KvDtype::Bf16, 64, 8, 128),
+        (KvDtype::Bf16, 16, 8, 128),
+        (KvDtype::F32, 32, 8, 128),
+    ]);
 }
 
 /// RoPE's inverse frequencies over `rotary_dim` dims (base 10⁶, Qwen3's).
@@ -3319,26 +3362,46 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
         shape(fixture, 8, 2, 16, 16, true, &[0]),
         shape("models/flashlane-tiny", 16, 2, 256, 64, false, &[0]),
     ];
-    for Shape {
-        dir,
-        heads,
-        kv_heads,
-        hd,
-        rot,
-        f32_too,
-        other_aheads,
-    } in shapes
-    {
-        let mut config = Config::from_dir(&root.join(dir)).expect("config");
-        config.num_heads = heads;
-        config.num_kv_heads = kv_heads;
-        config.head_dim = hd;
-        config.rotary_dim = rot;
-        let kvs: &[KvDtype] = match f32_too {
+    let config_of = |shape: &Shape| {
+        let mut config = Config::from_dir(&root.join(shape.dir)).expect("config");
+        config.num_heads = shape.heads;
+        config.num_kv_heads = shape.kv_heads;
+        config.head_dim = shape.hd;
+        config.rotary_dim = shape.rot;
+        config
+    };
+    let kvs_of = |shape: &Shape| -> &'static [KvDtype] {
+        match shape.f32_too {
             true => &[KvDtype::Bf16, KvDtype::F32],
             false => &[KvDtype::Bf16],
-        };
-        for &kv in kvs {
+        }
+    };
+    // Every module the loop compiles, at once first.
+    let aheads: Vec<[(&str, usize); 1]> = (0..=8).map(|a| [("ATT_KV_AHEAD", a)]).collect();
+    let mut modules: Vec<(Dims, &[(&str, usize)])> = Vec::new();
+    for shape in &shapes {
+        let config = config_of(shape);
+        for &kv in kvs_of(shape) {
+            modules.push((Dims::of(&config, kv).expect("dims"), &[]));
+        }
+        for &ahead in shape.other_aheads {
+            let bf16 = Dims::of(&config, KvDtype::Bf16).expect("dims");
+            modules.push((bf16, &aheads[ahead][..]));
+        }
+    }
+    warm_kernel_caches(&gpu, &modules);
+    for shape in &shapes {
+        let config = config_of(shape);
+        let &Shape {
+            dir,
+            heads,
+            kv_heads,
+            hd,
+            rot,
+            other_aheads,
+            ..
+        } = shape;
+        for &kv in kvs_of(shape) {
             let dims = Dims::of(&config, kv).expect("dims");
             let k = Kernels::compile(&gpu, &dims).expect("kernels");
             let mut rng = Rng::fresh();
