@@ -624,16 +624,6 @@ __device__ __forceinline__ int att_mma_at(int key, int piece) {
     return key * ATT_HD + (piece ^ (key & ATT_MMA_SWZ)) * 8;
 }
 
-// `ldmatrix_x4` transposed: lane l gives the address of row l % 8 of matrix l / 8 and receives
-// elements 2(l % 4) and 2(l % 4) + 1 of column l / 4 of each.
-__device__ __forceinline__ void ldmatrix_x4_trans(const unsigned* p, unsigned& r0, unsigned& r1, unsigned& r2,
-                                                  unsigned& r3) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(a));
-}
-
 // An 8 × 8 matrix of bf16 pairs held as an MMA fragment (lane (g, t): row g, columns 2t, 2t + 1)
 // transposed in the same layout.
 __device__ __forceinline__ unsigned att_mma_transpose(unsigned m) {

@@ -124,17 +124,20 @@ __device__ __forceinline__ unsigned long long cluster_load_u64(const void* p, un
     return v;
 }
 
-// Every thread of every block of the cluster waits here; writes to shared memory before it are
-// seen by the cluster's blocks after it.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// `cluster_sync` in its two halves, for work between them: this thread's arrival (its memory
-// operations before it done and seen, as there), then its wait for every thread of the cluster's.
+// The cluster's barrier in two halves, for work between them: this thread's arrival (its memory
+// operations before it done and seen by the cluster's blocks after the wait), then its wait for
+// every thread of the cluster's.
 __device__ __forceinline__ void cluster_arrive() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// Every thread of every block of the cluster waits here; writes to shared memory before it are
+// seen by the cluster's blocks after it.
+__device__ __forceinline__ void cluster_sync() {
+    cluster_arrive();
+    cluster_wait();
+}
 
 // Pulls `bytes` (a multiple of 16) from 16-byte-aligned global `p` into L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {

@@ -1268,6 +1268,16 @@ __device__ __forceinline__ void ldmatrix_x4(const unsigned* p, unsigned& r0, uns
                  : "r"(a));
 }
 
+// `ldmatrix_x4` transposed: lane l gives the address of row l % 8 of matrix l / 8 and receives
+// elements 2(l % 4) and 2(l % 4) + 1 of column l / 4 of each.
+__device__ __forceinline__ void ldmatrix_x4_trans(const unsigned* p, unsigned& r0, unsigned& r1, unsigned& r2,
+                                                  unsigned& r3) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
 __device__ __forceinline__ int mmt_w_pos(int row, int p) { return p ^ (row & 1); }
 
 // One chunk's products into warp (·, wc)'s accumulators: its 2 row tiles of x (split rows at

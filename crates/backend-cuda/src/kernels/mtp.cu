@@ -93,8 +93,7 @@ argmax_rows(const float* __restrict__ logits, int n, int none, int* __restrict__
         int bi = best_i[0];
         for (unsigned s = 1; s < ARGMAX_SPLIT; s++) {
             const float ov = cluster_load_f32(&best_v[0], s);
-            int oi;
-            asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(oi) : "r"(cluster_shared_addr(&best_i[0], s)));
+            const int oi = (int)cluster_load_u32(&best_i[0], s);
             if (argmax_beats(ov, oi, bv, bi)) { bv = ov; bi = oi; }
         }
         out[blockIdx.x] = bi < 0 ? none : bi;
