@@ -991,10 +991,8 @@ struct MmaAttention {
     cluster_prep: CudaFunction,
     cluster_blocks: usize,
     /// `attention_mma_rows`: a block per [`att_mma_rows`] rows (one session's, where they are)
-    /// and KV head.
-    rows: (CudaFunction, u32),
-    /// Rows a block of `rows` takes.
-    rows_a_block: usize,
+    /// and KV head; none where its blocks do not fit.
+    rows: Option<(CudaFunction, u32)>,
 }
 
 /// The staged attention's kernels ([`ATTENTION_STAGED_ENV`]) and their shared memory.
@@ -1891,17 +1889,12 @@ impl Kernels {
                     ),
                     cluster_prep: with_shared_bytes(f("attention_mma_cluster_prep")?, cluster)?,
                     cluster_blocks: att_mma_splits(dims.head_dim) / ATT_MMA_WARPS,
-                    // (Where its blocks do not fit, a block a row: it never runs.)
                     rows: match bytes.rows_fit() {
-                        true => (
+                        true => Some((
                             with_shared_bytes(f("attention_mma_rows")?, rows)?,
                             rows as u32,
-                        ),
-                        false => (f("attention_mma_rows")?, 0),
-                    },
-                    rows_a_block: match bytes.rows_fit() {
-                        true => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
-                        false => 1,
+                        )),
+                        false => None,
                     },
                 }),
                 None => None,
@@ -3976,9 +3969,14 @@ impl Kernels {
             a.rows,
             self.attention_grouped_min_rows,
             a.one_row_a_session,
-            match self.attention_mma_rows_asked {
-                true => self.attention_mma.as_ref().map_or(0, |m| m.rows_a_block),
-                false => 1,
+            match (
+                self.attention_mma_rows_asked,
+                self.attention_mma
+                    .as_ref()
+                    .is_some_and(|m| m.rows.is_some()),
+            ) {
+                (true, true) => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
+                _ => 1,
             },
             self.attention_mma_asked,
             self.attention_mma.is_some(),
@@ -4105,8 +4103,9 @@ impl Kernels {
             AttentionKernel::Mma => mma(false),
             AttentionKernel::MmaCluster => mma(true),
             AttentionKernel::MmaRows => {
-                let mma = self.mma_attention();
-                let (f, bytes) = &mma.rows;
+                let (f, bytes) = self.mma_attention().rows.as_ref().expect(
+                    "[attention-mma-rows-fits] attention_mma_rows runs only where its blocks fit",
+                );
                 (f, (dims.kv_heads, 1), (ATT_MMA_WARPS * 32) as u32, *bytes)
             }
         };
@@ -4121,10 +4120,11 @@ impl Kernels {
             Arg::Ptr(out),
             Arg::I32(i32::try_from(a.rows).expect("a call's rows fit i32")),
         ];
-        // `attention_mma_rows` takes a block per rows_a_block rows, and the call's rows last.
+        // `attention_mma_rows` takes a block per `att_mma_rows` rows, and the call's rows last.
         let (row_blocks, args) = match kernel {
             AttentionKernel::MmaRows => (
-                a.rows.div_ceil(self.mma_attention().rows_a_block),
+                a.rows
+                    .div_ceil(att_mma_rows(dims.heads / dims.kv_heads.max(1))),
                 &args[..],
             ),
             _ => (a.rows, &args[..8]),
