@@ -875,8 +875,8 @@ __device__ __forceinline__ void att_mma_walk(int first, int step, int pos, int p
 // l's into total[i]; m_at(s, i) and l_at(s, i) read the states), then after a barrier each output
 // (`att_mma_merge_one`: head i, the splits' outputs by acc_at(s) weighed in split order).
 // Every m and l is read first, all loads in flight at once: read inside the loop, each
-// iteration's load waited behind the last one's store to f (which may alias it), 32 round trips
-// to distributed shared memory one after another in the cluster kernels (their SASS).
+// iteration's loads waited behind the last one's store to f (which may alias them), 16 round
+// trips to distributed shared memory one after another in the cluster kernels (their SASS).
 template <int THREADS, int NC = ATT_MMA_G, typename M, typename L>
 __device__ __forceinline__ void att_mma_merge_weights(M m_at, L l_at, float (*f)[NC], float* total) {
     for (int i = threadIdx.x; i < NC; i += THREADS) {
