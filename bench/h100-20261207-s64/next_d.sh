@@ -2,7 +2,7 @@
 # Session 64, fourth call (after the first three's A/Bs, bench/RESULTS.md "Session 64"): the
 # tensor-core attention's fixed cost cut, where it lost (1 and 8 streams: its one-row launch
 # took 10.5 µs against 4.6 for attention_gated_prep):
-# - the merge's m and l read all at once (they were read one after another: 32 round trips to
+# - the merge's m and l read all at once (they were read one after another: 16 round trips to
 #   distributed shared memory);
 # - the prep twin preps the group's query heads in every block (no cluster barrier, no global
 #   round trip of q) and the KV head in the block whose split reads the row's own key, its
