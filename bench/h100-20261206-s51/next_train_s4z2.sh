@@ -18,7 +18,7 @@
 # (0.3,0.35,0.25,0.1: up, steps, down, down steps), COUNT_OFF_GRID (0.3, skills.COUNT_OFF_GRID),
 # GROW (session 55: "--copy L [--at P]", a model one layer deeper, tools/train_tiny/grow_depth.py)
 # and SHORT_COUNT_FRAC (0.35: the share of counts of 2-60 numbers) set another stage of the same
-# recipe (bench/h100-20261206-s52/NEXT.md: 4z3; bench/h100-20261206-s53/NEXT.md: 4z4).
+# recipe; EXTRA_TRAIN_ARGS (session 65: "--distractor-weight 8") adds train.py arguments (bench/h100-20261206-s52/NEXT.md: 4z3; bench/h100-20261206-s53/NEXT.md: 4z4).
 set -u
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -67,11 +67,12 @@ args=(--init $init --mix skills --phase1-len 2048 --seq-len 4096 --batch 32
     --count-off-grid ${COUNT_OFF_GRID:-0.3}
     --shares '{"arith":0.03,"words":0.03,"calendar":0.01,"spell":0.03,"cannot":0.02,"roles":0.02,"tools":0.08,"repeat":0.01,"sequence":0.01,"think":0.0,"code_chat":0.02}'
     "${replay_args[@]}" --replay-share 0.10 --replay-near 0.5
-    --seed ${SEED:-3939} --near-stop-weight 8 --near-stop-window 5 --ema 0.995 --micro-batches 2)
+    --seed ${SEED:-3939} --near-stop-weight 8 --near-stop-window 5 --ema 0.995 --micro-batches 2
+    ${EXTRA_TRAIN_ARGS:-})
 S=${STAGE:-s4z2}
 tools/train_tiny/device_stage.sh /tmp/${S}_out $S -- "${args[@]}" > /dev/null 2>&1
 el "stage rc=$?"
-cp /tmp/${S}_out/train_log_$S.txt $M/; grep -E "replay|synthetic" $M/train_log_$S.txt | cut -c1-300; tail -6 $M/train_log_$S.txt
+cp /tmp/${S}_out/train_log_$S.txt $M/; grep -E "replay|synthetic|distractors" $M/train_log_$S.txt | cut -c1-300; tail -6 $M/train_log_$S.txt
 tools/train_tiny/pack_trunks.sh $OUT $M $S ${S}_raw
 el "packed"
 tar -C /tmp -cJf $OUT/meta.tar.xz meta

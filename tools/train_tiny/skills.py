@@ -283,6 +283,80 @@ def count_near(rng, q, nums):
     raise RuntimeError("no trainable count near " + q)
 
 
+def count_distractor(n, b):
+    """Whether `n`, a number a count writes, looks like its end `b` without being it: as many
+    digits, and the same last two, or the same digits in another order, or one digit different.
+    The shipped model's held-out counts at T = 0 that stopped early, far from their end, stopped
+    mostly at such numbers (session 65: 5299 for 5399, 10701 for 10710, 5548 for 5558): the stop
+    decision reads the end's digits, not its value."""
+    sn, sb = str(n), str(b)
+    if n == b or len(sn) != len(sb) or len(sb) < 2:
+        return False  # a one-digit end: every number before it differs in one digit
+    return ((len(sb) >= 3 and sn[-2:] == sb[-2:]) or sorted(sn) == sorted(sb)
+            or sum(x != y for x, y in zip(sn, sb)) == 1)
+
+
+def distractor_decisions(ids, user_opening, opening, im_end, newline, digit_of, clear=5):
+    """The places (indices into `ids`) of a count's go-on decisions after its distractors
+    (`count_distractor`): in each assistant turn (after `opening`) whose lines are numbers and
+    whose first number is the first number of the user turn before it, the newline after each
+    number that looks like the end the user turn names (`count_ends`' rule: its second number, or
+    its only one), but for the last `clear` go-ons (train.py's near-stop window weighs those, and
+    their numbers are next to the end, which is not what misleads). `digit_of` maps a digit's
+    token id to its value (a digit is one token)."""
+
+    def starts(seq):
+        n, head = len(seq), seq[0]
+        return [i + n for i, t in enumerate(ids) if t == head and ids[i:i + n] == seq]
+
+    def digit_runs(lo, hi):
+        runs, p = [], lo
+        while p < hi:
+            if ids[p] in digit_of:
+                q = p
+                while q < hi and ids[q] in digit_of:
+                    q += 1
+                runs.append((p, q))
+                p = q
+            else:
+                p += 1
+        return runs
+
+    def value(p, q):
+        v = 0
+        for t in ids[p:q]:
+            v = 10 * v + digit_of[t]
+        return v
+
+    ids = list(ids)
+    users = starts(user_opening)
+    out = []
+    for a in starts(opening):
+        before = [u for u in users if u < a]
+        if not before:
+            continue
+        u = before[-1]
+        end = ids.index(im_end, u) if im_end in ids[u:a] else a
+        named = [value(p, q) for p, q in digit_runs(u, end)]
+        if not named:
+            continue
+        first, bound = (named[0], named[1]) if len(named) >= 2 else (1, named[0])
+        p, lines = a, []
+        while p < len(ids) and ids[p] in digit_of:
+            q = p
+            while q < len(ids) and ids[q] in digit_of:
+                q += 1
+            lines.append((value(p, q), q))
+            if q < len(ids) and ids[q] == newline and q + 1 < len(ids) and ids[q + 1] in digit_of:
+                p = q + 1
+            else:
+                break
+        if len(lines) < 2 or lines[0][0] != first:
+            continue
+        out += [q for n, q in lines[:max(0, len(lines) - 1 - clear)] if count_distractor(n, bound)]
+    return out
+
+
 def load_mined(path):
     """The failed counts of a `mine_counts.py` file as (prompt, numbers), held-out cases (none,
     as it draws them) left out."""

@@ -53,3 +53,61 @@ def test_replays_draw_the_mined_cases_or_counts_like_them(tmp_path):
         same += any(q in convo for q in asked)
         near += not any(q in convo for q in asked)
     assert 120 < same < 280 and 120 < near < 280, (same, near)
+
+
+def test_a_distractor_looks_like_the_end_without_being_it():
+    assert skills.count_distractor(5299, 5399)  # the last two digits
+    assert skills.count_distractor(10701, 10710)  # the same digits
+    assert skills.count_distractor(5548, 5558)  # one digit
+    assert not skills.count_distractor(5399, 5399)
+    assert not skills.count_distractor(999, 1099)  # not as many digits
+    assert skills.count_distractor(47, 57)  # two digits: one differs
+    assert not skills.count_distractor(4, 0)  # one digit: none
+    assert not skills.count_distractor(5212, 5399)
+
+
+# Token ids for the distractor test: digits 10..19 are "0".."9", the rest markers.
+USER, ASSISTANT, IM_END, NEWLINE, WORD = [1, 5], [1, 6], 2, 3, 4
+DIGIT_OF = {10 + d: d for d in range(10)}
+
+
+def tokens(text):
+    return [10 + int(c) if c.isdigit() else NEWLINE if c == "\n" else WORD for c in text]
+
+
+def chat(prompt, reply):
+    return USER + tokens(prompt) + [IM_END, NEWLINE] + ASSISTANT + tokens(reply) + [IM_END, NEWLINE]
+
+
+def test_distractor_decisions_are_the_newlines_after_numbers_like_the_end():
+    nums = list(range(5290, 5400))
+    ids = chat("Count from 5290 to 5399.", "\n".join(map(str, nums)))
+    at = skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    assert at, "5299, 5309, 5319, ... look like 5399"
+    marked = []
+    for q in at:
+        assert ids[q] == NEWLINE
+        p = q
+        while ids[p - 1] in DIGIT_OF:
+            p -= 1
+        marked.append(int("".join(str(DIGIT_OF[t]) for t in ids[p:q])))
+    assert marked == [n for n in nums[:-6] if skills.count_distractor(n, 5399)]
+    assert 5299 in marked and 5389 in marked and 5301 not in marked
+    assert 5394 not in marked and 5399 not in marked  # the near-stop window's, and the stop
+    assert len(skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF, clear=0)) == len(at) + 5
+
+
+def test_distractor_decisions_skip_replies_that_are_not_the_count_asked():
+    # the reply does not start at the prompt's first number: an arithmetic answer or a list
+    ids = chat("What is 12 + 5?", "17\n15")
+    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    # one number: no go-on decision
+    ids = chat("Count from 5 to 5.", "5")
+    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    # "Count to 120": the end is the only number named, the start 1
+    ids = chat("Count to 120.", "\n".join(map(str, range(1, 121))))
+    at = skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    assert len(at) == sum(skills.count_distractor(n, 120) for n in range(1, 115)) > 0
+    # a one-digit end: none
+    ids = chat("Count down from 9 to 0.", "\n".join(map(str, range(9, -1, -1))))
+    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF, clear=0) == []

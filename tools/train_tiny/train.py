@@ -448,16 +448,24 @@ def build_data(args, rng):
         shares = {"count": args.count_share, "repeat": 0.05, "sequence": 0.05, "think": 0.04, "small_talk": 0.01,
                   "code_chat": 0.10}
     docs, stats = [], {}
+    distractors = [0]  # go-on decisions after a count's distractors, weighted by --distractor-weight
     srng = random.Random(args.seed + 2)
     opening = tok.encode("<|im_start|>assistant\n").ids
     im_end = tok.token_to_id("<|im_end|>")
     newline_id = tok.encode("\n").ids[0]
     digit_ids = {tok.encode(d).ids[0] for d in "0123456789"}
 
-    def reply_weights(ids):
+    user_opening = tok.encode("<|im_start|>user\n").ids
+    digit_of = {tok.encode(d).ids[0]: int(d) for d in "0123456789"}
+
+    def reply_weights(ids, kind):
         m = assistant_mask(ids, opening, im_end)
         if args.first_step_weight > 1:
             m = weight_first_steps(ids, m, opening, newline_id, digit_ids, args.first_step_weight)
+        if args.distractor_weight > 1 and kind.startswith("count"):
+            at = skills.distractor_decisions(ids, user_opening, opening, im_end, newline_id, digit_of)
+            m[at] = np.where(m[at] > 0, np.maximum(m[at], args.distractor_weight), 0)
+            distractors[0] += len(at)
         return m
 
     for kind, share in shares.items():
@@ -466,13 +474,15 @@ def build_data(args, rng):
             batch = [gens[kind](srng) for _ in range(256)]
             for e in tok.encode_batch(batch):
                 ids = e.ids[: args.seq_len - 1] + [eot]
-                docs.append((np.array(ids, dtype=np.int32), reply_weights(ids)))
+                docs.append((np.array(ids, dtype=np.int32), reply_weights(ids, kind)))
                 got += len(ids)
                 n += 1
         stats[kind] = {"docs": n, "tokens": got}
     srng.shuffle(docs)
     chat_tokens = sum(len(d) for d, _ in docs)
     log(f"synthetic: {stats}")
+    if args.distractor_weight > 1:
+        log(f"distractors: {distractors[0]} go-on decisions weighted {args.distractor_weight}")
 
     # pack: chats whole when they fit; code pieces fill the gaps and the rest
     code_frac = max(0.05, 1.0 - chat_tokens / max(1, total * 1.0))
@@ -769,6 +779,9 @@ def main():
                     help="extra loss weight of a count's stop and the go-ons just before it (see --near-stop-window)")
     ap.add_argument("--near-stop-window", type=int, default=3,
                     help="how many go-on decisions before a stop --near-stop-weight weighs too")
+    ap.add_argument("--distractor-weight", type=int, default=1,
+                    help="loss weight (1-255) of a count's go-on decision after a number that looks like "
+                         "its end (skills.count_distractor: 5299 in a count to 5399)")
     ap.add_argument("--first-step-weight", type=int, default=1,
                     help="loss weight (1-255) of a count's second number, where it takes its step")
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
@@ -807,6 +820,8 @@ def main():
     if args.ema > 0 and not args.init:
         ap.error("--ema averages from the --init weights: give --init (from random weights the average "
                  "would keep a share of noise)")
+    if not 1 <= args.distractor_weight <= 255:
+        raise SystemExit(f"--distractor-weight takes 1 to 255 (a weight per token in uint8): {args.distractor_weight}")
     if not 1 <= args.first_step_weight <= 255:
         raise SystemExit(f"--first-step-weight takes 1 to 255 (a weight per token in uint8): {args.first_step_weight}")
     global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS, NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW
@@ -967,7 +982,7 @@ def main():
             hist["phase2_step"] = step
             hist["phase2_label"] = f"sequences {args.phase1_len} -> {args.seq_len} tokens"
         x = torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True)
-        plain = args.loss_on == "all" and args.first_step_weight == 1 and not phase1
+        plain = args.loss_on == "all" and args.first_step_weight == 1 and args.distractor_weight == 1 and not phase1
         mask = None if plain else torch.from_numpy(row_masks).to(device, non_blocking=True)
         # A step's rows in `--micro-batches` equal parts, each part's losses backward at 1/parts
         # (the gradient of their mean), so a batch too large for the card's memory still takes
