@@ -108,6 +108,34 @@ pub struct LoadOptions {
     pub mtp_head: bool,
     /// What the matmuls multiply, bf16 and FP8 weights alike (the kernels are compiled for it).
     pub matmul_input: ::model::MatmulInput,
+    /// Which kernels the attention runs on.
+    pub attention: AttentionKernels,
+}
+
+/// Which kernels a model's attention runs on. A process runs one kind for every call: their
+/// products are summed in other orders, so their bits differ (each within the reference's
+/// tolerance), and a row's bits must not depend on the batch it is in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionKernels {
+    /// A key's score a warp's shuffle sum, per query head (`attention_gated`, the grouped and
+    /// staged kernels): the fastest at few streams over short contexts.
+    #[default]
+    Simt,
+    /// The products on the tensor cores (`attention_mma` and its cluster and rows twins): faster
+    /// over long contexts, in prompts and at many streams, slower at few streams over short
+    /// contexts (bench/RESULTS.md sessions 64 and 65). Needs bf16 keys and values and at most 8
+    /// query heads a KV head.
+    TensorCores,
+}
+
+impl AttentionKernels {
+    /// The name the CLI gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernels::Simt => "simt",
+            AttentionKernels::TensorCores => "tensor-cores",
+        }
+    }
 }
 
 /// The GPU's K and V storage unless asked otherwise: bf16, as the GPU peers keep it (twice the
@@ -122,6 +150,7 @@ impl Default for LoadOptions {
             progress: false,
             mtp_head: true,
             matmul_input: ::model::MatmulInput::Exact,
+            attention: AttentionKernels::Simt,
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::device::Gpu;
 use crate::kernels::{Dims, Kernels};
 use crate::weights::ModelWeights;
-use crate::{CudaError, LoadOptions};
+use crate::{AttentionKernels, CudaError, LoadOptions};
 use model::{Config, KvDtype, MatmulInput, Weights};
 use std::path::Path;
 use std::sync::Arc;
@@ -33,28 +33,43 @@ impl CudaModel {
             weights = weights.without_mtp_head();
         }
         let weights = weights.with_progress(options.progress);
-        let model =
-            CudaModel::from_weights_with(config, &weights, options.kv_dtype, options.matmul_input)
-                .map(Arc::new);
+        let model = CudaModel::from_weights_with(
+            config,
+            &weights,
+            options.kv_dtype,
+            options.matmul_input,
+            options.attention,
+        )
+        .map(Arc::new);
         weights.finish_progress();
         model
     }
 
     /// The model of `w` with sessions keeping K and V as `kv`, exact matmul inputs.
     pub fn from_weights(config: Config, w: &Weights, kv: KvDtype) -> Result<CudaModel, CudaError> {
-        CudaModel::from_weights_with(config, w, kv, MatmulInput::Exact)
+        CudaModel::from_weights_with(
+            config,
+            w,
+            kv,
+            MatmulInput::Exact,
+            AttentionKernels::default(),
+        )
     }
 
-    /// The model of `w` with sessions keeping K and V as `kv`, its matmuls taking `input`.
+    /// The model of `w` with sessions keeping K and V as `kv`, its matmuls taking `input`, its
+    /// attention on `attention`'s kernels.
     pub fn from_weights_with(
         config: Config,
         w: &Weights,
         kv: KvDtype,
         input: MatmulInput,
+        attention: AttentionKernels,
     ) -> Result<CudaModel, CudaError> {
-        let gpu = Gpu::open()?;
         let mut dims = Dims::of(&config, kv)?;
         dims.matmul_split = input == MatmulInput::Exact;
+        dims.attention = attention;
+        dims.check_attention()?;
+        let gpu = Gpu::open()?;
         dims.fp8_weights = w.has_fp8();
         let kernels = Kernels::compile(&gpu, &dims)?;
         let weights = ModelWeights::upload(&gpu, &config, w)?;

@@ -531,13 +531,20 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             )
         };
         eprintln!(
-            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}, {drawn}",
+            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}{}, {drawn}",
             dir.display(),
             flag(args.task.to_possible_value()),
             args.new_tokens,
             flag(args.draft.to_possible_value()),
             args.device
                 .matmul_input_label(args.model.matmul_input.input()),
+            match args.device {
+                Device::Cuda => format!(
+                    ", --attention-kernel {}",
+                    args.model.attention_kernel.kernels().name()
+                ),
+                Device::Cpu => String::new(),
+            },
         );
     }
     // Untimed warm-up.
@@ -610,6 +617,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 // Which kernel multiplies it (the CPU's AMX tiles or AVX-512 BF16 with bf16
                 // inputs): their bits and speeds differ.
                 "matmul_kernel": args.device.matmul_input_label(args.model.matmul_input.input()),
+                // The GPU's attention kernels (their bits and speeds differ); the CPU has one.
+                "attention_kernel": match args.device {
+                    Device::Cuda => args.model.attention_kernel.kernels().name(),
+                    Device::Cpu => "cpu",
+                },
                 "temperature": args.temperature,
                 "top_k": args.top_k,
                 "top_p": args.top_p,

@@ -135,6 +135,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let matmul_input = args.device.matmul_input(args.model.matmul_input)?;
+    let attention = args.device.attention(args.model.attention_kernel)?;
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let mtp_head = draft == DraftMode::Mtp;
@@ -174,7 +175,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         dir.display()
     );
     eprintln!(
-        "device: {} · weights {:.2} GiB{} · keys and values {} · matmul input {}",
+        "device: {} · weights {:.2} GiB{} · keys and values {} · matmul input {}{}",
         cap.description,
         on.weight_bytes as f64 / (1u64 << 30) as f64,
         if format == model::LoadFormat::Dummy {
@@ -183,7 +184,11 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             ""
         },
         kv_dtype.name(),
-        args.device.matmul_input_label(matmul_input)
+        args.device.matmul_input_label(matmul_input),
+        match args.device {
+            Device::Cuda => format!(" · attention {}", attention.name()),
+            Device::Cpu => String::new(),
+        }
     );
     eprintln!(
         "sampling a request leaves unsaid: {}",
@@ -250,6 +255,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
                 kv: kv_dtype,
                 mtp_head,
                 matmul_input,
+                attention,
             };
             let target = device
                 .load(&model_dir, how)?

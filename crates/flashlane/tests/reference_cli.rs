@@ -392,6 +392,83 @@ fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewher
     );
 }
 
+/// `--attention-kernel tensor-cores` (or `FLASHLANE_ATTENTION_KERNEL=tensor-cores`) names the
+/// GPU's tensor-core attention: the CPU backend refuses it in every subcommand that loads a
+/// model, before the weights load or the port opens, and an unknown value lists the known ones.
+#[test]
+fn tensor_core_attention_is_refused_on_the_cpu() {
+    for args in [
+        &[
+            "generate",
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "2",
+            "--attention-kernel",
+            "tensor-cores",
+        ][..],
+        &[
+            "logits",
+            "--ids",
+            "1,2",
+            "--attention-kernel",
+            "tensor-cores",
+        ][..],
+        &[
+            "bench",
+            "--streams",
+            "1",
+            "--new-tokens",
+            "2",
+            "--attention-kernel",
+            "Tensor-Cores",
+        ][..],
+    ] {
+        let (code, _, stderr) = flashlane(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--attention-kernel tensor-cores") && stderr.contains("--device cuda"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (code, stderr) = flashlane_within(
+        &["serve", "--port", "0", "--attention-kernel", "tensor-cores"],
+        60,
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no tensor cores"), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
+        .args(["generate", "--prompt", "Hi", "--max-tokens", "2"])
+        .env("FLASHLANE_ATTENTION_KERNEL", "tensor-cores")
+        .output()
+        .expect("run flashlane");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--attention-kernel tensor-cores"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = flashlane(&["generate", "--prompt", "Hi", "--attention-kernel", "mma"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("simt") && stderr.contains("tensor-cores"),
+        "{stderr}"
+    );
+    // The default (simt) runs on the CPU, and bench's JSON says which attention ran.
+    let (code, stdout, stderr) = flashlane(&[
+        "bench",
+        "--streams",
+        "1",
+        "--new-tokens",
+        "2",
+        "--attention-kernel",
+        "simt",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(r#""attention_kernel":"cpu""#), "{stdout}");
+}
+
 #[test]
 fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     let model = fixture("qwen3_f32_untied").join("model");

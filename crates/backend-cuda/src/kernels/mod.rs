@@ -859,17 +859,21 @@ const ATT_MMA_COLUMNS: usize = 8;
 const ATT_MMA_MAX_GROUP: usize = ATT_MMA_COLUMNS;
 /// `FLASHLANE_ATTENTION_MMA=1` runs every attention call of the process on the tensor-core
 /// attention (`attention_mma` for many rows, `attention_mma_cluster` for few: the same bits)
-/// where it is compiled ([`att_mma_fits`]): other bits than the other kernels' (within the
-/// reference's tolerance), the same for a row alone or batched. An A/B switch that changes
-/// replies; off by default until measured.
+/// where it is compiled ([`att_mma_fits`]), as `--attention-kernel tensor-cores`
+/// ([`crate::AttentionKernels::TensorCores`]) does: other bits than the other kernels' (within
+/// the reference's tolerance), the same for a row alone or batched. Not the default: on the
+/// H100 it loses 3–20 % at 1–8 streams over 128-token prompts (session 65, bench/RESULTS.md),
+/// while it gains 5 % at 32–64 streams and 12 % decoding after a 2,048-token prompt.
 pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
-/// `FLASHLANE_ATTENTION_MMA_ROWS=1` (with [`ATTENTION_MMA_ENV`]) runs a call's rows that may
-/// share keys (a prompt's) on `attention_mma_rows`, a block taking as many rows of one session
-/// as an MMA's 8 columns hold groups of query heads (2 of Qwen3-4B's, 4 of -0.6B's), so their
-/// keys are copied and multiplied once for all: the same bits as `attention_mma` (kernel test).
-/// Its block's split states take 8 columns (136 KB of shared memory with heads of 128: one
-/// block a multiprocessor, where `attention_mma`'s two fit), so it is an A/B switch, off until
-/// measured.
+/// Under the tensor-core attention a call's rows that may share keys (a prompt's) run on
+/// `attention_mma_rows`, a block taking as many rows of one session as an MMA's 8 columns hold
+/// groups of query heads (2 of Qwen3-4B's, 4 of -0.6B's), so their keys are copied and
+/// multiplied once for all: the same bits as `attention_mma` (kernel test). Measured on the
+/// H100 (session 65): prefill 1.17× on Qwen3-0.6B's 64 prompts of 128 tokens, 1.26× on
+/// Qwen3-4B's one of 2,048, 1.00× on Qwen3-4B's 64 of 128; decode the same. Its blocks take
+/// 136 KB of shared memory with heads of 128 (one a multiprocessor, where `attention_mma`'s two
+/// fit). `FLASHLANE_ATTENTION_MMA_ROWS=0` keeps a prompt's rows on `attention_mma` (an A/B
+/// switch: the same bits).
 pub const ATTENTION_MMA_ROWS_ENV: &str = "FLASHLANE_ATTENTION_MMA_ROWS";
 
 /// Key splits of a row in the tensor-core attention, a fixed number for every call (its chain):
@@ -1223,6 +1227,8 @@ pub struct Dims {
     /// models that compiles the warpgroup module for their decode rounds' FP8 split
     /// ([`hybrid_fp8_rounds_split`]).
     pub fp8_weights: bool,
+    /// Which kernels the attention runs on (`--attention-kernel`).
+    pub attention: crate::AttentionKernels,
 }
 
 /// `#define NAME VALUE` lines, one a (name, value).
@@ -1246,9 +1252,28 @@ impl Dims {
             kv,
             matmul_split: true,
             fp8_weights: false,
+            attention: crate::AttentionKernels::Simt,
         };
         dims.check()?;
         Ok(dims)
+    }
+
+    /// Whether this model's attention can run on the kernels [`Dims::attention`] names: the
+    /// tensor-core attention needs bf16 keys and values, heads a whole number of its MMA's 16
+    /// dims and at most 8 query heads a KV head ([`att_mma_fits`]).
+    pub fn check_attention(&self) -> Result<(), CudaError> {
+        if self.attention != crate::AttentionKernels::TensorCores || att_mma_fits(self).is_some() {
+            return Ok(());
+        }
+        let group = self.heads / self.kv_heads.max(1);
+        Err(CudaError::Unsupported(format!(
+            "--attention-kernel tensor-cores: this model's attention (keys and values as {}, \
+             heads of {}, {group} query heads a KV head) does not fit the tensor-core kernels, \
+             which need bf16 keys and values, heads a multiple of 16 wide and at most \
+             {ATT_MMA_MAX_GROUP} query heads a KV head; use --attention-kernel simt",
+            self.kv.name(),
+            self.head_dim,
+        )))
     }
 
     fn check(&self) -> Result<(), CudaError> {
@@ -1899,8 +1924,9 @@ impl Kernels {
                 }),
                 None => None,
             },
-            attention_mma_asked: env_asked(ATTENTION_MMA_ENV),
-            attention_mma_rows_asked: env_asked(ATTENTION_MMA_ROWS_ENV),
+            attention_mma_asked: dims.attention == crate::AttentionKernels::TensorCores
+                || env_asked(ATTENTION_MMA_ENV),
+            attention_mma_rows_asked: env_on(ATTENTION_MMA_ROWS_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
                 Ok("0") => Some(false),

@@ -1353,7 +1353,8 @@ fn the_tensor_core_attention_takes_every_call_or_none() {
 
 /// `att_mma_fits` (no device needed): compiled for bf16 caches of heads of 16-dim steps with at
 /// most 8 query heads a KV head (every Qwen3 and the A3B slice), not for f32 caches nor wider
-/// groups; two blocks' shared memory fits a multiprocessor with heads of 128.
+/// groups; two blocks' shared memory fits a multiprocessor with heads of 128. `--attention-kernel
+/// tensor-cores` is refused where they are not compiled.
 #[test]
 fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
     use super::{att_mma_fits, ATT_STAGED_SHARED_MAX};
@@ -1374,13 +1375,30 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
         config.num_kv_heads = kv_heads;
         config.head_dim = hd;
         config.rotary_dim = hd / 4;
-        let dims = Dims::of(&config, kv).expect("dims");
+        let mut dims = Dims::of(&config, kv).expect("dims");
         let fits = att_mma_fits(&dims);
         assert_eq!(
             fits.is_some(),
             compiled,
             "{heads}/{kv_heads} heads of {hd}, {kv:?}"
         );
+        // `--attention-kernel tensor-cores` loads where they are compiled and is refused with
+        // the flag and the shape named elsewhere; the default kernels load everywhere.
+        assert!(dims.check_attention().is_ok());
+        dims.attention = crate::AttentionKernels::TensorCores;
+        match dims.check_attention() {
+            Ok(()) => assert!(compiled, "{heads}/{kv_heads} heads of {hd}, {kv:?}"),
+            Err(e) => {
+                assert!(!compiled, "{heads}/{kv_heads} heads of {hd}, {kv:?}");
+                let message = e.to_string();
+                assert!(
+                    message.contains("--attention-kernel tensor-cores")
+                        && message.contains(&format!("heads of {hd}"))
+                        && message.contains("--attention-kernel simt"),
+                    "{message}"
+                );
+            }
+        }
         if let Some(super::MmaShared {
             whole,
             cluster,
