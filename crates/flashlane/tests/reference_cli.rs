@@ -310,33 +310,30 @@ fn flashlane_within(args: &[&str], seconds: u64) -> (i32, String) {
     (code, stderr)
 }
 
+/// `generate`, `logits` and `bench` (JSON) of the default model, each with `flags` (bench with
+/// `bench_flags`, so that a value's case can differ there): the subcommands that load a model.
+fn model_loading_commands(
+    flags: &[&'static str],
+    bench_flags: &[&'static str],
+) -> [Vec<&'static str>; 3] {
+    let with = |head: &[&'static str], tail: &[&'static str]| [head, tail].concat();
+    [
+        with(&["generate", "--prompt", "Hi", "--max-tokens", "2"], flags),
+        with(&["logits", "--ids", "1,2"], flags),
+        with(
+            &["bench", "--streams", "1", "--new-tokens", "2", "--json"],
+            bench_flags,
+        ),
+    ]
+}
+
 /// `--matmul-input bf16` (or `FLASHLANE_MATMUL_INPUT=bf16`) runs on a CPU with AVX-512 BF16 and
 /// is refused elsewhere, naming what the CPU lacks; an unknown value lists the known ones.
 #[test]
 fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewhere() {
     let available = backend_cpu::kernels::matmul::bf16_input_available();
-    for args in [
-        &[
-            "generate",
-            "--prompt",
-            "Hi",
-            "--max-tokens",
-            "2",
-            "--matmul-input",
-            "bf16",
-        ][..],
-        &["logits", "--ids", "1,2", "--matmul-input", "bf16"][..],
-        &[
-            "bench",
-            "--streams",
-            "1",
-            "--new-tokens",
-            "2",
-            "--matmul-input",
-            "BF16",
-            "--json",
-        ][..],
-    ] {
+    for args in model_loading_commands(&["--matmul-input", "bf16"], &["--matmul-input", "BF16"]) {
+        let args = &args[..];
         let (code, stdout, stderr) = flashlane(args);
         if available {
             assert_eq!(code, 0, "{args:?}: {stderr}");
@@ -397,33 +394,11 @@ fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewher
 /// model, before the weights load or the port opens, and an unknown value lists the known ones.
 #[test]
 fn tensor_core_attention_is_refused_on_the_cpu() {
-    for args in [
-        &[
-            "generate",
-            "--prompt",
-            "Hi",
-            "--max-tokens",
-            "2",
-            "--attention-kernel",
-            "tensor-cores",
-        ][..],
-        &[
-            "logits",
-            "--ids",
-            "1,2",
-            "--attention-kernel",
-            "tensor-cores",
-        ][..],
-        &[
-            "bench",
-            "--streams",
-            "1",
-            "--new-tokens",
-            "2",
-            "--attention-kernel",
-            "Tensor-Cores",
-        ][..],
-    ] {
+    for args in model_loading_commands(
+        &["--attention-kernel", "tensor-cores"],
+        &["--attention-kernel", "Tensor-Cores"],
+    ) {
+        let args = &args[..];
         let (code, _, stderr) = flashlane(args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert!(
