@@ -296,14 +296,13 @@ def count_distractor(n, b):
             or sum(x != y for x, y in zip(sn, sb)) == 1)
 
 
-def distractor_decisions(ids, user_opening, opening, im_end, newline, digit_of, clear=5):
-    """The places (indices into `ids`) of a count's go-on decisions after its distractors
-    (`count_distractor`): in each assistant turn (after `opening`) whose lines are numbers and
-    whose first number is the first number of the user turn before it, the newline after each
-    number that looks like the end the user turn names (`count_ends`' rule: its second number, or
-    its only one), but for the last `clear` go-ons (train.py's near-stop window weighs those, and
-    their numbers are next to the end, which is not what misleads). `digit_of` maps a digit's
-    token id to its value (a digit is one token)."""
+def count_turns(ids, user_opening, opening, im_end, newline, digit_of):
+    """The counts of a tokenised chat: for each assistant turn (after `opening`) whose lines are
+    numbers and whose first number is the first number of the user turn before it, (end, lines):
+    the end the user turn names (`count_ends`' rule: its second number, or its only one) and each
+    line's number with the place of the token after it (the newline of a go-on, `im_end` of the
+    stop, or wherever the row was cut). `digit_of` maps a digit's token id to its value (a digit
+    is one token)."""
 
     def starts(seq):
         n, head = len(seq), seq[0]
@@ -351,9 +350,34 @@ def distractor_decisions(ids, user_opening, opening, im_end, newline, digit_of, 
                 p = q + 1
             else:
                 break
-        if len(lines) < 2 or lines[0][0] != first:
-            continue
+        if len(lines) >= 2 and lines[0][0] == first:
+            out.append((bound, lines))
+    return out
+
+
+def distractor_decisions(ids, user_opening, opening, im_end, newline, digit_of, clear=5):
+    """The places (indices into `ids`) of a count's go-on decisions after its distractors
+    (`count_distractor`): of each count (`count_turns`), the newline after each number that
+    looks like its end, but for the last `clear` go-ons (train.py's near-stop window weighs
+    those, and their numbers are next to the end, which is not what misleads)."""
+    out = []
+    for bound, lines in count_turns(ids, user_opening, opening, im_end, newline, digit_of):
         out += [q for n, q in lines[:max(0, len(lines) - 1 - clear)] if count_distractor(n, bound)]
+    return out
+
+
+def off_grid_end_decisions(ids, user_opening, opening, im_end, newline, digit_of):
+    """The places of the two decisions that end a count whose end is off its step's grid (its
+    last number is not the end it was asked: 478 to 784 by 7 ends at 779): the go-on after the
+    number before the last (the next one, 779, is still within the end) and the stop after the
+    last (the next, 786, would pass it). Of the shipped model's held-out counts at T = 0 a third
+    of the failures went past such an end (session 65, bench/RESULTS.md); the comparison of
+    the next number with the end is where it goes wrong."""
+    out = []
+    for bound, lines in count_turns(ids, user_opening, opening, im_end, newline, digit_of):
+        (before, go_on), (last, stop) = lines[-2], lines[-1]
+        if last != bound and stop < len(ids) and ids[stop] == im_end:
+            out += [go_on, stop]
     return out
 
 

@@ -75,6 +75,14 @@ def tokens(text):
     return [10 + int(c) if c.isdigit() else NEWLINE if c == "\n" else WORD for c in text]
 
 
+def number_before(ids, q):
+    """The number whose digits end at place q."""
+    p = q
+    while p > 0 and ids[p - 1] in DIGIT_OF:
+        p -= 1
+    return int("".join(str(DIGIT_OF[t]) for t in ids[p:q]))
+
+
 def chat(prompt, reply):
     return USER + tokens(prompt) + [IM_END, NEWLINE] + ASSISTANT + tokens(reply) + [IM_END, NEWLINE]
 
@@ -84,13 +92,8 @@ def test_distractor_decisions_are_the_newlines_after_numbers_like_the_end():
     ids = chat("Count from 5290 to 5399.", "\n".join(map(str, nums)))
     at = skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
     assert at, "5299, 5309, 5319, ... look like 5399"
-    marked = []
-    for q in at:
-        assert ids[q] == NEWLINE
-        p = q
-        while ids[p - 1] in DIGIT_OF:
-            p -= 1
-        marked.append(int("".join(str(DIGIT_OF[t]) for t in ids[p:q])))
+    assert all(ids[q] == NEWLINE for q in at)
+    marked = [number_before(ids, q) for q in at]
     assert marked == [n for n in nums[:-6] if skills.count_distractor(n, 5399)]
     assert 5299 in marked and 5389 in marked and 5301 not in marked
     assert 5394 not in marked and 5399 not in marked  # the near-stop window's, and the stop
@@ -111,3 +114,21 @@ def test_distractor_decisions_skip_replies_that_are_not_the_count_asked():
     # a one-digit end: none
     ids = chat("Count down from 9 to 0.", "\n".join(map(str, range(9, -1, -1))))
     assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF, clear=0) == []
+
+
+def test_off_grid_end_decisions_are_the_last_go_on_and_the_stop():
+    nums = skills.count_numbers(478, 784, 7)
+    ids = chat("Count from 478 to 784 counting by 7s.", "\n".join(map(str, nums)))
+    at = skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    assert len(at) == 2 and ids[at[0]] == NEWLINE and ids[at[1]] == IM_END, at
+    # the go-on follows 772 (the number before the last, 779), the stop follows 779
+    assert [number_before(ids, q) for q in at] == [772, 779]
+    # an end on the grid, or a count cut before its stop: none
+    ids = chat("Count from 478 to 779 counting by 7s.", "\n".join(map(str, skills.count_numbers(478, 779, 7))))
+    assert skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    cut = chat("Count from 478 to 784 counting by 7s.", "\n".join(map(str, nums)))[:-2]
+    assert skills.off_grid_end_decisions(cut, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    # down, off the grid: 50 to 3 by 5 ends at 5
+    ids = chat("Count down from 50 to 3 in steps of 5.", "\n".join(map(str, skills.count_numbers(50, 3, -5))))
+    at = skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    assert [number_before(ids, q) for q in at] == [10, 5]

@@ -449,6 +449,7 @@ def build_data(args, rng):
                   "code_chat": 0.10}
     docs, stats = [], {}
     distractors = [0]  # go-on decisions after a count's distractors, weighted by --distractor-weight
+    off_grid_ends = [0]  # the last go-on and the stop of counts ending off the grid (--off-grid-end-weight)
     srng = random.Random(args.seed + 2)
     opening = tok.encode("<|im_start|>assistant\n").ids
     im_end = tok.token_to_id("<|im_end|>")
@@ -462,10 +463,13 @@ def build_data(args, rng):
         m = assistant_mask(ids, opening, im_end)
         if args.first_step_weight > 1:
             m = weight_first_steps(ids, m, opening, newline_id, digit_ids, args.first_step_weight)
-        if args.distractor_weight > 1 and kind.startswith("count"):
-            at = skills.distractor_decisions(ids, user_opening, opening, im_end, newline_id, digit_of)
-            m[at] = np.where(m[at] > 0, np.maximum(m[at], args.distractor_weight), 0)
-            distractors[0] += len(at)
+        for weight, decisions, seen in (
+                (args.distractor_weight, skills.distractor_decisions, distractors),
+                (args.off_grid_end_weight, skills.off_grid_end_decisions, off_grid_ends)):
+            if weight > 1 and kind.startswith("count"):
+                at = decisions(ids, user_opening, opening, im_end, newline_id, digit_of)
+                m[at] = np.where(m[at] > 0, np.maximum(m[at], weight), 0)
+                seen[0] += len(at)
         return m
 
     for kind, share in shares.items():
@@ -483,6 +487,8 @@ def build_data(args, rng):
     log(f"synthetic: {stats}")
     if args.distractor_weight > 1:
         log(f"distractors: {distractors[0]} go-on decisions weighted {args.distractor_weight}")
+    if args.off_grid_end_weight > 1:
+        log(f"off-grid ends: {off_grid_ends[0]} decisions weighted {args.off_grid_end_weight}")
 
     # pack: chats whole when they fit; code pieces fill the gaps and the rest
     code_frac = max(0.05, 1.0 - chat_tokens / max(1, total * 1.0))
@@ -782,6 +788,9 @@ def main():
     ap.add_argument("--distractor-weight", type=int, default=1,
                     help="loss weight (1-255) of a count's go-on decision after a number that looks like "
                          "its end (skills.count_distractor: 5299 in a count to 5399)")
+    ap.add_argument("--off-grid-end-weight", type=int, default=1,
+                    help="loss weight (1-255) of the last go-on and the stop of a count whose end is off "
+                         "its step's grid (skills.off_grid_end_decisions: 478 to 784 by 7 stops after 779)")
     ap.add_argument("--first-step-weight", type=int, default=1,
                     help="loss weight (1-255) of a count's second number, where it takes its step")
     ap.add_argument("--init", default="", help="continue from this checkpoint (its tokenizer too)")
@@ -820,8 +829,10 @@ def main():
     if args.ema > 0 and not args.init:
         ap.error("--ema averages from the --init weights: give --init (from random weights the average "
                  "would keep a share of noise)")
-    if not 1 <= args.distractor_weight <= 255:
-        raise SystemExit(f"--distractor-weight takes 1 to 255 (a weight per token in uint8): {args.distractor_weight}")
+    for flag, weight in (("--distractor-weight", args.distractor_weight),
+                         ("--off-grid-end-weight", args.off_grid_end_weight)):
+        if not 1 <= weight <= 255:
+            raise SystemExit(f"{flag} takes 1 to 255 (a weight per token in uint8): {weight}")
     if not 1 <= args.first_step_weight <= 255:
         raise SystemExit(f"--first-step-weight takes 1 to 255 (a weight per token in uint8): {args.first_step_weight}")
     global STOP_WEIGHT, DECISION_WEIGHT, NEWLINE_ID, DIGIT_IDS, NEAR_STOP_WEIGHT, NEAR_STOP_WINDOW
@@ -982,7 +993,8 @@ def main():
             hist["phase2_step"] = step
             hist["phase2_label"] = f"sequences {args.phase1_len} -> {args.seq_len} tokens"
         x = torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True)
-        plain = args.loss_on == "all" and args.first_step_weight == 1 and args.distractor_weight == 1 and not phase1
+        plain = (args.loss_on == "all" and args.first_step_weight == 1 and args.distractor_weight == 1
+                 and args.off_grid_end_weight == 1 and not phase1)
         mask = None if plain else torch.from_numpy(row_masks).to(device, non_blocking=True)
         # A step's rows in `--micro-batches` equal parts, each part's losses backward at 1/parts
         # (the gradient of their mean), so a batch too large for the card's memory still takes

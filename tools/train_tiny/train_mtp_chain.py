@@ -200,7 +200,7 @@ def main():
     args = ap.parse_args()
     # train.build_data's options this script leaves as train.py's defaults: every token trained
     # once, the default mix of count kinds, no short-row phase, the init's vocabulary size.
-    args.first_step_weight = args.distractor_weight = 1
+    args.first_step_weight = args.distractor_weight = args.off_grid_end_weight = 1
     args.count_kinds = ",".join(map(str, train.skills.COUNT_KINDS))
     args.count_off_grid = train.skills.COUNT_OFF_GRID
     args.phase1_steps, args.phase1_len = 0, args.seq_len
