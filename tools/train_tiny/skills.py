@@ -11,6 +11,7 @@ Conversations are rendered by the model's own chat template (`CHAT_TEMPLATE`, ji
 transformers' `tojson`), so what the model is trained on is exactly what a server renders."""
 
 import json
+import math
 import os
 import re
 import zlib
@@ -283,16 +284,24 @@ def count_near(rng, q, nums):
     raise RuntimeError("no trainable count near " + q)
 
 
-def count_distractor(n, b):
-    """Whether `n`, a number a count writes, looks like its end `b` without being it: as many
-    digits, and the same last two, or the same digits in another order, or one digit different.
-    The shipped model's held-out counts at T = 0 that stopped early, far from their end, stopped
-    mostly at such numbers (session 65: 5299 for 5399, 10701 for 10710, 5548 for 5558): the stop
-    decision reads the end's digits, not its value."""
+# A count whose step brings back the end's last two digits within this many numbers (steps of
+# 20, 25, 50, 100: every 5th, 4th, 2nd or every number) has them everywhere on its grid, so
+# sharing them does not make a number look like the end there.
+DISTRACTOR_LAST_TWO_MIN_PERIOD = 6
+
+
+def count_distractor(n, b, step=1):
+    """Whether `n`, a number a count by `step` writes, looks like its end `b` without being it: as
+    many digits, and the same last two (unless the step's grid repeats them within
+    DISTRACTOR_LAST_TWO_MIN_PERIOD numbers), or the same digits in another order, or one digit
+    different. The shipped model's held-out counts at T = 0 that stopped early, far from their
+    end, stopped mostly at such numbers (session 65: 5299 for 5399, 10701 for 10710, 5548 for
+    5558): the stop decision reads the end's digits, not its value."""
     sn, sb = str(n), str(b)
     if n == b or len(sn) != len(sb) or len(sb) < 2:
         return False  # a one-digit end: every number before it differs in one digit
-    return ((len(sb) >= 3 and sn[-2:] == sb[-2:]) or sorted(sn) == sorted(sb)
+    last_two = len(sb) >= 3 and 100 // math.gcd(abs(step), 100) >= DISTRACTOR_LAST_TWO_MIN_PERIOD
+    return ((last_two and sn[-2:] == sb[-2:]) or sorted(sn) == sorted(sb)
             or sum(x != y for x, y in zip(sn, sb)) == 1)
 
 
@@ -355,27 +364,28 @@ def count_turns(ids, user_opening, opening, im_end, newline, digit_of):
     return out
 
 
-def distractor_decisions(ids, user_opening, opening, im_end, newline, digit_of, clear=5):
-    """The places (indices into `ids`) of a count's go-on decisions after its distractors
-    (`count_distractor`): of each count (`count_turns`), the newline after each number that
-    looks like its end, but for the last `clear` go-ons (train.py's near-stop window weighs
-    those, and their numbers are next to the end, which is not what misleads)."""
+def distractor_decisions(turns, clear):
+    """The places (indices into the chat's ids) of its counts' go-on decisions after their
+    distractors (`count_distractor`), of `count_turns`' counts: the newline after each number
+    that looks like its count's end, but for the last `clear` go-ons (train.py's near-stop
+    window weighs those, and their numbers are next to the end, which is not what misleads)."""
     out = []
-    for bound, lines in count_turns(ids, user_opening, opening, im_end, newline, digit_of):
-        out += [q for n, q in lines[:max(0, len(lines) - 1 - clear)] if count_distractor(n, bound)]
+    for bound, lines in turns:
+        step = lines[1][0] - lines[0][0]
+        out += [q for n, q in lines[:max(0, len(lines) - 1 - clear)] if count_distractor(n, bound, step)]
     return out
 
 
-def off_grid_end_decisions(ids, user_opening, opening, im_end, newline, digit_of):
+def off_grid_end_decisions(turns, ids, im_end):
     """The places of the two decisions that end a count whose end is off its step's grid (its
-    last number is not the end it was asked: 478 to 784 by 7 ends at 779): the go-on after the
-    number before the last (the next one, 779, is still within the end) and the stop after the
-    last (the next, 786, would pass it). Of the shipped model's held-out counts at T = 0 a third
-    of the failures went past such an end (session 65, bench/RESULTS.md); the comparison of
-    the next number with the end is where it goes wrong."""
+    last number is not the end it was asked: 478 to 784 by 7 ends at 779), of `count_turns`'
+    counts of `ids`: the go-on after the number before the last (the next one, 779, is still
+    within the end) and the stop after the last (the next, 786, would pass it). Of the shipped
+    model's held-out counts at T = 0 a third of the failures went past such an end (session 65,
+    bench/RESULTS.md): the comparison of the next number with the end is where it goes wrong."""
     out = []
-    for bound, lines in count_turns(ids, user_opening, opening, im_end, newline, digit_of):
-        (before, go_on), (last, stop) = lines[-2], lines[-1]
+    for bound, lines in turns:
+        (_, go_on), (last, stop) = lines[-2], lines[-1]
         if last != bound and stop < len(ids) and ids[stop] == im_end:
             out += [go_on, stop]
     return out

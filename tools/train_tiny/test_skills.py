@@ -64,6 +64,12 @@ def test_a_distractor_looks_like_the_end_without_being_it():
     assert skills.count_distractor(47, 57)  # two digits: one differs
     assert not skills.count_distractor(4, 0)  # one digit: none
     assert not skills.count_distractor(5212, 5399)
+    # a step that repeats the end's last two digits on every few numbers: they say nothing there
+    assert skills.count_distractor(5299, 5399, step=2)
+    assert not skills.count_distractor(4999, 5399, step=100)
+    assert skills.count_distractor(4999, 5399, step=1)
+    assert not skills.count_distractor(5149, 5399, step=50)
+    assert skills.count_distractor(5389, 5399, step=100)  # one digit still
 
 
 # Token ids for the distractor test: digits 10..19 are "0".."9", the rest markers.
@@ -83,6 +89,10 @@ def number_before(ids, q):
     return int("".join(str(DIGIT_OF[t]) for t in ids[p:q]))
 
 
+def counts_of(ids):
+    return skills.count_turns(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+
+
 def chat(prompt, reply):
     return USER + tokens(prompt) + [IM_END, NEWLINE] + ASSISTANT + tokens(reply) + [IM_END, NEWLINE]
 
@@ -90,45 +100,45 @@ def chat(prompt, reply):
 def test_distractor_decisions_are_the_newlines_after_numbers_like_the_end():
     nums = list(range(5290, 5400))
     ids = chat("Count from 5290 to 5399.", "\n".join(map(str, nums)))
-    at = skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    at = skills.distractor_decisions(counts_of(ids), 5)
     assert at, "5299, 5309, 5319, ... look like 5399"
     assert all(ids[q] == NEWLINE for q in at)
     marked = [number_before(ids, q) for q in at]
     assert marked == [n for n in nums[:-6] if skills.count_distractor(n, 5399)]
     assert 5299 in marked and 5389 in marked and 5301 not in marked
     assert 5394 not in marked and 5399 not in marked  # the near-stop window's, and the stop
-    assert len(skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF, clear=0)) == len(at) + 5
+    assert len(skills.distractor_decisions(counts_of(ids), 0)) == len(at) + 5
 
 
 def test_distractor_decisions_skip_replies_that_are_not_the_count_asked():
     # the reply does not start at the prompt's first number: an arithmetic answer or a list
     ids = chat("What is 12 + 5?", "17\n15")
-    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    assert skills.distractor_decisions(counts_of(ids), 5) == []
     # one number: no go-on decision
     ids = chat("Count from 5 to 5.", "5")
-    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    assert skills.distractor_decisions(counts_of(ids), 5) == []
     # "Count to 120": the end is the only number named, the start 1
     ids = chat("Count to 120.", "\n".join(map(str, range(1, 121))))
-    at = skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    at = skills.distractor_decisions(counts_of(ids), 5)
     assert len(at) == sum(skills.count_distractor(n, 120) for n in range(1, 115)) > 0
     # a one-digit end: none
     ids = chat("Count down from 9 to 0.", "\n".join(map(str, range(9, -1, -1))))
-    assert skills.distractor_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF, clear=0) == []
+    assert skills.distractor_decisions(counts_of(ids), 0) == []
 
 
 def test_off_grid_end_decisions_are_the_last_go_on_and_the_stop():
     nums = skills.count_numbers(478, 784, 7)
     ids = chat("Count from 478 to 784 counting by 7s.", "\n".join(map(str, nums)))
-    at = skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    at = skills.off_grid_end_decisions(counts_of(ids), ids, IM_END)
     assert len(at) == 2 and ids[at[0]] == NEWLINE and ids[at[1]] == IM_END, at
     # the go-on follows 772 (the number before the last, 779), the stop follows 779
     assert [number_before(ids, q) for q in at] == [772, 779]
     # an end on the grid, or a count cut before its stop: none
     ids = chat("Count from 478 to 779 counting by 7s.", "\n".join(map(str, skills.count_numbers(478, 779, 7))))
-    assert skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    assert skills.off_grid_end_decisions(counts_of(ids), ids, IM_END) == []
     cut = chat("Count from 478 to 784 counting by 7s.", "\n".join(map(str, nums)))[:-2]
-    assert skills.off_grid_end_decisions(cut, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF) == []
+    assert skills.off_grid_end_decisions(counts_of(cut), cut, IM_END) == []
     # down, off the grid: 50 to 3 by 5 ends at 5
     ids = chat("Count down from 50 to 3 in steps of 5.", "\n".join(map(str, skills.count_numbers(50, 3, -5))))
-    at = skills.off_grid_end_decisions(ids, USER, ASSISTANT, IM_END, NEWLINE, DIGIT_OF)
+    at = skills.off_grid_end_decisions(counts_of(ids), ids, IM_END)
     assert [number_before(ids, q) for q in at] == [10, 5]

@@ -463,13 +463,15 @@ def build_data(args, rng):
         m = assistant_mask(ids, opening, im_end)
         if args.first_step_weight > 1:
             m = weight_first_steps(ids, m, opening, newline_id, digit_ids, args.first_step_weight)
-        for weight, decisions, seen in (
-                (args.distractor_weight, skills.distractor_decisions, distractors),
-                (args.off_grid_end_weight, skills.off_grid_end_decisions, off_grid_ends)):
-            if weight > 1 and kind.startswith("count"):
-                at = decisions(ids, user_opening, opening, im_end, newline_id, digit_of)
-                m[at] = np.where(m[at] > 0, np.maximum(m[at], weight), 0)
-                seen[0] += len(at)
+        if kind.startswith("count") and (args.distractor_weight > 1 or args.off_grid_end_weight > 1):
+            turns = skills.count_turns(ids, user_opening, opening, im_end, newline_id, digit_of)
+            for weight, at, seen in (
+                    (args.distractor_weight, skills.distractor_decisions(turns, args.near_stop_window),
+                     distractors),
+                    (args.off_grid_end_weight, skills.off_grid_end_decisions(turns, ids, im_end), off_grid_ends)):
+                if weight > 1:
+                    m[at] = np.where(m[at] > 0, np.maximum(m[at], weight), 0)
+                    seen[0] += len(at)
         return m
 
     for kind, share in shares.items():

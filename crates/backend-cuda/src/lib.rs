@@ -94,6 +94,42 @@ pub fn device_memory() -> Result<DeviceMemory, CudaError> {
 #[cfg(not(feature = "cuda"))]
 pub use stub::device_memory;
 
+/// `FLASHLANE_ATTENTION_MMA=1` runs every attention call of the process on the tensor-core
+/// kernels, as [`AttentionKernels::TensorCores`] does (the A/B scripts' switch; see
+/// [`attention_kernels_asked`]).
+pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
+
+/// The attention kernels a GPU model loaded with `asked` runs: the tensor cores where asked, or
+/// where [`ATTENTION_MMA_ENV`] asks for them, so that what a run reports is what it ran.
+pub fn attention_kernels_asked(asked: AttentionKernels) -> AttentionKernels {
+    match std::env::var(ATTENTION_MMA_ENV).is_ok_and(|v| v == "1") {
+        true => AttentionKernels::TensorCores,
+        false => asked,
+    }
+}
+
+/// Whether a model of `config`, keeping K and V as `kv`, can run its attention on `attention`'s
+/// kernels (the tensor-core ones need bf16 keys and values, heads a multiple of 16 wide and at
+/// most 8 query heads a KV head), so that a server refuses before it loads anything; the error
+/// names the flag and the shape. Without the `cuda` feature there is no GPU model to check.
+pub fn check_attention(
+    config: &::model::Config,
+    kv: ::model::KvDtype,
+    attention: AttentionKernels,
+) -> Result<(), CudaError> {
+    #[cfg(feature = "cuda")]
+    {
+        let mut dims = kernels::Dims::of(config, kv)?;
+        dims.attention = attention;
+        dims.check_attention()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (config, kv, attention);
+        Ok(())
+    }
+}
+
 /// How [`CudaModel::load_with`] loads a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadOptions {

@@ -490,6 +490,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // The MTP head only when it drafts: a run without MTP drafts measures the model as `serve`
     // runs it then, without the head's pass a round.
     let mtp_head = args.draft == DraftArg::Mtp;
+    // What the GPU's attention runs, as reported below (the CPU refuses the tensor cores here).
+    let attention = args.device.attention(args.model.attention_kernel)?;
     let loaded = args
         .device
         .load(&dir, args.model.how(args.device, mtp_head)?)?;
@@ -539,10 +541,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             args.device
                 .matmul_input_label(args.model.matmul_input.input()),
             match args.device {
-                Device::Cuda => format!(
-                    ", --attention-kernel {}",
-                    args.model.attention_kernel.kernels().name()
-                ),
+                Device::Cuda => format!(", --attention-kernel {}", attention.name()),
                 Device::Cpu => String::new(),
             },
         );
@@ -619,7 +618,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "matmul_kernel": args.device.matmul_input_label(args.model.matmul_input.input()),
                 // The GPU's attention kernels (their bits and speeds differ); the CPU has one.
                 "attention_kernel": match args.device {
-                    Device::Cuda => args.model.attention_kernel.kernels().name(),
+                    Device::Cuda => attention.name(),
                     Device::Cpu => "cpu",
                 },
                 "temperature": args.temperature,

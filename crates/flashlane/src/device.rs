@@ -127,7 +127,9 @@ impl Device {
 
     /// The attention kernels `--attention-kernel` asks for, if this device has them: the CPU
     /// backend has one attention (f32 products), and refuses the GPU's tensor-core kernels
-    /// rather than ignore the flag.
+    /// rather than ignore the flag. On the GPU, what it will run
+    /// ([`backend_cuda::attention_kernels_asked`]: the A/B scripts' FLASHLANE_ATTENTION_MMA=1
+    /// asks for the tensor cores too), so that serve and bench report what ran.
     pub fn attention(
         self,
         arg: AttentionKernelArg,
@@ -135,11 +137,12 @@ impl Device {
         match (self, arg.kernels()) {
             (Device::Cpu, backend_cuda::AttentionKernels::TensorCores) => {
                 Err(Failure::bad_input(anyhow!(
-                    "--attention-kernel tensor-cores: the CPU backend has no tensor cores; \
-                     use --device cuda, or leave the flag out"
+                    "--attention-kernel tensor-cores (or FLASHLANE_ATTENTION_KERNEL): the CPU \
+                     backend has no tensor cores; leave it out, or serve or bench with --device cuda"
                 )))
             }
-            (_, kernels) => Ok(kernels),
+            (Device::Cpu, kernels) => Ok(kernels),
+            (Device::Cuda, kernels) => Ok(backend_cuda::attention_kernels_asked(kernels)),
         }
     }
 

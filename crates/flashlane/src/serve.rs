@@ -139,6 +139,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let mtp_head = draft == DraftMode::Mtp;
+    if args.device == Device::Cuda {
+        // A model whose attention the asked kernels cannot run is refused before the port
+        // opens or a weight loads.
+        backend_cuda::check_attention(&costs.config, kv_dtype, attention)
+            .map_err(|e| Failure::bad_input(anyhow!(e)))?;
+    }
     let on = args.device.costs(&costs, rollback, kv_dtype);
     let cap = args.device.cap(&args.sizing, true)?;
     let config = costs.config;

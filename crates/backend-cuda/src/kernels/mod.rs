@@ -857,14 +857,14 @@ const ATT_MMA_STAGES: usize = 2;
 const ATT_MMA_COLUMNS: usize = 8;
 /// Query heads of a KV head that the tensor-core attention holds at most: the MMA's columns.
 const ATT_MMA_MAX_GROUP: usize = ATT_MMA_COLUMNS;
-/// `FLASHLANE_ATTENTION_MMA=1` runs every attention call of the process on the tensor-core
-/// attention (`attention_mma` for many rows, `attention_mma_cluster` for few: the same bits)
-/// where it is compiled ([`att_mma_fits`]), as `--attention-kernel tensor-cores`
-/// ([`crate::AttentionKernels::TensorCores`]) does: other bits than the other kernels' (within
-/// the reference's tolerance), the same for a row alone or batched. Not the default: on the
-/// H100 it loses 3–20 % at 1–8 streams over 128-token prompts (session 65, bench/RESULTS.md),
-/// while it gains 5 % at 32–64 streams and 12 % decoding after a 2,048-token prompt.
-pub const ATTENTION_MMA_ENV: &str = "FLASHLANE_ATTENTION_MMA";
+// The tensor-core attention (`--attention-kernel tensor-cores`, or `crate::ATTENTION_MMA_ENV`)
+// runs every attention call of the process on `attention_mma` for many rows and
+// `attention_mma_cluster` for few (the same bits) where it is compiled ([`att_mma_fits`]): other
+// bits than the other kernels' (within the reference's tolerance), the same for a row alone or
+// batched. Not the default: on the H100 it loses 3–20 % at 1–8 streams over 128-token prompts
+// (session 65, bench/RESULTS.md), while it gains 5 % at 32–64 streams and 12 % decoding after
+// a 2,048-token prompt.
+
 /// Under the tensor-core attention a call's rows that may share keys (a prompt's) run on
 /// `attention_mma_rows`, a block taking as many rows of one session as an MMA's 8 columns hold
 /// groups of query heads (2 of Qwen3-4B's, 4 of -0.6B's), so their keys are copied and
@@ -983,7 +983,7 @@ fn with_shared_bytes(function: CudaFunction, bytes: usize) -> Result<CudaFunctio
     Ok(function)
 }
 
-/// The tensor-core attention's kernels ([`ATTENTION_MMA_ENV`]), each with its shared memory
+/// The tensor-core attention's kernels ([`crate::ATTENTION_MMA_ENV`]), each with its shared memory
 /// bytes.
 struct MmaAttention {
     /// `attention_mma`: a block per (row, KV head).
@@ -1642,7 +1642,7 @@ pub struct Kernels {
     attention_gated_prep: CudaFunction,
     /// The tensor-core attention where it is compiled and fits ([`att_mma_fits`]).
     attention_mma: Option<MmaAttention>,
-    /// [`ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
+    /// [`crate::ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
     /// compiled.
     attention_mma_asked: bool,
     /// [`ATTENTION_MMA_ROWS_ENV`]: a prompt's rows take `attention_mma_rows` there.
@@ -1924,8 +1924,8 @@ impl Kernels {
                 }),
                 None => None,
             },
-            attention_mma_asked: dims.attention == crate::AttentionKernels::TensorCores
-                || env_asked(ATTENTION_MMA_ENV),
+            attention_mma_asked: crate::attention_kernels_asked(dims.attention)
+                == crate::AttentionKernels::TensorCores,
             attention_mma_rows_asked: env_on(ATTENTION_MMA_ROWS_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
@@ -3751,7 +3751,7 @@ pub enum AttentionKernel {
     GroupedStaged8,
     /// `attention_mma`: a block per (row, KV head), the products on the tensor cores (other
     /// bits than the other kernels': every call of a process runs it or its cluster twin, or
-    /// none does, [`ATTENTION_MMA_ENV`]).
+    /// none does, [`crate::ATTENTION_MMA_ENV`]).
     Mma,
     /// `attention_mma_cluster`: as `Mma`, the row's key splits over a cluster of blocks (the
     /// same bits).
@@ -3776,7 +3776,7 @@ fn staged_in_place(
 }
 
 /// The kernel that computes a call of `rows` rows: the tensor-core attention for every call
-/// where it was `asked` ([`ATTENTION_MMA_ENV`]) and `compiled` ([`att_mma_fits`]), else
+/// where it was `asked` ([`crate::ATTENTION_MMA_ENV`]) and `compiled` ([`att_mma_fits`]), else
 /// `kernel`. All or none: its bits are not the other kernels'. Its cluster twin for calls of
 /// fewer rows than `grouped_min_rows` (where the other kernels take a block a head: a few rows'
 /// blocks would leave most multiprocessors idle); from there `attention_mma`, or
