@@ -10,9 +10,10 @@ mod common;
 
 use backend_cpu::{CpuBackend, CpuModel};
 use backend_cuda::{
-    session_costs, CudaBackend, CudaModel, CudaTarget, RollbackWindow, MAX_ROLLBACK_WINDOW,
+    session_costs, AttentionKernels, CudaBackend, CudaModel, CudaTarget, RollbackWindow,
+    MAX_ROLLBACK_WINDOW,
 };
-use common::{load_on_gpu, window};
+use common::{load_on_gpu, load_on_gpu_with, window};
 use lane::{
     Counters, DraftAsk, DraftMode, Engine, EngineConfig, Policy, Request, Target, TargetExt, Want,
     Window, WindowRows,
@@ -186,21 +187,90 @@ fn greedy_counting_continuation_equals_the_cpu_backends() {
     assert_eq!(got, want, "GPU {text:?}");
 }
 
+/// The tiny model on the GPU with bf16 cache rows and its attention on the tensor cores
+/// (`--attention-kernel tensor-cores`).
+fn gpu_tensor_cores() -> Option<Arc<CudaModel>> {
+    static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let options = backend_cuda::LoadOptions {
+                kv_dtype: KvDtype::Bf16,
+                attention: AttentionKernels::TensorCores,
+                ..Default::default()
+            };
+            load_on_gpu_with(
+                &dir(),
+                "models/flashlane-tiny, tensor-core attention",
+                &options,
+            )
+        })
+        .clone()
+}
+
 #[test]
 fn a_streams_logits_are_the_same_bits_alone_and_in_a_batch() {
     let _gpu = common::exclusive();
     let Some(gpu) = gpu_bf16() else { return };
+    same_bits_alone_and_in_a_batch(&gpu);
+}
+
+/// `--attention-kernel tensor-cores` keeps every promise of the default kernels: a stream's
+/// logits the same bits alone and batched, greedy replies the same with MTP drafts and with moves
+/// and alone as among others; its logits near the default kernels' (other sums, the same maths).
+#[test]
+fn the_tensor_core_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted() {
+    let _gpu = common::exclusive();
+    let (Some(tc), Some(simt)) = (gpu_tensor_cores(), gpu_bf16()) else {
+        return;
+    };
+    same_bits_alone_and_in_a_batch(&tc);
+    let prompt = count_request(1, 30, 0).prompt;
+    let (_, tc_rows) = greedy(
+        &mut CudaBackend::target(&tc, &[256]).expect("target"),
+        &prompt,
+        4,
+    );
+    let (_, simt_rows) = greedy(
+        &mut CudaBackend::target(&simt, &[256]).expect("target"),
+        &prompt,
+        4,
+    );
+    for (i, (x, y)) in tc_rows.iter().zip(&simt_rows).enumerate() {
+        let diff = common::relative_diff(x, y);
+        assert!(
+            diff < BF16_KV_LOGIT_TOLERANCE,
+            "round {i}: the tensor cores' logits {diff} of the range from the default's"
+        );
+    }
+    let requests = counting_requests();
+    let new = |c: &[u64]| CudaBackend::target(&tc, c).expect("target");
+    let (plain, counters) = run(new(&capacities()), &requests, DraftMode::None, 0);
+    assert!(counters.moves > 0, "the small sessions' streams moved");
+    let (drafted, c) = run(new(&capacities()), &requests, DraftMode::Mtp, 2);
+    assert!(c.draft_proposed > 0, "the head drafted");
+    assert_eq!(drafted, plain, "MTP greedy differs from plain greedy");
+    let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, 2);
+    assert_eq!(
+        alone[0], plain[0],
+        "alone with drafts differs from among eight"
+    );
+}
+
+/// A stream's logits, 12 rounds, alone and beside other sessions' windows (a prompt chunk, a
+/// 3-token window rolled back after each round as after a rejected draft, a restarted session):
+/// the same bits.
+fn same_bits_alone_and_in_a_batch(gpu: &Arc<CudaModel>) {
     let a = count_request(3, 50, 0).prompt;
     let b = count_request(7, 9, 0).prompt;
     let steps = 12;
     let (alone_tokens, alone) = greedy(
-        &mut CudaBackend::target(&gpu, &[256, 256, 256]).expect("target"),
+        &mut CudaBackend::target(gpu, &[256, 256, 256]).expect("target"),
         &a,
         steps,
     );
     // The same stream, each round beside other windows: a prompt chunk, then a 3-token window
     // (as a draft verification) of another session.
-    let mut t = CudaBackend::target(&gpu, &[256, 256, 256]).expect("target");
+    let mut t = CudaBackend::target(gpu, &[256, 256, 256]).expect("target");
     let mut rows = t
         .logits(&[
             window(1, 0, &b, 2),

@@ -26,7 +26,17 @@ pub fn load_on_gpu(dir: &Path, what: &str, kv: KvDtype) -> Option<Arc<CudaModel>
         kv_dtype: kv,
         ..Default::default()
     };
-    match CudaModel::load_with(dir, &options) {
+    load_on_gpu_with(dir, what, &options)
+}
+
+/// The model in `dir` on the GPU as `options` say, or `None` (printed) without a CUDA device;
+/// any other failure panics naming `what`.
+pub fn load_on_gpu_with(
+    dir: &Path,
+    what: &str,
+    options: &backend_cuda::LoadOptions,
+) -> Option<Arc<CudaModel>> {
+    match CudaModel::load_with(dir, options) {
         Ok(m) => Some(m),
         Err(CudaError::Unavailable(why)) => {
             backend_cuda::skip_without_gpu(&why);
