@@ -1139,6 +1139,35 @@ pub const DELTANET_TWO_BLOCKS_ENV: &str = "FLASHLANE_DELTANET_TWO_BLOCKS";
 /// multiprocessor has (228 KiB on Hopper): at least two blocks' 34 KiB, the least above.
 const DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT: i32 = 44;
 
+/// `FLASHLANE_SHARED_CARVEOUT=N` (0–100) gives every kernel of the model's modules the same
+/// preferred shared-memory carve-out, N % of the most a multiprocessor has (`deltanet_recurrence_two`'s
+/// too), instead of the driver's choice by each kernel's own shared memory. Between two launches
+/// whose carve-outs differ a multiprocessor must drain before it reconfigures, so the next
+/// kernel's blocks cannot start there beside the last one's (programmatic dependent launch's
+/// overlap, the early weight loads): a decode step alternates kernels of 0–16 KiB of shared
+/// memory with the tiles' 98 KiB and the tensor-core attention's 45–103 KiB. Our reading of why
+/// the tensor-core attention's one-row launch costs ~6 µs more than its work (session 65), not
+/// measured. A hint, so the same bits; an A/B switch, unset by default.
+pub const SHARED_CARVEOUT_ENV: &str = "FLASHLANE_SHARED_CARVEOUT";
+
+/// [`SHARED_CARVEOUT_ENV`]'s percentage, where it is a number up to 100.
+fn shared_carveout() -> Option<i32> {
+    env_number(SHARED_CARVEOUT_ENV)
+        .filter(|&percent| percent <= 100)
+        .map(|percent| percent as i32)
+}
+
+/// `function` with [`shared_carveout`]'s preferred carve-out, where it is set.
+fn with_carveout(function: CudaFunction, carveout: Option<i32>) -> Result<CudaFunction, CudaError> {
+    if let Some(percent) = carveout {
+        function.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            percent,
+        )?;
+    }
+    Ok(function)
+}
+
 /// Which kernel runs a DeltaNet step's recurrence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RecurrenceKernel {
@@ -1756,7 +1785,8 @@ impl Kernels {
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
-        let f = |name: &str| module.load_function(name);
+        let carveout = shared_carveout();
+        let f = |name: &str| with_carveout(module.load_function(name)?, carveout);
         // The tiles' stages: over the 48 KiB a block gets without asking.
         let tiles = |name: &str| with_shared_bytes(f(name)?, tiled_shared_bytes);
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
@@ -1951,11 +1981,8 @@ impl Kernels {
                         // more each for the driver) need more than the 64 KiB of shared memory
                         // the driver may carve out: 44 % of Hopper's 228 KiB rounds up to its
                         // 100 KiB carve-out, leaving the rest to L1 (where its spills go).
-                        two.set_attribute(
-                            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                            DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT,
-                        )?;
-                        two
+                        // (FLASHLANE_SHARED_CARVEOUT's, where set, as every kernel's.)
+                        with_carveout(two, carveout.or(Some(DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT)))?
                     },
                 }),
                 None => None,
@@ -2027,14 +2054,16 @@ impl Kernels {
             ARCH_WGMMA,
             "matmul_wg.cu: ",
         )?)?;
-        let matmul = module.load_function("matmul_bf16_wgmma")?;
+        let carveout = shared_carveout();
+        let load = |name: &str| with_carveout(module.load_function(name)?, carveout);
+        let matmul = load("matmul_bf16_wgmma")?;
         matmul.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
         // A prompt's swapped matmuls, bf16 and FP8.
         let swap = |weights: &str| -> Result<CudaFunction, CudaError> {
-            let f = module.load_function(&format!("matmul_{weights}_wg_swap"))?;
+            let f = load(&format!("matmul_{weights}_wg_swap"))?;
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 MWS_SWAP_SHARED_BYTES as i32,
@@ -2043,8 +2072,8 @@ impl Kernels {
         };
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
-            let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
-            let n64 = module.load_function(&format!("matmul_{weights}_wg_split_n64"))?;
+            let n32 = load(&format!("matmul_{weights}_wg_split_n32"))?;
+            let n64 = load(&format!("matmul_{weights}_wg_split_n64"))?;
             n64.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 mws_shared_bytes(MWS_MAX_ROWS) as i32,
@@ -2054,7 +2083,7 @@ impl Kernels {
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
-            split_rows: module.load_function("split_rows_wg")?,
+            split_rows: load("split_rows_wg")?,
             matmul,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
