@@ -21,9 +21,24 @@
 #   (printed) and their logs to $OUT/tests_logs.tar.xz.
 # ncu_summary CSV: each kernel's metrics in ncu's --csv --metrics output (one metric a row),
 #   averaged over its launches.
+# ncu_metrics [EXTRA,...]: the metrics the session scripts ask ncu for (time, DRAM and L2
+#   throughput, warps active, issue, the tensor and FMA pipes, the stall reasons), comma-joined,
+#   with EXTRA after them; ncu_bin: the ncu this machine has.
 T0=${T0:-$(date +%s)}
 . bench/unpack_peers.sh
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+ncu_bin() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1; }
+ncu_metrics() {
+  local m=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  m+=,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+  m+=,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+  m+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+  local s
+  for s in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait lg_throttle membar no_instruction; do
+    m+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
+  done
+  echo "$m${1:+,$1}"
+}
 ncu_summary() {
   python3 - "$1" <<'PY'
 import csv, sys, collections

@@ -9,15 +9,9 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 gpu_info
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+ncu=$(ncu_bin)
 dir=$(mktemp -d); cp bench/shapes/qwen3-4b/config.json $dir/
-metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed
-metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
-metrics+=,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
-metrics+=,smsp__inst_executed.sum,launch__registers_per_thread,launch__grid_size,launch__cluster_dim_x
-for s in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait lg_throttle membar no_instruction; do
-  metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
-done
+metrics=$(ncu_metrics smsp__inst_executed.sum,launch__cluster_dim_x)
 # LABEL STREAMS SETTING(VAR=VALUE) KERNEL_REGEX
 profile() {
   local label=$1 streams=$2 setting=$3 kernels=$4
