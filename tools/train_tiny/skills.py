@@ -381,7 +381,7 @@ def off_grid_end_decisions(turns, ids, im_end):
     last number is not the end it was asked: 478 to 784 by 7 ends at 779), of `count_turns`'
     counts of `ids`: the go-on after the number before the last (the next one, 779, is still
     within the end) and the stop after the last (the next, 786, would pass it). Of the shipped
-    model's held-out counts at T = 0 a third of the failures went past such an end (session 65,
+    model's held-out counts at T = 0, 15 of the 57 failures went past such an end (session 65,
     bench/RESULTS.md): the comparison of the next number with the end is where it goes wrong."""
     out = []
     for bound, lines in turns:

@@ -10,8 +10,14 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn flashlane(args: &[&str]) -> (i32, String, String) {
+    flashlane_with_env(args, &[])
+}
+
+/// `flashlane args` with the environment variables `vars` set: exit code, stdout, stderr.
+fn flashlane_with_env(args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
         .args(args)
+        .envs(vars.iter().copied())
         .output()
         .expect("run flashlane");
     (
@@ -369,16 +375,14 @@ fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewher
             "bf16 inputs changed no logit"
         );
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
-        .args(["generate", "--prompt", "Hi", "--max-tokens", "2"])
-        .env("FLASHLANE_MATMUL_INPUT", "bf16")
-        .output()
-        .expect("run flashlane");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, _, stderr) = flashlane_with_env(
+        &["generate", "--prompt", "Hi", "--max-tokens", "2"],
+        &[("FLASHLANE_MATMUL_INPUT", "bf16")],
+    );
     if available {
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(code, 0, "{stderr}");
     } else {
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("--matmul-input bf16"), "{stderr}");
     }
     let (code, _, stderr) = flashlane(&["generate", "--prompt", "Hi", "--matmul-input", "fp4"]);
@@ -412,13 +416,11 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
     );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("no tensor cores"), "{stderr}");
-    let out = Command::new(env!("CARGO_BIN_EXE_flashlane"))
-        .args(["generate", "--prompt", "Hi", "--max-tokens", "2"])
-        .env("FLASHLANE_ATTENTION_KERNEL", "tensor-cores")
-        .output()
-        .expect("run flashlane");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, _, stderr) = flashlane_with_env(
+        &["generate", "--prompt", "Hi", "--max-tokens", "2"],
+        &[("FLASHLANE_ATTENTION_KERNEL", "tensor-cores")],
+    );
+    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("--attention-kernel tensor-cores"),
         "{stderr}"

@@ -1144,7 +1144,7 @@ const DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT: i32 = 44;
 /// too), instead of the driver's choice by each kernel's own shared memory. Between two launches
 /// whose carve-outs differ a multiprocessor must drain before it reconfigures, so the next
 /// kernel's blocks cannot start there beside the last one's (programmatic dependent launch's
-/// overlap, the early weight loads): a decode step alternates kernels of 0–16 KiB of shared
+/// overlap, the early weight loads): a decode step alternates kernels of 0–20 KiB of shared
 /// memory with the tiles' 98 KiB and the tensor-core attention's 45–103 KiB. Our reading of why
 /// the tensor-core attention's one-row launch costs ~6 µs more than its work (session 65), not
 /// measured. A hint, so the same bits; an A/B switch, unset by default.
