@@ -8,9 +8,9 @@ use crate::clock::RoundClock;
 use crate::device::{Buf, Gpu, HostLogits};
 use crate::graphs::{GraphKey, Graphs, GRAPH_MAX_ROWS};
 use crate::kernels::{
-    round_launches, split_row_words, AttentionRows, DeltaNetLaunch, InputNorm, Matmul, MoeFp8,
-    MoeIndexLayout, MoeLaunch, MoeSum, NormAfter, PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB,
-    MATMUL_RESIDUES,
+    context_split, round_launches, split_row_words, AttentionRows, ContextKinds, ContextSplit,
+    DeltaNetLaunch, InputNorm, Matmul, MoeFp8, MoeIndexLayout, MoeLaunch, MoeSum, NormAfter,
+    PrepWeights, DRAW_ASK_INTS, DRAW_MAX_VOCAB, MATMUL_RESIDUES,
 };
 use crate::model::CudaModel;
 use crate::state::Sessions;
@@ -807,9 +807,72 @@ struct RoundMeta {
     /// Whether each window is one row (its session's only one: lane gives a round's windows
     /// distinct sessions).
     one_row_a_session: bool,
+    /// How the attention's rows divide where the model chooses its attention by context.
+    context: RoundContext,
 }
 
-fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: bool) -> RoundMeta {
+/// A round's rows by the attention they take ([`ContextSplit`]), with the offsets of the two
+/// position arrays where they take both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RoundContext {
+    /// The model does not choose by context.
+    Process,
+    Simt,
+    TensorCores,
+    Both {
+        simt_pos: usize,
+        tensor_cores_pos: usize,
+    },
+}
+
+impl RoundContext {
+    /// What a captured round depends on: which kernels it launches.
+    fn kinds(self) -> Option<ContextKinds> {
+        match self {
+            RoundContext::Process => None,
+            RoundContext::Simt => Some(ContextKinds::Simt),
+            RoundContext::TensorCores => Some(ContextKinds::TensorCores),
+            RoundContext::Both { .. } => Some(ContextKinds::Both),
+        }
+    }
+
+    /// The split the attention's calls of the round take, its arrays in the metadata at `base`.
+    fn split(self, base: u64) -> ContextSplit {
+        match self {
+            RoundContext::Process => ContextSplit::Process,
+            RoundContext::Simt => ContextSplit::Simt,
+            RoundContext::TensorCores => ContextSplit::TensorCores,
+            RoundContext::Both {
+                simt_pos,
+                tensor_cores_pos,
+            } => ContextSplit::Both {
+                simt_pos: at(base, simt_pos),
+                tensor_cores_pos: at(base, tensor_cores_pos),
+            },
+        }
+    }
+}
+
+/// The round's rows' positions for the kernels of one kind: a row of the other kind at −1,
+/// which those kernels leave.
+fn positions_of_kind(pos: &[usize], from: u32, tensor_cores: bool) -> Vec<i32> {
+    pos.iter()
+        .map(|&p| match (p >= from as usize) == tensor_cores {
+            true => i32::try_from(p).expect("F9: positions fit i32"),
+            false => -1,
+        })
+        .collect()
+}
+
+/// A round's metadata; `tensor_cores_from`: the position from which its rows' attention runs on
+/// the tensor cores, where the model chooses by context.
+fn round_meta(
+    plans: &[RoundWindow],
+    tokens: &[u32],
+    sessions: &Sessions,
+    mtp: bool,
+    tensor_cores_from: Option<u32>,
+) -> RoundMeta {
     let mut meta = Meta::default();
     let t = meta.push(tokens.iter().map(|&t| t as usize));
     let mut pos = Vec::with_capacity(tokens.len());
@@ -824,11 +887,23 @@ fn round_meta(plans: &[RoundWindow], tokens: &[u32], sessions: &Sessions, mtp: b
         wanted.extend(row + w.len - w.num_logits..row + w.len);
         row += w.len;
     }
+    let context = match tensor_cores_from {
+        None => RoundContext::Process,
+        Some(from) => match context_split(pos.iter().copied(), from) {
+            ContextKinds::Simt => RoundContext::Simt,
+            ContextKinds::TensorCores => RoundContext::TensorCores,
+            ContextKinds::Both => RoundContext::Both {
+                simt_pos: meta.push_raw(positions_of_kind(&pos, from, false)),
+                tensor_cores_pos: meta.push_raw(positions_of_kind(&pos, from, true)),
+            },
+        },
+    };
     let (p, b, s) = (meta.push(pos), meta.push(base), meta.push(segs));
     let num_logits = wanted.len();
     let l = meta.push(wanted);
     let mtp = mtp.then(|| mtp_meta(&mut meta, plans, tokens, sessions));
     RoundMeta {
+        context,
         meta,
         tokens: t,
         pos: p,
@@ -855,7 +930,13 @@ pub fn forward<'a>(
     wants: &[Want],
 ) -> Result<RoundOut<'a>, CudaError> {
     let rows = tokens.len();
-    let mut rm = round_meta(plans, tokens, sessions, m.has_mtp());
+    let mut rm = round_meta(
+        plans,
+        tokens,
+        sessions,
+        m.has_mtp(),
+        m.kernels.attention_tensor_cores_from(),
+    );
     let v = m.config.vocab_size;
     debug_assert_eq!(plans.len(), wants.len(), "F5: one want a window");
     // The logits rows of the windows that want them, as (first float, floats) ranges, and the
@@ -913,6 +994,7 @@ pub fn forward<'a>(
             mtp_rows: rm.mtp.as_ref().map_or(0, |x| x.rows),
             mtp_pairs: rm.mtp.as_ref().map_or(0, |x| x.num_pairs),
             greedy,
+            attention: rm.context.kinds(),
         };
         scratch.graphs.run(&m.gpu, key, enqueue)?;
     } else {
@@ -1021,6 +1103,7 @@ fn enqueue_round(
                     k_cache: cache.k.at(0),
                     v_cache: cache.v.at(0),
                     one_row_a_session: rm.one_row_a_session,
+                    by_context: rm.context.split(base),
                 })
             }
         };
@@ -1037,3 +1120,24 @@ fn enqueue_round(
 
 #[cfg(test)]
 mod layer_tests;
+
+#[cfg(test)]
+mod context_tests {
+    use super::positions_of_kind;
+
+    /// Each kind's positions array keeps its own rows' positions and marks the other's −1 (the
+    /// kernels leave those); the switch's own position is the tensor cores'; together they cover
+    /// every row once.
+    #[test]
+    fn each_kind_keeps_its_rows_and_leaves_the_others() {
+        let pos = [3, 1023, 1024, 5000, 0];
+        let simt = positions_of_kind(&pos, 1024, false);
+        let tensor_cores = positions_of_kind(&pos, 1024, true);
+        assert_eq!(simt, [3, 1023, -1, -1, 0]);
+        assert_eq!(tensor_cores, [-1, -1, 1024, 5000, -1]);
+        for (i, &p) in pos.iter().enumerate() {
+            assert_eq!(simt[i].max(tensor_cores[i]), p as i32);
+            assert_eq!(simt[i].min(tensor_cores[i]), -1);
+        }
+    }
+}

@@ -7,6 +7,7 @@
 //! round's shape only, and stays valid until a scratch buffer is reallocated ([`Graphs::clear`]).
 
 use crate::device::{Gpu, LaunchRecord};
+use crate::kernels::ContextKinds;
 use crate::CudaError;
 use cudarc::driver::{sys, CudaGraph};
 use std::collections::HashMap;
@@ -30,6 +31,9 @@ pub enum GraphKey {
         mtp_pairs: usize,
         /// Whether the round ends by choosing each row's greedy token.
         greedy: bool,
+        /// Which attention kernels its rows take, where the model chooses by their context
+        /// (`--attention-kernel by-context`): rounds of one shape launch one kind or both.
+        attention: Option<ContextKinds>,
     },
     Draft {
         rows: usize,

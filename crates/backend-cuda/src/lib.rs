@@ -148,9 +148,10 @@ pub struct LoadOptions {
     pub attention: AttentionKernels,
 }
 
-/// Which kernels a model's attention runs on. A process runs one kind for every call: their
-/// products are summed in other orders, so their bits differ (each within the reference's
-/// tolerance), and a row's bits must not depend on the batch it is in.
+/// Which kernels a model's attention runs on. Their products are summed in other orders, so
+/// their bits differ (each within the reference's tolerance), and a row's bits must not depend
+/// on the batch it is in: so the kernel of a row is a function of the process's choice and the
+/// row's own position only, never of the rows beside it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionKernels {
     /// A key's score a warp's shuffle sum, per query head (`attention_gated`, the grouped and
@@ -162,7 +163,20 @@ pub enum AttentionKernels {
     /// contexts (bench/RESULTS.md sessions 64 and 65). Needs bf16 keys and values and at most 8
     /// query heads a KV head.
     TensorCores,
+    /// By each row's context: a row at a position from `tensor_cores_from` on runs on the tensor
+    /// cores, a row before it on the simt kernels; a call with rows of both kinds launches both,
+    /// each leaving the other's rows. Where the tensor cores win (long contexts) and where they
+    /// lose (few streams over short ones), each takes its own (bench/RESULTS.md session 66).
+    /// The MTP head's layer stays on the simt kernels. Needs what `TensorCores` needs.
+    ByContext { tensor_cores_from: u32 },
 }
+
+/// The position from which [`AttentionKernels::ByContext`] runs a row on the tensor cores unless
+/// told otherwise. On an H100 (session 66) the tensor-core attention decoded Qwen3-4B at 0.97× the
+/// simt kernels' speed after 128-token prompts, 0.99-1.02× after 512, 1.05× after 1,024, 1.14-1.18×
+/// after 2,048 and 1.29-1.56× after 4,096-8,192, at 1 and 8 streams: 1,024 is the first measured
+/// point where it wins at both.
+pub const TENSOR_CORES_FROM_POSITION: u32 = 1024;
 
 impl AttentionKernels {
     /// The name the CLI gives it.
@@ -170,7 +184,13 @@ impl AttentionKernels {
         match self {
             AttentionKernels::Simt => "simt",
             AttentionKernels::TensorCores => "tensor-cores",
+            AttentionKernels::ByContext { .. } => "by-context",
         }
+    }
+
+    /// Whether it runs the tensor-core kernels for some rows (and so needs them to fit).
+    pub fn uses_tensor_cores(self) -> bool {
+        self != AttentionKernels::Simt
     }
 }
 

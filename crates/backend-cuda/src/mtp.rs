@@ -122,6 +122,7 @@ fn enqueue_draft(
             // One row a start, the starts of distinct sessions (lane's contract): a step's keys
             // before its rows are the earlier steps' (earlier launches).
             one_row_a_session: true,
+            by_context: crate::kernels::ContextSplit::Process,
         });
         let then = Then {
             w: &head.norm,

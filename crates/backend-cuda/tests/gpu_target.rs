@@ -256,6 +256,71 @@ fn the_tensor_core_attention_keeps_a_stream_the_same_alone_batched_moved_and_dra
     );
 }
 
+/// `--attention-kernel by-context` keeps every promise too, with the switch inside the rounds
+/// the tests run (a few positions past the first test stream's prompt), so that rounds hold rows
+/// of both kinds (the two launches over every row, each leaving the other's) and streams cross it
+/// alone, batched, moved and drafted; and a stream's rows before the switch are the simt kernels'
+/// bits, those from it not.
+#[test]
+fn by_context_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted() {
+    let _gpu = common::exclusive();
+    let prompt = count_request(3, 50, 0).prompt;
+    let tensor_cores_from = prompt.len() as u32 + 5;
+    let options = backend_cuda::LoadOptions {
+        kv_dtype: KvDtype::Bf16,
+        attention: AttentionKernels::ByContext { tensor_cores_from },
+        ..Default::default()
+    };
+    let (Some(by_context), Some(simt)) = (
+        load_on_gpu_with(
+            &dir(),
+            "models/flashlane-tiny, attention by context",
+            &options,
+        ),
+        gpu_bf16(),
+    ) else {
+        return;
+    };
+    same_bits_alone_and_in_a_batch(&by_context);
+    // Round i's logits are of position len − 1 + i: rounds 0–5 before the switch, 6 on after.
+    let (_, split_rows) = greedy(
+        &mut CudaBackend::target(&by_context, &[256]).expect("target"),
+        &prompt,
+        10,
+    );
+    let (_, simt_rows) = greedy(
+        &mut CudaBackend::target(&simt, &[256]).expect("target"),
+        &prompt,
+        10,
+    );
+    let same =
+        |x: &Vec<f32>, y: &Vec<f32>| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    for (i, (x, y)) in split_rows.iter().zip(&simt_rows).enumerate() {
+        assert_eq!(
+            same(x, y),
+            i < 6,
+            "round {i}: by context against simt (the switch at position {tensor_cores_from})"
+        );
+        let diff = common::relative_diff(x, y);
+        assert!(
+            diff < BF16_KV_LOGIT_TOLERANCE,
+            "round {i}: by context's logits {diff} of the range from simt's"
+        );
+    }
+    let requests = counting_requests();
+    let new = |c: &[u64]| CudaBackend::target(&by_context, c).expect("target");
+    let (plain, counters) = run(new(&capacities()), &requests, DraftMode::None, 0);
+    assert!(counters.moves > 0, "the small sessions' streams moved");
+    let (drafted, c) = run(new(&capacities()), &requests, DraftMode::Mtp, 2);
+    assert!(c.draft_proposed > 0, "the head drafted");
+    assert_eq!(drafted, plain, "MTP greedy differs from plain greedy");
+    let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, 2);
+    assert_eq!(
+        alone[0], plain[0],
+        "alone with drafts differs from among eight"
+    );
+}
+
 /// A stream's logits, 12 rounds, alone and beside other sessions' windows (a prompt chunk, a
 /// 3-token window rolled back after each round as after a rejected draft, a restarted session):
 /// the same bits.

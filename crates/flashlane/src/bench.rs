@@ -491,7 +491,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // runs it then, without the head's pass a round.
     let mtp_head = args.draft == DraftArg::Mtp;
     // What the GPU's attention runs, as reported below (the CPU refuses the tensor cores here).
-    let attention = args.device.attention(args.model.attention_kernel)?;
+    let attention = args.model.attention(args.device)?;
     let loaded = args
         .device
         .load(&dir, args.model.how(args.device, mtp_head)?)?;
@@ -620,6 +620,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "attention_kernel": match args.device {
                     Device::Cuda => attention.name(),
                     Device::Cpu => "cpu",
+                },
+                // Where by-context switches to the tensor cores.
+                "attention_tensor_cores_from": match attention {
+                    backend_cuda::AttentionKernels::ByContext { tensor_cores_from } => {
+                        Some(tensor_cores_from)
+                    }
+                    _ => None,
                 },
                 "temperature": args.temperature,
                 "top_k": args.top_k,

@@ -45,10 +45,10 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 /// Loads a model for the CPU as `args` say (its directory, where its weights live, dummy or
 /// not, what its matmuls multiply), reporting the load on stderr (a bar on a terminal, a line
 /// per shard otherwise). The CPU keeps keys and values in f32: `--kv-dtype bf16` is refused, as
-/// is `--attention-kernel tensor-cores`.
+/// are the tensor-core attention kernels (`--attention-kernel tensor-cores`, `by-context`).
 pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
     Device::Cpu.kv_dtype(args.kv_dtype)?;
-    Device::Cpu.attention(args.attention_kernel)?;
+    args.attention(Device::Cpu)?;
     let input = Device::Cpu.matmul_input(args.matmul_input)?;
     let dir = args.dir()?;
     let format = args.load_format.format();

@@ -135,7 +135,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let matmul_input = args.device.matmul_input(args.model.matmul_input)?;
-    let attention = args.device.attention(args.model.attention_kernel)?;
+    let attention = args.model.attention(args.device)?;
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let mtp_head = draft == DraftMode::Mtp;
@@ -192,7 +192,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         kv_dtype.name(),
         args.device.matmul_input_label(matmul_input),
         match args.device {
-            Device::Cuda => format!(" · attention {}", attention.name()),
+            Device::Cuda => match attention {
+                backend_cuda::AttentionKernels::ByContext { tensor_cores_from } => format!(
+                    " · attention by-context (tensor cores from position {tensor_cores_from})"
+                ),
+                _ => format!(" · attention {}", attention.name()),
+            },
             Device::Cpu => String::new(),
         }
     );

@@ -446,6 +446,54 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
     assert!(stdout.contains(r#""attention_kernel":"cpu""#), "{stdout}");
 }
 
+/// `--attention-kernel by-context` uses the tensor cores too: the CPU refuses it; and the
+/// position it switches at, given without it, is refused rather than ignored (flag or env).
+#[test]
+fn by_context_attention_is_refused_on_the_cpu_and_its_position_needs_it() {
+    let (code, _, stderr) = flashlane(&[
+        "generate",
+        "--prompt",
+        "Hi",
+        "--attention-kernel",
+        "by-context",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--attention-kernel by-context") && stderr.contains("--device cuda"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = flashlane(&[
+        "generate",
+        "--prompt",
+        "Hi",
+        "--attention-tensor-cores-from",
+        "2048",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--attention-tensor-cores-from 2048")
+            && stderr.contains("--attention-kernel by-context"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = flashlane_with_env(
+        &["generate", "--prompt", "Hi", "--max-tokens", "2"],
+        &[("FLASHLANE_ATTENTION_TENSOR_CORES_FROM", "512")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("FLASHLANE_ATTENTION_TENSOR_CORES_FROM"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = flashlane(&[
+        "generate",
+        "--prompt",
+        "Hi",
+        "--attention-tensor-cores-from",
+        "-1",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
 #[test]
 fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     let model = fixture("qwen3_f32_untied").join("model");

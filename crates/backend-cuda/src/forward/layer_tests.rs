@@ -85,7 +85,7 @@ fn layers_match_backend_cpu(dir: &str) {
         len: rows,
         num_logits: 0,
     }];
-    let rm = round_meta(&plans, &vec![0; rows], &sessions, false);
+    let rm = round_meta(&plans, &vec![0; rows], &sessions, false, None);
     let ptrs = scratch.ensure(&gm, rows, 0).unwrap();
     let base = scratch.upload(&gm.gpu, &rm.meta).unwrap();
     let pass = Pass { m: &gm, p: ptrs };
@@ -109,6 +109,7 @@ fn layers_match_backend_cpu(dir: &str) {
                     k_cache: sessions.kv[attn - 1].k.at(0),
                     v_cache: sessions.kv[attn - 1].v.at(0),
                     one_row_a_session: false,
+                    by_context: crate::kernels::ContextSplit::Process,
                 })
             }
         };

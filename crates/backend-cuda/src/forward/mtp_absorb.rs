@@ -114,6 +114,7 @@ pub(crate) fn absorb(
         v_cache: cache.v.at(0),
         // Runs attention_prep alone (the absorbed pairs' rows are written, never attended).
         one_row_a_session: false,
+        by_context: crate::kernels::ContextSplit::Process,
     };
     m.kernels
         .attention_prep(&m.gpu, &m.dims, &rows, p.wide, &pass.prep_weights(aw), p.q)?;

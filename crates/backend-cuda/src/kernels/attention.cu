@@ -376,6 +376,12 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
     att_merge<G, PW * WARP>(qkv, out, r, h0, m_s, l_s, acc_s);
 }
 
+// Whether the block's row (blockIdx.x) is left to another launch: a call whose rows divide
+// between the simt and the tensor-core attention by their positions (the host's
+// `ContextSplit::Both`) launches both over every row, each with the other's rows at position −1.
+// Every block of a row leaves before any barrier, so no block waits on one that left.
+__device__ __forceinline__ bool att_row_left(const int* __restrict__ pos_arr) { return pos_arr[blockIdx.x] < 0; }
+
 // The kernels: NAME computes G heads of one KV head a block (blockIdx.y their group) by PW warps,
 // loading keys ahead by at most AHEAD_MAX (`att_kv_ahead`).
 #define ATTENTION_KERNEL(NAME, G, PW, AHEAD_MAX)                                                         \
@@ -384,6 +390,7 @@ __device__ __forceinline__ void attention_heads(const float* q, const float* __r
          const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,                             \
          const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {                   \
         pdl_start();                                                                                     \
+        if (att_row_left(pos_arr)) return;                                                               \
         __shared__ float m_s[ATT_WARPS][G], l_s[ATT_WARPS][G];                                           \
         __shared__ float acc_s[ATT_WARPS][G][ATT_HD];                                                    \
         attention_heads<G, PW, AHEAD_MAX>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out,       \
@@ -500,6 +507,7 @@ __device__ __forceinline__ void attention_heads_staged(const float* q, const flo
          const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,                            \
          const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {                  \
         pdl_start();                                                                                    \
+        if (att_row_left(pos_arr)) return;                                                              \
         __shared__ float m_s[ATT_WARPS][ATT_GROUP], l_s[ATT_WARPS][ATT_GROUP];                         \
         extern __shared__ float4 att_stages4[];                                                         \
         attention_heads_staged<ATT_GROUP, PW>(q, qkv, k_cache, v_cache, pos_arr, kv_base_arr, scale, out, \
@@ -982,6 +990,7 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
               const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
               const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
     pdl_start();
+    if (att_row_left(pos_arr)) return;
     __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
     extern __shared__ uint4 att_mma_base[];
     const AttMmaShared sh = att_mma_shared(att_mma_base);
@@ -1069,6 +1078,8 @@ attention_mma_cluster(const float* __restrict__ q, const float* __restrict__ qkv
                       const kv_t* __restrict__ v_cache, const int* __restrict__ pos_arr,
                       const int* __restrict__ kv_base_arr, float scale, float* __restrict__ out) {
     pdl_start();
+    // (Every block of the cluster is of the same row: all of them leave, or none.)
+    if (att_row_left(pos_arr)) return;
     __shared__ float f_s[ATT_MMA_SPLITS][ATT_MMA_G], total_s[ATT_MMA_G];
     extern __shared__ uint4 att_mma_base[];
     const AttMmaShared sh = att_mma_shared(att_mma_base);

@@ -1139,35 +1139,6 @@ pub const DELTANET_TWO_BLOCKS_ENV: &str = "FLASHLANE_DELTANET_TWO_BLOCKS";
 /// multiprocessor has (228 KiB on Hopper): at least two blocks' 34 KiB, the least above.
 const DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT: i32 = 44;
 
-/// `FLASHLANE_SHARED_CARVEOUT=N` (0–100) gives every kernel of the model's modules the same
-/// preferred shared-memory carve-out, N % of the most a multiprocessor has (`deltanet_recurrence_two`'s
-/// too), instead of the driver's choice by each kernel's own shared memory. Between two launches
-/// whose carve-outs differ a multiprocessor must drain before it reconfigures, so the next
-/// kernel's blocks cannot start there beside the last one's (programmatic dependent launch's
-/// overlap, the early weight loads): a decode step alternates kernels of 0–20 KiB of shared
-/// memory with the tiles' 98 KiB and the tensor-core attention's 45–103 KiB. Our reading of why
-/// the tensor-core attention's one-row launch costs ~6 µs more than its work (session 65), not
-/// measured. A hint, so the same bits; an A/B switch, unset by default.
-pub const SHARED_CARVEOUT_ENV: &str = "FLASHLANE_SHARED_CARVEOUT";
-
-/// [`SHARED_CARVEOUT_ENV`]'s percentage, where it is a number up to 100.
-fn shared_carveout() -> Option<i32> {
-    env_number(SHARED_CARVEOUT_ENV)
-        .filter(|&percent| percent <= 100)
-        .map(|percent| percent as i32)
-}
-
-/// `function` with [`shared_carveout`]'s preferred carve-out, where it is set.
-fn with_carveout(function: CudaFunction, carveout: Option<i32>) -> Result<CudaFunction, CudaError> {
-    if let Some(percent) = carveout {
-        function.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-            percent,
-        )?;
-    }
-    Ok(function)
-}
-
 /// Which kernel runs a DeltaNet step's recurrence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RecurrenceKernel {
@@ -1291,15 +1262,16 @@ impl Dims {
     /// tensor-core attention needs bf16 keys and values, heads a whole number of its MMA's 16
     /// dims and at most 8 query heads a KV head ([`att_mma_fits`]).
     pub fn check_attention(&self) -> Result<(), CudaError> {
-        if self.attention != crate::AttentionKernels::TensorCores || att_mma_fits(self).is_some() {
+        if !self.attention.uses_tensor_cores() || att_mma_fits(self).is_some() {
             return Ok(());
         }
         let group = self.heads / self.kv_heads.max(1);
         Err(CudaError::Unsupported(format!(
-            "--attention-kernel tensor-cores: this model's attention (keys and values as {}, \
+            "--attention-kernel {}: this model's attention (keys and values as {}, \
              heads of {}, {group} query heads a KV head) does not fit the tensor-core kernels, \
              which need bf16 keys and values, heads a multiple of 16 wide and at most \
              {ATT_MMA_MAX_GROUP} query heads a KV head; use --attention-kernel simt",
+            self.attention.name(),
             self.kv.name(),
             self.head_dim,
         )))
@@ -1674,6 +1646,9 @@ pub struct Kernels {
     /// [`crate::ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
     /// compiled.
     attention_mma_asked: bool,
+    /// [`crate::AttentionKernels::ByContext`]'s position, where the tensor-core attention is
+    /// compiled: the rounds' rows from it run on the tensor cores ([`ContextSplit`]).
+    attention_tensor_cores_from: Option<u32>,
     /// [`ATTENTION_MMA_ROWS_ENV`]: a prompt's rows take `attention_mma_rows` there.
     attention_mma_rows_asked: bool,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
@@ -1785,8 +1760,7 @@ impl Kernels {
     ) -> Result<Kernels, CudaError> {
         let tiled_shared_bytes = mmt_shared_bytes(tiled_stages, MMT_ROWS);
         let module = gpu.ctx.load_module(module_ptx(source, ARCH, "")?)?;
-        let carveout = shared_carveout();
-        let f = |name: &str| with_carveout(module.load_function(name)?, carveout);
+        let f = |name: &str| module.load_function(name);
         // The tiles' stages: over the 48 KiB a block gets without asking.
         let tiles = |name: &str| with_shared_bytes(f(name)?, tiled_shared_bytes);
         let matmul_tiled = tiles("matmul_bf16_tiled")?;
@@ -1956,6 +1930,14 @@ impl Kernels {
             },
             attention_mma_asked: crate::attention_kernels_asked(dims.attention)
                 == crate::AttentionKernels::TensorCores,
+            attention_tensor_cores_from: match crate::attention_kernels_asked(dims.attention) {
+                crate::AttentionKernels::ByContext { tensor_cores_from }
+                    if att_mma_fits(dims).is_some() =>
+                {
+                    Some(tensor_cores_from)
+                }
+                _ => None,
+            },
             attention_mma_rows_asked: env_on(ATTENTION_MMA_ROWS_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
@@ -1981,8 +1963,11 @@ impl Kernels {
                         // more each for the driver) need more than the 64 KiB of shared memory
                         // the driver may carve out: 44 % of Hopper's 228 KiB rounds up to its
                         // 100 KiB carve-out, leaving the rest to L1 (where its spills go).
-                        // (FLASHLANE_SHARED_CARVEOUT's, where set, as every kernel's.)
-                        with_carveout(two, carveout.or(Some(DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT)))?
+                        two.set_attribute(
+                            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                            DELTANET_TWO_BLOCKS_CARVEOUT_PERCENT,
+                        )?;
+                        two
                     },
                 }),
                 None => None,
@@ -2054,16 +2039,14 @@ impl Kernels {
             ARCH_WGMMA,
             "matmul_wg.cu: ",
         )?)?;
-        let carveout = shared_carveout();
-        let load = |name: &str| with_carveout(module.load_function(name)?, carveout);
-        let matmul = load("matmul_bf16_wgmma")?;
+        let matmul = module.load_function("matmul_bf16_wgmma")?;
         matmul.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             MMW_SHARED_BYTES as i32,
         )?;
         // A prompt's swapped matmuls, bf16 and FP8.
         let swap = |weights: &str| -> Result<CudaFunction, CudaError> {
-            let f = load(&format!("matmul_{weights}_wg_swap"))?;
+            let f = module.load_function(&format!("matmul_{weights}_wg_swap"))?;
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 MWS_SWAP_SHARED_BYTES as i32,
@@ -2072,8 +2055,8 @@ impl Kernels {
         };
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
-            let n32 = load(&format!("matmul_{weights}_wg_split_n32"))?;
-            let n64 = load(&format!("matmul_{weights}_wg_split_n64"))?;
+            let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
+            let n64 = module.load_function(&format!("matmul_{weights}_wg_split_n64"))?;
             n64.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 mws_shared_bytes(MWS_MAX_ROWS) as i32,
@@ -2083,7 +2066,7 @@ impl Kernels {
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
-            split_rows: load("split_rows_wg")?,
+            split_rows: module.load_function("split_rows_wg")?,
             matmul,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
@@ -3854,6 +3837,7 @@ fn attention_kernel(
 }
 
 /// Rows of one attention call and where their positions and cache rows are.
+#[derive(Clone, Copy, Debug)]
 pub struct AttentionRows {
     pub rows: usize,
     pub pos: u64,
@@ -3864,6 +3848,56 @@ pub struct AttentionRows {
     /// distinct sessions, lane's contract, so: every window one row): then the keys before
     /// each row are in the cache before the call starts.
     pub one_row_a_session: bool,
+    /// Which rows run on the tensor cores where the process chooses by context.
+    pub by_context: ContextSplit,
+}
+
+/// How a call's rows divide between the simt and the tensor-core attention under
+/// [`crate::AttentionKernels::ByContext`] ([`context_split`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextSplit {
+    /// The process's kernels for every row: a model that does not choose by context, and the
+    /// MTP head's layer (the simt kernels where it does).
+    Process,
+    /// Every row before the position: the simt kernels.
+    Simt,
+    /// Every row from the position: the tensor cores.
+    TensorCores,
+    /// Rows of both: the prep apart, then the simt attention over the rows whose positions
+    /// `simt_pos` holds and the tensor-core attention over those `tensor_cores_pos` holds (each a
+    /// device array of a position a row, −1 for the other kernel's rows, which the kernels
+    /// leave).
+    Both {
+        simt_pos: u64,
+        tensor_cores_pos: u64,
+    },
+}
+
+/// Which kernels a call's rows at `positions` take where the rows from `from` on run on the
+/// tensor cores: the kind of all of them, or both. A row's kernel is a function of its own
+/// position only, so its bits never depend on the rows beside it.
+pub fn context_split(positions: impl IntoIterator<Item = usize>, from: u32) -> ContextKinds {
+    let (mut simt, mut tensor_cores) = (false, false);
+    for p in positions {
+        match p >= from as usize {
+            true => tensor_cores = true,
+            false => simt = true,
+        }
+    }
+    match (simt, tensor_cores) {
+        (_, false) => ContextKinds::Simt,
+        (false, true) => ContextKinds::TensorCores,
+        (true, true) => ContextKinds::Both,
+    }
+}
+
+/// The kinds of rows a call holds ([`context_split`]): all simt (no rows too), all on the tensor
+/// cores, or both.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ContextKinds {
+    Simt,
+    TensorCores,
+    Both,
 }
 
 /// The scale of a score, 1/√head_dim, as every attention kernel takes it.
@@ -4010,17 +4044,51 @@ impl Kernels {
         q: u64,
         out: u64,
     ) -> Result<PrepPlace, CudaError> {
-        let kernel = mma_in_place(
-            staged_in_place(
-                attention_kernel(
-                    a.rows,
-                    dims.head_dim,
-                    self.attention_few_warps,
-                    self.attention_grouped_min_rows,
-                ),
-                self.attention_staged_chosen,
-                self.attention_staged.is_some(),
+        let simt = staged_in_place(
+            attention_kernel(
+                a.rows,
+                dims.head_dim,
+                self.attention_few_warps,
+                self.attention_grouped_min_rows,
             ),
+            self.attention_staged_chosen,
+            self.attention_staged.is_some(),
+        );
+        let tensor_cores = match a.by_context {
+            ContextSplit::Process => self.attention_mma_asked,
+            ContextSplit::Simt => false,
+            ContextSplit::TensorCores => true,
+            ContextSplit::Both {
+                simt_pos,
+                tensor_cores_pos,
+            } => {
+                // Two launches over every row, each leaving the other's (their positions −1):
+                // the prep apart (it writes every row's key before either reads), and on the
+                // tensor cores a row a block (`attention_mma_rows` would take rows of both
+                // kinds together; `attention_mma` gives a row its bits).
+                self.attention_prep(gpu, dims, a, qkv, prep, q)?;
+                let on = |pos| AttentionRows { pos, ..*a };
+                self.attention_with(gpu, dims, &on(simt_pos), q, qkv, out, simt)?;
+                let mma = mma_in_place(
+                    simt,
+                    a.rows,
+                    self.attention_grouped_min_rows,
+                    a.one_row_a_session,
+                    1,
+                    true,
+                    self.attention_mma.is_some(),
+                );
+                assert!(
+                    matches!(mma, AttentionKernel::Mma | AttentionKernel::MmaCluster),
+                    "A2: a call that splits by context runs its long rows on the tensor cores, which \
+                     are compiled wherever the process chooses by context"
+                );
+                self.attention_with(gpu, dims, &on(tensor_cores_pos), q, qkv, out, mma)?;
+                return Ok(PrepPlace::Apart);
+            }
+        };
+        let kernel = mma_in_place(
+            simt,
             a.rows,
             self.attention_grouped_min_rows,
             a.one_row_a_session,
@@ -4033,7 +4101,7 @@ impl Kernels {
                 (true, true) => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
                 _ => 1,
             },
-            self.attention_mma_asked,
+            tensor_cores,
             self.attention_mma.is_some(),
         );
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
@@ -4049,6 +4117,12 @@ impl Kernels {
             }
         }
         Ok(place)
+    }
+
+    /// The position from which rounds run a row's attention on the tensor cores, where the
+    /// process chooses by context ([`crate::AttentionKernels::ByContext`]).
+    pub fn attention_tensor_cores_from(&self) -> Option<u32> {
+        self.attention_tensor_cores_from
     }
 
     /// The tensor-core attention's kernels, which run only where they were compiled.

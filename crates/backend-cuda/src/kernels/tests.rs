@@ -1351,6 +1351,28 @@ fn the_tensor_core_attention_takes_every_call_or_none() {
     assert_eq!(prep_place(Mma, true, true), PrepPlace::Apart);
 }
 
+/// `context_split` (no device needed): a call's rows by position against the switch, all of
+/// one kind (no rows: simt) or both; the position itself is the tensor cores'.
+#[test]
+fn by_context_rows_from_the_position_take_the_tensor_cores() {
+    use super::{context_split, ContextKinds::*};
+    for (positions, want) in [
+        (vec![], Simt),
+        (vec![0, 5, 1023], Simt),
+        (vec![1024], TensorCores),
+        (vec![4000, 1024, 9000], TensorCores),
+        (vec![1023, 1024], Both),
+        (vec![5000, 3, 70], Both),
+    ] {
+        assert_eq!(
+            context_split(positions.clone(), 1024),
+            want,
+            "{positions:?}"
+        );
+    }
+    assert_eq!(context_split([0], 0), TensorCores);
+}
+
 /// `att_mma_fits` (no device needed): compiled for bf16 caches of heads of 16-dim steps with at
 /// most 8 query heads a KV head (every Qwen3 and the A3B slice), not for f32 caches nor wider
 /// groups; two blocks' shared memory fits a multiprocessor with heads of 128. `--attention-kernel
@@ -1385,6 +1407,19 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
         // `--attention-kernel tensor-cores` loads where they are compiled and is refused with
         // the flag and the shape named elsewhere; the default kernels load everywhere.
         assert!(dims.check_attention().is_ok());
+        dims.attention = crate::AttentionKernels::ByContext {
+            tensor_cores_from: 1024,
+        };
+        match dims.check_attention() {
+            Ok(()) => assert!(
+                compiled,
+                "by context: {heads}/{kv_heads} heads of {hd}, {kv:?}"
+            ),
+            Err(e) => assert!(
+                !compiled && e.to_string().contains("--attention-kernel by-context"),
+                "{e}"
+            ),
+        }
         dims.attention = crate::AttentionKernels::TensorCores;
         match dims.check_attention() {
             Ok(()) => assert!(compiled, "{heads}/{kv_heads} heads of {hd}, {kv:?}"),
@@ -2961,6 +2996,7 @@ fn attention_matches_backend_cpu(
             k_cache: k_buf.at(0),
             v_cache: v_buf.at(0),
             one_row_a_session: false,
+            by_context: super::ContextSplit::Process,
         };
         // The call's output by `kernel` over `rows_at` (`a`, or other sessions' caches).
         let mut run_on = |rows_at: &super::AttentionRows, kernel: super::AttentionKernel| {
@@ -3064,6 +3100,7 @@ fn attention_matches_backend_cpu(
                 k_cache: k_buf.at(0),
                 v_cache: v_buf.at(0),
                 one_row_a_session: false,
+                by_context: super::ContextSplit::Process,
             };
             let out_alone = Buf::<f32>::from_host(&gpu, &vec![f32::NAN; width]).unwrap();
             k.attention_with(
@@ -3109,6 +3146,79 @@ fn attention_matches_backend_cpu(
             assert!(
                 same_bits(&run_on(&two, super::AttentionKernel::MmaRows), &block),
                 "seed {seed}, {heads}/{kv_heads} heads of {hd}: two sessions' attention_mma_rows differs"
+            );
+            by_context_rows_take_their_kinds_bits(
+                &gpu,
+                (&k, &dims),
+                &a,
+                (bufs.0.at(0), bufs.1.at(0), &mut bufs.4),
+                (start, &pos, width),
+                (&got, &mma),
+            );
+        }
+    }
+}
+
+/// `--attention-kernel by-context`'s two launches (`ContextSplit::Both`): every simt kernel and
+/// the tensor-core ones a call of few rows or many takes leave the rows at position −1 untouched,
+/// so that the rows from the middle of `a`'s on get the tensor cores' bits (`mma`) and those
+/// before the simt kernels' (`simt`), whichever of each kind runs.
+fn by_context_rows_take_their_kinds_bits(
+    gpu: &Arc<Gpu>,
+    (k, dims): (&Kernels, &Dims),
+    a: &super::AttentionRows,
+    (q, qkv, out): (u64, u64, &mut Buf<f32>),
+    (start, pos, width): (usize, &[i32], usize),
+    (simt, mma): (&[f32], &[f32]),
+) {
+    use super::AttentionKernel::*;
+    let rows = a.rows;
+    let from = start + rows / 2;
+    let of_kind = |tensor_cores: bool| -> Buf<i32> {
+        let kept: Vec<i32> = pos
+            .iter()
+            .map(|&p| match (p as usize >= from) == tensor_cores {
+                true => p,
+                false => -1,
+            })
+            .collect();
+        Buf::from_host(gpu, &kept).unwrap()
+    };
+    let (simt_pos, tensor_cores_pos) = (of_kind(false), of_kind(true));
+    let mut simt_kernels = vec![PerHead, Grouped, GroupedFewWarps];
+    if k.attention_staged.is_some() {
+        simt_kernels.extend([GroupedStaged, GroupedStaged8]);
+    }
+    let launch = |out: &Buf<f32>, pos: &Buf<i32>, kernel| {
+        let rows_at = super::AttentionRows {
+            pos: pos.at(0),
+            ..*a
+        };
+        k.attention_with(gpu, dims, &rows_at, q, qkv, out.at(0), kernel)
+            .unwrap();
+        out.read(gpu, rows * width).unwrap()
+    };
+    for (i, simt_kernel) in simt_kernels.into_iter().enumerate() {
+        let mma_kernel = [Mma, MmaCluster][i % 2];
+        out.write(gpu, &vec![f32::NAN; rows * width]).unwrap();
+        let half = launch(out, &simt_pos, simt_kernel);
+        let both = launch(out, &tensor_cores_pos, mma_kernel);
+        for r in 0..rows {
+            let at = r * width..(r + 1) * width;
+            let (want, left) = match start + r >= from {
+                true => (&mma[at.clone()], true),
+                false => (&simt[at.clone()], false),
+            };
+            assert_eq!(
+                half[at.clone()].iter().all(|v| v.is_nan()),
+                left,
+                "row {r} (position {}) of {rows}, from {from}: {simt_kernel:?} left or wrote it",
+                start + r
+            );
+            assert!(
+                same_bits(&both[at], want),
+                "row {r} (position {}) of {rows}, from {from}: {simt_kernel:?} then {mma_kernel:?}",
+                start + r
             );
         }
     }
@@ -3259,6 +3369,7 @@ fn attention_prep_of_many_heads_matches_a_reference() {
             k_cache: k_buf.at(0),
             v_cache: v_buf.at(0),
             one_row_a_session: false,
+            by_context: super::ContextSplit::Process,
         };
         k.attention_prep(&gpu, &dims, &a, b.qkv.at(0), &b.weights(eps), q_buf.at(0))
             .unwrap();
@@ -3474,6 +3585,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     k_cache: k_buf.at(0),
                     v_cache: v_buf.at(0),
                     one_row_a_session: true,
+                    by_context: super::ContextSplit::Process,
                 };
                 match way {
                     Way::PrepIn(kernel) => k
