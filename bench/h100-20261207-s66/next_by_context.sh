@@ -29,4 +29,8 @@ if room 120 bc_4096; then
   el "bc_4096 rc=$?"; cat /tmp/ab_bc4096/ab.txt /tmp/ab_bc4096/ab_means.txt | tee -a $OUT/ab.txt
   grep -ho '"attention_kernel":"[a-z-]*","attention_tensor_cores_from":[0-9a-z]*' /tmp/ab_bc4096/*.json | sort | uniq -c
 fi
+# The tensor-core attention's one-row calls on `attention_mma` (a block of 4 warps, no cluster)
+# instead of its cluster twin: ncu (session 66) has the cluster's warps waiting at its barriers.
+NC="mma:FLASHLANE_ATTENTION_MMA=1 nocluster:FLASHLANE_ATTENTION_MMA=1,FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=1"
+room 60 mma_nocluster && ab mma_nocluster qwen3-4b 1,8 "$NC" $FL
 exit 0

@@ -281,8 +281,9 @@ impl Scratch {
 }
 
 /// Metadata ints a round needs per row at most: token, position, cache base, a window (4), a
-/// logits row, and the MTP head's token, source, position, cache base and ring pair (2).
-const META_PER_ROW: usize = 3 + 4 + 1 + 4 + 2;
+/// logits row, the MTP head's token, source, position, cache base and ring pair (2), and the
+/// two kinds' positions of a round whose attention splits by context (2).
+const META_PER_ROW: usize = 3 + 4 + 1 + 4 + 2 + 2;
 
 /// The i32 metadata of one pass, packed into one upload: each part's offset is remembered.
 #[derive(Default)]

@@ -188,6 +188,16 @@ impl AttentionKernels {
         }
     }
 
+    /// Its name with the position by-context switches at, as serve and bench print it.
+    pub fn label(self) -> String {
+        match self {
+            AttentionKernels::ByContext { tensor_cores_from } => {
+                format!("by-context (the tensor cores from position {tensor_cores_from})")
+            }
+            _ => self.name().to_string(),
+        }
+    }
+
     /// Whether it runs the tensor-core kernels for some rows (and so needs them to fit).
     pub fn uses_tensor_cores(self) -> bool {
         self != AttentionKernels::Simt

@@ -541,7 +541,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             args.device
                 .matmul_input_label(args.model.matmul_input.input()),
             match args.device {
-                Device::Cuda => format!(", --attention-kernel {}", attention.name()),
+                Device::Cuda => format!(", --attention-kernel {}", attention.label()),
                 Device::Cpu => String::new(),
             },
         );

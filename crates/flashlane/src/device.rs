@@ -154,6 +154,7 @@ impl Device {
     /// rather than ignore the flag. On the GPU, what it will run
     /// ([`backend_cuda::attention_kernels_asked`]: the A/B scripts' FLASHLANE_ATTENTION_MMA=1
     /// asks for the tensor cores too), so that serve and bench report what ran.
+    /// `tensor_cores_from` (`--attention-tensor-cores-from`) goes with `by-context` only.
     pub fn attention(
         self,
         arg: AttentionKernelArg,
@@ -482,6 +483,9 @@ mod tests {
     #[test]
     fn by_context_attention_switches_where_asked_and_the_position_alone_is_refused() {
         use backend_cuda::AttentionKernels as K;
+        if std::env::var(backend_cuda::ATTENTION_MMA_ENV).is_ok_and(|v| v == "1") {
+            return; // the A/B switch turns every GPU choice into tensor-cores
+        }
         let cuda = |arg, from| {
             Device::Cuda
                 .attention(arg, from)

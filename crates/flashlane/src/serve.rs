@@ -192,12 +192,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         kv_dtype.name(),
         args.device.matmul_input_label(matmul_input),
         match args.device {
-            Device::Cuda => match attention {
-                backend_cuda::AttentionKernels::ByContext { tensor_cores_from } => format!(
-                    " · attention by-context (tensor cores from position {tensor_cores_from})"
-                ),
-                _ => format!(" · attention {}", attention.name()),
-            },
+            Device::Cuda => format!(" · attention {}", attention.label()),
             Device::Cpu => String::new(),
         }
     );

@@ -608,8 +608,9 @@ attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_
 // otherwise sit on a few multiprocessors). Every split is the same chain in both and so is the
 // merge: the same bits (kernel test). A tensor-core step sums its 16 products in an order of its
 // own, so these are other bits than the kernels above give (within the reference's tolerance,
-// kernel test); under the switch every attention call of the process runs one of the two, so a
-// row's bits still never depend on the batch. Compiled where the cache is bf16, a head a whole
+// kernel test); a row runs one of them wherever the process's choice and its own position send
+// it (every row under tensor-cores, those from a position on under by-context), so a row's bits
+// still never depend on the batch. Compiled where the cache is bf16, a head a whole
 // number of MMA steps and a KV head's query heads at most 8 (the host's `att_mma_fits` asks the
 // same).
 // Host defines: ATT_MMA_WARPS (a block's warps), ATT_MMA_STAGES (a warp's tiles in shared

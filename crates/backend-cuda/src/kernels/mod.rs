@@ -857,8 +857,8 @@ const ATT_MMA_STAGES: usize = 2;
 const ATT_MMA_COLUMNS: usize = 8;
 /// Query heads of a KV head that the tensor-core attention holds at most: the MMA's columns.
 const ATT_MMA_MAX_GROUP: usize = ATT_MMA_COLUMNS;
-// The tensor-core attention (`--attention-kernel tensor-cores`, or `crate::ATTENTION_MMA_ENV`)
-// runs every attention call of the process on `attention_mma` for many rows and
+// The tensor-core attention (`--attention-kernel tensor-cores`, or `crate::ATTENTION_MMA_ENV`;
+// by-context: the rows from a position on) runs on `attention_mma` for many rows and
 // `attention_mma_cluster` for few (the same bits) where it is compiled ([`att_mma_fits`]): other
 // bits than the other kernels' (within the reference's tolerance), the same for a row alone or
 // batched. Not the default: on the H100 it loses 3–20 % at 1–8 streams over 128-token prompts
@@ -3762,8 +3762,8 @@ pub enum AttentionKernel {
     /// `attention_grouped_staged8`: as `GroupedStaged`, by 8 warps of two key splits each.
     GroupedStaged8,
     /// `attention_mma`: a block per (row, KV head), the products on the tensor cores (other
-    /// bits than the other kernels': every call of a process runs it or its cluster twin, or
-    /// none does, [`crate::ATTENTION_MMA_ENV`]).
+    /// bits than the other kernels': a row takes it or its twins wherever the process's choice
+    /// and the row's position send it there, never by the rows beside it; [`ContextSplit`]).
     Mma,
     /// `attention_mma_cluster`: as `Mma`, the row's key splits over a cluster of blocks (the
     /// same bits).
@@ -3789,7 +3789,8 @@ fn staged_in_place(
 
 /// The kernel that computes a call of `rows` rows: the tensor-core attention for every call
 /// where it was `asked` ([`crate::ATTENTION_MMA_ENV`]) and `compiled` ([`att_mma_fits`]), else
-/// `kernel`. All or none: its bits are not the other kernels'. Its cluster twin for calls of
+/// `kernel` (`asked` for a whole call: its bits are not the other kernels', so a call whose rows
+/// are of both kinds is split before, [`ContextSplit::Both`]). Its cluster twin for calls of
 /// fewer rows than `grouped_min_rows` (where the other kernels take a block a head: a few rows'
 /// blocks would leave most multiprocessors idle); from there `attention_mma`, or
 /// `attention_mma_rows` where rows of one session may share a block (not `one_row_a_session`:

@@ -3568,12 +3568,26 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             let (k_bytes, v_bytes) = (stored(), stored());
             // The prep inside the attention of `Way::PrepIn`'s kernel (the per-head one's or the
             // staged one's), or apart and then `Way::Apart`'s.
+            // `Split(from)`: `prep_and_attention` of a round whose rows from position `from` on
+            // run on the tensor cores and those before on simt (`ContextSplit::Both`).
             #[derive(Clone, Copy, Debug)]
             enum Way {
                 PrepIn(super::AttentionKernel),
                 Apart(super::AttentionKernel),
+                Split(i32),
             }
             let run = |k: &Kernels, way: Way| {
+                // The two kinds' positions arrays of a split round (the other kind's rows −1).
+                let kinds = match way {
+                    Way::Split(from) => Some([false, true].map(|tensor_cores| {
+                        let kept: Vec<i32> = pos
+                            .iter()
+                            .map(|&p| if (p >= from) == tensor_cores { p } else { -1 })
+                            .collect();
+                        Buf::from_host(&gpu, &kept).unwrap()
+                    })),
+                    _ => None,
+                };
                 let k_buf = Buf::from_host(&gpu, &k_bytes).unwrap();
                 let v_buf = Buf::from_host(&gpu, &v_bytes).unwrap();
                 let q = Buf::from_host(&gpu, &vec![f32::NAN; rows * heads * hd]).unwrap();
@@ -3604,6 +3618,28 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                             .unwrap();
                         k.attention_with(&gpu, &dims, &a, q.at(0), b.qkv.at(0), out.at(0), kernel)
                             .unwrap();
+                    }
+                    Way::Split(_) => {
+                        let [simt, tensor_cores] = kinds.as_ref().expect("a split's positions");
+                        let split = super::AttentionRows {
+                            by_context: super::ContextSplit::Both {
+                                simt_pos: simt.at(0),
+                                tensor_cores_pos: tensor_cores.at(0),
+                            },
+                            ..a
+                        };
+                        let place = k
+                            .prep_and_attention(
+                                &gpu,
+                                &dims,
+                                &split,
+                                b.qkv.at(0),
+                                &prep,
+                                q.at(0),
+                                out.at(0),
+                            )
+                            .unwrap();
+                        assert_eq!(place, super::PrepPlace::Apart, "a split round's prep");
                     }
                 }
                 let n = k_bytes.len();
@@ -3675,6 +3711,25 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     assert!(
                         same_bits(&got, &mma_apart.1),
                         "{what}: the tensor-core attention's {way} differs"
+                    );
+                }
+                // `--attention-kernel by-context`'s round of both kinds: the same prep (q and
+                // the caches), each row the bits of its kind's kernels.
+                let from = 100;
+                let split = run(&k, Way::Split(from));
+                assert!(same_bits(&split.0, &apart.0), "{what}, split: q differs");
+                assert!(split.2 == apart.2, "{what}, split: the K cache differs");
+                assert!(split.3 == apart.3, "{what}, split: the V cache differs");
+                let width = heads * hd;
+                for (r, &p) in pos.iter().enumerate() {
+                    let at = r * width..(r + 1) * width;
+                    let want = match p >= from {
+                        true => &mma_apart.1[at.clone()],
+                        false => &apart.1[at.clone()],
+                    };
+                    assert!(
+                        same_bits(&split.1[at], want),
+                        "{what}, split from {from}: row {r} at {p} is not its kind's"
                     );
                 }
             }
