@@ -92,6 +92,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 128,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub prompt_tokens: usize,
+    /// With --task random: spread the prompts' lengths evenly from this many tokens up to
+    /// --prompt-tokens, so that a batch holds streams of short and long contexts side by side
+    /// (stream s of N takes MIN + (MAX - MIN)·s/(N - 1) tokens; one stream takes MAX)
+    #[arg(long, value_name = "MIN",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
+    pub prompt_tokens_min: Option<usize>,
     /// Tokens every stream generates (no stop token ends it earlier)
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=crate::TOKENS_MAX))]
     pub new_tokens: u64,
@@ -223,6 +229,19 @@ pub fn prompt_ids(stream: usize, n: usize, vocab: usize) -> Vec<u32> {
             ((z ^ (z >> 31)) % vocab as u64) as u32
         })
         .collect()
+}
+
+/// The prompt length of stream `stream` of `streams` whose lengths spread evenly over
+/// `min..=max` (`--prompt-tokens-min`): the first `min`, the last `max`; one stream `max`.
+pub fn spread_prompt_len(stream: usize, streams: usize, min: usize, max: usize) -> usize {
+    assert!(
+        min <= max && stream < streams,
+        "B1: a spread's lengths run from its least to its most, for its own streams"
+    );
+    match streams {
+        1 => max,
+        _ => min + (max - min) * stream / (streams - 1),
+    }
 }
 
 /// The prompts of `task` for `streams` streams: token ids, one prompt per stream.
@@ -485,6 +504,22 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             "--prompt-tokens and --new-tokens must be at least 1"
         )));
     }
+    match args.prompt_tokens_min {
+        Some(min) if args.task != BenchTask::Random => {
+            return Err(Failure::bad_input(anyhow!(
+                "--prompt-tokens-min {min}: it spreads --task random's prompt lengths; the other \
+                 tasks' prompts are chats of their own lengths"
+            )));
+        }
+        Some(min) if min > args.prompt_tokens => {
+            return Err(Failure::bad_input(anyhow!(
+                "--prompt-tokens-min {min} is above --prompt-tokens {}: the spread runs from the \
+                 least up to --prompt-tokens",
+                args.prompt_tokens
+            )));
+        }
+        _ => {}
+    }
     let dir = args.model.dir()?;
     // Only the device that runs loads the weights.
     // The MTP head only when it drafts: a run without MTP drafts measures the model as `serve`
@@ -533,9 +568,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             )
         };
         eprintln!(
-            "flashlane bench: {} {on}, --task {}, {} new tokens, --draft {}, --matmul-input {}{}, {drawn}",
+            "flashlane bench: {} {on}, --task {}{}, {} new tokens, --draft {}, --matmul-input {}{}, {drawn}",
             dir.display(),
             flag(args.task.to_possible_value()),
+            match args.prompt_tokens_min {
+                Some(min) => format!(", prompts of {min}-{} tokens", args.prompt_tokens),
+                None => String::new(),
+            },
             args.new_tokens,
             flag(args.draft.to_possible_value()),
             args.device
@@ -562,7 +601,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         print_header();
     }
     for &n in &args.streams {
-        let prompts = &prompts[..n];
+        // A spread of lengths is spread over each batch's own streams.
+        let spread: Vec<Vec<u32>>;
+        let prompts = match args.prompt_tokens_min {
+            Some(min) => {
+                spread = (0..n)
+                    .map(|s| prompt_ids(s, spread_prompt_len(s, n, min, args.prompt_tokens), vocab))
+                    .collect();
+                &spread[..]
+            }
+            None => &prompts[..n],
+        };
         let capacities: Vec<u64> = prompts
             .iter()
             .map(|p| p.len() as u64 + args.new_tokens + slots::MARGIN)
@@ -609,6 +658,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 "device": args.device,
                 "threads": threads,
                 "task": args.task,
+                // Where the prompts' lengths spread from (each row's `prompt_tokens` is their
+                // sum).
+                "prompt_tokens_min": args.prompt_tokens_min,
                 "draft": format!("{:?}", drafts.mode).to_lowercase(),
                 "draft_tokens": if drafts.mode == DraftMode::None { 0 } else { drafts.tokens },
                 "draft_cost_percent": drafts.cost_percent,
@@ -697,6 +749,18 @@ fn print_move_row(row: &MoveRow) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_prompts_run_evenly_from_the_least_to_the_most() {
+        let lens: Vec<usize> = (0..5).map(|s| spread_prompt_len(s, 5, 100, 4100)).collect();
+        assert_eq!(lens, [100, 1100, 2100, 3100, 4100]);
+        assert_eq!(spread_prompt_len(0, 1, 100, 4100), 4100);
+        let lens: Vec<usize> = (0..3).map(|s| spread_prompt_len(s, 3, 7, 7)).collect();
+        assert_eq!(lens, [7, 7, 7]);
+        // Uneven steps round down and still end at the most.
+        let lens: Vec<usize> = (0..4).map(|s| spread_prompt_len(s, 4, 1, 10)).collect();
+        assert_eq!(lens, [1, 4, 7, 10]);
+    }
     use backend_cpu::{CpuBackend, CpuModel};
     use std::sync::Arc;
 

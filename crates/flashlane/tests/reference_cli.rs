@@ -486,6 +486,52 @@ fn by_context_attention_is_refused_on_the_cpu_and_its_position_needs_it() {
     );
 }
 
+/// `bench --prompt-tokens-min` spreads each batch's prompt lengths from the least to
+/// --prompt-tokens (the JSON rows' `prompt_tokens` are their sums), and is refused where it means
+/// nothing (another task) or is above the most.
+#[test]
+fn bench_spreads_prompt_lengths_and_refuses_a_spread_it_cannot_make() {
+    let (code, stdout, stderr) = flashlane(&[
+        "bench",
+        "--streams",
+        "1,3",
+        "--prompt-tokens",
+        "24",
+        "--prompt-tokens-min",
+        "8",
+        "--new-tokens",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("bench JSON");
+    assert_eq!(json["prompt_tokens_min"], 8, "{stdout}");
+    let sums: Vec<u64> = json["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["prompt_tokens"].as_u64().expect("prompt_tokens"))
+        .collect();
+    // One stream: the most; three: 8, 16 and 24.
+    assert_eq!(sums, [24, 48], "{stdout}");
+    for (args, says) in [
+        (
+            &["--task", "counting", "--prompt-tokens-min", "8"][..],
+            "--task random",
+        ),
+        (
+            &["--prompt-tokens", "16", "--prompt-tokens-min", "32"][..],
+            "above --prompt-tokens 16",
+        ),
+    ] {
+        let mut all = vec!["bench", "--streams", "1", "--new-tokens", "2"];
+        all.extend_from_slice(args);
+        let (code, _, stderr) = flashlane(&all);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     let model = fixture("qwen3_f32_untied").join("model");
