@@ -8,6 +8,8 @@
 #   SETTINGS="fit:FLASHLANE_MATMUL_FIT=1 nofit:FLASHLANE_MATMUL_FIT=0" bench/gpu_ab.sh OUT_DIR SHAPE BINARY
 #   (a setting may set several variables, label:A=1,B=1; values hold no commas, spaces or globs)
 #   PROMPT_TOKENS=4096 NEW_TOKENS=16 STREAMS=1 bench/gpu_ab.sh …   (a long prompt's prefill; 128 and 128 unless set)
+#   BENCH_ARGS="--prompt-tokens-min 128" … (more `flashlane bench` arguments, e.g. prompts of
+#   spread lengths; words without spaces or globs)
 #   RUN_TIMEOUT (seconds a bench run, 300 by default) bounds each run: bound a call by it rather
 #   than by a `timeout` around this script, which would leave the run it kills the script in going.
 #
@@ -33,7 +35,7 @@ for round in $(seq "${ROUNDS:-2}"); do
       vars=${setting#*:}
       env ${vars//,/ } timeout "${RUN_TIMEOUT:-300}" "$bin" bench --device cuda --model "$dir" --load-format dummy \
         --streams "${STREAMS:-1,8}" --prompt-tokens "${PROMPT_TOKENS:-128}" \
-        --new-tokens "${NEW_TOKENS:-128}" --json \
+        --new-tokens "${NEW_TOKENS:-128}" ${BENCH_ARGS:-} --json \
         >"$json" 2>"$out/$shape.$label.round$round.err"
       python3 - "$json" "$label ($bin)" "$round" <<'PY' | tee -a "$out/ab.txt"
 import json, sys

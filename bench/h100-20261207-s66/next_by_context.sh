@@ -29,6 +29,13 @@ if room 120 bc_4096; then
   el "bc_4096 rc=$?"; cat /tmp/ab_bc4096/ab.txt /tmp/ab_bc4096/ab_means.txt | tee -a $OUT/ab.txt
   grep -ho '"attention_kernel":"[a-z-]*","attention_tensor_cores_from":[0-9a-z]*' /tmp/ab_bc4096/*.json | sort | uniq -c
 fi
+# Prompts of 128 to 4,096 tokens side by side (`--prompt-tokens-min`): by-context's rounds of
+# both kinds (two launches a layer) against all-simt and all-tensor-cores.
+if room 150 bc_mixed; then
+  SETTINGS="$S3" PROMPT_TOKENS=4096 BENCH_ARGS="--prompt-tokens-min 128" NEW_TOKENS=64 STREAMS=8,64 \
+    ROUNDS=2 RUN_TIMEOUT=70 bench/gpu_ab.sh /tmp/ab_bcmix qwen3-4b $FL > /dev/null 2>&1
+  el "bc_mixed rc=$?"; cat /tmp/ab_bcmix/ab.txt /tmp/ab_bcmix/ab_means.txt | tee -a $OUT/ab.txt
+fi
 # The tensor-core attention's one-row calls on `attention_mma` (a block of 4 warps, no cluster)
 # instead of its cluster twin: ncu (session 66) has the cluster's warps waiting at its barriers.
 NC="mma:FLASHLANE_ATTENTION_MMA=1 nocluster:FLASHLANE_ATTENTION_MMA=1,FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=1"
