@@ -14,8 +14,10 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 gpu_info
-TEST_THREADS=4 kernel_tests attention 220 attention_of_ by_context_rows the_tensor_core_attention
-if room 150 gpu_target; then
+# SKIP_TESTS=1: the A/Bs only (a second call, the tests having run in the first).
+[ -z "${SKIP_TESTS:-}" ] && TEST_THREADS=4 kernel_tests attention 220 attention_of_ by_context_rows \
+  the_tensor_core_attention prep_in_attention
+if [ -z "${SKIP_TESTS:-}" ] && room 150 gpu_target; then
   PARALLEL=1 TESTS="gpu_target" TEST_TIMEOUT=140 bench/gpu_tests.sh /tmp/tests_bc > /dev/null 2>&1
   el "gpu_target rc=$?"; tee $OUT/tests_summary_bc.txt < /tmp/tests_bc/summary.txt
   grep -h "by_context\|panicked" /tmp/tests_bc/*.log | head -5
