@@ -242,18 +242,7 @@ fn the_tensor_core_attention_keeps_a_stream_the_same_alone_batched_moved_and_dra
             "round {i}: the tensor cores' logits {diff} of the range from the default's"
         );
     }
-    let requests = counting_requests();
-    let new = |c: &[u64]| CudaBackend::target(&tc, c).expect("target");
-    let (plain, counters) = run(new(&capacities()), &requests, DraftMode::None, 0);
-    assert!(counters.moves > 0, "the small sessions' streams moved");
-    let (drafted, c) = run(new(&capacities()), &requests, DraftMode::Mtp, 2);
-    assert!(c.draft_proposed > 0, "the head drafted");
-    assert_eq!(drafted, plain, "MTP greedy differs from plain greedy");
-    let (alone, _) = run(new(&capacities()), &requests[..1], DraftMode::Mtp, 2);
-    assert_eq!(
-        alone[0], plain[0],
-        "alone with drafts differs from among eight"
-    );
+    greedy_replies_the_same_moved_drafted_and_alone(&tc);
 }
 
 /// `--attention-kernel by-context` keeps every promise too, with the switch inside the rounds
@@ -313,8 +302,14 @@ fn by_context_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted(
             "round {i}: by context's logits {diff} of the range from simt's"
         );
     }
+    greedy_replies_the_same_moved_drafted_and_alone(&by_context);
+}
+
+/// Eight counting streams' greedy replies on `gpu`: the small sessions' streams moved, the
+/// same with MTP drafts, and the first the same alone with drafts as among the eight.
+fn greedy_replies_the_same_moved_drafted_and_alone(gpu: &Arc<CudaModel>) {
     let requests = counting_requests();
-    let new = |c: &[u64]| CudaBackend::target(&by_context, c).expect("target");
+    let new = |c: &[u64]| CudaBackend::target(gpu, c).expect("target");
     let (plain, counters) = run(new(&capacities()), &requests, DraftMode::None, 0);
     assert!(counters.moves > 0, "the small sessions' streams moved");
     let (drafted, c) = run(new(&capacities()), &requests, DraftMode::Mtp, 2);

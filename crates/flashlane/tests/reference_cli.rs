@@ -450,18 +450,20 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
 /// position it switches at, given without it, is refused rather than ignored (flag or env).
 #[test]
 fn by_context_attention_is_refused_on_the_cpu_and_its_position_needs_it() {
-    let (code, _, stderr) = flashlane(&[
-        "generate",
-        "--prompt",
-        "Hi",
+    let by_context = [
         "--attention-kernel",
         "by-context",
-    ]);
-    assert_eq!(code, 2, "{stderr}");
-    assert!(
-        stderr.contains("--attention-kernel by-context") && stderr.contains("--device cuda"),
-        "{stderr}"
-    );
+        "--attention-tensor-cores-from",
+        "64",
+    ];
+    for args in model_loading_commands(&by_context, &by_context) {
+        let (code, _, stderr) = flashlane(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--attention-kernel by-context") && stderr.contains("--device cuda"),
+            "{args:?}: {stderr}"
+        );
+    }
     let (code, _, stderr) = flashlane(&[
         "generate",
         "--prompt",
