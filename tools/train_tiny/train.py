@@ -352,6 +352,9 @@ def save_checkpoint(model, mtp, cfg, tok, out_dir, args):
 
     os.makedirs(out_dir, exist_ok=True)
     sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in model.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        # One matrix for both (tie_embeddings.py): written once, as the embedding.
+        sd.pop("lm_head.weight", None)
     tensors = unfuse(sd)
     msd = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in mtp.state_dict().items()}
     tensors.update(unfuse(msd, "mtp."))
@@ -883,6 +886,10 @@ def main():
         model = Qwen3NextForCausalLM.from_pretrained(args.init, dtype=torch.float32)
         cfg = model.config
         cfg._attn_implementation = "sdpa"
+        if cfg.tie_word_embeddings:
+            # A tied model (tie_embeddings.py) trains one matrix for both roles, as it is served.
+            assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), \
+                "[train-tied] tie_word_embeddings, yet the head and the embedding are two matrices"
         mtp = MTP(cfg)
         sd = load_file(os.path.join(args.init, "model.safetensors"))
         mtp.load_state_dict({k: v.float() for k, v in fuse({k[4:]: v for k, v in sd.items() if k.startswith("mtp.")}).items()},
