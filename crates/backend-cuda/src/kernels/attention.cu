@@ -1019,14 +1019,18 @@ attention_mma_rows(const float* __restrict__ q, const float* __restrict__ qkv, c
     const AttMmaShared sh = att_mma_shared(att_mma_base);
     const int r0 = blockIdx.x * ATT_MMA_ROWS, n_rows = min(ATT_MMA_ROWS, rows - r0);
     const int base = kv_base_arr[r0];
-    bool one_session = true;
-    for (int i = 1; i < n_rows; i++) one_session = one_session && kv_base_arr[r0 + i] == base;
+    // A row at position −1 is left to another launch (`att_row_left`: a round split by context,
+    // whose prompt rows from the switch on come here): a block holding one takes its other rows a
+    // row at a time.
+    bool one_session = pos_arr[r0] >= 0;
+    for (int i = 1; i < n_rows; i++) one_session = one_session && kv_base_arr[r0 + i] == base && pos_arr[r0 + i] >= 0;
     if (one_session) {
         att_mma_block_rows<NC>(q, qkv, k_cache, v_cache, pos_arr, (size_t)base, r0, n_rows, blockIdx.y, scale, out,
                                sh, f_s, total_s);
         return;
     }
     for (int i = 0; i < n_rows; i++) {
+        if (pos_arr[r0 + i] < 0) continue;  // the same for the whole block
         __syncthreads();  // the last row's merge done with the states
         att_mma_block_rows<NC>(q, qkv, k_cache, v_cache, pos_arr, (size_t)kv_base_arr[r0 + i], r0 + i, 1,
                                blockIdx.y, scale, out, sh, f_s, total_s);

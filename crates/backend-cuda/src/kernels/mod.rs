@@ -4064,9 +4064,9 @@ impl Kernels {
                 tensor_cores_pos,
             } => {
                 // Two launches over every row, each leaving the other's (their positions −1):
-                // the prep apart (it writes every row's key before either reads), and on the
-                // tensor cores a row a block (`attention_mma_rows` would take rows of both
-                // kinds together; `attention_mma` gives a row its bits).
+                // the prep apart (it writes every row's key before either reads), and the tensor
+                // cores' kernel as the call's rows would choose it (`attention_mma_rows` takes a
+                // block's rows a row at a time where one of them is left).
                 self.attention_prep(gpu, dims, a, qkv, prep, q)?;
                 let on = |pos| AttentionRows { pos, ..*a };
                 self.attention_with(gpu, dims, &on(simt_pos), q, qkv, out, simt)?;
@@ -4075,12 +4075,15 @@ impl Kernels {
                     a.rows,
                     self.attention_grouped_min_rows,
                     a.one_row_a_session,
-                    1,
+                    self.mma_rows_a_block(dims),
                     true,
                     self.attention_mma.is_some(),
                 );
                 assert!(
-                    matches!(mma, AttentionKernel::Mma | AttentionKernel::MmaCluster),
+                    matches!(
+                        mma,
+                        AttentionKernel::Mma | AttentionKernel::MmaCluster | AttentionKernel::MmaRows
+                    ),
                     "A2: a call that splits by context runs its long rows on the tensor cores, which \
                      are compiled wherever the process chooses by context"
                 );
@@ -4093,15 +4096,7 @@ impl Kernels {
             a.rows,
             self.attention_grouped_min_rows,
             a.one_row_a_session,
-            match (
-                self.attention_mma_rows_asked,
-                self.attention_mma
-                    .as_ref()
-                    .is_some_and(|m| m.rows.is_some()),
-            ) {
-                (true, true) => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
-                _ => 1,
-            },
+            self.mma_rows_a_block(dims),
             tensor_cores,
             self.attention_mma.is_some(),
         );
@@ -4124,6 +4119,20 @@ impl Kernels {
     /// process chooses by context ([`crate::AttentionKernels::ByContext`]).
     pub fn attention_tensor_cores_from(&self) -> Option<u32> {
         self.attention_tensor_cores_from
+    }
+
+    /// Rows a block of the tensor-core attention takes in a call whose rows may share one:
+    /// `attention_mma_rows`' where it is asked ([`ATTENTION_MMA_ROWS_ENV`]) and compiled, else 1.
+    fn mma_rows_a_block(&self, dims: &Dims) -> usize {
+        match (
+            self.attention_mma_rows_asked,
+            self.attention_mma
+                .as_ref()
+                .is_some_and(|m| m.rows.is_some()),
+        ) {
+            (true, true) => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
+            _ => 1,
+        }
     }
 
     /// The tensor-core attention's kernels, which run only where they were compiled.

@@ -3160,7 +3160,7 @@ fn attention_matches_backend_cpu(
 }
 
 /// `--attention-kernel by-context`'s two launches (`ContextSplit::Both`): every simt kernel and
-/// the tensor-core ones a call of few rows or many takes leave the rows at position −1 untouched,
+/// every tensor-core one (few rows, many, a prompt's) leave the rows at position −1 untouched,
 /// so that the rows from the middle of `a`'s on get the tensor cores' bits (`mma`) and those
 /// before the simt kernels' (`simt`), whichever of each kind runs.
 fn by_context_rows_take_their_kinds_bits(
@@ -3198,8 +3198,22 @@ fn by_context_rows_take_their_kinds_bits(
             .unwrap();
         out.read(gpu, rows * width).unwrap()
     };
+    // The tensor cores' kernels in turn; the rows kernel where compiled (its blocks of a few
+    // rows straddling the switch take their rows a row at a time, the left ones skipped).
+    let mut mma_kernels = vec![Mma, MmaCluster];
+    if k.attention_mma.as_ref().is_some_and(|m| m.rows.is_some()) {
+        mma_kernels.push(MmaRows);
+    }
+    let simt_kernels: Vec<_> = match simt_kernels.len() < mma_kernels.len() {
+        true => simt_kernels
+            .into_iter()
+            .cycle()
+            .take(mma_kernels.len())
+            .collect(),
+        false => simt_kernels,
+    };
     for (i, simt_kernel) in simt_kernels.into_iter().enumerate() {
-        let mma_kernel = [Mma, MmaCluster][i % 2];
+        let mma_kernel = mma_kernels[i % mma_kernels.len()];
         out.write(gpu, &vec![f32::NAN; rows * width]).unwrap();
         let half = launch(out, &simt_pos, simt_kernel);
         let both = launch(out, &tensor_cores_pos, mma_kernel);
