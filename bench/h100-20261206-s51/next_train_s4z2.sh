@@ -73,7 +73,8 @@ S=${STAGE:-s4z2}
 tools/train_tiny/device_stage.sh /tmp/${S}_out $S -- "${args[@]}" > /dev/null 2>&1
 el "stage rc=$?"
 cp /tmp/${S}_out/train_log_$S.txt $M/; grep -E "replay|synthetic|distractors|off-grid ends" $M/train_log_$S.txt | cut -c1-300; tail -6 $M/train_log_$S.txt
-tools/train_tiny/pack_trunks.sh $OUT $M $S ${S}_raw
+# PACK_TRUNKS=0 (session 66's s4z11, a tied model brought back whole): no trunks.
+[ "${PACK_TRUNKS:-1}" = 1 ] && tools/train_tiny/pack_trunks.sh $OUT $M $S ${S}_raw
 el "packed"
 tar -C /tmp -cJf $OUT/meta.tar.xz meta
 ls -l $OUT

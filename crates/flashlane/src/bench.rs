@@ -88,13 +88,16 @@ pub struct BenchArgs {
     /// Where the prompts come from
     #[arg(long, value_enum, default_value_t = BenchTask::Random)]
     pub task: BenchTask,
-    /// Prompt length of every stream, in tokens (with --task random)
+    /// Prompt length of every stream, in tokens (with --task random; the longest with
+    /// --prompt-tokens-min)
     #[arg(long, default_value_t = 128,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub prompt_tokens: usize,
     /// With --task random: spread the prompts' lengths evenly from this many tokens up to
     /// --prompt-tokens, so that a batch holds streams of short and long contexts side by side
-    /// (stream s of N takes MIN + (MAX - MIN)·s/(N - 1) tokens; one stream takes MAX)
+    /// (stream s of N takes MIN + (MAX - MIN)·s/(N - 1) tokens; one stream takes MAX). Prefill
+    /// ends when every stream has its first token, so the short streams' tokens decoded while
+    /// long prompts prefill count as decode: compare such runs with each other
     #[arg(long, value_name = "MIN",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub prompt_tokens_min: Option<usize>,
@@ -509,6 +512,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             return Err(Failure::bad_input(anyhow!(
                 "--prompt-tokens-min {min}: it spreads --task random's prompt lengths; the other \
                  tasks' prompts are chats of their own lengths"
+            )));
+        }
+        Some(min) if args.move_tokens > 0 => {
+            return Err(Failure::bad_input(anyhow!(
+                "--prompt-tokens-min {min} with --move-tokens: a move is timed beside a batch of \
+                 equal prompts; measure them apart"
             )));
         }
         Some(min) if min > args.prompt_tokens => {

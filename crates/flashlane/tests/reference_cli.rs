@@ -525,6 +525,10 @@ fn bench_spreads_prompt_lengths_and_refuses_a_spread_it_cannot_make() {
             &["--prompt-tokens", "16", "--prompt-tokens-min", "32"][..],
             "above --prompt-tokens 16",
         ),
+        (
+            &["--prompt-tokens-min", "8", "--move-tokens", "64"][..],
+            "measure them apart",
+        ),
     ] {
         let mut all = vec!["bench", "--streams", "1", "--new-tokens", "2"];
         all.extend_from_slice(args);
