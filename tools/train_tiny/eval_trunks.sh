@@ -9,7 +9,8 @@
 #   tools/train_tiny/eval_trunks.sh OUT_DIR NAME=PARTS_DIR ...
 #
 # NAME=PARTS_DIR: the stage's name and the folder holding trunk_NAME.safetensors.xz.part-* (what
-# the device call brought back); with META (a folder holding trunk_NAME.sha256, from the same
+# the device call brought back), or a whole model directory (holding model.safetensors: asked as
+# it is, with no mean; a stage of another shape than MODEL's, as session 66's tied s4z11); with META (a folder holding trunk_NAME.sha256, from the same
 # call) the reassembled trunk's sha256 is checked. Environment: FLASHLANE (the binary,
 # target/release/flashlane), MODEL (the shipped model, models/flashlane-tiny), PYTHON (python3:
 # needs numpy, the `openai` client and jinja2), SETS ("default:120 20261203:240 20261204:240":
@@ -40,6 +41,13 @@ for spec in "$@"; do
     name=${spec%%=*}
     parts=${spec#*=}
     case "$name" in ""|*/*|"$spec") echo "eval_trunks: '$spec' is not NAME=PARTS_DIR" >&2; exit 2 ;; esac
+    if [ -f "$parts/model.safetensors" ]; then
+        # A whole model directory (session 66's s4z11, another shape than MODEL's: no mean).
+        rm -rf "$out/m_$name"
+        cp -r "$parts" "$out/m_$name"
+        candidates+=("$name")
+        continue
+    fi
     ls "$parts"/trunk_"$name".safetensors.xz.part-* > /dev/null 2>&1 ||
         { echo "eval_trunks: no $parts/trunk_$name.safetensors.xz.part-*" >&2; exit 1; }
     mkdir -p "$out/t_$name"
