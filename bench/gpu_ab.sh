@@ -43,6 +43,7 @@ try:
     rows = json.load(open(sys.argv[1]))["rows"]
     print(f"{sys.argv[2]} round {sys.argv[3]}: " + "  ".join(
         f"{r['streams']}: {r['decode_tokens_per_s']:.0f} dec / {r['prefill_tokens_per_s']:.0f} pre"
+        + (f" / {r['output_tokens_per_s']:.0f} out" if "output_tokens_per_s" in r else "")
         for r in rows))
 except Exception as e:
     print(f"{sys.argv[2]} round {sys.argv[3]}: failed ({e})")
@@ -55,7 +56,7 @@ rm -rf "$dir"
 # (the change a variant makes, the figure a decision reads; also to OUT_DIR/ab_means.txt).
 python3 - "$out/ab.txt" <<'PY' | tee "$out/ab_means.txt"
 import collections, re, sys
-dec, pre = collections.defaultdict(list), collections.defaultdict(list)
+dec, pre, out = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
 order = []
 for line in open(sys.argv[1]):
     m = re.match(r"(\S+) \(.*\) round \d+: (.*)", line)
@@ -64,9 +65,12 @@ for line in open(sys.argv[1]):
     label = m.group(1)
     if label not in order:
         order.append(label)
-    for s, d, p in re.findall(r"(\d+): (\d+) dec / (\d+) pre", m.group(2)):
+    # (" / O out": the output throughput of builds that report it.)
+    for s, d, p, o in re.findall(r"(\d+): (\d+) dec / (\d+) pre(?: / (\d+) out)?", m.group(2)):
         dec[(label, int(s))].append(int(d))
         pre[(label, int(s))].append(int(p))
+        if o:
+            out[(label, int(s))].append(int(o))
 mean = lambda v: sum(v) / len(v)
 for label in order:
     cells = []
@@ -74,6 +78,10 @@ for label in order:
         base = (order[0], s)
         d, p = mean(dec[(l, s)]), mean(pre[(l, s)])
         ratio = lambda x, b: f" ({x / mean(b):.3f}x)" if b and label != order[0] else ""
-        cells.append(f"{s}: {d:.0f}{ratio(d, dec.get(base))} dec / {p:.0f}{ratio(p, pre.get(base))} pre")
+        cell = f"{s}: {d:.0f}{ratio(d, dec.get(base))} dec / {p:.0f}{ratio(p, pre.get(base))} pre"
+        if out.get((l, s)):
+            o = mean(out[(l, s)])
+            cell += f" / {o:.0f}{ratio(o, out.get(base))} out"
+        cells.append(cell)
     print(f"mean {label}: " + "  ".join(cells))
 PY

@@ -97,7 +97,8 @@ pub struct BenchArgs {
     /// --prompt-tokens, so that a batch holds streams of short and long contexts side by side
     /// (stream s of N takes MIN + (MAX - MIN)·s/(N - 1) tokens; one stream takes MAX). Prefill
     /// ends when every stream has its first token, so the short streams' tokens decoded while
-    /// long prompts prefill count as decode: compare such runs with each other
+    /// long prompts prefill count as decode: compare such runs with each other, or by the JSON's
+    /// output_tokens_per_s
     #[arg(long, value_name = "MIN",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::TOKENS_MAX))]
     pub prompt_tokens_min: Option<usize>,
@@ -154,6 +155,10 @@ pub struct BenchRow {
     pub decode_tokens: u64,
     /// Aggregate over the streams.
     pub decode_tokens_per_s: f64,
+    /// Every generated token (each stream's first too) over the whole run, prefill and decode:
+    /// vLLM's output throughput, the figure that reads the same whether or not the streams'
+    /// prompts end together (`--prompt-tokens-min`).
+    pub output_tokens_per_s: f64,
     pub rounds: u64,
     pub draft_proposed: u64,
     pub draft_accepted: u64,
@@ -373,6 +378,7 @@ pub fn measure<T: Target>(
         decode_s: decode.as_secs_f64(),
         decode_tokens,
         decode_tokens_per_s: rate(decode_tokens, decode),
+        output_tokens_per_s: rate(generated, end - start),
         rounds,
         draft_proposed: counters.draft_proposed,
         draft_accepted: counters.draft_accepted,

@@ -516,6 +516,13 @@ fn bench_spreads_prompt_lengths_and_refuses_a_spread_it_cannot_make() {
         .collect();
     // One stream: the most; three: 8, 16 and 24.
     assert_eq!(sums, [24, 48], "{stdout}");
+    // The output throughput, which reads the same however the prompts end.
+    for row in json["rows"].as_array().expect("rows") {
+        assert!(
+            row["output_tokens_per_s"].as_f64().is_some_and(|r| r > 0.0),
+            "{stdout}"
+        );
+    }
     for (args, says) in [
         (
             &["--task", "counting", "--prompt-tokens-min", "8"][..],
