@@ -71,7 +71,7 @@ pub enum AttentionKernelArg {
     /// Each token by its context: on the tensor cores from position 1,024
     /// (--attention-tensor-cores-from), simt before it, so that long contexts take the tensor
     /// cores' speed (on an H100: +5 % after 1,024 tokens, +15 % after 2,048, +30-55 % after
-    /// 4,096-8,192) and short ones keep simt's. Replies differ from simt's after that position
+    /// 4,096-8,192) and short ones keep simt's. Replies differ from simt's from that position on
     /// (each still the same alone, batched or moved). GPU only; needs what tensor-cores needs
     ByContext,
 }
