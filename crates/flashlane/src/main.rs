@@ -62,6 +62,48 @@ enum Command {
     Man,
 }
 
+/// `command` with every flag that takes a value, in it and its subcommands, taking a negative
+/// number as that value: the flag's own parser then refuses it by name ("invalid value '-5' for
+/// '--new-tokens': -5 is not in 1..=…") where clap alone would say "unexpected argument '-5'".
+fn with_negative_numbers(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| match arg.get_action().takes_values() {
+            true => arg.allow_negative_numbers(true),
+            false => arg,
+        })
+        .mut_subcommands(with_negative_numbers)
+}
+
+/// A whole-number flag given a negative number says so, where its parser (Rust's unsigned
+/// `FromStr`) would say "invalid digit found in string"; any other error is `error` as it is.
+fn negative_count(error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let text = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match (
+        error.kind(),
+        text(ContextKind::InvalidArg),
+        text(ContextKind::InvalidValue),
+    ) {
+        (ErrorKind::ValueValidation, Some(arg), Some(value))
+            if value.starts_with('-')
+                && value[1..].parse::<f64>().is_ok()
+                && error.to_string().contains("invalid digit") =>
+        {
+            clap::Error::raw(
+                ErrorKind::ValueValidation,
+                format!(
+                    "invalid value '{value}' for '{arg}': {value} is negative: give a whole \
+                     number (see --help for its range)\n"
+                ),
+            )
+        }
+        _ => error,
+    }
+}
+
 /// Most tokens a CLI flag may ask to read or generate: far past any model's context, and small
 /// enough that session capacities computed from it never overflow.
 pub const TOKENS_MAX: u64 = 1 << 24;
@@ -109,7 +151,13 @@ fn main() -> ExitCode {
             }
         }
     }
-    let cli = Cli::parse();
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        with_negative_numbers(Cli::command())
+            .try_get_matches()
+            .and_then(|matches| Cli::from_arg_matches(&matches))
+            .unwrap_or_else(|e| negative_count(e).exit())
+    };
     let outcome = match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Logits(args) => logits::run(&args),

@@ -545,6 +545,41 @@ fn bench_spreads_prompt_lengths_and_refuses_a_spread_it_cannot_make() {
     }
 }
 
+/// A negative number for any flag that takes a value is refused by that flag's name and rule
+/// (exit 2), not as clap's "unexpected argument '-5'", in every subcommand.
+#[test]
+fn negative_numbers_are_refused_by_the_flag_they_were_given_to() {
+    for (args, says) in [
+        (
+            &["bench", "--new-tokens", "-5"][..],
+            "'-5' for '--new-tokens",
+        ),
+        (&["bench", "--streams", "1,-1"][..], "'-1' for '--streams"),
+        (
+            &["generate", "--prompt", "Hi", "--max-tokens", "-3"][..],
+            "'-3' for '--max-tokens",
+        ),
+        (&["serve", "--port", "-80"][..], "'-80' for '--port"),
+        (&["serve", "--slot-grow", "-1"][..], "'-1' for '--slot-grow"),
+        (
+            &["generate", "--prompt", "Hi", "--temperature", "-1"][..],
+            "--temperature must be",
+        ),
+    ] {
+        let (code, _, stderr) = flashlane(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("invalid digit"), "{args:?}: {stderr}");
+    }
+    // A prompt may start with a minus sign.
+    let (code, _, stderr) = flashlane(&["generate", "--prompt", "-5", "--max-tokens", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 #[test]
 fn bench_refuses_mtp_drafts_for_a_model_without_a_head() {
     let model = fixture("qwen3_f32_untied").join("model");
