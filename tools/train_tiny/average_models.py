@@ -59,6 +59,22 @@ def save(path, tensors, metadata):
             f.write(tensors[k][2])
 
 
+def save_model_dir(src_dir, out_dir, tensors, metadata, config):
+    """Writes a model directory made from SRC_DIR's: `tensors` as model.safetensors, `config` as
+    config.json and SRC_DIR's tokenizer and generation files as they are; returns the weights'
+    bytes."""
+    os.makedirs(out_dir, exist_ok=True)
+    save(os.path.join(out_dir, "model.safetensors"), tensors, metadata or {"format": "pt"})
+    for f in COPIED:
+        src = os.path.join(src_dir, f)
+        if os.path.exists(src) and f != "config.json":
+            shutil.copy(src, os.path.join(out_dir, f))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    return os.path.getsize(os.path.join(out_dir, "model.safetensors"))
+
+
 def to_f32(dtype, data):
     import numpy as np  # here, so that load and save need no numpy (grow_depth.py, its test)
 

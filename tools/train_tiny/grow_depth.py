@@ -20,9 +20,8 @@ import argparse
 import json
 import os
 import re
-import shutil
 
-from average_models import COPIED, load, save
+from average_models import load, save_model_dir
 
 LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # A layer's tensors whose outputs are added to the residual stream: zeroed in the new layer.
@@ -88,16 +87,7 @@ def main():
         out, grown, zeroed = grow(tensors, config, args.copy, at)
     except ValueError as e:
         raise SystemExit(f"grow_depth: {args.src}: {e}")
-    os.makedirs(args.out, exist_ok=True)
-    save(os.path.join(args.out, "model.safetensors"), out, metadata or {"format": "pt"})
-    for f in COPIED:
-        src = os.path.join(args.src, f)
-        if os.path.exists(src) and f != "config.json":
-            shutil.copy(src, os.path.join(args.out, f))
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(grown, f, indent=2)
-        f.write("\n")
-    size = os.path.getsize(os.path.join(args.out, "model.safetensors"))
+    size = save_model_dir(args.src, args.out, out, metadata, grown)
     print(f"layer {args.copy} copied to {at} ({len(zeroed)} residual outputs zeroed): "
           f"{grown['num_hidden_layers']} layers, {size / 1e6:.1f} MB -> {args.out}")
 

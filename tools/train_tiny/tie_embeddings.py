@@ -17,9 +17,8 @@ Needs no numpy or torch: names, the config and bytes only."""
 import argparse
 import json
 import os
-import shutil
 
-from average_models import COPIED, load, save
+from average_models import load, save_model_dir
 
 EMBED = "model.embed_tokens.weight"
 HEAD = "lm_head.weight"
@@ -58,16 +57,7 @@ def main():
         out, tied = tie(tensors, config, args.keep)
     except ValueError as e:
         raise SystemExit(f"tie_embeddings: {args.src}: {e}")
-    os.makedirs(args.out, exist_ok=True)
-    save(os.path.join(args.out, "model.safetensors"), out, metadata or {"format": "pt"})
-    for f in COPIED:
-        src = os.path.join(args.src, f)
-        if os.path.exists(src) and f != "config.json":
-            shutil.copy(src, os.path.join(args.out, f))
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(tied, f, indent=2)
-        f.write("\n")
-    size = os.path.getsize(os.path.join(args.out, "model.safetensors"))
+    size = save_model_dir(args.src, args.out, out, metadata, tied)
     print(f"tied (kept {args.keep}): {len(out)} tensors, {size / 1e6:.1f} MB -> {args.out}")
 
 
