@@ -808,50 +808,9 @@ struct RoundMeta {
     /// Whether each window is one row (its session's only one: lane gives a round's windows
     /// distinct sessions).
     one_row_a_session: bool,
-    /// How the attention's rows divide where the model chooses its attention by context.
-    context: RoundContext,
-}
-
-/// A round's rows by the attention they take ([`ContextSplit`]), with the offsets of the two
-/// position arrays where they take both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RoundContext {
-    /// The model does not choose by context.
-    Process,
-    Simt,
-    TensorCores,
-    Both {
-        simt_pos: usize,
-        tensor_cores_pos: usize,
-    },
-}
-
-impl RoundContext {
-    /// What a captured round depends on: which kernels it launches.
-    fn kinds(self) -> Option<ContextKinds> {
-        match self {
-            RoundContext::Process => None,
-            RoundContext::Simt => Some(ContextKinds::Simt),
-            RoundContext::TensorCores => Some(ContextKinds::TensorCores),
-            RoundContext::Both { .. } => Some(ContextKinds::Both),
-        }
-    }
-
-    /// The split the attention's calls of the round take, its arrays in the metadata at `base`.
-    fn split(self, base: u64) -> ContextSplit {
-        match self {
-            RoundContext::Process => ContextSplit::Process,
-            RoundContext::Simt => ContextSplit::Simt,
-            RoundContext::TensorCores => ContextSplit::TensorCores,
-            RoundContext::Both {
-                simt_pos,
-                tensor_cores_pos,
-            } => ContextSplit::Both {
-                simt_pos: at(base, simt_pos),
-                tensor_cores_pos: at(base, tensor_cores_pos),
-            },
-        }
-    }
+    /// How the attention's rows divide where the model chooses its attention by context (its
+    /// arrays' metadata offsets).
+    context: ContextSplit<usize>,
 }
 
 /// The round's rows' positions for the kernels of one kind: a row of the other kind at −1,
@@ -889,11 +848,11 @@ fn round_meta(
         row += w.len;
     }
     let context = match tensor_cores_from {
-        None => RoundContext::Process,
+        None => ContextSplit::Process,
         Some(from) => match context_split(pos.iter().copied(), from) {
-            ContextKinds::Simt => RoundContext::Simt,
-            ContextKinds::TensorCores => RoundContext::TensorCores,
-            ContextKinds::Both => RoundContext::Both {
+            ContextKinds::Simt => ContextSplit::Simt,
+            ContextKinds::TensorCores => ContextSplit::TensorCores,
+            ContextKinds::Both => ContextSplit::Both {
                 simt_pos: meta.push_raw(positions_of_kind(&pos, from, false)),
                 tensor_cores_pos: meta.push_raw(positions_of_kind(&pos, from, true)),
             },
@@ -1104,7 +1063,7 @@ fn enqueue_round(
                     k_cache: cache.k.at(0),
                     v_cache: cache.v.at(0),
                     one_row_a_session: rm.one_row_a_session,
-                    by_context: rm.context.split(base),
+                    by_context: rm.context.map(|offset| at(base, offset)),
                 })
             }
         };

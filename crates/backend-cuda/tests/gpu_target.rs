@@ -225,15 +225,9 @@ fn the_tensor_core_attention_keeps_a_stream_the_same_alone_batched_moved_and_dra
     };
     same_bits_alone_and_in_a_batch(&tc);
     let prompt = count_request(1, 30, 0).prompt;
-    let (_, tc_rows) = greedy(
-        &mut CudaBackend::target(&tc, &[256]).expect("target"),
-        &prompt,
-        4,
-    );
-    let (_, simt_rows) = greedy(
-        &mut CudaBackend::target(&simt, &[256]).expect("target"),
-        &prompt,
-        4,
+    let (tc_rows, simt_rows) = (
+        greedy_logits(&tc, &prompt, 4),
+        greedy_logits(&simt, &prompt, 4),
     );
     for (i, (x, y)) in tc_rows.iter().zip(&simt_rows).enumerate() {
         let diff = common::relative_diff(x, y);
@@ -278,21 +272,11 @@ fn by_context_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted(
     same_bits_alone_and_in_a_batch(&by_context);
     // Round i's logits are of position len − 1 + i: rounds 0–5 before the switch, round 6 at
     // it (its input, round 5's token, the same in both: later rounds may be fed other tokens).
-    let (_, split_rows) = greedy(
-        &mut CudaBackend::target(&by_context, &[256]).expect("target"),
-        &prompt,
-        7,
-    );
-    let (_, simt_rows) = greedy(
-        &mut CudaBackend::target(&simt, &[256]).expect("target"),
-        &prompt,
-        7,
-    );
-    let same =
-        |x: &Vec<f32>, y: &Vec<f32>| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    let split_rows = greedy_logits(&by_context, &prompt, 7);
+    let simt_rows = greedy_logits(&simt, &prompt, 7);
     for (i, (x, y)) in split_rows.iter().zip(&simt_rows).enumerate() {
         assert_eq!(
-            same(x, y),
+            common::same_bits(x, y),
             i < 6,
             "round {i}: by context against simt (the switch at position {tensor_cores_from})"
         );
@@ -303,6 +287,16 @@ fn by_context_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted(
         );
     }
     greedy_replies_the_same_moved_drafted_and_alone(&by_context);
+}
+
+/// The logits of `n` greedy rounds of `prompt` on `gpu`, one session of 256 positions alone.
+fn greedy_logits(gpu: &Arc<CudaModel>, prompt: &[u32], n: usize) -> Vec<Vec<f32>> {
+    greedy(
+        &mut CudaBackend::target(gpu, &[256]).expect("target"),
+        prompt,
+        n,
+    )
+    .1
 }
 
 /// Eight counting streams' greedy replies on `gpu`: the small sessions' streams moved, the

@@ -394,21 +394,34 @@ fn bf16_matmul_inputs_run_where_the_cpu_has_avx512_bf16_and_are_refused_elsewher
 }
 
 /// `--attention-kernel tensor-cores` (or `FLASHLANE_ATTENTION_KERNEL=tensor-cores`) names the
-/// GPU's tensor-core attention: the CPU backend refuses it in every subcommand that loads a
-/// model, before the weights load or the port opens, and an unknown value lists the known ones.
+/// GPU's tensor-core attention, and `by-context` uses it too: the CPU backend refuses both in
+/// every subcommand that loads a model, before the weights load or the port opens, and an
+/// unknown value lists the known ones.
 #[test]
 fn tensor_core_attention_is_refused_on_the_cpu() {
-    for args in model_loading_commands(
-        &["--attention-kernel", "tensor-cores"],
-        &["--attention-kernel", "Tensor-Cores"],
-    ) {
-        let args = &args[..];
-        let (code, _, stderr) = flashlane(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("--attention-kernel tensor-cores") && stderr.contains("--device cuda"),
-            "{args:?}: {stderr}"
-        );
+    let by_context = [
+        "--attention-kernel",
+        "by-context",
+        "--attention-tensor-cores-from",
+        "64",
+    ];
+    for (flags, bench_flags, kind) in [
+        (
+            &["--attention-kernel", "tensor-cores"][..],
+            &["--attention-kernel", "Tensor-Cores"][..],
+            "tensor-cores",
+        ),
+        (&by_context[..], &by_context[..], "by-context"),
+    ] {
+        for args in model_loading_commands(flags, bench_flags) {
+            let (code, _, stderr) = flashlane(&args);
+            assert_eq!(code, 2, "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("--attention-kernel {kind}"))
+                    && stderr.contains("--device cuda"),
+                "{args:?}: {stderr}"
+            );
+        }
     }
     let (code, stderr) = flashlane_within(
         &["serve", "--port", "0", "--attention-kernel", "tensor-cores"],
@@ -446,24 +459,10 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
     assert!(stdout.contains(r#""attention_kernel":"cpu""#), "{stdout}");
 }
 
-/// `--attention-kernel by-context` uses the tensor cores too: the CPU refuses it; and the
-/// position it switches at, given without it, is refused rather than ignored (flag or env).
+/// The position `--attention-kernel by-context` switches at, given without it, is refused
+/// rather than ignored (flag or env).
 #[test]
-fn by_context_attention_is_refused_on_the_cpu_and_its_position_needs_it() {
-    let by_context = [
-        "--attention-kernel",
-        "by-context",
-        "--attention-tensor-cores-from",
-        "64",
-    ];
-    for args in model_loading_commands(&by_context, &by_context) {
-        let (code, _, stderr) = flashlane(&args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("--attention-kernel by-context") && stderr.contains("--device cuda"),
-            "{args:?}: {stderr}"
-        );
-    }
+fn the_tensor_cores_position_needs_by_context_attention() {
     let (code, _, stderr) = flashlane(&[
         "generate",
         "--prompt",

@@ -614,7 +614,8 @@ attention_gated_prep(const float* __restrict__ qkv, const int* __restrict__ pos_
 // number of MMA steps and a KV head's query heads at most 8 (the host's `att_mma_fits` asks the
 // same).
 // Host defines: ATT_MMA_WARPS (a block's warps), ATT_MMA_STAGES (a warp's tiles in shared
-// memory), ATT_MMA_SPLITS (key splits of a row: a multiple of ATT_MMA_WARPS).
+// memory), ATT_MMA_SPLITS (key splits of a row: a multiple of ATT_MMA_WARPS), ATT_MMA_ROWS (rows
+// a block of `attention_mma_rows` takes).
 #if ATT_KV_BF16 && ATT_HD % 16 == 0 && ATT_HEADS / ATT_KV_HEADS <= 8
 #define ATT_MMA_KEYS 16                           // keys of a tile: the MMA's 16 rows
 #define ATT_MMA_STEPS (ATT_HD / 16)               // k-steps of a score tile; dim tiles of O
@@ -1000,11 +1001,8 @@ attention_mma(const float* __restrict__ q, const float* __restrict__ qkv, const 
                                   out, sh, f_s, total_s);
 }
 
-// Rows a block of `attention_mma_rows` takes (the host's `att_mma_rows`): as many whole groups
-// as fill an MMA's 8 columns.
-#define ATT_MMA_ROWS (8 / ATT_MMA_G)
-
-// A block per ATT_MMA_ROWS rows (of `rows`) and KV head (a prompt's rows: calls whose rows need
+// A block per ATT_MMA_ROWS rows (of `rows`; the host's `att_mma_rows`: as many whole groups as
+// fill an MMA's 8 columns) and KV head (a prompt's rows: calls whose rows need
 // keys other rows of the call write): where the block's rows are one session's, it walks their
 // keys once for all of them, its MMAs' columns their query heads side by side
 // (`att_mma_block_rows`); else a row at a time. Every row gets `attention_mma`'s bits.

@@ -1435,6 +1435,10 @@ impl Dims {
             ("ATT_MMA_WARPS", ATT_MMA_WARPS),
             ("ATT_MMA_STAGES", ATT_MMA_STAGES),
             ("ATT_MMA_SPLITS", att_mma_splits(self.head_dim)),
+            (
+                "ATT_MMA_ROWS",
+                att_mma_rows(self.heads / self.kv_heads.max(1)),
+            ),
         ];
         if let Some(l) = &self.linear {
             d.extend([
@@ -1643,12 +1647,10 @@ pub struct Kernels {
     attention_gated_prep: CudaFunction,
     /// The tensor-core attention where it is compiled and fits ([`att_mma_fits`]).
     attention_mma: Option<MmaAttention>,
-    /// [`crate::ATTENTION_MMA_ENV`]: every attention call runs the tensor-core attention where it is
-    /// compiled.
-    attention_mma_asked: bool,
-    /// [`crate::AttentionKernels::ByContext`]'s position, where the tensor-core attention is
-    /// compiled: the rounds' rows from it run on the tensor cores ([`ContextSplit`]).
-    attention_tensor_cores_from: Option<u32>,
+    /// The kernels the attention runs on ([`crate::attention_kernels_asked`]: `--attention-kernel`,
+    /// or the tensor cores for every call under [`crate::ATTENTION_MMA_ENV`]); the tensor-core
+    /// ones only where they are compiled.
+    attention_kernels: crate::AttentionKernels,
     /// [`ATTENTION_MMA_ROWS_ENV`]: a prompt's rows take `attention_mma_rows` there.
     attention_mma_rows_asked: bool,
     /// [`PREP_IN_ATTENTION_ENV`]: whether [`prep_place`] may put the prep in the attention.
@@ -1928,16 +1930,7 @@ impl Kernels {
                 }),
                 None => None,
             },
-            attention_mma_asked: crate::attention_kernels_asked(dims.attention)
-                == crate::AttentionKernels::TensorCores,
-            attention_tensor_cores_from: match crate::attention_kernels_asked(dims.attention) {
-                crate::AttentionKernels::ByContext { tensor_cores_from }
-                    if att_mma_fits(dims).is_some() =>
-                {
-                    Some(tensor_cores_from)
-                }
-                _ => None,
-            },
+            attention_kernels: crate::attention_kernels_asked(dims.attention),
             attention_mma_rows_asked: env_on(ATTENTION_MMA_ROWS_ENV),
             prep_in_attention: env_on(PREP_IN_ATTENTION_ENV),
             attention_few_warps: match std::env::var(ATTENTION_FEW_WARPS_ENV).as_deref() {
@@ -3854,9 +3847,10 @@ pub struct AttentionRows {
 }
 
 /// How a call's rows divide between the simt and the tensor-core attention under
-/// [`crate::AttentionKernels::ByContext`] ([`context_split`]).
+/// [`crate::AttentionKernels::ByContext`] ([`context_split`]); `P` says where the two position
+/// arrays of `Both` are (device addresses; a round's metadata offsets before its upload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContextSplit {
+pub enum ContextSplit<P = u64> {
     /// The process's kernels for every row: a model that does not choose by context, and the
     /// MTP head's layer (the simt kernels where it does).
     Process,
@@ -3865,13 +3859,38 @@ pub enum ContextSplit {
     /// Every row from the position: the tensor cores.
     TensorCores,
     /// Rows of both: the prep apart, then the simt attention over the rows whose positions
-    /// `simt_pos` holds and the tensor-core attention over those `tensor_cores_pos` holds (each a
-    /// device array of a position a row, −1 for the other kernel's rows, which the kernels
-    /// leave).
-    Both {
-        simt_pos: u64,
-        tensor_cores_pos: u64,
-    },
+    /// `simt_pos` holds and the tensor-core attention over those `tensor_cores_pos` holds (each an
+    /// array of a position a row, −1 for the other kernel's rows, which the kernels leave).
+    Both { simt_pos: P, tensor_cores_pos: P },
+}
+
+impl<P> ContextSplit<P> {
+    /// Which kernels the call launches: what a captured round of it depends on (`None`: the
+    /// process's).
+    pub fn kinds(&self) -> Option<ContextKinds> {
+        match self {
+            ContextSplit::Process => None,
+            ContextSplit::Simt => Some(ContextKinds::Simt),
+            ContextSplit::TensorCores => Some(ContextKinds::TensorCores),
+            ContextSplit::Both { .. } => Some(ContextKinds::Both),
+        }
+    }
+
+    /// The same split with its arrays found by `at` (an offset made an address).
+    pub fn map<Q>(self, at: impl Fn(P) -> Q) -> ContextSplit<Q> {
+        match self {
+            ContextSplit::Process => ContextSplit::Process,
+            ContextSplit::Simt => ContextSplit::Simt,
+            ContextSplit::TensorCores => ContextSplit::TensorCores,
+            ContextSplit::Both {
+                simt_pos,
+                tensor_cores_pos,
+            } => ContextSplit::Both {
+                simt_pos: at(simt_pos),
+                tensor_cores_pos: at(tensor_cores_pos),
+            },
+        }
+    }
 }
 
 /// Which kernels a call's rows at `positions` take where the rows from `from` on run on the
@@ -4056,7 +4075,7 @@ impl Kernels {
             self.attention_staged.is_some(),
         );
         let tensor_cores = match a.by_context {
-            ContextSplit::Process => self.attention_mma_asked,
+            ContextSplit::Process => self.attention_kernels == crate::AttentionKernels::TensorCores,
             ContextSplit::Simt => false,
             ContextSplit::TensorCores => true,
             ContextSplit::Both {
@@ -4118,7 +4137,14 @@ impl Kernels {
     /// The position from which rounds run a row's attention on the tensor cores, where the
     /// process chooses by context ([`crate::AttentionKernels::ByContext`]).
     pub fn attention_tensor_cores_from(&self) -> Option<u32> {
-        self.attention_tensor_cores_from
+        match self.attention_kernels {
+            crate::AttentionKernels::ByContext { tensor_cores_from }
+                if self.attention_mma.is_some() =>
+            {
+                Some(tensor_cores_from)
+            }
+            _ => None,
+        }
     }
 
     /// Rows a block of the tensor-core attention takes in a call whose rows may share one:
