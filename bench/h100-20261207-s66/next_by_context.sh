@@ -39,7 +39,7 @@ if room 150 bc_mixed; then
   el "bc_mixed rc=$?"; cat /tmp/ab_bcmix/ab.txt /tmp/ab_bcmix/ab_means.txt | tee -a $OUT/ab.txt
 fi
 # The tensor-core attention's one-row calls on `attention_mma` (a block of 4 warps, no cluster)
-# instead of its cluster twin: ncu (session 66) has the cluster's warps waiting at its barriers.
+# instead of its cluster twin: ncu (session 66) has the cluster kernel's warps 8-10 % active.
 NC="mma:FLASHLANE_ATTENTION_MMA=1 nocluster:FLASHLANE_ATTENTION_MMA=1,FLASHLANE_ATTENTION_GROUPED_MIN_ROWS=1"
 room 60 mma_nocluster && ab mma_nocluster qwen3-4b 1,8 "$NC" $FL
 exit 0

@@ -190,11 +190,17 @@ impl AttentionKernels {
 
     /// Its name with the position by-context switches at, as serve and bench print it.
     pub fn label(self) -> String {
+        match self.tensor_cores_from() {
+            Some(from) => format!("by-context (the tensor cores from position {from})"),
+            None => self.name().to_string(),
+        }
+    }
+
+    /// The position from which it runs a row on the tensor cores, where it chooses by context.
+    pub fn tensor_cores_from(self) -> Option<u32> {
         match self {
-            AttentionKernels::ByContext { tensor_cores_from } => {
-                format!("by-context (the tensor cores from position {tensor_cores_from})")
-            }
-            _ => self.name().to_string(),
+            AttentionKernels::ByContext { tensor_cores_from } => Some(tensor_cores_from),
+            _ => None,
         }
     }
 

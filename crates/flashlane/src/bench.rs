@@ -689,12 +689,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                     Device::Cpu => "cpu",
                 },
                 // Where by-context switches to the tensor cores.
-                "attention_tensor_cores_from": match attention {
-                    backend_cuda::AttentionKernels::ByContext { tensor_cores_from } => {
-                        Some(tensor_cores_from)
-                    }
-                    _ => None,
-                },
+                "attention_tensor_cores_from": attention.tensor_cores_from(),
                 "temperature": args.temperature,
                 "top_k": args.top_k,
                 "top_p": args.top_p,

@@ -4137,14 +4137,9 @@ impl Kernels {
     /// The position from which rounds run a row's attention on the tensor cores, where the
     /// process chooses by context ([`crate::AttentionKernels::ByContext`]).
     pub fn attention_tensor_cores_from(&self) -> Option<u32> {
-        match self.attention_kernels {
-            crate::AttentionKernels::ByContext { tensor_cores_from }
-                if self.attention_mma.is_some() =>
-            {
-                Some(tensor_cores_from)
-            }
-            _ => None,
-        }
+        self.attention_kernels
+            .tensor_cores_from()
+            .filter(|_| self.attention_mma.is_some())
     }
 
     /// Rows a block of the tensor-core attention takes in a call whose rows may share one:

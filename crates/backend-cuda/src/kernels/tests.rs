@@ -1407,31 +1407,31 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
         // `--attention-kernel tensor-cores` loads where they are compiled and is refused with
         // the flag and the shape named elsewhere; the default kernels load everywhere.
         assert!(dims.check_attention().is_ok());
-        dims.attention = crate::AttentionKernels::ByContext {
-            tensor_cores_from: 1024,
-        };
-        match dims.check_attention() {
-            Ok(()) => assert!(
-                compiled,
-                "by context: {heads}/{kv_heads} heads of {hd}, {kv:?}"
-            ),
-            Err(e) => assert!(
-                !compiled && e.to_string().contains("--attention-kernel by-context"),
-                "{e}"
-            ),
-        }
-        dims.attention = crate::AttentionKernels::TensorCores;
-        match dims.check_attention() {
-            Ok(()) => assert!(compiled, "{heads}/{kv_heads} heads of {hd}, {kv:?}"),
-            Err(e) => {
-                assert!(!compiled, "{heads}/{kv_heads} heads of {hd}, {kv:?}");
-                let message = e.to_string();
-                assert!(
-                    message.contains("--attention-kernel tensor-cores")
-                        && message.contains(&format!("heads of {hd}"))
-                        && message.contains("--attention-kernel simt"),
-                    "{message}"
-                );
+        for kernels in [
+            crate::AttentionKernels::TensorCores,
+            crate::AttentionKernels::ByContext {
+                tensor_cores_from: 1024,
+            },
+        ] {
+            dims.attention = kernels;
+            match dims.check_attention() {
+                Ok(()) => assert!(
+                    compiled,
+                    "{kernels:?}: {heads}/{kv_heads} heads of {hd}, {kv:?}"
+                ),
+                Err(e) => {
+                    assert!(
+                        !compiled,
+                        "{kernels:?}: {heads}/{kv_heads} heads of {hd}, {kv:?}"
+                    );
+                    let message = e.to_string();
+                    assert!(
+                        message.contains(&format!("--attention-kernel {}", kernels.name()))
+                            && message.contains(&format!("heads of {hd}"))
+                            && message.contains("--attention-kernel simt"),
+                        "{message}"
+                    );
+                }
             }
         }
         if let Some(super::MmaShared {
