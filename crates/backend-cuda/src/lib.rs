@@ -172,11 +172,44 @@ pub enum AttentionKernels {
 }
 
 /// The position from which [`AttentionKernels::ByContext`] runs a row on the tensor cores unless
-/// told otherwise. On an H100 (session 66) the tensor-core attention decoded Qwen3-4B at 0.97× the
-/// simt kernels' speed after 128-token prompts, 0.99-1.02× after 512, 1.05× after 1,024, 1.14-1.18×
-/// after 2,048 and 1.29-1.56× after 4,096-8,192, at 1 and 8 streams: 1,024 is the first measured
-/// point where it wins at both.
-pub const TENSOR_CORES_FROM_POSITION: u32 = 1024;
+/// told otherwise. On an H100 (bench/RESULTS.md sessions 66 and 67, Qwen3-4B) the tensor-core
+/// attention decoded at 0.97x the simt kernels' speed after 128-token prompts, 0.99-1.02x after
+/// 512, 1.05x after 1,024 and 1.29-1.56x after 4,096-8,192 at 1 and 8 streams, but its prompts
+/// were faster from 512 tokens (1.18x) and by-context from 1,024 lost 8-13 % to tensor-cores alone
+/// on prompts of 128-4,096 tokens side by side. From 256 it kept simt's speed after 128-token
+/// prompts (0.997-1.000x on Qwen3-4B and -8B at 1-64 streams), came within 1-4 % of tensor-cores
+/// alone on the mixed prompts, and decoded after 512-token prompts at 0.985x / 1.01x / 1.16x of
+/// simt at 1 / 8 / 64 streams.
+pub const TENSOR_CORES_FROM_POSITION: u32 = 256;
+
+/// The fewest query heads a KV head for which a model's attention takes the tensor cores unless
+/// asked ([`default_attention_kernels`]): the MMA's 8 columns hold a KV head's query heads, so
+/// groups of 2 (Qwen3-0.6B) use a quarter of them, and there the tensor cores decoded 14 % slower
+/// than simt at 8 streams after 1,024-4,096 tokens (sessions 66 and 67), while Qwen3-4B, -8B and
+/// the A3B slice (groups of 4, 4 and 8) gained.
+pub const TENSOR_CORES_MIN_GROUP: usize = 4;
+
+/// The attention kernels a GPU model of `config`, keeping K and V as `kv`, runs unless asked:
+/// [`AttentionKernels::ByContext`] from [`TENSOR_CORES_FROM_POSITION`] where a KV head serves at
+/// least [`TENSOR_CORES_MIN_GROUP`] query heads and the tensor-core kernels fit (bf16 keys and
+/// values, heads a multiple of 16 wide, at most 8 query heads a KV head), [`AttentionKernels::Simt`]
+/// otherwise. Without the `cuda` feature there is no GPU model: simt.
+pub fn default_attention_kernels(
+    config: &::model::Config,
+    kv: ::model::KvDtype,
+) -> AttentionKernels {
+    #[cfg(feature = "cuda")]
+    {
+        kernels::Dims::of(config, kv).map_or(AttentionKernels::Simt, |dims| {
+            kernels::attention_by_default(&dims)
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (config, kv);
+        AttentionKernels::Simt
+    }
+}
 
 impl AttentionKernels {
     /// The name the CLI gives it.

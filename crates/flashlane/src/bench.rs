@@ -541,10 +541,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // runs it then, without the head's pass a round.
     let mtp_head = args.draft == DraftArg::Mtp;
     // What the GPU's attention runs, as reported below (the CPU refuses the tensor cores here).
-    let attention = args.model.attention(args.device)?;
+    let config = model::Config::from_dir(&dir).map_err(|e| Failure::bad_input(anyhow!(e)))?;
+    let attention = args.model.attention(args.device, &config)?;
     let loaded = args
         .device
-        .load(&dir, args.model.how(args.device, mtp_head)?)?;
+        .load(&dir, args.model.how(args.device, mtp_head, &config)?)?;
     let (vocab, with_mtp) = (loaded.vocab_size(), loaded.has_mtp());
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {

@@ -8,7 +8,7 @@ use backend_cpu::{CpuBackend, CpuModel, CpuTarget, ModelCosts, RollbackWindow, S
 use clap::{Args, ValueEnum};
 use lane::Target;
 use model::Placement;
-use model::{KvDtype, LoadFormat, MatmulInput};
+use model::{Config, KvDtype, LoadFormat, MatmulInput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -59,6 +59,10 @@ impl MatmulInputArg {
 /// `--attention-kernel`: which kernels the GPU's attention runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionKernelArg {
+    /// The model's own choice: by-context where a KV head serves at least 4 query heads and the
+    /// tensor-core kernels fit (bf16 keys and values; Qwen3-4B, -8B and larger, Qwen3-Next),
+    /// simt elsewhere (Qwen3-0.6B's groups of 2, f32 keys and values, the CPU)
+    Auto,
     /// Each key's score summed by a warp of CUDA cores: the fastest at few streams over short
     /// contexts
     Simt,
@@ -68,37 +72,44 @@ pub enum AttentionKernelArg {
     /// Replies differ from simt's (each still the same alone, batched or moved). GPU only; needs
     /// bf16 keys and values and at most 8 query heads a KV head
     TensorCores,
-    /// Each token by its context: on the tensor cores from position 1,024
-    /// (--attention-tensor-cores-from), simt before it, so that long contexts take the tensor
-    /// cores' speed (on an H100: +5 % after 1,024 tokens, +15 % after 2,048, +30-55 % after
-    /// 4,096-8,192) and short ones keep simt's. Replies differ from simt's from that position on
-    /// (each still the same alone, batched or moved). GPU only; needs what tensor-cores needs
+    /// Each token by its context: on the tensor cores from position 256
+    /// (--attention-tensor-cores-from), simt before it, so that long contexts and prompts take
+    /// the tensor cores' speed (on an H100, Qwen3-4B: +16 % decoding 64 streams after 512
+    /// tokens, +30-55 % after 4,096-8,192, prompts up to 3x) and short chats keep simt's.
+    /// Replies differ from simt's from that position on (each still the same alone, batched or
+    /// moved). GPU only; needs what tensor-cores needs
     ByContext,
 }
 
 impl AttentionKernelArg {
-    /// The kernels asked, `tensor_cores_from` the position `by-context` switches at
-    /// ([`backend_cuda::TENSOR_CORES_FROM_POSITION`] unless given; refused with another kind,
-    /// where it would mean nothing).
+    /// The kernels asked, `model_default` what `auto` runs (the model's own choice on this
+    /// device), `tensor_cores_from` the position `by-context` switches at
+    /// ([`backend_cuda::TENSOR_CORES_FROM_POSITION`] unless given; with `auto` it applies where
+    /// the model's choice is by-context, and is refused with simt or tensor-cores, where it would
+    /// mean nothing).
     pub fn kernels(
         self,
         tensor_cores_from: Option<u32>,
+        model_default: backend_cuda::AttentionKernels,
     ) -> Result<backend_cuda::AttentionKernels, Failure> {
+        use backend_cuda::AttentionKernels as K;
+        let by_context = K::ByContext {
+            tensor_cores_from: tensor_cores_from
+                .unwrap_or(backend_cuda::TENSOR_CORES_FROM_POSITION),
+        };
         match (self, tensor_cores_from) {
-            (AttentionKernelArg::ByContext, from) => {
-                Ok(backend_cuda::AttentionKernels::ByContext {
-                    tensor_cores_from: from.unwrap_or(backend_cuda::TENSOR_CORES_FROM_POSITION),
-                })
-            }
+            (AttentionKernelArg::ByContext, _) => Ok(by_context),
+            (AttentionKernelArg::Auto, _) => Ok(match model_default {
+                K::ByContext { .. } => by_context,
+                other => other,
+            }),
             (_, Some(from)) => Err(Failure::bad_input(anyhow!(
                 "--attention-tensor-cores-from {from} (or FLASHLANE_ATTENTION_TENSOR_CORES_FROM): \
                  it is the position where --attention-kernel by-context switches to the tensor \
                  cores; add --attention-kernel by-context, or leave it out"
             ))),
-            (AttentionKernelArg::Simt, None) => Ok(backend_cuda::AttentionKernels::Simt),
-            (AttentionKernelArg::TensorCores, None) => {
-                Ok(backend_cuda::AttentionKernels::TensorCores)
-            }
+            (AttentionKernelArg::Simt, None) => Ok(K::Simt),
+            (AttentionKernelArg::TensorCores, None) => Ok(K::TensorCores),
         }
     }
 }
@@ -154,13 +165,19 @@ impl Device {
     /// rather than ignore the flag. On the GPU, what it will run
     /// ([`backend_cuda::attention_kernels_asked`]: the A/B scripts' FLASHLANE_ATTENTION_MMA=1
     /// asks for the tensor cores too), so that serve and bench report what ran.
-    /// `tensor_cores_from` (`--attention-tensor-cores-from`) goes with `by-context` only.
+    /// `tensor_cores_from` (`--attention-tensor-cores-from`) goes with `by-context` (and `auto`)
+    /// only; `model_default` is what `auto` runs on the GPU (the CPU's is simt).
     pub fn attention(
         self,
         arg: AttentionKernelArg,
         tensor_cores_from: Option<u32>,
+        model_default: backend_cuda::AttentionKernels,
     ) -> Result<backend_cuda::AttentionKernels, Failure> {
-        match (self, arg.kernels(tensor_cores_from)?) {
+        let model_default = match self {
+            Device::Cpu => backend_cuda::AttentionKernels::Simt,
+            Device::Cuda => model_default,
+        };
+        match (self, arg.kernels(tensor_cores_from, model_default)?) {
             (Device::Cpu, kernels) if kernels.uses_tensor_cores() => {
                 Err(Failure::bad_input(anyhow!(
                     "--attention-kernel {} (or FLASHLANE_ATTENTION_KERNEL): the CPU \
@@ -421,15 +438,16 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
           ignore_case = true)]
     pub matmul_input: MatmulInputArg,
-    /// GPU only: which kernels the attention runs on: simt (each key's score a warp's sum; the
-    /// fastest at few streams over short contexts), tensor-cores (faster at many streams, over
-    /// long contexts and in prompts; replies differ from simt's) or by-context (each token by
-    /// its position: the tensor cores from --attention-tensor-cores-from on, simt before)
-    #[arg(long, value_enum, default_value_t = AttentionKernelArg::Simt,
+    /// GPU only: which kernels the attention runs on: auto (by-context where a KV head serves at
+    /// least 4 query heads, simt elsewhere), simt (each key's score a warp's sum; the fastest at
+    /// few streams over short contexts), tensor-cores (faster at many streams, over long
+    /// contexts and in prompts; replies differ from simt's) or by-context (each token by its
+    /// position: the tensor cores from --attention-tensor-cores-from on, simt before)
+    #[arg(long, value_enum, default_value_t = AttentionKernelArg::Auto,
           env = "FLASHLANE_ATTENTION_KERNEL", ignore_case = true)]
     pub attention_kernel: AttentionKernelArg,
-    /// With --attention-kernel by-context: the position from which a token's attention runs on
-    /// the tensor cores [default: 1024]
+    /// With --attention-kernel by-context (or auto, where it picks by-context): the position
+    /// from which a token's attention runs on the tensor cores [default: 256]
     #[arg(
         long,
         value_name = "POSITION",
@@ -440,9 +458,20 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The attention kernels `--attention-kernel` (and `--attention-tensor-cores-from`) ask
-    /// for on `device` ([`Device::attention`]).
-    pub fn attention(&self, device: Device) -> Result<backend_cuda::AttentionKernels, Failure> {
-        device.attention(self.attention_kernel, self.attention_tensor_cores_from)
+    /// for on `device` ([`Device::attention`]) for a model of `config`: `auto` takes the
+    /// model's own choice with the keys and values `--kv-dtype` keeps
+    /// ([`backend_cuda::default_attention_kernels`]).
+    pub fn attention(
+        &self,
+        device: Device,
+        config: &Config,
+    ) -> Result<backend_cuda::AttentionKernels, Failure> {
+        let kv = device.kv_dtype(self.kv_dtype)?;
+        device.attention(
+            self.attention_kernel,
+            self.attention_tensor_cores_from,
+            backend_cuda::default_attention_kernels(config, kv),
+        )
     }
 
     /// Where the CPU backend keeps the weights.
@@ -463,15 +492,15 @@ impl ModelArgs {
 }
 
 impl ModelArgs {
-    /// How to load the model onto `device`, with its MTP head when `mtp_head`.
-    pub fn how(&self, device: Device, mtp_head: bool) -> Result<LoadHow, Failure> {
+    /// How to load the model of `config` onto `device`, with its MTP head when `mtp_head`.
+    pub fn how(&self, device: Device, mtp_head: bool, config: &Config) -> Result<LoadHow, Failure> {
         Ok(LoadHow {
             format: self.load_format.format(),
             placement: self.placement(),
             kv: device.kv_dtype(self.kv_dtype)?,
             mtp_head,
             matmul_input: device.matmul_input(self.matmul_input)?,
-            attention: self.attention(device)?,
+            attention: self.attention(device, config)?,
         })
     }
 }
@@ -486,33 +515,47 @@ mod tests {
         if std::env::var(backend_cuda::ATTENTION_MMA_ENV).is_ok_and(|v| v == "1") {
             return; // the A/B switch turns every GPU choice into tensor-cores
         }
-        let cuda = |arg, from| {
+        let by_context = |from| K::ByContext {
+            tensor_cores_from: from,
+        };
+        let default_from = backend_cuda::TENSOR_CORES_FROM_POSITION;
+        let cuda = |arg, from, model_default| {
             Device::Cuda
-                .attention(arg, from)
+                .attention(arg, from, model_default)
                 .map_err(|f| format!("{:#}", f.error))
         };
-        assert_eq!(
-            cuda(AttentionKernelArg::ByContext, None),
-            Ok(K::ByContext {
-                tensor_cores_from: backend_cuda::TENSOR_CORES_FROM_POSITION
-            })
-        );
-        assert_eq!(
-            cuda(AttentionKernelArg::ByContext, Some(4096)),
-            Ok(K::ByContext {
-                tensor_cores_from: 4096
-            })
-        );
-        for arg in [AttentionKernelArg::Simt, AttentionKernelArg::TensorCores] {
-            let refused = cuda(arg, Some(4096)).unwrap_err();
-            assert!(
-                refused.contains("--attention-tensor-cores-from 4096")
-                    && refused.contains("--attention-kernel by-context"),
-                "{refused}"
+        for model_default in [K::Simt, by_context(default_from)] {
+            assert_eq!(
+                cuda(AttentionKernelArg::ByContext, None, model_default),
+                Ok(by_context(default_from))
             );
+            assert_eq!(
+                cuda(AttentionKernelArg::ByContext, Some(4096), model_default),
+                Ok(by_context(4096))
+            );
+            // `auto` runs the model's choice, at the position asked where it is by-context.
+            assert_eq!(
+                cuda(AttentionKernelArg::Auto, None, model_default),
+                Ok(model_default)
+            );
+            assert_eq!(
+                cuda(AttentionKernelArg::Auto, Some(4096), model_default),
+                Ok(match model_default {
+                    K::Simt => K::Simt,
+                    _ => by_context(4096),
+                })
+            );
+            for arg in [AttentionKernelArg::Simt, AttentionKernelArg::TensorCores] {
+                let refused = cuda(arg, Some(4096), model_default).unwrap_err();
+                assert!(
+                    refused.contains("--attention-tensor-cores-from 4096")
+                        && refused.contains("--attention-kernel by-context"),
+                    "{refused}"
+                );
+            }
         }
         let refused = Device::Cpu
-            .attention(AttentionKernelArg::ByContext, None)
+            .attention(AttentionKernelArg::ByContext, None, K::Simt)
             .map_err(|f| format!("{:#}", f.error))
             .unwrap_err();
         assert!(
@@ -520,8 +563,64 @@ mod tests {
                 && refused.contains("no tensor cores"),
             "{refused}"
         );
+        // The CPU has one attention: simt, asked or by default, whatever the GPU would choose.
+        for arg in [AttentionKernelArg::Simt, AttentionKernelArg::Auto] {
+            assert_eq!(
+                Device::Cpu
+                    .attention(arg, None, by_context(default_from))
+                    .ok(),
+                Some(K::Simt)
+            );
+        }
+    }
+
+    /// `auto` on a model: the shape's choice with the keys and values `--kv-dtype` keeps
+    /// (Qwen3-4B's groups of 4 by context on the GPU with the cuda feature; simt with f32 keys
+    /// and values, and on the CPU).
+    #[test]
+    fn auto_attention_is_the_models_choice_for_its_keys_and_values() {
+        use backend_cuda::AttentionKernels as K;
+        if std::env::var(backend_cuda::ATTENTION_MMA_ENV).is_ok_and(|v| v == "1") {
+            return;
+        }
+        let config = shape("qwen3-4b").config;
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let args = |kv: Option<KvDtypeArg>| {
+            let mut model = <Flags as clap::Parser>::parse_from(["flashlane"]).model;
+            // Whatever FLASHLANE_ATTENTION_KERNEL the test's environment holds.
+            model.kv_dtype = kv;
+            model.attention_kernel = AttentionKernelArg::Auto;
+            model.attention_tensor_cores_from = None;
+            model
+        };
+        let bf16 = args(None).attention(Device::Cuda, &config).ok();
         assert_eq!(
-            Device::Cpu.attention(AttentionKernelArg::Simt, None).ok(),
+            bf16,
+            Some(backend_cuda::default_attention_kernels(
+                &config,
+                backend_cuda::DEFAULT_KV_DTYPE
+            ))
+        );
+        if cfg!(feature = "cuda") {
+            assert_eq!(
+                bf16,
+                Some(K::ByContext {
+                    tensor_cores_from: backend_cuda::TENSOR_CORES_FROM_POSITION
+                })
+            );
+        }
+        assert_eq!(
+            args(Some(KvDtypeArg::F32))
+                .attention(Device::Cuda, &config)
+                .ok(),
+            Some(K::Simt)
+        );
+        assert_eq!(
+            args(None).attention(Device::Cpu, &config).ok(),
             Some(K::Simt)
         );
     }

@@ -135,9 +135,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let matmul_input = args.device.matmul_input(args.model.matmul_input)?;
-    let attention = args.model.attention(args.device)?;
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
+    let attention = args.model.attention(args.device, &costs.config)?;
     let mtp_head = draft == DraftMode::Mtp;
     if args.device == Device::Cuda {
         // A model whose attention the asked kernels cannot run is refused before the port

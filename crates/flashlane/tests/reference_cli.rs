@@ -459,14 +459,16 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
     assert!(stdout.contains(r#""attention_kernel":"cpu""#), "{stdout}");
 }
 
-/// The position `--attention-kernel by-context` switches at, given without it, is refused
-/// rather than ignored (flag or env).
+/// The position `--attention-kernel by-context` switches at, given with simt or tensor-cores, is
+/// refused rather than ignored (flag or env); with the default, auto, it is taken.
 #[test]
 fn the_tensor_cores_position_needs_by_context_attention() {
     let (code, _, stderr) = flashlane(&[
         "generate",
         "--prompt",
         "Hi",
+        "--attention-kernel",
+        "simt",
         "--attention-tensor-cores-from",
         "2048",
     ]);
@@ -478,13 +480,28 @@ fn the_tensor_cores_position_needs_by_context_attention() {
     );
     let (code, _, stderr) = flashlane_with_env(
         &["generate", "--prompt", "Hi", "--max-tokens", "2"],
-        &[("FLASHLANE_ATTENTION_TENSOR_CORES_FROM", "512")],
+        &[
+            ("FLASHLANE_ATTENTION_KERNEL", "simt"),
+            ("FLASHLANE_ATTENTION_TENSOR_CORES_FROM", "512"),
+        ],
     );
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("FLASHLANE_ATTENTION_TENSOR_CORES_FROM"),
         "{stderr}"
     );
+    // With the default, auto, the position applies where the model's choice is by-context; the
+    // CPU's is simt, where it changes nothing.
+    let (code, _, stderr) = flashlane(&[
+        "generate",
+        "--prompt",
+        "Hi",
+        "--max-tokens",
+        "2",
+        "--attention-tensor-cores-from",
+        "2048",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
 }
 
 /// `bench --prompt-tokens-min` spreads each batch's prompt lengths from the least to

@@ -934,6 +934,19 @@ fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
         .then_some(bytes)
 }
 
+/// The attention a model of `dims` runs unless asked ([`crate::default_attention_kernels`]):
+/// by context from [`crate::TENSOR_CORES_FROM_POSITION`] where a KV head serves at least
+/// [`crate::TENSOR_CORES_MIN_GROUP`] query heads and the tensor-core kernels fit, simt otherwise.
+pub(crate) fn attention_by_default(dims: &Dims) -> crate::AttentionKernels {
+    let group = dims.heads / dims.kv_heads.max(1);
+    match group >= crate::TENSOR_CORES_MIN_GROUP && att_mma_fits(dims).is_some() {
+        true => crate::AttentionKernels::ByContext {
+            tensor_cores_from: crate::TENSOR_CORES_FROM_POSITION,
+        },
+        false => crate::AttentionKernels::Simt,
+    }
+}
+
 /// The tensor-core attention's dynamic shared memory a block, by kernel.
 #[derive(Clone, Copy, Debug)]
 struct MmaShared {

@@ -1383,22 +1383,42 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/flashlane-tiny");
     let mut config = Config::from_dir(&dir).expect("config");
-    // (query heads, KV heads, head dim, cache, compiled).
+    // (query heads, KV heads, head dim, cache, compiled, the tensor cores by default): Qwen3-4B,
+    // -8B-like groups of 4 and 8, the A3B slice, a narrow group of 4, Qwen3-0.6B's group of 2,
+    // an f32 cache, a group of 16.
+    let by_context = crate::AttentionKernels::ByContext {
+        tensor_cores_from: crate::TENSOR_CORES_FROM_POSITION,
+    };
     let cases = [
-        (32, 8, 128, KvDtype::Bf16, true),
-        (64, 8, 128, KvDtype::Bf16, true),
-        (16, 2, 256, KvDtype::Bf16, true),
-        (8, 2, 16, KvDtype::Bf16, true),
-        (32, 8, 128, KvDtype::F32, false),
-        (16, 1, 128, KvDtype::Bf16, false),
+        (32, 8, 128, KvDtype::Bf16, true, true),
+        (64, 8, 128, KvDtype::Bf16, true, true),
+        (16, 2, 256, KvDtype::Bf16, true, true),
+        (8, 2, 16, KvDtype::Bf16, true, true),
+        (16, 8, 128, KvDtype::Bf16, true, false),
+        (32, 8, 128, KvDtype::F32, false, false),
+        (16, 1, 128, KvDtype::Bf16, false, false),
     ];
-    for (heads, kv_heads, hd, kv, compiled) in cases {
+    for (heads, kv_heads, hd, kv, compiled, tensor_cores_by_default) in cases {
         config.num_heads = heads;
         config.num_kv_heads = kv_heads;
         config.head_dim = hd;
         config.rotary_dim = hd / 4;
         let mut dims = Dims::of(&config, kv).expect("dims");
         let fits = att_mma_fits(&dims);
+        // Unless asked: by context where the group is wide enough and the kernels fit, which
+        // always loads; simt elsewhere.
+        let default = crate::default_attention_kernels(&config, kv);
+        assert_eq!(
+            default,
+            match tensor_cores_by_default {
+                true => by_context,
+                false => crate::AttentionKernels::Simt,
+            },
+            "{heads}/{kv_heads} heads of {hd}, {kv:?}"
+        );
+        dims.attention = default;
+        assert!(dims.check_attention().is_ok());
+        dims.attention = crate::AttentionKernels::Simt;
         assert_eq!(
             fits.is_some(),
             compiled,
