@@ -144,8 +144,10 @@ pub struct LoadOptions {
     pub mtp_head: bool,
     /// What the matmuls multiply, bf16 and FP8 weights alike (the kernels are compiled for it).
     pub matmul_input: ::model::MatmulInput,
-    /// Which kernels the attention runs on.
-    pub attention: AttentionKernels,
+    /// Which kernels the attention runs on; `None` (the default) for the model's own choice
+    /// ([`default_attention_kernels`] with `kv_dtype`), as `serve` and `bench` run it unless
+    /// asked.
+    pub attention: Option<AttentionKernels>,
 }
 
 /// Which kernels a model's attention runs on. Their products are summed in other orders, so
@@ -255,7 +257,7 @@ impl Default for LoadOptions {
             progress: false,
             mtp_head: true,
             matmul_input: ::model::MatmulInput::Exact,
-            attention: AttentionKernels::Simt,
+            attention: None,
         }
     }
 }

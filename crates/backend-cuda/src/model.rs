@@ -33,27 +33,26 @@ impl CudaModel {
             weights = weights.without_mtp_head();
         }
         let weights = weights.with_progress(options.progress);
+        let attention = options
+            .attention
+            .unwrap_or_else(|| crate::default_attention_kernels(&config, options.kv_dtype));
         let model = CudaModel::from_weights_with(
             config,
             &weights,
             options.kv_dtype,
             options.matmul_input,
-            options.attention,
+            attention,
         )
         .map(Arc::new);
         weights.finish_progress();
         model
     }
 
-    /// The model of `w` with sessions keeping K and V as `kv`, exact matmul inputs.
+    /// The model of `w` with sessions keeping K and V as `kv`, exact matmul inputs and the
+    /// model's own attention kernels ([`crate::default_attention_kernels`]).
     pub fn from_weights(config: Config, w: &Weights, kv: KvDtype) -> Result<CudaModel, CudaError> {
-        CudaModel::from_weights_with(
-            config,
-            w,
-            kv,
-            MatmulInput::Exact,
-            AttentionKernels::default(),
-        )
+        let attention = crate::default_attention_kernels(&config, kv);
+        CudaModel::from_weights_with(config, w, kv, MatmulInput::Exact, attention)
     }
 
     /// The model of `w` with sessions keeping K and V as `kv`, its matmuls taking `input`, its

@@ -44,9 +44,16 @@ fn gpu() -> Option<Arc<CudaModel>> {
         .clone()
 }
 
-/// The tiny model on the GPU as it serves by default (bf16 cache rows).
+/// The tiny model on the GPU as it serves by default (bf16 cache rows; the simt attention, its
+/// own choice with 2 query heads a KV head, which the tensor-core tests compare against).
 fn gpu_bf16() -> Option<Arc<CudaModel>> {
     static MODEL: OnceLock<Option<Arc<CudaModel>>> = OnceLock::new();
+    let config = model::Config::from_dir(&dir()).expect("the tiny model's config");
+    assert_eq!(
+        backend_cuda::default_attention_kernels(&config, KvDtype::Bf16),
+        AttentionKernels::Simt,
+        "the tiny model's default attention must be simt for the tests that compare against it"
+    );
     MODEL
         .get_or_init(|| load_on_gpu(&dir(), "models/flashlane-tiny", KvDtype::Bf16))
         .clone()
@@ -195,7 +202,7 @@ fn gpu_tensor_cores() -> Option<Arc<CudaModel>> {
         .get_or_init(|| {
             let options = backend_cuda::LoadOptions {
                 kv_dtype: KvDtype::Bf16,
-                attention: AttentionKernels::TensorCores,
+                attention: Some(AttentionKernels::TensorCores),
                 ..Default::default()
             };
             load_on_gpu_with(
@@ -256,7 +263,7 @@ fn by_context_attention_keeps_a_stream_the_same_alone_batched_moved_and_drafted(
     let tensor_cores_from = prompt.len() as u32 + 5;
     let options = backend_cuda::LoadOptions {
         kv_dtype: KvDtype::Bf16,
-        attention: AttentionKernels::ByContext { tensor_cores_from },
+        attention: Some(AttentionKernels::ByContext { tensor_cores_from }),
         ..Default::default()
     };
     let (Some(by_context), Some(simt)) = (

@@ -367,7 +367,7 @@ impl Device {
                     progress: true,
                     mtp_head: how.mtp_head,
                     matmul_input: how.matmul_input,
-                    attention: how.attention,
+                    attention: Some(how.attention),
                 };
                 let model =
                     backend_cuda::CudaModel::load_with(dir, &options).map_err(|e| anyhow!(e))?;
