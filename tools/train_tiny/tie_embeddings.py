@@ -11,7 +11,10 @@ the config says `tie_word_embeddings: true` (flashlane and transformers then rea
 Why: four fine-tuning stages of the 9-layer 4z6 model (23.4 M parameters, 46.9 MB) left its
 counting at 95.0 % of held-out counts at T = 0 (bench/RESULTS.md session 66), the recipe spent;
 tied, the model has room for two layers more (grow_depth.py) at 49.2 MB. Training must start
-again from the tied model (`train.py --init OUT_DIR`): the logits change.
+again from the tied model (`train.py --init OUT_DIR`): the logits change, and by far: session 67
+tied the shipped model and trained it for 400 s (stage s4z12), and it lost most of what it knew
+(first loss 12.2, held-out code loss 5.44 against 1.99 after; bench/RESULTS.md), so a tied model
+is best trained tied from its first stage.
 
 Needs no numpy or torch: names, the config and bytes only."""
 import argparse
