@@ -154,11 +154,11 @@ pub struct LoadOptions {
 /// their bits differ (each within the reference's tolerance), and a row's bits must not depend
 /// on the batch it is in: so the kernel of a row is a function of the process's choice and the
 /// row's own position only, never of the rows beside it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// (No `Default`: a model's own choice depends on its shape, [`default_attention_kernels`].)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionKernels {
     /// A key's score a warp's shuffle sum, per query head (`attention_gated`, the grouped and
     /// staged kernels): the fastest at few streams over short contexts.
-    #[default]
     Simt,
     /// The products on the tensor cores (`attention_mma` and its cluster and rows twins): faster
     /// over long contexts, in prompts and at many streams, slower at few streams over short
@@ -179,23 +179,25 @@ pub enum AttentionKernels {
 /// 512, 1.05x after 1,024 and 1.29-1.56x after 4,096-8,192 at 1 and 8 streams, but its prompts
 /// were faster from 512 tokens (1.18x) and by-context from 1,024 lost 8-13 % to tensor-cores alone
 /// on prompts of 128-4,096 tokens side by side. From 256 it kept simt's speed after 128-token
-/// prompts (0.997-1.000x on Qwen3-4B and -8B at 1-64 streams), came within 1-4 % of tensor-cores
+/// prompts (0.995-1.000x on Qwen3-4B and -8B at 1-64 streams), came within 1-4 % of tensor-cores
 /// alone on the mixed prompts, and decoded after 512-token prompts at 0.985x / 1.01x / 1.16x of
 /// simt at 1 / 8 / 64 streams.
 pub const TENSOR_CORES_FROM_POSITION: u32 = 256;
 
-/// The fewest query heads a KV head for which a model's attention takes the tensor cores unless
-/// asked ([`default_attention_kernels`]): the MMA's 8 columns hold a KV head's query heads, so
-/// groups of 2 (Qwen3-0.6B) use a quarter of them, and there the tensor cores decoded 14 % slower
-/// than simt at 8 streams after 1,024-4,096 tokens (sessions 66 and 67), while Qwen3-4B, -8B and
-/// the A3B slice (groups of 4, 4 and 8) gained.
-pub const TENSOR_CORES_MIN_GROUP: usize = 4;
+/// The numbers of query heads a KV head for which a model's attention takes the tensor cores
+/// unless asked ([`default_attention_kernels`]): groups of 4 (Qwen3-4B, -8B, -32B) and 8 (the
+/// Qwen3-Next shapes), the ones measured faster and checked against backend-cpu by the kernel
+/// tests. Groups of 2 (Qwen3-0.6B, -1.7B) keep simt: the MMA's 8 columns hold a KV head's query
+/// heads, a quarter used, and there the tensor cores decoded 14 % slower than simt at 8 streams
+/// after 1,024-4,096 tokens (sessions 66 and 67), though 1.07-1.12x at 1 and 64 streams and
+/// 1.5-1.9x in prefill: a default that loses where a few streams chat is kept out. Groups of 5
+/// (Qwen3-14B), 3, 6 and 7 fit the kernels but have not run on a GPU yet: simt until they have.
+pub const TENSOR_CORES_DEFAULT_GROUPS: [usize; 2] = [4, 8];
 
 /// The attention kernels a GPU model of `config`, keeping K and V as `kv`, runs unless asked:
-/// [`AttentionKernels::ByContext`] from [`TENSOR_CORES_FROM_POSITION`] where a KV head serves at
-/// least [`TENSOR_CORES_MIN_GROUP`] query heads and the tensor-core kernels fit (bf16 keys and
-/// values, heads a multiple of 16 wide, at most 8 query heads a KV head), [`AttentionKernels::Simt`]
-/// otherwise. Without the `cuda` feature there is no GPU model: simt.
+/// [`AttentionKernels::ByContext`] from [`TENSOR_CORES_FROM_POSITION`] where a KV head serves
+/// one of [`TENSOR_CORES_DEFAULT_GROUPS`]' numbers of query heads and the tensor-core kernels fit
+/// (bf16 keys and values, heads a multiple of 16 wide), [`AttentionKernels::Simt`] otherwise. Without the `cuda` feature there is no GPU model: simt.
 pub fn default_attention_kernels(
     config: &::model::Config,
     kv: ::model::KvDtype,

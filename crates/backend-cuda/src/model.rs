@@ -94,4 +94,9 @@ impl CudaModel {
     pub fn kv_dtype(&self) -> KvDtype {
         self.dims.kv
     }
+
+    /// Which kernels this model's attention runs on (its own choice unless asked).
+    pub fn attention_kernels(&self) -> AttentionKernels {
+        self.dims.attention
+    }
 }

@@ -541,11 +541,15 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     // runs it then, without the head's pass a round.
     let mtp_head = args.draft == DraftArg::Mtp;
     // What the GPU's attention runs, as reported below (the CPU refuses the tensor cores here).
-    let config = model::Config::from_dir(&dir).map_err(|e| Failure::bad_input(anyhow!(e)))?;
+    args.model.check_attention_flags(args.device)?;
+    // The config, for the attention `auto` resolves to on the GPU: an error here is the load's,
+    // as serve and the load itself report it.
+    let config = model::Config::from_dir(&dir)
+        .map_err(|e| anyhow!(e).context(format!("loading {}", dir.display())))?;
     let attention = args.model.attention(args.device, &config)?;
     let loaded = args
         .device
-        .load(&dir, args.model.how(args.device, mtp_head, &config)?)?;
+        .load(&dir, args.model.how(args.device, mtp_head, attention)?)?;
     let (vocab, with_mtp) = (loaded.vocab_size(), loaded.has_mtp());
     let (mode, rollback) = drafts(Some(args.draft), args.draft_tokens, with_mtp)?;
     let drafts = BenchDrafts {

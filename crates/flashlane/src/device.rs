@@ -59,9 +59,9 @@ impl MatmulInputArg {
 /// `--attention-kernel`: which kernels the GPU's attention runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionKernelArg {
-    /// The model's own choice: by-context where a KV head serves at least 4 query heads and the
-    /// tensor-core kernels fit (bf16 keys and values; Qwen3-4B, -8B and larger, Qwen3-Next),
-    /// simt elsewhere (Qwen3-0.6B's groups of 2, f32 keys and values, the CPU)
+    /// The model's own choice: by-context where a KV head serves 4 or 8 query heads and the
+    /// tensor-core kernels fit (bf16 keys and values; Qwen3-4B, -8B, -32B, Qwen3-Next), simt
+    /// elsewhere (Qwen3-0.6B's groups of 2, groups not yet measured, f32 keys and values, the CPU)
     Auto,
     /// Each key's score summed by a warp of CUDA cores: the fastest at few streams over short
     /// contexts
@@ -105,8 +105,8 @@ impl AttentionKernelArg {
             }),
             (_, Some(from)) => Err(Failure::bad_input(anyhow!(
                 "--attention-tensor-cores-from {from} (or FLASHLANE_ATTENTION_TENSOR_CORES_FROM): \
-                 it is the position where --attention-kernel by-context switches to the tensor \
-                 cores; add --attention-kernel by-context, or leave it out"
+                 it is the position where --attention-kernel by-context (or auto, where it picks \
+                 by-context) switches to the tensor cores; use one of them, or leave it out"
             ))),
             (AttentionKernelArg::Simt, None) => Ok(K::Simt),
             (AttentionKernelArg::TensorCores, None) => Ok(K::TensorCores),
@@ -438,8 +438,8 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
           ignore_case = true)]
     pub matmul_input: MatmulInputArg,
-    /// GPU only: which kernels the attention runs on: auto (by-context where a KV head serves at
-    /// least 4 query heads, simt elsewhere), simt (each key's score a warp's sum; the fastest at
+    /// GPU only: which kernels the attention runs on: auto (by-context where a KV head serves 4
+    /// or 8 query heads, simt elsewhere), simt (each key's score a warp's sum; the fastest at
     /// few streams over short contexts), tensor-cores (faster at many streams, over long
     /// contexts and in prompts; replies differ from simt's) or by-context (each token by its
     /// position: the tensor cores from --attention-tensor-cores-from on, simt before)
@@ -457,6 +457,19 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// Refuses what the attention flags cannot mean on `device` whatever the model (the tensor
+    /// cores on the CPU, `--attention-tensor-cores-from` with simt or tensor-cores), before any
+    /// model file is read.
+    pub fn check_attention_flags(&self, device: Device) -> Result<(), Failure> {
+        device
+            .attention(
+                self.attention_kernel,
+                self.attention_tensor_cores_from,
+                backend_cuda::AttentionKernels::Simt,
+            )
+            .map(|_| ())
+    }
+
     /// The attention kernels `--attention-kernel` (and `--attention-tensor-cores-from`) ask
     /// for on `device` ([`Device::attention`]) for a model of `config`: `auto` takes the
     /// model's own choice with the keys and values `--kv-dtype` keeps
@@ -492,15 +505,21 @@ impl ModelArgs {
 }
 
 impl ModelArgs {
-    /// How to load the model of `config` onto `device`, with its MTP head when `mtp_head`.
-    pub fn how(&self, device: Device, mtp_head: bool, config: &Config) -> Result<LoadHow, Failure> {
+    /// How to load the model onto `device`, with its MTP head when `mtp_head` and its attention
+    /// on `attention` ([`ModelArgs::attention`]).
+    pub fn how(
+        &self,
+        device: Device,
+        mtp_head: bool,
+        attention: backend_cuda::AttentionKernels,
+    ) -> Result<LoadHow, Failure> {
         Ok(LoadHow {
             format: self.load_format.format(),
             placement: self.placement(),
             kv: device.kv_dtype(self.kv_dtype)?,
             mtp_head,
             matmul_input: device.matmul_input(self.matmul_input)?,
-            attention: self.attention(device, config)?,
+            attention,
         })
     }
 }
@@ -574,6 +593,21 @@ mod tests {
         }
     }
 
+    /// The help's default position is the one by-context takes unless given.
+    #[test]
+    fn the_tensor_cores_position_help_says_its_default() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let help = <Flags as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let default = format!("[default: {}]", backend_cuda::TENSOR_CORES_FROM_POSITION);
+        assert!(help.contains(&default), "{help}");
+    }
+
     /// `auto` on a model: the shape's choice with the keys and values `--kv-dtype` keeps
     /// (Qwen3-4B's groups of 4 by context on the GPU with the cuda feature; simt with f32 keys
     /// and values, and on the CPU).
@@ -590,7 +624,9 @@ mod tests {
             model: ModelArgs,
         }
         let args = |kv: Option<KvDtypeArg>| {
-            let mut model = <Flags as clap::Parser>::parse_from(["flashlane"]).model;
+            let mut model = <Flags as clap::Parser>::try_parse_from(["flashlane"])
+                .expect("the flags parse (a FLASHLANE_* variable of this environment is refused)")
+                .model;
             // Whatever FLASHLANE_ATTENTION_KERNEL the test's environment holds.
             model.kv_dtype = kv;
             model.attention_kernel = AttentionKernelArg::Auto;

@@ -135,6 +135,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     };
     let kv_dtype = args.device.kv_dtype(args.model.kv_dtype)?;
     let matmul_input = args.device.matmul_input(args.model.matmul_input)?;
+    // The attention flags are checked before the model's files are read (a refused flag is a
+    // usage error whatever the folder holds); `auto` is resolved with the model's config below.
+    args.model.check_attention_flags(args.device)?;
     let format = args.model.load_format.format();
     let (draft, rollback, costs) = args.drafts.resolve_costs(&dir, format)?;
     let attention = args.model.attention(args.device, &costs.config)?;

@@ -429,6 +429,24 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
     );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("no tensor cores"), "{stderr}");
+    // The flags are refused before the model's folder is read: a usage error whatever it holds.
+    for sub in ["serve", "bench"] {
+        let (code, stderr) = flashlane_within(
+            &[
+                sub,
+                "--model",
+                "/nonexistent/flashlane-model",
+                "--attention-kernel",
+                "by-context",
+            ],
+            60,
+        );
+        assert_eq!(code, 2, "{sub}: {stderr}");
+        assert!(
+            stderr.contains("--attention-kernel by-context") && !stderr.contains("nonexistent"),
+            "{sub}: {stderr}"
+        );
+    }
     let (code, _, stderr) = flashlane_with_env(
         &["generate", "--prompt", "Hi", "--max-tokens", "2"],
         &[("FLASHLANE_ATTENTION_KERNEL", "tensor-cores")],
@@ -444,19 +462,21 @@ fn tensor_core_attention_is_refused_on_the_cpu() {
         stderr.contains("simt") && stderr.contains("tensor-cores"),
         "{stderr}"
     );
-    // The default (simt) runs on the CPU, and bench's JSON says which attention ran.
-    let (code, stdout, stderr) = flashlane(&[
-        "bench",
-        "--streams",
-        "1",
-        "--new-tokens",
-        "2",
-        "--attention-kernel",
-        "simt",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains(r#""attention_kernel":"cpu""#), "{stdout}");
+    // Simt and the default (auto: the CPU's one attention) run on the CPU, and bench's JSON says
+    // which attention ran.
+    for kernel in [&["--attention-kernel", "simt"][..], &[][..]] {
+        let args = [
+            &["bench", "--streams", "1", "--new-tokens", "2", "--json"][..],
+            kernel,
+        ]
+        .concat();
+        let (code, stdout, stderr) = flashlane(&args);
+        assert_eq!(code, 0, "{kernel:?}: {stderr}");
+        assert!(
+            stdout.contains(r#""attention_kernel":"cpu""#),
+            "{kernel:?}: {stdout}"
+        );
+    }
 }
 
 /// The position `--attention-kernel by-context` switches at, given with simt or tensor-cores, is

@@ -861,9 +861,9 @@ const ATT_MMA_MAX_GROUP: usize = ATT_MMA_COLUMNS;
 // by-context: the rows from a position on) runs on `attention_mma` for many rows and
 // `attention_mma_cluster` for few (the same bits) where it is compiled ([`att_mma_fits`]): other
 // bits than the other kernels' (within the reference's tolerance), the same for a row alone or
-// batched. Not the default: on the H100 it loses 3–20 % at 1–8 streams over 128-token prompts
-// (session 65, bench/RESULTS.md), while it gains 5 % at 32–64 streams and 12 % decoding after
-// a 2,048-token prompt.
+// batched. Alone it loses 3–20 % at 1–8 streams over 128-token prompts on the H100 (session 65,
+// bench/RESULTS.md) and gains from ~512 keys on; so the default runs it by context, from
+// `crate::TENSOR_CORES_FROM_POSITION` on, on the groups [`attention_by_default`] takes.
 
 /// Under the tensor-core attention a call's rows that may share keys (a prompt's) run on
 /// `attention_mma_rows`, a block taking as many rows of one session as an MMA's 8 columns hold
@@ -920,7 +920,7 @@ fn att_mma_rows(group: usize) -> usize {
 /// heads a KV head) and its blocks fit ([`ATT_STAGED_SHARED_MAX`]: `attention_mma_rows`' too, or
 /// it never runs); else none.
 fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
-    let group = dims.heads / dims.kv_heads.max(1);
+    let group = dims.group();
     let splits = att_mma_splits(dims.head_dim);
     let bytes = MmaShared {
         whole: att_mma_shared_bytes(dims, splits, group),
@@ -935,11 +935,12 @@ fn att_mma_fits(dims: &Dims) -> Option<MmaShared> {
 }
 
 /// The attention a model of `dims` runs unless asked ([`crate::default_attention_kernels`]):
-/// by context from [`crate::TENSOR_CORES_FROM_POSITION`] where a KV head serves at least
-/// [`crate::TENSOR_CORES_MIN_GROUP`] query heads and the tensor-core kernels fit, simt otherwise.
+/// by context from [`crate::TENSOR_CORES_FROM_POSITION`] where a KV head serves one of
+/// [`crate::TENSOR_CORES_DEFAULT_GROUPS`]' numbers of query heads and the tensor-core kernels
+/// fit, simt otherwise.
 pub(crate) fn attention_by_default(dims: &Dims) -> crate::AttentionKernels {
-    let group = dims.heads / dims.kv_heads.max(1);
-    match group >= crate::TENSOR_CORES_MIN_GROUP && att_mma_fits(dims).is_some() {
+    match crate::TENSOR_CORES_DEFAULT_GROUPS.contains(&dims.group()) && att_mma_fits(dims).is_some()
+    {
         true => crate::AttentionKernels::ByContext {
             tensor_cores_from: crate::TENSOR_CORES_FROM_POSITION,
         },
@@ -1271,6 +1272,11 @@ impl Dims {
         Ok(dims)
     }
 
+    /// Query heads a KV head.
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads.max(1)
+    }
+
     /// Whether this model's attention can run on the kernels [`Dims::attention`] names: the
     /// tensor-core attention needs bf16 keys and values, heads a whole number of its MMA's 16
     /// dims and at most 8 query heads a KV head ([`att_mma_fits`]).
@@ -1278,7 +1284,7 @@ impl Dims {
         if !self.attention.uses_tensor_cores() || att_mma_fits(self).is_some() {
             return Ok(());
         }
-        let group = self.heads / self.kv_heads.max(1);
+        let group = self.group();
         Err(CudaError::Unsupported(format!(
             "--attention-kernel {}: this model's attention (keys and values as {}, \
              heads of {}, {group} query heads a KV head) does not fit the tensor-core kernels, \
@@ -1448,10 +1454,7 @@ impl Dims {
             ("ATT_MMA_WARPS", ATT_MMA_WARPS),
             ("ATT_MMA_STAGES", ATT_MMA_STAGES),
             ("ATT_MMA_SPLITS", att_mma_splits(self.head_dim)),
-            (
-                "ATT_MMA_ROWS",
-                att_mma_rows(self.heads / self.kv_heads.max(1)),
-            ),
+            ("ATT_MMA_ROWS", att_mma_rows(self.group())),
         ];
         if let Some(l) = &self.linear {
             d.extend([
@@ -4164,7 +4167,7 @@ impl Kernels {
                 .as_ref()
                 .is_some_and(|m| m.rows.is_some()),
         ) {
-            (true, true) => att_mma_rows(dims.heads / dims.kv_heads.max(1)),
+            (true, true) => att_mma_rows(dims.group()),
             _ => 1,
         }
     }
@@ -4218,7 +4221,7 @@ impl Kernels {
                 (
                     &mma.cluster_prep,
                     (dims.kv_heads, mma.cluster_blocks),
-                    (att_mma_prep_warps(dims.heads / dims.kv_heads.max(1)) * 32) as u32,
+                    (att_mma_prep_warps(dims.group()) * 32) as u32,
                     mma.cluster.1,
                 )
             }
@@ -4295,11 +4298,7 @@ impl Kernels {
         ];
         // `attention_mma_rows` takes a block per `att_mma_rows` rows, and the call's rows last.
         let (row_blocks, args) = match kernel {
-            AttentionKernel::MmaRows => (
-                a.rows
-                    .div_ceil(att_mma_rows(dims.heads / dims.kv_heads.max(1))),
-                &args[..],
-            ),
+            AttentionKernel::MmaRows => (a.rows.div_ceil(att_mma_rows(dims.group())), &args[..]),
             _ => (a.rows, &args[..8]),
         };
         gpu.launch_with_shared(
