@@ -197,7 +197,8 @@ pub const TENSOR_CORES_DEFAULT_GROUPS: [usize; 2] = [4, 8];
 /// The attention kernels a GPU model of `config`, keeping K and V as `kv`, runs unless asked:
 /// [`AttentionKernels::ByContext`] from [`TENSOR_CORES_FROM_POSITION`] where a KV head serves
 /// one of [`TENSOR_CORES_DEFAULT_GROUPS`]' numbers of query heads and the tensor-core kernels fit
-/// (bf16 keys and values, heads a multiple of 16 wide), [`AttentionKernels::Simt`] otherwise. Without the `cuda` feature there is no GPU model: simt.
+/// (bf16 keys and values, heads a multiple of 16 wide), [`AttentionKernels::Simt`] otherwise.
+/// Without the `cuda` feature there is no GPU model: simt.
 pub fn default_attention_kernels(
     config: &::model::Config,
     kv: ::model::KvDtype,
