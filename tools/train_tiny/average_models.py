@@ -59,6 +59,14 @@ def save(path, tensors, metadata):
             f.write(tensors[k][2])
 
 
+def load_model_dir(src_dir):
+    """A model directory's tensors ({name: (dtype, shape, bytes)}), metadata and config (dict)."""
+    with open(os.path.join(src_dir, "config.json")) as f:
+        config = json.load(f)
+    tensors, metadata = load(os.path.join(src_dir, "model.safetensors"))
+    return tensors, metadata, config
+
+
 def save_model_dir(src_dir, out_dir, tensors, metadata, config):
     """Writes a model directory made from SRC_DIR's: `tensors` as model.safetensors, `config` as
     config.json and SRC_DIR's tokenizer and generation files as they are; returns the weights'

@@ -17,11 +17,10 @@ from there).
 
 Needs no numpy or torch: names, the config and bytes only."""
 import argparse
-import json
 import os
 import re
 
-from average_models import load, save_model_dir
+from average_models import load_model_dir, save_model_dir
 
 LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # A layer's tensors whose outputs are added to the residual stream: zeroed in the new layer.
@@ -79,9 +78,7 @@ def main():
     args = ap.parse_args()
     if os.path.realpath(args.out) == os.path.realpath(args.src):
         ap.error(f"OUT {args.out} is SRC: write the grown model elsewhere")
-    with open(os.path.join(args.src, "config.json")) as f:
-        config = json.load(f)
-    tensors, metadata = load(os.path.join(args.src, "model.safetensors"))
+    tensors, metadata, config = load_model_dir(args.src)
     at = args.copy + 1 if args.at is None else args.at
     try:
         out, grown, zeroed = grow(tensors, config, args.copy, at)

@@ -18,10 +18,9 @@ is best trained tied from its first stage.
 
 Needs no numpy or torch: names, the config and bytes only."""
 import argparse
-import json
 import os
 
-from average_models import load, save_model_dir
+from average_models import load_model_dir, save_model_dir
 
 EMBED = "model.embed_tokens.weight"
 HEAD = "lm_head.weight"
@@ -53,9 +52,7 @@ def main():
     args = ap.parse_args()
     if os.path.realpath(args.out) == os.path.realpath(args.src):
         ap.error(f"OUT {args.out} is SRC: write the tied model elsewhere")
-    with open(os.path.join(args.src, "config.json")) as f:
-        config = json.load(f)
-    tensors, metadata = load(os.path.join(args.src, "model.safetensors"))
+    tensors, metadata, config = load_model_dir(args.src)
     try:
         out, tied = tie(tensors, config, args.keep)
     except ValueError as e:
