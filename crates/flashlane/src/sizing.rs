@@ -25,8 +25,9 @@ pub const LOAD_LIMIT_GB_MAX: f64 = 1e6;
 /// (allocator slack, the grammar tries, the HTTP side).
 pub const DEFAULT_PROMPT_CACHE_SHARE: f64 = 0.5;
 
-/// A count flag's value: a whole number, 0 or more, said in those words when it is not (clap
-/// alone calls `-1` an unexpected argument).
+/// A count flag's value: a whole number, 0 or more, said in those words when it is not (the
+/// binary lets every flag take a negative number as its value, `with_negative_numbers` in
+/// main.rs, so that it reaches this parser).
 pub fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     match text.parse::<T>() {
@@ -40,25 +41,25 @@ pub fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
 #[derive(Args, Clone, Debug)]
 pub struct SizingArgs {
     /// Engine's session size in tokens [default: the model's maximum, or 8192]
-    #[arg(long, allow_negative_numbers = true, value_parser = count::<u64>)]
+    #[arg(long, value_parser = count::<u64>)]
     pub context: Option<u64>,
     /// Most concurrent streams [default: 1 + extra sessions, or 4 without --slot-contexts]
-    #[arg(long, allow_negative_numbers = true, value_parser = count::<usize>)]
+    #[arg(long, value_parser = count::<usize>)]
     pub parallel: Option<usize>,
     /// Extra sessions, e.g. `16384,4096x6` (items TOKENS or TOKENSxN)
     #[arg(long, env = "FLASHLANE_SLOT_CONTEXTS")]
     pub slot_contexts: Option<String>,
     /// Growth allowance at admission, in tokens
     #[arg(long, env = "FLASHLANE_SLOT_GROW", default_value_t = slots::DEFAULT_SLOT_GROW,
-          allow_negative_numbers = true, value_parser = count::<u64>)]
+          value_parser = count::<u64>)]
     pub slot_grow: u64,
     /// Memory cap in GiB for weights and sessions [default: 70% of RAM; with --device cuda, 90%
     /// of the GPU's free memory]
-    #[arg(long, env = "FLASHLANE_LOAD_LIMIT_GB", allow_negative_numbers = true)]
+    #[arg(long, env = "FLASHLANE_LOAD_LIMIT_GB")]
     pub load_limit_gb: Option<f64>,
     /// Memory in GiB for cached prompt prefixes, out of what the cap leaves after the weights
     /// and the sessions (never at their expense); 0 turns the cache off [default: half of it]
-    #[arg(long, env = "FLASHLANE_PROMPT_CACHE_GB", allow_negative_numbers = true)]
+    #[arg(long, env = "FLASHLANE_PROMPT_CACHE_GB")]
     pub prompt_cache_gb: Option<f64>,
 }
 
