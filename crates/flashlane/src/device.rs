@@ -594,14 +594,16 @@ mod tests {
     }
 
     /// The help's default position is the one by-context takes unless given.
+    /// The model flags alone, as a command of their own.
+    #[derive(clap::Parser)]
+    struct ModelFlags {
+        #[command(flatten)]
+        model: ModelArgs,
+    }
+
     #[test]
     fn the_tensor_cores_position_help_says_its_default() {
-        #[derive(clap::Parser)]
-        struct Flags {
-            #[command(flatten)]
-            model: ModelArgs,
-        }
-        let help = <Flags as clap::CommandFactory>::command()
+        let help = <ModelFlags as clap::CommandFactory>::command()
             .render_long_help()
             .to_string();
         let default = format!("[default: {}]", backend_cuda::TENSOR_CORES_FROM_POSITION);
@@ -618,13 +620,8 @@ mod tests {
             return;
         }
         let config = shape("qwen3-4b").config;
-        #[derive(clap::Parser)]
-        struct Flags {
-            #[command(flatten)]
-            model: ModelArgs,
-        }
         let args = |kv: Option<KvDtypeArg>| {
-            let mut model = <Flags as clap::Parser>::try_parse_from(["flashlane"])
+            let mut model = <ModelFlags as clap::Parser>::try_parse_from(["flashlane"])
                 .expect("the flags parse (a FLASHLANE_* variable of this environment is refused)")
                 .model;
             // Whatever FLASHLANE_ATTENTION_KERNEL the test's environment holds.

@@ -4090,6 +4090,18 @@ impl Kernels {
             self.attention_staged_chosen,
             self.attention_staged.is_some(),
         );
+        // The call's kernel with its rows on the tensor cores or not.
+        let kernel_of = |tensor_cores| {
+            mma_in_place(
+                simt,
+                a.rows,
+                self.attention_grouped_min_rows,
+                a.one_row_a_session,
+                self.mma_rows_a_block(dims),
+                tensor_cores,
+                self.attention_mma.is_some(),
+            )
+        };
         let tensor_cores = match a.by_context {
             ContextSplit::Process => self.attention_kernels == crate::AttentionKernels::TensorCores,
             ContextSplit::Simt => false,
@@ -4105,15 +4117,7 @@ impl Kernels {
                 self.attention_prep(gpu, dims, a, qkv, prep, q)?;
                 let on = |pos| AttentionRows { pos, ..*a };
                 self.attention_with(gpu, dims, &on(simt_pos), q, qkv, out, simt)?;
-                let mma = mma_in_place(
-                    simt,
-                    a.rows,
-                    self.attention_grouped_min_rows,
-                    a.one_row_a_session,
-                    self.mma_rows_a_block(dims),
-                    true,
-                    self.attention_mma.is_some(),
-                );
+                let mma = kernel_of(true);
                 assert!(
                     matches!(
                         mma,
@@ -4126,15 +4130,7 @@ impl Kernels {
                 return Ok(PrepPlace::Apart);
             }
         };
-        let kernel = mma_in_place(
-            simt,
-            a.rows,
-            self.attention_grouped_min_rows,
-            a.one_row_a_session,
-            self.mma_rows_a_block(dims),
-            tensor_cores,
-            self.attention_mma.is_some(),
-        );
+        let kernel = kernel_of(tensor_cores);
         let place = prep_place(kernel, a.one_row_a_session, self.prep_in_attention);
         match place {
             PrepPlace::Apart => {
