@@ -185,9 +185,9 @@ pub enum AttentionKernels {
 pub const TENSOR_CORES_FROM_POSITION: u32 = 256;
 
 /// The numbers of query heads a KV head for which a model's attention takes the tensor cores
-/// unless asked ([`default_attention_kernels`]): groups of 4 (Qwen3-4B, -8B, -32B) and 8 (the
-/// Qwen3-Next shapes), the ones measured faster and checked against backend-cpu by the kernel
-/// tests. Groups of 2 (Qwen3-0.6B, -1.7B) keep simt: the MMA's 8 columns hold a KV head's query
+/// unless asked ([`default_attention_kernels`]): groups of 4 (Qwen3-4B, -8B) and 8 (Qwen3-32B, the
+/// Qwen3-Next shapes), the ones checked against backend-cpu by the kernel tests and measured
+/// faster (Qwen3-4B, -8B and the A3B slice). Groups of 2 (Qwen3-0.6B, -1.7B) keep simt: the MMA's 8 columns hold a KV head's query
 /// heads, a quarter used, and there the tensor cores decoded 14 % slower than simt at 8 streams
 /// after 1,024-4,096 tokens (sessions 66 and 67), though 1.07-1.12x at 1 and 64 streams and
 /// 1.5-1.9x in prefill: a default that loses where a few streams chat is kept out. Groups of 5
