@@ -185,14 +185,17 @@ pub enum AttentionKernels {
 pub const TENSOR_CORES_FROM_POSITION: u32 = 256;
 
 /// The numbers of query heads a KV head for which a model's attention takes the tensor cores
-/// unless asked ([`default_attention_kernels`]): groups of 4 (Qwen3-4B, -8B) and 8 (Qwen3-32B, the
-/// Qwen3-Next shapes), the ones checked against backend-cpu by the kernel tests and measured
-/// faster (Qwen3-4B, -8B and the A3B slice). Groups of 2 (Qwen3-0.6B, -1.7B) keep simt: the MMA's 8 columns hold a KV head's query
-/// heads, a quarter used, and there the tensor cores decoded 14 % slower than simt at 8 streams
-/// after 1,024-4,096 tokens (sessions 66 and 67), though 1.07-1.12x at 1 and 64 streams and
-/// 1.5-1.9x in prefill: a default that loses where a few streams chat is kept out. Groups of 5
-/// (Qwen3-14B), 3, 6 and 7 fit the kernels but have not run on a GPU yet: simt until they have.
-pub const TENSOR_CORES_DEFAULT_GROUPS: [usize; 2] = [4, 8];
+/// unless asked ([`default_attention_kernels`]): groups of 4 (Qwen3-4B, -8B), 5 (Qwen3-14B) and 8
+/// (Qwen3-32B, the Qwen3-Next shapes), the ones checked against backend-cpu by the kernel tests
+/// and measured faster (Qwen3-4B, -8B, -14B and the A3B slice; Qwen3-14B by context from 256 on
+/// the H100 in session 68: 1.05x / 1.17x / 1.99x simt's decode at 1 / 8 / 64 streams after
+/// 2,048-token prompts, 0.99x / 1.03x at 1 / 8 after 512, 1.6x prefill). Groups of 2 (Qwen3-0.6B,
+/// -1.7B) keep simt: the MMA's 8 columns hold a KV head's query heads, a quarter used, and there
+/// the tensor cores decoded 14 % slower than simt at 8 streams after 1,024-4,096 tokens (sessions
+/// 66 and 67), though 1.07-1.12x at 1 and 64 streams and 1.5-1.9x in prefill: a default that
+/// loses where a few streams chat is kept out. Groups of 3, 6 and 7 fit the kernels but have not
+/// run on a GPU yet: simt until they have.
+pub const TENSOR_CORES_DEFAULT_GROUPS: [usize; 3] = [4, 5, 8];
 
 /// The attention kernels a GPU model of `config`, keeping K and V as `kv`, runs unless asked:
 /// [`AttentionKernels::ByContext`] from [`TENSOR_CORES_FROM_POSITION`] where a KV head serves

@@ -178,7 +178,7 @@ fn every_gpu_fixture_is_the_same_bits_alone_batched_and_moved() {
             Loaded::NoDevice => return,
         };
         // Loaded by default, a model runs its own choice of attention (by context where a KV
-        // head serves 4 or 8 query heads: the 8-over-2 and 32-over-8 fixtures among them).
+        // head serves 4, 5 or 8 query heads: the 8-over-2 and 32-over-8 fixtures among them).
         let config = model::Config::from_dir(&model_dir(&fixture)).expect("config");
         assert_eq!(
             gpu.attention_kernels(),

@@ -59,8 +59,8 @@ impl MatmulInputArg {
 /// `--attention-kernel`: which kernels the GPU's attention runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionKernelArg {
-    /// The model's own choice: by-context where a KV head serves 4 or 8 query heads and the
-    /// tensor-core kernels fit (bf16 keys and values; Qwen3-4B, -8B, -32B, Qwen3-Next), simt
+    /// The model's own choice: by-context where a KV head serves 4, 5 or 8 query heads and the
+    /// tensor-core kernels fit (bf16 keys and values; Qwen3-4B, -8B, -14B, -32B, Qwen3-Next), simt
     /// elsewhere (Qwen3-0.6B's groups of 2, groups not yet measured, f32 keys and values, the CPU)
     Auto,
     /// Each key's score summed by a warp of CUDA cores: the fastest at few streams over short

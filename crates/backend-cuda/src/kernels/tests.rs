@@ -1385,7 +1385,8 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
     let mut config = Config::from_dir(&dir).expect("config");
     // (query heads, KV heads, head dim, cache, compiled, the tensor cores by default): Qwen3-4B,
     // -8B-like groups of 4 and 8, the A3B slice, a narrow group of 4, Qwen3-0.6B's group of 2,
-    // Qwen3-14B's group of 5 (fits, not a default group yet), an f32 cache, a group of 16.
+    // Qwen3-14B's group of 5, a group of 6 (fits, not a default group yet), an f32 cache, a group
+    // of 16.
     let by_context = crate::AttentionKernels::ByContext {
         tensor_cores_from: crate::TENSOR_CORES_FROM_POSITION,
     };
@@ -1395,7 +1396,8 @@ fn the_tensor_core_attention_is_compiled_where_its_tiles_fit() {
         (16, 2, 256, KvDtype::Bf16, true, true),
         (8, 2, 16, KvDtype::Bf16, true, true),
         (16, 8, 128, KvDtype::Bf16, true, false),
-        (40, 8, 128, KvDtype::Bf16, true, false),
+        (40, 8, 128, KvDtype::Bf16, true, true),
+        (48, 8, 128, KvDtype::Bf16, true, false),
         (32, 8, 128, KvDtype::F32, false, false),
         (16, 1, 128, KvDtype::Bf16, false, false),
     ];
@@ -3307,8 +3309,8 @@ fn attention_of_narrow_heads_matches_backend_cpu() {
 #[test]
 fn attention_of_many_heads_matches_backend_cpu() {
     // Qwen3-32B's 64 query heads over 8, and Qwen3-8B's 32 over 8, heads of 128; Qwen3-0.6B's
-    // 16 over 8 (the grouped kernels two heads a block); Qwen3-14B's 40 over 8 (groups of 5, not
-    // yet among the tensor cores' default groups).
+    // 16 over 8 (the grouped kernels two heads a block); Qwen3-14B's 40 over 8 (groups of 5, the
+    // tensor cores' by default since session 68).
     attention_shapes_match_backend_cpu(&[
         (KvDtype::Bf16, 64, 8, 128),
         (KvDtype::Bf16, 16, 8, 128),
