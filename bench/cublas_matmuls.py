@@ -2,7 +2,7 @@
 reference issue 12 asks the guarantee's cost to be measured against ("the cost of that
 guarantee measured against a build without it").
 
-    python3 bench/cublas_matmuls.py bench/shapes/qwen3-4b [SHAPE_DIR...] [--rows 1,8,32,64]
+    python3 bench/cublas_matmuls.py bench/shapes/qwen3-4b [SHAPE_DIR...] [--rows 1,8,32,64] [--kernels]
 
 For each dense shape (a config.json of a `qwen3` model), every layer's four projections (q/k/v
 joined, o, gate/up joined, down) hold their own random bf16 weights, as many layers as the
@@ -13,7 +13,10 @@ the shape, so a row's bits depend on the batch), is captured in a CUDA graph and
 the median of the timed replays is printed with the weight bytes over that time, and each
 kind's own pass beside it. flashlane's kernels for the same round come from its kernel
 timeline (`FLASHLANE_TIMELINE=1 flashlane bench …`, bench/device_ab.sh `timeline`) in the
-same call.
+same call. With `--kernels`, each row count's table is followed by the kernels cuBLAS launches
+for one layer's projections (PyTorch's profiler: name, grid, block, registers, shared memory
+and µs, as the profiler's trace records them), so that what it does at 64 rows (its tiles, its
+split of k) can be read beside flashlane's kernels.
 
 What this leaves out, so it is a floor for a non-invariant engine rather than one: the norms,
 RoPE, attention, the SwiGLU and the residual adds between the projections. x is bf16 here,
@@ -74,7 +77,38 @@ def timed(run) -> float:
     return statistics.median(times)
 
 
-def shape_table(shape_dir: Path, rows_list: list[int]) -> list[str]:
+def kernel_lines(prof_path: Path) -> list[str]:
+    """Each kernel event of a Chrome trace PyTorch wrote: name, grid, block, registers, shared
+    memory and duration."""
+    trace = json.loads(prof_path.read_text())
+    lines = []
+    for event in trace.get("traceEvents", []):
+        if event.get("cat") != "kernel":
+            continue
+        args = event.get("args", {})
+        shape = "  ".join(
+            f"{key} {args[key]}"
+            for key in ("grid", "block", "registers per thread", "shared memory", "blocks per SM")
+            if key in args
+        )
+        lines.append(f"    {event['name'][:110]}  {event.get('dur', 0):.1f} µs  {shape}")
+    return lines
+
+
+def traced_kernels(run, out: Path) -> list[str]:
+    """The kernels `run` launches, from a Chrome trace of PyTorch's profiler written to `out`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(out))
+    return kernel_lines(out)
+
+
+def shape_table(shape_dir: Path, rows_list: list[int], kernels: bool = False) -> list[str]:
     config = json.loads((shape_dir / "config.json").read_text())
     layers = config["num_hidden_layers"]
     kinds = projections(config)
@@ -96,6 +130,7 @@ def shape_table(shape_dir: Path, rows_list: list[int]) -> list[str]:
         + " | LM head µs | all µs (TB/s) |",
         "|---" * (len(kinds) + 4) + "|",
     ]
+    kernel_notes: list[str] = []
     for rows in rows_list:
         xs = {k: torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16) for _, k in kinds.values()}
         ys = {name: torch.empty(rows, n, device="cuda", dtype=torch.bfloat16) for name, (n, _) in kinds.items()}
@@ -123,19 +158,28 @@ def shape_table(shape_dir: Path, rows_list: list[int]) -> list[str]:
             + " | ".join(f"{us:,.0f}" for us in by_kind)
             + f" | {head_us:,.0f} | {all_us:,.0f} ({(layers * layer_bytes + head_bytes) / all_us / 1e6:.2f}) |"
         )
+        if kernels:
+            def first_layer() -> None:
+                for name, (_, k) in kinds.items():
+                    torch.mm(xs[k], per_layer[0][name].t(), out=ys[name])
+                head_pass()
+
+            kernel_notes.append(f"{rows} rows, layer 0's q/k/v, o, gate/up, down, then the LM head:")
+            kernel_notes += traced_kernels(first_layer, Path(f"/tmp/cublas_{shape_dir.name}_{rows}.json"))
         del xs, ys, y_head
     del per_layer, head
     torch.cuda.empty_cache()
-    return lines
+    return lines + ([""] + kernel_notes if kernel_notes else [])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("shapes", nargs="+", type=Path, help="folders holding a dense Qwen3 config.json")
     ap.add_argument("--rows", default="1,8,32,64", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--kernels", action="store_true", help="list the kernels cuBLAS launches for each row count")
     args = ap.parse_args()
     for shape in args.shapes:
-        print("\n".join(shape_table(shape, args.rows)))
+        print("\n".join(shape_table(shape, args.rows, args.kernels)))
         print()
 
 
