@@ -1203,10 +1203,12 @@ split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
 // the normalised row, each element `normalise16`'s expression (`rmsnorm_rows`' value), and with
 // `out` (not null) stores those elements there as `rmsnorm_rows` writes them. So the split rows,
 // and `out`, hold the bits of the two kernels one after the other. x holds whole rows of k (no
-// row index); the grid is `split_rows`'.
-extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __restrict__ norm_w, float eps,
-                int kind, float* __restrict__ out, unsigned* __restrict__ xs) {
+// row index); the grid is `split_rows`'. With WG, in the warpgroup matmul's k order
+// (`split_rows_norm_wg`, `matmul_wg.cu`).
+template <bool WG>
+__device__ __forceinline__ void split_rows_norm_of(const float* __restrict__ x, int rows, int k,
+                                                   const float* __restrict__ norm_w, float eps, int kind,
+                                                   float* __restrict__ out, unsigned* __restrict__ xs) {
     static_assert(SPLIT_THREADS == MMA_WARPS * WARP, "tile_norms sums a row over MMA_WARPS warps");
     __shared__ float sums[MMA_ROWS][NORM_WARPS];
     __shared__ float inv_s[MMA_ROWS];
@@ -1221,7 +1223,7 @@ split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __res
     if (r >= rows || i >= chunks * (MMA_CHUNK / 2)) return;
     const float* src = x + (size_t)r * k;
     const int c = i / (MMA_CHUNK / 2), w = i % (MMA_CHUNK / 2);
-    const int e = split_word_element<false>(c, w);
+    const int e = split_word_element<WG>(c, w);
     float x0 = 0.0f, x1 = 0.0f;
     if (e < k) {  // k % 16 == 0: e + 1 < k too
         x0 = __fmul_rn(__fmul_rn(src[e], inv), norm_scale(norm_w[e], kind));
@@ -1232,6 +1234,12 @@ split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __res
         }
     }
     store_split_word(xs, r, chunks, c, w, x0, x1);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_norm(const float* __restrict__ x, int rows, int k, const float* __restrict__ norm_w, float eps,
+                int kind, float* __restrict__ out, unsigned* __restrict__ xs) {
+    split_rows_norm_of<false>(x, rows, k, norm_w, eps, kind, out, xs);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

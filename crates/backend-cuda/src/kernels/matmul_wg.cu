@@ -546,3 +546,182 @@ matmul_fp8_wg_swap(const unsigned* __restrict__ xs, const unsigned char* __restr
                    int y_stride, int accumulate, int rows) {
     matmul_wg_split_block<64, true, true>(xs, w, scales, br, bc, k, n_out, y, y_stride, rows, accumulate);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The k split of a 48–64-row decode round on the warpgroup MMA, folded in each tile's cluster:
+// `matmul_bf16_tiled_split_fold`'s grid, cluster, arguments, partials and fold (`mmt_cluster_fold`),
+// with the products of `matmul_bf16_wgmma` (FLASHLANE_MATMUL_WG_FOLD=1, an A/B switch; session
+// 68 found cuBLAS taking Qwen3-4B's 64-row projections in 0.58× the tiles' time, and a 64-row
+// chunk asks twice the products `mma.sync` gives a weight byte at HBM's rate).
+//
+// A block: 64 rows (x's split rows in the warpgroup's k order, `split_rows_wg` /
+// `split_rows_norm_wg`, from registers by `ldmatrix` as `matmul_bf16_wgmma` loads them) × the
+// tiles' 128 outputs, two warpgroups: warpgroup h multiplies all 64 rows by outputs 64h … 64h +
+// 63 (m64n64k16, B the weights from shared memory by descriptor, copied in the 8-byte runs and
+// core-matrix places of `matmul_bf16_wgmma`), so for a SwiGLU fold warpgroup 0 takes the tile's
+// gate rows and warpgroup 1 their up rows. Residue blockIdx.z's chunks in order from a zero
+// partial, each step the hi then the lo product: `matmul_bf16_wgmma`'s operations on the same
+// values, whose bits are the tiles' (session 23), so the partial is the tiles' split's and the
+// fold its fold.
+#define MWF_ROWS 64
+#define MWF_OUTS 128
+#define MWF_THREADS 256
+#define MWF_X_STAGE_BYTES (MWF_ROWS * MMA_CHUNK * 4)       // a chunk of the split rows: 32 hi, 32 lo words a row
+#define MWF_W_STAGE_BYTES (MWF_OUTS * MMA_CHUNK * 2)       // a chunk of the tile's weights
+#define MWF_STEP_BYTES (MWF_W_STAGE_BYTES / 4)             // of one k16 step
+#define MWF_HALF_BYTES (MWF_STEP_BYTES / 2)                // of one k-half of a step
+#define MWF_STAGE_BYTES (MWF_X_STAGE_BYTES + MWF_W_STAGE_BYTES)
+
+template <int FOLD>
+__device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
+                                                     int k, int n_out, float* __restrict__ y, int y_stride,
+                                                     int accumulate, int rows) {
+    static_assert(FOLD == MMT_FOLD_PLAIN || FOLD == MMT_FOLD_SWIGLU, "a cluster fold");
+    static_assert(MWF_THREADS == MMT_WARPS * WARP, "mmt_cluster_fold walks the tiles' threads");
+    static_assert(MMT_STAGES * MWF_STAGE_BYTES >= MWF_ROWS * (MWF_OUTS + MMT_FOLD_PAD) * 4,
+                  "the stages' shared memory holds the block's partial for the cluster's fold");
+    extern __shared__ float4 mwf_smem4[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(mwf_smem4);
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int h = warp / 4;  // the warpgroup: outputs 64h … 64h + 63 of the tile
+    const int r0 = blockIdx.x * MWF_ROWS, o0 = blockIdx.y * MWF_OUTS;
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
+    const int res = blockIdx.z;
+    const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    // A SwiGLU tile: units u0 … u0 + 63, their gate rows (local outputs 0–63) then their up rows.
+    const int width = n_out / 2, u0 = blockIdx.y * (MWF_OUTS / 2);
+    // As the tiles' split starts: its first residue's block pulls the tile's weights into L2.
+    if (FOLD == MMT_FOLD_SWIGLU && res == 0) {
+        pdl_launch_dependents();
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
+            prefetch_rows_l2(w, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
+        }
+        pdl_wait();
+    } else if (res == 0) {
+        matmul_start(w, o0, MWF_OUTS, n_out, (size_t)k * sizeof(bf16_t));
+    } else {
+        pdl_start();
+    }
+
+    // This thread's copies, the same for every chunk but for its offset (`matmul_bf16_wgmma`'s):
+    // x pieces (16 bytes) of rows xr + 16i, piece xp placed at xp ^ (row & 7); weight runs (8
+    // bytes: elements 16·tt + 4s … + 3) of local outputs wo + 16i.
+    static_assert(MWF_THREADS == 16 * 16, "16 threads a row, 16 rows a pass");
+    const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
+    const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
+    const int w_elem = 16 * tt + 4 * ws;
+    const int w_dst = ws * MWF_STEP_BYTES + (tt / 2) * MWF_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
+                      (tt % 2) * 8;
+    auto load = [&](int stage, int c) {
+        unsigned char* base = smem + stage * MWF_STAGE_BYTES;
+        unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
+#pragma unroll
+        for (int i = 0; i < MWF_ROWS / 16; i++) {
+            const int row = xr + 16 * i;
+            const bool in = r0 + row < rows;
+            cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
+                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
+        }
+        unsigned char* w_base = base + MWF_X_STAGE_BYTES;
+        const bool k_in = c * MMA_CHUNK + w_elem < k;
+#pragma unroll
+        for (int i = 0; i < MWF_OUTS / 16; i++) {
+            const int ol = wo + 16 * i;  // outputs ol and ol + 16 are two groups of 8 apart
+            int o;
+            bool in;
+            if (FOLD == MMT_FOLD_SWIGLU) {
+                const int unit = u0 + ol % (MWF_OUTS / 2);
+                o = ol < MWF_OUTS / 2 ? unit : width + unit;
+                in = k_in && unit < width;
+            } else {
+                o = o0 + ol;
+                in = k_in && o < n_out;
+            }
+            cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)o * k + (size_t)c * MMA_CHUNK + w_elem : w,
+                      in);
+        }
+    };
+
+    // This lane's ldmatrix row of its warp's 16 (both warpgroups take all 64 rows) and its
+    // swizzle; which half of a step's slots.
+    const int x_row = ((warp % 4) * 16 + (lane & 15)) * MMA_CHUNK;
+    const int x_swz = lane & 7, x_half = lane >> 4;
+
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < MMT_STAGES - 1; s++) {
+        if (s < visits) load(s, res + s * MMT_RESIDUES);
+        cp_async_commit();
+    }
+    for (int v = 0; v < visits; v++) {
+        cp_async_wait<MMT_STAGES - 2>();
+        // The copies are the generic proxy's writes; wgmma reads through the async proxy.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
+        if (v + MMT_STAGES - 1 < visits) load((v + MMT_STAGES - 1) % MMT_STAGES, res + (v + MMT_STAGES - 1) * MMT_RESIDUES);
+        cp_async_commit();
+        const unsigned char* stage = smem + (v % MMT_STAGES) * MWF_STAGE_BYTES;
+        const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
+        const unsigned char* ws_s = stage + MWF_X_STAGE_BYTES + h * 8 * MMW_GROUP_BYTES;
+        unsigned ah[4][4], al[4][4];
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
+            ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
+            if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
+        }
+        wgmma_pin_n<64>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const unsigned long long b = wgmma_desc(ws_s + s * MWF_STEP_BYTES, MWF_HALF_BYTES, MMW_GROUP_BYTES);
+            wgmma_m64k16<64>(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
+            if (MMA_SPLIT) wgmma_m64k16<64>(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
+        }
+        wgmma_commit();
+        // The A registers and this stage are free again only when the products are done.
+        wgmma_wait_all();
+        wgmma_pin_n<64>(acc);
+    }
+    cp_async_wait<0>();
+    // The partial into this block's shared memory (every warp done with the stages first), rows
+    // MWF_OUTS + MMT_FOLD_PAD floats apart, then the cluster's fold. d[i]: row 16·(warp % 4) + g +
+    // 8·((i % 4) / 2), local output 64h + 8·(i / 4) + 2t + i % 2.
+    __syncthreads();
+    float* mine = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int rl = (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
+        const int ol = 64 * h + (i / 4) * MMA_COLS + 2 * t + i % 2;
+        mine[rl * (MWF_OUTS + MMT_FOLD_PAD) + ol] = acc[i];
+    }
+    mmt_cluster_fold<MWF_ROWS, MWF_OUTS, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width);
+}
+
+// Grid (ceil(rows / 64), ceil(n_out / 128), MMT_RESIDUES); `matmul_bf16_tiled_split_fold`'s
+// arguments, over rows split by `split_rows_wg` / `split_rows_norm_wg`.
+extern "C" __global__ void __launch_bounds__(MWF_THREADS, 2) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_wg_split_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                          float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_wg_fold_block<MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The same for a dense MLP's gate/up: `matmul_bf16_tiled_split_fold_swiglu`'s arguments and grid
+// (ceil(rows / 64), ceil(width / 64), MMT_RESIDUES).
+extern "C" __global__ void __launch_bounds__(MWF_THREADS, 2) __cluster_dims__(1, 1, MMT_RESIDUES)
+matmul_bf16_wg_split_fold_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                                 float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_wg_fold_block<MMT_FOLD_SWIGLU>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// `split_rows_norm` in the warpgroup's k order (`split_rows_norm_of`).
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_norm_wg(const float* __restrict__ x, int rows, int k, const float* __restrict__ norm_w, float eps,
+                   int kind, float* __restrict__ out, unsigned* __restrict__ xs) {
+    split_rows_norm_of<true>(x, rows, k, norm_w, eps, kind, out, xs);
+}

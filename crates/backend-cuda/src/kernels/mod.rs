@@ -403,6 +403,9 @@ const MMW_STAGES: usize = 4;
 const MMW_THREADS: u32 = 256;
 /// A stage: MMW_ROWS split rows of a chunk (64 words each) and MMW_OUTS rows of its bf16 weights.
 const MMW_SHARED_BYTES: usize = MMW_STAGES * MMA_CHUNK * (MMW_ROWS * 4 + MMW_OUTS * 2);
+/// `matmul_bf16_wg_split_fold`'s: MMT_STAGES chunks of 64 split rows and of 128 outputs' weights,
+/// the tiles' stages (`mmt_shared_bytes`), so the tiles' occupancy and cluster-fold rule hold.
+const MWF_SHARED_BYTES: usize = mmt_shared_bytes(MMT_STAGES, MMT_ROWS);
 /// Where the warpgroup matmul's module is compiled (see [`MATMUL_WGMMA_ENV`]) and k splits, a
 /// round's split (17–32 and 48–64 rows: [`SPLIT32_MIN_ROWS`], [`MATMUL_SPLIT_K_MIN_ROWS`]) may
 /// run on the warpgroup MMA with the operands swapped (`matmul_bf16_wg_split_n32` / `_n64`,
@@ -420,6 +423,16 @@ pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// FP8. Which take it is [`wg_swap_takes`]': the FP8 ones by default, `=1` bf16 too, `=0` none
 /// (A/B runs: the same bits).
 pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
+/// Where the warpgroup matmul's module is compiled, a bf16 k split on mma.sync that folds in its
+/// clusters ([`MATMUL_CLUSTER_FOLD_ENV`]; rounds of 48–64 rows, a prompt's few tiles) may run on
+/// the warpgroup MMA instead (`matmul_bf16_wg_split_fold`, `_fold_swiglu`): the tiles' blocks,
+/// grid, partials and fold, each block two warpgroups of m64n64k16 over its 64 rows from
+/// registers and its 128 outputs' weights from shared memory (`matmul_bf16_wgmma`'s products,
+/// whose bits are the tiles'), over x split in the warpgroup's k order (`split_rows_wg`,
+/// `split_rows_norm_wg`). Written in session 68 after cuBLAS took Qwen3-4B's 64-row projections
+/// in 0.58× the tiles' time (bench/RESULTS.md); not yet run on a GPU: off unless
+/// `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
+pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
@@ -1614,6 +1627,9 @@ pub struct Kernels {
     /// Which unsplit matmuls of a prompt `Auto` runs on `matmul_bf16_wg_swap` /
     /// `matmul_fp8_wg_swap` where their module is compiled ([`MATMUL_WG_SWAP_ENV`]).
     matmul_wg_swap: WgChoice,
+    /// Whether a cluster-folded bf16 split runs on the warpgroup MMA where its module is
+    /// compiled ([`MATMUL_WG_FOLD_ENV`]).
+    matmul_wg_fold: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1872,6 +1888,7 @@ impl Kernels {
             matmul_split_k_prompts: env_on(MATMUL_SPLIT_K_PROMPTS_ENV),
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
+            matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -2072,11 +2089,25 @@ impl Kernels {
             )?;
             Ok([n32, n64])
         };
+        // The cluster-folded split, plain and with the SwiGLU.
+        let fold = |name: &str| -> Result<CudaFunction, CudaError> {
+            let f = module.load_function(name)?;
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                MWF_SHARED_BYTES as i32,
+            )?;
+            Ok(f)
+        };
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
             split_rows: module.load_function("split_rows_wg")?,
+            split_rows_norm: module.load_function("split_rows_norm_wg")?,
             matmul,
+            split_fold_bf16: [
+                fold("matmul_bf16_wg_split_fold")?,
+                fold("matmul_bf16_wg_split_fold_swiglu")?,
+            ],
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
             swap_bf16: swap("bf16")?,
@@ -2090,7 +2121,11 @@ impl Kernels {
 /// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`]).
 struct WgmmaKernels {
     split_rows: CudaFunction,
+    /// `split_rows_norm` in the warpgroup's k order, for the cluster-folded split.
+    split_rows_norm: CudaFunction,
     matmul: CudaFunction,
+    /// `matmul_bf16_wg_split_fold` and `_fold_swiglu` ([`MATMUL_WG_FOLD_ENV`]).
+    split_fold_bf16: [CudaFunction; 2],
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
@@ -2779,6 +2814,33 @@ impl Kernels {
         gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, args)
     }
 
+    /// The warpgroup module's kernels where a k split of `m` runs cluster-folded on the warpgroup
+    /// MMA ([`MATMUL_WG_FOLD_ENV`]): where asked and compiled, a bf16 split on mma.sync's 64-row
+    /// blocks (not the 32-row ones, not the swapped warpgroup split) that folds in its clusters
+    /// by [`folds_in_clusters`] — the tiles' fold, whose blocks, grid and occupancy it keeps.
+    fn wg_fold_kernels(
+        &self,
+        m: &Matmul,
+        split_k: bool,
+        on_wgmma: bool,
+        swiglu: bool,
+    ) -> Option<&WgmmaKernels> {
+        let wg = self.wgmma.as_ref()?;
+        let on_32_rows = self.matmul_split32 && m.rows <= SPLIT32_ROWS;
+        let shape = SplitShape {
+            tiles: m.rows.div_ceil(MMT_ROWS) * m.n_out.div_ceil(MMT_OUTS),
+            on_32_rows,
+            swiglu,
+        };
+        (self.matmul_wg_fold
+            && split_k
+            && !on_wgmma
+            && !on_32_rows
+            && m.fp8.is_none()
+            && folds_in_clusters(self.matmul_cluster_fold, shape))
+        .then_some(wg)
+    }
+
     /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
     /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
     /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
@@ -2808,12 +2870,28 @@ impl Kernels {
             !split_k || m.partials != 0,
             "[matmul-split-k-room] a split k needs room for its partials (Matmul::partials)"
         );
+        let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
+        let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
+        if let Some(wg) = self.wg_fold_kernels(m, split_k, on_wgmma, swiglu_act.is_some()) {
+            // x in the warpgroup's k order, then the tiles' cluster-folded split on wgmma.
+            check_wg_matrix_size(m);
+            match norm {
+                None => launch_split_rows(gpu, &wg.split_rows, m)?,
+                Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm)?,
+            }
+            return self.matmul_split_folded(
+                gpu,
+                m,
+                swiglu_act,
+                &wg.split_fold_bf16,
+                row_blocks,
+                MWF_SHARED_BYTES,
+            );
+        }
         match norm {
             None => launch_split_rows(gpu, &self.split_rows, m)?,
             Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?,
         }
-        let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
-        let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
         if !split_k {
             // The 16-row kernels' arguments from W on, after the split rows.
             let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];

@@ -443,6 +443,32 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         // Rows over several blocks (128 rows a block), the last in part.
         let depth = 16 * (1 + rng.below(160));
         matmul_case(&gpu, &k, &mut rng, depth, 300, split);
+        // The 64-row blocks' split folded in its clusters on the warpgroup MMA
+        // (`matmul_bf16_wg_split_fold`, FLASHLANE_MATMUL_WG_FOLD), every split taking it (the
+        // 32-row blocks off, every split folded, a prompt's few tiles split too): one piece of k
+        // (residues 1–7 empty), three rounds of the residues plus a piece, random depths, rows
+        // over several row blocks; the other kernels' bits, gathered and accumulated.
+        k.matmul_wg_fold = true;
+        k.matmul_cluster_fold = super::ClusterFold::All;
+        k.matmul_split_k = true;
+        k.matmul_split_k_prompts = true;
+        k.matmul_split32 = false;
+        k.cluster_fold_launches
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        for (depth, rows) in [
+            (16 * (1 + rng.below(320)), 64),
+            (16, 64),
+            (3 * 8 * 64 + 16, 40),
+            (16 * (1 + rng.below(160)), 300),
+        ] {
+            matmul_case(&gpu, &k, &mut rng, depth, rows, split);
+        }
+        assert!(
+            k.cluster_fold_launches
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "the warpgroup's cluster-folded split never ran"
+        );
     }
 }
 
@@ -692,11 +718,22 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .flat_map(|r| (0..width).map(move |i| silu(r[i]) * r[width + i]))
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
-        // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD): the same bits.
-        let folds = [super::ClusterFold::Off, super::ClusterFold::All];
-        for (rows, cluster_fold) in rows.into_iter().flat_map(|r| folds.map(|f| (r, f))) {
+        // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
+        // Hopper those clusters on the warpgroup MMA (`matmul_bf16_wg_split_fold_swiglu`,
+        // FLASHLANE_MATMUL_WG_FOLD): the same bits.
+        let folds = [
+            (super::ClusterFold::Off, false),
+            (super::ClusterFold::All, false),
+            (super::ClusterFold::All, true),
+        ];
+        let folds = &folds[..if wgmma_split { 3 } else { 2 }];
+        for (rows, &(cluster_fold, wg_fold)) in rows
+            .into_iter()
+            .flat_map(|r| folds.iter().map(move |f| (r, f)))
+        {
             k.matmul_cluster_fold = cluster_fold;
-            let seed = format!("{seed} (cluster fold {cluster_fold:?})");
+            k.matmul_wg_fold = wg_fold;
+            let seed = format!("{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -2215,9 +2252,16 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     k.norm_in_split = true;
     k.swiglu_in_gate_up = true;
     k.matmul_split32 = true;
-    let mut kernels = vec![MatmulKernel::Tiled, MatmulKernel::TiledSplitK];
+    let default_fold = k.matmul_cluster_fold;
+    // (kernel, its split folded in clusters on the warpgroup MMA: FLASHLANE_MATMUL_WG_FOLD,
+    // `split_rows_norm_wg`).
+    let mut kernels = vec![
+        (MatmulKernel::Tiled, false),
+        (MatmulKernel::TiledSplitK, false),
+    ];
     if on_hopper {
-        kernels.push(MatmulKernel::WgmmaSplitK);
+        kernels.push((MatmulKernel::WgmmaSplitK, false));
+        kernels.push((MatmulKernel::TiledSplitK, true));
     }
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2266,7 +2310,13 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 };
                 norm_apart(&k);
                 let normed = xn.read(gpu, rows * depth).unwrap();
-                for &kernel in &kernels {
+                for &(kernel, wg_fold) in &kernels {
+                    // Every split folded in its clusters on the warpgroup MMA, where asked.
+                    k.matmul_wg_fold = wg_fold;
+                    k.matmul_cluster_fold = match wg_fold {
+                        true => super::ClusterFold::All,
+                        false => default_fold,
+                    };
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
                     xs.write(gpu, &xs_nan).unwrap();
@@ -2276,7 +2326,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     let want_xs = xs.read(gpu, rows * split_words).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
-                        let what = format!("{what}, {kernel:?}, keep {keeps}");
+                        let what =
+                            format!("{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}");
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
                         y.write(gpu, &nan).unwrap();
@@ -2302,7 +2353,9 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
-                        let what = format!("{what}, {kernel:?}, keep {keeps}, SwiGLU");
+                        let what = format!(
+                            "{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}, SwiGLU"
+                        );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
                         act.write(gpu, &nan[..max_rows * width]).unwrap();
