@@ -591,18 +591,21 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
     const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
     // A SwiGLU tile: units u0 … u0 + 63, their gate rows (local outputs 0–63) then their up rows.
     const int width = n_out / 2, u0 = blockIdx.y * (MWF_OUTS / 2);
-    // As the tiles' split starts: its first residue's block pulls the tile's weights into L2.
+    // As the tiles' split starts: its first residue's block pulls the tile's weights into L2;
+    // with MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
+    // copies (below).
     if (FOLD == MMT_FOLD_SWIGLU && res == 0) {
         pdl_launch_dependents();
         if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
             prefetch_rows_l2(w, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
             prefetch_rows_l2(w + (size_t)width * k, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
         }
-        pdl_wait();
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
     } else if (res == 0) {
-        matmul_start(w, o0, MWF_OUTS, n_out, (size_t)k * sizeof(bf16_t));
+        matmul_start(w, o0, MWF_OUTS, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
     } else {
-        pdl_start();
+        pdl_launch_dependents();
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
     }
 
     // This thread's copies, the same for every chunk but for its offset (`matmul_bf16_wgmma`'s):
@@ -614,9 +617,8 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
     const int w_elem = 16 * tt + 4 * ws;
     const int w_dst = ws * MWF_STEP_BYTES + (tt / 2) * MWF_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
                       (tt % 2) * 8;
-    auto load = [&](int stage, int c) {
-        unsigned char* base = smem + stage * MWF_STAGE_BYTES;
-        unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
+    auto load_x = [&](int stage, int c) {
+        unsigned* xs_dst = reinterpret_cast<unsigned*>(smem + stage * MWF_STAGE_BYTES);
 #pragma unroll
         for (int i = 0; i < MWF_ROWS / 16; i++) {
             const int row = xr + 16 * i;
@@ -624,7 +626,9 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
             cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
                        in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
         }
-        unsigned char* w_base = base + MWF_X_STAGE_BYTES;
+    };
+    auto load_w = [&](int stage, int c) {
+        unsigned char* w_base = smem + stage * MWF_STAGE_BYTES + MWF_X_STAGE_BYTES;
         const bool k_in = c * MMA_CHUNK + w_elem < k;
 #pragma unroll
         for (int i = 0; i < MWF_OUTS / 16; i++) {
@@ -643,6 +647,10 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
                       in);
         }
     };
+    auto load = [&](int stage, int c) {
+        load_x(stage, c);
+        load_w(stage, c);
+    };
 
     // This lane's ldmatrix row of its warp's 16 (both warpgroups take all 64 rows) and its
     // swizzle; which half of a step's slots.
@@ -653,9 +661,23 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
 #pragma unroll
     for (int i = 0; i < 32; i++) acc[i] = 0.0f;
 
+    if (MMT_EARLY_WEIGHTS) {
+        // The first stages' weights (never written while kernels run) before the wait for the
+        // kernel ahead, whose output x is; their copies join the first stage's commit group, so
+        // that group's wait covers them all (as the tiles do).
+#pragma unroll
+        for (int s = 0; s < MMT_STAGES - 1; s++)
+            if (s < visits) load_w(s, res + s * MMT_RESIDUES);
+        pdl_wait();
+    }
 #pragma unroll
     for (int s = 0; s < MMT_STAGES - 1; s++) {
-        if (s < visits) load(s, res + s * MMT_RESIDUES);
+        if (s < visits) {
+            if (MMT_EARLY_WEIGHTS)
+                load_x(s, res + s * MMT_RESIDUES);
+            else
+                load(s, res + s * MMT_RESIDUES);
+        }
         cp_async_commit();
     }
     for (int v = 0; v < visits; v++) {
