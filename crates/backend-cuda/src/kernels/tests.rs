@@ -2310,6 +2310,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 };
                 norm_apart(&k);
                 let normed = xn.read(gpu, rows * depth).unwrap();
+                // The tiles' split's products and SwiGLU, which the warpgroup fold must give.
+                let (mut tiles_split, mut tiles_swiglu) = (None, None);
                 for &(kernel, wg_fold) in &kernels {
                     // Every split folded in its clusters on the warpgroup MMA, where asked.
                     k.matmul_wg_fold = wg_fold;
@@ -2325,6 +2327,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
                     let want_xs = xs.read(gpu, rows * split_words).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
+                    match (kernel, wg_fold, &tiles_split) {
+                        (MatmulKernel::TiledSplitK, false, _) => tiles_split = Some(want.clone()),
+                        (_, true, Some(tiles)) => assert!(
+                            same_bits(&want, tiles),
+                            "{what}: the warpgroup fold's products differ from the tiles' split"
+                        ),
+                        _ => {}
+                    }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what =
                             format!("{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}");
@@ -2352,6 +2362,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
+                    match (kernel, wg_fold, &tiles_swiglu) {
+                        (MatmulKernel::TiledSplitK, false, _) => tiles_swiglu = Some(want.clone()),
+                        (_, true, Some(tiles)) => assert!(
+                            same_bits(&want, tiles),
+                            "{what}: the warpgroup fold's SwiGLU differs from the tiles' split's"
+                        ),
+                        _ => {}
+                    }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
                             "{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}, SwiGLU"
