@@ -2757,9 +2757,10 @@ fn launch_over_split_rows(
 }
 
 impl Kernels {
-    /// The k split of `m` on mma.sync (its rows already split) folded in each tile's cluster
-    /// by `kernels` (plain, SwiGLU: `matmul_bf16_tiled_split_fold*` or
-    /// `matmul_bf16_tiled_split32_fold*`, [`MATMUL_CLUSTER_FOLD_ENV`]) on the split's
+    /// The k split of `m` (its rows already split) folded in each tile's cluster by `kernels`
+    /// (plain, SwiGLU: `matmul_bf16_tiled_split_fold*` or `matmul_bf16_tiled_split32_fold*` on
+    /// mma.sync, [`MATMUL_CLUSTER_FOLD_ENV`]; `matmul_bf16_wg_split_fold*` on the warpgroup MMA,
+    /// [`MATMUL_WG_FOLD_ENV`]) on the split's
     /// `row_blocks` row blocks of `shared` bytes each: into `m.y` as the fold writes it, or with
     /// `swiglu_act` the SwiGLU of its gate/up into that address.
     fn matmul_split_folded(
