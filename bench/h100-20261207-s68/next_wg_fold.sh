@@ -11,6 +11,7 @@
 #    bench/h100-20261207-s68/call1/timeline_4b.txt: the tiles' split 2,655 + 2,218 µs a round).
 # 3. gpu_dense with every split on it (the warpgroup module compiled for the fixtures, every
 #    round of 48–64 rows split and folded): alone = batched, bit for bit, whole models.
+# 4. cuBLAS's kernels for Qwen3-4B's projections at 1 and 64 rows (`cublas_matmuls.py --kernels`).
 set -u
 T0=$(date +%s)
 . bench/device_ab.sh
@@ -29,5 +30,11 @@ if grep -q "test result: ok. 3 passed" $OUT/tests_wg_fold.txt; then
   fi
 else
   el "the warpgroup fold's kernel tests did not all pass: no A/B"
+fi
+# 4. What cuBLAS launches for Qwen3-4B's projections at 1 and 64 rows (its tiles and split).
+if room 40 cublas_kernels; then
+  timeout 40 python3 bench/cublas_matmuls.py bench/shapes/qwen3-4b --rows 1,64 --kernels \
+    > $OUT/cublas_kernels.md 2>&1
+  el "cublas kernels rc=$?"; cat $OUT/cublas_kernels.md
 fi
 exit 0
