@@ -572,11 +572,14 @@ matmul_fp8_wg_swap(const unsigned* __restrict__ xs, const unsigned char* __restr
 #define MWF_HALF_BYTES (MWF_STEP_BYTES / 2)                // of one k-half of a step
 #define MWF_STAGE_BYTES (MWF_X_STAGE_BYTES + MWF_W_STAGE_BYTES)
 
+// FOLD: MMT_FOLD_PLAIN or MMT_FOLD_SWIGLU, the cluster's fold into y (`mmt_cluster_fold`);
+// MMT_FOLD_NONE, residue blockIdx.z's partial into y + z · part_stride ([rows, n_out], y_stride
+// n_out), for `matmul_fold_residues` (`matmul_bf16_tiled_split`'s partials: a split the cluster
+// rule leaves unfolded).
 template <int FOLD>
 __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                      int k, int n_out, float* __restrict__ y, int y_stride,
-                                                     int accumulate, int rows) {
-    static_assert(FOLD == MMT_FOLD_PLAIN || FOLD == MMT_FOLD_SWIGLU, "a cluster fold");
+                                                     int accumulate, int rows, int part_stride = 0) {
     static_assert(MWF_THREADS == MMT_WARPS * WARP, "mmt_cluster_fold walks the tiles' threads");
     static_assert(MMT_STAGES * MWF_STAGE_BYTES >= MWF_ROWS * (MWF_OUTS + MMT_FOLD_PAD) * 4,
                   "the stages' shared memory holds the block's partial for the cluster's fold");
@@ -711,9 +714,18 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         wgmma_pin_n<64>(acc);
     }
     cp_async_wait<0>();
+    // d[i]: row 16·(warp % 4) + g + 8·((i % 4) / 2), local output 64h + 8·(i / 4) + 2t + i % 2.
+    if (FOLD == MMT_FOLD_NONE) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int r = r0 + (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
+            const int o = o0 + 64 * h + (i / 4) * MMA_COLS + 2 * t + i % 2;
+            if (r < rows && o < n_out) y[(size_t)res * part_stride + (size_t)r * y_stride + o] = acc[i];
+        }
+        return;
+    }
     // The partial into this block's shared memory (every warp done with the stages first), rows
-    // MWF_OUTS + MMT_FOLD_PAD floats apart, then the cluster's fold. d[i]: row 16·(warp % 4) + g +
-    // 8·((i % 4) / 2), local output 64h + 8·(i / 4) + 2t + i % 2.
+    // MWF_OUTS + MMT_FOLD_PAD floats apart, then the cluster's fold.
     __syncthreads();
     float* mine = reinterpret_cast<float*>(smem);
 #pragma unroll
@@ -731,6 +743,14 @@ extern "C" __global__ void __launch_bounds__(MWF_THREADS, 2) __cluster_dims__(1,
 matmul_bf16_wg_split_fold(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                           float* __restrict__ y, int y_stride, int accumulate, int rows) {
     matmul_wg_fold_block<MMT_FOLD_PLAIN>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The same split unfolded: `matmul_bf16_tiled_split`'s arguments, grid and partials (then
+// `matmul_fold_residues` or its SwiGLU twin), where the cluster rule folds no split.
+extern "C" __global__ void __launch_bounds__(MWF_THREADS, 2)
+matmul_bf16_wg_split_partials(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                              float* __restrict__ part, int part_stride, int rows) {
+    matmul_wg_fold_block<MMT_FOLD_NONE>(xs, w, k, n_out, part, n_out, 0, rows, part_stride);
 }
 
 // The same for a dense MLP's gate/up: `matmul_bf16_tiled_split_fold_swiglu`'s arguments and grid

@@ -423,10 +423,12 @@ pub const MATMUL_WG_SPLIT_ENV: &str = "FLASHLANE_MATMUL_WG_SPLIT";
 /// FP8. Which take it is [`wg_swap_takes`]': the FP8 ones by default, `=1` bf16 too, `=0` none
 /// (A/B runs: the same bits).
 pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
-/// Where the warpgroup matmul's module is compiled, a bf16 k split on mma.sync that folds in its
-/// clusters ([`MATMUL_CLUSTER_FOLD_ENV`]; rounds of 48–64 rows, a prompt's few tiles) may run on
-/// the warpgroup MMA instead (`matmul_bf16_wg_split_fold`, `_fold_swiglu`): the tiles' blocks,
-/// grid, partials and fold, each block two warpgroups of m64n64k16 over its 64 rows from
+/// Where the warpgroup matmul's module is compiled, a bf16 k split on mma.sync's 64-row blocks
+/// (rounds of 48–64 rows, a prompt's few tiles) may run on the warpgroup MMA instead
+/// (`matmul_bf16_wg_split_fold`, `_fold_swiglu` where [`MATMUL_CLUSTER_FOLD_ENV`]'s rule folds
+/// the tiles' split in its clusters, `matmul_bf16_wg_split_partials` and the fold launch
+/// elsewhere): the tiles' blocks, grid, partials and fold, each block two warpgroups of
+/// m64n64k16 over its 64 rows from
 /// registers and its 128 outputs' weights from shared memory (`matmul_bf16_wgmma`'s products,
 /// whose bits are the tiles'), over x split in the warpgroup's k order (`split_rows_wg`,
 /// `split_rows_norm_wg`). Written in session 68 after cuBLAS took Qwen3-4B's 64-row projections
@@ -2089,7 +2091,7 @@ impl Kernels {
             )?;
             Ok([n32, n64])
         };
-        // The cluster-folded split, plain and with the SwiGLU.
+        // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
         let fold = |name: &str| -> Result<CudaFunction, CudaError> {
             let f = module.load_function(name)?;
             f.set_attribute(
@@ -2108,6 +2110,7 @@ impl Kernels {
                 fold("matmul_bf16_wg_split_fold")?,
                 fold("matmul_bf16_wg_split_fold_swiglu")?,
             ],
+            split_partials_bf16: fold("matmul_bf16_wg_split_partials")?,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
             swap_bf16: swap("bf16")?,
@@ -2118,14 +2121,26 @@ impl Kernels {
     }
 }
 
+/// How a k split runs on the warpgroup MMA's 64-row blocks ([`MATMUL_WG_FOLD_ENV`]): as the
+/// tiles' split would be folded ([`folds_in_clusters`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WgSplitRun {
+    /// In each tile's cluster (`matmul_bf16_wg_split_fold*`).
+    FoldedInClusters,
+    /// Into `Matmul::partials`, then the fold launch (`matmul_bf16_wg_split_partials`).
+    Partials,
+}
+
 /// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`]).
 struct WgmmaKernels {
     split_rows: CudaFunction,
     /// `split_rows_norm` in the warpgroup's k order, for the cluster-folded split.
     split_rows_norm: CudaFunction,
     matmul: CudaFunction,
-    /// `matmul_bf16_wg_split_fold` and `_fold_swiglu` ([`MATMUL_WG_FOLD_ENV`]).
+    /// `matmul_bf16_wg_split_fold` and `_fold_swiglu`, and the same split unfolded
+    /// (`matmul_bf16_wg_split_partials`) ([`MATMUL_WG_FOLD_ENV`]).
     split_fold_bf16: [CudaFunction; 2],
+    split_partials_bf16: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
@@ -2729,6 +2744,11 @@ fn split_rows_args<'a>(
     &room[..head + tail.len()]
 }
 
+/// Floats from one residue's partial of `m`'s k split to the next (`[rows, n_out]` each).
+fn partial_stride(m: &Matmul) -> i32 {
+    i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices")
+}
+
 /// `m`'s rows of x split into `m.x_split` by `kernels.0`, then `kernels.1` over them with the
 /// tiles' arguments (the split rows, then the 16-row kernels' from W on, FP8's scales and their
 /// blocks after W where `m` has them), a block of `block.0` rows × `block.1` outputs.
@@ -2815,31 +2835,32 @@ impl Kernels {
         gpu.launch_with_shared(kernel, grid, MMT_THREADS, shared as u32, args)
     }
 
-    /// The warpgroup module's kernels where a k split of `m` runs cluster-folded on the warpgroup
-    /// MMA ([`MATMUL_WG_FOLD_ENV`]): where asked and compiled, a bf16 split on mma.sync's 64-row
-    /// blocks (not the 32-row ones, not the swapped warpgroup split) that folds in its clusters
-    /// by [`folds_in_clusters`] — the tiles' fold, whose blocks, grid and occupancy it keeps.
-    fn wg_fold_kernels(
+    /// Where a k split of `m` runs on the warpgroup MMA's 64-row blocks ([`MATMUL_WG_FOLD_ENV`]):
+    /// where asked and compiled, a bf16 split on mma.sync's 64-row blocks (not the 32-row ones,
+    /// not the swapped warpgroup split), folded in its clusters where [`folds_in_clusters`] folds
+    /// the tiles' (whose blocks, grid and occupancy it keeps), into partials elsewhere.
+    fn wg_split_run(
         &self,
         m: &Matmul,
         split_k: bool,
         on_wgmma: bool,
         swiglu: bool,
-    ) -> Option<&WgmmaKernels> {
+    ) -> Option<(&WgmmaKernels, WgSplitRun)> {
         let wg = self.wgmma.as_ref()?;
         let on_32_rows = self.matmul_split32 && m.rows <= SPLIT32_ROWS;
+        if !(self.matmul_wg_fold && split_k && !on_wgmma && !on_32_rows && m.fp8.is_none()) {
+            return None;
+        }
         let shape = SplitShape {
             tiles: m.rows.div_ceil(MMT_ROWS) * m.n_out.div_ceil(MMT_OUTS),
             on_32_rows,
             swiglu,
         };
-        (self.matmul_wg_fold
-            && split_k
-            && !on_wgmma
-            && !on_32_rows
-            && m.fp8.is_none()
-            && folds_in_clusters(self.matmul_cluster_fold, shape))
-        .then_some(wg)
+        let run = match folds_in_clusters(self.matmul_cluster_fold, shape) {
+            true => WgSplitRun::FoldedInClusters,
+            false => WgSplitRun::Partials,
+        };
+        Some((wg, run))
     }
 
     /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
@@ -2873,21 +2894,29 @@ impl Kernels {
         );
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
-        if let Some(wg) = self.wg_fold_kernels(m, split_k, on_wgmma, swiglu_act.is_some()) {
-            // x in the warpgroup's k order, then the tiles' cluster-folded split on wgmma.
+        if let Some((wg, run)) = self.wg_split_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
+            // x in the warpgroup's k order, then the tiles' split on wgmma, folded as theirs.
             check_wg_matrix_size(m);
             match norm {
                 None => launch_split_rows(gpu, &wg.split_rows, m)?,
                 Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm)?,
             }
-            return self.matmul_split_folded(
-                gpu,
-                m,
-                swiglu_act,
-                &wg.split_fold_bf16,
-                row_blocks,
-                MWF_SHARED_BYTES,
-            );
+            return match run {
+                WgSplitRun::FoldedInClusters => self.matmul_split_folded(
+                    gpu,
+                    m,
+                    swiglu_act,
+                    &wg.split_fold_bf16,
+                    row_blocks,
+                    MWF_SHARED_BYTES,
+                ),
+                WgSplitRun::Partials => {
+                    let tiles = (row_blocks, out_blocks);
+                    let split = &wg.split_partials_bf16;
+                    self.split_into_partials(gpu, m, split, tiles, MWF_SHARED_BYTES)?;
+                    self.fold_partials(gpu, m, swiglu_act)
+                }
+            };
         }
         match norm {
             None => launch_split_rows(gpu, &self.split_rows, m)?,
@@ -2908,7 +2937,6 @@ impl Kernels {
             swiglu_act.is_none() || split_k,
             "[matmul-fold-swiglu] only a split k's fold takes the SwiGLU"
         );
-        let part_stride = i32::try_from(m.rows * m.n_out).expect("a partial fits i32 indices");
         let wgmma = match on_wgmma {
             true => Some(self.wgmma.as_ref().expect(
                 "[matmul-wg-split-compiled] MatmulKernel::WgmmaSplitK needs Kernels::compile_wgmma first",
@@ -2957,7 +2985,21 @@ impl Kernels {
             };
             return self.matmul_split_folded(gpu, m, swiglu_act, kernels, row_blocks, shared);
         }
-        let grid = (row_blocks, out_blocks, MATMUL_RESIDUES as u32);
+        self.split_into_partials(gpu, m, split, (row_blocks, out_blocks), shared)?;
+        self.fold_partials(gpu, m, swiglu_act)
+    }
+
+    /// The unfolded k split `split` of `m` (its rows already split): each residue's partial into
+    /// `m.partials`, a block of `shared` bytes for each of `tiles` (row blocks, output blocks).
+    fn split_into_partials(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        split: &CudaFunction,
+        tiles: (u32, u32),
+        shared: usize,
+    ) -> Result<(), CudaError> {
+        let grid = (tiles.0, tiles.1, MATMUL_RESIDUES as u32);
         let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
         let args = split_rows_args(
             m,
@@ -2965,12 +3007,23 @@ impl Kernels {
                 Arg::I32(m.k as i32),
                 Arg::I32(m.n_out as i32),
                 Arg::Ptr(m.partials),
-                Arg::I32(part_stride),
+                Arg::I32(partial_stride(m)),
                 Arg::I32(m.rows as i32),
             ],
             &mut room,
         );
-        gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)?;
+        gpu.launch_with_shared(split, grid, MMT_THREADS, shared as u32, args)
+    }
+
+    /// `m.partials` folded in residue order into `m.y` (`matmul_fold_residues`), or with
+    /// `swiglu_act` a gate/up's into act = silu(gate) · up (`matmul_fold_residues_swiglu`).
+    fn fold_partials(
+        &self,
+        gpu: &Gpu,
+        m: &Matmul,
+        swiglu_act: Option<u64>,
+    ) -> Result<(), CudaError> {
+        let part_stride = partial_stride(m);
         if let Some(act) = swiglu_act {
             let width = m.n_out / 2;
             return gpu.launch(

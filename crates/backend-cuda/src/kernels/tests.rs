@@ -443,32 +443,36 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         // Rows over several blocks (128 rows a block), the last in part.
         let depth = 16 * (1 + rng.below(160));
         matmul_case(&gpu, &k, &mut rng, depth, 300, split);
-        // The 64-row blocks' split folded in its clusters on the warpgroup MMA
-        // (`matmul_bf16_wg_split_fold`, FLASHLANE_MATMUL_WG_FOLD), every split taking it (the
-        // 32-row blocks off, every split folded, a prompt's few tiles split too): one piece of k
+        // The 64-row blocks' split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), every split
+        // taking it (the 32-row blocks off, a prompt's few tiles split too), folded in its
+        // clusters (`matmul_bf16_wg_split_fold`) and into partials (`_partials`): one piece of k
         // (residues 1–7 empty), three rounds of the residues plus a piece, random depths, rows
         // over several row blocks; the other kernels' bits, gathered and accumulated.
         k.matmul_wg_fold = true;
-        k.matmul_cluster_fold = super::ClusterFold::All;
         k.matmul_split_k = true;
         k.matmul_split_k_prompts = true;
         k.matmul_split32 = false;
-        k.cluster_fold_launches
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        for (depth, rows) in [
-            (16 * (1 + rng.below(320)), 64),
-            (16, 64),
-            (3 * 8 * 64 + 16, 40),
-            (16 * (1 + rng.below(160)), 300),
-        ] {
-            matmul_case(&gpu, &k, &mut rng, depth, rows, split);
-        }
-        assert!(
+        for fold in [super::ClusterFold::All, super::ClusterFold::Off] {
+            k.matmul_cluster_fold = fold;
             k.cluster_fold_launches
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0,
-            "the warpgroup's cluster-folded split never ran"
-        );
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            for (depth, rows) in [
+                (16 * (1 + rng.below(320)), 64),
+                (16, 64),
+                (3 * 8 * 64 + 16, 40),
+                (16 * (1 + rng.below(160)), 300),
+            ] {
+                matmul_case(&gpu, &k, &mut rng, depth, rows, split);
+            }
+            let folded = k
+                .cluster_fold_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(
+                folded > 0,
+                fold == super::ClusterFold::All,
+                "the warpgroup's split folded in clusters {folded} times under {fold:?}"
+            );
+        }
     }
 }
 
@@ -719,14 +723,15 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             .collect();
         // Each row count with the 64-row split's partials folded through memory, then in its
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
-        // Hopper those clusters on the warpgroup MMA (`matmul_bf16_wg_split_fold_swiglu`,
-        // FLASHLANE_MATMUL_WG_FOLD): the same bits.
+        // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
+        // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
         let folds = [
             (super::ClusterFold::Off, false),
             (super::ClusterFold::All, false),
             (super::ClusterFold::All, true),
+            (super::ClusterFold::Off, true),
         ];
-        let folds = &folds[..if wgmma_split { 3 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 4 } else { 2 }];
         for (rows, &(cluster_fold, wg_fold)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
@@ -2253,15 +2258,16 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     k.swiglu_in_gate_up = true;
     k.matmul_split32 = true;
     let default_fold = k.matmul_cluster_fold;
-    // (kernel, its split folded in clusters on the warpgroup MMA: FLASHLANE_MATMUL_WG_FOLD,
+    // (kernel, its split on the warpgroup MMA under this cluster fold: FLASHLANE_MATMUL_WG_FOLD,
     // `split_rows_norm_wg`).
     let mut kernels = vec![
-        (MatmulKernel::Tiled, false),
-        (MatmulKernel::TiledSplitK, false),
+        (MatmulKernel::Tiled, None),
+        (MatmulKernel::TiledSplitK, None),
     ];
     if on_hopper {
-        kernels.push((MatmulKernel::WgmmaSplitK, false));
-        kernels.push((MatmulKernel::TiledSplitK, true));
+        kernels.push((MatmulKernel::WgmmaSplitK, None));
+        kernels.push((MatmulKernel::TiledSplitK, Some(super::ClusterFold::All)));
+        kernels.push((MatmulKernel::TiledSplitK, Some(super::ClusterFold::Off)));
     }
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2313,12 +2319,9 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 // The tiles' split's products and SwiGLU, which the warpgroup fold must give.
                 let (mut tiles_split, mut tiles_swiglu) = (None, None);
                 for &(kernel, wg_fold) in &kernels {
-                    // Every split folded in its clusters on the warpgroup MMA, where asked.
-                    k.matmul_wg_fold = wg_fold;
-                    k.matmul_cluster_fold = match wg_fold {
-                        true => super::ClusterFold::All,
-                        false => default_fold,
-                    };
+                    // Every split on the warpgroup MMA, folded in clusters or not, where asked.
+                    k.matmul_wg_fold = wg_fold.is_some();
+                    k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
                     xs.write(gpu, &xs_nan).unwrap();
@@ -2327,7 +2330,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
                     let want_xs = xs.read(gpu, rows * split_words).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
-                    match (kernel, wg_fold, &tiles_split) {
+                    match (kernel, wg_fold.is_some(), &tiles_split) {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_split = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
@@ -2336,8 +2339,9 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                         _ => {}
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
-                        let what =
-                            format!("{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}");
+                        let what = format!(
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}), keep {keeps}"
+                        );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
                         y.write(gpu, &nan).unwrap();
@@ -2362,7 +2366,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
-                    match (kernel, wg_fold, &tiles_swiglu) {
+                    match (kernel, wg_fold.is_some(), &tiles_swiglu) {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_swiglu = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
@@ -2372,7 +2376,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
-                            "{what}, {kernel:?} (on wgmma folded {wg_fold}), keep {keeps}, SwiGLU"
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}), keep {keeps}, SwiGLU"
                         );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
