@@ -1664,6 +1664,9 @@ pub struct Kernels {
     /// Tests: launches of the k split folded in its clusters so far.
     #[cfg(test)]
     pub(crate) cluster_fold_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: k splits run on the warpgroup MMA's 64-row blocks so far ([`MATMUL_WG_FOLD_ENV`]).
+    #[cfg(test)]
+    pub(crate) wg_split_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1912,6 +1915,8 @@ impl Kernels {
             swapped_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            wg_split_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2134,7 +2139,7 @@ enum WgSplitRun {
 /// The warpgroup matmul's kernels ([`MATMUL_WGMMA_ENV`]).
 struct WgmmaKernels {
     split_rows: CudaFunction,
-    /// `split_rows_norm` in the warpgroup's k order, for the cluster-folded split.
+    /// `split_rows_norm` in the warpgroup's k order, for the split on the 64-row blocks.
     split_rows_norm: CudaFunction,
     matmul: CudaFunction,
     /// `matmul_bf16_wg_split_fold` and `_fold_swiglu`, and the same split unfolded
@@ -2897,6 +2902,9 @@ impl Kernels {
         if let Some((wg, run)) = self.wg_split_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
             // x in the warpgroup's k order, then the tiles' split on wgmma, folded as theirs.
             check_wg_matrix_size(m);
+            #[cfg(test)]
+            self.wg_split_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match norm {
                 None => launch_split_rows(gpu, &wg.split_rows, m)?,
                 Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm)?,

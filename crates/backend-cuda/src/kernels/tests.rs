@@ -456,6 +456,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             k.matmul_cluster_fold = fold;
             k.cluster_fold_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
+            k.wg_split_launches
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             for (depth, rows) in [
                 (16 * (1 + rng.below(320)), 64),
                 (16, 64),
@@ -467,10 +469,21 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             let folded = k
                 .cluster_fold_launches
                 .load(std::sync::atomic::Ordering::Relaxed);
+            let on_wgmma = k
+                .wg_split_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            // Under All every cluster fold is the warpgroup's (the 32-row blocks are off).
+            assert!(
+                on_wgmma > 0,
+                "the warpgroup's split never ran under {fold:?}"
+            );
             assert_eq!(
-                folded > 0,
-                fold == super::ClusterFold::All,
-                "the warpgroup's split folded in clusters {folded} times under {fold:?}"
+                folded,
+                match fold {
+                    super::ClusterFold::All => on_wgmma,
+                    _ => 0,
+                },
+                "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
     }
