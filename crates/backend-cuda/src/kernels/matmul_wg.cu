@@ -80,6 +80,41 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
+// A thread's copies into a stage of a warpgroup matmul of 256 threads and 128 outputs, the same
+// for every chunk but for its offset: x pieces (16 bytes) of rows xr + 16i (piece xp, placed at
+// xp ^ (row & 7) as the tiles place them), and weight runs (8 bytes: elements w_elem … + 3 of a
+// chunk, w_elem = 16·tt + 4s) of local outputs wo + 16i, at w_dst + i · 2 groups of 8 outputs
+// (outputs o and o + 16 are two groups apart) in the stage's weights (`MMW_*_BYTES` places).
+struct WgCopies {
+    int xr, xp, wo, w_elem, w_dst;
+};
+
+__device__ __forceinline__ WgCopies wg_copies() {
+    WgCopies c;
+    c.xr = threadIdx.x / 16;
+    c.xp = threadIdx.x % 16;
+    c.wo = threadIdx.x / 16;
+    const int run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
+    c.w_elem = 16 * tt + 4 * ws;
+    c.w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (c.wo / 8) * MMW_GROUP_BYTES + (c.wo % 8) * 16 +
+              (tt % 2) * 8;
+    return c;
+}
+
+// This thread's x pieces of chunk c of split rows r0 + xr + 16i (i < ROWS / 16) into a stage's
+// split rows `xs_dst` (zeros past `rows`).
+template <int ROWS>
+__device__ __forceinline__ void wg_copy_x(unsigned* xs_dst, const unsigned* __restrict__ xs, size_t xs_stride, int r0,
+                                          int rows, int c, const WgCopies& cp) {
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) {
+        const int row = cp.xr + 16 * i;
+        const bool in = r0 + row < rows;
+        cp_async16(xs_dst + row * MMA_CHUNK + 4 * (cp.xp ^ (row & 7)),
+                   in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * cp.xp : xs, in);
+    }
+}
+
 // y[r0 … r0 + MMW_ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`.
 extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
 matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
@@ -93,33 +128,20 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
 
-    // This thread's copies, the same for every chunk but for its offset: x pieces (16 bytes) of
-    // rows xr + 16i (piece xp, placed at xp ^ (row & 7) as the tiles place them), weight runs (8
-    // bytes: elements 16·tt + 4s … + 3) of outputs wo + 16i.
-    static_assert(MMW_THREADS == 16 * 16, "16 threads a row, 16 rows a pass");
-    const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
-    const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
-    const int w_elem = 16 * tt + 4 * ws;
-    const int w_dst = ws * MMW_STEP_BYTES + (tt / 2) * MMW_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
-                      (tt % 2) * 8;
+    // This thread's copies (`wg_copies`).
+    static_assert(MMW_THREADS == 16 * 16 && MMW_OUTS == 128, "16 threads a row, 16 rows a pass, 128 outputs");
+    const WgCopies cp = wg_copies();
     auto load = [&](int stage, int c) {
         unsigned char* base = smem + stage * STAGE_BYTES;
-        unsigned* xs_dst = reinterpret_cast<unsigned*>(base);
-#pragma unroll
-        for (int i = 0; i < MMW_ROWS / 16; i++) {
-            const int row = xr + 16 * i;
-            const bool in = r0 + row < rows;
-            cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
-                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
-        }
+        wg_copy_x<MMW_ROWS>(reinterpret_cast<unsigned*>(base), xs, xs_stride, r0, rows, c, cp);
         unsigned char* w_base = base + MMW_X_STAGE_WORDS * 4;
-        const bool k_in = c * MMA_CHUNK + w_elem < k;
+        const bool k_in = c * MMA_CHUNK + cp.w_elem < k;
 #pragma unroll
         for (int i = 0; i < MMW_OUTS / 16; i++) {
-            const int o = wo + 16 * i;
+            const int o = cp.wo + 16 * i;
             const bool in = k_in && o0 + o < n_out;
-            // Outputs o and o + 16 are two groups of 8 apart.
-            cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + w_elem : w, in);
+            cp_async8(w_base + cp.w_dst + i * 2 * MMW_GROUP_BYTES,
+                      in ? w + (size_t)(o0 + o) * k + (size_t)c * MMA_CHUNK + cp.w_elem : w, in);
         }
     };
     int load_c = 0, load_res = 0;
@@ -611,31 +633,19 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         if (!MMT_EARLY_WEIGHTS) pdl_wait();
     }
 
-    // This thread's copies, the same for every chunk but for its offset (`matmul_bf16_wgmma`'s):
-    // x pieces (16 bytes) of rows xr + 16i, piece xp placed at xp ^ (row & 7); weight runs (8
-    // bytes: elements 16·tt + 4s … + 3) of local outputs wo + 16i.
-    static_assert(MWF_THREADS == 16 * 16, "16 threads a row, 16 rows a pass");
-    const int xr = threadIdx.x / 16, xp = threadIdx.x % 16;
-    const int wo = threadIdx.x / 16, run = threadIdx.x % 16, tt = run / 4, ws = run % 4;
-    const int w_elem = 16 * tt + 4 * ws;
-    const int w_dst = ws * MWF_STEP_BYTES + (tt / 2) * MWF_HALF_BYTES + (wo / 8) * MMW_GROUP_BYTES + (wo % 8) * 16 +
-                      (tt % 2) * 8;
+    // This thread's copies (`wg_copies`, `matmul_bf16_wgmma`'s).
+    static_assert(MWF_THREADS == 16 * 16 && MWF_W_STAGE_BYTES == MMW_W_STAGE_BYTES,
+                  "16 threads a row, 16 rows a pass, the weights placed as matmul_bf16_wgmma's");
+    const WgCopies cp = wg_copies();
     auto load_x = [&](int stage, int c) {
-        unsigned* xs_dst = reinterpret_cast<unsigned*>(smem + stage * MWF_STAGE_BYTES);
-#pragma unroll
-        for (int i = 0; i < MWF_ROWS / 16; i++) {
-            const int row = xr + 16 * i;
-            const bool in = r0 + row < rows;
-            cp_async16(xs_dst + row * MMA_CHUNK + 4 * (xp ^ (row & 7)),
-                       in ? xs + (size_t)(r0 + row) * xs_stride + (size_t)c * MMA_CHUNK + 4 * xp : xs, in);
-        }
+        wg_copy_x<MWF_ROWS>(reinterpret_cast<unsigned*>(smem + stage * MWF_STAGE_BYTES), xs, xs_stride, r0, rows, c, cp);
     };
     auto load_w = [&](int stage, int c) {
         unsigned char* w_base = smem + stage * MWF_STAGE_BYTES + MWF_X_STAGE_BYTES;
-        const bool k_in = c * MMA_CHUNK + w_elem < k;
+        const bool k_in = c * MMA_CHUNK + cp.w_elem < k;
 #pragma unroll
         for (int i = 0; i < MWF_OUTS / 16; i++) {
-            const int ol = wo + 16 * i;  // outputs ol and ol + 16 are two groups of 8 apart
+            const int ol = cp.wo + 16 * i;
             int o;
             bool in;
             if (FOLD == MMT_FOLD_SWIGLU) {
@@ -646,8 +656,8 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
                 o = o0 + ol;
                 in = k_in && o < n_out;
             }
-            cp_async8(w_base + w_dst + i * 2 * MMW_GROUP_BYTES, in ? w + (size_t)o * k + (size_t)c * MMA_CHUNK + w_elem : w,
-                      in);
+            cp_async8(w_base + cp.w_dst + i * 2 * MMW_GROUP_BYTES,
+                      in ? w + (size_t)o * k + (size_t)c * MMA_CHUNK + cp.w_elem : w, in);
         }
     };
     auto load = [&](int stage, int c) {
