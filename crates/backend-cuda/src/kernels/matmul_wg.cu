@@ -115,6 +115,19 @@ __device__ __forceinline__ void wg_copy_x(unsigned* xs_dst, const unsigned* __re
     }
 }
 
+// This warp's A fragments of a chunk's four k16 steps from a stage's split rows: its ldmatrix
+// row `x_row` (swizzle x_swz, the step's slot half x_half), the hi halves into ah and, with
+// MMA_SPLIT, the lo halves into al.
+__device__ __forceinline__ void wg_x_fragments(const unsigned* xs_s, int x_row, int x_half, int x_swz,
+                                               unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
+        ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
+        if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
+    }
+}
+
 // y[r0 … r0 + MMW_ROWS, o0 … o0 + MMW_OUTS) (+)= x · Wᵀ over `xs`, the rows split by `split_rows_wg`.
 extern "C" __global__ void __launch_bounds__(MMW_THREADS, 1)
 matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
@@ -182,12 +195,7 @@ matmul_bf16_wgmma(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
             const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
             const unsigned char* ws_s = stage + MMW_X_STAGE_WORDS * 4;
             unsigned ah[4][4], al[4][4];
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
-                ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
-                if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
-            }
+            wg_x_fragments(xs_s, x_row, x_half, x_swz, ah, al);
             wgmma_pin(acc);
             wgmma_fence();
 #pragma unroll
@@ -704,12 +712,7 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
         const unsigned char* ws_s = stage + MWF_X_STAGE_BYTES + h * 8 * MMW_GROUP_BYTES;
         unsigned ah[4][4], al[4][4];
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const unsigned* at = xs_s + x_row + 4 * ((2 * s + x_half) ^ x_swz);
-            ldmatrix_x4(at, ah[s][0], ah[s][1], ah[s][2], ah[s][3]);
-            if (MMA_SPLIT) ldmatrix_x4(at + MMA_CHUNK / 2, al[s][0], al[s][1], al[s][2], al[s][3]);
-        }
+        wg_x_fragments(xs_s, x_row, x_half, x_swz, ah, al);
         wgmma_pin_n<64>(acc);
         wgmma_fence();
 #pragma unroll
