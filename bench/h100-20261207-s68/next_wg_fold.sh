@@ -16,7 +16,7 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 gpu_info
-room 200 wg_fold_tests && TEST_THREADS=1 kernel_tests wg_fold 190 \
+room 250 wg_fold_tests && TEST_THREADS=1 kernel_tests wg_fold 240 \
   wgmma_matmul_gives_the_other_kernels_bits gate_up_swiglu_gives_the_bits norm_in_split_gives_the_bits
 if grep -q "test result: ok. 3 passed" $OUT/tests_wg_fold.txt; then
   S="default:FLASHLANE_AB=1 wgfold:FLASHLANE_MATMUL_WG_FOLD=1"
