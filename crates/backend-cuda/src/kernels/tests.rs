@@ -4316,7 +4316,8 @@ fn check_moe(
 /// Not a test: each bf16 matmul kernel's time on the Qwen3-0.6B, -4B and -8B shapes' and the
 /// A3B slice's matrices at decode and prefill row counts (`--ignored matmul_kernel_times
 /// --nocapture` on the GPU), to choose which kernel `MatmulKernel::Auto` runs. Prints µs a launch, the weights' read rate and
-/// the tensor cores' rate (hi and lo products counted once).
+/// the tensor cores' rate (hi and lo products counted once); `TiledSplitK/wg` is the split on
+/// the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), folded as the tiles' split folds.
 #[test]
 #[ignore]
 fn matmul_kernel_times() {
@@ -4365,20 +4366,22 @@ fn matmul_kernel_times() {
     let split_rows_max = 256;
     let partials =
         Buf::<f32>::zeros(&gpu, super::MATMUL_RESIDUES * split_rows_max * out_max).unwrap();
+    // (kernel, the 64-row blocks' split on the warpgroup MMA: FLASHLANE_MATMUL_WG_FOLD).
     let kernels = [
-        MatmulKernel::Auto,
-        MatmulKernel::Narrow,
-        MatmulKernel::Wide,
-        MatmulKernel::Tiles(3),
-        MatmulKernel::Tiles(5),
-        MatmulKernel::Tiles(6),
-        MatmulKernel::Tiled,
-        MatmulKernel::TiledSplitK,
-        MatmulKernel::Deep(3),
-        MatmulKernel::Deep(super::MMA_NT),
-        MatmulKernel::Wgmma,
-        MatmulKernel::WgmmaSplitK,
-        MatmulKernel::WgmmaSwapped,
+        (MatmulKernel::Auto, false),
+        (MatmulKernel::Narrow, false),
+        (MatmulKernel::Wide, false),
+        (MatmulKernel::Tiles(3), false),
+        (MatmulKernel::Tiles(5), false),
+        (MatmulKernel::Tiles(6), false),
+        (MatmulKernel::Tiled, false),
+        (MatmulKernel::TiledSplitK, false),
+        (MatmulKernel::TiledSplitK, true),
+        (MatmulKernel::Deep(3), false),
+        (MatmulKernel::Deep(super::MMA_NT), false),
+        (MatmulKernel::Wgmma, false),
+        (MatmulKernel::WgmmaSplitK, false),
+        (MatmulKernel::WgmmaSwapped, false),
     ];
     for (name, n_out, depth) in shapes {
         for rows in rows_of(n_out) {
@@ -4388,7 +4391,8 @@ fn matmul_kernel_times() {
                 ..packed_matmul(x.at(0), w.at(0), depth, n_out, y.at(0), rows, None)
             };
             let mut line = format!("{name:>13} rows {rows:>5}:");
-            for &kernel in &kernels {
+            for &(kernel, wg_fold) in &kernels {
+                k.matmul_wg_fold = wg_fold;
                 // The deep kernels up to 64 rows: Auto runs them at one row tile, the rest
                 // measures whether their x ahead helps a few row tiles too.
                 let deep = matches!(kernel, MatmulKernel::Deep(_));
@@ -4412,7 +4416,8 @@ fn matmul_kernel_times() {
                 });
                 let tbs = (n_out * depth * 2) as f64 / us / 1e6;
                 let tflops = (2 * rows * n_out * depth) as f64 / us / 1e6;
-                line += &format!("  {kernel:?} {us:.1}us {tbs:.2}TB/s {tflops:.0}TF");
+                let on = if wg_fold { "/wg" } else { "" };
+                line += &format!("  {kernel:?}{on} {us:.1}us {tbs:.2}TB/s {tflops:.0}TF");
             }
             println!("{line}");
         }
