@@ -438,8 +438,8 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = MatmulInputArg::Exact, env = "FLASHLANE_MATMUL_INPUT",
           ignore_case = true)]
     pub matmul_input: MatmulInputArg,
-    /// GPU only: which kernels the attention runs on: auto (by-context where a KV head serves 4
-    /// or 8 query heads, simt elsewhere), simt (each key's score a warp's sum; the fastest at
+    /// GPU only: which kernels the attention runs on: auto (by-context where a KV head serves 4,
+    /// 5 or 8 query heads, simt elsewhere), simt (each key's score a warp's sum; the fastest at
     /// few streams over short contexts), tensor-cores (faster at many streams, over long
     /// contexts and in prompts; replies differ from simt's) or by-context (each token by its
     /// position: the tensor cores from --attention-tensor-cores-from on, simt before)
@@ -608,6 +608,20 @@ mod tests {
             .to_string();
         let default = format!("[default: {}]", backend_cuda::TENSOR_CORES_FROM_POSITION);
         assert!(help.contains(&default), "{help}");
+    }
+
+    /// The help's `auto` (the flag's text and its value's) names the groups of query heads
+    /// [`backend_cuda::TENSOR_CORES_DEFAULT_GROUPS`] holds, whatever the lines' wrapping.
+    #[test]
+    fn the_attention_help_names_the_default_groups() {
+        let help = <ModelFlags as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let groups = backend_cuda::TENSOR_CORES_DEFAULT_GROUPS.map(|g| g.to_string());
+        let (last, rest) = groups.split_last().expect("some default group");
+        let phrase = format!("serves {} or {last} query heads", rest.join(", "));
+        assert_eq!(help.matches(&phrase).count(), 2, "{phrase}: {help}");
     }
 
     /// `auto` on a model: the shape's choice with the keys and values `--kv-dtype` keeps

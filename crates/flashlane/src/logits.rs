@@ -48,11 +48,7 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, Failure> {
 /// are the tensor-core attention kernels (`--attention-kernel tensor-cores`, `by-context`).
 pub fn load_model(args: &ModelArgs) -> Result<Arc<CpuModel>, Failure> {
     Device::Cpu.kv_dtype(args.kv_dtype)?;
-    Device::Cpu.attention(
-        args.attention_kernel,
-        args.attention_tensor_cores_from,
-        backend_cuda::AttentionKernels::Simt,
-    )?;
+    args.check_attention_flags(Device::Cpu)?;
     let input = Device::Cpu.matmul_input(args.matmul_input)?;
     let dir = args.dir()?;
     let format = args.load_format.format();
