@@ -1386,6 +1386,29 @@ __device__ __forceinline__ void mmt_cluster_fold(const float* mine, float* __res
     cluster_sync();
 }
 
+// A tile's start (`matmul_tiled_block`, and the warpgroup split's `matmul_wg_fold_block`): the
+// block that owns its weights (`first`: unsplit, or a split's residue 0) pulls its `outs` rows
+// into L2 — with FOLD == MMT_FOLD_SWIGLU its outs / 2 units' gate rows (from u0 of `width`)
+// and their up rows — and every block lets the next kernel start, then waits for the kernel
+// ahead; with MMT_EARLY_WEIGHTS the wait comes later, after the block's first weight copies.
+template <int FOLD>
+__device__ __forceinline__ void tile_start(const bf16_t* __restrict__ w, int k, int n_out, int o0, int outs, int u0,
+                                           int width, bool first) {
+    if (FOLD == MMT_FOLD_SWIGLU && first) {
+        pdl_launch_dependents();
+        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
+            prefetch_rows_l2(w, u0, outs / 2, width, (size_t)k * sizeof(bf16_t));
+            prefetch_rows_l2(w + (size_t)width * k, u0, outs / 2, width, (size_t)k * sizeof(bf16_t));
+        }
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
+    } else if (first) {
+        matmul_start(w, o0, outs, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
+    } else {
+        pdl_launch_dependents();
+        if (!MMT_EARLY_WEIGHTS) pdl_wait();
+    }
+}
+
 // y[r0 … r0 + BM, o0 … o0 + BN) of a block: 8 warps as (BM / 32) × (8 / (BM / 32)), each 2 row
 // tiles × NT n-tiles.
 // SPLIT_K: the block computes residue blockIdx.z's partial alone into y + blockIdx.z ·
@@ -1425,23 +1448,9 @@ __device__ __forceinline__ void matmul_tiled_block(const unsigned* __restrict__ 
     const int visits =
         SPLIT_K ? (res_first < chunks ? (chunks - res_first + MMT_RESIDUES - 1) / MMT_RESIDUES : 0) : chunks;
     // A split's first residue alone pulls the tile's weights into L2 (the others read the same).
-    // With MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
-    // copies (below).
     // MMT_FOLD_SWIGLU: the tile's units and the matrix's (gate rows [0, width), up rows after).
     const int width = n_out / 2, u0 = blockIdx.y * (BN / 2);
-    if (FOLD == MMT_FOLD_SWIGLU && blockIdx.z == 0) {
-        pdl_launch_dependents();
-        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
-            prefetch_rows_l2(w, u0, BN / 2, width, (size_t)k * sizeof(bf16_t));
-            prefetch_rows_l2(w + (size_t)width * k, u0, BN / 2, width, (size_t)k * sizeof(bf16_t));
-        }
-        if (!MMT_EARLY_WEIGHTS) pdl_wait();
-    } else if (!SPLIT_K || blockIdx.z == 0) {
-        matmul_start(w, o0, BN, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
-    } else {
-        pdl_launch_dependents();
-        if (!MMT_EARLY_WEIGHTS) pdl_wait();
-    }
+    tile_start<FOLD>(w, k, n_out, o0, BN, u0, width, !SPLIT_K || blockIdx.z == 0);
 
     // This thread's pieces of every stage's copy: piece p of rows r, r + RX, r + 2·RX … of x
     // (RX = THREADS / 16) and of outputs o, o + RW, … of W (RW = THREADS / 8), the same for each

@@ -578,11 +578,11 @@ matmul_fp8_wg_swap(const unsigned* __restrict__ xs, const unsigned char* __restr
 }
 
 // ---------------------------------------------------------------------------------------------
-// The k split of a 48–64-row decode round on the warpgroup MMA, folded in each tile's cluster:
-// `matmul_bf16_tiled_split_fold`'s grid, cluster, arguments, partials and fold (`mmt_cluster_fold`),
-// with the products of `matmul_bf16_wgmma` (FLASHLANE_MATMUL_WG_FOLD=1, an A/B switch; session
-// 68 found cuBLAS taking Qwen3-4B's 64-row projections in 0.58× the tiles' time, and a 64-row
-// chunk asks twice the products `mma.sync` gives a weight byte at HBM's rate).
+// The k split of a 48–64-row decode round on the warpgroup MMA, folded as the tiles' split is:
+// `matmul_bf16_tiled_split_fold`'s (or, unfolded, `matmul_bf16_tiled_split`'s) grid, cluster,
+// arguments, partials and fold, with the products of `matmul_bf16_wgmma`
+// (FLASHLANE_MATMUL_WG_FOLD=1, an A/B switch; session 68 found cuBLAS taking Qwen3-4B's 64-row
+// projections in 0.58× the tiles' time on the H100).
 //
 // A block: 64 rows (x's split rows in the warpgroup's k order, `split_rows_wg` /
 // `split_rows_norm_wg`, from registers by `ldmatrix` as `matmul_bf16_wgmma` loads them) × the
@@ -597,10 +597,8 @@ matmul_fp8_wg_swap(const unsigned* __restrict__ xs, const unsigned char* __restr
 #define MWF_OUTS 128
 #define MWF_THREADS 256
 #define MWF_X_STAGE_BYTES (MWF_ROWS * MMA_CHUNK * 4)       // a chunk of the split rows: 32 hi, 32 lo words a row
-#define MWF_W_STAGE_BYTES (MWF_OUTS * MMA_CHUNK * 2)       // a chunk of the tile's weights
-#define MWF_STEP_BYTES (MWF_W_STAGE_BYTES / 4)             // of one k16 step
-#define MWF_HALF_BYTES (MWF_STEP_BYTES / 2)                // of one k-half of a step
-#define MWF_STAGE_BYTES (MWF_X_STAGE_BYTES + MWF_W_STAGE_BYTES)
+// A chunk of the tile's weights, placed as `matmul_bf16_wgmma` places its 128 outputs' (`wg_copies`).
+#define MWF_STAGE_BYTES (MWF_X_STAGE_BYTES + MMW_W_STAGE_BYTES)
 
 // FOLD: MMT_FOLD_PLAIN or MMT_FOLD_SWIGLU, the cluster's fold into y (`mmt_cluster_fold`);
 // MMT_FOLD_NONE, residue blockIdx.z's partial into y + z · part_stride ([rows, n_out], y_stride
@@ -622,27 +620,14 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
     const size_t xs_stride = (size_t)chunks * MMA_CHUNK;
     const int res = blockIdx.z;
     const int visits = res < chunks ? (chunks - res + MMT_RESIDUES - 1) / MMT_RESIDUES : 0;
+    auto chunk = [&](int v) { return res + v * MMT_RESIDUES; };  // the chunk of visit v
     // A SwiGLU tile: units u0 … u0 + 63, their gate rows (local outputs 0–63) then their up rows.
     const int width = n_out / 2, u0 = blockIdx.y * (MWF_OUTS / 2);
-    // As the tiles' split starts: its first residue's block pulls the tile's weights into L2;
-    // with MMT_EARLY_WEIGHTS the wait for the kernel ahead comes after the first stages' weight
-    // copies (below).
-    if (FOLD == MMT_FOLD_SWIGLU && res == 0) {
-        pdl_launch_dependents();
-        if (prefetches_rows(n_out, (size_t)k * sizeof(bf16_t))) {
-            prefetch_rows_l2(w, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
-            prefetch_rows_l2(w + (size_t)width * k, u0, MWF_OUTS / 2, width, (size_t)k * sizeof(bf16_t));
-        }
-        if (!MMT_EARLY_WEIGHTS) pdl_wait();
-    } else if (res == 0) {
-        matmul_start(w, o0, MWF_OUTS, n_out, (size_t)k * sizeof(bf16_t), !MMT_EARLY_WEIGHTS);
-    } else {
-        pdl_launch_dependents();
-        if (!MMT_EARLY_WEIGHTS) pdl_wait();
-    }
+    // As the tiles' split starts (with MMT_EARLY_WEIGHTS the wait comes below).
+    tile_start<FOLD>(w, k, n_out, o0, MWF_OUTS, u0, width, res == 0);
 
     // This thread's copies (`wg_copies`, `matmul_bf16_wgmma`'s).
-    static_assert(MWF_THREADS == 16 * 16 && MWF_W_STAGE_BYTES == MMW_W_STAGE_BYTES,
+    static_assert(MWF_THREADS == 16 * 16 && MWF_OUTS == MMW_OUTS,
                   "16 threads a row, 16 rows a pass, the weights placed as matmul_bf16_wgmma's");
     const WgCopies cp = wg_copies();
     auto load_x = [&](int stage, int c) {
@@ -688,16 +673,16 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         // that group's wait covers them all (as the tiles do).
 #pragma unroll
         for (int s = 0; s < MMT_STAGES - 1; s++)
-            if (s < visits) load_w(s, res + s * MMT_RESIDUES);
+            if (s < visits) load_w(s, chunk(s));
         pdl_wait();
     }
 #pragma unroll
     for (int s = 0; s < MMT_STAGES - 1; s++) {
         if (s < visits) {
             if (MMT_EARLY_WEIGHTS)
-                load_x(s, res + s * MMT_RESIDUES);
+                load_x(s, chunk(s));
             else
-                load(s, res + s * MMT_RESIDUES);
+                load(s, chunk(s));
         }
         cp_async_commit();
     }
@@ -706,7 +691,7 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         // The copies are the generic proxy's writes; wgmma reads through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
-        if (v + MMT_STAGES - 1 < visits) load((v + MMT_STAGES - 1) % MMT_STAGES, res + (v + MMT_STAGES - 1) * MMT_RESIDUES);
+        if (v + MMT_STAGES - 1 < visits) load((v + MMT_STAGES - 1) % MMT_STAGES, chunk(v + MMT_STAGES - 1));
         cp_async_commit();
         const unsigned char* stage = smem + (v % MMT_STAGES) * MWF_STAGE_BYTES;
         const unsigned* xs_s = reinterpret_cast<const unsigned*>(stage);
@@ -717,7 +702,7 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 4; s++) {
-            const unsigned long long b = wgmma_desc(ws_s + s * MWF_STEP_BYTES, MWF_HALF_BYTES, MMW_GROUP_BYTES);
+            const unsigned long long b = wgmma_desc(ws_s + s * MMW_STEP_BYTES, MMW_HALF_BYTES, MMW_GROUP_BYTES);
             wgmma_m64k16<64>(acc, ah[s][0], ah[s][1], ah[s][2], ah[s][3], b);
             if (MMA_SPLIT) wgmma_m64k16<64>(acc, al[s][0], al[s][1], al[s][2], al[s][3], b);
         }
@@ -727,12 +712,13 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
         wgmma_pin_n<64>(acc);
     }
     cp_async_wait<0>();
-    // d[i]: row 16·(warp % 4) + g + 8·((i % 4) / 2), local output 64h + 8·(i / 4) + 2t + i % 2.
+    // Accumulator i's row and output in the tile (an m64n64 D fragment).
+    auto tile_row = [&](int i) { return (warp % 4) * 16 + g + ((i % 4) / 2) * 8; };
+    auto tile_out = [&](int i) { return 64 * h + (i / 4) * MMA_COLS + 2 * t + i % 2; };
     if (FOLD == MMT_FOLD_NONE) {
 #pragma unroll
         for (int i = 0; i < 32; i++) {
-            const int r = r0 + (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
-            const int o = o0 + 64 * h + (i / 4) * MMA_COLS + 2 * t + i % 2;
+            const int r = r0 + tile_row(i), o = o0 + tile_out(i);
             if (r < rows && o < n_out) y[(size_t)res * part_stride + (size_t)r * y_stride + o] = acc[i];
         }
         return;
@@ -742,11 +728,7 @@ __device__ __forceinline__ void matmul_wg_fold_block(const unsigned* __restrict_
     __syncthreads();
     float* mine = reinterpret_cast<float*>(smem);
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-        const int rl = (warp % 4) * 16 + g + ((i % 4) / 2) * 8;
-        const int ol = 64 * h + (i / 4) * MMA_COLS + 2 * t + i % 2;
-        mine[rl * (MWF_OUTS + MMT_FOLD_PAD) + ol] = acc[i];
-    }
+    for (int i = 0; i < 32; i++) mine[tile_row(i) * (MWF_OUTS + MMT_FOLD_PAD) + tile_out(i)] = acc[i];
     mmt_cluster_fold<MWF_ROWS, MWF_OUTS, FOLD>(mine, y, y_stride, accumulate, rows, n_out, r0, o0, u0, width);
 }
 

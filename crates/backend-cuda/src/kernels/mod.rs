@@ -1629,7 +1629,7 @@ pub struct Kernels {
     /// Which unsplit matmuls of a prompt `Auto` runs on `matmul_bf16_wg_swap` /
     /// `matmul_fp8_wg_swap` where their module is compiled ([`MATMUL_WG_SWAP_ENV`]).
     matmul_wg_swap: WgChoice,
-    /// Whether a cluster-folded bf16 split runs on the warpgroup MMA where its module is
+    /// Whether a bf16 split of the 64-row blocks runs on the warpgroup MMA where its module is
     /// compiled ([`MATMUL_WG_FOLD_ENV`]).
     matmul_wg_fold: bool,
     matmul_fold: CudaFunction,
