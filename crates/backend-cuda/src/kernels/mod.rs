@@ -432,8 +432,9 @@ pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// registers and its 128 outputs' weights from shared memory (`matmul_bf16_wgmma`'s products,
 /// whose bits are the tiles'), over x split in the warpgroup's k order (`split_rows_wg`,
 /// `split_rows_norm_wg`). Written in session 68 after cuBLAS took Qwen3-4B's 64-row projections
-/// in 0.58× the tiles' time (bench/RESULTS.md); not yet run on a GPU: off unless
-/// `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
+/// in 0.58× the tiles' time (bench/RESULTS.md). Its kernel tests pass (H100, session 69), but
+/// it decoded Qwen3-4B at 64 streams in 0.844× the default's rate (its split kernels 1.29× the
+/// tiles' time): off unless `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
 pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
