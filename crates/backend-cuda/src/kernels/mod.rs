@@ -2073,39 +2073,22 @@ impl Kernels {
             ARCH_WGMMA,
             "matmul_wg.cu: ",
         )?)?;
-        let matmul = module.load_function("matmul_bf16_wgmma")?;
-        matmul.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            MMW_SHARED_BYTES as i32,
-        )?;
+        let load = |name: &str, bytes: usize| with_shared_bytes(module.load_function(name)?, bytes);
+        let matmul = load("matmul_bf16_wgmma", MMW_SHARED_BYTES)?;
         // A prompt's swapped matmuls, bf16 and FP8.
-        let swap = |weights: &str| -> Result<CudaFunction, CudaError> {
-            let f = module.load_function(&format!("matmul_{weights}_wg_swap"))?;
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                MWS_SWAP_SHARED_BYTES as i32,
-            )?;
-            Ok(f)
-        };
+        let swap =
+            |weights: &str| load(&format!("matmul_{weights}_wg_swap"), MWS_SWAP_SHARED_BYTES);
         // The swapped split's kernels: [32 rows, 64 rows] a block, bf16 and FP8.
         let splits = |weights: &str| -> Result<[CudaFunction; 2], CudaError> {
             let n32 = module.load_function(&format!("matmul_{weights}_wg_split_n32"))?;
-            let n64 = module.load_function(&format!("matmul_{weights}_wg_split_n64"))?;
-            n64.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                mws_shared_bytes(MWS_MAX_ROWS) as i32,
+            let n64 = load(
+                &format!("matmul_{weights}_wg_split_n64"),
+                mws_shared_bytes(MWS_MAX_ROWS),
             )?;
             Ok([n32, n64])
         };
         // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
-        let fold = |name: &str| -> Result<CudaFunction, CudaError> {
-            let f = module.load_function(name)?;
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                MWF_SHARED_BYTES as i32,
-            )?;
-            Ok(f)
-        };
+        let fold = |name: &str| load(name, MWF_SHARED_BYTES);
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
