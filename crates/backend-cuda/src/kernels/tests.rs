@@ -826,6 +826,15 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
+    // The rounds of 48–64 rows took the warpgroup fold where its module compiled: the
+    // comparisons above checked it, not the tiles twice.
+    let on_wgmma = k
+        .wg_split_launches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !wgmma_split || on_wgmma > 0,
+        "seed {seed}: the warpgroup fold never ran"
+    );
 }
 
 /// An FP8 gate/up of a decode round of 17–64 rows (33–47 included) runs the warpgroup split
@@ -2409,6 +2418,15 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
             }
         }
     }
+    // The rounds of 33–64 rows took the warpgroup fold on Hopper (17 and 32 rows take the
+    // 32-row blocks): the comparisons with the tiles' split checked it.
+    let on_wgmma = k
+        .wg_split_launches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !on_hopper || on_wgmma > 0,
+        "seed {seed}: the warpgroup fold never ran"
+    );
 }
 
 /// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row
