@@ -1158,12 +1158,22 @@ __device__ __forceinline__ int split_word_element(int c, int w) {
     return WG ? c * MMA_CHUNK + 16 * (2 * h + t / 2) + 4 * s + 2 * (t % 2) : c * MMA_CHUNK + 16 * t + 4 * s + 2 * h;
 }
 
-// Elements x0, x1 split into word w of chunk c of split row r (of `chunks` chunks) of `xs`: its
-// hi half, and its lo half MMA_CHUNK / 2 words on.
-__device__ __forceinline__ void store_split_word(unsigned* __restrict__ xs, int r, int chunks, int c, int w, float x0,
-                                                 float x1) {
+// Elements x0, x1 split into word w of chunk c of split row r (of `chunks` chunks, `rows` rows)
+// of `xs`: its hi half, and its lo half MMA_CHUNK / 2 words on; with `block_rows` (not 0) in
+// the walk's layout for blocks of that many rows (`matmul_walk.cu`: block b's rows from word
+// b · block_rows · 64 · chunks, chunk c's 16-byte pieces p of the block's nb rows at
+// c · nb · 64 + (p · nb + row) · 4 words into it), the same words elsewhere.
+__device__ __forceinline__ void store_split_word(unsigned* __restrict__ xs, int r, int rows, int chunks, int c, int w,
+                                                 float x0, float x1, int block_rows) {
     unsigned hi, lo;
     split_pair(x0, x1, hi, lo);
+    if (block_rows) {
+        const int r0 = r - r % block_rows, nb = min(block_rows, rows - r0);
+        unsigned* dst = xs + (size_t)r0 * chunks * MMA_CHUNK + (size_t)c * nb * MMA_CHUNK + (r - r0) * 4 + w % 4;
+        dst[(w / 4) * nb * 4] = hi;
+        dst[(MMA_CHUNK / 8 + w / 4) * nb * 4] = lo;
+        return;
+    }
     unsigned* dst = xs + (size_t)r * chunks * MMA_CHUNK + (size_t)c * MMA_CHUNK;
     dst[w] = hi;
     dst[MMA_CHUNK / 2 + w] = lo;
@@ -1172,10 +1182,11 @@ __device__ __forceinline__ void store_split_word(unsigned* __restrict__ xs, int 
 // x's rows as split rows (above): row r of `xs` is x's row `row_index[r]` (r without an index),
 // ceil(k / 64) · 64 words. With WG, the warpgroup matmul's k order (`matmul_wg.cu`): word
 // 8s + 4c + 2u + j holds elements 16(2c + u) + 4s + 2j and + 1.
+// With `block_rows`, in the walk's layout (`store_split_word`).
 template <bool WG>
 __device__ __forceinline__ void split_rows_of(const float* __restrict__ x, int x_stride,
                                               const int* __restrict__ row_index, int rows, int k,
-                                              unsigned* __restrict__ xs) {
+                                              unsigned* __restrict__ xs, int block_rows = 0) {
     pdl_launch_dependents();
     pdl_wait();
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
@@ -1187,7 +1198,7 @@ __device__ __forceinline__ void split_rows_of(const float* __restrict__ x, int x
     // k % 16 == 0: e < k means e + 1 < k too.
     const int e = split_word_element<WG>(c, w);
     const float x0 = e < k ? src[e] : 0.0f, x1 = e < k ? src[e + 1] : 0.0f;
-    store_split_word(xs, r, chunks, c, w, x0, x1);
+    store_split_word(xs, r, rows, chunks, c, w, x0, x1, block_rows);
 }
 
 // Grid (rows, ceil(words of hi a row / SPLIT_THREADS)).
@@ -1204,11 +1215,12 @@ split_rows(const float* __restrict__ x, int x_stride, const int* __restrict__ ro
 // `out` (not null) stores those elements there as `rmsnorm_rows` writes them. So the split rows,
 // and `out`, hold the bits of the two kernels one after the other. x holds whole rows of k (no
 // row index); the grid is `split_rows`'. With WG, in the warpgroup matmul's k order
-// (`split_rows_norm_wg`, `matmul_wg.cu`).
+// (`split_rows_norm_wg`, `matmul_wg.cu`); with `block_rows`, in the walk's layout.
 template <bool WG>
 __device__ __forceinline__ void split_rows_norm_of(const float* __restrict__ x, int rows, int k,
                                                    const float* __restrict__ norm_w, float eps, int kind,
-                                                   float* __restrict__ out, unsigned* __restrict__ xs) {
+                                                   float* __restrict__ out, unsigned* __restrict__ xs,
+                                                   int block_rows = 0) {
     static_assert(SPLIT_THREADS == MMA_WARPS * WARP, "tile_norms sums a row over MMA_WARPS warps");
     __shared__ float sums[MMA_ROWS][NORM_WARPS];
     __shared__ float inv_s[MMA_ROWS];
@@ -1233,7 +1245,7 @@ __device__ __forceinline__ void split_rows_norm_of(const float* __restrict__ x, 
             out[(size_t)r * k + e + 1] = x1;
         }
     }
-    store_split_word(xs, r, chunks, c, w, x0, x1);
+    store_split_word(xs, r, rows, chunks, c, w, x0, x1, block_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

@@ -21,6 +21,7 @@ const MTP: &str = include_str!("mtp.cu");
 const DRAW: &str = include_str!("draw.cu");
 const DENSE: &str = include_str!("dense.cu");
 const MATMUL_WG: &str = include_str!("matmul_wg.cu");
+const MATMUL_WALK: &str = include_str!("matmul_walk.cu");
 
 /// `source` compiled by NVRTC for `arch`, or its PTX read back from the kernel cache
 /// ([`ptx_cache`]: the same source compiled before with the same options by the same NVRTC); a
@@ -436,6 +437,49 @@ pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// it decoded Qwen3-4B at 64 streams in 0.844× the default's rate (its split kernels 1.29× the
 /// tiles' time): off unless `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
 pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
+/// Where the warpgroup matmul's module is compiled, a round's bf16 k split (17–64 rows) may run
+/// as the walk instead (`matmul_walk.cu`: `matmul_bf16_walk_n64` / `_n32`, and
+/// `matmul_bf16_walk_swiglu` for a gate/up): blocks of 64 outputs by 64 rows (32 where the
+/// outputs give fewer than half the multiprocessors a block: [`walk_rows`]), each walking the
+/// whole of k in the swapped split's chain (its bits, the tiles') through a deep ring filled by a
+/// producer warp's bulk copies, the residues folded in the block: no partials, no fold, no
+/// cluster. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
+/// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
+pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
+/// The walk's block: a consumer warpgroup and a producer warp, 64 outputs.
+const MWK_THREADS: u32 = 160;
+const MWK_OUTS: usize = 64;
+/// Bytes a stage holds of a chunk of one output row's weights (128, and 16 of padding that
+/// spreads a quarter-warp's reads over the banks).
+const MWK_W_ROW_BYTES: usize = 144;
+/// The walk's ring: as deep as one block a multiprocessor lets it (227 KB of shared memory; a
+/// stage of 64 rows is 16 KB of x's split and 9 KB of weights, of 32 rows 8 + 9 KB).
+const MWK_STAGES_64: usize = 8;
+const MWK_STAGES_32: usize = 12;
+/// Its dynamic shared memory at `rows` (32 or 64) rows a block: the stages, then a full and an
+/// empty barrier (8 bytes each) a stage.
+const fn mwk_shared_bytes(rows: usize) -> usize {
+    let stages = if rows == 32 {
+        MWK_STAGES_32
+    } else {
+        MWK_STAGES_64
+    };
+    stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MWK_W_ROW_BYTES) + stages * 2 * 8
+}
+/// The rows of the walk's blocks for `rows` rows of `n_out` outputs (`swiglu`: a gate/up's units
+/// and their up rows, 32 units a block) on `multiprocessors`: 64, or 32 where blocks of 64 rows
+/// would leave more than half the multiprocessors without one (Qwen3-4B's o and down: 40 blocks
+/// of 64 rows, 80 of 32), rows being independent (the bits stay the row's).
+fn walk_rows(rows: usize, n_out: usize, swiglu: bool, multiprocessors: usize) -> usize {
+    let out_blocks = match swiglu {
+        true => (n_out / 2).div_ceil(MWK_OUTS / 2),
+        false => n_out.div_ceil(MWK_OUTS),
+    };
+    match out_blocks * rows.div_ceil(64) * 2 < multiprocessors && !swiglu {
+        true => 32,
+        false => 64,
+    }
+}
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
 /// rows are a prompt's, whose tiles read each weight once per 64 rows already).
 const MWS_MAX_ROWS: usize = 64;
@@ -1518,7 +1562,20 @@ impl Dims {
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
-        [defines, COMMON.into(), MATMUL.into(), MATMUL_WG.into()].concat()
+        for (name, v) in [
+            ("MWK_STAGES_64", MWK_STAGES_64),
+            ("MWK_STAGES_32", MWK_STAGES_32),
+        ] {
+            defines.push_str(&format!("#define {name} {v}\n"));
+        }
+        [
+            defines,
+            COMMON.into(),
+            MATMUL.into(),
+            MATMUL_WG.into(),
+            MATMUL_WALK.into(),
+        ]
+        .concat()
     }
 
     /// Every source this model needs, after its sizes.
@@ -1633,6 +1690,9 @@ pub struct Kernels {
     /// Whether a bf16 split of the 64-row blocks runs on the warpgroup MMA where its module is
     /// compiled ([`MATMUL_WG_FOLD_ENV`]).
     matmul_wg_fold: bool,
+    /// Whether a round's bf16 split runs as the walk where the module is compiled
+    /// ([`MATMUL_WALK_ENV`]).
+    matmul_walk: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1668,6 +1728,9 @@ pub struct Kernels {
     /// Tests: k splits run on the warpgroup MMA's 64-row blocks so far ([`MATMUL_WG_FOLD_ENV`]).
     #[cfg(test)]
     pub(crate) wg_split_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: k splits run as the walk so far ([`MATMUL_WALK_ENV`]).
+    #[cfg(test)]
+    pub(crate) walk_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -1895,6 +1958,7 @@ impl Kernels {
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
+            matmul_walk: env_asked(MATMUL_WALK_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -1918,6 +1982,8 @@ impl Kernels {
             cluster_fold_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             wg_split_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            walk_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2089,6 +2155,7 @@ impl Kernels {
         };
         // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
         let fold = |name: &str| load(name, MWF_SHARED_BYTES);
+        let walk = |name: &str, rows: usize| load(name, mwk_shared_bytes(rows));
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
@@ -2100,6 +2167,13 @@ impl Kernels {
                 fold("matmul_bf16_wg_split_fold_swiglu")?,
             ],
             split_partials_bf16: fold("matmul_bf16_wg_split_partials")?,
+            walk: [
+                walk("matmul_bf16_walk_n32", 32)?,
+                walk("matmul_bf16_walk_n64", 64)?,
+            ],
+            walk_swiglu: walk("matmul_bf16_walk_swiglu", 64)?,
+            split_rows_walk: module.load_function("split_rows_walk")?,
+            split_rows_norm_walk: module.load_function("split_rows_norm_walk")?,
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
             swap_bf16: swap("bf16")?,
@@ -2130,6 +2204,12 @@ struct WgmmaKernels {
     /// (`matmul_bf16_wg_split_partials`) ([`MATMUL_WG_FOLD_ENV`]).
     split_fold_bf16: [CudaFunction; 2],
     split_partials_bf16: CudaFunction,
+    /// The walk ([`MATMUL_WALK_ENV`]): 32 and 64 rows a block, the gate/up's with its SwiGLU
+    /// (64 rows), and x's split (with its norm) in the walk's layout.
+    walk: [CudaFunction; 2],
+    walk_swiglu: CudaFunction,
+    split_rows_walk: CudaFunction,
+    split_rows_norm_walk: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
@@ -2660,50 +2740,68 @@ fn split_rows_grid(m: &Matmul) -> (u32, u32, u32) {
     )
 }
 
-/// `m`'s rows of x into `m.x_split` as split rows, by `split_rows` or `split_rows_wg`.
-fn launch_split_rows(gpu: &Gpu, split_rows: &CudaFunction, m: &Matmul) -> Result<(), CudaError> {
-    gpu.launch(
-        split_rows,
-        split_rows_grid(m),
-        SPLIT_THREADS,
-        &[
-            Arg::Ptr(m.x),
-            Arg::I32(m.x_stride as i32),
-            Arg::Ptr(m.row_index),
-            Arg::I32(m.rows as i32),
-            Arg::I32(m.k as i32),
-            Arg::Ptr(m.x_split),
-        ],
-    )
+/// A split kernel's arguments: `head`, then the walk's block rows where it has them
+/// (`split_rows_walk`, `split_rows_norm_walk`), then `m.x_split`.
+fn launch_split(
+    gpu: &Gpu,
+    split: &CudaFunction,
+    m: &Matmul,
+    head: &[Arg],
+    block_rows: Option<usize>,
+) -> Result<(), CudaError> {
+    let mut room = [Arg::Ptr(0); 10];
+    room[..head.len()].copy_from_slice(head);
+    let mut n = head.len();
+    if let Some(rows) = block_rows {
+        room[n] = Arg::I32(rows as i32);
+        n += 1;
+    }
+    room[n] = Arg::Ptr(m.x_split);
+    gpu.launch(split, split_rows_grid(m), SPLIT_THREADS, &room[..n + 1])
 }
 
-/// `m`'s rows of x normalised by `norm` and split into `m.x_split` by `split_rows_norm`, the
+/// `m`'s rows of x into `m.x_split` as split rows, by `split_rows` or `split_rows_wg`, or in the
+/// walk's layout for its blocks of `block_rows` rows (`split_rows_walk`).
+fn launch_split_rows(
+    gpu: &Gpu,
+    split_rows: &CudaFunction,
+    m: &Matmul,
+    block_rows: Option<usize>,
+) -> Result<(), CudaError> {
+    let head = [
+        Arg::Ptr(m.x),
+        Arg::I32(m.x_stride as i32),
+        Arg::Ptr(m.row_index),
+        Arg::I32(m.rows as i32),
+        Arg::I32(m.k as i32),
+    ];
+    launch_split(gpu, split_rows, m, &head, block_rows)
+}
+
+/// `m`'s rows of x normalised by `norm` and split into `m.x_split` by `split_rows_norm` (or in
+/// the walk's layout for its blocks of `block_rows` rows: `split_rows_norm_walk`), the
 /// normalised rows stored in `norm.out` where `norm.keep`.
 fn launch_split_rows_norm(
     gpu: &Gpu,
     split_rows_norm: &CudaFunction,
     m: &Matmul,
     norm: &InputNorm,
+    block_rows: Option<usize>,
 ) -> Result<(), CudaError> {
     assert!(
         m.row_index == 0 && m.x_stride == m.k,
         "[split-rows-norm-rows] the norm in the split reads whole rows of k in order"
     );
-    gpu.launch(
-        split_rows_norm,
-        split_rows_grid(m),
-        SPLIT_THREADS,
-        &[
-            Arg::Ptr(m.x),
-            Arg::I32(m.rows as i32),
-            Arg::I32(m.k as i32),
-            Arg::Ptr(norm.w),
-            Arg::F32(norm.eps),
-            Arg::I32(i32::from(norm.zero_centred)),
-            Arg::Ptr(if norm.keep { norm.out } else { 0 }),
-            Arg::Ptr(m.x_split),
-        ],
-    )
+    let head = [
+        Arg::Ptr(m.x),
+        Arg::I32(m.rows as i32),
+        Arg::I32(m.k as i32),
+        Arg::Ptr(norm.w),
+        Arg::F32(norm.eps),
+        Arg::I32(i32::from(norm.zero_centred)),
+        Arg::Ptr(if norm.keep { norm.out } else { 0 }),
+    ];
+    launch_split(gpu, split_rows_norm, m, &head, block_rows)
 }
 
 /// Most arguments a kernel over split rows takes ([`split_rows_args`]).
@@ -2749,7 +2847,7 @@ fn launch_over_split_rows(
     threads: u32,
     shared_bytes: usize,
 ) -> Result<(), CudaError> {
-    launch_split_rows(gpu, kernels.0, m)?;
+    launch_split_rows(gpu, kernels.0, m, None)?;
     let mut room = [Arg::Ptr(0); SPLIT_ROWS_ARGS_MAX];
     let args = split_rows_args(m, &bf16_matmul_args(m)[4..], &mut room);
     gpu.launch_with_shared(
@@ -2852,6 +2950,74 @@ impl Kernels {
         Some((wg, run))
     }
 
+    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where asked and compiled,
+    /// a bf16 round's split of up to [`MWS_MAX_ROWS`] rows the swapped warpgroup split does not
+    /// take.
+    fn walk_run(&self, m: &Matmul, split_k: bool, on_wgmma: bool) -> Option<&WgmmaKernels> {
+        let wg = self.wgmma.as_ref()?;
+        (self.matmul_walk && split_k && !on_wgmma && m.fp8.is_none() && m.rows <= MWS_MAX_ROWS)
+            .then_some(wg)
+    }
+
+    /// x split in the walk's layout (with `norm`, normalised first in the same launch), then
+    /// the walk over it into `m.y`, or with `swiglu_act` a gate/up's act = silu(gate) · up into
+    /// that address (stride: the units).
+    fn matmul_walk(
+        &self,
+        gpu: &Gpu,
+        wg: &WgmmaKernels,
+        m: &Matmul,
+        swiglu_act: Option<u64>,
+        norm: Option<&InputNorm>,
+    ) -> Result<(), CudaError> {
+        let rows = walk_rows(m.rows, m.n_out, swiglu_act.is_some(), self.multiprocessors);
+        #[cfg(test)]
+        self.walk_launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match norm {
+            None => launch_split_rows(gpu, &wg.split_rows_walk, m, Some(rows))?,
+            Some(norm) => {
+                launch_split_rows_norm(gpu, &wg.split_rows_norm_walk, m, norm, Some(rows))?
+            }
+        }
+        let (kernel, out_blocks, y, y_stride, accumulate) = match swiglu_act {
+            None => (
+                &wg.walk[usize::from(rows == 64)],
+                m.n_out.div_ceil(MWK_OUTS),
+                m.y,
+                m.y_stride,
+                m.accumulate,
+            ),
+            Some(act) => (
+                &wg.walk_swiglu,
+                (m.n_out / 2).div_ceil(MWK_OUTS / 2),
+                act,
+                m.n_out / 2,
+                false,
+            ),
+        };
+        gpu.launch_with_shared(
+            kernel,
+            (
+                rows_u32(m.rows.div_ceil(rows)),
+                u32::try_from(out_blocks).expect("outputs fit a grid"),
+                1,
+            ),
+            MWK_THREADS,
+            mwk_shared_bytes(rows) as u32,
+            &[
+                Arg::Ptr(m.x_split),
+                Arg::Ptr(m.w),
+                Arg::I32(m.k as i32),
+                Arg::I32(m.n_out as i32),
+                Arg::Ptr(y),
+                Arg::I32(y_stride as i32),
+                Arg::I32(i32::from(accumulate)),
+                Arg::I32(m.rows as i32),
+            ],
+        )
+    }
+
     /// x split into `m.x_split` (`split_rows`; with `norm`, normalised first in the same launch:
     /// `split_rows_norm`), then the tiles over it, each residue of k's split into `m.partials`
     /// and folded into y when `split_k` (the split on the warpgroup MMA when `on_wgmma`; or,
@@ -2883,6 +3049,9 @@ impl Kernels {
         );
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
+        if let Some(wg) = self.walk_run(m, split_k, on_wgmma) {
+            return self.matmul_walk(gpu, wg, m, swiglu_act, norm);
+        }
         if let Some((wg, run)) = self.wg_split_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
             // x in the warpgroup's k order, then the tiles' split on wgmma, folded as theirs.
             check_wg_matrix_size(m);
@@ -2890,8 +3059,8 @@ impl Kernels {
             self.wg_split_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match norm {
-                None => launch_split_rows(gpu, &wg.split_rows, m)?,
-                Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm)?,
+                None => launch_split_rows(gpu, &wg.split_rows, m, None)?,
+                Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm, None)?,
             }
             return match run {
                 WgSplitRun::FoldedInClusters => self.matmul_split_folded(
@@ -2911,8 +3080,8 @@ impl Kernels {
             };
         }
         match norm {
-            None => launch_split_rows(gpu, &self.split_rows, m)?,
-            Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm)?,
+            None => launch_split_rows(gpu, &self.split_rows, m, None)?,
+            Some(norm) => launch_split_rows_norm(gpu, &self.split_rows_norm, m, norm, None)?,
         }
         if !split_k {
             // The 16-row kernels' arguments from W on, after the split rows.

@@ -486,6 +486,37 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
+        // The walk (FLASHLANE_MATMUL_WALK): every round's split of up to 64 rows, 17–32 rows
+        // too, in blocks of 32 rows (few outputs: `walk_rows`) and, with the multiprocessors
+        // counted as one, of 64; a depth of one piece (residues 1–7 empty), of three rounds of
+        // the residues plus a piece, of 8 and 9 chunks, and random; the other kernels' bits,
+        // gathered and accumulated. A prompt's split (300 rows) stays on the tiles.
+        k.matmul_wg_fold = false;
+        k.matmul_walk = true;
+        k.matmul_split32 = true;
+        let multiprocessors = k.multiprocessors;
+        for counted in [multiprocessors, 1] {
+            k.multiprocessors = counted;
+            k.walk_launches
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            for (depth, rows) in [
+                (16 * (1 + rng.below(320)), 64),
+                (16, 64),
+                (3 * 8 * 64 + 16, 40),
+                (512, 64),
+                (576, 32),
+                (16 * (1 + rng.below(160)), 300),
+            ] {
+                matmul_case(&gpu, &k, &mut rng, depth, rows, split);
+            }
+            let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                walked > 0,
+                "the walk never ran with {counted} multiprocessors"
+            );
+        }
+        k.multiprocessors = multiprocessors;
+        k.matmul_walk = false;
     }
 }
 
@@ -738,20 +769,24 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
+        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`).
         let folds = [
-            (super::ClusterFold::Off, false),
-            (super::ClusterFold::All, false),
-            (super::ClusterFold::All, true),
-            (super::ClusterFold::Off, true),
+            (super::ClusterFold::Off, false, false),
+            (super::ClusterFold::All, false, false),
+            (super::ClusterFold::All, true, false),
+            (super::ClusterFold::Off, true, false),
+            (super::ClusterFold::Off, false, true),
         ];
-        let folds = &folds[..if wgmma_split { 4 } else { 2 }];
-        for (rows, &(cluster_fold, wg_fold)) in rows
+        let folds = &folds[..if wgmma_split { 5 } else { 2 }];
+        for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
         {
             k.matmul_cluster_fold = cluster_fold;
             k.matmul_wg_fold = wg_fold;
-            let seed = format!("{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold})");
+            k.matmul_walk = walk;
+            let seed =
+                format!("{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk})");
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
@@ -826,14 +861,19 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
     }
-    // The rounds of 48–64 rows took the warpgroup fold where its module compiled: the
-    // comparisons above checked it, not the tiles twice.
+    // The rounds of 48–64 rows took the warpgroup fold and the walk where their module
+    // compiled: the comparisons above checked them, not the tiles twice.
     let on_wgmma = k
         .wg_split_launches
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(
         !wgmma_split || on_wgmma > 0,
         "seed {seed}: the warpgroup fold never ran"
+    );
+    let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !wgmma_split || walked > 0,
+        "seed {seed}: the walk never ran"
     );
 }
 
@@ -2281,15 +2321,24 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     k.matmul_split32 = true;
     let default_fold = k.matmul_cluster_fold;
     // (kernel, its split on the warpgroup MMA under this cluster fold: FLASHLANE_MATMUL_WG_FOLD,
-    // `split_rows_norm_wg`).
+    // `split_rows_norm_wg`; or as the walk: FLASHLANE_MATMUL_WALK, `split_rows_norm_walk`).
     let mut kernels = vec![
-        (MatmulKernel::Tiled, None),
-        (MatmulKernel::TiledSplitK, None),
+        (MatmulKernel::Tiled, None, false),
+        (MatmulKernel::TiledSplitK, None, false),
     ];
     if on_hopper {
-        kernels.push((MatmulKernel::WgmmaSplitK, None));
-        kernels.push((MatmulKernel::TiledSplitK, Some(super::ClusterFold::All)));
-        kernels.push((MatmulKernel::TiledSplitK, Some(super::ClusterFold::Off)));
+        kernels.push((MatmulKernel::WgmmaSplitK, None, false));
+        kernels.push((
+            MatmulKernel::TiledSplitK,
+            Some(super::ClusterFold::All),
+            false,
+        ));
+        kernels.push((
+            MatmulKernel::TiledSplitK,
+            Some(super::ClusterFold::Off),
+            false,
+        ));
+        kernels.push((MatmulKernel::TiledSplitK, None, true));
     }
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2340,10 +2389,13 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 let normed = xn.read(gpu, rows * depth).unwrap();
                 // The tiles' split's products and SwiGLU, which the warpgroup fold must give.
                 let (mut tiles_split, mut tiles_swiglu) = (None, None);
-                for &(kernel, wg_fold) in &kernels {
-                    // Every split on the warpgroup MMA, folded in clusters or not, where asked.
+                for &(kernel, wg_fold, walk) in &kernels {
+                    // Every split on the warpgroup MMA, folded in clusters or not, or as the
+                    // walk, where asked.
                     k.matmul_wg_fold = wg_fold.is_some();
                     k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
+                    k.matmul_walk = walk;
+                    let other = wg_fold.is_some() || walk;
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
                     xs.write(gpu, &xs_nan).unwrap();
@@ -2352,17 +2404,18 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.matmul_with(gpu, &apart_m, kernel).unwrap();
                     let want_xs = xs.read(gpu, rows * split_words).unwrap();
                     let want = y.read(gpu, rows * 2 * width).unwrap();
-                    match (kernel, wg_fold.is_some(), &tiles_split) {
+                    match (kernel, other, &tiles_split) {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_split = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
-                            "{what}: the warpgroup fold's products differ from the tiles' split"
+                            "{what}: the warpgroup fold's or the walk's ({walk}) products differ \
+                             from the tiles' split"
                         ),
                         _ => {}
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
-                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}), keep {keeps}"
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk}), keep {keeps}"
                         );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
@@ -2388,17 +2441,18 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.gate_up_swiglu_with(gpu, &apart_m, act.at(0), None, kernel)
                         .unwrap();
                     let want = act.read(gpu, rows * width).unwrap();
-                    match (kernel, wg_fold.is_some(), &tiles_swiglu) {
+                    match (kernel, other, &tiles_swiglu) {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_swiglu = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
-                            "{what}: the warpgroup fold's SwiGLU differs from the tiles' split's"
+                            "{what}: the warpgroup fold's or the walk's ({walk}) SwiGLU differs \
+                             from the tiles' split's"
                         ),
                         _ => {}
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
-                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}), keep {keeps}, SwiGLU"
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk}), keep {keeps}, SwiGLU"
                         );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
@@ -2427,6 +2481,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
         !on_hopper || on_wgmma > 0,
         "seed {seed}: the warpgroup fold never ran"
     );
+    let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(!on_hopper || walked > 0, "seed {seed}: the walk never ran");
 }
 
 /// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row

@@ -1,0 +1,292 @@
+// ---------------------------------------------------------------------------------------------
+// The walk: a round's k split (17–64 rows) as blocks that each walk the whole of k
+// (FLASHLANE_MATMUL_WALK=1, an A/B switch; compiled in the warpgroup module, after matmul_wg.cu).
+// Written after cuBLAS's 64-row kernels (bench/RESULTS.md session 69): a block holds a tile of
+// outputs by all its rows and walks all of k through a deep ring filled by a producer warp's
+// bulk copies, one block a multiprocessor, where the tiles' split runs 8 short blocks a tile
+// (5 chunks each on Qwen3-4B) and folds their partials in a cluster.
+//
+// Batch invariance: the chain of `matmul_bf16_wg_swap` (whose bits are the tiles'): the operands
+// swapped (yᵀ = W · xᵀ, a wgmma m64nNk16's A the weights, B x's split rows in `split_rows`' word
+// order), a step the tiles' step's 16 products, the hi then the lo product, residue 0's chunks
+// (0, 8, 16, …) in order from zero, then residue 1's, …, each residue's partial folded into the
+// total in residue order (total = p0, then total += pr; the empty residues' zeros one + 0), then
+// y written once (+ y where it accumulates): `mmt_cluster_fold`'s sum, with no partial leaving
+// the block.
+//
+// A block: MWK_THREADS threads, a consumer warpgroup (warps 0–3) and a producer warp (warp 4).
+// The consumers hold 64 outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8,
+// the swapped split's) by N rows (32 or 64: B's columns). The producer fills a ring of
+// MWK_STAGES_<N> stages with `cp.async.bulk` copies completing on each stage's `full` barrier;
+// the consumers read a stage's weights into registers (`ld.shared`), run its 8 wgmmas (4 with
+// MMA_SPLIT off) and release the stage on its `empty` barrier once those are done (waiting for
+// them all: at n64 a chunk's products take ~256 tensor cycles a multiprocessor against ~410 for
+// its 8 KB of weights at a 96-block grid's share of the bandwidth, so the ring, not a second set
+// of A registers in flight, is what keeps the copies and the products overlapped).
+// - x: `split_rows_walk` / `split_rows_norm_walk` write the split rows in the blocks' layout:
+//   block b's rows (nb = min(N, rows − bN) of them) from word bN · 64 · chunks on, chunk c's at
+//   c · nb · 64 words into them, piece p (16 bytes: 0–7 hi, 8–15 lo) of row r of the block at
+//   (p · nb + r) · 4 words into the chunk's. So a chunk's piece p of the block's rows is one
+//   copy of nb · 16 bytes, to (p · N + r) · 16 in the stage (the swapped split's place; rows past
+//   `rows` hold what they held: they are B's columns, whose sums are never written).
+// - W: a chunk of each output row (128 bytes, less past k) is one copy, to row m of the stage's
+//   weights at MWK_W_ROW_BYTES (144) apart, so that a quarter-warp's 16-byte reads (lanes (g, t),
+//   (g + 1, t): 32t and 144 + 32t) meet 8 bank groups. Rows past n_out and pieces past k are not
+//   copied; they are masked where multiplied, as the swapped split masks them.
+// With SWIGLU a block's 64 A rows are 32 units' gate and up rows: lane (g, t) of warp q holds
+// unit u0 + 8q + g's gate row (g) and up row (g + 8), so a thread's sums hold both and it writes
+// act = silu(gate) · up (`mmt_cluster_fold`'s expression on the same sums).
+//
+// Host defines: MWK_STAGES_64, MWK_STAGES_32.
+
+#define MWK_CONSUMERS 128                        // one warpgroup
+#define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
+#define MWK_OUTS 64                              // A's rows a block
+#define MWK_W_ROW_BYTES 144                      // a row's chunk of weights (128 bytes) and 16 of padding
+#define MWK_W_STAGE_BYTES (MWK_OUTS * MWK_W_ROW_BYTES)
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// One arrival that also expects `bytes` of copies to complete on the barrier.
+__device__ __forceinline__ void mbar_arrive_expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// Until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "MWK_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra MWK_WAIT;\n"
+        "}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `bar`.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(smem)),
+                 "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+// The chunk after c in the walk: the next of its residue, past a residue's last the next
+// residue's first (residue 0's chunks 0, 8, 16, …, then 1's, …).
+__device__ __forceinline__ int walk_next(int c, int chunks) {
+    return c + MMT_RESIDUES < chunks ? c + MMT_RESIDUES : c % MMT_RESIDUES + 1;
+}
+
+// The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
+// 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
+// block.
+template <int N, int STAGES, bool SWIGLU>
+__device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
+                                                  int k, int n_out, float* __restrict__ y, int y_stride,
+                                                  int accumulate, int rows) {
+    constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
+    constexpr int STAGE_BYTES = X_STAGE_BYTES + MWK_W_STAGE_BYTES;
+    static_assert(STAGE_BYTES % 16 == 0, "stages 16-byte aligned");
+    extern __shared__ float4 mwk_smem4[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
+    unsigned long long* empty = full + STAGES;
+    // The warp by a shuffle: known uniform across it, so that ptxas keeps the consumers' wgmmas
+    // asynchronous (after a branch on threadIdx it serialised them: C7518).
+    const int warp = __shfl_sync(~0u, threadIdx.x / WARP, 0), lane = threadIdx.x % WARP;
+    const int r0 = blockIdx.x * N, nb = min(N, rows - r0);
+    const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
+    // SWIGLU: units u0 … u0 + 31 of `width`.
+    const int width = n_out / 2, u0 = blockIdx.y * (MWK_OUTS / 2), o0 = blockIdx.y * MWK_OUTS;
+    // Row m (0–63) of the block's A: its row of W, or -1 past the matrix.
+    auto w_row = [&](int m) {
+        if (SWIGLU) {
+            const int unit = u0 + 8 * (m / 16) + m % 8;
+            return unit < width ? (m % 16 < 8 ? unit : width + unit) : -1;
+        }
+        return o0 + m < n_out ? o0 + m : -1;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], MWK_CONSUMERS / WARP);
+        }
+        // The barriers' initialisation visible to the copies (the async proxy).
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    pdl_launch_dependents();
+
+    if (warp == MWK_CONSUMERS / WARP) {
+        // The producer. Lane l copies A rows l and l + 32 of each chunk, lanes 0–15 x's piece l.
+        const int row_a = w_row(lane), row_b = w_row(lane + 32);
+        const int valid_rows = __reduce_add_sync(~0u, (row_a >= 0) + (row_b >= 0));
+        const size_t x_block = (size_t)r0 * chunks * MMA_CHUNK;
+        auto weights = [&](int s, int c) {
+            const int elems = min(MMA_CHUNK, k - c * MMA_CHUNK);
+            if (lane == 0) mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + valid_rows * elems * 2));
+            __syncwarp();
+            unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
+            if (row_a >= 0)
+                bulk_copy(ws + lane * MWK_W_ROW_BYTES, w + (size_t)row_a * k + (size_t)c * MMA_CHUNK, elems * 2,
+                          &full[s]);
+            if (row_b >= 0)
+                bulk_copy(ws + (lane + 32) * MWK_W_ROW_BYTES, w + (size_t)row_b * k + (size_t)c * MMA_CHUNK,
+                          elems * 2, &full[s]);
+        };
+        auto x_pieces = [&](int s, int c) {
+            if (lane < MMT_X_PIECES)
+                bulk_copy(smem + s * STAGE_BYTES + lane * N * 16,
+                          xs + x_block + (size_t)c * nb * MMA_CHUNK + (size_t)lane * nb * 4, nb * 16, &full[s]);
+        };
+        // The first stages' weights (never written while kernels run) before the wait for the
+        // kernel ahead, whose output x is.
+        const int first = min(STAGES, chunks);
+        int c = 0;
+        for (int v = 0; v < first; v++, c = walk_next(c, chunks)) weights(v, c);
+        pdl_wait();
+        c = 0;
+        for (int v = 0; v < first; v++, c = walk_next(c, chunks)) x_pieces(v, c);
+        for (int v = first; v < chunks; v++, c = walk_next(c, chunks)) {
+            const int s = v % STAGES;
+            // The consumers' release of the stage's use before.
+            mbar_wait(&empty[s], (v / STAGES - 1) & 1);
+            weights(s, c);
+            x_pieces(s, c);
+        }
+        return;
+    }
+
+    // The consumers: a warpgroup, rows of A by lane (g, t) of warp q: 16q + g and 16q + g + 8.
+    pdl_wait();
+    const int g = lane / 4, t = lane % 4;
+    const int ma = 16 * warp + g, mb = ma + 8;
+    const bool a_in = w_row(ma) >= 0, b_in = w_row(mb) >= 0;
+    float acc[N / 2], total[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) acc[i] = total[i] = 0.0f;
+    // Chunk by chunk in the walk's order: a stage's weights into A's registers, its products,
+    // then (every product done: A's registers and the stage free) the stage released and, at a
+    // residue's end, the residue (c % 8) folded into the total in residue order, the next from
+    // zero. The producer runs up to MWK_STAGES chunks ahead, so the copies overlap the products
+    // without a second set of A registers in flight.
+    int c = 0;
+    for (int v = 0; v < chunks; v++, c = walk_next(c, chunks)) {
+        const int s = v % STAGES;
+        mbar_wait(&full[s], (v / STAGES) & 1);
+        const unsigned char* stage = smem + s * STAGE_BYTES;
+        const unsigned char* ws = stage + X_STAGE_BYTES;
+        const uint4 ga = *reinterpret_cast<const uint4*>(ws + ma * MWK_W_ROW_BYTES + 32 * t);
+        const uint4 ha = *reinterpret_cast<const uint4*>(ws + ma * MWK_W_ROW_BYTES + 32 * t + 16);
+        const uint4 gb = *reinterpret_cast<const uint4*>(ws + mb * MWK_W_ROW_BYTES + 32 * t);
+        const uint4 hb = *reinterpret_cast<const uint4*>(ws + mb * MWK_W_ROW_BYTES + 32 * t + 16);
+        // Pieces past k and rows past the matrix are zeros (never copied: what the stage held).
+        const bool k_in = c * MMA_CHUNK + 16 * t < k;
+        const unsigned m_a = k_in && a_in ? ~0u : 0u, m_b = k_in && b_in ? ~0u : 0u;
+        // Step s's A: k-slots 2t + {0, 1} (row g, row g + 8) and 8 + 2t + {0, 1}: elements
+        // 16t + 4s + {0, 1} and + {2, 3}, as the swapped split builds them.
+        const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
+                                    {ga.z, gb.z, ga.w, gb.w},
+                                    {ha.x, hb.x, ha.y, hb.y},
+                                    {ha.z, hb.z, ha.w, hb.w}};
+        unsigned a[4][4];
+#pragma unroll
+        for (int st = 0; st < 4; st++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) a[st][q] = g_a[st][q] & (q % 2 ? m_b : m_a);
+        // Every A register written before the fence (else ptxas fences each step's wgmma).
+#pragma unroll
+        for (int st = 0; st < 4; st++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[st][q]));
+        wgmma_pin_n<N>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int st = 0; st < 4; st++) {
+            wgmma_m64k16<N>(acc, a[st][0], a[st][1], a[st][2], a[st][3],
+                            wgmma_desc(stage + 2 * st * N * 16, N * 16, 128));
+            if (MMA_SPLIT)
+                wgmma_m64k16<N>(acc, a[st][0], a[st][1], a[st][2], a[st][3],
+                                wgmma_desc(stage + (8 + 2 * st) * N * 16, N * 16, 128));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        wgmma_pin_n<N>(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+        if (c + MMT_RESIDUES >= chunks) {
+#pragma unroll
+            for (int i = 0; i < N / 2; i++) {
+                total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
+                acc[i] = 0.0f;
+            }
+        }
+    }
+    // d[4j + i]: A row (i % 4) / 2 ? mb : ma, B column (row) 8j + 2t + i % 2. The empty
+    // residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        if (chunks < MMT_RESIDUES) total[i] += 0.0f;
+        const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
+        if (r >= rows) continue;
+        if (SWIGLU) {
+            // Gate (row g) and up (row g + 8) of unit u0 + 8q + g.
+            const int unit = u0 + 8 * warp + g;
+            if ((i % 4) / 2 == 0 && unit < width)
+                y[(size_t)r * y_stride + unit] = siluf_(total[i]) * total[i + 2];
+        } else {
+            const int o = o0 + ((i % 4) / 2 ? mb : ma);
+            if (o < n_out) {
+                float* out = y + (size_t)r * y_stride + o;
+                *out = accumulate ? *out + total[i] : total[i];
+            }
+        }
+    }
+}
+
+// Grid (ceil(rows / 64), ceil(n_out / 64)); the tiles' arguments, over rows split by
+// `split_rows_walk` (or `split_rows_norm_walk`) for 64 rows a block.
+extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
+matmul_bf16_walk_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                     float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_walk_block<64, MWK_STAGES_64, false>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// The same for 32 rows a block (the row halves of a matrix with few output tiles).
+extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
+matmul_bf16_walk_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                     float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_walk_block<32, MWK_STAGES_32, false>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// A dense MLP's gate/up (W: `width` gate rows then their up rows, n_out = 2 · width) into act =
+// silu(gate) · up (y, stride y_stride). Grid (ceil(rows / 64), ceil(width / 32)).
+extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
+matmul_bf16_walk_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                        float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_walk_block<64, MWK_STAGES_64, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
+// x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
+// walk's layout: `split_word_at`). Grid `split_rows`'.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_walk(const float* __restrict__ x, int x_stride, const int* __restrict__ row_index, int rows, int k,
+                int block_rows, unsigned* __restrict__ xs) {
+    split_rows_of<false>(x, x_stride, row_index, rows, k, xs, block_rows);
+}
+
+// `split_rows_norm` in the walk's layout.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+split_rows_norm_walk(const float* __restrict__ x, int rows, int k, const float* __restrict__ norm_w, float eps,
+                     int kind, float* __restrict__ out, int block_rows, unsigned* __restrict__ xs) {
+    split_rows_norm_of<false>(x, rows, k, norm_w, eps, kind, out, xs, block_rows);
+}
