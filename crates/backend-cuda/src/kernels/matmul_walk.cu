@@ -276,6 +276,13 @@ matmul_bf16_walk_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restric
     matmul_walk_block<64, MWK_STAGES_64, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
 }
 
+// The same for 32 rows a block (FLASHLANE_MATMUL_WALK_ROWS=32).
+extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
+matmul_bf16_walk_swiglu_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
+                            float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    matmul_walk_block<32, MWK_STAGES_32, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+}
+
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)

@@ -446,6 +446,9 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// cluster. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
 /// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
+/// `FLASHLANE_MATMUL_WALK_ROWS=32` or `=64` makes every walk's blocks that many rows instead of
+/// [`walk_rows`]' choice (A/B runs: rows are independent, the same bits).
+pub const MATMUL_WALK_ROWS_ENV: &str = "FLASHLANE_MATMUL_WALK_ROWS";
 /// The walk's block: a consumer warpgroup and a producer warp, 64 outputs.
 const MWK_THREADS: u32 = 160;
 const MWK_OUTS: usize = 64;
@@ -467,17 +470,25 @@ const fn mwk_shared_bytes(rows: usize) -> usize {
     stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MWK_W_ROW_BYTES) + stages * 2 * 8
 }
 /// The rows of the walk's blocks for `rows` rows of `n_out` outputs (`swiglu`: a gate/up's units
-/// and their up rows, 32 units a block) on `multiprocessors`: 64, or 32 where blocks of 64 rows
-/// would leave more than half the multiprocessors without one (Qwen3-4B's o and down: 40 blocks
-/// of 64 rows, 80 of 32), rows being independent (the bits stay the row's).
-fn walk_rows(rows: usize, n_out: usize, swiglu: bool, multiprocessors: usize) -> usize {
+/// and their up rows, 32 units a block) on `multiprocessors`: `forced` (32 or 64) where given,
+/// else 64, or 32 where blocks of 64 rows would leave more than half the multiprocessors
+/// without one (Qwen3-4B's o and down: 40 blocks of 64 rows, 80 of 32), rows being independent
+/// (the bits stay the row's).
+fn walk_rows(
+    rows: usize,
+    n_out: usize,
+    swiglu: bool,
+    multiprocessors: usize,
+    forced: Option<usize>,
+) -> usize {
     let out_blocks = match swiglu {
         true => (n_out / 2).div_ceil(MWK_OUTS / 2),
         false => n_out.div_ceil(MWK_OUTS),
     };
-    match out_blocks * rows.div_ceil(64) * 2 < multiprocessors && !swiglu {
-        true => 32,
-        false => 64,
+    match forced {
+        Some(rows @ (32 | 64)) => rows,
+        _ if out_blocks * rows.div_ceil(64) * 2 < multiprocessors => 32,
+        _ => 64,
     }
 }
 /// Rows up to which that split runs (a block holds its rows as the MMA's n: 32 or 64; more
@@ -1693,6 +1704,8 @@ pub struct Kernels {
     /// Whether a round's bf16 split runs as the walk where the module is compiled
     /// ([`MATMUL_WALK_ENV`]).
     matmul_walk: bool,
+    /// [`MATMUL_WALK_ROWS_ENV`]'s value.
+    matmul_walk_rows: Option<usize>,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1959,6 +1972,7 @@ impl Kernels {
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
             matmul_walk: env_asked(MATMUL_WALK_ENV),
+            matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -2171,7 +2185,10 @@ impl Kernels {
                 walk("matmul_bf16_walk_n32", 32)?,
                 walk("matmul_bf16_walk_n64", 64)?,
             ],
-            walk_swiglu: walk("matmul_bf16_walk_swiglu", 64)?,
+            walk_swiglu: [
+                walk("matmul_bf16_walk_swiglu_n32", 32)?,
+                walk("matmul_bf16_walk_swiglu", 64)?,
+            ],
             split_rows_walk: module.load_function("split_rows_walk")?,
             split_rows_norm_walk: module.load_function("split_rows_norm_walk")?,
             split_bf16: splits("bf16")?,
@@ -2204,10 +2221,10 @@ struct WgmmaKernels {
     /// (`matmul_bf16_wg_split_partials`) ([`MATMUL_WG_FOLD_ENV`]).
     split_fold_bf16: [CudaFunction; 2],
     split_partials_bf16: CudaFunction,
-    /// The walk ([`MATMUL_WALK_ENV`]): 32 and 64 rows a block, the gate/up's with its SwiGLU
-    /// (64 rows), and x's split (with its norm) in the walk's layout.
+    /// The walk ([`MATMUL_WALK_ENV`]): 32 and 64 rows a block, plain and a gate/up's with its
+    /// SwiGLU, and x's split (with its norm) in the walk's layout.
     walk: [CudaFunction; 2],
-    walk_swiglu: CudaFunction,
+    walk_swiglu: [CudaFunction; 2],
     split_rows_walk: CudaFunction,
     split_rows_norm_walk: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
@@ -2970,7 +2987,13 @@ impl Kernels {
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
-        let rows = walk_rows(m.rows, m.n_out, swiglu_act.is_some(), self.multiprocessors);
+        let rows = walk_rows(
+            m.rows,
+            m.n_out,
+            swiglu_act.is_some(),
+            self.multiprocessors,
+            self.matmul_walk_rows,
+        );
         #[cfg(test)]
         self.walk_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -2989,7 +3012,7 @@ impl Kernels {
                 m.accumulate,
             ),
             Some(act) => (
-                &wg.walk_swiglu,
+                &wg.walk_swiglu[usize::from(rows == 64)],
                 (m.n_out / 2).div_ceil(MWK_OUTS / 2),
                 act,
                 m.n_out / 2,

@@ -769,24 +769,28 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
-        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`).
+        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`), its blocks
+        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`).
         let folds = [
-            (super::ClusterFold::Off, false, false),
-            (super::ClusterFold::All, false, false),
-            (super::ClusterFold::All, true, false),
-            (super::ClusterFold::Off, true, false),
-            (super::ClusterFold::Off, false, true),
+            (super::ClusterFold::Off, false, None),
+            (super::ClusterFold::All, false, None),
+            (super::ClusterFold::All, true, None),
+            (super::ClusterFold::Off, true, None),
+            (super::ClusterFold::Off, false, Some(None)),
+            (super::ClusterFold::Off, false, Some(Some(32))),
         ];
-        let folds = &folds[..if wgmma_split { 5 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 6 } else { 2 }];
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
         {
             k.matmul_cluster_fold = cluster_fold;
             k.matmul_wg_fold = wg_fold;
-            k.matmul_walk = walk;
-            let seed =
-                format!("{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk})");
+            k.matmul_walk = walk.is_some();
+            k.matmul_walk_rows = walk.flatten();
+            let seed = format!(
+                "{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk:?})"
+            );
             let m = Matmul {
                 x_split: xs.at(0),
                 partials: partials.borrow().at(0),
