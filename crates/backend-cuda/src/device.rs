@@ -220,11 +220,16 @@ impl Gpu {
                 Arg::Ptr(p) | Arg::U64(p) => p,
                 Arg::I32(v) => u64::from(v as u32),
                 Arg::F32(v) => u64::from(v.to_bits()),
+                Arg::Map(_) => 0,
             };
         }
         let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); KERNEL_ARGS_MAX];
-        for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
-            *param = (slot as *mut u64).cast();
+        for ((param, slot), a) in params.iter_mut().zip(slots.iter_mut()).zip(args) {
+            *param = match a {
+                // The driver reads the map's 128 bytes from `args`, which outlives the call.
+                Arg::Map(map) => map.0.as_ptr().cast_mut().cast(),
+                _ => (slot as *mut u64).cast(),
+            };
         }
         // SAFETY: an all-zero launch attribute is a valid value of the C struct (an id and a
         // union of plain data); its fields are set below.
@@ -297,7 +302,15 @@ pub enum Arg {
     I32(i32),
     U64(u64),
     F32(f32),
+    /// A `CUtensorMap` by value (a `__grid_constant__` parameter of 128 bytes).
+    Map(TensorMap),
 }
+
+/// A `CUtensorMap`: 128 opaque bytes `cuTensorMapEncodeTiled` writes, aligned as the driver
+/// asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct TensorMap(pub [u64; 16]);
 
 /// A device buffer and its raw address.
 pub struct Buf<T> {

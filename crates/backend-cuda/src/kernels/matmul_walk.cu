@@ -36,14 +36,26 @@
 // With SWIGLU a block's 64 A rows are 32 units' gate and up rows: lane (g, t) of warp q holds
 // unit u0 + 8q + g's gate row (g) and up row (g + 8), so a thread's sums hold both and it writes
 // act = silu(gate) · up (`mmt_cluster_fold`'s expression on the same sums).
+// With TMA (FLASHLANE_MATMUL_WALK=tma) a chunk of W is one tensor copy (`tma_load_2d`: a box of
+// 64 elements × 64 rows of W's tensor map, or with SWIGLU two of 32 rows: the gate rows then
+// the up rows) under the 128-byte swizzle (piece j of the stage's row r at j ^ (r & 7); zeros
+// outside the matrix), where the plain walk copies each row's 128 bytes apart: 1 copy of W a
+// chunk against 64.
 //
-// Host defines: MWK_STAGES_64, MWK_STAGES_32.
+// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32.
 
 #define MWK_CONSUMERS 128                        // one warpgroup
 #define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
 #define MWK_OUTS 64                              // A's rows a block
 #define MWK_W_ROW_BYTES 144                      // a row's chunk of weights (128 bytes) and 16 of padding
 #define MWK_W_STAGE_BYTES (MWK_OUTS * MWK_W_ROW_BYTES)
+#define MWK_TMA_W_STAGE_BYTES (MWK_OUTS * MMA_CHUNK * 2)  // a box: 64 rows of 128 bytes, swizzled
+
+// A CUtensorMap (128 opaque bytes the host encodes with cuTensorMapEncodeTiled, passed as a
+// __grid_constant__ parameter).
+struct __align__(64) tma_map_t {
+    unsigned long long opaque[16];
+};
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -79,6 +91,17 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
                  : "memory");
 }
 
+// The box of `map` at (element c0 of the inner dimension, row c1) into `dst` (1,024-byte aligned
+// for the 128-byte swizzle), its bytes counted on `bar`. Elements outside the tensor are zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int c0, int c1,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            smem_u32(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+}
+
 // The chunk after c in the walk: the next of its residue, past a residue's last the next
 // residue's first (residue 0's chunks 0, 8, 16, …, then 1's, …).
 __device__ __forceinline__ int walk_next(int c, int chunks) {
@@ -87,16 +110,19 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
 // 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
-// block.
-template <int N, int STAGES, bool SWIGLU>
+// block. W: `w`, or with TMA `w_map` (boxes of 64 elements × 64 rows, 32 with SWIGLU).
+template <int N, int STAGES, bool SWIGLU, bool TMA = false>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
-                                                  int k, int n_out, float* __restrict__ y, int y_stride,
-                                                  int accumulate, int rows) {
+                                                  const tma_map_t* w_map, int k, int n_out,
+                                                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
-    constexpr int STAGE_BYTES = X_STAGE_BYTES + MWK_W_STAGE_BYTES;
-    static_assert(STAGE_BYTES % 16 == 0, "stages 16-byte aligned");
+    constexpr int W_STAGE_BYTES = TMA ? MWK_TMA_W_STAGE_BYTES : MWK_W_STAGE_BYTES;
+    constexpr int STAGE_BYTES = X_STAGE_BYTES + W_STAGE_BYTES;
+    static_assert(STAGE_BYTES % (TMA ? 1024 : 16) == 0, "stages 16-byte aligned (1,024 for TMA's swizzle)");
     extern __shared__ float4 mwk_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
+    // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
+    if (TMA) smem += (1024u - (smem_u32(smem) & 1023u)) & 1023u;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
     unsigned long long* empty = full + STAGES;
     // The warp by a shuffle: known uniform across it, so that ptxas keeps the consumers' wgmmas
@@ -132,10 +158,23 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         const int valid_rows = __reduce_add_sync(~0u, (row_a >= 0) + (row_b >= 0));
         const size_t x_block = (size_t)r0 * chunks * MMA_CHUNK;
         auto weights = [&](int s, int c) {
+            unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
+            if (TMA) {
+                // A box counts its whole bytes, zeros outside the matrix included.
+                if (lane == 0) {
+                    mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + MWK_TMA_W_STAGE_BYTES));
+                    if (SWIGLU) {
+                        tma_load_2d(ws, w_map, c * MMA_CHUNK, u0, &full[s]);
+                        tma_load_2d(ws + MWK_TMA_W_STAGE_BYTES / 2, w_map, c * MMA_CHUNK, width + u0, &full[s]);
+                    } else {
+                        tma_load_2d(ws, w_map, c * MMA_CHUNK, o0, &full[s]);
+                    }
+                }
+                return;
+            }
             const int elems = min(MMA_CHUNK, k - c * MMA_CHUNK);
             if (lane == 0) mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + valid_rows * elems * 2));
             __syncwarp();
-            unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
             if (row_a >= 0)
                 bulk_copy(ws + lane * MWK_W_ROW_BYTES, w + (size_t)row_a * k + (size_t)c * MMA_CHUNK, elems * 2,
                           &full[s]);
@@ -143,10 +182,15 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                 bulk_copy(ws + (lane + 32) * MWK_W_ROW_BYTES, w + (size_t)row_b * k + (size_t)c * MMA_CHUNK,
                           elems * 2, &full[s]);
         };
+        // A whole block's rows are one copy (its pieces' places are the stage's); fewer, a copy
+        // a piece.
         auto x_pieces = [&](int s, int c) {
-            if (lane < MMT_X_PIECES)
-                bulk_copy(smem + s * STAGE_BYTES + lane * N * 16,
-                          xs + x_block + (size_t)c * nb * MMA_CHUNK + (size_t)lane * nb * 4, nb * 16, &full[s]);
+            const unsigned* src = xs + x_block + (size_t)c * nb * MMA_CHUNK;
+            if (nb == N) {
+                if (lane == 0) bulk_copy(smem + s * STAGE_BYTES, src, N * MMT_X_PIECES * 16, &full[s]);
+            } else if (lane < MMT_X_PIECES) {
+                bulk_copy(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16, &full[s]);
+            }
         };
         // The first stages' weights (never written while kernels run) before the wait for the
         // kernel ahead, whose output x is.
@@ -171,6 +215,12 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     const int g = lane / 4, t = lane % 4;
     const int ma = 16 * warp + g, mb = ma + 8;
     const bool a_in = w_row(ma) >= 0, b_in = w_row(mb) >= 0;
+    // With TMA the stage's rows of A's rows ma and mb (SWIGLU: the gate box's row 8q + g, the up
+    // box's 32 rows on) and their 16-byte places of pieces 2t and 2t + 1 under the swizzle.
+    const int sa = TMA && SWIGLU ? 8 * warp + g : ma, sb = TMA && SWIGLU ? 32 + 8 * warp + g : mb;
+    auto w_at = [&](int row, int piece) {
+        return TMA ? row * MMA_CHUNK * 2 + ((piece ^ (row & 7)) * 16) : row * MWK_W_ROW_BYTES + piece * 16;
+    };
     float acc[N / 2], total[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = total[i] = 0.0f;
@@ -185,11 +235,13 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         mbar_wait(&full[s], (v / STAGES) & 1);
         const unsigned char* stage = smem + s * STAGE_BYTES;
         const unsigned char* ws = stage + X_STAGE_BYTES;
-        const uint4 ga = *reinterpret_cast<const uint4*>(ws + ma * MWK_W_ROW_BYTES + 32 * t);
-        const uint4 ha = *reinterpret_cast<const uint4*>(ws + ma * MWK_W_ROW_BYTES + 32 * t + 16);
-        const uint4 gb = *reinterpret_cast<const uint4*>(ws + mb * MWK_W_ROW_BYTES + 32 * t);
-        const uint4 hb = *reinterpret_cast<const uint4*>(ws + mb * MWK_W_ROW_BYTES + 32 * t + 16);
-        // Pieces past k and rows past the matrix are zeros (never copied: what the stage held).
+        const uint4 ga = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t));
+        const uint4 ha = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t + 1));
+        const uint4 gb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t));
+        const uint4 hb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t + 1));
+        // Pieces past k and rows past the matrix are zeros (the plain walk never copied them:
+        // what the stage held; TMA's zeros, and past a gate/up's units its up rows, masked the
+        // same way).
         const bool k_in = c * MMA_CHUNK + 16 * t < k;
         const unsigned m_a = k_in && a_in ? ~0u : 0u, m_b = k_in && b_in ? ~0u : 0u;
         // Step s's A: k-slots 2t + {0, 1} (row g, row g + 8) and 8 + 2t + {0, 1}: elements
@@ -258,14 +310,14 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
 extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
 matmul_bf16_walk_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                      float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<64, MWK_STAGES_64, false>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+    matmul_walk_block<64, MWK_STAGES_64, false>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // The same for 32 rows a block (the row halves of a matrix with few output tiles).
 extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
 matmul_bf16_walk_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                      float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<32, MWK_STAGES_32, false>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+    matmul_walk_block<32, MWK_STAGES_32, false>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // A dense MLP's gate/up (W: `width` gate rows then their up rows, n_out = 2 · width) into act =
@@ -273,15 +325,29 @@ matmul_bf16_walk_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__
 extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
 matmul_bf16_walk_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                         float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<64, MWK_STAGES_64, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+    matmul_walk_block<64, MWK_STAGES_64, true>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
 }
 
 // The same for 32 rows a block (FLASHLANE_MATMUL_WALK_ROWS=32).
 extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
 matmul_bf16_walk_swiglu_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
                             float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<32, MWK_STAGES_32, true>(xs, w, k, n_out, y, y_stride, accumulate, rows);
+    matmul_walk_block<32, MWK_STAGES_32, true>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
 }
+
+// The same with W by TMA (FLASHLANE_MATMUL_WALK=tma): `w_map` W's tensor map (boxes of 64
+// elements × 64 rows), plain and a gate/up's (boxes of 32 rows), 64 and 32 rows a block.
+#define MWK_TMA_KERNEL(name, rows, stages, swiglu)                                                             \
+    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)                                               \
+        name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
+             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
+        matmul_walk_block<rows, stages, swiglu, true>(xs, nullptr, &w_map, k, n_out, y, y_stride, accumulate,   \
+                                                      rows_);                                                   \
+    }
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu_n32, 32, MWK_TMA_STAGES_32, true)
 
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.

@@ -5,7 +5,7 @@
 //! head dims and experts have compile-time bounds and per-thread arrays stay in registers.
 //! Every kernel is batch-invariant by construction: see `common.cu`.
 
-use crate::device::{Arg, Gpu, Launches};
+use crate::device::{Arg, Gpu, Launches, TensorMap};
 use crate::CudaError;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
@@ -445,7 +445,28 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// producer warp's bulk copies, the residues folded in the block: no partials, no fold, no
 /// cluster. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
 /// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
+/// `=tma` copies each chunk of W as one box of its tensor map (`matmul_bf16_walk_tma_*`, the
+/// 128-byte swizzle) where `=1` copies each row's chunk apart.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
+/// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WalkChoice {
+    Off,
+    /// W's rows copied apart (`cp.async.bulk`, 64 copies a chunk).
+    RowCopies,
+    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`).
+    Tma,
+}
+
+impl WalkChoice {
+    fn from_env() -> WalkChoice {
+        match std::env::var(MATMUL_WALK_ENV).as_deref() {
+            Ok("1") => WalkChoice::RowCopies,
+            Ok("tma") => WalkChoice::Tma,
+            _ => WalkChoice::Off,
+        }
+    }
+}
 /// `FLASHLANE_MATMUL_WALK_ROWS=32` or `=64` makes every walk's blocks that many rows instead of
 /// [`walk_rows`]' choice (A/B runs: rows are independent, the same bits).
 pub const MATMUL_WALK_ROWS_ENV: &str = "FLASHLANE_MATMUL_WALK_ROWS";
@@ -459,6 +480,10 @@ const MWK_W_ROW_BYTES: usize = 144;
 /// stage of 64 rows is 16 KB of x's split and 9 KB of weights, of 32 rows 8 + 9 KB).
 const MWK_STAGES_64: usize = 8;
 const MWK_STAGES_32: usize = 12;
+/// With W by TMA a stage's weights are a box of 64 rows of 128 bytes (no padding: the swizzle
+/// spreads the reads), so one stage more fits: 9 of 64 rows (24 KB), 13 of 32 (16 KB).
+const MWK_TMA_STAGES_64: usize = 9;
+const MWK_TMA_STAGES_32: usize = 13;
 /// Its dynamic shared memory at `rows` (32 or 64) rows a block: the stages, then a full and an
 /// empty barrier (8 bytes each) a stage.
 const fn mwk_shared_bytes(rows: usize) -> usize {
@@ -468,6 +493,49 @@ const fn mwk_shared_bytes(rows: usize) -> usize {
         MWK_STAGES_64
     };
     stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MWK_W_ROW_BYTES) + stages * 2 * 8
+}
+/// The same with W by TMA: the stages from the next 1,024-byte boundary (the swizzle's; up to
+/// 1,008 bytes past the base, which is 16-byte aligned), then their barriers.
+const fn mwk_tma_shared_bytes(rows: usize) -> usize {
+    let stages = if rows == 32 {
+        MWK_TMA_STAGES_32
+    } else {
+        MWK_TMA_STAGES_64
+    };
+    1008 + stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MMA_CHUNK * 2) + stages * 2 * 8
+}
+
+/// W of `m` as the walk's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16, k elements a
+/// row, n_out rows, boxes of MMA_CHUNK elements × `box_rows` rows, the 128-byte swizzle, zeros
+/// outside.
+fn weight_tensor_map(m: &Matmul, box_rows: usize) -> Result<TensorMap, CudaError> {
+    use cudarc::driver::sys;
+    let dims = [m.k as u64, m.n_out as u64];
+    let strides = [(m.k * std::mem::size_of::<u16>()) as u64];
+    let boxes = [MMA_CHUNK as u32, box_rows as u32];
+    let element_strides = [1u32, 1];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: the arrays live through the call and hold the rank's (2) entries the driver reads
+    // (strides: rank − 1); `map` is the 128 bytes it writes. W's address is only encoded here,
+    // not read (the kernel's copies read it, within the dimensions given).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            m.w as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()?;
+    Ok(TensorMap(map.opaque))
 }
 /// The rows of the walk's blocks for `rows` rows of `n_out` outputs (`swiglu`: a gate/up's units
 /// and their up rows, 32 units a block) on `multiprocessors`: `forced` (32 or 64) where given,
@@ -1576,6 +1644,8 @@ impl Dims {
         for (name, v) in [
             ("MWK_STAGES_64", MWK_STAGES_64),
             ("MWK_STAGES_32", MWK_STAGES_32),
+            ("MWK_TMA_STAGES_64", MWK_TMA_STAGES_64),
+            ("MWK_TMA_STAGES_32", MWK_TMA_STAGES_32),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
@@ -1703,7 +1773,7 @@ pub struct Kernels {
     matmul_wg_fold: bool,
     /// Whether a round's bf16 split runs as the walk where the module is compiled
     /// ([`MATMUL_WALK_ENV`]).
-    matmul_walk: bool,
+    matmul_walk: WalkChoice,
     /// [`MATMUL_WALK_ROWS_ENV`]'s value.
     matmul_walk_rows: Option<usize>,
     matmul_fold: CudaFunction,
@@ -1971,7 +2041,7 @@ impl Kernels {
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
-            matmul_walk: env_asked(MATMUL_WALK_ENV),
+            matmul_walk: WalkChoice::from_env(),
             matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
@@ -2170,6 +2240,7 @@ impl Kernels {
         // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
         let fold = |name: &str| load(name, MWF_SHARED_BYTES);
         let walk = |name: &str, rows: usize| load(name, mwk_shared_bytes(rows));
+        let walk_tma = |name: &str, rows: usize| load(name, mwk_tma_shared_bytes(rows));
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
@@ -2188,6 +2259,14 @@ impl Kernels {
             walk_swiglu: [
                 walk("matmul_bf16_walk_swiglu_n32", 32)?,
                 walk("matmul_bf16_walk_swiglu", 64)?,
+            ],
+            walk_tma: [
+                walk_tma("matmul_bf16_walk_tma_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma_n64", 64)?,
+            ],
+            walk_tma_swiglu: [
+                walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
             ],
             split_rows_walk: module.load_function("split_rows_walk")?,
             split_rows_norm_walk: module.load_function("split_rows_norm_walk")?,
@@ -2225,6 +2304,9 @@ struct WgmmaKernels {
     /// SwiGLU, and x's split (with its norm) in the walk's layout.
     walk: [CudaFunction; 2],
     walk_swiglu: [CudaFunction; 2],
+    /// The same with W by TMA (`FLASHLANE_MATMUL_WALK=tma`).
+    walk_tma: [CudaFunction; 2],
+    walk_tma_swiglu: [CudaFunction; 2],
     split_rows_walk: CudaFunction,
     split_rows_norm_walk: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
@@ -2972,7 +3054,11 @@ impl Kernels {
     /// take.
     fn walk_run(&self, m: &Matmul, split_k: bool, on_wgmma: bool) -> Option<&WgmmaKernels> {
         let wg = self.wgmma.as_ref()?;
-        (self.matmul_walk && split_k && !on_wgmma && m.fp8.is_none() && m.rows <= MWS_MAX_ROWS)
+        (self.matmul_walk != WalkChoice::Off
+            && split_k
+            && !on_wgmma
+            && m.fp8.is_none()
+            && m.rows <= MWS_MAX_ROWS)
             .then_some(wg)
     }
 
@@ -3003,21 +3089,35 @@ impl Kernels {
                 launch_split_rows_norm(gpu, &wg.split_rows_norm_walk, m, norm, Some(rows))?
             }
         }
-        let (kernel, out_blocks, y, y_stride, accumulate) = match swiglu_act {
+        let tma = self.matmul_walk == WalkChoice::Tma;
+        let at = usize::from(rows == 64);
+        let (kernels, out_blocks, y, y_stride, accumulate) = match swiglu_act {
             None => (
-                &wg.walk[usize::from(rows == 64)],
+                [&wg.walk[at], &wg.walk_tma[at]],
                 m.n_out.div_ceil(MWK_OUTS),
                 m.y,
                 m.y_stride,
                 m.accumulate,
             ),
             Some(act) => (
-                &wg.walk_swiglu[usize::from(rows == 64)],
+                [&wg.walk_swiglu[at], &wg.walk_tma_swiglu[at]],
                 (m.n_out / 2).div_ceil(MWK_OUTS / 2),
                 act,
                 m.n_out / 2,
                 false,
             ),
+        };
+        let (kernel, w, shared) = match tma {
+            // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
+            true => (
+                kernels[1],
+                Arg::Map(weight_tensor_map(
+                    m,
+                    if swiglu_act.is_some() { 32 } else { 64 },
+                )?),
+                mwk_tma_shared_bytes(rows),
+            ),
+            false => (kernels[0], Arg::Ptr(m.w), mwk_shared_bytes(rows)),
         };
         gpu.launch_with_shared(
             kernel,
@@ -3027,10 +3127,10 @@ impl Kernels {
                 1,
             ),
             MWK_THREADS,
-            mwk_shared_bytes(rows) as u32,
+            shared as u32,
             &[
                 Arg::Ptr(m.x_split),
-                Arg::Ptr(m.w),
+                w,
                 Arg::I32(m.k as i32),
                 Arg::I32(m.n_out as i32),
                 Arg::Ptr(y),

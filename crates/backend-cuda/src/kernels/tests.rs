@@ -486,16 +486,20 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
-        // The walk (FLASHLANE_MATMUL_WALK): every round's split of up to 64 rows, 17–32 rows
-        // too, in blocks of 32 rows (few outputs: `walk_rows`) and, with the multiprocessors
-        // counted as one, of 64; a depth of one piece (residues 1–7 empty), of three rounds of
-        // the residues plus a piece, of 8 and 9 chunks, and random; the other kernels' bits,
-        // gathered and accumulated. A prompt's split (300 rows) stays on the tiles.
+        // The walk (FLASHLANE_MATMUL_WALK), W's rows copied apart and by TMA: every round's
+        // split of up to 64 rows, 17–32 rows too, in blocks of 32 rows (few outputs:
+        // `walk_rows`) and, with the multiprocessors counted as one, of 64; a depth of one piece
+        // (residues 1–7 empty), of three rounds of the residues plus a piece, of 8 and 9 chunks,
+        // and random; the other kernels' bits, gathered and accumulated. A prompt's split (300
+        // rows) stays on the tiles.
         k.matmul_wg_fold = false;
-        k.matmul_walk = true;
         k.matmul_split32 = true;
         let multiprocessors = k.multiprocessors;
-        for counted in [multiprocessors, 1] {
+        for (walk, counted) in [super::WalkChoice::RowCopies, super::WalkChoice::Tma]
+            .into_iter()
+            .flat_map(|w| [(w, multiprocessors), (w, 1)])
+        {
+            k.matmul_walk = walk;
             k.multiprocessors = counted;
             k.walk_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
@@ -512,11 +516,11 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
             assert!(
                 walked > 0,
-                "the walk never ran with {counted} multiprocessors"
+                "the walk ({walk:?}) never ran with {counted} multiprocessors"
             );
         }
         k.multiprocessors = multiprocessors;
-        k.matmul_walk = false;
+        k.matmul_walk = super::WalkChoice::Off;
     }
 }
 
@@ -770,24 +774,28 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
         // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`), its blocks
-        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`).
+        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), W's rows copied
+        // apart and by TMA (`matmul_bf16_walk_tma_swiglu*`).
+        use super::WalkChoice::{RowCopies, Tma};
         let folds = [
             (super::ClusterFold::Off, false, None),
             (super::ClusterFold::All, false, None),
             (super::ClusterFold::All, true, None),
             (super::ClusterFold::Off, true, None),
-            (super::ClusterFold::Off, false, Some(None)),
-            (super::ClusterFold::Off, false, Some(Some(32))),
+            (super::ClusterFold::Off, false, Some((RowCopies, None))),
+            (super::ClusterFold::Off, false, Some((RowCopies, Some(32)))),
+            (super::ClusterFold::Off, false, Some((Tma, None))),
+            (super::ClusterFold::Off, false, Some((Tma, Some(32)))),
         ];
-        let folds = &folds[..if wgmma_split { 6 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 8 } else { 2 }];
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
         {
             k.matmul_cluster_fold = cluster_fold;
             k.matmul_wg_fold = wg_fold;
-            k.matmul_walk = walk.is_some();
-            k.matmul_walk_rows = walk.flatten();
+            k.matmul_walk = walk.map_or(super::WalkChoice::Off, |w| w.0);
+            k.matmul_walk_rows = walk.and_then(|w| w.1);
             let seed = format!(
                 "{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk:?})"
             );
@@ -2326,23 +2334,25 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     let default_fold = k.matmul_cluster_fold;
     // (kernel, its split on the warpgroup MMA under this cluster fold: FLASHLANE_MATMUL_WG_FOLD,
     // `split_rows_norm_wg`; or as the walk: FLASHLANE_MATMUL_WALK, `split_rows_norm_walk`).
+    use super::WalkChoice::{Off, RowCopies, Tma};
     let mut kernels = vec![
-        (MatmulKernel::Tiled, None, false),
-        (MatmulKernel::TiledSplitK, None, false),
+        (MatmulKernel::Tiled, None, Off),
+        (MatmulKernel::TiledSplitK, None, Off),
     ];
     if on_hopper {
-        kernels.push((MatmulKernel::WgmmaSplitK, None, false));
+        kernels.push((MatmulKernel::WgmmaSplitK, None, Off));
         kernels.push((
             MatmulKernel::TiledSplitK,
             Some(super::ClusterFold::All),
-            false,
+            Off,
         ));
         kernels.push((
             MatmulKernel::TiledSplitK,
             Some(super::ClusterFold::Off),
-            false,
+            Off,
         ));
-        kernels.push((MatmulKernel::TiledSplitK, None, true));
+        kernels.push((MatmulKernel::TiledSplitK, None, RowCopies));
+        kernels.push((MatmulKernel::TiledSplitK, None, Tma));
     }
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2399,7 +2409,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.matmul_wg_fold = wg_fold.is_some();
                     k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
                     k.matmul_walk = walk;
-                    let other = wg_fold.is_some() || walk;
+                    let other = wg_fold.is_some() || walk != Off;
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
                     xs.write(gpu, &xs_nan).unwrap();
@@ -2412,14 +2422,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_split = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
-                            "{what}: the warpgroup fold's or the walk's ({walk}) products differ \
+                            "{what}: the warpgroup fold's or the walk's ({walk:?}) products differ \
                              from the tiles' split"
                         ),
                         _ => {}
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
-                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk}), keep {keeps}"
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk:?}), keep {keeps}"
                         );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
@@ -2449,14 +2459,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                         (MatmulKernel::TiledSplitK, false, _) => tiles_swiglu = Some(want.clone()),
                         (_, true, Some(tiles)) => assert!(
                             same_bits(&want, tiles),
-                            "{what}: the warpgroup fold's or the walk's ({walk}) SwiGLU differs \
+                            "{what}: the warpgroup fold's or the walk's ({walk:?}) SwiGLU differs \
                              from the tiles' split's"
                         ),
                         _ => {}
                     }
                     for (in_split, keeps) in [(&norm, false), (&kept, true)] {
                         let what = format!(
-                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk}), keep {keeps}, SwiGLU"
+                            "{what}, {kernel:?} (on wgmma under {wg_fold:?}, walk {walk:?}), keep {keeps}, SwiGLU"
                         );
                         xn.write(gpu, &xn_nan).unwrap();
                         xs.write(gpu, &xs_nan).unwrap();
