@@ -40,7 +40,12 @@
 // 64 elements × 64 rows of W's tensor map, or with SWIGLU two of 32 rows: the gate rows then
 // the up rows) under the 128-byte swizzle (piece j of the stage's row r at j ^ (r & 7); zeros
 // outside the matrix), where the plain walk copies each row's 128 bytes apart: 1 copy of W a
-// chunk against 64.
+// chunk against 64. With a cluster of CL blocks along the outputs (FLASHLANE_MATMUL_WALK=tma2,
+// tma4: grid y a multiple of CL, the blocks past the outputs computing zeros they never write)
+// the blocks share x: each copies its CL-th of a chunk's x into every block's stage at once
+// (`.multicast::cluster`), so x leaves L2 once a cluster where each block read it alone, and a
+// stage is released to the producers of the whole cluster (each consumer warp arrives on that
+// stage's `empty` barrier in every block).
 //
 // Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32.
 
@@ -90,6 +95,26 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
                  "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
 }
+// The same into the same place of every block of the cluster in `blocks` (a mask of ranks),
+// completing on each one's barrier at `bar`'s place.
+__device__ __forceinline__ void bulk_copy_multicast(void* smem, const void* gmem, unsigned bytes,
+                                                    unsigned long long* bar, unsigned short blocks) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
+        "%4;" ::"r"(smem_u32(smem)),
+        "l"(gmem), "r"(bytes), "r"(smem_u32(bar)), "h"(blocks)
+        : "memory");
+}
+// One arrival on the barrier at `bar`'s place in block `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_shared_addr(bar, rank))
+                 : "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
 
 // The box of `map` at (element c0 of the inner dimension, row c1) into `dst` (1,024-byte aligned
 // for the 128-byte swizzle), its bytes counted on `bar`. Elements outside the tensor are zeros.
@@ -111,7 +136,7 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
 // 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
 // block. W: `w`, or with TMA `w_map` (boxes of 64 elements × 64 rows, 32 with SWIGLU).
-template <int N, int STAGES, bool SWIGLU, bool TMA = false>
+template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                   const tma_map_t* w_map, int k, int n_out,
                                                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
@@ -141,15 +166,24 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         return o0 + m < n_out ? o0 + m : -1;
     };
 
+    static_assert(CL == 1 || (TMA && MMT_X_PIECES % CL == 0), "the cluster's blocks share x's pieces (TMA)");
+    // This block's rank in its cluster (along the outputs).
+    const unsigned rank = CL > 1 ? cluster_rank() : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], MWK_CONSUMERS / WARP);
+            // Every consumer warp of the cluster releases each stage of every block.
+            mbar_init(&empty[s], CL * (MWK_CONSUMERS / WARP));
         }
-        // The barriers' initialisation visible to the copies (the async proxy).
+        // The barriers' initialisation visible to the copies (the async proxy) and the cluster.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    // With a cluster, no block copies into another's stages or arrives on its barriers before
+    // they are initialised.
+    if (CL > 1)
+        cluster_sync();
+    else
+        __syncthreads();
     pdl_launch_dependents();
 
     if (warp == MWK_CONSUMERS / WARP) {
@@ -186,6 +220,21 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         // a piece.
         auto x_pieces = [&](int s, int c) {
             const unsigned* src = xs + x_block + (size_t)c * nb * MMA_CHUNK;
+            if (CL > 1) {
+                // This block's CL-th of the chunk into every block of the cluster.
+                constexpr unsigned short ALL = (1u << CL) - 1;
+                if (nb == N) {
+                    constexpr int SLICE = N * MMT_X_PIECES * 16 / CL;
+                    if (lane == 0)
+                        bulk_copy_multicast(smem + s * STAGE_BYTES + rank * SLICE,
+                                            reinterpret_cast<const unsigned char*>(src) + rank * SLICE, SLICE,
+                                            &full[s], ALL);
+                } else if (lane < MMT_X_PIECES && lane % CL == (int)rank) {
+                    bulk_copy_multicast(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16,
+                                        &full[s], ALL);
+                }
+                return;
+            }
             if (nb == N) {
                 if (lane == 0) bulk_copy(smem + s * STAGE_BYTES, src, N * MMT_X_PIECES * 16, &full[s]);
             } else if (lane < MMT_X_PIECES) {
@@ -207,6 +256,8 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             weights(s, c);
             x_pieces(s, c);
         }
+        // No block of the cluster leaves while another may still arrive on its barriers.
+        if (CL > 1) cluster_sync();
         return;
     }
 
@@ -274,7 +325,14 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         wgmma_wait_all();
         wgmma_pin_n<N>(acc);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);
+        if (lane == 0) {
+            if (CL > 1) {
+#pragma unroll
+                for (int b = 0; b < CL; b++) mbar_arrive_cluster(&empty[s], b);
+            } else {
+                mbar_arrive(&empty[s]);
+            }
+        }
         if (c + MMT_RESIDUES >= chunks) {
 #pragma unroll
             for (int i = 0; i < N / 2; i++) {
@@ -303,6 +361,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             }
         }
     }
+    if (CL > 1) cluster_sync();
 }
 
 // Grid (ceil(rows / 64), ceil(n_out / 64)); the tiles' arguments, over rows split by
@@ -337,17 +396,29 @@ matmul_bf16_walk_swiglu_n32(const unsigned* __restrict__ xs, const bf16_t* __res
 
 // The same with W by TMA (FLASHLANE_MATMUL_WALK=tma): `w_map` W's tensor map (boxes of 64
 // elements × 64 rows), plain and a gate/up's (boxes of 32 rows), 64 and 32 rows a block.
-#define MWK_TMA_KERNEL(name, rows, stages, swiglu)                                                             \
-    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)                                               \
+// With a cluster of CL blocks along the outputs sharing x (tma2, tma4): grid y a multiple of CL.
+#define MWK_TMA_KERNEL(name, rows, stages, swiglu, cl, cluster)                                                \
+    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1) cluster                                       \
         name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
              float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
-        matmul_walk_block<rows, stages, swiglu, true>(xs, nullptr, &w_map, k, n_out, y, y_stride, accumulate,   \
-                                                      rows_);                                                   \
+        matmul_walk_block<rows, stages, swiglu, true, cl>(xs, nullptr, &w_map, k, n_out, y, y_stride,            \
+                                                          accumulate, rows_);                                   \
     }
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu_n32, 32, MWK_TMA_STAGES_32, true)
+#define MWK_ALONE
+#define MWK_PAIR __cluster_dims__(1, 2, 1)
+#define MWK_QUAD __cluster_dims__(1, 4, 1)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false, 1, MWK_ALONE)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false, 1, MWK_ALONE)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true, 1, MWK_ALONE)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 1, MWK_ALONE)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma2_n64, 64, MWK_TMA_STAGES_64, false, 2, MWK_PAIR)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma2_n32, 32, MWK_TMA_STAGES_32, false, 2, MWK_PAIR)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma2_swiglu, 64, MWK_TMA_STAGES_64, true, 2, MWK_PAIR)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma2_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 2, MWK_PAIR)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n64, 64, MWK_TMA_STAGES_64, false, 4, MWK_QUAD)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n32, 32, MWK_TMA_STAGES_32, false, 4, MWK_QUAD)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu, 64, MWK_TMA_STAGES_64, true, 4, MWK_QUAD)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 4, MWK_QUAD)
 
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.

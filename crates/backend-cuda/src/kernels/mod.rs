@@ -446,7 +446,10 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// cluster. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
 /// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
 /// `=tma` copies each chunk of W as one box of its tensor map (`matmul_bf16_walk_tma_*`, the
-/// 128-byte swizzle) where `=1` copies each row's chunk apart.
+/// 128-byte swizzle) where `=1` copies each row's chunk apart; `=tma2` and `=tma4` do so in
+/// clusters of 2 or 4 blocks along the outputs that share x's copies (`.multicast::cluster`:
+/// x leaves L2 once a cluster; at 64 rows a chunk of x's split is 16 KB against 8 KB of a
+/// block's weights).
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -454,15 +457,18 @@ enum WalkChoice {
     Off,
     /// W's rows copied apart (`cp.async.bulk`, 64 copies a chunk).
     RowCopies,
-    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`).
-    Tma,
+    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`), in clusters of this many
+    /// blocks (1, 2 or 4) along the outputs sharing x's copies.
+    Tma(usize),
 }
 
 impl WalkChoice {
     fn from_env() -> WalkChoice {
         match std::env::var(MATMUL_WALK_ENV).as_deref() {
             Ok("1") => WalkChoice::RowCopies,
-            Ok("tma") => WalkChoice::Tma,
+            Ok("tma") => WalkChoice::Tma(1),
+            Ok("tma2") => WalkChoice::Tma(2),
+            Ok("tma4") => WalkChoice::Tma(4),
             _ => WalkChoice::Off,
         }
     }
@@ -2263,10 +2269,18 @@ impl Kernels {
             walk_tma: [
                 walk_tma("matmul_bf16_walk_tma_n32", 32)?,
                 walk_tma("matmul_bf16_walk_tma_n64", 64)?,
+                walk_tma("matmul_bf16_walk_tma2_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma2_n64", 64)?,
+                walk_tma("matmul_bf16_walk_tma4_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma4_n64", 64)?,
             ],
             walk_tma_swiglu: [
                 walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
                 walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
+                walk_tma("matmul_bf16_walk_tma2_swiglu_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma2_swiglu", 64)?,
+                walk_tma("matmul_bf16_walk_tma4_swiglu_n32", 32)?,
+                walk_tma("matmul_bf16_walk_tma4_swiglu", 64)?,
             ],
             split_rows_walk: module.load_function("split_rows_walk")?,
             split_rows_norm_walk: module.load_function("split_rows_norm_walk")?,
@@ -2304,9 +2318,10 @@ struct WgmmaKernels {
     /// SwiGLU, and x's split (with its norm) in the walk's layout.
     walk: [CudaFunction; 2],
     walk_swiglu: [CudaFunction; 2],
-    /// The same with W by TMA (`FLASHLANE_MATMUL_WALK=tma`).
-    walk_tma: [CudaFunction; 2],
-    walk_tma_swiglu: [CudaFunction; 2],
+    /// The same with W by TMA (`FLASHLANE_MATMUL_WALK=tma`, `tma2`, `tma4`): [32, 64] rows a
+    /// block alone, then in clusters of 2, then of 4.
+    walk_tma: [CudaFunction; 6],
+    walk_tma_swiglu: [CudaFunction; 6],
     split_rows_walk: CudaFunction,
     split_rows_norm_walk: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
@@ -3089,41 +3104,44 @@ impl Kernels {
                 launch_split_rows_norm(gpu, &wg.split_rows_norm_walk, m, norm, Some(rows))?
             }
         }
-        let tma = self.matmul_walk == WalkChoice::Tma;
         let at = usize::from(rows == 64);
-        let (kernels, out_blocks, y, y_stride, accumulate) = match swiglu_act {
+        let (plain, tma, out_blocks, y, y_stride, accumulate) = match swiglu_act {
             None => (
-                [&wg.walk[at], &wg.walk_tma[at]],
+                &wg.walk[at],
+                &wg.walk_tma,
                 m.n_out.div_ceil(MWK_OUTS),
                 m.y,
                 m.y_stride,
                 m.accumulate,
             ),
             Some(act) => (
-                [&wg.walk_swiglu[at], &wg.walk_tma_swiglu[at]],
+                &wg.walk_swiglu[at],
+                &wg.walk_tma_swiglu,
                 (m.n_out / 2).div_ceil(MWK_OUTS / 2),
                 act,
                 m.n_out / 2,
                 false,
             ),
         };
-        let (kernel, w, shared) = match tma {
+        let (kernel, w, shared, cluster) = match self.matmul_walk {
             // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
-            true => (
-                kernels[1],
+            WalkChoice::Tma(cluster) => (
+                &tma[2 * cluster.trailing_zeros() as usize + at],
                 Arg::Map(weight_tensor_map(
                     m,
                     if swiglu_act.is_some() { 32 } else { 64 },
                 )?),
                 mwk_tma_shared_bytes(rows),
+                cluster,
             ),
-            false => (kernels[0], Arg::Ptr(m.w), mwk_shared_bytes(rows)),
+            _ => (plain, Arg::Ptr(m.w), mwk_shared_bytes(rows), 1),
         };
         gpu.launch_with_shared(
             kernel,
             (
                 rows_u32(m.rows.div_ceil(rows)),
-                u32::try_from(out_blocks).expect("outputs fit a grid"),
+                // A cluster's blocks past the outputs compute zeros they never write.
+                u32::try_from(out_blocks.next_multiple_of(cluster)).expect("outputs fit a grid"),
                 1,
             ),
             MWK_THREADS,

@@ -486,7 +486,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
-        // The walk (FLASHLANE_MATMUL_WALK), W's rows copied apart and by TMA: every round's
+        // The walk (FLASHLANE_MATMUL_WALK), W's rows copied apart and by TMA (alone, in
+        // clusters of 2 and 4 sharing x: a partial cluster past the outputs): every round's
         // split of up to 64 rows, 17–32 rows too, in blocks of 32 rows (few outputs:
         // `walk_rows`) and, with the multiprocessors counted as one, of 64; a depth of one piece
         // (residues 1–7 empty), of three rounds of the residues plus a piece, of 8 and 9 chunks,
@@ -495,7 +496,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         k.matmul_wg_fold = false;
         k.matmul_split32 = true;
         let multiprocessors = k.multiprocessors;
-        for (walk, counted) in [super::WalkChoice::RowCopies, super::WalkChoice::Tma]
+        use super::WalkChoice::{RowCopies, Tma};
+        for (walk, counted) in [RowCopies, Tma(1), Tma(2), Tma(4)]
             .into_iter()
             .flat_map(|w| [(w, multiprocessors), (w, 1)])
         {
@@ -784,10 +786,12 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             (super::ClusterFold::Off, true, None),
             (super::ClusterFold::Off, false, Some((RowCopies, None))),
             (super::ClusterFold::Off, false, Some((RowCopies, Some(32)))),
-            (super::ClusterFold::Off, false, Some((Tma, None))),
-            (super::ClusterFold::Off, false, Some((Tma, Some(32)))),
+            (super::ClusterFold::Off, false, Some((Tma(1), None))),
+            (super::ClusterFold::Off, false, Some((Tma(1), Some(32)))),
+            (super::ClusterFold::Off, false, Some((Tma(2), None))),
+            (super::ClusterFold::Off, false, Some((Tma(4), Some(32)))),
         ];
-        let folds = &folds[..if wgmma_split { 8 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 10 } else { 2 }];
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
@@ -2352,7 +2356,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
             Off,
         ));
         kernels.push((MatmulKernel::TiledSplitK, None, RowCopies));
-        kernels.push((MatmulKernel::TiledSplitK, None, Tma));
+        kernels.push((MatmulKernel::TiledSplitK, None, Tma(1)));
+        kernels.push((MatmulKernel::TiledSplitK, None, Tma(4)));
     }
     let mut rng = Rng::fresh();
     let seed = rng.0;
