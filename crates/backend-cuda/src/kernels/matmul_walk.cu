@@ -19,10 +19,8 @@
 // the swapped split's) by N rows (32 or 64: B's columns). The producer fills a ring of
 // MWK_STAGES_<N> stages with `cp.async.bulk` copies completing on each stage's `full` barrier;
 // the consumers read a stage's weights into registers (`ld.shared`), run its 8 wgmmas (4 with
-// MMA_SPLIT off) and release the stage on its `empty` barrier once those are done (waiting for
-// them all: at n64 a chunk's products take ~256 tensor cycles a multiprocessor against ~410 for
-// its 8 KB of weights at a 96-block grid's share of the bandwidth, so the ring, not a second set
-// of A registers in flight, is what keeps the copies and the products overlapped).
+// MMA_SPLIT off) and release the stage on its `empty` barrier once those are done, MWK_DEPTH
+// chunks of a residue a step (their products issued back to back, then awaited together).
 // - x: `split_rows_walk` / `split_rows_norm_walk` write the split rows in the blocks' layout:
 //   block b's rows (nb = min(N, rows − bN) of them) from word bN · 64 · chunks on, chunk c's at
 //   c · nb · 64 words into them, piece p (16 bytes: 0–7 hi, 8–15 lo) of row r of the block at
@@ -47,7 +45,7 @@
 // stage is released to the producers of the whole cluster (each consumer warp arrives on that
 // stage's `empty` barrier in every block).
 //
-// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32.
+// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32, MWK_DEPTH.
 
 #define MWK_CONSUMERS 128                        // one warpgroup
 #define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
@@ -275,71 +273,95 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     float acc[N / 2], total[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = total[i] = 0.0f;
-    // Chunk by chunk in the walk's order: a stage's weights into A's registers, its products,
-    // then (every product done: A's registers and the stage free) the stage released and, at a
-    // residue's end, the residue (c % 8) folded into the total in residue order, the next from
-    // zero. The producer runs up to MWK_STAGES chunks ahead, so the copies overlap the products
-    // without a second set of A registers in flight.
-    int c = 0;
-    for (int v = 0; v < chunks; v++, c = walk_next(c, chunks)) {
-        const int s = v % STAGES;
-        mbar_wait(&full[s], (v / STAGES) & 1);
-        const unsigned char* stage = smem + s * STAGE_BYTES;
-        const unsigned char* ws = stage + X_STAGE_BYTES;
-        const uint4 ga = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t));
-        const uint4 ha = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t + 1));
-        const uint4 gb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t));
-        const uint4 hb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t + 1));
-        // Pieces past k and rows past the matrix are zeros (the plain walk never copied them:
-        // what the stage held; TMA's zeros, and past a gate/up's units its up rows, masked the
-        // same way).
-        const bool k_in = c * MMA_CHUNK + 16 * t < k;
-        const unsigned m_a = k_in && a_in ? ~0u : 0u, m_b = k_in && b_in ? ~0u : 0u;
-        // Step s's A: k-slots 2t + {0, 1} (row g, row g + 8) and 8 + 2t + {0, 1}: elements
-        // 16t + 4s + {0, 1} and + {2, 3}, as the swapped split builds them.
-        const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
-                                    {ga.z, gb.z, ga.w, gb.w},
-                                    {ha.x, hb.x, ha.y, hb.y},
-                                    {ha.z, hb.z, ha.w, hb.w}};
-        unsigned a[4][4];
+    // Steps of up to MWK_DEPTH chunks of one residue in the walk's order: each chunk's weights
+    // into its A registers, all their products issued back to back (a wgmma accumulates in
+    // issue order, so the chunks' order and sums are the one-chunk walk's), then every product
+    // awaited (A's registers and the stages free), the stages released and, at a residue's end,
+    // the residue (c % 8) folded into the total in residue order, the next from zero. One step a
+    // chunk spent ~500 cycles a chunk in waits (8 KB of weights a block every ~290 ns: Qwen3-4B's
+    // 64-row o and down in twice cuBLAS's time, H100, session 70); a step of several pays them
+    // once for all its chunks, while the producer keeps the ring full.
+    int v = 0, c = 0;
+    while (v < chunks) {
+        // The step's chunks: c, c + 8, … while its residue lasts, MWK_DEPTH at most.
+        const int left = (chunks - 1 - c) / MMT_RESIDUES + 1;
+        const int n = min(MWK_DEPTH, left);
+        unsigned a[MWK_DEPTH][4][4];
 #pragma unroll
-        for (int st = 0; st < 4; st++)
+        for (int d = 0; d < MWK_DEPTH; d++) {
+            if (d < n) {
+                const int vd = v + d, cd = c + d * MMT_RESIDUES, s = vd % STAGES;
+                mbar_wait(&full[s], (vd / STAGES) & 1);
+                const unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
+                const uint4 ga = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t));
+                const uint4 ha = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t + 1));
+                const uint4 gb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t));
+                const uint4 hb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t + 1));
+                // Pieces past k and rows past the matrix are zeros (the plain walk never copied
+                // them: what the stage held; TMA's zeros, and past a gate/up's units its up
+                // rows, masked the same way).
+                const bool k_in = cd * MMA_CHUNK + 16 * t < k;
+                const unsigned m_a = k_in && a_in ? ~0u : 0u, m_b = k_in && b_in ? ~0u : 0u;
+                // Step s's A: k-slots 2t + {0, 1} (row g, row g + 8) and 8 + 2t + {0, 1}:
+                // elements 16t + 4s + {0, 1} and + {2, 3}, as the swapped split builds them.
+                const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
+                                            {ga.z, gb.z, ga.w, gb.w},
+                                            {ha.x, hb.x, ha.y, hb.y},
+                                            {ha.z, hb.z, ha.w, hb.w}};
 #pragma unroll
-            for (int q = 0; q < 4; q++) a[st][q] = g_a[st][q] & (q % 2 ? m_b : m_a);
+                for (int st = 0; st < 4; st++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) a[d][st][q] = g_a[st][q] & (q % 2 ? m_b : m_a);
+            }
+        }
         // Every A register written before the fence (else ptxas fences each step's wgmma).
 #pragma unroll
-        for (int st = 0; st < 4; st++)
+        for (int d = 0; d < MWK_DEPTH; d++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[st][q]));
+            for (int st = 0; st < 4; st++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[d][st][q]));
         wgmma_pin_n<N>(acc);
         wgmma_fence();
 #pragma unroll
-        for (int st = 0; st < 4; st++) {
-            wgmma_m64k16<N>(acc, a[st][0], a[st][1], a[st][2], a[st][3],
-                            wgmma_desc(stage + 2 * st * N * 16, N * 16, 128));
-            if (MMA_SPLIT)
-                wgmma_m64k16<N>(acc, a[st][0], a[st][1], a[st][2], a[st][3],
-                                wgmma_desc(stage + (8 + 2 * st) * N * 16, N * 16, 128));
+        for (int d = 0; d < MWK_DEPTH; d++) {
+            if (d < n) {
+                const unsigned char* stage = smem + ((v + d) % STAGES) * STAGE_BYTES;
+#pragma unroll
+                for (int st = 0; st < 4; st++) {
+                    wgmma_m64k16<N>(acc, a[d][st][0], a[d][st][1], a[d][st][2], a[d][st][3],
+                                    wgmma_desc(stage + 2 * st * N * 16, N * 16, 128));
+                    if (MMA_SPLIT)
+                        wgmma_m64k16<N>(acc, a[d][st][0], a[d][st][1], a[d][st][2], a[d][st][3],
+                                        wgmma_desc(stage + (8 + 2 * st) * N * 16, N * 16, 128));
+                }
+            }
         }
         wgmma_commit();
         wgmma_wait_all();
         wgmma_pin_n<N>(acc);
         __syncwarp();
         if (lane == 0) {
-            if (CL > 1) {
+            for (int d = 0; d < n; d++) {
+                const int s = (v + d) % STAGES;
+                if (CL > 1) {
 #pragma unroll
-                for (int b = 0; b < CL; b++) mbar_arrive_cluster(&empty[s], b);
-            } else {
-                mbar_arrive(&empty[s]);
+                    for (int b = 0; b < CL; b++) mbar_arrive_cluster(&empty[s], b);
+                } else {
+                    mbar_arrive(&empty[s]);
+                }
             }
         }
-        if (c + MMT_RESIDUES >= chunks) {
+        const int last = c + (n - 1) * MMT_RESIDUES;
+        if (last + MMT_RESIDUES >= chunks) {
 #pragma unroll
             for (int i = 0; i < N / 2; i++) {
                 total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
                 acc[i] = 0.0f;
             }
         }
+        v += n;
+        c = walk_next(last, chunks);
     }
     // d[4j + i]: A row (i % 4) / 2 ? mb : ma, B column (row) 8j + 2t + i % 2. The empty
     // residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).

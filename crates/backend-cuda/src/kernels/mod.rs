@@ -490,6 +490,17 @@ const MWK_STAGES_32: usize = 12;
 /// spreads the reads), so one stage more fits: 9 of 64 rows (24 KB), 13 of 32 (16 KB).
 const MWK_TMA_STAGES_64: usize = 9;
 const MWK_TMA_STAGES_32: usize = 13;
+/// Chunks of one residue the walk's consumers multiply a step, their products issued together
+/// and awaited once (16 A registers a chunk): one a step spent ~500 cycles a chunk in waits,
+/// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70).
+const MWK_DEPTH: usize = 4;
+/// `FLASHLANE_MATMUL_WALK_DEPTH` (1–8) in place of [`MWK_DEPTH`] (A/B runs: the same bits).
+pub const MATMUL_WALK_DEPTH_ENV: &str = "FLASHLANE_MATMUL_WALK_DEPTH";
+fn walk_depth() -> usize {
+    env_number(MATMUL_WALK_DEPTH_ENV)
+        .filter(|depth| (1..=8).contains(depth))
+        .unwrap_or(MWK_DEPTH)
+}
 /// Its dynamic shared memory at `rows` (32 or 64) rows a block: the stages, then a full and an
 /// empty barrier (8 bytes each) a stage.
 const fn mwk_shared_bytes(rows: usize) -> usize {
@@ -1652,6 +1663,7 @@ impl Dims {
             ("MWK_STAGES_32", MWK_STAGES_32),
             ("MWK_TMA_STAGES_64", MWK_TMA_STAGES_64),
             ("MWK_TMA_STAGES_32", MWK_TMA_STAGES_32),
+            ("MWK_DEPTH", walk_depth()),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
