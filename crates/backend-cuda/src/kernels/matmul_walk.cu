@@ -142,6 +142,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     constexpr int W_STAGE_BYTES = TMA ? MWK_TMA_W_STAGE_BYTES : MWK_W_STAGE_BYTES;
     constexpr int STAGE_BYTES = X_STAGE_BYTES + W_STAGE_BYTES;
     static_assert(STAGE_BYTES % (TMA ? 1024 : 16) == 0, "stages 16-byte aligned (1,024 for TMA's swizzle)");
+    static_assert(STAGES >= MWK_DEPTH, "a step's chunks in the ring at once (the consumers release none before)");
     extern __shared__ float4 mwk_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
     // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).

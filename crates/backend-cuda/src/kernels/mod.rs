@@ -513,13 +513,28 @@ const fn mwk_shared_bytes(rows: usize) -> usize {
 }
 /// The same with W by TMA: the stages from the next 1,024-byte boundary (the swizzle's; up to
 /// 1,008 bytes past the base, which is 16-byte aligned), then their barriers.
-const fn mwk_tma_shared_bytes(rows: usize) -> usize {
-    let stages = if rows == 32 {
+fn mwk_tma_shared_bytes(rows: usize) -> usize {
+    1008 + walk_tma_stages(rows) * (rows * MMA_CHUNK * 4 + MWK_OUTS * MMA_CHUNK * 2)
+        + walk_tma_stages(rows) * 2 * 8
+}
+/// `FLASHLANE_MATMUL_WALK_STAGES`: the TMA walk's ring of this many stages (a step's chunks,
+/// [`MATMUL_WALK_DEPTH_ENV`], up to the default)
+/// at both row sizes, in place of [`MWK_TMA_STAGES_64`] / [`MWK_TMA_STAGES_32`] (A/B runs: with 4
+/// stages of 64 rows, ~99 KB, two blocks fit a multiprocessor: Qwen3-4B's gate/up's 304 blocks
+/// then take 1.15 waves of the H100's 264 places where one a multiprocessor takes 2.3; the
+/// same bits).
+pub const MATMUL_WALK_STAGES_ENV: &str = "FLASHLANE_MATMUL_WALK_STAGES";
+fn walk_tma_stages(rows: usize) -> usize {
+    let most = if rows == 32 {
         MWK_TMA_STAGES_32
     } else {
         MWK_TMA_STAGES_64
     };
-    1008 + stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MMA_CHUNK * 2) + stages * 2 * 8
+    // At least a step's chunks: the consumers wait for all of a step's stages before they
+    // release any.
+    env_number(MATMUL_WALK_STAGES_ENV)
+        .filter(|stages| (walk_depth()..=most).contains(stages))
+        .unwrap_or(most)
 }
 
 /// W of `m` as the walk's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16, k elements a
@@ -1661,8 +1676,8 @@ impl Dims {
         for (name, v) in [
             ("MWK_STAGES_64", MWK_STAGES_64),
             ("MWK_STAGES_32", MWK_STAGES_32),
-            ("MWK_TMA_STAGES_64", MWK_TMA_STAGES_64),
-            ("MWK_TMA_STAGES_32", MWK_TMA_STAGES_32),
+            ("MWK_TMA_STAGES_64", walk_tma_stages(64)),
+            ("MWK_TMA_STAGES_32", walk_tma_stages(32)),
             ("MWK_DEPTH", walk_depth()),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
@@ -2258,7 +2273,9 @@ impl Kernels {
         // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
         let fold = |name: &str| load(name, MWF_SHARED_BYTES);
         let walk = |name: &str, rows: usize| load(name, mwk_shared_bytes(rows));
-        let walk_tma = |name: &str, rows: usize| load(name, mwk_tma_shared_bytes(rows));
+        let walk_tma_shared = [mwk_tma_shared_bytes(32), mwk_tma_shared_bytes(64)];
+        let walk_tma =
+            |name: &str, rows: usize| load(name, walk_tma_shared[usize::from(rows == 64)]);
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
@@ -2286,6 +2303,7 @@ impl Kernels {
                 walk_tma("matmul_bf16_walk_tma4_n32", 32)?,
                 walk_tma("matmul_bf16_walk_tma4_n64", 64)?,
             ],
+            walk_tma_shared,
             walk_tma_swiglu: [
                 walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
                 walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
@@ -2334,6 +2352,8 @@ struct WgmmaKernels {
     /// block alone, then in clusters of 2, then of 4.
     walk_tma: [CudaFunction; 6],
     walk_tma_swiglu: [CudaFunction; 6],
+    /// Their dynamic shared memory at [32, 64] rows ([`MATMUL_WALK_STAGES_ENV`]).
+    walk_tma_shared: [usize; 2],
     split_rows_walk: CudaFunction,
     split_rows_norm_walk: CudaFunction,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
@@ -3143,7 +3163,7 @@ impl Kernels {
                     m,
                     if swiglu_act.is_some() { 32 } else { 64 },
                 )?),
-                mwk_tma_shared_bytes(rows),
+                wg.walk_tma_shared[at],
                 cluster,
             ),
             _ => (plain, Arg::Ptr(m.w), mwk_shared_bytes(rows), 1),
