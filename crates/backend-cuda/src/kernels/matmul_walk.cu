@@ -279,8 +279,8 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     // issue order, so the chunks' order and sums are the one-chunk walk's), then every product
     // awaited (A's registers and the stages free), the stages released and, at a residue's end,
     // the residue (c % 8) folded into the total in residue order, the next from zero. One step a
-    // chunk spent ~500 cycles a chunk in waits (8 KB of weights a block every ~290 ns: Qwen3-4B's
-    // 64-row o and down in twice cuBLAS's time, H100, session 70); a step of several pays them
+    // chunk spent ~600 cycles a chunk in waits at 32 rows (8 KB of weights a block every ~345
+    // ns: Qwen3-4B's 64-row o and down in twice cuBLAS's time, H100, session 70); a step of several pays them
     // once for all its chunks, while the producer keeps the ring full.
     int v = 0, c = 0;
     while (v < chunks) {
@@ -302,17 +302,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                 // them: what the stage held; TMA's zeros, and past a gate/up's units its up
                 // rows, masked the same way).
                 const bool k_in = cd * MMA_CHUNK + 16 * t < k;
-                const unsigned m_a = k_in && a_in ? ~0u : 0u, m_b = k_in && b_in ? ~0u : 0u;
-                // Step s's A: k-slots 2t + {0, 1} (row g, row g + 8) and 8 + 2t + {0, 1}:
-                // elements 16t + 4s + {0, 1} and + {2, 3}, as the swapped split builds them.
-                const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
-                                            {ga.z, gb.z, ga.w, gb.w},
-                                            {ha.x, hb.x, ha.y, hb.y},
-                                            {ha.z, hb.z, ha.w, hb.w}};
-#pragma unroll
-                for (int st = 0; st < 4; st++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) a[d][st][q] = g_a[st][q] & (q % 2 ? m_b : m_a);
+                swapped_a(ga, ha, gb, hb, k_in && a_in ? ~0u : 0u, k_in && b_in ? ~0u : 0u, a[d]);
             }
         }
         // Every A register written before the fence (else ptxas fences each step's wgmma).
@@ -387,35 +377,21 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     if (CL > 1) cluster_sync();
 }
 
-// Grid (ceil(rows / 64), ceil(n_out / 64)); the tiles' arguments, over rows split by
-// `split_rows_walk` (or `split_rows_norm_walk`) for 64 rows a block.
-extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
-matmul_bf16_walk_n64(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                     float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<64, MWK_STAGES_64, false>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
-}
-
-// The same for 32 rows a block (the row halves of a matrix with few output tiles).
-extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
-matmul_bf16_walk_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                     float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<32, MWK_STAGES_32, false>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
-}
-
-// A dense MLP's gate/up (W: `width` gate rows then their up rows, n_out = 2 · width) into act =
-// silu(gate) · up (y, stride y_stride). Grid (ceil(rows / 64), ceil(width / 32)).
-extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
-matmul_bf16_walk_swiglu(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                        float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<64, MWK_STAGES_64, true>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
-}
-
-// The same for 32 rows a block (FLASHLANE_MATMUL_WALK_ROWS=32).
-extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)
-matmul_bf16_walk_swiglu_n32(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,
-                            float* __restrict__ y, int y_stride, int accumulate, int rows) {
-    matmul_walk_block<32, MWK_STAGES_32, true>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows);
-}
+// Grid (ceil(rows / N), ceil(n_out / 64)), or for a dense MLP's gate/up (W: `width` gate rows
+// then their up rows, n_out = 2 · width; act = silu(gate) · up into y, stride y_stride)
+// (ceil(rows / N), ceil(width / 32)); the tiles' arguments, over rows split by `split_rows_walk`
+// (or `split_rows_norm_walk`) for N rows a block: 64, or 32 (the row halves of a matrix with few
+// output tiles; FLASHLANE_MATMUL_WALK_ROWS).
+#define MWK_KERNEL(name, rows, stages, swiglu)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)                                               \
+        name(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,                   \
+             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
+        matmul_walk_block<rows, stages, swiglu>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows_);      \
+    }
+MWK_KERNEL(matmul_bf16_walk_n64, 64, MWK_STAGES_64, false)
+MWK_KERNEL(matmul_bf16_walk_n32, 32, MWK_STAGES_32, false)
+MWK_KERNEL(matmul_bf16_walk_swiglu, 64, MWK_STAGES_64, true)
+MWK_KERNEL(matmul_bf16_walk_swiglu_n32, 32, MWK_STAGES_32, true)
 
 // The same with W by TMA (FLASHLANE_MATMUL_WALK=tma): `w_map` W's tensor map (boxes of 64
 // elements × 64 rows), plain and a gate/up's (boxes of 32 rows), 64 and 32 rows a block.

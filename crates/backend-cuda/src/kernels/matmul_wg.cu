@@ -288,6 +288,21 @@ __device__ __forceinline__ void wgmma_m64k16<64>(float* d, unsigned a0, unsigned
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
 }
 
+// A chunk's four steps' A registers of the swapped chain from a lane's 16 bf16 elements 16t …
+// 16t + 15 of its two rows (ga, ha: row g's first and second 8; gb, hb: row g + 8's), each row's
+// masked by ma / mb (all ones, or zeros where the row or the piece is outside the matrix): step
+// s's k-slots 2t + {0, 1} (a[s][0] row g, a[s][1] row g + 8) and 8 + 2t + {0, 1} (a[s][2],
+// a[s][3]) hold elements 16t + 4s + {0, 1} and + {2, 3}.
+__device__ __forceinline__ void swapped_a(const uint4& ga, const uint4& ha, const uint4& gb, const uint4& hb,
+                                          unsigned ma, unsigned mb, unsigned (&a)[4][4]) {
+    const unsigned g_a[4][4] = {
+        {ga.x, gb.x, ga.y, gb.y}, {ga.z, gb.z, ga.w, gb.w}, {ha.x, hb.x, ha.y, hb.y}, {ha.z, hb.z, ha.w, hb.w}};
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) a[s][q] = g_a[s][q] & (q % 2 ? mb : ma);
+}
+
 template <int N>
 __device__ __forceinline__ void wgmma_pin_n(float* d) {
 #pragma unroll
@@ -449,15 +464,7 @@ __device__ __forceinline__ void matmul_wg_split_block(const unsigned* __restrict
                     a[s][3] = e4m3_pair(wb_s >> 16) & mb;
                 }
             } else {
-                const uint4 ga = wq[d][0], ha = wq[d][PIECES - 1], gb = wq[d][PIECES], hb = wq[d][2 * PIECES - 1];
-                const unsigned g_a[4][4] = {{ga.x, gb.x, ga.y, gb.y},
-                                            {ga.z, gb.z, ga.w, gb.w},
-                                            {ha.x, hb.x, ha.y, hb.y},
-                                            {ha.z, hb.z, ha.w, hb.w}};
-#pragma unroll
-                for (int s = 0; s < 4; s++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) a[s][q] = g_a[s][q] & (q % 2 ? mb : ma);
+                swapped_a(wq[d][0], wq[d][PIECES - 1], wq[d][PIECES], wq[d][2 * PIECES - 1], ma, mb, a);
             }
             // Every A register written before the fence (else ptxas fences each step's wgmma).
 #pragma unroll

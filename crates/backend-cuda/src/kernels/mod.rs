@@ -491,7 +491,7 @@ const MWK_STAGES_32: usize = 12;
 const MWK_TMA_STAGES_64: usize = 9;
 const MWK_TMA_STAGES_32: usize = 13;
 /// Chunks of one residue the walk's consumers multiply a step, their products issued together
-/// and awaited once (16 A registers a chunk): one a step spent ~500 cycles a chunk in waits,
+/// and awaited once (16 A registers a chunk): one a step spent ~600 cycles a chunk in waits,
 /// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70).
 const MWK_DEPTH: usize = 4;
 /// `FLASHLANE_MATMUL_WALK_DEPTH` (1–8) in place of [`MWK_DEPTH`] (A/B runs: the same bits).
