@@ -278,10 +278,10 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     // into its A registers, all their products issued back to back (a wgmma accumulates in
     // issue order, so the chunks' order and sums are the one-chunk walk's), then every product
     // awaited (A's registers and the stages free), the stages released and, at a residue's end,
-    // the residue (c % 8) folded into the total in residue order, the next from zero. One step a
-    // chunk spent ~600 cycles a chunk in waits at 32 rows (8 KB of weights a block every ~345
-    // ns: Qwen3-4B's 64-row o and down in twice cuBLAS's time, H100, session 70); a step of several pays them
-    // once for all its chunks, while the producer keeps the ring full.
+    // the residue (c % 8) folded into the total in residue order, the next from zero. One chunk
+    // a step spent ~600 cycles a chunk in waits at 32 rows (8 KB of weights a block every ~345
+    // ns: Qwen3-4B's 64-row o and down in twice cuBLAS's time, H100, session 70); a step of
+    // several pays them once for all its chunks, while the producer keeps the ring full.
     int v = 0, c = 0;
     while (v < chunks) {
         // The step's chunks: c, c + 8, … while its residue lasts, MWK_DEPTH at most.
