@@ -251,8 +251,9 @@ impl Gpu {
         self.ctx.bind_to_thread()?;
         // SAFETY: every kernel of this crate takes exactly the arguments its launcher passes, in
         // order and of the C types named in `Arg`; pointers address live buffers sized by the
-        // launchers for the rows they cover. `params` points at `slots`, and both (and `attr`)
-        // outlive the call, which copies the arguments before it returns.
+        // launchers for the rows they cover. `params` points at `slots` (and at a tensor map's
+        // 128 bytes in `args`), and all of them (and `attr`) outlive the call, which copies the
+        // arguments before it returns.
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,

@@ -1,5 +1,5 @@
 // ---------------------------------------------------------------------------------------------
-// The walk: a round's k split (17–64 rows) as blocks that each walk the whole of k
+// The walk: a round's k split (up to 64 rows) as blocks that each walk the whole of k
 // (FLASHLANE_MATMUL_WALK=1, an A/B switch; compiled in the warpgroup module, after matmul_wg.cu).
 // Written after cuBLAS's 64-row kernels (bench/RESULTS.md session 69): a block holds a tile of
 // outputs by all its rows and walks all of k through a deep ring filled by a producer warp's
@@ -17,10 +17,11 @@
 // A block: MWK_THREADS threads, a consumer warpgroup (warps 0–3) and a producer warp (warp 4).
 // The consumers hold 64 outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8,
 // the swapped split's) by N rows (32 or 64: B's columns). The producer fills a ring of
-// MWK_STAGES_<N> stages with `cp.async.bulk` copies completing on each stage's `full` barrier;
-// the consumers read a stage's weights into registers (`ld.shared`), run its 8 wgmmas (4 with
-// MMA_SPLIT off) and release the stage on its `empty` barrier once those are done, MWK_DEPTH
-// chunks of a residue a step (their products issued back to back, then awaited together).
+// MWK_STAGES_<N> stages (MWK_TMA_STAGES_<N> with TMA) with bulk copies completing on each
+// stage's `full` barrier; the consumers read a stage's weights into registers (`ld.shared`), run
+// its 8 wgmmas (4 with MMA_SPLIT off) and release the stage on its `empty` barrier once those
+// are done, MWK_DEPTH chunks of a residue a step (their products issued back to back, then
+// awaited together).
 // - x: `split_rows_walk` / `split_rows_norm_walk` write the split rows in the blocks' layout:
 //   block b's rows (nb = min(N, rows − bN) of them) from word bN · 64 · chunks on, chunk c's at
 //   c · nb · 64 words into them, piece p (16 bytes: 0–7 hi, 8–15 lo) of row r of the block at

@@ -437,13 +437,14 @@ pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// it decoded Qwen3-4B at 64 streams in 0.844× the default's rate (its split kernels 1.29× the
 /// tiles' time): off unless `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
 pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
-/// Where the warpgroup matmul's module is compiled, a round's bf16 k split (17–64 rows) may run
-/// as the walk instead (`matmul_walk.cu`: `matmul_bf16_walk_n64` / `_n32`, and
+/// Where the warpgroup matmul's module is compiled, a round's bf16 k split (up to 64 rows) may
+/// run as the walk instead (`matmul_walk.cu`: `matmul_bf16_walk_n64` / `_n32`, and
 /// `matmul_bf16_walk_swiglu` for a gate/up): blocks of 64 outputs by 64 rows (32 where the
 /// outputs give fewer than half the multiprocessors a block: [`walk_rows`]), each walking the
 /// whole of k in the swapped split's chain (its bits, the tiles') through a deep ring filled by a
-/// producer warp's bulk copies, the residues folded in the block: no partials, no fold, no
-/// cluster. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
+/// producer warp's bulk copies, the residues folded in the block: no partials and no fold
+/// launch, nor a fold in a cluster. Its kernel tests passed on the H100 at one chunk a step
+/// (session 70); the steps of several chunks ([`MWK_DEPTH`]) have not yet run on a GPU. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
 /// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
 /// `=tma` copies each chunk of W as one box of its tensor map (`matmul_bf16_walk_tma_*`, the
 /// 128-byte swizzle) where `=1` copies each row's chunk apart; `=tma2` and `=tma4` do so in
@@ -482,19 +483,22 @@ const MWK_OUTS: usize = 64;
 /// Bytes a stage holds of a chunk of one output row's weights (128, and 16 of padding that
 /// spreads a quarter-warp's reads over the banks).
 const MWK_W_ROW_BYTES: usize = 144;
-/// The walk's ring: as deep as one block a multiprocessor lets it (227 KB of shared memory; a
-/// stage of 64 rows is 16 KB of x's split and 9 KB of weights, of 32 rows 8 + 9 KB).
+/// The walk's ring, for one block a multiprocessor (227 KB of shared memory; a stage of 64 rows
+/// is 16 KB of x's split and 9 KB of weights, of 32 rows 8 + 9 KB): ~205 and ~209 KB (one stage
+/// more would fit either; not measured).
 const MWK_STAGES_64: usize = 8;
 const MWK_STAGES_32: usize = 12;
 /// With W by TMA a stage's weights are a box of 64 rows of 128 bytes (no padding: the swizzle
-/// spreads the reads), so one stage more fits: 9 of 64 rows (24 KB), 13 of 32 (16 KB).
+/// spreads the reads): 9 stages of 64 rows (24 KB; the most that fit), 13 of 32 (16 KB).
 const MWK_TMA_STAGES_64: usize = 9;
 const MWK_TMA_STAGES_32: usize = 13;
 /// Chunks of one residue the walk's consumers multiply a step, their products issued together
 /// and awaited once (16 A registers a chunk): one a step spent ~600 cycles a chunk in waits,
-/// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70).
+/// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70). Not yet run on
+/// a GPU.
 const MWK_DEPTH: usize = 4;
-/// `FLASHLANE_MATMUL_WALK_DEPTH` (1–8) in place of [`MWK_DEPTH`] (A/B runs: the same bits).
+/// `FLASHLANE_MATMUL_WALK_DEPTH` (1–8) in place of [`MWK_DEPTH`] (A/B runs: the same chain, so
+/// the same bits; the kernel tests run the default).
 pub const MATMUL_WALK_DEPTH_ENV: &str = "FLASHLANE_MATMUL_WALK_DEPTH";
 fn walk_depth() -> usize {
     env_number(MATMUL_WALK_DEPTH_ENV)
@@ -2276,6 +2280,39 @@ impl Kernels {
         let walk_tma_shared = [mwk_tma_shared_bytes(32), mwk_tma_shared_bytes(64)];
         let walk_tma =
             |name: &str, rows: usize| load(name, walk_tma_shared[usize::from(rows == 64)]);
+        // The walk apart: where its kernels do not load (their shared memory is Hopper's 227 KB),
+        // it stays off and the rest of the module serves as before.
+        let load_walk = || -> Result<WalkKernels, CudaError> {
+            Ok(WalkKernels {
+                row_copies: [
+                    walk("matmul_bf16_walk_n32", 32)?,
+                    walk("matmul_bf16_walk_n64", 64)?,
+                ],
+                row_copies_swiglu: [
+                    walk("matmul_bf16_walk_swiglu_n32", 32)?,
+                    walk("matmul_bf16_walk_swiglu", 64)?,
+                ],
+                tma: [
+                    walk_tma("matmul_bf16_walk_tma_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma_n64", 64)?,
+                    walk_tma("matmul_bf16_walk_tma2_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma2_n64", 64)?,
+                    walk_tma("matmul_bf16_walk_tma4_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma4_n64", 64)?,
+                ],
+                tma_shared: walk_tma_shared,
+                tma_swiglu: [
+                    walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
+                    walk_tma("matmul_bf16_walk_tma2_swiglu_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma2_swiglu", 64)?,
+                    walk_tma("matmul_bf16_walk_tma4_swiglu_n32", 32)?,
+                    walk_tma("matmul_bf16_walk_tma4_swiglu", 64)?,
+                ],
+                split_rows: module.load_function("split_rows_walk")?,
+                split_rows_norm: module.load_function("split_rows_norm_walk")?,
+            })
+        };
         // Set whole or not at all: a module compiled again replaces the one before, its
         // timeline room with it.
         self.wgmma = Some(WgmmaKernels {
@@ -2287,33 +2324,7 @@ impl Kernels {
                 fold("matmul_bf16_wg_split_fold_swiglu")?,
             ],
             split_partials_bf16: fold("matmul_bf16_wg_split_partials")?,
-            walk: [
-                walk("matmul_bf16_walk_n32", 32)?,
-                walk("matmul_bf16_walk_n64", 64)?,
-            ],
-            walk_swiglu: [
-                walk("matmul_bf16_walk_swiglu_n32", 32)?,
-                walk("matmul_bf16_walk_swiglu", 64)?,
-            ],
-            walk_tma: [
-                walk_tma("matmul_bf16_walk_tma_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma_n64", 64)?,
-                walk_tma("matmul_bf16_walk_tma2_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma2_n64", 64)?,
-                walk_tma("matmul_bf16_walk_tma4_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma4_n64", 64)?,
-            ],
-            walk_tma_shared,
-            walk_tma_swiglu: [
-                walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
-                walk_tma("matmul_bf16_walk_tma2_swiglu_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma2_swiglu", 64)?,
-                walk_tma("matmul_bf16_walk_tma4_swiglu_n32", 32)?,
-                walk_tma("matmul_bf16_walk_tma4_swiglu", 64)?,
-            ],
-            split_rows_walk: module.load_function("split_rows_walk")?,
-            split_rows_norm_walk: module.load_function("split_rows_norm_walk")?,
+            walk: load_walk().ok(),
             split_bf16: splits("bf16")?,
             split_fp8: splits("fp8")?,
             swap_bf16: swap("bf16")?,
@@ -2344,18 +2355,8 @@ struct WgmmaKernels {
     /// (`matmul_bf16_wg_split_partials`) ([`MATMUL_WG_FOLD_ENV`]).
     split_fold_bf16: [CudaFunction; 2],
     split_partials_bf16: CudaFunction,
-    /// The walk ([`MATMUL_WALK_ENV`]): 32 and 64 rows a block, plain and a gate/up's with its
-    /// SwiGLU, and x's split (with its norm) in the walk's layout.
-    walk: [CudaFunction; 2],
-    walk_swiglu: [CudaFunction; 2],
-    /// The same with W by TMA (`FLASHLANE_MATMUL_WALK=tma`, `tma2`, `tma4`): [32, 64] rows a
-    /// block alone, then in clusters of 2, then of 4.
-    walk_tma: [CudaFunction; 6],
-    walk_tma_swiglu: [CudaFunction; 6],
-    /// Their dynamic shared memory at [32, 64] rows ([`MATMUL_WALK_STAGES_ENV`]).
-    walk_tma_shared: [usize; 2],
-    split_rows_walk: CudaFunction,
-    split_rows_norm_walk: CudaFunction,
+    /// The walk ([`MATMUL_WALK_ENV`]), where its kernels loaded.
+    walk: Option<WalkKernels>,
     /// The k split with the operands swapped ([`MATMUL_WG_SPLIT_ENV`]), of 32 and 64 rows a
     /// block, for bf16 and for block-scaled FP8 weights.
     split_bf16: [CudaFunction; 2],
@@ -2365,6 +2366,23 @@ struct WgmmaKernels {
     swap_fp8: CudaFunction,
     /// Where this module's kernel timeline stamps are (`FLASHLANE_TIMELINE=1`).
     timeline_room: Option<crate::timeline::TimelineRoom>,
+}
+
+/// The walk's kernels ([`MATMUL_WALK_ENV`]).
+struct WalkKernels {
+    /// W's rows copied apart (`=1`): [32, 64] rows a block, plain and a gate/up's with its
+    /// SwiGLU.
+    row_copies: [CudaFunction; 2],
+    row_copies_swiglu: [CudaFunction; 2],
+    /// W by TMA (`=tma`, `tma2`, `tma4`): [32, 64] rows a block alone, then in clusters of 2,
+    /// then of 4.
+    tma: [CudaFunction; 6],
+    tma_swiglu: [CudaFunction; 6],
+    /// Their dynamic shared memory at [32, 64] rows ([`MATMUL_WALK_STAGES_ENV`]).
+    tma_shared: [usize; 2],
+    /// x's split (with its norm) in the walk's layout.
+    split_rows: CudaFunction,
+    split_rows_norm: CudaFunction,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -3096,11 +3114,11 @@ impl Kernels {
         Some((wg, run))
     }
 
-    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where asked and compiled,
-    /// a bf16 round's split of up to [`MWS_MAX_ROWS`] rows the swapped warpgroup split does not
+    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where asked and its kernels
+    /// loaded, a bf16 round's split of up to [`MWS_MAX_ROWS`] rows the swapped warpgroup split does not
     /// take.
-    fn walk_run(&self, m: &Matmul, split_k: bool, on_wgmma: bool) -> Option<&WgmmaKernels> {
-        let wg = self.wgmma.as_ref()?;
+    fn walk_run(&self, m: &Matmul, split_k: bool, on_wgmma: bool) -> Option<&WalkKernels> {
+        let wg = self.wgmma.as_ref()?.walk.as_ref()?;
         (self.matmul_walk != WalkChoice::Off
             && split_k
             && !on_wgmma
@@ -3115,7 +3133,7 @@ impl Kernels {
     fn matmul_walk(
         &self,
         gpu: &Gpu,
-        wg: &WgmmaKernels,
+        wg: &WalkKernels,
         m: &Matmul,
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
@@ -3131,24 +3149,22 @@ impl Kernels {
         self.walk_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match norm {
-            None => launch_split_rows(gpu, &wg.split_rows_walk, m, Some(rows))?,
-            Some(norm) => {
-                launch_split_rows_norm(gpu, &wg.split_rows_norm_walk, m, norm, Some(rows))?
-            }
+            None => launch_split_rows(gpu, &wg.split_rows, m, Some(rows))?,
+            Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm, Some(rows))?,
         }
         let at = usize::from(rows == 64);
         let (plain, tma, out_blocks, y, y_stride, accumulate) = match swiglu_act {
             None => (
-                &wg.walk[at],
-                &wg.walk_tma,
+                &wg.row_copies[at],
+                &wg.tma,
                 m.n_out.div_ceil(MWK_OUTS),
                 m.y,
                 m.y_stride,
                 m.accumulate,
             ),
             Some(act) => (
-                &wg.walk_swiglu[at],
-                &wg.walk_tma_swiglu,
+                &wg.row_copies_swiglu[at],
+                &wg.tma_swiglu,
                 (m.n_out / 2).div_ceil(MWK_OUTS / 2),
                 act,
                 m.n_out / 2,
@@ -3163,7 +3179,7 @@ impl Kernels {
                     m,
                     if swiglu_act.is_some() { 32 } else { 64 },
                 )?),
-                wg.walk_tma_shared[at],
+                wg.tma_shared[at],
                 cluster,
             ),
             _ => (plain, Arg::Ptr(m.w), mwk_shared_bytes(rows), 1),

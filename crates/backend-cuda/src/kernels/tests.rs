@@ -515,6 +515,12 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             ] {
                 matmul_case(&gpu, &k, &mut rng, depth, rows, split);
             }
+            // Exactly 64 rows (a whole block: x's chunk one copy, or the cluster's shares of
+            // it) with residues of 6 chunks and a piece (41 chunks: steps of 4 and 2, the
+            // total carried across a step), and 48.
+            for rows in [64, 48] {
+                matmul_case_of(&gpu, &k, &mut rng, 5 * 8 * 64 + 16, rows, split);
+            }
             let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
             assert!(
                 walked > 0,
@@ -570,9 +576,22 @@ fn matmul_case(
     max_rows: usize,
     split: bool,
 ) {
-    let (gpu, seed) = (gpu.as_ref(), rng.0);
     // Rows in one and in several 16-row tiles.
-    let (n_out, rows) = (1 + rng.below(300), 1 + rng.below(max_rows as u64));
+    let rows = 1 + rng.below(max_rows as u64);
+    matmul_case_of(gpu, k, rng, depth, rows, split);
+}
+
+/// [`matmul_case`] at exactly `rows` rows.
+fn matmul_case_of(
+    gpu: &Arc<Gpu>,
+    k: &Kernels,
+    rng: &mut Rng,
+    depth: usize,
+    rows: usize,
+    split: bool,
+) {
+    let (gpu, seed) = (gpu.as_ref(), rng.0);
+    let n_out = 1 + rng.below(300);
     let w: Vec<bf16> = rng
         .vec(n_out * depth)
         .into_iter()
@@ -732,16 +751,20 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
     let gpu = gpu.as_ref();
     let mut rng = Rng::fresh();
     let seed = rng.0;
+    // And residues of 6 chunks and a piece (the walk's steps of 4 and 2).
     let cases = [
         (1 + rng.below(200), 16 * (1 + rng.below(100))),
         (3072, 1024),
+        (1 + rng.below(100), 5 * 8 * 64 + 16),
     ];
     for (width, depth) in cases {
+        // And exactly 64 (the walk's whole blocks).
         let rows = [
             1,
             1 + rng.below(16),
             16 + 1 + rng.below(30),
             48 + rng.below(17),
+            64,
         ];
         let max_rows = rows.iter().copied().max().unwrap();
         let x_host = rng.vec(max_rows * depth);
