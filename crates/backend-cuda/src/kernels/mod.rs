@@ -443,14 +443,15 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// outputs give fewer than half the multiprocessors a block: [`walk_rows`]), each walking the
 /// whole of k in the swapped split's chain (its bits, the tiles') through a deep ring filled by a
 /// producer warp's bulk copies, the residues folded in the block: no partials and no fold
-/// launch, nor a fold in a cluster. Its kernel tests passed on the H100 at one chunk a step
-/// (session 70); the steps of several chunks ([`MWK_DEPTH`]) have not yet run on a GPU. Written in session 70 after cuBLAS's 64-row kernels (bench/RESULTS.md session 69);
-/// off unless `FLASHLANE_MATMUL_WALK=1` (an A/B switch: the same bits) until measured.
-/// `=tma` copies each chunk of W as one box of its tensor map (`matmul_bf16_walk_tma_*`, the
-/// 128-byte swizzle) where `=1` copies each row's chunk apart; `=tma2` and `=tma4` do so in
-/// clusters of 2 or 4 blocks along the outputs that share x's copies (`.multicast::cluster`:
+/// launch, nor a fold in a cluster. Written in session 70 after cuBLAS's 64-row kernels
+/// (bench/RESULTS.md session 69); off unless asked (an A/B switch: the same bits) until
+/// measured. `=1` copies each row's chunk of W apart; `=tma` copies each chunk of W as one box
+/// of its tensor map (`matmul_bf16_walk_tma_*`, the 128-byte swizzle); `=tma2` and `=tma4` do so
+/// in clusters of 2 or 4 blocks along the outputs that share x's copies (`.multicast::cluster`:
 /// x leaves L2 once a cluster; at 64 rows a chunk of x's split is 16 KB against 8 KB of a
-/// block's weights).
+/// block's weights). Its kernel tests passed on the H100 at one chunk a step (session 70),
+/// where `=tma` decoded Qwen3-4B at 64 streams in 0.94× the default's rate and the others in
+/// 0.24–0.36×; the steps of several chunks ([`MWK_DEPTH`]) have not yet run on a GPU.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -521,12 +522,11 @@ fn mwk_tma_shared_bytes(rows: usize) -> usize {
     1008 + walk_tma_stages(rows) * (rows * MMA_CHUNK * 4 + MWK_OUTS * MMA_CHUNK * 2)
         + walk_tma_stages(rows) * 2 * 8
 }
-/// `FLASHLANE_MATMUL_WALK_STAGES`: the TMA walk's ring of this many stages (a step's chunks,
-/// [`MATMUL_WALK_DEPTH_ENV`], up to the default)
-/// at both row sizes, in place of [`MWK_TMA_STAGES_64`] / [`MWK_TMA_STAGES_32`] (A/B runs: with 4
-/// stages of 64 rows, ~99 KB, two blocks fit a multiprocessor: Qwen3-4B's gate/up's 304 blocks
-/// then take 1.15 waves of the H100's 264 places where one a multiprocessor takes 2.3; the
-/// same bits).
+/// `FLASHLANE_MATMUL_WALK_STAGES`: the TMA walk's ring of this many stages (from a step's
+/// chunks, [`MATMUL_WALK_DEPTH_ENV`], up to the default) at both row sizes, in place of
+/// [`MWK_TMA_STAGES_64`] / [`MWK_TMA_STAGES_32`] (A/B runs: with 4 stages of 64 rows, ~99 KB,
+/// two blocks fit a multiprocessor: Qwen3-4B's gate/up's 304 blocks then take 1.15 waves of the
+/// H100's 264 places where one a multiprocessor takes 2.3; the same bits).
 pub const MATMUL_WALK_STAGES_ENV: &str = "FLASHLANE_MATMUL_WALK_STAGES";
 fn walk_tma_stages(rows: usize) -> usize {
     let most = if rows == 32 {
