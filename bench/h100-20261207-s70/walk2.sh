@@ -11,9 +11,12 @@ set -u
 T0=$(date +%s)
 . bench/device_ab.sh
 gpu_info
-room 160 "walk kernel tests" && TEST_THREADS=3 kernel_tests walk 150 \
-  wgmma_matmul_gives_the_other_kernels_bits gate_up_swiglu_gives_the_bits norm_in_split_gives_the_bits
-grep -q "test result: ok. 3 passed" $OUT/tests_walk.txt 2>/dev/null || el "the walk's kernel tests did not all pass"
+# KERNEL_TESTS=0 leaves them out (on an H200, `tests.sh` on the same warm machine ran them).
+if [ "${KERNEL_TESTS:-1}" = 1 ] && room 160 "walk kernel tests"; then
+  TEST_THREADS=3 kernel_tests walk 150 \
+    wgmma_matmul_gives_the_other_kernels_bits gate_up_swiglu_gives_the_bits norm_in_split_gives_the_bits
+  grep -q "test result: ok. 3 passed" $OUT/tests_walk.txt 2>/dev/null || el "the walk's kernel tests did not all pass"
+fi
 if room 90 "A/B 4B"; then
   SETTINGS="default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_WALK=tma tma8:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_DEPTH=8 tma64:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_ROWS=64 tma2:FLASHLANE_MATMUL_WALK=tma2 tma4st:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_STAGES=4,FLASHLANE_MATMUL_WALK_DEPTH=2" \
     STREAMS=64 NEW_TOKENS=64 ROUNDS=1 RUN_TIMEOUT=60 bench/gpu_ab.sh /tmp/ab_4b qwen3-4b $FL > /dev/null 2>&1
