@@ -217,28 +217,23 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                           elems * 2, &full[s]);
         };
         // A whole block's rows are one copy (its pieces' places are the stage's); fewer, a copy
-        // a piece.
+        // a piece. In a cluster each block copies its CL-th of them (of the bytes, or of the
+        // pieces) into every block of the cluster.
         auto x_pieces = [&](int s, int c) {
             const unsigned* src = xs + x_block + (size_t)c * nb * MMA_CHUNK;
-            if (CL > 1) {
-                // This block's CL-th of the chunk into every block of the cluster.
-                constexpr unsigned short ALL = (1u << CL) - 1;
-                if (nb == N) {
-                    constexpr int SLICE = N * MMT_X_PIECES * 16 / CL;
-                    if (lane == 0)
-                        bulk_copy_multicast(smem + s * STAGE_BYTES + rank * SLICE,
-                                            reinterpret_cast<const unsigned char*>(src) + rank * SLICE, SLICE,
-                                            &full[s], ALL);
-                } else if (lane < MMT_X_PIECES && lane % CL == (int)rank) {
-                    bulk_copy_multicast(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16,
-                                        &full[s], ALL);
-                }
-                return;
-            }
+            auto copy = [&](void* dst, const void* from, unsigned bytes) {
+                if (CL > 1)
+                    bulk_copy_multicast(dst, from, bytes, &full[s], (1u << CL) - 1);
+                else
+                    bulk_copy(dst, from, bytes, &full[s]);
+            };
             if (nb == N) {
-                if (lane == 0) bulk_copy(smem + s * STAGE_BYTES, src, N * MMT_X_PIECES * 16, &full[s]);
-            } else if (lane < MMT_X_PIECES) {
-                bulk_copy(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16, &full[s]);
+                constexpr int SLICE = N * MMT_X_PIECES * 16 / CL;
+                if (lane == 0)
+                    copy(smem + s * STAGE_BYTES + rank * SLICE, reinterpret_cast<const unsigned char*>(src) + rank * SLICE,
+                         SLICE);
+            } else if (lane < MMT_X_PIECES && lane % CL == (int)rank) {
+                copy(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16);
             }
         };
         // The first stages' weights (never written while kernels run) before the wait for the

@@ -506,21 +506,25 @@ fn walk_depth() -> usize {
         .filter(|depth| (1..=8).contains(depth))
         .unwrap_or(MWK_DEPTH)
 }
-/// Its dynamic shared memory at `rows` (32 or 64) rows a block: the stages, then a full and an
-/// empty barrier (8 bytes each) a stage.
+/// A walk's ring of `stages` at `rows` (32 or 64) rows a block, each a chunk of x's split rows
+/// (4 bytes an element) and `w_stage_bytes` of weights, then a full and an empty barrier (8
+/// bytes each) a stage.
+const fn mwk_ring_bytes(rows: usize, stages: usize, w_stage_bytes: usize) -> usize {
+    stages * (rows * MMA_CHUNK * 4 + w_stage_bytes + 2 * 8)
+}
+/// Of the 32- or 64-row one of a pair of values (`[at 32 rows, at 64 rows]`).
+const fn by_walk_rows(rows: usize, values: [usize; 2]) -> usize {
+    values[(rows == 64) as usize]
+}
+/// The walk's dynamic shared memory at `rows` rows a block, W's rows copied apart.
 const fn mwk_shared_bytes(rows: usize) -> usize {
-    let stages = if rows == 32 {
-        MWK_STAGES_32
-    } else {
-        MWK_STAGES_64
-    };
-    stages * (rows * MMA_CHUNK * 4 + MWK_OUTS * MWK_W_ROW_BYTES) + stages * 2 * 8
+    let stages = by_walk_rows(rows, [MWK_STAGES_32, MWK_STAGES_64]);
+    mwk_ring_bytes(rows, stages, MWK_OUTS * MWK_W_ROW_BYTES)
 }
 /// The same with W by TMA: the stages from the next 1,024-byte boundary (the swizzle's; up to
-/// 1,008 bytes past the base, which is 16-byte aligned), then their barriers.
+/// 1,008 bytes past the base, which is 16-byte aligned).
 fn mwk_tma_shared_bytes(rows: usize) -> usize {
-    1008 + walk_tma_stages(rows) * (rows * MMA_CHUNK * 4 + MWK_OUTS * MMA_CHUNK * 2)
-        + walk_tma_stages(rows) * 2 * 8
+    1008 + mwk_ring_bytes(rows, walk_tma_stages(rows), MWK_OUTS * MMA_CHUNK * 2)
 }
 /// `FLASHLANE_MATMUL_WALK_STAGES`: the TMA walk's ring of this many stages (from a step's
 /// chunks, [`MATMUL_WALK_DEPTH_ENV`], up to the default) at both row sizes, in place of
@@ -529,11 +533,7 @@ fn mwk_tma_shared_bytes(rows: usize) -> usize {
 /// H100's 264 places where one a multiprocessor takes 2.3; the same bits).
 pub const MATMUL_WALK_STAGES_ENV: &str = "FLASHLANE_MATMUL_WALK_STAGES";
 fn walk_tma_stages(rows: usize) -> usize {
-    let most = if rows == 32 {
-        MWK_TMA_STAGES_32
-    } else {
-        MWK_TMA_STAGES_64
-    };
+    let most = by_walk_rows(rows, [MWK_TMA_STAGES_32, MWK_TMA_STAGES_64]);
     // At least a step's chunks: the consumers wait for all of a step's stages before they
     // release any.
     env_number(MATMUL_WALK_STAGES_ENV)

@@ -2515,7 +2515,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
         }
     }
     // The rounds of 33–64 rows took the warpgroup fold on Hopper (17 and 32 rows take the
-    // 32-row blocks): the comparisons with the tiles' split checked it.
+    // 32-row blocks), and every round the walk: the comparisons with the tiles' split checked
+    // them.
     let on_wgmma = k
         .wg_split_launches
         .load(std::sync::atomic::Ordering::Relaxed);
