@@ -46,7 +46,19 @@
 // stage is released to the producers of the whole cluster (each consumer warp arrives on that
 // stage's `empty` barrier in every block).
 //
-// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32, MWK_DEPTH.
+// With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; TMA, 64 rows, no cluster along the outputs,
+// no SwiGLU) the residues are shared out over a cluster of KG blocks along k (grid z): block g
+// walks residues mwk_group_first(g) … mwk_group_first(g + 1) − 1 in order, so a tile's walk takes
+// KG multiprocessors where the outputs give fewer than half of them a block (Qwen3-4B's o and
+// down: 40 tiles). The chain stays one block's: block 0 folds its residues (0 …) into its total as
+// the walk does; each later block keeps each of its residues' partials apart, in its shared
+// memory past the ring; after the cluster's barrier block 0 adds them to its total one by one in
+// residue order (total += p_r, through distributed shared memory) and writes y. A later block's
+// own sum of its residues would round differently, so none is made. Every residue holds a chunk
+// (the host asks for chunks ≥ MMT_RESIDUES).
+//
+// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32,
+// MWK_TMA_STAGES_KG2, MWK_TMA_STAGES_KG3, MWK_TMA_STAGES_KG4, MWK_DEPTH.
 
 #define MWK_CONSUMERS 128                        // one warpgroup
 #define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
@@ -126,6 +138,13 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int
         : "memory");
 }
 
+// The first residue of k group g of KG (residues shared out as evenly as they go: 3, 3, 2 of 8 for
+// 3 groups), MMT_RESIDUES for g = KG.
+template <int KG>
+__device__ __forceinline__ int mwk_group_first(int g) {
+    return (g * MMT_RESIDUES + KG - 1) / KG;
+}
+
 // The chunk after c in the walk: the next of its residue, past a residue's last the next
 // residue's first (residue 0's chunks 0, 8, 16, …, then 1's, …).
 __device__ __forceinline__ int walk_next(int c, int chunks) {
@@ -135,7 +154,7 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
 // 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
 // block. W: `w`, or with TMA `w_map` (boxes of 64 elements × 64 rows, 32 with SWIGLU).
-template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1>
+template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1, int KG = 1>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                   const tma_map_t* w_map, int k, int n_out,
                                                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
@@ -167,8 +186,21 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     };
 
     static_assert(CL == 1 || (TMA && MMT_X_PIECES % CL == 0), "the cluster's blocks share x's pieces (TMA)");
+    static_assert(KG == 1 || (TMA && CL == 1 && !SWIGLU && N == 64), "k groups: TMA's plain 64-row walk alone");
     // This block's rank in its cluster (along the outputs).
     const unsigned rank = CL > 1 ? cluster_rank() : 0;
+    // This block's k group (its rank in a cluster along k) and its residues [first, end), the
+    // chunks it walks (every residue holds one: chunks ≥ MMT_RESIDUES with KG > 1).
+    const int group = KG > 1 ? (int)cluster_rank() : 0;
+    const int first_residue = mwk_group_first<KG>(group), end_residue = mwk_group_first<KG>(group + 1);
+    int walk_chunks = chunks;
+    if (KG > 1) {
+        walk_chunks = 0;
+        for (int r = first_residue; r < end_residue; r++) walk_chunks += (chunks - 1 - r) / MMT_RESIDUES + 1;
+    }
+    // A later k group's residues' partials, past the ring's barriers: residue first + j's at
+    // [j][i][thread] (consecutive threads' words side by side).
+    float* parts = reinterpret_cast<float*>(smem + STAGES * (STAGE_BYTES + 16));
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
@@ -238,21 +270,26 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         };
         // The first stages' weights (never written while kernels run) before the wait for the
         // kernel ahead, whose output x is.
-        const int first = min(STAGES, chunks);
-        int c = 0;
+        const int first = min(STAGES, walk_chunks);
+        int c = first_residue;
         for (int v = 0; v < first; v++, c = walk_next(c, chunks)) weights(v, c);
         pdl_wait();
-        c = 0;
+        c = first_residue;
         for (int v = 0; v < first; v++, c = walk_next(c, chunks)) x_pieces(v, c);
-        for (int v = first; v < chunks; v++, c = walk_next(c, chunks)) {
+        for (int v = first; v < walk_chunks; v++, c = walk_next(c, chunks)) {
             const int s = v % STAGES;
             // The consumers' release of the stage's use before.
             mbar_wait(&empty[s], (v / STAGES - 1) & 1);
             weights(s, c);
             x_pieces(s, c);
         }
-        // No block of the cluster leaves while another may still arrive on its barriers.
+        // No block of the cluster leaves while another may still arrive on its barriers (CL), and
+        // the k groups' two barriers around the fold (every thread of the cluster takes part).
         if (CL > 1) cluster_sync();
+        if (KG > 1) {
+            cluster_sync();
+            cluster_sync();
+        }
         return;
     }
 
@@ -278,8 +315,8 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     // a step spent ~600 cycles a chunk in waits at 32 rows (8 KB of weights a block every ~345
     // ns: Qwen3-4B's 64-row o and down in twice cuBLAS's time, H100, session 70); a step of
     // several pays them once for all its chunks, while the producer keeps the ring full.
-    int v = 0, c = 0;
-    while (v < chunks) {
+    int v = 0, c = first_residue;
+    while (v < walk_chunks) {
         // The step's chunks: c, c + 8, … while its residue lasts, MWK_DEPTH at most.
         const int left = (chunks - 1 - c) / MMT_RESIDUES + 1;
         const int n = min(MWK_DEPTH, left);
@@ -341,14 +378,41 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         }
         const int last = c + (n - 1) * MMT_RESIDUES;
         if (last + MMT_RESIDUES >= chunks) {
+            if (group == 0) {
 #pragma unroll
-            for (int i = 0; i < N / 2; i++) {
-                total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
-                acc[i] = 0.0f;
+                for (int i = 0; i < N / 2; i++) {
+                    total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
+                    acc[i] = 0.0f;
+                }
+            } else {
+                float* part = parts + (size_t)(c % MMT_RESIDUES - first_residue) * (N / 2) * MWK_CONSUMERS;
+#pragma unroll
+                for (int i = 0; i < N / 2; i++) {
+                    part[i * MWK_CONSUMERS + threadIdx.x] = acc[i];
+                    acc[i] = 0.0f;
+                }
             }
         }
         v += n;
         c = walk_next(last, chunks);
+    }
+    if (KG > 1) {
+        // Every group's partials written; block 0 adds the later groups' residues to its total
+        // in residue order (the same thread's words in each block), then no block leaves before
+        // block 0 has read its shared memory.
+        cluster_sync();
+        if (group == 0) {
+            for (int g2 = 1; g2 < KG; g2++) {
+                const int residues = mwk_group_first<KG>(g2 + 1) - mwk_group_first<KG>(g2);
+                for (int j = 0; j < residues; j++) {
+                    const float* part = parts + (size_t)j * (N / 2) * MWK_CONSUMERS + threadIdx.x;
+#pragma unroll
+                    for (int i = 0; i < N / 2; i++) total[i] += cluster_load_f32(part + i * MWK_CONSUMERS, g2);
+                }
+            }
+        }
+        cluster_sync();
+        if (group != 0) return;
     }
     // d[4j + i]: A row (i % 4) / 2 ? mb : ma, B column (row) 8j + 2t + i % 2. The empty
     // residues' zeros: one + 0 is all of them (x + 0 + 0 = x + 0).
@@ -402,6 +466,9 @@ MWK_KERNEL(matmul_bf16_walk_swiglu_n32, 32, MWK_STAGES_32, true)
 #define MWK_ALONE
 #define MWK_PAIR __cluster_dims__(1, 2, 1)
 #define MWK_QUAD __cluster_dims__(1, 4, 1)
+#define MWK_KG2 __cluster_dims__(1, 1, 2)
+#define MWK_KG3 __cluster_dims__(1, 1, 3)
+#define MWK_KG4 __cluster_dims__(1, 1, 4)
 MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false, 1, MWK_ALONE)
 MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false, 1, MWK_ALONE)
 MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true, 1, MWK_ALONE)
@@ -414,6 +481,19 @@ MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n64, 64, MWK_TMA_STAGES_64, false, 4, MWK_Q
 MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n32, 32, MWK_TMA_STAGES_32, false, 4, MWK_QUAD)
 MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu, 64, MWK_TMA_STAGES_64, true, 4, MWK_QUAD)
 MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 4, MWK_QUAD)
+
+// The TMA walk of 64 rows in k groups (FLASHLANE_MATMUL_WALK_K_GROUPS): grid (ceil(rows / 64),
+// ceil(n_out / 64), KG), a cluster of KG blocks along k a tile.
+#define MWK_KG_KERNEL(name, stages, kg, cluster)                                                               \
+    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1) cluster                                       \
+        name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
+             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
+        matmul_walk_block<64, stages, false, true, 1, kg>(xs, nullptr, &w_map, k, n_out, y, y_stride,           \
+                                                          accumulate, rows_);                                   \
+    }
+MWK_KG_KERNEL(matmul_bf16_walk_tma_kg2, MWK_TMA_STAGES_KG2, 2, MWK_KG2)
+MWK_KG_KERNEL(matmul_bf16_walk_tma_kg3, MWK_TMA_STAGES_KG3, 3, MWK_KG3)
+MWK_KG_KERNEL(matmul_bf16_walk_tma_kg4, MWK_TMA_STAGES_KG4, 4, MWK_KG4)
 
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.

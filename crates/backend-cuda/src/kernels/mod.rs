@@ -541,6 +541,94 @@ fn walk_tma_stages(rows: usize) -> usize {
         .unwrap_or(most)
 }
 
+/// `FLASHLANE_MATMUL_WALK_K_GROUPS`: with the TMA walk (`=tma`), a plain matrix's walk (no
+/// SwiGLU) shared out over a cluster of 2, 3 or 4 blocks along k where k holds a chunk for every
+/// residue (`matmul_bf16_walk_tma_kg*`: block 0 folds the later blocks' residues' partials into
+/// its total in residue order through distributed shared memory, so the same chain and bits).
+/// `auto`: by [`walk_k_groups`] (Qwen3-4B's o and down: 40 tiles of 64 rows in 3 groups, 120
+/// blocks, where the walk's 32-row blocks make 80); `2`, `3`, `4`: that many wherever k allows.
+/// Written in session 71 after the walk's 32-row o and down took twice cuBLAS's time (cuBLAS
+/// splits the down three ways: bench/RESULTS.md session 69); off until measured (an A/B
+/// switch: the same bits).
+pub const MATMUL_WALK_K_GROUPS_ENV: &str = "FLASHLANE_MATMUL_WALK_K_GROUPS";
+/// What [`MATMUL_WALK_K_GROUPS_ENV`] asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WalkKGroups {
+    Off,
+    /// By [`walk_k_groups`]' rule.
+    Auto,
+    /// This many (2–4) wherever k allows.
+    Fixed(usize),
+}
+
+impl WalkKGroups {
+    fn from_env() -> WalkKGroups {
+        match std::env::var(MATMUL_WALK_K_GROUPS_ENV).as_deref() {
+            Ok("auto") => WalkKGroups::Auto,
+            Ok("2") => WalkKGroups::Fixed(2),
+            Ok("3") => WalkKGroups::Fixed(3),
+            Ok("4") => WalkKGroups::Fixed(4),
+            _ => WalkKGroups::Off,
+        }
+    }
+}
+/// The most k groups a tile's walk is shared out over (a cluster along k; 4 keep 2 of the 8
+/// residues a block).
+const MWK_MOST_K_GROUPS: usize = 4;
+/// The k groups of a walk of `rows` rows of `n_out` outputs, `chunks` chunks of k, in 64-row
+/// blocks on `multiprocessors`: 1 (the walk in one block a tile) for a gate/up (its SwiGLU needs
+/// both halves of a unit in one block; its tiles fill the GPU), where some residue would hold no
+/// chunk, or where asked for none; under `Fixed(g)`, g; under `Auto`, where the 64-row tiles
+/// would leave more than half the multiprocessors without one (where [`walk_rows`] halves the
+/// rows), the most groups (up to [`MWK_MOST_K_GROUPS`]) whose blocks all fit one wave.
+fn walk_k_groups(
+    choice: WalkKGroups,
+    rows: usize,
+    n_out: usize,
+    chunks: usize,
+    swiglu: bool,
+    multiprocessors: usize,
+) -> usize {
+    if swiglu || chunks < MMT_RESIDUES_OF_K {
+        return 1;
+    }
+    let tiles = n_out.div_ceil(MWK_OUTS) * rows.div_ceil(64);
+    match choice {
+        WalkKGroups::Off => 1,
+        WalkKGroups::Fixed(groups) => groups,
+        WalkKGroups::Auto if tiles * 2 >= multiprocessors => 1,
+        WalkKGroups::Auto => (1..=MWK_MOST_K_GROUPS)
+            .rev()
+            .find(|groups| tiles * groups <= multiprocessors)
+            .unwrap_or(1),
+    }
+}
+/// The k split's residues (`MMT_RESIDUES` in the kernels: the 16-row kernels' warps).
+const MMT_RESIDUES_OF_K: usize = MMA_WARPS as usize;
+/// Shared memory a block may opt into on compute capability 9.0 (227 KiB).
+const HOPPER_BLOCK_SHARED_BYTES: usize = 227 * 1024;
+/// Bytes a later k group keeps of each of its residues' partials: 64 outputs by 64 rows, f32.
+const MWK_KG_PART_BYTES: usize = MWK_OUTS * 64 * 4;
+/// The residues of the largest of `groups` k groups (8 shared out: 4, 3 or 2).
+const fn mwk_group_residues(groups: usize) -> usize {
+    MMT_RESIDUES_OF_K.div_ceil(groups)
+}
+/// The ring's stages of the TMA walk in `groups` k groups: the TMA walk's ([`walk_tma_stages`]),
+/// fewer where its partials leave no room for them (2 groups: 6 stages of 64 rows beside 64 KB
+/// of partials; 3: 7; 4: 8), and never fewer than a step's chunks (a ring that does not fit then
+/// leaves those kernels unloaded, the walk in one block a tile).
+fn walk_kg_stages(groups: usize) -> usize {
+    let stage = mwk_ring_bytes(64, 1, MWK_OUTS * MMA_CHUNK * 2);
+    let room = HOPPER_BLOCK_SHARED_BYTES - 1008 - mwk_group_residues(groups) * MWK_KG_PART_BYTES;
+    (room / stage).min(walk_tma_stages(64)).max(walk_depth())
+}
+/// The dynamic shared memory of the TMA walk in `groups` k groups: its ring from the swizzle's
+/// boundary, then the partials.
+fn mwk_kg_shared_bytes(groups: usize) -> usize {
+    1008 + mwk_ring_bytes(64, walk_kg_stages(groups), MWK_OUTS * MMA_CHUNK * 2)
+        + mwk_group_residues(groups) * MWK_KG_PART_BYTES
+}
+
 /// W of `m` as the walk's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16, k elements a
 /// row, n_out rows, boxes of MMA_CHUNK elements × `box_rows` rows, the 128-byte swizzle, zeros
 /// outside.
@@ -1682,6 +1770,9 @@ impl Dims {
             ("MWK_STAGES_32", MWK_STAGES_32),
             ("MWK_TMA_STAGES_64", walk_tma_stages(64)),
             ("MWK_TMA_STAGES_32", walk_tma_stages(32)),
+            ("MWK_TMA_STAGES_KG2", walk_kg_stages(2)),
+            ("MWK_TMA_STAGES_KG3", walk_kg_stages(3)),
+            ("MWK_TMA_STAGES_KG4", walk_kg_stages(4)),
             ("MWK_DEPTH", walk_depth()),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
@@ -1813,6 +1904,8 @@ pub struct Kernels {
     matmul_walk: WalkChoice,
     /// [`MATMUL_WALK_ROWS_ENV`]'s value.
     matmul_walk_rows: Option<usize>,
+    /// Whether the TMA walk shares a tile's k out over a cluster ([`MATMUL_WALK_K_GROUPS_ENV`]).
+    matmul_walk_k_groups: WalkKGroups,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1851,6 +1944,9 @@ pub struct Kernels {
     /// Tests: k splits run as the walk so far ([`MATMUL_WALK_ENV`]).
     #[cfg(test)]
     pub(crate) walk_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: walks shared out in k groups so far ([`MATMUL_WALK_K_GROUPS_ENV`]).
+    #[cfg(test)]
+    pub(crate) walk_k_group_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -2080,6 +2176,7 @@ impl Kernels {
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
             matmul_walk: WalkChoice::from_env(),
             matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
+            matmul_walk_k_groups: WalkKGroups::from_env(),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -2105,6 +2202,8 @@ impl Kernels {
             wg_split_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             walk_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            walk_k_group_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2311,6 +2410,18 @@ impl Kernels {
                 ],
                 split_rows: module.load_function("split_rows_walk")?,
                 split_rows_norm: module.load_function("split_rows_norm_walk")?,
+                // Apart again: a ring that does not fit beside the partials leaves these out.
+                k_groups: (|| -> Result<[(CudaFunction, usize); 3], CudaError> {
+                    let kg = |groups: usize| -> Result<(CudaFunction, usize), CudaError> {
+                        let shared = mwk_kg_shared_bytes(groups);
+                        Ok((
+                            load(&format!("matmul_bf16_walk_tma_kg{groups}"), shared)?,
+                            shared,
+                        ))
+                    };
+                    Ok([kg(2)?, kg(3)?, kg(4)?])
+                })()
+                .ok(),
             })
         };
         // Set whole or not at all: a module compiled again replaces the one before, its
@@ -2383,6 +2494,9 @@ struct WalkKernels {
     /// x's split (with its norm) in the walk's layout.
     split_rows: CudaFunction,
     split_rows_norm: CudaFunction,
+    /// The TMA walk of 64 rows in 2, 3 and 4 k groups ([`MATMUL_WALK_K_GROUPS_ENV`]), with their
+    /// dynamic shared memory, where they loaded.
+    k_groups: Option<[(CudaFunction, usize); 3]>,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -3138,13 +3252,30 @@ impl Kernels {
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
-        let rows = walk_rows(
-            m.rows,
-            m.n_out,
-            swiglu_act.is_some(),
-            self.multiprocessors,
-            self.matmul_walk_rows,
-        );
+        // The k groups: TMA's walk alone (no cluster along the outputs), where its kernels loaded.
+        let k_groups = match (self.matmul_walk, &wg.k_groups) {
+            (WalkChoice::Tma(1), Some(_)) => walk_k_groups(
+                self.matmul_walk_k_groups,
+                m.rows,
+                m.n_out,
+                m.k.div_ceil(MMA_CHUNK),
+                swiglu_act.is_some(),
+                self.multiprocessors,
+            )
+            .clamp(1, MWK_MOST_K_GROUPS),
+            _ => 1,
+        };
+        let rows = match k_groups {
+            1 => walk_rows(
+                m.rows,
+                m.n_out,
+                swiglu_act.is_some(),
+                self.multiprocessors,
+                self.matmul_walk_rows,
+            ),
+            // The k groups give the tiles their blocks, at 64 rows.
+            _ => 64,
+        };
         #[cfg(test)]
         self.walk_launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -3171,6 +3302,32 @@ impl Kernels {
                 false,
             ),
         };
+        if k_groups > 1 {
+            let (kernel, shared) = &wg.k_groups.as_ref().expect("k groups loaded")[k_groups - 2];
+            #[cfg(test)]
+            self.walk_k_group_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return gpu.launch_with_shared(
+                kernel,
+                (
+                    rows_u32(m.rows.div_ceil(rows)),
+                    u32::try_from(out_blocks).expect("outputs fit a grid"),
+                    k_groups as u32,
+                ),
+                MWK_THREADS,
+                *shared as u32,
+                &[
+                    Arg::Ptr(m.x_split),
+                    Arg::Map(weight_tensor_map(m, 64)?),
+                    Arg::I32(m.k as i32),
+                    Arg::I32(m.n_out as i32),
+                    Arg::Ptr(y),
+                    Arg::I32(y_stride as i32),
+                    Arg::I32(i32::from(accumulate)),
+                    Arg::I32(m.rows as i32),
+                ],
+            );
+        }
         let (kernel, w, shared, cluster) = match self.matmul_walk {
             // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
             WalkChoice::Tma(cluster) => (

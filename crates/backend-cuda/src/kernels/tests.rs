@@ -492,18 +492,26 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         // `walk_rows`) and, with the multiprocessors counted as one, of 64; a depth of one piece
         // (residues 1–7 empty), of three rounds of the residues plus a piece, of 8 and 9 chunks,
         // and random; the other kernels' bits, gathered and accumulated. A prompt's split (300
-        // rows) stays on the tiles.
+        // rows) stays on the tiles. The TMA walk in k groups too (FLASHLANE_MATMUL_WALK_K_GROUPS:
+        // 2, 3 and 4, and by the rule, which gives these few outputs 4), where k gives every
+        // residue a chunk (the rest in one block a tile).
         k.matmul_wg_fold = false;
         k.matmul_split32 = true;
         let multiprocessors = k.multiprocessors;
         use super::WalkChoice::{RowCopies, Tma};
-        for (walk, counted) in [RowCopies, Tma(1), Tma(2), Tma(4)]
+        use super::WalkKGroups::{Auto, Fixed, Off as OneGroup};
+        let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma(1), multiprocessors, g));
+        for (walk, counted, groups) in [RowCopies, Tma(1), Tma(2), Tma(4)]
             .into_iter()
-            .flat_map(|w| [(w, multiprocessors), (w, 1)])
+            .flat_map(|w| [(w, multiprocessors, OneGroup), (w, 1, OneGroup)])
+            .chain(k_groups)
         {
             k.matmul_walk = walk;
             k.multiprocessors = counted;
+            k.matmul_walk_k_groups = groups;
             k.walk_launches
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            k.walk_k_group_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             for (depth, rows) in [
                 (16 * (1 + rng.below(320)), 64),
@@ -526,9 +534,17 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 walked > 0,
                 "the walk ({walk:?}) never ran with {counted} multiprocessors"
             );
+            let in_groups = k
+                .walk_k_group_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                (groups == OneGroup) == (in_groups == 0),
+                "the walk ({walk:?}, {groups:?}) ran in k groups {in_groups} times"
+            );
         }
         k.multiprocessors = multiprocessors;
         k.matmul_walk = super::WalkChoice::Off;
+        k.matmul_walk_k_groups = OneGroup;
     }
 }
 
@@ -1770,6 +1786,70 @@ fn the_swapped_split_runs_where_measured_faster() {
                 "a prompt's rows"
             );
         }
+    }
+}
+
+/// `walk_k_groups` and the k groups' shared memory (no device needed): by the rule, Qwen3-4B's
+/// o and down at 48–64 rows (40 tiles of 64 outputs) share k over 3 blocks on the H100's 132
+/// multiprocessors, Qwen3-8B's (64 tiles) over 2; q/k/v and any gate/up stay one block a tile;
+/// nothing is shared where a residue would hold no chunk or none is asked; each ring fits
+/// Hopper's 227 KB beside its partials and holds a step's chunks.
+#[test]
+fn the_walk_shares_k_where_its_tiles_leave_multiprocessors_idle() {
+    use super::{
+        mwk_kg_shared_bytes, walk_depth, walk_k_groups, walk_kg_stages, WalkKGroups,
+        HOPPER_BLOCK_SHARED_BYTES, MMA_CHUNK,
+    };
+    let chunks = |k: usize| k.div_ceil(MMA_CHUNK);
+    for rows in [48, 64] {
+        // Qwen3-4B: o (4,096 → 2,560), down (9,728 → 2,560), q/k/v (2,560 → 6,144).
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(4096), false, 132),
+            3
+        );
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(9728), false, 132),
+            3
+        );
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Auto, rows, 6144, chunks(2560), false, 132),
+            1
+        );
+        // Qwen3-8B: o and down (→ 4,096).
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Auto, rows, 4096, chunks(12288), false, 132),
+            2
+        );
+        // A gate/up (its SwiGLU's units in one block), none asked, too little k.
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(4096), true, 132),
+            1
+        );
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Off, rows, 2560, chunks(4096), false, 132),
+            1
+        );
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Fixed(4), rows, 2560, 7, false, 132),
+            1
+        );
+        assert_eq!(
+            walk_k_groups(WalkKGroups::Fixed(2), rows, 6144, 8, false, 132),
+            2
+        );
+    }
+    // 128 rows are two row blocks: 80 tiles, so 1 (80 · 2 ≥ 132).
+    assert_eq!(
+        walk_k_groups(WalkKGroups::Auto, 128, 2560, chunks(4096), false, 132),
+        1
+    );
+    for groups in 2..=4 {
+        assert!(
+            mwk_kg_shared_bytes(groups) <= HOPPER_BLOCK_SHARED_BYTES,
+            "{groups} groups: {} bytes",
+            mwk_kg_shared_bytes(groups)
+        );
+        assert!(walk_kg_stages(groups) >= walk_depth(), "{groups} groups");
     }
 }
 
