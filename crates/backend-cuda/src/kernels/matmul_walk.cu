@@ -48,7 +48,8 @@
 //
 // With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; TMA, 64 rows, no cluster along the outputs,
 // no SwiGLU) the residues are shared out over a cluster of KG blocks along k (grid z): block g
-// walks residues mwk_group_first(g) … mwk_group_first(g + 1) − 1 in order, so a tile's walk takes
+// walks residues mwk_group_first(g) … mwk_group_first(g + 1) − 1 in order (2, 3, 3 of 8 for
+// 3 groups), so a tile's walk takes
 // KG multiprocessors where the outputs give fewer than half of them a block (Qwen3-4B's o and
 // down: 40 tiles). The chain stays one block's: block 0 folds its residues (0 …) into its total as
 // the walk does; each later block keeps each of its residues' partials apart, in its shared
@@ -138,11 +139,12 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const tma_map_t* map, int
         : "memory");
 }
 
-// The first residue of k group g of KG (residues shared out as evenly as they go: 3, 3, 2 of 8 for
-// 3 groups), MMT_RESIDUES for g = KG.
+// The first residue of k group g of KG, MMT_RESIDUES for g = KG: residues shared out as evenly as
+// they go, the fewer to the first groups (2, 3, 3 of 8 for 3 groups), as block 0 also folds and
+// residue 0 holds the most chunks.
 template <int KG>
 __device__ __forceinline__ int mwk_group_first(int g) {
-    return (g * MMT_RESIDUES + KG - 1) / KG;
+    return g * MMT_RESIDUES / KG;
 }
 
 // The chunk after c in the walk: the next of its residue, past a residue's last the next

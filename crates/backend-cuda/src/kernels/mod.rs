@@ -609,7 +609,8 @@ const MMT_RESIDUES_OF_K: usize = MMA_WARPS as usize;
 const HOPPER_BLOCK_SHARED_BYTES: usize = 227 * 1024;
 /// Bytes a later k group keeps of each of its residues' partials: 64 outputs by 64 rows, f32.
 const MWK_KG_PART_BYTES: usize = MWK_OUTS * 64 * 4;
-/// The residues of the largest of `groups` k groups (8 shared out: 4, 3 or 2).
+/// The residues of the largest of `groups` k groups (8 shared out: 4, 3 or 2; the kernel's
+/// `mwk_group_first` gives the first groups the fewer).
 const fn mwk_group_residues(groups: usize) -> usize {
     MMT_RESIDUES_OF_K.div_ceil(groups)
 }
@@ -2410,18 +2411,14 @@ impl Kernels {
                 ],
                 split_rows: module.load_function("split_rows_walk")?,
                 split_rows_norm: module.load_function("split_rows_norm_walk")?,
-                // Apart again: a ring that does not fit beside the partials leaves these out.
-                k_groups: (|| -> Result<[(CudaFunction, usize); 3], CudaError> {
-                    let kg = |groups: usize| -> Result<(CudaFunction, usize), CudaError> {
-                        let shared = mwk_kg_shared_bytes(groups);
-                        Ok((
-                            load(&format!("matmul_bf16_walk_tma_kg{groups}"), shared)?,
-                            shared,
-                        ))
-                    };
-                    Ok([kg(2)?, kg(3)?, kg(4)?])
-                })()
-                .ok(),
+                // Each apart again: a ring that does not fit beside its partials (a step of 7 or
+                // 8 chunks: FLASHLANE_MATMUL_WALK_DEPTH) leaves that one out.
+                k_groups: [2, 3, 4].map(|groups| {
+                    let shared = mwk_kg_shared_bytes(groups);
+                    load(&format!("matmul_bf16_walk_tma_kg{groups}"), shared)
+                        .ok()
+                        .map(|kernel| (kernel, shared))
+                }),
             })
         };
         // Set whole or not at all: a module compiled again replaces the one before, its
@@ -2495,8 +2492,8 @@ struct WalkKernels {
     split_rows: CudaFunction,
     split_rows_norm: CudaFunction,
     /// The TMA walk of 64 rows in 2, 3 and 4 k groups ([`MATMUL_WALK_K_GROUPS_ENV`]), with their
-    /// dynamic shared memory, where they loaded.
-    k_groups: Option<[(CudaFunction, usize); 3]>,
+    /// dynamic shared memory, each where it loaded.
+    k_groups: [Option<(CudaFunction, usize)>; 3],
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -3252,9 +3249,10 @@ impl Kernels {
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
-        // The k groups: TMA's walk alone (no cluster along the outputs), where its kernels loaded.
-        let k_groups = match (self.matmul_walk, &wg.k_groups) {
-            (WalkChoice::Tma(1), Some(_)) => walk_k_groups(
+        // The k groups: TMA's walk alone (no cluster along the outputs), where that kernel
+        // loaded. They take 64 rows a block (FLASHLANE_MATMUL_WALK_ROWS is for the walk alone).
+        let k_groups = match self.matmul_walk {
+            WalkChoice::Tma(1) => walk_k_groups(
                 self.matmul_walk_k_groups,
                 m.rows,
                 m.n_out,
@@ -3263,6 +3261,10 @@ impl Kernels {
                 self.multiprocessors,
             )
             .clamp(1, MWK_MOST_K_GROUPS),
+            _ => 1,
+        };
+        let k_groups = match wg.k_groups.get(k_groups.wrapping_sub(2)) {
+            Some(Some(_)) => k_groups,
             _ => 1,
         };
         let rows = match k_groups {
@@ -3303,7 +3305,15 @@ impl Kernels {
             ),
         };
         if k_groups > 1 {
-            let (kernel, shared) = &wg.k_groups.as_ref().expect("k groups loaded")[k_groups - 2];
+            // The kernel counts a residue's chunks as at least one.
+            assert!(
+                m.k.div_ceil(MMA_CHUNK) >= MMT_RESIDUES_OF_K,
+                "[walk-k-groups-residues] a walk in k groups needs a chunk in every residue (k {})",
+                m.k
+            );
+            let (kernel, shared) = wg.k_groups[k_groups - 2]
+                .as_ref()
+                .expect("the k groups' kernel loaded");
             #[cfg(test)]
             self.walk_k_group_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
