@@ -58,8 +58,19 @@
 // own sum of its residues would round differently, so none is made. Every residue holds a chunk
 // (the host asks for chunks ≥ MMT_RESIDUES).
 //
+// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: TMA, 64 rows, no cluster,
+// no k groups) a block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the
+// 64 of them from 64w (units from 32w), each as the one-warpgroup walk holds its 64, all on the
+// same stage of x: at 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB,
+// and the copies into shared memory (~45 GB/s a multiprocessor with every multiprocessor
+// copying, H100, session 71) set the walk's time, so x shared by 2 or 3 warpgroups takes 2/3 or
+// 5/9 of the bytes an output. Each warpgroup runs its own chain on its own outputs: the bits are
+// the one-warpgroup walk's. A step takes at most 2 chunks there (the registers of 288 or 416
+// threads a multiprocessor).
+//
 // Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32,
-// MWK_TMA_STAGES_KG2, MWK_TMA_STAGES_KG3, MWK_TMA_STAGES_KG4, MWK_DEPTH.
+// MWK_TMA_STAGES_KG2, MWK_TMA_STAGES_KG3, MWK_TMA_STAGES_KG4, MWK_TMA_STAGES_W2,
+// MWK_TMA_STAGES_W3, MWK_DEPTH.
 
 #define MWK_CONSUMERS 128                        // one warpgroup
 #define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
@@ -156,15 +167,19 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
 // 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
 // block. W: `w`, or with TMA `w_map` (boxes of 64 elements × 64 rows, 32 with SWIGLU).
-template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1, int KG = 1>
+template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1, int KG = 1, int WGS = 1>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
                                                   const tma_map_t* w_map, int k, int n_out,
                                                   float* __restrict__ y, int y_stride, int accumulate, int rows) {
+    // The block's consumers (WGS warpgroups), its outputs (A's rows), a step's most chunks.
+    constexpr int CONSUMERS = MWK_CONSUMERS * WGS, OUTS = MWK_OUTS * WGS;
+    constexpr int DEPTH = WGS > 1 && MWK_DEPTH > 2 ? 2 : MWK_DEPTH;
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
-    constexpr int W_STAGE_BYTES = TMA ? MWK_TMA_W_STAGE_BYTES : MWK_W_STAGE_BYTES;
+    constexpr int W_STAGE_BYTES = TMA ? MWK_TMA_W_STAGE_BYTES * WGS : MWK_W_STAGE_BYTES;
     constexpr int STAGE_BYTES = X_STAGE_BYTES + W_STAGE_BYTES;
     static_assert(STAGE_BYTES % (TMA ? 1024 : 16) == 0, "stages 16-byte aligned (1,024 for TMA's swizzle)");
-    static_assert(STAGES >= MWK_DEPTH, "a step's chunks in the ring at once (the consumers release none before)");
+    static_assert(STAGES >= DEPTH, "a step's chunks in the ring at once (the consumers release none before)");
+    static_assert(WGS == 1 || (TMA && CL == 1 && KG == 1 && N == 64), "several warpgroups: TMA's 64-row walk alone");
     extern __shared__ float4 mwk_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
     // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
@@ -177,14 +192,14 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     const int r0 = blockIdx.x * N, nb = min(N, rows - r0);
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
     // SWIGLU: units u0 … u0 + 31 of `width`.
-    const int width = n_out / 2, u0 = blockIdx.y * (MWK_OUTS / 2), o0 = blockIdx.y * MWK_OUTS;
-    // Row m (0–63) of the block's A: its row of W, or -1 past the matrix.
-    auto w_row = [&](int m) {
+    const int width = n_out / 2, u0 = blockIdx.y * (OUTS / 2), o0 = blockIdx.y * OUTS;
+    // Row m (0–63) of warpgroup wg's A: its row of W, or -1 past the matrix.
+    auto w_row = [&](int m, int wg) {
         if (SWIGLU) {
-            const int unit = u0 + 8 * (m / 16) + m % 8;
+            const int unit = u0 + 32 * wg + 8 * (m / 16) + m % 8;
             return unit < width ? (m % 16 < 8 ? unit : width + unit) : -1;
         }
-        return o0 + m < n_out ? o0 + m : -1;
+        return o0 + 64 * wg + m < n_out ? o0 + 64 * wg + m : -1;
     };
 
     static_assert(CL == 1 || (TMA && MMT_X_PIECES % CL == 0), "the cluster's blocks share x's pieces (TMA)");
@@ -207,7 +222,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             // Every consumer warp of the cluster releases each stage of every block.
-            mbar_init(&empty[s], CL * (MWK_CONSUMERS / WARP));
+            mbar_init(&empty[s], CL * (CONSUMERS / WARP));
         }
         // The barriers' initialisation visible to the copies (the async proxy) and the cluster.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -220,20 +235,22 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         __syncthreads();
     pdl_launch_dependents();
 
-    if (warp == MWK_CONSUMERS / WARP) {
+    if (warp == CONSUMERS / WARP) {
         // The producer. Lane l copies A rows l and l + 32 of each chunk, lanes 0–15 x's piece l.
-        const int row_a = w_row(lane), row_b = w_row(lane + 32);
+        const int row_a = w_row(lane, 0), row_b = w_row(lane + 32, 0);
         const int valid_rows = __reduce_add_sync(~0u, (row_a >= 0) + (row_b >= 0));
         const size_t x_block = (size_t)r0 * chunks * MMA_CHUNK;
         auto weights = [&](int s, int c) {
             unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
             if (TMA) {
-                // A box counts its whole bytes, zeros outside the matrix included.
+                // A box counts its whole bytes, zeros outside the matrix included. With several
+                // warpgroups one box holds all their rows (a gate/up's: all their units' gate
+                // rows, then a box of their up rows).
                 if (lane == 0) {
-                    mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + MWK_TMA_W_STAGE_BYTES));
+                    mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + W_STAGE_BYTES));
                     if (SWIGLU) {
                         tma_load_2d(ws, w_map, c * MMA_CHUNK, u0, &full[s]);
-                        tma_load_2d(ws + MWK_TMA_W_STAGE_BYTES / 2, w_map, c * MMA_CHUNK, width + u0, &full[s]);
+                        tma_load_2d(ws + W_STAGE_BYTES / 2, w_map, c * MMA_CHUNK, width + u0, &full[s]);
                     } else {
                         tma_load_2d(ws, w_map, c * MMA_CHUNK, o0, &full[s]);
                     }
@@ -295,14 +312,16 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         return;
     }
 
-    // The consumers: a warpgroup, rows of A by lane (g, t) of warp q: 16q + g and 16q + g + 8.
+    // The consumers: warpgroup wg, rows of A by lane (g, t) of its warp q: 16q + g and 16q + g + 8.
     pdl_wait();
-    const int g = lane / 4, t = lane % 4;
-    const int ma = 16 * warp + g, mb = ma + 8;
-    const bool a_in = w_row(ma) >= 0, b_in = w_row(mb) >= 0;
-    // With TMA the stage's rows of A's rows ma and mb (SWIGLU: the gate box's row 8q + g, the up
-    // box's 32 rows on) and their 16-byte places of pieces 2t and 2t + 1 under the swizzle.
-    const int sa = TMA && SWIGLU ? 8 * warp + g : ma, sb = TMA && SWIGLU ? 32 + 8 * warp + g : mb;
+    const int g = lane / 4, t = lane % 4, wg = warp / 4, q = warp % 4;
+    const int ma = 16 * q + g, mb = ma + 8;
+    const bool a_in = w_row(ma, wg) >= 0, b_in = w_row(mb, wg) >= 0;
+    // With TMA the stage's rows of A's rows ma and mb (SWIGLU: the gate box's row 32wg + 8q + g,
+    // the up box's OUTS / 2 rows on) and their 16-byte places of pieces 2t and 2t + 1 under the
+    // swizzle.
+    const int sa = TMA && SWIGLU ? 32 * wg + 8 * q + g : 64 * wg + ma;
+    const int sb = TMA && SWIGLU ? OUTS / 2 + 32 * wg + 8 * q + g : 64 * wg + mb;
     auto w_at = [&](int row, int piece) {
         return TMA ? row * MMA_CHUNK * 2 + ((piece ^ (row & 7)) * 16) : row * MWK_W_ROW_BYTES + piece * 16;
     };
@@ -319,12 +338,12 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     // several pays them once for all its chunks, while the producer keeps the ring full.
     int v = 0, c = first_residue;
     while (v < walk_chunks) {
-        // The step's chunks: c, c + 8, … while its residue lasts, MWK_DEPTH at most.
+        // The step's chunks: c, c + 8, … while its residue lasts, DEPTH at most.
         const int left = (chunks - 1 - c) / MMT_RESIDUES + 1;
-        const int n = min(MWK_DEPTH, left);
-        unsigned a[MWK_DEPTH][4][4];
+        const int n = min(DEPTH, left);
+        unsigned a[DEPTH][4][4];
 #pragma unroll
-        for (int d = 0; d < MWK_DEPTH; d++) {
+        for (int d = 0; d < DEPTH; d++) {
             if (d < n) {
                 const int vd = v + d, cd = c + d * MMT_RESIDUES, s = vd % STAGES;
                 mbar_wait(&full[s], (vd / STAGES) & 1);
@@ -342,7 +361,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         }
         // Every A register written before the fence (else ptxas fences each step's wgmma).
 #pragma unroll
-        for (int d = 0; d < MWK_DEPTH; d++)
+        for (int d = 0; d < DEPTH; d++)
 #pragma unroll
             for (int st = 0; st < 4; st++)
 #pragma unroll
@@ -350,7 +369,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         wgmma_pin_n<N>(acc);
         wgmma_fence();
 #pragma unroll
-        for (int d = 0; d < MWK_DEPTH; d++) {
+        for (int d = 0; d < DEPTH; d++) {
             if (d < n) {
                 const unsigned char* stage = smem + ((v + d) % STAGES) * STAGE_BYTES;
 #pragma unroll
@@ -387,10 +406,10 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                     acc[i] = 0.0f;
                 }
             } else {
-                float* part = parts + (size_t)(c % MMT_RESIDUES - first_residue) * (N / 2) * MWK_CONSUMERS;
+                float* part = parts + (size_t)(c % MMT_RESIDUES - first_residue) * (N / 2) * CONSUMERS;
 #pragma unroll
                 for (int i = 0; i < N / 2; i++) {
-                    part[i * MWK_CONSUMERS + threadIdx.x] = acc[i];
+                    part[i * CONSUMERS + threadIdx.x] = acc[i];
                     acc[i] = 0.0f;
                 }
             }
@@ -407,9 +426,9 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             for (int g2 = 1; g2 < KG; g2++) {
                 const int residues = mwk_group_first<KG>(g2 + 1) - mwk_group_first<KG>(g2);
                 for (int j = 0; j < residues; j++) {
-                    const float* part = parts + (size_t)j * (N / 2) * MWK_CONSUMERS + threadIdx.x;
+                    const float* part = parts + (size_t)j * (N / 2) * CONSUMERS + threadIdx.x;
 #pragma unroll
-                    for (int i = 0; i < N / 2; i++) total[i] += cluster_load_f32(part + i * MWK_CONSUMERS, g2);
+                    for (int i = 0; i < N / 2; i++) total[i] += cluster_load_f32(part + i * CONSUMERS, g2);
                 }
             }
         }
@@ -424,12 +443,12 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
         if (r >= rows) continue;
         if (SWIGLU) {
-            // Gate (row g) and up (row g + 8) of unit u0 + 8q + g.
-            const int unit = u0 + 8 * warp + g;
+            // Gate (row g) and up (row g + 8) of unit u0 + 32wg + 8q + g.
+            const int unit = u0 + 32 * wg + 8 * q + g;
             if ((i % 4) / 2 == 0 && unit < width)
                 y[(size_t)r * y_stride + unit] = siluf_(total[i]) * total[i + 2];
         } else {
-            const int o = o0 + ((i % 4) / 2 ? mb : ma);
+            const int o = o0 + 64 * wg + ((i % 4) / 2 ? mb : ma);
             if (o < n_out) {
                 float* out = y + (size_t)r * y_stride + o;
                 *out = accumulate ? *out + total[i] : total[i];
@@ -496,6 +515,21 @@ MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 4,
 MWK_KG_KERNEL(matmul_bf16_walk_tma_kg2, MWK_TMA_STAGES_KG2, 2, MWK_KG2)
 MWK_KG_KERNEL(matmul_bf16_walk_tma_kg3, MWK_TMA_STAGES_KG3, 3, MWK_KG3)
 MWK_KG_KERNEL(matmul_bf16_walk_tma_kg4, MWK_TMA_STAGES_KG4, 4, MWK_KG4)
+
+// The TMA walk of 64 rows with WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS): grid
+// (ceil(rows / 64), ceil(n_out / (64 · WGS))), a gate/up's (ceil(rows / 64), ceil(width /
+// (32 · WGS))); W's boxes of 64 · WGS rows (a gate/up's of 32 · WGS).
+#define MWK_WIDE_KERNEL(name, stages, swiglu, wgs)                                                             \
+    extern "C" __global__ void __launch_bounds__(MWK_CONSUMERS * wgs + WARP, 1)                                \
+        name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
+             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
+        matmul_walk_block<64, stages, swiglu, true, 1, 1, wgs>(xs, nullptr, &w_map, k, n_out, y, y_stride,      \
+                                                               accumulate, rows_);                              \
+    }
+MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w2, MWK_TMA_STAGES_W2, false, 2)
+MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w3, MWK_TMA_STAGES_W3, false, 3)
+MWK_WIDE_KERNEL(matmul_bf16_walk_tma_swiglu_w2, MWK_TMA_STAGES_W2, true, 2)
+MWK_WIDE_KERNEL(matmul_bf16_walk_tma_swiglu_w3, MWK_TMA_STAGES_W3, true, 3)
 
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.

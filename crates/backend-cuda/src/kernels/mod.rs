@@ -630,6 +630,68 @@ fn mwk_kg_shared_bytes(groups: usize) -> usize {
         + mwk_group_residues(groups) * MWK_KG_PART_BYTES
 }
 
+/// `FLASHLANE_MATMUL_WALK_OUTS=128` or `=192`: with the TMA walk (`=tma`), blocks of 2 or 3
+/// consumer warpgroups (`matmul_bf16_walk_tma_w2`, `_w3`, and `_swiglu_` of each) that hold 128 or
+/// 192 outputs on one stage of x, where such blocks still give half the multiprocessors one
+/// ([`walk_warpgroups`]; else fewer warpgroups: Qwen3-4B's gate/up at 48–64 rows takes 3, 102
+/// blocks; its q/k/v 1). The walk's time is its copies into shared memory (~45 GB/s a
+/// multiprocessor, with every multiprocessor copying: H100, session 71), and at 64 rows x's split
+/// is 16 KB a chunk against a warpgroup's 8 KB of weights: x shared by 3 warpgroups takes 5/9
+/// of the bytes an output. Each warpgroup runs the one-warpgroup walk's chain on its outputs
+/// (the same bits). Written in session 71; off until measured (an A/B switch).
+pub const MATMUL_WALK_OUTS_ENV: &str = "FLASHLANE_MATMUL_WALK_OUTS";
+/// The most consumer warpgroups a walk's block holds (3: 416 threads, ~150 registers each).
+const MWK_MOST_WARPGROUPS: usize = 3;
+fn walk_outs_asked() -> usize {
+    match env_number(MATMUL_WALK_OUTS_ENV) {
+        Some(outs @ (128 | 192)) => outs / MWK_OUTS,
+        _ => 1,
+    }
+}
+/// The walk's consumer warpgroups a block for `rows` rows of `n_out` outputs (`swiglu`: a
+/// gate/up's, 32 units a warpgroup) on `multiprocessors`: the most of up to `asked` whose 64-row
+/// blocks still give at least half the multiprocessors one, else 1.
+fn walk_warpgroups(
+    asked: usize,
+    rows: usize,
+    n_out: usize,
+    swiglu: bool,
+    multiprocessors: usize,
+) -> usize {
+    (2..=asked.min(MWK_MOST_WARPGROUPS))
+        .rev()
+        .find(|&groups| {
+            walk_out_blocks(n_out, swiglu, groups) * rows.div_ceil(64) * 2 >= multiprocessors
+        })
+        .unwrap_or(1)
+}
+/// The walk's blocks along the outputs at `warpgroups` consumer warpgroups a block.
+fn walk_out_blocks(n_out: usize, swiglu: bool, warpgroups: usize) -> usize {
+    match swiglu {
+        true => (n_out / 2).div_ceil(MWK_OUTS / 2 * warpgroups),
+        false => n_out.div_ceil(MWK_OUTS * warpgroups),
+    }
+}
+/// The ring's stages of the TMA walk with `warpgroups` consumer warpgroups: as many as fit (2: 7
+/// stages of 32 KB; 3: 5 of 40 KB), at most the TMA walk's, at least a step's chunks.
+fn walk_wide_stages(warpgroups: usize) -> usize {
+    let stage = mwk_ring_bytes(64, 1, MWK_OUTS * MMA_CHUNK * 2 * warpgroups);
+    ((HOPPER_BLOCK_SHARED_BYTES - 1008) / stage)
+        .min(walk_tma_stages(64))
+        .max(walk_depth().min(2))
+}
+fn mwk_wide_shared_bytes(warpgroups: usize) -> usize {
+    1008 + mwk_ring_bytes(
+        64,
+        walk_wide_stages(warpgroups),
+        MWK_OUTS * MMA_CHUNK * 2 * warpgroups,
+    )
+}
+/// `FLASHLANE_MATMUL_WALK_NARROW=tiles`: where the walk would take 32-row blocks (its 64-row
+/// blocks too few: [`walk_rows`]), the tiles' split runs instead (an A/B switch: the same bits;
+/// session 71 measured the walk's 32-row o and down the slowest of its matrices).
+pub const MATMUL_WALK_NARROW_ENV: &str = "FLASHLANE_MATMUL_WALK_NARROW";
+
 /// W of `m` as the walk's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16, k elements a
 /// row, n_out rows, boxes of MMA_CHUNK elements × `box_rows` rows, the 128-byte swizzle, zeros
 /// outside.
@@ -1774,6 +1836,8 @@ impl Dims {
             ("MWK_TMA_STAGES_KG2", walk_kg_stages(2)),
             ("MWK_TMA_STAGES_KG3", walk_kg_stages(3)),
             ("MWK_TMA_STAGES_KG4", walk_kg_stages(4)),
+            ("MWK_TMA_STAGES_W2", walk_wide_stages(2)),
+            ("MWK_TMA_STAGES_W3", walk_wide_stages(3)),
             ("MWK_DEPTH", walk_depth()),
         ] {
             defines.push_str(&format!("#define {name} {v}\n"));
@@ -1907,6 +1971,11 @@ pub struct Kernels {
     matmul_walk_rows: Option<usize>,
     /// Whether the TMA walk shares a tile's k out over a cluster ([`MATMUL_WALK_K_GROUPS_ENV`]).
     matmul_walk_k_groups: WalkKGroups,
+    /// The consumer warpgroups the TMA walk's blocks may hold ([`MATMUL_WALK_OUTS_ENV`]: 1–3).
+    matmul_walk_warpgroups: usize,
+    /// Whether the tiles take the splits the walk would run in 32-row blocks
+    /// ([`MATMUL_WALK_NARROW_ENV`]).
+    matmul_walk_narrow_tiles: bool,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -1948,6 +2017,9 @@ pub struct Kernels {
     /// Tests: walks shared out in k groups so far ([`MATMUL_WALK_K_GROUPS_ENV`]).
     #[cfg(test)]
     pub(crate) walk_k_group_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: walks with several consumer warpgroups so far ([`MATMUL_WALK_OUTS_ENV`]).
+    #[cfg(test)]
+    pub(crate) walk_wide_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -2178,6 +2250,9 @@ impl Kernels {
             matmul_walk: WalkChoice::from_env(),
             matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
             matmul_walk_k_groups: WalkKGroups::from_env(),
+            matmul_walk_warpgroups: walk_outs_asked(),
+            matmul_walk_narrow_tiles: std::env::var(MATMUL_WALK_NARROW_ENV).as_deref()
+                == Ok("tiles"),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -2205,6 +2280,8 @@ impl Kernels {
             walk_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             walk_k_group_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            walk_wide_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2419,6 +2496,17 @@ impl Kernels {
                         .ok()
                         .map(|kernel| (kernel, shared))
                 }),
+                wide: [2, 3].map(|groups| {
+                    let shared = mwk_wide_shared_bytes(groups);
+                    let plain = load(&format!("matmul_bf16_walk_tma_w{groups}"), shared).ok()?;
+                    let swiglu =
+                        load(&format!("matmul_bf16_walk_tma_swiglu_w{groups}"), shared).ok()?;
+                    Some(WideWalk {
+                        plain,
+                        swiglu,
+                        shared,
+                    })
+                }),
             })
         };
         // Set whole or not at all: a module compiled again replaces the one before, its
@@ -2494,6 +2582,16 @@ struct WalkKernels {
     /// The TMA walk of 64 rows in 2, 3 and 4 k groups ([`MATMUL_WALK_K_GROUPS_ENV`]), with their
     /// dynamic shared memory, each where it loaded.
     k_groups: [Option<(CudaFunction, usize)>; 3],
+    /// The TMA walk of 64 rows with 2 and 3 consumer warpgroups ([`MATMUL_WALK_OUTS_ENV`]), each
+    /// where it loaded.
+    wide: [Option<WideWalk>; 2],
+}
+
+/// The TMA walk with several consumer warpgroups: plain, a gate/up's, their dynamic shared memory.
+struct WideWalk {
+    plain: CudaFunction,
+    swiglu: CudaFunction,
+    shared: usize,
 }
 
 /// Where a block-scaled FP8 matrix keeps its scales (`[n_out / block_rows, k / block_cols]`, f32).
@@ -3228,14 +3326,24 @@ impl Kernels {
     /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where asked and its kernels
     /// loaded, a bf16 round's split of up to [`MWS_MAX_ROWS`] rows the swapped warpgroup split does not
     /// take.
-    fn walk_run(&self, m: &Matmul, split_k: bool, on_wgmma: bool) -> Option<&WalkKernels> {
+    /// Under [`MATMUL_WALK_NARROW_ENV`] not where it would take 32-row blocks (`swiglu`: a
+    /// gate/up's).
+    fn walk_run(
+        &self,
+        m: &Matmul,
+        split_k: bool,
+        on_wgmma: bool,
+        swiglu: bool,
+    ) -> Option<&WalkKernels> {
         let wg = self.wgmma.as_ref()?.walk.as_ref()?;
+        let narrow = || walk_rows(m.rows, m.n_out, swiglu, self.multiprocessors, None) == 32;
         (self.matmul_walk != WalkChoice::Off
             && split_k
             && !on_wgmma
             && m.fp8.is_none()
-            && m.rows <= MWS_MAX_ROWS)
-            .then_some(wg)
+            && m.rows <= MWS_MAX_ROWS
+            && !(self.matmul_walk_narrow_tiles && narrow()))
+        .then_some(wg)
     }
 
     /// x split in the walk's layout (with `norm`, normalised first in the same launch), then
@@ -3267,15 +3375,32 @@ impl Kernels {
             Some(Some(_)) => k_groups,
             _ => 1,
         };
-        let rows = match k_groups {
-            1 => walk_rows(
+        // Several consumer warpgroups a block: TMA's walk alone, not in k groups, where that
+        // kernel loaded.
+        let warpgroups = match (self.matmul_walk, k_groups) {
+            (WalkChoice::Tma(1), 1) => walk_warpgroups(
+                self.matmul_walk_warpgroups,
+                m.rows,
+                m.n_out,
+                swiglu_act.is_some(),
+                self.multiprocessors,
+            ),
+            _ => 1,
+        };
+        let wide = match warpgroups {
+            1 => None,
+            _ => wg.wide[warpgroups - 2].as_ref(),
+        };
+        let rows = match (k_groups, wide) {
+            (1, None) => walk_rows(
                 m.rows,
                 m.n_out,
                 swiglu_act.is_some(),
                 self.multiprocessors,
                 self.matmul_walk_rows,
             ),
-            // The k groups give the tiles their blocks, at 64 rows.
+            // The k groups give the tiles their blocks, and several warpgroups hold their
+            // outputs, at 64 rows.
             _ => 64,
         };
         #[cfg(test)]
@@ -3329,6 +3454,38 @@ impl Kernels {
                 &[
                     Arg::Ptr(m.x_split),
                     Arg::Map(weight_tensor_map(m, 64)?),
+                    Arg::I32(m.k as i32),
+                    Arg::I32(m.n_out as i32),
+                    Arg::Ptr(y),
+                    Arg::I32(y_stride as i32),
+                    Arg::I32(i32::from(accumulate)),
+                    Arg::I32(m.rows as i32),
+                ],
+            );
+        }
+        if let Some(wide) = wide {
+            #[cfg(test)]
+            self.walk_wide_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let swiglu = swiglu_act.is_some();
+            // A gate/up's boxes are its units' gate rows, then their up rows.
+            let box_rows = match swiglu {
+                true => MWK_OUTS / 2 * warpgroups,
+                false => MWK_OUTS * warpgroups,
+            };
+            return gpu.launch_with_shared(
+                if swiglu { &wide.swiglu } else { &wide.plain },
+                (
+                    rows_u32(m.rows.div_ceil(rows)),
+                    u32::try_from(walk_out_blocks(m.n_out, swiglu, warpgroups))
+                        .expect("outputs fit a grid"),
+                    1,
+                ),
+                MWK_THREADS + (warpgroups as u32 - 1) * 128,
+                wide.shared as u32,
+                &[
+                    Arg::Ptr(m.x_split),
+                    Arg::Map(weight_tensor_map(m, box_rows)?),
                     Arg::I32(m.k as i32),
                     Arg::I32(m.n_out as i32),
                     Arg::Ptr(y),
@@ -3405,7 +3562,7 @@ impl Kernels {
         );
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
-        if let Some(wg) = self.walk_run(m, split_k, on_wgmma) {
+        if let Some(wg) = self.walk_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
             return self.matmul_walk(gpu, wg, m, swiglu_act, norm);
         }
         if let Some((wg, run)) = self.wg_split_run(m, split_k, on_wgmma, swiglu_act.is_some()) {

@@ -500,15 +500,23 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         let multiprocessors = k.multiprocessors;
         use super::WalkChoice::{RowCopies, Tma};
         use super::WalkKGroups::{Auto, Fixed, Off as OneGroup};
-        let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma(1), multiprocessors, g));
-        for (walk, counted, groups) in [RowCopies, Tma(1), Tma(2), Tma(4)]
+        // And with 2 and 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS; the
+        // multiprocessors counted as one, so that these few outputs take them).
+        let k_groups =
+            [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma(1), multiprocessors, g, 1));
+        let wide = [2, 3].map(|warpgroups| (Tma(1), 1, OneGroup, warpgroups));
+        for (walk, counted, groups, warpgroups) in [RowCopies, Tma(1), Tma(2), Tma(4)]
             .into_iter()
-            .flat_map(|w| [(w, multiprocessors, OneGroup), (w, 1, OneGroup)])
+            .flat_map(|w| [(w, multiprocessors, OneGroup, 1), (w, 1, OneGroup, 1)])
             .chain(k_groups)
+            .chain(wide)
         {
             k.matmul_walk = walk;
             k.multiprocessors = counted;
             k.matmul_walk_k_groups = groups;
+            k.matmul_walk_warpgroups = warpgroups;
+            k.walk_wide_launches
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             k.walk_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             k.walk_k_group_launches
@@ -541,7 +549,15 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 (groups == OneGroup) == (in_groups == 0),
                 "the walk ({walk:?}, {groups:?}) ran in k groups {in_groups} times"
             );
+            let wide = k
+                .walk_wide_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                (warpgroups > 1) == (wide > 0),
+                "the walk ({walk:?}) ran with {warpgroups} warpgroups {wide} times"
+            );
         }
+        k.matmul_walk_warpgroups = 1;
         k.multiprocessors = multiprocessors;
         k.matmul_walk = super::WalkChoice::Off;
         k.matmul_walk_k_groups = OneGroup;
@@ -816,21 +832,30 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
         // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`), its blocks
         // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), W's rows copied
-        // apart and by TMA (`matmul_bf16_walk_tma_swiglu*`).
+        // apart and by TMA (`matmul_bf16_walk_tma_swiglu*`), and with 2 and 3 consumer
+        // warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
+        // counted as one, so that these few units take them).
         use super::WalkChoice::{RowCopies, Tma};
         let folds = [
             (super::ClusterFold::Off, false, None),
             (super::ClusterFold::All, false, None),
             (super::ClusterFold::All, true, None),
             (super::ClusterFold::Off, true, None),
-            (super::ClusterFold::Off, false, Some((RowCopies, None))),
-            (super::ClusterFold::Off, false, Some((RowCopies, Some(32)))),
-            (super::ClusterFold::Off, false, Some((Tma(1), None))),
-            (super::ClusterFold::Off, false, Some((Tma(1), Some(32)))),
-            (super::ClusterFold::Off, false, Some((Tma(2), None))),
-            (super::ClusterFold::Off, false, Some((Tma(4), Some(32)))),
+            (super::ClusterFold::Off, false, Some((RowCopies, None, 1))),
+            (
+                super::ClusterFold::Off,
+                false,
+                Some((RowCopies, Some(32), 1)),
+            ),
+            (super::ClusterFold::Off, false, Some((Tma(1), None, 1))),
+            (super::ClusterFold::Off, false, Some((Tma(1), Some(32), 1))),
+            (super::ClusterFold::Off, false, Some((Tma(2), None, 1))),
+            (super::ClusterFold::Off, false, Some((Tma(4), Some(32), 1))),
+            (super::ClusterFold::Off, false, Some((Tma(1), None, 2))),
+            (super::ClusterFold::Off, false, Some((Tma(1), None, 3))),
         ];
-        let folds = &folds[..if wgmma_split { 10 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 12 } else { 2 }];
+        let multiprocessors = k.multiprocessors;
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
             .flat_map(|r| folds.iter().map(move |f| (r, f)))
@@ -839,6 +864,9 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             k.matmul_wg_fold = wg_fold;
             k.matmul_walk = walk.map_or(super::WalkChoice::Off, |w| w.0);
             k.matmul_walk_rows = walk.and_then(|w| w.1);
+            let warpgroups = walk.map_or(1, |w| w.2);
+            k.matmul_walk_warpgroups = warpgroups;
+            k.multiprocessors = if warpgroups > 1 { 1 } else { multiprocessors };
             let seed = format!(
                 "{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk:?})"
             );
@@ -915,9 +943,18 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                 "seed {seed}, width {width}: row {r} alone differs from the batch of {rows}"
             );
         }
+        k.multiprocessors = multiprocessors;
+        k.matmul_walk_warpgroups = 1;
     }
-    // The rounds of 48–64 rows took the warpgroup fold and the walk where their module
-    // compiled: the comparisons above checked them, not the tiles twice.
+    // The rounds of 48–64 rows took the warpgroup fold and the walk (with several warpgroups
+    // too) where their module compiled: the comparisons above checked them, not the tiles twice.
+    let wide = k
+        .walk_wide_launches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !wgmma_split || wide > 0,
+        "seed {seed}: the walk with several warpgroups never ran"
+    );
     let on_wgmma = k
         .wg_split_launches
         .load(std::sync::atomic::Ordering::Relaxed);
@@ -1853,6 +1890,28 @@ fn the_walk_shares_k_where_its_tiles_leave_multiprocessors_idle() {
     }
 }
 
+/// `walk_warpgroups` and the wide walk's shared memory (no device needed): asked for 192
+/// outputs a block, Qwen3-4B's and -8B's gate/up at 48–64 rows take 3 consumer warpgroups (102
+/// and 128 blocks on the H100's 132 multiprocessors), their q/k/v, o and down 1 (3 or 2 would
+/// leave more than half the multiprocessors without a block); asked for 128, the gate/up takes 2;
+/// each ring fits Hopper's 227 KB.
+#[test]
+fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
+    use super::{mwk_wide_shared_bytes, walk_warpgroups, HOPPER_BLOCK_SHARED_BYTES};
+    for rows in [48, 64] {
+        assert_eq!(walk_warpgroups(3, rows, 2 * 9728, true, 132), 3);
+        assert_eq!(walk_warpgroups(3, rows, 2 * 12288, true, 132), 3);
+        assert_eq!(walk_warpgroups(2, rows, 2 * 9728, true, 132), 2);
+        for n_out in [6144, 2560, 4096] {
+            assert_eq!(walk_warpgroups(3, rows, n_out, false, 132), 1, "{n_out}");
+        }
+        assert_eq!(walk_warpgroups(1, rows, 2 * 9728, true, 132), 1);
+    }
+    for warpgroups in [2, 3] {
+        assert!(mwk_wide_shared_bytes(warpgroups) <= HOPPER_BLOCK_SHARED_BYTES);
+    }
+}
+
 /// Hybrid models with FP8 projections split k in their FP8 decode rounds alone (measured as a
 /// bound, session 46); dense models split as `model_splits_k` says, and bf16 hybrids never (no
 /// device needed).
@@ -2462,6 +2521,11 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
         kernels.push((MatmulKernel::TiledSplitK, None, Tma(1)));
         kernels.push((MatmulKernel::TiledSplitK, None, Tma(4)));
     }
+    // The TMA walk alone with 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS,
+    // `matmul_bf16_walk_tma_w3`: the multiprocessors counted as one there, so that these few
+    // outputs take them).
+    k.matmul_walk_warpgroups = 3;
+    let multiprocessors = k.multiprocessors;
     let mut rng = Rng::fresh();
     let seed = rng.0;
     // Decode rounds: the norm goes into the split up to NORM_IN_SPLIT_MAX_ROWS.
@@ -2517,6 +2581,7 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     k.matmul_wg_fold = wg_fold.is_some();
                     k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
                     k.matmul_walk = walk;
+                    k.multiprocessors = if walk == Tma(1) { 1 } else { multiprocessors };
                     let other = wg_fold.is_some() || walk != Off;
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
@@ -2606,6 +2671,13 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     );
     let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
     assert!(!on_hopper || walked > 0, "seed {seed}: the walk never ran");
+    let wide = k
+        .walk_wide_launches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !on_hopper || wide > 0,
+        "seed {seed}: the walk with several warpgroups never ran"
+    );
 }
 
 /// The swapped chain (`matmul_bf16_swap*`, [`super::MATMUL_SWAP_ROWS_ENV`]) gives the 16-row
