@@ -426,9 +426,14 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             for (int g2 = 1; g2 < KG; g2++) {
                 const int residues = mwk_group_first<KG>(g2 + 1) - mwk_group_first<KG>(g2);
                 for (int j = 0; j < residues; j++) {
+                    // The residue's words loaded together (one wait for the remote blocks'
+                    // latency), then added in order.
                     const float* part = parts + (size_t)j * (N / 2) * CONSUMERS + threadIdx.x;
+                    float p[N / 2];
 #pragma unroll
-                    for (int i = 0; i < N / 2; i++) total[i] += cluster_load_f32(part + i * CONSUMERS, g2);
+                    for (int i = 0; i < N / 2; i++) p[i] = cluster_load_f32(part + i * CONSUMERS, g2);
+#pragma unroll
+                    for (int i = 0; i < N / 2; i++) total[i] += p[i];
                 }
             }
         }

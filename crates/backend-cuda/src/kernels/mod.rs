@@ -449,9 +449,12 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// of its tensor map (`matmul_bf16_walk_tma_*`, the 128-byte swizzle); `=tma2` and `=tma4` do so
 /// in clusters of 2 or 4 blocks along the outputs that share x's copies (`.multicast::cluster`:
 /// x leaves L2 once a cluster; at 64 rows a chunk of x's split is 16 KB against 8 KB of a
-/// block's weights). Its kernel tests passed on the H100 at one chunk a step (session 70),
-/// where `=tma` decoded Qwen3-4B at 64 streams in 0.94× the default's rate and the others in
-/// 0.24–0.36×; the steps of several chunks ([`MWK_DEPTH`]) have not yet run on a GPU.
+/// block's weights). Its kernel tests pass in every form (H100, sessions 70 and 71). Measured
+/// slower than the tiles in every form: on Qwen3-4B at 64 streams `=tma` decoded at 0.94× the
+/// default's rate at one chunk a step in session 70 and at 0.83–0.86× at 1–8 chunks a step in
+/// session 71 (another H100), the others at 0.24–0.36×. Its blocks fill their stages at ~45 GB/s
+/// a multiprocessor with every multiprocessor copying, and at 64 rows x's bytes are two thirds
+/// of a stage's ([`MATMUL_WALK_OUTS_ENV`] shares them out).
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -495,8 +498,8 @@ const MWK_TMA_STAGES_64: usize = 9;
 const MWK_TMA_STAGES_32: usize = 13;
 /// Chunks of one residue the walk's consumers multiply a step, their products issued together
 /// and awaited once (16 A registers a chunk): one a step spent ~600 cycles a chunk in waits,
-/// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70). Not yet run on
-/// a GPU.
+/// Qwen3-4B's 64-row o and down taking twice cuBLAS's time (H100, session 70); at 4 they took
+/// 12 % less time than at 1, 2 chunks a step were the slowest (H100, session 71).
 const MWK_DEPTH: usize = 4;
 /// `FLASHLANE_MATMUL_WALK_DEPTH` (1–8) in place of [`MWK_DEPTH`] (A/B runs: the same chain, so
 /// the same bits; the kernel tests run the default).
@@ -548,8 +551,9 @@ fn walk_tma_stages(rows: usize) -> usize {
 /// `auto`: by [`walk_k_groups`] (Qwen3-4B's o and down: 40 tiles of 64 rows in 3 groups, 120
 /// blocks, where the walk's 32-row blocks make 80); `2`, `3`, `4`: that many wherever k allows.
 /// Written in session 71 after the walk's 32-row o and down took twice cuBLAS's time (cuBLAS
-/// splits the down three ways: bench/RESULTS.md session 69); off until measured (an A/B
-/// switch: the same bits).
+/// splits the down three ways: bench/RESULTS.md session 69). Its kernel tests pass (H100,
+/// session 71), but by the rule Qwen3-4B's o and down took 1.31× the 32-row walk's time
+/// (0.79× the default's decode rate at 64 streams): off (an A/B switch: the same bits).
 pub const MATMUL_WALK_K_GROUPS_ENV: &str = "FLASHLANE_MATMUL_WALK_K_GROUPS";
 /// What [`MATMUL_WALK_K_GROUPS_ENV`] asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
