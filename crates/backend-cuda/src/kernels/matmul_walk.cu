@@ -1,6 +1,6 @@
 // ---------------------------------------------------------------------------------------------
 // The walk: a round's k split (up to 64 rows) as blocks that each walk the whole of k
-// (FLASHLANE_MATMUL_WALK=1, an A/B switch; compiled in the warpgroup module, after matmul_wg.cu).
+// (FLASHLANE_MATMUL_WALK=tma, an A/B switch; compiled in the warpgroup module, after matmul_wg.cu).
 // Written after cuBLAS's 64-row kernels (bench/RESULTS.md session 69): a block holds a tile of
 // outputs by all its rows and walks all of k through a deep ring filled by a producer warp's
 // bulk copies, one block a multiprocessor, where the tiles' split runs 8 short blocks a tile
@@ -14,40 +14,32 @@
 // y written once (+ y where it accumulates): `mmt_cluster_fold`'s sum, with no partial leaving
 // the block.
 //
-// A block: MWK_THREADS threads, a consumer warpgroup (warps 0–3) and a producer warp (warp 4).
-// The consumers hold 64 outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8,
-// the swapped split's) by N rows (32 or 64: B's columns). The producer fills a ring of
-// MWK_STAGES_<N> stages (MWK_TMA_STAGES_<N> with TMA) with bulk copies completing on each
-// stage's `full` barrier; the consumers read a stage's weights into registers (`ld.shared`), run
-// its 8 wgmmas (4 with MMA_SPLIT off) and release the stage on its `empty` barrier once those
-// are done, MWK_DEPTH chunks of a residue a step (their products issued back to back, then
-// awaited together).
+// A block: a consumer warpgroup (warps 0–3) and a producer warp (warp 4). The consumers hold 64
+// outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8, the swapped split's)
+// by N rows (32 or 64: B's columns). The producer fills a ring of MWK_TMA_STAGES_<N> stages with
+// bulk copies completing on each stage's `full` barrier; the consumers read a stage's weights
+// into registers (`ld.shared`), run its 8 wgmmas (4 with MMA_SPLIT off) and release the stage on
+// its `empty` barrier once those are done, MWK_DEPTH chunks of a residue a step (their products
+// issued back to back, then awaited together).
 // - x: `split_rows_walk` / `split_rows_norm_walk` write the split rows in the blocks' layout:
 //   block b's rows (nb = min(N, rows − bN) of them) from word bN · 64 · chunks on, chunk c's at
 //   c · nb · 64 words into them, piece p (16 bytes: 0–7 hi, 8–15 lo) of row r of the block at
-//   (p · nb + r) · 4 words into the chunk's. So a chunk's piece p of the block's rows is one
-//   copy of nb · 16 bytes, to (p · N + r) · 16 in the stage (the swapped split's place; rows past
-//   `rows` hold what they held: they are B's columns, whose sums are never written).
-// - W: a chunk of each output row (128 bytes, less past k) is one copy, to row m of the stage's
-//   weights at MWK_W_ROW_BYTES (144) apart, so that a quarter-warp's 16-byte reads (lanes (g, t),
-//   (g + 1, t): 32t and 144 + 32t) meet 8 bank groups. Rows past n_out and pieces past k are not
-//   copied; they are masked where multiplied, as the swapped split masks them.
+//   (p · nb + r) · 4 words into the chunk's. So a chunk's x is one copy of a whole block's rows,
+//   or a copy a piece of nb · 16 bytes, to (p · N + r) · 16 in the stage (the swapped split's
+//   place; rows past `rows` hold what they held: they are B's columns, whose sums are never
+//   written).
+// - W: a chunk is one tensor copy (`tma_load_2d`: a box of 64 elements × 64 rows of W's tensor
+//   map, or with SWIGLU two of 32 rows: the gate rows then the up rows) under the 128-byte
+//   swizzle (piece j of the stage's row r at j ^ (r & 7); zeros outside the matrix). Rows past
+//   the outputs and pieces past k are masked where multiplied, as the swapped split masks them.
 // With SWIGLU a block's 64 A rows are 32 units' gate and up rows: lane (g, t) of warp q holds
 // unit u0 + 8q + g's gate row (g) and up row (g + 8), so a thread's sums hold both and it writes
 // act = silu(gate) · up (`mmt_cluster_fold`'s expression on the same sums).
-// With TMA (FLASHLANE_MATMUL_WALK=tma) a chunk of W is one tensor copy (`tma_load_2d`: a box of
-// 64 elements × 64 rows of W's tensor map, or with SWIGLU two of 32 rows: the gate rows then
-// the up rows) under the 128-byte swizzle (piece j of the stage's row r at j ^ (r & 7); zeros
-// outside the matrix), where the plain walk copies each row's 128 bytes apart: 1 copy of W a
-// chunk against 64. With a cluster of CL blocks along the outputs (FLASHLANE_MATMUL_WALK=tma2,
-// tma4: grid y a multiple of CL, the blocks past the outputs computing zeros they never write)
-// the blocks share x: each copies its CL-th of a chunk's x into every block's stage at once
-// (`.multicast::cluster`), so x leaves L2 once a cluster where each block read it alone, and a
-// stage is released to the producers of the whole cluster (each consumer warp arrives on that
-// stage's `empty` barrier in every block).
+// (W's rows copied apart, 64 copies a chunk, and clusters of 2 or 4 blocks along the outputs
+// multicasting x to each other ran at 0.24–0.36× the default's decode rate at 64 streams,
+// H100, sessions 70 and 71, and were removed.)
 //
-// With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; TMA, 64 rows, no cluster along the outputs,
-// no SwiGLU) the residues are shared out over a cluster of KG blocks along k (grid z): block g
+// With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; 64 rows, no SwiGLU) the residues are shared out over a cluster of KG blocks along k (grid z): block g
 // walks residues mwk_group_first(g) … mwk_group_first(g + 1) − 1 in order (2, 3, 3 of 8 for
 // 3 groups), so a tile's walk takes
 // KG multiprocessors where the outputs give fewer than half of them a block (Qwen3-4B's o and
@@ -58,8 +50,7 @@
 // own sum of its residues would round differently, so none is made. Every residue holds a chunk
 // (the host asks for chunks ≥ MMT_RESIDUES).
 //
-// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: TMA, 64 rows, no cluster,
-// no k groups) a block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the
+// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows, no k groups) a block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the
 // 64 of them from 64w (units from 32w), each as the one-warpgroup walk holds its 64, all on the
 // same stage of x: at 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB,
 // and the copies into shared memory (~45 GB/s a multiprocessor with every multiprocessor
@@ -68,15 +59,13 @@
 // the one-warpgroup walk's. A step takes at most 2 chunks there (the registers of 288 or 416
 // threads a multiprocessor).
 //
-// Host defines: MWK_STAGES_64, MWK_STAGES_32, MWK_TMA_STAGES_64, MWK_TMA_STAGES_32,
+// Host defines: MWK_TMA_STAGES_64, MWK_TMA_STAGES_32,
 // MWK_TMA_STAGES_KG2, MWK_TMA_STAGES_KG3, MWK_TMA_STAGES_KG4, MWK_TMA_STAGES_W2,
 // MWK_TMA_STAGES_W3, MWK_DEPTH.
 
-#define MWK_CONSUMERS 128                        // one warpgroup
-#define MWK_THREADS (MWK_CONSUMERS + WARP)       // and the producer warp
-#define MWK_OUTS 64                              // A's rows a block
-#define MWK_W_ROW_BYTES 144                      // a row's chunk of weights (128 bytes) and 16 of padding
-#define MWK_W_STAGE_BYTES (MWK_OUTS * MWK_W_ROW_BYTES)
+#define MWK_CONSUMERS 128                                 // one warpgroup
+#define MWK_THREADS (MWK_CONSUMERS + WARP)                // and the producer warp
+#define MWK_OUTS 64                                       // A's rows a warpgroup
 #define MWK_TMA_W_STAGE_BYTES (MWK_OUTS * MMA_CHUNK * 2)  // a box: 64 rows of 128 bytes, swizzled
 
 // A CUtensorMap (128 opaque bytes the host encodes with cuTensorMapEncodeTiled, passed as a
@@ -118,21 +107,6 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
                  "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
 }
-// The same into the same place of every block of the cluster in `blocks` (a mask of ranks),
-// completing on each one's barrier at `bar`'s place.
-__device__ __forceinline__ void bulk_copy_multicast(void* smem, const void* gmem, unsigned bytes,
-                                                    unsigned long long* bar, unsigned short blocks) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
-        "%4;" ::"r"(smem_u32(smem)),
-        "l"(gmem), "r"(bytes), "r"(smem_u32(bar)), "h"(blocks)
-        : "memory");
-}
-// One arrival on the barrier at `bar`'s place in block `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_shared_addr(bar, rank))
-                 : "memory");
-}
 __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -166,24 +140,24 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
 // 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
-// block. W: `w`, or with TMA `w_map` (boxes of 64 elements × 64 rows, 32 with SWIGLU).
-template <int N, int STAGES, bool SWIGLU, bool TMA = false, int CL = 1, int KG = 1, int WGS = 1>
-__device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w,
-                                                  const tma_map_t* w_map, int k, int n_out,
-                                                  float* __restrict__ y, int y_stride, int accumulate, int rows) {
+// block. W: `w_map` (boxes of 64 elements × 64 · WGS rows, 32 · WGS with SWIGLU).
+template <int N, int STAGES, bool SWIGLU, int KG = 1, int WGS = 1>
+__device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const tma_map_t* w_map, int k,
+                                                  int n_out, float* __restrict__ y, int y_stride, int accumulate,
+                                                  int rows) {
     // The block's consumers (WGS warpgroups), its outputs (A's rows), a step's most chunks.
     constexpr int CONSUMERS = MWK_CONSUMERS * WGS, OUTS = MWK_OUTS * WGS;
     constexpr int DEPTH = WGS > 1 && MWK_DEPTH > 2 ? 2 : MWK_DEPTH;
     constexpr int X_STAGE_BYTES = N * MMT_X_PIECES * 16;
-    constexpr int W_STAGE_BYTES = TMA ? MWK_TMA_W_STAGE_BYTES * WGS : MWK_W_STAGE_BYTES;
+    constexpr int W_STAGE_BYTES = MWK_TMA_W_STAGE_BYTES * WGS;
     constexpr int STAGE_BYTES = X_STAGE_BYTES + W_STAGE_BYTES;
-    static_assert(STAGE_BYTES % (TMA ? 1024 : 16) == 0, "stages 16-byte aligned (1,024 for TMA's swizzle)");
+    static_assert(STAGE_BYTES % 1024 == 0, "stages 1,024-byte aligned (the swizzle's)");
     static_assert(STAGES >= DEPTH, "a step's chunks in the ring at once (the consumers release none before)");
-    static_assert(WGS == 1 || (TMA && CL == 1 && KG == 1 && N == 64), "several warpgroups: TMA's 64-row walk alone");
+    static_assert(WGS == 1 || (KG == 1 && N == 64), "several warpgroups: the 64-row walk alone");
     extern __shared__ float4 mwk_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
-    // TMA's swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
-    if (TMA) smem += (1024u - (smem_u32(smem) & 1023u)) & 1023u;
+    // The swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
+    smem += (1024u - (smem_u32(smem) & 1023u)) & 1023u;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
     unsigned long long* empty = full + STAGES;
     // The warp by a shuffle: known uniform across it, so that ptxas keeps the consumers' wgmmas
@@ -191,7 +165,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     const int warp = __shfl_sync(~0u, threadIdx.x / WARP, 0), lane = threadIdx.x % WARP;
     const int r0 = blockIdx.x * N, nb = min(N, rows - r0);
     const int chunks = (k + MMA_CHUNK - 1) / MMA_CHUNK;
-    // SWIGLU: units u0 … u0 + 31 of `width`.
+    // SWIGLU: units u0 … u0 + 32 · WGS − 1 of `width`.
     const int width = n_out / 2, u0 = blockIdx.y * (OUTS / 2), o0 = blockIdx.y * OUTS;
     // Row m (0–63) of warpgroup wg's A: its row of W, or -1 past the matrix.
     auto w_row = [&](int m, int wg) {
@@ -202,10 +176,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         return o0 + 64 * wg + m < n_out ? o0 + 64 * wg + m : -1;
     };
 
-    static_assert(CL == 1 || (TMA && MMT_X_PIECES % CL == 0), "the cluster's blocks share x's pieces (TMA)");
-    static_assert(KG == 1 || (TMA && CL == 1 && !SWIGLU && N == 64), "k groups: TMA's plain 64-row walk alone");
-    // This block's rank in its cluster (along the outputs).
-    const unsigned rank = CL > 1 ? cluster_rank() : 0;
+    static_assert(KG == 1 || (!SWIGLU && N == 64), "k groups: the plain 64-row walk alone");
     // This block's k group (its rank in a cluster along k) and its residues [first, end), the
     // chunks it walks (every residue holds one: chunks ≥ MMT_RESIDUES with KG > 1).
     const int group = KG > 1 ? (int)cluster_rank() : 0;
@@ -221,70 +192,42 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            // Every consumer warp of the cluster releases each stage of every block.
-            mbar_init(&empty[s], CL * (CONSUMERS / WARP));
+            // Every consumer warp releases each stage.
+            mbar_init(&empty[s], CONSUMERS / WARP);
         }
-        // The barriers' initialisation visible to the copies (the async proxy) and the cluster.
+        // The barriers' initialisation visible to the copies (the async proxy).
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // With a cluster, no block copies into another's stages or arrives on its barriers before
-    // they are initialised.
-    if (CL > 1)
-        cluster_sync();
-    else
-        __syncthreads();
+    __syncthreads();
     pdl_launch_dependents();
 
     if (warp == CONSUMERS / WARP) {
-        // The producer. Lane l copies A rows l and l + 32 of each chunk, lanes 0–15 x's piece l.
-        const int row_a = w_row(lane, 0), row_b = w_row(lane + 32, 0);
-        const int valid_rows = __reduce_add_sync(~0u, (row_a >= 0) + (row_b >= 0));
+        // The producer: lane 0 copies W's boxes and a whole block's x, lanes 0–15 x's piece l
+        // where the block has fewer rows.
         const size_t x_block = (size_t)r0 * chunks * MMA_CHUNK;
+        // A box counts its whole bytes, zeros outside the matrix included. With several
+        // warpgroups one box holds all their rows (a gate/up's: all their units' gate rows, then
+        // a box of their up rows).
         auto weights = [&](int s, int c) {
             unsigned char* ws = smem + s * STAGE_BYTES + X_STAGE_BYTES;
-            if (TMA) {
-                // A box counts its whole bytes, zeros outside the matrix included. With several
-                // warpgroups one box holds all their rows (a gate/up's: all their units' gate
-                // rows, then a box of their up rows).
-                if (lane == 0) {
-                    mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + W_STAGE_BYTES));
-                    if (SWIGLU) {
-                        tma_load_2d(ws, w_map, c * MMA_CHUNK, u0, &full[s]);
-                        tma_load_2d(ws + W_STAGE_BYTES / 2, w_map, c * MMA_CHUNK, width + u0, &full[s]);
-                    } else {
-                        tma_load_2d(ws, w_map, c * MMA_CHUNK, o0, &full[s]);
-                    }
+            if (lane == 0) {
+                mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + W_STAGE_BYTES));
+                if (SWIGLU) {
+                    tma_load_2d(ws, w_map, c * MMA_CHUNK, u0, &full[s]);
+                    tma_load_2d(ws + W_STAGE_BYTES / 2, w_map, c * MMA_CHUNK, width + u0, &full[s]);
+                } else {
+                    tma_load_2d(ws, w_map, c * MMA_CHUNK, o0, &full[s]);
                 }
-                return;
             }
-            const int elems = min(MMA_CHUNK, k - c * MMA_CHUNK);
-            if (lane == 0) mbar_arrive_expect(&full[s], (unsigned)(nb * MMT_X_PIECES * 16 + valid_rows * elems * 2));
-            __syncwarp();
-            if (row_a >= 0)
-                bulk_copy(ws + lane * MWK_W_ROW_BYTES, w + (size_t)row_a * k + (size_t)c * MMA_CHUNK, elems * 2,
-                          &full[s]);
-            if (row_b >= 0)
-                bulk_copy(ws + (lane + 32) * MWK_W_ROW_BYTES, w + (size_t)row_b * k + (size_t)c * MMA_CHUNK,
-                          elems * 2, &full[s]);
         };
         // A whole block's rows are one copy (its pieces' places are the stage's); fewer, a copy
-        // a piece. In a cluster each block copies its CL-th of them (of the bytes, or of the
-        // pieces) into every block of the cluster.
+        // a piece.
         auto x_pieces = [&](int s, int c) {
             const unsigned* src = xs + x_block + (size_t)c * nb * MMA_CHUNK;
-            auto copy = [&](void* dst, const void* from, unsigned bytes) {
-                if (CL > 1)
-                    bulk_copy_multicast(dst, from, bytes, &full[s], (1u << CL) - 1);
-                else
-                    bulk_copy(dst, from, bytes, &full[s]);
-            };
             if (nb == N) {
-                constexpr int SLICE = N * MMT_X_PIECES * 16 / CL;
-                if (lane == 0)
-                    copy(smem + s * STAGE_BYTES + rank * SLICE, reinterpret_cast<const unsigned char*>(src) + rank * SLICE,
-                         SLICE);
-            } else if (lane < MMT_X_PIECES && lane % CL == (int)rank) {
-                copy(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16);
+                if (lane == 0) bulk_copy(smem + s * STAGE_BYTES, src, N * MMT_X_PIECES * 16, &full[s]);
+            } else if (lane < MMT_X_PIECES) {
+                bulk_copy(smem + s * STAGE_BYTES + lane * N * 16, src + (size_t)lane * nb * 4, nb * 16, &full[s]);
             }
         };
         // The first stages' weights (never written while kernels run) before the wait for the
@@ -302,9 +245,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             weights(s, c);
             x_pieces(s, c);
         }
-        // No block of the cluster leaves while another may still arrive on its barriers (CL), and
-        // the k groups' two barriers around the fold (every thread of the cluster takes part).
-        if (CL > 1) cluster_sync();
+        // The k groups' two barriers around the fold (every thread of the cluster takes part).
         if (KG > 1) {
             cluster_sync();
             cluster_sync();
@@ -317,14 +258,11 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     const int g = lane / 4, t = lane % 4, wg = warp / 4, q = warp % 4;
     const int ma = 16 * q + g, mb = ma + 8;
     const bool a_in = w_row(ma, wg) >= 0, b_in = w_row(mb, wg) >= 0;
-    // With TMA the stage's rows of A's rows ma and mb (SWIGLU: the gate box's row 32wg + 8q + g,
-    // the up box's OUTS / 2 rows on) and their 16-byte places of pieces 2t and 2t + 1 under the
-    // swizzle.
-    const int sa = TMA && SWIGLU ? 32 * wg + 8 * q + g : 64 * wg + ma;
-    const int sb = TMA && SWIGLU ? OUTS / 2 + 32 * wg + 8 * q + g : 64 * wg + mb;
-    auto w_at = [&](int row, int piece) {
-        return TMA ? row * MMA_CHUNK * 2 + ((piece ^ (row & 7)) * 16) : row * MWK_W_ROW_BYTES + piece * 16;
-    };
+    // The stage's rows of A's rows ma and mb (SWIGLU: the gate box's row 32wg + 8q + g, the up
+    // box's OUTS / 2 rows on) and their 16-byte places of pieces 2t and 2t + 1 under the swizzle.
+    const int sa = SWIGLU ? 32 * wg + 8 * q + g : 64 * wg + ma;
+    const int sb = SWIGLU ? OUTS / 2 + 32 * wg + 8 * q + g : 64 * wg + mb;
+    auto w_at = [&](int row, int piece) { return row * MMA_CHUNK * 2 + ((piece ^ (row & 7)) * 16); };
     float acc[N / 2], total[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = total[i] = 0.0f;
@@ -352,9 +290,8 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                 const uint4 ha = *reinterpret_cast<const uint4*>(ws + w_at(sa, 2 * t + 1));
                 const uint4 gb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t));
                 const uint4 hb = *reinterpret_cast<const uint4*>(ws + w_at(sb, 2 * t + 1));
-                // Pieces past k and rows past the matrix are zeros (the plain walk never copied
-                // them: what the stage held; TMA's zeros, and past a gate/up's units its up
-                // rows, masked the same way).
+                // Pieces past k and rows past the matrix are zeros (TMA's zeros, and past a
+                // gate/up's units its up rows, masked the same way).
                 const bool k_in = cd * MMA_CHUNK + 16 * t < k;
                 swapped_a(ga, ha, gb, hb, k_in && a_in ? ~0u : 0u, k_in && b_in ? ~0u : 0u, a[d]);
             }
@@ -388,13 +325,7 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         __syncwarp();
         if (lane == 0) {
             for (int d = 0; d < n; d++) {
-                const int s = (v + d) % STAGES;
-                if (CL > 1) {
-#pragma unroll
-                    for (int b = 0; b < CL; b++) mbar_arrive_cluster(&empty[s], b);
-                } else {
-                    mbar_arrive(&empty[s]);
-                }
+                mbar_arrive(&empty[(v + d) % STAGES]);
             }
         }
         const int last = c + (n - 1) * MMT_RESIDUES;
@@ -460,53 +391,27 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
             }
         }
     }
-    if (CL > 1) cluster_sync();
 }
 
 // Grid (ceil(rows / N), ceil(n_out / 64)), or for a dense MLP's gate/up (W: `width` gate rows
 // then their up rows, n_out = 2 · width; act = silu(gate) · up into y, stride y_stride)
-// (ceil(rows / N), ceil(width / 32)); the tiles' arguments, over rows split by `split_rows_walk`
-// (or `split_rows_norm_walk`) for N rows a block: 64, or 32 (the row halves of a matrix with few
+// (ceil(rows / N), ceil(width / 32)); the tiles' arguments, W as its tensor map `w_map` (boxes
+// of 64 elements × 64 rows, a gate/up's of 32 rows), over rows split by `split_rows_walk` (or
+// `split_rows_norm_walk`) for N rows a block: 64, or 32 (the row halves of a matrix with few
 // output tiles; FLASHLANE_MATMUL_WALK_ROWS).
-#define MWK_KERNEL(name, rows, stages, swiglu)                                                                 \
+#define MWK_TMA_KERNEL(name, rows, stages, swiglu)                                                             \
     extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1)                                               \
-        name(const unsigned* __restrict__ xs, const bf16_t* __restrict__ w, int k, int n_out,                   \
-             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
-        matmul_walk_block<rows, stages, swiglu>(xs, w, nullptr, k, n_out, y, y_stride, accumulate, rows_);      \
-    }
-MWK_KERNEL(matmul_bf16_walk_n64, 64, MWK_STAGES_64, false)
-MWK_KERNEL(matmul_bf16_walk_n32, 32, MWK_STAGES_32, false)
-MWK_KERNEL(matmul_bf16_walk_swiglu, 64, MWK_STAGES_64, true)
-MWK_KERNEL(matmul_bf16_walk_swiglu_n32, 32, MWK_STAGES_32, true)
-
-// The same with W by TMA (FLASHLANE_MATMUL_WALK=tma): `w_map` W's tensor map (boxes of 64
-// elements × 64 rows), plain and a gate/up's (boxes of 32 rows), 64 and 32 rows a block.
-// With a cluster of CL blocks along the outputs sharing x (tma2, tma4): grid y a multiple of CL.
-#define MWK_TMA_KERNEL(name, rows, stages, swiglu, cl, cluster)                                                \
-    extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1) cluster                                       \
         name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
              float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
-        matmul_walk_block<rows, stages, swiglu, true, cl>(xs, nullptr, &w_map, k, n_out, y, y_stride,            \
-                                                          accumulate, rows_);                                   \
+        matmul_walk_block<rows, stages, swiglu>(xs, &w_map, k, n_out, y, y_stride, accumulate, rows_);          \
     }
-#define MWK_ALONE
-#define MWK_PAIR __cluster_dims__(1, 2, 1)
-#define MWK_QUAD __cluster_dims__(1, 4, 1)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true)
+MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu_n32, 32, MWK_TMA_STAGES_32, true)
 #define MWK_KG2 __cluster_dims__(1, 1, 2)
 #define MWK_KG3 __cluster_dims__(1, 1, 3)
 #define MWK_KG4 __cluster_dims__(1, 1, 4)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_n64, 64, MWK_TMA_STAGES_64, false, 1, MWK_ALONE)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_n32, 32, MWK_TMA_STAGES_32, false, 1, MWK_ALONE)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu, 64, MWK_TMA_STAGES_64, true, 1, MWK_ALONE)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 1, MWK_ALONE)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma2_n64, 64, MWK_TMA_STAGES_64, false, 2, MWK_PAIR)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma2_n32, 32, MWK_TMA_STAGES_32, false, 2, MWK_PAIR)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma2_swiglu, 64, MWK_TMA_STAGES_64, true, 2, MWK_PAIR)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma2_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 2, MWK_PAIR)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n64, 64, MWK_TMA_STAGES_64, false, 4, MWK_QUAD)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma4_n32, 32, MWK_TMA_STAGES_32, false, 4, MWK_QUAD)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu, 64, MWK_TMA_STAGES_64, true, 4, MWK_QUAD)
-MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 4, MWK_QUAD)
 
 // The TMA walk of 64 rows in k groups (FLASHLANE_MATMUL_WALK_K_GROUPS): grid (ceil(rows / 64),
 // ceil(n_out / 64), KG), a cluster of KG blocks along k a tile.
@@ -514,8 +419,7 @@ MWK_TMA_KERNEL(matmul_bf16_walk_tma4_swiglu_n32, 32, MWK_TMA_STAGES_32, true, 4,
     extern "C" __global__ void __launch_bounds__(MWK_THREADS, 1) cluster                                       \
         name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
              float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
-        matmul_walk_block<64, stages, false, true, 1, kg>(xs, nullptr, &w_map, k, n_out, y, y_stride,           \
-                                                          accumulate, rows_);                                   \
+        matmul_walk_block<64, stages, false, kg>(xs, &w_map, k, n_out, y, y_stride, accumulate, rows_);         \
     }
 MWK_KG_KERNEL(matmul_bf16_walk_tma_kg2, MWK_TMA_STAGES_KG2, 2, MWK_KG2)
 MWK_KG_KERNEL(matmul_bf16_walk_tma_kg3, MWK_TMA_STAGES_KG3, 3, MWK_KG3)
@@ -528,8 +432,7 @@ MWK_KG_KERNEL(matmul_bf16_walk_tma_kg4, MWK_TMA_STAGES_KG4, 4, MWK_KG4)
     extern "C" __global__ void __launch_bounds__(MWK_CONSUMERS * wgs + WARP, 1)                                \
         name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
              float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
-        matmul_walk_block<64, stages, swiglu, true, 1, 1, wgs>(xs, nullptr, &w_map, k, n_out, y, y_stride,      \
-                                                               accumulate, rows_);                              \
+        matmul_walk_block<64, stages, swiglu, 1, wgs>(xs, &w_map, k, n_out, y, y_stride, accumulate, rows_);    \
     }
 MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w2, MWK_TMA_STAGES_W2, false, 2)
 MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w3, MWK_TMA_STAGES_W3, false, 3)

@@ -437,43 +437,35 @@ pub const MATMUL_WG_SWAP_ENV: &str = "FLASHLANE_MATMUL_WG_SWAP";
 /// it decoded Qwen3-4B at 64 streams in 0.844× the default's rate (its split kernels 1.29× the
 /// tiles' time): off unless `FLASHLANE_MATMUL_WG_FOLD=1` (an A/B switch: the same bits).
 pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
-/// Where the warpgroup matmul's module is compiled, a round's bf16 k split (up to 64 rows) may
-/// run as the walk instead (`matmul_walk.cu`: `matmul_bf16_walk_n64` / `_n32`, and
-/// `matmul_bf16_walk_swiglu` for a gate/up): blocks of 64 outputs by 64 rows (32 where the
+/// Where the warpgroup matmul's module is compiled, `=tma` runs a round's bf16 k split (up to 64
+/// rows) as the walk instead (`matmul_walk.cu`: `matmul_bf16_walk_tma_n64` / `_n32`, and
+/// `matmul_bf16_walk_tma_swiglu` for a gate/up): blocks of 64 outputs by 64 rows (32 where the
 /// outputs give fewer than half the multiprocessors a block: [`walk_rows`]), each walking the
-/// whole of k in the swapped split's chain (its bits, the tiles') through a deep ring filled by a
-/// producer warp's bulk copies, the residues folded in the block: no partials and no fold
-/// launch, nor a fold in a cluster. Written in session 70 after cuBLAS's 64-row kernels
-/// (bench/RESULTS.md session 69); off unless asked (an A/B switch: the same bits) until
-/// measured. `=1` copies each row's chunk of W apart; `=tma` copies each chunk of W as one box
-/// of its tensor map (`matmul_bf16_walk_tma_*`, the 128-byte swizzle); `=tma2` and `=tma4` do so
-/// in clusters of 2 or 4 blocks along the outputs that share x's copies (`.multicast::cluster`:
-/// x leaves L2 once a cluster; at 64 rows a chunk of x's split is 16 KB against 8 KB of a
-/// block's weights). Its kernel tests pass in every form (H100, sessions 70 and 71). Measured
-/// slower than the tiles in every form: on Qwen3-4B at 64 streams `=tma` decoded at 0.94× the
-/// default's rate at one chunk a step in session 70 and at 0.83–0.86× at 1–8 chunks a step in
-/// session 71 (another H100), the others at 0.24–0.36×. Its blocks fill their stages at ~45 GB/s
-/// a multiprocessor with every multiprocessor copying, and at 64 rows x's bytes are two thirds
-/// of a stage's ([`MATMUL_WALK_OUTS_ENV`] shares them out).
+/// whole of k in the swapped split's chain (its bits, the tiles') through a deep ring that a
+/// producer warp fills with bulk copies (x's split rows, and each chunk of W as one box of its
+/// tensor map under the 128-byte swizzle), the residues folded in the block: no partials and no
+/// fold launch, nor a fold in a cluster. Written in session 70 after cuBLAS's 64-row kernels
+/// (bench/RESULTS.md session 69). Its kernel tests pass (H100, sessions 70 and 71), but it is
+/// slower than the tiles: on Qwen3-4B at 64 streams it decoded at 0.94× the default's rate at
+/// one chunk a step (session 70) and at 0.83–0.86× at 1–8 chunks a step (session 71, another
+/// H100): off (an A/B switch: the same bits). Its blocks fill their stages at ~45 GB/s a
+/// multiprocessor with every multiprocessor copying, and at 64 rows x's bytes are two thirds of
+/// a stage's ([`MATMUL_WALK_OUTS_ENV`] shares them out). W's rows copied apart (`=1`) and
+/// clusters of 2 or 4 blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in both
+/// sessions and were removed.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WalkChoice {
     Off,
-    /// W's rows copied apart (`cp.async.bulk`, 64 copies a chunk).
-    RowCopies,
-    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`), in clusters of this many
-    /// blocks (1, 2 or 4) along the outputs sharing x's copies.
-    Tma(usize),
+    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`).
+    Tma,
 }
 
 impl WalkChoice {
     fn from_env() -> WalkChoice {
         match std::env::var(MATMUL_WALK_ENV).as_deref() {
-            Ok("1") => WalkChoice::RowCopies,
-            Ok("tma") => WalkChoice::Tma(1),
-            Ok("tma2") => WalkChoice::Tma(2),
-            Ok("tma4") => WalkChoice::Tma(4),
+            Ok("tma") => WalkChoice::Tma,
             _ => WalkChoice::Off,
         }
     }
@@ -484,16 +476,10 @@ pub const MATMUL_WALK_ROWS_ENV: &str = "FLASHLANE_MATMUL_WALK_ROWS";
 /// The walk's block: a consumer warpgroup and a producer warp, 64 outputs.
 const MWK_THREADS: u32 = 160;
 const MWK_OUTS: usize = 64;
-/// Bytes a stage holds of a chunk of one output row's weights (128, and 16 of padding that
-/// spreads a quarter-warp's reads over the banks).
-const MWK_W_ROW_BYTES: usize = 144;
-/// The walk's ring, for one block a multiprocessor (227 KB of shared memory; a stage of 64 rows
-/// is 16 KB of x's split and 9 KB of weights, of 32 rows 8 + 9 KB): ~205 and ~209 KB (one stage
-/// more would fit either; not measured).
-const MWK_STAGES_64: usize = 8;
-const MWK_STAGES_32: usize = 12;
-/// With W by TMA a stage's weights are a box of 64 rows of 128 bytes (no padding: the swizzle
-/// spreads the reads): 9 stages of 64 rows (24 KB; the most that fit), 13 of 32 (16 KB).
+/// The walk's ring, for one block a multiprocessor (227 KB of shared memory): a stage is a chunk
+/// of x's split rows (16 KB at 64 rows, 8 at 32) and a box of 64 rows of W's 128 bytes (8 KB, no
+/// padding: the swizzle spreads the reads): 9 stages of 64 rows (24 KB; the most that fit), 13
+/// of 32 (16 KB).
 const MWK_TMA_STAGES_64: usize = 9;
 const MWK_TMA_STAGES_32: usize = 13;
 /// Chunks of one residue the walk's consumers multiply a step, their products issued together
@@ -519,13 +505,8 @@ const fn mwk_ring_bytes(rows: usize, stages: usize, w_stage_bytes: usize) -> usi
 const fn by_walk_rows(rows: usize, values: [usize; 2]) -> usize {
     values[(rows == 64) as usize]
 }
-/// The walk's dynamic shared memory at `rows` rows a block, W's rows copied apart.
-const fn mwk_shared_bytes(rows: usize) -> usize {
-    let stages = by_walk_rows(rows, [MWK_STAGES_32, MWK_STAGES_64]);
-    mwk_ring_bytes(rows, stages, MWK_OUTS * MWK_W_ROW_BYTES)
-}
-/// The same with W by TMA: the stages from the next 1,024-byte boundary (the swizzle's; up to
-/// 1,008 bytes past the base, which is 16-byte aligned).
+/// The walk's dynamic shared memory at `rows` rows a block: the stages from the next 1,024-byte
+/// boundary (the swizzle's; up to 1,008 bytes past the base, which is 16-byte aligned).
 fn mwk_tma_shared_bytes(rows: usize) -> usize {
     1008 + mwk_ring_bytes(rows, walk_tma_stages(rows), MWK_OUTS * MMA_CHUNK * 2)
 }
@@ -1833,8 +1814,6 @@ impl Dims {
             defines.push_str(&format!("#define {name} {v}\n"));
         }
         for (name, v) in [
-            ("MWK_STAGES_64", MWK_STAGES_64),
-            ("MWK_STAGES_32", MWK_STAGES_32),
             ("MWK_TMA_STAGES_64", walk_tma_stages(64)),
             ("MWK_TMA_STAGES_32", walk_tma_stages(32)),
             ("MWK_TMA_STAGES_KG2", walk_kg_stages(2)),
@@ -2457,7 +2436,6 @@ impl Kernels {
         };
         // The 64-row blocks' split on it: cluster-folded (plain, with the SwiGLU), and unfolded.
         let fold = |name: &str| load(name, MWF_SHARED_BYTES);
-        let walk = |name: &str, rows: usize| load(name, mwk_shared_bytes(rows));
         let walk_tma_shared = [mwk_tma_shared_bytes(32), mwk_tma_shared_bytes(64)];
         let walk_tma =
             |name: &str, rows: usize| load(name, walk_tma_shared[usize::from(rows == 64)]);
@@ -2465,30 +2443,14 @@ impl Kernels {
         // it stays off and the rest of the module serves as before.
         let load_walk = || -> Result<WalkKernels, CudaError> {
             Ok(WalkKernels {
-                row_copies: [
-                    walk("matmul_bf16_walk_n32", 32)?,
-                    walk("matmul_bf16_walk_n64", 64)?,
-                ],
-                row_copies_swiglu: [
-                    walk("matmul_bf16_walk_swiglu_n32", 32)?,
-                    walk("matmul_bf16_walk_swiglu", 64)?,
-                ],
                 tma: [
                     walk_tma("matmul_bf16_walk_tma_n32", 32)?,
                     walk_tma("matmul_bf16_walk_tma_n64", 64)?,
-                    walk_tma("matmul_bf16_walk_tma2_n32", 32)?,
-                    walk_tma("matmul_bf16_walk_tma2_n64", 64)?,
-                    walk_tma("matmul_bf16_walk_tma4_n32", 32)?,
-                    walk_tma("matmul_bf16_walk_tma4_n64", 64)?,
                 ],
                 tma_shared: walk_tma_shared,
                 tma_swiglu: [
                     walk_tma("matmul_bf16_walk_tma_swiglu_n32", 32)?,
                     walk_tma("matmul_bf16_walk_tma_swiglu", 64)?,
-                    walk_tma("matmul_bf16_walk_tma2_swiglu_n32", 32)?,
-                    walk_tma("matmul_bf16_walk_tma2_swiglu", 64)?,
-                    walk_tma("matmul_bf16_walk_tma4_swiglu_n32", 32)?,
-                    walk_tma("matmul_bf16_walk_tma4_swiglu", 64)?,
                 ],
                 split_rows: module.load_function("split_rows_walk")?,
                 split_rows_norm: module.load_function("split_rows_norm_walk")?,
@@ -2570,14 +2532,9 @@ struct WgmmaKernels {
 
 /// The walk's kernels ([`MATMUL_WALK_ENV`]).
 struct WalkKernels {
-    /// W's rows copied apart (`=1`): [32, 64] rows a block, plain and a gate/up's with its
-    /// SwiGLU.
-    row_copies: [CudaFunction; 2],
-    row_copies_swiglu: [CudaFunction; 2],
-    /// W by TMA (`=tma`, `tma2`, `tma4`): [32, 64] rows a block alone, then in clusters of 2,
-    /// then of 4.
-    tma: [CudaFunction; 6],
-    tma_swiglu: [CudaFunction; 6],
+    /// W by TMA: [32, 64] rows a block, plain and a gate/up's with its SwiGLU.
+    tma: [CudaFunction; 2],
+    tma_swiglu: [CudaFunction; 2],
     /// Their dynamic shared memory at [32, 64] rows ([`MATMUL_WALK_STAGES_ENV`]).
     tma_shared: [usize; 2],
     /// x's split (with its norm) in the walk's layout.
@@ -3364,7 +3321,7 @@ impl Kernels {
         // The k groups: TMA's walk alone (no cluster along the outputs), where that kernel
         // loaded. They take 64 rows a block (FLASHLANE_MATMUL_WALK_ROWS is for the walk alone).
         let k_groups = match self.matmul_walk {
-            WalkChoice::Tma(1) => walk_k_groups(
+            WalkChoice::Tma => walk_k_groups(
                 self.matmul_walk_k_groups,
                 m.rows,
                 m.n_out,
@@ -3382,7 +3339,7 @@ impl Kernels {
         // Several consumer warpgroups a block: TMA's walk alone, not in k groups, where that
         // kernel loaded.
         let warpgroups = match (self.matmul_walk, k_groups) {
-            (WalkChoice::Tma(1), 1) => walk_warpgroups(
+            (WalkChoice::Tma, 1) => walk_warpgroups(
                 self.matmul_walk_warpgroups,
                 m.rows,
                 m.n_out,
@@ -3415,18 +3372,16 @@ impl Kernels {
             Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm, Some(rows))?,
         }
         let at = usize::from(rows == 64);
-        let (plain, tma, out_blocks, y, y_stride, accumulate) = match swiglu_act {
+        let (kernel, out_blocks, y, y_stride, accumulate) = match swiglu_act {
             None => (
-                &wg.row_copies[at],
-                &wg.tma,
+                &wg.tma[at],
                 m.n_out.div_ceil(MWK_OUTS),
                 m.y,
                 m.y_stride,
                 m.accumulate,
             ),
             Some(act) => (
-                &wg.row_copies_swiglu[at],
-                &wg.tma_swiglu,
+                &wg.tma_swiglu[at],
                 (m.n_out / 2).div_ceil(MWK_OUTS / 2),
                 act,
                 m.n_out / 2,
@@ -3499,32 +3454,20 @@ impl Kernels {
                 ],
             );
         }
-        let (kernel, w, shared, cluster) = match self.matmul_walk {
-            // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
-            WalkChoice::Tma(cluster) => (
-                &tma[2 * cluster.trailing_zeros() as usize + at],
-                Arg::Map(weight_tensor_map(
-                    m,
-                    if swiglu_act.is_some() { 32 } else { 64 },
-                )?),
-                wg.tma_shared[at],
-                cluster,
-            ),
-            _ => (plain, Arg::Ptr(m.w), mwk_shared_bytes(rows), 1),
-        };
+        // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
+        let box_rows = if swiglu_act.is_some() { 32 } else { 64 };
         gpu.launch_with_shared(
             kernel,
             (
                 rows_u32(m.rows.div_ceil(rows)),
-                // A cluster's blocks past the outputs compute zeros they never write.
-                u32::try_from(out_blocks.next_multiple_of(cluster)).expect("outputs fit a grid"),
+                u32::try_from(out_blocks).expect("outputs fit a grid"),
                 1,
             ),
             MWK_THREADS,
-            shared as u32,
+            wg.tma_shared[at] as u32,
             &[
                 Arg::Ptr(m.x_split),
-                w,
+                Arg::Map(weight_tensor_map(m, box_rows)?),
                 Arg::I32(m.k as i32),
                 Arg::I32(m.n_out as i32),
                 Arg::Ptr(y),

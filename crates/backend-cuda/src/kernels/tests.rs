@@ -486,9 +486,7 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
-        // The walk (FLASHLANE_MATMUL_WALK), W's rows copied apart and by TMA (alone, in
-        // clusters of 2 and 4 sharing x: a partial cluster past the outputs): every round's
-        // split of up to 64 rows, 17–32 rows too, in blocks of 32 rows (few outputs:
+        // The walk (FLASHLANE_MATMUL_WALK=tma): every round's split of up to 64 rows, 17–32 rows too, in blocks of 32 rows (few outputs:
         // `walk_rows`) and, with the multiprocessors counted as one, of 64; a depth of one piece
         // (residues 1–7 empty), of three rounds of the residues plus a piece, of 8 and 9 chunks,
         // and random; the other kernels' bits, gathered and accumulated. A prompt's split (300
@@ -498,18 +496,17 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         k.matmul_wg_fold = false;
         k.matmul_split32 = true;
         let multiprocessors = k.multiprocessors;
-        use super::WalkChoice::{RowCopies, Tma};
+        use super::WalkChoice::Tma;
         use super::WalkKGroups::{Auto, Fixed, Off as OneGroup};
         // And with 2 and 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS; the
         // multiprocessors counted as one, so that these few outputs take them).
-        let k_groups =
-            [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma(1), multiprocessors, g, 1));
-        let wide = [2, 3].map(|warpgroups| (Tma(1), 1, OneGroup, warpgroups));
-        for (walk, counted, groups, warpgroups) in [RowCopies, Tma(1), Tma(2), Tma(4)]
-            .into_iter()
-            .flat_map(|w| [(w, multiprocessors, OneGroup, 1), (w, 1, OneGroup, 1)])
-            .chain(k_groups)
-            .chain(wide)
+        let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma, multiprocessors, g, 1));
+        let wide = [2, 3].map(|warpgroups| (Tma, 1, OneGroup, warpgroups));
+        for (walk, counted, groups, warpgroups) in
+            [(Tma, multiprocessors, OneGroup, 1), (Tma, 1, OneGroup, 1)]
+                .into_iter()
+                .chain(k_groups)
+                .chain(wide)
         {
             k.matmul_walk = walk;
             k.multiprocessors = counted;
@@ -831,30 +828,21 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
         // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`), its blocks
-        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), W's rows copied
-        // apart and by TMA (`matmul_bf16_walk_tma_swiglu*`), and with 2 and 3 consumer
+        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), and with 2 and 3 consumer
         // warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
         // counted as one, so that these few units take them).
-        use super::WalkChoice::{RowCopies, Tma};
+        use super::WalkChoice::Tma;
         let folds = [
             (super::ClusterFold::Off, false, None),
             (super::ClusterFold::All, false, None),
             (super::ClusterFold::All, true, None),
             (super::ClusterFold::Off, true, None),
-            (super::ClusterFold::Off, false, Some((RowCopies, None, 1))),
-            (
-                super::ClusterFold::Off,
-                false,
-                Some((RowCopies, Some(32), 1)),
-            ),
-            (super::ClusterFold::Off, false, Some((Tma(1), None, 1))),
-            (super::ClusterFold::Off, false, Some((Tma(1), Some(32), 1))),
-            (super::ClusterFold::Off, false, Some((Tma(2), None, 1))),
-            (super::ClusterFold::Off, false, Some((Tma(4), Some(32), 1))),
-            (super::ClusterFold::Off, false, Some((Tma(1), None, 2))),
-            (super::ClusterFold::Off, false, Some((Tma(1), None, 3))),
+            (super::ClusterFold::Off, false, Some((Tma, None, 1))),
+            (super::ClusterFold::Off, false, Some((Tma, Some(32), 1))),
+            (super::ClusterFold::Off, false, Some((Tma, None, 2))),
+            (super::ClusterFold::Off, false, Some((Tma, None, 3))),
         ];
-        let folds = &folds[..if wgmma_split { 12 } else { 2 }];
+        let folds = &folds[..if wgmma_split { 8 } else { 2 }];
         let multiprocessors = k.multiprocessors;
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
@@ -2500,31 +2488,31 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
     let default_fold = k.matmul_cluster_fold;
     // (kernel, its split on the warpgroup MMA under this cluster fold: FLASHLANE_MATMUL_WG_FOLD,
     // `split_rows_norm_wg`; or as the walk: FLASHLANE_MATMUL_WALK, `split_rows_norm_walk`).
-    use super::WalkChoice::{Off, RowCopies, Tma};
+    // With the walk's consumer warpgroups a block: 3 (FLASHLANE_MATMUL_WALK_OUTS,
+    // `matmul_bf16_walk_tma_w3`) with the multiprocessors counted as one, so that these few
+    // outputs take them.
+    use super::WalkChoice::{Off, Tma};
     let mut kernels = vec![
-        (MatmulKernel::Tiled, None, Off),
-        (MatmulKernel::TiledSplitK, None, Off),
+        (MatmulKernel::Tiled, None, Off, 1),
+        (MatmulKernel::TiledSplitK, None, Off, 1),
     ];
     if on_hopper {
-        kernels.push((MatmulKernel::WgmmaSplitK, None, Off));
+        kernels.push((MatmulKernel::WgmmaSplitK, None, Off, 1));
         kernels.push((
             MatmulKernel::TiledSplitK,
             Some(super::ClusterFold::All),
             Off,
+            1,
         ));
         kernels.push((
             MatmulKernel::TiledSplitK,
             Some(super::ClusterFold::Off),
             Off,
+            1,
         ));
-        kernels.push((MatmulKernel::TiledSplitK, None, RowCopies));
-        kernels.push((MatmulKernel::TiledSplitK, None, Tma(1)));
-        kernels.push((MatmulKernel::TiledSplitK, None, Tma(4)));
+        kernels.push((MatmulKernel::TiledSplitK, None, Tma, 1));
+        kernels.push((MatmulKernel::TiledSplitK, None, Tma, 3));
     }
-    // The TMA walk alone with 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS,
-    // `matmul_bf16_walk_tma_w3`: the multiprocessors counted as one there, so that these few
-    // outputs take them).
-    k.matmul_walk_warpgroups = 3;
     let multiprocessors = k.multiprocessors;
     let mut rng = Rng::fresh();
     let seed = rng.0;
@@ -2575,13 +2563,14 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                 let normed = xn.read(gpu, rows * depth).unwrap();
                 // The tiles' split's products and SwiGLU, which the warpgroup fold must give.
                 let (mut tiles_split, mut tiles_swiglu) = (None, None);
-                for &(kernel, wg_fold, walk) in &kernels {
+                for &(kernel, wg_fold, walk, warpgroups) in &kernels {
                     // Every split on the warpgroup MMA, folded in clusters or not, or as the
                     // walk, where asked.
                     k.matmul_wg_fold = wg_fold.is_some();
                     k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
                     k.matmul_walk = walk;
-                    k.multiprocessors = if walk == Tma(1) { 1 } else { multiprocessors };
+                    k.matmul_walk_warpgroups = warpgroups;
+                    k.multiprocessors = if warpgroups > 1 { 1 } else { multiprocessors };
                     let other = wg_fold.is_some() || walk != Off;
                     // The norm apart, then the kernel: its split rows and products.
                     norm_apart(&k);
