@@ -14,8 +14,8 @@
 // y written once (+ y where it accumulates): `mmt_cluster_fold`'s sum, with no partial leaving
 // the block.
 //
-// A block: a consumer warpgroup (warps 0–3) and a producer warp (warp 4). The consumers hold 64
-// outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8, the swapped split's)
+// A block: a consumer warpgroup (warps 0–3; WGS of them below) and a producer warp (the last).
+// The consumers hold 64 outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8, the swapped split's)
 // by N rows (32 or 64: B's columns). The producer fills a ring of MWK_TMA_STAGES_<N> stages with
 // bulk copies completing on each stage's `full` barrier; the consumers read a stage's weights
 // into registers (`ld.shared`), run its 8 wgmmas (4 with MMA_SPLIT off) and release the stage on
@@ -39,10 +39,10 @@
 // multicasting x to each other ran at 0.24–0.36× the default's decode rate at 64 streams,
 // H100, sessions 70 and 71, and were removed.)
 //
-// With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; 64 rows, no SwiGLU) the residues are shared out over a cluster of KG blocks along k (grid z): block g
-// walks residues mwk_group_first(g) … mwk_group_first(g + 1) − 1 in order (2, 3, 3 of 8 for
-// 3 groups), so a tile's walk takes
-// KG multiprocessors where the outputs give fewer than half of them a block (Qwen3-4B's o and
+// With KG k groups (FLASHLANE_MATMUL_WALK_K_GROUPS; 64 rows, no SwiGLU) the residues are shared
+// out over a cluster of KG blocks along k (grid z): block g walks residues mwk_group_first(g) …
+// mwk_group_first(g + 1) − 1 in order (2, 3, 3 of 8 for 3 groups), so a tile's walk takes KG
+// multiprocessors where the outputs give fewer than half of them a block (Qwen3-4B's o and
 // down: 40 tiles). The chain stays one block's: block 0 folds its residues (0 …) into its total as
 // the walk does; each later block keeps each of its residues' partials apart, in its shared
 // memory past the ring; after the cluster's barrier block 0 adds them to its total one by one in
@@ -50,8 +50,9 @@
 // own sum of its residues would round differently, so none is made. Every residue holds a chunk
 // (the host asks for chunks ≥ MMT_RESIDUES).
 //
-// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows, no k groups) a block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the
-// 64 of them from 64w (units from 32w), each as the one-warpgroup walk holds its 64, all on the
+// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows, no k groups) a
+// block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the 64 of them from 64w
+// (units from 32w), each as the one-warpgroup walk holds its 64, all on the
 // same stage of x: at 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB,
 // and the copies into shared memory (~45 GB/s a multiprocessor with every multiprocessor
 // copying, H100, session 71) set the walk's time, so x shared by 2 or 3 warpgroups takes 2/3 or
@@ -138,9 +139,9 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
     return c + MMT_RESIDUES < chunks ? c + MMT_RESIDUES : c % MMT_RESIDUES + 1;
 }
 
-// The block's output rows `y` (ceil(rows / N) × ceil(n_out / 64) blocks; SWIGLU: × ceil(width /
-// 32), act into y with stride y_stride). `xs`: the rows split by `split_rows_walk` for N rows a
-// block. W: `w_map` (boxes of 64 elements × 64 · WGS rows, 32 · WGS with SWIGLU).
+// The block's output rows `y` (ceil(rows / N) × ceil(n_out / (64 · WGS)) blocks, × KG along z;
+// SWIGLU: × ceil(width / (32 · WGS)), act into y with stride y_stride). `xs`: the rows split by
+// `split_rows_walk` for N rows a block. W: `w_map` (boxes of 64 elements × 64 · WGS rows, 32 · WGS with SWIGLU).
 template <int N, int STAGES, bool SWIGLU, int KG = 1, int WGS = 1>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const tma_map_t* w_map, int k,
                                                   int n_out, float* __restrict__ y, int y_stride, int accumulate,

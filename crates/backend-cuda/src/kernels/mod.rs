@@ -466,7 +466,15 @@ impl WalkChoice {
     fn from_env() -> WalkChoice {
         match std::env::var(MATMUL_WALK_ENV).as_deref() {
             Ok("tma") => WalkChoice::Tma,
-            _ => WalkChoice::Off,
+            Ok("" | "0") | Err(_) => WalkChoice::Off,
+            // An A/B run must not measure the default under a walk's name (`=1`, `=tma2` and
+            // `=tma4` were removed in session 71).
+            Ok(other) => {
+                tracing::warn!(
+                    "{MATMUL_WALK_ENV}={other:?} is not a walk (`tma` or `0`): the walk is off"
+                );
+                WalkChoice::Off
+            }
         }
     }
 }
@@ -674,7 +682,8 @@ fn mwk_wide_shared_bytes(warpgroups: usize) -> usize {
 }
 /// `FLASHLANE_MATMUL_WALK_NARROW=tiles`: where the walk would take 32-row blocks (its 64-row
 /// blocks too few: [`walk_rows`]), the tiles' split runs instead (an A/B switch: the same bits;
-/// session 71 measured the walk's 32-row o and down the slowest of its matrices).
+/// session 71 measured the walk's 32-row o and down the slowest of its matrices). It is checked
+/// before the k groups, so with both those matrices go to the tiles.
 pub const MATMUL_WALK_NARROW_ENV: &str = "FLASHLANE_MATMUL_WALK_NARROW";
 
 /// W of `m` as the walk's TMA copies read it (`tma_load_2d`): a 2-D tensor of bf16, k elements a
@@ -3318,8 +3327,7 @@ impl Kernels {
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
-        // The k groups: TMA's walk alone (no cluster along the outputs), where that kernel
-        // loaded. They take 64 rows a block (FLASHLANE_MATMUL_WALK_ROWS is for the walk alone).
+        // The k groups, where that kernel loaded. They take 64 rows a block (FLASHLANE_MATMUL_WALK_ROWS is for the walk alone).
         let k_groups = match self.matmul_walk {
             WalkChoice::Tma => walk_k_groups(
                 self.matmul_walk_k_groups,

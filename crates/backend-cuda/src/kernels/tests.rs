@@ -486,8 +486,9 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the warpgroup's split folded in clusters {folded} of {on_wgmma} times under {fold:?}"
             );
         }
-        // The walk (FLASHLANE_MATMUL_WALK=tma): every round's split of up to 64 rows, 17–32 rows too, in blocks of 32 rows (few outputs:
-        // `walk_rows`) and, with the multiprocessors counted as one, of 64; a depth of one piece
+        // The walk (FLASHLANE_MATMUL_WALK=tma): every round's split of up to 64 rows, 17–32
+        // rows too, in blocks of 32 rows (few outputs: `walk_rows`) and, with the
+        // multiprocessors counted as one, of 64; a depth of one piece
         // (residues 1–7 empty), of three rounds of the residues plus a piece, of 8 and 9 chunks,
         // and random; the other kernels' bits, gathered and accumulated. A prompt's split (300
         // rows) stays on the tiles. The TMA walk in k groups too (FLASHLANE_MATMUL_WALK_K_GROUPS:
@@ -528,8 +529,7 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             ] {
                 matmul_case(&gpu, &k, &mut rng, depth, rows, split);
             }
-            // Exactly 64 rows (a whole block: x's chunk one copy, or the cluster's shares of
-            // it) with residues of 6 chunks and a piece (41 chunks: steps of 4 and 2, the
+            // Exactly 64 rows (a whole block: x's chunk one copy) with residues of 6 chunks and a piece (41 chunks: steps of 4 and 2, the
             // total carried across a step), and 48.
             for rows in [64, 48] {
                 matmul_case_of(&gpu, &k, &mut rng, 5 * 8 * 64 + 16, rows, split);
@@ -827,7 +827,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
-        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_swiglu`), its blocks
+        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_tma_swiglu`), its blocks
         // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), and with 2 and 3 consumer
         // warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
         // counted as one, so that these few units take them).
