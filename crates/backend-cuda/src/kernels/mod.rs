@@ -730,10 +730,7 @@ fn walk_rows(
     multiprocessors: usize,
     forced: Option<usize>,
 ) -> usize {
-    let out_blocks = match swiglu {
-        true => (n_out / 2).div_ceil(MWK_OUTS / 2),
-        false => n_out.div_ceil(MWK_OUTS),
-    };
+    let out_blocks = walk_out_blocks(n_out, swiglu, 1);
     match forced {
         Some(rows @ (32 | 64)) => rows,
         _ if out_blocks * rows.div_ceil(64) * 2 < multiprocessors => 32,
@@ -3379,24 +3376,16 @@ impl Kernels {
             None => launch_split_rows(gpu, &wg.split_rows, m, Some(rows))?,
             Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm, Some(rows))?,
         }
-        let at = usize::from(rows == 64);
-        let (kernel, out_blocks, y, y_stride, accumulate) = match swiglu_act {
-            None => (
-                &wg.tma[at],
-                m.n_out.div_ceil(MWK_OUTS),
-                m.y,
-                m.y_stride,
-                m.accumulate,
-            ),
-            Some(act) => (
-                &wg.tma_swiglu[at],
-                (m.n_out / 2).div_ceil(MWK_OUTS / 2),
-                act,
-                m.n_out / 2,
-                false,
-            ),
+        let swiglu = swiglu_act.is_some();
+        let (y, y_stride, accumulate) = match swiglu_act {
+            None => (m.y, m.y_stride, m.accumulate),
+            Some(act) => (act, m.n_out / 2, false),
         };
-        if k_groups > 1 {
+        // The kernel, its blocks along the outputs and along k, its threads, its shared memory
+        // and the rows of W's boxes (a gate/up's: its units' gate rows, then their up rows: 32 a
+        // warpgroup).
+        let box_rows_a_warpgroup = if swiglu { MWK_OUTS / 2 } else { MWK_OUTS };
+        let (kernel, out_blocks, z, threads, shared, box_rows) = if k_groups > 1 {
             // The kernel counts a residue's chunks as at least one.
             assert!(
                 m.k.div_ceil(MMA_CHUNK) >= MMT_RESIDUES_OF_K,
@@ -3409,70 +3398,44 @@ impl Kernels {
             #[cfg(test)]
             self.walk_k_group_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return gpu.launch_with_shared(
-                kernel,
-                (
-                    rows_u32(m.rows.div_ceil(rows)),
-                    u32::try_from(out_blocks).expect("outputs fit a grid"),
-                    k_groups as u32,
-                ),
-                MWK_THREADS,
-                *shared as u32,
-                &[
-                    Arg::Ptr(m.x_split),
-                    Arg::Map(weight_tensor_map(m, 64)?),
-                    Arg::I32(m.k as i32),
-                    Arg::I32(m.n_out as i32),
-                    Arg::Ptr(y),
-                    Arg::I32(y_stride as i32),
-                    Arg::I32(i32::from(accumulate)),
-                    Arg::I32(m.rows as i32),
-                ],
-            );
-        }
-        if let Some(wide) = wide {
+            let out_blocks = walk_out_blocks(m.n_out, false, 1);
+            (kernel, out_blocks, k_groups, MWK_THREADS, *shared, MWK_OUTS)
+        } else if let Some(wide) = wide {
             #[cfg(test)]
             self.walk_wide_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let swiglu = swiglu_act.is_some();
-            // A gate/up's boxes are its units' gate rows, then their up rows.
-            let box_rows = match swiglu {
-                true => MWK_OUTS / 2 * warpgroups,
-                false => MWK_OUTS * warpgroups,
-            };
-            return gpu.launch_with_shared(
+            (
                 if swiglu { &wide.swiglu } else { &wide.plain },
-                (
-                    rows_u32(m.rows.div_ceil(rows)),
-                    u32::try_from(walk_out_blocks(m.n_out, swiglu, warpgroups))
-                        .expect("outputs fit a grid"),
-                    1,
-                ),
+                walk_out_blocks(m.n_out, swiglu, warpgroups),
+                1,
                 MWK_THREADS + (warpgroups as u32 - 1) * 128,
-                wide.shared as u32,
-                &[
-                    Arg::Ptr(m.x_split),
-                    Arg::Map(weight_tensor_map(m, box_rows)?),
-                    Arg::I32(m.k as i32),
-                    Arg::I32(m.n_out as i32),
-                    Arg::Ptr(y),
-                    Arg::I32(y_stride as i32),
-                    Arg::I32(i32::from(accumulate)),
-                    Arg::I32(m.rows as i32),
-                ],
-            );
-        }
-        // A gate/up's boxes are its units' 32 gate rows and their 32 up rows.
-        let box_rows = if swiglu_act.is_some() { 32 } else { 64 };
+                wide.shared,
+                box_rows_a_warpgroup * warpgroups,
+            )
+        } else {
+            let at = usize::from(rows == 64);
+            (
+                if swiglu {
+                    &wg.tma_swiglu[at]
+                } else {
+                    &wg.tma[at]
+                },
+                walk_out_blocks(m.n_out, swiglu, 1),
+                1,
+                MWK_THREADS,
+                wg.tma_shared[at],
+                box_rows_a_warpgroup,
+            )
+        };
         gpu.launch_with_shared(
             kernel,
             (
                 rows_u32(m.rows.div_ceil(rows)),
                 u32::try_from(out_blocks).expect("outputs fit a grid"),
-                1,
+                z as u32,
             ),
-            MWK_THREADS,
-            wg.tma_shared[at] as u32,
+            threads,
+            shared as u32,
             &[
                 Arg::Ptr(m.x_split),
                 Arg::Map(weight_tensor_map(m, box_rows)?),
