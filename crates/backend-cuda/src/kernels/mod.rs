@@ -513,10 +513,14 @@ const fn mwk_ring_bytes(rows: usize, stages: usize, w_stage_bytes: usize) -> usi
 const fn by_walk_rows(rows: usize, values: [usize; 2]) -> usize {
     values[(rows == 64) as usize]
 }
-/// The walk's dynamic shared memory at `rows` rows a block: the stages from the next 1,024-byte
-/// boundary (the swizzle's; up to 1,008 bytes past the base, which is 16-byte aligned).
+/// Bytes the walk's ring may start past its shared memory's base: the stages begin at the next
+/// 1,024-byte boundary (the 128-byte swizzle's), up to 1,008 bytes on from a 16-byte-aligned base.
+const MWK_SWIZZLE_SLACK: usize = 1008;
+/// A warpgroup's box of W a stage: 64 rows of a chunk's 128 bytes (bf16).
+const MWK_W_BOX_BYTES: usize = MWK_OUTS * MMA_CHUNK * 2;
+/// The walk's dynamic shared memory at `rows` rows a block.
 fn mwk_tma_shared_bytes(rows: usize) -> usize {
-    1008 + mwk_ring_bytes(rows, walk_tma_stages(rows), MWK_OUTS * MMA_CHUNK * 2)
+    MWK_SWIZZLE_SLACK + mwk_ring_bytes(rows, walk_tma_stages(rows), MWK_W_BOX_BYTES)
 }
 /// `FLASHLANE_MATMUL_WALK_STAGES`: the TMA walk's ring of this many stages (from a step's
 /// chunks, [`MATMUL_WALK_DEPTH_ENV`], up to the default) at both row sizes, in place of
@@ -585,7 +589,7 @@ fn walk_k_groups(
     if swiglu || chunks < MMT_RESIDUES_OF_K {
         return 1;
     }
-    let tiles = n_out.div_ceil(MWK_OUTS) * rows.div_ceil(64);
+    let tiles = walk_out_blocks(n_out, false, 1) * rows.div_ceil(64);
     match choice {
         WalkKGroups::Off => 1,
         WalkKGroups::Fixed(groups) => groups,
@@ -598,7 +602,7 @@ fn walk_k_groups(
 }
 /// The k split's residues (`MMT_RESIDUES` in the kernels: the 16-row kernels' warps).
 const MMT_RESIDUES_OF_K: usize = MMA_WARPS as usize;
-/// Shared memory a block may opt into on compute capability 9.0 (227 KiB).
+/// Shared memory a block may opt into on compute capability 9.0 (227 KiB, the only target).
 const HOPPER_BLOCK_SHARED_BYTES: usize = 227 * 1024;
 /// Bytes a later k group keeps of each of its residues' partials: 64 outputs by 64 rows, f32.
 const MWK_KG_PART_BYTES: usize = MWK_OUTS * 64 * 4;
@@ -612,14 +616,17 @@ const fn mwk_group_residues(groups: usize) -> usize {
 /// of partials; 3: 7; 4: 8), and never fewer than a step's chunks (a ring that does not fit then
 /// leaves those kernels unloaded, the walk in one block a tile).
 fn walk_kg_stages(groups: usize) -> usize {
-    let stage = mwk_ring_bytes(64, 1, MWK_OUTS * MMA_CHUNK * 2);
-    let room = HOPPER_BLOCK_SHARED_BYTES - 1008 - mwk_group_residues(groups) * MWK_KG_PART_BYTES;
+    let stage = mwk_ring_bytes(64, 1, MWK_W_BOX_BYTES);
+    let room = HOPPER_BLOCK_SHARED_BYTES
+        - MWK_SWIZZLE_SLACK
+        - mwk_group_residues(groups) * MWK_KG_PART_BYTES;
     (room / stage).min(walk_tma_stages(64)).max(walk_depth())
 }
 /// The dynamic shared memory of the TMA walk in `groups` k groups: its ring from the swizzle's
 /// boundary, then the partials.
 fn mwk_kg_shared_bytes(groups: usize) -> usize {
-    1008 + mwk_ring_bytes(64, walk_kg_stages(groups), MWK_OUTS * MMA_CHUNK * 2)
+    MWK_SWIZZLE_SLACK
+        + mwk_ring_bytes(64, walk_kg_stages(groups), MWK_W_BOX_BYTES)
         + mwk_group_residues(groups) * MWK_KG_PART_BYTES
 }
 
@@ -668,17 +675,18 @@ fn walk_out_blocks(n_out: usize, swiglu: bool, warpgroups: usize) -> usize {
 /// The ring's stages of the TMA walk with `warpgroups` consumer warpgroups: as many as fit (2: 7
 /// stages of 32 KB; 3: 5 of 40 KB), at most the TMA walk's, at least a step's chunks.
 fn walk_wide_stages(warpgroups: usize) -> usize {
-    let stage = mwk_ring_bytes(64, 1, MWK_OUTS * MMA_CHUNK * 2 * warpgroups);
-    ((HOPPER_BLOCK_SHARED_BYTES - 1008) / stage)
+    let stage = mwk_ring_bytes(64, 1, MWK_W_BOX_BYTES * warpgroups);
+    ((HOPPER_BLOCK_SHARED_BYTES - MWK_SWIZZLE_SLACK) / stage)
         .min(walk_tma_stages(64))
         .max(walk_depth().min(2))
 }
 fn mwk_wide_shared_bytes(warpgroups: usize) -> usize {
-    1008 + mwk_ring_bytes(
-        64,
-        walk_wide_stages(warpgroups),
-        MWK_OUTS * MMA_CHUNK * 2 * warpgroups,
-    )
+    MWK_SWIZZLE_SLACK
+        + mwk_ring_bytes(
+            64,
+            walk_wide_stages(warpgroups),
+            MWK_W_BOX_BYTES * warpgroups,
+        )
 }
 /// `FLASHLANE_MATMUL_WALK_NARROW=tiles`: where the walk would take 32-row blocks (its 64-row
 /// blocks too few: [`walk_rows`]), the tiles' split runs instead (an A/B switch: the same bits;
@@ -1130,12 +1138,11 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// next two are copied in (a round is the next key group of each of the 16 key splits: 64 keys,
 /// 32 KiB of K and V for a bf16 head of 128, so 64 KiB in flight a block).
 const ATT_STAGES: usize = 3;
-/// Shared memory a block may opt into on compute capability 9.0 (227 KiB, the only target), less
-/// 8 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, 512
+/// Shared memory a block may opt into ([`HOPPER_BLOCK_SHARED_BYTES`]), less 8 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, 512
 /// bytes at most, and the prep's buffers in `attention_grouped_staged_prep`: (group + 1) ×
 /// head_dim floats, at most 5 × 256 × 4 bytes where a group's dims are at most
 /// ATT_GROUP_MAX_DIMS): a model whose stages do not fit never runs them.
-const ATT_STAGED_SHARED_MAX: usize = 227 * 1024 - 8 * 1024;
+const ATT_STAGED_SHARED_MAX: usize = HOPPER_BLOCK_SHARED_BYTES - 8 * 1024;
 /// The staged attention takes the grouped attention's calls (calls of 32 rows and more that do
 /// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
 /// and every prompt with heads over 128 dims), each round of keys copied into shared memory
@@ -3089,7 +3096,9 @@ fn launch_split(
     head: &[Arg],
     block_rows: Option<usize>,
 ) -> Result<(), CudaError> {
-    let mut room = [Arg::Ptr(0); 10];
+    // The longest head (`split_rows_norm`'s 7), the block rows and the split rows.
+    const SPLIT_KERNEL_ARGS_MAX: usize = 9;
+    let mut room = [Arg::Ptr(0); SPLIT_KERNEL_ARGS_MAX];
     room[..head.len()].copy_from_slice(head);
     let mut n = head.len();
     if let Some(rows) = block_rows {
@@ -3324,31 +3333,26 @@ impl Kernels {
         swiglu_act: Option<u64>,
         norm: Option<&InputNorm>,
     ) -> Result<(), CudaError> {
-        // The k groups, where that kernel loaded. They take 64 rows a block (FLASHLANE_MATMUL_WALK_ROWS is for the walk alone).
-        let k_groups = match self.matmul_walk {
-            WalkChoice::Tma => walk_k_groups(
-                self.matmul_walk_k_groups,
-                m.rows,
-                m.n_out,
-                m.k.div_ceil(MMA_CHUNK),
-                swiglu_act.is_some(),
-                self.multiprocessors,
-            )
-            .clamp(1, MWK_MOST_K_GROUPS),
+        // The k groups (64 rows a block; FLASHLANE_MATMUL_WALK_ROWS is for the walk alone), where
+        // that kernel loaded; else several consumer warpgroups a block where asked and loaded.
+        let swiglu = swiglu_act.is_some();
+        let k_groups = match walk_k_groups(
+            self.matmul_walk_k_groups,
+            m.rows,
+            m.n_out,
+            m.k.div_ceil(MMA_CHUNK),
+            swiglu,
+            self.multiprocessors,
+        ) {
+            groups @ 2..=MWK_MOST_K_GROUPS if wg.k_groups[groups - 2].is_some() => groups,
             _ => 1,
         };
-        let k_groups = match wg.k_groups.get(k_groups.wrapping_sub(2)) {
-            Some(Some(_)) => k_groups,
-            _ => 1,
-        };
-        // Several consumer warpgroups a block: TMA's walk alone, not in k groups, where that
-        // kernel loaded.
-        let warpgroups = match (self.matmul_walk, k_groups) {
-            (WalkChoice::Tma, 1) => walk_warpgroups(
+        let warpgroups = match k_groups {
+            1 => walk_warpgroups(
                 self.matmul_walk_warpgroups,
                 m.rows,
                 m.n_out,
-                swiglu_act.is_some(),
+                swiglu,
                 self.multiprocessors,
             ),
             _ => 1,
@@ -3361,7 +3365,7 @@ impl Kernels {
             (1, None) => walk_rows(
                 m.rows,
                 m.n_out,
-                swiglu_act.is_some(),
+                swiglu,
                 self.multiprocessors,
                 self.matmul_walk_rows,
             ),
@@ -3376,7 +3380,6 @@ impl Kernels {
             None => launch_split_rows(gpu, &wg.split_rows, m, Some(rows))?,
             Some(norm) => launch_split_rows_norm(gpu, &wg.split_rows_norm, m, norm, Some(rows))?,
         }
-        let swiglu = swiglu_act.is_some();
         let (y, y_stride, accumulate) = match swiglu_act {
             None => (m.y, m.y_stride, m.accumulate),
             Some(act) => (act, m.n_out / 2, false),
