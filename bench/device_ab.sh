@@ -82,7 +82,9 @@ whole_model_tests() {
   tar -C /tmp/tests -cJf $OUT/tests_logs.tar.xz .
 }
 timeline() {
-  local name=$1 shape=$2 streams=$3 settings=$4 f; shift 4
+  local name=$1 shape=$2 streams=$3 settings="" setting f
+  for setting in $4; do settings+="${settings:+ }$setting,FLASHLANE_TIMELINE=1"; done
+  shift 4
   ab tl_$name $shape $streams "$settings" "$@" > /dev/null
   for f in /tmp/ab_tl_$name/*.round1.err; do
     # Each round size's kernels (the launch-by-launch lines, numbered, left out).

@@ -20,7 +20,7 @@ if room 100 "A/B 4B"; then
     STREAMS=64 NEW_TOKENS=64 ROUNDS=1 RUN_TIMEOUT=60 bench/gpu_ab.sh /tmp/ab_4b qwen3-4b $FL > /dev/null 2>&1
   el "A/B 4B rc=$?"; cat /tmp/ab_4b/ab.txt | tee -a $OUT/ab.txt
 fi
-room 40 timeline && timeline tmak qwen3-4b 64 "tmak:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_K_GROUPS=auto,FLASHLANE_TIMELINE=1" $FL
+room 40 timeline && timeline tmak qwen3-4b 64 "tmak:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_K_GROUPS=auto" $FL
 if room 90 "A/B 8B"; then
   SETTINGS="default:FLASHLANE_AB=1 tma:FLASHLANE_MATMUL_WALK=tma tmak:FLASHLANE_MATMUL_WALK=tma,FLASHLANE_MATMUL_WALK_K_GROUPS=auto" \
     STREAMS=64 NEW_TOKENS=64 ROUNDS=1 RUN_TIMEOUT=70 bench/gpu_ab.sh /tmp/ab_8b qwen3-8b $FL > /dev/null 2>&1

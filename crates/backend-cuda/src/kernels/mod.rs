@@ -445,20 +445,28 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// producer warp fills with bulk copies (x's split rows, and each chunk of W as one box of its
 /// tensor map under the 128-byte swizzle), the residues folded in the block: no partials and no
 /// fold launch, nor a fold in a cluster. Written in session 70 after cuBLAS's 64-row kernels
-/// (bench/RESULTS.md session 69). Its kernel tests pass (H100, sessions 70 and 71), but it is
-/// slower than the tiles: on Qwen3-4B at 64 streams it decoded at 0.94× the default's rate at
-/// one chunk a step (session 70) and at 0.83–0.86× at 1–8 chunks a step (session 71, another
-/// H100): off (an A/B switch: the same bits). Its blocks fill their stages at ~45 GB/s a
-/// multiprocessor with every multiprocessor copying, and at 64 rows x's bytes are two thirds of
-/// a stage's ([`MATMUL_WALK_OUTS_ENV`] shares them out). W's rows copied apart (`=1`) and
-/// clusters of 2 or 4 blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in both
-/// sessions and were removed.
+/// (bench/RESULTS.md session 69). Its kernel tests pass (H100, sessions 70–72). In one
+/// warpgroup a block it is slower than the tiles: on Qwen3-4B at 64 streams it decoded at 0.94×
+/// the tiles' rate at one chunk a step (session 70) and at 0.83–0.86× at 1–8 chunks a step
+/// (session 71, another H100). Its blocks fill their stages at ~45 GB/s a multiprocessor with
+/// every multiprocessor copying, and at 64 rows x's bytes are two thirds of a stage's; blocks of
+/// 3 consumer warpgroups sharing x's stage ([`MATMUL_WALK_OUTS_ENV`]) took the gate/up faster
+/// than the tiles (session 72), so by default the walk runs where such blocks do
+/// ([`walk_takes`]). `=0` leaves every split to the tiles, `=tma` walks every bf16 split of up to
+/// 64 rows (A/B switches: the same bits). W's rows copied apart (`=1`) and clusters of 2 or 4
+/// blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were
+/// removed.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WalkChoice {
+    /// Every split on the tiles (`=0`).
     Off,
-    /// W's chunk one box of its tensor map (`cp.async.bulk.tensor`).
+    /// The default: the walk where its blocks hold several consumer warpgroups, from
+    /// [`MWK_WIDE_MIN_ROWS`] rows ([`walk_takes`]).
+    Measured,
+    /// Every bf16 split of up to [`MWS_MAX_ROWS`] rows, W's chunk one box of its tensor map
+    /// (`cp.async.bulk.tensor`) (`=tma`).
     Tma,
 }
 
@@ -466,18 +474,25 @@ impl WalkChoice {
     fn from_env() -> WalkChoice {
         match std::env::var(MATMUL_WALK_ENV).as_deref() {
             Ok("tma") => WalkChoice::Tma,
-            Ok("" | "0") | Err(_) => WalkChoice::Off,
-            // An A/B run must not measure the default under a walk's name (`=1`, `=tma2` and
-            // `=tma4` were removed in session 71).
+            Ok("0") => WalkChoice::Off,
+            Ok("") | Err(_) => WalkChoice::Measured,
+            // An A/B run must not measure the default under another walk's name (`=1`, `=tma2`
+            // and `=tma4` were removed in session 71).
             Ok(other) => {
                 tracing::warn!(
-                    "{MATMUL_WALK_ENV}={other:?} is not a walk (`tma` or `0`): the walk is off"
+                    "{MATMUL_WALK_ENV}={other:?} is not a walk (`tma` or `0`): the default walk"
                 );
-                WalkChoice::Off
+                WalkChoice::Measured
             }
         }
     }
 }
+/// Rows from which the default walk ([`WalkChoice::Measured`]) takes a split its wide blocks
+/// hold. Measured on an H100 with Qwen3-4B's gate/up in 3 warpgroups a block (the rest on the
+/// tiles; bench/RESULTS.md session 72, 2 rounds, decode tok/s against the tiles): 1.10× at 64
+/// streams (Qwen3-8B 1.08×), 0.99× at 48, 0.91× at 32. Below 64 rows a block's last rows are
+/// padding, which the tiles' 16-row blocks do not read.
+const MWK_WIDE_MIN_ROWS: usize = 49;
 /// `FLASHLANE_MATMUL_WALK_ROWS=32` or `=64` makes every walk's blocks that many rows instead of
 /// [`walk_rows`]' choice (A/B runs: rows are independent, the same bits).
 pub const MATMUL_WALK_ROWS_ENV: &str = "FLASHLANE_MATMUL_WALK_ROWS";
@@ -638,14 +653,49 @@ fn mwk_kg_shared_bytes(groups: usize) -> usize {
 /// multiprocessor, with every multiprocessor copying: H100, session 71), and at 64 rows x's split
 /// is 16 KB a chunk against a warpgroup's 8 KB of weights: x shared by 3 warpgroups takes 5/9
 /// of the bytes an output. Each warpgroup runs the one-warpgroup walk's chain on its outputs
-/// (the same bits). Written in session 71; off until measured (an A/B switch).
+/// (the same bits). Written in session 71; at 192 the default walk's (session 72:
+/// [`walk_takes`]); under `FLASHLANE_MATMUL_WALK=tma` one warpgroup unless asked (A/B switches).
 pub const MATMUL_WALK_OUTS_ENV: &str = "FLASHLANE_MATMUL_WALK_OUTS";
 /// The most consumer warpgroups a walk's block holds (3: 416 threads, ~150 registers each).
 const MWK_MOST_WARPGROUPS: usize = 3;
-fn walk_outs_asked() -> usize {
-    match env_number(MATMUL_WALK_OUTS_ENV) {
-        Some(outs @ (128 | 192)) => outs / MWK_OUTS,
+/// The consumer warpgroups a walk's block may hold under `choice`: [`MATMUL_WALK_OUTS_ENV`]'s,
+/// else the most for the default walk (whose only blocks are wide ones), else 1.
+fn walk_outs_asked(choice: WalkChoice) -> usize {
+    match (env_number(MATMUL_WALK_OUTS_ENV), choice) {
+        (Some(outs @ (128 | 192)), _) => outs / MWK_OUTS,
+        (_, WalkChoice::Measured) => MWK_MOST_WARPGROUPS,
         _ => 1,
+    }
+}
+/// Whether a round's bf16 k split of `rows` rows of `n_out` outputs (`swiglu`: a gate/up's) runs
+/// as the walk under `choice` on `multiprocessors`, its blocks holding up to `warpgroups` consumer
+/// warpgroups (`wide_loaded`: whether the kernels of 2 and of 3 loaded; `narrow_tiles`:
+/// [`MATMUL_WALK_NARROW_ENV`]). The default walk takes only what its wide blocks hold
+/// ([`walk_warpgroups`] above 1) from [`MWK_WIDE_MIN_ROWS`] rows: there it beat the tiles, in one
+/// warpgroup a block nowhere (bench/RESULTS.md sessions 70–72).
+#[allow(clippy::too_many_arguments)]
+fn walk_takes(
+    choice: WalkChoice,
+    rows: usize,
+    n_out: usize,
+    swiglu: bool,
+    multiprocessors: usize,
+    warpgroups: usize,
+    wide_loaded: [bool; 2],
+    narrow_tiles: bool,
+) -> bool {
+    if rows > MWS_MAX_ROWS {
+        return false;
+    }
+    match choice {
+        WalkChoice::Off => false,
+        WalkChoice::Measured => {
+            let warpgroups = walk_warpgroups(warpgroups, rows, n_out, swiglu, multiprocessors);
+            rows >= MWK_WIDE_MIN_ROWS && warpgroups > 1 && wide_loaded[warpgroups - 2]
+        }
+        WalkChoice::Tma => {
+            !(narrow_tiles && walk_rows(rows, n_out, swiglu, multiprocessors, None) == 32)
+        }
     }
 }
 /// The walk's consumer warpgroups a block for `rows` rows of `n_out` outputs (`swiglu`: a
@@ -2196,6 +2246,7 @@ impl Kernels {
                 f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ])
         };
+        let walk_choice = WalkChoice::from_env();
         let mut kernels = Kernels {
             matmul_by_tiles: tiles_of("matmul_bf16", true)?,
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
@@ -2243,10 +2294,10 @@ impl Kernels {
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
-            matmul_walk: WalkChoice::from_env(),
+            matmul_walk: walk_choice,
             matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
             matmul_walk_k_groups: WalkKGroups::from_env(),
-            matmul_walk_warpgroups: walk_outs_asked(),
+            matmul_walk_warpgroups: walk_outs_asked(walk_choice),
             matmul_walk_narrow_tiles: std::env::var(MATMUL_WALK_NARROW_ENV).as_deref()
                 == Ok("tiles"),
             matmul_fold: f("matmul_fold_residues")?,
@@ -3299,11 +3350,9 @@ impl Kernels {
         Some((wg, run))
     }
 
-    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where asked and its kernels
-    /// loaded, a bf16 round's split of up to [`MWS_MAX_ROWS`] rows the swapped warpgroup split does not
-    /// take.
-    /// Under [`MATMUL_WALK_NARROW_ENV`] not where it would take 32-row blocks (`swiglu`: a
-    /// gate/up's).
+    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where its kernels loaded,
+    /// a bf16 round's split the swapped warpgroup split does not take, as [`walk_takes`] says
+    /// (`swiglu`: a gate/up's).
     fn walk_run(
         &self,
         m: &Matmul,
@@ -3312,13 +3361,19 @@ impl Kernels {
         swiglu: bool,
     ) -> Option<&WalkKernels> {
         let wg = self.wgmma.as_ref()?.walk.as_ref()?;
-        let narrow = || walk_rows(m.rows, m.n_out, swiglu, self.multiprocessors, None) == 32;
-        (self.matmul_walk != WalkChoice::Off
-            && split_k
+        (split_k
             && !on_wgmma
             && m.fp8.is_none()
-            && m.rows <= MWS_MAX_ROWS
-            && !(self.matmul_walk_narrow_tiles && narrow()))
+            && walk_takes(
+                self.matmul_walk,
+                m.rows,
+                m.n_out,
+                swiglu,
+                self.multiprocessors,
+                self.matmul_walk_warpgroups,
+                wg.wide.each_ref().map(Option::is_some),
+                self.matmul_walk_narrow_tiles,
+            ))
         .then_some(wg)
     }
 

@@ -500,7 +500,9 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         use super::WalkChoice::Tma;
         use super::WalkKGroups::{Auto, Fixed, Off as OneGroup};
         // And with 2 and 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS; the
-        // multiprocessors counted as one, so that these few outputs take them).
+        // multiprocessors counted as one, so that these few outputs take them), and the default
+        // walk, which takes only those (its 64-row cases; the rest on the tiles).
+        let default_walk = k.matmul_walk;
         let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma, multiprocessors, g, 1));
         let wide = [2, 3].map(|warpgroups| (Tma, 1, OneGroup, warpgroups));
         for (walk, counted, groups, warpgroups) in
@@ -508,6 +510,7 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 .into_iter()
                 .chain(k_groups)
                 .chain(wide)
+                .chain([(super::WalkChoice::Measured, 1, OneGroup, 3)])
         {
             k.matmul_walk = walk;
             k.multiprocessors = counted;
@@ -553,10 +556,14 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 (warpgroups > 1) == (wide > 0),
                 "the walk ({walk:?}) ran with {warpgroups} warpgroups {wide} times"
             );
+            assert!(
+                walk != super::WalkChoice::Measured || wide == walked,
+                "the default walk ran {walked} times, {wide} of them wide"
+            );
         }
         k.matmul_walk_warpgroups = 1;
         k.multiprocessors = multiprocessors;
-        k.matmul_walk = super::WalkChoice::Off;
+        k.matmul_walk = default_walk;
         k.matmul_walk_k_groups = OneGroup;
     }
 }
@@ -1898,6 +1905,79 @@ fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
     for warpgroups in [2, 3] {
         assert!(mwk_wide_shared_bytes(warpgroups) <= HOPPER_BLOCK_SHARED_BYTES);
     }
+}
+
+/// `walk_takes` (no device needed): by default (the walk's 3 warpgroups, 132 multiprocessors)
+/// only Qwen3-4B's and -8B's gate/up from 49 rows to 64 walk, in wide blocks; their q/k/v, o and
+/// down, Qwen3-0.6B's gate/up (too few units for wide blocks to fill half the GPU), 48 rows and
+/// fewer, more than 64 rows, or wide kernels that did not load stay on the tiles. `=tma` walks
+/// every split of up to 64 rows, but under `=tiles` for the narrow ones those its 64-row blocks
+/// leave more than half the GPU idle; `=0` none.
+#[test]
+fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
+    use super::WalkChoice::{Measured, Off, Tma};
+    use super::{walk_takes, MWK_MOST_WARPGROUPS};
+    let loaded = [true, true];
+    let takes = |choice, rows, n_out, swiglu| {
+        walk_takes(
+            choice,
+            rows,
+            n_out,
+            swiglu,
+            132,
+            MWK_MOST_WARPGROUPS,
+            loaded,
+            false,
+        )
+    };
+    for rows in [49, 56, 64] {
+        for units in [9728, 12288] {
+            assert!(
+                takes(Measured, rows, 2 * units, true),
+                "{rows} rows, {units}"
+            );
+        }
+        for n_out in [6144, 2560, 4096] {
+            assert!(!takes(Measured, rows, n_out, false), "{rows} rows, {n_out}");
+        }
+        assert!(
+            !takes(Measured, rows, 2 * 3072, true),
+            "0.6B at {rows} rows"
+        );
+    }
+    for rows in [1, 17, 32, 48, 65, 128] {
+        assert!(!takes(Measured, rows, 2 * 9728, true), "{rows} rows");
+    }
+    // Only the 3 warpgroups' kernels missing: 3 are what the gate/up takes, so the tiles.
+    assert!(!walk_takes(
+        Measured,
+        64,
+        2 * 9728,
+        true,
+        132,
+        3,
+        [true, false],
+        false
+    ));
+    // Asked for 2 (FLASHLANE_MATMUL_WALK_OUTS=128): the 2 warpgroups' kernels.
+    assert!(walk_takes(
+        Measured,
+        64,
+        2 * 9728,
+        true,
+        132,
+        2,
+        [true, false],
+        false
+    ));
+    for rows in [1, 32, 64] {
+        assert!(takes(Tma, rows, 6144, false) && takes(Tma, rows, 2560, false));
+        assert!(!takes(Off, rows, 2 * 9728, true));
+    }
+    assert!(!takes(Tma, 65, 6144, false));
+    // Qwen3-4B's o at 64 rows: 40 blocks of 64 rows, fewer than half of 132: 32-row blocks.
+    assert!(!walk_takes(Tma, 64, 2560, false, 132, 1, loaded, true));
+    assert!(walk_takes(Tma, 64, 6144, false, 132, 1, loaded, true));
 }
 
 /// Hybrid models with FP8 projections split k in their FP8 decode rounds alone (measured as a
