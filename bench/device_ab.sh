@@ -11,7 +11,7 @@
 #   log written to $OUT/tests_NAME.txt as it runs (a call cut short keeps what ran); one test at
 #   a time, or $TEST_THREADS (each compiles its modules on the CPU).
 # ab NAME SHAPE STREAMS SETTINGS BINARY...: bench/gpu_ab.sh into /tmp/ab_NAME (dummy weights,
-#   prompt 128, 64 new tokens, 2 interleaved rounds, 90 s a run), its runs and means appended to
+#   prompt 128, 64 new tokens, $ROUNDS (2) interleaved rounds, 90 s a run), its runs and means appended to
 #   $OUT/ab.txt and printed.
 # timeline NAME SHAPE STREAMS SETTINGS BINARY: `ab` under SETTINGS (each with
 #   FLASHLANE_TIMELINE=1), each setting's first-round kernel timeline (each round size's
@@ -59,7 +59,7 @@ PY
 room() { [ $(( $(date +%s) - T0 + $1 )) -le ${LIMIT:-570} ] || { el "skipped: $2 (no room)"; return 1; }; }
 ab() {
   local name=$1 shape=$2 streams=$3 settings=$4; shift 4
-  SETTINGS="$settings" STREAMS=$streams NEW_TOKENS=64 ROUNDS=2 RUN_TIMEOUT=90 \
+  SETTINGS="$settings" STREAMS=$streams NEW_TOKENS=64 ROUNDS=${ROUNDS:-2} RUN_TIMEOUT=90 \
     bench/gpu_ab.sh /tmp/ab_$name $shape "$@" > /dev/null 2>&1
   el "A/B $name rc=$?"; cat /tmp/ab_$name/ab.txt /tmp/ab_$name/ab_means.txt | tee -a $OUT/ab.txt
 }
@@ -85,7 +85,7 @@ timeline() {
   local name=$1 shape=$2 streams=$3 settings="" setting f
   for setting in $4; do settings+="${settings:+ }$setting,FLASHLANE_TIMELINE=1"; done
   shift 4
-  ab tl_$name $shape $streams "$settings" "$@" > /dev/null
+  ROUNDS=1 ab tl_$name $shape $streams "$settings" "$@" > /dev/null
   for f in /tmp/ab_tl_$name/*.round1.err; do
     # Each round size's kernels (the launch-by-launch lines, numbered, left out).
     { echo "=== $(basename $f)"; sed -n '/kernel timeline/,$p' $f | grep -Ev '^ +[0-9]+ ' | head -120; } \
