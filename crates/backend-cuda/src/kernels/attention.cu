@@ -12,7 +12,7 @@
 // Rows carry their own `pos` and `kv_base` (the session's first cache row), so windows of
 // different sessions share a launch. Host defines: ATT_HEADS, ATT_KV_HEADS, ATT_HD, ATT_ROT,
 // ATT_GATED, ATT_NORM_KIND, ATT_THREADS, ATT_PREP_WARPS, ATT_KV_BF16, ATT_GROUP, ATT_FEW_WARPS,
-// ATT_KV_AHEAD, ATT_STAGES.
+// ATT_KV_AHEAD, ATT_STAGES, ATT_SHARED_SOFTMAX.
 //
 // The cache holds K and V as bf16 (ATT_KV_BF16, rounded to nearest even when written) or f32;
 // attention widens them exactly to f32, so everything after the store is the same arithmetic.
@@ -136,10 +136,10 @@ __device__ __forceinline__ float att_rescale_add(float acc, float c, float e, fl
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
 // One key group of a split, keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos): their scores, then
-// the online softmax's steps, head dim lane + 32·j of key p0 + g's K and V from `k_at(g, j)` and
+// the online softmax's steps, each lane taking every one of them (ATT_SHARED_SOFTMAX 0), head dim lane + 32·j of key p0 + g's K and V from `k_at(g, j)` and
 // `v_at(g, j)` (as each way of loading the keys gives them: `attention_heads`).
 template <int G, typename KAt, typename VAt>
-__device__ __forceinline__ void att_group(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
+__device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
                                           const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL], float (&m)[G],
                                           float (&l)[G]) {
     float s[ATT_KEY_GROUP][G];
@@ -203,6 +203,133 @@ __device__ __forceinline__ void att_group(KAt k_at, VAt v_at, int p0, int pos, i
             m[i] = m_new;
         }
     }
+}
+
+
+// One offset `o` of the scores' butterfly over the first `n` of `v`'s sums, then the next with
+// half as many (a template, so that every index is the compiler's constant: as a loop of two
+// counters nvcc 13.2 left it rolled and put `v` in local memory).
+template <int n, int o, int N>
+__device__ __forceinline__ void att_halve(float (&v)[N], int lane) {
+    if (n > 1) {
+        const bool upper = (lane & o) != 0;
+#pragma unroll
+        for (int k = 0; k < n / 2; k++) {
+            const float keep = upper ? v[k + n / 2] : v[k];
+            const float send = upper ? v[k] : v[k + n / 2];
+            v[k] = keep + __shfl_xor_sync(FULL_MASK, send, o);
+        }
+        // At n = 1 this names itself (never called), which ends the instantiations.
+        att_halve<(n > 1 ? n / 2 : 1), (n > 1 ? o / 2 : o), N>(v, lane);
+    }
+}
+// ATT_SHARED_SOFTMAX 1: `att_group_lanes`' scores and softmax steps, with the warp's lanes sharing
+// the work every lane repeated there. Its scores' butterflies (5 shuffles and 5 adds a score,
+// each lane's) run as one butterfly of all N = ATT_KEY_GROUP·G partial sums that halves them at
+// each of warp_sum's offsets (at offset o a lane keeps the half its bit o picks and adds its
+// partner's same half): each sum is warp_sum's, the same two values added at each offset in the
+// same order, so the same bits; after it the lanes of score k (k = lane >> SHIFT) hold it. The
+// softmax's two exps of a (key, head), each of which every lane took (expf, ~8 instructions; 32
+// a group of 4 keys and 4 heads), are taken once, by one lane each (c by the score's first lane,
+// e by the lane half way along its lanes), and shuffled to the others. The same arguments, the
+// same expf, the same steps in the same order: the same bits (kernel test). Session 62's ncu had
+// `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue slots, DRAM 32 %). Off by
+// default until measured (FLASHLANE_ATTENTION_SHARED_SOFTMAX=1).
+template <int G, typename KAt, typename VAt>
+__device__ __forceinline__ void att_group_shared(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
+                                                 const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL],
+                                                 float (&m)[G], float (&l)[G]) {
+    constexpr int N = ATT_KEY_GROUP * G;  // a group's scores, slot g·G + i for key g, head i
+    static_assert(N == 4 || N == 8 || N == 16, "a group's scores are 4, 8 or 16 (ATT_GROUP 1, 2 or 4)");
+    constexpr int SHIFT = N == 16 ? 1 : N == 8 ? 2 : 3;  // log2(WARP / N): lanes a score
+    float v[N];
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        float part[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) part[i] = 0.0f;
+        if (p0 + g <= pos) {  // the same for the whole warp
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) {
+                    const float kd = k_at(g, j);
+#pragma unroll
+                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < G; i++) v[g * G + i] = part[i];
+    }
+    // warp_sum's offsets 16, 8, … while more than one sum is left, each halving them.
+    att_halve<N, WARP / 2, N>(v, lane);
+    // The offsets left, as warp_sum takes them.
+#pragma unroll
+    for (int o = (WARP / 2) >> (5 - SHIFT); o > 0; o /= 2) v[0] += __shfl_xor_sync(FULL_MASK, v[0], o);
+    // Rounded as written (as in `att_group_lanes`).
+    const float own = __fmul_rn(v[0], scale);
+    float s[ATT_KEY_GROUP][G];
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+#pragma unroll
+        for (int i = 0; i < G; i++) s[g][i] = __shfl_sync(FULL_MASK, own, (g * G + i) << SHIFT);
+    }
+    // This lane's exp: of its score's (key, head) k, c = exp(m − m_new) in the score's first
+    // half of lanes, e = exp(s − m_new) in the second; m the head's running maximum before key g
+    // (the keys past pos leave it as it is and their exps are never used).
+    const int k = lane >> SHIFT;
+    float m_before = 0.0f;
+    {
+        float run[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) run[i] = m[i];
+#pragma unroll
+        for (int g = 0; g < ATT_KEY_GROUP; g++) {
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                if (k == g * G + i) m_before = run[i];
+                if (p0 + g <= pos) run[i] = fmaxf(run[i], s[g][i]);
+            }
+        }
+    }
+    const float m_new = fmaxf(m_before, own);
+    const float ex = expf(((lane >> (SHIFT - 1)) & 1) ? own - m_new : m_before - m_new);
+#pragma unroll
+    for (int g = 0; g < ATT_KEY_GROUP; g++) {
+        if (p0 + g > pos) break;  // the same for the whole warp
+        float vd[ATT_DPL];
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            vd[j] = d < ATT_HD ? v_at(g, j) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            const int first = (g * G + i) << SHIFT;
+            const float c = __shfl_sync(FULL_MASK, ex, first);
+            const float e = __shfl_sync(FULL_MASK, ex, first + (1 << (SHIFT - 1)));
+            l[i] = __fmaf_rn(l[i], c, e);
+#pragma unroll
+            for (int j = 0; j < ATT_DPL; j++) {
+                const int d = lane + WARP * j;
+                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
+            }
+            m[i] = fmaxf(m[i], s[g][i]);
+        }
+    }
+}
+
+// One key group of a split (`att_group_shared` or `att_group_lanes`, by ATT_SHARED_SOFTMAX).
+template <int G, typename KAt, typename VAt>
+__device__ __forceinline__ void att_group(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
+                                          const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL], float (&m)[G],
+                                          float (&l)[G]) {
+#if ATT_SHARED_SOFTMAX
+    att_group_shared<G>(k_at, v_at, p0, pos, lane, scale, qv, acc, m, l);
+#else
+    att_group_lanes<G>(k_at, v_at, p0, pos, lane, scale, qv, acc, m, l);
+#endif
 }
 
 // ATT_KV_AHEAD 1 and 2: a key group's K and V are loaded by `att_load_group` into registers, all

@@ -947,7 +947,8 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// The defines `Kernels::compile_overriding` may change: the depths and the probes
 /// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
-/// its keys: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
+/// its keys: the same bits); ATT_SHARED_SOFTMAX (the simt attention's scores and exps taken by
+/// every lane or shared out over a warp's lanes: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same bits);
 /// MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
 /// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
 /// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
@@ -955,9 +956,10 @@ const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
 /// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
 /// match.
 #[cfg(test)]
-const OVERRIDABLE_DEFINES: [&str; 14] = [
+const OVERRIDABLE_DEFINES: [&str; 15] = [
     "MMA_NORM_TWINS",
     "ATT_KV_AHEAD",
+    "ATT_SHARED_SOFTMAX",
     "MMT_WEIGHTS_EVICT_FIRST",
     "MMA_X_PRESPLIT",
     "MMT_PROBE",
@@ -1432,6 +1434,17 @@ const ATT_KV_AHEAD: usize = 2;
 /// `FLASHLANE_ATTENTION_KV_AHEAD=0|1|2` sets that (A/B runs of one binary: the same bits).
 pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
 
+/// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=1`: the simt attention shares a key group's scores and
+/// softmax exps out over the warp's lanes (`att_group_shared`: one butterfly halving a group's
+/// 16 scores at each offset, one lane an exp) where by default every lane takes each score's
+/// butterfly and each exp (`att_group_lanes`). The same sums in the same order and the same
+/// exps: the same bits (kernel test); an A/B switch. Written in session 72 after session 62's
+/// ncu had `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue slots, DRAM
+/// 32 %; 1,340 µs of Qwen3-4B's 7,186 µs 64-row round on the H100, session 71); nvcc 13.2 gives
+/// its kernels 64 shuffles and 1 `expf` a group where the default's take 80 and 32, the same
+/// registers or fewer, no spills. Off until a GPU has run its kernel test and measured it.
+pub const ATTENTION_SHARED_SOFTMAX_ENV: &str = "FLASHLANE_ATTENTION_SHARED_SOFTMAX";
+
 /// ATT_KV_AHEAD, or [`ATTENTION_KV_AHEAD_ENV`]'s 0, 1 or 2 where set.
 fn attention_kv_ahead() -> usize {
     env_number(ATTENTION_KV_AHEAD_ENV)
@@ -1805,6 +1818,10 @@ impl Dims {
             ("ATT_THREADS", block(ATT_THREADS)),
             ("ATT_FEW_WARPS", ATT_FEW_WARPS),
             ("ATT_KV_AHEAD", attention_kv_ahead()),
+            (
+                "ATT_SHARED_SOFTMAX",
+                usize::from(env_asked(ATTENTION_SHARED_SOFTMAX_ENV)),
+            ),
             ("ATT_STAGES", ATT_STAGES),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),
             ("ARGMAX_BATCH", ARGMAX_BATCH),

@@ -3915,7 +3915,10 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// and gated ones with partial RoPE), heads of 16 to 256 dims, the bf16 cache (and the f32 one
 /// on two shapes). The same for `attention_grouped_staged_prep` (the prep inside the staged
 /// attention) wherever the staged kernels were compiled. With the bf16 cache, every attention
-/// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too;
+/// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too,
+/// and so do a key group's scores and exps shared out over the warp's lanes (ATT_SHARED_SOFTMAX
+/// 1, `FLASHLANE_ATTENTION_SHARED_SOFTMAX`) on Qwen3-4B's heads (4 a block: 16 scores a key group)
+/// and those of 256 (2: 8), the per-head kernels' 4 in both;
 /// and the tensor-core attention (FLASHLANE_ATTENTION_MMA) its own bits, alike with its prep
 /// inside its cluster kernel (`attention_mma_cluster_prep`), apart, and in its block kernel.
 #[test]
@@ -3939,8 +3942,9 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
         rot: usize,
         f32_too: bool,
         other_aheads: &'static [usize],
+        shared_too: bool,
     }
-    let shape = |dir, heads, kv_heads, hd, rot, f32_too, other_aheads| Shape {
+    let shape = |dir, heads, kv_heads, hd, rot, f32_too, other_aheads, shared_too| Shape {
         dir,
         heads,
         kv_heads,
@@ -3948,13 +3952,14 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
         rot,
         f32_too,
         other_aheads,
+        shared_too,
     };
     let fixture = "tests/fixtures/qwen3_bf16/model";
     let shapes = [
-        shape(fixture, 16, 8, 128, 128, false, &[]),
-        shape(fixture, 32, 8, 128, 128, true, &[0, 1]),
-        shape(fixture, 8, 2, 16, 16, true, &[0]),
-        shape("models/flashlane-tiny", 16, 2, 256, 64, false, &[0]),
+        shape(fixture, 16, 8, 128, 128, false, &[], false),
+        shape(fixture, 32, 8, 128, 128, true, &[0, 1], true),
+        shape(fixture, 8, 2, 16, 16, true, &[0], false),
+        shape("models/flashlane-tiny", 16, 2, 256, 64, false, &[0], true),
     ];
     let config_of = |shape: &Shape| {
         let mut config = Config::from_dir(&root.join(shape.dir)).expect("config");
@@ -3972,6 +3977,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
     };
     // Every module the loop compiles, at once first.
     let aheads: Vec<[(&str, usize); 1]> = (0..=8).map(|a| [("ATT_KV_AHEAD", a)]).collect();
+    let shared: &[(&str, usize)] = &[("ATT_SHARED_SOFTMAX", 1)];
     let mut modules: Vec<(Dims, &[(&str, usize)])> = Vec::new();
     for shape in &shapes {
         let config = config_of(shape);
@@ -3981,6 +3987,9 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
         for &ahead in shape.other_aheads {
             let bf16 = Dims::of(&config, KvDtype::Bf16).expect("dims");
             modules.push((bf16, &aheads[ahead][..]));
+        }
+        if shape.shared_too {
+            modules.push((Dims::of(&config, KvDtype::Bf16).expect("dims"), shared));
         }
     }
     warm_kernel_caches(&gpu, &modules);
@@ -3993,6 +4002,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
             hd,
             rot,
             other_aheads,
+            shared_too,
             ..
         } = shape;
         for &kv in kvs_of(shape) {
@@ -4225,6 +4235,15 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                     assert!(
                         same_bits(&run(&k_ahead, kernel).1, &apart.1),
                         "{what}: ATT_KV_AHEAD {ahead}, {kernel:?} differs"
+                    );
+                }
+            }
+            if shared_too {
+                let k_shared = Kernels::compile_overriding(&gpu, &dims, shared).expect("kernels");
+                for &kernel in &kernels {
+                    assert!(
+                        same_bits(&run(&k_shared, kernel).1, &apart.1),
+                        "{what}: ATT_SHARED_SOFTMAX 1, {kernel:?} differs"
                     );
                 }
             }
