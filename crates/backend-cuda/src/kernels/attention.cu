@@ -135,9 +135,52 @@ __device__ __forceinline__ float att_rescale_add(float acc, float c, float e, fl
 }
 static_assert((ATT_HEADS / ATT_KV_HEADS) % ATT_GROUP == 0, "a group's heads share their KV head");
 
-// One key group of a split, keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos): their scores, then
-// the online softmax's steps, each lane taking every one of them (ATT_SHARED_SOFTMAX 0), head dim lane + 32·j of key p0 + g's K and V from `k_at(g, j)` and
-// `v_at(g, j)` (as each way of loading the keys gives them: `attention_heads`).
+// The lane's parts of key p0 + g's scores for G heads: q · k over its head dims (zeros for a key
+// past pos), head dim lane + 32·j of the key's K from `k_at(g, j)`.
+template <int G, typename KAt>
+__device__ __forceinline__ void att_key_parts(KAt k_at, int g, int p0, int pos, int lane,
+                                              const float (&qv)[G][ATT_DPL], float (&part)[G]) {
+#pragma unroll
+    for (int i = 0; i < G; i++) part[i] = 0.0f;
+    if (p0 + g <= pos) {  // the same for the whole warp
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = lane + WARP * j;
+            if (d < ATT_HD) {
+                const float kd = k_at(g, j);
+#pragma unroll
+                for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
+            }
+        }
+    }
+}
+
+// Key g's V at the lane's head dims (zeros past ATT_HD), from `v_at(g, j)`.
+template <typename VAt>
+__device__ __forceinline__ void att_key_v(VAt v_at, int g, int lane, float (&vd)[ATT_DPL]) {
+#pragma unroll
+    for (int j = 0; j < ATT_DPL; j++) {
+        const int d = lane + WARP * j;
+        vd[j] = d < ATT_HD ? v_at(g, j) : 0.0f;
+    }
+}
+
+// One head's online softmax step for a key: its sum l and output acc rescaled by c, the key's
+// weight e and its V added.
+__device__ __forceinline__ void att_add_key(float (&acc)[ATT_DPL], float& l, float c, float e, int lane,
+                                            const float (&vd)[ATT_DPL]) {
+    l = __fmaf_rn(l, c, e);
+#pragma unroll
+    for (int j = 0; j < ATT_DPL; j++) {
+        const int d = lane + WARP * j;
+        if (d < ATT_HD) acc[j] = att_rescale_add(acc[j], c, e, vd[j]);
+    }
+}
+
+// One key group of a split, keys p0 … p0 + ATT_KEY_GROUP − 1 (those up to pos): their scores,
+// then the online softmax's steps, each lane taking every one of them (ATT_SHARED_SOFTMAX 0),
+// head dim lane + 32·j of key p0 + g's K and V from `k_at(g, j)` and `v_at(g, j)` (as each way
+// of loading the keys gives them: `attention_heads`).
 template <int G, typename KAt, typename VAt>
 __device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
                                           const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL], float (&m)[G],
@@ -146,19 +189,7 @@ __device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int 
 #pragma unroll
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
         float part[G];
-#pragma unroll
-        for (int i = 0; i < G; i++) part[i] = 0.0f;
-        if (p0 + g <= pos) {  // the same for the whole warp
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) {
-                    const float kd = k_at(g, j);
-#pragma unroll
-                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
-                }
-            }
-        }
+        att_key_parts<G>(k_at, g, p0, pos, lane, qv, part);
         // Rounded as written, so that ptxas cannot fuse it into the softmax's `s - m_new` in one
         // kernel and not in another.
 #pragma unroll
@@ -185,21 +216,12 @@ __device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int 
             continue;
         }
         float vd[ATT_DPL];
-#pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = lane + WARP * j;
-            vd[j] = d < ATT_HD ? v_at(g, j) : 0.0f;
-        }
+        att_key_v(v_at, g, lane, vd);
 #pragma unroll
         for (int i = 0; i < G; i++) {
             const float m_new = fmaxf(m[i], s[g][i]);
             const float c = expf(m[i] - m_new), e = expf(s[g][i] - m_new);
-            l[i] = __fmaf_rn(l[i], c, e);
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
-            }
+            att_add_key(acc[i], l[i], c, e, lane, vd);
             m[i] = m_new;
         }
     }
@@ -246,19 +268,7 @@ __device__ __forceinline__ void att_group_shared(KAt k_at, VAt v_at, int p0, int
 #pragma unroll
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
         float part[G];
-#pragma unroll
-        for (int i = 0; i < G; i++) part[i] = 0.0f;
-        if (p0 + g <= pos) {  // the same for the whole warp
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) {
-                    const float kd = k_at(g, j);
-#pragma unroll
-                    for (int i = 0; i < G; i++) part[i] = att_dot_step(part[i], qv[i][j], kd);
-                }
-            }
-        }
+        att_key_parts<G>(k_at, g, p0, pos, lane, qv, part);
 #pragma unroll
         for (int i = 0; i < G; i++) v[g * G + i] = part[i];
     }
@@ -299,22 +309,13 @@ __device__ __forceinline__ void att_group_shared(KAt k_at, VAt v_at, int p0, int
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
         if (p0 + g > pos) break;  // the same for the whole warp
         float vd[ATT_DPL];
-#pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = lane + WARP * j;
-            vd[j] = d < ATT_HD ? v_at(g, j) : 0.0f;
-        }
+        att_key_v(v_at, g, lane, vd);
 #pragma unroll
         for (int i = 0; i < G; i++) {
             const int first = (g * G + i) << SHIFT;
             const float c = __shfl_sync(FULL_MASK, ex, first);
             const float e = __shfl_sync(FULL_MASK, ex, first + (1 << (SHIFT - 1)));
-            l[i] = __fmaf_rn(l[i], c, e);
-#pragma unroll
-            for (int j = 0; j < ATT_DPL; j++) {
-                const int d = lane + WARP * j;
-                if (d < ATT_HD) acc[i][j] = att_rescale_add(acc[i][j], c, e, vd[j]);
-            }
+            att_add_key(acc[i], l[i], c, e, lane, vd);
             m[i] = fmaxf(m[i], s[g][i]);
         }
     }

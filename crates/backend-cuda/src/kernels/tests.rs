@@ -1918,17 +1918,20 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     use super::WalkChoice::{Measured, Off, Tma};
     use super::{walk_takes, MWK_MOST_WARPGROUPS};
     let loaded = [true, true];
-    let takes = |choice, rows, n_out, swiglu| {
+    let takes_asked = |choice, rows, n_out, swiglu, warpgroups, wide_loaded| {
         walk_takes(
             choice,
             rows,
             n_out,
             swiglu,
             132,
-            MWK_MOST_WARPGROUPS,
-            loaded,
+            warpgroups,
+            wide_loaded,
             false,
         )
+    };
+    let takes = |choice, rows, n_out, swiglu| {
+        takes_asked(choice, rows, n_out, swiglu, MWK_MOST_WARPGROUPS, loaded)
     };
     for rows in [49, 56, 64] {
         for units in [9728, 12288] {
@@ -1948,28 +1951,11 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     for rows in [1, 17, 32, 48, 65, 128] {
         assert!(!takes(Measured, rows, 2 * 9728, true), "{rows} rows");
     }
-    // Only the 3 warpgroups' kernels missing: 3 are what the gate/up takes, so the tiles.
-    assert!(!walk_takes(
-        Measured,
-        64,
-        2 * 9728,
-        true,
-        132,
-        3,
-        [true, false],
-        false
-    ));
-    // Asked for 2 (FLASHLANE_MATMUL_WALK_OUTS=128): the 2 warpgroups' kernels.
-    assert!(walk_takes(
-        Measured,
-        64,
-        2 * 9728,
-        true,
-        132,
-        2,
-        [true, false],
-        false
-    ));
+    // Only the 3 warpgroups' kernels missing: 3 are what the gate/up takes, so the tiles; asked
+    // for 2 (FLASHLANE_MATMUL_WALK_OUTS=128), the 2 warpgroups' kernels.
+    let only_two = [true, false];
+    assert!(!takes_asked(Measured, 64, 2 * 9728, true, 3, only_two));
+    assert!(takes_asked(Measured, 64, 2 * 9728, true, 2, only_two));
     for rows in [1, 32, 64] {
         assert!(takes(Tma, rows, 6144, false) && takes(Tma, rows, 2560, false));
         assert!(!takes(Off, rows, 2 * 9728, true));
