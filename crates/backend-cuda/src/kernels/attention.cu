@@ -404,19 +404,49 @@ __device__ __forceinline__ void att_store(const float* __restrict__ qkv, float* 
     out[((size_t)r * ATT_HEADS + h) * ATT_HD + d] = y;
 }
 
+// The largest of head i's splits' maxima in the merge.
+template <int G>
+__device__ __forceinline__ float att_splits_max(const float (*m_s)[G], int i) {
+    float big = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
+    return big;
+}
+// A split's factor in the merge, of its maximum m and sum l: exp(m − big), 0 for a split without
+// keys.
+__device__ __forceinline__ float att_split_factor(float m, float l, float big) {
+    return l == 0.0f ? 0.0f : expf(m - big);
+}
+
 // The merge of the ATT_WARPS key splits' states in split order (after a barrier), by THREADS
-// threads, into heads h0 … h0 + G − 1 of row r of `out` (× sigmoid(gate) when ATT_GATED).
+// threads, into heads h0 … h0 + G − 1 of row r of `out` (× sigmoid(gate) when ATT_GATED). With
+// ATT_SHARED_SOFTMAX each split's factor of each head is taken once, by one thread (w·G + i),
+// into shared memory, where otherwise every output of the head takes all ATT_WARPS of them
+// (16 `expf` an output): the same expf of the same values, the same sums.
 template <int G, int THREADS>
 __device__ __forceinline__ void att_merge(const float* __restrict__ qkv, float* __restrict__ out, int r, int h0,
                                           float (*m_s)[G], float (*l_s)[G], float (*acc_s)[G][ATT_HD]) {
+#if ATT_SHARED_SOFTMAX
+    static_assert(ATT_WARPS * G <= THREADS, "a thread a split's factor of a head");
+    __shared__ float f_s[ATT_WARPS][G];
+    if (threadIdx.x < ATT_WARPS * G) {
+        const int w = threadIdx.x / G, i = threadIdx.x % G;
+        f_s[w][i] = att_split_factor(m_s[w][i], l_s[w][i], att_splits_max<G>(m_s, i));
+    }
+    __syncthreads();
+#endif
     for (int x = threadIdx.x; x < G * ATT_HD; x += THREADS) {
         const int i = G == 1 ? 0 : x / ATT_HD, d = G == 1 ? x : x % ATT_HD, h = h0 + i;
-        float big = -INFINITY;
-        for (int w = 0; w < ATT_WARPS; w++) big = fmaxf(big, m_s[w][i]);
+#if !ATT_SHARED_SOFTMAX
+        const float big = att_splits_max<G>(m_s, i);
+#endif
         float f[ATT_WARPS];
         float total = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) {
-            f[w] = l_s[w][i] == 0.0f ? 0.0f : expf(m_s[w][i] - big);
+#if ATT_SHARED_SOFTMAX
+            f[w] = f_s[w][i];
+#else
+            f[w] = att_split_factor(m_s[w][i], l_s[w][i], big);
+#endif
             total = __fmaf_rn(l_s[w][i], f[w], total);
         }
         float a = 0.0f;

@@ -1437,12 +1437,15 @@ pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
 /// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=1`: the simt attention shares a key group's scores and
 /// softmax exps out over the warp's lanes (`att_group_shared`: one butterfly halving a group's
 /// 16 scores at each offset, one lane an exp) where by default every lane takes each score's
-/// butterfly and each exp (`att_group_lanes`). The same sums in the same order and the same
-/// exps: the same bits (kernel test); an A/B switch. Written in session 72 after session 62's
-/// ncu had `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue slots, DRAM
-/// 32 %; 1,340 µs of Qwen3-4B's 7,186 µs 64-row round on the H100, session 71); nvcc 13.2 gives
-/// its kernels 64 shuffles and 1 `expf` a group where the default's take 80 and 32, the same
-/// registers or fewer, no spills. Off until a GPU has run its kernel test and measured it.
+/// butterfly and each exp (`att_group_lanes`), and its merge takes each split's factor of a head
+/// once (`att_merge`) where by default every output takes all 16. The same sums in the same
+/// order and the same exps: the same bits (kernel test); an A/B switch. Written in session 72
+/// after session 62's ncu had `attention_grouped_staged8` issue-bound at 64 streams (64 % of
+/// issue slots, DRAM 32 %; 1,340 µs of Qwen3-4B's 7,186 µs 64-row round on the H100, session
+/// 71); nvcc 13.2 gives its kernels 64 shuffles and 1 `expf` a group where the default's take
+/// 80 and 32, and 1 `expf` a merge where they take 16 (unrolled), the same registers or fewer,
+/// no spills. Off until a GPU has run its kernel test and measured it (the groups' part alone:
+/// +2.2 % decode at 64 streams, H100, session 72).
 pub const ATTENTION_SHARED_SOFTMAX_ENV: &str = "FLASHLANE_ATTENTION_SHARED_SOFTMAX";
 
 /// ATT_KV_AHEAD, or [`ATTENTION_KV_AHEAD_ENV`]'s 0, 1 or 2 where set.
