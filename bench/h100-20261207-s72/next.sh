@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The next session's first call (bench/h100-20261207-s72/NEXT.md, items 1–2): the attention's
-# shared softmax's bit test (compiled beside the default on Qwen3-4B's heads and on heads of
-# 256); where it passes, Qwen3-4B at 64 streams, two rounds: the default against the shared
-# softmax and against q/k/v walked in one warpgroup beside the default's wide gate/up; the
-# default's 64-row kernel timeline; then the matmul kernel test (its new case: the default walk, wide blocks only), as far as LIMIT allows.
+# The next session's first call (bench/h100-20261207-s72/NEXT.md, items 1–3): the attention's
+# shared softmax's bit test (compiled beside the default on heads of 128, 16 and 256); where it
+# passes, Qwen3-4B at 64 streams, two rounds: the default against the shared softmax and against
+# q/k/v walked in one warpgroup beside the default's wide gate/up; the default's 64-row kernel
+# timeline; then the matmul kernel test (its new case: the default walk, wide blocks only), as
+# far as LIMIT allows.
 # Carry gpu-tests.tar.xz, tiny_model.xz, flashlane.xz; LIMIT as the budget allows (≥ 560 for all).
 set -u
 T0=$(date +%s)
