@@ -183,8 +183,8 @@ __device__ __forceinline__ void att_add_key(float (&acc)[ATT_DPL], float& l, flo
 // of loading the keys gives them: `attention_heads`).
 template <int G, typename KAt, typename VAt>
 __device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
-                                          const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL], float (&m)[G],
-                                          float (&l)[G]) {
+                                                const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL],
+                                                float (&m)[G], float (&l)[G]) {
     float s[ATT_KEY_GROUP][G];
 #pragma unroll
     for (int g = 0; g < ATT_KEY_GROUP; g++) {
@@ -227,7 +227,6 @@ __device__ __forceinline__ void att_group_lanes(KAt k_at, VAt v_at, int p0, int 
     }
 }
 
-
 // One offset `o` of the scores' butterfly over the first `n` of `v`'s sums, then the next with
 // half as many (a template, so that every index is the compiler's constant: as a loop of two
 // counters nvcc 13.2 left it rolled and put `v` in local memory).
@@ -245,6 +244,7 @@ __device__ __forceinline__ void att_halve(float (&v)[N], int lane) {
         att_halve<(n > 1 ? n / 2 : 1), (n > 1 ? o / 2 : o), N>(v, lane);
     }
 }
+
 // ATT_SHARED_SOFTMAX 1: `att_group_lanes`' scores and softmax steps, with the warp's lanes sharing
 // the work every lane repeated there. Its scores' butterflies (5 shuffles and 5 adds a score,
 // each lane's) run as one butterfly of all N = ATT_KEY_GROUP·G partial sums that halves them at
