@@ -18,9 +18,9 @@
 // The consumers hold 64 outputs (A's rows: lane (g, t) of warp q rows 16q + g and 16q + g + 8,
 // the swapped split's) by N rows (32 or 64: B's columns). The producer fills a ring of
 // MWK_TMA_STAGES_<N> stages with bulk copies completing on each stage's `full` barrier; the
-// consumers read a stage's weights into registers (`ld.shared`), run its 8 wgmmas (4 with MMA_SPLIT off) and release the stage on
-// its `empty` barrier once those are done, MWK_DEPTH chunks of a residue a step (their products
-// issued back to back, then awaited together).
+// consumers read a stage's weights into registers (`ld.shared`), run its 8 wgmmas (4 with
+// MMA_SPLIT off) and release the stage on its `empty` barrier once those are done, MWK_DEPTH
+// chunks of a residue a step (their products issued back to back, then awaited together).
 // - x: `split_rows_walk` / `split_rows_norm_walk` write the split rows in the blocks' layout:
 //   block b's rows (nb = min(N, rows − bN) of them) from word bN · 64 · chunks on, chunk c's at
 //   c · nb · 64 words into them, piece p (16 bytes: 0–7 hi, 8–15 lo) of row r of the block at

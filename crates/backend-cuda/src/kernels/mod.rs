@@ -452,7 +452,7 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// every multiprocessor copying, and at 64 rows x's bytes are two thirds of a stage's; blocks of
 /// 3 consumer warpgroups sharing x's stage ([`MATMUL_WALK_OUTS_ENV`]) took the gate/up faster
 /// than the tiles (session 72), so by default the walk runs where such blocks do
-/// ([`walk_takes`]). `=0` leaves every split to the tiles, `=tma` walks every bf16 split of up to
+/// ([`walk_plan`]). `=0` leaves every split to the tiles, `=tma` walks every bf16 split of up to
 /// 64 rows (A/B switches: the same bits). W's rows copied apart (`=1`) and clusters of 2 or 4
 /// blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were
 /// removed.
@@ -463,7 +463,7 @@ enum WalkChoice {
     /// Every split on the tiles (`=0`).
     Off,
     /// The default: the walk where its blocks hold several consumer warpgroups, from
-    /// [`MWK_WIDE_MIN_ROWS`] rows ([`walk_takes`]).
+    /// [`MWK_WIDE_MIN_ROWS`] rows ([`walk_plan`]).
     Measured,
     /// Every bf16 split of up to [`MWS_MAX_ROWS`] rows, W's chunk one box of its tensor map
     /// (`cp.async.bulk.tensor`) (`=tma`).
@@ -654,7 +654,7 @@ fn mwk_kg_shared_bytes(groups: usize) -> usize {
 /// is 16 KB a chunk against a warpgroup's 8 KB of weights: x shared by 3 warpgroups takes 5/9
 /// of the bytes an output. Each warpgroup runs the one-warpgroup walk's chain on its outputs
 /// (the same bits). Written in session 71; at 192 the default walk's (session 72:
-/// [`walk_takes`]); under `FLASHLANE_MATMUL_WALK=tma` one warpgroup unless asked (A/B switches).
+/// [`walk_plan`]); under `FLASHLANE_MATMUL_WALK=tma` one warpgroup unless asked (A/B switches).
 pub const MATMUL_WALK_OUTS_ENV: &str = "FLASHLANE_MATMUL_WALK_OUTS";
 /// The most consumer warpgroups a walk's block holds (3: 416 threads, ~150 registers each).
 const MWK_MOST_WARPGROUPS: usize = 3;
@@ -667,34 +667,98 @@ fn walk_outs_asked(choice: WalkChoice) -> usize {
         _ => 1,
     }
 }
-/// Whether a round's bf16 k split of `rows` rows of `n_out` outputs (`swiglu`: a gate/up's) runs
-/// as the walk under `choice` on `multiprocessors`, its blocks holding up to `warpgroups` consumer
-/// warpgroups (`wide_loaded`: whether the kernels of 2 and of 3 loaded; `narrow_tiles`:
-/// [`MATMUL_WALK_NARROW_ENV`]). The default walk takes only what its wide blocks hold
-/// ([`walk_warpgroups`] above 1) from [`MWK_WIDE_MIN_ROWS`] rows: there it beat the tiles, in one
-/// warpgroup a block nowhere (bench/RESULTS.md sessions 70–72).
-#[allow(clippy::too_many_arguments)]
-fn walk_takes(
+/// What the walk's switches ask: [`MATMUL_WALK_ENV`] and its `_ROWS`, `_K_GROUPS`, `_OUTS` and
+/// `_NARROW` companions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WalkAsk {
     choice: WalkChoice,
+    /// [`MATMUL_WALK_ROWS_ENV`]'s value.
+    rows: Option<usize>,
+    k_groups: WalkKGroups,
+    /// The consumer warpgroups its blocks may hold (1–3: [`walk_outs_asked`]).
+    warpgroups: usize,
+    /// Whether the tiles take the splits the one-warpgroup walk would run in 32-row blocks
+    /// ([`MATMUL_WALK_NARROW_ENV`]).
+    narrow_tiles: bool,
+}
+
+impl WalkAsk {
+    fn from_env() -> WalkAsk {
+        let choice = WalkChoice::from_env();
+        WalkAsk {
+            choice,
+            rows: env_number(MATMUL_WALK_ROWS_ENV),
+            k_groups: WalkKGroups::from_env(),
+            warpgroups: walk_outs_asked(choice),
+            narrow_tiles: std::env::var(MATMUL_WALK_NARROW_ENV).as_deref() == Ok("tiles"),
+        }
+    }
+}
+
+/// Which of the walk's kernels loaded (each form apart: [`WalkKernels`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WalkLoaded {
+    /// In 2, 3 and 4 k groups.
+    k_groups: [bool; 3],
+    /// With 2 and 3 consumer warpgroups.
+    wide: [bool; 2],
+}
+
+/// How a k split runs as the walk ([`walk_plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WalkPlan {
+    /// One consumer warpgroup a block of this many rows (32 or 64).
+    Rows(usize),
+    /// Blocks of 64 rows holding this many (2 or 3) consumer warpgroups.
+    Wide(usize),
+    /// 64-row tiles, each shared out along k over a cluster of this many (2–4) blocks.
+    KGroups(usize),
+}
+
+/// How a round's bf16 k split of `rows` rows of `n_out` outputs over `chunks` chunks of k
+/// (`swiglu`: a gate/up's) runs as the walk on `multiprocessors` under `ask`, with the kernels
+/// `loaded`; `None`: on the tiles. The default walk ([`WalkChoice::Measured`]) takes only what its
+/// wide blocks hold ([`walk_warpgroups`] above 1) from [`MWK_WIDE_MIN_ROWS`] rows: there it beat
+/// the tiles, in one warpgroup a block nowhere (bench/RESULTS.md sessions 70–72). `=tma` walks
+/// every split of up to [`MWS_MAX_ROWS`] rows (but under `_NARROW=tiles` those of 32-row blocks)
+/// in k groups where asked and loaded, else in wide blocks where asked and loaded, else in one
+/// warpgroup a block ([`walk_rows`]).
+fn walk_plan(
+    ask: &WalkAsk,
+    loaded: WalkLoaded,
     rows: usize,
     n_out: usize,
+    chunks: usize,
     swiglu: bool,
     multiprocessors: usize,
-    warpgroups: usize,
-    wide_loaded: [bool; 2],
-    narrow_tiles: bool,
-) -> bool {
+) -> Option<WalkPlan> {
     if rows > MWS_MAX_ROWS {
-        return false;
+        return None;
     }
-    match choice {
-        WalkChoice::Off => false,
-        WalkChoice::Measured => {
-            let warpgroups = walk_warpgroups(warpgroups, rows, n_out, swiglu, multiprocessors);
-            rows >= MWK_WIDE_MIN_ROWS && warpgroups > 1 && wide_loaded[warpgroups - 2]
+    let warpgroups = walk_warpgroups(ask.warpgroups, rows, n_out, swiglu, multiprocessors);
+    let wide =
+        (warpgroups > 1 && loaded.wide[warpgroups - 2]).then_some(WalkPlan::Wide(warpgroups));
+    match ask.choice {
+        WalkChoice::Off => None,
+        WalkChoice::Measured => wide.filter(|_| rows >= MWK_WIDE_MIN_ROWS),
+        WalkChoice::Tma
+            if ask.narrow_tiles && walk_rows(rows, n_out, swiglu, multiprocessors, None) == 32 =>
+        {
+            None
         }
         WalkChoice::Tma => {
-            !(narrow_tiles && walk_rows(rows, n_out, swiglu, multiprocessors, None) == 32)
+            match walk_k_groups(ask.k_groups, rows, n_out, chunks, swiglu, multiprocessors) {
+                groups @ 2..=MWK_MOST_K_GROUPS if loaded.k_groups[groups - 2] => {
+                    Some(WalkPlan::KGroups(groups))
+                }
+                _ => wide.or(Some(WalkPlan::Rows(walk_rows(
+                    rows,
+                    n_out,
+                    swiglu,
+                    multiprocessors,
+                    ask.rows,
+                )))),
+            }
         }
     }
 }
@@ -945,16 +1009,16 @@ const MATMUL_BLOCK_TILES: [usize; 4] = [3, MMA_NT, 5, 6];
 /// the 128 registers of two blocks a multiprocessor (`tools/cuda_check`, session 17) and have not
 /// been tried under the deep kernels' one-block bounds (150 and 172 registers at 3 and 4).
 const MATMUL_DEEP_TILES: [usize; 2] = [3, MMA_NT];
-/// The defines `Kernels::compile_overriding` may change: the depths and the probes
-/// (MMA_X_PRESPLIT, MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads
-/// its keys: the same bits); ATT_SHARED_SOFTMAX (the simt attention's scores and exps taken by
-/// every lane or shared out over a warp's lanes: the same bits); MMT_WEIGHTS_EVICT_FIRST (the
-/// tiles' L2 hint: the same bits); MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
-/// which the kernels' launch bounds change alone (the deep kernels' are one block; the host
-/// still counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT (the products of
-/// `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled kernels then launch
-/// with. Any other (a block's warps or n-tiles, a model's sizes) would make launches that do not
-/// match.
+/// The defines `Kernels::compile_overriding` may change: the depths and the probes (MMA_X_PRESPLIT,
+/// MMT_PROBE), which the host never reads; ATT_KV_AHEAD (how attention loads its keys: the same
+/// bits); ATT_SHARED_SOFTMAX (the simt attention's scores and exps taken by every lane or shared
+/// out over a warp's lanes: the same bits); MMT_WEIGHTS_EVICT_FIRST (the tiles' L2 hint: the same
+/// bits); MMA_NORM_TWINS (the norm twins compiled, which the host then loads); MMA_MIN_BLOCKS, of
+/// which the kernels' launch bounds change alone (the deep kernels' are one block; the host still
+/// counts MMA_MIN_BLOCKS resident blocks a multiprocessor when it fits n-tiles to waves); MMA_SPLIT
+/// (the products of `--matmul-input bf16`); and MMT_STAGES, whose shared memory the compiled
+/// kernels then launch with. Any other (a block's warps or n-tiles, a model's sizes) would make
+/// launches that do not match.
 #[cfg(test)]
 const OVERRIDABLE_DEFINES: [&str; 15] = [
     "MMA_NORM_TWINS",
@@ -1190,8 +1254,9 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 /// next two are copied in (a round is the next key group of each of the 16 key splits: 64 keys,
 /// 32 KiB of K and V for a bf16 head of 128, so 64 KiB in flight a block).
 const ATT_STAGES: usize = 3;
-/// Shared memory a block may opt into ([`HOPPER_BLOCK_SHARED_BYTES`]), less 8 KiB for what the staged kernels hold beside their stages (the merge's maxima and sums, 512
-/// bytes at most, and the prep's buffers in `attention_grouped_staged_prep`: (group + 1) ×
+/// Shared memory a block may opt into ([`HOPPER_BLOCK_SHARED_BYTES`]), less 8 KiB for what the
+/// staged kernels hold beside their stages (the merge's maxima and sums, 512 bytes at most, its
+/// factors under [`ATTENTION_SHARED_SOFTMAX_ENV`], 256 at most, and the prep's buffers in `attention_grouped_staged_prep`: (group + 1) ×
 /// head_dim floats, at most 5 × 256 × 4 bytes where a group's dims are at most
 /// ATT_GROUP_MAX_DIMS): a model whose stages do not fit never runs them.
 const ATT_STAGED_SHARED_MAX: usize = HOPPER_BLOCK_SHARED_BYTES - 8 * 1024;
@@ -2030,18 +2095,9 @@ pub struct Kernels {
     /// Whether a bf16 split of the 64-row blocks runs on the warpgroup MMA where its module is
     /// compiled ([`MATMUL_WG_FOLD_ENV`]).
     matmul_wg_fold: bool,
-    /// Whether a round's bf16 split runs as the walk where the module is compiled
-    /// ([`MATMUL_WALK_ENV`]).
-    matmul_walk: WalkChoice,
-    /// [`MATMUL_WALK_ROWS_ENV`]'s value.
-    matmul_walk_rows: Option<usize>,
-    /// Whether the TMA walk shares a tile's k out over a cluster ([`MATMUL_WALK_K_GROUPS_ENV`]).
-    matmul_walk_k_groups: WalkKGroups,
-    /// The consumer warpgroups the TMA walk's blocks may hold ([`MATMUL_WALK_OUTS_ENV`]: 1–3).
-    matmul_walk_warpgroups: usize,
-    /// Whether the tiles take the splits the walk would run in 32-row blocks
-    /// ([`MATMUL_WALK_NARROW_ENV`]).
-    matmul_walk_narrow_tiles: bool,
+    /// How a round's bf16 split runs as the walk where the module is compiled
+    /// ([`MATMUL_WALK_ENV`], [`walk_plan`]).
+    matmul_walk: WalkAsk,
     matmul_fold: CudaFunction,
     /// `matmul_fold_residues_swiglu`: a split gate/up's fold with its SwiGLU.
     matmul_fold_swiglu: CudaFunction,
@@ -2266,7 +2322,6 @@ impl Kernels {
                 f(&format!("{name}_t{}_deep", MATMUL_DEEP_TILES[1]))?,
             ])
         };
-        let walk_choice = WalkChoice::from_env();
         let mut kernels = Kernels {
             matmul_by_tiles: tiles_of("matmul_bf16", true)?,
             matmul_deep_by_tiles: deep_of("matmul_bf16")?,
@@ -2314,12 +2369,7 @@ impl Kernels {
             matmul_wg_split: WgChoice::from_env(MATMUL_WG_SPLIT_ENV),
             matmul_wg_swap: WgChoice::from_env(MATMUL_WG_SWAP_ENV),
             matmul_wg_fold: env_asked(MATMUL_WG_FOLD_ENV),
-            matmul_walk: walk_choice,
-            matmul_walk_rows: env_number(MATMUL_WALK_ROWS_ENV),
-            matmul_walk_k_groups: WalkKGroups::from_env(),
-            matmul_walk_warpgroups: walk_outs_asked(walk_choice),
-            matmul_walk_narrow_tiles: std::env::var(MATMUL_WALK_NARROW_ENV).as_deref()
-                == Ok("tiles"),
+            matmul_walk: WalkAsk::from_env(),
             matmul_fold: f("matmul_fold_residues")?,
             matmul_fold_swiglu: f("matmul_fold_residues_swiglu")?,
             matmul_split_k: match std::env::var(MATMUL_SPLIT_K_ENV).as_deref() {
@@ -2630,6 +2680,15 @@ struct WalkKernels {
     /// The TMA walk of 64 rows with 2 and 3 consumer warpgroups ([`MATMUL_WALK_OUTS_ENV`]), each
     /// where it loaded.
     wide: [Option<WideWalk>; 2],
+}
+
+impl WalkKernels {
+    fn loaded(&self) -> WalkLoaded {
+        WalkLoaded {
+            k_groups: self.k_groups.each_ref().map(Option::is_some),
+            wide: self.wide.each_ref().map(Option::is_some),
+        }
+    }
 }
 
 /// The TMA walk with several consumer warpgroups: plain, a gate/up's, their dynamic shared memory.
@@ -3370,83 +3429,50 @@ impl Kernels {
         Some((wg, run))
     }
 
-    /// Where a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where its kernels loaded,
-    /// a bf16 round's split the swapped warpgroup split does not take, as [`walk_takes`] says
-    /// (`swiglu`: a gate/up's).
+    /// Where and how a k split of `m` runs as the walk ([`MATMUL_WALK_ENV`]): where its kernels
+    /// loaded, a bf16 round's split the swapped warpgroup split does not take, as [`walk_plan`]
+    /// says (`swiglu`: a gate/up's).
     fn walk_run(
         &self,
         m: &Matmul,
         split_k: bool,
         on_wgmma: bool,
         swiglu: bool,
-    ) -> Option<&WalkKernels> {
+    ) -> Option<(&WalkKernels, WalkPlan)> {
         let wg = self.wgmma.as_ref()?.walk.as_ref()?;
-        (split_k
-            && !on_wgmma
-            && m.fp8.is_none()
-            && walk_takes(
-                self.matmul_walk,
-                m.rows,
-                m.n_out,
-                swiglu,
-                self.multiprocessors,
-                self.matmul_walk_warpgroups,
-                wg.wide.each_ref().map(Option::is_some),
-                self.matmul_walk_narrow_tiles,
-            ))
-        .then_some(wg)
-    }
-
-    /// x split in the walk's layout (with `norm`, normalised first in the same launch), then
-    /// the walk over it into `m.y`, or with `swiglu_act` a gate/up's act = silu(gate) · up into
-    /// that address (stride: the units).
-    fn matmul_walk(
-        &self,
-        gpu: &Gpu,
-        wg: &WalkKernels,
-        m: &Matmul,
-        swiglu_act: Option<u64>,
-        norm: Option<&InputNorm>,
-    ) -> Result<(), CudaError> {
-        // The k groups (64 rows a block; FLASHLANE_MATMUL_WALK_ROWS is for the walk alone), where
-        // that kernel loaded; else several consumer warpgroups a block where asked and loaded.
-        let swiglu = swiglu_act.is_some();
-        let k_groups = match walk_k_groups(
-            self.matmul_walk_k_groups,
+        if !split_k || on_wgmma || m.fp8.is_some() {
+            return None;
+        }
+        let plan = walk_plan(
+            &self.matmul_walk,
+            wg.loaded(),
             m.rows,
             m.n_out,
             m.k.div_ceil(MMA_CHUNK),
             swiglu,
             self.multiprocessors,
-        ) {
-            groups @ 2..=MWK_MOST_K_GROUPS if wg.k_groups[groups - 2].is_some() => groups,
-            _ => 1,
-        };
-        let warpgroups = match k_groups {
-            1 => walk_warpgroups(
-                self.matmul_walk_warpgroups,
-                m.rows,
-                m.n_out,
-                swiglu,
-                self.multiprocessors,
-            ),
-            _ => 1,
-        };
-        let wide = match warpgroups {
-            1 => None,
-            _ => wg.wide[warpgroups - 2].as_ref(),
-        };
-        let rows = match (k_groups, wide) {
-            (1, None) => walk_rows(
-                m.rows,
-                m.n_out,
-                swiglu,
-                self.multiprocessors,
-                self.matmul_walk_rows,
-            ),
-            // The k groups give the tiles their blocks, and several warpgroups hold their
-            // outputs, at 64 rows.
-            _ => 64,
+        )?;
+        Some((wg, plan))
+    }
+
+    /// x split in the walk's layout (with `norm`, normalised first in the same launch), then
+    /// the walk over it by `plan` into `m.y`, or with `swiglu_act` a gate/up's act =
+    /// silu(gate) · up into that address (stride: the units).
+    fn matmul_walk(
+        &self,
+        gpu: &Gpu,
+        wg: &WalkKernels,
+        plan: WalkPlan,
+        m: &Matmul,
+        swiglu_act: Option<u64>,
+        norm: Option<&InputNorm>,
+    ) -> Result<(), CudaError> {
+        let swiglu = swiglu_act.is_some();
+        // The k groups give the tiles their blocks, and several warpgroups hold their outputs,
+        // at 64 rows.
+        let rows = match plan {
+            WalkPlan::Rows(rows) => rows,
+            WalkPlan::Wide(_) | WalkPlan::KGroups(_) => 64,
         };
         #[cfg(test)]
         self.walk_launches
@@ -3463,47 +3489,54 @@ impl Kernels {
         // and the rows of W's boxes (a gate/up's: its units' gate rows, then their up rows: 32 a
         // warpgroup).
         let box_rows_a_warpgroup = if swiglu { MWK_OUTS / 2 } else { MWK_OUTS };
-        let (kernel, out_blocks, z, threads, shared, box_rows) = if k_groups > 1 {
-            // The kernel counts a residue's chunks as at least one.
-            assert!(
-                m.k.div_ceil(MMA_CHUNK) >= MMT_RESIDUES_OF_K,
-                "[walk-k-groups-residues] a walk in k groups needs a chunk in every residue (k {})",
-                m.k
-            );
-            let (kernel, shared) = wg.k_groups[k_groups - 2]
-                .as_ref()
-                .expect("the k groups' kernel loaded");
-            #[cfg(test)]
-            self.walk_k_group_launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let out_blocks = walk_out_blocks(m.n_out, false, 1);
-            (kernel, out_blocks, k_groups, MWK_THREADS, *shared, MWK_OUTS)
-        } else if let Some(wide) = wide {
-            #[cfg(test)]
-            self.walk_wide_launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            (
-                if swiglu { &wide.swiglu } else { &wide.plain },
-                walk_out_blocks(m.n_out, swiglu, warpgroups),
-                1,
-                MWK_THREADS + (warpgroups as u32 - 1) * 128,
-                wide.shared,
-                box_rows_a_warpgroup * warpgroups,
-            )
-        } else {
-            let at = usize::from(rows == 64);
-            (
-                if swiglu {
-                    &wg.tma_swiglu[at]
-                } else {
-                    &wg.tma[at]
-                },
-                walk_out_blocks(m.n_out, swiglu, 1),
-                1,
-                MWK_THREADS,
-                wg.tma_shared[at],
-                box_rows_a_warpgroup,
-            )
+        let (kernel, out_blocks, z, threads, shared, box_rows) = match plan {
+            WalkPlan::KGroups(groups) => {
+                // The kernel counts a residue's chunks as at least one.
+                assert!(
+                    m.k.div_ceil(MMA_CHUNK) >= MMT_RESIDUES_OF_K,
+                    "[walk-k-groups-residues] a walk in k groups needs a chunk in every residue (k {})",
+                    m.k
+                );
+                let (kernel, shared) = wg.k_groups[groups - 2]
+                    .as_ref()
+                    .expect("[walk-plan-loaded] the plan's k groups' kernel loaded");
+                #[cfg(test)]
+                self.walk_k_group_launches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let out_blocks = walk_out_blocks(m.n_out, false, 1);
+                (kernel, out_blocks, groups, MWK_THREADS, *shared, MWK_OUTS)
+            }
+            WalkPlan::Wide(warpgroups) => {
+                let wide = wg.wide[warpgroups - 2]
+                    .as_ref()
+                    .expect("[walk-plan-loaded] the plan's wide kernels loaded");
+                #[cfg(test)]
+                self.walk_wide_launches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (
+                    if swiglu { &wide.swiglu } else { &wide.plain },
+                    walk_out_blocks(m.n_out, swiglu, warpgroups),
+                    1,
+                    MWK_THREADS + (warpgroups as u32 - 1) * 128,
+                    wide.shared,
+                    box_rows_a_warpgroup * warpgroups,
+                )
+            }
+            WalkPlan::Rows(_) => {
+                let at = usize::from(rows == 64);
+                (
+                    if swiglu {
+                        &wg.tma_swiglu[at]
+                    } else {
+                        &wg.tma[at]
+                    },
+                    walk_out_blocks(m.n_out, swiglu, 1),
+                    1,
+                    MWK_THREADS,
+                    wg.tma_shared[at],
+                    box_rows_a_warpgroup,
+                )
+            }
         };
         gpu.launch_with_shared(
             kernel,
@@ -3558,8 +3591,8 @@ impl Kernels {
         );
         let row_blocks = rows_u32(m.rows.div_ceil(MMT_ROWS));
         let out_blocks = u32::try_from(m.n_out.div_ceil(MMT_OUTS)).expect("outputs fit a grid");
-        if let Some(wg) = self.walk_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
-            return self.matmul_walk(gpu, wg, m, swiglu_act, norm);
+        if let Some((wg, plan)) = self.walk_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
+            return self.matmul_walk(gpu, wg, plan, m, swiglu_act, norm);
         }
         if let Some((wg, run)) = self.wg_split_run(m, split_k, on_wgmma, swiglu_act.is_some()) {
             // x in the warpgroup's k order, then the tiles' split on wgmma, folded as theirs.

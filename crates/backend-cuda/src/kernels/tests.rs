@@ -512,10 +512,10 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 .chain(wide)
                 .chain([(super::WalkChoice::Measured, 1, OneGroup, 3)])
         {
-            k.matmul_walk = walk;
+            k.matmul_walk.choice = walk;
             k.multiprocessors = counted;
-            k.matmul_walk_k_groups = groups;
-            k.matmul_walk_warpgroups = warpgroups;
+            k.matmul_walk.k_groups = groups;
+            k.matmul_walk.warpgroups = warpgroups;
             k.walk_wide_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             k.walk_launches
@@ -532,8 +532,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             ] {
                 matmul_case(&gpu, &k, &mut rng, depth, rows, split);
             }
-            // Exactly 64 rows (a whole block: x's chunk one copy) with residues of 6 chunks and a piece (41 chunks: steps of 4 and 2, the
-            // total carried across a step), and 48.
+            // Exactly 64 rows (a whole block: x's chunk one copy) with residues of 6 chunks and a
+            // piece (41 chunks: steps of 4 and 2, the total carried across a step), and 48.
             for rows in [64, 48] {
                 matmul_case_of(&gpu, &k, &mut rng, 5 * 8 * 64 + 16, rows, split);
             }
@@ -561,10 +561,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 "the default walk ran {walked} times, {wide} of them wide"
             );
         }
-        k.matmul_walk_warpgroups = 1;
         k.multiprocessors = multiprocessors;
         k.matmul_walk = default_walk;
-        k.matmul_walk_k_groups = OneGroup;
     }
 }
 
@@ -834,9 +832,9 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // clusters (`matmul_bf16_tiled_split_fold*`, FLASHLANE_MATMUL_CLUSTER_FOLD), and on
         // Hopper the split on the warpgroup MMA (FLASHLANE_MATMUL_WG_FOLD), in its clusters
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
-        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_tma_swiglu`), its blocks
-        // of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), and with 2 and 3 consumer
-        // warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
+        // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_tma_swiglu`), its
+        // blocks of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), and with 2 and
+        // 3 consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
         // counted as one, so that these few units take them).
         use super::WalkChoice::Tma;
         let folds = [
@@ -857,10 +855,10 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         {
             k.matmul_cluster_fold = cluster_fold;
             k.matmul_wg_fold = wg_fold;
-            k.matmul_walk = walk.map_or(super::WalkChoice::Off, |w| w.0);
-            k.matmul_walk_rows = walk.and_then(|w| w.1);
+            k.matmul_walk.choice = walk.map_or(super::WalkChoice::Off, |w| w.0);
+            k.matmul_walk.rows = walk.and_then(|w| w.1);
             let warpgroups = walk.map_or(1, |w| w.2);
-            k.matmul_walk_warpgroups = warpgroups;
+            k.matmul_walk.warpgroups = warpgroups;
             k.multiprocessors = if warpgroups > 1 { 1 } else { multiprocessors };
             let seed = format!(
                 "{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk:?})"
@@ -939,7 +937,7 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             );
         }
         k.multiprocessors = multiprocessors;
-        k.matmul_walk_warpgroups = 1;
+        k.matmul_walk.warpgroups = 1;
     }
     // The rounds of 48–64 rows took the warpgroup fold and the walk (with several warpgroups
     // too) where their module compiled: the comparisons above checked them, not the tiles twice.
@@ -1832,49 +1830,33 @@ fn the_walk_shares_k_where_its_tiles_leave_multiprocessors_idle() {
         mwk_kg_shared_bytes, walk_depth, walk_k_groups, walk_kg_stages, WalkKGroups,
         HOPPER_BLOCK_SHARED_BYTES, MMA_CHUNK,
     };
+    use WalkKGroups::{Auto, Fixed, Off};
     let chunks = |k: usize| k.div_ceil(MMA_CHUNK);
-    for rows in [48, 64] {
+    // (asked, outputs, chunks of k, a gate/up's, groups), at 48 and 64 rows.
+    let cases = [
         // Qwen3-4B: o (4,096 → 2,560), down (9,728 → 2,560), q/k/v (2,560 → 6,144).
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(4096), false, 132),
-            3
-        );
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(9728), false, 132),
-            3
-        );
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Auto, rows, 6144, chunks(2560), false, 132),
-            1
-        );
+        (Auto, 2560, chunks(4096), false, 3),
+        (Auto, 2560, chunks(9728), false, 3),
+        (Auto, 6144, chunks(2560), false, 1),
         // Qwen3-8B: o and down (→ 4,096).
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Auto, rows, 4096, chunks(12288), false, 132),
-            2
-        );
+        (Auto, 4096, chunks(12288), false, 2),
         // A gate/up (its SwiGLU's units in one block), none asked, too little k.
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Auto, rows, 2560, chunks(4096), true, 132),
-            1
-        );
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Off, rows, 2560, chunks(4096), false, 132),
-            1
-        );
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Fixed(4), rows, 2560, 7, false, 132),
-            1
-        );
-        assert_eq!(
-            walk_k_groups(WalkKGroups::Fixed(2), rows, 6144, 8, false, 132),
-            2
-        );
+        (Auto, 2560, chunks(4096), true, 1),
+        (Off, 2560, chunks(4096), false, 1),
+        (Fixed(4), 2560, 7, false, 1),
+        (Fixed(2), 6144, 8, false, 2),
+    ];
+    for rows in [48, 64] {
+        for (asked, n_out, chunks, swiglu, groups) in cases {
+            assert_eq!(
+                walk_k_groups(asked, rows, n_out, chunks, swiglu, 132),
+                groups,
+                "{asked:?}, {rows} rows, {n_out} outputs, {chunks} chunks, SwiGLU {swiglu}"
+            );
+        }
     }
     // 128 rows are two row blocks: 80 tiles, so 1 (80 · 2 ≥ 132).
-    assert_eq!(
-        walk_k_groups(WalkKGroups::Auto, 128, 2560, chunks(4096), false, 132),
-        1
-    );
+    assert_eq!(walk_k_groups(Auto, 128, 2560, chunks(4096), false, 132), 1);
     for groups in 2..=4 {
         assert!(
             mwk_kg_shared_bytes(groups) <= HOPPER_BLOCK_SHARED_BYTES,
@@ -1907,63 +1889,115 @@ fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
     }
 }
 
-/// `walk_takes` (no device needed): by default (the walk's 3 warpgroups, 132 multiprocessors)
+/// `walk_plan` (no device needed): by default (the walk's 3 warpgroups, 132 multiprocessors)
 /// only Qwen3-4B's and -8B's gate/up from 49 rows to 64 walk, in wide blocks; their q/k/v, o and
 /// down, Qwen3-0.6B's gate/up (too few units for wide blocks to fill half the GPU), 48 rows and
 /// fewer, more than 64 rows, or wide kernels that did not load stay on the tiles. `=tma` walks
-/// every split of up to 64 rows, but under `=tiles` for the narrow ones those its 64-row blocks
-/// leave more than half the GPU idle; `=0` none.
+/// every split of up to 64 rows: in k groups where asked and loaded, else in wide blocks where
+/// asked and loaded, else in one warpgroup a block of 64 rows or (few outputs) 32, but under
+/// `_NARROW=tiles` not those of 32; `=0` none.
 #[test]
 fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     use super::WalkChoice::{Measured, Off, Tma};
-    use super::{walk_takes, MWK_MOST_WARPGROUPS};
-    let loaded = [true, true];
-    let takes_asked = |choice, rows, n_out, swiglu, warpgroups, wide_loaded| {
-        walk_takes(
-            choice,
-            rows,
-            n_out,
-            swiglu,
-            132,
-            warpgroups,
-            wide_loaded,
-            false,
-        )
+    use super::WalkKGroups;
+    use super::WalkPlan::{KGroups, Rows, Wide};
+    use super::{walk_plan, WalkAsk, WalkLoaded, MWK_MOST_WARPGROUPS};
+    let all = WalkLoaded {
+        k_groups: [true; 3],
+        wide: [true; 2],
     };
-    let takes = |choice, rows, n_out, swiglu| {
-        takes_asked(choice, rows, n_out, swiglu, MWK_MOST_WARPGROUPS, loaded)
+    let ask = |choice| WalkAsk {
+        choice,
+        rows: None,
+        k_groups: WalkKGroups::Off,
+        warpgroups: if choice == Measured {
+            MWK_MOST_WARPGROUPS
+        } else {
+            1
+        },
+        narrow_tiles: false,
     };
+    // k of 2,560 (Qwen3-4B's hidden): 40 chunks.
+    let plan = |ask: &WalkAsk, loaded, rows, n_out, swiglu| {
+        walk_plan(ask, loaded, rows, n_out, 40, swiglu, 132)
+    };
+    let measured = ask(Measured);
     for rows in [49, 56, 64] {
         for units in [9728, 12288] {
-            assert!(
-                takes(Measured, rows, 2 * units, true),
+            assert_eq!(
+                plan(&measured, all, rows, 2 * units, true),
+                Some(Wide(3)),
                 "{rows} rows, {units}"
             );
         }
         for n_out in [6144, 2560, 4096] {
-            assert!(!takes(Measured, rows, n_out, false), "{rows} rows, {n_out}");
+            assert_eq!(
+                plan(&measured, all, rows, n_out, false),
+                None,
+                "{rows} rows, {n_out}"
+            );
         }
-        assert!(
-            !takes(Measured, rows, 2 * 3072, true),
+        assert_eq!(
+            plan(&measured, all, rows, 2 * 3072, true),
+            None,
             "0.6B at {rows} rows"
         );
     }
     for rows in [1, 17, 32, 48, 65, 128] {
-        assert!(!takes(Measured, rows, 2 * 9728, true), "{rows} rows");
+        assert_eq!(
+            plan(&measured, all, rows, 2 * 9728, true),
+            None,
+            "{rows} rows"
+        );
     }
     // Only the 3 warpgroups' kernels missing: 3 are what the gate/up takes, so the tiles; asked
     // for 2 (FLASHLANE_MATMUL_WALK_OUTS=128), the 2 warpgroups' kernels.
-    let only_two = [true, false];
-    assert!(!takes_asked(Measured, 64, 2 * 9728, true, 3, only_two));
-    assert!(takes_asked(Measured, 64, 2 * 9728, true, 2, only_two));
+    let only_two = WalkLoaded {
+        wide: [true, false],
+        ..all
+    };
+    assert_eq!(plan(&measured, only_two, 64, 2 * 9728, true), None);
+    let two = WalkAsk {
+        warpgroups: 2,
+        ..measured
+    };
+    assert_eq!(plan(&two, only_two, 64, 2 * 9728, true), Some(Wide(2)));
+    let tma = ask(Tma);
     for rows in [1, 32, 64] {
-        assert!(takes(Tma, rows, 6144, false) && takes(Tma, rows, 2560, false));
-        assert!(!takes(Off, rows, 2 * 9728, true));
+        assert_eq!(plan(&ask(Off), all, rows, 2 * 9728, true), None);
+        // Qwen3-4B's q/k/v (96 blocks of 64 outputs) in blocks of 64 rows; its o (40: fewer
+        // than half of 132) in blocks of 32.
+        assert_eq!(plan(&tma, all, rows, 6144, false), Some(Rows(64)));
+        assert_eq!(plan(&tma, all, rows, 2560, false), Some(Rows(32)));
     }
-    assert!(!takes(Tma, 65, 6144, false));
-    // Qwen3-4B's o at 64 rows: 40 blocks of 64 rows, fewer than half of 132: 32-row blocks.
-    assert!(!walk_takes(Tma, 64, 2560, false, 132, 1, loaded, true));
-    assert!(walk_takes(Tma, 64, 6144, false, 132, 1, loaded, true));
+    assert_eq!(plan(&tma, all, 65, 6144, false), None);
+    let narrow = WalkAsk {
+        narrow_tiles: true,
+        ..tma
+    };
+    assert_eq!(plan(&narrow, all, 64, 2560, false), None);
+    assert_eq!(plan(&narrow, all, 64, 6144, false), Some(Rows(64)));
+    // `=tma` with the gate/up's 3 warpgroups asked, and the o in k groups by the rule (3: 120
+    // blocks), where their kernels loaded.
+    let wide_tma = WalkAsk {
+        warpgroups: 3,
+        k_groups: WalkKGroups::Auto,
+        ..tma
+    };
+    assert_eq!(plan(&wide_tma, all, 64, 2 * 9728, true), Some(Wide(3)));
+    assert_eq!(plan(&wide_tma, all, 64, 2560, false), Some(KGroups(3)));
+    let none_loaded = WalkLoaded {
+        k_groups: [false; 3],
+        wide: [false; 2],
+    };
+    assert_eq!(
+        plan(&wide_tma, none_loaded, 64, 2 * 9728, true),
+        Some(Rows(64))
+    );
+    assert_eq!(
+        plan(&wide_tma, none_loaded, 64, 2560, false),
+        Some(Rows(32))
+    );
 }
 
 /// Hybrid models with FP8 projections split k in their FP8 decode rounds alone (measured as a
@@ -2634,8 +2668,8 @@ fn norm_in_split_gives_the_bits_of_the_norm_then_the_matmul() {
                     // walk, where asked.
                     k.matmul_wg_fold = wg_fold.is_some();
                     k.matmul_cluster_fold = wg_fold.unwrap_or(default_fold);
-                    k.matmul_walk = walk;
-                    k.matmul_walk_warpgroups = warpgroups;
+                    k.matmul_walk.choice = walk;
+                    k.matmul_walk.warpgroups = warpgroups;
                     k.multiprocessors = if warpgroups > 1 { 1 } else { multiprocessors };
                     let other = wg_fold.is_some() || walk != Off;
                     // The norm apart, then the kernel: its split rows and products.
