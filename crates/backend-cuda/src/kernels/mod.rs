@@ -462,8 +462,8 @@ pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 enum WalkChoice {
     /// Every split on the tiles (`=0`).
     Off,
-    /// The default: the walk where its blocks hold several consumer warpgroups, from
-    /// [`MWK_WIDE_MIN_ROWS`] rows ([`walk_plan`]).
+    /// The default: a gate/up's walk where its blocks hold several consumer warpgroups in one
+    /// wave, from [`MWK_WIDE_MIN_ROWS`] rows ([`walk_plan`]).
     Measured,
     /// Every bf16 split of up to [`MWS_MAX_ROWS`] rows, W's chunk one box of its tensor map
     /// (`cp.async.bulk.tensor`) (`=tma`).
@@ -487,10 +487,11 @@ impl WalkChoice {
         }
     }
 }
-/// Rows from which the default walk ([`WalkChoice::Measured`]) takes a split its wide blocks
-/// hold. Measured on an H100 with Qwen3-4B's gate/up in 3 warpgroups a block (the rest on the
-/// tiles; bench/RESULTS.md session 72, 2 rounds, decode tok/s against the tiles): 1.10× at 64
-/// streams (Qwen3-8B 1.08×), 0.99× at 48, 0.91× at 32. Below 64 rows a block's last rows are
+/// Rows from which the default walk ([`WalkChoice::Measured`]) takes a gate/up its wide blocks
+/// hold. Measured on an H100 with Qwen3-4B's gate/up in 3 warpgroups a block (q/k/v in the
+/// one-warpgroup walk, o and down on the tiles; bench/RESULTS.md session 72, 2 rounds, decode
+/// tok/s against the tiles): 1.10× at 64 streams (Qwen3-8B 1.08×), 0.99× at 48, 0.91× at 32;
+/// the gate/up's alone 1.074× at 64 (one round). Below 64 rows a block's last rows are
 /// padding, which the tiles' 16-row blocks do not read.
 const MWK_WIDE_MIN_ROWS: usize = 49;
 /// `FLASHLANE_MATMUL_WALK_ROWS=32` or `=64` makes every walk's blocks that many rows instead of
@@ -717,9 +718,10 @@ enum WalkPlan {
 
 /// How a round's bf16 k split of `rows` rows of `n_out` outputs over `chunks` chunks of k
 /// (`swiglu`: a gate/up's) runs as the walk on `multiprocessors` under `ask`, with the kernels
-/// `loaded`; `None`: on the tiles. The default walk ([`WalkChoice::Measured`]) takes only what its
-/// wide blocks hold ([`walk_warpgroups`] above 1) from [`MWK_WIDE_MIN_ROWS`] rows: there it beat
-/// the tiles, in one warpgroup a block nowhere (bench/RESULTS.md sessions 70–72). `=tma` walks
+/// `loaded`; `None`: on the tiles. The default walk ([`WalkChoice::Measured`]) takes only a
+/// gate/up its wide blocks hold ([`walk_warpgroups`] above 1) in one wave, from
+/// [`MWK_WIDE_MIN_ROWS`] rows: there it beat the tiles, in one warpgroup a block nowhere
+/// (bench/RESULTS.md sessions 70–72). `=tma` walks
 /// every split of up to [`MWS_MAX_ROWS`] rows (but under `_NARROW=tiles` those of 32-row blocks)
 /// in k groups where asked and loaded, else in wide blocks where asked and loaded, else in one
 /// warpgroup a block ([`walk_rows`]).
@@ -740,7 +742,14 @@ fn walk_plan(
         (warpgroups > 1 && loaded.wide[warpgroups - 2]).then_some(WalkPlan::Wide(warpgroups));
     match ask.choice {
         WalkChoice::Off => None,
-        WalkChoice::Measured => wide.filter(|_| rows >= MWK_WIDE_MIN_ROWS),
+        // Only a gate/up whose wide blocks are one wave (the walk holds one a multiprocessor):
+        // Qwen3-4B's (102 blocks) and -8B's (128). Where else wide blocks would go (the A3B
+        // slice's q/k/v and DeltaNet projections in 2 warpgroups, Qwen3-14B's gate/up in 182
+        // blocks) they were never measured, so the tiles keep them.
+        WalkChoice::Measured => {
+            let one_wave = walk_out_blocks(n_out, swiglu, warpgroups) <= multiprocessors;
+            wide.filter(|_| swiglu && rows >= MWK_WIDE_MIN_ROWS && one_wave)
+        }
         WalkChoice::Tma
             if ask.narrow_tiles && walk_rows(rows, n_out, swiglu, multiprocessors, None) == 32 =>
         {

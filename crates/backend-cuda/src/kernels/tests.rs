@@ -1891,8 +1891,9 @@ fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
 
 /// `walk_plan` (no device needed): by default (the walk's 3 warpgroups, 132 multiprocessors)
 /// only Qwen3-4B's and -8B's gate/up from 49 rows to 64 walk, in wide blocks; their q/k/v, o and
-/// down, Qwen3-0.6B's gate/up (too few units for wide blocks to fill half the GPU), 48 rows and
-/// fewer, more than 64 rows, or wide kernels that did not load stay on the tiles. `=tma` walks
+/// down, Qwen3-0.6B's gate/up (too few units for wide blocks to fill half the GPU), plain splits
+/// that wide blocks would hold (never measured), gate/ups of more wide blocks than a wave, 48
+/// rows and fewer, more than 64 rows, or wide kernels that did not load stay on the tiles. `=tma` walks
 /// every split of up to 64 rows: in k groups where asked and loaded, else in wide blocks where
 /// asked and loaded, else in one warpgroup a block of 64 rows or (few outputs) 32, but under
 /// `_NARROW=tiles` not those of 32; `=0` none.
@@ -1942,6 +1943,18 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
             None,
             "0.6B at {rows} rows"
         );
+        // Wide blocks never measured: a plain split's (the A3B slice's q/k/v, 9,216 outputs,
+        // and DeltaNet projection, 12,352, both in 2 warpgroups), and Qwen3-14B's gate/up
+        // (182 blocks of 3 warpgroups: more than a wave).
+        let tma_wide = WalkAsk {
+            choice: Tma,
+            ..measured
+        };
+        for n_out in [9216, 12352] {
+            assert_eq!(plan(&measured, all, rows, n_out, false), None, "{n_out}");
+            assert_eq!(plan(&tma_wide, all, rows, n_out, false), Some(Wide(2)));
+        }
+        assert_eq!(plan(&measured, all, rows, 2 * 17408, true), None, "14B");
     }
     for rows in [1, 17, 32, 48, 65, 128] {
         assert_eq!(
@@ -1951,7 +1964,8 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
         );
     }
     // Only the 3 warpgroups' kernels missing: 3 are what the gate/up takes, so the tiles; asked
-    // for 2 (FLASHLANE_MATMUL_WALK_OUTS=128), the 2 warpgroups' kernels.
+    // for 2 (FLASHLANE_MATMUL_WALK_OUTS=128), the 2 warpgroups' kernels where their blocks are
+    // a wave (a gate/up of 8,192 units: 128 blocks), not Qwen3-4B's 152 (`=tma` takes those).
     let only_two = WalkLoaded {
         wide: [true, false],
         ..all
@@ -1961,7 +1975,10 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
         warpgroups: 2,
         ..measured
     };
-    assert_eq!(plan(&two, only_two, 64, 2 * 9728, true), Some(Wide(2)));
+    assert_eq!(plan(&two, only_two, 64, 2 * 8192, true), Some(Wide(2)));
+    assert_eq!(plan(&two, only_two, 64, 2 * 9728, true), None);
+    let two_tma = WalkAsk { choice: Tma, ..two };
+    assert_eq!(plan(&two_tma, only_two, 64, 2 * 9728, true), Some(Wide(2)));
     let tma = ask(Tma);
     for rows in [1, 32, 64] {
         assert_eq!(plan(&ask(Off), all, rows, 2 * 9728, true), None);
