@@ -255,8 +255,9 @@ __device__ __forceinline__ void att_halve(float (&v)[N], int lane) {
 // a group of 4 keys and 4 heads), are taken once, by one lane each (c by the score's first lane,
 // e by the lane half way along its lanes), and shuffled to the others. The same arguments, the
 // same expf, the same steps in the same order: the same bits (kernel test). Session 62's ncu had
-// `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue slots, DRAM 32 %). Off by
-// default until measured (FLASHLANE_ATTENTION_SHARED_SOFTMAX=1).
+// `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue slots, DRAM 32 %). The
+// default since session 73 (1.01–1.06× decode on an H100; FLASHLANE_ATTENTION_SHARED_SOFTMAX=0
+// takes `att_group_lanes`).
 template <int G, typename KAt, typename VAt>
 __device__ __forceinline__ void att_group_shared(KAt k_at, VAt v_at, int p0, int pos, int lane, float scale,
                                                  const float (&qv)[G][ATT_DPL], float (&acc)[G][ATT_DPL],

@@ -1508,18 +1508,20 @@ const ATT_KV_AHEAD: usize = 2;
 /// `FLASHLANE_ATTENTION_KV_AHEAD=0|1|2` sets that (A/B runs of one binary: the same bits).
 pub const ATTENTION_KV_AHEAD_ENV: &str = "FLASHLANE_ATTENTION_KV_AHEAD";
 
-/// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=1`: the simt attention shares a key group's scores and
-/// softmax exps out over the warp's lanes (`att_group_shared`: one butterfly halving a group's
-/// 16 scores at each offset, one lane an exp) where by default every lane takes each score's
-/// butterfly and each exp (`att_group_lanes`), and its merge takes each split's factor of a head
-/// once (`att_merge`) where by default every output takes all 16. The same sums in the same
-/// order and the same exps: the same bits (kernel test); an A/B switch. Written in session 72
-/// after session 62's ncu had `attention_grouped_staged8` issue-bound at 64 streams (64 % of
-/// issue slots, DRAM 32 %; 1,340 µs of Qwen3-4B's 7,186 µs 64-row round on the H100, session
-/// 71); nvcc 13.2 gives its kernels 64 shuffles and 1 `expf` a group where the default's take
-/// 80 and 32, and 1 `expf` a merge where they take 16 (unrolled), the same registers or fewer,
-/// no spills. Off until a GPU has run its kernel test and measured it (the groups' part alone:
-/// +2.2 % decode at 64 streams, H100, session 72).
+/// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=0` has every lane of the simt attention take each
+/// score's butterfly and each softmax exp of a key group (`att_group_lanes`), and every output
+/// of its merge all 16 splits' factors of its head. By default a key group's scores and exps are
+/// shared out over the warp's lanes (`att_group_shared`: one butterfly halving a group's 16
+/// scores at each offset, one lane an exp) and the merge takes each split's factor of a head
+/// once (`att_merge`). The same sums in the same order and the same exps: the same bits (kernel
+/// test; the whole-model GPU tests pass with it); an A/B switch. Written in session 72 after
+/// session 62's ncu had `attention_grouped_staged8` issue-bound at 64 streams (64 % of issue
+/// slots, DRAM 32 %); nvcc 13.2 gives its kernels 64 shuffles and 1 `expf` a group where the
+/// other chain takes 80 and 32, and 1 `expf` a merge where it takes 16 (unrolled), the same
+/// registers or fewer, no spills. Measured on an H100 (bench/RESULTS.md session 73, 2 rounds,
+/// decode tok/s against `=0`): Qwen3-4B 1.007× / 1.012× / 1.034× / 1.055× at 1 / 8 / 32 / 64
+/// streams (prefill 1.03–1.05×), Qwen3-8B 1.006× / 1.007× / 1.037× at 1 / 8 / 64, Qwen3-0.6B
+/// 1.048× at 64 (prefill 1.09×), the A3B slice (heads of 256) 1.00× at 8 and 64.
 pub const ATTENTION_SHARED_SOFTMAX_ENV: &str = "FLASHLANE_ATTENTION_SHARED_SOFTMAX";
 
 /// ATT_KV_AHEAD, or [`ATTENTION_KV_AHEAD_ENV`]'s 0, 1 or 2 where set.
@@ -1897,7 +1899,7 @@ impl Dims {
             ("ATT_KV_AHEAD", attention_kv_ahead()),
             (
                 "ATT_SHARED_SOFTMAX",
-                usize::from(env_asked(ATTENTION_SHARED_SOFTMAX_ENV)),
+                usize::from(env_on(ATTENTION_SHARED_SOFTMAX_ENV)),
             ),
             ("ATT_STAGES", ATT_STAGES),
             ("ARGMAX_THREADS", block(ARGMAX_THREADS)),

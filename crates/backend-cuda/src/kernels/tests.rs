@@ -3953,8 +3953,9 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// on two shapes). The same for `attention_grouped_staged_prep` (the prep inside the staged
 /// attention) wherever the staged kernels were compiled. With the bf16 cache, every attention
 /// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too,
-/// and so do a key group's scores and exps shared out over the warp's lanes (ATT_SHARED_SOFTMAX
-/// 1, `FLASHLANE_ATTENTION_SHARED_SOFTMAX`) on Qwen3-4B's heads (4 a block: 16 scores a key group),
+/// and so do a key group's scores and exps taken by every lane (ATT_SHARED_SOFTMAX 0,
+/// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=0`; shared out over the warp's lanes by default) on
+/// Qwen3-4B's heads (4 a block: 16 scores a key group),
 /// the narrow ones (4 a block, half a warp idle) and those of 256 (2: 8), the per-head kernels'
 /// 4 in all three;
 /// and the tensor-core attention (FLASHLANE_ATTENTION_MMA) its own bits, alike with its prep
@@ -4015,7 +4016,11 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
     };
     // Every module the loop compiles, at once first.
     let aheads: Vec<[(&str, usize); 1]> = (0..=8).map(|a| [("ATT_KV_AHEAD", a)]).collect();
-    let shared: &[(&str, usize)] = &[("ATT_SHARED_SOFTMAX", 1)];
+    // The other chain of a key group's scores and exps than the process's (by default shared
+    // out, so every lane taking each).
+    let other_chain = usize::from(!super::env_on(super::ATTENTION_SHARED_SOFTMAX_ENV));
+    let shared_pair = [("ATT_SHARED_SOFTMAX", other_chain)];
+    let shared: &[(&str, usize)] = &shared_pair;
     let mut modules: Vec<(Dims, &[(&str, usize)])> = Vec::new();
     for shape in &shapes {
         let config = config_of(shape);
@@ -4281,7 +4286,7 @@ fn prep_in_attention_gives_the_bits_of_prep_then_attention() {
                 for &kernel in &kernels {
                     assert!(
                         same_bits(&run(&k_shared, kernel).1, &apart.1),
-                        "{what}: ATT_SHARED_SOFTMAX 1, {kernel:?} differs"
+                        "{what}: ATT_SHARED_SOFTMAX {other_chain}, {kernel:?} differs"
                     );
                 }
             }
