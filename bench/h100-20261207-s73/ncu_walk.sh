@@ -2,8 +2,8 @@
 # ncu of a 64-stream Qwen3-4B decode round's matmuls (session 71's ncu.sh, widened): what bounds
 # the walk's blocks (L2 and shared-memory throughput, the tensor pipe, the consumers' stalls),
 # at the default (the tiles' q/k/v, o and down; the wide walk's gate/up), under `=tma` (q/k/v
-# in 64-row blocks, o and down in 32-row ones) and in k groups. Carry bench/peers/flashlane.xz;
-# LIMIT as the budget allows.
+# in 64-row blocks, o and down in 32-row ones), in k groups, and x's splits at the default.
+# Carry bench/peers/flashlane.xz; LIMIT as the budget allows.
 set -u
 T0=$(date +%s)
 . bench/device_ab.sh
@@ -27,4 +27,7 @@ profile() {
 room 95 ncu_default && profile default "FLASHLANE_AB=1" 'split_fold|walk_tma' 300
 room 95 ncu_tma && profile tma FLASHLANE_MATMUL_WALK=tma 'matmul_bf16_walk' 300
 room 95 ncu_tmak && profile tmak "FLASHLANE_MATMUL_WALK=tma FLASHLANE_MATMUL_WALK_K_GROUPS=auto" 'matmul_bf16_walk' 300
+# x's splits at the default (NEXT.md item 2: the walk's with its norm took 7.7 µs a launch in the
+# timeline against the tiles' 3.5): each launch alone here, so no walk fetches weights beside it.
+room 95 ncu_split && profile split "FLASHLANE_AB=1" 'split_rows' 300
 exit 0

@@ -721,10 +721,9 @@ enum WalkPlan {
 /// `loaded`; `None`: on the tiles. The default walk ([`WalkChoice::Measured`]) takes only a
 /// gate/up its wide blocks hold ([`walk_warpgroups`] above 1) in one wave, from
 /// [`MWK_WIDE_MIN_ROWS`] rows: there it beat the tiles, in one warpgroup a block nowhere
-/// (bench/RESULTS.md sessions 70–72). `=tma` walks
-/// every split of up to [`MWS_MAX_ROWS`] rows (but under `_NARROW=tiles` those of 32-row blocks)
-/// in k groups where asked and loaded, else in wide blocks where asked and loaded, else in one
-/// warpgroup a block ([`walk_rows`]).
+/// (bench/RESULTS.md sessions 70–73). `=tma` walks every split of up to [`MWS_MAX_ROWS`] rows
+/// (but under `_NARROW=tiles` those of 32-row blocks) in k groups where asked and loaded, else
+/// in wide blocks where asked and loaded, else in one warpgroup a block ([`walk_rows`]).
 fn walk_plan(
     ask: &WalkAsk,
     loaded: WalkLoaded,

@@ -1893,10 +1893,10 @@ fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
 /// only Qwen3-4B's and -8B's gate/up from 49 rows to 64 walk, in wide blocks; their q/k/v, o and
 /// down, Qwen3-0.6B's gate/up (too few units for wide blocks to fill half the GPU), plain splits
 /// that wide blocks would hold (never measured), gate/ups of more wide blocks than a wave, 48
-/// rows and fewer, more than 64 rows, or wide kernels that did not load stay on the tiles. `=tma` walks
-/// every split of up to 64 rows: in k groups where asked and loaded, else in wide blocks where
-/// asked and loaded, else in one warpgroup a block of 64 rows or (few outputs) 32, but under
-/// `_NARROW=tiles` not those of 32; `=0` none.
+/// rows and fewer, more than 64 rows, or wide kernels that did not load stay on the tiles.
+/// `=tma` walks every split of up to 64 rows: in k groups where asked and loaded, else in wide
+/// blocks where asked and loaded, else in one warpgroup a block of 64 rows or (few outputs) 32,
+/// but under `_NARROW=tiles` not those of 32; `=0` none.
 #[test]
 fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     use super::WalkChoice::{Measured, Off, Tma};
@@ -3955,9 +3955,8 @@ fn attention_prep_of_many_heads_matches_a_reference() {
 /// kernel and the ways of loading the keys (ATT_KV_AHEAD) each shape lists give the same bits too,
 /// and so do a key group's scores and exps taken by every lane (ATT_SHARED_SOFTMAX 0,
 /// `FLASHLANE_ATTENTION_SHARED_SOFTMAX=0`; shared out over the warp's lanes by default) on
-/// Qwen3-4B's heads (4 a block: 16 scores a key group),
-/// the narrow ones (4 a block, half a warp idle) and those of 256 (2: 8), the per-head kernels'
-/// 4 in all three;
+/// Qwen3-4B's heads (4 a block: 16 scores a key group), the narrow ones (4 a block, half a warp
+/// idle) and those of 256 (2: 8), the per-head kernels' 4 in all three;
 /// and the tensor-core attention (FLASHLANE_ATTENTION_MMA) its own bits, alike with its prep
 /// inside its cluster kernel (`attention_mma_cluster_prep`), apart, and in its block kernel.
 #[test]
