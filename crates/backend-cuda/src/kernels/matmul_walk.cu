@@ -52,11 +52,11 @@
 //
 // With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows, no k groups) a
 // block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the 64 of them from 64w
-// (units from 32w), each as the one-warpgroup walk holds its 64, all on the
-// same stage of x: at 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB,
-// and the copies into shared memory (~45 GB/s a multiprocessor with every multiprocessor
-// copying, H100, session 71) set the walk's time, so x shared by 2 or 3 warpgroups takes 2/3 or
-// 5/9 of the bytes an output. Each warpgroup runs its own chain on its own outputs: the bits are
+// (units from 32w), each as the one-warpgroup walk holds its 64, all on the same stage of x: at
+// 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB, so x shared by 2 or 3
+// warpgroups takes 2/3 or 5/9 of the bytes an output, and a multiprocessor has 2 or 3 consumer
+// warpgroups in flight (ncu, H100, session 73: the walk is latency-bound, 7.6 % of the warp
+// slots active in one warpgroup a block, 20 % in 3). Each warpgroup runs its own chain on its own outputs: the bits are
 // the one-warpgroup walk's. A step takes at most 2 chunks there (the registers of 288 or 416
 // threads a multiprocessor).
 //
@@ -141,7 +141,8 @@ __device__ __forceinline__ int walk_next(int c, int chunks) {
 
 // The block's output rows `y` (ceil(rows / N) × ceil(n_out / (64 · WGS)) blocks, × KG along z;
 // SWIGLU: × ceil(width / (32 · WGS)), act into y with stride y_stride). `xs`: the rows split by
-// `split_rows_walk` for N rows a block. W: `w_map` (boxes of 64 elements × 64 · WGS rows, 32 · WGS with SWIGLU).
+// `split_rows_walk` for N rows a block. W: `w_map` (boxes of 64 elements × 64 · WGS rows,
+// 32 · WGS with SWIGLU).
 template <int N, int STAGES, bool SWIGLU, int KG = 1, int WGS = 1>
 __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ xs, const tma_map_t* w_map, int k,
                                                   int n_out, float* __restrict__ y, int y_stride, int accumulate,

@@ -448,14 +448,14 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// (bench/RESULTS.md session 69). Its kernel tests pass (H100, sessions 70–72). In one
 /// warpgroup a block it is slower than the tiles: on Qwen3-4B at 64 streams it decoded at 0.94×
 /// the tiles' rate at one chunk a step (session 70) and at 0.83–0.86× at 1–8 chunks a step
-/// (session 71, another H100). Its blocks fill their stages at ~45 GB/s a multiprocessor with
-/// every multiprocessor copying, and at 64 rows x's bytes are two thirds of a stage's; blocks of
-/// 3 consumer warpgroups sharing x's stage ([`MATMUL_WALK_OUTS_ENV`]) took the gate/up faster
-/// than the tiles (session 72), so by default the walk runs where such blocks do
-/// ([`walk_plan`]). `=0` leaves every split to the tiles, `=tma` walks every bf16 split of up to
-/// 64 rows (A/B switches: the same bits). W's rows copied apart (`=1`) and clusters of 2 or 4
-/// blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were
-/// removed.
+/// (session 71, another H100). Its blocks fill their stages at ~45 GB/s a multiprocessor, held
+/// there by their own waits (ncu, session 73: 7.6 % of the warp slots active, L2 and DRAM far
+/// from their peaks); blocks of 3 consumer warpgroups on one stage of x
+/// ([`MATMUL_WALK_OUTS_ENV`]: 20 % active) took the gate/up faster than the tiles (session 72),
+/// so by default the walk runs a gate/up in such blocks ([`walk_plan`]). `=0` leaves every
+/// split to the tiles, `=tma` walks every bf16 split of up to 64 rows (A/B switches: the same
+/// bits). W's rows copied apart (`=1`) and clusters of 2 or 4 blocks multicasting x (`=tma2`,
+/// `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were removed.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -650,12 +650,13 @@ fn mwk_kg_shared_bytes(groups: usize) -> usize {
 /// consumer warpgroups (`matmul_bf16_walk_tma_w2`, `_w3`, and `_swiglu_` of each) that hold 128 or
 /// 192 outputs on one stage of x, where such blocks still give half the multiprocessors one
 /// ([`walk_warpgroups`]; else fewer warpgroups: Qwen3-4B's gate/up at 48–64 rows takes 3, 102
-/// blocks; its q/k/v 1). The walk's time is its copies into shared memory (~45 GB/s a
-/// multiprocessor, with every multiprocessor copying: H100, session 71), and at 64 rows x's split
-/// is 16 KB a chunk against a warpgroup's 8 KB of weights: x shared by 3 warpgroups takes 5/9
-/// of the bytes an output. Each warpgroup runs the one-warpgroup walk's chain on its outputs
-/// (the same bits). Written in session 71; at 192 the default walk's (session 72:
-/// [`walk_plan`]); under `FLASHLANE_MATMUL_WALK=tma` one warpgroup unless asked (A/B switches).
+/// blocks; its q/k/v 1). At 64 rows x's split is 16 KB a chunk against a warpgroup's 8 KB of
+/// weights, so x shared by 3 warpgroups takes 5/9 of the bytes an output, and a multiprocessor
+/// holds 3 consumer warpgroups in flight where the one-warpgroup walk holds 1 (ncu, session 73:
+/// the walk is latency-bound, 7.6 % of the warp slots active in one warpgroup, 20 % in 3). Each
+/// warpgroup runs the one-warpgroup walk's chain on its outputs (the same bits). Written in
+/// session 71; at 192 the default walk's (session 72: [`walk_plan`]); under
+/// `FLASHLANE_MATMUL_WALK=tma` one warpgroup unless asked (A/B switches).
 pub const MATMUL_WALK_OUTS_ENV: &str = "FLASHLANE_MATMUL_WALK_OUTS";
 /// The most consumer warpgroups a walk's block holds (3: 416 threads, ~150 registers each).
 const MWK_MOST_WARPGROUPS: usize = 3;
@@ -1264,9 +1265,10 @@ pub const ATTENTION_FEW_WARPS_ENV: &str = "FLASHLANE_ATTENTION_FEW_WARPS";
 const ATT_STAGES: usize = 3;
 /// Shared memory a block may opt into ([`HOPPER_BLOCK_SHARED_BYTES`]), less 8 KiB for what the
 /// staged kernels hold beside their stages (the merge's maxima and sums, 512 bytes at most, its
-/// factors under [`ATTENTION_SHARED_SOFTMAX_ENV`], 256 at most, and the prep's buffers in `attention_grouped_staged_prep`: (group + 1) ×
-/// head_dim floats, at most 5 × 256 × 4 bytes where a group's dims are at most
-/// ATT_GROUP_MAX_DIMS): a model whose stages do not fit never runs them.
+/// factors under [`ATTENTION_SHARED_SOFTMAX_ENV`], 256 at most, and the prep's buffers in
+/// `attention_grouped_staged_prep`: (group + 1) × head_dim floats, at most 5 × 256 × 4 bytes
+/// where a group's dims are at most ATT_GROUP_MAX_DIMS): a model whose stages do not fit never
+/// runs them.
 const ATT_STAGED_SHARED_MAX: usize = HOPPER_BLOCK_SHARED_BYTES - 8 * 1024;
 /// The staged attention takes the grouped attention's calls (calls of 32 rows and more that do
 /// not take the few-warps kernel: decode rounds of 32–511 streams, prompts of under 512 rows,
