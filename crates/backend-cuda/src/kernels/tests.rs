@@ -501,7 +501,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         use super::WalkKGroups::{Auto, Fixed, Off as OneGroup};
         // And with 2 and 3 consumer warpgroups a block (FLASHLANE_MATMUL_WALK_OUTS; the
         // multiprocessors counted as one, so that these few outputs take them), and the default
-        // walk, which takes only those (its 64-row cases; the rest on the tiles).
+        // walk, which leaves every plain split to the tiles (it takes a gate/up's wide blocks
+        // alone: `gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu`).
         let default_walk = k.matmul_walk;
         let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma, multiprocessors, g, 1));
         let wide = [2, 3].map(|warpgroups| (Tma, 1, OneGroup, warpgroups));
@@ -538,6 +539,10 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 matmul_case_of(&gpu, &k, &mut rng, 5 * 8 * 64 + 16, rows, split);
             }
             let walked = k.walk_launches.load(std::sync::atomic::Ordering::Relaxed);
+            if walk == super::WalkChoice::Measured {
+                assert_eq!(walked, 0, "the default walk ran a plain split");
+                continue;
+            }
             assert!(
                 walked > 0,
                 "the walk ({walk:?}) never ran with {counted} multiprocessors"
@@ -555,10 +560,6 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             assert!(
                 (warpgroups > 1) == (wide > 0),
                 "the walk ({walk:?}) ran with {warpgroups} warpgroups {wide} times"
-            );
-            assert!(
-                walk != super::WalkChoice::Measured || wide == walked,
-                "the default walk ran {walked} times, {wide} of them wide"
             );
         }
         k.multiprocessors = multiprocessors;
@@ -834,9 +835,11 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
         // (`matmul_bf16_wg_split_fold_swiglu`) and into partials (`_partials`): the same bits.
         // And on Hopper the walk (FLASHLANE_MATMUL_WALK, `matmul_bf16_walk_tma_swiglu`), its
         // blocks of 64 rows and of 32 (FLASHLANE_MATMUL_WALK_ROWS, `_swiglu_n32`), and with 2 and
-        // 3 consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the multiprocessors
-        // counted as one, so that these few units take them).
-        use super::WalkChoice::Tma;
+        // 3 consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS, `_swiglu_w2`, `_w3`; the
+        // multiprocessors counted as one, so that these few units take them); and the default
+        // walk, its multiprocessors counted as its wide blocks (one wave of them), which it
+        // takes from 49 rows.
+        use super::WalkChoice::{Measured, Tma};
         let folds = [
             (super::ClusterFold::Off, false, None),
             (super::ClusterFold::All, false, None),
@@ -846,8 +849,9 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             (super::ClusterFold::Off, false, Some((Tma, Some(32), 1))),
             (super::ClusterFold::Off, false, Some((Tma, None, 2))),
             (super::ClusterFold::Off, false, Some((Tma, None, 3))),
+            (super::ClusterFold::Off, false, Some((Measured, None, 3))),
         ];
-        let folds = &folds[..if wgmma_split { 8 } else { 2 }];
+        let folds = &folds[..if wgmma_split { folds.len() } else { 2 }];
         let multiprocessors = k.multiprocessors;
         for (rows, &(cluster_fold, wg_fold, walk)) in rows
             .into_iter()
@@ -859,7 +863,15 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
             k.matmul_walk.rows = walk.and_then(|w| w.1);
             let warpgroups = walk.map_or(1, |w| w.2);
             k.matmul_walk.warpgroups = warpgroups;
-            k.multiprocessors = if warpgroups > 1 { 1 } else { multiprocessors };
+            let default_walk = walk.is_some_and(|w| w.0 == Measured);
+            k.multiprocessors = match (default_walk, warpgroups) {
+                (true, _) => super::walk_out_blocks(2 * width, true, warpgroups),
+                (false, 1) => multiprocessors,
+                (false, _) => 1,
+            };
+            let wide_before = k
+                .walk_wide_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
             let seed = format!(
                 "{seed} (cluster fold {cluster_fold:?}, on wgmma {wg_fold}, walk {walk:?})"
             );
@@ -922,6 +934,16 @@ fn gate_up_swiglu_gives_the_bits_of_the_matmul_then_swiglu() {
                     "seed {seed}, width {width}: the plain {kernel:?} differs"
                 );
             }
+            // The default walk ran its wide blocks from 49 rows (Auto's kernel and the k split
+            // asked), and never below.
+            let wide_now = k
+                .walk_wide_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                !default_walk || (wide_now > wide_before) == (rows >= super::MWK_WIDE_MIN_ROWS),
+                "seed {seed}, width {width}, {rows} rows: the default walk ran wide {} times",
+                wide_now - wide_before
+            );
             // The last row alone.
             let r = rows - 1;
             let one = Matmul {
