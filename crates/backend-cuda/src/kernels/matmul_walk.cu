@@ -155,7 +155,13 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
     constexpr int STAGE_BYTES = X_STAGE_BYTES + W_STAGE_BYTES;
     static_assert(STAGE_BYTES % 1024 == 0, "stages 1,024-byte aligned (the swizzle's)");
     static_assert(STAGES >= DEPTH, "a step's chunks in the ring at once (the consumers release none before)");
-    static_assert(WGS == 1 || (KG == 1 && N == 64), "several warpgroups: the 64-row walk alone");
+    static_assert(WGS == 1 || N == 64, "several warpgroups: the 64-row walk alone");
+    // Several warpgroups in k groups: each group's residues alike (1 or 2), their partials held
+    // in registers through the walk and stashed in the ring after it, the fold shared out.
+    constexpr bool STASH = WGS > 1 && KG > 1;
+    constexpr int PER_GROUP = MMT_RESIDUES / KG;
+    static_assert(!STASH || (PER_GROUP * KG == MMT_RESIDUES && PER_GROUP <= 2),
+                  "wide k groups: 1 or 2 residues a group, every group alike");
     extern __shared__ float4 mwk_smem4[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(mwk_smem4);
     // The swizzled boxes: the ring from the next 1,024-byte boundary (the host allows for it).
@@ -338,6 +344,15 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
                     total[i] = c % MMT_RESIDUES == 0 ? acc[i] : total[i] + acc[i];
                     acc[i] = 0.0f;
                 }
+            } else if (STASH) {
+                // A later group's first of two residues waits in `total`, its last in `acc`.
+                if (PER_GROUP == 2 && c % MMT_RESIDUES == first_residue) {
+#pragma unroll
+                    for (int i = 0; i < N / 2; i++) {
+                        total[i] = acc[i];
+                        acc[i] = 0.0f;
+                    }
+                }
             } else {
                 float* part = parts + (size_t)(c % MMT_RESIDUES - first_residue) * (N / 2) * CONSUMERS;
 #pragma unroll
@@ -349,6 +364,53 @@ __device__ __forceinline__ void matmul_walk_block(const unsigned* __restrict__ x
         }
         v += n;
         c = walk_next(last, chunks);
+    }
+    if (STASH) {
+        // The ring is free once every consumer is past its last product (each stage's copies
+        // landed: its full barrier was awaited). Block g stashes its sums there, [slot][i][thread]:
+        // group 0 its total (residues 0 … in order, the chain's start), a later group each of its
+        // residues' partials apart. Then thread th of block g folds sums i of g's share (SUMS of
+        // them) of thread th in every block, in residue order — total = group 0's, then
+        // total += p_r — the sum block 0 alone would make, and writes them.
+        constexpr int SLOT = (N / 2) * CONSUMERS;
+        constexpr int SUMS = (N / 2) / KG;
+        constexpr int SLOTS = 1 + MMT_RESIDUES - PER_GROUP;
+        float* stash = reinterpret_cast<float*>(smem);
+        asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory");
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            stash[i * CONSUMERS + threadIdx.x] = group != 0 && PER_GROUP == 1 ? acc[i] : total[i];
+            if (PER_GROUP == 2 && group != 0) stash[SLOT + i * CONSUMERS + threadIdx.x] = acc[i];
+        }
+        cluster_sync();
+        // Every word of the share loaded first (one wait for the remote blocks), then added.
+        float p[SUMS][SLOTS];
+#pragma unroll
+        for (int m = 0; m < SUMS; m++) {
+            const float* at = stash + (group * SUMS + m) * CONSUMERS + threadIdx.x;
+            p[m][0] = cluster_load_f32(at, 0);
+#pragma unroll
+            for (int s = 1; s < SLOTS; s++) {
+                const int r = PER_GROUP + s - 1;  // residue r: group r / PER_GROUP's (r % PER_GROUP)th
+                p[m][s] = cluster_load_f32(at + (r % PER_GROUP) * SLOT, r / PER_GROUP);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < SUMS; m++) {
+            float sum = p[m][0];
+#pragma unroll
+            for (int s = 1; s < SLOTS; s++) sum += p[m][s];
+            const int i = group * SUMS + m;
+            const int r = r0 + (i / 4) * 8 + 2 * t + i % 2;
+            const int o = o0 + 64 * wg + ((i % 4) / 2 ? mb : ma);
+            if (r < rows && o < n_out) {
+                float* out = y + (size_t)r * y_stride + o;
+                *out = accumulate ? *out + sum : sum;
+            }
+        }
+        // No block leaves before the others have read its stash.
+        cluster_sync();
+        return;
     }
     if (KG > 1) {
         // Every group's partials written; block 0 adds the later groups' residues to its total
@@ -440,6 +502,21 @@ MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w2, MWK_TMA_STAGES_W2, false, 2)
 MWK_WIDE_KERNEL(matmul_bf16_walk_tma_w3, MWK_TMA_STAGES_W3, false, 3)
 MWK_WIDE_KERNEL(matmul_bf16_walk_tma_swiglu_w2, MWK_TMA_STAGES_W2, true, 2)
 MWK_WIDE_KERNEL(matmul_bf16_walk_tma_swiglu_w3, MWK_TMA_STAGES_W3, true, 3)
+#define MWK_KG8 __cluster_dims__(1, 1, 8)
+
+// The TMA walk of 64 rows with WGS consumer warpgroups in KG k groups (4: 2 residues a block;
+// 8: one) (FLASHLANE_MATMUL_WALK=wide): grid (ceil(rows / 64), ceil(n_out / (64 · WGS)), KG), a
+// cluster of KG blocks along k a tile, the fold shared out over the cluster.
+#define MWK_WIDE_KG_KERNEL(name, stages, wgs, kg, cluster)                                                      \
+    extern "C" __global__ void __launch_bounds__(MWK_CONSUMERS * wgs + WARP, 1) cluster                         \
+        name(const unsigned* __restrict__ xs, const __grid_constant__ tma_map_t w_map, int k, int n_out,        \
+             float* __restrict__ y, int y_stride, int accumulate, int rows_) {                                  \
+        matmul_walk_block<64, stages, false, kg, wgs>(xs, &w_map, k, n_out, y, y_stride, accumulate, rows_);    \
+    }
+MWK_WIDE_KG_KERNEL(matmul_bf16_walk_tma_w2_kg4, MWK_TMA_STAGES_W2, 2, 4, MWK_KG4)
+MWK_WIDE_KG_KERNEL(matmul_bf16_walk_tma_w2_kg8, MWK_TMA_STAGES_W2, 2, 8, MWK_KG8)
+MWK_WIDE_KG_KERNEL(matmul_bf16_walk_tma_w3_kg4, MWK_TMA_STAGES_W3, 3, 4, MWK_KG4)
+MWK_WIDE_KG_KERNEL(matmul_bf16_walk_tma_w3_kg8, MWK_TMA_STAGES_W3, 3, 8, MWK_KG8)
 
 // x's rows split for the walk's blocks of `block_rows` rows (`split_rows_of`'s words, in the
 // walk's layout: `split_word_at`). Grid `split_rows`'.

@@ -468,19 +468,24 @@ enum WalkChoice {
     /// Every bf16 split of up to [`MWS_MAX_ROWS`] rows, W's chunk one box of its tensor map
     /// (`cp.async.bulk.tensor`) (`=tma`).
     Tma,
+    /// The default's gate/up, and every plain split from [`MWK_WIDE_MIN_ROWS`] rows in wide
+    /// blocks shared out along k over a cluster where they fit one wave (`=wide`:
+    /// [`walk_wide_k_groups`]).
+    Wide,
 }
 
 impl WalkChoice {
     fn from_env() -> WalkChoice {
         match std::env::var(MATMUL_WALK_ENV).as_deref() {
             Ok("tma") => WalkChoice::Tma,
+            Ok("wide") => WalkChoice::Wide,
             Ok("0") => WalkChoice::Off,
             Ok("") | Err(_) => WalkChoice::Measured,
             // An A/B run must not measure the default under another walk's name (`=1`, `=tma2`
             // and `=tma4` were removed in session 71).
             Ok(other) => {
                 tracing::warn!(
-                    "{MATMUL_WALK_ENV}={other:?} is not a walk (`tma` or `0`): the default walk"
+                    "{MATMUL_WALK_ENV}={other:?} is not a walk (`tma`, `wide` or `0`): the default walk"
                 );
                 WalkChoice::Measured
             }
@@ -581,6 +586,7 @@ impl WalkKGroups {
             Ok("2") => WalkKGroups::Fixed(2),
             Ok("3") => WalkKGroups::Fixed(3),
             Ok("4") => WalkKGroups::Fixed(4),
+            Ok("8") => WalkKGroups::Fixed(8),
             _ => WalkKGroups::Off,
         }
     }
@@ -665,7 +671,7 @@ const MWK_MOST_WARPGROUPS: usize = 3;
 fn walk_outs_asked(choice: WalkChoice) -> usize {
     match (env_number(MATMUL_WALK_OUTS_ENV), choice) {
         (Some(outs @ (128 | 192)), _) => outs / MWK_OUTS,
-        (_, WalkChoice::Measured) => MWK_MOST_WARPGROUPS,
+        (_, WalkChoice::Measured | WalkChoice::Wide) => MWK_MOST_WARPGROUPS,
         _ => 1,
     }
 }
@@ -704,6 +710,9 @@ struct WalkLoaded {
     k_groups: [bool; 3],
     /// With 2 and 3 consumer warpgroups.
     wide: [bool; 2],
+    /// With 2 and 3 consumer warpgroups in 4 and 8 k groups: the clusters the GPU holds at once
+    /// (`cuOccupancyMaxActiveClusters`), each where it loaded.
+    wide_k_groups: [[Option<usize>; 2]; 2],
 }
 
 /// How a k split runs as the walk ([`walk_plan`]).
@@ -715,6 +724,9 @@ enum WalkPlan {
     Wide(usize),
     /// 64-row tiles, each shared out along k over a cluster of this many (2–4) blocks.
     KGroups(usize),
+    /// Blocks of 64 rows holding `warpgroups` (2 or 3) consumer warpgroups, each tile shared
+    /// out along k over a cluster of `groups` (4 or 8) blocks.
+    WideKGroups { warpgroups: usize, groups: usize },
 }
 
 /// How a round's bf16 k split of `rows` rows of `n_out` outputs over `chunks` chunks of k
@@ -750,6 +762,11 @@ fn walk_plan(
             let one_wave = walk_out_blocks(n_out, swiglu, warpgroups) <= multiprocessors;
             wide.filter(|_| swiglu && rows >= MWK_WIDE_MIN_ROWS && one_wave)
         }
+        WalkChoice::Wide if swiglu => {
+            let one_wave = walk_out_blocks(n_out, swiglu, warpgroups) <= multiprocessors;
+            wide.filter(|_| rows >= MWK_WIDE_MIN_ROWS && one_wave)
+        }
+        WalkChoice::Wide => walk_wide_k_groups(ask, loaded, rows, n_out, chunks, multiprocessors),
         WalkChoice::Tma
             if ask.narrow_tiles && walk_rows(rows, n_out, swiglu, multiprocessors, None) == 32 =>
         {
@@ -787,6 +804,52 @@ fn walk_warpgroups(
             walk_out_blocks(n_out, swiglu, groups) * rows.div_ceil(64) * 2 >= multiprocessors
         })
         .unwrap_or(1)
+}
+/// The k groups a wide walk's tile may be shared out over (4: 2 residues a block; 8: one): the
+/// kernel keeps a later group's partials in registers, and a group's blocks alike.
+const MWK_WIDE_K_GROUPS: [usize; 2] = [4, 8];
+/// How a plain split of `rows` rows of `n_out` outputs over `chunks` chunks runs under
+/// `FLASHLANE_MATMUL_WALK=wide` on `multiprocessors`: in wide blocks (2 or 3 consumer
+/// warpgroups, as the gate/up's) shared out over 4 or 8 k groups, so that matrices with few
+/// outputs (Qwen3-4B's q/k/v: 32 tiles of 192 outputs; its o and down: 14) still fill the GPU.
+/// `ask`'s k groups (4 or 8) with its warpgroups (at least 2) force that form wherever k gives
+/// every residue a chunk (the kernel tests); else, from [`MWK_WIDE_MIN_ROWS`] rows, the form of
+/// the most blocks (then the most warpgroups) whose tiles all fit one wave: their blocks on the
+/// multiprocessors and their clusters within those the GPU holds at once (a cluster's blocks
+/// share a GPC: Qwen3-4B's q/k/v in 32 clusters of 4 might not fit where 128 blocks would).
+/// `None`: the tiles.
+fn walk_wide_k_groups(
+    ask: &WalkAsk,
+    loaded: WalkLoaded,
+    rows: usize,
+    n_out: usize,
+    chunks: usize,
+    multiprocessors: usize,
+) -> Option<WalkPlan> {
+    if chunks < MMT_RESIDUES_OF_K || rows > MWS_MAX_ROWS {
+        return None;
+    }
+    let forced = match ask.k_groups {
+        WalkKGroups::Fixed(groups) if MWK_WIDE_K_GROUPS.contains(&groups) => {
+            Some((ask.warpgroups.clamp(2, MWK_MOST_WARPGROUPS), groups))
+        }
+        _ => None,
+    };
+    if forced.is_none() && rows < MWK_WIDE_MIN_ROWS {
+        return None;
+    }
+    (2..=MWK_MOST_WARPGROUPS)
+        .flat_map(|warpgroups| MWK_WIDE_K_GROUPS.map(|groups| (warpgroups, groups)))
+        .filter(|&form| forced.is_none_or(|asked| asked == form))
+        .filter_map(|(warpgroups, groups)| {
+            let at = MWK_WIDE_K_GROUPS.iter().position(|&g| g == groups)?;
+            let clusters = loaded.wide_k_groups[warpgroups - 2][at]?;
+            let tiles = walk_out_blocks(n_out, false, warpgroups);
+            let fits = tiles * groups <= multiprocessors && tiles <= clusters;
+            (forced.is_some() || fits).then_some((tiles * groups, warpgroups, groups))
+        })
+        .max_by_key(|&(blocks, warpgroups, _)| (blocks, warpgroups))
+        .map(|(_, warpgroups, groups)| WalkPlan::WideKGroups { warpgroups, groups })
 }
 /// The walk's blocks along the outputs at `warpgroups` consumer warpgroups a block.
 fn walk_out_blocks(n_out: usize, swiglu: bool, warpgroups: usize) -> usize {
@@ -2154,6 +2217,9 @@ pub struct Kernels {
     /// Tests: walks with several consumer warpgroups so far ([`MATMUL_WALK_OUTS_ENV`]).
     #[cfg(test)]
     pub(crate) walk_wide_launches: std::sync::atomic::AtomicUsize,
+    /// Tests: wide walks shared out in k groups so far (`FLASHLANE_MATMUL_WALK=wide`).
+    #[cfg(test)]
+    pub(crate) walk_wide_k_group_launches: std::sync::atomic::AtomicUsize,
     matmul_fp8: CudaFunction,
     matmul_fp8_narrow: CudaFunction,
     rmsnorm: CudaFunction,
@@ -2411,6 +2477,8 @@ impl Kernels {
             walk_k_group_launches: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             walk_wide_launches: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            walk_wide_k_group_launches: std::sync::atomic::AtomicUsize::new(0),
             matmul_fp8: f("matmul_fp8")?,
             matmul_fp8_narrow: f("matmul_fp8_narrow")?,
             rmsnorm: f("rmsnorm_rows")?,
@@ -2608,6 +2676,21 @@ impl Kernels {
                         .ok()
                         .map(|kernel| (kernel, shared))
                 }),
+                wide_k_groups: [2, 3].map(|warpgroups| {
+                    MWK_WIDE_K_GROUPS.map(|groups| {
+                        let shared = mwk_wide_shared_bytes(warpgroups);
+                        let name = format!("matmul_bf16_walk_tma_w{warpgroups}_kg{groups}");
+                        let kernel = load(&name, shared).ok()?;
+                        let threads = MWK_THREADS + (warpgroups as u32 - 1) * 128;
+                        let clusters =
+                            max_active_clusters(gpu, &kernel, groups, threads, shared).ok()?;
+                        Some(WideKGroupWalk {
+                            kernel,
+                            shared,
+                            clusters,
+                        })
+                    })
+                }),
                 wide: [2, 3].map(|groups| {
                     let shared = mwk_wide_shared_bytes(groups);
                     let plain = load(&format!("matmul_bf16_walk_tma_w{groups}"), shared).ok()?;
@@ -2692,6 +2775,9 @@ struct WalkKernels {
     /// The TMA walk of 64 rows with 2 and 3 consumer warpgroups ([`MATMUL_WALK_OUTS_ENV`]), each
     /// where it loaded.
     wide: [Option<WideWalk>; 2],
+    /// Those in 4 and 8 k groups (`FLASHLANE_MATMUL_WALK=wide`), each where it loaded:
+    /// `[warpgroups − 2][k groups: 4, 8]`.
+    wide_k_groups: [[Option<WideKGroupWalk>; 2]; 2],
 }
 
 impl WalkKernels {
@@ -2699,8 +2785,52 @@ impl WalkKernels {
         WalkLoaded {
             k_groups: self.k_groups.each_ref().map(Option::is_some),
             wide: self.wide.each_ref().map(Option::is_some),
+            wide_k_groups: self.wide_k_groups.each_ref().map(|forms| {
+                forms
+                    .each_ref()
+                    .map(|form| form.as_ref().map(|walk| walk.clusters))
+            }),
         }
     }
+}
+
+/// The wide walk in k groups: its kernel, dynamic shared memory, and the clusters the GPU holds
+/// at once.
+struct WideKGroupWalk {
+    kernel: CudaFunction,
+    shared: usize,
+    clusters: usize,
+}
+
+/// The clusters of `function` (its cluster of `cluster_blocks` blocks along z compiled in, blocks
+/// of `threads` threads and `shared` bytes of dynamic shared memory) the GPU holds at once.
+fn max_active_clusters(
+    gpu: &Gpu,
+    function: &CudaFunction,
+    cluster_blocks: usize,
+    threads: u32,
+    shared: usize,
+) -> Result<usize, CudaError> {
+    use cudarc::driver::sys;
+    let config = sys::CUlaunchConfig {
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: cluster_blocks as u32,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: u32::try_from(shared).expect("a block's shared memory fits u32"),
+        hStream: std::ptr::null_mut(),
+        attrs: std::ptr::null_mut(),
+        numAttrs: 0,
+    };
+    let mut clusters: std::ffi::c_int = 0;
+    gpu.ctx.bind_to_thread()?;
+    // SAFETY: `config` names no attributes (its cluster is the kernel's own) and lives through
+    // the call; `clusters` is the one int the driver writes.
+    unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config) }
+        .result()?;
+    Ok(usize::try_from(clusters).unwrap_or(0))
 }
 
 /// The TMA walk with several consumer warpgroups: plain, a gate/up's, their dynamic shared memory.
@@ -3484,7 +3614,7 @@ impl Kernels {
         // at 64 rows.
         let rows = match plan {
             WalkPlan::Rows(rows) => rows,
-            WalkPlan::Wide(_) | WalkPlan::KGroups(_) => 64,
+            WalkPlan::Wide(_) | WalkPlan::KGroups(_) | WalkPlan::WideKGroups { .. } => 64,
         };
         #[cfg(test)]
         self.walk_launches
@@ -3517,6 +3647,31 @@ impl Kernels {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let out_blocks = walk_out_blocks(m.n_out, false, 1);
                 (kernel, out_blocks, groups, MWK_THREADS, *shared, MWK_OUTS)
+            }
+            WalkPlan::WideKGroups { warpgroups, groups } => {
+                assert!(
+                    m.k.div_ceil(MMA_CHUNK) >= MMT_RESIDUES_OF_K,
+                    "[walk-k-groups-residues] a walk in k groups needs a chunk in every residue (k {})",
+                    m.k
+                );
+                let at = MWK_WIDE_K_GROUPS
+                    .iter()
+                    .position(|&g| g == groups)
+                    .expect("[walk-plan-groups] the plan's k groups are a wide walk's");
+                let walk = wg.wide_k_groups[warpgroups - 2][at]
+                    .as_ref()
+                    .expect("[walk-plan-loaded] the plan's wide k groups' kernel loaded");
+                #[cfg(test)]
+                self.walk_wide_k_group_launches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (
+                    &walk.kernel,
+                    walk_out_blocks(m.n_out, false, warpgroups),
+                    groups,
+                    MWK_THREADS + (warpgroups as u32 - 1) * 128,
+                    walk.shared,
+                    MWK_OUTS * warpgroups,
+                )
             }
             WalkPlan::Wide(warpgroups) => {
                 let wide = wg.wide[warpgroups - 2]

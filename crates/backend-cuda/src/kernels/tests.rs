@@ -506,12 +506,19 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
         let default_walk = k.matmul_walk;
         let k_groups = [Auto, Fixed(2), Fixed(3), Fixed(4)].map(|g| (Tma, multiprocessors, g, 1));
         let wide = [2, 3].map(|warpgroups| (Tma, 1, OneGroup, warpgroups));
+        // And `=wide`: plain splits in wide blocks shared out over 4 or 8 k groups, each form
+        // forced (2 or 3 warpgroups; the fold shared out over the cluster), where k gives every
+        // residue a chunk (the rest on the tiles).
+        use super::WalkChoice::Wide;
+        let wide_k_groups = [(2, 4), (2, 8), (3, 4), (3, 8)]
+            .map(|(warpgroups, groups)| (Wide, multiprocessors, Fixed(groups), warpgroups));
         for (walk, counted, groups, warpgroups) in
             [(Tma, multiprocessors, OneGroup, 1), (Tma, 1, OneGroup, 1)]
                 .into_iter()
                 .chain(k_groups)
                 .chain(wide)
                 .chain([(super::WalkChoice::Measured, 1, OneGroup, 3)])
+                .chain(wide_k_groups)
         {
             k.matmul_walk.choice = walk;
             k.multiprocessors = counted;
@@ -522,6 +529,8 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
             k.walk_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             k.walk_k_group_launches
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            k.walk_wide_k_group_launches
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             for (depth, rows) in [
                 (16 * (1 + rng.below(320)), 64),
@@ -543,6 +552,18 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 assert_eq!(walked, 0, "the default walk ran a plain split");
                 continue;
             }
+            let wide_in_groups = k
+                .walk_wide_k_group_launches
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if walk == Wide {
+                // Every walk of these plain splits is the wide one in k groups.
+                assert!(
+                    wide_in_groups > 0 && wide_in_groups == walked,
+                    "the wide walk ({warpgroups} warpgroups, {groups:?}) ran in k groups {wide_in_groups} of {walked} times"
+                );
+                continue;
+            }
+            assert_eq!(wide_in_groups, 0, "the walk ({walk:?}) ran wide in k groups");
             assert!(
                 walked > 0,
                 "the walk ({walk:?}) never ran with {counted} multiprocessors"
@@ -1928,6 +1949,7 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     let all = WalkLoaded {
         k_groups: [true; 3],
         wide: [true; 2],
+        wide_k_groups: [[Some(32); 2]; 2],
     };
     let ask = |choice| WalkAsk {
         choice,
@@ -2028,6 +2050,7 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
     let none_loaded = WalkLoaded {
         k_groups: [false; 3],
         wide: [false; 2],
+        wide_k_groups: [[None; 2]; 2],
     };
     assert_eq!(
         plan(&wide_tma, none_loaded, 64, 2 * 9728, true),
@@ -2037,6 +2060,79 @@ fn the_default_walk_takes_only_what_its_wide_blocks_hold() {
         plan(&wide_tma, none_loaded, 64, 2560, false),
         Some(Rows(32))
     );
+}
+
+/// `=wide` (no device needed): the gate/up as the default takes it; a plain split from 49 rows
+/// to 64 in the wide form of the most blocks (then the most warpgroups) whose tiles fit one
+/// wave, on the multiprocessors and in the clusters the GPU holds: on 132 multiprocessors
+/// Qwen3-4B's q/k/v (6,144 outputs) in 32 tiles of 3 warpgroups × 4 groups, its o and down
+/// (2,560) in 14 tiles × 8, Qwen3-8B's o and down (4,096) in 32 tiles of 2 warpgroups × 4; where
+/// 32 clusters of 4 do not fit at once, the q/k/v's next form (2 warpgroups × 4 is 192 blocks:
+/// the tiles). Fewer rows, fewer chunks than residues and forms not loaded go to the tiles; k
+/// groups and warpgroups asked force their form at any rows up to 64.
+#[test]
+fn the_wide_walk_shares_plain_splits_out_in_k_groups_that_fit_a_wave() {
+    use super::WalkChoice::Wide;
+    use super::WalkKGroups;
+    use super::WalkPlan::{self, WideKGroups};
+    use super::{walk_plan, WalkAsk, WalkLoaded, MWK_MOST_WARPGROUPS};
+    let loaded = |clusters: [[Option<usize>; 2]; 2]| WalkLoaded {
+        k_groups: [true; 3],
+        wide: [true; 2],
+        wide_k_groups: clusters,
+    };
+    let roomy = loaded([[Some(64); 2]; 2]);
+    let wide = WalkAsk {
+        choice: Wide,
+        rows: None,
+        k_groups: WalkKGroups::Off,
+        warpgroups: MWK_MOST_WARPGROUPS,
+        narrow_tiles: false,
+    };
+    let plan = |ask: &WalkAsk, loaded, rows, n_out, chunks| {
+        walk_plan(ask, loaded, rows, n_out, chunks, false, 132)
+    };
+    let form = |warpgroups, groups| Some(WideKGroups { warpgroups, groups });
+    for rows in [49, 64] {
+        assert_eq!(plan(&wide, roomy, rows, 6144, 40), form(3, 4), "q/k/v");
+        assert_eq!(plan(&wide, roomy, rows, 2560, 152), form(3, 8), "4B down");
+        assert_eq!(plan(&wide, roomy, rows, 4096, 64), form(2, 4), "8B o");
+        // The gate/up as by default.
+        assert_eq!(
+            walk_plan(&wide, roomy, rows, 2 * 9728, 40, true, 132),
+            Some(WalkPlan::Wide(3))
+        );
+    }
+    for rows in [1, 32, 48, 65] {
+        assert_eq!(plan(&wide, roomy, rows, 6144, 40), None, "{rows} rows");
+    }
+    assert_eq!(plan(&wide, roomy, 64, 6144, 7), None, "7 chunks");
+    // 31 clusters of 4 at once: 32 tiles do not fit, and 2 warpgroups' 48 × 4 blocks are more
+    // than the multiprocessors.
+    let tight = loaded([[Some(31); 2]; 2]);
+    assert_eq!(plan(&wide, tight, 64, 6144, 40), None);
+    assert_eq!(plan(&wide, tight, 64, 2560, 40), form(3, 8));
+    // Only 3 warpgroups in 4 groups loaded: the down in 14 × 4.
+    let one_form = loaded([[None, None], [Some(64), None]]);
+    assert_eq!(plan(&wide, one_form, 64, 2560, 152), form(3, 4));
+    assert_eq!(plan(&wide, loaded([[None; 2]; 2]), 64, 2560, 152), None);
+    // Forced: any rows up to 64, every form, where loaded and k allows.
+    for (warpgroups, groups) in [(2, 4), (2, 8), (3, 4), (3, 8)] {
+        let forced = WalkAsk {
+            k_groups: WalkKGroups::Fixed(groups),
+            warpgroups,
+            ..wide
+        };
+        for rows in [1, 40, 64] {
+            assert_eq!(
+                plan(&forced, roomy, rows, 6144, 8),
+                form(warpgroups, groups),
+                "{rows} rows"
+            );
+        }
+        assert_eq!(plan(&forced, roomy, 65, 6144, 8), None);
+        assert_eq!(plan(&forced, roomy, 64, 6144, 7), None);
+    }
 }
 
 /// Hybrid models with FP8 projections split k in their FP8 decode rounds alone (measured as a
