@@ -50,7 +50,7 @@
 // own sum of its residues would round differently, so none is made. Every residue holds a chunk
 // (the host asks for chunks ≥ MMT_RESIDUES).
 //
-// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows, no k groups) a
+// With WGS consumer warpgroups (FLASHLANE_MATMUL_WALK_OUTS=128 or 192: 64 rows) a
 // block holds 64 · WGS outputs (a gate/up's 32 · WGS units), warpgroup w the 64 of them from 64w
 // (units from 32w), each as the one-warpgroup walk holds its 64, all on the same stage of x: at
 // 64 rows a chunk of x's split is 16 KB and of a warpgroup's weights 8 KB, so x shared by 2 or 3
@@ -59,6 +59,15 @@
 // slots active in one warpgroup a block, 20 % in 3). Each warpgroup runs its own chain on its own outputs: the bits are
 // the one-warpgroup walk's. A step takes at most 2 chunks there (the registers of 288 or 416
 // threads a multiprocessor).
+//
+// With WGS warpgroups in KG k groups (FLASHLANE_MATMUL_WALK=wide: plain splits, KG 4 or 8, so 2
+// or 1 residues a block, alike) a later group's partials would not fit beside the ring (48 KB a
+// residue at 3 warpgroups): its first of two residues waits in `total`, its last in `acc`, and
+// after the walk every block stashes its sums in its own ring, now idle — block 0 its total of
+// residues 0 … (the chain's start), a later block each residue's partial apart. The fold is
+// then shared out: block g's thread th folds its share of sums i (1/KG of them) of thread th in
+// every block, total = block 0's, then += each later residue's in residue order — the sum block
+// 0 alone would make — and writes those outputs, so no block reads more than its share.
 //
 // Host defines: MWK_TMA_STAGES_64, MWK_TMA_STAGES_32,
 // MWK_TMA_STAGES_KG2, MWK_TMA_STAGES_KG3, MWK_TMA_STAGES_KG4, MWK_TMA_STAGES_W2,

@@ -453,8 +453,9 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// from their peaks); blocks of 3 consumer warpgroups on one stage of x
 /// ([`MATMUL_WALK_OUTS_ENV`]: 20 % active) took the gate/up faster than the tiles (session 72),
 /// so by default the walk runs a gate/up in such blocks ([`walk_plan`]). `=0` leaves every
-/// split to the tiles, `=tma` walks every bf16 split of up to 64 rows (A/B switches: the same
-/// bits). W's rows copied apart (`=1`) and clusters of 2 or 4 blocks multicasting x (`=tma2`,
+/// split to the tiles, `=tma` walks every bf16 split of up to 64 rows, `=wide` also the plain
+/// splits of 49–64 rows in wide blocks shared out over 4 or 8 k groups
+/// ([`walk_wide_k_groups`]; session 74) (A/B switches: the same bits). W's rows copied apart (`=1`) and clusters of 2 or 4 blocks multicasting x (`=tma2`,
 /// `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were removed.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).

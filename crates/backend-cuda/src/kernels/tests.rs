@@ -563,7 +563,10 @@ fn wgmma_matmul_gives_the_other_kernels_bits() {
                 );
                 continue;
             }
-            assert_eq!(wide_in_groups, 0, "the walk ({walk:?}) ran wide in k groups");
+            assert_eq!(
+                wide_in_groups, 0,
+                "the walk ({walk:?}) ran wide in k groups"
+            );
             assert!(
                 walked > 0,
                 "the walk ({walk:?}) never ran with {counted} multiprocessors"
