@@ -453,10 +453,10 @@ pub const MATMUL_WG_FOLD_ENV: &str = "FLASHLANE_MATMUL_WG_FOLD";
 /// from their peaks); blocks of 3 consumer warpgroups on one stage of x
 /// ([`MATMUL_WALK_OUTS_ENV`]: 20 % active) took the gate/up faster than the tiles (session 72),
 /// so by default the walk runs a gate/up in such blocks ([`walk_plan`]). `=0` leaves every
-/// split to the tiles, `=tma` walks every bf16 split of up to 64 rows, `=wide` also the plain
-/// splits of 49–64 rows in wide blocks shared out over 4 or 8 k groups
-/// ([`walk_wide_k_groups`]; session 74) (A/B switches: the same bits). W's rows copied apart (`=1`) and clusters of 2 or 4 blocks multicasting x (`=tma2`,
-/// `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were removed.
+/// split to the tiles, `=tma` walks every bf16 split of up to 64 rows, `=wide` the default's
+/// gate/up and the plain splits of 49–64 rows in wide blocks shared out over 4 or 8 k groups
+/// ([`walk_wide_k_groups`]; session 74) (A/B switches: the same bits). W's rows copied apart
+/// (`=1`) and clusters of 2 or 4 blocks multicasting x (`=tma2`, `=tma4`) decoded at 0.24–0.36× in sessions 70 and 71 and were removed.
 pub const MATMUL_WALK_ENV: &str = "FLASHLANE_MATMUL_WALK";
 /// How a round's bf16 split runs as the walk ([`MATMUL_WALK_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,7 +568,9 @@ fn walk_tma_stages(rows: usize) -> usize {
 /// Written in session 71 after the walk's 32-row o and down took twice cuBLAS's time (cuBLAS
 /// splits the down three ways: bench/RESULTS.md session 69). Its kernel tests pass (H100,
 /// session 71), but by the rule Qwen3-4B's o and down took 1.31× the 32-row walk's time
-/// (0.79× the default's decode rate at 64 streams): off (an A/B switch: the same bits).
+/// (0.79× the default's decode rate at 64 streams): off (an A/B switch: the same bits). Under
+/// `FLASHLANE_MATMUL_WALK=wide`, `4` or `8` with [`MATMUL_WALK_OUTS_ENV`]'s warpgroups (3 unless
+/// asked) forces that wide form on every plain split of up to 64 rows ([`walk_wide_k_groups`]).
 pub const MATMUL_WALK_K_GROUPS_ENV: &str = "FLASHLANE_MATMUL_WALK_K_GROUPS";
 /// What [`MATMUL_WALK_K_GROUPS_ENV`] asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
