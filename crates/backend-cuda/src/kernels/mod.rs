@@ -578,7 +578,7 @@ enum WalkKGroups {
     Off,
     /// By [`walk_k_groups`]' rule.
     Auto,
-    /// This many (2–4) wherever k allows.
+    /// This many (2–4; or under `=wide` 4 or 8, forcing that wide form) wherever k allows.
     Fixed(usize),
 }
 
@@ -868,6 +868,15 @@ fn walk_wide_stages(warpgroups: usize) -> usize {
     ((HOPPER_BLOCK_SHARED_BYTES - MWK_SWIZZLE_SLACK) / stage)
         .min(walk_tma_stages(64))
         .max(walk_depth().min(2))
+}
+/// The wide walk's ring without its barriers: where the k groups' kernels stash their sums.
+fn mwk_wide_ring_bytes(warpgroups: usize) -> usize {
+    walk_wide_stages(warpgroups) * (64 * MMA_CHUNK * 4 + MWK_W_BOX_BYTES * warpgroups)
+}
+/// The sums a block of the wide walk in `groups` k groups stashes after its walk: each of its
+/// residues' (8 / groups) 64 outputs × 64 rows a warpgroup, f32.
+const fn mwk_wide_stash_bytes(warpgroups: usize, groups: usize) -> usize {
+    MMT_RESIDUES_OF_K / groups * warpgroups * MWK_OUTS * 64 * 4
 }
 fn mwk_wide_shared_bytes(warpgroups: usize) -> usize {
     MWK_SWIZZLE_SLACK
@@ -2681,6 +2690,13 @@ impl Kernels {
                 }),
                 wide_k_groups: [2, 3].map(|warpgroups| {
                     MWK_WIDE_K_GROUPS.map(|groups| {
+                        // A ring shortened by the A/B switches (FLASHLANE_MATMUL_WALK_STAGES,
+                        // _DEPTH) may not hold the stash: that form stays unloaded.
+                        if mwk_wide_ring_bytes(warpgroups)
+                            < mwk_wide_stash_bytes(warpgroups, groups)
+                        {
+                            return None;
+                        }
                         let shared = mwk_wide_shared_bytes(warpgroups);
                         let name = format!("matmul_bf16_walk_tma_w{warpgroups}_kg{groups}");
                         let kernel = load(&name, shared).ok()?;

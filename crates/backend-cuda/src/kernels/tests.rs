@@ -1932,6 +1932,15 @@ fn the_walk_widens_its_blocks_where_they_still_fill_half_the_gpu() {
     }
     for warpgroups in [2, 3] {
         assert!(mwk_wide_shared_bytes(warpgroups) <= HOPPER_BLOCK_SHARED_BYTES);
+        // At the default stages the ring holds every k-group form's stash (w3 in 4 groups: 96
+        // KB in 200).
+        for groups in super::MWK_WIDE_K_GROUPS {
+            assert!(
+                super::mwk_wide_stash_bytes(warpgroups, groups)
+                    <= super::mwk_wide_ring_bytes(warpgroups),
+                "{warpgroups} warpgroups, {groups} groups"
+            );
+        }
     }
 }
 
