@@ -869,6 +869,10 @@ fn walk_wide_stages(warpgroups: usize) -> usize {
         .min(walk_tma_stages(64))
         .max(walk_depth().min(2))
 }
+/// A wide walk block's threads: `warpgroups` consumer warpgroups and the producer warp.
+fn mwk_wide_threads(warpgroups: usize) -> u32 {
+    MWK_THREADS + (warpgroups as u32 - 1) * 128
+}
 /// The wide walk's ring without its barriers: where the k groups' kernels stash their sums.
 fn mwk_wide_ring_bytes(warpgroups: usize) -> usize {
     walk_wide_stages(warpgroups) * (64 * MMA_CHUNK * 4 + MWK_W_BOX_BYTES * warpgroups)
@@ -2700,7 +2704,7 @@ impl Kernels {
                         let shared = mwk_wide_shared_bytes(warpgroups);
                         let name = format!("matmul_bf16_walk_tma_w{warpgroups}_kg{groups}");
                         let kernel = load(&name, shared).ok()?;
-                        let threads = MWK_THREADS + (warpgroups as u32 - 1) * 128;
+                        let threads = mwk_wide_threads(warpgroups);
                         let clusters =
                             max_active_clusters(gpu, &kernel, groups, threads, shared).ok()?;
                         Some(WideKGroupWalk {
@@ -3687,7 +3691,7 @@ impl Kernels {
                     &walk.kernel,
                     walk_out_blocks(m.n_out, false, warpgroups),
                     groups,
-                    MWK_THREADS + (warpgroups as u32 - 1) * 128,
+                    mwk_wide_threads(warpgroups),
                     walk.shared,
                     MWK_OUTS * warpgroups,
                 )
@@ -3703,7 +3707,7 @@ impl Kernels {
                     if swiglu { &wide.swiglu } else { &wide.plain },
                     walk_out_blocks(m.n_out, swiglu, warpgroups),
                     1,
-                    MWK_THREADS + (warpgroups as u32 - 1) * 128,
+                    mwk_wide_threads(warpgroups),
                     wide.shared,
                     box_rows_a_warpgroup * warpgroups,
                 )
